@@ -1,0 +1,112 @@
+"""One exception hierarchy for everything vgpuctl reports to a user.
+
+The CLI catches VgpuctlError, prints `str(error)` as one line and exits with `exit_code`; anything else
+is a bug and shows a traceback. Callers match on types, never on message text.
+"""
+
+from __future__ import annotations
+
+
+class VgpuctlError(Exception):
+    """Base of every error the CLI reports as one clear line."""
+
+    exit_code = 1
+
+
+class UsageError(VgpuctlError):
+    """A wrong option, a missing file, an argument that makes no sense."""
+
+
+class InventoryError(VgpuctlError):
+    """A problem in the inventory file, located at FILE:LINE:COL when known."""
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None, col: int | None = None):
+        self.message = message
+        self.file = file
+        self.line = line
+        self.col = col
+        super().__init__(self.located())
+
+    def located(self) -> str:
+        if self.file is None:
+            return self.message
+        where = self.file
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.col is not None:
+                where += f":{self.col}"
+        return f"{where}: {self.message}"
+
+
+class InventoryErrors(InventoryError):
+    """Several inventory problems found in one pass; printed one per line."""
+
+    def __init__(self, errors: list[InventoryError]):
+        self.errors = errors
+        super().__init__("\n".join(e.located() for e in errors))
+
+    def located(self) -> str:
+        return "\n".join(e.located() for e in self.errors)
+
+
+class PlanError(VgpuctlError):
+    """The desired state cannot be reached from the observed one (reasons listed per object)."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("; ".join(problems) if len(problems) == 1 else "\n".join(problems))
+
+
+class ConnectionFailure(VgpuctlError):
+    """vCenter cannot be reached, or the login failed."""
+
+
+class TlsError(ConnectionFailure):
+    """The server certificate failed verification or its thumbprint does not match the pinned one."""
+
+
+class AuthenticationError(ConnectionFailure):
+    """Wrong user name or password, or a session that could not be renewed."""
+
+
+class VsphereFault(VgpuctlError):
+    """A vCenter fault, keeping its vim type name and message."""
+
+    def __init__(self, fault_type: str, message: str, obj: str | None = None):
+        self.fault_type = fault_type
+        self.fault_message = message
+        self.obj = obj
+        prefix = f"{obj}: " if obj else ""
+        super().__init__(f"{prefix}{fault_type}: {message}")
+
+
+class NotFound(VgpuctlError):
+    """A named object (host, VM, template, GPU) does not exist."""
+
+
+class DriftError(VgpuctlError):
+    """An object changed between plan and apply; that object is not touched."""
+
+
+class SshError(VgpuctlError):
+    """An ESXi shell command failed: connection, authentication, timeout or non-zero exit."""
+
+    def __init__(self, message: str, host: str | None = None, exit_status: int | None = None, stderr: str = ""):
+        self.host = host
+        self.exit_status = exit_status
+        self.stderr = stderr
+        super().__init__(f"{host}: {message}" if host else message)
+
+
+class SshHostKeyError(SshError):
+    """The host's SSH key is unknown or does not match known_hosts."""
+
+
+class GuestError(VgpuctlError):
+    """The guest playbooks failed on at least one host."""
+
+
+class Interrupted(VgpuctlError):
+    """Ctrl-C: the run stopped starting new work."""
+
+    exit_code = 130

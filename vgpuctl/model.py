@@ -1,0 +1,227 @@
+"""Typed data shared by observe (vsphere/), plan (plan.py) and apply (apply.py).
+
+Observed* is what vCenter has, read in bulk by vgpuctl.vsphere.observe; it is plain data so the planner is
+a pure function testable from fixtures (see `Observed.from_dict` / `to_dict`). Plan* is what the planner
+decides; apply executes it. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class PowerState(StrEnum):
+    ON = "poweredOn"
+    OFF = "poweredOff"
+    SUSPENDED = "suspended"
+
+
+@dataclass(frozen=True)
+class ObservedProfile:
+    """One vGPU profile as the host describes it (RetrieveVgpuProfileInfo / QueryConfigTarget)."""
+
+    name: str  # vSphere string, e.g. grid_a100-3-20c
+    fb_gb: int
+    sharing: str = "timeSliced"  # timeSliced | mig
+    profile_class: str = "compute"  # compute | quadro
+
+
+@dataclass
+class ObservedGpu:
+    """One physical GPU of a host (config.graphicsInfo joined with hardware.pciDevice)."""
+
+    pci_id: str  # 0000:3b:00.0
+    device_name: str  # e.g. "NVIDIA A100-PCIE-40GB" as the host reports it
+    vendor_id: int = 0x10DE
+    device_id: int = 0
+    memory_kb: int = 0
+    graphics_type: str = "shared"  # basic | shared | direct | sharedDirect
+    vgpu_mode: str = "none"  # none | sameSize | mixedSize | multiInstanceGpu
+    vms: list[str] = field(default_factory=list)  # names of VMs holding a vGPU on this GPU
+    nvlink_set: int | None = None  # index of the NVLink-connected set it belongs to (links up), if any
+
+
+@dataclass
+class ObservedHost:
+    name: str
+    moid: str = ""
+    cluster: str | None = None
+    connection_state: str = "connected"
+    in_maintenance: bool = False
+    power_state: str = "poweredOn"
+    api_version: str = "8.0.3.0"
+    default_graphics_type: str = "shared"  # shared | sharedDirect
+    assignment_policy: str = "performance"  # performance | consolidation
+    gpus: list[ObservedGpu] = field(default_factory=list)
+    offered_profiles: list[str] = field(default_factory=list)  # config.sharedPassthruGpuTypes
+    profiles: dict[str, ObservedProfile] = field(default_factory=dict)  # name -> info
+    max_vgpus_per_vm: int = 8
+    module_options: str = ""  # configured nvidia module option string (issue 5)
+
+
+@dataclass
+class ObservedVgpu:
+    """A VirtualPCIPassthrough device whose backing IS a VmiopBackingInfo (checked with isinstance)."""
+
+    key: int
+    profile: str
+    device_group_key: int | None = None  # deviceGroupInfo.groupInstanceKey when part of an NVLink group
+
+
+@dataclass
+class ObservedVm:
+    name: str
+    moid: str = ""
+    is_template: bool = False
+    host: str | None = None
+    cluster: str | None = None
+    folder: str | None = None
+    power_state: str = PowerState.OFF
+    cpus: int = 1
+    memory_mb: int = 1024
+    memory_reservation_locked: bool = False
+    memory_reservation_mb: int = 0
+    firmware: str = "bios"  # bios | efi
+    hardware_version: str = "vmx-20"
+    extra_config: dict[str, str] = field(default_factory=dict)
+    vgpus: list[ObservedVgpu] = field(default_factory=list)
+    other_passthrough: int = 0  # PCI passthrough devices that are not vGPUs; never touched
+    guest_ips: list[str] = field(default_factory=list)
+    guest_state: str = "notRunning"
+    tools_running: bool = False
+
+
+@dataclass
+class Observed:
+    """Everything one observe pass read from vCenter."""
+
+    api_version: str = "8.0.3.0"
+    about: str = ""
+    datacenter: str = ""
+    hosts: dict[str, ObservedHost] = field(default_factory=dict)
+    clusters: dict[str, list[str]] = field(default_factory=dict)  # cluster -> host names
+    vms: dict[str, ObservedVm] = field(default_factory=dict)  # templates included (is_template=True)
+    folders: list[str] = field(default_factory=list)  # VM folder paths relative to the datacenter
+    round_trips: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Observed:
+        hosts = {}
+        for name, h in (data.get("hosts") or {}).items():
+            h = dict(h)
+            h.setdefault("name", name)
+            h["gpus"] = [ObservedGpu(**g) for g in h.get("gpus", [])]
+            h["profiles"] = {
+                pname: ObservedProfile(**{"name": pname, **p}) for pname, p in (h.get("profiles") or {}).items()
+            }
+            hosts[name] = ObservedHost(**h)
+        vms = {}
+        for name, v in (data.get("vms") or {}).items():
+            v = dict(v)
+            v.setdefault("name", name)
+            v["vgpus"] = [ObservedVgpu(**d) for d in v.get("vgpus", [])]
+            vms[name] = ObservedVm(**v)
+        rest = {k: v for k, v in data.items() if k not in ("hosts", "vms")}
+        return cls(hosts=hosts, vms=vms, **rest)
+
+
+# ----------------------------------------------------------------------------------------------- plan
+
+
+class Op(StrEnum):
+    ADD = "+"
+    CHANGE = "~"
+    REMOVE = "-"
+
+
+@dataclass
+class FieldChange:
+    """One field of a VM that changes: memoryReservationLockedToMax, firmware, numCPUs, memoryMB, ..."""
+
+    field: str
+    old: Any
+    new: Any
+    op: Op = Op.CHANGE
+
+
+@dataclass
+class DeviceChange:
+    """Add or remove one vGPU. `key` is the existing device key for a removal."""
+
+    op: Op  # ADD or REMOVE
+    profile: str
+    key: int | None = None
+
+
+@dataclass
+class CloneSpec:
+    template: str
+    cluster: str | None = None
+    host: str | None = None
+    folder: str | None = None
+    cpus: int | None = None
+    memory_mb: int | None = None
+
+
+@dataclass
+class VmChange:
+    """Everything to do to one VM; apply turns it into at most one clone and one ReconfigVM_Task."""
+
+    vm: str
+    clone: CloneSpec | None = None
+    fields: list[FieldChange] = field(default_factory=list)
+    devices: list[DeviceChange] = field(default_factory=list)
+    extra_config: dict[str, str | None] = field(default_factory=dict)  # None removes the key
+    power_off: bool = False  # the VM runs now and must be powered off for this change (disruptive)
+    power_on: bool = False  # power the VM on at the end
+    depends_on_hosts: list[str] = field(default_factory=list)  # host changes that must land first
+
+    @property
+    def needs_reconfigure(self) -> bool:
+        return bool(self.fields or self.devices or self.extra_config)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.clone or self.needs_reconfigure or self.power_off or self.power_on)
+
+
+@dataclass
+class HostChange:
+    """One host-side change (issue 5): graphics config, MIG mode, module options. Host changes run first."""
+
+    host: str
+    kind: str  # graphics | mig | nvlink | scheduler
+    target: str  # GPU bus id, or "host"
+    old: Any
+    new: Any
+    disruptive: bool = True
+    needs_reboot: bool = False
+
+
+@dataclass
+class Plan:
+    vm_changes: list[VmChange] = field(default_factory=list)
+    host_changes: list[HostChange] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # the plan cannot be applied: one line per reason
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def changes(self) -> list[VmChange]:
+        return [c for c in self.vm_changes if not c.is_empty]
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.changes and not self.host_changes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host_changes": [asdict(c) for c in self.host_changes],
+            "vm_changes": [asdict(c) for c in self.changes],
+            "errors": list(self.errors),
+            "warnings": list(self.warnings),
+        }
