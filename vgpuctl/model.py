@@ -59,6 +59,9 @@ class ObservedHost:
     profiles: dict[str, ObservedProfile] = field(default_factory=dict)  # name -> info
     max_vgpus_per_vm: int = 8
     module_options: str = ""  # configured nvidia module option string (issue 5)
+    resource_pool_moid: str = ""  # root resource pool of the host's cluster / compute resource (clone target)
+    graphics_manager_moid: str = ""  # configManager.graphicsManager
+    environment_browser_moid: str = ""  # of the host's cluster / compute resource (QueryConfigTarget)
 
 
 @dataclass
@@ -105,6 +108,11 @@ class Observed:
     vms: dict[str, ObservedVm] = field(default_factory=dict)  # templates included (is_template=True)
     folders: list[str] = field(default_factory=list)  # VM folder paths relative to the datacenter
     round_trips: int = 0
+    moids: dict[str, str] = field(default_factory=dict)  # "datacenter", "vm_folder" -> moid
+    cluster_moids: dict[str, str] = field(default_factory=dict)  # cluster name -> moid
+    cluster_pool_moids: dict[str, str] = field(default_factory=dict)  # cluster name -> root resource pool moid
+    folder_moids: dict[str, str] = field(default_factory=dict)  # VM folder path -> moid
+    warnings: list[str] = field(default_factory=list)  # e.g. duplicate VM names
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -156,6 +164,9 @@ class DeviceChange:
     op: Op  # ADD or REMOVE
     profile: str
     key: int | None = None
+    # ADD only: vGPUs with the same group number are attached together as one NVLink vendor device group
+    # (ConfigSpec.deviceGroups + deviceGroupInfo on each member); None = a plain vGPU. (added by PYCORE)
+    group: int | None = None
 
 
 @dataclass

@@ -1,0 +1,202 @@
+"""Inventory loading and validation, table-driven from tests/fixtures/inventory/{good,bad}/*.yaml.
+
+A bad fixture lists its expected errors in `# expect: LINE:COL: message` header lines (all of them, in
+order); a good one lists its expanded VM names in a `# vms: [...]` header line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+from vgpuctl.errors import InventoryError, InventoryErrors
+from vgpuctl.inventory import (
+    Inventory,
+    expand_name,
+    format_path,
+    load_inventory,
+    load_inventory_text,
+    validate,
+)
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "inventory"
+GOOD = sorted((FIXTURES / "good").glob("*.yaml"))
+BAD = sorted((FIXTURES / "bad").glob("*.yaml"))
+
+
+def _header(path: Path, prefix: str) -> list[str]:
+    return [line[len(prefix):] for line in path.read_text().splitlines() if line.startswith(prefix)]
+
+
+def _errors(path: Path) -> list[str]:
+    try:
+        validate(load_inventory(path))
+    except InventoryErrors as exc:
+        assert all(e.file == str(path) for e in exc.errors)
+        return [e.located() for e in exc.errors]
+    except InventoryError as exc:
+        return [exc.located()]
+    return []
+
+
+def test_fixture_counts() -> None:
+    assert len(GOOD) >= 4 and len(BAD) >= 20
+
+
+@pytest.mark.parametrize("path", GOOD, ids=[p.stem for p in GOOD])
+def test_good(path: Path) -> None:
+    inv = load_inventory(path)
+    validate(inv)
+    assert inv.source_path == str(path)
+    (names,) = _header(path, "# vms: ")
+    assert [vm.name for vm in inv.vms] == YAML(typ="safe").load(names)
+
+
+@pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
+def test_bad(path: Path) -> None:
+    expected = [f"{path}:{e}" for e in _header(path, "# expect: ")]
+    assert expected, f"{path} has no '# expect:' line"
+    assert _errors(path) == expected
+
+
+def test_example_documents_and_validates() -> None:
+    path = ROOT / "inventory.example.yaml"
+    inv = load_inventory(path)
+    validate(inv)
+    assert inv.api_version == "vgpuctl/v1"
+    assert [vm.name for vm in inv.vms] == [
+        "train-01", "train-02", "pair-01", "infer-01", "infer-02", "infer-03", "infer-04",
+    ]
+    text = path.read_text()
+    # Every key of the schema appears in the example (documented in comments beside it).
+    for model in _all_models(Inventory):
+        for name, info in model.model_fields.items():
+            key = info.alias or name
+            assert f"{key}:" in text, f"{model.__name__}.{key} is not in inventory.example.yaml"
+
+
+def _all_models(model: type) -> set[type]:
+    from pydantic import BaseModel
+
+    from vgpuctl.inventory import _unwrap
+
+    seen: set[type] = set()
+    todo = [model]
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        for info in m.model_fields.values():
+            inner = _unwrap(info.annotation)
+            if isinstance(inner, type) and issubclass(inner, BaseModel):
+                todo.append(inner)
+    return seen
+
+
+def test_full_fixture_values() -> None:
+    inv = load_inventory(FIXTURES / "good" / "full.yaml")
+    assert inv.vcenter.tls.thumbprint_hex == "ABCDEF0123456789" * 4
+    h0, h1 = inv.hosts
+    assert h0.target == "cluster GPU-Cluster" and h1.target == "host esx-09.gpu.sim"
+    assert h0.scheduler is not None and h0.scheduler.policy == "equal-share"
+    assert h1.scheduler is not None and h1.scheduler.timeslice_ms == 24
+    assert h0.gpus[1].select == "0000:3b:00.0"  # bus ids are normalised to lower case
+    assert h0.ssh.port == 2222 and h0.maintenance.max_unavailable == 2
+    assert h1.maintenance.max_unavailable == 1 and h1.maintenance.evacuate == "refuse"  # defaults
+    pair, solo = inv.vms
+    assert pair.memory_mb == 1536
+    assert pair.vgpu_profiles == ["grid_h100-80c", "grid_h100-80c"] and pair.vgpu_count == 2
+    assert solo.vgpus == [] and solo.power == "off" and solo.nvlink == "none"
+    assert inv.guests.groups["trainers"].vars["nested"] == {"a": [1, 2]}
+    assert inv.vm("solo") is solo and inv.vm("nope") is None
+
+
+def test_defaults() -> None:
+    inv = load_inventory_text("apiVersion: vgpuctl/v1\nvms: [{name: a, vgpus: {profile: grid_a100-40c}}]\n")
+    vm = inv.vms[0]
+    assert (vm.power, vm.nvlink, vm.vgpu_profiles, vm.memory_mb) == ("restart", "none", ["grid_a100-40c"], None)
+    assert inv.vcenter.tls.verify is True and inv.vcenter.url is None
+
+
+def test_empty_sections() -> None:
+    inv = load_inventory_text("apiVersion: vgpuctl/v1\nhosts:\nvms:\n")
+    assert inv.hosts == [] and inv.vms == []
+
+
+def test_yaml_12_off_is_a_string() -> None:
+    inv = load_inventory_text("apiVersion: vgpuctl/v1\nvms: [{name: a, power: off}]\n")
+    assert inv.vms[0].power == "off"
+
+
+def test_load_text_names_the_source() -> None:
+    with pytest.raises(InventoryErrors) as info:
+        load_inventory_text("apiVersion: vgpuctl/v1\nvms: [{name: a, cpus: 0}]\n", "inline.yaml")
+    assert str(info.value) == "inline.yaml:2:23: vms[0].cpus: must be at least 1 (got 0)"
+
+
+def test_missing_file() -> None:
+    with pytest.raises(InventoryError, match="inventory file not found") as info:
+        load_inventory(FIXTURES / "nope.yaml")
+    assert info.value.file is not None and info.value.file.endswith("nope.yaml")
+
+
+def test_errors_are_one_per_line_and_typed() -> None:
+    path = FIXTURES / "bad" / "hosts-bad.yaml"
+    with pytest.raises(InventoryErrors) as info:
+        load_inventory(path)
+    err = info.value
+    assert isinstance(err, InventoryError) and err.exit_code == 1
+    assert len(str(err).splitlines()) == len(err.errors) == 9
+    assert all(e.line is not None and e.col is not None for e in err.errors)
+
+
+def test_programmatic_inventory_errors_have_no_position() -> None:
+    inv = Inventory.model_validate({"apiVersion": "vgpuctl/v1", "vms": [{"name": "a"}, {"name": "a"}]})
+    with pytest.raises(InventoryErrors) as info:
+        validate(inv)
+    assert str(info.value) == "<inventory>: vms[0].name: duplicate VM name 'a'"
+
+
+@pytest.mark.parametrize(
+    ("name", "names"),
+    [
+        ("train-{01..04}", ["train-01", "train-02", "train-03", "train-04"]),
+        ("n{8..11}", ["n8", "n9", "n10", "n11"]),
+        ("n{08..11}", ["n08", "n09", "n10", "n11"]),
+        ("n{1..010}", [f"n{i:03d}" for i in range(1, 11)]),
+        ("{1..2}{1..2}", ["11", "12", "21", "22"]),
+        ("plain", ["plain"]),
+        ("x{3..3}", ["x3"]),
+    ],
+)
+def test_expand_name(name: str, names: list[str]) -> None:
+    assert expand_name(name) == names
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("a{2..1}", "2 is greater than 1"),
+        ("a{x..y}", "expected {FIRST..LAST}"),
+        ("a{1..2", "unbalanced braces"),
+        ("a}1..2{", "unbalanced braces"),
+        ("a{1...2}", "expected {FIRST..LAST}"),
+        ("a{{1..2}}", "unbalanced braces"),
+        ("a{0..99999}", "expands to 100000 names"),
+    ],
+)
+def test_expand_name_errors(name: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("{", r"\{").replace(".", r"\.")):
+        expand_name(name)
+
+
+def test_format_path() -> None:
+    assert format_path(("vms", 3, "vgpus", 0, "count")) == "vms[3].vgpus[0].count"
+    assert format_path(("vms", 3, "vgpus", 0, "count"), {("vms", 3, "vgpus")}) == "vms[3].vgpus.count"
+    assert format_path(()) == ""

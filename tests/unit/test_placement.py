@@ -1,0 +1,182 @@
+"""Placement: the shared vectors (tests/fixtures/placement/cases.yaml, also run by gpusim) plus our own
+(python_cases.yaml, same format), the observed-state adapter and the farm-level function."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
+from vgpuctl.placement import (
+    Gpu,
+    Request,
+    add_vgpu,
+    farm_from_observed,
+    fits,
+    gpus_from_observed,
+    place_farm,
+    place_vm,
+    remove_vgpu,
+)
+from vgpuctl.profiles import BOARDS, board_for_model
+
+pytestmark = pytest.mark.unit
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "placement"
+CASE_FILES = [p for p in (FIXTURES / "cases.yaml", FIXTURES / "python_cases.yaml") if p.exists()]
+
+
+def _cases() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for path in CASE_FILES:
+        for case in YAML(typ="safe").load(path.read_text(encoding="utf-8")) or []:
+            out.append((f"{path.stem}: {case['name']}", case))
+    return out
+
+
+CASES = _cases()
+
+
+def gpu_from_case(g: dict[str, Any]) -> Gpu:
+    board = board_for_model(g["model"])
+    assert board is not None, g["model"]
+    mode = "multiInstanceGpu" if g.get("mode") == "mig" else g.get("vgpu_mode", "sameSize")
+    return Gpu(
+        id=g["id"], board=board, fb_gb=BOARDS[board].fb_gb, vgpu_mode=mode,
+        graphics_type=g.get("graphics_type", "sharedDirect"), nvlink_set=g.get("nvlink_set"),
+        nvlink_up=g.get("nvlink_up", True), vgpus=list(g.get("used") or []),
+    )
+
+
+def test_shared_vectors_present() -> None:
+    assert (FIXTURES / "cases.yaml").exists() or (FIXTURES / "python_cases.yaml").exists()
+    assert len(CASES) >= 20
+
+
+@pytest.mark.parametrize("case", [c for _, c in CASES], ids=[n for n, _ in CASES])
+def test_vector(case: dict[str, Any]) -> None:
+    gpus = [gpu_from_case(g) for g in case["gpus"]]
+    before = [(g.id, list(g.vgpus), list(g.mig_used)) for g in gpus]
+    req = case["request"]
+    res = place_vm(gpus, "vm", req["profiles"], case.get("policy", "performance"), nvlink=req.get("nvlink", False))
+    expect = case["expect"]
+    assert res.ok == expect["fits"], res.reason
+    if expect["fits"]:
+        assert res.assign == expect["assign"]
+        if "starts" in expect:
+            assert res.starts == expect["starts"]
+    else:
+        assert res.reason and res.placed == []
+    assert [(g.id, g.vgpus, g.mig_used) for g in gpus] == before  # place_vm does not mutate its input
+
+
+# -------------------------------------------------------------------------------------- single rules
+
+
+def a100(id_: str, mode: str = "sameSize", used: list[str] | None = None, **kw: Any) -> Gpu:
+    return Gpu(id_, "a100", 40, mode, vgpus=list(used or []), **kw)
+
+
+def test_mig_slots_follow_removal() -> None:
+    g = a100("0000:3b:00.0", "multiInstanceGpu", ["grid_a100-4-20c", "grid_a100-3-20c"])
+    assert g.mig_used == [(0, 4), (4, 4)]
+    assert not fits(g, "grid_a100-1-5c")
+    remove_vgpu(g, "grid_a100-4-20c")
+    assert g.vgpus == ["grid_a100-3-20c"]
+    assert g.mig_used == [(0, 4)]  # re-placed at its lowest free start
+    assert add_vgpu(g, "grid_a100-2-10c") == 4
+
+
+def test_unknown_mig_history_blocks_gpu() -> None:
+    g = a100("0000:3b:00.0", "multiInstanceGpu", ["grid_a100-7-40c", "grid_a100-7-40c"])
+    assert g.blocked
+    assert not fits(g, "grid_a100-1-5c")
+
+
+def test_reason_names_capacity_shortfall() -> None:
+    gpus = [a100("0000:3b:00.0", used=["grid_a100-40c"]), a100("0000:5e:00.0")]
+    res = place_vm(gpus, "vm", ["grid_a100-40c", "grid_a100-40c"])
+    assert not res.ok
+    assert res.fitted == 1
+    assert res.reason == "lacks GPU capacity for 2 x grid_a100-40c on separate GPUs: 1 of 2 fit (grid_a100-40c: full)"
+
+
+def test_reason_when_nothing_fits_lists_why() -> None:
+    res = place_vm([a100("0000:3b:00.0", graphics_type="shared")], "vm", ["grid_a100-40c"])
+    assert res.reason == ("lacks GPU capacity for 1 x grid_a100-40c: 0 of 1 fit "
+                          "(grid_a100-40c: graphics type is shared, vGPUs need sharedDirect)")
+
+
+def test_mig_profile_on_time_sliced_gpu() -> None:
+    res = place_vm([a100("0000:3b:00.0")], "vm", ["grid_a100-3-20c"])
+    assert res.reason is not None and "not in MIG mode" in res.reason
+
+
+def test_empty_request_fits() -> None:
+    assert place_vm([], "vm", []).ok
+
+
+# --------------------------------------------------------------------------------------------- observed
+
+
+def _host(name: str, gpus: list[ObservedGpu], policy: str = "performance") -> ObservedHost:
+    return ObservedHost(name, cluster="C", assignment_policy=policy, gpus=gpus)
+
+
+def _ogpu(pci: str, vms: list[str], mode: str = "sameSize", nvlink_set: int | None = None) -> ObservedGpu:
+    return ObservedGpu(pci, "NVIDIA A100-PCIE-40GB", memory_kb=40 * 1024 * 1024, graphics_type="sharedDirect",
+                       vgpu_mode=mode, vms=vms, nvlink_set=nvlink_set)
+
+
+def test_gpus_from_observed_infers_profiles() -> None:
+    host = _host("h", [_ogpu("0000:5e:00.0", ["a", "b"]), _ogpu("0000:3b:00.0", ["a"])])
+    gpus = gpus_from_observed(host, {"a": ["grid_a100-10c", "grid_a100-20c"], "b": ["grid_a100-10c"]})
+    assert [g.id for g in gpus] == ["0000:3b:00.0", "0000:5e:00.0"]
+    assert gpus[0].board == "a100" and gpus[0].fb_gb == 40
+    # 3b gets a's larger vGPU; 5e already shows b's 10c, so a's remaining 10c is the natural match.
+    assert gpus[0].vgpus == ["grid_a100-20c"]
+    assert sorted(gpus[1].vgpus) == ["grid_a100-10c", "grid_a100-10c"]
+
+
+def test_unknown_vm_blocks_gpu() -> None:
+    gpus = gpus_from_observed(_host("h", [_ogpu("0000:3b:00.0", ["ghost"])]), {})
+    assert gpus[0].blocked and not fits(gpus[0], "grid_a100-4c")
+
+
+def _farm() -> Observed:
+    hosts = {
+        "h1": _host("h1", [_ogpu("0000:3b:00.0", ["run"]), _ogpu("0000:5e:00.0", [])]),
+        "h2": _host("h2", [_ogpu("0000:3b:00.0", []), _ogpu("0000:5e:00.0", [])], policy="consolidation"),
+    }
+    vms = {"run": ObservedVm("run", host="h1", power_state="poweredOn", vgpus=[ObservedVgpu(1, "grid_a100-40c")])}
+    return Observed(hosts=hosts, vms=vms, clusters={"C": ["h1", "h2"]})
+
+
+def test_farm_places_in_order_and_commits() -> None:
+    state = farm_from_observed(_farm())
+    results = place_farm(state, [
+        Request("a", ["grid_a100-40c", "grid_a100-40c"], ["h1", "h2"], cluster="C"),
+        Request("b", ["grid_a100-20c"], ["h2"]),
+        Request("c", ["grid_a100-40c", "grid_a100-40c"], ["h1", "h2"], cluster="C"),
+    ])
+    assert results["a"].host == "h2"  # h1 has one GPU left
+    assert results["b"].reason == ("host h2 lacks GPU capacity for 1 x grid_a100-20c: 0 of 1 fit "
+                                   "(grid_a100-20c: holds another profile (same-size mode))")
+    assert results["c"].reason is not None
+    assert results["c"].reason.startswith("no host of cluster C has GPU capacity (h1: lacks GPU capacity")
+    assert [g.vgpus for g in state.gpus["h2"]] == [["grid_a100-40c"], ["grid_a100-40c"]]
+
+
+def test_farm_release_frees_gpus() -> None:
+    state = farm_from_observed(_farm(), release=["run"])
+    assert all(not g.vgpus for g in state.gpus["h1"])
+    res = place_farm(state, [Request("x", ["grid_a100-40c", "grid_a100-40c"], ["h1"])])
+    assert res["x"].ok and res["x"].assign == ["0000:3b:00.0", "0000:5e:00.0"]
+
+
+def test_farm_unknown_host() -> None:
+    res = place_farm(farm_from_observed(_farm()), [Request("x", ["grid_a100-40c"], ["nope"])])
+    assert res["x"].reason == "host nope is not a known host"

@@ -1,0 +1,222 @@
+"""make_plan, table-driven from tests/fixtures/plan/*.yaml (files starting with `_` are shared bases).
+
+A case file holds:
+  description: what it shows
+  inventory: the inventory document (as YAML)
+  observed_from: _farm1.yaml   # optional base, deep-merged under `observed` (mappings merge, lists replace)
+  observed: Observed.to_dict() shape
+  expect:
+    errors: [substring, ...]     # one per plan error, in order; [] = the plan has none
+    warnings: [substring, ...]   # optional, same rule
+    changes:                     # exactly the VMs with a non-empty change
+      VM: {clone: {...}, fields: [[field, old, new]], devices: [[op, profile, key-or-group]],
+           extra_config: {...}, power_off: bool, power_on: bool}   # listed keys are compared exactly
+    text: |                      # optional: render_plan_text must equal it
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from vgpuctl.inventory import load_inventory, load_inventory_text, validate
+from vgpuctl.model import Observed, ObservedVgpu, Plan
+from vgpuctl.placement import farm_from_observed, place_vm
+from vgpuctl.plan import make_plan
+from vgpuctl.render import plan_to_json, render_plan_text
+
+pytestmark = pytest.mark.unit
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "plan"
+EXAMPLE = Path(__file__).resolve().parents[2] / "inventory.example.yaml"
+CASES = sorted(p for p in FIXTURES.glob("*.yaml") if not p.name.startswith("_"))
+
+
+def _load(path: Path) -> Any:
+    return YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+
+
+def _merge(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = _merge(base[k], v) if k in base else v
+        return out
+    return over
+
+
+def _observed(case: dict[str, Any]) -> Observed:
+    data: dict[str, Any] = {}
+    if case.get("observed_from"):
+        data = _load(FIXTURES / case["observed_from"])
+    data = _merge(data, case.get("observed") or {})
+    return Observed.from_dict(data)
+
+
+def _device_rows(devices: list[dict[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for d in devices:
+        extra = d["key"] if d["op"] == "-" else d["group"]
+        rows.append([d["op"], d["profile"]] if extra is None else [d["op"], d["profile"], extra])
+    return rows
+
+
+def _check_messages(kind: str, actual: list[str], expected: list[str]) -> None:
+    assert len(actual) == len(expected), f"{kind}: expected {expected}, got {actual}"
+    for got, want in zip(actual, expected, strict=True):
+        assert want in got, f"{kind}: {want!r} not in {got!r}"
+
+
+@pytest.fixture(params=CASES, ids=[p.stem for p in CASES])
+def case(request: pytest.FixtureRequest) -> dict[str, Any]:
+    return _load(request.param)
+
+
+def test_case_count() -> None:
+    assert len(CASES) >= 20
+
+
+def test_plan_case(case: dict[str, Any]) -> None:
+    inv = load_inventory_text(case["inventory"], "case.yaml")
+    validate(inv)
+    plan = make_plan(inv, _observed(case))
+    expect = case["expect"]
+    _check_messages("errors", plan.errors, expect.get("errors", []))
+    if "warnings" in expect:
+        _check_messages("warnings", plan.warnings, expect["warnings"])
+    data = plan_to_json(plan)
+    json.dumps(data)  # JSON-serialisable
+    got = {c["vm"]: c for c in data["vm_changes"]}
+    want = expect.get("changes") or {}
+    assert sorted(got) == sorted(want), f"changed VMs: {sorted(got)}"
+    for vm, fields in want.items():
+        change = got[vm]
+        for key, value in fields.items():
+            if key == "devices":
+                assert _device_rows(change["devices"]) == value, vm
+            elif key == "fields":
+                assert [[f["field"], f["old"], f["new"]] for f in change["fields"]] == value, vm
+            elif key == "clone" and value is None:
+                assert change["clone"] is None, vm
+            elif key == "clone":
+                assert change["clone"] is not None, vm
+                for ck, cv in value.items():
+                    assert change["clone"][ck] == cv, (vm, ck)
+            else:
+                assert change[key] == value, (vm, key)
+    if "text" in expect:
+        assert render_plan_text(plan) == expect["text"]
+
+
+def test_plan_is_deterministic() -> None:
+    case = _load(FIXTURES / "clone-cluster-two-hosts.yaml")
+    inv = load_inventory_text(case["inventory"])
+    first = plan_to_json(make_plan(inv, _observed(case)))
+    second = plan_to_json(make_plan(inv, _observed(case)))
+    assert first == second
+
+
+def test_plan_does_not_mutate_observed() -> None:
+    case = _load(FIXTURES / "count-down-running.yaml")
+    observed = _observed(case)
+    before = observed.to_dict()
+    make_plan(load_inventory_text(case["inventory"]), observed)
+    assert observed.to_dict() == before
+
+
+def apply_to_observed(observed: Observed, plan: Plan) -> None:
+    """What apply does, done to the observed state by hand: clone, power off, reconfigure for every VM, then
+    power on with GPU admission by the placement rules."""
+    for change in plan.changes:
+        if change.clone is not None:
+            template = observed.vms[change.clone.template]
+            vm = copy.deepcopy(template)
+            vm.name, vm.is_template, vm.host = change.vm, False, change.clone.host
+            vm.cpus = change.clone.cpus or vm.cpus
+            vm.memory_mb = change.clone.memory_mb or vm.memory_mb
+            observed.vms[change.vm] = vm
+        vm = observed.vms[change.vm]
+        host = observed.hosts[vm.host or ""]
+        if change.power_off:
+            vm.power_state = "poweredOff"
+            for g in host.gpus:
+                g.vms = [v for v in g.vms if v != vm.name]
+        removed = {d.key for d in change.devices if d.op == "-"}
+        vm.vgpus = [d for d in vm.vgpus if d.key not in removed]
+        next_key = max([d.key for d in vm.vgpus] + [12999]) + 1
+        for d in change.devices:
+            if d.op == "+":
+                vm.vgpus.append(ObservedVgpu(next_key, d.profile, 1 if d.group is not None else None))
+                next_key += 1
+        for f in change.fields:
+            setattr(vm, FIELD_ATTRS[f.field], f.new)
+        vm.extra_config.update({k: v for k, v in change.extra_config.items() if v is not None})
+    for change in plan.changes:  # the plan's capacity check assumes every power-off lands before power-ons
+        vm = observed.vms[change.vm]
+        host = observed.hosts[vm.host or ""]
+        if change.power_on:
+            state = farm_from_observed(observed)
+            placed = place_vm(state.gpus[host.name], vm.name, [d.profile for d in vm.vgpus],
+                              host.assignment_policy, nvlink=any(d.device_group_key for d in vm.vgpus))
+            assert placed.ok, placed.reason
+            for pl in placed.placed:
+                next(g for g in host.gpus if g.pci_id == pl.gpu).vms.append(vm.name)
+            vm.power_state = "poweredOn"
+
+
+FIELD_ATTRS = {"memoryReservationLockedToMax": "memory_reservation_locked", "numCPUs": "cpus", "memoryMB": "memory_mb"}
+
+
+@pytest.mark.parametrize("name", ["count-up-running.yaml", "count-down-running.yaml", "profile-change.yaml",
+                                  "clone-cluster-two-hosts.yaml", "nvlink-group.yaml", "remove-all.yaml",
+                                  "power-off-frees-capacity.yaml", "cpus-memory.yaml", "mixed-sizes.yaml"])
+def test_applied_plan_converges(name: str) -> None:
+    """Apply a plan's changes to the observed state: planning again gives no change and no error."""
+    case = _load(FIXTURES / name)
+    inv = load_inventory_text(case["inventory"])
+    observed = _observed(case)
+    plan = make_plan(inv, observed)
+    assert not plan.errors and plan.changes
+    apply_to_observed(observed, plan)
+    again = make_plan(inv, observed)
+    assert again.errors == []
+    assert again.is_empty, render_plan_text(again)
+
+
+def test_example_inventory_fits_default_farm() -> None:
+    """inventory.example.yaml applies cleanly to gpusim's default farm, and converges."""
+    inv = load_inventory(EXAMPLE)
+    validate(inv)
+    observed = Observed.from_dict(_load(FIXTURES / "_default_farm.yaml"))
+    plan = make_plan(inv, observed)
+    assert plan.errors == []
+    assert plan.warnings == []
+    assert sorted(c.vm for c in plan.changes) == [
+        "infer-01", "infer-02", "infer-03", "infer-04", "pair-01", "train-01", "train-02",
+    ]
+    assert all(c.clone is not None and c.clone.host and c.power_on for c in plan.changes)
+    hosts = {c.vm: c.clone.host for c in plan.changes if c.clone}
+    assert len({hosts["pair-01"], hosts["train-01"], hosts["train-02"], hosts["infer-01"]}) == 4
+    apply_to_observed(observed, plan)
+    again = make_plan(inv, observed)
+    assert again.errors == [] and again.is_empty, render_plan_text(again)
+
+
+def test_plan_checks_mixing_without_validate() -> None:
+    from vgpuctl.inventory import Inventory
+
+    inv = Inventory.model_validate({"apiVersion": "vgpuctl/v1", "vms": [
+        {"name": "a", "vgpus": [{"profile": "grid_a100-40c"}, {"profile": "grid_h100-80c"}]},
+        {"name": "b", "vgpus": [{"profile": "nonsense"}]},
+    ]})
+    plan = make_plan(inv, _observed({"observed_from": "_farm1.yaml"}))
+    assert plan.errors == [
+        "vm a: vGPUs of one VM must share a board type (got a100, h100)",
+        "vm b: not a vGPU profile name: 'nonsense' (expected grid_<board>-[<slices>-]<fb><series>, "
+        "e.g. grid_a100-40c or grid_a100-3-20c)",
+    ]

@@ -1,0 +1,96 @@
+"""render_plan_text and plan_to_json on hand-built plans (plan fixtures cover rendering of real plans)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from vgpuctl.model import CloneSpec, DeviceChange, FieldChange, HostChange, Op, Plan, VmChange
+from vgpuctl.render import plan_to_json, render_plan_text, summary
+
+pytestmark = pytest.mark.unit
+
+
+def _plan() -> Plan:
+    return Plan(
+        vm_changes=[
+            VmChange(
+                "train-01",
+                fields=[FieldChange("memoryReservationLockedToMax", False, True)],
+                devices=[DeviceChange(Op.ADD, "grid_a100-40c"), DeviceChange(Op.REMOVE, "grid_a100-20c", 13000)],
+                extra_config={"pciPassthru.use64bitMMIO": "TRUE", "old.key": None},
+                power_off=True,
+                power_on=True,
+            ),
+            VmChange("train-02", clone=CloneSpec("ubuntu-22.04-ml", cluster="GPU-Cluster", host="esx-02"),
+                     power_on=True),
+            VmChange("untouched"),
+        ],
+        host_changes=[HostChange("esx-01", "mig", "0000:3b:00.0", "disabled", "enabled", True, True),
+                      HostChange("esx-02", "scheduler", "host", "best-effort", "equal-share", False, False)],
+    )
+
+
+def test_text() -> None:
+    assert render_plan_text(_plan()) == (
+        "~ host esx-01 mig 0000:3b:00.0: disabled -> enabled  (disruptive, reboot)\n"
+        "~ host esx-02 scheduler: best-effort -> equal-share\n"
+        "~ vm train-01  (power off -> reconfigure -> power on)\n"
+        "    ~ memoryReservationLockedToMax: false -> true\n"
+        "    + vgpu grid_a100-40c\n"
+        "    - vgpu grid_a100-20c (key 13000)\n"
+        "    - extraConfig old.key\n"
+        "    + extraConfig pciPassthru.use64bitMMIO = TRUE\n"
+        "+ vm train-02  (clone from ubuntu-22.04-ml -> power on)\n"
+        "    + clone ubuntu-22.04-ml to cluster GPU-Cluster, host esx-02\n"
+        "Plan: 2 host changes, 1 to create, 1 to change, 1 power-off.\n"
+    )
+
+
+def test_text_errors_and_warnings() -> None:
+    plan = Plan(vm_changes=[VmChange("a", power_on=True)], errors=["vm a: broken", "vm b: also"],
+                warnings=["vm c: odd"])
+    text = render_plan_text(plan)
+    assert text.endswith("Warning: vm c: odd\nError: vm a: broken\nError: vm b: also\n"
+                         "Plan has 2 errors; nothing can be applied.\n")
+    assert text.startswith("~ vm a  (power on)\n")
+
+
+def test_text_empty() -> None:
+    assert render_plan_text(Plan(vm_changes=[VmChange("a")])) == "No changes: the farm matches the inventory.\n"
+
+
+def test_json() -> None:
+    data = plan_to_json(_plan())
+    assert json.loads(json.dumps(data)) == data
+    assert [c["vm"] for c in data["vm_changes"]] == ["train-01", "train-02"]  # empty changes left out
+    first = data["vm_changes"][0]
+    assert first["steps"] == ["power-off", "reconfigure", "power-on"]
+    assert first["devices"][1] == {"op": "-", "profile": "grid_a100-20c", "key": 13000, "group": None}
+    assert first["fields"][0] == {"field": "memoryReservationLockedToMax", "old": False, "new": True, "op": "~"}
+    assert data["vm_changes"][1]["steps"] == ["clone", "power-on"]
+    assert data["host_changes"][0]["needs_reboot"] is True
+    assert data["summary"] == {"create": 1, "change": 1, "power_off": 1, "power_on": 2, "host_changes": 2,
+                               "errors": 0, "warnings": 0}
+    assert summary(Plan()) == {"create": 0, "change": 0, "power_off": 0, "power_on": 0, "host_changes": 0,
+                               "errors": 0, "warnings": 0}
+
+
+def test_no_secrets_from_inventory() -> None:
+    """A plan is made of VM, host and profile data: nothing of vcenter/ssh/guest connection settings."""
+    from vgpuctl.inventory import load_inventory_text
+    from vgpuctl.model import Observed
+    from vgpuctl.plan import make_plan
+
+    inv = load_inventory_text(
+        "apiVersion: vgpuctl/v1\n"
+        "vcenter: {url: 'https://admin@vc.example.com/sdk', tls: {ca_file: /secret/ca.pem}}\n"
+        "hosts: [{cluster: C, ssh: {password_env: SSH_SECRET_ENV, key_file: /secret/key}}]\n"
+        "vms: [{name: a, template: t, cluster: C}]\n"
+        "guests: {connection: {password_env: GUEST_SECRET_ENV}}\n"
+    )
+    plan = make_plan(inv, Observed())
+    out = render_plan_text(plan) + json.dumps(plan_to_json(plan))
+    for secret in ("admin", "/secret", "SECRET_ENV"):
+        assert secret not in out

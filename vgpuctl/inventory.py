@@ -1,0 +1,739 @@
+"""The inventory file (apiVersion vgpuctl/v1): schema, YAML loading with FILE:LINE:COL errors, name ranges
+and the semantic checks that need no vCenter.
+
+`load_inventory(path)` parses YAML with ruamel.yaml's round-trip loader (it keeps the line and column of
+every key and value), validates the schema with pydantic (extra keys forbidden, strict types), expands VM
+name ranges (`train-{01..04}`) and raises every problem found at once as InventoryErrors.
+`validate(inv)` adds the semantic checks (profiles, counts, mixing, duplicates, guest groups, host rules).
+
+Decisions (documented in inventory.example.yaml too):
+- `template` is optional: a VM that already exists needs none; planning a VM that is missing and has no
+  template is a plan error.
+- `vgpus` is one `{profile, count}` mapping or a list of them (mixed sizes of one board and series in one
+  VM, e.g. A40-48C + A40-16C); it is always a list after loading. Omitted or `[]`: the VM holds no vGPU.
+- `power` defaults to `restart`: the VM should run, and is powered off for a change and on again.
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+import types
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from vgpuctl.errors import InventoryError, InventoryErrors
+from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, mixing_problem, parse_profile
+
+API_VERSION = "vgpuctl/v1"
+MAX_VGPUS_PER_VM = 8
+MAX_RANGE_NAMES = 10_000
+
+Pos = tuple[int, int]  # 1-based line, column
+Path_ = tuple[str | int, ...]
+
+_THUMB_PLAIN = re.compile(r"^[0-9a-fA-F]{64}$")
+_THUMB_COLONS = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){31}$")
+_BUS_ID = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_RANGE = re.compile(r"\{([^{}]*)\}")
+_RANGE_BODY = re.compile(r"^(\d+)\.\.(\d+)$")
+
+
+def _env_name(v: str | None) -> str | None:
+    if v is not None and not _ENV_NAME.match(v):
+        raise ValueError(f"must be the name of an environment variable, not a secret (got {v!r})")
+    return v
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=False)
+
+
+# --------------------------------------------------------------------------------------------- vcenter
+
+
+class TlsSpec(_Model):
+    verify: bool = True
+    ca_file: str | None = None
+    thumbprint: str | None = None  # sha256 of the server certificate, hex, with or without colons
+
+    @field_validator("thumbprint")
+    @classmethod
+    def _thumbprint(cls, v: str | None) -> str | None:
+        if v is not None and not (_THUMB_PLAIN.match(v) or _THUMB_COLONS.match(v)):
+            raise ValueError(
+                f"must be a sha256 fingerprint: 64 hex digits, optionally as 32 colon-separated pairs (got {v!r})"
+            )
+        return v
+
+    @property
+    def thumbprint_hex(self) -> str | None:
+        """The pinned fingerprint as upper-case hex without colons."""
+        return self.thumbprint.replace(":", "").upper() if self.thumbprint else None
+
+
+class VcenterSpec(_Model):
+    url: str | None = None  # --url / VGPUCTL_URL / GOVC_URL win over this
+    datacenter: str | None = None
+    tls: TlsSpec = Field(default_factory=TlsSpec)
+
+
+# ----------------------------------------------------------------------------------------------- hosts
+
+
+class GraphicsSpec(_Model):
+    default_type: Literal["shared", "sharedDirect"] | None = None
+    assignment_policy: Literal["performance", "consolidation"] | None = None
+
+
+class GpuSpec(_Model):
+    select: str = "all"  # all | a PCI bus id (0000:3b:00.0)
+    mode: Literal["time-sliced", "mig"] | None = None
+    vgpu_mode: Literal["sameSize", "mixedSize"] | None = None  # time-sliced only
+    graphics_type: Literal["shared", "sharedDirect"] | None = None
+
+    @field_validator("select")
+    @classmethod
+    def _select(cls, v: str) -> str:
+        if v != "all" and not _BUS_ID.match(v):
+            raise ValueError(f"must be 'all' or a PCI bus id like 0000:3b:00.0 (got {v!r})")
+        return v.lower()
+
+
+class SchedulerSpec(_Model):
+    policy: Literal["best-effort", "equal-share", "fixed-share"] = "best-effort"
+    timeslice_ms: int | None = Field(default=None, ge=1, le=30)
+
+
+class SshSpec(_Model):
+    user: str = "root"
+    port: int = Field(default=22, ge=1, le=65535)
+    known_hosts: str | None = None
+    key_file: str | None = None
+    password_env: str | None = None  # NAME of an environment variable holding the password, never the password
+
+    @field_validator("password_env")
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        return _env_name(v)
+
+
+class MaintenanceSpec(_Model):
+    evacuate: Literal["refuse", "power-off"] = "refuse"
+    max_unavailable: int = Field(default=1, ge=1)
+    reboot_timeout_s: int = Field(default=900, ge=1)
+
+
+class HostSpec(_Model):
+    cluster: str | None = None
+    name: str | None = None
+    graphics: GraphicsSpec | None = None
+    gpus: list[GpuSpec] = Field(default_factory=list)
+    nvlink: Literal["enabled", "disabled"] | None = None
+    scheduler: SchedulerSpec | None = None
+    ssh: SshSpec = Field(default_factory=SshSpec)
+    maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
+    _line: int | None = PrivateAttr(default=None)
+    _index: int = PrivateAttr(default=0)
+
+    @field_validator("scheduler", mode="before")
+    @classmethod
+    def _scheduler_shorthand(cls, v: Any) -> Any:
+        return {"policy": v} if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _target(self) -> HostSpec:
+        if (self.cluster is None) == (self.name is None):
+            raise ValueError("set exactly one of 'cluster' or 'name'")
+        return self
+
+    @property
+    def target(self) -> str:
+        return f"cluster {self.cluster}" if self.cluster else f"host {self.name}"
+
+
+# ------------------------------------------------------------------------------------------------- vms
+
+
+class VgpuSpec(_Model):
+    profile: str
+    count: int = 1
+
+    @field_validator("count")
+    @classmethod
+    def _count(cls, v: int) -> int:
+        if not 1 <= v <= MAX_VGPUS_PER_VM:
+            raise ValueError(f"must be between 1 and {MAX_VGPUS_PER_VM} (got {v})")
+        return v
+
+
+class GuestRef(_Model):
+    group: str
+
+
+class VmSpec(_Model):
+    name: str
+    template: str | None = None
+    cluster: str | None = None
+    host: str | None = None
+    folder: str | None = None
+    cpus: int | None = Field(default=None, ge=1, le=768)
+    memory_gb: float | None = None
+    vgpus: list[VgpuSpec] = Field(default_factory=list)
+    nvlink: Literal["required", "none"] = "none"
+    power: Literal["restart", "off", "keep"] = "restart"
+    guest: GuestRef | None = None
+    _line: int | None = PrivateAttr(default=None)
+    _index: int = PrivateAttr(default=0)  # position of the YAML entry this VM came from (before expansion)
+
+    @field_validator("vgpus", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        if v is None:
+            return []
+        return [v] if isinstance(v, dict) else v
+
+    @field_validator("memory_gb")
+    @classmethod
+    def _memory(cls, v: float | None) -> float | None:
+        if v is None:
+            return v
+        mb = v * 1024
+        if v <= 0 or mb != int(mb) or int(mb) % 4:
+            raise ValueError(f"must be a positive size in GB that is a whole multiple of 4 MB (got {v})")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must not be empty")
+        return v
+
+    @property
+    def memory_mb(self) -> int | None:
+        return int(self.memory_gb * 1024) if self.memory_gb is not None else None
+
+    @property
+    def vgpu_profiles(self) -> list[str]:
+        """One profile name per vGPU, in declaration order."""
+        return [v.profile for v in self.vgpus for _ in range(v.count)]
+
+    @property
+    def vgpu_count(self) -> int:
+        return sum(v.count for v in self.vgpus)
+
+
+# ---------------------------------------------------------------------------------------------- guests
+
+
+class GuestConnection(_Model):
+    user: str = "root"
+    port: int = Field(default=22, ge=1, le=65535)
+    key_file: str | None = None
+    password_env: str | None = None
+
+    @field_validator("password_env")
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        return _env_name(v)
+
+
+class GuestGroup(_Model):
+    roles: list[str] = Field(default_factory=list)
+    vars: dict[str, Any] = Field(default_factory=dict)
+
+
+class GuestsSpec(_Model):
+    connection: GuestConnection = Field(default_factory=GuestConnection)
+    groups: dict[str, GuestGroup] = Field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------- inventory
+
+
+class Inventory(_Model):
+    api_version: Literal["vgpuctl/v1"] = Field(alias="apiVersion")
+    vcenter: VcenterSpec = Field(default_factory=VcenterSpec)
+    hosts: list[HostSpec] = Field(default_factory=list)
+    vms: list[VmSpec] = Field(default_factory=list)
+    guests: GuestsSpec = Field(default_factory=GuestsSpec)
+    _source_path: str | None = PrivateAttr(default=None)
+    _pos: dict[Path_, Pos] = PrivateAttr(default_factory=dict)
+    _wrapped: set[Path_] = PrivateAttr(default_factory=set)
+
+    @field_validator("hosts", "vms", mode="before")
+    @classmethod
+    def _empty_list(cls, v: Any) -> Any:
+        return [] if v is None else v  # `vms:` with nothing under it
+
+    @property
+    def source_path(self) -> str | None:
+        return self._source_path
+
+    def vm(self, name: str) -> VmSpec | None:
+        return next((v for v in self.vms if v.name == name), None)
+
+    def locate(self, path: Path_) -> InventoryErrorLocation:
+        return InventoryErrorLocation(self._source_path, self._pos, self._wrapped, path)
+
+    def error(self, path: Path_, message: str) -> InventoryError:
+        return self.locate(path).error(message)
+
+
+class InventoryErrorLocation:
+    """Turns a key path into `FILE:LINE:COL: path: message` using the positions recorded at load time."""
+
+    def __init__(self, file: str | None, pos: dict[Path_, Pos], wrapped: set[Path_], path: Path_):
+        self.file, self.pos, self.wrapped, self.path = file, pos, wrapped, path
+
+    def error(self, message: str) -> InventoryError:
+        line, col = _lookup(self.pos, self.path)
+        shown = format_path(self.path, self.wrapped)
+        text = f"{shown}: {message}" if shown else message
+        return InventoryError(text, self.file or "<inventory>", line, col)
+
+
+def format_path(path: Path_, wrapped: set[Path_] = frozenset()) -> str:  # type: ignore[assignment]
+    out = ""
+    for i, part in enumerate(path):
+        if isinstance(part, int):
+            if tuple(path[:i]) in wrapped:
+                continue  # `vgpus: {profile, count}` was written as a mapping: no [0] in messages
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _lookup(pos: dict[Path_, Pos], path: Path_) -> tuple[int | None, int | None]:
+    p = tuple(path)
+    while p:
+        if p in pos:
+            return pos[p]
+        p = p[:-1]
+    return pos.get((), (None, None))  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------- YAML loading
+
+
+def _plain(node: Any, path: Path_, pos: dict[Path_, Pos], keypos: dict[Path_, Pos]) -> Any:
+    """ruamel's round-trip objects -> plain Python, recording 1-based positions by key path."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(node, CommentedMap):
+        out: dict[str, Any] = {}
+        for k in node:
+            kp = (*path, str(k))
+            kl, kc = node.lc.key(k)
+            vl, vc = node.lc.value(k)
+            keypos[kp] = (kl + 1, kc + 1)
+            value = node[k]
+            # A nested block mapping/sequence is best pointed at by its key; scalars by their value.
+            pos[kp] = (kl + 1, kc + 1) if isinstance(value, CommentedMap | CommentedSeq) else (vl + 1, vc + 1)
+            out[str(k)] = _plain(value, kp, pos, keypos)
+        return out
+    if isinstance(node, CommentedSeq):
+        items = []
+        for i, item in enumerate(node):
+            il, ic = node.lc.item(i)
+            pos[(*path, i)] = (il + 1, ic + 1)
+            items.append(_plain(item, (*path, i), pos, keypos))
+        return items
+    if isinstance(node, bool) or node is None:
+        return node
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    return node
+
+
+def _read_yaml(path: Path) -> tuple[Any, dict[Path_, Pos], dict[Path_, Pos]]:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    file = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InventoryError("inventory file not found", file) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InventoryError(f"cannot read the inventory: {exc}", file) from None
+    yaml = YAML(typ="rt")
+    try:
+        data = yaml.load(text)
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        message = " ".join(s for s in (exc.problem, exc.context) if s) or "invalid YAML"
+        if mark is None:
+            raise InventoryError(f"invalid YAML: {message}", file) from None
+        raise InventoryError(f"invalid YAML: {message}", file, mark.line + 1, mark.column + 1) from None
+    except YAMLError as exc:
+        raise InventoryError(f"invalid YAML: {exc}", file) from None
+    pos: dict[Path_, Pos] = {(): (1, 1)}
+    keypos: dict[Path_, Pos] = {}
+    plain = _plain(data, (), pos, keypos)
+    return plain, pos, keypos
+
+
+def _wrap_vgpus(data: dict[str, Any], pos: dict[Path_, Pos], keypos: dict[Path_, Pos]) -> set[Path_]:
+    """`vgpus: {profile, count}` -> a one-item list, with positions copied so messages still point at it."""
+    wrapped: set[Path_] = set()
+    vms = data.get("vms")
+    if not isinstance(vms, list):
+        return wrapped
+    for i, vm in enumerate(vms):
+        if isinstance(vm, dict) and isinstance(vm.get("vgpus"), dict):
+            base: Path_ = ("vms", i, "vgpus")
+            vm["vgpus"] = [vm["vgpus"]]
+            wrapped.add(base)
+            for table in (pos, keypos):
+                for p in [p for p in table if p[: len(base)] == base and len(p) > len(base)]:
+                    table[(*base, 0, *p[len(base):])] = table[p]
+            pos[(*base, 0)] = pos.get(base, (1, 1))
+    return wrapped
+
+
+# --------------------------------------------------------------------------------------- schema errors
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model class whose fields live at `loc` (for 'did you mean')."""
+    model: Any = Inventory
+    for part in loc:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        if isinstance(part, int):
+            continue
+        field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        if field is None:
+            return None
+        model = _unwrap(field.annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unwrap(tp: Any) -> Any:
+    while True:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        origin = typing.get_origin(tp)
+        if origin in (list, typing.Union, types.UnionType):
+            models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+            if models:
+                tp = models[0]
+                continue
+            generic = [a for a in args if typing.get_origin(a) is list]
+            if generic:
+                tp = generic[0]
+                continue
+            return tp
+        if origin is dict:
+            return args[-1] if args else tp
+        return tp
+
+
+def _keys_of(model: type[BaseModel]) -> list[str]:
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _schema_message(err: dict[str, Any]) -> str:
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    loc = err["loc"]
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        model = _model_at(loc[:-1])
+        hint = ""
+        if key in ("password", "secret", "token"):
+            return f"unknown key '{key}': secrets never live in the inventory (use password_env or a file path)"
+        if model is not None:
+            close = difflib.get_close_matches(key, _keys_of(model), n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {', '.join(_keys_of(model))})"
+        return f"unknown key '{key}'{hint}"
+    if kind == "missing":
+        return f"missing required key '{loc[-1]}'"
+    if kind == "literal_error":
+        return f"must be {ctx.get('expected')} (got {value!r})"
+    if kind in ("value_error", "assertion_error"):
+        return str(ctx.get("error", err["msg"]))
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"must be an integer (got {value!r})"
+    if kind in ("float_type", "float_parsing"):
+        return f"must be a number (got {value!r})"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"must be true or false (got {value!r})"
+    if kind in ("string_type",):
+        return f"must be a string (got {value!r})"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"must be a mapping (got {type(value).__name__})"
+    if kind in ("list_type",):
+        return f"must be a list (got {type(value).__name__})"
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        bounds = {"greater_than_equal": "at least {ge}", "less_than_equal": "at most {le}",
+                  "greater_than": "greater than {gt}", "less_than": "less than {lt}"}
+        return f"must be {bounds[kind].format(**ctx)} (got {value!r})"
+    msg = err["msg"]
+    return msg[:1].lower() + msg[1:]
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> Path_:
+    # Union members and `function-before` validators can add type tags to loc; keep the key path only.
+    model_names = {"str", "int", "float", "bool", "list", "dict", "none"}
+    out: list[str | int] = []
+    for part in loc:
+        if isinstance(part, str) and (part in model_names or part.startswith(("function-", "list[", "dict["))):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def _schema_errors(exc: ValidationError, file: str, pos: dict[Path_, Pos], keypos: dict[Path_, Pos],
+                   wrapped: set[Path_]) -> list[InventoryError]:
+    out: list[InventoryError] = []
+    for err in exc.errors(include_url=False):
+        raw = tuple(err["loc"])
+        # An unknown key is the user's own text: never mistake it for a type tag.
+        loc = (*_clean_loc(raw[:-1]), raw[-1]) if err["type"] == "extra_forbidden" else _clean_loc(raw)
+        err = {**err, "loc": loc}
+        message = _schema_message(err)
+        if err["type"] == "missing":
+            where, shown = loc[:-1], loc[:-1]
+        elif err["type"] == "extra_forbidden":
+            where, shown = loc, loc[:-1]
+        else:
+            where, shown = loc, loc
+        table = keypos if err["type"] == "extra_forbidden" and tuple(where) in keypos else pos
+        line, col = _lookup(table, where)
+        text_path = format_path(shown, wrapped)
+        out.append(InventoryError(f"{text_path}: {message}" if text_path else message, file, line, col))
+    return out
+
+
+# ---------------------------------------------------------------------------------------- name ranges
+
+
+def expand_name(name: str) -> list[str]:
+    """`train-{01..04}` -> train-01 .. train-04; several ranges multiply; zero padding is kept.
+
+    Raises ValueError for a malformed or reversed range."""
+    if "{" not in name and "}" not in name:
+        return [name]
+    parts: list[list[str]] = []
+    last = 0
+    for m in _RANGE.finditer(name):
+        literal = name[last:m.start()]
+        if "{" in literal or "}" in literal:
+            raise ValueError(f"unbalanced braces in {name!r}")
+        parts.append([literal])
+        parts.append(_range_values(m.group(1), name))
+        last = m.end()
+    tail = name[last:]
+    if "{" in tail or "}" in tail:
+        raise ValueError(f"unbalanced braces in {name!r}")
+    parts.append([tail])
+    total = 1
+    for p in parts:
+        total *= len(p)
+    if total > MAX_RANGE_NAMES:
+        raise ValueError(f"{name!r} expands to {total} names (at most {MAX_RANGE_NAMES})")
+    return ["".join(combo) for combo in itertools.product(*parts)]
+
+
+def _range_values(body: str, name: str) -> list[str]:
+    m = _RANGE_BODY.match(body)
+    if m is None:
+        raise ValueError(
+            f"bad name range {{{body}}} in {name!r}: expected {{FIRST..LAST}} with numbers, e.g. {{01..04}}"
+        )
+    a, b = m.group(1), m.group(2)
+    lo, hi = int(a), int(b)
+    if lo > hi:
+        raise ValueError(f"bad name range {{{body}}} in {name!r}: {a} is greater than {b}")
+    padded = (len(a) > 1 and a.startswith("0")) or (len(b) > 1 and b.startswith("0"))
+    width = max(len(a), len(b)) if padded else 0
+    return [str(i).zfill(width) for i in range(lo, hi + 1)]
+
+
+def _expand_vms(inv: Inventory) -> None:
+    expanded: list[VmSpec] = []
+    for i, vm in enumerate(inv.vms):
+        line = inv._pos.get(("vms", i), (None, None))[0]
+        for n in expand_name(vm.name):  # already checked by _raw_range_errors
+            copy = vm.model_copy(update={"name": n}, deep=True)
+            copy._index, copy._line = i, line
+            expanded.append(copy)
+    inv.vms = expanded
+
+
+# ----------------------------------------------------------------------------------------------- load
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Read, parse and schema-check an inventory; VM names come back range-expanded."""
+    p = Path(path)
+    file = str(path)
+    data, pos, keypos = _read_yaml(p)
+    if data is None:
+        raise InventoryError("the inventory is empty (expected a mapping with apiVersion: vgpuctl/v1)", file, 1, 1)
+    if not isinstance(data, dict):
+        raise InventoryError(f"the inventory must be a mapping (got {type(data).__name__})", file, 1, 1)
+    wrapped = _wrap_vgpus(data, pos, keypos)
+    range_errors = _raw_range_errors(data, file, pos)
+    try:
+        inv = Inventory.model_validate(data)
+    except ValidationError as exc:
+        errors = _schema_errors(exc, file, pos, keypos, wrapped) + range_errors
+        raise InventoryErrors(sorted(errors, key=_order)) from None
+    if range_errors:
+        raise InventoryErrors(range_errors)
+    inv._source_path, inv._pos, inv._wrapped = file, pos, wrapped
+    for i, h in enumerate(inv.hosts):
+        h._index, h._line = i, pos.get(("hosts", i), (None, None))[0]
+    _expand_vms(inv)
+    return inv
+
+
+def _order(err: InventoryError) -> tuple[int, int]:
+    return (err.line or 0, err.col or 0)
+
+
+def _raw_range_errors(data: dict[str, Any], file: str, pos: dict[Path_, Pos]) -> list[InventoryError]:
+    """Name-range mistakes, found before the schema check so that one pass reports them with the rest."""
+    errors = []
+    vms = data.get("vms")
+    for i, vm in enumerate(vms if isinstance(vms, list) else []):
+        name = vm.get("name") if isinstance(vm, dict) else None
+        if not isinstance(name, str):
+            continue
+        try:
+            expand_name(name)
+        except ValueError as exc:
+            line, col = _lookup(pos, ("vms", i, "name"))
+            errors.append(InventoryError(f"vms[{i}].name: {exc}", file, line, col))
+    return errors
+
+
+def load_inventory_text(text: str, name: str = "<inventory>") -> Inventory:
+    """Like load_inventory, from a string (tests, stdin)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Path(tmp) / "inventory.yaml"
+        f.write_text(text, encoding="utf-8")
+        try:
+            inv = load_inventory(f)
+        except InventoryErrors as exc:
+            raise InventoryErrors([_rename(e, name) for e in exc.errors]) from None
+        except InventoryError as exc:
+            raise _rename(exc, name) from None
+    inv._source_path = name
+    return inv
+
+
+def _rename(err: InventoryError, name: str) -> InventoryError:
+    return InventoryError(err.message, name, err.line, err.col)
+
+
+# ------------------------------------------------------------------------------------ semantic checks
+
+
+def validate(inv: Inventory) -> None:
+    """Semantic checks that need no vCenter; raises InventoryErrors listing every problem."""
+    errors = list(iter_problems(inv))
+    if errors:
+        raise InventoryErrors(errors)
+
+
+def iter_problems(inv: Inventory) -> Iterator[InventoryError]:
+    yield from _check_vms(inv)
+    yield from _check_hosts(inv)
+
+
+def _check_vms(inv: Inventory) -> Iterator[InventoryError]:
+    seen: dict[str, VmSpec] = {}
+    groups = set(inv.guests.groups)
+    for vm in inv.vms:
+        base: Path_ = ("vms", vm._index)
+        if vm.name in seen:
+            first = seen[vm.name]
+            where = f" (first defined at line {first._line})" if first._line else ""
+            yield inv.error((*base, "name"), f"duplicate VM name {vm.name!r}{where}")
+            continue
+        seen[vm.name] = vm
+        yield from _check_vgpus(inv, vm, base)
+        if vm.guest is not None and vm.guest.group not in groups:
+            known = ", ".join(sorted(groups)) or "none defined"
+            yield inv.error((*base, "guest", "group"),
+                            f"unknown guest group {vm.guest.group!r} (guests.groups: {known})")
+        if vm.cluster is not None and vm.host is not None:
+            yield inv.error(base, "set 'cluster' or 'host', not both")
+
+
+def _check_vgpus(inv: Inventory, vm: VmSpec, base: Path_) -> Iterator[InventoryError]:
+    parsed = []
+    for j, spec in enumerate(vm.vgpus):
+        try:
+            parsed.append(parse_profile(spec.profile))
+        except ProfileError:
+            yield inv.error((*base, "vgpus", j, "profile"),
+                            f"not a vGPU profile name {spec.profile!r} (expected {PROFILE_GRAMMAR})")
+    if len(parsed) != len(vm.vgpus):
+        return
+    total = vm.vgpu_count
+    if total > MAX_VGPUS_PER_VM:
+        yield inv.error((*base, "vgpus"), f"{total} vGPUs in total; a VM holds at most {MAX_VGPUS_PER_VM}")
+    problem = mixing_problem(parsed)
+    if problem:
+        yield inv.error((*base, "vgpus"), problem)
+    if vm.nvlink == "required":
+        if total < 2:
+            yield inv.error((*base, "nvlink"), "NVLink needs at least 2 vGPUs in the VM")
+        for p in parsed:
+            board = BOARDS.get(p.board)
+            if p.is_mig or p.series != "c":
+                yield inv.error((*base, "nvlink"),
+                                f"NVLink P2P works only with time-sliced C-series vGPUs ({p.name} is not one)")
+                break
+            if board is not None and p.fb_gb != board.fb_gb:
+                yield inv.error((*base, "nvlink"), f"NVLink P2P needs vGPUs that take a whole GPU "
+                                f"({p.name} has {p.fb_gb} GB of a {board.fb_gb} GB {board.model})")
+                break
+            if board is not None and not board.nvlink_capable:
+                yield inv.error((*base, "nvlink"), f"{board.model} GPUs have no NVLink")
+                break
+
+
+def _check_hosts(inv: Inventory) -> Iterator[InventoryError]:
+    seen: set[str] = set()
+    for i, h in enumerate(inv.hosts):
+        base: Path_ = ("hosts", i)
+        key = h.target
+        if key in seen:
+            yield inv.error(base, f"{key} is configured twice")
+        seen.add(key)
+        mixed = False
+        selects: set[str] = set()
+        for j, g in enumerate(h.gpus):
+            if g.select in selects:
+                yield inv.error((*base, "gpus", j, "select"), f"GPU selection {g.select!r} appears twice")
+            selects.add(g.select)
+            if g.mode == "mig" and g.vgpu_mode is not None:
+                yield inv.error((*base, "gpus", j, "vgpu_mode"),
+                                "vgpu_mode applies to time-sliced GPUs only (MIG GPUs are multiInstanceGpu)")
+            if g.vgpu_mode == "mixedSize":
+                mixed = True
+        if h.scheduler is not None:
+            if mixed and h.scheduler.policy == "fixed-share":
+                yield inv.error((*base, "scheduler"),
+                                "mixed-size GPUs support only the best-effort and equal-share schedulers")
+            if h.scheduler.timeslice_ms is not None and h.scheduler.policy == "best-effort":
+                yield inv.error((*base, "scheduler", "timeslice_ms"),
+                                "a time slice applies to equal-share and fixed-share only")

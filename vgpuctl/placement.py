@@ -1,0 +1,398 @@
+"""Pure vGPU placement, following docs/gpu-rules.md (the simulator admits vGPUs by the same rules).
+
+`place_vm` places one VM's vGPUs (all or nothing) on one host's GPUs; `place_farm` places many VMs over
+many hosts, VMs already running first (they hold their GPUs), then the planned ones, and says for each VM
+that does not fit which host lacks which capacity. Nothing here mutates its inputs unless it says so.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from vgpuctl.profiles import BOARDS, MigGiProfile, ProfileError, VgpuProfile, board_for_device, parse_profile
+
+PERFORMANCE = "performance"
+CONSOLIDATION = "consolidation"
+MIG_MODE = "multiInstanceGpu"
+INSUFFICIENT = (
+    "The amount of graphics resource available in the parent resource pool is insufficient for the operation."
+)
+
+
+@dataclass
+class Gpu:
+    """One physical GPU as placement sees it. `vgpus` lists the profiles already on it, in placement order."""
+
+    id: str  # PCI id; placement order
+    board: str | None
+    fb_gb: int
+    vgpu_mode: str = "sameSize"  # sameSize | mixedSize | multiInstanceGpu
+    graphics_type: str = "sharedDirect"
+    nvlink_set: int | None = None
+    nvlink_up: bool = True
+    vgpus: list[str] = field(default_factory=list)
+    # MIG only: occupied memory slots as (start, size); derived from `vgpus` when left empty.
+    mig_used: list[tuple[int, int]] = field(default_factory=list)
+    # Profiles that stand for "something we cannot identify holds this GPU": block it entirely.
+    blocked: bool = False
+
+    def __post_init__(self) -> None:
+        if self.vgpu_mode in ("none", "", None):
+            self.vgpu_mode = "sameSize"  # hosts before 8.0.3 do not report a mode: same-size is the default
+        if self.vgpu_mode == MIG_MODE and not self.mig_used and self.vgpus:
+            self.rebuild_mig()
+
+    def rebuild_mig(self) -> None:
+        """Derive the occupied MIG slots from `vgpus`: each at its lowest free start, in order (the rule the
+        simulator follows). A history that does not fit blocks the GPU rather than guessing."""
+        existing, self.vgpus, self.mig_used = self.vgpus, [], []
+        inconsistent = False
+        for name in existing:
+            start = _mig_start(self, parse_profile(name))
+            if start is None:
+                inconsistent = True
+                self.vgpus.append(name)
+                continue
+            self._commit(parse_profile(name), start)
+        if inconsistent:
+            self.blocked = True
+            self.mig_used = [(0, self.mig_slots)]
+
+    @property
+    def mig_slots(self) -> int:
+        info = BOARDS.get(self.board or "")
+        return info.mig_slots if info and info.mig_slots else 8
+
+    def _commit(self, profile: VgpuProfile, start: int | None) -> int:
+        self.vgpus.append(profile.name)
+        if start is None:
+            return -1
+        gi = _gi(self, profile)
+        assert gi is not None
+        self.mig_used.append((start, gi.size))
+        return start
+
+
+@dataclass(frozen=True)
+class Placed:
+    profile: str
+    gpu: str
+    start: int = -1  # MIG start slot; -1 for a time-sliced vGPU
+    index: int = 0  # position of this vGPU in the request
+
+
+@dataclass
+class Placement:
+    """The outcome for one VM: `gpus` (one entry per vGPU) when it fits, else `reason`."""
+
+    vm: str
+    host: str | None = None
+    placed: list[Placed] = field(default_factory=list)
+    reason: str | None = None
+    fitted: int = 0  # how many of the VM's vGPUs fitted before placement gave up
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+    @property
+    def assign(self) -> list[str]:
+        """The GPU of each requested vGPU, in request order."""
+        return [p.gpu for p in sorted(self.placed, key=lambda p: p.index)]
+
+    @property
+    def starts(self) -> list[int]:
+        return [p.start for p in sorted(self.placed, key=lambda p: p.index)]
+
+
+# ---------------------------------------------------------------------------------------- one GPU
+
+
+def _gi(gpu: Gpu, profile: VgpuProfile) -> MigGiProfile | None:
+    info = BOARDS.get(gpu.board or "")
+    if info is None or profile.gi_profile is None:
+        return None
+    return info.gi(profile.gi_profile)
+
+
+def _mig_start(gpu: Gpu, profile: VgpuProfile) -> int | None:
+    gi = _gi(gpu, profile)
+    if gi is None:
+        return None
+    for start in gi.starts:
+        span = set(range(start, start + gi.size))
+        if all(span.isdisjoint(range(s, s + n)) for s, n in gpu.mig_used):
+            return start
+    return None
+
+
+def why_not(gpu: Gpu, profile: VgpuProfile) -> str | None:
+    """None when one more vGPU of `profile` fits on `gpu`, else a short reason."""
+    if gpu.blocked:
+        return "held by a vGPU of unknown profile"
+    if gpu.graphics_type != "sharedDirect":
+        return f"graphics type is {gpu.graphics_type}, vGPUs need sharedDirect"
+    if gpu.board != profile.board:
+        return f"board {gpu.board} does not take {profile.board} profiles"
+    if profile.is_mig:
+        if gpu.vgpu_mode != MIG_MODE:
+            return "not in MIG mode"
+        if _gi(gpu, profile) is None:
+            return f"no MIG instance profile {profile.gi_profile}"
+        return None if _mig_start(gpu, profile) is not None else "no free MIG placement"
+    if gpu.vgpu_mode == MIG_MODE:
+        return "in MIG mode (time-sliced profiles need MIG off)"
+    existing = [parse_profile(p) for p in gpu.vgpus]
+    if gpu.vgpu_mode == "mixedSize":
+        if any(p.series != profile.series for p in existing):
+            return "holds vGPUs of another series"
+        used = sum(p.fb_gb for p in existing)
+        return None if used + profile.fb_gb <= gpu.fb_gb else "framebuffer full"
+    if any(p.name != profile.name for p in existing):
+        return "holds another profile (same-size mode)"
+    return None if len(existing) < gpu.fb_gb // profile.fb_gb else "full"
+
+
+def fits(gpu: Gpu, profile: VgpuProfile | str) -> bool:
+    p = profile if isinstance(profile, VgpuProfile) else parse_profile(profile)
+    return why_not(gpu, p) is None
+
+
+def add_vgpu(gpu: Gpu, profile: VgpuProfile | str) -> int:
+    """Put one vGPU on `gpu` (mutates it); returns its MIG start slot or -1. The caller checked `fits`."""
+    p = profile if isinstance(profile, VgpuProfile) else parse_profile(profile)
+    return gpu._commit(p, _mig_start(gpu, p) if p.is_mig else None)
+
+
+def remove_vgpu(gpu: Gpu, profile: str) -> None:
+    """Take one vGPU of `profile` off `gpu` (mutates it); MIG slots are recomputed from what stays."""
+    if profile in gpu.vgpus:
+        gpu.vgpus.remove(profile)
+    if gpu.vgpu_mode == MIG_MODE:
+        gpu.blocked = False
+        gpu.rebuild_mig()
+
+
+# ----------------------------------------------------------------------------------------- one VM
+
+
+def _pick(cands: list[Gpu], policy: str) -> Gpu:
+    # Candidates come in PCI id order; min/max keep the first of equals, i.e. the lowest PCI id.
+    if policy == CONSOLIDATION:
+        most = max(len(g.vgpus) for g in cands)
+        return next(g for g in cands if len(g.vgpus) == most)
+    return min(cands, key=lambda g: len(g.vgpus))
+
+
+def _ordered(profiles: Sequence[str]) -> list[tuple[int, VgpuProfile]]:
+    parsed = list(enumerate(parse_profile(p) for p in profiles))
+    return sorted(parsed, key=lambda ip: -ip[1].fb_gb)  # sorted() is stable: equal sizes keep their order
+
+
+def _place_on(gpus: list[Gpu], profiles: list[tuple[int, VgpuProfile]], policy: str) -> tuple[list[Placed], int]:
+    """Greedy placement on a working copy (mutated); returns the placements and how many fitted."""
+    used: set[str] = set()
+    placed: list[Placed] = []
+    for index, p in profiles:
+        cands = [g for g in gpus if g.id not in used and why_not(g, p) is None]
+        if not cands:
+            return placed, len(placed)
+        g = _pick(cands, policy)
+        start = add_vgpu(g, p)
+        used.add(g.id)
+        placed.append(Placed(p.name, g.id, start, index))
+    return placed, len(placed)
+
+
+def _nvlink_sets(gpus: list[Gpu]) -> list[list[Gpu]]:
+    sets: dict[int, list[Gpu]] = {}
+    for g in gpus:
+        if g.nvlink_set is not None:
+            sets.setdefault(g.nvlink_set, []).append(g)
+    return sorted((s for s in sets.values() if all(g.nvlink_up for g in s)), key=lambda s: s[0].id)
+
+
+def place_vm(
+    gpus: Sequence[Gpu], vm: str, profiles: Sequence[str], policy: str = PERFORMANCE, *, nvlink: bool = False,
+    host: str | None = None,
+) -> Placement:
+    """Place all vGPUs of one VM on these GPUs (one host), or none. Does not mutate `gpus`."""
+    ordered = sorted((copy.deepcopy(g) for g in gpus), key=lambda g: g.id)
+    wanted = _ordered(profiles)
+    if not wanted:
+        return Placement(vm, host)
+    if nvlink:
+        # Sets are tried in order of their lowest PCI id; the first where every vGPU fits wins.
+        sets = [s for s in _nvlink_sets(ordered) if len(s) >= len(wanted)]
+        if not sets:
+            return Placement(vm, host, reason=f"has no NVLink-connected set of {len(wanted)} GPUs with links up")
+        best = 0
+        for s in sets:
+            placed, n = _place_on(copy.deepcopy(s), wanted, policy)
+            if n == len(wanted):
+                return Placement(vm, host, placed=placed, fitted=n)
+            best = max(best, n)
+        return Placement(vm, host, fitted=best, reason=_shortfall(ordered, [p for _, p in wanted], best, nvlink=True))
+    placed, n = _place_on(ordered, wanted, policy)
+    if n < len(wanted):
+        return Placement(vm, host, fitted=n, reason=_shortfall(ordered, [p for _, p in wanted], n))
+    return Placement(vm, host, placed=placed, fitted=n)
+
+
+def _summary(profiles: Sequence[VgpuProfile]) -> str:
+    counts: dict[str, int] = {}
+    for p in profiles:
+        counts[p.name] = counts.get(p.name, 0) + 1
+    return " + ".join(f"{n} x {name}" for name, n in counts.items())
+
+
+def _shortfall(gpus: list[Gpu], wanted: list[VgpuProfile], fitted: int, nvlink: bool = False) -> str:
+    what = _summary(wanted)
+    where = " on one NVLink-connected set" if nvlink else " on separate GPUs"
+    text = f"lacks GPU capacity for {what}{where if len(wanted) > 1 else ''}: {fitted} of {len(wanted)} fit"
+    first_missing = wanted[fitted] if fitted < len(wanted) else wanted[-1]
+    reasons = sorted({r for g in gpus if (r := why_not(g, first_missing))})
+    if not gpus:
+        return f"{text} (no GPUs)"
+    if reasons and not any(why_not(g, first_missing) is None for g in gpus):
+        return f"{text} ({first_missing.name}: {'; '.join(reasons)})"
+    return text
+
+
+# ------------------------------------------------------------------------------------- from observe
+
+
+def gpus_from_observed(host, vm_profiles: Mapping[str, Sequence[str]]) -> list[Gpu]:
+    """Placement GPUs from an ObservedHost; `vm_profiles` maps VM name -> its vGPU profiles.
+
+    vSphere lists which VMs use a GPU, not which of a VM's vGPUs sits where; we give each GPU one of the
+    VM's vGPUs, preferring one that matches what the GPU already holds (same-size GPUs hold one profile).
+    A VM we know nothing about blocks the GPU (we cannot tell what it holds).
+    """
+    remaining = {vm: sorted(ps, key=lambda p: (-_fb(p), p)) for vm, ps in vm_profiles.items()}
+    out: list[Gpu] = []
+    for og in sorted(host.gpus, key=lambda g: g.pci_id):
+        fb = og.memory_kb // (1024 * 1024) if og.memory_kb else 0
+        board = board_for_device(og.device_name, fb or None)
+        if not fb and board in BOARDS:
+            fb = BOARDS[board].fb_gb
+        gpu = Gpu(og.pci_id, board, fb, og.vgpu_mode, og.graphics_type, og.nvlink_set)
+        profs: list[str] = []
+        blocked = False
+        for vm in og.vms:
+            left = remaining.get(vm)
+            if not left:
+                blocked = True
+                continue
+            same = [p for p in left if p in profs]
+            choice = same[0] if same else left[0]
+            left.remove(choice)
+            profs.append(choice)
+        gpu.vgpus = profs
+        if gpu.vgpu_mode == MIG_MODE:
+            gpu.rebuild_mig()
+        gpu.blocked = gpu.blocked or blocked
+        out.append(gpu)
+    return out
+
+
+def _fb(profile: str) -> int:
+    try:
+        return parse_profile(profile).fb_gb
+    except ProfileError:
+        return 0
+
+
+# ------------------------------------------------------------------------------------------- farm
+
+
+@dataclass
+class Request:
+    """One VM to place: `hosts` are candidate hosts in preference order (one for an existing VM)."""
+
+    vm: str
+    profiles: list[str]
+    hosts: list[str]
+    nvlink: bool = False
+    cluster: str | None = None
+
+
+@dataclass
+class FarmState:
+    gpus: dict[str, list[Gpu]]  # host -> GPUs
+    policy: dict[str, str]  # host -> assignment policy
+
+
+def farm_from_observed(observed, release: Iterable[str] = ()) -> FarmState:
+    """GPU state of every host with the vGPUs of running VMs, minus the VMs in `release` (to be powered
+    off or reconfigured)."""
+    released = set(release)
+    profiles = {
+        name: [d.profile for d in vm.vgpus] for name, vm in observed.vms.items() if not vm.is_template
+    }
+    gpus: dict[str, list[Gpu]] = {}
+    policy: dict[str, str] = {}
+    for name in sorted(observed.hosts):
+        host = observed.hosts[name]
+        host_gpus = gpus_from_observed(host, profiles)
+        for g in host_gpus:
+            for vm in released:
+                if vm in (og_vms := _vms_on(host, g.id)):
+                    for _ in range(og_vms.count(vm)):
+                        _release_one(g, profiles.get(vm, []))
+        gpus[name] = host_gpus
+        policy[name] = host.assignment_policy
+    return FarmState(gpus, policy)
+
+
+def _vms_on(host, gpu_id: str) -> list[str]:
+    return next((list(g.vms) for g in host.gpus if g.pci_id == gpu_id), [])
+
+
+def _release_one(gpu: Gpu, vm_profiles: Sequence[str]) -> None:
+    for p in vm_profiles:
+        if p in gpu.vgpus:
+            remove_vgpu(gpu, p)
+            return
+
+
+def place_farm(state: FarmState, requests: Sequence[Request]) -> dict[str, Placement]:
+    """Place VMs in the given order, committing each success to `state` (mutated). A request with
+    several candidate hosts takes the first host where it fits."""
+    results: dict[str, Placement] = {}
+    for req in requests:
+        failures: list[Placement] = []
+        chosen: Placement | None = None
+        for host in req.hosts:
+            host_gpus = state.gpus.get(host)
+            if host_gpus is None:
+                failures.append(Placement(req.vm, host, reason="is not a known host"))
+                continue
+            res = place_vm(host_gpus, req.vm, req.profiles, state.policy.get(host, PERFORMANCE),
+                           nvlink=req.nvlink, host=host)
+            if res.ok:
+                chosen = res
+                break
+            failures.append(res)
+        if chosen is None:
+            results[req.vm] = _farm_failure(req, failures)
+            continue
+        by_id = {g.id: g for g in state.gpus[chosen.host or ""]}
+        for pl in chosen.placed:
+            add_vgpu(by_id[pl.gpu], pl.profile)
+        results[req.vm] = chosen
+    return results
+
+
+def _farm_failure(req: Request, failures: list[Placement]) -> Placement:
+    if len(failures) == 1:
+        f = failures[0]
+        return Placement(req.vm, f.host, fitted=f.fitted, reason=f"host {f.host} {f.reason}")
+    if not failures:
+        return Placement(req.vm, None, reason="no candidate host")
+    scope = f"cluster {req.cluster}" if req.cluster else "the candidate hosts"
+    detail = "; ".join(f"{f.host}: {f.reason}" for f in failures)
+    best = max(f.fitted for f in failures)
+    return Placement(req.vm, None, fitted=best, reason=f"no host of {scope} has GPU capacity ({detail})")

@@ -1,0 +1,343 @@
+"""make_plan: the pure function Inventory x Observed -> Plan. No I/O.
+
+Per VM in the inventory (VMs in vCenter that the inventory does not name are left alone):
+- clone from `template` when the VM is missing (cpus, memory, cluster or host, folder);
+- the vGPU device diff: keep devices whose profile is still wanted (lowest keys first), remove the surplus
+  (highest keys), add what is missing; passthrough devices that are not vGPUs are never touched;
+- memoryReservationLockedToMax, numCPUs, memoryMB;
+- C-series (large BAR) vGPUs: EFI firmware (a BIOS VM is a plan error: switching the firmware of an
+  installed guest breaks its boot), hardware version >= 17, pciPassthru.use64bitMMIO and
+  pciPassthru.64bitMMIOSizeGB (see profiles.mmio_size_gb; a larger existing value is kept);
+- power: `restart` = the VM should run (powered off for a change, then on); `off` = it should be off;
+  `keep` = never touch its power state (a running VM that needs a change is a plan error).
+Checks: the host offers every added profile (a new VM: some host of its cluster), vSphere's per-VM limit,
+and GPU capacity for every VM that will be powered on, with the simulator's placement rules.
+A new VM on a cluster is pinned to the host where placement put it, so the prediction holds at apply.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+
+from vgpuctl.inventory import Inventory, VmSpec
+from vgpuctl.model import (
+    CloneSpec,
+    DeviceChange,
+    FieldChange,
+    Observed,
+    ObservedHost,
+    ObservedVgpu,
+    ObservedVm,
+    Op,
+    Plan,
+    PowerState,
+    VmChange,
+)
+from vgpuctl.placement import Request, farm_from_observed, place_farm
+from vgpuctl.profiles import (
+    ProfileError,
+    VgpuProfile,
+    max_vgpus_per_vm,
+    mixing_problem,
+    mmio_size_gb,
+    parse_profile,
+)
+
+USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
+MMIO_SIZE = "pciPassthru.64bitMMIOSizeGB"
+MIN_HW_VERSION_LARGE_BAR = 17
+RUNNING = (PowerState.ON, PowerState.SUSPENDED)
+
+
+@dataclass
+class _VmPlan:
+    spec: VmSpec
+    change: VmChange
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    exists: bool = True
+    profiles: list[str] = field(default_factory=list)
+    candidates: list[str] = field(default_factory=list)  # hosts the VM is on or may be created on
+
+
+def make_plan(inv: Inventory, observed: Observed) -> Plan:
+    plans = [_plan_vm(spec, observed) for spec in sorted(inv.vms, key=lambda v: v.name)]
+    _check_capacity(plans, observed)
+    plan = Plan()
+    for vp in plans:
+        plan.vm_changes.append(vp.change)
+        plan.errors.extend(f"vm {vp.spec.name}: {e}" for e in vp.errors)
+        plan.warnings.extend(f"vm {vp.spec.name}: {w}" for w in vp.warnings)
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------- one VM
+
+
+def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
+    vp = _VmPlan(spec, VmChange(spec.name))
+    try:
+        parsed = [parse_profile(p) for p in spec.vgpu_profiles]
+    except ProfileError as exc:
+        vp.errors.append(str(exc))
+        return vp
+    vp.profiles = [p.name for p in parsed]
+    problem = mixing_problem(parsed)  # validate() says so too; kept here for inventories built in code
+    if problem:
+        vp.errors.append(problem)
+        return vp
+    obs = observed.vms.get(spec.name)
+    if obs is not None and obs.is_template:
+        vp.errors.append("is a template in vCenter, not a VM")
+        return vp
+    if obs is None:
+        base = _plan_clone(vp, observed)
+        if base is None:
+            return vp
+    else:
+        base = obs
+        _locate_existing(vp, obs, observed)
+    _check_offer_and_limit(vp, base, parsed, observed)
+    _diff_devices(vp, base, parsed)
+    _diff_fields(vp, base, parsed)
+    _plan_power(vp, base)
+    return vp
+
+
+def _plan_clone(vp: _VmPlan, observed: Observed) -> ObservedVm | None:
+    spec = vp.spec
+    vp.exists = False
+    if not spec.template:
+        vp.errors.append("does not exist and has no template to clone from (set 'template')")
+        return None
+    template = observed.vms.get(spec.template)
+    if template is None:
+        vp.errors.append(f"template {spec.template!r} not found")
+    if spec.host is None and spec.cluster is None:
+        vp.errors.append("does not exist; set 'cluster' or 'host' to create it")
+    elif spec.host is not None:
+        if spec.host not in observed.hosts:
+            vp.errors.append(f"host {spec.host!r} not found")
+        else:
+            vp.candidates = [spec.host]
+    elif spec.cluster not in observed.clusters:
+        vp.errors.append(f"cluster {spec.cluster!r} not found")
+    else:
+        vp.candidates = sorted(observed.clusters[spec.cluster or ""])
+    if template is None or vp.errors:
+        return None
+    if spec.folder and observed.folders and spec.folder not in observed.folders:
+        vp.warnings.append(f"folder {spec.folder!r} was not observed")
+    vp.change.clone = CloneSpec(spec.template, spec.cluster, spec.host, spec.folder, spec.cpus, spec.memory_mb)
+    # The clone starts as a copy of the template, powered off.
+    return ObservedVm(
+        name=spec.name, firmware=template.firmware, hardware_version=template.hardware_version,
+        memory_reservation_locked=template.memory_reservation_locked, extra_config=dict(template.extra_config),
+        vgpus=[ObservedVgpu(d.key, d.profile, d.device_group_key) for d in template.vgpus],
+        power_state=PowerState.OFF, cpus=spec.cpus or template.cpus, memory_mb=spec.memory_mb or template.memory_mb,
+    )
+
+
+def _locate_existing(vp: _VmPlan, obs: ObservedVm, observed: Observed) -> None:
+    spec = vp.spec
+    if obs.host:
+        vp.candidates = [obs.host]
+    if spec.host and obs.host and spec.host != obs.host:
+        vp.warnings.append(f"is on host {obs.host}, the inventory says {spec.host} (vgpuctl does not move VMs)")
+    host = observed.hosts.get(obs.host or "")
+    cluster = obs.cluster or (host.cluster if host else None)
+    if spec.cluster and cluster and spec.cluster != cluster:
+        vp.warnings.append(f"is in cluster {cluster}, the inventory says {spec.cluster} (vgpuctl does not move VMs)")
+
+
+def _check_offer_and_limit(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile], observed: Observed) -> None:
+    if not parsed:
+        return
+    have = Counter(d.profile for d in base.vgpus)
+    added = sorted(name for name, n in Counter(p.name for p in parsed).items() if n > have[name])
+    hosts = [observed.hosts[h] for h in vp.candidates if h in observed.hosts]
+    if vp.exists and not hosts:
+        vp.errors.append(f"its host {base.host!r} was not observed" if base.host else "has no host")
+        return
+    offering = [h for h in hosts if not [p for p in added if p not in h.offered_profiles]]
+    if not offering:
+        vp.errors.append(_offer_error(vp, hosts, added))
+        return
+    if not vp.exists:
+        vp.candidates = [h.name for h in offering]
+    limit_host = min(offering, key=lambda h: _limit(h))
+    limit = _limit(limit_host)
+    if len(parsed) > limit:
+        vp.errors.append(f"{len(parsed)} vGPUs exceed vSphere's limit of {limit} per VM on host {limit_host.name} "
+                         f"(API {limit_host.api_version})")
+
+
+def _limit(host: ObservedHost) -> int:
+    by_version = max_vgpus_per_vm(host.api_version)
+    return min(by_version, host.max_vgpus_per_vm) if host.max_vgpus_per_vm > 0 else by_version
+
+
+def _offer_error(vp: _VmPlan, hosts: list[ObservedHost], added: list[str]) -> str:
+    if len(hosts) == 1:
+        h = hosts[0]
+        missing = [p for p in added if p not in h.offered_profiles]
+        offered = ", ".join(sorted(h.offered_profiles)) or "none"
+        return f"host {h.name} does not offer {', '.join(missing)} in its current GPU mode (offered: {offered})"
+    where = f"cluster {vp.spec.cluster}" if vp.spec.cluster else "the candidate hosts"
+    return f"no host of {where} offers {', '.join(added)} in its current GPU mode"
+
+
+def _diff_devices(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> None:
+    wanted = Counter(p.name for p in parsed)
+    existing = sorted(base.vgpus, key=lambda d: d.key)
+    have = Counter(d.profile for d in existing)
+    groups = {d.device_group_key for d in existing}
+    grouped = any(g is not None for g in groups)
+    if vp.spec.nvlink == "required":
+        in_one_group = len(groups) == 1 and None not in groups
+        regroup = not (in_one_group and have == wanted)
+    else:
+        regroup = grouped and have != wanted  # changing part of a device group means re-adding all of it
+    changes: list[DeviceChange] = []
+    if regroup:
+        changes += [DeviceChange(Op.REMOVE, d.profile, d.key) for d in existing]
+        group = 0 if vp.spec.nvlink == "required" else None
+        changes += [DeviceChange(Op.ADD, p, group=group) for p in _adds_order(wanted)]
+        vp.change.devices = changes
+        return
+    kept: Counter[str] = Counter()
+    for d in existing:
+        if kept[d.profile] < wanted[d.profile]:
+            kept[d.profile] += 1
+        else:
+            changes.append(DeviceChange(Op.REMOVE, d.profile, d.key))
+    changes += [DeviceChange(Op.ADD, p) for p in _adds_order(wanted - kept)]
+    vp.change.devices = changes
+
+
+def _adds_order(counts: Counter[str]) -> list[str]:
+    return [p for p in sorted(counts) for _ in range(counts[p])]
+
+
+def _diff_fields(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> None:
+    spec, change = vp.spec, vp.change
+    if vp.exists:
+        if spec.cpus is not None and spec.cpus != base.cpus:
+            change.fields.append(FieldChange("numCPUs", base.cpus, spec.cpus))
+        if spec.memory_mb is not None and spec.memory_mb != base.memory_mb:
+            change.fields.append(FieldChange("memoryMB", base.memory_mb, spec.memory_mb))
+    if not parsed:
+        return
+    if not base.memory_reservation_locked:
+        change.fields.append(FieldChange("memoryReservationLockedToMax", False, True))
+    if not any(p.large_bar for p in parsed):
+        return
+    if base.firmware != "efi":
+        if vp.exists:
+            vp.errors.append(f"firmware is {base.firmware.upper()}; C-series vGPUs (large BAR) need EFI firmware, and "
+                             "switching an installed guest's firmware breaks its boot: recreate the VM with EFI")
+        else:
+            vp.errors.append(f"template {spec.template} uses {base.firmware.upper()} firmware; C-series vGPUs "
+                             "(large BAR) need EFI firmware: use an EFI template")
+    hw = _hw_version(base.hardware_version)
+    if hw is not None and hw < MIN_HW_VERSION_LARGE_BAR:
+        vp.errors.append(f"hardware version {base.hardware_version} is too old for large-BAR vGPUs "
+                         f"(needs vmx-{MIN_HW_VERSION_LARGE_BAR} or later)")
+    if str(base.extra_config.get(USE_64BIT_MMIO, "")).upper() != "TRUE":
+        change.extra_config[USE_64BIT_MMIO] = "TRUE"
+    need = mmio_size_gb(p.fb_gb for p in parsed)
+    current = _int_or_none(base.extra_config.get(MMIO_SIZE))
+    if current is None or current < need:
+        change.extra_config[MMIO_SIZE] = str(need)
+
+
+def _hw_version(text: str) -> int | None:
+    m = re.fullmatch(r"vmx-(\d+)", text or "")
+    return int(m.group(1)) if m else None
+
+
+def _int_or_none(text: str | None) -> int | None:
+    try:
+        return int(str(text).strip()) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _plan_power(vp: _VmPlan, base: ObservedVm) -> None:
+    change, power = vp.change, vp.spec.power
+    running = vp.exists and base.power_state in RUNNING
+    needs = change.needs_reconfigure
+    if power == "restart":
+        change.power_off = running and needs
+        change.power_on = not running or change.power_off
+    elif power == "off":
+        change.power_off = running
+    elif running and needs:
+        what = ", ".join(_describe(change))
+        vp.errors.append(f"is {base.power_state} and needs a change ({what}) that requires it powered off, but "
+                         "power is 'keep': set power to restart or off, or power it off first")
+
+
+def _describe(change: VmChange) -> list[str]:
+    out = [f.field for f in change.fields]
+    adds = sum(1 for d in change.devices if d.op == Op.ADD)
+    removes = sum(1 for d in change.devices if d.op == Op.REMOVE)
+    if adds:
+        out.append(f"add {adds} vGPU(s)")
+    if removes:
+        out.append(f"remove {removes} vGPU(s)")
+    out += sorted(change.extra_config)
+    return out
+
+
+# -------------------------------------------------------------------------------------------- capacity
+
+
+def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
+    """Place every VM that will be powered on; a VM that would not fit gets a plan error naming the host."""
+    release = [vp.spec.name for vp in plans if vp.change.power_off]
+    state = farm_from_observed(observed, release)
+    todo = [vp for vp in plans if vp.change.power_on and not vp.errors and vp.profiles]
+    todo.sort(key=lambda vp: (not vp.exists, vp.spec.name))  # existing VMs first, then new ones
+    requests = []
+    for vp in todo:
+        usable = [h for h in vp.candidates if _usable(observed.hosts.get(h))]
+        if not usable:
+            vp.errors.append(_unusable(vp, observed))
+            continue
+        requests.append(Request(vp.spec.name, vp.profiles, usable, vp.spec.nvlink == "required",
+                                None if vp.exists else vp.spec.cluster))
+    results = place_farm(state, requests)
+    by_name = {vp.spec.name: vp for vp in todo}
+    for name, res in results.items():
+        vp = by_name[name]
+        if not res.ok:
+            vp.errors.append(f"cannot power on: {res.reason}")
+        elif vp.change.clone is not None and vp.change.clone.host is None:
+            vp.change.clone.host = res.host
+    for vp in plans:  # new VMs that stay off: pin to the first usable host that offers their profiles
+        clone = vp.change.clone
+        if clone is not None and clone.host is None and vp.profiles and not vp.change.power_on:
+            usable = [h for h in vp.candidates if _usable(observed.hosts.get(h))]
+            clone.host = (usable or vp.candidates or [None])[0]
+
+
+def _usable(host: ObservedHost | None) -> bool:
+    return (host is not None and host.connection_state == "connected" and not host.in_maintenance
+            and host.power_state == "poweredOn")
+
+
+def _unusable(vp: _VmPlan, observed: Observed) -> str:
+    names = ", ".join(vp.candidates) or "none"
+    states = []
+    for h in vp.candidates:
+        host = observed.hosts.get(h)
+        if host is None:
+            states.append(f"{h}: not observed")
+        elif host.in_maintenance:
+            states.append(f"{h}: in maintenance mode")
+        else:
+            states.append(f"{h}: {host.connection_state}, {host.power_state}")
+    return f"cannot power on: no usable host ({names}; {'; '.join(states)})"
