@@ -1,0 +1,261 @@
+"""observe() against gpusim, checked against the simulator's own control view and a separate pyVmomi reader."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import pytest
+from pyVim.connect import Connect, Disconnect
+from pyVim.task import WaitForTask
+from pyVmomi import vim
+
+from vgpuctl.errors import NotFound
+from vgpuctl.vsphere import observe as observe_mod
+from vgpuctl.vsphere.observe import observe
+from vgpuctl.vsphere.session import ConnectionSettings, open_session
+
+pytestmark = pytest.mark.sim
+
+FARM = {
+    "datacenter": "DC-GPU",
+    "clusters": [
+        {
+            "name": "A100",
+            "hosts": 2,
+            "gpus_per_host": 4,
+            "model": "A100-40GB",
+            "nvlink": "pairs",
+            "graphics_type": "sharedDirect",
+        },
+        {
+            "name": "H100-MIG",
+            "hosts": 1,
+            "gpus_per_host": 2,
+            "model": "H100-80GB",
+            "mig": True,
+            "graphics_type": "sharedDirect",
+        },
+    ],
+    "templates": [{"name": "tmpl", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}],
+    "vms": [
+        {
+            "name": "busy-01",
+            "host": "esx-01.gpu.sim",
+            "cpus": 16,
+            "memory_mb": 131072,
+            "firmware": "efi",
+            "vgpus": ["grid_a100-20c", "grid_a100-20c", "grid_a100-20c"],
+            "memory_locked": True,
+            "power_on": True,
+        },
+        {"name": "mig-01", "host": "esx-03.gpu.sim", "vgpus": ["grid_h100-3-40c"], "memory_locked": True},
+        {"name": "plain-01", "cpus": 2, "memory_mb": 4096, "firmware": "bios"},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def sim(gpusim_session_factory):
+    return gpusim_session_factory(FARM)
+
+
+def settings(sim) -> ConnectionSettings:
+    return ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
+
+
+def direct(sim):
+    parts = urlsplit(sim.url)
+    return Connect(
+        host=parts.hostname,
+        port=parts.port,
+        user=sim.username,
+        pwd=sim.password,
+        version="vim.version.v8_0_3_0",
+        disableSslCertValidation=True,
+    )
+
+
+def read(sim, datacenter: str | None = None):
+    with open_session(settings(sim)) as session:
+        return observe(session, datacenter)
+
+
+def test_hosts_and_gpus_match_the_simulator(sim) -> None:
+    observed = read(sim)
+    truth = sim.request("GET", "/hosts")["hosts"]
+    assert observed.datacenter == "DC-GPU"
+    assert observed.api_version.startswith("8.")
+    assert sorted(observed.hosts) == sorted(h["name"] for h in truth)
+    assert observed.clusters == {"A100": ["esx-01.gpu.sim", "esx-02.gpu.sim"], "H100-MIG": ["esx-03.gpu.sim"]}
+    for h in truth:
+        host = observed.hosts[h["name"]]
+        assert host.cluster == h["cluster"]
+        assert host.default_graphics_type == h["defaultGraphicsType"]
+        assert host.assignment_policy == h["assignmentPolicy"]
+        assert host.max_vgpus_per_vm == 8
+        assert [g.pci_id for g in host.gpus] == sorted(g["pciId"] for g in h["gpus"])
+        by_pci = {g["pciId"]: g for g in h["gpus"]}
+        for gpu in host.gpus:
+            t = by_pci[gpu.pci_id]
+            assert gpu.vgpu_mode == t["vgpuMode"]
+            assert gpu.graphics_type == t["graphicsType"]
+            assert gpu.vendor_id == 0x10DE and gpu.device_id != 0
+            assert gpu.memory_kb > 0
+        offered = sorted({p for g in h["gpus"] for p in g["profiles"]})
+        assert host.offered_profiles == offered
+        assert sorted(host.profiles) == offered
+
+
+def test_profiles_carry_framebuffer_and_sharing(sim) -> None:
+    observed = read(sim)
+    a100 = observed.hosts["esx-01.gpu.sim"].profiles
+    assert a100["grid_a100-40c"].fb_gb == 40 and a100["grid_a100-40c"].sharing == "timeSliced"
+    assert a100["grid_a100-4c"].fb_gb == 4
+    mig = observed.hosts["esx-03.gpu.sim"].profiles
+    assert mig["grid_h100-3-40c"].fb_gb == 40 and mig["grid_h100-3-40c"].sharing == "mig"
+    assert all(p.sharing == "mig" for p in mig.values())
+
+
+def test_vms_match_a_direct_read(sim) -> None:
+    sim.request("POST", "/vms/busy-01/guest", {"ip": "10.1.2.3", "state": "running"})
+    observed = read(sim)
+    si = direct(sim)
+    try:
+        content = si.RetrieveContent()
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+        truth = {vm.name: vm for vm in view.view}
+        assert set(observed.vms) == set(truth)
+        for name, vm in truth.items():
+            got = observed.vms[name]
+            assert got.moid == vm._moId
+            assert got.is_template == vm.config.template
+            assert got.power_state == vm.runtime.powerState
+            assert got.cpus == vm.config.hardware.numCPU and got.memory_mb == vm.config.hardware.memoryMB
+            assert got.memory_reservation_locked == bool(vm.config.memoryReservationLockedToMax)
+            assert got.firmware == vm.config.firmware
+            assert got.host == vm.runtime.host.name
+            expected = sorted(
+                (d.key, d.backing.vgpu)
+                for d in vm.config.hardware.device
+                if isinstance(d, vim.vm.device.VirtualPCIPassthrough)
+                and isinstance(d.backing, vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo)
+            )
+            assert [(v.key, v.profile) for v in got.vgpus] == expected
+            assert got.extra_config == {o.key: str(o.value) for o in vm.config.extraConfig}
+    finally:
+        Disconnect(si)
+    busy = observed.vms["busy-01"]
+    assert [v.profile for v in busy.vgpus] == ["grid_a100-20c"] * 3
+    assert busy.cluster == "A100" and busy.power_state == "poweredOn"
+    assert busy.guest_ips == ["10.1.2.3"] and busy.tools_running
+    assert observed.vms["tmpl"].is_template
+    assert observed.vms["plain-01"].firmware == "bios" and observed.vms["plain-01"].vgpus == []
+
+
+def test_gpus_name_the_vms_holding_them(sim) -> None:
+    si = direct(sim)
+    try:
+        content = si.RetrieveContent()
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+        WaitForTask(next(v for v in view.view if v.name == "mig-01").PowerOnVM_Task())
+    finally:
+        Disconnect(si)
+    observed = read(sim)
+    truth = {(a["host"], a["gpu"], a["vmName"]) for a in sim.request("GET", "/assignments")["assignments"]}
+    assert ("esx-03.gpu.sim", "0000:3b:00.0", "mig-01") in truth
+    seen = {(h.name, g.pci_id, vm) for h in observed.hosts.values() for g in h.gpus for vm in g.vms}
+    assert seen == truth
+    assert observed.vms["mig-01"].power_state == "poweredOn"
+
+
+def test_folders_are_paths_under_the_vm_folder(sim) -> None:
+    si = direct(sim)
+    try:
+        content = si.RetrieveContent()
+        dc = next(e for e in content.rootFolder.childEntity if e.name == "DC-GPU")
+        ml = dc.vmFolder.CreateFolder("ml")
+        train = ml.CreateFolder("train")
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+        vm = next(v for v in view.view if v.name == "plain-01")
+        WaitForTask(train.MoveIntoFolder_Task([vm]))
+    finally:
+        Disconnect(si)
+    observed = read(sim)
+    assert {"ml", "ml/train"} <= set(observed.folders)
+    assert observed.vms["plain-01"].folder == "ml/train"
+    assert observed.vms["busy-01"].folder is None
+    assert observed.folder_moids["ml/train"] == train._moId
+
+
+def test_unknown_datacenter(sim) -> None:
+    with pytest.raises(NotFound, match=r"datacenter 'nope' not found .*DC-GPU"):
+        read(sim, "nope")
+    assert read(sim, "DC-GPU").datacenter == "DC-GPU"
+
+
+def test_paging_is_followed(sim, monkeypatch) -> None:
+    whole = read(sim)
+    monkeypatch.setattr(observe_mod, "PAGE_SIZE", 3)
+    paged = read(sim)
+    assert paged.round_trips > whole.round_trips  # ContinueRetrievePropertiesEx was needed
+    assert sorted(paged.vms) == sorted(whole.vms)
+    assert sorted(paged.hosts) == sorted(whole.hosts)
+    assert paged.clusters == whole.clusters
+
+
+def test_round_trips_do_not_grow_with_vms(gpusim_factory) -> None:
+    trips = {}
+    for count in (10, 200):
+        farm = {
+            "clusters": [{"name": "GPU-Cluster", "hosts": 4, "gpus_per_host": 4, "model": "A100-40GB"}],
+            "vm_count": count,
+        }
+        sim = gpusim_factory(farm)
+        try:
+            observed = read(sim)
+        finally:
+            sim.stop()  # one farm at a time on a small machine
+        assert len([v for v in observed.vms.values() if not v.is_template]) == count
+        trips[count] = observed.round_trips
+    assert trips[10] == trips[200]
+    # view + one retrieve for hosts and folders + one for VMs + destroy + one profile read for identical hosts
+    assert trips[200] == 5
+
+
+def test_host_not_responding_gets_profile_sizes_from_names(sim) -> None:
+    sim.request("POST", "/hosts/esx-02.gpu.sim/down", {})
+    try:
+        observed = read(sim)
+    finally:
+        sim.request("POST", "/hosts/esx-02.gpu.sim/up", {})
+    host = observed.hosts["esx-02.gpu.sim"]
+    assert host.connection_state != "connected"
+    assert all(p.fb_gb == int(name.rsplit("-", 1)[1][:-1]) for name, p in host.profiles.items())
+
+
+def test_older_vsphere_uses_its_own_namespace_and_limits(gpusim_factory) -> None:
+    farm = {
+        "api_version": "7.0.2.0",
+        "clusters": [
+            {"name": "C", "hosts": 1, "gpus_per_host": 1, "model": "A100-40GB", "graphics_type": "sharedDirect"}
+        ],
+    }
+    sim = gpusim_factory(farm)
+    with open_session(settings(sim)) as session:
+        assert session.stub.version == "vim.version.v7_0_2_0"
+        observed = observe(session)
+    host = observed.hosts["esx-01.gpu.sim"]
+    assert host.max_vgpus_per_vm == 4
+    # RetrieveVgpuProfileInfo arrived in 7.0.3: sizes come from the names, with no failed call
+    assert host.profiles["grid_a100-20c"].fb_gb == 20
+    assert observed.round_trips == 4
+
+
+def test_lean_vm_reader_matches_pyvmomi(sim, monkeypatch) -> None:
+    sim.set_guest("busy-01", ip="10.9.8.7")
+    lean = read(sim).to_dict()
+    monkeypatch.setattr(observe_mod, "RAW_VMS", False)
+    full = read(sim).to_dict()
+    assert lean.pop("round_trips") == full.pop("round_trips") + 1  # VMs in their own request
+    assert lean == full
+    assert lean["vms"]["busy-01"]["vgpus"] and lean["vms"]["busy-01"]["guest_ips"] == ["10.9.8.7"]

@@ -1,0 +1,200 @@
+"""Connection handling against gpusim over real TLS and SOAP: TLS policy, login errors, expiry, round trips."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import socket
+import ssl
+from urllib.parse import urlsplit
+
+import pytest
+from pyVim.connect import Connect, Disconnect
+
+from vgpuctl.errors import AuthenticationError, ConnectionFailure, TlsError
+from vgpuctl.vsphere.session import ConnectionSettings, open_session
+
+pytestmark = pytest.mark.sim
+
+FARM = {
+    "clusters": [{"name": "GPU-Cluster", "hosts": 1, "gpus_per_host": 2, "model": "A100-40GB"}],
+    "templates": [{"name": "tmpl"}],
+    "vms": [{"name": "vm-a"}],
+}
+
+
+@pytest.fixture(scope="module")
+def sim(gpusim_session_factory):
+    return gpusim_session_factory(FARM)
+
+
+def settings(sim, **kw) -> ConnectionSettings:
+    base = {"url": sim.url, "username": sim.username, "password": sim.password}
+    base.update(kw)
+    return ConnectionSettings(**base)
+
+
+def server_cert(sim) -> bytes:
+    parts = urlsplit(sim.url)
+    pem = ssl.get_server_certificate((parts.hostname, parts.port))
+    return ssl.PEM_cert_to_DER_cert(pem)
+
+
+def direct(sim):
+    parts = urlsplit(sim.url)
+    return Connect(
+        host=parts.hostname,
+        port=parts.port,
+        user=sim.username,
+        pwd=sim.password,
+        version="vim.version.v8_0_3_0",
+        disableSslCertValidation=True,
+    )
+
+
+def test_insecure_login_counts_round_trips_and_logs_out(sim) -> None:
+    admin = direct(sim)
+    try:
+        with open_session(settings(sim, insecure=True)) as session:
+            assert session.round_trips == 2  # RetrieveServiceContent + Login
+            assert session.api_version.startswith("8.")
+            key = session.content.sessionManager.currentSession.key
+            assert session.round_trips == 3  # the property read above is one more
+            assert key in {s.key for s in admin.content.sessionManager.sessionList}
+        assert key not in {s.key for s in admin.content.sessionManager.sessionList}  # logged out
+    finally:
+        Disconnect(admin)
+
+
+def test_tls_is_verified_by_default(sim) -> None:
+    with pytest.raises(TlsError, match="not trusted"):
+        open_session(settings(sim))
+
+
+def test_ca_file_is_trusted(sim, tmp_path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text(ssl.DER_cert_to_PEM_cert(server_cert(sim)))
+    with open_session(settings(sim, ca_file=str(ca))) as session:
+        assert session.round_trips == 2
+
+
+def test_thumbprint_pin_matches(sim) -> None:
+    digest = hashlib.sha256(server_cert(sim)).hexdigest()
+    colon = ":".join(digest[i : i + 2] for i in range(0, 64, 2)).upper()
+    with open_session(settings(sim, thumbprint=colon)) as session:
+        assert session.round_trips == 2
+
+
+def test_thumbprint_mismatch_names_both(sim) -> None:
+    actual = hashlib.sha256(server_cert(sim)).hexdigest()
+    wrong = "ab" * 32
+    with pytest.raises(TlsError) as info:
+        open_session(settings(sim, thumbprint=wrong))
+    text = str(info.value)
+    assert "mismatch" in text
+    assert ("AB:" * 31 + "AB") in text
+    assert ":".join(actual[i : i + 2] for i in range(0, 64, 2)).upper() in text
+
+
+def test_wrong_password_is_authentication_error(sim, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    with pytest.raises(AuthenticationError, match="wrong user name or password") as info:
+        open_session(settings(sim, insecure=True, password="not-the-password-xyz"))
+    assert "not-the-password-xyz" not in str(info.value)
+    assert "not-the-password-xyz" not in caplog.text
+
+
+def test_unreachable_is_connection_failure() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there once closed
+    with pytest.raises(ConnectionFailure, match=f"cannot reach vCenter at https://127.0.0.1:{port}/sdk"):
+        open_session(ConnectionSettings(url=f"127.0.0.1:{port}", username="u", password="p", insecure=True))
+
+
+def test_terminated_session_is_renewed_once(sim) -> None:
+    admin = direct(sim)
+    try:
+        with open_session(settings(sim, insecure=True)) as session:
+            key = session.content.sessionManager.currentSession.key
+            admin.content.sessionManager.TerminateSession([key])  # the session expires under our feet
+            before = session.round_trips
+            about = session.invoke(lambda: session.content.sessionManager.currentSession)
+            assert about is not None and about.key != key
+            assert session._generation == 1
+            # failed call + Login + retried call
+            assert session.round_trips - before == 3
+    finally:
+        Disconnect(admin)
+
+
+def test_session_that_cannot_be_renewed_fails_clearly(sim) -> None:
+    admin = direct(sim)
+    try:
+        session = open_session(settings(sim, insecure=True))
+        key = session.content.sessionManager.currentSession.key
+        admin.content.sessionManager.TerminateSession([key])
+        object.__setattr__(session.settings, "password", "changed-meanwhile")
+        with pytest.raises(AuthenticationError, match="wrong user name or password"):
+            session.invoke(lambda: session.content.sessionManager.currentSession)
+        session.close()
+    finally:
+        Disconnect(admin)
+
+
+def test_observe_after_expiry_logs_in_again(sim) -> None:
+    from vgpuctl.vsphere.observe import observe
+
+    admin = direct(sim)
+    try:
+        with open_session(settings(sim, insecure=True)) as session:
+            key = session.content.sessionManager.currentSession.key
+            admin.content.sessionManager.TerminateSession([key])
+            observed = observe(session)
+            assert session._generation == 1
+            assert observed.hosts and observed.vms
+    finally:
+        Disconnect(admin)
+
+
+def test_lean_reader_raises_server_faults(sim) -> None:
+    from pyVmomi import vim, vmodl
+
+    from vgpuctl.vsphere import rawread
+
+    with open_session(settings(sim, insecure=True)) as session:
+        content = session.content
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+        view.DestroyView()  # the server answers the read below with a SOAP fault
+        before = session.round_trips
+        with pytest.raises(vmodl.fault.ManagedObjectNotFound):
+            rawread.retrieve_vms(session, view, ["name"], 10)
+        assert session.round_trips == before + 1
+
+
+def test_observe_survives_expiry_between_view_and_read(sim, monkeypatch) -> None:
+    from pyVmomi import vim
+
+    from vgpuctl.vsphere.observe import observe
+
+    admin = direct(sim)
+    try:
+        with open_session(settings(sim, insecure=True)) as session:
+            key = session.content.sessionManager.currentSession.key
+            real = session.invoke
+            views: list[object] = []
+
+            def invoke(fn, *args, **kwargs):
+                result = real(fn, *args, **kwargs)
+                if isinstance(result, vim.view.ContainerView) and not views:
+                    views.append(result)
+                    admin.content.sessionManager.TerminateSession([key])  # the view dies with the session
+                return result
+
+            monkeypatch.setattr(session, "invoke", invoke)
+            observed = observe(session)
+            assert session.generation == 1
+            assert len(views) == 1
+            assert set(observed.vms) == {"tmpl", "vm-a"}
+    finally:
+        Disconnect(admin)

@@ -1,0 +1,381 @@
+"""Execute a Plan against vCenter: per VM, in parallel with a bound.
+
+Per VM: read its state again (drift aborts that VM), graceful guest shutdown with a timeout then hard
+power-off, at most one clone, one ReconfigVM_Task with all changes, power-on. Task waits share one
+TaskWatcher (one collector round trip per poll for all tasks). A failing VM records the vCenter fault's type and
+message and does not stop the others. `stop_event` (Ctrl-C) stops starting new VMs; VMs already started
+finish their steps so that none is left half-done (for example powered off after its reconfigure).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from vgpuctl.errors import DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
+from vgpuctl.model import HostChange, Observed, ObservedVm, Op, Plan, PowerState, VmChange
+
+log = logging.getLogger(__name__)
+
+VM_PATHS = [
+    "name",
+    "runtime.powerState",
+    "runtime.host",
+    "config.hardware.device",
+    "guest.toolsRunningStatus",
+    "config.template",
+]
+
+CHANGED, FAILED, SKIPPED, UNCHANGED = "changed", "failed", "skipped", "unchanged"
+
+
+class Progress(Protocol):
+    def vm_step(self, vm: str, step: str, percent: int | None) -> None: ...
+
+
+@dataclass
+class VmOutcome:
+    vm: str
+    status: str = UNCHANGED  # changed | failed | skipped | unchanged
+    steps: list[str] = field(default_factory=list)  # steps completed, in order
+    fault_type: str | None = None
+    message: str = ""
+
+
+@dataclass
+class ApplyResult:
+    vms: list[VmOutcome] = field(default_factory=list)
+    interrupted: bool = False
+    hosts_not_ready: list[str] = field(default_factory=list)  # host changes failed or not applied
+    round_trips: int = 0
+    elapsed_s: float = 0.0
+
+    def _names(self, status: str) -> list[str]:
+        return [o.vm for o in self.vms if o.status == status]
+
+    @property
+    def changed(self) -> list[str]:
+        return self._names(CHANGED)
+
+    @property
+    def failed(self) -> list[str]:
+        return self._names(FAILED)
+
+    @property
+    def skipped(self) -> list[str]:
+        return self._names(SKIPPED)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.interrupted and not self.hosts_not_ready
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "vms": [o.__dict__ for o in self.vms],
+            "changed": self.changed,
+            "failed": self.failed,
+            "skipped": self.skipped,
+            "interrupted": self.interrupted,
+            "hosts_not_ready": self.hosts_not_ready,
+            "round_trips": self.round_trips,
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+
+@dataclass
+class _Ctx:
+    session: Any
+    observed: Observed
+    watcher: Any
+    progress: Progress | None
+    stop_event: threading.Event | None
+    shutdown_timeout_s: float
+    poll_s: float
+
+
+def apply_plan(
+    session: Any,
+    plan: Plan,
+    observed: Observed,
+    *,
+    parallel: int = 8,
+    progress: Progress | None = None,
+    stop_event: threading.Event | None = None,
+    shutdown_timeout_s: float = 120.0,
+    poll_s: float = 0.5,
+    host_applier: Callable[[Any, list[HostChange]], set[str]] | None = None,
+) -> ApplyResult:
+    """Apply `plan` (computed from `observed`). Raises PlanError if the plan has errors; VM failures are results.
+
+    Host changes run first through `host_applier(session, host_changes) -> names of hosts that failed` (the
+    host layer, issue 5). VMs whose `depends_on_hosts` failed, or were not applied because no applier was
+    given, are skipped with the reason.
+    """
+    from vgpuctl.vsphere.tasks import TaskWatcher
+
+    if plan.errors:
+        raise PlanError(list(plan.errors))
+    start, trips = time.monotonic(), session.round_trips
+    result = ApplyResult()
+    changes = plan.changes
+    pending_hosts = {c.host for c in plan.host_changes}
+    if plan.host_changes and host_applier is not None:
+        pending_hosts = set(host_applier(session, list(plan.host_changes)))
+    result.hosts_not_ready = sorted(pending_hosts)
+    with TaskWatcher(session) as watcher:
+        ctx = _Ctx(session, observed, watcher, progress, stop_event, shutdown_timeout_s, poll_s)
+        with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="vgpuctl-apply") as pool:
+            futures = [pool.submit(_run_vm, ctx, change, pending_hosts) for change in changes]
+            result.vms = [f.result() for f in futures]
+    result.interrupted = bool(stop_event is not None and stop_event.is_set())
+    result.round_trips = session.round_trips - trips
+    result.elapsed_s = time.monotonic() - start
+    return result
+
+
+# ------------------------------------------------------------------------------------------------ per VM
+
+
+def _run_vm(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOutcome:
+    outcome = VmOutcome(vm=change.vm)
+    if ctx.stop_event is not None and ctx.stop_event.is_set():
+        return _skip(ctx, outcome, "interrupted before this VM started")
+    waiting = sorted(set(change.depends_on_hosts) & pending_hosts)
+    if waiting:
+        return _skip(ctx, outcome, "needs the host changes on " + ", ".join(waiting) + " first; they were not made")
+    try:
+        _apply_vm(ctx, change, outcome)
+    except VsphereFault as err:
+        _fail(ctx, outcome, err.fault_type, err.fault_message)
+    except DriftError as err:
+        _fail(ctx, outcome, "DriftError", str(err))
+    except VgpuctlError as err:
+        _fail(ctx, outcome, type(err).__name__, str(err))
+    except Exception as err:  # a pyVmomi fault raised by a call (not a task)
+        from vgpuctl.vsphere.faults import fault_message, fault_type
+
+        log.debug("%s failed", change.vm, exc_info=True)
+        _fail(ctx, outcome, fault_type(err), fault_message(err))
+    else:
+        outcome.status = CHANGED if outcome.steps else UNCHANGED
+        _step(ctx, change.vm, "done", 100)
+    return outcome
+
+
+def _skip(ctx: _Ctx, outcome: VmOutcome, message: str) -> VmOutcome:
+    outcome.status = SKIPPED
+    outcome.message = message
+    _step(ctx, outcome.vm, "skipped", None)
+    return outcome
+
+
+def _fail(ctx: _Ctx, outcome: VmOutcome, fault_type: str, message: str) -> None:
+    outcome.status = FAILED
+    outcome.fault_type = fault_type
+    outcome.message = message
+    _step(ctx, outcome.vm, "failed", None)
+
+
+def _step(ctx: _Ctx, vm: str, step: str, percent: int | None) -> None:
+    if ctx.progress is not None:
+        try:
+            ctx.progress.vm_step(vm, step, percent)
+        except Exception:  # a display problem must not fail the apply
+            log.debug("progress callback failed", exc_info=True)
+
+
+def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
+    from pyVmomi import vim
+
+    from vgpuctl.vsphere.vm import config_spec
+
+    stub = ctx.session.stub
+    observed_vm = ctx.observed.vms.get(change.vm)
+    _step(ctx, change.vm, "check", None)
+    if change.clone is not None and observed_vm is None:
+        vm = _clone(ctx, change, outcome)
+        state = _read_vm(ctx, vm, change.vm)
+    else:
+        if observed_vm is None:
+            raise NotFound(f"VM {change.vm} was not observed and the plan does not clone it")
+        vm = vim.VirtualMachine(observed_vm.moid, stub)
+        state = _read_vm(ctx, vm, change.vm)
+        check_drift(change, observed_vm, state)
+
+    if change.power_off and state["power"] != PowerState.OFF:
+        _power_off(ctx, change.vm, vm, state, outcome)
+
+    devices = {int(d.key): d for d in state["devices"]}
+    spec = config_spec(change, devices, _group_names(ctx, change, state["host"]))
+    if spec is not None:
+        _task(ctx, change.vm, "reconfigure", ctx.session.invoke(vm.ReconfigVM_Task, spec))
+        outcome.steps.append("reconfigure")
+
+    stopped = {"shutdown", "power-off"} & set(outcome.steps)
+    if change.power_on and (state["power"] != PowerState.ON or stopped):
+        _task(ctx, change.vm, "power-on", ctx.session.invoke(vm.PowerOnVM_Task))
+        outcome.steps.append("power-on")
+
+
+def _group_names(ctx: _Ctx, change: VmChange, host_moid: str) -> dict[int, str] | None:
+    """NVLink vendor device group names for the change's grouped adds, from the host's QueryConfigTarget."""
+    from pyVmomi import vim
+
+    wanted: dict[int, list[str]] = {}
+    for d in change.devices:
+        group = getattr(d, "group", None)
+        if d.op == Op.ADD and group is not None:
+            wanted.setdefault(group, []).append(d.profile)
+    if not wanted:
+        return None
+    host = next((h for h in ctx.observed.hosts.values() if h.moid == host_moid), None)
+    if host is None or not host.environment_browser_moid:
+        raise NotFound(f"{change.vm}: cannot find the host to look up its NVLink device groups")
+    stub = ctx.session.stub
+    browser = vim.EnvironmentBrowser(host.environment_browser_moid, stub)
+    target = ctx.session.invoke(browser.QueryConfigTarget, vim.HostSystem(host.moid, stub))
+    offered = list(getattr(target, "vendorDeviceGroupInfo", None) or [])
+    names: dict[int, str] = {}
+    for group, profiles in wanted.items():
+        name = _matching_group(offered, profiles)
+        if name is None:
+            raise VgpuctlError(
+                f"{change.vm}: host {host.name} offers no NVLink device group of {len(profiles)} x "
+                f"{profiles[0]} (NVLink down, or GPUs in MIG mode?)"
+            )
+        names[group] = name
+    return names
+
+
+def _matching_group(offered: list[Any], profiles: list[str]) -> str | None:
+    for info in offered:
+        components = list(info.componentDeviceInfo or [])
+        vgpus = [getattr(getattr(c.device, "backing", None), "vgpu", None) for c in components]
+        if len(components) == len(profiles) and sorted(map(str, vgpus)) == sorted(profiles):
+            return str(info.deviceGroupName)
+    return None
+
+
+def _read_vm(ctx: _Ctx, vm: Any, name: str) -> dict[str, Any]:
+    from pyVmomi import vmodl
+
+    from vgpuctl.vsphere.tasks import read_props
+
+    try:
+        props = read_props(ctx.session, [vm], "VirtualMachine", VM_PATHS).get(str(vm._moId))
+    except vmodl.fault.ManagedObjectNotFound:
+        props = None
+    if props is None or "name" not in props:
+        raise DriftError(f"{name}: the VM no longer exists; not touched")
+    return {
+        "name": str(props.get("name")),
+        "power": str(props.get("runtime.powerState")),
+        "devices": list(props.get("config.hardware.device") or []),
+        "tools": props.get("guest.toolsRunningStatus") == "guestToolsRunning",
+        "template": bool(props.get("config.template") or False),
+        "host": str(props["runtime.host"]._moId) if props.get("runtime.host") is not None else "",
+    }
+
+
+def check_drift(change: VmChange, observed: ObservedVm, state: dict[str, Any]) -> None:
+    """Raise DriftError when the VM is not in the state the plan was made from."""
+    from vgpuctl.vsphere.observe import split_devices
+
+    problems = []
+    if state["name"] != observed.name:
+        problems.append(f"renamed to {state['name']!r}")
+    if state["power"] != str(observed.power_state):
+        problems.append(f"power state is {state['power']}, the plan saw {observed.power_state}")
+    vgpus, _ = split_devices(state["devices"])
+    now = sorted((v.key, v.profile) for v in vgpus)
+    then = sorted((v.key, v.profile) for v in observed.vgpus)
+    if now != then:
+        problems.append(f"vGPUs are {_fmt(now)}, the plan saw {_fmt(then)}")
+    if problems:
+        raise DriftError(f"{change.vm} changed since the plan: " + "; ".join(problems) + "; not touched, plan again")
+
+
+def _fmt(devices: list[tuple[int, str]]) -> str:
+    return "[" + ", ".join(f"{p}#{k}" for k, p in devices) + "]" if devices else "none"
+
+
+def _clone(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> Any:
+    from pyVmomi import vim
+
+    from vgpuctl.vsphere.vm import clone_spec
+
+    clone = change.clone
+    assert clone is not None
+    obs, stub = ctx.observed, ctx.session.stub
+    template = obs.vms.get(clone.template)
+    if template is None:
+        raise NotFound(f"{change.vm}: template {clone.template!r} not found")
+    host_moid = None
+    if clone.host:
+        host = obs.hosts.get(clone.host)
+        if host is None:
+            raise NotFound(f"{change.vm}: host {clone.host!r} not found")
+        host_moid, pool_moid = host.moid, host.resource_pool_moid
+    elif clone.cluster:
+        pool_moid = obs.cluster_pool_moids.get(clone.cluster, "")
+        if not pool_moid:
+            raise NotFound(f"{change.vm}: cluster {clone.cluster!r} not found")
+    else:
+        tmpl_host = obs.hosts.get(template.host or "")
+        pool_moid = tmpl_host.resource_pool_moid if tmpl_host else ""
+    if clone.folder:
+        folder_moid = obs.folder_moids.get(clone.folder.strip("/"))
+        if folder_moid is None:
+            raise NotFound(f"{change.vm}: VM folder {clone.folder!r} not found")
+    else:
+        folder_moid = obs.moids.get("vm_folder", "")
+    spec = clone_spec(clone, stub, pool_moid=pool_moid, host_moid=host_moid)
+    source = vim.VirtualMachine(template.moid, stub)
+    task = ctx.session.invoke(source.CloneVM_Task, vim.Folder(folder_moid, stub), change.vm, spec)
+    vm = _task(ctx, change.vm, "clone", task)
+    outcome.steps.append("clone")
+    return vm
+
+
+def _power_off(ctx: _Ctx, name: str, vm: Any, state: dict[str, Any], outcome: VmOutcome) -> None:
+    from pyVmomi import vim, vmodl
+
+    if state["tools"]:
+        _step(ctx, name, "shutdown", None)
+        try:
+            ctx.session.invoke(vm.ShutdownGuest)
+            if _wait_off(ctx, vm, name):
+                outcome.steps.append("shutdown")
+                return
+            log.info("%s: guest did not shut down within %ss; powering off", name, ctx.shutdown_timeout_s)
+        except (vim.fault.ToolsUnavailable, vim.fault.InvalidState, vmodl.fault.NotSupported) as err:
+            log.info("%s: graceful shutdown not possible (%s); powering off", name, type(err).__name__)
+    try:
+        _task(ctx, name, "power-off", ctx.session.invoke(vm.PowerOffVM_Task))
+    except VsphereFault as err:
+        if _read_vm(ctx, vm, name)["power"] != PowerState.OFF:
+            raise
+        log.info("%s: already off (%s)", name, err.fault_type)
+    outcome.steps.append("power-off")
+
+
+def _wait_off(ctx: _Ctx, vm: Any, name: str) -> bool:
+    deadline = time.monotonic() + ctx.shutdown_timeout_s
+    while True:
+        if _read_vm(ctx, vm, name)["power"] == PowerState.OFF:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(min(ctx.poll_s, max(0.0, deadline - time.monotonic())))
+
+
+def _task(ctx: _Ctx, name: str, step: str, task: Any) -> Any:
+    _step(ctx, name, step, 0)
+    result = ctx.watcher.wait(task, lambda pct: _step(ctx, name, step, pct))
+    _step(ctx, name, step, 100)
+    return result

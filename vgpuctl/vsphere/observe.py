@@ -1,0 +1,521 @@
+"""Bulk read of a datacenter into `vgpuctl.model.Observed`.
+
+Round trips of one `observe` call, whatever the number of VMs and hosts:
+  1  CreateContainerView over the root folder (Datacenter, Folder, ComputeResource, HostSystem, VirtualMachine)
+  1+ RetrievePropertiesEx for datacenters, folders, clusters and hosts (one PropertySpec per type), plus
+     ContinueRetrievePropertiesEx per further page of PAGE_SIZE objects
+  1+ RetrievePropertiesEx for the VMs, read by the lean XML reader (rawread.py; pyVmomi's deserializer would
+     build every device of every VM), paged the same way
+  1  DestroyView
+  k  RetrieveVgpuProfileInfo, once per distinct host GPU signature (API version, GPU models and modes, offered
+     profiles): hosts with the same signature describe the same profiles, so a farm of identical hosts costs one
+     call. Hosts without the method (before API 7.0.3), or not responding, get framebuffer sizes parsed from the
+     profile names, with no call.
+So a datacenter of identical hosts costs 5 round trips up to PAGE_SIZE VMs, one more per further page.
+NVLink sets (ObservedGpu.nvlink_set) are not visible through vCenter; vgpuctl.hostfacts reads them from the
+ESXi shell (`set_nvlink_sets` records them).
+Names of referenced objects (a VM's host, a host's cluster, folders) are resolved from the same results.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpuctl.errors import NotFound, UsageError
+from vgpuctl.model import (
+    Observed,
+    ObservedGpu,
+    ObservedHost,
+    ObservedProfile,
+    ObservedVgpu,
+    ObservedVm,
+)
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = 1000
+
+HOST_PROPS = [
+    "name",
+    "parent",
+    "runtime.connectionState",
+    "runtime.inMaintenanceMode",
+    "runtime.powerState",
+    "config.product.apiVersion",
+    "summary.config.product.apiVersion",
+    "config.graphicsInfo",
+    "config.graphicsConfig",
+    "config.sharedPassthruGpuTypes",
+    "hardware.pciDevice",
+    "configManager.graphicsManager",
+]
+
+VM_PROPS = [
+    "name",
+    "parent",
+    "config.template",
+    "config.hardware.device",
+    "config.hardware.numCPU",
+    "config.hardware.memoryMB",
+    "config.memoryReservationLockedToMax",
+    "config.memoryAllocation.reservation",
+    "config.firmware",
+    "config.extraConfig",
+    "config.version",
+    "runtime.powerState",
+    "runtime.host",
+    "guest.net",
+    "guest.ipAddress",
+    "guest.guestState",
+    "guest.toolsRunningStatus",
+]
+
+TYPE_PROPS = {
+    "Datacenter": ["name", "parent", "vmFolder"],
+    "Folder": ["name", "parent"],
+    "ComputeResource": ["name", "parent", "resourcePool", "environmentBrowser"],  # ClusterComputeResource too
+    "HostSystem": HOST_PROPS,
+    "VirtualMachine": VM_PROPS,
+}
+
+
+@dataclass
+class Obj:
+    """One object of the bulk read: its MoRef, vim type name and properties by path."""
+
+    ref: Any
+    type: str
+    props: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def moid(self) -> str:
+        return str(self.ref._moId)
+
+    def get(self, path: str, default: Any = None) -> Any:
+        value = self.props.get(path)
+        return default if value is None else value
+
+
+def observe(session: Any, datacenter: str | None = None) -> Observed:
+    """Read hosts, GPUs, profiles, clusters, folders and VMs of one datacenter in a fixed number of round trips."""
+    start = session.round_trips
+    objects = _retrieve_observed(session)
+    observed = build_observed(objects, datacenter)
+    about = session.content.about
+    observed.api_version = str(about.apiVersion)
+    observed.about = str(about.fullName)
+    _fill_profiles(session, objects, observed)
+    observed.round_trips = session.round_trips - start
+    return observed
+
+
+# ------------------------------------------------------------------------------------------ bulk retrieve
+
+
+def retrieve_all(session: Any, type_props: list[tuple[str, list[str]]], root: Any = None) -> dict[str, Obj]:
+    """One ContainerView over `root` and one paged RetrievePropertiesEx for all the given types (pyVmomi)."""
+    return _with_view_retry(session, lambda: _retrieve_all_once(session, type_props, root))
+
+
+def _retrieve_all_once(session: Any, type_props: list[tuple[str, list[str]]], root: Any) -> dict[str, Obj]:
+    from pyVmomi import vim
+
+    content = session.content
+    view = session.invoke(
+        content.viewManager.CreateContainerView,
+        root or content.rootFolder,
+        [getattr(vim, t) for t, _ in type_props],
+        True,
+    )
+    try:
+        return _collect(session, _view_spec(view, type_props))
+    finally:
+        try:
+            session.invoke(view.DestroyView)
+        except Exception as err:  # the view dies with the session anyway
+            log.debug("DestroyView failed: %s", err)
+
+
+RAW_VMS = True  # read VirtualMachine properties with the lean XML reader (vsphere/rawread.py)
+
+
+def _with_view_retry(session: Any, read: Any) -> dict[str, Obj]:
+    """Run `read` again once if the session was renewed under it: its ContainerView died with the old session."""
+    from pyVmomi import vmodl
+
+    generation = getattr(session, "generation", 0)
+    try:
+        return read()
+    except vmodl.fault.ManagedObjectNotFound:
+        if getattr(session, "generation", 0) == generation:
+            raise
+        log.info("the session was renewed during a bulk read; reading again")
+        return read()
+
+
+def _retrieve_observed(session: Any) -> dict[str, Obj]:
+    return _with_view_retry(session, lambda: _retrieve_observed_once(session))
+
+
+def _retrieve_observed_once(session: Any) -> dict[str, Obj]:
+    """Everything observe reads, over one ContainerView: the small types through pyVmomi, VMs lean."""
+    from pyVmomi import vim
+
+    content = session.content
+    types = list(TYPE_PROPS)
+    view = session.invoke(
+        content.viewManager.CreateContainerView, content.rootFolder, [getattr(vim, t) for t in types], True
+    )
+    try:
+        if not RAW_VMS:
+            return _collect(session, _view_spec(view, list(TYPE_PROPS.items())))
+        objects = _collect(session, _view_spec(view, [(t, p) for t, p in TYPE_PROPS.items() if t != "VirtualMachine"]))
+        objects.update(_vm_objects(session, view))
+        return objects
+    finally:
+        try:
+            session.invoke(view.DestroyView)
+        except Exception as err:  # the view dies with the session anyway
+            log.debug("DestroyView failed: %s", err)
+
+
+def _vm_objects(session: Any, view: Any) -> dict[str, Obj]:
+    import xml.etree.ElementTree as ET
+
+    from vgpuctl.vsphere import rawread
+
+    try:
+        vms = rawread.retrieve_vms(session, view, VM_PROPS, PAGE_SIZE)
+    except (ET.ParseError, ValueError, AttributeError, KeyError, TypeError, AssertionError) as err:
+        log.debug("lean VM read failed (%r); reading through pyVmomi", err)
+        return _collect(session, _view_spec(view, [("VirtualMachine", VM_PROPS)]))
+    return {vm.moid: vm for vm in vms}
+
+
+def _view_spec(view: Any, type_props: list[tuple[str, list[str]]]) -> Any:
+    from pyVmomi import vim, vmodl
+
+    pc_ns = vmodl.query.PropertyCollector
+    traverse = pc_ns.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)
+    return pc_ns.FilterSpec(
+        objectSet=[pc_ns.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
+        propSet=[pc_ns.PropertySpec(type=getattr(vim, t), pathSet=paths) for t, paths in type_props],
+    )
+
+
+def _collect(session: Any, spec: Any) -> dict[str, Obj]:
+    from vgpuctl.vsphere.tasks import retrieve
+
+    objects: dict[str, Obj] = {}
+    for content in retrieve(session, spec, PAGE_SIZE):
+        obj = Obj(ref=content.obj, type=type(content.obj).__name__.rsplit(".", 1)[-1])
+        for prop in content.propSet or []:
+            obj.props[prop.name] = prop.val
+        objects[obj.moid] = obj
+    return objects
+
+
+# ------------------------------------------------------------------------------------------ build Observed
+
+
+def build_observed(objects: dict[str, Obj], datacenter: str | None) -> Observed:
+    dc = _pick_datacenter(objects, datacenter)
+    in_dc = {moid for moid in objects if _datacenter_of(objects, moid) == dc.moid}
+    observed = Observed(datacenter=str(dc.get("name")))
+    vm_root = _moid(dc.get("vmFolder"))
+    observed.moids = {"datacenter": dc.moid, "vm_folder": vm_root}
+
+    for moid in sorted(in_dc):
+        obj = objects[moid]
+        if obj.type == "Folder" and _is_under(objects, moid, vm_root) and moid != vm_root:
+            path = _folder_path(objects, moid, vm_root)
+            observed.folders.append(path)
+            observed.folder_moids[path] = moid
+        elif obj.type in ("ComputeResource", "ClusterComputeResource"):
+            pool = _moid(obj.get("resourcePool"))
+            if obj.type == "ClusterComputeResource":
+                name = str(obj.get("name"))
+                observed.clusters.setdefault(name, [])
+                observed.cluster_moids[name] = moid
+                observed.cluster_pool_moids[name] = pool
+    observed.folders.sort()
+
+    for moid in sorted(in_dc, key=lambda m: str(objects[m].get("name", ""))):
+        obj = objects[moid]
+        if obj.type == "HostSystem":
+            host = _host(objects, obj)
+            observed.hosts[host.name] = host
+            if host.cluster is not None:
+                observed.clusters.setdefault(host.cluster, []).append(host.name)
+    for moid in sorted(in_dc, key=lambda m: str(objects[m].get("name", ""))):
+        obj = objects[moid]
+        if obj.type == "VirtualMachine" and "name" in obj.props:
+            vm = _vm(objects, obj, vm_root)
+            if vm.name in observed.vms:
+                observed.warnings.append(f"VM name {vm.name!r} is used more than once; only {vm.moid} is managed")
+                continue
+            observed.vms[vm.name] = vm
+    return observed
+
+
+def _pick_datacenter(objects: dict[str, Obj], name: str | None) -> Obj:
+    dcs = sorted((o for o in objects.values() if o.type == "Datacenter"), key=lambda o: str(o.get("name")))
+    if name is not None:
+        for dc in dcs:
+            if dc.get("name") == name:
+                return dc
+        known = ", ".join(str(d.get("name")) for d in dcs) or "none"
+        raise NotFound(f"datacenter {name!r} not found (datacenters: {known})")
+    if len(dcs) == 1:
+        return dcs[0]
+    if not dcs:
+        raise NotFound("vCenter has no datacenter")
+    raise UsageError(
+        "vCenter has several datacenters (" + ", ".join(str(d.get("name")) for d in dcs) + "); name one in "
+        "vcenter.datacenter"
+    )
+
+
+def _moid(ref: Any) -> str:
+    return str(ref._moId) if ref is not None else ""
+
+
+def _parents(objects: dict[str, Obj], moid: str):
+    seen = set()
+    while moid and moid in objects and moid not in seen:
+        seen.add(moid)
+        yield moid
+        moid = _moid(objects[moid].get("parent"))
+
+
+def _datacenter_of(objects: dict[str, Obj], moid: str) -> str | None:
+    for m in _parents(objects, moid):
+        if objects[m].type == "Datacenter":
+            return m
+    return None
+
+
+def _is_under(objects: dict[str, Obj], moid: str, ancestor: str) -> bool:
+    return ancestor in set(_parents(objects, moid))
+
+
+def _folder_path(objects: dict[str, Obj], moid: str, vm_root: str) -> str:
+    names = []
+    for m in _parents(objects, moid):
+        if m == vm_root:
+            break
+        names.append(str(objects[m].get("name")))
+    return "/".join(reversed(names))
+
+
+def _host(objects: dict[str, Obj], obj: Obj) -> ObservedHost:
+    parent = objects.get(_moid(obj.get("parent")))
+    cluster = str(parent.get("name")) if parent is not None and parent.type == "ClusterComputeResource" else None
+    api = str(obj.get("config.product.apiVersion") or obj.get("summary.config.product.apiVersion") or "")
+    host = ObservedHost(
+        name=str(obj.get("name")),
+        moid=obj.moid,
+        cluster=cluster,
+        connection_state=str(obj.get("runtime.connectionState") or "connected"),
+        in_maintenance=bool(obj.get("runtime.inMaintenanceMode", False)),
+        power_state=str(obj.get("runtime.powerState") or "poweredOn"),
+        api_version=api or ObservedHost.api_version,
+        offered_profiles=sorted(str(p) for p in obj.get("config.sharedPassthruGpuTypes", [])),
+        max_vgpus_per_vm=max_vgpus_for(api),
+        resource_pool_moid=_moid(parent.get("resourcePool")) if parent is not None else "",
+        environment_browser_moid=_moid(parent.get("environmentBrowser")) if parent is not None else "",
+        graphics_manager_moid=_moid(obj.get("configManager.graphicsManager")),
+    )
+    config = obj.get("config.graphicsConfig")
+    if config is not None:
+        host.default_graphics_type = str(config.hostDefaultGraphicsType or host.default_graphics_type)
+        host.assignment_policy = str(config.sharedPassthruAssignmentPolicy or host.assignment_policy)
+    pci = {str(d.id): d for d in obj.get("hardware.pciDevice", [])}
+    for info in obj.get("config.graphicsInfo", []):
+        host.gpus.append(_gpu(objects, info, pci.get(str(info.pciId))))
+    host.gpus.sort(key=lambda g: g.pci_id)
+    return host
+
+
+def _gpu(objects: dict[str, Obj], info: Any, pci: Any) -> ObservedGpu:
+    vms = sorted(str(objects[_moid(v)].get("name")) for v in (info.vm or []) if _moid(v) in objects)
+    gpu = ObservedGpu(
+        pci_id=str(info.pciId),
+        device_name=str(info.deviceName or ""),
+        memory_kb=int(info.memorySizeInKB or 0),
+        graphics_type=str(info.graphicsType or "basic"),
+        vgpu_mode=str(getattr(info, "vgpuMode", None) or "none"),
+        vms=vms,
+    )
+    if pci is not None:
+        gpu.vendor_id = int(pci.vendorId) & 0xFFFF
+        gpu.device_id = int(pci.deviceId) & 0xFFFF
+    return gpu
+
+
+def max_vgpus_for(api_version: str) -> int:
+    """vGPUs per VM: 4 before vSphere 8.0, 8 from 8.0 (docs/gpu-rules.md)."""
+    match = re.match(r"(\d+)", api_version or "")
+    return 8 if match and int(match.group(1)) >= 8 else 4
+
+
+def _vm(objects: dict[str, Obj], obj: Obj, vm_root: str) -> ObservedVm:
+    host_obj = objects.get(_moid(obj.get("runtime.host")))
+    host = str(host_obj.get("name")) if host_obj is not None else None
+    cluster = None
+    if host_obj is not None:
+        parent = objects.get(_moid(host_obj.get("parent")))
+        if parent is not None and parent.type == "ClusterComputeResource":
+            cluster = str(parent.get("name"))
+    folder_moid = _moid(obj.get("parent"))
+    folder = _folder_path(objects, folder_moid, vm_root) if folder_moid in objects else None
+    vm = ObservedVm(
+        name=str(obj.get("name")),
+        moid=obj.moid,
+        is_template=bool(obj.get("config.template", False)),
+        host=host,
+        cluster=cluster,
+        folder=folder or None,
+        power_state=str(obj.get("runtime.powerState") or "poweredOff"),
+        cpus=int(obj.get("config.hardware.numCPU", 1)),
+        memory_mb=int(obj.get("config.hardware.memoryMB", 1024)),
+        memory_reservation_locked=bool(obj.get("config.memoryReservationLockedToMax", False)),
+        memory_reservation_mb=int(obj.get("config.memoryAllocation.reservation", 0) or 0),
+        firmware=str(obj.get("config.firmware") or "bios"),
+        hardware_version=str(obj.get("config.version") or ""),
+        extra_config={str(o.key): str(o.value) for o in obj.get("config.extraConfig", [])},
+        guest_state=str(obj.get("guest.guestState") or "notRunning"),
+        tools_running=obj.get("guest.toolsRunningStatus") == "guestToolsRunning",
+        guest_ips=_guest_ips(obj),
+    )
+    vm.vgpus, vm.other_passthrough = split_devices(obj.get("config.hardware.device", []))
+    return vm
+
+
+def split_devices(devices: list[Any]) -> tuple[list[ObservedVgpu], int]:
+    """vGPUs (VirtualPCIPassthrough whose backing IS a VmiopBackingInfo) and the count of other passthrough."""
+    from pyVmomi import vim
+
+    vgpus: list[ObservedVgpu] = []
+    other = 0
+    for dev in devices:
+        if not isinstance(dev, vim.vm.device.VirtualPCIPassthrough):
+            continue
+        if isinstance(dev.backing, vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo) and dev.backing.vgpu:
+            group = getattr(dev, "deviceGroupInfo", None)
+            vgpus.append(
+                ObservedVgpu(
+                    key=int(dev.key),
+                    profile=str(dev.backing.vgpu),
+                    device_group_key=int(group.groupInstanceKey) if group is not None else None,
+                )
+            )
+        else:
+            other += 1
+    vgpus.sort(key=lambda v: v.key)
+    return vgpus, other
+
+
+def _guest_ips(obj: Obj) -> list[str]:
+    ips: list[str] = []
+    primary = obj.get("guest.ipAddress")
+    if primary:
+        ips.append(str(primary))
+    for nic in obj.get("guest.net", []):
+        for ip in nic.ipAddress or []:
+            if str(ip) not in ips:
+                ips.append(str(ip))
+    return ips
+
+
+# ------------------------------------------------------------------------------------------ profiles
+
+_PROFILE_FB = re.compile(r"^grid_[a-z0-9]+-(?:(\d+)-)?(\d+)([abcq])$")
+
+
+def profile_from_name(name: str) -> ObservedProfile:
+    """Fallback when the host cannot describe its profiles: sizes from the name (grid_a100-3-20c)."""
+    match = _PROFILE_FB.match(name.lower())
+    if not match:
+        return ObservedProfile(name=name, fb_gb=0)
+    slices, fb, series = match.groups()
+    return ObservedProfile(
+        name=name,
+        fb_gb=int(fb),
+        sharing="mig" if slices else "timeSliced",
+        profile_class="quadro" if series == "q" else "compute",
+    )
+
+
+PROFILE_INFO_API = (7, 0, 3)  # RetrieveVgpuProfileInfo
+
+
+def _at_least(version: str, wanted: tuple[int, ...]) -> bool:
+    parts = tuple(int(p) for p in re.findall(r"\d+", version or "")[: len(wanted)])
+    return parts >= wanted
+
+
+def host_signature(host: ObservedHost) -> tuple:
+    return (
+        host.api_version,
+        tuple(host.offered_profiles),
+        tuple(sorted((g.device_name, g.vgpu_mode, g.graphics_type) for g in host.gpus)),
+    )
+
+
+def _fill_profiles(session: Any, objects: dict[str, Obj], observed: Observed) -> None:
+    """One RetrieveVgpuProfileInfo per distinct host signature; sizes from names when the host cannot say."""
+    cache: dict[tuple, dict[str, ObservedProfile]] = {}
+    for host in observed.hosts.values():
+        if not host.offered_profiles or host.connection_state != "connected":
+            host.profiles = {p: profile_from_name(p) for p in host.offered_profiles}
+            continue
+        if not (_at_least(observed.api_version, PROFILE_INFO_API) and _at_least(host.api_version, PROFILE_INFO_API)):
+            host.profiles = {p: profile_from_name(p) for p in host.offered_profiles}
+            continue
+        sig = host_signature(host)
+        if sig not in cache:
+            cache[sig] = _retrieve_profiles(session, objects, host)
+        known = cache[sig]
+        host.profiles = {p: known.get(p) or profile_from_name(p) for p in host.offered_profiles}
+
+
+def _retrieve_profiles(session: Any, objects: dict[str, Obj], host: ObservedHost) -> dict[str, ObservedProfile]:
+    from pyVmomi import vmodl
+
+    gm_ref = objects[host.moid].get("configManager.graphicsManager")
+    if gm_ref is None:
+        return {}
+    try:
+        infos = session.invoke(gm_ref.RetrieveVgpuProfileInfo) or []
+    except vmodl.MethodFault as err:  # too old (MethodNotFound), not responding, ...: sizes from the names
+        log.debug("%s cannot describe its vGPU profiles (%s); using the names", host.name, type(err).__name__)
+        return {}
+    result: dict[str, ObservedProfile] = {}
+    for info in infos:
+        name = str(info.profileName)
+        fallback = profile_from_name(name)
+        result[name] = ObservedProfile(
+            name=name,
+            fb_gb=int(info.fbSizeInGib or fallback.fb_gb),
+            sharing=str(info.profileSharing or fallback.sharing),
+            profile_class=str(info.profileClass or fallback.profile_class),
+        )
+    return result
+
+
+# ------------------------------------------------------------------------------------------ NVLink
+
+
+def set_nvlink_sets(observed: Observed, host: str, sets: list[list[str]]) -> None:
+    """Record NVLink-connected GPU sets read elsewhere (vgpuctl.hostfacts.nvlink_sets, from the ESXi shell).
+
+    vCenter does not say which physical GPUs are linked, so the bulk read leaves `nvlink_set` None; this numbers
+    each set (0, 1, ...) on its GPUs, and clears GPUs in no set.
+    """
+    index = {pci.lower(): i for i, group in enumerate(sets) for pci in group}
+    for gpu in observed.hosts[host].gpus:
+        gpu.nvlink_set = index.get(gpu.pci_id.lower())

@@ -1,0 +1,215 @@
+"""A lean reader for the biggest bulk read: VirtualMachine properties straight from the SOAP XML.
+
+pyVmomi builds a full Python object for every one of a VM's devices (controllers, disks, NICs, ...), and that
+deserialization is most of the client time of an observe of a thousand VMs. Here the same
+RetrievePropertiesEx request (serialized by pyVmomi, sent over the session's own stub, counted as a round trip)
+is answered into ElementTree (C parser) and only what vgpuctl reads is converted. Devices are still
+type-checked against pyVmomi's class hierarchy (`issubclass` on the class the XML type names), and only PCI
+passthrough devices are materialized, as real pyVmomi objects, so `observe.split_devices` stays the one
+place that decides what a vGPU is. Faults are deserialized by pyVmomi and raised as usual.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import threading
+import xml.etree.ElementTree as ET
+from types import SimpleNamespace
+from typing import Any
+
+NS = "urn:vim25"
+XSI_TYPE = "{http://www.w3.org/2001/XMLSchema-instance}type"
+_Q = "{" + NS + "}"
+
+_class_cache: dict[str, Any] = {}
+_class_lock = threading.Lock()
+
+
+def invoke_raw(stub: Any, mo: Any, method: str, args: list[Any]) -> bytes:
+    """One counted SOAP call whose 200 body is returned as bytes; a SOAP fault is raised as pyVmomi's fault."""
+    import http.client
+
+    from pyVmomi.SoapAdapter import SoapResponseDeserializer
+
+    info = mo._GetMethodInfo(method)
+    request = stub.SerializeRequest(mo, info, args)
+    headers = {
+        "Cookie": stub.cookie,
+        "SOAPAction": stub.versionId,
+        "Content-Type": "text/xml; charset=UTF-8",
+        "Accept-Encoding": "gzip",
+    }
+    stub.count_round_trip()
+    conn = stub.GetConnection()
+    try:
+        conn.request("POST", stub.path, request, headers)
+        resp = conn.getresponse()
+        body = resp.read()
+    except (OSError, http.client.HTTPException):
+        conn.close()
+        stub.DropConnections()
+        raise
+    stub.ReturnConnection(conn)
+    if (resp.getheader("Content-Encoding") or "").lower() == "gzip":
+        body = gzip.decompress(body)
+    if resp.status == 200:
+        return body
+    if resp.status == 500:
+        fault = SoapResponseDeserializer(stub).Deserialize(io.BytesIO(body), info.result)
+        if isinstance(fault, BaseException):
+            raise fault
+    raise http.client.HTTPException(f"{resp.status} {resp.reason}")
+
+
+def retrieve_vms(session: Any, view: Any, paths: list[str], page_size: int) -> list[Any]:
+    """VirtualMachine objects of a ContainerView as observe.Obj, paged, under Session.invoke."""
+    from pyVmomi import vim, vmodl
+
+    pc_ns = vmodl.query.PropertyCollector
+    spec = pc_ns.FilterSpec(
+        objectSet=[
+            pc_ns.ObjectSpec(
+                obj=view,
+                skip=True,
+                selectSet=[pc_ns.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)],
+            )
+        ],
+        propSet=[pc_ns.PropertySpec(type=vim.VirtualMachine, pathSet=paths)],
+    )
+    stub = session.stub
+    pc = session.content.propertyCollector
+
+    def run() -> list[Any]:
+        out: list[Any] = []
+        body = invoke_raw(stub, pc, "RetrievePropertiesEx", [[spec], pc_ns.RetrieveOptions(maxObjects=page_size)])
+        while body:
+            ret = ET.fromstring(body).find(f".//{_Q}returnval")
+            if ret is None:
+                break
+            for elem in ret.findall(f"{_Q}objects"):
+                out.append(_object(elem, stub))
+            token = ret.findtext(f"{_Q}token")
+            if not token:
+                break
+            body = invoke_raw(stub, pc, "ContinueRetrievePropertiesEx", [token])
+        return out
+
+    return session.invoke(run)
+
+
+# ------------------------------------------------------------------------------------------ conversion
+
+
+def _object(elem: ET.Element, stub: Any) -> Any:
+    from vgpuctl.vsphere.observe import Obj
+
+    ref_elem = elem.find(f"{_Q}obj")
+    assert ref_elem is not None
+    obj = Obj(ref=_ref(ref_elem), type=ref_elem.get("type", "VirtualMachine"))
+    for missing in elem.findall(f"{_Q}missingSet"):
+        fault = missing.find(f"{_Q}fault/{_Q}fault")
+        if fault is not None and _local(fault.get(XSI_TYPE, "")) == "NotAuthenticated":
+            from pyVmomi import vim
+
+            raise vim.fault.NotAuthenticated()
+    for prop in elem.findall(f"{_Q}propSet"):
+        name = prop.findtext(f"{_Q}name") or ""
+        val = prop.find(f"{_Q}val")
+        if val is not None:
+            obj.props[name] = _CONVERT.get(name, _text)(val, stub)
+    return obj
+
+
+def _local(type_name: str) -> str:
+    return type_name.rsplit(":", 1)[-1]
+
+
+def _vim_class(type_name: str) -> Any:
+    name = _local(type_name)
+    with _class_lock:
+        cls = _class_cache.get(name)
+        if cls is None:
+            from pyVmomi import VmomiSupport
+
+            try:
+                cls = VmomiSupport.GetWsdlType(NS, name)
+            except KeyError:
+                cls = type(None)  # unknown to this pyVmomi: never a vGPU
+            _class_cache[name] = cls
+    return cls
+
+
+def _ref(elem: ET.Element) -> Any:
+    return SimpleNamespace(_moId=elem.text or "", _wsdlName=elem.get("type", ""))
+
+
+def _text(elem: ET.Element, stub: Any) -> str:
+    return elem.text or ""
+
+
+def _int(elem: ET.Element, stub: Any) -> int:
+    return int(elem.text or 0)
+
+
+def _bool(elem: ET.Element, stub: Any) -> bool:
+    return (elem.text or "").strip().lower() in ("true", "1")
+
+
+def _ref_val(elem: ET.Element, stub: Any) -> Any:
+    return _ref(elem)
+
+
+def _options(elem: ET.Element, stub: Any) -> list[Any]:
+    return [
+        SimpleNamespace(key=o.findtext(f"{_Q}key") or "", value=o.findtext(f"{_Q}value") or "")
+        for o in elem.findall(f"{_Q}OptionValue")
+    ]
+
+
+def _nics(elem: ET.Element, stub: Any) -> list[Any]:
+    return [
+        SimpleNamespace(ipAddress=[ip.text or "" for ip in nic.findall(f"{_Q}ipAddress")])
+        for nic in elem.findall(f"{_Q}GuestNicInfo")
+    ]
+
+
+def _devices(elem: ET.Element, stub: Any) -> list[Any]:
+    """Only PCI passthrough devices, as pyVmomi objects: the rest is never read by vgpuctl."""
+    from pyVmomi import vim
+
+    out = []
+    for dev in elem.findall(f"{_Q}VirtualDevice"):
+        cls = _vim_class(dev.get(XSI_TYPE, ""))
+        if not (isinstance(cls, type) and issubclass(cls, vim.vm.device.VirtualPCIPassthrough)):
+            continue
+        device = cls(key=int(dev.findtext(f"{_Q}key") or 0))
+        backing = dev.find(f"{_Q}backing")
+        if backing is not None:
+            bcls = _vim_class(backing.get(XSI_TYPE, ""))
+            if isinstance(bcls, type) and issubclass(bcls, vim.vm.device.VirtualDevice.BackingInfo):
+                device.backing = bcls()
+                if issubclass(bcls, vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo):
+                    device.backing.vgpu = backing.findtext(f"{_Q}vgpu")
+        group = dev.find(f"{_Q}deviceGroupInfo")
+        if group is not None:
+            device.deviceGroupInfo = vim.vm.device.VirtualDevice.DeviceGroupInfo(
+                groupInstanceKey=int(group.findtext(f"{_Q}groupInstanceKey") or 0),
+                sequenceId=int(group.findtext(f"{_Q}sequenceId") or 0),
+            )
+        out.append(device)
+    return out
+
+
+_CONVERT = {
+    "parent": _ref_val,
+    "runtime.host": _ref_val,
+    "config.template": _bool,
+    "config.memoryReservationLockedToMax": _bool,
+    "config.hardware.numCPU": _int,
+    "config.hardware.memoryMB": _int,
+    "config.memoryAllocation.reservation": _int,
+    "config.extraConfig": _options,
+    "config.hardware.device": _devices,
+    "guest.net": _nics,
+}

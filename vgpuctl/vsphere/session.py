@@ -1,0 +1,304 @@
+"""One authenticated vCenter session per run: TLS policy, round-trip counting, re-login on expiry.
+
+TLS is verified by default against the system CAs (or `ca_file`). A pinned sha256 `thumbprint` replaces CA
+verification: every new TLS connection of the session compares the server certificate's digest with it
+(pyVmomi's own pinning is only consulted when CA verification fails, so it is not used). `insecure` turns
+verification off; the CLI warns about it.
+
+pyVmomi is imported lazily so that importing this module stays cheap for the CLI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import logging
+import re
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from vgpuctl.errors import AuthenticationError, ConnectionFailure, TlsError, UsageError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Namespace used for the very first call (RetrieveServiceContent); every vCenter still accepts it. The
+# session then moves to the newest namespace pyVmomi knows that the server's about.apiVersion allows.
+_BOOTSTRAP_NAMESPACE = "vim25/6.0"
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    url: str
+    username: str
+    password: str = field(default="", repr=False)
+    insecure: bool = False
+    ca_file: str | None = None
+    thumbprint: str | None = None  # sha256 of the server certificate (hex, colons allowed)
+    timeout_s: float | None = 120.0  # per HTTP request
+
+    @property
+    def sdk_url(self) -> str:
+        return normalize_url(self.url)
+
+    @property
+    def pinned_sha256(self) -> str | None:
+        return normalize_thumbprint(self.thumbprint) if self.thumbprint else None
+
+
+def normalize_url(url: str) -> str:
+    """`vc.example.com` -> `https://vc.example.com/sdk`; user info (govc style) is dropped."""
+    if "://" not in url:
+        url = "https://" + url
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http"):
+        raise UsageError(f"vCenter URL must use https: {url!r}")
+    host = parts.hostname or ""
+    if not host:
+        raise UsageError(f"vCenter URL has no host: {url!r}")
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port:
+        netloc += f":{parts.port}"
+    path = parts.path if parts.path not in ("", "/") else "/sdk"
+    return urlunsplit((parts.scheme, netloc, path, "", ""))
+
+
+def normalize_thumbprint(thumbprint: str) -> str:
+    digest = thumbprint.replace(":", "").replace(" ", "").lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise UsageError("TLS thumbprint must be a SHA-256 digest: 64 hex digits, colons allowed")
+    return digest
+
+
+def sha256_colon(digest_hex: str) -> str:
+    return ":".join(digest_hex[i : i + 2] for i in range(0, len(digest_hex), 2)).upper()
+
+
+def ssl_context(settings: ConnectionSettings) -> ssl.SSLContext:
+    if settings.insecure or settings.pinned_sha256:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    try:
+        return ssl.create_default_context(cafile=settings.ca_file)
+    except (OSError, ssl.SSLError) as err:
+        raise TlsError(f"cannot load CA file {settings.ca_file}: {err}") from err
+
+
+def _pinned_connection_class(expected: str, url: str) -> type[http.client.HTTPSConnection]:
+    class PinnedHTTPSConnection(http.client.HTTPSConnection):
+        def connect(self) -> None:
+            super().connect()
+            der = self.sock.getpeercert(binary_form=True) or b""
+            actual = hashlib.sha256(der).hexdigest()
+            if actual != expected:
+                self.close()
+                raise TlsError(
+                    f"TLS thumbprint mismatch for {url}: expected {sha256_colon(expected)}, "
+                    f"server presented {sha256_colon(actual)}"
+                )
+
+    return PinnedHTTPSConnection
+
+
+def _counting_stub_class() -> type:
+    from pyVmomi.SoapAdapter import SoapStubAdapter
+
+    class CountingStub(SoapStubAdapter):
+        """Counts every SOAP request (property reads through accessors go through InvokeMethod too)."""
+
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self.round_trips = 0
+            self._count_lock = threading.Lock()
+
+        def count_round_trip(self) -> None:
+            with self._count_lock:
+                self.round_trips += 1
+
+        def InvokeMethod(self, mo, info, args, outerStub=None):
+            self.count_round_trip()
+            return super().InvokeMethod(mo, info, args, outerStub)
+
+    return CountingStub
+
+
+def _version_tuple(text: str) -> tuple[int, ...] | None:
+    if not re.fullmatch(r"\d+(\.\d+)*", text):
+        return None
+    return tuple(int(p) for p in text.split("."))
+
+
+def pick_vim_version(api_version: str) -> str:
+    """The newest vim25 namespace pyVmomi knows that is not newer than the server's apiVersion."""
+    from pyVmomi import VmomiSupport
+
+    server = _version_tuple(api_version) or (6, 0)
+    best: tuple[tuple[int, ...], str] | None = None
+    for ns, name in VmomiSupport.versionMap.items():
+        if not ns.startswith("vim25/"):
+            continue
+        ver = _version_tuple(ns.split("/", 1)[1])
+        if ver is None or ver > server + (0,) * (len(ver) - len(server)):
+            continue
+        if best is None or ver > best[0]:
+            best = (ver, name)
+    return best[1] if best else VmomiSupport.versionMap[_BOOTSTRAP_NAMESPACE]
+
+
+class Session:
+    """A logged-in vCenter session. Use `open_session`; it is a context manager that logs out on exit."""
+
+    def __init__(self, settings: ConnectionSettings):
+        from pyVmomi import VmomiSupport, vim
+
+        self.settings = settings
+        self.url = settings.sdk_url
+        if self.url.startswith("http:") and not settings.insecure:
+            raise UsageError(f"{self.url} is plain http: the password would cross the network in clear; use https")
+        self._login_lock = threading.Lock()
+        self._generation = 0
+        self._closed = False
+        stub_class = _counting_stub_class()
+        kwargs: dict[str, Any] = {
+            "url": self.url,
+            "version": VmomiSupport.versionMap[_BOOTSTRAP_NAMESPACE],
+            "poolSize": 16,
+            "httpConnectionTimeout": settings.timeout_s,
+        }
+        if self.url.startswith("https:"):
+            kwargs["sslContext"] = ssl_context(settings)
+        self._stub = stub_class(**kwargs)
+        pinned = settings.pinned_sha256
+        if pinned:
+            self._stub.scheme = _pinned_connection_class(pinned, self.url)
+        self.si = vim.ServiceInstance("ServiceInstance", self._stub)
+        self.content = self._call(self.si.RetrieveContent)
+        self.api_version = str(self.content.about.apiVersion)
+        self._stub.ComputeVersionInfo(pick_vim_version(self.api_version))
+        self._login()
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def round_trips(self) -> int:
+        return self._stub.round_trips
+
+    @property
+    def stub(self) -> Any:
+        return self._stub
+
+    @property
+    def generation(self) -> int:
+        """How many times the session was renewed; objects a server keeps per session (views) die with it."""
+        return self._generation
+
+    def invoke(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Call `fn`; on NotAuthenticated log in once more and retry once, then fail clearly."""
+        from pyVmomi import vim
+
+        generation = self._generation
+        try:
+            return self._call(fn, *args, **kwargs)
+        except vim.fault.NotAuthenticated:
+            log.info("vCenter session expired; logging in again")
+        self._relogin(generation)
+        try:
+            return self._call(fn, *args, **kwargs)
+        except vim.fault.NotAuthenticated as err:
+            raise AuthenticationError(
+                f"vCenter at {self.url} rejected the session again right after a new login ({_msg(err)})"
+            ) from err
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            manager = self.content.sessionManager
+            if manager is not None:
+                manager.Logout()
+        except Exception as err:  # a failed logout must not hide the run's own result
+            log.debug("logout failed: %s", err)
+        finally:
+            self._stub.DropConnections()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Session(url={self.url!r}, user={self.settings.username!r}, round_trips={self.round_trips})"
+
+    # ----------------------------------------------------------------- private
+
+    def _login(self) -> None:
+        from pyVmomi import vim
+
+        manager = self.content.sessionManager
+        if manager is None:
+            raise ConnectionFailure(f"{self.url} is not a vCenter SOAP endpoint (no session manager)")
+        try:
+            self._call(manager.Login, self.settings.username, self.settings.password)
+        except vim.fault.InvalidLogin as err:
+            raise AuthenticationError(
+                f"login to {self.url} as {self.settings.username!r} failed: wrong user name or password"
+            ) from err
+
+    def _relogin(self, generation: int) -> None:
+        with self._login_lock:
+            if self._generation != generation:
+                return  # another thread renewed the session meanwhile
+            # Log in without the old cookie: a server that still knows it would refuse a second Login.
+            self._stub.SetSessionId(None)
+            self._login()
+            self._generation += 1
+
+    def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run one SOAP call, turning transport failures into ConnectionFailure/TlsError."""
+        try:
+            return fn(*args, **kwargs)
+        except TlsError:
+            raise
+        except ssl.SSLCertVerificationError as err:
+            raise TlsError(
+                f"TLS certificate of {self.url} is not trusted ({err.verify_message}); give a CA file, pin its "
+                "sha256 thumbprint, or use --insecure"
+            ) from err
+        except ssl.SSLError as err:
+            raise TlsError(f"TLS handshake with {self.url} failed: {err}") from err
+        except (ConnectionError, socket.gaierror, TimeoutError, http.client.HTTPException) as err:
+            raise ConnectionFailure(f"cannot reach vCenter at {self.url}: {_transport_msg(err)}") from err
+        except OSError as err:
+            raise ConnectionFailure(f"cannot reach vCenter at {self.url}: {_transport_msg(err)}") from err
+
+
+def _transport_msg(err: BaseException) -> str:
+    if isinstance(err, socket.gaierror):
+        return f"name resolution failed ({err.strerror})"
+    if isinstance(err, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(err, TimeoutError | socket.timeout):
+        return "timed out"
+    text = str(err) or type(err).__name__
+    return text
+
+
+def _msg(err: BaseException) -> str:
+    return getattr(err, "msg", None) or str(err) or type(err).__name__
+
+
+def open_session(settings: ConnectionSettings) -> Session:
+    """Connect and log in. The returned Session is a context manager: `with open_session(s) as session:`."""
+    if settings.insecure:
+        log.info("TLS verification is off for %s", settings.sdk_url)
+    return Session(settings)
