@@ -1,0 +1,60 @@
+"""Shared fixtures: gpusim, the GPU farm simulator (tests/vcsim), started on a free loopback port.
+
+- `gpusim`: one default farm for the whole session (DC0 / GPU-Cluster, 4 hosts x 4 A100-40GB in NVLink
+  pairs, sharedDirect, template ubuntu-22.04-ml). Tests that change it must undo their changes.
+- `gpusim_factory(farm=None, args=())`: a private farm per test; `farm` is a dict (JSON farm file),
+  YAML text or a Path; `args` are extra gpusim flags. Stopped when the test ends.
+- `gpusim_session_factory`: the same for module- or session-scoped fixtures; stopped at session end.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpusim import BINARY, Gpusim, GpusimError
+
+Factory = Callable[..., Gpusim]
+
+
+def _require_toolchain() -> None:
+    if shutil.which("go") is None and not BINARY.exists():
+        pytest.skip("gpusim needs the Go toolchain (go) to build tests/vcsim")
+
+
+def _factory(stack: list[Gpusim], base: Path) -> Factory:
+    def start(farm: dict[str, Any] | str | Path | None = None, args: Sequence[str] = (), **kwargs: Any) -> Gpusim:
+        _require_toolchain()
+        workdir = base / f"gpusim-{len(stack)}"
+        try:
+            sim = Gpusim.start(args=args, farm=farm, workdir=workdir, **kwargs)
+        except GpusimError as err:
+            pytest.fail(str(err))
+        stack.append(sim)
+        return sim
+
+    return start
+
+
+@pytest.fixture(scope="session")
+def gpusim_session_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Factory]:
+    stack: list[Gpusim] = []
+    yield _factory(stack, tmp_path_factory.mktemp("gpusim-session"))
+    for sim in reversed(stack):
+        sim.stop()
+
+
+@pytest.fixture(scope="session")
+def gpusim(gpusim_session_factory: Factory) -> Gpusim:
+    return gpusim_session_factory()
+
+
+@pytest.fixture
+def gpusim_factory(tmp_path: Path) -> Iterator[Factory]:
+    stack: list[Gpusim] = []
+    yield _factory(stack, tmp_path)
+    for sim in reversed(stack):
+        sim.stop()

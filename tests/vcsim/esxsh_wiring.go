@@ -1,0 +1,236 @@
+package main
+
+// Wiring of the ESXi shell (internal/esxsh) to the GPU farm (internal/farm): the farm-backed
+// esxsh.Backend, the SSH flags, the files written next to the env (known_hosts, host map) and the
+// control routes under /gpusim/ssh.
+
+import (
+	"crypto/sha256"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+
+	"gpusim/internal/esxsh"
+	"gpusim/internal/farm"
+)
+
+// driverVersion is the NVIDIA vGPU manager version the simulated hosts report.
+const driverVersion = "550.90.05"
+
+// sshFlags are gpusim's SSH options.
+type sshFlags struct {
+	disabled       bool
+	user           string
+	authorizedKeys string
+	portBase       int
+}
+
+// addSSHFlags registers the SSH options on fs.
+func addSSHFlags(fs *flag.FlagSet) *sshFlags {
+	f := &sshFlags{}
+	fs.BoolVar(&f.disabled, "no-ssh", false, "do not serve the ESXi shell over SSH")
+	fs.StringVar(&f.user, "ssh-user", "root", "login name of the simulated ESXi hosts (password: gpusim's password)")
+	fs.StringVar(&f.authorizedKeys, "ssh-authorized-keys", "", "authorized_keys file whose keys may log in to every host")
+	fs.IntVar(&f.portBase, "ssh-port-base", 0, "first SSH port (host i, by name, gets base+i); 0 = free ports")
+	return f
+}
+
+// startESXiShell starts the SSH endpoints of every farm host and writes ssh_known_hosts and
+// ssh_hosts.json into outDir (next to the env file). stateDir keeps the host keys across restarts.
+func startESXiShell(f *farm.Farm, fl *sshFlags, password, stateDir, outDir string, logf func(string, ...any)) (*esxsh.Server, error) {
+	var keys []ssh.PublicKey
+	if fl.authorizedKeys != "" {
+		var err error
+		if keys, err = readAuthorizedKeys(fl.authorizedKeys); err != nil {
+			return nil, err
+		}
+	}
+	srv := esxsh.New(esxsh.Config{
+		Backend: &farmBackend{farm: f}, User: fl.user, Password: password, AuthorizedKeys: keys,
+		StateDir: stateDir, PortBase: fl.portBase, Logf: logf,
+	})
+	if err := srv.Start(); err != nil {
+		_ = srv.Close()
+		return nil, err
+	}
+	if err := writeSSHFiles(srv, outDir, stateDir); err != nil {
+		_ = srv.Close()
+		return nil, err
+	}
+	return srv, nil
+}
+
+// writeSSHFiles writes ssh_known_hosts and ssh_hosts.json next to the env file; without one, into the
+// state directory, else into a temporary directory removed when the server stops.
+func writeSSHFiles(srv *esxsh.Server, outDir, stateDir string) error {
+	if outDir == "" {
+		outDir = stateDir
+	}
+	if outDir == "" {
+		dir, err := os.MkdirTemp("", "gpusim-ssh-")
+		if err != nil {
+			return err
+		}
+		srv.RemoveOnClose(dir)
+		outDir = dir
+	}
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return err
+	}
+	_, _, err := srv.WriteFiles(outDir)
+	return err
+}
+
+func readAuthorizedKeys(path string) ([]ssh.PublicKey, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("ssh authorized keys: %w", err)
+	}
+	var keys []ssh.PublicKey
+	for len(strings.TrimSpace(string(data))) > 0 {
+		key, _, _, rest, err := ssh.ParseAuthorizedKey(data)
+		if err != nil {
+			return nil, fmt.Errorf("ssh authorized keys %s: %w", path, err)
+		}
+		keys = append(keys, key)
+		data = rest
+	}
+	return keys, nil
+}
+
+// sshEnv is what gpusim adds to the environment it prints.
+func sshEnv(srv *esxsh.Server) [][2]string {
+	info := srv.Info()
+	env := [][2]string{{"GPUSIM_SSH_USER", info.User}}
+	if info.KnownHosts != "" {
+		env = append(env, [2]string{"GPUSIM_SSH_KNOWN_HOSTS", info.KnownHosts})
+	}
+	if info.HostMap != "" {
+		env = append(env, [2]string{"GPUSIM_SSH_HOSTS", info.HostMap})
+	}
+	return env
+}
+
+// sshControlRoutes are the control routes of the SSH side, by pattern, for gpusim's /gpusim/ mux.
+func sshControlRoutes(srv *esxsh.Server) map[string]http.Handler {
+	h := srv.ControlHandler("/gpusim/ssh")
+	return map[string]http.Handler{"/gpusim/ssh": h, "/gpusim/ssh/": h}
+}
+
+// farmBackend is the esxsh.Backend over the farm: the shell and the vSphere API share one state.
+type farmBackend struct {
+	farm *farm.Farm
+}
+
+func (b *farmBackend) HostNames() []string {
+	var names []string
+	for _, h := range b.farm.Hosts() {
+		names = append(names, h.Name)
+	}
+	return names
+}
+
+func (b *farmBackend) Reachable(name string) bool { return b.farm.Reachable(name) }
+
+func (b *farmBackend) Host(name string) (esxsh.Host, error) {
+	info, err := b.farm.Host(name)
+	if err != nil {
+		return esxsh.Host{}, err
+	}
+	return hostView(info), nil
+}
+
+func (b *farmBackend) SetMIGMode(host string, idx int, enable bool) (esxsh.MIGChange, error) {
+	gpus, err := b.farm.GPUs(host)
+	if err != nil {
+		return 0, err
+	}
+	if idx < 0 || idx >= len(gpus) {
+		return 0, fmt.Errorf("GPU %d: %w", idx, farm.ErrNotFound)
+	}
+	res, err := b.farm.SetMIGMode(host, gpus[idx].PCIID, enable)
+	switch {
+	case err != nil:
+		return 0, err
+	case res.Applied:
+		return esxsh.MIGApplied, nil
+	case gpus[idx].Model.MIGApply == "reboot":
+		return esxsh.MIGPendingReset, nil
+	}
+	return esxsh.MIGPendingBusy, nil
+}
+
+func (b *farmBackend) ModuleOptions(host, module string) (string, bool, error) {
+	opts, err := b.farm.ModuleOptions(host, module)
+	if errors.Is(err, farm.ErrNotFound) {
+		if _, herr := b.farm.Host(host); herr != nil {
+			return "", false, herr
+		}
+		return "", false, nil
+	}
+	// esxcli shows the configured string (what the next boot uses), like the real host.
+	return opts.Configured, err == nil, err
+}
+
+func (b *farmBackend) SetModuleOptions(host, module, options string) error {
+	return b.farm.SetModuleOptions(host, module, options)
+}
+
+var architectures = map[string]string{"a100": "Ampere", "a100d": "Ampere", "h100": "Hopper", "l40s": "Ada Lovelace"}
+
+// linkSpeed is the per-link NVLink bandwidth nvidia-smi prints (NVLink 3 / NVLink 4).
+var linkSpeed = map[string]float64{"a100": 25, "a100d": 25, "h100": 26.562}
+
+// nvidiaBusID turns a vSphere PCI id (0000:3b:00.0) into nvidia-smi's form (00000000:3B:00.0).
+func nvidiaBusID(pciID string) string {
+	parts := strings.SplitN(pciID, ":", 2)
+	if len(parts) != 2 {
+		return strings.ToUpper(pciID)
+	}
+	return fmt.Sprintf("%08s", strings.ToUpper(parts[0])) + ":" + strings.ToUpper(parts[1])
+}
+
+// gpuUUID derives a stable GPU UUID from host and PCI id.
+func gpuUUID(host, pciID string) string {
+	h := fmt.Sprintf("%x", sha256.Sum256([]byte(host+"/"+pciID)))
+	return fmt.Sprintf("GPU-%s-%s-%s-%s-%s", h[0:8], h[8:12], h[12:16], h[16:20], h[20:32])
+}
+
+// hostView maps a farm snapshot to the shell's view.
+func hostView(info farm.HostInfo) esxsh.Host {
+	h := esxsh.Host{Name: info.Name, DriverVersion: driverVersion}
+	index := map[string]int{}
+	for _, g := range info.GPUs {
+		index[g.PCIID] = g.Index
+	}
+	for _, g := range info.GPUs {
+		m := g.Model
+		v := esxsh.GPU{
+			Index: g.Index, BusID: nvidiaBusID(g.PCIID), UUID: gpuUUID(info.Name, g.PCIID), Name: m.DeviceName,
+			Board: m.Board, Architecture: architectures[m.Board], DeviceID: uint16(m.DeviceID),
+			MemoryMiB: m.FramebufferGB * 1024, NUMANode: g.Index * 2 / max(len(info.GPUs), 1),
+			MIGCapable: m.MIGCapable, MIGCurrent: g.MIGCurrent, MIGPending: g.MIGPending,
+			Heterogeneous: g.TimeSlicedMode == farm.ModeMixedSize, ActiveVGPUs: len(g.VGPUs),
+		}
+		for _, s := range g.VGPUs {
+			if s.Start >= 0 && s.Size > 0 {
+				v.MIGInstances = append(v.MIGInstances, esxsh.MIGInstance{Profile: s.GI, Start: s.Start, Size: s.Size})
+			}
+		}
+		if n := len(g.NVLinkPeers); n > 0 && m.NVLinkLinks > 0 {
+			per := max(m.NVLinkLinks/n, 1)
+			for _, peer := range g.NVLinkPeers {
+				for i := 0; i < per; i++ {
+					v.NVLinks = append(v.NVLinks, esxsh.Link{Index: len(v.NVLinks), Peer: index[peer], Up: g.NVLinkUp, SpeedGBs: linkSpeed[m.Board]})
+				}
+			}
+		}
+		h.GPUs = append(h.GPUs, v)
+	}
+	return h
+}

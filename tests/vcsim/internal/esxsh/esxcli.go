@@ -1,0 +1,154 @@
+package esxsh
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// declaredParams are the parameters a module declares (what `parameters list` shows, sorted by name).
+// Values come from the module's configured option string.
+var declaredParams = map[string][]ModuleParam{
+	"nvidia": {
+		{Name: "NVreg_EnableMSI", Type: "int", Description: "Enable message signaled interrupts (1 = enabled)"},
+		{Name: "NVreg_NvLinkDisable", Type: "int", Description: "Disable NVLink training (1 = disabled)"},
+		{Name: "NVreg_RegistryDwords", Type: "string", Description: "Semicolon-separated RM registry keys: key=value;..."},
+		{Name: "NVreg_RegistryDwordsPerDevice", Type: "string", Description: "Per-device RM registry keys: pci=DDDD:BB:DD.F;key=value;..."},
+		{Name: "NVreg_ResmanDebugLevel", Type: "int", Description: "Resource manager debug level"},
+	},
+}
+
+// ParseModuleOptions splits a module option string ("a=1 b=\"x y\"") into name -> value, in order.
+func ParseModuleOptions(options string) (names []string, values map[string]string) {
+	values = map[string]string{}
+	words, err := SplitCommandLine(options)
+	if err != nil {
+		words = strings.Fields(options)
+	}
+	for _, w := range words {
+		k, v, _ := strings.Cut(w, "=")
+		if _, seen := values[k]; !seen {
+			names = append(names, k)
+		}
+		values[k] = v
+	}
+	return names, values
+}
+
+func esxcliError(msg string) Result {
+	return Result{Stderr: "Error: " + msg + "\n", Exit: 1}
+}
+
+func (s *Shell) esxcli(h Host, args []string) Result {
+	var ns []string
+	i := 0
+	for ; i < len(args) && !strings.HasPrefix(args[i], "-"); i++ {
+		ns = append(ns, args[i])
+	}
+	path := strings.Join(ns, " ")
+	switch path {
+	case "system module parameters list":
+		return s.esxcliParamsList(h, args[i:])
+	case "system module parameters set":
+		return s.esxcliParamsSet(h, args[i:])
+	}
+	return esxcliError("Unknown command or namespace " + path)
+}
+
+type esxcliOpts struct {
+	module, params string
+	paramsSet      bool
+	append         bool
+}
+
+func parseEsxcliOpts(args []string, allowSet bool) (esxcliOpts, *Result) {
+	var o esxcliOpts
+	r := &argReader{args: args}
+	for r.more() {
+		name, inline, has := r.next()
+		if strings.HasPrefix(name, "-") && !strings.HasPrefix(name, "--") && len(name) > 2 {
+			// esxcli accepts -mnvidia as -m nvidia
+			name, inline, has = name[:2], name[2:], true
+		}
+		var err *Result
+		switch {
+		case name == "-m" || name == "--module":
+			o.module, err = esxcliValue(r, name, inline, has)
+		case allowSet && (name == "-p" || name == "--parameter-string"):
+			o.params, err = esxcliValue(r, name, inline, has)
+			o.paramsSet = true
+		case allowSet && (name == "-a" || name == "--append"):
+			o.append = true
+		default:
+			e := esxcliError("Invalid option " + name)
+			return o, &e
+		}
+		if err != nil {
+			return o, err
+		}
+	}
+	if o.module == "" {
+		e := esxcliError("Missing required parameter -m|--module")
+		return o, &e
+	}
+	return o, nil
+}
+
+func esxcliValue(r *argReader, name, inline string, has bool) (string, *Result) {
+	if has {
+		return inline, nil
+	}
+	if !r.more() {
+		e := esxcliError("Missing value for option " + name)
+		return "", &e
+	}
+	v := r.args[r.i]
+	r.i++
+	return v, nil
+}
+
+func (s *Shell) esxcliParamsList(h Host, args []string) Result {
+	o, res := parseEsxcliOpts(args, false)
+	if res != nil {
+		return *res
+	}
+	options, ok, err := s.Backend.ModuleOptions(h.Name, o.module)
+	if err != nil {
+		return esxcliError(err.Error())
+	}
+	if !ok {
+		return esxcliError("Unable to find module " + o.module)
+	}
+	_, values := ParseModuleOptions(options)
+	params := append([]ModuleParam(nil), declaredParams[o.module]...)
+	sort.Slice(params, func(i, j int) bool { return params[i].Name < params[j].Name })
+	for i := range params {
+		params[i].Value = values[params[i].Name]
+	}
+	return Result{Stdout: RenderModuleParams(params)}
+}
+
+func (s *Shell) esxcliParamsSet(h Host, args []string) Result {
+	o, res := parseEsxcliOpts(args, true)
+	if res != nil {
+		return *res
+	}
+	if !o.paramsSet {
+		return esxcliError("Missing required parameter -p|--parameter-string")
+	}
+	current, ok, err := s.Backend.ModuleOptions(h.Name, o.module)
+	if err != nil {
+		return esxcliError(err.Error())
+	}
+	if !ok {
+		return esxcliError("Unable to find module " + o.module)
+	}
+	next := o.params
+	if o.append && strings.TrimSpace(current) != "" {
+		next = strings.TrimSpace(current) + " " + o.params
+	}
+	if err := s.Backend.SetModuleOptions(h.Name, o.module, next); err != nil {
+		return esxcliError(fmt.Sprintf("Unable to set module options: %v", err))
+	}
+	return Result{}
+}

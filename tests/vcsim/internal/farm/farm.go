@@ -1,0 +1,802 @@
+// Package farm is gpusim's GPU farm model: the pure, mutex-protected state shared by the vSphere
+// (SOAP) side and the ESXi shell (SSH) side. It knows nothing about govmomi or SSH.
+//
+// Data:
+//   - Catalog / Model: static GPU model data (embedded models.yaml): board, PCI device id,
+//     framebuffer, MIG capability and geometry (GIProfiles with start slots), NVLink capability,
+//     the profiles offered in time-sliced and MIG mode. ParseProfile parses grid_<board>-[<n>-]<fb><s>.
+//   - Farm: hosts (HostInfo) with GPUs (GPUInfo). Every read returns a copy (snapshot).
+//
+// API for both sides (all methods are safe for concurrent use; errors name the unknown object):
+//
+//	f.Hosts() []HostInfo                         all hosts in creation order
+//	f.Host(name) (HostInfo, error)               one host, with GPUs, module options, state
+//	f.GPUs(host) ([]GPUInfo, error)              a host's GPUs in PCI id order (Index = nvidia-smi index)
+//	f.GPU(host, pciID) (GPUInfo, error)
+//	f.SetMIGMode(host, pciID, enable) (MIGResult, error)
+//	    A100-class (Model.MIGApply "reboot"): the change stays pending until RebootHost.
+//	    H100-class ("immediate"): applies at once when no vGPU runs on the GPU, else pending.
+//	    MIGResult{Applied, Pending, Current, PendingMode}. Error for non-MIG-capable models.
+//	f.Modules(host) []string                     kernel modules (nvidia first)
+//	f.ModuleOptions(host, module) (ModuleOptions, error)   {Configured, Effective}
+//	f.SetModuleOptions(host, module, opts) error  replaces the configured string; Effective follows
+//	    at the next reboot. Effective NVreg_NvLinkDisable=1 puts the host's NVLink down;
+//	    NVreg_RegistryDwords=RmPVMRL=<v> (and ...PerDevice=pci=<id>;RmPVMRL=<v>) sets GPUInfo.Scheduler.
+//	f.UpdateGraphics(host, GraphicsConfig) error   host default type, policy, per-GPU type/vgpuMode;
+//	    refused (ErrGPUBusy) while a vGPU runs on an affected GPU.
+//	f.Admit(host, vmID, vmName, Request) ([]Assignment, error)   all-or-nothing vGPU admission
+//	f.Release(vmID)                                frees a VM's vGPUs (power-off, suspend)
+//	f.Assignments() []GPUAssignment                which VM's vGPU sits on which GPU / MIG slot
+//	f.Candidates(host) ([]Candidate, policy, error) placement view of a host (for dry runs with Place)
+//	f.SetMaintenance(host, bool) error; f.BeginReboot(host) error; f.EndReboot(host) error
+//	    EndReboot applies pending MIG modes and configured module options.
+//	f.SetDown(host, bool) error; f.Reachable(host) bool  (false while down or rebooting)
+//	f.Subscribe(func(Event))                       called after every change (outside the lock);
+//	    the vSphere side uses it to refresh graphicsInfo, vgpuMode, sharedPassthruGpuTypes, etc.
+//
+// Placement (Place, Candidate.Fits) is a pure function following docs/gpu-rules.md and is tested
+// against tests/fixtures/placement/cases.yaml.
+package farm
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// Graphics types (graphicsInfo.graphicsType, graphicsConfig.hostDefaultGraphicsType).
+const (
+	GraphicsShared       = "shared"
+	GraphicsSharedDirect = "sharedDirect"
+)
+
+// Connection states as vSphere reports them.
+const (
+	StateConnected     = "connected"
+	StateNotResponding = "notResponding"
+)
+
+// Errors callers may test with errors.Is.
+var (
+	ErrNotFound     = errors.New("not found")
+	ErrGPUBusy      = errors.New("a powered-on VM holds a vGPU on the GPU")
+	ErrNotCapable   = errors.New("not supported by the GPU model")
+	ErrInsufficient = errors.New(InsufficientGraphics)
+	ErrInvalid      = errors.New("invalid argument")
+)
+
+// ModuleOptions is a kernel module's option string: configured (persisted) and in effect.
+type ModuleOptions struct {
+	Configured string `json:"configured"`
+	Effective  string `json:"effective"`
+}
+
+// Scheduler is a GPU's time-sliced scheduler as set by RmPVMRL.
+type Scheduler struct {
+	Policy      string `json:"policy"` // best-effort, equal-share or fixed-share
+	TimesliceMs int    `json:"timesliceMs,omitempty"`
+	RmPVMRL     string `json:"rmPVMRL,omitempty"`
+}
+
+// GPUInfo is a snapshot of one physical GPU.
+type GPUInfo struct {
+	Index          int       `json:"index"`
+	PCIID          string    `json:"pciId"` // 0000:3b:00.0
+	Model          *Model    `json:"-"`
+	ModelName      string    `json:"model"`
+	GraphicsType   string    `json:"graphicsType"`   // effective: per-GPU override or host default
+	VgpuMode       string    `json:"vgpuMode"`       // multiInstanceGpu when MIG is on, else TimeSlicedMode
+	TimeSlicedMode string    `json:"timeSlicedMode"` // sameSize or mixedSize
+	MIGCurrent     bool      `json:"migCurrent"`
+	MIGPending     bool      `json:"migPending"`
+	NVLinkSet      int       `json:"nvlinkSet"` // -1: not NVLink-connected
+	NVLinkPeers    []string  `json:"nvlinkPeers,omitempty"`
+	NVLinkUp       bool      `json:"nvlinkUp"`
+	Scheduler      Scheduler `json:"scheduler"`
+	VGPUs          []Slot    `json:"vgpus"`
+	Profiles       []string  `json:"profiles"` // offered in the current mode
+}
+
+// HostInfo is a snapshot of one host.
+type HostInfo struct {
+	Name                string                   `json:"name"`
+	Cluster             string                   `json:"cluster"`
+	DefaultGraphicsType string                   `json:"defaultGraphicsType"`
+	AssignmentPolicy    string                   `json:"assignmentPolicy"`
+	InMaintenance       bool                     `json:"inMaintenance"`
+	Rebooting           bool                     `json:"rebooting"`
+	Down                bool                     `json:"down"`
+	ConnectionState     string                   `json:"connectionState"`
+	GPUs                []GPUInfo                `json:"gpus"`
+	Modules             map[string]ModuleOptions `json:"modules"`
+}
+
+// MIGResult says what a MIG mode change did.
+type MIGResult struct {
+	Applied     bool `json:"applied"`
+	Pending     bool `json:"pending"`
+	Current     bool `json:"current"`
+	PendingMode bool `json:"pendingMode"`
+}
+
+// GraphicsConfig is an UpdateGraphicsConfig request; empty fields keep their value.
+type GraphicsConfig struct {
+	DefaultGraphicsType string
+	AssignmentPolicy    string
+	Devices             []DeviceGraphics
+}
+
+// DeviceGraphics overrides graphicsType and/or vgpuMode of one GPU (by PCI id).
+type DeviceGraphics struct {
+	PCIID        string
+	GraphicsType string
+	VgpuMode     string // sameSize or mixedSize
+}
+
+// GPUAssignment is one vGPU placed on a GPU, for the control endpoint.
+type GPUAssignment struct {
+	Host  string `json:"host"`
+	GPU   string `json:"gpu"`
+	Model string `json:"model"`
+	Slot
+}
+
+// Event tells subscribers that a host's GPU state changed.
+type Event struct {
+	Host string
+	What string // mig, modules, graphics, assignment, maintenance, reboot, down
+}
+
+// HostSpec describes one host to add.
+type HostSpec struct {
+	Name                string
+	Cluster             string
+	Model               string
+	GPUs                int
+	NVLink              string // none, pairs or quads
+	DefaultGraphicsType string // shared or sharedDirect
+	AssignmentPolicy    string // performance or consolidation
+	VgpuMode            string // sameSize or mixedSize
+	MIG                 bool   // GPUs start in MIG mode
+	ModuleOptions       string // nvidia module options, configured and in effect at start
+}
+
+type gpu struct {
+	id             string
+	model          *Model
+	graphicsType   string // "" = host default
+	timeSlicedMode string
+	migCurrent     bool
+	migPending     bool
+	nvlinkSet      int
+	slots          []Slot
+}
+
+type host struct {
+	name, cluster       string
+	defaultGraphicsType string
+	policy              string
+	gpus                []*gpu
+	modules             map[string]*ModuleOptions
+	moduleOrder         []string
+	maintenance         bool
+	rebooting           bool
+	down                bool
+}
+
+// Farm is the GPU farm state.
+type Farm struct {
+	mu        sync.Mutex
+	catalog   Catalog
+	hosts     []*host
+	byName    map[string]*host
+	vmHost    map[string]string // vm id -> host holding its vGPUs
+	listeners []func(Event)
+}
+
+// New returns an empty farm using the given model catalog (DefaultCatalog() when nil).
+func New(c Catalog) *Farm {
+	if c == nil {
+		c = DefaultCatalog()
+	}
+	return &Farm{catalog: c, byName: map[string]*host{}, vmHost: map[string]string{}}
+}
+
+// Catalog returns the farm's GPU model data.
+func (f *Farm) Catalog() Catalog { return f.catalog }
+
+// PCIBus returns the deterministic PCI id of the i-th GPU of a host.
+func PCIBus(i int) string {
+	buses := []int{0x3b, 0x3c, 0x5e, 0x5f, 0x86, 0x87, 0xaf, 0xb0}
+	bus := 0x10 + i
+	if i < len(buses) {
+		bus = buses[i]
+	}
+	return fmt.Sprintf("0000:%02x:00.0", bus)
+}
+
+// AddHost adds a host with its GPUs.
+func (f *Farm) AddHost(s HostSpec) error {
+	m, ok := f.catalog[s.Model]
+	if !ok {
+		return fmt.Errorf("unknown GPU model %q (known: %s)", s.Model, strings.Join(f.catalog.Names(), ", "))
+	}
+	if s.GPUs < 0 || s.GPUs > 32 {
+		return fmt.Errorf("host %s: gpus must be 0..32, got %d", s.Name, s.GPUs)
+	}
+	group := 0
+	switch s.NVLink {
+	case "", "none":
+	case "pairs":
+		group = 2
+	case "quads":
+		group = 4
+	default:
+		return fmt.Errorf("host %s: nvlink must be none, pairs or quads, got %q", s.Name, s.NVLink)
+	}
+	if s.DefaultGraphicsType == "" {
+		s.DefaultGraphicsType = GraphicsShared
+	}
+	if s.DefaultGraphicsType != GraphicsShared && s.DefaultGraphicsType != GraphicsSharedDirect {
+		return fmt.Errorf("host %s: graphics type must be shared or sharedDirect, got %q", s.Name, s.DefaultGraphicsType)
+	}
+	if s.AssignmentPolicy == "" {
+		s.AssignmentPolicy = PolicyPerformance
+	}
+	if s.AssignmentPolicy != PolicyPerformance && s.AssignmentPolicy != PolicyConsolidation {
+		return fmt.Errorf("host %s: policy must be performance or consolidation, got %q", s.Name, s.AssignmentPolicy)
+	}
+	if s.VgpuMode == "" {
+		s.VgpuMode = ModeSameSize
+	}
+	if s.VgpuMode != ModeSameSize && s.VgpuMode != ModeMixedSize {
+		return fmt.Errorf("host %s: vgpu mode must be sameSize or mixedSize, got %q", s.Name, s.VgpuMode)
+	}
+	if s.MIG && !m.MIGCapable {
+		return fmt.Errorf("host %s: GPU model %s is not MIG capable", s.Name, m.Name)
+	}
+	if group > 0 && !m.NVLinkCapable {
+		return fmt.Errorf("host %s: GPU model %s has no NVLink", s.Name, m.Name)
+	}
+	h := &host{
+		name: s.Name, cluster: s.Cluster, defaultGraphicsType: s.DefaultGraphicsType, policy: s.AssignmentPolicy,
+		modules: map[string]*ModuleOptions{}, moduleOrder: []string{"nvidia", "nvme_pcie", "vmw_ahci"},
+	}
+	for _, name := range h.moduleOrder {
+		h.modules[name] = &ModuleOptions{}
+	}
+	h.modules["nvidia"] = &ModuleOptions{Configured: s.ModuleOptions, Effective: s.ModuleOptions}
+	for i := 0; i < s.GPUs; i++ {
+		g := &gpu{id: PCIBus(i), model: m, timeSlicedMode: s.VgpuMode, migCurrent: s.MIG, migPending: s.MIG, nvlinkSet: -1}
+		if group > 0 && (i/group+1)*group <= s.GPUs {
+			g.nvlinkSet = i / group
+		}
+		h.gpus = append(h.gpus, g)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, dup := f.byName[s.Name]; dup {
+		return fmt.Errorf("duplicate host name %q", s.Name)
+	}
+	f.hosts = append(f.hosts, h)
+	f.byName[s.Name] = h
+	return nil
+}
+
+// Subscribe registers fn to be called after every state change.
+func (f *Farm) Subscribe(fn func(Event)) {
+	f.mu.Lock()
+	f.listeners = append(f.listeners, fn)
+	f.mu.Unlock()
+}
+
+func (f *Farm) notify(events ...Event) {
+	f.mu.Lock()
+	ls := append([]func(Event){}, f.listeners...)
+	f.mu.Unlock()
+	for _, e := range events {
+		for _, fn := range ls {
+			fn(e)
+		}
+	}
+}
+
+func (f *Farm) host(name string) (*host, error) {
+	h, ok := f.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("host %q: %w", name, ErrNotFound)
+	}
+	return h, nil
+}
+
+func (h *host) gpu(id string) (*gpu, error) {
+	for _, g := range h.gpus {
+		if g.id == id {
+			return g, nil
+		}
+	}
+	return nil, fmt.Errorf("GPU %q on host %s: %w", id, h.name, ErrNotFound)
+}
+
+// Hosts returns snapshots of all hosts.
+func (f *Farm) Hosts() []HostInfo {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]HostInfo, 0, len(f.hosts))
+	for _, h := range f.hosts {
+		out = append(out, h.info())
+	}
+	return out
+}
+
+// Host returns a snapshot of one host.
+func (f *Farm) Host(name string) (HostInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, err := f.host(name)
+	if err != nil {
+		return HostInfo{}, err
+	}
+	return h.info(), nil
+}
+
+// GPUs returns snapshots of a host's GPUs.
+func (f *Farm) GPUs(hostName string) ([]GPUInfo, error) {
+	info, err := f.Host(hostName)
+	return info.GPUs, err
+}
+
+// GPU returns a snapshot of one GPU.
+func (f *Farm) GPU(hostName, pciID string) (GPUInfo, error) {
+	gpus, err := f.GPUs(hostName)
+	if err != nil {
+		return GPUInfo{}, err
+	}
+	for _, g := range gpus {
+		if g.PCIID == pciID {
+			return g, nil
+		}
+	}
+	return GPUInfo{}, fmt.Errorf("GPU %q on host %s: %w", pciID, hostName, ErrNotFound)
+}
+
+func (h *host) info() HostInfo {
+	state := StateConnected
+	if h.down || h.rebooting {
+		state = StateNotResponding
+	}
+	info := HostInfo{
+		Name: h.name, Cluster: h.cluster, DefaultGraphicsType: h.defaultGraphicsType, AssignmentPolicy: h.policy,
+		InMaintenance: h.maintenance, Rebooting: h.rebooting, Down: h.down, ConnectionState: state,
+		Modules: map[string]ModuleOptions{},
+	}
+	for k, v := range h.modules {
+		info.Modules[k] = *v
+	}
+	opts := ParseOptions(h.modules["nvidia"].Effective)
+	nvlinkOff := opts["NVreg_NvLinkDisable"] == "1"
+	for i, g := range h.gpus {
+		gi := GPUInfo{
+			Index: i, PCIID: g.id, Model: g.model, ModelName: g.model.Name, GraphicsType: h.graphicsType(g),
+			VgpuMode: g.timeSlicedMode, TimeSlicedMode: g.timeSlicedMode, MIGCurrent: g.migCurrent,
+			MIGPending: g.migPending, NVLinkSet: g.nvlinkSet, Scheduler: schedulerFor(opts, g.id),
+			VGPUs: append([]Slot{}, g.slots...), Profiles: g.model.ProfilesFor(g.migCurrent),
+		}
+		if g.migCurrent {
+			gi.VgpuMode = ModeMIG
+		}
+		if g.nvlinkSet >= 0 {
+			gi.NVLinkUp = !nvlinkOff
+			for _, p := range h.gpus {
+				if p != g && p.nvlinkSet == g.nvlinkSet {
+					gi.NVLinkPeers = append(gi.NVLinkPeers, p.id)
+				}
+			}
+		}
+		info.GPUs = append(info.GPUs, gi)
+	}
+	return info
+}
+
+func (h *host) graphicsType(g *gpu) string {
+	if g.graphicsType != "" {
+		return g.graphicsType
+	}
+	return h.defaultGraphicsType
+}
+
+// SetMIGMode requests MIG mode on or off for one GPU (nvidia-smi -i N -mig 1|0).
+func (f *Farm) SetMIGMode(hostName, pciID string, enable bool) (MIGResult, error) {
+	f.mu.Lock()
+	h, err := f.host(hostName)
+	var g *gpu
+	if err == nil {
+		g, err = h.gpu(pciID)
+	}
+	if err == nil && !g.model.MIGCapable {
+		err = fmt.Errorf("GPU %s (%s): MIG mode: %w", pciID, g.model.Name, ErrNotCapable)
+	}
+	if err != nil {
+		f.mu.Unlock()
+		return MIGResult{}, err
+	}
+	g.migPending = enable
+	if g.model.MIGApply == "immediate" && len(g.slots) == 0 {
+		g.migCurrent = enable
+	}
+	r := MIGResult{Current: g.migCurrent, PendingMode: g.migPending}
+	r.Applied = g.migCurrent == enable
+	r.Pending = !r.Applied
+	f.mu.Unlock()
+	f.notify(Event{Host: hostName, What: "mig"})
+	return r, nil
+}
+
+// Modules lists a host's kernel modules.
+func (f *Farm) Modules(hostName string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, err := f.host(hostName)
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{}, h.moduleOrder...), nil
+}
+
+// ModuleOptions returns a module's configured and effective option strings.
+func (f *Farm) ModuleOptions(hostName, module string) (ModuleOptions, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, err := f.host(hostName)
+	if err != nil {
+		return ModuleOptions{}, err
+	}
+	m, ok := h.modules[module]
+	if !ok {
+		return ModuleOptions{}, fmt.Errorf("module %q on host %s: %w", module, hostName, ErrNotFound)
+	}
+	return *m, nil
+}
+
+// SetModuleOptions replaces a module's configured option string (in effect after the next reboot).
+func (f *Farm) SetModuleOptions(hostName, module, options string) error {
+	if _, err := parseOptionsStrict(options); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	h, err := f.host(hostName)
+	if err == nil {
+		m, ok := h.modules[module]
+		if !ok {
+			err = fmt.Errorf("module %q on host %s: %w", module, hostName, ErrNotFound)
+		} else {
+			m.Configured = options
+		}
+	}
+	f.mu.Unlock()
+	if err == nil {
+		f.notify(Event{Host: hostName, What: "modules"})
+	}
+	return err
+}
+
+// UpdateGraphics applies a graphics configuration to a host at once; it is refused when a vGPU runs
+// on a GPU whose graphics type or vGPU mode would change.
+func (f *Farm) UpdateGraphics(hostName string, cfg GraphicsConfig) error {
+	f.mu.Lock()
+	err := f.updateGraphics(hostName, cfg)
+	f.mu.Unlock()
+	if err == nil {
+		f.notify(Event{Host: hostName, What: "graphics"})
+	}
+	return err
+}
+
+func (f *Farm) updateGraphics(hostName string, cfg GraphicsConfig) error {
+	h, err := f.host(hostName)
+	if err != nil {
+		return err
+	}
+	check := func(v string, allowed ...string) error {
+		for _, a := range allowed {
+			if v == "" || v == a {
+				return nil
+			}
+		}
+		return fmt.Errorf("%q is not one of %s: %w", v, strings.Join(allowed, ", "), ErrInvalid)
+	}
+	if err := check(cfg.DefaultGraphicsType, GraphicsShared, GraphicsSharedDirect); err != nil {
+		return fmt.Errorf("hostDefaultGraphicsType %w", err)
+	}
+	if err := check(cfg.AssignmentPolicy, PolicyPerformance, PolicyConsolidation); err != nil {
+		return fmt.Errorf("sharedPassthruAssignmentPolicy %w", err)
+	}
+	newType := map[*gpu]string{}
+	newMode := map[*gpu]string{}
+	for _, g := range h.gpus {
+		newType[g] = g.graphicsType
+		newMode[g] = g.timeSlicedMode
+	}
+	for _, d := range cfg.Devices {
+		g, err := h.gpu(d.PCIID)
+		if err != nil {
+			return err
+		}
+		if err := check(d.GraphicsType, GraphicsShared, GraphicsSharedDirect); err != nil {
+			return fmt.Errorf("deviceType %s graphicsType %w", d.PCIID, err)
+		}
+		if err := check(d.VgpuMode, ModeSameSize, ModeMixedSize); err != nil {
+			return fmt.Errorf("deviceType %s vgpuMode %w", d.PCIID, err)
+		}
+		if d.GraphicsType != "" {
+			newType[g] = d.GraphicsType
+		}
+		if d.VgpuMode != "" {
+			newMode[g] = d.VgpuMode
+		}
+	}
+	def := h.defaultGraphicsType
+	if cfg.DefaultGraphicsType != "" {
+		def = cfg.DefaultGraphicsType
+	}
+	for _, g := range h.gpus {
+		effOld, effNew := h.graphicsType(g), newType[g]
+		if effNew == "" {
+			effNew = def
+		}
+		if len(g.slots) > 0 && (effOld != effNew || g.timeSlicedMode != newMode[g]) {
+			return fmt.Errorf("GPU %s on host %s: %w", g.id, h.name, ErrGPUBusy)
+		}
+	}
+	h.defaultGraphicsType = def
+	if cfg.AssignmentPolicy != "" {
+		h.policy = cfg.AssignmentPolicy
+	}
+	for _, g := range h.gpus {
+		g.graphicsType, g.timeSlicedMode = newType[g], newMode[g]
+	}
+	return nil
+}
+
+// Candidates returns the placement view of a host's GPUs.
+func (f *Farm) Candidates(hostName string) ([]Candidate, string, error) {
+	info, err := f.Host(hostName)
+	if err != nil {
+		return nil, "", err
+	}
+	return candidates(info), info.AssignmentPolicy, nil
+}
+
+func candidates(info HostInfo) []Candidate {
+	out := make([]Candidate, 0, len(info.GPUs))
+	for _, g := range info.GPUs {
+		out = append(out, Candidate{
+			ID: g.PCIID, Model: g.Model, MIG: g.MIGCurrent, VgpuMode: g.TimeSlicedMode,
+			SharedDirect: g.GraphicsType == GraphicsSharedDirect, NVLinkSet: g.NVLinkSet, NVLinkUp: g.NVLinkUp,
+			Slots: g.VGPUs,
+		})
+	}
+	return out
+}
+
+// Admit places all vGPUs of a VM on the host's GPUs or none (ErrInsufficient).
+func (f *Farm) Admit(hostName, vmID, vmName string, req Request) ([]Assignment, error) {
+	f.mu.Lock()
+	h, err := f.host(hostName)
+	if err != nil {
+		f.mu.Unlock()
+		return nil, err
+	}
+	if _, held := f.vmHost[vmID]; held {
+		f.mu.Unlock()
+		return nil, fmt.Errorf("VM %s already holds vGPUs: %w", vmID, ErrInvalid)
+	}
+	info := h.info()
+	assign, err := Place(candidates(info), req, h.policy)
+	if err != nil {
+		f.mu.Unlock()
+		if errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), InsufficientGraphics) {
+			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		}
+		return nil, ErrInsufficient
+	}
+	for i := range assign {
+		assign[i].Slot.VM, assign[i].Slot.VMName = vmID, vmName
+		g, _ := h.gpu(assign[i].GPU)
+		g.slots = append(g.slots, assign[i].Slot)
+	}
+	if len(assign) > 0 {
+		f.vmHost[vmID] = hostName
+	}
+	f.mu.Unlock()
+	if len(assign) > 0 {
+		f.notify(Event{Host: hostName, What: "assignment"})
+	}
+	return assign, nil
+}
+
+// Release frees all vGPUs a VM holds; it reports the host they were on ("" if none).
+func (f *Farm) Release(vmID string) string {
+	f.mu.Lock()
+	hostName, ok := f.vmHost[vmID]
+	if ok {
+		delete(f.vmHost, vmID)
+		h := f.byName[hostName]
+		for _, g := range h.gpus {
+			kept := g.slots[:0]
+			for _, s := range g.slots {
+				if s.VM != vmID {
+					kept = append(kept, s)
+				}
+			}
+			g.slots = kept
+			if g.model.MIGApply == "immediate" && len(g.slots) == 0 {
+				g.migCurrent = g.migPending // a pending Hopper MIG change applies once the GPU is idle
+			}
+		}
+	}
+	f.mu.Unlock()
+	if ok {
+		f.notify(Event{Host: hostName, What: "assignment"})
+	}
+	return hostName
+}
+
+// VMGPUs lists the slots a VM holds.
+func (f *Farm) VMGPUs(vmID string) []GPUAssignment {
+	var out []GPUAssignment
+	for _, a := range f.Assignments() {
+		if a.VM == vmID {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Assignments lists every placed vGPU, by host, GPU and start slot.
+func (f *Farm) Assignments() []GPUAssignment {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []GPUAssignment{}
+	for _, h := range f.hosts {
+		for _, g := range h.gpus {
+			for _, s := range g.slots {
+				out = append(out, GPUAssignment{Host: h.name, GPU: g.id, Model: g.model.Name, Slot: s})
+			}
+		}
+	}
+	return out
+}
+
+// SetMaintenance records maintenance mode (the vSphere side checks powered-on VMs first).
+func (f *Farm) SetMaintenance(hostName string, on bool) error {
+	return f.change(hostName, "maintenance", func(h *host) error { h.maintenance = on; return nil })
+}
+
+// BeginReboot marks a host rebooting (not responding); it must be in maintenance mode.
+func (f *Farm) BeginReboot(hostName string) error {
+	return f.change(hostName, "reboot", func(h *host) error {
+		if !h.maintenance {
+			return fmt.Errorf("host %s is not in maintenance mode: %w", h.name, ErrInvalid)
+		}
+		for _, g := range h.gpus {
+			if len(g.slots) > 0 {
+				return fmt.Errorf("GPU %s on host %s: %w", g.id, h.name, ErrGPUBusy)
+			}
+		}
+		h.rebooting = true
+		return nil
+	})
+}
+
+// EndReboot brings a rebooting host back with pending MIG modes and configured module options applied.
+func (f *Farm) EndReboot(hostName string) error {
+	return f.change(hostName, "reboot", func(h *host) error {
+		h.rebooting = false
+		for _, g := range h.gpus {
+			g.migCurrent = g.migPending
+		}
+		for _, m := range h.modules {
+			m.Effective = m.Configured
+		}
+		return nil
+	})
+}
+
+// SetDown takes a host off the network (not responding) or brings it back.
+func (f *Farm) SetDown(hostName string, down bool) error {
+	return f.change(hostName, "down", func(h *host) error { h.down = down; return nil })
+}
+
+// Reachable reports whether the host answers (not down, not rebooting).
+func (f *Farm) Reachable(hostName string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := f.byName[hostName]
+	return ok && !h.down && !h.rebooting
+}
+
+func (f *Farm) change(hostName, what string, fn func(*host) error) error {
+	f.mu.Lock()
+	h, err := f.host(hostName)
+	if err == nil {
+		err = fn(h)
+	}
+	f.mu.Unlock()
+	if err == nil {
+		f.notify(Event{Host: hostName, What: what})
+	}
+	return err
+}
+
+// ParseOptions splits a module option string "A=1 B=x=y" into a map (the first '=' separates).
+func ParseOptions(s string) map[string]string {
+	m, _ := parseOptionsStrict(s)
+	return m
+}
+
+func parseOptionsStrict(s string) (map[string]string, error) {
+	m := map[string]string{}
+	for _, field := range strings.Fields(s) {
+		k, v, ok := strings.Cut(field, "=")
+		if !ok || k == "" {
+			return m, fmt.Errorf("module option %q is not key=value: %w", field, ErrInvalid)
+		}
+		m[k] = strings.Trim(v, `"`)
+	}
+	return m, nil
+}
+
+// schedulerFor derives a GPU's scheduler from the nvidia module's effective options.
+func schedulerFor(opts map[string]string, pciID string) Scheduler {
+	value := ""
+	for _, kv := range strings.Split(opts["NVreg_RegistryDwords"], ";") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == "RmPVMRL" {
+			value = v
+		}
+	}
+	dev := ""
+	for _, kv := range strings.Split(opts["NVreg_RegistryDwordsPerDevice"], ";") {
+		k, v, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok:
+		case k == "pci":
+			dev = strings.ToLower(v)
+		case k == "RmPVMRL" && (dev == strings.ToLower(pciID) || "0000:"+dev == strings.ToLower(pciID)):
+			value = v
+		}
+	}
+	return decodeRmPVMRL(value)
+}
+
+func decodeRmPVMRL(value string) Scheduler {
+	s := Scheduler{Policy: "best-effort", RmPVMRL: value}
+	if value == "" {
+		return s
+	}
+	n, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(value), "0x"), 16, 32)
+	if err != nil {
+		return s
+	}
+	switch n & 0xffff {
+	case 0x01:
+		s.Policy = "equal-share"
+	case 0x11:
+		s.Policy = "fixed-share"
+	}
+	s.TimesliceMs = int(n >> 16)
+	return s
+}
+
+// SortedGPUIDs returns the PCI ids of GPUInfos, sorted.
+func SortedGPUIDs(gpus []GPUInfo) []string {
+	ids := make([]string, 0, len(gpus))
+	for _, g := range gpus {
+		ids = append(ids, g.PCIID)
+	}
+	sort.Strings(ids)
+	return ids
+}

@@ -1,0 +1,250 @@
+package vc
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// HandleControl registers an extra control route (Go 1.22 ServeMux pattern under /gpusim/, e.g.
+// "POST /gpusim/ssh/faults"). It may be called before or after Start.
+func (s *Sim) HandleControl(pattern string, h http.HandlerFunc) {
+	s.control.HandleFunc(pattern, h)
+}
+
+func (s *Sim) serveControl(w http.ResponseWriter, r *http.Request) {
+	s.control.ServeHTTP(w, r)
+}
+
+// WriteJSON writes v as a JSON response.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// WriteError writes {"error": msg} with the status.
+func WriteError(w http.ResponseWriter, status int, format string, args ...any) {
+	WriteJSON(w, status, map[string]string{"error": fmt.Sprintf(format, args...)})
+}
+
+// DecodeJSON reads a JSON body strictly (unknown fields are errors).
+func DecodeJSON(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("invalid JSON body: %w", err)
+	}
+	return nil
+}
+
+func (s *Sim) registerControl() {
+	s.HandleControl("GET /gpusim/{$}", func(w http.ResponseWriter, r *http.Request) {
+		WriteJSON(w, http.StatusOK, map[string]any{"gpusim": true, "hosts": len(s.hosts)})
+	})
+	s.HandleControl("/", func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, http.StatusNotFound, "unknown control endpoint %s %s", r.Method, r.URL.Path)
+	})
+	s.HandleControl("GET /gpusim/assignments", func(w http.ResponseWriter, r *http.Request) {
+		WriteJSON(w, http.StatusOK, map[string]any{"assignments": s.Farm.Assignments()})
+	})
+	s.HandleControl("GET /gpusim/hosts", func(w http.ResponseWriter, r *http.Request) {
+		WriteJSON(w, http.StatusOK, map[string]any{"hosts": s.Farm.Hosts()})
+	})
+	s.HandleControl("GET /gpusim/hosts/{name}", func(w http.ResponseWriter, r *http.Request) {
+		info, err := s.Farm.Host(r.PathValue("name"))
+		if err != nil {
+			WriteError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, info)
+	})
+	s.HandleControl("POST /gpusim/hosts/{name}/down", func(w http.ResponseWriter, r *http.Request) { s.setDown(w, r, true) })
+	s.HandleControl("POST /gpusim/hosts/{name}/up", func(w http.ResponseWriter, r *http.Request) { s.setDown(w, r, false) })
+	s.HandleControl("POST /gpusim/vms/{name}/guest", s.setGuest)
+	s.HandleControl("GET /gpusim/faults", func(w http.ResponseWriter, r *http.Request) {
+		f, d := s.faults.list()
+		WriteJSON(w, http.StatusOK, map[string]any{"faults": f, "delays": d, "known": sortedFaultNames()})
+	})
+	s.HandleControl("DELETE /gpusim/faults", func(w http.ResponseWriter, r *http.Request) {
+		s.faults.clear()
+		WriteJSON(w, http.StatusOK, map[string]any{"cleared": true})
+	})
+	s.HandleControl("POST /gpusim/faults", s.armFault)
+	s.HandleControl("POST /gpusim/delays", s.armDelay)
+}
+
+func sortedFaultNames() []string {
+	names := FaultNames()
+	sort.Strings(names)
+	return names
+}
+
+func (s *Sim) setDown(w http.ResponseWriter, r *http.Request, down bool) {
+	name := r.PathValue("name")
+	if err := s.Farm.SetDown(name, down); err != nil {
+		WriteError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	info, _ := s.Farm.Host(name)
+	WriteJSON(w, http.StatusOK, map[string]any{"host": name, "connectionState": info.ConnectionState})
+}
+
+// ResolveObject finds a managed object by moref value ("vm-42", "host-21") or by inventory name.
+func (s *Sim) ResolveObject(name string) (types.ManagedObjectReference, bool) {
+	if name == "" {
+		return types.ManagedObjectReference{}, false
+	}
+	for _, kind := range []string{"VirtualMachine", "HostSystem", "ClusterComputeResource", "Folder", "Datacenter"} {
+		if obj := s.ctx.Map.Get(types.ManagedObjectReference{Type: kind, Value: name}); obj != nil {
+			return obj.Reference(), true
+		}
+	}
+	if h, ok := s.hosts[name]; ok {
+		return h.Self, true
+	}
+	for _, kind := range []string{"VirtualMachine", "ClusterComputeResource", "Datacenter"} {
+		for _, obj := range s.ctx.Map.All(kind) {
+			if e, ok := obj.(interface{ Entity() *mo.ManagedEntity }); ok && e.Entity().Name == name {
+				return obj.Reference(), true
+			}
+		}
+	}
+	return types.ManagedObjectReference{}, false
+}
+
+type faultRequest struct {
+	Object  string  `json:"object"`
+	Method  string  `json:"method"`
+	Fault   string  `json:"fault"`
+	Count   int     `json:"count"`
+	Message string  `json:"message"`
+	Seconds float64 `json:"seconds"`
+}
+
+func (s *Sim) parseArm(w http.ResponseWriter, r *http.Request, needFault bool) (*armed, bool) {
+	var req faultRequest
+	if err := DecodeJSON(r, &req); err != nil {
+		WriteError(w, http.StatusBadRequest, "%v", err)
+		return nil, false
+	}
+	ref, ok := s.ResolveObject(req.Object)
+	if !ok {
+		WriteError(w, http.StatusBadRequest, "unknown object %q", req.Object)
+		return nil, false
+	}
+	if req.Method == "" {
+		WriteError(w, http.StatusBadRequest, "method is required (e.g. PowerOnVM_Task)")
+		return nil, false
+	}
+	if needFault {
+		if _, known := knownFaults[req.Fault]; !known {
+			WriteError(w, http.StatusBadRequest, "unknown fault %q (known: %s)", req.Fault, strings.Join(sortedFaultNames(), ", "))
+			return nil, false
+		}
+	}
+	if req.Count == 0 {
+		req.Count = 1
+	}
+	if req.Count < 0 || req.Seconds < 0 {
+		WriteError(w, http.StatusBadRequest, "count and seconds must not be negative")
+		return nil, false
+	}
+	return &armed{Object: ref.Value, Name: req.Object, Method: req.Method, Fault: req.Fault, Count: req.Count,
+		Msg: req.Message, DelayS: req.Seconds, Delay: time.Duration(req.Seconds * float64(time.Second))}, true
+}
+
+func (s *Sim) armFault(w http.ResponseWriter, r *http.Request) {
+	a, ok := s.parseArm(w, r, true)
+	if !ok {
+		return
+	}
+	s.faults.mu.Lock()
+	s.faults.faults = append(s.faults.faults, a)
+	s.faults.mu.Unlock()
+	WriteJSON(w, http.StatusOK, a)
+}
+
+func (s *Sim) armDelay(w http.ResponseWriter, r *http.Request) {
+	a, ok := s.parseArm(w, r, false)
+	if !ok {
+		return
+	}
+	if a.Delay <= 0 {
+		WriteError(w, http.StatusBadRequest, "seconds must be > 0")
+		return
+	}
+	s.faults.mu.Lock()
+	s.faults.delays = append(s.faults.delays, a)
+	s.faults.mu.Unlock()
+	WriteJSON(w, http.StatusOK, a)
+}
+
+type guestRequest struct {
+	IP       string `json:"ip"`
+	State    string `json:"state"` // running | notRunning | shuttingDown | resetting | standby
+	Hostname string `json:"hostname"`
+}
+
+var guestStates = map[string]bool{"running": true, "notRunning": true, "shuttingDown": true, "resetting": true, "standby": true, "unknown": true}
+
+func (s *Sim) setGuest(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	ref, ok := s.ResolveObject(name)
+	vm, isVM := s.vmObject(ref)
+	if !ok || !isVM {
+		WriteError(w, http.StatusBadRequest, "unknown VM %q", name)
+		return
+	}
+	var req guestRequest
+	if err := DecodeJSON(r, &req); err != nil {
+		WriteError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if req.State == "" {
+		req.State = "running"
+	}
+	if !guestStates[req.State] {
+		WriteError(w, http.StatusBadRequest, "unknown guest state %q", req.State)
+		return
+	}
+	ctx := &simulator.Context{Map: s.ctx.Map}
+	s.ctx.Map.WithLock(ctx, vm, func() {
+		guest := types.GuestInfo{}
+		if vm.Guest != nil {
+			guest = *vm.Guest
+		}
+		guest.GuestState = req.State
+		guest.IpAddress = req.IP
+		if req.Hostname != "" {
+			guest.HostName = req.Hostname
+		}
+		tools := types.VirtualMachineToolsRunningStatusGuestToolsNotRunning
+		if req.State == "running" {
+			tools = types.VirtualMachineToolsRunningStatusGuestToolsRunning
+		}
+		guest.ToolsRunningStatus = string(tools)
+		guest.Net = nil
+		if req.IP != "" {
+			guest.Net = []types.GuestNicInfo{{Network: "VM Network", IpAddress: []string{req.IP}, Connected: true, DeviceConfigId: 4000}}
+		}
+		summary := vm.Summary.Guest
+		sg := types.VirtualMachineGuestSummary{}
+		if summary != nil {
+			sg = *summary
+		}
+		sg.IpAddress, sg.HostName, sg.ToolsRunningStatus = guest.IpAddress, guest.HostName, guest.ToolsRunningStatus
+		ctx.Map.Update(ctx, vm, []types.PropertyChange{
+			{Name: "guest", Val: &guest},
+			{Name: "summary.guest", Val: &sg},
+		})
+	})
+	WriteJSON(w, http.StatusOK, map[string]any{"vm": vm.Name, "ip": req.IP, "state": req.State})
+}

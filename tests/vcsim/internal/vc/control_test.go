@@ -1,0 +1,228 @@
+package vc
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/vmware/govmomi/vim25/methods"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/soap"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+func (e *env) control(method, path string, body any) (int, map[string]any) {
+	e.t.Helper()
+	var r io.Reader
+	if body != nil {
+		data, _ := json.Marshal(body)
+		r = bytes.NewReader(data)
+	}
+	u := *e.sim.URL
+	u.User, u.Path = nil, path
+	req, err := http.NewRequest(method, u.String(), r)
+	e.must(err)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	res, err := client.Do(req)
+	e.must(err)
+	defer res.Body.Close()
+	out := map[string]any{}
+	_ = json.NewDecoder(res.Body).Decode(&out)
+	return res.StatusCode, out
+}
+
+func TestControlAssignments(t *testing.T) {
+	e := start(t, smallSpec())
+	vm := e.vm("vm-a")
+	e.must(e.addVGPUs(vm, "grid_a100-20c"))
+	e.must(e.wait(vm.PowerOn(e.ctx)))
+	code, out := e.control("GET", "/gpusim/assignments", nil)
+	list, _ := out["assignments"].([]any)
+	if code != 200 || len(list) != 1 {
+		t.Fatalf("%d %v", code, out)
+	}
+	a := list[0].(map[string]any)
+	if a["vmName"] != "vm-a" || a["host"] != host1 || a["gpu"] != "0000:3b:00.0" || a["profile"] != "grid_a100-20c" {
+		t.Fatalf("unexpected assignment %v", a)
+	}
+	code, out = e.control("GET", "/gpusim/hosts/"+host1, nil)
+	if code != 200 || out["name"] != host1 {
+		t.Fatalf("%d %v", code, out)
+	}
+	code, _ = e.control("GET", "/gpusim/hosts/nope", nil)
+	if code != 400 {
+		t.Fatalf("unknown host: %d", code)
+	}
+	code, _ = e.control("GET", "/gpusim/nothing-here", nil)
+	if code != 404 {
+		t.Fatalf("unknown endpoint: %d", code)
+	}
+}
+
+func TestControlArmFault(t *testing.T) {
+	e := start(t, smallSpec())
+	code, out := e.control("POST", "/gpusim/faults", map[string]any{
+		"object": "vm-a", "method": "PowerOnVM_Task", "fault": "SystemError", "count": 1, "message": "injected"})
+	if code != 200 {
+		t.Fatalf("%d %v", code, out)
+	}
+	vm := e.vm("vm-a")
+	f, msg := faultOf(e.wait(vm.PowerOn(e.ctx)))
+	if _, ok := f.(*types.SystemError); !ok || msg != "injected" {
+		t.Fatalf("armed fault: %#v %q", f, msg)
+	}
+	e.must(e.wait(vm.PowerOn(e.ctx))) // only the next call fails
+
+	// a non-task method gets a SOAP fault
+	code, _ = e.control("POST", "/gpusim/faults", map[string]any{"object": host1, "method": "QueryModules", "fault": "HostCommunication"})
+	if code != 200 {
+		t.Fatal(code)
+	}
+	if _, err := e.kernel(host1).modules(); err == nil {
+		t.Fatal("armed QueryModules fault did not fire")
+	}
+	if _, err := e.kernel(host1).modules(); err != nil {
+		t.Fatalf("second QueryModules: %v", err)
+	}
+
+	for _, bad := range []map[string]any{
+		{"object": "nope", "method": "PowerOnVM_Task", "fault": "SystemError"},
+		{"object": "vm-a", "method": "PowerOnVM_Task", "fault": "NoSuchFault"},
+		{"object": "vm-a", "fault": "SystemError"},
+		{"object": "vm-a", "method": "PowerOnVM_Task", "fault": "SystemError", "extra": 1},
+	} {
+		code, out := e.control("POST", "/gpusim/faults", bad)
+		if code != 400 || out["error"] == "" {
+			t.Fatalf("%v: %d %v", bad, code, out)
+		}
+	}
+	code, out = e.control("GET", "/gpusim/faults", nil)
+	if code != 200 || out["faults"] != nil {
+		t.Fatalf("faults left: %v", out)
+	}
+}
+
+func TestControlDelay(t *testing.T) {
+	e := start(t, smallSpec())
+	code, _ := e.control("POST", "/gpusim/delays", map[string]any{"object": "vm-a", "method": "PowerOnVM_Task", "seconds": 0.3})
+	if code != 200 {
+		t.Fatal(code)
+	}
+	vm := e.vm("vm-a")
+	task, err := vm.PowerOn(e.ctx)
+	e.must(err)
+	var tm mo.Task
+	e.must(task.Properties(e.ctx, task.Reference(), []string{"info"}, &tm))
+	if tm.Info.State == types.TaskInfoStateSuccess {
+		t.Fatal("delayed task finished at once")
+	}
+	e.must(task.Wait(e.ctx))
+	code, _ = e.control("POST", "/gpusim/delays", map[string]any{"object": "vm-a", "method": "PowerOnVM_Task", "seconds": 0})
+	if code != 400 {
+		t.Fatalf("zero delay: %d", code)
+	}
+}
+
+func TestControlGuestAndHostDown(t *testing.T) {
+	e := start(t, smallSpec())
+	code, _ := e.control("POST", "/gpusim/vms/vm-a/guest", map[string]any{"ip": "10.0.0.5", "state": "running", "hostname": "a"})
+	if code != 200 {
+		t.Fatal(code)
+	}
+	m := e.vmMO(e.vm("vm-a"), "guest", "summary.guest")
+	if m.Guest.IpAddress != "10.0.0.5" || m.Guest.GuestState != "running" || m.Summary.Guest.IpAddress != "10.0.0.5" {
+		t.Fatalf("guest %+v", m.Guest)
+	}
+	for _, path := range []string{"/gpusim/vms/nope/guest", "/gpusim/hosts/nope/down"} {
+		code, out := e.control("POST", path, map[string]any{"ip": "1.2.3.4"})
+		if code != 400 || out["error"] == "" {
+			t.Fatalf("%s: %d %v", path, code, out)
+		}
+	}
+	code, _ = e.control("POST", "/gpusim/vms/vm-a/guest", map[string]any{"state": "flying"})
+	if code != 400 {
+		t.Fatalf("bad state: %d", code)
+	}
+
+	code, out := e.control("POST", "/gpusim/hosts/"+host1+"/down", nil)
+	if code != 200 || out["connectionState"] != "notResponding" {
+		t.Fatalf("%d %v", code, out)
+	}
+	if st := e.hostMO(host1, "runtime.connectionState").Runtime.ConnectionState; st != types.HostSystemConnectionStateNotResponding {
+		t.Fatalf("host is %s", st)
+	}
+	_, err := e.vm("vm-a").PowerOn(e.ctx)
+	if _, ok := soapFault(err).(types.HostNotConnected); !ok {
+		t.Fatalf("power on with host down: %v", err)
+	}
+	code, _ = e.control("POST", "/gpusim/hosts/"+host1+"/up", nil)
+	if code != 200 {
+		t.Fatal(code)
+	}
+	e.must(e.wait(e.vm("vm-a").PowerOn(e.ctx)))
+}
+
+func TestBadSOAPRequestsGetFaults(t *testing.T) {
+	e := start(t, smallSpec())
+	// a method the object does not have
+	_, err := methods.QueryModules(e.ctx, e.c.Client, &types.QueryModules{This: e.host(host1).Reference()})
+	if _, ok := soapFault(err).(types.MethodNotFound); !ok {
+		t.Fatalf("expected MethodNotFound, got %v", err)
+	}
+	// an object that does not exist
+	_, err = methods.QueryModules(e.ctx, e.c.Client, &types.QueryModules{
+		This: types.ManagedObjectReference{Type: "HostKernelModuleSystem", Value: "nope"}})
+	if _, ok := soapFault(err).(types.ManagedObjectNotFound); !ok {
+		t.Fatalf("expected ManagedObjectNotFound, got %v", err)
+	}
+	// references of the wrong kind
+	bad := types.ManagedObjectReference{Type: "HostSystem", Value: "host-nope"}
+	for i := 0; i < 2; i++ { // twice: a failed call must not leave a lock held
+		_, err = methods.QueryConfigTarget(e.ctx, e.c.Client, &types.QueryConfigTarget{
+			This: *e.browser(), Host: &bad})
+		if _, ok := soapFault(err).(types.InvalidArgument); !ok {
+			t.Fatalf("QueryConfigTarget with a bad host: %v", err)
+		}
+	}
+	_, err = e.vm("vm-a").Clone(e.ctx, e.folders().VmFolder, "x", types.VirtualMachineCloneSpec{
+		Location: types.VirtualMachineRelocateSpec{Host: &bad}})
+	if _, ok := soapFault(err).(types.InvalidArgument); !ok {
+		t.Fatalf("clone to a bad host: %v", err)
+	}
+	e.configTarget(host1)
+	// garbage XML
+	u := *e.sim.URL
+	u.User = nil
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	res, err := client.Post(u.String(), "text/xml", strings.NewReader("<Envelope><Body><Nope/></Body>"))
+	e.must(err)
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 500 || !strings.Contains(string(body), "Fault") {
+		t.Fatalf("garbage request: %d %s", res.StatusCode, body)
+	}
+	// a panic in a handler is a SystemError fault
+	h := recoverSOAP(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
+	rec := &recorder{header: http.Header{}}
+	h.ServeHTTP(rec, &http.Request{})
+	if rec.code != 500 || !strings.Contains(rec.body.String(), "SystemError") {
+		t.Fatalf("panic: %d %s", rec.code, rec.body.String())
+	}
+	var _ = soap.Fault{}
+	_ = context.Background()
+}
+
+type recorder struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
+func (r *recorder) WriteHeader(code int)        { r.code = code }

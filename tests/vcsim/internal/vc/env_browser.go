@@ -1,0 +1,150 @@
+package vc
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/methods"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/soap"
+	"github.com/vmware/govmomi/vim25/types"
+
+	"gpusim/internal/farm"
+)
+
+// gpuEnvBrowser adds the GPU parts of QueryConfigTarget.
+type gpuEnvBrowser struct {
+	*simulator.EnvironmentBrowser
+
+	sim *Sim
+}
+
+// QueryConfigTarget returns vcsim's target plus sharedGpuPassthroughTypes, vgpuProfileInfo,
+// vgpuDeviceInfo and, for NVLink-connected GPU sets with NVLink up, vendorDeviceGroupInfo.
+func (b *gpuEnvBrowser) QueryConfigTarget(ctx *simulator.Context, req *types.QueryConfigTarget) soap.HasFault {
+	unregister(ctx, b)
+	if req.Host != nil {
+		if _, ok := ctx.Map.Get(*req.Host).(*simulator.HostSystem); !ok {
+			return &methods.QueryConfigTargetBody{Fault_: simulator.Fault("host "+req.Host.Value+" not found",
+				&types.InvalidArgument{InvalidProperty: "host"})}
+		}
+	}
+	body := b.EnvironmentBrowser.QueryConfigTarget(ctx, req)
+	res, ok := body.(*methods.QueryConfigTargetBody)
+	if !ok || res.Res == nil || res.Res.Returnval == nil {
+		return body
+	}
+	target := *res.Res.Returnval
+	res.Res.Returnval = &target
+	var hosts []string
+	if req.Host != nil {
+		hosts = append(hosts, b.sim.hostOf(req.Host))
+	} else {
+		hosts = b.sim.hostsOfBrowser(ctx, b.Self)
+	}
+	seenType, seenDev, seenGroup := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	for _, name := range hosts {
+		info, err := b.sim.Farm.Host(name)
+		if err != nil {
+			continue
+		}
+		for _, p := range profileInfos(info) {
+			if !seenType[p.ProfileName] {
+				seenType[p.ProfileName] = true
+				target.SharedGpuPassthroughTypes = append(target.SharedGpuPassthroughTypes,
+					types.VirtualMachinePciSharedGpuPassthroughInfo{
+						VirtualMachineTargetInfo: types.VirtualMachineTargetInfo{Name: p.ProfileName}, Vgpu: p.ProfileName})
+				target.VgpuProfileInfo = append(target.VgpuProfileInfo, p)
+			}
+		}
+		for _, d := range deviceInfos(info) {
+			if !seenDev[d.DeviceName] {
+				seenDev[d.DeviceName] = true
+				target.VgpuDeviceInfo = append(target.VgpuDeviceInfo, d)
+			}
+		}
+		for _, g := range deviceGroups(info) {
+			if !seenGroup[g.DeviceGroupName] {
+				seenGroup[g.DeviceGroupName] = true
+				target.VendorDeviceGroupInfo = append(target.VendorDeviceGroupInfo, g)
+			}
+		}
+	}
+	return res
+}
+
+// DeviceGroupName names an NVLink device group of n GPUs with a whole-GPU profile.
+func DeviceGroupName(n int, profile string) string {
+	return fmt.Sprintf("NVIDIA:%d@%s%%NVLink", n, profile)
+}
+
+// deviceGroups lists NVLink device groups: per NVLink set with NVLink up, in time-sliced mode, one
+// group per whole-GPU C-series profile (NVLink P2P needs whole-GPU time-sliced vGPUs).
+func deviceGroups(info farm.HostInfo) []types.VirtualMachineVendorDeviceGroupInfo {
+	sets := map[int][]farm.GPUInfo{}
+	var ids []int
+	for _, g := range info.GPUs {
+		if g.NVLinkSet < 0 || !g.NVLinkUp || g.MIGCurrent {
+			continue
+		}
+		if _, ok := sets[g.NVLinkSet]; !ok {
+			ids = append(ids, g.NVLinkSet)
+		}
+		sets[g.NVLinkSet] = append(sets[g.NVLinkSet], g)
+	}
+	sort.Ints(ids)
+	var out []types.VirtualMachineVendorDeviceGroupInfo
+	for _, id := range ids {
+		set := sets[id]
+		if len(set) < 2 {
+			continue
+		}
+		m := set[0].Model
+		profile := fmt.Sprintf("grid_%s-%dc", m.Board, m.FramebufferGB)
+		if !m.Offers(profile, false) {
+			continue
+		}
+		g := types.VirtualMachineVendorDeviceGroupInfo{
+			VirtualMachineTargetInfo: types.VirtualMachineTargetInfo{Name: DeviceGroupName(len(set), profile)},
+			DeviceGroupName:          DeviceGroupName(len(set), profile),
+			DeviceGroupDescription:   fmt.Sprintf("%d x %s connected by NVLink", len(set), m.Name),
+		}
+		for range set {
+			g.ComponentDeviceInfo = append(g.ComponentDeviceInfo, types.VirtualMachineVendorDeviceGroupInfoComponentDeviceInfo{
+				Type: "pciPassthru", VendorName: "NVIDIA", DeviceName: profile, IsConfigurable: false,
+				Device: newVGPU(0, profile),
+			})
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// hostsOfBrowser finds the hosts of the compute resource owning an environment browser.
+func (s *Sim) hostsOfBrowser(ctx *simulator.Context, ref types.ManagedObjectReference) []string {
+	var out []string
+	for _, kind := range []string{"ClusterComputeResource", "ComputeResource"} {
+		for _, obj := range ctx.Map.All(kind) {
+			var cr *mo.ComputeResource
+			switch c := obj.(type) {
+			case *simulator.ClusterComputeResource:
+				cr = &c.ComputeResource
+			case *mo.ComputeResource:
+				cr = c
+			}
+			if cr == nil || cr.EnvironmentBrowser == nil || *cr.EnvironmentBrowser != ref {
+				continue
+			}
+			for _, h := range cr.Host {
+				if name := s.hostRefs[h]; name != "" {
+					out = append(out, name)
+				}
+			}
+		}
+	}
+	if out == nil {
+		out = s.HostNames()
+	}
+	return out
+}

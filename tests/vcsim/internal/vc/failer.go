@@ -1,0 +1,135 @@
+package vc
+
+import (
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/methods"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/soap"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// Call-scoped wrappers: vcsim dispatches a method to the object the caller's session registry
+// returns, so route() puts the wrapper there and the wrapper's method takes it out again first thing.
+
+func register(ctx *simulator.Context, w mo.Reference) {
+	if ctx.Session != nil {
+		ctx.Session.Put(w)
+	}
+}
+
+func unregister(ctx *simulator.Context, w mo.Reference) {
+	if ctx.Session == nil {
+		return
+	}
+	ref := w.Reference()
+	if cur := ctx.Session.Registry.Get(ref); cur == w {
+		ctx.Session.Remove(ctx, ref)
+	}
+}
+
+// failTask starts a task on obj that fails with fault.
+func failTask(ctx *simulator.Context, obj mo.Reference, name string, fault types.BaseMethodFault) types.ManagedObjectReference {
+	return simulator.CreateTask(obj, name, func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
+		return nil, fault
+	}).Run(ctx)
+}
+
+func failerFor(obj mo.Reference, fault types.BaseMethodFault) (mo.Reference, bool) {
+	switch o := obj.(type) {
+	case *simulator.VirtualMachine:
+		return &vmFailer{VirtualMachine: o, fault: fault}, true
+	case *simulator.HostSystem:
+		return &hostFailer{HostSystem: o, fault: fault}, true
+	case *simulator.Folder:
+		return &folderFailer{Folder: o, fault: fault}, true
+	}
+	return nil, false
+}
+
+// vmFailer fails the next task method called on a VM with an armed fault.
+type vmFailer struct {
+	*simulator.VirtualMachine
+
+	fault types.BaseMethodFault
+}
+
+func (f *vmFailer) fail(ctx *simulator.Context, name string) types.ManagedObjectReference {
+	unregister(ctx, f)
+	return failTask(ctx, f, name, f.fault)
+}
+
+func (f *vmFailer) PowerOnVMTask(ctx *simulator.Context, _ *types.PowerOnVM_Task) soap.HasFault {
+	return &methods.PowerOnVM_TaskBody{Res: &types.PowerOnVM_TaskResponse{Returnval: f.fail(ctx, "PowerOnVMTask")}}
+}
+
+func (f *vmFailer) PowerOffVMTask(ctx *simulator.Context, _ *types.PowerOffVM_Task) soap.HasFault {
+	return &methods.PowerOffVM_TaskBody{Res: &types.PowerOffVM_TaskResponse{Returnval: f.fail(ctx, "PowerOffVMTask")}}
+}
+
+func (f *vmFailer) SuspendVMTask(ctx *simulator.Context, _ *types.SuspendVM_Task) soap.HasFault {
+	return &methods.SuspendVM_TaskBody{Res: &types.SuspendVM_TaskResponse{Returnval: f.fail(ctx, "SuspendVMTask")}}
+}
+
+func (f *vmFailer) ResetVMTask(ctx *simulator.Context, _ *types.ResetVM_Task) soap.HasFault {
+	return &methods.ResetVM_TaskBody{Res: &types.ResetVM_TaskResponse{Returnval: f.fail(ctx, "ResetVMTask")}}
+}
+
+func (f *vmFailer) ReconfigVMTask(ctx *simulator.Context, _ *types.ReconfigVM_Task) soap.HasFault {
+	return &methods.ReconfigVM_TaskBody{Res: &types.ReconfigVM_TaskResponse{Returnval: f.fail(ctx, "ReconfigVMTask")}}
+}
+
+func (f *vmFailer) CloneVMTask(ctx *simulator.Context, _ *types.CloneVM_Task) soap.HasFault {
+	return &methods.CloneVM_TaskBody{Res: &types.CloneVM_TaskResponse{Returnval: f.fail(ctx, "CloneVMTask")}}
+}
+
+func (f *vmFailer) DestroyTask(ctx *simulator.Context, _ *types.Destroy_Task) soap.HasFault {
+	return &methods.Destroy_TaskBody{Res: &types.Destroy_TaskResponse{Returnval: f.fail(ctx, "DestroyTask")}}
+}
+
+func (f *vmFailer) RelocateVMTask(ctx *simulator.Context, _ *types.RelocateVM_Task) soap.HasFault {
+	return &methods.RelocateVM_TaskBody{Res: &types.RelocateVM_TaskResponse{Returnval: f.fail(ctx, "RelocateVMTask")}}
+}
+
+// hostFailer fails the next task method called on a host with an armed fault.
+type hostFailer struct {
+	*simulator.HostSystem
+
+	fault types.BaseMethodFault
+}
+
+func (f *hostFailer) fail(ctx *simulator.Context, name string) types.ManagedObjectReference {
+	unregister(ctx, f)
+	return failTask(ctx, f, name, f.fault)
+}
+
+func (f *hostFailer) EnterMaintenanceModeTask(ctx *simulator.Context, _ *types.EnterMaintenanceMode_Task) soap.HasFault {
+	return &methods.EnterMaintenanceMode_TaskBody{Res: &types.EnterMaintenanceMode_TaskResponse{Returnval: f.fail(ctx, "EnterMaintenanceModeTask")}}
+}
+
+func (f *hostFailer) ExitMaintenanceModeTask(ctx *simulator.Context, _ *types.ExitMaintenanceMode_Task) soap.HasFault {
+	return &methods.ExitMaintenanceMode_TaskBody{Res: &types.ExitMaintenanceMode_TaskResponse{Returnval: f.fail(ctx, "ExitMaintenanceModeTask")}}
+}
+
+func (f *hostFailer) RebootHostTask(ctx *simulator.Context, _ *types.RebootHost_Task) soap.HasFault {
+	return &methods.RebootHost_TaskBody{Res: &types.RebootHost_TaskResponse{Returnval: f.fail(ctx, "RebootHostTask")}}
+}
+
+// folderFailer fails the next CreateVM_Task of a folder with an armed fault.
+type folderFailer struct {
+	*simulator.Folder
+
+	fault types.BaseMethodFault
+}
+
+func (f *folderFailer) CreateVMTask(ctx *simulator.Context, _ *types.CreateVM_Task) soap.HasFault {
+	unregister(ctx, f)
+	return &methods.CreateVM_TaskBody{Res: &types.CreateVM_TaskResponse{Returnval: failTask(ctx, f, "CreateVMTask", f.fault)}}
+}
+
+// failerMethods are the task methods the failers answer.
+var failerMethods = map[string]bool{
+	"PowerOnVM_Task": true, "PowerOffVM_Task": true, "SuspendVM_Task": true, "ResetVM_Task": true,
+	"ReconfigVM_Task": true, "CloneVM_Task": true, "Destroy_Task": true, "RelocateVM_Task": true,
+	"EnterMaintenanceMode_Task": true, "ExitMaintenanceMode_Task": true, "RebootHost_Task": true,
+	"CreateVM_Task": true,
+}

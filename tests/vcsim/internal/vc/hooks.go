@@ -1,0 +1,355 @@
+package vc
+
+import (
+	"encoding/xml"
+	"fmt"
+	"log"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// armed is a fault or delay armed through the control endpoint.
+type armed struct {
+	Object string        `json:"object"` // managed object id (vm-42, host-21)
+	Name   string        `json:"name"`   // object name as given
+	Method string        `json:"method"` // SOAP method name, e.g. PowerOnVM_Task
+	Fault  string        `json:"fault,omitempty"`
+	Count  int           `json:"count"`
+	Delay  time.Duration `json:"-"`
+	DelayS float64       `json:"delaySeconds,omitempty"`
+	Msg    string        `json:"message,omitempty"`
+}
+
+type faultBook struct {
+	mu     sync.Mutex
+	faults []*armed
+	delays []*armed
+}
+
+func newFaultBook() *faultBook { return &faultBook{} }
+
+// take consumes one armed fault for (object, method), if any.
+func (b *faultBook) take(object, method string) *armed {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, a := range b.faults {
+		if a.Object == object && a.Method == method {
+			a.Count--
+			if a.Count <= 0 {
+				b.faults = append(b.faults[:i], b.faults[i+1:]...)
+			}
+			return a
+		}
+	}
+	return nil
+}
+
+// delay consumes one armed delay for (object, method) and returns it (0 if none).
+func (b *faultBook) delay(object, method string) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, a := range b.delays {
+		if a.Object == object && a.Method == method {
+			a.Count--
+			if a.Count <= 0 {
+				b.delays = append(b.delays[:i], b.delays[i+1:]...)
+			}
+			return a.Delay
+		}
+	}
+	return 0
+}
+
+func (b *faultBook) list() ([]armed, []armed) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var f, d []armed
+	for _, a := range b.faults {
+		f = append(f, *a)
+	}
+	for _, a := range b.delays {
+		d = append(d, *a)
+	}
+	return f, d
+}
+
+func (b *faultBook) clear() {
+	b.mu.Lock()
+	b.faults, b.delays = nil, nil
+	b.mu.Unlock()
+}
+
+// route is the simulator's Map.Handler: armed faults, unreachable hosts, and the GPU-aware wrappers.
+func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, types.BaseMethodFault) {
+	obj := ctx.Map.Get(m.This)
+	if obj == nil {
+		return nil, nil
+	}
+	if fault := s.unreachable(ctx, m, obj); fault != nil {
+		return nil, fault
+	}
+	var fault types.BaseMethodFault
+	a := s.faults.take(m.This.Value, m.Name)
+	if owner := s.managerOwner(obj); a == nil && owner != "" {
+		a = s.faults.take(owner, m.Name) // a fault armed on a host also covers its GPU managers
+	}
+	if a != nil {
+		fault = newFault(a.Fault)
+		if a.Msg != "" {
+			s.messages.Store(fault, a.Msg)
+		}
+		if !failerMethods[m.Name] {
+			return nil, fault
+		}
+		if f, ok := failerFor(obj, fault); ok {
+			register(ctx, f)
+			return f, nil
+		}
+		return nil, fault
+	}
+	var w mo.Reference
+	switch o := obj.(type) {
+	case *simulator.VirtualMachine:
+		if vmMethods[m.Name] {
+			w = &gpuVM{VirtualMachine: o, sim: s}
+		}
+	case *simulator.HostSystem:
+		if hostMethods[m.Name] {
+			w = &gpuHost{HostSystem: o, sim: s, name: s.hostRefs[o.Self]}
+		}
+	case *simulator.EnvironmentBrowser:
+		if m.Name == "QueryConfigTarget" {
+			w = &gpuEnvBrowser{EnvironmentBrowser: o, sim: s}
+		}
+	case *simulator.Folder:
+		if m.Name == "CreateVM_Task" {
+			w = &gpuFolder{Folder: o, sim: s}
+		}
+	}
+	if w == nil {
+		return nil, nil
+	}
+	register(ctx, w)
+	return w, nil
+}
+
+var vmMethods = map[string]bool{
+	"PowerOnVM_Task": true, "PowerOffVM_Task": true, "SuspendVM_Task": true, "ReconfigVM_Task": true,
+	"CloneVM_Task": true, "ShutdownGuest": true, "Destroy_Task": true, "UnregisterVM": true,
+}
+
+var hostMethods = map[string]bool{
+	"EnterMaintenanceMode_Task": true, "ExitMaintenanceMode_Task": true, "RebootHost_Task": true,
+}
+
+// unreachable refuses calls on a host that is down or rebooting, and on its VMs.
+func (s *Sim) unreachable(ctx *simulator.Context, m *simulator.Method, obj mo.Reference) types.BaseMethodFault {
+	var host string
+	switch o := obj.(type) {
+	case *simulator.HostSystem:
+		host = s.hostRefs[o.Self]
+	case *simulator.VirtualMachine:
+		host = s.hostOf(o.Runtime.Host)
+	case *GraphicsManager:
+		host = o.host
+	case *KernelModuleSystem:
+		host = o.host
+	case *PciPassthruSystem:
+		host = o.host
+	}
+	if host == "" || s.Farm.Reachable(host) {
+		return nil
+	}
+	f := &types.HostNotConnected{}
+	s.messages.Store(types.BaseMethodFault(f), "Host "+host+" is not responding.")
+	return f
+}
+
+// knownFaults are the vim faults the control endpoint can arm.
+var knownFaults = map[string]func() types.BaseMethodFault{
+	"SystemError":                        func() types.BaseMethodFault { return &types.SystemError{Reason: "gpusim armed fault"} },
+	"InvalidState":                       func() types.BaseMethodFault { return &types.InvalidState{} },
+	"InvalidPowerState":                  func() types.BaseMethodFault { return &types.InvalidPowerState{} },
+	"TaskInProgress":                     func() types.BaseMethodFault { return &types.TaskInProgress{} },
+	"HostNotConnected":                   func() types.BaseMethodFault { return &types.HostNotConnected{} },
+	"HostCommunication":                  func() types.BaseMethodFault { return &types.HostCommunication{} },
+	"NotAuthenticated":                   func() types.BaseMethodFault { return &types.NotAuthenticated{} },
+	"NoPermission":                       func() types.BaseMethodFault { return &types.NoPermission{} },
+	"InvalidArgument":                    func() types.BaseMethodFault { return &types.InvalidArgument{} },
+	"NotSupported":                       func() types.BaseMethodFault { return &types.NotSupported{} },
+	"NotFound":                           func() types.BaseMethodFault { return &types.NotFound{} },
+	"ResourceInUse":                      func() types.BaseMethodFault { return &types.ResourceInUse{} },
+	"Timedout":                           func() types.BaseMethodFault { return &types.Timedout{} },
+	"RequestCanceled":                    func() types.BaseMethodFault { return &types.RequestCanceled{} },
+	"InsufficientResourcesFault":         func() types.BaseMethodFault { return &types.InsufficientResourcesFault{} },
+	"InsufficientGraphicsResourcesFault": func() types.BaseMethodFault { return &types.InsufficientGraphicsResourcesFault{} },
+	"GenericVmConfigFault":               func() types.BaseMethodFault { return &types.GenericVmConfigFault{} },
+	"ConcurrentAccess":                   func() types.BaseMethodFault { return &types.ConcurrentAccess{} },
+	"DuplicateName":                      func() types.BaseMethodFault { return &types.DuplicateName{} },
+	"FileFault":                          func() types.BaseMethodFault { return &types.FileFault{} },
+	"RuntimeFault":                       func() types.BaseMethodFault { return &types.RuntimeFault{} },
+}
+
+// FaultNames lists the faults the control endpoint accepts.
+func FaultNames() []string {
+	var out []string
+	for k := range knownFaults {
+		out = append(out, k)
+	}
+	return out
+}
+
+func newFault(name string) types.BaseMethodFault {
+	if f, ok := knownFaults[name]; ok {
+		return f()
+	}
+	return &types.SystemError{Reason: name}
+}
+
+// taskMessages gives task errors a readable localizedMessage (the simulator writes the Go type name):
+// messages registered in Sim.messages, else the fault's first fault message, else the vim type name.
+type taskMessages struct {
+	sim *Sim
+}
+
+func (t *taskMessages) Reference() types.ManagedObjectReference {
+	return types.ManagedObjectReference{Type: "GpusimTaskMessages", Value: "gpusim-task-messages"}
+}
+
+// PutObject fills VM enums vcsim leaves empty and gives vcsim's tasks their WSDL method names
+// ("ReconfigVm" -> "ReconfigVM_Task"), which pyVmomi resolves while a task runs.
+func (t *taskMessages) PutObject(_ *simulator.Context, obj mo.Reference) {
+	if vm, ok := obj.(*simulator.VirtualMachine); ok {
+		fixVMEnums(vm)
+		return
+	}
+	task, ok := obj.(*simulator.Task)
+	if !ok || strings.HasSuffix(task.Info.Name, "_Task") || task.Info.Name == "" {
+		return
+	}
+	task.Info.Name = wsdlTaskName(task.Info.Name)
+}
+
+var taskNames = map[string]string{
+	"PowerOn": "PowerOnVM_Task", "PowerOff": "PowerOffVM_Task", "Suspend": "SuspendVM_Task", "Reset": "ResetVM_Task",
+	"ShutdownGuest": "ShutdownGuest", "RebootGuest": "RebootGuest",
+}
+
+func wsdlTaskName(name string) string {
+	if n, ok := taskNames[name]; ok {
+		return n
+	}
+	if strings.HasSuffix(name, "Vm") {
+		return strings.TrimSuffix(name, "Vm") + "VM_Task"
+	}
+	return name + "_Task"
+}
+func (t *taskMessages) RemoveObject(*simulator.Context, types.ManagedObjectReference) {}
+
+func (t *taskMessages) UpdateObject(_ *simulator.Context, obj mo.Reference, changes []types.PropertyChange) {
+	task, ok := obj.(*mo.Task)
+	if !ok || task.Info.Error == nil {
+		return
+	}
+	for i := range changes {
+		if changes[i].Name != "info.error" {
+			continue
+		}
+		lmf := task.Info.Error
+		if !strings.HasPrefix(lmf.LocalizedMessage, "*types.") {
+			continue
+		}
+		lmf.LocalizedMessage = t.sim.messageFor(lmf.Fault)
+		changes[i].Val = *lmf
+	}
+}
+
+func (s *Sim) messageFor(f types.BaseMethodFault) string {
+	if msg, ok := s.messages.Load(f); ok {
+		return msg.(string)
+	}
+	if f == nil {
+		return "unknown error"
+	}
+	if fm := f.GetMethodFault().FaultMessage; len(fm) > 0 && fm[0].Message != "" {
+		return fm[0].Message
+	}
+	return strings.TrimPrefix(fmt.Sprintf("%T", f), "*types.")
+}
+
+// faultWith registers a localized message for a fault and returns it.
+func (s *Sim) faultWith(f types.BaseMethodFault, msg string) types.BaseMethodFault {
+	s.messages.Store(f, msg)
+	return f
+}
+
+// safely runs a task body and turns a panic into a SystemError.
+func safely(fn func(*simulator.Task) (types.AnyType, types.BaseMethodFault)) func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
+	return func(t *simulator.Task) (res types.AnyType, fault types.BaseMethodFault) {
+		defer func() {
+			if r := recover(); r != nil {
+				log.Printf("gpusim: task panic: %v\n%s", r, debug.Stack())
+				res, fault = nil, &types.SystemError{Reason: fmt.Sprint(r)}
+			}
+		}()
+		return fn(t)
+	}
+}
+
+// recoverSOAP turns a panic while serving a request into a SOAP SystemError fault.
+func recoverSOAP(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				log.Printf("gpusim: request panic: %v\n%s", v, debug.Stack())
+				var msg strings.Builder
+				_ = xml.EscapeText(&msg, []byte(fmt.Sprintf("gpusim could not serve the request: %v", v)))
+				w.Header().Set("Content-Type", "text/xml; charset=utf-8")
+				w.WriteHeader(http.StatusInternalServerError)
+				fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>
+<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"><soapenv:Body><soapenv:Fault><faultcode>ServerFaultCode</faultcode><faultstring>%s</faultstring><detail><SystemErrorFault xmlns="urn:vim25" xsi:type="SystemError"><reason>%s</reason></SystemErrorFault></detail></soapenv:Fault></soapenv:Body></soapenv:Envelope>`,
+					msg.String(), msg.String())
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// fixVMEnums fills enum fields vcsim leaves empty, which pyVmomi cannot deserialize.
+func fixVMEnums(vm *simulator.VirtualMachine) {
+	if vm.Runtime.FaultToleranceState == "" {
+		vm.Runtime.FaultToleranceState = types.VirtualMachineFaultToleranceStateNotConfigured
+	}
+	if vm.Runtime.RecordReplayState == "" {
+		vm.Runtime.RecordReplayState = types.VirtualMachineRecordReplayStateInactive
+	}
+	vm.Summary.Runtime.FaultToleranceState = vm.Runtime.FaultToleranceState
+	vm.Summary.Runtime.RecordReplayState = vm.Runtime.RecordReplayState
+	if vm.Guest != nil && vm.Guest.GuestState == "" {
+		vm.Guest.GuestState = "notRunning"
+	}
+}
+
+// managerOwner returns the host moref value of a host's GPU manager, or "".
+func (s *Sim) managerOwner(obj mo.Reference) string {
+	name := ""
+	switch o := obj.(type) {
+	case *GraphicsManager:
+		name = o.host
+	case *KernelModuleSystem:
+		name = o.host
+	case *PciPassthruSystem:
+		name = o.host
+	}
+	if h, ok := s.hosts[name]; ok {
+		return h.Self.Value
+	}
+	return ""
+}

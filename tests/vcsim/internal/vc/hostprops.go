@@ -1,0 +1,148 @@
+package vc
+
+import (
+	"context"
+	"sort"
+
+	"github.com/vmware/govmomi/simulator"
+
+	"github.com/vmware/govmomi/vim25/types"
+
+	"gpusim/internal/farm"
+)
+
+// hostView is what vSphere shows of a host's GPUs, derived from the farm.
+type hostView struct {
+	graphicsInfo []types.HostGraphicsInfo
+	config       *types.HostGraphicsConfig
+	gpuTypes     []string
+	caps         []types.HostSharedGpuCapabilities
+}
+
+func (s *Sim) viewOf(info farm.HostInfo) hostView {
+	var v hostView
+	v.config = &types.HostGraphicsConfig{
+		HostDefaultGraphicsType:        info.DefaultGraphicsType,
+		SharedPassthruAssignmentPolicy: info.AssignmentPolicy,
+	}
+	seen := map[string]bool{}
+	for _, g := range info.GPUs {
+		gi := types.HostGraphicsInfo{
+			DeviceName: g.Model.DeviceName, VendorName: farm.VendorName, PciId: g.PCIID,
+			GraphicsType: g.GraphicsType, VgpuMode: g.VgpuMode,
+			MemorySizeInKB: int64(g.Model.FramebufferGB) * 1024 * 1024,
+		}
+		vmSeen := map[string]bool{}
+		for _, slot := range g.VGPUs {
+			if !vmSeen[slot.VM] {
+				vmSeen[slot.VM] = true
+				gi.Vm = append(gi.Vm, types.ManagedObjectReference{Type: "VirtualMachine", Value: slot.VM})
+			}
+		}
+		v.graphicsInfo = append(v.graphicsInfo, gi)
+		v.config.DeviceType = append(v.config.DeviceType, types.HostGraphicsConfigDeviceType{
+			DeviceId: g.PCIID, GraphicsType: g.GraphicsType, VgpuMode: g.TimeSlicedMode,
+		})
+		for _, p := range g.Profiles {
+			if !seen[p] {
+				seen[p] = true
+				v.gpuTypes = append(v.gpuTypes, p)
+			}
+		}
+	}
+	sort.Strings(v.gpuTypes)
+	for _, p := range v.gpuTypes {
+		prof, _ := farm.ParseProfile(p)
+		v.caps = append(v.caps, types.HostSharedGpuCapabilities{
+			Vgpu: p, DiskSnapshotSupported: true, MemorySnapshotSupported: !prof.MIG,
+			SuspendSupported: !prof.MIG, MigrateSupported: true,
+		})
+	}
+	return v
+}
+
+// refreshHost copies the farm's view of a host into the simulator objects under their object locks
+// (one at a time, host then graphics manager). ctx is the caller's simulator context when it may hold
+// those locks (the locks are reentrant per context); nil means a fresh context.
+func (s *Sim) refreshHost(ctx *simulator.Context, name string) {
+	h, ok := s.hosts[name]
+	if !ok {
+		return
+	}
+	if ctx == nil {
+		ctx = &simulator.Context{Context: context.Background(), Map: s.ctx.Map}
+	}
+	ctx.WithLock(h, func() {
+		info, err := s.Farm.Host(name)
+		if err != nil {
+			return
+		}
+		v := s.viewOf(info)
+		state := types.HostSystemConnectionStateConnected
+		if info.ConnectionState != farm.StateConnected {
+			state = types.HostSystemConnectionStateNotResponding
+		}
+		changes := []types.PropertyChange{
+			{Name: "runtime.connectionState", Val: state},
+			{Name: "runtime.inMaintenanceMode", Val: info.InMaintenance},
+		}
+		if h.Config != nil {
+			changes = append(changes,
+				types.PropertyChange{Name: "config.graphicsInfo", Val: v.graphicsInfo},
+				types.PropertyChange{Name: "config.graphicsConfig", Val: v.config},
+				types.PropertyChange{Name: "config.sharedPassthruGpuTypes", Val: v.gpuTypes},
+				types.PropertyChange{Name: "config.sharedGpuCapabilities", Val: v.caps})
+		}
+		ctx.Map.Update(ctx, h, changes)
+		if h.Summary.Runtime != nil && h.Summary.Runtime != &h.Runtime {
+			h.Summary.Runtime.ConnectionState = state
+			h.Summary.Runtime.InMaintenanceMode = info.InMaintenance
+		}
+	})
+	gm := s.gm[name]
+	if gm == nil {
+		return
+	}
+	ctx.WithLock(gm, func() {
+		info, err := s.Farm.Host(name)
+		if err != nil {
+			return
+		}
+		v := s.viewOf(info)
+		ctx.Map.Update(ctx, gm, []types.PropertyChange{
+			{Name: "graphicsInfo", Val: v.graphicsInfo},
+			{Name: "graphicsConfig", Val: v.config},
+			{Name: "sharedPassthruGpuTypes", Val: v.gpuTypes},
+			{Name: "sharedGpuCapabilities", Val: v.caps},
+		})
+	})
+}
+
+// onFarmEvent refreshes a host after a farm change. While a SOAP handler that holds the host's or
+// its graphics manager's lock changes the farm (hold/release), the refresh is left to that handler.
+func (s *Sim) onFarmEvent(e farm.Event) {
+	s.busyMu.Lock()
+	if s.busy[e.Host] > 0 {
+		s.dirty[e.Host] = true
+		s.busyMu.Unlock()
+		return
+	}
+	s.busyMu.Unlock()
+	s.refreshHost(nil, e.Host)
+}
+
+// hold defers event refreshes of a host to release (for handlers holding the host's locks).
+func (s *Sim) hold(host string) {
+	s.busyMu.Lock()
+	s.busy[host]++
+	s.busyMu.Unlock()
+}
+
+// release ends hold and refreshes the host with the handler's context.
+func (s *Sim) release(ctx *simulator.Context, host string) {
+	s.busyMu.Lock()
+	s.busy[host]--
+	delete(s.dirty, host)
+	s.busyMu.Unlock()
+	s.refreshHost(ctx, host)
+}

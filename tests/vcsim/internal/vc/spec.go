@@ -1,0 +1,168 @@
+package vc
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"gpusim/internal/farm"
+)
+
+// Spec describes a farm: it comes from flags or from a YAML/JSON farm file.
+type Spec struct {
+	Datacenter    string        `yaml:"datacenter" json:"datacenter"`
+	APIVersion    string        `yaml:"api_version" json:"api_version"`
+	Username      string        `yaml:"username" json:"username"`
+	Password      string        `yaml:"password" json:"password"`
+	RebootSeconds float64       `yaml:"reboot_seconds" json:"reboot_seconds"` // not responding after RebootHost
+	HostDomain    string        `yaml:"host_domain" json:"host_domain"`
+	Clusters      []ClusterSpec `yaml:"clusters" json:"clusters"`
+	Templates     []VMSpec      `yaml:"templates" json:"templates"`
+	VMs           []VMSpec      `yaml:"vms" json:"vms"`
+	VMCount       int           `yaml:"vm_count" json:"vm_count"` // extra powered-off VMs vm-0001.. spread over hosts
+}
+
+// ClusterSpec describes one cluster of identical GPU hosts.
+type ClusterSpec struct {
+	Name             string `yaml:"name" json:"name"`
+	Hosts            int    `yaml:"hosts" json:"hosts"`
+	GPUs             int    `yaml:"gpus_per_host" json:"gpus_per_host"`
+	Model            string `yaml:"model" json:"model"`
+	NVLink           string `yaml:"nvlink" json:"nvlink"`               // none | pairs | quads
+	GraphicsType     string `yaml:"graphics_type" json:"graphics_type"` // shared | sharedDirect
+	AssignmentPolicy string `yaml:"assignment_policy" json:"assignment_policy"`
+	VgpuMode         string `yaml:"vgpu_mode" json:"vgpu_mode"` // sameSize | mixedSize
+	MIG              bool   `yaml:"mig" json:"mig"`
+	NvidiaOptions    string `yaml:"nvidia_options" json:"nvidia_options"`
+}
+
+// VMSpec describes a VM or template created at start.
+type VMSpec struct {
+	Name     string   `yaml:"name" json:"name"`
+	Host     string   `yaml:"host" json:"host"` // default: round robin over all hosts
+	CPUs     int      `yaml:"cpus" json:"cpus"`
+	MemoryMB int      `yaml:"memory_mb" json:"memory_mb"`
+	Firmware string   `yaml:"firmware" json:"firmware"` // efi | bios
+	VGPUs    []string `yaml:"vgpus" json:"vgpus"`
+	Locked   bool     `yaml:"memory_locked" json:"memory_locked"` // memoryReservationLockedToMax
+	PowerOn  bool     `yaml:"power_on" json:"power_on"`
+}
+
+// DefaultSpec is the demo farm: DC0 / GPU-Cluster, 4 hosts x 4 A100-40GB in NVLink pairs, graphics
+// type sharedDirect, template ubuntu-22.04-ml, no VMs.
+func DefaultSpec() Spec {
+	return Spec{
+		Datacenter: "DC0", APIVersion: "8.0.3.0", Username: "user", Password: "pass", RebootSeconds: 2,
+		HostDomain: "gpu.sim",
+		Clusters: []ClusterSpec{{
+			Name: "GPU-Cluster", Hosts: 4, GPUs: 4, Model: "A100-40GB", NVLink: "pairs",
+			GraphicsType: farm.GraphicsSharedDirect, AssignmentPolicy: farm.PolicyPerformance, VgpuMode: farm.ModeSameSize,
+		}},
+		Templates: []VMSpec{{Name: "ubuntu-22.04-ml", CPUs: 8, MemoryMB: 65536, Firmware: "efi"}},
+	}
+}
+
+// ParseSpec reads a farm file (YAML or JSON; unknown fields are errors) over the defaults.
+func ParseSpec(data []byte) (Spec, error) {
+	spec := DefaultSpec()
+	spec.Clusters = nil
+	spec.Templates = nil
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&spec); err != nil {
+		return Spec{}, fmt.Errorf("farm file: %w", err)
+	}
+	if len(spec.Clusters) == 0 {
+		spec.Clusters = DefaultSpec().Clusters
+	}
+	return spec, spec.Validate(farm.DefaultCatalog())
+}
+
+// Validate checks the spec against the model catalog.
+func (s *Spec) Validate(cat farm.Catalog) error {
+	if s.Datacenter == "" {
+		return fmt.Errorf("datacenter name is empty")
+	}
+	if !strings.HasPrefix(s.APIVersion, "6.") && !strings.HasPrefix(s.APIVersion, "7.") &&
+		!strings.HasPrefix(s.APIVersion, "8.") && !strings.HasPrefix(s.APIVersion, "9.") {
+		return fmt.Errorf("api_version %q: expected 6.x, 7.x, 8.x or 9.x", s.APIVersion)
+	}
+	if s.HostDomain == "" || strings.ContainsAny(s.HostDomain, " /:") {
+		return fmt.Errorf("host_domain %q is not a DNS domain", s.HostDomain)
+	}
+	if s.Username == "" {
+		return fmt.Errorf("username is empty")
+	}
+	if s.RebootSeconds < 0 {
+		return fmt.Errorf("reboot_seconds must be >= 0")
+	}
+	if s.VMCount < 0 || s.VMCount > 100000 {
+		return fmt.Errorf("vm_count must be 0..100000")
+	}
+	names := map[string]bool{}
+	for i, c := range s.Clusters {
+		if c.Name == "" {
+			return fmt.Errorf("clusters[%d]: name is empty", i)
+		}
+		if names[c.Name] {
+			return fmt.Errorf("clusters[%d]: duplicate name %q", i, c.Name)
+		}
+		names[c.Name] = true
+		if c.Hosts < 0 || c.Hosts > 1024 {
+			return fmt.Errorf("cluster %s: hosts must be 0..1024", c.Name)
+		}
+		if c.GPUs < 0 || c.GPUs > 16 {
+			return fmt.Errorf("cluster %s: gpus_per_host must be 0..16", c.Name)
+		}
+		if _, ok := cat[c.Model]; !ok {
+			return fmt.Errorf("cluster %s: unknown GPU model %q (known: %s)", c.Name, c.Model, strings.Join(cat.Names(), ", "))
+		}
+		probe := farm.New(cat)
+		if err := probe.AddHost(c.hostSpec("probe", "probe")); err != nil {
+			return fmt.Errorf("cluster %s: %w", c.Name, err)
+		}
+	}
+	vmNames := map[string]bool{}
+	for _, list := range [][]VMSpec{s.Templates, s.VMs} {
+		for i, vm := range list {
+			if vm.Name == "" {
+				return fmt.Errorf("vm/template %d: name is empty", i)
+			}
+			if vmNames[vm.Name] {
+				return fmt.Errorf("duplicate VM name %q", vm.Name)
+			}
+			vmNames[vm.Name] = true
+			if vm.Firmware != "" && vm.Firmware != "efi" && vm.Firmware != "bios" {
+				return fmt.Errorf("VM %s: firmware must be efi or bios", vm.Name)
+			}
+			if vm.CPUs < 0 || vm.MemoryMB < 0 {
+				return fmt.Errorf("VM %s: cpus and memory_mb must be >= 0", vm.Name)
+			}
+			for _, p := range vm.VGPUs {
+				if _, err := farm.ParseProfile(p); err != nil {
+					return fmt.Errorf("VM %s: %w", vm.Name, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (c ClusterSpec) hostSpec(name, cluster string) farm.HostSpec {
+	return farm.HostSpec{
+		Name: name, Cluster: cluster, Model: c.Model, GPUs: c.GPUs, NVLink: c.NVLink,
+		DefaultGraphicsType: c.GraphicsType, AssignmentPolicy: c.AssignmentPolicy, VgpuMode: c.VgpuMode,
+		MIG: c.MIG, ModuleOptions: c.NvidiaOptions,
+	}
+}
+
+// MaxVGPUsPerVM is the per-VM vGPU limit for an API version: 4 before 8.0, 8 from 8.0.
+func MaxVGPUsPerVM(apiVersion string) int {
+	major := strings.SplitN(apiVersion, ".", 2)[0]
+	if major == "6" || major == "7" {
+		return 4
+	}
+	return 8
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestBadInputExitsTwo(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown flag", []string{"-frobnicate"}, "flag provided but not defined"},
+		{"unknown model flag", []string{"-model", "V100"}, "unknown GPU model"},
+		{"bad nvlink", []string{"-nvlink", "ring"}, "nvlink"},
+		{"negative hosts", []string{"-hosts", "-1"}, "hosts"},
+		{"extra argument", []string{"extra"}, "unexpected argument"},
+		{"bad listen address", []string{"-listen", "nonsense"}, "-listen"},
+		{"empty host domain", []string{"-host-domain", ""}, "host_domain"},
+		{"farm with topology flag", []string{"-farm", write("ok.yaml", "clusters: []\n"), "-hosts", "2"}, "cannot be combined"},
+		{"farm unknown model", []string{"-farm", write("m.yaml", "clusters:\n  - {name: c, hosts: 1, gpus_per_host: 2, model: X100}\n")}, "unknown GPU model"},
+		{"farm malformed field", []string{"-farm", write("f.yaml", "clusters:\n  - {name: c, hosts: many}\n")}, "farm file"},
+		{"farm unknown field", []string{"-farm", write("u.yaml", "clusterz: []\n")}, "not found"},
+		{"farm missing", []string{"-farm", filepath.Join(dir, "none.yaml")}, "no such file"},
+		{"farm bad json", []string{"-farm", write("b.json", `{"clusters": [{"name": "c", "hosts": 1, "model": "A100-40GB", "nvlink": "mesh"}]}`)}, "nvlink"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(tc.args, &out, &errb, make(chan os.Signal))
+			if code != 2 {
+				t.Fatalf("exit %d, want 2 (stderr %q)", code, errb.String())
+			}
+			if !strings.Contains(errb.String(), tc.want) {
+				t.Fatalf("stderr %q does not mention %q", errb.String(), tc.want)
+			}
+		})
+	}
+}
+
+func TestRunPrintsEnvAndStops(t *testing.T) {
+	dir := t.TempDir()
+	farmFile := filepath.Join(dir, "farm.json")
+	body := `{"clusters": [{"name": "C1", "hosts": 1, "gpus_per_host": 2, "model": "H100-80GB", "nvlink": "pairs",
+	  "graphics_type": "sharedDirect"}], "templates": [{"name": "t1"}], "vm_count": 2}`
+	if err := os.WriteFile(farmFile, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	envFile := filepath.Join(dir, "env")
+	stop := make(chan os.Signal, 1)
+	done := make(chan int)
+	var out, errb bytes.Buffer
+	go func() { done <- run([]string{"-farm", farmFile, "-env-file", envFile, "-no-ssh"}, &out, &errb, stop) }()
+	var data []byte
+	for i := 0; i < 500; i++ {
+		data, _ = os.ReadFile(envFile)
+		if len(data) > 0 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	line := string(data)
+	for _, key := range []string{"export VGPUCTL_URL=https://127.0.0.1:", "VGPUCTL_USERNAME=", "VGPUCTL_PASSWORD=", "VGPUCTL_INSECURE=1", "GPUSIM_CONTROL=https://"} {
+		if !strings.Contains(line, key) {
+			t.Fatalf("env line %q lacks %s (stderr %q)", line, key, errb.String())
+		}
+	}
+	stop <- syscall.SIGTERM
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if !strings.Contains(out.String(), "export VGPUCTL_URL=") {
+		t.Fatalf("stdout %q", out.String())
+	}
+}
+
+func TestListenFailureIsAnError(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"-listen", "192.0.2.1:1", "-hosts", "1", "-gpus", "1", "-no-ssh"}, &out, &errb, make(chan os.Signal))
+	if code != 1 || !strings.Contains(errb.String(), "listen") {
+		t.Fatalf("exit %d, stderr %q", code, errb.String())
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	if got := shellQuote("a b'c"); got != `'a b'\''c'` {
+		t.Fatal(got)
+	}
+	if got := shellQuote("https://127.0.0.1:1/sdk"); got != "https://127.0.0.1:1/sdk" {
+		t.Fatal(got)
+	}
+}
