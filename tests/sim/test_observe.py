@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from urllib.parse import urlsplit
 
 import pytest
@@ -259,3 +260,144 @@ def test_lean_vm_reader_matches_pyvmomi(sim, monkeypatch) -> None:
     assert lean.pop("round_trips") == full.pop("round_trips") + 1  # VMs in their own request
     assert lean == full
     assert lean["vms"]["busy-01"]["vgpus"] and lean["vms"]["busy-01"]["guest_ips"] == ["10.9.8.7"]
+
+
+# ------------------------------------------------------------------------------------------ NVLink sets
+
+A100_HOSTS = ["esx-01.gpu.sim", "esx-02.gpu.sim"]
+PAIRS = {"0000:3b:00.0": 0, "0000:3c:00.0": 0, "0000:5e:00.0": 1, "0000:5f:00.0": 1}  # gpusim's nvlink: pairs
+
+
+def read_nvlink(sim, hosts):
+    with open_session(settings(sim)) as session:
+        return observe(session, nvlink_hosts=hosts)
+
+
+def expected_sets(host: dict) -> dict[str, int | None]:
+    """gpusim's own view: GPUs of each NVLink set with links up (time-sliced), numbered by lowest PCI id."""
+    sets: dict[int, list[str]] = {}
+    for g in host["gpus"]:
+        if g["nvlinkSet"] >= 0 and g["nvlinkUp"] and not g["migCurrent"]:
+            sets.setdefault(g["nvlinkSet"], []).append(g["pciId"])
+    ordered = sorted((sorted(s) for s in sets.values() if len(s) >= 2), key=lambda s: s[0])
+    index = {pci: i for i, s in enumerate(ordered) for pci in s}
+    return {g["pciId"]: index.get(g["pciId"]) for g in host["gpus"]}
+
+
+def nvlink_sets_of(observed, host: str) -> dict[str, int | None]:
+    return {g.pci_id: g.nvlink_set for g in observed.hosts[host].gpus}
+
+
+def test_nvlink_pairs_are_observed_when_asked(sim) -> None:
+    plain = read(sim)
+    observed = read_nvlink(sim, A100_HOSTS)
+    for name in A100_HOSTS:
+        assert nvlink_sets_of(observed, name) == PAIRS
+        assert nvlink_sets_of(observed, name) == expected_sets(sim.host(name))
+    # the MIG host was not asked
+    assert all(g.nvlink_set is None for g in observed.hosts["esx-03.gpu.sim"].gpus)
+    assert observed.round_trips == plain.round_trips + len(A100_HOSTS)  # one QueryConfigTarget per host
+    assert not observed.warnings
+
+
+def test_default_farm_pairs_are_sets(gpusim) -> None:
+    plain = read(gpusim)
+    hosts = sorted(plain.hosts)
+    assert len(hosts) == 4
+    observed = read_nvlink(gpusim, hosts)
+    for name in hosts:
+        assert nvlink_sets_of(observed, name) == PAIRS == expected_sets(gpusim.host(name))
+    assert observed.round_trips == plain.round_trips + 4
+
+
+def test_nvlink_sets_are_not_queried_when_not_asked(sim) -> None:
+    first = read(sim)
+    for hosts in (None, [], ["no-such-host"]):
+        observed = read_nvlink(sim, hosts)
+        assert observed.round_trips == first.round_trips
+        assert all(g.nvlink_set is None for h in observed.hosts.values() for g in h.gpus)
+
+
+def test_hosts_without_nvlink_sets_get_none(sim) -> None:
+    plain = read(sim)
+    observed = read_nvlink(sim, ["esx-03.gpu.sim", "esx-01.gpu.sim"])
+    assert all(g.nvlink_set is None for g in observed.hosts["esx-03.gpu.sim"].gpus)  # MIG: no NVLink P2P
+    assert nvlink_sets_of(observed, "esx-01.gpu.sim")["0000:5f:00.0"] == 1
+    assert observed.round_trips == plain.round_trips + 2
+
+
+def test_a_failed_nvlink_query_is_a_warning(sim) -> None:
+    sim.arm_fault("A100", "QueryConfigTarget", fault="HostCommunication", message="link lost")
+    try:
+        observed = read_nvlink(sim, A100_HOSTS)
+    finally:
+        sim.clear_faults()
+    failed = [h for h in A100_HOSTS if all(g.nvlink_set is None for g in observed.hosts[h].gpus)]
+    assert len(failed) == 1  # the fault fires once; the other host is read
+    ok = next(h for h in A100_HOSTS if h not in failed)
+    assert nvlink_sets_of(observed, ok) == expected_sets(sim.host(ok))
+    assert observed.warnings == [f"host {failed[0]}: NVLink sets not read (HostCommunication: link lost)"]
+
+
+def test_down_host_is_not_queried(sim) -> None:
+    plain = read(sim)
+    sim.host_down("esx-02.gpu.sim")
+    try:
+        observed = read_nvlink(sim, A100_HOSTS)
+    finally:
+        sim.host_up("esx-02.gpu.sim")
+    assert observed.round_trips == plain.round_trips + 1
+    assert all(g.nvlink_set is None for g in observed.hosts["esx-02.gpu.sim"].gpus)
+    assert nvlink_sets_of(observed, "esx-01.gpu.sim")["0000:3b:00.0"] == 0
+
+
+def _wait_connected(sim, host: str) -> None:
+    import time
+
+    while sim.host(host)["connectionState"] != "connected":  # bounded by gpusim's reboot_seconds
+        time.sleep(0.05)
+
+
+def test_nvlink_sets_disappear_when_nvlink_is_disabled(gpusim_factory) -> None:
+    farm = {
+        "reboot_seconds": 0.2,
+        "clusters": [{"name": "C", "hosts": 2, "gpus_per_host": 4, "model": "A100-40GB", "nvlink": "pairs"}],
+    }
+    sim = gpusim_factory(farm)
+    hosts = ["esx-01.gpu.sim", "esx-02.gpu.sim"]
+    before = read_nvlink(sim, hosts)
+    assert nvlink_sets_of(before, "esx-01.gpu.sim") == PAIRS
+    si = sim.connect()
+    try:
+        content = si.RetrieveContent()
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem], True)
+        host = next(h for h in view.view if h.name == "esx-01.gpu.sim")
+        host.configManager.kernelModuleSystem.UpdateModuleOptionString("nvidia", "NVreg_NvLinkDisable=1")
+        # configured, not yet in effect: the links stay up until the host reboots
+        assert nvlink_sets_of(read_nvlink(sim, hosts), "esx-01.gpu.sim") == nvlink_sets_of(before, "esx-01.gpu.sim")
+        WaitForTask(host.EnterMaintenanceMode_Task(0))
+        WaitForTask(host.RebootHost_Task(False))
+        _wait_connected(sim, "esx-01.gpu.sim")
+        WaitForTask(host.ExitMaintenanceMode_Task(0))
+    finally:
+        Disconnect(si)
+    after = read_nvlink(sim, hosts)
+    assert all(g.nvlink_set is None for g in after.hosts["esx-01.gpu.sim"].gpus)
+    assert nvlink_sets_of(after, "esx-01.gpu.sim") == expected_sets(sim.host("esx-01.gpu.sim"))
+    assert nvlink_sets_of(after, "esx-02.gpu.sim") == nvlink_sets_of(before, "esx-02.gpu.sim")
+    assert after.round_trips == before.round_trips
+
+
+def test_nvlink_sets_can_follow_a_plain_observe(sim) -> None:
+    from vgpuctl.vsphere.nvlink import nvlink_hosts_for
+
+    inventory = SimpleNamespace(vms=[SimpleNamespace(name="train-01", host=None, cluster="A100", nvlink="required")])
+    with open_session(settings(sim)) as session:
+        observed = observe(session)
+        plain = observed.round_trips
+        hosts = nvlink_hosts_for(inventory, observed)
+        assert hosts == set(A100_HOSTS)
+        assert observe_mod.observe_nvlink(session, observed, hosts) == A100_HOSTS
+    assert observed.round_trips == plain + 2
+    for name in A100_HOSTS:
+        assert nvlink_sets_of(observed, name) == PAIRS

@@ -11,9 +11,12 @@ Round trips of one `observe` call, whatever the number of VMs and hosts:
      profiles): hosts with the same signature describe the same profiles, so a farm of identical hosts costs one
      call. Hosts without the method (before API 7.0.3), or not responding, get framebuffer sizes parsed from the
      profile names, with no call.
+  h  QueryConfigTarget, once per host named in `nvlink_hosts` (none by default), NVLINK_WORKERS at a time: its
+     vendorDeviceGroupInfo lists the host's NVLink-connected GPU sets with links up (vsphere/nvlink.py), which
+     become ObservedGpu.nvlink_set. `nvlink.nvlink_hosts_for(inventory, observed)` names the hosts that matter.
 So a datacenter of identical hosts costs 5 round trips up to PAGE_SIZE VMs, one more per further page.
-NVLink sets (ObservedGpu.nvlink_set) are not visible through vCenter; vgpuctl.hostfacts reads them from the
-ESXi shell (`set_nvlink_sets` records them).
+Without `nvlink_hosts`, nvlink_set stays None; vgpuctl.hostfacts can read the sets from the ESXi shell
+instead (`set_nvlink_sets` records them).
 Names of referenced objects (a VM's host, a host's cluster, folders) are resolved from the same results.
 """
 
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,10 +38,13 @@ from vgpuctl.model import (
     ObservedVgpu,
     ObservedVm,
 )
+from vgpuctl.vsphere.nvlink import sets_from_device_groups
 
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 1000
+NVLINK_WORKERS = 4  # concurrent QueryConfigTarget calls for NVLink sets
+NVLINK_API = (8, 0, 0, 1)  # vendorDeviceGroupInfo
 
 HOST_PROPS = [
     "name",
@@ -99,8 +107,11 @@ class Obj:
         return default if value is None else value
 
 
-def observe(session: Any, datacenter: str | None = None) -> Observed:
-    """Read hosts, GPUs, profiles, clusters, folders and VMs of one datacenter in a fixed number of round trips."""
+def observe(session: Any, datacenter: str | None = None, *, nvlink_hosts: Iterable[str] | None = None) -> Observed:
+    """Read hosts, GPUs, profiles, clusters, folders and VMs of one datacenter in a fixed number of round trips.
+
+    `nvlink_hosts`: hosts whose NVLink sets to read (one QueryConfigTarget each); the others keep nvlink_set None.
+    """
     start = session.round_trips
     objects = _retrieve_observed(session)
     observed = build_observed(objects, datacenter)
@@ -109,6 +120,8 @@ def observe(session: Any, datacenter: str | None = None) -> Observed:
     observed.about = str(about.fullName)
     _fill_profiles(session, objects, observed)
     observed.round_trips = session.round_trips - start
+    if nvlink_hosts:
+        observe_nvlink(session, observed, nvlink_hosts)
     return observed
 
 
@@ -508,6 +521,59 @@ def _retrieve_profiles(session: Any, objects: dict[str, Obj], host: ObservedHost
 
 
 # ------------------------------------------------------------------------------------------ NVLink
+
+
+def observe_nvlink(session: Any, observed: Observed, hosts: Iterable[str]) -> list[str]:
+    """Fill ObservedGpu.nvlink_set on the named hosts from their NVLink device groups; returns the hosts read.
+
+    One QueryConfigTarget per host, NVLINK_WORKERS at a time. Hosts not observed, not connected, without GPUs
+    or compute resource are skipped; so is everything before vSphere 8.0.0.1 (no vendorDeviceGroupInfo). A host
+    whose call fails keeps nvlink_set None and gets a warning in `observed.warnings`. The calls are added to
+    `observed.round_trips`, so this can also follow a plain `observe` (observe, nvlink_hosts_for, observe_nvlink).
+    """
+    if not _at_least(observed.api_version, NVLINK_API):
+        log.debug("vSphere %s has no vendorDeviceGroupInfo; NVLink sets not read", observed.api_version)
+        return []
+    names = sorted(n for n in set(hosts) if _can_read_nvlink(observed.hosts.get(n)))
+    if not names:
+        return []
+    start = session.round_trips
+    with ThreadPoolExecutor(max_workers=min(NVLINK_WORKERS, len(names)), thread_name_prefix="vgpuctl-nvlink") as pool:
+        results = list(pool.map(lambda n: _query_device_groups(session, observed.hosts[n]), names))
+    observed.round_trips += session.round_trips - start
+    done = []
+    for name, groups in zip(names, results, strict=True):
+        if isinstance(groups, str):
+            observed.warnings.append(f"host {name}: NVLink sets not read ({groups})")
+            continue
+        host = observed.hosts[name]
+        set_nvlink_sets(observed, name, sets_from_device_groups(groups, (g.pci_id for g in host.gpus)))
+        done.append(name)
+    return done
+
+
+def _can_read_nvlink(host: ObservedHost | None) -> bool:
+    return (
+        host is not None
+        and host.connection_state == "connected"
+        and bool(host.gpus)
+        and bool(host.environment_browser_moid)
+        and _at_least(host.api_version, NVLINK_API)
+    )
+
+
+def _query_device_groups(session: Any, host: ObservedHost) -> list[Any] | str:
+    """The host's vendorDeviceGroupInfo, or the fault's name and message when the call fails."""
+    from pyVmomi import vim, vmodl
+
+    stub = session.stub if hasattr(session, "stub") else session.si._stub
+    browser = vim.EnvironmentBrowser(host.environment_browser_moid, stub)
+    try:
+        target = session.invoke(browser.QueryConfigTarget, vim.HostSystem(host.moid, stub))
+    except vmodl.MethodFault as err:
+        kind = type(err).__name__.rsplit(".", 1)[-1]
+        return f"{kind}: {err.msg}" if getattr(err, "msg", "") else kind
+    return list(getattr(target, "vendorDeviceGroupInfo", None) or []) if target is not None else []
 
 
 def set_nvlink_sets(observed: Observed, host: str, sets: list[list[str]]) -> None:

@@ -65,9 +65,13 @@ func (b *gpuEnvBrowser) QueryConfigTarget(ctx *simulator.Context, req *types.Que
 			}
 		}
 		for _, g := range deviceGroups(info) {
+			if req.Host != nil {
+				target.VendorDeviceGroupInfo = append(target.VendorDeviceGroupInfo, g)
+				continue
+			}
 			if !seenGroup[g.DeviceGroupName] {
 				seenGroup[g.DeviceGroupName] = true
-				target.VendorDeviceGroupInfo = append(target.VendorDeviceGroupInfo, g)
+				target.VendorDeviceGroupInfo = append(target.VendorDeviceGroupInfo, anyHost(g))
 			}
 		}
 	}
@@ -80,7 +84,10 @@ func DeviceGroupName(n int, profile string) string {
 }
 
 // deviceGroups lists NVLink device groups: per NVLink set with NVLink up, in time-sliced mode, one
-// group per whole-GPU C-series profile (NVLink P2P needs whole-GPU time-sliced vGPUs).
+// group per whole-GPU C-series profile (NVLink P2P needs whole-GPU time-sliced vGPUs). Each
+// component device names its physical GPU: deviceInfo.label is the GPU's PCI id. A query for one
+// host lists every set (sets of the same size share a name); a query for a whole compute resource
+// lists each group name once, without PCI ids (see anyHost).
 func deviceGroups(info farm.HostInfo) []types.VirtualMachineVendorDeviceGroupInfo {
 	sets := map[int][]farm.GPUInfo{}
 	var ids []int
@@ -110,15 +117,29 @@ func deviceGroups(info farm.HostInfo) []types.VirtualMachineVendorDeviceGroupInf
 			DeviceGroupName:          DeviceGroupName(len(set), profile),
 			DeviceGroupDescription:   fmt.Sprintf("%d x %s connected by NVLink", len(set), m.Name),
 		}
-		for range set {
+		for _, gpu := range set {
+			dev := newVGPU(0, profile)
+			dev.DeviceInfo = &types.Description{Label: gpu.PCIID,
+				Summary: fmt.Sprintf("%s at %s, NVLink set %d", m.Name, gpu.PCIID, id)}
 			g.ComponentDeviceInfo = append(g.ComponentDeviceInfo, types.VirtualMachineVendorDeviceGroupInfoComponentDeviceInfo{
 				Type: "pciPassthru", VendorName: "NVIDIA", DeviceName: profile, IsConfigurable: false,
-				Device: newVGPU(0, profile),
+				Device: dev,
 			})
 		}
 		out = append(out, g)
 	}
 	return out
+}
+
+// anyHost drops the physical GPUs from a group listed for a whole compute resource.
+func anyHost(g types.VirtualMachineVendorDeviceGroupInfo) types.VirtualMachineVendorDeviceGroupInfo {
+	comps := make([]types.VirtualMachineVendorDeviceGroupInfoComponentDeviceInfo, len(g.ComponentDeviceInfo))
+	for i, c := range g.ComponentDeviceInfo {
+		c.Device = newVGPU(0, c.DeviceName)
+		comps[i] = c
+	}
+	g.ComponentDeviceInfo = comps
+	return g
 }
 
 // hostsOfBrowser finds the hosts of the compute resource owning an environment browser.

@@ -67,6 +67,13 @@ func (b *faultBook) delay(object, method string) time.Duration {
 	return 0
 }
 
+// armed reports whether any fault is armed.
+func (b *faultBook) armed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.faults) > 0
+}
+
 func (b *faultBook) list() ([]armed, []armed) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -97,14 +104,13 @@ func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, 
 	}
 	var fault types.BaseMethodFault
 	a := s.faults.take(m.This.Value, m.Name)
-	if owner := s.managerOwner(obj); a == nil && owner != "" {
-		a = s.faults.take(owner, m.Name) // a fault armed on a host also covers its GPU managers
+	if a == nil && s.faults.armed() {
+		if owner := s.managerOwner(obj); owner != "" {
+			a = s.faults.take(owner, m.Name) // a host's faults cover its GPU managers, a cluster's its browser
+		}
 	}
 	if a != nil {
-		fault = newFault(a.Fault)
-		if a.Msg != "" {
-			s.messages.Store(fault, a.Msg)
-		}
+		fault = s.armedFault(a, obj, m.Name)
 		if !failerMethods[m.Name] {
 			return nil, fault
 		}
@@ -167,50 +173,7 @@ func (s *Sim) unreachable(ctx *simulator.Context, m *simulator.Method, obj mo.Re
 	if host == "" || s.Farm.Reachable(host) {
 		return nil
 	}
-	f := &types.HostNotConnected{}
-	s.messages.Store(types.BaseMethodFault(f), "Host "+host+" is not responding.")
-	return f
-}
-
-// knownFaults are the vim faults the control endpoint can arm.
-var knownFaults = map[string]func() types.BaseMethodFault{
-	"SystemError":                        func() types.BaseMethodFault { return &types.SystemError{Reason: "gpusim armed fault"} },
-	"InvalidState":                       func() types.BaseMethodFault { return &types.InvalidState{} },
-	"InvalidPowerState":                  func() types.BaseMethodFault { return &types.InvalidPowerState{} },
-	"TaskInProgress":                     func() types.BaseMethodFault { return &types.TaskInProgress{} },
-	"HostNotConnected":                   func() types.BaseMethodFault { return &types.HostNotConnected{} },
-	"HostCommunication":                  func() types.BaseMethodFault { return &types.HostCommunication{} },
-	"NotAuthenticated":                   func() types.BaseMethodFault { return &types.NotAuthenticated{} },
-	"NoPermission":                       func() types.BaseMethodFault { return &types.NoPermission{} },
-	"InvalidArgument":                    func() types.BaseMethodFault { return &types.InvalidArgument{} },
-	"NotSupported":                       func() types.BaseMethodFault { return &types.NotSupported{} },
-	"NotFound":                           func() types.BaseMethodFault { return &types.NotFound{} },
-	"ResourceInUse":                      func() types.BaseMethodFault { return &types.ResourceInUse{} },
-	"Timedout":                           func() types.BaseMethodFault { return &types.Timedout{} },
-	"RequestCanceled":                    func() types.BaseMethodFault { return &types.RequestCanceled{} },
-	"InsufficientResourcesFault":         func() types.BaseMethodFault { return &types.InsufficientResourcesFault{} },
-	"InsufficientGraphicsResourcesFault": func() types.BaseMethodFault { return &types.InsufficientGraphicsResourcesFault{} },
-	"GenericVmConfigFault":               func() types.BaseMethodFault { return &types.GenericVmConfigFault{} },
-	"ConcurrentAccess":                   func() types.BaseMethodFault { return &types.ConcurrentAccess{} },
-	"DuplicateName":                      func() types.BaseMethodFault { return &types.DuplicateName{} },
-	"FileFault":                          func() types.BaseMethodFault { return &types.FileFault{} },
-	"RuntimeFault":                       func() types.BaseMethodFault { return &types.RuntimeFault{} },
-}
-
-// FaultNames lists the faults the control endpoint accepts.
-func FaultNames() []string {
-	var out []string
-	for k := range knownFaults {
-		out = append(out, k)
-	}
-	return out
-}
-
-func newFault(name string) types.BaseMethodFault {
-	if f, ok := knownFaults[name]; ok {
-		return f()
-	}
-	return &types.SystemError{Reason: name}
+	return s.withMessage(&types.HostNotConnected{}, "Host "+host+" is not responding.")
 }
 
 // taskMessages gives task errors a readable localizedMessage (the simulator writes the Go type name):
@@ -284,10 +247,9 @@ func (s *Sim) messageFor(f types.BaseMethodFault) string {
 	return strings.TrimPrefix(fmt.Sprintf("%T", f), "*types.")
 }
 
-// faultWith registers a localized message for a fault and returns it.
+// faultWith gives a fault its message (task localizedMessage and SOAP faultstring) and returns it.
 func (s *Sim) faultWith(f types.BaseMethodFault, msg string) types.BaseMethodFault {
-	s.messages.Store(f, msg)
-	return f
+	return s.withMessage(f, msg)
 }
 
 // safely runs a task body and turns a panic into a SystemError.
@@ -337,7 +299,8 @@ func fixVMEnums(vm *simulator.VirtualMachine) {
 	}
 }
 
-// managerOwner returns the host moref value of a host's GPU manager, or "".
+// managerOwner returns the moref value of the object whose armed faults also cover obj: the host of
+// a host's GPU manager, the cluster (or compute resource) of an environment browser; else "".
 func (s *Sim) managerOwner(obj mo.Reference) string {
 	name := ""
 	switch o := obj.(type) {
@@ -347,9 +310,30 @@ func (s *Sim) managerOwner(obj mo.Reference) string {
 		name = o.host
 	case *PciPassthruSystem:
 		name = o.host
+	case *simulator.EnvironmentBrowser:
+		return s.browserOwner(o.Self)
 	}
 	if h, ok := s.hosts[name]; ok {
 		return h.Self.Value
+	}
+	return ""
+}
+
+// browserOwner returns the moref value of the compute resource owning an environment browser, or "".
+func (s *Sim) browserOwner(ref types.ManagedObjectReference) string {
+	for _, kind := range []string{"ClusterComputeResource", "ComputeResource"} {
+		for _, obj := range s.ctx.Map.All(kind) {
+			var cr *mo.ComputeResource
+			switch c := obj.(type) {
+			case *simulator.ClusterComputeResource:
+				cr = &c.ComputeResource
+			case *mo.ComputeResource:
+				cr = c
+			}
+			if cr != nil && cr.EnvironmentBrowser != nil && *cr.EnvironmentBrowser == ref {
+				return cr.Self.Value
+			}
+		}
 	}
 	return ""
 }

@@ -112,7 +112,7 @@ func (s *Sim) Start(addr string) (err error) {
 	svc.Listen = &url.URL{Host: addr, User: url.UserPassword(s.Spec.Username, s.Spec.Password)}
 	svc.HandleFunc("/gpusim/", s.serveControl)
 	s.Server = svc.NewServer()
-	s.Server.Server.Config.Handler = recoverSOAP(s.Server.Server.Config.Handler)
+	s.Server.Server.Config.Handler = withFaultString(recoverSOAP(s.Server.Server.Config.Handler))
 	s.URL = s.Server.URL
 	return nil
 }
@@ -349,21 +349,25 @@ func (s *Sim) createVMs(ctx context.Context, folders *object.DatacenterFolders, 
 		}
 		jobs = append(jobs, job{vm, h})
 	}
-	// Creation is dominated by task round trips, so a few workers overlap the waiting.
-	work := make(chan job)
+	// Creation is dominated by task round trips, so a few workers overlap the waiting; power-on then
+	// follows in farm file order, so that vGPU placement does not depend on the workers' timing.
+	refs := make([]types.ManagedObjectReference, len(jobs))
+	work := make(chan int)
 	errs := make(chan error, len(jobs))
 	var wg sync.WaitGroup
 	for w := 0; w < 16; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := range work {
-				errs <- s.createAndStart(ctx, folders, j.host, j.vm)
+			for i := range work {
+				ref, err := s.createVM(ctx, folders, jobs[i].host, jobs[i].vm)
+				refs[i] = ref
+				errs <- err
 			}
 		}()
 	}
-	for _, j := range jobs {
-		work <- j
+	for i := range jobs {
+		work <- i
 	}
 	close(work)
 	wg.Wait()
@@ -373,20 +377,37 @@ func (s *Sim) createVMs(ctx context.Context, folders *object.DatacenterFolders, 
 			return err
 		}
 	}
+	for i, j := range jobs {
+		if j.vm.PowerOn {
+			if err := s.startVM(ctx, refs[i], j.vm); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
-func (s *Sim) createAndStart(ctx context.Context, folders *object.DatacenterFolders, h *object.HostSystem, vm VMSpec) error {
-	ref, err := s.createVM(ctx, folders, h, vm)
-	if err != nil || !vm.PowerOn {
-		return err
+// startVM powers on a farm file VM, admitting its vGPUs with the power-on rules first (the vGPU
+// rules are not hooked in while the farm is built).
+func (s *Sim) startVM(ctx context.Context, ref types.ManagedObjectReference, spec VMSpec) error {
+	vm, ok := s.vmObject(ref)
+	if !ok {
+		return fmt.Errorf("power on %s: VM not found", spec.Name)
+	}
+	host := s.hostOf(vm.Runtime.Host)
+	if f := s.admit(vm); f != nil {
+		return fmt.Errorf("VM %s (power_on: true) cannot start on %s: %s", spec.Name, host, s.messageFor(f))
 	}
 	task, err := object.NewVirtualMachine(s.client, ref).PowerOn(ctx)
-	if err != nil {
-		return fmt.Errorf("power on %s: %w", vm.Name, err)
+	if err == nil {
+		_, err = s.waitTask(task.Reference(), "power on "+spec.Name)
 	}
-	_, err = s.waitTask(task.Reference(), "power on "+vm.Name)
-	return err
+	if err != nil {
+		s.Farm.Release(vm.Self.Value)
+		return fmt.Errorf("power on %s: %w", spec.Name, err)
+	}
+	s.refreshHost(nil, host)
+	return nil
 }
 
 func (s *Sim) createVM(ctx context.Context, folders *object.DatacenterFolders, h *object.HostSystem, vm VMSpec) (types.ManagedObjectReference, error) {

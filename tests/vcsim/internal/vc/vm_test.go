@@ -1,9 +1,11 @@
 package vc
 
 import (
+	"reflect"
 	"testing"
 
 	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
@@ -195,9 +197,23 @@ func TestNVLinkDeviceGroups(t *testing.T) {
 		t.Fatalf("config target: %d types, %d profiles, %d devices", len(ct.SharedGpuPassthroughTypes),
 			len(ct.VgpuProfileInfo), len(ct.VgpuDeviceInfo))
 	}
-	if len(ct.VendorDeviceGroupInfo) != 1 || ct.VendorDeviceGroupInfo[0].DeviceGroupName != DeviceGroupName(2, "grid_a100-40c") ||
-		len(ct.VendorDeviceGroupInfo[0].ComponentDeviceInfo) != 2 {
-		t.Fatalf("device groups %+v", ct.VendorDeviceGroupInfo)
+	// one group per NVLink pair of the host, each component naming its GPU's PCI id
+	if got := groupGPUs(ct.VendorDeviceGroupInfo); !reflect.DeepEqual(got, [][]string{
+		{"0000:3b:00.0", "0000:3c:00.0"}, {"0000:5e:00.0", "0000:5f:00.0"}}) {
+		t.Fatalf("device groups by GPU %v", got)
+	}
+	for _, g := range ct.VendorDeviceGroupInfo {
+		if g.DeviceGroupName != DeviceGroupName(2, "grid_a100-40c") {
+			t.Fatalf("device group %q", g.DeviceGroupName)
+		}
+	}
+	// the whole cluster: each group name once, no physical GPU
+	res, err := methods.QueryConfigTarget(e.ctx, e.c.Client, &types.QueryConfigTarget{This: *e.browser()})
+	e.must(err)
+	all := res.Returnval.VendorDeviceGroupInfo
+	if len(all) != 1 || all[0].DeviceGroupName != DeviceGroupName(2, "grid_a100-40c") || len(all[0].ComponentDeviceInfo) != 2 ||
+		!reflect.DeepEqual(groupGPUs(all), [][]string{{"", ""}}) {
+		t.Fatalf("cluster-wide device groups %+v", all)
 	}
 	// take the first GPU so only the second pair is a free NVLink set
 	other := e.vm("vm-b")
@@ -332,4 +348,21 @@ func TestCloneIntoClusterPicksAHostWhereTheVGPUsFit(t *testing.T) {
 	if len(hosts) != 2 {
 		t.Fatalf("two full-host clones share a host: %v", hosts)
 	}
+}
+
+// groupGPUs lists the PCI ids (deviceInfo.label) of each device group's component devices.
+func groupGPUs(groups []types.VirtualMachineVendorDeviceGroupInfo) [][]string {
+	var out [][]string
+	for _, g := range groups {
+		var ids []string
+		for _, c := range g.ComponentDeviceInfo {
+			id := ""
+			if d := c.Device.GetVirtualDevice().DeviceInfo; d != nil {
+				id = d.GetDescription().Label
+			}
+			ids = append(ids, id)
+		}
+		out = append(out, ids)
+	}
+	return out
 }

@@ -1,0 +1,85 @@
+"""vgpuctl.vsphere.nvlink: which hosts to ask for NVLink sets, and sets from vendor device groups."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
+from vgpuctl.vsphere.nvlink import component_pci_id, nvlink_hosts_for, sets_from_device_groups
+
+pytestmark = pytest.mark.unit
+
+
+def _observed() -> Observed:
+    observed = Observed(datacenter="DC0")
+    for name, cluster in [("h1", "A"), ("h2", "A"), ("h3", "B"), ("h4", None)]:
+        observed.hosts[name] = ObservedHost(name=name, cluster=cluster)
+        if cluster:
+            observed.clusters.setdefault(cluster, []).append(name)
+    observed.vms["old"] = ObservedVm(name="old", host="h3", cluster="B")
+    observed.vms["tmpl"] = ObservedVm(name="tmpl", host="h4", is_template=True)
+    return observed
+
+
+def _inv(*vms: dict) -> NS:
+    return NS(vms=[NS(**{"host": None, "cluster": None, "nvlink": "required", **vm}) for vm in vms])
+
+
+@pytest.mark.parametrize(
+    ("vms", "hosts"),
+    [
+        ([{"name": "old", "cluster": "A"}], {"h3"}),  # an existing VM stays on its host
+        ([{"name": "new", "host": "h2"}], {"h2"}),
+        ([{"name": "new", "cluster": "A"}], {"h1", "h2"}),
+        ([{"name": "new", "cluster": "A", "host": "h4"}], {"h4"}),  # a named host wins over the cluster
+        ([{"name": "tmpl", "cluster": "B"}], {"h3"}),  # a template of that name is not the VM
+        ([{"name": "new", "cluster": "A", "nvlink": "none"}], set()),
+        ([{"name": "new", "host": "nope"}, {"name": "x", "cluster": "nope"}], set()),
+        ([{"name": "old"}, {"name": "new", "cluster": "A"}], {"h1", "h2", "h3"}),
+        ([], set()),
+    ],
+)
+def test_nvlink_hosts_for(vms: list[dict], hosts: set[str]) -> None:
+    assert nvlink_hosts_for(_inv(*vms), _observed()) == hosts
+
+
+def _group(*labels: str | None) -> NS:
+    comps = [NS(device=NS(deviceInfo=None if label is None else NS(label=label))) for label in labels]
+    return NS(deviceGroupName=f"NVIDIA:{len(labels)}@grid_a100-40c%NVLink", componentDeviceInfo=comps)
+
+
+GPUS = ["0000:3b:00.0", "0000:3c:00.0", "0000:5e:00.0", "0000:5f:00.0"]
+
+
+def test_sets_from_device_groups_orders_by_lowest_pci_id() -> None:
+    groups = [_group("0000:5F:00.0", "0000:5e:00.0"), _group("0000:3c:00.0", "0000:3b:00.0")]
+    assert sets_from_device_groups(groups, GPUS) == [["0000:3b:00.0", "0000:3c:00.0"], ["0000:5e:00.0", "0000:5f:00.0"]]
+
+
+def test_sets_from_device_groups_merges_and_filters() -> None:
+    groups = [
+        _group("0000:3b:00.0", "0000:3c:00.0"),
+        _group("0000:3c:00.0", "0000:5e:00.0"),  # shares a GPU: one set
+        _group("0000:5f:00.0", "0000:99:00.0"),  # one known GPU only: no set
+        _group(None, None),  # a group without physical GPUs (vCenter's cluster-wide answer)
+        _group("GPU 1", "GPU 2"),
+    ]
+    assert sets_from_device_groups(groups, GPUS) == [["0000:3b:00.0", "0000:3c:00.0", "0000:5e:00.0"]]
+    assert sets_from_device_groups([], GPUS) == []
+
+
+def test_component_pci_id() -> None:
+    assert component_pci_id(_group("0000:3B:00.0").componentDeviceInfo[0]) == "0000:3b:00.0"
+    assert component_pci_id(_group(None).componentDeviceInfo[0]) is None
+    assert component_pci_id(NS(device=None)) is None
+
+
+def test_set_numbers_reach_the_gpus() -> None:
+    from vgpuctl.vsphere.observe import set_nvlink_sets
+
+    observed = Observed(datacenter="DC0")
+    observed.hosts["h"] = ObservedHost(name="h", gpus=[ObservedGpu(pci_id=p, device_name="A100") for p in GPUS])
+    set_nvlink_sets(observed, "h", sets_from_device_groups([_group("0000:5e:00.0", "0000:5f:00.0")], GPUS))
+    assert [g.nvlink_set for g in observed.hosts["h"].gpus] == [None, None, 0, 0]
