@@ -1,0 +1,389 @@
+"""The guest playbooks over real SSH into two Debian chroot guests (see conftest.py). Runs in file order:
+bad input first (on fresh guests), then a full deploy, its re-run, check mode, --limit and the licence wait."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from guestlib import (
+    DRIVER_VERSION,
+    GUEST_PASSWORD,
+    TOKEN_CONTENT,
+    VCENTER_PASSWORD,
+    Files,
+    Guests,
+)
+
+from vgpuctl.guest.runner import DeployResult, deploy
+from vgpuctl.inventory import load_inventory
+
+pytestmark = pytest.mark.guests
+
+ALL_ROLES = [
+    "vgpu_guest_driver",
+    "vgpu_licensing",
+    "cuda_toolkit",
+    "nccl",
+    "rdma_roce",
+    "ml_stack",
+    "mpi_ssh_trust",
+    "horovod",
+    "gpu_validate",
+]
+
+
+def stack_vars(files: Files, **override) -> dict:
+    """The full stack with the package-installing parts pointed at what the offline guests have."""
+    out = {
+        "vgpu_driver_src": str(files.driver),
+        "vgpu_driver_sha256": files.driver_sha256,
+        "vgpu_guest_driver_install_build_deps": False,  # no kernel headers for a chroot
+        "vgpu_license_token_src": str(files.token),
+        "vgpu_licensing_timeout_s": 30,
+        "vgpu_licensing_poll_s": 1,
+        "cuda_toolkit_install": False,  # NVIDIA's repository is not reachable from the tests
+        "nccl_socket_ifname": "eth0",
+        "nccl_ib_hca": "mlx5_0:1",
+        "nccl_ib_traffic_class": 106,
+        "rdma_roce_load_modules": False,  # no kernel modules in a chroot
+        "ml_stack_torch_packages": ["vgpuctl-probe==0.1"],
+        "ml_stack_wheel_src": str(files.wheels),
+        "horovod_install": False,  # a Horovod build needs CUDA
+    }
+    out.update(override)
+    return out
+
+
+def write_inventory(path: Path, vms: list[dict], groups: dict, connection: dict) -> Path:
+    doc = {"apiVersion": "vgpuctl/v1", "vms": vms, "guests": {"connection": connection, "groups": groups}}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def vm(name: str, group: str, count: int = 2, nvlink: bool = True) -> dict:
+    return {
+        "name": name,
+        "template": "t",
+        "vgpus": {"profile": "grid_a100-40c", "count": count},
+        "nvlink": "required" if nvlink else "none",
+        "guest": {"group": group},
+    }
+
+
+def key_connection(guests: Guests) -> dict:
+    return {"user": "root", "key_file": str(guests.key)}
+
+
+def by_host(result: DeployResult) -> dict:
+    return {h.host: h for h in result.hosts}
+
+
+def addresses(guests: Guests, **extra) -> dict:
+    return {g.name: g.address for g in guests.guests} | extra
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    return tmp_path / "state"
+
+
+def test_check_mode_on_fresh_guests_reports_changes_and_touches_nothing(guests: Guests, files: Files, tmp_path, state):
+    inv = write_inventory(
+        tmp_path / "inv.yaml",
+        [vm(g.name, "trainers") for g in guests.guests],
+        {"trainers": {"roles": ALL_ROLES, "vars": stack_vars(files)}},
+        key_connection(guests),
+    )
+    result = deploy(load_inventory(inv), addresses(guests), state=state, check=True)
+    assert [(h.status, h.message) for h in result.hosts] == [("changed", "")] * 2
+    assert all(h.changed > 5 for h in result.hosts)
+    for g in guests.guests:
+        for path in ("usr/bin/nvidia-smi", "etc/nccl.conf", "etc/nvidia", "opt/vgpuctl", "root/.ssh/config"):
+            assert not (g.root / path).exists(), path
+
+
+def test_bad_input_stops_each_host_with_its_own_message(guests: Guests, files: Files, tmp_path, state):
+    g1, g2 = guests.guests
+    guests.set_secure_boot(g2, True)
+    try:
+        inv = write_inventory(
+            tmp_path / "inv.yaml",
+            [vm(g1.name, "badsha"), vm(g2.name, "secboot"), vm("ghost", "secboot")],
+            {
+                "badsha": {"roles": ["vgpu_guest_driver"], "vars": stack_vars(files, vgpu_driver_sha256="0" * 64)},
+                "secboot": {"roles": ["vgpu_guest_driver"], "vars": stack_vars(files)},
+                "empty": {"roles": ["gpu_validate"]},
+            },
+            key_connection(guests),
+        )
+        result = deploy(load_inventory(inv), addresses(guests), state=state)
+    finally:
+        guests.set_secure_boot(g2, False)
+    hosts = by_host(result)
+    assert hosts[g1.name].status == "failed"
+    assert f"sha256 mismatch for {files.driver}" in hosts[g1.name].message
+    assert files.driver_sha256 in hosts[g1.name].message
+    assert hosts[g2.name].status == "failed"
+    assert "Secure Boot is enabled" in hosts[g2.name].message
+    assert hosts["ghost"].status == "unreachable" and "no guest IP" in hosts["ghost"].message
+    assert hosts["group empty"].status == "failed" and "has no VMs" in hosts["group empty"].message
+    # the checks come before any change
+    for g in (g1, g2):
+        assert not (g.root / "etc/modprobe.d/blacklist-nouveau.conf").exists()
+        assert not (g.root / "usr/bin/nvidia-smi").exists()
+
+
+def run_cli(args: list[str], state: Path, **env) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, "VGPUCTL_STATE_DIR": str(state), "COLUMNS": "250", **env}
+    return subprocess.run(
+        [sys.executable, "-m", "vgpuctl", *args], capture_output=True, text=True, env=full_env, check=False, timeout=900
+    )
+
+
+def test_missing_files_and_unreachable_guest_via_cli(guests: Guests, files: Files, tmp_path, state):
+    g1, g2 = guests.guests
+    inv = write_inventory(
+        tmp_path / "inv.yaml",
+        [vm(g1.name, "nodriver"), vm(g2.name, "notoken"), vm("far", "notoken")],
+        {
+            "nodriver": {
+                "roles": ["vgpu_guest_driver"],
+                "vars": stack_vars(files, vgpu_driver_src="missing/x-1.2.3.run"),
+            },
+            "notoken": {
+                "roles": ["vgpu_guest_driver", "vgpu_licensing"],
+                "vars": stack_vars(files, vgpu_license_token_src=str(tmp_path / "none.tok")),
+            },
+        },
+        key_connection(guests),
+    )
+    addr = tmp_path / "addresses.yaml"
+    unused = guests.guests[-1].address.rsplit(".", 1)[0] + ".250"
+    addr.write_text(yaml.safe_dump(addresses(guests, far=unused)))
+    proc = run_cli(["-o", "json", "guest", "deploy", "-f", str(inv), "--addresses", str(addr)], state)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "guest deploy failed for 3 of 3 host(s)" in proc.stderr
+    hosts = {h["host"]: h for h in json.loads(proc.stdout)["hosts"]}
+    assert f"driver file {tmp_path / 'missing/x-1.2.3.run'} not found on the controller" in hosts[g1.name]["message"]
+    assert f"token file {tmp_path / 'none.tok'} not found on the controller" in hosts[g2.name]["message"]
+    assert hosts["far"]["status"] == "unreachable" and "Failed to connect" in hosts["far"]["message"]
+    # guest2's driver went in before the licence step failed; that success is kept
+    assert guests.ssh(g2, "nvidia-smi --query-gpu=driver_version,name --format=csv,noheader").stdout.startswith(
+        DRIVER_VERSION
+    )
+
+
+@pytest.fixture(scope="module")
+def converged(guests: Guests, files: Files, tmp_path_factory):
+    """The full stack, connecting with a password only (sshpass), with a vCenter password in the environment:
+    both must stay out of every artifact."""
+    tmp = tmp_path_factory.mktemp("converged")
+    for g in guests.guests:
+        guests.ssh(g, f"echo 'root:{GUEST_PASSWORD}' | chpasswd")
+        guests.set_vgpus(g, count=2, profile="A100-40C", nvlink=True)
+    inv_path = write_inventory(
+        tmp / "inv.yaml",
+        [vm(g.name, "trainers") for g in guests.guests],
+        {"trainers": {"roles": ALL_ROLES, "vars": stack_vars(files)}},
+        {"user": "root", "password_env": "GUEST_PW"},
+    )
+    state = tmp / "state"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("GUEST_PW", GUEST_PASSWORD)
+    mp.setenv("VGPUCTL_PASSWORD", VCENTER_PASSWORD)
+    mp.setenv("HOME", str(tmp))  # no ~/.ssh keys of the host: the password is the only way in
+    try:
+        first = deploy(load_inventory(inv_path), addresses(guests), state=state)
+        second = deploy(load_inventory(inv_path), addresses(guests), state=state)
+    finally:
+        mp.undo()
+    return {"inv": inv_path, "state": state, "first": first, "second": second}
+
+
+def test_full_stack_succeeds_on_every_guest(converged, guests: Guests):
+    first = converged["first"]
+    assert [h.status for h in first.hosts] == ["changed", "changed"], first.hosts
+    assert not first.failed
+
+
+def test_second_run_changes_nothing(converged):
+    second = converged["second"]
+    assert [(h.host, h.status, h.changed, h.failed) for h in second.hosts] == [
+        (h.host, "ok", 0, 0) for h in second.hosts
+    ]
+
+
+def test_files_modes_and_services_in_each_guest(converged, guests: Guests, files: Files):
+    for g in guests.guests:
+        args = guests.ssh(g, "cat /var/lib/fake-nvidia/installer.args").stdout.split()
+        assert args == ["--silent", "--dkms"]
+        out = guests.ssh(g, "cat /etc/modprobe.d/blacklist-nouveau.conf").stdout
+        assert "blacklist nouveau" in out and "options nouveau modeset=0" in out
+        assert not guests.ssh(g, "ls /var/cache/vgpuctl", check=False).stdout.strip()  # installer not left behind
+
+        token = f"/etc/nvidia/ClientConfigToken/{files.token.name}"
+        assert guests.ssh(g, f"stat -c '%a %U' {token}").stdout.split() == ["744", "root"]
+        assert guests.ssh(g, f"cat {token}").stdout.strip() == TOKEN_CONTENT
+        assert "FeatureType=1" in guests.ssh(g, "cat /etc/nvidia/gridd.conf").stdout.splitlines()
+        assert guests.ssh(g, "service nvidia-gridd status", check=False).returncode == 0
+        assert guests.ssh(g, "ls /etc/rc2.d").stdout.count("nvidia-gridd") == 1  # enabled at boot
+        assert "License Status                    : Licensed" in guests.ssh(g, "nvidia-smi -q").stdout
+
+        nccl = guests.ssh(g, "cat /etc/nccl.conf").stdout.splitlines()
+        assert {"NCCL_SOCKET_IFNAME=eth0", "NCCL_IB_HCA=mlx5_0:1", "NCCL_IB_TC=106"} <= set(nccl)
+        assert guests.ssh(g, "cat /etc/modules-load.d/vgpuctl-rdma.conf").stdout.split()[-2:] == [
+            "ib_uverbs",
+            "rdma_ucm",
+        ]
+        assert (
+            guests.ssh(g, "/opt/vgpuctl/venv/bin/python -c 'import vgpuctl_probe; print(vgpuctl_probe.VALUE)'").stdout
+            == "42\n"
+        )
+        assert guests.ssh(g, "grep -c cuda-12.4 /etc/profile.d/cuda.sh").stdout.strip() != "0"
+
+        hostfile = [x for x in guests.ssh(g, "cat /etc/vgpuctl/hostfile").stdout.splitlines() if not x.startswith("#")]
+        assert hostfile == [f"{h.name} slots=2" for h in guests.guests]
+        assert guests.ssh(g, "stat -c %a /usr/local/bin/vgpuctl-train").stdout.strip() == "755"
+        assert "HOROVOD_GPU_OPERATIONS=NCCL" in guests.ssh(g, "cat /etc/vgpuctl/horovod-build.env").stdout
+
+        assert guests.ssh(g, "stat -c %a /root/.ssh/id_ed25519_trainers").stdout.strip() == "600"
+        report = yaml.safe_load(guests.ssh(g, "cat /var/lib/vgpuctl/validate.json").stdout)
+        assert report["vgpu_count"] == 2 and report["licensed"] is True and report["nvlink"] is True
+        assert report["peers_reached"] == [h.name for h in guests.guests if h.name != g.name]
+
+
+def test_workers_reach_each_other_over_ssh_without_prompts(converged, guests: Guests):
+    g1, g2 = guests.guests
+    keys = {guests.ssh(g, "cat /root/.ssh/id_ed25519_trainers.pub").stdout for g in guests.guests}
+    assert len(keys) == 1  # one key pair per group
+    for src, dst in ((g1, g2), (g2, g1)):
+        for target in (dst.name, dst.address):
+            # no -o options: the group's ssh config and known_hosts must be enough; stdin closed, no tty
+            out = guests.ssh(src, f"ssh {target} hostname </dev/null", check=False)
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.strip() == dst.name
+
+
+def test_artifacts_hold_no_token_and_no_password(converged):
+    runs = converged["state"] / "runs"
+    run_dirs = sorted(runs.iterdir())
+    assert len(run_dirs) == 2
+    assert all((d / "job_events").is_dir() and any((d / "job_events").iterdir()) for d in run_dirs)
+    assert all((d / "command").is_file() for d in run_dirs)
+    for secret in (TOKEN_CONTENT, GUEST_PASSWORD, VCENTER_PASSWORD):
+        proc = subprocess.run(["grep", "-rlF", secret, str(converged["state"])], capture_output=True, text=True)
+        assert proc.returncode == 1, f"{secret!r} leaked into {proc.stdout}"
+    # ansible-runner records the environment it ran with; the secret-looking variables were taken out
+    env = json.loads((run_dirs[0] / "command").read_text())["env"]
+    assert "VGPUCTL_PASSWORD" not in env and "GUEST_PW" not in env
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+
+
+def test_check_mode_reports_drift_and_changes_nothing(converged, guests: Guests, tmp_path):
+    g1, g2 = guests.guests
+    guests.ssh(g1, "echo NCCL_DEBUG=TRACE >> /etc/nccl.conf")
+    proc = run_cli(
+        ["guest", "deploy", "-f", str(converged["inv"]), "--check", "--addresses", str(_addr_file(guests, tmp_path))],
+        converged["state"],
+        GUEST_PW=GUEST_PASSWORD,
+        HOME=str(tmp_path),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines() if line.split()}
+    assert rows[g1.name][2] == "changed" and rows[g2.name][2] == "ok"  # the text table
+    assert "NCCL_DEBUG=TRACE" in guests.ssh(g1, "cat /etc/nccl.conf").stdout  # check mode left it
+
+
+def _addr_file(guests: Guests, tmp_path: Path) -> Path:
+    path = tmp_path / "addresses.yaml"
+    path.write_text(yaml.safe_dump(addresses(guests)))
+    return path
+
+
+def test_limit_runs_only_matching_guests_and_prunes_runs(converged, guests: Guests, monkeypatch):
+    g1 = guests.guests[0]
+    monkeypatch.setenv("GUEST_PW", GUEST_PASSWORD)
+    result = deploy(
+        load_inventory(converged["inv"]), addresses(guests), state=converged["state"], limit=g1.name, keep_runs=2
+    )
+    assert [h.host for h in result.hosts] == [g1.name]
+    assert result.hosts[0].status == "changed"  # the drift from the check-mode test is fixed
+    assert "NCCL_DEBUG" not in guests.ssh(g1, "cat /etc/nccl.conf").stdout
+    assert len(list((converged["state"] / "runs").iterdir())) == 2
+
+
+def test_licence_wait_times_out_with_a_clear_message(guests: Guests, files: Files, tmp_path, state):
+    g1 = guests.guests[0]
+    inv = write_inventory(
+        tmp_path / "inv.yaml",
+        [vm(g1.name, "unlicensed")],
+        {
+            "unlicensed": {
+                "roles": ["vgpu_licensing"],
+                "vars": stack_vars(files, vgpu_licensing_feature_type=0, vgpu_licensing_timeout_s=2),
+            }
+        },
+        key_connection(guests),
+    )
+    result = deploy(load_inventory(inv), addresses(guests), state=state)
+    (host,) = result.hosts
+    assert host.status == "failed"
+    assert "vgpu_licensing: not licensed after 2 s" in host.message
+    assert "Unlicensed (Unrestricted)" in host.message
+
+
+def test_secure_boot_guest_with_signing_keys_gets_a_signed_upgrade(guests: Guests, files: Files, tmp_path, state):
+    g2 = guests.guests[1]
+    newer = tmp_path / "NVIDIA-Linux-x86_64-550.90.08-grid.run"
+    newer.write_text(files.driver.read_text().replace(DRIVER_VERSION, "550.90.08"))
+    key, cert = tmp_path / "mok.key", tmp_path / "mok.der"
+    key.write_text("-----BEGIN PRIVATE KEY-----\nvgpuctl-test-signing-key-0c1d\n-----END PRIVATE KEY-----\n")
+    cert.write_text("test certificate\n")
+    inv = write_inventory(
+        tmp_path / "inv.yaml",
+        [vm(g2.name, "signed")],
+        {
+            "signed": {
+                "roles": ["vgpu_guest_driver"],
+                "vars": stack_vars(
+                    files,
+                    vgpu_driver_src=str(newer),
+                    vgpu_driver_sha256=hashlib.sha256(newer.read_bytes()).hexdigest(),
+                    vgpu_guest_driver_signing_key=str(key),
+                    vgpu_guest_driver_signing_cert=str(cert),
+                ),
+            }
+        },
+        key_connection(guests),
+    )
+    guests.set_secure_boot(g2, True)
+    try:
+        first = deploy(load_inventory(inv), addresses(guests), state=state)
+        second = deploy(load_inventory(inv), addresses(guests), state=state)
+    finally:
+        guests.set_secure_boot(g2, False)
+    assert [(h.status, h.message) for h in first.hosts] == [("changed", "")]
+    assert [(h.status, h.changed) for h in second.hosts] == [("ok", 0)]
+    args = guests.ssh(g2, "tail -n 1 /var/lib/fake-nvidia/installer.args").stdout.split()
+    assert args == [
+        "--silent",
+        "--dkms",
+        "--module-signing-secret-key=/etc/vgpuctl/signing/signing.key",
+        "--module-signing-public-key=/etc/vgpuctl/signing/signing.crt",
+    ]
+    assert guests.ssh(g2, "stat -c %a /etc/vgpuctl/signing/signing.key").stdout.strip() == "600"
+    assert "mok_signing_key=" in guests.ssh(g2, "cat /etc/dkms/framework.conf.d/vgpuctl-signing.conf").stdout
+    assert guests.ssh(g2, "nvidia-smi --query-gpu=driver_version,name --format=csv,noheader").stdout.startswith(
+        "550.90.08"
+    )
+    proc = subprocess.run(
+        ["grep", "-rlF", "vgpuctl-test-signing-key-0c1d", str(state)], capture_output=True, check=False
+    )
+    assert proc.returncode == 1, proc.stdout

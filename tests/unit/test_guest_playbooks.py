@@ -1,0 +1,161 @@
+"""The playbooks and roles: ansible-playbook --syntax-check, ansible-lint --offline, and the role guards that
+need no guest (run against localhost with a local connection, failing before they change anything)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOKS = ROOT / "playbooks"
+ROLES = sorted(p.name for p in (PLAYBOOKS / "roles").iterdir() if p.is_dir())
+BIN = Path(sys.executable).parent
+
+
+def ansible_env(tmp_path: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        ANSIBLE_ROLES_PATH=str(PLAYBOOKS / "roles"),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+    )
+    return env
+
+
+def test_every_role_has_the_documented_layout():
+    assert set(ROLES) == {
+        "gpu_facts",
+        "vgpu_guest_driver",
+        "vgpu_licensing",
+        "cuda_toolkit",
+        "nccl",
+        "rdma_roce",
+        "ml_stack",
+        "mpi_ssh_trust",
+        "horovod",
+        "gpu_validate",
+    }
+    for role in ROLES:
+        for sub in ("defaults", "tasks", "templates", "handlers", "meta"):
+            assert (PLAYBOOKS / "roles" / role / sub).is_dir(), f"{role}/{sub}"
+        defaults = (PLAYBOOKS / "roles" / role / "defaults" / "main.yml").read_text()
+        assert defaults.count("\n# ") + defaults.count("\n#") >= 1, f"{role}: defaults are not documented"
+        meta = yaml.safe_load((PLAYBOOKS / "roles" / role / "meta" / "main.yml").read_text())
+        assert meta["galaxy_info"]["description"]
+
+
+def test_site_yml_runs_every_role_in_order():
+    site = yaml.safe_load((PLAYBOOKS / "site.yml").read_text())
+    included = [t["ansible.builtin.include_role"]["name"] for t in site[0]["tasks"]]
+    assert included[0] == "gpu_facts"
+    assert sorted(included) == ROLES
+    assert included.index("vgpu_guest_driver") < included.index("vgpu_licensing") < included.index("gpu_validate")
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_role_syntax(role, tmp_path):
+    play = tmp_path / f"{role}.yml"
+    play.write_text(yaml.safe_dump([{"name": role, "hosts": "all", "roles": [role]}]))
+    proc = subprocess.run(
+        [BIN / "ansible-playbook", "--syntax-check", "-i", "localhost,", str(play)],
+        env=ansible_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_site_syntax(tmp_path):
+    proc = subprocess.run(
+        [BIN / "ansible-playbook", "--syntax-check", "-i", "localhost,", str(PLAYBOOKS / "site.yml")],
+        env=ansible_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_ansible_lint_offline_production_profile(tmp_path):
+    env = ansible_env(tmp_path)
+    env["ANSIBLE_HOME"] = str(tmp_path / "ansible-home")  # no galaxy cache, no network
+    proc = subprocess.run(
+        [BIN / "ansible-lint", "--offline", "--nocolor", "playbooks/"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "profile 'production'" in (proc.stdout + proc.stderr).lower()
+
+
+def run_role_locally(tmp_path: Path, role: str, extra: dict) -> tuple[int, list[dict]]:
+    play = tmp_path / "play.yml"
+    play.write_text(yaml.safe_dump([{"name": "t", "hosts": "localhost", "gather_facts": False, "roles": [role]}]))
+    vars_file = tmp_path / "vars.json"
+    vars_file.write_text(json.dumps(extra))
+    proc = subprocess.run(
+        [BIN / "ansible-playbook", "-i", "localhost,", "-c", "local", "-e", f"@{vars_file}", str(play)],
+        env=ansible_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    doc = json.loads(proc.stdout)
+    results = [{"task": t["task"]["name"], **t["hosts"].get("localhost", {})} for p in doc["plays"] for t in p["tasks"]]
+    return proc.returncode, results
+
+
+@pytest.mark.parametrize("bad", [["cuda"], ["cuda-drivers"], ["cuda-toolkit-12-4", "nvidia-driver-550"], []])
+def test_cuda_toolkit_refuses_anything_but_toolkit_packages(tmp_path, bad):
+    rc, results = run_role_locally(
+        tmp_path,
+        "cuda_toolkit",
+        {"cuda_toolkit_packages": bad, "cuda_toolkit_install": False, "cuda_toolkit_profile": False},
+    )
+    assert rc != 0
+    failed = [r for r in results if r.get("failed")]
+    assert [r["task"] for r in failed] == ["cuda_toolkit : Refuse anything but cuda-toolkit-X-Y packages"]
+    for name in bad:
+        if not name.startswith("cuda-toolkit-"):
+            assert name in failed[0]["msg"]
+
+
+def test_cuda_toolkit_accepts_versioned_toolkit_packages(tmp_path):
+    rc, results = run_role_locally(
+        tmp_path,
+        "cuda_toolkit",
+        {
+            "cuda_toolkit_packages": ["cuda-toolkit-12-4", "cuda-toolkit-12-6=12.6.2-1"],
+            "cuda_toolkit_install": False,
+            "cuda_toolkit_profile": False,
+        },
+    )
+    assert rc == 0, results
+    assert not any(r.get("changed") for r in results)
+
+
+def test_every_task_touching_the_licence_token_has_no_log():
+    touching_modules = {"copy", "stat", "find", "file", "slurp", "template", "command", "shell", "fetch", "lineinfile"}
+    tasks = yaml.safe_load((PLAYBOOKS / "roles" / "vgpu_licensing" / "tasks" / "main.yml").read_text())
+    checked = 0
+    for task in tasks:
+        module = next((k for k in task if k.startswith("ansible.builtin.")), "")
+        args = yaml.safe_dump(task.get(module)) + yaml.safe_dump(task.get("loop", ""))
+        if module.rsplit(".", 1)[-1] in touching_modules and ("token" in args or "vgpu_licensing_tokens" in args):
+            checked += 1
+            assert task.get("no_log") is True, task["name"]
+    assert checked >= 4  # stat on the controller, the directory, the copy, find and remove of stale tokens

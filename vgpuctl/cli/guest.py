@@ -1,0 +1,92 @@
+"""`vgpuctl guest deploy`: the guest playbooks (driver, licence, CUDA, NCCL, ML stack, Horovod) over SSH."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from vgpuctl.cli import common
+from vgpuctl.cli.common import GlobalOptions
+
+if TYPE_CHECKING:
+    from vgpuctl.guest.runner import DeployResult
+    from vgpuctl.inventory import Inventory
+
+app = typer.Typer(help="Configure the guests of the inventory's VMs over SSH (Ansible).", no_args_is_help=True)
+
+InventoryFile = Annotated[
+    Path, typer.Option("--file", "-f", help="Inventory file (apiVersion vgpuctl/v1).", dir_okay=False)
+]
+
+
+@app.command("deploy")
+def deploy_cmd(
+    ctx: typer.Context,
+    file: InventoryFile,
+    check: Annotated[bool, typer.Option("--check", help="Ansible check mode: report what would change.")] = False,
+    limit: Annotated[
+        str | None, typer.Option("--limit", "-l", help="Only these guests (an Ansible host pattern).")
+    ] = None,
+    addresses: Annotated[
+        Path | None,
+        typer.Option(
+            "--addresses",
+            help="YAML mapping of VM name to guest IP/DNS name; skips reading the addresses from vCenter.",
+            dir_okay=False,
+        ),
+    ] = None,
+    keep_runs: Annotated[int, typer.Option(min=1, help="Ansible artifact runs kept in the state folder.")] = 10,
+) -> None:
+    """Run the guest playbooks on every VM that has a guest group; exit 1 when any guest failed."""
+    opts: GlobalOptions = ctx.obj
+    inventory = common.load_checked_inventory(file)
+    if addresses is not None:
+        from vgpuctl.guest.addresses import load_address_file
+
+        found = load_address_file(addresses)
+    else:
+        found = addresses_from_vcenter(opts, inventory)
+    result = run_deploy(opts, inventory, found, check=check, limit=limit, keep_runs=keep_runs)
+    finish(result, opts)
+
+
+def guest_vm_names(inventory: Inventory) -> list[str]:
+    return [vm.name for vm in inventory.vms if vm.guest is not None]
+
+
+def addresses_from_vcenter(opts: GlobalOptions, inventory: Inventory) -> dict[str, str | None]:
+    from vgpuctl.guest.addresses import read_addresses
+
+    with common.connect(opts, inventory) as session:
+        return read_addresses(session, guest_vm_names(inventory))
+
+
+def run_deploy(
+    opts: GlobalOptions,
+    inventory: Inventory,
+    addresses: dict[str, str | None],
+    *,
+    check: bool = False,
+    limit: str | None = None,
+    keep_runs: int = 10,
+) -> DeployResult:
+    from vgpuctl.guest.progress import DeployProgress
+    from vgpuctl.guest.runner import deploy
+
+    names = [n for n in guest_vm_names(inventory) if addresses.get(n)]
+    with DeployProgress(common.stderr_console(), names) as progress:
+        return deploy(inventory, addresses, check=check, limit=limit, keep_runs=keep_runs, on_event=progress)
+
+
+def finish(result: DeployResult, opts: GlobalOptions, document: dict[str, Any] | None = None) -> None:
+    """Print the per-host summary (table, or one JSON document) and raise GuestError when a guest failed."""
+    from vgpuctl.guest.progress import summary_table, summary_text
+
+    if opts.json:
+        common.emit(document if document is not None else result.to_dict(), lambda _d: None, opts)
+        common.info(summary_text(result))
+    else:
+        common.emit(result, lambda r: [summary_table(r), summary_text(r, with_messages=False)], opts)
+    result.raise_for_failures()
