@@ -98,6 +98,10 @@ class SshError(VgpuctlError):
         super().__init__(f"{host}: {message}" if host else message)
 
 
+class OutputFormatError(VgpuctlError):
+    """A command's output does not look like the tool's documented format."""
+
+
 class SshHostKeyError(SshError):
     """The host's SSH key is unknown or does not match known_hosts."""
 

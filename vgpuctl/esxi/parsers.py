@@ -12,11 +12,9 @@ import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from vgpuctl.errors import VgpuctlError
+from vgpuctl.errors import OutputFormatError
 
-
-class OutputFormatError(VgpuctlError):
-    """A command's output does not look like the tool's documented format."""
+__all__ = ["OutputFormatError"]
 
 
 def _mode(value: str) -> bool | None:
