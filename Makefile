@@ -24,9 +24,9 @@ gpusim:
 demo: venv gpusim
 	@mkdir -p $(DEMO_STATE)
 	@set -e; export VGPUCTL_STATE_DIR=$(CURDIR)/$(DEMO_STATE); \
-	  $(BIN)/vgpuctl sim up > $(DEMO_STATE)/env; \
+	  $(BIN)/vgpuctl sim up > $(DEMO_STATE)/sim.env; \
 	  trap '$(BIN)/vgpuctl sim down' EXIT; \
-	  . $(DEMO_STATE)/env; \
+	  . $(DEMO_STATE)/sim.env; \
 	  $(BIN)/vgpuctl plan -f inventory.example.yaml; \
 	  $(BIN)/vgpuctl apply -f inventory.example.yaml --yes; \
 	  $(BIN)/vgpuctl status; \

@@ -1,0 +1,65 @@
+"""Shared by the benchmarks: start gpusim for one run, connect, name the VMs, time things.
+
+Not a test: the benchmarks print figures; bench/README.md records them with the command that produced them.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # `tests.gpusim` when the checkout is not on sys.path
+
+T = TypeVar("T")
+
+
+Sim = Any  # tests/gpusim.py's Gpusim: url, username, password, env, control
+
+
+@contextmanager
+def gpusim(farm: dict[str, Any]) -> Iterator[Sim]:
+    """gpusim with this farm (built if needed) through tests/gpusim.py, the launcher the tests use."""
+    from tests.gpusim import Gpusim
+
+    started = time.monotonic()
+    with Gpusim.start(farm=farm, args=["-no-ssh"], timeout=300) as sim:
+        print(f"gpusim up in {time.monotonic() - started:.1f} s", file=sys.stderr)
+        yield sim
+
+
+def settings(sim: Sim) -> Any:
+    from vgpuctl.vsphere.session import ConnectionSettings
+
+    return ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
+
+
+def vm_names(sim: Sim) -> list[str]:
+    """Names of the farm's VMs (not templates), read in bulk; not part of any timing."""
+    from vgpuctl.vsphere.observe import observe
+    from vgpuctl.vsphere.session import open_session
+
+    with open_session(settings(sim)) as session:
+        observed = observe(session)
+    return sorted(v.name for v in observed.vms.values() if not v.is_template)
+
+
+def timed(fn: Callable[[], T]) -> tuple[T, float]:
+    start = time.perf_counter()
+    value = fn()
+    return value, time.perf_counter() - start
+
+
+def cli_env(sim: Sim) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_"))}
+    return {**env, **sim.env}
+
+
+def vgpuctl_bin() -> str:
+    here = Path(sys.executable).parent / "vgpuctl"
+    return str(here) if here.exists() else "vgpuctl"

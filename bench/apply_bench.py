@@ -1,0 +1,159 @@
+"""Benchmark: apply 4 vGPUs to each of 200 VMs with vgpuctl vs community.vmware's vmware_guest_vgpu module.
+
+    .venv/bin/python bench/apply_bench.py [--vms 200] [--sample 20] [--count 4] [--parallel 8]
+
+Starts gpusim (16 hosts x 8 A100-40GB, VMS powered-off VMs), then in the same run:
+  vgpuctl    the library path of `vgpuctl apply --yes` (load + validate, bulk observe, plan, apply_plan with
+             --parallel): COUNT x grid_a100-4c per VM, one ReconfigVM per VM. Timed for all VMS VMs.
+  ansible    `ansible-playbook` running community.vmware.vmware_guest_vgpu (bundled in the PyPI `ansible`
+             package) COUNT times per VM (force: true, one profile per task, as the module allows) on a
+             SAMPLE of VMs not touched by vgpuctl; the time is scaled linearly to VMS VMs.
+Both results are checked by reading the VMs' devices back. The ratio is ansible (scaled) / vgpuctl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from _common import REPO, gpusim, settings, timed
+
+PROFILE = "grid_a100-4c"
+
+PLAYBOOK = """\
+- hosts: localhost
+  connection: local
+  gather_facts: false
+  vars:
+    ansible_python_interpreter: "{{ ansible_playbook_python }}"
+  tasks:
+    - name: add one vGPU per task (the module adds one profile per call)
+      community.vmware.vmware_guest_vgpu:
+        validate_certs: false
+        datacenter: DC0
+        name: "{{ item.0 }}"
+        vgpu: "%(profile)s"
+        force: true
+        state: present
+      loop: "{{ vms | product(range(%(count)d)) | list }}"
+"""
+
+
+def farm(vms: int) -> dict[str, Any]:
+    return {
+        "datacenter": "DC0",
+        "clusters": [
+            {
+                "name": "GPU-Cluster",
+                "hosts": 16,
+                "gpus_per_host": 8,
+                "model": "A100-40GB",
+                "nvlink": "none",
+                "graphics_type": "sharedDirect",
+                "assignment_policy": "performance",
+                "vgpu_mode": "sameSize",
+            }
+        ],
+        "templates": [{"name": "ubuntu-22.04-ml", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}],
+        "vm_count": vms,
+    }
+
+
+def observe_vms(sim: Any) -> dict[str, Any]:
+    from vgpuctl.vsphere.observe import observe
+    from vgpuctl.vsphere.session import open_session
+
+    with open_session(settings(sim)) as session:
+        return {v.name: v for v in observe(session, "DC0").vms.values() if not v.is_template}
+
+
+def vgpuctl_apply(sim: Any, names: list[str], count: int, parallel: int, workdir: Path) -> tuple[Any, int]:
+    from vgpuctl.apply import apply_plan
+    from vgpuctl.inventory import load_inventory, validate
+    from vgpuctl.plan import make_plan
+    from vgpuctl.vsphere.observe import observe
+    from vgpuctl.vsphere.session import open_session
+
+    path = workdir / "inventory.yaml"
+    lines = ["apiVersion: vgpuctl/v1", "vcenter: {datacenter: DC0}", "vms:"]
+    lines += [f"  - {{name: {n}, vgpus: {{profile: {PROFILE}, count: {count}}}, power: 'off'}}" for n in names]
+    path.write_text("\n".join(lines) + "\n")
+    inventory = load_inventory(path)
+    validate(inventory)
+    with open_session(settings(sim)) as session:
+        observed = observe(session, "DC0")
+        plan = make_plan(inventory, observed)
+        if plan.errors:
+            sys.exit(f"plan errors: {plan.errors[:3]}")
+        result = apply_plan(session, plan, observed, parallel=parallel)
+        return result, session.round_trips
+
+
+def ansible_apply(sim: Any, names: list[str], count: int, workdir: Path) -> subprocess.CompletedProcess[str]:
+    playbook = workdir / "vgpu.yml"
+    playbook.write_text(PLAYBOOK % {"profile": PROFILE, "count": count})
+    extra = workdir / "vars.json"
+    extra.write_text(json.dumps({"vms": names}))
+    host, port = sim.host_port
+    bindir = Path(sys.executable).parent
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+        "VMWARE_HOST": host,
+        "VMWARE_PORT": str(port),
+        "VMWARE_USER": sim.username,
+        "VMWARE_PASSWORD": sim.password,  # the module reads it from the environment: not on a command line
+        "ANSIBLE_LOCALHOST_WARNING": "false",
+        "ANSIBLE_INVENTORY_UNPARSED_WARNING": "false",
+        "ANSIBLE_LOCAL_TEMP": str(workdir / "ansible-tmp"),
+    }
+    command = [shutil.which("ansible-playbook", path=env["PATH"]) or "ansible-playbook", str(playbook)]
+    return subprocess.run([*command, "-e", f"@{extra}"], env=env, capture_output=True, text=True, cwd=workdir)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vms", type=int, default=200)
+    parser.add_argument("--sample", type=int, default=20)
+    parser.add_argument("--count", type=int, default=4)
+    parser.add_argument("--parallel", type=int, default=8)
+    args = parser.parse_args()
+
+    with gpusim(farm(args.vms + args.sample)) as sim, tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        names = sorted(observe_vms(sim))
+        ours, sample = names[: args.vms], names[args.vms : args.vms + args.sample]
+        print(f"farm: 16 hosts x 8 A100-40GB; vgpuctl on {len(ours)} VMs, ansible on {len(sample)} other VMs")
+
+        (result, trips), t_ours = timed(lambda: vgpuctl_apply(sim, ours, args.count, args.parallel, workdir))
+        proc, t_ansible = timed(lambda: ansible_apply(sim, sample, args.count, workdir))
+        if proc.returncode != 0:
+            sys.exit(f"ansible-playbook failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
+
+        after = observe_vms(sim)
+        ok_ours = sum(1 for n in ours if [d.profile for d in after[n].vgpus] == [PROFILE] * args.count)
+        ok_ansible = sum(1 for n in sample if [d.profile for d in after[n].vgpus] == [PROFILE] * args.count)
+
+    scaled = t_ansible * len(ours) / len(sample)
+    print(
+        f"vgpuctl apply:  {t_ours:.1f} s for {len(ours)} VMs x {args.count} vGPUs ({len(result.changed)} changed, "
+        f"{len(result.failed)} failed, {trips} round trips, --parallel {args.parallel}); verified {ok_ours}/{len(ours)}"
+    )
+    print(
+        f"ansible module: {t_ansible:.1f} s for {len(sample)} VMs x {args.count} tasks; verified "
+        f"{ok_ansible}/{len(sample)}; scaled to {len(ours)} VMs: {scaled:.1f} s"
+    )
+    print(f"per VM: vgpuctl {t_ours / len(ours) * 1000:.0f} ms, ansible {t_ansible / len(sample) * 1000:.0f} ms")
+    print(f"ratio ansible (scaled) / vgpuctl: {scaled / t_ours:.1f}x")
+
+
+if __name__ == "__main__":
+    os.chdir(REPO)
+    main()

@@ -1,0 +1,567 @@
+"""The CLI without a vCenter: help, validate, error policy, options and environment, JSON output, sim helpers."""
+
+from __future__ import annotations
+
+import _thread
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vgpuctl.cli import common, sim, status
+from vgpuctl.cli import plan as plan_cli
+from vgpuctl.cli import vm as vm_cli
+from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.cli.main import app
+from vgpuctl.errors import UsageError
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm
+
+pytestmark = pytest.mark.unit
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET = "s3cr3t-Pa55word!"
+UNREACHABLE = "127.0.0.1:1"  # nothing listens on port 1: connection refused at once
+
+GOOD = """\
+apiVersion: vgpuctl/v1
+vcenter:
+  url: https://vc.example.com/sdk
+  datacenter: DC0
+hosts:
+  - cluster: GPU-Cluster
+    graphics: {default_type: sharedDirect}
+vms:
+  - name: train-{01..03}
+    template: ubuntu
+    cluster: GPU-Cluster
+    vgpus: {profile: grid_a100-40c, count: 2}
+"""
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith(("VGPUCTL_", "GOVC_", "GPUSIM_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("VGPUCTL_STATE_DIR", str(tmp_path / "state"))
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def write(tmp_path: Path, text: str, name: str = "inv.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# ------------------------------------------------------------------------------------------- --help
+
+
+# pydantic is not listed: typer itself uses it to coerce parameters of any command it runs.
+HEAVY = ("pyVmomi", "paramiko", "ansible_runner", "ruamel", "jinja2", "vgpuctl.vsphere", "vgpuctl.apply")
+
+PROBE = """
+import json, sys
+HEAVY = sys.argv.pop(1).split(",")
+from typer.testing import CliRunner
+from vgpuctl.cli.main import app
+result = CliRunner().invoke(app, sys.argv[1:])
+heavy = sorted({m for m in sys.modules for h in HEAVY if m == h or m.startswith(h + ".")})
+print(json.dumps({"exit": result.exit_code, "heavy": heavy, "out": result.output}))
+"""
+
+
+def probe(*args: str) -> dict:
+    # a fresh interpreter: this test process has long imported everything
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, ",".join(HEAVY), *args], capture_output=True, text=True, cwd=REPO, check=True
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_help_imports_no_heavy_module() -> None:
+    for args in (["--help"], ["vm", "vgpu", "add", "--help"], ["apply", "--help"], ["host", "mig", "--help"]):
+        got = probe(*args)
+        assert got["exit"] == 0, got["out"]
+        assert "Usage" in got["out"]
+        top = {m.split(".")[0] if not m.startswith("vgpuctl") else ".".join(m.split(".")[:2]) for m in got["heavy"]}
+        assert not top, f"{args} imported {sorted(top)}"
+
+
+def test_import_probe_sees_imports(tmp_path: Path) -> None:
+    # the probe above is able to fail: a command that loads the inventory does import the YAML parser
+    got = probe("validate", "-f", str(write(tmp_path, GOOD)))
+    assert got["exit"] == 0, got["out"]
+    assert any(m.startswith("ruamel") for m in got["heavy"])
+    assert not any(m.startswith(("pyVmomi", "paramiko", "ansible_runner")) for m in got["heavy"])
+
+
+def test_every_documented_command_is_there() -> None:
+    out = invoke("--help").output
+    for command in ("validate", "plan", "apply", "provision", "status", "profiles", "vm", "host", "guest", "sim"):
+        assert command in out
+    assert "--password-file" in out
+    no_flag = invoke("--password", SECRET, "status")
+    assert no_flag.exit_code == 2 and "No such option" in no_flag.output
+    sub = invoke("vm", "vgpu", "--help").output
+    for command in ("add", "remove", "list"):
+        assert command in sub
+
+
+# ----------------------------------------------------------------------------------------- validate
+
+
+def test_validate_good(tmp_path: Path) -> None:
+    result = invoke("validate", "-f", str(write(tmp_path, GOOD)))
+    assert result.exit_code == 0, result.output
+    assert "valid" in result.stdout and "3 VMs" in result.stdout
+
+
+def test_validate_good_json_is_one_document(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD)
+    result = invoke("--output", "json", "validate", "-f", str(path))
+    assert result.exit_code == 0
+    doc = json.loads(result.stdout)  # the whole of stdout is one JSON document
+    assert doc == {"file": str(path), "valid": True, "hosts": 1, "vms": 3}
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "words"),
+    [
+        (GOOD.replace("    template: ubuntu\n", "    template: ubuntu\n    colour: red\n"), ":11:5:", "colour"),
+        (GOOD.replace("count: 2", "count: 9"), ":12:44:", "9"),
+        (GOOD.replace("grid_a100-40c", "a100-40"), ":12:22:", "a100-40"),
+        (GOOD.replace("datacenter: DC0", "datacenter: [DC0"), ":", "YAML"),
+    ],
+    ids=["unknown-key", "nine-vgpus", "bad-profile", "bad-yaml"],
+)
+def test_validate_bad_file_points_at_the_line(tmp_path: Path, text: str, where: str, words: str) -> None:
+    path = write(tmp_path, text)
+    result = invoke("validate", "-f", str(path))
+    assert result.exit_code == 1
+    first = result.stderr.splitlines()[0]
+    assert first.startswith(f"{path}{where}"), result.stderr
+    assert words in result.stderr
+    assert "Traceback" not in result.output
+    assert len(result.stderr.splitlines()) == len(set(result.stderr.splitlines()))  # 3 VMs, one message
+    assert result.stdout == ""
+
+
+def test_validate_bad_file_json(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("count: 2", "count: 9"))
+    result = invoke("-o", "json", "validate", "-f", str(path))
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    problem = doc["error"]["problems"][0]
+    assert problem["file"] == str(path) and problem["line"] == 12 and "9" in problem["message"]
+
+
+def test_missing_file_is_one_line(tmp_path: Path) -> None:
+    result = invoke("validate", "-f", str(tmp_path / "nope.yaml"))
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"error: {tmp_path / 'nope.yaml'}: no such file"
+
+
+def test_traceback_only_with_verbose(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD.replace("count: 2", "count: 9"))
+    quiet = invoke("validate", "-f", str(path))
+    loud = invoke("-v", "validate", "-f", str(path))
+    assert "Traceback" not in quiet.stderr
+    assert loud.exit_code == 1 and "Traceback" in loud.stderr
+
+
+def test_unexpected_exception_is_one_line_with_hint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def boom(_path: Path) -> None:
+        raise RuntimeError("kaputt\nsecond line")
+
+    monkeypatch.setattr(common, "load_checked_inventory", boom)
+    quiet = invoke("validate", "-f", str(write(tmp_path, GOOD)))
+    assert quiet.exit_code == 1
+    assert quiet.stderr.splitlines() == [
+        "error: unexpected RuntimeError: kaputt",
+        "hint: this is a bug in vgpuctl; rerun with -v to see the traceback",
+    ]
+    loud = invoke("-v", "validate", "-f", str(write(tmp_path, GOOD)))
+    assert loud.exit_code == 1 and "Traceback" in loud.stderr and "boom" in loud.stderr
+
+
+def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def interrupted(_path: Path) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(common, "load_checked_inventory", interrupted)
+    result = invoke("validate", "-f", str(write(tmp_path, GOOD)))
+    assert result.exit_code == 130
+    assert "interrupted" in result.stderr
+
+
+def test_version() -> None:
+    from vgpuctl import __version__
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.stdout.strip() == f"vgpuctl {__version__}"
+
+
+def test_usage_error_keeps_click_exit_code() -> None:
+    result = invoke("plan")  # -f missing
+    assert result.exit_code == 2
+    assert "--file" in result.output
+
+
+# ------------------------------------------------------------------------------- connection options
+
+
+def connect_failure(*args: str, env: dict[str, str] | None = None):
+    return invoke(*args, "status", env=env)
+
+
+def test_govc_environment_is_the_fallback() -> None:
+    result = connect_failure(env={"GOVC_URL": UNREACHABLE, "GOVC_USERNAME": "admin", "GOVC_PASSWORD": SECRET})
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "error: cannot reach vCenter at https://127.0.0.1:1/sdk: connection refused"
+
+
+def test_vgpuctl_environment_wins_over_govc() -> None:
+    env = {
+        "VGPUCTL_URL": UNREACHABLE,
+        "GOVC_URL": "127.0.0.1:2",
+        "VGPUCTL_USERNAME": "admin",
+        "VGPUCTL_PASSWORD": SECRET,
+    }
+    result = connect_failure(env=env)
+    assert "https://127.0.0.1:1/sdk" in result.stderr
+
+
+def test_flag_wins_over_environment() -> None:
+    env = {"VGPUCTL_URL": "127.0.0.1:2", "VGPUCTL_USERNAME": "admin", "VGPUCTL_PASSWORD": SECRET}
+    result = connect_failure("--url", UNREACHABLE, env=env)
+    assert "https://127.0.0.1:1/sdk" in result.stderr
+
+
+def test_password_never_printed_even_verbose(tmp_path: Path) -> None:
+    secret_file = tmp_path / "pw"
+    secret_file.write_text(SECRET + "\n")
+    secret_file.chmod(0o600)
+    runs = [
+        connect_failure("-vv", env={"VGPUCTL_URL": UNREACHABLE, "VGPUCTL_USERNAME": "u", "VGPUCTL_PASSWORD": SECRET}),
+        connect_failure(
+            "-vv", "--password-file", str(secret_file), env={"VGPUCTL_URL": UNREACHABLE, "GOVC_USERNAME": "u"}
+        ),
+        connect_failure("-vv", env={"GOVC_URL": f"https://u:{SECRET}@{UNREACHABLE}/sdk"}),
+        connect_failure(
+            "-vv", "-o", "json", env={"GOVC_URL": UNREACHABLE, "GOVC_USERNAME": "u", "GOVC_PASSWORD": SECRET}
+        ),
+    ]
+    for result in runs:
+        assert result.exit_code == 1, result.output
+        assert "Traceback" in result.stderr  # -v shows the traceback ...
+        assert SECRET not in result.output  # ... and still no password anywhere
+
+
+def test_password_in_url_flag_is_refused() -> None:
+    result = connect_failure("--url", f"https://u:{SECRET}@{UNREACHABLE}/sdk")
+    assert result.exit_code == 1
+    assert "do not put a password in --url" in result.stderr
+    assert SECRET not in result.output
+
+
+def test_no_password_without_terminal_is_one_line() -> None:
+    result = connect_failure(env={"VGPUCTL_URL": UNREACHABLE, "VGPUCTL_USERNAME": "u"})
+    assert result.exit_code == 1
+    assert result.stderr.strip().startswith("error: no password: set VGPUCTL_PASSWORD")
+
+
+def test_missing_url_and_user() -> None:
+    assert "no vCenter URL" in connect_failure().stderr
+    assert "no user name" in connect_failure(env={"VGPUCTL_URL": UNREACHABLE}).stderr
+
+
+def test_empty_password_file(tmp_path: Path) -> None:
+    empty = tmp_path / "pw"
+    empty.write_text("")
+    result = connect_failure("--password-file", str(empty), env={"VGPUCTL_URL": UNREACHABLE, "VGPUCTL_USERNAME": "u"})
+    assert result.exit_code == 1 and "empty" in result.stderr
+
+
+@pytest.mark.parametrize("env", [{"VGPUCTL_INSECURE": "1"}, {"GOVC_INSECURE": "true"}])
+def test_insecure_from_environment_is_warned(env: dict[str, str]) -> None:
+    result = connect_failure(env={"VGPUCTL_URL": UNREACHABLE, "VGPUCTL_USERNAME": "u", "VGPUCTL_PASSWORD": "x", **env})
+    assert "warning: TLS certificate verification is disabled" in result.stderr
+
+
+def test_secure_by_default_no_warning() -> None:
+    result = connect_failure(env={"VGPUCTL_URL": UNREACHABLE, "VGPUCTL_USERNAME": "u", "VGPUCTL_PASSWORD": "x"})
+    assert "warning" not in result.stderr
+
+
+def test_inventory_fills_what_flags_leave_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vgpuctl.inventory import load_inventory
+
+    thumb = ":".join(["AB"] * 32)
+    text = GOOD.replace(
+        "  datacenter: DC0\n",
+        f"  datacenter: DC0\n  tls: {{verify: false, ca_file: /etc/ca.pem, thumbprint: '{thumb}'}}\n",
+    )
+    inventory = load_inventory(write(tmp_path, text))
+    monkeypatch.setenv("VGPUCTL_PASSWORD", SECRET)
+    from_inventory = common.connection_settings(GlobalOptions(username="u"), inventory)
+    assert from_inventory.url == "https://vc.example.com/sdk"
+    assert from_inventory.insecure is True
+    assert from_inventory.ca_file == "/etc/ca.pem" and from_inventory.thumbprint == thumb
+    assert from_inventory.password == SECRET and SECRET not in repr(from_inventory)
+    assert common.datacenter_for(GlobalOptions(), inventory) == "DC0"
+
+    flags = GlobalOptions(url="vc2:8443", username="u", insecure=False, ca_file=Path("/x.pem"), datacenter="DC9")
+    from_flags = common.connection_settings(flags, inventory)
+    assert (from_flags.url, from_flags.insecure, from_flags.ca_file) == ("vc2:8443", False, "/x.pem")
+    assert common.datacenter_for(flags, inventory) == "DC9"
+
+
+def test_url_credentials_are_split_out() -> None:
+    assert common._split_url_credentials("https://bob:p%40ss@vc:443/sdk") == ("https://vc:443/sdk", "bob", "p@ss")
+    assert common._split_url_credentials("vc.example.com") == ("vc.example.com", None, None)
+
+
+def test_password_file_beats_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pw = tmp_path / "pw"
+    pw.write_text("from-file\nignored\n")
+    pw.chmod(0o600)
+    monkeypatch.setenv("VGPUCTL_PASSWORD", "from-env")
+    assert common.resolve_password(GlobalOptions(password_file=pw)) == "from-file"
+    assert common.resolve_password(GlobalOptions()) == "from-env"
+    monkeypatch.delenv("VGPUCTL_PASSWORD")
+    monkeypatch.setenv("GOVC_PASSWORD", "govc")
+    assert common.resolve_password(GlobalOptions()) == "govc"
+
+
+# ------------------------------------------------------------------------------------ status/profiles
+
+
+def farm() -> Observed:
+    a100 = {"device_name": "NVIDIA A100-PCIE-40GB", "memory_kb": 40 * 1024 * 1024, "graphics_type": "sharedDirect"}
+    host = ObservedHost(
+        name="esx-01",
+        cluster="GPU-Cluster",
+        gpus=[
+            ObservedGpu(pci_id="0000:3b:00.0", vgpu_mode="sameSize", vms=["a", "b"], nvlink_set=0, **a100),
+            ObservedGpu(pci_id="0000:5e:00.0", vgpu_mode="sameSize", vms=["b"], nvlink_set=0, **a100),
+            ObservedGpu(pci_id="0000:86:00.0", vgpu_mode="multiInstanceGpu", vms=["c"], **a100),
+        ],
+        offered_profiles=["grid_a100-20c", "grid_a100-40c", "grid_a100-3-20c", "grid_a100-1-5c"],
+        profiles={"grid_a100-3-20c": ObservedProfile("grid_a100-3-20c", 20, "mig")},
+    )
+    vms = {
+        "a": ObservedVm("a", host="esx-01", power_state="poweredOn", vgpus=[ObservedVgpu(1, "grid_a100-20c")]),
+        "b": ObservedVm(
+            "b",
+            host="esx-01",
+            power_state="poweredOn",
+            vgpus=[ObservedVgpu(1, "grid_a100-20c"), ObservedVgpu(2, "grid_a100-20c")],
+        ),
+        "c": ObservedVm("c", host="esx-01", vgpus=[ObservedVgpu(1, "grid_a100-3-20c")]),
+        "idle": ObservedVm("idle", host="esx-01"),
+        "tmpl": ObservedVm("tmpl", is_template=True),
+    }
+    return Observed(datacenter="DC0", hosts={"esx-01": host}, vms=vms)
+
+
+def test_status_document_maps_vms_to_gpus() -> None:
+    doc = status.status_document(farm())
+    gpus = doc["hosts"][0]["gpus"]
+    assert [g["vms"] for g in gpus] == [
+        [{"vm": "a", "profile": "grid_a100-20c"}, {"vm": "b", "profile": "grid_a100-20c"}],
+        [{"vm": "b", "profile": "grid_a100-20c"}],
+        [{"vm": "c", "profile": "grid_a100-3-20c"}],
+    ]
+    assert [(g["used_gb"], g["free_gb"], g["mode"]) for g in gpus] == [
+        (40, 0, "time-sliced (sameSize)"),
+        (20, 20, "time-sliced (sameSize)"),
+        (20, 20, "mig"),
+    ]
+    assert {v["name"] for v in doc["vms"]} == {"a", "b", "c", "idle"}  # templates are not VMs
+
+
+def test_status_text_has_gpu_map() -> None:
+    from rich.console import Console
+
+    console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    for item in status.render_status(status.status_document(farm())):
+        console.print(item)
+    text = console.export_text()
+    assert "GPU map: esx-01" in text
+    assert "a (grid_a100-20c), b (grid_a100-20c)" in text
+    assert "set 0" in text
+    assert "1 VM(s) without vGPUs" in text
+
+
+def test_profiles_table_data() -> None:
+    rows = {r["name"]: r for r in status.host_profiles(farm().hosts["esx-01"])}
+    assert rows["grid_a100-20c"]["max_per_gpu"] == 2
+    assert rows["grid_a100-40c"]["max_per_gpu"] == 1
+    assert rows["grid_a100-3-20c"]["max_per_gpu"] == 2 and rows["grid_a100-3-20c"]["sharing"] == "mig"
+    assert rows["grid_a100-1-5c"]["max_per_gpu"] == 7
+    assert rows["grid_a100-20c"]["series"] == "C" and rows["grid_a100-20c"]["fb_gb"] == 20
+
+
+# ---------------------------------------------------------------------------------------------- vm
+
+
+def test_vm_vgpu_add_and_remove_arithmetic() -> None:
+    current = Counter({"grid_a100-20c": 2})
+    assert vm_cli.added(current, "grid_a100-20c", 3) == Counter({"grid_a100-20c": 5})
+    assert vm_cli.added(current, "grid_a100-10c", 1) == Counter({"grid_a100-20c": 2, "grid_a100-10c": 1})
+    with pytest.raises(UsageError, match="at most 8"):
+        vm_cli.added(current, "grid_a100-20c", 7)
+    with pytest.raises(UsageError, match="board"):
+        vm_cli.added(current, "grid_h100-20c", 1)
+    with pytest.raises(UsageError, match="not a vGPU profile"):
+        vm_cli.added(current, "a100-20c", 1)
+    assert vm_cli.removed(current, None, None, False) == Counter({"grid_a100-20c": 1})
+    assert vm_cli.removed(current, None, None, True) == Counter()
+    mixed = Counter({"grid_a100-20c": 2, "grid_a100-10c": 1})
+    assert vm_cli.removed(mixed, "grid_a100-20c", None, True) == Counter({"grid_a100-10c": 1})
+    with pytest.raises(UsageError, match="several profiles"):
+        vm_cli.removed(mixed, None, 1, False)
+    with pytest.raises(UsageError, match="cannot remove 3"):
+        vm_cli.removed(mixed, "grid_a100-20c", 3, False)
+    with pytest.raises(UsageError, match="no vGPU"):
+        vm_cli.removed(Counter(), None, None, True)
+
+
+def test_one_vm_inventory_keeps_power_state() -> None:
+    running = ObservedVm("a", power_state="poweredOn")
+    stopped = ObservedVm("b", power_state="poweredOff")
+    inv = vm_cli.one_vm_inventory(GlobalOptions(), running, Counter({"grid_a100-20c": 2}), None)
+    (spec,) = inv.vms
+    assert (spec.name, spec.power, spec.vgpu_profiles) == ("a", "restart", ["grid_a100-20c"] * 2)
+    assert spec.cpus is None and spec.memory_gb is None and spec.template is None
+    assert vm_cli.one_vm_inventory(GlobalOptions(), stopped, Counter(), None).vms[0].power == "off"
+    assert vm_cli.one_vm_inventory(GlobalOptions(), running, Counter(), "keep").vms[0].power == "keep"
+
+
+# -------------------------------------------------------------------------------------------- apply
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def print(self, text: str, **_kw: object) -> None:
+        self.lines.append(text)
+
+    is_terminal = False
+
+
+def test_progress_prints_one_line_per_step_change() -> None:
+    console = Recorder()
+    progress = plan_cli.ApplyProgress(console, ["vm1", "vm2"])  # type: ignore[arg-type]
+    with progress:
+        progress.vm_step("vm1", "reconfigure", 0)
+        progress.vm_step("vm1", "reconfigure", 50)
+        progress.vm_step("vm2", "power-off", None)
+        progress.vm_step("vm1", "done", 100)
+    assert console.lines == ["vm1: reconfigure 0%", "vm2: power-off", "vm1: done 100%"]
+    assert progress.finished == {"vm1": "done"}
+
+
+def test_ctrl_c_during_apply_stops_new_work_and_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KeyboardInterrupt in the main thread sets stop_event; the running apply finishes; we report it."""
+    from vgpuctl import apply
+    from vgpuctl.model import Plan, VmChange
+
+    seen: dict[str, object] = {}
+
+    def fake_apply(session, the_plan, observed, *, parallel, progress, stop_event):
+        threading.Timer(0.3, _thread.interrupt_main).start()
+        stop_event.wait(10)  # a real apply would stop starting VMs now
+        seen["stopped"] = stop_event.is_set()
+        time.sleep(0.3)  # ... and wait for the tasks in flight
+        seen["finished"] = True
+        return apply.ApplyResult(vms=[apply.VmOutcome("vm1", status="changed")], interrupted=True)
+
+    monkeypatch.setattr(apply, "apply_plan", fake_apply)
+    monkeypatch.setattr(common, "stderr_console", lambda: Recorder())
+    the_plan = Plan(vm_changes=[VmChange("vm1", power_on=True)])
+    result, interrupted = plan_cli.apply_with_progress(object(), the_plan, Observed(), 2)  # type: ignore[arg-type]
+    assert interrupted and seen == {"stopped": True, "finished": True}
+    run = plan_cli.ApplyRun(the_plan, result, 0, interrupted)
+    with pytest.raises(Exception) as info:
+        plan_cli.raise_for_outcome(run)
+    assert getattr(info.value, "exit_code", None) == 130
+
+
+def test_failed_vms_make_apply_exit_1_naming_them() -> None:
+    from vgpuctl.apply import ApplyResult, VmOutcome
+    from vgpuctl.errors import VgpuctlError
+    from vgpuctl.model import Plan
+
+    result = ApplyResult(
+        vms=[VmOutcome("a", "changed"), VmOutcome("b", "failed", fault_type="InvalidState", message="no")]
+    )
+    run = plan_cli.ApplyRun(Plan(), result, 7)
+    with pytest.raises(VgpuctlError, match="apply failed for 1 of 2 VM\\(s\\): b") as info:
+        plan_cli.raise_for_outcome(run)
+    assert info.value.exit_code == 1
+
+
+def test_confirmation_needs_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vgpuctl.model import Plan, VmChange
+
+    monkeypatch.setattr(sys, "stdin", open(os.devnull))  # noqa: SIM115
+    with pytest.raises(UsageError, match="--yes"):
+        plan_cli.confirm(Plan(vm_changes=[VmChange("a", power_off=True)]))
+
+
+# ---------------------------------------------------------------------------------------------- sim
+
+
+def test_sim_env_when_not_running() -> None:
+    result = invoke("sim", "env")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "error: gpusim is not running: start it with `vgpuctl sim up`"
+
+
+def test_sim_down_when_not_running_is_fine() -> None:
+    result = invoke("sim", "down")
+    assert result.exit_code == 0 and "not running" in result.stderr
+
+
+def test_sim_up_without_go_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "go.mod").write_text("module gpusim\n")
+    (src / "main.go").write_text("package main\n")
+    monkeypatch.setenv("GPUSIM_SRC", str(src))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    result = invoke("sim", "up")
+    assert result.exit_code == 1
+    assert result.stderr.strip().startswith("error: Go is needed to build the simulator")
+
+
+def test_sim_src_without_go_mod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPUSIM_SRC", str(tmp_path))
+    result = invoke("sim", "up")
+    assert result.exit_code == 1 and "has no go.mod" in result.stderr
+
+
+def test_sim_farm_flags() -> None:
+    topology = {"hosts": 4, "gpus": 8, "model": "A100-80GB", "nvlink": None, "mig": True, "vms": None}
+    assert sim.farm_args(None, topology) == ["-hosts", "4", "-gpus", "8", "-model", "A100-80GB", "-mig"]
+    assert sim.farm_args(Path(__file__), {"hosts": None, "mig": False}) == ["-farm", str(Path(__file__).resolve())]
+    with pytest.raises(UsageError, match="--farm describes the whole farm: do not combine it with --hosts"):
+        sim.farm_args(Path(__file__), topology)
+
+
+def test_sim_env_file_round_trip() -> None:
+    env = {"VGPUCTL_URL": "https://127.0.0.1:4242/sdk", "VGPUCTL_PASSWORD": "p w'x", "GPUSIM_CONTROL": "http://x"}
+    assert sim.parse_env_file(sim.export_lines(env)) == env
+    assert sim.parse_env_file("export A=1 B='two words'\n# c\nC=3\n") == {"A": "1", "B": "two words", "C": "3"}

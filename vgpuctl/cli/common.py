@@ -1,0 +1,273 @@
+"""What every command shares: global options, connecting to vCenter, printing results, reporting errors.
+
+Nothing heavy is imported here at module level (pyVmomi, rich, pydantic): `vgpuctl --help` must stay quick.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+import typer
+
+from vgpuctl.errors import InventoryError, UsageError, VgpuctlError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from vgpuctl.inventory import Inventory
+    from vgpuctl.model import Observed
+    from vgpuctl.vsphere.session import ConnectionSettings, Session
+
+PASSWORD_ENV = ("VGPUCTL_PASSWORD", "GOVC_PASSWORD")
+
+TextRenderer = Callable[[Any], Any]
+
+
+@dataclass
+class GlobalOptions:
+    """The global options after flags and environment are resolved. Secrets are read only on demand."""
+
+    url: str | None = field(default=None, repr=False)  # may carry govc-style user:password@
+    username: str | None = None
+    password_file: Path | None = None
+    insecure: bool | None = None  # None: neither flag nor environment said; the inventory may
+    ca_file: Path | None = None
+    thumbprint: str | None = None
+    datacenter: str | None = None
+    output: str = "text"
+    verbose: int = 0
+    url_from_command_line: bool = False
+    emitted: bool = field(default=False, repr=False)  # a JSON document already went to stdout
+    prompted_password: str | None = field(default=None, repr=False)  # asked once per run, never shown
+
+    @property
+    def json(self) -> bool:
+        return self.output == "json"
+
+
+# ---------------------------------------------------------------------------------------- consoles
+
+
+def stdout_console() -> Console:
+    from rich.console import Console
+
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
+
+
+def stderr_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 200)
+
+
+def info(message: str) -> None:
+    """A progress or status line: always stderr, so stdout stays clean for --output json."""
+    typer.echo(message, err=True)
+
+
+def warn(message: str) -> None:
+    typer.echo(f"warning: {message}", err=True)
+
+
+def emit(data: Any, text_renderer: TextRenderer, opts: GlobalOptions) -> None:
+    """Print a command's result: one JSON document, or the text renderer's output (str or rich renderable)."""
+    if opts.json:
+        typer.echo(json.dumps(data, indent=2, sort_keys=False, default=_json_default))
+        opts.emitted = True
+        return
+    rendered = text_renderer(data)
+    if rendered is None:
+        return
+    if isinstance(rendered, str):
+        typer.echo(rendered.rstrip("\n"))
+        return
+    console = stdout_console()
+    for item in rendered if isinstance(rendered, list | tuple) else [rendered]:
+        console.print(item)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    if hasattr(value, "to_dict"):
+        return value.to_dict()
+    return str(value)
+
+
+# -------------------------------------------------------------------------------------- inventory
+
+
+def load_checked_inventory(path: Path) -> Inventory:
+    """load_inventory + validate: schema and semantic checks, errors located FILE:LINE:COL."""
+    from vgpuctl.inventory import load_inventory, validate
+
+    if not path.exists():
+        raise UsageError(f"{path}: no such file")
+    inventory = load_inventory(path)
+    validate(inventory)
+    return inventory
+
+
+# -------------------------------------------------------------------------------------- connection
+
+
+def _split_url_credentials(url: str) -> tuple[str, str | None, str | None]:
+    """govc accepts https://user:pass@host/sdk; take the credentials out so they never travel further."""
+    parts = urlsplit(url if "://" in url else f"https://{url}")
+    if parts.username is None and parts.password is None:
+        return url, None, None
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    clean = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password is not None else None
+    return clean, user, password
+
+
+def read_password_file(path: Path) -> str:
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise UsageError(f"--password-file {path}: {e.strerror or e}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        warn(f"{path} is readable by other users; chmod 600 it")
+    password = text.splitlines()[0] if text else ""
+    if not password:
+        raise UsageError(f"--password-file {path}: the file is empty")
+    return password
+
+
+def resolve_password(opts: GlobalOptions, username: str | None = None, url_password: str | None = None) -> str:
+    """--password-file, then VGPUCTL_PASSWORD/GOVC_PASSWORD (or a password in the URL), then a prompt."""
+    if opts.password_file is not None:
+        return read_password_file(opts.password_file)
+    for name in PASSWORD_ENV:
+        value = os.environ.get(name)
+        if value:
+            return value
+    if url_password:
+        return url_password
+    if opts.prompted_password is not None:
+        return opts.prompted_password
+    if sys.stdin.isatty():
+        opts.prompted_password = str(
+            typer.prompt(f"Password for {username or opts.username or 'vCenter'}", hide_input=True, err=True)
+        )
+        return opts.prompted_password
+    raise UsageError("no password: set VGPUCTL_PASSWORD, use --password-file, or run in a terminal to be prompted")
+
+
+def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None) -> ConnectionSettings:
+    """Flags and environment win; the inventory's vcenter section fills what they leave unset."""
+    from vgpuctl.vsphere.session import ConnectionSettings
+
+    vcenter = getattr(inventory, "vcenter", None)
+    tls = getattr(vcenter, "tls", None)
+    url = opts.url or getattr(vcenter, "url", None)
+    if not url:
+        raise UsageError("no vCenter URL: use --url, VGPUCTL_URL (or GOVC_URL), or vcenter.url in the inventory")
+    url, url_user, url_password = _split_url_credentials(url)
+    if url_password is not None and opts.url_from_command_line:
+        raise UsageError("do not put a password in --url; use VGPUCTL_PASSWORD, --password-file or the prompt")
+    username = opts.username or url_user
+    if not username:
+        raise UsageError("no user name: use --username or VGPUCTL_USERNAME (or GOVC_USERNAME)")
+    password = resolve_password(opts, username, url_password)
+    insecure = opts.insecure if opts.insecure is not None else (tls is not None and not getattr(tls, "verify", True))
+    ca_file = opts.ca_file or getattr(tls, "ca_file", None)
+    thumbprint = opts.thumbprint or getattr(tls, "thumbprint", None)
+    if insecure:
+        warn(
+            "TLS certificate verification is disabled (--insecure or VGPUCTL_INSECURE): "
+            "the identity of vCenter is not checked"
+        )
+    return ConnectionSettings(
+        url=url,
+        username=username,
+        password=password,
+        insecure=bool(insecure),
+        ca_file=str(Path(ca_file).expanduser()) if ca_file else None,
+        thumbprint=thumbprint,
+    )
+
+
+def datacenter_for(opts: GlobalOptions, inventory: Inventory | None = None) -> str | None:
+    vcenter = getattr(inventory, "vcenter", None)
+    return opts.datacenter or getattr(vcenter, "datacenter", None)
+
+
+@contextmanager
+def connect(opts: GlobalOptions, inventory: Inventory | None = None) -> Iterator[Session]:
+    """One vCenter session for the run; logs out at the end. `-v` reports the SOAP round trips."""
+    from vgpuctl.vsphere.session import open_session
+
+    settings = connection_settings(opts, inventory)
+    with open_session(settings) as session:
+        try:
+            yield session
+        finally:
+            if opts.verbose:
+                info(f"round trips: {session.round_trips}")
+
+
+def observe_all(session: Session, opts: GlobalOptions, inventory: Inventory | None = None) -> Observed:
+    from vgpuctl.vsphere.observe import observe
+
+    return observe(session, datacenter_for(opts, inventory))
+
+
+# ------------------------------------------------------------------------------------------ errors
+
+
+def report_error(err: BaseException, opts: GlobalOptions | None) -> int:
+    """Print an error the way users should see it; return the exit code."""
+    verbose = bool(opts and opts.verbose)
+    if isinstance(err, VgpuctlError):
+        if verbose:
+            traceback.print_exception(err, file=sys.stderr)
+        _print_error_lines(err)
+        code = err.exit_code
+    else:
+        if verbose:
+            traceback.print_exception(err, file=sys.stderr)
+        message = str(err).splitlines()[0] if str(err) else ""
+        typer.echo(f"error: unexpected {type(err).__name__}: {message}", err=True)
+        if not verbose:
+            typer.echo("hint: this is a bug in vgpuctl; rerun with -v to see the traceback", err=True)
+        code = 1
+    if opts is not None and opts.json and not opts.emitted:
+        typer.echo(json.dumps({"error": _error_document(err, code)}, indent=2))
+        opts.emitted = True
+    return code
+
+
+def _print_error_lines(err: VgpuctlError) -> None:
+    if isinstance(err, InventoryError):
+        lines = err.located().splitlines()  # FILE:LINE:COL: message, one per problem
+    else:
+        lines = [f"error: {line}" for line in (str(err) or type(err).__name__).splitlines()]
+    for line in dict.fromkeys(lines):  # a range of VMs repeats its entry's problem once per name
+        typer.echo(line, err=True)
+
+
+def _error_document(err: BaseException, code: int) -> dict[str, Any]:
+    doc: dict[str, Any] = {"type": type(err).__name__, "message": str(err), "exit_code": code}
+    if isinstance(err, InventoryError):
+        errors = getattr(err, "errors", None) or [err]
+        doc["problems"] = [{"file": e.file, "line": e.line, "col": e.col, "message": e.message} for e in errors]
+    return doc

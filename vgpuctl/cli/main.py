@@ -1,0 +1,183 @@
+"""The `vgpuctl` command: global options, the command tree, and the error policy.
+
+Exit codes: 0 ok, 1 error, 2 changes pending (`plan --detailed-exitcode`; also click's usage errors),
+130 interrupted. Errors the user can fix print one line (no traceback unless -v).
+"""
+
+from __future__ import annotations
+
+import logging
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from vgpuctl import __version__
+from vgpuctl.cli import common, guest, host, plan, provision, sim, status, vm
+from vgpuctl.cli.common import GlobalOptions
+
+
+class OutputFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+class VgpuctlGroup(TyperGroup):
+    """Root group: every command runs inside this invoke, so one place maps exceptions to exit codes."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.Exit, typer.Abort):
+            raise
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+        except Exception as err:
+            if _is_click_exception(err) or isinstance(err, BrokenPipeError):
+                raise  # click reports usage errors (exit 2) and exits quietly on a closed pipe
+            opts = ctx.obj if isinstance(ctx.obj, GlobalOptions) else None
+            raise typer.Exit(common.report_error(err, opts)) from None
+
+
+def _is_click_exception(err: Exception) -> bool:
+    # typer vendors click; its usage errors must keep click's own handling (message + exit 2)
+    return any(cls.__name__ in ("ClickException", "Exit", "Abort") for cls in type(err).__mro__)
+
+
+app = typer.Typer(
+    name="vgpuctl",
+    cls=VgpuctlGroup,
+    help="Infrastructure as code for NVIDIA vGPU on VMware vSphere.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"vgpuctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    url: Annotated[
+        str | None,
+        typer.Option(envvar=["VGPUCTL_URL", "GOVC_URL"], help="vCenter URL (https://host/sdk or host[:port])."),
+    ] = None,
+    username: Annotated[
+        str | None, typer.Option("--username", "-u", envvar=["VGPUCTL_USERNAME", "GOVC_USERNAME"], help="User name.")
+    ] = None,
+    password_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Read the password from this file (first line). Otherwise VGPUCTL_PASSWORD or GOVC_PASSWORD, "
+            "else a prompt. There is no --password flag: command lines leak.",
+            dir_okay=False,
+        ),
+    ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            envvar=["VGPUCTL_INSECURE", "GOVC_INSECURE"],
+            help="Do not verify the vCenter TLS certificate (warned about).",
+        ),
+    ] = False,
+    ca_file: Annotated[
+        Path | None,
+        typer.Option(envvar=["VGPUCTL_CA_FILE", "GOVC_TLS_CA_CERTS"], help="CA bundle to verify vCenter with."),
+    ] = None,
+    thumbprint: Annotated[
+        str | None,
+        typer.Option(envvar="VGPUCTL_THUMBPRINT", help="Pin vCenter's certificate by its SHA-256 thumbprint."),
+    ] = None,
+    datacenter: Annotated[
+        str | None,
+        typer.Option(envvar=["VGPUCTL_DATACENTER", "GOVC_DATACENTER"], help="Datacenter (default: the inventory's)."),
+    ] = None,
+    output: Annotated[
+        OutputFormat,
+        typer.Option("--output", "-o", envvar="VGPUCTL_OUTPUT", help="text, or one JSON document on stdout."),
+    ] = OutputFormat.text,
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="Tracebacks, SOAP round trips, logs (-vv: debug).")
+    ] = 0,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Plan and apply vGPUs for VMs and GPU modes for hosts from one inventory file."""
+    ctx.obj = GlobalOptions(
+        url=url,
+        username=username,
+        password_file=password_file,
+        insecure=insecure if _source(ctx, "insecure") != "DEFAULT" else None,
+        ca_file=ca_file,
+        thumbprint=thumbprint,
+        datacenter=datacenter,
+        output=output.value,
+        verbose=verbose,
+        url_from_command_line=_source(ctx, "url") == "COMMANDLINE",
+    )
+    _setup_logging(verbose)
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is now (tests swap it), not the stream of the first run."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        import sys
+
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
+def _setup_logging(verbose: int) -> None:
+    """vgpuctl's library logs on stderr: warnings always, info with -v, debug with -vv."""
+    logger = logging.getLogger("vgpuctl")
+    for handler in [h for h in logger.handlers if isinstance(h, _StderrHandler)]:
+        logger.removeHandler(handler)
+    handler = _StderrHandler()
+    if verbose:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    else:
+        handler.setFormatter(logging.Formatter("warning: %(message)s"))
+    level = logging.DEBUG if verbose > 1 else logging.INFO if verbose else logging.WARNING
+    handler.setLevel(level)  # the handler filters; the logger's own level only ever opens up
+    logger.addHandler(handler)
+    if logger.getEffectiveLevel() > level:
+        logger.setLevel(level)
+
+
+def _source(ctx: typer.Context, name: str) -> str:
+    source = ctx.get_parameter_source(name)
+    return getattr(source, "name", "DEFAULT")
+
+
+plan.register(app)
+status.register(app)
+app.add_typer(vm.app, name="vm")
+app.add_typer(host.app, name="host")
+app.add_typer(guest.app, name="guest")
+provision.register(app)
+app.add_typer(sim.app, name="sim")
+
+
+def run() -> None:
+    """Console-script entry point."""
+    app(prog_name="vgpuctl")
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,283 @@
+"""sim up/down/env: run the bundled GPU simulator (gpusim, Go, tests/vcsim) in the background for people.
+
+Tests start gpusim through their own pytest fixture; this is the human path (`make demo`). State lives in
+$VGPUCTL_STATE_DIR or ~/.vgpuctl/sim: the env file gpusim writes, its pid, its log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vgpuctl.cli import common
+from vgpuctl.errors import UsageError, VgpuctlError
+
+app = typer.Typer(help="Start and stop the bundled GPU simulator (gpusim).", no_args_is_help=True)
+
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 20.0
+
+
+class SimError(VgpuctlError):
+    """The simulator could not be built, started or stopped."""
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("VGPUCTL_STATE_DIR") or Path.home() / ".vgpuctl" / "sim").expanduser()
+
+
+def env_path() -> Path:
+    return state_dir() / "env"
+
+
+def pid_path() -> Path:
+    return state_dir() / "gpusim.pid"
+
+
+def log_path() -> Path:
+    return state_dir() / "gpusim.log"
+
+
+def source_dir() -> Path:
+    """tests/vcsim of the checkout vgpuctl runs from (editable install), or $GPUSIM_SRC."""
+    explicit = os.environ.get("GPUSIM_SRC")
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not (path / "go.mod").is_file():
+            raise SimError(f"GPUSIM_SRC={explicit} has no go.mod: point it at the gpusim sources (tests/vcsim)")
+        return path
+    import vgpuctl
+
+    checkout = Path(vgpuctl.__file__).resolve().parent.parent / "tests" / "vcsim"
+    if (checkout / "go.mod").is_file():
+        return checkout
+    raise SimError(
+        "gpusim sources not found: run vgpuctl from a checkout (pip install -e .), or set GPUSIM_SRC to tests/vcsim"
+    )
+
+
+def binary_path(src: Path) -> Path:
+    """tests/vcsim/bin/gpusim when the checkout is writable, else a copy in the state directory."""
+    in_tree = src / "bin" / "gpusim"
+    if os.access(src, os.W_OK):
+        return in_tree
+    return state_dir() / "gpusim"
+
+
+def _newest_source_mtime(src: Path) -> float:
+    files = [p for p in src.rglob("*") if p.suffix in (".go", ".yaml", ".json") or p.name in ("go.mod", "go.sum")]
+    return max((p.stat().st_mtime for p in files if "bin" not in p.relative_to(src).parts), default=0.0)
+
+
+def build(src: Path) -> Path:
+    """`go build` gpusim unless the binary is newer than every source file. $GPUSIM_BIN skips the build."""
+    prebuilt = os.environ.get("GPUSIM_BIN")
+    if prebuilt:
+        if not os.access(prebuilt, os.X_OK):
+            raise SimError(f"GPUSIM_BIN={prebuilt} is not an executable file")
+        return Path(prebuilt)
+    binary = binary_path(src)
+    if binary.exists() and binary.stat().st_mtime >= _newest_source_mtime(src):
+        return binary
+    go = shutil.which("go")
+    if go is None:
+        raise SimError("Go is needed to build the simulator: install Go >= 1.25 (https://go.dev/dl/) or set GPUSIM_BIN")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    common.info(f"building gpusim in {src} ...")
+    proc = subprocess.run([go, "build", "-o", str(binary), "."], cwd=src, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+        raise SimError(f"go build of gpusim failed:\n{tail}")
+    return binary
+
+
+def running_pid() -> int | None:
+    try:
+        pid = int(pid_path().read_text().strip())
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        return pid
+    return pid
+
+
+def farm_args(farm: Path | None, topology: dict[str, object]) -> list[str]:
+    """gpusim's own flags for the farm; only what the user gave (gpusim's defaults fit inventory.example.yaml).
+
+    `topology` maps gpusim flag names (hosts, gpus, model, ...) to values; None or False means not given."""
+    given = {name: value for name, value in topology.items() if value is not None and value is not False}
+    if farm is not None:
+        if not farm.is_file():
+            raise UsageError(f"--farm {farm}: no such file")
+        if given:
+            flags = ", ".join(f"--{name}" for name in given)
+            raise UsageError(f"--farm describes the whole farm: do not combine it with {flags}")
+        return ["-farm", str(farm.resolve())]
+    args: list[str] = []
+    for name, value in given.items():
+        args += [f"-{name}"] if value is True else [f"-{name}", str(value)]
+    return args
+
+
+def parse_env_file(text: str) -> dict[str, str]:
+    """`export A=1 B=2` or `A=1` lines -> dict (values may be single- or double-quoted)."""
+    import shlex
+
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["export"]:
+            words = words[1:]
+        for word in words:
+            if "=" in word:
+                key, value = word.split("=", 1)
+                env[key] = value
+    return env
+
+
+def export_lines(env: dict[str, str]) -> str:
+    import shlex
+
+    return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
+
+
+def _wait_for_env(proc: subprocess.Popen[bytes], path: Path) -> dict[str, str]:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = "\n".join(log_path().read_text(errors="replace").strip().splitlines()[-15:])
+            raise SimError(f"gpusim exited with status {proc.returncode} while starting:\n{tail}")
+        text = path.read_text() if path.is_file() else ""
+        if text.endswith("\n"):  # gpusim writes one line; a partial write has no newline yet
+            env = parse_env_file(text)
+            if "VGPUCTL_URL" in env:
+                return env
+        time.sleep(0.2)
+    _terminate(proc.pid)
+    raise SimError(f"gpusim did not write {path} within {START_TIMEOUT_S:.0f}s; see {log_path()}")
+
+
+def _terminate(pid: int) -> bool:
+    """SIGTERM, wait, then SIGKILL. True when the process is gone."""
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        _reap(pid)
+        time.sleep(0.1)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+@app.command("up")
+def up_cmd(
+    ctx: typer.Context,
+    farm: Annotated[Path | None, typer.Option(help="Farm description (YAML or JSON) for gpusim.")] = None,
+    clusters: Annotated[int | None, typer.Option(min=1, help="Clusters.")] = None,
+    hosts: Annotated[int | None, typer.Option(min=1, help="Hosts per cluster.")] = None,
+    gpus: Annotated[int | None, typer.Option(min=0, help="GPUs per host.")] = None,
+    model: Annotated[str | None, typer.Option(help="GPU model, e.g. A100-40GB, A100-80GB, H100-80GB, L40S.")] = None,
+    nvlink: Annotated[str | None, typer.Option(help="NVLink topology: pairs, quads or none.")] = None,
+    mig: Annotated[bool, typer.Option("--mig", help="GPUs start in MIG mode.")] = False,
+    vgpu_mode: Annotated[str | None, typer.Option(help="Time-sliced mode: sameSize or mixedSize.")] = None,
+    policy: Annotated[str | None, typer.Option(help="Assignment policy: performance or consolidation.")] = None,
+    vms: Annotated[int | None, typer.Option(min=0, help="Powered-off VMs vm-0001... to create.")] = None,
+    templates: Annotated[str | None, typer.Option(help="Comma-separated VM template names.")] = None,
+    api_version: Annotated[str | None, typer.Option(help="vSphere API version to report (e.g. 8.0.3.0).")] = None,
+) -> None:
+    """Build gpusim if needed, start it in the background, and print the environment to use it."""
+    opts = ctx.obj
+    topology: dict[str, object] = {
+        "clusters": clusters,
+        "hosts": hosts,
+        "gpus": gpus,
+        "model": model,
+        "nvlink": nvlink,
+        "mig": mig,
+        "vgpu-mode": vgpu_mode,
+        "policy": policy,
+        "vms": vms,
+        "templates": templates,
+    }
+    args = farm_args(farm, topology)
+    if api_version is not None:
+        args += ["-api-version", api_version]
+    pid = running_pid()
+    if pid is not None:
+        raise SimError(f"gpusim is already running (pid {pid}); `vgpuctl sim env` prints its environment")
+    binary = build(source_dir())
+    directory = state_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    env_file = env_path()
+    env_file.unlink(missing_ok=True)
+    with open(log_path(), "wb") as log:
+        proc = subprocess.Popen(
+            [str(binary), "-env-file", str(env_file), "-state-dir", str(directory), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # survives this command and the terminal's Ctrl-C
+        )
+    pid_path().write_text(f"{proc.pid}\n")
+    try:
+        env = _wait_for_env(proc, env_file)
+    except BaseException:
+        pid_path().unlink(missing_ok=True)
+        raise
+    common.info(f"gpusim running (pid {proc.pid}); log {log_path()}; stop it with `vgpuctl sim down`")
+    _print_env(env, opts)
+
+
+def _print_env(env: dict[str, str], opts: common.GlobalOptions) -> None:
+    common.emit({"env": env, "env_file": str(env_path())}, lambda d: export_lines(d["env"]), opts)
+
+
+@app.command("env")
+def env_cmd(ctx: typer.Context) -> None:
+    """Print the running simulator's environment as `export` lines (eval "$(vgpuctl sim env)")."""
+    if running_pid() is None or not env_path().is_file():
+        raise SimError("gpusim is not running: start it with `vgpuctl sim up`")
+    _print_env(parse_env_file(env_path().read_text()), ctx.obj)
+
+
+@app.command("down")
+def down_cmd(ctx: typer.Context) -> None:
+    """Stop the simulator started by `vgpuctl sim up`."""
+    pid = running_pid()
+    if pid is None:
+        pid_path().unlink(missing_ok=True)
+        common.info("gpusim is not running")
+        return
+    if not _terminate(pid):
+        raise SimError(f"gpusim (pid {pid}) did not stop")
+    pid_path().unlink(missing_ok=True)
+    env_path().unlink(missing_ok=True)
+    common.info(f"gpusim (pid {pid}) stopped")
+    if ctx.obj.json:
+        common.emit({"stopped": pid}, str, ctx.obj)
