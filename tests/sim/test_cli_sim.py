@@ -220,6 +220,9 @@ def test_status_text_and_json(env: dict[str, str], tmp_path: Path) -> None:
     held = [g for g in gpus if any(v["vm"] == "map-01" for v in g["vms"])]
     assert len(held) == 2  # each of its vGPUs on its own GPU
     assert all(g["used_gb"] == 40 and g["free_gb"] == 0 for g in held)
+    for host in hosts.values():  # NVLink pairs: two sets of two GPUs per host
+        sets = [g["nvlink_set"] for g in host["gpus"]]
+        assert None not in sets and sorted(sets.count(s) for s in set(sets)) == [2, 2], host["name"]
     vm = next(v for v in doc["vms"] if v["name"] == "map-01")
     assert vm["vgpus"] == ["grid_a100-40c"] * 2 and vm["power_state"] == "poweredOn"
     assert doc["round_trips"] > 0
@@ -227,6 +230,7 @@ def test_status_text_and_json(env: dict[str, str], tmp_path: Path) -> None:
     text = vgpuctl(env, "status")
     assert text.exit_code == 0, text.output
     assert "GPU map" in text.stdout and "map-01 (grid_a100-40c)" in text.stdout
+    assert "set 0" in text.stdout and "set 1" in text.stdout
 
 
 def test_profiles_text_and_json(env: dict[str, str]) -> None:

@@ -226,9 +226,17 @@ def connect(opts: GlobalOptions, inventory: Inventory | None = None) -> Iterator
 
 
 def observe_all(session: Session, opts: GlobalOptions, inventory: Inventory | None = None) -> Observed:
-    from vgpuctl.vsphere.observe import observe
+    """One bulk observe; NVLink sets are read only on the hosts where the inventory's NVLink VMs can run."""
+    from vgpuctl.inventory import Inventory
+    from vgpuctl.vsphere.nvlink import nvlink_hosts_for
+    from vgpuctl.vsphere.observe import observe, observe_nvlink
 
-    return observe(session, datacenter_for(opts, inventory))
+    observed = observe(session, datacenter_for(opts, inventory))
+    if isinstance(inventory, Inventory):
+        hosts = nvlink_hosts_for(inventory, observed)
+        if hosts:
+            observe_nvlink(session, observed, hosts)
+    return observed
 
 
 # ------------------------------------------------------------------------------------------ errors

@@ -29,10 +29,15 @@ def register(app: typer.Typer) -> None:
     app.command("profiles")(profiles_cmd)
 
 
-def _observe(opts: GlobalOptions, file: Path | None) -> tuple[Observed, int]:
+def _observe(opts: GlobalOptions, file: Path | None, *, nvlink: bool = False) -> tuple[Observed, int]:
+    """One bulk observe; with `nvlink`, also each GPU host's NVLink sets (one QueryConfigTarget per host)."""
     inventory = common.load_checked_inventory(file) if file else None
     with common.connect(opts, inventory) as session:
         observed = common.observe_all(session, opts, inventory)
+        if nvlink:
+            from vgpuctl.vsphere.observe import observe_nvlink
+
+            observe_nvlink(session, observed, [h.name for h in observed.hosts.values() if h.gpus])
         return observed, session.round_trips
 
 
@@ -42,7 +47,7 @@ def _observe(opts: GlobalOptions, file: Path | None) -> tuple[Observed, int]:
 def status_cmd(ctx: typer.Context, file: OptionalInventory = None) -> None:
     """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, and the VMs' vGPUs."""
     opts: GlobalOptions = ctx.obj
-    observed, round_trips = _observe(opts, file)
+    observed, round_trips = _observe(opts, file, nvlink=True)
     doc = status_document(observed)
     doc["round_trips"] = round_trips
     common.emit(doc, render_status, opts)
