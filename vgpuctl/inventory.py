@@ -2,8 +2,9 @@
 and the semantic checks that need no vCenter.
 
 `load_inventory(path)` parses YAML with ruamel.yaml's round-trip loader (it keeps the line and column of
-every key and value), validates the schema with pydantic (extra keys forbidden, strict types), expands VM
-name ranges (`train-{01..04}`) and raises every problem found at once as InventoryErrors.
+every key and value; plain files are read the same way from libyaml's events first, see `_fast_yaml`),
+validates the schema with pydantic (extra keys forbidden, strict types), expands VM name ranges
+(`train-{01..04}`) and raises every problem found at once as InventoryErrors.
 `validate(inv)` adds the semantic checks (profiles, counts, mixing, duplicates, guest groups, host rules).
 
 Decisions (documented in inventory.example.yaml too):
@@ -359,9 +360,6 @@ def _plain(node: Any, path: Path_, pos: dict[Path_, Pos], keypos: dict[Path_, Po
 
 
 def _read_yaml(path: Path) -> tuple[Any, dict[Path_, Pos], dict[Path_, Pos]]:
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import MarkedYAMLError, YAMLError
-
     file = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -369,6 +367,17 @@ def _read_yaml(path: Path) -> tuple[Any, dict[Path_, Pos], dict[Path_, Pos]]:
         raise InventoryError("inventory file not found", file) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InventoryError(f"cannot read the inventory: {exc}", file) from None
+    try:
+        return _fast_yaml(text)
+    except _NotFast:
+        return _ruamel_yaml(text, file)
+
+
+def _ruamel_yaml(text: str, file: str) -> tuple[Any, dict[Path_, Pos], dict[Path_, Pos]]:
+    """The reference reader: ruamel.yaml's round-trip loader (YAML 1.2), the source of every YAML error."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
     yaml = YAML(typ="rt")
     try:
         data = yaml.load(text)
@@ -386,6 +395,162 @@ def _read_yaml(path: Path) -> tuple[Any, dict[Path_, Pos], dict[Path_, Pos]]:
     return plain, pos, keypos
 
 
+# ----------------------------------------------------------------------------- fast path (libyaml events)
+#
+# ruamel's pure-Python round-trip loader takes about a second for an inventory of 1,000 VMs. When PyYAML's
+# libyaml binding is present, the same file is first read from libyaml's event stream (C), recording the same
+# positions. Only the plain subset whose meaning is certain under ruamel's YAML 1.2 rules is read this way: any
+# parse error, duplicate key, anchor, alias, tag, directive, block scalar or plain scalar that could be a number,
+# date or other non-string type beyond the simple forms below sends the whole file to ruamel, so errors and
+# values stay exactly ruamel's.
+
+
+class _NotFast(Exception):
+    """The fast reader is unsure about this file; ruamel reads it."""
+
+
+_NULLS = frozenset({"~", "null", "Null", "NULL"})
+_BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_DEC_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+_DEC_FLOAT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)\.[0-9]+")
+_SPECIAL = frozenset({"<<", "=", ".inf", ".Inf", ".INF", ".nan", ".NaN", ".NAN"})
+_NEVER_PLAIN = frozenset("!&*|>%@`")  # the parser never lets a plain scalar start so
+# Tabs (libyaml accepts some that ruamel refuses), YAML 1.1-only line breaks, a BOM, a carriage return.
+_UNSURE_CHARS = ("\t", "\x85", "\u2028", "\u2029", "\ufeff", "\r")
+
+
+def _plain_scalar(value: str) -> Any:
+    if not value:
+        raise _NotFast  # an empty value: ruamel places it at the next token
+    if value in _NULLS:
+        return None
+    if value in _BOOLS:
+        return _BOOLS[value]
+    if _DEC_INT.fullmatch(value):
+        return int(value)
+    if _DEC_FLOAT.fullmatch(value):
+        return float(value)
+    if _maybe_typed(value):
+        raise _NotFast
+    return value
+
+
+def _maybe_typed(value: str) -> bool:
+    """Could a YAML 1.2 resolver of ruamel's (number, date, merge key, value key) claim this plain scalar?"""
+    first = value[0]
+    if first in "0123456789":
+        return True
+    if first in "+-.":
+        return value[1:2] in ("", *"0123456789._") or value in _SPECIAL
+    if first in "<=":
+        return value in _SPECIAL
+    return first in _NEVER_PLAIN
+
+
+def _fast_yaml(text: str) -> tuple[Any, dict[Path_, Pos], dict[Path_, Pos]]:
+    try:
+        import yaml
+        from yaml import CSafeLoader  # libyaml; without it the pure-Python PyYAML would be no faster
+    except ImportError:
+        raise _NotFast from None
+    if any(c in text for c in _UNSURE_CHARS):
+        raise _NotFast
+    loader = CSafeLoader(text)
+    try:
+        events = []
+        while (event := loader.get_event()) is not None:
+            events.append(event)
+    except yaml.YAMLError:
+        raise _NotFast from None
+    finally:
+        loader.dispose()
+    kinds = [type(e).__name__ for e in events[:2]] + [type(e).__name__ for e in events[-2:]]
+    if len(events) < 5 or kinds != ["StreamStartEvent", "DocumentStartEvent", "DocumentEndEvent", "StreamEndEvent"]:
+        raise _NotFast  # empty stream, several documents: ruamel words those
+    doc = events[1]
+    if doc.version is not None or doc.tags:
+        raise _NotFast
+    pos: dict[Path_, Pos] = {(): (1, 1)}
+    keypos: dict[Path_, Pos] = {}
+    reader = _EventReader(events, pos, keypos)
+    reader.i = 2
+    data = reader.node(())
+    if reader.i != len(events) - 2:
+        raise _NotFast
+    return data, pos, keypos
+
+
+def _at(mark: Any) -> Pos:
+    return (mark.line, mark.column)
+
+
+class _EventReader:
+    def __init__(self, events: list[Any], pos: dict[Path_, Pos], keypos: dict[Path_, Pos]):
+        self.events, self.pos, self.keypos, self.i = events, pos, keypos, 0
+
+    def node(self, path: Path_) -> Any:
+        import yaml
+
+        event = self.events[self.i]
+        self.i += 1
+        if getattr(event, "anchor", None) is not None or getattr(event, "tag", None) is not None:
+            raise _NotFast
+        if isinstance(event, yaml.ScalarEvent):
+            if not event.style:  # plain: '' from libyaml, None from PyYAML's own parser
+                return _plain_scalar(event.value)
+            if event.style in ("'", '"'):
+                return event.value
+            raise _NotFast  # block scalars: ruamel's folding rules
+        if isinstance(event, yaml.MappingStartEvent):
+            first = self.events[self.i]
+            if event.flow_style and _at(first.start_mark) == _at(event.start_mark):
+                raise _NotFast  # a single-pair mapping inside a flow sequence (`[a: b]`): not always ruamel's
+            return self.mapping(path)
+        if isinstance(event, yaml.SequenceStartEvent):
+            return self.sequence(path)
+        raise _NotFast  # aliases
+
+    def mapping(self, path: Path_) -> dict[str, Any]:
+        import yaml
+
+        out: dict[str, Any] = {}
+        events = self.events
+        while not isinstance(events[self.i], yaml.MappingEndEvent):
+            key_event = events[self.i]
+            if not isinstance(key_event, yaml.ScalarEvent) or key_event.anchor is not None or key_event.tag:
+                raise _NotFast
+            key = _plain_scalar(key_event.value) if not key_event.style else key_event.value
+            if not isinstance(key, str) or key in out or key == "<<" or key_event.style not in (None, "", "'", '"'):
+                raise _NotFast  # duplicate keys are ruamel's error; non-string keys its str()
+            self.i += 1
+            kp = (*path, key)
+            kmark = key_event.start_mark
+            kpos = (kmark.line + 1, kmark.column + 1)
+            self.keypos[kp] = kpos
+            value_event = events[self.i]
+            if isinstance(value_event, yaml.ScalarEvent):
+                vmark = value_event.start_mark
+                self.pos[kp] = (vmark.line + 1, vmark.column + 1)
+            else:
+                self.pos[kp] = kpos  # a nested mapping/sequence is pointed at by its key
+            out[key] = self.node(kp)
+        self.i += 1
+        return out
+
+    def sequence(self, path: Path_) -> list[Any]:
+        import yaml
+
+        items: list[Any] = []
+        events = self.events
+        while not isinstance(events[self.i], yaml.SequenceEndEvent):
+            mark = events[self.i].start_mark
+            ip = (*path, len(items))
+            self.pos[ip] = (mark.line + 1, mark.column + 1)
+            items.append(self.node(ip))
+        self.i += 1
+        return items
+
+
 def _wrap_vgpus(data: dict[str, Any], pos: dict[Path_, Pos], keypos: dict[Path_, Pos]) -> set[Path_]:
     """`vgpus: {profile, count}` -> a one-item list, with positions copied so messages still point at it."""
     wrapped: set[Path_] = set()
@@ -397,10 +562,14 @@ def _wrap_vgpus(data: dict[str, Any], pos: dict[Path_, Pos], keypos: dict[Path_,
             base: Path_ = ("vms", i, "vgpus")
             vm["vgpus"] = [vm["vgpus"]]
             wrapped.add(base)
-            for table in (pos, keypos):
-                for p in [p for p in table if p[: len(base)] == base and len(p) > len(base)]:
-                    table[(*base, 0, *p[len(base):])] = table[p]
-            pos[(*base, 0)] = pos.get(base, (1, 1))
+    if not wrapped:
+        return wrapped
+    for table in (pos, keypos):  # one pass over each table: paths under a wrapped base gain the [0]
+        moved = [(p, v) for p, v in table.items() if len(p) > 3 and p[:3] in wrapped]
+        for p, v in moved:
+            table[(*p[:3], 0, *p[3:])] = v
+    for base in wrapped:
+        pos[(*base, 0)] = pos.get(base, (1, 1))
     return wrapped
 
 
@@ -566,7 +735,12 @@ def _expand_vms(inv: Inventory) -> None:
     expanded: list[VmSpec] = []
     for i, vm in enumerate(inv.vms):
         line = inv._pos.get(("vms", i), (None, None))[0]
-        for n in expand_name(vm.name):  # already checked by _raw_range_errors
+        names = expand_name(vm.name)  # already checked by _raw_range_errors
+        if names == [vm.name]:
+            vm._index, vm._line = i, line
+            expanded.append(vm)
+            continue
+        for n in names:
             copy = vm.model_copy(update={"name": n}, deep=True)
             copy._index, copy._line = i, line
             expanded.append(copy)

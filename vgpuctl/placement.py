@@ -271,7 +271,8 @@ def gpus_from_observed(host, vm_profiles: Mapping[str, Sequence[str]]) -> list[G
     VM's vGPUs, preferring one that matches what the GPU already holds (same-size GPUs hold one profile).
     A VM we know nothing about blocks the GPU (we cannot tell what it holds).
     """
-    remaining = {vm: sorted(ps, key=lambda p: (-_fb(p), p)) for vm, ps in vm_profiles.items()}
+    on_host = {vm for og in host.gpus for vm in og.vms}  # only these are looked up: linear in the farm
+    remaining = {vm: sorted(vm_profiles[vm], key=lambda p: (-_fb(p), p)) for vm in on_host if vm in vm_profiles}
     out: list[Gpu] = []
     for og in sorted(host.gpus, key=lambda g: g.pci_id):
         fb = og.memory_kb // (1024 * 1024) if og.memory_kb else 0
@@ -332,16 +333,17 @@ def farm_from_observed(observed, release: Iterable[str] = ()) -> FarmState:
     profiles = {
         name: [d.profile for d in vm.vgpus] for name, vm in observed.vms.items() if not vm.is_template
     }
+    order = {vm: i for i, vm in enumerate(released)}  # released VMs leave each GPU in this one order
     gpus: dict[str, list[Gpu]] = {}
     policy: dict[str, str] = {}
     for name in sorted(observed.hosts):
         host = observed.hosts[name]
         host_gpus = gpus_from_observed(host, profiles)
         for g in host_gpus:
-            for vm in released:
-                if vm in (og_vms := _vms_on(host, g.id)):
-                    for _ in range(og_vms.count(vm)):
-                        _release_one(g, profiles.get(vm, []))
+            og_vms = _vms_on(host, g.id)
+            for vm in sorted({vm for vm in og_vms if vm in order}, key=order.__getitem__):
+                for _ in range(og_vms.count(vm)):
+                    _release_one(g, profiles.get(vm, []))
         gpus[name] = host_gpus
         policy[name] = host.assignment_policy
     return FarmState(gpus, policy)

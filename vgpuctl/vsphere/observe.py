@@ -2,10 +2,11 @@
 
 Round trips of one `observe` call, whatever the number of VMs and hosts:
   1  CreateContainerView over the root folder (Datacenter, Folder, ComputeResource, HostSystem, VirtualMachine)
-  1+ RetrievePropertiesEx for datacenters, folders, clusters and hosts (one PropertySpec per type), plus
+  1+ RetrievePropertiesEx for datacenters, folders and clusters (one PropertySpec per type), plus
      ContinueRetrievePropertiesEx per further page of PAGE_SIZE objects
-  1+ RetrievePropertiesEx for the VMs, read by the lean XML reader (rawread.py; pyVmomi's deserializer would
-     build every device of every VM), paged the same way
+  1+ RetrievePropertiesEx for the hosts and VMs, read by the lean XML reader (rawread.py; pyVmomi's deserializer
+     would build every device of every VM and every PCI device of every host), paged the same way, sent
+     alongside the first so that the client reads one answer while vCenter prepares the other
   1  DestroyView
   k  RetrieveVgpuProfileInfo, once per distinct host GPU signature (API version, GPU models and modes, offered
      profiles): hosts with the same signature describe the same profiles, so a farm of identical hosts costs one
@@ -14,7 +15,7 @@ Round trips of one `observe` call, whatever the number of VMs and hosts:
   h  QueryConfigTarget, once per host named in `nvlink_hosts` (none by default), NVLINK_WORKERS at a time: its
      vendorDeviceGroupInfo lists the host's NVLink-connected GPU sets with links up (vsphere/nvlink.py), which
      become ObservedGpu.nvlink_set. `nvlink.nvlink_hosts_for(inventory, observed)` names the hosts that matter.
-So a datacenter of identical hosts costs 5 round trips up to PAGE_SIZE VMs, one more per further page.
+So a datacenter of identical hosts costs 5 round trips up to PAGE_SIZE hosts and VMs, one more per further page.
 Without `nvlink_hosts`, nvlink_set stays None; vgpuctl.hostfacts can read the sets from the ESXi shell
 instead (`set_nvlink_sets` records them).
 Names of referenced objects (a VM's host, a host's cluster, folders) are resolved from the same results.
@@ -152,7 +153,7 @@ def _retrieve_all_once(session: Any, type_props: list[tuple[str, list[str]]], ro
             log.debug("DestroyView failed: %s", err)
 
 
-RAW_VMS = True  # read VirtualMachine properties with the lean XML reader (vsphere/rawread.py)
+RAW_VMS = True  # read VirtualMachine and HostSystem properties with the lean XML reader (vsphere/rawread.py)
 
 
 def _with_view_retry(session: Any, read: Any) -> dict[str, Obj]:
@@ -185,8 +186,15 @@ def _retrieve_observed_once(session: Any) -> dict[str, Obj]:
     try:
         if not RAW_VMS:
             return _collect(session, _view_spec(view, list(TYPE_PROPS.items())))
-        objects = _collect(session, _view_spec(view, [(t, p) for t, p in TYPE_PROPS.items() if t != "VirtualMachine"]))
-        objects.update(_vm_objects(session, view))
+        # The two reads go out together: while vCenter answers the big one, pyVmomi reads the small types.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vgpuctl-observe") as pool:
+            lean = pool.submit(_lean_objects, session, view)
+            small = [(t, p) for t, p in TYPE_PROPS.items() if t not in LEAN_TYPES]
+            try:
+                objects = _collect(session, _view_spec(view, small))
+            finally:
+                lean_objects = lean.result()  # waits, and raises the lean read's own error first
+        objects.update(lean_objects)
         return objects
     finally:
         try:
@@ -195,17 +203,21 @@ def _retrieve_observed_once(session: Any) -> dict[str, Obj]:
             log.debug("DestroyView failed: %s", err)
 
 
-def _vm_objects(session: Any, view: Any) -> dict[str, Obj]:
+LEAN_TYPES = ("HostSystem", "VirtualMachine")
+
+
+def _lean_objects(session: Any, view: Any) -> dict[str, Obj]:
     import xml.etree.ElementTree as ET
 
     from vgpuctl.vsphere import rawread
 
+    type_props = [(t, TYPE_PROPS[t]) for t in LEAN_TYPES]
     try:
-        vms = rawread.retrieve_vms(session, view, VM_PROPS, PAGE_SIZE)
+        objects = rawread.retrieve(session, view, type_props, PAGE_SIZE)
     except (ET.ParseError, ValueError, AttributeError, KeyError, TypeError, AssertionError) as err:
-        log.debug("lean VM read failed (%r); reading through pyVmomi", err)
-        return _collect(session, _view_spec(view, [("VirtualMachine", VM_PROPS)]))
-    return {vm.moid: vm for vm in vms}
+        log.debug("lean read failed (%r); reading through pyVmomi", err)
+        return _collect(session, _view_spec(view, type_props))
+    return {obj.moid: obj for obj in objects}
 
 
 def _view_spec(view: Any, type_props: list[tuple[str, list[str]]]) -> Any:

@@ -1,4 +1,4 @@
-"""A lean reader for the biggest bulk read: VirtualMachine properties straight from the SOAP XML.
+"""A lean reader for the biggest bulk reads: VirtualMachine and HostSystem properties straight from the SOAP XML.
 
 pyVmomi builds a full Python object for every one of a VM's devices (controllers, disks, NICs, ...), and that
 deserialization is most of the client time of an observe of a thousand VMs. Here the same
@@ -6,7 +6,9 @@ RetrievePropertiesEx request (serialized by pyVmomi, sent over the session's own
 is answered into ElementTree (C parser) and only what vgpuctl reads is converted. Devices are still
 type-checked against pyVmomi's class hierarchy (`issubclass` on the class the XML type names), and only PCI
 passthrough devices are materialized, as real pyVmomi objects, so `observe.split_devices` stays the one
-place that decides what a vGPU is. Faults are deserialized by pyVmomi and raised as usual.
+place that decides what a vGPU is. Hosts get the fields observe reads of their graphics info, graphics
+configuration and PCI devices (plain namespaces), and their graphics manager as a real pyVmomi object.
+Faults are deserialized by pyVmomi and raised as usual.
 """
 
 from __future__ import annotations
@@ -64,6 +66,12 @@ def invoke_raw(stub: Any, mo: Any, method: str, args: list[Any]) -> bytes:
 
 def retrieve_vms(session: Any, view: Any, paths: list[str], page_size: int) -> list[Any]:
     """VirtualMachine objects of a ContainerView as observe.Obj, paged, under Session.invoke."""
+    return retrieve(session, view, [("VirtualMachine", paths)], page_size)
+
+
+def retrieve(session: Any, view: Any, type_props: list[tuple[str, list[str]]], page_size: int) -> list[Any]:
+    """Objects of these types (VirtualMachine, HostSystem) in a ContainerView as observe.Obj, paged, in one
+    RetrievePropertiesEx (plus one ContinueRetrievePropertiesEx per further page), under Session.invoke."""
     from pyVmomi import vim, vmodl
 
     pc_ns = vmodl.query.PropertyCollector
@@ -75,7 +83,7 @@ def retrieve_vms(session: Any, view: Any, paths: list[str], page_size: int) -> l
                 selectSet=[pc_ns.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)],
             )
         ],
-        propSet=[pc_ns.PropertySpec(type=vim.VirtualMachine, pathSet=paths)],
+        propSet=[pc_ns.PropertySpec(type=getattr(vim, t), pathSet=paths) for t, paths in type_props],
     )
     stub = session.stub
     pc = session.content.propertyCollector
@@ -113,11 +121,12 @@ def _object(elem: ET.Element, stub: Any) -> Any:
             from pyVmomi import vim
 
             raise vim.fault.NotAuthenticated()
+    convert = _CONVERT_BY_TYPE.get(obj.type, _CONVERT)
     for prop in elem.findall(f"{_Q}propSet"):
         name = prop.findtext(f"{_Q}name") or ""
         val = prop.find(f"{_Q}val")
         if val is not None:
-            obj.props[name] = _CONVERT.get(name, _text)(val, stub)
+            obj.props[name] = convert.get(name, _text)(val, stub)
     return obj
 
 
@@ -201,6 +210,64 @@ def _devices(elem: ET.Element, stub: Any) -> list[Any]:
     return out
 
 
+def _opt_int(text: str | None) -> int | None:
+    return int(text) if text else None
+
+
+def _strings(elem: ET.Element, stub: Any) -> list[str]:
+    return [child.text or "" for child in elem]
+
+
+def _mo(elem: ET.Element, stub: Any) -> Any:
+    """A real pyVmomi managed object on the session's stub: vgpuctl calls methods on this one."""
+    return _vim_class(elem.get("type", ""))(elem.text or "", stub)
+
+
+def _graphics_info(elem: ET.Element, stub: Any) -> list[Any]:
+    """HostGraphicsInfo: the fields observe reads, absent ones None as in pyVmomi."""
+    return [
+        SimpleNamespace(
+            deviceName=info.findtext(f"{_Q}deviceName"),
+            vendorName=info.findtext(f"{_Q}vendorName"),
+            pciId=info.findtext(f"{_Q}pciId"),
+            graphicsType=info.findtext(f"{_Q}graphicsType"),
+            memorySizeInKB=_opt_int(info.findtext(f"{_Q}memorySizeInKB")),
+            vgpuMode=info.findtext(f"{_Q}vgpuMode"),
+            vm=[_ref(v) for v in info.findall(f"{_Q}vm")],
+        )
+        for info in elem
+    ]
+
+
+def _graphics_config(elem: ET.Element, stub: Any) -> Any:
+    return SimpleNamespace(
+        hostDefaultGraphicsType=elem.findtext(f"{_Q}hostDefaultGraphicsType"),
+        sharedPassthruAssignmentPolicy=elem.findtext(f"{_Q}sharedPassthruAssignmentPolicy"),
+    )
+
+
+def _pci_devices(elem: ET.Element, stub: Any) -> list[Any]:
+    """HostPciDevice: id, vendorId and deviceId (xsd:short, negative above 0x7FFF as in pyVmomi)."""
+    return [
+        SimpleNamespace(
+            id=dev.findtext(f"{_Q}id"),
+            vendorId=_opt_int(dev.findtext(f"{_Q}vendorId")),
+            deviceId=_opt_int(dev.findtext(f"{_Q}deviceId")),
+        )
+        for dev in elem
+    ]
+
+
+_HOST_CONVERT = {
+    "parent": _ref_val,
+    "runtime.inMaintenanceMode": _bool,
+    "config.graphicsInfo": _graphics_info,
+    "config.graphicsConfig": _graphics_config,
+    "config.sharedPassthruGpuTypes": _strings,
+    "hardware.pciDevice": _pci_devices,
+    "configManager.graphicsManager": _mo,
+}
+
 _CONVERT = {
     "parent": _ref_val,
     "runtime.host": _ref_val,
@@ -213,3 +280,5 @@ _CONVERT = {
     "config.hardware.device": _devices,
     "guest.net": _nics,
 }
+
+_CONVERT_BY_TYPE = {"VirtualMachine": _CONVERT, "HostSystem": _HOST_CONVERT}

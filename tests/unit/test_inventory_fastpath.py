@@ -1,0 +1,132 @@
+"""The libyaml fast path of inventory loading reads exactly what ruamel's round-trip loader reads.
+
+`_fast_yaml` either returns the same (data, positions, key positions) as `_ruamel_yaml` or declines
+(`_NotFast`), and then ruamel reads the file; these cases compare the two on every fixture and on snippets
+chosen at the edges where libyaml (YAML 1.1) and ruamel (YAML 1.2) differ.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vgpuctl import inventory as inv_mod
+from vgpuctl.errors import InventoryError
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+FILES = [*sorted((ROOT / "tests" / "fixtures" / "inventory").rglob("*.yaml")), ROOT / "inventory.example.yaml"]
+
+# Read fast, and must agree with ruamel.
+SAME = [
+    "apiVersion: vgpuctl/v1\nvms: [{name: a, power: off}]\n",
+    "a: 1\nb: -2\nc: 1.5\nd: yes\ne: ~\nf: null\ng: True\nh: 'x'\ni: \"y\\tz\"\n",
+    "j:\n  - 1\n  - k: v\n    l: [1, {m: n}]\n",
+    "a:\n  b:\n    c: d\n  e: [ ]\n  f: {}\n",
+    "a: x y z\n  continued\nb: 'multi\n  line'\n",
+    "vms:\n  - {name: a,\n     cpus: 2}\n  -   name: b\n      cpus: 3\n",
+    "a: b # comment\n# c\nd:   e\n",
+    "a: 日本\nbb: [日本, c, 😀]\n",
+    "'a': 1\n\"b\": 2\n",
+    "a:\n- 1\n- 2\nb:\n  - x\n",
+    "a: http://x:1/y\nc: {u: http://x}\n",
+    "a:\n  - name: a\n    vgpus:\n      - profile: x\n        count: 9\n      - {profile: y}\n",
+    "a: [\n  1,\n  2\n]\n",
+    "a: ~/.ssh/known_hosts\nb: ./ca.pem\nc: .ssh\nd: -x\ne: +x\nf: <x>\ng: =x\nh: ~\ni: -0\nj: +1\n",
+]
+
+# Declined: ruamel decides (an error, or a value or position libyaml would give differently).
+DECLINED = [
+    "a:\tb\n",  # ruamel refuses the tab, libyaml does not
+    'a: ["b":c]\n',  # ruamel refuses, libyaml reads {b: c}
+    "a: [b: c]\n",
+    "a:\n  b: 1\n  b: 2\n",  # duplicate key: ruamel's error
+    "a:\nb: x\n",  # empty value: ruamel places it at the next token
+    "a: &x 1\nb: *x\n",
+    "a: !!str 1\n",
+    "a: |\n  x\n",
+    "a: 0x10\n",
+    "a: 010\n",
+    "a: 1_000\n",
+    "a: 1e3\n",
+    "a: 2024-01-01\n",
+    "a: b\n---\nc: d\n",
+    "",
+    "a: {b: [c, d}\n",
+    "1: a\n",
+    "a: b\r\nc: d\r\n",
+    "a: .inf\n",
+    "a: -.inf\n",
+    "a: .5\n",
+    "a: ._\n",
+    "a: +_1\n",
+    "a: 10.\n",
+    "<<: {b: c}\n",
+    "a: =\n",
+]
+
+
+def _ruamel(text: str):
+    try:
+        return inv_mod._ruamel_yaml(text, "f")
+    except InventoryError as exc:
+        return exc.located()
+
+
+def _same_types(a, b) -> bool:
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return all(_same_types(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return all(_same_types(x, y) for x, y in zip(a, b, strict=True))
+    return True
+
+
+def _check(text: str) -> bool:
+    """True when the fast path read `text`; then it must equal ruamel's reading, value types included."""
+    try:
+        fast = inv_mod._fast_yaml(text)
+    except inv_mod._NotFast:
+        return False
+    ref = _ruamel(text)
+    assert fast == ref
+    assert _same_types(fast[0], ref[0])
+    return True
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_fixture_reads_agree(path: Path) -> None:
+    _check(path.read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("text", SAME)
+def test_fast_and_equal(text: str) -> None:
+    assert _check(text)
+
+
+@pytest.mark.parametrize("text", DECLINED)
+def test_declined(text: str) -> None:
+    assert not _check(text)
+
+
+def test_big_inventory_takes_the_fast_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = ["apiVersion: vgpuctl/v1", "vcenter: {datacenter: DC0}", "vms:"]
+    entry = "  - {{name: vm-{:04d}, vgpus: {{profile: grid_a100-10c, count: 1}}, power: 'off'}}"
+    lines += [entry.format(i) for i in range(300)]
+    lines += ["  - name: last", "    vgpus: {profile: grid_a100-10c, count: 9}"]
+    path = tmp_path / "big.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    assert _check(path.read_text())
+
+    def no_ruamel(*args):
+        raise AssertionError("ruamel was used")
+
+    monkeypatch.setattr(inv_mod, "_ruamel_yaml", no_ruamel)
+    with pytest.raises(inv_mod.InventoryErrors) as info:
+        inv_mod.load_inventory(path)
+    # the wrapped `vgpus: {profile, count}` still points at its count, on the last line
+    expected = f"{path}:305:44: vms[300].vgpus.count: must be between 1 and 8 (got 9)"
+    assert [str(e) for e in info.value.errors] == [expected]
