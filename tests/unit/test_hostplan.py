@@ -1,0 +1,511 @@
+"""vgpuctl.hostplan (pure host planning) and the pure parts of vgpuctl.hostfacts / vgpuctl.hostops.
+
+Planning cases are data: tests/fixtures/hostplan/cases.yaml. Shell facts are parsed from the nvidia-smi
+reference outputs of gpusim in tests/fixtures/nvidia-smi/.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from vgpuctl import hostplan
+from vgpuctl.hostfacts import GpuFacts, HostFacts, gather_shell_facts, nvlink_sets, vsphere_bus_id
+from vgpuctl.hostops import FAILED, HostOutcome, RefusedError, StateStore, default_state_path, targets_for
+from vgpuctl.inventory import HostSpec, load_inventory_text
+from vgpuctl.model import HostChange, Observed, ObservedGpu, ObservedHost
+
+pytestmark = pytest.mark.unit
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+DATA = YAML(typ="safe").load((FIXTURES / "hostplan" / "cases.yaml").read_text(encoding="utf-8"))
+CASES = DATA["cases"]
+
+
+def _host(name: str, over: dict[str, Any] | None = None) -> ObservedHost:
+    data = copy.deepcopy(DATA["hosts"][name])
+    data.update(over or {})
+    gpus = [ObservedGpu(**g) for g in data.pop("gpus", [])]
+    return ObservedHost(name=name, gpus=gpus, **data)
+
+
+def _facts(host: str, data: dict[str, Any] | None) -> HostFacts | None:
+    if data is None:
+        return None
+    return HostFacts.from_dict({"host": host, **data})
+
+
+def _spec(host: str, data: dict[str, Any]) -> HostSpec:
+    return HostSpec.model_validate({"name": host, **data})
+
+
+def _rows(changes: list[HostChange]) -> list[list[Any]]:
+    return [[c.kind, c.target, c.old, c.new, c.disruptive, c.needs_reboot] for c in changes]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_plan_host_cases(case: dict[str, Any]) -> None:
+    host = _host(case["host"], case.get("host_over"))
+    result = hostplan.plan_host(_spec(host.name, case["spec"]), host, _facts(host.name, case.get("facts")))
+    assert _rows(result.changes) == case["expect"]["changes"]
+    expected_errors = case["expect"].get("errors", [])
+    assert len(result.errors) == len(expected_errors), result.errors
+    for got, want in zip(result.errors, expected_errors, strict=True):
+        assert want in got
+
+
+# ------------------------------------------------------------------------------ module options
+
+
+@pytest.mark.parametrize(
+    ("policy", "slice_ms", "value"),
+    [
+        ("best-effort", None, None),
+        ("equal-share", None, "0x01"),
+        ("fixed-share", None, "0x11"),
+        ("equal-share", 3, "0x00030001"),
+        ("fixed-share", 24, "0x00180011"),
+    ],
+)
+def test_scheduler_values_follow_domain_md(policy: str, slice_ms: int | None, value: str | None) -> None:
+    assert hostplan.scheduler_value(policy, slice_ms) == value
+    state = hostplan.decode_scheduler(value)
+    assert (state.policy, state.timeslice_ms) == (policy, slice_ms)
+
+
+@pytest.mark.parametrize(("policy", "slice_ms"), [("best-effort", 3), ("round-robin", None), ("equal-share", 0)])
+def test_scheduler_value_rejects_bad_input(policy: str, slice_ms: int | None) -> None:
+    with pytest.raises(ValueError):
+        hostplan.scheduler_value(policy, slice_ms)
+
+
+@pytest.mark.parametrize(
+    ("current", "kwargs", "expected"),
+    [
+        ("", {"nvlink": "disabled"}, "NVreg_NvLinkDisable=1"),
+        ("NVreg_EnableMSI=1", {"nvlink": "disabled"}, "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1"),
+        ("NVreg_NvLinkDisable=1 NVreg_EnableMSI=1", {"nvlink": "enabled"}, "NVreg_EnableMSI=1"),
+        ("NVreg_EnableMSI=1", {"scheduler": "0x01"}, "NVreg_EnableMSI=1 NVreg_RegistryDwords=RmPVMRL=0x01"),
+        (
+            'NVreg_RegistryDwords="RmFoo=1;RmPVMRL=0x01" A=2',
+            {"scheduler": "0x11"},
+            "NVreg_RegistryDwords=RmFoo=1;RmPVMRL=0x11 A=2",
+        ),
+        ("NVreg_RegistryDwords=RmFoo=1;RmPVMRL=0x01", {"scheduler": None}, "NVreg_RegistryDwords=RmFoo=1"),
+        ("NVreg_RegistryDwords=RmPVMRL=0x01 A=2", {"scheduler": None}, "A=2"),
+        (
+            "A=1 NVreg_RegistryDwords=RmPVMRL=0x01",
+            {"nvlink": "disabled"},
+            "A=1 NVreg_RegistryDwords=RmPVMRL=0x01 NVreg_NvLinkDisable=1",
+        ),
+        (
+            'A="x y" B=1',
+            {"nvlink": "disabled", "scheduler": "0x00030001"},
+            'A="x y" B=1 NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x00030001',
+        ),
+    ],
+)
+def test_merge_module_options_keeps_other_options(current: str, kwargs: dict[str, Any], expected: str) -> None:
+    merged = hostplan.merge_module_options(current, **kwargs)
+    assert merged == expected
+    if "nvlink" in kwargs:
+        assert hostplan.nvlink_of(merged) == kwargs["nvlink"]
+    if "scheduler" in kwargs:
+        assert hostplan.rmpvmrl_of(merged) == kwargs["scheduler"]
+
+
+def test_options_for_applies_both_changes_of_a_host() -> None:
+    changes = [
+        HostChange("h", hostplan.NVLINK, "host", "enabled", "disabled", True, True),
+        HostChange("h", hostplan.SCHEDULER, "host", "best-effort", "fixed-share (24 ms)", True, True),
+    ]
+    merged = hostplan.options_for("NVreg_EnableMSI=1", changes)
+    assert merged == "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x00180011"
+
+
+def test_merge_rejects_a_bad_nvlink_value() -> None:
+    with pytest.raises(ValueError):
+        hostplan.merge_module_options("", nvlink="off")
+
+
+# ------------------------------------------------------------------------------ resolving hosts
+
+
+def _observed() -> Observed:
+    hosts = {n: _host(n) for n in ("esx-a100", "esx-h100", "esx-l40s")}
+    for h in hosts.values():
+        h.cluster = "C1" if h.name != "esx-l40s" else "C2"
+    return Observed(hosts=hosts, clusters={"C1": ["esx-a100", "esx-h100"], "C2": ["esx-l40s"]})
+
+
+def _inv_hosts(text: str) -> list[HostSpec]:
+    return load_inventory_text("apiVersion: vgpuctl/v1\n" + text).hosts
+
+
+def test_unknown_host_and_cluster_are_errors() -> None:
+    specs = _inv_hosts("hosts:\n  - name: esx-99\n  - cluster: Nope\n")
+    resolved, errors = hostplan.resolve_hosts(specs, _observed())
+    assert resolved == {}
+    assert errors == [
+        "cluster Nope: not found (clusters: C1, C2)",
+        "host esx-99: not found (hosts: esx-a100, esx-h100, esx-l40s)",
+    ]
+
+
+def test_a_named_host_overrides_its_cluster_entry() -> None:
+    specs = _inv_hosts("hosts:\n  - name: esx-h100\n    nvlink: enabled\n  - cluster: C1\n    nvlink: disabled\n")
+    resolved, errors = hostplan.resolve_hosts(specs, _observed())
+    assert not errors
+    assert resolved["esx-a100"].nvlink == "disabled"
+    assert resolved["esx-h100"].nvlink == "enabled"
+
+
+def test_plan_hosts_over_a_cluster_with_resume() -> None:
+    specs = _inv_hosts("hosts:\n  - cluster: C1\n    gpus: [{select: all, mode: mig}]\n")
+    result = hostplan.plan_hosts(specs, _observed(), resume={"esx-l40s"})
+    assert [(c.host, c.kind, c.target) for c in result.changes] == [
+        ("esx-a100", "mig", "0000:3b:00.0"),
+        ("esx-a100", "mig", "0000:3c:00.0"),
+        ("esx-h100", "mig", "0000:3b:00.0"),
+        ("esx-l40s", "maintenance", "host"),
+    ]
+    assert not result.changes[-1].disruptive
+    assert hostplan.changed_hosts(result.changes) == {"esx-a100", "esx-h100"}
+    assert result.hosts == ["esx-a100", "esx-h100", "esx-l40s"]
+
+
+def test_flags_of_a_change_list() -> None:
+    policy = HostChange("h", hostplan.ASSIGNMENT_POLICY, "host", "performance", "consolidation", False, False)
+    mig = HostChange("h", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig", True, False)
+    assert not hostplan.needs_maintenance([policy])
+    assert hostplan.needs_maintenance([policy, mig])
+    assert not hostplan.needs_reboot([policy, mig])
+    assert hostplan.category(hostplan.VGPU_MODE) == "graphics"
+
+
+# ------------------------------------------------------------------------------ verification
+
+
+def test_verify_reports_leftovers_and_nvlink_links() -> None:
+    host = _host("esx-a100")
+    spec = _spec(host.name, {"gpus": [{"select": "all", "mode": "mig"}], "nvlink": "enabled"})
+    facts = HostFacts(
+        host.name,
+        shell=True,
+        options_configured="",
+        options_effective="",
+        gpus={
+            "0000:3b:00.0": GpuFacts(
+                "0000:3b:00.0", mig_current=True, mig_pending=True, nvlink_links=4, nvlink_active=4
+            ),
+            "0000:3c:00.0": GpuFacts(
+                "0000:3c:00.0", mig_current=False, mig_pending=True, nvlink_links=4, nvlink_active=0
+            ),
+        },
+    )
+    host.gpus[0].vgpu_mode = "multiInstanceGpu"
+    problems = hostplan.verify_host(spec, host, facts)
+    assert problems == [
+        "mig 0000:3c:00.0 is time-sliced (mig pending), expected mig",
+        "nvlink 0000:3c:00.0: 0 of 4 links up, expected all",
+    ]
+
+
+def test_verify_passes_when_everything_matches() -> None:
+    host = _host("esx-a100")
+    spec = _spec(host.name, {"nvlink": "disabled", "scheduler": {"policy": "equal-share", "timeslice_ms": 3}})
+    opts = "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x00030001"
+    facts = HostFacts(
+        host.name,
+        shell=True,
+        options_configured=opts,
+        options_effective=opts,
+        gpus={
+            "0000:3b:00.0": GpuFacts("0000:3b:00.0", mig_current=False, mig_pending=False, nvlink_links=4),
+        },
+    )
+    assert hostplan.verify_host(spec, host, facts) == []
+    facts.gpus["0000:3b:00.0"].nvlink_active = 2
+    assert hostplan.verify_host(spec, host, facts) == ["nvlink 0000:3b:00.0: 2 of 4 links up, expected none"]
+
+
+# ------------------------------------------------------------------------------ prediction
+
+
+def test_predicted_host_offers_mig_profiles_after_the_switch() -> None:
+    host = _host("esx-a100", {"offered_profiles": ["grid_a100-10c", "grid_a100-40c"]})
+    changes = hostplan.plan_host(_spec(host.name, {"gpus": [{"select": "0000:3b:00.0", "mode": "mig"}]}), host).changes
+    after = hostplan.predict_host(host, changes)
+    assert after.gpus[0].vgpu_mode == "multiInstanceGpu"
+    assert after.gpus[1].vgpu_mode == "sameSize"
+    assert "grid_a100-3-20c" in after.offered_profiles and "grid_a100-7-40c" in after.offered_profiles
+    assert "grid_a100-40c" in after.offered_profiles  # the other GPU stays time-sliced
+    assert after.profiles["grid_a100-3-20c"].sharing == "mig"
+    assert host.gpus[0].vgpu_mode == "sameSize"  # the input is not modified
+
+
+def test_predicted_host_drops_mig_profiles_when_all_gpus_leave_mig() -> None:
+    host = _host("esx-mig", {"offered_profiles": ["grid_a100-3-20c", "grid_a100-7-40c"]})
+    changes = hostplan.plan_host(_spec(host.name, {"gpus": [{"select": "all", "mode": "time-sliced"}]}), host).changes
+    after = hostplan.predict_observed(Observed(hosts={host.name: host}), changes).hosts[host.name]
+    assert not any("-3-20c" in p for p in after.offered_profiles)
+    assert "grid_a100-40c" in after.offered_profiles
+
+
+def test_mig_profile_names_from_board_geometry() -> None:
+    assert hostplan.mig_profile_names("a100") == [
+        "grid_a100-1-5c",
+        "grid_a100-1-10c",
+        "grid_a100-2-10c",
+        "grid_a100-3-20c",
+        "grid_a100-4-20c",
+        "grid_a100-7-40c",
+    ]
+    assert hostplan.mig_profile_names("l40s") == []
+
+
+# ------------------------------------------------------------------------------ shell facts from fixtures
+
+
+def _fixture_runner(calls: list[str]):
+    smi = FIXTURES / "nvidia-smi"
+    outputs = {
+        "--query-gpu": "gpusim.query-gpu.noheader-nounits.csv",
+        "nvlink -s": "gpusim.nvlink-s.txt",
+        "topo -m": "gpusim.topo-m.txt",
+    }
+
+    def run(command: str) -> str:
+        calls.append(command)
+        for key, name in outputs.items():
+            if key in command:
+                return (smi / name).read_text(encoding="utf-8")
+        raise AssertionError(f"unexpected command {command}")
+
+    return run
+
+
+def test_shell_facts_from_gpusim_outputs() -> None:
+    calls: list[str] = []
+    facts = gather_shell_facts("esx-01", _fixture_runner(calls))
+    assert facts.shell
+    assert sorted(facts.gpus) == ["0000:3b:00.0", "0000:86:00.0", "0000:af:00.0"]
+    a, b, c = (facts.gpus[k] for k in sorted(facts.gpus))
+    assert (a.index, a.mig_current, a.mig_pending, a.mig_capable) == (0, False, False, True)
+    assert (b.mig_current, b.mig_pending) == (True, True)
+    assert not c.mig_capable
+    assert (a.nvlink_links, a.nvlink_active) == (4, 4)
+    assert (c.nvlink_links, c.nvlink_active) == (0, 0)
+    assert a.nvlink_peers == ["0000:86:00.0"] and c.nvlink_peers == []
+    assert nvlink_sets(facts) == [["0000:3b:00.0", "0000:86:00.0"]]
+    assert any("mig.mode.pending" in c and "noheader" in c for c in calls)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("00000000:3B:00.0", "0000:3b:00.0"), ("0000:3b:00.0", "0000:3b:00.0"), ("AF:00.0", "0000:af:00.0")],
+)
+def test_bus_ids_in_vsphere_form(raw: str, expected: str) -> None:
+    assert vsphere_bus_id(raw) == expected
+
+
+def test_facts_round_trip_through_dicts() -> None:
+    facts = HostFacts(
+        "h",
+        shell=True,
+        options_configured="A=1",
+        gpus={"0000:3b:00.0": GpuFacts("0000:3b:00.0", mig_current=True, nvlink_peers=["x"])},
+    )
+    again = HostFacts.from_dict(json.loads(json.dumps(facts.to_dict())))
+    assert again == facts
+
+
+# ------------------------------------------------------------------------------ hostops pure parts
+
+
+def test_state_store_persists_records(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "hostops.json"
+    store = StateStore(path)
+    store.add_vm("esx-01", "vm-a", "vm-1")
+    store.add_vm("esx-01", "vm-a", "vm-1")
+    store.update("esx-01", entered_maintenance=True, phase="reboot")
+    again = StateStore(path)
+    rec = again.get("esx-01")
+    assert rec is not None and rec.vms == [{"name": "vm-a", "moid": "vm-1"}] and rec.entered_maintenance
+    again.drop("esx-01")
+    assert StateStore(path).hosts() == []
+
+
+def test_state_store_reports_a_corrupt_file(tmp_path: Path) -> None:
+    path = tmp_path / "hostops.json"
+    path.write_text("{not json")
+    with pytest.raises(Exception, match="cannot read the host state file"):
+        StateStore(path)
+
+
+def test_default_state_path_per_vcenter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("VGPUCTL_STATE_DIR", str(tmp_path))
+    assert default_state_path("https://127.0.0.1:8989/sdk") == tmp_path / "hostops-127.0.0.1_8989_sdk.json"
+
+
+def test_failed_outcome_says_where_it_stopped() -> None:
+    out = HostOutcome(
+        "esx-01",
+        FAILED,
+        steps=["enter-maintenance", "mig 0000:3b:00.0 mig"],
+        phase="reboot",
+        message="boom",
+        error_type="SshError",
+        in_maintenance=True,
+        vms_to_restore=["vm-a"],
+    )
+    text = out.describe()
+    assert "esx-01: failed at reboot: boom" in text
+    assert "left in maintenance mode" in text and "VMs to power on again: vm-a" in text
+    assert "run apply again to continue" in text
+    refused = HostOutcome(
+        "esx-01", FAILED, phase="evacuate", message="no", error_type=RefusedError.__name__, in_maintenance=False
+    )
+    assert "run apply again" not in refused.describe() and "not in maintenance mode" in refused.describe()
+
+
+def test_targets_group_changes_by_host() -> None:
+    changes = [
+        HostChange("b", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig"),
+        HostChange("a", hostplan.NVLINK, "host", "enabled", "disabled"),
+        HostChange("b", hostplan.NVLINK, "host", "enabled", "disabled"),
+    ]
+    spec_b = HostSpec(name="b", nvlink="disabled")
+    targets = targets_for(changes, {"b": spec_b}, {"a": "host-1", "b": "host-2"})
+    assert [(t.name, t.moid, len(t.changes)) for t in targets] == [("a", "host-1", 1), ("b", "host-2", 2)]
+    assert targets[0].spec.name == "a" and targets[1].spec is spec_b
+
+
+def test_plan_warns_about_vms_that_cannot_run_after_the_switch() -> None:
+    from vgpuctl.model import ObservedVgpu, ObservedVm
+
+    observed = _observed()
+    host = observed.hosts["esx-a100"]
+    host.offered_profiles = ["grid_a100-40c"]
+    host.gpus[0].vms = ["train-01"]
+    observed.vms["train-01"] = ObservedVm(
+        "train-01", host="esx-a100", power_state="poweredOn", vgpus=[ObservedVgpu(4000, "grid_a100-40c")]
+    )
+    specs = _inv_hosts("hosts:\n  - name: esx-a100\n    gpus: [{select: all, mode: mig}]\n")
+    result = hostplan.plan_hosts(specs, observed)
+    assert result.warnings == [
+        "host esx-a100: VM train-01 uses grid_a100-40c, which the host will not offer after "
+        "the change: it cannot power on there again"
+    ]
+    one_gpu = _inv_hosts("hosts:\n  - name: esx-a100\n    gpus: [{select: '0000:3c:00.0', mode: mig}]\n")
+    assert hostplan.plan_hosts(one_gpu, observed).warnings == []
+
+
+def test_vm_changes_on_changed_hosts_wait_for_them() -> None:
+    from vgpuctl.model import CloneSpec, ObservedVm, VmChange
+
+    observed = _observed()
+    observed.vms["a"] = ObservedVm("a", host="esx-a100")
+    observed.vms["b"] = ObservedVm("b", host="esx-l40s")
+    changes = [
+        VmChange("a", power_on=True),
+        VmChange("b", power_on=True),
+        VmChange("new-1", clone=CloneSpec("tmpl", host="esx-a100")),
+        VmChange("new-2", clone=CloneSpec("tmpl", cluster="C1")),
+        VmChange("idle"),
+    ]
+    host_changes = [
+        HostChange("esx-a100", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig"),
+        HostChange("esx-l40s", hostplan.ASSIGNMENT_POLICY, "host", "performance", "consolidation", False),
+    ]
+    hostplan.mark_dependencies(changes, observed, host_changes)
+    assert [c.depends_on_hosts for c in changes] == [["esx-a100"], [], ["esx-a100"], ["esx-a100"], []]
+
+
+# ------------------------------------------------------------------------------ cli/host.py helpers
+
+
+def test_one_host_spec_takes_ssh_and_maintenance_from_the_inventory_entry() -> None:
+    from vgpuctl.cli.host import Evacuate, one_host_spec
+
+    base = _inv_hosts(
+        "hosts:\n  - cluster: C1\n    ssh: {user: admin, port: 2222}\n"
+        "    maintenance: {evacuate: power-off, reboot_timeout_s: 60}\n"
+    )[0]
+    spec = one_host_spec(base, "esx-a100", {"nvlink": "disabled"}, None, 30)
+    assert (spec.name, spec.nvlink, spec.ssh.user, spec.ssh.port) == ("esx-a100", "disabled", "admin", 2222)
+    assert (spec.maintenance.evacuate, spec.maintenance.reboot_timeout_s) == ("power-off", 30)
+    plain = one_host_spec(None, "h", {"gpus": [{"select": "all", "mode": "mig"}]}, Evacuate.power_off, None)
+    assert plain.maintenance.evacuate == "power-off" and plain.gpus[0].mode == "mig"
+
+
+def test_one_host_spec_rejects_bad_values_as_usage_errors() -> None:
+    from vgpuctl.cli.host import one_host_spec
+    from vgpuctl.errors import UsageError
+
+    with pytest.raises(UsageError, match="gpus"):
+        one_host_spec(None, "h", {"gpus": [{"select": "3b", "mode": "mig"}]}, None, None)
+
+
+def test_describe_changes_says_maintenance_reboot_and_vms() -> None:
+    from vgpuctl.cli.host import describe_changes
+
+    spec = HostSpec(name="h")
+    changes = [HostChange("h", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig", True, True)]
+    text = describe_changes("h", changes, spec, [{"name": "vm-a", "vgpus": ["grid_a100-40c"]}])
+    assert "~ mig 0000:3b:00.0: time-sliced -> mig" in text
+    assert "enters maintenance mode" in text and "reboots (waiting up to 900s" in text
+    assert "block maintenance mode (evacuate: refuse, nothing will change): vm-a (grid_a100-40c)" in text
+    policy = [HostChange("h", hostplan.ASSIGNMENT_POLICY, "host", "performance", "consolidation", False, False)]
+    assert "maintenance" not in describe_changes("h", policy, spec, [])
+
+
+def test_merge_status_adds_mig_nvlink_and_scheduler() -> None:
+    from vgpuctl.hostops import host_status, merge_status, mig_label
+
+    host = _host("esx-a100", {"module_options": "NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x11"})
+    facts = HostFacts(
+        "esx-a100",
+        shell=True,
+        options_configured=host.module_options,
+        options_effective="NVreg_RegistryDwords=RmPVMRL=0x11",
+        gpus={
+            "0000:3b:00.0": GpuFacts(
+                "0000:3b:00.0", mig_current=False, mig_pending=True, nvlink_links=12, nvlink_active=12
+            )
+        },
+    )
+    row = host_status(host, facts)
+    assert (row["nvlink"], row["nvlink_after_reboot"], row["scheduler"]) == ("enabled", "disabled", "fixed-share")
+    doc = {
+        "hosts": [
+            {
+                "name": "esx-a100",
+                "gpus": [
+                    {"pci_id": "0000:3b:00.0", "vgpu_mode": "sameSize"},
+                    {"pci_id": "0000:3c:00.0", "vgpu_mode": "sameSize"},
+                ],
+            }
+        ]
+    }
+    merge_status(doc, {"esx-a100": row})
+    h = doc["hosts"][0]
+    assert (h["nvlink"], h["scheduler"]) == ("enabled", "fixed-share")
+    assert h["gpus"][0]["mig"] == "off (on pending)" and h["gpus"][0]["nvlink_active"] == 12
+    assert h["gpus"][1]["mig"] == "off?"  # no shell facts for this GPU: from vSphere only
+    assert mig_label(None, None, "multiInstanceGpu") == "on" and mig_label(True, True) == "on"
+
+
+def test_shell_configured_from_environment_or_inventory() -> None:
+    from vgpuctl.hostops import shell_configured
+
+    assert not shell_configured({}, env={})
+    assert shell_configured({}, env={"VGPUCTL_ESXI_PASSWORD": "x"})
+    assert shell_configured({}, env={"GPUSIM_SSH_HOSTS": "/tmp/hosts.json"})
+    spec = HostSpec(name="h", ssh={"key_file": "~/.ssh/id_ed25519"})
+    assert shell_configured({"h": spec}, env={})

@@ -1,0 +1,386 @@
+"""`vgpuctl host show/graphics/mig/nvlink/scheduler HOST`: imperative host GPU operations.
+
+Each command builds a one-host desired state (a HostSpec) and goes through the same path as `apply`:
+vgpuctl.hostops.plan_host_changes (facts from the API and the ESXi shell, vgpuctl.hostplan) and
+run_host_changes (maintenance mode, reboot, verification, restore). Before changing anything it says what it
+will do (the changes, maintenance mode, a reboot, the VMs affected) and asks, unless --yes.
+SSH and maintenance settings come from the host's entry in an inventory (-f) when given, else the defaults
+and VGPUCTL_ESXI_* variables; --evacuate and --reboot-timeout override them.
+"""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from vgpuctl.cli import common
+from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.errors import Interrupted, NotFound, PlanError, UsageError, VgpuctlError
+
+if TYPE_CHECKING:
+    from vgpuctl.inventory import HostSpec
+    from vgpuctl.model import HostChange, Observed
+
+app = typer.Typer(help="Host GPU configuration: graphics, MIG mode, NVLink, scheduler.", no_args_is_help=True)
+
+
+class Evacuate(StrEnum):
+    refuse = "refuse"
+    power_off = "power-off"
+
+
+class DefaultType(StrEnum):
+    shared = "shared"
+    sharedDirect = "sharedDirect"
+
+
+class Policy(StrEnum):
+    performance = "performance"
+    consolidation = "consolidation"
+
+
+class VgpuMode(StrEnum):
+    sameSize = "sameSize"
+    mixedSize = "mixedSize"
+
+
+class Scheduler(StrEnum):
+    best_effort = "best-effort"
+    equal_share = "equal-share"
+    fixed_share = "fixed-share"
+
+
+HostName = Annotated[str, typer.Argument(help="ESXi host name as vCenter knows it.")]
+InventoryOpt = Annotated[
+    Path | None,
+    typer.Option("--file", "-f", dir_okay=False, help="Inventory whose entry for the host gives ssh and maintenance."),
+]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before maintenance mode, power-offs or reboots.")]
+EvacuateOpt = Annotated[
+    Evacuate | None,
+    typer.Option(help="Running VMs on the host: refuse (stop and list them) or power-off (and on again after)."),
+]
+RebootTimeout = Annotated[int | None, typer.Option(min=1, help="Seconds to wait for the host after a reboot.")]
+Tofu = Annotated[
+    bool,
+    typer.Option("--ssh-trust-on-first-use", help="Accept and record an unknown SSH host key (reported)."),
+]
+
+
+# ------------------------------------------------------------------------------------------- show
+
+
+@app.command("show")
+def show_cmd(
+    ctx: typer.Context,
+    host: HostName,
+    file: InventoryOpt = None,
+    no_shell: Annotated[bool, typer.Option("--no-shell", help="vSphere API only (no SSH).")] = False,
+    tofu: Tofu = False,
+) -> None:
+    """Per GPU: graphics type, vGPU mode, MIG current/pending, NVLink links; host: module options, scheduler."""
+    from vgpuctl.hostfacts import gather_facts
+    from vgpuctl.hostops import host_status
+
+    opts: GlobalOptions = ctx.obj
+    inventory = common.load_checked_inventory(file) if file is not None else None
+    with common.connect(opts, inventory) as session:
+        observed = common.observe_all(session, opts, inventory)
+        found = _host(observed, host)
+        spec = _base_spec(inventory, observed, host)
+        facts = None
+        if found.connection_state == "connected":
+            facts = gather_facts(
+                session,
+                {host: (found.moid, spec)},
+                shell=not no_shell,
+                trust_on_first_use=tofu,
+                on_new_host_key=_new_key,
+            )[host]
+    common.emit(host_status(found, facts), render_show, opts)
+
+
+def render_show(doc: dict[str, Any]) -> str:
+    lines = [
+        f"host {doc['host']}: {doc['connection_state']}" + (", in maintenance mode" if doc["in_maintenance"] else ""),
+        f"  graphics: default {doc['default_graphics_type']}, assignment {doc['assignment_policy']}",
+        f"  nvlink: {doc['nvlink']}"
+        + (f" ({doc['nvlink_after_reboot']} after reboot)" if "nvlink_after_reboot" in doc else ""),
+        f"  scheduler: {doc['scheduler']}"
+        + (f" ({doc['scheduler_after_reboot']} after reboot)" if "scheduler_after_reboot" in doc else ""),
+        f"  nvidia module options: {doc['module_options']['effective'] or '(none)'}"
+        + (
+            ""
+            if doc["module_options"]["configured"] == doc["module_options"]["effective"]
+            else f" (next boot: {doc['module_options']['configured'] or '(none)'})"
+        ),
+        "  GPUs:",
+    ]
+    for g in doc["gpus"]:
+        mig = _mig_text(g["mig_current"], g["mig_pending"])
+        links = "" if not g["nvlink_links"] else f", NVLink {g['nvlink_active']}/{g['nvlink_links']} up"
+        peers = f" to {', '.join(g['nvlink_peers'])}" if g["nvlink_peers"] else ""
+        vms = f", VMs: {', '.join(g['vms'])}" if g["vms"] else ""
+        modes = f"{g['graphics_type']}, {g['vgpu_mode']}, MIG {mig}"
+        lines.append(f"    {g['pci_id']} {g['device']}: {modes}{links}{peers}{vms}")
+    return "\n".join(lines)
+
+
+def _mig_text(current: bool | None, pending: bool | None) -> str:
+    if current is None:
+        return "n/a"
+    text = "on" if current else "off"
+    if pending is not None and pending != current:
+        text += f" ({'on' if pending else 'off'} pending)"
+    return text
+
+
+# ------------------------------------------------------------------------------------------- changes
+
+
+@app.command("graphics")
+def graphics_cmd(
+    ctx: typer.Context,
+    host: HostName,
+    default_type: Annotated[DefaultType | None, typer.Option(help="Host default graphics type.")] = None,
+    policy: Annotated[Policy | None, typer.Option(help="vGPU assignment policy.")] = None,
+    gpu: Annotated[str | None, typer.Option(help="all or a PCI bus id, for --type / --vgpu-mode.")] = None,
+    gpu_type: Annotated[DefaultType | None, typer.Option("--type", help="Graphics type of --gpu.")] = None,
+    vgpu_mode: Annotated[VgpuMode | None, typer.Option(help="Time-sliced vGPU mode of --gpu.")] = None,
+    file: InventoryOpt = None,
+    evacuate: EvacuateOpt = None,
+    reboot_timeout: RebootTimeout = None,
+    tofu: Tofu = False,
+    yes: Yes = False,
+) -> None:
+    """Set the host default graphics type, the assignment policy, or a GPU's graphics type / vGPU mode."""
+    if (gpu_type or vgpu_mode) and gpu is None:
+        raise UsageError("--type and --vgpu-mode need --gpu all|BUSID")
+    if gpu is not None and not (gpu_type or vgpu_mode):
+        raise UsageError("--gpu needs --type or --vgpu-mode")
+    if not (default_type or policy or gpu):
+        raise UsageError("nothing to change: give --default-type, --policy, or --gpu with --type / --vgpu-mode")
+    fields: dict[str, Any] = {}
+    if default_type or policy:
+        fields["graphics"] = {"default_type": _v(default_type), "assignment_policy": _v(policy)}
+    if gpu is not None:
+        fields["gpus"] = [{"select": gpu, "graphics_type": _v(gpu_type), "vgpu_mode": _v(vgpu_mode)}]
+    change(ctx.obj, host, fields, file=file, evacuate=evacuate, reboot_timeout=reboot_timeout, tofu=tofu, yes=yes)
+
+
+@app.command("mig")
+def mig_cmd(
+    ctx: typer.Context,
+    host: HostName,
+    gpu: Annotated[str, typer.Option(help="all or a PCI bus id (0000:3b:00.0).")] = "all",
+    enable: Annotated[bool | None, typer.Option("--enable/--disable", help="MIG mode on or off.")] = None,
+    file: InventoryOpt = None,
+    evacuate: EvacuateOpt = None,
+    reboot_timeout: RebootTimeout = None,
+    tofu: Tofu = False,
+    yes: Yes = False,
+) -> None:
+    """Switch MIG mode of one GPU or all (maintenance mode; a reboot on Ampere GPUs)."""
+    if enable is None:
+        raise UsageError("say --enable or --disable")
+    fields = {"gpus": [{"select": gpu, "mode": "mig" if enable else "time-sliced"}]}
+    change(ctx.obj, host, fields, file=file, evacuate=evacuate, reboot_timeout=reboot_timeout, tofu=tofu, yes=yes)
+
+
+@app.command("nvlink")
+def nvlink_cmd(
+    ctx: typer.Context,
+    host: HostName,
+    enable: Annotated[bool | None, typer.Option("--enable/--disable", help="NVLink on or off.")] = None,
+    file: InventoryOpt = None,
+    evacuate: EvacuateOpt = None,
+    reboot_timeout: RebootTimeout = None,
+    tofu: Tofu = False,
+    yes: Yes = False,
+) -> None:
+    """Turn NVLink on or off (nvidia module option NVreg_NvLinkDisable; maintenance mode and a reboot)."""
+    if enable is None:
+        raise UsageError("say --enable or --disable")
+    fields = {"nvlink": "enabled" if enable else "disabled"}
+    change(ctx.obj, host, fields, file=file, evacuate=evacuate, reboot_timeout=reboot_timeout, tofu=tofu, yes=yes)
+
+
+@app.command("scheduler")
+def scheduler_cmd(
+    ctx: typer.Context,
+    host: HostName,
+    policy: Annotated[Scheduler, typer.Option(help="best-effort, equal-share or fixed-share.")],
+    timeslice_ms: Annotated[int | None, typer.Option(min=1, max=30, help="Time slice in ms (not best-effort).")] = None,
+    file: InventoryOpt = None,
+    evacuate: EvacuateOpt = None,
+    reboot_timeout: RebootTimeout = None,
+    tofu: Tofu = False,
+    yes: Yes = False,
+) -> None:
+    """Set the time-sliced vGPU scheduler (RmPVMRL; maintenance mode and a reboot)."""
+    if timeslice_ms is not None and policy == Scheduler.best_effort:
+        raise UsageError("--timeslice-ms applies to equal-share and fixed-share only")
+    fields = {"scheduler": {"policy": policy.value, "timeslice_ms": timeslice_ms}}
+    change(ctx.obj, host, fields, file=file, evacuate=evacuate, reboot_timeout=reboot_timeout, tofu=tofu, yes=yes)
+
+
+def _v(value: StrEnum | None) -> str | None:
+    return value.value if value is not None else None
+
+
+# ------------------------------------------------------------------------------------------- shared path
+
+
+def _host(observed: Observed, name: str) -> Any:
+    host = observed.hosts.get(name)
+    if host is None:
+        names = ", ".join(sorted(observed.hosts)) or "none"
+        raise NotFound(f"host {name!r} not found (hosts: {names})")
+    return host
+
+
+def _base_spec(inventory: Any, observed: Observed, host: str) -> HostSpec | None:
+    """The inventory entry that applies to the host (a name entry wins over its cluster's)."""
+    if inventory is None:
+        return None
+    from vgpuctl.hostplan import resolve_hosts
+
+    resolved, _ = resolve_hosts(inventory.hosts, observed)
+    return resolved.get(host)
+
+
+def one_host_spec(
+    base: HostSpec | None, host: str, fields: dict[str, Any], evacuate: Evacuate | None, reboot_timeout: int | None
+) -> HostSpec:
+    """The desired state of just this host: the command's fields, ssh/maintenance from the inventory entry."""
+    from pydantic import ValidationError
+
+    from vgpuctl.inventory import HostSpec
+
+    data: dict[str, Any] = {"name": host, **fields}
+    if base is not None:
+        data["ssh"] = base.ssh.model_dump()
+        data["maintenance"] = base.maintenance.model_dump()
+    maintenance = dict(data.get("maintenance") or {})
+    if evacuate is not None:
+        maintenance["evacuate"] = evacuate.value
+    if reboot_timeout is not None:
+        maintenance["reboot_timeout_s"] = reboot_timeout
+    data["maintenance"] = maintenance
+    try:
+        return HostSpec.model_validate(data)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise UsageError(f"{where}: {first['msg']}") from None
+
+
+def change(
+    opts: GlobalOptions,
+    host: str,
+    fields: dict[str, Any],
+    *,
+    file: Path | None,
+    evacuate: Evacuate | None,
+    reboot_timeout: int | None,
+    tofu: bool,
+    yes: bool,
+) -> None:
+    from vgpuctl.hostops import HostOpsOptions, StateStore, default_state_path, plan_host_changes, run_host_changes
+
+    inventory = common.load_checked_inventory(file) if file is not None else None
+    with common.connect(opts, inventory) as session:
+        observed = common.observe_all(session, opts, inventory)
+        found = _host(observed, host)
+        spec = one_host_spec(_base_spec(inventory, observed, host), host, fields, evacuate, reboot_timeout)
+        state = StateStore(default_state_path(session.settings.sdk_url))
+        plan, _ = plan_host_changes(session, observed, [spec], state, trust_on_first_use=tofu, on_new_host_key=_new_key)
+        if plan.errors:
+            raise PlanError(plan.errors)
+        changes = [c for c in plan.changes if c.host == host]
+        for w in plan.warnings:
+            common.warn(w)
+        affected = _affected_vms(session, found.moid, changes)
+        doc: dict[str, Any] = {"host": host, "changes": [_change_doc(c) for c in changes], "affected_vms": affected}
+        if not changes:
+            common.emit({**doc, "result": None}, lambda _d: f"host {host}: no changes", opts)
+            return
+        text = describe_changes(host, changes, spec, affected)
+        if opts.json:
+            common.info(text)
+        else:
+            typer.echo(text)
+        if not yes:
+            _confirm(len(changes))
+        result = run_host_changes(
+            session, observed, [spec], changes, state, HostOpsOptions(trust_on_first_use=tofu, progress=_Progress())
+        )
+    outcome = result.hosts[0]
+    common.emit({**doc, "result": result.to_dict()}, lambda _d: outcome.describe(), opts)
+    if outcome.status == "failed":
+        raise VgpuctlError(f"host {host}: the change failed at {outcome.phase}")
+
+
+def _affected_vms(session: Any, moid: str, changes: list[HostChange]) -> list[dict[str, Any]]:
+    from vgpuctl.hostplan import needs_maintenance
+    from vgpuctl.vsphere import host as vhost
+
+    if not needs_maintenance(changes):
+        return []
+    return [{"name": v.name, "vgpus": v.vgpus} for v in vhost.host_vms(session, moid) if v.running]
+
+
+def _change_doc(c: HostChange) -> dict[str, Any]:
+    return {
+        "kind": c.kind,
+        "target": c.target,
+        "old": c.old,
+        "new": c.new,
+        "disruptive": c.disruptive,
+        "needs_reboot": c.needs_reboot,
+    }
+
+
+def describe_changes(host: str, changes: list[HostChange], spec: HostSpec, affected: list[dict[str, Any]]) -> str:
+    """What the command will do, for the confirmation: changes, maintenance, reboot, VMs affected."""
+    from vgpuctl.hostplan import needs_maintenance, needs_reboot
+
+    lines = [f"host {host}:"]
+    for c in changes:
+        target = "" if c.target == "host" else f" {c.target}"
+        lines.append(f"  ~ {c.kind}{target}: {c.old} -> {c.new}")
+    if needs_maintenance(changes):
+        lines.append("  the host enters maintenance mode for the change and leaves it afterwards")
+    if needs_reboot(changes):
+        lines.append(f"  the host reboots (waiting up to {spec.maintenance.reboot_timeout_s}s for it)")
+    if affected:
+        names = ", ".join(f"{v['name']} ({', '.join(v['vgpus'])})" if v["vgpus"] else v["name"] for v in affected)
+        if spec.maintenance.evacuate == "power-off":
+            lines.append(f"  running VMs are shut down and powered on again afterwards: {names}")
+        else:
+            lines.append(f"  running VMs block maintenance mode (evacuate: refuse, nothing will change): {names}")
+    return "\n".join(lines)
+
+
+def _confirm(n: int) -> None:
+    if not sys.stdin.isatty():
+        raise UsageError("this change needs confirmation but stdin is not a terminal: rerun with --yes")
+    try:
+        ok = typer.confirm(f"Apply {n} host change(s)?", default=False, err=True)
+    except typer.Abort:
+        raise Interrupted("interrupted: nothing was changed") from None
+    if not ok:
+        raise VgpuctlError("cancelled: nothing was changed")
+
+
+def _new_key(host: str, fingerprint: str) -> None:
+    common.warn(f"trusted the new SSH host key of {host} ({fingerprint}) and recorded it in known_hosts")
+
+
+class _Progress:
+    def host_step(self, host: str, step: str, detail: str | None) -> None:
+        common.info(f"host {host}: {step}" + (f" {detail}" if detail else ""))

@@ -1,0 +1,237 @@
+"""Host GPU facts that the bulk observe does not read: from the ESXi shell and per-host vSphere calls.
+
+The shell side (nvidia-smi over SSH, vgpuctl.esxi) gives MIG mode current and pending per GPU, NVLink link
+state and the GPU topology; the vSphere side (vgpuctl.vsphere.host) gives the nvidia module's option string
+as configured (next boot) and in effect (loaded module), and graphicsConfig.deviceType (the per-GPU
+time-sliced vGPU mode, which graphicsInfo hides while a GPU is in MIG mode).
+
+`HostFacts` is plain data (to_dict/from_dict) so that vgpuctl.hostplan stays a pure function testable from
+fixture files. `gather_shell_facts(shell)` and `gather_host_facts(...)` do the I/O.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+NVIDIA_MODULE = "nvidia"
+
+_BUS = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+
+
+def vsphere_bus_id(bus_id: str) -> str:
+    """nvidia-smi's `00000000:3B:00.0` (or `3b:00.0`) -> vSphere's `0000:3b:00.0`."""
+    text = bus_id.strip()
+    m = _BUS.match(text)
+    if m is None:
+        return text.lower()
+    domain = text.split(":")[0] if text.count(":") == 2 else "0"
+    return f"{int(domain, 16):04x}:{m[1].lower()}:{m[2].lower()}.{m[3]}"
+
+
+@dataclass
+class GpuFacts:
+    pci_id: str  # vSphere form: 0000:3b:00.0
+    index: int | None = None  # nvidia-smi index
+    name: str = ""
+    mig_current: bool | None = None  # None: the GPU is not MIG-capable (nvidia-smi says N/A)
+    mig_pending: bool | None = None
+    nvlink_links: int = 0  # NVLinks of the GPU
+    nvlink_active: int = 0  # of which are up
+    nvlink_peers: list[str] = field(default_factory=list)  # GPUs connected over NVLink now (topo NV#)
+    graphics_type: str | None = None  # graphicsConfig.deviceType[].graphicsType (None: not read)
+    vgpu_mode: str | None = None  # graphicsConfig.deviceType[].vgpuMode: the time-sliced mode (sameSize|mixedSize)
+
+    @property
+    def mig_capable(self) -> bool:
+        return self.mig_current is not None
+
+
+@dataclass
+class HostFacts:
+    host: str
+    gpus: dict[str, GpuFacts] = field(default_factory=dict)  # pci id -> facts
+    options_configured: str | None = None  # nvidia module options for the next boot (None: not read)
+    options_effective: str | None = None  # options of the loaded module
+    shell: bool = False  # the shell facts (MIG, NVLink, topology) were read
+    boot_time: str | None = None
+
+    def gpu(self, pci_id: str) -> GpuFacts:
+        return self.gpus.setdefault(pci_id, GpuFacts(pci_id))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HostFacts:
+        d = dict(data)
+        d["gpus"] = {k: GpuFacts(**{"pci_id": k, **v}) for k, v in (d.get("gpus") or {}).items()}
+        return cls(**d)
+
+
+# ------------------------------------------------------------------------------------------ shell side
+
+Runner = Callable[[str], str]  # runs one command line on the host, returns stdout (raises SshError)
+
+
+def shell_runner(shell: Any) -> Runner:
+    """A Runner over a vgpuctl.esxi.ssh.EsxiShell."""
+    return lambda command: shell.run(command).stdout
+
+
+def gather_shell_facts(host: str, run: Runner, facts: HostFacts | None = None) -> HostFacts:
+    """MIG current/pending per GPU, NVLink links and topology from nvidia-smi on the host."""
+    from vgpuctl.esxi import commands, parsers
+
+    facts = facts or HostFacts(host)
+    fields = parsers.DEFAULT_QUERY_FIELDS  # index, pci.bus_id, name, memory.total, mig.mode.current/pending
+    rows = parsers.parse_gpu_modes(run(commands.query_gpu(fields, header=False, units=False)), fields)
+    by_index: dict[int, GpuFacts] = {}
+    for row in rows:
+        g = facts.gpu(vsphere_bus_id(row.bus_id))
+        g.index, g.name = row.index, row.name or ""
+        g.mig_current, g.mig_pending = row.mig_current, row.mig_pending
+        by_index[row.index] = g
+    for links in parsers.parse_nvlink_status(run(commands.nvlink_status())):
+        g = by_index.get(links.index)
+        if g is not None:
+            g.nvlink_links, g.nvlink_active = len(links.links), links.active_links
+    if len(by_index) > 1:
+        topo = parsers.parse_topo_matrix(run(commands.topology()))
+        for a, g in by_index.items():
+            g.nvlink_peers = sorted(by_index[b].pci_id for b in topo.gpus if b in by_index and topo.nvlinks(a, b))
+    facts.shell = True
+    return facts
+
+
+def nvlink_sets(facts: HostFacts) -> list[list[str]]:
+    """Groups of GPUs connected over NVLink right now (each at least 2 GPUs), by PCI id."""
+    seen: set[str] = set()
+    out = []
+    for pci in sorted(facts.gpus):
+        if pci in seen or not facts.gpus[pci].nvlink_peers:
+            continue
+        group, todo = {pci}, [pci]
+        while todo:
+            for peer in facts.gpus[todo.pop()].nvlink_peers:
+                if peer not in group and peer in facts.gpus:
+                    group.add(peer)
+                    todo.append(peer)
+        seen |= group
+        out.append(sorted(group))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ both sides
+
+
+def gather_host_facts(session: Any, host_moid: str, host: str, run: Runner | None) -> HostFacts:
+    """API facts (module options, graphicsConfig.deviceType, boot time), then shell facts when `run` is given."""
+    from vgpuctl.vsphere import host as vhost
+
+    facts = HostFacts(host)
+    api = vhost.read_host(session, host_moid)
+    facts.boot_time = api.boot_time
+    for dev in api.device_types:
+        g = facts.gpu(dev.pci_id)
+        g.graphics_type, g.vgpu_mode = dev.graphics_type, dev.vgpu_mode
+    kms = api.kernel_module_system
+    facts.options_configured = vhost.configured_module_options(session, host_moid, NVIDIA_MODULE, kms)
+    facts.options_effective = vhost.effective_module_options(session, host_moid, NVIDIA_MODULE, kms)
+    if run is not None:
+        gather_shell_facts(host, run, facts)
+    return facts
+
+
+# ------------------------------------------------------------------------------------------ SSH settings
+
+ENV_HOST_MAP = ("VGPUCTL_ESXI_HOSTS", "GPUSIM_SSH_HOSTS")  # JSON: host name -> {"host": address, "port": n}
+
+
+def ssh_target(host: str, spec: Any = None, env: dict[str, str] | None = None) -> Any:
+    """Where the host's SSH server listens: the host map from the environment (gpusim writes one), else the
+    host name itself on the inventory's ssh.port."""
+    import os
+
+    from vgpuctl.esxi.ssh import SshTarget, load_host_map
+
+    env = dict(os.environ) if env is None else env
+    for name in ENV_HOST_MAP:
+        path = env.get(name)
+        if path:
+            targets = load_host_map(path)
+            if host in targets:
+                return targets[host]
+    port = spec.ssh.port if spec is not None else 22
+    return SshTarget(host=host, port=port)
+
+
+def ssh_settings(spec: Any = None, *, trust_on_first_use: bool = False, env: dict[str, str] | None = None) -> Any:
+    """SshSettings from a HostSpec's ssh section, then VGPUCTL_ESXI_* variables. `ssh.password_env` names the
+    variable that holds the password."""
+    import dataclasses
+    import os
+
+    from vgpuctl.errors import UsageError
+    from vgpuctl.esxi.ssh import SshSettings
+
+    env = dict(os.environ) if env is None else env
+    ssh = spec.ssh if spec is not None else None
+    settings = SshSettings.from_env(
+        env,
+        user=ssh.user if ssh is not None and ssh.user != "root" else None,
+        known_hosts=ssh.known_hosts if ssh is not None else None,
+        key_file=ssh.key_file if ssh is not None else None,
+        trust_on_first_use=trust_on_first_use,
+    )
+    if ssh is not None and ssh.password_env:
+        if not env.get(ssh.password_env):
+            raise UsageError(f"ssh.password_env names {ssh.password_env}, which is not set")
+        settings = dataclasses.replace(settings, password=env[ssh.password_env])
+    return settings
+
+
+def open_shell(
+    host: str,
+    spec: Any = None,
+    *,
+    trust_on_first_use: bool = False,
+    on_new_host_key: Callable[[str, str], None] | None = None,
+) -> Any:
+    """An EsxiShell for the host (known_hosts verified); it connects on `with` or on its first command."""
+    from vgpuctl.esxi.ssh import EsxiShell
+
+    return EsxiShell(
+        ssh_target(host, spec),
+        ssh_settings(spec, trust_on_first_use=trust_on_first_use),
+        on_new_host_key=on_new_host_key,
+    )
+
+
+def gather_facts(
+    session: Any,
+    hosts: dict[str, tuple[str, Any]],
+    *,
+    shell: bool = True,
+    trust_on_first_use: bool = False,
+    on_new_host_key: Callable[[str, str], None] | None = None,
+    parallel: int = 8,
+) -> dict[str, HostFacts]:
+    """Facts of several hosts in parallel: host name -> (moid, HostSpec or None). Hosts that are not
+    connected get API facts only when `shell` is False; otherwise their SSH error propagates."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(name: str) -> HostFacts:
+        moid, spec = hosts[name]
+        if not shell:
+            return gather_host_facts(session, moid, name, None)
+        with open_shell(name, spec, trust_on_first_use=trust_on_first_use, on_new_host_key=on_new_host_key) as sh:
+            return gather_host_facts(session, moid, name, shell_runner(sh))
+
+    names = sorted(hosts)
+    if not names:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(parallel, len(names))), thread_name_prefix="vgpuctl-facts") as pool:
+        return dict(zip(names, pool.map(one, names), strict=True))

@@ -1,0 +1,631 @@
+"""Plan host GPU changes: the pure function (desired HostSpec, ObservedHost, HostFacts) -> list[HostChange].
+
+What a host's `hosts:` entry can ask for, and how each difference becomes a HostChange (kind, target):
+- graphics.default_type (host) and graphics.type (per GPU): UpdateGraphicsConfig; disruptive, and a reboot
+  (DOMAIN.md: the graphics type takes effect after a reboot or an nv-hostengine restart);
+- graphics.assignment_policy (host): UpdateGraphicsConfig; affects only later power-ons: not disruptive;
+- graphics.vgpu_mode (per GPU, sameSize | mixedSize): UpdateGraphicsConfig deviceType; disruptive (refused
+  while vGPUs run on the GPU), no reboot;
+- mig (per GPU): `nvidia-smi -i <bus id> -mig 0|1`; disruptive; a reboot on Ampere (A100), not on Hopper
+  (H100), where the mode applies once the GPU is idle;
+- nvlink (host): nvidia module option NVreg_NvLinkDisable=1 (or removed), merged into the option string;
+- scheduler (host): NVreg_RegistryDwords=RmPVMRL=<value> merged into the option string (other registry keys
+  kept); best-effort = no RmPVMRL, equal-share 0x01, fixed-share 0x11, with a time slice of TT ms
+  0x00TT0001 / 0x00TT0011 (DOMAIN.md). Mixed-size GPUs support best-effort and equal-share only;
+- maintenance (host): a host a failed apply left in maintenance mode, with VMs to power on again.
+Module option changes are disruptive and need a reboot. A change is planned while either the configured
+option string or the one in effect differs from the wish (configured but not yet rebooted still needs the
+reboot).
+
+Facts from the ESXi shell (MIG pending, NVLink links) refine the plan when present; without them the plan
+uses what vSphere shows (vgpuMode multiInstanceGpu, the configured option string).
+`verify_host` is what apply checks after a host comes back: no change left, and NVLink links as desired.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from vgpuctl.esxi.parsers import OutputFormatError, format_module_options, parse_module_options
+from vgpuctl.hostfacts import GpuFacts, HostFacts
+from vgpuctl.inventory import GpuSpec, HostSpec, SchedulerSpec
+from vgpuctl.model import HostChange, Observed, ObservedGpu, ObservedHost, ObservedProfile, VmChange
+from vgpuctl.profiles import BOARDS, board_for_device
+
+# HostChange.kind values; "category" is the part before the dot (graphics | mig | nvlink | scheduler | maintenance)
+DEFAULT_TYPE = "graphics.default_type"
+ASSIGNMENT_POLICY = "graphics.assignment_policy"
+GPU_TYPE = "graphics.type"
+VGPU_MODE = "graphics.vgpu_mode"
+MIG = "mig"
+NVLINK = "nvlink"
+SCHEDULER = "scheduler"
+RESUME = "maintenance"
+KIND_ORDER = (DEFAULT_TYPE, ASSIGNMENT_POLICY, GPU_TYPE, VGPU_MODE, MIG, NVLINK, SCHEDULER, RESUME)
+GRAPHICS_KINDS = (DEFAULT_TYPE, ASSIGNMENT_POLICY, GPU_TYPE, VGPU_MODE)
+MODULE_KINDS = (NVLINK, SCHEDULER)
+
+MIG_MODE = "multiInstanceGpu"
+TIME_SLICED_MODES = ("sameSize", "mixedSize")
+NVLINK_DISABLE = "NVreg_NvLinkDisable"
+REGISTRY_DWORDS = "NVreg_RegistryDwords"
+REGISTRY_PER_DEVICE = "NVreg_RegistryDwordsPerDevice"
+RMPVMRL = "RmPVMRL"
+SCHEDULER_BASE = {"equal-share": 0x01, "fixed-share": 0x11}
+MIXED_SIZE_POLICIES = ("best-effort", "equal-share")
+# Boards whose MIG mode switch applies without a reboot once the GPU is idle (Hopper); others reboot.
+MIG_NO_REBOOT_BOARDS = frozenset({"h100"})
+
+
+def category(kind: str) -> str:
+    return kind.split(".", 1)[0]
+
+
+# -------------------------------------------------------------------------------------- module options
+
+
+@dataclass(frozen=True)
+class SchedulerState:
+    policy: str  # best-effort | equal-share | fixed-share | unknown
+    timeslice_ms: int | None = None
+    value: str | None = None  # the RmPVMRL value as written, None for best effort
+
+    def __str__(self) -> str:
+        if self.policy == "unknown":
+            return f"RmPVMRL={self.value}"
+        return self.policy + (f" ({self.timeslice_ms} ms)" if self.timeslice_ms else "")
+
+
+def scheduler_value(policy: str, timeslice_ms: int | None = None) -> str | None:
+    """RmPVMRL for a policy: None (no key) for best effort, 0x01 / 0x11, or 0x00TT0001 / 0x00TT0011."""
+    if policy == "best-effort":
+        if timeslice_ms is not None:
+            raise ValueError("a time slice applies to equal-share and fixed-share only")
+        return None
+    if policy not in SCHEDULER_BASE:
+        raise ValueError(f"unknown scheduler policy {policy!r} (best-effort, equal-share, fixed-share)")
+    base = SCHEDULER_BASE[policy]
+    if timeslice_ms is None:
+        return f"0x{base:02X}"
+    if not 1 <= timeslice_ms <= 0xFF:
+        raise ValueError(f"time slice must be 1..255 ms (got {timeslice_ms})")
+    return f"0x{(timeslice_ms << 16) | base:08X}"
+
+
+def _int_value(value: str | None) -> int | None:
+    if value is None or not value.strip():
+        return None
+    try:
+        return int(value.strip(), 16) if value.strip().lower().startswith("0x") else int(value.strip(), 0)
+    except ValueError:
+        return -1
+
+
+def decode_scheduler(value: str | None) -> SchedulerState:
+    n = _int_value(value)
+    if n is None:
+        return SchedulerState("best-effort")
+    policy = {v: k for k, v in SCHEDULER_BASE.items()}.get(n & 0xFFFF, "unknown") if n >= 0 else "unknown"
+    return SchedulerState(policy, (n >> 16) or None if n >= 0 else None, value)
+
+
+def _registry(value: str) -> list[tuple[str, str]]:
+    out = []
+    for item in value.split(";"):
+        if item.strip():
+            key, _, val = item.partition("=")
+            out.append((key.strip(), val.strip()))
+    return out
+
+
+def rmpvmrl_of(options: str) -> str | None:
+    """The host-wide RmPVMRL value in a module option string, or None."""
+    entries = dict(_registry(_options(options).get(REGISTRY_DWORDS, "")))
+    return entries.get(RMPVMRL)
+
+
+def scheduler_of(options: str) -> SchedulerState:
+    return decode_scheduler(rmpvmrl_of(options))
+
+
+def nvlink_of(options: str) -> str:
+    """ "enabled" unless NVreg_NvLinkDisable=1 is set."""
+    return "disabled" if _options(options).get(NVLINK_DISABLE, "").strip() == "1" else "enabled"
+
+
+def _options(options: str) -> dict[str, str]:
+    try:
+        return parse_module_options(options or "")
+    except OutputFormatError:
+        return {}
+
+
+_KEEP = object()
+
+
+def merge_module_options(current: str, *, nvlink: str | None = None, scheduler: object = _KEEP) -> str:
+    """The nvidia option string with NVLink and/or the RmPVMRL value changed and everything else kept.
+
+    nvlink: "enabled" (removes NVreg_NvLinkDisable) | "disabled" (sets it to 1) | None (keep).
+    scheduler: an RmPVMRL value, None to remove RmPVMRL (best effort), or omitted to keep it.
+    """
+    opts = parse_module_options(current or "")
+    if nvlink == "disabled":
+        opts[NVLINK_DISABLE] = "1"
+    elif nvlink == "enabled":
+        opts.pop(NVLINK_DISABLE, None)
+    elif nvlink is not None:
+        raise ValueError(f"nvlink must be enabled or disabled (got {nvlink!r})")
+    if scheduler is not _KEEP:
+        entries = [(k, v) for k, v in _registry(opts.get(REGISTRY_DWORDS, "")) if k != RMPVMRL]
+        if scheduler is not None:
+            entries.append((RMPVMRL, str(scheduler)))
+        if entries:
+            opts[REGISTRY_DWORDS] = ";".join(f"{k}={v}" for k, v in entries)
+        else:
+            opts.pop(REGISTRY_DWORDS, None)
+    return format_module_options(opts)
+
+
+def options_for(current: str, changes: Iterable[HostChange]) -> str:
+    """The option string to write for a host's nvlink / scheduler changes (HostChange.new values)."""
+    kwargs: dict[str, object] = {}
+    for c in changes:
+        if c.kind == NVLINK:
+            kwargs["nvlink"] = c.new
+        elif c.kind == SCHEDULER:
+            kwargs["scheduler"] = scheduler_value(*_scheduler_args(c.new))
+    return merge_module_options(current, **kwargs)  # type: ignore[arg-type]
+
+
+def scheduler_label(spec: SchedulerSpec) -> str:
+    return spec.policy + (f" ({spec.timeslice_ms} ms)" if spec.timeslice_ms else "")
+
+
+def _scheduler_args(label: str) -> tuple[str, int | None]:
+    m = re.fullmatch(r"(\S+)(?: \((\d+) ms\))?", str(label))
+    if m is None:
+        raise ValueError(f"not a scheduler label: {label!r}")
+    return m[1], int(m[2]) if m[2] else None
+
+
+# -------------------------------------------------------------------------------------------- results
+
+
+@dataclass
+class HostPlan:
+    changes: list[HostChange] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def extend(self, other: HostPlan) -> None:
+        self.changes += other.changes
+        self.errors += other.errors
+        self.warnings += other.warnings
+
+    def for_host(self, host: str) -> list[HostChange]:
+        return [c for c in self.changes if c.host == host]
+
+    @property
+    def hosts(self) -> list[str]:
+        return sorted({c.host for c in self.changes})
+
+
+def needs_maintenance(changes: Sequence[HostChange]) -> bool:
+    return any(c.disruptive for c in changes)
+
+
+def needs_reboot(changes: Sequence[HostChange]) -> bool:
+    return any(c.needs_reboot for c in changes)
+
+
+# ------------------------------------------------------------------------------------------ resolution
+
+
+def resolve_hosts(specs: Sequence[HostSpec], observed: Observed) -> tuple[dict[str, HostSpec], list[str]]:
+    """Host name -> the spec that applies to it. A `name:` entry wins over its cluster's entry."""
+    out: dict[str, HostSpec] = {}
+    errors: list[str] = []
+    for spec in sorted(specs, key=lambda s: s.name is not None):
+        if spec.cluster is not None:
+            if spec.cluster not in observed.clusters:
+                known = ", ".join(sorted(observed.clusters)) or "none"
+                errors.append(f"cluster {spec.cluster}: not found (clusters: {known})")
+                continue
+            for name in observed.clusters[spec.cluster]:
+                out[name] = spec
+        elif spec.name not in observed.hosts:
+            errors.append(f"host {spec.name}: not found (hosts: {_names(observed.hosts)})")
+        else:
+            out[spec.name] = spec
+    return out, errors
+
+
+def _names(items: Iterable[str]) -> str:
+    names = sorted(items)
+    if len(names) > 10:
+        return ", ".join(names[:10]) + f", ... ({len(names)} in all)"
+    return ", ".join(names) or "none"
+
+
+@dataclass
+class _Want:
+    mode: str | None = None  # time-sliced | mig
+    vgpu_mode: str | None = None
+    graphics_type: str | None = None
+
+
+def _wanted_gpus(spec: HostSpec, host: ObservedHost) -> tuple[dict[str, _Want], list[str]]:
+    pcis = {g.pci_id.lower() for g in host.gpus}
+    everything: GpuSpec | None = next((g for g in spec.gpus if g.select == "all"), None)
+    errors = [
+        f"host {host.name}: GPU {g.select} is not on this host (GPUs: {_names(pcis)})"
+        for g in spec.gpus
+        if g.select != "all" and g.select.lower() not in pcis
+    ]
+    by_id = {g.select.lower(): g for g in spec.gpus if g.select != "all"}
+    out: dict[str, _Want] = {}
+    for pci in sorted(pcis):
+        want = _Want()
+        for source in (everything, by_id.get(pci)):
+            if source is None:
+                continue
+            want.mode = source.mode or want.mode
+            want.vgpu_mode = source.vgpu_mode or want.vgpu_mode
+            want.graphics_type = source.graphics_type or want.graphics_type
+        if want.mode == "mig":
+            want.vgpu_mode = None
+        out[pci] = want
+    return out, errors
+
+
+# --------------------------------------------------------------------------------------------- planning
+
+
+def plan_hosts(
+    specs: Sequence[HostSpec],
+    observed: Observed,
+    facts: dict[str, HostFacts] | None = None,
+    resume: Iterable[str] = (),
+) -> HostPlan:
+    """Host changes for every host the specs name, in host order; `resume` names hosts a failed apply left
+    in maintenance mode (from the state file)."""
+    resolved, errors = resolve_hosts(specs, observed)
+    result = HostPlan(errors=errors)
+    facts = facts or {}
+    resume = set(resume)
+    for name in sorted(set(resolved) | (resume & set(observed.hosts))):
+        host = observed.hosts[name]
+        spec = resolved.get(name)
+        if spec is not None:
+            one = plan_host(spec, host, facts.get(name))
+            one.warnings += _stranded_vms(observed, host, one.changes)
+            result.extend(one)
+        if name in resume:
+            result.changes.append(_resume_change(host))
+    return result
+
+
+def _stranded_vms(observed: Observed, host: ObservedHost, changes: list[HostChange]) -> list[str]:
+    """Warnings for running vGPU VMs of the host whose profiles the host will no longer offer."""
+    if not changes or not any(c.kind in (MIG, GPU_TYPE, DEFAULT_TYPE) for c in changes):
+        return []
+    offered = set(predict_host(host, changes).offered_profiles)
+    out = []
+    for name in sorted({vm for g in host.gpus for vm in g.vms}):
+        vm = observed.vms.get(name)
+        if vm is None:
+            continue
+        lost = sorted({d.profile for d in vm.vgpus} - offered)
+        if lost:
+            out.append(
+                f"host {host.name}: VM {name} uses {', '.join(lost)}, which the host will not offer after "
+                "the change: it cannot power on there again"
+            )
+    return out
+
+
+def _resume_change(host: ObservedHost) -> HostChange:
+    old = "in maintenance (left by an unfinished apply)" if host.in_maintenance else "VMs to power on again"
+    return HostChange(host.name, RESUME, "host", old, "done: out of maintenance, VMs powered on", disruptive=False)
+
+
+def plan_host(spec: HostSpec, host: ObservedHost, facts: HostFacts | None = None) -> HostPlan:
+    """The changes that bring one host to `spec` (errors when the spec cannot be met on this host)."""
+    result = HostPlan()
+    wanted, errors = _wanted_gpus(spec, host)
+    result.errors += errors
+    gpus = {g.pci_id.lower(): g for g in host.gpus}
+    result.changes += _graphics_host(spec, host)
+    for pci, want in wanted.items():
+        gf = facts.gpus.get(pci) if facts is not None else None
+        result.extend(_plan_gpu(host, gpus[pci], want, gf, facts is not None and facts.shell))
+    result.extend(_plan_modules(spec, host, wanted, facts))
+    result.changes.sort(key=lambda c: (KIND_ORDER.index(c.kind), c.target))
+    return result
+
+
+def _graphics_host(spec: HostSpec, host: ObservedHost) -> list[HostChange]:
+    g = spec.graphics
+    out = []
+    if g is not None and g.default_type is not None and g.default_type != host.default_graphics_type:
+        out.append(
+            HostChange(
+                host.name,
+                DEFAULT_TYPE,
+                "host",
+                host.default_graphics_type,
+                g.default_type,
+                disruptive=True,
+                needs_reboot=True,
+            )
+        )
+    if g is not None and g.assignment_policy is not None and g.assignment_policy != host.assignment_policy:
+        out.append(
+            HostChange(
+                host.name,
+                ASSIGNMENT_POLICY,
+                "host",
+                host.assignment_policy,
+                g.assignment_policy,
+                disruptive=False,
+                needs_reboot=False,
+            )
+        )
+    return out
+
+
+def _mig_capable(gpu: ObservedGpu, gf: GpuFacts | None, shell: bool) -> bool:
+    if shell and gf is not None:
+        return gf.mig_capable
+    board = _board(gpu)
+    return board is not None and BOARDS[board].mig_capable
+
+
+def _board(gpu: ObservedGpu) -> str | None:
+    board = board_for_device(gpu.device_name, gpu.memory_kb // (1024 * 1024) or None)
+    return board if board in BOARDS else None
+
+
+def _mode_name(mig: bool | None) -> str:
+    return "mig" if mig else "time-sliced"
+
+
+def _plan_gpu(host: ObservedHost, gpu: ObservedGpu, want: _Want, gf: GpuFacts | None, shell: bool) -> HostPlan:
+    result = HostPlan()
+    pci = gpu.pci_id.lower()
+    current_type = gf.graphics_type if gf is not None and gf.graphics_type else gpu.graphics_type
+    if want.graphics_type is not None and want.graphics_type != current_type:
+        result.changes.append(
+            HostChange(host.name, GPU_TYPE, pci, current_type, want.graphics_type, disruptive=True, needs_reboot=True)
+        )
+    capable = _mig_capable(gpu, gf, shell)
+    mig_now = bool(gf.mig_current) if shell and gf is not None and capable else gpu.vgpu_mode == MIG_MODE
+    pending = gf.mig_pending if shell and gf is not None and capable else None
+    if want.mode == "mig" and not capable:
+        result.errors.append(f"host {host.name}: GPU {pci} ({gpu.device_name or 'unknown model'}) is not MIG-capable")
+    elif want.mode is not None and capable:
+        desired = want.mode == "mig"
+        if mig_now != desired or (pending is not None and pending != desired):
+            old = _mode_name(mig_now)
+            if pending is not None and pending != mig_now:
+                old += f" ({_mode_name(pending)} pending)"
+            reboot = mig_now != desired and _board(gpu) not in MIG_NO_REBOOT_BOARDS
+            result.changes.append(HostChange(host.name, MIG, pci, old, want.mode, disruptive=True, needs_reboot=reboot))
+    if want.vgpu_mode is not None:
+        current = gf.vgpu_mode if gf is not None and gf.vgpu_mode else None
+        if current is None and gpu.vgpu_mode in TIME_SLICED_MODES:
+            current = gpu.vgpu_mode
+        if current != want.vgpu_mode:
+            result.changes.append(
+                HostChange(host.name, VGPU_MODE, pci, current, want.vgpu_mode, disruptive=True, needs_reboot=False)
+            )
+    return result
+
+
+def _time_sliced_mode(gpu: ObservedGpu, want: _Want, gf: GpuFacts | None) -> str | None:
+    """The GPU's time-sliced vGPU mode after the plan, or None when it will run in MIG mode."""
+    if want.mode == "mig" or (want.mode is None and gpu.vgpu_mode == MIG_MODE):
+        return None
+    if want.vgpu_mode:
+        return want.vgpu_mode
+    if gf is not None and gf.vgpu_mode:
+        return gf.vgpu_mode
+    return gpu.vgpu_mode if gpu.vgpu_mode in TIME_SLICED_MODES else None
+
+
+def _plan_modules(spec: HostSpec, host: ObservedHost, wanted: dict[str, _Want], facts: HostFacts | None) -> HostPlan:
+    result = HostPlan()
+    configured = (
+        facts.options_configured if facts is not None and facts.options_configured is not None else host.module_options
+    )
+    effective = facts.options_effective if facts is not None and facts.options_effective is not None else configured
+    if spec.nvlink is not None:
+        now, next_boot = nvlink_of(effective), nvlink_of(configured)
+        if spec.nvlink not in (now, next_boot) or now != next_boot:
+            old = now if now == next_boot else f"{now} ({next_boot} after reboot)"
+            result.changes.append(
+                HostChange(host.name, NVLINK, "host", old, spec.nvlink, disruptive=True, needs_reboot=True)
+            )
+    if spec.scheduler is not None:
+        result.extend(_plan_scheduler(spec.scheduler, host, wanted, facts, configured, effective))
+    return result
+
+
+def _plan_scheduler(
+    sched: SchedulerSpec,
+    host: ObservedHost,
+    wanted: dict[str, _Want],
+    facts: HostFacts | None,
+    configured: str,
+    effective: str,
+) -> HostPlan:
+    result = HostPlan()
+    try:
+        value = scheduler_value(sched.policy, sched.timeslice_ms)
+    except ValueError as err:
+        result.errors.append(f"host {host.name}: scheduler: {err}")
+        return result
+    if sched.policy not in MIXED_SIZE_POLICIES:
+        gpus = {g.pci_id.lower(): g for g in host.gpus}
+        mixed = [
+            pci
+            for pci, want in wanted.items()
+            if _time_sliced_mode(gpus[pci], want, facts.gpus.get(pci) if facts else None) == "mixedSize"
+        ]
+        if mixed:
+            result.errors.append(
+                f"host {host.name}: the {sched.policy} scheduler is not supported on mixed-size "
+                f"GPUs ({', '.join(mixed)}): use best-effort or equal-share"
+            )
+            return result
+    if REGISTRY_PER_DEVICE in _options(effective) and RMPVMRL in _options(effective)[REGISTRY_PER_DEVICE]:
+        result.warnings.append(
+            f"host {host.name}: {REGISTRY_PER_DEVICE} sets RmPVMRL per GPU and overrides the host-wide scheduler there"
+        )
+    want_n = _int_value(value)
+    now, next_boot = rmpvmrl_of(effective), rmpvmrl_of(configured)
+    if _int_value(now) != want_n or _int_value(next_boot) != want_n:
+        old = str(decode_scheduler(now))
+        if _int_value(now) != _int_value(next_boot):
+            old += f" ({decode_scheduler(next_boot)} after reboot)"
+        result.changes.append(
+            HostChange(host.name, SCHEDULER, "host", old, scheduler_label(sched), disruptive=True, needs_reboot=True)
+        )
+    return result
+
+
+# ------------------------------------------------------------------------------------------ verification
+
+
+def verify_host(spec: HostSpec, host: ObservedHost, facts: HostFacts) -> list[str]:
+    """What still differs after apply (one line each): leftover changes, pending MIG modes, NVLink links."""
+    problems = []
+    plan = plan_host(spec, host, facts)
+    for c in plan.changes:
+        target = "" if c.target == "host" else f" {c.target}"
+        problems.append(f"{c.kind}{target} is {c.old}, expected {c.new}")
+    problems += plan.errors
+    if facts.shell and spec.nvlink is not None:
+        for pci, g in sorted(facts.gpus.items()):
+            if g.nvlink_links == 0:
+                continue
+            if spec.nvlink == "enabled" and g.nvlink_active < g.nvlink_links:
+                problems.append(f"nvlink {pci}: {g.nvlink_active} of {g.nvlink_links} links up, expected all")
+            if spec.nvlink == "disabled" and g.nvlink_active > 0:
+                problems.append(f"nvlink {pci}: {g.nvlink_active} of {g.nvlink_links} links up, expected none")
+    return problems
+
+
+# ------------------------------------------------------------------------------------------- prediction
+
+
+def mig_profile_names(board: str) -> list[str]:
+    """The MIG-backed C-series profiles of a board from its GPU instance geometry (grid_a100-3-20c ...)."""
+    info = BOARDS.get(board)
+    if info is None:
+        return []
+    out = []
+    for gi in info.gi_profiles:
+        m = re.fullmatch(r"(\d+)g\.(\d+)gb", gi.name)
+        if m:
+            out.append(f"grid_{board}-{m[1]}-{m[2]}c")
+    return out
+
+
+def time_sliced_profile_names(board: str) -> list[str]:
+    """Time-sliced C-series profiles of a board: framebuffer sizes that divide the GPU's memory."""
+    info = BOARDS.get(board)
+    if info is None:
+        return []
+    return [f"grid_{board}-{fb}c" for fb in range(1, info.fb_gb + 1) if info.fb_gb % fb == 0 and fb >= 4]
+
+
+def _profile(name: str) -> ObservedProfile:
+    m = re.fullmatch(r"grid_[a-z0-9]+-(?:(\d+)-)?(\d+)([abcq])", name)
+    if m is None:
+        return ObservedProfile(name=name, fb_gb=0)
+    return ObservedProfile(
+        name=name,
+        fb_gb=int(m[2]),
+        sharing="mig" if m[1] else "timeSliced",
+        profile_class="quadro" if m[3] == "q" else "compute",
+    )
+
+
+def predict_host(host: ObservedHost, changes: Sequence[HostChange]) -> ObservedHost:
+    """The host as vSphere will show it once `changes` are applied (graphics types, vGPU modes, offered
+    profiles); what the host already offers is kept, profiles of a newly entered mode come from the board."""
+    out = copy.deepcopy(host)
+    gpus = {g.pci_id.lower(): g for g in out.gpus}
+    for c in changes:
+        if c.host != host.name:
+            continue
+        if c.kind == DEFAULT_TYPE:
+            out.default_graphics_type = str(c.new)
+        elif c.kind == ASSIGNMENT_POLICY:
+            out.assignment_policy = str(c.new)
+        elif c.kind == GPU_TYPE and c.target in gpus:
+            gpus[c.target].graphics_type = str(c.new)
+        elif c.kind == VGPU_MODE and c.target in gpus and gpus[c.target].vgpu_mode != MIG_MODE:
+            gpus[c.target].vgpu_mode = str(c.new)
+        elif c.kind == MIG and c.target in gpus:
+            gpus[c.target].vgpu_mode = MIG_MODE if c.new == "mig" else "sameSize"
+    if any(c.kind == DEFAULT_TYPE for c in changes if c.host == host.name):
+        for g in out.gpus:
+            if not any(c.kind == GPU_TYPE and c.target == g.pci_id.lower() for c in changes):
+                g.graphics_type = out.default_graphics_type
+    out.offered_profiles = _offered_after(host, out)
+    out.profiles = {p: host.profiles.get(p) or _profile(p) for p in out.offered_profiles}
+    return out
+
+
+def _offered_after(before: ObservedHost, after: ObservedHost) -> list[str]:
+    offered = set()
+    for g in after.gpus:
+        board = _board(g)
+        if board is None:
+            continue
+        mig = g.vgpu_mode == MIG_MODE
+        own = [
+            p
+            for p in before.offered_profiles
+            if p.startswith(f"grid_{board}-") and (_profile(p).sharing == "mig") == mig
+        ]
+        offered.update(own or (mig_profile_names(board) if mig else time_sliced_profile_names(board)))
+    return sorted(offered)
+
+
+def predict_observed(observed: Observed, changes: Sequence[HostChange]) -> Observed:
+    """A copy of `observed` with every changed host replaced by its prediction (for placing VMs)."""
+    out = copy.copy(observed)
+    out.hosts = dict(observed.hosts)
+    for name in {c.host for c in changes}:
+        if name in out.hosts:
+            out.hosts[name] = predict_host(observed.hosts[name], changes)
+    return out
+
+
+def changed_hosts(changes: Iterable[HostChange]) -> set[str]:
+    """Hosts whose GPU configuration changes (VMs placed there wait for them)."""
+    return {c.host for c in changes if c.kind != RESUME and c.kind != ASSIGNMENT_POLICY}
+
+
+def mark_dependencies(vm_changes: Iterable[VmChange], observed: Observed, host_changes: Sequence[HostChange]) -> None:
+    """Set VmChange.depends_on_hosts: a VM with a change on (or cloned to) a host whose GPU configuration
+    changes waits for that host (apply skips it while the host change is pending)."""
+    changed = changed_hosts(host_changes)
+    if not changed:
+        return
+    for change in vm_changes:
+        if change.is_empty:
+            continue
+        vm = observed.vms.get(change.vm)
+        host = vm.host if vm is not None else (change.clone.host if change.clone is not None else None)
+        hosts = {host} if host else set()
+        if host is None and change.clone is not None and change.clone.cluster:
+            hosts = set(observed.clusters.get(change.clone.cluster, []))
+        change.depends_on_hosts = sorted((hosts & changed) | set(change.depends_on_hosts))
