@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -239,18 +240,26 @@ def apply_with_progress(session: Session, the_plan: Plan, observed: Observed, pa
             finished.set()
 
     worker = threading.Thread(target=work, name="vgpuctl-apply", daemon=True)
-    interrupted = False
-    with display:
-        worker.start()
-        while not finished.is_set():
-            try:
-                finished.wait(0.2)
-            except KeyboardInterrupt:
-                if interrupted:
-                    raise Interrupted("interrupted again: stopped waiting; vCenter tasks may still run") from None
-                interrupted = True
-                stop_event.set()
-                display.note("interrupted: starting no new work, waiting for running tasks (Ctrl-C again to quit)")
+    interrupts: list[int] = []
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        # A handler, not `except KeyboardInterrupt`: the exception could land between two statements of the
+        # wait loop and escape it. The first Ctrl-C only stops new work; the second stops waiting.
+        interrupts.append(signum)
+        if len(interrupts) > 1:
+            raise Interrupted("interrupted again: stopped waiting; vCenter tasks may still run")
+        stop_event.set()
+        display.note("interrupted: starting no new work, waiting for running tasks (Ctrl-C again to quit)")
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with display:
+            worker.start()
+            while not finished.wait(0.2):
+                pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    interrupted = bool(interrupts)
     if "error" in box:
         raise box["error"]
     return box["result"], interrupted
