@@ -33,6 +33,27 @@ def gpusim(farm: dict[str, Any]) -> Iterator[Sim]:
         yield sim
 
 
+def a100_farm(hosts: int, gpus: int, vms: int) -> dict[str, Any]:
+    """One cluster of HOSTS x GPUS A100-40GB (sameSize, shared direct) and VMS powered-off VMs."""
+    return {
+        "datacenter": "DC0",
+        "clusters": [
+            {
+                "name": "GPU-Cluster",
+                "hosts": hosts,
+                "gpus_per_host": gpus,
+                "model": "A100-40GB",
+                "nvlink": "none",
+                "graphics_type": "sharedDirect",
+                "assignment_policy": "performance",
+                "vgpu_mode": "sameSize",
+            }
+        ],
+        "templates": [{"name": "ubuntu-22.04-ml", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}],
+        "vm_count": vms,
+    }
+
+
 def settings(sim: Sim) -> Any:
     from vgpuctl.vsphere.session import ConnectionSettings
 

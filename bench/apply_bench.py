@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from _common import REPO, gpusim, settings, timed
+from _common import REPO, a100_farm, gpusim, settings, timed
 
 PROFILE = "grid_a100-4c"
 
@@ -44,26 +44,6 @@ PLAYBOOK = """\
         state: present
       loop: "{{ vms | product(range(%(count)d)) | list }}"
 """
-
-
-def farm(vms: int) -> dict[str, Any]:
-    return {
-        "datacenter": "DC0",
-        "clusters": [
-            {
-                "name": "GPU-Cluster",
-                "hosts": 16,
-                "gpus_per_host": 8,
-                "model": "A100-40GB",
-                "nvlink": "none",
-                "graphics_type": "sharedDirect",
-                "assignment_policy": "performance",
-                "vgpu_mode": "sameSize",
-            }
-        ],
-        "templates": [{"name": "ubuntu-22.04-ml", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}],
-        "vm_count": vms,
-    }
 
 
 def observe_vms(sim: Any) -> dict[str, Any]:
@@ -126,7 +106,7 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=8)
     args = parser.parse_args()
 
-    with gpusim(farm(args.vms + args.sample)) as sim, tempfile.TemporaryDirectory() as tmp:
+    with gpusim(a100_farm(16, 8, args.vms + args.sample)) as sim, tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         names = sorted(observe_vms(sim))
         ours, sample = names[: args.vms], names[args.vms : args.vms + args.sample]

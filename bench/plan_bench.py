@@ -25,27 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import cli_env, gpusim, settings, timed, vgpuctl_bin, vm_names
-
-
-def farm(hosts: int, gpus: int, vms: int) -> dict[str, Any]:
-    return {
-        "datacenter": "DC0",
-        "clusters": [
-            {
-                "name": "GPU-Cluster",
-                "hosts": hosts,
-                "gpus_per_host": gpus,
-                "model": "A100-40GB",
-                "nvlink": "none",
-                "graphics_type": "sharedDirect",
-                "assignment_policy": "performance",
-                "vgpu_mode": "sameSize",
-            }
-        ],
-        "templates": [{"name": "ubuntu-22.04-ml", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}],
-        "vm_count": vms,
-    }
+from _common import a100_farm, cli_env, gpusim, settings, timed, vgpuctl_bin, vm_names
 
 
 def write_inventory(names: list[str], path: Path) -> None:
@@ -152,7 +132,7 @@ def main() -> None:
     global LATENCY_S
     LATENCY_S = args.latency_ms / 1000
 
-    with gpusim(farm(args.hosts, args.gpus, args.vms)) as sim, tempfile.TemporaryDirectory() as tmp:
+    with gpusim(a100_farm(args.hosts, args.gpus, args.vms)) as sim, tempfile.TemporaryDirectory() as tmp:
         names = vm_names(sim)  # also imports pyVmomi and vgpuctl's modules before anything is timed
         import vgpuctl.inventory
         import vgpuctl.plan  # noqa: F401  (import cost is not part of the comparison)

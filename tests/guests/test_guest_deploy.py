@@ -22,21 +22,13 @@ from guestlib import (
 )
 
 from vgpuctl.guest.runner import DeployResult, deploy
+from vgpuctl.guest.targets import ROLES
 from vgpuctl.inventory import load_inventory
 
 pytestmark = pytest.mark.guests
 
-ALL_ROLES = [
-    "vgpu_guest_driver",
-    "vgpu_licensing",
-    "cuda_toolkit",
-    "nccl",
-    "rdma_roce",
-    "ml_stack",
-    "mpi_ssh_trust",
-    "horovod",
-    "gpu_validate",
-]
+# site.yml always runs gpu_facts; the inventory names the rest.
+ALL_ROLES = [role for role in ROLES if role != "gpu_facts"]
 
 
 def stack_vars(files: Files, **override) -> dict:

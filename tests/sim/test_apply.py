@@ -6,8 +6,9 @@ import threading
 from typing import Any
 
 import pytest
-from pyVim.connect import Connect, Disconnect
+from pyVim.connect import Disconnect
 from pyVmomi import vim
+from simfarms import direct_connect
 
 from vgpuctl.apply import apply_plan
 from vgpuctl.errors import PlanError
@@ -92,16 +93,7 @@ class Direct:
     """An independent pyVmomi connection to read what vCenter really has."""
 
     def __init__(self, sim):
-        host_port = sim.url.split("//", 1)[1].split("/", 1)[0]
-        host, port = host_port.rsplit(":", 1)
-        self.si = Connect(
-            host=host,
-            port=int(port),
-            user=sim.username,
-            pwd=sim.password,
-            version="vim.version.v8_0_3_0",
-            disableSslCertValidation=True,
-        )
+        self.si = direct_connect(sim)
 
     def vms(self) -> dict[str, Any]:
         content = self.si.RetrieveContent()

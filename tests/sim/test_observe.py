@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
-from urllib.parse import urlsplit
 
 import pytest
-from pyVim.connect import Connect, Disconnect
+from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
+from simfarms import direct_connect
 
 from vgpuctl.errors import NotFound
 from vgpuctl.vsphere import observe as observe_mod
@@ -64,18 +64,6 @@ def settings(sim) -> ConnectionSettings:
     return ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
 
 
-def direct(sim):
-    parts = urlsplit(sim.url)
-    return Connect(
-        host=parts.hostname,
-        port=parts.port,
-        user=sim.username,
-        pwd=sim.password,
-        version="vim.version.v8_0_3_0",
-        disableSslCertValidation=True,
-    )
-
-
 def read(sim, datacenter: str | None = None):
     with open_session(settings(sim)) as session:
         return observe(session, datacenter)
@@ -120,7 +108,7 @@ def test_profiles_carry_framebuffer_and_sharing(sim) -> None:
 def test_vms_match_a_direct_read(sim) -> None:
     sim.request("POST", "/vms/busy-01/guest", {"ip": "10.1.2.3", "state": "running"})
     observed = read(sim)
-    si = direct(sim)
+    si = direct_connect(sim)
     try:
         content = si.RetrieveContent()
         view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
@@ -154,7 +142,7 @@ def test_vms_match_a_direct_read(sim) -> None:
 
 
 def test_gpus_name_the_vms_holding_them(sim) -> None:
-    si = direct(sim)
+    si = direct_connect(sim)
     try:
         content = si.RetrieveContent()
         view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
@@ -170,7 +158,7 @@ def test_gpus_name_the_vms_holding_them(sim) -> None:
 
 
 def test_folders_are_paths_under_the_vm_folder(sim) -> None:
-    si = direct(sim)
+    si = direct_connect(sim)
     try:
         content = si.RetrieveContent()
         dc = next(e for e in content.rootFolder.childEntity if e.name == "DC-GPU")

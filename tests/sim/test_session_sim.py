@@ -9,7 +9,8 @@ import ssl
 from urllib.parse import urlsplit
 
 import pytest
-from pyVim.connect import Connect, Disconnect
+from pyVim.connect import Disconnect
+from simfarms import direct_connect
 
 from vgpuctl.errors import AuthenticationError, ConnectionFailure, TlsError
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
@@ -40,20 +41,8 @@ def server_cert(sim) -> bytes:
     return ssl.PEM_cert_to_DER_cert(pem)
 
 
-def direct(sim):
-    parts = urlsplit(sim.url)
-    return Connect(
-        host=parts.hostname,
-        port=parts.port,
-        user=sim.username,
-        pwd=sim.password,
-        version="vim.version.v8_0_3_0",
-        disableSslCertValidation=True,
-    )
-
-
 def test_insecure_login_counts_round_trips_and_logs_out(sim) -> None:
-    admin = direct(sim)
+    admin = direct_connect(sim)
     try:
         with open_session(settings(sim, insecure=True)) as session:
             assert session.round_trips == 2  # RetrieveServiceContent + Login
@@ -113,7 +102,7 @@ def test_unreachable_is_connection_failure() -> None:
 
 
 def test_terminated_session_is_renewed_once(sim) -> None:
-    admin = direct(sim)
+    admin = direct_connect(sim)
     try:
         with open_session(settings(sim, insecure=True)) as session:
             key = session.content.sessionManager.currentSession.key
@@ -129,7 +118,7 @@ def test_terminated_session_is_renewed_once(sim) -> None:
 
 
 def test_session_that_cannot_be_renewed_fails_clearly(sim) -> None:
-    admin = direct(sim)
+    admin = direct_connect(sim)
     try:
         session = open_session(settings(sim, insecure=True))
         key = session.content.sessionManager.currentSession.key
@@ -145,7 +134,7 @@ def test_session_that_cannot_be_renewed_fails_clearly(sim) -> None:
 def test_observe_after_expiry_logs_in_again(sim) -> None:
     from vgpuctl.vsphere.observe import observe
 
-    admin = direct(sim)
+    admin = direct_connect(sim)
     try:
         with open_session(settings(sim, insecure=True)) as session:
             key = session.content.sessionManager.currentSession.key
@@ -177,7 +166,7 @@ def test_observe_survives_expiry_between_view_and_read(sim, monkeypatch) -> None
 
     from vgpuctl.vsphere.observe import observe
 
-    admin = direct(sim)
+    admin = direct_connect(sim)
     try:
         with open_session(settings(sim, insecure=True)) as session:
             key = session.content.sessionManager.currentSession.key

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from vgpuctl.guest import targets
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,19 +34,19 @@ def ansible_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
+def assert_syntax_ok(play: Path, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [BIN / "ansible-playbook", "--syntax-check", "-i", "localhost,", str(play)],
+        env=ansible_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_every_role_has_the_documented_layout():
-    assert set(ROLES) == {
-        "gpu_facts",
-        "vgpu_guest_driver",
-        "vgpu_licensing",
-        "cuda_toolkit",
-        "nccl",
-        "rdma_roce",
-        "ml_stack",
-        "mpi_ssh_trust",
-        "horovod",
-        "gpu_validate",
-    }
+    assert set(ROLES) == set(targets.ROLES)
     for role in ROLES:
         for sub in ("defaults", "tasks", "templates", "handlers", "meta"):
             assert (PLAYBOOKS / "roles" / role / sub).is_dir(), f"{role}/{sub}"
@@ -66,25 +68,11 @@ def test_site_yml_runs_every_role_in_order():
 def test_role_syntax(role, tmp_path):
     play = tmp_path / f"{role}.yml"
     play.write_text(yaml.safe_dump([{"name": role, "hosts": "all", "roles": [role]}]))
-    proc = subprocess.run(
-        [BIN / "ansible-playbook", "--syntax-check", "-i", "localhost,", str(play)],
-        env=ansible_env(tmp_path),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_syntax_ok(play, tmp_path)
 
 
 def test_site_syntax(tmp_path):
-    proc = subprocess.run(
-        [BIN / "ansible-playbook", "--syntax-check", "-i", "localhost,", str(PLAYBOOKS / "site.yml")],
-        env=ansible_env(tmp_path),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_syntax_ok(PLAYBOOKS / "site.yml", tmp_path)
 
 
 def test_ansible_lint_offline_production_profile(tmp_path):

@@ -6,7 +6,6 @@ import (
 
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/methods"
-	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
 
@@ -145,22 +144,10 @@ func anyHost(g types.VirtualMachineVendorDeviceGroupInfo) types.VirtualMachineVe
 // hostsOfBrowser finds the hosts of the compute resource owning an environment browser.
 func (s *Sim) hostsOfBrowser(ctx *simulator.Context, ref types.ManagedObjectReference) []string {
 	var out []string
-	for _, kind := range []string{"ClusterComputeResource", "ComputeResource"} {
-		for _, obj := range ctx.Map.All(kind) {
-			var cr *mo.ComputeResource
-			switch c := obj.(type) {
-			case *simulator.ClusterComputeResource:
-				cr = &c.ComputeResource
-			case *mo.ComputeResource:
-				cr = c
-			}
-			if cr == nil || cr.EnvironmentBrowser == nil || *cr.EnvironmentBrowser != ref {
-				continue
-			}
-			for _, h := range cr.Host {
-				if name := s.hostRefs[h]; name != "" {
-					out = append(out, name)
-				}
+	if cr := browserComputeResource(ctx.Map, ref); cr != nil {
+		for _, h := range cr.Host {
+			if name := s.hostRefs[h]; name != "" {
+				out = append(out, name)
 			}
 		}
 	}

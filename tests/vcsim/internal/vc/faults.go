@@ -170,13 +170,8 @@ func (s *Sim) objectName(obj mo.Reference) string {
 	if e, ok := obj.(mo.Entity); ok && e.Entity().Name != "" {
 		return e.Entity().Name
 	}
-	switch o := obj.(type) {
-	case *GraphicsManager:
-		return o.host
-	case *KernelModuleSystem:
-		return o.host
-	case *PciPassthruSystem:
-		return o.host
+	if host, ok := managerHost(obj); ok {
+		return host
 	}
 	return obj.Reference().Value
 }

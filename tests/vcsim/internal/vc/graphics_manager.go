@@ -232,3 +232,17 @@ func farmFault(err error) *soap.Fault {
 		return simulator.Fault(msg, &types.InvalidArgument{InvalidProperty: msg})
 	}
 }
+
+// managerHost is the host name of one of a host's GPU managers (graphics, kernel modules, PCI
+// passthrough); ok is false for any other object.
+func managerHost(obj mo.Reference) (host string, ok bool) {
+	switch o := obj.(type) {
+	case *GraphicsManager:
+		return o.host, true
+	case *KernelModuleSystem:
+		return o.host, true
+	case *PciPassthruSystem:
+		return o.host, true
+	}
+	return "", false
+}

@@ -37,34 +37,31 @@ func newFaultBook() *faultBook { return &faultBook{} }
 
 // take consumes one armed fault for (object, method), if any.
 func (b *faultBook) take(object, method string) *armed {
+	return b.consume(&b.faults, object, method)
+}
+
+// delay consumes one armed delay for (object, method) and returns it (0 if none).
+func (b *faultBook) delay(object, method string) time.Duration {
+	if a := b.consume(&b.delays, object, method); a != nil {
+		return a.Delay
+	}
+	return 0
+}
+
+// consume counts down the first entry of list armed for (object, method), dropping it at zero.
+func (b *faultBook) consume(list *[]*armed, object, method string) *armed {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for i, a := range b.faults {
+	for i, a := range *list {
 		if a.Object == object && a.Method == method {
 			a.Count--
 			if a.Count <= 0 {
-				b.faults = append(b.faults[:i], b.faults[i+1:]...)
+				*list = append((*list)[:i], (*list)[i+1:]...)
 			}
 			return a
 		}
 	}
 	return nil
-}
-
-// delay consumes one armed delay for (object, method) and returns it (0 if none).
-func (b *faultBook) delay(object, method string) time.Duration {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for i, a := range b.delays {
-		if a.Object == object && a.Method == method {
-			a.Count--
-			if a.Count <= 0 {
-				b.delays = append(b.delays[:i], b.delays[i+1:]...)
-			}
-			return a.Delay
-		}
-	}
-	return 0
 }
 
 // armed reports whether any fault is armed.
@@ -163,12 +160,8 @@ func (s *Sim) unreachable(ctx *simulator.Context, m *simulator.Method, obj mo.Re
 		host = s.hostRefs[o.Self]
 	case *simulator.VirtualMachine:
 		host = s.hostOf(o.Runtime.Host)
-	case *GraphicsManager:
-		host = o.host
-	case *KernelModuleSystem:
-		host = o.host
-	case *PciPassthruSystem:
-		host = o.host
+	default:
+		host, _ = managerHost(obj)
 	}
 	if host == "" || s.Farm.Reachable(host) {
 		return nil
@@ -302,17 +295,10 @@ func fixVMEnums(vm *simulator.VirtualMachine) {
 // managerOwner returns the moref value of the object whose armed faults also cover obj: the host of
 // a host's GPU manager, the cluster (or compute resource) of an environment browser; else "".
 func (s *Sim) managerOwner(obj mo.Reference) string {
-	name := ""
-	switch o := obj.(type) {
-	case *GraphicsManager:
-		name = o.host
-	case *KernelModuleSystem:
-		name = o.host
-	case *PciPassthruSystem:
-		name = o.host
-	case *simulator.EnvironmentBrowser:
-		return s.browserOwner(o.Self)
+	if b, ok := obj.(*simulator.EnvironmentBrowser); ok {
+		return s.browserOwner(b.Self)
 	}
+	name, _ := managerHost(obj)
 	if h, ok := s.hosts[name]; ok {
 		return h.Self.Value
 	}
@@ -321,8 +307,16 @@ func (s *Sim) managerOwner(obj mo.Reference) string {
 
 // browserOwner returns the moref value of the compute resource owning an environment browser, or "".
 func (s *Sim) browserOwner(ref types.ManagedObjectReference) string {
+	if cr := browserComputeResource(s.ctx.Map, ref); cr != nil {
+		return cr.Self.Value
+	}
+	return ""
+}
+
+// browserComputeResource finds the cluster or standalone compute resource owning an environment browser.
+func browserComputeResource(reg *simulator.Registry, ref types.ManagedObjectReference) *mo.ComputeResource {
 	for _, kind := range []string{"ClusterComputeResource", "ComputeResource"} {
-		for _, obj := range s.ctx.Map.All(kind) {
+		for _, obj := range reg.All(kind) {
 			var cr *mo.ComputeResource
 			switch c := obj.(type) {
 			case *simulator.ClusterComputeResource:
@@ -331,9 +325,9 @@ func (s *Sim) browserOwner(ref types.ManagedObjectReference) string {
 				cr = c
 			}
 			if cr != nil && cr.EnvironmentBrowser != nil && *cr.EnvironmentBrowser == ref {
-				return cr.Self.Value
+				return cr
 			}
 		}
 	}
-	return ""
+	return nil
 }

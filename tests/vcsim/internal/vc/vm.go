@@ -296,36 +296,43 @@ func (vm *gpuVM) PowerOnVMTask(ctx *simulator.Context, req *types.PowerOnVM_Task
 
 // PowerOffVMTask powers off and releases the VM's vGPUs.
 func (vm *gpuVM) PowerOffVMTask(ctx *simulator.Context, req *types.PowerOffVM_Task) soap.HasFault {
-	unregister(ctx, vm)
-	task := simulator.CreateTask(vm, "PowerOffVMTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
-		vm.delay("PowerOffVM_Task")
-		if _, f := vm.sim.waitBody(vm.VirtualMachine.PowerOffVMTask(ctx, req)); f != nil {
-			return nil, f
-		}
-		vm.sim.Farm.Release(vm.Self.Value)
-		return nil, nil
-	}))
-	return &methods.PowerOffVM_TaskBody{Res: &types.PowerOffVM_TaskResponse{Returnval: task.Run(ctx)}}
+	task := vm.releasingTask(ctx, "PowerOffVMTask", "PowerOffVM_Task", func() soap.HasFault {
+		return vm.VirtualMachine.PowerOffVMTask(ctx, req)
+	})
+	return &methods.PowerOffVM_TaskBody{Res: &types.PowerOffVM_TaskResponse{Returnval: task}}
 }
 
 // SuspendVMTask suspends and releases the VM's vGPUs (they are admitted again at power-on).
 func (vm *gpuVM) SuspendVMTask(ctx *simulator.Context, req *types.SuspendVM_Task) soap.HasFault {
+	task := vm.releasingTask(ctx, "SuspendVMTask", "SuspendVM_Task", func() soap.HasFault {
+		return vm.VirtualMachine.SuspendVMTask(ctx, req)
+	})
+	return &methods.SuspendVM_TaskBody{Res: &types.SuspendVM_TaskResponse{Returnval: task}}
+}
+
+// releasingTask runs vcsim's own task body (an armed delay first) and releases the VM's vGPUs when it
+// succeeds.
+func (vm *gpuVM) releasingTask(ctx *simulator.Context, name, method string, body func() soap.HasFault) types.ManagedObjectReference {
 	unregister(ctx, vm)
-	task := simulator.CreateTask(vm, "SuspendVMTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
-		vm.delay("SuspendVM_Task")
-		if _, f := vm.sim.waitBody(vm.VirtualMachine.SuspendVMTask(ctx, req)); f != nil {
+	task := simulator.CreateTask(vm, name, safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
+		vm.delay(method)
+		if _, f := vm.sim.waitBody(body()); f != nil {
 			return nil, f
 		}
 		vm.sim.Farm.Release(vm.Self.Value)
 		return nil, nil
 	}))
-	return &methods.SuspendVM_TaskBody{Res: &types.SuspendVM_TaskResponse{Returnval: task.Run(ctx)}}
+	return task.Run(ctx)
 }
 
 // ShutdownGuest releases the vGPUs of a VM whose guest shuts down.
 func (vm *gpuVM) ShutdownGuest(ctx *simulator.Context, req *types.ShutdownGuest) soap.HasFault {
 	unregister(ctx, vm)
-	body := vm.VirtualMachine.ShutdownGuest(ctx, req)
+	return vm.releaseIfOK(vm.VirtualMachine.ShutdownGuest(ctx, req))
+}
+
+// releaseIfOK releases the VM's vGPUs when vcsim's own method succeeded.
+func (vm *gpuVM) releaseIfOK(body soap.HasFault) soap.HasFault {
 	if body.Fault() == nil {
 		vm.sim.Farm.Release(vm.Self.Value)
 	}
@@ -349,11 +356,7 @@ func (vm *gpuVM) DestroyTask(ctx *simulator.Context, req *types.Destroy_Task) so
 // UnregisterVM releases vGPUs.
 func (vm *gpuVM) UnregisterVM(ctx *simulator.Context, req *types.UnregisterVM) soap.HasFault {
 	unregister(ctx, vm)
-	body := vm.VirtualMachine.UnregisterVM(ctx, req)
-	if body.Fault() == nil {
-		vm.sim.Farm.Release(vm.Self.Value)
-	}
-	return body
+	return vm.releaseIfOK(vm.VirtualMachine.UnregisterVM(ctx, req))
 }
 
 // CloneVMTask clones (also templates with vGPUs), keeping firmware, memory reservation, extraConfig
