@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import shutil
 import subprocess
 import zipfile
@@ -19,8 +20,14 @@ GUEST_PASSWORD = "vgpuctl-test-guest-pw-51b2d8"
 VCENTER_PASSWORD = "vgpuctl-test-vcenter-pw-93c4aa"
 SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
-# Own names and network, so a developer's guests from guestctl.sh (prefix vgg, 10.213.0.x) are left alone.
-ENV = {"VGPUCTL_GUEST_PREFIX": "vgt", "VGPUCTL_GUEST_NET": "10.213.7"}
+
+def _run_network(pid: int) -> dict[str, str]:
+    """Names and a /24 of this test run's own, so neither a developer's guests from guestctl.sh (prefix vgg,
+    10.213.0.x) nor a second test run on the same machine (which would tear down our namespaces) collide."""
+    return {"VGPUCTL_GUEST_PREFIX": f"t{pid % 100000:05d}", "VGPUCTL_GUEST_NET": f"10.213.{20 + pid % 200}"}
+
+
+ENV = _run_network(os.getpid())
 
 
 @dataclass
