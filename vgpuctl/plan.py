@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from vgpuctl import hostplan
+from vgpuctl.hostfacts import HostFacts
 from vgpuctl.inventory import Inventory, VmSpec
 from vgpuctl.model import (
     CloneSpec,
@@ -62,14 +65,25 @@ class _VmPlan:
     candidates: list[str] = field(default_factory=list)  # hosts the VM is on or may be created on
 
 
-def make_plan(inv: Inventory, observed: Observed) -> Plan:
-    plans = [_plan_vm(spec, observed) for spec in sorted(inv.vms, key=lambda v: v.name)]
-    _check_capacity(plans, observed)
+def make_plan(
+    inv: Inventory, observed: Observed, host_facts: dict[str, HostFacts] | None = None, resume: Iterable[str] = ()
+) -> Plan:
+    """Host changes first (vgpuctl.hostplan; `host_facts` from the ESXi shell and per-host API calls, `resume`:
+    hosts an unfinished apply left behind), then the VMs, planned against the hosts as they will be after the
+    host changes; VM changes on a changing host wait for it (VmChange.depends_on_hosts)."""
+    resume = list(resume)
+    hosts = hostplan.plan_hosts(inv.hosts, observed, host_facts, resume) if inv.hosts or resume else None
+    base = hostplan.predict_observed(observed, hosts.changes) if hosts and hosts.changes else observed
+    plans = [_plan_vm(spec, base) for spec in sorted(inv.vms, key=lambda v: v.name)]
+    _check_capacity(plans, base)
     plan = Plan()
+    if hosts is not None:
+        plan.host_changes, plan.errors, plan.warnings = hosts.changes, list(hosts.errors), list(hosts.warnings)
     for vp in plans:
         plan.vm_changes.append(vp.change)
         plan.errors.extend(f"vm {vp.spec.name}: {e}" for e in vp.errors)
         plan.warnings.extend(f"vm {vp.spec.name}: {w}" for w in vp.warnings)
+    hostplan.mark_dependencies(plan.vm_changes, base, plan.host_changes)
     return plan
 
 

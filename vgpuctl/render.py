@@ -48,6 +48,8 @@ def _clone_lines(change: VmChange) -> list[str]:
 def _vm_lines(change: VmChange) -> list[str]:
     mark = Op.ADD if change.clone is not None else Op.CHANGE
     lines = [f"{mark} vm {change.vm}  ({_steps(change)})"]
+    if change.depends_on_hosts:
+        lines.append(f"{INDENT}  after the host changes on {', '.join(change.depends_on_hosts)}")
     lines += _clone_lines(change)
     for f in change.fields:
         lines.append(f"{INDENT}{f.op} {f.field}: {_value(f.old)} -> {_value(f.new)}")

@@ -617,3 +617,70 @@ def test_trust_on_first_use_records_the_key_and_says_so(
     assert H2 in known.read_text()
     code, out = _cli(farm, ["host", "show", H2], monkeypatch)  # now known: no flag needed
     assert code == 0 and "trusted" not in out
+
+
+# --------------------------------------------------------------------------------------------- vgpuctl plan/apply
+
+
+def test_cli_plan_and_apply_run_host_changes_first(farm: Farm, si: Any, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from vgpuctl.cli.main import app
+
+    env = {
+        "VGPUCTL_URL": farm.sim.url,
+        "VGPUCTL_USERNAME": farm.sim.username,
+        "VGPUCTL_PASSWORD": farm.sim.password,
+        "VGPUCTL_INSECURE": "1",
+        "VGPUCTL_STATE_DIR": str(farm.state_path.parent),
+    }
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(
+        f"apiVersion: vgpuctl/v1\nhosts:\n  - name: {H2}\n    gpus: [{{select: all, mode: mig}}]\n"
+        "vms:\n  - name: mig-01\n    vgpus: {profile: grid_a100-3-20c}\n    power: restart\n"
+    )
+
+    def vgpuctl(*args: str) -> Any:
+        return CliRunner().invoke(app, list(args), env=env)
+
+    plan = vgpuctl("plan", "-f", str(inv), "--detailed-exitcode")
+    assert plan.exit_code == 2, plan.output
+    assert plan.output.index(f"~ host {H2} mig {GPU0}: time-sliced -> mig") < plan.output.index("mig-01")
+    assert "(disruptive, reboot)" in plan.output
+    assert f"after the host changes on {H2}" in plan.output
+
+    applied = vgpuctl("apply", "-f", str(inv), "--yes")
+    assert applied.exit_code == 0, applied.output
+    assert "Hosts: 1 changed, 0 failed, 0 skipped." in applied.output
+    assert _find(si, vim.VirtualMachine, "mig-01").runtime.powerState == "poweredOn"
+    assert vgpuctl("plan", "-f", str(inv), "--detailed-exitcode").exit_code == 0
+
+    status = vgpuctl("-o", "json", "status")
+    assert status.exit_code == 0, status.output
+    doc = json.loads(status.stdout)
+    h2 = next(h for h in doc["hosts"] if h["name"] == H2)
+    assert {g["mig"] for g in h2["gpus"]} == {"on"} and h2["nvlink"] == "enabled"
+
+
+def test_cli_apply_reports_a_failed_host_and_keep_going(farm: Farm, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from vgpuctl.cli.main import app
+
+    env = {
+        "VGPUCTL_URL": farm.sim.url,
+        "VGPUCTL_USERNAME": farm.sim.username,
+        "VGPUCTL_PASSWORD": farm.sim.password,
+        "VGPUCTL_INSECURE": "1",
+        "VGPUCTL_STATE_DIR": str(farm.state_path.parent),
+    }
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("apiVersion: vgpuctl/v1\nhosts:\n  - cluster: GPU-Cluster\n    nvlink: disabled\n")
+    result = CliRunner().invoke(app, ["apply", "-f", str(inv), "--yes"], env=env)
+    assert result.exit_code == 1
+    assert f"{H1}: failed at evacuate" in result.output and "train-01 (grid_a100-40c)" in result.output
+    assert f"{H2}: skipped" in result.output and "apply failed on host(s)" in result.output
+    result = CliRunner().invoke(app, ["apply", "-f", str(inv), "--yes", "--keep-going"], env=env)
+    assert result.exit_code == 1
+    assert f"{H2}: changed" in result.output
+    assert farm.host(H2)["modules"]["nvidia"]["effective"] == "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1"

@@ -32,6 +32,15 @@ InventoryFile = Annotated[
 ]
 
 
+KeepGoing = Annotated[
+    bool, typer.Option("--keep-going", help="When a host change fails, go on with the other hosts (issue 5).")
+]
+SshTofu = Annotated[
+    bool,
+    typer.Option("--ssh-trust-on-first-use", help="Accept and record unknown ESXi SSH host keys (reported)."),
+]
+
+
 def register(app: typer.Typer) -> None:
     app.command("validate")(validate_cmd)
     app.command("plan")(plan_cmd)
@@ -58,13 +67,14 @@ def plan_cmd(
     detailed_exitcode: Annotated[
         bool, typer.Option("--detailed-exitcode", help="Exit 0 when nothing changes, 2 when changes are pending.")
     ] = False,
+    ssh_trust_on_first_use: SshTofu = False,
 ) -> None:
     """Show what apply would change: a field-level diff per VM and host."""
     opts: GlobalOptions = ctx.obj
     inventory = common.load_checked_inventory(file)
     with common.connect(opts, inventory) as session:
         observed = common.observe_all(session, opts, inventory)
-        the_plan = make_plan(inventory, observed)
+        the_plan = plan_with_hosts(session, observed, inventory, ssh_trust_on_first_use)
         round_trips = session.round_trips
     if the_plan.errors and not (opts.json or opts.verbose):
         raise PlanError(list(the_plan.errors))  # the reasons alone, one line each; -v shows the diff too
@@ -79,6 +89,21 @@ def make_plan(inventory: Inventory, observed: Observed) -> Plan:
     from vgpuctl.plan import make_plan as pure_make_plan
 
     return pure_make_plan(inventory, observed)
+
+
+def plan_with_hosts(
+    session: Session, observed: Observed, inventory: Inventory, trust_on_first_use: bool = False
+) -> Plan:
+    """make_plan with the inventory's hosts: their GPU facts (vSphere API and ESXi shell) are read first."""
+    from vgpuctl.hostops import plan_with_hosts as plan_hosts_first
+
+    return plan_hosts_first(
+        session, observed, inventory, trust_on_first_use=trust_on_first_use, on_new_host_key=_new_host_key
+    )
+
+
+def _new_host_key(host: str, fingerprint: str) -> None:
+    common.warn(f"trusted the new SSH host key of {host} ({fingerprint}) and recorded it in known_hosts")
 
 
 def plan_document(the_plan: Plan, round_trips: int | None) -> dict[str, Any]:
@@ -124,16 +149,21 @@ def apply_cmd(
     parallel: Annotated[
         int, typer.Option("--parallel", "-p", min=1, max=64, help="VMs changed at the same time.")
     ] = DEFAULT_PARALLEL,
+    keep_going: KeepGoing = False,
+    ssh_trust_on_first_use: SshTofu = False,
 ) -> None:
-    """Plan, confirm (unless --yes), execute with live progress, and summarize."""
+    """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first."""
     opts: GlobalOptions = ctx.obj
     inventory = common.load_checked_inventory(file)
-    run = execute(opts, inventory, yes=yes, parallel=parallel)
+    run = execute(
+        opts, inventory, yes=yes, parallel=parallel, keep_going=keep_going, trust_on_first_use=ssh_trust_on_first_use
+    )
     if opts.json:
         doc = {
             "plan": plan_document(run.plan, None),
             "result": result_document(run.result),
             "summary": summarize(run.result),
+            "hosts": run.hosts.to_dict() if run.hosts is not None else None,
             "interrupted": run.interrupted,
             "round_trips": run.round_trips,
         }
@@ -159,15 +189,38 @@ class ApplyRun:
     result: ApplyResult
     round_trips: int
     interrupted: bool = False
+    hosts: Any = None  # vgpuctl.hostops.HostApplyResult when the plan had host changes
+    vm_errors: list[str] | None = None  # errors of the VM plan made again after the host changes
 
 
-def execute(opts: GlobalOptions, inventory: Inventory, *, yes: bool, parallel: int) -> ApplyRun:
+def execute(
+    opts: GlobalOptions,
+    inventory: Inventory,
+    *,
+    yes: bool,
+    parallel: int,
+    keep_going: bool = False,
+    trust_on_first_use: bool = False,
+) -> ApplyRun:
     from vgpuctl.apply import ApplyResult
 
     with common.connect(opts, inventory) as session:
         observed = common.observe_all(session, opts, inventory)
-        the_plan = make_plan(inventory, observed)
-        return apply_planned(opts, session, the_plan, observed, yes=yes, parallel=parallel, empty=ApplyResult)
+        the_plan = plan_with_hosts(session, observed, inventory, trust_on_first_use)
+        hosts = HostApply(inventory, keep_going, trust_on_first_use, common.datacenter_for(opts, inventory))
+        return apply_planned(
+            opts, session, the_plan, observed, yes=yes, parallel=parallel, empty=ApplyResult, hosts=hosts
+        )
+
+
+@dataclass
+class HostApply:
+    """What apply needs to run a plan's host changes first (vgpuctl.hostops.apply_all)."""
+
+    inventory: Inventory
+    keep_going: bool = False
+    trust_on_first_use: bool = False
+    datacenter: str | None = None
 
 
 def apply_planned(
@@ -180,6 +233,7 @@ def apply_planned(
     parallel: int,
     empty: Callable[[], ApplyResult],
     confirm_only_if_disruptive: bool = False,
+    hosts: HostApply | None = None,
 ) -> ApplyRun:
     """Show the plan, confirm, apply it with progress, print the summary. Shared by apply and `vm vgpu`."""
     if the_plan.errors:
@@ -194,8 +248,10 @@ def apply_planned(
         return ApplyRun(the_plan, empty(), session.round_trips)
     if not yes and (not confirm_only_if_disruptive or is_disruptive(the_plan)):
         confirm(the_plan)
-    result, interrupted = apply_with_progress(session, the_plan, observed, parallel)
+    extra: dict[str, Any] = {}
+    result, interrupted = apply_with_progress(session, the_plan, observed, parallel, hosts=hosts, extra=extra)
     run = ApplyRun(the_plan, result, session.round_trips, interrupted or bool(getattr(result, "interrupted", False)))
+    run.hosts, run.vm_errors = extra.get("hosts"), extra.get("vm_errors")
     print_summary(run, opts)
     return run
 
@@ -220,7 +276,15 @@ def confirm(the_plan: Plan) -> None:
         raise VgpuctlError("apply cancelled: nothing was changed")
 
 
-def apply_with_progress(session: Session, the_plan: Plan, observed: Observed, parallel: int) -> tuple[Any, bool]:
+def apply_with_progress(
+    session: Session,
+    the_plan: Plan,
+    observed: Observed,
+    parallel: int,
+    *,
+    hosts: HostApply | None = None,
+    extra: dict[str, Any] | None = None,
+) -> tuple[Any, bool]:
     """apply_plan in a worker thread so Ctrl-C here only sets stop_event: running tasks finish, no new ones."""
     from vgpuctl.apply import apply_plan
 
@@ -231,6 +295,10 @@ def apply_with_progress(session: Session, the_plan: Plan, observed: Observed, pa
 
     def work() -> None:
         try:
+            if hosts is not None and the_plan.host_changes:
+                box["result"] = _apply_hosts_first(session, the_plan, observed, parallel, hosts, display, stop_event,
+                                                   extra if extra is not None else {})
+                return
             box["result"] = apply_plan(
                 session, the_plan, observed, parallel=parallel, progress=display, stop_event=stop_event
             )
@@ -263,6 +331,28 @@ def apply_with_progress(session: Session, the_plan: Plan, observed: Observed, pa
     if "error" in box:
         raise box["error"]
     return box["result"], interrupted
+
+
+def _apply_hosts_first(
+    session: Session,
+    the_plan: Plan,
+    observed: Observed,
+    parallel: int,
+    hosts: HostApply,
+    display: Any,
+    stop_event: threading.Event,
+    extra: dict[str, Any],
+) -> Any:
+    """Host changes host by host (vgpuctl.hostops), then the VMs planned again; VMs on unfinished hosts wait."""
+    from vgpuctl.hostops import apply_all
+
+    full = apply_all(
+        session, hosts.inventory, the_plan, observed, datacenter=hosts.datacenter, parallel=parallel,
+        progress=display, stop_event=stop_event, keep_going=hosts.keep_going,
+        trust_on_first_use=hosts.trust_on_first_use,
+    )
+    extra["hosts"], extra["vm_errors"] = full.hosts, list(full.vm_plan.errors)
+    return full.vms
 
 
 TERMINAL_STEPS = frozenset({"done", "changed", "unchanged", "failed", "skipped", "error"})
@@ -357,6 +447,7 @@ def print_summary(run: ApplyRun, opts: GlobalOptions) -> None:
         + f": {len(groups['changed'])} changed, {len(groups['failed'])} failed, "
         f"{len(groups['skipped'])} skipped, {len(groups['unchanged'])} unchanged."
     ]
+    lines[:0] = _host_summary(run)
     for label in ("changed", "skipped"):
         if groups[label]:
             lines.append(f"  {label}: {', '.join(groups[label])}")
@@ -373,8 +464,25 @@ def print_summary(run: ApplyRun, opts: GlobalOptions) -> None:
         typer.echo(text)
 
 
+def _host_summary(run: ApplyRun) -> list[str]:
+    hosts = getattr(run, "hosts", None)
+    if hosts is None:
+        return []
+    lines = [f"Hosts: {len(hosts.changed)} changed, {len(hosts.failed)} failed, {len(hosts.skipped)} skipped."]
+    lines += [f"  {line}" for outcome in hosts.hosts for line in outcome.describe().splitlines()]
+    lines += [f"  VM plan after the host changes: {e}" for e in getattr(run, "vm_errors", None) or []]
+    return lines
+
+
 def raise_for_outcome(run: ApplyRun) -> None:
     groups = summarize(run.result)
+    hosts = getattr(run, "hosts", None)
+    if hosts is not None and hosts.failed and not run.interrupted:
+        raise VgpuctlError(
+            f"apply failed on host(s) {', '.join(hosts.failed)} (left as the summary says): run apply again to continue"
+        )
+    if getattr(run, "vm_errors", None):
+        raise PlanError(list(run.vm_errors or []))
     if run.interrupted:
         raise Interrupted(f"interrupted: {len(groups['changed'])} VM(s) changed before the stop; plan again")
     if groups["failed"]:

@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
     app.command("profiles")(profiles_cmd)
 
 
-def _observe(opts: GlobalOptions, file: Path | None, *, nvlink: bool = False) -> tuple[Observed, int]:
+def _observe(opts: GlobalOptions, file: Path | None, *, nvlink: bool = False, also: Any = None) -> tuple[Observed, int]:
     """One bulk observe; with `nvlink`, also each GPU host's NVLink sets (one QueryConfigTarget per host)."""
     inventory = common.load_checked_inventory(file) if file else None
     with common.connect(opts, inventory) as session:
@@ -38,17 +38,43 @@ def _observe(opts: GlobalOptions, file: Path | None, *, nvlink: bool = False) ->
             from vgpuctl.vsphere.observe import observe_nvlink
 
             observe_nvlink(session, observed, [h.name for h in observed.hosts.values() if h.gpus])
+        if also is not None:  # more reads in the same session (host facts for status)
+            also(session, observed, inventory)
         return observed, session.round_trips
 
 
 # ------------------------------------------------------------------------------------------ status
 
 
-def status_cmd(ctx: typer.Context, file: OptionalInventory = None) -> None:
+ShellOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--shell/--no-shell",
+        help="Read MIG pending and NVLink links over SSH from every host (default: when VGPUCTL_ESXI_* "
+        "or the inventory's hosts configure SSH).",
+    ),
+]
+
+
+def _host_rows(session: Any, observed: Observed, inventory: Any, shell: bool | None) -> dict[str, Any]:
+    """Per host MIG current/pending, NVLink links, scheduler (vgpuctl.hostops; over SSH when configured)."""
+    from vgpuctl import hostops
+
+    specs = hostops.specs_by_host(inventory, observed)
+    use_shell = hostops.shell_configured(specs) if shell is None else shell
+    return hostops.collect_host_status(session, observed, specs, shell=use_shell)
+
+
+def status_cmd(ctx: typer.Context, file: OptionalInventory = None, shell: ShellOpt = None) -> None:
     """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, and the VMs' vGPUs."""
     opts: GlobalOptions = ctx.obj
-    observed, round_trips = _observe(opts, file, nvlink=True)
-    doc = status_document(observed)
+    from vgpuctl.hostops import merge_status
+
+    rows: dict[str, Any] = {}
+    observed, round_trips = _observe(
+        opts, file, nvlink=True, also=lambda s, o, inv: rows.update(_host_rows(s, o, inv, shell))
+    )
+    doc = merge_status(status_document(observed), rows)
     doc["round_trips"] = round_trips
     common.emit(doc, render_status, opts)
 
@@ -162,7 +188,8 @@ def render_status(doc: dict[str, Any]) -> list[Any]:
 
     out: list[Any] = []
     hosts = Table(title="Hosts", title_justify="left")
-    for col in ("host", "cluster", "state", "graphics", "policy", "GPUs", "vGPUs", "used/total GB"):
+    for col in ("host", "cluster", "state", "graphics", "policy", "NVLink", "scheduler", "GPUs", "vGPUs",
+                "used/total GB"):
         hosts.add_column(col)
     for h in doc["hosts"]:
         used = sum(g["used_gb"] for g in h["gpus"])
@@ -176,6 +203,9 @@ def render_status(doc: dict[str, Any]) -> list[Any]:
                     _host_state(h),
                     h["default_graphics_type"],
                     h["assignment_policy"],
+                    h.get("nvlink", "-") + (f" ({h['nvlink_after_reboot']} next boot)" if "nvlink_after_reboot" in h
+                                           else ""),
+                    h.get("scheduler", "-"),
                     str(len(h["gpus"])),
                     str(sum(g["vgpus"] for g in h["gpus"])),
                     f"{used}/{total}",
@@ -187,17 +217,20 @@ def render_status(doc: dict[str, Any]) -> list[Any]:
         if not h["gpus"]:
             continue
         gpus = Table(title=f"GPU map: {h['name']}", title_justify="left")
-        for col in ("#", "PCI", "model", "type", "mode", "NVLink", "used GB", "free GB", "VMs (profile)"):
+        for col in ("#", "PCI", "model", "type", "mode", "MIG", "NVLink", "used GB", "free GB", "VMs (profile)"):
             gpus.add_column(col)
         for g in h["gpus"]:
             held = ", ".join(f"{v['vm']} ({v['profile']})" if v["profile"] else v["vm"] for v in g["vms"])
             nvlink = "-" if g["nvlink_set"] is None else f"set {g['nvlink_set']}"
+            if g.get("nvlink_links"):
+                nvlink = f"{g['nvlink_active']}/{g['nvlink_links']} up"
             row = (
                 str(g["index"]),
                 g["pci_id"],
                 g["model"],
                 g["graphics_type"],
                 g["mode"],
+                g.get("mig", "-"),
                 nvlink,
                 f"{g['used_gb']}/{g['memory_gb']}",
                 str(g["free_gb"]),
