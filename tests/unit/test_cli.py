@@ -565,3 +565,19 @@ def test_sim_env_file_round_trip() -> None:
     env = {"VGPUCTL_URL": "https://127.0.0.1:4242/sdk", "VGPUCTL_PASSWORD": "p w'x", "GPUSIM_CONTROL": "http://x"}
     assert sim.parse_env_file(sim.export_lines(env)) == env
     assert sim.parse_env_file("export A=1 B='two words'\n# c\nC=3\n") == {"A": "1", "B": "two words", "C": "3"}
+
+
+def test_sim_env_points_host_commands_at_the_simulators_shells() -> None:
+    from vgpuctl.cli.sim import with_esxi_env
+
+    gpusim = {
+        "VGPUCTL_PASSWORD": "pass",
+        "GPUSIM_SSH_USER": "root",
+        "GPUSIM_SSH_HOSTS": "/s/ssh_hosts.json",
+        "GPUSIM_SSH_KNOWN_HOSTS": "/s/ssh_known_hosts",
+    }
+    env = with_esxi_env(gpusim)
+    assert env["VGPUCTL_ESXI_HOSTS"] == "/s/ssh_hosts.json"
+    assert env["VGPUCTL_ESXI_KNOWN_HOSTS"] == "/s/ssh_known_hosts"
+    assert (env["VGPUCTL_ESXI_USER"], env["VGPUCTL_ESXI_PASSWORD"]) == ("root", "pass")
+    assert with_esxi_env({"VGPUCTL_PASSWORD": "pass"}) == {"VGPUCTL_PASSWORD": "pass"}  # gpusim -no-ssh

@@ -254,7 +254,24 @@ def up_cmd(
     _print_env(env, opts)
 
 
+# gpusim's ESXi shells, as vgpuctl's host commands look for them (VGPUCTL_ESXI_*): the host -> address map,
+# the known_hosts gpusim wrote, and the login (gpusim's password; the simulator holds no real secret).
+ESXI_FROM_GPUSIM = {
+    "VGPUCTL_ESXI_HOSTS": "GPUSIM_SSH_HOSTS",
+    "VGPUCTL_ESXI_KNOWN_HOSTS": "GPUSIM_SSH_KNOWN_HOSTS",
+    "VGPUCTL_ESXI_USER": "GPUSIM_SSH_USER",
+    "VGPUCTL_ESXI_PASSWORD": "VGPUCTL_PASSWORD",
+}
+
+
+def with_esxi_env(env: dict[str, str]) -> dict[str, str]:
+    if "GPUSIM_SSH_HOSTS" not in env:  # started with -no-ssh
+        return env
+    return {**env, **{ours: env[theirs] for ours, theirs in ESXI_FROM_GPUSIM.items() if theirs in env}}
+
+
 def _print_env(env: dict[str, str], opts: common.GlobalOptions) -> None:
+    env = with_esxi_env(env)
     common.emit({"env": env, "env_file": str(env_path())}, lambda d: export_lines(d["env"]), opts)
 
 
