@@ -252,6 +252,15 @@ class Gpusim:
     def host_up(self, host: str) -> dict[str, Any]:
         return dict(self.request("POST", f"/hosts/{host}/up"))
 
+    def reboot_fault(self, host: str, ignore: list[str], count: int = 1) -> dict[str, Any]:
+        """Make the next `count` reboots of `host` leave pending MIG modes ("mig") and/or configured module
+        options ("modules") unapplied, as if the GPU or driver refused them."""
+        body = {"ignore": ignore, "count": count}
+        return dict(self.request("POST", f"/hosts/{host}/reboot-faults", body))
+
+    def clear_reboot_fault(self, host: str) -> None:
+        self.request("DELETE", f"/hosts/{host}/reboot-faults")
+
     def connect(self) -> Any:
         """A pyVmomi ServiceInstance logged in to gpusim (vSphere API 8.0.3); Disconnect it when done."""
         from pyVim.connect import SmartConnect

@@ -1,7 +1,7 @@
 """Host GPU operations against gpusim over real SOAP and real SSH (host keys verified against the
 known_hosts file gpusim writes): MIG on and off, NVLink off and on, the scheduler, evacuation (refuse and
-power-off with restore), and failures injected through the control endpoint (reboot timeout, SSH failure)
-or the ESXi shell (verification mismatch). Results are checked with pyVmomi and the control endpoint, not
+power-off with restore), and failures injected through the control endpoint (reboot timeout, SSH failure,
+verification mismatch). Results are checked with pyVmomi and the control endpoint, not
 only through vgpuctl's own readers.
 """
 
@@ -21,7 +21,6 @@ from pyVmomi import vim
 
 from vgpuctl import hostplan
 from vgpuctl.errors import SshError, SshHostKeyError
-from vgpuctl.esxi import commands
 from vgpuctl.hostfacts import gather_shell_facts, open_shell, shell_runner
 from vgpuctl.hostops import (
     CHANGED,
@@ -388,22 +387,20 @@ def test_ssh_failure_stops_the_host_and_keep_going_continues(farm: Farm) -> None
 
 def test_verification_mismatch_is_reported(farm: Farm) -> None:
     spec = f"  - name: {H2}\n    gpus: [{{select: {GPU0}, mode: mig}}]\n"
-    steps = Steps()
-
-    def undo_pending(host: str) -> None:  # someone resets the pending MIG mode just before the reboot
-        with farm.shell(host) as sh:
-            sh.run(commands.set_mig_mode(GPU0, False))
-
-    steps.hooks["reboot"] = undo_pending
-    _, result = farm.apply(spec, steps)
+    farm.sim.reboot_fault(H2, ["mig"])  # the next reboot leaves the pending MIG mode unapplied
+    _, result = farm.apply(spec)
     outcome = result.hosts[0]
     assert (outcome.status, outcome.phase, outcome.error_type) == (FAILED, "verify", "VerificationError")
     assert f"mig {GPU0} is time-sliced, expected mig" in outcome.message
     assert outcome.in_maintenance
+    host = farm.host(H2)
+    assert host["inMaintenance"] and "rebootFault" not in host  # the fault was consumed by that reboot
+    assert not _gpus(farm, H2)[GPU0]["migCurrent"]
 
     _, result = farm.apply(spec)
     assert result.hosts[0].status == CHANGED, result.hosts[0].describe()
     assert _gpus(farm, H2)[GPU0]["migCurrent"]
+    assert not farm.host(H2)["inMaintenance"]
 
 
 def test_unknown_host_key_is_rejected(farm: Farm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,6 +30,9 @@
 //	f.Candidates(host) ([]Candidate, policy, error) placement view of a host (for dry runs with Place)
 //	f.SetMaintenance(host, bool) error; f.BeginReboot(host) error; f.EndReboot(host) error
 //	    EndReboot applies pending MIG modes and configured module options.
+//	f.SetRebootFault(host, RebootFault) error; f.ClearRebootFault(host) error
+//	    the next Count reboots leave pending MIG modes ("mig") and/or configured module options
+//	    ("modules") unapplied, as if the GPU or driver refused them (a verification mismatch).
 //	f.SetDown(host, bool) error; f.Reachable(host) bool  (false while down or rebooting)
 //	f.Subscribe(func(Event))                       called after every change (outside the lock);
 //	    the vSphere side uses it to refresh graphicsInfo, vgpuMode, sharedPassthruGpuTypes, etc.
@@ -41,6 +44,7 @@ package farm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -112,6 +116,24 @@ type HostInfo struct {
 	ConnectionState     string                   `json:"connectionState"`
 	GPUs                []GPUInfo                `json:"gpus"`
 	Modules             map[string]ModuleOptions `json:"modules"`
+	RebootFault         *RebootFault             `json:"rebootFault,omitempty"`
+}
+
+// What a reboot fault leaves unapplied.
+const (
+	RebootIgnoreMIG     = "mig"
+	RebootIgnoreModules = "modules"
+)
+
+// RebootFault makes the next Count reboots of a host leave changes unapplied: "mig" keeps each GPU's
+// current MIG mode and drops the pending one, "modules" keeps the module options in effect.
+type RebootFault struct {
+	Ignore []string `json:"ignore"`
+	Count  int      `json:"count"`
+}
+
+func (r *RebootFault) ignores(what string) bool {
+	return r != nil && slices.Contains(r.Ignore, what)
 }
 
 // MIGResult says what a MIG mode change did.
@@ -147,7 +169,7 @@ type GPUAssignment struct {
 // Event tells subscribers that a host's GPU state changed.
 type Event struct {
 	Host string
-	What string // mig, modules, graphics, assignment, maintenance, reboot, down
+	What string // mig, modules, graphics, assignment, maintenance, reboot, rebootfault, down
 }
 
 // HostSpec describes one host to add.
@@ -185,6 +207,7 @@ type host struct {
 	maintenance         bool
 	rebooting           bool
 	down                bool
+	rebootFault         *RebootFault
 }
 
 // Farm is the GPU farm state.
@@ -372,6 +395,10 @@ func (h *host) info() HostInfo {
 		Name: h.name, Cluster: h.cluster, DefaultGraphicsType: h.defaultGraphicsType, AssignmentPolicy: h.policy,
 		InMaintenance: h.maintenance, Rebooting: h.rebooting, Down: h.down, ConnectionState: state,
 		Modules: map[string]ModuleOptions{},
+	}
+	if h.rebootFault != nil {
+		rf := RebootFault{Ignore: slices.Clone(h.rebootFault.Ignore), Count: h.rebootFault.Count}
+		info.RebootFault = &rf
 	}
 	for k, v := range h.modules {
 		info.Modules[k] = *v
@@ -692,18 +719,53 @@ func (f *Farm) BeginReboot(hostName string) error {
 	})
 }
 
-// EndReboot brings a rebooting host back with pending MIG modes and configured module options applied.
+// EndReboot brings a rebooting host back with pending MIG modes and configured module options applied,
+// except what an armed reboot fault ignores.
 func (f *Farm) EndReboot(hostName string) error {
 	return f.change(hostName, "reboot", func(h *host) error {
 		h.rebooting = false
-		for _, g := range h.gpus {
-			g.migCurrent = g.migPending
+		fault := h.rebootFault
+		if fault != nil {
+			if fault.Count--; fault.Count <= 0 {
+				h.rebootFault = nil
+			}
 		}
-		for _, m := range h.modules {
-			m.Effective = m.Configured
+		for _, g := range h.gpus {
+			if fault.ignores(RebootIgnoreMIG) {
+				g.migPending = g.migCurrent
+			} else {
+				g.migCurrent = g.migPending
+			}
+		}
+		if !fault.ignores(RebootIgnoreModules) {
+			for _, m := range h.modules {
+				m.Effective = m.Configured
+			}
 		}
 		return nil
 	})
+}
+
+// SetRebootFault arms a reboot fault on a host, replacing any armed one.
+func (f *Farm) SetRebootFault(hostName string, fault RebootFault) error {
+	if fault.Count < 1 {
+		return fmt.Errorf("reboot fault count %d: must be at least 1: %w", fault.Count, ErrInvalid)
+	}
+	if len(fault.Ignore) == 0 {
+		return fmt.Errorf("reboot fault: ignore must name %q and/or %q: %w", RebootIgnoreMIG, RebootIgnoreModules, ErrInvalid)
+	}
+	for _, what := range fault.Ignore {
+		if what != RebootIgnoreMIG && what != RebootIgnoreModules {
+			return fmt.Errorf("reboot fault: unknown ignore %q (known: %s, %s): %w", what, RebootIgnoreMIG, RebootIgnoreModules, ErrInvalid)
+		}
+	}
+	fault.Ignore = slices.Clone(fault.Ignore)
+	return f.change(hostName, "rebootfault", func(h *host) error { h.rebootFault = &fault; return nil })
+}
+
+// ClearRebootFault disarms a host's reboot fault.
+func (f *Farm) ClearRebootFault(hostName string) error {
+	return f.change(hostName, "rebootfault", func(h *host) error { h.rebootFault = nil; return nil })
 }
 
 // SetDown takes a host off the network (not responding) or brings it back.

@@ -210,3 +210,39 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+func TestRebootFaultValidationAndCount(t *testing.T) {
+	f := newFarm(t, a100Host("h"))
+	for _, tc := range []struct {
+		host  string
+		fault RebootFault
+		want  error
+	}{
+		{"nope", RebootFault{Ignore: []string{RebootIgnoreMIG}, Count: 1}, ErrNotFound},
+		{"h", RebootFault{Ignore: []string{"nvlink"}, Count: 1}, ErrInvalid},
+		{"h", RebootFault{Count: 1}, ErrInvalid},
+		{"h", RebootFault{Ignore: []string{RebootIgnoreMIG}}, ErrInvalid},
+	} {
+		if err := f.SetRebootFault(tc.host, tc.fault); !errors.Is(err, tc.want) {
+			t.Errorf("%s %+v: %v, want %v", tc.host, tc.fault, err, tc.want)
+		}
+	}
+	must(t, f.SetRebootFault("h", RebootFault{Ignore: []string{RebootIgnoreMIG}, Count: 1}))
+	must(t, f.SetMaintenance("h", true))
+	for i, want := range []bool{false, true} { // the first reboot refuses MIG, the second applies it
+		_, err := f.SetMIGMode("h", "0000:3b:00.0", true)
+		must(t, err)
+		must(t, f.BeginReboot("h"))
+		must(t, f.EndReboot("h"))
+		g, _ := f.GPU("h", "0000:3b:00.0")
+		if g.MIGCurrent != want || g.MIGPending != want {
+			t.Fatalf("reboot %d: MIG current %v pending %v, want %v", i+1, g.MIGCurrent, g.MIGPending, want)
+		}
+	}
+	if info, _ := f.Host("h"); info.RebootFault != nil {
+		t.Fatalf("fault not consumed: %+v", info.RebootFault)
+	}
+	if err := f.ClearRebootFault("nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("clear on an unknown host: %v", err)
+	}
+}

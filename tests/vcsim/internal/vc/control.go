@@ -11,6 +11,8 @@ import (
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
+
+	"gpusim/internal/farm"
 )
 
 // HandleControl registers an extra control route (Go 1.22 ServeMux pattern under /gpusim/, e.g.
@@ -68,6 +70,15 @@ func (s *Sim) registerControl() {
 	})
 	s.HandleControl("POST /gpusim/hosts/{name}/down", func(w http.ResponseWriter, r *http.Request) { s.setDown(w, r, true) })
 	s.HandleControl("POST /gpusim/hosts/{name}/up", func(w http.ResponseWriter, r *http.Request) { s.setDown(w, r, false) })
+	s.HandleControl("POST /gpusim/hosts/{name}/reboot-faults", s.armRebootFault)
+	s.HandleControl("DELETE /gpusim/hosts/{name}/reboot-faults", func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		if err := s.Farm.ClearRebootFault(name); err != nil {
+			WriteError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, map[string]any{"host": name, "cleared": true})
+	})
 	s.HandleControl("POST /gpusim/vms/{name}/guest", s.setGuest)
 	s.HandleControl("GET /gpusim/faults", func(w http.ResponseWriter, r *http.Request) {
 		f, d := s.faults.list()
@@ -118,6 +129,25 @@ func (s *Sim) ResolveObject(name string) (types.ManagedObjectReference, bool) {
 		}
 	}
 	return types.ManagedObjectReference{}, false
+}
+
+// armRebootFault makes the host's next reboots leave pending MIG modes and/or configured module
+// options unapplied: {"ignore": ["mig", "modules"], "count": 1}.
+func (s *Sim) armRebootFault(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	var req farm.RebootFault
+	if err := DecodeJSON(r, &req); err != nil {
+		WriteError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if req.Count == 0 {
+		req.Count = 1
+	}
+	if err := s.Farm.SetRebootFault(name, req); err != nil {
+		WriteError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, map[string]any{"host": name, "rebootFault": req})
 }
 
 type faultRequest struct {

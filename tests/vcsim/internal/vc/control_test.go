@@ -226,3 +226,85 @@ type recorder struct {
 func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) Write(b []byte) (int, error) { return r.body.Write(b) }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
+
+func TestControlRebootFaults(t *testing.T) {
+	const gpu0, opts = "0000:3b:00.0", "NVreg_NvLinkDisable=1"
+	cases := []struct {
+		name   string
+		body   map[string]any
+		clear  bool // DELETE the fault before rebooting
+		faulty int  // reboots that leave the changes unapplied
+		mig    bool // MIG change refused on those reboots
+		mods   bool // module options not in effect after those reboots
+	}{
+		{name: "mig", body: map[string]any{"ignore": []string{"mig"}}, faulty: 1, mig: true},
+		{name: "modules", body: map[string]any{"ignore": []string{"modules"}, "count": 1}, faulty: 1, mods: true},
+		{name: "both twice", body: map[string]any{"ignore": []string{"modules", "mig"}, "count": 2}, faulty: 2, mig: true, mods: true},
+		{name: "cleared", body: map[string]any{"ignore": []string{"mig"}}, clear: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := start(t, smallSpec())
+			code, out := e.control("POST", "/gpusim/hosts/"+host1+"/reboot-faults", tc.body)
+			if code != 200 {
+				t.Fatalf("arm: %d %v", code, out)
+			}
+			if _, out = e.control("GET", "/gpusim/hosts/"+host1, nil); out["rebootFault"] == nil {
+				t.Fatalf("armed fault not shown: %v", out)
+			}
+			if tc.clear {
+				if code, out = e.control("DELETE", "/gpusim/hosts/"+host1+"/reboot-faults", nil); code != 200 {
+					t.Fatalf("clear: %d %v", code, out)
+				}
+			}
+			e.must(e.wait(e.host(host1).EnterMaintenanceMode(e.ctx, 0, false, nil)))
+			for i := 0; i <= tc.faulty; i++ {
+				_, err := e.sim.Farm.SetMIGMode(host1, gpu0, true)
+				e.must(err)
+				e.must(e.kernel(host1).update("nvidia", opts))
+				e.must(e.reboot(host1))
+				e.waitConnected(host1)
+				faulty := i < tc.faulty
+				g, err := e.sim.Farm.GPU(host1, gpu0)
+				e.must(err)
+				if refused := faulty && tc.mig; g.MIGCurrent == refused || g.MIGPending == refused {
+					t.Fatalf("reboot %d: MIG current %v pending %v, refused %v", i+1, g.MIGCurrent, g.MIGPending, refused)
+				}
+				mo, err := e.sim.Farm.ModuleOptions(host1, "nvidia")
+				e.must(err)
+				if ignored := faulty && tc.mods; (mo.Effective == opts) == ignored || mo.Configured != opts {
+					t.Fatalf("reboot %d: module options %+v, ignored %v", i+1, mo, ignored)
+				}
+			}
+			if _, out = e.control("GET", "/gpusim/hosts/"+host1, nil); out["rebootFault"] != nil {
+				t.Fatalf("fault not consumed: %v", out["rebootFault"])
+			}
+		})
+	}
+}
+
+func TestControlRebootFaultsBadRequests(t *testing.T) {
+	e := start(t, smallSpec())
+	cases := []struct {
+		method, host string
+		body         any
+		want         string
+	}{
+		{"POST", "nope", map[string]any{"ignore": []string{"mig"}}, `host "nope"`},
+		{"POST", host1, map[string]any{"ignore": []string{"nvlink"}}, `unknown ignore "nvlink"`},
+		{"POST", host1, map[string]any{"ignore": []string{}}, "ignore must name"},
+		{"POST", host1, map[string]any{"ignore": []string{"mig"}, "count": -1}, "must be at least 1"},
+		{"POST", host1, map[string]any{"ignore": []string{"mig"}, "extra": 1}, "invalid JSON body"},
+		{"DELETE", "nope", nil, `host "nope"`},
+	}
+	for _, tc := range cases {
+		code, out := e.control(tc.method, "/gpusim/hosts/"+tc.host+"/reboot-faults", tc.body)
+		msg, _ := out["error"].(string)
+		if code != 400 || !strings.Contains(msg, tc.want) {
+			t.Errorf("%s %s %v: %d %v, want 400 with %q", tc.method, tc.host, tc.body, code, out, tc.want)
+		}
+	}
+	if _, out := e.control("GET", "/gpusim/hosts/"+host1, nil); out["rebootFault"] != nil {
+		t.Fatalf("a refused request armed a fault: %v", out["rebootFault"])
+	}
+}
