@@ -15,6 +15,7 @@ import typer
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.errors import Interrupted, PlanError, UsageError, VgpuctlError
+from vgpuctl.progress import LiveOnTerminal
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -358,12 +359,14 @@ def _apply_hosts_first(
 TERMINAL_STEPS = frozenset({"done", "changed", "unchanged", "failed", "skipped", "error"})
 
 
-class ApplyProgress:
+class ApplyProgress(LiveOnTerminal):
     """The `progress` callback of apply_plan: one line per VM with its step and the task's percentage.
 
     On a terminal, a rich Live display shows the VMs in flight and prints each finished VM above it; elsewhere
     (CI logs) one plain line per step change.
     """
+
+    refresh_per_second = 8
 
     def __init__(self, console: Console, vms: list[str]):
         self.console = console
@@ -371,20 +374,6 @@ class ApplyProgress:
         self.state: dict[str, tuple[str, int | None]] = {}
         self.finished: dict[str, str] = {}
         self.lock = threading.Lock()
-        self.live: Any = None
-
-    def __enter__(self) -> ApplyProgress:
-        if self.console.is_terminal:
-            from rich.live import Live
-
-            self.live = Live(self, console=self.console, refresh_per_second=8, transient=True)
-            self.live.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.live is not None:
-            self.live.__exit__(None, None, None)
-            self.live = None
 
     def note(self, message: str) -> None:
         self.console.print(message, markup=False, highlight=False)

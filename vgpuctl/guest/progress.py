@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.guest.runner import DeployResult, HostTracker
+from vgpuctl.progress import LiveOnTerminal
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -13,7 +14,7 @@ MAX_ROWS = 40
 STATUS_STYLE = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "red", "running": "cyan"}
 
 
-class DeployProgress:
+class DeployProgress(LiveOnTerminal):
     """Feeds on ansible-runner events. On a terminal: a live table, one row per host (its current task and
     counts). Elsewhere: one line per new task and one per host failure, so logs stay readable."""
 
@@ -21,21 +22,7 @@ class DeployProgress:
         self.console = console
         self.hosts = hosts
         self.tracker = HostTracker()
-        self.live: Any = None
         self._last_task = ""
-
-    def __enter__(self) -> DeployProgress:
-        if self.console.is_terminal:
-            from rich.live import Live
-
-            self.live = Live(self, console=self.console, refresh_per_second=4, transient=True)
-            self.live.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.live is not None:
-            self.live.__exit__(None, None, None)
-            self.live = None
 
     def __call__(self, event: dict[str, Any]) -> None:
         host = self.tracker.feed(event)
