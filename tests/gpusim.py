@@ -263,10 +263,17 @@ class Gpusim:
 
     def connect(self) -> Any:
         """A pyVmomi ServiceInstance logged in to gpusim (vSphere API 8.0.3); Disconnect it when done."""
-        from pyVim.connect import SmartConnect
+        from pyVim.connect import Connect
 
         host, port = self.host_port
-        return SmartConnect(host=host, port=port, user=self.username, pwd=self.password, disableSslCertValidation=True)
+        return Connect(
+            host=host,
+            port=port,
+            user=self.username,
+            pwd=self.password,
+            version="vim.version.v8_0_3_0",  # pinned, not negotiated: the vGPU fields need 8.0.3
+            disableSslCertValidation=True,
+        )
 
     def os_environ(self) -> dict[str, str]:
         """os.environ updated with gpusim's environment (for subprocesses)."""

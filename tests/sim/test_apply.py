@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 from pyVim.connect import Disconnect
 from pyVmomi import vim
-from simfarms import direct_connect
 
 from vgpuctl.apply import apply_plan
 from vgpuctl.errors import PlanError
@@ -93,7 +92,7 @@ class Direct:
     """An independent pyVmomi connection to read what vCenter really has."""
 
     def __init__(self, sim):
-        self.si = direct_connect(sim)
+        self.si = sim.connect()
 
     def vms(self) -> dict[str, Any]:
         content = self.si.RetrieveContent()

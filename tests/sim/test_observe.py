@@ -8,7 +8,6 @@ import pytest
 from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
-from simfarms import direct_connect
 
 from vgpuctl.errors import NotFound
 from vgpuctl.vsphere import observe as observe_mod
@@ -108,7 +107,7 @@ def test_profiles_carry_framebuffer_and_sharing(sim) -> None:
 def test_vms_match_a_direct_read(sim) -> None:
     sim.request("POST", "/vms/busy-01/guest", {"ip": "10.1.2.3", "state": "running"})
     observed = read(sim)
-    si = direct_connect(sim)
+    si = sim.connect()
     try:
         content = si.RetrieveContent()
         view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
@@ -142,7 +141,7 @@ def test_vms_match_a_direct_read(sim) -> None:
 
 
 def test_gpus_name_the_vms_holding_them(sim) -> None:
-    si = direct_connect(sim)
+    si = sim.connect()
     try:
         content = si.RetrieveContent()
         view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
@@ -158,7 +157,7 @@ def test_gpus_name_the_vms_holding_them(sim) -> None:
 
 
 def test_folders_are_paths_under_the_vm_folder(sim) -> None:
-    si = direct_connect(sim)
+    si = sim.connect()
     try:
         content = si.RetrieveContent()
         dc = next(e for e in content.rootFolder.childEntity if e.name == "DC-GPU")

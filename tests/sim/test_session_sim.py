@@ -10,7 +10,6 @@ from urllib.parse import urlsplit
 
 import pytest
 from pyVim.connect import Disconnect
-from simfarms import direct_connect
 
 from vgpuctl.errors import AuthenticationError, ConnectionFailure, TlsError
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
@@ -42,7 +41,7 @@ def server_cert(sim) -> bytes:
 
 
 def test_insecure_login_counts_round_trips_and_logs_out(sim) -> None:
-    admin = direct_connect(sim)
+    admin = sim.connect()
     try:
         with open_session(settings(sim, insecure=True)) as session:
             assert session.round_trips == 2  # RetrieveServiceContent + Login
@@ -102,7 +101,7 @@ def test_unreachable_is_connection_failure() -> None:
 
 
 def test_terminated_session_is_renewed_once(sim) -> None:
-    admin = direct_connect(sim)
+    admin = sim.connect()
     try:
         with open_session(settings(sim, insecure=True)) as session:
             key = session.content.sessionManager.currentSession.key
@@ -118,7 +117,7 @@ def test_terminated_session_is_renewed_once(sim) -> None:
 
 
 def test_session_that_cannot_be_renewed_fails_clearly(sim) -> None:
-    admin = direct_connect(sim)
+    admin = sim.connect()
     try:
         session = open_session(settings(sim, insecure=True))
         key = session.content.sessionManager.currentSession.key
@@ -134,7 +133,7 @@ def test_session_that_cannot_be_renewed_fails_clearly(sim) -> None:
 def test_observe_after_expiry_logs_in_again(sim) -> None:
     from vgpuctl.vsphere.observe import observe
 
-    admin = direct_connect(sim)
+    admin = sim.connect()
     try:
         with open_session(settings(sim, insecure=True)) as session:
             key = session.content.sessionManager.currentSession.key
@@ -166,7 +165,7 @@ def test_observe_survives_expiry_between_view_and_read(sim, monkeypatch) -> None
 
     from vgpuctl.vsphere.observe import observe
 
-    admin = direct_connect(sim)
+    admin = sim.connect()
     try:
         with open_session(settings(sim, insecure=True)) as session:
             key = session.content.sessionManager.currentSession.key
