@@ -1,0 +1,156 @@
+"""The vGPU type catalogue file: its JSON schema, the cross-references the schema cannot express, and that
+the packaged copy is the one file gpusim reads too."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(__file__).resolve().parents[2]
+CATALOGUE = ROOT / "vgpuctl" / "data" / "vgpu-catalogue.yaml"
+SCHEMA = ROOT / "docs" / "schemas" / "vgpu-catalogue.schema.json"
+
+# Boards the catalogue must carry: today's gpusim models and the boards NVIDIA publishes tables for.
+REQUIRED_MODELS = {
+    "A100-40GB", "A100-80GB", "H100-80GB", "L40S",  # today's names, kept
+    "A100-HGX-40GB", "A100-HGX-80GB", "A30", "A40", "A16", "A10", "L4", "L40", "H100-SXM5-80GB", "H100-NVL",
+}
+
+
+@pytest.fixture(scope="module")
+def data() -> dict[str, Any]:
+    return yaml.safe_load(CATALOGUE.read_text())
+
+
+@pytest.fixture(scope="module")
+def validator() -> jsonschema.Draft202012Validator:
+    schema = json.loads(SCHEMA.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_catalogue_matches_its_schema(data: dict[str, Any], validator: jsonschema.Draft202012Validator) -> None:
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
+
+
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("boards", 0, "vgpu_types", 0, "series"), "X"),
+        (("boards", 0, "mig", "apply"), "later"),
+        (("boards", 0, "nvlink", "topology"), "mesh"),
+        (("boards", 0, "vgpu_types", 0, "max_equal"), 0),
+        (("boards", 0, "framebuffer_gb"), "40"),
+        (("boards", 0, "unknown_key"), 1),
+    ],
+)
+def test_schema_refuses_a_broken_catalogue(
+    data: dict[str, Any], validator: jsonschema.Draft202012Validator, path: tuple[Any, ...], value: Any
+) -> None:
+    broken = copy.deepcopy(data)
+    node = broken
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    assert list(validator.iter_errors(broken))
+
+
+def test_schema_refuses_placement_ids_without_size(
+    data: dict[str, Any], validator: jsonschema.Draft202012Validator
+) -> None:
+    broken = copy.deepcopy(data)
+    broken["boards"][0]["vgpu_types"][0]["placement_ids"] = [0]
+    assert list(validator.iter_errors(broken))
+
+
+def test_required_boards_present_and_models_unique(data: dict[str, Any]) -> None:
+    models = [b["model"] for b in data["boards"]]
+    assert len(models) == len(set(models))
+    names = set(models) | {a for b in data["boards"] for a in b.get("aliases", [])}
+    assert len(names) == len(models) + sum(len(b.get("aliases", [])) for b in data["boards"])
+    assert set(models) >= REQUIRED_MODELS
+    tokens = [b["vgpu_board"] for b in data["boards"]]
+    assert len(tokens) == len(set(tokens))
+
+
+def test_every_citation_resolves(data: dict[str, Any]) -> None:
+    sources = set(data["sources"])
+    for b in data["boards"]:
+        assert b["source"] in sources, b["model"]
+        if "mig" in b and "source" in b["mig"]:
+            assert b["mig"]["source"] in sources
+        for t in b["vgpu_types"]:
+            assert t["source"] in sources, t["name"]
+
+
+def test_type_rows_agree_with_their_board(data: dict[str, Any]) -> None:
+    for b in data["boards"]:
+        prefix = b["vgpu_board"].upper() + "-"
+        gis = {g["name"] for g in b.get("mig", {}).get("gi_profiles", [])}
+        names = [t["name"] for t in b["vgpu_types"]]
+        assert len(names) == len(set(names)), b["model"]
+        for t in b["vgpu_types"]:
+            assert t["name"].startswith(prefix), t["name"]
+            assert t["fb_gb"] <= b["framebuffer_gb"], t["name"]
+            assert t["media"] == t["name"].endswith("ME"), t["name"]
+            if t["mig_gi"] is not None:
+                assert t["mig_gi"] in gis, t["name"]
+                assert t["media"] == t["mig_gi"].endswith("+me"), t["name"]
+            if "max_mixed" in t:
+                assert t["mig_gi"] is None, t["name"]
+                assert t["max_mixed"] <= t.get("max_equal", t["max_mixed"]), t["name"]
+            if "max_equal" in t and t["mig_gi"] is None:
+                assert t["max_equal"] * t["fb_gb"] <= b["framebuffer_gb"], t["name"]
+            if "placement_ids" in t:
+                assert all(p + t["placement_size"] <= _line(b) for p in t["placement_ids"]), t["name"]
+
+
+def _line(board: dict[str, Any]) -> int:
+    # Placement ids and sizes count in the units NVIDIA's table uses; no table goes past the framebuffer in GB.
+    return int(board["framebuffer_gb"])
+
+
+def test_mig_placements_stay_inside_the_gpu(data: dict[str, Any]) -> None:
+    for b in data["boards"]:
+        mig = b.get("mig")
+        if not mig:
+            continue
+        ids = [g["id"] for g in mig["gi_profiles"]]
+        assert len(ids) == len(set(ids)), b["model"]
+        for g in mig["gi_profiles"]:
+            assert g["slices"] <= mig["compute_slices"]
+            assert all(s + g["size"] <= mig["memory_slots"] for s in g["starts"]), (b["model"], g["name"])
+
+
+def test_mig_geometry_matches_the_real_lgipp_capture(data: dict[str, Any]) -> None:
+    """tests/fixtures/nvidia-smi/a100-40gb.mig-lgipp.txt is `nvidia-smi mig -lgipp` on a real A100-40GB."""
+    capture = (ROOT / "tests" / "fixtures" / "nvidia-smi" / "a100-40gb.mig-lgipp.txt").read_text()
+    seen: dict[int, tuple[list[int], int]] = {}
+    for line in capture.splitlines():
+        head, _, tail = line.partition("Placement")
+        gi_id = int(head.split("ID")[1])
+        starts, size = tail.split("{")[1].split("}:")
+        seen[gi_id] = ([int(s) for s in starts.split(",")], int(size))
+    board = next(b for b in data["boards"] if b["model"] == "A100-40GB")
+    ours = {g["id"]: (g["starts"], g["size"]) for g in board["mig"]["gi_profiles"]}
+    assert ours == seen
+
+
+def test_the_wheel_carries_the_catalogue() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["vgpuctl"]
+    assert "data/*.yaml" in patterns
+    packaged = resources.files("vgpuctl").joinpath("data/vgpu-catalogue.yaml").read_bytes()
+    assert hashlib.sha256(packaged).hexdigest() == hashlib.sha256(CATALOGUE.read_bytes()).hexdigest()
