@@ -33,7 +33,9 @@ from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, mixing_probl
 
 API_VERSION = "vgpuctl/v1"
 MAX_VGPUS_PER_VM = 8
-MAX_RANGE_NAMES = 10_000
+MAX_RANGE_NAMES = 10_000  # names one `{FIRST..LAST}` entry may expand to (documented in the README)
+MAX_INVENTORY_VMS = 100_000  # VMs one inventory file may name once ranges are expanded
+_RANGE_DIGITS = 9
 
 Pos = tuple[int, int]  # 1-based line, column
 Path_ = tuple[str | int, ...]
@@ -108,8 +110,12 @@ class GpuSpec(_Model):
 
 
 class SchedulerSpec(_Model):
+    """RmPVMRL fields (docs/scheduler.md): a time slice, or a strict round-robin frequency and averaging factor."""
+
     policy: Literal["best-effort", "equal-share", "fixed-share"] = "best-effort"
     timeslice_ms: int | None = Field(default=None, ge=1, le=30)
+    frequency_hz: int | None = Field(default=None, ge=63, le=960)
+    averaging_factor: int | None = Field(default=None, ge=1, le=60)
 
 
 class SshSpec(_Model):
@@ -325,7 +331,7 @@ def _lookup(pos: dict[Path_, Pos], path: Path_) -> tuple[int | None, int | None]
 # ---------------------------------------------------------------------------------------- YAML loading
 
 
-def _plain(node: Any, path: Path_, pos: dict[Path_, Pos], keypos: dict[Path_, Pos]) -> Any:
+def _plain(node: Any, path: Path_, pos: dict[Path_, Pos], keypos: dict[Path_, Pos], file: str = "<inventory>") -> Any:
     """ruamel's round-trip objects -> plain Python, recording 1-based positions by key path."""
     from ruamel.yaml.comments import CommentedMap, CommentedSeq
 
@@ -337,16 +343,18 @@ def _plain(node: Any, path: Path_, pos: dict[Path_, Pos], keypos: dict[Path_, Po
             vl, vc = node.lc.value(k)
             keypos[kp] = (kl + 1, kc + 1)
             value = node[k]
+            _refuse_anchor(value, (vl + 1, vc + 1), file)
             # A nested block mapping/sequence is best pointed at by its key; scalars by their value.
             pos[kp] = (kl + 1, kc + 1) if isinstance(value, CommentedMap | CommentedSeq) else (vl + 1, vc + 1)
-            out[str(k)] = _plain(value, kp, pos, keypos)
+            out[str(k)] = _plain(value, kp, pos, keypos, file)
         return out
     if isinstance(node, CommentedSeq):
         items = []
         for i, item in enumerate(node):
             il, ic = node.lc.item(i)
             pos[(*path, i)] = (il + 1, ic + 1)
-            items.append(_plain(item, (*path, i), pos, keypos))
+            _refuse_anchor(item, (il + 1, ic + 1), file)
+            items.append(_plain(item, (*path, i), pos, keypos, file))
         return items
     if isinstance(node, bool) or node is None:
         return node
@@ -359,6 +367,18 @@ def _plain(node: Any, path: Path_, pos: dict[Path_, Pos], keypos: dict[Path_, Po
     return node
 
 
+def _refuse_anchor(node: Any, at: Pos, file: str) -> None:
+    """ruamel keeps an anchored node once; its first visit is the anchor, so an alias bomb is never expanded."""
+    anchor = getattr(getattr(node, "anchor", None), "value", None)
+    if anchor is not None:
+        raise InventoryError(_anchor_message("&", anchor), file, *at)
+
+
+def _anchor_message(sigil: str, name: str) -> str:
+    return (f"YAML anchor or alias {sigil}{name}: anchors and aliases are not allowed in an inventory "
+            "(write the values out, or use a name range for similar VMs)")
+
+
 def _read_yaml(path: Path) -> tuple[Any, dict[Path_, Pos], dict[Path_, Pos]]:
     file = str(path)
     try:
@@ -368,7 +388,7 @@ def _read_yaml(path: Path) -> tuple[Any, dict[Path_, Pos], dict[Path_, Pos]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InventoryError(f"cannot read the inventory: {exc}", file) from None
     try:
-        return _fast_yaml(text)
+        return _fast_yaml(text, file)
     except _NotFast:
         return _ruamel_yaml(text, file)
 
@@ -391,7 +411,8 @@ def _ruamel_yaml(text: str, file: str) -> tuple[Any, dict[Path_, Pos], dict[Path
         raise InventoryError(f"invalid YAML: {exc}", file) from None
     pos: dict[Path_, Pos] = {(): (1, 1)}
     keypos: dict[Path_, Pos] = {}
-    plain = _plain(data, (), pos, keypos)
+    _refuse_anchor(data, (1, 1), file)
+    plain = _plain(data, (), pos, keypos, file)
     return plain, pos, keypos
 
 
@@ -447,7 +468,7 @@ def _maybe_typed(value: str) -> bool:
     return first in _NEVER_PLAIN
 
 
-def _fast_yaml(text: str) -> tuple[Any, dict[Path_, Pos], dict[Path_, Pos]]:
+def _fast_yaml(text: str, file: str = "<inventory>") -> tuple[Any, dict[Path_, Pos], dict[Path_, Pos]]:
     try:
         import yaml
         from yaml import CSafeLoader  # libyaml; without it the pure-Python PyYAML would be no faster
@@ -467,6 +488,7 @@ def _fast_yaml(text: str) -> tuple[Any, dict[Path_, Pos], dict[Path_, Pos]]:
     kinds = [type(e).__name__ for e in events[:2]] + [type(e).__name__ for e in events[-2:]]
     if len(events) < 5 or kinds != ["StreamStartEvent", "DocumentStartEvent", "DocumentEndEvent", "StreamEndEvent"]:
         raise _NotFast  # empty stream, several documents: ruamel words those
+    _refuse_anchors(events, file)
     doc = events[1]
     if doc.version is not None or doc.tags:
         raise _NotFast
@@ -478,6 +500,21 @@ def _fast_yaml(text: str) -> tuple[Any, dict[Path_, Pos], dict[Path_, Pos]]:
     if reader.i != len(events) - 2:
         raise _NotFast
     return data, pos, keypos
+
+
+def _refuse_anchors(events: list[Any], file: str) -> None:
+    """The first anchor or alias of a parsed stream is an error at its own position."""
+    import yaml
+
+    for event in events:
+        if isinstance(event, yaml.AliasEvent):
+            sigil = "*"
+        elif getattr(event, "anchor", None) is not None:
+            sigil = "&"
+        else:
+            continue
+        mark = event.start_mark
+        raise InventoryError(_anchor_message(sigil, event.anchor), file, mark.line + 1, mark.column + 1)
 
 
 def _at(mark: Any) -> Pos:
@@ -692,43 +729,59 @@ def _schema_errors(exc: ValidationError, file: str, pos: dict[Path_, Pos], keypo
 def expand_name(name: str) -> list[str]:
     """`train-{01..04}` -> train-01 .. train-04; several ranges multiply; zero padding is kept.
 
-    Raises ValueError for a malformed or reversed range."""
+    Raises ValueError for a malformed or reversed range, or one that expands to more than MAX_RANGE_NAMES
+    names (checked before any name is made)."""
     if "{" not in name and "}" not in name:
         return [name]
-    parts: list[list[str]] = []
+    parts: list[str | _Range] = []
     last = 0
     for m in _RANGE.finditer(name):
         literal = name[last:m.start()]
         if "{" in literal or "}" in literal:
             raise ValueError(f"unbalanced braces in {name!r}")
-        parts.append([literal])
-        parts.append(_range_values(m.group(1), name))
+        parts += [literal, _parse_range(m.group(1), name)]
         last = m.end()
     tail = name[last:]
     if "{" in tail or "}" in tail:
         raise ValueError(f"unbalanced braces in {name!r}")
-    parts.append([tail])
+    parts.append(tail)
     total = 1
     for p in parts:
-        total *= len(p)
+        if isinstance(p, _Range):
+            total *= p.size
     if total > MAX_RANGE_NAMES:
-        raise ValueError(f"{name!r} expands to {total} names (at most {MAX_RANGE_NAMES})")
-    return ["".join(combo) for combo in itertools.product(*parts)]
+        raise ValueError(f"{name!r} expands to {total} names (at most {MAX_RANGE_NAMES} per entry)")
+    choices = [[p] if isinstance(p, str) else p.values() for p in parts]
+    return ["".join(combo) for combo in itertools.product(*choices)]
 
 
-def _range_values(body: str, name: str) -> list[str]:
+class _Range(typing.NamedTuple):
+    lo: int
+    hi: int
+    width: int
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo + 1
+
+    def values(self) -> list[str]:
+        return [str(i).zfill(self.width) for i in range(self.lo, self.hi + 1)]
+
+
+def _parse_range(body: str, name: str) -> _Range:
     m = _RANGE_BODY.match(body)
     if m is None:
         raise ValueError(
             f"bad name range {{{body}}} in {name!r}: expected {{FIRST..LAST}} with numbers, e.g. {{01..04}}"
         )
     a, b = m.group(1), m.group(2)
+    if max(len(a), len(b)) > _RANGE_DIGITS:
+        raise ValueError(f"bad name range {{{body}}} in {name!r}: at most {_RANGE_DIGITS} digits per bound")
     lo, hi = int(a), int(b)
     if lo > hi:
         raise ValueError(f"bad name range {{{body}}} in {name!r}: {a} is greater than {b}")
     padded = (len(a) > 1 and a.startswith("0")) or (len(b) > 1 and b.startswith("0"))
-    width = max(len(a), len(b)) if padded else 0
-    return [str(i).zfill(width) for i in range(lo, hi + 1)]
+    return _Range(lo, hi, max(len(a), len(b)) if padded else 0)
 
 
 def _expand_vms(inv: Inventory) -> None:
@@ -782,16 +835,23 @@ def _order(err: InventoryError) -> tuple[int, int]:
 def _raw_range_errors(data: dict[str, Any], file: str, pos: dict[Path_, Pos]) -> list[InventoryError]:
     """Name-range mistakes, found before the schema check so that one pass reports them with the rest."""
     errors = []
+    total = 0
     vms = data.get("vms")
     for i, vm in enumerate(vms if isinstance(vms, list) else []):
         name = vm.get("name") if isinstance(vm, dict) else None
         if not isinstance(name, str):
+            total += 1
             continue
+        line, col = _lookup(pos, ("vms", i, "name"))
         try:
-            expand_name(name)
+            total += len(expand_name(name))
         except ValueError as exc:
-            line, col = _lookup(pos, ("vms", i, "name"))
             errors.append(InventoryError(f"vms[{i}].name: {exc}", file, line, col))
+            continue
+        if total > MAX_INVENTORY_VMS:
+            errors.append(InventoryError(f"vms[{i}].name: the inventory names more than {MAX_INVENTORY_VMS} VMs "
+                                         "(split it into several files)", file, line, col))
+            break
     return errors
 
 
@@ -908,6 +968,14 @@ def _check_hosts(inv: Inventory) -> Iterator[InventoryError]:
             if mixed and h.scheduler.policy == "fixed-share":
                 yield inv.error((*base, "scheduler"),
                                 "mixed-size GPUs support only the best-effort and equal-share schedulers")
-            if h.scheduler.timeslice_ms is not None and h.scheduler.policy == "best-effort":
-                yield inv.error((*base, "scheduler", "timeslice_ms"),
-                                "a time slice applies to equal-share and fixed-share only")
+            yield from _scheduler_problems(inv, (*base, "scheduler"), h.scheduler)
+
+
+def _scheduler_problems(inv: Inventory, path: Path_, spec: SchedulerSpec) -> Iterator[InventoryError]:
+    tuning = [k for k in ("timeslice_ms", "frequency_hz", "averaging_factor") if getattr(spec, k) is not None]
+    if tuning and spec.policy == "best-effort":
+        what = "a time slice" if tuning[0] == "timeslice_ms" else tuning[0]
+        yield inv.error((*path, tuning[0]), f"{what} applies to equal-share and fixed-share only")
+    elif "timeslice_ms" in tuning and len(tuning) > 1:
+        yield inv.error((*path, "timeslice_ms"),
+                        "timeslice_ms cannot be combined with frequency_hz or averaging_factor")

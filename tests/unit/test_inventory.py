@@ -6,6 +6,7 @@ order); a good one lists its expanded VM names in a `# vms: [...]` header line.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -188,11 +189,14 @@ def test_expand_name(name: str, names: list[str]) -> None:
         ("a}1..2{", "unbalanced braces"),
         ("a{1...2}", "expected {FIRST..LAST}"),
         ("a{{1..2}}", "unbalanced braces"),
-        ("a{0..99999}", "expands to 100000 names"),
+        ("a{0..99999}", "expands to 100000 names (at most 10000 per entry)"),
+        ("a{0..999999999}", "expands to 1000000000 names"),
+        ("a{0..99}{0..99}{0..9}", "expands to 100000 names"),
+        ("a{1..1234567890}", "at most 9 digits per bound"),
     ],
 )
 def test_expand_name_errors(name: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message.replace("{", r"\{").replace(".", r"\.")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         expand_name(name)
 
 
@@ -200,3 +204,15 @@ def test_format_path() -> None:
     assert format_path(("vms", 3, "vgpus", 0, "count")) == "vms[3].vgpus[0].count"
     assert format_path(("vms", 3, "vgpus", 0, "count"), {("vms", 3, "vgpus")}) == "vms[3].vgpus.count"
     assert format_path(()) == ""
+
+
+def test_inventory_wide_vm_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vgpuctl import inventory as inv_mod
+
+    monkeypatch.setattr(inv_mod, "MAX_INVENTORY_VMS", 25)
+    text = "apiVersion: vgpuctl/v1\nvms:\n  - name: a-{1..20}\n  - name: b\n  - name: c-{1..9}\n  - name: d-{1..9}\n"
+    with pytest.raises(InventoryErrors) as info:
+        load_inventory_text(text, "f.yaml")
+    assert [str(e) for e in info.value.errors] == [
+        "f.yaml:5:11: vms[2].name: the inventory names more than 25 VMs (split it into several files)"
+    ]

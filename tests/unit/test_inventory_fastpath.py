@@ -44,7 +44,6 @@ DECLINED = [
     "a: [b: c]\n",
     "a:\n  b: 1\n  b: 2\n",  # duplicate key: ruamel's error
     "a:\nb: x\n",  # empty value: ruamel places it at the next token
-    "a: &x 1\nb: *x\n",
     "a: !!str 1\n",
     "a: |\n  x\n",
     "a: 0x10\n",
@@ -88,9 +87,12 @@ def _same_types(a, b) -> bool:
 def _check(text: str) -> bool:
     """True when the fast path read `text`; then it must equal ruamel's reading, value types included."""
     try:
-        fast = inv_mod._fast_yaml(text)
+        fast = inv_mod._fast_yaml(text, "f")
     except inv_mod._NotFast:
         return False
+    except InventoryError as exc:  # refused (anchors): ruamel must refuse it the same way
+        assert _ruamel(text) == exc.located()
+        return True
     ref = _ruamel(text)
     assert fast == ref
     assert _same_types(fast[0], ref[0])
@@ -130,3 +132,38 @@ def test_big_inventory_takes_the_fast_path(tmp_path: Path, monkeypatch: pytest.M
     # the wrapped `vgpus: {profile, count}` still points at its count, on the last line
     expected = f"{path}:305:44: vms[300].vgpus.count: must be between 1 and 8 (got 9)"
     assert [str(e) for e in info.value.errors] == [expected]
+
+
+ANCHORED = [
+    ("a: &x 1\nb: *x\n", "f:1:4: YAML anchor or alias &x"),
+    ("a:\n  - &x {k: v}\n  - *x\n", "f:2:5: YAML anchor or alias &x"),
+    ("a:\n  b: &m\n    c: 1\n", "f:2:6: YAML anchor or alias &m"),
+    ("&r {a: 1}\n", "f:1:1: YAML anchor or alias &r"),
+    ("a:\n  b:\n    - 1\n    - &z\n      c: d\n", "f:4:7: YAML anchor or alias &z"),
+    ("a: {b: &s str}\n", "f:1:8: YAML anchor or alias &s"),
+]
+
+
+@pytest.mark.parametrize(("text", "start"), ANCHORED)
+def test_anchors_are_refused_at_their_position_by_both_readers(text: str, start: str) -> None:
+    for reader in (inv_mod._fast_yaml, inv_mod._ruamel_yaml):
+        with pytest.raises(InventoryError) as info:
+            reader(text, "f")
+        assert info.value.located().startswith(start), reader.__name__
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = ["apiVersion: vgpuctl/v1", "l0: &l0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, levels)]
+    lines.append(f"vms: [{{name: a, vgpus: *l{levels - 1}}}]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("line_end", ["\n", "\r\n"], ids=["fast", "ruamel"])
+def test_alias_bomb_fails_fast_at_the_first_anchor(tmp_path: Path, line_end: str) -> None:
+    # 10**12 leaves once expanded: finishing at all proves nothing was expanded
+    path = tmp_path / "bomb.yaml"
+    path.write_bytes(_alias_bomb(12).replace("\n", line_end).encode())
+    with pytest.raises(InventoryError) as info:
+        inv_mod.load_inventory(path)
+    assert info.value.located().startswith(f"{path}:2:5: YAML anchor or alias &l0: anchors and aliases")
