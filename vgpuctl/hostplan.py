@@ -10,8 +10,8 @@ What a host's `hosts:` entry can ask for, and how each difference becomes a Host
   (H100), where the mode applies once the GPU is idle;
 - nvlink (host): nvidia module option NVreg_NvLinkDisable=1 (or removed), merged into the option string;
 - scheduler (host): NVreg_RegistryDwords=RmPVMRL=<value> merged into the option string (other registry keys
-  kept); best-effort = no RmPVMRL, equal-share 0x01, fixed-share 0x11, with a time slice of TT ms
-  0x00TT0001 / 0x00TT0011 (DOMAIN.md). Mixed-size GPUs support best-effort and equal-share only;
+  kept); values from vgpuctl.scheduler (docs/scheduler.md). Mixed-size GPUs support best-effort and
+  equal-share only;
 - maintenance (host): a host a failed apply left in maintenance mode, with VMs to power on again.
 Module option changes are disruptive and need a reboot. A change is planned while either the configured
 option string or the one in effect differs from the wish (configured but not yet rebooted still needs the
@@ -29,11 +29,13 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from vgpuctl import scheduler as rmpvmrl
 from vgpuctl.esxi.parsers import OutputFormatError, format_module_options, parse_module_options
 from vgpuctl.hostfacts import GpuFacts, HostFacts
 from vgpuctl.inventory import GpuSpec, HostSpec, SchedulerSpec
 from vgpuctl.model import HostChange, Observed, ObservedGpu, ObservedHost, ObservedProfile, VmChange
 from vgpuctl.profiles import BOARDS, board_for_device
+from vgpuctl.scheduler import SchedulerState
 
 # HostChange.kind values; "category" is the part before the dot (graphics | mig | nvlink | scheduler | maintenance)
 DEFAULT_TYPE = "graphics.default_type"
@@ -54,7 +56,6 @@ NVLINK_DISABLE = "NVreg_NvLinkDisable"
 REGISTRY_DWORDS = "NVreg_RegistryDwords"
 REGISTRY_PER_DEVICE = "NVreg_RegistryDwordsPerDevice"
 RMPVMRL = "RmPVMRL"
-SCHEDULER_BASE = {"equal-share": 0x01, "fixed-share": 0x11}
 MIXED_SIZE_POLICIES = ("best-effort", "equal-share")
 # Boards whose MIG mode switch applies without a reboot once the GPU is idle (Hopper); others reboot.
 MIG_NO_REBOOT_BOARDS = frozenset({"h100"})
@@ -67,49 +68,13 @@ def category(kind: str) -> str:
 # -------------------------------------------------------------------------------------- module options
 
 
-@dataclass(frozen=True)
-class SchedulerState:
-    policy: str  # best-effort | equal-share | fixed-share | unknown
-    timeslice_ms: int | None = None
-    value: str | None = None  # the RmPVMRL value as written, None for best effort
-
-    def __str__(self) -> str:
-        if self.policy == "unknown":
-            return f"RmPVMRL={self.value}"
-        return self.policy + (f" ({self.timeslice_ms} ms)" if self.timeslice_ms else "")
-
-
 def scheduler_value(policy: str, timeslice_ms: int | None = None) -> str | None:
-    """RmPVMRL for a policy: None (no key) for best effort, 0x01 / 0x11, or 0x00TT0001 / 0x00TT0011."""
-    if policy == "best-effort":
-        if timeslice_ms is not None:
-            raise ValueError("a time slice applies to equal-share and fixed-share only")
-        return None
-    if policy not in SCHEDULER_BASE:
-        raise ValueError(f"unknown scheduler policy {policy!r} (best-effort, equal-share, fixed-share)")
-    base = SCHEDULER_BASE[policy]
-    if timeslice_ms is None:
-        return f"0x{base:02X}"
-    if not 1 <= timeslice_ms <= 0xFF:
-        raise ValueError(f"time slice must be 1..255 ms (got {timeslice_ms})")
-    return f"0x{(timeslice_ms << 16) | base:08X}"
-
-
-def _int_value(value: str | None) -> int | None:
-    if value is None or not value.strip():
-        return None
-    try:
-        return int(value.strip(), 16) if value.strip().lower().startswith("0x") else int(value.strip(), 0)
-    except ValueError:
-        return -1
+    """RmPVMRL for a policy with an optional time slice (see vgpuctl.rmpvmrl.encode for every form)."""
+    return rmpvmrl.encode(policy, timeslice_ms)
 
 
 def decode_scheduler(value: str | None) -> SchedulerState:
-    n = _int_value(value)
-    if n is None:
-        return SchedulerState("best-effort")
-    policy = {v: k for k, v in SCHEDULER_BASE.items()}.get(n & 0xFFFF, "unknown") if n >= 0 else "unknown"
-    return SchedulerState(policy, (n >> 16) or None if n >= 0 else None, value)
+    return rmpvmrl.decode(value)
 
 
 def _registry(value: str) -> list[tuple[str, str]]:
@@ -177,19 +142,12 @@ def options_for(current: str, changes: Iterable[HostChange]) -> str:
         if c.kind == NVLINK:
             kwargs["nvlink"] = c.new
         elif c.kind == SCHEDULER:
-            kwargs["scheduler"] = scheduler_value(*_scheduler_args(c.new))
+            kwargs["scheduler"] = rmpvmrl.encode(*rmpvmrl.parse_label(str(c.new)))
     return merge_module_options(current, **kwargs)  # type: ignore[arg-type]
 
 
 def scheduler_label(spec: SchedulerSpec) -> str:
-    return spec.policy + (f" ({spec.timeslice_ms} ms)" if spec.timeslice_ms else "")
-
-
-def _scheduler_args(label: str) -> tuple[str, int | None]:
-    m = re.fullmatch(r"(\S+)(?: \((\d+) ms\))?", str(label))
-    if m is None:
-        raise ValueError(f"not a scheduler label: {label!r}")
-    return m[1], int(m[2]) if m[2] else None
+    return rmpvmrl.label(spec.policy, spec.timeslice_ms, spec.frequency_hz, spec.averaging_factor)
 
 
 # -------------------------------------------------------------------------------------------- results
@@ -465,7 +423,7 @@ def _plan_scheduler(
 ) -> HostPlan:
     result = HostPlan()
     try:
-        value = scheduler_value(sched.policy, sched.timeslice_ms)
+        value = rmpvmrl.encode(sched.policy, sched.timeslice_ms, sched.frequency_hz, sched.averaging_factor)
     except ValueError as err:
         result.errors.append(f"host {host.name}: scheduler: {err}")
         return result
@@ -486,11 +444,11 @@ def _plan_scheduler(
         result.warnings.append(
             f"host {host.name}: {REGISTRY_PER_DEVICE} sets RmPVMRL per GPU and overrides the host-wide scheduler there"
         )
-    want_n = _int_value(value)
+    want_n = rmpvmrl.to_int(value)
     now, next_boot = rmpvmrl_of(effective), rmpvmrl_of(configured)
-    if _int_value(now) != want_n or _int_value(next_boot) != want_n:
+    if rmpvmrl.to_int(now) != want_n or rmpvmrl.to_int(next_boot) != want_n:
         old = str(decode_scheduler(now))
-        if _int_value(now) != _int_value(next_boot):
+        if rmpvmrl.to_int(now) != rmpvmrl.to_int(next_boot):
             old += f" ({decode_scheduler(next_boot)} after reboot)"
         result.changes.append(
             HostChange(host.name, SCHEDULER, "host", old, scheduler_label(sched), disruptive=True, needs_reboot=True)

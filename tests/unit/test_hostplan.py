@@ -68,11 +68,11 @@ def test_plan_host_cases(case: dict[str, Any]) -> None:
         ("best-effort", None, None),
         ("equal-share", None, "0x01"),
         ("fixed-share", None, "0x11"),
-        ("equal-share", 3, "0x00030001"),
-        ("fixed-share", 24, "0x00180011"),
+        ("equal-share", 3, "0x00030003"),
+        ("fixed-share", 24, "0x00180013"),
     ],
 )
-def test_scheduler_values_follow_domain_md(policy: str, slice_ms: int | None, value: str | None) -> None:
+def test_scheduler_values_follow_nvidia_rmpvmrl_layout(policy: str, slice_ms: int | None, value: str | None) -> None:
     assert hostplan.scheduler_value(policy, slice_ms) == value
     state = hostplan.decode_scheduler(value)
     assert (state.policy, state.timeslice_ms) == (policy, slice_ms)
@@ -125,7 +125,7 @@ def test_options_for_applies_both_changes_of_a_host() -> None:
         HostChange("h", hostplan.SCHEDULER, "host", "best-effort", "fixed-share (24 ms)", True, True),
     ]
     merged = hostplan.options_for("NVreg_EnableMSI=1", changes)
-    assert merged == "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x00180011"
+    assert merged == "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x00180013"
 
 
 def test_merge_rejects_a_bad_nvlink_value() -> None:
@@ -219,7 +219,7 @@ def test_verify_reports_leftovers_and_nvlink_links() -> None:
 def test_verify_passes_when_everything_matches() -> None:
     host = _host("esx-a100")
     spec = _spec(host.name, {"nvlink": "disabled", "scheduler": {"policy": "equal-share", "timeslice_ms": 3}})
-    opts = "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x00030001"
+    opts = "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x00030003"
     facts = HostFacts(
         host.name,
         shell=True,
