@@ -125,7 +125,7 @@ func TestMIGModeH100ImmediateUnlessBusy(t *testing.T) {
 
 func TestModuleOptionsTakeEffectAfterReboot(t *testing.T) {
 	f := newFarm(t, a100Host("h"))
-	opts := "NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x00180011"
+	opts := "NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x00180013"
 	must(t, f.SetModuleOptions("h", "nvidia", opts))
 	mo, _ := f.ModuleOptions("h", "nvidia")
 	if mo.Configured != opts || mo.Effective != "" {
