@@ -278,7 +278,7 @@ def test_scheduler_policy_with_time_slice(farm: Farm) -> None:
     assert [(c.kind, c.old, c.new) for c in plan.changes] == [("scheduler", "best-effort", "fixed-share (24 ms)")]
     assert result.hosts[0].status == CHANGED, result.hosts[0].describe()
     host = farm.host(H2)
-    assert host["modules"]["nvidia"]["effective"] == "NVreg_EnableMSI=1 NVreg_RegistryDwords=RmPVMRL=0x00180011"
+    assert host["modules"]["nvidia"]["effective"] == "NVreg_EnableMSI=1 NVreg_RegistryDwords=RmPVMRL=0x00180013"
     assert {(g["scheduler"]["policy"], g["scheduler"]["timesliceMs"]) for g in host["gpus"]} == {("fixed-share", 24)}
 
     _, result = farm.apply(f"  - name: {H2}\n    scheduler: best-effort\n")
