@@ -1,23 +1,32 @@
-"""vGPU profile names, the rules for mixing profiles in one VM, GPU board data and MMIO sizing.
+"""vGPU profile names and board data from the vGPU type catalogue; mixing rules, per-VM limits, MMIO sizing.
 
-Profile grammar (docs/gpu-rules.md): `grid_<board>-[<slices>-]<fb><series>`, series one of a b c q.
-`grid_a100-40c` is time-sliced (40 GB, compute); `grid_a100-3-20c` is MIG-backed (3 compute slices, 20 GB,
-GPU instance profile 3g.20gb). Pure functions only.
+The catalogue (`vgpuctl/data/vgpu-catalogue.yaml`, docs/vgpu-catalogue.md) is transcribed from NVIDIA's
+tables: boards with device names and ids, MIG geometry, NVLink topology, and every vGPU type with its
+framebuffer, series, MIG instance and maxima. vSphere names a type `grid_` or `nvidia_` + its lower-case
+NVIDIA name (`grid_a100-3-20c`, `nvidia_h100l-94c`, `grid_a100-1-5cme`). Names the catalogue does not list
+still parse when they follow the grammar (`<prefix><board>-[<slices>-]<fb><series>[me]`), marked unknown.
+What the host reports wins over the catalogue (vgpuctl.vsphere.gpu_types). Pure functions only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
 
-PROFILE_RE = re.compile(
-    r"^grid_(?P<board>[a-z][a-z0-9]*)-(?:(?P<slices>[1-9])-)?(?P<fb>[1-9][0-9]*)(?P<series>[abcq])$"
+PREFIXES = ("grid_", "nvidia_")
+_GRAMMAR_RE = re.compile(
+    r"^(?P<board>[a-z][a-z0-9]*)-(?:(?P<slices>[1-9])-)?(?P<fb>[1-9][0-9]*)(?P<series>[abcq])(?P<me>me)?$"
 )
 PROFILE_GRAMMAR = "grid_<board>-[<slices>-]<fb><series>, e.g. grid_a100-40c or grid_a100-3-20c"
 
-# Series whose vGPUs expose a large BAR (compute): they need EFI firmware and 64-bit MMIO (DOMAIN.md).
+# Series whose vGPUs expose a large BAR (compute): they need EFI firmware and 64-bit MMIO.
 LARGE_BAR_SERIES = frozenset({"c"})
 
 
@@ -25,13 +34,178 @@ class ProfileError(ValueError):
     """A string that is not a vGPU profile name."""
 
 
+class CatalogueError(ValueError):
+    """The catalogue file is unreadable or inconsistent (caught by the unit tests, never by a user)."""
+
+
+# ------------------------------------------------------------------------------------------ catalogue
+
+
+@dataclass(frozen=True)
+class MigGiProfile:
+    """A GPU instance profile's fixed placements: `size` memory slots starting at one of `starts`."""
+
+    name: str
+    size: int
+    starts: tuple[int, ...]
+    id: int = -1
+    slices: int = 0
+    memory_gb: float = 0
+
+
+@dataclass(frozen=True)
+class VgpuType:
+    """One row of NVIDIA's vGPU type table for one board."""
+
+    name: str  # NVIDIA's name, e.g. A100-3-20C
+    board: str  # vGPU board token, e.g. a100
+    fb_gb: float
+    series: str  # upper case: A B C Q
+    mig_gi: str | None = None
+    media: bool = False
+    max_equal: int | None = None  # None: not published
+    max_mixed: int | None = None  # None: mixed-size not supported or not published
+    placement_size: int | None = None
+    placement_ids: tuple[int, ...] = ()
+    source: str = ""
+
+    @property
+    def vsphere_names(self) -> tuple[str, ...]:
+        return tuple(prefix + self.name.lower() for prefix in PREFIXES)
+
+
+@dataclass(frozen=True)
+class BoardInfo:
+    board: str  # vGPU board token
+    model: str  # gpusim / fixture model name
+    fb_gb: float
+    mig_slots: int = 0  # memory slots of a MIG-capable GPU; 0 when MIG is not supported
+    gi_profiles: tuple[MigGiProfile, ...] = ()
+    nvlink_capable: bool = False
+    aliases: tuple[str, ...] = ()
+    device_names: tuple[str, ...] = ()
+    pci_device_ids: tuple[int, ...] = ()
+    mig_apply: str | None = None  # reboot | immediate
+    nvlink_topology: str = "none"  # bridge-pairs | bridge-quads | nvswitch | none
+    nvlink_links: int | None = None
+    source: str = ""
+    types: dict[str, VgpuType] = field(default_factory=dict, compare=False, hash=False)  # lower name -> row
+
+    @property
+    def mig_capable(self) -> bool:
+        return self.mig_slots > 0
+
+    @property
+    def mig_needs_reboot(self) -> bool:
+        return self.mig_apply != "immediate"
+
+    def gi(self, name: str) -> MigGiProfile | None:
+        return next((g for g in self.gi_profiles if g.name == name), None)
+
+    def type(self, name: str) -> VgpuType | None:
+        """The row of an NVIDIA type name (`A100-40C`) or a vSphere name (`grid_a100-40c`)."""
+        return self.types.get(_strip_prefix(name.lower()) or name.lower())
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    boards: dict[str, BoardInfo]  # board token -> board
+    sources: dict[str, dict[str, str]]
+    path: Path
+
+
+def catalogue_path() -> Path:
+    """The catalogue file this package reads (package data; gpusim is given the same path)."""
+    return Path(str(resources.files("vgpuctl").joinpath("data", "vgpu-catalogue.yaml")))
+
+
+def catalogue_digest(path: Path | None = None) -> str:
+    """sha256 of the catalogue file's bytes: the Python and Go sides compare it to prove they read one file."""
+    return hashlib.sha256((path or catalogue_path()).read_bytes()).hexdigest()
+
+
+@cache
+def load_catalogue(path: Path | None = None) -> Catalogue:
+    import yaml
+
+    file = path or catalogue_path()
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        data = yaml.load(file.read_text(), Loader=loader)
+    except (OSError, yaml.YAMLError) as err:
+        raise CatalogueError(f"cannot read the vGPU type catalogue {file}: {err}") from err
+    boards = {}
+    for raw in data.get("boards") or []:
+        board = _board(raw)
+        boards[board.board] = board
+    return Catalogue(boards=boards, sources=dict(data.get("sources") or {}), path=file)
+
+
+def _board(raw: dict[str, Any]) -> BoardInfo:
+    token = str(raw["vgpu_board"])
+    mig = raw.get("mig") or {}
+    nvlink = raw.get("nvlink") or {}
+    types = {str(t["name"]).lower(): _type(token, t) for t in raw.get("vgpu_types") or []}
+    return BoardInfo(
+        board=token,
+        model=str(raw["model"]),
+        fb_gb=raw["framebuffer_gb"],
+        mig_slots=int(mig.get("memory_slots", 0)),
+        gi_profiles=tuple(
+            MigGiProfile(str(g["name"]), int(g["size"]), tuple(g["starts"]), int(g["id"]), int(g["slices"]),
+                         g["memory_gb"])
+            for g in mig.get("gi_profiles") or []
+        ),
+        nvlink_capable=nvlink.get("topology", "none") != "none",
+        aliases=tuple(raw.get("aliases") or ()),
+        device_names=tuple(raw.get("device_names") or ()),
+        pci_device_ids=tuple(int(i) for i in raw.get("pci_device_ids") or ()),
+        mig_apply=mig.get("apply"),
+        nvlink_topology=str(nvlink.get("topology", "none")),
+        nvlink_links=nvlink.get("links"),
+        source=str(raw.get("source", "")),
+        types=types,
+    )
+
+
+def _type(token: str, t: dict[str, Any]) -> VgpuType:
+    return VgpuType(
+        name=str(t["name"]),
+        board=token,
+        fb_gb=t["fb_gb"],
+        series=str(t["series"]),
+        mig_gi=t.get("mig_gi"),
+        media=bool(t.get("media", False)),
+        max_equal=t.get("max_equal"),
+        max_mixed=t.get("max_mixed"),
+        placement_size=t.get("placement_size"),
+        placement_ids=tuple(t.get("placement_ids") or ()),
+        source=str(t.get("source", "")),
+    )
+
+
+BOARDS: dict[str, BoardInfo] = load_catalogue().boards
+
+
+@cache
+def _type_index() -> dict[str, VgpuType]:
+    """Lower-case NVIDIA type name -> row, over all boards (type names carry their board token)."""
+    return {key: t for b in BOARDS.values() for key, t in b.types.items()}
+
+
+# ------------------------------------------------------------------------------------------ names
+
+
 @dataclass(frozen=True, order=True)
 class VgpuProfile:
-    name: str
+    name: str  # as given (vSphere spelling)
     board: str
     slices: int | None
-    fb_gb: int
-    series: str
+    fb_gb: float
+    series: str  # lower case
+    gi: str | None = field(default=None, compare=False)  # GPU instance profile from the catalogue
+    media: bool = field(default=False, compare=False)
+    known: bool = field(default=True, compare=False)  # listed in the catalogue
 
     @property
     def is_mig(self) -> bool:
@@ -39,37 +213,80 @@ class VgpuProfile:
 
     @property
     def gi_profile(self) -> str | None:
-        """The MIG GPU instance profile, `<slices>g.<fb>gb`, or None for a time-sliced profile."""
-        return f"{self.slices}g.{self.fb_gb}gb" if self.slices is not None else None
+        """The MIG GPU instance profile (`3g.20gb`, `1g.5gb+me`), or None for a time-sliced profile."""
+        if self.gi is not None:
+            return self.gi
+        if self.slices is None:
+            return None
+        return f"{self.slices}g.{_num(self.fb_gb)}gb" + ("+me" if self.media else "")
 
     @property
     def large_bar(self) -> bool:
         return self.series in LARGE_BAR_SERIES
 
+    @property
+    def type_name(self) -> str:
+        """NVIDIA's name of the type: `grid_a100-3-20c` -> `A100-3-20C`."""
+        return (_strip_prefix(self.name) or self.name).upper()
+
+    @property
+    def vgpu_type(self) -> VgpuType | None:
+        return _type_index().get(_strip_prefix(self.name) or "")
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
+def _strip_prefix(name: str) -> str | None:
+    for prefix in PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return None
+
+
+def _bad(name: object, why: str = "") -> ProfileError:
+    return ProfileError(f"not a vGPU profile name: {name!r} ({why or 'expected ' + PROFILE_GRAMMAR})")
+
 
 def parse_profile(name: str) -> VgpuProfile:
-    """Parse a vSphere vGPU profile name; raise ProfileError when it does not follow the grammar."""
+    """Parse a vSphere vGPU profile name; raise ProfileError when it is neither in the catalogue nor follows the
+    grammar. Names the catalogue lists take its framebuffer, series and MIG instance."""
     if not isinstance(name, str):
-        raise ProfileError(f"not a vGPU profile name: {name!r} (expected {PROFILE_GRAMMAR})")
-    m = PROFILE_RE.match(name)
+        raise _bad(name)
+    rest = _strip_prefix(name)
+    if rest is None:
+        raise _bad(name)
+    row = _type_index().get(rest)
+    if row is not None:
+        m = _GRAMMAR_RE.match(rest)
+        slices = int(m["slices"]) if m and m["slices"] else (int(row.mig_gi[0]) if row.mig_gi else None)
+        return VgpuProfile(name, row.board, slices, row.fb_gb, row.series.lower(), row.mig_gi, row.media, True)
+    m = _GRAMMAR_RE.match(rest)
     if m is None:
-        raise ProfileError(f"not a vGPU profile name: {name!r} (expected {PROFILE_GRAMMAR})")
+        raise _bad(name)
     slices = int(m["slices"]) if m["slices"] else None
     if slices is not None and slices > 7:
-        raise ProfileError(f"not a vGPU profile name: {name!r} (MIG slices are 1..7)")
-    return VgpuProfile(name=name, board=m["board"], slices=slices, fb_gb=int(m["fb"]), series=m["series"])
+        raise _bad(name, "MIG slices are 1..7")
+    if m["me"] and slices is None:
+        raise _bad(name, "media extensions exist only on MIG-backed types")
+    return VgpuProfile(name, m["board"], slices, int(m["fb"]), m["series"], None, bool(m["me"]), False)
+
+
+def try_parse(name: str) -> VgpuProfile | None:
+    """parse_profile, or None for a name no table explains: for code that must never raise on host data."""
+    try:
+        return parse_profile(name)
+    except ProfileError:
+        return None
 
 
 def is_profile(name: str) -> bool:
-    try:
-        parse_profile(name)
-    except ProfileError:
-        return False
-    return True
+    return try_parse(name) is not None
 
 
 def mixing_problem(profiles: Iterable[str | VgpuProfile]) -> str | None:
-    """Why these vGPUs cannot share one VM, or None. All vGPUs of a VM share board and series (DOMAIN.md);
+    """Why these vGPUs cannot share one VM, or None. All vGPUs of a VM share board and series;
     framebuffer sizes may differ."""
     parsed = [p if isinstance(p, VgpuProfile) else parse_profile(p) for p in profiles]
     if not parsed:
@@ -90,83 +307,68 @@ def compatible_in_one_vm(profiles: Iterable[str | VgpuProfile]) -> bool:
 # ------------------------------------------------------------------------------------------- boards
 
 
-@dataclass(frozen=True)
-class MigGiProfile:
-    """A GPU instance profile's fixed placements: `size` memory slots starting at one of `starts`."""
-
-    name: str
-    size: int
-    starts: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class BoardInfo:
-    board: str
-    model: str
-    fb_gb: int
-    mig_slots: int = 0  # memory slots of a MIG-capable GPU; 0 when MIG is not supported
-    gi_profiles: tuple[MigGiProfile, ...] = ()
-    nvlink_capable: bool = False
-
-    @property
-    def mig_capable(self) -> bool:
-        return self.mig_slots > 0
-
-    def gi(self, name: str) -> MigGiProfile | None:
-        return next((g for g in self.gi_profiles if g.name == name), None)
-
-
-def _geometry(unit_gb: int) -> tuple[MigGiProfile, ...]:
-    """A100/H100 MIG geometry (8 memory slots); `unit_gb` is the memory of one slot (5 or 10)."""
-    u = unit_gb
-    return (
-        MigGiProfile(f"1g.{u}gb", 1, (0, 1, 2, 3, 4, 5, 6)),
-        MigGiProfile(f"1g.{2 * u}gb", 2, (0, 2, 4, 6)),
-        MigGiProfile(f"2g.{2 * u}gb", 2, (0, 2, 4)),
-        MigGiProfile(f"3g.{4 * u}gb", 4, (0, 4)),
-        MigGiProfile(f"4g.{4 * u}gb", 4, (0,)),
-        MigGiProfile(f"7g.{8 * u}gb", 8, (0,)),
-    )
-
-
-# Fallback data used when the host does not say (docs/gpu-rules.md). The host's own data wins.
-BOARDS: dict[str, BoardInfo] = {
-    "a100": BoardInfo("a100", "A100-40GB", 40, 8, _geometry(5), True),
-    "a100d": BoardInfo("a100d", "A100-80GB", 80, 8, _geometry(10), True),
-    "h100": BoardInfo("h100", "H100-80GB", 80, 8, _geometry(10), True),
-    "l40s": BoardInfo("l40s", "L40S", 48),
-    "a40": BoardInfo("a40", "A40", 48, nvlink_capable=True),
-}
-
-_MODEL_ALIASES = {b.model.lower(): b.board for b in BOARDS.values()}
-
-
 def board_for_model(model: str) -> str | None:
-    """Board of a GPU model name as used in fixtures (`A100-40GB`) or a board name itself (`a100`)."""
+    """Board token of a catalogue model name (`A100-40GB`), one of its aliases, or a board token (`a100`)."""
     key = model.strip().lower()
     if key in BOARDS:
         return key
-    return _MODEL_ALIASES.get(key)
-
-
-def board_for_device(device_name: str, memory_gb: int | None = None) -> str | None:
-    """Board of a physical GPU from the name the host reports (`NVIDIA A100-PCIE-40GB`, `NVIDIA L40S`)."""
-    name = device_name.lower().replace(" ", "").replace("-", "")
-    if "h100" in name:
-        return "h100"
-    if "a100" in name:
-        big = "80gb" in name or (memory_gb is not None and memory_gb > 40)
-        return "a100d" if big else "a100"
-    if "l40s" in name:
-        return "l40s"
-    if "a40" in name:
-        return "a40"
+    for b in BOARDS.values():
+        if key == b.model.lower() or key in (a.lower() for a in b.aliases):
+            return b.board
     return None
+
+
+def known_models() -> list[str]:
+    return [b.model for b in BOARDS.values()]
+
+
+def board_for_device(
+    device_name: str, memory_gb: float | None = None, device_id: int | None = None, offered: Iterable[str] = ()
+) -> str | None:
+    """Board of a physical GPU: by PCI device id, else by the exact device name the host reports, else by the
+    boards of the profiles the host offers (narrowed by the GPU's memory). Never by substrings of the name."""
+    if device_id:
+        by_id = [b.board for b in BOARDS.values() if device_id in b.pci_device_ids]
+        if len(by_id) == 1:
+            return by_id[0]
+    name = device_name.strip().lower()
+    by_name = [b.board for b in BOARDS.values() if name in (d.lower() for d in b.device_names)]
+    if len(by_name) == 1:
+        return by_name[0]
+    return board_from_offered(offered, memory_gb)
+
+
+def board_from_offered(offered: Iterable[str], memory_gb: float | None = None) -> str | None:
+    """The one catalogue board the host's offered profile names belong to (narrowed by GPU memory), or None."""
+    boards = {p.board for name in offered if (p := try_parse(name)) is not None and p.board in BOARDS}
+    if memory_gb:
+        sized = {b for b in boards if _memory_matches(BOARDS[b].fb_gb, memory_gb)}
+        boards = sized or boards
+    return next(iter(boards)) if len(boards) == 1 else None
+
+
+def _memory_matches(board_gb: float, reported_gb: float) -> bool:
+    # graphicsInfo.memorySizeInKB is the usable memory, a little below the nominal size.
+    return board_gb * 0.9 <= reported_gb <= board_gb * 1.05
 
 
 def gi_geometry(board: str, gi_profile: str) -> MigGiProfile | None:
     info = BOARDS.get(board)
     return info.gi(gi_profile) if info else None
+
+
+def offered_alternatives(wanted: str, offered: Iterable[str], limit: int = 6) -> list[str]:
+    """Offered profile names closest to `wanted`: same board first, then by framebuffer distance."""
+    want = try_parse(wanted)
+    names = sorted(set(offered))
+
+    def rank(name: str) -> tuple[int, float, str]:
+        p = try_parse(name)
+        if p is None or want is None:
+            return (2, 0.0, name)
+        return (0 if p.board == want.board else 1, abs(p.fb_gb - want.fb_gb), name)
+
+    return sorted(names, key=rank)[:limit]
 
 
 # ------------------------------------------------------------------------------------------- limits
@@ -181,9 +383,15 @@ def max_vgpus_per_vm(api_version: str) -> int:
     return 8 if major >= 8 else 4
 
 
+def api_at_least(api_version: str | None, wanted: tuple[int, ...]) -> bool:
+    """Whether a vSphere API version string (`8.0.1.0`) is at least `wanted`; False when unreadable."""
+    parts = tuple(int(p) for p in re.findall(r"\d+", api_version or "")[: len(wanted)])
+    return bool(parts) and parts >= wanted
+
+
 # --------------------------------------------------------------------------------------------- MMIO
 
-MMIO_GB_PER_40GB_FB = 128  # DOMAIN.md: 128 GB per A100-40GB, 256 GB per 80 GB GPU (VMware KB 2142307)
+MMIO_GB_PER_40GB_FB = 128  # 128 GB per A100-40GB, 256 GB per 80 GB GPU (VMware KB 2142307)
 MMIO_MIN_GB = 64
 
 
@@ -191,10 +399,10 @@ def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-def mmio_size_gb(fb_gbs: Iterable[int]) -> int:
+def mmio_size_gb(fb_gbs: Iterable[float]) -> int:
     """pciPassthru.64bitMMIOSizeGB for vGPUs with these framebuffers.
 
-    Rule: the DOMAIN.md guideline scaled to the VM's total vGPU framebuffer (128 GB of MMIO per 40 GB of
+    Rule: the guideline scaled to the VM's total vGPU framebuffer (128 GB of MMIO per 40 GB of
     framebuffer, i.e. 3.2 x the total), rounded up to a power of two, at least 64. One A100-40C -> 128,
     one A100D-80C -> 256, 4 x A100-40C -> 512, 3 x A100-40C -> 512, 8 x H100-80C -> 2048, 1 x A100-10C -> 64.
     """

@@ -7,15 +7,22 @@ import pytest
 from vgpuctl.profiles import (
     BOARDS,
     ProfileError,
+    api_at_least,
     board_for_device,
     board_for_model,
+    catalogue_digest,
+    catalogue_path,
     compatible_in_one_vm,
     gi_geometry,
+    is_profile,
+    known_models,
     max_vgpus_per_vm,
     mixing_problem,
     mmio_size_gb,
     next_pow2,
+    offered_alternatives,
     parse_profile,
+    try_parse,
 )
 
 pytestmark = pytest.mark.unit
@@ -88,20 +95,34 @@ def test_geometry_tables() -> None:
 
 
 @pytest.mark.parametrize(
-    ("device", "mem", "board"),
+    ("device", "mem", "device_id", "offered", "board"),
     [
-        ("NVIDIA A100-PCIE-40GB", 40, "a100"),
-        ("NVIDIA A100 80GB PCIe", 80, "a100d"),
-        ("NVIDIA A100-SXM4-80GB", None, "a100d"),
-        ("NVIDIA A100", 80, "a100d"),
-        ("NVIDIA H100 PCIe", 80, "h100"),
-        ("NVIDIA L40S", 48, "l40s"),
-        ("NVIDIA A40", 48, "a40"),
-        ("Matrox G200", None, None),
+        ("NVIDIA A100-PCIE-40GB", 40, 0, (), "a100"),
+        ("NVIDIA A100 80GB PCIe", 80, 0, (), "a100d"),
+        ("NVIDIA A100-SXM4-80GB", None, 0, (), "a100dx"),
+        ("NVIDIA A100-SXM4-40GB", None, 0, (), "a100x"),
+        ("NVIDIA H100 80GB HBM3", 80, 0, (), "h100xm"),
+        ("NVIDIA H100 PCIe", 80, 0, (), "h100"),
+        ("NVIDIA H100 NVL", 94, 0, (), "h100l"),
+        ("NVIDIA L40S", 48, 0, (), "l40s"),
+        ("NVIDIA A40", 48, 0, (), "a40"),
+        ("NVIDIA A16", 16, 0, (), "a16"),
+        # the PCI device id wins over the name
+        ("GPU", None, 0x2330, (), "h100xm"),
+        ("NVIDIA A100-PCIE-40GB", None, 0x20b2, (), "a100dx"),
+        # no substring guessing: an unknown name says nothing ...
+        ("NVIDIA A100", 80, 0, (), None),
+        ("Matrox G200", None, None, (), None),
+        # ... unless the host's offered profiles name exactly one board
+        ("NVIDIA A100", 80, 0, ("grid_a100dx-80c", "grid_a100dx-40c"), "a100dx"),
+        ("NVIDIA A100", 40, 0, ("grid_a100x-40c", "grid_a100dx-80c"), "a100x"),
+        ("NVIDIA A100", None, 0, ("grid_a100x-40c", "grid_a100dx-80c"), None),
+        ("Some GPU", None, 0, ("nvidia_h100l-94c", "weird-name"), "h100l"),
     ],
 )
-def test_board_for_device(device: str, mem: int | None, board: str | None) -> None:
-    assert board_for_device(device, mem) == board
+def test_board_for_device(device: str, mem: int | None, device_id: int | None, offered: tuple[str, ...],
+                          board: str | None) -> None:
+    assert board_for_device(device, mem, device_id, offered) == board
 
 
 def test_board_for_model() -> None:
@@ -141,3 +162,71 @@ def test_mmio_size(fbs: list[int], size: int) -> None:
 
 def test_next_pow2() -> None:
     assert [next_pow2(n) for n in (0, 1, 2, 3, 64, 65, 384)] == [1, 1, 2, 4, 64, 128, 512]
+
+
+# ------------------------------------------------------------------------------ catalogue-backed names
+
+
+@pytest.mark.parametrize(
+    ("name", "board", "fb", "series", "gi", "media"),
+    [
+        ("grid_a100x-40c", "a100x", 40, "c", None, False),
+        ("nvidia_a100x-40c", "a100x", 40, "c", None, False),
+        ("nvidia_h100l-94c", "h100l", 94, "c", None, False),
+        ("grid_h100l-3-47c", "h100l", 47, "c", "3g.47gb", False),
+        ("grid_a100-1-5cme", "a100", 5, "c", "1g.5gb+me", True),
+        ("nvidia_a100d-1-10cme", "a100d", 10, "c", "1g.10gb+me", True),
+        ("grid_h100xm-1-10cme", "h100xm", 10, "c", "1g.10gb+me", True),
+        ("grid_a30-1-6c", "a30", 6, "c", "1g.6gb", False),
+        ("grid_a16-1b", "a16", 1, "b", None, False),
+    ],
+)
+def test_catalogue_names_with_both_prefixes(name: str, board: str, fb: int, series: str, gi: str | None,
+                                            media: bool) -> None:
+    p = parse_profile(name)
+    assert (p.board, p.fb_gb, p.series, p.gi_profile, p.media, p.known) == (board, fb, series, gi, media, True)
+    assert p.vgpu_type is not None and p.vgpu_type.name == p.type_name
+
+
+def test_grammar_names_outside_the_catalogue_parse_as_unknown() -> None:
+    p = parse_profile("grid_t4-16q")
+    assert (p.board, p.fb_gb, p.series, p.known, p.vgpu_type) == ("t4", 16, "q", False, None)
+    p = parse_profile("nvidia_zz9-2-24cme")
+    assert (p.gi_profile, p.media, p.known) == ("2g.24gb+me", True, False)
+    assert try_parse("grid_a100-40cme") is None  # media extensions exist only on MIG types
+    assert try_parse("something else") is None
+    assert not is_profile("nvidia_") and is_profile("nvidia_a100-40c")
+
+
+def test_catalogue_rows_carry_published_maxima() -> None:
+    l40s = BOARDS["l40s"]
+    one_b = l40s.type("grid_l40s-1b")
+    assert one_b is not None and one_b.max_equal == 32  # capped below 48 / 1
+    a100_8c = parse_profile("grid_a100-8c").vgpu_type
+    assert a100_8c is not None and (a100_8c.max_equal, a100_8c.max_mixed) == (5, 4)
+    assert BOARDS["a100"].mig_needs_reboot and not BOARDS["h100xm"].mig_needs_reboot
+    assert BOARDS["h100xm"].nvlink_topology == "nvswitch" and BOARDS["a100"].nvlink_topology == "bridge-pairs"
+    assert not BOARDS["a16"].nvlink_capable
+    row = BOARDS["a100"].type("A100-40C")
+    assert row is not None and row.vsphere_names == ("grid_a100-40c", "nvidia_a100-40c")
+
+
+def test_models_and_catalogue_file() -> None:
+    assert board_for_model("H100-SXM5-80GB") == "h100xm"
+    assert board_for_model("a100-sxm4-80gb") == "a100dx"  # an alias
+    assert {"A100-40GB", "A100-80GB", "H100-80GB", "L40S", "A100-HGX-40GB", "A16"} <= set(known_models())
+    assert catalogue_path().name == "vgpu-catalogue.yaml" and catalogue_path().is_file()
+    assert len(catalogue_digest()) == 64
+
+
+def test_offered_alternatives_put_the_same_board_first() -> None:
+    offered = ["grid_l40s-48q", "grid_a100-20c", "grid_a100-40c", "grid_a100-10c", "odd"]
+    assert offered_alternatives("grid_a100-25c", offered, limit=3) == ["grid_a100-20c", "grid_a100-10c",
+                                                                       "grid_a100-40c"]
+    assert offered_alternatives("nonsense", offered)[:1] == ["grid_a100-10c"]
+
+
+@pytest.mark.parametrize(("version", "ok"), [("8.0.1.0", True), ("8.0.3", True), ("8.0.0.1", False), ("7.0.3", False),
+                                             ("", False), ("9", True)])
+def test_api_at_least(version: str, ok: bool) -> None:
+    assert api_at_least(version, (8, 0, 1)) == ok
