@@ -11,7 +11,8 @@ Decisions (documented in inventory.example.yaml too):
 - `template` is optional: a VM that already exists needs none; planning a VM that is missing and has no
   template is a plan error.
 - `vgpus` is one `{profile, count}` mapping or a list of them (mixed sizes of one board and series in one
-  VM, e.g. A40-48C + A40-16C); it is always a list after loading. Omitted or `[]`: the VM holds no vGPU.
+  VM, e.g. A40-48C + A40-16C); it is always a list after loading. `[]`: the VM holds no vGPU. Omitted (or
+  empty): the VM's vGPUs are left as they are (`VmSpec.manages_vgpus`), as unset host fields are.
 - `power` defaults to `restart`: the VM should run, and is powered off for a change and on again.
 """
 
@@ -199,12 +200,22 @@ class VmSpec(_Model):
     _line: int | None = PrivateAttr(default=None)
     _index: int = PrivateAttr(default=0)  # position of the YAML entry this VM came from (before expansion)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _null_vgpus_is_unset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "vgpus" in data and data["vgpus"] is None:
+            return {k: v for k, v in data.items() if k != "vgpus"}  # `vgpus:` alone leaves the vGPUs alone
+        return data
+
     @field_validator("vgpus", mode="before")
     @classmethod
     def _one_or_many(cls, v: Any) -> Any:
-        if v is None:
-            return []
         return [v] if isinstance(v, dict) else v
+
+    @property
+    def manages_vgpus(self) -> bool:
+        """False when the entry has no `vgpus` key: the VM's vGPUs are left as they are."""
+        return "vgpus" in self.model_fields_set
 
     @field_validator("memory_gb")
     @classmethod
@@ -927,7 +938,9 @@ def _check_vgpus(inv: Inventory, vm: VmSpec, base: Path_) -> Iterator[InventoryE
     problem = mixing_problem(parsed)
     if problem:
         yield inv.error((*base, "vgpus"), problem)
-    if vm.nvlink == "required":
+    if vm.nvlink == "required" and not vm.manages_vgpus:
+        yield inv.error((*base, "nvlink"), "NVLink needs the VM's 'vgpus' listed (its device group is made of them)")
+    elif vm.nvlink == "required":
         if total < 2:
             yield inv.error((*base, "nvlink"), "NVLink needs at least 2 vGPUs in the VM")
         for p in parsed:

@@ -113,11 +113,23 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
     else:
         base = obs
         _locate_existing(vp, obs, observed)
-    _check_offer_and_limit(vp, base, parsed, observed)
-    _diff_devices(vp, base, parsed)
+    if spec.manages_vgpus:
+        _check_offer_and_limit(vp, base, parsed, observed)
+        _diff_devices(vp, base, parsed)
+    else:  # no `vgpus` key: the VM keeps the vGPUs it has (a clone, its template's)
+        parsed = []
+        vp.profiles = _current_profiles(base)
     _diff_fields(vp, base, parsed)
     _plan_power(vp, base)
     return vp
+
+
+def _current_profiles(vm: ObservedVm) -> list[str]:
+    """The VM's own vGPUs, for capacity placement; none when one of them is not a known profile name."""
+    try:
+        return [parse_profile(d.profile).name for d in sorted(vm.vgpus, key=lambda d: d.key)]
+    except ProfileError:
+        return []
 
 
 def _plan_clone(vp: _VmPlan, observed: Observed) -> ObservedVm | None:

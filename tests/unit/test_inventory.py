@@ -216,3 +216,21 @@ def test_inventory_wide_vm_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [str(e) for e in info.value.errors] == [
         "f.yaml:5:11: vms[2].name: the inventory names more than 25 VMs (split it into several files)"
     ]
+
+
+def test_vgpus_unset_is_left_alone_and_empty_list_removes() -> None:
+    text = ("apiVersion: vgpuctl/v1\nvms:\n  - {name: a}\n  - {name: b, vgpus: []}\n  - {name: c, vgpus: null}\n"
+            "  - name: d-{1..2}\n    vgpus: {profile: grid_a100-40c}\n")
+    inv = load_inventory_text(text)
+    managed = {vm.name: vm.manages_vgpus for vm in inv.vms}
+    assert managed == {"a": False, "b": True, "c": False, "d-1": True, "d-2": True}
+    assert all(vm.vgpus == [] for vm in inv.vms[:3])
+
+
+def test_nvlink_required_needs_vgpus_listed() -> None:
+    inv = load_inventory_text("apiVersion: vgpuctl/v1\nvms:\n  - {name: a, nvlink: required}\n", "f.yaml")
+    with pytest.raises(InventoryErrors) as info:
+        validate(inv)
+    assert str(info.value) == (
+        "f.yaml:3:23: vms[0].nvlink: NVLink needs the VM's 'vgpus' listed (its device group is made of them)"
+    )
