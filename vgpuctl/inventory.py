@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, mixing_problem, parse_profile
+from vgpuctl.vmclasses import NamespaceList, VmClassList
 
 API_VERSION = "vgpuctl/v1"
 MAX_VGPUS_PER_VM = 8
@@ -282,6 +283,8 @@ class Inventory(_Model):
     hosts: list[HostSpec] = Field(default_factory=list)
     vms: list[VmSpec] = Field(default_factory=list)
     guests: GuestsSpec = Field(default_factory=GuestsSpec)
+    vm_classes: VmClassList = Field(default_factory=list)  # VM classes with vGPUs (vgpuctl.vmclasses)
+    namespaces: NamespaceList = Field(default_factory=list)  # supervisor namespaces and their VM classes
     _source_path: str | None = PrivateAttr(default=None)
     _pos: dict[Path_, Pos] = PrivateAttr(default_factory=dict)
     _wrapped: set[Path_] = PrivateAttr(default_factory=set)

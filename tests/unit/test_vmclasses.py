@@ -1,0 +1,355 @@
+"""VM classes and supervisor namespaces: inventory schema, cross-entry checks, the pure plan and its diff."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import pytest
+
+from vgpuctl.errors import InventoryErrors
+from vgpuctl.inventory import Inventory, load_inventory_text
+from vgpuctl.model import Observed, ObservedHost, Op
+from vgpuctl.vmclasses import (
+    ClassState,
+    NamespaceState,
+    SupervisorState,
+    desired_class,
+    iter_problems,
+    plan_supervisor,
+    render_text,
+)
+
+pytestmark = pytest.mark.unit
+
+A100_TS = ["grid_a100-10c", "grid_a100-20c", "grid_a100-40c"]
+A100_MIG = ["grid_a100-1-5c", "grid_a100-3-20c", "grid_a100-7-40c"]
+
+
+def _inv(body: str) -> Inventory:
+    return load_inventory_text("apiVersion: vgpuctl/v1\n" + textwrap.dedent(body), "inv.yaml")
+
+
+def _errors(body: str) -> list[str]:
+    with pytest.raises(InventoryErrors) as info:
+        _inv(body)
+    return [e.located() for e in info.value.errors]
+
+
+def _observed(offered: list[str] | None = None, api: str = "8.0.3.0", limit: int = 8) -> Observed:
+    hosts = {
+        "esx-01": ObservedHost("esx-01", cluster="WL", offered_profiles=list(offered or A100_TS), api_version=api,
+                               max_vgpus_per_vm=limit),
+        "esx-09": ObservedHost("esx-09", cluster="Other", offered_profiles=["grid_l40s-48c"]),
+    }
+    return Observed(hosts=hosts, clusters={"WL": ["esx-01"], "Other": ["esx-09"]})
+
+
+def _state(**namespaces: list[str]) -> SupervisorState:
+    return SupervisorState(
+        namespaces={n: NamespaceState(n, "domain-c1", list(c)) for n, c in namespaces.items()},
+        supervisor_clusters={"domain-c1": "WL"},
+    )
+
+
+TWO_CLASSES = """
+vm_classes:
+  - name: gpu-a100-40c
+    cpus: 16
+    memory_gb: 128
+    vgpus: {profile: grid_a100-40c, count: 2}
+  - name: gpu-small
+    cpus: 4
+    memory_gb: 32
+    vgpus: [{profile: grid_a100-10c}]
+namespaces:
+  - name: ml-team
+    vm_classes: [gpu-a100-40c, gpu-small]
+  - name: data-team
+    supervisor: WL
+    vm_classes: [gpu-small]
+"""
+
+
+# ---------------------------------------------------------------------------------------------- schema
+
+
+def test_sections_load_with_both_vgpu_forms() -> None:
+    inv = _inv(TWO_CLASSES)
+    assert [c.name for c in inv.vm_classes] == ["gpu-a100-40c", "gpu-small"]
+    assert inv.vm_classes[0].vgpu_profiles == ["grid_a100-40c", "grid_a100-40c"]
+    assert inv.vm_classes[1].vgpu_profiles == ["grid_a100-10c"]
+    assert inv.namespaces[1].supervisor == "WL"
+    assert list(iter_problems(inv)) == []
+
+
+def test_empty_sections_are_empty_lists() -> None:
+    inv = _inv("vm_classes:\nnamespaces:\n")
+    assert inv.vm_classes == [] and inv.namespaces == []
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("vm_classes:\n  - name: a\n    cpus: 1\n    memory_gb: 4\n    vgpu: {profile: grid_a100-40c}\n",
+         "inv.yaml:6:5: vm_classes[0]: unknown key 'vgpu' (did you mean 'vgpus'?)"),
+        ("vm_classes:\n  - name: Big_Class\n    cpus: 1\n    memory_gb: 4\n",
+         "inv.yaml:3:11: vm_classes[0].name: must be a DNS label"),
+        ("vm_classes:\n  - name: a\n    cpus: 1\n    memory_gb: 4\n    vgpus: {profile: a100-40c}\n",
+         "inv.yaml:6:5: vm_classes[0].vgpus[0].profile: not a vGPU profile name"),
+        ("vm_classes:\n  - name: a\n    cpus: 1\n    memory_gb: 4\n    vgpus: {profile: grid_a100-40c, count: 9}\n",
+         "vm_classes[0].vgpus[0].count: must be between 1 and 8"),
+        ("vm_classes:\n  - name: a\n    cpus: 1\n    memory_gb: 4\n"
+         "    vgpus: [{profile: grid_a100-40c, count: 5}, {profile: grid_a100-20c, count: 4}]\n",
+         "inv.yaml:3:5: vm_classes[0]: 9 vGPUs in total; a VM holds at most 8"),
+        ("vm_classes:\n  - name: a\n    cpus: 1\n    memory_gb: 4\n"
+         "    vgpus: [{profile: grid_a100-40c}, {profile: grid_l40s-48c}]\n",
+         "vm_classes[0]: vGPUs of one VM must share a board type (got a100, l40s)"),
+        ("vm_classes:\n  - name: a\n    cpus: 1\n    memory_gb: 4\n    memory_reservation: 50\n"
+         "    vgpus: {profile: grid_a100-40c}\n",
+         "vm_classes[0]: vGPUs need all guest memory reserved"),
+        ("vm_classes:\n  - name: a\n    memory_gb: 4\n", "vm_classes[0]: a VM class needs 'cpus' and 'memory_gb'"),
+        ("namespaces:\n  - name: ns\n    vm_classes: gpu\n", "namespaces[0].vm_classes: must be a list"),
+        ("vm_classes:\n  - name: a\n    cpus: 1\n    memory_gb: 4\n    state: gone\n",
+         "vm_classes[0].state: must be 'present' or 'absent'"),
+    ],
+)
+def test_schema_errors_are_located(body: str, expected: str) -> None:
+    errors = _errors(body)
+    assert any(expected in e for e in errors), errors
+
+
+def test_absent_class_needs_no_size() -> None:
+    inv = _inv("vm_classes:\n  - name: old\n    state: absent\n")
+    assert inv.vm_classes[0].state == "absent"
+
+
+def test_cross_entry_problems() -> None:
+    inv = _inv("""
+        vm_classes:
+          - {name: a, cpus: 1, memory_gb: 4}
+          - {name: a, cpus: 2, memory_gb: 4}
+          - {name: old, state: absent}
+        namespaces:
+          - {name: ns, vm_classes: [a, old, a]}
+          - {name: ns, vm_classes: []}
+        """)
+    problems = [e.located() for e in iter_problems(inv)]
+    assert problems == [
+        "inv.yaml:5:12: vm_classes[1].name: VM class 'a' is defined twice",
+        "inv.yaml:8:32: namespaces[0].vm_classes[1]: VM class 'old' has state: absent",
+        "inv.yaml:8:37: namespaces[0].vm_classes[2]: VM class 'a' is listed twice",
+        "inv.yaml:9:12: namespaces[1].name: namespace 'ns' is listed twice",
+    ]
+
+
+# --------------------------------------------------------------------------------------- desired class
+
+
+def test_desired_class_reserves_memory_and_sizes_mmio() -> None:
+    inv = _inv(TWO_CLASSES)
+    big = desired_class(inv.vm_classes[0])
+    assert (big.cpus, big.memory_mb, big.memory_reservation) == (16, 131072, 100)
+    assert big.vgpus == ["grid_a100-40c", "grid_a100-40c"]
+    assert big.extra_config == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "256"}
+
+
+def test_desired_class_without_vgpus_and_extra_config_override() -> None:
+    inv = _inv("""
+        vm_classes:
+          - {name: cpu-only, cpus: 2, memory_gb: 8}
+          - name: q
+            cpus: 2
+            memory_gb: 8
+            vgpus: {profile: grid_a40-48c}
+            extra_config: {pciPassthru.64bitMMIOSizeGB: "512"}
+        """)
+    plain, q = (desired_class(c) for c in inv.vm_classes)
+    assert (plain.memory_reservation, plain.vgpus, plain.extra_config) == (0, [], {})
+    assert q.extra_config["pciPassthru.64bitMMIOSizeGB"] == "512"
+
+
+# ------------------------------------------------------------------------------------------------ plan
+
+
+def _have(name: str, **over: Any) -> ClassState:
+    base: dict[str, Any] = {"cpus": 4, "memory_mb": 32768, "memory_reservation": 100,
+                            "vgpus": ["grid_a100-10c"],
+                            "extra_config": {"pciPassthru.use64bitMMIO": "TRUE",
+                                             "pciPassthru.64bitMMIOSizeGB": "64"}}
+    return ClassState(name, **{**base, **over})
+
+
+def test_plan_creates_classes_and_associations() -> None:
+    plan = plan_supervisor(_inv(TWO_CLASSES), _state(**{"ml-team": [], "data-team": ["best-effort-small"]}),
+                           _observed())
+    assert plan.errors == []
+    assert [(c.op, c.name) for c in plan.class_changes] == [(Op.ADD, "gpu-a100-40c"), (Op.ADD, "gpu-small")]
+    assert [(n.namespace, n.add, n.remove) for n in plan.namespace_changes] == [
+        ("ml-team", ["gpu-a100-40c", "gpu-small"], []),
+        ("data-team", ["gpu-small"], []),
+    ]
+    assert render_text(plan) == textwrap.dedent("""\
+        + vm class gpu-a100-40c  (create)
+            + cpus 16, memoryMB 131072, cpu reservation 0%, memory reservation 100%
+            + vgpu grid_a100-40c
+            + vgpu grid_a100-40c
+            + extraConfig pciPassthru.64bitMMIOSizeGB = 256
+            + extraConfig pciPassthru.use64bitMMIO = TRUE
+        + vm class gpu-small  (create)
+            + cpus 4, memoryMB 32768, cpu reservation 0%, memory reservation 100%
+            + vgpu grid_a100-10c
+            + extraConfig pciPassthru.64bitMMIOSizeGB = 64
+            + extraConfig pciPassthru.use64bitMMIO = TRUE
+        ~ namespace ml-team
+            + vm class gpu-a100-40c
+            + vm class gpu-small
+        ~ namespace data-team
+            + vm class gpu-small
+        Plan: 2 VM class(es) to create, 0 to update, 0 to delete, 2 namespace(s) to change.
+        """)
+
+
+def test_plan_is_empty_when_vcenter_matches() -> None:
+    inv = _inv(TWO_CLASSES)
+    state = _state(**{"ml-team": ["gpu-a100-40c", "gpu-small"], "data-team": ["gpu-small", "best-effort-small"]})
+    state.classes = {c.name: desired_class(c) for c in inv.vm_classes}
+    plan = plan_supervisor(inv, state, _observed())
+    assert plan.is_empty and plan.errors == []
+    assert render_text(plan).endswith("No changes: the VM classes and namespaces match the inventory.\n")
+
+
+def test_plan_updates_profile_count_and_size() -> None:
+    inv = _inv("""
+        vm_classes:
+          - name: gpu-small
+            cpus: 8
+            memory_gb: 32
+            vgpus: {profile: grid_a100-20c, count: 2}
+        namespaces:
+          - {name: ml-team, vm_classes: [gpu-small]}
+        """)
+    state = _state(**{"ml-team": ["gpu-small"]})
+    state.classes = {"gpu-small": _have("gpu-small")}
+    plan = plan_supervisor(inv, state, _observed())
+    assert plan.errors == [] and plan.namespace_changes == []
+    assert render_text(plan) == textwrap.dedent("""\
+        ~ vm class gpu-small  (update)
+            ~ cpus: 4 -> 8
+            - vgpu grid_a100-10c
+            + vgpu grid_a100-20c
+            + vgpu grid_a100-20c
+            + extraConfig pciPassthru.64bitMMIOSizeGB = 128
+        Plan: 0 VM class(es) to create, 1 to update, 0 to delete, 0 namespace(s) to change.
+        """)
+    assert plan.class_changes[0].desired is not None
+    assert plan.class_changes[0].desired.vgpus == ["grid_a100-20c", "grid_a100-20c"]
+
+
+def test_plan_removes_only_managed_associations() -> None:
+    inv = _inv("""
+        vm_classes:
+          - {name: gpu-small, cpus: 4, memory_gb: 32, vgpus: {profile: grid_a100-10c}}
+        namespaces:
+          - {name: ml-team, vm_classes: []}
+        """)
+    state = _state(**{"ml-team": ["gpu-small", "best-effort-small"], "other": ["gpu-small"]})
+    state.classes = {"gpu-small": _have("gpu-small"), "best-effort-small": _have("best-effort-small", vgpus=[])}
+    plan = plan_supervisor(inv, state, _observed())
+    assert [(n.namespace, n.add, n.remove) for n in plan.namespace_changes] == [("ml-team", [], ["gpu-small"])]
+    assert plan.class_changes == [] and plan.errors == []
+
+
+def test_plan_deletes_absent_class_after_namespaces() -> None:
+    inv = _inv("""
+        vm_classes:
+          - {name: old, state: absent}
+          - {name: gone-already, state: absent}
+          - {name: new, cpus: 2, memory_gb: 8}
+        namespaces:
+          - {name: ml-team, vm_classes: [new]}
+        """)
+    state = _state(**{"ml-team": ["old"]})
+    state.classes = {"old": _have("old")}
+    plan = plan_supervisor(inv, state, _observed())
+    assert plan.errors == []
+    order = [(type(c).__name__, getattr(c, "name", getattr(c, "namespace", ""))) for c in plan.ordered()]
+    assert order == [("ClassChange", "new"), ("NamespaceChange", "ml-team"), ("ClassChange", "old")]
+    assert "- vm class old  (delete)" in render_text(plan)
+
+
+@pytest.mark.parametrize(
+    ("inventory", "state", "observed", "expected"),
+    [
+        pytest.param(
+            "vm_classes:\n  - {name: c, cpus: 1, memory_gb: 4, vgpus: {profile: grid_a100-3-20c}}\n"
+            "namespaces:\n  - {name: ml-team, vm_classes: [c]}\n",
+            _state(**{"ml-team": []}), _observed(),
+            ["vm class c: no host of supervisor cluster WL offers grid_a100-3-20c in its current or planned GPU "
+             "mode (offered: grid_a100-10c, grid_a100-20c, grid_a100-40c) (namespace ml-team)"],
+            id="profile-not-offered"),
+        pytest.param(
+            "vm_classes:\n  - {name: c, cpus: 1, memory_gb: 4, vgpus: {profile: grid_a100-3-20c}}\n"
+            "namespaces:\n  - {name: ml-team, vm_classes: [c]}\n",
+            _state(**{"ml-team": []}), _observed(A100_MIG), [], id="offered-in-planned-mig-mode"),
+        pytest.param(
+            "vm_classes:\n  - {name: c, cpus: 1, memory_gb: 4, vgpus: {profile: grid_a100-10c, count: 5}}\n"
+            "namespaces:\n  - {name: ml-team, vm_classes: [c]}\n",
+            _state(**{"ml-team": []}), _observed(api="7.0.3.0"),
+            ["vm class c: 5 vGPUs exceed vSphere's limit of 4 per VM on supervisor cluster WL (namespace ml-team)"],
+            id="over-limit"),
+        pytest.param(
+            "namespaces:\n  - {name: nope, vm_classes: []}\n", _state(), _observed(),
+            ["namespace nope: does not exist (vgpuctl does not create namespaces)"], id="missing-namespace"),
+        pytest.param(
+            "namespaces:\n  - {name: ml-team, supervisor: Other, vm_classes: []}\n", _state(**{"ml-team": []}),
+            _observed(),
+            ["namespace ml-team: is on supervisor cluster WL, the inventory says Other (which is not a supervisor "
+             "cluster)"], id="not-a-supervisor-cluster"),
+        pytest.param(
+            "namespaces:\n  - {name: ml-team, vm_classes: []}\n",
+            SupervisorState(namespaces={"ml-team": NamespaceState("ml-team", "domain-c9")},
+                            supervisor_clusters={"domain-c1": "WL"}),
+            _observed(), ["namespace ml-team: its cluster domain-c9 is not a supervisor cluster"],
+            id="namespace-off-supervisor"),
+        pytest.param(
+            "namespaces:\n  - {name: ml-team, vm_classes: [ghost]}\n", _state(**{"ml-team": []}), _observed(),
+            ["namespace ml-team: VM class ghost is neither in vm_classes nor in vCenter"], id="unknown-class"),
+        pytest.param(
+            "vm_classes:\n  - {name: old, state: absent}\n", _state(**{"keep": ["old"]}), _observed(),
+            ["vm class old: state is absent but namespace keep, which the inventory does not name, still uses it"],
+            id="absent-still-used"),
+        pytest.param(
+            "vm_classes:\n  - {name: c, cpus: 1, memory_gb: 4, vgpus: {profile: grid_a100-40c}}\n",
+            _state(**{"unnamed": ["c"]}), _observed(["grid_a100-10c"]),
+            ["vm class c: no host of supervisor cluster WL offers grid_a100-40c in its current or planned GPU mode "
+             "(offered: grid_a100-10c) (namespace unnamed)"], id="checked-for-unnamed-users"),
+    ],
+)
+def test_plan_errors(inventory: str, state: SupervisorState, observed: Observed, expected: list[str]) -> None:
+    plan = plan_supervisor(_inv(inventory), state, observed)
+    assert plan.errors == expected
+    if expected:
+        assert render_text(plan).endswith("nothing can be applied.\n")
+
+
+def test_unused_gpu_class_is_a_warning() -> None:
+    inv = _inv("vm_classes:\n  - {name: c, cpus: 1, memory_gb: 4, vgpus: {profile: grid_a100-40c}}\n")
+    plan = plan_supervisor(inv, _state(), _observed())
+    assert plan.errors == [] and plan.warnings == [
+        "vm class c: no namespace uses it, so no host was checked for its vGPUs"]
+
+
+def test_plan_json_document() -> None:
+    plan = plan_supervisor(_inv(TWO_CLASSES), _state(**{"ml-team": [], "data-team": []}), _observed())
+    doc = plan.to_dict()
+    assert doc["kind"] == "supervisor_plan"
+    assert doc["class_changes"][0]["op"] == "+" and doc["class_changes"][0]["desired"]["memory_reservation"] == 100
+    assert doc["summary"] == {"classes_create": 2, "classes_update": 0, "classes_delete": 0, "namespaces_change": 2,
+                              "errors": 0, "warnings": 0}
+
+
+def test_state_round_trips_through_dict() -> None:
+    state = _state(**{"ml-team": ["a"]})
+    state.classes = {"a": _have("a")}
+    assert SupervisorState.from_dict(state.to_dict()) == state

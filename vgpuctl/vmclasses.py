@@ -1,0 +1,497 @@
+"""VM classes with vGPUs and supervisor namespaces: the inventory sections, what vCenter shows through the
+Automation REST API, and the pure plan between them. No I/O.
+
+Inventory (`vm_classes:` and `namespaces:`):
+- a class is created when missing, updated when it differs, deleted only with `state: absent`;
+- vGPUs are one `{profile, count}` mapping or a list of them; a class with vGPUs reserves all its memory
+  (`memory_reservation` defaults to 100 and may not be lower) and, for large-BAR (C-series) profiles, gets
+  64-bit MMIO sized like a VM's (profiles.mmio_size_gb) unless its `extra_config` says otherwise;
+- a namespace lists the VM classes it may use; associations with classes the inventory does not name under
+  `vm_classes:` are left alone, so are namespaces and classes it does not name; namespaces are never created.
+Plan checks: the namespace exists on a supervisor cluster (and on the one named), some host of that cluster
+offers every profile of each class it will use (in the GPU mode it has or will have), the vGPU count is within
+vSphere's per-VM limit there, and an absent class is used by no namespace the inventory leaves alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+
+from vgpuctl.model import FieldChange, Observed, ObservedHost, Op
+from vgpuctl.profiles import ProfileError, max_vgpus_per_vm, mixing_problem, mmio_size_gb, parse_profile
+
+if TYPE_CHECKING:
+    from vgpuctl.errors import InventoryError
+
+MAX_VGPUS_PER_CLASS = 8  # vSphere 8's per-VM limit; the hosts' own limit is checked at plan time
+USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
+MMIO_SIZE = "pciPassthru.64bitMMIOSizeGB"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class _Section(BaseModel):
+    # The same rules as the rest of the inventory (vgpuctl.inventory): unknown keys and loose types are errors.
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+
+def _dns_label(v: str) -> str:
+    if not _DNS_LABEL.match(v):
+        raise ValueError(f"must be a DNS label: lower-case letters, digits and '-', at most 63 (got {v!r})")
+    return v
+
+
+class ClassVgpu(_Section):
+    profile: str
+    count: int = 1
+
+    @field_validator("profile")
+    @classmethod
+    def _profile(cls, v: str) -> str:
+        try:
+            parse_profile(v)
+        except ProfileError as exc:
+            raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("count")
+    @classmethod
+    def _count(cls, v: int) -> int:
+        if not 1 <= v <= MAX_VGPUS_PER_CLASS:
+            raise ValueError(f"must be between 1 and {MAX_VGPUS_PER_CLASS} (got {v})")
+        return v
+
+
+class VmClassSpec(_Section):
+    name: str
+    state: Literal["present", "absent"] = "present"
+    cpus: int | None = Field(default=None, ge=1, le=768)
+    memory_gb: float | None = None
+    cpu_reservation: int = Field(default=0, ge=0, le=100)  # percent of the class's CPU
+    memory_reservation: int | None = Field(default=None, ge=0, le=100)  # percent; 100 when there are vGPUs
+    vgpus: list[ClassVgpu] = Field(default_factory=list)
+    extra_config: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _dns_label(v)
+
+    @field_validator("vgpus", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        if v is None:
+            return []
+        return [v] if isinstance(v, dict) else v
+
+    @field_validator("memory_gb")
+    @classmethod
+    def _memory(cls, v: float | None) -> float | None:
+        if v is not None and (v <= 0 or v * 1024 != int(v * 1024) or int(v * 1024) % 4):
+            raise ValueError(f"must be a positive size in GB that is a whole multiple of 4 MB (got {v})")
+        return v
+
+    @model_validator(mode="after")
+    def _rules(self) -> VmClassSpec:
+        if self.state == "absent":
+            return self
+        if self.cpus is None or self.memory_gb is None:
+            raise ValueError("a VM class needs 'cpus' and 'memory_gb' (or state: absent)")
+        total = self.vgpu_count
+        if total > MAX_VGPUS_PER_CLASS:
+            raise ValueError(f"{total} vGPUs in total; a VM holds at most {MAX_VGPUS_PER_CLASS}")
+        problem = mixing_problem(self.vgpu_profiles)
+        if problem:
+            raise ValueError(problem)
+        if total and self.memory_reservation is not None and self.memory_reservation != 100:
+            raise ValueError("vGPUs need all guest memory reserved: memory_reservation must be 100 (or left out)")
+        return self
+
+    @property
+    def vgpu_profiles(self) -> list[str]:
+        """One profile name per vGPU, in declaration order."""
+        return [v.profile for v in self.vgpus for _ in range(v.count)]
+
+    @property
+    def vgpu_count(self) -> int:
+        return sum(v.count for v in self.vgpus)
+
+
+class NamespaceSpec(_Section):
+    name: str
+    supervisor: str | None = None  # the supervisor cluster the namespace must live on (checked, not moved)
+    vm_classes: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _dns_label(v)
+
+    @field_validator("vm_classes", mode="before")
+    @classmethod
+    def _none(cls, v: Any) -> Any:
+        return [] if v is None else v
+
+
+def _empty(v: Any) -> Any:
+    return [] if v is None else v  # `vm_classes:` with nothing under it
+
+
+VmClassList = Annotated[list[VmClassSpec], BeforeValidator(_empty)]
+NamespaceList = Annotated[list[NamespaceSpec], BeforeValidator(_empty)]
+
+
+class _Sections(Protocol):
+    """What the checks and the plan need from an Inventory: its two sections, and locating errors."""
+
+    vm_classes: list[VmClassSpec]
+    namespaces: list[NamespaceSpec]
+
+    def error(self, path: tuple[str | int, ...], message: str) -> InventoryError: ...
+
+
+def iter_problems(inv: _Sections) -> Iterator[InventoryError]:
+    """Checks across entries that need no vCenter: duplicate names, unknown or absent classes in namespaces."""
+    classes: dict[str, VmClassSpec] = {}
+    for i, spec in enumerate(inv.vm_classes):
+        if spec.name in classes:
+            yield inv.error(("vm_classes", i, "name"), f"VM class {spec.name!r} is defined twice")
+        classes[spec.name] = spec
+    seen: set[str] = set()
+    for i, ns in enumerate(inv.namespaces):
+        if ns.name in seen:
+            yield inv.error(("namespaces", i, "name"), f"namespace {ns.name!r} is listed twice")
+        seen.add(ns.name)
+        for j, name in enumerate(ns.vm_classes):
+            spec = classes.get(name)
+            if spec is not None and spec.state == "absent":
+                yield inv.error(("namespaces", i, "vm_classes", j), f"VM class {name!r} has state: absent")
+            if ns.vm_classes.index(name) != j:
+                yield inv.error(("namespaces", i, "vm_classes", j), f"VM class {name!r} is listed twice")
+
+
+# -------------------------------------------------------------------------------------- what vCenter has
+
+
+@dataclass
+class ClassState:
+    """A VM class, in vgpuctl's terms: what vCenter shows, or what the inventory asks for."""
+
+    name: str
+    cpus: int
+    memory_mb: int
+    cpu_reservation: int = 0
+    memory_reservation: int = 0
+    vgpus: list[str] = field(default_factory=list)  # one profile name per vGPU device
+    extra_config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class NamespaceState:
+    name: str
+    cluster: str  # managed object id of the supervisor cluster (domain-c8)
+    vm_classes: list[str] = field(default_factory=list)
+    content_libraries: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SupervisorState:
+    """VM classes, namespaces and supervisor clusters (moid -> name) as the REST API lists them."""
+
+    classes: dict[str, ClassState] = field(default_factory=dict)
+    namespaces: dict[str, NamespaceState] = field(default_factory=dict)
+    supervisor_clusters: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SupervisorState:
+        return cls(
+            classes={k: ClassState(**{"name": k, **v}) for k, v in (data.get("classes") or {}).items()},
+            namespaces={k: NamespaceState(**{"name": k, **v}) for k, v in (data.get("namespaces") or {}).items()},
+            supervisor_clusters=dict(data.get("supervisor_clusters") or {}),
+        )
+
+
+def desired_class(spec: VmClassSpec) -> ClassState:
+    """The class the inventory asks for: memory fully reserved with vGPUs, 64-bit MMIO for large BARs."""
+    profiles = [parse_profile(p) for p in spec.vgpu_profiles]
+    extra: dict[str, str] = {}
+    if any(p.large_bar for p in profiles):
+        extra = {USE_64BIT_MMIO: "TRUE", MMIO_SIZE: str(mmio_size_gb(p.fb_gb for p in profiles))}
+    extra.update(spec.extra_config)
+    reservation = spec.memory_reservation if spec.memory_reservation is not None else (100 if profiles else 0)
+    return ClassState(
+        name=spec.name,
+        cpus=spec.cpus or 0,
+        memory_mb=int((spec.memory_gb or 0) * 1024),
+        cpu_reservation=spec.cpu_reservation,
+        memory_reservation=reservation,
+        vgpus=[p.name for p in profiles],
+        extra_config=extra,
+    )
+
+
+# ----------------------------------------------------------------------------------------------- plan
+
+
+@dataclass
+class ClassChange:
+    """Create (+), update (~) or delete (-) one VM class; apply sends it as one request."""
+
+    op: Op
+    name: str
+    fields: list[FieldChange] = field(default_factory=list)
+    vgpus_added: list[str] = field(default_factory=list)
+    vgpus_removed: list[str] = field(default_factory=list)
+    extra_config: dict[str, str | None] = field(default_factory=dict)  # None: the key goes away
+    desired: ClassState | None = None  # the whole class after the change (None for a delete)
+
+
+@dataclass
+class NamespaceChange:
+    """Class associations added to and removed from one namespace; apply sends them as one request."""
+
+    namespace: str
+    add: list[str] = field(default_factory=list)
+    remove: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SupervisorPlan:
+    class_changes: list[ClassChange] = field(default_factory=list)
+    namespace_changes: list[NamespaceChange] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.class_changes and not self.namespace_changes
+
+    def ordered(self) -> list[ClassChange | NamespaceChange]:
+        """Apply order: classes are created or updated before namespaces use them, deleted after."""
+        first = [c for c in self.class_changes if c.op != Op.REMOVE]
+        last = [c for c in self.class_changes if c.op == Op.REMOVE]
+        return [*first, *self.namespace_changes, *last]
+
+    def summary(self) -> dict[str, int]:
+        ops = Counter(c.op for c in self.class_changes)
+        return {
+            "classes_create": ops[Op.ADD],
+            "classes_update": ops[Op.CHANGE],
+            "classes_delete": ops[Op.REMOVE],
+            "namespaces_change": len(self.namespace_changes),
+            "errors": len(self.errors),
+            "warnings": len(self.warnings),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        def change(c: ClassChange) -> dict[str, Any]:
+            d = asdict(c)
+            d["op"] = str(c.op)
+            d["fields"] = [{**asdict(f), "op": str(f.op)} for f in c.fields]
+            return d
+
+        return {
+            "kind": "supervisor_plan",
+            "class_changes": [change(c) for c in self.class_changes],
+            "namespace_changes": [asdict(n) for n in self.namespace_changes],
+            "errors": list(self.errors),
+            "warnings": list(self.warnings),
+            "summary": self.summary(),
+        }
+
+
+def plan_supervisor(inv: _Sections, state: SupervisorState, observed: Observed) -> SupervisorPlan:
+    """Inventory sections x REST state x observed hosts -> SupervisorPlan.
+
+    `observed` gives each cluster's hosts and the profiles they offer; pass the prediction after planned host
+    changes (vgpuctl.hostplan.predict_observed) so that a GPU switched to MIG offers its MIG profiles."""
+    plan = SupervisorPlan()
+    specs = {s.name: s for s in inv.vm_classes}
+    desired = {n: desired_class(s) for n, s in specs.items() if s.state == "present"}
+    for name in sorted(specs):
+        change = _class_change(name, desired.get(name), state.classes.get(name))
+        if change is not None:
+            plan.class_changes.append(change)
+    users = _plan_namespaces(inv.namespaces, specs, state, plan)
+    for name in sorted(desired):
+        _check_class(desired[name], users.get(name, []), state, observed, plan)
+    for name in sorted(n for n, s in specs.items() if s.state == "absent"):
+        _check_absent(name, inv.namespaces, state, plan)
+    return plan
+
+
+def _class_change(name: str, want: ClassState | None, have: ClassState | None) -> ClassChange | None:
+    if want is None:
+        return ClassChange(Op.REMOVE, name) if have is not None else None
+    if have is None:
+        return ClassChange(Op.ADD, name, vgpus_added=list(want.vgpus), extra_config=dict(want.extra_config),
+                           desired=want)
+    fields = [
+        FieldChange(label, old, new)
+        for label, old, new in (
+            ("cpus", have.cpus, want.cpus),
+            ("memoryMB", have.memory_mb, want.memory_mb),
+            ("cpu_reservation", have.cpu_reservation, want.cpu_reservation),
+            ("memory_reservation", have.memory_reservation, want.memory_reservation),
+        )
+        if old != new
+    ]
+    have_n, want_n = Counter(have.vgpus), Counter(want.vgpus)
+    removed = sorted((have_n - want_n).elements())
+    added = sorted((want_n - have_n).elements())
+    extra: dict[str, str | None] = {k: v for k, v in want.extra_config.items() if have.extra_config.get(k) != v}
+    extra.update({k: None for k in have.extra_config if k not in want.extra_config})
+    if not (fields or removed or added or extra):
+        return None
+    return ClassChange(Op.CHANGE, name, fields, added, removed, extra, want)
+
+
+def _plan_namespaces(
+    namespaces: Iterable[NamespaceSpec], specs: Mapping[str, VmClassSpec], state: SupervisorState,
+    plan: SupervisorPlan,
+) -> dict[str, list[NamespaceState]]:
+    """Namespace changes; returns, per class the inventory names, the namespaces that will use it."""
+    users: dict[str, list[NamespaceState]] = {}
+    named = set()
+    for ns in namespaces:
+        named.add(ns.name)
+        have = state.namespaces.get(ns.name)
+        if have is None:
+            plan.errors.append(f"namespace {ns.name}: does not exist (vgpuctl does not create namespaces)")
+            continue
+        cluster = state.supervisor_clusters.get(have.cluster)
+        if cluster is None:
+            plan.errors.append(f"namespace {ns.name}: its cluster {have.cluster} is not a supervisor cluster")
+            continue
+        if ns.supervisor is not None and ns.supervisor != cluster:
+            where = ("which is not a supervisor cluster" if ns.supervisor not in state.supervisor_clusters.values()
+                     else "")
+            plan.errors.append(f"namespace {ns.name}: is on supervisor cluster {cluster}, the inventory says "
+                               f"{ns.supervisor}" + (f" ({where})" if where else ""))
+            continue
+        for name in ns.vm_classes:
+            if name not in specs and name not in state.classes:
+                plan.errors.append(f"namespace {ns.name}: VM class {name} is neither in vm_classes nor in vCenter")
+        wanted = set(ns.vm_classes)
+        add = sorted(wanted - set(have.vm_classes))
+        remove = sorted(c for c in have.vm_classes if c in specs and c not in wanted)
+        if add or remove:
+            plan.namespace_changes.append(NamespaceChange(ns.name, add, remove))
+        for name in wanted:
+            users.setdefault(name, []).append(have)
+    for have in state.namespaces.values():  # namespaces left alone keep using the classes they have
+        if have.name not in named:
+            for name in have.vm_classes:
+                if name in specs:
+                    users.setdefault(name, []).append(have)
+    return users
+
+
+def _check_class(
+    want: ClassState, users: list[NamespaceState], state: SupervisorState, observed: Observed, plan: SupervisorPlan
+) -> None:
+    if not want.vgpus:
+        return
+    if not users:
+        plan.warnings.append(f"vm class {want.name}: no namespace uses it, so no host was checked for its vGPUs")
+        return
+    for ns in sorted(users, key=lambda n: n.name):
+        cluster = state.supervisor_clusters.get(ns.cluster)
+        if cluster is None:
+            if ns.name not in {n.namespace for n in plan.namespace_changes}:
+                plan.errors.append(f"vm class {want.name}: namespace {ns.name} is on {ns.cluster}, "
+                                   "which is not a supervisor cluster")
+            continue
+        problem = _offer_problem(want, cluster, observed)
+        if problem:
+            plan.errors.append(f"vm class {want.name}: {problem} (namespace {ns.name})")
+
+
+def _offer_problem(want: ClassState, cluster: str, observed: Observed) -> str | None:
+    hosts = [observed.hosts[h] for h in observed.clusters.get(cluster, []) if h in observed.hosts]
+    if not hosts:
+        return f"supervisor cluster {cluster} has no observed hosts"
+    needed = sorted(set(want.vgpus))
+    offering = [h for h in hosts if all(p in h.offered_profiles for p in needed)]
+    if not offering:
+        offered = sorted({p for h in hosts for p in h.offered_profiles})
+        return (f"no host of supervisor cluster {cluster} offers {', '.join(needed)} in its current or planned "
+                f"GPU mode (offered: {', '.join(offered) or 'none'})")
+    limit = max(_limit(h) for h in offering)
+    if len(want.vgpus) > limit:
+        return f"{len(want.vgpus)} vGPUs exceed vSphere's limit of {limit} per VM on supervisor cluster {cluster}"
+    return None
+
+
+def _limit(host: ObservedHost) -> int:
+    by_version = max_vgpus_per_vm(host.api_version)
+    return min(by_version, host.max_vgpus_per_vm) if host.max_vgpus_per_vm > 0 else by_version
+
+
+def _check_absent(name: str, namespaces: Iterable[NamespaceSpec], state: SupervisorState,
+                  plan: SupervisorPlan) -> None:
+    named = {ns.name for ns in namespaces}
+    for ns in sorted(state.namespaces.values(), key=lambda n: n.name):
+        if name in ns.vm_classes and ns.name not in named:
+            plan.errors.append(f"vm class {name}: state is absent but namespace {ns.name}, which the inventory "
+                               "does not name, still uses it")
+
+
+# ------------------------------------------------------------------------------------------- rendering
+
+INDENT = "    "
+
+
+def _value(v: Any) -> str:
+    return "(none)" if v is None else str(v)
+
+
+def _class_lines(c: ClassChange) -> list[str]:
+    verb = {Op.ADD: "create", Op.CHANGE: "update", Op.REMOVE: "delete"}[c.op]
+    lines = [f"{c.op} vm class {c.name}  ({verb})"]
+    if c.op == Op.ADD and c.desired is not None:
+        d = c.desired
+        lines.append(f"{INDENT}+ cpus {d.cpus}, memoryMB {d.memory_mb}, cpu reservation {d.cpu_reservation}%, "
+                     f"memory reservation {d.memory_reservation}%")
+    for f in c.fields:
+        lines.append(f"{INDENT}{f.op} {f.field}: {_value(f.old)} -> {_value(f.new)}")
+    lines += [f"{INDENT}- vgpu {p}" for p in c.vgpus_removed]
+    lines += [f"{INDENT}+ vgpu {p}" for p in c.vgpus_added]
+    for key in sorted(c.extra_config):
+        value = c.extra_config[key]
+        lines.append(f"{INDENT}- extraConfig {key}" if value is None else f"{INDENT}+ extraConfig {key} = {value}")
+    return lines
+
+
+def _namespace_lines(n: NamespaceChange) -> list[str]:
+    lines = [f"{Op.CHANGE} namespace {n.namespace}"]
+    lines += [f"{INDENT}+ vm class {c}" for c in n.add]
+    lines += [f"{INDENT}- vm class {c}" for c in n.remove]
+    return lines
+
+
+def render_text(plan: SupervisorPlan) -> str:
+    """The plan as a + ~ - diff in apply order, then warnings, errors and a summary line."""
+    lines: list[str] = []
+    for item in plan.ordered():
+        lines += _class_lines(item) if isinstance(item, ClassChange) else _namespace_lines(item)
+    lines += [f"Warning: {w}" for w in plan.warnings]
+    lines += [f"Error: {e}" for e in plan.errors]
+    if plan.errors:
+        n = len(plan.errors)
+        lines.append(f"Plan has {n} error{'s' if n != 1 else ''}; nothing can be applied.")
+    elif plan.is_empty:
+        lines.append("No changes: the VM classes and namespaces match the inventory.")
+    else:
+        s = plan.summary()
+        lines.append(f"Plan: {s['classes_create']} VM class(es) to create, {s['classes_update']} to update, "
+                     f"{s['classes_delete']} to delete, {s['namespaces_change']} namespace(s) to change.")
+    return "\n".join(lines) + "\n"
