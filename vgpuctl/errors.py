@@ -114,3 +114,13 @@ class Interrupted(VgpuctlError):
     """Ctrl-C: the run stopped starting new work."""
 
     exit_code = 130
+
+
+class RestError(VgpuctlError):
+    """A vSphere Automation REST call failed: 401 (login or session), 404 (no such object), 5xx (server)."""
+
+    def __init__(self, message: str, status: int | None = None, method: str = "", path: str = ""):
+        self.status = status
+        self.method = method
+        self.path = path
+        super().__init__(message)
