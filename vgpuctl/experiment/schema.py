@@ -1,0 +1,395 @@
+"""The experiment file (apiVersion vgpuctl/v1, kind Experiment) and the merge of each variant onto the base.
+
+```yaml
+apiVersion: vgpuctl/v1
+kind: Experiment
+inventory: inventory.yaml          # the base, relative to this file
+vms: [train-01, train-02]          # the VMs that run the workload
+repetitions: 3
+on_failure: continue               # continue | stop
+workload: {builtin: nccl-tests, test: all_reduce_perf, scope: across-vms}
+variants:
+  - name: nvlink-on
+    hosts: [{cluster: GPU-Cluster, nvlink: enabled}]
+  - name: nvlink-off
+    hosts: [{cluster: GPU-Cluster, nvlink: disabled}]
+```
+
+A variant's `hosts` and `vms` entries are overlays: a host entry is matched to the base entry with the same
+`cluster` (or `name`) and merged onto it (a host entry with no match is added); a VM entry is matched by
+`name`. Merging follows the inventory's rules: mappings merge key by key, lists and scalars are replaced,
+and `gpus` entries merge by `select`. Errors are `FILE:LINE:COL: key.path: message`, located with the
+inventory loader's own machinery.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from vgpuctl.errors import InventoryError, InventoryErrors
+from vgpuctl.inventory import Inventory, Path_, Pos, _lookup, _read_yaml, _schema_errors, expand_name
+
+KIND = "Experiment"
+BUILTIN_WORKLOADS = ("nccl-tests", "p2pBandwidthLatencyTest")
+NCCL_TESTS = ("all_reduce_perf", "sendrecv_perf")
+_VARIANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+
+class WorkloadSpec(_Model):
+    """A built-in benchmark, or a command run on the VMs (its output is kept, not parsed)."""
+
+    builtin: Literal["nccl-tests", "p2pBandwidthLatencyTest"] | None = None
+    command: str | None = None
+    test: Literal["all_reduce_perf", "sendrecv_perf"] = "all_reduce_perf"  # nccl-tests only
+    scope: Literal["per-vm", "across-vms"] = "per-vm"  # nccl-tests: the GPUs of each VM, or all VMs over MPI
+    args: list[str] = Field(default_factory=lambda: ["-b", "8", "-e", "128M", "-f", "2"])
+    source: str | None = None  # archive or repository URL (or a local copy) the guest role builds from
+    timeout_s: int = Field(default=3600, ge=1)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> WorkloadSpec:
+        if (self.builtin is None) == (self.command is None):
+            raise ValueError("set exactly one of 'builtin' or 'command'")
+        return self
+
+    @property
+    def label(self) -> str:
+        if self.builtin == "nccl-tests":
+            return f"{self.test} ({self.scope})"
+        return self.builtin or "command"
+
+    @property
+    def key(self) -> str:
+        """One report table per key: the same benchmark with the same scope."""
+        if self.builtin == "nccl-tests":
+            return f"nccl-tests.{self.test}.{self.scope}"
+        return self.builtin or "command"
+
+
+class VariantSpec(_Model):
+    name: str
+    description: str | None = None
+    hosts: list[dict[str, Any]] = Field(default_factory=list)
+    vms: list[dict[str, Any]] = Field(default_factory=list)
+    workload: WorkloadSpec | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _VARIANT_NAME.match(v):
+            raise ValueError(f"must be letters, digits, '.', '_' or '-' (it names a folder), got {v!r}")
+        return v
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for entry in v:
+            if ("cluster" in entry) == ("name" in entry):
+                raise ValueError("each host entry names exactly one of 'cluster' or 'name'")
+        return v
+
+    @field_validator("vms")
+    @classmethod
+    def _vms(cls, v: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        for entry in v:
+            if not isinstance(entry.get("name"), str):
+                raise ValueError("each VM entry names the VM it changes ('name')")
+        return v
+
+
+class Experiment(_Model):
+    api_version: Literal["vgpuctl/v1"] = Field(alias="apiVersion")
+    kind: Literal["Experiment"]
+    name: str | None = None
+    inventory: str
+    vms: list[str] = Field(min_length=1)
+    repetitions: int = Field(default=1, ge=1, le=1000)
+    on_failure: Literal["continue", "stop"] = "continue"
+    workload: WorkloadSpec | None = None
+    variants: list[VariantSpec] = Field(min_length=1)
+    _source_path: str = PrivateAttr(default="<experiment>")
+    _pos: dict[Path_, Pos] = PrivateAttr(default_factory=dict)
+
+    @property
+    def source_path(self) -> str:
+        return self._source_path
+
+    @property
+    def base_inventory_path(self) -> Path:
+        inv = Path(self.inventory).expanduser()
+        return inv if inv.is_absolute() else Path(self._source_path).resolve().parent / inv
+
+    @property
+    def title(self) -> str:
+        return self.name or Path(self._source_path).stem
+
+    def workload_of(self, variant: VariantSpec) -> WorkloadSpec:
+        workload = variant.workload or self.workload
+        assert workload is not None  # checked at load
+        return workload
+
+    def variant(self, name: str) -> VariantSpec:
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise KeyError(name)
+
+    def error(self, path: Path_, message: str) -> InventoryError:
+        line, col = _lookup(self._pos, path)
+        return InventoryError(f"{_format(path)}: {message}" if path else message, self._source_path, line, col)
+
+
+def _format(path: Path_) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ load
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    """Read and check an experiment file (not yet the merged inventories: see `merge_variant`)."""
+    file = str(path)
+    data, pos, keypos = _read_yaml(Path(path))
+    if not isinstance(data, dict):
+        raise InventoryError("the experiment file must be a mapping (apiVersion: vgpuctl/v1, kind: Experiment)",
+                             file, 1, 1)
+    try:
+        exp = Experiment.model_validate(data)
+    except ValidationError as exc:
+        errors = _located_schema_errors(exc, file, pos, keypos)
+        raise InventoryErrors(sorted(errors, key=lambda e: (e.line or 0, e.col or 0))) from None
+    exp._source_path, exp._pos = file, pos
+    errors = list(_check(exp))
+    if errors:
+        raise InventoryErrors(errors)
+    return exp
+
+
+def _located_schema_errors(
+    exc: ValidationError, file: str, pos: dict[Path_, Pos], keypos: dict[Path_, Pos]
+) -> list[InventoryError]:
+    """The inventory loader's located schema errors; an unknown key's hint names this file's keys."""
+    located = _schema_errors(exc, file, pos, keypos, set())
+    for err, loc_err in zip(exc.errors(include_url=False), located, strict=True):
+        if err["type"] != "extra_forbidden":
+            continue
+        key = str(err["loc"][-1])
+        allowed = _keys_at(tuple(p for p in err["loc"][:-1] if isinstance(p, str | int)))
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {', '.join(allowed)})" if allowed else ""
+        shown = loc_err.message.split(f"unknown key '{key}'")[0]
+        loc_err.message = f"{shown}unknown key '{key}'{hint}"
+    return [InventoryError(e.message, e.file, e.line, e.col) for e in located]
+
+
+def _keys_at(loc: tuple[str | int, ...]) -> list[str]:
+    model: Any = Experiment
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        if field is None:
+            return []
+        inner = [a for a in typing.get_args(field.annotation) or (field.annotation,)
+                 if isinstance(a, type) and issubclass(a, BaseModel)]
+        nested = [a for t in typing.get_args(field.annotation) for a in typing.get_args(t)
+                  if isinstance(a, type) and issubclass(a, BaseModel)]
+        found = inner or nested
+        if not found:
+            return []
+        model = found[0]
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _check(exp: Experiment) -> list[InventoryError]:
+    errors = []
+    seen: set[str] = set()
+    for i, v in enumerate(exp.variants):
+        if v.name in seen:
+            errors.append(exp.error(("variants", i, "name"), f"variant {v.name!r} appears twice"))
+        seen.add(v.name)
+        if v.workload is None and exp.workload is None:
+            errors.append(exp.error(("variants", i), f"variant {v.name!r} has no workload (and the file sets none)"))
+    if len(set(exp.vms)) != len(exp.vms):
+        errors.append(exp.error(("vms",), "a VM is listed twice"))
+    return errors
+
+
+# ----------------------------------------------------------------------------------------------- merge
+
+
+def merge_entry(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """The inventory's merge rules: mappings key by key, lists and scalars replaced, `gpus` merged by `select`."""
+    out = copy.deepcopy(base)
+    for key, value in overlay.items():
+        if key == "gpus" and isinstance(value, list) and isinstance(out.get(key), list):
+            out[key] = _merge_gpus(out[key], value)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_entry(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _merge_gpus(base: list[Any], overlay: list[Any]) -> list[Any]:
+    merged = [copy.deepcopy(g) for g in base]
+    for g in overlay:
+        select = g.get("select", "all") if isinstance(g, dict) else None
+        match = next((i for i, b in enumerate(merged)
+                      if isinstance(b, dict) and b.get("select", "all") == select), None)
+        if match is None:
+            merged.append(copy.deepcopy(g))
+        else:
+            merged[match] = merge_entry(merged[match], g)
+    return merged
+
+
+@dataclass
+class MergedVariant:
+    name: str
+    data: dict[str, Any]  # the merged inventory, plain YAML data
+    changed_hosts: list[str]  # base host targets the variant changes ("cluster X" / "host Y") or adds
+    changed_vms: list[str]
+    overlay_of: dict[tuple[str, int], int]  # ("hosts" | "vms", merged entry index) -> the variant's entry index
+
+
+def merge_variant(exp: Experiment, index: int, base: dict[str, Any]) -> MergedVariant:
+    """The base inventory's data with variant `index`'s overlays merged in; InventoryErrors point at the
+    experiment file."""
+    variant = exp.variants[index]
+    data = copy.deepcopy(base)
+    hosts = data.setdefault("hosts", []) or []
+    data["hosts"] = hosts
+    changed_hosts: list[str] = []
+    overlay_of: dict[tuple[str, int], int] = {}
+    for j, entry in enumerate(variant.hosts):
+        kind = "cluster" if "cluster" in entry else "name"
+        target = entry[kind]
+        at = next((i for i, h in enumerate(hosts) if isinstance(h, dict) and h.get(kind) == target), None)
+        if at is None:
+            hosts.append(copy.deepcopy(entry))
+            at = len(hosts) - 1
+        else:
+            hosts[at] = merge_entry(hosts[at], entry)
+        overlay_of[("hosts", at)] = j
+        changed_hosts.append(f"{'cluster' if kind == 'cluster' else 'host'} {target}")
+    vms = data.get("vms") or []
+    errors: list[InventoryError] = []
+    changed_vms: list[str] = []
+    for j, entry in enumerate(variant.vms):
+        name = entry["name"]
+        at = next((i for i, vm in enumerate(vms) if isinstance(vm, dict) and vm.get("name") == name), None)
+        if at is None:
+            errors.append(exp.error(("variants", index, "vms", j, "name"), _no_vm_message(name, vms)))
+            continue
+        vms[at] = merge_entry(vms[at], entry)
+        overlay_of[("vms", at)] = j
+        changed_vms.append(name)
+    if errors:
+        raise InventoryErrors(errors)
+    return MergedVariant(variant.name, data, changed_hosts, changed_vms, overlay_of)
+
+
+_ENTRY = re.compile(r"^(hosts|vms)\[(\d+)\]")
+
+
+def checked_variants(exp: Experiment) -> list[tuple[MergedVariant, Inventory]]:
+    """Every variant merged onto the base and checked like an inventory (schema and rules, no vCenter).
+
+    A problem in a merged inventory is reported at the variant entry that caused it (or at the variant)."""
+    from vgpuctl.inventory import load_inventory_text, validate
+
+    base = read_base(exp)
+    base_dir = exp.base_inventory_path.parent
+    out: list[tuple[MergedVariant, Inventory]] = []
+    errors: list[InventoryError] = []
+    for i, variant in enumerate(exp.variants):
+        try:
+            merged = merge_variant(exp, i, base)
+        except InventoryErrors as exc:
+            errors.extend(exc.errors)
+            continue
+        merged.data = absolute_paths(merged.data, base_dir)
+        try:
+            inv = load_inventory_text(dump_inventory(merged.data), name=f"{variant.name}.inventory.yaml")
+            validate(inv)
+        except InventoryErrors as exc:
+            errors.extend(_relocate(exp, i, merged, e) for e in exc.errors)
+            continue
+        except InventoryError as exc:
+            errors.append(_relocate(exp, i, merged, exc))
+            continue
+        missing = [vm for vm in exp.vms if inv.vm(vm) is None]
+        if missing:
+            errors.append(exp.error(("vms",), f"variant {variant.name!r}: no VM named {', '.join(missing)} in the "
+                                    "inventory"))
+        out.append((merged, inv))
+    if errors:
+        raise InventoryErrors(errors)
+    return out
+
+
+def _relocate(exp: Experiment, index: int, merged: MergedVariant, err: InventoryError) -> InventoryError:
+    m = _ENTRY.match(err.message)
+    where: Path_ = ("variants", index)
+    if m is not None and (m[1], int(m[2])) in merged.overlay_of:
+        where = ("variants", index, m[1], merged.overlay_of[(m[1], int(m[2]))])
+    line, col = _lookup(exp._pos, where)
+    text = f"{_format(where)}: variant {merged.name!r} merged onto {exp.inventory}: {err.message}"
+    return InventoryError(text, exp.source_path, line, col)
+
+
+def _no_vm_message(name: str, vms: list[Any]) -> str:
+    for vm in vms:
+        raw = vm.get("name") if isinstance(vm, dict) else None
+        if isinstance(raw, str) and raw != name:
+            try:
+                members = expand_name(raw)
+            except ValueError:
+                continue
+            if name in members:
+                return (f"VM {name!r} is one name of the range {raw!r} in the inventory: change the whole entry "
+                        f"(name: {raw!r}) or split the range there")
+    return f"no VM entry named {name!r} in the inventory (a variant changes the base inventory's VMs)"
+
+
+def read_base(exp: Experiment) -> dict[str, Any]:
+    """The base inventory's plain data (positions are the inventory loader's business)."""
+    data, _pos, _keypos = _read_yaml(exp.base_inventory_path)
+    if not isinstance(data, dict):
+        raise InventoryError("the inventory must be a mapping", str(exp.base_inventory_path), 1, 1)
+    return data
+
+
+def absolute_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """Controller file paths in guest group vars made absolute, so a merged inventory written elsewhere
+    still finds the driver, the token and the other files the base names relative to itself."""
+    from vgpuctl.guest.targets import resolve_path_vars
+
+    out = copy.deepcopy(data)
+    groups = ((out.get("guests") or {}).get("groups") or {})
+    for spec in groups.values():
+        if isinstance(spec, dict) and isinstance(spec.get("vars"), dict):
+            spec["vars"] = resolve_path_vars(spec["vars"], base_dir)
+    return out
+
+
+def dump_inventory(data: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
