@@ -1,0 +1,235 @@
+"""Answer a demand: greedy layout, CP-SAT layout started from it, both verified by the planner; the better
+one is the answer. Reasons for what does not fit, host changes, text and JSON, and the inventory fragment.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpuctl.capacity.demand import Demand
+from vgpuctl.capacity.kinds import capacity, in_mode
+from vgpuctl.capacity.layout import PlacedVm, Verified, greedy, verify
+from vgpuctl.capacity.problem import Problem, Shape, build_problem, usable_options
+from vgpuctl.model import Observed
+from vgpuctl.placement import MIG_MODE
+from vgpuctl.profiles import parse_profile
+
+FRAMEBUFFER, GEOMETRY, NVLINK, PER_VM_LIMIT, ORDER = "framebuffer", "geometry", "nvlink", "per-VM limit", "order"
+
+
+@dataclass
+class ShapeResult:
+    name: str
+    wanted: int
+    placed: int
+    priority: int
+    reason: str | None = None  # framebuffer | geometry | nvlink | per-VM limit | order
+    detail: str = ""
+
+
+@dataclass
+class GpuChange:
+    host: str
+    gpu: str
+    old: str
+    new: str
+    needs_reboot: bool
+
+
+@dataclass
+class CapacityAnswer:
+    shapes: list[ShapeResult]
+    vms: list[PlacedVm]
+    changes: list[GpuChange]
+    method: str  # cp-sat | greedy
+    status: str  # optimal | feasible | greedy
+    gap: float | None
+    seconds: float
+    greedy_placed: int
+    skipped_hosts: dict[str, str] = field(default_factory=dict)
+    running_on_changed: dict[str, list[str]] = field(default_factory=dict)  # host -> running VMs
+
+    @property
+    def all_fit(self) -> bool:
+        return all(s.placed == s.wanted for s in self.shapes)
+
+    @property
+    def placed(self) -> int:
+        return len(self.vms)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "fits": self.all_fit,
+            "method": self.method,
+            "status": self.status,
+            "gap": self.gap,
+            "seconds": round(self.seconds, 3),
+            "placed": self.placed,
+            "greedy_placed": self.greedy_placed,
+            "demand": [vars(s) for s in self.shapes],
+            "host_changes": [vars(c) for c in self.changes],
+            "running_vms_on_changed_hosts": self.running_on_changed,
+            "vms": [vars(v) for v in self.vms],
+            "skipped_hosts": self.skipped_hosts,
+        }
+
+
+def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = 10.0, workers: int = 8,
+                  use_solver: bool = True) -> CapacityAnswer:
+    start = time.monotonic()
+    problem = build_problem(observed, demand)
+    first = greedy(problem)
+    greedy_verified = verify(problem, observed, first)
+    best, method, status, gap = greedy_verified, "greedy", "greedy", None
+    if use_solver:
+        from vgpuctl.capacity import cpsat
+
+        layout, stats = cpsat.solve(problem, first, time_limit_s, workers)
+        if layout:
+            solved = verify(problem, observed, layout)
+            if _score(problem, solved) >= _score(problem, greedy_verified):
+                best, method = solved, "cp-sat"
+            status, gap = stats.status, stats.gap
+    shapes = [_shape_result(problem, s, best) for s in problem.shapes]
+    changes = _changes(problem, best)
+    running = {c.host: problem.host(c.host).running_vms for c in changes if problem.host(c.host).running_vms}
+    return CapacityAnswer(shapes, best.placed, changes, method, status, gap, time.monotonic() - start,
+                          len(greedy_verified.placed), dict(problem.skipped_hosts), running)
+
+
+def _score(problem: Problem, v: Verified) -> tuple[int, ...]:
+    prios = sorted({s.priority for s in problem.shapes}, reverse=True)
+    by_shape = {s.name: s.priority for s in problem.shapes}
+    per = [sum(1 for vm in v.placed if by_shape[vm.shape] == p) for p in prios]
+    return (*per, -len(v.modes), -len({h for h, _ in v.modes}))
+
+
+def _changes(problem: Problem, v: Verified) -> list[GpuChange]:
+    out = []
+    for (host, pci), mode in sorted(v.modes.items()):
+        slot = next(s for s in problem.host(host).gpus if s.gpu.id == pci)
+        old = slot.gpu.vgpu_mode
+        mig_switch = (old == MIG_MODE) != (mode == MIG_MODE)
+        reboot = mig_switch and slot.gpu.board not in ("h100",)  # Hopper applies MIG once idle
+        out.append(GpuChange(host, pci, old, mode, reboot))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ reasons
+
+
+def _shape_result(problem: Problem, shape: Shape, v: Verified) -> ShapeResult:
+    placed = v.count(shape.name)
+    res = ShapeResult(shape.name, shape.count, placed, shape.priority)
+    if placed < shape.count:
+        res.reason, res.detail = why_short(problem, shape, v)
+    return res
+
+
+def why_short(problem: Problem, shape: Shape, v: Verified) -> tuple[str, str]:
+    """Why the rest of a shape does not fit: the first rule that rules it out, else framebuffer."""
+    missing = shape.count - v.count(shape.name)
+    what = f"{missing} of {shape.count} VMs of {shape.vgpus} x {'/'.join(shape.options) or 'no known profile'}"
+    if not shape.options:
+        return GEOMETRY, f"{what}: no GPU in scope has a profile of that size and series"
+    limits = [h.limit for h in problem.hosts]
+    if limits and all(shape.vgpus > lim for lim in limits):
+        return PER_VM_LIMIT, f"{what}: {shape.vgpus} vGPUs per VM exceed every host's limit ({max(limits)})"
+    hosts = [h for h in problem.hosts if usable_options(problem, h, shape)]
+    if not hosts:
+        return GEOMETRY, f"{what}: no host offers the profile in a mode it has or may switch to"
+    if shape.nvlink:
+        big = [h for h in hosts if any(len(m) >= shape.vgpus for m in h.nvlink_sets().values())]
+        if not big:
+            return NVLINK, f"{what}: no host has an NVLink-connected set of {shape.vgpus} GPUs with links up"
+    capable = 0
+    for h in hosts:
+        for slot in h.gpus:
+            for opt in usable_options(problem, h, shape):
+                if parse_profile(opt).board == slot.gpu.board and any(
+                        capacity(slot.as_mode(m) if slot.idle else slot.gpu, opt) for m in slot.modes):
+                    capable += 1
+                    break
+    if capable < shape.vgpus:
+        return GEOMETRY, f"{what}: only {capable} GPUs could take the profile in any allowed mode"
+    dropped = [d for d in v.dropped if d[0] == shape.name]
+    if dropped and len(dropped) >= missing:
+        return ORDER, f"{what}: the planner's placement order refuses them ({dropped[0][2]})"
+    return FRAMEBUFFER, f"{what}: the GPUs that can take them are full"
+
+
+# -------------------------------------------------------------------------------------------- output
+
+
+def render_text(answer: CapacityAnswer) -> str:
+    lines = [f"demand {'fits' if answer.all_fit else 'does not fit'}: {answer.placed} VMs placed "
+             f"({answer.method}, {answer.status}"
+             + (f", gap {answer.gap:.1%}" if answer.gap is not None else "")
+             + f", {answer.seconds:.1f} s; greedy placed {answer.greedy_placed})"]
+    for s in answer.shapes:
+        mark = "ok" if s.placed == s.wanted else f"SHORT ({s.reason})"
+        lines.append(f"  {s.name:<20} priority {s.priority}  {s.placed:>5}/{s.wanted:<5} {mark}")
+        if s.detail:
+            lines.append(f"      {s.detail}")
+    if answer.changes:
+        lines.append("host changes:")
+        for c in answer.changes:
+            reboot = ", reboot" if c.needs_reboot else ""
+            lines.append(f"  {c.host} GPU {c.gpu}: {_mode_label(c.old)} -> {_mode_label(c.new)}{reboot}")
+        for host, vms in sorted(answer.running_on_changed.items()):
+            lines.append(f"  {host}: maintenance mode needs its {len(vms)} running VMs moved or powered off "
+                         f"({', '.join(vms[:5])}{', ...' if len(vms) > 5 else ''}); their GPUs keep their mode")
+    else:
+        lines.append("host changes: none")
+    per_host: dict[str, list[str]] = {}
+    for vm in answer.vms:
+        per_host.setdefault(vm.host, []).append(vm.name)
+    for host, names in sorted(per_host.items()):
+        lines.append(f"  {host}: {len(names)} VMs")
+    for host, why in sorted(answer.skipped_hosts.items()):
+        lines.append(f"  {host}: left out ({why})")
+    return "\n".join(lines)
+
+
+def _mode_label(mode: str) -> str:
+    return {"sameSize": "time-sliced same-size", "mixedSize": "time-sliced mixed-size", MIG_MODE: "MIG"}.get(mode, mode)
+
+
+def fragment(answer: CapacityAnswer, demand: Demand) -> str:
+    """An inventory (apiVersion vgpuctl/v1) with the host changes and the placed VMs pinned to their hosts."""
+    items = {d.name: d for d in demand.demand}
+    out = ["# Written by `vgpuctl capacity --demand`: host GPU modes and new VMs pinned to hosts.",
+           "apiVersion: vgpuctl/v1"]
+    by_host: dict[str, list[GpuChange]] = {}
+    for c in answer.changes:
+        by_host.setdefault(c.host, []).append(c)
+    out.append("hosts:" if by_host else "hosts: []")
+    for host, changes in sorted(by_host.items()):
+        out.append(f"  - name: {host}")
+        out.append("    gpus:")
+        for c in changes:
+            if c.new == MIG_MODE:
+                out.append(f"      - {{select: '{c.gpu}', mode: mig}}")
+            else:
+                out.append(f"      - {{select: '{c.gpu}', mode: time-sliced, vgpu_mode: {c.new}}}")
+    out.append("vms:" if answer.vms else "vms: []")
+    for vm in sorted(answer.vms, key=lambda v: v.name):
+        item = items[vm.shape]
+        out.append(f"  - name: {vm.name}")
+        out.append(f"    host: {vm.host}")
+        template = item.template or demand.template
+        if template:
+            out.append(f"    template: {template}")
+        if item.cpus:
+            out.append(f"    cpus: {item.cpus}")
+        if item.memory_gb:
+            out.append(f"    memory_gb: {item.memory_gb:g}")
+        out.append(f"    vgpus: {{profile: {vm.profile}, count: {vm.vgpus}}}")
+        if vm.nvlink:
+            out.append("    nvlink: required")
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["CapacityAnswer", "fragment", "in_mode", "plan_capacity", "render_text"]

@@ -1,0 +1,147 @@
+"""The demand file (kind: Demand): schema and loading with FILE:LINE:COL errors.
+
+```yaml
+apiVersion: vgpuctl/v1
+kind: Demand
+clusters: [GPU-Cluster]            # optional scope; default all
+allow: [mig, vgpu-mode, profile]   # what the answer may change on GPUs no running VM holds; default none
+frozen_hosts: [esx-01.example.com] # never changed
+template: ubuntu-22.04-ml          # optional: written into the inventory fragment for the new VMs
+demand:
+  - name: infer                    # VMs infer-001, infer-002, ... in the answer
+    count: 40
+    vgpus: {profile: grid_a100-10c, count: 1}   # or {fb_gb: 10, series: c, count: 1}
+    nvlink: none                   # none | required
+    priority: 2                    # higher is placed first; default 1
+```
+The YAML is read by the inventory's loader, so every error is located the same way.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from vgpuctl.errors import InventoryError, InventoryErrors
+from vgpuctl.inventory import (
+    API_VERSION,
+    MAX_VGPUS_PER_VM,
+    InventoryErrorLocation,
+    Path_,
+    Pos,
+    _Model,
+    _read_yaml,
+    _schema_errors,
+)
+from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, parse_profile
+
+ALLOW = ("mig", "vgpu-mode", "profile")
+SERIES = ("a", "b", "c", "q")
+MAX_DEMAND_VMS = 100_000
+
+
+class DemandVgpus(_Model):
+    profile: str | None = None
+    fb_gb: int | None = Field(default=None, ge=1)
+    series: Literal["a", "b", "c", "q"] | None = None
+    count: int = 1
+
+    @field_validator("count")
+    @classmethod
+    def _count(cls, v: int) -> int:
+        if not 1 <= v <= MAX_VGPUS_PER_VM:
+            raise ValueError(f"must be between 1 and {MAX_VGPUS_PER_VM} vGPUs per VM (got {v})")
+        return v
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> DemandVgpus:
+        if (self.profile is None) == (self.fb_gb is None):
+            raise ValueError("set either 'profile' or 'fb_gb' (with 'series')")
+        if self.profile is not None and self.series is not None:
+            raise ValueError("'series' goes with 'fb_gb', not with 'profile'")
+        return self
+
+
+class DemandItem(_Model):
+    name: str
+    count: int = Field(ge=1, le=MAX_DEMAND_VMS)
+    vgpus: DemandVgpus
+    nvlink: Literal["none", "required"] = "none"
+    priority: int = Field(default=1, ge=1, le=9)
+    template: str | None = None
+    cpus: int | None = Field(default=None, ge=1, le=768)
+    memory_gb: float | None = Field(default=None, gt=0)
+
+
+class Demand(_Model):
+    api_version: Literal["vgpuctl/v1"] = Field(alias="apiVersion")
+    kind: Literal["Demand"]
+    clusters: list[str] | None = None
+    allow: list[Literal["mig", "vgpu-mode", "profile"]] = Field(default_factory=list)
+    frozen_hosts: list[str] = Field(default_factory=list)
+    template: str | None = None
+    demand: list[DemandItem]
+
+
+def load_demand(path: str | Path) -> Demand:
+    """Read and check a demand file; raises InventoryError(s) located FILE:LINE:COL."""
+    file = str(path)
+    p = Path(path)
+    if not p.exists():
+        raise InventoryError("demand file not found", file)
+    data, pos, keypos = _read_yaml(p)
+    if not isinstance(data, dict):
+        raise InventoryError(f"the demand file must be a mapping with apiVersion: {API_VERSION}, kind: Demand",
+                             file, 1, 1)
+    try:
+        demand = Demand.model_validate(data)
+    except ValidationError as exc:
+        raise InventoryErrors(_schema_errors(exc, file, pos, keypos, set())) from None
+    errors = list(_semantic_errors(demand, file, pos))
+    if errors:
+        raise InventoryErrors(errors)
+    return demand
+
+
+def _semantic_errors(demand: Demand, file: str, pos: dict[Path_, Pos]) -> list[InventoryError]:
+    def error(path: Path_, message: str) -> InventoryError:
+        return InventoryErrorLocation(file, pos, set(), path).error(message)
+
+    errors = []
+    if not demand.demand:
+        errors.append(error(("demand",), "lists no demand"))
+    seen: set[str] = set()
+    for i, item in enumerate(demand.demand):
+        base: Path_ = ("demand", i)
+        if item.name in seen:
+            errors.append(error((*base, "name"), f"duplicate demand name {item.name!r}"))
+        seen.add(item.name)
+        v = item.vgpus
+        if v.profile is not None:
+            try:
+                profile = parse_profile(v.profile)
+            except ProfileError:
+                errors.append(error((*base, "vgpus", "profile"),
+                                    f"unknown vGPU profile {v.profile!r} (expected {PROFILE_GRAMMAR})"))
+                continue
+            if profile.board not in BOARDS:
+                errors.append(error((*base, "vgpus", "profile"), f"unknown vGPU profile {v.profile!r}: no GPU board "
+                                    f"{profile.board!r} (boards: {', '.join(sorted(BOARDS))})"))
+                continue
+            if item.nvlink == "required" and (profile.is_mig or profile.series != "c"):
+                errors.append(error((*base, "nvlink"), f"NVLink P2P works only with time-sliced C-series vGPUs "
+                                    f"({v.profile} is not one)"))
+        elif v.series is None:
+            errors.append(error((*base, "vgpus", "fb_gb"), "'fb_gb' needs 'series' (a, b, c or q)"))
+        if item.nvlink == "required" and v.count < 2:
+            errors.append(error((*base, "nvlink"), "NVLink needs at least 2 vGPUs per VM"))
+    frozen = set(demand.frozen_hosts)
+    if len(frozen) != len(demand.frozen_hosts):
+        errors.append(error(("frozen_hosts",), "names a host twice"))
+    if demand.clusters is not None and not demand.clusters:
+        errors.append(error(("clusters",), "is empty: leave it out to mean every cluster"))
+    if len(set(demand.allow)) != len(demand.allow):
+        errors.append(error(("allow",), "names a change twice"))
+    return errors

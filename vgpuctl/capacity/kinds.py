@@ -1,0 +1,110 @@
+"""What a GPU can still take, derived from vgpuctl.placement and nothing else.
+
+`addition_patterns(gpu, profiles)` lists the maximal multisets of `profiles` that placement lets us add to
+`gpu` as it is (mode, occupants, MIG slots), adding vGPUs largest first as the planner does. Every smaller
+multiset fits too, so "fits on this GPU" is "is dominated by one of these patterns". Results are cached per
+GPU state, so a farm of identical GPUs costs one enumeration per kind.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+from dataclasses import fields
+from functools import lru_cache
+
+from vgpuctl.placement import MIG_MODE, Gpu, add_vgpu, fits
+from vgpuctl.profiles import ProfileError, parse_profile
+
+Pattern = tuple[tuple[str, int], ...]  # sorted (profile, count) pairs, counts > 0
+MAX_PATTERNS = 4000
+TIME_SLICED = ("sameSize", "mixedSize")
+MODES = ("sameSize", "mixedSize", MIG_MODE)
+
+
+# What an idle GPU keeps across a mode switch; every other field of placement's Gpu starts afresh.
+_KEPT_FIELDS = frozenset({"id", "board", "fb_gb", "graphics_type", "nvlink_set", "nvlink_up", "api_version"})
+
+
+def _key(gpu: Gpu) -> tuple[object, ...]:
+    """Everything placement knows about the GPU except its name: GPUs with equal keys behave the same."""
+    return tuple(_hashable(getattr(gpu, f.name)) for f in fields(gpu) if f.name != "id")
+
+
+def _hashable(value: object) -> object:
+    return tuple(_hashable(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+def _fb(profile: str) -> int:
+    try:
+        return parse_profile(profile).fb_gb
+    except ProfileError:
+        return 0
+
+
+def addition_patterns(gpu: Gpu, profiles: Iterable[str]) -> list[dict[str, int]]:
+    """Maximal multisets of `profiles` that fit on `gpu` together (empty list: none fits at all)."""
+    ordered = tuple(sorted(set(profiles), key=lambda p: (-_fb(p), p)))
+    return [dict(p) for p in _patterns(_key(gpu), ordered, _Frozen(gpu))]
+
+
+class _Frozen:
+    """Carries the GPU into the cache without making it part of the key (the key describes it)."""
+
+    def __init__(self, gpu: Gpu):
+        self.gpu = gpu
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Frozen)
+
+
+@lru_cache(maxsize=4096)
+def _patterns(_key: tuple[object, ...], ordered: tuple[str, ...], holder: _Frozen) -> tuple[Pattern, ...]:
+    found: list[dict[str, int]] = []
+
+    def walk(gpu: Gpu, floor: int, counts: dict[str, int]) -> None:
+        if len(found) >= MAX_PATTERNS:
+            return
+        grew = False
+        for i in range(floor, len(ordered)):
+            p = ordered[i]
+            if not fits(gpu, p):
+                continue
+            grew = True
+            nxt = copy.deepcopy(gpu)
+            add_vgpu(nxt, p)
+            walk(nxt, i, {**counts, p: counts.get(p, 0) + 1})
+        if not grew and counts:
+            found.append(counts)
+
+    walk(copy.deepcopy(holder.gpu), 0, {})
+    return tuple(tuple(sorted(c.items())) for c in _maximal(found))
+
+
+def _maximal(patterns: Sequence[dict[str, int]]) -> list[dict[str, int]]:
+    unique = {tuple(sorted(p.items())): p for p in patterns}
+    items = sorted(unique.values(), key=lambda p: -sum(p.values()))
+    kept: list[dict[str, int]] = []
+    for p in items:
+        if not any(all(q.get(k, 0) >= v for k, v in p.items()) for q in kept):
+            kept.append(p)
+    return kept
+
+
+def capacity(gpu: Gpu, profile: str) -> int:
+    """How many more vGPUs of one profile fit on `gpu`."""
+    pats = addition_patterns(gpu, [profile])
+    return pats[0].get(profile, 0) if pats else 0
+
+
+def in_mode(gpu: Gpu, mode: str) -> Gpu:
+    """An idle copy of `gpu` switched to `mode` (what placement sees after the mode change)."""
+    kept = {f.name: getattr(gpu, f.name) for f in fields(gpu) if f.name in _KEPT_FIELDS}
+    return Gpu(**kept, vgpu_mode=mode)
+
+
+def is_idle(gpu: Gpu) -> bool:
+    return not gpu.vgpus and not gpu.blocked

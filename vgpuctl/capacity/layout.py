@@ -1,0 +1,184 @@
+"""A layout (per host: GPU mode changes and the demanded VMs put there), the greedy first-fit-decreasing
+layout, and verification: the planner places the layout's VMs in the order `vgpuctl plan` does (by name,
+each pinned to its host) on the farm as it will be after the mode changes; what it refuses is dropped.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from dataclasses import dataclass, field
+
+from vgpuctl.capacity.kinds import in_mode, is_idle
+from vgpuctl.capacity.problem import HostCtx, Problem, Shape, usable_options
+from vgpuctl.model import Observed
+from vgpuctl.placement import MIG_MODE, FarmState, Gpu, Request, add_vgpu, farm_from_observed, place_farm, place_vm
+from vgpuctl.profiles import parse_profile
+
+
+@dataclass
+class HostLayout:
+    modes: dict[str, str] = field(default_factory=dict)  # PCI id -> new vGPU mode (changed GPUs only)
+    vms: list[tuple[str, str]] = field(default_factory=list)  # (shape name, profile) per VM
+    use: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)  # PCI id -> VMs per (shape, profile)
+
+
+Layout = dict[str, HostLayout]
+
+
+@dataclass
+class PlacedVm:
+    name: str
+    shape: str
+    host: str
+    profile: str
+    vgpus: int
+    nvlink: bool
+
+
+@dataclass
+class Verified:
+    placed: list[PlacedVm]
+    dropped: list[tuple[str, str, str]]  # (shape, host, reason) the planner refused
+    modes: dict[tuple[str, str], str]  # (host, PCI id) -> new mode, only GPUs the placed VMs need
+
+    def count(self, shape: str) -> int:
+        return sum(1 for v in self.placed if v.shape == shape)
+
+
+# -------------------------------------------------------------------------------------------- greedy
+
+
+def _size(shape: Shape) -> int:
+    return shape.vgpus * max((parse_profile(o).fb_gb for o in shape.options), default=0)
+
+
+def greedy(problem: Problem) -> Layout:
+    """First-fit decreasing: VMs by priority, then size, each on the first host where it fits, switching an
+    idle GPU's mode (when allowed) only when a VM needs it."""
+    work = {h.name: [copy.deepcopy(s.gpu) for s in h.gpus] for h in problem.hosts}
+    layout: Layout = {h.name: HostLayout() for h in problem.hosts}
+    failed: set[tuple[str, str, str]] = set()
+    order = sorted(problem.shapes, key=lambda s: (-s.priority, -_size(s), s.name))
+    for shape in order:
+        for _ in range(shape.count):
+            if not _place_one(problem, shape, work, layout, failed):
+                break  # identical VMs: when one does not fit, the rest do not either
+    return layout
+
+
+def _place_one(problem: Problem, shape: Shape, work: dict[str, list[Gpu]], layout: Layout,
+               failed: set[tuple[str, str, str]]) -> bool:
+    for host in problem.hosts:
+        for opt in usable_options(problem, host, shape):
+            if (host.name, shape.name, opt) in failed:
+                continue
+            if _try(host, shape, opt, work[host.name], layout[host.name]):
+                return True
+            failed.add((host.name, shape.name, opt))
+    return False
+
+
+def _try(host: HostCtx, shape: Shape, opt: str, gpus: list[Gpu], hl: HostLayout) -> bool:
+    profiles = [opt] * shape.vgpus
+    res = place_vm(gpus, shape.name, profiles, host.policy, nvlink=shape.nvlink, host=host.name)
+    trial = gpus
+    if not res.ok:
+        trial = _switched(host, gpus, opt)
+        if trial is gpus:
+            return False
+        res = place_vm(trial, shape.name, profiles, host.policy, nvlink=shape.nvlink, host=host.name)
+        if not res.ok:
+            return False
+    by_id = {g.id: i for i, g in enumerate(gpus)}
+    for p in res.placed:
+        i = by_id[p.gpu]
+        if trial[i] is not gpus[i]:
+            gpus[i] = trial[i]
+            hl.modes[p.gpu] = trial[i].vgpu_mode
+        add_vgpu(gpus[i], p.profile)
+        hl.use.setdefault(p.gpu, Counter())[(shape.name, opt)] += 1
+    hl.vms.append((shape.name, opt))
+    return True
+
+
+def _switched(host: HostCtx, gpus: list[Gpu], opt: str) -> list[Gpu]:
+    """A trial copy where idle, untouched GPUs that may change take the mode `opt` needs."""
+    want = MIG_MODE if parse_profile(opt).is_mig else "sameSize"
+    out = list(gpus)
+    changed = False
+    for i, (slot, g) in enumerate(zip(host.gpus, gpus, strict=True)):
+        needs = (g.vgpu_mode == MIG_MODE) != (want == MIG_MODE)
+        if needs and is_idle(g) and slot.idle and want in slot.modes:
+            out[i] = in_mode(g, want)
+            changed = True
+    return out if changed else gpus
+
+
+# -------------------------------------------------------------------------------------- verification
+
+
+def name_vms(problem: Problem, layout: Layout) -> list[PlacedVm]:
+    """Names `<shape>-NNN` per shape, numbered over the hosts in name order."""
+    shapes = {s.name: s for s in problem.shapes}
+    counters: Counter[str] = Counter()
+    out = []
+    for host in sorted(layout):
+        for shape_name, profile in sorted(layout[host].vms):
+            shape = shapes[shape_name]
+            counters[shape_name] += 1
+            width = max(3, len(str(shape.count)))
+            name = f"{shape_name}-{counters[shape_name]:0{width}d}"
+            out.append(PlacedVm(name, shape_name, host, profile, shape.vgpus, shape.nvlink))
+    return out
+
+
+def verify(problem: Problem, observed: Observed, layout: Layout, rounds: int = 5) -> Verified:
+    """Place the layout's VMs as `vgpuctl plan` will (by name, on their hosts, after the mode changes);
+    VMs it refuses are dropped and the rest placed again until none is refused."""
+    current = {h: HostLayout(dict(hl.modes), list(hl.vms)) for h, hl in layout.items()}
+    dropped: list[tuple[str, str, str]] = []
+    vms: list[PlacedVm] = []
+    for _ in range(rounds):
+        vms = name_vms(problem, current)
+        refused = _refused(observed, current, vms)
+        if not refused:
+            break
+        for vm, reason in refused:
+            current[vm.host].vms.remove((vm.shape, vm.profile))
+            dropped.append((vm.shape, vm.host, reason))
+    else:
+        vms = name_vms(problem, current)
+    modes = _needed_modes(observed, current, vms)
+    lean = {h: HostLayout({pci: m for (hh, pci), m in modes.items() if hh == h}, list(hl.vms))
+            for h, hl in current.items()}
+    if _refused(observed, lean, vms):  # an unused change still steered placement: keep every change
+        modes = {(h, pci): m for h, hl in current.items() for pci, m in hl.modes.items()}
+    return Verified(vms, dropped, modes)
+
+
+def _state(observed: Observed, layout: Layout) -> FarmState:
+    state = farm_from_observed(observed)
+    for host, hl in layout.items():
+        gpus = state.gpus.get(host, [])
+        for i, g in enumerate(gpus):
+            if g.id in hl.modes:
+                gpus[i] = in_mode(g, hl.modes[g.id])
+    return state
+
+
+def _refused(observed: Observed, layout: Layout, vms: list[PlacedVm]) -> list[tuple[PlacedVm, str]]:
+    state = _state(observed, layout)
+    requests = [Request(v.name, [v.profile] * v.vgpus, [v.host], v.nvlink) for v in sorted(vms, key=lambda v: v.name)]
+    results = place_farm(state, requests)
+    by_name = {v.name: v for v in vms}
+    return [(by_name[n], r.reason or "") for n, r in results.items() if not r.ok]
+
+
+def _needed_modes(observed: Observed, layout: Layout, vms: list[PlacedVm]) -> dict[tuple[str, str], str]:
+    """Mode changes of GPUs that a placed VM lands on (a change nobody uses is left out of the answer)."""
+    state = _state(observed, layout)
+    requests = [Request(v.name, [v.profile] * v.vgpus, [v.host], v.nvlink) for v in sorted(vms, key=lambda v: v.name)]
+    results = place_farm(state, requests)
+    used = {(r.host, p.gpu) for r in results.values() if r.ok for p in r.placed}
+    return {(h, pci): mode for h, hl in layout.items() for pci, mode in hl.modes.items() if (h, pci) in used}

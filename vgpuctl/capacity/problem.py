@@ -1,0 +1,200 @@
+"""The capacity problem as the greedy and the solver see it: hosts in scope, their GPUs with the modes each
+may take, and the demand as VM shapes with the profiles each may use.
+
+Rules (the mode-switch rules of the answer):
+- a GPU that a running VM holds keeps its mode and its occupants; so does every GPU of a frozen host, of a
+  host that is not connected, powered on and out of maintenance, and every GPU when `allow` says nothing;
+- `mig` lets an idle MIG-capable GPU switch MIG on or off (off means time-sliced same-size);
+- `vgpu-mode` lets an idle time-sliced GPU switch between same-size and mixed-size;
+- `profile` lets idle same-size GPUs serve a profile that no GPU of the host serves yet; without it, new VMs on a
+  host use the profiles its running VMs already use there (or any, on a host that runs none).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from vgpuctl.capacity.demand import Demand, DemandItem
+from vgpuctl.capacity.kinds import MODES, TIME_SLICED, in_mode, is_idle
+from vgpuctl.hostplan import mig_profile_names, time_sliced_profile_names
+from vgpuctl.model import Observed, ObservedHost
+from vgpuctl.placement import MIG_MODE, Gpu, farm_from_observed
+from vgpuctl.profiles import BOARDS, max_vgpus_per_vm, parse_profile
+
+
+@dataclass
+class GpuSlot:
+    host: str
+    gpu: Gpu  # as it is now, with the running VMs' vGPUs
+    modes: list[str]  # modes it may take; the first is the current one
+
+    @property
+    def idle(self) -> bool:
+        return is_idle(self.gpu)
+
+    def as_mode(self, mode: str) -> Gpu:
+        return self.gpu if mode == self.gpu.vgpu_mode else in_mode(self.gpu, mode)
+
+
+@dataclass
+class HostCtx:
+    name: str
+    cluster: str | None
+    policy: str
+    limit: int  # vGPUs per VM
+    gpus: list[GpuSlot]
+    offered: set[str]  # profiles the host offers now, or may offer after a mode change
+    running_vms: list[str] = field(default_factory=list)
+    frozen: bool = False
+
+    def nvlink_sets(self) -> dict[int, list[GpuSlot]]:
+        sets: dict[int, list[GpuSlot]] = {}
+        for s in self.gpus:
+            if s.gpu.nvlink_set is not None and s.gpu.nvlink_up:
+                sets.setdefault(s.gpu.nvlink_set, []).append(s)
+        return sets
+
+
+@dataclass
+class Shape:
+    """One demand entry: `count` identical VMs of `vgpus` vGPUs each, one profile out of `options`."""
+
+    item: DemandItem
+    options: list[str]
+
+    @property
+    def name(self) -> str:
+        return self.item.name
+
+    @property
+    def count(self) -> int:
+        return self.item.count
+
+    @property
+    def vgpus(self) -> int:
+        return self.item.vgpus.count
+
+    @property
+    def nvlink(self) -> bool:
+        return self.item.nvlink == "required"
+
+    @property
+    def priority(self) -> int:
+        return self.item.priority
+
+
+@dataclass
+class Problem:
+    hosts: list[HostCtx]
+    shapes: list[Shape]
+    allow: set[str]
+    skipped_hosts: dict[str, str] = field(default_factory=dict)  # host -> why it is out of the answer
+
+    def host(self, name: str) -> HostCtx:
+        return next(h for h in self.hosts if h.name == name)
+
+
+def _usable(host: ObservedHost) -> str | None:
+    if host.connection_state != "connected":
+        return f"{host.connection_state}"
+    if host.power_state != "poweredOn":
+        return host.power_state
+    if host.in_maintenance:
+        return "in maintenance mode"
+    return None
+
+
+def build_problem(observed: Observed, demand: Demand) -> Problem:
+    allow = set(demand.allow)
+    frozen = set(demand.frozen_hosts)
+    scope = set(demand.clusters) if demand.clusters is not None else None
+    state = farm_from_observed(observed)
+    hosts: list[HostCtx] = []
+    skipped: dict[str, str] = {}
+    for name in sorted(observed.hosts):
+        oh = observed.hosts[name]
+        if scope is not None and oh.cluster not in scope:
+            continue
+        why = _usable(oh)
+        if why:
+            skipped[name] = why
+            continue
+        if not oh.gpus:
+            continue
+        is_frozen = name in frozen
+        slots = [GpuSlot(name, g, _modes(g, allow, is_frozen)) for g in state.gpus.get(name, [])]
+        running = sorted({vm for og in oh.gpus for vm in og.vms})
+        hosts.append(HostCtx(name, oh.cluster, oh.assignment_policy, _limit(oh), slots,
+                             _offered(oh, slots, allow), running, is_frozen))
+    boards = sorted({s.gpu.board for h in hosts for s in h.gpus if s.gpu.board})
+    shapes = [Shape(item, _options(item, boards)) for item in demand.demand]
+    return Problem(hosts, shapes, allow, skipped)
+
+
+def _limit(host: ObservedHost) -> int:
+    by_version = max_vgpus_per_vm(host.api_version)
+    return min(by_version, host.max_vgpus_per_vm) if host.max_vgpus_per_vm > 0 else by_version
+
+
+def _modes(gpu: Gpu, allow: set[str], frozen: bool) -> list[str]:
+    current = gpu.vgpu_mode
+    if frozen or not is_idle(gpu) or gpu.graphics_type != "sharedDirect":
+        return [current]
+    info = BOARDS.get(gpu.board or "")
+    out = [current]
+    for mode in MODES:
+        if mode == current:
+            continue
+        to_mig, from_mig = mode == MIG_MODE, current == MIG_MODE
+        if to_mig or from_mig:
+            ok = "mig" in allow and info is not None and info.mig_capable
+            ok = ok and (mode == "sameSize" or to_mig or "vgpu-mode" in allow)  # MIG off lands in same-size
+        else:
+            ok = "vgpu-mode" in allow
+        if ok:
+            out.append(mode)
+    return out
+
+
+def _offered(host: ObservedHost, slots: list[GpuSlot], allow: set[str]) -> set[str]:
+    offered = set(host.offered_profiles)
+    for s in slots:
+        board = s.gpu.board
+        if board is None or len(s.modes) == 1:
+            continue
+        if any(m == MIG_MODE for m in s.modes):
+            offered.update(mig_profile_names(board))
+        if any(m in TIME_SLICED for m in s.modes):
+            offered.update(time_sliced_profile_names(board))
+    return offered
+
+
+def _options(item: DemandItem, boards: list[str]) -> list[str]:
+    v = item.vgpus
+    if v.profile is not None:
+        return [v.profile]
+    names: list[str] = []
+    for board in boards:
+        for name in time_sliced_profile_names(board) + mig_profile_names(board):
+            p = parse_profile(name)
+            if p.fb_gb == v.fb_gb and p.series == v.series:
+                names.append(name)
+    # profiles with the same size but other series letters are never generated from the board tables
+    return names
+
+
+def host_profiles(host: HostCtx) -> set[str]:
+    """Profiles that running VMs use on the host (what `profile` not allowed restricts new VMs to)."""
+    return {p for s in host.gpus for p in s.gpu.vgpus}
+
+
+def usable_options(problem: Problem, host: HostCtx, shape: Shape) -> list[str]:
+    """The shape's profiles that this host offers (now or after allowed mode changes), within its limits."""
+    if shape.vgpus > host.limit:
+        return []
+    out = [o for o in shape.options if o in host.offered]
+    if "profile" not in problem.allow:
+        used = host_profiles(host)
+        if used:
+            out = [o for o in out if o in used or parse_profile(o).is_mig]
+    return out

@@ -1,0 +1,77 @@
+"""Generated farms (plain `Observed` data) for tests, benchmarks and what-if questions: hosts of one board
+each, GPUs in given modes, NVLink sets, running VMs holding GPUs. No I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from vgpuctl.hostplan import mig_profile_names, time_sliced_profile_names
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm, PowerState
+from vgpuctl.placement import MIG_MODE
+from vgpuctl.profiles import BOARDS
+
+DEVICE_NAMES = {"a100": "NVIDIA A100-PCIE-40GB", "a100d": "NVIDIA A100 80GB PCIe", "h100": "NVIDIA H100 PCIe",
+                "l40s": "NVIDIA L40S", "a40": "NVIDIA A40"}
+PCI_IDS = ("0000:3b:00.0", "0000:3c:00.0", "0000:5e:00.0", "0000:5f:00.0",
+           "0000:86:00.0", "0000:87:00.0", "0000:af:00.0", "0000:b0:00.0")
+KB_PER_GB = 1024 * 1024
+
+
+@dataclass
+class RunningVm:
+    name: str
+    profiles: list[str]
+    gpus: list[int]  # GPU index of each vGPU
+
+
+@dataclass
+class SynthHost:
+    name: str
+    board: str = "a100"
+    gpus: int = 4
+    modes: Sequence[str] | str = "sameSize"  # one for all GPUs, or one per GPU
+    nvlink: str = "pairs"  # pairs | quads | all | none
+    policy: str = "performance"
+    cluster: str = "GPU-Cluster"
+    running: list[RunningVm] = field(default_factory=list)
+    api_version: str = "8.0.3.0"
+
+
+def _set_of(index: int, nvlink: str, gpus: int) -> int | None:
+    size = {"pairs": 2, "quads": 4, "all": gpus}.get(nvlink)
+    return None if size is None else index // size
+
+
+def make_host(spec: SynthHost) -> tuple[ObservedHost, list[ObservedVm]]:
+    modes = [spec.modes] * spec.gpus if isinstance(spec.modes, str) else list(spec.modes)
+    fb = BOARDS[spec.board].fb_gb
+    gpus = [ObservedGpu(PCI_IDS[i] if i < len(PCI_IDS) else f"0000:{0xc0 + i:02x}:00.0", DEVICE_NAMES[spec.board],
+                        memory_kb=fb * KB_PER_GB, graphics_type="sharedDirect", vgpu_mode=modes[i],
+                        nvlink_set=_set_of(i, spec.nvlink, spec.gpus) if modes[i] != MIG_MODE else None)
+            for i in range(spec.gpus)]
+    vms = []
+    for vm in spec.running:
+        for gi in vm.gpus:
+            gpus[gi].vms.append(vm.name)
+        vms.append(ObservedVm(vm.name, host=spec.name, cluster=spec.cluster, power_state=PowerState.ON,
+                              memory_reservation_locked=True, firmware="efi",
+                              vgpus=[ObservedVgpu(4000 + i, p) for i, p in enumerate(vm.profiles)]))
+    offered: set[str] = set()
+    for mode in set(modes):
+        offered.update(mig_profile_names(spec.board) if mode == MIG_MODE else time_sliced_profile_names(spec.board))
+    host = ObservedHost(spec.name, cluster=spec.cluster, api_version=spec.api_version,
+                        default_graphics_type="sharedDirect", assignment_policy=spec.policy, gpus=gpus,
+                        offered_profiles=sorted(offered))
+    return host, vms
+
+
+def make_farm(hosts: Sequence[SynthHost]) -> Observed:
+    observed = Observed()
+    for spec in hosts:
+        host, vms = make_host(spec)
+        observed.hosts[host.name] = host
+        observed.clusters.setdefault(spec.cluster, []).append(host.name)
+        observed.vms.update({v.name: v for v in vms})
+    return observed
