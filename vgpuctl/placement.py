@@ -11,14 +11,27 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from vgpuctl.profiles import BOARDS, MigGiProfile, ProfileError, VgpuProfile, board_for_device, parse_profile
+from vgpuctl.profiles import (
+    BOARDS,
+    MigGiProfile,
+    VgpuProfile,
+    api_at_least,
+    board_for_device,
+    parse_profile,
+    try_parse,
+)
 
 PERFORMANCE = "performance"
 CONSOLIDATION = "consolidation"
 MIG_MODE = "multiInstanceGpu"
+MIXED_SIZE = "mixedSize"
+SAME_SIZE = "sameSize"
+DEFAULT_API = "8.0.3.0"  # what a host reports when a caller does not say
+SAME_SIZE_ANY_TYPE_API = (8, 0, 1)  # vSphere 8.0 U1: equal-size GPUs share between types of one size
 INSUFFICIENT = (
     "The amount of graphics resource available in the parent resource pool is insufficient for the operation."
 )
+CONSERVATIVE_MIG = "under the conservative MIG start rule; it may fit if the host packs its GPU instances differently"
 
 
 @dataclass
@@ -27,46 +40,84 @@ class Gpu:
 
     id: str  # PCI id; placement order
     board: str | None
-    fb_gb: int
-    vgpu_mode: str = "sameSize"  # sameSize | mixedSize | multiInstanceGpu
+    fb_gb: float
+    vgpu_mode: str = SAME_SIZE  # sameSize | mixedSize | multiInstanceGpu
     graphics_type: str = "sharedDirect"
     nvlink_set: int | None = None
     nvlink_up: bool = True
     vgpus: list[str] = field(default_factory=list)
     # MIG only: occupied memory slots as (start, size); derived from `vgpus` when left empty.
     mig_used: list[tuple[int, int]] = field(default_factory=list)
-    # Profiles that stand for "something we cannot identify holds this GPU": block it entirely.
+    # Something we cannot identify holds this GPU: no new vGPU goes on it (`blocked_reason` says why).
     blocked: bool = False
+    api_version: str = DEFAULT_API
+    blocked_reason: str | None = None
+    # mixed-size only: (placement id, placement size) of each vGPU placed by placement ids, in `vgpus` order
+    # (None for a vGPU whose type has no published placement ids).
+    mixed_used: list[tuple[int, int] | None] = field(default_factory=list)
+    history_blocked: bool = False  # blocked because of what `vgpus` holds (re-checked when one leaves)
 
     def __post_init__(self) -> None:
         if self.vgpu_mode in ("none", "", None):
-            self.vgpu_mode = "sameSize"  # hosts before 8.0.3 do not report a mode: same-size is the default
-        if self.vgpu_mode == MIG_MODE and not self.mig_used and self.vgpus:
+            self.vgpu_mode = SAME_SIZE  # hosts before 8.0.3 do not report a mode: same-size is the default
+        self.check_history()
+        if self.vgpu_mode == MIG_MODE and not self.mig_used and self.vgpus and not self.blocked:
             self.rebuild_mig()
+        elif self.vgpu_mode == MIXED_SIZE and not self.blocked:
+            self.rebuild_mixed()
+
+    def check_history(self) -> None:
+        """Block the GPU when it holds a vGPU whose profile no table explains (never raise on host data)."""
+        for name in self.vgpus:
+            if try_parse(name) is None:
+                self.block(f"holds vGPU {name!r}, which no vGPU type table explains")
+                return
+
+    def block(self, reason: str, history: bool = True) -> None:
+        self.blocked = True
+        self.blocked_reason = self.blocked_reason or reason
+        self.history_blocked = self.history_blocked or history
 
     def rebuild_mig(self) -> None:
-        """Derive the occupied MIG slots from `vgpus`: each at its lowest free start, in order (the rule the
-        simulator follows). A history that does not fit blocks the GPU rather than guessing."""
+        """Derive the occupied MIG slots from `vgpus`, each placed in order by the rule new instances follow
+        (the conservative start). A history that does not fit blocks the GPU rather than guessing."""
         existing, self.vgpus, self.mig_used = self.vgpus, [], []
-        inconsistent = False
         for name in existing:
-            start = _mig_start(self, parse_profile(name))
-            if start is None:
-                inconsistent = True
+            profile = try_parse(name)
+            start = _mig_start(self, profile) if profile is not None else None
+            if profile is None or start is None:
                 self.vgpus.append(name)
+                self.block(f"holds vGPU {name!r}, which does not fit its MIG geometry")
                 continue
-            self._commit(parse_profile(name), start)
-        if inconsistent:
-            self.blocked = True
+            self._commit(profile, start)
+        if self.blocked:
             self.mig_used = [(0, self.mig_slots)]
+
+    def rebuild_mixed(self) -> None:
+        """Derive the mixed-size placements from `vgpus` in order (lowest free placement id each)."""
+        existing, self.vgpus, self.mixed_used = self.vgpus, [], []
+        for name in existing:
+            profile = try_parse(name)
+            if profile is None:
+                self.vgpus.append(name)
+                self.mixed_used.append(None)
+                continue
+            self.vgpus.append(name)
+            self.mixed_used.append(_mixed_placement(self, profile))
 
     @property
     def mig_slots(self) -> int:
         info = BOARDS.get(self.board or "")
         return info.mig_slots if info and info.mig_slots else 8
 
+    @property
+    def same_size_any_type(self) -> bool:
+        return api_at_least(self.api_version, SAME_SIZE_ANY_TYPE_API)
+
     def _commit(self, profile: VgpuProfile, start: int | None) -> int:
         self.vgpus.append(profile.name)
+        if self.vgpu_mode == MIXED_SIZE:
+            self.mixed_used.append(_mixed_placement(self, profile))
         if start is None:
             return -1
         gi = _gi(self, profile)
@@ -117,47 +168,137 @@ def _gi(gpu: Gpu, profile: VgpuProfile) -> MigGiProfile | None:
     return info.gi(profile.gi_profile)
 
 
+def _free(used: list[tuple[int, int]], start: int, size: int, slots: int) -> bool:
+    return start + size <= slots and all(start + size <= s or s + n <= start for s, n in used)
+
+
+def _room(gpu: Gpu, used: list[tuple[int, int]]) -> int:
+    """Free placements left for every GPU instance profile of the board: the room for further instances."""
+    info = BOARDS.get(gpu.board or "")
+    gis = info.gi_profiles if info else ()
+    return sum(1 for g in gis for s in g.starts if _free(used, s, g.size, gpu.mig_slots))
+
+
 def _mig_start(gpu: Gpu, profile: VgpuProfile) -> int | None:
+    """Where a new GPU instance goes. vSphere does not document its choice, so assume the worst: of the
+    allowed free starts, the one that leaves the least room for further instances; ties -> lowest start."""
     gi = _gi(gpu, profile)
     if gi is None:
         return None
-    for start in gi.starts:
-        span = set(range(start, start + gi.size))
-        if all(span.isdisjoint(range(s, s + n)) for s, n in gpu.mig_used):
-            return start
+    free = [s for s in gi.starts if _free(gpu.mig_used, s, gi.size, gpu.mig_slots)]
+    if not free:
+        return None
+    return min(free, key=lambda s: (_room(gpu, [*gpu.mig_used, (s, gi.size)]), s))
+
+
+def _mig_fits_some_way(gpu: Gpu, profile: VgpuProfile) -> bool:
+    """Whether the GPU's instances plus one of `profile` fit with some choice of starts (any packing)."""
+    wanted = [g for name in gpu.vgpus if (p := try_parse(name)) is not None and (g := _gi(gpu, p)) is not None]
+    new = _gi(gpu, profile)
+    if new is None or len(wanted) != len(gpu.vgpus):
+        return False
+    pending = sorted([*wanted, new], key=lambda g: (-g.size, len(g.starts)))
+
+    def search(i: int, used: list[tuple[int, int]]) -> bool:
+        if i == len(pending):
+            return True
+        g = pending[i]
+        return any(search(i + 1, [*used, (s, g.size)]) for s in g.starts if _free(used, s, g.size, gpu.mig_slots))
+
+    return search(0, [])
+
+
+def _mixed_placement(gpu: Gpu, profile: VgpuProfile) -> tuple[int, int] | None:
+    """The lowest placement id of the type whose range overlaps no placed vGPU, or None when the type (or a
+    vGPU already there) has no published placement ids."""
+    row = profile.vgpu_type
+    if row is None or not row.placement_ids or row.placement_size is None:
+        return None
+    taken = gpu.mixed_used[: len(gpu.vgpus)]
+    if any(t is None for t in taken):
+        return None
+    ranges = [t for t in taken if t is not None]
+    for pid in row.placement_ids:
+        if all(pid + row.placement_size <= s or s + n <= pid for s, n in ranges):
+            return (pid, row.placement_size)
     return None
+
+
+def _max_equal(gpu: Gpu, profile: VgpuProfile) -> int:
+    """NVIDIA's equal-size maximum of the type; framebuffer division when the table gives none (an upper bound)."""
+    row = profile.vgpu_type
+    if row is not None and row.max_equal is not None:
+        return row.max_equal
+    return int(gpu.fb_gb // profile.fb_gb) if profile.fb_gb else 0
 
 
 def why_not(gpu: Gpu, profile: VgpuProfile) -> str | None:
     """None when one more vGPU of `profile` fits on `gpu`, else a short reason."""
     if gpu.blocked:
-        return "held by a vGPU of unknown profile"
+        return gpu.blocked_reason or "held by a vGPU of unknown profile"
     if gpu.graphics_type != "sharedDirect":
         return f"graphics type is {gpu.graphics_type}, vGPUs need sharedDirect"
     if gpu.board != profile.board:
         return f"board {gpu.board} does not take {profile.board} profiles"
     if profile.is_mig:
-        if gpu.vgpu_mode != MIG_MODE:
-            return "not in MIG mode"
-        if _gi(gpu, profile) is None:
-            return f"no MIG instance profile {profile.gi_profile}"
-        return None if _mig_start(gpu, profile) is not None else "no free MIG placement"
+        return _why_not_mig(gpu, profile)
     if gpu.vgpu_mode == MIG_MODE:
         return "in MIG mode (time-sliced profiles need MIG off)"
-    existing = [parse_profile(p) for p in gpu.vgpus]
-    if gpu.vgpu_mode == "mixedSize":
-        if any(p.series != profile.series for p in existing):
-            return "holds vGPUs of another series"
-        used = sum(p.fb_gb for p in existing)
-        return None if used + profile.fb_gb <= gpu.fb_gb else "framebuffer full"
-    if any(p.name != profile.name for p in existing):
-        return "holds another profile (same-size mode)"
-    return None if len(existing) < gpu.fb_gb // profile.fb_gb else "full"
+    existing = [parse_profile(p) for p in gpu.vgpus]  # parseable: check_history blocks the GPU otherwise
+    if any(p.is_mig for p in existing):
+        return "holds MIG-backed vGPUs"
+    if gpu.vgpu_mode == MIXED_SIZE:
+        return _why_not_mixed(gpu, profile, existing)
+    return _why_not_same_size(gpu, profile, existing)
+
+
+def _why_not_mig(gpu: Gpu, profile: VgpuProfile) -> str | None:
+    if gpu.vgpu_mode != MIG_MODE:
+        return "not in MIG mode"
+    if _gi(gpu, profile) is None:
+        return f"no MIG instance profile {profile.gi_profile}"
+    row = profile.vgpu_type
+    same = sum(1 for name in gpu.vgpus if (p := try_parse(name)) is not None and p.type_name == profile.type_name)
+    if row is not None and row.max_equal is not None and same >= row.max_equal:
+        return f"holds the maximum of {profile.type_name} ({row.max_equal})"
+    if _mig_start(gpu, profile) is not None:
+        return None
+    if _mig_fits_some_way(gpu, profile):
+        return f"no free MIG placement {CONSERVATIVE_MIG}"
+    return "no free MIG placement"
+
+
+def _why_not_same_size(gpu: Gpu, profile: VgpuProfile, existing: list[VgpuProfile]) -> str | None:
+    for e in existing:
+        if e.fb_gb != profile.fb_gb:
+            return "holds another profile (same-size mode)"
+        if e.type_name != profile.type_name and not gpu.same_size_any_type:
+            return "holds another profile (same-size mode; before vSphere 8.0 U1 only the identical type)"
+    limit = min(_max_equal(gpu, p) for p in [*existing, profile])
+    return None if len(existing) < limit else "full"
+
+
+def _why_not_mixed(gpu: Gpu, profile: VgpuProfile, existing: list[VgpuProfile]) -> str | None:
+    row = profile.vgpu_type
+    if row is None or row.max_mixed is None:
+        return f"{profile.type_name} has no published mixed-size maximum"
+    if any(p.series != profile.series for p in existing):
+        return "holds vGPUs of another series"
+    if any(p.vgpu_type is None or p.vgpu_type.max_mixed is None for p in existing):
+        return "holds a vGPU type without a published mixed-size maximum"
+    same = sum(1 for p in existing if p.type_name == profile.type_name)
+    if same >= row.max_mixed:
+        return f"holds the mixed-size maximum of {profile.type_name} ({row.max_mixed})"
+    if sum(p.fb_gb for p in existing) + profile.fb_gb > gpu.fb_gb:
+        return "framebuffer full"
+    if row.placement_ids and all(t is not None for t in gpu.mixed_used) and _mixed_placement(gpu, profile) is None:
+        return "no free mixed-size placement id"
+    return None
 
 
 def fits(gpu: Gpu, profile: VgpuProfile | str) -> bool:
-    p = profile if isinstance(profile, VgpuProfile) else parse_profile(profile)
-    return why_not(gpu, p) is None
+    p = profile if isinstance(profile, VgpuProfile) else try_parse(profile)
+    return p is not None and why_not(gpu, p) is None
 
 
 def add_vgpu(gpu: Gpu, profile: VgpuProfile | str) -> int:
@@ -169,10 +310,18 @@ def add_vgpu(gpu: Gpu, profile: VgpuProfile | str) -> int:
 def remove_vgpu(gpu: Gpu, profile: str) -> None:
     """Take one vGPU of `profile` off `gpu` (mutates it); MIG slots are recomputed from what stays."""
     if profile in gpu.vgpus:
-        gpu.vgpus.remove(profile)
-    if gpu.vgpu_mode == MIG_MODE:
-        gpu.blocked = False
+        index = gpu.vgpus.index(profile)
+        del gpu.vgpus[index]
+        if index < len(gpu.mixed_used):
+            del gpu.mixed_used[index]
+    if gpu.history_blocked:
+        gpu.blocked, gpu.blocked_reason, gpu.history_blocked = False, None, False
+        gpu.mig_used = []
+        gpu.check_history()
+    if gpu.vgpu_mode == MIG_MODE and not gpu.blocked:
         gpu.rebuild_mig()
+    elif gpu.vgpu_mode == MIXED_SIZE and not gpu.blocked:
+        gpu.rebuild_mixed()
 
 
 # ----------------------------------------------------------------------------------------- one VM
@@ -219,6 +368,9 @@ def place_vm(
     host: str | None = None,
 ) -> Placement:
     """Place all vGPUs of one VM on these GPUs (one host), or none. Does not mutate `gpus`."""
+    unknown = [p for p in profiles if try_parse(p) is None]
+    if unknown:
+        return Placement(vm, host, reason=f"asks for {', '.join(unknown)}, which no vGPU type table explains")
     ordered = sorted((copy.deepcopy(g) for g in gpus), key=lambda g: g.id)
     wanted = _ordered(profiles)
     if not wanted:
@@ -274,36 +426,35 @@ def gpus_from_observed(host, vm_profiles: Mapping[str, Sequence[str]]) -> list[G
     on_host = {vm for og in host.gpus for vm in og.vms}  # only these are looked up: linear in the farm
     remaining = {vm: sorted(vm_profiles[vm], key=lambda p: (-_fb(p), p)) for vm in on_host if vm in vm_profiles}
     out: list[Gpu] = []
+    offered = getattr(host, "offered_profiles", ())
+    api = getattr(host, "api_version", None) or DEFAULT_API
     for og in sorted(host.gpus, key=lambda g: g.pci_id):
-        fb = og.memory_kb // (1024 * 1024) if og.memory_kb else 0
-        board = board_for_device(og.device_name, fb or None)
-        if not fb and board in BOARDS:
-            fb = BOARDS[board].fb_gb
-        gpu = Gpu(og.pci_id, board, fb, og.vgpu_mode, og.graphics_type, og.nvlink_set)
+        mem = og.memory_kb / (1024 * 1024) if og.memory_kb else None
+        board = board_for_device(og.device_name, mem, getattr(og, "device_id", 0), offered)
+        fb = BOARDS[board].fb_gb if board in BOARDS else int(mem or 0)
         profs: list[str] = []
-        blocked = False
+        unread: list[str] = []
         for vm in og.vms:
             left = remaining.get(vm)
             if not left:
-                blocked = True
+                unread.append(vm)
                 continue
             same = [p for p in left if p in profs]
             choice = same[0] if same else left[0]
             left.remove(choice)
             profs.append(choice)
-        gpu.vgpus = profs
-        if gpu.vgpu_mode == MIG_MODE:
-            gpu.rebuild_mig()
-        gpu.blocked = gpu.blocked or blocked
+        gpu = Gpu(og.pci_id, board, fb, og.vgpu_mode, og.graphics_type, og.nvlink_set, vgpus=profs, api_version=api)
+        if unread:
+            gpu.block(f"used by {', '.join(sorted(set(unread)))}, whose vGPUs were not read", history=False)
+        if board is None and og.vms:
+            gpu.block(f"GPU {og.device_name or og.pci_id} is not a board any vGPU type table lists", history=False)
         out.append(gpu)
     return out
 
 
-def _fb(profile: str) -> int:
-    try:
-        return parse_profile(profile).fb_gb
-    except ProfileError:
-        return 0
+def _fb(profile: str) -> float:
+    parsed = try_parse(profile)
+    return parsed.fb_gb if parsed is not None else 0
 
 
 # ------------------------------------------------------------------------------------------- farm

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 from ruamel.yaml import YAML
 
+from vgpuctl import profiles
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
 from vgpuctl.placement import (
     Gpu,
@@ -20,13 +22,14 @@ from vgpuctl.placement import (
     place_farm,
     place_vm,
     remove_vgpu,
+    why_not,
 )
-from vgpuctl.profiles import BOARDS, board_for_model
+from vgpuctl.profiles import BOARDS, board_for_model, parse_profile
 
 pytestmark = pytest.mark.unit
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "placement"
-CASE_FILES = [p for p in (FIXTURES / "cases.yaml", FIXTURES / "python_cases.yaml") if p.exists()]
+CASE_FILES = sorted(FIXTURES.glob("*.yaml"))  # every vector file; gpusim runs the same set
 
 
 def _cases() -> list[tuple[str, dict[str, Any]]]:
@@ -40,14 +43,14 @@ def _cases() -> list[tuple[str, dict[str, Any]]]:
 CASES = _cases()
 
 
-def gpu_from_case(g: dict[str, Any]) -> Gpu:
+def gpu_from_case(g: dict[str, Any], api_version: str = "8.0.3.0") -> Gpu:
     board = board_for_model(g["model"])
     assert board is not None, g["model"]
     mode = "multiInstanceGpu" if g.get("mode") == "mig" else g.get("vgpu_mode", "sameSize")
     return Gpu(
         id=g["id"], board=board, fb_gb=BOARDS[board].fb_gb, vgpu_mode=mode,
         graphics_type=g.get("graphics_type", "sharedDirect"), nvlink_set=g.get("nvlink_set"),
-        nvlink_up=g.get("nvlink_up", True), vgpus=list(g.get("used") or []),
+        nvlink_up=g.get("nvlink_up", True), vgpus=list(g.get("used") or []), api_version=api_version,
     )
 
 
@@ -58,7 +61,7 @@ def test_shared_vectors_present() -> None:
 
 @pytest.mark.parametrize("case", [c for _, c in CASES], ids=[n for n, _ in CASES])
 def test_vector(case: dict[str, Any]) -> None:
-    gpus = [gpu_from_case(g) for g in case["gpus"]]
+    gpus = [gpu_from_case(g, case.get("api_version", "8.0.3.0")) for g in case["gpus"]]
     before = [(g.id, list(g.vgpus), list(g.mig_used)) for g in gpus]
     req = case["request"]
     res = place_vm(gpus, "vm", req["profiles"], case.get("policy", "performance"), nvlink=req.get("nvlink", False))
@@ -94,6 +97,69 @@ def test_unknown_mig_history_blocks_gpu() -> None:
     g = a100("0000:3b:00.0", "multiInstanceGpu", ["grid_a100-7-40c", "grid_a100-7-40c"])
     assert g.blocked
     assert not fits(g, "grid_a100-1-5c")
+
+
+@pytest.mark.parametrize("mode", ["multiInstanceGpu", "sameSize", "mixedSize"])
+def test_a_running_vgpu_no_table_explains_never_raises(mode: str) -> None:
+    g = a100("0000:3b:00.0", mode, ["grid_a100-1-5c", "grid_a100-1-5xme"])
+    assert g.blocked and g.blocked_reason == "holds vGPU 'grid_a100-1-5xme', which no vGPU type table explains"
+    assert why_not(g, parse_profile("grid_a100-1-5c")) == g.blocked_reason
+    g.rebuild_mig()  # used to raise ProfileError
+    res = place_vm([g], "vm", ["grid_a100-1-5c"])
+    assert not res.ok and res.reason is not None and "grid_a100-1-5xme" in res.reason
+    remove_vgpu(g, "grid_a100-1-5xme")  # once it is gone the GPU is usable again
+    assert not g.blocked and (mode != "multiInstanceGpu" or fits(g, "grid_a100-1-5c"))
+
+
+def test_media_mig_types_place_and_count() -> None:
+    g = a100("0000:3b:00.0", "multiInstanceGpu", ["grid_a100-1-5cme"])
+    assert not g.blocked and g.mig_used == [(0, 1)]
+    assert why_not(g, parse_profile("nvidia_a100-1-5cme")) == "holds the maximum of A100-1-5CME (1)"
+    assert fits(g, "grid_a100-1-5c")
+
+
+def test_a_request_no_table_explains_is_a_reason_not_an_exception() -> None:
+    res = place_vm([a100("0000:3b:00.0")], "vm", ["grid_a100-40c", "bogus"])
+    assert res.reason == "asks for bogus, which no vGPU type table explains"
+    assert not fits(a100("0000:3b:00.0"), "bogus")
+
+
+def test_conservative_mig_start_says_so_when_it_refuses() -> None:
+    g = a100("0000:3b:00.0", "multiInstanceGpu", ["grid_a100-1-10c"])
+    assert g.mig_used == [(0, 2)]  # the start that leaves the least room (0 and 2 tie: lowest)
+    res = place_vm([g], "vm", ["grid_a100-4-20c"])
+    assert res.reason is not None and "conservative MIG start rule" in res.reason
+    full = a100("0000:3b:00.0", "multiInstanceGpu", ["grid_a100-7-40c"])
+    assert why_not(full, parse_profile("grid_a100-1-5c")) == "no free MIG placement"
+
+
+@pytest.mark.parametrize(("api", "ok"), [("8.0.1.0", True), ("8.0.3.0", True), ("8.0.0.1", False), ("7.0.3", False)])
+def test_equal_size_types_of_one_size_share_from_8_0_u1(api: str, ok: bool) -> None:
+    g = Gpu("0000:3b:00.0", "a40", 48, "sameSize", vgpus=["grid_a40-8q"], api_version=api)
+    assert fits(g, "grid_a40-8c") == ok
+    assert fits(g, "nvidia_a40-8q")  # the identical type in the other spelling always may
+    assert not fits(g, "grid_a40-16q")
+
+
+def test_mixed_size_needs_published_data() -> None:
+    g = Gpu("0000:3b:00.0", "a100d", 80, "mixedSize")
+    assert why_not(g, parse_profile("grid_a100d-40c")) == "A100D-40C has no published mixed-size maximum"
+    h = a100("0000:3b:00.0", "mixedSize", ["grid_a100-8c"] * 4)
+    assert why_not(h, parse_profile("grid_a100-8c")) == "holds the mixed-size maximum of A100-8C (4)"
+    assert fits(h, "grid_a100-4c")  # 32 + 4 GB of 40
+
+
+def test_mixed_size_placement_ids_when_published(monkeypatch: pytest.MonkeyPatch) -> None:
+    index = profiles._type_index()
+    row = index["a100-10c"]
+    # a made-up placement layout, only to exercise the rule: ids 0 and 20, size 20 for a 10 GB type
+    fake = dataclasses.replace(row, placement_size=20, placement_ids=(0, 20))
+    monkeypatch.setitem(index, "a100-10c", fake)
+    g = a100("0000:3b:00.0", "mixedSize", ["grid_a100-10c", "grid_a100-10c"])
+    assert g.mixed_used == [(0, 20), (20, 20)]
+    assert why_not(g, parse_profile("grid_a100-10c")) == "no free mixed-size placement id"
+    remove_vgpu(g, "grid_a100-10c")
+    assert g.mixed_used == [(0, 20)] and fits(g, "grid_a100-10c")
 
 
 def test_reason_names_capacity_shortfall() -> None:
