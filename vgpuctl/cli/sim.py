@@ -60,7 +60,8 @@ def source_dir() -> Path:
     if (checkout / "go.mod").is_file():
         return checkout
     raise SimError(
-        "gpusim sources not found: run vgpuctl from a checkout (pip install -e .), or set GPUSIM_SRC to tests/vcsim"
+        "vgpuctl sim needs a source checkout and Go: the simulator is built from the repository's tests/vcsim "
+        "(pip install -e . in a checkout, or set GPUSIM_SRC to that folder or GPUSIM_BIN to a built gpusim)"
     )
 
 
@@ -77,13 +78,14 @@ def _newest_source_mtime(src: Path) -> float:
     return max((p.stat().st_mtime for p in files if "bin" not in p.relative_to(src).parts), default=0.0)
 
 
-def build(src: Path) -> Path:
+def build(src: Path | None) -> Path:
     """`go build` gpusim unless the binary is newer than every source file. $GPUSIM_BIN skips the build."""
     prebuilt = os.environ.get("GPUSIM_BIN")
     if prebuilt:
         if not os.access(prebuilt, os.X_OK):
             raise SimError(f"GPUSIM_BIN={prebuilt} is not an executable file")
         return Path(prebuilt)
+    src = src or source_dir()
     binary = binary_path(src)
     if binary.exists() and binary.stat().st_mtime >= _newest_source_mtime(src):
         return binary
@@ -231,7 +233,7 @@ def up_cmd(
     pid = running_pid()
     if pid is not None:
         raise SimError(f"gpusim is already running (pid {pid}); `vgpuctl sim env` prints its environment")
-    binary = build(source_dir())
+    binary = build(None if os.environ.get("GPUSIM_BIN") else source_dir())
     directory = state_dir()
     directory.mkdir(parents=True, exist_ok=True)
     env_file = env_path()

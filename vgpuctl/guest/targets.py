@@ -204,14 +204,21 @@ def render_inventory(targets: GuestTargets, connection: dict[str, Any], source: 
 # ------------------------------------------------------------------------------------------- templates
 
 
+def shipped_dir(name: str) -> Path:
+    """playbooks/ or templates/: inside the installed package (a wheel), else at the checkout's top level."""
+    package = Path(__file__).resolve().parents[1]
+    bundled = package / "_bundled" / name
+    return bundled if bundled.is_dir() else package.parent / name
+
+
 def templates_dir() -> Path:
     override = os.environ.get("VGPUCTL_TEMPLATES_DIR")
-    return Path(override) if override else Path(__file__).resolve().parents[2] / "templates"
+    return Path(override) if override else shipped_dir("templates")
 
 
 def playbooks_dir() -> Path:
     override = os.environ.get("VGPUCTL_PLAYBOOKS_DIR")
-    path = Path(override) if override else Path(__file__).resolve().parents[2] / "playbooks"
+    path = Path(override) if override else shipped_dir("playbooks")
     if not (path / "site.yml").is_file():
         raise UsageError(f"{path}: no site.yml (set VGPUCTL_PLAYBOOKS_DIR to the playbooks folder)")
     return path

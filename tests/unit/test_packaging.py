@@ -1,0 +1,133 @@
+"""The package installs whole: a wheel built from the source tree, installed into a fresh virtualenv outside
+it, runs `vgpuctl guest deploy --check` with the playbooks and templates it carries.
+
+The fresh venv borrows the dependencies of the interpreter running the tests (a .pth line to its
+site-packages) so nothing is downloaded; vgpuctl itself can only come from the wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+from ruamel.yaml import YAML
+
+pytestmark = pytest.mark.packaging
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ("pyproject.toml", "README.md", "MANIFEST.in", "vgpuctl", "playbooks", "templates", "scripts")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """pip wheel of a copy of the source tree (the working tree stays free of build/ and egg-info)."""
+    work = tmp_path_factory.mktemp("wheel")
+    src = work / "src"
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            src.mkdir(exist_ok=True)
+            shutil.copy2(path, src / name)
+    out = work / "dist"
+    cmd = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), str(src)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=work)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (found,) = out.glob("vgpuctl-*.whl")
+    return found
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv outside the source tree with the wheel installed; returns its bin/ folder."""
+    env_dir = tmp_path_factory.mktemp("venv") / "v"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    # The test interpreter's dependencies; its editable vgpuctl hook is a .pth of that folder, never run from here.
+    Path(purelib, "borrowed-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
+                           "--no-index", str(wheel)], capture_output=True, text=True, cwd=env_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return env_dir / "bin"
+
+
+def _members(wheel: Path) -> set[str]:
+    with zipfile.ZipFile(wheel) as zf:
+        return set(zf.namelist())
+
+
+def _tracked(folder: str) -> set[str]:
+    return {str(p.relative_to(ROOT)) for p in (ROOT / folder).rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and not p.name.startswith(".")}
+
+
+def test_wheel_carries_playbooks_templates_and_data(wheel: Path) -> None:
+    members = _members(wheel)
+    for folder in ("playbooks", "templates"):
+        files = _tracked(folder)
+        assert files, folder
+        missing = sorted(f for f in files if f"vgpuctl/_bundled/{f}" not in members)
+        assert not missing, f"not in the wheel: {missing[:5]}"
+    data = {str(p.relative_to(ROOT)) for p in (ROOT / "vgpuctl" / "data").glob("*") if p.suffix in (".yaml", ".json")}
+    assert data and data <= members
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _outside_env(bin_dir: Path, home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_", "PYTHON"))}
+    # ansible-playbook comes from the test interpreter's environment (a dependency, like the others)
+    env["PATH"] = os.pathsep.join([str(bin_dir), str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["HOME"] = str(home)
+    env["VGPUCTL_STATE_DIR"] = str(home / "state")
+    return env
+
+
+def test_installed_vgpuctl_runs_its_own_playbooks(installed: Path, tmp_path: Path) -> None:
+    env = _outside_env(installed, tmp_path)
+    where = subprocess.run([installed / "python", "-c", "import vgpuctl.guest.targets as t; "
+                            "print(t.playbooks_dir()); print(t.templates_dir())"],
+                           capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert where.returncode == 0, where.stderr
+    playbooks, templates = map(Path, where.stdout.split())
+    assert playbooks.parent == templates.parent and playbooks.parent.name == "_bundled"
+    assert not playbooks.is_relative_to(ROOT) and (playbooks / "site.yml").is_file()
+
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        "apiVersion: vgpuctl/v1\n"
+        "vms:\n  - {name: guest-01, guest: {group: checks}}\n"
+        f"guests:\n  connection: {{user: nobody, port: {_free_port()}}}\n"
+        "  groups:\n    checks: {roles: [gpu_validate]}\n"
+    )
+    addresses = tmp_path / "addresses.yaml"
+    addresses.write_text("guest-01: 127.0.0.1\n")  # nothing listens on the port: ssh is refused
+    proc = subprocess.run([installed / "vgpuctl", "guest", "deploy", "-f", inventory, "--addresses", addresses,
+                           "--check"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1, output
+    assert "guest-01" in output and "unreachable" in output.lower(), output
+    assert "no site.yml" not in output and "Traceback" not in output, output
+    # ansible-runner ran the installed site.yml from the installed folder, as far as the refused connection
+    (command,) = (tmp_path / "state").rglob("command")
+    ran = json.loads(command.read_text())
+    assert ran["cwd"] == str(playbooks) and ran["command"][-1] == "site.yml"
+    (play,) = (p["name"] for p in YAML(typ="safe").load((playbooks / "site.yml").read_text()) if "name" in p)
+    stdout = (command.parent / "stdout").read_text()
+    assert f"PLAY [{play}]" in stdout and "UNREACHABLE" in stdout, stdout[-2000:]
