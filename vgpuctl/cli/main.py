@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from vgpuctl import __version__
-from vgpuctl.cli import common, guest, host, plan, provision, sim, status, vm
+from vgpuctl.cli import capacity, common, guest, host, plan, provision, sim, status, vm
 from vgpuctl.cli.common import GlobalOptions
 
 
@@ -167,6 +167,7 @@ def _source(ctx: typer.Context, name: str) -> str:
 
 plan.register(app)
 status.register(app)
+capacity.register(app)
 app.add_typer(vm.app, name="vm")
 app.add_typer(host.app, name="host")
 app.add_typer(guest.app, name="guest")

@@ -1,0 +1,245 @@
+"""Capacity: demand files, what fits now, the greedy and CP-SAT layouts on hand-solved farms, the reasons."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from vgpuctl.capacity.answer import FRAMEBUFFER, NVLINK, PER_VM_LIMIT, CapacityAnswer, fragment, plan_capacity
+from vgpuctl.capacity.demand import Demand, load_demand
+from vgpuctl.capacity.fitnow import what_fits
+from vgpuctl.capacity.kinds import addition_patterns, capacity, in_mode
+from vgpuctl.capacity.layout import greedy, verify
+from vgpuctl.capacity.problem import build_problem
+from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
+from vgpuctl.cli.main import app
+from vgpuctl.errors import InventoryError
+from vgpuctl.inventory import load_inventory_text, validate
+from vgpuctl.placement import MIG_MODE, Gpu
+
+pytestmark = pytest.mark.unit
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "capacity"
+MIG = MIG_MODE
+
+
+def demand(*items: dict, allow: tuple[str, ...] = (), **extra: object) -> Demand:
+    return Demand.model_validate({"apiVersion": "vgpuctl/v1", "kind": "Demand", "allow": list(allow),
+                                  "demand": list(items), **extra})
+
+
+def item(name: str, count: int, profile: str | None = None, n: int = 1, **extra: object) -> dict:
+    vgpus = {"profile": profile, "count": n} if profile else {"count": n, **extra.pop("vgpus", {})}
+    return {"name": name, "count": count, "vgpus": vgpus, **extra}
+
+
+def placed(answer: CapacityAnswer, shape: str) -> int:
+    return next(s.placed for s in answer.shapes if s.name == shape)
+
+
+# ------------------------------------------------------------------------------------------- demand
+
+
+@pytest.mark.parametrize(
+    ("fixture", "line", "text"),
+    [
+        ("bad-profile.yaml", 6, "unknown vGPU profile 'grid_z900-10c'"),
+        ("too-many.yaml", 6, "between 1 and 8 vGPUs per VM"),
+        ("both-kinds.yaml", 6, "set either 'profile' or 'fb_gb'"),
+        ("nvlink-mig.yaml", 7, "NVLink P2P works only with time-sliced C-series"),
+        ("broken.yaml", 6, "invalid YAML"),
+        ("unknown-key.yaml", 8, "demand[0]: unknown key 'priorty'"),
+    ],
+)
+def test_demand_errors_are_located(fixture: str, line: int, text: str) -> None:
+    with pytest.raises(InventoryError) as err:
+        load_demand(FIXTURES / fixture)
+    located = err.value.located()
+    assert f"{FIXTURES / fixture}:{line}:" in located
+    assert text in located
+
+
+def test_good_demand_loads() -> None:
+    d = load_demand(FIXTURES / "good.yaml")
+    assert [i.name for i in d.demand] == ["infer", "slice", "train"]
+    assert d.allow == ["mig", "vgpu-mode", "profile"] and d.frozen_hosts == ["esx-01.gpu.sim"]
+    assert d.demand[1].vgpus.fb_gb == 10 and d.demand[2].nvlink == "required"
+
+
+def test_missing_demand_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="demand file not found"):
+        load_demand(tmp_path / "nope.yaml")
+
+
+def test_cli_reports_demand_errors_before_connecting() -> None:
+    result = CliRunner().invoke(app, ["capacity", "--demand", str(FIXTURES / "too-many.yaml")])
+    assert result.exit_code == 1
+    assert f"{FIXTURES / 'too-many.yaml'}:6:" in result.output
+
+
+# ------------------------------------------------------------------------------------ GPU patterns
+
+
+def test_patterns_come_from_placement() -> None:
+    empty = Gpu("0000:3b:00.0", "a100", 40)
+    assert capacity(empty, "grid_a100-10c") == 4
+    assert capacity(in_mode(empty, MIG), "grid_a100-1-5c") == 7
+    same = addition_patterns(empty, ["grid_a100-20c", "grid_a100-10c"])
+    assert sorted(tuple(sorted(p.items())) for p in same) == [(("grid_a100-10c", 4),), (("grid_a100-20c", 2),)]
+    mig = addition_patterns(in_mode(empty, MIG), ["grid_a100-3-20c", "grid_a100-2-10c"])
+    # placement's conservative MIG start leaves room for one 2g.10gb beside a 3g.20gb, not two
+    assert sorted(tuple(sorted(p.items())) for p in mig) == [
+        (("grid_a100-2-10c", 1), ("grid_a100-3-20c", 1)), (("grid_a100-2-10c", 3),), (("grid_a100-3-20c", 2),)]
+    busy = Gpu("0000:3b:00.0", "a100", 40, vgpus=["grid_a100-10c"])
+    assert capacity(busy, "grid_a100-10c") == 3 and capacity(busy, "grid_a100-20c") == 0
+
+
+# ------------------------------------------------------------------------------------------ fits now
+
+
+def test_what_fits_now_counts_and_nvlink() -> None:
+    farm = make_farm([SynthHost("esx-01", running=[RunningVm("busy", ["grid_a100-20c"], [0])])])
+    report = what_fits(farm)
+    rows = {(r.profile, r.vgpus, r.nvlink): r.vms for r in report.hosts[0].rows}
+    assert rows["grid_a100-10c", 1, False] == 12  # three idle GPUs x 4
+    assert rows["grid_a100-20c", 1, False] == 7  # one more on the busy GPU, 2 x 3 idle
+    assert rows["grid_a100-40c", 2, True] == 1  # only the second NVLink pair is idle
+    assert rows["grid_a100-40c", 2, False] == 1
+    assert ("grid_a100-40c", 8, False) in rows and rows["grid_a100-40c", 8, False] == 0
+    assert report.clusters()["GPU-Cluster"]["grid_a100-10c", 1, False] == 12
+
+
+def test_stranded_mig_slots() -> None:
+    host = SynthHost("esx-01", gpus=2, modes=[MIG, "sameSize"], nvlink="none",
+                     running=[RunningVm("a", ["grid_a100-3-20c", ], [0]), RunningVm("b", ["grid_a100-2-10c"], [0])])
+    farm = make_farm([host])
+    farm.hosts["esx-01"].offered_profiles = ["grid_a100-3-20c", "grid_a100-40c"]
+    report = what_fits(farm)
+    stranded = report.hosts[0].stranded
+    assert [(s.gpu, s.free_gb, s.stranded_gb) for s in stranded] == [("0000:3b:00.0", 10, 10)]
+    assert "MIG slots" in stranded[0].why
+
+
+def test_what_fits_skips_hosts_in_maintenance() -> None:
+    farm = make_farm([SynthHost("esx-01"), SynthHost("esx-02")])
+    farm.hosts["esx-02"].in_maintenance = True
+    report = what_fits(farm)
+    assert report.hosts[1].skipped == "in maintenance mode" and report.hosts[1].rows == []
+
+
+# --------------------------------------------------------------------------------------- hand-solved
+
+
+def test_only_a_mig_change_reaches_the_optimum() -> None:
+    """One idle A100-40GB, 1 x 20 GB and 2 x 10 GB VMs: first fit locks it to the 20 GB time-sliced profile
+    (1 VM); in MIG mode 3g.20gb + 2 x 2g.10gb take all three."""
+    farm = make_farm([SynthHost("esx-01", gpus=1, nvlink="none", policy="consolidation")])
+    d = demand(item("a", 1, vgpus={"fb_gb": 20, "series": "c"}), item("b", 2, vgpus={"fb_gb": 10, "series": "c"}),
+               allow=("mig",))
+    problem = build_problem(farm, d)
+    first = verify(problem, farm, greedy(problem))
+    assert len(first.placed) == 1
+    answer = plan_capacity(farm, d, time_limit_s=10)
+    assert answer.method == "cp-sat" and answer.status == "optimal"
+    assert answer.placed == 3 and answer.greedy_placed == 1 and answer.all_fit
+    assert [(c.host, c.gpu, c.new, c.needs_reboot) for c in answer.changes] == [("esx-01", "0000:3b:00.0", MIG, True)]
+    assert {v.profile for v in answer.vms if v.shape == "a"} <= {"grid_a100-3-20c", "grid_a100-4-20c"}
+
+
+def test_without_mig_allowed_nothing_changes() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=1, nvlink="none", policy="consolidation")])
+    d = demand(item("a", 1, vgpus={"fb_gb": 20, "series": "c"}), item("b", 2, vgpus={"fb_gb": 10, "series": "c"}))
+    answer = plan_capacity(farm, d, time_limit_s=10)
+    assert answer.changes == [] and not answer.all_fit
+    assert (placed(answer, "a"), placed(answer, "b")) == (0, 2)  # two 10 GB VMs beat one 20 GB VM
+    assert answer.greedy_placed == 1
+
+
+def test_running_vms_keep_their_gpus_mode() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=2, nvlink="none", running=[RunningVm("busy", ["grid_a100-10c"], [0])])])
+    d = demand(item("small", 14, "grid_a100-1-5c"), allow=("mig",))
+    answer = plan_capacity(farm, d, time_limit_s=10)
+    assert [c.gpu for c in answer.changes] == ["0000:3c:00.0"]
+    assert placed(answer, "small") == 7
+    short = next(s for s in answer.shapes if s.name == "small")
+    assert short.reason == FRAMEBUFFER
+    assert answer.running_on_changed == {"esx-01": ["busy"]}
+
+
+def test_frozen_hosts_are_never_changed() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=2, nvlink="none"), SynthHost("esx-02", gpus=2, nvlink="none")])
+    d = demand(item("small", 7, "grid_a100-1-5c"), allow=("mig",), frozen_hosts=["esx-01"])
+    answer = plan_capacity(farm, d, time_limit_s=10)
+    assert answer.all_fit and {c.host for c in answer.changes} == {"esx-02"}
+    assert len(answer.changes) == 1  # one GPU is enough: the fewest changes win
+
+
+def test_priority_wins_over_count() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=1, nvlink="none")])
+    d = demand(item("many", 4, "grid_a100-10c"), item("one", 1, "grid_a100-40c", priority=2))
+    answer = plan_capacity(farm, d, time_limit_s=10)
+    assert placed(answer, "one") == 1 and placed(answer, "many") == 0
+
+
+def test_nvlink_sets_and_reason() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=4, nvlink="pairs")])
+    d = demand(item("pair", 3, "grid_a100-40c", n=2, nvlink="required"))
+    answer = plan_capacity(farm, d, time_limit_s=10)
+    assert placed(answer, "pair") == 2
+    quad = plan_capacity(farm, demand(item("quad", 1, "grid_a100-40c", n=4, nvlink="required")), time_limit_s=10)
+    assert placed(quad, "quad") == 0 and quad.shapes[0].reason == NVLINK
+
+
+def test_per_vm_limit_reason() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=8, nvlink="none", api_version="7.0.3.0")])
+    answer = plan_capacity(farm, demand(item("wide", 1, "grid_a100-40c", n=8)), time_limit_s=10)
+    assert answer.placed == 0 and answer.shapes[0].reason == PER_VM_LIMIT
+
+
+def test_spreading_hosts_get_one_time_sliced_profile_each() -> None:
+    """Under the performance policy the first VMs spread over every idle GPU: a host serving two sizes
+    would lock all its GPUs to the first one. The answer keeps one size per host and verifies it."""
+    farm = make_farm([SynthHost(f"esx-0{i}", gpus=2, nvlink="none") for i in (1, 2)])
+    d = demand(item("small", 8, "grid_a100-10c"), item("big", 2, "grid_a100-40c"))
+    answer = plan_capacity(farm, d, time_limit_s=10)
+    assert answer.all_fit
+    for host in ("esx-01", "esx-02"):
+        assert len({v.profile for v in answer.vms if v.host == host}) == 1
+
+
+def test_solver_never_worse_than_greedy_on_random_farms() -> None:
+    rng = random.Random(7)
+    for _ in range(4):
+        hosts = [SynthHost(f"esx-{i:02d}", board=rng.choice(["a100", "h100"]), gpus=rng.choice([2, 4]),
+                           policy=rng.choice(["performance", "consolidation"])) for i in range(3)]
+        farm = make_farm(hosts)
+        d = demand(item("s", rng.randint(5, 30), vgpus={"fb_gb": 10, "series": "c"}),
+                   item("m", rng.randint(1, 8), vgpus={"fb_gb": 20, "series": "c"}, priority=2),
+                   item("l", rng.randint(0, 2) + 1, vgpus={"fb_gb": 40, "series": "c"}, n=2),
+                   allow=("mig", "vgpu-mode", "profile"))
+        answer = plan_capacity(farm, d, time_limit_s=5)
+        problem = build_problem(farm, d)
+        first = verify(problem, farm, greedy(problem))
+        by_prio = {2: 0, 1: 0}
+        for vm in first.placed:
+            by_prio[2 if vm.shape == "m" else 1] += 1
+        solved = {2: placed(answer, "m"), 1: placed(answer, "s") + placed(answer, "l")}
+        assert (solved[2], solved[1]) >= (by_prio[2], by_prio[1])
+
+
+# ----------------------------------------------------------------------------------------- fragment
+
+
+def test_fragment_is_a_valid_inventory_with_host_placement() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=1, nvlink="none", policy="consolidation")])
+    d = demand(item("a", 1, vgpus={"fb_gb": 20, "series": "c"}), item("b", 2, vgpus={"fb_gb": 10, "series": "c"}),
+               allow=("mig",), template="ubuntu-22.04-ml")
+    text = fragment(plan_capacity(farm, d, time_limit_s=10), d)
+    inv = load_inventory_text(text)
+    validate(inv)
+    assert [v.name for v in inv.vms] == ["a-001", "b-001", "b-002"]
+    assert {v.host for v in inv.vms} == {"esx-01"} and inv.vms[0].template == "ubuntu-22.04-ml"
+    assert inv.hosts[0].name == "esx-01" and inv.hosts[0].gpus[0].mode == "mig"

@@ -1,0 +1,210 @@
+"""What fits now, without changing any host: per host and cluster, for each offered profile and 1, 2, 4 or 8
+vGPUs per VM (with and without NVLink), how many more VMs the planner would place; and the stranded
+framebuffer, free memory that no offered profile can use on its GPU in the GPU's current mode with its
+current occupants (a same-size GPU locked to another profile, MIG slots no instance placement fits).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpuctl.capacity.kinds import _key, addition_patterns
+from vgpuctl.model import Observed, ObservedHost
+from vgpuctl.placement import MIG_MODE, Gpu, add_vgpu, farm_from_observed, place_vm
+from vgpuctl.profiles import BOARDS, ProfileError, max_vgpus_per_vm, parse_profile
+
+VGPU_COUNTS = (1, 2, 4, 8)
+MAX_COUNT = 10_000  # stop counting there (a farm that takes more is not short of capacity)
+
+
+@dataclass(frozen=True)
+class FitRow:
+    profile: str
+    vgpus: int
+    nvlink: bool
+    vms: int
+
+
+@dataclass
+class Stranded:
+    gpu: str
+    free_gb: float
+    stranded_gb: float
+    why: str
+
+
+@dataclass
+class HostFit:
+    host: str
+    cluster: str | None
+    rows: list[FitRow]
+    stranded: list[Stranded] = field(default_factory=list)
+    skipped: str | None = None
+
+    @property
+    def stranded_gb(self) -> float:
+        return sum(s.stranded_gb for s in self.stranded)
+
+
+@dataclass
+class FitReport:
+    hosts: list[HostFit]
+
+    def clusters(self) -> dict[str, dict[tuple[str, int, bool], int]]:
+        out: dict[str, dict[tuple[str, int, bool], int]] = {}
+        for h in self.hosts:
+            table = out.setdefault(h.cluster or "(no cluster)", {})
+            for r in h.rows:
+                key = (r.profile, r.vgpus, r.nvlink)
+                table[key] = table.get(key, 0) + r.vms
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hosts": [{"host": h.host, "cluster": h.cluster, "skipped": h.skipped,
+                       "fits": [vars(r) for r in h.rows], "stranded_gb": h.stranded_gb,
+                       "stranded": [vars(s) for s in h.stranded]} for h in self.hosts],
+            "clusters": {c: [{"profile": p, "vgpus": n, "nvlink": nv, "vms": v} for (p, n, nv), v in t.items()]
+                         for c, t in self.clusters().items()},
+        }
+
+
+def what_fits(observed: Observed, cluster: str | None = None, host: str | None = None) -> FitReport:
+    state = farm_from_observed(observed)
+    hosts = []
+    cache: dict[tuple[object, ...], tuple[list[FitRow], list[Stranded]]] = {}
+    for name in sorted(observed.hosts):
+        oh = observed.hosts[name]
+        if (cluster is not None and oh.cluster != cluster) or (host is not None and name != host) or not oh.gpus:
+            continue
+        why = _unusable(oh)
+        if why:
+            hosts.append(HostFit(name, oh.cluster, [], [], why))
+            continue
+        gpus = state.gpus.get(name, [])
+        limit = min(max_vgpus_per_vm(oh.api_version), oh.max_vgpus_per_vm or 8)
+        sig = (tuple(_key(g) for g in gpus), oh.assignment_policy, limit, tuple(sorted(oh.offered_profiles)))
+        if sig not in cache:
+            rows = host_rows(gpus, oh.offered_profiles, oh.assignment_policy, limit)
+            cache[sig] = (rows, [s for g in gpus if (s := stranded(g, oh.offered_profiles))])
+        rows, strand = cache[sig]
+        hosts.append(HostFit(name, oh.cluster, rows, [copy.copy(s) for s in strand]))
+    return FitReport(hosts)
+
+
+def _unusable(host: ObservedHost) -> str | None:
+    if host.connection_state != "connected":
+        return host.connection_state
+    if host.in_maintenance:
+        return "in maintenance mode"
+    return None if host.power_state == "poweredOn" else host.power_state
+
+
+def _profiles(offered: list[str], gpus: list[Gpu]) -> list[str]:
+    boards = {g.board for g in gpus}
+    out = []
+    for name in sorted(offered):
+        try:
+            if parse_profile(name).board in boards:
+                out.append(name)
+        except ProfileError:
+            continue
+    return out
+
+
+def host_rows(gpus: list[Gpu], offered: list[str], policy: str, limit: int) -> list[FitRow]:
+    rows = []
+    for profile in _profiles(offered, gpus):
+        p = parse_profile(profile)
+        whole = not p.is_mig and p.series == "c" and p.fb_gb == BOARDS.get(p.board, BOARDS["a100"]).fb_gb
+        for n in VGPU_COUNTS:
+            if n > limit:
+                continue
+            rows.append(FitRow(profile, n, False, count_vms(gpus, [profile] * n, policy, nvlink=False)))
+            if whole and n >= 2:
+                rows.append(FitRow(profile, n, True, count_vms(gpus, [profile] * n, policy, nvlink=True)))
+    return rows
+
+
+def count_vms(gpus: list[Gpu], profiles: list[str], policy: str, *, nvlink: bool) -> int:
+    """How many more VMs of these vGPUs the planner places, one after the other."""
+    work = copy.deepcopy(gpus)
+    by_id = {g.id: g for g in work}
+    n = 0
+    while n < MAX_COUNT:
+        res = place_vm(work, "probe", profiles, policy, nvlink=nvlink)
+        if not res.ok:
+            break
+        for pl in res.placed:
+            add_vgpu(by_id[pl.gpu], pl.profile)
+        n += 1
+    return n
+
+
+def _used_gb(gpu: Gpu) -> float:
+    if gpu.vgpu_mode == MIG_MODE:
+        slots = gpu.mig_slots
+        return sum(size for _, size in gpu.mig_used) * gpu.fb_gb / slots
+    total = 0.0
+    for name in gpu.vgpus:
+        try:
+            total += parse_profile(name).fb_gb
+        except ProfileError:
+            return gpu.fb_gb
+    return total
+
+
+def stranded(gpu: Gpu, offered: list[str]) -> Stranded | None:
+    """Free framebuffer on `gpu` that no offered profile can use, or None when there is none."""
+    if gpu.board is None:
+        return None
+    free = max(0.0, gpu.fb_gb - _used_gb(gpu))
+    if free <= 0:
+        return None
+    if gpu.blocked:
+        return Stranded(gpu.id, free, free, "held by a vGPU of unknown profile")
+    profiles = _profiles(offered, [gpu])
+    usable = max((sum(parse_profile(p).fb_gb * k for p, k in pat.items())
+                  for pat in addition_patterns(gpu, profiles)), default=0.0)
+    left = free - usable
+    if left <= 0:
+        return None
+    if gpu.vgpu_mode == MIG_MODE:
+        why = "MIG slots that no instance placement fits"
+    elif gpu.vgpu_mode == "mixedSize":
+        why = "no offered size fits the gap"
+    else:
+        why = f"same-size GPU locked to {gpu.vgpus[0]}" if gpu.vgpus else "no offered profile divides it"
+    return Stranded(gpu.id, free, left, why)
+
+
+def render_text(report: FitReport) -> str:
+    lines = []
+    for h in report.hosts:
+        if h.skipped:
+            lines.append(f"{h.host}: left out ({h.skipped})")
+            continue
+        lines.append(f"{h.host} ({h.cluster or 'no cluster'}): stranded {h.stranded_gb:g} GB")
+        for s in h.stranded:
+            lines.append(f"  GPU {s.gpu}: {s.stranded_gb:g} of {s.free_gb:g} GB free unusable ({s.why})")
+        lines += _table(h.rows)
+    for cluster, table in report.clusters().items():
+        lines.append(f"cluster {cluster}:")
+        lines += _table([FitRow(p, n, nv, v) for (p, n, nv), v in table.items()])
+    return "\n".join(lines)
+
+
+def _table(rows: list[FitRow]) -> list[str]:
+    by_profile: dict[str, dict[tuple[int, bool], int]] = {}
+    for r in rows:
+        by_profile.setdefault(r.profile, {})[(r.vgpus, r.nvlink)] = r.vms
+    head = "  " + f"{'profile':<22}" + "".join(f"{f'x{n}':>7}" for n in VGPU_COUNTS) + "".join(
+        f"{f'x{n} nvl':>9}" for n in VGPU_COUNTS[1:])
+    out = [head]
+    for profile, cells in sorted(by_profile.items()):
+        plain = "".join(f"{cells.get((n, False), '-'):>7}" for n in VGPU_COUNTS)
+        nvl = "".join(f"{cells.get((n, True), '-'):>9}" for n in VGPU_COUNTS[1:])
+        out.append(f"  {profile:<22}{plain}{nvl}")
+    return out

@@ -1,0 +1,103 @@
+"""`vgpuctl capacity`: what fits now, or with --demand the best GPU layout for a demand file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from vgpuctl.cli import common
+from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from vgpuctl.capacity.demand import Demand
+    from vgpuctl.model import Observed
+
+EXIT_SHORT = 2
+
+DemandFile = Annotated[
+    Path | None, typer.Option("--demand", "-d", help="Demand file (kind: Demand): answer it with a layout.",
+                              dir_okay=False)
+]
+
+
+def register(app: typer.Typer) -> None:
+    app.command("capacity")(capacity_cmd)
+
+
+def capacity_cmd(
+    ctx: typer.Context,
+    demand: DemandFile = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Only this cluster (what fits now).")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Only this host (what fits now).")] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write the answer's inventory fragment here.", dir_okay=False)
+    ] = None,
+    detailed_exitcode: Annotated[
+        bool, typer.Option("--detailed-exitcode", help="Exit 2 when some demand does not fit.")
+    ] = False,
+    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Solver time limit in seconds.")] = 10.0,
+    greedy_only: Annotated[bool, typer.Option("--greedy", help="Skip the solver: first-fit decreasing only.")] = False,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Take vCenter settings from this inventory.", dir_okay=False)
+    ] = None,
+) -> None:
+    """What fits on the farm now; with --demand, the host GPU layout that fits the most demand.
+
+    Examples:
+      vgpuctl capacity --cluster GPU-Cluster
+      vgpuctl capacity --demand next-quarter.yaml -o layout.yaml --detailed-exitcode
+    """
+    opts: GlobalOptions = ctx.obj
+    if demand is None and (out is not None or detailed_exitcode):
+        raise UsageError("-o and --detailed-exitcode go with --demand")
+    wanted = None
+    if demand is not None:
+        from vgpuctl.capacity.demand import load_demand
+
+        wanted = load_demand(demand)  # file errors before any connection
+    observed = _observe(opts, file)
+    if wanted is None:
+        from vgpuctl.capacity.fitnow import render_text, what_fits
+
+        report = what_fits(observed, cluster, host)
+        common.emit(report.to_dict(), lambda _d: render_text(report), opts)
+        return
+    _answer(opts, observed, wanted, out, detailed_exitcode, time_limit, greedy_only)
+
+
+def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path | None, detailed: bool,
+            time_limit: float, greedy_only: bool) -> None:
+    from vgpuctl.capacity.answer import fragment, plan_capacity, render_text
+
+    use_solver = not greedy_only
+    if use_solver:
+        try:
+            import ortools  # noqa: F401
+        except ImportError:
+            raise UsageError("the layout solver needs OR-Tools: pip install 'vgpuctl[capacity]' "
+                             "(or use --greedy)") from None
+    answer = plan_capacity(observed, wanted, time_limit_s=time_limit, use_solver=use_solver)
+    if out is not None:
+        out.write_text(fragment(answer, wanted), encoding="utf-8")
+        common.info(f"wrote {out}: {len(answer.changes)} GPU changes, {answer.placed} VMs")
+    common.emit(answer.to_dict(), lambda _d: render_text(answer), opts)
+    if detailed and not answer.all_fit:
+        raise typer.Exit(EXIT_SHORT)
+
+
+def _observe(opts: GlobalOptions, file: Path | None) -> Observed:
+    """One bulk observe (the same as plan's) plus the NVLink sets of every GPU host."""
+    from vgpuctl.vsphere.observe import observe, observe_nvlink
+
+    inventory = None
+    if file is not None:
+        from vgpuctl.inventory import load_inventory
+
+        inventory = load_inventory(file)
+    with common.connect(opts, inventory) as session:
+        observed = observe(session, common.datacenter_for(opts, inventory))
+        observe_nvlink(session, observed, [h.name for h in observed.hosts.values() if h.gpus])
+    return observed
