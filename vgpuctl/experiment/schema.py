@@ -393,3 +393,23 @@ def dump_inventory(data: dict[str, Any]) -> str:
     import yaml
 
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+def workload_dict(workload: WorkloadSpec) -> dict[str, Any]:
+    return {**workload.model_dump(), "key": workload.key, "label": workload.label}
+
+
+def summary(exp: Experiment) -> dict[str, Any]:
+    """What the results directory keeps of the experiment file (experiment.json)."""
+    return {
+        "title": exp.title,
+        "source": exp.source_path,
+        "inventory": str(exp.base_inventory_path),
+        "vms": list(exp.vms),
+        "repetitions": exp.repetitions,
+        "on_failure": exp.on_failure,
+        "variants": [
+            {"name": v.name, "description": v.description, "workload": workload_dict(exp.workload_of(v))}
+            for v in exp.variants
+        ],
+    }

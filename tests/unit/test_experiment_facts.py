@@ -1,0 +1,106 @@
+"""Expectations from a merged inventory, facts from raw outputs, and the contradictions between them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vgpuctl.experiment.facts import contradictions, expectations, summarize
+from vgpuctl.experiment.parsers import parse_p2p_bandwidth_latency
+from vgpuctl.inventory import load_inventory_text
+
+pytestmark = pytest.mark.unit
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "experiment"
+TOPO_NV_PAIRS = (FIXTURES / "topo-m.a100-4gpus-nvlink-pairs.txt").read_text()  # published: NV12 in pairs, SYS across
+P2P_PAIRS = (FIXTURES / "p2pBandwidthLatencyTest.a100-4gpus-nvlink-pairs.txt").read_text()
+# A two-GPU matrix without NVLink, in nvidia-smi's layout (written for this test, not a capture).
+TOPO_PCIE = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tPIX\t0-23\nGPU1\tPIX\t X \t0-23\n"
+TOPO_NV = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV12\t0-23\nGPU1\tNV12\t X \t0-23\n"
+NVLINK_UP = "GPU 0: GRID A100-40C (UUID: GPU-1)\n\t Link 0: 25 GB/s\n\t Link 1: 25 GB/s\n"
+NVLINK_DOWN = "GPU 0: GRID A100-40C (UUID: GPU-1)\n\t Link 0: <inactive>\n"
+GPUS_40C = "GRID A100-40C, 550.90.07, 00000000:02:00.0\nGRID A100-40C, 550.90.07, 00000000:02:01.0\n"
+GPUS_MIG = "GRID A100-3-20C, 550.90.07, 00000000:02:00.0\n"
+
+INVENTORY = """\
+apiVersion: vgpuctl/v1
+hosts:
+  - {cluster: C, nvlink: NVLINK}
+vms:
+  - {name: a, cluster: C, memory_gb: 64, vgpus: {profile: PROFILE, count: COUNT}}
+  - {name: b, cluster: C, memory_gb: 64}
+"""
+
+
+def expect(nvlink: str, profile: str = "grid_a100-40c", count: int = 2) -> dict:
+    text = INVENTORY.replace("NVLINK", nvlink).replace("PROFILE", profile).replace("COUNT", str(count))
+    return expectations(load_inventory_text(text), ["a"])
+
+
+def raw(topo: str = "", nvlink: str = "", gpus: str = GPUS_40C, host_links: int = 0, mig: bool = False) -> dict:
+    return {
+        "guests": {"a": {"topo": topo, "nvlink": nvlink, "gpus": gpus}},
+        "hosts": {"esx-01": {"gpus": {"0000:3b:00.0": {"pci_id": "0000:3b:00.0", "nvlink_active": host_links,
+                                                       "mig_current": mig}}}},
+        "vm_hosts": {"a": "esx-01"},
+    }
+
+
+def test_expectations():
+    assert expect("enabled") == {"nvlink": "on", "profiles": {"a": ["grid_a100-40c"] * 2}, "mig": {"a": False}}
+    assert expect("disabled")["nvlink"] == "off"
+    mig = expect("enabled", "grid_a100-3-20c", 1)
+    assert mig["mig"] == {"a": True} and mig["profiles"] == {"a": ["grid_a100-3-20c"]}
+
+
+def test_summarize_reads_topology_links_gpus_and_hosts():
+    f = summarize({**raw(TOPO_NV_PAIRS, NVLINK_UP, host_links=12, mig=True)})
+    assert f.guest_links["a"] == {"0-1": "NV12", "0-2": "SYS", "0-3": "SYS", "1-2": "SYS", "1-3": "SYS", "2-3": "NV12"}
+    assert f.guest_nvlink_up == {"a": 2}
+    assert f.gpu_names == {"a": ["GRID A100-40C", "GRID A100-40C"]} and f.drivers == {"a": ["550.90.07"]}
+    assert f.host_nvlink_up == {"esx-01": 12} and f.host_mig == {"esx-01": ["0000:3b:00.0"]}
+    assert summarize({"guests": {"a": {"topo": "garbage"}}}).unreadable[0].startswith("a: nvidia-smi topo -m:")
+
+
+@pytest.mark.parametrize(
+    "nvlink, facts, kinds",
+    [
+        ("disabled", raw(TOPO_PCIE, NVLINK_DOWN), []),
+        ("disabled", raw(TOPO_NV), ["nvlink-up-when-off"]),
+        ("disabled", raw(TOPO_PCIE, NVLINK_UP), ["nvlink-up-when-off"]),
+        ("disabled", raw(TOPO_PCIE, host_links=4), ["nvlink-up-when-off"]),
+        ("enabled", raw(TOPO_NV, NVLINK_UP, host_links=12), []),
+        ("enabled", raw(TOPO_PCIE, NVLINK_UP, host_links=12), ["p2p-not-nvlink"]),
+        ("enabled", raw(TOPO_NV, NVLINK_UP, host_links=0), ["p2p-not-nvlink"]),
+        ("enabled", raw(TOPO_NV, host_links=12, gpus=GPUS_MIG), ["profile-mismatch"]),
+    ],
+)
+def test_contradictions(nvlink, facts, kinds):
+    found = contradictions(expect(nvlink), summarize(facts))
+    assert [c.kind for c in found] == kinds
+
+
+def test_contradiction_messages():
+    off = contradictions(expect("disabled"), summarize(raw(TOPO_NV, host_links=4)))
+    assert [c.message for c in off] == [
+        "NVLink links up in an 'off' run: a: GPU0-GPU1 NV12",
+        "NVLink links up in an 'off' run: host esx-01: 4 link(s) active",
+    ]
+    mig = contradictions(expect("enabled", "grid_a100-3-20c", 1),
+                         summarize(raw(TOPO_NV, host_links=1, gpus="GRID A100-2-10C, 550.90.07, 0:0\n")))
+    assert [c.message for c in mig] == [
+        "MIG slice different from the one asked: a asked grid_a100-3-20c; the guest shows GRID A100-2-10C"]
+
+
+def test_p2p_without_peer_access_in_an_on_run():
+    p2p = {"a": parse_p2p_bandwidth_latency(P2P_PAIRS).to_dict()}
+    found = contradictions(expect("enabled"), summarize(raw(TOPO_NV_PAIRS, host_links=12,
+                                                            gpus=GPUS_40C + GPUS_40C)), p2p)
+    assert [c.message for c in found] == [
+        "P2P not over NVLink in an 'on' run: a: GPU0-GPU2 SYS, GPU0-GPU3 SYS, GPU1-GPU2 SYS, GPU1-GPU3 SYS",
+        "P2P not over NVLink in an 'on' run: a: p2pBandwidthLatencyTest: no peer access for GPU pair(s) "
+        "0-2, 0-3, 1-2, 1-3",
+        "vGPU profile different from the one asked: a asked grid_a100-40c, grid_a100-40c; the guest shows "
+        "GRID A100-40C, GRID A100-40C, GRID A100-40C, GRID A100-40C",
+    ]

@@ -1,0 +1,185 @@
+"""What a variant should show, what a run showed, and where the two disagree. Pure.
+
+Expectations come from the merged inventory: NVLink `on` when the hosts of the experiment are set to
+`nvlink: enabled` (or a participating VM requires NVLink), `off` when they are set to `disabled`, and the vGPU
+profile of each participating VM. Facts are the raw outputs the runner collected: from the guests
+`nvidia-smi topo -m`, `nvidia-smi nvlink -s` and `nvidia-smi --query-gpu=name,driver_version,pci.bus_id`,
+and from the hosts the shell facts (NVLink links up, MIG mode) of vgpuctl.hostfacts.
+
+A contradiction is a run whose facts say the variant was not in force: NVLink links up in an `off` run, P2P
+not over NVLink in an `on` run, or a vGPU profile (a MIG slice) other than the one asked.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from vgpuctl.errors import OutputFormatError
+
+if TYPE_CHECKING:
+    from vgpuctl.inventory import Inventory
+
+GUEST_GPU_QUERY = "name,driver_version,pci.bus_id"
+
+
+# -------------------------------------------------------------------------------------------- expectations
+
+
+def expectations(inv: Inventory, vms: list[str]) -> dict[str, Any]:
+    """What the merged inventory asks of the participating VMs."""
+    from vgpuctl.profiles import ProfileError, parse_profile
+
+    settings = {h.nvlink for h in inv.hosts if h.nvlink is not None}
+    nvlink = None
+    if settings == {"enabled"}:
+        nvlink = "on"
+    elif settings == {"disabled"}:
+        nvlink = "off"
+    profiles: dict[str, list[str]] = {}
+    mig: dict[str, bool] = {}
+    for name in vms:
+        vm = inv.vm(name)
+        if vm is None:
+            continue
+        profiles[name] = vm.vgpu_profiles
+        try:
+            mig[name] = any(parse_profile(p).is_mig for p in vm.vgpu_profiles)
+        except ProfileError:
+            mig[name] = False
+        if vm.nvlink == "required" and nvlink is None:
+            nvlink = "on"
+    return {"nvlink": nvlink, "profiles": profiles, "mig": mig}
+
+
+# ----------------------------------------------------------------------------------------------- facts
+
+
+@dataclass
+class FactSummary:
+    guest_links: dict[str, dict[str, str]] = field(default_factory=dict)  # VM -> {"0-1": "NV12"}
+    guest_nvlink_up: dict[str, int] = field(default_factory=dict)  # VM -> active NVLinks seen in the guest
+    gpu_names: dict[str, list[str]] = field(default_factory=dict)  # VM -> GPU names (the vGPU types)
+    drivers: dict[str, list[str]] = field(default_factory=dict)  # VM -> driver versions
+    vm_hosts: dict[str, str] = field(default_factory=dict)  # VM -> ESXi host it ran on
+    host_nvlink_up: dict[str, int] = field(default_factory=dict)  # host -> NVLinks up
+    host_mig: dict[str, list[str]] = field(default_factory=dict)  # host -> PCI ids of GPUs in MIG mode
+    unreadable: list[str] = field(default_factory=list)  # facts that could not be parsed
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(raw: dict[str, Any]) -> FactSummary:
+    from vgpuctl.esxi.parsers import parse_nvlink_status, parse_topo_matrix
+
+    out = FactSummary(vm_hosts=dict(raw.get("vm_hosts") or {}))
+    for vm, g in sorted((raw.get("guests") or {}).items()):
+        topo, nvlink, gpus = g.get("topo") or "", g.get("nvlink") or "", g.get("gpus") or ""
+        if topo.strip():
+            try:
+                t = parse_topo_matrix(topo)
+                out.guest_links[vm] = {f"{a}-{b}": t.matrix[(a, b)] for a in t.gpus for b in t.gpus if a < b}
+            except OutputFormatError as exc:
+                out.unreadable.append(f"{vm}: nvidia-smi topo -m: {exc}")
+        if nvlink.strip():
+            try:
+                out.guest_nvlink_up[vm] = sum(x.active_links for x in parse_nvlink_status(nvlink))
+            except OutputFormatError as exc:
+                out.unreadable.append(f"{vm}: nvidia-smi nvlink -s: {exc}")
+        rows = [[c.strip() for c in line.split(",")] for line in gpus.splitlines() if line.strip()]
+        out.gpu_names[vm] = [r[0] for r in rows if r]
+        out.drivers[vm] = sorted({r[1] for r in rows if len(r) > 1})
+    for host, h in sorted((raw.get("hosts") or {}).items()):
+        gpus = (h.get("gpus") or {}).values()
+        out.host_nvlink_up[host] = sum(int(g.get("nvlink_active") or 0) for g in gpus)
+        out.host_mig[host] = sorted(g.get("pci_id", "") for g in gpus if g.get("mig_current"))
+    return out
+
+
+# --------------------------------------------------------------------------------------- contradictions
+
+
+@dataclass(frozen=True)
+class Contradiction:
+    kind: str  # nvlink-up-when-off | p2p-not-nvlink | profile-mismatch
+    message: str
+
+
+def contradictions(expect: dict[str, Any], facts: FactSummary,
+                   p2p: dict[str, dict[str, Any]] | None = None) -> list[Contradiction]:
+    """The ways a run's facts disagree with its variant; `p2p` is VM -> parsed p2pBandwidthLatencyTest."""
+    out: list[Contradiction] = []
+    vms = list(expect.get("profiles") or {})
+    if expect.get("nvlink") == "off":
+        out += _nvlink_up(facts, vms)
+    elif expect.get("nvlink") == "on":
+        out += _p2p_not_nvlink(facts, vms, p2p or {})
+    out += _profile_mismatch(expect, facts)
+    return out
+
+
+def _nvlink_up(facts: FactSummary, vms: list[str]) -> list[Contradiction]:
+    out = []
+    for vm in vms:
+        links = {pair: kind for pair, kind in facts.guest_links.get(vm, {}).items() if kind.startswith("NV")}
+        if links:
+            shown = ", ".join(f"GPU{p.replace('-', '-GPU')} {k}" for p, k in sorted(links.items()))
+            out.append(Contradiction("nvlink-up-when-off", f"NVLink links up in an 'off' run: {vm}: {shown}"))
+        if facts.guest_nvlink_up.get(vm):
+            out.append(Contradiction("nvlink-up-when-off", f"NVLink links up in an 'off' run: {vm}: "
+                                     f"{facts.guest_nvlink_up[vm]} link(s) active in nvidia-smi nvlink -s"))
+    for host in _hosts_of(facts, vms):
+        if facts.host_nvlink_up.get(host):
+            out.append(Contradiction("nvlink-up-when-off", f"NVLink links up in an 'off' run: host {host}: "
+                                     f"{facts.host_nvlink_up[host]} link(s) active"))
+    return out
+
+
+def _p2p_not_nvlink(facts: FactSummary, vms: list[str], p2p: dict[str, dict[str, Any]]) -> list[Contradiction]:
+    out = []
+    for vm in vms:
+        other = {pair: kind for pair, kind in facts.guest_links.get(vm, {}).items() if not kind.startswith("NV")}
+        if other:
+            shown = ", ".join(f"GPU{p.replace('-', '-GPU')} {k}" for p, k in sorted(other.items()))
+            out.append(Contradiction("p2p-not-nvlink", f"P2P not over NVLink in an 'on' run: {vm}: {shown}"))
+        access = (p2p.get(vm) or {}).get("peer_access") or {}
+        denied = sorted(pair for pair, ok in access.items() if ok is False and _ordered(pair))
+        if denied:
+            out.append(Contradiction("p2p-not-nvlink", f"P2P not over NVLink in an 'on' run: {vm}: "
+                                     f"p2pBandwidthLatencyTest: no peer access for GPU pair(s) {', '.join(denied)}"))
+    for host in _hosts_of(facts, vms):
+        if host in facts.host_nvlink_up and not facts.host_nvlink_up[host]:
+            out.append(Contradiction("p2p-not-nvlink", f"P2P not over NVLink in an 'on' run: host {host}: "
+                                     "no NVLink link active"))
+    return out
+
+
+def _ordered(pair: str) -> bool:
+    a, _, b = pair.partition("-")
+    return a.isdigit() and b.isdigit() and int(a) < int(b)
+
+
+def _profile_key(profile: str) -> str:
+    return re.sub(r"^(grid|nvidia)_", "", profile.lower())
+
+
+def _profile_mismatch(expect: dict[str, Any], facts: FactSummary) -> list[Contradiction]:
+    out = []
+    for vm, asked in (expect.get("profiles") or {}).items():
+        names = facts.gpu_names.get(vm)
+        if not asked or not names:
+            continue  # nothing asked, or the guest facts were not read
+        keys = sorted({_profile_key(p) for p in asked})
+        shown = [n for n in names if not any(k in n.lower() for k in keys)]
+        if shown or len(names) != len(asked):
+            what = "MIG slice" if (expect.get("mig") or {}).get(vm) else "vGPU profile"
+            out.append(Contradiction("profile-mismatch", f"{what} different from the one asked: {vm} asked "
+                                     f"{', '.join(asked)}; the guest shows {', '.join(names) or 'no GPU'}"))
+    return out
+
+
+def _hosts_of(facts: FactSummary, vms: list[str]) -> list[str]:
+    hosts = sorted({facts.vm_hosts[vm] for vm in vms if vm in facts.vm_hosts})
+    return hosts or sorted(facts.host_nvlink_up)

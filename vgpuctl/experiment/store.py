@@ -1,0 +1,155 @@
+"""The results directory of an experiment: one record per variant and repetition, written as it finishes.
+
+```
+RESULTS/
+  experiment.json                 what was asked: variants, workloads, repetitions, participating VMs
+  state.json                      which configuration the farm is in now (base or a variant), and its history
+  variants/NAME/inventory.yaml    the merged inventory that was applied
+  variants/NAME/expect.json       what the variant should show (NVLink on/off, vGPU profiles per VM)
+  variants/NAME/rep-001/result.json   status, workload, parsed numbers, per-VM exit status, errors
+  variants/NAME/rep-001/output/VM.txt the benchmark's raw output
+  variants/NAME/rep-001/facts.json    topology, NVLink, driver and MIG facts read during the run
+```
+A repetition whose result.json says `ok` is done; a rerun skips it. A failed one is run again. Files are
+written to a temporary name and renamed, so an interrupted run never leaves half a record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+BASE = "base"
+STATUS_OK = "ok"
+STATUS_FAILED = "failed"
+
+
+@dataclass
+class RunRecord:
+    variant: str
+    repetition: int
+    workload: dict[str, Any]  # the workload spec, plus its `key` and `label`
+    status: str  # ok | failed
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # VM -> {rc, file}
+    parsed: dict[str, Any] = field(default_factory=dict)  # VM -> parsed numbers (see vgpuctl.experiment.parsers)
+    errors: list[str] = field(default_factory=list)
+    started: str = ""
+    finished: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunRecord:
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+class ResultsDir:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    # ----------------------------------------------------------------------------------------- paths
+
+    def variant_dir(self, variant: str) -> Path:
+        return self.root / "variants" / variant
+
+    def rep_dir(self, variant: str, repetition: int) -> Path:
+        return self.variant_dir(variant) / f"rep-{repetition:03d}"
+
+    def inventory_path(self, variant: str) -> Path:
+        return self.variant_dir(variant) / "inventory.yaml"
+
+    # --------------------------------------------------------------------------------------- writing
+
+    def write_experiment(self, summary: dict[str, Any]) -> None:
+        write_atomic(self.root / "experiment.json", _json(summary))
+
+    def write_inventory(self, variant: str, text: str) -> Path:
+        path = self.inventory_path(variant)
+        write_atomic(path, text)
+        return path
+
+    def write_expectations(self, variant: str, expect: dict[str, Any]) -> None:
+        write_atomic(self.variant_dir(variant) / "expect.json", _json(expect))
+
+    def record(self, rec: RunRecord, outputs: dict[str, str], facts: dict[str, Any]) -> None:
+        """Raw outputs and facts first, result.json last: result.json existing means the record is whole."""
+        rep = self.rep_dir(rec.variant, rec.repetition)
+        for vm, text in outputs.items():
+            name = f"output/{_safe(vm)}.txt"
+            write_atomic(rep / name, text)
+            rec.outputs.setdefault(vm, {})["file"] = name
+        write_atomic(rep / "facts.json", _json(facts))
+        write_atomic(rep / "result.json", _json(rec.to_dict()))
+
+    def set_applied(self, configuration: str, note: str = "") -> None:
+        state = self.state()
+        state["applied"] = configuration
+        state.setdefault("history", []).append({"applied": configuration, "at": now(), "note": note})
+        write_atomic(self.root / "state.json", _json(state))
+
+    # --------------------------------------------------------------------------------------- reading
+
+    def state(self) -> dict[str, Any]:
+        path = self.root / "state.json"
+        return json.loads(path.read_text()) if path.is_file() else {"applied": None, "history": []}
+
+    def experiment(self) -> dict[str, Any]:
+        return json.loads((self.root / "experiment.json").read_text())
+
+    def expectations(self, variant: str) -> dict[str, Any]:
+        path = self.variant_dir(variant) / "expect.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def load(self, variant: str, repetition: int) -> RunRecord | None:
+        path = self.rep_dir(variant, repetition) / "result.json"
+        if not path.is_file():
+            return None
+        return RunRecord.from_dict(json.loads(path.read_text()))
+
+    def facts(self, variant: str, repetition: int) -> dict[str, Any]:
+        path = self.rep_dir(variant, repetition) / "facts.json"
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    def output(self, variant: str, repetition: int, vm: str) -> str:
+        rec = self.load(variant, repetition)
+        name = (rec.outputs.get(vm) or {}).get("file") if rec else None
+        return (self.rep_dir(variant, repetition) / name).read_text() if name else ""
+
+    def is_done(self, variant: str, repetition: int) -> bool:
+        rec = self.load(variant, repetition)
+        return rec is not None and rec.status == STATUS_OK
+
+    def records(self, variant: str) -> list[RunRecord]:
+        base = self.variant_dir(variant)
+        if not base.is_dir():
+            return []
+        out = []
+        for rep in sorted(p for p in base.iterdir() if p.is_dir() and p.name.startswith("rep-")):
+            rec = self.load(variant, int(rep.name[4:]))
+            if rec is not None:
+                out.append(rec)
+        return out
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
