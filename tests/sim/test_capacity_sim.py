@@ -1,0 +1,137 @@
+"""`vgpuctl capacity` against gpusim: what fits now, and a demand answer whose fragment is applied to the
+simulator; every VM the answer placed must power on there (gpusim's admission is the judge)."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyVim.connect import Disconnect
+from pyVmomi import vim
+from typer.testing import CliRunner
+
+from vgpuctl.cli.main import app
+
+pytestmark = pytest.mark.sim
+
+H1, H2 = "esx-01.gpu.sim", "esx-02.gpu.sim"
+FARM = {
+    "datacenter": "DC0",
+    "reboot_seconds": 0.3,
+    "clusters": [{"name": "GPU-Cluster", "hosts": 2, "gpus_per_host": 1, "model": "A100-40GB", "nvlink": "none",
+                  "graphics_type": "sharedDirect", "assignment_policy": "consolidation", "vgpu_mode": "sameSize"}],
+    "templates": [{"name": "ubuntu-22.04-ml", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}],
+    "vms": [{"name": "busy-01", "host": H1, "cpus": 4, "memory_mb": 8192, "firmware": "efi", "memory_locked": True,
+             "vgpus": ["grid_a100-40c"]}],
+}
+DEMAND = """\
+apiVersion: vgpuctl/v1
+kind: Demand
+allow: [mig]
+frozen_hosts: [esx-01.gpu.sim]
+template: ubuntu-22.04-ml
+demand:
+  - name: big
+    count: 1
+    vgpus: {fb_gb: 20, series: c}
+  - name: small
+    count: 2
+    vgpus: {fb_gb: 10, series: c}
+    memory_gb: 16
+"""
+
+
+@pytest.fixture
+def sim(gpusim_factory: Any) -> Iterator[Any]:
+    sim = gpusim_factory(FARM)
+    conn = sim.connect()
+    try:
+        _wait(_find(conn, "busy-01").PowerOnVM_Task())  # admitted through the API: it holds esx-01's GPU
+    finally:
+        Disconnect(conn)
+    yield sim
+
+
+@pytest.fixture
+def env(sim: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for name in list(os.environ):
+        if name.startswith(("VGPUCTL_", "GOVC_")):
+            monkeypatch.delenv(name)
+    return {"VGPUCTL_URL": sim.url, "VGPUCTL_USERNAME": sim.username, "VGPUCTL_PASSWORD": sim.password,
+            "VGPUCTL_INSECURE": "1", "VGPUCTL_ESXI_HOSTS": sim.env["GPUSIM_SSH_HOSTS"],
+            "VGPUCTL_ESXI_KNOWN_HOSTS": sim.env["GPUSIM_SSH_KNOWN_HOSTS"], "VGPUCTL_ESXI_PASSWORD": sim.password}
+
+
+def vgpuctl(env: dict[str, str], *args: str) -> Any:
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def _find(si: Any, name: str) -> Any:
+    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
+    try:
+        return next(v for v in view.view if v.name == name)
+    finally:
+        view.Destroy()
+
+
+def _wait(task: Any) -> None:
+    from pyVim.task import WaitForTask
+
+    WaitForTask(task)
+
+
+def test_what_fits_now_reads_the_farm(env: dict[str, str]) -> None:
+    result = vgpuctl(env, "-o", "json", "capacity")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    fits = {h["host"]: {(r["profile"], r["vgpus"]): r["vms"] for r in h["fits"]} for h in doc["hosts"]}
+    assert fits[H1]["grid_a100-10c", 1] == 0  # busy-01 holds the whole GPU
+    assert fits[H2]["grid_a100-10c", 1] == 4 and fits[H2]["grid_a100-40c", 1] == 1
+
+
+def test_answer_applies_and_every_placed_vm_powers_on(env: dict[str, str], sim: Any, tmp_path: Path) -> None:
+    demand = tmp_path / "demand.yaml"
+    demand.write_text(DEMAND)
+    fragment = tmp_path / "layout.yaml"
+    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "-o", str(fragment),
+                     "--detailed-exitcode")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["fits"] and doc["placed"] == 3 and doc["greedy_placed"] == 1
+    assert [(c["host"], c["new"]) for c in doc["host_changes"]] == [(H2, "multiInstanceGpu")]
+
+    assert vgpuctl(env, "validate", "-f", str(fragment)).exit_code == 0
+    applied = vgpuctl(env, "apply", "-f", str(fragment), "--yes", "--parallel", "1")
+    assert applied.exit_code == 0, applied.output
+
+    conn = sim.connect()
+    try:
+        for vm in doc["vms"]:
+            assert _find(conn, vm["name"]).runtime.powerState == "poweredOn", vm["name"]
+    finally:
+        Disconnect(conn)
+    placed = {a["vmName"]: a["host"] for a in sim.assignments()}
+    assert {vm["name"]: placed.get(vm["name"]) for vm in doc["vms"]} == {vm["name"]: H2 for vm in doc["vms"]}
+    again = vgpuctl(env, "plan", "-f", str(fragment), "--detailed-exitcode")
+    assert again.exit_code == 0, again.output
+
+
+def test_demand_that_does_not_fit_exits_2_with_the_flag(env: dict[str, str], tmp_path: Path) -> None:
+    demand = tmp_path / "demand.yaml"
+    demand.write_text(textwrap.dedent("""\
+        apiVersion: vgpuctl/v1
+        kind: Demand
+        demand:
+          - {name: wide, count: 3, vgpus: {profile: grid_a100-40c, count: 1}}
+        """))
+    plain = vgpuctl(env, "capacity", "--demand", str(demand))
+    assert plain.exit_code == 0 and "does not fit" in plain.stdout
+    flagged = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "--detailed-exitcode")
+    assert flagged.exit_code == 2
+    doc = json.loads(flagged.stdout)
+    assert doc["demand"][0]["placed"] == 1 and doc["demand"][0]["reason"] == "framebuffer"
