@@ -5,7 +5,9 @@ BIN    := $(VENV)/bin
 GPUSIM := tests/vcsim/bin/gpusim
 DEMO_STATE := .work/demo
 
-.PHONY: all venv gpusim demo test test-unit test-sim test-go lint clean
+GUEST_PACKAGES := $(shell sed -e 's/\#.*//' scripts/guest-test-packages.txt)
+
+.PHONY: all venv gpusim demo test test-unit test-sim test-go test-packaging guest-deps lint typecheck clean
 
 all: venv gpusim
 
@@ -36,6 +38,9 @@ lint: venv
 	$(BIN)/ruff check vgpuctl tests bench
 	cd tests/vcsim && gofmt -l . | (! grep .) && go vet ./...
 
+typecheck: venv
+	$(BIN)/mypy vgpuctl
+
 test-go:
 	cd tests/vcsim && go vet ./... && go test ./...
 
@@ -45,9 +50,28 @@ test-unit: venv
 test-sim: venv gpusim
 	$(BIN)/pytest -m sim
 
-# Everything but live tests: Go simulator tests, lint, then unit + sim + guests (guests need root; skipped otherwise).
-test: venv gpusim lint test-go
-	$(BIN)/pytest -m "not live"
+test-packaging: venv
+	$(BIN)/pytest -m packaging
+
+# As root: install the Debian packages the guest tests need (scripts/guest-test-packages.txt), when missing.
+guest-deps:
+	@if [ "$$(id -u)" != 0 ]; then exit 0; fi; \
+	missing=$$(for p in $(GUEST_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing the guest tests' packages:" $$missing; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+# Everything but live tests: Go simulator tests, lint, then unit + sim + packaging + guests (guests need root).
+test: venv gpusim lint test-go guest-deps
+	@if [ "$$(id -u)" = 0 ]; then \
+	  $(BIN)/pytest -m "not live"; \
+	else \
+	  echo "make test: skipping the guests suite: it needs root (network namespaces, chroot, apt packages)"; \
+	  $(BIN)/pytest -m "not live and not guests"; \
+	fi
 
 clean:
 	rm -rf $(VENV) tests/vcsim/bin .pytest_cache .ruff_cache

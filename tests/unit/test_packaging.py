@@ -131,3 +131,69 @@ def test_installed_vgpuctl_runs_its_own_playbooks(installed: Path, tmp_path: Pat
     (play,) = (p["name"] for p in YAML(typ="safe").load((playbooks / "site.yml").read_text()) if "name" in p)
     stdout = (command.parent / "stdout").read_text()
     assert f"PLAY [{play}]" in stdout and "UNREACHABLE" in stdout, stdout[-2000:]
+
+
+# ------------------------------------------------------------------------------ make test sets itself up
+
+
+def _fake_tools(tmp_path: Path, uid: int, installed: set[str]) -> dict[str, str]:
+    """id, dpkg-query, apt-get and pytest stand-ins that log their calls, first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    scripts = {
+        "id": f'echo {uid}',
+        "dpkg-query": 'case " {} " in *" $3 "*) echo "install ok installed";; *) exit 1;; esac'.format(
+            " ".join(sorted(installed))),
+        "apt-get": f'echo "apt-get $*" >> {log}',
+        "pytest": f'echo "pytest $*" >> {log}',
+    }
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def _make_test(tmp_path: Path, uid: int, installed: set[str]) -> tuple[str, list[str]]:
+    env = _fake_tools(tmp_path, uid, installed)
+    # the prerequisites that build things are taken as done; BIN points pytest at the stand-in
+    cmd = ["make", "-s", "-C", str(ROOT), "-o", "venv", "-o", "gpusim", "-o", "lint", "-o", "test-go",
+           f"BIN={tmp_path / 'bin'}", "test"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    log = tmp_path / "calls.log"
+    return proc.stdout, log.read_text().splitlines() if log.exists() else []
+
+
+def _packages() -> list[str]:
+    lines = (ROOT / "scripts" / "guest-test-packages.txt").read_text().splitlines()
+    return [word for line in lines if (word := line.split("#")[0].strip())]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_test_as_root_installs_missing_guest_packages(tmp_path: Path) -> None:
+    packages = _packages()
+    assert "sshpass" in packages and "debootstrap" in packages
+    out, calls = _make_test(tmp_path, 0, set(packages[1:]))
+    assert calls == [
+        "apt-get update -qq",
+        f"apt-get install -y -qq --no-install-recommends {packages[0]}",
+        "pytest -m not live",
+    ]
+    assert "skipping" not in out
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_test_not_root_skips_guests_in_one_line(tmp_path: Path) -> None:
+    out, calls = _make_test(tmp_path, 1000, set())
+    assert calls == ["pytest -m not live and not guests"]
+    (line,) = [ln for ln in out.splitlines() if "skipping" in ln]
+    assert "guests suite" in line and "root" in line
+
+
+def test_ci_runs_the_readme_command() -> None:
+    ci = (ROOT / ".ci" / "run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and ci.rstrip().endswith("make test")
+    assert not [p for p in _packages() if p in ci]  # the package list is defined once, for make
