@@ -8,6 +8,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/vapi"
 )
 
 // Spec describes a farm: it comes from flags or from a YAML/JSON farm file.
@@ -22,6 +23,8 @@ type Spec struct {
 	Templates     []VMSpec      `yaml:"templates" json:"templates"`
 	VMs           []VMSpec      `yaml:"vms" json:"vms"`
 	VMCount       int           `yaml:"vm_count" json:"vm_count"` // extra powered-off VMs vm-0001.. spread over hosts
+	// Supervisor names supervisor clusters and seeds namespaces and VM classes (vapi_wiring.go).
+	Supervisor *vapi.Supervisor `yaml:"supervisor" json:"supervisor"`
 }
 
 // ClusterSpec describes one cluster of identical GPU hosts.

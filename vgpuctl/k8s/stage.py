@@ -1,0 +1,125 @@
+"""The VM-class stage of a run: observe the supervisor side over REST, plan it, apply it.
+
+Entry points (for `vgpuctl k8s plan/apply` and for the plan/apply pipeline):
+- `observe_supervisor(rest, inventory, observed)`: the REST state, cluster ids turned into cluster names;
+- `plan_stage(rest, inventory, observed)`: observe + vgpuctl.vmclasses.plan_supervisor (pass `observed` as
+  predicted after planned host changes so that planned GPU modes count);
+- `apply_stage(rest, plan, progress)`: one request per class or namespace change, in plan order; a namespace
+  is re-read just before its change so that associations made meanwhile by someone else are kept. The first
+  failure stops the stage; nothing is half-applied within one class or namespace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from vgpuctl.errors import DriftError, RestError, VgpuctlError
+from vgpuctl.model import Observed, Op
+from vgpuctl.vmclasses import ClassChange, NamespaceChange, SupervisorPlan, SupervisorState, plan_supervisor
+
+if TYPE_CHECKING:
+    from vgpuctl.vmclasses import InventorySections
+    from vgpuctl.vsphere.rest import RestClient
+
+Progress = Callable[[str, str], None]  # (what, step) e.g. ("vm class gpu-a100", "created")
+
+
+def observe_supervisor(rest: RestClient, inventory: InventorySections, observed: Observed) -> SupervisorState:
+    """Every VM class, supervisor cluster and namespace: namespaces the inventory does not name are read too,
+    as the classes they use must stay offered and cannot be deleted under them."""
+    state = rest.observe()
+    names = {moid: name for name, moid in observed.cluster_moids.items()}
+    state.supervisor_clusters = {moid: names.get(moid, label) for moid, label in state.supervisor_clusters.items()}
+    return state
+
+
+def plan_stage(rest: RestClient, inventory: InventorySections, observed: Observed) -> SupervisorPlan:
+    return plan_supervisor(inventory, observe_supervisor(rest, inventory, observed), observed)
+
+
+@dataclass
+class ChangeOutcome:
+    target: str  # "vm class NAME" or "namespace NAME"
+    action: str  # create | update | delete | associate
+    status: str  # changed | failed | skipped
+    message: str = ""
+
+
+@dataclass
+class SupervisorApplyResult:
+    outcomes: list[ChangeOutcome] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[ChangeOutcome]:
+        return [o for o in self.outcomes if o.status == "failed"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "supervisor_apply", "outcomes": [asdict(o) for o in self.outcomes]}
+
+    def text(self) -> str:
+        counts = {s: sum(1 for o in self.outcomes if o.status == s) for s in ("changed", "failed", "skipped")}
+        lines = [f"VM classes and namespaces: {counts['changed']} changed, {counts['failed']} failed, "
+                 f"{counts['skipped']} skipped."]
+        lines += [f"  failed: {o.target}: {o.message}" for o in self.failed]
+        return "\n".join(lines)
+
+
+def apply_stage(rest: RestClient, plan: SupervisorPlan, progress: Progress | None = None) -> SupervisorApplyResult:
+    if plan.errors:
+        raise VgpuctlError("the VM class plan has errors; nothing was applied")
+    result = SupervisorApplyResult()
+    stopped = False
+    for item in plan.ordered():
+        target, action = _describe(item)
+        if stopped:
+            result.outcomes.append(ChangeOutcome(target, action, "skipped", "an earlier change failed"))
+            continue
+        try:
+            _apply_one(rest, item)
+        except VgpuctlError as err:
+            result.outcomes.append(ChangeOutcome(target, action, "failed", str(err)))
+            stopped = True
+        else:
+            result.outcomes.append(ChangeOutcome(target, action, "changed"))
+        if progress is not None:
+            progress(target, result.outcomes[-1].status)
+    return result
+
+
+def _describe(item: ClassChange | NamespaceChange) -> tuple[str, str]:
+    if isinstance(item, NamespaceChange):
+        return f"namespace {item.namespace}", "associate"
+    return f"vm class {item.name}", {Op.ADD: "create", Op.CHANGE: "update", Op.REMOVE: "delete"}[item.op]
+
+
+def _apply_one(rest: RestClient, item: ClassChange | NamespaceChange) -> None:
+    if isinstance(item, NamespaceChange):
+        ns = rest.get_namespace(item.namespace)
+        classes = [c for c in ns.vm_classes if c not in item.remove]
+        classes += [c for c in item.add if c not in classes]
+        if classes != ns.vm_classes:
+            rest.set_namespace_classes(ns, classes)
+        return
+    if item.op == Op.REMOVE:
+        rest.delete_vm_class(item.name)
+        return
+    assert item.desired is not None
+    if item.op == Op.ADD:
+        if _exists(rest, item.name):
+            raise DriftError(f"VM class {item.name} appeared since the plan; plan again")
+        rest.create_vm_class(item.desired)
+        return
+    removed = [k for k, v in item.extra_config.items() if v is None]
+    rest.update_vm_class(item.desired, removed_keys=removed)
+
+
+def _exists(rest: RestClient, name: str) -> bool:
+    try:
+        rest.get_vm_class(name)
+    except RestError as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
