@@ -25,7 +25,6 @@ uses what vSphere shows (vgpuMode multiInstanceGpu, the configured option string
 from __future__ import annotations
 
 import copy
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -34,7 +33,7 @@ from vgpuctl.esxi.parsers import OutputFormatError, format_module_options, parse
 from vgpuctl.hostfacts import GpuFacts, HostFacts
 from vgpuctl.inventory import GpuSpec, HostSpec, SchedulerSpec
 from vgpuctl.model import HostChange, Observed, ObservedGpu, ObservedHost, ObservedProfile, VmChange
-from vgpuctl.profiles import BOARDS, board_for_device
+from vgpuctl.profiles import BOARDS, board_for_device, try_parse
 from vgpuctl.scheduler import SchedulerState
 
 # HostChange.kind values; "category" is the part before the dot (graphics | mig | nvlink | scheduler | maintenance)
@@ -58,7 +57,7 @@ REGISTRY_PER_DEVICE = "NVreg_RegistryDwordsPerDevice"
 RMPVMRL = "RmPVMRL"
 MIXED_SIZE_POLICIES = ("best-effort", "equal-share")
 # Boards whose MIG mode switch applies without a reboot once the GPU is idle (Hopper); others reboot.
-MIG_NO_REBOOT_BOARDS = frozenset({"h100"})
+MIG_NO_REBOOT_BOARDS = frozenset(b.board for b in BOARDS.values() if b.mig_capable and not b.mig_needs_reboot)
 
 
 def category(kind: str) -> str:
@@ -343,8 +342,9 @@ def _mig_capable(gpu: ObservedGpu, gf: GpuFacts | None, shell: bool) -> bool:
     return board is not None and BOARDS[board].mig_capable
 
 
-def _board(gpu: ObservedGpu) -> str | None:
-    board = board_for_device(gpu.device_name, gpu.memory_kb // (1024 * 1024) or None)
+def _board(gpu: ObservedGpu, offered: Sequence[str] = ()) -> str | None:
+    """The GPU's board by device id, exact device name, or the host's offered profiles (never substrings)."""
+    board = board_for_device(gpu.device_name, gpu.memory_kb / (1024 * 1024) or None, gpu.device_id, offered)
     return board if board in BOARDS else None
 
 
@@ -481,36 +481,35 @@ def verify_host(spec: HostSpec, host: ObservedHost, facts: HostFacts) -> list[st
 # ------------------------------------------------------------------------------------------- prediction
 
 
-def mig_profile_names(board: str) -> list[str]:
-    """The MIG-backed C-series profiles of a board from its GPU instance geometry (grid_a100-3-20c ...)."""
+def mig_profile_names(board: str, prefix: str = "grid_") -> list[str]:
+    """The MIG-backed C-series types of a board from the vGPU type catalogue, smallest first (grid_a100-1-5c
+    ...); types with media extensions are left out (a host offers them too, nobody asks for them by default)."""
     info = BOARDS.get(board)
     if info is None:
         return []
-    out = []
-    for gi in info.gi_profiles:
-        m = re.fullmatch(r"(\d+)g\.(\d+)gb", gi.name)
-        if m:
-            out.append(f"grid_{board}-{m[1]}-{m[2]}c")
-    return out
+    rows = [t for t in info.types.values() if t.mig_gi and t.series == "C" and not t.media]
+    return [prefix + t.name.lower() for t in sorted(rows, key=lambda t: (int(t.mig_gi[0]), t.fb_gb))]
 
 
-def time_sliced_profile_names(board: str) -> list[str]:
-    """Time-sliced C-series profiles of a board: framebuffer sizes that divide the GPU's memory."""
+def time_sliced_profile_names(board: str, prefix: str = "grid_") -> list[str]:
+    """The time-sliced C-series types of a board from the vGPU type catalogue, smallest first."""
     info = BOARDS.get(board)
     if info is None:
         return []
-    return [f"grid_{board}-{fb}c" for fb in range(1, info.fb_gb + 1) if info.fb_gb % fb == 0 and fb >= 4]
+    rows = [t for t in info.types.values() if not t.mig_gi and t.series == "C"]
+    return [prefix + t.name.lower() for t in sorted(rows, key=lambda t: t.fb_gb)]
 
 
 def _profile(name: str) -> ObservedProfile:
-    m = re.fullmatch(r"grid_[a-z0-9]+-(?:(\d+)-)?(\d+)([abcq])", name)
-    if m is None:
+    """A profile's facts from its name when the host did not describe it (catalogue first, then the grammar)."""
+    p = try_parse(name)
+    if p is None:
         return ObservedProfile(name=name, fb_gb=0)
     return ObservedProfile(
         name=name,
-        fb_gb=int(m[2]),
-        sharing="mig" if m[1] else "timeSliced",
-        profile_class="quadro" if m[3] == "q" else "compute",
+        fb_gb=int(p.fb_gb),
+        sharing="mig" if p.is_mig else "timeSliced",
+        profile_class="quadro" if p.series == "q" else "compute",
     )
 
 
@@ -543,17 +542,18 @@ def predict_host(host: ObservedHost, changes: Sequence[HostChange]) -> ObservedH
 
 def _offered_after(before: ObservedHost, after: ObservedHost) -> list[str]:
     offered = set()
+    prefix = "nvidia_" if any(p.startswith("nvidia_") for p in before.offered_profiles) else "grid_"
     for g in after.gpus:
-        board = _board(g)
+        board = _board(g, before.offered_profiles)
         if board is None:
             continue
         mig = g.vgpu_mode == MIG_MODE
         own = [
             p
             for p in before.offered_profiles
-            if p.startswith(f"grid_{board}-") and (_profile(p).sharing == "mig") == mig
+            if (q := try_parse(p)) is not None and q.board == board and q.is_mig == mig
         ]
-        offered.update(own or (mig_profile_names(board) if mig else time_sliced_profile_names(board)))
+        offered.update(own or (mig_profile_names(board, prefix) if mig else time_sliced_profile_names(board, prefix)))
     return sorted(offered)
 
 
