@@ -45,7 +45,9 @@ from vgpuctl.profiles import (
     max_vgpus_per_vm,
     mixing_problem,
     mmio_size_gb,
+    offered_alternatives,
     parse_profile,
+    try_parse,
 )
 
 USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
@@ -95,7 +97,7 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
     try:
         parsed = [parse_profile(p) for p in spec.vgpu_profiles]
     except ProfileError as exc:
-        vp.errors.append(str(exc))
+        vp.errors.append(str(exc) + _alternatives(spec, observed))
         return vp
     vp.profiles = [p.name for p in parsed]
     problem = mixing_problem(parsed)  # validate() says so too; kept here for inventories built in code
@@ -122,6 +124,15 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
     _diff_fields(vp, base, parsed)
     _plan_power(vp, base)
     return vp
+
+
+def _alternatives(spec: VmSpec, observed: Observed) -> str:
+    """The profiles offered where the VM may run that come closest to what it asked for."""
+    names = [spec.host] if spec.host else observed.clusters.get(spec.cluster or "", []) or list(observed.hosts)
+    offered = {p for n in names if (h := observed.hosts.get(n)) is not None for p in h.offered_profiles}
+    unknown = next((p for p in spec.vgpu_profiles if try_parse(p) is None), "")
+    near = offered_alternatives(unknown, offered)
+    return f"; offered there: {', '.join(near)}" if near else ""
 
 
 def _current_profiles(vm: ObservedVm) -> list[str]:

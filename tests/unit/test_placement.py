@@ -246,3 +246,26 @@ def test_farm_release_frees_gpus() -> None:
 def test_farm_unknown_host() -> None:
     res = place_farm(farm_from_observed(_farm()), [Request("x", ["grid_a100-40c"], ["nope"])])
     assert res["x"].reason == "host nope is not a known host"
+
+
+def test_farm_with_a_running_vgpu_no_table_explains() -> None:
+    hosts = {"h": _host("h", [_ogpu("0000:3b:00.0", ["odd"]), _ogpu("0000:5e:00.0", ["run"])])}
+    vms = {
+        "odd": ObservedVm("odd", host="h", power_state="poweredOn", vgpus=[ObservedVgpu(1, "grid_a100-1-5xme")]),
+        "run": ObservedVm("run", host="h", power_state="poweredOn", vgpus=[ObservedVgpu(1, "grid_a100-20c")]),
+    }
+    state = farm_from_observed(Observed(hosts=hosts, vms=vms, clusters={"C": ["h"]}))
+    res = place_farm(state, [Request("a", ["grid_a100-20c"], ["h"]), Request("b", ["grid_a100-20c"], ["h"])])
+    assert res["a"].assign == ["0000:5e:00.0"]
+    assert res["b"].reason is not None and "holds vGPU 'grid_a100-1-5xme'" in res["b"].reason
+
+
+def test_observed_board_identity_from_device_id_and_offered_profiles() -> None:
+    hgx = ObservedGpu("0000:07:00.0", "NVIDIA A100", device_id=0x20B0, memory_kb=40 * 1024 * 1024,
+                      graphics_type="sharedDirect", vgpu_mode="sameSize")
+    odd = ObservedGpu("0000:0f:00.0", "NVIDIA A100", memory_kb=80 * 1024 * 1024, graphics_type="sharedDirect",
+                      vgpu_mode="sameSize")
+    host = ObservedHost("h", gpus=[hgx, odd], offered_profiles=["nvidia_a100x-40c", "nvidia_a100dx-80c"],
+                        api_version="8.0.0.1")
+    gpus = gpus_from_observed(host, {})
+    assert [(g.board, g.fb_gb, g.api_version) for g in gpus] == [("a100x", 40, "8.0.0.1"), ("a100dx", 80, "8.0.0.1")]

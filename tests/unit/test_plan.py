@@ -218,5 +218,6 @@ def test_plan_checks_mixing_without_validate() -> None:
     assert plan.errors == [
         "vm a: vGPUs of one VM must share a board type (got a100, h100)",
         "vm b: not a vGPU profile name: 'nonsense' (expected grid_<board>-[<slices>-]<fb><series>, "
-        "e.g. grid_a100-40c or grid_a100-3-20c)",
+        "e.g. grid_a100-40c or grid_a100-3-20c); offered there: grid_a100-10c, grid_a100-20c, grid_a100-40c, "
+        "grid_a100-4c, grid_a100-5c, grid_a100-8c",
     ]
