@@ -181,10 +181,29 @@ func (b *farmBackend) SetModuleOptions(host, module, options string) error {
 	return b.farm.SetModuleOptions(host, module, options)
 }
 
-var architectures = map[string]string{"a100": "Ampere", "a100d": "Ampere", "h100": "Hopper", "l40s": "Ada Lovelace"}
+// architecture names a board's GPU architecture from its vGPU board token (h100* Hopper, l* Ada
+// Lovelace, a* Ampere).
+func architecture(board string) string {
+	switch {
+	case strings.HasPrefix(board, "h"):
+		return "Hopper"
+	case strings.HasPrefix(board, "l"):
+		return "Ada Lovelace"
+	}
+	return "Ampere"
+}
 
-// linkSpeed is the per-link NVLink bandwidth nvidia-smi prints (NVLink 3 / NVLink 4).
-var linkSpeed = map[string]float64{"a100": 25, "a100d": 25, "h100": 26.562}
+// linkSpeed is the per-link NVLink bandwidth nvidia-smi prints by architecture (NVLink 3 / NVLink 4).
+var linkSpeed = map[string]float64{"Ampere": 25, "Hopper": 26.562}
+
+// migProfiles are a board's GPU instance profiles from the catalogue, with nvidia-smi's columns.
+func migProfiles(m *farm.Model) []esxsh.GIProfile {
+	var out []esxsh.GIProfile
+	for _, p := range m.GIProfiles {
+		out = append(out, esxsh.NewGIProfile(architecture(m.Board), m.FramebufferGB, p.Name, p.ID, p.MemoryGB, p.Starts, p.Size))
+	}
+	return out
+}
 
 // nvidiaBusID turns a vSphere PCI id (0000:3b:00.0) into nvidia-smi's form (00000000:3B:00.0).
 func nvidiaBusID(pciID string) string {
@@ -212,9 +231,9 @@ func hostView(info farm.HostInfo) esxsh.Host {
 		m := g.Model
 		v := esxsh.GPU{
 			Index: g.Index, BusID: nvidiaBusID(g.PCIID), UUID: gpuUUID(info.Name, g.PCIID), Name: m.DeviceName,
-			Board: m.Board, Architecture: architectures[m.Board], DeviceID: uint16(m.DeviceID),
+			Board: m.Board, Architecture: architecture(m.Board), DeviceID: uint16(m.DeviceID),
 			MemoryMiB: m.FramebufferGB * 1024, NUMANode: g.Index * 2 / max(len(info.GPUs), 1),
-			MIGCapable: m.MIGCapable, MIGCurrent: g.MIGCurrent, MIGPending: g.MIGPending,
+			MIGCapable: m.MIGCapable, MIGProfiles: migProfiles(m), MIGCurrent: g.MIGCurrent, MIGPending: g.MIGPending,
 			Heterogeneous: g.TimeSlicedMode == farm.ModeMixedSize, ActiveVGPUs: len(g.VGPUs),
 		}
 		for _, s := range g.VGPUs {
@@ -222,11 +241,22 @@ func hostView(info farm.HostInfo) esxsh.Host {
 				v.MIGInstances = append(v.MIGInstances, esxsh.MIGInstance{Profile: s.GI, Start: s.Start, Size: s.Size})
 			}
 		}
-		if n := len(g.NVLinkPeers); n > 0 && m.NVLinkLinks > 0 {
+		speed := linkSpeed[v.Architecture]
+		switch n := len(g.NVLinkPeers); {
+		case n == 0 || m.NVLinkLinks == 0:
+		case info.NVLinkTopology == farm.NVLinkNVSwitch:
+			// every link goes to the NVSwitch fabric, which reaches every GPU of the set
+			for i := 0; i < m.NVLinkLinks; i++ {
+				v.NVLinks = append(v.NVLinks, esxsh.Link{Index: i, Peer: -1, Up: g.NVLinkUp, SpeedGBs: speed})
+			}
+			for _, peer := range g.NVLinkPeers {
+				v.SwitchPeers = append(v.SwitchPeers, index[peer])
+			}
+		default:
 			per := max(m.NVLinkLinks/n, 1)
 			for _, peer := range g.NVLinkPeers {
 				for i := 0; i < per; i++ {
-					v.NVLinks = append(v.NVLinks, esxsh.Link{Index: len(v.NVLinks), Peer: index[peer], Up: g.NVLinkUp, SpeedGBs: linkSpeed[m.Board]})
+					v.NVLinks = append(v.NVLinks, esxsh.Link{Index: len(v.NVLinks), Peer: index[peer], Up: g.NVLinkUp, SpeedGBs: speed})
 				}
 			}
 		}

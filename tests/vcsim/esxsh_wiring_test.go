@@ -12,29 +12,30 @@ import (
 	"gpusim/internal/farm"
 )
 
-// The shell's MIG tables (what mig -lgip/-lgipp print) and the farm's geometry (what admission uses)
-// must agree on every GPU instance profile the farm knows.
-func TestMIGTablesMatchFarmGeometry(t *testing.T) {
-	for name, m := range farm.DefaultCatalog() {
+// The shell lists exactly the catalogue's GPU instance profiles (what admission uses), and every board
+// whose architecture and framebuffer have a real capture prints the captured columns.
+func TestShellMIGProfilesComeFromCatalogue(t *testing.T) {
+	cat := farm.MustDefaultCatalog()
+	captured := map[string]bool{"A100-40GB": true, "A100-80GB": true, "H100-80GB": true, "A100-HGX-40GB": true,
+		"A100-HGX-80GB": true, "H100-SXM5-80GB": true}
+	for _, m := range cat.Models() {
+		shell := migProfiles(m)
 		if !m.MIGCapable {
-			if esxsh.MIGProfiles(m.Board) != nil {
-				t.Errorf("%s: shell has MIG profiles for a non-MIG board %s", name, m.Board)
+			if shell != nil {
+				t.Errorf("%s: shell has MIG profiles for a board without MIG", m.Name)
 			}
 			continue
 		}
-		shell := map[string]esxsh.GIProfile{}
-		for _, p := range esxsh.MIGProfiles(m.Board) {
-			shell[p.Name] = p
+		if len(shell) != len(m.GIProfiles) {
+			t.Fatalf("%s: shell lists %d profiles, catalogue %d", m.Name, len(shell), len(m.GIProfiles))
 		}
-		for _, p := range m.GIProfiles {
-			s, ok := shell[p.Name]
-			if !ok {
-				t.Errorf("%s: shell lacks GPU instance profile %s", name, p.Name)
-				continue
+		for i, p := range m.GIProfiles {
+			s := shell[i]
+			if s.Name != p.Name || s.ID != p.ID || s.Size != p.Size || !slices.Equal(s.Starts, p.Starts) {
+				t.Errorf("%s %s: shell %+v, catalogue %+v", m.Name, p.Name, s, p)
 			}
-			if s.ID != p.ID || s.Size != p.Size || !slices.Equal(s.Starts, p.Starts) {
-				t.Errorf("%s %s: shell id %d size %d starts %v; farm id %d size %d starts %v",
-					name, p.Name, s.ID, s.Size, s.Starts, p.ID, p.Size, p.Starts)
+			if captured[m.Name] && !esxsh.HasPrintedColumns(architecture(m.Board), m.FramebufferGB, p.Name) {
+				t.Errorf("%s %s: no captured nvidia-smi columns", m.Name, p.Name)
 			}
 		}
 	}
@@ -45,7 +46,7 @@ func newTestFarm(t *testing.T) *farm.Farm {
 	f := farm.New(nil)
 	for _, spec := range []farm.HostSpec{
 		{Name: "esx-a100", Model: "A100-40GB", GPUs: 2, NVLink: "pairs", DefaultGraphicsType: farm.GraphicsSharedDirect},
-		{Name: "esx-h100", Model: "H100-80GB", GPUs: 2, DefaultGraphicsType: farm.GraphicsSharedDirect},
+		{Name: "esx-h100", Model: "H100-80GB", GPUs: 2, NVLink: "none", DefaultGraphicsType: farm.GraphicsSharedDirect},
 		{Name: "esx-l40s", Model: "L40S", GPUs: 1},
 	} {
 		if err := f.AddHost(spec); err != nil {

@@ -29,6 +29,8 @@ func registerExtension(e Extension) { extensions = append(extensions, e) }
 
 type options struct {
 	listen, envFile, farmFile string
+	catalogue                 string
+	listModels                bool
 	spec                      vc.Spec
 	clusters                  int
 	templates                 string
@@ -52,6 +54,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:0", "listen address (port 0 = a free port)")
 	fs.StringVar(&o.envFile, "env-file", "", "also write the export line to this file")
 	fs.StringVar(&o.farmFile, "farm", "", "farm file (YAML or JSON); see README.md")
+	fs.StringVar(&o.catalogue, "catalogue", "", "vGPU type catalogue (default: "+farm.CatalogueRelPath+" of the checkout)")
+	fs.BoolVar(&o.listModels, "models", false, "print the catalogue's GPU model names, one per line, and exit")
 	fs.StringVar(&o.spec.Username, "username", def.Username, "vSphere user name")
 	fs.StringVar(&o.spec.Password, "password", def.Password, "vSphere password")
 	fs.StringVar(&o.spec.APIVersion, "api-version", def.APIVersion, "vSphere API version")
@@ -62,8 +66,8 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&c.Name, "cluster", c.Name, "name of the first cluster")
 	fs.IntVar(&c.Hosts, "hosts", c.Hosts, "hosts per cluster")
 	fs.IntVar(&c.GPUs, "gpus", c.GPUs, "GPUs per host")
-	fs.StringVar(&c.Model, "model", c.Model, "GPU model: "+strings.Join(farm.DefaultCatalog().Names(), ", "))
-	fs.StringVar(&c.NVLink, "nvlink", c.NVLink, "NVLink topology: pairs, quads or none")
+	fs.StringVar(&c.Model, "model", c.Model, "GPU model, a board of the catalogue (-models lists them)")
+	fs.StringVar(&c.NVLink, "nvlink", c.NVLink, "NVLink topology: pairs, quads, nvswitch or none (default: the board's)")
 	fs.StringVar(&c.GraphicsType, "graphics-type", c.GraphicsType, "host default graphics type: shared or sharedDirect")
 	fs.StringVar(&c.AssignmentPolicy, "policy", c.AssignmentPolicy, "vGPU assignment policy: performance or consolidation")
 	fs.StringVar(&c.VgpuMode, "vgpu-mode", c.VgpuMode, "time-sliced vGPU mode: sameSize or mixedSize")
@@ -82,6 +86,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return nil, fmt.Errorf("-listen %q: %v", o.listen, err)
 	}
+	path, err := farm.FindCatalogue(o.catalogue)
+	if err != nil {
+		return nil, err
+	}
+	cat, err := farm.LoadCatalogFile(path)
+	if err != nil {
+		return nil, err
+	}
+	o.spec.Catalog = cat
+	if o.listModels {
+		return o, nil
+	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if o.farmFile != "" {
@@ -94,7 +110,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		if err != nil {
 			return nil, err
 		}
-		spec, err := vc.ParseSpec(data)
+		spec, err := vc.ParseSpec(data, cat)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", o.farmFile, err)
 		}
@@ -107,7 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			}
 		}
 		o.spec = spec
-		return o, o.spec.Validate(farm.DefaultCatalog())
+		return o, o.spec.Validate()
 	}
 	if o.clusters < 0 || o.clusters > 64 {
 		return nil, fmt.Errorf("-clusters must be 0..64")
@@ -126,7 +142,7 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 			o.spec.Templates = append(o.spec.Templates, tmpl)
 		}
 	}
-	return o, o.spec.Validate(farm.DefaultCatalog())
+	return o, o.spec.Validate()
 }
 
 func exportLine(env [][2]string) string {
@@ -152,6 +168,12 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "gpusim: %v\n", err)
 		return 2
+	}
+	if o.listModels {
+		for _, name := range o.spec.Catalog.Names() {
+			fmt.Fprintln(stdout, name)
+		}
+		return 0
 	}
 	sim, err := vc.New(o.spec)
 	if err != nil {

@@ -3,6 +3,7 @@ package esxsh
 import (
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -284,7 +285,7 @@ func RenderLGIP(gpus []GPU) string {
 	b.WriteString("|                              Free/Total   GiB              CE    JPEG  OFA  |\n")
 	b.WriteString("|=============================================================================|\n")
 	for _, g := range gpus {
-		for _, p := range MIGProfiles(g.Board) {
+		for _, p := range g.MIGProfiles {
 			fmt.Fprintf(&b, "|%4d  %-16s%4d%6d/%-9d%-11.2f%-7s%-7d%-6d%-4d|\n",
 				g.Index, "MIG "+p.Name, p.ID, freeInstances(p, g.MIGInstances), p.Total, p.MemoryGiB, "No", p.SM, p.DEC, p.ENC)
 			fmt.Fprintf(&b, "|%61s%-6d%-6d%-4d|\n", "", p.CE, p.JPEG, p.OFA)
@@ -298,7 +299,7 @@ func RenderLGIP(gpus []GPU) string {
 func RenderLGIPP(gpus []GPU) string {
 	var b strings.Builder
 	for _, g := range gpus {
-		for _, p := range MIGProfiles(g.Board) {
+		for _, p := range g.MIGProfiles {
 			starts := make([]string, len(p.Starts))
 			for i, s := range p.Starts {
 				starts[i] = strconv.Itoa(s)
@@ -338,6 +339,13 @@ func topoCell(a, b GPU) string {
 	for _, l := range a.NVLinks {
 		if l.Up && l.Peer == b.Index {
 			n++
+		}
+	}
+	if n == 0 && slices.Contains(a.SwitchPeers, b.Index) {
+		for _, l := range a.NVLinks {
+			if l.Up && l.Peer < 0 {
+				n++
+			}
 		}
 	}
 	if n > 0 {

@@ -23,8 +23,10 @@ func readFixture(t *testing.T, name string) string {
 
 // The renderers reproduce real captured outputs byte for byte (sources in the fixtures' README).
 func TestRenderersMatchRealOutputs(t *testing.T) {
-	a100 := GPU{Index: 0, BusID: "00000000:0F:00.0", Board: "a100", MIGCapable: true, MIGCurrent: true, MIGPending: true}
-	h100 := GPU{Index: 0, BusID: "00000000:06:00.0", Board: "h100", MIGCapable: true, MIGCurrent: true, MIGPending: true}
+	a100 := GPU{Index: 0, BusID: "00000000:0F:00.0", Board: "a100", MIGCapable: true, MIGCurrent: true, MIGPending: true,
+		MIGProfiles: catalogueMIG("A100-40GB", "Ampere")}
+	h100 := GPU{Index: 0, BusID: "00000000:06:00.0", Board: "h100", MIGCapable: true, MIGCurrent: true, MIGPending: true,
+		MIGProfiles: catalogueMIG("H100-80GB", "Hopper")}
 	a16 := Host{GPUs: []GPU{
 		{Index: 0, Name: "NVIDIA A16", UUID: "GPU-2039ae9a-7b32-009f-d7dc-b5acf0e7aaba"},
 		{Index: 1, Name: "NVIDIA A16", UUID: "GPU-4c81fa10-f611-4d5d-4f95-cf57270afbfa"},
@@ -99,7 +101,7 @@ func TestGoldenOutputs(t *testing.T) {
 
 func TestFreeInstances(t *testing.T) {
 	p := func(name string) GIProfile {
-		for _, p := range MIGProfiles("a100") {
+		for _, p := range catalogueMIG("A100-40GB", "Ampere") {
 			if p.Name == name {
 				return p
 			}

@@ -38,20 +38,22 @@ type GPU struct {
 	BusID        string // nvidia-smi form: 00000000:3B:00.0
 	UUID         string // GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
 	Name         string // product name, e.g. NVIDIA A100-PCIE-40GB
-	Board        string // vGPU board key: a100, a100d, h100, l40s (selects the MIG geometry)
+	Board        string // vGPU board token: a100, a100x, h100xm, l40s, ...
 	Architecture string // Ampere, Hopper, Ada Lovelace
 	DeviceID     uint16 // PCI device id, e.g. 0x20F1
 	MemoryMiB    int
 	NUMANode     int
 
-	MIGCapable bool
-	MIGCurrent bool // MIG mode in effect
-	MIGPending bool // MIG mode after the next reset/reboot (equals MIGCurrent when nothing is pending)
+	MIGCapable  bool
+	MIGProfiles []GIProfile // the board's GPU instance profiles (nil without MIG)
+	MIGCurrent  bool        // MIG mode in effect
+	MIGPending  bool        // MIG mode after the next reset/reboot (equals MIGCurrent when nothing is pending)
 
 	Heterogeneous bool // vGPU heterogeneous (mixed-size) mode
 	ActiveVGPUs   int  // vGPUs of powered-on VMs on this GPU
 	MIGInstances  []MIGInstance
 	NVLinks       []Link
+	SwitchPeers   []int // GPUs (nvidia-smi indexes) reached over the NVLinks through an NVSwitch
 }
 
 // MIGInstance is a GPU instance in use (created by vSphere for a running MIG-backed vGPU).
@@ -64,7 +66,7 @@ type MIGInstance struct {
 // Link is one NVLink of a GPU.
 type Link struct {
 	Index    int
-	Peer     int     // nvidia-smi index of the GPU at the other end; -1 when not connected
+	Peer     int     // nvidia-smi index of the GPU at the other end; -1 when not connected or to an NVSwitch
 	Up       bool    // trained and active
 	SpeedGBs float64 // per-link bandwidth when up
 }

@@ -2,9 +2,10 @@
 // (SOAP) side and the ESXi shell (SSH) side. It knows nothing about govmomi or SSH.
 //
 // Data:
-//   - Catalog / Model: static GPU model data (embedded models.yaml): board, PCI device id,
-//     framebuffer, MIG capability and geometry (GIProfiles with start slots), NVLink capability,
-//     the profiles offered in time-sliced and MIG mode. ParseProfile parses grid_<board>-[<n>-]<fb><s>.
+//   - Catalog / Model: the vGPU type catalogue (vgpuctl/data/vgpu-catalogue.yaml, read at run time):
+//     boards with device names and ids, framebuffer, MIG geometry (GIProfiles with start slots),
+//     NVLink topology and vGPU types with NVIDIA's maxima and mixed-size placements.
+//     Catalog.Profile explains a vSphere profile name (grid_ or nvidia_ spelling).
 //   - Farm: hosts (HostInfo) with GPUs (GPUInfo). Every read returns a copy (snapshot).
 //
 // API for both sides (all methods are safe for concurrent use; errors name the unknown object):
@@ -38,7 +39,7 @@
 //	    the vSphere side uses it to refresh graphicsInfo, vgpuMode, sharedPassthruGpuTypes, etc.
 //
 // Placement (Place, Candidate.Fits) is a pure function following docs/gpu-rules.md and is tested
-// against tests/fixtures/placement/cases.yaml.
+// against the shared vectors in tests/fixtures/placement.
 package farm
 
 import (
@@ -46,7 +47,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 )
@@ -80,9 +80,12 @@ type ModuleOptions struct {
 
 // Scheduler is a GPU's time-sliced scheduler as set by RmPVMRL.
 type Scheduler struct {
-	Policy      string `json:"policy"` // best-effort, equal-share or fixed-share
-	TimesliceMs int    `json:"timesliceMs,omitempty"`
-	RmPVMRL     string `json:"rmPVMRL,omitempty"`
+	Policy          string `json:"policy"` // best-effort, equal-share, fixed-share or unknown
+	Mode            string `json:"mode"`   // strict (round-robin by frequency), timeslice or none
+	TimesliceMs     int    `json:"timesliceMs,omitempty"`
+	FrequencyHz     int    `json:"frequencyHz,omitempty"`
+	AveragingFactor int    `json:"averagingFactor,omitempty"`
+	RmPVMRL         string `json:"rmPVMRL,omitempty"`
 }
 
 // GPUInfo is a snapshot of one physical GPU.
@@ -117,6 +120,9 @@ type HostInfo struct {
 	GPUs                []GPUInfo                `json:"gpus"`
 	Modules             map[string]ModuleOptions `json:"modules"`
 	RebootFault         *RebootFault             `json:"rebootFault,omitempty"`
+	NVLinkTopology      string                   `json:"nvlinkTopology"` // none, pairs, quads or nvswitch
+	ProfilePrefix       string                   `json:"profilePrefix"`  // grid_ or nvidia_
+	UndeclaredParams    []string                 `json:"undeclaredParams,omitempty"`
 }
 
 // What a reboot fault leaves unapplied.
@@ -178,12 +184,14 @@ type HostSpec struct {
 	Cluster             string
 	Model               string
 	GPUs                int
-	NVLink              string // none, pairs or quads
-	DefaultGraphicsType string // shared or sharedDirect
-	AssignmentPolicy    string // performance or consolidation
-	VgpuMode            string // sameSize or mixedSize
-	MIG                 bool   // GPUs start in MIG mode
-	ModuleOptions       string // nvidia module options, configured and in effect at start
+	NVLink              string   // "" (the board's topology), none, pairs, quads or nvswitch
+	DefaultGraphicsType string   // shared or sharedDirect
+	AssignmentPolicy    string   // performance or consolidation
+	VgpuMode            string   // sameSize or mixedSize
+	MIG                 bool     // GPUs start in MIG mode
+	ModuleOptions       string   // nvidia module options, configured and in effect at start
+	ProfilePrefix       string   // grid_ (default) or nvidia_: how the host spells vGPU types
+	UndeclaredParams    []string // nvidia module parameters the host's driver does not declare
 }
 
 type gpu struct {
@@ -208,28 +216,47 @@ type host struct {
 	rebooting           bool
 	down                bool
 	rebootFault         *RebootFault
+	prefix              string
+	undeclared          []string
+	nvlink              string // none, pairs, quads or nvswitch
 }
 
 // Farm is the GPU farm state.
 type Farm struct {
-	mu        sync.Mutex
-	catalog   Catalog
-	hosts     []*host
-	byName    map[string]*host
-	vmHost    map[string]string // vm id -> host holding its vGPUs
-	listeners []func(Event)
+	mu              sync.Mutex
+	catalog         *Catalog
+	sameSizeAnyType bool // vSphere API 8.0.1+: equal-size GPUs take any type of the same framebuffer
+	hosts           []*host
+	byName          map[string]*host
+	vmHost          map[string]string // vm id -> host holding its vGPUs
+	listeners       []func(Event)
 }
 
-// New returns an empty farm using the given model catalog (DefaultCatalog() when nil).
-func New(c Catalog) *Farm {
+// New returns an empty farm using the given vGPU type catalogue (nil: MustDefaultCatalog, for tests).
+func New(c *Catalog) *Farm {
 	if c == nil {
-		c = DefaultCatalog()
+		c = MustDefaultCatalog()
 	}
-	return &Farm{catalog: c, byName: map[string]*host{}, vmHost: map[string]string{}}
+	return &Farm{catalog: c, byName: map[string]*host{}, vmHost: map[string]string{}, sameSizeAnyType: true}
 }
 
-// Catalog returns the farm's GPU model data.
-func (f *Farm) Catalog() Catalog { return f.catalog }
+// Catalog returns the farm's vGPU type catalogue.
+func (f *Farm) Catalog() *Catalog { return f.catalog }
+
+// SetAPIVersion applies the vSphere API version's equal-size rule: from 8.0.1 (8.0 U1) vGPUs of
+// different types with the same framebuffer may share a GPU; before, only the identical type.
+func (f *Farm) SetAPIVersion(v string) {
+	f.mu.Lock()
+	f.sameSizeAnyType = APIAtLeast(v, "8.0.1")
+	f.mu.Unlock()
+}
+
+// Rules returns the placement rules the farm applies.
+func (f *Farm) Rules() Rules {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return Rules{SameSizeAnyType: f.sameSizeAnyType}
+}
 
 // PCIBus returns the deterministic PCI id of the i-th GPU of a host.
 func PCIBus(i int) string {
@@ -243,22 +270,23 @@ func PCIBus(i int) string {
 
 // AddHost adds a host with its GPUs.
 func (f *Farm) AddHost(s HostSpec) error {
-	m, ok := f.catalog[s.Model]
+	m, ok := f.catalog.Model(s.Model)
 	if !ok {
-		return fmt.Errorf("unknown GPU model %q (known: %s)", s.Model, strings.Join(f.catalog.Names(), ", "))
+		return f.catalog.UnknownModel(s.Model)
 	}
 	if s.GPUs < 0 || s.GPUs > 32 {
 		return fmt.Errorf("host %s: gpus must be 0..32, got %d", s.Name, s.GPUs)
 	}
-	group := 0
-	switch s.NVLink {
-	case "", "none":
-	case "pairs":
-		group = 2
-	case "quads":
-		group = 4
+	group, err := nvlinkGroup(s.NVLink, m)
+	if err != nil {
+		return fmt.Errorf("host %s: %w", s.Name, err)
+	}
+	switch s.ProfilePrefix {
+	case "":
+		s.ProfilePrefix = PrefixGrid
+	case PrefixGrid, PrefixNvidia:
 	default:
-		return fmt.Errorf("host %s: nvlink must be none, pairs or quads, got %q", s.Name, s.NVLink)
+		return fmt.Errorf("host %s: profile prefix must be %s or %s, got %q", s.Name, PrefixGrid, PrefixNvidia, s.ProfilePrefix)
 	}
 	if s.DefaultGraphicsType == "" {
 		s.DefaultGraphicsType = GraphicsShared
@@ -281,12 +309,16 @@ func (f *Farm) AddHost(s HostSpec) error {
 	if s.MIG && !m.MIGCapable {
 		return fmt.Errorf("host %s: GPU model %s is not MIG capable", s.Name, m.Name)
 	}
-	if group > 0 && !m.NVLinkCapable {
-		return fmt.Errorf("host %s: GPU model %s has no NVLink", s.Name, m.Name)
-	}
 	h := &host{
 		name: s.Name, cluster: s.Cluster, defaultGraphicsType: s.DefaultGraphicsType, policy: s.AssignmentPolicy,
 		modules: map[string]*ModuleOptions{}, moduleOrder: []string{"nvidia", "nvme_pcie", "vmw_ahci"},
+		prefix: s.ProfilePrefix, undeclared: slices.Clone(s.UndeclaredParams), nvlink: s.NVLink,
+	}
+	if h.nvlink == "" {
+		h.nvlink = NVLinkTopology(m)
+	}
+	if group == 0 {
+		h.nvlink = NVLinkNone
 	}
 	for _, name := range h.moduleOrder {
 		h.modules[name] = &ModuleOptions{}
@@ -294,7 +326,7 @@ func (f *Farm) AddHost(s HostSpec) error {
 	h.modules["nvidia"] = &ModuleOptions{Configured: s.ModuleOptions, Effective: s.ModuleOptions}
 	for i := 0; i < s.GPUs; i++ {
 		g := &gpu{id: PCIBus(i), model: m, timeSlicedMode: s.VgpuMode, migCurrent: s.MIG, migPending: s.MIG, nvlinkSet: -1}
-		if group > 0 && (i/group+1)*group <= s.GPUs {
+		if group == nvswitchGroup && h.nvlink == NVLinkNVSwitch || group > 0 && (i/group+1)*group <= s.GPUs {
 			g.nvlinkSet = i / group
 		}
 		h.gpus = append(h.gpus, g)
@@ -307,6 +339,54 @@ func (f *Farm) AddHost(s HostSpec) error {
 	f.hosts = append(f.hosts, h)
 	f.byName[s.Name] = h
 	return nil
+}
+
+// NVLink topologies a host spec may name (the board's catalogue topology when empty).
+const (
+	NVLinkNone     = "none"
+	NVLinkPairs    = "pairs"
+	NVLinkQuads    = "quads"
+	NVLinkNVSwitch = "nvswitch"
+)
+
+// nvswitchGroup is how many GPUs one NVSwitch fabric connects (HGX 8-GPU baseboard).
+const nvswitchGroup = 8
+
+// nvlinkGroup is the size of the host's NVLink-connected GPU sets (0: none).
+func nvlinkGroup(topology string, m *Model) (int, error) {
+	if topology == "" {
+		topology = NVLinkTopology(m)
+	}
+	group := 0
+	switch topology {
+	case NVLinkNone:
+		return 0, nil
+	case NVLinkPairs:
+		group = 2
+	case NVLinkQuads:
+		group = 4
+	case NVLinkNVSwitch:
+		group = nvswitchGroup
+	default:
+		return 0, fmt.Errorf("nvlink must be none, pairs, quads or nvswitch, got %q", topology)
+	}
+	if !m.NVLinkCapable {
+		return 0, fmt.Errorf("GPU model %s has no NVLink", m.Name)
+	}
+	return group, nil
+}
+
+// NVLinkTopology is the host topology a board gets when none is given: nvswitch, pairs, quads or none.
+func NVLinkTopology(m *Model) string {
+	switch m.NVLinkTopology {
+	case TopologyBridgePairs:
+		return NVLinkPairs
+	case TopologyBridgeQuads:
+		return NVLinkQuads
+	case TopologyNVSwitch:
+		return NVLinkNVSwitch
+	}
+	return NVLinkNone
 }
 
 // Subscribe registers fn to be called after every state change.
@@ -394,7 +474,8 @@ func (h *host) info() HostInfo {
 	info := HostInfo{
 		Name: h.name, Cluster: h.cluster, DefaultGraphicsType: h.defaultGraphicsType, AssignmentPolicy: h.policy,
 		InMaintenance: h.maintenance, Rebooting: h.rebooting, Down: h.down, ConnectionState: state,
-		Modules: map[string]ModuleOptions{},
+		Modules: map[string]ModuleOptions{}, NVLinkTopology: h.nvlink, ProfilePrefix: h.prefix,
+		UndeclaredParams: slices.Clone(h.undeclared),
 	}
 	if h.rebootFault != nil {
 		rf := RebootFault{Ignore: slices.Clone(h.rebootFault.Ignore), Count: h.rebootFault.Count}
@@ -410,7 +491,7 @@ func (h *host) info() HostInfo {
 			Index: i, PCIID: g.id, Model: g.model, ModelName: g.model.Name, GraphicsType: h.graphicsType(g),
 			VgpuMode: g.timeSlicedMode, TimeSlicedMode: g.timeSlicedMode, MIGCurrent: g.migCurrent,
 			MIGPending: g.migPending, NVLinkSet: g.nvlinkSet, Scheduler: schedulerFor(opts, g.id),
-			VGPUs: append([]Slot{}, g.slots...), Profiles: g.model.ProfilesFor(g.migCurrent),
+			VGPUs: append([]Slot{}, g.slots...), Profiles: g.model.ProfilesFor(g.migCurrent, h.prefix),
 		}
 		if g.migCurrent {
 			gi.VgpuMode = ModeMIG
@@ -622,7 +703,7 @@ func (f *Farm) Admit(hostName, vmID, vmName string, req Request) ([]Assignment, 
 		return nil, fmt.Errorf("VM %s already holds vGPUs: %w", vmID, ErrInvalid)
 	}
 	info := h.info()
-	assign, err := Place(candidates(info), req, h.policy)
+	assign, err := Place(f.catalog, candidates(info), req, h.policy, Rules{SameSizeAnyType: f.sameSizeAnyType})
 	if err != nil {
 		f.mu.Unlock()
 		if errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), InsufficientGraphics) {
@@ -831,26 +912,7 @@ func schedulerFor(opts map[string]string, pciID string) Scheduler {
 			value = v
 		}
 	}
-	return decodeRmPVMRL(value)
-}
-
-func decodeRmPVMRL(value string) Scheduler {
-	s := Scheduler{Policy: "best-effort", RmPVMRL: value}
-	if value == "" {
-		return s
-	}
-	n, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(value), "0x"), 16, 32)
-	if err != nil {
-		return s
-	}
-	switch n & 0xffff {
-	case 0x01:
-		s.Policy = "equal-share"
-	case 0x11:
-		s.Policy = "fixed-share"
-	}
-	s.TimesliceMs = int(n >> 16)
-	return s
+	return DecodeRmPVMRL(value)
 }
 
 // SortedGPUIDs returns the PCI ids of GPUInfos, sorted.

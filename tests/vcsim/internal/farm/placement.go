@@ -2,7 +2,10 @@ package farm
 
 import (
 	"fmt"
+	"math"
 	"sort"
+	"strconv"
+	"strings"
 )
 
 // Policies for spreading or packing vGPUs (graphicsConfig.sharedPassthruAssignmentPolicy).
@@ -23,12 +26,14 @@ const InsufficientGraphics = "The amount of graphics resource available in the p
 
 // Slot is one vGPU placed on a physical GPU.
 type Slot struct {
-	VM      string `json:"vm"`               // VM managed object id (or a label in pure placement)
-	VMName  string `json:"vmName,omitempty"` // VM name
-	Profile string `json:"profile"`          // vGPU profile
-	Start   int    `json:"start"`            // MIG placement start slot; -1 when time-sliced
-	Size    int    `json:"size"`             // MIG placement size in memory slots; 0 when time-sliced
-	GI      string `json:"gi,omitempty"`     // MIG GPU instance profile
+	VM            string   `json:"vm"`                      // VM managed object id (or a label in pure placement)
+	VMName        string   `json:"vmName,omitempty"`        // VM name
+	Profile       string   `json:"profile"`                 // vGPU profile as spelled by the VM
+	Start         int      `json:"start"`                   // MIG placement start slot; -1 when time-sliced
+	Size          int      `json:"size"`                    // MIG placement size in memory slots; 0 when time-sliced
+	GI            string   `json:"gi,omitempty"`            // MIG GPU instance profile
+	Placement     *float64 `json:"placement,omitempty"`     // mixed-size placement id
+	PlacementSize float64  `json:"placementSize,omitempty"` // mixed-size placement size
 }
 
 // Candidate is the placement view of one physical GPU.
@@ -56,58 +61,188 @@ type Request struct {
 	NVLink   bool // the VM has deviceGroups: only one NVLink-connected set with NVLink up
 }
 
-// Fits reports whether a vGPU of profile p fits on GPU c and, for MIG, where.
-func (c *Candidate) Fits(p Profile) (Slot, bool) {
+// Rules are the placement rules that depend on the vSphere version.
+type Rules struct {
+	// SameSizeAnyType: on an equal-size GPU, vGPUs of different types with the same framebuffer may
+	// share the GPU (vSphere 8.0 U1 and later); otherwise only the identical type.
+	SameSizeAnyType bool
+}
+
+// APIAtLeast reports whether a dotted vSphere API version (8.0.3.0) is at least want (8.0.1).
+func APIAtLeast(version, want string) bool {
+	a, b := strings.Split(version, "."), strings.Split(want, ".")
+	for i := 0; i < len(b); i++ {
+		x, y := 0, 0
+		if i < len(a) {
+			x, _ = strconv.Atoi(a[i])
+		}
+		y, _ = strconv.Atoi(b[i])
+		if x != y {
+			return x > y
+		}
+	}
+	return true
+}
+
+// Unavailable says why no new vGPU goes on the GPU whatever its type, or "" when some may.
+func (c *Candidate) Unavailable(cat *Catalog) string {
+	switch {
+	case c.Model == nil:
+		return "unknown GPU model"
+	case !c.SharedDirect:
+		return "graphics type is not sharedDirect"
+	}
+	for _, s := range c.Slots {
+		if _, err := cat.Profile(s.Profile); err != nil {
+			return fmt.Sprintf("holds vGPU %q, which no catalogue entry explains", s.Profile)
+		}
+	}
+	return ""
+}
+
+// Fits reports whether a vGPU of profile p fits on GPU c and, for MIG and mixed-size, where.
+func (c *Candidate) Fits(cat *Catalog, p Profile, rules Rules) (Slot, bool) {
 	slot := Slot{Profile: p.Name, Start: -1}
-	if !c.SharedDirect || c.Model == nil || p.Board != c.Model.Board || !c.Model.Offers(p.Name, c.MIG) {
+	if c.Unavailable(cat) != "" || !c.Model.Offers(p, c.MIG) {
 		return slot, false
 	}
 	if c.MIG {
-		gi := c.Model.GIProfile(p.GI)
-		if gi == nil {
-			return slot, false
-		}
-		used := make([]bool, c.Model.MIGSlots)
-		for _, s := range c.Slots {
-			if s.Start >= 0 {
-				occupy(used, s.Start, s.Size)
-			}
-		}
-		for _, start := range gi.Starts {
-			if free(used, start, gi.Size) {
-				slot.Start, slot.Size, slot.GI = start, gi.Size, gi.Name
-				return slot, true
-			}
-		}
-		return slot, false
+		return c.fitMIG(cat, p, slot)
 	}
-	total := 0
+	used := make([]Profile, 0, len(c.Slots))
 	for _, s := range c.Slots {
-		sp, err := ParseProfile(s.Profile)
-		if err != nil {
+		sp, _ := cat.Profile(s.Profile) // Unavailable checked every slot
+		if sp.MIG {
 			return slot, false
 		}
-		if c.VgpuMode != ModeMixedSize && s.Profile != p.Name {
-			return slot, false
-		}
-		if c.VgpuMode == ModeMixedSize && sp.Series != p.Series {
-			return slot, false
-		}
-		total += sp.FbGB
+		used = append(used, sp)
 	}
 	if c.VgpuMode == ModeMixedSize {
-		return slot, total+p.FbGB <= c.Model.FramebufferGB
+		return c.fitMixed(p, used, slot)
 	}
-	return slot, len(c.Slots) < c.Model.FramebufferGB/p.FbGB
+	limit := c.Model.MaxEqual(p.spec)
+	for _, sp := range used {
+		if math.Abs(sp.FbGB-p.FbGB) > 1e-9 || !rules.SameSizeAnyType && !sp.SameType(p) {
+			return slot, false
+		}
+		if t := c.Model.Type(sp.Type); t != nil {
+			limit = min(limit, c.Model.MaxEqual(t))
+		}
+	}
+	return slot, len(used) < limit
+}
+
+// fitMixed: the type needs NVIDIA's mixed-size maximum; its count stays within it, the framebuffers
+// fit the GPU, and where every vGPU involved has placement ids the new one takes the lowest of its ids
+// whose range overlaps no placed vGPU.
+func (c *Candidate) fitMixed(p Profile, used []Profile, slot Slot) (Slot, bool) {
+	t := p.spec
+	if !t.Mixable() {
+		return slot, false
+	}
+	same, total, byPlacement := 0, p.FbGB, t.PlacementSize != nil && len(t.PlacementIDs) > 0
+	for i, sp := range used {
+		if sp.Series != p.Series || !sp.spec.Mixable() {
+			return slot, false
+		}
+		if sp.SameType(p) {
+			same++
+		}
+		total += sp.FbGB
+		byPlacement = byPlacement && c.Slots[i].Placement != nil
+	}
+	if same >= *t.MaxMixed || total > float64(c.Model.FramebufferGB)+1e-9 {
+		return slot, false
+	}
+	if !byPlacement {
+		return slot, true
+	}
+	size := *t.PlacementSize
+	for _, id := range t.PlacementIDs {
+		overlaps := false
+		for _, s := range c.Slots {
+			if id < *s.Placement+s.PlacementSize && *s.Placement < id+size {
+				overlaps = true
+				break
+			}
+		}
+		if !overlaps {
+			slot.Placement, slot.PlacementSize = &id, size
+			return slot, true
+		}
+	}
+	return slot, false
+}
+
+// fitMIG places the vGPU's GPU instance at the allowed free start that leaves the least room for
+// further instances (see MIGStart), within the type's published maximum per GPU (one media
+// extension instance, for example).
+func (c *Candidate) fitMIG(cat *Catalog, p Profile, slot Slot) (Slot, bool) {
+	gi := c.Model.GIProfile(p.GI)
+	if gi == nil {
+		return slot, false
+	}
+	used := make([]bool, c.Model.MIGSlots)
+	same := 0
+	for _, s := range c.Slots {
+		if s.Start < 0 {
+			return slot, false
+		}
+		occupy(used, s.Start, s.Size)
+		if sp, err := cat.Profile(s.Profile); err == nil && sp.SameType(p) {
+			same++
+		}
+	}
+	if p.spec.MaxEqual != nil && same >= *p.spec.MaxEqual {
+		return slot, false
+	}
+	start, ok := MIGStart(c.Model, used, gi)
+	if !ok {
+		return slot, false
+	}
+	slot.Start, slot.Size, slot.GI = start, gi.Size, gi.Name
+	return slot, true
+}
+
+// MIGStart chooses where a new GPU instance goes. vSphere does not document its choice, so gpusim and
+// the planner assume the worst: of the allowed free starts, the one after which the fewest placements
+// of all of the board's GPU instance profiles remain free; ties go to the lowest start.
+func MIGStart(m *Model, used []bool, gi *GIProfile) (int, bool) {
+	best, bestRoom := -1, 0
+	for _, start := range gi.Starts {
+		if !free(used, start, gi.Size) {
+			continue
+		}
+		after := append([]bool(nil), used...)
+		occupy(after, start, gi.Size)
+		room := migRoom(m, after)
+		if best < 0 || room < bestRoom {
+			best, bestRoom = start, room
+		}
+	}
+	return best, best >= 0
+}
+
+// migRoom counts the free placements of every GPU instance profile of the board.
+func migRoom(m *Model, used []bool) int {
+	n := 0
+	for i := range m.GIProfiles {
+		for _, s := range m.GIProfiles[i].Starts {
+			if free(used, s, m.GIProfiles[i].Size) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // Place decides where the request's vGPUs go under the rules of docs/gpu-rules.md: descending
 // framebuffer order, each vGPU on its own GPU, candidates in PCI id order, spread (performance) or
 // pack (consolidation), NVLink sets for NVLink requests, all or nothing. The candidates are not changed.
-func Place(gpus []Candidate, req Request, policy string) ([]Assignment, error) {
+func Place(cat *Catalog, gpus []Candidate, req Request, policy string, rules Rules) ([]Assignment, error) {
 	profiles := make([]Profile, len(req.Profiles))
 	for i, name := range req.Profiles {
-		p, err := ParseProfile(name)
+		p, err := cat.Profile(name)
 		if err != nil {
 			return nil, err
 		}
@@ -116,18 +251,25 @@ func Place(gpus []Candidate, req Request, policy string) ([]Assignment, error) {
 	sorted := make([]Candidate, len(gpus))
 	copy(sorted, gpus)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].ID < sorted[j].ID })
+	pl := placer{cat: cat, policy: policy, rules: rules}
 	if !req.NVLink {
-		if a, ok := placeOn(sorted, profiles, policy); ok {
+		if a, ok := pl.placeOn(sorted, profiles); ok {
 			return a, nil
 		}
 		return nil, fmt.Errorf("%s", InsufficientGraphics)
 	}
 	for _, set := range nvlinkSets(sorted) {
-		if a, ok := placeOn(set, profiles, policy); ok {
+		if a, ok := pl.placeOn(set, profiles); ok {
 			return a, nil
 		}
 	}
 	return nil, fmt.Errorf("%s", InsufficientGraphics)
+}
+
+type placer struct {
+	cat    *Catalog
+	policy string
+	rules  Rules
 }
 
 // nvlinkSets groups NVLink-connected GPUs with NVLink up, ordered by their lowest PCI id.
@@ -162,7 +304,7 @@ func nvlinkSets(sorted []Candidate) [][]Candidate {
 	return out
 }
 
-func placeOn(gpus []Candidate, profiles []Profile, policy string) ([]Assignment, bool) {
+func (pl placer) placeOn(gpus []Candidate, profiles []Profile) ([]Assignment, bool) {
 	work := make([]Candidate, len(gpus))
 	for i := range gpus {
 		work[i] = gpus[i]
@@ -181,11 +323,11 @@ func placeOn(gpus []Candidate, profiles []Profile, policy string) ([]Assignment,
 			if taken[g] {
 				continue
 			}
-			slot, ok := work[g].Fits(profiles[idx])
+			slot, ok := work[g].Fits(pl.cat, profiles[idx], pl.rules)
 			if !ok {
 				continue
 			}
-			if best < 0 || better(len(work[g].Slots), len(work[best].Slots), policy) {
+			if best < 0 || better(len(work[g].Slots), len(work[best].Slots), pl.policy) {
 				best, bestSlot = g, slot
 			}
 		}

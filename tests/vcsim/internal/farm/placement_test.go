@@ -3,10 +3,23 @@ package farm
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"gopkg.in/yaml.v3"
 )
+
+// repoCatalogue is the catalogue file the Python package ships, by relative path.
+var repoCatalogue = filepath.Join("..", "..", "..", "..", filepath.FromSlash(CatalogueRelPath))
+
+func testCatalog(t *testing.T) *Catalog {
+	t.Helper()
+	c, err := LoadCatalogFile(repoCatalogue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 type caseGPU struct {
 	ID           string   `yaml:"id"`
@@ -20,10 +33,11 @@ type caseGPU struct {
 }
 
 type placementCase struct {
-	Name    string    `yaml:"name"`
-	Policy  string    `yaml:"policy"`
-	GPUs    []caseGPU `yaml:"gpus"`
-	Request struct {
+	Name       string    `yaml:"name"`
+	Policy     string    `yaml:"policy"`
+	APIVersion string    `yaml:"api_version"`
+	GPUs       []caseGPU `yaml:"gpus"`
+	Request    struct {
 		Profiles []string `yaml:"profiles"`
 		NVLink   bool     `yaml:"nvlink"`
 	} `yaml:"request"`
@@ -34,9 +48,18 @@ type placementCase struct {
 	} `yaml:"expect"`
 }
 
-func (g caseGPU) candidate(t *testing.T, cat Catalog) Candidate {
+func (tc placementCase) rules() Rules {
+	if tc.APIVersion == "" {
+		return Rules{SameSizeAnyType: true}
+	}
+	return Rules{SameSizeAnyType: APIAtLeast(tc.APIVersion, "8.0.1")}
+}
+
+// candidate builds a GPU of a vector; its used vGPUs are placed one by one by the same rules as a new
+// one (a name no catalogue entry explains is kept as it is, and blocks the GPU).
+func (g caseGPU) candidate(t *testing.T, cat *Catalog, rules Rules) Candidate {
 	t.Helper()
-	m, ok := cat[g.Model]
+	m, ok := cat.Model(g.Model)
 	if !ok {
 		t.Fatalf("unknown model %q", g.Model)
 	}
@@ -52,60 +75,63 @@ func (g caseGPU) candidate(t *testing.T, cat Catalog) Candidate {
 		c.NVLinkUp = *g.NVLinkUp
 	}
 	for _, name := range g.Used {
-		p, err := ParseProfile(name)
+		p, err := cat.Profile(name)
 		if err != nil {
-			t.Fatal(err)
+			c.Slots = append(c.Slots, Slot{Profile: name, Start: -1})
+			continue
 		}
-		slot, ok := c.Fits(p)
-		if !ok && c.MIG {
-			t.Fatalf("used profile %s does not fit on %s", name, g.ID)
-		}
+		// a history that does not fit the rules is kept without a MIG start or placement id: it blocks
+		// the GPU, as it would on the planner's side
+		shared := c.SharedDirect
+		c.SharedDirect = true
+		slot, _ := c.Fits(cat, p, rules)
+		c.SharedDirect = shared
 		c.Slots = append(c.Slots, slot)
 	}
 	return c
 }
 
-// loadCases reads the shared vectors (cases.yaml) and, when present, the planner's extra vectors
-// (python_cases.yaml, same format): both implementations must agree on all of them.
+// loadCases reads every shared vector file in tests/fixtures/placement: both implementations must
+// agree on all of them.
 func loadCases(t *testing.T) []placementCase {
 	t.Helper()
-	dir := filepath.Join("..", "..", "..", "fixtures", "placement")
+	files, err := filepath.Glob(filepath.Join("..", "..", "..", "fixtures", "placement", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no placement vectors: %v", err)
+	}
 	var all []placementCase
-	for _, name := range []string{"cases.yaml", "python_cases.yaml"} {
-		data, err := os.ReadFile(filepath.Join(dir, name))
-		if os.IsNotExist(err) && name != "cases.yaml" {
-			continue
-		}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var cases []placementCase
 		if err := yaml.Unmarshal(data, &cases); err != nil {
-			t.Fatalf("%s: %v", name, err)
+			t.Fatalf("%s: %v", file, err)
 		}
-		if name == "cases.yaml" && len(cases) < 15 {
-			t.Fatalf("expected at least 15 shared cases, got %d", len(cases))
+		for i := range cases {
+			cases[i].Name = filepath.Base(file) + ": " + cases[i].Name
 		}
 		all = append(all, cases...)
+	}
+	if len(all) < 15 {
+		t.Fatalf("expected at least 15 shared cases, got %d", len(all))
 	}
 	return all
 }
 
 func TestPlacementVectors(t *testing.T) {
-	cat := DefaultCatalog()
+	cat := testCatalog(t)
 	for _, tc := range loadCases(t) {
 		t.Run(tc.Name, func(t *testing.T) {
 			var gpus []Candidate
 			for _, g := range tc.GPUs {
-				gpus = append(gpus, g.candidate(t, cat))
+				gpus = append(gpus, g.candidate(t, cat, tc.rules()))
 			}
-			got, err := Place(gpus, Request{Profiles: tc.Request.Profiles, NVLink: tc.Request.NVLink}, tc.Policy)
+			got, err := Place(cat, gpus, Request{Profiles: tc.Request.Profiles, NVLink: tc.Request.NVLink}, tc.Policy, tc.rules())
 			if !tc.Expect.Fits {
 				if err == nil {
 					t.Fatalf("expected no fit, got %+v", got)
-				}
-				if err.Error() != InsufficientGraphics {
-					t.Fatalf("unexpected error %v", err)
 				}
 				return
 			}
@@ -127,65 +153,41 @@ func TestPlacementVectors(t *testing.T) {
 	}
 }
 
-func TestParseProfile(t *testing.T) {
+func TestCatalogueProfiles(t *testing.T) {
+	cat := testCatalog(t)
 	tests := []struct {
 		name    string
 		board   string
-		slices  int
-		fb      int
+		typ     string
+		fb      float64
 		gi      string
 		class   string
-		wantErr bool
+		wantErr string
 	}{
-		{"grid_a100-40c", "a100", 0, 40, "", "compute", false},
-		{"grid_a100-3-20c", "a100", 3, 20, "3g.20gb", "compute", false},
-		{"grid_a100-1-10c", "a100", 1, 10, "1g.10gb", "compute", false},
-		{"grid_a100d-7-80c", "a100d", 7, 80, "7g.80gb", "compute", false},
-		{"grid_l40s-48q", "l40s", 0, 48, "", "quadro", false},
-		{"a100-40c", "", 0, 0, "", "", true},
-		{"grid_a100-0c", "", 0, 0, "", "", true},
-		{"", "", 0, 0, "", "", true},
+		{"grid_a100-40c", "a100", "A100-40C", 40, "", "compute", ""},
+		{"nvidia_a100-40c", "a100", "A100-40C", 40, "", "compute", ""},
+		{"grid_a100-3-20c", "a100", "A100-3-20C", 20, "3g.20gb", "compute", ""},
+		{"grid_a100-1-5cme", "a100", "A100-1-5CME", 5, "1g.5gb+me", "compute", ""},
+		{"grid_a100x-40c", "a100x", "A100X-40C", 40, "", "compute", ""},
+		{"nvidia_h100xm-1-10c", "h100xm", "H100XM-1-10C", 10, "1g.10gb", "compute", ""},
+		{"grid_l40s-48q", "l40s", "L40S-48Q", 48, "", "quadro", ""},
+		{"grid_a100-99c", "", "", 0, "", "", "unknown vGPU profile"},
+		{"a100-40c", "", "", 0, "", "", "invalid vGPU profile name"},
+		{"", "", "", 0, "", "", "invalid vGPU profile name"},
 	}
 	for _, tc := range tests {
-		p, err := ParseProfile(tc.name)
-		if (err != nil) != tc.wantErr {
-			t.Fatalf("%q: err %v", tc.name, err)
+		p, err := cat.Profile(tc.name)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: err %v, want %q", tc.name, err, tc.wantErr)
+			}
+			continue
 		}
-		if err == nil && (p.Board != tc.board || p.Slices != tc.slices || p.FbGB != tc.fb || p.GI != tc.gi || p.Class != tc.class) {
+		if err != nil {
+			t.Fatalf("%q: %v", tc.name, err)
+		}
+		if p.Board != tc.board || p.Type != tc.typ || p.FbGB != tc.fb || p.GI != tc.gi || p.Class != tc.class || p.MIG != (tc.gi != "") {
 			t.Errorf("%q: got %+v", tc.name, p)
 		}
 	}
-}
-
-func TestCatalog(t *testing.T) {
-	cat := DefaultCatalog()
-	for _, name := range []string{"A100-40GB", "A100-80GB", "H100-80GB", "L40S"} {
-		if cat[name] == nil {
-			t.Fatalf("model %s missing", name)
-		}
-	}
-	if got := cat["A100-40GB"].MaxPerGPU(mustProfile(t, "grid_a100-1-5c")); got != 7 {
-		t.Errorf("1g.5gb per A100-40GB = %d, want 7", got)
-	}
-	if got := cat["A100-40GB"].MaxPerGPU(mustProfile(t, "grid_a100-3-20c")); got != 2 {
-		t.Errorf("3g.20gb per A100-40GB = %d, want 2", got)
-	}
-	if got := cat["A100-40GB"].MaxPerGPU(mustProfile(t, "grid_a100-10c")); got != 4 {
-		t.Errorf("10c per A100-40GB = %d, want 4", got)
-	}
-	if _, err := LoadCatalog([]byte("- {name: X, board: x, device_id: 1, framebuffer_gb: 8, time_sliced: [grid_y-4c]}")); err == nil {
-		t.Error("profile of another board accepted")
-	}
-	if _, err := LoadCatalog([]byte("- {name: X, board: x, device_id: 1, framebuffer_gb: 8, mig: [grid_x-1-4c]}")); err == nil {
-		t.Error("MIG profile without GPU instance profile accepted")
-	}
-}
-
-func mustProfile(t *testing.T, name string) Profile {
-	t.Helper()
-	p, err := ParseProfile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }

@@ -48,7 +48,7 @@ func (b *gpuEnvBrowser) QueryConfigTarget(ctx *simulator.Context, req *types.Que
 		if err != nil {
 			continue
 		}
-		for _, p := range profileInfos(info) {
+		for _, p := range profileInfos(b.sim.Farm.Catalog(), info) {
 			if !seenType[p.ProfileName] {
 				seenType[p.ProfileName] = true
 				target.SharedGpuPassthroughTypes = append(target.SharedGpuPassthroughTypes,
@@ -84,9 +84,11 @@ func DeviceGroupName(n int, profile string) string {
 
 // deviceGroups lists NVLink device groups: per NVLink set with NVLink up, in time-sliced mode, one
 // group per whole-GPU C-series profile (NVLink P2P needs whole-GPU time-sliced vGPUs). Each
-// component device names its physical GPU: deviceInfo.label is the GPU's PCI id. A query for one
-// host lists every set (sets of the same size share a name); a query for a whole compute resource
-// lists each group name once, without PCI ids (see anyHost).
+// component device names its physical GPU: deviceInfo.label is the GPU's PCI id. On an NVSwitch host
+// any GPUs of a set are connected, so a set offers groups of 2, 4 and 8 GPUs (as far as it has them);
+// the components of the n-GPU group name the set's first n GPUs. A query for one host lists every set
+// (sets of the same size share a name); a query for a whole compute resource lists each group name
+// once, without PCI ids (see anyHost).
 func deviceGroups(info farm.HostInfo) []types.VirtualMachineVendorDeviceGroupInfo {
 	sets := map[int][]farm.GPUInfo{}
 	var ids []int
@@ -107,27 +109,47 @@ func deviceGroups(info farm.HostInfo) []types.VirtualMachineVendorDeviceGroupInf
 			continue
 		}
 		m := set[0].Model
-		profile := fmt.Sprintf("grid_%s-%dc", m.Board, m.FramebufferGB)
-		if !m.Offers(profile, false) {
+		t := m.WholeGPUComputeType()
+		if t == nil {
 			continue
 		}
-		g := types.VirtualMachineVendorDeviceGroupInfo{
-			VirtualMachineTargetInfo: types.VirtualMachineTargetInfo{Name: DeviceGroupName(len(set), profile)},
-			DeviceGroupName:          DeviceGroupName(len(set), profile),
-			DeviceGroupDescription:   fmt.Sprintf("%d x %s connected by NVLink", len(set), m.Name),
+		profile := farm.VSphereName(info.ProfilePrefix, t.Name)
+		sizes := []int{len(set)}
+		if info.NVLinkTopology == farm.NVLinkNVSwitch {
+			sizes = nil
+			for _, n := range []int{2, 4, 8} {
+				if n <= len(set) {
+					sizes = append(sizes, n)
+				}
+			}
 		}
-		for _, gpu := range set {
-			dev := newVGPU(0, profile)
-			dev.DeviceInfo = &types.Description{Label: gpu.PCIID,
-				Summary: fmt.Sprintf("%s at %s, NVLink set %d", m.Name, gpu.PCIID, id)}
-			g.ComponentDeviceInfo = append(g.ComponentDeviceInfo, types.VirtualMachineVendorDeviceGroupInfoComponentDeviceInfo{
-				Type: "pciPassthru", VendorName: "NVIDIA", DeviceName: profile, IsConfigurable: false,
-				Device: dev,
-			})
+		for _, n := range sizes {
+			out = append(out, deviceGroup(m, profile, id, set[:n], info.NVLinkTopology))
 		}
-		out = append(out, g)
 	}
 	return out
+}
+
+func deviceGroup(m *farm.Model, profile string, set int, gpus []farm.GPUInfo, topology string) types.VirtualMachineVendorDeviceGroupInfo {
+	via := "NVLink"
+	if topology == farm.NVLinkNVSwitch {
+		via = "NVLink through NVSwitch"
+	}
+	g := types.VirtualMachineVendorDeviceGroupInfo{
+		VirtualMachineTargetInfo: types.VirtualMachineTargetInfo{Name: DeviceGroupName(len(gpus), profile)},
+		DeviceGroupName:          DeviceGroupName(len(gpus), profile),
+		DeviceGroupDescription:   fmt.Sprintf("%d x %s connected by %s", len(gpus), m.Name, via),
+	}
+	for _, gpu := range gpus {
+		dev := newVGPU(0, profile)
+		dev.DeviceInfo = &types.Description{Label: gpu.PCIID,
+			Summary: fmt.Sprintf("%s at %s, NVLink set %d", m.Name, gpu.PCIID, set)}
+		g.ComponentDeviceInfo = append(g.ComponentDeviceInfo, types.VirtualMachineVendorDeviceGroupInfoComponentDeviceInfo{
+			Type: "pciPassthru", VendorName: "NVIDIA", DeviceName: profile, IsConfigurable: false,
+			Device: dev,
+		})
+	}
+	return g
 }
 
 // anyHost drops the physical GPUs from a group listed for a whole compute resource.

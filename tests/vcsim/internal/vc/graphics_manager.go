@@ -71,7 +71,7 @@ func (m *GraphicsManager) RetrieveVgpuProfileInfo(ctx *simulator.Context, req *t
 	if err != nil {
 		return &methods.RetrieveVgpuProfileInfoBody{Fault_: farmFault(err)}
 	}
-	return &methods.RetrieveVgpuProfileInfoBody{Res: &types.RetrieveVgpuProfileInfoResponse{Returnval: profileInfos(info)}}
+	return &methods.RetrieveVgpuProfileInfoBody{Res: &types.RetrieveVgpuProfileInfoResponse{Returnval: profileInfos(m.sim.Farm.Catalog(), info)}}
 }
 
 // RetrieveVgpuDeviceInfo describes each GPU model of the host.
@@ -83,7 +83,9 @@ func (m *GraphicsManager) RetrieveVgpuDeviceInfo(ctx *simulator.Context, req *ty
 	return &methods.RetrieveVgpuDeviceInfoBody{Res: &types.RetrieveVgpuDeviceInfoResponse{Returnval: deviceInfos(info)}}
 }
 
-func profileInfos(info farm.HostInfo) []types.VirtualMachineVgpuProfileInfo {
+// profileInfos describes the profiles a host offers from the catalogue: framebuffer, sharing (mig for
+// MIG-backed types) and class (compute for C-series, quadro otherwise).
+func profileInfos(cat *farm.Catalog, info farm.HostInfo) []types.VirtualMachineVgpuProfileInfo {
 	seen := map[string]bool{}
 	var out []types.VirtualMachineVgpuProfileInfo
 	for _, g := range info.GPUs {
@@ -92,10 +94,13 @@ func profileInfos(info farm.HostInfo) []types.VirtualMachineVgpuProfileInfo {
 				continue
 			}
 			seen[name] = true
-			p, _ := farm.ParseProfile(name)
+			p, err := cat.Profile(name)
+			if err != nil {
+				continue
+			}
 			out = append(out, types.VirtualMachineVgpuProfileInfo{
 				VirtualMachineTargetInfo: types.VirtualMachineTargetInfo{Name: name},
-				ProfileName:              name, DeviceVendorId: farm.VendorID, FbSizeInGib: int64(p.FbGB),
+				ProfileName:              name, DeviceVendorId: farm.VendorID, FbSizeInGib: p.FbGiB(),
 				ProfileSharing: p.Sharing, ProfileClass: p.Class,
 			})
 		}
@@ -113,10 +118,9 @@ func deviceInfos(info farm.HostInfo) []types.VirtualMachineVgpuDeviceInfo {
 		}
 		seen[g.ModelName] = true
 		compute, quadro := false, false
-		for _, p := range append(g.Model.ProfilesFor(false), g.Model.ProfilesFor(true)...) {
-			prof, _ := farm.ParseProfile(p)
-			compute = compute || prof.Class == "compute"
-			quadro = quadro || prof.Class == "quadro"
+		for _, t := range g.Model.Types {
+			compute = compute || t.Series == "C"
+			quadro = quadro || t.Series != "C"
 		}
 		out = append(out, types.VirtualMachineVgpuDeviceInfo{
 			VirtualMachineTargetInfo: types.VirtualMachineTargetInfo{Name: g.Model.DeviceName},

@@ -52,7 +52,10 @@ func (s *Sim) viewOf(info farm.HostInfo) hostView {
 	}
 	sort.Strings(v.gpuTypes)
 	for _, p := range v.gpuTypes {
-		prof, _ := farm.ParseProfile(p)
+		prof, err := s.Farm.Catalog().Profile(p)
+		if err != nil {
+			continue
+		}
 		v.caps = append(v.caps, types.HostSharedGpuCapabilities{
 			Vgpu: p, DiskSnapshotSupported: true, MemorySnapshotSupported: !prof.MIG,
 			SuspendSupported: !prof.MIG, MigrateSupported: true,

@@ -34,7 +34,7 @@ func (s *Sim) pickHost(ctx *simulator.Context, pool types.ManagedObjectReference
 		c := cand{ref: ref, name: name}
 		if len(req.Profiles) > 0 {
 			gpus, policy, _ := s.Farm.Candidates(name)
-			_, err := farm.Place(gpus, req, policy)
+			_, err := farm.Place(s.Farm.Catalog(), gpus, req, policy, s.Farm.Rules())
 			c.fits = err == nil
 		}
 		for _, vm := range s.vmsOnHost(name) {

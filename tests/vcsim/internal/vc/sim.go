@@ -57,7 +57,7 @@ type Sim struct {
 
 // New builds the farm and the vSphere inventory (not yet listening).
 func New(spec Spec) (*Sim, error) {
-	if err := spec.Validate(farm.DefaultCatalog()); err != nil {
+	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
 	m := simulator.VPX()
@@ -71,7 +71,7 @@ func New(spec Spec) (*Sim, error) {
 		return nil, err
 	}
 	s := &Sim{
-		Spec: spec, Farm: farm.New(nil), Model: m, ctx: m.Service.Context,
+		Spec: spec, Farm: farm.New(spec.Catalog), Model: m, ctx: m.Service.Context,
 		hosts: map[string]*simulator.HostSystem{}, hostRefs: map[types.ManagedObjectReference]string{},
 		gm: map[string]*GraphicsManager{}, kms: map[string]*KernelModuleSystem{}, pci: map[string]*PciPassthruSystem{},
 		faults: newFaultBook(), control: http.NewServeMux(), busy: map[string]int{}, dirty: map[string]bool{},
@@ -88,6 +88,7 @@ func New(spec Spec) (*Sim, error) {
 		return nil, err
 	}
 	s.ctx.Map.Handler = s.route
+	s.Farm.SetAPIVersion(spec.APIVersion)
 	s.Farm.Subscribe(s.onFarmEvent)
 	s.registerControl()
 	return s, nil
@@ -290,7 +291,7 @@ func pciDevice(g farm.GPUInfo) types.HostPciDevice {
 	return types.HostPciDevice{
 		Id: g.PCIID, ClassId: 0x0302, Bus: byte(bus), Slot: byte(slot), Function: byte(fn),
 		VendorId: int16(farm.VendorID), SubVendorId: int16(farm.VendorID), VendorName: farm.VendorName,
-		DeviceId: int16(g.Model.DeviceID), SubDeviceId: int16(g.Model.SubsystemID), DeviceName: g.Model.DeviceName,
+		DeviceId: int16(g.Model.DeviceID), DeviceName: g.Model.DeviceName,
 		ParentBridge: fmt.Sprintf("0000:%02x:00.0", bus-1),
 	}
 }

@@ -25,6 +25,10 @@ type Spec struct {
 	VMCount       int           `yaml:"vm_count" json:"vm_count"` // extra powered-off VMs vm-0001.. spread over hosts
 	// Supervisor names supervisor clusters and seeds namespaces and VM classes (vapi_wiring.go).
 	Supervisor *vapi.Supervisor `yaml:"supervisor" json:"supervisor"`
+
+	// Catalog is the vGPU type catalogue the farm's boards and profiles come from (not in farm files;
+	// nil: farm.DefaultCatalog).
+	Catalog *farm.Catalog `yaml:"-" json:"-"`
 }
 
 // ClusterSpec describes one cluster of identical GPU hosts.
@@ -33,12 +37,16 @@ type ClusterSpec struct {
 	Hosts            int    `yaml:"hosts" json:"hosts"`
 	GPUs             int    `yaml:"gpus_per_host" json:"gpus_per_host"`
 	Model            string `yaml:"model" json:"model"`
-	NVLink           string `yaml:"nvlink" json:"nvlink"`               // none | pairs | quads
+	NVLink           string `yaml:"nvlink" json:"nvlink"`               // "" (the board's) | none | pairs | quads | nvswitch
 	GraphicsType     string `yaml:"graphics_type" json:"graphics_type"` // shared | sharedDirect
 	AssignmentPolicy string `yaml:"assignment_policy" json:"assignment_policy"`
 	VgpuMode         string `yaml:"vgpu_mode" json:"vgpu_mode"` // sameSize | mixedSize
 	MIG              bool   `yaml:"mig" json:"mig"`
 	NvidiaOptions    string `yaml:"nvidia_options" json:"nvidia_options"`
+	ProfilePrefix    string `yaml:"profile_prefix" json:"profile_prefix"` // grid_ (default) | nvidia_
+	// UndeclaredParams are nvidia module parameters the hosts' driver does not declare (esxcli does
+	// not list them and refuses to set them).
+	UndeclaredParams []string `yaml:"undeclared_module_params" json:"undeclared_module_params"`
 }
 
 // VMSpec describes a VM or template created at start.
@@ -60,15 +68,16 @@ func DefaultSpec() Spec {
 		Datacenter: "DC0", APIVersion: "8.0.3.0", Username: "user", Password: "pass", RebootSeconds: 2,
 		HostDomain: "gpu.sim",
 		Clusters: []ClusterSpec{{
-			Name: "GPU-Cluster", Hosts: 4, GPUs: 4, Model: "A100-40GB", NVLink: "pairs",
+			Name: "GPU-Cluster", Hosts: 4, GPUs: 4, Model: "A100-40GB",
 			GraphicsType: farm.GraphicsSharedDirect, AssignmentPolicy: farm.PolicyPerformance, VgpuMode: farm.ModeSameSize,
 		}},
 		Templates: []VMSpec{{Name: "ubuntu-22.04-ml", CPUs: 8, MemoryMB: 65536, Firmware: "efi"}},
 	}
 }
 
-// ParseSpec reads a farm file (YAML or JSON; unknown fields are errors) over the defaults.
-func ParseSpec(data []byte) (Spec, error) {
+// ParseSpec reads a farm file (YAML or JSON; unknown fields are errors) over the defaults and checks
+// it against the catalogue (nil: farm.DefaultCatalog).
+func ParseSpec(data []byte, cat *farm.Catalog) (Spec, error) {
 	spec := DefaultSpec()
 	spec.Clusters = nil
 	spec.Templates = nil
@@ -80,11 +89,29 @@ func ParseSpec(data []byte) (Spec, error) {
 	if len(spec.Clusters) == 0 {
 		spec.Clusters = DefaultSpec().Clusters
 	}
-	return spec, spec.Validate(farm.DefaultCatalog())
+	spec.Catalog = cat
+	return spec, spec.Validate()
 }
 
-// Validate checks the spec against the model catalog.
-func (s *Spec) Validate(cat farm.Catalog) error {
+// catalog returns the spec's catalogue, loading the default one when none is set.
+func (s *Spec) catalog() (*farm.Catalog, error) {
+	if s.Catalog != nil {
+		return s.Catalog, nil
+	}
+	cat, err := farm.DefaultCatalog()
+	if err != nil {
+		return nil, err
+	}
+	s.Catalog = cat
+	return cat, nil
+}
+
+// Validate checks the spec against the vGPU type catalogue.
+func (s *Spec) Validate() error {
+	cat, err := s.catalog()
+	if err != nil {
+		return err
+	}
 	if s.Datacenter == "" {
 		return fmt.Errorf("datacenter name is empty")
 	}
@@ -119,8 +146,8 @@ func (s *Spec) Validate(cat farm.Catalog) error {
 		if c.GPUs < 0 || c.GPUs > 16 {
 			return fmt.Errorf("cluster %s: gpus_per_host must be 0..16", c.Name)
 		}
-		if _, ok := cat[c.Model]; !ok {
-			return fmt.Errorf("cluster %s: unknown GPU model %q (known: %s)", c.Name, c.Model, strings.Join(cat.Names(), ", "))
+		if _, ok := cat.Model(c.Model); !ok {
+			return fmt.Errorf("cluster %s: %w", c.Name, cat.UnknownModel(c.Model))
 		}
 		probe := farm.New(cat)
 		if err := probe.AddHost(c.hostSpec("probe", "probe")); err != nil {
@@ -144,7 +171,7 @@ func (s *Spec) Validate(cat farm.Catalog) error {
 				return fmt.Errorf("VM %s: cpus and memory_mb must be >= 0", vm.Name)
 			}
 			for _, p := range vm.VGPUs {
-				if _, err := farm.ParseProfile(p); err != nil {
+				if _, err := cat.Profile(p); err != nil {
 					return fmt.Errorf("VM %s: %w", vm.Name, err)
 				}
 			}
@@ -157,7 +184,7 @@ func (c ClusterSpec) hostSpec(name, cluster string) farm.HostSpec {
 	return farm.HostSpec{
 		Name: name, Cluster: cluster, Model: c.Model, GPUs: c.GPUs, NVLink: c.NVLink,
 		DefaultGraphicsType: c.GraphicsType, AssignmentPolicy: c.AssignmentPolicy, VgpuMode: c.VgpuMode,
-		MIG: c.MIG, ModuleOptions: c.NvidiaOptions,
+		MIG: c.MIG, ModuleOptions: c.NvidiaOptions, ProfilePrefix: c.ProfilePrefix, UndeclaredParams: c.UndeclaredParams,
 	}
 }
 

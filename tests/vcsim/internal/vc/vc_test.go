@@ -62,7 +62,7 @@ func TestMIGHostOffersMIGProfiles(t *testing.T) {
 		t.Fatalf("vgpuMode %q", h.Config.GraphicsInfo[0].VgpuMode)
 	}
 	for _, p := range h.Config.SharedPassthruGpuTypes {
-		if prof, _ := farm.ParseProfile(p); !prof.MIG {
+		if prof, err := e.sim.Farm.Catalog().Profile(p); err != nil || !prof.MIG {
 			t.Fatalf("MIG host offers %s", p)
 		}
 	}

@@ -150,7 +150,7 @@ func (s *Sim) checkVGPUs(host string, powerState types.VirtualMachinePowerState,
 		if name == "" {
 			return invalid("The vGPU profile of a PCI passthrough device is empty.")
 		}
-		p, err := farm.ParseProfile(name)
+		p, err := s.Farm.Catalog().Profile(name)
 		if err != nil {
 			return invalid(err.Error())
 		}
