@@ -1,24 +1,22 @@
-"""Execute a Plan against vCenter: per VM, in parallel with a bound.
+"""Execute a Plan's VM changes against vCenter, in parallel with a bound: `apply_plan`.
 
-Per VM: read its state again (drift aborts that VM), graceful guest shutdown with a timeout then hard
-power-off, at most one clone, one ReconfigVM_Task with all changes, power-on. Task waits share one
-TaskWatcher (one collector round trip per poll for all tasks). A failing VM records the vCenter fault's type and
-message and does not stop the others. `stop_event` (Ctrl-C) stops starting new VMs; VMs already started
-finish their steps so that none is left half-done (for example powered off after its reconfigure).
+Per VM: re-read it (drift leaves it untouched), shut down (hard power-off after a timeout), at most one clone
+and one ReconfigVM_Task, power-on. A failed VM is a result and does not stop the others; `cancel` stops
+starting new VMs while started ones finish their steps.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from vgpuctl.domain import Outcome
 from vgpuctl.errors import DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
-from vgpuctl.model import HostChange, Observed, ObservedVm, Op, Plan, PowerState, VmChange
+from vgpuctl.model import Observed, ObservedVm, Op, Plan, PowerState, VmChange
+from vgpuctl.progress import Cancel, VmProgress, cancelled
 
 log = logging.getLogger(__name__)
 
@@ -31,17 +29,11 @@ VM_PATHS = [
     "config.template",
 ]
 
-CHANGED, FAILED, SKIPPED, UNCHANGED = "changed", "failed", "skipped", "unchanged"
-
-
-class Progress(Protocol):
-    def vm_step(self, vm: str, step: str, percent: int | None) -> None: ...
-
 
 @dataclass
 class VmOutcome:
     vm: str
-    status: str = UNCHANGED  # changed | failed | skipped | unchanged
+    status: Outcome = Outcome.UNCHANGED
     steps: list[str] = field(default_factory=list)  # steps completed, in order
     fault_type: str | None = None
     message: str = ""
@@ -55,20 +47,20 @@ class ApplyResult:
     round_trips: int = 0
     elapsed_s: float = 0.0
 
-    def _names(self, status: str) -> list[str]:
+    def _names(self, status: Outcome) -> list[str]:
         return [o.vm for o in self.vms if o.status == status]
 
     @property
     def changed(self) -> list[str]:
-        return self._names(CHANGED)
+        return self._names(Outcome.CHANGED)
 
     @property
     def failed(self) -> list[str]:
-        return self._names(FAILED)
+        return self._names(Outcome.FAILED)
 
     @property
     def skipped(self) -> list[str]:
-        return self._names(SKIPPED)
+        return self._names(Outcome.SKIPPED)
 
     @property
     def ok(self) -> bool:
@@ -92,8 +84,8 @@ class _Ctx:
     session: Any
     observed: Observed
     watcher: Any
-    progress: Progress | None
-    stop_event: threading.Event | None
+    progress: VmProgress | None
+    cancel: Cancel | None
     shutdown_timeout_s: float
     poll_s: float
 
@@ -104,18 +96,14 @@ def apply_plan(
     observed: Observed,
     *,
     parallel: int = 8,
-    progress: Progress | None = None,
-    stop_event: threading.Event | None = None,
+    progress: VmProgress | None = None,
+    cancel: Cancel | None = None,
     shutdown_timeout_s: float = 120.0,
     poll_s: float = 0.5,
-    host_applier: Callable[[Any, list[HostChange]], set[str]] | None = None,
 ) -> ApplyResult:
-    """Apply `plan` (computed from `observed`). Raises PlanError if the plan has errors; VM failures are results.
-
-    Host changes run first through `host_applier(session, host_changes) -> names of hosts that failed` (the
-    host layer, issue 5). VMs whose `depends_on_hosts` failed, or were not applied because no applier was
-    given, are skipped with the reason.
-    """
+    """Apply the VM changes of `plan` (computed from `observed`). Raises PlanError if the plan has errors; VM
+    failures are results. Host changes still in the plan have not landed: VMs that depend on them are skipped
+    with the reason (vgpuctl.pipeline.apply runs the hosts first)."""
     from vgpuctl.vsphere.tasks import TaskWatcher
 
     if plan.errors:
@@ -124,15 +112,13 @@ def apply_plan(
     result = ApplyResult()
     changes = plan.changes
     pending_hosts = {c.host for c in plan.host_changes}
-    if plan.host_changes and host_applier is not None:
-        pending_hosts = set(host_applier(session, list(plan.host_changes)))
     result.hosts_not_ready = sorted(pending_hosts)
     with TaskWatcher(session) as watcher:
-        ctx = _Ctx(session, observed, watcher, progress, stop_event, shutdown_timeout_s, poll_s)
+        ctx = _Ctx(session, observed, watcher, progress, cancel, shutdown_timeout_s, poll_s)
         with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="vgpuctl-apply") as pool:
             futures = [pool.submit(_run_vm, ctx, change, pending_hosts) for change in changes]
             result.vms = [f.result() for f in futures]
-    result.interrupted = bool(stop_event is not None and stop_event.is_set())
+    result.interrupted = cancelled(cancel)
     result.round_trips = session.round_trips - trips
     result.elapsed_s = time.monotonic() - start
     return result
@@ -143,7 +129,7 @@ def apply_plan(
 
 def _run_vm(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOutcome:
     outcome = VmOutcome(vm=change.vm)
-    if ctx.stop_event is not None and ctx.stop_event.is_set():
+    if cancelled(ctx.cancel):
         return _skip(ctx, outcome, "interrupted before this VM started")
     waiting = sorted(set(change.depends_on_hosts) & pending_hosts)
     if waiting:
@@ -162,20 +148,20 @@ def _run_vm(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOutcome:
         log.debug("%s failed", change.vm, exc_info=True)
         _fail(ctx, outcome, fault_type(err), fault_message(err))
     else:
-        outcome.status = CHANGED if outcome.steps else UNCHANGED
+        outcome.status = Outcome.CHANGED if outcome.steps else Outcome.UNCHANGED
         _step(ctx, change.vm, "done", 100)
     return outcome
 
 
 def _skip(ctx: _Ctx, outcome: VmOutcome, message: str) -> VmOutcome:
-    outcome.status = SKIPPED
+    outcome.status = Outcome.SKIPPED
     outcome.message = message
     _step(ctx, outcome.vm, "skipped", None)
     return outcome
 
 
 def _fail(ctx: _Ctx, outcome: VmOutcome, fault_type: str, message: str) -> None:
-    outcome.status = FAILED
+    outcome.status = Outcome.FAILED
     outcome.fault_type = fault_type
     outcome.message = message
     _step(ctx, outcome.vm, "failed", None)

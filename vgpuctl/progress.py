@@ -1,11 +1,41 @@
-"""Live progress displays on stderr: a rich Live view while stderr is a terminal, plain lines elsewhere."""
+"""Progress and cancellation as small interfaces the pipeline takes, and a live display base for the CLI.
+
+`VmProgress` / `HostProgress` receive each step as it starts; `Cancel` is asked before new work starts
+(a threading.Event fits). `LiveOnTerminal` shows a rich Live view on a terminal, plain lines elsewhere.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+
+class Cancel(Protocol):
+    """Set when the user asked to stop: running steps finish, no new ones start."""
+
+    def is_set(self) -> bool: ...
+
+
+class VmProgress(Protocol):
+    """One VM's step (check, shutdown, reconfigure, power-on, done, failed, ...) and its task's percent."""
+
+    def vm_step(self, vm: str, step: str, percent: int | None) -> None: ...
+
+
+class HostProgress(Protocol):
+    """One host's step (enter-maintenance, mig, reboot, verify, ...) and what it is doing."""
+
+    def host_step(self, host: str, step: str, detail: str | None) -> None: ...
+
+
+class Progress(VmProgress, HostProgress, Protocol):
+    """A display for a whole apply: VM and host steps."""
+
+
+def cancelled(cancel: Cancel | None) -> bool:
+    return cancel is not None and cancel.is_set()
 
 
 class LiveOnTerminal:

@@ -19,19 +19,13 @@ from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
 
-from vgpuctl import hostplan
+from vgpuctl import hostplan, pipeline
+from vgpuctl.domain import Outcome
 from vgpuctl.errors import SshError, SshHostKeyError
 from vgpuctl.hostfacts import gather_shell_facts, open_shell, shell_runner
-from vgpuctl.hostops import (
-    CHANGED,
-    FAILED,
-    SKIPPED,
-    HostOpsOptions,
-    StateStore,
-    plan_host_changes,
-    run_host_changes,
-)
 from vgpuctl.inventory import load_inventory_text
+from vgpuctl.pipeline import RunOptions
+from vgpuctl.statefile import StateStore
 from vgpuctl.vsphere.observe import observe
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
@@ -110,18 +104,19 @@ class Farm:
     def plan(self, hosts_yaml: str) -> hostplan.HostPlan:
         inv = self.inventory(hosts_yaml)
         with open_session(self.settings) as session:
-            plan, _ = plan_host_changes(session, observe(session), inv.hosts, StateStore(self.state_path))
-        return plan
+            return pipeline.plan_hosts(session, observe(session), inv.hosts, self.options())
+
+    def options(self, **fields: Any) -> RunOptions:
+        return RunOptions(state=StateStore(self.state_path), poll_s=0.05, shutdown_timeout_s=5, **fields)
 
     def apply(self, hosts_yaml: str, steps: Steps | None = None, keep_going: bool = False) -> tuple[Any, Any]:
         inv = self.inventory(hosts_yaml)
-        state = StateStore(self.state_path)
+        options = self.options(keep_going=keep_going)
         with open_session(self.settings) as session:
             observed = observe(session)
-            plan, _ = plan_host_changes(session, observed, inv.hosts, state)
+            plan = pipeline.plan_hosts(session, observed, inv.hosts, options)
             assert not plan.errors, plan.errors
-            opts = HostOpsOptions(keep_going=keep_going, progress=steps, poll_s=0.05, shutdown_timeout_s=5)
-            result = run_host_changes(session, observed, inv.hosts, plan.changes, state, opts)
+            result = pipeline.apply_hosts(session, observed, inv.hosts, plan.changes, options, progress=steps)
         return plan, result
 
     def shell(self, host: str) -> Any:
@@ -200,7 +195,7 @@ def test_mig_on_and_back_changes_offered_profiles_and_admission(farm: Farm, si: 
     plan, result = farm.apply(f"  - name: {H2}\n    gpus: [{{select: all, mode: mig}}]\n", steps)
     assert [(c.kind, c.target, c.needs_reboot) for c in plan.changes] == [("mig", GPU0, True), ("mig", GPU1, True)]
     outcome = result.hosts[0]
-    assert outcome.status == CHANGED, outcome.describe()
+    assert outcome.status == Outcome.CHANGED, outcome.describe()
     assert outcome.rebooted
     assert steps.steps(H2)[:3] == ["enter-maintenance", "mig", "mig"]
     assert "wait-reconnect" in steps.steps(H2) and steps.steps(H2)[-2:] == ["exit-maintenance", "changed"]
@@ -219,7 +214,7 @@ def test_mig_on_and_back_changes_offered_profiles_and_admission(farm: Farm, si: 
 
     _power_off(si, "mig-01")
     plan, result = farm.apply(f"  - name: {H2}\n    gpus: [{{select: all, mode: time-sliced}}]\n")
-    assert result.hosts[0].status == CHANGED, result.hosts[0].describe()
+    assert result.hosts[0].status == Outcome.CHANGED, result.hosts[0].describe()
     assert not any(g["migCurrent"] for g in _gpus(farm, H2).values())
     host = _find(si, vim.HostSystem, H2)
     assert "grid_a100-40c" in host.config.sharedPassthruGpuTypes
@@ -231,7 +226,7 @@ def test_hopper_switches_mig_without_a_reboot(farm: Farm, si: Any) -> None:
     plan, result = farm.apply(f"  - name: {H3}\n    gpus: [{{select: all, mode: mig}}]\n", steps)
     assert [(c.kind, c.needs_reboot) for c in plan.changes] == [("mig", False), ("mig", False)]
     outcome = result.hosts[0]
-    assert outcome.status == CHANGED and not outcome.rebooted, outcome.describe()
+    assert outcome.status == Outcome.CHANGED and not outcome.rebooted, outcome.describe()
     assert "reboot" not in steps.steps(H3)
     assert all(g["migCurrent"] for g in _gpus(farm, H3).values())
     assert "grid_h100-3-40c" in _find(si, vim.HostSystem, H3).config.sharedPassthruGpuTypes
@@ -254,7 +249,7 @@ def test_nvlink_off_and_on_keeps_other_module_options(farm: Farm, si: Any) -> No
 
     plan, result = farm.apply(f"  - name: {H2}\n    nvlink: disabled\n")
     assert [(c.kind, c.old, c.new, c.needs_reboot) for c in plan.changes] == [("nvlink", "enabled", "disabled", True)]
-    assert result.hosts[0].status == CHANGED, result.hosts[0].describe()
+    assert result.hosts[0].status == Outcome.CHANGED, result.hosts[0].describe()
     modules = farm.host(H2)["modules"]["nvidia"]
     assert modules["configured"] == modules["effective"] == "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1"
     after = farm.facts(H2)
@@ -264,7 +259,7 @@ def test_nvlink_off_and_on_keeps_other_module_options(farm: Farm, si: Any) -> No
     assert _device_groups(si, H1)  # the other host is untouched
 
     _, result = farm.apply(f"  - name: {H2}\n    nvlink: enabled\n")
-    assert result.hosts[0].status == CHANGED, result.hosts[0].describe()
+    assert result.hosts[0].status == Outcome.CHANGED, result.hosts[0].describe()
     assert farm.host(H2)["modules"]["nvidia"]["effective"] == "NVreg_EnableMSI=1"
     assert farm.facts(H2).gpus[GPU0].nvlink_peers == [GPU1]
     assert _device_groups(si, H2)
@@ -276,13 +271,13 @@ def test_nvlink_off_and_on_keeps_other_module_options(farm: Farm, si: Any) -> No
 def test_scheduler_policy_with_time_slice(farm: Farm) -> None:
     plan, result = farm.apply(f"  - name: {H2}\n    scheduler: {{policy: fixed-share, timeslice_ms: 24}}\n")
     assert [(c.kind, c.old, c.new) for c in plan.changes] == [("scheduler", "best-effort", "fixed-share (24 ms)")]
-    assert result.hosts[0].status == CHANGED, result.hosts[0].describe()
+    assert result.hosts[0].status == Outcome.CHANGED, result.hosts[0].describe()
     host = farm.host(H2)
     assert host["modules"]["nvidia"]["effective"] == "NVreg_EnableMSI=1 NVreg_RegistryDwords=RmPVMRL=0x00180013"
     assert {(g["scheduler"]["policy"], g["scheduler"]["timesliceMs"]) for g in host["gpus"]} == {("fixed-share", 24)}
 
     _, result = farm.apply(f"  - name: {H2}\n    scheduler: best-effort\n")
-    assert result.hosts[0].status == CHANGED
+    assert result.hosts[0].status == Outcome.CHANGED
     assert farm.host(H2)["modules"]["nvidia"]["effective"] == "NVreg_EnableMSI=1"
 
 
@@ -298,7 +293,7 @@ def test_fixed_share_on_mixed_size_is_refused_before_anything_changes(farm: Farm
 def test_refuse_lists_running_vgpu_vms_and_changes_nothing(farm: Farm) -> None:
     _, result = farm.apply(f"  - name: {H1}\n    nvlink: disabled\n")
     outcome = result.hosts[0]
-    assert outcome.status == FAILED
+    assert outcome.status == Outcome.FAILED
     assert outcome.error_type == "RefusedError"
     assert "train-01 (grid_a100-40c)" in outcome.message
     assert outcome.in_maintenance is False
@@ -314,7 +309,7 @@ def test_power_off_evacuation_restores_the_vms(farm: Farm, si: Any) -> None:
     steps.hooks["reboot"] = lambda host: seen_record.append(StateStore(farm.state_path).get(host))
     _, result = farm.apply(spec, steps)
     outcome = result.hosts[0]
-    assert outcome.status == CHANGED, outcome.describe()
+    assert outcome.status == Outcome.CHANGED, outcome.describe()
     assert outcome.powered_off == ["train-01"] and outcome.powered_on == ["train-01"]
     assert seen_record and seen_record[0].vms[0]["name"] == "train-01"  # persisted while the host was down
     assert StateStore(farm.state_path).get(H1) is None
@@ -336,11 +331,11 @@ def test_reboot_timeout_leaves_host_in_maintenance_and_rerun_continues(farm: Far
     steps.hooks["wait-reconnect"] = lambda host: farm.sim.host_down(host)
     _, result = farm.apply(spec, steps)
     first, second = result.hosts
-    assert (first.host, first.status, first.phase) == (H1, FAILED, "wait-reconnect")
+    assert (first.host, first.status, first.phase) == (H1, Outcome.FAILED, "wait-reconnect")
     assert first.error_type == "RebootTimeout"
     assert first.in_maintenance and first.vms_to_restore == ["train-01"]
     assert "left in maintenance mode" in first.describe() and "run apply again" in first.describe()
-    assert (second.host, second.status) == (H2, SKIPPED)  # no further host after a failure
+    assert (second.host, second.status) == (H2, Outcome.SKIPPED)  # no further host after a failure
     assert "nvlink" not in farm.host(H2)["modules"]["nvidia"]["configured"].lower()
 
     farm.sim.host_up(H1)
@@ -352,7 +347,7 @@ def test_reboot_timeout_leaves_host_in_maintenance_and_rerun_continues(farm: Far
     plan = farm.plan(spec)
     assert [(c.host, c.kind) for c in plan.changes] == [(H1, "maintenance"), (H2, "nvlink")]
     _, result = farm.apply(spec)
-    assert [o.status for o in result.hosts] == [CHANGED, CHANGED], [o.describe() for o in result.hosts]
+    assert [o.status for o in result.hosts] == [Outcome.CHANGED, Outcome.CHANGED], [o.describe() for o in result.hosts]
     assert result.hosts[0].powered_on == ["train-01"]
     assert not farm.host(H1)["inMaintenance"]
     assert _find(si, vim.VirtualMachine, "train-01").runtime.powerState == "poweredOn"
@@ -371,15 +366,15 @@ def test_ssh_failure_stops_the_host_and_keep_going_continues(farm: Farm) -> None
     )
     _, result = farm.apply(spec, keep_going=True)
     first, second = result.hosts
-    assert (first.status, first.phase, first.error_type) == (FAILED, "mig", "SshError")
+    assert (first.status, first.phase, first.error_type) == (Outcome.FAILED, "mig", "SshError")
     assert "Unable to talk to the GPU" in first.message
     assert first.in_maintenance
-    assert second.status == CHANGED, second.describe()
+    assert second.status == Outcome.CHANGED, second.describe()
     assert farm.host(H1)["inMaintenance"]
 
     farm.sim.request("DELETE", "/ssh/faults")
     _, result = farm.apply(spec)
-    assert [o.status for o in result.hosts] == [CHANGED], [o.describe() for o in result.hosts]
+    assert [o.status for o in result.hosts] == [Outcome.CHANGED], [o.describe() for o in result.hosts]
     assert _gpus(farm, H1)[GPU1]["migCurrent"] and not _gpus(farm, H1)[GPU0]["migCurrent"]
     assert not farm.host(H1)["inMaintenance"]
     assert result.hosts[0].powered_on == ["train-01"]  # recorded by the failed run, restored by this one
@@ -390,7 +385,7 @@ def test_verification_mismatch_is_reported(farm: Farm) -> None:
     farm.sim.reboot_fault(H2, ["mig"])  # the next reboot leaves the pending MIG mode unapplied
     _, result = farm.apply(spec)
     outcome = result.hosts[0]
-    assert (outcome.status, outcome.phase, outcome.error_type) == (FAILED, "verify", "VerificationError")
+    assert (outcome.status, outcome.phase, outcome.error_type) == (Outcome.FAILED, "verify", "VerificationError")
     assert f"mig {GPU0} is time-sliced, expected mig" in outcome.message
     assert outcome.in_maintenance
     host = farm.host(H2)
@@ -398,7 +393,7 @@ def test_verification_mismatch_is_reported(farm: Farm) -> None:
     assert not _gpus(farm, H2)[GPU0]["migCurrent"]
 
     _, result = farm.apply(spec)
-    assert result.hosts[0].status == CHANGED, result.hosts[0].describe()
+    assert result.hosts[0].status == Outcome.CHANGED, result.hosts[0].describe()
     assert _gpus(farm, H2)[GPU0]["migCurrent"]
     assert not farm.host(H2)["inMaintenance"]
 
@@ -479,36 +474,35 @@ def test_cli_host_errors_are_one_line(farm: Farm, monkeypatch: pytest.MonkeyPatc
 
 
 def test_mig_backed_vm_waits_for_the_host_switch(farm: Farm, si: Any) -> None:
-    from vgpuctl.apply import apply_plan
-    from vgpuctl.hostops import pending_changes, vm_plan_after_hosts
+    from vgpuctl.hostapply import pending_changes
 
     inv = farm.inventory(
         f"  - name: {H2}\n    gpus: [{{select: all, mode: mig}}]\n"
         "vms:\n  - name: mig-01\n    vgpus: {profile: grid_a100-3-20c}\n    power: restart\n"
     )
-    state = StateStore(farm.state_path)
+    options = farm.options()
     with open_session(farm.settings) as session:
         observed = observe(session)
-        hplan, _ = plan_host_changes(session, observed, inv.hosts, state)
-        before = vm_plan_after_hosts(inv, observed, hplan.changes)
+        hplan = pipeline.plan_hosts(session, observed, inv.hosts, options)
+        before = pipeline.replan_vms(inv, observed, hplan.changes)
         mig01 = next(c for c in before.changes if c.vm == "mig-01")
         assert mig01.power_on and mig01.depends_on_hosts == [H2]
-        early = apply_plan(session, before, observed)  # the host change has not run: the VM waits
+        early = pipeline.apply_vms(session, before, observed, options)  # the host change has not run: it waits
         assert [(o.vm, o.status) for o in early.vms] == [("mig-01", "skipped")]
         assert _find(si, vim.VirtualMachine, "mig-01").runtime.powerState == "poweredOff"
 
-        result = run_host_changes(session, observed, inv.hosts, hplan.changes, state, HostOpsOptions(poll_s=0.05))
+        result = pipeline.apply_hosts(session, observed, inv.hosts, hplan.changes, options)
         assert result.changed == [H2]
-        after = vm_plan_after_hosts(inv, observe(session), pending_changes(hplan.changes, result))
+        after = pipeline.replan_vms(inv, observe(session), pending_changes(hplan.changes, result))
         assert not after.errors and after.host_changes == []
-        late = apply_plan(session, after, observe(session))
+        late = pipeline.apply_vms(session, after, observe(session), options)
         assert [(o.vm, o.status) for o in late.vms] == [("mig-01", "changed")], late.to_dict()
     assert _find(si, vim.VirtualMachine, "mig-01").runtime.powerState == "poweredOn"
     assert any(a["vmName"] == "mig-01" and a["gi"] == "3g.20gb" for a in farm.sim.assignments())
 
 
 def test_status_rows_per_gpu(farm: Farm) -> None:
-    from vgpuctl.hostops import collect_host_status
+    from vgpuctl.hoststatus import collect_host_status
 
     farm.sim.request("POST", "/ssh/faults", {"host": H3, "kind": "refuse"})
     with open_session(farm.settings) as session:
@@ -549,7 +543,7 @@ def test_verify_waits_for_ssh_to_come_back_after_the_reboot(farm: Farm) -> None:
     steps.on[(H2, "reboot", None)] = lambda: farm.sim.request("POST", "/ssh/faults", {"host": H2, "kind": "refuse"})
     steps.on[(H2, "verify", "waiting for SSH")] = lambda: farm.sim.request("DELETE", "/ssh/faults")
     _, result = farm.apply(f"  - name: {H2}\n    nvlink: disabled\n", steps)
-    assert result.hosts[0].status == CHANGED, result.hosts[0].describe()
+    assert result.hosts[0].status == Outcome.CHANGED, result.hosts[0].describe()
     assert (H2, "verify", "waiting for SSH") in steps.seen
 
 
@@ -570,34 +564,58 @@ def test_max_unavailable_changes_hosts_at_the_same_time(farm: Farm) -> None:
         "  - cluster: GPU-Cluster\n    nvlink: disabled\n    maintenance: {evacuate: power-off, max_unavailable: 2}\n"
     )
     _, result = farm.apply(spec, steps)
-    assert [o.status for o in result.hosts] == [CHANGED, CHANGED], [o.describe() for o in result.hosts]
+    assert [o.status for o in result.hosts] == [Outcome.CHANGED, Outcome.CHANGED], [o.describe() for o in result.hosts]
     assert both == [True]
 
 
 def test_plan_and_apply_with_hosts_first_converges(farm: Farm, si: Any) -> None:
-    from vgpuctl.hostops import apply_all, plan_with_hosts
     from vgpuctl.render import render_plan_text
 
     inv = farm.inventory(
         f"  - name: {H2}\n    gpus: [{{select: all, mode: mig}}]\n    scheduler: equal-share\n"
         "vms:\n  - name: mig-01\n    vgpus: {profile: grid_a100-3-20c}\n    power: restart\n"
     )
-    state = StateStore(farm.state_path)
+    options = farm.options()
     with open_session(farm.settings) as session:
-        observed = observe(session)
-        plan = plan_with_hosts(session, observed, inv, state=state)
+        observed = pipeline.observe(session, None, inv)
+        plan = pipeline.plan(session, observed, inv, options)
         assert not plan.errors, plan.errors
         assert [(c.kind, c.target) for c in plan.host_changes] == [("mig", GPU0), ("mig", GPU1), ("scheduler", "host")]
         assert [(c.vm, c.depends_on_hosts) for c in plan.changes] == [("mig-01", [H2])]
         text = render_plan_text(plan)
         assert text.index(f"host {H2} mig") < text.index("mig-01")
 
-        done = apply_all(session, inv, plan, observed, state=state)
-        assert done.hosts.changed == [H2], [o.describe() for o in done.hosts.hosts]
+        done = pipeline.apply(session, inv, plan, observed, options)
+        assert done.hosts is not None and done.hosts.changed == [H2], [o.describe() for o in done.hosts.hosts]
         assert [(o.vm, o.status) for o in done.vms.vms] == [("mig-01", "changed")], done.vms.to_dict()
-        again = plan_with_hosts(session, observe(session), inv, state=state)
+        again = pipeline.plan(session, pipeline.observe(session, None, inv), inv, options)
         assert again.is_empty and not again.errors, render_plan_text(again)
     assert _find(si, vim.VirtualMachine, "mig-01").runtime.powerState == "poweredOn"
+
+
+def test_vms_after_host_changes_are_planned_with_the_nvlink_sets(farm: Farm, si: Any) -> None:
+    """The observe after the host changes reads NVLink sets like the first one: an NVLink VM on a host that
+    was just changed is planned and placed on its NVLink pair."""
+    inv = farm.inventory(
+        f"  - name: {H2}\n    scheduler: equal-share\n"
+        "vms:\n  - name: nv-01\n    template: ubuntu-22.04-ml\n"
+        f"    host: {H2}\n    vgpus: {{profile: grid_a100-40c, count: 2}}\n    nvlink: required\n"
+    )
+    options = farm.options()
+    with open_session(farm.settings) as session:
+        observed = pipeline.observe(session, None, inv)
+        assert {g.nvlink_set for g in observed.hosts[H2].gpus} == {0}
+        plan = pipeline.plan(session, observed, inv, options)
+        assert not plan.errors, plan.errors
+        assert [c.vm for c in plan.changes] == ["nv-01"] and plan.changes[0].depends_on_hosts == [H2]
+        done = pipeline.apply(session, inv, plan, observed, options)
+        assert not done.vm_errors, done.vm_errors
+        assert [(o.vm, o.status) for o in done.vms.vms] == [("nv-01", "changed")], done.vms.to_dict()
+        groups = [d.group for d in done.vm_plan.changes[0].devices]
+        assert groups == [0, 0]
+    vm = _find(si, vim.VirtualMachine, "nv-01")
+    assert vm.runtime.powerState == "poweredOn"
+    assert len({d.deviceGroupInfo.groupInstanceKey for d in vm.config.hardware.device if d.deviceGroupInfo}) == 1
 
 
 def test_trust_on_first_use_records_the_key_and_says_so(

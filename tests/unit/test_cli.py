@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from vgpuctl import pipeline
 from vgpuctl.cli import common, sim, status
 from vgpuctl.cli import plan as plan_cli
 from vgpuctl.cli import vm as vm_cli
@@ -183,7 +184,7 @@ def test_unexpected_exception_is_one_line_with_hint(monkeypatch: pytest.MonkeyPa
     def boom(_path: Path) -> None:
         raise RuntimeError("kaputt\nsecond line")
 
-    monkeypatch.setattr(common, "load_checked_inventory", boom)
+    monkeypatch.setattr(pipeline, "load", boom)
     quiet = invoke("validate", "-f", str(write(tmp_path, GOOD)))
     assert quiet.exit_code == 1
     assert quiet.stderr.splitlines() == [
@@ -198,7 +199,7 @@ def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
     def interrupted(_path: Path) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(common, "load_checked_inventory", interrupted)
+    monkeypatch.setattr(pipeline, "load", interrupted)
     result = invoke("validate", "-f", str(write(tmp_path, GOOD)))
     assert result.exit_code == 130
     assert "interrupted" in result.stderr
@@ -474,16 +475,18 @@ def test_progress_prints_one_line_per_step_change() -> None:
 
 
 def test_ctrl_c_during_apply_stops_new_work_and_waits(monkeypatch: pytest.MonkeyPatch) -> None:
-    """KeyboardInterrupt in the main thread sets stop_event; the running apply finishes; we report it."""
+    """KeyboardInterrupt in the main thread sets the cancel flag; the running apply finishes; we report it."""
     from vgpuctl import apply
+    from vgpuctl.inventory import load_inventory_text
     from vgpuctl.model import Plan, VmChange
+    from vgpuctl.pipeline import RunOptions
 
     seen: dict[str, object] = {}
 
-    def fake_apply(session, the_plan, observed, *, parallel, progress, stop_event):
+    def fake_apply(session, the_plan, observed, *, parallel, progress, cancel, **_timing):
         threading.Timer(0.3, _thread.interrupt_main).start()
-        stop_event.wait(10)  # a real apply would stop starting VMs now
-        seen["stopped"] = stop_event.is_set()
+        cancel.wait(10)  # a real apply would stop starting VMs now
+        seen["stopped"] = cancel.is_set()
         time.sleep(0.3)  # ... and wait for the tasks in flight
         seen["finished"] = True
         return apply.ApplyResult(vms=[apply.VmOutcome("vm1", status="changed")], interrupted=True)
@@ -491,9 +494,17 @@ def test_ctrl_c_during_apply_stops_new_work_and_waits(monkeypatch: pytest.Monkey
     monkeypatch.setattr(apply, "apply_plan", fake_apply)
     monkeypatch.setattr(common, "stderr_console", lambda: Recorder())
     the_plan = Plan(vm_changes=[VmChange("vm1", power_on=True)])
-    result, interrupted = plan_cli.apply_with_progress(object(), the_plan, Observed(), 2)  # type: ignore[arg-type]
+    inventory = load_inventory_text("apiVersion: vgpuctl/v1\n")
+    outcome, interrupted = plan_cli.apply_with_progress(
+        object(),
+        inventory,
+        the_plan,
+        Observed(),
+        RunOptions(parallel=2),  # type: ignore[arg-type]
+    )
     assert interrupted and seen == {"stopped": True, "finished": True}
-    run = plan_cli.ApplyRun(the_plan, result, 0, interrupted)
+    assert outcome.hosts is None and outcome.vm_plan is the_plan
+    run = plan_cli.ApplyRun(the_plan, outcome.vms, 0, interrupted)
     with pytest.raises(Exception) as info:
         plan_cli.raise_for_outcome(run)
     assert getattr(info.value, "exit_code", None) == 130

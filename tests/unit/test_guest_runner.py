@@ -62,8 +62,8 @@ def test_a_host_without_any_event_counts_as_failed():
 
 
 def test_result_raises_guest_error_naming_failed_hosts(tmp_path):
-    ok = runner.HostOutcome("a", "g", "ok")
-    bad = runner.HostOutcome("b", "g", "unreachable", message="no route")
+    ok = runner.GuestOutcome("a", "g", "ok")
+    bad = runner.GuestOutcome("b", "g", "unreachable", message="no route")
     runner.DeployResult([ok], tmp_path, "successful", 0).raise_for_failures()
     with pytest.raises(GuestError, match=r"failed for 1 of 2 host\(s\): b"):
         runner.DeployResult([ok, bad], tmp_path, "failed", 4).raise_for_failures()
@@ -72,8 +72,8 @@ def test_result_raises_guest_error_naming_failed_hosts(tmp_path):
 def test_summary_text_and_table():
     result = runner.DeployResult(
         [
-            runner.HostOutcome("a", "g", "changed", ok=5, changed=2),
-            runner.HostOutcome("b", "g", "failed", message="[x] no"),
+            runner.GuestOutcome("a", "g", "changed", ok=5, changed=2),
+            runner.GuestOutcome("b", "g", "failed", message="[x] no"),
         ],
         Path("/s/runs/run-1"),
         "failed",

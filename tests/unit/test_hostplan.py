@@ -1,4 +1,4 @@
-"""vgpuctl.hostplan (pure host planning) and the pure parts of vgpuctl.hostfacts / vgpuctl.hostops.
+"""vgpuctl.hostplan (pure host planning) and the pure parts of vgpuctl.hostfacts and the host apply / status modules.
 
 Planning cases are data: tests/fixtures/hostplan/cases.yaml. Shell facts are parsed from the nvidia-smi
 reference outputs of gpusim in tests/fixtures/nvidia-smi/.
@@ -15,10 +15,13 @@ import pytest
 from ruamel.yaml import YAML
 
 from vgpuctl import hostplan
+from vgpuctl.domain import Outcome
+from vgpuctl.hostapply import HostOutcome, RefusedError
 from vgpuctl.hostfacts import GpuFacts, HostFacts, gather_shell_facts, nvlink_sets, vsphere_bus_id
-from vgpuctl.hostops import FAILED, HostOutcome, RefusedError, StateStore, default_state_path, targets_for
+from vgpuctl.hosttargets import targets_for
 from vgpuctl.inventory import HostSpec, load_inventory_text
 from vgpuctl.model import HostChange, Observed, ObservedGpu, ObservedHost
+from vgpuctl.statefile import StateStore, default_state_path
 
 pytestmark = pytest.mark.unit
 
@@ -325,7 +328,7 @@ def test_facts_round_trip_through_dicts() -> None:
     assert again == facts
 
 
-# ------------------------------------------------------------------------------ hostops pure parts
+# ------------------------------------------------------------------------------ host apply pure parts
 
 
 def test_state_store_persists_records(tmp_path: Path) -> None:
@@ -356,7 +359,7 @@ def test_default_state_path_per_vcenter(monkeypatch: pytest.MonkeyPatch, tmp_pat
 def test_failed_outcome_says_where_it_stopped() -> None:
     out = HostOutcome(
         "esx-01",
-        FAILED,
+        Outcome.FAILED,
         steps=["enter-maintenance", "mig 0000:3b:00.0 mig"],
         phase="reboot",
         message="boom",
@@ -369,7 +372,7 @@ def test_failed_outcome_says_where_it_stopped() -> None:
     assert "left in maintenance mode" in text and "VMs to power on again: vm-a" in text
     assert "run apply again to continue" in text
     refused = HostOutcome(
-        "esx-01", FAILED, phase="evacuate", message="no", error_type=RefusedError.__name__, in_maintenance=False
+        "esx-01", Outcome.FAILED, phase="evacuate", message="no", error_type=RefusedError.__name__, in_maintenance=False
     )
     assert "run apply again" not in refused.describe() and "not in maintenance mode" in refused.describe()
 
@@ -466,7 +469,7 @@ def test_describe_changes_says_maintenance_reboot_and_vms() -> None:
 
 
 def test_merge_status_adds_mig_nvlink_and_scheduler() -> None:
-    from vgpuctl.hostops import host_status, merge_status, mig_label
+    from vgpuctl.hoststatus import host_status, merge_status, mig_label
 
     host = _host("esx-a100", {"module_options": "NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x11"})
     facts = HostFacts(
@@ -502,7 +505,7 @@ def test_merge_status_adds_mig_nvlink_and_scheduler() -> None:
 
 
 def test_shell_configured_from_environment_or_inventory() -> None:
-    from vgpuctl.hostops import shell_configured
+    from vgpuctl.hoststatus import shell_configured
 
     assert not shell_configured({}, env={})
     assert shell_configured({}, env={"VGPUCTL_ESXI_PASSWORD": "x"})

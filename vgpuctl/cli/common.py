@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from vgpuctl.inventory import Inventory
-    from vgpuctl.model import Observed
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
 PASSWORD_ENV = ("VGPUCTL_PASSWORD", "GOVC_PASSWORD")
@@ -104,20 +103,6 @@ def _json_default(value: Any) -> Any:
     if hasattr(value, "to_dict"):
         return value.to_dict()
     return str(value)
-
-
-# -------------------------------------------------------------------------------------- inventory
-
-
-def load_checked_inventory(path: Path) -> Inventory:
-    """load_inventory + validate: schema and semantic checks, errors located FILE:LINE:COL."""
-    from vgpuctl.inventory import load_inventory, validate
-
-    if not path.exists():
-        raise UsageError(f"{path}: no such file")
-    inventory = load_inventory(path)
-    validate(inventory)
-    return inventory
 
 
 # -------------------------------------------------------------------------------------- connection
@@ -223,20 +208,6 @@ def connect(opts: GlobalOptions, inventory: Inventory | None = None) -> Iterator
         finally:
             if opts.verbose:
                 info(f"round trips: {session.round_trips}")
-
-
-def observe_all(session: Session, opts: GlobalOptions, inventory: Inventory | None = None) -> Observed:
-    """One bulk observe; NVLink sets are read only on the hosts where the inventory's NVLink VMs can run."""
-    from vgpuctl.inventory import Inventory
-    from vgpuctl.vsphere.nvlink import nvlink_hosts_for
-    from vgpuctl.vsphere.observe import observe, observe_nvlink
-
-    observed = observe(session, datacenter_for(opts, inventory))
-    if isinstance(inventory, Inventory):
-        hosts = nvlink_hosts_for(inventory, observed)
-        if hosts:
-            observe_nvlink(session, observed, hosts)
-    return observed
 
 
 # ------------------------------------------------------------------------------------------ errors

@@ -1,11 +1,8 @@
 """`vgpuctl host show/graphics/mig/nvlink/scheduler HOST`: imperative host GPU operations.
 
-Each command builds a one-host desired state (a HostSpec) and goes through the same path as `apply`:
-vgpuctl.hostops.plan_host_changes (facts from the API and the ESXi shell, vgpuctl.hostplan) and
-run_host_changes (maintenance mode, reboot, verification, restore). Before changing anything it says what it
-will do (the changes, maintenance mode, a reboot, the VMs affected) and asks, unless --yes.
-SSH and maintenance settings come from the host's entry in an inventory (-f) when given, else the defaults
-and VGPUCTL_ESXI_* variables; --evacuate and --reboot-timeout override them.
+Each change builds a one-host desired state (a HostSpec) and runs the pipeline's host stages, as `apply`
+does; it says what it will do (changes, maintenance, reboot, VMs affected) and asks unless --yes. SSH and
+maintenance settings come from the host's inventory entry (-f), else defaults and VGPUCTL_ESXI_* variables.
 """
 
 from __future__ import annotations
@@ -19,6 +16,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.domain import Outcome
 from vgpuctl.errors import Interrupted, NotFound, PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
@@ -83,13 +81,14 @@ def show_cmd(
     tofu: Tofu = False,
 ) -> None:
     """Per GPU: graphics type, vGPU mode, MIG current/pending, NVLink links; host: module options, scheduler."""
+    from vgpuctl import pipeline
     from vgpuctl.hostfacts import gather_facts
-    from vgpuctl.hostops import host_status
+    from vgpuctl.hoststatus import host_status
 
     opts: GlobalOptions = ctx.obj
-    inventory = common.load_checked_inventory(file) if file is not None else None
+    inventory = pipeline.load(file) if file is not None else None
     with common.connect(opts, inventory) as session:
-        observed = common.observe_all(session, opts, inventory)
+        observed = pipeline.observe(session, common.datacenter_for(opts, inventory), inventory)
         found = _host(observed, host)
         spec = _base_spec(inventory, observed, host)
         facts = None
@@ -290,15 +289,18 @@ def change(
     tofu: bool,
     yes: bool,
 ) -> None:
-    from vgpuctl.hostops import HostOpsOptions, StateStore, default_state_path, plan_host_changes, run_host_changes
+    """Plan the one-host change through the pipeline, say what it will do, confirm, apply, report."""
+    from vgpuctl import pipeline
 
-    inventory = common.load_checked_inventory(file) if file is not None else None
+    inventory = pipeline.load(file) if file is not None else None
+    options = pipeline.RunOptions(
+        datacenter=common.datacenter_for(opts, inventory), trust_on_first_use=tofu, on_new_host_key=_new_key
+    )
     with common.connect(opts, inventory) as session:
-        observed = common.observe_all(session, opts, inventory)
+        observed = pipeline.observe(session, options.datacenter, inventory)
         found = _host(observed, host)
         spec = one_host_spec(_base_spec(inventory, observed, host), host, fields, evacuate, reboot_timeout)
-        state = StateStore(default_state_path(session.settings.sdk_url))
-        plan, _ = plan_host_changes(session, observed, [spec], state, trust_on_first_use=tofu, on_new_host_key=_new_key)
+        plan = pipeline.plan_hosts(session, observed, [spec], options)
         if plan.errors:
             raise PlanError(plan.errors)
         changes = [c for c in plan.changes if c.host == host]
@@ -309,20 +311,21 @@ def change(
         if not changes:
             common.emit({**doc, "result": None}, lambda _d: f"host {host}: no changes", opts)
             return
-        text = describe_changes(host, changes, spec, affected)
-        if opts.json:
-            common.info(text)
-        else:
-            typer.echo(text)
+        _say(opts, describe_changes(host, changes, spec, affected))
         if not yes:
             _confirm(len(changes))
-        result = run_host_changes(
-            session, observed, [spec], changes, state, HostOpsOptions(trust_on_first_use=tofu, progress=_Progress())
-        )
+        result = pipeline.apply_hosts(session, observed, [spec], changes, options, progress=_Progress())
     outcome = result.hosts[0]
     common.emit({**doc, "result": result.to_dict()}, lambda _d: outcome.describe(), opts)
-    if outcome.status == "failed":
+    if outcome.status == Outcome.FAILED:
         raise VgpuctlError(f"host {host}: the change failed at {outcome.phase}")
+
+
+def _say(opts: GlobalOptions, text: str) -> None:
+    if opts.json:
+        common.info(text)
+    else:
+        typer.echo(text)
 
 
 def _affected_vms(session: Any, moid: str, changes: list[HostChange]) -> list[dict[str, Any]]:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -14,6 +12,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.domain import Outcome
 from vgpuctl.errors import Interrupted, PlanError, UsageError, VgpuctlError
 from vgpuctl.progress import LiveOnTerminal
 
@@ -21,8 +20,10 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from vgpuctl.apply import ApplyResult
+    from vgpuctl.hostapply import HostApplyResult
     from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed, Plan
+    from vgpuctl.pipeline import ApplyOutcome, RunOptions
     from vgpuctl.vsphere.session import Session
 
 EXIT_CHANGES_PENDING = 2
@@ -33,9 +34,7 @@ InventoryFile = Annotated[
 ]
 
 
-KeepGoing = Annotated[
-    bool, typer.Option("--keep-going", help="When a host change fails, go on with the other hosts (issue 5).")
-]
+KeepGoing = Annotated[bool, typer.Option("--keep-going", help="When a host change fails, go on with the other hosts.")]
 SshTofu = Annotated[
     bool,
     typer.Option("--ssh-trust-on-first-use", help="Accept and record unknown ESXi SSH host keys (reported)."),
@@ -53,8 +52,10 @@ def register(app: typer.Typer) -> None:
 
 def validate_cmd(ctx: typer.Context, file: InventoryFile) -> None:
     """Check an inventory (schema and rules); needs no vCenter. Errors as FILE:LINE:COL: message."""
+    from vgpuctl import pipeline
+
     opts: GlobalOptions = ctx.obj
-    inventory = common.load_checked_inventory(file)
+    inventory = pipeline.load(file)
     data = {"file": str(file), "valid": True, "hosts": len(inventory.hosts), "vms": len(inventory.vms)}
     common.emit(data, lambda d: f"{d['file']}: valid ({d['hosts']} host entries, {d['vms']} VMs)", opts)
 
@@ -71,11 +72,14 @@ def plan_cmd(
     ssh_trust_on_first_use: SshTofu = False,
 ) -> None:
     """Show what apply would change: a field-level diff per VM and host."""
+    from vgpuctl import pipeline
+
     opts: GlobalOptions = ctx.obj
-    inventory = common.load_checked_inventory(file)
+    inventory = pipeline.load(file)
+    options = run_options(opts, inventory, trust_on_first_use=ssh_trust_on_first_use)
     with common.connect(opts, inventory) as session:
-        observed = common.observe_all(session, opts, inventory)
-        the_plan = plan_with_hosts(session, observed, inventory, ssh_trust_on_first_use)
+        observed = pipeline.observe(session, options.datacenter, inventory)
+        the_plan = pipeline.plan(session, observed, inventory, options)
         round_trips = session.round_trips
     if the_plan.errors and not (opts.json or opts.verbose):
         raise PlanError(list(the_plan.errors))  # the reasons alone, one line each; -v shows the diff too
@@ -86,24 +90,18 @@ def plan_cmd(
         raise typer.Exit(EXIT_CHANGES_PENDING)
 
 
-def make_plan(inventory: Inventory, observed: Observed) -> Plan:
-    from vgpuctl.plan import make_plan as pure_make_plan
+def run_options(
+    opts: GlobalOptions, inventory: Inventory | None, *, parallel: int = DEFAULT_PARALLEL, **fields: Any
+) -> RunOptions:
+    """The pipeline's options from the global options and the command's flags."""
+    from vgpuctl.pipeline import RunOptions
 
-    return pure_make_plan(inventory, observed)
-
-
-def plan_with_hosts(
-    session: Session, observed: Observed, inventory: Inventory, trust_on_first_use: bool = False
-) -> Plan:
-    """make_plan with the inventory's hosts: their GPU facts (vSphere API and ESXi shell) are read first."""
-    from vgpuctl.hostops import plan_with_hosts as plan_hosts_first
-
-    return plan_hosts_first(
-        session, observed, inventory, trust_on_first_use=trust_on_first_use, on_new_host_key=_new_host_key
+    return RunOptions(
+        datacenter=common.datacenter_for(opts, inventory), parallel=parallel, on_new_host_key=new_host_key, **fields
     )
 
 
-def _new_host_key(host: str, fingerprint: str) -> None:
+def new_host_key(host: str, fingerprint: str) -> None:
     common.warn(f"trusted the new SSH host key of {host} ({fingerprint}) and recorded it in known_hosts")
 
 
@@ -154,11 +152,14 @@ def apply_cmd(
     ssh_trust_on_first_use: SshTofu = False,
 ) -> None:
     """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first."""
+    from vgpuctl import pipeline
+
     opts: GlobalOptions = ctx.obj
-    inventory = common.load_checked_inventory(file)
-    run = execute(
-        opts, inventory, yes=yes, parallel=parallel, keep_going=keep_going, trust_on_first_use=ssh_trust_on_first_use
+    inventory = pipeline.load(file)
+    options = run_options(
+        opts, inventory, parallel=parallel, keep_going=keep_going, trust_on_first_use=ssh_trust_on_first_use
     )
+    run = execute(opts, inventory, options, yes=yes)
     if opts.json:
         doc = {
             "plan": plan_document(run.plan, None),
@@ -172,71 +173,49 @@ def apply_cmd(
     raise_for_outcome(run)
 
 
-def run_apply(opts: GlobalOptions, inventory_path: Path | str, yes: bool, parallel: int = DEFAULT_PARALLEL) -> Any:
-    """`apply` for reuse (provision): returns the ApplyResult when no VM failed.
-
-    Raises VgpuctlError when a VM failed (the summary was printed), Interrupted on Ctrl-C, PlanError when the
-    plan cannot be applied.
-    """
-    inventory = common.load_checked_inventory(Path(inventory_path))
-    run = execute(opts, inventory, yes=yes, parallel=parallel)
+def run_apply(opts: GlobalOptions, inventory: Inventory, yes: bool, parallel: int = DEFAULT_PARALLEL) -> ApplyRun:
+    """`apply` for reuse (provision). Raises VgpuctlError when a host or VM failed (the summary was printed),
+    Interrupted on Ctrl-C, PlanError when the plan cannot be applied."""
+    run = execute(opts, inventory, run_options(opts, inventory, parallel=parallel), yes=yes)
     raise_for_outcome(run)
-    return run.result
+    return run
 
 
 @dataclass
 class ApplyRun:
+    """One apply as the CLI shows it: the plan confirmed, what happened to the VMs and the hosts."""
+
     plan: Plan
     result: ApplyResult
     round_trips: int
     interrupted: bool = False
-    hosts: Any = None  # vgpuctl.hostops.HostApplyResult when the plan had host changes
-    vm_errors: list[str] | None = None  # errors of the VM plan made again after the host changes
+    hosts: HostApplyResult | None = None  # when the plan had host changes
+    vm_errors: list[str] = field(default_factory=list)  # errors of the VM plan made again after the hosts
 
 
-def execute(
-    opts: GlobalOptions,
-    inventory: Inventory,
-    *,
-    yes: bool,
-    parallel: int,
-    keep_going: bool = False,
-    trust_on_first_use: bool = False,
-) -> ApplyRun:
-    from vgpuctl.apply import ApplyResult
+def execute(opts: GlobalOptions, inventory: Inventory, options: RunOptions, *, yes: bool) -> ApplyRun:
+    from vgpuctl import pipeline
 
     with common.connect(opts, inventory) as session:
-        observed = common.observe_all(session, opts, inventory)
-        the_plan = plan_with_hosts(session, observed, inventory, trust_on_first_use)
-        hosts = HostApply(inventory, keep_going, trust_on_first_use, common.datacenter_for(opts, inventory))
-        return apply_planned(
-            opts, session, the_plan, observed, yes=yes, parallel=parallel, empty=ApplyResult, hosts=hosts
-        )
-
-
-@dataclass
-class HostApply:
-    """What apply needs to run a plan's host changes first (vgpuctl.hostops.apply_all)."""
-
-    inventory: Inventory
-    keep_going: bool = False
-    trust_on_first_use: bool = False
-    datacenter: str | None = None
+        observed = pipeline.observe(session, options.datacenter, inventory)
+        the_plan = pipeline.plan(session, observed, inventory, options)
+        return apply_planned(opts, session, inventory, the_plan, observed, options, yes=yes)
 
 
 def apply_planned(
     opts: GlobalOptions,
     session: Session,
+    inventory: Inventory,
     the_plan: Plan,
     observed: Observed,
+    options: RunOptions,
     *,
     yes: bool,
-    parallel: int,
-    empty: Callable[[], ApplyResult],
     confirm_only_if_disruptive: bool = False,
-    hosts: HostApply | None = None,
 ) -> ApplyRun:
     """Show the plan, confirm, apply it with progress, print the summary. Shared by apply and `vm vgpu`."""
+    from vgpuctl.apply import ApplyResult
+
     if the_plan.errors:
         if opts.verbose:
             print_plan_to_stderr(the_plan)
@@ -246,13 +225,13 @@ def apply_planned(
     else:
         common.emit(None, lambda _d: plan_renderable(the_plan), opts)
     if the_plan.is_empty:  # the rendered plan says so
-        return ApplyRun(the_plan, empty(), session.round_trips)
+        return ApplyRun(the_plan, ApplyResult(), session.round_trips)
     if not yes and (not confirm_only_if_disruptive or is_disruptive(the_plan)):
         confirm(the_plan)
-    extra: dict[str, Any] = {}
-    result, interrupted = apply_with_progress(session, the_plan, observed, parallel, hosts=hosts, extra=extra)
-    run = ApplyRun(the_plan, result, session.round_trips, interrupted or bool(getattr(result, "interrupted", False)))
-    run.hosts, run.vm_errors = extra.get("hosts"), extra.get("vm_errors")
+    outcome, interrupted = apply_with_progress(session, inventory, the_plan, observed, options)
+    run = ApplyRun(
+        the_plan, outcome.vms, session.round_trips, interrupted or outcome.interrupted, outcome.hosts, outcome.vm_errors
+    )
     print_summary(run, opts)
     return run
 
@@ -278,82 +257,17 @@ def confirm(the_plan: Plan) -> None:
 
 
 def apply_with_progress(
-    session: Session,
-    the_plan: Plan,
-    observed: Observed,
-    parallel: int,
-    *,
-    hosts: HostApply | None = None,
-    extra: dict[str, Any] | None = None,
-) -> tuple[Any, bool]:
-    """apply_plan in a worker thread so Ctrl-C here only sets stop_event: running tasks finish, no new ones."""
-    from vgpuctl.apply import apply_plan
+    session: Session, inventory: Inventory, the_plan: Plan, observed: Observed, options: RunOptions
+) -> tuple[ApplyOutcome, bool]:
+    """pipeline.apply with a live display; Ctrl-C only stops new work (pipeline.run_interruptible)."""
+    from vgpuctl import pipeline
 
-    stop_event = threading.Event()
     display = ApplyProgress(common.stderr_console(), [c.vm for c in the_plan.changes])
-    box: dict[str, Any] = {}
-    finished = threading.Event()  # not Thread.join: a KeyboardInterrupt inside join() can corrupt is_alive()
-
-    def work() -> None:
-        try:
-            if hosts is not None and the_plan.host_changes:
-                box["result"] = _apply_hosts_first(session, the_plan, observed, parallel, hosts, display, stop_event,
-                                                   extra if extra is not None else {})
-                return
-            box["result"] = apply_plan(
-                session, the_plan, observed, parallel=parallel, progress=display, stop_event=stop_event
-            )
-        except BaseException as err:  # re-raised in the main thread
-            box["error"] = err
-        finally:
-            finished.set()
-
-    worker = threading.Thread(target=work, name="vgpuctl-apply", daemon=True)
-    interrupts: list[int] = []
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        # A handler, not `except KeyboardInterrupt`: the exception could land between two statements of the
-        # wait loop and escape it. The first Ctrl-C only stops new work; the second stops waiting.
-        interrupts.append(signum)
-        if len(interrupts) > 1:
-            raise Interrupted("interrupted again: stopped waiting; vCenter tasks may still run")
-        stop_event.set()
-        display.note("interrupted: starting no new work, waiting for running tasks (Ctrl-C again to quit)")
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        with display:
-            worker.start()
-            while not finished.wait(0.2):
-                pass
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    interrupted = bool(interrupts)
-    if "error" in box:
-        raise box["error"]
-    return box["result"], interrupted
-
-
-def _apply_hosts_first(
-    session: Session,
-    the_plan: Plan,
-    observed: Observed,
-    parallel: int,
-    hosts: HostApply,
-    display: Any,
-    stop_event: threading.Event,
-    extra: dict[str, Any],
-) -> Any:
-    """Host changes host by host (vgpuctl.hostops), then the VMs planned again; VMs on unfinished hosts wait."""
-    from vgpuctl.hostops import apply_all
-
-    full = apply_all(
-        session, hosts.inventory, the_plan, observed, datacenter=hosts.datacenter, parallel=parallel,
-        progress=display, stop_event=stop_event, keep_going=hosts.keep_going,
-        trust_on_first_use=hosts.trust_on_first_use,
-    )
-    extra["hosts"], extra["vm_errors"] = full.hosts, list(full.vm_plan.errors)
-    return full.vms
+    with display:
+        return pipeline.run_interruptible(
+            lambda cancel: pipeline.apply(session, inventory, the_plan, observed, options, display, cancel),
+            display.note,
+        )
 
 
 TERMINAL_STEPS = frozenset({"done", "changed", "unchanged", "failed", "skipped", "error"})
@@ -390,8 +304,8 @@ class ApplyProgress(LiveOnTerminal):
         if self.live is None or step in TERMINAL_STEPS:  # live: in-flight steps stay in the table
             self.console.print(self._line(vm, step, pct), markup=False, highlight=False)
 
-    def host_step(self, host: str, step: str, percent: int | float | None = None) -> None:
-        self.vm_step(f"host {host}", step, percent)
+    def host_step(self, host: str, step: str, detail: str | None) -> None:
+        self.vm_step(f"host {host}", step + (f" {detail}" if detail else ""), None)
 
     @staticmethod
     def _line(name: str, step: str, pct: int | None) -> str:
@@ -421,9 +335,9 @@ def result_document(result: ApplyResult) -> dict[str, Any]:
     return result.to_dict()
 
 
-def summarize(result: Any) -> dict[str, list[str]]:
+def summarize(result: ApplyResult) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {"changed": [], "failed": [], "skipped": [], "unchanged": []}
-    for outcome in getattr(result, "vms", []):
+    for outcome in result.vms:
         groups.setdefault(str(outcome.status), []).append(outcome.vm)
     return groups
 
@@ -440,10 +354,10 @@ def print_summary(run: ApplyRun, opts: GlobalOptions) -> None:
     for label in ("changed", "skipped"):
         if groups[label]:
             lines.append(f"  {label}: {', '.join(groups[label])}")
-    for outcome in getattr(run.result, "vms", []):
-        if str(outcome.status) == "failed":
-            fault = f"{outcome.fault_type}: " if getattr(outcome, "fault_type", None) else ""
-            lines.append(f"  failed: {outcome.vm}: {fault}{getattr(outcome, 'message', '') or ''}")
+    for outcome in run.result.vms:
+        if outcome.status == Outcome.FAILED:
+            fault = f"{outcome.fault_type}: " if outcome.fault_type else ""
+            lines.append(f"  failed: {outcome.vm}: {fault}{outcome.message}")
     if opts.verbose:
         lines.append(f"round trips: {run.round_trips}")
     text = "\n".join(lines)
@@ -454,24 +368,24 @@ def print_summary(run: ApplyRun, opts: GlobalOptions) -> None:
 
 
 def _host_summary(run: ApplyRun) -> list[str]:
-    hosts = getattr(run, "hosts", None)
+    hosts = run.hosts
     if hosts is None:
         return []
     lines = [f"Hosts: {len(hosts.changed)} changed, {len(hosts.failed)} failed, {len(hosts.skipped)} skipped."]
     lines += [f"  {line}" for outcome in hosts.hosts for line in outcome.describe().splitlines()]
-    lines += [f"  VM plan after the host changes: {e}" for e in getattr(run, "vm_errors", None) or []]
+    lines += [f"  VM plan after the host changes: {e}" for e in run.vm_errors]
     return lines
 
 
 def raise_for_outcome(run: ApplyRun) -> None:
     groups = summarize(run.result)
-    hosts = getattr(run, "hosts", None)
+    hosts = run.hosts
     if hosts is not None and hosts.failed and not run.interrupted:
         raise VgpuctlError(
             f"apply failed on host(s) {', '.join(hosts.failed)} (left as the summary says): run apply again to continue"
         )
-    if getattr(run, "vm_errors", None):
-        raise PlanError(list(run.vm_errors or []))
+    if run.vm_errors:
+        raise PlanError(list(run.vm_errors))
     if run.interrupted:
         raise Interrupted(f"interrupted: {len(groups['changed'])} VM(s) changed before the stop; plan again")
     if groups["failed"]:

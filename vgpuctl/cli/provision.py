@@ -32,11 +32,12 @@ def provision_cmd(
     limit: Annotated[str | None, typer.Option("--limit", "-l", help="Guest playbooks only on these guests.")] = None,
 ) -> None:
     """Apply (like `apply`), wait for the guests' IP addresses, then run the guest playbooks on them."""
+    from vgpuctl import pipeline
     from vgpuctl.cli.plan import run_apply
 
     opts: GlobalOptions = ctx.obj
-    apply_result = run_apply(opts, file, yes, parallel)
-    inventory = common.load_checked_inventory(file)
+    inventory = pipeline.load(file)
+    apply_result = run_apply(opts, inventory, yes, parallel).result
     if not guest_vm_names(inventory):
         common.info("No VM has a guest group: nothing to configure in the guests.")
         if opts.json:

@@ -31,13 +31,11 @@ def register(app: typer.Typer) -> None:
 
 def _observe(opts: GlobalOptions, file: Path | None, *, nvlink: bool = False, also: Any = None) -> tuple[Observed, int]:
     """One bulk observe; with `nvlink`, also each GPU host's NVLink sets (one QueryConfigTarget per host)."""
-    inventory = common.load_checked_inventory(file) if file else None
-    with common.connect(opts, inventory) as session:
-        observed = common.observe_all(session, opts, inventory)
-        if nvlink:
-            from vgpuctl.vsphere.observe import observe_nvlink
+    from vgpuctl import pipeline
 
-            observe_nvlink(session, observed, [h.name for h in observed.hosts.values() if h.gpus])
+    inventory = pipeline.load(file) if file else None
+    with common.connect(opts, inventory) as session:
+        observed = pipeline.observe(session, common.datacenter_for(opts, inventory), inventory, all_nvlink=nvlink)
         if also is not None:  # more reads in the same session (host facts for status)
             also(session, observed, inventory)
         return observed, session.round_trips
@@ -57,18 +55,19 @@ ShellOpt = Annotated[
 
 
 def _host_rows(session: Any, observed: Observed, inventory: Any, shell: bool | None) -> dict[str, Any]:
-    """Per host MIG current/pending, NVLink links, scheduler (vgpuctl.hostops; over SSH when configured)."""
-    from vgpuctl import hostops
+    """Per host MIG current/pending, NVLink links, scheduler (over SSH when configured)."""
+    from vgpuctl import hoststatus
+    from vgpuctl.hosttargets import specs_by_host
 
-    specs = hostops.specs_by_host(inventory, observed)
-    use_shell = hostops.shell_configured(specs) if shell is None else shell
-    return hostops.collect_host_status(session, observed, specs, shell=use_shell)
+    specs = specs_by_host(inventory, observed)
+    use_shell = hoststatus.shell_configured(specs) if shell is None else shell
+    return hoststatus.collect_host_status(session, observed, specs, shell=use_shell)
 
 
 def status_cmd(ctx: typer.Context, file: OptionalInventory = None, shell: ShellOpt = None) -> None:
     """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, and the VMs' vGPUs."""
     opts: GlobalOptions = ctx.obj
-    from vgpuctl.hostops import merge_status
+    from vgpuctl.hoststatus import merge_status
 
     rows: dict[str, Any] = {}
     observed, round_trips = _observe(
@@ -188,8 +187,18 @@ def render_status(doc: dict[str, Any]) -> list[Any]:
 
     out: list[Any] = []
     hosts = Table(title="Hosts", title_justify="left")
-    for col in ("host", "cluster", "state", "graphics", "policy", "NVLink", "scheduler", "GPUs", "vGPUs",
-                "used/total GB"):
+    for col in (
+        "host",
+        "cluster",
+        "state",
+        "graphics",
+        "policy",
+        "NVLink",
+        "scheduler",
+        "GPUs",
+        "vGPUs",
+        "used/total GB",
+    ):
         hosts.add_column(col)
     for h in doc["hosts"]:
         used = sum(g["used_gb"] for g in h["gpus"])
@@ -203,8 +212,8 @@ def render_status(doc: dict[str, Any]) -> list[Any]:
                     _host_state(h),
                     h["default_graphics_type"],
                     h["assignment_policy"],
-                    h.get("nvlink", "-") + (f" ({h['nvlink_after_reboot']} next boot)" if "nvlink_after_reboot" in h
-                                           else ""),
+                    h.get("nvlink", "-")
+                    + (f" ({h['nvlink_after_reboot']} next boot)" if "nvlink_after_reboot" in h else ""),
                     h.get("scheduler", "-"),
                     str(len(h["gpus"])),
                     str(sum(g["vgpus"] for g in h["gpus"])),

@@ -118,25 +118,19 @@ def one_vm_inventory(
 
 
 def change(opts: GlobalOptions, name: str, edit: Any, power: str | None, yes: bool, file: Path | None) -> None:
-    from vgpuctl.apply import ApplyResult
+    from vgpuctl import pipeline
 
     _check_power(power)
-    settings = common.load_checked_inventory(file) if file else None
+    settings = pipeline.load(file) if file else None
+    options = plan_cli.run_options(opts, settings, parallel=1, resume=False)
     with common.connect(opts, settings) as session:
-        observed = common.observe_all(session, opts, settings)
+        observed = pipeline.observe(session, options.datacenter, settings)
         vm = find_vm(observed, name)
         desired = edit(counts_of(vm))
-        inventory = one_vm_inventory(opts, vm, desired, power, common.datacenter_for(opts, settings))
-        the_plan = plan_cli.make_plan(inventory, observed)
+        inventory = one_vm_inventory(opts, vm, desired, power, options.datacenter)
+        the_plan = pipeline.plan(session, observed, inventory, options)
         run = plan_cli.apply_planned(
-            opts,
-            session,
-            the_plan,
-            observed,
-            yes=yes,
-            parallel=1,
-            empty=ApplyResult,
-            confirm_only_if_disruptive=True,
+            opts, session, inventory, the_plan, observed, options, yes=yes, confirm_only_if_disruptive=True
         )
     if opts.json:
         doc = {
@@ -184,12 +178,13 @@ def remove_cmd(
 @vgpu_app.command("list")
 def list_cmd(ctx: typer.Context, vm: VmName, file: OptionalInventory = None) -> None:
     """The vGPUs of VM: device key, profile, framebuffer, NVLink group, and the GPUs they sit on."""
+    from vgpuctl import pipeline
     from vgpuctl.cli.status import profile_fb
 
     opts: GlobalOptions = ctx.obj
-    settings = common.load_checked_inventory(file) if file else None
+    settings = pipeline.load(file) if file else None
     with common.connect(opts, settings) as session:
-        observed = common.observe_all(session, opts, settings)
+        observed = pipeline.observe(session, common.datacenter_for(opts, settings), settings)
         round_trips = session.round_trips
     found = find_vm(observed, vm)
     host = observed.hosts.get(found.host or "")

@@ -69,7 +69,9 @@ def new_ident() -> str:
 
 
 @dataclass
-class HostOutcome:
+class GuestOutcome:
+    """One guest after the playbooks: its counts per task result and a status (ok, changed, failed, unreachable)."""
+
     host: str
     group: str
     status: str  # ok | changed | failed | unreachable
@@ -86,14 +88,14 @@ class HostOutcome:
 
 @dataclass
 class DeployResult:
-    hosts: list[HostOutcome]
+    hosts: list[GuestOutcome]
     artifacts: Path | None
     runner_status: str
     rc: int
     check: bool = False
 
     @property
-    def failed(self) -> list[HostOutcome]:
+    def failed(self) -> list[GuestOutcome]:
         return [h for h in self.hosts if h.status in ("failed", "unreachable")]
 
     def to_dict(self) -> dict[str, Any]:
@@ -158,7 +160,7 @@ class HostTracker:
             c["failed"] += 1
             self.messages[host] = _failure_message(data.get("task", ""), res)
 
-    def outcome(self, host: str, group: str) -> HostOutcome:
+    def outcome(self, host: str, group: str) -> GuestOutcome:
         s = self.stats.get(host)
         c = self.counts.get(host, {})
         if s is None:  # the play never finished for it (killed, or the run crashed)
@@ -179,7 +181,7 @@ class HostTracker:
         message = self.messages.get(host, "")
         if status == "failed" and not message:
             message = "the playbook did not run on this host"
-        return HostOutcome(
+        return GuestOutcome(
             host=host,
             group=group,
             status=status,
@@ -303,7 +305,7 @@ def deploy(
     base = state or state_dir()
     targets = tg.build_targets(inv, addresses)
     outcomes_pre = [
-        HostOutcome(
+        GuestOutcome(
             host=p.subject,
             group=p.group,
             status=p.status,

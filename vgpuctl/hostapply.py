@@ -1,0 +1,438 @@
+"""Apply host changes host by host: maintenance mode, MIG / graphics / module options, reboot, verification.
+
+`apply_host_changes(session, targets, state, options)` runs at most `maintenance.max_unavailable` hosts at
+once. Per host: evacuate (`refuse` lists running VMs; `power-off` records them in the state file and shuts
+them down), enter maintenance, change, reboot when needed, verify from the API and the shell, exit
+maintenance, power the recorded VMs on. A failure stops that host where it is and its HostOutcome says in
+what state; a re-run continues from the state file.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from vgpuctl import hostplan
+from vgpuctl.domain import Outcome
+from vgpuctl.errors import SshError, SshHostKeyError, VgpuctlError
+from vgpuctl.hostfacts import HostFacts, gather_host_facts, shell_runner
+from vgpuctl.hosttargets import HostTarget
+from vgpuctl.inventory import HostSpec
+from vgpuctl.model import HostChange, ObservedGpu, ObservedHost
+from vgpuctl.progress import Cancel, HostProgress, cancelled
+from vgpuctl.statefile import StateStore
+
+log = logging.getLogger(__name__)
+
+SSH_AFTER_REBOOT_S = 60.0
+
+
+class RefusedError(VgpuctlError):
+    """Maintenance mode would stop running VMs and `evacuate: refuse` is set."""
+
+
+class VerificationError(VgpuctlError):
+    """After apply (and reboot) the host does not show the desired state."""
+
+    def __init__(self, host: str, problems: list[str]):
+        self.problems = problems
+        super().__init__(f"{host}: verification failed: " + "; ".join(problems))
+
+
+# ------------------------------------------------------------------------------------------ results
+
+
+@dataclass
+class HostOutcome:
+    host: str
+    status: Outcome = Outcome.UNCHANGED
+    steps: list[str] = field(default_factory=list)
+    phase: str = ""  # where it stopped (failed) or "done"
+    message: str = ""
+    error_type: str | None = None
+    in_maintenance: bool | None = None
+    vms_to_restore: list[str] = field(default_factory=list)
+    powered_off: list[str] = field(default_factory=list)
+    powered_on: list[str] = field(default_factory=list)
+    rebooted: bool = False
+
+    def describe(self) -> str:
+        if self.status != Outcome.FAILED:
+            return f"{self.host}: {self.status}" + (f" ({', '.join(self.steps)})" if self.steps else "")
+        lines = [f"{self.host}: failed at {self.phase}: {self.message}"]
+        state = []
+        if self.in_maintenance:
+            state.append("left in maintenance mode")
+        elif self.in_maintenance is False:
+            state.append("not in maintenance mode")
+        if self.steps:
+            state.append("done before: " + ", ".join(self.steps))
+        if self.vms_to_restore:
+            state.append("VMs to power on again: " + ", ".join(self.vms_to_restore))
+        if state:
+            lines.append(f"  state: {'; '.join(state)}")
+        if self.error_type != RefusedError.__name__:
+            lines.append("  run apply again to continue from there")
+        return "\n".join(lines)
+
+
+@dataclass
+class HostApplyResult:
+    hosts: list[HostOutcome] = field(default_factory=list)
+
+    def _names(self, status: Outcome) -> list[str]:
+        return [o.host for o in self.hosts if o.status == status]
+
+    @property
+    def failed(self) -> list[str]:
+        return self._names(Outcome.FAILED)
+
+    @property
+    def changed(self) -> list[str]:
+        return self._names(Outcome.CHANGED)
+
+    @property
+    def skipped(self) -> list[str]:
+        return self._names(Outcome.SKIPPED)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.skipped
+
+    @property
+    def done_hosts(self) -> set[str]:
+        return {o.host for o in self.hosts if o.status in (Outcome.CHANGED, Outcome.UNCHANGED)}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hosts": [asdict(o) for o in self.hosts],
+            "changed": self.changed,
+            "failed": self.failed,
+            "skipped": self.skipped,
+        }
+
+
+# ------------------------------------------------------------------------------------------ apply
+
+
+ShellOpener = Callable[[str, HostSpec], AbstractContextManager[Any]]
+
+
+@dataclass
+class HostApplyOptions:
+    keep_going: bool = False
+    trust_on_first_use: bool = False
+    shutdown_timeout_s: float = 120.0
+    poll_s: float = 0.5
+    progress: HostProgress | None = None
+    cancel: Cancel | None = None
+    open_shell: ShellOpener | None = None  # default: vgpuctl.hostfacts.open_shell with known_hosts checks
+
+
+def apply_host_changes(
+    session: Any, targets: Sequence[HostTarget], state: StateStore, options: HostApplyOptions | None = None
+) -> HostApplyResult:
+    """Apply every target's changes, `max_unavailable` hosts at a time; stop starting hosts after a failure
+    unless options.keep_going."""
+    from vgpuctl.vsphere.tasks import TaskWatcher
+
+    opts = options or HostApplyOptions()
+    result = HostApplyResult()
+    if not targets:
+        return result
+    width = max(1, min(t.spec.maintenance.max_unavailable for t in targets))
+    with TaskWatcher(session) as watcher:
+        stopped = ""
+        for i in range(0, len(targets), width):
+            batch = targets[i : i + width]
+            if stopped:
+                result.hosts += [HostOutcome(t.name, Outcome.SKIPPED, message=stopped) for t in batch]
+                continue
+            with ThreadPoolExecutor(max_workers=len(batch), thread_name_prefix="vgpuctl-host") as pool:
+                outcomes = list(pool.map(lambda t: _HostRun(session, watcher, t, state, opts).run(), batch))
+            result.hosts += outcomes
+            failed = [o.host for o in outcomes if o.status == Outcome.FAILED]
+            if failed and not opts.keep_going:
+                stopped = f"not started: {', '.join(failed)} failed (--keep-going continues with other hosts)"
+            if cancelled(opts.cancel):
+                stopped = "not started: interrupted"
+    return result
+
+
+class _HostRun:
+    def __init__(self, session: Any, watcher: Any, target: HostTarget, state: StateStore, opts: HostApplyOptions):
+        self.session, self.watcher, self.t, self.state, self.opts = session, watcher, target, state, opts
+        self.out = HostOutcome(target.name)
+        self.phase = "check"
+
+    # -------------------------------------------------------------------- driver
+
+    def run(self) -> HostOutcome:
+        try:
+            self._run()
+            self.out.phase = "done"
+            self.out.status = Outcome.CHANGED if self.out.steps else Outcome.UNCHANGED
+        except Exception as err:  # one host's failure is a result, never a crash of the whole run
+            if not isinstance(err, VgpuctlError):
+                log.exception("%s: unexpected error in %s", self.t.name, self.phase)
+            self.out.status = Outcome.FAILED
+            self.out.phase = self.phase
+            self.out.message = str(err)
+            self.out.error_type = type(err).__name__
+            self._record_failure()
+        self._step(self.out.status, self.out.message if self.out.status == Outcome.FAILED else None)
+        return self.out
+
+    def _record_failure(self) -> None:
+        from vgpuctl.vsphere import host as vhost
+
+        try:
+            self.out.in_maintenance = vhost.read_host(self.session, self.t.moid).in_maintenance
+        except VgpuctlError as err:
+            log.debug("%s: cannot read the host after the failure: %s", self.t.name, err)
+        rec = self.state.get(self.t.name)
+        if rec is not None:
+            self.out.vms_to_restore = [v["name"] for v in rec.vms]
+            self.state.update(self.t.name, phase=self.phase, message=self.out.message)
+
+    def _step(self, step: str, detail: str | None = None) -> None:
+        if self.opts.progress is not None:
+            try:
+                self.opts.progress.host_step(self.t.name, step, detail)
+            except Exception:  # a display problem must not fail the host
+                log.debug("progress callback failed", exc_info=True)
+
+    def _done(self, step: str) -> None:
+        self.out.steps.append(step)
+
+    # -------------------------------------------------------------------- the steps
+
+    def _run(self) -> None:
+        from vgpuctl.vsphere import host as vhost
+
+        t = self.t
+        work = [c for c in t.changes if c.kind != hostplan.RESUME]
+        api = vhost.read_host(self.session, t.moid)
+        if api.connection_state != "connected":
+            raise VgpuctlError(f"{t.name}: host is {api.connection_state}")
+        entered = False
+        if hostplan.needs_maintenance(work) and not api.in_maintenance:
+            self.phase = "evacuate"
+            self._evacuate()
+            self.phase = "enter-maintenance"
+            self._step("enter-maintenance")
+            self.state.update(t.name, entered_maintenance=True, phase=self.phase)
+            vhost.enter_maintenance(self.session, t.moid, self.watcher, t.name)
+            self._done("enter-maintenance")
+            entered = True
+        if self._apply(work):
+            self._reboot()
+        if work:
+            self.phase = "verify"
+            self._step("verify")
+            self._verify()
+            self._done("verify")
+        record = self.state.get(t.name)
+        if entered or (record is not None and record.entered_maintenance):
+            self.phase = "exit-maintenance"
+            if vhost.read_host(self.session, t.moid).in_maintenance:
+                self._step("exit-maintenance")
+                vhost.exit_maintenance(self.session, t.moid, self.watcher, t.name)
+                self._done("exit-maintenance")
+            self.state.update(t.name, entered_maintenance=False)
+        self._restore()
+        self.state.drop(t.name)
+
+    def _evacuate(self) -> None:
+        from vgpuctl.vsphere import host as vhost
+
+        t = self.t
+        running = [v for v in vhost.host_vms(self.session, t.moid) if v.running]
+        if not running:
+            return
+        listed = ", ".join(f"{v.name} ({', '.join(v.vgpus)})" if v.vgpus else v.name for v in running)
+        if t.spec.maintenance.evacuate == "refuse":
+            self.out.in_maintenance = False
+            raise RefusedError(
+                f"{t.name}: maintenance mode needs these powered-on VMs stopped: {listed}; vGPU VMs cannot "
+                "migrate (maintenance.evacuate is refuse: stop them, or set evacuate: power-off)"
+            )
+        for vm in running:  # record first: a crash after the power-off must still know what to restore
+            self.state.add_vm(t.name, vm.name, vm.moid)
+        for vm in running:
+            self._step("power-off", vm.name)
+            how = vhost.shutdown_vm(
+                self.session, vm, timeout_s=self.opts.shutdown_timeout_s, poll_s=self.opts.poll_s, watcher=self.watcher
+            )
+            self.out.powered_off.append(vm.name)
+            self._done(f"{how} {vm.name}")
+
+    def _apply(self, work: list[HostChange]) -> bool:
+        """MIG, graphics, module options; returns whether a reboot is needed."""
+        reboot = hostplan.needs_reboot(work)
+        mig = [c for c in work if c.kind == hostplan.MIG]
+        if mig:
+            self.phase = "mig"
+            reboot = self._set_mig(mig) or reboot
+        graphics = [c for c in work if c.kind in hostplan.GRAPHICS_KINDS]
+        if graphics:
+            self.phase = "graphics"
+            self._set_graphics(graphics)
+        modules = [c for c in work if c.kind in hostplan.MODULE_KINDS]
+        if modules:
+            self.phase = "module-options"
+            self._set_module_options(modules)
+        return reboot
+
+    def _shell(self) -> AbstractContextManager[Any]:
+        if self.opts.open_shell is not None:
+            return self.opts.open_shell(self.t.name, self.t.spec)
+        from vgpuctl.hostfacts import open_shell
+
+        return open_shell(self.t.name, self.t.spec, trust_on_first_use=self.opts.trust_on_first_use)
+
+    def _set_mig(self, changes: list[HostChange]) -> bool:
+        from vgpuctl.esxi import commands, parsers
+
+        pending = False
+        with self._shell() as shell:
+            for c in changes:
+                self._step("mig", f"{c.target} -> {c.new}")
+                out = shell.run(commands.set_mig_mode(c.target, c.new == "mig")).stdout
+                for res in parsers.parse_mig_set(out):
+                    if not res.supported:
+                        raise VgpuctlError(f"{self.t.name}: GPU {c.target}: MIG mode: {res.reason}")
+                    pending = pending or res.pending
+                self._done(f"mig {c.target} {c.new}")
+        return pending
+
+    def _set_graphics(self, changes: list[HostChange]) -> None:
+        from vgpuctl.vsphere import host as vhost
+
+        kwargs: dict[str, Any] = {}
+        devices: dict[str, dict[str, str]] = {}
+        for c in changes:
+            if c.kind == hostplan.DEFAULT_TYPE:
+                kwargs["default_type"] = c.new
+            elif c.kind == hostplan.ASSIGNMENT_POLICY:
+                kwargs["assignment_policy"] = c.new
+            elif c.kind == hostplan.GPU_TYPE:
+                devices.setdefault(c.target, {})["graphics_type"] = c.new
+            elif c.kind == hostplan.VGPU_MODE:
+                devices.setdefault(c.target, {})["vgpu_mode"] = c.new
+        self._step("graphics", ", ".join(f"{c.kind} {c.new}" for c in changes))
+        vhost.update_graphics(self.session, self.t.moid, devices=devices, host=self.t.name, **kwargs)
+        self._done("graphics")
+
+    def _set_module_options(self, changes: list[HostChange]) -> None:
+        from vgpuctl.vsphere import host as vhost
+
+        current = vhost.configured_module_options(self.session, self.t.moid)
+        wanted = hostplan.options_for(current, changes)
+        self._step("module-options", wanted)
+        if wanted != current:
+            vhost.update_module_options(self.session, self.t.moid, wanted)
+        self._done("module-options")
+
+    def _reboot(self) -> None:
+        from vgpuctl.vsphere import host as vhost
+
+        t = self.t
+        self.phase = "reboot"
+        self._step("reboot")
+        before = vhost.reboot(self.session, t.moid, self.watcher, t.name)
+        self.out.rebooted = True
+        self._done("reboot")
+        self.phase = "wait-reconnect"
+        timeout = float(t.spec.maintenance.reboot_timeout_s)
+        vhost.wait_reconnected(
+            self.session,
+            t.moid,
+            before,
+            timeout,
+            poll_s=self.opts.poll_s,
+            host=t.name,
+            progress=lambda s, state: self._step("wait-reconnect", f"{s:.0f}s of {timeout:g}s, {state}"),
+        )
+        self._done("reconnected")
+
+    def _verify(self) -> None:
+        from vgpuctl.vsphere import host as vhost
+
+        t = self.t
+        api = vhost.read_host(self.session, t.moid)
+        facts = self._facts_after_reboot() if self.out.rebooted else self._facts()
+        problems = hostplan.verify_host(t.spec, observed_host(api, facts), facts)
+        if problems:
+            raise VerificationError(t.name, problems)
+
+    def _facts(self) -> HostFacts:
+        with self._shell() as shell:
+            return gather_host_facts(self.session, self.t.moid, self.t.name, shell_runner(shell))
+
+    def _facts_after_reboot(self) -> HostFacts:
+        """The SSH service of a host that just reconnected to vCenter may still be starting: retry connection
+        failures (never host key errors) for up to SSH_AFTER_REBOOT_S."""
+        deadline = time.monotonic() + SSH_AFTER_REBOOT_S
+        while True:
+            try:
+                return self._facts()
+            except SshHostKeyError:
+                raise
+            except SshError as err:
+                if err.exit_status is not None or time.monotonic() >= deadline:
+                    raise
+                log.info("%s: SSH not ready after the reboot (%s); retrying", self.t.name, err)
+                self._step("verify", "waiting for SSH")
+                time.sleep(max(self.opts.poll_s, 0.5))
+
+    def _restore(self) -> None:
+        from vgpuctl.vsphere import host as vhost
+
+        rec = self.state.get(self.t.name)
+        if rec is None or not rec.vms:
+            return
+        self.phase = "power-on"
+        for vm in list(rec.vms):
+            self._step("power-on", vm["name"])
+            vhost.power_on_vm(self.session, vm["moid"], vm["name"], self.watcher)
+            self.out.powered_on.append(vm["name"])
+            self._done(f"power-on {vm['name']}")
+            self.state.update(self.t.name, vms=[v for v in rec.vms if v["moid"] != vm["moid"]])
+            rec = self.state.get(self.t.name) or rec
+
+
+def observed_host(api: Any, facts: HostFacts | None = None) -> ObservedHost:
+    """An ObservedHost from vgpuctl.vsphere.host.read_host (and the module options from facts)."""
+    host = ObservedHost(
+        name=api.name,
+        moid=api.moid,
+        connection_state=api.connection_state,
+        in_maintenance=api.in_maintenance,
+        default_graphics_type=api.default_graphics_type or "shared",
+        assignment_policy=api.assignment_policy or "performance",
+        offered_profiles=list(api.offered_profiles),
+        module_options=(facts.options_configured or "") if facts is not None else "",
+    )
+    host.gpus = [
+        ObservedGpu(
+            pci_id=g.pci_id,
+            device_name=g.device_name,
+            memory_kb=g.memory_kb,
+            graphics_type=g.graphics_type,
+            vgpu_mode=g.vgpu_mode,
+        )
+        for g in api.gpus
+    ]
+    return host
+
+
+def pending_changes(changes: Sequence[HostChange], result: HostApplyResult) -> list[HostChange]:
+    """The planned host changes of hosts that did not finish (failed or not started)."""
+    done = result.done_hosts
+    return [c for c in changes if c.host not in done]

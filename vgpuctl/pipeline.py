@@ -1,0 +1,286 @@
+"""The stages of every vgpuctl run, in the order they happen:
+
+    load -> observe -> plan (host facts, host changes, VM changes) -> apply_hosts (rolling)
+         -> observe again, the same way -> replan_vms -> apply_vms -> guests (vgpuctl.guest)
+
+`apply` runs the four apply stages. Progress and cancellation come in as small interfaces
+(vgpuctl.progress); `run_interruptible` runs a stage in a worker thread so Ctrl-C only asks it to stop.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from vgpuctl import hostplan
+from vgpuctl.errors import Interrupted, UsageError
+from vgpuctl.hostapply import HostApplyOptions, HostApplyResult, apply_host_changes, pending_changes
+from vgpuctl.hostfacts import HostFacts
+from vgpuctl.hosttargets import targets_for
+from vgpuctl.inventory import HostSpec, Inventory
+from vgpuctl.model import HostChange, Observed, Plan
+from vgpuctl.progress import Cancel, HostProgress, Progress, VmProgress
+from vgpuctl.statefile import StateStore, default_state_path
+
+if TYPE_CHECKING:
+    from vgpuctl.apply import ApplyResult
+    from vgpuctl.vsphere.session import Session
+
+T = TypeVar("T")
+
+
+@dataclass
+class RunOptions:
+    """How a run behaves; every field has the CLI's default."""
+
+    datacenter: str | None = None
+    parallel: int = 8  # VMs changed at the same time
+    keep_going: bool = False  # after a failed host, go on with the other hosts
+    resume: bool = True  # hosts an unfinished apply left in the state file are planned again
+    trust_on_first_use: bool = False  # accept and record unknown ESXi SSH host keys
+    on_new_host_key: Callable[[str, str], None] | None = None  # (host, fingerprint) when one was recorded
+    state: StateStore | None = None  # default: the state file of the session's vCenter
+    poll_s: float = 0.5
+    shutdown_timeout_s: float = 120.0
+
+
+# ------------------------------------------------------------------------------------------ 1. load
+
+
+def load(path: Path) -> Inventory:
+    """The inventory file, schema and semantic checks done; errors located FILE:LINE:COL."""
+    from vgpuctl.inventory import load_inventory, validate
+
+    if not path.exists():
+        raise UsageError(f"{path}: no such file")
+    inventory = load_inventory(path)
+    validate(inventory)
+    return inventory
+
+
+# ------------------------------------------------------------------------------------------ 2. observe
+
+
+def observe(
+    session: Session, datacenter: str | None, inventory: Inventory | None = None, *, all_nvlink: bool = False
+) -> Observed:
+    """The one bulk read of the farm. NVLink sets are read on the hosts where the inventory's NVLink VMs can
+    run, or on every GPU host with `all_nvlink` (status)."""
+    from vgpuctl.vsphere.nvlink import nvlink_hosts_for
+    from vgpuctl.vsphere.observe import observe as bulk_observe
+    from vgpuctl.vsphere.observe import observe_nvlink
+
+    observed = bulk_observe(session, datacenter)
+    if all_nvlink:
+        hosts = {h.name for h in observed.hosts.values() if h.gpus}
+    else:
+        hosts = nvlink_hosts_for(inventory, observed) if inventory is not None else set()
+    if hosts:
+        observe_nvlink(session, observed, hosts)
+    return observed
+
+
+def host_facts(
+    session: Session, observed: Observed, specs: dict[str, HostSpec], options: RunOptions
+) -> tuple[dict[str, HostFacts], list[str]]:
+    """API and shell facts of the named hosts that are connected (errors name the others); fills each
+    ObservedHost.module_options with the configured nvidia option string."""
+    from vgpuctl.hostfacts import gather_facts
+
+    errors = []
+    hosts = {}
+    for name, spec in sorted(specs.items()):
+        host = observed.hosts[name]
+        if host.connection_state != "connected":
+            errors.append(f"host {name}: {host.connection_state}; its GPU state cannot be read")
+        else:
+            hosts[name] = (host.moid, spec)
+    facts = gather_facts(
+        session, hosts, trust_on_first_use=options.trust_on_first_use, on_new_host_key=options.on_new_host_key
+    )
+    for name, f in facts.items():
+        observed.hosts[name].module_options = f.options_configured or ""
+    return facts, errors
+
+
+# ------------------------------------------------------------------------------------------ 3. plan
+
+
+def state_of(session: Session, options: RunOptions) -> StateStore:
+    """The host state file of this run: the one given, else the vCenter's own."""
+    if options.state is None:
+        options.state = StateStore(default_state_path(session.settings.sdk_url))
+    return options.state
+
+
+def _resume(session: Session, observed: Observed, options: RunOptions) -> list[str]:
+    if not options.resume:
+        return []
+    return [h for h in state_of(session, options).hosts() if h in observed.hosts]
+
+
+def plan(session: Session, observed: Observed, inventory: Inventory, options: RunOptions) -> Plan:
+    """Host facts of the inventory's hosts, then the pure planner: host changes first, VM changes planned
+    against the hosts as they will be, VMs on changing hosts waiting for them."""
+    from vgpuctl.plan import make_plan
+
+    resolved, _ = hostplan.resolve_hosts(inventory.hosts, observed)  # make_plan reports resolve errors
+    facts, errors = host_facts(session, observed, resolved, options) if resolved else ({}, [])
+    the_plan = make_plan(inventory, observed, host_facts=facts, resume=_resume(session, observed, options))
+    the_plan.errors = errors + the_plan.errors
+    return the_plan
+
+
+def plan_hosts(
+    session: Session, observed: Observed, specs: Sequence[HostSpec], options: RunOptions
+) -> hostplan.HostPlan:
+    """Host changes only (the `host` commands): facts of the hosts the specs name, then hostplan."""
+    resolved, errors = hostplan.resolve_hosts(specs, observed)
+    if errors:
+        return hostplan.HostPlan(errors=errors)
+    facts, errors = host_facts(session, observed, resolved, options)
+    host_plan = hostplan.plan_hosts(specs, observed, facts, resume=_resume(session, observed, options))
+    host_plan.errors = errors + host_plan.errors
+    return host_plan
+
+
+# ------------------------------------------------------------------------------------------ 4. apply
+
+
+@dataclass
+class ApplyOutcome:
+    """What `apply` did: the hosts (None when the plan had no host changes) and the VMs of `vm_plan`, the VM
+    plan made again after the host changes (the original plan when there were none)."""
+
+    hosts: HostApplyResult | None
+    vms: ApplyResult
+    vm_plan: Plan
+    interrupted: bool = False
+    vm_errors: list[str] = field(default_factory=list)
+
+
+def apply_hosts(
+    session: Session,
+    observed: Observed,
+    specs: Sequence[HostSpec],
+    changes: Sequence[HostChange],
+    options: RunOptions,
+    progress: HostProgress | None = None,
+    cancel: Cancel | None = None,
+) -> HostApplyResult:
+    """Host changes host by host (maintenance, reboot, verify), `max_unavailable` at a time."""
+    resolved, _ = hostplan.resolve_hosts(specs, observed)
+    moids = {name: h.moid for name, h in observed.hosts.items()}
+    host_options = HostApplyOptions(
+        keep_going=options.keep_going,
+        trust_on_first_use=options.trust_on_first_use,
+        shutdown_timeout_s=options.shutdown_timeout_s,
+        poll_s=options.poll_s,
+        progress=progress,
+        cancel=cancel,
+    )
+    return apply_host_changes(session, targets_for(changes, resolved, moids), state_of(session, options), host_options)
+
+
+def replan_vms(inventory: Inventory, observed_after: Observed, pending: Sequence[HostChange]) -> Plan:
+    """The VM part of the plan again, against the farm after the host changes. `pending` (changes of hosts that
+    did not finish) stay in the plan; those hosts are predicted as changed and their VMs wait for them."""
+    from vgpuctl.plan import make_plan
+
+    base = hostplan.predict_observed(observed_after, pending) if pending else observed_after
+    vm_plan = make_plan(inventory.model_copy(update={"hosts": []}), base)
+    vm_plan.host_changes = list(pending)
+    hostplan.mark_dependencies(vm_plan.vm_changes, base, pending)
+    return vm_plan
+
+
+def apply_vms(
+    session: Session,
+    the_plan: Plan,
+    observed: Observed,
+    options: RunOptions,
+    progress: VmProgress | None = None,
+    cancel: Cancel | None = None,
+) -> ApplyResult:
+    """One clone and one reconfigure per VM, `options.parallel` at a time; VMs on pending hosts wait."""
+    from vgpuctl.apply import apply_plan
+
+    return apply_plan(
+        session,
+        the_plan,
+        observed,
+        parallel=options.parallel,
+        progress=progress,
+        cancel=cancel,
+        shutdown_timeout_s=options.shutdown_timeout_s,
+        poll_s=options.poll_s,
+    )
+
+
+def apply(
+    session: Session,
+    inventory: Inventory,
+    the_plan: Plan,
+    observed: Observed,
+    options: RunOptions,
+    progress: Progress | None = None,
+    cancel: Cancel | None = None,
+) -> ApplyOutcome:
+    """Hosts first; then observe again the same way, plan the VMs again and apply them."""
+    if not the_plan.host_changes:
+        vms = apply_vms(session, the_plan, observed, options, progress, cancel)
+        return ApplyOutcome(None, vms, the_plan, vms.interrupted)
+    hosts = apply_hosts(session, observed, inventory.hosts, the_plan.host_changes, options, progress, cancel)
+    after = observe(session, options.datacenter, inventory)
+    vm_plan = replan_vms(inventory, after, pending_changes(the_plan.host_changes, hosts))
+    if vm_plan.errors:  # the host results stand; the VM plan's errors are reported
+        from vgpuctl.apply import ApplyResult
+
+        return ApplyOutcome(hosts, ApplyResult(), vm_plan, vm_errors=list(vm_plan.errors))
+    vms = apply_vms(session, vm_plan, after, options, progress, cancel)
+    return ApplyOutcome(hosts, vms, vm_plan, vms.interrupted)
+
+
+# ------------------------------------------------------------------------------------------ running a stage
+
+
+def run_interruptible(work: Callable[[Cancel], T], on_interrupt: Callable[[str], None]) -> tuple[T, bool]:
+    """`work(cancel)` in a worker thread. The first Ctrl-C sets `cancel` (running steps finish, no new ones
+    start) and calls `on_interrupt`; a second one stops waiting (Interrupted). Returns (result, interrupted)."""
+    cancel = threading.Event()
+    finished = threading.Event()  # not Thread.join: a KeyboardInterrupt inside join() can corrupt is_alive()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = work(cancel)
+        except BaseException as err:  # re-raised in the calling thread
+            box["error"] = err
+        finally:
+            finished.set()
+
+    interrupts: list[int] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        # A handler, not `except KeyboardInterrupt`: the exception could land between two statements of the
+        # wait loop and escape it.
+        interrupts.append(signum)
+        if len(interrupts) > 1:
+            raise Interrupted("interrupted again: stopped waiting; vCenter tasks may still run")
+        cancel.set()
+        on_interrupt("interrupted: starting no new work, waiting for running tasks (Ctrl-C again to quit)")
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        threading.Thread(target=run, name="vgpuctl-apply", daemon=True).start()
+        while not finished.wait(0.2):
+            pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if "error" in box:
+        raise box["error"]
+    return box["result"], bool(interrupts)

@@ -1,0 +1,93 @@
+"""The host state file: what an interrupted or failed host apply left to finish, so that a re-run resumes.
+
+One JSON file per vCenter under $VGPUCTL_STATE_DIR (else $XDG_STATE_HOME/vgpuctl, else ~/.local/state/vgpuctl),
+written atomically after every change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from vgpuctl.errors import VgpuctlError
+
+
+def default_state_path(vcenter_url: str | None = None) -> Path:
+    """$VGPUCTL_STATE_DIR, else $XDG_STATE_HOME/vgpuctl, else ~/.local/state/vgpuctl; one file per vCenter."""
+    base = os.environ.get("VGPUCTL_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "vgpuctl"
+    )
+    tag = "".join(c if c.isalnum() or c in "-." else "_" for c in (vcenter_url or "default").split("://")[-1])
+    return Path(base) / f"hostops-{tag.strip('_') or 'default'}.json"
+
+
+@dataclass
+class HostRecord:
+    """What a re-run needs to finish a host: VMs to power on again and whether we put it in maintenance."""
+
+    host: str
+    vms: list[dict[str, str]] = field(default_factory=list)  # [{"name", "moid"}]
+    entered_maintenance: bool = False
+    phase: str = ""
+    message: str = ""
+    updated: float = 0.0
+
+
+class StateStore:
+    """A small JSON file of HostRecords, written atomically after every change (thread-safe)."""
+
+    def __init__(self, path: Path | str | None):
+        self.path = Path(path) if path is not None else None
+        self._lock = threading.Lock()
+        self._records: dict[str, HostRecord] = {}
+        if self.path is not None and self.path.exists():
+            try:
+                data = json.loads(self.path.read_text(encoding="utf-8"))
+                self._records = {k: HostRecord(**v) for k, v in (data.get("hosts") or {}).items()}
+            except (OSError, ValueError, TypeError) as err:
+                raise VgpuctlError(f"cannot read the host state file {self.path}: {err}") from err
+
+    def get(self, host: str) -> HostRecord | None:
+        with self._lock:
+            return self._records.get(host)
+
+    def hosts(self) -> list[str]:
+        with self._lock:
+            return sorted(self._records)
+
+    def update(self, host: str, **fields: object) -> HostRecord:
+        with self._lock:
+            rec = self._records.setdefault(host, HostRecord(host))
+            for k, v in fields.items():
+                setattr(rec, k, v)
+            rec.updated = time.time()
+            self._save()
+            return rec
+
+    def add_vm(self, host: str, name: str, moid: str) -> None:
+        with self._lock:
+            rec = self._records.setdefault(host, HostRecord(host))
+            if not any(v["moid"] == moid for v in rec.vms):
+                rec.vms.append({"name": name, "moid": moid})
+            rec.updated = time.time()
+            self._save()
+
+    def drop(self, host: str) -> None:
+        with self._lock:
+            if self._records.pop(host, None) is not None:
+                self._save()
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(
+            json.dumps({"version": 1, "hosts": {k: asdict(v) for k, v in self._records.items()}}, indent=2),
+            encoding="utf-8",
+        )
+        os.replace(tmp, self.path)
