@@ -39,6 +39,7 @@ from vgpuctl.model import (
     ObservedVgpu,
     ObservedVm,
 )
+from vgpuctl.vsphere import gpu_types
 from vgpuctl.vsphere.nvlink import sets_from_device_groups
 
 log = logging.getLogger(__name__)
@@ -458,21 +459,9 @@ def _guest_ips(obj: Obj) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ profiles
 
-_PROFILE_FB = re.compile(r"^grid_[a-z0-9]+-(?:(\d+)-)?(\d+)([abcq])$")
-
-
 def profile_from_name(name: str) -> ObservedProfile:
-    """Fallback when the host cannot describe its profiles: sizes from the name (grid_a100-3-20c)."""
-    match = _PROFILE_FB.match(name.lower())
-    if not match:
-        return ObservedProfile(name=name, fb_gb=0)
-    slices, fb, series = match.groups()
-    return ObservedProfile(
-        name=name,
-        fb_gb=int(fb),
-        sharing="mig" if slices else "timeSliced",
-        profile_class="quadro" if series == "q" else "compute",
-    )
+    """Fallback when the host cannot describe its profiles: the vGPU type catalogue, else the name's grammar."""
+    return gpu_types.profile_from_name(name)
 
 
 PROFILE_INFO_API = (7, 0, 3)  # RetrieveVgpuProfileInfo
