@@ -154,3 +154,14 @@ def test_the_wheel_carries_the_catalogue() -> None:
     assert "data/*.yaml" in patterns
     packaged = resources.files("vgpuctl").joinpath("data/vgpu-catalogue.yaml").read_bytes()
     assert hashlib.sha256(packaged).hexdigest() == hashlib.sha256(CATALOGUE.read_bytes()).hexdigest()
+
+
+def test_gpusim_default_path_is_the_file_the_package_reads() -> None:
+    """gpusim (Go) looks for ../../vgpuctl/data/vgpu-catalogue.yaml from tests/vcsim when -catalogue is absent,
+    and vgpuctl reads its package data: both must be this one file."""
+    from vgpuctl.profiles import catalogue_digest, catalogue_path, load_catalogue
+
+    gpusim_default = (ROOT / "tests" / "vcsim" / ".." / ".." / "vgpuctl" / "data" / "vgpu-catalogue.yaml").resolve()
+    assert gpusim_default == CATALOGUE.resolve()
+    assert catalogue_digest(gpusim_default) == catalogue_digest(catalogue_path())
+    assert load_catalogue().path.read_bytes() == gpusim_default.read_bytes()
