@@ -1,0 +1,143 @@
+"""Kubernetes manifests for GPU VM classes: every custom resource validates against the upstream CRD schema
+(tests/fixtures/crds), the TKG cluster has the documented shape, and the licence token never appears."""
+
+from __future__ import annotations
+
+import copy
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+from vgpuctl.errors import UsageError
+from vgpuctl.inventory import Inventory, load_inventory_text
+from vgpuctl.k8s.render import VMOP_VERSION, RenderOptions, render_manifests
+
+pytestmark = pytest.mark.unit
+
+CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "crds"
+
+INVENTORY = """
+apiVersion: vgpuctl/v1
+vm_classes:
+  - {name: gpu-a100-40c, cpus: 16, memory_gb: 128, vgpus: {profile: grid_a100-40c, count: 2}}
+  - {name: gpu-small, cpus: 4, memory_gb: 32, vgpus: {profile: grid_a100-10c}}
+  - {name: cpu-only, cpus: 4, memory_gb: 16}
+namespaces:
+  - {name: ml-team, vm_classes: [gpu-a100-40c, gpu-small, cpu-only, best-effort-small]}
+  - {name: cpu-team, vm_classes: [cpu-only]}
+"""
+
+
+def _inv(text: str = INVENTORY) -> Inventory:
+    return load_inventory_text(textwrap.dedent(text), "inv.yaml")
+
+
+def _schema(crd_file: str, version: str) -> dict[str, Any]:
+    crd = yaml.safe_load((CRDS / crd_file).read_text())
+    (entry,) = [v for v in crd["spec"]["versions"] if v["name"] == version]
+    assert entry["served"] is True, f"{crd_file} {version} is not served"
+    return _closed(copy.deepcopy(entry["schema"]["openAPIV3Schema"]))
+
+
+def _closed(schema: Any) -> Any:
+    """Objects that list their properties refuse others (the API server would prune them silently)."""
+    if isinstance(schema, dict):
+        for value in schema.values():
+            _closed(value)
+        listed = "properties" in schema and "additionalProperties" not in schema
+        if listed and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            schema["additionalProperties"] = False
+    elif isinstance(schema, list):
+        for item in schema:
+            _closed(item)
+    return schema
+
+
+VM_SCHEMA = _schema("vmoperator.vmware.com_virtualmachines.yaml", VMOP_VERSION)
+CLUSTER_SCHEMA = _schema("cluster.x-k8s.io_clusters.yaml", "v1beta1")
+
+
+def _docs(text: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def test_vm_operator_version_is_the_crds_storage_version() -> None:
+    crd = yaml.safe_load((CRDS / "vmoperator.vmware.com_virtualmachines.yaml").read_text())
+    assert [v["name"] for v in crd["spec"]["versions"] if v.get("storage")] == [VMOP_VERSION]
+
+
+def test_one_virtual_machine_per_gpu_class_validates_against_the_crd() -> None:
+    out = render_manifests(_inv(), "ml-team")
+    vms = sorted(k for k in out if k.startswith("virtualmachine-"))
+    assert vms == ["virtualmachine-gpu-a100-40c.yaml", "virtualmachine-gpu-small.yaml"]  # cpu-only: no vGPU
+    for name in vms:
+        (doc,) = _docs(out[name])
+        jsonschema.validate(doc, VM_SCHEMA)
+        assert doc["apiVersion"] == f"vmoperator.vmware.com/{VMOP_VERSION}" and doc["kind"] == "VirtualMachine"
+        assert doc["metadata"]["namespace"] == "ml-team"
+    (doc,) = _docs(out["virtualmachine-gpu-small.yaml"])
+    assert doc["spec"]["className"] == "gpu-small"
+
+
+def test_cluster_api_cluster_validates_with_gpu_workers() -> None:
+    opts = RenderOptions(cluster_name="train", replicas=3, k8s_version="v1.31.4---vmware.1-fips-vkr.3")
+    (doc,) = _docs(render_manifests(_inv(), "ml-team", opts)["cluster.yaml"])
+    jsonschema.validate(doc, CLUSTER_SCHEMA)
+    topology = doc["spec"]["topology"]
+    assert topology["version"] == "v1.31.4---vmware.1-fips-vkr.3"
+    workers = topology["workers"]["machineDeployments"]
+    assert [(w["name"], w["replicas"], w["variables"]["overrides"]) for w in workers] == [
+        ("gpu-a100-40c-workers", 3, [{"name": "vmClass", "value": "gpu-a100-40c"}]),
+        ("gpu-small-workers", 3, [{"name": "vmClass", "value": "gpu-small"}]),
+    ]
+
+
+def test_the_schema_check_catches_a_misspelt_field() -> None:
+    (doc,) = _docs(render_manifests(_inv(), "ml-team")["cluster.yaml"])
+    doc["spec"]["topology"]["workers"]["machineDeployments"][0]["vmClass"] = "gpu-small"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, CLUSTER_SCHEMA)
+    (vm,) = _docs(render_manifests(_inv(), "ml-team")["virtualmachine-gpu-small.yaml"])
+    vm["spec"]["powerState"] = "On"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(vm, VM_SCHEMA)
+
+
+def test_tanzu_kubernetes_cluster_node_pools() -> None:
+    (doc,) = _docs(render_manifests(_inv(), "ml-team", RenderOptions(tkr="v1.30.1---vmware.1-fips-tkg.5"))[
+        "tanzukubernetescluster.yaml"])
+    assert (doc["apiVersion"], doc["kind"]) == ("run.tanzu.vmware.com/v1alpha3", "TanzuKubernetesCluster")
+    topology = doc["spec"]["topology"]
+    assert set(topology) == {"controlPlane", "nodePools"}
+    assert topology["controlPlane"]["vmClass"] == "best-effort-small"
+    pools = topology["nodePools"]
+    assert [p["vmClass"] for p in pools] == ["gpu-a100-40c", "gpu-small"]
+    for pool in pools:
+        assert set(pool) == {"name", "replicas", "vmClass", "storageClass", "tkr", "volumes"}
+        assert pool["tkr"] == {"reference": {"name": "v1.30.1---vmware.1-fips-tkg.5"}}
+
+
+def test_gpu_operator_values_and_licensing_never_inline_the_token(tmp_path: Path) -> None:
+    token = tmp_path / "my token.tok"
+    token.write_text("SECRET-TOKEN-CONTENT")
+    opts = RenderOptions(registry="harbor.corp/ai", driver_version="550.90.07", token_file=str(token))
+    out = render_manifests(_inv(), "ml-team", opts)
+    values = yaml.safe_load(out["gpu-operator-values.yaml"])
+    assert values["driver"]["repository"] == "harbor.corp/ai"
+    assert values["driver"]["version"] == "550.90.07"
+    assert values["driver"]["licensingConfig"] == {"configMapName": "licensing-config", "nlsEnabled": True}
+    script = out["licensing-configmap.sh"]
+    assert f"client_configuration_token.tok='{token}'" in script  # the path, shell-quoted
+    assert all("SECRET-TOKEN-CONTENT" not in text for text in out.values())
+    assert "FeatureType=1" in out["gridd.conf"]
+
+
+def test_namespace_must_be_named_and_use_a_gpu_class() -> None:
+    with pytest.raises(UsageError, match="'nope' is not in the inventory's namespaces"):
+        render_manifests(_inv(), "nope")
+    with pytest.raises(UsageError, match="'cpu-team' uses no VM class with vGPUs"):
+        render_manifests(_inv(), "cpu-team")
