@@ -183,22 +183,12 @@ def needs_reboot(changes: Sequence[HostChange]) -> bool:
 
 
 def resolve_hosts(specs: Sequence[HostSpec], observed: Observed) -> tuple[dict[str, HostSpec], list[str]]:
-    """Host name -> the spec that applies to it. A `name:` entry wins over its cluster's entry."""
-    out: dict[str, HostSpec] = {}
-    errors: list[str] = []
-    for spec in sorted(specs, key=lambda s: s.name is not None):
-        if spec.cluster is not None:
-            if spec.cluster not in observed.clusters:
-                known = ", ".join(sorted(observed.clusters)) or "none"
-                errors.append(f"cluster {spec.cluster}: not found (clusters: {known})")
-                continue
-            for name in observed.clusters[spec.cluster]:
-                out[name] = spec
-        elif spec.name not in observed.hosts:
-            errors.append(f"host {spec.name}: not found (hosts: {_names(observed.hosts)})")
-        else:
-            out[spec.name] = spec
-    return out, errors
+    """Host name -> the settings that apply to it: its cluster's entry with its own `name:` entry merged
+    over it (vgpuctl.hostmerge, which also says where each value came from)."""
+    from vgpuctl.hostmerge import merge_hosts
+
+    merged, errors = merge_hosts(specs, observed.clusters, observed.hosts)
+    return {name: m.spec for name, m in merged.items()}, errors
 
 
 def _names(items: Iterable[str]) -> str:

@@ -150,6 +150,8 @@ class HostSpec(_Model):
     maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
     _line: int | None = PrivateAttr(default=None)
     _index: int = PrivateAttr(default=0)
+    _file: str | None = PrivateAttr(default=None)
+    _pos: dict[Path_, Pos] = PrivateAttr(default_factory=dict)  # key path within the entry -> (line, col)
 
     @field_validator("scheduler", mode="before")
     @classmethod
@@ -836,10 +838,20 @@ def load_inventory(path: str | Path) -> Inventory:
     if range_errors:
         raise InventoryErrors(range_errors)
     inv._source_path, inv._pos, inv._wrapped = file, pos, wrapped
-    for i, h in enumerate(inv.hosts):
-        h._index, h._line = i, pos.get(("hosts", i), (None, None))[0]
+    _place_hosts(inv, file, pos)
     _expand_vms(inv)
     return inv
+
+
+def _place_hosts(inv: Inventory, file: str, pos: dict[Path_, Pos]) -> None:
+    """Each host entry learns its file and the positions of its own keys (host merging names them)."""
+    by_entry: dict[int, dict[Path_, Pos]] = {}
+    for path, at in pos.items():
+        if len(path) > 2 and path[0] == "hosts" and isinstance(path[1], int):
+            by_entry.setdefault(path[1], {})[path[2:]] = at
+    for i, h in enumerate(inv.hosts):
+        h._index, h._line = i, pos.get(("hosts", i), (None, None))[0]
+        h._file, h._pos = file, by_entry.get(i, {})
 
 
 def _order(err: InventoryError) -> tuple[int, int]:
@@ -883,6 +895,8 @@ def load_inventory_text(text: str, name: str = "<inventory>") -> Inventory:
         except InventoryError as exc:
             raise _rename(exc, name) from None
     inv._source_path = name
+    for h in inv.hosts:
+        h._file = name
     return inv
 
 
@@ -969,29 +983,35 @@ def _check_hosts(inv: Inventory) -> Iterator[InventoryError]:
         if key in seen:
             yield inv.error(base, f"{key} is configured twice")
         seen.add(key)
-        mixed = False
-        selects: set[str] = set()
-        for j, g in enumerate(h.gpus):
-            if g.select in selects:
-                yield inv.error((*base, "gpus", j, "select"), f"GPU selection {g.select!r} appears twice")
-            selects.add(g.select)
-            if g.mode == "mig" and g.vgpu_mode is not None:
-                yield inv.error((*base, "gpus", j, "vgpu_mode"),
-                                "vgpu_mode applies to time-sliced GPUs only (MIG GPUs are multiInstanceGpu)")
-            if g.vgpu_mode == "mixedSize":
-                mixed = True
-        if h.scheduler is not None:
-            if mixed and h.scheduler.policy == "fixed-share":
-                yield inv.error((*base, "scheduler"),
-                                "mixed-size GPUs support only the best-effort and equal-share schedulers")
-            yield from _scheduler_problems(inv, (*base, "scheduler"), h.scheduler)
+        for path, message in host_problems(h):
+            yield inv.error((*base, *path), message)
 
 
-def _scheduler_problems(inv: Inventory, path: Path_, spec: SchedulerSpec) -> Iterator[InventoryError]:
+def host_problems(h: HostSpec) -> list[tuple[Path_, str]]:
+    """The rules one host entry, or a host's merged settings, must meet; key paths relative to the entry."""
+    out: list[tuple[Path_, str]] = []
+    mixed = False
+    selects: set[str] = set()
+    for j, g in enumerate(h.gpus):
+        if g.select in selects:
+            out.append((("gpus", j, "select"), f"GPU selection {g.select!r} appears twice"))
+        selects.add(g.select)
+        if g.mode == "mig" and g.vgpu_mode is not None:
+            out.append((("gpus", j, "vgpu_mode"),
+                        "vgpu_mode applies to time-sliced GPUs only (MIG GPUs are multiInstanceGpu)"))
+        if g.vgpu_mode == "mixedSize":
+            mixed = True
+    if h.scheduler is not None:
+        if mixed and h.scheduler.policy == "fixed-share":
+            out.append((("scheduler",), "mixed-size GPUs support only the best-effort and equal-share schedulers"))
+        out += [(("scheduler", *path), message) for path, message in _scheduler_problems(h.scheduler)]
+    return out
+
+
+def _scheduler_problems(spec: SchedulerSpec) -> Iterator[tuple[Path_, str]]:
     tuning = [k for k in ("timeslice_ms", "frequency_hz", "averaging_factor") if getattr(spec, k) is not None]
     if tuning and spec.policy == "best-effort":
         what = "a time slice" if tuning[0] == "timeslice_ms" else tuning[0]
-        yield inv.error((*path, tuning[0]), f"{what} applies to equal-share and fixed-share only")
+        yield (tuning[0],), f"{what} applies to equal-share and fixed-share only"
     elif "timeslice_ms" in tuning and len(tuning) > 1:
-        yield inv.error((*path, "timeslice_ms"),
-                        "timeslice_ms cannot be combined with frequency_hz or averaging_factor")
+        yield ("timeslice_ms",), "timeslice_ms cannot be combined with frequency_hz or averaging_factor"

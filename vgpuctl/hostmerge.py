@@ -1,0 +1,193 @@
+"""Each ESXi host's settings, merged like Ansible group and host variables.
+
+A host takes its cluster's entry first, then its own `name:` entry on top: mappings (graphics, scheduler,
+ssh, maintenance) merge key by key, scalars and lists from the host's entry replace the cluster's, and
+`gpus` merges item by item on `select`. `merge_hosts` is pure: per host it returns the merged HostSpec and
+where each value came from (FILE:LINE and entry); its errors name unknown clusters and hosts, and settings
+that each entry allows alone but that their merge makes invalid, with both entries' lines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+from vgpuctl.inventory import GpuSpec, HostSpec, Path_, format_path, host_problems
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The inventory entry a value was set in."""
+
+    entry: str  # "cluster GPU-Cluster" | "host esx-01.example.com"
+    file: str | None = None
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.file or '<inventory>'}:{self.line}" if self.line else self.file or "<inventory>"
+        return f"{where} ({self.entry})"
+
+
+@dataclass
+class MergedHost:
+    name: str
+    spec: HostSpec
+    origins: dict[str, Origin] = field(default_factory=dict)  # "graphics.default_type", "gpus[all].mode", ...
+
+    def origin(self, key: str) -> Origin | None:
+        """Where `key` was set; None when it has its default."""
+        return self.origins.get(key)
+
+
+def merge_hosts(
+    specs: Sequence[HostSpec], clusters: Mapping[str, Iterable[str]], hosts: Collection[str]
+) -> tuple[dict[str, MergedHost], list[str]]:
+    """Host name -> its merged settings, for every host an entry names directly or through its cluster."""
+    layers: dict[str, list[HostSpec]] = {}
+    errors: list[str] = []
+    for spec in sorted(specs, key=lambda s: s.name is not None):  # cluster entries first, then host entries
+        if spec.cluster is not None:
+            if spec.cluster not in clusters:
+                errors.append(f"cluster {spec.cluster}: not found (clusters: {_names(clusters)})")
+                continue
+            for name in clusters[spec.cluster]:
+                layers.setdefault(name, []).append(spec)
+        elif spec.name not in hosts:
+            errors.append(f"host {spec.name}: not found (hosts: {_names(hosts)})")
+        else:
+            layers.setdefault(spec.name, []).append(spec)
+    merged: dict[str, MergedHost] = {}
+    for name, entries in layers.items():
+        result = merge_host(name, entries)
+        errors += _conflicts(result, entries)
+        merged[name] = result
+    return merged, errors
+
+
+def merge_host(name: str, entries: Sequence[HostSpec]) -> MergedHost:
+    """The settings of host `name` from its entries, in order (its cluster's, then its own)."""
+    origins: dict[str, Origin] = {}
+    for entry in entries:
+        origins.update(_origins_of(entry))
+    if len(entries) == 1:
+        return MergedHost(name, entries[0], origins)
+    spec = entries[0]
+    for entry in entries[1:]:
+        spec = _merge(spec, entry)
+    spec = spec.model_copy(update={"cluster": None, "name": name})
+    spec._line, spec._index, spec._file = entries[-1]._line, entries[-1]._index, entries[-1]._file
+    return MergedHost(name, spec, origins)
+
+
+# ------------------------------------------------------------------------------------------------ merging
+
+
+def _merge(base: M, over: M) -> M:
+    """`over`'s explicitly set keys on top of `base`: models recursively, `gpus` by select, the rest replaced."""
+    values = {}
+    for key in type(base).model_fields:
+        ours, theirs = getattr(base, key), getattr(over, key)
+        if key not in over.model_fields_set:
+            values[key] = ours
+        elif key == "gpus":
+            values[key] = _merge_gpus(ours, theirs)
+        elif isinstance(ours, BaseModel) and isinstance(theirs, BaseModel):
+            values[key] = _merge(ours, theirs)
+        else:
+            values[key] = theirs
+    return type(base).model_construct(_fields_set=base.model_fields_set | over.model_fields_set, **values)
+
+
+def _merge_gpus(base: list[GpuSpec], over: list[GpuSpec]) -> list[GpuSpec]:
+    out = list(base)
+    index = {g.select: i for i, g in enumerate(out)}
+    for g in over:
+        if g.select in index:
+            out[index[g.select]] = _merge(out[index[g.select]], g)
+        else:
+            index[g.select] = len(out)
+            out.append(g)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ origins
+
+
+def _origins_of(entry: HostSpec) -> dict[str, Origin]:
+    out: dict[str, Origin] = {}
+    for key, path in _set_leaves(entry, ()):
+        if key in ("cluster", "name"):
+            continue
+        out[key] = Origin(entry.target, entry._file, _line_of(entry, path))
+    return out
+
+
+def _set_leaves(model: BaseModel, path: Path_) -> Iterable[tuple[str, Path_]]:
+    """(display key, key path in the entry) of every value the entry sets itself."""
+    for key in type(model).model_fields:
+        if key not in model.model_fields_set:
+            continue
+        value = getattr(model, key)
+        here = (*path, key)
+        if key == "gpus" and isinstance(value, list):
+            for j, g in enumerate(value):
+                for sub, sub_path in _set_leaves(g, (*here, j)):
+                    yield f"gpus[{g.select}].{sub.rsplit('.', 1)[-1]}", sub_path
+        elif isinstance(value, BaseModel):
+            yield from _set_leaves(value, here)
+        else:
+            yield format_path(here), here
+
+
+def _line_of(entry: HostSpec, path: Path_) -> int | None:
+    p = tuple(path)
+    while p:
+        if p in entry._pos:
+            return entry._pos[p][0]
+        p = p[:-1]
+    return entry._line
+
+
+# ---------------------------------------------------------------------------------------------- conflicts
+
+
+def _conflicts(merged: MergedHost, entries: Sequence[HostSpec]) -> list[str]:
+    """Problems of the merged settings that no entry has alone (validate reports those at their entry)."""
+    if len(entries) < 2:
+        return []
+    alone = {message for e in entries for _, message in host_problems(e)}
+    out = []
+    for path, message in host_problems(merged.spec):
+        if message in alone:
+            continue
+        lines = " and ".join(_where(e, _entry_path(merged.spec, e, path)) for e in entries)
+        out.append(f"{lines}: host {merged.name}: {format_path(path)}: {message} "
+                   f"(its {' and '.join(e.target for e in entries)} entries merged)")
+    return out
+
+
+def _entry_path(merged: HostSpec, entry: HostSpec, path: Path_) -> Path_:
+    """A key path of the merged settings as a key path of one entry (GPU items are matched by select)."""
+    if len(path) > 1 and path[0] == "gpus" and isinstance(path[1], int):
+        select = merged.gpus[path[1]].select
+        j = next((k for k, g in enumerate(entry.gpus) if g.select == select), None)
+        return ("gpus",) if j is None else ("gpus", j, *path[2:])
+    return path
+
+
+def _where(entry: HostSpec, path: Path_) -> str:
+    line = _line_of(entry, path)
+    file = entry._file or "<inventory>"
+    return f"{file}:{line}" if line else file
+
+
+def _names(items: Iterable[str]) -> str:
+    names = sorted(items)
+    if len(names) > 10:
+        return ", ".join(names[:10]) + f", ... ({len(names)} in all)"
+    return ", ".join(names) or "none"
