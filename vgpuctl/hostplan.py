@@ -478,7 +478,7 @@ def mig_profile_names(board: str, prefix: str = "grid_") -> list[str]:
     if info is None:
         return []
     rows = [t for t in info.types.values() if t.mig_gi and t.series == "C" and not t.media]
-    return [prefix + t.name.lower() for t in sorted(rows, key=lambda t: (int(t.mig_gi[0]), t.fb_gb))]
+    return [prefix + t.name.lower() for t in sorted(rows, key=lambda t: (str(t.mig_gi)[0], t.fb_gb))]
 
 
 def time_sliced_profile_names(board: str, prefix: str = "grid_") -> list[str]:
