@@ -20,8 +20,8 @@ TOPO_PCIE = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tPIX\t0-23\nGPU1\tPIX\t X \t0
 TOPO_NV = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV12\t0-23\nGPU1\tNV12\t X \t0-23\n"
 NVLINK_UP = "GPU 0: GRID A100-40C (UUID: GPU-1)\n\t Link 0: 25 GB/s\n\t Link 1: 25 GB/s\n"
 NVLINK_DOWN = "GPU 0: GRID A100-40C (UUID: GPU-1)\n\t Link 0: <inactive>\n"
-GPUS_40C = "GRID A100-40C, 550.90.07, 00000000:02:00.0\nGRID A100-40C, 550.90.07, 00000000:02:01.0\n"
-GPUS_MIG = "GRID A100-3-20C, 550.90.07, 00000000:02:00.0\n"
+GPUS_40C = "550.90.07, GRID A100-40C\n550.90.07, GRID A100-40C\n"
+GPUS_MIG = "550.90.07, GRID A100-3-20C\n"
 
 INVENTORY = """\
 apiVersion: vgpuctl/v1
@@ -88,7 +88,7 @@ def test_contradiction_messages():
         "NVLink links up in an 'off' run: host esx-01: 4 link(s) active",
     ]
     mig = contradictions(expect("enabled", "grid_a100-3-20c", 1),
-                         summarize(raw(TOPO_NV, host_links=1, gpus="GRID A100-2-10C, 550.90.07, 0:0\n")))
+                         summarize(raw(TOPO_NV, host_links=1, gpus="550.90.07, GRID A100-2-10C\n")))
     assert [c.message for c in mig] == [
         "MIG slice different from the one asked: a asked grid_a100-3-20c; the guest shows GRID A100-2-10C"]
 

@@ -26,7 +26,7 @@ TOPO_PAIRS = (FIXTURES / "topo-m.a100-4gpus-nvlink-pairs.txt").read_text()
 # Written for this test in nvidia-smi's layout (not captures): two GPUs with and without NVLink.
 TOPO_NV = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV12\t0-23\nGPU1\tNV12\t X \t0-23\n"
 TOPO_PCIE = "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tPIX\t0-23\nGPU1\tPIX\t X \t0-23\n"
-GPUS = "GRID A100-40C, 550.90.07, 00000000:02:00.0\nGRID A100-40C, 550.90.07, 00000000:02:01.0\n"
+GPUS = "550.90.07, GRID A100-40C\n550.90.07, GRID A100-40C\n"
 
 NCCL = {"builtin": "nccl-tests", "test": "all_reduce_perf", "scope": "across-vms",
         "key": "nccl-tests.all_reduce_perf.across-vms", "label": "all_reduce_perf (across-vms)"}

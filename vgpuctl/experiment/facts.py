@@ -3,7 +3,7 @@
 Expectations come from the merged inventory: NVLink `on` when the hosts of the experiment are set to
 `nvlink: enabled` (or a participating VM requires NVLink), `off` when they are set to `disabled`, and the vGPU
 profile of each participating VM. Facts are the raw outputs the runner collected: from the guests
-`nvidia-smi topo -m`, `nvidia-smi nvlink -s` and `nvidia-smi --query-gpu=name,driver_version,pci.bus_id`,
+`nvidia-smi topo -m`, `nvidia-smi nvlink -s` and `nvidia-smi --query-gpu=driver_version,name`,
 and from the hosts the shell facts (NVLink links up, MIG mode) of vgpuctl.hostfacts.
 
 A contradiction is a run whose facts say the variant was not in force: NVLink links up in an `off` run, P2P
@@ -21,7 +21,7 @@ from vgpuctl.errors import OutputFormatError
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
 
-GUEST_GPU_QUERY = "name,driver_version,pci.bus_id"
+GUEST_GPU_QUERY = "driver_version,name"  # CSV, no header: one "VERSION, NAME" line per GPU
 
 
 # -------------------------------------------------------------------------------------------- expectations
@@ -89,8 +89,8 @@ def summarize(raw: dict[str, Any]) -> FactSummary:
             except OutputFormatError as exc:
                 out.unreadable.append(f"{vm}: nvidia-smi nvlink -s: {exc}")
         rows = [[c.strip() for c in line.split(",")] for line in gpus.splitlines() if line.strip()]
-        out.gpu_names[vm] = [r[0] for r in rows if r]
-        out.drivers[vm] = sorted({r[1] for r in rows if len(r) > 1})
+        out.gpu_names[vm] = [r[1] for r in rows if len(r) > 1]
+        out.drivers[vm] = sorted({r[0] for r in rows if len(r) > 1})
     for host, h in sorted((raw.get("hosts") or {}).items()):
         gpus = (h.get("gpus") or {}).values()
         out.host_nvlink_up[host] = sum(int(g.get("nvlink_active") or 0) for g in gpus)

@@ -1,0 +1,269 @@
+"""`vgpuctl experiment run` and `restore`: every variant applied, benchmarked and recorded, then the base back.
+
+For each variant with repetitions still to do: write its merged inventory, apply it through the normal
+plan/apply (plan shown, confirmation unless --yes), wait for the participating guests' addresses, then per
+repetition run the workload in the guests, read the facts (guests and hosts) and record the result. At the
+end the base inventory is applied again (unless --keep-last). Every variant is planned against the farm
+before anything changes: one that does not plan stops the experiment, naming it. `state.json` in the results
+directory always says which configuration the farm is in, so an interrupted run is continued by running
+again, and `experiment restore` applies the base.
+
+The I/O goes through `Farm`; `VsphereFarm` is the real one (vCenter, ESXi shells, guests over Ansible).
+Plan and apply are reached only through `VsphereFarm.plan_errors` and `VsphereFarm.apply`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from vgpuctl.errors import OutputFormatError, PlanError, VgpuctlError
+from vgpuctl.experiment import parsers
+from vgpuctl.experiment.facts import expectations
+from vgpuctl.experiment.schema import Experiment, MergedVariant, WorkloadSpec, dump_inventory, summary, workload_dict
+from vgpuctl.experiment.store import BASE, STATUS_FAILED, STATUS_OK, ResultsDir, RunRecord, now
+from vgpuctl.experiment.workload import GuestRun
+
+if TYPE_CHECKING:
+    from vgpuctl.cli.common import GlobalOptions
+    from vgpuctl.inventory import Inventory
+
+Events = Callable[[str, dict[str, Any]], None]  # ("applied", {"variant": ...}) and the like, for progress
+
+
+class ExperimentStopped(VgpuctlError):
+    """A repetition failed and the experiment file says on_failure: stop."""
+
+
+class Farm(Protocol):
+    def plan_errors(self, inventory: Inventory) -> list[str]: ...
+
+    def apply(self, inventory: Inventory) -> None: ...
+
+    def guest_addresses(self, inventory: Inventory, vms: list[str]) -> dict[str, str | None]: ...
+
+    def host_facts(self, inventory: Inventory, vms: list[str]) -> dict[str, Any]: ...
+
+    def run_workload(self, inventory: Inventory, addresses: dict[str, str | None], vms: list[str],
+                     workload: WorkloadSpec) -> GuestRun: ...
+
+
+@dataclass
+class RunSummary:
+    variants: dict[str, dict[str, int]] = field(default_factory=dict)  # variant -> {ran, skipped, failed}
+    restored: bool = False
+    results: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variants": self.variants, "restored": self.restored, "results": self.results}
+
+
+# ------------------------------------------------------------------------------------------ orchestration
+
+
+def prepare(exp: Experiment, checked: list[tuple[MergedVariant, Inventory]], results: ResultsDir) -> None:
+    """Write what the results directory keeps of the experiment: summary, merged inventories, expectations."""
+    results.write_experiment(summary(exp))
+    for merged, inv in checked:
+        results.write_inventory(merged.name, dump_inventory(merged.data))
+        results.write_expectations(merged.name, expectations(inv, list(exp.vms)))
+
+
+def pending(exp: Experiment, results: ResultsDir, variant: str) -> list[int]:
+    return [rep for rep in range(1, exp.repetitions + 1) if not results.is_done(variant, rep)]
+
+
+def run_experiment(
+    exp: Experiment,
+    checked: list[tuple[MergedVariant, Inventory]],
+    base: Inventory,
+    results: ResultsDir,
+    farm: Farm,
+    *,
+    keep_last: bool = False,
+    events: Events | None = None,
+) -> RunSummary:
+    emit = events or (lambda _kind, _data: None)
+    prepare(exp, checked, results)
+    todo = [(m, inv) for m, inv in checked if pending(exp, results, m.name)]
+    out = RunSummary(results=str(results.root))
+    for m, _inv in checked:
+        out.variants[m.name] = {"ran": 0, "skipped": exp.repetitions - len(pending(exp, results, m.name)), "failed": 0}
+    plan_all(todo, farm, emit)
+    for merged, inv in todo:
+        _run_variant(exp, merged, inv, results, farm, out, emit)
+    if not keep_last:
+        restore(base, results, farm, emit)
+        out.restored = True
+    return out
+
+
+def plan_all(todo: list[tuple[MergedVariant, Inventory]], farm: Farm, emit: Events) -> None:
+    """Every variant still to run must plan against the farm as it is, before anything changes."""
+    for merged, inv in todo:
+        emit("planning", {"variant": merged.name})
+        errors = farm.plan_errors(inv)
+        if errors:
+            raise PlanError([f"variant {merged.name!r} does not plan (nothing was changed): {e}" for e in errors])
+
+
+def _run_variant(exp: Experiment, merged: MergedVariant, inv: Inventory, results: ResultsDir, farm: Farm,
+                 out: RunSummary, emit: Events) -> None:
+    name = merged.name
+    workload = exp.workload_of(exp.variant(name))
+    results.set_applied(name, "applying")
+    emit("applying", {"variant": name})
+    farm.apply(inv)
+    results.set_applied(name, "applied")
+    emit("applied", {"variant": name})
+    addresses = farm.guest_addresses(inv, list(exp.vms))
+    for rep in pending(exp, results, name):
+        emit("repetition", {"variant": name, "repetition": rep})
+        started = now()
+        guest = farm.run_workload(inv, addresses, list(exp.vms), workload)
+        facts = _facts(farm, inv, list(exp.vms), guest)
+        rec = record_of(name, rep, workload, guest, list(exp.vms))
+        rec.started, rec.finished = started, now()
+        results.record(rec, guest.outputs, facts)
+        out.variants[name]["ran"] += 1
+        emit("recorded", {"variant": name, "repetition": rep, "status": rec.status, "errors": rec.errors})
+        if rec.status != STATUS_OK:
+            out.variants[name]["failed"] += 1
+            if exp.on_failure == "stop":
+                raise ExperimentStopped(
+                    f"variant {name!r} repetition {rep} failed ({'; '.join(rec.errors)}); on_failure is stop: "
+                    f"the farm is left in variant {name!r} (rerun to continue, `experiment restore` to go back)"
+                )
+
+
+def _facts(farm: Farm, inv: Inventory, vms: list[str], guest: GuestRun) -> dict[str, Any]:
+    try:
+        hosts = farm.host_facts(inv, vms)
+    except VgpuctlError as err:  # the numbers are still worth keeping; the report shows what is missing
+        hosts = {"hosts": {}, "vm_hosts": {}, "errors": [str(err)]}
+    return {"guests": guest.facts, **hosts}
+
+
+def restore(base: Inventory, results: ResultsDir, farm: Farm, emit: Events | None = None) -> None:
+    """Apply the base inventory and record that the farm is back in it."""
+    emit = emit or (lambda _kind, _data: None)
+    emit("restoring", {"variant": BASE})
+    errors = farm.plan_errors(base)
+    if errors:
+        raise PlanError([f"the base inventory does not plan: {e}" for e in errors])
+    results.set_applied(f"restoring {BASE}", "applying the base inventory")
+    farm.apply(base)
+    results.set_applied(BASE, "restored")
+    emit("restored", {"variant": BASE})
+
+
+# -------------------------------------------------------------------------------------------- parsing
+
+
+def record_of(variant: str, rep: int, workload: WorkloadSpec, guest: GuestRun, vms: list[str]) -> RunRecord:
+    """One repetition's record: per-VM exit status, parsed numbers, and why it failed if it did. Pure."""
+    errors = list(guest.errors)
+    parsed: dict[str, Any] = {}
+    expected = [vms[0]] if workload.builtin == "nccl-tests" and workload.scope == "across-vms" else list(vms)
+    for vm in expected:
+        if vm not in guest.outputs:
+            if not any(e.startswith(f"{vm}:") for e in errors):
+                errors.append(f"{vm}: the workload did not run")
+            continue
+        rc = guest.rcs.get(vm)
+        text = guest.outputs[vm]
+        if rc != 0:
+            errors.append(f"{vm}: exit status {rc}: {_last_line(text)}")
+            continue
+        if workload.builtin is None:
+            continue  # a command's output is kept as it is
+        try:
+            parsed[vm] = parse_output(workload, text)
+        except OutputFormatError as err:
+            errors.append(f"{vm}: {err}")
+    outputs = {vm: {"rc": guest.rcs.get(vm)} for vm in guest.outputs}
+    status = STATUS_OK if not errors else STATUS_FAILED
+    return RunRecord(variant, rep, workload_dict(workload), status, outputs, parsed, errors)
+
+
+def parse_output(workload: WorkloadSpec, text: str) -> dict[str, Any]:
+    if workload.builtin == "nccl-tests":
+        return parsers.parse_nccl_tests(text).to_dict()
+    if workload.builtin == "p2pBandwidthLatencyTest":
+        return parsers.parse_p2p_bandwidth_latency(text).to_dict()
+    return {}
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no output"
+
+
+# --------------------------------------------------------------------------------------------- vSphere
+
+
+class VsphereFarm:
+    """The real farm: plan/apply through vgpuctl's own plan and apply, guests over Ansible, hosts over SSH."""
+
+    def __init__(self, opts: GlobalOptions, *, yes: bool, parallel: int = 8, ip_timeout_s: float = 600,
+                 ip_poll_s: float = 5.0, trust_on_first_use: bool = False, state: Path | None = None):
+        self.opts, self.yes, self.parallel = opts, yes, parallel
+        self.ip_timeout_s, self.ip_poll_s = ip_timeout_s, ip_poll_s
+        self.trust_on_first_use = trust_on_first_use
+        self.state = state
+
+    # plan and apply: the one place that knows how vgpuctl plans and applies an inventory
+
+    def plan_errors(self, inventory: Inventory) -> list[str]:
+        from vgpuctl.cli import common
+        from vgpuctl.cli.plan import plan_with_hosts
+
+        with common.connect(self.opts, inventory) as session:
+            observed = common.observe_all(session, self.opts, inventory)
+            return list(plan_with_hosts(session, observed, inventory, self.trust_on_first_use).errors)
+
+    def apply(self, inventory: Inventory) -> None:
+        from vgpuctl.cli.plan import execute, raise_for_outcome
+
+        run = execute(self.opts, inventory, yes=self.yes, parallel=self.parallel,
+                      trust_on_first_use=self.trust_on_first_use)
+        raise_for_outcome(run)
+
+    # guests and hosts
+
+    def guest_addresses(self, inventory: Inventory, vms: list[str]) -> dict[str, str | None]:
+        from vgpuctl.cli import common
+        from vgpuctl.guest.addresses import read_addresses, wait_for_addresses
+
+        with common.connect(self.opts, inventory) as session:
+            found = wait_for_addresses(lambda: read_addresses(session, vms), timeout_s=self.ip_timeout_s,
+                                       poll_s=self.ip_poll_s)
+        missing = [vm for vm, ip in found.items() if not ip]
+        if missing:
+            common.warn(f"no guest IP address after {self.ip_timeout_s:g} s for: {', '.join(missing)}")
+        return found
+
+    def host_facts(self, inventory: Inventory, vms: list[str]) -> dict[str, Any]:
+        from vgpuctl.cli import common
+        from vgpuctl.hostfacts import gather_facts
+
+        with common.connect(self.opts, inventory) as session:
+            observed = common.observe_all(session, self.opts, inventory)
+            vm_hosts = {vm: observed.vms[vm].host for vm in vms if vm in observed.vms and observed.vms[vm].host}
+            hosts = {h: (observed.hosts[h].moid, _host_spec(inventory, h, observed.hosts[h].cluster))
+                     for h in sorted(set(vm_hosts.values())) if h in observed.hosts}
+            facts = gather_facts(session, hosts, shell=True, trust_on_first_use=self.trust_on_first_use)
+        return {"hosts": {h: f.to_dict() for h, f in facts.items()}, "vm_hosts": vm_hosts}
+
+    def run_workload(self, inventory: Inventory, addresses: dict[str, str | None], vms: list[str],
+                     workload: WorkloadSpec) -> GuestRun:
+        from vgpuctl.experiment.workload import run_guests
+
+        return run_guests(inventory, addresses, vms, workload, state=self.state)
+
+
+def _host_spec(inventory: Inventory, host: str, cluster: str | None) -> Any:
+    by_name = next((h for h in inventory.hosts if h.name == host), None)
+    return by_name or next((h for h in inventory.hosts if cluster and h.cluster == cluster), None)
