@@ -222,7 +222,7 @@ func gpuUUID(host, pciID string) string {
 
 // hostView maps a farm snapshot to the shell's view.
 func hostView(info farm.HostInfo) esxsh.Host {
-	h := esxsh.Host{Name: info.Name, DriverVersion: driverVersion}
+	h := esxsh.Host{Name: info.Name, DriverVersion: driverVersion, UndeclaredNvidiaParams: info.UndeclaredParams}
 	index := map[string]int{}
 	for _, g := range info.GPUs {
 		index[g.PCIID] = g.Index

@@ -251,3 +251,35 @@ func TestAuthorizedKeysFlag(t *testing.T) {
 		}
 	}
 }
+
+// A host whose nvidia module does not declare a parameter leaves it out of esxcli's list.
+func TestUndeclaredNvidiaParameter(t *testing.T) {
+	f := farm.New(nil)
+	if err := f.AddHost(farm.HostSpec{Name: "old", Model: "A100-40GB", GPUs: 2, UndeclaredParams: []string{"NVreg_NvLinkDisable"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.AddHost(farm.HostSpec{Name: "new", Model: "A100-40GB", GPUs: 2}); err != nil {
+		t.Fatal(err)
+	}
+	sh := &esxsh.Shell{Backend: &farmBackend{farm: f}}
+	if got := mustRun(t, sh, "old", "esxcli system module parameters list -m nvidia", 0); strings.Contains(got, "NVreg_NvLinkDisable") ||
+		!strings.Contains(got, "NVreg_RegistryDwords") {
+		t.Errorf("old driver lists:\n%s", got)
+	}
+	if got := mustRun(t, sh, "new", "esxcli system module parameters list -m nvidia", 0); !strings.Contains(got, "NVreg_NvLinkDisable") {
+		t.Errorf("new driver lists:\n%s", got)
+	}
+}
+
+// An NVSwitch host's GPUs show NV<links> to every other GPU of the fabric.
+func TestNVSwitchTopology(t *testing.T) {
+	f := farm.New(nil)
+	if err := f.AddHost(farm.HostSpec{Name: "hgx", Model: "H100-SXM5-80GB", GPUs: 8, DefaultGraphicsType: farm.GraphicsSharedDirect}); err != nil {
+		t.Fatal(err)
+	}
+	sh := &esxsh.Shell{Backend: &farmBackend{farm: f}}
+	got := mustRun(t, sh, "hgx", "nvidia-smi topo -m", 0)
+	if strings.Count(got, "NV18") != 8*7 {
+		t.Errorf("topo on an 8-GPU NVSwitch host:\n%s", got)
+	}
+}

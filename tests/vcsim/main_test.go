@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -102,5 +103,37 @@ func TestShellQuote(t *testing.T) {
 	}
 	if got := shellQuote("https://127.0.0.1:1/sdk"); got != "https://127.0.0.1:1/sdk" {
 		t.Fatal(got)
+	}
+}
+
+func TestModelsAndCatalogueFlags(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"-models"}, &out, &errb, make(chan os.Signal)); code != 0 {
+		t.Fatalf("-models exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	for _, want := range []string{"A100-40GB", "A100-80GB", "H100-80GB", "L40S", "H100-SXM5-80GB", "A100-HGX-40GB", "A16"} {
+		if !slices.Contains(lines, want) {
+			t.Errorf("-models lacks %s: %q", want, lines)
+		}
+	}
+	out.Reset()
+	mini := filepath.Join("internal", "farm", "testdata", "mini-catalogue.yaml")
+	if code := run([]string{"-catalogue", mini, "-models"}, &out, &errb, make(chan os.Signal)); code != 0 || out.String() != "TEST-16GB\n" {
+		t.Fatalf("-catalogue mini -models: exit %d, %q", code, out.String())
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("version: 1\nboards: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for args, want := range map[string]string{
+		"-catalogue " + bad: "no boards",
+		"-catalogue " + filepath.Join(t.TempDir(), "missing"): "-catalogue",
+		"-catalogue " + mini + " -model A100-40GB":            `unknown GPU model "A100-40GB" (known: TEST-16GB)`,
+	} {
+		errb.Reset()
+		if code := run(strings.Fields(args), &out, &errb, make(chan os.Signal)); code != 2 || !strings.Contains(errb.String(), want) {
+			t.Errorf("%s: exit %d, stderr %q, want %q", args, code, errb.String(), want)
+		}
 	}
 }

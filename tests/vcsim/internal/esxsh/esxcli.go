@@ -2,6 +2,7 @@ package esxsh
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -120,7 +121,12 @@ func (s *Shell) esxcliParamsList(h Host, args []string) Result {
 		return esxcliError("Unable to find module " + o.module)
 	}
 	_, values := ParseModuleOptions(options)
-	params := append([]ModuleParam(nil), declaredParams[o.module]...)
+	var params []ModuleParam
+	for _, p := range declaredParams[o.module] {
+		if o.module != "nvidia" || !slices.Contains(h.UndeclaredNvidiaParams, p.Name) {
+			params = append(params, p)
+		}
+	}
 	sort.Slice(params, func(i, j int) bool { return params[i].Name < params[j].Name })
 	for i := range params {
 		params[i].Value = values[params[i].Name]

@@ -30,6 +30,9 @@ type Host struct {
 	Name          string // inventory name, e.g. esx01.example.com
 	DriverVersion string // vGPU manager driver, e.g. 550.90.05
 	GPUs          []GPU  // in nvidia-smi index order (PCI bus order)
+	// UndeclaredNvidiaParams are parameters this host's nvidia module does not declare (an older
+	// driver): `esxcli system module parameters list -m nvidia` leaves them out.
+	UndeclaredNvidiaParams []string
 }
 
 // GPU is one physical NVIDIA GPU of a host.
