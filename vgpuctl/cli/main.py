@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from vgpuctl import __version__
-from vgpuctl.cli import capacity, common, guest, host, plan, provision, sim, status, vm
+from vgpuctl.cli import capacity, common, experiment, guest, host, plan, provision, sim, status, vm
 from vgpuctl.cli.common import GlobalOptions
 
 
@@ -173,6 +173,7 @@ app.add_typer(host.app, name="host")
 app.add_typer(guest.app, name="guest")
 provision.register(app)
 app.add_typer(sim.app, name="sim")
+experiment.register(app)
 
 
 def run() -> None:

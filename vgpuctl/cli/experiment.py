@@ -1,0 +1,159 @@
+"""`vgpuctl experiment validate/run/restore/report`: variants of an inventory, benchmarked, compared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from vgpuctl.cli import common
+from vgpuctl.cli.common import GlobalOptions
+
+if TYPE_CHECKING:
+    from vgpuctl.experiment.schema import Experiment
+    from vgpuctl.experiment.store import ResultsDir
+
+app = typer.Typer(
+    help="Compare GPU configurations: apply each variant of an inventory, run a benchmark in the guests, "
+    "report the numbers beside the facts that explain them.",
+    no_args_is_help=True,
+)
+
+ExperimentFile = Annotated[Path, typer.Argument(help="Experiment file (apiVersion vgpuctl/v1, kind Experiment).",
+                                                dir_okay=False)]
+ResultsOption = Annotated[
+    Path | None,
+    typer.Option("--results", "-r", help="Results directory (default: results/TITLE beside the experiment file).",
+                 file_okay=False),
+]
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation before each apply.")]
+
+
+def register(app_: typer.Typer) -> None:
+    app_.add_typer(app, name="experiment")
+
+
+def default_results(exp: Experiment) -> Path:
+    return Path(exp.source_path).resolve().parent / "results" / exp.title
+
+
+def _results(exp: Experiment, results: Path | None) -> ResultsDir:
+    from vgpuctl.experiment.store import ResultsDir
+
+    return ResultsDir(results or default_results(exp))
+
+
+@app.command("validate")
+def validate_cmd(ctx: typer.Context, file: ExperimentFile) -> None:
+    """Check the experiment file and every variant merged onto the base inventory; needs no vCenter."""
+    from vgpuctl.experiment.schema import checked_variants, load_experiment
+
+    opts: GlobalOptions = ctx.obj
+    exp = load_experiment(file)
+    checked = checked_variants(exp)
+    data = {"file": str(file), "valid": True, "variants": [m.name for m, _ in checked]}
+    common.emit(data, lambda d: f"{d['file']}: valid ({len(d['variants'])} variants: {', '.join(d['variants'])})",
+                opts)
+
+
+@app.command("run")
+def run_cmd(
+    ctx: typer.Context,
+    file: ExperimentFile,
+    yes: Yes = False,
+    keep_last: Annotated[bool, typer.Option("--keep-last", help="Leave the last variant applied.")] = False,
+    results: ResultsOption = None,
+    parallel: Annotated[int, typer.Option("--parallel", "-p", min=1, max=64, help="VMs changed at once.")] = 8,
+    ip_timeout: Annotated[int, typer.Option("--ip-timeout", min=0, help="Seconds to wait for guest IPs.")] = 600,
+    ip_poll: Annotated[float, typer.Option("--ip-poll", min=0.1, help="Seconds between address reads.")] = 5.0,
+) -> None:
+    """Apply each variant (plan shown, confirmation unless --yes), run the workload, record it; restore the base.
+
+    Repetitions already recorded as ok are skipped: run again to continue an interrupted experiment.
+    The report (report.md, report.json, plots/) is written into the results directory at the end.
+
+    Examples:
+      vgpuctl experiment run nvlink.yaml --yes
+      vgpuctl experiment report results/nvlink
+    """
+    from vgpuctl.experiment.runner import VsphereFarm, run_experiment
+    from vgpuctl.experiment.schema import checked_variants, load_experiment
+
+    opts: GlobalOptions = ctx.obj
+    exp = load_experiment(file)
+    checked = checked_variants(exp)
+    base = common.load_checked_inventory(exp.base_inventory_path)
+    store = _results(exp, results)
+    farm = VsphereFarm(opts, yes=yes, parallel=parallel, ip_timeout_s=ip_timeout, ip_poll_s=ip_poll)
+    try:
+        summary = run_experiment(exp, checked, base, store, farm, keep_last=keep_last, events=_progress)
+    finally:
+        if (store.root / "experiment.json").is_file():
+            written, _report = write_report(store)
+            common.info(f"report: {written}")
+    common.emit(summary.to_dict(), lambda s: _summary_text(s), opts)
+
+
+@app.command("restore")
+def restore_cmd(ctx: typer.Context, file: ExperimentFile, yes: Yes = False, results: ResultsOption = None) -> None:
+    """Apply the experiment's base inventory again (after an interrupted run or --keep-last)."""
+    from vgpuctl.experiment.runner import VsphereFarm, restore
+    from vgpuctl.experiment.schema import load_experiment
+
+    opts: GlobalOptions = ctx.obj
+    exp = load_experiment(file)
+    base = common.load_checked_inventory(exp.base_inventory_path)
+    store = _results(exp, results)
+    restore(base, store, VsphereFarm(opts, yes=yes), _progress)
+    common.emit({"restored": True, "results": str(store.root)}, lambda _d: "base inventory restored", opts)
+
+
+@app.command("report")
+def report_cmd(
+    ctx: typer.Context,
+    directory: Annotated[Path, typer.Argument(help="Results directory of an experiment run.", file_okay=False)],
+) -> None:
+    """Write report.md, report.json and plots/*.png into the results directory (Markdown path printed)."""
+    from vgpuctl.errors import UsageError
+    from vgpuctl.experiment.store import ResultsDir
+
+    opts: GlobalOptions = ctx.obj
+    if not (directory / "experiment.json").is_file():
+        raise UsageError(f"{directory}: not an experiment results directory (no experiment.json)")
+    path, report = write_report(ResultsDir(directory))
+    flags = f" ({len(report.flags)} flagged run(s))" if report.flags else ""
+    common.emit(report.to_dict(), lambda _d: f"{path}{flags}", opts)
+
+
+def write_report(store: ResultsDir) -> tuple[Path, Any]:
+    """report.md, report.json and plots/ in the results directory; returns the Markdown file and the report."""
+    import json
+
+    from vgpuctl.experiment.report import build_report, render_markdown, write_plots
+    from vgpuctl.experiment.store import write_atomic
+
+    report = build_report(store)
+    write_plots(report, store.root / "plots")
+    write_atomic(store.root / "report.json", json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n")
+    path = store.root / "report.md"
+    write_atomic(path, render_markdown(report))
+    return path, report
+
+
+def _progress(kind: str, data: dict[str, Any]) -> None:
+    variant = data.get("variant")
+    if kind == "recorded":
+        detail = f": {'; '.join(data['errors'])}" if data.get("errors") else ""
+        common.info(f"experiment: {variant} repetition {data['repetition']}: {data['status']}{detail}")
+    elif kind == "repetition":
+        common.info(f"experiment: {variant} repetition {data['repetition']}: running")
+    else:
+        common.info(f"experiment: {variant}: {kind}")
+
+
+def _summary_text(summary: dict[str, Any]) -> str:
+    lines = [f"{name}: {v['ran']} run, {v['skipped']} already done, {v['failed']} failed"
+             for name, v in summary["variants"].items()]
+    lines.append("base inventory restored" if summary["restored"] else "last variant left applied (--keep-last)")
+    return "\n".join(lines)
