@@ -56,8 +56,6 @@ REGISTRY_DWORDS = "NVreg_RegistryDwords"
 REGISTRY_PER_DEVICE = "NVreg_RegistryDwordsPerDevice"
 RMPVMRL = "RmPVMRL"
 MIXED_SIZE_POLICIES = ("best-effort", "equal-share")
-# Boards whose MIG mode switch applies without a reboot once the GPU is idle (Hopper); others reboot.
-MIG_NO_REBOOT_BOARDS = frozenset(b.board for b in BOARDS.values() if b.mig_capable and not b.mig_needs_reboot)
 
 
 def category(kind: str) -> str:
@@ -338,6 +336,11 @@ def _board(gpu: ObservedGpu, offered: Sequence[str] = ()) -> str | None:
     return board if board in BOARDS else None
 
 
+def _mig_needs_reboot(board: str | None) -> bool:
+    """Ampere applies a MIG mode switch at the next reboot, Hopper at once (catalogue `mig.apply`)."""
+    return board is None or board not in BOARDS or BOARDS[board].mig_needs_reboot
+
+
 def _mode_name(mig: bool | None) -> str:
     return "mig" if mig else "time-sliced"
 
@@ -361,7 +364,7 @@ def _plan_gpu(host: ObservedHost, gpu: ObservedGpu, want: _Want, gf: GpuFacts | 
             old = _mode_name(mig_now)
             if pending is not None and pending != mig_now:
                 old += f" ({_mode_name(pending)} pending)"
-            reboot = mig_now != desired and _board(gpu) not in MIG_NO_REBOOT_BOARDS
+            reboot = mig_now != desired and _mig_needs_reboot(_board(gpu))
             result.changes.append(HostChange(host.name, MIG, pci, old, want.mode, disruptive=True, needs_reboot=reboot))
     if want.vgpu_mode is not None:
         current = gf.vgpu_mode if gf is not None and gf.vgpu_mode else None

@@ -431,7 +431,7 @@ def gpus_from_observed(host, vm_profiles: Mapping[str, Sequence[str]]) -> list[G
     for og in sorted(host.gpus, key=lambda g: g.pci_id):
         mem = og.memory_kb / (1024 * 1024) if og.memory_kb else None
         board = board_for_device(og.device_name, mem, getattr(og, "device_id", 0), offered)
-        fb = BOARDS[board].fb_gb if board in BOARDS else int(mem or 0)
+        fb = BOARDS[board].fb_gb if board is not None and board in BOARDS else int(mem or 0)
         profs: list[str] = []
         unread: list[str] = []
         for vm in og.vms:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -184,7 +184,23 @@ def _type(token: str, t: dict[str, Any]) -> VgpuType:
     )
 
 
-BOARDS: dict[str, BoardInfo] = load_catalogue().boards
+class _Boards(Mapping[str, BoardInfo]):
+    """Board token -> board, read from the catalogue on first use (keeps the file off the CLI's start)."""
+
+    def _data(self) -> dict[str, BoardInfo]:
+        return load_catalogue().boards
+
+    def __getitem__(self, key: str) -> BoardInfo:
+        return self._data()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data())
+
+    def __len__(self) -> int:
+        return len(self._data())
+
+
+BOARDS: Mapping[str, BoardInfo] = _Boards()
 
 
 @cache
