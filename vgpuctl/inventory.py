@@ -60,6 +60,9 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=False)
 
 
+_M = typing.TypeVar("_M", bound=_Model)
+
+
 # --------------------------------------------------------------------------------------------- vcenter
 
 
@@ -202,6 +205,7 @@ class VmSpec(_Model):
     guest: GuestRef | None = None
     _line: int | None = PrivateAttr(default=None)
     _index: int = PrivateAttr(default=0)  # position of the YAML entry this VM came from (before expansion)
+    _vgpus_invalid: bool = PrivateAttr(default=False)  # its `vgpus` failed the schema (one-pass validation)
 
     @model_validator(mode="before")
     @classmethod
@@ -800,9 +804,10 @@ def _parse_range(body: str, name: str) -> _Range:
     return _Range(lo, hi, max(len(a), len(b)) if padded else 0)
 
 
-def _expand_vms(inv: Inventory) -> None:
+def _expand_vms(inv: Inventory, indices: list[int] | None = None) -> None:
+    """Range names -> one VmSpec per name; `indices`: each entry's position in the file (default: in order)."""
     expanded: list[VmSpec] = []
-    for i, vm in enumerate(inv.vms):
+    for i, vm in zip(indices or range(len(inv.vms)), inv.vms, strict=True):
         line = inv._pos.get(("vms", i), (None, None))[0]
         names = expand_name(vm.name)  # already checked by _raw_range_errors
         if names == [vm.name]:
@@ -834,22 +839,137 @@ def load_inventory(path: str | Path) -> Inventory:
         inv = Inventory.model_validate(data)
     except ValidationError as exc:
         errors = _schema_errors(exc, file, pos, keypos, wrapped) + range_errors
-        raise InventoryErrors(sorted(errors, key=_order)) from None
+        errors += _problems_of_valid_parts(data, file, pos, wrapped)  # one pass: the semantic problems too
+        raise InventoryErrors(group_repeated(sorted(errors, key=_order))) from None
     if range_errors:
-        raise InventoryErrors(range_errors)
+        errors = range_errors + _problems_of_valid_parts(data, file, pos, wrapped)
+        raise InventoryErrors(group_repeated(sorted(errors, key=_order)))
     inv._source_path, inv._pos, inv._wrapped = file, pos, wrapped
     _place_hosts(inv, file, pos)
     _expand_vms(inv)
     return inv
 
 
-def _place_hosts(inv: Inventory, file: str, pos: dict[Path_, Pos]) -> None:
+# ---------------------------------------------------------------------- one pass: the valid parts of a file
+#
+# When the schema check fails, the semantic checks still run on what passed it, so that `validate` lists
+# every problem of a file at once. An entry that fails on some keys is checked without them (a VM whose
+# `vgpus` failed skips the vGPU checks); an entry that cannot stand without them is left out.
+
+
+def _problems_of_valid_parts(data: dict[str, Any], file: str, pos: dict[Path_, Pos],
+                             wrapped: set[Path_]) -> list[InventoryError]:
+    sections: dict[str, Any] = {}
+    for key in Inventory.model_fields:
+        if key in ("api_version", "hosts", "vms"):
+            continue
+        alias = Inventory.model_fields[key].alias or key
+        if alias in data:
+            sections[key] = _valid_section(key, alias, data[alias])
+    hosts, host_index = _valid_items(HostSpec, data.get("hosts"))
+    vms, vm_index = _valid_items(VmSpec, data.get("vms"))
+    named = [(vm, i) for vm, i in zip(vms, vm_index, strict=True) if _expands(vm.name)]
+    inv = Inventory.model_construct(api_version=API_VERSION, hosts=hosts, vms=[vm for vm, _ in named], **sections)
+    if isinstance(sections.get("guests"), _UnknownGroups):
+        inv.guests = GuestsSpec(groups={vm.guest.group: GuestGroup() for vm, _ in named if vm.guest})
+    inv._source_path, inv._pos, inv._wrapped = file, pos, wrapped
+    _place_hosts(inv, file, pos, host_index)
+    _expand_vms(inv, [i for _, i in named])
+    return list(iter_problems(inv))
+
+
+class _UnknownGroups(GuestsSpec):
+    """`guests` failed so badly that its group names are unknown: no VM's group is judged."""
+
+
+def _valid_section(key: str, alias: str, value: Any) -> Any:
+    try:
+        return getattr(Inventory.model_validate({"apiVersion": API_VERSION, alias: value}), key)
+    except ValidationError:
+        if key != "guests":
+            return Inventory.model_fields[key].get_default(call_default_factory=True)
+        groups = value.get("groups") if isinstance(value, dict) else None
+        if isinstance(groups, dict):  # the groups exist even where their contents are wrong
+            return GuestsSpec(groups={str(name): GuestGroup() for name in groups})
+        return _UnknownGroups()
+
+
+def _valid_items(model: type[_M], items: Any) -> tuple[list[_M], list[int]]:
+    out: list[_M] = []
+    indices: list[int] = []
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        entry = _valid_item(model, item)
+        if entry is not None:
+            out.append(entry)
+            indices.append(i)
+    return out, indices
+
+
+def _valid_item(model: type[_M], item: Any) -> _M | None:
+    if not isinstance(item, dict):
+        return None
+    try:
+        return model.model_validate(item)
+    except ValidationError as exc:
+        bad = {str(e["loc"][0]) for e in exc.errors(include_url=False) if e["loc"]}
+    rest = {k: v for k, v in item.items() if k not in bad}
+    if not bad or len(rest) == len(item):
+        return None
+    try:
+        entry = model.model_validate(rest)
+    except ValidationError:
+        return None
+    if isinstance(entry, VmSpec) and "vgpus" in bad:
+        entry._vgpus_invalid = True
+    return entry
+
+
+def _expands(name: str) -> bool:
+    try:
+        expand_name(name)
+    except ValueError:
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------- repeated errors, grouped
+
+_INDEX = re.compile(r"\[\d+\]")
+GROUP_AT = 3  # this many errors of one cause are shown as one
+
+
+def group_repeated(errors: list[InventoryError]) -> list[InventoryError]:
+    """Errors of one cause, once. The same error at one place (every VM of a name range) is kept once with
+    the count; the same problem in GROUP_AT or more entries is its first occurrence plus the others' lines."""
+    counted: dict[tuple[Any, ...], tuple[InventoryError, int]] = {}
+    for e in errors:
+        key = (e.file, e.line, e.col, e.message)
+        first, n = counted.get(key, (e, 0))
+        counted[key] = (first, n + 1)
+    causes: dict[tuple[Any, ...], list[InventoryError]] = {}
+    for e, n in counted.values():
+        message = f"{e.message} (all {n} VMs of this entry's name range)" if n > 1 else e.message
+        one = InventoryError(message, e.file, e.line, e.col)
+        causes.setdefault((e.file, _INDEX.sub("[*]", e.message)), []).append(one)
+    out: list[InventoryError] = []
+    for same in causes.values():
+        if len(same) < GROUP_AT:
+            out += same
+            continue
+        first, rest = same[0], same[1:]
+        lines = ", ".join(str(e.line) for e in rest[:8] if e.line) + (", ..." if len(rest) > 8 else "")
+        hint = f" (the same in {len(rest)} more entries, at lines {lines}: one cause, fix them alike)"
+        out.append(InventoryError(first.message + hint, first.file, first.line, first.col))
+    return sorted(out, key=_order)
+
+
+def _place_hosts(inv: Inventory, file: str, pos: dict[Path_, Pos], indices: list[int] | None = None) -> None:
     """Each host entry learns its file and the positions of its own keys (host merging names them)."""
     by_entry: dict[int, dict[Path_, Pos]] = {}
     for path, at in pos.items():
         if len(path) > 2 and path[0] == "hosts" and isinstance(path[1], int):
             by_entry.setdefault(path[1], {})[path[2:]] = at
-    for i, h in enumerate(inv.hosts):
+    for i, h in zip(indices or range(len(inv.hosts)), inv.hosts, strict=True):
         h._index, h._line = i, pos.get(("hosts", i), (None, None))[0]
         h._file, h._pos = file, by_entry.get(i, {})
 
@@ -911,7 +1031,7 @@ def validate(inv: Inventory) -> None:
     """Semantic checks that need no vCenter; raises InventoryErrors listing every problem."""
     errors = list(iter_problems(inv))
     if errors:
-        raise InventoryErrors(errors)
+        raise InventoryErrors(group_repeated(errors))
 
 
 def iter_problems(inv: Inventory) -> Iterator[InventoryError]:
@@ -930,7 +1050,8 @@ def _check_vms(inv: Inventory) -> Iterator[InventoryError]:
             yield inv.error((*base, "name"), f"duplicate VM name {vm.name!r}{where}")
             continue
         seen[vm.name] = vm
-        yield from _check_vgpus(inv, vm, base)
+        if not vm._vgpus_invalid:
+            yield from _check_vgpus(inv, vm, base)
         if vm.guest is not None and vm.guest.group not in groups:
             known = ", ".join(sorted(groups)) or "none defined"
             yield inv.error((*base, "guest", "group"),

@@ -234,3 +234,24 @@ def test_nvlink_required_needs_vgpus_listed() -> None:
     assert str(info.value) == (
         "f.yaml:3:23: vms[0].nvlink: NVLink needs the VM's 'vgpus' listed (its device group is made of them)"
     )
+
+
+def test_one_pass_with_unreadable_guests_judges_no_group() -> None:
+    text = "apiVersion: vgpuctl/v1\nvms:\n  - {name: a, guest: {group: x}, cpus: 0}\n  - {name: a}\nguests: 5\n"
+    with pytest.raises(InventoryErrors) as info:
+        load_inventory_text(text, "f.yaml")
+    assert [e.message for e in info.value.errors] == [
+        "vms[0].cpus: must be at least 1 (got 0)",
+        "vms[1].name: duplicate VM name 'a' (first defined at line 3)",
+        "guests: must be a mapping (got int)",
+    ]
+
+
+def test_two_errors_of_one_cause_stay_apart_three_are_grouped() -> None:
+    from vgpuctl.inventory import group_repeated
+
+    errs = [InventoryError(f"vms[{i}].cpus: must be at least 1 (got 0)", "f", 10 + i, 3) for i in range(3)]
+    assert [e.located() for e in group_repeated(errs[:2])] == [e.located() for e in errs[:2]]
+    (one,) = group_repeated(errs)
+    assert one.located() == ("f:10:3: vms[0].cpus: must be at least 1 (got 0) "
+                             "(the same in 2 more entries, at lines 11, 12: one cause, fix them alike)")
