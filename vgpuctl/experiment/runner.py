@@ -44,7 +44,18 @@ class Farm(Protocol):
 
     def guest_addresses(self, inventory: Inventory, vms: list[str]) -> dict[str, str | None]: ...
 
-    def host_facts(self, inventory: Inventory, vms: list[str]) -> dict[str, Any]: ...
+    def host_facts(self, inventory: Inventory, vms: list[str]) -> dict[str, Any]:
+        from vgpuctl import pipeline
+        from vgpuctl.cli import common
+
+        options = self._options(inventory)
+        with common.connect(self.opts, inventory) as session:
+            observed = pipeline.observe(session, options.datacenter, inventory)
+            vm_hosts = {vm: observed.vms[vm].host for vm in vms if vm in observed.vms and observed.vms[vm].host}
+            specs = {h: _host_spec(inventory, h, observed.hosts[h].cluster)
+                     for h in sorted(set(vm_hosts.values())) if h in observed.hosts}
+            facts, errors = pipeline.host_facts(session, observed, specs, options)
+        return {"hosts": {h: f.to_dict() for h, f in facts.items()}, "vm_hosts": vm_hosts, "errors": errors}
 
     def run_workload(self, inventory: Inventory, addresses: dict[str, str | None], vms: list[str],
                      workload: WorkloadSpec) -> GuestRun: ...
@@ -214,22 +225,27 @@ class VsphereFarm:
         self.trust_on_first_use = trust_on_first_use
         self.state = state
 
-    # plan and apply: the one place that knows how vgpuctl plans and applies an inventory
+    # plan and apply: the one place that knows how vgpuctl plans and applies an inventory (vgpuctl.pipeline,
+    # with the apply command's confirmation, progress and summary)
+
+    def _options(self, inventory: Inventory) -> Any:
+        from vgpuctl.cli.plan import run_options
+
+        return run_options(self.opts, inventory, parallel=self.parallel, trust_on_first_use=self.trust_on_first_use)
 
     def plan_errors(self, inventory: Inventory) -> list[str]:
+        from vgpuctl import pipeline
         from vgpuctl.cli import common
-        from vgpuctl.cli.plan import plan_with_hosts
 
+        options = self._options(inventory)
         with common.connect(self.opts, inventory) as session:
-            observed = common.observe_all(session, self.opts, inventory)
-            return list(plan_with_hosts(session, observed, inventory, self.trust_on_first_use).errors)
+            observed = pipeline.observe(session, options.datacenter, inventory)
+            return list(pipeline.plan(session, observed, inventory, options).errors)
 
     def apply(self, inventory: Inventory) -> None:
         from vgpuctl.cli.plan import execute, raise_for_outcome
 
-        run = execute(self.opts, inventory, yes=self.yes, parallel=self.parallel,
-                      trust_on_first_use=self.trust_on_first_use)
-        raise_for_outcome(run)
+        raise_for_outcome(execute(self.opts, inventory, self._options(inventory), yes=self.yes))
 
     # guests and hosts
 
