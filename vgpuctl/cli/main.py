@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from vgpuctl import __version__
-from vgpuctl.cli import capacity, common, experiment, guest, host, plan, provision, sim, status, vm
+from vgpuctl.cli import capacity, common, experiment, guest, host, k8s, plan, provision, sim, status, vm
 from vgpuctl.cli.common import GlobalOptions
 
 
@@ -174,6 +174,7 @@ app.add_typer(guest.app, name="guest")
 provision.register(app)
 app.add_typer(sim.app, name="sim")
 experiment.register(app)
+k8s.register(app)
 
 
 def run() -> None:

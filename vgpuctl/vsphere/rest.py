@@ -52,8 +52,9 @@ class RestClient:
             raise UsageError(f"{self.base} is plain http: the password would cross the network in clear; use https")
         self.http = http or requests.Session()
         self.http.headers["Accept"] = "application/json"
-        self.http.verify = _verify(settings)
-        if self.http.verify is False:  # the CLI warns once about --insecure; no warning per request
+        # Passed with every request too: a session-wide `verify` loses to REQUESTS_CA_BUNDLE in requests.
+        self.verify = self.http.verify = _verify(settings)
+        if self.verify is False:  # the CLI warns once about --insecure; no warning per request
             import urllib3
 
             urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
@@ -149,7 +150,7 @@ class RestClient:
         self.round_trips += 1
         try:
             return self.http.request(method, self.base + path, json=body, headers=headers, auth=auth,
-                                     timeout=self.settings.timeout_s)
+                                     verify=self.verify, timeout=self.settings.timeout_s)
         except requests.exceptions.SSLError as err:
             raise _tls_error(self.base, err) from err
         except requests.exceptions.RequestException as err:

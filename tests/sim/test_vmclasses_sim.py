@@ -1,0 +1,245 @@
+"""VM classes with vGPUs and supervisor namespaces against gpusim's vAPI side, through `vgpuctl k8s`.
+
+Results are read back with plain HTTP (urllib) from the REST API, not through vgpuctl's own client.
+The tests run in order on one simulator: apply, re-plan to zero, change, remove, refuse, errors.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import ssl
+import textwrap
+import urllib.request
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from typer.testing import CliRunner
+
+from vgpuctl.cli.main import app
+
+pytestmark = pytest.mark.sim
+
+FARM = {
+    "datacenter": "DC0",
+    "clusters": [
+        {"name": "GPU-Cluster", "hosts": 2, "gpus_per_host": 2, "model": "A100-40GB",
+         "graphics_type": "sharedDirect", "vgpu_mode": "sameSize"},
+        {"name": "Plain-Cluster", "hosts": 1, "gpus_per_host": 1, "model": "A100-40GB",
+         "graphics_type": "sharedDirect", "vgpu_mode": "sameSize"},
+    ],
+    "templates": [],
+    "supervisor": {
+        "clusters": ["GPU-Cluster"],
+        "vm_classes": [{"name": "best-effort-small", "cpus": 2, "memory_mb": 4096}],
+        "namespaces": [
+            {"name": "ml-team", "cluster": "GPU-Cluster", "vm_classes": ["best-effort-small"]},
+            {"name": "data-team", "cluster": "GPU-Cluster"},
+            {"name": "other-team", "cluster": "GPU-Cluster", "vm_classes": ["best-effort-small"]},
+        ],
+    },
+}
+
+INVENTORY = """\
+apiVersion: vgpuctl/v1
+vcenter: {{datacenter: DC0}}
+vm_classes:
+  - name: gpu-a100-40c
+    cpus: 16
+    memory_gb: 128
+    vgpus: {{profile: grid_a100-40c, count: 2}}
+  - name: gpu-small
+    cpus: 4
+    memory_gb: 32
+    vgpus: {small}
+namespaces:
+  - name: ml-team
+    supervisor: GPU-Cluster
+    vm_classes: [gpu-a100-40c, gpu-small]
+  - name: data-team
+    vm_classes: {data}
+"""
+
+
+@pytest.fixture(scope="module")
+def sim(gpusim_session_factory: Any) -> Any:
+    return gpusim_session_factory(FARM)
+
+
+@pytest.fixture
+def env(sim: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for name in list(os.environ):
+        if name.startswith(("VGPUCTL_", "GOVC_")):
+            monkeypatch.delenv(name)
+    return {"VGPUCTL_URL": sim.url, "VGPUCTL_USERNAME": sim.username, "VGPUCTL_PASSWORD": sim.password,
+            "VGPUCTL_INSECURE": "1"}
+
+
+def vgpuctl(env: dict[str, str], *args: str) -> Any:
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def write(tmp_path: Path, small: str = "{profile: grid_a100-10c}", data: str = "[gpu-small]") -> Path:
+    path = tmp_path / "inv.yaml"
+    path.write_text(INVENTORY.format(small=small, data=data))
+    return path
+
+
+class Rest:
+    """Plain HTTP against the simulator's REST API (an independent reader)."""
+
+    def __init__(self, sim: Any):
+        parts = urlsplit(sim.url)
+        self.base = f"https://{parts.netloc}"
+        self.ctx = ssl._create_unverified_context()
+        auth = base64.b64encode(f"{sim.username}:{sim.password}".encode()).decode()
+        req = urllib.request.Request(self.base + "/rest/com/vmware/cis/session", method="POST",
+                                     headers={"Authorization": f"Basic {auth}"})
+        with urllib.request.urlopen(req, context=self.ctx) as resp:
+            self.token = json.load(resp)["value"]
+
+    def get(self, path: str) -> Any:
+        req = urllib.request.Request(self.base + path, headers={"vmware-api-session-id": self.token})
+        with urllib.request.urlopen(req, context=self.ctx) as resp:
+            return json.load(resp)
+
+    def classes(self) -> dict[str, dict[str, Any]]:
+        return {c["id"]: c for c in self.get("/api/vcenter/namespace-management/virtual-machine-classes")}
+
+    def namespace_classes(self, name: str) -> list[str]:
+        return list(self.get(f"/api/vcenter/namespaces/instances/{name}")["vm_service_spec"]["vm_classes"])
+
+
+def _errors(output: str) -> list[str]:
+    return [line for line in output.splitlines() if not line.startswith("warning: TLS certificate verification")]
+
+
+def _profiles(cls: dict[str, Any]) -> list[str]:
+    return [d["profile_name"] for d in cls["devices"].get("vgpu_devices") or []]
+
+
+def _extra(cls: dict[str, Any]) -> dict[str, str]:
+    return {o["key"]: o["value"]["_value"] for o in (cls.get("config_spec") or {}).get("extraConfig", [])
+            if o["value"]["_value"]}
+
+
+def test_apply_two_gpu_classes_and_two_namespaces(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
+    result = vgpuctl(env, "k8s", "apply", "-f", str(write(tmp_path)), "--yes")
+    assert result.exit_code == 0, result.output
+    assert "+ vm class gpu-a100-40c  (create)" in result.output
+    rest = Rest(sim)
+    classes = rest.classes()
+    big, small = classes["gpu-a100-40c"], classes["gpu-small"]
+    assert (big["cpu_count"], big["memory_mb"], big["memory_reservation"]) == (16, 131072, 100)
+    assert _profiles(big) == ["grid_a100-40c", "grid_a100-40c"]
+    assert _extra(big) == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "256"}
+    assert _profiles(small) == ["grid_a100-10c"]
+    assert rest.namespace_classes("ml-team") == ["best-effort-small", "gpu-a100-40c", "gpu-small"]
+    assert rest.namespace_classes("data-team") == ["gpu-small"]
+    assert rest.namespace_classes("other-team") == ["best-effort-small"]  # not named: untouched
+    assert _profiles(classes["best-effort-small"]) == []
+
+
+def test_replan_is_empty(env: dict[str, str], tmp_path: Path) -> None:
+    result = vgpuctl(env, "k8s", "plan", "-f", str(write(tmp_path)), "--detailed-exitcode")
+    assert result.exit_code == 0, result.output
+    assert "No changes" in result.output
+
+
+def test_change_profile_and_count(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
+    path = write(tmp_path, small="{profile: grid_a100-20c, count: 2}")
+    plan = vgpuctl(env, "k8s", "plan", "-f", str(path), "--detailed-exitcode")
+    assert plan.exit_code == 2, plan.output
+    assert "- vgpu grid_a100-10c" in plan.output and plan.output.count("+ vgpu grid_a100-20c") == 2
+    assert vgpuctl(env, "k8s", "apply", "-f", str(path), "--yes").exit_code == 0
+    small = Rest(sim).classes()["gpu-small"]
+    assert _profiles(small) == ["grid_a100-20c", "grid_a100-20c"]
+    assert _extra(small)["pciPassthru.64bitMMIOSizeGB"] == "128"
+    assert vgpuctl(env, "k8s", "plan", "-f", str(path), "--detailed-exitcode").exit_code == 0
+
+
+def test_remove_an_association(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
+    path = write(tmp_path, small="{profile: grid_a100-20c, count: 2}", data="[]")
+    result = vgpuctl(env, "k8s", "apply", "-f", str(path), "--yes")
+    assert result.exit_code == 0, result.output
+    assert "- vm class gpu-small" in result.output
+    rest = Rest(sim)
+    assert rest.namespace_classes("data-team") == []
+    assert "gpu-small" in rest.classes()  # the class itself stays
+
+
+def test_refuses_a_profile_no_supervisor_host_offers(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
+    path = write(tmp_path, small="{profile: grid_a100-3-20c}")
+    result = vgpuctl(env, "k8s", "apply", "-f", str(path), "--yes")
+    assert result.exit_code == 1
+    assert ("error: vm class gpu-small: no host of supervisor cluster GPU-Cluster offers grid_a100-3-20c in its "
+            "current or planned GPU mode") in result.output
+    assert _profiles(Rest(sim).classes()["gpu-small"]) == ["grid_a100-20c", "grid_a100-20c"]
+
+
+def test_namespace_on_another_cluster_and_missing_namespace(env: dict[str, str], tmp_path: Path) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_text(textwrap.dedent("""\
+        apiVersion: vgpuctl/v1
+        namespaces:
+          - {name: ml-team, supervisor: Plain-Cluster, vm_classes: []}
+          - {name: no-such-team, vm_classes: []}
+        """))
+    result = vgpuctl(env, "k8s", "plan", "-f", str(path))
+    assert result.exit_code == 1
+    assert ("error: namespace ml-team: is on supervisor cluster GPU-Cluster, the inventory says Plain-Cluster "
+            "(which is not a supervisor cluster)") in result.output
+    assert "error: namespace no-such-team: does not exist (vgpuctl does not create namespaces)" in result.output
+
+
+def test_wrong_password_is_one_line(env: dict[str, str], tmp_path: Path) -> None:
+    result = vgpuctl({**env, "VGPUCTL_PASSWORD": "wrong"}, "k8s", "plan", "-f", str(write(tmp_path)))
+    assert result.exit_code == 1
+    assert _errors(result.output) == [
+        "error: REST login to " + env["VGPUCTL_URL"].removesuffix("/sdk") + " as 'user' failed: wrong user name "
+        "or password (401)"]
+
+
+def test_server_error_stops_apply_without_half_changes(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
+    path = write(tmp_path, small="{profile: grid_a100-20c, count: 2}", data="[gpu-small, gpu-a100-40c]")
+    sim.request("POST", "/vapi/faults", {"method": "PATCH", "path": "/api/vcenter/namespaces/instances/data-team",
+                                          "status": 503, "count": 1, "message": "namespace service restarting"})
+    result = vgpuctl(env, "k8s", "apply", "-f", str(path), "--yes")
+    assert result.exit_code == 1, result.output
+    assert ("error: apply stopped at namespace data-team: vSphere REST PATCH "
+            "/api/vcenter/namespaces/instances/data-team: 503 server error: namespace service restarting"
+            ) in result.output
+    assert Rest(sim).namespace_classes("data-team") == []  # the one request failed: nothing half-applied
+    again = vgpuctl(env, "k8s", "apply", "-f", str(path), "--yes")
+    assert again.exit_code == 0, again.output
+    assert Rest(sim).namespace_classes("data-team") == ["gpu-a100-40c", "gpu-small"]
+
+
+def test_not_found_is_one_line(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
+    sim.request("POST", "/vapi/faults", {"method": "GET", "path": "/api/vcenter/namespace-management/clusters",
+                                          "status": 404, "count": 1})
+    result = vgpuctl(env, "k8s", "plan", "-f", str(write(tmp_path)))
+    assert result.exit_code == 1
+    assert _errors(result.output) == [
+        "error: vSphere REST GET /api/vcenter/namespace-management/clusters: 404 not found: gpusim: injected fault"]
+
+
+def test_expired_session_is_renewed_once(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
+    sim.request("POST", "/vapi/faults", {"method": "GET", "path": "/api/vcenter/namespaces/instances",
+                                          "status": 401, "count": 1})
+    result = vgpuctl(env, "k8s", "plan", "-f", str(write(tmp_path, small="{profile: grid_a100-20c, count: 2}",
+                                                          data="[gpu-small, gpu-a100-40c]")), "--detailed-exitcode")
+    assert result.exit_code == 0, result.output
+
+
+def test_render_for_the_namespace(env: dict[str, str], tmp_path: Path) -> None:
+    out = tmp_path / "manifests"
+    closed = {**env, "VGPUCTL_URL": "https://127.0.0.1:1/sdk"}  # render needs no vCenter
+    result = vgpuctl(closed, "k8s", "render", "-f", str(write(tmp_path)), "-n", "ml-team", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "cluster.yaml", "gpu-operator-values.yaml", "gridd.conf", "licensing-configmap.sh",
+        "tanzukubernetescluster.yaml", "virtualmachine-gpu-a100-40c.yaml", "virtualmachine-gpu-small.yaml"]

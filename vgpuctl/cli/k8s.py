@@ -1,0 +1,230 @@
+"""`vgpuctl k8s`: VM classes with vGPUs and supervisor namespaces (plan, apply), and manifests (render).
+
+plan/apply read the hosts over SOAP (which profiles each supervisor cluster's hosts offer) and the VM
+classes and namespaces over the Automation REST API, each with one login for the run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from vgpuctl.cli import common
+from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.errors import InventoryErrors, PlanError, UsageError, VgpuctlError
+
+if TYPE_CHECKING:
+    from vgpuctl.inventory import Inventory
+    from vgpuctl.k8s.stage import SupervisorApplyResult
+    from vgpuctl.model import Observed
+    from vgpuctl.vmclasses import SupervisorPlan
+
+EXIT_CHANGES_PENDING = 2
+
+app = typer.Typer(
+    help="VM classes with vGPUs and supervisor namespaces (vSphere with Kubernetes).", no_args_is_help=True
+)
+
+InventoryFile = Annotated[
+    Path, typer.Option("--file", "-f", help="Inventory file (apiVersion vgpuctl/v1).", dir_okay=False)
+]
+
+
+def load(path: Path) -> Inventory:
+    """The inventory with its schema, semantic and VM-class checks done (errors as FILE:LINE:COL)."""
+    from vgpuctl.inventory import iter_problems as inventory_problems
+    from vgpuctl.inventory import load_inventory
+    from vgpuctl.vmclasses import iter_problems
+
+    if not path.exists():
+        raise UsageError(f"{path}: no such file")
+    inventory = load_inventory(path)
+    problems = [*inventory_problems(inventory), *iter_problems(inventory)]
+    if problems:
+        raise InventoryErrors(problems)
+    return inventory
+
+
+def planning_base(inventory: Inventory, observed: Observed) -> Observed:
+    """The hosts as they will be after the inventory's planned host changes (GPU modes), else as they are."""
+    from vgpuctl import hostplan
+
+    if not inventory.hosts:
+        return observed
+    try:
+        hosts = hostplan.plan_hosts(inventory.hosts, observed, None, [])
+    except VgpuctlError:
+        return observed  # the host plan's own errors are reported by `vgpuctl plan`
+    return hostplan.predict_observed(observed, hosts.changes) if hosts.changes else observed
+
+
+def _plan(opts: GlobalOptions, inventory: Inventory, rest: Any) -> SupervisorPlan:
+    from vgpuctl.k8s.stage import plan_stage
+    from vgpuctl.vsphere.observe import observe
+    from vgpuctl.vsphere.session import open_session
+
+    with open_session(rest.settings) as session:  # the REST client's settings: one warning, one prompt
+        observed = observe(session, common.datacenter_for(opts, inventory))
+    return plan_stage(rest, inventory, planning_base(inventory, observed))
+
+
+def _rest(opts: GlobalOptions, inventory: Inventory) -> Any:
+    from vgpuctl.vsphere.rest import RestClient
+
+    return RestClient(common.connection_settings(opts, inventory))
+
+
+def _plan_renderable(plan: SupervisorPlan) -> Any:
+    from rich.text import Text
+
+    from vgpuctl.vmclasses import render_text
+
+    styles = {"+": "green", "-": "red", "~": "yellow"}
+    text = Text()
+    for line in render_text(plan).rstrip("\n").splitlines():
+        text.append(line + "\n", style=styles.get(line.lstrip()[:1], ""))
+    text.rstrip()
+    return text
+
+
+@app.command("plan")
+def plan_cmd(
+    ctx: typer.Context,
+    file: InventoryFile,
+    detailed_exitcode: Annotated[
+        bool, typer.Option("--detailed-exitcode", help="Exit 0 when nothing changes, 2 when changes are pending.")
+    ] = False,
+) -> None:
+    """Show the VM class and namespace changes apply would make."""
+    opts: GlobalOptions = ctx.obj
+    inventory = load(file)
+    with _rest(opts, inventory) as rest:
+        plan = _plan(opts, inventory, rest)
+    if plan.errors and not (opts.json or opts.verbose):
+        raise PlanError(list(plan.errors))
+    common.emit(plan.to_dict(), lambda _d: _plan_renderable(plan), opts)
+    if plan.errors:
+        raise PlanError(list(plan.errors))
+    if detailed_exitcode and not plan.is_empty:
+        raise typer.Exit(EXIT_CHANGES_PENDING)
+
+
+@app.command("apply")
+def apply_cmd(
+    ctx: typer.Context,
+    file: InventoryFile,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Plan, confirm (unless --yes), then change one VM class or namespace at a time."""
+    from vgpuctl.k8s.stage import apply_stage
+
+    opts: GlobalOptions = ctx.obj
+    inventory = load(file)
+    with _rest(opts, inventory) as rest:
+        plan = _plan(opts, inventory, rest)
+        if plan.errors:
+            raise PlanError(list(plan.errors))
+        if opts.json:
+            common.stderr_console().print(_plan_renderable(plan))
+        else:
+            common.emit(None, lambda _d: _plan_renderable(plan), opts)
+        result = None
+        if not plan.is_empty:
+            if not yes:
+                _confirm(plan)
+            result = apply_stage(rest, plan, progress=lambda what, step: common.info(f"{what}: {step}"))
+    _finish(plan, result, opts)
+
+
+def _confirm(plan: SupervisorPlan) -> None:
+    if not sys.stdin.isatty():
+        raise UsageError("apply needs confirmation but stdin is not a terminal: rerun with --yes")
+    n = len(plan.class_changes) + len(plan.namespace_changes)
+    if not typer.confirm(f"Apply {n} change(s)?", default=False, err=True):
+        raise VgpuctlError("apply cancelled: nothing was changed")
+
+
+def _finish(plan: SupervisorPlan, result: SupervisorApplyResult | None, opts: GlobalOptions) -> None:
+    if opts.json:
+        common.emit(
+            {"kind": "supervisor_apply", "plan": plan.to_dict(), "result": result.to_dict() if result else None},
+            lambda _d: None,
+            opts,
+        )
+    elif result is not None:
+        typer.echo(result.text())
+    if result is not None and result.failed:
+        failed = result.failed[0]
+        raise VgpuctlError(f"apply stopped at {failed.target}: {failed.message}")
+
+
+@app.command("render")
+def render_cmd(
+    ctx: typer.Context,
+    file: InventoryFile,
+    namespace: Annotated[str, typer.Option("--namespace", "-n", help="Supervisor namespace of the inventory.")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", help="Write one file per manifest into this folder (default: stdout).", file_okay=False),
+    ] = None,
+    cluster_name: Annotated[str, typer.Option(help="Name of the Kubernetes cluster.")] = "gpu-cluster",
+    image: Annotated[str, typer.Option(help="VirtualMachineImage for VM Service VMs.")] = "ubuntu-2204-efi",
+    storage_class: Annotated[str, typer.Option(help="Storage class of the namespace.")] = "vsan-default-storage-policy",
+    k8s_version: Annotated[
+        str, typer.Option(help="Kubernetes release (Cluster topology version and TKR).")
+    ] = "v1.30.1---vmware.1-fips-tkg.5",
+    replicas: Annotated[int, typer.Option(min=0, help="Workers per GPU VM class.")] = 1,
+    registry: Annotated[
+        str, typer.Option(help="Private registry of the vGPU guest driver image.")
+    ] = "registry.example.com/nvidia",
+    driver_version: Annotated[str, typer.Option(help="vGPU guest driver version (image tag).")] = "550.90.07",
+    nls_token_file: Annotated[
+        Path,
+        typer.Option(
+            help="NLS client configuration token file (its path goes into the script, never its content).",
+            dir_okay=False,
+        ),
+    ] = Path("client_configuration_token.tok"),
+) -> None:
+    """Kubernetes manifests for the namespace's GPU VM classes: VM Service VMs, a Cluster API cluster, a TKG
+    cluster and NVIDIA GPU Operator values. Needs no vCenter.
+
+    Examples:
+      vgpuctl k8s render -f inventory.yaml -n ml-team --out manifests/
+    """
+    from vgpuctl.k8s.render import RenderOptions, render_manifests
+
+    opts: GlobalOptions = ctx.obj
+    inventory = load(file)
+    options = RenderOptions(
+        cluster_name=cluster_name,
+        image=image,
+        storage_class=storage_class,
+        k8s_version=k8s_version,
+        tkr=k8s_version,
+        replicas=replicas,
+        registry=registry,
+        driver_version=driver_version,
+        token_file=str(nls_token_file),
+    )
+    manifests = render_manifests(inventory, namespace, options)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in manifests.items():
+            (out / name).write_text(text, encoding="utf-8")
+        (out / "licensing-configmap.sh").chmod(0o755)
+    data = {"kind": "k8s_manifests", "namespace": namespace, "files": manifests if out is None else sorted(manifests)}
+    common.emit(data, lambda _d: _manifests_text(manifests, out), opts)
+
+
+def _manifests_text(manifests: dict[str, str], out: Path | None) -> str:
+    if out is not None:
+        return "\n".join(f"wrote {out / name}" for name in manifests)
+    return "\n".join(f"# ---- {name}\n{text.rstrip()}" for name, text in manifests.items())
+
+
+def register(main_app: typer.Typer) -> None:
+    main_app.add_typer(app, name="k8s")
