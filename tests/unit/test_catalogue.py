@@ -165,3 +165,18 @@ def test_gpusim_default_path_is_the_file_the_package_reads() -> None:
     assert gpusim_default == CATALOGUE.resolve()
     assert catalogue_digest(gpusim_default) == catalogue_digest(catalogue_path())
     assert load_catalogue().path.read_bytes() == gpusim_default.read_bytes()
+
+
+@pytest.mark.parametrize(("capture", "model"), [("a100-40gb.mig-lgip.txt", "A100-40GB"),
+                                                 ("h100-80gb.mig-lgip.txt", "H100-SXM5-80GB")])
+def test_gpu_instance_ids_match_real_lgip_captures(data: dict[str, Any], capture: str, model: str) -> None:
+    """`nvidia-smi mig -lgip` captured on real GPUs (tests/fixtures/nvidia-smi/README.md): name -> id."""
+    text = (ROOT / "tests" / "fixtures" / "nvidia-smi" / capture).read_text()
+    seen = {}
+    for line in text.splitlines():
+        cells = line.strip("|").split()
+        if len(cells) > 3 and cells[1] == "MIG":
+            seen[cells[2]] = int(cells[3])
+    board = next(b for b in data["boards"] if b["model"] == model)
+    ours = {g["name"]: g["id"] for g in board["mig"]["gi_profiles"]}
+    assert seen and seen == {name: ours[name] for name in seen}
