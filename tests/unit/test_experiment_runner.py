@@ -180,3 +180,25 @@ def test_extravars_carry_the_workload_and_experiment_settings():
     out = extravars(w, ["a"], {"experiment_build": False, "nccl_socket_ifname": "eth0"})
     assert out["experiment_build"] is False and "nccl_socket_ifname" not in out
     assert out["experiment_vms"] == ["a"] and out["experiment_workload"]["builtin"] == "p2pBandwidthLatencyTest"
+
+
+def test_a_failed_apply_is_noted_and_the_report_says_where_the_farm_is(tmp_path):
+    from vgpuctl.errors import VgpuctlError
+    from vgpuctl.experiment.report import build_report, render_markdown
+
+    exp, checked, base, results = setup(tmp_path)
+
+    class FailingFarm(RecordingFarm):
+        def apply(self, inventory):
+            super().apply(inventory)
+            if inventory.hosts[0].nvlink == "disabled":
+                raise VgpuctlError("apply failed on host(s) esx-01: nvlink 0000:3b:00.0: 12 of 12 links up, "
+                                   "expected none")
+
+    with pytest.raises(VgpuctlError, match="12 of 12 links up"):
+        run_experiment(exp, checked, base, results, FailingFarm())
+    state = results.state()
+    assert state["applied"] == "nvlink-off" and state["history"][-1]["note"].startswith("apply failed on host(s)")
+    text = render_markdown(build_report(results))
+    assert "Farm now: variant 'nvlink-off'; apply failed on host(s) esx-01: nvlink 0000:3b:00.0: 12 of 12 links up, " \
+           "expected none (the base inventory is not restored" in text

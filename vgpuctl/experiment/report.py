@@ -77,6 +77,7 @@ class Report:
     title: str
     results_dir: str
     applied: str | None
+    applied_note: str = ""  # what happened last: applied, restored, apply failed: ...
     variants: list[VariantSummary] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     flags: list[Flag] = field(default_factory=list)
@@ -91,7 +92,8 @@ class Report:
 def build_report(results: ResultsDir) -> Report:
     exp = results.experiment()
     state = results.state()
-    report = Report(exp.get("title", results.root.name), str(results.root), state.get("applied"))
+    report = Report(exp.get("title", results.root.name), str(results.root), state.get("applied"),
+                    applied_note=(state.get("history") or [{}])[-1].get("note", ""))
     records = {v["name"]: results.records(v["name"]) for v in exp["variants"]}
     for v in exp["variants"]:
         report.flags += _flags(results, v["name"], records[v["name"]], results.expectations(v["name"]))
@@ -270,15 +272,17 @@ def human_size(n: int) -> str:
 def render_markdown(report: Report) -> str:
     from vgpuctl.guest.targets import render_template
 
-    return render_template("experiment/report.md.j2", report=report, applied_text=applied_text(report.applied))
+    return render_template("experiment/report.md.j2", report=report,
+                           applied_text=applied_text(report.applied, report.applied_note))
 
 
-def applied_text(applied: str | None) -> str:
+def applied_text(applied: str | None, note: str = "") -> str:
     if applied is None:
         return "nothing applied yet"
     if applied == BASE:
         return "the base inventory (restored)"
-    return f"variant {applied!r} (the base inventory is not restored: `vgpuctl experiment restore FILE`)"
+    failed = f"; {note}" if note.startswith("apply failed") else ""
+    return f"variant {applied!r}{failed} (the base inventory is not restored: `vgpuctl experiment restore FILE`)"
 
 
 def write_plots(report: Report, directory: Path) -> list[Path]:

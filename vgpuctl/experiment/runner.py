@@ -126,7 +126,7 @@ def _run_variant(exp: Experiment, merged: MergedVariant, inv: Inventory, results
     workload = exp.workload_of(exp.variant(name))
     results.set_applied(name, "applying")
     emit("applying", {"variant": name})
-    farm.apply(inv)
+    _apply(farm, inv, results, name)
     results.set_applied(name, "applied")
     emit("applied", {"variant": name})
     addresses = farm.guest_addresses(inv, list(exp.vms))
@@ -149,6 +149,16 @@ def _run_variant(exp: Experiment, merged: MergedVariant, inv: Inventory, results
                 )
 
 
+def _apply(farm: Farm, inv: Inventory, results: ResultsDir, name: str) -> None:
+    """Apply; a failure is noted in state.json (the farm may be part-way into `name`) and raised."""
+    try:
+        farm.apply(inv)
+    except BaseException as err:
+        message = " ".join(str(err).split()) or type(err).__name__
+        results.set_applied(name, message if message.startswith("apply failed") else f"apply failed: {message}")
+        raise
+
+
 def _facts(farm: Farm, inv: Inventory, vms: list[str], guest: GuestRun) -> dict[str, Any]:
     try:
         hosts = farm.host_facts(inv, vms)
@@ -165,7 +175,7 @@ def restore(base: Inventory, results: ResultsDir, farm: Farm, emit: Events | Non
     if errors:
         raise PlanError([f"the base inventory does not plan: {e}" for e in errors])
     results.set_applied(f"restoring {BASE}", "applying the base inventory")
-    farm.apply(base)
+    _apply(farm, base, results, f"restoring {BASE}")
     results.set_applied(BASE, "restored")
     emit("restored", {"variant": BASE})
 
