@@ -172,11 +172,16 @@ def test_gpusim_default_path_is_the_file_the_package_reads() -> None:
 def test_gpu_instance_ids_match_real_lgip_captures(data: dict[str, Any], capture: str, model: str) -> None:
     """`nvidia-smi mig -lgip` captured on real GPUs (tests/fixtures/nvidia-smi/README.md): name -> id."""
     text = (ROOT / "tests" / "fixtures" / "nvidia-smi" / capture).read_text()
-    seen = {}
+    seen, totals = {}, {}
     for line in text.splitlines():
         cells = line.strip("|").split()
-        if len(cells) > 3 and cells[1] == "MIG":
+        if len(cells) > 4 and cells[1] == "MIG":
             seen[cells[2]] = int(cells[3])
+            totals[cells[2]] = int(cells[4].split("/")[1])
     board = next(b for b in data["boards"] if b["model"] == model)
     ours = {g["name"]: g["id"] for g in board["mig"]["gi_profiles"]}
     assert seen and seen == {name: ours[name] for name in seen}
+    # a MIG-backed vGPU type's maximum per GPU is the instance count of its GPU instance profile
+    for t in board["vgpu_types"]:
+        if t["mig_gi"] in totals:
+            assert t["max_equal"] == totals[t["mig_gi"]], t["name"]
