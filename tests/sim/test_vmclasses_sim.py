@@ -243,3 +243,18 @@ def test_render_for_the_namespace(env: dict[str, str], tmp_path: Path) -> None:
     assert sorted(p.name for p in out.iterdir()) == [
         "cluster.yaml", "gpu-operator-values.yaml", "gridd.conf", "licensing-configmap.sh",
         "tanzukubernetescluster.yaml", "virtualmachine-gpu-a100-40c.yaml", "virtualmachine-gpu-small.yaml"]
+
+
+def test_thumbprint_pinning_covers_the_rest_api(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
+    import hashlib
+
+    parts = urlsplit(sim.url)
+    pem = ssl.get_server_certificate((parts.hostname, parts.port))
+    digest = hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
+    pinned = {k: v for k, v in env.items() if k != "VGPUCTL_INSECURE"}
+    path = write(tmp_path, small="{profile: grid_a100-20c, count: 2}", data="[gpu-small, gpu-a100-40c]")
+    ok = vgpuctl({**pinned, "VGPUCTL_THUMBPRINT": digest}, "k8s", "plan", "-f", str(path))
+    assert ok.exit_code == 0, ok.output
+    bad = vgpuctl({**pinned, "VGPUCTL_THUMBPRINT": "00" * 32}, "k8s", "plan", "-f", str(path))
+    assert bad.exit_code == 1
+    assert "error: TLS thumbprint mismatch for https://" in bad.output and bad.output.count("\n") == 1

@@ -353,3 +353,134 @@ def test_state_round_trips_through_dict() -> None:
     state = _state(**{"ml-team": ["a"]})
     state.classes = {"a": _have("a")}
     assert SupervisorState.from_dict(state.to_dict()) == state
+
+
+# ------------------------------------------------------------------------------ REST client (fake transport)
+
+
+class FakeVcenter:
+    """A requests transport adapter answering from a table: (method, path) -> list of (status, body)."""
+
+    def __init__(self, routes: dict[tuple[str, str], list[tuple[int, Any]]]):
+        import requests.adapters
+
+        self.routes = routes
+        self.seen: list[tuple[str, str, dict[str, str], Any]] = []
+        outer = self
+
+        class Adapter(requests.adapters.BaseAdapter):
+            def send(self, request: Any, **kwargs: Any) -> Any:
+                return outer.answer(request)
+
+            def close(self) -> None:
+                pass
+
+        self.adapter = Adapter()
+
+    def answer(self, request: Any) -> Any:
+        import json
+        from urllib.parse import urlsplit
+
+        import requests
+
+        path = urlsplit(request.url).path
+        body = json.loads(request.body) if request.body else None
+        self.seen.append((request.method, path, dict(request.headers), body))
+        queue = self.routes.get((request.method, path)) or [(404, {"error_type": "NOT_FOUND", "messages": []})]
+        status, payload = queue.pop(0) if len(queue) > 1 else queue[0]
+        response = requests.Response()
+        response.status_code = status
+        response._content = (payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+                             if payload is not None else b"")
+        response.url = request.url
+        return response
+
+    def client(self, **settings: Any) -> Any:
+        import requests
+
+        from vgpuctl.vsphere.rest import RestClient
+        from vgpuctl.vsphere.session import ConnectionSettings
+
+        http = requests.Session()
+        http.mount("https://", self.adapter)
+        return RestClient(ConnectionSettings(url="vc.example.com", username="u", password="p", **settings), http)
+
+
+LEGACY_LOGIN = {("POST", "/api/session"): [(404, None)],
+                ("POST", "/rest/com/vmware/cis/session"): [(200, {"value": "tok"})]}
+
+
+def test_rest_login_falls_back_and_sends_the_token() -> None:
+    fake = FakeVcenter({**LEGACY_LOGIN, ("GET", "/api/vcenter/namespace-management/virtual-machine-classes"): [
+        (200, [{"id": "c", "cpu_count": 2, "memory_mb": 4096, "memory_reservation": 100,
+                "devices": {"vgpu_devices": [{"profile_name": "grid_a100-10c"}]},
+                "config_spec": {"extraConfig": [{"key": "k", "value": {"_typeName": "string", "_value": "v"}}]}}])]})
+    with fake.client() as rest:
+        classes = rest.list_vm_classes()
+        assert rest.session_path == "/rest/com/vmware/cis/session"
+    assert classes == {"c": ClassState("c", 2, 4096, 0, 100, ["grid_a100-10c"], {"k": "v"})}
+    method, path, headers, _ = fake.seen[2]
+    assert (method, path, headers["vmware-api-session-id"]) == ("GET", "/api/vcenter/namespace-management/"
+                                                                "virtual-machine-classes", "tok")
+    assert fake.seen[-1][:2] == ("DELETE", "/rest/com/vmware/cis/session")  # logged out on exit
+
+
+def test_rest_api_session_and_class_body() -> None:
+    fake = FakeVcenter({("POST", "/api/session"): [(201, "tok2")],
+                        ("POST", "/api/vcenter/namespace-management/virtual-machine-classes"): [(204, None)]})
+    want = ClassState("g", 8, 65536, 0, 100, ["grid_a100-40c"], {"pciPassthru.use64bitMMIO": "TRUE"})
+    with fake.client() as rest:
+        rest.create_vm_class(want)
+    body = fake.seen[1][3]
+    assert body["id"] == "g" and body["memory_MB"] == 65536 and body["memory_reservation"] == 100
+    assert body["devices"] == {"vgpu_devices": [{"profile_name": "grid_a100-40c"}]}
+    assert body["config_spec"]["extraConfig"] == [{"_typeName": "OptionValue", "key": "pciPassthru.use64bitMMIO",
+                                                   "value": {"_typeName": "string", "_value": "TRUE"}}]
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ((404, {"error_type": "NOT_FOUND", "messages": [{"default_message": "Namespace x not found."}]}),
+         "vSphere REST GET /api/vcenter/namespaces/instances/x: 404 not found: Namespace x not found."),
+        ((503, b"<html>busy</html>"), "vSphere REST GET /api/vcenter/namespaces/instances/x: 503 server error"),
+        ((500, {"type": "com.vmware.vapi.std.errors.internal_server_error",
+                "value": {"messages": [{"default_message": "boom"}]}}),
+         "vSphere REST GET /api/vcenter/namespaces/instances/x: 500 server error: boom"),
+        ((401, None), "vSphere REST GET /api/vcenter/namespaces/instances/x: 401 unauthorized (the session was "
+                      "refused)"),
+    ],
+)
+def test_rest_errors_are_one_line(answer: tuple[int, Any], expected: str) -> None:
+    from vgpuctl.errors import RestError
+
+    fake = FakeVcenter({**LEGACY_LOGIN, ("GET", "/api/vcenter/namespaces/instances/x"): [answer]})
+    with fake.client() as rest, pytest.raises(RestError) as info:
+        rest.get_namespace("x")
+    assert str(info.value) == expected and info.value.status == answer[0]
+
+
+def test_rest_expired_session_logs_in_again_once() -> None:
+    fake = FakeVcenter({**LEGACY_LOGIN, ("GET", "/api/vcenter/namespaces/instances"): [(401, None), (200, [])]})
+    with fake.client() as rest:
+        assert rest.list_namespaces() == []
+    logins = [s for s in fake.seen if s[1] == "/rest/com/vmware/cis/session" and s[0] == "POST"]
+    assert len(logins) == 2
+
+
+def test_rest_wrong_password_and_tls_settings() -> None:
+    from vgpuctl.errors import RestError, UsageError
+    from vgpuctl.vsphere.rest import RestClient, _pinned_adapter
+    from vgpuctl.vsphere.session import ConnectionSettings
+
+    fake = FakeVcenter({("POST", "/api/session"): [(401, None)]})
+    with pytest.raises(RestError, match=r"REST login to https://vc.example.com as 'u' failed: wrong user name"):
+        fake.client()
+    ok = FakeVcenter({("POST", "/api/session"): [(201, "t")]})
+    assert ok.client().verify is True
+    assert ok.client(ca_file="/etc/ca.pem").verify == "/etc/ca.pem"
+    assert ok.client(insecure=True).verify is False
+    pinned = _pinned_adapter("ab" * 32)  # pinning replaces CA verification: urllib3 checks the digest
+    assert pinned.poolmanager.connection_pool_kw["assert_fingerprint"] == "ab" * 32
+    with pytest.raises(UsageError, match="plain http"):
+        RestClient(ConnectionSettings(url="http://vc.example.com", username="u", password="p"))
