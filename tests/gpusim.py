@@ -1,8 +1,9 @@
 """Launcher for gpusim, the GPU-aware vSphere simulator in tests/vcsim (Go, on govmomi's vcsim).
 
 Used by the pytest fixtures in tests/conftest.py and by bench/. `Gpusim.start()` builds the binary when it
-is missing or older than its Go sources, starts it on a free loopback port, reads the environment it
-prints (`export VGPUCTL_URL=... GPUSIM_CONTROL=...`) and offers helpers for the /gpusim/ control endpoint.
+is missing or older than its Go sources, starts it on a free loopback port with `-catalogue` naming the vGPU
+type catalogue the vgpuctl package reads, reads the environment it prints (`export VGPUCTL_URL=...
+GPUSIM_CONTROL=...`) and offers helpers for the /gpusim/ control endpoint.
 """
 
 from __future__ import annotations
@@ -84,6 +85,13 @@ def parse_export_line(line: str) -> dict[str, str]:
     return env
 
 
+def catalogue_args() -> list[str]:
+    """`-catalogue PATH`: the catalogue file the vgpuctl package reads, so gpusim and the planner share it."""
+    from vgpuctl.profiles import catalogue_path
+
+    return ["-catalogue", str(catalogue_path())]
+
+
 def _farm_args(farm: dict[str, Any] | str | Path | None, workdir: Path) -> list[str]:
     if farm is None:
         return []
@@ -119,7 +127,8 @@ class Gpusim:
         wd.mkdir(parents=True, exist_ok=True)
         env_file = wd / "env"
         env_file.unlink(missing_ok=True)
-        cmd = [str(binary), "-listen", "127.0.0.1:0", "-env-file", str(env_file), *_farm_args(farm, wd), *args]
+        cmd = [str(binary), "-listen", "127.0.0.1:0", "-env-file", str(env_file), *catalogue_args()]
+        cmd += [*_farm_args(farm, wd), *args]
         log = (wd / "gpusim.log").open("wb")
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
         log.close()
@@ -208,6 +217,10 @@ class Gpusim:
             except ValueError:
                 message = raw.decode(errors="replace")
             raise ControlError(err.code, message) from None
+
+    def catalogue(self) -> dict[str, Any]:
+        """The catalogue gpusim read: {"path", "sha256" (of the file's bytes), "models"}."""
+        return dict(self.request("GET", "/")["catalogue"])
 
     def assignments(self) -> list[dict[str, Any]]:
         """Placed vGPUs: host, gpu (PCI id), model, vm (moref), vmName, profile, start/size (MIG)."""

@@ -3,7 +3,6 @@ package farm
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -111,7 +110,7 @@ type catalogueFile struct {
 // Catalog is the vGPU type catalogue: GPU models (boards) by name and alias, and every vGPU type.
 type Catalog struct {
 	Path    string            // file it was read from ("" for in-memory data)
-	Digest  string            // sha256 of the parsed data in canonical JSON, for cross-checks
+	Digest  string            // sha256 of the file's bytes (the planner prints the same digest)
 	Sources map[string]Source // citations by id
 
 	models  []*Model
@@ -173,11 +172,7 @@ func LoadCatalog(data []byte) (*Catalog, error) {
 		c.vgpuTok[m.Board] = true
 		c.models = append(c.models, m)
 	}
-	canon, err := json.Marshal(f)
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(canon)
+	sum := sha256.Sum256(data)
 	c.Digest = hex.EncodeToString(sum[:])
 	return c, nil
 }

@@ -1,7 +1,10 @@
 package vc
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -145,5 +148,23 @@ func TestEqualSizeTypesByAPIVersion(t *testing.T) {
 				t.Fatalf("API %s: L40S-24C beside L40S-24Q: %#v %q, want InsufficientGraphicsResourcesFault", tc.api, f, msg)
 			}
 		})
+	}
+}
+
+// The control endpoint names the catalogue file gpusim read and its sha256 (the planner's digest of the
+// same file), so a test can prove both sides read one file.
+func TestControlShowsCatalogue(t *testing.T) {
+	e := start(t, smallSpec())
+	code, body := e.control("GET", "/gpusim/", nil)
+	cat, _ := body["catalogue"].(map[string]any)
+	if code != 200 || cat == nil {
+		t.Fatalf("GET /gpusim/: %d %v", code, body)
+	}
+	data, err := os.ReadFile(cat["path"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := sha256.Sum256(data); cat["sha256"] != hex.EncodeToString(sum[:]) {
+		t.Fatalf("sha256 %v, file %x", cat["sha256"], sum)
 	}
 }

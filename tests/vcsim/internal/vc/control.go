@@ -49,7 +49,9 @@ func DecodeJSON(r *http.Request, v any) error {
 
 func (s *Sim) registerControl() {
 	s.HandleControl("GET /gpusim/{$}", func(w http.ResponseWriter, r *http.Request) {
-		WriteJSON(w, http.StatusOK, map[string]any{"gpusim": true, "hosts": len(s.hosts)})
+		cat := s.Farm.Catalog()
+		WriteJSON(w, http.StatusOK, map[string]any{"gpusim": true, "hosts": len(s.hosts),
+			"catalogue": map[string]any{"path": cat.Path, "sha256": cat.Digest, "models": cat.Names()}})
 	})
 	s.HandleControl("/", func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, http.StatusNotFound, "unknown control endpoint %s %s", r.Method, r.URL.Path)
