@@ -243,3 +243,27 @@ def test_fragment_is_a_valid_inventory_with_host_placement() -> None:
     assert [v.name for v in inv.vms] == ["a-001", "b-001", "b-002"]
     assert {v.host for v in inv.vms} == {"esx-01"} and inv.vms[0].template == "ubuntu-22.04-ml"
     assert inv.hosts[0].name == "esx-01" and inv.hosts[0].gpus[0].mode == "mig"
+
+
+def test_greedy_hint_satisfies_the_model() -> None:
+    """The solver starts from the greedy layout: fixed to it, the model must stay feasible (a hint that breaks
+    a constraint, e.g. the order of identical hosts, would be dropped silently)."""
+    from vgpuctl.capacity import cpsat
+
+    hosts = [SynthHost(f"esx-{i:02d}", board="a100" if i % 2 else "h100", gpus=8, nvlink="all",
+                       policy="consolidation" if i % 3 == 0 else "performance") for i in range(6)]
+    farm = make_farm(hosts)
+    d = demand(item("infer", 40, vgpus={"fb_gb": 10, "series": "c"}, priority=2),
+               item("mid", 30, vgpus={"fb_gb": 20, "series": "c"}),
+               item("train", 4, vgpus={"fb_gb": 40, "series": "c"}, n=4),
+               item("nvl", 2, "grid_h100-80c", n=8, nvlink="required", priority=3),
+               allow=("mig", "vgpu-mode", "profile"))
+    problem = build_problem(farm, d)
+    model = cpsat._LayoutModel(problem)
+    model.build()
+    model.hint(greedy(problem))
+    assert model.hinted
+    for var, value in model.hinted:
+        model.m.Add(var == value)
+    solver = model.cp.CpSolver()
+    assert solver.StatusName(solver.Solve(model.m)) in ("OPTIMAL", "FEASIBLE")

@@ -76,7 +76,7 @@ class CapacityAnswer:
         }
 
 
-def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = 10.0, workers: int = 8,
+def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = 10.0, workers: int | None = None,
                   use_solver: bool = True) -> CapacityAnswer:
     start = time.monotonic()
     problem = build_problem(observed, demand)

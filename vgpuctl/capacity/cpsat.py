@@ -1,12 +1,13 @@
 """The exact layout: an OR-Tools CP-SAT model (imported only here; `pip install vgpuctl[capacity]`).
 
-Variables, per host h: y[h,s,p] VMs of demand shape s with profile p on h; per GPU g: one (mode, pattern)
-choice z[g,j], where the patterns are the maximal vGPU multisets placement admits on g in that mode
-(vgpuctl.capacity.kinds), and x[g,s,p] the VMs of (s,p) with a vGPU on g. A VM's vGPUs sit on distinct GPUs
-of one host (x <= y, sum of x over the host = vGPUs per VM x y), NVLink VMs inside one NVLink set. Identical
-VMs form one shape; identical hosts and identical idle GPUs are ordered to remove symmetric solutions.
-On hosts that spread vGPUs (performance policy) new VMs of one board use one time-sliced and one MIG
-profile, so the layout holds whatever order the VMs power on in.
+Identical GPUs of a host (same kind, state, allowed modes and NVLink set) form one class; identical VMs form one
+shape. Per class c, n[c,j] counts its GPUs that take choice j, a (mode, pattern) pair where the patterns are the
+maximal vGPU multisets placement admits on such a GPU in that mode (vgpuctl.capacity.kinds); u[c,s,p] counts
+the vGPUs of shape s with profile p in the class, at most one per GPU and VM (u <= |c| y). Per host, y[h,s,p]
+counts the VMs of shape s with profile p; their vGPUs fill the classes (sum of u = vGPUs per VM x y), NVLink
+VMs inside one NVLink set (w per set). Identical hosts are ordered by load to remove symmetric solutions.
+On hosts that spread vGPUs (performance policy) new VMs of one board use one time-sliced and one MIG profile,
+so the layout holds in whatever order the VMs power on.
 Objective: placed VMs by priority (a higher priority outweighs everything below it), then fewest GPU and
 host changes. The greedy layout is the hint.
 """
@@ -14,12 +15,14 @@ host changes. The greedy layout is the hint.
 from __future__ import annotations
 
 import itertools
+import os
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from vgpuctl.capacity.kinds import addition_patterns
+from vgpuctl.capacity.kinds import _key, addition_patterns
 from vgpuctl.capacity.layout import HostLayout, Layout
-from vgpuctl.capacity.problem import HostCtx, Problem, usable_options
+from vgpuctl.capacity.problem import GpuSlot, HostCtx, Problem, Shape, usable_options
 from vgpuctl.placement import PERFORMANCE
 from vgpuctl.profiles import parse_profile
 
@@ -32,15 +35,39 @@ class SolveStats:
     status: str  # optimal | feasible | unknown | infeasible | model_invalid
     objective: float
     bound: float
-    gap: float  # relative gap of the objective to the bound (0 when proven optimal)
+    gap: float  # VMs the bound still allows beyond the answer, relative to them (0 when proven optimal)
+    missing_bound: float  # at most this many more VMs (of the lowest priority) could be placed
     seconds: float
     lexicographic: bool  # priorities weighted strictly (False when the weights would overflow)
+    variables: int = 0
+
+
+@dataclass
+class _Class:
+    host: str
+    slots: list[GpuSlot]
+    choices: list[tuple[str, dict[str, int]]]
+    n: list[Any] = field(default_factory=list)  # IntVar per choice
+    u: dict[tuple[str, str], Any] = field(default_factory=dict)  # (shape, profile) -> IntVar
+
+    @property
+    def size(self) -> int:
+        return len(self.slots)
+
+    @property
+    def current(self) -> str:
+        return self.slots[0].gpu.vgpu_mode
+
+    @property
+    def nvlink_set(self) -> int | None:
+        g = self.slots[0].gpu
+        return g.nvlink_set if g.nvlink_up else None
 
 
 def priority_weights(problem: Problem, change_cost: int) -> tuple[dict[int, int], bool]:
     """A weight per priority so that one more VM of a priority is worth more than every VM of lower
     priorities plus every change."""
-    counts = Counter()
+    counts: Counter[int] = Counter()
     for s in problem.shapes:
         counts[s.priority] += s.count
     weights: dict[int, int] = {}
@@ -53,197 +80,244 @@ def priority_weights(problem: Problem, change_cost: int) -> tuple[dict[int, int]
     return weights, True
 
 
-def solve(problem: Problem, hint: Layout | None = None, time_limit_s: float = 10.0, workers: int = 8,
-          ) -> tuple[Layout, SolveStats]:
-    from ortools.sat.python import cp_model
-
-    m = cp_model.CpModel()
-    y: dict[tuple[str, str, str], cp_model.IntVar] = {}
-    gpu_changes: list[cp_model.IntVar] = []
-    host_changes: list[cp_model.IntVar] = []
-    choices: dict[tuple[str, str], list[tuple[str, dict[str, int], cp_model.IntVar]]] = {}
-    x_all: dict[tuple[str, str, str, str], cp_model.IntVar] = {}
-    shapes = {s.name: s for s in problem.shapes}
-
-    for h in problem.hosts:
-        opts = {s.name: usable_options(problem, h, s) for s in problem.shapes}
-        for s in problem.shapes:
-            for p in opts[s.name]:
-                y[h.name, s.name, p] = m.NewIntVar(0, s.count, f"y[{h.name},{s.name},{p}]")
-        _host_model(m, h, problem, opts, y, x_all, choices, gpu_changes, host_changes)
-    for s in problem.shapes:
-        terms = [v for (_, sn, _), v in y.items() if sn == s.name]
-        if terms:
-            m.Add(sum(terms) <= s.count)
-    _break_host_symmetry(m, problem, y)
-
-    change_cost = len(gpu_changes) + HOST_CHANGE_WEIGHT * len(host_changes)
-    weights, lexicographic = priority_weights(problem, change_cost)
-    m.Maximize(sum(weights[shapes[sn].priority] * v for (_, sn, _), v in y.items())
-               - sum(gpu_changes) - HOST_CHANGE_WEIGHT * sum(host_changes))
-    if hint:
-        _hint(m, hint, y, x_all, choices)
-
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
-    solver.parameters.num_search_workers = workers
-    status = solver.Solve(m)
-    name = solver.StatusName(status).lower()
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return {}, SolveStats(name, 0.0, 0.0, 1.0, solver.WallTime(), lexicographic)
-    obj, bound = solver.ObjectiveValue(), solver.BestObjectiveBound()
-    gap = 0.0 if status == cp_model.OPTIMAL else abs(bound - obj) / max(1.0, abs(bound))
-    layout = _extract(solver, problem, y, choices)
-    return layout, SolveStats(name, obj, bound, gap, solver.WallTime(), lexicographic)
-
-
-def _host_model(m, h: HostCtx, problem: Problem, opts: dict[str, list[str]], y, x_all, choices,
-                gpu_changes, host_changes) -> None:
-    pairs = [(s, p) for s in problem.shapes for p in opts[s.name]]
-    if not pairs:
-        return
-    changed_here = []
-    sets = h.nvlink_sets()
-    x: dict[tuple[str, str, str], object] = {}
-    for slot in h.gpus:
+def gpu_classes(host: HostCtx, profiles: list[str]) -> list[_Class]:
+    """Identical GPUs of a host, each class with its (mode, pattern) choices over `profiles`."""
+    groups: dict[tuple[object, ...], list[GpuSlot]] = {}
+    for slot in host.gpus:
         g = slot.gpu
-        relevant = sorted({p for _, p in pairs if parse_profile(p).board == g.board})
-        table: list[tuple[str, dict[str, int], object]] = []
-        for mode in slot.modes:
-            for pat in addition_patterns(slot.as_mode(mode), relevant) or [{}]:
-                table.append((mode, pat, m.NewBoolVar(f"z[{h.name},{g.id},{len(table)}]")))
-        mode_only_current = all(t[0] == g.vgpu_mode for t in table)
-        m.AddExactlyOne([t[2] for t in table])
-        choices[h.name, g.id] = table
-        if not mode_only_current:
-            changed = m.NewBoolVar(f"changed[{h.name},{g.id}]")
-            m.Add(changed == sum(t[2] for t in table if t[0] != g.vgpu_mode))
-            gpu_changes.append(changed)
-            changed_here.append(changed)
-        content: dict[str, list[object]] = {}
+        key = (_key(g), tuple(slot.modes), g.nvlink_set if g.nvlink_up else None)
+        groups.setdefault(key, []).append(slot)
+    out = []
+    for slots in groups.values():
+        rep = slots[0]
+        relevant = [p for p in profiles if parse_profile(p).board == rep.gpu.board]
+        choices = [(mode, pat) for mode in rep.modes
+                   for pat in (addition_patterns(rep.as_mode(mode), relevant) or [{}])]
+        out.append(_Class(host.name, slots, choices))
+    return out
+
+
+class _LayoutModel:
+    def __init__(self, problem: Problem):
+        from ortools.sat.python import cp_model
+
+        self.cp = cp_model
+        self.m = cp_model.CpModel()
+        self.problem = problem
+        self.y: dict[tuple[str, str, str], Any] = {}
+        self.classes: dict[str, list[_Class]] = {}
+        self.gpu_changes: list[Any] = []
+        self.host_changes: list[Any] = []
+        self.hinted: list[tuple[Any, int]] = []
+
+    def build(self) -> None:
+        for h in self.problem.hosts:
+            self._host(h)
+        for s in self.problem.shapes:
+            terms = [v for (_, sn, _), v in self.y.items() if sn == s.name]
+            if terms:
+                self.m.Add(sum(terms) <= s.count)
+        self._host_symmetry()
+        shapes = {s.name: s for s in self.problem.shapes}
+        change_cost = sum(c.size for cs in self.classes.values() for c in cs) + HOST_CHANGE_WEIGHT * len(
+            self.host_changes)
+        self.weights, self.lexicographic = priority_weights(self.problem, change_cost)
+        self.m.Maximize(sum(self.weights[shapes[sn].priority] * v for (_, sn, _), v in self.y.items())
+                        - sum(self.gpu_changes) - HOST_CHANGE_WEIGHT * sum(self.host_changes))
+
+    def _host(self, h: HostCtx) -> None:
+        m = self.m
+        pairs = [(s, p) for s in self.problem.shapes for p in usable_options(self.problem, h, s)]
+        if not pairs:
+            return
         for s, p in pairs:
-            if parse_profile(p).board != g.board or not any(pat.get(p) for _, pat, _ in table):
+            self.y[h.name, s.name, p] = m.NewIntVar(0, s.count, f"y[{h.name},{s.name},{p}]")
+        classes = gpu_classes(h, sorted({p for _, p in pairs}))
+        self.classes[h.name] = classes
+        changed_here = []
+        for ci, c in enumerate(classes):
+            c.n = [m.NewIntVar(0, c.size, f"n[{h.name},{ci},{j}]") for j in range(len(c.choices))]
+            m.Add(sum(c.n) == c.size)
+            moved = [v for (mode, _), v in zip(c.choices, c.n, strict=True) if mode != c.current]
+            if moved:
+                self.gpu_changes.extend(moved)
+                changed_here.append((c.size, moved))
+            for s, p in pairs:
+                most = max(pat.get(p, 0) for _, pat in c.choices)
+                if most == 0 or parse_profile(p).board != c.slots[0].gpu.board:
+                    continue
+                if s.nvlink and not self._nvlink_ok(h, c, s):
+                    continue
+                c.u[s.name, p] = m.NewIntVar(0, min(s.count * s.vgpus, most * c.size), f"u[{h.name},{ci},{s.name},{p}]")
+            for p in {p for _, p in c.u}:
+                m.Add(sum(v for (_, pp), v in c.u.items() if pp == p)
+                      <= sum(pat.get(p, 0) * n for (_, pat), n in zip(c.choices, c.n, strict=True)))
+        for s, p in pairs:
+            self._fill(h, s, p, classes)
+        if h.policy == PERFORMANCE:
+            self._one_profile_per_kind(h, pairs)
+        if changed_here:
+            hc = m.NewBoolVar(f"host_changed[{h.name}]")
+            for size, moved in changed_here:
+                m.Add(sum(moved) <= size * hc)
+            self.host_changes.append(hc)
+
+    def _nvlink_ok(self, h: HostCtx, c: _Class, s: Shape) -> bool:
+        k = c.nvlink_set
+        return k is not None and len(h.nvlink_sets().get(k, [])) >= s.vgpus
+
+    def _fill(self, h: HostCtx, s: Shape, p: str, classes: list[_Class]) -> None:
+        """The VMs' vGPUs go into the host's classes, one per GPU and VM; NVLink VMs inside one set."""
+        m, y = self.m, self.y[h.name, s.name, p]
+        mine = [c for c in classes if (s.name, p) in c.u]
+        if not s.nvlink:
+            for c in mine:
+                m.Add(c.u[s.name, p] <= c.size * y)
+            m.Add(sum(c.u[s.name, p] for c in mine) == s.vgpus * y)
+            self._distinct(h, s, p, mine, y)
+            return
+        ws = []
+        for k in sorted({c.nvlink_set for c in mine if c.nvlink_set is not None}):
+            members = [c for c in mine if c.nvlink_set == k]
+            w = m.NewIntVar(0, s.count, f"w[{h.name},{k},{s.name},{p}]")
+            for c in members:
+                m.Add(c.u[s.name, p] <= c.size * w)
+            m.Add(sum(c.u[s.name, p] for c in members) == s.vgpus * w)
+            ws.append(w)
+        m.Add(y == sum(ws))
+
+    def _distinct(self, h: HostCtx, s: Shape, p: str, mine: list[_Class], y: Any) -> None:
+        """A VM of several vGPUs needs that many GPUs that serve its profile (not one GPU holding them all)."""
+        if s.vgpus < 2 or all(pat.get(p, 0) <= 1 for c in mine for _, pat in c.choices):
+            return
+        serving = sum(n for c in mine for (_, pat), n in zip(c.choices, c.n, strict=True) if pat.get(p, 0) >= 1)
+        any_vm = self.m.NewBoolVar(f"some[{h.name},{s.name},{p}]")
+        self.m.Add(y <= s.count * any_vm)
+        self.m.Add(serving >= s.vgpus).OnlyEnforceIf(any_vm)
+
+    def _one_profile_per_kind(self, h: HostCtx, pairs: list[tuple[Shape, str]]) -> None:
+        """On a spreading host, new VMs of one board use at most one time-sliced and one MIG profile."""
+        kinds: dict[tuple[str, bool], set[str]] = {}
+        for _, p in pairs:
+            prof = parse_profile(p)
+            kinds.setdefault((prof.board, prof.is_mig), set()).add(p)
+        for profiles in kinds.values():
+            if len(profiles) < 2:
                 continue
-            if s.nvlink and (g.nvlink_set is None or not g.nvlink_up or len(sets.get(g.nvlink_set, [])) < s.vgpus):
-                continue
-            most = max(pat.get(p, 0) for _, pat, _ in table)
-            v = m.NewIntVar(0, min(s.count, most), f"x[{h.name},{g.id},{s.name},{p}]")
-            m.Add(v <= y[h.name, s.name, p])  # one vGPU of a VM per GPU
-            x[g.id, s.name, p] = v
-            x_all[h.name, g.id, s.name, p] = v
-            content.setdefault(p, []).append(v)
-        for p, terms in content.items():
-            m.Add(sum(terms) <= sum(pat.get(p, 0) * z for _, pat, z in table))
-    for s, p in pairs:
-        if s.nvlink:
-            _nvlink_sets(m, h, s, p, sets, x, y)
-        else:
-            terms = [v for (gid, sn, pp), v in x.items() if sn == s.name and pp == p]
-            m.Add(sum(terms) == s.vgpus * y[h.name, s.name, p])
-    _break_gpu_symmetry(m, h, choices)
-    if h.policy == PERFORMANCE:
-        _one_profile_per_kind(m, h, pairs, y)
-    if changed_here:
-        hc = m.NewBoolVar(f"host_changed[{h.name}]")
-        m.AddMaxEquality(hc, changed_here)
-        host_changes.append(hc)
+            used = []
+            for p in sorted(profiles):
+                u = self.m.NewBoolVar(f"uses[{h.name},{p}]")
+                total = sum(v for (hn, _sn, pp), v in self.y.items() if hn == h.name and pp == p)
+                cap = sum(s.count for s, pp in pairs if pp == p)
+                self.m.Add(total <= cap * u)
+                used.append(u)
+            self.m.Add(sum(used) <= 1)
+
+    def _host_symmetry(self) -> None:
+        """Identical hosts are interchangeable: order them by the vGPUs they take."""
+        groups: dict[tuple[object, ...], list[HostCtx]] = {}
+        for h in self.problem.hosts:
+            groups.setdefault(_signature(h), []).append(h)
+        shapes = {s.name: s for s in self.problem.shapes}
+        for members in groups.values():
+            loads = [sum(shapes[sn].vgpus * v for (hn, sn, _), v in self.y.items() if hn == h.name) for h in members]
+            for a, b in itertools.pairwise(loads):
+                self.m.Add(a >= b)
+
+    def _hint(self, var: Any, value: int) -> None:
+        self.m.AddHint(var, value)
+        self.hinted.append((var, value))
+
+    def hint(self, layout: Layout) -> None:
+        layout = self._symmetric(layout)
+        counts: Counter[tuple[str, str, str]] = Counter()
+        for host, hl in layout.items():
+            counts.update((host, sn, p) for sn, p in hl.vms)
+        for key, v in self.y.items():
+            self._hint(v, counts.get(key, 0))
+        for host, classes in self.classes.items():
+            hl = layout.get(host, HostLayout())
+            for c in classes:
+                picks: Counter[int] = Counter()
+                used: Counter[tuple[str, str]] = Counter()
+                for slot in c.slots:
+                    use = hl.use.get(slot.gpu.id, Counter())
+                    used.update(use)
+                    per_profile: Counter[str] = Counter()
+                    for (_sn, p), k in use.items():
+                        per_profile[p] += k
+                    mode = hl.modes.get(slot.gpu.id, c.current)
+                    pick = next((j for j, (md, pat) in enumerate(c.choices)
+                                 if md == mode and all(pat.get(p, 0) >= k for p, k in per_profile.items())), 0)
+                    picks[pick] += 1
+                for j, n in enumerate(c.n):
+                    self._hint(n, picks.get(j, 0))
+                for key, v in c.u.items():
+                    self._hint(v, used.get(key, 0))
+
+    def _symmetric(self, layout: Layout) -> Layout:
+        """The same layout with identical hosts' shares swapped so that their loads fall in host order, as the
+        symmetry constraints want (a hint that breaks a constraint would be thrown away)."""
+        shapes = {s.name: s for s in self.problem.shapes}
+        out = dict(layout)
+        groups: dict[tuple[object, ...], list[HostCtx]] = {}
+        for h in self.problem.hosts:
+            groups.setdefault(_signature(h), []).append(h)
+        for members in groups.values():
+            def load(h: HostCtx) -> int:
+                return sum(shapes[sn].vgpus for sn, _ in layout.get(h.name, HostLayout()).vms)
+
+            for target, source in zip(members, sorted(members, key=load, reverse=True), strict=True):
+                out[target.name] = _moved(layout.get(source.name, HostLayout()), source, target)
+        return out
+
+    def extract(self, solver: Any) -> Layout:
+        layout: Layout = {h.name: HostLayout() for h in self.problem.hosts}
+        for (host, sn, p), v in self.y.items():
+            layout[host].vms += [(sn, p)] * solver.Value(v)
+        for host, classes in self.classes.items():
+            for c in classes:
+                slots = iter(c.slots)
+                for (mode, _pat), n in zip(c.choices, c.n, strict=True):
+                    for _ in range(solver.Value(n)):
+                        slot = next(slots)
+                        if mode != c.current:
+                            layout[host].modes[slot.gpu.id] = mode
+        return layout
 
 
-def _nvlink_sets(m, h: HostCtx, s, p: str, sets, x, y) -> None:
-    ws = []
-    for k, members in sorted(sets.items()):
-        terms = [x[g.gpu.id, s.name, p] for g in members if (g.gpu.id, s.name, p) in x]
-        if len(terms) < s.vgpus:
-            continue
-        w = m.NewIntVar(0, s.count, f"w[{h.name},{k},{s.name},{p}]")
-        for t in terms:
-            m.Add(t <= w)
-        m.Add(sum(terms) == s.vgpus * w)
-        ws.append(w)
-    m.Add(y[h.name, s.name, p] == sum(ws))
-
-
-def _one_profile_per_kind(m, h: HostCtx, pairs, y) -> None:
-    """On a spreading host, new VMs of one board use at most one time-sliced and one MIG profile."""
-    kinds: dict[tuple[str, bool], set[str]] = {}
-    for _, p in pairs:
-        prof = parse_profile(p)
-        kinds.setdefault((prof.board, prof.is_mig), set()).add(p)
-    for profiles in kinds.values():
-        if len(profiles) < 2:
-            continue
-        used = []
-        for p in sorted(profiles):
-            u = m.NewBoolVar(f"uses[{h.name},{p}]")
-            for (hn, _sn, pp), v in y.items():
-                if hn == h.name and pp == p:
-                    m.Add(v == 0).OnlyEnforceIf(u.Not())
-            used.append(u)
-        m.Add(sum(used) <= 1)
-
-
-def _break_gpu_symmetry(m, h: HostCtx, choices) -> None:
-    """Identical idle GPUs of a host (same kind, modes and NVLink set) are interchangeable: order their choices."""
-    last: dict[tuple[object, ...], object] = {}
-    for slot in h.gpus:
-        g = slot.gpu
-        if not slot.idle:
-            continue
-        key = (g.board, g.fb_gb, g.vgpu_mode, tuple(slot.modes), g.nvlink_set, g.nvlink_up)
-        table = choices[h.name, g.id]
-        index = sum(i * z for i, (_, _, z) in enumerate(table))
-        if key in last:
-            m.Add(last[key] <= index)
-        last[key] = index
+def _moved(hl: HostLayout, source: HostCtx, target: HostCtx) -> HostLayout:
+    """A host's layout carried to an identical host, GPU by GPU in the same position."""
+    ids = {s.gpu.id: t.gpu.id for s, t in zip(source.gpus, target.gpus, strict=True)}
+    return HostLayout({ids[k]: v for k, v in hl.modes.items()}, list(hl.vms),
+                      {ids[k]: v for k, v in hl.use.items()})
 
 
 def _signature(h: HostCtx) -> tuple[object, ...]:
-    gpus = tuple((s.gpu.board, s.gpu.fb_gb, s.gpu.vgpu_mode, tuple(s.modes), tuple(s.gpu.vgpus), s.gpu.blocked,
-                  s.gpu.nvlink_set, s.gpu.nvlink_up) for s in h.gpus)
+    gpus = tuple((_key(s.gpu), tuple(s.modes)) for s in h.gpus)
     return (gpus, h.policy, h.limit, h.frozen, tuple(sorted(h.offered)))
 
 
-def _break_host_symmetry(m, problem: Problem, y) -> None:
-    """Identical hosts are interchangeable: order them by the vGPUs they take."""
-    groups: dict[tuple[object, ...], list[HostCtx]] = {}
-    for h in problem.hosts:
-        groups.setdefault(_signature(h), []).append(h)
-    shapes = {s.name: s for s in problem.shapes}
-    for members in groups.values():
-        loads = [sum(shapes[sn].vgpus * v for (hn, sn, _), v in y.items() if hn == h.name) for h in members]
-        for a, b in itertools.pairwise(loads):
-            m.Add(a >= b)
-
-
-def _hint(m, hint: Layout, y, x_all, choices) -> None:
-    counts: Counter[tuple[str, str, str]] = Counter()
-    for host, hl in hint.items():
-        for sn, p in hl.vms:
-            counts[host, sn, p] += 1
-    for key, v in y.items():
-        m.AddHint(v, counts.get(key, 0))
-    for (host, gid), table in choices.items():
-        hl = hint.get(host, HostLayout())
-        use = hl.use.get(gid, Counter())
-        per_profile: Counter[str] = Counter()
-        for (_sn, p), n in use.items():
-            per_profile[p] += n
-        mode = hl.modes.get(gid, next(iter(table))[0])
-        pick = next((i for i, (md, pat, _) in enumerate(table)
-                     if md == mode and all(pat.get(p, 0) >= n for p, n in per_profile.items())), None)
-        for i, (_, _, z) in enumerate(table):
-            m.AddHint(z, 1 if i == pick else 0)
-    for (host, gid, sn, p), v in x_all.items():
-        m.AddHint(v, hint.get(host, HostLayout()).use.get(gid, Counter()).get((sn, p), 0))
-
-
-def _extract(solver, problem: Problem, y, choices) -> Layout:
-    layout: Layout = {h.name: HostLayout() for h in problem.hosts}
-    for (host, sn, p), v in y.items():
-        layout[host].vms += [(sn, p)] * solver.Value(v)
-    for (host, gid), table in choices.items():
-        current = next(s.gpu.vgpu_mode for s in problem.host(host).gpus if s.gpu.id == gid)
-        for mode, _pat, z in table:
-            if solver.Value(z) and mode != current:
-                layout[host].modes[gid] = mode
-    return layout
+def solve(problem: Problem, hint: Layout | None = None, time_limit_s: float = 10.0, workers: int | None = None,
+          ) -> tuple[Layout, SolveStats]:
+    model = _LayoutModel(problem)
+    model.build()
+    if hint:
+        model.hint(hint)
+    cp = model.cp
+    solver = cp.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_search_workers = workers or min(8, max(1, os.cpu_count() or 1))
+    status = solver.Solve(model.m)
+    name = solver.StatusName(status).lower()
+    variables = len(model.m.Proto().variables)
+    if status not in (cp.OPTIMAL, cp.FEASIBLE):
+        return {}, SolveStats(name, 0.0, 0.0, 1.0, 0.0, solver.WallTime(), model.lexicographic, variables)
+    obj, bound = solver.ObjectiveValue(), solver.BestObjectiveBound()
+    layout = model.extract(solver)
+    # The objective counts VMs in priority weights: its distance to the bound, in lowest-priority VMs, is how
+    # many more VMs an optimal layout could at most place (changes weigh less than one VM).
+    missing = 0.0 if status == cp.OPTIMAL else max(0.0, bound - obj) / min(model.weights.values())
+    placed = sum(len(h.vms) for h in layout.values())
+    gap = missing / (placed + missing) if missing else 0.0
+    return layout, SolveStats(name, obj, bound, gap, missing, solver.WallTime(), model.lexicographic, variables)

@@ -12,7 +12,17 @@ from dataclasses import dataclass, field
 from vgpuctl.capacity.kinds import in_mode, is_idle
 from vgpuctl.capacity.problem import HostCtx, Problem, Shape, usable_options
 from vgpuctl.model import Observed
-from vgpuctl.placement import MIG_MODE, FarmState, Gpu, Request, add_vgpu, farm_from_observed, place_farm, place_vm
+from vgpuctl.placement import (
+    MIG_MODE,
+    PERFORMANCE,
+    FarmState,
+    Gpu,
+    Request,
+    add_vgpu,
+    farm_from_observed,
+    place_farm,
+    place_vm,
+)
 from vgpuctl.profiles import parse_profile
 
 
@@ -80,6 +90,8 @@ def _place_one(problem: Problem, shape: Shape, work: dict[str, list[Gpu]], layou
 
 
 def _try(host: HostCtx, shape: Shape, opt: str, gpus: list[Gpu], hl: HostLayout) -> bool:
+    if host.policy == PERFORMANCE and _other_profile_of_kind(hl, opt):
+        return False
     profiles = [opt] * shape.vgpus
     res = place_vm(gpus, shape.name, profiles, host.policy, nvlink=shape.nvlink, host=host.name)
     trial = gpus
@@ -100,6 +112,17 @@ def _try(host: HostCtx, shape: Shape, opt: str, gpus: list[Gpu], hl: HostLayout)
         hl.use.setdefault(p.gpu, Counter())[(shape.name, opt)] += 1
     hl.vms.append((shape.name, opt))
     return True
+
+
+def _other_profile_of_kind(hl: HostLayout, opt: str) -> bool:
+    """A spreading host gets new VMs of one time-sliced and one MIG profile per board (any power-on order then
+    places them as planned)."""
+    p = parse_profile(opt)
+    for _, other in hl.vms:
+        q = parse_profile(other)
+        if other != opt and q.board == p.board and q.is_mig == p.is_mig:
+            return True
+    return False
 
 
 def _switched(host: HostCtx, gpus: list[Gpu], opt: str) -> list[Gpu]:
