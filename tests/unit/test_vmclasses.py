@@ -432,7 +432,7 @@ def test_rest_api_session_and_class_body() -> None:
     with fake.client() as rest:
         rest.create_vm_class(want)
     body = fake.seen[1][3]
-    assert body["id"] == "g" and body["memory_MB"] == 65536 and body["memory_reservation"] == 100
+    assert body["id"] == "g" and body["memory_mb"] == 65536 and body["memory_reservation"] == 100
     assert body["devices"] == {"vgpu_devices": [{"profile_name": "grid_a100-40c"}]}
     assert body["config_spec"]["extraConfig"] == [{"_typeName": "OptionValue", "key": "pciPassthru.use64bitMMIO",
                                                    "value": {"_typeName": "string", "_value": "TRUE"}}]

@@ -184,7 +184,7 @@ def class_body(want: ClassState, *, create: bool = False, removed_keys: Iterable
     """The REST create/update spec of a class: devices.vgpu_devices, and extraConfig in config_spec."""
     body: dict[str, Any] = {
         "cpu_count": want.cpus,
-        "memory_MB": want.memory_mb,
+        "memory_mb": want.memory_mb,  # /api spelling (the older /rest API spelled it memory_MB)
         "cpu_reservation": want.cpu_reservation,
         "memory_reservation": want.memory_reservation,
         "devices": {"vgpu_devices": [{"profile_name": p} for p in want.vgpus]},
@@ -206,7 +206,7 @@ def class_body(want: ClassState, *, create: bool = False, removed_keys: Iterable
 
 def class_from_json(d: dict[str, Any]) -> ClassState:
     devices = d.get("devices") or {}
-    memory = d.get("memory_MB", d.get("memory_mb"))  # the API says memory_MB; govmomi's simulator memory_mb
+    memory = d.get("memory_mb", d.get("memory_MB"))  # /api spells memory_mb, the older /rest API memory_MB
     return ClassState(
         name=str(d.get("id", "")),
         cpus=int(d.get("cpu_count") or 0),

@@ -152,7 +152,7 @@ func (h *Handler) SeedVMClass(user, password string, c VMClass) error {
 		devices = append(devices, map[string]string{"profile_name": p})
 	}
 	body, _ := json.Marshal(map[string]any{
-		"id": c.Name, "cpu_count": c.CPUs, "memory_MB": c.MemoryMB, "devices": map[string]any{"vgpu_devices": devices},
+		"id": c.Name, "cpu_count": c.CPUs, "memory_mb": c.MemoryMB, "devices": map[string]any{"vgpu_devices": devices},
 	})
 	rec := h.call(http.MethodPost, VMClassesPath, token, body)
 	if rec.Code != http.StatusOK {
