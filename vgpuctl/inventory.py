@@ -19,6 +19,7 @@ Decisions (documented in inventory.example.yaml too):
 from __future__ import annotations
 
 import difflib
+import functools
 import itertools
 import re
 import types
@@ -472,8 +473,23 @@ def _plain_scalar(value: str) -> Any:
     if _DEC_FLOAT.fullmatch(value):
         return float(value)
     if _maybe_typed(value):
-        raise _NotFast
+        return _typed_scalar(value)
     return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _typed_scalar(value: str) -> Any:
+    """A plain scalar that may be a number, date or other typed value, resolved by ruamel itself (YAML 1.2)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        data = YAML(typ="rt").load(f"v: {value}\n")
+    except (YAMLError, ValueError):  # ValueError: ruamel's float constructor on forms like `._`
+        raise _NotFast from None
+    if not isinstance(data, dict) or list(data) != ["v"]:
+        raise _NotFast
+    return _plain(data["v"], (), {}, {})
 
 
 def _maybe_typed(value: str) -> bool:
@@ -514,7 +530,7 @@ def _fast_yaml(text: str, file: str = "<inventory>") -> tuple[Any, dict[Path_, P
         raise _NotFast
     pos: dict[Path_, Pos] = {(): (1, 1)}
     keypos: dict[Path_, Pos] = {}
-    reader = _EventReader(events, pos, keypos)
+    reader = _EventReader(events, pos, keypos, text)
     reader.i = 2
     data = reader.node(())
     if reader.i != len(events) - 2:
@@ -537,13 +553,33 @@ def _refuse_anchors(events: list[Any], file: str) -> None:
         raise InventoryError(_anchor_message(sigil, event.anchor), file, mark.line + 1, mark.column + 1)
 
 
+def _is_empty(event: Any) -> bool:
+    import yaml
+
+    return (isinstance(event, yaml.ScalarEvent) and not event.style and event.value == ""
+            and event.anchor is None and event.tag is None)
+
+
 def _at(mark: Any) -> Pos:
     return (mark.line, mark.column)
 
 
 class _EventReader:
-    def __init__(self, events: list[Any], pos: dict[Path_, Pos], keypos: dict[Path_, Pos]):
+    def __init__(self, events: list[Any], pos: dict[Path_, Pos], keypos: dict[Path_, Pos], text: str = ""):
         self.events, self.pos, self.keypos, self.i = events, pos, keypos, 0
+        self.lines = text.split("\n")
+
+    def _block_scalar(self, event: Any) -> Any:
+        """A literal or folded scalar, folded by ruamel itself from its own lines of the file."""
+        start, end = event.start_mark, event.end_mark
+        header = self.lines[start.line][start.column:]
+        if any(c.isdigit() for c in header.split("#", 1)[0]):
+            raise _NotFast  # an indentation indicator counts from the parent's indentation
+        raw = "\n".join([header, *self.lines[start.line + 1:end.line]])
+        return _typed_scalar(raw)
+
+    def _nothing_after(self, mark: Any) -> bool:
+        return mark.line < len(self.lines) and not self.lines[mark.line][mark.column:].strip()
 
     def node(self, path: Path_) -> Any:
         import yaml
@@ -557,7 +593,7 @@ class _EventReader:
                 return _plain_scalar(event.value)
             if event.style in ("'", '"'):
                 return event.value
-            raise _NotFast  # block scalars: ruamel's folding rules
+            return self._block_scalar(event)
         if isinstance(event, yaml.MappingStartEvent):
             first = self.events[self.i]
             if event.flow_style and _at(first.start_mark) == _at(event.start_mark):
@@ -585,6 +621,14 @@ class _EventReader:
             kpos = (kmark.line + 1, kmark.column + 1)
             self.keypos[kp] = kpos
             value_event = events[self.i]
+            if _is_empty(value_event):  # `key:` alone is null, placed (as ruamel does) at the next token
+                if not self._nothing_after(value_event.start_mark):
+                    raise _NotFast  # a comment or flow punctuation on the line: ruamel's placement differs
+                vmark = events[self.i + 1].start_mark
+                self.pos[kp] = (vmark.line + 1, vmark.column + 1)
+                self.i += 1
+                out[key] = None
+                continue
             if isinstance(value_event, yaml.ScalarEvent):
                 vmark = value_event.start_mark
                 self.pos[kp] = (vmark.line + 1, vmark.column + 1)

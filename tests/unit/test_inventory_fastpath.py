@@ -35,6 +35,25 @@ SAME = [
     "a:\n  - name: a\n    vgpus:\n      - profile: x\n        count: 9\n      - {profile: y}\n",
     "a: [\n  1,\n  2\n]\n",
     "a: ~/.ssh/known_hosts\nb: ./ca.pem\nc: .ssh\nd: -x\ne: +x\nf: <x>\ng: =x\nh: ~\ni: -0\nj: +1\n",
+    # typed plain scalars: resolved by ruamel's own resolver, one scalar at a time
+    "a: 0x10\nb: 010\nc: 1_000\nd: 1e3\ne: 2024-01-01\nf: .inf\ng: -.inf\nh: .5\ni: +_1\nj: 10.\n",
+    "a: 0o17\nb: 1.5e-3\nc: 12:30:00\nd: 2024-01-01T10:00:00Z\ne: 6.4e1\n",
+    # empty values in block mappings: null, placed at the next token as ruamel places them
+    "a:\nb: x\n",
+    "a:\n  b:\n  c: 1\n",
+    "a:\n  - b:\n  - c\n",
+    "a:\nb:\n",
+    "x:\n  y:\nz: 1\n",
+    "a:\n\n\n  # c\nb: 1\n",
+    "vms:\n  - name: a\n    cpus:\n  - name: b\n",
+    "a:   \nb: 1\n",
+    # block scalars: ruamel folds each from its own lines
+    "a: |\n  x\n",
+    "a:\n  b: |\n    line1\n     line2\n\n  c: >-\n    x\n    y\n\n\nd: 1\n",
+    "a: |+\n  x\n\n\nb: 1\n",
+    "a: >\n  folded\n  text\n\n  para\nb: [1]\n",
+    "a:\n  - |\n    in a list\n  - x\n",
+    "a: | # c\n  x\nb: 1\n",
 ]
 
 # Declined: ruamel decides (an error, or a value or position libyaml would give differently).
@@ -43,27 +62,17 @@ DECLINED = [
     'a: ["b":c]\n',  # ruamel refuses, libyaml reads {b: c}
     "a: [b: c]\n",
     "a:\n  b: 1\n  b: 2\n",  # duplicate key: ruamel's error
-    "a:\nb: x\n",  # empty value: ruamel places it at the next token
     "a: !!str 1\n",
-    "a: |\n  x\n",
-    "a: 0x10\n",
-    "a: 010\n",
-    "a: 1_000\n",
-    "a: 1e3\n",
-    "a: 2024-01-01\n",
+    "a: |2\n   x\n",  # an indentation indicator
     "a: b\n---\nc: d\n",
     "",
     "a: {b: [c, d}\n",
     "1: a\n",
     "a: b\r\nc: d\r\n",
-    "a: .inf\n",
-    "a: -.inf\n",
-    "a: .5\n",
-    "a: ._\n",
-    "a: +_1\n",
-    "a: 10.\n",
+    "a: ._\n",  # ruamel's own float constructor fails on it
+    "a: # comment\nb: 1\n",  # an empty value with a comment, or in a flow mapping: ruamel places it elsewhere
+    "a: {b: , c: 1}\n",
     "<<: {b: c}\n",
-    "a: =\n",
 ]
 
 
@@ -167,3 +176,20 @@ def test_alias_bomb_fails_fast_at_the_first_anchor(tmp_path: Path, line_end: str
     with pytest.raises(InventoryError) as info:
         inv_mod.load_inventory(path)
     assert info.value.located().startswith(f"{path}:2:5: YAML anchor or alias &l0: anchors and aliases")
+
+
+def test_inventory_with_typed_scalars_and_empty_values_takes_the_fast_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = ["apiVersion: vgpuctl/v1", "vms:"]
+    lines += [f"  - name: vm-{i:04d}\n    memory_gb: 6.4e1\n    folder:\n    cpus: 0x10" for i in range(200)]
+    path = tmp_path / "typed.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    assert _check(path.read_text())
+
+    def no_ruamel(*args):
+        raise AssertionError("ruamel read the whole file")
+
+    monkeypatch.setattr(inv_mod, "_ruamel_yaml", no_ruamel)
+    inv = inv_mod.load_inventory(path)
+    assert len(inv.vms) == 200 and {(vm.memory_gb, vm.cpus, vm.folder) for vm in inv.vms} == {(64.0, 16, None)}
