@@ -146,7 +146,7 @@ VmClassList = Annotated[list[VmClassSpec], BeforeValidator(_empty)]
 NamespaceList = Annotated[list[NamespaceSpec], BeforeValidator(_empty)]
 
 
-class _Sections(Protocol):
+class InventorySections(Protocol):
     """What the checks and the plan need from an Inventory: its two sections, and locating errors."""
 
     vm_classes: list[VmClassSpec]
@@ -155,7 +155,7 @@ class _Sections(Protocol):
     def error(self, path: tuple[str | int, ...], message: str) -> InventoryError: ...
 
 
-def iter_problems(inv: _Sections) -> Iterator[InventoryError]:
+def iter_problems(inv: InventorySections) -> Iterator[InventoryError]:
     """Checks across entries that need no vCenter: duplicate names, unknown or absent classes in namespaces."""
     classes: dict[str, VmClassSpec] = {}
     for i, spec in enumerate(inv.vm_classes):
@@ -168,8 +168,8 @@ def iter_problems(inv: _Sections) -> Iterator[InventoryError]:
             yield inv.error(("namespaces", i, "name"), f"namespace {ns.name!r} is listed twice")
         seen.add(ns.name)
         for j, name in enumerate(ns.vm_classes):
-            spec = classes.get(name)
-            if spec is not None and spec.state == "absent":
+            listed = classes.get(name)
+            if listed is not None and listed.state == "absent":
                 yield inv.error(("namespaces", i, "vm_classes", j), f"VM class {name!r} has state: absent")
             if ns.vm_classes.index(name) != j:
                 yield inv.error(("namespaces", i, "vm_classes", j), f"VM class {name!r} is listed twice")
@@ -308,7 +308,7 @@ class SupervisorPlan:
         }
 
 
-def plan_supervisor(inv: _Sections, state: SupervisorState, observed: Observed) -> SupervisorPlan:
+def plan_supervisor(inv: InventorySections, state: SupervisorState, observed: Observed) -> SupervisorPlan:
     """Inventory sections x REST state x observed hosts -> SupervisorPlan.
 
     `observed` gives each cluster's hosts and the profiles they offer; pass the prediction after planned host
@@ -405,10 +405,9 @@ def _check_class(
         return
     for ns in sorted(users, key=lambda n: n.name):
         cluster = state.supervisor_clusters.get(ns.cluster)
-        if cluster is None:
-            if ns.name not in {n.namespace for n in plan.namespace_changes}:
-                plan.errors.append(f"vm class {want.name}: namespace {ns.name} is on {ns.cluster}, "
-                                   "which is not a supervisor cluster")
+        if cluster is None:  # a named namespace there is an error already; another one cannot be checked
+            plan.warnings.append(f"vm class {want.name}: namespace {ns.name} is on {ns.cluster}, which is not a "
+                                 "supervisor cluster; its hosts were not checked")
             continue
         problem = _offer_problem(want, cluster, observed)
         if problem:

@@ -484,3 +484,19 @@ def test_rest_wrong_password_and_tls_settings() -> None:
     assert pinned.poolmanager.connection_pool_kw["assert_fingerprint"] == "ab" * 32
     with pytest.raises(UsageError, match="plain http"):
         RestClient(ConnectionSettings(url="http://vc.example.com", username="u", password="p"))
+
+
+def test_planned_mig_mode_counts_for_the_offer_check() -> None:
+    from vgpuctl import hostplan
+    from vgpuctl.k8s.stage import planning_base
+    from vgpuctl.model import HostChange, ObservedGpu
+
+    observed = _observed(A100_TS)
+    observed.hosts["esx-01"].gpus = [ObservedGpu("0000:3b:00.0", "NVIDIA A100-PCIE-40GB", memory_kb=40 << 20,
+                                                 graphics_type="sharedDirect", vgpu_mode="sameSize")]
+    inv = _inv("vm_classes:\n  - {name: c, cpus: 1, memory_gb: 4, vgpus: {profile: grid_a100-3-20c}}\n"
+               "namespaces:\n  - {name: ml-team, vm_classes: [c]}\n")
+    state = _state(**{"ml-team": []})
+    assert plan_supervisor(inv, state, planning_base(observed)).errors != []
+    to_mig = [HostChange("esx-01", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig")]
+    assert plan_supervisor(inv, state, planning_base(observed, to_mig)).errors == []

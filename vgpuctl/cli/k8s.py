@@ -18,8 +18,8 @@ from vgpuctl.errors import InventoryErrors, PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
-    from vgpuctl.k8s.stage import SupervisorApplyResult
-    from vgpuctl.model import Observed
+    from vgpuctl.k8s.stage import SupervisorApplyResult, SupervisorRun
+    from vgpuctl.model import HostChange, Observed
     from vgpuctl.vmclasses import SupervisorPlan
 
 EXIT_CHANGES_PENDING = 2
@@ -48,33 +48,32 @@ def load(path: Path) -> Inventory:
     return inventory
 
 
-def planning_base(inventory: Inventory, observed: Observed) -> Observed:
-    """The hosts as they will be after the inventory's planned host changes (GPU modes), else as they are."""
+def planned_host_changes(inventory: Inventory, observed: Observed) -> list[HostChange]:
+    """The inventory's host changes as planned from the API alone (GPU modes), for the offered-profile check;
+    `vgpuctl plan` plans them with the ESXi shell's facts and reports their problems."""
     from vgpuctl import hostplan
 
     if not inventory.hosts:
-        return observed
+        return []
     try:
-        hosts = hostplan.plan_hosts(inventory.hosts, observed, None, [])
+        return list(hostplan.plan_hosts(inventory.hosts, observed, None, []).changes)
     except VgpuctlError:
-        return observed  # the host plan's own errors are reported by `vgpuctl plan`
-    return hostplan.predict_observed(observed, hosts.changes) if hosts.changes else observed
+        return []
 
 
-def _plan(opts: GlobalOptions, inventory: Inventory, rest: Any) -> SupervisorPlan:
-    from vgpuctl.k8s.stage import plan_stage
+def _plan(opts: GlobalOptions, inventory: Inventory, run: SupervisorRun) -> SupervisorPlan:
     from vgpuctl.vsphere.observe import observe
     from vgpuctl.vsphere.session import open_session
 
-    with open_session(rest.settings) as session:  # the REST client's settings: one warning, one prompt
+    with open_session(run.rest.settings) as session:  # the REST client's settings: one warning, one prompt
         observed = observe(session, common.datacenter_for(opts, inventory))
-    return plan_stage(rest, inventory, planning_base(inventory, observed))
+    return run.plan(observed, planned_host_changes(inventory, observed))
 
 
-def _rest(opts: GlobalOptions, inventory: Inventory) -> Any:
-    from vgpuctl.vsphere.rest import RestClient
+def _run(opts: GlobalOptions, inventory: Inventory) -> SupervisorRun:
+    from vgpuctl.k8s.stage import SupervisorRun
 
-    return RestClient(common.connection_settings(opts, inventory))
+    return SupervisorRun(common.connection_settings(opts, inventory), inventory)
 
 
 def _plan_renderable(plan: SupervisorPlan) -> Any:
@@ -101,8 +100,8 @@ def plan_cmd(
     """Show the VM class and namespace changes apply would make."""
     opts: GlobalOptions = ctx.obj
     inventory = load(file)
-    with _rest(opts, inventory) as rest:
-        plan = _plan(opts, inventory, rest)
+    with _run(opts, inventory) as run:
+        plan = _plan(opts, inventory, run)
     if plan.errors and not (opts.json or opts.verbose):
         raise PlanError(list(plan.errors))
     common.emit(plan.to_dict(), lambda _d: _plan_renderable(plan), opts)
@@ -119,12 +118,10 @@ def apply_cmd(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
 ) -> None:
     """Plan, confirm (unless --yes), then change one VM class or namespace at a time."""
-    from vgpuctl.k8s.stage import apply_stage
-
     opts: GlobalOptions = ctx.obj
     inventory = load(file)
-    with _rest(opts, inventory) as rest:
-        plan = _plan(opts, inventory, rest)
+    with _run(opts, inventory) as run:
+        plan = _plan(opts, inventory, run)
         if plan.errors:
             raise PlanError(list(plan.errors))
         if opts.json:
@@ -135,7 +132,7 @@ def apply_cmd(
         if not plan.is_empty:
             if not yes:
                 _confirm(plan)
-            result = apply_stage(rest, plan, progress=lambda what, step: common.info(f"{what}: {step}"))
+            result = run.apply(progress=lambda what, step: common.info(f"{what}: {step}"))
     _finish(plan, result, opts)
 
 

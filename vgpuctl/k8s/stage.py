@@ -1,6 +1,7 @@
 """The VM-class stage of a run: observe the supervisor side over REST, plan it, apply it.
 
-Entry points (for `vgpuctl k8s plan/apply` and for the plan/apply pipeline):
+Entry points (for `vgpuctl k8s plan/apply` and for the plan/apply pipeline); `SupervisorRun` wraps them
+for one run (one REST login, plan, apply):
 - `observe_supervisor(rest, inventory, observed)`: the REST state, cluster ids turned into cluster names;
 - `plan_stage(rest, inventory, observed)`: observe + vgpuctl.vmclasses.plan_supervisor (pass `observed` as
   predicted after planned host changes so that planned GPU modes count);
@@ -11,17 +12,18 @@ Entry points (for `vgpuctl k8s plan/apply` and for the plan/apply pipeline):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import DriftError, RestError, VgpuctlError
-from vgpuctl.model import Observed, Op
+from vgpuctl.model import HostChange, Observed, Op
 from vgpuctl.vmclasses import ClassChange, NamespaceChange, SupervisorPlan, SupervisorState, plan_supervisor
 
 if TYPE_CHECKING:
     from vgpuctl.vmclasses import InventorySections
     from vgpuctl.vsphere.rest import RestClient
+    from vgpuctl.vsphere.session import ConnectionSettings
 
 Progress = Callable[[str, str], None]  # (what, step) e.g. ("vm class gpu-a100", "created")
 
@@ -37,6 +39,50 @@ def observe_supervisor(rest: RestClient, inventory: InventorySections, observed:
 
 def plan_stage(rest: RestClient, inventory: InventorySections, observed: Observed) -> SupervisorPlan:
     return plan_supervisor(inventory, observe_supervisor(rest, inventory, observed), observed)
+
+
+def names_supervisor_objects(inventory: InventorySections) -> bool:
+    """Whether the inventory has VM classes or namespaces (without them a run never logs in over REST)."""
+    return bool(inventory.vm_classes or inventory.namespaces)
+
+
+def planning_base(observed: Observed, host_changes: Sequence[HostChange] = ()) -> Observed:
+    """The hosts as they will be after the planned host changes (a GPU switched to MIG offers MIG profiles)."""
+    from vgpuctl import hostplan
+
+    return hostplan.predict_observed(observed, host_changes) if host_changes else observed
+
+
+class SupervisorRun:
+    """The VM-class stage of one run: one REST login (the SOAP session's settings), plan, then apply.
+
+        with SupervisorRun(session.settings, inventory) as run:
+            plan = run.plan(observed, the_plan.host_changes)
+            ...
+            result = run.apply(progress)
+    """
+
+    def __init__(self, settings: ConnectionSettings, inventory: InventorySections):
+        from vgpuctl.vsphere.rest import RestClient
+
+        self.inventory = inventory
+        self.rest = RestClient(settings)
+        self.last_plan: SupervisorPlan | None = None
+
+    def __enter__(self) -> SupervisorRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.rest.close()
+
+    def plan(self, observed: Observed, host_changes: Sequence[HostChange] = ()) -> SupervisorPlan:
+        self.last_plan = plan_stage(self.rest, self.inventory, planning_base(observed, host_changes))
+        return self.last_plan
+
+    def apply(self, progress: Progress | None = None) -> SupervisorApplyResult:
+        if self.last_plan is None:
+            raise VgpuctlError("the VM class stage was not planned")
+        return apply_stage(self.rest, self.last_plan, progress)
 
 
 @dataclass
