@@ -163,3 +163,24 @@ def test_kind_and_missing_base(tmp_path):
     path = write(tmp_path, EXPERIMENT.replace("inventory: inventory.yaml", "inventory: nope.yaml"))
     with pytest.raises(InventoryError, match=r"nope\.yaml: inventory file not found"):
         checked_variants(load_experiment(path))
+
+
+def test_a_variant_may_only_change_what_the_base_sets(tmp_path):
+    text = EXPERIMENT.replace("hosts: [{cluster: GPU-Cluster, nvlink: disabled}]",
+                              "hosts: [{cluster: GPU-Cluster, nvlink: disabled, graphics: {assignment_policy: "
+                              "consolidation}}, {cluster: Other, nvlink: disabled}]")
+    text = text.replace("gpus: [{select: all, mode: mig, vgpu_mode: null}]",
+                        "gpus: [{select: all, mode: mig}, {select: 0000:3b:00.0, mode: mig}]")
+    text = text.replace('vms: [{name: "train-{01..02}", nvlink: none}]',
+                        'vms: [{name: "train-{01..02}", nvlink: none, host: esx-01}]')
+    errors = errors_of(write(tmp_path, text))
+    restore = "so restoring the base would not undo this variant: set it in the base inventory"
+    assert errors == [
+        f"{tmp_path}/experiment.yaml:10:84: variants[1].hosts[0].graphics.assignment_policy: the base inventory "
+        f"leaves graphics.assignment_policy unset, {restore}",
+        f"{tmp_path}/experiment.yaml:10:101: variants[1].hosts[1]: no host entry with cluster: Other in the "
+        "inventory: restoring the base could not undo this entry (add it to the base)",
+        f"{tmp_path}/experiment.yaml:11:56: variants[1].vms[0].host: the base inventory leaves host unset, {restore}",
+        f"{tmp_path}/experiment.yaml:13:69: variants[2].hosts[0].gpus[1]: the base inventory leaves gpus[1] unset, "
+        f"{restore}",
+    ]

@@ -44,18 +44,7 @@ class Farm(Protocol):
 
     def guest_addresses(self, inventory: Inventory, vms: list[str]) -> dict[str, str | None]: ...
 
-    def host_facts(self, inventory: Inventory, vms: list[str]) -> dict[str, Any]:
-        from vgpuctl import pipeline
-        from vgpuctl.cli import common
-
-        options = self._options(inventory)
-        with common.connect(self.opts, inventory) as session:
-            observed = pipeline.observe(session, options.datacenter, inventory)
-            vm_hosts = {vm: observed.vms[vm].host for vm in vms if vm in observed.vms and observed.vms[vm].host}
-            specs = {h: _host_spec(inventory, h, observed.hosts[h].cluster)
-                     for h in sorted(set(vm_hosts.values())) if h in observed.hosts}
-            facts, errors = pipeline.host_facts(session, observed, specs, options)
-        return {"hosts": {h: f.to_dict() for h, f in facts.items()}, "vm_hosts": vm_hosts, "errors": errors}
+    def host_facts(self, inventory: Inventory, vms: list[str]) -> dict[str, Any]: ...
 
     def run_workload(self, inventory: Inventory, addresses: dict[str, str | None], vms: list[str],
                      workload: WorkloadSpec) -> GuestRun: ...
@@ -255,7 +244,15 @@ class VsphereFarm:
     def apply(self, inventory: Inventory) -> None:
         from vgpuctl.cli.plan import execute, raise_for_outcome
 
-        raise_for_outcome(execute(self.opts, inventory, self._options(inventory), yes=self.yes))
+        run = execute(self.opts, inventory, self._options(inventory), yes=self.yes)
+        try:
+            raise_for_outcome(run)
+        except VgpuctlError as err:
+            hosts = run.hosts.hosts if run.hosts is not None else []
+            details = [" ".join(o.describe().split()) for o in hosts if o.host in run.hosts.failed]
+            if not details:
+                raise
+            raise VgpuctlError(f"{err}: {'; '.join(details)}") from None
 
     # guests and hosts
 
@@ -272,16 +269,17 @@ class VsphereFarm:
         return found
 
     def host_facts(self, inventory: Inventory, vms: list[str]) -> dict[str, Any]:
+        from vgpuctl import pipeline
         from vgpuctl.cli import common
-        from vgpuctl.hostfacts import gather_facts
 
+        options = self._options(inventory)
         with common.connect(self.opts, inventory) as session:
-            observed = common.observe_all(session, self.opts, inventory)
+            observed = pipeline.observe(session, options.datacenter, inventory)
             vm_hosts = {vm: observed.vms[vm].host for vm in vms if vm in observed.vms and observed.vms[vm].host}
-            hosts = {h: (observed.hosts[h].moid, _host_spec(inventory, h, observed.hosts[h].cluster))
+            specs = {h: _host_spec(inventory, h, observed.hosts[h].cluster)
                      for h in sorted(set(vm_hosts.values())) if h in observed.hosts}
-            facts = gather_facts(session, hosts, shell=True, trust_on_first_use=self.trust_on_first_use)
-        return {"hosts": {h: f.to_dict() for h, f in facts.items()}, "vm_hosts": vm_hosts}
+            facts, errors = pipeline.host_facts(session, observed, specs, options)
+        return {"hosts": {h: f.to_dict() for h, f in facts.items()}, "vm_hosts": vm_hosts, "errors": errors}
 
     def run_workload(self, inventory: Inventory, addresses: dict[str, str | None], vms: list[str],
                      workload: WorkloadSpec) -> GuestRun:

@@ -15,10 +15,11 @@ variants:
     hosts: [{cluster: GPU-Cluster, nvlink: disabled}]
 ```
 
-A variant's `hosts` and `vms` entries are overlays: a host entry is matched to the base entry with the same
-`cluster` (or `name`) and merged onto it (a host entry with no match is added); a VM entry is matched by
-`name`. Merging follows the inventory's rules: mappings merge key by key, lists and scalars are replaced,
-and `gpus` entries merge by `select`. Errors are `FILE:LINE:COL: key.path: message`, located with the
+A variant's `hosts` and `vms` entries are overlays: a host entry is merged onto the base entry with the same
+`cluster` (or `name`), a VM entry onto the base entry with the same `name`. Merging follows the inventory's
+rules: mappings merge key by key, lists and scalars are replaced, and `gpus` entries merge by `select`.
+An overlay may only change what the base sets (an entry or key the base leaves out is an error): applying
+the base again must undo every variant. Errors are `FILE:LINE:COL: key.path: message`, located with the
 inventory loader's own machinery.
 """
 
@@ -276,20 +277,22 @@ def merge_variant(exp: Experiment, index: int, base: dict[str, Any]) -> MergedVa
     hosts = data.setdefault("hosts", []) or []
     data["hosts"] = hosts
     changed_hosts: list[str] = []
+    errors: list[InventoryError] = []
     overlay_of: dict[tuple[str, int], int] = {}
     for j, entry in enumerate(variant.hosts):
         kind = "cluster" if "cluster" in entry else "name"
         target = entry[kind]
         at = next((i for i, h in enumerate(hosts) if isinstance(h, dict) and h.get(kind) == target), None)
         if at is None:
-            hosts.append(copy.deepcopy(entry))
-            at = len(hosts) - 1
-        else:
-            hosts[at] = merge_entry(hosts[at], entry)
+            errors.append(exp.error(("variants", index, "hosts", j), f"no host entry with {kind}: {target} in the "
+                                    "inventory: restoring the base could not undo this entry (add it to the base)"))
+            continue
+        errors += [exp.error(("variants", index, "hosts", j, *p), _unrestorable_message(p))
+                   for p in unrestorable(hosts[at], entry)]
+        hosts[at] = merge_entry(hosts[at], entry)
         overlay_of[("hosts", at)] = j
         changed_hosts.append(f"{'cluster' if kind == 'cluster' else 'host'} {target}")
     vms = data.get("vms") or []
-    errors: list[InventoryError] = []
     changed_vms: list[str] = []
     for j, entry in enumerate(variant.vms):
         name = entry["name"]
@@ -297,6 +300,8 @@ def merge_variant(exp: Experiment, index: int, base: dict[str, Any]) -> MergedVa
         if at is None:
             errors.append(exp.error(("variants", index, "vms", j, "name"), _no_vm_message(name, vms)))
             continue
+        errors += [exp.error(("variants", index, "vms", j, *p), _unrestorable_message(p))
+                   for p in unrestorable(vms[at], entry)]
         vms[at] = merge_entry(vms[at], entry)
         overlay_of[("vms", at)] = j
         changed_vms.append(name)
@@ -352,6 +357,31 @@ def _relocate(exp: Experiment, index: int, merged: MergedVariant, err: Inventory
     line, col = _lookup(exp._pos, where)
     text = f"{_format(where)}: variant {merged.name!r} merged onto {exp.inventory}: {err.message}"
     return InventoryError(text, exp.source_path, line, col)
+
+
+def unrestorable(base: dict[str, Any], overlay: dict[str, Any], path: Path_ = ()) -> list[Path_]:
+    """Keys the overlay sets that the base entry leaves unset: applying the base again would not undo them
+    (an inventory leaves unset settings as they are), so the experiment could not restore the farm."""
+    out: list[Path_] = []
+    for key, value in overlay.items():
+        if key not in base:
+            out.append((*path, key))
+        elif key == "gpus" and isinstance(value, list) and isinstance(base[key], list):
+            for i, g in enumerate(value):
+                select = g.get("select", "all") if isinstance(g, dict) else None
+                match = next((b for b in base[key] if isinstance(b, dict) and b.get("select", "all") == select), None)
+                if match is None:
+                    out.append((*path, key, i))
+                elif isinstance(g, dict):
+                    out += unrestorable(match, g, (*path, key, i))
+        elif isinstance(value, dict) and isinstance(base[key], dict):
+            out += unrestorable(base[key], value, (*path, key))
+    return out
+
+
+def _unrestorable_message(path: Path_) -> str:
+    return (f"the base inventory leaves {_format(path)} unset, so restoring the base would not undo this "
+            "variant: set it in the base inventory")
 
 
 def _no_vm_message(name: str, vms: list[Any]) -> str:
