@@ -1,19 +1,10 @@
 """The inventory file (apiVersion vgpuctl/v1): schema, YAML loading with FILE:LINE:COL errors, name ranges
-and the semantic checks that need no vCenter.
+and the semantic checks that need no vCenter (every field is documented in inventory.example.yaml).
 
-`load_inventory(path)` parses YAML with ruamel.yaml's round-trip loader (it keeps the line and column of
-every key and value; plain files are read the same way from libyaml's events first, see `_fast_yaml`),
-validates the schema with pydantic (extra keys forbidden, strict types), expands VM name ranges
-(`train-{01..04}`) and raises every problem found at once as InventoryErrors.
-`validate(inv)` adds the semantic checks (profiles, counts, mixing, duplicates, guest groups, host rules).
-
-Decisions (documented in inventory.example.yaml too):
-- `template` is optional: a VM that already exists needs none; planning a VM that is missing and has no
-  template is a plan error.
-- `vgpus` is one `{profile, count}` mapping or a list of them (mixed sizes of one board and series in one
-  VM, e.g. A40-48C + A40-16C); it is always a list after loading. `[]`: the VM holds no vGPU. Omitted (or
-  empty): the VM's vGPUs are left as they are (`VmSpec.manages_vgpus`), as unset host fields are.
-- `power` defaults to `restart`: the VM should run, and is powered off for a change and on again.
+`load_inventory(path)` reads, schema-checks and range-expands a file; on failure it raises InventoryErrors
+with every schema and semantic problem at once. `validate(inv)` runs the semantic checks of a loaded one.
+A VM entry without `vgpus` leaves the VM's vGPUs as they are (`VmSpec.manages_vgpus`); `vgpus: []` removes
+them. Host entries are merged per host by vgpuctl.hostmerge.
 """
 
 from __future__ import annotations
@@ -441,10 +432,10 @@ def _ruamel_yaml(text: str, file: str) -> tuple[Any, dict[Path_, Pos], dict[Path
 #
 # ruamel's pure-Python round-trip loader takes about a second for an inventory of 1,000 VMs. When PyYAML's
 # libyaml binding is present, the same file is first read from libyaml's event stream (C), recording the same
-# positions. Only the plain subset whose meaning is certain under ruamel's YAML 1.2 rules is read this way: any
-# parse error, duplicate key, anchor, alias, tag, directive, block scalar or plain scalar that could be a number,
-# date or other non-string type beyond the simple forms below sends the whole file to ruamel, so errors and
-# values stay exactly ruamel's.
+# positions. Scalars whose meaning depends on ruamel's YAML 1.2 rules (numbers, dates, block scalars) are
+# resolved by ruamel itself one at a time; a parse error, duplicate key, tag, directive, tab or other form
+# where libyaml and ruamel could disagree sends the whole file to ruamel, so errors and values stay ruamel's.
+# Anchors and aliases are refused by both readers (an alias bomb is never expanded).
 
 
 class _NotFast(Exception):
