@@ -133,6 +133,15 @@ def test_installed_vgpuctl_runs_its_own_playbooks(installed: Path, tmp_path: Pat
     assert f"PLAY [{play}]" in stdout and "UNREACHABLE" in stdout, stdout[-2000:]
 
 
+def test_installed_sim_up_says_in_one_line_that_it_needs_a_checkout(installed: Path, tmp_path: Path) -> None:
+    env = {k: v for k, v in _outside_env(installed, tmp_path).items() if not k.startswith("GPUSIM_")}
+    proc = subprocess.run([installed / "vgpuctl", "sim", "up"], capture_output=True, text=True, cwd=tmp_path,
+                          env=env, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert "needs a source checkout and Go" in line, line
+
+
 # ------------------------------------------------------------------------------ make test sets itself up
 
 
