@@ -149,6 +149,13 @@ def test_replan_is_empty(env: dict[str, str], tmp_path: Path) -> None:
     assert "No changes" in result.output
 
 
+def test_plan_json_is_one_document(env: dict[str, str], tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["-o", "json", "k8s", "plan", "-f", str(write(tmp_path))], env=env)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["kind"] == "supervisor_plan" and doc["summary"]["classes_create"] == 0 and doc["errors"] == []
+
+
 def test_change_profile_and_count(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
     path = write(tmp_path, small="{profile: grid_a100-20c, count: 2}")
     plan = vgpuctl(env, "k8s", "plan", "-f", str(path), "--detailed-exitcode")
