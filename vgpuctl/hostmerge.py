@@ -57,10 +57,10 @@ def merge_hosts(
                 continue
             for name in clusters[spec.cluster]:
                 layers.setdefault(name, []).append(spec)
-        elif spec.name not in hosts:
-            errors.append(f"host {spec.name}: not found (hosts: {_names(hosts)})")
-        else:
+        elif spec.name is not None and spec.name in hosts:
             layers.setdefault(spec.name, []).append(spec)
+        else:
+            errors.append(f"host {spec.name}: not found (hosts: {_names(hosts)})")
     merged: dict[str, MergedHost] = {}
     for name, entries in layers.items():
         result = merge_host(name, entries)

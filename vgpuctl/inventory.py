@@ -15,7 +15,7 @@ import itertools
 import re
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -706,7 +706,7 @@ def _keys_of(model: type[BaseModel]) -> list[str]:
     return [f.alias or n for n, f in model.model_fields.items()]
 
 
-def _schema_message(err: dict[str, Any]) -> str:
+def _schema_message(err: Mapping[str, Any]) -> str:
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     loc = err["loc"]
     if kind == "extra_forbidden":
