@@ -494,3 +494,51 @@ def render_text(plan: SupervisorPlan) -> str:
         lines.append(f"Plan: {s['classes_create']} VM class(es) to create, {s['classes_update']} to update, "
                      f"{s['classes_delete']} to delete, {s['namespaces_change']} namespace(s) to change.")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- status
+
+
+@dataclass
+class ClassUse:
+    name: str
+    vgpus: list[dict[str, Any]]  # [{profile, count}]
+    cpus: int
+    memory_mb: int
+    namespaces: list[str]
+
+
+@dataclass
+class SupervisorStatus:
+    """VM classes with vGPUs and the namespaces that may use them; supervisor clusters by name."""
+
+    classes: list[ClassUse] = field(default_factory=list)
+    supervisor_clusters: list[str] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, state: SupervisorState) -> SupervisorStatus:
+        rows = []
+        for name in sorted(state.classes):
+            c = state.classes[name]
+            if not c.vgpus:
+                continue
+            counts = Counter(c.vgpus)
+            users = sorted(n.name for n in state.namespaces.values() if name in n.vm_classes)
+            rows.append(ClassUse(name, [{"profile": p, "count": counts[p]} for p in sorted(counts)], c.cpus,
+                                 c.memory_mb, users))
+        return cls(rows, sorted(state.supervisor_clusters.values()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "supervisor_status", "vm_classes": [asdict(c) for c in self.classes],
+                "supervisor_clusters": list(self.supervisor_clusters)}
+
+    def text(self) -> str:
+        lines = [f"Supervisor clusters: {', '.join(self.supervisor_clusters) or 'none'}"]
+        if not self.classes:
+            return "\n".join([*lines, "No VM class has vGPUs."])
+        lines.append("VM classes with vGPUs:")
+        for c in self.classes:
+            vgpus = ", ".join(f"{v['count']} x {v['profile']}" for v in c.vgpus)
+            used = ", ".join(c.namespaces) or "no namespace"
+            lines.append(f"  {c.name}: {vgpus}; {c.cpus} CPUs, {c.memory_mb} MB; used by {used}")
+        return "\n".join(lines)

@@ -156,6 +156,15 @@ def test_plan_json_is_one_document(env: dict[str, str], tmp_path: Path) -> None:
     assert doc["kind"] == "supervisor_plan" and doc["summary"]["classes_create"] == 0 and doc["errors"] == []
 
 
+def test_status_lists_gpu_classes_and_namespaces(env: dict[str, str]) -> None:
+    result = vgpuctl(env, "k8s", "status")
+    assert result.exit_code == 0, result.output
+    assert "Supervisor clusters: GPU-Cluster" in result.output
+    assert "  gpu-a100-40c: 2 x grid_a100-40c; 16 CPUs, 131072 MB; used by ml-team" in result.output
+    assert "  gpu-small: 1 x grid_a100-10c; 4 CPUs, 32768 MB; used by data-team, ml-team" in result.output
+    assert "best-effort-small" not in result.output  # no vGPUs
+
+
 def test_change_profile_and_count(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
     path = write(tmp_path, small="{profile: grid_a100-20c, count: 2}")
     plan = vgpuctl(env, "k8s", "plan", "-f", str(path), "--detailed-exitcode")

@@ -500,3 +500,24 @@ def test_planned_mig_mode_counts_for_the_offer_check() -> None:
     assert plan_supervisor(inv, state, planning_base(observed)).errors != []
     to_mig = [HostChange("esx-01", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig")]
     assert plan_supervisor(inv, state, planning_base(observed, to_mig)).errors == []
+
+
+def test_status_lists_gpu_classes_and_their_namespaces() -> None:
+    from vgpuctl.vmclasses import SupervisorStatus
+
+    state = _state(**{"ml-team": ["big", "cpu"], "data-team": ["big"], "idle": []})
+    state.classes = {"big": _have("big", vgpus=["grid_a100-40c", "grid_a100-40c"]), "cpu": _have("cpu", vgpus=[]),
+                     "spare": _have("spare")}
+    status = SupervisorStatus.of(state)
+    assert status.to_dict()["vm_classes"] == [
+        {"name": "big", "vgpus": [{"profile": "grid_a100-40c", "count": 2}], "cpus": 4, "memory_mb": 32768,
+         "namespaces": ["data-team", "ml-team"]},
+        {"name": "spare", "vgpus": [{"profile": "grid_a100-10c", "count": 1}], "cpus": 4, "memory_mb": 32768,
+         "namespaces": []},
+    ]
+    assert status.text().splitlines() == [
+        "Supervisor clusters: WL",
+        "VM classes with vGPUs:",
+        "  big: 2 x grid_a100-40c; 4 CPUs, 32768 MB; used by data-team, ml-team",
+        "  spare: 1 x grid_a100-10c; 4 CPUs, 32768 MB; used by no namespace",
+    ]

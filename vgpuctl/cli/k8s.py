@@ -158,6 +158,27 @@ def _finish(plan: SupervisorPlan, result: SupervisorApplyResult | None, opts: Gl
         raise VgpuctlError(f"apply stopped at {failed.target}: {failed.message}")
 
 
+@app.command("status")
+def status_cmd(
+    ctx: typer.Context,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Take vCenter settings from this inventory.", dir_okay=False)
+    ] = None,
+) -> None:
+    """VM classes with vGPUs, the namespaces that may use them, and the supervisor clusters (REST only)."""
+    from vgpuctl.k8s.stage import observe_supervisor
+    from vgpuctl.model import Observed
+    from vgpuctl.vmclasses import SupervisorStatus
+    from vgpuctl.vsphere.rest import RestClient
+
+    opts: GlobalOptions = ctx.obj
+    inventory = load(file) if file else None
+    with RestClient(common.connection_settings(opts, inventory)) as rest:
+        state = observe_supervisor(rest, Observed())
+    status = SupervisorStatus.of(state)
+    common.emit(status.to_dict(), lambda _d: status.text(), opts)
+
+
 @app.command("render")
 def render_cmd(
     ctx: typer.Context,

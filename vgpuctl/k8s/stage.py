@@ -2,7 +2,7 @@
 
 Entry points (for `vgpuctl k8s plan/apply` and for the plan/apply pipeline); `SupervisorRun` wraps them
 for one run (one REST login, plan, apply):
-- `observe_supervisor(rest, inventory, observed)`: the REST state, cluster ids turned into cluster names;
+- `observe_supervisor(rest, observed)`: the REST state, cluster ids turned into cluster names;
 - `plan_stage(rest, inventory, observed)`: observe + vgpuctl.vmclasses.plan_supervisor (pass `observed` as
   predicted after planned host changes so that planned GPU modes count);
 - `apply_stage(rest, plan, progress)`: one request per class or namespace change, in plan order; a namespace
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 Progress = Callable[[str, str], None]  # (what, step) e.g. ("vm class gpu-a100", "created")
 
 
-def observe_supervisor(rest: RestClient, inventory: InventorySections, observed: Observed) -> SupervisorState:
+def observe_supervisor(rest: RestClient, observed: Observed) -> SupervisorState:
     """Every VM class, supervisor cluster and namespace: namespaces the inventory does not name are read too,
     as the classes they use must stay offered and cannot be deleted under them."""
     state = rest.observe()
@@ -38,7 +38,7 @@ def observe_supervisor(rest: RestClient, inventory: InventorySections, observed:
 
 
 def plan_stage(rest: RestClient, inventory: InventorySections, observed: Observed) -> SupervisorPlan:
-    return plan_supervisor(inventory, observe_supervisor(rest, inventory, observed), observed)
+    return plan_supervisor(inventory, observe_supervisor(rest, observed), observed)
 
 
 def names_supervisor_objects(inventory: InventorySections) -> bool:
