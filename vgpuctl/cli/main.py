@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from vgpuctl import __version__
-from vgpuctl.cli import capacity, common, experiment, guest, host, k8s, plan, provision, sim, status, vm
+from vgpuctl.cli import capacity, common, experiment, export, guest, host, k8s, plan, provision, sim, status, vm
 from vgpuctl.cli.common import GlobalOptions
 
 
@@ -168,6 +168,7 @@ def _source(ctx: typer.Context, name: str) -> str:
 plan.register(app)
 status.register(app)
 capacity.register(app)
+export.register(app)
 app.add_typer(vm.app, name="vm")
 app.add_typer(host.app, name="host")
 app.add_typer(guest.app, name="guest")

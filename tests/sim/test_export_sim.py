@@ -1,0 +1,149 @@
+"""`vgpuctl export` against gpusim: the written inventory validates, plans to no change against the same farm,
+and one edited value makes plan show exactly that change."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyVim.connect import Disconnect
+from pyVim.task import WaitForTask
+from pyVmomi import vim
+from typer.testing import CliRunner
+
+from vgpuctl.cli.main import app
+
+pytestmark = pytest.mark.sim
+
+A1, A2, H1 = "esx-01.gpu.sim", "esx-02.gpu.sim", "esx-03.gpu.sim"
+
+
+def _vm(name: str, host: str, profiles: list[str], on: bool = True, cpus: int = 4) -> dict[str, Any]:
+    return {"name": name, "host": host, "cpus": cpus, "memory_mb": 16384, "firmware": "efi", "memory_locked": True,
+            "vgpus": profiles, "on": on}
+
+
+VMS = [
+    *[_vm(f"infer-0{i}", A1, ["grid_a100-10c"]) for i in range(1, 5)],
+    _vm("train-a", A2, ["grid_a100-40c", "grid_a100-40c"], cpus=16),
+    _vm("parked", A2, ["grid_a100-20c"], on=False),
+    _vm("mig-01", H1, ["grid_h100-3-40c"]),
+    _vm("mig-02", H1, ["grid_h100-1-10c"]),
+]
+FARM = {
+    "datacenter": "DC0",
+    "reboot_seconds": 0.3,
+    "clusters": [
+        {"name": "GPU-Cluster", "hosts": 2, "gpus_per_host": 4, "model": "A100-40GB", "nvlink": "pairs",
+         "graphics_type": "sharedDirect", "assignment_policy": "performance", "vgpu_mode": "sameSize"},
+        {"name": "MIG-Cluster", "hosts": 1, "gpus_per_host": 2, "model": "H100-80GB", "graphics_type": "sharedDirect",
+         "mig": True, "nvidia_options": "NVreg_RegistryDwords=RmPVMRL=0x01"},
+    ],
+    "templates": [{"name": "ubuntu-22.04-ml", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}],
+    "vms": [{k: v for k, v in vm.items() if k != "on"} for vm in VMS]
+    + [{"name": "plain-01", "host": A1, "cpus": 2, "memory_mb": 4096, "firmware": "efi"}],
+}
+
+
+def _find(si: Any, name: str) -> Any:
+    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
+    try:
+        return next(v for v in view.view if v.name == name)
+    finally:
+        view.Destroy()
+
+
+@pytest.fixture(scope="module")
+def sim(gpusim_session_factory: Any) -> Iterator[Any]:
+    """The farm as a team would have built it by hand: large-BAR settings set, the VMs powered on."""
+    sim = gpusim_session_factory(FARM)
+    conn = sim.connect()
+    try:
+        for vm in VMS:
+            obj = _find(conn, vm["name"])
+            extra = [vim.option.OptionValue(key="pciPassthru.use64bitMMIO", value="TRUE"),
+                     vim.option.OptionValue(key="pciPassthru.64bitMMIOSizeGB", value="1024")]
+            WaitForTask(obj.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=extra)))
+            if vm["on"]:
+                WaitForTask(obj.PowerOnVM_Task())
+    finally:
+        Disconnect(conn)
+    yield sim
+
+
+@pytest.fixture
+def env(sim: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    for name in list(os.environ):
+        if name.startswith(("VGPUCTL_", "GOVC_")):
+            monkeypatch.delenv(name)
+    return {"VGPUCTL_URL": sim.url, "VGPUCTL_USERNAME": sim.username, "VGPUCTL_PASSWORD": sim.password,
+            "VGPUCTL_INSECURE": "1", "VGPUCTL_ESXI_HOSTS": sim.env["GPUSIM_SSH_HOSTS"],
+            "VGPUCTL_ESXI_KNOWN_HOSTS": sim.env["GPUSIM_SSH_KNOWN_HOSTS"], "VGPUCTL_ESXI_PASSWORD": sim.password}
+
+
+def vgpuctl(env: dict[str, str], *args: str) -> Any:
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+@pytest.fixture
+def exported(env: dict[str, str], tmp_path: Path) -> Path:
+    path = tmp_path / "farm.yaml"
+    result = vgpuctl(env, "export", "-o", str(path))
+    assert result.exit_code == 0, result.output
+    return path
+
+
+def _plan(env: dict[str, str], path: Path) -> tuple[int, dict[str, Any]]:
+    result = vgpuctl(env, "-o", "json", "plan", "-f", str(path), "--detailed-exitcode")
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_export_validates_and_plans_to_no_change(env: dict[str, str], exported: Path) -> None:
+    text = exported.read_text()
+    assert vgpuctl(env, "validate", "-f", str(exported)).exit_code == 0
+    code, doc = _plan(env, exported)
+    assert code == 0, doc
+    assert "name: infer-{01..04}" in text  # a range where the names form one
+    assert "- cluster: GPU-Cluster" in text and "- cluster: MIG-Cluster" not in text  # one host: a name entry
+    assert "plain-01" not in text and "1 VM without vGPUs left out" in text
+    assert re.search(r"name: esx-03.gpu.sim\n.*\n    gpus:\n      - \{select: all, mode: mig", text)
+    assert "scheduler: {policy: equal-share}" in text
+
+
+def test_all_vms_writes_the_vms_without_vgpus(env: dict[str, str], tmp_path: Path) -> None:
+    path = tmp_path / "all.yaml"
+    assert vgpuctl(env, "export", "--all-vms", "--cluster", "GPU-Cluster", "-o", str(path)).exit_code == 0
+    text = path.read_text()
+    assert "name: plain-01" in text and "mig-01" not in text
+    code, doc = _plan(env, path)
+    assert code == 0, doc
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expect"),
+    [
+        ("cluster: GPU-Cluster\n    graphics: {default_type: sharedDirect, assignment_policy: performance}",
+         "cluster: GPU-Cluster\n    graphics: {default_type: sharedDirect, assignment_policy: consolidation}",
+         {"host": [("graphics.assignment_policy", A1), ("graphics.assignment_policy", A2)]}),
+        ("scheduler: {policy: equal-share}", "scheduler: {policy: best-effort}", {"host": [("scheduler", H1)]}),
+        ("name: parked\n    cluster: GPU-Cluster\n    cpus: 4", "name: parked\n    cluster: GPU-Cluster\n    cpus: 6",
+         {"vm": [("parked", "numCPUs", 4, 6)]}),
+    ],
+)
+def test_one_edit_plans_exactly_that_change(env: dict[str, str], exported: Path, old: str, new: str,
+                                            expect: dict[str, list[Any]]) -> None:
+    text = exported.read_text()
+    assert text.count(old) == 1, text
+    exported.write_text(text.replace(old, new))
+    code, doc = _plan(env, exported)
+    assert code == 2, doc
+    hosts = sorted((c.get("setting", c.get("kind")), c["host"]) for c in doc["host_changes"])
+    vms = [(c["vm"], f["field"], f["old"], f["new"]) for c in doc["vm_changes"] for f in c.get("fields", [])]
+    assert hosts == sorted(expect.get("host", []))
+    assert vms == expect.get("vm", [])
+    assert all(not c.get("devices") for c in doc["vm_changes"])

@@ -1,0 +1,142 @@
+"""export: the inventory written from an observed farm validates and plans to no change with the pure planner;
+one edit plans exactly that change; name ranges, scoping and the comments on what was left out."""
+
+from __future__ import annotations
+
+import pytest
+
+from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
+from vgpuctl.export import ExportOptions, _Vm, export_inventory, ranges
+from vgpuctl.hostfacts import HostFacts
+from vgpuctl.inventory import load_inventory_text, validate
+from vgpuctl.model import Observed, ObservedVgpu, ObservedVm, PowerState
+from vgpuctl.plan import make_plan
+
+pytestmark = pytest.mark.unit
+
+MIG = "multiInstanceGpu"
+LARGE_BAR = {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "2048"}
+
+
+def farm() -> tuple[Observed, dict[str, HostFacts]]:
+    observed = make_farm([
+        SynthHost("esx-01", running=[RunningVm(f"infer-0{i}", ["grid_a100-10c"], [i - 1]) for i in range(1, 5)]),
+        SynthHost("esx-02", modes=["sameSize", "sameSize", "mixedSize", "mixedSize"],
+                  running=[RunningVm("train", ["grid_a100-40c", "grid_a100-40c"], [0, 1])]),
+        SynthHost("esx-03", board="h100", gpus=2, modes=MIG, cluster="MIG", running=[
+            RunningVm("mig-01", ["grid_h100-3-40c"], [0])]),
+    ])
+    for vm in observed.vms.values():
+        vm.extra_config = dict(LARGE_BAR)
+        vm.cpus, vm.memory_mb = 8, 32768
+    observed.vms["parked"] = ObservedVm("parked", host="esx-02", cluster="GPU-Cluster", cpus=2, memory_mb=8192,
+                                        memory_reservation_locked=True, firmware="efi", extra_config=dict(LARGE_BAR),
+                                        vgpus=[ObservedVgpu(4000, "grid_a100-20c")])
+    observed.vms["plain"] = ObservedVm("plain", host="esx-01", cluster="GPU-Cluster", power_state=PowerState.ON)
+    facts = {
+        "esx-01": HostFacts("esx-01", options_configured="", options_effective=""),
+        "esx-02": HostFacts("esx-02", options_configured="", options_effective=""),
+        "esx-03": HostFacts("esx-03", options_configured="NVreg_RegistryDwords=RmPVMRL=0x01",
+                            options_effective="NVreg_RegistryDwords=RmPVMRL=0x01"),
+    }
+    for name, f in facts.items():
+        observed.hosts[name].module_options = f.options_configured or ""
+    return observed, facts
+
+
+def test_export_plans_to_no_change() -> None:
+    observed, facts = farm()
+    text = export_inventory(observed, facts)
+    inv = load_inventory_text(text)
+    validate(inv)
+    plan = make_plan(inv, observed, host_facts=facts)
+    assert plan.errors == [] and plan.is_empty, (plan.errors, plan.host_changes, plan.changes)
+    assert "- name: infer-{01..04}" in text
+    assert "# 1 VM without vGPUs left out (--all-vms writes them)" in text
+    assert "scheduler: {policy: equal-share}" in text
+
+
+def test_cluster_entry_holds_what_hosts_share_and_host_entries_the_rest() -> None:
+    observed, facts = farm()
+    inv = load_inventory_text(export_inventory(observed, facts))
+    by_target = {h.target: h for h in inv.hosts}
+    cluster = by_target["cluster GPU-Cluster"]
+    assert cluster.graphics is not None and cluster.graphics.assignment_policy == "performance"
+    assert [(g.select, g.mode, g.vgpu_mode) for g in cluster.gpus] == [("all", "time-sliced", "sameSize")]
+    esx02 = by_target["host esx-02"]
+    mixed = [("0000:5e:00.0", "mixedSize"), ("0000:5f:00.0", "mixedSize")]
+    assert [(g.select, g.vgpu_mode) for g in esx02.gpus] == mixed
+    assert esx02.graphics is None  # nothing else differs
+    assert "host esx-01" not in by_target
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "kinds", "fields"),
+    [
+        ("cluster: GPU-Cluster\n    graphics: {default_type: sharedDirect, assignment_policy: performance}",
+         "cluster: GPU-Cluster\n    graphics: {default_type: sharedDirect, assignment_policy: consolidation}",
+         ["graphics.assignment_policy", "graphics.assignment_policy"], []),
+        ("{select: '0000:5e:00.0', vgpu_mode: mixedSize}", "{select: '0000:5e:00.0', vgpu_mode: sameSize}",
+         ["graphics.vgpu_mode"], []),
+        ("scheduler: {policy: equal-share}", "scheduler: {policy: fixed-share}", ["scheduler"], []),
+        ("name: parked\n    cluster: GPU-Cluster\n    cpus: 2", "name: parked\n    cluster: GPU-Cluster\n    cpus: 4",
+         [], [("parked", "numCPUs", 2, 4)]),
+    ],
+)
+def test_one_edit_is_exactly_one_change(old: str, new: str, kinds: list[str], fields: list[tuple]) -> None:
+    observed, facts = farm()
+    text = export_inventory(observed, facts)
+    assert text.count(old) == 1, text
+    plan = make_plan(load_inventory_text(text.replace(old, new)), observed, host_facts=facts)
+    assert sorted(c.kind for c in plan.host_changes) == kinds
+    assert [(c.vm, f.field, f.old, f.new) for c in plan.changes for f in c.fields] == fields
+
+
+def test_without_module_options_nvlink_and_scheduler_are_left_out() -> None:
+    observed, _ = farm()
+    text = export_inventory(observed, {})
+    assert "nvlink:" not in text and "scheduler:" not in text
+    assert "nvlink and scheduler left out: the nvidia module options were not read" in text
+    validate(load_inventory_text(text))
+
+
+def test_unknown_scheduler_value_is_left_out_with_a_comment() -> None:
+    observed, facts = farm()
+    facts["esx-03"] = HostFacts("esx-03", options_configured="NVreg_RegistryDwords=RmPVMRL=0x77",
+                                options_effective="NVreg_RegistryDwords=RmPVMRL=0x77")
+    text = export_inventory(observed, facts)
+    assert "RmPVMRL=0x77 is not a value vgpuctl writes" in text
+
+
+def test_unknown_vgpu_type_is_written_as_is_with_a_comment() -> None:
+    observed, facts = farm()
+    odd = ObservedVm("odd", host="esx-01", cluster="GPU-Cluster", vgpus=[ObservedVgpu(1, "grid_b999-40c")])
+    observed.vms["odd"] = odd
+    text = export_inventory(observed, facts)
+    assert "vGPU type grid_b999-40c is not in vgpuctl's catalogue" in text
+    assert "vgpus: {profile: grid_b999-40c, count: 1}" in text
+
+
+def test_other_passthrough_devices_are_named_in_a_comment() -> None:
+    observed, facts = farm()
+    observed.vms["parked"].other_passthrough = 1
+    assert "# 1 PCI passthrough device(s) that are not vGPUs left out" in export_inventory(observed, facts)
+
+
+def test_scope_and_all_vms() -> None:
+    observed, facts = farm()
+    text = export_inventory(observed, facts, ExportOptions(cluster="MIG", all_vms=True))
+    assert "esx-01" not in text and "mig-01" in text and "infer" not in text
+    assert "name: plain" not in text  # plain runs on a host out of scope
+    everything = export_inventory(observed, facts, ExportOptions(all_vms=True))
+    assert "- name: plain" in everything
+    with pytest.raises(ValueError, match="cluster 'nope' not found"):
+        export_inventory(observed, facts, ExportOptions(cluster="nope"))
+
+
+def test_ranges() -> None:
+    same = (("cpus", 4),)
+    vms = [_Vm(n, same) for n in ("w-01", "w-02", "w-03", "w-05", "vm-8", "vm-9", "vm-10", "solo")]
+    vms.append(_Vm("w-04", (("cpus", 8),)))
+    names = [name for name, _ in ranges(vms)]
+    assert names == ["solo", "vm-{8..9}", "vm-10", "w-{01..03}", "w-04", "w-05"]

@@ -1,0 +1,61 @@
+"""`vgpuctl export`: write an inventory that describes the farm as it is (it plans to no change)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vgpuctl.cli import common
+from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.errors import NotFound
+
+
+def register(app: typer.Typer) -> None:
+    app.command("export")(export_cmd)
+
+
+def export_cmd(
+    ctx: typer.Context,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Only this cluster's hosts and VMs.")] = None,
+    host: Annotated[str | None, typer.Option("--host", help="Only this host and its VMs.")] = None,
+    all_vms: Annotated[bool, typer.Option("--all-vms", help="Also the VMs without vGPUs.")] = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write here instead of stdout.", dir_okay=False)
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Take vCenter settings from this inventory.", dir_okay=False)
+    ] = None,
+) -> None:
+    """Write an inventory (apiVersion vgpuctl/v1) of the farm as it is: host GPU settings and VMs with vGPUs.
+
+    Examples:
+      vgpuctl export -o farm.yaml && vgpuctl plan -f farm.yaml --detailed-exitcode
+      vgpuctl export --cluster GPU-Cluster --all-vms
+    """
+    from vgpuctl.export import ExportOptions, export_inventory
+    from vgpuctl.hostfacts import gather_facts
+    from vgpuctl.vsphere.observe import observe, observe_nvlink
+
+    opts: GlobalOptions = ctx.obj
+    inventory = None
+    if file is not None:
+        from vgpuctl.inventory import load_inventory
+
+        inventory = load_inventory(file)
+    with common.connect(opts, inventory) as session:
+        observed = observe(session, common.datacenter_for(opts, inventory))
+        observe_nvlink(session, observed, [h.name for h in observed.hosts.values() if h.gpus])
+        hosts = {n: (h.moid, None) for n, h in observed.hosts.items()
+                 if h.gpus and h.connection_state == "connected"}
+        facts = gather_facts(session, hosts, shell=False)  # module options and per-GPU modes: vSphere API
+    try:
+        text = export_inventory(observed, facts, ExportOptions(cluster, host, all_vms))
+    except ValueError as err:
+        raise NotFound(str(err)) from None
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    out.write_text(text, encoding="utf-8")
+    common.info(f"wrote {out}")

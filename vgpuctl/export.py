@@ -1,0 +1,374 @@
+"""Write an inventory (apiVersion vgpuctl/v1) that describes a farm as it is. Pure: Observed (+ host facts) -> YAML.
+
+Hosts: one `cluster:` entry per cluster with the settings all its hosts share, and a `name:` entry per host for
+what differs (the host-entry merge rules put them together again): graphics default type and assignment
+policy, per GPU the mode, time-sliced vGPU mode and graphics type, NVLink and the scheduler from the nvidia
+module options. VMs: those with vGPUs (or every VM), with profile x count or the list form, NVLink when all
+their vGPUs form one device group, cpus, memory, `power: keep`; runs of names (`train-{01..12}`) where the
+VMs are otherwise the same. Comments say where values came from and what was left out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpuctl.hostfacts import HostFacts
+from vgpuctl.hostplan import nvlink_of, scheduler_of
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
+from vgpuctl.profiles import BOARDS, ProfileError, parse_profile
+
+MIG_MODE = "multiInstanceGpu"
+TIME_SLICED = ("sameSize", "mixedSize")
+_NUMBERED = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<suffix>[^\d]*)$")
+_RANGE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*\{\d+\.\.\d+\}[A-Za-z0-9_.\-]*$")
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/ ]*$")
+
+
+@dataclass
+class ExportOptions:
+    cluster: str | None = None
+    host: str | None = None
+    all_vms: bool = False
+
+
+@dataclass
+class _Entry:
+    """One `hosts:` entry before rendering: key path -> value, plus per-GPU settings and comments."""
+
+    target: tuple[str, str]  # ("cluster", name) | ("name", host)
+    settings: dict[str, Any] = field(default_factory=dict)  # "graphics.default_type", "nvlink", "scheduler", ...
+    gpus: dict[str, dict[str, str]] = field(default_factory=dict)  # select -> {mode, vgpu_mode, graphics_type}
+    comments: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------- hosts
+
+
+def host_settings(host: ObservedHost, facts: HostFacts | None) -> tuple[dict[str, Any], list[str]]:
+    """The host-wide settings vgpuctl manages, as they are now, and notes on what could not be read."""
+    out: dict[str, Any] = {
+        "graphics.default_type": host.default_graphics_type,
+        "graphics.assignment_policy": host.assignment_policy,
+    }
+    notes: list[str] = []
+    options = facts.options_configured if facts is not None else None
+    if options is None:
+        notes.append("nvlink and scheduler left out: the nvidia module options were not read")
+        return out, notes
+    effective = facts.options_effective if facts is not None else None
+    if effective is not None and effective != options:
+        notes.append("the nvidia module options change at the next reboot: values below are the configured ones")
+    if any(_board(g) in BOARDS and BOARDS[_board(g) or ""].nvlink_capable for g in host.gpus):
+        out["nvlink"] = nvlink_of(options)
+    state = scheduler_of(options)
+    if state.policy == "unknown":
+        notes.append(f"scheduler left out: RmPVMRL={state.value} is not a value vgpuctl writes")
+    else:
+        sched = {"policy": state.policy}
+        for key in ("timeslice_ms", "frequency_hz", "averaging_factor"):
+            if getattr(state, key, None) is not None:
+                sched[key] = getattr(state, key)
+        out["scheduler"] = sched
+    return out, notes
+
+
+def _board(gpu: ObservedGpu) -> str | None:
+    from vgpuctl.profiles import board_for_device
+
+    return board_for_device(gpu.device_name, gpu.memory_kb // (1024 * 1024) or None)
+
+
+def gpu_settings(gpu: ObservedGpu, facts: HostFacts | None) -> dict[str, str]:
+    """mode, vgpu_mode and graphics_type of one GPU, read the way the planner compares them."""
+    gf = facts.gpus.get(gpu.pci_id.lower()) if facts is not None else None
+    out: dict[str, str] = {}
+    mig = gpu.vgpu_mode == MIG_MODE
+    if gf is not None and gf.mig_current is not None:
+        mig = bool(gf.mig_current)
+    out["mode"] = "mig" if mig else "time-sliced"
+    if not mig:
+        current = gf.vgpu_mode if gf is not None and gf.vgpu_mode else None
+        if current is None and gpu.vgpu_mode in TIME_SLICED:
+            current = gpu.vgpu_mode
+        if current in TIME_SLICED:
+            out["vgpu_mode"] = current
+    graphics = gf.graphics_type if gf is not None and gf.graphics_type else gpu.graphics_type
+    if graphics in ("shared", "sharedDirect"):
+        out["graphics_type"] = graphics
+    return out
+
+
+def _common(values: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The values all items have."""
+    items = list(values)
+    if not items:
+        return {}
+    first = items[0]
+    return {k: v for k, v in first.items() if all(k in other and other[k] == v for other in items[1:])}
+
+
+def _majority(values: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per key that every item has, the value most items have (ties: the first seen): a cluster entry states
+    it once and the hosts or GPUs that differ say so in their own entries."""
+    items = list(values)
+    if not items:
+        return {}
+    out: dict[str, Any] = {}
+    for key in items[0]:
+        if not all(key in item for item in items):
+            continue
+        seen = [repr(item[key]) for item in items]
+        best = max(dict.fromkeys(seen), key=seen.count)
+        out[key] = next(item[key] for item in items if repr(item[key]) == best)
+    return out
+
+
+def host_entries(observed: Observed, hosts: list[str], facts: Mapping[str, HostFacts]) -> list[_Entry]:
+    by_cluster: dict[str | None, list[str]] = {}
+    for name in hosts:
+        by_cluster.setdefault(observed.hosts[name].cluster, []).append(name)
+    entries: list[_Entry] = []
+    for cluster in sorted(by_cluster, key=lambda c: (c is None, c or "")):
+        names = sorted(by_cluster[cluster])
+        per_host = {n: host_settings(observed.hosts[n], facts.get(n)) for n in names}
+        per_gpu = {n: {g.pci_id.lower(): gpu_settings(g, facts.get(n)) for g in observed.hosts[n].gpus}
+                   for n in names}
+        whole_cluster = cluster is not None and set(names) == set(observed.clusters.get(cluster, []))
+        shared: dict[str, Any] = {}
+        shared_gpu: dict[str, str] = {}
+        if whole_cluster and len(names) > 1:
+            shared = _majority(s for s, _ in per_host.values())
+            shared_gpu = _majority(g for n in names for g in per_gpu[n].values())
+            entry = _Entry(("cluster", cluster or ""), dict(shared))
+            if shared_gpu:
+                entry.gpus["all"] = dict(shared_gpu)
+            entry.comments.append(f"what its {len(names)} hosts share (config.graphicsConfig, graphicsInfo, nvidia "
+                                  "module options)")
+            entries.append(entry)
+        for n in names:
+            settings, notes = per_host[n]
+            own = {k: v for k, v in settings.items() if shared.get(k, object()) != v}
+            gpus = _gpu_entries(per_gpu[n], shared_gpu)
+            if not own and not gpus and not notes and shared:
+                continue
+            entry = _Entry(("name", n), own, gpus, list(notes))
+            entry.comments.insert(0, f"differs from cluster {cluster}" if shared else
+                                  "config.graphicsConfig, graphicsInfo, nvidia module options")
+            entries.append(entry)
+    return entries
+
+
+def _gpu_entries(gpus: Mapping[str, dict[str, str]], inherited: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """Per-GPU differences from what the host inherits: an `all` entry when its GPUs agree, else one per GPU."""
+    if not gpus:
+        return {}
+    diffs = {pci: {k: v for k, v in s.items() if inherited.get(k) != v} for pci, s in gpus.items()}
+    if not any(diffs.values()):
+        return {}
+    agreed = _common(gpus.values())
+    agreed = {k: v for k, v in agreed.items() if inherited.get(k) != v}
+    out: dict[str, dict[str, str]] = {}
+    if agreed:
+        out["all"] = agreed
+    for pci in sorted(gpus):
+        rest = {k: v for k, v in gpus[pci].items() if {**inherited, **agreed}.get(k) != v}
+        if rest:
+            out[pci] = rest
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- VMs
+
+
+@dataclass
+class _Vm:
+    name: str
+    fields: tuple[tuple[str, Any], ...]  # everything but the name, rendered in order
+    notes: tuple[str, ...] = ()
+
+
+def vm_fields(vm: ObservedVm, observed: Observed) -> tuple[tuple[tuple[str, Any], ...], tuple[str, ...]]:
+    host = observed.hosts.get(vm.host or "")
+    cluster = vm.cluster or (host.cluster if host else None)
+    fields: list[tuple[str, Any]] = []
+    notes: list[str] = []
+    if cluster:
+        fields.append(("cluster", cluster))
+    elif vm.host:
+        fields.append(("host", vm.host))
+    fields.append(("cpus", vm.cpus))
+    fields.append(("memory_gb", _gb(vm.memory_mb)))
+    counts = Counter(d.profile for d in vm.vgpus)
+    if counts:
+        order = list(dict.fromkeys(d.profile for d in vm.vgpus))
+        fields.append(("vgpus", [(p, counts[p]) for p in order]))
+        unknown = [p for p in order if not _known(p)]
+        if unknown:
+            notes.append(f"vGPU type {', '.join(unknown)} is not in vgpuctl's catalogue: written as the host "
+                         "reports it")
+        groups = {d.device_group_key for d in vm.vgpus}
+        if len(vm.vgpus) > 1 and len(groups) == 1 and None not in groups:
+            fields.append(("nvlink", "required"))
+    if vm.other_passthrough:
+        notes.append(f"{vm.other_passthrough} PCI passthrough device(s) that are not vGPUs left out (never touched)")
+    fields.append(("power", "keep"))
+    return tuple(fields), tuple(notes)
+
+
+def _known(profile: str) -> bool:
+    try:
+        return parse_profile(profile).board in BOARDS
+    except ProfileError:
+        return False
+
+
+def _gb(mb: int) -> float | int:
+    gb = mb / 1024
+    return int(gb) if gb == int(gb) else gb
+
+
+def ranges(vms: list[_Vm]) -> list[tuple[str, _Vm]]:
+    """(name or name range, representative) in name order: runs of consecutive numbers with the same width,
+    prefix, suffix and fields become `prefix{first..last}suffix`."""
+    out: list[tuple[str, _Vm]] = []
+    run: list[tuple[int, _Vm]] = []
+    key: tuple[Any, ...] | None = None
+
+    def flush() -> None:
+        if not run:
+            return
+        if len(run) == 1:
+            out.append((run[0][1].name, run[0][1]))
+        else:
+            m = _NUMBERED.match(run[0][1].name)
+            assert m is not None
+            width = len(m["num"])
+            first, last = str(run[0][0]).zfill(width), str(run[-1][0]).zfill(width)
+            out.append((f"{m['prefix']}{{{first}..{last}}}{m['suffix']}", run[0][1]))
+        run.clear()
+
+    for vm in sorted(vms, key=_sort_key):
+        m = _NUMBERED.match(vm.name)
+        if m is None or "{" in vm.name or "}" in vm.name:
+            flush()
+            key = None
+            out.append((vm.name, vm))
+            continue
+        k = (m["prefix"], m["suffix"], len(m["num"]), vm.fields, vm.notes)
+        number = int(m["num"])
+        if k != key or not run or number != run[-1][0] + 1:
+            flush()
+        key = k
+        run.append((number, vm))
+    flush()
+    return out
+
+
+def _sort_key(vm: _Vm) -> tuple[Any, ...]:
+    m = _NUMBERED.match(vm.name)
+    if m is None:
+        return (vm.name, "", 0, 0)
+    return (m["prefix"], m["suffix"], len(m["num"]), int(m["num"]))
+
+
+# --------------------------------------------------------------------------------------------- render
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    text = str(value)
+    if _PLAIN.match(text) and text.lower() not in ("true", "false", "null", "yes", "no", "on", "off", "~") \
+            and not text.endswith(" ") and ": " not in text and " #" not in text:
+        return text
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _flow(mapping: Mapping[str, Any]) -> str:
+    return "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in mapping.items()) + "}"
+
+
+def _render_entry(e: _Entry) -> list[str]:
+    lines = [f"  # {c}" for c in e.comments]
+    lines.append(f"  - {e.target[0]}: {_scalar(e.target[1])}")
+    graphics = {k.split(".", 1)[1]: v for k, v in e.settings.items() if k.startswith("graphics.")}
+    if graphics:
+        lines.append(f"    graphics: {_flow(graphics)}")
+    if e.gpus:
+        lines.append("    gpus:")
+        for select, s in e.gpus.items():
+            lines.append(f"      - {_flow({'select': select, **s})}")
+    if "nvlink" in e.settings:
+        lines.append(f"    nvlink: {e.settings['nvlink']}")
+    if "scheduler" in e.settings:
+        lines.append(f"    scheduler: {_flow(e.settings['scheduler'])}")
+    return lines
+
+
+def _render_vm(name: str, vm: _Vm) -> list[str]:
+    lines = [f"  # {n}" for n in vm.notes]
+    lines.append(f"  - name: {name if _RANGE_NAME.match(name) else _scalar(name)}")
+    for key, value in vm.fields:
+        if key == "vgpus":
+            if len(value) == 1:
+                lines.append(f"    vgpus: {_flow({'profile': value[0][0], 'count': value[0][1]})}")
+            else:
+                lines.append("    vgpus:")
+                lines += [f"      - {_flow({'profile': p, 'count': n})}" for p, n in value]
+        else:
+            lines.append(f"    {key}: {_scalar(value)}")
+    return lines
+
+
+def export_inventory(observed: Observed, facts: Mapping[str, HostFacts] | None = None,
+                     options: ExportOptions | None = None) -> str:
+    """The inventory text. `facts` (per host: module options, graphicsConfig.deviceType, MIG from the shell)
+    refine the host entries; without them NVLink and the scheduler are left out."""
+    options = options or ExportOptions()
+    facts = facts or {}
+    hosts = [n for n, h in sorted(observed.hosts.items())
+             if h.gpus and (options.cluster is None or h.cluster == options.cluster)
+             and (options.host is None or n == options.host)]
+    if options.cluster is not None and options.cluster not in observed.clusters:
+        raise ValueError(f"cluster {options.cluster!r} not found (clusters: {', '.join(sorted(observed.clusters))})")
+    if options.host is not None and options.host not in observed.hosts:
+        raise ValueError(f"host {options.host!r} not found")
+    scope = set(hosts) if (options.cluster or options.host) else None
+    lines = ["# Written by `vgpuctl export`: the farm as vCenter reported it. `vgpuctl plan` on this file plans",
+             "# no change; edit a value and plan shows exactly that change.",
+             "apiVersion: vgpuctl/v1"]
+    if observed.datacenter:
+        lines.append(f"vcenter: {{datacenter: {_scalar(observed.datacenter)}}}")
+    entries = host_entries(observed, hosts, facts)
+    lines.append("hosts:" if entries else "hosts: []")
+    for e in entries:
+        lines += _render_entry(e)
+    vms, left_out = _vms(observed, scope, options.all_vms)
+    if left_out:
+        lines.append(f"# {left_out} VM{'s' if left_out != 1 else ''} without vGPUs left out (--all-vms writes them)")
+    for warning in observed.warnings:
+        lines.append(f"# vCenter: {warning}")
+    lines.append("vms:" if vms else "vms: []")
+    for name, vm in ranges(vms):
+        lines += _render_vm(name, vm)
+    return "\n".join(lines) + "\n"
+
+
+def _vms(observed: Observed, scope: set[str] | None, all_vms: bool) -> tuple[list[_Vm], int]:
+    out: list[_Vm] = []
+    left_out = 0
+    for vm in observed.vms.values():
+        if vm.is_template or (scope is not None and vm.host not in scope):
+            continue
+        if not vm.vgpus and not all_vms:
+            left_out += 1
+            continue
+        fields, notes = vm_fields(vm, observed)
+        out.append(_Vm(vm.name, fields, notes))
+    return out, left_out
