@@ -162,3 +162,27 @@ def test_mixed_size_a100_admits_nvidias_maximum_and_refuses_one_more(gpusim_fact
         assert power_on_error(vms[f"e-{i}"]) is None, f"e-{i}"
     placed = [a["host"] for a in sim.assignments()]
     assert (placed.count(mixed), placed.count(equal)) == (4, 5)
+
+
+def test_host_running_a_vgpu_no_table_knows(gpusim_factory: Any, connect: Any) -> None:
+    """extra_profiles: the host offers a name outside the catalogue; a VM running it holds a GPU of its own."""
+    unknown = "nvidia_a100-1-5cme2"
+    odd = {"name": "odd", "host": HOST, "memory_mb": 4096, "memory_locked": True, "vgpus": [unknown], "power_on": True}
+    farm = {
+        "clusters": [cluster("C", "A100-40GB", gpus_per_host=2, extra_profiles=[unknown])],
+        "templates": [],
+        "vms": [odd, *locked_vms(["whole-1", "whole-2"])],
+    }
+    sim = gpusim_factory(farm, args=["-no-ssh"])
+    si = connect(sim)
+    host = objects(si, vim.HostSystem)[HOST]
+    assert unknown in host.config.sharedPassthruGpuTypes
+    assert unknown not in {p.profileName for p in host.configManager.graphicsManager.RetrieveVgpuProfileInfo()}
+    vms = objects(si, vim.VirtualMachine)
+    assert vms["odd"].runtime.powerState == "poweredOn"
+    for name in ("whole-1", "whole-2"):
+        WaitForTask(vms[name].ReconfigVM_Task(vgpu_spec("grid_a100-40c")))
+    assert power_on_error(vms["whole-1"]) is None
+    assert power_on_error(vms["whole-2"]) == INSUFFICIENT  # the other GPU holds the unknown vGPU
+    by_gpu = {a["gpu"]: a["vmName"] for a in sim.assignments()}
+    assert sorted(by_gpu.values()) == ["odd", "whole-1"] and len(by_gpu) == 2

@@ -37,6 +37,8 @@ func TestBadInputExitsTwo(t *testing.T) {
 		{"farm malformed field", []string{"-farm", write("f.yaml", "clusters:\n  - {name: c, hosts: many}\n")}, "farm file"},
 		{"farm unknown field", []string{"-farm", write("u.yaml", "clusterz: []\n")}, "not found"},
 		{"farm missing", []string{"-farm", filepath.Join(dir, "none.yaml")}, "no such file"},
+		{"farm VM unknown profile", []string{"-farm", write("p.yaml", "vms:\n  - {name: v, vgpus: [grid_a100-99c]}\n")}, "unknown vGPU profile"},
+		{"farm bad prefix", []string{"-farm", write("x.yaml", "clusters:\n  - {name: c, hosts: 1, model: L40S, profile_prefix: nv_}\n")}, "profile prefix"},
 		{"farm bad json", []string{"-farm", write("b.json", `{"clusters": [{"name": "c", "hosts": 1, "model": "A100-40GB", "nvlink": "mesh"}]}`)}, "nvlink"},
 	}
 	for _, tc := range tests {

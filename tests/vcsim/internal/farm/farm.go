@@ -123,6 +123,7 @@ type HostInfo struct {
 	NVLinkTopology      string                   `json:"nvlinkTopology"` // none, pairs, quads or nvswitch
 	ProfilePrefix       string                   `json:"profilePrefix"`  // grid_ or nvidia_
 	UndeclaredParams    []string                 `json:"undeclaredParams,omitempty"`
+	ExtraProfiles       []string                 `json:"extraProfiles,omitempty"` // offered, unknown to the catalogue
 }
 
 // What a reboot fault leaves unapplied.
@@ -192,6 +193,7 @@ type HostSpec struct {
 	ModuleOptions       string   // nvidia module options, configured and in effect at start
 	ProfilePrefix       string   // grid_ (default) or nvidia_: how the host spells vGPU types
 	UndeclaredParams    []string // nvidia module parameters the host's driver does not declare
+	ExtraProfiles       []string // profiles the host offers that no catalogue entry explains
 }
 
 type gpu struct {
@@ -219,6 +221,7 @@ type host struct {
 	prefix              string
 	undeclared          []string
 	nvlink              string // none, pairs, quads or nvswitch
+	extras              []string
 }
 
 // Farm is the GPU farm state.
@@ -313,6 +316,12 @@ func (f *Farm) AddHost(s HostSpec) error {
 		name: s.Name, cluster: s.Cluster, defaultGraphicsType: s.DefaultGraphicsType, policy: s.AssignmentPolicy,
 		modules: map[string]*ModuleOptions{}, moduleOrder: []string{"nvidia", "nvme_pcie", "vmw_ahci"},
 		prefix: s.ProfilePrefix, undeclared: slices.Clone(s.UndeclaredParams), nvlink: s.NVLink,
+		extras: slices.Clone(s.ExtraProfiles),
+	}
+	for _, p := range s.ExtraProfiles {
+		if strings.TrimSpace(p) == "" || strings.ContainsAny(p, " \t") {
+			return fmt.Errorf("host %s: extra profile %q is not a profile name", s.Name, p)
+		}
 	}
 	if h.nvlink == "" {
 		h.nvlink = NVLinkTopology(m)
@@ -475,7 +484,7 @@ func (h *host) info() HostInfo {
 		Name: h.name, Cluster: h.cluster, DefaultGraphicsType: h.defaultGraphicsType, AssignmentPolicy: h.policy,
 		InMaintenance: h.maintenance, Rebooting: h.rebooting, Down: h.down, ConnectionState: state,
 		Modules: map[string]ModuleOptions{}, NVLinkTopology: h.nvlink, ProfilePrefix: h.prefix,
-		UndeclaredParams: slices.Clone(h.undeclared),
+		UndeclaredParams: slices.Clone(h.undeclared), ExtraProfiles: slices.Clone(h.extras),
 	}
 	if h.rebootFault != nil {
 		rf := RebootFault{Ignore: slices.Clone(h.rebootFault.Ignore), Count: h.rebootFault.Count}
@@ -491,7 +500,8 @@ func (h *host) info() HostInfo {
 			Index: i, PCIID: g.id, Model: g.model, ModelName: g.model.Name, GraphicsType: h.graphicsType(g),
 			VgpuMode: g.timeSlicedMode, TimeSlicedMode: g.timeSlicedMode, MIGCurrent: g.migCurrent,
 			MIGPending: g.migPending, NVLinkSet: g.nvlinkSet, Scheduler: schedulerFor(opts, g.id),
-			VGPUs: append([]Slot{}, g.slots...), Profiles: g.model.ProfilesFor(g.migCurrent, h.prefix),
+			VGPUs:    append([]Slot{}, g.slots...),
+			Profiles: append(g.model.ProfilesFor(g.migCurrent, h.prefix), h.extras...),
 		}
 		if g.migCurrent {
 			gi.VgpuMode = ModeMIG
@@ -684,7 +694,7 @@ func candidates(info HostInfo) []Candidate {
 		out = append(out, Candidate{
 			ID: g.PCIID, Model: g.Model, MIG: g.MIGCurrent, VgpuMode: g.TimeSlicedMode,
 			SharedDirect: g.GraphicsType == GraphicsSharedDirect, NVLinkSet: g.NVLinkSet, NVLinkUp: g.NVLinkUp,
-			Slots: g.VGPUs,
+			Slots: g.VGPUs, HostOnly: info.ExtraProfiles,
 		})
 	}
 	return out

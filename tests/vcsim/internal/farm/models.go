@@ -44,8 +44,9 @@ type Profile struct {
 	MIG     bool    `json:"mig"`
 	GI      string  `json:"gi,omitempty"` // GPU instance profile for MIG-backed types
 	Media   bool    `json:"media,omitempty"`
-	Class   string  `json:"class"`   // compute or quadro (vim.vm.VgpuProfileInfo.profileClass)
-	Sharing string  `json:"sharing"` // timeSliced or mig
+	Class   string  `json:"class"`            // compute or quadro (vim.vm.VgpuProfileInfo.profileClass)
+	Sharing string  `json:"sharing"`          // timeSliced or mig
+	Opaque  bool    `json:"opaque,omitempty"` // offered by the host, unknown to the catalogue
 
 	spec *VGPUType
 }

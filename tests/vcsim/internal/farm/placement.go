@@ -3,6 +3,7 @@ package farm
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +47,7 @@ type Candidate struct {
 	NVLinkSet    int    // -1 when not NVLink-connected
 	NVLinkUp     bool
 	Slots        []Slot
+	HostOnly     []string // profiles the host offers that no catalogue entry explains
 }
 
 // Assignment says where one requested vGPU goes.
@@ -103,6 +105,10 @@ func (c *Candidate) Unavailable(cat *Catalog) string {
 // Fits reports whether a vGPU of profile p fits on GPU c and, for MIG and mixed-size, where.
 func (c *Candidate) Fits(cat *Catalog, p Profile, rules Rules) (Slot, bool) {
 	slot := Slot{Profile: p.Name, Start: -1}
+	if p.Opaque {
+		// nothing is known about it but that the host offers it: it gets a GPU of its own
+		return slot, c.Unavailable(cat) == "" && len(c.Slots) == 0 && slices.Contains(c.HostOnly, p.Name)
+	}
 	if c.Unavailable(cat) != "" || !c.Model.Offers(p, c.MIG) {
 		return slot, false
 	}
@@ -244,7 +250,7 @@ func Place(cat *Catalog, gpus []Candidate, req Request, policy string, rules Rul
 	for i, name := range req.Profiles {
 		p, err := cat.Profile(name)
 		if err != nil {
-			return nil, err
+			p = Profile{Name: name, Opaque: true} // fits only where the host offers it (Candidate.HostOnly)
 		}
 		profiles[i] = p
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -166,5 +167,42 @@ func TestControlShowsCatalogue(t *testing.T) {
 	}
 	if sum := sha256.Sum256(data); cat["sha256"] != hex.EncodeToString(sum[:]) {
 		t.Fatalf("sha256 %v, file %x", cat["sha256"], sum)
+	}
+}
+
+// A host may offer a profile the catalogue does not explain (extra_profiles): it is listed and admitted
+// on a GPU of its own, and that GPU takes no other vGPU.
+func TestExtraProfileTakesAGPUOfItsOwn(t *testing.T) {
+	const unknown = "grid_a100-1-5cme2"
+	s := DefaultSpec()
+	s.Clusters = []ClusterSpec{{Name: "C", Hosts: 1, GPUs: 2, Model: "A100-40GB", GraphicsType: farm.GraphicsSharedDirect,
+		VgpuMode: farm.ModeSameSize, ExtraProfiles: []string{unknown}}}
+	s.VMs = []VMSpec{
+		{Name: "odd", Host: host1, MemoryMB: 1024, Locked: true, VGPUs: []string{unknown}, PowerOn: true},
+		{Name: "vm-1", Host: host1, MemoryMB: 1024, Locked: true, VGPUs: []string{"grid_a100-10c"}},
+		{Name: "vm-2", Host: host1, MemoryMB: 1024, Locked: true, VGPUs: []string{"grid_a100-10c"}},
+	}
+	e := start(t, s)
+	h := e.hostMO(host1, "config.sharedPassthruGpuTypes")
+	if !slices.Contains(h.Config.SharedPassthruGpuTypes, unknown) {
+		t.Fatalf("extra profile not offered: %v", h.Config.SharedPassthruGpuTypes)
+	}
+	odd := e.sim.Farm.VMGPUs(e.vm("odd").Reference().Value)
+	if len(odd) != 1 || odd[0].GPU != farm.PCIBus(0) {
+		t.Fatalf("extra-profile VM placed %+v", odd)
+	}
+	e.must(e.wait(e.vm("vm-1").PowerOn(e.ctx)))
+	if got := e.sim.Farm.VMGPUs(e.vm("vm-1").Reference().Value); len(got) != 1 || got[0].GPU != farm.PCIBus(1) {
+		t.Fatalf("vm-1 placed %+v, want the other GPU", got)
+	}
+	// sameSize capacity of the second GPU allows 4 x 10C; the first GPU holds the unknown vGPU
+	e.must(e.wait(e.vm("vm-2").PowerOn(e.ctx)))
+	info, _ := e.sim.Farm.Host(host1)
+	if len(info.GPUs[0].VGPUs) != 1 || len(info.GPUs[1].VGPUs) != 2 {
+		t.Fatalf("vGPUs per GPU: %d, %d", len(info.GPUs[0].VGPUs), len(info.GPUs[1].VGPUs))
+	}
+	cands, _, _ := e.sim.Farm.Candidates(host1)
+	if why := cands[0].Unavailable(e.sim.Farm.Catalog()); !strings.Contains(why, unknown) {
+		t.Fatalf("GPU with the unknown vGPU: %q", why)
 	}
 }

@@ -53,7 +53,8 @@ func (s *Sim) viewOf(info farm.HostInfo) hostView {
 	sort.Strings(v.gpuTypes)
 	for _, p := range v.gpuTypes {
 		prof, err := s.Farm.Catalog().Profile(p)
-		if err != nil {
+		if err != nil { // offered beyond the catalogue: nothing is claimed for it
+			v.caps = append(v.caps, types.HostSharedGpuCapabilities{Vgpu: p})
 			continue
 		}
 		v.caps = append(v.caps, types.HostSharedGpuCapabilities{

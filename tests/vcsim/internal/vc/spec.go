@@ -3,6 +3,7 @@ package vc
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -47,6 +48,9 @@ type ClusterSpec struct {
 	// UndeclaredParams are nvidia module parameters the hosts' driver does not declare (esxcli does
 	// not list them and refuses to set them).
 	UndeclaredParams []string `yaml:"undeclared_module_params" json:"undeclared_module_params"`
+	// ExtraProfiles are profiles the hosts offer beyond the catalogue (a driver newer than the catalogue);
+	// a vGPU of one takes a GPU of its own.
+	ExtraProfiles []string `yaml:"extra_profiles" json:"extra_profiles"`
 }
 
 // VMSpec describes a VM or template created at start.
@@ -171,7 +175,7 @@ func (s *Spec) Validate() error {
 				return fmt.Errorf("VM %s: cpus and memory_mb must be >= 0", vm.Name)
 			}
 			for _, p := range vm.VGPUs {
-				if _, err := cat.Profile(p); err != nil {
+				if _, err := cat.Profile(p); err != nil && !s.offersExtra(p) {
 					return fmt.Errorf("VM %s: %w", vm.Name, err)
 				}
 			}
@@ -180,11 +184,22 @@ func (s *Spec) Validate() error {
 	return nil
 }
 
+// offersExtra reports whether some cluster offers the profile beyond the catalogue.
+func (s *Spec) offersExtra(profile string) bool {
+	for _, c := range s.Clusters {
+		if slices.Contains(c.ExtraProfiles, profile) {
+			return true
+		}
+	}
+	return false
+}
+
 func (c ClusterSpec) hostSpec(name, cluster string) farm.HostSpec {
 	return farm.HostSpec{
 		Name: name, Cluster: cluster, Model: c.Model, GPUs: c.GPUs, NVLink: c.NVLink,
 		DefaultGraphicsType: c.GraphicsType, AssignmentPolicy: c.AssignmentPolicy, VgpuMode: c.VgpuMode,
 		MIG: c.MIG, ModuleOptions: c.NvidiaOptions, ProfilePrefix: c.ProfilePrefix, UndeclaredParams: c.UndeclaredParams,
+		ExtraProfiles: c.ExtraProfiles,
 	}
 }
 

@@ -151,13 +151,16 @@ func (s *Sim) checkVGPUs(host string, powerState types.VirtualMachinePowerState,
 			return invalid("The vGPU profile of a PCI passthrough device is empty.")
 		}
 		p, err := s.Farm.Catalog().Profile(name)
-		if err != nil {
-			return invalid(err.Error())
-		}
 		if offered != nil && !offered[name] {
 			return invalid(fmt.Sprintf("The vGPU profile '%s' is not supported by any GPU of host %s in its current mode.", name, host))
 		}
-		if i == 0 {
+		if err != nil {
+			if offered != nil {
+				continue // the host offers a profile the catalogue does not explain: the host is the authority
+			}
+			return invalid(err.Error())
+		}
+		if i == 0 || first.Name == "" {
 			first = p
 		} else if p.Board != first.Board || p.Series != first.Series {
 			return invalid(fmt.Sprintf("vGPU profiles of one virtual machine must share board and series: %s and %s.", first.Name, name))
