@@ -14,7 +14,7 @@ from vgpuctl.capacity.layout import PlacedVm, Verified, greedy, verify
 from vgpuctl.capacity.problem import Problem, Shape, build_problem, usable_options
 from vgpuctl.model import Observed
 from vgpuctl.placement import MIG_MODE
-from vgpuctl.profiles import parse_profile
+from vgpuctl.profiles import BOARDS, parse_profile
 
 FRAMEBUFFER, GEOMETRY, NVLINK, PER_VM_LIMIT, ORDER = "framebuffer", "geometry", "nvlink", "per-VM limit", "order"
 
@@ -112,7 +112,8 @@ def _changes(problem: Problem, v: Verified) -> list[GpuChange]:
         slot = next(s for s in problem.host(host).gpus if s.gpu.id == pci)
         old = slot.gpu.vgpu_mode
         mig_switch = (old == MIG_MODE) != (mode == MIG_MODE)
-        reboot = mig_switch and slot.gpu.board not in ("h100",)  # Hopper applies MIG once idle
+        info = BOARDS.get(slot.gpu.board or "")
+        reboot = mig_switch and (info is None or info.mig_needs_reboot)  # the catalogue's `mig.apply`
         out.append(GpuChange(host, pci, old, mode, reboot))
     return out
 

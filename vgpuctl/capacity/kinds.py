@@ -74,14 +74,24 @@ def _patterns(_key: tuple[object, ...], ordered: tuple[str, ...], holder: _Froze
             if not fits(gpu, p):
                 continue
             grew = True
-            nxt = copy.deepcopy(gpu)
+            nxt = clone(gpu)
             add_vgpu(nxt, p)
             walk(nxt, i, {**counts, p: counts.get(p, 0) + 1})
         if not grew and counts:
             found.append(counts)
 
-    walk(copy.deepcopy(holder.gpu), 0, {})
+    walk(clone(holder.gpu), 0, {})
     return tuple(tuple(sorted(c.items())) for c in _maximal(found))
+
+
+def clone(gpu: Gpu) -> Gpu:
+    """A copy whose lists are its own (what deepcopy gives for placement's flat GPU state, much faster)."""
+    out = copy.copy(gpu)
+    for f in fields(gpu):
+        value = getattr(gpu, f.name)
+        if isinstance(value, list):
+            setattr(out, f.name, list(value))
+    return out
 
 
 def _maximal(patterns: Sequence[dict[str, int]]) -> list[dict[str, int]]:

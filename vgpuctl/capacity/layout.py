@@ -17,6 +17,7 @@ from vgpuctl.placement import (
     PERFORMANCE,
     FarmState,
     Gpu,
+    Placement,
     Request,
     add_vgpu,
     farm_from_observed,
@@ -161,10 +162,10 @@ def verify(problem: Problem, observed: Observed, layout: Layout, rounds: int = 5
     VMs it refuses are dropped and the rest placed again until none is refused."""
     current = {h: HostLayout(dict(hl.modes), list(hl.vms)) for h, hl in layout.items()}
     dropped: list[tuple[str, str, str]] = []
-    vms: list[PlacedVm] = []
     for _ in range(rounds):
         vms = name_vms(problem, current)
-        refused = _refused(observed, current, vms)
+        results = _place(observed, current, vms)
+        refused = [(vm, results[vm.name].reason or "") for vm in vms if not results[vm.name].ok]
         if not refused:
             break
         for vm, reason in refused:
@@ -172,11 +173,17 @@ def verify(problem: Problem, observed: Observed, layout: Layout, rounds: int = 5
             dropped.append((vm.shape, vm.host, reason))
     else:
         vms = name_vms(problem, current)
-    modes = _needed_modes(observed, current, vms)
-    lean = {h: HostLayout({pci: m for (hh, pci), m in modes.items() if hh == h}, list(hl.vms))
-            for h, hl in current.items()}
-    if _refused(observed, lean, vms):  # an unused change still steered placement: keep every change
-        modes = {(h, pci): m for h, hl in current.items() for pci, m in hl.modes.items()}
+        results = _place(observed, current, vms)
+        vms = [vm for vm in vms if results[vm.name].ok]
+    used = {(r.host, p.gpu) for r in results.values() if r.ok for p in r.placed}
+    every = {(h, pci): m for h, hl in current.items() for pci, m in hl.modes.items()}
+    modes = {k: m for k, m in every.items() if k in used}
+    if modes != every:  # a change no VM lands on is left out, unless it steered where the others went
+        lean = {h: HostLayout({pci: m for (hh, pci), m in modes.items() if hh == h}, list(hl.vms))
+                for h, hl in current.items()}
+        again = _place(observed, lean, vms)
+        if any(not r.ok for r in again.values()):
+            modes = every
     return Verified(vms, dropped, modes)
 
 
@@ -190,18 +197,7 @@ def _state(observed: Observed, layout: Layout) -> FarmState:
     return state
 
 
-def _refused(observed: Observed, layout: Layout, vms: list[PlacedVm]) -> list[tuple[PlacedVm, str]]:
+def _place(observed: Observed, layout: Layout, vms: list[PlacedVm]) -> dict[str, Placement]:
     state = _state(observed, layout)
     requests = [Request(v.name, [v.profile] * v.vgpus, [v.host], v.nvlink) for v in sorted(vms, key=lambda v: v.name)]
-    results = place_farm(state, requests)
-    by_name = {v.name: v for v in vms}
-    return [(by_name[n], r.reason or "") for n, r in results.items() if not r.ok]
-
-
-def _needed_modes(observed: Observed, layout: Layout, vms: list[PlacedVm]) -> dict[tuple[str, str], str]:
-    """Mode changes of GPUs that a placed VM lands on (a change nobody uses is left out of the answer)."""
-    state = _state(observed, layout)
-    requests = [Request(v.name, [v.profile] * v.vgpus, [v.host], v.nvlink) for v in sorted(vms, key=lambda v: v.name)]
-    results = place_farm(state, requests)
-    used = {(r.host, p.gpu) for r in results.values() if r.ok for p in r.placed}
-    return {(h, pci): mode for h, hl in layout.items() for pci, mode in hl.modes.items() if (h, pci) in used}
+    return place_farm(state, requests)
