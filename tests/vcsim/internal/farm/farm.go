@@ -29,6 +29,8 @@
 //	f.Release(vmID)                                frees a VM's vGPUs (power-off, suspend)
 //	f.Assignments() []GPUAssignment                which VM's vGPU sits on which GPU / MIG slot
 //	f.Candidates(host) ([]Candidate, policy, error) placement view of a host (for dry runs with Place)
+//	f.SetAPIVersion(v); f.Rules()                  the API version's equal-size rule (8.0.1+: any types of
+//	    one framebuffer size share a GPU; before: one type), used by Admit and for dry runs with Place
 //	f.SetMaintenance(host, bool) error; f.BeginReboot(host) error; f.EndReboot(host) error
 //	    EndReboot applies pending MIG modes and configured module options.
 //	f.SetRebootFault(host, RebootFault) error; f.ClearRebootFault(host) error

@@ -206,3 +206,20 @@ func TestExtraProfileTakesAGPUOfItsOwn(t *testing.T) {
 		t.Fatalf("GPU with the unknown vGPU: %q", why)
 	}
 }
+
+// The farm file's running VMs are admitted under the farm's API version too.
+func TestFarmVMsAdmittedUnderTheAPIVersion(t *testing.T) {
+	s := DefaultSpec()
+	s.APIVersion = "7.0.3.0"
+	s.Clusters = []ClusterSpec{{Name: "C", Hosts: 1, GPUs: 1, Model: "L40S", GraphicsType: farm.GraphicsSharedDirect}}
+	s.VMs = []VMSpec{
+		{Name: "vm-q", Host: host1, MemoryMB: 1024, Locked: true, VGPUs: []string{"grid_l40s-24q"}, PowerOn: true},
+		{Name: "vm-c", Host: host1, MemoryMB: 1024, Locked: true, VGPUs: []string{"grid_l40s-24c"}, PowerOn: true},
+	}
+	if sim, err := New(s); err == nil || !strings.Contains(err.Error(), "vm-c") {
+		if sim != nil {
+			sim.Close()
+		}
+		t.Fatalf("two types of one size on one GPU under API 7.0.3: %v", err)
+	}
+}

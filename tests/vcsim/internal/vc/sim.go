@@ -77,6 +77,7 @@ func New(spec Spec) (*Sim, error) {
 		faults: newFaultBook(), control: http.NewServeMux(), busy: map[string]int{}, dirty: map[string]bool{},
 		rebootDur: time.Duration(spec.RebootSeconds * float64(time.Second)),
 	}
+	s.Farm.SetAPIVersion(spec.APIVersion) // before the farm file's running VMs are admitted
 	var err error
 	s.client, err = vim25.NewClient(context.Background(), m.Service)
 	if err != nil {
@@ -88,7 +89,6 @@ func New(spec Spec) (*Sim, error) {
 		return nil, err
 	}
 	s.ctx.Map.Handler = s.route
-	s.Farm.SetAPIVersion(spec.APIVersion)
 	s.Farm.Subscribe(s.onFarmEvent)
 	s.registerControl()
 	return s, nil
