@@ -25,7 +25,7 @@ from vgpuctl.hosttargets import HostTarget
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import HostChange, ObservedGpu, ObservedHost
 from vgpuctl.progress import Cancel, HostProgress, cancelled
-from vgpuctl.statefile import StateStore
+from vgpuctl.statefile import POWER_ON, VM_CHANGE, StateStore
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,10 @@ SSH_AFTER_REBOOT_S = 60.0
 
 class RefusedError(VgpuctlError):
     """Maintenance mode would stop running VMs and `evacuate: refuse` is set."""
+
+
+class RestoreError(VgpuctlError):
+    """The host change is done but some VMs it powered off did not come back (each VM's reason is listed)."""
 
 
 class VerificationError(VgpuctlError):
@@ -59,7 +63,14 @@ class HostOutcome:
     vms_to_restore: list[str] = field(default_factory=list)
     powered_off: list[str] = field(default_factory=list)
     powered_on: list[str] = field(default_factory=list)
+    not_restored: dict[str, str] = field(default_factory=dict)  # VM -> why it is still off
+    handed_over: list[str] = field(default_factory=list)  # powered off for their own VM change
     rebooted: bool = False
+
+    @property
+    def configured(self) -> bool:
+        """The host's GPU configuration is done (also when only powering VMs on again failed)."""
+        return self.status in (Outcome.CHANGED, Outcome.UNCHANGED) or self.phase == "power-on"
 
     def describe(self) -> str:
         if self.status != Outcome.FAILED:
@@ -74,6 +85,8 @@ class HostOutcome:
             state.append("done before: " + ", ".join(self.steps))
         if self.vms_to_restore:
             state.append("VMs to power on again: " + ", ".join(self.vms_to_restore))
+        if self.not_restored:
+            state.append("still off: " + "; ".join(f"{vm} ({why})" for vm, why in sorted(self.not_restored.items())))
         if state:
             lines.append(f"  state: {'; '.join(state)}")
         if self.error_type != RefusedError.__name__:
@@ -106,7 +119,8 @@ class HostApplyResult:
 
     @property
     def done_hosts(self) -> set[str]:
-        return {o.host for o in self.hosts if o.status in (Outcome.CHANGED, Outcome.UNCHANGED)}
+        """Hosts whose GPU configuration is done (their VMs can be planned against them as they are)."""
+        return {o.host for o in self.hosts if o.configured}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -197,7 +211,7 @@ class _HostRun:
             log.debug("%s: cannot read the host after the failure: %s", self.t.name, err)
         rec = self.state.get(self.t.name)
         if rec is not None:
-            self.out.vms_to_restore = [v["name"] for v in rec.vms]
+            self.out.vms_to_restore = [v["name"] for v in rec.vms if v.get("after", POWER_ON) == POWER_ON]
             self.state.update(self.t.name, phase=self.phase, message=self.out.message)
 
     def _step(self, step: str, detail: str | None = None) -> None:
@@ -216,7 +230,7 @@ class _HostRun:
         from vgpuctl.vsphere import host as vhost
 
         t = self.t
-        work = [c for c in t.changes if c.kind != hostplan.RESUME]
+        work = [c for c in t.changes if c.kind not in (hostplan.RESUME, hostplan.EVACUATE)]
         api = vhost.read_host(self.session, t.moid)
         if api.connection_state != "connected":
             raise VgpuctlError(f"{t.name}: host is {api.connection_state}")
@@ -249,21 +263,27 @@ class _HostRun:
         self.state.drop(t.name)
 
     def _evacuate(self) -> None:
+        """Power off the host's running VMs: those the plan hands to their own VM change always, the others
+        with `evacuate: power-off` (refused, before anything changes, with `refuse`). Recorded first: a crash
+        after a power-off must still know what to bring back."""
         from vgpuctl.vsphere import host as vhost
 
         t = self.t
         running = [v for v in vhost.host_vms(self.session, t.moid) if v.running]
         if not running:
             return
-        listed = ", ".join(f"{v.name} ({', '.join(v.vgpus)})" if v.vgpus else v.name for v in running)
-        if t.spec.maintenance.evacuate == "refuse":
+        planned = hostplan.evacuations(t.changes)
+        handed = {v.name for v in running if planned.get(v.name) == hostplan.HAND_OVER}
+        others = [v for v in running if v.name not in handed]
+        if others and t.spec.maintenance.evacuate == "refuse":
+            listed = ", ".join(f"{v.name} ({', '.join(v.vgpus)})" if v.vgpus else v.name for v in others)
             self.out.in_maintenance = False
             raise RefusedError(
                 f"{t.name}: maintenance mode needs these powered-on VMs stopped: {listed}; vGPU VMs cannot "
                 "migrate (maintenance.evacuate is refuse: stop them, or set evacuate: power-off)"
             )
-        for vm in running:  # record first: a crash after the power-off must still know what to restore
-            self.state.add_vm(t.name, vm.name, vm.moid)
+        for vm in running:
+            self.state.add_vm(t.name, vm.name, vm.moid, VM_CHANGE if vm.name in handed else POWER_ON)
         for vm in running:
             self._step("power-off", vm.name)
             how = vhost.shutdown_vm(
@@ -392,19 +412,42 @@ class _HostRun:
                 time.sleep(max(self.opts.poll_s, 0.5))
 
     def _restore(self) -> None:
+        """Power on every VM this host's runs powered off that the host can run now (in the inventory or not,
+        with or without vGPUs), going on past failures; VMs handed to their VM change are left to it."""
         from vgpuctl.vsphere import host as vhost
 
         rec = self.state.get(self.t.name)
         if rec is None or not rec.vms:
             return
         self.phase = "power-on"
+        keep = []  # what a re-run still has to power on
+        offered = set(vhost.read_host(self.session, self.t.moid).offered_profiles)
+        profiles = {v.moid: v.vgpus for v in vhost.host_vms(self.session, self.t.moid)}
         for vm in list(rec.vms):
-            self._step("power-on", vm["name"])
-            vhost.power_on_vm(self.session, vm["moid"], vm["name"], self.watcher)
-            self.out.powered_on.append(vm["name"])
-            self._done(f"power-on {vm['name']}")
-            self.state.update(self.t.name, vms=[v for v in rec.vms if v["moid"] != vm["moid"]])
-            rec = self.state.get(self.t.name) or rec
+            name = vm["name"]
+            if vm.get("after", POWER_ON) != POWER_ON:
+                self.out.handed_over.append(name)
+                continue
+            lost = sorted(set(profiles.get(vm["moid"], [])) - offered)
+            if lost:
+                self.out.not_restored[name] = f"left off: the host no longer offers {', '.join(lost)}"
+                continue
+            self._step("power-on", name)
+            try:
+                vhost.power_on_vm(self.session, vm["moid"], name, self.watcher)
+            except VgpuctlError as err:
+                self.out.not_restored[name] = f"power-on failed: {err}"
+                keep.append(vm)
+                continue
+            self.out.powered_on.append(name)
+            self._done(f"power-on {name}")
+        if keep:
+            self.state.update(self.t.name, vms=keep)
+        else:
+            self.state.drop(self.t.name)
+        if self.out.not_restored:
+            failed = "; ".join(f"{vm}: {why}" for vm, why in sorted(self.out.not_restored.items()))
+            raise RestoreError(f"{self.t.name}: not every VM could be powered on again: {failed}")
 
 
 def observed_host(api: Any, facts: HostFacts | None = None) -> ObservedHost:

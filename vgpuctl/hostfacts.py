@@ -1,9 +1,10 @@
 """Host GPU facts that the bulk observe does not read: from the ESXi shell and per-host vSphere calls.
 
-The shell side (nvidia-smi over SSH, vgpuctl.esxi) gives MIG mode current and pending per GPU, NVLink link
-state and the GPU topology; the vSphere side (vgpuctl.vsphere.host) gives the nvidia module's option string
-as configured (next boot) and in effect (loaded module), and graphicsConfig.deviceType (the per-GPU
-time-sliced vGPU mode, which graphicsInfo hides while a GPU is in MIG mode).
+The shell side (nvidia-smi and esxcli over SSH, vgpuctl.esxi) gives MIG mode current and pending per GPU,
+NVLink link state, the GPU topology and the parameters the nvidia module declares; the vSphere side
+(vgpuctl.vsphere.host) gives the nvidia module's option string as configured (next boot) and in effect
+(loaded module), and graphicsConfig.deviceType (the per-GPU time-sliced vGPU mode, which graphicsInfo hides
+while a GPU is in MIG mode).
 
 `HostFacts` is plain data (to_dict/from_dict) so that vgpuctl.hostplan stays a pure function testable from
 fixture files. `gather_shell_facts(shell)` and `gather_host_facts(...)` do the I/O.
@@ -57,6 +58,8 @@ class HostFacts:
     options_effective: str | None = None  # options of the loaded module
     shell: bool = False  # the shell facts (MIG, NVLink, topology) were read
     boot_time: str | None = None
+    declared_params: list[str] | None = None  # parameters the nvidia module declares (None: not read)
+    warnings: list[str] = field(default_factory=list)  # calls the host could not answer
 
     def gpu(self, pci_id: str) -> GpuFacts:
         return self.gpus.setdefault(pci_id, GpuFacts(pci_id))
@@ -102,6 +105,8 @@ def gather_shell_facts(host: str, run: Runner, facts: HostFacts | None = None) -
         topo = parsers.parse_topo_matrix(run(commands.topology()))
         for a, g in by_index.items():
             g.nvlink_peers = sorted(by_index[b].pci_id for b in topo.gpus if b in by_index and topo.nvlinks(a, b))
+    listed = parsers.parse_module_parameters(run(commands.module_parameters_list(NVIDIA_MODULE)))
+    facts.declared_params = sorted(p.name for p in listed)
     facts.shell = True
     return facts
 

@@ -12,7 +12,11 @@ What a host's `hosts:` entry can ask for, and how each difference becomes a Host
 - scheduler (host): NVreg_RegistryDwords=RmPVMRL=<value> merged into the option string (other registry keys
   kept); values from vgpuctl.scheduler (docs/scheduler.md). Mixed-size GPUs support best-effort and
   equal-share only;
-- maintenance (host): a host a failed apply left in maintenance mode, with VMs to power on again.
+- maintenance (host): a host a failed apply left in maintenance mode, with VMs to power on again;
+- evacuate (per VM, target = the VM's name): a VM running on a host that enters maintenance mode, and what
+  happens to it: powered off and on again after the host change, or powered off and handed to its own VM
+  change (re-profiled for the new mode, then powered on). A running VM whose vGPUs the host will not offer
+  after a mode change, and that the inventory does not move to an offered profile, is a plan error.
 Module option changes are disruptive and need a reboot. A change is planned while either the configured
 option string or the one in effect differs from the wish (configured but not yet rebooted still needs the
 reboot).
@@ -31,8 +35,17 @@ from dataclasses import dataclass, field
 from vgpuctl import scheduler as rmpvmrl
 from vgpuctl.esxi.parsers import OutputFormatError, format_module_options, parse_module_options
 from vgpuctl.hostfacts import GpuFacts, HostFacts
-from vgpuctl.inventory import GpuSpec, HostSpec, SchedulerSpec
-from vgpuctl.model import HostChange, Observed, ObservedGpu, ObservedHost, ObservedProfile, VmChange
+from vgpuctl.inventory import GpuSpec, HostSpec, SchedulerSpec, VmSpec
+from vgpuctl.model import (
+    HostChange,
+    Observed,
+    ObservedGpu,
+    ObservedHost,
+    ObservedProfile,
+    ObservedVm,
+    PowerState,
+    VmChange,
+)
 from vgpuctl.profiles import BOARDS, board_for_device, try_parse
 from vgpuctl.scheduler import SchedulerState
 
@@ -45,9 +58,15 @@ MIG = "mig"
 NVLINK = "nvlink"
 SCHEDULER = "scheduler"
 RESUME = "maintenance"
-KIND_ORDER = (DEFAULT_TYPE, ASSIGNMENT_POLICY, GPU_TYPE, VGPU_MODE, MIG, NVLINK, SCHEDULER, RESUME)
+EVACUATE = "evacuate"
+KIND_ORDER = (EVACUATE, DEFAULT_TYPE, ASSIGNMENT_POLICY, GPU_TYPE, VGPU_MODE, MIG, NVLINK, SCHEDULER, RESUME)
 GRAPHICS_KINDS = (DEFAULT_TYPE, ASSIGNMENT_POLICY, GPU_TYPE, VGPU_MODE)
 MODULE_KINDS = (NVLINK, SCHEDULER)
+MODE_KINDS = (DEFAULT_TYPE, GPU_TYPE, VGPU_MODE, MIG, NVLINK)  # what a GPU offers may change
+
+# HostChange.new of an EVACUATE change: what happens to the VM
+RESTORE_AFTER = "powered off, on again after the host change"
+HAND_OVER = "powered off, reconfigured and powered on by its VM change"
 
 MIG_MODE = "multiInstanceGpu"
 TIME_SLICED_MODES = ("sameSize", "mixedSize")
@@ -235,42 +254,100 @@ def plan_hosts(
     observed: Observed,
     facts: dict[str, HostFacts] | None = None,
     resume: Iterable[str] = (),
+    vms: Sequence[VmSpec] = (),
 ) -> HostPlan:
     """Host changes for every host the specs name, in host order; `resume` names hosts a failed apply left
-    in maintenance mode (from the state file)."""
+    in maintenance mode (from the state file); `vms` are the inventory's VM entries (what each VM will ask
+    for after the change decides whether it can be evacuated and brought back)."""
     resolved, errors = resolve_hosts(specs, observed)
     result = HostPlan(errors=errors)
     facts = facts or {}
     resume = set(resume)
+    listed = {v.name: v for v in vms}
     for name in sorted(set(resolved) | (resume & set(observed.hosts))):
         host = observed.hosts[name]
         spec = resolved.get(name)
         if spec is not None:
             one = plan_host(spec, host, facts.get(name))
-            one.warnings += _stranded_vms(observed, host, one.changes)
+            one.extend(plan_evacuation(spec, host, observed, one.changes, listed))
+            one.changes.sort(key=lambda c: (KIND_ORDER.index(c.kind), c.target))
             result.extend(one)
         if name in resume:
             result.changes.append(_resume_change(host))
     return result
 
 
-def _stranded_vms(observed: Observed, host: ObservedHost, changes: list[HostChange]) -> list[str]:
-    """Warnings for running vGPU VMs of the host whose profiles the host will no longer offer."""
-    if not changes or not any(c.kind in (MIG, GPU_TYPE, DEFAULT_TYPE) for c in changes):
-        return []
-    offered = set(predict_host(host, changes).offered_profiles)
-    out = []
-    for name in sorted({vm for g in host.gpus for vm in g.vms}):
-        vm = observed.vms.get(name)
-        if vm is None:
+def vms_on(observed: Observed, host: str) -> list[ObservedVm]:
+    """The VMs (not templates) registered on the host, by name."""
+    return sorted((v for v in observed.vms.values() if v.host == host and not v.is_template), key=lambda v: v.name)
+
+
+def _running(vm: ObservedVm) -> bool:
+    return vm.power_state in (PowerState.ON, PowerState.SUSPENDED)
+
+
+def plan_evacuation(
+    spec: HostSpec, host: ObservedHost, observed: Observed, changes: Sequence[HostChange], listed: dict[str, VmSpec]
+) -> HostPlan:
+    """What happens to the host's VMs when it enters maintenance mode for `changes`.
+
+    A running VM whose vGPUs (after its own inventory change, if listed) the host offers after the change is
+    evacuated: handed to its VM change when that re-profiles it, else powered off and on again with
+    `evacuate: power-off` (with `refuse`, apply stops before maintenance and lists it). A running VM whose
+    vGPUs the host will not offer is an error naming the profiles it would offer; a powered-off one a warning.
+    """
+    result = HostPlan()
+    if not needs_maintenance(changes) or host.in_maintenance:
+        return result
+    mode_change = any(c.kind in MODE_KINDS for c in changes)
+    after = predict_host(host, changes) if mode_change else host
+    offered = set(after.offered_profiles)
+    nvlink_off = any(c.kind == NVLINK and c.new == "disabled" for c in changes)
+    for vm in vms_on(observed, host.name):
+        entry = listed.get(vm.name)
+        now = [d.profile for d in vm.vgpus]
+        wanted = [str(p) for p in entry.vgpu_profiles] if entry is not None and entry.manages_vgpus else now
+        problem = _cannot_run(vm, entry, wanted, offered, nvlink_off and sorted(wanted) == sorted(now))
+        if problem and (mode_change or nvlink_off):
+            where = f"host {host.name}: VM {vm.name}"
+            if _running(vm):
+                result.errors.append(
+                    f"{where} {problem} after the change (offered then: {_names(offered)}): "
+                    "list it in the inventory with an offered profile, or power it off first"
+                )
+                continue
+            result.warnings.append(f"{where} (powered off) {problem} after the change: it cannot power on there")
+        if not _running(vm):
             continue
-        lost = sorted({d.profile for d in vm.vgpus} - offered)
-        if lost:
-            out.append(
-                f"host {host.name}: VM {name} uses {', '.join(lost)}, which the host will not offer after "
-                "the change: it cannot power on there again"
-            )
-    return out
+        if entry is not None and sorted(wanted) != sorted(now):
+            result.changes.append(_evacuate_change(host, vm, HAND_OVER))
+        elif spec.maintenance.evacuate == "power-off":
+            result.changes.append(_evacuate_change(host, vm, RESTORE_AFTER))
+    return result
+
+
+def _cannot_run(
+    vm: ObservedVm, entry: VmSpec | None, wanted: list[str], offered: set[str], loses_group: bool
+) -> str | None:
+    """Why the VM could not power on on the changed host (None when it can)."""
+    missing = sorted(set(wanted) - offered)
+    if missing:
+        asks = "the inventory asks for" if entry is not None and entry.manages_vgpus else "uses"
+        return f"{asks} {', '.join(missing)}, which the host will not offer"
+    if loses_group and any(d.device_group_key is not None for d in vm.vgpus):
+        return "uses an NVLink device group, which the host will not offer with NVLink disabled"
+    return None
+
+
+def _evacuate_change(host: ObservedHost, vm: ObservedVm, what: str) -> HostChange:
+    profiles = ", ".join(d.profile for d in vm.vgpus)
+    old = f"{vm.power_state} ({profiles})" if profiles else str(vm.power_state)
+    return HostChange(host.name, EVACUATE, vm.name, old, what, disruptive=True, needs_reboot=False)
+
+
+def evacuations(changes: Iterable[HostChange]) -> dict[str, str]:
+    """VM name -> what its planned evacuation does (RESTORE_AFTER | HAND_OVER)."""
+    return {c.target: str(c.new) for c in changes if c.kind == EVACUATE}
 
 
 def _resume_change(host: ObservedHost) -> HostChange:
@@ -290,7 +367,43 @@ def plan_host(spec: HostSpec, host: ObservedHost, facts: HostFacts | None = None
         result.extend(_plan_gpu(host, gpus[pci], want, gf, facts is not None and facts.shell))
     result.extend(_plan_modules(spec, host, wanted, facts))
     result.changes.sort(key=lambda c: (KIND_ORDER.index(c.kind), c.target))
+    result.errors += shell_problems(host.name, result.changes, facts)
     return result
+
+
+# the nvidia module parameter each module change writes (a change that only removes one writes none)
+def _param_written(change: HostChange) -> str | None:
+    if change.kind == NVLINK:
+        return NVLINK_DISABLE if change.new == "disabled" else None
+    if change.kind == SCHEDULER:
+        return REGISTRY_DWORDS if rmpvmrl.encode(*rmpvmrl.parse_label(str(change.new))) is not None else None
+    return None
+
+
+def shell_problems(host: str, changes: Sequence[HostChange], facts: HostFacts | None) -> list[str]:
+    """Changes that cannot be made as planned: MIG, NVLink and scheduler changes without the ESXi shell
+    (nvidia-smi and the module's declared parameters are read there), and module options the host's nvidia
+    module does not declare (an undeclared option can keep the module, and every GPU, from loading).
+    Without facts (a pure plan) nothing is checked."""
+    if facts is None:
+        return []
+    needs_shell = sorted({c.kind for c in changes if c.kind in (MIG, *MODULE_KINDS)})
+    if needs_shell and not facts.shell:
+        return [
+            f"host {host}: {', '.join(needs_shell)} changes need ESXi SSH (nvidia-smi and esxcli on the host): "
+            "set VGPUCTL_ESXI_PASSWORD or VGPUCTL_ESXI_KEY_FILE, or ssh.key_file in the host entry"
+        ]
+    if facts.declared_params is None:
+        return []
+    out = []
+    for c in changes:
+        param = _param_written(c)
+        if param is not None and param not in facts.declared_params:
+            out.append(
+                f"host {host}: the nvidia module does not declare {param} (declared: "
+                f"{_names(facts.declared_params)}): {c.kind} {c.new} cannot be set on this host"
+            )
+    return out
 
 
 def _graphics_host(spec: HostSpec, host: ObservedHost) -> list[HostChange]:
@@ -562,7 +675,7 @@ def predict_observed(observed: Observed, changes: Sequence[HostChange]) -> Obser
 
 def changed_hosts(changes: Iterable[HostChange]) -> set[str]:
     """Hosts whose GPU configuration changes (VMs placed there wait for them)."""
-    return {c.host for c in changes if c.kind != RESUME and c.kind != ASSIGNMENT_POLICY}
+    return {c.host for c in changes if c.kind not in (RESUME, ASSIGNMENT_POLICY, EVACUATE)}
 
 
 def mark_dependencies(vm_changes: Iterable[VmChange], observed: Observed, host_changes: Sequence[HostChange]) -> None:

@@ -87,9 +87,11 @@ def observe(
 def host_facts(
     session: Session, observed: Observed, specs: dict[str, HostSpec], options: RunOptions
 ) -> tuple[dict[str, HostFacts], list[str]]:
-    """API and shell facts of the named hosts that are connected (errors name the others); fills each
+    """API facts of the named hosts that are connected (errors name the others), and shell facts when ESXi SSH
+    is set up (without it, MIG, NVLink and scheduler changes are plan errors); fills each
     ObservedHost.module_options with the configured nvidia option string."""
     from vgpuctl.hostfacts import gather_facts
+    from vgpuctl.hoststatus import shell_configured
 
     errors = []
     hosts = {}
@@ -100,7 +102,11 @@ def host_facts(
         else:
             hosts[name] = (host.moid, spec)
     facts = gather_facts(
-        session, hosts, trust_on_first_use=options.trust_on_first_use, on_new_host_key=options.on_new_host_key
+        session,
+        hosts,
+        shell=shell_configured(specs),
+        trust_on_first_use=options.trust_on_first_use,
+        on_new_host_key=options.on_new_host_key,
     )
     for name, f in facts.items():
         observed.hosts[name].module_options = f.options_configured or ""

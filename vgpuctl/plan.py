@@ -74,7 +74,7 @@ def make_plan(
     hosts an unfinished apply left behind), then the VMs, planned against the hosts as they will be after the
     host changes; VM changes on a changing host wait for it (VmChange.depends_on_hosts)."""
     resume = list(resume)
-    hosts = hostplan.plan_hosts(inv.hosts, observed, host_facts, resume) if inv.hosts or resume else None
+    hosts = hostplan.plan_hosts(inv.hosts, observed, host_facts, resume, inv.vms) if inv.hosts or resume else None
     base = hostplan.predict_observed(observed, hosts.changes) if hosts and hosts.changes else observed
     plans = [_plan_vm(spec, base) for spec in sorted(inv.vms, key=lambda v: v.name)]
     _check_capacity(plans, base)

@@ -25,12 +25,16 @@ def default_state_path(vcenter_url: str | None = None) -> Path:
     return Path(base) / f"hostops-{tag.strip('_') or 'default'}.json"
 
 
+POWER_ON = "power-on"  # HostRecord.vms[]["after"]: powered on again by the host run
+VM_CHANGE = "vm-change"  # reconfigured and powered on by the VM's own change
+
+
 @dataclass
 class HostRecord:
     """What a re-run needs to finish a host: VMs to power on again and whether we put it in maintenance."""
 
     host: str
-    vms: list[dict[str, str]] = field(default_factory=list)  # [{"name", "moid"}]
+    vms: list[dict[str, str]] = field(default_factory=list)  # [{"name", "moid", "after"}]
     entered_maintenance: bool = False
     phase: str = ""
     message: str = ""
@@ -68,11 +72,13 @@ class StateStore:
             self._save()
             return rec
 
-    def add_vm(self, host: str, name: str, moid: str) -> None:
+    def add_vm(self, host: str, name: str, moid: str, after: str = POWER_ON) -> None:
+        """Record a VM the host run powers off; `after`: POWER_ON (the run powers it on again) or VM_CHANGE
+        (its own VM change reconfigures and powers it on)."""
         with self._lock:
             rec = self._records.setdefault(host, HostRecord(host))
             if not any(v["moid"] == moid for v in rec.vms):
-                rec.vms.append({"name": name, "moid": moid})
+                rec.vms.append({"name": name, "moid": moid, "after": after})
             rec.updated = time.time()
             self._save()
 

@@ -281,6 +281,7 @@ def _fixture_runner(calls: list[str]):
         "--query-gpu": "gpusim.query-gpu.noheader-nounits.csv",
         "nvlink -s": "gpusim.nvlink-s.txt",
         "topo -m": "gpusim.topo-m.txt",
+        "parameters list -m nvidia": "gpusim.module-params.txt",
     }
 
     def run(command: str) -> str:
@@ -307,6 +308,7 @@ def test_shell_facts_from_gpusim_outputs() -> None:
     assert a.nvlink_peers == ["0000:86:00.0"] and c.nvlink_peers == []
     assert nvlink_sets(facts) == [["0000:3b:00.0", "0000:86:00.0"]]
     assert any("mig.mode.pending" in c and "noheader" in c for c in calls)
+    assert facts.declared_params == ["NVreg_EnableMSI", "NVreg_NvLinkDisable", "NVreg_RegistryDwords"]
 
 
 @pytest.mark.parametrize(
@@ -339,7 +341,8 @@ def test_state_store_persists_records(tmp_path: Path) -> None:
     store.update("esx-01", entered_maintenance=True, phase="reboot")
     again = StateStore(path)
     rec = again.get("esx-01")
-    assert rec is not None and rec.vms == [{"name": "vm-a", "moid": "vm-1"}] and rec.entered_maintenance
+    assert rec is not None and rec.entered_maintenance
+    assert rec.vms == [{"name": "vm-a", "moid": "vm-1", "after": "power-on"}]
     again.drop("esx-01")
     assert StateStore(path).hosts() == []
 
@@ -387,26 +390,6 @@ def test_targets_group_changes_by_host() -> None:
     targets = targets_for(changes, {"b": spec_b}, {"a": "host-1", "b": "host-2"})
     assert [(t.name, t.moid, len(t.changes)) for t in targets] == [("a", "host-1", 1), ("b", "host-2", 2)]
     assert targets[0].spec.name == "a" and targets[1].spec is spec_b
-
-
-def test_plan_warns_about_vms_that_cannot_run_after_the_switch() -> None:
-    from vgpuctl.model import ObservedVgpu, ObservedVm
-
-    observed = _observed()
-    host = observed.hosts["esx-a100"]
-    host.offered_profiles = ["grid_a100-40c"]
-    host.gpus[0].vms = ["train-01"]
-    observed.vms["train-01"] = ObservedVm(
-        "train-01", host="esx-a100", power_state="poweredOn", vgpus=[ObservedVgpu(4000, "grid_a100-40c")]
-    )
-    specs = _inv_hosts("hosts:\n  - name: esx-a100\n    gpus: [{select: all, mode: mig}]\n")
-    result = hostplan.plan_hosts(specs, observed)
-    assert result.warnings == [
-        "host esx-a100: VM train-01 uses grid_a100-40c, which the host will not offer after "
-        "the change: it cannot power on there again"
-    ]
-    one_gpu = _inv_hosts("hosts:\n  - name: esx-a100\n    gpus: [{select: '0000:3c:00.0', mode: mig}]\n")
-    assert hostplan.plan_hosts(one_gpu, observed).warnings == []
 
 
 def test_vm_changes_on_changed_hosts_wait_for_them() -> None:

@@ -1,0 +1,146 @@
+"""What a host change does to the VMs on the host (vgpuctl.hostplan.plan_evacuation, pure): a VM the changed
+host cannot run is a plan error, a VM the inventory re-profiles is handed to its VM change, the others are
+powered off and on again with `evacuate: power-off`; and how make_plan orders the VM's own change after it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from vgpuctl import hostplan
+from vgpuctl.inventory import load_inventory_text
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
+from vgpuctl.plan import make_plan
+
+pytestmark = pytest.mark.unit
+
+HOST = "esx-a100"
+A100 = {"device_name": "NVIDIA A100-PCIE-40GB", "device_id": 0x20F1, "memory_kb": 40 * 1024 * 1024}
+
+
+def _observed(*vms: ObservedVm) -> Observed:
+    host = ObservedHost(
+        HOST,
+        cluster="C1",
+        default_graphics_type="sharedDirect",
+        gpus=[
+            ObservedGpu("0000:3b:00.0", vgpu_mode="sameSize", graphics_type="sharedDirect", **A100),
+            ObservedGpu("0000:3c:00.0", vgpu_mode="sameSize", graphics_type="sharedDirect", **A100),
+        ],
+        offered_profiles=["grid_a100-10c", "grid_a100-20c", "grid_a100-40c"],
+    )
+    for vm in vms:
+        vm.host = HOST
+        if vm.vgpus and vm.power_state == "poweredOn":
+            host.gpus[0].vms.append(vm.name)
+    return Observed(hosts={HOST: host}, clusters={"C1": [HOST]}, vms={v.name: v for v in vms})
+
+
+def _vm(name: str, *profiles: str, on: bool = True) -> ObservedVm:
+    return ObservedVm(
+        name,
+        power_state="poweredOn" if on else "poweredOff",
+        firmware="efi",
+        memory_reservation_locked=True,
+        extra_config={"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "128"},
+        vgpus=[ObservedVgpu(4000 + i, p) for i, p in enumerate(profiles)],
+    )
+
+
+def _inventory(hosts: str, vms: str = "") -> object:
+    return load_inventory_text(f"apiVersion: vgpuctl/v1\nhosts:\n{hosts}" + (f"vms:\n{vms}" if vms else ""))
+
+
+MIG = f"  - name: {HOST}\n    gpus: [{{select: all, mode: mig}}]\n    maintenance: {{evacuate: power-off}}\n"
+
+
+def test_a_running_vm_the_new_mode_cannot_run_is_an_error_naming_what_would_be_offered() -> None:
+    inv = _inventory(MIG)
+    result = hostplan.plan_hosts(inv.hosts, _observed(_vm("train-01", "grid_a100-40c")), vms=inv.vms)
+    assert len(result.errors) == 1
+    error = result.errors[0]
+    assert error.startswith(f"host {HOST}: VM train-01 uses grid_a100-40c, which the host will not offer after ")
+    offered = error.split("(offered then: ")[1].split(")")[0].split(", ")
+    assert "grid_a100-3-20c" in offered and "grid_a100-7-40c" in offered and "grid_a100-40c" not in offered
+    assert not any(c.kind == hostplan.EVACUATE for c in result.changes)
+
+
+def test_a_listed_vm_asking_for_an_unoffered_profile_is_an_error_too() -> None:
+    inv = _inventory(MIG, "  - name: train-01\n    vgpus: {profile: grid_a100-20c}\n")
+    result = hostplan.plan_hosts(inv.hosts, _observed(_vm("train-01", "grid_a100-40c")), vms=inv.vms)
+    assert [e.split(" after ")[0] for e in result.errors] == [
+        f"host {HOST}: VM train-01 the inventory asks for grid_a100-20c, which the host will not offer"
+    ]
+
+
+def test_a_listed_vm_moved_to_an_offered_profile_is_handed_to_its_own_change() -> None:
+    inv = _inventory(MIG, "  - name: train-01\n    vgpus: {profile: grid_a100-3-20c}\n    power: restart\n")
+    observed = _observed(_vm("train-01", "grid_a100-40c"), _vm("web-01"))
+    result = hostplan.plan_hosts(inv.hosts, observed, vms=inv.vms)
+    assert not result.errors, result.errors
+    assert [(c.kind, c.target, c.new) for c in result.changes if c.kind == hostplan.EVACUATE] == [
+        ("evacuate", "train-01", hostplan.HAND_OVER),
+        ("evacuate", "web-01", hostplan.RESTORE_AFTER),  # no vGPUs: it always runs again
+    ]
+    assert result.changes[0].kind == hostplan.EVACUATE  # listed before the host change it makes room for
+    assert hostplan.changed_hosts(result.changes) == {HOST}
+
+
+def test_make_plan_orders_power_off_host_change_reconfigure_power_on() -> None:
+    inv = _inventory(MIG, "  - name: train-01\n    vgpus: {profile: grid_a100-3-20c}\n    power: restart\n")
+    plan = make_plan(inv, _observed(_vm("train-01", "grid_a100-40c")))
+    assert not plan.errors, plan.errors
+    assert [c.kind for c in plan.host_changes] == ["evacuate", "mig", "mig"]
+    (change,) = plan.changes
+    assert change.power_off and change.power_on and change.depends_on_hosts == [HOST]
+    assert [(d.op.value, d.profile) for d in change.devices] == [("-", "grid_a100-40c"), ("+", "grid_a100-3-20c")]
+
+
+def test_refuse_evacuates_only_what_the_inventory_re_profiles() -> None:
+    refuse = MIG.replace("power-off", "refuse")
+    inv = _inventory(refuse, "  - name: train-01\n    vgpus: {profile: grid_a100-3-20c}\n")
+    result = hostplan.plan_hosts(inv.hosts, _observed(_vm("train-01", "grid_a100-40c"), _vm("web-01")), vms=inv.vms)
+    assert [(c.target, c.new) for c in result.changes if c.kind == hostplan.EVACUATE] == [
+        ("train-01", hostplan.HAND_OVER)
+    ]
+
+
+def test_powered_off_vms_that_lose_their_profile_are_a_warning_and_untouched() -> None:
+    inv = _inventory(MIG)
+    result = hostplan.plan_hosts(inv.hosts, _observed(_vm("old-01", "grid_a100-40c", on=False)), vms=inv.vms)
+    assert not result.errors
+    assert result.warnings == [
+        f"host {HOST}: VM old-01 (powered off) uses grid_a100-40c, which the host will not offer after the change: "
+        "it cannot power on there"
+    ]
+    assert not any(c.kind == hostplan.EVACUATE for c in result.changes)
+
+
+def test_a_change_that_keeps_the_profiles_restores_every_running_vm() -> None:
+    nvlink = f"  - name: {HOST}\n    nvlink: disabled\n    maintenance: {{evacuate: power-off}}\n"
+    inv = _inventory(nvlink)
+    observed = _observed(_vm("train-01", "grid_a100-40c"), _vm("web-01"), _vm("off-01", on=False))
+    result = hostplan.plan_hosts(inv.hosts, observed, vms=inv.vms)
+    assert not result.errors and not result.warnings
+    assert [(c.target, c.new) for c in result.changes if c.kind == hostplan.EVACUATE] == [
+        ("train-01", hostplan.RESTORE_AFTER),
+        ("web-01", hostplan.RESTORE_AFTER),
+    ]
+
+
+def test_an_nvlink_group_cannot_run_once_nvlink_is_disabled() -> None:
+    nvlink = f"  - name: {HOST}\n    nvlink: disabled\n    maintenance: {{evacuate: power-off}}\n"
+    vm = _vm("nv-01", "grid_a100-40c", "grid_a100-40c")
+    for d in vm.vgpus:
+        d.device_group_key = -1
+    inv = _inventory(nvlink)
+    result = hostplan.plan_hosts(inv.hosts, _observed(vm), vms=inv.vms)
+    assert len(result.errors) == 1 and "uses an NVLink device group" in result.errors[0]
+
+
+def test_a_host_already_in_maintenance_evacuates_nothing() -> None:
+    inv = _inventory(MIG)
+    observed = _observed(_vm("train-01", "grid_a100-40c", on=False))
+    observed.hosts[HOST].in_maintenance = True
+    result = hostplan.plan_hosts(inv.hosts, observed, vms=inv.vms)
+    assert not result.errors and not any(c.kind == hostplan.EVACUATE for c in result.changes)
