@@ -12,10 +12,15 @@ fixture files. `gather_shell_facts(shell)` and `gather_host_facts(...)` do the I
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from vgpuctl.errors import VgpuctlError
+
+log = logging.getLogger(__name__)
 
 NVIDIA_MODULE = "nvidia"
 
@@ -143,11 +148,35 @@ def gather_host_facts(session: Any, host_moid: str, host: str, run: Runner | Non
         g = facts.gpu(dev.pci_id)
         g.graphics_type, g.vgpu_mode = dev.graphics_type, dev.vgpu_mode
     kms = api.kernel_module_system
-    facts.options_configured = vhost.configured_module_options(session, host_moid, NVIDIA_MODULE, kms)
-    facts.options_effective = vhost.effective_module_options(session, host_moid, NVIDIA_MODULE, kms)
+    if kms is None:
+        _unknown(facts, "the host has no kernel module system")
+    else:
+        try:
+            facts.options_configured = vhost.configured_module_options(session, host_moid, NVIDIA_MODULE, kms)
+            facts.options_effective = vhost.effective_module_options(session, host_moid, NVIDIA_MODULE, kms)
+        except VgpuctlError as err:  # not responding, not implemented, no permission: this host only
+            _unknown(facts, str(err))
     if run is not None:
         gather_shell_facts(host, run, facts)
     return facts
+
+
+def api_facts(session: Any, host_moid: str, host: str) -> HostFacts:
+    """gather_host_facts without the shell, for reports: a host that cannot answer at all gets empty facts and a
+    warning (shown from what the bulk observe listed) instead of failing the whole report."""
+    try:
+        return gather_host_facts(session, host_moid, host, None)
+    except VgpuctlError as err:
+        message = f"host {host}: its GPU facts cannot be read ({err}); showing what vCenter lists"
+        log.warning("%s", message)
+        return HostFacts(host, warnings=[message])
+
+
+def _unknown(facts: HostFacts, why: str) -> None:
+    facts.options_configured = facts.options_effective = None
+    message = f"host {facts.host}: the nvidia module options are unknown ({why})"
+    facts.warnings.append(message)
+    log.warning("%s", message)
 
 
 # ------------------------------------------------------------------------------------------ SSH settings

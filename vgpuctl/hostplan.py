@@ -507,6 +507,10 @@ def _plan_modules(spec: HostSpec, host: ObservedHost, wanted: dict[str, _Want], 
         facts.options_configured if facts is not None and facts.options_configured is not None else host.module_options
     )
     effective = facts.options_effective if facts is not None and facts.options_effective is not None else configured
+    if facts is not None and facts.options_configured is None and (spec.nvlink or spec.scheduler):
+        why = "; ".join(facts.warnings) or f"host {host.name}: the nvidia module options were not read"
+        result.errors.append(f"{why}: nvlink and scheduler cannot be planned")
+        return result
     if spec.nvlink is not None:
         now, next_boot = nvlink_of(effective), nvlink_of(configured)
         if spec.nvlink not in (now, next_boot) or now != next_boot:

@@ -10,7 +10,7 @@ from typing import Any
 
 from vgpuctl import hostplan
 from vgpuctl.errors import VgpuctlError
-from vgpuctl.hostfacts import HostFacts, gather_host_facts, open_shell, shell_runner
+from vgpuctl.hostfacts import HostFacts, api_facts, gather_host_facts, open_shell, shell_runner
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed, ObservedHost
 
@@ -36,6 +36,10 @@ def host_status(host: ObservedHost, facts: HostFacts | None) -> dict[str, Any]:
         out["nvlink_after_reboot"] = hostplan.nvlink_of(configured)
     if str(hostplan.scheduler_of(configured)) != out["scheduler"]:
         out["scheduler_after_reboot"] = str(hostplan.scheduler_of(configured))
+    if facts is not None and facts.options_configured is None and facts.warnings:  # the host could not say
+        out["nvlink"] = out["scheduler"] = "unknown"
+        out.pop("nvlink_after_reboot", None)
+        out.pop("scheduler_after_reboot", None)
     for g in host.gpus:
         gf = facts.gpus.get(g.pci_id.lower()) if facts is not None else None
         row: dict[str, Any] = {
@@ -69,10 +73,10 @@ def collect_host_status(
                 with open_shell(name, specs.get(name)) as sh:
                     facts = gather_host_facts(session, host.moid, name, shell_runner(sh))
             else:
-                facts = gather_host_facts(session, host.moid, name, None)
+                facts = api_facts(session, host.moid, name)
         except VgpuctlError as err:
             error = str(err)
-            facts = gather_host_facts(session, host.moid, name, None)
+            facts = api_facts(session, host.moid, name)
         doc = host_status(host, facts)
         if error is not None:
             doc["shell_error"] = error

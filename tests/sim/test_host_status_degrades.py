@@ -1,0 +1,58 @@
+"""`vgpuctl status` and host facts degrade per host, against gpusim: a host whose kernel module system does not
+answer (NotSupported, as on a simulator without one) or refuses (NoPermission) is shown with what vCenter lists,
+its module options as unknown and a warning; the other hosts are read as usual and the command exits 0.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+pytestmark = pytest.mark.sim
+
+H1, H2, H3 = "esx-01.gpu.sim", "esx-02.gpu.sim", "esx-03.gpu.sim"
+
+FARM = {
+    "datacenter": "DC0",
+    "clusters": [
+        {"name": "GPU-Cluster", "hosts": 3, "gpus_per_host": 2, "model": "A100-40GB", "graphics_type": "sharedDirect",
+         "nvidia_options": "NVreg_NvLinkDisable=1"},
+    ],
+}  # fmt: skip
+
+
+def test_status_shows_hosts_that_cannot_answer_with_a_warning(gpusim_factory: Callable[..., Any]) -> None:
+    from vgpuctl.cli.main import app
+
+    sim = gpusim_factory(FARM)
+    for method in ("QueryConfiguredModuleOptionString", "QueryModules"):
+        sim.arm_fault(H2, method, "NotSupported", count=100)  # a host's faults cover its managers
+        sim.arm_fault(H3, method, "NoPermission", count=100)
+    env = {
+        "VGPUCTL_URL": sim.url,
+        "VGPUCTL_USERNAME": sim.username,
+        "VGPUCTL_PASSWORD": sim.password,
+        "VGPUCTL_INSECURE": "1",
+        "VGPUCTL_ESXI_HOSTS": "",
+        "VGPUCTL_ESXI_PASSWORD": "",
+        "VGPUCTL_ESXI_KEY_FILE": "",
+        "GPUSIM_SSH_HOSTS": "",
+    }
+    result = CliRunner().invoke(app, ["-o", "json", "status"], env=env)
+    assert result.exit_code == 0, result.output
+    hosts = {h["host"]: h for h in json.loads(result.stdout)["hosts"]}
+    assert sorted(hosts) == [H1, H2, H3]
+    assert hosts[H1]["nvlink"] == "disabled"  # read as usual
+    assert hosts[H2]["nvlink"] == hosts[H3]["nvlink"] == "unknown"
+    assert all(len(hosts[h]["gpus"]) == 2 for h in (H2, H3))  # what vCenter lists is still shown
+    assert f"warning: host {H2}: the nvidia module options are unknown" in result.stderr
+    assert f"warning: host {H3}: the nvidia module options are unknown" in result.stderr
+    assert "NoPermission" in result.stderr or "permission" in result.stderr.lower()
+
+    text = CliRunner().invoke(app, ["status"], env=env)
+    assert text.exit_code == 0, text.output
+    assert H2 in text.stdout and "unknown" in text.stdout
