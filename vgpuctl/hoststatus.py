@@ -1,5 +1,5 @@
-"""Host GPU state rows for `host show` and `status`: per GPU MIG current/pending and NVLink links, per host
-scheduler and NVLink, from the vSphere API and (when SSH is set up) the ESXi shell.
+"""Host GPU state for `host show` and `status`: per GPU MIG current/pending and NVLink links, per host the
+scheduler and NVLink, from the vSphere API and (when SSH is set up) the ESXi shell, as typed reports.
 """
 
 from __future__ import annotations
@@ -10,77 +10,71 @@ from typing import Any
 
 from vgpuctl import hostplan
 from vgpuctl.errors import VgpuctlError
-from vgpuctl.hostfacts import HostFacts, api_facts, gather_host_facts, open_shell, shell_runner
+from vgpuctl.hostfacts import ENV_HOST_MAP, HostFacts, api_facts, gather_host_facts, open_shell, shell_runner
 from vgpuctl.inventory import HostSpec
-from vgpuctl.model import Observed, ObservedHost
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost
+from vgpuctl.reports import HostGpu, HostReport, ModuleOptions, StatusReport
 
 
-def host_status(host: ObservedHost, facts: HostFacts | None) -> dict[str, Any]:
-    """One host's GPU state for `host show` and `status`: per GPU MIG current/pending, NVLink, scheduler."""
-    configured = (
-        facts.options_configured if facts is not None and facts.options_configured is not None else host.module_options
-    )
+def host_status(host: ObservedHost, facts: HostFacts | None, shell_error: str | None = None) -> HostReport:
+    """One host's GPU state: module options (configured and in effect), NVLink, scheduler, per GPU facts."""
+    configured = host.module_options
+    if facts is not None and facts.options_configured is not None:
+        configured = facts.options_configured
     effective = facts.options_effective if facts is not None and facts.options_effective is not None else configured
-    out: dict[str, Any] = {
-        "host": host.name,
-        "connection_state": host.connection_state,
-        "in_maintenance": host.in_maintenance,
-        "default_graphics_type": host.default_graphics_type,
-        "assignment_policy": host.assignment_policy,
-        "module_options": {"configured": configured, "effective": effective},
-        "nvlink": hostplan.nvlink_of(effective),
-        "scheduler": str(hostplan.scheduler_of(effective)),
-        "gpus": [],
-    }
-    if hostplan.nvlink_of(configured) != out["nvlink"]:
-        out["nvlink_after_reboot"] = hostplan.nvlink_of(configured)
-    if str(hostplan.scheduler_of(configured)) != out["scheduler"]:
-        out["scheduler_after_reboot"] = str(hostplan.scheduler_of(configured))
+    nvlink, scheduler = hostplan.nvlink_of(effective), str(hostplan.scheduler_of(effective))
+    nvlink_next, scheduler_next = hostplan.nvlink_of(configured), str(hostplan.scheduler_of(configured))
     if facts is not None and facts.options_configured is None and facts.warnings:  # the host could not say
-        out["nvlink"] = out["scheduler"] = "unknown"
-        out.pop("nvlink_after_reboot", None)
-        out.pop("scheduler_after_reboot", None)
-    for g in host.gpus:
-        gf = facts.gpus.get(g.pci_id.lower()) if facts is not None else None
-        row: dict[str, Any] = {
-            "pci_id": g.pci_id,
-            "device": g.device_name,
-            "graphics_type": g.graphics_type,
-            "vgpu_mode": g.vgpu_mode,
-            "mig_current": gf.mig_current if gf is not None and facts is not None and facts.shell else None,
-            "mig_pending": gf.mig_pending if gf is not None and facts is not None and facts.shell else None,
-            "nvlink_links": gf.nvlink_links if gf is not None else None,
-            "nvlink_active": gf.nvlink_active if gf is not None else None,
-            "nvlink_peers": list(gf.nvlink_peers) if gf is not None else [],
-            "vms": list(g.vms),
-        }
-        out["gpus"].append(row)
-    return out
+        nvlink = scheduler = nvlink_next = scheduler_next = "unknown"
+    return HostReport(
+        host=host.name,
+        connection_state=host.connection_state,
+        in_maintenance=host.in_maintenance,
+        default_graphics_type=host.default_graphics_type,
+        assignment_policy=host.assignment_policy,
+        module_options=ModuleOptions(configured, effective),
+        nvlink=nvlink,
+        scheduler=scheduler,
+        gpus=[_gpu_row(g, facts) for g in host.gpus],
+        nvlink_after_reboot=nvlink_next if nvlink_next != nvlink else None,
+        scheduler_after_reboot=scheduler_next if scheduler_next != scheduler else None,
+        shell_error=shell_error,
+    )
+
+
+def _gpu_row(gpu: ObservedGpu, facts: HostFacts | None) -> HostGpu:
+    gf = facts.gpus.get(gpu.pci_id.lower()) if facts is not None else None
+    shell = gf is not None and facts is not None and facts.shell
+    return HostGpu(
+        gpu=gpu.pci_id,
+        device=gpu.device_name,
+        graphics_type=gpu.graphics_type,
+        vgpu_mode=gpu.vgpu_mode,
+        mig_current=gf.mig_current if shell and gf is not None else None,
+        mig_pending=gf.mig_pending if shell and gf is not None else None,
+        nvlink_links=gf.nvlink_links if gf is not None else None,
+        nvlink_active=gf.nvlink_active if gf is not None else None,
+        nvlink_peers=list(gf.nvlink_peers) if gf is not None else [],
+        vms=list(gpu.vms),
+    )
 
 
 def collect_host_status(
     session: Any, observed: Observed, specs: dict[str, HostSpec] | None = None, *, shell: bool = True
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, HostReport]:
     """host_status of every connected host for `vgpuctl status`: API facts always, shell facts (MIG pending,
-    NVLink links) when `shell`; a host whose SSH fails gets "shell_error" instead of failing the command."""
+    NVLink links) when `shell`; a host whose SSH fails gets `shell_error` instead of failing the command."""
     specs = specs or {}
 
-    def one(name: str) -> dict[str, Any]:
+    def one(name: str) -> HostReport:
         host = observed.hosts[name]
-        error = None
+        if not shell:
+            return host_status(host, api_facts(session, host.moid, name))
         try:
-            if shell:
-                with open_shell(name, specs.get(name)) as sh:
-                    facts = gather_host_facts(session, host.moid, name, shell_runner(sh))
-            else:
-                facts = api_facts(session, host.moid, name)
+            with open_shell(name, specs.get(name)) as sh:
+                return host_status(host, gather_host_facts(session, host.moid, name, shell_runner(sh)))
         except VgpuctlError as err:
-            error = str(err)
-            facts = api_facts(session, host.moid, name)
-        doc = host_status(host, facts)
-        if error is not None:
-            doc["shell_error"] = error
-        return doc
+            return host_status(host, api_facts(session, host.moid, name), shell_error=str(err))
 
     names = sorted(n for n, h in observed.hosts.items() if h.connection_state == "connected")
     if not names:
@@ -89,25 +83,26 @@ def collect_host_status(
         return dict(zip(names, pool.map(one, names), strict=True))
 
 
-def merge_status(doc: dict[str, Any], rows: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Add host facts (collect_host_status) to `vgpuctl status`'s document: per host nvlink and scheduler,
-    per GPU mig_current / mig_pending and nvlink_links / nvlink_active; `mig` is a short label for tables."""
-    for host in doc.get("hosts", []):
-        row = rows.get(host.get("name"))
+def merge_status(report: StatusReport, rows: dict[str, HostReport]) -> StatusReport:
+    """Add host facts (collect_host_status) to `vgpuctl status`'s report: per host NVLink and scheduler, per GPU
+    MIG current/pending and NVLink links; `mig` is a short label for tables."""
+    for host in report.hosts:
+        row = rows.get(host.host)
         if row is None:
             continue
-        for key in ("nvlink", "nvlink_after_reboot", "scheduler", "scheduler_after_reboot", "shell_error"):
-            if key in row:
-                host[key] = row[key]
-        by_pci = {g["pci_id"]: g for g in row["gpus"]}
-        for gpu in host.get("gpus", []):
-            facts = by_pci.get(gpu.get("pci_id"))
+        host.nvlink, host.nvlink_after_reboot = row.nvlink, row.nvlink_after_reboot
+        host.scheduler, host.scheduler_after_reboot = row.scheduler, row.scheduler_after_reboot
+        host.shell_error = row.shell_error
+        by_gpu = {g.gpu: g for g in row.gpus}
+        for gpu in host.gpus:
+            facts = by_gpu.get(gpu.gpu)
             if facts is None:
                 continue
-            for key in ("mig_current", "mig_pending", "nvlink_links", "nvlink_active", "nvlink_peers"):
-                gpu[key] = facts[key]
-            gpu["mig"] = mig_label(facts["mig_current"], facts["mig_pending"], gpu.get("vgpu_mode"))
-    return doc
+            gpu.mig_current, gpu.mig_pending = facts.mig_current, facts.mig_pending
+            gpu.nvlink_links, gpu.nvlink_active = facts.nvlink_links, facts.nvlink_active
+            gpu.nvlink_peers = list(facts.nvlink_peers)
+            gpu.mig = mig_label(facts.mig_current, facts.mig_pending, gpu.vgpu_mode)
+    return report
 
 
 def mig_label(current: bool | None, pending: bool | None, vgpu_mode: str | None = None) -> str:
@@ -126,7 +121,6 @@ def shell_configured(specs: dict[str, HostSpec], env: dict[str, str] | None = No
     """Whether SSH to the hosts is set up: VGPUCTL_ESXI_* variables (password, key file, host map) or an
     inventory hosts entry with ssh credentials. `status` reads shell facts only then."""
     from vgpuctl.esxi.ssh import ENV_KEY_FILE, ENV_PASSWORD
-    from vgpuctl.hostfacts import ENV_HOST_MAP
 
     env = dict(os.environ) if env is None else env
     if any(env.get(name) for name in (ENV_PASSWORD, ENV_KEY_FILE, *ENV_HOST_MAP)):

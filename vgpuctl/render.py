@@ -1,13 +1,15 @@
-"""A Plan as plain text (a + ~ - diff; colour is the CLI's business) and as JSON-ready data.
+"""A Plan as plain text (a + ~ - diff; colour is the CLI's business) and as its report (vgpuctl.reports).
 
 Plans carry no secrets: they hold VM, host, profile and field names and values only.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from vgpuctl.model import HostChange, Op, Plan, VmChange
+from vgpuctl.reports import CloneDiff, DeviceDiff, FieldDiff, HostDiff, PlanReport, PlanSummary, VmDiff
 
 INDENT = "    "
 
@@ -75,24 +77,28 @@ def _host_line(h: HostChange) -> str:
     return f"~ host {h.host} {h.kind}{target}: {_value(h.old)} -> {_value(h.new)}{mark}"
 
 
-def summary(plan: Plan) -> dict[str, int]:
+def plan_summary(plan: Plan) -> PlanSummary:
     changes = plan.changes
-    return {
-        "create": sum(1 for c in changes if c.clone is not None),
-        "change": sum(1 for c in changes if c.clone is None),
-        "power_off": sum(1 for c in changes if c.power_off),
-        "power_on": sum(1 for c in changes if c.power_on),
-        "host_changes": len(plan.host_changes),
-        "errors": len(plan.errors),
-        "warnings": len(plan.warnings),
-    }
+    return PlanSummary(
+        create=sum(1 for c in changes if c.clone is not None),
+        change=sum(1 for c in changes if c.clone is None),
+        power_off=sum(1 for c in changes if c.power_off),
+        power_on=sum(1 for c in changes if c.power_on),
+        host_changes=len(plan.host_changes),
+        errors=len(plan.errors),
+        warnings=len(plan.warnings),
+    )
+
+
+def summary(plan: Plan) -> dict[str, int]:
+    return asdict(plan_summary(plan))
 
 
 def _summary_line(plan: Plan) -> str:
-    s = summary(plan)
-    parts = [f"{s['create']} to create", f"{s['change']} to change", f"{s['power_off']} power-off"]
-    if s["host_changes"]:
-        parts.insert(0, f"{s['host_changes']} host change{'s' if s['host_changes'] != 1 else ''}")
+    s = plan_summary(plan)
+    parts = [f"{s.create} to create", f"{s.change} to change", f"{s.power_off} power-off"]
+    if s.host_changes:
+        parts.insert(0, f"{s.host_changes} host change{'s' if s.host_changes != 1 else ''}")
     return "Plan: " + ", ".join(parts) + "."
 
 
@@ -113,27 +119,53 @@ def render_plan_text(plan: Plan) -> str:
     return "\n".join(lines) + "\n"
 
 
+def plan_report(plan: Plan, round_trips: int | None = None) -> PlanReport:
+    """The plan as its report: host changes, the VM changes that are not empty, errors, warnings, counts."""
+    return PlanReport(
+        host_changes=[host_diff(h) for h in plan.host_changes],
+        vm_changes=[_vm_diff(c) for c in plan.changes],
+        errors=list(plan.errors),
+        warnings=list(plan.warnings),
+        summary=plan_summary(plan),
+        round_trips=round_trips,
+    )
+
+
 def plan_to_json(plan: Plan) -> dict[str, Any]:
-    """JSON-ready dict: host_changes, vm_changes (non-empty ones), errors, warnings and summary counts."""
-    data = plan.to_dict()
-    for change in data["vm_changes"]:
-        change["steps"] = [s.strip() for s in _steps_of(change)]
-        for f in change["fields"]:
-            f["op"] = str(f["op"])
-        for d in change["devices"]:
-            d["op"] = str(d["op"])
-    data["summary"] = summary(plan)
-    return data
+    """plan_report's JSON document."""
+    return plan_report(plan).to_dict()
 
 
-def _steps_of(change: dict[str, Any]) -> list[str]:
+def host_diff(h: HostChange) -> HostDiff:
+    """One host change as the documents show it: `gpu` None for host-wide settings."""
+    gpu = None if h.target == "host" else h.target
+    return HostDiff(h.host, h.kind, gpu, h.old, h.new, h.disruptive, h.needs_reboot)
+
+
+def _vm_diff(change: VmChange) -> VmDiff:
+    c = change.clone
+    clone = None if c is None else CloneDiff(c.template, c.cluster, c.host, c.folder, c.cpus, c.memory_mb)
+    return VmDiff(
+        vm=change.vm,
+        steps=_step_names(change),
+        clone=clone,
+        fields=[FieldDiff(f.field, str(f.op), f.old, f.new) for f in change.fields],
+        devices=[DeviceDiff(str(d.op), d.profile, d.key, d.group) for d in change.devices],
+        extra_config=dict(change.extra_config),
+        power_off=change.power_off,
+        power_on=change.power_on,
+        depends_on_hosts=list(change.depends_on_hosts),
+    )
+
+
+def _step_names(change: VmChange) -> list[str]:
     steps = []
-    if change.get("clone"):
+    if change.clone is not None:
         steps.append("clone")
-    if change.get("power_off"):
+    if change.power_off:
         steps.append("power-off")
-    if change.get("fields") or change.get("devices") or change.get("extra_config"):
+    if change.needs_reconfigure:
         steps.append("reconfigure")
-    if change.get("power_on"):
+    if change.power_on:
         steps.append("power-on")
     return steps

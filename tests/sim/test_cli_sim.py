@@ -170,15 +170,17 @@ def test_plan_apply_then_plan_is_empty(env: dict[str, str], sim: Any, tmp_path: 
     assert again.exit_code == 0 and "No changes" in again.stdout and "Apply" not in again.stdout
 
 
-def test_plan_json_is_one_document_with_round_trips(env: dict[str, str], tmp_path: Path) -> None:
+def test_plan_json_is_one_document_with_round_trips_only_with_v(env: dict[str, str], tmp_path: Path) -> None:
     path = inventory(tmp_path, "- name: idle-01\n  vgpus: {profile: grid_a100-40c, count: 1}\n  power: off\n")
     result = vgpuctl(env, "-o", "json", "plan", "-f", str(path))
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert [c["vm"] for c in doc["vm_changes"]] == ["idle-01"]
-    assert 0 < doc["round_trips"] <= 10
+    assert doc["kind"] == "plan" and [c["vm"] for c in doc["vm_changes"]] == ["idle-01"]
+    assert "round_trips" not in doc
+    loud = json.loads(vgpuctl(env, "-v", "-o", "json", "plan", "-f", str(path)).stdout)
+    assert 0 < loud["round_trips"] <= 10
     verbose = vgpuctl(env, "-v", "plan", "-f", str(path))
-    assert f"round trips: {doc['round_trips']}" in verbose.stderr
+    assert f"round trips: {loud['round_trips']}" in verbose.stderr
 
 
 def test_apply_json_reports_the_outcome(env: dict[str, str], sim: Any, tmp_path: Path) -> None:
@@ -190,8 +192,9 @@ def test_apply_json_reports_the_outcome(env: dict[str, str], sim: Any, tmp_path:
     result = vgpuctl(env, "-o", "json", "apply", "-f", str(path), "--yes")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    assert doc["summary"]["changed"] == ["json-01"] and doc["summary"]["failed"] == []
-    assert doc["result"]["vms"][0]["status"] == "changed" and doc["round_trips"] > 0
+    assert doc["kind"] == "apply" and doc["changed"] == ["json-01"] and doc["failed"] == []
+    assert doc["vms"][0]["status"] == "changed" and "round_trips" not in doc
+    assert doc["plan"]["vm_changes"][0]["vm"] == "json-01" and doc["hosts"] == []
     assert direct_vgpus(sim, "json-01")[:2] == (["grid_a100-5c"], "poweredOff")
 
 
@@ -213,7 +216,8 @@ def test_status_text_and_json(env: dict[str, str], tmp_path: Path) -> None:
     )
     assert vgpuctl(env, "apply", "-f", str(path), "--yes").exit_code == 0
     doc = json.loads(vgpuctl(env, "-o", "json", "status").stdout)
-    hosts = {h["name"]: h for h in doc["hosts"]}
+    assert doc["kind"] == "status"
+    hosts = {h["host"]: h for h in doc["hosts"]}
     assert len(hosts) == 3
     gpus = [g for h in hosts.values() for g in h["gpus"]]
     assert len(gpus) == 12 and all("A100" in g["model"] for g in gpus)
@@ -221,11 +225,11 @@ def test_status_text_and_json(env: dict[str, str], tmp_path: Path) -> None:
     assert len(held) == 2  # each of its vGPUs on its own GPU
     assert all(g["used_gb"] == 40 and g["free_gb"] == 0 for g in held)
     for host in hosts.values():  # NVLink pairs: two sets of two GPUs per host
-        sets = [g["nvlink_set"] for g in host["gpus"]]
-        assert None not in sets and sorted(sets.count(s) for s in set(sets)) == [2, 2], host["name"]
-    vm = next(v for v in doc["vms"] if v["name"] == "map-01")
-    assert vm["vgpus"] == ["grid_a100-40c"] * 2 and vm["power_state"] == "poweredOn"
-    assert doc["round_trips"] > 0
+        sets = [g["nvlink_group"] for g in host["gpus"]]
+        assert None not in sets and sorted(sets.count(s) for s in set(sets)) == [2, 2], host["host"]
+    vm = next(v for v in doc["vms"] if v["vm"] == "map-01")
+    assert vm["vgpus"] == [{"profile": "grid_a100-40c", "count": 2}] and vm["power_state"] == "poweredOn"
+    assert "round_trips" not in doc
 
     text = vgpuctl(env, "status")
     assert text.exit_code == 0, text.output
@@ -235,12 +239,13 @@ def test_status_text_and_json(env: dict[str, str], tmp_path: Path) -> None:
 
 def test_profiles_text_and_json(env: dict[str, str]) -> None:
     doc = json.loads(vgpuctl(env, "-o", "json", "profiles").stdout)
-    rows = {r["name"]: r for r in doc["hosts"][0]["profiles"]}
+    assert doc["kind"] == "profiles"
+    rows = {r["profile"]: r for r in doc["hosts"][0]["profiles"]}
     assert rows["grid_a100-40c"]["fb_gb"] == 40 and rows["grid_a100-40c"]["max_per_gpu"] == 1
     assert rows["grid_a100-10c"]["max_per_gpu"] == 4 and rows["grid_a100-10c"]["series"] == "C"
-    host = doc["hosts"][0]["name"]
+    host = doc["hosts"][0]["host"]
     one = json.loads(vgpuctl(env, "-o", "json", "profiles", "--host", host).stdout)
-    assert [h["name"] for h in one["hosts"]] == [host]
+    assert [h["host"] for h in one["hosts"]] == [host]
     text = vgpuctl(env, "profiles")
     assert "grid_a100-20c" in text.stdout and "time-sliced" in text.stdout
     assert "not found" in one_line_error(vgpuctl(env, "profiles", "--host", "nope.example"))
@@ -258,7 +263,8 @@ def test_vm_vgpu_add_list_remove(env: dict[str, str], sim: Any, tmp_path: Path) 
     assert direct_vgpus(sim, "solo-01") == (["grid_a100-20c"] * 3, "poweredOff", True)
 
     listed = json.loads(vgpuctl(env, "-o", "json", "vm", "vgpu", "list", "solo-01").stdout)
-    assert [d["profile"] for d in listed["vgpus"]] == ["grid_a100-20c"] * 3
+    assert listed["kind"] == "vm-vgpus" and listed["vgpus"] == [{"profile": "grid_a100-20c", "count": 3}]
+    assert [d["profile"] for d in listed["devices"]] == ["grid_a100-20c"] * 3
     assert "grid_a100-20c" in vgpuctl(env, "vm", "vgpu", "list", "solo-01", "-f", str(path)).stdout
 
     removal = vgpuctl(env, "vm", "vgpu", "remove", "solo-01", "--count", "2")

@@ -453,7 +453,7 @@ def test_cli_host_show_and_mig(farm: Farm, monkeypatch: pytest.MonkeyPatch) -> N
 
     code, out = _cli(farm, ["--output", "json", "host", "show", H2], monkeypatch)
     doc = json.loads(out[out.index("{") :])
-    rows = {g["pci_id"]: g for g in doc["gpus"]}
+    rows = {g["gpu"]: g for g in doc["gpus"]}
     assert (rows[GPU1]["mig_current"], rows[GPU1]["mig_pending"]) == (True, True)
     assert rows[GPU0]["mig_current"] is False
 
@@ -509,11 +509,11 @@ def test_status_rows_per_gpu(farm: Farm) -> None:
         rows = collect_host_status(session, observe(session))
     assert sorted(rows) == [H1, H2, H3]
     h1 = rows[H1]
-    assert (h1["nvlink"], h1["scheduler"]) == ("enabled", "best-effort")
-    gpu = h1["gpus"][0]
-    assert (gpu["mig_current"], gpu["mig_pending"], gpu["nvlink_active"]) == (False, False, 12)
-    assert gpu["vms"] == ["train-01"]
-    assert "shell_error" in rows[H3] and rows[H3]["gpus"][0]["mig_current"] is None
+    assert (h1.nvlink, h1.scheduler) == ("enabled", "best-effort")
+    gpu = h1.gpus[0]
+    assert (gpu.mig_current, gpu.mig_pending, gpu.nvlink_active) == (False, False, 12)
+    assert gpu.vms == ["train-01"]
+    assert rows[H3].shell_error and rows[H3].gpus[0].mig_current is None
 
 
 def test_wrong_ssh_credentials_fail_before_anything_changes(farm: Farm, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -673,7 +673,7 @@ def test_cli_plan_and_apply_run_host_changes_first(farm: Farm, si: Any, tmp_path
     status = vgpuctl("-o", "json", "status")
     assert status.exit_code == 0, status.output
     doc = json.loads(status.stdout)
-    h2 = next(h for h in doc["hosts"] if h["name"] == H2)
+    h2 = next(h for h in doc["hosts"] if h["host"] == H2)
     assert {g["mig"] for g in h2["gpus"]} == {"on"} and h2["nvlink"] == "enabled"
 
 

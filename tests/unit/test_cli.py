@@ -23,6 +23,7 @@ from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.main import app
 from vgpuctl.errors import UsageError
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm
+from vgpuctl.statusreport import host_profiles, status_report
 
 pytestmark = pytest.mark.unit
 
@@ -112,7 +113,7 @@ def test_every_documented_command_is_there() -> None:
         assert command in out
     assert "--password-file" in out
     no_flag = invoke("--password", SECRET, "status")
-    assert no_flag.exit_code == 2 and "No such option" in no_flag.output
+    assert no_flag.exit_code == 1 and "No such option" in no_flag.output
     sub = invoke("vm", "vgpu", "--help").output
     for command in ("add", "remove", "list"):
         assert command in sub
@@ -132,7 +133,7 @@ def test_validate_good_json_is_one_document(tmp_path: Path) -> None:
     result = invoke("--output", "json", "validate", "-f", str(path))
     assert result.exit_code == 0
     doc = json.loads(result.stdout)  # the whole of stdout is one JSON document
-    assert doc == {"file": str(path), "valid": True, "hosts": 1, "vms": 3}
+    assert doc == {"kind": "validate", "file": str(path), "valid": True, "hosts": 1, "vms": 3}
 
 
 @pytest.mark.parametrize(
@@ -162,8 +163,10 @@ def test_validate_bad_file_json(tmp_path: Path) -> None:
     result = invoke("-o", "json", "validate", "-f", str(path))
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
-    problem = doc["error"]["problems"][0]
+    assert sorted(doc) == ["error"] and sorted(doc["error"]) == ["details", "message", "type"]
+    problem = doc["error"]["details"][0]
     assert problem["file"] == str(path) and problem["line"] == 12 and "9" in problem["message"]
+    assert problem["path"] == "vms[0].vgpus.count" and not problem["message"].startswith("vms[")
 
 
 def test_missing_file_is_one_line(tmp_path: Path) -> None:
@@ -212,9 +215,9 @@ def test_version() -> None:
     assert result.exit_code == 0 and result.stdout.strip() == f"vgpuctl {__version__}"
 
 
-def test_usage_error_keeps_click_exit_code() -> None:
+def test_usage_error_exits_1_not_the_changes_pending_code() -> None:
     result = invoke("plan")  # -f missing
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert "--file" in result.output
 
 
@@ -376,7 +379,8 @@ def farm() -> Observed:
 
 
 def test_status_document_maps_vms_to_gpus() -> None:
-    doc = status.status_document(farm())
+    doc = status_report(farm()).to_dict()
+    assert doc["kind"] == "status" and "round_trips" not in doc
     gpus = doc["hosts"][0]["gpus"]
     assert [g["vms"] for g in gpus] == [
         [{"vm": "a", "profile": "grid_a100-20c"}, {"vm": "b", "profile": "grid_a100-20c"}],
@@ -388,14 +392,18 @@ def test_status_document_maps_vms_to_gpus() -> None:
         (20, 20, "time-sliced (sameSize)"),
         (20, 20, "mig"),
     ]
-    assert {v["name"] for v in doc["vms"]} == {"a", "b", "c", "idle"}  # templates are not VMs
+    assert gpus[0]["vgpus"] == [{"profile": "grid_a100-20c", "count": 2}]
+    assert [g["nvlink_group"] for g in gpus] == [0, 0, None]
+    assert {v["vm"] for v in doc["vms"]} == {"a", "b", "c", "idle"}  # templates are not VMs
+    b = next(v for v in doc["vms"] if v["vm"] == "b")
+    assert b["vgpus"] == [{"profile": "grid_a100-20c", "count": 2}]
 
 
 def test_status_text_has_gpu_map() -> None:
     from rich.console import Console
 
     console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
-    for item in status.render_status(status.status_document(farm())):
+    for item in status.render_status(status_report(farm())):
         console.print(item)
     text = console.export_text()
     assert "GPU map: esx-01" in text
@@ -405,12 +413,12 @@ def test_status_text_has_gpu_map() -> None:
 
 
 def test_profiles_table_data() -> None:
-    rows = {r["name"]: r for r in status.host_profiles(farm().hosts["esx-01"])}
-    assert rows["grid_a100-20c"]["max_per_gpu"] == 2
-    assert rows["grid_a100-40c"]["max_per_gpu"] == 1
-    assert rows["grid_a100-3-20c"]["max_per_gpu"] == 2 and rows["grid_a100-3-20c"]["sharing"] == "mig"
-    assert rows["grid_a100-1-5c"]["max_per_gpu"] == 7
-    assert rows["grid_a100-20c"]["series"] == "C" and rows["grid_a100-20c"]["fb_gb"] == 20
+    rows = {r.profile: r for r in host_profiles(farm().hosts["esx-01"])}
+    assert rows["grid_a100-20c"].max_per_gpu == 2
+    assert rows["grid_a100-40c"].max_per_gpu == 1
+    assert rows["grid_a100-3-20c"].max_per_gpu == 2 and rows["grid_a100-3-20c"].sharing == "mig"
+    assert rows["grid_a100-1-5c"].max_per_gpu == 7
+    assert rows["grid_a100-20c"].series == "C" and rows["grid_a100-20c"].fb_gb == 20
 
 
 # ---------------------------------------------------------------------------------------------- vm

@@ -440,10 +440,11 @@ def test_one_host_spec_rejects_bad_values_as_usage_errors() -> None:
 
 def test_describe_changes_says_maintenance_reboot_and_vms() -> None:
     from vgpuctl.cli.host import describe_changes
+    from vgpuctl.reports import AffectedVm, VgpuCount
 
     spec = HostSpec(name="h")
     changes = [HostChange("h", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig", True, True)]
-    text = describe_changes("h", changes, spec, [{"name": "vm-a", "vgpus": ["grid_a100-40c"]}])
+    text = describe_changes("h", changes, spec, [AffectedVm("vm-a", [VgpuCount("grid_a100-40c", 1)])])
     assert "~ mig 0000:3b:00.0: time-sliced -> mig" in text
     assert "enters maintenance mode" in text and "reboots (waiting up to 900s" in text
     assert "block maintenance mode (evacuate: refuse, nothing will change): vm-a (grid_a100-40c)" in text
@@ -453,6 +454,7 @@ def test_describe_changes_says_maintenance_reboot_and_vms() -> None:
 
 def test_merge_status_adds_mig_nvlink_and_scheduler() -> None:
     from vgpuctl.hoststatus import host_status, merge_status, mig_label
+    from vgpuctl.statusreport import status_report
 
     host = _host("esx-a100", {"module_options": "NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x11"})
     facts = HostFacts(
@@ -467,23 +469,16 @@ def test_merge_status_adds_mig_nvlink_and_scheduler() -> None:
         },
     )
     row = host_status(host, facts)
-    assert (row["nvlink"], row["nvlink_after_reboot"], row["scheduler"]) == ("enabled", "disabled", "fixed-share")
-    doc = {
-        "hosts": [
-            {
-                "name": "esx-a100",
-                "gpus": [
-                    {"pci_id": "0000:3b:00.0", "vgpu_mode": "sameSize"},
-                    {"pci_id": "0000:3c:00.0", "vgpu_mode": "sameSize"},
-                ],
-            }
-        ]
-    }
-    merge_status(doc, {"esx-a100": row})
-    h = doc["hosts"][0]
+    assert (row.nvlink, row.nvlink_after_reboot, row.scheduler) == ("enabled", "disabled", "fixed-share")
+    report = status_report(Observed(hosts={"esx-a100": host}))
+    for gpu in report.hosts[0].gpus:
+        gpu.vgpu_mode = "sameSize"
+    h = merge_status(report, {"esx-a100": row}).to_dict()["hosts"][0]
     assert (h["nvlink"], h["scheduler"]) == ("enabled", "fixed-share")
-    assert h["gpus"][0]["mig"] == "off (on pending)" and h["gpus"][0]["nvlink_active"] == 12
-    assert h["gpus"][1]["mig"] == "off?"  # no shell facts for this GPU: from vSphere only
+    by_gpu = {g["gpu"]: g for g in h["gpus"]}
+    assert by_gpu["0000:3b:00.0"]["mig"] == "off (on pending)" and by_gpu["0000:3b:00.0"]["nvlink_active"] == 12
+    others = [g for pci, g in by_gpu.items() if pci != "0000:3b:00.0"]
+    assert others and all(g["mig"] == "off?" for g in others)  # no shell facts for these GPUs: vSphere only
     assert mig_label(None, None, "multiInstanceGpu") == "on" and mig_label(True, True) == "on"
 
 
@@ -492,6 +487,6 @@ def test_shell_configured_from_environment_or_inventory() -> None:
 
     assert not shell_configured({}, env={})
     assert shell_configured({}, env={"VGPUCTL_ESXI_PASSWORD": "x"})
-    assert shell_configured({}, env={"GPUSIM_SSH_HOSTS": "/tmp/hosts.json"})
+    assert shell_configured({}, env={"VGPUCTL_ESXI_HOSTS": "/tmp/hosts.json"})
     spec = HostSpec(name="h", ssh={"key_file": "~/.ssh/id_ed25519"})
     assert shell_configured({"h": spec}, env={})

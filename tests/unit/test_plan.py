@@ -61,7 +61,7 @@ def _observed(case: dict[str, Any]) -> Observed:
 def _device_rows(devices: list[dict[str, Any]]) -> list[list[Any]]:
     rows = []
     for d in devices:
-        extra = d["key"] if d["op"] == "-" else d["group"]
+        extra = d["key"] if d["op"] == "-" else d["nvlink_group"]
         rows.append([d["op"], d["profile"]] if extra is None else [d["op"], d["profile"], extra])
     return rows
 

@@ -64,13 +64,15 @@ def test_text_empty() -> None:
 def test_json() -> None:
     data = plan_to_json(_plan())
     assert json.loads(json.dumps(data)) == data
+    assert data["kind"] == "plan" and "round_trips" not in data
     assert [c["vm"] for c in data["vm_changes"]] == ["train-01", "train-02"]  # empty changes left out
     first = data["vm_changes"][0]
     assert first["steps"] == ["power-off", "reconfigure", "power-on"]
-    assert first["devices"][1] == {"op": "-", "profile": "grid_a100-20c", "key": 13000, "group": None}
+    assert first["devices"][1] == {"op": "-", "profile": "grid_a100-20c", "key": 13000, "nvlink_group": None}
     assert first["fields"][0] == {"field": "memoryReservationLockedToMax", "old": False, "new": True, "op": "~"}
     assert data["vm_changes"][1]["steps"] == ["clone", "power-on"]
     assert data["host_changes"][0]["needs_reboot"] is True
+    assert [(h["setting"], h["gpu"]) for h in data["host_changes"]] == [("mig", "0000:3b:00.0"), ("scheduler", None)]
     assert data["summary"] == {"create": 1, "change": 1, "power_off": 1, "power_on": 2, "host_changes": 2,
                                "errors": 0, "warnings": 0}
     assert summary(Plan()) == {"create": 0, "change": 0, "power_off": 0, "power_on": 0, "host_changes": 0,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import sys
 import traceback
@@ -19,12 +20,13 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import typer
 
-from vgpuctl.errors import InventoryError, UsageError, VgpuctlError
+from vgpuctl.errors import InventoryError, PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from vgpuctl.inventory import Inventory
+    from vgpuctl.reports import ErrorReport
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
 PASSWORD_ENV = ("VGPUCTL_PASSWORD", "GOVC_PASSWORD")
@@ -230,7 +232,7 @@ def report_error(err: BaseException, opts: GlobalOptions | None) -> int:
             typer.echo("hint: this is a bug in vgpuctl; rerun with -v to see the traceback", err=True)
         code = 1
     if opts is not None and opts.json and not opts.emitted:
-        typer.echo(json.dumps({"error": _error_document(err, code)}, indent=2))
+        typer.echo(json.dumps(error_report(err).to_dict(), indent=2))
         opts.emitted = True
     return code
 
@@ -244,9 +246,24 @@ def _print_error_lines(err: VgpuctlError) -> None:
         typer.echo(line, err=True)
 
 
-def _error_document(err: BaseException, code: int) -> dict[str, Any]:
-    doc: dict[str, Any] = {"type": type(err).__name__, "message": str(err), "exit_code": code}
+def error_report(err: BaseException) -> ErrorReport:
+    """The `{"error": ...}` document: inventory problems located in `details`, plan problems one per line."""
+    from vgpuctl.reports import ErrorDetail, ErrorInfo, ErrorReport
+
+    details: list[ErrorDetail] = []
     if isinstance(err, InventoryError):
-        errors = getattr(err, "errors", None) or [err]
-        doc["problems"] = [{"file": e.file, "line": e.line, "col": e.col, "message": e.message} for e in errors]
-    return doc
+        for e in getattr(err, "errors", None) or [err]:
+            path, message = split_key_path(e.message)
+            details.append(ErrorDetail(message, file=e.file, line=e.line, col=e.col, path=path))
+    elif isinstance(err, PlanError):
+        details = [ErrorDetail(p) for p in err.problems]
+    return ErrorReport(ErrorInfo(type(err).__name__, str(err), details))
+
+
+_KEY_PATH = re.compile(r"^((?:[A-Za-z_][\w-]*|\[\d+\])(?:\.[A-Za-z_][\w-]*|\[\d+\])*): (.+)$", re.DOTALL)
+
+
+def split_key_path(message: str) -> tuple[str | None, str]:
+    """("vms[0].vgpus.count", "must be ...") from "vms[0].vgpus.count: must be ..."; (None, message) otherwise."""
+    m = _KEY_PATH.match(message)
+    return (m[1], m[2]) if m else (None, message)

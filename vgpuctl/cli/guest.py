@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,6 +13,7 @@ from vgpuctl.cli.common import GlobalOptions
 if TYPE_CHECKING:
     from vgpuctl.guest.runner import DeployResult
     from vgpuctl.inventory import Inventory
+    from vgpuctl.reports import GuestRunReport, Report
 
 app = typer.Typer(help="Configure the guests of the inventory's VMs over SSH (Ansible).", no_args_is_help=True)
 
@@ -82,12 +83,23 @@ def run_deploy(
         return deploy(inventory, addresses, check=check, limit=limit, keep_runs=keep_runs, on_event=progress)
 
 
-def finish(result: DeployResult, opts: GlobalOptions, document: dict[str, Any] | None = None) -> None:
-    """Print the per-host summary (table, or one JSON document) and raise GuestError when a guest failed."""
+def guest_run_report(result: DeployResult) -> GuestRunReport:
+    from vgpuctl.reports import GuestResult, GuestRunReport
+
+    guests = [
+        GuestResult(h.host, h.group, h.status, h.ok, h.changed, h.failed, h.unreachable, h.skipped, h.message)
+        for h in result.hosts
+    ]
+    artifacts = str(result.artifacts) if result.artifacts else None
+    return GuestRunReport(guests, result.check, result.runner_status, result.rc, artifacts)
+
+
+def finish(result: DeployResult, opts: GlobalOptions, document: Report | None = None) -> None:
+    """Print the per-guest summary (table, or one JSON document) and raise GuestError when a guest failed."""
     from vgpuctl.guest.progress import summary_table, summary_text
 
     if opts.json:
-        common.emit(document if document is not None else result.to_dict(), lambda _d: None, opts)
+        common.emit(document if document is not None else guest_run_report(result), lambda _d: None, opts)
         common.info(summary_text(result))
     else:
         common.emit(result, lambda r: [summary_table(r), summary_text(r, with_messages=False)], opts)

@@ -22,6 +22,7 @@ from vgpuctl.errors import Interrupted, NotFound, PlanError, UsageError, Vgpuctl
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
     from vgpuctl.model import HostChange, Observed
+    from vgpuctl.reports import AffectedVm, HostDiff, HostReport, VgpuCount
 
 app = typer.Typer(help="Host GPU configuration: graphics, MIG mode, NVLink, scheduler.", no_args_is_help=True)
 
@@ -103,29 +104,24 @@ def show_cmd(
     common.emit(host_status(found, facts), render_show, opts)
 
 
-def render_show(doc: dict[str, Any]) -> str:
+def render_show(r: HostReport) -> str:
+    options = r.module_options
+    next_boot = "" if options.configured == options.effective else f" (next boot: {options.configured or '(none)'})"
     lines = [
-        f"host {doc['host']}: {doc['connection_state']}" + (", in maintenance mode" if doc["in_maintenance"] else ""),
-        f"  graphics: default {doc['default_graphics_type']}, assignment {doc['assignment_policy']}",
-        f"  nvlink: {doc['nvlink']}"
-        + (f" ({doc['nvlink_after_reboot']} after reboot)" if "nvlink_after_reboot" in doc else ""),
-        f"  scheduler: {doc['scheduler']}"
-        + (f" ({doc['scheduler_after_reboot']} after reboot)" if "scheduler_after_reboot" in doc else ""),
-        f"  nvidia module options: {doc['module_options']['effective'] or '(none)'}"
-        + (
-            ""
-            if doc["module_options"]["configured"] == doc["module_options"]["effective"]
-            else f" (next boot: {doc['module_options']['configured'] or '(none)'})"
-        ),
+        f"host {r.host}: {r.connection_state}" + (", in maintenance mode" if r.in_maintenance else ""),
+        f"  graphics: default {r.default_graphics_type}, assignment {r.assignment_policy}",
+        f"  nvlink: {r.nvlink}" + (f" ({r.nvlink_after_reboot} after reboot)" if r.nvlink_after_reboot else ""),
+        f"  scheduler: {r.scheduler}"
+        + (f" ({r.scheduler_after_reboot} after reboot)" if r.scheduler_after_reboot else ""),
+        f"  nvidia module options: {options.effective or '(none)'}{next_boot}",
         "  GPUs:",
     ]
-    for g in doc["gpus"]:
-        mig = _mig_text(g["mig_current"], g["mig_pending"])
-        links = "" if not g["nvlink_links"] else f", NVLink {g['nvlink_active']}/{g['nvlink_links']} up"
-        peers = f" to {', '.join(g['nvlink_peers'])}" if g["nvlink_peers"] else ""
-        vms = f", VMs: {', '.join(g['vms'])}" if g["vms"] else ""
-        modes = f"{g['graphics_type']}, {g['vgpu_mode']}, MIG {mig}"
-        lines.append(f"    {g['pci_id']} {g['device']}: {modes}{links}{peers}{vms}")
+    for g in r.gpus:
+        mig = _mig_text(g.mig_current, g.mig_pending)
+        links = "" if not g.nvlink_links else f", NVLink {g.nvlink_active}/{g.nvlink_links} up"
+        peers = f" to {', '.join(g.nvlink_peers)}" if g.nvlink_peers else ""
+        vms = f", VMs: {', '.join(g.vms)}" if g.vms else ""
+        lines.append(f"    {g.gpu} {g.device}: {g.graphics_type}, {g.vgpu_mode}, MIG {mig}{links}{peers}{vms}")
     return "\n".join(lines)
 
 
@@ -291,6 +287,7 @@ def change(
 ) -> None:
     """Plan the one-host change through the pipeline, say what it will do, confirm, apply, report."""
     from vgpuctl import pipeline
+    from vgpuctl.reports import HostChangeReport
 
     inventory = pipeline.load(file) if file is not None else None
     options = pipeline.RunOptions(
@@ -306,17 +303,16 @@ def change(
         changes = [c for c in plan.changes if c.host == host]
         for w in plan.warnings:
             common.warn(w)
-        affected = _affected_vms(session, found.moid, changes)
-        doc: dict[str, Any] = {"host": host, "changes": [_change_doc(c) for c in changes], "affected_vms": affected}
+        report = HostChangeReport(host, _diffs(changes), _affected_vms(session, found.moid, changes), None)
         if not changes:
-            common.emit({**doc, "result": None}, lambda _d: f"host {host}: no changes", opts)
+            common.emit(report, lambda _r: f"host {host}: no changes", opts)
             return
-        _say(opts, describe_changes(host, changes, spec, affected))
+        _say(opts, describe_changes(host, changes, spec, report.affected_vms))
         if not yes:
             _confirm(len(changes))
         result = pipeline.apply_hosts(session, observed, [spec], changes, options, progress=_Progress())
-    outcome = result.hosts[0]
-    common.emit({**doc, "result": result.to_dict()}, lambda _d: outcome.describe(), opts)
+    outcome = report.result = result.hosts[0]
+    common.emit(report, lambda _r: outcome.describe(), opts)
     if outcome.status == Outcome.FAILED:
         raise VgpuctlError(f"host {host}: the change failed at {outcome.phase}")
 
@@ -328,27 +324,23 @@ def _say(opts: GlobalOptions, text: str) -> None:
         typer.echo(text)
 
 
-def _affected_vms(session: Any, moid: str, changes: list[HostChange]) -> list[dict[str, Any]]:
+def _affected_vms(session: Any, moid: str, changes: list[HostChange]) -> list[AffectedVm]:
     from vgpuctl.hostplan import needs_maintenance
+    from vgpuctl.reports import AffectedVm, vgpu_counts
     from vgpuctl.vsphere import host as vhost
 
     if not needs_maintenance(changes):
         return []
-    return [{"name": v.name, "vgpus": v.vgpus} for v in vhost.host_vms(session, moid) if v.running]
+    return [AffectedVm(v.name, vgpu_counts(v.vgpus)) for v in vhost.host_vms(session, moid) if v.running]
 
 
-def _change_doc(c: HostChange) -> dict[str, Any]:
-    return {
-        "kind": c.kind,
-        "target": c.target,
-        "old": c.old,
-        "new": c.new,
-        "disruptive": c.disruptive,
-        "needs_reboot": c.needs_reboot,
-    }
+def _diffs(changes: list[HostChange]) -> list[HostDiff]:
+    from vgpuctl.render import host_diff
+
+    return [host_diff(c) for c in changes]
 
 
-def describe_changes(host: str, changes: list[HostChange], spec: HostSpec, affected: list[dict[str, Any]]) -> str:
+def describe_changes(host: str, changes: list[HostChange], spec: HostSpec, affected: list[AffectedVm]) -> str:
     """What the command will do, for the confirmation: changes, maintenance, reboot, VMs affected."""
     from vgpuctl.hostplan import needs_maintenance, needs_reboot
 
@@ -361,12 +353,16 @@ def describe_changes(host: str, changes: list[HostChange], spec: HostSpec, affec
     if needs_reboot(changes):
         lines.append(f"  the host reboots (waiting up to {spec.maintenance.reboot_timeout_s}s for it)")
     if affected:
-        names = ", ".join(f"{v['name']} ({', '.join(v['vgpus'])})" if v["vgpus"] else v["name"] for v in affected)
+        names = ", ".join(f"{v.vm} ({_vgpu_text(v.vgpus)})" if v.vgpus else v.vm for v in affected)
         if spec.maintenance.evacuate == "power-off":
             lines.append(f"  running VMs are shut down and powered on again afterwards: {names}")
         else:
             lines.append(f"  running VMs block maintenance mode (evacuate: refuse, nothing will change): {names}")
     return "\n".join(lines)
+
+
+def _vgpu_text(vgpus: list[VgpuCount]) -> str:
+    return ", ".join(f"{v.count} x {v.profile}" if v.count > 1 else v.profile for v in vgpus)
 
 
 def _confirm(n: int) -> None:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed, Plan
     from vgpuctl.pipeline import ApplyOutcome, RunOptions
+    from vgpuctl.reports import ApplyReport
     from vgpuctl.vsphere.session import Session
 
 EXIT_CHANGES_PENDING = 2
@@ -53,11 +54,12 @@ def register(app: typer.Typer) -> None:
 def validate_cmd(ctx: typer.Context, file: InventoryFile) -> None:
     """Check an inventory (schema and rules); needs no vCenter. Errors as FILE:LINE:COL: message."""
     from vgpuctl import pipeline
+    from vgpuctl.reports import ValidateReport
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file)
-    data = {"file": str(file), "valid": True, "hosts": len(inventory.hosts), "vms": len(inventory.vms)}
-    common.emit(data, lambda d: f"{d['file']}: valid ({d['hosts']} host entries, {d['vms']} VMs)", opts)
+    report = ValidateReport(file=str(file), valid=True, hosts=len(inventory.hosts), vms=len(inventory.vms))
+    common.emit(report, lambda r: f"{r.file}: valid ({r.hosts} host entries, {r.vms} VMs)", opts)
 
 
 # -------------------------------------------------------------------------------------------- plan
@@ -81,11 +83,11 @@ def plan_cmd(
         observed = pipeline.observe(session, options.datacenter, inventory)
         the_plan = pipeline.plan(session, observed, inventory, options)
         round_trips = session.round_trips
-    if the_plan.errors and not (opts.json or opts.verbose):
-        raise PlanError(list(the_plan.errors))  # the reasons alone, one line each; -v shows the diff too
-    show_plan(the_plan, opts, round_trips=round_trips)
     if the_plan.errors:
+        if opts.verbose:
+            print_plan_to_stderr(the_plan)  # the reasons come as the error; -v shows the diff too
         raise PlanError(list(the_plan.errors))
+    show_plan(the_plan, opts, round_trips=round_trips if opts.verbose else None)
     if detailed_exitcode and not the_plan.is_empty:
         raise typer.Exit(EXIT_CHANGES_PENDING)
 
@@ -105,18 +107,11 @@ def new_host_key(host: str, fingerprint: str) -> None:
     common.warn(f"trusted the new SSH host key of {host} ({fingerprint}) and recorded it in known_hosts")
 
 
-def plan_document(the_plan: Plan, round_trips: int | None) -> dict[str, Any]:
-    from vgpuctl.render import plan_to_json
-
-    doc = dict(plan_to_json(the_plan))
-    if round_trips is not None:
-        doc["round_trips"] = round_trips
-    return doc
-
-
 def show_plan(the_plan: Plan, opts: GlobalOptions, *, round_trips: int | None = None) -> None:
     """`plan`'s result: the JSON document on stdout, or the colored diff."""
-    common.emit(plan_document(the_plan, round_trips), lambda _d: plan_renderable(the_plan), opts)
+    from vgpuctl.render import plan_report
+
+    common.emit(plan_report(the_plan, round_trips), lambda _r: plan_renderable(the_plan), opts)
 
 
 def plan_renderable(the_plan: Plan) -> Any:
@@ -161,15 +156,7 @@ def apply_cmd(
     )
     run = execute(opts, inventory, options, yes=yes)
     if opts.json:
-        doc = {
-            "plan": plan_document(run.plan, None),
-            "result": result_document(run.result),
-            "summary": summarize(run.result),
-            "hosts": run.hosts.to_dict() if run.hosts is not None else None,
-            "interrupted": run.interrupted,
-            "round_trips": run.round_trips,
-        }
-        common.emit(doc, lambda _d: None, opts)
+        common.emit(apply_report(run, opts), lambda _r: None, opts)
     raise_for_outcome(run)
 
 
@@ -331,8 +318,26 @@ class ApplyProgress(LiveOnTerminal):
 # ----------------------------------------------------------------------------------------- summary
 
 
-def result_document(result: ApplyResult) -> dict[str, Any]:
-    return result.to_dict()
+def apply_report(run: ApplyRun, opts: GlobalOptions, vm: str | None = None) -> ApplyReport:
+    """The apply's document; round trips only with -v."""
+    from vgpuctl.render import plan_report
+    from vgpuctl.reports import ApplyReport, vm_names
+
+    vms = run.result.vms
+    return ApplyReport(
+        plan=plan_report(run.plan),
+        hosts=list(run.hosts.hosts) if run.hosts is not None else [],
+        vms=list(vms),
+        changed=vm_names(vms, Outcome.CHANGED),
+        failed=vm_names(vms, Outcome.FAILED),
+        skipped=vm_names(vms, Outcome.SKIPPED),
+        unchanged=vm_names(vms, Outcome.UNCHANGED),
+        hosts_not_ready=list(run.result.hosts_not_ready),
+        vm_errors=list(run.vm_errors),
+        interrupted=run.interrupted,
+        vm=vm,
+        round_trips=run.round_trips if opts.verbose else None,
+    )
 
 
 def summarize(result: ApplyResult) -> dict[str, list[str]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -33,19 +33,21 @@ def provision_cmd(
 ) -> None:
     """Apply (like `apply`), wait for the guests' IP addresses, then run the guest playbooks on them."""
     from vgpuctl import pipeline
-    from vgpuctl.cli.plan import run_apply
+    from vgpuctl.cli.guest import guest_run_report
+    from vgpuctl.cli.plan import apply_report, run_apply
+    from vgpuctl.reports import ProvisionReport
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file)
-    apply_result = run_apply(opts, inventory, yes, parallel).result
+    applied = apply_report(run_apply(opts, inventory, yes, parallel), opts)
     if not guest_vm_names(inventory):
         common.info("No VM has a guest group: nothing to configure in the guests.")
         if opts.json:
-            common.emit({"apply": _to_dict(apply_result), "guests": None}, lambda _d: None, opts)
+            common.emit(ProvisionReport(applied, None), lambda _r: None, opts)
         return
     addresses = wait_for_guest_addresses(opts, inventory, timeout_s=ip_timeout, poll_s=ip_poll)
     result = run_deploy(opts, inventory, addresses, limit=limit)
-    finish(result, opts, document={"apply": _to_dict(apply_result), "guests": result.to_dict()})
+    finish(result, opts, document=ProvisionReport(applied, guest_run_report(result)))
 
 
 def wait_for_guest_addresses(
@@ -73,9 +75,3 @@ def wait_for_guest_addresses(
     if missing:
         common.warn(f"no IP address after {timeout_s:g} s for: {', '.join(missing)}")
     return found
-
-
-def _to_dict(result: Any) -> Any:
-    if result is None:
-        return None
-    return result.to_dict() if hasattr(result, "to_dict") else str(result)

@@ -21,6 +21,7 @@ from vgpuctl.errors import NotFound, UsageError
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed, ObservedVm
+    from vgpuctl.reports import VmVgpusReport
 
 MAX_VGPUS_PER_VM = 8
 
@@ -133,14 +134,7 @@ def change(opts: GlobalOptions, name: str, edit: Any, power: str | None, yes: bo
             opts, session, inventory, the_plan, observed, options, yes=yes, confirm_only_if_disruptive=True
         )
     if opts.json:
-        doc = {
-            "vm": name,
-            "plan": plan_cli.plan_document(run.plan, None),
-            "result": plan_cli.result_document(run.result),
-            "summary": plan_cli.summarize(run.result),
-            "round_trips": run.round_trips,
-        }
-        common.emit(doc, lambda _d: None, opts)
+        common.emit(plan_cli.apply_report(run, opts, vm=name), lambda _r: None, opts)
     plan_cli.raise_for_outcome(run)
 
 
@@ -179,44 +173,47 @@ def remove_cmd(
 def list_cmd(ctx: typer.Context, vm: VmName, file: OptionalInventory = None) -> None:
     """The vGPUs of VM: device key, profile, framebuffer, NVLink group, and the GPUs they sit on."""
     from vgpuctl import pipeline
-    from vgpuctl.cli.status import profile_fb
 
     opts: GlobalOptions = ctx.obj
     settings = pipeline.load(file) if file else None
     with common.connect(opts, settings) as session:
         observed = pipeline.observe(session, common.datacenter_for(opts, settings), settings)
         round_trips = session.round_trips
-    found = find_vm(observed, vm)
-    host = observed.hosts.get(found.host or "")
-    gpus = [g.pci_id for g in (host.gpus if host else []) if found.name in g.vms]
-    doc = {
-        "vm": found.name,
-        "host": found.host,
-        "power_state": str(found.power_state),
-        "vgpus": [
-            {"key": d.key, "profile": d.profile, "fb_gb": profile_fb(d.profile, host), "group": d.device_group_key}
-            for d in found.vgpus
-        ],
-        "gpus": sorted(gpus),
-        "round_trips": round_trips,
-    }
-    common.emit(doc, render_list, opts)
+    common.emit(
+        vm_vgpus_report(observed, find_vm(observed, vm), round_trips if opts.verbose else None), render_list, opts
+    )
 
 
-def render_list(doc: dict[str, Any]) -> Any:
+def vm_vgpus_report(observed: Observed, vm: ObservedVm, round_trips: int | None = None) -> VmVgpusReport:
+    from vgpuctl.reports import VmDevice, VmVgpusReport, vgpu_counts
+    from vgpuctl.statusreport import profile_fb
+
+    host = observed.hosts.get(vm.host or "")
+    return VmVgpusReport(
+        vm=vm.name,
+        host=vm.host,
+        power_state=str(vm.power_state),
+        vgpus=vgpu_counts(d.profile for d in vm.vgpus),
+        devices=[VmDevice(d.key, d.profile, profile_fb(d.profile, host), d.device_group_key) for d in vm.vgpus],
+        gpus=sorted(g.pci_id for g in (host.gpus if host else []) if vm.name in g.vms),
+        round_trips=round_trips,
+    )
+
+
+def render_list(report: VmVgpusReport) -> Any:
     from rich.table import Table
     from rich.text import Text
 
-    title = f"{doc['vm']} on {doc['host'] or '-'} ({doc['power_state']})"
-    if not doc["vgpus"]:
+    title = f"{report.vm} on {report.host or '-'} ({report.power_state})"
+    if not report.devices:
         return Text(f"{title}: no vGPUs")
     table = Table(title=title, title_justify="left")
     for col in ("key", "profile", "framebuffer", "NVLink group"):
         table.add_column(col)
-    for d in doc["vgpus"]:
-        group = "-" if d["group"] is None else str(d["group"])
-        table.add_row(*map(Text, (str(d["key"]), d["profile"], f"{d['fb_gb']} GB", group)))
+    for d in report.devices:
+        group = "-" if d.nvlink_group is None else str(d.nvlink_group)
+        table.add_row(*map(Text, (str(d.key), d.profile, f"{d.fb_gb} GB", group)))
     out: list[Any] = [table]
-    if doc["gpus"]:
-        out.append(Text(f"on GPUs: {', '.join(doc['gpus'])}"))
+    if report.gpus:
+        out.append(Text(f"on GPUs: {', '.join(report.gpus)}"))
     return out

@@ -1,0 +1,440 @@
+"""The documents vgpuctl prints: one dataclass per report, `to_dict()` for JSON, a text renderer beside it.
+
+One vocabulary in every document (snake_case): `kind` names the report; `vm`, `folder`, `host`, `cluster`,
+`gpu` (PCI id), `profile`, `fb_gb`, `vgpus` (a list of {profile, count}), `nvlink_group`. Errors are
+`{"error": {"type", "message", "details": [...]}}`. Fields marked `optional()` are left out when None
+(diagnostics such as round trips appear only with -v). docs/schemas/ holds the JSON Schemas generated from
+these types (vgpuctl.schemas).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+from vgpuctl.apply import VmOutcome
+from vgpuctl.domain import Outcome
+from vgpuctl.hostapply import HostOutcome
+
+Scalar = str | int | float | bool | None
+
+
+def optional(default: Any = None) -> Any:
+    """A field left out of the JSON document while it is None."""
+    return field(default=default, metadata={"omit_none": True})
+
+
+def to_json(value: Any) -> Any:
+    """Dataclasses, enums, lists and dicts to plain JSON data; optional() fields dropped while None."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(value):
+            item = getattr(value, f.name)
+            if item is None and f.metadata.get("omit_none"):
+                continue
+            out[f.name] = to_json(item)
+        return out
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, list | tuple):
+        return [to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): to_json(v) for k, v in value.items()}
+    return value
+
+
+class Report:
+    """Base of the printed documents: `kind` first, then the fields."""
+
+    kind: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **to_json(self)}
+
+
+@dataclass
+class VgpuCount:
+    profile: str
+    count: int
+
+
+def vgpu_counts(profiles: Iterable[str]) -> list[VgpuCount]:
+    """Profiles in the order they first appear, with how many of each."""
+    return [VgpuCount(p, n) for p, n in Counter(profiles).items()]
+
+
+# ------------------------------------------------------------------------------------------ errors
+
+
+@dataclass
+class ErrorDetail:
+    message: str
+    file: str | None = optional()
+    line: int | None = optional()
+    col: int | None = optional()
+    path: str | None = optional()  # key path in the inventory, e.g. vms[2].vgpus
+
+
+@dataclass
+class ErrorInfo:
+    type: str
+    message: str
+    details: list[ErrorDetail] = field(default_factory=list)
+
+
+@dataclass
+class ErrorReport:
+    """`{"error": {...}}`: the only document of a command that failed."""
+
+    error: ErrorInfo
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"error": to_json(self.error)}
+
+
+# ------------------------------------------------------------------------------------------ validate
+
+
+@dataclass
+class ValidateReport(Report):
+    kind: ClassVar[str] = "validate"
+    file: str
+    valid: bool
+    hosts: int  # host entries
+    vms: int  # VMs after name ranges are expanded
+
+
+# ------------------------------------------------------------------------------------------ plan
+
+
+@dataclass
+class HostDiff:
+    """One host setting that changes; `gpu` is None for host-wide settings."""
+
+    host: str
+    setting: str  # graphics kinds, mig, nvlink, scheduler, resume
+    gpu: str | None
+    old: Scalar
+    new: Scalar
+    disruptive: bool
+    needs_reboot: bool
+
+
+@dataclass
+class FieldDiff:
+    field: str
+    op: str  # + ~ -
+    old: Scalar
+    new: Scalar
+
+
+@dataclass
+class DeviceDiff:
+    op: str  # + or -
+    profile: str
+    key: int | None  # the existing device of a removal
+    nvlink_group: int | None  # adds with the same number form one NVLink device group
+
+
+@dataclass
+class CloneDiff:
+    template: str
+    cluster: str | None
+    host: str | None
+    folder: str | None
+    cpus: int | None
+    memory_mb: int | None
+
+
+@dataclass
+class VmDiff:
+    vm: str
+    steps: list[str]  # clone, power-off, reconfigure, power-on
+    clone: CloneDiff | None
+    fields: list[FieldDiff]
+    devices: list[DeviceDiff]
+    extra_config: dict[str, str | None]  # None removes the key
+    power_off: bool
+    power_on: bool
+    depends_on_hosts: list[str]
+
+
+@dataclass
+class PlanSummary:
+    create: int
+    change: int
+    power_off: int
+    power_on: int
+    host_changes: int
+    errors: int
+    warnings: int
+
+
+@dataclass
+class PlanReport(Report):
+    kind: ClassVar[str] = "plan"
+    host_changes: list[HostDiff]
+    vm_changes: list[VmDiff]
+    errors: list[str]
+    warnings: list[str]
+    summary: PlanSummary
+    round_trips: int | None = optional()
+
+
+# ------------------------------------------------------------------------------------------ apply
+
+
+@dataclass
+class ApplyReport(Report):
+    """What an apply did: the plan it confirmed, each host and VM, and the VM plan's errors after the hosts."""
+
+    kind: ClassVar[str] = "apply"
+    plan: PlanReport
+    hosts: list[HostOutcome]
+    vms: list[VmOutcome]
+    changed: list[str]
+    failed: list[str]
+    skipped: list[str]
+    unchanged: list[str]
+    hosts_not_ready: list[str]
+    vm_errors: list[str]
+    interrupted: bool
+    vm: str | None = optional()  # `vm vgpu add/remove`: the VM changed
+    round_trips: int | None = optional()
+
+
+def vm_names(vms: Iterable[VmOutcome], status: Outcome) -> list[str]:
+    return [o.vm for o in vms if o.status == status]
+
+
+# ------------------------------------------------------------------------------------------ hosts
+
+
+@dataclass
+class AffectedVm:
+    vm: str
+    vgpus: list[VgpuCount]
+
+
+@dataclass
+class HostChangeReport(Report):
+    """`host graphics/mig/nvlink/scheduler`: the changes, the running VMs they affect, and the outcome."""
+
+    kind: ClassVar[str] = "host-change"
+    host: str
+    changes: list[HostDiff]
+    affected_vms: list[AffectedVm]
+    result: HostOutcome | None
+
+
+@dataclass
+class ModuleOptions:
+    configured: str  # for the next boot
+    effective: str  # of the loaded module
+
+
+@dataclass
+class HostGpu:
+    gpu: str
+    device: str
+    graphics_type: str
+    vgpu_mode: str
+    mig_current: bool | None  # None: not MIG-capable, or the shell was not read
+    mig_pending: bool | None
+    nvlink_links: int | None
+    nvlink_active: int | None
+    nvlink_peers: list[str]
+    vms: list[str]
+
+
+@dataclass
+class HostReport(Report):
+    """`host show`: one host's GPU state from the API and the ESXi shell."""
+
+    kind: ClassVar[str] = "host"
+    host: str
+    connection_state: str
+    in_maintenance: bool
+    default_graphics_type: str
+    assignment_policy: str
+    module_options: ModuleOptions
+    nvlink: str
+    scheduler: str
+    gpus: list[HostGpu]
+    nvlink_after_reboot: str | None = optional()
+    scheduler_after_reboot: str | None = optional()
+    shell_error: str | None = optional()
+
+
+# ------------------------------------------------------------------------------------------ status
+
+
+@dataclass
+class GpuVm:
+    vm: str
+    profile: str
+
+
+@dataclass
+class StatusGpu:
+    index: int
+    gpu: str
+    model: str
+    graphics_type: str
+    vgpu_mode: str
+    mode: str  # time-sliced (sameSize|mixedSize) or mig
+    nvlink_group: int | None  # the NVLink-connected set the GPU belongs to
+    fb_gb: int
+    used_gb: float
+    free_gb: float
+    vgpus: list[VgpuCount]
+    vms: list[GpuVm]
+    mig: str | None = optional()  # on / off / "off (on pending)"
+    mig_current: bool | None = optional()
+    mig_pending: bool | None = optional()
+    nvlink_links: int | None = optional()
+    nvlink_active: int | None = optional()
+    nvlink_peers: list[str] | None = optional()  # noqa: RUF009 - None, not a shared list
+
+
+@dataclass
+class StatusHost:
+    host: str
+    cluster: str | None
+    connection_state: str
+    in_maintenance: bool
+    power_state: str
+    default_graphics_type: str
+    assignment_policy: str
+    gpus: list[StatusGpu]
+    nvlink: str | None = optional()
+    nvlink_after_reboot: str | None = optional()
+    scheduler: str | None = optional()
+    scheduler_after_reboot: str | None = optional()
+    shell_error: str | None = optional()
+
+
+@dataclass
+class StatusVm:
+    vm: str
+    host: str | None
+    cluster: str | None
+    folder: str | None
+    power_state: str
+    vgpus: list[VgpuCount]
+
+
+@dataclass
+class StatusReport(Report):
+    kind: ClassVar[str] = "status"
+    datacenter: str
+    api_version: str
+    hosts: list[StatusHost]
+    vms: list[StatusVm]
+    round_trips: int | None = optional()
+
+
+# ------------------------------------------------------------------------------------------ profiles
+
+
+@dataclass
+class ProfileRow:
+    profile: str
+    fb_gb: float | None
+    series: str | None
+    board: str | None
+    sharing: str  # timeSliced | mig
+    profile_class: str | None  # compute | quadro
+    max_per_gpu: int | None
+
+
+@dataclass
+class HostProfiles:
+    host: str
+    profiles: list[ProfileRow]
+
+
+@dataclass
+class ProfilesReport(Report):
+    kind: ClassVar[str] = "profiles"
+    hosts: list[HostProfiles]
+    round_trips: int | None = optional()
+
+
+# ------------------------------------------------------------------------------------------ one VM
+
+
+@dataclass
+class VmDevice:
+    key: int
+    profile: str
+    fb_gb: float
+    nvlink_group: int | None  # the device group instance key, for NVLink-grouped vGPUs
+
+
+@dataclass
+class VmVgpusReport(Report):
+    """`vm vgpu list`: one VM's vGPUs, their devices and the GPUs they sit on."""
+
+    kind: ClassVar[str] = "vm-vgpus"
+    vm: str
+    host: str | None
+    power_state: str
+    vgpus: list[VgpuCount]
+    devices: list[VmDevice]
+    gpus: list[str]
+    round_trips: int | None = optional()
+
+
+# ------------------------------------------------------------------------------------------ guests
+
+
+@dataclass
+class GuestResult:
+    vm: str
+    group: str
+    status: str  # ok | changed | failed | unreachable
+    ok: int
+    changed: int
+    failed: int
+    unreachable: int
+    skipped: int
+    message: str
+
+
+@dataclass
+class GuestRunReport(Report):
+    """`guest deploy`: each guest's playbook result."""
+
+    kind: ClassVar[str] = "guests"
+    guests: list[GuestResult]
+    check: bool
+    runner_status: str
+    rc: int
+    artifacts: str | None
+
+
+@dataclass
+class ProvisionReport(Report):
+    kind: ClassVar[str] = "provision"
+    apply: ApplyReport
+    guests: GuestRunReport | None  # None: no VM has a guest group
+
+
+REPORTS: tuple[type[Any], ...] = (
+    GuestRunReport,
+    ProvisionReport,
+    ValidateReport,
+    PlanReport,
+    ApplyReport,
+    HostChangeReport,
+    HostReport,
+    StatusReport,
+    ProfilesReport,
+    VmVgpusReport,
+    ErrorReport,
+)

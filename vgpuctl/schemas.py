@@ -1,0 +1,99 @@
+"""JSON Schemas of the printed documents, generated from the report dataclasses' type hints.
+
+`schema_for(Report)` gives one document's schema (every object `additionalProperties: false`);
+`write_all(folder)` writes docs/schemas/<kind>.schema.json. Run `python -m vgpuctl.schemas docs/schemas`
+after changing a report; a unit test checks the committed files are current.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import types
+import typing
+from enum import Enum
+from pathlib import Path
+from typing import Any, Union
+
+from vgpuctl.reports import REPORTS, ErrorReport, Report
+
+DRAFT = "https://json-schema.org/draft/2020-12/schema"
+_PRIMITIVES: dict[Any, dict[str, Any]] = {
+    str: {"type": "string"},
+    int: {"type": "integer"},
+    float: {"type": "number"},
+    bool: {"type": "boolean"},
+    type(None): {"type": "null"},
+}
+
+
+def kind_of(report: type[Any]) -> str:
+    return "error" if report is ErrorReport else str(report.kind)
+
+
+def schema_for(report: type[Any]) -> dict[str, Any]:
+    """The JSON Schema of one report's to_dict() document."""
+    defs: dict[str, Any] = {}
+    body = _object(report, defs, with_kind=issubclass(report, Report))
+    doc = {"$schema": DRAFT, "$id": f"{kind_of(report)}.schema.json", "title": kind_of(report), **body}
+    if defs:
+        doc["$defs"] = dict(sorted(defs.items()))
+    return doc
+
+
+def _object(cls: type[Any], defs: dict[str, Any], *, with_kind: bool = False) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    if with_kind:
+        props["kind"] = {"const": cls.kind}
+        required.append("kind")
+    for f in dataclasses.fields(cls):
+        props[f.name] = _type(hints[f.name], defs)
+        if not f.metadata.get("omit_none"):
+            required.append(f.name)
+    return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
+
+
+def _type(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    origin = typing.get_origin(hint)
+    if hint in _PRIMITIVES:
+        return dict(_PRIMITIVES[hint])
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return {"enum": [m.value for m in hint]}
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        if hint.__name__ not in defs:
+            defs[hint.__name__] = {}  # placeholder against recursion
+            defs[hint.__name__] = _object(hint, defs)
+        return {"$ref": f"#/$defs/{hint.__name__}"}
+    if origin in (types.UnionType, Union):
+        return {"anyOf": [_type(arg, defs) for arg in typing.get_args(hint)]}
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return {"type": "array", "items": _type(item, defs)}
+    if origin is dict:
+        key, value = typing.get_args(hint)
+        if key is not str:
+            raise TypeError(f"JSON object keys must be strings, not {key}")
+        return {"type": "object", "additionalProperties": _type(value, defs)}
+    raise TypeError(f"no JSON Schema for {hint!r}")
+
+
+def render(report: type[Any]) -> str:
+    return json.dumps(schema_for(report), indent=2) + "\n"
+
+
+def write_all(folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for report in REPORTS:
+        path = folder / f"{kind_of(report)}.schema.json"
+        path.write_text(render(report), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    for written in write_all(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/schemas")):
+        print(written)

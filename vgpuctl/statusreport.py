@@ -1,0 +1,151 @@
+"""The `status` and `profiles` reports built from one Observed: GPUs with their VMs and framebuffer use, the
+VMs' vGPUs, and the profiles each host offers. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost
+from vgpuctl.profiles import ProfileError, VgpuProfile, board_for_device, gi_geometry, parse_profile
+from vgpuctl.reports import (
+    GpuVm,
+    HostProfiles,
+    ProfileRow,
+    ProfilesReport,
+    StatusGpu,
+    StatusHost,
+    StatusReport,
+    StatusVm,
+    vgpu_counts,
+)
+
+KB_PER_GB = 1024 * 1024
+
+
+def gpu_gb(gpu: ObservedGpu) -> int:
+    return round(gpu.memory_kb / KB_PER_GB)
+
+
+def gpu_mode(gpu: ObservedGpu) -> str:
+    if gpu.vgpu_mode == "multiInstanceGpu":
+        return "mig"
+    if gpu.vgpu_mode in ("sameSize", "mixedSize"):
+        return f"time-sliced ({gpu.vgpu_mode})"
+    return "time-sliced"
+
+
+def whole(gb: float) -> float:
+    """20.0 -> 20 for the documents; fractions (0.5 GB profiles) stay."""
+    return int(gb) if float(gb).is_integer() else gb
+
+
+def profile_fb(name: str, host: ObservedHost | None) -> float:
+    """A profile's framebuffer as the host describes it, else from its name (0 when neither knows)."""
+    if host is not None and name in host.profiles:
+        return whole(host.profiles[name].fb_gb)
+    try:
+        return whole(parse_profile(name).fb_gb)
+    except ProfileError:
+        return 0
+
+
+def gpu_occupancy(observed: Observed, host: ObservedHost) -> dict[str, list[GpuVm]]:
+    """(vm, profile) per GPU pci id. graphicsInfo says which VMs sit on a GPU, not which of a VM's vGPUs:
+    each vGPU of a VM is on its own GPU, so a VM's vGPUs (largest first) are matched to its GPUs in PCI order,
+    which is exact whenever a VM's vGPUs share one profile."""
+    by_vm: dict[str, list[str]] = {}
+    for gpu in sorted(host.gpus, key=lambda g: g.pci_id):
+        for vm in gpu.vms:
+            by_vm.setdefault(vm, []).append(gpu.pci_id)
+    occupancy: dict[str, list[GpuVm]] = {g.pci_id: [] for g in host.gpus}
+    for vm_name, pci_ids in by_vm.items():
+        vm = observed.vms.get(vm_name)
+        profiles = sorted((d.profile for d in vm.vgpus), key=lambda p: -profile_fb(p, host)) if vm else []
+        for i, pci in enumerate(pci_ids):
+            occupancy[pci].append(GpuVm(vm_name, profiles[i] if i < len(profiles) else ""))
+    return occupancy
+
+
+def _status_gpu(index: int, gpu: ObservedGpu, held: list[GpuVm], host: ObservedHost) -> StatusGpu:
+    used_gb = whole(sum(profile_fb(v.profile, host) for v in held))
+    return StatusGpu(
+        index=index,
+        gpu=gpu.pci_id,
+        model=gpu.device_name,
+        graphics_type=gpu.graphics_type,
+        vgpu_mode=gpu.vgpu_mode,
+        mode=gpu_mode(gpu),
+        nvlink_group=gpu.nvlink_set,
+        fb_gb=gpu_gb(gpu),
+        used_gb=used_gb,
+        free_gb=whole(max(gpu_gb(gpu) - used_gb, 0)),
+        vgpus=vgpu_counts(v.profile for v in held if v.profile),
+        vms=held,
+    )
+
+
+def _status_host(observed: Observed, host: ObservedHost) -> StatusHost:
+    occupancy = gpu_occupancy(observed, host)
+    gpus = sorted(host.gpus, key=lambda g: g.pci_id)
+    return StatusHost(
+        host=host.name,
+        cluster=host.cluster,
+        connection_state=host.connection_state,
+        in_maintenance=host.in_maintenance,
+        power_state=host.power_state,
+        default_graphics_type=host.default_graphics_type,
+        assignment_policy=host.assignment_policy,
+        gpus=[_status_gpu(i, g, occupancy.get(g.pci_id, []), host) for i, g in enumerate(gpus)],
+    )
+
+
+def status_report(observed: Observed, round_trips: int | None = None) -> StatusReport:
+    """Hosts with their GPU maps, and every VM (templates left out) with its vGPUs."""
+    vms = [
+        StatusVm(vm.name, vm.host, vm.cluster, vm.folder, str(vm.power_state), vgpu_counts(d.profile for d in vm.vgpus))
+        for vm in sorted(observed.vms.values(), key=lambda v: v.name)
+        if not vm.is_template
+    ]
+    hosts = [_status_host(observed, h) for h in sorted(observed.hosts.values(), key=lambda h: h.name)]
+    return StatusReport(observed.datacenter, observed.api_version, hosts, vms, round_trips)
+
+
+# ------------------------------------------------------------------------------------------ profiles
+
+
+def max_per_gpu(profile: VgpuProfile, sharing: str, host: ObservedHost) -> int | None:
+    """How many vGPUs of this profile one GPU of the host can hold (MIG: placements of its GI profile)."""
+    boards = {board_for_device(g.device_name, gpu_gb(g)): g for g in host.gpus}
+    gpu = boards.get(profile.board)
+    if sharing == "mig" or profile.is_mig:
+        geometry = gi_geometry(profile.board, profile.gi_profile or "")
+        return len(geometry.starts) if geometry else None
+    if gpu is None or not profile.fb_gb:
+        return None
+    return int(gpu_gb(gpu) // profile.fb_gb)
+
+
+def _profile_row(name: str, host: ObservedHost) -> ProfileRow:
+    info = host.profiles.get(name)
+    try:
+        parsed: VgpuProfile | None = parse_profile(name)
+    except ProfileError:
+        parsed = None
+    sharing = info.sharing if info else ("mig" if parsed and parsed.is_mig else "timeSliced")
+    return ProfileRow(
+        profile=name,
+        fb_gb=profile_fb(name, host) if info or parsed else None,
+        series=parsed.series.upper() if parsed else None,
+        board=parsed.board if parsed else None,
+        sharing=sharing,
+        profile_class=info.profile_class if info else None,
+        max_per_gpu=max_per_gpu(parsed, sharing, host) if parsed else None,
+    )
+
+
+def host_profiles(host: ObservedHost) -> list[ProfileRow]:
+    """The profiles the host's GPUs offer in their current modes."""
+    return [_profile_row(name, host) for name in sorted(host.offered_profiles)]
+
+
+def profiles_report(hosts: list[ObservedHost], round_trips: int | None = None) -> ProfilesReport:
+    return ProfilesReport([HostProfiles(h.name, host_profiles(h)) for h in hosts], round_trips)
