@@ -1,7 +1,8 @@
 """The `vgpuctl` command: global options, the command tree, and the error policy.
 
-Exit codes: 0 ok, 1 error, 2 changes pending (`plan --detailed-exitcode`; also click's usage errors),
-130 interrupted. Errors the user can fix print one line (no traceback unless -v).
+Exit codes: 0 ok, 1 error (usage errors too), 2 changes pending (`plan --detailed-exitcode`), 130 interrupted.
+Global options may come before or after the command; shell completion: `vgpuctl --show-completion bash`.
+Errors the user can fix print one line (no traceback unless -v).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typer.core import TyperGroup
 from vgpuctl import __version__
 from vgpuctl.cli import capacity, common, experiment, export, guest, host, k8s, plan, provision, sim, status, vm
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.cli.globalopts import add_global_options
 
 
 class OutputFormat(StrEnum):
@@ -25,7 +27,19 @@ class OutputFormat(StrEnum):
 
 
 class VgpuctlGroup(TyperGroup):
-    """Root group: every command runs inside this invoke, so one place maps exceptions to exit codes."""
+    """Root group: every command runs inside this invoke, so one place maps exceptions to exit codes; the global
+    options are copied onto every subcommand (vgpuctl.cli.globalopts)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        add_global_options(self, _late_option)
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().make_context(*args, **kwargs)
+        except Exception as err:
+            _usage_exit_code(err)
+            raise
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -37,14 +51,39 @@ class VgpuctlGroup(TyperGroup):
             raise typer.Exit(130) from None
         except Exception as err:
             if _is_click_exception(err) or isinstance(err, BrokenPipeError):
-                raise  # click reports usage errors (exit 2) and exits quietly on a closed pipe
+                _usage_exit_code(err)
+                raise  # click reports usage errors and exits quietly on a closed pipe
             opts = ctx.obj if isinstance(ctx.obj, GlobalOptions) else None
             raise typer.Exit(common.report_error(err, opts)) from None
 
 
 def _is_click_exception(err: Exception) -> bool:
-    # typer vendors click; its usage errors must keep click's own handling (message + exit 2)
+    # typer vendors click; its usage errors keep click's own handling (message, hint)
     return any(cls.__name__ in ("ClickException", "Exit", "Abort") for cls in type(err).__mro__)
+
+
+def _usage_exit_code(err: BaseException) -> None:
+    """Usage errors exit 1, like every other error: 2 means "changes pending" (plan --detailed-exitcode)."""
+    if any(cls.__name__ == "UsageError" for cls in type(err).__mro__):
+        err.exit_code = 1  # type: ignore[attr-defined]
+
+
+def _late_option(ctx: Any, name: str, value: Any) -> None:
+    """A global option typed after the command: update the run's GlobalOptions."""
+    opts = ctx.find_object(GlobalOptions)
+    if opts is None:
+        return
+    if name == "verbose":
+        opts.verbose += int(value)
+        _setup_logging(opts.verbose)
+    elif name == "output":
+        opts.output = str(getattr(value, "value", value))
+    elif name == "url":
+        opts.url, opts.url_from_command_line = value, True
+    elif name == "insecure":
+        opts.insecure = bool(value) or None
+    else:
+        setattr(opts, name, value)
 
 
 app = typer.Typer(
@@ -53,7 +92,7 @@ app = typer.Typer(
     help="Infrastructure as code for NVIDIA vGPU on VMware vSphere.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -107,7 +146,14 @@ def main(
         typer.Option("--output", "-o", envvar="VGPUCTL_OUTPUT", help="text, or one JSON document on stdout."),
     ] = OutputFormat.text,
     verbose: Annotated[
-        int, typer.Option("--verbose", "-v", count=True, help="Tracebacks, SOAP round trips, logs (-vv: debug).")
+        int,
+        typer.Option(
+            "--verbose",
+            "-v",
+            count=True,
+            metavar="",
+            help="-v: tracebacks, round trips, info logs; -vv: also a SOAP and SSH trace (secrets redacted).",
+        ),
     ] = 0,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")

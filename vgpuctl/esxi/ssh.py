@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl import trace
 from vgpuctl.errors import SshError, SshHostKeyError
 
 if TYPE_CHECKING:
@@ -248,6 +249,8 @@ class EsxiShell:
         if transport is None or not transport.is_active():
             raise SshError(f"connection lost before `{command}`", host=self.target.host)
         limit = self.settings.command_timeout if timeout is None else timeout
+        trace.shell_command(self.target.host, command)
+        start = time.monotonic()
         try:
             chan = transport.open_session(timeout=self.settings.connect_timeout)
             chan.exec_command(command)
@@ -257,6 +260,7 @@ class EsxiShell:
             out, err, status = self._collect(chan, limit, command)
         finally:
             chan.close()
+        trace.shell_result(self.target.host, status, time.monotonic() - start)
         result = CommandResult(command, status, out, err)
         if check and status != 0:
             reason = _first_line(err) or _first_line(out) or "no output"

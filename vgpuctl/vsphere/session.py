@@ -17,6 +17,7 @@ import re
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -124,8 +125,18 @@ def _counting_stub_class() -> type:
                 self.round_trips += 1
 
         def InvokeMethod(self, mo, info, args, outerStub=None):
+            from vgpuctl import trace
+
             self.count_round_trip()
-            return super().InvokeMethod(mo, info, args, outerStub)
+            trace.soap_call(mo, info, args)
+            start = time.monotonic()
+            try:
+                result = super().InvokeMethod(mo, info, args, outerStub)
+            except BaseException as err:
+                trace.soap_result(info, time.monotonic() - start, err)
+                raise
+            trace.soap_result(info, time.monotonic() - start)
+            return result
 
     return CountingStub
 
@@ -247,8 +258,12 @@ class Session:
         manager = self.content.sessionManager
         if manager is None:
             raise ConnectionFailure(f"{self.url} is not a vCenter SOAP endpoint (no session manager)")
+        from vgpuctl import trace
+
+        trace.add_secret(self.settings.password)
         try:
             self._call(manager.Login, self.settings.username, self.settings.password)
+            trace.add_cookie(getattr(self._stub, "cookie", None))
         except vim.fault.InvalidLogin as err:
             raise AuthenticationError(
                 f"login to {self.url} as {self.settings.username!r} failed: wrong user name or password"

@@ -1,0 +1,77 @@
+"""Global options wherever users type them: `vgpuctl -o json status` and `vgpuctl status -o json` alike.
+
+The root command's options are copied onto every subcommand, listed under "Global options" in its --help. A
+copy given on the command line updates the run's GlobalOptions; environment variables and defaults are read
+once, by the root. Where a command has an option of its own with the same flag (`export -o FILE`), the
+command's own wins and the global one stays reachable by its other spelling (`--output`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable
+from typing import Any
+
+PANEL = "Global options"
+NOT_COPIED = frozenset({"version", "help", "install_completion", "show_completion"})
+
+
+def add_global_options(root: Any, on_late_option: Callable[[Any, str, Any], None]) -> None:
+    """Copy `root`'s options onto every command below it. `on_late_option(ctx, name, value)` is called for each
+    copy the user typed after a command."""
+    for command in _descendants(root):
+        _name_arguments(command)
+        own_flags = {flag for p in command.params for flag in (*p.opts, *p.secondary_opts)}
+        own_names = {p.name for p in command.params}
+        for param in root.params:
+            if param.name in NOT_COPIED or not _is_option(param):
+                continue
+            late = _late_copy(param, own_flags, own_names, on_late_option)
+            if late is not None:
+                command.params.append(late)
+
+
+def _descendants(group: Any) -> Iterable[Any]:
+    for command in getattr(group, "commands", {}).values():
+        yield command
+        yield from _descendants(command)
+
+
+def _name_arguments(command: Any) -> None:
+    """Usage lines say `VM`, not typer's `{vm}`."""
+    for param in command.params:
+        if type(param).__name__ == "TyperArgument" and param.metavar is None:
+            label = param.name.upper()
+            param.metavar = label
+            param._usage_display_name = lambda label=label, p=param: label if p.required else f"[{label}]"
+
+
+def _is_option(param: Any) -> bool:
+    return bool(getattr(param, "opts", None)) and all(o.startswith("-") for o in param.opts)
+
+
+def _late_copy(
+    param: Any, own_flags: set[str], own_names: set[str], on_late_option: Callable[[Any, str, Any], None]
+) -> Any | None:
+    flags = [o for o in param.opts if o not in own_flags]
+    if not flags:
+        return None
+    late = copy.copy(param)
+    late.opts = flags
+    late.secondary_opts = [o for o in param.secondary_opts if o not in own_flags]
+    late.name = param.name if param.name not in own_names else f"global_{param.name}"
+    late.envvar = None  # the root already read the environment
+    late.show_envvar = False
+    late.show_default = False  # the root's default or environment applies when the copy is not given
+    late.expose_value = False
+    late.rich_help_panel = PANEL
+    name = param.name
+
+    def callback(ctx: Any, _param: Any, value: Any) -> Any:
+        source = ctx.get_parameter_source(late.name)
+        if getattr(source, "name", "") == "COMMANDLINE" and not ctx.resilient_parsing:
+            on_late_option(ctx, name, value)
+        return value
+
+    late.callback = callback
+    return late
