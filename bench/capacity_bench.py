@@ -99,7 +99,11 @@ def run(case: str, observed: Observed, wanted: Demand, time_limit: float) -> Row
     layout = greedy(problem)
     first = verify(problem, observed, layout)
     greedy_s = time.monotonic() - started
-    solved_layout, stats = cpsat.solve(problem, layout, time_limit)
+    hint = layout
+    smallest = greedy(problem, largest_first=False)
+    if len(verify(problem, observed, smallest).placed) > len(first.placed):
+        hint = smallest  # the solver starts from the better of the two greedy orders; the baseline stays FFD
+    solved_layout, stats = cpsat.solve(problem, hint, time_limit)
     started = time.monotonic()
     solved = verify(problem, observed, solved_layout) if solved_layout else first
     verify_s = time.monotonic() - started

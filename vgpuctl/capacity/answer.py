@@ -86,7 +86,11 @@ def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = 1
     if use_solver:
         from vgpuctl.capacity import cpsat
 
-        layout, stats = cpsat.solve(problem, first, time_limit_s, workers)
+        hint = first
+        smallest = greedy(problem, largest_first=False)
+        if _score(problem, verify(problem, observed, smallest)) > _score(problem, greedy_verified):
+            hint = smallest
+        layout, stats = cpsat.solve(problem, hint, time_limit_s, workers)
         if layout:
             solved = verify(problem, observed, layout)
             if _score(problem, solved) >= _score(problem, greedy_verified):

@@ -111,6 +111,7 @@ class _LayoutModel:
         self.gpu_changes: list[Any] = []
         self.host_changes: list[Any] = []
         self.hinted: list[tuple[Any, int]] = []
+        self.room: dict[str, dict[str, int]] = {}  # host -> profile -> vGPUs its GPUs can take at most
 
     def build(self) -> None:
         for h in self.problem.hosts:
@@ -132,10 +133,13 @@ class _LayoutModel:
         pairs = [(s, p) for s in self.problem.shapes for p in usable_options(self.problem, h, s)]
         if not pairs:
             return
-        for s, p in pairs:
-            self.y[h.name, s.name, p] = m.NewIntVar(0, s.count, f"y[{h.name},{s.name},{p}]")
         classes = gpu_classes(h, sorted({p for _, p in pairs}))
         self.classes[h.name] = classes
+        room = {p: sum(c.size * max(pat.get(p, 0) for _, pat in c.choices) for c in classes) for _, p in pairs}
+        self.room[h.name] = room
+        for s, p in pairs:  # no more VMs than the host has room for: tight bounds make a tight relaxation
+            most = min(s.count, room[p] // s.vgpus)
+            self.y[h.name, s.name, p] = m.NewIntVar(0, most, f"y[{h.name},{s.name},{p}]")
         changed_here = []
         for ci, c in enumerate(classes):
             c.n = [m.NewIntVar(0, c.size, f"n[{h.name},{ci},{j}]") for j in range(len(c.choices))]
@@ -194,7 +198,7 @@ class _LayoutModel:
             return
         serving = sum(n for c in mine for (_, pat), n in zip(c.choices, c.n, strict=True) if pat.get(p, 0) >= 1)
         any_vm = self.m.NewBoolVar(f"some[{h.name},{s.name},{p}]")
-        self.m.Add(y <= s.count * any_vm)
+        self.m.Add(y <= min(s.count, self.room[h.name][p] // s.vgpus) * any_vm)
         self.m.Add(serving >= s.vgpus).OnlyEnforceIf(any_vm)
 
     def _one_profile_per_kind(self, h: HostCtx, pairs: list[tuple[Shape, str]]) -> None:
@@ -209,8 +213,9 @@ class _LayoutModel:
             used = []
             for p in sorted(profiles):
                 u = self.m.NewBoolVar(f"uses[{h.name},{p}]")
-                total = sum(v for (hn, _sn, pp), v in self.y.items() if hn == h.name and pp == p)
-                cap = sum(s.count for s, pp in pairs if pp == p)
+                shapes = {s.name: s for s, _ in pairs}
+                total = sum(shapes[sn].vgpus * v for (hn, sn, pp), v in self.y.items() if hn == h.name and pp == p)
+                cap = self.room[h.name][p]  # vGPUs of p the host can take at most
                 self.m.Add(total <= cap * u)
                 used.append(u)
             self.m.Add(sum(used) <= 1)

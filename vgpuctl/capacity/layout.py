@@ -64,13 +64,15 @@ def _size(shape: Shape) -> int:
     return shape.vgpus * max((parse_profile(o).fb_gb for o in shape.options), default=0)
 
 
-def greedy(problem: Problem) -> Layout:
+def greedy(problem: Problem, *, largest_first: bool = True) -> Layout:
     """First-fit decreasing: VMs by priority, then size, each on the first host where it fits, switching an
-    idle GPU's mode (when allowed) only when a VM needs it."""
+    idle GPU's mode (when allowed) only when a VM needs it. `largest_first=False` takes the smallest VMs of
+    a priority first instead (more VMs when not all fit; the solver's second starting point)."""
     work = {h.name: [copy.deepcopy(s.gpu) for s in h.gpus] for h in problem.hosts}
     layout: Layout = {h.name: HostLayout() for h in problem.hosts}
     failed: set[tuple[str, str, str]] = set()
-    order = sorted(problem.shapes, key=lambda s: (-s.priority, -_size(s), s.name))
+    sign = -1 if largest_first else 1
+    order = sorted(problem.shapes, key=lambda s: (-s.priority, sign * _size(s), s.name))
     for shape in order:
         for _ in range(shape.count):
             if not _place_one(problem, shape, work, layout, failed):
