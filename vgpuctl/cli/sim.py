@@ -19,6 +19,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.errors import UsageError, VgpuctlError
+from vgpuctl.profiles import catalogue_path
 
 app = typer.Typer(help="Start and stop the bundled GPU simulator (gpusim).", no_args_is_help=True)
 
@@ -204,8 +205,12 @@ def up_cmd(
     clusters: Annotated[int | None, typer.Option(min=1, help="Clusters.")] = None,
     hosts: Annotated[int | None, typer.Option(min=1, help="Hosts per cluster.")] = None,
     gpus: Annotated[int | None, typer.Option(min=0, help="GPUs per host.")] = None,
-    model: Annotated[str | None, typer.Option(help="GPU model, e.g. A100-40GB, A100-80GB, H100-80GB, L40S.")] = None,
-    nvlink: Annotated[str | None, typer.Option(help="NVLink topology: pairs, quads or none.")] = None,
+    model: Annotated[
+        str | None, typer.Option(help="GPU model, e.g. A100-40GB, H100-SXM5-80GB, L40S (`gpusim -models` lists all).")
+    ] = None,
+    nvlink: Annotated[
+        str | None, typer.Option(help="NVLink topology: pairs, quads, nvswitch or none (default: the board's own).")
+    ] = None,
     mig: Annotated[bool, typer.Option("--mig", help="GPUs start in MIG mode.")] = False,
     vgpu_mode: Annotated[str | None, typer.Option(help="Time-sliced mode: sameSize or mixedSize.")] = None,
     policy: Annotated[str | None, typer.Option(help="Assignment policy: performance or consolidation.")] = None,
@@ -227,7 +232,7 @@ def up_cmd(
         "vms": vms,
         "templates": templates,
     }
-    args = farm_args(farm, topology)
+    args = [*farm_args(farm, topology), "-catalogue", str(catalogue_path())]
     if api_version is not None:
         args += ["-api-version", api_version]
     pid = running_pid()
