@@ -264,6 +264,6 @@ def test_greedy_hint_satisfies_the_model() -> None:
     model.hint(greedy(problem))
     assert model.hinted
     for var, value in model.hinted:
-        model.m.Add(var == value)
+        model.m.add(var == value)
     solver = model.cp.CpSolver()
-    assert solver.StatusName(solver.Solve(model.m)) in ("OPTIMAL", "FEASIBLE")
+    assert solver.status_name(solver.solve(model.m)) in ("OPTIMAL", "FEASIBLE")

@@ -119,13 +119,13 @@ class _LayoutModel:
         for s in self.problem.shapes:
             terms = [v for (_, sn, _), v in self.y.items() if sn == s.name]
             if terms:
-                self.m.Add(sum(terms) <= s.count)
+                self.m.add(sum(terms) <= s.count)
         self._host_symmetry()
         shapes = {s.name: s for s in self.problem.shapes}
         change_cost = sum(c.size for cs in self.classes.values() for c in cs) + HOST_CHANGE_WEIGHT * len(
             self.host_changes)
         self.weights, self.lexicographic = priority_weights(self.problem, change_cost)
-        self.m.Maximize(sum(self.weights[shapes[sn].priority] * v for (_, sn, _), v in self.y.items())
+        self.m.maximize(sum(self.weights[shapes[sn].priority] * v for (_, sn, _), v in self.y.items())
                         - sum(self.gpu_changes) - HOST_CHANGE_WEIGHT * sum(self.host_changes))
 
     def _host(self, h: HostCtx) -> None:
@@ -139,11 +139,11 @@ class _LayoutModel:
         self.room[h.name] = room
         for s, p in pairs:  # no more VMs than the host has room for: tight bounds make a tight relaxation
             most = min(s.count, room[p] // s.vgpus)
-            self.y[h.name, s.name, p] = m.NewIntVar(0, most, f"y[{h.name},{s.name},{p}]")
+            self.y[h.name, s.name, p] = m.new_int_var(0, most, f"y[{h.name},{s.name},{p}]")
         changed_here = []
         for ci, c in enumerate(classes):
-            c.n = [m.NewIntVar(0, c.size, f"n[{h.name},{ci},{j}]") for j in range(len(c.choices))]
-            m.Add(sum(c.n) == c.size)
+            c.n = [m.new_int_var(0, c.size, f"n[{h.name},{ci},{j}]") for j in range(len(c.choices))]
+            m.add(sum(c.n) == c.size)
             moved = [v for (mode, _), v in zip(c.choices, c.n, strict=True) if mode != c.current]
             if moved:
                 self.gpu_changes.extend(moved)
@@ -154,18 +154,19 @@ class _LayoutModel:
                     continue
                 if s.nvlink and not self._nvlink_ok(h, c, s):
                     continue
-                c.u[s.name, p] = m.NewIntVar(0, min(s.count * s.vgpus, most * c.size), f"u[{h.name},{ci},{s.name},{p}]")
+                bound = min(s.count * s.vgpus, most * c.size)
+                c.u[s.name, p] = m.new_int_var(0, bound, f"u[{h.name},{ci},{s.name},{p}]")
             for p in {p for _, p in c.u}:
-                m.Add(sum(v for (_, pp), v in c.u.items() if pp == p)
+                m.add(sum(v for (_, pp), v in c.u.items() if pp == p)
                       <= sum(pat.get(p, 0) * n for (_, pat), n in zip(c.choices, c.n, strict=True)))
         for s, p in pairs:
             self._fill(h, s, p, classes)
         if h.policy == PERFORMANCE:
             self._one_profile_per_kind(h, pairs)
         if changed_here:
-            hc = m.NewBoolVar(f"host_changed[{h.name}]")
+            hc = m.new_bool_var(f"host_changed[{h.name}]")
             for size, moved in changed_here:
-                m.Add(sum(moved) <= size * hc)
+                m.add(sum(moved) <= size * hc)
             self.host_changes.append(hc)
 
     def _nvlink_ok(self, h: HostCtx, c: _Class, s: Shape) -> bool:
@@ -178,28 +179,28 @@ class _LayoutModel:
         mine = [c for c in classes if (s.name, p) in c.u]
         if not s.nvlink:
             for c in mine:
-                m.Add(c.u[s.name, p] <= c.size * y)
-            m.Add(sum(c.u[s.name, p] for c in mine) == s.vgpus * y)
+                m.add(c.u[s.name, p] <= c.size * y)
+            m.add(sum(c.u[s.name, p] for c in mine) == s.vgpus * y)
             self._distinct(h, s, p, mine, y)
             return
         ws = []
         for k in sorted({c.nvlink_set for c in mine if c.nvlink_set is not None}):
             members = [c for c in mine if c.nvlink_set == k]
-            w = m.NewIntVar(0, s.count, f"w[{h.name},{k},{s.name},{p}]")
+            w = m.new_int_var(0, s.count, f"w[{h.name},{k},{s.name},{p}]")
             for c in members:
-                m.Add(c.u[s.name, p] <= c.size * w)
-            m.Add(sum(c.u[s.name, p] for c in members) == s.vgpus * w)
+                m.add(c.u[s.name, p] <= c.size * w)
+            m.add(sum(c.u[s.name, p] for c in members) == s.vgpus * w)
             ws.append(w)
-        m.Add(y == sum(ws))
+        m.add(y == sum(ws))
 
     def _distinct(self, h: HostCtx, s: Shape, p: str, mine: list[_Class], y: Any) -> None:
         """A VM of several vGPUs needs that many GPUs that serve its profile (not one GPU holding them all)."""
         if s.vgpus < 2 or all(pat.get(p, 0) <= 1 for c in mine for _, pat in c.choices):
             return
         serving = sum(n for c in mine for (_, pat), n in zip(c.choices, c.n, strict=True) if pat.get(p, 0) >= 1)
-        any_vm = self.m.NewBoolVar(f"some[{h.name},{s.name},{p}]")
-        self.m.Add(y <= min(s.count, self.room[h.name][p] // s.vgpus) * any_vm)
-        self.m.Add(serving >= s.vgpus).OnlyEnforceIf(any_vm)
+        any_vm = self.m.new_bool_var(f"some[{h.name},{s.name},{p}]")
+        self.m.add(y <= min(s.count, self.room[h.name][p] // s.vgpus) * any_vm)
+        self.m.add(serving >= s.vgpus).only_enforce_if(any_vm)
 
     def _one_profile_per_kind(self, h: HostCtx, pairs: list[tuple[Shape, str]]) -> None:
         """On a spreading host, new VMs of one board use at most one time-sliced and one MIG profile."""
@@ -212,13 +213,13 @@ class _LayoutModel:
                 continue
             used = []
             for p in sorted(profiles):
-                u = self.m.NewBoolVar(f"uses[{h.name},{p}]")
+                u = self.m.new_bool_var(f"uses[{h.name},{p}]")
                 shapes = {s.name: s for s, _ in pairs}
                 total = sum(shapes[sn].vgpus * v for (hn, sn, pp), v in self.y.items() if hn == h.name and pp == p)
                 cap = self.room[h.name][p]  # vGPUs of p the host can take at most
-                self.m.Add(total <= cap * u)
+                self.m.add(total <= cap * u)
                 used.append(u)
-            self.m.Add(sum(used) <= 1)
+            self.m.add(sum(used) <= 1)
 
     def _host_symmetry(self) -> None:
         """Identical hosts are interchangeable: order them by the vGPUs they take."""
@@ -229,10 +230,10 @@ class _LayoutModel:
         for members in groups.values():
             loads = [sum(shapes[sn].vgpus * v for (hn, sn, _), v in self.y.items() if hn == h.name) for h in members]
             for a, b in itertools.pairwise(loads):
-                self.m.Add(a >= b)
+                self.m.add(a >= b)
 
     def _hint(self, var: Any, value: int) -> None:
-        self.m.AddHint(var, value)
+        self.m.add_hint(var, value)
         self.hinted.append((var, value))
 
     def hint(self, layout: Layout) -> None:
@@ -259,8 +260,8 @@ class _LayoutModel:
                     picks[pick] += 1
                 for j, n in enumerate(c.n):
                     self._hint(n, picks.get(j, 0))
-                for key, v in c.u.items():
-                    self._hint(v, used.get(key, 0))
+                for pair, v in c.u.items():
+                    self._hint(v, used.get(pair, 0))
 
     def _symmetric(self, layout: Layout) -> Layout:
         """The same layout with identical hosts' shares swapped so that their loads fall in host order, as the
@@ -281,12 +282,12 @@ class _LayoutModel:
     def extract(self, solver: Any) -> Layout:
         layout: Layout = {h.name: HostLayout() for h in self.problem.hosts}
         for (host, sn, p), v in self.y.items():
-            layout[host].vms += [(sn, p)] * solver.Value(v)
+            layout[host].vms += [(sn, p)] * solver.value(v)
         for host, classes in self.classes.items():
             for c in classes:
                 slots = iter(c.slots)
                 for (mode, _pat), n in zip(c.choices, c.n, strict=True):
-                    for _ in range(solver.Value(n)):
+                    for _ in range(solver.value(n)):
                         slot = next(slots)
                         if mode != c.current:
                             layout[host].modes[slot.gpu.id] = mode
@@ -318,17 +319,17 @@ def solve(problem: Problem, hint: Layout | None = None, time_limit_s: float = 10
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_search_workers = workers or min(8, max(1, os.cpu_count() or 1))
     solver.parameters.linearization_level = 2  # the LP of the counting constraints bounds far better
-    status = solver.Solve(model.m)
-    name = solver.StatusName(status).lower()
-    variables = len(model.m.Proto().variables)
+    status = solver.solve(model.m)
+    name = solver.status_name(status).lower()
+    variables = len(model.m.proto.variables)
     if status not in (cp.OPTIMAL, cp.FEASIBLE):
-        return {}, SolveStats(name, 0.0, 0.0, 1.0, 0.0, solver.WallTime(), model.lexicographic, variables, build_s)
-    obj, bound = solver.ObjectiveValue(), solver.BestObjectiveBound()
+        return {}, SolveStats(name, 0.0, 0.0, 1.0, 0.0, solver.wall_time, model.lexicographic, variables, build_s)
+    obj, bound = solver.objective_value, solver.best_objective_bound
     layout = model.extract(solver)
     # The objective counts VMs in priority weights: its distance to the bound, in lowest-priority VMs, is how
     # many more VMs an optimal layout could at most place (changes weigh less than one VM).
     missing = 0.0 if status == cp.OPTIMAL else max(0.0, bound - obj) / min(model.weights.values())
     placed = sum(len(h.vms) for h in layout.values())
     gap = missing / (placed + missing) if missing else 0.0
-    return layout, SolveStats(name, obj, bound, gap, missing, solver.WallTime(), model.lexicographic, variables,
+    return layout, SolveStats(name, obj, bound, gap, missing, solver.wall_time, model.lexicographic, variables,
                               build_s)

@@ -35,7 +35,7 @@ def _hashable(value: object) -> object:
     return tuple(_hashable(v) for v in value) if isinstance(value, list | tuple) else value
 
 
-def _fb(profile: str) -> int:
+def _fb(profile: str) -> float:
     try:
         return parse_profile(profile).fb_gb
     except ProfileError:

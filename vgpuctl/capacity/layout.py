@@ -60,7 +60,7 @@ class Verified:
 # -------------------------------------------------------------------------------------------- greedy
 
 
-def _size(shape: Shape) -> int:
+def _size(shape: Shape) -> float:
     return shape.vgpus * max((parse_profile(o).fb_gb for o in shape.options), default=0)
 
 

@@ -105,7 +105,7 @@ def _usable(host: ObservedHost) -> str | None:
 
 
 def build_problem(observed: Observed, demand: Demand) -> Problem:
-    allow = set(demand.allow)
+    allow: set[str] = set(demand.allow)
     frozen = set(demand.frozen_hosts)
     scope = set(demand.clusters) if demand.clusters is not None else None
     state = farm_from_observed(observed)

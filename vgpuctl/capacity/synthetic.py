@@ -48,7 +48,7 @@ def make_host(spec: SynthHost) -> tuple[ObservedHost, list[ObservedVm]]:
     modes = [spec.modes] * spec.gpus if isinstance(spec.modes, str) else list(spec.modes)
     fb = BOARDS[spec.board].fb_gb
     gpus = [ObservedGpu(PCI_IDS[i] if i < len(PCI_IDS) else f"0000:{0xc0 + i:02x}:00.0", DEVICE_NAMES[spec.board],
-                        memory_kb=fb * KB_PER_GB, graphics_type="sharedDirect", vgpu_mode=modes[i],
+                        memory_kb=int(fb * KB_PER_GB), graphics_type="sharedDirect", vgpu_mode=modes[i],
                         nvlink_set=_set_of(i, spec.nvlink, spec.gpus) if modes[i] != MIG_MODE else None)
             for i in range(spec.gpus)]
     vms = []
