@@ -20,7 +20,7 @@ from vgpuctl.cli.main import app
 
 pytestmark = pytest.mark.sim
 
-A1, A2, H1 = "esx-01.gpu.sim", "esx-02.gpu.sim", "esx-03.gpu.sim"
+A1, A2, H1, M1 = "esx-01.gpu.sim", "esx-02.gpu.sim", "esx-03.gpu.sim", "esx-04.gpu.sim"
 
 
 def _vm(name: str, host: str, profiles: list[str], on: bool = True, cpus: int = 4) -> dict[str, Any]:
@@ -34,6 +34,8 @@ VMS = [
     _vm("parked", A2, ["grid_a100-20c"], on=False),
     _vm("mig-01", H1, ["grid_h100-3-40c"]),
     _vm("mig-02", H1, ["grid_h100-1-10c"]),
+    _vm("mixed-01", M1, ["grid_a100-20c"]),
+    _vm("mixed-02", M1, ["grid_a100-10c"]),
 ]
 FARM = {
     "datacenter": "DC0",
@@ -43,6 +45,8 @@ FARM = {
          "graphics_type": "sharedDirect", "assignment_policy": "performance", "vgpu_mode": "sameSize"},
         {"name": "MIG-Cluster", "hosts": 1, "gpus_per_host": 2, "model": "H100-80GB", "graphics_type": "sharedDirect",
          "mig": True, "nvidia_options": "NVreg_RegistryDwords=RmPVMRL=0x01"},
+        {"name": "Mixed", "hosts": 1, "gpus_per_host": 1, "model": "A100-40GB", "nvlink": "none",
+         "graphics_type": "sharedDirect", "assignment_policy": "consolidation", "vgpu_mode": "mixedSize"},
     ],
     "templates": [{"name": "ubuntu-22.04-ml", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}],
     "vms": [{k: v for k, v in vm.items() if k != "on"} for vm in VMS]
@@ -58,9 +62,19 @@ def _find(si: Any, name: str) -> Any:
         view.Destroy()
 
 
+NVLINK_VM = """\
+apiVersion: vgpuctl/v1
+vcenter: {datacenter: DC0}
+vms:
+  - {name: pair-01, template: ubuntu-22.04-ml, cluster: GPU-Cluster, vgpus: {profile: grid_a100-40c, count: 2},
+     nvlink: required}
+"""
+
+
 @pytest.fixture(scope="module")
-def sim(gpusim_session_factory: Any) -> Iterator[Any]:
-    """The farm as a team would have built it by hand: large-BAR settings set, the VMs powered on."""
+def sim(gpusim_session_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The farm as a team would have built it by hand (large-BAR settings set, the VMs powered on), plus one
+    VM on an NVLink device group that vgpuctl created."""
     sim = gpusim_session_factory(FARM)
     conn = sim.connect()
     try:
@@ -73,6 +87,12 @@ def sim(gpusim_session_factory: Any) -> Iterator[Any]:
                 WaitForTask(obj.PowerOnVM_Task())
     finally:
         Disconnect(conn)
+    inventory = tmp_path_factory.mktemp("nvlink") / "pair.yaml"
+    inventory.write_text(NVLINK_VM)
+    env = {"VGPUCTL_URL": sim.url, "VGPUCTL_USERNAME": sim.username, "VGPUCTL_PASSWORD": sim.password,
+           "VGPUCTL_INSECURE": "1"}
+    applied = vgpuctl(env, "apply", "-f", str(inventory), "--yes")
+    assert applied.exit_code == 0, applied.output
     yield sim
 
 
@@ -113,6 +133,8 @@ def test_export_validates_and_plans_to_no_change(env: dict[str, str], exported: 
     assert "plain-01" not in text and "1 VM without vGPUs left out" in text
     assert re.search(r"name: esx-03.gpu.sim\n.*\n    gpus:\n      - \{select: all, mode: mig", text)
     assert "scheduler: {policy: equal-share}" in text
+    assert re.search(r"name: pair-01\n(    .*\n)*    nvlink: required", text)  # its device group
+    assert "vgpu_mode: mixedSize" in text
 
 
 def test_all_vms_writes_the_vms_without_vgpus(env: dict[str, str], tmp_path: Path) -> None:
