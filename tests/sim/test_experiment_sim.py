@@ -160,3 +160,26 @@ def test_nvlink_left_up_in_an_off_variant_stops_the_run_and_restore_returns(setu
     assert results.state()["applied"] == BASE
     facts = shell_facts()
     assert all(g.nvlink_active > 0 for g in facts.gpus.values())
+
+
+def test_cli_run_needs_yes_without_a_terminal_then_runs_and_reports(setup: dict[str, Any]) -> None:
+    import os
+    import subprocess
+    import sys
+
+    s = setup
+    env = {**os.environ, "VGPUCTL_URL": s["sim"].url, "VGPUCTL_USERNAME": s["sim"].username, "VGPUCTL_INSECURE": "1"}
+    base_cmd = [sys.executable, "-m", "vgpuctl", "experiment", "run", str(s["tmp"] / "experiment.yaml"),
+                "--ip-timeout", "0", "--results", str(s["tmp"] / "cli-results")]
+    refused = subprocess.run(base_cmd, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
+                             check=False, timeout=600)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "rerun with --yes" in refused.stderr and "Traceback" not in refused.stderr
+    assert ResultsDir(s["tmp"] / "cli-results").state()["applied"] is None  # nothing was changed
+
+    done = subprocess.run([*base_cmd, "--yes"], capture_output=True, text=True, env=env, check=False, timeout=600)
+    assert done.returncode == 1, done.stdout + done.stderr  # every repetition failed: no guest answered
+    assert "3 repetition(s) failed (recorded with their output; run again to retry them)" in done.stderr
+    assert "nvlink-off: 1 run, 0 already done, 1 failed" in done.stdout and "base inventory restored" in done.stdout
+    assert (s["tmp"] / "cli-results" / "report.md").is_file()
+    assert vgpus_of(s["sim"], "train-01") == ["grid_a100-40c", "grid_a100-40c"]

@@ -202,3 +202,20 @@ def test_a_failed_apply_is_noted_and_the_report_says_where_the_farm_is(tmp_path)
     text = render_markdown(build_report(results))
     assert "Farm now: variant 'nvlink-off'; apply failed on host(s) esx-01: nvlink 0000:3b:00.0: 12 of 12 links up, " \
            "expected none (the base inventory is not restored" in text
+
+
+def test_a_refused_confirmation_leaves_the_state_as_it_was(tmp_path):
+    from vgpuctl.errors import UsageError
+
+    exp, checked, base, results = setup(tmp_path)
+
+    class NoTerminal(RecordingFarm):
+        def apply(self, inventory):
+            raise UsageError("apply needs confirmation but stdin is not a terminal: rerun with --yes")
+
+    with pytest.raises(UsageError):
+        run_experiment(exp, checked, base, results, NoTerminal())
+    state = results.state()
+    assert state["applied"] is None
+    assert state["history"][-1]["note"] == ("nvlink-on not applied: apply needs confirmation but stdin is not a "
+                                            "terminal: rerun with --yes")

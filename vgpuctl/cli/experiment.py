@@ -9,6 +9,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.errors import VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.experiment.schema import Experiment
@@ -77,13 +78,14 @@ def run_cmd(
       vgpuctl experiment run nvlink.yaml --yes
       vgpuctl experiment report results/nvlink
     """
+    from vgpuctl import pipeline
     from vgpuctl.experiment.runner import VsphereFarm, run_experiment
     from vgpuctl.experiment.schema import checked_variants, load_experiment
 
     opts: GlobalOptions = ctx.obj
     exp = load_experiment(file)
     checked = checked_variants(exp)
-    base = common.load_checked_inventory(exp.base_inventory_path)
+    base = pipeline.load(exp.base_inventory_path)
     store = _results(exp, results)
     farm = VsphereFarm(opts, yes=yes, parallel=parallel, ip_timeout_s=ip_timeout, ip_poll_s=ip_poll)
     try:
@@ -93,17 +95,21 @@ def run_cmd(
             written, _report = write_report(store)
             common.info(f"report: {written}")
     common.emit(summary.to_dict(), lambda s: _summary_text(s), opts)
+    failed = sum(v["failed"] for v in summary.variants.values())
+    if failed:
+        raise VgpuctlError(f"{failed} repetition(s) failed (recorded with their output; run again to retry them)")
 
 
 @app.command("restore")
 def restore_cmd(ctx: typer.Context, file: ExperimentFile, yes: Yes = False, results: ResultsOption = None) -> None:
     """Apply the experiment's base inventory again (after an interrupted run or --keep-last)."""
+    from vgpuctl import pipeline
     from vgpuctl.experiment.runner import VsphereFarm, restore
     from vgpuctl.experiment.schema import load_experiment
 
     opts: GlobalOptions = ctx.obj
     exp = load_experiment(file)
-    base = common.load_checked_inventory(exp.base_inventory_path)
+    base = pipeline.load(exp.base_inventory_path)
     store = _results(exp, results)
     restore(base, store, VsphereFarm(opts, yes=yes), _progress)
     common.emit({"restored": True, "results": str(store.root)}, lambda _d: "base inventory restored", opts)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from vgpuctl.errors import OutputFormatError, PlanError, VgpuctlError
+from vgpuctl.errors import OutputFormatError, PlanError, UsageError, VgpuctlError
 from vgpuctl.experiment import parsers
 from vgpuctl.experiment.facts import expectations
 from vgpuctl.experiment.schema import Experiment, MergedVariant, WorkloadSpec, dump_inventory, summary, workload_dict
@@ -113,9 +113,10 @@ def _run_variant(exp: Experiment, merged: MergedVariant, inv: Inventory, results
                  out: RunSummary, emit: Events) -> None:
     name = merged.name
     workload = exp.workload_of(exp.variant(name))
+    before = results.state().get("applied")
     results.set_applied(name, "applying")
     emit("applying", {"variant": name})
-    _apply(farm, inv, results, name)
+    _apply(farm, inv, results, name, before)
     results.set_applied(name, "applied")
     emit("applied", {"variant": name})
     addresses = farm.guest_addresses(inv, list(exp.vms))
@@ -138,13 +139,17 @@ def _run_variant(exp: Experiment, merged: MergedVariant, inv: Inventory, results
                 )
 
 
-def _apply(farm: Farm, inv: Inventory, results: ResultsDir, name: str) -> None:
-    """Apply; a failure is noted in state.json (the farm may be part-way into `name`) and raised."""
+def _apply(farm: Farm, inv: Inventory, results: ResultsDir, name: str, before: str | None) -> None:
+    """Apply; a failure is noted in state.json and raised. Refused before any change (no confirmation, a
+    cancelled prompt), the farm is still in `before`; otherwise it may be part-way into `name`."""
     try:
         farm.apply(inv)
     except BaseException as err:
         message = " ".join(str(err).split()) or type(err).__name__
-        results.set_applied(name, message if message.startswith("apply failed") else f"apply failed: {message}")
+        if isinstance(err, UsageError) or "nothing was changed" in message:
+            results.set_applied(before, f"{name} not applied: {message}")
+        else:
+            results.set_applied(name, message if message.startswith("apply failed") else f"apply failed: {message}")
         raise
 
 
@@ -163,8 +168,9 @@ def restore(base: Inventory, results: ResultsDir, farm: Farm, emit: Events | Non
     errors = farm.plan_errors(base)
     if errors:
         raise PlanError([f"the base inventory does not plan: {e}" for e in errors])
+    before = results.state().get("applied")
     results.set_applied(f"restoring {BASE}", "applying the base inventory")
-    _apply(farm, base, results, f"restoring {BASE}")
+    _apply(farm, base, results, f"restoring {BASE}", before)
     results.set_applied(BASE, "restored")
     emit("restored", {"variant": BASE})
 

@@ -101,7 +101,7 @@ class ResultsDir:
         write_atomic(rep / "facts.json", _json(facts))
         write_atomic(rep / "result.json", _json(rec.to_dict()))
 
-    def set_applied(self, configuration: str, note: str = "") -> None:
+    def set_applied(self, configuration: str | None, note: str = "") -> None:
         state = self.state()
         state["applied"] = configuration
         state.setdefault("history", []).append({"applied": configuration, "at": now(), "note": note})
