@@ -1,6 +1,7 @@
-"""Values with one meaning across vgpuctl, defined once: outcomes of a step, limits, modes and policies.
+"""Values with one meaning across vgpuctl, defined once: outcomes, limits, modes and policies.
 
-The inventory schema, the planners, the CLI options and the reports import these; nothing here does I/O.
+The inventory schema, the planners, the CLI options and the reports import these. Each is a StrEnum, so a
+member equals its string ("power-off" == Evacuate.POWER_OFF) and prints as it. Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from enum import StrEnum
 
 
 class Outcome(StrEnum):
-    """What happened to one object (VM, host, guest) in a run."""
+    """What happened to one object (VM, host) in a run."""
 
     CHANGED = "changed"
     UNCHANGED = "unchanged"
@@ -17,4 +18,66 @@ class Outcome(StrEnum):
     SKIPPED = "skipped"
 
 
-MAX_VGPUS_PER_VM = 8  # vSphere 8.0; the host reports its own limit (ObservedHost.max_vgpus_per_vm)
+class GraphicsType(StrEnum):
+    """Host default graphics type, or a GPU's graphics type (vGPU needs sharedDirect)."""
+
+    SHARED = "shared"
+    SHARED_DIRECT = "sharedDirect"
+
+
+class AssignmentPolicy(StrEnum):
+    """Where vSphere puts a new vGPU: spread over GPUs (performance) or packed (consolidation)."""
+
+    PERFORMANCE = "performance"
+    CONSOLIDATION = "consolidation"
+
+
+class GpuMode(StrEnum):
+    TIME_SLICED = "time-sliced"
+    MIG = "mig"
+
+
+class VgpuMode(StrEnum):
+    """Time-sliced vGPU mode of a GPU: one size per GPU, or mixed sizes."""
+
+    SAME_SIZE = "sameSize"
+    MIXED_SIZE = "mixedSize"
+
+
+class SchedulerPolicy(StrEnum):
+    """The time-sliced vGPU scheduler (RmPVMRL)."""
+
+    BEST_EFFORT = "best-effort"
+    EQUAL_SHARE = "equal-share"
+    FIXED_SHARE = "fixed-share"
+
+
+class NvlinkState(StrEnum):
+    ENABLED = "enabled"
+    DISABLED = "disabled"
+
+
+class NvlinkRequirement(StrEnum):
+    """A VM's need: `required` places its vGPUs on NVLink-connected GPUs only."""
+
+    REQUIRED = "required"
+    NONE = "none"
+
+
+class Evacuate(StrEnum):
+    """Powered-on VMs when a host must enter maintenance mode: refuse (stop and list them) or power them off
+    (and on again afterwards)."""
+
+    REFUSE = "refuse"
+    POWER_OFF = "power-off"
+
+
+class Power(StrEnum):
+    """A VM's power after apply: restart (run it; off for a change), off, or keep (never touch)."""
+
+    RESTART = "restart"
+    OFF = "off"
+    KEEP = "keep"
+
+
+MAX_VGPUS_PER_VM = 8  # vSphere 8.0 (4 before); a host's own limit is ObservedHost.max_vgpus_per_vm

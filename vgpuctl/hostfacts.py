@@ -91,26 +91,24 @@ def shell_runner(shell: Any) -> Runner:
 
 def gather_shell_facts(host: str, run: Runner, facts: HostFacts | None = None) -> HostFacts:
     """MIG current/pending per GPU, NVLink links and topology from nvidia-smi on the host."""
-    from vgpuctl.esxi import commands, parsers
+    from vgpuctl.esxi.facts import GPU_MODES, MODULE_PARAMETERS, NVLINK_STATUS, TOPOLOGY
 
     facts = facts or HostFacts(host)
-    fields = parsers.DEFAULT_QUERY_FIELDS  # index, pci.bus_id, name, memory.total, mig.mode.current/pending
-    rows = parsers.parse_gpu_modes(run(commands.query_gpu(fields, header=False, units=False)), fields)
     by_index: dict[int, GpuFacts] = {}
-    for row in rows:
+    for row in GPU_MODES.gather(run):
         g = facts.gpu(vsphere_bus_id(row.bus_id))
         g.index, g.name = row.index, row.name or ""
         g.mig_current, g.mig_pending = row.mig_current, row.mig_pending
         by_index[row.index] = g
-    for links in parsers.parse_nvlink_status(run(commands.nvlink_status())):
+    for links in NVLINK_STATUS.gather(run):
         g = by_index.get(links.index)
         if g is not None:
             g.nvlink_links, g.nvlink_active = len(links.links), links.active_links
     if len(by_index) > 1:
-        topo = parsers.parse_topo_matrix(run(commands.topology()))
+        topo = TOPOLOGY.gather(run)
         for a, g in by_index.items():
             g.nvlink_peers = sorted(by_index[b].pci_id for b in topo.gpus if b in by_index and topo.nvlinks(a, b))
-    listed = parsers.parse_module_parameters(run(commands.module_parameters_list(NVIDIA_MODULE)))
+    listed = MODULE_PARAMETERS.gather(run)
     facts.declared_params = sorted(p.name for p in listed)
     facts.shell = True
     return facts
@@ -181,23 +179,48 @@ def _unknown(facts: HostFacts, why: str) -> None:
 
 # ------------------------------------------------------------------------------------------ SSH settings
 
-ENV_HOST_MAP = ("VGPUCTL_ESXI_HOSTS", "GPUSIM_SSH_HOSTS")  # JSON: host name -> {"host": address, "port": n}
+ENV_HOST_MAP = "VGPUCTL_ESXI_HOSTS"  # path of a JSON file: host name -> {"host": address, "port": n}
+
+
+def load_host_map(path: str) -> dict[str, Any]:
+    """SshTargets from the VGPUCTL_ESXI_HOSTS file; a missing or malformed file is one clear UsageError."""
+    import json
+    from pathlib import Path
+
+    from vgpuctl.errors import UsageError
+    from vgpuctl.esxi.ssh import SshTarget
+
+    where = f"{ENV_HOST_MAP}={path}"
+    try:
+        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(f"{where}: cannot read the ESXi host map: {err.strerror or err}") from None
+    except ValueError as err:
+        raise UsageError(f"{where}: not JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f'{where}: expected an object of host name -> {{"host": address, "port": n}}')
+    targets = {}
+    for name, entry in data.items():
+        try:
+            targets[name] = SshTarget(host=name, address=str(entry["host"]), port=int(entry["port"]))
+        except (KeyError, TypeError, ValueError):
+            raise UsageError(f'{where}: entry {name!r} needs "host" (address) and "port" (number)') from None
+    return targets
 
 
 def ssh_target(host: str, spec: Any = None, env: dict[str, str] | None = None) -> Any:
-    """Where the host's SSH server listens: the host map from the environment (gpusim writes one), else the
-    host name itself on the inventory's ssh.port."""
+    """Where the host's SSH server listens: its entry in the VGPUCTL_ESXI_HOSTS map when given, else the host
+    name itself on the inventory's ssh.port."""
     import os
 
-    from vgpuctl.esxi.ssh import SshTarget, load_host_map
+    from vgpuctl.esxi.ssh import SshTarget
 
     env = dict(os.environ) if env is None else env
-    for name in ENV_HOST_MAP:
-        path = env.get(name)
-        if path:
-            targets = load_host_map(path)
-            if host in targets:
-                return targets[host]
+    path = env.get(ENV_HOST_MAP)
+    if path:
+        targets = load_host_map(path)
+        if host in targets:
+            return targets[host]
     port = spec.ssh.port if spec is not None else 22
     return SshTarget(host=host, port=port)
 

@@ -123,6 +123,6 @@ def shell_configured(specs: dict[str, HostSpec], env: dict[str, str] | None = No
     from vgpuctl.esxi.ssh import ENV_KEY_FILE, ENV_PASSWORD
 
     env = dict(os.environ) if env is None else env
-    if any(env.get(name) for name in (ENV_PASSWORD, ENV_KEY_FILE, *ENV_HOST_MAP)):
+    if any(env.get(name) for name in (ENV_PASSWORD, ENV_KEY_FILE, ENV_HOST_MAP)):
         return True
     return any(s.ssh.key_file or s.ssh.password_env for s in specs.values())

@@ -21,12 +21,23 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from vgpuctl.domain import (
+    MAX_VGPUS_PER_VM,
+    AssignmentPolicy,
+    Evacuate,
+    GpuMode,
+    GraphicsType,
+    NvlinkRequirement,
+    NvlinkState,
+    Power,
+    SchedulerPolicy,
+    VgpuMode,
+)
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, mixing_problem, parse_profile
 from vgpuctl.vmclasses import NamespaceList, VmClassList
 
 API_VERSION = "vgpuctl/v1"
-MAX_VGPUS_PER_VM = 8
 MAX_RANGE_NAMES = 10_000  # names one `{FIRST..LAST}` entry may expand to (documented in the README)
 MAX_INVENTORY_VMS = 100_000  # VMs one inventory file may name once ranges are expanded
 _RANGE_DIGITS = 9
@@ -46,6 +57,10 @@ def _env_name(v: str | None) -> str | None:
     if v is not None and not _ENV_NAME.match(v):
         raise ValueError(f"must be the name of an environment variable, not a secret (got {v!r})")
     return v
+
+
+_T = typing.TypeVar("_T")
+Lax = typing.Annotated[_T, Field(strict=False)]  # a domain StrEnum given as its string in YAML
 
 
 class _Model(BaseModel):
@@ -88,15 +103,15 @@ class VcenterSpec(_Model):
 
 
 class GraphicsSpec(_Model):
-    default_type: Literal["shared", "sharedDirect"] | None = None
-    assignment_policy: Literal["performance", "consolidation"] | None = None
+    default_type: Lax[GraphicsType] | None = None
+    assignment_policy: Lax[AssignmentPolicy] | None = None
 
 
 class GpuSpec(_Model):
     select: str = "all"  # all | a PCI bus id (0000:3b:00.0)
-    mode: Literal["time-sliced", "mig"] | None = None
-    vgpu_mode: Literal["sameSize", "mixedSize"] | None = None  # time-sliced only
-    graphics_type: Literal["shared", "sharedDirect"] | None = None
+    mode: Lax[GpuMode] | None = None
+    vgpu_mode: Lax[VgpuMode] | None = None  # time-sliced only
+    graphics_type: Lax[GraphicsType] | None = None
 
     @field_validator("select")
     @classmethod
@@ -109,7 +124,7 @@ class GpuSpec(_Model):
 class SchedulerSpec(_Model):
     """RmPVMRL fields (docs/scheduler.md): a time slice, or a strict round-robin frequency and averaging factor."""
 
-    policy: Literal["best-effort", "equal-share", "fixed-share"] = "best-effort"
+    policy: Lax[SchedulerPolicy] = SchedulerPolicy.BEST_EFFORT
     timeslice_ms: int | None = Field(default=None, ge=1, le=30)
     frequency_hz: int | None = Field(default=None, ge=63, le=960)
     averaging_factor: int | None = Field(default=None, ge=1, le=60)
@@ -129,7 +144,7 @@ class SshSpec(_Model):
 
 
 class MaintenanceSpec(_Model):
-    evacuate: Literal["refuse", "power-off"] = "refuse"
+    evacuate: Lax[Evacuate] = Evacuate.REFUSE
     max_unavailable: int = Field(default=1, ge=1)
     reboot_timeout_s: int = Field(default=900, ge=1)
 
@@ -139,7 +154,7 @@ class HostSpec(_Model):
     name: str | None = None
     graphics: GraphicsSpec | None = None
     gpus: list[GpuSpec] = Field(default_factory=list)
-    nvlink: Literal["enabled", "disabled"] | None = None
+    nvlink: Lax[NvlinkState] | None = None
     scheduler: SchedulerSpec | None = None
     ssh: SshSpec = Field(default_factory=SshSpec)
     maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
@@ -192,8 +207,8 @@ class VmSpec(_Model):
     cpus: int | None = Field(default=None, ge=1, le=768)
     memory_gb: float | None = None
     vgpus: list[VgpuSpec] = Field(default_factory=list)
-    nvlink: Literal["required", "none"] = "none"
-    power: Literal["restart", "off", "keep"] = "restart"
+    nvlink: Lax[NvlinkRequirement] = NvlinkRequirement.NONE
+    power: Lax[Power] = Power.RESTART
     guest: GuestRef | None = None
     _line: int | None = PrivateAttr(default=None)
     _index: int = PrivateAttr(default=0)  # position of the YAML entry this VM came from (before expansion)
@@ -721,7 +736,7 @@ def _schema_message(err: Mapping[str, Any]) -> str:
         return f"unknown key '{key}'{hint}"
     if kind == "missing":
         return f"missing required key '{loc[-1]}'"
-    if kind == "literal_error":
+    if kind in ("literal_error", "enum"):
         return f"must be {ctx.get('expected')} (got {value!r})"
     if kind in ("value_error", "assertion_error"):
         return str(ctx.get("error", err["msg"]))

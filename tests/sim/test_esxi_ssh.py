@@ -28,7 +28,8 @@ from pyVmomi import vim
 
 from vgpuctl.errors import SshError, SshHostKeyError
 from vgpuctl.esxi import commands, parsers
-from vgpuctl.esxi.ssh import EsxiShell, SshSettings, SshTarget, load_host_map
+from vgpuctl.esxi.ssh import EsxiShell, SshSettings, SshTarget
+from vgpuctl.hostfacts import load_host_map
 
 pytestmark = pytest.mark.sim
 
@@ -75,7 +76,7 @@ def settings(sim: Gpusim, **kw: Any) -> SshSettings:
 
 
 def target(sim: Gpusim, host: str) -> SshTarget:
-    return load_host_map(ssh_host_map_path(sim))[host]
+    return load_host_map(str(ssh_host_map_path(sim)))[host]
 
 
 def shell(sim: Gpusim, host: str, **kw: Any) -> EsxiShell:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from vgpuctl.esxi import commands, parsers
+from vgpuctl.esxi.facts import FACTS, NVLINK_STATUS
 from vgpuctl.esxi.parsers import OutputFormatError
 
 pytestmark = pytest.mark.unit
@@ -50,10 +53,22 @@ def topology_summary(topo: parsers.Topology) -> dict[str, Any]:
     }
 
 
+def parser_of(case: dict[str, Any]) -> Callable[[str], Any]:
+    """The fact's parser when the case names a fact (its command must be the case's), else the named parser."""
+    if "fact" in case:
+        fact = FACTS[case["fact"]]
+        assert fact.command == case["command"], f"{case['fixture']}: {fact.name} runs {fact.command!r}"
+        func = getattr(fact.parse, "func", fact.parse)
+        assert func is getattr(parsers, case["parser"]), f"{case['fixture']}: {fact.name} parses with {func}"
+        return fact.parse
+    return functools.partial(getattr(parsers, case["parser"]), **case.get("args", {}))
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['parser']}:{c['fixture']}")
 def test_fixture(case: dict[str, Any]) -> None:
+    assert case["command"].split()[0] in ("nvidia-smi", "esxcli"), case["fixture"]
     text = (FIXTURES / case["fixture"]).read_text()
-    result = getattr(parsers, case["parser"])(text, **case.get("args", {}))
+    result = parser_of(case)(text)
     got = topology_summary(result) if isinstance(result, parsers.Topology) else plain(result)
     if "count" in case:
         assert len(got) == case["count"]
@@ -61,6 +76,21 @@ def test_fixture(case: dict[str, Any]) -> None:
         assert_partial(got[: len(want)], want, case["fixture"])
     else:
         assert_partial(got, case["expect"], case["fixture"])
+
+
+def test_every_fact_has_a_fixture_case() -> None:
+    assert set(FACTS) <= {c.get("fact") for c in CASES}
+
+
+def test_a_fact_gathers_through_its_command() -> None:
+    ran: list[str] = []
+
+    def run(command: str) -> str:
+        ran.append(command)
+        return (FIXTURES / "gpusim.nvlink-s.txt").read_text()
+
+    links = NVLINK_STATUS.gather(run)
+    assert ran == ["nvidia-smi nvlink -s"] and links and links[0].links
 
 
 def test_every_fixture_has_a_case() -> None:

@@ -417,7 +417,8 @@ def test_vm_changes_on_changed_hosts_wait_for_them() -> None:
 
 
 def test_one_host_spec_takes_ssh_and_maintenance_from_the_inventory_entry() -> None:
-    from vgpuctl.cli.host import Evacuate, one_host_spec
+    from vgpuctl.cli.host import one_host_spec
+    from vgpuctl.domain import Evacuate
 
     base = _inv_hosts(
         "hosts:\n  - cluster: C1\n    ssh: {user: admin, port: 2222}\n"
@@ -426,7 +427,7 @@ def test_one_host_spec_takes_ssh_and_maintenance_from_the_inventory_entry() -> N
     spec = one_host_spec(base, "esx-a100", {"nvlink": "disabled"}, None, 30)
     assert (spec.name, spec.nvlink, spec.ssh.user, spec.ssh.port) == ("esx-a100", "disabled", "admin", 2222)
     assert (spec.maintenance.evacuate, spec.maintenance.reboot_timeout_s) == ("power-off", 30)
-    plain = one_host_spec(None, "h", {"gpus": [{"select": "all", "mode": "mig"}]}, Evacuate.power_off, None)
+    plain = one_host_spec(None, "h", {"gpus": [{"select": "all", "mode": "mig"}]}, Evacuate.POWER_OFF, None)
     assert plain.maintenance.evacuate == "power-off" and plain.gpus[0].mode == "mig"
 
 

@@ -16,7 +16,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import AssignmentPolicy, Evacuate, GraphicsType, Outcome, SchedulerPolicy, VgpuMode
 from vgpuctl.errors import Interrupted, NotFound, PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
@@ -25,32 +25,6 @@ if TYPE_CHECKING:
     from vgpuctl.reports import AffectedVm, HostDiff, HostReport, VgpuCount
 
 app = typer.Typer(help="Host GPU configuration: graphics, MIG mode, NVLink, scheduler.", no_args_is_help=True)
-
-
-class Evacuate(StrEnum):
-    refuse = "refuse"
-    power_off = "power-off"
-
-
-class DefaultType(StrEnum):
-    shared = "shared"
-    sharedDirect = "sharedDirect"
-
-
-class Policy(StrEnum):
-    performance = "performance"
-    consolidation = "consolidation"
-
-
-class VgpuMode(StrEnum):
-    sameSize = "sameSize"
-    mixedSize = "mixedSize"
-
-
-class Scheduler(StrEnum):
-    best_effort = "best-effort"
-    equal_share = "equal-share"
-    fixed_share = "fixed-share"
 
 
 HostName = Annotated[str, typer.Argument(help="ESXi host name as vCenter knows it.")]
@@ -141,10 +115,10 @@ def _mig_text(current: bool | None, pending: bool | None) -> str:
 def graphics_cmd(
     ctx: typer.Context,
     host: HostName,
-    default_type: Annotated[DefaultType | None, typer.Option(help="Host default graphics type.")] = None,
-    policy: Annotated[Policy | None, typer.Option(help="vGPU assignment policy.")] = None,
+    default_type: Annotated[GraphicsType | None, typer.Option(help="Host default graphics type.")] = None,
+    policy: Annotated[AssignmentPolicy | None, typer.Option(help="vGPU assignment policy.")] = None,
     gpu: Annotated[str | None, typer.Option(help="all or a PCI bus id, for --type / --vgpu-mode.")] = None,
-    gpu_type: Annotated[DefaultType | None, typer.Option("--type", help="Graphics type of --gpu.")] = None,
+    gpu_type: Annotated[GraphicsType | None, typer.Option("--type", help="Graphics type of --gpu.")] = None,
     vgpu_mode: Annotated[VgpuMode | None, typer.Option(help="Time-sliced vGPU mode of --gpu.")] = None,
     file: InventoryOpt = None,
     evacuate: EvacuateOpt = None,
@@ -208,7 +182,7 @@ def nvlink_cmd(
 def scheduler_cmd(
     ctx: typer.Context,
     host: HostName,
-    policy: Annotated[Scheduler, typer.Option(help="best-effort, equal-share or fixed-share.")],
+    policy: Annotated[SchedulerPolicy, typer.Option(help="best-effort, equal-share or fixed-share.")],
     timeslice_ms: Annotated[int | None, typer.Option(min=1, max=30, help="Time slice in ms (not best-effort).")] = None,
     file: InventoryOpt = None,
     evacuate: EvacuateOpt = None,
@@ -217,7 +191,7 @@ def scheduler_cmd(
     yes: Yes = False,
 ) -> None:
     """Set the time-sliced vGPU scheduler (RmPVMRL; maintenance mode and a reboot)."""
-    if timeslice_ms is not None and policy == Scheduler.best_effort:
+    if timeslice_ms is not None and policy == SchedulerPolicy.BEST_EFFORT:
         raise UsageError("--timeslice-ms applies to equal-share and fixed-share only")
     fields = {"scheduler": {"policy": policy.value, "timeslice_ms": timeslice_ms}}
     change(ctx.obj, host, fields, file=file, evacuate=evacuate, reboot_timeout=reboot_timeout, tofu=tofu, yes=yes)

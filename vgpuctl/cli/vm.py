@@ -16,6 +16,7 @@ from vgpuctl.cli import common
 from vgpuctl.cli import plan as plan_cli
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.status import OptionalInventory
+from vgpuctl.domain import MAX_VGPUS_PER_VM, Power
 from vgpuctl.errors import NotFound, UsageError
 
 if TYPE_CHECKING:
@@ -23,26 +24,19 @@ if TYPE_CHECKING:
     from vgpuctl.model import Observed, ObservedVm
     from vgpuctl.reports import VmVgpusReport
 
-MAX_VGPUS_PER_VM = 8
-
 app = typer.Typer(help="One VM at a time.", no_args_is_help=True)
 vgpu_app = typer.Typer(help="Add, remove or list the vGPUs of one VM.", no_args_is_help=True)
 app.add_typer(vgpu_app, name="vgpu")
 
 VmName = Annotated[str, typer.Argument(help="VM name.")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before powering off or removing.")]
-Power = Annotated[
-    str | None,
+PowerOpt = Annotated[
+    Power | None,
     typer.Option(
-        help="restart | off | keep. Default: as the VM is now (a running VM is powered off for the change and "
+        help="Default: as the VM is now (a running VM is powered off for the change and "
         "on again; a powered-off VM stays off)."
     ),
 ]
-
-
-def _check_power(power: str | None) -> None:
-    if power is not None and power not in ("restart", "off", "keep"):
-        raise UsageError(f"--power must be restart, off or keep (got {power!r})")
 
 
 def find_vm(observed: Observed, name: str) -> ObservedVm:
@@ -96,13 +90,13 @@ def removed(current: Counter[str], profile: str | None, count: int | None, remov
 
 
 def one_vm_inventory(
-    opts: GlobalOptions, vm: ObservedVm, desired: Counter[str], power: str | None, datacenter: str | None = None
+    opts: GlobalOptions, vm: ObservedVm, desired: Counter[str], power: Power | None, datacenter: str | None = None
 ) -> Inventory:
     """The desired state of just this VM; every field the command does not set stays as it is."""
     from vgpuctl.inventory import Inventory
 
     if power is None:
-        power = "restart" if vm.power_state == "poweredOn" else "off"
+        power = Power.RESTART if vm.power_state == "poweredOn" else Power.OFF
     data: dict[str, Any] = {
         "apiVersion": "vgpuctl/v1",
         "vms": [
@@ -118,10 +112,9 @@ def one_vm_inventory(
     return Inventory.model_validate(data)
 
 
-def change(opts: GlobalOptions, name: str, edit: Any, power: str | None, yes: bool, file: Path | None) -> None:
+def change(opts: GlobalOptions, name: str, edit: Any, power: Power | None, yes: bool, file: Path | None) -> None:
     from vgpuctl import pipeline
 
-    _check_power(power)
     settings = pipeline.load(file) if file else None
     options = plan_cli.run_options(opts, settings, parallel=1, resume=False)
     with common.connect(opts, settings) as session:
@@ -144,7 +137,7 @@ def add_cmd(
     vm: VmName,
     profile: Annotated[str, typer.Option("--profile", "-p", help="vGPU profile, e.g. grid_a100-20c.")],
     count: Annotated[int, typer.Option("--count", "-n", min=1, help="How many (a VM holds at most 8).")] = 1,
-    power: Power = None,
+    power: PowerOpt = None,
     yes: Yes = False,
     file: OptionalInventory = None,
 ) -> None:
@@ -159,7 +152,7 @@ def remove_cmd(
     profile: Annotated[str | None, typer.Option("--profile", "-p", help="Only vGPUs of this profile.")] = None,
     count: Annotated[int | None, typer.Option("--count", "-n", min=1, help="How many (default 1).")] = None,
     remove_all: Annotated[bool, typer.Option("--all", help="All vGPUs (of --profile, if given).")] = False,
-    power: Power = None,
+    power: PowerOpt = None,
     yes: Yes = False,
     file: OptionalInventory = None,
 ) -> None:
