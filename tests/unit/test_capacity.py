@@ -16,7 +16,7 @@ from vgpuctl.capacity.layout import greedy, verify
 from vgpuctl.capacity.problem import build_problem
 from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.main import app
-from vgpuctl.errors import InventoryError
+from vgpuctl.errors import InventoryError, NotFound
 from vgpuctl.inventory import load_inventory_text, validate
 from vgpuctl.placement import MIG_MODE, Gpu
 
@@ -175,6 +175,14 @@ def test_frozen_hosts_are_never_changed() -> None:
     answer = plan_capacity(farm, d, time_limit_s=10)
     assert answer.all_fit and {c.host for c in answer.changes} == {"esx-02"}
     assert len(answer.changes) == 1  # one GPU is enough: the fewest changes win
+
+
+def test_unknown_cluster_or_frozen_host_is_an_error() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=1, nvlink="none")])
+    with pytest.raises(NotFound, match="unknown cluster"):
+        build_problem(farm, demand(item("a", 1, "grid_a100-10c"), clusters=["Nope"]))
+    with pytest.raises(NotFound, match="unknown host"):
+        build_problem(farm, demand(item("a", 1, "grid_a100-10c"), frozen_hosts=["esx-99"]))
 
 
 def test_priority_wins_over_count() -> None:

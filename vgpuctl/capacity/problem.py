@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from vgpuctl.capacity.demand import Demand, DemandItem
 from vgpuctl.capacity.kinds import MODES, TIME_SLICED, in_mode, is_idle
+from vgpuctl.errors import NotFound
 from vgpuctl.hostplan import mig_profile_names, time_sliced_profile_names
 from vgpuctl.model import Observed, ObservedHost
 from vgpuctl.placement import MIG_MODE, Gpu, farm_from_observed
@@ -108,6 +109,13 @@ def build_problem(observed: Observed, demand: Demand) -> Problem:
     allow: set[str] = set(demand.allow)
     frozen = set(demand.frozen_hosts)
     scope = set(demand.clusters) if demand.clusters is not None else None
+    unknown = sorted((scope or set()) - set(observed.clusters))
+    if unknown:
+        raise NotFound(f"demand names unknown cluster(s) {', '.join(unknown)} "
+                       f"(clusters: {', '.join(sorted(observed.clusters)) or 'none'})")
+    strangers = sorted(frozen - set(observed.hosts))
+    if strangers:
+        raise NotFound(f"frozen_hosts names unknown host(s) {', '.join(strangers)}")
     state = farm_from_observed(observed)
     hosts: list[HostCtx] = []
     skipped: dict[str, str] = {}
