@@ -1,22 +1,28 @@
 """Execute a Plan's VM changes against vCenter, in parallel with a bound: `apply_plan`.
 
 Per VM: re-read it (drift leaves it untouched), shut down (hard power-off after a timeout), at most one clone
-and one ReconfigVM_Task, power-on. A failed VM is a result and does not stop the others; `cancel` stops
-starting new VMs while started ones finish their steps.
+and one ReconfigVM_Task, power-on. VMs wait in a queue and at most `parallel` of them run their steps at once
+(worker threads that do not hold the process open). A failed VM is a result and does not stop the others.
+
+`cancel` is checked at every step boundary: once set, no VM begins its next forward step (clone, power-off,
+reconfigure, first power-on) and queued VMs never start, but a VM this run powered off is powered on again
+(its restoring step) and vCenter tasks already running are waited for. `cancel.now` (a second Ctrl-C) stops
+even that. Running tasks are listed in `vgpuctl.progress.RUNNING` for the message of a second Ctrl-C.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuctl.domain import Outcome
 from vgpuctl.errors import DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
 from vgpuctl.model import Observed, ObservedVm, Op, Plan, PowerState, VmChange
-from vgpuctl.progress import Cancel, VmProgress, cancelled
+from vgpuctl.progress import RUNNING, Cancel, VmProgress, cancelled
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,7 @@ class VmOutcome:
     steps: list[str] = field(default_factory=list)  # steps completed, in order
     fault_type: str | None = None
     message: str = ""
+    left: list[str] = field(default_factory=list)  # planned steps not done because the apply was interrupted
 
 
 @dataclass
@@ -63,6 +70,10 @@ class ApplyResult:
         return self._names(Outcome.SKIPPED)
 
     @property
+    def not_started(self) -> list[str]:
+        return self._names(Outcome.NOT_STARTED)
+
+    @property
     def ok(self) -> bool:
         return not self.failed and not self.interrupted and not self.hosts_not_ready
 
@@ -72,6 +83,7 @@ class ApplyResult:
             "changed": self.changed,
             "failed": self.failed,
             "skipped": self.skipped,
+            "not_started": self.not_started,
             "interrupted": self.interrupted,
             "hosts_not_ready": self.hosts_not_ready,
             "round_trips": self.round_trips,
@@ -115,9 +127,7 @@ def apply_plan(
     result.hosts_not_ready = sorted(pending_hosts)
     with TaskWatcher(session) as watcher:
         ctx = _Ctx(session, observed, watcher, progress, cancel, shutdown_timeout_s, poll_s)
-        with ThreadPoolExecutor(max_workers=max(1, parallel), thread_name_prefix="vgpuctl-apply") as pool:
-            futures = [pool.submit(_run_vm, ctx, change, pending_hosts) for change in changes]
-            result.vms = [f.result() for f in futures]
+        result.vms = _run_queue(ctx, changes, pending_hosts, parallel)
     result.interrupted = cancelled(cancel)
     result.round_trips = session.round_trips - trips
     result.elapsed_s = time.monotonic() - start
@@ -127,15 +137,49 @@ def apply_plan(
 # ------------------------------------------------------------------------------------------------ per VM
 
 
+def _run_queue(ctx: _Ctx, changes: list[VmChange], pending_hosts: set[str], parallel: int) -> list[VmOutcome]:
+    """Each VM's steps by one of `parallel` workers, VMs in plan order; outcomes in plan order. Daemon threads:
+    after a second Ctrl-C the process exits without waiting for them."""
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for i in range(len(changes)):
+        todo.put(i)
+    outcomes: list[VmOutcome | None] = [None] * len(changes)
+
+    def work() -> None:
+        while True:
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                return
+            outcomes[i] = _run_vm(ctx, changes[i], pending_hosts)
+
+    workers = [
+        threading.Thread(target=work, name=f"vgpuctl-apply-{n}", daemon=True)
+        for n in range(max(1, min(parallel, len(changes))))
+    ]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return [o if o is not None else VmOutcome(changes[i].vm, Outcome.NOT_STARTED) for i, o in enumerate(outcomes)]
+
+
+class _Stopped(Exception):
+    """The apply was interrupted before the VM's next forward step."""
+
+
 def _run_vm(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOutcome:
     outcome = VmOutcome(vm=change.vm)
     if cancelled(ctx.cancel):
-        return _skip(ctx, outcome, "interrupted before this VM started")
+        outcome.left = planned_steps(change)
+        return _skip(ctx, outcome, "interrupted before this VM started", Outcome.NOT_STARTED)
     waiting = sorted(set(change.depends_on_hosts) & pending_hosts)
     if waiting:
         return _skip(ctx, outcome, "needs the host changes on " + ", ".join(waiting) + " first; they were not made")
     try:
         _apply_vm(ctx, change, outcome)
+    except _Stopped:
+        _interrupted(ctx, change, outcome)
     except VsphereFault as err:
         _fail(ctx, outcome, err.fault_type, err.fault_message)
     except DriftError as err:
@@ -153,8 +197,32 @@ def _run_vm(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOutcome:
     return outcome
 
 
-def _skip(ctx: _Ctx, outcome: VmOutcome, message: str) -> VmOutcome:
-    outcome.status = Outcome.SKIPPED
+def planned_steps(change: VmChange) -> list[str]:
+    """The steps the plan asks of a VM, in order (what `left` lists when none of them ran)."""
+    steps = ["clone"] if change.clone is not None else []
+    steps += ["power-off"] if change.power_off else []
+    steps += ["reconfigure"] if change.needs_reconfigure else []
+    steps += ["power-on"] if change.power_on else []
+    return steps
+
+
+def _interrupted(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
+    done = {"shutdown": "power-off"}
+    finished = {done.get(s, s) for s in outcome.steps}
+    outcome.left = [s for s in planned_steps(change) if s not in finished]
+    outcome.status = Outcome.CHANGED if outcome.steps else Outcome.NOT_STARTED
+    outcome.message = "interrupted before: " + ", ".join(outcome.left) if outcome.left else "interrupted"
+    _step(ctx, change.vm, "interrupted", None)
+
+
+def _forward(ctx: _Ctx, step: str) -> None:
+    """A step boundary: after Ctrl-C no VM begins its next forward step."""
+    if cancelled(ctx.cancel):
+        raise _Stopped(step)
+
+
+def _skip(ctx: _Ctx, outcome: VmOutcome, message: str, status: Outcome = Outcome.SKIPPED) -> VmOutcome:
+    outcome.status = status
     outcome.message = message
     _step(ctx, outcome.vm, "skipped", None)
     return outcome
@@ -178,12 +246,11 @@ def _step(ctx: _Ctx, vm: str, step: str, percent: int | None) -> None:
 def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
     from pyVmomi import vim
 
-    from vgpuctl.vsphere.vm import config_spec
-
     stub = ctx.session.stub
-    observed_vm = ctx.observed.vms.get(change.vm)
+    observed_vm = ctx.observed.vm_for(change)
     _step(ctx, change.vm, "check", None)
     if change.clone is not None and observed_vm is None:
+        _forward(ctx, "clone")
         vm = _clone(ctx, change, outcome)
         state = _read_vm(ctx, vm, change.vm)
     else:
@@ -194,17 +261,37 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         check_drift(change, observed_vm, state)
 
     if change.power_off and state["power"] != PowerState.OFF:
+        _forward(ctx, "power-off")
         _power_off(ctx, change.vm, vm, state, outcome)
+
+    try:
+        _reconfigure(ctx, change, vm, state, outcome)
+    except _Stopped:
+        _restore_power(ctx, change.vm, vm, outcome)  # it ran before this apply powered it off
+        raise
+
+    stopped = {"shutdown", "power-off"} & set(outcome.steps)
+    if change.power_on and (state["power"] != PowerState.ON or stopped):
+        if not stopped:
+            _forward(ctx, "power-on")  # a first power-on; powering on what this run stopped is restoring
+        _task(ctx, change.vm, "power-on", ctx.session.invoke(vm.PowerOnVM_Task))
+        outcome.steps.append("power-on")
+
+
+def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: dict[str, Any], outcome: VmOutcome) -> None:
+    from vgpuctl.vsphere.vm import config_spec
 
     devices = {int(d.key): d for d in state["devices"]}
     spec = config_spec(change, devices, _group_names(ctx, change, state["host"]))
     if spec is not None:
+        _forward(ctx, "reconfigure")
         _task(ctx, change.vm, "reconfigure", ctx.session.invoke(vm.ReconfigVM_Task, spec))
         outcome.steps.append("reconfigure")
 
-    stopped = {"shutdown", "power-off"} & set(outcome.steps)
-    if change.power_on and (state["power"] != PowerState.ON or stopped):
-        _task(ctx, change.vm, "power-on", ctx.session.invoke(vm.PowerOnVM_Task))
+
+def _restore_power(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
+    if {"shutdown", "power-off"} & set(outcome.steps):
+        _task(ctx, name, "power-on (restore)", ctx.session.invoke(vm.PowerOnVM_Task))
         outcome.steps.append("power-on")
 
 
@@ -361,7 +448,13 @@ def _wait_off(ctx: _Ctx, vm: Any, name: str) -> bool:
 
 
 def _task(ctx: _Ctx, name: str, step: str, task: Any) -> Any:
-    _step(ctx, name, step, 0)
-    result = ctx.watcher.wait(task, lambda pct: _step(ctx, name, step, pct))
+    """Wait for a vCenter task the VM's step started, listed in RUNNING meanwhile."""
+    label = f"{step} {name} ({getattr(task, '_moId', '?')})"
+    RUNNING.add(label)
+    try:
+        _step(ctx, name, step, 0)
+        result = ctx.watcher.wait(task, lambda pct: _step(ctx, name, step, pct))
+    finally:
+        RUNNING.discard(label)
     _step(ctx, name, step, 100)
     return result

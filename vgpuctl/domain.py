@@ -16,6 +16,7 @@ class Outcome(StrEnum):
     UNCHANGED = "unchanged"
     FAILED = "failed"
     SKIPPED = "skipped"
+    NOT_STARTED = "not-started"  # an interrupted apply never began it
 
 
 class GraphicsType(StrEnum):

@@ -24,7 +24,7 @@ from vgpuctl.hosttargets import targets_for
 from vgpuctl.inventory import HostSpec, Inventory
 from vgpuctl.model import HostChange, Observed, Plan
 from vgpuctl.progress import Cancel, HostProgress, Progress, VmProgress
-from vgpuctl.statefile import StateStore, default_state_path
+from vgpuctl.statefile import WorkStore
 
 if TYPE_CHECKING:
     from vgpuctl.apply import ApplyResult
@@ -43,7 +43,8 @@ class RunOptions:
     resume: bool = True  # hosts an unfinished apply left in the state file are planned again
     trust_on_first_use: bool = False  # accept and record unknown ESXi SSH host keys
     on_new_host_key: Callable[[str, str], None] | None = None  # (host, fingerprint) when one was recorded
-    state: StateStore | None = None  # default: the state file of the session's vCenter
+    state: WorkStore | None = None  # default: work records in vCenter, on the hosts (vsphere/workrecord.py)
+    run_id: str | None = None  # names this run in work records and leases (default: a new random id)
     poll_s: float = 0.5
     shutdown_timeout_s: float = 120.0
 
@@ -116,17 +117,35 @@ def host_facts(
 # ------------------------------------------------------------------------------------------ 3. plan
 
 
-def state_of(session: Session, options: RunOptions) -> StateStore:
-    """The host state file of this run: the one given, else the vCenter's own."""
+def state_of(session: Session, observed: Observed, options: RunOptions) -> WorkStore:
+    """Where this run keeps its host work records: the store given, else the hosts' records in vCenter (read with
+    the bulk observe)."""
     if options.state is None:
-        options.state = StateStore(default_state_path(session.settings.sdk_url))
+        from vgpuctl.statefile import WORK_FIELD
+        from vgpuctl.vsphere.workrecord import VcenterWorkStore, new_run_id
+
+        options.run_id = options.run_id or new_run_id()
+        moids = {name: h.moid for name, h in observed.hosts.items()}
+        values = {name: h.custom_values.get(WORK_FIELD, "") for name, h in observed.hosts.items()}
+        options.state = VcenterWorkStore(session, moids, values, options.run_id)
     return options.state
 
 
 def _resume(session: Session, observed: Observed, options: RunOptions) -> list[str]:
     if not options.resume:
         return []
-    return [h for h in state_of(session, options).hosts() if h in observed.hosts]
+    return [h for h in state_of(session, observed, options).hosts() if h in observed.hosts]
+
+
+def _lease_warnings(session: Session, observed: Observed, hosts: Sequence[str]) -> list[str]:
+    """Hosts of the plan that another live run holds (one CurrentTime read, only when a host has a lease)."""
+    from vgpuctl.vsphere.workrecord import LEASE_FIELD, live_leases
+
+    values = {h: observed.hosts[h].custom_values.get(LEASE_FIELD, "") for h in hosts if h in observed.hosts}
+    return [
+        f"host {h}: {info.describe()} holds its lease: apply will not touch it until that run ends"
+        for h, info in sorted(live_leases(session, values).items())
+    ]
 
 
 def plan(session: Session, observed: Observed, inventory: Inventory, options: RunOptions) -> Plan:
@@ -138,6 +157,7 @@ def plan(session: Session, observed: Observed, inventory: Inventory, options: Ru
     facts, errors = host_facts(session, observed, resolved, options) if resolved else ({}, [])
     the_plan = make_plan(inventory, observed, host_facts=facts, resume=_resume(session, observed, options))
     the_plan.errors = errors + the_plan.errors
+    the_plan.warnings += _lease_warnings(session, observed, sorted({c.host for c in the_plan.host_changes}))
     return the_plan
 
 
@@ -151,6 +171,7 @@ def plan_hosts(
     facts, errors = host_facts(session, observed, resolved, options)
     host_plan = hostplan.plan_hosts(specs, observed, facts, resume=_resume(session, observed, options))
     host_plan.errors = errors + host_plan.errors
+    host_plan.warnings += _lease_warnings(session, observed, host_plan.hosts)
     return host_plan
 
 
@@ -189,7 +210,8 @@ def apply_hosts(
         progress=progress,
         cancel=cancel,
     )
-    return apply_host_changes(session, targets_for(changes, resolved, moids), state_of(session, options), host_options)
+    state = state_of(session, observed, options)
+    return apply_host_changes(session, targets_for(changes, resolved, moids), state, host_options)
 
 
 def replan_vms(inventory: Inventory, observed_after: Observed, pending: Sequence[HostChange]) -> Plan:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
 if TYPE_CHECKING:
@@ -36,6 +37,30 @@ class Progress(VmProgress, HostProgress, Protocol):
 
 def cancelled(cancel: Cancel | None) -> bool:
     return cancel is not None and cancel.is_set()
+
+
+class RunningTasks:
+    """The vCenter tasks and waits in flight ("reconfigure train-03 (task-41)"), for the line a second Ctrl-C
+    prints: those may still be running in vCenter when vgpuctl exits."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: dict[str, None] = {}
+
+    def add(self, label: str) -> None:
+        with self._lock:
+            self._items[label] = None
+
+    def discard(self, label: str) -> None:
+        with self._lock:
+            self._items.pop(label, None)
+
+    def labels(self) -> list[str]:
+        with self._lock:
+            return list(self._items)
+
+
+RUNNING = RunningTasks()
 
 
 class LiveOnTerminal:

@@ -200,6 +200,7 @@ class ApplyReport(Report):
     failed: list[str]
     skipped: list[str]
     unchanged: list[str]
+    not_started: list[str]  # an interrupted apply, or a VM plan after the hosts that failed, never began them
     hosts_not_ready: list[str]
     vm_errors: list[str]
     interrupted: bool

@@ -289,7 +289,8 @@ def test_cancel_starts_nothing(sim, direct) -> None:
     stop.set()
     _plan, result, _replan = run(sim, TRAIN.replace("COUNT", "1"), cancel=stop)
     assert result.interrupted
-    assert set(statuses(result).values()) == {"skipped"}
+    assert set(statuses(result).values()) == {"not-started"}
+    assert all(o.left for o in result.vms) and result.not_started == [o.vm for o in result.vms]
     assert "train-01" not in direct.vms()
 
 

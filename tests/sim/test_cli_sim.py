@@ -432,8 +432,9 @@ def test_ctrl_c_stops_new_work_waits_and_exits_130(gpusim_factory: Any, tmp_path
     out, err = proc.communicate(timeout=120)
     err = "".join(seen) + err
     assert proc.returncode == 130, err
-    assert "interrupted: starting no new work" in err
+    assert "interrupted: no new step starts" in err
     assert "slow-01: done" in err  # the task in flight was waited for
-    assert "Apply interrupted: 1 changed, 0 failed, 3 skipped" in out
+    assert "Apply interrupted: 1 changed, 0 failed, 0 skipped, 3 not started, 0 unchanged." in out
+    assert "left: slow-02 (reconfigure)" in out and "to continue: run the same apply again" in out
     assert direct_vgpus(farm, "slow-01")[0] == ["grid_a100-4c"]
     assert all(direct_vgpus(farm, f"slow-0{i}")[0] == [] for i in (2, 3, 4))

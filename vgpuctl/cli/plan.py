@@ -332,6 +332,7 @@ def apply_report(run: ApplyRun, opts: GlobalOptions, vm: str | None = None) -> A
         failed=vm_names(vms, Outcome.FAILED),
         skipped=vm_names(vms, Outcome.SKIPPED),
         unchanged=vm_names(vms, Outcome.UNCHANGED),
+        not_started=vm_names(vms, Outcome.NOT_STARTED),
         hosts_not_ready=list(run.result.hosts_not_ready),
         vm_errors=list(run.vm_errors),
         interrupted=run.interrupted,
@@ -340,22 +341,36 @@ def apply_report(run: ApplyRun, opts: GlobalOptions, vm: str | None = None) -> A
     )
 
 
+SUMMARY_ORDER = (
+    (Outcome.CHANGED, "changed"),
+    (Outcome.FAILED, "failed"),
+    (Outcome.SKIPPED, "skipped"),
+    (Outcome.NOT_STARTED, "not started"),
+    (Outcome.UNCHANGED, "unchanged"),
+)
+UNDONE = (Outcome.FAILED, Outcome.SKIPPED, Outcome.NOT_STARTED)
+
+
 def summarize(result: ApplyResult) -> dict[str, list[str]]:
-    groups: dict[str, list[str]] = {"changed": [], "failed": [], "skipped": [], "unchanged": []}
+    groups: dict[str, list[str]] = {str(status): [] for status, _ in SUMMARY_ORDER}
     for outcome in result.vms:
         groups.setdefault(str(outcome.status), []).append(outcome.vm)
     return groups
 
 
+def summary_line(groups: dict[str, list[str]], interrupted: bool, plan_failed: bool = False) -> str:
+    """`Apply finished: 3 changed, 1 unchanged.`; never "0 changed" when work was left undone."""
+    undone = plan_failed or any(groups[str(s)] for s in UNDONE)
+    head = "Apply interrupted" if interrupted else "Apply incomplete" if undone else "Apply finished"
+    parts = [f"{len(groups[str(s)])} {label}" for s, label in SUMMARY_ORDER]
+    if not groups[str(Outcome.CHANGED)] and undone:
+        parts[0] = "no VM changed"
+    return f"{head}: {', '.join(parts)}."
+
+
 def print_summary(run: ApplyRun, opts: GlobalOptions) -> None:
     groups = summarize(run.result)
-    lines = [
-        "Apply "
-        + ("interrupted" if run.interrupted else "finished")
-        + f": {len(groups['changed'])} changed, {len(groups['failed'])} failed, "
-        f"{len(groups['skipped'])} skipped, {len(groups['unchanged'])} unchanged."
-    ]
-    lines[:0] = _host_summary(run)
+    lines = [*_host_summary(run), summary_line(groups, run.interrupted, bool(run.vm_errors))]
     for label in ("changed", "skipped"):
         if groups[label]:
             lines.append(f"  {label}: {', '.join(groups[label])}")
@@ -363,6 +378,7 @@ def print_summary(run: ApplyRun, opts: GlobalOptions) -> None:
         if outcome.status == Outcome.FAILED:
             fault = f"{outcome.fault_type}: " if outcome.fault_type else ""
             lines.append(f"  failed: {outcome.vm}: {fault}{outcome.message}")
+    lines += _left_lines(run.result)
     if opts.verbose:
         lines.append(f"round trips: {run.round_trips}")
     text = "\n".join(lines)
@@ -370,6 +386,18 @@ def print_summary(run: ApplyRun, opts: GlobalOptions) -> None:
         common.info(text)
     else:
         typer.echo(text)
+
+
+def _left_lines(result: ApplyResult) -> list[str]:
+    """What an interrupted or stopped apply left, and how to go on."""
+    left = [o for o in result.vms if o.left]
+    if not left:
+        return []
+    lines = [f"  left: {o.vm} ({', '.join(o.left)})" for o in left[:20]]
+    if len(left) > 20:
+        lines.append(f"  left: ... and {len(left) - 20} more VMs")
+    lines.append("  to continue: run the same apply again; it plans only what is left")
+    return lines
 
 
 def _host_summary(run: ApplyRun) -> list[str]:
@@ -392,7 +420,10 @@ def raise_for_outcome(run: ApplyRun) -> None:
     if run.vm_errors:
         raise PlanError(list(run.vm_errors))
     if run.interrupted:
-        raise Interrupted(f"interrupted: {len(groups['changed'])} VM(s) changed before the stop; plan again")
+        left = len(groups[str(Outcome.NOT_STARTED)])
+        raise Interrupted(
+            f"interrupted: {len(groups['changed'])} VM(s) changed, {left} not started; run apply again to continue"
+        )
     if groups["failed"]:
         total = sum(len(v) for v in groups.values())
         raise VgpuctlError(f"apply failed for {len(groups['failed'])} of {total} VM(s): {', '.join(groups['failed'])}")

@@ -1,0 +1,152 @@
+"""Ctrl-C during a real `vgpuctl apply` against gpusim with task delays: a subprocess receives SIGINT and the
+test checks, in vCenter itself, which steps ran.
+
+- at most --parallel VMs run at once; queued ones never start after Ctrl-C;
+- a VM this run powered off is powered on again (its restoring step) and not reconfigured;
+- a second Ctrl-C exits at once, naming the vCenter tasks that may still run, and starts nothing more.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyVim.connect import Disconnect
+from pyVim.task import WaitForTask
+from pyVmomi import vim
+
+pytestmark = pytest.mark.sim
+
+FARM = {
+    "datacenter": "DC0",
+    "clusters": [{"name": "GPU-Cluster", "hosts": 1, "gpus_per_host": 4, "model": "A100-40GB", "nvlink": "none",
+                  "graphics_type": "sharedDirect", "vgpu_mode": "sameSize"}],
+    "templates": [{"name": "ubuntu-22.04-ml", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}],
+    "vms": [{"name": f"q-0{i}", "cpus": 2, "memory_mb": 4096, "firmware": "efi"} for i in range(1, 5)]
+    + [{"name": "run-01", "cpus": 2, "memory_mb": 4096, "firmware": "efi"}],
+}  # fmt: skip
+
+
+@pytest.fixture
+def sim(gpusim_factory: Callable[..., Any]) -> Any:
+    return gpusim_factory(FARM)
+
+
+def inventory(tmp_path: Path, vms: str) -> Path:
+    path = tmp_path / "inv.yaml"
+    path.write_text("apiVersion: vgpuctl/v1\nvcenter: {datacenter: DC0}\nvms:\n" + textwrap.dedent(vms))
+    return path
+
+
+def start_apply(sim: Any, tmp_path: Path, path: Path, *extra: str) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_"))}
+    env.update({**sim.env, "VGPUCTL_INSECURE": "1", "VGPUCTL_STATE_DIR": str(tmp_path / "state")})
+    return subprocess.Popen(
+        [sys.executable, "-m", "vgpuctl", "apply", "-f", str(path), "--yes", *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_until(proc: subprocess.Popen[str], seen: list[str], done: Callable[[list[str]], bool]) -> None:
+    assert proc.stderr is not None
+    for line in proc.stderr:  # progress lines, one per step change
+        seen.append(line)
+        if done(seen):
+            return
+    raise AssertionError("apply ended before the awaited step: " + "".join(seen))
+
+
+def vm_state(sim: Any, name: str) -> tuple[list[str], str]:
+    si = sim.connect()
+    try:
+        view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
+        vm = next(o for o in view.view if o.name == name)
+        profiles = [
+            d.backing.vgpu
+            for d in vm.config.hardware.device
+            if isinstance(d, vim.vm.device.VirtualPCIPassthrough) and hasattr(d.backing, "vgpu")
+        ]
+        return profiles, str(vm.runtime.powerState)
+    finally:
+        Disconnect(si)
+
+
+def power_on(sim: Any, name: str) -> None:
+    si = sim.connect()
+    try:
+        view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
+        WaitForTask(next(o for o in view.view if o.name == name).PowerOnVM_Task())
+    finally:
+        Disconnect(si)
+
+
+QUEUED = "- name: q-{01..04}\n  vgpus: {profile: grid_a100-10c, count: 1}\n  power: 'off'\n"
+
+
+def test_first_ctrl_c_finishes_running_steps_and_starts_no_queued_vm(sim: Any, tmp_path: Path) -> None:
+    for name in ("q-01", "q-02"):
+        sim.delay(name, "ReconfigVM_Task", 3.0)
+    proc = start_apply(sim, tmp_path, inventory(tmp_path, QUEUED), "--parallel", "2")
+    seen: list[str] = []
+    read_until(proc, seen, lambda s: all(any(x.startswith(f"{vm}: reconfigure") for x in s) for vm in ("q-01", "q-02")))
+    started = {line.split(":")[0] for line in seen if line.startswith("q-")}
+    assert started == {"q-01", "q-02"}  # a bounded queue: the other two wait for a free worker
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    err = "".join(seen) + err
+    assert proc.returncode == 130, err
+    assert "interrupted: no new step starts" in err
+    assert "q-01: done" in err and "q-02: done" in err  # the tasks in flight were waited for
+    assert "q-03: check" not in err and "q-04: check" not in err
+    assert "Apply interrupted: 2 changed, 0 failed, 0 skipped, 2 not started, 0 unchanged." in out
+    assert "left: q-03 (reconfigure)" in out and "left: q-04 (reconfigure)" in out
+    assert "to continue: run the same apply again" in out
+    assert vm_state(sim, "q-01")[0] == ["grid_a100-10c"] and vm_state(sim, "q-02")[0] == ["grid_a100-10c"]
+    assert vm_state(sim, "q-03")[0] == [] and vm_state(sim, "q-04")[0] == []
+
+
+def test_a_vm_this_run_powered_off_is_powered_on_again_not_reconfigured(sim: Any, tmp_path: Path) -> None:
+    power_on(sim, "run-01")
+    sim.delay("run-01", "PowerOffVM_Task", 3.0)
+    path = inventory(tmp_path, "- name: run-01\n  vgpus: {profile: grid_a100-10c, count: 1}\n  power: restart\n")
+    proc = start_apply(sim, tmp_path, path)
+    seen: list[str] = []
+    read_until(proc, seen, lambda s: any(x.startswith(("run-01: power-off", "run-01: shutdown")) for x in s))
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    err = "".join(seen) + err
+    assert proc.returncode == 130, err
+    assert "run-01: power-on (restore)" in err and "run-01: reconfigure" not in err
+    assert vm_state(sim, "run-01") == ([], "poweredOn")  # as it was before the apply
+    assert "left: run-01 (reconfigure)" in out
+
+
+def test_second_ctrl_c_exits_at_once_naming_running_tasks(sim: Any, tmp_path: Path) -> None:
+    for name in ("q-01", "q-02", "q-03", "q-04"):
+        sim.delay(name, "ReconfigVM_Task", 6.0)
+    proc = start_apply(sim, tmp_path, inventory(tmp_path, QUEUED), "--parallel", "2")
+    seen: list[str] = []
+    read_until(proc, seen, lambda s: sum(x.startswith(("q-01: reconfigure", "q-02: reconfigure")) for x in s) >= 2)
+    proc.send_signal(signal.SIGINT)
+    read_until(proc, seen, lambda s: any("interrupted: no new step starts" in x for x in s))
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    err = "".join(seen) + err
+    assert proc.returncode == 130, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: interrupted again: exiting now; these vCenter tasks may still be running: ")
+    assert "reconfigure q-01 (task-" in last and "reconfigure q-02 (task-" in last
+    assert "Apply interrupted" not in out  # no summary: it did not wait
+    time.sleep(7.0)  # let the delayed tasks end in gpusim, then see that nothing else was started
+    assert vm_state(sim, "q-03")[0] == [] and vm_state(sim, "q-04")[0] == []
