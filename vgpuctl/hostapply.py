@@ -25,7 +25,7 @@ from vgpuctl.hosttargets import HostTarget
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import HostChange, ObservedGpu, ObservedHost
 from vgpuctl.progress import Cancel, HostProgress, cancelled
-from vgpuctl.statefile import POWER_ON, VM_CHANGE, StateStore
+from vgpuctl.statefile import POWER_ON, VM_CHANGE, WorkStore
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class HostApplyOptions:
 
 
 def apply_host_changes(
-    session: Any, targets: Sequence[HostTarget], state: StateStore, options: HostApplyOptions | None = None
+    session: Any, targets: Sequence[HostTarget], state: WorkStore, options: HostApplyOptions | None = None
 ) -> HostApplyResult:
     """Apply every target's changes, `max_unavailable` hosts at a time; stop starting hosts after a failure
     unless options.keep_going."""
@@ -179,7 +179,7 @@ def apply_host_changes(
 
 
 class _HostRun:
-    def __init__(self, session: Any, watcher: Any, target: HostTarget, state: StateStore, opts: HostApplyOptions):
+    def __init__(self, session: Any, watcher: Any, target: HostTarget, state: WorkStore, opts: HostApplyOptions):
         self.session, self.watcher, self.t, self.state, self.opts = session, watcher, target, state, opts
         self.out = HostOutcome(target.name)
         self.phase = "check"
@@ -187,7 +187,9 @@ class _HostRun:
     # -------------------------------------------------------------------- driver
 
     def run(self) -> HostOutcome:
+        lease = None
         try:
+            lease = self._lease()
             self._run()
             self.out.phase = "done"
             self.out.status = Outcome.CHANGED if self.out.steps else Outcome.UNCHANGED
@@ -198,9 +200,23 @@ class _HostRun:
             self.out.phase = self.phase
             self.out.message = str(err)
             self.out.error_type = type(err).__name__
-            self._record_failure()
+            if lease is not None:  # never write over another run's record
+                self._record_failure()
+        finally:
+            if lease is not None:
+                lease.release()
         self._step(self.out.status, self.out.message if self.out.status == Outcome.FAILED else None)
         return self.out
+
+    def _lease(self) -> Any:
+        """This run's lease on the host (stores without leases: a no-op one); LeaseHeld when another live run
+        holds it. The work record is written first thing, so a crash at any later point leaves it behind."""
+        take = getattr(self.state, "lease", None)
+        self.phase = "lease"
+        lease = take(self.t.name).acquire() if take is not None else _NoLease()
+        self.phase = "start"
+        self.state.update(self.t.name, phase=self.phase, steps=planned_steps(self.t.changes))
+        return lease
 
     def _record_failure(self) -> None:
         from vgpuctl.vsphere import host as vhost
@@ -210,9 +226,17 @@ class _HostRun:
         except VgpuctlError as err:
             log.debug("%s: cannot read the host after the failure: %s", self.t.name, err)
         rec = self.state.get(self.t.name)
+        if rec is not None and not rec.vms and not rec.entered_maintenance and not self.out.steps:
+            self.state.drop(self.t.name)  # stopped before touching anything: nothing to resume
+            return
         if rec is not None:
             self.out.vms_to_restore = [v["name"] for v in rec.vms if v.get("after", POWER_ON) == POWER_ON]
             self.state.update(self.t.name, phase=self.phase, message=self.out.message)
+
+    def _enter(self, phase: str) -> None:
+        """Start a phase; the work record says where the run is (what a crash there leaves to finish)."""
+        self.phase = phase
+        self.state.update(self.t.name, phase=phase)
 
     def _step(self, step: str, detail: str | None = None) -> None:
         if self.opts.progress is not None:
@@ -236,7 +260,7 @@ class _HostRun:
             raise VgpuctlError(f"{t.name}: host is {api.connection_state}")
         entered = False
         if hostplan.needs_maintenance(work) and not api.in_maintenance:
-            self.phase = "evacuate"
+            self._enter("evacuate")
             self._evacuate()
             self.phase = "enter-maintenance"
             self._step("enter-maintenance")
@@ -247,13 +271,13 @@ class _HostRun:
         if self._apply(work):
             self._reboot()
         if work:
-            self.phase = "verify"
+            self._enter("verify")
             self._step("verify")
             self._verify()
             self._done("verify")
         record = self.state.get(t.name)
         if entered or (record is not None and record.entered_maintenance):
-            self.phase = "exit-maintenance"
+            self._enter("exit-maintenance")
             if vhost.read_host(self.session, t.moid).in_maintenance:
                 self._step("exit-maintenance")
                 vhost.exit_maintenance(self.session, t.moid, self.watcher, t.name)
@@ -297,15 +321,15 @@ class _HostRun:
         reboot = hostplan.needs_reboot(work)
         mig = [c for c in work if c.kind == hostplan.MIG]
         if mig:
-            self.phase = "mig"
+            self._enter("mig")
             reboot = self._set_mig(mig) or reboot
         graphics = [c for c in work if c.kind in hostplan.GRAPHICS_KINDS]
         if graphics:
-            self.phase = "graphics"
+            self._enter("graphics")
             self._set_graphics(graphics)
         modules = [c for c in work if c.kind in hostplan.MODULE_KINDS]
         if modules:
-            self.phase = "module-options"
+            self._enter("module-options")
             self._set_module_options(modules)
         return reboot
 
@@ -363,12 +387,12 @@ class _HostRun:
         from vgpuctl.vsphere import host as vhost
 
         t = self.t
-        self.phase = "reboot"
+        self._enter("reboot")
         self._step("reboot")
         before = vhost.reboot(self.session, t.moid, self.watcher, t.name)
         self.out.rebooted = True
         self._done("reboot")
-        self.phase = "wait-reconnect"
+        self._enter("wait-reconnect")
         timeout = float(t.spec.maintenance.reboot_timeout_s)
         vhost.wait_reconnected(
             self.session,
@@ -419,7 +443,7 @@ class _HostRun:
         rec = self.state.get(self.t.name)
         if rec is None or not rec.vms:
             return
-        self.phase = "power-on"
+        self._enter("power-on")
         keep = []  # what a re-run still has to power on
         offered = set(vhost.read_host(self.session, self.t.moid).offered_profiles)
         profiles = {v.moid: v.vgpus for v in vhost.host_vms(self.session, self.t.moid)}
@@ -448,6 +472,26 @@ class _HostRun:
         if self.out.not_restored:
             failed = "; ".join(f"{vm}: {why}" for vm, why in sorted(self.out.not_restored.items()))
             raise RestoreError(f"{self.t.name}: not every VM could be powered on again: {failed}")
+
+
+class _NoLease:
+    def release(self) -> None:
+        pass
+
+
+def planned_steps(changes: Sequence[HostChange]) -> list[str]:
+    """The host's steps in the order apply takes them (what a work record lists)."""
+    work = [c for c in changes if c.kind not in (hostplan.RESUME, hostplan.EVACUATE)]
+    steps = [f"evacuate {c.target}" for c in changes if c.kind == hostplan.EVACUATE]
+    if hostplan.needs_maintenance(work):
+        steps.append("enter-maintenance")
+    steps += [f"{c.kind}{'' if c.target == 'host' else ' ' + c.target} -> {c.new}" for c in work]
+    if hostplan.needs_reboot(work):
+        steps += ["reboot", "wait-reconnect"]
+    if work:
+        steps.append("verify")
+    steps += ["exit-maintenance", "power-on"]
+    return steps
 
 
 def observed_host(api: Any, facts: HostFacts | None = None) -> ObservedHost:

@@ -48,6 +48,7 @@ from vgpuctl.model import (
 )
 from vgpuctl.profiles import BOARDS, board_for_device, try_parse
 from vgpuctl.scheduler import SchedulerState
+from vgpuctl.statefile import WORK_FIELD, describe_record, parse_record
 
 # HostChange.kind values; "category" is the part before the dot (graphics | mig | nvlink | scheduler | maintenance)
 DEFAULT_TYPE = "graphics.default_type"
@@ -351,7 +352,11 @@ def evacuations(changes: Iterable[HostChange]) -> dict[str, str]:
 
 
 def _resume_change(host: ObservedHost) -> HostChange:
-    old = "in maintenance (left by an unfinished apply)" if host.in_maintenance else "VMs to power on again"
+    record = parse_record(host.name, host.custom_values.get(WORK_FIELD, ""))
+    if record is not None:
+        old = describe_record(record)
+    else:
+        old = "in maintenance (left by an unfinished apply)" if host.in_maintenance else "VMs to power on again"
     return HostChange(host.name, RESUME, "host", old, "done: out of maintenance, VMs powered on", disruptive=False)
 
 
@@ -641,6 +646,8 @@ def predict_host(host: ObservedHost, changes: Sequence[HostChange]) -> ObservedH
             gpus[c.target].vgpu_mode = str(c.new)
         elif c.kind == MIG and c.target in gpus:
             gpus[c.target].vgpu_mode = MIG_MODE if c.new == "mig" else "sameSize"
+        elif c.kind == RESUME:  # apply finishes the host's work, maintenance included, before any VM
+            out.in_maintenance = False
     if any(c.kind == DEFAULT_TYPE for c in changes if c.host == host.name):
         for g in out.gpus:
             if not any(c.kind == GPU_TYPE and c.target == g.pci_id.lower() for c in changes):
@@ -691,7 +698,7 @@ def mark_dependencies(vm_changes: Iterable[VmChange], observed: Observed, host_c
     for change in vm_changes:
         if change.is_empty:
             continue
-        vm = observed.vms.get(change.vm)
+        vm = observed.vm_for(change)
         host = vm.host if vm is not None else (change.clone.host if change.clone is not None else None)
         hosts = {host} if host else set()
         if host is None and change.clone is not None and change.clone.cluster:

@@ -62,6 +62,7 @@ class ObservedHost:
     resource_pool_moid: str = ""  # root resource pool of the host's cluster / compute resource (clone target)
     graphics_manager_moid: str = ""  # configManager.graphicsManager
     environment_browser_moid: str = ""  # of the host's cluster / compute resource (QueryConfigTarget)
+    custom_values: dict[str, str] = field(default_factory=dict)  # custom attribute name -> value (non-empty)
 
 
 @dataclass

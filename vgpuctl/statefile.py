@@ -1,19 +1,25 @@
-"""The host state file: what an interrupted or failed host apply left to finish, so that a re-run resumes.
+"""Host work records: what an interrupted or failed host apply left to finish, so that a re-run resumes.
 
-One JSON file per vCenter under $VGPUCTL_STATE_DIR (else $XDG_STATE_HOME/vgpuctl, else ~/.local/state/vgpuctl),
-written atomically after every change.
+`HostRecord` is the record; by default it lives in vCenter on the host itself (vgpuctl.vsphere.workrecord), so
+any operator's next run sees it. `StateStore` keeps the same records in a local JSON file instead (one per
+vCenter under $VGPUCTL_STATE_DIR, else $XDG_STATE_HOME/vgpuctl, else ~/.local/state/vgpuctl), written
+atomically after every change; tests and offline tools use it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from vgpuctl.errors import VgpuctlError
+
+log = logging.getLogger(__name__)
 
 
 def default_state_path(vcenter_url: str | None = None) -> Path:
@@ -25,6 +31,7 @@ def default_state_path(vcenter_url: str | None = None) -> Path:
     return Path(base) / f"hostops-{tag.strip('_') or 'default'}.json"
 
 
+WORK_FIELD = "vgpuctl.work"  # the custom attribute that holds a host's record in vCenter (vsphere/workrecord)
 POWER_ON = "power-on"  # HostRecord.vms[]["after"]: powered on again by the host run
 VM_CHANGE = "vm-change"  # reconfigured and powered on by the VM's own change
 
@@ -39,6 +46,18 @@ class HostRecord:
     phase: str = ""
     message: str = ""
     updated: float = 0.0
+    run: str = ""  # the run that wrote it
+    steps: list[str] = field(default_factory=list)  # the host's planned steps, in order
+
+
+class WorkStore(Protocol):
+    """Where host work records live: StateStore (a local file) or vsphere.workrecord.VcenterWorkStore."""
+
+    def get(self, host: str) -> HostRecord | None: ...
+    def hosts(self) -> list[str]: ...
+    def update(self, host: str, **fields: object) -> HostRecord: ...
+    def add_vm(self, host: str, name: str, moid: str, after: str = ...) -> None: ...
+    def drop(self, host: str) -> None: ...
 
 
 class StateStore:
@@ -97,3 +116,31 @@ class StateStore:
             encoding="utf-8",
         )
         os.replace(tmp, self.path)
+
+
+def parse_record(host: str, text: str) -> HostRecord | None:
+    """A work record from its attribute value (None when empty or unreadable, with a warning)."""
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        known = {k: v for k, v in data.items() if k in HostRecord.__dataclass_fields__}
+        return HostRecord(**{**known, "host": host})
+    except (ValueError, TypeError, AttributeError) as err:
+        log.warning("host %s: unreadable vgpuctl work record (%s); ignored", host, err)
+        return None
+
+
+def describe_record(rec: HostRecord) -> str:
+    """One line for plans: what an unfinished run left to do on the host."""
+    todo = []
+    if rec.entered_maintenance:
+        todo.append("exit maintenance")
+    back = [v["name"] for v in rec.vms if v.get("after", POWER_ON) == POWER_ON]
+    if back:
+        todo.append("power on " + ", ".join(back))
+    again = [v["name"] for v in rec.vms if v.get("after", POWER_ON) != POWER_ON]
+    if again:
+        todo.append("reconfigure and power on " + ", ".join(again))
+    where = f" (stopped at {rec.phase})" if rec.phase else ""
+    return f"unfinished work of run {rec.run or '?'}{where}: " + ("; ".join(todo) or "verify")

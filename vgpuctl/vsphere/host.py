@@ -85,8 +85,11 @@ class HostVm:
         return self.power_state != "poweredOff"
 
 
-def _stub(session: Any) -> Any:
+def stub_of(session: Any) -> Any:
     return session.stub if hasattr(session, "stub") else session.si._stub
+
+
+_stub = stub_of
 
 
 def host_object(session: Any, moid: str) -> Any:

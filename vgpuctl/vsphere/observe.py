@@ -61,6 +61,8 @@ HOST_PROPS = [
     "config.sharedPassthruGpuTypes",
     "hardware.pciDevice",
     "configManager.graphicsManager",
+    "customValue",  # vgpuctl's unfinished host work and run leases (vgpuctl.vsphere.workrecord)
+    "availableField",
 ]
 
 VM_PROPS = [
@@ -363,7 +365,17 @@ def _host(objects: dict[str, Obj], obj: Obj) -> ObservedHost:
     for info in obj.get("config.graphicsInfo", []):
         host.gpus.append(_gpu(objects, info, pci.get(str(info.pciId))))
     host.gpus.sort(key=lambda g: g.pci_id)
+    names = _by_key(obj.get("availableField", {}), "name")
+    values = _by_key(obj.get("customValue", {}), "value")
+    host.custom_values = {names[k]: str(v) for k, v in values.items() if k in names and v}
     return host
+
+
+def _by_key(items: Any, attr: str) -> dict[int, Any]:
+    """key -> attr of custom field definitions or values (the lean reader already gives a dict)."""
+    if isinstance(items, dict):
+        return items
+    return {int(i.key): getattr(i, attr, None) for i in items}
 
 
 def _gpu(objects: dict[str, Obj], info: Any, pci: Any) -> ObservedGpu:

@@ -258,6 +258,16 @@ def _pci_devices(elem: ET.Element, stub: Any) -> list[Any]:
     ]
 
 
+def _custom_values(elem: ET.Element, stub: Any) -> dict[int, str]:
+    """ManagedEntity.customValue: field key -> string value."""
+    return {int(v.findtext(f"{_Q}key") or 0): v.findtext(f"{_Q}value") or "" for v in elem}
+
+
+def _field_names(elem: ET.Element, stub: Any) -> dict[int, str]:
+    """ManagedEntity.availableField: field key -> name."""
+    return {int(f.findtext(f"{_Q}key") or 0): f.findtext(f"{_Q}name") or "" for f in elem}
+
+
 _HOST_CONVERT = {
     "parent": _ref_val,
     "runtime.inMaintenanceMode": _bool,
@@ -266,6 +276,8 @@ _HOST_CONVERT = {
     "config.sharedPassthruGpuTypes": _strings,
     "hardware.pciDevice": _pci_devices,
     "configManager.graphicsManager": _mo,
+    "customValue": _custom_values,
+    "availableField": _field_names,
 }
 
 _CONVERT = {

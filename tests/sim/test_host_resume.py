@@ -1,0 +1,204 @@
+"""Host work that survives crashes and a second operator, with real `vgpuctl` processes against gpusim: the work
+record lives in vCenter (a custom attribute on the host), the lease is a fixed-name folder with a short time to
+live. kill -9 of `vgpuctl apply` while the host enters maintenance and while it reboots, then `plan` (not exit 0
+while the work is unfinished) and `apply` (converges, every VM running again); two applies started together on
+the same host: exactly one proceeds, the other touches nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyVim.connect import Disconnect
+from pyVim.task import WaitForTask
+from pyVmomi import vim
+
+pytestmark = pytest.mark.sim
+
+H1 = "esx-01.gpu.sim"
+TTL_S = 2
+POLL_S = 0.05
+WAIT_POLLS = 1200  # a bound on polls, not on time: each poll is one small control or SOAP read
+
+FARM = {
+    "datacenter": "DC0",
+    "reboot_seconds": 0.3,
+    "clusters": [
+        {"name": "GPU-Cluster", "hosts": 2, "gpus_per_host": 2, "model": "A100-40GB", "nvlink": "pairs",
+         "graphics_type": "sharedDirect", "vgpu_mode": "sameSize", "nvidia_options": "NVreg_EnableMSI=1"}
+    ],
+    "vms": [
+        {"name": "train-01", "host": H1, "cpus": 8, "memory_mb": 16384, "firmware": "efi",
+         "vgpus": ["grid_a100-40c"], "memory_locked": True},
+        {"name": "web-01", "host": H1, "cpus": 2, "memory_mb": 4096},
+    ],
+}  # fmt: skip
+
+INVENTORY = f"""apiVersion: vgpuctl/v1
+hosts:
+  - name: {H1}
+    nvlink: disabled
+    maintenance: {{evacuate: power-off}}
+"""
+
+
+def _start(gpusim_factory: Callable[..., Any], farm: dict[str, Any]) -> Any:
+    sim = gpusim_factory(farm)
+    conn = sim.connect()
+    try:
+        for name in ("train-01", "web-01"):
+            WaitForTask(_find(conn, vim.VirtualMachine, name).PowerOnVM_Task())
+    finally:
+        Disconnect(conn)
+    return sim
+
+
+@pytest.fixture
+def sim(request: pytest.FixtureRequest, gpusim_factory: Callable[..., Any]) -> Any:
+    return _start(gpusim_factory, {**FARM, **getattr(request, "param", {})})  # indirect params: farm keys
+
+
+@pytest.fixture
+def si(sim: Any) -> Iterator[Any]:
+    conn = sim.connect()
+    yield conn
+    Disconnect(conn)
+
+
+def _find(si: Any, kind: Any, name: str) -> Any:
+    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [kind], True)
+    try:
+        return next(o for o in view.view if o.name == name)
+    finally:
+        view.Destroy()
+
+
+def _attribute(si: Any, host: str, name: str) -> str:
+    h = _find(si, vim.HostSystem, host)
+    keys = {f.key: f.name for f in si.content.customFieldsManager.field or []}
+    return next((v.value for v in h.customValue if keys.get(v.key) == name), "")
+
+
+def _record(si: Any, host: str) -> dict[str, Any]:
+    text = _attribute(si, host, "vgpuctl.work")
+    return json.loads(text) if text else {}
+
+
+def _env(sim: Any) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_", "GPUSIM_"))}
+    env.update(
+        VGPUCTL_URL=sim.url,
+        VGPUCTL_USERNAME=sim.username,
+        VGPUCTL_PASSWORD=sim.password,
+        VGPUCTL_INSECURE="1",
+        VGPUCTL_ESXI_HOSTS=sim.env["GPUSIM_SSH_HOSTS"],
+        VGPUCTL_ESXI_KNOWN_HOSTS=sim.env["GPUSIM_SSH_KNOWN_HOSTS"],
+        VGPUCTL_ESXI_PASSWORD=sim.password,
+        VGPUCTL_LEASE_TTL_S=str(TTL_S),
+    )
+    return env
+
+
+def _vgpuctl(sim: Any, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(INVENTORY)
+    cmd = [sys.executable, "-m", "vgpuctl", *args, "-f", str(inv)]
+    return subprocess.Popen(cmd, env=_env(sim), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _run(sim: Any, tmp_path: Path, *args: str) -> tuple[int, str]:
+    proc = _vgpuctl(sim, tmp_path, *args)
+    out, _ = proc.communicate()
+    return proc.returncode, out
+
+
+def _until(check: Callable[[], bool], what: str) -> None:
+    for _ in range(WAIT_POLLS):
+        if check():
+            return
+        time.sleep(POLL_S)
+    raise AssertionError(f"never happened: {what}")
+
+
+def _kill_at(sim: Any, si: Any, tmp_path: Path, phase: str) -> None:
+    """Start `vgpuctl apply`, kill -9 it once its work record says it reached `phase`."""
+    proc = _vgpuctl(sim, tmp_path, "apply", "--yes")
+    try:
+        _until(lambda: _record(si, H1).get("phase") == phase or proc.poll() is not None, f"phase {phase}")
+        assert proc.poll() is None, proc.communicate()[0]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _converges(sim: Any, si: Any, tmp_path: Path) -> None:
+    code, out = _run(sim, tmp_path, "plan", "--detailed-exitcode")
+    assert code == 2, out  # never "no changes" while the work is unfinished
+    assert f"~ host {H1} maintenance" in out and "unfinished work of run" in out
+    time.sleep(TTL_S)  # the killed run's lease expires by itself
+    code, out = _run(sim, tmp_path, "apply", "--yes")
+    assert code == 0, out
+    for vm in ("train-01", "web-01"):
+        assert _find(si, vim.VirtualMachine, vm).runtime.powerState == "poweredOn", vm
+    host = sim.host(H1)
+    assert not host["inMaintenance"]
+    assert host["modules"]["nvidia"]["effective"] == "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1"
+    assert _record(si, H1) == {} and _attribute(si, H1, "vgpuctl.lease") == ""
+    code, out = _run(sim, tmp_path, "plan", "--detailed-exitcode")
+    assert code == 0, out
+
+
+def test_kill_during_maintenance_then_plan_and_apply_resume(sim: Any, si: Any, tmp_path: Path) -> None:
+    sim.delay(H1, "EnterMaintenanceMode_Task", 1.5)
+    _kill_at(sim, si, tmp_path, "enter-maintenance")
+    record = _record(si, H1)
+    assert sorted(v["name"] for v in record["vms"]) == ["train-01", "web-01"]
+    assert record["run"] and "enter-maintenance" in record["steps"]
+    _until(lambda: sim.host(H1)["inMaintenance"], "the delayed task finished")
+    _converges(sim, si, tmp_path)
+
+
+@pytest.mark.parametrize("sim", [{"reboot_seconds": 3}], indirect=True)
+def test_kill_during_the_reboot_wait_then_plan_and_apply_resume(sim: Any, si: Any, tmp_path: Path) -> None:
+    _kill_at(sim, si, tmp_path, "wait-reconnect")
+    _until(lambda: sim.host(H1)["connectionState"] == "connected", "the host is back")
+    _converges(sim, si, tmp_path)
+
+
+def test_two_applies_started_together_exactly_one_proceeds(sim: Any, si: Any, tmp_path: Path) -> None:
+    sim.delay(H1, "EnterMaintenanceMode_Task", 2)  # the winner still holds the host when the other arrives
+    barrier = threading.Barrier(2)
+    results: list[tuple[int, str]] = []
+
+    def one(i: int) -> None:
+        work = tmp_path / f"op{i}"
+        work.mkdir()
+        barrier.wait()
+        results.append(_run(sim, work, "apply", "--yes"))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 1], results
+    loser = next(out for code, out in results if code == 1)
+    assert "is working on this host; not touched" in loser and "by " in loser, loser
+    for vm in ("train-01", "web-01"):
+        assert _find(si, vim.VirtualMachine, vm).runtime.powerState == "poweredOn", vm
+    assert _record(si, H1) == {} and not sim.host(H1)["inMaintenance"]
+    assert _run(sim, tmp_path, "plan", "--detailed-exitcode")[0] == 0
