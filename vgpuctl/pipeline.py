@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -17,17 +18,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from vgpuctl import hostplan
+from vgpuctl.domain import Outcome
 from vgpuctl.errors import Interrupted, UsageError
 from vgpuctl.hostapply import HostApplyOptions, HostApplyResult, apply_host_changes, pending_changes
 from vgpuctl.hostfacts import HostFacts
 from vgpuctl.hosttargets import targets_for
 from vgpuctl.inventory import HostSpec, Inventory
 from vgpuctl.model import HostChange, Observed, Plan
-from vgpuctl.progress import Cancel, HostProgress, Progress, VmProgress
+from vgpuctl.progress import RUNNING, Cancel, HostProgress, Progress, VmProgress
 from vgpuctl.statefile import WorkStore
 
 if TYPE_CHECKING:
-    from vgpuctl.apply import ApplyResult
+    from vgpuctl.apply import ApplyResult, VmOutcome
     from vgpuctl.vsphere.session import Session
 
 T = TypeVar("T")
@@ -264,21 +266,81 @@ def apply(
         return ApplyOutcome(None, vms, the_plan, vms.interrupted)
     hosts = apply_hosts(session, observed, inventory.hosts, the_plan.host_changes, options, progress, cancel)
     after = observe(session, options.datacenter, inventory)
-    vm_plan = replan_vms(inventory, after, pending_changes(the_plan.host_changes, hosts))
-    if vm_plan.errors:  # the host results stand; the VM plan's errors are reported
-        from vgpuctl.apply import ApplyResult
-
-        return ApplyOutcome(hosts, ApplyResult(), vm_plan, vm_errors=list(vm_plan.errors))
+    vm_plan, failed = replan_vms_alone(inventory, after, pending_changes(the_plan.host_changes, hosts))
+    if vm_plan.errors:  # the host results stand; errors that name no VM stop every VM
+        return ApplyOutcome(hosts, _not_started(the_plan, failed), vm_plan, vm_errors=list(vm_plan.errors))
     vms = apply_vms(session, vm_plan, after, options, progress, cancel)
+    vms.vms = sorted(vms.vms + _replan_failures(failed), key=lambda o: o.vm)
     return ApplyOutcome(hosts, vms, vm_plan, vms.interrupted)
+
+
+_VM_ERROR = re.compile(r"^vm (?P<vm>[^:\s]+): (?P<reason>.*)$", re.DOTALL)
+
+
+def replan_vms_alone(
+    inventory: Inventory, observed_after: Observed, pending: Sequence[HostChange]
+) -> tuple[Plan, dict[str, list[str]]]:
+    """replan_vms, where a VM whose own re-plan fails is left out so the others go on: (plan of the others,
+    VM name -> its errors). Errors that name no VM stay in the plan."""
+    failed: dict[str, list[str]] = {}
+    vm_plan = replan_vms(inventory, observed_after, pending)
+    for _ in range(3):  # leaving VMs out only frees capacity; a second pass settles it
+        by_vm, other = split_vm_errors(vm_plan.errors)
+        if not by_vm or other:
+            break
+        for name, reasons in by_vm.items():
+            failed.setdefault(name, []).extend(reasons)
+        others = [v for v in inventory.vms if v.name not in failed]
+        vm_plan = replan_vms(inventory.model_copy(update={"vms": others}), observed_after, pending)
+    return vm_plan, failed
+
+
+def split_vm_errors(errors: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """Plan errors by the VM they name ("vm NAME: reason"), and those that name none."""
+    by_vm: dict[str, list[str]] = {}
+    other = []
+    for error in errors:
+        m = _VM_ERROR.match(error)
+        if m:
+            by_vm.setdefault(m["vm"], []).append(m["reason"])
+        else:
+            other.append(error)
+    return by_vm, other
+
+
+def _replan_failures(failed: dict[str, list[str]]) -> list[VmOutcome]:
+    from vgpuctl.apply import VmOutcome
+
+    return [
+        VmOutcome(name, Outcome.FAILED, fault_type="PlanError", message="plan after the host changes: " + "; ".join(r))
+        for name, r in sorted(failed.items())
+    ]
+
+
+def _not_started(the_plan: Plan, failed: dict[str, list[str]]) -> ApplyResult:
+    from vgpuctl.apply import ApplyResult, VmOutcome, planned_steps
+
+    outcomes = [
+        VmOutcome(c.vm, Outcome.NOT_STARTED, message="the VM plan after the host changes failed", left=planned_steps(c))
+        for c in the_plan.changes
+        if c.vm not in failed
+    ]
+    return ApplyResult(vms=sorted(outcomes + _replan_failures(failed), key=lambda o: o.vm))
 
 
 # ------------------------------------------------------------------------------------------ running a stage
 
 
+def second_interrupt_message(running: Sequence[str]) -> str:
+    if not running:
+        return "interrupted again: exiting now; no vCenter task was running"
+    return "interrupted again: exiting now; these vCenter tasks may still be running: " + ", ".join(running)
+
+
 def run_interruptible(work: Callable[[Cancel], T], on_interrupt: Callable[[str], None]) -> tuple[T, bool]:
-    """`work(cancel)` in a worker thread. The first Ctrl-C sets `cancel` (running steps finish, no new ones
-    start) and calls `on_interrupt`; a second one stops waiting (Interrupted). Returns (result, interrupted)."""
+    """`work(cancel)` in a worker thread. The first Ctrl-C sets `cancel` (running and restoring steps finish,
+    no new forward step starts) and calls `on_interrupt`; a second one exits at once (Interrupted, naming the
+    vCenter tasks that may still run). Returns (result, interrupted)."""
     cancel = threading.Event()
     finished = threading.Event()  # not Thread.join: a KeyboardInterrupt inside join() can corrupt is_alive()
     box: dict[str, Any] = {}
@@ -298,9 +360,12 @@ def run_interruptible(work: Callable[[Cancel], T], on_interrupt: Callable[[str],
         # wait loop and escape it.
         interrupts.append(signum)
         if len(interrupts) > 1:
-            raise Interrupted("interrupted again: stopped waiting; vCenter tasks may still run")
+            raise Interrupted(second_interrupt_message(RUNNING.labels()))
         cancel.set()
-        on_interrupt("interrupted: starting no new work, waiting for running tasks (Ctrl-C again to quit)")
+        on_interrupt(
+            "interrupted: no new step starts; waiting for running vCenter tasks and restoring what this run "
+            "stopped (hosts out of maintenance, VMs powered on again). Ctrl-C again to exit at once"
+        )
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     try:
