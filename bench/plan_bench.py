@@ -106,14 +106,15 @@ def bulk_answer_time(sim: Any) -> float:
     from pyVmomi import vim, vmodl
 
     from vgpuctl.vsphere import rawread
-    from vgpuctl.vsphere.observe import LEAN_TYPES, PAGE_SIZE, TYPE_PROPS, _view_spec
+    from vgpuctl.vsphere.objects import view_filter_spec
+    from vgpuctl.vsphere.observe import LEAN_TYPES, PAGE_SIZE, TYPE_PROPS
     from vgpuctl.vsphere.session import open_session
 
     with open_session(settings(sim)) as session:
         add_latency(session)
         content = session.content
         view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine], True)
-        spec = _view_spec(view, [(t, TYPE_PROPS[t]) for t in LEAN_TYPES])
+        spec = view_filter_spec(view, [(t, TYPE_PROPS[t]) for t in LEAN_TYPES])
         options = vmodl.query.PropertyCollector.RetrieveOptions(maxObjects=PAGE_SIZE)
         pc = content.propertyCollector
         _, seconds = timed(lambda: rawread.invoke_raw(session.stub, pc, "RetrievePropertiesEx", [[spec], options]))

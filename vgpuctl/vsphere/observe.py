@@ -27,7 +27,6 @@ import logging
 import re
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuctl.errors import NotFound, UsageError
@@ -41,6 +40,7 @@ from vgpuctl.model import (
 )
 from vgpuctl.vsphere import gpu_types
 from vgpuctl.vsphere.nvlink import sets_from_device_groups
+from vgpuctl.vsphere.objects import Obj, view_filter_spec
 
 log = logging.getLogger(__name__)
 
@@ -94,23 +94,6 @@ TYPE_PROPS = {
 }
 
 
-@dataclass
-class Obj:
-    """One object of the bulk read: its MoRef, vim type name and properties by path."""
-
-    ref: Any
-    type: str
-    props: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def moid(self) -> str:
-        return str(self.ref._moId)
-
-    def get(self, path: str, default: Any = None) -> Any:
-        value = self.props.get(path)
-        return default if value is None else value
-
-
 def observe(session: Any, datacenter: str | None = None, *, nvlink_hosts: Iterable[str] | None = None) -> Observed:
     """Read hosts, GPUs, profiles, clusters, folders and VMs of one datacenter in a fixed number of round trips.
 
@@ -148,7 +131,7 @@ def _retrieve_all_once(session: Any, type_props: list[tuple[str, list[str]]], ro
         True,
     )
     try:
-        return _collect(session, _view_spec(view, type_props))
+        return _collect(session, view_filter_spec(view, type_props))
     finally:
         try:
             session.invoke(view.DestroyView)
@@ -188,13 +171,13 @@ def _retrieve_observed_once(session: Any) -> dict[str, Obj]:
     )
     try:
         if not RAW_VMS:
-            return _collect(session, _view_spec(view, list(TYPE_PROPS.items())))
+            return _collect(session, view_filter_spec(view, list(TYPE_PROPS.items())))
         # The two reads go out together: while vCenter answers the big one, pyVmomi reads the small types.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vgpuctl-observe") as pool:
             lean = pool.submit(_lean_objects, session, view)
             small = [(t, p) for t, p in TYPE_PROPS.items() if t not in LEAN_TYPES]
             try:
-                objects = _collect(session, _view_spec(view, small))
+                objects = _collect(session, view_filter_spec(view, small))
             finally:
                 lean_objects = lean.result()  # waits, and raises the lean read's own error first
         objects.update(lean_objects)
@@ -219,19 +202,8 @@ def _lean_objects(session: Any, view: Any) -> dict[str, Obj]:
         objects = rawread.retrieve(session, view, type_props, PAGE_SIZE)
     except (ET.ParseError, ValueError, AttributeError, KeyError, TypeError, AssertionError) as err:
         log.debug("lean read failed (%r); reading through pyVmomi", err)
-        return _collect(session, _view_spec(view, type_props))
+        return _collect(session, view_filter_spec(view, type_props))
     return {obj.moid: obj for obj in objects}
-
-
-def _view_spec(view: Any, type_props: list[tuple[str, list[str]]]) -> Any:
-    from pyVmomi import vim, vmodl
-
-    pc_ns = vmodl.query.PropertyCollector
-    traverse = pc_ns.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)
-    return pc_ns.FilterSpec(
-        objectSet=[pc_ns.ObjectSpec(obj=view, skip=True, selectSet=[traverse])],
-        propSet=[pc_ns.PropertySpec(type=getattr(vim, t), pathSet=paths) for t, paths in type_props],
-    )
 
 
 def _collect(session: Any, spec: Any) -> dict[str, Obj]:

@@ -1,14 +1,8 @@
 """A lean reader for the biggest bulk reads: VirtualMachine and HostSystem properties straight from the SOAP XML.
 
-pyVmomi builds a full Python object for every one of a VM's devices (controllers, disks, NICs, ...), and that
-deserialization is most of the client time of an observe of a thousand VMs. Here the same
-RetrievePropertiesEx request (serialized by pyVmomi, sent over the session's own stub, counted as a round trip)
-is answered into ElementTree (C parser) and only what vgpuctl reads is converted. Devices are still
-type-checked against pyVmomi's class hierarchy (`issubclass` on the class the XML type names), and only PCI
-passthrough devices are materialized, as real pyVmomi objects, so `observe.split_devices` stays the one
-place that decides what a vGPU is. Hosts get the fields observe reads of their graphics info, graphics
-configuration and PCI devices (plain namespaces), and their graphics manager as a real pyVmomi object.
-Faults are deserialized by pyVmomi and raised as usual.
+The RetrievePropertiesEx request is pyVmomi's (one counted round trip); its answer is parsed with ElementTree
+and only what vgpuctl reads is converted: PCI passthrough devices as real pyVmomi objects (so
+`observe.split_devices` alone decides what a vGPU is), host graphics fields as plain namespaces.
 """
 
 from __future__ import annotations
@@ -19,6 +13,8 @@ import threading
 import xml.etree.ElementTree as ET
 from types import SimpleNamespace
 from typing import Any
+
+from vgpuctl.vsphere.objects import Obj, view_filter_spec
 
 NS = "urn:vim25"
 XSI_TYPE = "{http://www.w3.org/2001/XMLSchema-instance}type"
@@ -65,26 +61,17 @@ def invoke_raw(stub: Any, mo: Any, method: str, args: list[Any]) -> bytes:
 
 
 def retrieve_vms(session: Any, view: Any, paths: list[str], page_size: int) -> list[Any]:
-    """VirtualMachine objects of a ContainerView as observe.Obj, paged, under Session.invoke."""
+    """VirtualMachine objects of a ContainerView as Obj, paged, under Session.invoke."""
     return retrieve(session, view, [("VirtualMachine", paths)], page_size)
 
 
 def retrieve(session: Any, view: Any, type_props: list[tuple[str, list[str]]], page_size: int) -> list[Any]:
-    """Objects of these types (VirtualMachine, HostSystem) in a ContainerView as observe.Obj, paged, in one
+    """Objects of these types (VirtualMachine, HostSystem) in a ContainerView as Obj, paged, in one
     RetrievePropertiesEx (plus one ContinueRetrievePropertiesEx per further page), under Session.invoke."""
-    from pyVmomi import vim, vmodl
+    from pyVmomi import vmodl
 
     pc_ns = vmodl.query.PropertyCollector
-    spec = pc_ns.FilterSpec(
-        objectSet=[
-            pc_ns.ObjectSpec(
-                obj=view,
-                skip=True,
-                selectSet=[pc_ns.TraversalSpec(name="view", path="view", skip=False, type=vim.view.ContainerView)],
-            )
-        ],
-        propSet=[pc_ns.PropertySpec(type=getattr(vim, t), pathSet=paths) for t, paths in type_props],
-    )
+    spec = view_filter_spec(view, type_props)
     stub = session.stub
     pc = session.content.propertyCollector
 
@@ -110,8 +97,6 @@ def retrieve(session: Any, view: Any, type_props: list[tuple[str, list[str]]], p
 
 
 def _object(elem: ET.Element, stub: Any) -> Any:
-    from vgpuctl.vsphere.observe import Obj
-
     ref_elem = elem.find(f"{_Q}obj")
     assert ref_elem is not None
     obj = Obj(ref=_ref(ref_elem), type=ref_elem.get("type", "VirtualMachine"))
