@@ -21,6 +21,7 @@ from vgpuctl.placement import (
     Request,
     add_vgpu,
     farm_from_observed,
+    fits,
     place_farm,
     place_vm,
 )
@@ -96,11 +97,13 @@ def _try(host: HostCtx, shape: Shape, opt: str, gpus: list[Gpu], hl: HostLayout)
     if host.policy == PERFORMANCE and _other_profile_of_kind(hl, opt):
         return False
     profiles = [opt] * shape.vgpus
-    res = place_vm(gpus, shape.name, profiles, host.policy, nvlink=shape.nvlink, host=host.name)
+    res = None
+    if _enough(gpus, opt, shape.vgpus):  # placement copies every GPU: ask it only when it may say yes
+        res = place_vm(gpus, shape.name, profiles, host.policy, nvlink=shape.nvlink, host=host.name)
     trial = gpus
-    if not res.ok:
+    if res is None or not res.ok:
         trial = _switched(host, gpus, opt)
-        if trial is gpus:
+        if trial is gpus or not _enough(trial, opt, shape.vgpus):
             return False
         res = place_vm(trial, shape.name, profiles, host.policy, nvlink=shape.nvlink, host=host.name)
         if not res.ok:
@@ -115,6 +118,11 @@ def _try(host: HostCtx, shape: Shape, opt: str, gpus: list[Gpu], hl: HostLayout)
         hl.use.setdefault(p.gpu, Counter())[(shape.name, opt)] += 1
     hl.vms.append((shape.name, opt))
     return True
+
+
+def _enough(gpus: list[Gpu], profile: str, vgpus: int) -> bool:
+    """At least as many GPUs take one more vGPU of `profile` as the VM has vGPUs (needed, not enough)."""
+    return sum(1 for g in gpus if fits(g, profile)) >= vgpus
 
 
 def _other_profile_of_kind(hl: HostLayout, opt: str) -> bool:
