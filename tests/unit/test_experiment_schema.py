@@ -99,7 +99,7 @@ def test_merge_rules():
     assert out["graphics"] == {"default_type": "sharedDirect", "assignment_policy": "performance"}
     assert out["gpus"] == [{"select": "all", "mode": "time-sliced"}, {"select": "0000:3b:00.0", "mode": "time-sliced"},
                            {"select": "0000:af:00.0", "mode": "mig"}]
-    assert out["scheduler"] == "best-effort"  # a scalar replaces a mapping
+    assert out["scheduler"] == {"policy": "best-effort"}  # the shorthand is {policy: ...}
     assert base["graphics"]["default_type"] == "shared"  # the base is not modified
     assert merge_entry({"vgpus": [{"profile": "a", "count": 2}]}, {"vgpus": {"profile": "b"}}) == {
         "vgpus": {"profile": "b"}}  # lists are replaced, not merged
@@ -184,3 +184,29 @@ def test_a_variant_may_only_change_what_the_base_sets(tmp_path):
         f"{tmp_path}/experiment.yaml:13:69: variants[2].hosts[0].gpus[1]: the base inventory leaves gpus[1] unset, "
         f"{restore}",
     ]
+
+
+@pytest.mark.parametrize(
+    "base, overlay",
+    [
+        ({"graphics": {"default_type": "shared", "assignment_policy": "performance"}, "nvlink": "enabled"},
+         {"graphics": {"default_type": "sharedDirect"}, "nvlink": "disabled"}),
+        ({"scheduler": {"policy": "equal-share", "timeslice_ms": 3}}, {"scheduler": "fixed-share"}),
+        ({"scheduler": "equal-share"}, {"scheduler": {"timeslice_ms": 5}}),
+        ({"gpus": [{"select": "all", "mode": "time-sliced", "vgpu_mode": "sameSize"},
+                   {"select": "0000:3B:00.0", "mode": "mig"}]},
+         {"gpus": [{"mode": "mig", "vgpu_mode": None}, {"select": "0000:3b:00.0", "mode": "time-sliced"},
+                   {"select": "0000:af:00.0", "mode": "mig"}]}),
+        ({"ssh": {"user": "root", "port": 2222}, "maintenance": {"evacuate": "refuse", "max_unavailable": 2}},
+         {"ssh": {"port": 22}, "maintenance": {"evacuate": "power-off"}}),
+    ],
+)
+def test_merge_agrees_with_the_inventorys_host_merge(base, overlay):
+    from vgpuctl.hostmerge import merge_host
+    from vgpuctl.inventory import HostSpec
+
+    ours = HostSpec.model_validate({**merge_entry({"cluster": "C", **base}, {"cluster": "C", **overlay})})
+    theirs = merge_host("h", [HostSpec.model_validate({"cluster": "C", **base}),
+                              HostSpec.model_validate({"name": "h", **overlay})]).spec
+    fields = ("graphics", "gpus", "nvlink", "scheduler", "ssh", "maintenance")
+    assert {f: getattr(ours, f) for f in fields} == {f: getattr(theirs, f) for f in fields}

@@ -200,20 +200,24 @@ def _nccl_table(key: str, label: str, variants: list[str], picked: dict[str, lis
     base = variants[0]
     header = ["size"] + [h for n in variants for h in (f"{n} busbw GB/s", f"{n} time us")]
     header += [f"{n} / {base} busbw" for n in variants[1:]]
-    rows, data = [], []
+    rows: list[list[str]] = []
+    data: list[dict[str, Any]] = []
     for size in sorted(sizes):
-        row, entry = [human_size(size)], {"size_bytes": size, "variants": {}, "ratio": {}}
+        row = [human_size(size)]
+        cells: dict[str, Any] = {}
+        ratios: dict[str, float | None] = {}
+        entry: dict[str, Any] = {"size_bytes": size, "variants": cells, "ratio": ratios}
         for name in variants:
-            cell = per[name].get(size)
-            bw = Spread.of(cell["busbw"]) if cell else None
-            tm = Spread.of(cell["time"]) if cell else None
+            samples = per[name].get(size)
+            bw = Spread.of(samples["busbw"]) if samples else None
+            tm = Spread.of(samples["time"]) if samples else None
             row += [bw.text() if bw else "-", tm.text(1) if tm else "-"]
-            entry["variants"][name] = {"busbw_gbs": asdict(bw) if bw else None, "time_us": asdict(tm) if tm else None}
-        base_bw = entry["variants"][base]["busbw_gbs"]
+            cells[name] = {"busbw_gbs": asdict(bw) if bw else None, "time_us": asdict(tm) if tm else None}
+        base_bw = cells[base]["busbw_gbs"]
         for name in variants[1:]:
-            bw = entry["variants"][name]["busbw_gbs"]
-            ratio = bw["median"] / base_bw["median"] if bw and base_bw and base_bw["median"] else None
-            entry["ratio"][name] = ratio
+            other = cells[name]["busbw_gbs"]
+            ratio = other["median"] / base_bw["median"] if other and base_bw and base_bw["median"] else None
+            ratios[name] = ratio
             row.append(f"{ratio:.2f}x" if ratio is not None else "-")
         rows.append(row)
         data.append(entry)
@@ -238,21 +242,25 @@ def _p2p_table(key: str, label: str, variants: list[str], picked: dict[str, list
     base = variants[0]
     header = ["GPU pair"] + [h for n in variants for h in (f"{n} bidir GB/s", f"{n} unidir GB/s", f"{n} latency us")]
     header += [f"{n} / {base} bidir" for n in variants[1:]]
-    rows, data = [], []
+    rows: list[list[str]] = []
+    data: list[dict[str, Any]] = []
     for pair in sorted(pairs):
-        row, entry = [pair], {"pair": pair, "variants": {}, "ratio": {}}
+        row = [pair]
+        cells: dict[str, Any] = {}
+        ratios: dict[str, float | None] = {}
+        entry: dict[str, Any] = {"pair": pair, "variants": cells, "ratio": ratios}
         for name in variants:
             cell = per[name].get(pair) or {}
             spreads = {k: Spread.of(v) for k, v in cell.items()}
             for k, digits in (("bidirectional_gbs", 2), ("unidirectional_gbs", 2), ("latency_us", 2)):
                 s = spreads.get(k)
                 row.append(s.text(digits) if s else "-")
-            entry["variants"][name] = {k: asdict(s) if s else None for k, s in spreads.items()}
-        base_bw = (entry["variants"][base] or {}).get("bidirectional_gbs")
+            cells[name] = {k: asdict(s) if s else None for k, s in spreads.items()}
+        base_bw = cells[base].get("bidirectional_gbs")
         for name in variants[1:]:
-            bw = (entry["variants"][name] or {}).get("bidirectional_gbs")
+            bw = cells[name].get("bidirectional_gbs")
             ratio = bw["median"] / base_bw["median"] if bw and base_bw and base_bw["median"] else None
-            entry["ratio"][name] = ratio
+            ratios[name] = ratio
             row.append(f"{ratio:.2f}x" if ratio is not None else "-")
         rows.append(row)
         data.append(entry)

@@ -254,8 +254,9 @@ class VsphereFarm:
         try:
             raise_for_outcome(run)
         except VgpuctlError as err:
+            failed = run.hosts.failed if run.hosts is not None else []
             hosts = run.hosts.hosts if run.hosts is not None else []
-            details = [" ".join(o.describe().split()) for o in hosts if o.host in run.hosts.failed]
+            details = [" ".join(o.describe().split()) for o in hosts if o.host in failed]
             if not details:
                 raise
             raise VgpuctlError(f"{err}: {'; '.join(details)}") from None
@@ -281,7 +282,11 @@ class VsphereFarm:
         options = self._options(inventory)
         with common.connect(self.opts, inventory) as session:
             observed = pipeline.observe(session, options.datacenter, inventory)
-            vm_hosts = {vm: observed.vms[vm].host for vm in vms if vm in observed.vms and observed.vms[vm].host}
+            vm_hosts: dict[str, str] = {}
+            for vm in vms:
+                host = observed.vms[vm].host if vm in observed.vms else None
+                if host:
+                    vm_hosts[vm] = host
             specs = {h: _host_spec(inventory, h, observed.hosts[h].cluster)
                      for h in sorted(set(vm_hosts.values())) if h in observed.hosts}
             facts, errors = pipeline.host_facts(session, observed, specs, options)

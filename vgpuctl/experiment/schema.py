@@ -235,9 +235,11 @@ def _check(exp: Experiment) -> list[InventoryError]:
 
 
 def merge_entry(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
-    """The inventory's merge rules: mappings key by key, lists and scalars replaced, `gpus` merged by `select`."""
-    out = copy.deepcopy(base)
-    for key, value in overlay.items():
+    """The inventory's merge rules (vgpuctl.hostmerge) on plain entries: mappings key by key, lists and scalars
+    replaced, `gpus` merged by `select`. Shorthands are written out first (`scheduler: equal-share` is
+    `{policy: equal-share}`), as the schema reads them."""
+    out = _longhand(copy.deepcopy(base))
+    for key, value in _longhand(overlay).items():
         if key == "gpus" and isinstance(value, list) and isinstance(out.get(key), list):
             out[key] = _merge_gpus(out[key], value)
         elif isinstance(value, dict) and isinstance(out.get(key), dict):
@@ -247,12 +249,21 @@ def merge_entry(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]
     return out
 
 
+def _longhand(entry: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(entry.get("scheduler"), str):
+        return {**entry, "scheduler": {"policy": entry["scheduler"]}}
+    return entry
+
+
+def _select(gpu: Any) -> str | None:
+    return str(gpu.get("select", "all")).lower() if isinstance(gpu, dict) else None
+
+
 def _merge_gpus(base: list[Any], overlay: list[Any]) -> list[Any]:
     merged = [copy.deepcopy(g) for g in base]
     for g in overlay:
-        select = g.get("select", "all") if isinstance(g, dict) else None
-        match = next((i for i, b in enumerate(merged)
-                      if isinstance(b, dict) and b.get("select", "all") == select), None)
+        select = _select(g)
+        match = next((i for i, b in enumerate(merged) if _select(b) == select), None)
         if match is None:
             merged.append(copy.deepcopy(g))
         else:
@@ -363,13 +374,13 @@ def unrestorable(base: dict[str, Any], overlay: dict[str, Any], path: Path_ = ()
     """Keys the overlay sets that the base entry leaves unset: applying the base again would not undo them
     (an inventory leaves unset settings as they are), so the experiment could not restore the farm."""
     out: list[Path_] = []
+    base, overlay = _longhand(base), _longhand(overlay)
     for key, value in overlay.items():
         if key not in base:
             out.append((*path, key))
         elif key == "gpus" and isinstance(value, list) and isinstance(base[key], list):
             for i, g in enumerate(value):
-                select = g.get("select", "all") if isinstance(g, dict) else None
-                match = next((b for b in base[key] if isinstance(b, dict) and b.get("select", "all") == select), None)
+                match = next((b for b in base[key] if _select(b) == _select(g)), None)
                 if match is None:
                     out.append((*path, key, i))
                 elif isinstance(g, dict):
