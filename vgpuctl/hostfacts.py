@@ -1,13 +1,8 @@
-"""Host GPU facts that the bulk observe does not read: from the ESXi shell and per-host vSphere calls.
+"""Host GPU facts the bulk observe does not read, from the ESXi shell and per-host vSphere calls.
 
-The shell side (nvidia-smi and esxcli over SSH, vgpuctl.esxi) gives MIG mode current and pending per GPU,
-NVLink link state, the GPU topology and the parameters the nvidia module declares; the vSphere side
-(vgpuctl.vsphere.host) gives the nvidia module's option string as configured (next boot) and in effect
-(loaded module), and graphicsConfig.deviceType (the per-GPU time-sliced vGPU mode, which graphicsInfo hides
-while a GPU is in MIG mode).
-
-`HostFacts` is plain data (to_dict/from_dict) so that vgpuctl.hostplan stays a pure function testable from
-fixture files. `gather_shell_facts(shell)` and `gather_host_facts(...)` do the I/O.
+Shell (vgpuctl.esxi.facts): MIG mode current and pending per GPU, NVLink links, topology, the nvidia module's
+declared parameters. API (vgpuctl.vsphere.host): the module options configured and in effect, and the per-GPU
+time-sliced vGPU mode. `HostFacts` is plain data, so vgpuctl.hostplan stays pure.
 """
 
 from __future__ import annotations

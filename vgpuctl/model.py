@@ -58,7 +58,7 @@ class ObservedHost:
     offered_profiles: list[str] = field(default_factory=list)  # config.sharedPassthruGpuTypes
     profiles: dict[str, ObservedProfile] = field(default_factory=dict)  # name -> info
     max_vgpus_per_vm: int = 8
-    module_options: str = ""  # configured nvidia module option string (issue 5)
+    module_options: str = ""  # configured nvidia module option string
     resource_pool_moid: str = ""  # root resource pool of the host's cluster / compute resource (clone target)
     graphics_manager_moid: str = ""  # configManager.graphicsManager
     environment_browser_moid: str = ""  # of the host's cluster / compute resource (QueryConfigTarget)
@@ -166,7 +166,7 @@ class DeviceChange:
     profile: str
     key: int | None = None
     # ADD only: vGPUs with the same group number are attached together as one NVLink vendor device group
-    # (ConfigSpec.deviceGroups + deviceGroupInfo on each member); None = a plain vGPU. (added by PYCORE)
+    # (ConfigSpec.deviceGroups + deviceGroupInfo on each member); None = a plain vGPU.
     group: int | None = None
 
 
@@ -204,7 +204,7 @@ class VmChange:
 
 @dataclass
 class HostChange:
-    """One host-side change (issue 5): graphics config, MIG mode, module options. Host changes run first."""
+    """One host-side change: graphics config, MIG mode, module options. Host changes run first."""
 
     host: str
     kind: str  # graphics | mig | nvlink | scheduler
