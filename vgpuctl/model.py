@@ -96,6 +96,27 @@ class ObservedVm:
     guest_state: str = "notRunning"
     tools_running: bool = False
 
+    @property
+    def path(self) -> str:
+        """Its folder path and name from the datacenter's VM folder: `/teamB/inv-01`, `/inv-01` at the root."""
+        return f"/{self.folder}/{self.name}" if self.folder else f"/{self.name}"
+
+    def in_folder(self, folder: str | None) -> bool:
+        """Whether it is in this folder (a path as `folder_path` gives it, "" the root); None matches any."""
+        return folder is None or (self.folder or "") == folder
+
+
+def folder_path(text: str | None) -> str | None:
+    """An inventory folder as observe writes paths: `/ml/train/` -> `ml/train`, `/` -> `` (the root), None stays."""
+    if text is None:
+        return None
+    return "/".join(part for part in text.split("/") if part)
+
+
+def folder_label(folder: str | None) -> str:
+    """How messages name a folder: `/` for the root."""
+    return folder or "/"
+
 
 @dataclass
 class Observed:
@@ -106,14 +127,25 @@ class Observed:
     datacenter: str = ""
     hosts: dict[str, ObservedHost] = field(default_factory=dict)
     clusters: dict[str, list[str]] = field(default_factory=dict)  # cluster -> host names
-    vms: dict[str, ObservedVm] = field(default_factory=dict)  # templates included (is_template=True)
+    # templates included (is_template=True). Keyed by name; VMs that share a name (in different folders) are
+    # keyed by their path (ObservedVm.path) instead, and `same_name` lists those keys by name.
+    vms: dict[str, ObservedVm] = field(default_factory=dict)
+    same_name: dict[str, list[str]] = field(default_factory=dict)  # name -> keys of the VMs of that name
     folders: list[str] = field(default_factory=list)  # VM folder paths relative to the datacenter
     round_trips: int = 0
     moids: dict[str, str] = field(default_factory=dict)  # "datacenter", "vm_folder" -> moid
     cluster_moids: dict[str, str] = field(default_factory=dict)  # cluster name -> moid
     cluster_pool_moids: dict[str, str] = field(default_factory=dict)  # cluster name -> root resource pool moid
     folder_moids: dict[str, str] = field(default_factory=dict)  # VM folder path -> moid
-    warnings: list[str] = field(default_factory=list)  # e.g. duplicate VM names
+    warnings: list[str] = field(default_factory=list)  # e.g. NVLink sets that could not be read
+
+    def vm_for(self, change: VmChange) -> ObservedVm | None:
+        """The VM a planned change is for (by the key the planner matched, else by name); None when it is not
+        there, or is not in the folder a clone would create it in."""
+        vm = self.vms.get(change.observed_key or change.vm)
+        if vm is not None and change.clone is not None and not vm.in_folder(folder_path(change.clone.folder)):
+            return None
+        return vm
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -192,6 +224,7 @@ class VmChange:
     power_off: bool = False  # the VM runs now and must be powered off for this change (disruptive)
     power_on: bool = False  # power the VM on at the end
     depends_on_hosts: list[str] = field(default_factory=list)  # host changes that must land first
+    observed_key: str | None = None  # its key in Observed.vms when that is not `vm` (a name VMs share)
 
     @property
     def needs_reconfigure(self) -> bool:

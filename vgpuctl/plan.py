@@ -1,6 +1,8 @@
 """make_plan: the pure function Inventory x Observed -> Plan. No I/O.
 
 Per VM in the inventory (VMs in vCenter that the inventory does not name are left alone):
+- which VM it is: its name, in its `folder` when the entry sets one; a name that VMs in several folders share
+  needs the folder, and a folder that holds none of them is an error, never a clone beside them;
 - clone from `template` when the VM is missing (cpus, memory, cluster or host, folder);
 - the vGPU device diff: keep devices whose profile is still wanted (lowest keys first), remove the surplus
   (highest keys), add what is missing; passthrough devices that are not vGPUs are never touched;
@@ -37,6 +39,8 @@ from vgpuctl.model import (
     Plan,
     PowerState,
     VmChange,
+    folder_label,
+    folder_path,
 )
 from vgpuctl.placement import Request, farm_from_observed, place_farm
 from vgpuctl.profiles import (
@@ -65,6 +69,7 @@ class _VmPlan:
     exists: bool = True
     profiles: list[str] = field(default_factory=list)
     candidates: list[str] = field(default_factory=list)  # hosts the VM is on or may be created on
+    key: str = ""  # its key in observed.vms (its name unless VMs in several folders share the name)
 
 
 def make_plan(
@@ -78,9 +83,10 @@ def make_plan(
     base = hostplan.predict_observed(observed, hosts.changes) if hosts and hosts.changes else observed
     plans = [_plan_vm(spec, base) for spec in sorted(inv.vms, key=lambda v: v.name)]
     _check_capacity(plans, base)
-    plan = Plan()
+    plan = Plan(warnings=list(observed.warnings))  # what the read itself could not see
     if hosts is not None:
-        plan.host_changes, plan.errors, plan.warnings = hosts.changes, list(hosts.errors), list(hosts.warnings)
+        plan.host_changes, plan.errors = hosts.changes, list(hosts.errors)
+        plan.warnings += hosts.warnings
     for vp in plans:
         plan.vm_changes.append(vp.change)
         plan.errors.extend(f"vm {vp.spec.name}: {e}" for e in vp.errors)
@@ -104,7 +110,12 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
     if problem:
         vp.errors.append(problem)
         return vp
-    obs = observed.vms.get(spec.name)
+    key, obs, problem = find_vm(observed, spec.name, folder_path(spec.folder))
+    if problem:
+        vp.errors.append(problem)
+        return vp
+    vp.key = key or spec.name
+    vp.change.observed_key = key if key != spec.name else None
     if obs is not None and obs.is_template:
         vp.errors.append("is a template in vCenter, not a VM")
         return vp
@@ -124,6 +135,24 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
     _diff_fields(vp, base, parsed)
     _plan_power(vp, base)
     return vp
+
+
+def find_vm(observed: Observed, name: str, folder: str | None) -> tuple[str | None, ObservedVm | None, str]:
+    """The VM an inventory entry means: (its key in observed.vms, the VM, "") when there is one, (None, None, "")
+    when there is none (it may be created), else (None, None, why not) when the name alone cannot tell which VM
+    is meant, or names VMs only in other folders than `folder` (a path as model.folder_path gives it)."""
+    keys = observed.same_name.get(name) or ([name] if name in observed.vms else [])
+    matching = [k for k in keys if observed.vms[k].in_folder(folder)]
+    if len(matching) == 1:
+        return matching[0], observed.vms[matching[0]], ""
+    folders = ", ".join(sorted(folder_label(observed.vms[k].folder) for k in keys))
+    if len(matching) > 1:
+        return None, None, (f"the name matches {len(matching)} VMs, in folders {folders}: set 'folder' to the one "
+                            "meant (/ for the root)")
+    if keys:
+        return None, None, (f"no VM of that name in folder {folder_label(folder)}; there is one in {folders}: set "
+                            "'folder' to where it is, or give the new VM a name of its own")
+    return None, None, ""
 
 
 def _alternatives(spec: VmSpec, observed: Observed) -> str:
@@ -149,8 +178,12 @@ def _plan_clone(vp: _VmPlan, observed: Observed) -> ObservedVm | None:
     if not spec.template:
         vp.errors.append("does not exist and has no template to clone from (set 'template')")
         return None
-    template = observed.vms.get(spec.template)
-    if template is None:
+    _, template, problem = find_vm(observed, spec.template, None)
+    if problem:
+        folders = ", ".join(sorted(folder_label(observed.vms[k].folder) for k in observed.same_name[spec.template]))
+        vp.errors.append(f"template {spec.template!r} names VMs in folders {folders}: give the template a name of "
+                         "its own")
+    elif template is None:
         vp.errors.append(f"template {spec.template!r} not found")
     if spec.host is None and spec.cluster is None:
         vp.errors.append("does not exist; set 'cluster' or 'host' to create it")
@@ -165,9 +198,10 @@ def _plan_clone(vp: _VmPlan, observed: Observed) -> ObservedVm | None:
         vp.candidates = sorted(observed.clusters[spec.cluster or ""])
     if template is None or vp.errors:
         return None
-    if spec.folder and observed.folders and spec.folder not in observed.folders:
+    folder = folder_path(spec.folder) or None  # the root is the default
+    if folder and observed.folders and folder not in observed.folders:
         vp.warnings.append(f"folder {spec.folder!r} was not observed")
-    vp.change.clone = CloneSpec(spec.template, spec.cluster, spec.host, spec.folder, spec.cpus, spec.memory_mb)
+    vp.change.clone = CloneSpec(spec.template, spec.cluster, spec.host, folder, spec.cpus, spec.memory_mb)
     # The clone starts as a copy of the template, powered off.
     return ObservedVm(
         name=spec.name, firmware=template.firmware, hardware_version=template.hardware_version,
@@ -334,7 +368,7 @@ def _describe(change: VmChange) -> list[str]:
 
 def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     """Place every VM that will be powered on; a VM that would not fit gets a plan error naming the host."""
-    release = [vp.spec.name for vp in plans if vp.change.power_off]
+    release = [vp.key for vp in plans if vp.change.power_off]
     state = farm_from_observed(observed, release)
     todo = [vp for vp in plans if vp.change.power_on and not vp.errors and vp.profiles]
     todo.sort(key=lambda vp: (not vp.exists, vp.spec.name))  # existing VMs first, then new ones

@@ -25,7 +25,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from vgpuctl.inventory import load_inventory, load_inventory_text, validate
-from vgpuctl.model import Observed, ObservedVgpu, Plan
+from vgpuctl.model import CloneSpec, Observed, ObservedVgpu, Plan, VmChange
 from vgpuctl.placement import farm_from_observed, place_vm
 from vgpuctl.plan import make_plan
 from vgpuctl.render import plan_to_json, render_plan_text
@@ -221,3 +221,59 @@ def test_plan_checks_mixing_without_validate() -> None:
         "e.g. grid_a100-40c or grid_a100-3-20c); offered there: grid_a100-10c, grid_a100-20c, grid_a100-40c, "
         "grid_a100-4c, grid_a100-5c, grid_a100-8c",
     ]
+
+
+# ------------------------------------------------------------------------------------------- VM identity
+
+
+def _same_name_plan(inventory: str) -> tuple[Observed, Plan]:
+    observed = Observed.from_dict(_load(FIXTURES / "_same-name.yaml"))
+    return observed, make_plan(load_inventory_text(inventory), observed)
+
+
+def test_the_change_names_the_vm_of_its_folder() -> None:
+    observed, plan = _same_name_plan(
+        "apiVersion: vgpuctl/v1\nvms:\n  - {name: inv-01, folder: teamB, cpus: 4}\n"
+    )
+    (change,) = plan.changes
+    assert change.observed_key == "/teamB/inv-01"
+    vm = observed.vm_for(change)
+    assert vm is not None and vm.moid == "vm-teamb"
+
+
+def test_a_unique_name_matches_in_any_folder_when_the_entry_names_none() -> None:
+    observed = Observed.from_dict(_load(FIXTURES / "_same-name.yaml"))
+    observed.vms = {"inv-02": observed.vms.pop("/teamB/inv-01")}
+    observed.vms["inv-02"].name = "inv-02"
+    observed.same_name = {}
+    observed.hosts["esx-01.gpu.sim"].gpus[0].vms = ["inv-02", "inv-02"]
+    plan = make_plan(load_inventory_text("apiVersion: vgpuctl/v1\nvms:\n  - {name: inv-02, cpus: 4}\n"), observed)
+    assert not plan.errors
+    (change,) = plan.changes
+    assert change.observed_key is None and observed.vm_for(change) is observed.vms["inv-02"]
+
+
+def test_a_clone_is_never_matched_to_a_vm_of_that_name_elsewhere() -> None:
+    observed = Observed.from_dict(_load(FIXTURES / "_same-name.yaml"))
+    observed.vms["solo"] = observed.vms["/inv-01"]
+    change = VmChange("solo", clone=CloneSpec("ubuntu-22.04-ml", folder="teamA"))
+    assert observed.vm_for(change) is None
+    assert observed.vm_for(VmChange("solo", clone=CloneSpec("ubuntu-22.04-ml"))) is observed.vms["solo"]
+
+
+def test_a_template_name_two_vms_share_is_an_error() -> None:
+    _, plan = _same_name_plan(
+        "apiVersion: vgpuctl/v1\nvms:\n  - {name: new-01, template: inv-01, cluster: GPU-Cluster}\n"
+    )
+    assert plan.errors == [
+        "vm new-01: template 'inv-01' names VMs in folders /, teamB: give the template a name of its own"
+    ]
+
+
+def test_observe_warnings_reach_the_plan() -> None:
+    observed = Observed.from_dict(_load(FIXTURES / "_same-name.yaml"))
+    observed.warnings = ["host esx-01.gpu.sim: NVLink sets not read (HostCommunication)"]
+    plan = make_plan(load_inventory_text("apiVersion: vgpuctl/v1\nvms:\n  - {name: inv-01, folder: /}\n"), observed)
+    assert plan.warnings == observed.warnings
+    assert "Warning: host esx-01.gpu.sim: NVLink sets not read" in render_plan_text(plan)
+    assert plan_to_json(plan)["warnings"] == observed.warnings

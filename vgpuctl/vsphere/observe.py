@@ -18,13 +18,15 @@ Round trips of one `observe` call, whatever the number of VMs and hosts:
 So a datacenter of identical hosts costs 5 round trips up to PAGE_SIZE hosts and VMs, one more per further page.
 Without `nvlink_hosts`, nvlink_set stays None; vgpuctl.hostfacts can read the sets from the ESXi shell
 instead (`set_nvlink_sets` records them).
-Names of referenced objects (a VM's host, a host's cluster, folders) are resolved from the same results.
+Names of referenced objects (a VM's host, a host's cluster, folders) are resolved from the same results, and so
+is each VM's folder path: VMs that share a name in different folders are all kept, keyed by their paths.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -243,22 +245,32 @@ def build_observed(objects: dict[str, Obj], datacenter: str | None) -> Observed:
                 observed.cluster_pool_moids[name] = pool
     observed.folders.sort()
 
-    for moid in sorted(in_dc, key=lambda m: str(objects[m].get("name", ""))):
+    by_name = sorted(in_dc, key=lambda m: str(objects[m].get("name", "")))
+    vms = [_vm(objects, objects[m], vm_root) for m in by_name if _is_vm(objects[m])]
+    keys = vm_keys(vms)
+    for moid in by_name:
         obj = objects[moid]
         if obj.type == "HostSystem":
-            host = _host(objects, obj)
+            host = _host(objects, obj, keys)
             observed.hosts[host.name] = host
             if host.cluster is not None:
                 observed.clusters.setdefault(host.cluster, []).append(host.name)
-    for moid in sorted(in_dc, key=lambda m: str(objects[m].get("name", ""))):
-        obj = objects[moid]
-        if obj.type == "VirtualMachine" and "name" in obj.props:
-            vm = _vm(objects, obj, vm_root)
-            if vm.name in observed.vms:
-                observed.warnings.append(f"VM name {vm.name!r} is used more than once; only {vm.moid} is managed")
-                continue
-            observed.vms[vm.name] = vm
+    for vm in sorted(vms, key=lambda v: keys[v.moid]):
+        observed.vms[keys[vm.moid]] = vm
+        if keys[vm.moid] != vm.name:
+            observed.same_name.setdefault(vm.name, []).append(keys[vm.moid])
     return observed
+
+
+def _is_vm(obj: Obj) -> bool:
+    return obj.type == "VirtualMachine" and "name" in obj.props
+
+
+def vm_keys(vms: list[ObservedVm]) -> dict[str, str]:
+    """moid -> key in Observed.vms: the name, or the folder path and name when VMs in several folders share it
+    (vSphere keeps names unique per folder, so a path names one VM)."""
+    count = Counter(vm.name for vm in vms)
+    return {vm.moid: vm.name if count[vm.name] == 1 else vm.path for vm in vms}
 
 
 def _pick_datacenter(objects: dict[str, Obj], name: str | None) -> Obj:
@@ -311,7 +323,7 @@ def _folder_path(objects: dict[str, Obj], moid: str, vm_root: str) -> str:
     return "/".join(reversed(names))
 
 
-def _host(objects: dict[str, Obj], obj: Obj) -> ObservedHost:
+def _host(objects: dict[str, Obj], obj: Obj, vm_keys: dict[str, str]) -> ObservedHost:
     parent = objects.get(_moid(obj.get("parent")))
     cluster = str(parent.get("name")) if parent is not None and parent.type == "ClusterComputeResource" else None
     api = str(obj.get("config.product.apiVersion") or obj.get("summary.config.product.apiVersion") or "")
@@ -335,7 +347,7 @@ def _host(objects: dict[str, Obj], obj: Obj) -> ObservedHost:
         host.assignment_policy = str(config.sharedPassthruAssignmentPolicy or host.assignment_policy)
     pci = {str(d.id): d for d in obj.get("hardware.pciDevice", [])}
     for info in obj.get("config.graphicsInfo", []):
-        host.gpus.append(_gpu(objects, info, pci.get(str(info.pciId))))
+        host.gpus.append(_gpu(objects, info, pci.get(str(info.pciId)), vm_keys))
     host.gpus.sort(key=lambda g: g.pci_id)
     names = _by_key(obj.get("availableField", {}), "name")
     values = _by_key(obj.get("customValue", {}), "value")
@@ -350,8 +362,9 @@ def _by_key(items: Any, attr: str) -> dict[int, Any]:
     return {int(i.key): getattr(i, attr, None) for i in items}
 
 
-def _gpu(objects: dict[str, Obj], info: Any, pci: Any) -> ObservedGpu:
-    vms = sorted(str(objects[_moid(v)].get("name")) for v in (info.vm or []) if _moid(v) in objects)
+def _gpu(objects: dict[str, Obj], info: Any, pci: Any, vm_keys: dict[str, str]) -> ObservedGpu:
+    vms = sorted(vm_keys.get(_moid(v)) or str(objects[_moid(v)].get("name")) for v in (info.vm or [])
+                 if _moid(v) in objects)
     gpu = ObservedGpu(
         pci_id=str(info.pciId),
         device_name=str(info.deviceName or ""),
@@ -557,7 +570,8 @@ def _query_device_groups(session: Any, host: ObservedHost) -> list[Any] | str:
         target = session.invoke(browser.QueryConfigTarget, vim.HostSystem(host.moid, stub))
     except vmodl.MethodFault as err:
         kind = type(err).__name__.rsplit(".", 1)[-1]
-        return f"{kind}: {err.msg}" if getattr(err, "msg", "") else kind
+        msg = getattr(err, "msg", "")
+        return f"{kind}: {msg}" if msg else kind
     return list(getattr(target, "vendorDeviceGroupInfo", None) or []) if target is not None else []
 
 
