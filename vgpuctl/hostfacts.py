@@ -96,9 +96,9 @@ def gather_shell_facts(host: str, run: Runner, facts: HostFacts | None = None) -
         g.mig_current, g.mig_pending = row.mig_current, row.mig_pending
         by_index[row.index] = g
     for links in NVLINK_STATUS.gather(run):
-        g = by_index.get(links.index)
-        if g is not None:
-            g.nvlink_links, g.nvlink_active = len(links.links), links.active_links
+        linked = by_index.get(links.index)
+        if linked is not None:
+            linked.nvlink_links, linked.nvlink_active = len(links.links), links.active_links
     if len(by_index) > 1:
         topo = TOPOLOGY.gather(run)
         for a, g in by_index.items():

@@ -82,6 +82,9 @@ class LiveOnTerminal:
             self.live.__enter__()
         return self
 
+    def __rich__(self) -> Any:
+        raise NotImplementedError("a live display renders itself")
+
     def __exit__(self, *exc: object) -> None:
         if self.live is not None:
             self.live.__exit__(None, None, None)

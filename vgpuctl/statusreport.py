@@ -54,8 +54,8 @@ def gpu_occupancy(observed: Observed, host: ObservedHost) -> dict[str, list[GpuV
     which is exact whenever a VM's vGPUs share one profile."""
     by_vm: dict[str, list[str]] = {}
     for gpu in sorted(host.gpus, key=lambda g: g.pci_id):
-        for vm in gpu.vms:
-            by_vm.setdefault(vm, []).append(gpu.pci_id)
+        for held_by in gpu.vms:
+            by_vm.setdefault(held_by, []).append(gpu.pci_id)
     occupancy: dict[str, list[GpuVm]] = {g.pci_id: [] for g in host.gpus}
     for vm_name, pci_ids in by_vm.items():
         vm = observed.vms.get(vm_name)

@@ -13,7 +13,7 @@ from typing import Generic, TypeVar
 
 from vgpuctl.esxi import commands, parsers
 
-T = TypeVar("T")
+T = TypeVar("T", covariant=True)
 Runner = Callable[[str], str]  # runs one command line on the host, returns its stdout
 
 

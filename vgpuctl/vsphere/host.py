@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from vgpuctl.errors import NotFound, VgpuctlError, VsphereFault
@@ -146,7 +147,7 @@ def read_host(session: Any, moid: str) -> HostApiState:
         moid=moid,
         connection_state=str(p.get("runtime.connectionState") or "connected"),
         in_maintenance=bool(p.get("runtime.inMaintenanceMode")),
-        boot_time=boot.isoformat() if hasattr(boot, "isoformat") else (str(boot) if boot else None),
+        boot_time=boot.isoformat() if isinstance(boot, datetime) else (str(boot) if boot else None),
         offered_profiles=sorted(str(x) for x in p.get("config.sharedPassthruGpuTypes") or []),
         vm_moids=[str(v._moId) for v in p.get("vm") or []],
         graphics_manager=p.get("configManager.graphicsManager"),
