@@ -1,25 +1,8 @@
-"""Bulk read of a datacenter into `vgpuctl.model.Observed`.
-
-Round trips of one `observe` call, whatever the number of VMs and hosts:
-  1  CreateContainerView over the root folder (Datacenter, Folder, ComputeResource, HostSystem, VirtualMachine)
-  1+ RetrievePropertiesEx for datacenters, folders and clusters (one PropertySpec per type), plus
-     ContinueRetrievePropertiesEx per further page of PAGE_SIZE objects
-  1+ RetrievePropertiesEx for the hosts and VMs, read by the lean XML reader (rawread.py; pyVmomi's deserializer
-     would build every device of every VM and every PCI device of every host), paged the same way, sent
-     alongside the first so that the client reads one answer while vCenter prepares the other
-  1  DestroyView
-  k  RetrieveVgpuProfileInfo, once per distinct host GPU signature (API version, GPU models and modes, offered
-     profiles): hosts with the same signature describe the same profiles, so a farm of identical hosts costs one
-     call. Hosts without the method (before API 7.0.3), or not responding, get framebuffer sizes parsed from the
-     profile names, with no call.
-  h  QueryConfigTarget, once per host named in `nvlink_hosts` (none by default), NVLINK_WORKERS at a time: its
-     vendorDeviceGroupInfo lists the host's NVLink-connected GPU sets with links up (vsphere/nvlink.py), which
-     become ObservedGpu.nvlink_set. `nvlink.nvlink_hosts_for(inventory, observed)` names the hosts that matter.
-So a datacenter of identical hosts costs 5 round trips up to PAGE_SIZE hosts and VMs, one more per further page.
-Without `nvlink_hosts`, nvlink_set stays None; vgpuctl.hostfacts can read the sets from the ESXi shell
-instead (`set_nvlink_sets` records them).
-Names of referenced objects (a VM's host, a host's cluster, folders) are resolved from the same results, and so
-is each VM's folder path: VMs that share a name in different folders are all kept, keyed by their paths.
+"""Bulk read of a datacenter into `vgpuctl.model.Observed` in a fixed number of round trips, whatever the
+number of hosts and VMs (docs/architecture.md, "Reads"): one container view, one paged property read for the
+inventory objects and one for hosts and VMs (lean XML reader, rawread.py), one profile-info call per distinct
+host GPU signature, and, on request, one QueryConfigTarget per host for its NVLink sets (`observe_nvlink`).
+VMs that share a name in different folders are all kept, keyed by their folder paths.
 """
 
 from __future__ import annotations
