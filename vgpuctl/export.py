@@ -196,6 +196,8 @@ def vm_fields(vm: ObservedVm, observed: Observed) -> tuple[tuple[tuple[str, Any]
     cluster = vm.cluster or (host.cluster if host else None)
     fields: list[tuple[str, Any]] = []
     notes: list[str] = []
+    if len(observed.same_name.get(vm.name, [])) > 1:  # the name alone does not say which VM: its folder does
+        fields.append(("folder", vm.folder or "/"))
     if cluster:
         fields.append(("cluster", cluster))
     elif vm.host:

@@ -140,3 +140,33 @@ def test_ranges() -> None:
     vms.append(_Vm("w-04", (("cpus", 8),)))
     names = [name for name, _ in ranges(vms)]
     assert names == ["solo", "vm-{8..9}", "vm-10", "w-{01..03}", "w-04", "w-05"]
+
+
+def _same_name_farm() -> tuple[Observed, dict[str, HostFacts]]:
+    observed, facts = farm()
+    for key, folder in (("/parked", None), ("/teamB/parked", "teamB")):
+        vm = ObservedVm("parked", host="esx-02", cluster="GPU-Cluster", folder=folder, cpus=2, memory_mb=8192,
+                        memory_reservation_locked=True, firmware="efi", extra_config=dict(LARGE_BAR),
+                        vgpus=[ObservedVgpu(4000, "grid_a100-20c")])
+        observed.vms[key] = vm
+    del observed.vms["parked"]
+    observed.same_name["parked"] = ["/parked", "/teamB/parked"]
+    observed.folders = ["teamB"]
+    return observed, facts
+
+
+def test_a_repeated_name_gets_its_folder() -> None:
+    observed, facts = _same_name_farm()
+    text = export_inventory(observed, facts)
+    assert "folder: '/'" in text and "folder: teamB" in text
+    assert text.count("- name: infer-{01..04}") == 1  # names that do not repeat get no folder
+    assert "folder" not in text.split("- name: infer-{01..04}")[1].split("- name:")[0]
+
+
+@pytest.mark.xfail(strict=True, reason="the inventory refuses a VM name twice, even in two folders")
+def test_a_repeated_name_plans_to_no_change() -> None:
+    observed, facts = _same_name_farm()
+    inv = load_inventory_text(export_inventory(observed, facts))
+    validate(inv)
+    plan = make_plan(inv, observed, host_facts=facts)
+    assert plan.errors == [] and plan.is_empty, (plan.errors, plan.changes)
