@@ -130,3 +130,21 @@ def test_restored_farm_and_sizes(results):
     results.set_applied(BASE, "restored")
     assert "Farm now: the base inventory (restored)." in render_markdown(build_report(results))
     assert [human_size(n) for n in (8, 1024, 3000, 1 << 20, 8 << 30)] == ["8 B", "1 KiB", "3000 B", "1 MiB", "8 GiB"]
+
+
+def test_p2p_table_and_plot_per_gpu_pair(tmp_path):
+    r = ResultsDir(tmp_path / "p2p")
+    r.write_experiment({"title": "p2p", "variants": [{"name": "pairs", "description": None, "workload": P2PW}]})
+    r.write_expectations("pairs", {"nvlink": None, "profiles": {}, "mig": {}})
+    parsed = {"train-01": parse_p2p_bandwidth_latency(P2P).to_dict()}
+    for rep in (1, 2):
+        r.record(RunRecord("pairs", rep, P2PW, "ok", {"train-01": {"rc": 0}}, parsed), {"train-01": P2P},
+                 facts(TOPO_PAIRS, 12, GPUS + GPUS))
+    report = build_report(r)
+    table = report.tables[0]
+    assert report.flags == [] and table.header == ["GPU pair", "pairs bidir GB/s", "pairs unidir GB/s",
+                                                   "pairs latency us"]
+    assert table.rows[0] == ["0-1", "516.19", "275.07", "2.25"] and len(table.rows) == 6
+    assert table.data[0]["variants"]["pairs"]["bidirectional_gbs"]["n"] == 2
+    plots = write_plots(report, r.root / "plots")
+    assert plots[0].name == "p2pBandwidthLatencyTest.png" and plots[0].stat().st_size > 10_000
