@@ -2,7 +2,7 @@
 
 `HostRecord` is the record; by default it lives in vCenter on the host itself (vgpuctl.vsphere.workrecord), so
 any operator's next run sees it. `StateStore` keeps the same records in a local JSON file instead (one per
-vCenter under $VGPUCTL_STATE_DIR, else $XDG_STATE_HOME/vgpuctl, else ~/.local/state/vgpuctl), written
+vCenter under $VGPUCTL_STATE_DIR, else ~/.local/state/vgpuctl), written
 atomically after every change; tests and offline tools use it.
 """
 
@@ -23,10 +23,8 @@ log = logging.getLogger(__name__)
 
 
 def default_state_path(vcenter_url: str | None = None) -> Path:
-    """$VGPUCTL_STATE_DIR, else $XDG_STATE_HOME/vgpuctl, else ~/.local/state/vgpuctl; one file per vCenter."""
-    base = os.environ.get("VGPUCTL_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "vgpuctl"
-    )
+    """$VGPUCTL_STATE_DIR, else ~/.local/state/vgpuctl; one file per vCenter."""
+    base = os.environ.get("VGPUCTL_STATE_DIR") or os.path.expanduser("~/.local/state/vgpuctl")
     tag = "".join(c if c.isalnum() or c in "-." else "_" for c in (vcenter_url or "default").split("://")[-1])
     return Path(base) / f"hostops-{tag.strip('_') or 'default'}.json"
 
