@@ -9,7 +9,7 @@ from dataclasses import asdict
 from typing import Any
 
 from vgpuctl.model import HostChange, Op, Plan, VmChange
-from vgpuctl.reports import CloneDiff, DeviceDiff, FieldDiff, HostDiff, PlanReport, PlanSummary, VmDiff
+from vgpuctl.reports import CloneDiff, DeviceDiff, Disruption, FieldDiff, HostDiff, PlanReport, PlanSummary, VmDiff
 
 INDENT = "    "
 
@@ -79,15 +79,65 @@ def _host_line(h: HostChange) -> str:
 
 def plan_summary(plan: Plan) -> PlanSummary:
     changes = plan.changes
+    found = disruptions(plan)
     return PlanSummary(
         create=sum(1 for c in changes if c.clone is not None),
         change=sum(1 for c in changes if c.clone is None),
-        power_off=sum(1 for c in changes if c.power_off),
+        power_off=sum(1 for d in found if d.action == POWER_OFF),
         power_on=sum(1 for c in changes if c.power_on),
         host_changes=len(plan.host_changes),
+        maintenance=sum(1 for d in found if d.action == MAINTENANCE),
+        reboots=sum(1 for d in found if d.action == REBOOT),
         errors=len(plan.errors),
         warnings=len(plan.warnings),
     )
+
+
+# ------------------------------------------------------------------------------------------ disruptions
+
+MAINTENANCE, REBOOT, POWER_OFF = "maintenance", "reboot", "power-off"
+
+
+def disruptions(plan: Plan) -> list[Disruption]:
+    """Every disruptive step apply will take, host by host (maintenance, reboot, the VMs evacuated), then the
+    VMs powered off for their own change. What host apply does is decided by the same hostplan functions."""
+    from vgpuctl import hostplan
+
+    by_vm = {c.vm: c for c in plan.changes}
+    hosts: dict[str, list[HostChange]] = {}
+    for h in plan.host_changes:
+        hosts.setdefault(h.host, []).append(h)
+    found: list[Disruption] = []
+    for host, changes in hosts.items():
+        work = [c for c in changes if c.kind not in (hostplan.RESUME, hostplan.EVACUATE)]
+        if hostplan.needs_maintenance(work):
+            found.append(Disruption(MAINTENANCE, host, None, "host change", True, "enters maintenance mode"))
+        if hostplan.needs_reboot(work):
+            found.append(Disruption(REBOOT, host, None, "host change", True, "reboots in maintenance mode"))
+        for c in changes:
+            if c.kind == hostplan.EVACUATE and not str(c.new).startswith(hostplan.MIGRATE_TO):  # vMotion: stays on
+                found.append(_evacuation(host, c, by_vm.get(c.target), hostplan.RESTORE_AFTER))
+    evacuated = {d.vm for d in found}
+    for change in plan.changes:
+        if change.power_off and change.vm not in evacuated:
+            back = "powered on again after it" if change.power_on else "stays off"
+            found.append(Disruption(POWER_OFF, None, change.vm, "own change", change.power_on, back))
+    return found
+
+
+def _evacuation(host: str, c: HostChange, vm_change: VmChange | None, restore_after: str) -> Disruption:
+    if c.new == restore_after:
+        return Disruption(POWER_OFF, host, c.target, "evacuation", True, "powered on again after the host change")
+    back = vm_change is not None and vm_change.power_on
+    detail = "reconfigured by its VM change, then " + ("powered on" if back else "left off")
+    return Disruption(POWER_OFF, host, c.target, "evacuation", back, detail)
+
+
+def _disruption_line(d: Disruption) -> str:
+    if d.vm is None:
+        return f"! host {d.host}: {d.detail}" + ("" if d.action == REBOOT else ", exits after the change")
+    why = f"to evacuate host {d.host}" if d.cause == "evacuation" else "for its own change"
+    return f"! vm {d.vm}: powered off {why}; {d.detail}"
 
 
 def summary(plan: Plan) -> dict[str, int]:
@@ -99,14 +149,22 @@ def _summary_line(plan: Plan) -> str:
     parts = [f"{s.create} to create", f"{s.change} to change", f"{s.power_off} power-off"]
     if s.host_changes:
         parts.insert(0, f"{s.host_changes} host change{'s' if s.host_changes != 1 else ''}")
+    if s.maintenance:
+        parts.append(f"{s.maintenance} host{'s' if s.maintenance != 1 else ''} in maintenance")
+    if s.reboots:
+        parts.append(f"{s.reboots} reboot{'s' if s.reboots != 1 else ''}")
     return "Plan: " + ", ".join(parts) + "."
 
 
 def render_plan_text(plan: Plan) -> str:
-    """Host changes first, then VMs by name, then warnings, errors and a one-line summary."""
+    """Host changes first, then VMs by name, the disruptive steps, warnings, errors and a one-line summary."""
     lines = [_host_line(h) for h in plan.host_changes]
     for change in plan.changes:
         lines += _vm_lines(change)
+    found = disruptions(plan)
+    if found and not plan.errors:
+        lines.append("Disruptive steps:")
+        lines += [f"  {_disruption_line(d)}" for d in found]
     lines += [f"Warning: {w}" for w in plan.warnings]
     lines += [f"Error: {e}" for e in plan.errors]
     if plan.errors:
@@ -124,6 +182,7 @@ def plan_report(plan: Plan, round_trips: int | None = None) -> PlanReport:
     return PlanReport(
         host_changes=[host_diff(h) for h in plan.host_changes],
         vm_changes=[_vm_diff(c) for c in plan.changes],
+        disruptions=disruptions(plan),
         errors=list(plan.errors),
         warnings=list(plan.warnings),
         summary=plan_summary(plan),

@@ -164,12 +164,27 @@ class VmDiff:
 
 
 @dataclass
+class Disruption:
+    """A disruptive step apply will take: a host entering maintenance mode or rebooting, or a running VM powered
+    off (to evacuate its host, or for its own change), and whether the VM runs again afterwards."""
+
+    action: str  # maintenance | reboot | power-off
+    host: str | None  # the host changed (None: a VM powered off for its own change)
+    vm: str | None  # the VM powered off (None: a host step)
+    cause: str  # host change | evacuation | own change
+    comes_back: bool  # host out of maintenance / VM powered on again by this apply
+    detail: str
+
+
+@dataclass
 class PlanSummary:
     create: int
     change: int
-    power_off: int
+    power_off: int  # VMs powered off, for their own change or to evacuate a host
     power_on: int
     host_changes: int
+    maintenance: int  # hosts entering maintenance mode
+    reboots: int
     errors: int
     warnings: int
 
@@ -179,6 +194,7 @@ class PlanReport(Report):
     kind: ClassVar[str] = "plan"
     host_changes: list[HostDiff]
     vm_changes: list[VmDiff]
+    disruptions: list[Disruption]
     errors: list[str]
     warnings: list[str]
     summary: PlanSummary

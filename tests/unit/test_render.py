@@ -6,8 +6,9 @@ import json
 
 import pytest
 
+from vgpuctl.hostplan import HAND_OVER, RESTORE_AFTER
 from vgpuctl.model import CloneSpec, DeviceChange, FieldChange, HostChange, Op, Plan, VmChange
-from vgpuctl.render import plan_to_json, render_plan_text, summary
+from vgpuctl.render import disruptions, plan_to_json, render_plan_text, summary
 
 pytestmark = pytest.mark.unit
 
@@ -23,12 +24,15 @@ def _plan() -> Plan:
                 power_off=True,
                 power_on=True,
             ),
-            VmChange("train-02", clone=CloneSpec("ubuntu-22.04-ml", cluster="GPU-Cluster", host="esx-02"),
-                     power_on=True),
+            VmChange(
+                "train-02", clone=CloneSpec("ubuntu-22.04-ml", cluster="GPU-Cluster", host="esx-02"), power_on=True
+            ),
             VmChange("untouched"),
         ],
-        host_changes=[HostChange("esx-01", "mig", "0000:3b:00.0", "disabled", "enabled", True, True),
-                      HostChange("esx-02", "scheduler", "host", "best-effort", "equal-share", False, False)],
+        host_changes=[
+            HostChange("esx-01", "mig", "0000:3b:00.0", "disabled", "enabled", True, True),
+            HostChange("esx-02", "scheduler", "host", "best-effort", "equal-share", False, False),
+        ],
     )
 
 
@@ -44,16 +48,22 @@ def test_text() -> None:
         "    + extraConfig pciPassthru.use64bitMMIO = TRUE\n"
         "+ vm train-02  (clone from ubuntu-22.04-ml -> power on)\n"
         "    + clone ubuntu-22.04-ml to cluster GPU-Cluster, host esx-02\n"
-        "Plan: 2 host changes, 1 to create, 1 to change, 1 power-off.\n"
+        "Disruptive steps:\n"
+        "  ! host esx-01: enters maintenance mode, exits after the change\n"
+        "  ! host esx-01: reboots in maintenance mode\n"
+        "  ! vm train-01: powered off for its own change; powered on again after it\n"
+        "Plan: 2 host changes, 1 to create, 1 to change, 1 power-off, 1 host in maintenance, 1 reboot.\n"
     )
 
 
 def test_text_errors_and_warnings() -> None:
-    plan = Plan(vm_changes=[VmChange("a", power_on=True)], errors=["vm a: broken", "vm b: also"],
-                warnings=["vm c: odd"])
+    plan = Plan(
+        vm_changes=[VmChange("a", power_on=True)], errors=["vm a: broken", "vm b: also"], warnings=["vm c: odd"]
+    )
     text = render_plan_text(plan)
-    assert text.endswith("Warning: vm c: odd\nError: vm a: broken\nError: vm b: also\n"
-                         "Plan has 2 errors; nothing can be applied.\n")
+    assert text.endswith(
+        "Warning: vm c: odd\nError: vm a: broken\nError: vm b: also\nPlan has 2 errors; nothing can be applied.\n"
+    )
     assert text.startswith("~ vm a  (power on)\n")
 
 
@@ -73,10 +83,33 @@ def test_json() -> None:
     assert data["vm_changes"][1]["steps"] == ["clone", "power-on"]
     assert data["host_changes"][0]["needs_reboot"] is True
     assert [(h["setting"], h["gpu"]) for h in data["host_changes"]] == [("mig", "0000:3b:00.0"), ("scheduler", None)]
-    assert data["summary"] == {"create": 1, "change": 1, "power_off": 1, "power_on": 2, "host_changes": 2,
-                               "errors": 0, "warnings": 0}
-    assert summary(Plan()) == {"create": 0, "change": 0, "power_off": 0, "power_on": 0, "host_changes": 0,
-                               "errors": 0, "warnings": 0}
+    assert data["summary"] == {
+        "create": 1,
+        "change": 1,
+        "power_off": 1,
+        "power_on": 2,
+        "host_changes": 2,
+        "maintenance": 1,
+        "reboots": 1,
+        "errors": 0,
+        "warnings": 0,
+    }
+    assert summary(Plan()) == {
+        "create": 0,
+        "change": 0,
+        "power_off": 0,
+        "power_on": 0,
+        "host_changes": 0,
+        "maintenance": 0,
+        "reboots": 0,
+        "errors": 0,
+        "warnings": 0,
+    }
+    assert [(d["action"], d["host"], d["vm"], d["comes_back"]) for d in data["disruptions"]] == [
+        ("maintenance", "esx-01", None, True),
+        ("reboot", "esx-01", None, True),
+        ("power-off", None, "train-01", True),
+    ]
 
 
 def test_no_secrets_from_inventory() -> None:
@@ -96,3 +129,43 @@ def test_no_secrets_from_inventory() -> None:
     out = render_plan_text(plan) + json.dumps(plan_to_json(plan))
     for secret in ("admin", "/secret", "SECRET_ENV"):
         assert secret not in out
+
+
+def _evacuating_plan(policy_new: str) -> Plan:
+    return Plan(
+        vm_changes=[VmChange("train-01", devices=[DeviceChange(Op.ADD, "grid_a100-3-20c")], power_on=True),
+                    VmChange("web-01")],
+        host_changes=[HostChange("esx-01", "evacuate", "train-01", "poweredOn", policy_new, True, False),
+                      HostChange("esx-01", "evacuate", "web-01", "poweredOn", RESTORE_AFTER, True, False),
+                      HostChange("esx-01", "evacuate", "web-02", "poweredOn", RESTORE_AFTER, True, False),
+                      HostChange("esx-01", "mig", "0000:3b:00.0", "disabled", "enabled", True, True)],
+    )  # fmt: skip
+
+
+def test_evacuated_vms_are_disruptions_counted_in_the_summary() -> None:
+    plan = _evacuating_plan(HAND_OVER)
+    found = [(d.vm, d.cause, d.comes_back) for d in disruptions(plan) if d.action == "power-off"]
+    assert found == [("train-01", "evacuation", True), ("web-01", "evacuation", True), ("web-02", "evacuation", True)]
+    text = render_plan_text(plan)
+    assert "  ! vm web-01: powered off to evacuate host esx-01; powered on again after the host change\n" in text
+    assert (
+        "  ! vm train-01: powered off to evacuate host esx-01; reconfigured by its VM change, then powered on" in text
+    )
+    assert text.endswith(
+        "Plan: 4 host changes, 0 to create, 1 to change, 3 power-off, 1 host in maintenance, 1 reboot.\n"
+    )
+    assert plan_to_json(plan)["summary"]["power_off"] == 3
+
+
+def test_a_vm_its_own_change_leaves_off_does_not_come_back() -> None:
+    plan = Plan(vm_changes=[VmChange("a", devices=[DeviceChange(Op.ADD, "grid_a100-40c")], power_off=True)])
+    (d,) = disruptions(plan)
+    assert (d.action, d.vm, d.host, d.comes_back) == ("power-off", "a", None, False)
+    assert "! vm a: powered off for its own change; stays off" in render_plan_text(plan)
+
+
+def test_no_disruption_section_for_a_plan_with_errors_or_without_disruptions() -> None:
+    assert "Disruptive" not in render_plan_text(Plan(vm_changes=[VmChange("a", power_on=True)]))
+    broken = _evacuating_plan(HAND_OVER)
+    broken.errors.append("vm x: broken")
+    assert "Disruptive" not in render_plan_text(broken)
