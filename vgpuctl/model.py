@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from vgpuctl.domain import MAX_VGPUS_PER_VM
+
 
 class PowerState(StrEnum):
     ON = "poweredOn"
@@ -57,7 +59,7 @@ class ObservedHost:
     gpus: list[ObservedGpu] = field(default_factory=list)
     offered_profiles: list[str] = field(default_factory=list)  # config.sharedPassthruGpuTypes
     profiles: dict[str, ObservedProfile] = field(default_factory=dict)  # name -> info
-    max_vgpus_per_vm: int = 8
+    max_vgpus_per_vm: int = MAX_VGPUS_PER_VM
     module_options: str = ""  # configured nvidia module option string
     resource_pool_moid: str = ""  # root resource pool of the host's cluster / compute resource (clone target)
     graphics_manager_moid: str = ""  # configManager.graphicsManager

@@ -23,6 +23,7 @@ from vgpuctl.model import (
     ObservedVgpu,
     ObservedVm,
 )
+from vgpuctl.profiles import max_vgpus_per_vm
 from vgpuctl.vsphere import gpu_types
 from vgpuctl.vsphere.nvlink import sets_from_device_groups
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
@@ -319,7 +320,7 @@ def _host(objects: dict[str, Obj], obj: Obj, vm_keys: dict[str, str]) -> Observe
         power_state=str(obj.get("runtime.powerState") or "poweredOn"),
         api_version=api or ObservedHost.api_version,
         offered_profiles=sorted(str(p) for p in obj.get("config.sharedPassthruGpuTypes", [])),
-        max_vgpus_per_vm=max_vgpus_for(api),
+        max_vgpus_per_vm=max_vgpus_per_vm(api),
         resource_pool_moid=_moid(parent.get("resourcePool")) if parent is not None else "",
         environment_browser_moid=_moid(parent.get("environmentBrowser")) if parent is not None else "",
         graphics_manager_moid=_moid(obj.get("configManager.graphicsManager")),
@@ -360,12 +361,6 @@ def _gpu(objects: dict[str, Obj], info: Any, pci: Any, vm_keys: dict[str, str]) 
         gpu.vendor_id = int(pci.vendorId) & 0xFFFF
         gpu.device_id = int(pci.deviceId) & 0xFFFF
     return gpu
-
-
-def max_vgpus_for(api_version: str) -> int:
-    """vGPUs per VM: 4 before vSphere 8.0, 8 from 8.0 (docs/gpu-rules.md)."""
-    match = re.match(r"(\d+)", api_version or "")
-    return 8 if match and int(match.group(1)) >= 8 else 4
 
 
 def _vm(objects: dict[str, Obj], obj: Obj, vm_root: str) -> ObservedVm:
