@@ -6,6 +6,7 @@ import hashlib
 import logging
 import socket
 import ssl
+import threading
 from urllib.parse import urlsplit
 
 import pytest
@@ -186,3 +187,61 @@ def test_observe_survives_expiry_between_view_and_read(sim, monkeypatch) -> None
             assert set(observed.vms) == {"tmpl", "vm-a"}
     finally:
         Disconnect(admin)
+
+
+@pytest.fixture
+def silent_listener():
+    """A loopback port that accepts connections and never answers; yields its URL."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        server.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.getsockname()[1]}/sdk", held
+    finally:
+        stop.set()
+        thread.join()
+        for conn in held:
+            conn.close()
+        server.close()
+
+
+def test_a_vcenter_that_never_answers_fails_after_the_timeout(silent_listener) -> None:
+    url, held = silent_listener
+    with pytest.raises(ConnectionFailure, match=rf"no answer from vCenter at {url} within 0.3 s") as info:
+        open_session(ConnectionSettings(url=url, username="u", password="p", insecure=True, timeout_s=0.3))
+    assert "--timeout or VGPUCTL_TIMEOUT" in str(info.value)
+    assert held  # it did connect: the answer is what never came
+
+
+@pytest.mark.parametrize("how", ["option", "variable"])
+def test_the_cli_timeout_bounds_the_wait(silent_listener, how: str) -> None:
+    from typer.testing import CliRunner
+
+    from vgpuctl.cli.main import app
+
+    url, _ = silent_listener
+    env = {"VGPUCTL_URL": url, "VGPUCTL_USERNAME": "u", "VGPUCTL_PASSWORD": "p", "VGPUCTL_INSECURE": "1"}
+    args = ["status"]
+    if how == "option":
+        args += ["--timeout", "0.3"]
+    else:
+        env["VGPUCTL_TIMEOUT"] = "0.3"
+    result = CliRunner().invoke(app, args, env=env)
+    assert result.exit_code == 1
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("warning:")]
+    assert errors == [
+        f"error: no answer from vCenter at {url} within 0.3 s (set --timeout or VGPUCTL_TIMEOUT to wait longer)"
+    ]

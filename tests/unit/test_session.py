@@ -30,10 +30,55 @@ def test_normalize_url(given: str, expected: str) -> None:
     assert sess.normalize_url(given) == expected
 
 
-@pytest.mark.parametrize("bad", ["ftp://vc/sdk", "https://:443/sdk"])
-def test_normalize_url_rejects(bad: str) -> None:
-    with pytest.raises(UsageError):
+@pytest.mark.parametrize(
+    ("bad", "why"),
+    [
+        ("ftp://vc/sdk", "must use https"),
+        ("https://:443/sdk", "has no host"),
+        ("https:///sdk", "has no host"),
+        ("https://vc.example.com:99999/sdk", "the port must be 1 to 65535"),
+        ("vc.example.com:99999", "the port must be 1 to 65535"),
+        ("https://vc.example.com:0/sdk", "port 0"),
+        ("https://vc.example.com:https/sdk", "the port is not a number"),
+        ("https://[::1/sdk", "the IPv6 address in brackets is broken"),
+        ("https://[fe80::1::2]:443/sdk", "the IPv6 address in brackets is broken"),
+        ("https://vc example.com/sdk", "characters no host name has"),
+    ],
+)
+def test_a_malformed_url_is_one_clear_usage_error(bad: str, why: str) -> None:
+    with pytest.raises(UsageError, match=why) as info:
         sess.normalize_url(bad)
+    assert len(str(info.value).splitlines()) == 1
+
+
+def test_url_problems_never_repeat_the_password() -> None:
+    for bad in ("https://admin:Hunter2pw@vc:99999/sdk", "ftp://admin:Hunter2pw@vc/sdk", "https://admin:Hunter2pw@[::1/"):
+        with pytest.raises(UsageError) as info:
+            sess.parse_url(bad)
+        assert "Hunter2pw" not in str(info.value) and "admin" not in str(info.value)
+
+
+def test_user_info_is_taken_out_of_the_url() -> None:
+    parsed = sess.parse_url("https://bob%40corp:p%3Ass@vc.example.com:8443/sdk")
+    assert (parsed.url, parsed.username, parsed.password) == ("https://vc.example.com:8443/sdk", "bob@corp", "p:ss")
+    assert "p:ss" not in repr(parsed)
+    assert sess.without_user_info("https://bob:pw@vc/sdk") == "https://vc/sdk"
+    assert sess.without_user_info("bob:pw@vc") == "vc"
+
+
+@pytest.mark.parametrize(("given", "seconds"), [("30", 30.0), ("0.25", 0.25), (5, 5.0)])
+def test_timeouts(given: str, seconds: float) -> None:
+    assert sess.parse_timeout(given) == seconds
+
+
+@pytest.mark.parametrize("bad", ["0", "-1", "soon", "inf", "nan"])
+def test_bad_timeouts(bad: str) -> None:
+    with pytest.raises(UsageError, match="timeout must be"):
+        sess.parse_timeout(bad)
+
+
+def test_default_timeout_is_30_seconds() -> None:
+    assert ConnectionSettings(url="vc", username="u").timeout_s == 30.0
 
 
 def test_thumbprint_forms() -> None:
@@ -147,7 +192,7 @@ def test_relogin_once_for_concurrent_expiries() -> None:
     ("exc", "kind", "text"),
     [
         (ConnectionRefusedError(111, "refused"), ConnectionFailure, "connection refused"),
-        (TimeoutError(), ConnectionFailure, "timed out"),
+        (TimeoutError(), ConnectionFailure, r"no answer .* within 30 s \(set --timeout or VGPUCTL_TIMEOUT"),
         (ssl.SSLError(1, "handshake failure"), TlsError, "TLS handshake"),
     ],
 )

@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import typer
 
@@ -45,6 +44,7 @@ class GlobalOptions:
     ca_file: Path | None = None
     thumbprint: str | None = None
     datacenter: str | None = None
+    timeout: float | None = None  # seconds; None: the session's default
     output: str = "text"
     verbose: int = 0
     url_from_command_line: bool = False
@@ -112,17 +112,12 @@ def _json_default(value: Any) -> Any:
 
 def _split_url_credentials(url: str) -> tuple[str, str | None, str | None]:
     """govc accepts https://user:pass@host/sdk; take the credentials out so they never travel further."""
-    parts = urlsplit(url if "://" in url else f"https://{url}")
-    if parts.username is None and parts.password is None:
+    from vgpuctl.vsphere.session import parse_url
+
+    parsed = parse_url(url)  # a malformed URL is one clear error here
+    if parsed.username is None and parsed.password is None:
         return url, None, None
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    clean = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    user = unquote(parts.username) if parts.username else None
-    password = unquote(parts.password) if parts.password is not None else None
-    return clean, user, password
+    return parsed.url, parsed.username, parsed.password
 
 
 def read_password_file(path: Path) -> str:
@@ -161,7 +156,7 @@ def resolve_password(opts: GlobalOptions, username: str | None = None, url_passw
 
 def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None) -> ConnectionSettings:
     """Flags and environment win; the inventory's vcenter section fills what they leave unset."""
-    from vgpuctl.vsphere.session import ConnectionSettings
+    from vgpuctl.vsphere.session import DEFAULT_TIMEOUT_S, ConnectionSettings, parse_timeout
 
     vcenter = getattr(inventory, "vcenter", None)
     tls = getattr(vcenter, "tls", None)
@@ -190,6 +185,7 @@ def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None)
         insecure=bool(insecure),
         ca_file=str(Path(ca_file).expanduser()) if ca_file else None,
         thumbprint=thumbprint,
+        timeout_s=parse_timeout(opts.timeout) if opts.timeout is not None else DEFAULT_TIMEOUT_S,
     )
 
 

@@ -141,6 +141,13 @@ def main(
         str | None,
         typer.Option(envvar=["VGPUCTL_DATACENTER", "GOVC_DATACENTER"], help="Datacenter (default: the inventory's)."),
     ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            envvar="VGPUCTL_TIMEOUT",
+            help="Seconds to wait for vCenter to accept a connection and to answer each request (default 30).",
+        ),
+    ] = None,
     output: Annotated[
         OutputFormat,
         typer.Option("--output", "-o", envvar="VGPUCTL_OUTPUT", help="text, or one JSON document on stdout."),
@@ -168,6 +175,7 @@ def main(
         ca_file=ca_file,
         thumbprint=thumbprint,
         datacenter=datacenter,
+        timeout=timeout,
         output=output.value,
         verbose=verbose,
         url_from_command_line=_source(ctx, "url") == "COMMANDLINE",

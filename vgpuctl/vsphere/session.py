@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from vgpuctl.errors import AuthenticationError, ConnectionFailure, TlsError, UsageError
 
@@ -33,6 +33,9 @@ T = TypeVar("T")
 # session then moves to the newest namespace pyVmomi knows that the server's about.apiVersion allows.
 _BOOTSTRAP_NAMESPACE = "vim25/6.0"
 
+DEFAULT_TIMEOUT_S = 30.0  # fails fast on a vCenter that does not answer; each bulk read is pages of PAGE_SIZE objects
+TIMEOUT_HINT = "--timeout or VGPUCTL_TIMEOUT"
+
 
 @dataclass(frozen=True)
 class ConnectionSettings:
@@ -42,7 +45,7 @@ class ConnectionSettings:
     insecure: bool = False
     ca_file: str | None = None
     thumbprint: str | None = None  # sha256 of the server certificate (hex, colons allowed)
-    timeout_s: float | None = 120.0  # per HTTP request
+    timeout_s: float = DEFAULT_TIMEOUT_S  # to connect, and to wait for each answer
 
     @property
     def sdk_url(self) -> str:
@@ -53,21 +56,79 @@ class ConnectionSettings:
         return normalize_thumbprint(self.thumbprint) if self.thumbprint else None
 
 
+@dataclass(frozen=True)
+class VcenterUrl:
+    """A vCenter URL as given, taken apart once: the URL without user info, and the user info (govc style)."""
+
+    url: str  # scheme, host, port and path: nothing secret
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+
+def parse_url(text: str) -> VcenterUrl:
+    """Take a vCenter URL apart; any problem is a UsageError that never repeats the user info.
+
+    `vc.example.com` -> `https://vc.example.com/sdk`; `https://user:pass@vc/sdk` -> the URL without
+    `user:pass@`, and the user and password (percent-decoded).
+    """
+    shown = without_user_info(text)
+    try:
+        parts = urlsplit(text.strip() if "://" in text else "https://" + text.strip())
+        host, port = parts.hostname or "", parts.port
+    except ValueError as err:  # a port beyond 65535 or not a number, an unclosed or invalid IPv6 literal
+        raise UsageError(f"vCenter URL {shown!r} is not valid: {_reason(err)}") from None
+    if parts.scheme not in ("https", "http"):
+        raise UsageError(f"vCenter URL must use https: {shown!r}")
+    if not host:
+        raise UsageError(f"vCenter URL has no host: {shown!r}")
+    if port == 0:
+        raise UsageError(f"vCenter URL {shown!r} is not valid: port 0")
+    if any(c.isspace() or c in "<>\"{}|\\^`" for c in host):
+        raise UsageError(f"vCenter URL {shown!r} is not valid: the host name {host!r} has characters no host name has")
+    netloc = f"[{host}]" if ":" in host else host
+    if port:
+        netloc += f":{port}"
+    path = parts.path if parts.path not in ("", "/") else "/sdk"
+    return VcenterUrl(
+        url=urlunsplit((parts.scheme, netloc, path, "", "")),
+        username=unquote(parts.username) if parts.username else None,
+        password=unquote(parts.password) if parts.password is not None else None,
+    )
+
+
 def normalize_url(url: str) -> str:
     """`vc.example.com` -> `https://vc.example.com/sdk`; user info (govc style) is dropped."""
-    if "://" not in url:
-        url = "https://" + url
-    parts = urlsplit(url)
-    if parts.scheme not in ("https", "http"):
-        raise UsageError(f"vCenter URL must use https: {url!r}")
-    host = parts.hostname or ""
-    if not host:
-        raise UsageError(f"vCenter URL has no host: {url!r}")
-    netloc = f"[{host}]" if ":" in host else host
-    if parts.port:
-        netloc += f":{parts.port}"
-    path = parts.path if parts.path not in ("", "/") else "/sdk"
-    return urlunsplit((parts.scheme, netloc, path, "", ""))
+    return parse_url(url).url
+
+
+_USER_INFO = re.compile(r"(://|^)[^/?#@]*@")
+
+
+def without_user_info(url: str) -> str:
+    """The URL with any `user:password@` taken out, for messages."""
+    return _USER_INFO.sub(r"\1", url, count=1)
+
+
+def _reason(err: ValueError) -> str:
+    text = str(err)
+    if "out of range" in text:
+        return "the port must be 1 to 65535"
+    if "IPv6" in text or "bracket" in text.lower() or "IPv4" in text:
+        return "the IPv6 address in brackets is broken"
+    if "cast to integer" in text:
+        return "the port is not a number"
+    return text
+
+
+def parse_timeout(text: str | float) -> float:
+    """A timeout in seconds from an option or environment variable: a positive number."""
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise UsageError(f"timeout must be a number of seconds (got {text!r})") from None
+    if not value > 0 or value == float("inf"):
+        raise UsageError(f"timeout must be more than 0 seconds (got {text!r})")
+    return value
 
 
 def normalize_thumbprint(thumbprint: str) -> str:
@@ -291,7 +352,12 @@ class Session:
             ) from err
         except ssl.SSLError as err:
             raise TlsError(f"TLS handshake with {self.url} failed: {err}") from err
-        except (ConnectionError, socket.gaierror, TimeoutError, http.client.HTTPException) as err:
+        except TimeoutError as err:
+            raise ConnectionFailure(
+                f"no answer from vCenter at {self.url} within {self.settings.timeout_s:g} s (set {TIMEOUT_HINT} "
+                "to wait longer)"
+            ) from err
+        except (ConnectionError, socket.gaierror, http.client.HTTPException) as err:
             raise ConnectionFailure(f"cannot reach vCenter at {self.url}: {_transport_msg(err)}") from err
         except OSError as err:
             raise ConnectionFailure(f"cannot reach vCenter at {self.url}: {_transport_msg(err)}") from err

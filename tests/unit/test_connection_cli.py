@@ -1,0 +1,65 @@
+"""How the CLI reads the vCenter URL and timeout: malformed URLs are one clear error, never a crash report."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from vgpuctl.cli import common
+from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.cli.main import app
+
+pytestmark = pytest.mark.unit
+
+ENV = {"VGPUCTL_USERNAME": "admin", "VGPUCTL_PASSWORD": "Hunter2pw", "VGPUCTL_INSECURE": "1"}
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("VGPUCTL_URL", "GOVC_URL", "VGPUCTL_TIMEOUT", "GOVC_USERNAME", "GOVC_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("https://vc.example.com:99999/sdk", "the port must be 1 to 65535"),
+        ("https://admin:Hunter2pw@vc.example.com:99999/sdk", "the port must be 1 to 65535"),
+        ("https://[fe80::1/sdk", "the IPv6 address in brackets is broken"),
+        ("https:///sdk", "has no host"),
+    ],
+)
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_a_malformed_url_is_one_line(url: str, why: str, output: str) -> None:
+    result = CliRunner().invoke(app, ["-o", output, "status"], env={**ENV, "VGPUCTL_URL": url})
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("warning:")]
+    assert len(errors) == 1 and errors[0].startswith("error: vCenter URL") and why in errors[0], result.stderr
+    assert "bug" not in result.output and "Traceback" not in result.output
+    assert "Hunter2pw" not in result.output
+    if output == "json":
+        assert '"UsageError"' in result.stdout
+
+
+def test_timeout_reaches_the_connection_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VGPUCTL_PASSWORD", "pw")
+    opts = GlobalOptions(url="https://vc/sdk", username="u", timeout=2.5)
+    assert common.connection_settings(opts).timeout_s == 2.5
+    assert common.connection_settings(GlobalOptions(url="https://vc/sdk", username="u")).timeout_s == 30.0
+
+
+def test_the_timeout_option_and_variable_reach_the_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[float | None] = []
+    monkeypatch.setattr(common, "connection_settings", lambda opts, inv=None: seen.append(opts.timeout) or 1 / 0)
+    runner = CliRunner()
+    runner.invoke(app, ["--timeout", "4", "status"], env=ENV)
+    runner.invoke(app, ["status", "--timeout", "5"], env=ENV)
+    runner.invoke(app, ["status"], env={**ENV, "VGPUCTL_TIMEOUT": "6"})
+    assert seen == [4.0, 5.0, 6.0]
+
+
+@pytest.mark.parametrize("bad", ["0", "-3"])
+def test_a_timeout_that_is_not_positive_is_refused(bad: str) -> None:
+    result = CliRunner().invoke(app, ["status"], env={**ENV, "VGPUCTL_URL": "https://vc/sdk", "VGPUCTL_TIMEOUT": bad})
+    assert result.exit_code == 1
+    assert "timeout must be more than 0 seconds" in result.stderr
