@@ -10,7 +10,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpuctl.capacity.kinds import _key, addition_patterns
+from vgpuctl.capacity.kinds import _key, addition_patterns, capacity
 from vgpuctl.model import Observed, ObservedHost
 from vgpuctl.placement import MIG_MODE, Gpu, add_vgpu, farm_from_observed, place_vm
 from vgpuctl.profiles import BOARDS, ProfileError, max_vgpus_per_vm, parse_profile
@@ -130,6 +130,12 @@ def host_rows(gpus: list[Gpu], offered: list[str], policy: str, limit: int) -> l
 
 def count_vms(gpus: list[Gpu], profiles: list[str], policy: str, *, nvlink: bool) -> int:
     """How many more VMs of these vGPUs the planner places, one after the other."""
+    if len(set(profiles)) == 1:
+        room = [capacity(g, profiles[0]) for g in gpus]
+        if len(profiles) == 1 and not nvlink:  # one vGPU per VM: every GPU fills on its own
+            return min(MAX_COUNT, sum(room))
+        if sum(1 for r in room if r) < len(profiles):
+            return 0  # fewer GPUs than vGPUs per VM can take the profile at all
     work = copy.deepcopy(gpus)
     by_id = {g.id: g for g in work}
     n = 0
