@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vgpuctl.capacity.answer import FRAMEBUFFER, NVLINK, PER_VM_LIMIT, CapacityAnswer, fragment, plan_capacity
+from vgpuctl.capacity.answer import FRAMEBUFFER, GEOMETRY, NVLINK, PER_VM_LIMIT, CapacityAnswer, fragment, plan_capacity
 from vgpuctl.capacity.demand import Demand, load_demand
 from vgpuctl.capacity.fitnow import what_fits
 from vgpuctl.capacity.kinds import addition_patterns, capacity, in_mode
@@ -183,6 +183,22 @@ def test_unknown_cluster_or_frozen_host_is_an_error() -> None:
         build_problem(farm, demand(item("a", 1, "grid_a100-10c"), clusters=["Nope"]))
     with pytest.raises(NotFound, match="unknown host"):
         build_problem(farm, demand(item("a", 1, "grid_a100-10c"), frozen_hosts=["esx-99"]))
+
+
+def test_profile_allows_new_sizes_on_hosts_that_run_vms() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=2, nvlink="none", running=[RunningVm("busy", ["grid_a100-10c"], [0])])])
+    wanted = [item("big", 2, "grid_a100-20c")]
+    assert plan_capacity(farm, demand(*wanted), time_limit_s=10).placed == 0  # the host serves 10 GB only
+    assert plan_capacity(farm, demand(*wanted, allow=("profile",)), time_limit_s=10).placed == 2
+
+
+def test_geometry_reason_when_no_gpu_may_take_the_profile() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=2, nvlink="none")])
+    answer = plan_capacity(farm, demand(item("mig", 3, "grid_a100-3-20c")), time_limit_s=10)
+    assert answer.placed == 0 and answer.shapes[0].reason == GEOMETRY
+    assert "no host offers the profile" in answer.shapes[0].detail
+    allowed = plan_capacity(farm, demand(item("mig", 3, "grid_a100-3-20c"), allow=("mig",)), time_limit_s=10)
+    assert allowed.placed == 3 and len(allowed.changes) == 2
 
 
 def test_priority_wins_over_count() -> None:
