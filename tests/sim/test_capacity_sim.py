@@ -135,3 +135,45 @@ def test_demand_that_does_not_fit_exits_2_with_the_flag(env: dict[str, str], tmp
     assert flagged.exit_code == 2
     doc = json.loads(flagged.stdout)
     assert doc["demand"][0]["placed"] == 1 and doc["demand"][0]["reason"] == "framebuffer"
+
+
+SPREAD_FARM = {
+    "datacenter": "DC0",
+    "clusters": [{"name": "GPU-Cluster", "hosts": 2, "gpus_per_host": 4, "model": "A100-40GB", "nvlink": "none",
+                  "graphics_type": "sharedDirect", "assignment_policy": "performance", "vgpu_mode": "sameSize"}],
+    "templates": [{"name": "ubuntu-22.04-ml", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}],
+}
+SPREAD_DEMAND = """\
+apiVersion: vgpuctl/v1
+kind: Demand
+template: ubuntu-22.04-ml
+demand:
+  - {name: small, count: 12, vgpus: {fb_gb: 10, series: c}, priority: 2, memory_gb: 8}
+  - {name: big, count: 6, vgpus: {fb_gb: 20, series: c}, memory_gb: 8}
+"""
+
+
+def test_answer_on_spreading_hosts_holds_in_any_power_on_order(gpusim_factory: Any, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spreading hosts lock every idle GPU to the first profile that reaches it: the answer gives each host one
+    size, so a parallel apply (power-ons in any order) still powers on every VM it placed."""
+    sim = gpusim_factory(SPREAD_FARM)
+    for name in list(os.environ):
+        if name.startswith(("VGPUCTL_", "GOVC_")):
+            monkeypatch.delenv(name)
+    env = {"VGPUCTL_URL": sim.url, "VGPUCTL_USERNAME": sim.username, "VGPUCTL_PASSWORD": sim.password,
+           "VGPUCTL_INSECURE": "1"}
+    demand = tmp_path / "demand.yaml"
+    demand.write_text(SPREAD_DEMAND)
+    fragment = tmp_path / "layout.yaml"
+    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "-o", str(fragment))
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["fits"] and doc["placed"] == 18 and doc["host_changes"] == []
+    per_host: dict[str, set[str]] = {}
+    for vm in doc["vms"]:
+        per_host.setdefault(vm["host"], set()).add(vm["profile"])
+    assert all(len(profiles) == 1 for profiles in per_host.values())
+    applied = vgpuctl(env, "apply", "-f", str(fragment), "--yes", "--parallel", "8")
+    assert applied.exit_code == 0, applied.output
+    assert {a["vmName"] for a in sim.assignments()} == {vm["name"] for vm in doc["vms"]}
