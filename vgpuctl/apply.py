@@ -1,13 +1,9 @@
-"""Execute a Plan's VM changes against vCenter, in parallel with a bound: `apply_plan`.
+"""Execute a Plan's VM changes against vCenter, `parallel` VMs at a time: `apply_plan`.
 
 Per VM: re-read it (drift leaves it untouched), shut down (hard power-off after a timeout), at most one clone
-and one ReconfigVM_Task, power-on. VMs wait in a queue and at most `parallel` of them run their steps at once
-(worker threads that do not hold the process open). A failed VM is a result and does not stop the others.
-
-`cancel` is checked at every step boundary: once set, no VM begins its next forward step (clone, power-off,
-reconfigure, first power-on) and queued VMs never start, but a VM this run powered off is powered on again
-(its restoring step) and vCenter tasks already running are waited for. `cancel.now` (a second Ctrl-C) stops
-even that. Running tasks are listed in `vgpuctl.progress.RUNNING` for the message of a second Ctrl-C.
+and one ReconfigVM_Task, power-on; a failed VM is a result and does not stop the others. After `cancel` no VM
+begins a forward step, a VM this run powered off is powered on again, and running tasks are waited for
+(`cancel.now`, a second Ctrl-C, stops even that).
 """
 
 from __future__ import annotations

@@ -103,68 +103,81 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+UrlOpt = Annotated[
+    str | None,
+    typer.Option(envvar=["VGPUCTL_URL", "GOVC_URL"], help="vCenter URL (https://host/sdk or host[:port])."),
+]
+UsernameOpt = Annotated[
+    str | None, typer.Option("--username", "-u", envvar=["VGPUCTL_USERNAME", "GOVC_USERNAME"], help="User name.")
+]
+PasswordFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="Read the password from this file (first line). Otherwise VGPUCTL_PASSWORD or GOVC_PASSWORD, "
+        "else a prompt. There is no --password flag: command lines leak.",
+        dir_okay=False,
+    ),
+]
+InsecureOpt = Annotated[
+    bool,
+    typer.Option(
+        "--insecure",
+        envvar=["VGPUCTL_INSECURE", "GOVC_INSECURE"],
+        help="Do not verify the vCenter TLS certificate (warned about).",
+    ),
+]
+CaFileOpt = Annotated[
+    Path | None,
+    typer.Option(envvar=["VGPUCTL_CA_FILE", "GOVC_TLS_CA_CERTS"], help="CA bundle to verify vCenter with."),
+]
+ThumbprintOpt = Annotated[
+    str | None,
+    typer.Option(envvar="VGPUCTL_THUMBPRINT", help="Pin vCenter's certificate by its SHA-256 thumbprint."),
+]
+DatacenterOpt = Annotated[
+    str | None,
+    typer.Option(envvar=["VGPUCTL_DATACENTER", "GOVC_DATACENTER"], help="Datacenter (default: the inventory's)."),
+]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        envvar="VGPUCTL_TIMEOUT",
+        help="Seconds to wait for vCenter to accept a connection and to answer each request (default 30).",
+    ),
+]
+OutputOpt = Annotated[
+    OutputFormat,
+    typer.Option("--output", "-o", envvar="VGPUCTL_OUTPUT", help="text, or one JSON document on stdout."),
+]
+VerboseOpt = Annotated[
+    int,
+    typer.Option(
+        "--verbose",
+        "-v",
+        count=True,
+        metavar="",
+        help="-v: tracebacks, round trips, info logs; -vv: also a SOAP and SSH trace (secrets redacted).",
+    ),
+]
+VersionOpt = Annotated[
+    bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+]
+
+
 @app.callback()
 def main(
     ctx: typer.Context,
-    url: Annotated[
-        str | None,
-        typer.Option(envvar=["VGPUCTL_URL", "GOVC_URL"], help="vCenter URL (https://host/sdk or host[:port])."),
-    ] = None,
-    username: Annotated[
-        str | None, typer.Option("--username", "-u", envvar=["VGPUCTL_USERNAME", "GOVC_USERNAME"], help="User name.")
-    ] = None,
-    password_file: Annotated[
-        Path | None,
-        typer.Option(
-            help="Read the password from this file (first line). Otherwise VGPUCTL_PASSWORD or GOVC_PASSWORD, "
-            "else a prompt. There is no --password flag: command lines leak.",
-            dir_okay=False,
-        ),
-    ] = None,
-    insecure: Annotated[
-        bool,
-        typer.Option(
-            "--insecure",
-            envvar=["VGPUCTL_INSECURE", "GOVC_INSECURE"],
-            help="Do not verify the vCenter TLS certificate (warned about).",
-        ),
-    ] = False,
-    ca_file: Annotated[
-        Path | None,
-        typer.Option(envvar=["VGPUCTL_CA_FILE", "GOVC_TLS_CA_CERTS"], help="CA bundle to verify vCenter with."),
-    ] = None,
-    thumbprint: Annotated[
-        str | None,
-        typer.Option(envvar="VGPUCTL_THUMBPRINT", help="Pin vCenter's certificate by its SHA-256 thumbprint."),
-    ] = None,
-    datacenter: Annotated[
-        str | None,
-        typer.Option(envvar=["VGPUCTL_DATACENTER", "GOVC_DATACENTER"], help="Datacenter (default: the inventory's)."),
-    ] = None,
-    timeout: Annotated[
-        float | None,
-        typer.Option(
-            envvar="VGPUCTL_TIMEOUT",
-            help="Seconds to wait for vCenter to accept a connection and to answer each request (default 30).",
-        ),
-    ] = None,
-    output: Annotated[
-        OutputFormat,
-        typer.Option("--output", "-o", envvar="VGPUCTL_OUTPUT", help="text, or one JSON document on stdout."),
-    ] = OutputFormat.text,
-    verbose: Annotated[
-        int,
-        typer.Option(
-            "--verbose",
-            "-v",
-            count=True,
-            metavar="",
-            help="-v: tracebacks, round trips, info logs; -vv: also a SOAP and SSH trace (secrets redacted).",
-        ),
-    ] = 0,
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
-    ] = False,
+    url: UrlOpt = None,
+    username: UsernameOpt = None,
+    password_file: PasswordFileOpt = None,
+    insecure: InsecureOpt = False,
+    ca_file: CaFileOpt = None,
+    thumbprint: ThumbprintOpt = None,
+    datacenter: DatacenterOpt = None,
+    timeout: TimeoutOpt = None,
+    output: OutputOpt = OutputFormat.text,
+    verbose: VerboseOpt = 0,
+    version: VersionOpt = False,
 ) -> None:
     """Plan and apply vGPUs for VMs and GPU modes for hosts from one inventory file."""
     ctx.obj = GlobalOptions(
