@@ -27,6 +27,11 @@ from guestlib import (
 )
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("heavy") and os.environ.get("VGPUCTL_HEAVY") != "1":
+        pytest.skip("heavy: set VGPUCTL_HEAVY=1 to run (long builds and downloads)")
+
+
 @pytest.fixture(scope="session")
 def guests(tmp_path_factory: pytest.TempPathFactory):
     if os.geteuid() != 0:
@@ -50,6 +55,8 @@ def guests(tmp_path_factory: pytest.TempPathFactory):
             known_hosts=work / "known_hosts",
             guests=[Guest(name, addr, work / name / "root") for name, addr in lines],
         )
+        for guest in g.guests:
+            g.install_fake_boot(guest)
         yield g
     finally:
         subprocess.run([str(GUESTCTL), "down", str(work)], env=env, check=False)

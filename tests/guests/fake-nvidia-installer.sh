@@ -8,11 +8,22 @@
 #                            /etc/nvidia/gridd.conf and a *.tok file in /etc/nvidia/ClientConfigToken
 #   /etc/init.d/nvidia-gridd and nvidia-gridd.service (the test guests have no systemd)
 #   /etc/nvidia/gridd.conf.template
+# Like nvidia-installer 550 and later, it refuses to install while nouveau is loaded (a loaded module has
+# /sys/module/nouveau/initstate; the test harness fakes it). Each run is logged in /var/log/vgpuctl-fake-events.
 set -eu
 VERSION=@VERSION@
+EVENTS=/var/log/vgpuctl-fake-events
+
+if [ -e /sys/module/nouveau/initstate ]; then
+    echo "installer refused: nouveau loaded" >> "$EVENTS"
+    echo "ERROR: The Nouveau kernel driver is currently in use by your system. This driver is incompatible" \
+        "with the NVIDIA driver, and must be disabled before proceeding." >&2
+    exit 1
+fi
 
 mkdir -p /var/lib/fake-nvidia /etc/nvidia /etc/fake-nvidia /usr/bin /etc/init.d /lib/systemd/system
 echo "$*" >> /var/lib/fake-nvidia/installer.args
+echo "installer $VERSION" >> "$EVENTS"
 echo "$VERSION" > /var/lib/fake-nvidia/version
 
 cat > /usr/bin/nvidia-smi <<'SMI'

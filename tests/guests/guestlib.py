@@ -14,6 +14,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 GUESTCTL = ROOT / "scripts" / "guests" / "guestctl.sh"
 FAKE_INSTALLER = Path(__file__).with_name("fake-nvidia-installer.sh")
+FAKE_BOOT = Path(__file__).with_name("fake-boot.sh")
+FAKE_EVENTS = "/var/log/vgpuctl-fake-events"
+NOUVEAU_SYSFS = "sys/module/nouveau"  # in the guest's root: sysfs is not mounted in the chroot guests
 DRIVER_VERSION = "550.90.07"
 TOKEN_CONTENT = "vgpuctl-test-token-7f3a9c1e-CONTENT-do-not-leak"
 GUEST_PASSWORD = "vgpuctl-test-guest-pw-51b2d8"
@@ -72,6 +75,52 @@ class Guests:
         conf.parent.mkdir(parents=True, exist_ok=True)
         conf.write_text(f"COUNT={count}\nPROFILE={profile}\nNVLINK={int(nvlink)}\n")
 
+    def install_fake_boot(self, guest: Guest) -> None:
+        """Reboots for a chroot guest (see fake-boot.sh): fake shutdown and update-initramfs, and a boot id file
+        bind-mounted over /proc/sys/kernel/random/boot_id in the guest's own mount namespace."""
+        state = guest.root / "var" / "lib" / "fake-boot"
+        state.mkdir(parents=True, exist_ok=True)
+        (state / "boot_id").write_text(Path("/proc/sys/kernel/random/uuid").read_text())
+        for name in ("shutdown", "update-initramfs"):
+            target = guest.root / "usr" / "sbin" / name
+            target.unlink(missing_ok=True)
+            shutil.copyfile(FAKE_BOOT, target)
+            target.chmod(0o755)
+        subprocess.run(
+            [
+                "nsenter",
+                "-t",
+                str(self.init_pid(guest)),
+                "-m",
+                "mount",
+                "--bind",
+                str(state / "boot_id"),
+                str(guest.root / "proc" / "sys" / "kernel" / "random" / "boot_id"),
+            ],
+            check=True,
+            capture_output=True,
+        )
+
+    def init_pid(self, guest: Guest) -> int:
+        """The guest's PID 1 (as the host sees it): the child of the unshare process guestctl.sh recorded."""
+        pid = (self.dir / guest.name / "pid").read_text().strip()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return int(children[0])
+
+    def set_nouveau_loaded(self, guest: Guest, loaded: bool) -> None:
+        """What the kernel shows for a loaded nouveau module: /sys/module/nouveau with initstate "live"."""
+        module = guest.root / NOUVEAU_SYSFS
+        if loaded:
+            module.mkdir(parents=True, exist_ok=True)
+            (module / "initstate").write_text("live\n")
+        else:
+            shutil.rmtree(module, ignore_errors=True)
+
+    def events(self, guest: Guest) -> list[str]:
+        """What the fake installer, update-initramfs and shutdown did, in order."""
+        log = guest.root / FAKE_EVENTS.lstrip("/")
+        return log.read_text().splitlines() if log.exists() else []
+
     def set_secure_boot(self, guest: Guest, enabled: bool) -> None:
         var = guest.root / SECURE_BOOT_VAR
         if enabled:
@@ -82,7 +131,8 @@ class Guests:
 
 
 def missing_tools() -> list[str]:
-    return [t for t in ("ip", "unshare", "ssh", "ssh-keygen", "sshpass", "chroot") if shutil.which(t) is None]
+    tools = ("ip", "unshare", "nsenter", "ssh", "ssh-keygen", "sshpass", "chroot")
+    return [t for t in tools if shutil.which(t) is None]
 
 
 @dataclass

@@ -180,10 +180,14 @@ def converged(guests: Guests, files: Files, tmp_path_factory):
     for g in guests.guests:
         guests.ssh(g, f"echo 'root:{GUEST_PASSWORD}' | chpasswd")
         guests.set_vgpus(g, count=2, profile="A100-40C", nvlink=True)
+        guests.set_nouveau_loaded(g, True)  # a stock guest: nouveau holds the GPU until the first reboot
+        fake_rdma_ports(g.root)
+    events_before = {g.name: len(guests.events(g)) for g in guests.guests}
     inv_path = write_inventory(
         tmp / "inv.yaml",
         [vm(g.name, "trainers") for g in guests.guests],
-        {"trainers": {"roles": ALL_ROLES, "vars": stack_vars(files)}},
+        # no nccl_ib_hca: the RoCE port rdma_roce finds fills it
+        {"trainers": {"roles": ALL_ROLES, "vars": stack_vars(files, nccl_ib_hca="")}},
         {"user": "root", "password_env": "GUEST_PW"},
     )
     state = tmp / "state"
@@ -193,16 +197,48 @@ def converged(guests: Guests, files: Files, tmp_path_factory):
     mp.setenv("HOME", str(tmp))  # no ~/.ssh keys of the host: the password is the only way in
     try:
         first = deploy(load_inventory(inv_path), addresses(guests), state=state)
+        events_first = {g.name: guests.events(g)[events_before[g.name] :] for g in guests.guests}
         second = deploy(load_inventory(inv_path), addresses(guests), state=state)
+        events_second = {
+            g.name: guests.events(g)[events_before[g.name] + len(events_first[g.name]) :] for g in guests.guests
+        }
     finally:
         mp.undo()
-    return {"inv": inv_path, "state": state, "first": first, "second": second}
+    return {
+        "inv": inv_path,
+        "state": state,
+        "first": first,
+        "second": second,
+        "events": (events_first, events_second),
+    }
+
+
+def fake_rdma_ports(root: Path) -> None:
+    """What sysfs shows for a ConnectX in RoCE mode (mlx5_0, port 1 on eth0) and one in InfiniBand mode."""
+    for dev, layer, ndev in (("mlx5_0", "Ethernet", "eth0"), ("mlx5_1", "InfiniBand", "")):
+        port = root / "sys" / "class" / "infiniband" / dev / "ports" / "1"
+        (port / "gid_attrs" / "ndevs").mkdir(parents=True, exist_ok=True)
+        (port / "link_layer").write_text(layer + "\n")
+        if ndev:
+            (port / "gid_attrs" / "ndevs" / "0").write_text(ndev + "\n")
 
 
 def test_full_stack_succeeds_on_every_guest(converged, guests: Guests):
     first = converged["first"]
     assert [h.status for h in first.hosts] == ["changed", "changed"], first.hosts
     assert not first.failed
+
+
+def test_driver_goes_in_after_the_nouveau_reboot(converged, guests: Guests):
+    events_first, events_second = converged["events"]
+    g1, g2 = guests.guests
+    # guest1 had no driver: initramfs without nouveau, reboot, then the installer (which refuses while nouveau
+    # is loaded); guest2 got the driver earlier in this file, so only the reboot that unloads nouveau
+    assert events_first[g1.name] == ["initramfs", "reboot", f"installer {DRIVER_VERSION}"]
+    assert events_first[g2.name] == ["initramfs", "reboot"]
+    assert events_second == {g1.name: [], g2.name: []}
+    for g in guests.guests:
+        assert guests.ssh(g, "test -e /sys/module/nouveau", check=False).returncode == 1
 
 
 def test_second_run_changes_nothing(converged):
@@ -261,6 +297,44 @@ def test_workers_reach_each_other_over_ssh_without_prompts(converged, guests: Gu
             out = guests.ssh(src, f"ssh {target} hostname </dev/null", check=False)
             assert out.returncode == 0, out.stderr
             assert out.stdout.strip() == dst.name
+
+
+FAKE_TORCHRUN = """#!/bin/sh
+# test stand-in for torchrun: records its arguments, working directory and network environment
+out=/var/tmp/fake-torchrun
+{ echo "$*"; pwd; env | grep -E '^(NCCL|GLOO)_' | sort; } > "$out"
+[ ! -f /var/tmp/fake-torchrun-fail ] || exit 3
+"""
+
+
+def test_torchrun_starts_on_every_worker_with_the_network_settings(converged, guests: Guests):
+    g1, g2 = guests.guests
+    for g in guests.guests:
+        torchrun = g.root / "opt" / "vgpuctl" / "venv" / "bin" / "torchrun"
+        torchrun.write_text(FAKE_TORCHRUN)
+        torchrun.chmod(0o755)
+        guests.ssh(g, "rm -f /var/tmp/fake-torchrun /var/tmp/fake-torchrun-fail")
+    run = guests.ssh(g1, 'cd /tmp && vgpuctl-train /opt/job.py --name "it\'s" </dev/null', check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for g in guests.guests:
+        args, cwd, *env = guests.ssh(g, "cat /var/tmp/fake-torchrun").stdout.splitlines()
+        assert args == (
+            f"--nnodes 2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint {g1.name}:29500"
+            " --rdzv-id vgpuctl-trainers /opt/job.py --name it's"
+        )
+        assert cwd == "/tmp"
+        # NCCL_IB_HCA from the RoCE port rdma_roce found, the interface from the nccl settings
+        assert env == [
+            "GLOO_SOCKET_IFNAME=eth0",
+            "NCCL_IB_HCA=mlx5_0:1",
+            "NCCL_IB_TC=106",
+            "NCCL_SOCKET_IFNAME=eth0",
+        ]
+    # one worker failing fails the launch
+    guests.ssh(g2, "touch /var/tmp/fake-torchrun-fail")
+    failed = guests.ssh(g1, "cd /tmp && vgpuctl-train /opt/job.py </dev/null", check=False)
+    assert failed.returncode == 1
+    assert guests.ssh(g1, "vgpuctl-train --launcher mpirun x </dev/null", check=False).returncode == 2
 
 
 def test_artifacts_hold_no_token_and_no_password(converged):
@@ -379,3 +453,73 @@ def test_secure_boot_guest_with_signing_keys_gets_a_signed_upgrade(guests: Guest
         ["grep", "-rlF", "vgpuctl-test-signing-key-0c1d", str(state)], capture_output=True, check=False
     )
     assert proc.returncode == 1, proc.stdout
+
+
+def newer_driver(files: Files, tmp_path: Path, version: str) -> tuple[Path, str]:
+    driver = tmp_path / f"NVIDIA-Linux-x86_64-{version}-grid.run"
+    driver.write_text(files.driver.read_text().replace(DRIVER_VERSION, version))
+    return driver, hashlib.sha256(driver.read_bytes()).hexdigest()
+
+
+def driver_group(guests: Guests, files: Files, tmp_path: Path, version: str, **extra) -> Path:
+    driver, sha = newer_driver(files, tmp_path, version)
+    g1 = guests.guests[0]
+    return write_inventory(
+        tmp_path / "inv.yaml",
+        [vm(g1.name, "drivers")],
+        {
+            "drivers": {
+                "roles": ["vgpu_guest_driver"],
+                "vars": stack_vars(files, vgpu_driver_src=str(driver), vgpu_driver_sha256=sha, **extra),
+            }
+        },
+        key_connection(guests),
+    )
+
+
+def test_fake_installer_refuses_while_nouveau_is_loaded(guests: Guests, files: Files):
+    g1 = guests.guests[0]
+    (g1.root / "var" / "tmp" / "installer.run").write_text(files.driver.read_text())
+    guests.set_nouveau_loaded(g1, True)
+    try:
+        out = guests.ssh(g1, "sh /var/tmp/installer.run --silent --dkms", check=False)
+    finally:
+        guests.set_nouveau_loaded(g1, False)
+    assert out.returncode == 1 and "Nouveau kernel driver is currently in use" in out.stderr
+    assert guests.events(g1)[-1] == "installer refused: nouveau loaded"
+
+
+def test_nouveau_loaded_without_reboot_permission_stops_before_the_installer(guests, files, tmp_path, state):
+    g1 = guests.guests[0]
+    inv = driver_group(guests, files, tmp_path, "550.90.09", vgpu_guest_driver_reboot_allowed=False)
+    guests.set_nouveau_loaded(g1, True)
+    before = len(guests.events(g1))
+    try:
+        result = deploy(load_inventory(inv), addresses(guests), state=state)
+    finally:
+        guests.set_nouveau_loaded(g1, False)
+    (host,) = result.hosts
+    assert host.status == "failed"
+    assert "nouveau is loaded and the NVIDIA installer refuses to run while it is" in host.message
+    assert "vgpu_guest_driver_reboot_allowed: true" in host.message
+    assert guests.events(g1)[before:] == ["initramfs"]  # no reboot, no installer
+    assert not guests.ssh(g1, "nvidia-smi --query-gpu=driver_version,name --format=csv,noheader").stdout.startswith(
+        "550.90.09"
+    )
+
+
+def test_nouveau_back_after_the_reboot_fails_without_installing(guests, files, tmp_path, state):
+    """Without the initramfs regenerated, the early-boot nouveau comes back: the role says so and stops."""
+    g1 = guests.guests[0]
+    inv = driver_group(guests, files, tmp_path, "550.90.10", vgpu_guest_driver_update_initramfs=False)
+    (g1.root / "var" / "lib" / "fake-boot" / "initramfs-without-nouveau").unlink(missing_ok=True)
+    guests.set_nouveau_loaded(g1, True)
+    before = len(guests.events(g1))
+    try:
+        result = deploy(load_inventory(inv), addresses(guests), state=state)
+    finally:
+        guests.set_nouveau_loaded(g1, False)
+    (host,) = result.hosts
+    assert host.status == "failed"
+    assert "nouveau is still loaded after the reboot" in host.message
+    assert guests.events(g1)[before:] == ["reboot"]

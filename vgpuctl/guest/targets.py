@@ -27,6 +27,7 @@ ROLES = (
     "ml_stack",
     "mpi_ssh_trust",
     "horovod",
+    "train_launcher",
     "gpu_validate",
 )
 
