@@ -66,11 +66,12 @@ class NvlinkRequirement(StrEnum):
 
 
 class Evacuate(StrEnum):
-    """Powered-on VMs when a host must enter maintenance mode: refuse (stop and list them) or power them off
-    (and on again afterwards)."""
+    """Powered-on VMs when a host must enter maintenance mode: refuse (stop and list them), power them off
+    (and on again afterwards) or migrate them to other hosts of the cluster."""
 
     REFUSE = "refuse"
     POWER_OFF = "power-off"
+    MIGRATE = "migrate"  # vMotion to another host of the cluster that can run them, else power-off if allowed
 
 
 class Power(StrEnum):

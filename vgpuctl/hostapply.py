@@ -65,6 +65,7 @@ class HostOutcome:
     powered_on: list[str] = field(default_factory=list)
     not_restored: dict[str, str] = field(default_factory=dict)  # VM -> why it is still off
     handed_over: list[str] = field(default_factory=list)  # powered off for their own VM change
+    migrated: list[str] = field(default_factory=list)  # "vm -> destination host"
     rebooted: bool = False
 
     @property
@@ -287,9 +288,11 @@ class _HostRun:
         self.state.drop(t.name)
 
     def _evacuate(self) -> None:
-        """Power off the host's running VMs: those the plan hands to their own VM change always, the others
-        with `evacuate: power-off` (refused, before anything changes, with `refuse`). Recorded first: a crash
-        after a power-off must still know what to bring back."""
+        """Empty the host as planned: VMs planned to migrate are moved first, then the others are powered off
+        (those handed to their own VM change always, the rest with `evacuate: power-off` or as the plan's
+        fallback). A running VM the plan did not foresee stops the host here, before anything changed, unless
+        the policy is power-off. Power-offs are recorded first: a crash after one must still know what to bring
+        back."""
         from vgpuctl.vsphere import host as vhost
 
         t = self.t
@@ -297,18 +300,32 @@ class _HostRun:
         if not running:
             return
         planned = hostplan.evacuations(t.changes)
-        handed = {v.name for v in running if planned.get(v.name) == hostplan.HAND_OVER}
-        others = [v for v in running if v.name not in handed]
-        if others and t.spec.maintenance.evacuate == "refuse":
-            listed = ", ".join(f"{v.name} ({', '.join(v.vgpus)})" if v.vgpus else v.name for v in others)
+        unplanned = [v for v in running if v.name not in planned and t.spec.maintenance.evacuate != "power-off"]
+        if unplanned:
+            listed = ", ".join(f"{v.name} ({', '.join(v.vgpus)})" if v.vgpus else v.name for v in unplanned)
             self.out.in_maintenance = False
             raise RefusedError(
-                f"{t.name}: maintenance mode needs these powered-on VMs stopped: {listed}; vGPU VMs cannot "
-                "migrate (maintenance.evacuate is refuse: stop them, or set evacuate: power-off)"
+                f"{t.name}: maintenance mode needs these powered-on VMs stopped: {listed}; "
+                + (
+                    "vGPU VMs cannot migrate (maintenance.evacuate is refuse: stop them, or set evacuate: power-off "
+                    "or migrate)"
+                    if t.spec.maintenance.evacuate == "refuse"
+                    else "they started after the plan: plan again"
+                )
             )
+        moves = {v.name: planned[v.name][len(hostplan.MIGRATE_TO) :] for v in running
+                 if planned.get(v.name, "").startswith(hostplan.MIGRATE_TO)}  # fmt: skip
         for vm in running:
-            self.state.add_vm(t.name, vm.name, vm.moid, VM_CHANGE if vm.name in handed else POWER_ON)
-        for vm in running:
+            if vm.name in moves:
+                self._step("migrate", f"{vm.name} -> {moves[vm.name]}")
+                vhost.migrate_vm(self.session, vm, moves[vm.name], self.watcher)
+                self.out.migrated.append(f"{vm.name} -> {moves[vm.name]}")
+                self._done(f"migrate {vm.name} to {moves[vm.name]}")
+        stop = [v for v in running if v.name not in moves]
+        for vm in stop:
+            after = VM_CHANGE if planned.get(vm.name) == hostplan.HAND_OVER else POWER_ON
+            self.state.add_vm(t.name, vm.name, vm.moid, after)
+        for vm in stop:
             self._step("power-off", vm.name)
             how = vhost.shutdown_vm(
                 self.session, vm, timeout_s=self.opts.shutdown_timeout_s, poll_s=self.opts.poll_s, watcher=self.watcher

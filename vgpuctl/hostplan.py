@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from vgpuctl import scheduler as rmpvmrl
 from vgpuctl.esxi.parsers import OutputFormatError, format_module_options, parse_module_options
@@ -50,6 +51,9 @@ from vgpuctl.profiles import BOARDS, board_for_device, try_parse
 from vgpuctl.scheduler import SchedulerState
 from vgpuctl.statefile import WORK_FIELD, describe_record, parse_record
 
+if TYPE_CHECKING:
+    from vgpuctl.placement import FarmState
+
 # HostChange.kind values; "category" is the part before the dot (graphics | mig | nvlink | scheduler | maintenance)
 DEFAULT_TYPE = "graphics.default_type"
 ASSIGNMENT_POLICY = "graphics.assignment_policy"
@@ -68,6 +72,8 @@ MODE_KINDS = (DEFAULT_TYPE, GPU_TYPE, VGPU_MODE, MIG, NVLINK)  # what a GPU offe
 # HostChange.new of an EVACUATE change: what happens to the VM
 RESTORE_AFTER = "powered off, on again after the host change"
 HAND_OVER = "powered off, reconfigured and powered on by its VM change"
+MIGRATE_TO = "migrate to "  # + the destination host
+HOT_MIGRATE_OPTION = "vgpu.hotmigrate.enabled"  # vCenter advanced setting: vMotion of running vGPU VMs
 
 MIG_MODE = "multiInstanceGpu"
 TIME_SLICED_MODES = ("sameSize", "mixedSize")
@@ -256,26 +262,76 @@ def plan_hosts(
     facts: dict[str, HostFacts] | None = None,
     resume: Iterable[str] = (),
     vms: Sequence[VmSpec] = (),
+    vgpu_migration: bool = False,
 ) -> HostPlan:
     """Host changes for every host the specs name, in host order; `resume` names hosts a failed apply left
     in maintenance mode (from the state file); `vms` are the inventory's VM entries (what each VM will ask
-    for after the change decides whether it can be evacuated and brought back)."""
+    for after the change decides whether it can be evacuated and brought back); `vgpu_migration`: vCenter
+    allows vMotion of running vGPU VMs (`evacuate: migrate`)."""
     resolved, errors = resolve_hosts(specs, observed)
     result = HostPlan(errors=errors)
     facts = facts or {}
     resume = set(resume)
     listed = {v.name: v for v in vms}
+    plans = {name: plan_host(spec, observed.hosts[name], facts.get(name)) for name, spec in resolved.items()}
+    changing = {name for name, p in plans.items() if needs_maintenance(p.changes)}
+    migration = Migration(observed, changing, vgpu_migration)
     for name in sorted(set(resolved) | (resume & set(observed.hosts))):
         host = observed.hosts[name]
         spec = resolved.get(name)
         if spec is not None:
-            one = plan_host(spec, host, facts.get(name))
-            one.extend(plan_evacuation(spec, host, observed, one.changes, listed))
+            one = plans[name]
+            one.extend(plan_evacuation(spec, host, observed, one.changes, listed, migration))
             one.changes.sort(key=lambda c: (KIND_ORDER.index(c.kind), c.target))
             result.extend(one)
         if name in resume:
             result.changes.append(_resume_change(host))
     return result
+
+
+class Migration:
+    """Where running VMs of a host entering maintenance can go: another connected host of its cluster that is
+    not changed by the same plan and, for vGPU VMs (when vCenter allows their vMotion), offers their profiles
+    and has room for them (placement, VM after VM)."""
+
+    def __init__(self, observed: Observed, changing: set[str], vgpu_migration: bool):
+        self.observed, self.changing, self.vgpu_migration = observed, changing, vgpu_migration
+        self._state: FarmState | None = None
+
+    def target(self, vm: ObservedVm, host: ObservedHost) -> tuple[str | None, str]:
+        """(destination, "") or (None, why not)."""
+        from vgpuctl.placement import Request, farm_from_observed, place_farm
+
+        cluster = host.cluster or ""
+        others = [
+            h
+            for h in self.observed.clusters.get(cluster, [])
+            if h != host.name and h not in self.changing and _usable_host(self.observed.hosts.get(h))
+        ]
+        if not others:
+            return None, f"no other usable host in cluster {cluster or '(none)'} that this plan leaves unchanged"
+        profiles = [d.profile for d in vm.vgpus]
+        if not profiles:
+            return min(others, key=lambda h: (sum(1 for v in vms_on(self.observed, h) if _running(v)), h)), ""
+        if not self.vgpu_migration:
+            return None, f"vCenter does not allow vMotion of running vGPU VMs ({HOT_MIGRATE_OPTION} is not true)"
+        offering = [h for h in others if set(profiles) <= set(self.observed.hosts[h].offered_profiles)]
+        if not offering:
+            return None, f"no other host of cluster {cluster} offers {', '.join(sorted(set(profiles)))}"
+        if self._state is None:
+            self._state = farm_from_observed(self.observed)
+        grouped = any(d.device_group_key is not None for d in vm.vgpus)
+        placed = place_farm(self._state, [Request(vm.name, profiles, offering, grouped)])[vm.name]
+        return (placed.host, "") if placed.ok else (None, f"no room on {', '.join(offering)}: {placed.reason}")
+
+
+def _usable_host(host: ObservedHost | None) -> bool:
+    return (
+        host is not None
+        and host.connection_state == "connected"
+        and not host.in_maintenance
+        and host.power_state == "poweredOn"
+    )
 
 
 def vms_on(observed: Observed, host: str) -> list[ObservedVm]:
@@ -288,14 +344,21 @@ def _running(vm: ObservedVm) -> bool:
 
 
 def plan_evacuation(
-    spec: HostSpec, host: ObservedHost, observed: Observed, changes: Sequence[HostChange], listed: dict[str, VmSpec]
+    spec: HostSpec,
+    host: ObservedHost,
+    observed: Observed,
+    changes: Sequence[HostChange],
+    listed: dict[str, VmSpec],
+    migration: Migration | None = None,
 ) -> HostPlan:
     """What happens to the host's VMs when it enters maintenance mode for `changes`.
 
     A running VM whose vGPUs (after its own inventory change, if listed) the host offers after the change is
     evacuated: handed to its VM change when that re-profiles it, else powered off and on again with
-    `evacuate: power-off` (with `refuse`, apply stops before maintenance and lists it). A running VM whose
-    vGPUs the host will not offer is an error naming the profiles it would offer; a powered-off one a warning.
+    `evacuate: power-off` (with `refuse`, apply stops before maintenance and lists it), moved to another host
+    with `evacuate: migrate` (powered off instead only when its inventory entry lets vgpuctl power it). A
+    running VM whose vGPUs the host will not offer is an error naming the profiles it would offer; a
+    powered-off one a warning.
     """
     result = HostPlan()
     if not needs_maintenance(changes) or host.in_maintenance:
@@ -324,6 +387,27 @@ def plan_evacuation(
             result.changes.append(_evacuate_change(host, vm, HAND_OVER))
         elif spec.maintenance.evacuate == "power-off":
             result.changes.append(_evacuate_change(host, vm, RESTORE_AFTER))
+        elif spec.maintenance.evacuate == "migrate":
+            result.extend(_plan_migration(host, vm, entry, migration or Migration(observed, {host.name}, False)))
+    return result
+
+
+def _plan_migration(host: ObservedHost, vm: ObservedVm, entry: VmSpec | None, migration: Migration) -> HostPlan:
+    result = HostPlan()
+    dest, why = migration.target(vm, host)
+    if dest is not None:
+        result.changes.append(_evacuate_change(host, vm, MIGRATE_TO + dest))
+    elif entry is not None and entry.power != "keep":
+        result.changes.append(_evacuate_change(host, vm, RESTORE_AFTER))
+        result.warnings.append(
+            f"host {host.name}: VM {vm.name} cannot migrate ({why}): powered off and on again "
+            f"instead (its inventory entry has power: {entry.power})"
+        )
+    else:
+        result.errors.append(
+            f"host {host.name}: VM {vm.name} cannot migrate ({why}); list it in the inventory with power: restart "
+            "to allow powering it off instead, or move or stop it first"
+        )
     return result
 
 

@@ -139,6 +139,24 @@ def _resume(session: Session, observed: Observed, options: RunOptions) -> list[s
     return [h for h in state_of(session, observed, options).hosts() if h in observed.hosts]
 
 
+def _migrates(specs: dict[str, HostSpec]) -> bool:
+    return any(s.maintenance.evacuate == "migrate" for s in specs.values())
+
+
+def vgpu_migration_enabled(session: Session) -> bool:
+    """vCenter's advanced setting that allows vMotion of running vGPU VMs (one read; absent means false)."""
+    from pyVmomi import vim
+
+    manager = session.content.setting
+    if manager is None:
+        return False
+    try:
+        values = session.invoke(manager.QueryOptions, hostplan.HOT_MIGRATE_OPTION)
+    except vim.fault.InvalidName:
+        return False
+    return any(str(v.value).strip().lower() == "true" for v in values or [])
+
+
 def _lease_warnings(session: Session, observed: Observed, hosts: Sequence[str]) -> list[str]:
     """Hosts of the plan that another live run holds (one CurrentTime read, only when a host has a lease)."""
     from vgpuctl.vsphere.workrecord import LEASE_FIELD, live_leases
@@ -157,7 +175,9 @@ def plan(session: Session, observed: Observed, inventory: Inventory, options: Ru
 
     resolved, _ = hostplan.resolve_hosts(inventory.hosts, observed)  # make_plan reports resolve errors
     facts, errors = host_facts(session, observed, resolved, options) if resolved else ({}, [])
-    the_plan = make_plan(inventory, observed, host_facts=facts, resume=_resume(session, observed, options))
+    migration = vgpu_migration_enabled(session) if _migrates(resolved) else False
+    resume = _resume(session, observed, options)
+    the_plan = make_plan(inventory, observed, host_facts=facts, resume=resume, vgpu_migration=migration)
     the_plan.errors = errors + the_plan.errors
     the_plan.warnings += _lease_warnings(session, observed, sorted({c.host for c in the_plan.host_changes}))
     return the_plan
@@ -171,7 +191,9 @@ def plan_hosts(
     if errors:
         return hostplan.HostPlan(errors=errors)
     facts, errors = host_facts(session, observed, resolved, options)
-    host_plan = hostplan.plan_hosts(specs, observed, facts, resume=_resume(session, observed, options))
+    migration = vgpu_migration_enabled(session) if _migrates(resolved) else False
+    resume = _resume(session, observed, options)
+    host_plan = hostplan.plan_hosts(specs, observed, facts, resume=resume, vgpu_migration=migration)
     host_plan.errors = errors + host_plan.errors
     host_plan.warnings += _lease_warnings(session, observed, host_plan.hosts)
     return host_plan

@@ -73,13 +73,22 @@ class _VmPlan:
 
 
 def make_plan(
-    inv: Inventory, observed: Observed, host_facts: dict[str, HostFacts] | None = None, resume: Iterable[str] = ()
+    inv: Inventory,
+    observed: Observed,
+    host_facts: dict[str, HostFacts] | None = None,
+    resume: Iterable[str] = (),
+    vgpu_migration: bool = False,
 ) -> Plan:
     """Host changes first (vgpuctl.hostplan; `host_facts` from the ESXi shell and per-host API calls, `resume`:
-    hosts an unfinished apply left behind), then the VMs, planned against the hosts as they will be after the
-    host changes; VM changes on a changing host wait for it (VmChange.depends_on_hosts)."""
+    hosts an unfinished apply left behind, `vgpu_migration`: vCenter allows vMotion of running vGPU VMs), then
+    the VMs, planned against the hosts as they will be after the host changes; VM changes on a changing host
+    wait for it (VmChange.depends_on_hosts)."""
     resume = list(resume)
-    hosts = hostplan.plan_hosts(inv.hosts, observed, host_facts, resume, inv.vms) if inv.hosts or resume else None
+    hosts = (
+        hostplan.plan_hosts(inv.hosts, observed, host_facts, resume, inv.vms, vgpu_migration)
+        if inv.hosts or resume
+        else None
+    )
     base = hostplan.predict_observed(observed, hosts.changes) if hosts and hosts.changes else observed
     plans = [_plan_vm(spec, base) for spec in sorted(inv.vms, key=lambda v: v.name)]
     _check_capacity(plans, base)

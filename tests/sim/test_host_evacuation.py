@@ -179,3 +179,40 @@ def test_restore_goes_on_past_a_vm_that_fails_and_says_which(sim: Any, si: Any, 
         result = pipeline.apply_hosts(session, observed, inv.hosts, again.host_changes, options)
     assert result.hosts[0].status == Outcome.CHANGED and result.hosts[0].powered_on == ["web-01"]
     assert _power(si, "web-01") == "poweredOn"
+
+
+H2 = "esx-02.gpu.sim"
+MIGRATE_H1 = (
+    f"apiVersion: vgpuctl/v1\nhosts:\n  - name: {H1}\n    nvlink: disabled\n    maintenance: {{evacuate: migrate}}\n"
+)
+
+
+def _host_of(si: Any, name: str) -> str:
+    return str(_find(si, name).runtime.host.name)
+
+
+def test_migrate_moves_the_vms_to_the_other_host_with_their_vgpus(sim: Any, si: Any, tmp_path: Path) -> None:
+    si.content.setting.UpdateOptions(changedValue=[vim.option.OptionValue(key="vgpu.hotmigrate.enabled", value="true")])
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(MIGRATE_H1)
+    plan = _vgpuctl(sim, tmp_path, "plan", "-f", str(inv), "--detailed-exitcode")
+    assert plan.exit_code == 2, plan.output
+    for vm in ("train-01", "web-01", "web-02"):
+        assert f"~ host {H1} evacuate {vm}: poweredOn" in plan.output and f"-> migrate to {H2}" in plan.output
+    applied = _vgpuctl(sim, tmp_path, "apply", "-f", str(inv), "--yes")
+    assert applied.exit_code == 0, applied.output
+    for vm in ("train-01", "web-01", "web-02"):
+        assert _host_of(si, vm) == H2 and _power(si, vm) == "poweredOn", vm
+    assigned = [a for a in sim.assignments() if a["vmName"] == "train-01"]
+    assert [a["host"] for a in assigned] == [H2]  # its vGPU moved with it
+    assert sim.host(H1)["modules"]["nvidia"]["configured"].endswith("NVreg_NvLinkDisable=1")
+
+
+def test_migrate_without_vgpu_migration_refuses_an_unlisted_vgpu_vm(sim: Any, si: Any, tmp_path: Path) -> None:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(MIGRATE_H1)
+    plan = _vgpuctl(sim, tmp_path, "plan", "-f", str(inv))
+    assert plan.exit_code == 1, plan.output
+    assert f"host {H1}: VM train-01 cannot migrate (vCenter does not allow vMotion of running vGPU VMs" in plan.output
+    assert _host_of(si, "train-01") == H1 and _power(si, "train-01") == "poweredOn"
+    assert not sim.host(H1)["inMaintenance"]

@@ -5,6 +5,8 @@ powered off and on again with `evacuate: power-off`; and how make_plan orders th
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from vgpuctl import hostplan
@@ -144,3 +146,65 @@ def test_a_host_already_in_maintenance_evacuates_nothing() -> None:
     observed.hosts[HOST].in_maintenance = True
     result = hostplan.plan_hosts(inv.hosts, observed, vms=inv.vms)
     assert not result.errors and not any(c.kind == hostplan.EVACUATE for c in result.changes)
+
+
+# ------------------------------------------------------------------------------------------ evacuate: migrate
+
+OTHER = "esx-b"
+MIGRATE = f"  - name: {HOST}\n    nvlink: disabled\n    maintenance: {{evacuate: migrate}}\n"
+
+
+def _two_hosts(*vms: ObservedVm, busy: int = 0) -> Observed:
+    observed = _observed(*vms)
+    other = copy.deepcopy(observed.hosts[HOST])
+    other.name = OTHER
+    for gpu in other.gpus:
+        gpu.vms = []
+    observed.hosts[OTHER] = other
+    observed.clusters["C1"].append(OTHER)
+    for i in range(busy):  # VMs that fill the other host's GPUs
+        name = f"busy-{i}"
+        observed.vms[name] = ObservedVm(
+            name, host=OTHER, power_state="poweredOn", vgpus=[ObservedVgpu(1, "grid_a100-40c")]
+        )
+        other.gpus[i].vms.append(name)
+    return observed
+
+
+def _moves(result: hostplan.HostPlan) -> list[tuple[str, str]]:
+    return [(c.target, str(c.new)) for c in result.changes if c.kind == hostplan.EVACUATE]
+
+
+def test_migrate_moves_vms_to_a_host_that_can_run_them() -> None:
+    inv = _inventory(MIGRATE)
+    observed = _two_hosts(_vm("train-01", "grid_a100-40c"), _vm("web-01"))
+    result = hostplan.plan_hosts(inv.hosts, observed, vms=inv.vms, vgpu_migration=True)
+    assert not result.errors and not result.warnings, result.errors
+    assert _moves(result) == [("train-01", f"migrate to {OTHER}"), ("web-01", f"migrate to {OTHER}")]
+
+
+def test_without_vgpu_migration_a_vgpu_vm_falls_back_to_power_off_only_when_listed() -> None:
+    observed = _two_hosts(_vm("train-01", "grid_a100-40c"), _vm("web-01"))
+    inv = _inventory(MIGRATE)
+    result = hostplan.plan_hosts(inv.hosts, observed, vms=inv.vms, vgpu_migration=False)
+    assert _moves(result) == [("web-01", f"migrate to {OTHER}")]  # no vGPUs: always
+    assert result.errors == [
+        f"host {HOST}: VM train-01 cannot migrate (vCenter does not allow vMotion of running vGPU VMs "
+        "(vgpu.hotmigrate.enabled is not true)); list it in the inventory with power: restart to allow powering it "
+        "off instead, or move or stop it first"
+    ]
+    listed = _inventory(MIGRATE, "  - name: train-01\n    power: restart\n")
+    result = hostplan.plan_hosts(listed.hosts, observed, vms=listed.vms, vgpu_migration=False)
+    assert not result.errors
+    assert ("train-01", hostplan.RESTORE_AFTER) in _moves(result)
+    assert result.warnings and "powered off and on again instead" in result.warnings[0]
+
+
+def test_migrate_needs_room_and_an_unchanged_destination() -> None:
+    inv = _inventory(MIGRATE)
+    full = _two_hosts(_vm("train-01", "grid_a100-40c"), busy=2)
+    result = hostplan.plan_hosts(inv.hosts, full, vms=inv.vms, vgpu_migration=True)
+    assert len(result.errors) == 1 and "no room on esx-b" in result.errors[0], result.errors
+    both = _inventory(MIGRATE + MIGRATE.replace(HOST, OTHER))
+    result = hostplan.plan_hosts(both.hosts, _two_hosts(_vm("web-01")), vms=both.vms, vgpu_migration=True)
+    assert len(result.errors) == 1 and "that this plan leaves unchanged" in result.errors[0], result.errors

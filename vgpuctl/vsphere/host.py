@@ -393,3 +393,12 @@ def power_on_vm(session: Any, vm_moid: str, name: str, watcher: Any = None) -> N
     if vm_power_state(session, vm_moid) == "poweredOn":
         return
     _task(session, watcher, name, vm_object(session, vm_moid).PowerOnVM_Task)
+
+
+def migrate_vm(session: Any, vm: HostVm, destination: str, watcher: Any = None) -> None:
+    """vMotion a running VM to another host of its cluster (RelocateVM_Task; vCenter checks that the
+    destination can run its vGPUs and that vGPU migration is enabled)."""
+    from pyVmomi import vim
+
+    spec = vim.vm.RelocateSpec(host=host_object(session, find_host(session, destination)))
+    _task(session, watcher, vm.name, vm_object(session, vm.moid).RelocateVM_Task, spec)

@@ -146,6 +146,7 @@ func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, 
 var vmMethods = map[string]bool{
 	"PowerOnVM_Task": true, "PowerOffVM_Task": true, "SuspendVM_Task": true, "ReconfigVM_Task": true,
 	"CloneVM_Task": true, "ShutdownGuest": true, "Destroy_Task": true, "UnregisterVM": true,
+	"RelocateVM_Task": true, "MigrateVM_Task": true, // migrate.go
 }
 
 var hostMethods = map[string]bool{

@@ -1,0 +1,121 @@
+package vc
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/methods"
+	"github.com/vmware/govmomi/vim25/soap"
+	"github.com/vmware/govmomi/vim25/types"
+
+	"gpusim/internal/farm"
+)
+
+// HotMigrateOption is the vCenter advanced setting that allows vMotion of running vGPU VMs.
+const HotMigrateOption = "vgpu.hotmigrate.enabled"
+
+// RelocateVMTask moves a VM to another host. A running VM's vGPUs must be admitted on the destination
+// (its GPUs offer the profiles and have room) and vGPU hot migration must be enabled in vCenter; the
+// vGPUs leave the source only once the destination took them, and a refused move leaves the VM as it was.
+func (vm *gpuVM) RelocateVMTask(ctx *simulator.Context, req *types.RelocateVM_Task) soap.HasFault {
+	unregister(ctx, vm)
+	s := vm.sim
+	task := simulator.CreateTask(vm, "RelocateVMTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
+		vm.delay("RelocateVM_Task")
+		var source *types.ManagedObjectReference
+		if vm.Runtime.Host != nil {
+			ref := *vm.Runtime.Host
+			source = &ref
+		}
+		moved, f := s.moveVGPUs(ctx, vm.VirtualMachine, req.Spec.Host)
+		if f != nil {
+			return nil, f
+		}
+		if _, f := s.waitBody(vm.VirtualMachine.RelocateVMTask(ctx, req)); f != nil {
+			if moved {
+				s.moveBack(vm.VirtualMachine)
+			}
+			return nil, f
+		}
+		s.moveHostVMList(ctx, vm.Self, source, req.Spec.Host)
+		return nil, nil
+	}))
+	return &methods.RelocateVM_TaskBody{Res: &types.RelocateVM_TaskResponse{Returnval: task.Run(ctx)}}
+}
+
+// MigrateVMTask is RelocateVMTask with the older call's arguments (host and pool).
+func (vm *gpuVM) MigrateVMTask(ctx *simulator.Context, req *types.MigrateVM_Task) soap.HasFault {
+	spec := types.VirtualMachineRelocateSpec{Host: req.Host, Pool: req.Pool}
+	body := vm.RelocateVMTask(ctx, &types.RelocateVM_Task{This: req.This, Spec: spec}).(*methods.RelocateVM_TaskBody)
+	if body.Res == nil {
+		return &methods.MigrateVM_TaskBody{Fault_: body.Fault_}
+	}
+	return &methods.MigrateVM_TaskBody{Res: &types.MigrateVM_TaskResponse{Returnval: body.Res.Returnval}}
+}
+
+// moveVGPUs admits a running vGPU VM's vGPUs on the destination host and releases them on the source;
+// it reports whether anything moved.
+func (s *Sim) moveVGPUs(ctx *simulator.Context, vm *simulator.VirtualMachine, dest *types.ManagedObjectReference) (bool, types.BaseMethodFault) {
+	profiles := vgpuProfiles(vm.Config.Hardware.Device)
+	to, from := s.hostOf(dest), s.hostOf(vm.Runtime.Host)
+	if len(profiles) == 0 || to == "" || to == from || vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn {
+		return false, nil
+	}
+	if !s.hotMigrateEnabled(ctx) {
+		msg := fmt.Sprintf("vGPU VM %s cannot be migrated while powered on: %s is not true", vm.Name, HotMigrateOption)
+		return false, s.faultWith(&types.MigrationDisabled{MigrationFault: types.MigrationFault{}}, msg)
+	}
+	s.Farm.Release(vm.Self.Value)
+	req := farm.Request{Profiles: profiles, NVLink: wantsNVLink(vm.Config)}
+	if _, err := s.Farm.Admit(to, vm.Self.Value, vm.Name, req); err != nil {
+		s.readmit(from, vm)
+		if errors.Is(err, farm.ErrInsufficient) {
+			return false, s.faultWith(&types.InsufficientGraphicsResourcesFault{}, farm.InsufficientGraphics+" (on "+to+")")
+		}
+		return false, s.faultWith(&types.InvalidState{}, err.Error())
+	}
+	return true, nil
+}
+
+// moveHostVMList moves the VM from the source host's `vm` list to the destination's (vcsim's own
+// RelocateVM only changes the VM's runtime.host).
+func (s *Sim) moveHostVMList(ctx *simulator.Context, vm types.ManagedObjectReference, from, to *types.ManagedObjectReference) {
+	if from == nil || to == nil || *from == *to {
+		return
+	}
+	if src, ok := ctx.Map.Get(*from).(*simulator.HostSystem); ok {
+		ctx.Map.RemoveReference(ctx, src, &src.Vm, vm)
+	}
+	if dst, ok := ctx.Map.Get(*to).(*simulator.HostSystem); ok {
+		ctx.Map.AppendReference(ctx, dst, &dst.Vm, vm)
+	}
+}
+
+// moveBack returns a VM's vGPUs to the host it is still on after a failed relocation.
+func (s *Sim) moveBack(vm *simulator.VirtualMachine) {
+	s.Farm.Release(vm.Self.Value)
+	s.readmit(s.hostOf(vm.Runtime.Host), vm)
+}
+
+func (s *Sim) readmit(host string, vm *simulator.VirtualMachine) {
+	req := farm.Request{Profiles: vgpuProfiles(vm.Config.Hardware.Device), NVLink: wantsNVLink(vm.Config)}
+	if _, err := s.Farm.Admit(host, vm.Self.Value, vm.Name, req); err != nil {
+		fmt.Printf("gpusim: %s: could not give its vGPUs back on %s: %v\n", vm.Name, host, err)
+	}
+}
+
+// hotMigrateEnabled reads vCenter's advanced setting (absent: false, as in vCenter).
+func (s *Sim) hotMigrateEnabled(ctx *simulator.Context) bool {
+	for _, o := range ctx.Map.OptionManager().Setting {
+		if v := o.GetOptionValue(); v.Key == HotMigrateOption {
+			switch val := v.Value.(type) {
+			case bool:
+				return val
+			case string:
+				return val == "true" || val == "True" || val == "1"
+			}
+		}
+	}
+	return false
+}
