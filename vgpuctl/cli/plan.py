@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed, Plan
     from vgpuctl.pipeline import ApplyOutcome, RunOptions
+    from vgpuctl.planfile import SavedPlan
     from vgpuctl.reports import ApplyReport
     from vgpuctl.vsphere.session import Session
 
@@ -72,8 +73,17 @@ def plan_cmd(
         bool, typer.Option("--detailed-exitcode", help="Exit 0 when nothing changes, 2 when changes are pending.")
     ] = False,
     ssh_trust_on_first_use: SshTofu = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Save the plan to this file; `vgpuctl apply PLANFILE` applies exactly it.",
+            dir_okay=False,
+            metavar="PLANFILE",
+        ),
+    ] = None,
 ) -> None:
-    """Show what apply would change: a field-level diff per VM and host."""
+    """Show what apply would change: a field-level diff per VM and host, and every disruptive step."""
     from vgpuctl import pipeline
 
     opts: GlobalOptions = ctx.obj
@@ -83,13 +93,26 @@ def plan_cmd(
         observed = pipeline.observe(session, options.datacenter, inventory)
         the_plan = pipeline.plan(session, observed, inventory, options)
         round_trips = session.round_trips
+        vcenter = session.settings.sdk_url
     if the_plan.errors:
         if opts.verbose:
             print_plan_to_stderr(the_plan)  # the reasons come as the error; -v shows the diff too
         raise PlanError(list(the_plan.errors))
     show_plan(the_plan, opts, round_trips=round_trips if opts.verbose else None)
+    if out is not None:
+        save_plan(out, file, vcenter, observed, the_plan)
     if detailed_exitcode and not the_plan.is_empty:
         raise typer.Exit(EXIT_CHANGES_PENDING)
+
+
+def save_plan(out: Path, file: Path, vcenter: str, observed: Observed, the_plan: Plan) -> None:
+    from vgpuctl import planfile
+    from vgpuctl.render import plan_to_json
+
+    text = file.read_text(encoding="utf-8")
+    basis = planfile.basis_of(observed, the_plan)
+    planfile.save(out, planfile.SavedPlan(text, str(file), vcenter, basis, plan_to_json(the_plan)))
+    common.info(f"Saved the plan to {out}; `vgpuctl apply {out}` applies exactly it.")
 
 
 def run_options(
@@ -138,7 +161,15 @@ def print_plan_to_stderr(the_plan: Plan) -> None:
 
 def apply_cmd(
     ctx: typer.Context,
-    file: InventoryFile,
+    saved_plan: Annotated[
+        Path | None,
+        typer.Argument(
+            metavar="[PLANFILE]", help="A plan saved by `plan --out`: applied as it is, without asking.", dir_okay=False
+        ),
+    ] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="Inventory file (apiVersion vgpuctl/v1).", dir_okay=False)
+    ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     parallel: Annotated[
         int, typer.Option("--parallel", "-p", min=1, max=64, help="VMs changed at the same time.")
@@ -146,15 +177,20 @@ def apply_cmd(
     keep_going: KeepGoing = False,
     ssh_trust_on_first_use: SshTofu = False,
 ) -> None:
-    """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first."""
+    """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first.
+
+    With PLANFILE (from `plan --out`): apply exactly that plan, refused when the farm changed since it was made.
+    """
     from vgpuctl import pipeline
 
     opts: GlobalOptions = ctx.obj
-    inventory = pipeline.load(file)
+    if (saved_plan is None) == (file is None):
+        raise UsageError("give an inventory with -f FILE, or a saved plan: vgpuctl apply PLANFILE")
+    saved, inventory = load_saved_plan(saved_plan) if saved_plan is not None else (None, pipeline.load(file))
     options = run_options(
         opts, inventory, parallel=parallel, keep_going=keep_going, trust_on_first_use=ssh_trust_on_first_use
     )
-    run = execute(opts, inventory, options, yes=yes)
+    run = execute(opts, inventory, options, yes=yes or saved is not None, saved=saved, saved_path=saved_plan)
     if opts.json:
         common.emit(apply_report(run, opts), lambda _r: None, opts)
     raise_for_outcome(run)
@@ -180,13 +216,36 @@ class ApplyRun:
     vm_errors: list[str] = field(default_factory=list)  # errors of the VM plan made again after the hosts
 
 
-def execute(opts: GlobalOptions, inventory: Inventory, options: RunOptions, *, yes: bool) -> ApplyRun:
+def execute(
+    opts: GlobalOptions,
+    inventory: Inventory,
+    options: RunOptions,
+    *,
+    yes: bool,
+    saved: SavedPlan | None = None,
+    saved_path: Path | None = None,
+) -> ApplyRun:
+    """Observe, plan (checked against the saved plan when there is one), then apply_planned."""
     from vgpuctl import pipeline
+    from vgpuctl.planfile import check_still_valid
 
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, options.datacenter, inventory)
         the_plan = pipeline.plan(session, observed, inventory, options)
+        if saved is not None and saved_path is not None:
+            check_still_valid(saved_path, saved, session.settings.sdk_url, observed, the_plan)
         return apply_planned(opts, session, inventory, the_plan, observed, options, yes=yes)
+
+
+def load_saved_plan(path: Path) -> tuple[SavedPlan, Inventory]:
+    """The saved plan and the inventory it was made from (as saved, whatever the inventory file says now)."""
+    from vgpuctl import planfile
+    from vgpuctl.inventory import load_inventory_text, validate
+
+    saved = planfile.load(path)
+    inventory = load_inventory_text(saved.inventory_text, saved.inventory_path)
+    validate(inventory)
+    return saved, inventory
 
 
 def apply_planned(

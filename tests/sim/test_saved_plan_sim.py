@@ -1,0 +1,130 @@
+"""Saved plans against gpusim: `plan -f FILE --out PLANFILE` then `apply PLANFILE` applies exactly that plan,
+and refuses in one line, touching nothing, when the farm changed since the plan was made."""
+
+from __future__ import annotations
+
+import json
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyVim.connect import Disconnect
+from pyVim.task import WaitForTask
+from pyVmomi import vim
+from typer.testing import CliRunner
+
+from vgpuctl.cli.main import app
+
+pytestmark = pytest.mark.sim
+
+FARM = {
+    "datacenter": "DC0",
+    "clusters": [{"name": "GPU-Cluster", "hosts": 1, "gpus_per_host": 2, "model": "A100-40GB", "nvlink": "none",
+                  "graphics_type": "sharedDirect", "vgpu_mode": "sameSize"}],
+    "templates": [{"name": "ubuntu-22.04-ml", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}],
+    "vms": [{"name": "other-01", "cpus": 2, "memory_mb": 4096}],
+}  # fmt: skip
+INVENTORY = """\
+apiVersion: vgpuctl/v1
+vcenter: {datacenter: DC0}
+vms:
+  - name: saved-01
+    template: ubuntu-22.04-ml
+    cluster: GPU-Cluster
+    vgpus: {profile: PROFILE, count: 1}
+    power: 'off'
+"""
+
+
+@pytest.fixture
+def sim(gpusim_factory: Callable[..., Any]) -> Any:
+    return gpusim_factory(FARM)
+
+
+def vgpuctl(sim: Any, tmp_path: Path, *args: str) -> Any:
+    env = {
+        "VGPUCTL_URL": sim.url,
+        "VGPUCTL_USERNAME": sim.username,
+        "VGPUCTL_PASSWORD": sim.password,
+        "VGPUCTL_INSECURE": "1",
+        "VGPUCTL_STATE_DIR": str(tmp_path / "state"),
+    }
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def vgpus_of(sim: Any, name: str) -> list[str] | None:
+    si = sim.connect()
+    try:
+        view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
+        vm = next((o for o in view.view if o.name == name), None)
+        if vm is None:
+            return None
+        devices = vm.config.hardware.device
+        return [
+            d.backing.vgpu
+            for d in devices
+            if isinstance(getattr(d, "backing", None), vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo)
+        ]
+    finally:
+        Disconnect(si)
+
+
+def errors(result: Any) -> list[str]:
+    """stderr without the --insecure warning."""
+    return [line for line in result.stderr.strip().splitlines() if not line.startswith("warning: TLS")]
+
+
+def make_plan(sim: Any, tmp_path: Path, profile: str = "grid_a100-20c") -> tuple[Path, Path]:
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(INVENTORY.replace("PROFILE", profile))
+    out = tmp_path / "saved.plan"
+    result = vgpuctl(sim, tmp_path, "plan", "-f", str(inv), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "+ vm saved-01" in result.stdout and f"apply {out}" in result.stderr
+    return inv, out
+
+
+def test_apply_planfile_applies_exactly_the_saved_plan(sim: Any, tmp_path: Path) -> None:
+    inv, out = make_plan(sim, tmp_path)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "vgpuctl-plan/v1" and [c["vm"] for c in doc["plan"]["vm_changes"]] == ["saved-01"]
+    inv.write_text(INVENTORY.replace("PROFILE", "grid_a100-40c"))  # edited after the plan: not what is applied
+    applied = vgpuctl(sim, tmp_path, "apply", str(out))  # no --yes: a saved plan was already reviewed
+    assert applied.exit_code == 0, applied.output
+    assert vgpus_of(sim, "saved-01") == ["grid_a100-20c"]
+    again = vgpuctl(sim, tmp_path, "apply", str(out))  # the farm now differs from the plan's basis
+    assert again.exit_code == 1 and "the farm changed since" in again.stderr
+
+
+def test_apply_planfile_refuses_when_the_farm_changed(sim: Any, tmp_path: Path) -> None:
+    _inv, out = make_plan(sim, tmp_path)
+    si = sim.connect()
+    try:  # someone powers on a VM after the plan was made
+        view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
+        WaitForTask(next(o for o in view.view if o.name == "other-01").PowerOnVM_Task())
+    finally:
+        Disconnect(si)
+    refused = vgpuctl(sim, tmp_path, "apply", str(out), "--yes")
+    assert refused.exit_code == 1
+    lines = errors(refused)
+    assert len(lines) == 1 and lines[0].startswith(f"error: the farm changed since {out} was made")
+    assert vgpus_of(sim, "saved-01") is None  # nothing touched
+
+
+def test_bad_plan_files_and_arguments_are_one_line_errors(sim: Any, tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.plan"
+    garbage.write_text("{not json")
+    for args, message in (
+        (["apply", str(garbage)], "not a vgpuctl plan file"),
+        (["apply", str(tmp_path / "missing.plan")], "no such plan file"),
+        (["apply"], "give an inventory with -f FILE, or a saved plan"),
+        (["apply", str(garbage), "-f", str(garbage)], "give an inventory with -f FILE, or a saved plan"),
+    ):
+        result = vgpuctl(sim, tmp_path, *args)
+        assert result.exit_code == 1, (args, result.output)
+        assert (
+            result.stderr.strip().splitlines() == [f"error: {result.stderr.strip()[7:]}"] and message in result.stderr
+        )

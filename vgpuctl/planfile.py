@@ -1,0 +1,127 @@
+"""Saved plans: `vgpuctl plan -f FILE --out PLANFILE`, then `vgpuctl apply PLANFILE` applies exactly that plan.
+
+A plan file (JSON) holds the inventory text the plan was made from, the plan itself (its report) and a digest
+of what it was based on: the farm as observed (hosts, GPUs, VMs, their vGPUs and power states) and the plan.
+`apply PLANFILE` observes and plans again from the saved inventory and refuses, before touching anything,
+when the farm or the plan differ from the saved ones. Nothing here talks to vCenter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vgpuctl.errors import UsageError, VgpuctlError
+from vgpuctl.model import Observed, Plan
+
+FORMAT = "vgpuctl-plan/v1"
+
+# What the plan depends on, per object; churn that does not change a plan (round trips, guest IPs, tools
+# status, warnings) is left out of the digest.
+HOST_FIELDS = (
+    "name", "moid", "cluster", "connection_state", "in_maintenance", "power_state", "default_graphics_type",
+    "assignment_policy", "gpus", "offered_profiles", "max_vgpus_per_vm", "module_options",
+)  # fmt: skip
+VM_FIELDS = (
+    "name", "moid", "is_template", "host", "cluster", "folder", "power_state", "cpus", "memory_mb",
+    "memory_reservation_locked", "memory_reservation_mb", "firmware", "hardware_version", "extra_config", "vgpus",
+    "other_passthrough",
+)  # fmt: skip
+
+
+class PlanFileError(VgpuctlError):
+    """A plan file that cannot be read, or that no longer matches the farm."""
+
+
+@dataclass
+class SavedPlan:
+    inventory_text: str
+    inventory_path: str
+    vcenter: str  # the SDK URL the plan was made against
+    basis: str  # digest of the farm as observed and of the plan
+    plan: dict[str, Any]  # the plan's report, for people and tools reading the file
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT,
+            "vcenter": self.vcenter,
+            "inventory_path": self.inventory_path,
+            "basis": self.basis,
+            "plan": self.plan,
+            "inventory": self.inventory_text,
+        }
+
+
+def farm_digest(observed: Observed) -> str:
+    """sha256 of the observed farm's plan-relevant facts, in a stable order."""
+    data = observed.to_dict()
+    hosts = {n: {k: h.get(k) for k in HOST_FIELDS} for n, h in sorted(data["hosts"].items())}
+    vms = {n: {k: v.get(k) for k in VM_FIELDS} for n, v in sorted(data["vms"].items())}
+    basis = {"datacenter": data.get("datacenter"), "hosts": hosts, "vms": vms, "folders": sorted(data["folders"])}
+    return _sha256(basis)
+
+
+def plan_digest(plan: Plan) -> str:
+    return _sha256(plan.to_dict())
+
+
+def basis_of(observed: Observed, plan: Plan) -> str:
+    return f"farm:{farm_digest(observed)} plan:{plan_digest(plan)}"
+
+
+def _sha256(data: Any) -> str:
+    text = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def save(path: Path, saved: SavedPlan) -> None:
+    """Write the plan file (owner-only: it holds the inventory)."""
+    text = json.dumps(saved.to_dict(), indent=2) + "\n"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as err:
+        raise UsageError(f"--out {path}: {err.strerror or err}") from None
+
+
+def load(path: Path) -> SavedPlan:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such plan file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise PlanFileError(f"{path}: not a vgpuctl plan file ({err})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise PlanFileError(f"{path}: not a vgpuctl plan file (made by `vgpuctl plan -f FILE --out {path.name}`)")
+    try:
+        return SavedPlan(
+            inventory_text=str(data["inventory"]),
+            inventory_path=str(data["inventory_path"]),
+            vcenter=str(data["vcenter"]),
+            basis=str(data["basis"]),
+            plan=dict(data["plan"]),
+        )
+    except (KeyError, TypeError, ValueError) as err:
+        raise PlanFileError(f"{path}: plan file is incomplete ({err})") from None
+
+
+def check_still_valid(path: Path, saved: SavedPlan, vcenter: str, observed: Observed, plan: Plan) -> None:
+    """Refuse (one line) when the plan file was made against another vCenter, or the farm or the plan changed."""
+    if saved.vcenter != vcenter:
+        raise PlanFileError(f"{path} was made against {saved.vcenter}, not {vcenter}: nothing was changed")
+    farm_then, _, plan_then = saved.basis.partition(" ")
+    if farm_then != f"farm:{farm_digest(observed)}":
+        raise PlanFileError(
+            f"the farm changed since {path} was made (hosts, GPUs or VMs differ): nothing was changed; "
+            "make a new plan with `vgpuctl plan -f FILE --out PLANFILE`"
+        )
+    if plan_then != f"plan:{plan_digest(plan)}":
+        raise PlanFileError(
+            f"planning again gives a different plan than {path} (host facts changed): nothing was changed; "
+            "make a new plan"
+        )
