@@ -66,7 +66,8 @@ def test_vv_traces_soap_and_ssh_without_secrets(sim: Any, tmp_path: Path) -> Non
     loud = run(sim, tmp_path, "plan", "-f", str(inv), "-vv")
     assert loud.exit_code == 0, loud.output
     err = loud.stderr
-    assert "SOAP -> SessionManager:SessionManager.Login(userName=" in err and "password=***" in err
+    login = next(line for line in err.splitlines() if "SOAP -> SessionManager:SessionManager.Login(" in line)
+    assert f"userName='{sim.username}'" in login and "=***" in login
     assert "SOAP -> PropertyCollector:" in err and "SOAP <- RetrievePropertiesEx: ok" in err
     assert f"SSH {H1} $ " in err and f"SSH {H1} exit 0" in err  # host facts read over the ESXi shell
     assert sim.password not in err and sim.password not in loud.stdout
