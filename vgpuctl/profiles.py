@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -270,6 +270,11 @@ def parse_profile(name: str) -> VgpuProfile:
     grammar. Names the catalogue lists take its framebuffer, series and MIG instance."""
     if not isinstance(name, str):
         raise _bad(name)
+    return _parse_name(name)
+
+
+@lru_cache(maxsize=4096)  # placement asks for the same few names hundreds of thousands of times on large farms
+def _parse_name(name: str) -> VgpuProfile:
     rest = _strip_prefix(name)
     if rest is None:
         raise _bad(name)
