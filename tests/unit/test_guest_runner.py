@@ -139,6 +139,25 @@ def test_scrubbed_environ_restores(monkeypatch):
     assert os.environ["VGPUCTL_PASSWORD"] == "pw" and os.environ["GUEST_PW"] == "gpw"
 
 
+def test_urls_with_user_info_and_known_secrets_are_scrubbed(monkeypatch):
+    from vgpuctl import trace
+
+    monkeypatch.setattr(trace, "_SECRET_VALUES", set())
+    monkeypatch.setenv("VGPUCTL_URL", "https://admin:url-pw-5e2b@vc.example.com/sdk")
+    monkeypatch.setenv("GOVC_URL", "admin:url-pw-5e2b@vc.example.com")  # govc's form without a scheme
+    monkeypatch.setenv("AUTHOR", "bob@example.com")
+    monkeypatch.setenv("OTHER_URL", "https://vc.example.com/sdk")
+    monkeypatch.setenv("SOME_SETTING", "vmware_soap_session=\"52a1b3c4d5e6\"")
+    monkeypatch.setenv("HOME", "/home/52a1b3c4d5e6")
+    monkeypatch.setenv("VC_SESSIONID", "x")
+    assert {"VGPUCTL_URL", "GOVC_URL"} <= runner.secret_env_names()
+    assert not {"OTHER_URL", "SOME_SETTING", "AUTHOR"} & runner.secret_env_names()
+    trace.add_cookie('vmware_soap_session="52a1b3c4d5e6"')  # known once the session logged in
+    names = runner.secret_env_names()
+    assert {"VGPUCTL_URL", "SOME_SETTING", "VC_SESSIONID"} <= names
+    assert not {"OTHER_URL", "HOME", "PATH"} & names
+
+
 INV = """\
 apiVersion: vgpuctl/v1
 vms:
@@ -185,6 +204,7 @@ def test_unreachable_guest_run_keeps_secrets_out_of_artifacts(inv, tmp_path, mon
     and neither the guest password nor a vCenter password in the environment."""
     monkeypatch.setenv("VGPUCTL_TEST_GUEST_PW", "guest-pw-4f1c9e")
     monkeypatch.setenv("VGPUCTL_PASSWORD", "vcenter-pw-77ad10")
+    monkeypatch.setenv("GOVC_URL", "https://admin:url-pw-5e2b@vc.example.com/sdk")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
@@ -195,9 +215,9 @@ def test_unreachable_guest_run_keeps_secrets_out_of_artifacts(inv, tmp_path, mon
     assert hosts["group idle"].status == "failed"
     assert result.artifacts is not None and (result.artifacts / "job_events").is_dir()
     command = json.loads((result.artifacts / "command").read_text())
-    assert "VGPUCTL_PASSWORD" not in command["env"]
+    assert "VGPUCTL_PASSWORD" not in command["env"] and "GOVC_URL" not in command["env"]
     assert command["env"]["ANSIBLE_HOST_KEY_CHECKING"] == "True"
-    for secret in ("guest-pw-4f1c9e", "vcenter-pw-77ad10"):
+    for secret in ("guest-pw-4f1c9e", "vcenter-pw-77ad10", "url-pw-5e2b"):
         proc = subprocess.run(["grep", "-rlF", secret, str(state)], capture_output=True, text=True, check=False)
         assert proc.returncode == 1, proc.stdout
     # the private data dir (inventory, ansible.cfg) and the password file are gone

@@ -170,6 +170,9 @@ def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None)
     if not username:
         raise UsageError("no user name: use --username or VGPUCTL_USERNAME (or GOVC_USERNAME)")
     password = resolve_password(opts, username, url_password)
+    from vgpuctl import trace
+
+    trace.add_secret(password)  # from here on, redacted from traces and kept out of guest runs
     insecure = opts.insecure if opts.insecure is not None else (tls is not None and not getattr(tls, "verify", True))
     ca_file = opts.ca_file or getattr(tls, "ca_file", None)
     thumbprint = opts.thumbprint or getattr(tls, "thumbprint", None)

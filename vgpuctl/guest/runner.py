@@ -3,8 +3,9 @@
 Each run gets a fresh private data directory (inventory, ansible.cfg) that is deleted afterwards; the
 artifacts (job events, stdout, command) go to STATE/runs/<ident>, the last `keep_runs` kept. Secrets never
 reach those files: the guest password is referenced by a lookup of a 0600 file outside both directories,
-the licence token is only a path (its tasks run with no_log), and variables that look like secrets are
-removed from the environment ansible-runner records in `command`.
+the licence token is only a path (its tasks run with no_log), and variables that look like secrets (by name, a
+URL with user info, a value known to be secret) are removed from the environment ansible-runner records in
+`command` and hands to ansible-playbook.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ if TYPE_CHECKING:
 
 DEFAULT_KEEP_RUNS = 10
 RUN_PREFIX = "run-"
-SECRET_NAME = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|API_?KEY", re.IGNORECASE)
+SECRET_NAME = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|API_?KEY|COOKIE|SESSION_?ID", re.IGNORECASE)
+# user info in a URL (https://user:password@vc/sdk), or at the start of govc's scheme-less form (user:password@vc)
+URL_USER_INFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]*@|^[^/?#@\s:]+:[^/?#@\s]*@")
 
 EventHandler = Callable[[dict[str, Any]], None]
 
@@ -215,9 +218,22 @@ def _failure_message(task: str, res: dict[str, Any]) -> str:
 
 
 def secret_env_names(extra: tuple[str, ...] = ()) -> set[str]:
-    names = {k for k in os.environ if SECRET_NAME.search(k)}
+    """Variables to keep out of a run: secret by name, a URL with user info in it (VGPUCTL_URL, GOVC_URL), or a
+    value this process knows is secret (the vCenter password, session cookie and REST token, vgpuctl.trace)."""
+    names = {k for k, v in os.environ.items() if SECRET_NAME.search(k) or (k not in PLAIN_NAMES and holds_secret(v))}
     names.update(n for n in extra if n)
     return names
+
+
+# Variables ansible and ssh need that never hold a secret: a short password that happens to appear in a path
+# (HOME=/root) must not take them away.
+PLAIN_NAMES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "TMPDIR", "LANG", "TERM", "SSH_AUTH_SOCK"})
+
+
+def holds_secret(value: str) -> bool:
+    from vgpuctl import trace
+
+    return bool(URL_USER_INFO.search(value)) or trace.redact(value) != value
 
 
 @contextmanager

@@ -174,6 +174,10 @@ class RestClient:
         if not isinstance(token, str) or not token:
             raise RestError(f"REST login to {self.base}: the server answered no session token", response.status_code,
                             "POST", self.session_path)
+        from vgpuctl import trace
+
+        trace.add_secret(self.settings.password)
+        trace.add_secret(token)  # a secret like the password: redacted from traces, kept out of guest runs
         self._token = token
 
 
