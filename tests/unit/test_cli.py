@@ -221,6 +221,26 @@ def test_usage_error_exits_1_not_the_changes_pending_code() -> None:
     assert "--file" in result.output
 
 
+def test_json_usage_error_is_the_one_document_on_stdout() -> None:
+    import jsonschema
+
+    result = invoke("-o", "json", "plan")  # -f missing
+    assert result.exit_code == 1 and "Usage:" in result.stderr
+    doc = json.loads(result.stdout)  # the whole of stdout is one JSON document
+    assert doc["error"]["type"] == "UsageError" and "--file" in doc["error"]["message"]
+    schema = json.loads((REPO / "docs" / "schemas" / "error.schema.json").read_text())
+    jsonschema.validate(doc, schema)
+    assert invoke("plan").stdout == ""  # text mode: click's message on stderr only
+
+
+def test_json_errors_of_every_kind_are_one_document(tmp_path: Path) -> None:
+    missing = invoke("-o", "json", "validate", "-f", str(tmp_path / "nope.yaml"))
+    no_url = invoke("-o", "json", "status", env={"VGPUCTL_URL": "", "GOVC_URL": ""})
+    for result in (missing, no_url):
+        assert result.exit_code == 1
+        assert sorted(json.loads(result.stdout)["error"]) == ["details", "message", "type"]
+
+
 # ------------------------------------------------------------------------------- connection options
 
 

@@ -52,6 +52,7 @@ class VgpuctlGroup(TyperGroup):
         except Exception as err:
             if _is_click_exception(err) or isinstance(err, BrokenPipeError):
                 _usage_exit_code(err)
+                _json_usage_error(err, ctx)
                 raise  # click reports usage errors and exits quietly on a closed pipe
             opts = ctx.obj if isinstance(ctx.obj, GlobalOptions) else None
             raise typer.Exit(common.report_error(err, opts)) from None
@@ -66,6 +67,19 @@ def _usage_exit_code(err: BaseException) -> None:
     """Usage errors exit 1, like every other error: 2 means "changes pending" (plan --detailed-exitcode)."""
     if any(cls.__name__ == "UsageError" for cls in type(err).__mro__):
         err.exit_code = 1  # type: ignore[attr-defined]
+
+
+def _json_usage_error(err: Exception, ctx: Any) -> None:
+    """With --output json a usage error is the run's one document on stdout too (click still explains it)."""
+    opts = ctx.obj if isinstance(ctx.obj, GlobalOptions) else None
+    message = getattr(err, "format_message", None)
+    if opts is not None and opts.json and not opts.emitted and message is not None and getattr(err, "exit_code", 0):
+        import json
+
+        from vgpuctl.reports import ErrorInfo, ErrorReport
+
+        typer.echo(json.dumps(ErrorReport(ErrorInfo("UsageError", str(message()))).to_dict(), indent=2))
+        opts.emitted = True
 
 
 def _late_option(ctx: Any, name: str, value: Any) -> None:
