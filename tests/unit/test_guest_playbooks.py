@@ -1,10 +1,12 @@
-"""The playbooks and roles: ansible-playbook --syntax-check, ansible-lint --offline, and the role guards that
-need no guest (run against localhost with a local connection, failing before they change anything)."""
+"""The playbooks and roles: ansible-playbook --syntax-check, ansible-lint --offline, the role guards that need
+no guest (run against localhost with a local connection, failing before they change anything), and the roles as
+the vgpuctl.guest collection with its execution environment (built offline)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +149,179 @@ def test_every_task_touching_the_licence_token_has_no_log():
             checked += 1
             assert task.get("no_log") is True, task["name"]
     assert checked >= 4  # stat on the controller, the directory, the copy, find and remove of stale tokens
+
+
+# The roles as the vgpuctl.guest collection (playbooks/galaxy.yml) and its execution environment.
+
+GALAXY = yaml.safe_load((PLAYBOOKS / "galaxy.yml").read_text())
+COLLECTION = f"{GALAXY['namespace']}.{GALAXY['name']}"
+TARBALL = f"{GALAXY['namespace']}-{GALAXY['name']}-{GALAXY['version']}.tar.gz"
+
+
+def build_collection(tmp_path: Path) -> Path:
+    out = tmp_path / "dist"
+    proc = subprocess.run(
+        [BIN / "ansible-galaxy", "collection", "build", str(PLAYBOOKS), "--output-path", str(out)],
+        env=ansible_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "WARNING" not in proc.stdout + proc.stderr  # e.g. a role directory skipped as a link outside
+    return out / TARBALL
+
+
+def collection_env(tmp_path: Path, collections: Path) -> dict[str, str]:
+    """Roles only from the installed collection: no roles path that would resolve the plain names."""
+    env = ansible_env(tmp_path)
+    env.update(ANSIBLE_ROLES_PATH=str(tmp_path / "no-roles"), ANSIBLE_COLLECTIONS_PATH=str(collections))
+    return env
+
+
+def fqcn_playbook(tmp_path: Path) -> Path:
+    play = tmp_path / "fqcn.yml"
+    tasks = [{"name": f"Run {r}", "ansible.builtin.include_role": {"name": f"{COLLECTION}.{r}"}} for r in ROLES]
+    play.write_text(
+        yaml.safe_dump(
+            [
+                {"name": "roles by collection name", "hosts": "all", "roles": [f"{COLLECTION}.gpu_facts"]},
+                {"name": "included by collection name", "hosts": "all", "tasks": tasks},
+            ]
+        )
+    )
+    return play
+
+
+@pytest.fixture(scope="module")
+def installed_collection(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("collection")
+    tarball = build_collection(tmp)
+    collections = tmp / "collections"
+    proc = subprocess.run(
+        [BIN / "ansible-galaxy", "collection", "install", "--offline", "-p", str(collections), str(tarball)],
+        env=ansible_env(tmp),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return collections
+
+
+def test_collection_builds_offline_with_every_role_and_real_templates(installed_collection):
+    root = installed_collection / "ansible_collections" / GALAXY["namespace"] / GALAXY["name"]
+    assert sorted(p.name for p in (root / "roles").iterdir()) == ROLES
+    for role, name in [
+        ("vgpu_licensing", "gridd.conf.j2"),
+        ("nccl", "nccl.conf.j2"),
+        ("train_launcher", "hostfile.j2"),
+    ]:
+        template = root / "roles" / role / "templates" / name
+        assert not template.is_symlink(), template  # the shared templates are copied in, not links out of it
+        assert template.read_text() == (targets.templates_dir() / name).read_text()
+    assert not (root / "site.yml").exists()
+    deps = json.loads((root / "MANIFEST.json").read_text())["collection_info"]["dependencies"]
+    assert set(deps) == {"ansible.posix", "community.crypto", "community.general"}
+
+
+def test_playbook_with_collection_role_names_passes_syntax_check(installed_collection, tmp_path):
+    proc = subprocess.run(
+        [BIN / "ansible-playbook", "--syntax-check", "-i", "localhost,", str(fqcn_playbook(tmp_path))],
+        env=collection_env(tmp_path, installed_collection),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_collection_role_names_fail_without_the_collection(tmp_path):
+    proc = subprocess.run(
+        [BIN / "ansible-playbook", "--syntax-check", "-i", "localhost,", str(fqcn_playbook(tmp_path))],
+        env=collection_env(tmp_path, tmp_path / "empty"),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert f"{COLLECTION}.gpu_facts" in proc.stdout + proc.stderr
+
+
+def test_collection_role_runs_its_guards(installed_collection, tmp_path):
+    play = tmp_path / "play.yml"
+    play.write_text(
+        yaml.safe_dump(
+            [{"name": "t", "hosts": "localhost", "gather_facts": False, "roles": [f"{COLLECTION}.cuda_toolkit"]}]
+        )
+    )
+    proc = subprocess.run(
+        [
+            BIN / "ansible-playbook",
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            '{"cuda_toolkit_packages": ["cuda"]}',
+            str(play),
+        ],
+        env=collection_env(tmp_path, installed_collection),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "Refuse anything but cuda-toolkit-X-Y packages" in proc.stdout
+
+
+def test_galaxy_metadata_matches_the_package_and_the_roles():
+    project = (ROOT / "pyproject.toml").read_text()
+    assert f'version = "{GALAXY["version"]}"' in project
+    for role in ROLES:
+        meta = yaml.safe_load((PLAYBOOKS / "roles" / role / "meta" / "main.yml").read_text())
+        assert (meta["galaxy_info"]["namespace"], meta["galaxy_info"]["role_name"]) == (GALAXY["namespace"], role)
+
+
+def test_execution_environment_context_installs_the_collection(tmp_path):
+    ee_file = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
+    assert ee_file["additional_build_files"] == [{"src": f"dist/{TARBALL}", "dest": "collections"}]
+    work = tmp_path / "ee"
+    (work / "dist").mkdir(parents=True)
+    shutil.copy(ROOT / "execution-environment.yml", work)
+    shutil.copy(build_collection(tmp_path), work / "dist")
+    context = work / "context"
+    proc = subprocess.run(
+        [BIN / "ansible-builder", "create", "-f", str(work / "execution-environment.yml"), "-c", str(context)],
+        env=ansible_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    containerfile = next(p for p in (context / "Containerfile", context / "Dockerfile") if p.exists()).read_text()
+    assert "COPY _build /build" in containerfile
+    assert "ansible-galaxy collection install" in containerfile
+    assert "ansible-core>=2.16" in containerfile
+    build = context / "_build"
+    assert (build / "collections" / TARBALL).is_file()
+    # what the image's galaxy stage runs in /build, here offline into a temporary path
+    proc = subprocess.run(
+        [
+            BIN / "ansible-galaxy",
+            "collection",
+            "install",
+            "--offline",
+            "-r",
+            "requirements.yml",
+            "-p",
+            str(tmp_path / "c"),
+        ],
+        cwd=build,
+        env=ansible_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "c" / "ansible_collections" / GALAXY["namespace"] / GALAXY["name"] / "roles" / "nccl").is_dir()
