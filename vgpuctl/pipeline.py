@@ -1,7 +1,7 @@
 """The stages of every vgpuctl run, in the order they happen:
 
     load -> observe -> plan (host facts, host changes, VM changes) -> apply_hosts (rolling)
-         -> observe again, the same way -> replan_vms -> apply_vms -> guests (vgpuctl.guest)
+         -> observe again, the same way -> replan_vms -> apply_vms -> guest_addresses -> guests
 
 `apply` runs the four apply stages. Progress and cancellation come in as small interfaces
 (vgpuctl.progress); `run_interruptible` runs a stage in a worker thread so Ctrl-C only asks it to stop.
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from vgpuctl import hostplan
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import Outcome, Power
 from vgpuctl.errors import Interrupted, UsageError
 from vgpuctl.hostapply import HostApplyOptions, HostApplyResult, apply_host_changes, pending_changes
 from vgpuctl.hostfacts import HostFacts
@@ -30,6 +30,7 @@ from vgpuctl.statefile import WorkStore
 
 if TYPE_CHECKING:
     from vgpuctl.apply import ApplyResult, VmOutcome
+    from vgpuctl.guest.runner import DeployResult
     from vgpuctl.vsphere.session import Session
 
 T = TypeVar("T")
@@ -348,6 +349,49 @@ def _not_started(the_plan: Plan, failed: dict[str, list[str]]) -> ApplyResult:
         if c.vm not in failed
     ]
     return ApplyResult(vms=sorted(outcomes + _replan_failures(failed), key=lambda o: o.vm))
+
+
+# ------------------------------------------------------------------------------------------ 5. guests
+
+
+def guest_vms(inventory: Inventory) -> list[str]:
+    """The inventory's VMs that have a guest group (the ones the guest playbooks configure)."""
+    return [vm.name for vm in inventory.vms if vm.guest is not None]
+
+
+def guest_addresses(
+    session: Session,
+    inventory: Inventory,
+    *,
+    wait_s: float = 0.0,
+    poll_s: float = 5.0,
+    progress: Callable[[dict[str, str | None]], None] | None = None,
+) -> dict[str, str | None]:
+    """VM name -> guest address of the guest VMs: one bulk read, or with `wait_s` one per `poll_s` until every
+    guest VM that should run reports an address (None for those that did not)."""
+    from vgpuctl.guest.addresses import read_addresses, wait_for_addresses
+
+    if wait_s <= 0:
+        return read_addresses(session, guest_vms(inventory))
+    running = [vm.name for vm in inventory.vms if vm.guest is not None and vm.power != Power.OFF]
+    return wait_for_addresses(
+        lambda: read_addresses(session, running), timeout_s=wait_s, poll_s=poll_s, progress=progress
+    )
+
+
+def guests(
+    inventory: Inventory,
+    addresses: dict[str, str | None],
+    *,
+    check: bool = False,
+    limit: str | None = None,
+    keep_runs: int = 10,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+) -> DeployResult:
+    """The guest playbooks on every guest VM with an address (ansible-runner, vgpuctl.guest)."""
+    from vgpuctl.guest.runner import deploy
+
+    return deploy(inventory, addresses, check=check, limit=limit, keep_runs=keep_runs, on_event=on_event)
 
 
 # ------------------------------------------------------------------------------------------ running a stage

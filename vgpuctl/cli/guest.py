@@ -55,15 +55,11 @@ def deploy_cmd(
     finish(result, opts)
 
 
-def guest_vm_names(inventory: Inventory) -> list[str]:
-    return [vm.name for vm in inventory.vms if vm.guest is not None]
-
-
 def addresses_from_vcenter(opts: GlobalOptions, inventory: Inventory) -> dict[str, str | None]:
-    from vgpuctl.guest.addresses import read_addresses
+    from vgpuctl import pipeline
 
     with common.connect(opts, inventory) as session:
-        return read_addresses(session, guest_vm_names(inventory))
+        return pipeline.guest_addresses(session, inventory)
 
 
 def run_deploy(
@@ -75,12 +71,13 @@ def run_deploy(
     limit: str | None = None,
     keep_runs: int = 10,
 ) -> DeployResult:
+    """pipeline.guests with a live display of each guest's task."""
+    from vgpuctl import pipeline
     from vgpuctl.guest.progress import DeployProgress
-    from vgpuctl.guest.runner import deploy
 
-    names = [n for n in guest_vm_names(inventory) if addresses.get(n)]
+    names = [n for n in pipeline.guest_vms(inventory) if addresses.get(n)]
     with DeployProgress(common.stderr_console(), names) as progress:
-        return deploy(inventory, addresses, check=check, limit=limit, keep_runs=keep_runs, on_event=progress)
+        return pipeline.guests(inventory, addresses, check=check, limit=limit, keep_runs=keep_runs, on_event=progress)
 
 
 def guest_run_report(result: DeployResult) -> GuestRunReport:

@@ -73,7 +73,8 @@ def _json_usage_error(err: Exception, ctx: Any) -> None:
     """With --output json a usage error is the run's one document on stdout too (click still explains it)."""
     opts = ctx.obj if isinstance(ctx.obj, GlobalOptions) else None
     message = getattr(err, "format_message", None)
-    if opts is not None and opts.json and not opts.emitted and message is not None and getattr(err, "exit_code", 0):
+    exit_code: object = getattr(err, "exit_code", 0)  # click's Exit(0) (--help) is no error
+    if opts is not None and opts.json and not opts.emitted and message is not None and exit_code:
         import json
 
         from vgpuctl.reports import ErrorInfo, ErrorReport

@@ -184,9 +184,12 @@ def apply_cmd(
     from vgpuctl import pipeline
 
     opts: GlobalOptions = ctx.obj
-    if (saved_plan is None) == (file is None):
+    if saved_plan is not None and file is None:
+        saved, inventory = load_saved_plan(saved_plan)
+    elif file is not None and saved_plan is None:
+        saved, inventory = None, pipeline.load(file)
+    else:
         raise UsageError("give an inventory with -f FILE, or a saved plan: vgpuctl apply PLANFILE")
-    saved, inventory = load_saved_plan(saved_plan) if saved_plan is not None else (None, pipeline.load(file))
     options = run_options(
         opts, inventory, parallel=parallel, keep_going=keep_going, trust_on_first_use=ssh_trust_on_first_use
     )

@@ -8,7 +8,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.cli.guest import InventoryFile, finish, guest_vm_names, run_deploy
+from vgpuctl.cli.guest import InventoryFile, finish, run_deploy
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
@@ -40,7 +40,7 @@ def provision_cmd(
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file)
     applied = apply_report(run_apply(opts, inventory, yes, parallel), opts)
-    if not guest_vm_names(inventory):
+    if not pipeline.guest_vms(inventory):
         common.info("No VM has a guest group: nothing to configure in the guests.")
         if opts.json:
             common.emit(ProvisionReport(applied, None), lambda _r: None, opts)
@@ -53,10 +53,9 @@ def provision_cmd(
 def wait_for_guest_addresses(
     opts: GlobalOptions, inventory: Inventory, *, timeout_s: float, poll_s: float
 ) -> dict[str, str | None]:
-    """One bulk property read per poll until every powered-on guest VM reports an address (or the timeout)."""
-    from vgpuctl.guest.addresses import read_addresses, wait_for_addresses
+    """pipeline.guest_addresses, polling until every powered-on guest VM reports an address (or the timeout)."""
+    from vgpuctl import pipeline
 
-    wanted = [vm.name for vm in inventory.vms if vm.guest is not None and vm.power != "off"]
     seen = {"have": -1}
 
     def progress(current: dict[str, str | None]) -> None:
@@ -68,9 +67,7 @@ def wait_for_guest_addresses(
             common.info(f"guest IP addresses: {have}/{len(current)}{tail}")
 
     with common.connect(opts, inventory) as session:
-        found = wait_for_addresses(
-            lambda: read_addresses(session, wanted), timeout_s=timeout_s, poll_s=poll_s, progress=progress
-        )
+        found = pipeline.guest_addresses(session, inventory, wait_s=timeout_s, poll_s=poll_s, progress=progress)
     missing = [n for n, v in found.items() if not v]
     if missing:
         common.warn(f"no IP address after {timeout_s:g} s for: {', '.join(missing)}")
