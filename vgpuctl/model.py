@@ -141,6 +141,11 @@ class Observed:
     folder_moids: dict[str, str] = field(default_factory=dict)  # VM folder path -> moid
     warnings: list[str] = field(default_factory=list)  # e.g. NVLink sets that could not be read
 
+    def named(self, name: str, folder: str | None = None) -> list[str]:
+        """Keys of the VMs called `name`, in `folder` when it is not None (a path as `folder_path` gives it)."""
+        keys = self.same_name.get(name) or ([name] if name in self.vms else [])
+        return [k for k in keys if self.vms[k].in_folder(folder)]
+
     def vm_for(self, change: VmChange) -> ObservedVm | None:
         """The VM a planned change is for (by the key the planner matched, else by name); None when it is not
         there, or is not in the folder a clone would create it in."""

@@ -150,8 +150,8 @@ def find_vm(observed: Observed, name: str, folder: str | None) -> tuple[str | No
     """The VM an inventory entry means: (its key in observed.vms, the VM, "") when there is one, (None, None, "")
     when there is none (it may be created), else (None, None, why not) when the name alone cannot tell which VM
     is meant, or names VMs only in other folders than `folder` (a path as model.folder_path gives it)."""
-    keys = observed.same_name.get(name) or ([name] if name in observed.vms else [])
-    matching = [k for k in keys if observed.vms[k].in_folder(folder)]
+    keys = observed.named(name)
+    matching = observed.named(name, folder)
     if len(matching) == 1:
         return matching[0], observed.vms[matching[0]], ""
     folders = ", ".join(sorted(folder_label(observed.vms[k].folder) for k in keys))
@@ -401,7 +401,7 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
         clone = vp.change.clone
         if clone is not None and clone.host is None and vp.profiles and not vp.change.power_on:
             usable = [h for h in vp.candidates if _usable(observed.hosts.get(h))]
-            clone.host = (usable or vp.candidates or [None])[0]
+            clone.host = next(iter(usable or vp.candidates), None)
 
 
 def _usable(host: ObservedHost | None) -> bool:

@@ -31,6 +31,7 @@ FARM = {
             "hosts": 1,
             "gpus_per_host": 4,
             "model": "A100-40GB",
+            "nvlink": "pairs",
             "graphics_type": "sharedDirect",
             "vgpu_mode": "sameSize",
         }
@@ -138,3 +139,21 @@ def test_the_folder_picks_the_vm(sim: Any, tmp_path: Path) -> None:
     assert again.returncode == 0, again.stderr
     assert state(sim, sim.moids["root"]) == (root_before[0], "poweredOff", 6, [])
     assert state(sim, sim.moids["teamB"])[2] == 4
+
+
+def test_observe_warnings_reach_plan_and_apply_output(sim: Any, tmp_path: Path) -> None:
+    # teamB's VM with its two vGPUs in one NVLink device group; then its host's NVLink sets cannot be read
+    entry = "  - {name: inv-01, folder: teamB, nvlink: required, vgpus: {profile: grid_a100-40c, count: 2}}\n"
+    first = vgpuctl(sim, tmp_path, entry, "apply", "--yes")
+    assert first.returncode == 0, first.stderr
+    assert "Warning" not in first.stdout
+    warning = "host esx-01.gpu.sim: NVLink sets not read (HostCommunication: link lost)"
+    sim.arm_fault("GPU-Cluster", "QueryConfigTarget", fault="HostCommunication", message="link lost")
+    plan = vgpuctl(sim, tmp_path, entry, "plan")
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stdout.splitlines() == [f"Warning: {warning}", "No changes: the farm matches the inventory."]
+    sim.arm_fault("GPU-Cluster", "QueryConfigTarget", fault="HostCommunication", message="link lost")
+    applied = vgpuctl(sim, tmp_path, entry, "-o", "json", "apply", "--yes")
+    assert applied.returncode == 0, applied.stderr
+    assert json.loads(applied.stdout)["plan"]["warnings"] == [warning]
+    assert f"Warning: {warning}" in applied.stderr  # the plan shown before applying

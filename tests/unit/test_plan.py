@@ -277,3 +277,12 @@ def test_observe_warnings_reach_the_plan() -> None:
     assert plan.warnings == observed.warnings
     assert "Warning: host esx-01.gpu.sim: NVLink sets not read" in render_plan_text(plan)
     assert plan_to_json(plan)["warnings"] == observed.warnings
+
+
+def test_named_lists_the_vms_of_a_name_in_a_folder() -> None:
+    observed = Observed.from_dict(_load(FIXTURES / "_same-name.yaml"))
+    assert observed.named("inv-01") == ["/inv-01", "/teamB/inv-01"]
+    assert observed.named("inv-01", "") == ["/inv-01"]
+    assert observed.named("inv-01", "teamB") == ["/teamB/inv-01"]
+    assert observed.named("inv-01", "teamA") == []
+    assert observed.named("ubuntu-22.04-ml") == ["ubuntu-22.04-ml"] and observed.named("nope") == []

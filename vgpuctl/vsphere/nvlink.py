@@ -25,13 +25,15 @@ def nvlink_hosts_for(inventory: Inventory, observed: Observed) -> set[str]:
     An existing VM is admitted on its current host (vgpuctl does not move VMs); a new VM on its named host,
     else on any host of its cluster.
     """
+    from vgpuctl.model import folder_path
+
     hosts: set[str] = set()
     for vm in inventory.vms:
         if vm.nvlink != "required":
             continue
-        current = observed.vms.get(vm.name)
-        if current is not None and not current.is_template and current.host:
-            hosts.add(current.host)
+        current = [observed.vms[k] for k in observed.named(vm.name, folder_path(getattr(vm, "folder", None)))]
+        if any(not c.is_template and c.host for c in current):
+            hosts.update(c.host for c in current if not c.is_template and c.host)
         elif vm.host:
             hosts.add(vm.host)
         elif vm.cluster:
