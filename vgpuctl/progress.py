@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
 if TYPE_CHECKING:
@@ -61,6 +63,34 @@ class RunningTasks:
 
 
 RUNNING = RunningTasks()
+
+
+class StepLog:
+    """Progress as plain lines for logs (CI, pipes): a timestamped line when a subject's step changes, and while
+    one step lasts at most one heartbeat line per `heartbeat_s` with its latest detail (seconds waited, percent)."""
+
+    heartbeat_s = 30.0
+
+    def __init__(
+        self,
+        write: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+        stamp: Callable[[], str] = lambda: time.strftime("%H:%M:%S"),
+    ):
+        self._write = write
+        self._clock = clock
+        self._stamp = stamp
+        self._lock = threading.Lock()
+        self._last: dict[str, tuple[str, float]] = {}  # subject -> (step, when its last line was written)
+
+    def step(self, subject: str, step: str, detail: str | None = None) -> None:
+        now = self._clock()
+        with self._lock:
+            last = self._last.get(subject)
+            if last is not None and last[0] == step and now - last[1] < self.heartbeat_s:
+                return
+            self._last[subject] = (step, now)
+        self._write(f"{self._stamp()} {subject}: {step}" + (f" {detail}" if detail else ""))
 
 
 class LiveOnTerminal:

@@ -294,6 +294,7 @@ class HostReport(Report):
 class GpuVm:
     vm: str
     profile: str
+    guessed: bool = False  # vSphere names the VMs on a GPU, not which of a VM's vGPUs: a VM mixing profiles
 
 
 @dataclass
@@ -328,6 +329,7 @@ class StatusHost:
     default_graphics_type: str
     assignment_policy: str
     gpus: list[StatusGpu]
+    vgpu_types: int = 0  # vGPU types the host offers; 0 on a GPU host: no NVIDIA vGPU Manager (or not Shared Direct)
     nvlink: str | None = optional()
     nvlink_after_reboot: str | None = optional()
     scheduler: str | None = optional()

@@ -51,7 +51,7 @@ def profile_fb(name: str, host: ObservedHost | None) -> float:
 def gpu_occupancy(observed: Observed, host: ObservedHost) -> dict[str, list[GpuVm]]:
     """(vm, profile) per GPU pci id. graphicsInfo says which VMs sit on a GPU, not which of a VM's vGPUs:
     each vGPU of a VM is on its own GPU, so a VM's vGPUs (largest first) are matched to its GPUs in PCI order,
-    which is exact whenever a VM's vGPUs share one profile."""
+    which is exact whenever a VM's vGPUs share one profile; otherwise each pairing is marked `guessed`."""
     by_vm: dict[str, list[str]] = {}
     for gpu in sorted(host.gpus, key=lambda g: g.pci_id):
         for held_by in gpu.vms:
@@ -60,8 +60,9 @@ def gpu_occupancy(observed: Observed, host: ObservedHost) -> dict[str, list[GpuV
     for vm_name, pci_ids in by_vm.items():
         vm = observed.vms.get(vm_name)
         profiles = sorted((d.profile for d in vm.vgpus), key=lambda p: -profile_fb(p, host)) if vm else []
+        guessed = len(set(profiles)) > 1
         for i, pci in enumerate(pci_ids):
-            occupancy[pci].append(GpuVm(vm_name, profiles[i] if i < len(profiles) else ""))
+            occupancy[pci].append(GpuVm(vm_name, profiles[i] if i < len(profiles) else "", guessed))
     return occupancy
 
 
@@ -95,6 +96,7 @@ def _status_host(observed: Observed, host: ObservedHost) -> StatusHost:
         default_graphics_type=host.default_graphics_type,
         assignment_policy=host.assignment_policy,
         gpus=[_status_gpu(i, g, occupancy.get(g.pci_id, []), host) for i, g in enumerate(gpus)],
+        vgpu_types=len(host.offered_profiles),
     )
 
 

@@ -9,6 +9,7 @@ test checks, in vCenter itself, which steps ran.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -58,6 +59,15 @@ def start_apply(sim: Any, tmp_path: Path, path: Path, *extra: str) -> subprocess
     )
 
 
+STEP_LINE = re.compile(r"^\d\d:\d\d:\d\d (?P<subject>[^:]+): (?P<step>\S+)")
+
+
+def step(line: str) -> tuple[str, str]:
+    """(subject, step) of a progress line `HH:MM:SS subject: step [detail]`; ("", "") for other lines."""
+    m = STEP_LINE.match(line)
+    return (m["subject"], m["step"]) if m else ("", "")
+
+
 def read_until(proc: subprocess.Popen[str], seen: list[str], done: Callable[[list[str]], bool]) -> None:
     assert proc.stderr is not None
     for line in proc.stderr:  # progress lines, one per step change
@@ -99,8 +109,8 @@ def test_first_ctrl_c_finishes_running_steps_and_starts_no_queued_vm(sim: Any, t
         sim.delay(name, "ReconfigVM_Task", 3.0)
     proc = start_apply(sim, tmp_path, inventory(tmp_path, QUEUED), "--parallel", "2")
     seen: list[str] = []
-    read_until(proc, seen, lambda s: all(any(x.startswith(f"{vm}: reconfigure") for x in s) for vm in ("q-01", "q-02")))
-    started = {line.split(":")[0] for line in seen if line.startswith("q-")}
+    read_until(proc, seen, lambda s: all(any(step(x) == (vm, "reconfigure") for x in s) for vm in ("q-01", "q-02")))
+    started = {step(line)[0] for line in seen if step(line)[0].startswith("q-")}
     assert started == {"q-01", "q-02"}  # a bounded queue: the other two wait for a free worker
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
@@ -122,7 +132,7 @@ def test_a_vm_this_run_powered_off_is_powered_on_again_not_reconfigured(sim: Any
     path = inventory(tmp_path, "- name: run-01\n  vgpus: {profile: grid_a100-10c, count: 1}\n  power: restart\n")
     proc = start_apply(sim, tmp_path, path)
     seen: list[str] = []
-    read_until(proc, seen, lambda s: any(x.startswith(("run-01: power-off", "run-01: shutdown")) for x in s))
+    read_until(proc, seen, lambda s: any(step(x) in (("run-01", "power-off"), ("run-01", "shutdown")) for x in s))
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
     err = "".join(seen) + err
@@ -137,7 +147,7 @@ def test_second_ctrl_c_exits_at_once_naming_running_tasks(sim: Any, tmp_path: Pa
         sim.delay(name, "ReconfigVM_Task", 6.0)
     proc = start_apply(sim, tmp_path, inventory(tmp_path, QUEUED), "--parallel", "2")
     seen: list[str] = []
-    read_until(proc, seen, lambda s: sum(x.startswith(("q-01: reconfigure", "q-02: reconfigure")) for x in s) >= 2)
+    read_until(proc, seen, lambda s: sum(step(x) in (("q-01", "reconfigure"), ("q-02", "reconfigure")) for x in s) >= 2)
     proc.send_signal(signal.SIGINT)
     read_until(proc, seen, lambda s: any("interrupted: no new step starts" in x for x in s))
     proc.send_signal(signal.SIGINT)

@@ -403,9 +403,12 @@ def test_status_document_maps_vms_to_gpus() -> None:
     assert doc["kind"] == "status" and "round_trips" not in doc
     gpus = doc["hosts"][0]["gpus"]
     assert [g["vms"] for g in gpus] == [
-        [{"vm": "a", "profile": "grid_a100-20c"}, {"vm": "b", "profile": "grid_a100-20c"}],
-        [{"vm": "b", "profile": "grid_a100-20c"}],
-        [{"vm": "c", "profile": "grid_a100-3-20c"}],
+        [
+            {"vm": "a", "profile": "grid_a100-20c", "guessed": False},
+            {"vm": "b", "profile": "grid_a100-20c", "guessed": False},
+        ],
+        [{"vm": "b", "profile": "grid_a100-20c", "guessed": False}],
+        [{"vm": "c", "profile": "grid_a100-3-20c", "guessed": False}],
     ]
     assert [(g["used_gb"], g["free_gb"], g["mode"]) for g in gpus] == [
         (40, 0, "time-sliced (sameSize)"),

@@ -80,6 +80,20 @@ def warn(message: str) -> None:
     typer.echo(f"warning: {message}", err=True)
 
 
+_WARNED: set[str] = set()  # cleared at the start of each run (the root command's callback)
+
+
+def start_run() -> None:
+    _WARNED.clear()
+
+
+def warn_once(message: str) -> None:
+    """A warning printed once per run however often its cause comes up (the TLS one, per connection)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warn(message)
+
+
 def emit(data: Any, text_renderer: TextRenderer, opts: GlobalOptions) -> None:
     """Print a command's result: one JSON document, or the text renderer's output (str or rich renderable)."""
     if opts.json:
@@ -177,7 +191,7 @@ def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None)
     ca_file = opts.ca_file or getattr(tls, "ca_file", None)
     thumbprint = opts.thumbprint or getattr(tls, "thumbprint", None)
     if insecure:
-        warn(
+        warn_once(
             "TLS certificate verification is disabled (--insecure or VGPUCTL_INSECURE): "
             "the identity of vCenter is not checked"
         )

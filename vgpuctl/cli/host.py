@@ -355,5 +355,12 @@ def _new_key(host: str, fingerprint: str) -> None:
 
 
 class _Progress:
+    """Host steps on stderr: timestamped, one line per step change, a heartbeat at most every 30 s per wait."""
+
+    def __init__(self) -> None:
+        from vgpuctl.progress import StepLog
+
+        self.log = StepLog(common.info)
+
     def host_step(self, host: str, step: str, detail: str | None) -> None:
-        common.info(f"host {host}: {step}" + (f" {detail}" if detail else ""))
+        self.log.step(f"host {host}", step, detail)

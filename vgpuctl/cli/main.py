@@ -195,6 +195,7 @@ def main(
     version: VersionOpt = False,
 ) -> None:
     """Plan and apply vGPUs for VMs and GPU modes for hosts from one inventory file."""
+    common.start_run()
     ctx.obj = GlobalOptions(
         url=url,
         username=username,

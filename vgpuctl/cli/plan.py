@@ -332,14 +332,17 @@ class ApplyProgress(LiveOnTerminal):
     refresh_per_second = 8
 
     def __init__(self, console: Console, vms: list[str]):
+        from vgpuctl.progress import StepLog
+
         self.console = console
         self.total = len(vms)
         self.state: dict[str, tuple[str, int | None]] = {}
         self.finished: dict[str, str] = {}
         self.lock = threading.Lock()
+        self.log = StepLog(self.note)  # off a terminal: timestamped lines, heartbeats at most every 30 s
 
     def note(self, message: str) -> None:
-        self.console.print(message, markup=False, highlight=False)
+        self.console.print(message, markup=False, highlight=False, soft_wrap=True)
 
     def vm_step(self, vm: str, step: str, percent: int | float | None = None) -> None:
         pct = None if percent is None else int(percent)
@@ -348,13 +351,16 @@ class ApplyProgress(LiveOnTerminal):
             self.state[vm] = (step, pct)
             if step in TERMINAL_STEPS:
                 self.finished[vm] = step
-        if previous is not None and previous[0] == step:
-            return  # only the percentage moved: the live table shows it
-        if self.live is None or step in TERMINAL_STEPS:  # live: in-flight steps stay in the table
-            self.console.print(self._line(vm, step, pct), markup=False, highlight=False)
+        if self.live is None:
+            self.log.step(vm, step, f"{pct}%" if pct is not None else None)
+        elif step in TERMINAL_STEPS and (previous is None or previous[0] != step):
+            self.console.print(self._line(vm, step, pct), markup=False, highlight=False)  # in-flight: the table
 
     def host_step(self, host: str, step: str, detail: str | None) -> None:
-        self.vm_step(f"host {host}", step + (f" {detail}" if detail else ""), None)
+        if self.live is None:
+            self.log.step(f"host {host}", step, detail)
+        else:
+            self.vm_step(f"host {host}", step + (f" {detail}" if detail else ""), None)
 
     @staticmethod
     def _line(name: str, step: str, pct: int | None) -> str:

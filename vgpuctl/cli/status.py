@@ -13,7 +13,7 @@ from vgpuctl.errors import NotFound
 
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
-    from vgpuctl.reports import HostReport, ProfileRow, ProfilesReport, StatusHost, StatusReport, VgpuCount
+    from vgpuctl.reports import HostReport, ProfileRow, ProfilesReport, StatusReport
 
 OptionalInventory = Annotated[
     Path | None,
@@ -74,101 +74,23 @@ def status_cmd(ctx: typer.Context, file: OptionalInventory = None, shell: ShellO
         opts, file, nvlink=True, also=lambda s, o, inv: rows.update(_host_rows(s, o, inv, shell))
     )
     report = merge_status(status_report(observed, round_trips if opts.verbose else None), rows)
-    common.emit(report, render_status, opts)
+    width, plain = status_layout()
+    common.emit(report, lambda r: render_status(r, width, plain), opts)
 
 
-def _vgpu_summary(vgpus: list[VgpuCount]) -> str:
-    return ", ".join(f"{v.count} x {v.profile}" if v.count > 1 else v.profile for v in vgpus)
+def status_layout() -> tuple[int, bool]:
+    """(terminal width, plain): plain lines when stdout is not a terminal (pipes, files, CI logs)."""
+    import shutil
+    import sys
+
+    return shutil.get_terminal_size().columns, not sys.stdout.isatty()
 
 
-def _hosts_table(report: StatusReport) -> Any:
-    from rich.table import Table
-    from rich.text import Text
+def render_status(report: StatusReport, width: int = 200, plain: bool = False) -> Any:
+    """The hosts, a GPU map per host with GPUs and the VMs that hold vGPUs, laid out for `width` columns."""
+    from vgpuctl.cli.statusview import render_status as render
 
-    from vgpuctl.statusreport import whole
-
-    table = Table(title="Hosts", title_justify="left")
-    for col in (
-        "host",
-        "cluster",
-        "state",
-        "graphics",
-        "policy",
-        "NVLink",
-        "scheduler",
-        "GPUs",
-        "vGPUs",
-        "used/total GB",
-    ):
-        table.add_column(col)
-    for h in report.hosts:
-        used = whole(sum(g.used_gb for g in h.gpus))
-        total = sum(g.fb_gb for g in h.gpus)
-        nvlink = (h.nvlink or "-") + (f" ({h.nvlink_after_reboot} next boot)" if h.nvlink_after_reboot else "")
-        state = "maintenance" if h.in_maintenance else h.connection_state
-        vgpus = sum(v.count for g in h.gpus for v in g.vgpus)
-        row = (
-            h.host,
-            h.cluster or "-",
-            state,
-            h.default_graphics_type,
-            h.assignment_policy,
-            nvlink,
-            h.scheduler or "-",
-            str(len(h.gpus)),
-            str(vgpus),
-            f"{used}/{total}",
-        )
-        table.add_row(*map(Text, row))
-    return table
-
-
-def _gpu_map(host: StatusHost) -> Any:
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=f"GPU map: {host.host}", title_justify="left")
-    for col in ("#", "PCI", "model", "type", "mode", "MIG", "NVLink", "used GB", "free GB", "VMs (profile)"):
-        table.add_column(col)
-    for g in host.gpus:
-        held = ", ".join(f"{v.vm} ({v.profile})" if v.profile else v.vm for v in g.vms)
-        nvlink = "-" if g.nvlink_group is None else f"set {g.nvlink_group}"
-        if g.nvlink_links:
-            nvlink = f"{g.nvlink_active}/{g.nvlink_links} up"
-        row = (
-            str(g.index),
-            g.gpu,
-            g.model,
-            g.graphics_type,
-            g.mode,
-            g.mig or "-",
-            nvlink,
-            f"{g.used_gb}/{g.fb_gb}",
-            str(g.free_gb),
-            held or "-",
-        )
-        table.add_row(*map(Text, row))
-    return table
-
-
-def render_status(report: StatusReport) -> list[Any]:
-    """The hosts table, a GPU map per host with GPUs, and the VMs that hold vGPUs."""
-    from rich.table import Table
-    from rich.text import Text
-
-    out: list[Any] = [_hosts_table(report)]
-    out += [_gpu_map(h) for h in report.hosts if h.gpus]
-    with_vgpus = [v for v in report.vms if v.vgpus]
-    vms = Table(title="VMs with vGPUs", title_justify="left")
-    for col in ("VM", "host", "power", "vGPUs"):
-        vms.add_column(col)
-    for v in with_vgpus:
-        vms.add_row(*map(Text, (v.vm, v.host or "-", v.power_state, _vgpu_summary(v.vgpus))))
-    out.append(vms if with_vgpus else Text("No VM holds a vGPU."))
-    others = len(report.vms) - len(with_vgpus)
-    if others:
-        out.append(Text(f"{others} VM(s) without vGPUs not listed (see --output json)."))
-    return out
+    return render(report, width, plain)
 
 
 # ---------------------------------------------------------------------------------------- profiles
