@@ -196,7 +196,7 @@ def plan_hosts(
     resume = _resume(session, observed, options)
     host_plan = hostplan.plan_hosts(specs, observed, facts, resume=resume, vgpu_migration=migration)
     host_plan.errors = errors + host_plan.errors
-    host_plan.warnings += _lease_warnings(session, observed, host_plan.hosts)
+    host_plan.warnings = [*observed.warnings, *host_plan.warnings, *_lease_warnings(session, observed, host_plan.hosts)]
     return host_plan
 
 

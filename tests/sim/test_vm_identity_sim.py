@@ -157,3 +157,14 @@ def test_observe_warnings_reach_plan_and_apply_output(sim: Any, tmp_path: Path) 
     assert applied.returncode == 0, applied.stderr
     assert json.loads(applied.stdout)["plan"]["warnings"] == [warning]
     assert f"Warning: {warning}" in applied.stderr  # the plan shown before applying
+
+
+def test_vm_commands_refuse_a_shared_name(sim: Any, tmp_path: Path) -> None:
+    before = state(sim, sim.moids["teamB"])
+    done = vgpuctl(sim, tmp_path, "  - {name: other}\n", "vm", "vgpu", "add", "inv-01", "--profile", "grid_a100-20c",
+                   "--yes")
+    assert done.returncode == 1
+    assert errors(done) == [
+        "error: VM 'inv-01' names 2 VMs, in folders /, teamB: change it through an inventory entry with 'folder'"
+    ]
+    assert state(sim, sim.moids["teamB"]) == before

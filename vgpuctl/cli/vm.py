@@ -40,7 +40,12 @@ PowerOpt = Annotated[
 
 
 def find_vm(observed: Observed, name: str) -> ObservedVm:
-    vm = observed.vms.get(name)
+    keys = observed.named(name)
+    if len(keys) > 1:
+        folders = ", ".join(sorted(observed.vms[k].folder or "/" for k in keys))
+        raise UsageError(f"VM {name!r} names {len(keys)} VMs, in folders {folders}: change it through an inventory "
+                         "entry with 'folder'")
+    vm = observed.vms.get(keys[0]) if keys else None
     if vm is None or vm.is_template:
         kind = "a template, not a VM" if vm is not None else "not found"
         raise NotFound(f"VM {name!r} {kind}")
