@@ -173,6 +173,7 @@ def test_hostfile():
 
 def test_role_templates_are_the_shared_ones():
     roles = Path(__file__).resolve().parents[2] / "playbooks" / "roles"
-    for role, name in [("vgpu_licensing", "gridd.conf.j2"), ("nccl", "nccl.conf.j2"), ("train_launcher", "hostfile.j2")]:
+    shared = [("vgpu_licensing", "gridd.conf.j2"), ("nccl", "nccl.conf.j2"), ("train_launcher", "hostfile.j2")]
+    for role, name in shared:
         link = roles / role / "templates" / name
         assert link.resolve() == (tg.templates_dir() / name).resolve(), link
