@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import tomllib
 from importlib import resources
@@ -25,6 +26,7 @@ SCHEMA = ROOT / "docs" / "schemas" / "vgpu-catalogue.schema.json"
 REQUIRED_MODELS = {
     "A100-40GB", "A100-80GB", "H100-80GB", "L40S",  # today's names, kept
     "A100-HGX-40GB", "A100-HGX-80GB", "A30", "A40", "A16", "A10", "L4", "L40", "H100-SXM5-80GB", "H100-NVL",
+    "H100-SXM5-94GB", "H200-NVL", "H200-SXM5",
 }
 
 
@@ -115,6 +117,25 @@ def test_type_rows_agree_with_their_board(data: dict[str, Any]) -> None:
                 assert t["max_equal"] * t["fb_gb"] <= b["framebuffer_gb"], t["name"]
             if "placement_ids" in t:
                 assert all(p + t["placement_size"] <= _line(b) for p in t["placement_ids"]), t["name"]
+
+
+def test_mixed_size_placements_give_the_mixed_size_maximum(data: dict[str, Any]) -> None:
+    """NVIDIA's placement tables list one id per vGPU of the mixed-size maximum, and the ids of one type never
+    overlap: so the maximum of a type alone on a GPU is exactly reachable."""
+    for b in data["boards"]:
+        for t in b["vgpu_types"]:
+            ids = t.get("placement_ids")
+            if not ids:
+                continue
+            assert len(ids) == t["max_mixed"], t["name"]
+            assert ids == sorted(ids), t["name"]
+            assert all(nxt - cur >= t["placement_size"] for cur, nxt in itertools.pairwise(ids)), t["name"]
+            assert t["placement_size"] == t["fb_gb"], t["name"]
+
+
+def test_device_ids_name_one_board(data: dict[str, Any]) -> None:
+    ids = [i for b in data["boards"] for i in b["pci_device_ids"]]
+    assert len(ids) == len(set(ids))
 
 
 def _line(board: dict[str, Any]) -> int:

@@ -142,11 +142,12 @@ def test_equal_size_types_of_one_size_share_from_8_0_u1(api: str, ok: bool) -> N
 
 
 def test_mixed_size_needs_published_data() -> None:
-    g = Gpu("0000:3b:00.0", "a100d", 80, "mixedSize")
-    assert why_not(g, parse_profile("grid_a100d-40c")) == "A100D-40C has no published mixed-size maximum"
+    g = Gpu("0000:3b:00.0", "a40", 48, "mixedSize")
+    assert why_not(g, parse_profile("grid_a40-24q")) == "A40-24Q has no published mixed-size maximum"
     h = a100("0000:3b:00.0", "mixedSize", ["grid_a100-8c"] * 4)
     assert why_not(h, parse_profile("grid_a100-8c")) == "holds the mixed-size maximum of A100-8C (4)"
-    assert fits(h, "grid_a100-4c")  # 32 + 4 GB of 40
+    # 8 GB are free, but at 8 and 28, where no A100-4C placement id (0, 6, 10, ..., 36) starts
+    assert why_not(h, parse_profile("grid_a100-4c")) == "no free mixed-size placement id"
 
 
 def test_mixed_size_placement_ids_when_published(monkeypatch: pytest.MonkeyPatch) -> None:
