@@ -167,3 +167,67 @@ def test_nvlink_vm_of_3_on_an_nvswitch_host_is_refused_at_plan_time(gpusim_facto
     assert "trio" in line and "3" in line and "2, 4 or 8" in line, line
     assert plan_error(vgpuctl(e, "apply", "-f", path, "--yes")) == line
     assert "trio" not in direct_vms(sim) and sim.assignments() == []  # refused before vCenter was touched
+
+
+# ------------------------------------------------------------------------------- mixed-size maxima
+
+
+def test_mixed_size_a100_farm_fills_to_nvidias_maxima_and_refuses_one_more_at_plan_time(
+    gpusim_factory: Any, env: Any, tmp_path: Path
+) -> None:
+    """Mixed-size A100-40GB (vGPU guide, "Maximum vGPUs per GPU in mixed-size mode"): A100-8C 4 and A100-4C 8
+    per GPU, below framebuffer / size (5 and 10). One GPU per host: 4 x 8C, and 8 x 4C."""
+    sim = gpusim_factory(farm("A100-40GB", hosts=2, vgpu_mode="mixedSize"), args=["-no-ssh"])
+    e = env(sim)
+    full = [vm(f"e8-{i}", "grid_a100-8c") for i in range(1, 5)]
+    full += [vm(f"f4-{i}", "grid_a100-4c", host=HOST2) for i in range(1, 9)]
+    applied(e, inventory(tmp_path, *full))
+
+    placed = gpus_by_vm(sim)
+    assert len(placed) == 12 and all(v["power"] == "poweredOn" for v in direct_vms(sim).values() if v["profiles"])
+    on_host = {h: sorted(a["profile"] for a in sim.assignments() if a["host"] == h) for h in (HOST, HOST2)}
+    assert on_host == {HOST: ["grid_a100-8c"] * 4, HOST2: ["grid_a100-4c"] * 8}
+
+    before = (direct_vms(sim), sim.assignments())
+    for extra, host, maximum in ((vm("e8-5", "grid_a100-8c"), HOST, "A100-8C (4)"),
+                                 (vm("f4-9", "grid_a100-4c", host=HOST2), HOST2, "A100-4C (8)")):
+        path = inventory(tmp_path, *full, extra, name="more.yaml")
+        line = plan_error(vgpuctl(e, "plan", "-f", path))
+        # refused for NVIDIA's maximum though the framebuffer has room (32 of 40 GB used)
+        assert f"cannot power on: host {host}" in line and f"mixed-size maximum of {maximum}" in line, line
+        assert plan_error(vgpuctl(e, "apply", "-f", path, "--yes")) == line
+    assert (direct_vms(sim), sim.assignments()) == before  # nothing changed in vCenter
+
+
+# ------------------------------------------------------------------------------- equal-size sharing
+
+
+@pytest.mark.parametrize("api_version", ["8.0.1.0", "8.0.3.0"])
+def test_equal_size_gpu_shared_by_two_types_of_one_size_from_api_801(
+    gpusim_factory: Any, env: Any, tmp_path: Path, api_version: str
+) -> None:
+    """Equal-size mode from vSphere 8.0 U1: A40-8C and A40-8Q (8 GB each) share one A40."""
+    sim = gpusim_factory(farm("A40", api_version=api_version), args=["-no-ssh"])
+    e = env(sim)
+    applied(e, inventory(tmp_path, vm("c8", "grid_a40-8c"), vm("q8", "grid_a40-8q")))
+    assert sorted((a["vmName"], a["profile"], a["gpu"]) for a in sim.assignments()) == [
+        ("c8", "grid_a40-8c", "0000:3b:00.0"), ("q8", "grid_a40-8q", "0000:3b:00.0")]
+
+
+@pytest.mark.parametrize("how", ["farm", "flag"])
+def test_equal_size_gpu_takes_one_type_before_api_801(gpusim_factory: Any, env: Any, tmp_path: Path,
+                                                      how: str) -> None:
+    """Before 8.0 U1 an equal-size GPU holds one type: the second type is refused at plan time."""
+    if how == "farm":
+        sim = gpusim_factory(farm("A40", api_version="8.0.0.1"), args=["-no-ssh"])
+    else:
+        sim = gpusim_factory(farm("A40"), args=["-no-ssh", "-api-version", "8.0.0.1"])
+    e = env(sim)
+    path = inventory(tmp_path, vm("c8", "grid_a40-8c"), vm("q8", "grid_a40-8q"))
+    line = plan_error(vgpuctl(e, "plan", "-f", path))
+    assert "vm q8: cannot power on" in line and "before vSphere 8.0 U1 only the identical type" in line, line
+    assert plan_error(vgpuctl(e, "apply", "-f", path, "--yes")) == line
+    assert sim.assignments() == [] and not {"c8", "q8"} & set(direct_vms(sim))
+
+    applied(e, inventory(tmp_path, vm("c8", "grid_a40-8c"), vm("c8-2", "grid_a40-8c"), name="same.yaml"))
+    assert sorted(a["vmName"] for a in sim.assignments()) == ["c8", "c8-2"]  # the identical type still shares
