@@ -201,6 +201,27 @@ class PlanReport(Report):
     round_trips: int | None = optional()
 
 
+@dataclass
+class ExplainedValue:
+    setting: str  # graphics.default_type, gpus[all].mode, scheduler.policy, ...
+    value: str  # as the merged entries say
+    source: str  # FILE:LINE (cluster X | host Y): the entry that set it last
+    vcenter: str | None  # what vCenter or the host reports now; None for vgpuctl's own settings (ssh, ...)
+
+
+@dataclass
+class ExplainReport(Report):
+    """`plan --explain HOST`: the host's merged entry against vCenter, and what the plan changes there."""
+
+    kind: ClassVar[str] = "explain"
+    host: str
+    cluster: str | None
+    entries: list[str]  # the inventory entries that apply to the host, merged in this order
+    settings: list[ExplainedValue]
+    changes: list[HostDiff]
+    errors: list[str]
+
+
 # ------------------------------------------------------------------------------------------ apply
 
 
@@ -449,6 +470,7 @@ REPORTS: tuple[type[Any], ...] = (
     ProvisionReport,
     ValidateReport,
     PlanReport,
+    ExplainReport,
     ApplyReport,
     HostChangeReport,
     HostReport,

@@ -82,6 +82,15 @@ def plan_cmd(
             metavar="PLANFILE",
         ),
     ] = None,
+    explain: Annotated[
+        str | None,
+        typer.Option(
+            "--explain",
+            metavar="HOST",
+            help="Show the host's settings merged from its cluster and host entries, where each came from, "
+            "what vCenter has now and what the plan changes there (instead of the plan).",
+        ),
+    ] = None,
 ) -> None:
     """Show what apply would change: a field-level diff per VM and host, and every disruptive step."""
     from vgpuctl import pipeline
@@ -94,6 +103,11 @@ def plan_cmd(
         the_plan = pipeline.plan(session, observed, inventory, options)
         round_trips = session.round_trips
         vcenter = session.settings.sdk_url
+    if explain is not None:
+        from vgpuctl.explain import explain_host, render_explain
+
+        common.emit(explain_host(explain, inventory, observed, the_plan), render_explain, opts)
+        return
     if the_plan.errors:
         if opts.verbose:
             print_plan_to_stderr(the_plan)  # the reasons come as the error; -v shows the diff too
