@@ -235,9 +235,12 @@ class _HostRun:
             self.state.update(self.t.name, phase=self.phase, message=self.out.message)
 
     def _enter(self, phase: str) -> None:
-        """Start a phase; the work record says where the run is (what a crash there leaves to finish)."""
+        """Start a phase; the work record says where the run is and the steps left from there (what a crash
+        there leaves to finish)."""
         self.phase = phase
-        self.state.update(self.t.name, phase=phase)
+        rec = self.state.get(self.t.name)
+        left = remaining_steps(rec.steps if rec is not None else [], phase)
+        self.state.update(self.t.name, phase=phase, steps=left)
 
     def _step(self, step: str, detail: str | None = None) -> None:
         if self.opts.progress is not None:
@@ -263,9 +266,9 @@ class _HostRun:
         if hostplan.needs_maintenance(work) and not api.in_maintenance:
             self._enter("evacuate")
             self._evacuate()
-            self.phase = "enter-maintenance"
+            self._enter("enter-maintenance")
             self._step("enter-maintenance")
-            self.state.update(t.name, entered_maintenance=True, phase=self.phase)
+            self.state.update(t.name, entered_maintenance=True)
             vhost.enter_maintenance(self.session, t.moid, self.watcher, t.name)
             self._done("enter-maintenance")
             entered = True
@@ -508,6 +511,23 @@ def planned_steps(changes: Sequence[HostChange]) -> list[str]:
     if work:
         steps.append("verify")
     steps += ["exit-maintenance", "power-on"]
+    return steps
+
+
+_STEP_PHASES = {hostplan.NVLINK: "module-options", hostplan.SCHEDULER: "module-options"}
+
+
+def step_phase(step: str) -> str:
+    """The apply phase a planned step belongs to ("nvlink -> disabled" -> module-options)."""
+    word = step.split(" ", 1)[0]
+    return _STEP_PHASES.get(word, hostplan.category(word) if word.startswith("graphics.") else word)
+
+
+def remaining_steps(steps: list[str], phase: str) -> list[str]:
+    """The steps from the first one of `phase` on (all of them when none belongs to it)."""
+    for i, step in enumerate(steps):
+        if step_phase(step) == phase:
+            return steps[i:]
     return steps
 
 

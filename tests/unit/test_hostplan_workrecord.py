@@ -10,7 +10,7 @@ import json
 import pytest
 
 from vgpuctl import hostplan
-from vgpuctl.hostapply import planned_steps
+from vgpuctl.hostapply import planned_steps, remaining_steps
 from vgpuctl.model import HostChange, Observed, ObservedHost
 from vgpuctl.statefile import WORK_FIELD, HostRecord, describe_record, parse_record
 from vgpuctl.vsphere.workrecord import LeaseInfo, live_leases, parse_lease
@@ -68,6 +68,10 @@ def test_planned_steps_are_in_apply_order() -> None:
         "exit-maintenance",
         "power-on",
     ]
+    steps = planned_steps(changes)
+    assert remaining_steps(steps, "module-options") == steps[2:]
+    assert remaining_steps(steps, "wait-reconnect") == ["wait-reconnect", "verify", "exit-maintenance", "power-on"]
+    assert remaining_steps(steps, "graphics") == steps  # not a phase of this host: nothing is dropped
 
 
 def test_a_lease_is_live_until_its_ttl_passes_by_vcenter_time() -> None:
