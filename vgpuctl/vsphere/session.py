@@ -83,7 +83,7 @@ def parse_url(text: str) -> VcenterUrl:
         raise UsageError(f"vCenter URL has no host: {shown!r}")
     if port == 0:
         raise UsageError(f"vCenter URL {shown!r} is not valid: port 0")
-    if any(c.isspace() or c in "<>\"{}|\\^`" for c in host):
+    if any(c.isspace() or c in '<>"{}|\\^`' for c in host):
         raise UsageError(f"vCenter URL {shown!r} is not valid: the host name {host!r} has characters no host name has")
     netloc = f"[{host}]" if ":" in host else host
     if port:
@@ -346,9 +346,16 @@ class Session:
         except TlsError:
             raise
         except ssl.SSLCertVerificationError as err:
+            seen = presented_thumbprint(self.url, self.settings.timeout_s)
+            pin = (
+                f"; it presented sha256 {seen}: check it with your vCenter admin, then pin it with "
+                "--thumbprint (or vcenter.tls.thumbprint)"
+                if seen
+                else "; pin its sha256 thumbprint"
+            )
             raise TlsError(
-                f"TLS certificate of {self.url} is not trusted ({err.verify_message}); give a CA file, pin its "
-                "sha256 thumbprint, or use --insecure"
+                f"TLS certificate of {self.url} is not trusted ({err.verify_message}){pin}, give a CA file "
+                "(--ca-file), or use --insecure"
             ) from err
         except ssl.SSLError as err:
             raise TlsError(f"TLS handshake with {self.url} failed: {err}") from err
@@ -361,6 +368,24 @@ class Session:
             raise ConnectionFailure(f"cannot reach vCenter at {self.url}: {_transport_msg(err)}") from err
         except OSError as err:
             raise ConnectionFailure(f"cannot reach vCenter at {self.url}: {_transport_msg(err)}") from err
+
+
+def presented_thumbprint(url: str, timeout: float = 10) -> str | None:
+    """The sha256 thumbprint (colon form) of the certificate the server at `url` presents, read without
+    verifying it, for the message of a TLS failure; None when it cannot be read."""
+    parts = urlsplit(url)
+    try:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        with (
+            socket.create_connection((parts.hostname or "", parts.port or 443), timeout=timeout) as raw,
+            ctx.wrap_socket(raw, server_hostname=parts.hostname) as tls,
+        ):
+            der = tls.getpeercert(binary_form=True) or b""
+    except (OSError, ValueError):
+        return None
+    return sha256_colon(hashlib.sha256(der).hexdigest()) if der else None
 
 
 def _transport_msg(err: BaseException) -> str:
