@@ -34,7 +34,7 @@ from vgpuctl.domain import (
     VgpuMode,
 )
 from vgpuctl.errors import InventoryError, InventoryErrors
-from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, mixing_problem, parse_profile
+from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, is_host_spelling, mixing_problem, parse_profile
 from vgpuctl.vmclasses import NamespaceList, VmClassList
 
 API_VERSION = "vgpuctl/v1"
@@ -1116,8 +1116,9 @@ def _check_vgpus(inv: Inventory, vm: VmSpec, base: Path_) -> Iterator[InventoryE
         try:
             parsed.append(parse_profile(spec.profile))
         except ProfileError:
-            yield inv.error((*base, "vgpus", j, "profile"),
-                            f"not a vGPU profile name {spec.profile!r} (expected {PROFILE_GRAMMAR})")
+            if not is_host_spelling(spec.profile):  # else the plan asks the host (and names what it offers)
+                yield inv.error((*base, "vgpus", j, "profile"),
+                                f"not a vGPU profile name {spec.profile!r} (expected {PROFILE_GRAMMAR})")
     if len(parsed) != len(vm.vgpus):
         return
     total = vm.vgpu_count

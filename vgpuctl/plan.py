@@ -112,7 +112,7 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
     try:
         parsed = [parse_profile(p) for p in spec.vgpu_profiles]
     except ProfileError as exc:
-        vp.errors.append(str(exc) + _alternatives(spec, observed))
+        vp.errors.append(_unexplained(spec, observed, exc))
         return vp
     vp.profiles = [p.name for p in parsed]
     problem = mixing_problem(parsed)  # validate() says so too; kept here for inventories built in code
@@ -164,13 +164,18 @@ def find_vm(observed: Observed, name: str, folder: str | None) -> tuple[str | No
     return None, None, ""
 
 
-def _alternatives(spec: VmSpec, observed: Observed) -> str:
-    """The profiles offered where the VM may run that come closest to what it asked for."""
+def _unexplained(spec: VmSpec, observed: Observed, exc: ProfileError) -> str:
+    """A VM asks for a name no table explains: what is wrong with it and the profiles offered where it may run
+    that come closest (only ones vgpuctl can place)."""
     names = [spec.host] if spec.host else observed.clusters.get(spec.cluster or "", []) or list(observed.hosts)
     offered = {p for n in names if (h := observed.hosts.get(n)) is not None for p in h.offered_profiles}
     unknown = next((p for p in spec.vgpu_profiles if try_parse(p) is None), "")
-    near = offered_alternatives(unknown, offered)
-    return f"; offered there: {', '.join(near)}" if near else ""
+    text = str(exc)
+    if unknown in offered:
+        text = (f"asks for {unknown}, which the host offers but no vGPU type table explains (framebuffer and "
+                f"maxima unknown: vgpuctl does not place it)")
+    near = offered_alternatives(unknown, [p for p in offered if try_parse(p) is not None])
+    return text + (f"; offered there: {', '.join(near)}" if near else "")
 
 
 def _current_profiles(vm: ObservedVm) -> list[str]:

@@ -306,6 +306,15 @@ def is_profile(name: str) -> bool:
     return try_parse(name) is not None
 
 
+_HOST_SPELLING_RE = re.compile(r"^(?:grid|nvidia)_[a-z0-9]+(?:-[a-z0-9]+)+$")
+
+
+def is_host_spelling(name: str) -> bool:
+    """Spelled like a vSphere vGPU profile (`grid_`/`nvidia_`, lower-case words joined by hyphens), whether or not
+    a table explains it: a host with a newer driver may offer it, so only the host can say it does not exist."""
+    return bool(_HOST_SPELLING_RE.match(name))
+
+
 def mixing_problem(profiles: Iterable[str | VgpuProfile]) -> str | None:
     """Why these vGPUs cannot share one VM, or None. All vGPUs of a VM share board and series;
     framebuffer sizes may differ."""

@@ -231,3 +231,47 @@ def test_equal_size_gpu_takes_one_type_before_api_801(gpusim_factory: Any, env: 
 
     applied(e, inventory(tmp_path, vm("c8", "grid_a40-8c"), vm("c8-2", "grid_a40-8c"), name="same.yaml"))
     assert sorted(a["vmName"] for a in sim.assignments()) == ["c8", "c8-2"]  # the identical type still shares
+
+
+# ------------------------------------------------------------------------------- a name no table knows
+
+UNKNOWN = "nvidia_a100-1-5cme2"  # offered by the host (a newer driver's type, say), in no table
+
+
+def test_host_running_a_vgpu_no_table_knows(gpusim_factory: Any, env: Any, tmp_path: Path) -> None:
+    odd = {"name": "odd", "host": HOST, "memory_mb": 4096, "memory_locked": True, "vgpus": [UNKNOWN],
+           "power_on": True}
+    sim = gpusim_factory(farm("A100-40GB", gpus=2, extra_profiles=[UNKNOWN], vms=[odd]), args=["-no-ssh"])
+    e = env(sim)
+    odd_gpu = gpus_by_vm(sim)["odd"][0][1]
+
+    # status shows it, on the GPU that holds it
+    text = vgpuctl(e, "status")
+    assert text.exit_code == 0, text.output
+    assert f"odd ({UNKNOWN})" in text.stdout
+    doc = json.loads(vgpuctl(e, "-o", "json", "status").stdout)
+    gpus = {g["gpu"]: g for g in doc["hosts"][0]["gpus"]}
+    assert [v["vm"] for v in gpus[odd_gpu]["vms"]] == ["odd"]
+    assert UNKNOWN in json.dumps(gpus[odd_gpu])
+
+    # plan: that GPU takes no new vGPU, and the refusal says why
+    two = inventory(tmp_path, vm("whole-1", "grid_a100-40c"), vm("whole-2", "grid_a100-40c"), name="two.yaml")
+    line = plan_error(vgpuctl(e, "plan", "-f", two))
+    assert "vm whole-2: cannot power on" in line and f"'{UNKNOWN}', which no vGPU type table explains" in line
+    applied(e, inventory(tmp_path, vm("whole-1", "grid_a100-40c"), name="one.yaml"))
+    assert gpus_by_vm(sim)["whole-1"] == [(HOST, next(g for g in gpus if g != odd_gpu))]
+
+    # a VM asking for that name: a plan error naming the profiles the host offers that vgpuctl can place
+    asks = inventory(tmp_path, vm("wants-odd", UNKNOWN), name="asks.yaml")
+    assert vgpuctl(e, "validate", "-f", asks).exit_code == 0  # only the host can say whether it exists
+    line = plan_error(vgpuctl(e, "plan", "-f", asks))
+    assert f"vm wants-odd: asks for {UNKNOWN}, which the host offers but no vGPU type table explains" in line
+    offered = line.split("offered there: ")[1].split(", ")
+    assert offered and UNKNOWN not in offered and all(p.startswith("grid_a100-") for p in offered), line
+    assert plan_error(vgpuctl(e, "apply", "-f", asks, "--yes")) == line
+    assert "wants-odd" not in direct_vms(sim)
+
+    # a name the host does not offer either: the same plan error, with the alternatives
+    typo = inventory(tmp_path, vm("typo", "grid_a100-40x"), name="typo.yaml")
+    line = plan_error(vgpuctl(e, "plan", "-f", typo))
+    assert "vm typo: not a vGPU profile name: 'grid_a100-40x'" in line and "offered there: grid_a100-" in line
