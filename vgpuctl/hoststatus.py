@@ -80,7 +80,10 @@ def collect_host_status(
     if not names:
         return {}
     with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="vgpuctl-status") as pool:
-        return dict(zip(names, pool.map(one, names), strict=True))
+        rows = dict(zip(names, pool.map(one, names), strict=True))
+    if all(r.nvlink == "unknown" for r in rows.values()):  # each host warned why; one line says it for all
+        raise VgpuctlError(f"no host could be read ({', '.join(names)}): see the warnings above")
+    return rows
 
 
 def merge_status(report: StatusReport, rows: dict[str, HostReport]) -> StatusReport:

@@ -40,7 +40,6 @@ def test_status_shows_hosts_that_cannot_answer_with_a_warning(gpusim_factory: Ca
         "VGPUCTL_ESXI_HOSTS": "",
         "VGPUCTL_ESXI_PASSWORD": "",
         "VGPUCTL_ESXI_KEY_FILE": "",
-        "GPUSIM_SSH_HOSTS": "",
     }
     result = CliRunner().invoke(app, ["-o", "json", "status"], env=env)
     assert result.exit_code == 0, result.output
@@ -56,3 +55,23 @@ def test_status_shows_hosts_that_cannot_answer_with_a_warning(gpusim_factory: Ca
     text = CliRunner().invoke(app, ["status"], env=env)
     assert text.exit_code == 0, text.output
     assert H2 in text.stdout and "unknown" in text.stdout
+
+
+def test_status_fails_only_when_no_host_could_be_read(gpusim_factory: Callable[..., Any]) -> None:
+    from vgpuctl.cli.main import app
+
+    sim = gpusim_factory(FARM)
+    for host in (H1, H2, H3):
+        sim.arm_fault(host, "QueryConfiguredModuleOptionString", "NoPermission", count=100)
+    env = {
+        "VGPUCTL_URL": sim.url,
+        "VGPUCTL_USERNAME": sim.username,
+        "VGPUCTL_PASSWORD": sim.password,
+        "VGPUCTL_INSECURE": "1",
+        "VGPUCTL_ESXI_HOSTS": "",
+        "VGPUCTL_ESXI_PASSWORD": "",
+        "VGPUCTL_ESXI_KEY_FILE": "",
+    }
+    result = CliRunner().invoke(app, ["status"], env=env)
+    assert result.exit_code == 1, result.output
+    assert f"no host could be read ({H1}, {H2}, {H3})" in result.output
