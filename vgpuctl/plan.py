@@ -51,6 +51,7 @@ from vgpuctl.profiles import (
     mmio_size_gb,
     offered_alternatives,
     parse_profile,
+    spellings,
     try_parse,
 )
 
@@ -136,6 +137,8 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
         base = obs
         _locate_existing(vp, obs, observed)
     if spec.manages_vgpus:
+        parsed = _host_spelling(vp, parsed, observed)
+        vp.profiles = [p.name for p in parsed]
         _check_offer_and_limit(vp, base, parsed, observed)
         _diff_devices(vp, base, parsed)
     else:  # no `vgpus` key: the VM keeps the vGPUs it has (a clone, its template's)
@@ -235,6 +238,20 @@ def _locate_existing(vp: _VmPlan, obs: ObservedVm, observed: Observed) -> None:
     cluster = obs.cluster or (host.cluster if host else None)
     if spec.cluster and cluster and spec.cluster != cluster:
         vp.warnings.append(f"is in cluster {cluster}, the inventory says {spec.cluster} (vgpuctl does not move VMs)")
+
+
+def _host_spelling(vp: _VmPlan, parsed: list[VgpuProfile], observed: Observed) -> list[VgpuProfile]:
+    """The host is the authority on a type's spelling: a profile the VM's candidate hosts offer only under the
+    other prefix (`grid_a100-40c` where hosts say `nvidia_a100-40c`) is planned in theirs, when they agree."""
+    hosts = [h for n in vp.candidates if (h := observed.hosts.get(n)) is not None]
+    out = []
+    for p in parsed:
+        if any(p.name in h.offered_profiles for h in hosts):
+            out.append(p)
+            continue
+        theirs = {s for h in hosts for s in spellings(p.name) if s in h.offered_profiles}
+        out.append(parse_profile(theirs.pop()) if len(theirs) == 1 else p)
+    return out
 
 
 def _check_offer_and_limit(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile], observed: Observed) -> None:

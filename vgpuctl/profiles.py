@@ -306,6 +306,12 @@ def is_profile(name: str) -> bool:
     return try_parse(name) is not None
 
 
+def spellings(name: str) -> tuple[str, ...]:
+    """Every vSphere spelling of the type a profile name names (`grid_a100-40c` -> grid_ and nvidia_ forms)."""
+    bare = _strip_prefix(name)
+    return tuple(prefix + bare for prefix in PREFIXES) if bare else (name,)
+
+
 _HOST_SPELLING_RE = re.compile(r"^(?:grid|nvidia)_[a-z0-9]+(?:-[a-z0-9]+)+$")
 
 

@@ -275,3 +275,27 @@ def test_host_running_a_vgpu_no_table_knows(gpusim_factory: Any, env: Any, tmp_p
     typo = inventory(tmp_path, vm("typo", "grid_a100-40x"), name="typo.yaml")
     line = plan_error(vgpuctl(e, "plan", "-f", typo))
     assert "vm typo: not a vGPU profile name: 'grid_a100-40x'" in line and "offered there: grid_a100-" in line
+
+
+# ------------------------------------------------------------------------------- the host's spelling
+
+
+@pytest.mark.parametrize(("host_prefix", "inventory_prefix"), [("nvidia_", "grid_"), ("grid_", "nvidia_")])
+def test_the_host_spelling_wins_over_the_inventorys(gpusim_factory: Any, env: Any, tmp_path: Path,
+                                                    host_prefix: str, inventory_prefix: str) -> None:
+    """Both prefixes name one type; the host refuses the spelling it does not use, so the plan uses the host's."""
+    sim = gpusim_factory(farm("A100-40GB", gpus=4, profile_prefix=host_prefix), args=["-no-ssh"])
+    e = env(sim)
+    path = inventory(tmp_path, vm("split", f"{inventory_prefix}a100-20c", 2),
+                     vm("linked", f"{inventory_prefix}a100-40c", 2, nvlink=True))
+    plan = vgpuctl(e, "plan", "-f", path)
+    assert plan.exit_code == 0, plan.output
+    assert f"+ vgpu {host_prefix}a100-20c" in plan.stdout and f"{inventory_prefix}a100" not in plan.stdout
+    applied(e, path)  # and a plan afterwards is empty: the VMs hold what the inventory asks for
+
+    seen = direct_vms(sim)
+    assert seen["split"]["profiles"] == [f"{host_prefix}a100-20c"] * 2 and seen["split"]["power"] == "poweredOn"
+    assert seen["linked"]["groups"] == [f"NVIDIA:2@{host_prefix}a100-40c%NVLink"] * 2
+    assert seen["linked"]["power"] == "poweredOn"
+    same = inventory(tmp_path, vm("split", f"{host_prefix}a100-20c", 2), name="same.yaml")
+    assert vgpuctl(e, "plan", "-f", same, "--detailed-exitcode").exit_code == 0
