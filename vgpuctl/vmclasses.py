@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from vgpuctl.model import FieldChange, Observed, ObservedHost, Op
-from vgpuctl.profiles import ProfileError, max_vgpus_per_vm, mixing_problem, mmio_size_gb, parse_profile
+from vgpuctl.profiles import (
+    ProfileError,
+    max_vgpus_per_vm,
+    mixing_problem,
+    mmio_size_gb,
+    parse_profile,
+    spellings,
+)
 
 if TYPE_CHECKING:
     from vgpuctl.errors import InventoryError
@@ -422,8 +429,10 @@ def _offer_problem(want: ClassState, cluster: str, observed: Observed) -> str | 
     offering = [h for h in hosts if all(p in h.offered_profiles for p in needed)]
     if not offering:
         offered = sorted({p for h in hosts for p in h.offered_profiles})
+        other = sorted({s for p in needed for s in spellings(p) if s != p and s in offered})
+        hint = f"; the hosts spell it {', '.join(other)}: use that name" if other else ""
         return (f"no host of supervisor cluster {cluster} offers {', '.join(needed)} in its current or planned "
-                f"GPU mode (offered: {', '.join(offered) or 'none'})")
+                f"GPU mode (offered: {', '.join(offered) or 'none'}){hint}")
     limit = max(_limit(h) for h in offering)
     if len(want.vgpus) > limit:
         return f"{len(want.vgpus)} vGPUs exceed vSphere's limit of {limit} per VM on supervisor cluster {cluster}"

@@ -324,6 +324,13 @@ def test_plan_deletes_absent_class_after_namespaces() -> None:
             _state(**{"unnamed": ["c"]}), _observed(["grid_a100-10c"]),
             ["vm class c: no host of supervisor cluster WL offers grid_a100-40c in its current or planned GPU mode "
              "(offered: grid_a100-10c) (namespace unnamed)"], id="checked-for-unnamed-users"),
+        pytest.param(
+            "vm_classes:\n  - {name: c, cpus: 1, memory_gb: 4, vgpus: {profile: grid_a100-40c}}\n"
+            "namespaces:\n  - {name: ml-team, vm_classes: [c]}\n",
+            _state(**{"ml-team": []}), _observed(["nvidia_a100-40c"]),
+            ["vm class c: no host of supervisor cluster WL offers grid_a100-40c in its current or planned GPU mode "
+             "(offered: nvidia_a100-40c); the hosts spell it nvidia_a100-40c: use that name (namespace ml-team)"],
+            id="other-spelling"),
     ],
 )
 def test_plan_errors(inventory: str, state: SupervisorState, observed: Observed, expected: list[str]) -> None:
