@@ -365,8 +365,8 @@ class ApplyProgress(LiveOnTerminal):
             self.state[vm] = (step, pct)
             if step in TERMINAL_STEPS:
                 self.finished[vm] = step
-        if self.live is None:
-            self.log.step(vm, step, f"{pct}%" if pct is not None else None)
+        if self.live is None:  # a percentage only while vCenter reports one between start and end
+            self.log.step(vm, step, f"{pct}%" if pct is not None and 0 < pct < 100 else None)
         elif step in TERMINAL_STEPS and (previous is None or previous[0] != step):
             self.console.print(self._line(vm, step, pct), markup=False, highlight=False)  # in-flight: the table
 
