@@ -1089,17 +1089,24 @@ def iter_problems(inv: Inventory) -> Iterator[InventoryError]:
     yield from _check_hosts(inv)
 
 
+def _folder_key(folder: str | None) -> str | None:
+    """`/ml/train/` and `ml/train` name one folder; no folder stays None (not the root)."""
+    return None if folder is None else "/".join(part for part in folder.split("/") if part)
+
+
 def _check_vms(inv: Inventory) -> Iterator[InventoryError]:
-    seen: dict[str, VmSpec] = {}
+    seen: dict[tuple[str | None, str], VmSpec] = {}  # a VM is its folder and its name
     groups = set(inv.guests.groups)
     for vm in inv.vms:
         base: Path_ = ("vms", vm._index)
-        if vm.name in seen:
-            first = seen[vm.name]
+        key = (_folder_key(vm.folder), vm.name)
+        if key in seen:
+            first = seen[key]
             where = f" (first defined at line {first._line})" if first._line else ""
-            yield inv.error((*base, "name"), f"duplicate VM name {vm.name!r}{where}")
+            in_folder = f" in folder {vm.folder!r}" if vm.folder is not None else ""
+            yield inv.error((*base, "name"), f"duplicate VM name {vm.name!r}{in_folder}{where}")
             continue
-        seen[vm.name] = vm
+        seen[key] = vm
         if not vm._vgpus_invalid:
             yield from _check_vgpus(inv, vm, base)
         if vm.guest is not None and vm.guest.group not in groups:

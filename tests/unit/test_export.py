@@ -163,7 +163,6 @@ def test_a_repeated_name_gets_its_folder() -> None:
     assert "folder" not in text.split("- name: infer-{01..04}")[1].split("- name:")[0]
 
 
-@pytest.mark.xfail(strict=True, reason="the inventory refuses a VM name twice, even in two folders")
 def test_a_repeated_name_plans_to_no_change() -> None:
     observed, facts = _same_name_farm()
     inv = load_inventory_text(export_inventory(observed, facts))

@@ -247,6 +247,32 @@ def test_one_pass_with_unreadable_guests_judges_no_group() -> None:
     ]
 
 
+def test_one_vm_name_in_two_folders_is_two_vms() -> None:
+    text = ("apiVersion: vgpuctl/v1\nvms:\n  - {name: a, folder: teamA}\n  - {name: a, folder: /teamB/}\n"
+            "  - {name: a, folder: /}\n  - {name: a}\n")
+    inv = load_inventory_text(text, "f.yaml")
+    validate(inv)
+    assert [(vm.name, vm.folder) for vm in inv.vms] == [("a", "teamA"), ("a", "/teamB/"), ("a", "/"), ("a", None)]
+
+
+@pytest.mark.parametrize(
+    ("second", "message"),
+    [
+        ("{name: a}", "vms[1].name: duplicate VM name 'a' (first defined at line 3)"),
+        ("{name: a, folder: /ml/train/}", "vms[1].name: duplicate VM name 'a' in folder '/ml/train/' "
+                                          "(first defined at line 3)"),
+    ],
+)
+def test_one_vm_name_twice_in_one_folder_is_an_error(second: str, message: str) -> None:
+    first = "{name: a}" if "folder" not in second else "{name: a, folder: ml/train}"
+    text = f"apiVersion: vgpuctl/v1\nvms:\n  - {first}\n  - {second}\n"
+    inv = load_inventory_text(text, "f.yaml")
+    with pytest.raises(InventoryErrors) as info:
+        validate(inv)
+    (error,) = info.value.errors
+    assert (error.file, error.line, error.message) == ("f.yaml", 4, message)
+
+
 def test_two_errors_of_one_cause_stay_apart_three_are_grouped() -> None:
     from vgpuctl.inventory import group_repeated
 
