@@ -35,7 +35,7 @@ LEASE_FIELD = "vgpuctl.lease"
 LEASE_FOLDER = "vgpuctl-lease-{moid}"
 DEFAULT_TTL_S = 60.0
 ENV_TTL = "VGPUCTL_LEASE_TTL_S"
-UNSET_GRACE_S = 2.0  # a lease folder without its description: the creator may be between the two calls
+UNSET_POLL_S = 0.5  # how often a lock folder without its description is looked at again
 
 
 class LeaseHeld(VgpuctlError):
@@ -166,6 +166,7 @@ class LeaseInfo:
     since: float  # vCenter time
     renewed: float  # vCenter time
     ttl_s: float
+    folder: str = ""  # the lock folder this describes (a description of an older folder describes nothing)
 
     def live(self, now: float) -> bool:
         return now - self.renewed < self.ttl_s
@@ -201,6 +202,9 @@ class Lease:
         return self.fields.session
 
     def acquire(self) -> Lease:
+        """Create the lock folder, or judge the one that exists: held while its description (the host's
+        `vgpuctl.lease`, naming this folder) is renewed within its time to live; taken over once that passed,
+        or once it stayed undescribed for a whole time to live (its creator died before describing it)."""
         from pyVmomi import vim, vmodl
 
         from vgpuctl.vsphere.host import stub_of
@@ -208,7 +212,8 @@ class Lease:
         root = self.session.content.rootFolder
         name = LEASE_FOLDER.format(moid=self.moid)
         stale: str | None = None
-        for attempt in range(4):
+        undescribed: tuple[str, float] | None = None  # (folder, vCenter time first seen without a description)
+        while True:
             try:
                 self._folder = self.session.invoke(root.CreateFolder, name)
                 break
@@ -217,18 +222,21 @@ class Lease:
             if stale is not None and existing != stale:  # someone else took it over first
                 raise LeaseHeld(self._held_message())
             info = parse_lease(self.fields.get(self.moid, LEASE_FIELD))
-            if info is not None and info.run != self.run_id and info.live(vcenter_now(self.session)):
-                raise LeaseHeld(self._held_message(info))
-            if info is None and attempt == 0:
-                time.sleep(UNSET_GRACE_S)  # its creator may be about to describe it
-                continue
+            now = vcenter_now(self.session)
+            if info is not None and info.folder == existing:
+                if info.live(now):
+                    raise LeaseHeld(self._held_message(info))
+            else:  # its creator may be about to describe it: wait up to a time to live
+                if undescribed is None or undescribed[0] != existing:
+                    undescribed = (existing, now)
+                if now - undescribed[1] < self.ttl_s:
+                    time.sleep(min(UNSET_POLL_S, self.ttl_s / 4))
+                    continue
             stale = existing
             log.info("%s: taking over an expired lease (%s)", self.host, info.describe() if info else "undescribed")
             # another taker may destroy it first; CreateFolder decides
             with contextlib.suppress(vim.fault.VimFault, vmodl.fault.ManagedObjectNotFound):
                 _destroy(self.session, vim.Folder(existing, stub_of(self.session)))
-        else:
-            raise LeaseHeld(self._held_message())
         self._since = vcenter_now(self.session)
         self._write(self._since)
         self._thread = threading.Thread(target=self._renew_loop, name=f"vgpuctl-lease-{self.host}", daemon=True)
@@ -241,7 +249,8 @@ class Lease:
         return f"{self.host}: {who} is working on this host; not touched (its lease expires when that run stops)"
 
     def _write(self, renewed: float) -> None:
-        info = LeaseInfo(self.run_id, self.holder, self._since, renewed, self.ttl_s)
+        folder = str(self._folder._moId) if self._folder is not None else ""
+        info = LeaseInfo(self.run_id, self.holder, self._since, renewed, self.ttl_s, folder)
         self.fields.set(self.moid, LEASE_FIELD, json.dumps(asdict(info), separators=(",", ":")))
 
     def _renew_loop(self) -> None:
