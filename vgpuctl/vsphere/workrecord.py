@@ -258,7 +258,7 @@ class Lease:
             try:
                 self._write(vcenter_now(self.session))
             except Exception as err:  # the next renewal tries again; expiry is the safe failure
-                log.warning("%s: lease renewal failed: %s", self.host, err)
+                log.warning("%s: lease renewal failed: %s", self.host, _one_line(err))
 
     def release(self) -> None:
         self._stop.set()
@@ -270,7 +270,8 @@ class Lease:
             self.fields.set(self.moid, LEASE_FIELD, "")
             _destroy(self.session, self._folder)
         except Exception as err:  # it expires on its own
-            log.warning("%s: could not drop the lease (%s); it expires after %gs", self.host, err, self.ttl_s)
+            why = _one_line(err)
+            log.warning("%s: could not drop the lease (%s); it expires after %gs", self.host, why, self.ttl_s)
         self._folder = None
 
     def __enter__(self) -> Lease:
@@ -278,6 +279,12 @@ class Lease:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _one_line(err: Exception) -> str:
+    """A vim fault's type and message (pyVmomi's own text spans many lines)."""
+    msg = getattr(err, "msg", None)
+    return f"{type(err).__name__}: {msg}" if msg else str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
 def _destroy(session: Any, obj: Any) -> None:
