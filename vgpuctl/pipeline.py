@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import re
+import os
 import signal
 import threading
 from collections.abc import Callable, Sequence
@@ -25,7 +26,7 @@ from vgpuctl.hostfacts import HostFacts
 from vgpuctl.hosttargets import targets_for
 from vgpuctl.inventory import HostSpec, Inventory
 from vgpuctl.model import HostChange, Observed, Plan
-from vgpuctl.progress import RUNNING, Cancel, HostProgress, Progress, VmProgress
+from vgpuctl.progress import EXIT_NOW, RUNNING, Cancel, HostProgress, Progress, VmProgress
 from vgpuctl.statefile import WorkStore
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def host_facts(
     session: Session, observed: Observed, specs: dict[str, HostSpec], options: RunOptions
 ) -> tuple[dict[str, HostFacts], list[str]]:
     """API facts of the named hosts that are connected (errors name the others), and shell facts when ESXi SSH
-    is set up (without it, MIG, NVLink and scheduler changes are plan errors); fills each
+    is set up or an SSH agent runs (without them, MIG, NVLink and scheduler changes are plan errors); fills each
     ObservedHost.module_options with the configured nvidia option string."""
     from vgpuctl.hostfacts import gather_facts
     from vgpuctl.hoststatus import shell_configured
@@ -108,7 +109,7 @@ def host_facts(
     facts = gather_facts(
         session,
         hosts,
-        shell=shell_configured(specs),
+        shell=shell_configured(specs) or bool(os.environ.get("SSH_AUTH_SOCK")),  # an agent may hold the key
         trust_on_first_use=options.trust_on_first_use,
         on_new_host_key=options.on_new_host_key,
     )
@@ -426,6 +427,7 @@ def run_interruptible(work: Callable[[Cancel], T], on_interrupt: Callable[[str],
         # wait loop and escape it.
         interrupts.append(signum)
         if len(interrupts) > 1:
+            EXIT_NOW.set()
             raise Interrupted(second_interrupt_message(RUNNING.labels()))
         cancel.set()
         on_interrupt(

@@ -63,6 +63,7 @@ class RunningTasks:
 
 
 RUNNING = RunningTasks()
+EXIT_NOW = threading.Event()  # a second Ctrl-C: the process exits without waiting for any worker thread
 
 
 class StepLog:

@@ -160,3 +160,31 @@ def test_second_ctrl_c_exits_at_once_naming_running_tasks(sim: Any, tmp_path: Pa
     assert "Apply interrupted" not in out  # no summary: it did not wait
     time.sleep(7.0)  # let the delayed tasks end in gpusim, then see that nothing else was started
     assert vm_state(sim, "q-03")[0] == [] and vm_state(sim, "q-04")[0] == []
+
+
+def test_second_ctrl_c_during_a_host_reboot_exits_without_waiting_for_it(sim: Any, tmp_path: Path) -> None:
+    host = "esx-01.gpu.sim"
+    sim.delay(host, "RebootHost_Task", 30.0)
+    path = tmp_path / "inv.yaml"
+    path.write_text(f"apiVersion: vgpuctl/v1\nvcenter: {{datacenter: DC0}}\nhosts:\n  - name: {host}\n"
+                    "    scheduler: equal-share\n")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_", "GPUSIM_"))}
+    env.update({"VGPUCTL_URL": sim.url, "VGPUCTL_USERNAME": sim.username, "VGPUCTL_PASSWORD": sim.password,
+                "VGPUCTL_INSECURE": "1", "VGPUCTL_STATE_DIR": str(tmp_path / "state"),
+                "VGPUCTL_ESXI_HOSTS": sim.env["GPUSIM_SSH_HOSTS"],
+                "VGPUCTL_ESXI_KNOWN_HOSTS": sim.env["GPUSIM_SSH_KNOWN_HOSTS"],
+                "VGPUCTL_ESXI_PASSWORD": sim.password})  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "vgpuctl", "apply", "-f", str(path), "--yes"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    seen: list[str] = []
+    read_until(proc, seen, lambda s: any(step(x) == (f"host {host}", "reboot") for x in s))
+    proc.send_signal(signal.SIGINT)
+    read_until(proc, seen, lambda s: any("interrupted: no new step starts" in x for x in s))
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=300)
+    err = "".join(seen) + err
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("error: interrupted again: exiting now")
+    # it did not wait for the reboot: the host is still in maintenance, no later step was logged
+    assert sim.host(host)["inMaintenance"]
+    assert not any(step(x)[1] in ("wait-reconnect", "verify", "exit-maintenance") for x in seen + err.splitlines())

@@ -262,8 +262,21 @@ k8s.register(app)
 
 
 def run() -> None:
-    """Console-script entry point."""
-    app(prog_name="vgpuctl")
+    """Console-script entry point. After a second Ctrl-C the process ends at once: worker threads still
+    waiting for vCenter (a host's reboot, a VM's task) are not waited for."""
+    import os
+    import sys
+
+    from vgpuctl.progress import EXIT_NOW
+
+    try:
+        app(prog_name="vgpuctl")
+    except SystemExit as done:
+        if EXIT_NOW.is_set():
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(done.code if isinstance(done.code, int) else 130)
+        raise
 
 
 if __name__ == "__main__":
