@@ -93,28 +93,30 @@ def applied(env: dict[str, str], path: str) -> None:
 
 
 def direct_vms(sim: Gpusim) -> dict[str, dict[str, Any]]:
-    """Every VM as pyVmomi reads it: power state, vGPU profiles, the device group names of its vGPUs."""
+    """Every VM as pyVmomi reads it: power state, vGPU profiles, the device group name of each vGPU."""
     si = sim.connect()
     try:
         content = si.RetrieveContent()
         view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
-        out = {}
-        for v in view.view:
-            groups = {g.groupInstanceKey: g.deviceGroupName for g in (v.config.deviceGroups.deviceGroup or [])} \
-                if v.config.deviceGroups else {}
-            vgpus = [d for d in v.config.hardware.device
-                     if isinstance(getattr(d, "backing", None), vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo)]
-            out[v.name] = {
-                "power": str(v.runtime.powerState),
-                "host": v.runtime.host.name if v.runtime.host else None,
-                "profiles": sorted(d.backing.vgpu for d in vgpus),
-                "groups": sorted(groups.get(d.deviceGroupInfo.groupInstanceKey, "?") if d.deviceGroupInfo else None
-                                 for d in vgpus) if groups else [None] * len(vgpus),
-            }
-        view.DestroyView()
-        return out
+        try:
+            return {v.name: _direct_vm(v) for v in view.view}
+        finally:
+            view.DestroyView()
     finally:
         Disconnect(si)
+
+
+def _direct_vm(v: Any) -> dict[str, Any]:
+    declared = v.config.deviceGroups.deviceGroup if v.config.deviceGroups else []
+    groups = {g.groupInstanceKey: g.deviceGroupName for g in declared or []}
+    vgpus = [d for d in v.config.hardware.device
+             if isinstance(getattr(d, "backing", None), vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo)]
+    return {
+        "power": str(v.runtime.powerState),
+        "profiles": sorted(d.backing.vgpu for d in vgpus),
+        "groups": sorted((groups.get(d.deviceGroupInfo.groupInstanceKey, "?") if d.deviceGroupInfo else "")
+                         for d in vgpus),
+    }
 
 
 def gpus_by_vm(sim: Gpusim) -> dict[str, list[tuple[str, str]]]:
