@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
-import re
 import os
+import re
 import signal
 import threading
 from collections.abc import Callable, Sequence

@@ -43,6 +43,7 @@ def _run(sim: Any, tmp_path: Path, inventory: str, *args: str, ssh: bool = True)
         "VGPUCTL_ESXI_PASSWORD": sim.password if ssh else "",
         "VGPUCTL_ESXI_KEY_FILE": "",
         "GPUSIM_SSH_HOSTS": "",
+        "SSH_AUTH_SOCK": "",  # no agent either
     }
     path = tmp_path / "inv.yaml"
     path.write_text("apiVersion: vgpuctl/v1\nhosts:\n" + inventory)
