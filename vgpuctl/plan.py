@@ -244,14 +244,16 @@ def _host_spelling(vp: _VmPlan, parsed: list[VgpuProfile], observed: Observed) -
     """The host is the authority on a type's spelling: a profile the VM's candidate hosts offer only under the
     other prefix (`grid_a100-40c` where hosts say `nvidia_a100-40c`) is planned in theirs, when they agree."""
     hosts = [h for n in vp.candidates if (h := observed.hosts.get(n)) is not None]
-    out = []
+    chosen: dict[str, VgpuProfile] = {}  # a VM asks for few distinct names, often many times
     for p in parsed:
+        if p.name in chosen:
+            continue
         if any(p.name in h.offered_profiles for h in hosts):
-            out.append(p)
+            chosen[p.name] = p
             continue
         theirs = {s for h in hosts for s in spellings(p.name) if s in h.offered_profiles}
-        out.append(parse_profile(theirs.pop()) if len(theirs) == 1 else p)
-    return out
+        chosen[p.name] = parse_profile(theirs.pop()) if len(theirs) == 1 else p
+    return [chosen[p.name] for p in parsed]
 
 
 def _check_offer_and_limit(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile], observed: Observed) -> None:
