@@ -1,30 +1,34 @@
 """Capacity layouts: the CP-SAT solver against greedy first-fit decreasing, in the same run.
 
 Generated farms (4 to 64 hosts x 4 or 8 GPUs, A100-40GB and H100-80GB hosts alternating, spreading and packing
-hosts mixed) and demand mixes; both layouts are verified by the planner (vgpuctl.capacity.layout.verify), so the
-figures count VMs that `vgpuctl plan` would power on. Prints per case: VMs placed by each, the ratio, GPU and
-host changes, the solver's status, its gap (how many more VMs the bound still allows, relative) and its time.
-No gpusim needed: the farms are plain observed data.
+hosts mixed) and demand mixes. Each case runs in a fresh Python process the way `vgpuctl capacity --demand`
+answers: `plan_capacity` with the same time budget, OR-Tools imported within it, greedy and solver layouts both
+verified by the planner (vgpuctl.capacity.layout.verify), so the figures count VMs that `vgpuctl plan` would
+power on. Prints per case: VMs placed by each, the ratio, GPU and host changes, the solver's status, its gap
+(how many more VMs the bound still allows, relative) and the time of each stage and in all. No gpusim needed:
+the farms are plain observed data (the command adds reading the farm, see bench/README.md).
 
-    .venv/bin/python bench/capacity_bench.py              # every case, 10 s solver limit
+    .venv/bin/python bench/capacity_bench.py              # every case, the command's default budget
     .venv/bin/python bench/capacity_bench.py --only 64x8  # the 64 hosts x 8 GPUs, 1,000 VMs case
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
+import os
+import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vgpuctl.capacity import cpsat
+from vgpuctl.capacity import DEFAULT_TIME_LIMIT_S
 from vgpuctl.capacity.demand import Demand
-from vgpuctl.capacity.layout import Verified, greedy, verify
-from vgpuctl.capacity.problem import Problem, build_problem
 from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.model import Observed
 
@@ -73,70 +77,67 @@ def mix_1000() -> Demand:
                     "nvlink": "required", "priority": 3}])
 
 
-@dataclass
-class Row:
-    case: str
-    vms: int
-    greedy: int
-    solver: int
-    greedy_changes: tuple[int, int]
-    solver_changes: tuple[int, int]
-    status: str
-    gap: float
-    build_s: float
-    solve_s: float
-    verify_s: float
-    greedy_s: float
+def run_case(case: str, time_limit: float) -> dict[str, Any]:
+    """One case as the command answers it (run in a process of its own: OR-Tools is imported in the budget)."""
+    observed, wanted = next(build for name, build in cases(case) if name == case)()
+    started = time.monotonic()  # where the command's clock would stand after reading the farm
+    from vgpuctl.capacity.answer import plan_capacity
+
+    answer = plan_capacity(observed, wanted, time_limit_s=time_limit, started=started)
+    assert answer.greedy is not None and answer.timings is not None
+    t = answer.timings
+    return {"case": case, "vms": sum(d.count for d in wanted.demand), "greedy": len(answer.greedy.placed),
+            "solver": answer.placed, "method": answer.method, "greedy_changes": _changes(answer.greedy.modes),
+            "solver_changes": _changes({(c.host, c.gpu): c.new for c in answer.changes}), "status": answer.status,
+            "gap": answer.gap or 0.0, "greedy_s": t.greedy, "model_s": t.model, "search_s": t.search,
+            "verify_s": t.verify, "total_s": t.total}
 
 
-def _changes(v: Verified) -> tuple[int, int]:
-    return len(v.modes), len({h for h, _ in v.modes})
+def _changes(modes: dict[tuple[str, str], str]) -> tuple[int, int]:
+    return len(modes), len({h for h, _ in modes})
 
 
-def run(case: str, observed: Observed, wanted: Demand, time_limit: float) -> Row:
-    problem: Problem = build_problem(observed, wanted)
-    started = time.monotonic()
-    layout = greedy(problem)
-    first = verify(problem, observed, layout)
-    hint = layout
-    smallest = greedy(problem, largest_first=False)
-    if len(verify(problem, observed, smallest).placed) > len(first.placed):
-        hint = smallest  # the solver starts from the better of the two greedy orders; the baseline stays FFD
-    greedy_s = time.monotonic() - started  # both greedy orders, each verified
-    solved_layout, stats = cpsat.solve(problem, hint, time_limit)
-    started = time.monotonic()
-    solved = verify(problem, observed, solved_layout) if solved_layout else first
-    verify_s = time.monotonic() - started
-    return Row(case, sum(s.count for s in problem.shapes), len(first.placed), len(solved.placed), _changes(first),
-               _changes(solved), stats.status, stats.gap, stats.build_seconds, stats.seconds, verify_s, greedy_s)
+def _busy_case(hosts: int, gpus: int, mix: Callable[[int], Demand], scale: int) -> tuple[Observed, Demand]:
+    return farm(hosts, gpus, busy=True), mix(scale)
 
 
-def cases(only: str | None) -> list[tuple[str, Observed, Demand]]:
-    out = []
+Case = tuple[str, Callable[[], tuple[Observed, Demand]]]  # name, and what builds its farm and demand
+
+
+def cases(only: str | None) -> list[Case]:
+    out: list[Case] = []
     for hosts, gpus in ((4, 4), (4, 8), (16, 4), (16, 8), (64, 4)):
         scale = hosts * gpus // 4
         for name, mix in (("inference", mix_inference), ("fragmenting", mix_fragmenting), ("training", mix_training)):
-            out.append((f"{hosts}x{gpus} {name}", farm(hosts, gpus, busy=True), mix(scale)))
-    out.append(("64x8 1000 VMs", farm(64, 8), mix_1000()))
+            out.append((f"{hosts}x{gpus} {name}", functools.partial(_busy_case, hosts, gpus, mix, scale)))
+    out.append(("64x8 1000 VMs", lambda: (farm(64, 8), mix_1000())))
     return [c for c in out if only is None or only in c[0]]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--time-limit", type=float, default=10.0, help="solver time limit per case, seconds")
+    parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
+                        help="budget of each answer in seconds, as `vgpuctl capacity --time-limit`")
     parser.add_argument("--only", help="run the cases whose name contains this (e.g. 64x8)")
+    parser.add_argument("--case", help=argparse.SUPPRESS)  # one case, as a JSON line (the process per case)
     args = parser.parse_args()
+    if args.case:
+        print(json.dumps(run_case(args.case, args.time_limit)))
+        return
+    print(f"budget {args.time_limit:g} s per answer; {os.cpu_count()} CPUs; load average "
+          f"{os.getloadavg()[0]:.1f} at the start")
     head = (f"{'case':<22}{'VMs':>6}{'greedy':>8}{'solver':>8}{'ratio':>7}  {'changes g/s (GPUs, hosts)':<27}"
             f"{'status':<10}{'gap':>7}{'greedy s':>9}{'model s':>9}{'CP-SAT s':>9}{'verify s':>9}{'total s':>9}")
     print(head)
-    for case, observed, wanted in cases(args.only):
-        r = run(case, observed, wanted, args.time_limit)
-        ratio = r.solver / r.greedy if r.greedy else float("inf")
-        changes = f"{r.greedy_changes} / {r.solver_changes}"
-        total = r.greedy_s + r.build_s + r.solve_s + r.verify_s
-        print(f"{r.case:<22}{r.vms:>6}{r.greedy:>8}{r.solver:>8}{ratio:>7.2f}  {changes:<27}{r.status:<10}"
-              f"{r.gap:>7.1%}{r.greedy_s:>9.1f}{r.build_s:>9.1f}{r.solve_s:>9.1f}{r.verify_s:>9.1f}{total:>9.1f}",
-              flush=True)
+    for case, _build in cases(args.only):
+        done = subprocess.run([sys.executable, __file__, "--case", case, "--time-limit", str(args.time_limit)],
+                              check=True, capture_output=True, text=True)
+        r = json.loads(done.stdout.strip().splitlines()[-1])
+        ratio = r["solver"] / r["greedy"] if r["greedy"] else float("inf")
+        changes = f"{tuple(r['greedy_changes'])} / {tuple(r['solver_changes'])}"
+        print(f"{case:<22}{r['vms']:>6}{r['greedy']:>8}{r['solver']:>8}{ratio:>7.2f}  {changes:<27}"
+              f"{r['status']:<10}{r['gap']:>7.1%}{r['greedy_s']:>9.1f}{r['model_s']:>9.1f}{r['search_s']:>9.1f}"
+              f"{r['verify_s']:>9.1f}{r['total_s']:>9.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from vgpuctl.profiles import (
     BOARDS,
@@ -124,6 +124,19 @@ class Gpu:
         assert gi is not None
         self.mig_used.append((start, gi.size))
         return start
+
+
+# Gpu's list fields hold immutable items (names, tuples): copying the lists copies the GPU.
+_LIST_FIELDS = tuple(f.name for f in fields(Gpu) if f.default_factory is list)
+
+
+def clone_gpu(gpu: Gpu) -> Gpu:
+    """A copy of `gpu` whose lists are its own: what deepcopy gives, without its cost (placement copies
+    every GPU of a host for every VM it tries)."""
+    out = copy.copy(gpu)
+    for name in _LIST_FIELDS:
+        setattr(out, name, list(getattr(gpu, name)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -379,7 +392,7 @@ def place_vm(
     unknown = [p for p in profiles if try_parse(p) is None]
     if unknown:
         return Placement(vm, host, reason=f"asks for {', '.join(unknown)}, which no vGPU type table explains")
-    ordered = sorted((copy.deepcopy(g) for g in gpus), key=lambda g: g.id)
+    ordered = sorted((clone_gpu(g) for g in gpus), key=lambda g: g.id)
     wanted = _ordered(profiles)
     if not wanted:
         return Placement(vm, host)
@@ -394,7 +407,7 @@ def place_vm(
             return Placement(vm, host, reason=f"has no NVLink-connected set of {len(wanted)} GPUs with links up")
         best = 0
         for s in sets:
-            placed, n = _place_on(copy.deepcopy(s), wanted, policy)
+            placed, n = _place_on([clone_gpu(g) for g in s], wanted, policy)
             if n == len(wanted):
                 return Placement(vm, host, placed=placed, fitted=n)
             best = max(best, n)

@@ -291,3 +291,45 @@ def test_greedy_hint_satisfies_the_model() -> None:
         model.m.add(var == value)
     solver = model.cp.CpSolver()
     assert solver.status_name(solver.solve(model.m)) in ("OPTIMAL", "FEASIBLE")
+
+
+# ------------------------------------------------------------------------------------------- budget
+
+
+@pytest.mark.parametrize(
+    ("limit", "deadline", "now", "search"),
+    [
+        (10.0, None, 0.0, 10.0),  # no deadline: the limit
+        (10.0, 107.0, 100.0, 7.0),  # what the earlier stages left
+        (10.0, 130.0, 100.0, 10.0),  # never more than the limit
+        (10.0, 99.0, 100.0, 1.0),  # past the deadline: a tenth of the limit still
+    ],
+)
+def test_the_search_gets_what_the_budget_leaves(limit: float, deadline: float | None, now: float,
+                                                search: float) -> None:
+    from vgpuctl.capacity import cpsat
+
+    assert cpsat.search_time(limit, deadline, now) == pytest.approx(search)
+
+
+def test_the_answer_counts_its_budget_from_the_start_it_is_given() -> None:
+    """The answer's time counts from the start it is given (a start long ago still gets an answer: the search
+    keeps a tenth of the budget); the greedy layout it was compared with is kept."""
+    import time
+
+    farm = make_farm([SynthHost("esx-01", gpus=2, nvlink="none", policy="consolidation")])
+    d = demand(item("a", 3, vgpus={"fb_gb": 20, "series": "c"}))
+    answer = plan_capacity(farm, d, time_limit_s=2.0, started=time.monotonic() - 60)
+    assert answer.placed == 3 and answer.greedy is not None and len(answer.greedy.placed) == 3
+    assert answer.timings is not None and answer.seconds == answer.timings.total >= 60
+
+
+def test_a_cloned_gpu_is_a_deep_copy() -> None:
+    from vgpuctl.placement import add_vgpu, clone_gpu
+
+    gpu = Gpu("0000:3b:00.0", "a100", 40, MIG, vgpus=["grid_a100-3-20c"])
+    copy = clone_gpu(gpu)
+    assert copy == gpu and copy is not gpu
+    add_vgpu(copy, "grid_a100-2-10c")
+    assert gpu.vgpus == ["grid_a100-3-20c"] and len(gpu.mig_used) == 1
+    assert copy.vgpus == ["grid_a100-3-20c", "grid_a100-2-10c"] and len(copy.mig_used) == 2

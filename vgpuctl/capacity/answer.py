@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpuctl.capacity import DEFAULT_TIME_LIMIT_S
 from vgpuctl.capacity.demand import Demand
 from vgpuctl.capacity.kinds import capacity, in_mode
 from vgpuctl.capacity.layout import PlacedVm, Verified, greedy, verify
@@ -50,6 +51,8 @@ class CapacityAnswer:
     greedy_placed: int
     skipped_hosts: dict[str, str] = field(default_factory=dict)
     running_on_changed: dict[str, list[str]] = field(default_factory=dict)  # host -> running VMs
+    greedy: Verified | None = None  # the verified first-fit-decreasing layout it was compared with
+    timings: Timings | None = None
 
     @property
     def all_fit(self) -> bool:
@@ -76,31 +79,61 @@ class CapacityAnswer:
         }
 
 
-def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = 10.0, workers: int | None = None,
-                  use_solver: bool = True) -> CapacityAnswer:
-    start = time.monotonic()
+VERIFY_RESERVE = 2.0  # verifying the solver's layout may take this many times as long as verifying greedy's
+
+
+@dataclass
+class Timings:
+    """Seconds per stage of one answer (the benchmark prints them)."""
+
+    greedy: float = 0.0  # the problem, both greedy orders and their verification
+    model: float = 0.0  # importing OR-Tools and building the model
+    search: float = 0.0  # CP-SAT's search
+    verify: float = 0.0  # verifying the solver's layout
+    total: float = 0.0  # from `started` to the answer
+
+
+def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+                  workers: int | None = None, use_solver: bool = True, started: float | None = None,
+                  ) -> CapacityAnswer:
+    """The better verified layout of greedy and CP-SAT. `time_limit_s` is the budget of the whole answer,
+    counted from `started` (time.monotonic(); default now): the solver searches for what the greedy layouts,
+    importing OR-Tools and building the model leave, less a reserve for verifying its layout."""
+    start = time.monotonic() if started is None else started
+    times = Timings()
     problem = build_problem(observed, demand)
     first = greedy(problem)
+    verify_started = time.monotonic()
     greedy_verified = verify(problem, observed, first)
+    verify_s = time.monotonic() - verify_started
     best, method, status, gap = greedy_verified, "greedy", "greedy", None
     if use_solver:
-        from vgpuctl.capacity import cpsat
-
         hint = first
         smallest = greedy(problem, largest_first=False)
         if _score(problem, verify(problem, observed, smallest)) > _score(problem, greedy_verified):
             hint = smallest
-        layout, stats = cpsat.solve(problem, hint, time_limit_s, workers)
+        times.greedy = time.monotonic() - start
+        from vgpuctl.capacity import cpsat
+
+        deadline = start + time_limit_s - VERIFY_RESERVE * verify_s
+        layout, stats = cpsat.solve(problem, hint, time_limit_s, workers, deadline=deadline)
+        times.model, times.search = stats.build_seconds, stats.seconds
         if layout:
+            verify_started = time.monotonic()
             solved = verify(problem, observed, layout)
+            times.verify = time.monotonic() - verify_started
             if _score(problem, solved) >= _score(problem, greedy_verified):
                 best, method = solved, "cp-sat"
             status, gap = stats.status, stats.gap
+    else:
+        times.greedy = time.monotonic() - start
     shapes = [_shape_result(problem, s, best) for s in problem.shapes]
     changes = _changes(problem, best)
     running = {c.host: problem.host(c.host).running_vms for c in changes if problem.host(c.host).running_vms}
-    return CapacityAnswer(shapes, best.placed, changes, method, status, gap, time.monotonic() - start,
-                          len(greedy_verified.placed), dict(problem.skipped_hosts), running)
+    times.total = time.monotonic() - start
+    return CapacityAnswer(shapes, best.placed, changes, method, status, gap, times.total,
+                          len(greedy_verified.placed), dict(problem.skipped_hosts), running,
+                          greedy=greedy_verified, timings=times)
 
 
 def _score(problem: Problem, v: Verified) -> tuple[int, ...]:

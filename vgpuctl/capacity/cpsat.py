@@ -306,8 +306,18 @@ def _signature(h: HostCtx) -> tuple[object, ...]:
     return (gpus, h.policy, h.limit, h.frozen, tuple(sorted(h.offered)))
 
 
+def search_time(time_limit_s: float, deadline: float | None, now: float | None = None) -> float:
+    """Seconds the search may take: the limit, cut to what is left before `deadline`, at least a tenth of it."""
+    if deadline is None:
+        return time_limit_s
+    left = deadline - (time.monotonic() if now is None else now)
+    return max(time_limit_s / 10, min(time_limit_s, left))
+
+
 def solve(problem: Problem, hint: Layout | None = None, time_limit_s: float = 10.0, workers: int | None = None,
-          ) -> tuple[Layout, SolveStats]:
+          *, deadline: float | None = None) -> tuple[Layout, SolveStats]:
+    """Build the model (OR-Tools imported here), then search for at most `time_limit_s` seconds and, with a
+    `deadline` (time.monotonic()), no longer than until then, though never less than a tenth of the limit."""
     started = time.monotonic()
     model = _LayoutModel(problem)
     model.build()
@@ -316,7 +326,7 @@ def solve(problem: Problem, hint: Layout | None = None, time_limit_s: float = 10
     build_s = time.monotonic() - started
     cp = model.cp
     solver = cp.CpSolver()
-    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.max_time_in_seconds = search_time(time_limit_s, deadline)
     solver.parameters.num_search_workers = workers or min(8, max(1, os.cpu_count() or 1))
     solver.parameters.linearization_level = 2  # the LP of the counting constraints bounds far better
     status = solver.solve(model.m)

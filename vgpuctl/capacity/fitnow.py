@@ -12,7 +12,7 @@ from typing import Any
 
 from vgpuctl.capacity.kinds import _key, addition_patterns, capacity
 from vgpuctl.model import Observed, ObservedHost
-from vgpuctl.placement import MIG_MODE, Gpu, add_vgpu, farm_from_observed, place_vm
+from vgpuctl.placement import MIG_MODE, Gpu, add_vgpu, clone_gpu, farm_from_observed, place_vm
 from vgpuctl.profiles import BOARDS, ProfileError, max_vgpus_per_vm, parse_profile
 
 VGPU_COUNTS = (1, 2, 4, 8)
@@ -136,7 +136,7 @@ def count_vms(gpus: list[Gpu], profiles: list[str], policy: str, *, nvlink: bool
             return min(MAX_COUNT, sum(room))
         if sum(1 for r in room if r) < len(profiles):
             return 0  # fewer GPUs than vGPUs per VM can take the profile at all
-    work = copy.deepcopy(gpus)
+    work = [clone_gpu(g) for g in gpus]
     by_id = {g.id: g for g in work}
     n = 0
     while n < MAX_COUNT:

@@ -5,7 +5,6 @@ each pinned to its host) on the farm as it will be after the mode changes; what 
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -20,6 +19,7 @@ from vgpuctl.placement import (
     Placement,
     Request,
     add_vgpu,
+    clone_gpu,
     farm_from_observed,
     fits,
     place_farm,
@@ -69,7 +69,7 @@ def greedy(problem: Problem, *, largest_first: bool = True) -> Layout:
     """First-fit decreasing: VMs by priority, then size, each on the first host where it fits, switching an
     idle GPU's mode (when allowed) only when a VM needs it. `largest_first=False` takes the smallest VMs of
     a priority first instead (more VMs when not all fit; the solver's second starting point)."""
-    work = {h.name: [copy.deepcopy(s.gpu) for s in h.gpus] for h in problem.hosts}
+    work = {h.name: [clone_gpu(s.gpu) for s in h.gpus] for h in problem.hosts}
     layout: Layout = {h.name: HostLayout() for h in problem.hosts}
     failed: set[tuple[str, str, str]] = set()
     sign = -1 if largest_first else 1

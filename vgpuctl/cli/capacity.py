@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from vgpuctl.capacity import DEFAULT_TIME_LIMIT_S
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.errors import UsageError
@@ -38,7 +40,9 @@ def capacity_cmd(
     detailed_exitcode: Annotated[
         bool, typer.Option("--detailed-exitcode", help="Exit 2 when some demand does not fit.")
     ] = False,
-    time_limit: Annotated[float, typer.Option("--time-limit", min=0.1, help="Solver time limit in seconds.")] = 10.0,
+    time_limit: Annotated[float, typer.Option(
+        "--time-limit", min=0.1, help="Seconds the command may take with --demand, reading the farm included; "
+        "the solver searches for what is left.")] = DEFAULT_TIME_LIMIT_S,
     greedy_only: Annotated[bool, typer.Option("--greedy", help="Skip the solver: first-fit decreasing only.")] = False,
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Take vCenter settings from this inventory.", dir_okay=False)
@@ -50,6 +54,7 @@ def capacity_cmd(
       vgpuctl capacity --cluster GPU-Cluster
       vgpuctl capacity --demand next-quarter.yaml -o layout.yaml --detailed-exitcode
     """
+    started = time.monotonic()  # the time limit counts from here
     opts: GlobalOptions = ctx.obj
     if demand is None and (out is not None or detailed_exitcode):
         raise UsageError("-o and --detailed-exitcode go with --demand")
@@ -65,11 +70,11 @@ def capacity_cmd(
         report = what_fits(observed, cluster, host)
         common.emit(report.to_dict(), lambda _d: render_text(report), opts)
         return
-    _answer(opts, observed, wanted, out, detailed_exitcode, time_limit, greedy_only)
+    _answer(opts, observed, wanted, out, detailed_exitcode, time_limit, greedy_only, started)
 
 
 def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path | None, detailed: bool,
-            time_limit: float, greedy_only: bool) -> None:
+            time_limit: float, greedy_only: bool, started: float) -> None:
     from vgpuctl.capacity.answer import fragment, plan_capacity, render_text
 
     use_solver = not greedy_only
@@ -79,7 +84,7 @@ def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path |
         except ImportError:
             raise UsageError("the layout solver needs OR-Tools: pip install 'vgpuctl[capacity]' "
                              "(or use --greedy)") from None
-    answer = plan_capacity(observed, wanted, time_limit_s=time_limit, use_solver=use_solver)
+    answer = plan_capacity(observed, wanted, time_limit_s=time_limit, use_solver=use_solver, started=started)
     if out is not None:
         out.write_text(fragment(answer, wanted), encoding="utf-8")
         common.info(f"wrote {out}: {len(answer.changes)} GPU changes, {answer.placed} VMs")
