@@ -2,7 +2,7 @@
 
 What a host's `hosts:` entry can ask for, and how each difference becomes a HostChange (kind, target):
 - graphics.default_type (host) and graphics.type (per GPU): UpdateGraphicsConfig; disruptive, and a reboot
-  (DOMAIN.md: the graphics type takes effect after a reboot or an nv-hostengine restart);
+  (NVIDIA AI Enterprise user guide §2.7.6: the graphics type takes effect after a reboot or an nv-hostengine restart);
 - graphics.assignment_policy (host): UpdateGraphicsConfig; affects only later power-ons: not disruptive;
 - graphics.vgpu_mode (per GPU, sameSize | mixedSize): UpdateGraphicsConfig deviceType; disruptive (refused
   while vGPUs run on the GPU), no reboot;
@@ -14,8 +14,9 @@ What a host's `hosts:` entry can ask for, and how each difference becomes a Host
   equal-share only;
 - maintenance (host): a host a failed apply left in maintenance mode, with VMs to power on again;
 - evacuate (per VM, target = the VM's name): a VM running on a host that enters maintenance mode, and what
-  happens to it: powered off and on again after the host change, or powered off and handed to its own VM
-  change (re-profiled for the new mode, then powered on). A running VM whose vGPUs the host will not offer
+  happens to it: powered off and on again after the host change, powered off and handed to its own VM
+  change (re-profiled for the new mode, then powered on), or moved to another host of its cluster
+  (`evacuate: migrate`). A running VM whose vGPUs the host will not offer
   after a mode change, and that the inventory does not move to an offered profile, is a plan error.
 Module option changes are disruptive and need a reboot. A change is planned while either the configured
 option string or the one in effect differs from the wish (configured but not yet rebooted still needs the
