@@ -302,7 +302,7 @@ def test_greedy_hint_satisfies_the_model() -> None:
         (10.0, None, 0.0, 10.0),  # no deadline: the limit
         (10.0, 107.0, 100.0, 7.0),  # what the earlier stages left
         (10.0, 130.0, 100.0, 10.0),  # never more than the limit
-        (10.0, 99.0, 100.0, 1.0),  # past the deadline: a tenth of the limit still
+        (9.0, 99.0, 100.0, 3.0),  # past the deadline: a third of the limit still
     ],
 )
 def test_the_search_gets_what_the_budget_leaves(limit: float, deadline: float | None, now: float,
@@ -314,7 +314,7 @@ def test_the_search_gets_what_the_budget_leaves(limit: float, deadline: float | 
 
 def test_the_answer_counts_its_budget_from_the_start_it_is_given() -> None:
     """The answer's time counts from the start it is given (a start long ago still gets an answer: the search
-    keeps a tenth of the budget); the greedy layout it was compared with is kept."""
+    keeps a third of the budget); the greedy layout it was compared with is kept."""
     import time
 
     farm = make_farm([SynthHost("esx-01", gpus=2, nvlink="none", policy="consolidation")])

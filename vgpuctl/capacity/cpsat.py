@@ -29,6 +29,7 @@ from vgpuctl.profiles import parse_profile
 
 HOST_CHANGE_WEIGHT = 8  # a changed host (maintenance, maybe a reboot) counts as much as 8 changed GPUs
 MAX_WEIGHT = 2**52
+SEARCH_FLOOR = 1 / 3  # of the time limit: what the search gets however long the stages before it took
 
 
 @dataclass
@@ -307,17 +308,18 @@ def _signature(h: HostCtx) -> tuple[object, ...]:
 
 
 def search_time(time_limit_s: float, deadline: float | None, now: float | None = None) -> float:
-    """Seconds the search may take: the limit, cut to what is left before `deadline`, at least a tenth of it."""
+    """Seconds the search may take: the limit, cut to what is left before `deadline`, but at least a third of
+    it (on a loaded machine the answer then takes longer than the limit rather than stay greedy's)."""
     if deadline is None:
         return time_limit_s
     left = deadline - (time.monotonic() if now is None else now)
-    return max(time_limit_s / 10, min(time_limit_s, left))
+    return max(time_limit_s * SEARCH_FLOOR, min(time_limit_s, left))
 
 
 def solve(problem: Problem, hint: Layout | None = None, time_limit_s: float = 10.0, workers: int | None = None,
           *, deadline: float | None = None) -> tuple[Layout, SolveStats]:
     """Build the model (OR-Tools imported here), then search for at most `time_limit_s` seconds and, with a
-    `deadline` (time.monotonic()), no longer than until then, though never less than a tenth of the limit."""
+    `deadline` (time.monotonic()), no longer than until then, though never less than a third of the limit."""
     started = time.monotonic()
     model = _LayoutModel(problem)
     model.build()
