@@ -76,6 +76,39 @@ def host_settings(host: ObservedHost, facts: HostFacts | None) -> tuple[dict[str
     return out, notes
 
 
+def mig_notes(host: ObservedHost, facts: HostFacts | None) -> list[str]:
+    """A note per GPU whose MIG switch is pending (configured, applied at the next reboot): no inventory plans
+    to no change for it, so the file completes the switch and says so."""
+    if facts is None or not facts.shell:
+        return []
+    notes = []
+    for gpu in sorted(host.gpus, key=lambda g: g.pci_id):
+        gf = facts.gpus.get(gpu.pci_id.lower())
+        if gf is None or gf.mig_current is None or gf.mig_pending is None or gf.mig_pending == gf.mig_current:
+            continue
+        now, then = ("on", "off") if gf.mig_current else ("off", "on")
+        notes.append(f"GPU {gpu.pci_id.lower()}: MIG is {now} with a switch to {then} pending (nvidia-smi): written "
+                     f"as {then}, so plan shows the reboot that completes it; write '{_mode(gf.mig_current)}' to "
+                     "cancel the switch instead")
+    return notes
+
+
+def _mode(mig: bool) -> str:
+    return "mig" if mig else "time-sliced"
+
+
+def _unread_mig(observed: Observed, hosts: list[str], facts: Mapping[str, HostFacts]) -> list[str]:
+    """Hosts with MIG-capable GPUs whose shell was not read: their MIG modes are vSphere's."""
+    out = []
+    for name in hosts:
+        f = facts.get(name)
+        if f is not None and f.shell:
+            continue
+        if any((b := _board(g)) in BOARDS and BOARDS[b or ""].mig_capable for g in observed.hosts[name].gpus):
+            out.append(name)
+    return out
+
+
 def _board(gpu: ObservedGpu) -> str | None:
     from vgpuctl.profiles import board_for_device
 
@@ -83,12 +116,15 @@ def _board(gpu: ObservedGpu) -> str | None:
 
 
 def gpu_settings(gpu: ObservedGpu, facts: HostFacts | None) -> dict[str, str]:
-    """mode, vgpu_mode and graphics_type of one GPU, read the way the planner compares them."""
+    """mode, vgpu_mode and graphics_type of one GPU, read the way the planner compares them; with the ESXi
+    shell's facts, the MIG mode configured for the next boot."""
     gf = facts.gpus.get(gpu.pci_id.lower()) if facts is not None else None
     out: dict[str, str] = {}
     mig = gpu.vgpu_mode == MIG_MODE
     if gf is not None and gf.mig_current is not None:
         mig = bool(gf.mig_current)
+        if gf.mig_pending is not None:
+            mig = bool(gf.mig_pending)  # the mode a pending switch leaves at the next reboot (see mig_notes)
     out["mode"] = "mig" if mig else "time-sliced"
     if not mig:
         current = gf.vgpu_mode if gf is not None and gf.vgpu_mode else None
@@ -151,6 +187,7 @@ def host_entries(observed: Observed, hosts: list[str], facts: Mapping[str, HostF
             entries.append(entry)
         for n in names:
             settings, notes = per_host[n]
+            notes = [*notes, *mig_notes(observed.hosts[n], facts.get(n))]
             own = {k: v for k, v in settings.items() if shared.get(k, object()) != v}
             gpus = _gpu_entries(per_gpu[n], shared_gpu)
             if not own and not gpus and not notes and shared:
@@ -354,6 +391,11 @@ def export_inventory(observed: Observed, facts: Mapping[str, HostFacts] | None =
     vms, left_out = _vms(observed, scope, options.all_vms)
     if left_out:
         lines.append(f"# {left_out} VM{'s' if left_out != 1 else ''} without vGPUs left out (--all-vms writes them)")
+    unread = _unread_mig(observed, hosts, facts)
+    if unread:
+        shown = ", ".join(unread[:5]) + (f" and {len(unread) - 5} more" if len(unread) > 5 else "")
+        lines += [f"# MIG modes of {shown} as vSphere reports them (no ESXi SSH settings: the shell was not read);",
+                  "# a MIG switch pending there shows as a change when plan reads the shell."]
     for warning in observed.warnings:
         lines.append(f"# vCenter: {warning}")
     lines.append("vms:" if vms else "vms: []")

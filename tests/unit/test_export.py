@@ -169,3 +169,45 @@ def test_a_repeated_name_plans_to_no_change() -> None:
     validate(inv)
     plan = make_plan(inv, observed, host_facts=facts)
     assert plan.errors == [] and plan.is_empty, (plan.errors, plan.changes)
+
+
+def _shell_facts(facts: dict[str, HostFacts], observed: Observed, pending: dict[str, bool]) -> None:
+    """ESXi shell facts for esx-02: MIG off on every GPU, and a switch pending on the GPUs in `pending`."""
+    from vgpuctl.hostfacts import GpuFacts
+
+    f = facts["esx-02"]
+    f.shell = True
+    for g in observed.hosts["esx-02"].gpus:
+        pci = g.pci_id.lower()
+        f.gpus[pci] = GpuFacts(pci, mig_current=False, mig_pending=pending.get(pci, False))
+
+
+def test_with_shell_facts_and_nothing_pending_it_plans_to_no_change() -> None:
+    observed, facts = farm()
+    _shell_facts(facts, observed, {})
+    text = export_inventory(observed, facts)
+    assert "switch to" not in text and "MIG modes of esx-01, esx-03 as vSphere reports them" in text
+    plan = make_plan(load_inventory_text(text), observed, host_facts=facts)
+    assert plan.errors == [] and plan.is_empty, (plan.errors, plan.host_changes)
+
+
+def test_a_pending_mig_switch_is_written_as_pending_and_said() -> None:
+    observed, facts = farm()
+    _shell_facts(facts, observed, {"0000:5e:00.0": True})
+    text = export_inventory(observed, facts)
+    assert ("# GPU 0000:5e:00.0: MIG is off with a switch to on pending (nvidia-smi): written as on, so plan shows "
+            "the reboot that completes it; write 'time-sliced' to cancel the switch instead") in text
+    inv = load_inventory_text(text)
+    validate(inv)
+    esx02 = next(h for h in inv.hosts if h.target == "host esx-02")
+    assert [(g.select, g.mode) for g in esx02.gpus if g.mode == "mig"] == [("0000:5e:00.0", "mig")]
+    plan = make_plan(inv, observed, host_facts=facts)
+    changes = [(c.host, c.kind, c.target, c.old, c.new, c.needs_reboot) for c in plan.host_changes]
+    assert changes == [("esx-02", "mig", "0000:5e:00.0", "time-sliced (mig pending)", "mig", True)]
+
+
+def test_without_shell_facts_the_file_says_where_mig_modes_came_from() -> None:
+    observed, facts = farm()
+    text = export_inventory(observed, facts)
+    assert "# MIG modes of esx-01, esx-02, esx-03 as vSphere reports them (no ESXi SSH settings" in text
+    assert "# a MIG switch pending there shows as a change when plan reads the shell." in text

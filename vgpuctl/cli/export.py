@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.errors import NotFound
+
+if TYPE_CHECKING:
+    from vgpuctl.inventory import HostSpec, Inventory
+    from vgpuctl.model import Observed
 
 
 def register(app: typer.Typer) -> None:
@@ -47,9 +52,10 @@ def export_cmd(
     with common.connect(opts, inventory) as session:
         observed = observe(session, common.datacenter_for(opts, inventory))
         observe_nvlink(session, observed, [h.name for h in observed.hosts.values() if h.gpus])
-        hosts = {n: (h.moid, None) for n, h in observed.hosts.items()
+        specs = _host_specs(inventory, observed)
+        hosts = {n: (h.moid, specs.get(n)) for n, h in observed.hosts.items()
                  if h.gpus and h.connection_state == "connected"}
-        facts = gather_facts(session, hosts, shell=False)  # module options and per-GPU modes: vSphere API
+        facts = gather_facts(session, hosts, shell=_reads_shell(specs))
     try:
         text = export_inventory(observed, facts, ExportOptions(cluster, host, all_vms))
     except ValueError as err:
@@ -59,3 +65,20 @@ def export_cmd(
         return
     out.write_text(text, encoding="utf-8")
     common.info(f"wrote {out}")
+
+
+def _host_specs(inventory: Inventory | None, observed: Observed) -> dict[str, HostSpec]:
+    """The SSH settings of each host from the inventory given with -f (its hosts entries merged per host)."""
+    if inventory is None:
+        return {}
+    from vgpuctl.hostplan import resolve_hosts
+
+    return resolve_hosts(inventory.hosts, observed)[0]
+
+
+def _reads_shell(specs: dict[str, HostSpec]) -> bool:
+    """Read MIG modes (current and pending) from the ESXi shell when plan would: SSH settings in the inventory
+    or VGPUCTL_ESXI_*, or an SSH agent. Else module options and GPU modes come from the vSphere API alone."""
+    from vgpuctl.hoststatus import shell_configured
+
+    return shell_configured(specs) or bool(os.environ.get("SSH_AUTH_SOCK"))
