@@ -3,7 +3,7 @@
 Per VM: re-read it (drift leaves it untouched), shut down (hard power-off after a timeout), at most one clone
 and one ReconfigVM_Task, power-on; a failed VM is a result and does not stop the others. After `cancel` no VM
 begins a forward step, a VM this run powered off is powered on again, and running tasks are waited for
-(`cancel.now`, a second Ctrl-C, stops even that).
+(a second Ctrl-C ends the process without waiting: see vgpuctl.pipeline.run_interruptible).
 """
 
 from __future__ import annotations
