@@ -162,7 +162,7 @@ def test_missing_files_and_unreachable_guest_via_cli(guests: Guests, files: File
     proc = run_cli(["-o", "json", "guest", "deploy", "-f", str(inv), "--addresses", str(addr)], state)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "guest deploy failed for 3 of 3 host(s)" in proc.stderr
-    hosts = {h["host"]: h for h in json.loads(proc.stdout)["hosts"]}
+    hosts = {h["vm"]: h for h in json.loads(proc.stdout)["guests"]}
     assert f"driver file {tmp_path / 'missing/x-1.2.3.run'} not found on the controller" in hosts[g1.name]["message"]
     assert f"token file {tmp_path / 'none.tok'} not found on the controller" in hosts[g2.name]["message"]
     assert hosts["far"]["status"] == "unreachable" and "Failed to connect" in hosts["far"]["message"]

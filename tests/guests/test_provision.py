@@ -148,7 +148,7 @@ def test_provision_goes_from_inventory_to_configured_guests(
     doc = json.loads(proc.stdout)
     outcomes = {o["vm"]: o["status"] for o in doc["apply"]["vms"]}
     assert outcomes == {"train-01": "changed", "train-02": "changed"}
-    hosts = {h["host"]: h for h in doc["guests"]["hosts"]}
+    hosts = {h["vm"]: h for h in doc["guests"]["guests"]}
     assert set(hosts) == {"train-01", "train-02"}
     assert all(h["status"] in ("ok", "changed") and h["failed"] == 0 for h in hosts.values()), hosts
     assert "guest IP addresses: 2/2" in proc.stderr
@@ -175,5 +175,5 @@ def test_provision_goes_from_inventory_to_configured_guests(
         timeout=900,
     )
     assert again.returncode == 0, again.stdout + again.stderr
-    rerun = {h["host"]: (h["status"], h["changed"]) for h in json.loads(again.stdout)["hosts"]}
+    rerun = {h["vm"]: (h["status"], h["changed"]) for h in json.loads(again.stdout)["guests"]}
     assert rerun == {"train-01": ("ok", 0), "train-02": ("ok", 0)}
