@@ -284,7 +284,12 @@ def change(
         _say(opts, describe_changes(host, changes, spec, report.affected_vms))
         if not yes:
             _confirm(len(changes))
-        result = pipeline.apply_hosts(session, observed, [spec], changes, options, progress=_Progress())
+        result, _ = pipeline.run_interruptible(  # Ctrl-C: finish or restore what runs; twice: exit at once
+            lambda cancel: pipeline.apply_hosts(
+                session, observed, [spec], changes, options, progress=_Progress(), cancel=cancel
+            ),
+            common.info,
+        )
     outcome = report.result = result.hosts[0]
     common.emit(report, lambda _r: outcome.describe(), opts)
     if outcome.status == Outcome.FAILED:
