@@ -46,6 +46,8 @@ class Gpu:
     nvlink_set: int | None = None
     nvlink_up: bool = True
     vgpus: list[str] = field(default_factory=list)
+    # sizes of the NVLink device groups the host reports for this GPU's set (empty: it reports none)
+    nvlink_groups: tuple[int, ...] = ()
     # MIG only: occupied memory slots as (start, size); derived from `vgpus` when left empty.
     mig_used: list[tuple[int, int]] = field(default_factory=list)
     # Something we cannot identify holds this GPU: no new vGPU goes on it (`blocked_reason` says why).
@@ -371,17 +373,76 @@ def _place_on(gpus: list[Gpu], profiles: list[tuple[int, VgpuProfile]], policy: 
 NVSWITCH_GROUP_SIZES = (2, 4, 8)  # the NVLink device groups an NVSwitch host offers (docs/gpu-rules.md)
 
 
-def _is_nvswitch(nvlink_set: list[Gpu]) -> bool:
-    board = BOARDS.get(nvlink_set[0].board or "")
-    return board is not None and board.nvlink_topology == "nvswitch"
+@dataclass(frozen=True)
+class GroupSizes:
+    """The NVLink device group sizes one set offers, and whether the host reported them (else the board's
+    catalogue topology gave them)."""
+
+    sizes: tuple[int, ...]
+    reported: bool
+    topology: str = ""
+
+    def text(self) -> str:
+        sizes = [str(n) for n in self.sizes]
+        listed = " or ".join(filter(None, [", ".join(sizes[:-1]), sizes[-1]])) if sizes else "none"
+        if self.reported:
+            return f"the host offers groups of {listed}"
+        return f"the host reported no NVLink device groups; by the board's topology ({self.topology}): {listed}"
+
+
+def catalogue_group_sizes(board: str | None, members: int) -> tuple[int, ...]:
+    """The fallback when a host reports no device groups: NVSwitch offers 2, 4 and 8 GPUs (as far as the set
+    has them); a bridge set (pair or quad) is one group of all its GPUs."""
+    info = BOARDS.get(board or "")
+    topology = info.nvlink_topology if info is not None else "none"
+    if topology == "nvswitch":
+        return tuple(n for n in NVSWITCH_GROUP_SIZES if n <= members)
+    return (members,) if topology.startswith("bridge") and members >= 2 else ()
+
+
+def group_sizes(nvlink_set: list[Gpu]) -> GroupSizes:
+    """What a set offers: the sizes the host reports for it, else the board's catalogue topology."""
+    reported = sorted({n for g in nvlink_set for n in g.nvlink_groups if 2 <= n <= len(nvlink_set)})
+    if reported:
+        return GroupSizes(tuple(reported), True)
+    board = nvlink_set[0].board
+    info = BOARDS.get(board or "")
+    return GroupSizes(catalogue_group_sizes(board, len(nvlink_set)), False,
+                      info.nvlink_topology if info is not None else "none")
 
 
 def _nvlink_sets(gpus: list[Gpu]) -> list[list[Gpu]]:
+    """NVLink sets with every link up, by lowest PCI id. A MIG GPU is in no device group (NVLink P2P needs
+    time-sliced vGPUs)."""
     sets: dict[int, list[Gpu]] = {}
     for g in gpus:
-        if g.nvlink_set is not None:
+        if g.nvlink_set is not None and g.vgpu_mode != MIG_MODE:
             sets.setdefault(g.nvlink_set, []).append(g)
     return sorted((s for s in sets.values() if all(g.nvlink_up for g in s)), key=lambda s: s[0].id)
+
+
+def _no_group_reason(sets: list[list[Gpu]], count: int) -> str:
+    if not sets:
+        return f"has no NVLink-connected set of {count} GPUs with links up"
+    offers = sorted({group_sizes(s).text() for s in sets})
+    return f"has no NVLink device group of {count} GPUs ({'; '.join(offers)})"
+
+
+def _place_nvlink(ordered: list[Gpu], vm: str, wanted: list[tuple[int, VgpuProfile]], policy: str,
+                  host: str | None) -> Placement:
+    """vSphere attaches a device group whole: the VM's vGPU count must be a group size its set offers, and
+    that many GPUs of the set take one vGPU each. Sets are tried by lowest PCI id; the first that fits wins."""
+    sets = _nvlink_sets(ordered)
+    usable = [s for s in sets if len(wanted) in group_sizes(s).sizes]
+    if not usable:
+        return Placement(vm, host, reason=_no_group_reason(sets, len(wanted)))
+    best = 0
+    for s in usable:
+        placed, n = _place_on([clone_gpu(g) for g in s], wanted, policy)
+        if n == len(wanted):
+            return Placement(vm, host, placed=placed, fitted=n)
+        best = max(best, n)
+    return Placement(vm, host, fitted=best, reason=_shortfall(ordered, [p for _, p in wanted], best, nvlink=True))
 
 
 def place_vm(
@@ -397,21 +458,7 @@ def place_vm(
     if not wanted:
         return Placement(vm, host)
     if nvlink:
-        # Sets are tried in order of their lowest PCI id; the first where every vGPU fits wins.
-        sets = [s for s in _nvlink_sets(ordered) if len(s) >= len(wanted)]
-        if sets and all(_is_nvswitch(s) for s in sets) and len(wanted) not in NVSWITCH_GROUP_SIZES:
-            return Placement(vm, host, reason=f"has no NVLink device group of {len(wanted)} GPUs "
-                             f"(NVSwitch hosts offer groups of 2, 4 or 8)")
-        sets = [s for s in sets if not _is_nvswitch(s) or len(wanted) in NVSWITCH_GROUP_SIZES]
-        if not sets:
-            return Placement(vm, host, reason=f"has no NVLink-connected set of {len(wanted)} GPUs with links up")
-        best = 0
-        for s in sets:
-            placed, n = _place_on([clone_gpu(g) for g in s], wanted, policy)
-            if n == len(wanted):
-                return Placement(vm, host, placed=placed, fitted=n)
-            best = max(best, n)
-        return Placement(vm, host, fitted=best, reason=_shortfall(ordered, [p for _, p in wanted], best, nvlink=True))
+        return _place_nvlink(ordered, vm, wanted, policy, host)
     placed, n = _place_on(ordered, wanted, policy)
     if n < len(wanted):
         return Placement(vm, host, fitted=n, reason=_shortfall(ordered, [p for _, p in wanted], n))
@@ -468,7 +515,8 @@ def gpus_from_observed(host, vm_profiles: Mapping[str, Sequence[str]]) -> list[G
             choice = same[0] if same else left[0]
             left.remove(choice)
             profs.append(choice)
-        gpu = Gpu(og.pci_id, board, fb, og.vgpu_mode, og.graphics_type, og.nvlink_set, vgpus=profs, api_version=api)
+        gpu = Gpu(og.pci_id, board, fb, og.vgpu_mode, og.graphics_type, og.nvlink_set, vgpus=profs, api_version=api,
+                  nvlink_groups=tuple(getattr(og, "nvlink_groups", ())))
         if unread:
             gpu.block(f"used by {', '.join(sorted(set(unread)))}, whose vGPUs were not read", history=False)
         if board is None and og.vms:

@@ -7,7 +7,13 @@ from types import SimpleNamespace as NS
 import pytest
 
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
-from vgpuctl.vsphere.nvlink import component_pci_id, nvlink_hosts_for, sets_from_device_groups
+from vgpuctl.vsphere.nvlink import (
+    GroupedSet,
+    component_pci_id,
+    device_group_sets,
+    nvlink_hosts_for,
+    sets_from_device_groups,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -129,10 +135,68 @@ def test_nvswitch_set_refuses_nvlink_vms_of_other_sizes(count: int) -> None:
     placed = place_vm(_set_gpus("h100xm", 8), "vm", ["grid_h100xm-80c"] * count, nvlink=True)
     assert placed.placed == [] and placed.reason is not None
     assert f"no NVLink device group of {count} GPUs" in placed.reason and "2, 4 or 8" in placed.reason
+    assert "the host reported no NVLink device groups; by the board's topology (nvswitch)" in placed.reason
+
+
+# ---------------------------------------------------------------------- group sizes: the host first
+
+
+@pytest.mark.parametrize("order", [(2, 4, 8), (8, 2, 4)])
+def test_device_group_sets_carry_the_sizes_the_host_reports(order: tuple[int, ...]) -> None:
+    assert device_group_sets([_hgx_group(n) for n in order], HGX) == [GroupedSet(sorted(HGX), [2, 4, 8])]
+
+
+def test_device_group_sets_keep_each_sets_own_sizes() -> None:
+    quad = [f"0000:{bus:02x}:00.0" for bus in range(0xe0, 0xe4)]
+    groups = [_hgx_group(2), _hgx_group(4), _group(*quad)]
+    assert device_group_sets(groups, HGX + quad) == [GroupedSet(sorted(HGX[:4]), [2, 4]), GroupedSet(quad, [4])]
+
+
+def test_reported_group_sizes_reach_the_gpus_and_placement() -> None:
+    from vgpuctl.placement import gpus_from_observed, place_vm
+    from vgpuctl.vsphere.observe import set_nvlink_sets
+
+    quad = GPUS  # a bridge quad of A100 PCIe GPUs whose host offers only the whole quad
+    observed = Observed(datacenter="DC0")
+    observed.hosts["h"] = ObservedHost(name="h", gpus=[
+        ObservedGpu(pci_id=p, device_name="NVIDIA A100-PCIE-40GB", memory_kb=40 * 1024 * 1024,
+                    graphics_type="sharedDirect", vgpu_mode="sameSize") for p in quad])
+    offered = device_group_sets([_group(*quad)], quad)
+    set_nvlink_sets(observed, "h", [s.gpus for s in offered], [s.group_sizes for s in offered])
+    assert [(g.nvlink_set, g.nvlink_groups) for g in observed.hosts["h"].gpus] == [(0, [4])] * 4
+    gpus = gpus_from_observed(observed.hosts["h"], {})
+    assert place_vm(gpus, "vm", ["grid_a100-40c"] * 4, nvlink=True).ok
+    pair = place_vm(gpus, "vm", ["grid_a100-40c"] * 2, nvlink=True)
+    assert pair.reason == "has no NVLink device group of 2 GPUs (the host offers groups of 4)"
+    set_nvlink_sets(observed, "h", [])  # read from elsewhere, without sizes: none stay behind
+    assert [(g.nvlink_set, g.nvlink_groups) for g in observed.hosts["h"].gpus] == [(None, [])] * 4
+
+
+def test_reported_sizes_win_over_the_board_topology() -> None:
+    """A PCIe board (bridge pairs in the catalogue) whose host offers NVSwitch-like groups of 2, 4 and 8."""
+    from vgpuctl.placement import place_vm
+
+    gpus = _set_gpus("a100", 8)
+    for g in gpus:
+        g.fb_gb, g.nvlink_groups = 40, (2, 4, 8)
+    assert place_vm(gpus, "vm", ["grid_a100-40c"] * 8, nvlink=True).ok
+    trio = place_vm(gpus, "vm", ["grid_a100-40c"] * 3, nvlink=True)
+    assert trio.reason == "has no NVLink device group of 3 GPUs (the host offers groups of 2, 4 or 8)"
+
+
+def test_a_set_with_no_group_of_the_size_still_lets_another_set_take_the_vm() -> None:
+    from vgpuctl.placement import place_vm
+
+    gpus = _set_gpus("a100", 6)
+    for i, g in enumerate(gpus):
+        g.fb_gb = 40
+        g.nvlink_set, g.nvlink_groups = (0, (4,)) if i < 4 else (1, (2,))
+    placed = place_vm(gpus, "vm", ["grid_a100-40c"] * 2, nvlink=True)
+    assert placed.assign == [gpus[4].id, gpus[5].id]
 
 
 def test_bridge_pair_takes_its_pair() -> None:
-    """The group sizes rule is NVSwitch's: a bridge pair of A100 PCIe GPUs takes a 2-vGPU NVLink VM."""
+    """Without reported groups a bridge pair (the catalogue topology of A100 PCIe) is one group of 2."""
     from vgpuctl.placement import place_vm
 
     gpus = _set_gpus("a100", 2)

@@ -62,6 +62,9 @@ def test_shared_vectors_present() -> None:
 @pytest.mark.parametrize("case", [c for _, c in CASES], ids=[n for n, _ in CASES])
 def test_vector(case: dict[str, Any]) -> None:
     gpus = [gpu_from_case(g, case.get("api_version", "8.0.3.0")) for g in case["gpus"]]
+    reported = case.get("nvlink_groups") or {}  # NVLink set -> the device group sizes the host reports for it
+    for g in gpus:
+        g.nvlink_groups = tuple(reported.get(g.nvlink_set, ()))
     before = [(g.id, list(g.vgpus), list(g.mig_used)) for g in gpus]
     req = case["request"]
     res = place_vm(gpus, "vm", req["profiles"], case.get("policy", "performance"), nvlink=req.get("nvlink", False))

@@ -2,14 +2,16 @@
 
 vSphere lists NVLink device groups per host in EnvironmentBrowser.QueryConfigTarget(host)
 .vendorDeviceGroupInfo: one group per NVLink-connected set with its links up, each component device naming
-its physical GPU (deviceInfo.label = PCI id, as gpusim reports it). That costs one call per host, so
-`observe` asks only the hosts `nvlink_hosts_for` names. Pure functions; no pyVmomi import.
+its physical GPU (deviceInfo.label = PCI id, as gpusim reports it), and the group sizes a set offers (the
+vGPU counts an NVLink VM may have there). That costs one call per host, so `observe` asks only the hosts
+`nvlink_hosts_for` names. Pure functions; no pyVmomi import.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -48,21 +50,39 @@ def component_pci_id(component: Any) -> str | None:
     return label if _PCI_ID.match(label) else None
 
 
-def sets_from_device_groups(groups: Iterable[Any], gpu_ids: Iterable[str]) -> list[list[str]]:
-    """NVLink sets (PCI ids, sorted; sets ordered by lowest PCI id) from vendorDeviceGroupInfo entries.
+@dataclass(frozen=True)
+class GroupedSet:
+    """One NVLink-connected set as the host offers it: its GPUs (PCI ids, sorted) and the sizes of the device
+    groups listed over them (sorted). vSphere attaches a group whole, so these are the vGPU counts an NVLink
+    VM may have there."""
+
+    gpus: list[str]
+    group_sizes: list[int]
+
+
+def device_group_sets(groups: Iterable[Any], gpu_ids: Iterable[str]) -> list[GroupedSet]:
+    """NVLink sets (ordered by lowest PCI id) with their group sizes, from vendorDeviceGroupInfo entries.
 
     Only components naming one of the host's GPUs count; a group of fewer than two such GPUs is no set.
-    Groups that share a GPU (one set listed under several profiles) are one set.
+    Groups that share a GPU (one set listed under several profiles, or an NVSwitch set's groups of 2, 4 and
+    8 GPUs) are one set; a group's size is the number of GPUs it names.
     """
     known = {g.lower() for g in gpu_ids}
-    merged: list[set[str]] = []
+    merged: list[tuple[set[str], set[int]]] = []
     for group in groups:
         ids = {p for c in getattr(group, "componentDeviceInfo", None) or [] if (p := component_pci_id(c)) in known}
         if len(ids) < 2:
             continue
-        overlapping = [s for s in merged if s & ids]
-        for s in overlapping:
-            ids |= s
-            merged.remove(s)
-        merged.append(ids)
-    return sorted((sorted(s) for s in merged), key=lambda s: s[0])
+        sizes = {len(ids)}
+        for entry in [m for m in merged if m[0] & ids]:
+            ids |= entry[0]
+            sizes |= entry[1]
+            merged.remove(entry)
+        merged.append((ids, sizes))
+    out = [GroupedSet(sorted(ids), sorted(sizes)) for ids, sizes in merged]
+    return sorted(out, key=lambda s: s.gpus[0])
+
+
+def sets_from_device_groups(groups: Iterable[Any], gpu_ids: Iterable[str]) -> list[list[str]]:
+    """NVLink sets (PCI ids, sorted; sets ordered by lowest PCI id) from vendorDeviceGroupInfo entries."""
+    return [s.gpus for s in device_group_sets(groups, gpu_ids)]

@@ -25,7 +25,7 @@ from vgpuctl.model import (
 )
 from vgpuctl.profiles import max_vgpus_per_vm
 from vgpuctl.vsphere import gpu_types
-from vgpuctl.vsphere.nvlink import sets_from_device_groups
+from vgpuctl.vsphere.nvlink import device_group_sets
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
 
 log = logging.getLogger(__name__)
@@ -523,7 +523,8 @@ def observe_nvlink(session: Any, observed: Observed, hosts: Iterable[str]) -> li
             observed.warnings.append(f"host {name}: NVLink sets not read ({groups})")
             continue
         host = observed.hosts[name]
-        set_nvlink_sets(observed, name, sets_from_device_groups(groups, (g.pci_id for g in host.gpus)))
+        offered = device_group_sets(groups, (g.pci_id for g in host.gpus))
+        set_nvlink_sets(observed, name, [s.gpus for s in offered], [s.group_sizes for s in offered])
         done.append(name)
     return done
 
@@ -553,12 +554,15 @@ def _query_device_groups(session: Any, host: ObservedHost) -> list[Any] | str:
     return list(getattr(target, "vendorDeviceGroupInfo", None) or []) if target is not None else []
 
 
-def set_nvlink_sets(observed: Observed, host: str, sets: list[list[str]]) -> None:
+def set_nvlink_sets(observed: Observed, host: str, sets: list[list[str]],
+                    group_sizes: list[list[int]] | None = None) -> None:
     """Record NVLink-connected GPU sets read elsewhere (vgpuctl.hostfacts.nvlink_sets, from the ESXi shell).
 
     vCenter does not say which physical GPUs are linked, so the bulk read leaves `nvlink_set` None; this numbers
-    each set (0, 1, ...) on its GPUs, and clears GPUs in no set.
+    each set (0, 1, ...) on its GPUs, and clears GPUs in no set. `group_sizes` (per set) are the device group
+    sizes the host reports; without them placement takes the board's catalogue topology.
     """
     index = {pci.lower(): i for i, group in enumerate(sets) for pci in group}
     for gpu in observed.hosts[host].gpus:
         gpu.nvlink_set = index.get(gpu.pci_id.lower())
+        gpu.nvlink_groups = list(group_sizes[gpu.nvlink_set]) if group_sizes and gpu.nvlink_set is not None else []

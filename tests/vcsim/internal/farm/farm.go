@@ -691,12 +691,16 @@ func (f *Farm) Candidates(hostName string) ([]Candidate, string, error) {
 }
 
 func candidates(info HostInfo) []Candidate {
+	groups := map[int][]int{} // NVLink set -> the device group sizes the host offers for it
+	for _, o := range NVLinkOffers(info) {
+		groups[o.Set] = o.Sizes
+	}
 	out := make([]Candidate, 0, len(info.GPUs))
 	for _, g := range info.GPUs {
 		out = append(out, Candidate{
 			ID: g.PCIID, Model: g.Model, MIG: g.MIGCurrent, VgpuMode: g.TimeSlicedMode,
 			SharedDirect: g.GraphicsType == GraphicsSharedDirect, NVLinkSet: g.NVLinkSet, NVLinkUp: g.NVLinkUp,
-			Slots: g.VGPUs, HostOnly: info.ExtraProfiles,
+			NVLinkGroups: groups[g.NVLinkSet], Slots: g.VGPUs, HostOnly: info.ExtraProfiles,
 		})
 	}
 	return out

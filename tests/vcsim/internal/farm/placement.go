@@ -46,6 +46,7 @@ type Candidate struct {
 	SharedDirect bool   // graphicsType is sharedDirect
 	NVLinkSet    int    // -1 when not NVLink-connected
 	NVLinkUp     bool
+	NVLinkGroups []int // sizes of the NVLink device groups the GPU's set offers (NVLinkOffers)
 	Slots        []Slot
 	HostOnly     []string // profiles the host offers that no catalogue entry explains
 }
@@ -265,6 +266,9 @@ func Place(cat *Catalog, gpus []Candidate, req Request, policy string, rules Rul
 		return nil, fmt.Errorf("%s", InsufficientGraphics)
 	}
 	for _, set := range nvlinkSets(sorted) {
+		if !offersGroup(set, len(profiles)) {
+			continue // vSphere attaches a device group whole: the VM's vGPUs must fill one group
+		}
 		if a, ok := pl.placeOn(set, profiles); ok {
 			return a, nil
 		}
@@ -278,12 +282,80 @@ type placer struct {
 	rules  Rules
 }
 
-// nvlinkSets groups NVLink-connected GPUs with NVLink up, ordered by their lowest PCI id.
+// nvswitchGroupSizes are the NVLink device group sizes an NVSwitch fabric offers (docs/gpu-rules.md).
+var nvswitchGroupSizes = []int{2, 4, 8}
+
+// NVLinkGroupSizes is what an NVLink set of n GPUs offers as device groups under a host topology (pairs,
+// quads or nvswitch): NVSwitch connects any GPUs of its set, so groups of 2, 4 and 8 as far as the set has
+// them; a bridge set (pair or quad) is one group of all its GPUs.
+func NVLinkGroupSizes(topology string, n int) []int {
+	switch {
+	case topology == NVLinkNVSwitch:
+		var out []int
+		for _, size := range nvswitchGroupSizes {
+			if size <= n {
+				out = append(out, size)
+			}
+		}
+		return out
+	case (topology == NVLinkPairs || topology == NVLinkQuads) && n >= 2:
+		return []int{n}
+	}
+	return nil
+}
+
+// NVLinkOffer is one NVLink set as the host offers it in vendor device groups.
+type NVLinkOffer struct {
+	Set   int
+	GPUs  []GPUInfo // the set's GPUs that can join a group: NVLink up, time-sliced, in host order
+	Sizes []int     // group sizes offered
+}
+
+// NVLinkOffers lists the host's NVLink device groups by set: what QueryConfigTarget reports and what
+// admission accepts. NVLink P2P needs whole-GPU time-sliced vGPUs: a GPU in MIG mode or with its links down
+// joins no group, and a board without a whole-GPU C-series type offers none.
+func NVLinkOffers(info HostInfo) []NVLinkOffer {
+	sets := map[int][]GPUInfo{}
+	var ids []int
+	for _, g := range info.GPUs {
+		if g.NVLinkSet < 0 || !g.NVLinkUp || g.MIGCurrent {
+			continue
+		}
+		if _, ok := sets[g.NVLinkSet]; !ok {
+			ids = append(ids, g.NVLinkSet)
+		}
+		sets[g.NVLinkSet] = append(sets[g.NVLinkSet], g)
+	}
+	sort.Ints(ids)
+	var out []NVLinkOffer
+	for _, id := range ids {
+		set := sets[id]
+		sizes := NVLinkGroupSizes(info.NVLinkTopology, len(set))
+		if len(sizes) == 0 || set[0].Model == nil || set[0].Model.WholeGPUComputeType() == nil {
+			continue
+		}
+		out = append(out, NVLinkOffer{Set: id, GPUs: set, Sizes: sizes})
+	}
+	return out
+}
+
+// offersGroup reports whether an NVLink set offers a device group of n GPUs.
+func offersGroup(set []Candidate, n int) bool {
+	for _, c := range set {
+		if slices.Contains(c.NVLinkGroups, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// nvlinkSets groups NVLink-connected GPUs with NVLink up, ordered by their lowest PCI id. A GPU in MIG
+// mode is in no device group.
 func nvlinkSets(sorted []Candidate) [][]Candidate {
 	index := map[int]int{}
 	var sets [][]Candidate
 	for _, c := range sorted {
-		if c.NVLinkSet < 0 || !c.NVLinkUp {
+		if c.NVLinkSet < 0 || !c.NVLinkUp || c.MIG {
 			continue
 		}
 		i, ok := index[c.NVLinkSet]

@@ -37,7 +37,10 @@ type placementCase struct {
 	Policy     string    `yaml:"policy"`
 	APIVersion string    `yaml:"api_version"`
 	GPUs       []caseGPU `yaml:"gpus"`
-	Request    struct {
+	// NVLinkGroups: NVLink set -> the device group sizes the host reports for it (absent: none reported,
+	// the board's catalogue topology decides)
+	NVLinkGroups map[int][]int `yaml:"nvlink_groups"`
+	Request      struct {
 		Profiles []string `yaml:"profiles"`
 		NVLink   bool     `yaml:"nvlink"`
 	} `yaml:"request"`
@@ -91,6 +94,27 @@ func (g caseGPU) candidate(t *testing.T, cat *Catalog, rules Rules) Candidate {
 	return c
 }
 
+// withNVLinkGroups gives each GPU of an NVLink set the group sizes the vector's host reports for the set,
+// or, where it reports none, what the board's catalogue topology gives for the set's time-sliced GPUs.
+func withNVLinkGroups(gpus []Candidate, reported map[int][]int) {
+	members := map[int]int{}
+	for _, c := range gpus {
+		if c.NVLinkSet >= 0 && !c.MIG {
+			members[c.NVLinkSet]++
+		}
+	}
+	for i, c := range gpus {
+		if c.NVLinkSet < 0 {
+			continue
+		}
+		if sizes, ok := reported[c.NVLinkSet]; ok {
+			gpus[i].NVLinkGroups = sizes
+		} else {
+			gpus[i].NVLinkGroups = NVLinkGroupSizes(NVLinkTopology(c.Model), members[c.NVLinkSet])
+		}
+	}
+}
+
 // loadCases reads every shared vector file in tests/fixtures/placement: both implementations must
 // agree on all of them.
 func loadCases(t *testing.T) []placementCase {
@@ -128,6 +152,7 @@ func TestPlacementVectors(t *testing.T) {
 			for _, g := range tc.GPUs {
 				gpus = append(gpus, g.candidate(t, cat, tc.rules()))
 			}
+			withNVLinkGroups(gpus, tc.NVLinkGroups)
 			got, err := Place(cat, gpus, Request{Profiles: tc.Request.Profiles, NVLink: tc.Request.NVLink}, tc.Policy, tc.rules())
 			if !tc.Expect.Fits {
 				if err == nil {

@@ -2,7 +2,6 @@ package vc
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/methods"
@@ -86,45 +85,17 @@ func DeviceGroupName(n int, profile string) string {
 // group per whole-GPU C-series profile (NVLink P2P needs whole-GPU time-sliced vGPUs). Each
 // component device names its physical GPU: deviceInfo.label is the GPU's PCI id. On an NVSwitch host
 // any GPUs of a set are connected, so a set offers groups of 2, 4 and 8 GPUs (as far as it has them);
-// the components of the n-GPU group name the set's first n GPUs. A query for one host lists every set
+// the components of the n-GPU group name the set's first n GPUs. The sets and sizes are
+// farm.NVLinkOffers', which admission at power-on enforces. A query for one host lists every set
 // (sets of the same size share a name); a query for a whole compute resource lists each group name
 // once, without PCI ids (see anyHost).
 func deviceGroups(info farm.HostInfo) []types.VirtualMachineVendorDeviceGroupInfo {
-	sets := map[int][]farm.GPUInfo{}
-	var ids []int
-	for _, g := range info.GPUs {
-		if g.NVLinkSet < 0 || !g.NVLinkUp || g.MIGCurrent {
-			continue
-		}
-		if _, ok := sets[g.NVLinkSet]; !ok {
-			ids = append(ids, g.NVLinkSet)
-		}
-		sets[g.NVLinkSet] = append(sets[g.NVLinkSet], g)
-	}
-	sort.Ints(ids)
 	var out []types.VirtualMachineVendorDeviceGroupInfo
-	for _, id := range ids {
-		set := sets[id]
-		if len(set) < 2 {
-			continue
-		}
-		m := set[0].Model
-		t := m.WholeGPUComputeType()
-		if t == nil {
-			continue
-		}
-		profile := farm.VSphereName(info.ProfilePrefix, t.Name)
-		sizes := []int{len(set)}
-		if info.NVLinkTopology == farm.NVLinkNVSwitch {
-			sizes = nil
-			for _, n := range []int{2, 4, 8} {
-				if n <= len(set) {
-					sizes = append(sizes, n)
-				}
-			}
-		}
-		for _, n := range sizes {
-			out = append(out, deviceGroup(m, profile, id, set[:n], info.NVLinkTopology))
+	for _, offer := range farm.NVLinkOffers(info) {
+		m := offer.GPUs[0].Model
+		profile := farm.VSphereName(info.ProfilePrefix, m.WholeGPUComputeType().Name)
+		for _, n := range offer.Sizes {
+			out = append(out, deviceGroup(m, profile, offer.Set, offer.GPUs[:n], info.NVLinkTopology))
 		}
 	}
 	return out
