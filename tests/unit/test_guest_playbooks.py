@@ -138,6 +138,42 @@ def test_cuda_toolkit_accepts_versioned_toolkit_packages(tmp_path):
     assert not any(r.get("changed") for r in results)
 
 
+def fake_venv(tmp_path: Path, versions: dict[str, str]) -> Path:
+    """A virtualenv stand-in whose python answers the horovod role's framework probe."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(f"#!/bin/sh\necho '{json.dumps(versions)}'\n")
+    python.chmod(0o755)
+    return venv
+
+
+@pytest.mark.parametrize(
+    ("frameworks", "installed", "expected"),
+    [
+        (["torch"], {"torch": "2.3.1"}, "torch 2.3.1 is too new (needs < 2.1)"),
+        (["tensorflow"], {"tensorflow": "2.16.1"}, "tensorflow 2.16.1 is too new (needs < 2.16)"),
+        (["torch", "tensorflow"], {"torch": "2.0.1"}, "tensorflow is not installed"),
+    ],
+)
+def test_horovod_stops_before_a_build_against_an_unsupported_framework(tmp_path, frameworks, installed, expected):
+    rc, results = run_role_locally(
+        tmp_path,
+        "horovod",
+        {
+            "horovod_venv": str(fake_venv(tmp_path, installed)),
+            "horovod_frameworks": frameworks,
+            "horovod_config_dir": str(tmp_path / "etc"),
+            "ansible_python_interpreter": sys.executable,
+        },
+    )
+    assert rc != 0
+    failed = [r for r in results if r.get("failed")]
+    assert [r["task"] for r in failed] == ["horovod : Stop before a build that cannot succeed"]
+    assert expected in failed[0]["msg"] and "torch==2.0.1" in failed[0]["msg"]
+    assert not any(r.get("changed") for r in results if "Install" in r["task"] or "Build" in r["task"])
+
+
 def test_every_task_touching_the_licence_token_has_no_log():
     touching_modules = {"copy", "stat", "find", "file", "slurp", "template", "command", "shell", "fetch", "lineinfile"}
     tasks = yaml.safe_load((PLAYBOOKS / "roles" / "vgpu_licensing" / "tasks" / "main.yml").read_text())
