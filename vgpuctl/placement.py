@@ -7,14 +7,17 @@ that does not fit which host lacks which capacity. Nothing here mutates its inpu
 
 from __future__ import annotations
 
+import bisect
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from functools import cache, lru_cache
 
 from vgpuctl.profiles import (
     BOARDS,
     MigGiProfile,
     VgpuProfile,
+    VgpuType,
     api_at_least,
     board_for_device,
     parse_profile,
@@ -32,6 +35,9 @@ INSUFFICIENT = (
     "The amount of graphics resource available in the parent resource pool is insufficient for the operation."
 )
 CONSERVATIVE_MIG = "under the conservative MIG start rule; it may fit if the host packs its GPU instances differently"
+CONSERVATIVE_MIXED = (
+    "under the conservative placement id rule; it may fit if the host chooses other placement ids for its vGPUs"
+)
 
 
 @dataclass
@@ -96,16 +102,19 @@ class Gpu:
             self.mig_used = [(0, self.mig_slots)]
 
     def rebuild_mixed(self) -> None:
-        """Derive the mixed-size placements from `vgpus` in order (lowest free placement id each)."""
+        """Derive the mixed-size placements from `vgpus`, each placed in order by the rule new vGPUs follow
+        (the conservative placement id). A history that does not fit blocks the GPU rather than guessing."""
         existing, self.vgpus, self.mixed_used = self.vgpus, [], []
         for name in existing:
             profile = try_parse(name)
-            if profile is None:
-                self.vgpus.append(name)
-                self.mixed_used.append(None)
-                continue
+            placed = _mixed_placement(self, profile) if profile is not None else None
             self.vgpus.append(name)
-            self.mixed_used.append(_mixed_placement(self, profile))
+            self.mixed_used.append(placed)
+        unplaced = _unplaced_mixed(self)
+        if unplaced is not None:
+            packable = _mixed_fits_some_way(self, [])
+            self.block(f"holds vGPU {unplaced!r}, which gets no free mixed-size placement id"
+                       + (f" {CONSERVATIVE_MIXED}" if packable else ""))
 
     @property
     def mig_slots(self) -> int:
@@ -147,6 +156,7 @@ class Placed:
     gpu: str
     start: int = -1  # MIG start slot; -1 for a time-sliced vGPU
     index: int = 0  # position of this vGPU in the request
+    placement: int = -1  # mixed-size placement id; -1 when not placed by placement id
 
 
 @dataclass
@@ -171,6 +181,11 @@ class Placement:
     @property
     def starts(self) -> list[int]:
         return [p.start for p in sorted(self.placed, key=lambda p: p.index)]
+
+    @property
+    def placements(self) -> list[int]:
+        """The mixed-size placement id of each requested vGPU (-1 when not placed by id), in request order."""
+        return [p.placement for p in sorted(self.placed, key=lambda p: p.index)]
 
 
 # ---------------------------------------------------------------------------------------- one GPU
@@ -223,20 +238,105 @@ def _mig_fits_some_way(gpu: Gpu, profile: VgpuProfile) -> bool:
     return search(0, [])
 
 
-def _mixed_placement(gpu: Gpu, profile: VgpuProfile) -> tuple[int, int] | None:
-    """The lowest placement id of the type whose range overlaps no placed vGPU, or None when the type (or a
-    vGPU already there) has no published placement ids."""
+def _mixed_row(profile: VgpuProfile) -> VgpuType | None:
+    """The type's catalogue row when NVIDIA publishes its mixed-size placement size and ids, else None."""
     row = profile.vgpu_type
-    if row is None or not row.placement_ids or row.placement_size is None:
+    return row if row is not None and row.placement_ids and row.placement_size else None
+
+
+def _mixed_rows(gpu: Gpu) -> list[VgpuType | None]:
+    return [_mixed_row(p) if (p := try_parse(name)) is not None else None for name in gpu.vgpus]
+
+
+def _placed_ranges(gpu: Gpu) -> list[tuple[int, int]] | None:
+    """The placement ranges of the GPU's vGPUs, or None when a vGPU there has none (its type publishes no ids,
+    or it got no free id: then the GPU is blocked)."""
+    taken = gpu.mixed_used
+    return None if any(t is None for t in taken) else [t for t in taken if t is not None]
+
+
+def _unplaced_mixed(gpu: Gpu) -> str | None:
+    """The first vGPU that got no placement id although every vGPU on the GPU has published ids."""
+    rows = _mixed_rows(gpu)
+    if not rows or any(r is None for r in rows):
         return None
-    taken = gpu.mixed_used[: len(gpu.vgpus)]
-    if any(t is None for t in taken):
+    return next((name for name, t in zip(gpu.vgpus, gpu.mixed_used, strict=True) if t is None), None)
+
+
+def _clear(ranges: list[tuple[int, int]], pid: int, size: int) -> bool:
+    return all(pid + size <= s or s + n <= pid for s, n in ranges)
+
+
+def _mask(ranges: Iterable[tuple[int, int]]) -> int:
+    """The placement units (GB from the start of the placement region) the ranges cover, as a bit mask."""
+    out = 0
+    for pid, size in ranges:
+        out |= ((1 << size) - 1) << pid
+    return out
+
+
+@lru_cache(maxsize=256)
+def _series_masks(board: str, series: str) -> tuple[int, ...]:
+    """One bit mask per placement id of every mixed-size type of the board in `series` that has published ids."""
+    info = BOARDS.get(board)
+    rows = [t for t in info.types.values() if t.series == series and t.max_mixed is not None] if info else []
+    return tuple(_mask([(pid, t.placement_size)]) for t in rows if t.placement_size for pid in t.placement_ids)
+
+
+def _mixed_room(gpu: Gpu, series: str, ranges: list[tuple[int, int]]) -> int:
+    """Free placement ids left for every vGPU type of the board in `series` that has published ids: the room
+    for further vGPUs on a mixed-size GPU (one series per GPU)."""
+    used = _mask(ranges)
+    return sum(1 for m in _series_masks(gpu.board or "", series) if not m & used)
+
+
+def _mixed_placement(gpu: Gpu, profile: VgpuProfile) -> tuple[int, int] | None:
+    """Where a new mixed-size vGPU goes. The vGPU Manager chooses and vSphere does not let us say, so assume
+    the worst: of the type's placement ids whose range overlaps no placed vGPU, the one that leaves the fewest
+    free placement ids for the board's types of its series; ties -> lowest id. None when no id is free, or
+    when the type (or a vGPU already there) has no published placement ids."""
+    row = _mixed_row(profile)
+    ranges = _placed_ranges(gpu)
+    if row is None or row.placement_size is None or ranges is None:
         return None
-    ranges = [t for t in taken if t is not None]
-    for pid in row.placement_ids:
-        if all(pid + row.placement_size <= s or s + n <= pid for s, n in ranges):
-            return (pid, row.placement_size)
-    return None
+    size = row.placement_size
+    free = [pid for pid in row.placement_ids if _clear(ranges, pid, size)]
+    if not free:
+        return None
+    best = min(free, key=lambda pid: (_mixed_room(gpu, row.series, [*ranges, (pid, size)]), pid))
+    return (best, size)
+
+
+def _mixed_fits_some_way(gpu: Gpu, extra: list[VgpuProfile]) -> bool:
+    """Whether the GPU's vGPUs plus `extra` get pairwise disjoint placement ids with some choice of ids (any
+    packing), every one of them having published ids. Placements are intervals on one line, so walk it from
+    the low end: at each placement id either start a vGPU still to place there or skip to the next id."""
+    rows = [*_mixed_rows(gpu), *(_mixed_row(p) for p in extra)]
+    if any(r is None for r in rows):
+        return False
+    types = sorted({r.name: r for r in rows if r is not None}.values(), key=lambda r: r.name)
+    wanted = tuple(sum(1 for r in rows if r is not None and r.name == t.name) for t in types)
+    starting: dict[int, list[int]] = {}
+    for i, t in enumerate(types):
+        for pid in t.placement_ids:
+            starting.setdefault(pid, []).append(i)
+    positions = sorted(starting)
+
+    @cache
+    def fill(k: int, left: tuple[int, ...]) -> bool:  # k: index into positions; left: vGPUs still to place
+        if not any(left):
+            return True
+        if k == len(positions):
+            return False
+        for i in starting[positions[k]]:
+            if left[i]:
+                after = positions[k] + (types[i].placement_size or 0)
+                rest = (*left[:i], left[i] - 1, *left[i + 1:])
+                if fill(bisect.bisect_left(positions, after), rest):
+                    return True
+        return fill(k + 1, left)
+
+    return fill(0, wanted)
 
 
 def _max_equal(gpu: Gpu, profile: VgpuProfile) -> int:
@@ -306,9 +406,14 @@ def _why_not_mixed(gpu: Gpu, profile: VgpuProfile, existing: list[VgpuProfile]) 
         return f"holds the mixed-size maximum of {profile.type_name} ({row.max_mixed})"
     if sum(p.fb_gb for p in existing) + profile.fb_gb > gpu.fb_gb:
         return "framebuffer full"
-    if row.placement_ids and all(t is not None for t in gpu.mixed_used) and _mixed_placement(gpu, profile) is None:
-        return "no free mixed-size placement id"
-    return None
+    ranges = _placed_ranges(gpu)
+    by_ids = _mixed_row(profile)
+    size = by_ids.placement_size if by_ids is not None else None
+    if by_ids is None or not size or ranges is None or any(_clear(ranges, p, size) for p in by_ids.placement_ids):
+        return None
+    if _mixed_fits_some_way(gpu, [profile]):
+        return f"no free mixed-size placement id {CONSERVATIVE_MIXED}"
+    return "no free mixed-size placement id"
 
 
 def fits(gpu: Gpu, profile: VgpuProfile | str) -> bool:
@@ -366,7 +471,8 @@ def _place_on(gpus: list[Gpu], profiles: list[tuple[int, VgpuProfile]], policy: 
         g = _pick(cands, policy)
         start = add_vgpu(g, p)
         used.add(g.id)
-        placed.append(Placed(p.name, g.id, start, index))
+        at = g.mixed_used[-1] if g.vgpu_mode == MIXED_SIZE and g.mixed_used else None
+        placed.append(Placed(p.name, g.id, start, index, at[0] if at else -1))
     return placed, len(placed)
 
 

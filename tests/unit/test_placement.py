@@ -13,6 +13,7 @@ from ruamel.yaml import YAML
 from vgpuctl import profiles
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
 from vgpuctl.placement import (
+    FarmState,
     Gpu,
     Request,
     add_vgpu,
@@ -74,6 +75,8 @@ def test_vector(case: dict[str, Any]) -> None:
         assert res.assign == expect["assign"]
         if "starts" in expect:
             assert res.starts == expect["starts"]
+        if "placements" in expect:
+            assert res.placements == expect["placements"]
     else:
         assert res.reason and res.placed == []
     assert [(g.id, g.vgpus, g.mig_used) for g in gpus] == before  # place_vm does not mutate its input
@@ -164,6 +167,50 @@ def test_mixed_size_placement_ids_when_published(monkeypatch: pytest.MonkeyPatch
     assert why_not(g, parse_profile("grid_a100-10c")) == "no free mixed-size placement id"
     remove_vgpu(g, "grid_a100-10c")
     assert g.mixed_used == [(0, 20)] and fits(g, "grid_a100-10c")
+
+
+def test_conservative_mixed_placement_takes_the_id_that_leaves_least_room() -> None:
+    g = a100("0000:3b:00.0", "mixedSize", ["grid_a100-10c"])
+    assert add_vgpu(g, "grid_a100-10c") == -1
+    assert g.mixed_used == [(0, 10), (20, 10)]  # 10 would leave 13 free ids, 20 and 30 leave 12: tie -> 20
+    res = place_vm([g], "vm", ["grid_a100-20c"])
+    assert res.reason == ("lacks GPU capacity for 1 x grid_a100-20c: 0 of 1 fit (grid_a100-20c: no free mixed-size "
+                          "placement id under the conservative placement id rule; it may fit if the host chooses "
+                          "other placement ids for its vGPUs)")
+    remove_vgpu(g, "grid_a100-10c")  # the one left is replayed at 0: both 20 GB ids free again
+    assert g.mixed_used == [(0, 10)] and place_vm([g], "vm", ["grid_a100-20c"]).placements == [20]
+
+
+def test_mixed_refusal_without_the_hint_when_no_packing_fits() -> None:
+    h = a100("0000:3b:00.0", "mixedSize", ["grid_a100-8c"] * 4 + ["grid_a100-4c"])
+    # four 8C cover every 8 GB id (0, 12, 20, 32); the gaps at 8 and 28 start no 4 GB id, whatever the packing
+    assert h.blocked and h.blocked_reason == "holds vGPU 'grid_a100-4c', which gets no free mixed-size placement id"
+
+
+def test_mixed_history_the_rule_cannot_replay_blocks_until_it_shrinks() -> None:
+    g = a100("0000:3b:00.0", "mixedSize", ["grid_a100-10c", "grid_a100-5c", "grid_a100-20c"])
+    assert g.blocked and g.blocked_reason is not None
+    assert g.blocked_reason.startswith("holds vGPU 'grid_a100-20c', which gets no free mixed-size placement id under")
+    res = place_vm([g], "vm", ["grid_a100-5c"])
+    assert not res.ok and res.reason is not None and "conservative placement id rule" in res.reason
+    remove_vgpu(g, "grid_a100-5c")  # 10C at 0 and 20C at 20: the history fits again
+    assert not g.blocked and g.mixed_used == [(0, 10), (20, 20)] and fits(g, "grid_a100-5c")
+
+
+def test_farm_commits_mixed_vgpus_by_the_conservative_rule() -> None:
+    state = FarmState({"h1": [a100("0000:3b:00.0", "mixedSize")]}, {"h1": "performance"})
+    reqs = [Request("a", ["grid_a100-10c"], ["h1"]), Request("b", ["grid_a100-10c"], ["h1"]),
+            Request("c", ["grid_a100-20c"], ["h1"])]
+    out = place_farm(state, reqs)
+    assert out["a"].placements == [0] and out["b"].placements == [20]
+    assert out["c"].reason is not None and "conservative placement id rule" in out["c"].reason
+
+
+def test_mixed_packing_search_stays_small_on_a_full_80gb_gpu() -> None:
+    # 16 vGPUs of two types whose ids interleave: an exhaustive search of the orders would not end
+    g = Gpu("0000:3b:00.0", "h100", 80, "mixedSize", vgpus=["grid_h100-5c"] * 8 + ["grid_h100-4c"] * 8)
+    assert not g.blocked
+    assert why_not(g, parse_profile("grid_h100-4c")) == "no free mixed-size placement id"
 
 
 def test_reason_names_capacity_shortfall() -> None:

@@ -140,15 +140,16 @@ func (c *Candidate) Fits(cat *Catalog, p Profile, rules Rules) (Slot, bool) {
 }
 
 // fitMixed: the type needs NVIDIA's mixed-size maximum; its count stays within it, the framebuffers
-// fit the GPU, and where every vGPU involved has placement ids the new one takes the lowest of its ids
-// whose range overlaps no placed vGPU.
+// fit the GPU, and where every vGPU involved has placement ids the new one takes the free placement id
+// that leaves the least room for further vGPUs (see MixedPlacement). A GPU holding a vGPU that got no
+// placement id although every vGPU there has published ids (a history that does not fit) takes no more.
 func (c *Candidate) fitMixed(p Profile, used []Profile, slot Slot) (Slot, bool) {
 	t := p.spec
 	if !t.Mixable() {
 		return slot, false
 	}
-	same, total, byPlacement := 0, p.FbGB, t.PlacementSize != nil && len(t.PlacementIDs) > 0
-	for i, sp := range used {
+	same, total, historyByIDs := 0, p.FbGB, true
+	for _, sp := range used {
 		if sp.Series != p.Series || !sp.spec.Mixable() {
 			return slot, false
 		}
@@ -156,29 +157,80 @@ func (c *Candidate) fitMixed(p Profile, used []Profile, slot Slot) (Slot, bool) 
 			same++
 		}
 		total += sp.FbGB
-		byPlacement = byPlacement && c.Slots[i].Placement != nil
+		historyByIDs = historyByIDs && sp.spec.HasPlacements()
+	}
+	if historyByIDs {
+		for _, s := range c.Slots {
+			if s.Placement == nil {
+				return slot, false
+			}
+		}
 	}
 	if same >= *t.MaxMixed || total > float64(c.Model.FramebufferGB)+1e-9 {
 		return slot, false
 	}
-	if !byPlacement {
+	if !historyByIDs || !t.HasPlacements() {
 		return slot, true
 	}
+	id, ok := MixedPlacement(c.Model, c.Slots, t)
+	if !ok {
+		return slot, false
+	}
+	slot.Placement, slot.PlacementSize = &id, *t.PlacementSize
+	return slot, true
+}
+
+// HasPlacements reports whether NVIDIA publishes the type's mixed-size placement size and ids.
+func (t *VGPUType) HasPlacements() bool {
+	return t.PlacementSize != nil && *t.PlacementSize > 0 && len(t.PlacementIDs) > 0
+}
+
+// MixedPlacement chooses the placement id of a new vGPU of type t on a mixed-size GPU holding placed.
+// The vGPU Manager chooses and vSphere does not let the admin say, so gpusim and the planner assume the
+// worst: of the type's ids whose range [id, id+size) overlaps no placed vGPU, the one after which the
+// fewest placement ids of the board's types of t's series remain free; ties go to the lowest id.
+func MixedPlacement(m *Model, placed []Slot, t *VGPUType) (float64, bool) {
 	size := *t.PlacementSize
+	best, bestRoom, found := 0.0, 0, false
 	for _, id := range t.PlacementIDs {
-		overlaps := false
-		for _, s := range c.Slots {
-			if id < *s.Placement+s.PlacementSize && *s.Placement < id+size {
-				overlaps = true
-				break
-			}
+		if !placementFree(placed, id, size) {
+			continue
 		}
-		if !overlaps {
-			slot.Placement, slot.PlacementSize = &id, size
-			return slot, true
+		after := append(append([]Slot(nil), placed...), Slot{Placement: &id, PlacementSize: size})
+		room := mixedRoom(m, t.Series, after)
+		if !found || room < bestRoom || room == bestRoom && id < best {
+			best, bestRoom, found = id, room, true
 		}
 	}
-	return slot, false
+	return best, found
+}
+
+// placementFree reports whether [id, id+size) overlaps no placed vGPU.
+func placementFree(placed []Slot, id, size float64) bool {
+	for _, s := range placed {
+		if s.Placement != nil && id < *s.Placement+s.PlacementSize && *s.Placement < id+size {
+			return false
+		}
+	}
+	return true
+}
+
+// mixedRoom counts the free placement ids of every mixed-size type of the board in one series (a
+// mixed-size GPU holds one series).
+func mixedRoom(m *Model, series string, placed []Slot) int {
+	n := 0
+	for i := range m.Types {
+		t := &m.Types[i]
+		if !strings.EqualFold(t.Series, series) || !t.Mixable() || !t.HasPlacements() {
+			continue
+		}
+		for _, id := range t.PlacementIDs {
+			if placementFree(placed, id, *t.PlacementSize) {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // fitMIG places the vGPU's GPU instance at the allowed free start that leaves the least room for

@@ -45,9 +45,10 @@ type placementCase struct {
 		NVLink   bool     `yaml:"nvlink"`
 	} `yaml:"request"`
 	Expect struct {
-		Fits   bool     `yaml:"fits"`
-		Assign []string `yaml:"assign"`
-		Starts []int    `yaml:"starts"`
+		Fits       bool      `yaml:"fits"`
+		Assign     []string  `yaml:"assign"`
+		Starts     []int     `yaml:"starts"`
+		Placements []float64 `yaml:"placements"`
 	} `yaml:"expect"`
 }
 
@@ -172,6 +173,15 @@ func TestPlacementVectors(t *testing.T) {
 				}
 				if tc.Expect.Starts != nil && a.Slot.Start != tc.Expect.Starts[i] {
 					t.Errorf("vGPU %d at start %d, want %d", i, a.Slot.Start, tc.Expect.Starts[i])
+				}
+				if tc.Expect.Placements != nil {
+					got := -1.0
+					if a.Slot.Placement != nil {
+						got = *a.Slot.Placement
+					}
+					if got != tc.Expect.Placements[i] {
+						t.Errorf("vGPU %d at placement id %v, want %v", i, got, tc.Expect.Placements[i])
+					}
 				}
 			}
 		})
