@@ -20,6 +20,7 @@ from vgpuctl.hostfacts import HostFacts
 from vgpuctl.hostplan import nvlink_of, scheduler_of
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
 from vgpuctl.profiles import BOARDS, ProfileError, parse_profile
+from vgpuctl.vmclasses import ClassState, SupervisorState, VmClassSpec, desired_class
 
 MIG_MODE = "multiInstanceGpu"
 TIME_SLICED = ("sameSize", "mixedSize")
@@ -314,6 +315,70 @@ def _sort_key(vm: _Vm) -> tuple[Any, ...]:
     return (m["prefix"], m["suffix"], len(m["num"]), int(m["num"]))
 
 
+# --------------------------------------------------------------------------------- VM classes, namespaces
+
+
+def supervisor_lines(state: SupervisorState, clusters: set[str] | None = None) -> list[str]:
+    """`vm_classes:` (the classes with vGPUs) and `namespaces:` (those using one of them), so that `vgpuctl k8s
+    plan` on the file plans no change. `clusters` limits both to namespaces on these supervisor clusters."""
+    gpu_classes = {n: c for n, c in state.classes.items() if c.vgpus}
+    namespaces = [ns for ns in sorted(state.namespaces.values(), key=lambda n: n.name)
+                  if any(c in gpu_classes for c in ns.vm_classes)
+                  and (clusters is None or state.supervisor_clusters.get(ns.cluster) in clusters)]
+    if clusters is not None:
+        used = {c for ns in namespaces for c in ns.vm_classes}
+        gpu_classes = {n: c for n, c in gpu_classes.items() if n in used}
+    if not gpu_classes:
+        return []
+    lines = ["# VM classes with vGPUs and the supervisor namespaces that use them (vSphere Automation REST API)",
+             "vm_classes:"]
+    for name in sorted(gpu_classes):
+        lines += _class_lines(gpu_classes[name])
+    lines.append("namespaces:" if namespaces else "namespaces: []")
+    for ns in namespaces:
+        lines.append(f"  - name: {_scalar(ns.name)}")
+        cluster = state.supervisor_clusters.get(ns.cluster)
+        if cluster is not None:
+            lines.append(f"    supervisor: {_scalar(cluster)}")
+        mine = [c for c in ns.vm_classes if c in gpu_classes]
+        others = [c for c in ns.vm_classes if c not in gpu_classes]
+        if others:
+            lines.append(f"    # also uses {', '.join(others)} (no vGPUs: not written, its association is left alone)")
+        lines.append(f"    vm_classes: [{', '.join(_scalar(c) for c in mine)}]")
+    return lines
+
+
+def _class_lines(have: ClassState) -> list[str]:
+    counts = Counter(have.vgpus)
+    vgpus = [{"profile": p, "count": counts[p]} for p in dict.fromkeys(have.vgpus)]
+    spec: dict[str, Any] = {"name": have.name, "cpus": have.cpus, "memory_gb": _gb(have.memory_mb)}
+    if have.cpu_reservation:
+        spec["cpu_reservation"] = have.cpu_reservation
+    notes: list[str] = []
+    if have.memory_reservation != 100:
+        notes.append(f"vCenter reserves {have.memory_reservation}% of its memory; vGPUs need 100%, so plan shows "
+                     "that change")
+    try:
+        automatic = desired_class(VmClassSpec.model_validate({**spec, "vgpus": vgpus})).extra_config
+    except (ValueError, ProfileError) as err:
+        automatic = {}
+        notes.append(f"does not validate as it is: {str(err).splitlines()[-1].strip()}")
+    extra = {k: v for k, v in have.extra_config.items() if automatic.get(k) != v}
+    notes += [f"vCenter's class has no {k}; vgpuctl sets {v}, so plan shows that change"
+              for k, v in automatic.items() if k not in have.extra_config]
+    lines = [f"  - name: {_scalar(have.name)}"]
+    lines += [f"    # {n}" for n in notes]
+    lines += [f"    {k}: {_scalar(v)}" for k, v in spec.items() if k != "name"]
+    if len(vgpus) == 1:
+        lines.append(f"    vgpus: {_flow(vgpus[0])}")
+    else:
+        lines.append("    vgpus:")
+        lines += [f"      - {_flow(v)}" for v in vgpus]
+    if extra:
+        lines.append(f"    extra_config: {_flow(extra)}")
+    return lines
+
+
 # --------------------------------------------------------------------------------------------- render
 
 
@@ -366,9 +431,10 @@ def _render_vm(name: str, vm: _Vm) -> list[str]:
 
 
 def export_inventory(observed: Observed, facts: Mapping[str, HostFacts] | None = None,
-                     options: ExportOptions | None = None) -> str:
+                     options: ExportOptions | None = None, supervisor: SupervisorState | str | None = None) -> str:
     """The inventory text. `facts` (per host: module options, graphicsConfig.deviceType, MIG from the shell)
-    refine the host entries; without them NVLink and the scheduler are left out."""
+    refine the host entries; without them NVLink and the scheduler are left out. `supervisor`: the VM classes
+    and namespaces read over REST (cluster names, not ids), or why they could not be read."""
     options = options or ExportOptions()
     facts = facts or {}
     hosts = [n for n, h in sorted(observed.hosts.items())
@@ -401,6 +467,11 @@ def export_inventory(observed: Observed, facts: Mapping[str, HostFacts] | None =
     lines.append("vms:" if vms else "vms: []")
     for name, vm in ranges(vms):
         lines += _render_vm(name, vm)
+    if isinstance(supervisor, str):
+        lines.append(f"# VM classes and namespaces not read: {supervisor}")
+    elif supervisor is not None:
+        clusters = {observed.hosts[h].cluster or "" for h in hosts} if (options.cluster or options.host) else None
+        lines += supervisor_lines(supervisor, clusters)
     return "\n".join(lines) + "\n"
 
 

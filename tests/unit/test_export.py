@@ -11,6 +11,7 @@ from vgpuctl.hostfacts import HostFacts
 from vgpuctl.inventory import load_inventory_text, validate
 from vgpuctl.model import Observed, ObservedVgpu, ObservedVm, PowerState
 from vgpuctl.plan import make_plan
+from vgpuctl.vmclasses import ClassState, NamespaceState, SupervisorState, plan_supervisor
 
 pytestmark = pytest.mark.unit
 
@@ -211,3 +212,74 @@ def test_without_shell_facts_the_file_says_where_mig_modes_came_from() -> None:
     text = export_inventory(observed, facts)
     assert "# MIG modes of esx-01, esx-02, esx-03 as vSphere reports them (no ESXi SSH settings" in text
     assert "# a MIG switch pending there shows as a change when plan reads the shell." in text
+
+
+def _supervisor() -> SupervisorState:
+    mmio = {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "256"}
+    return SupervisorState(
+        classes={
+            "gpu-a100-40c": ClassState("gpu-a100-40c", 16, 131072, 0, 100, ["grid_a100-40c"] * 2, dict(mmio)),
+            "gpu-mixed": ClassState("gpu-mixed", 8, 65536, 25, 100, ["grid_a100-20c", "grid_a100-10c"],
+                                    {**mmio, "pciPassthru.64bitMMIOSizeGB": "512", "guest.tag": "x"}),
+            "gpu-unused": ClassState("gpu-unused", 4, 32768, 0, 100, ["grid_a100-10c"], dict(mmio)),
+            "best-effort-small": ClassState("best-effort-small", 2, 4096),
+        },
+        namespaces={
+            "ml-team": NamespaceState("ml-team", "domain-c8", ["best-effort-small", "gpu-a100-40c", "gpu-mixed"]),
+            "web": NamespaceState("web", "domain-c8", ["best-effort-small"]),
+        },
+        supervisor_clusters={"domain-c8": "GPU-Cluster"},
+    )
+
+
+def test_vm_classes_and_namespaces_plan_to_no_change() -> None:
+    observed, facts = farm()
+    state = _supervisor()
+    text = export_inventory(observed, facts, supervisor=state)
+    inv = load_inventory_text(text)
+    validate(inv)
+    assert [c.name for c in inv.vm_classes] == ["gpu-a100-40c", "gpu-mixed", "gpu-unused"]
+    assert [(n.name, n.supervisor, n.vm_classes) for n in inv.namespaces] == [
+        ("ml-team", "GPU-Cluster", ["gpu-a100-40c", "gpu-mixed"])]
+    assert "# also uses best-effort-small (no vGPUs: not written, its association is left alone)" in text
+    mixed = next(c for c in inv.vm_classes if c.name == "gpu-mixed")
+    assert mixed.extra_config == {"pciPassthru.64bitMMIOSizeGB": "512", "guest.tag": "x"}  # the MMIO flag is implied
+    assert mixed.cpu_reservation == 25 and [(v.profile, v.count) for v in mixed.vgpus] == [
+        ("grid_a100-20c", 1), ("grid_a100-10c", 1)]
+    plan = plan_supervisor(inv, state, observed)
+    assert plan.errors == [] and plan.is_empty, (plan.errors, plan.class_changes, plan.namespace_changes)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "what"),
+    [
+        ("memory_gb: 128\n    vgpus: {profile: grid_a100-40c, count: 2}",
+         "memory_gb: 128\n    vgpus: {profile: grid_a100-40c, count: 1}", ("class", "gpu-a100-40c")),
+        ("vm_classes: [gpu-a100-40c, gpu-mixed]", "vm_classes: [gpu-a100-40c]", ("namespace", "ml-team")),
+    ],
+)
+def test_one_class_or_namespace_edit_plans_exactly_that_change(old: str, new: str, what: tuple[str, str]) -> None:
+    observed, facts = farm()
+    state = _supervisor()
+    text = export_inventory(observed, facts, supervisor=state)
+    assert text.count(old) == 1
+    plan = plan_supervisor(load_inventory_text(text.replace(old, new)), state, observed)
+    changed = [("class", c.name) for c in plan.class_changes]
+    changed += [("namespace", n.namespace) for n in plan.namespace_changes]
+    assert plan.errors == [] and changed == [what]
+
+
+def test_scoped_export_writes_the_classes_of_its_clusters_namespaces_only() -> None:
+    observed, facts = farm()
+    text = export_inventory(observed, facts, ExportOptions(cluster="MIG"), supervisor=_supervisor())
+    assert "vm_classes" not in text
+    scoped = load_inventory_text(export_inventory(observed, facts, ExportOptions(cluster="GPU-Cluster"),
+                                                  supervisor=_supervisor()))
+    assert [c.name for c in scoped.vm_classes] == ["gpu-a100-40c", "gpu-mixed"]
+
+
+def test_unread_supervisor_side_is_said() -> None:
+    observed, facts = farm()
+    text = export_inventory(observed, facts, supervisor="REST login failed (404)")
+    assert "# VM classes and namespaces not read: REST login failed (404)" in text
+    assert "vm_classes" not in text.replace("# VM classes", "")

@@ -15,6 +15,7 @@ from vgpuctl.errors import NotFound
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec, Inventory
     from vgpuctl.model import Observed
+    from vgpuctl.vmclasses import SupervisorState
 
 
 def register(app: typer.Typer) -> None:
@@ -56,8 +57,9 @@ def export_cmd(
         hosts = {n: (h.moid, specs.get(n)) for n, h in observed.hosts.items()
                  if h.gpus and h.connection_state == "connected"}
         facts = gather_facts(session, hosts, shell=_reads_shell(specs))
+        supervisor = _supervisor(opts, inventory, observed)
     try:
-        text = export_inventory(observed, facts, ExportOptions(cluster, host, all_vms))
+        text = export_inventory(observed, facts, ExportOptions(cluster, host, all_vms), supervisor)
     except ValueError as err:
         raise NotFound(str(err)) from None
     if out is None:
@@ -82,3 +84,17 @@ def _reads_shell(specs: dict[str, HostSpec]) -> bool:
     from vgpuctl.hoststatus import shell_configured
 
     return shell_configured(specs) or bool(os.environ.get("SSH_AUTH_SOCK"))
+
+
+def _supervisor(opts: GlobalOptions, inventory: Inventory | None, observed: Observed) -> SupervisorState | str:
+    """VM classes and namespaces over REST (one login), or why they could not be read (a vCenter without
+    a supervisor answers the namespace calls with errors: the file then says so in a comment)."""
+    from vgpuctl.errors import RestError
+    from vgpuctl.k8s.stage import observe_supervisor
+    from vgpuctl.vsphere.rest import RestClient
+
+    try:
+        with RestClient(common.connection_settings(opts, inventory)) as rest:
+            return observe_supervisor(rest, observed)
+    except RestError as err:
+        return str(err)
