@@ -169,3 +169,27 @@ def test_one_edit_plans_exactly_that_change(env: dict[str, str], exported: Path,
     assert hosts == sorted(expect.get("host", []))
     assert vms == expect.get("vm", [])
     assert all(not c.get("devices") for c in doc["vm_changes"])
+
+
+def test_a_pending_mig_switch_is_exported_as_pending(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
+    """Last in the module (it leaves a MIG switch configured on A2): an A100 keeps `nvidia-smi -mig 1` pending
+    until the host reboots; export reads that over SSH, writes the pending mode and says so, and plan shows
+    exactly the reboot that completes it."""
+    from gpusim import ssh_host_map_path, ssh_known_hosts
+
+    from vgpuctl.esxi.ssh import EsxiShell, SshSettings
+    from vgpuctl.hostfacts import load_host_map
+
+    settings = SshSettings(known_hosts=ssh_known_hosts(sim), password=sim.password, use_agent=False)
+    with EsxiShell(load_host_map(str(ssh_host_map_path(sim)))[A2], settings) as sh:
+        sh.run("nvidia-smi -i 3 -mig 1")
+    path = tmp_path / "pending.yaml"
+    assert vgpuctl(env, "export", "-o", str(path)).exit_code == 0
+    text = path.read_text()
+    found = re.search(r"# GPU (\S+): MIG is off with a switch to on pending \(nvidia-smi\): written as on", text)
+    assert found, text
+    code, doc = _plan(env, path)
+    assert code == 2, doc
+    changes = [(c["host"], c["setting"], c["gpu"], c["old"], c["new"], c["needs_reboot"]) for c in doc["host_changes"]]
+    assert changes == [(A2, "mig", found[1], "time-sliced (mig pending)", "mig", True)]
+    assert doc["vm_changes"] == []
