@@ -34,7 +34,7 @@ demo: venv gpusim
 	  $(BIN)/vgpuctl status; \
 	  $(BIN)/vgpuctl plan -f inventory.example.yaml --detailed-exitcode
 
-lint: venv
+lint: venv typecheck
 	$(BIN)/ruff check vgpuctl tests bench
 	cd tests/vcsim && gofmt -l . | (! grep .) && go vet ./...
 
