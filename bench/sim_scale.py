@@ -1,6 +1,6 @@
 """gpusim at scale: start-up of 64 hosts x 8 GPUs with 1,000 VMs, and one bulk read of every VM's devices.
 
-Targets (issue 2): start-up within 10 s on a 2-core machine; RetrievePropertiesEx over all VMs'
+Targets: start-up within 10 s on a 2-core machine; RetrievePropertiesEx over all VMs'
 config.hardware.device within 2 s. This is a measurement, not a test: it prints the numbers and says
 whether each target was met (exit status 0 either way unless --strict).
 

@@ -294,7 +294,7 @@ class Gpusim:
 
 
 # --------------------------------------------------------------------------------------------------------
-# SSH (ESXi shell) side: helpers owned by the ESXi shell part (issue 3). gpusim serves one SSH endpoint
+# SSH (ESXi shell) side: helpers of the ESXi shell. gpusim serves one SSH endpoint
 # per host (login root, password = the vSphere password) and writes ssh_known_hosts and ssh_hosts.json
 # next to its env file; the control endpoint /gpusim/ssh shows them and arms SSH faults.
 

@@ -142,7 +142,7 @@ def test_vgpus_per_vm_limit(version: str, limit: int) -> None:
 @pytest.mark.parametrize(
     ("fbs", "size"),
     [
-        ([40], 128),  # DOMAIN.md: 128 GB per A100-40GB
+        ([40], 128),  # VMware KB 2142307 guideline: 128 GB per A100-40GB
         ([80], 256),  # 256 GB per 80 GB GPU
         ([40, 40, 40, 40], 512),
         ([40, 40, 40], 512),  # 384 GB guideline -> next power of two
