@@ -171,6 +171,40 @@ def test_nvlink_vm_of_3_on_an_nvswitch_host_is_refused_at_plan_time(gpusim_facto
     assert "trio" not in direct_vms(sim) and sim.assignments() == []  # refused before vCenter was touched
 
 
+def test_bridge_quads_take_only_nvlink_vms_of_the_whole_quad(gpusim_factory: Any, env: Any, tmp_path: Path) -> None:
+    """NVLink bridge quads: the host offers one device group per quad, of all four GPUs. vSphere attaches a
+    group whole, so a 2-vGPU NVLink VM is refused at plan time naming the size the host offers; a 4-vGPU one
+    is attached as one group and powered on."""
+    sim = gpusim_factory(farm("A100-40GB", gpus=4, nvlink="quads"), args=["-no-ssh"])
+    e = env(sim)
+    pair = inventory(tmp_path, vm("pair", "grid_a100-40c", 2, nvlink=True), name="pair.yaml")
+    line = plan_error(vgpuctl(e, "plan", "-f", pair))
+    assert "pair" in line and "no NVLink device group of 2 GPUs (the host offers groups of 4)" in line, line
+    assert "pair" not in direct_vms(sim)
+
+    applied(e, inventory(tmp_path, vm("quad", "grid_a100-40c", 4, nvlink=True), name="quad.yaml"))
+    seen = direct_vms(sim)["quad"]
+    assert seen["power"] == "poweredOn"
+    assert seen["groups"] == ["NVIDIA:4@grid_a100-40c%NVLink"] * 4
+    assert len(gpus_by_vm(sim)["quad"]) == 4
+
+
+def test_nvswitch_forced_on_a_pcie_board_is_planned_by_the_groups_the_host_reports(
+    gpusim_factory: Any, env: Any, tmp_path: Path
+) -> None:
+    """The catalogue says bridge pairs for A100 PCIe; this farm's host reports NVSwitch groups of 2, 4 and 8
+    instead, and the host wins: 8 vGPUs go into one group, 3 are refused naming the sizes it offers."""
+    sim = gpusim_factory(farm("A100-40GB", gpus=8, nvlink="nvswitch"), args=["-no-ssh"])
+    e = env(sim)
+    trio = inventory(tmp_path, vm("trio", "grid_a100-40c", 3, nvlink=True), name="trio.yaml")
+    line = plan_error(vgpuctl(e, "plan", "-f", trio))
+    assert "trio" in line and "no NVLink device group of 3 GPUs (the host offers groups of 2, 4 or 8)" in line, line
+
+    applied(e, inventory(tmp_path, vm("all-8", "grid_a100-40c", 8, nvlink=True), name="all.yaml"))
+    seen = direct_vms(sim)["all-8"]
+    assert seen["power"] == "poweredOn" and seen["groups"] == ["NVIDIA:8@grid_a100-40c%NVLink"] * 8
+
+
 # ------------------------------------------------------------------------------- mixed-size maxima
 
 
