@@ -283,10 +283,9 @@ def _series_masks(board: str, series: str) -> tuple[int, ...]:
     return tuple(_mask([(pid, t.placement_size)]) for t in rows if t.placement_size for pid in t.placement_ids)
 
 
-def _mixed_room(gpu: Gpu, series: str, ranges: list[tuple[int, int]]) -> int:
-    """Free placement ids left for every vGPU type of the board in `series` that has published ids: the room
-    for further vGPUs on a mixed-size GPU (one series per GPU)."""
-    used = _mask(ranges)
+def _mixed_room(gpu: Gpu, series: str, used: int) -> int:
+    """Free placement ids left, with the units in mask `used` taken, for every vGPU type of the board in
+    `series` that has published ids: the room for further vGPUs on a mixed-size GPU (one series per GPU)."""
     return sum(1 for m in _series_masks(gpu.board or "", series) if not m & used)
 
 
@@ -303,7 +302,8 @@ def _mixed_placement(gpu: Gpu, profile: VgpuProfile) -> tuple[int, int] | None:
     free = [pid for pid in row.placement_ids if _clear(ranges, pid, size)]
     if not free:
         return None
-    best = min(free, key=lambda pid: (_mixed_room(gpu, row.series, [*ranges, (pid, size)]), pid))
+    taken = _mask(ranges)
+    best = min(free, key=lambda pid: (_mixed_room(gpu, row.series, taken | _mask([(pid, size)])), pid))
     return (best, size)
 
 
