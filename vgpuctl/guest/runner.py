@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import sys
 import tempfile
@@ -316,11 +315,36 @@ def deploy(
 ) -> DeployResult:
     """Run the guest stack on every guest of `inv` that has an address; hosts with problems found before the
     run (no address, an empty group) are reported as failed/unreachable without stopping the others."""
-    import ansible_runner
-
     base = state or state_dir()
     targets = tg.build_targets(inv, addresses)
-    outcomes_pre = [
+    outcomes_pre = _problem_outcomes(targets, limit)
+    runnable = targets.runnable
+    if not runnable:
+        return DeployResult(hosts=outcomes_pre, artifacts=None, runner_status="skipped", rc=0, check=check)
+
+    artifacts_root = runs_dir(base)
+    artifacts_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tracker = HostTracker()
+    ident = new_ident()
+    run = _PlaybookRun(inv, targets, base / "known_hosts", artifacts_root, ident, forks)
+    try:
+        result = run.execute(check=check, limit=limit, handler=_event_handler(tracker, on_event))
+    finally:
+        prune_runs(artifacts_root, keep_runs)
+
+    outcomes = [tracker.outcome(h.name, h.group) for h in runnable if _in_run(h.name, tracker, limit)]
+    _blame_playbook_failure(outcomes, result.rc, result.status, artifacts_root / ident / "stdout")
+    return DeployResult(
+        hosts=outcomes_pre + outcomes,
+        artifacts=artifacts_root / ident,
+        runner_status=result.status,
+        rc=result.rc,
+        check=check,
+    )
+
+
+def _problem_outcomes(targets: tg.GuestTargets, limit: str | None) -> list[GuestOutcome]:
+    return [
         GuestOutcome(
             host=p.subject,
             group=p.group,
@@ -332,73 +356,79 @@ def deploy(
         for p in targets.problems
         if limit_matches(limit, p.subject, p.group)
     ]
-    runnable = targets.runnable
-    if not runnable:
-        return DeployResult(hosts=outcomes_pre, artifacts=None, runner_status="skipped", rc=0, check=check)
 
-    playbooks = tg.playbooks_dir()
-    artifacts_root = runs_dir(base)
-    artifacts_root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    known_hosts = base / "known_hosts"
-    tracker = HostTracker()
-    ident = new_ident()
-    private = Path(tempfile.mkdtemp(prefix="vgpuctl-guest-"))
-    try:
-        with password_file(inv) as pw_file:
-            cfg = private / "ansible.cfg"
-            (private / "cp").mkdir(mode=0o700)
-            cfg.write_text(ansible_cfg(playbooks, private / "cp", forks))
-            inventory_dir = private / "inventory"
-            inventory_dir.mkdir()
-            conn = tg.connection_vars(inv, known_hosts=known_hosts, password_file=pw_file)
-            (inventory_dir / "hosts.yml").write_text(
-                tg.render_inventory(targets, conn, source=inv.source_path or "inventory")
-            )
-            cmdline = ["--check"] if check else []
 
-            def handler(event: dict[str, Any]) -> bool:
-                tracker.feed(event)
-                if on_event is not None:
-                    on_event(event)
-                return True  # keep writing the event to the artifacts
+def _event_handler(tracker: HostTracker, on_event: EventHandler | None) -> Callable[[dict[str, Any]], bool]:
+    def handler(event: dict[str, Any]) -> bool:
+        tracker.feed(event)
+        if on_event is not None:
+            on_event(event)
+        return True  # keep writing the event to the artifacts
 
-            secrets = secret_env_names((inv.guests.connection.password_env or "",))
-            with scrubbed_environ(secrets):
-                result = ansible_runner.run(
-                    private_data_dir=str(private),
-                    project_dir=str(playbooks),
-                    playbook="site.yml",
-                    inventory=str(inventory_dir / "hosts.yml"),
-                    artifact_dir=str(artifacts_root),
-                    ident=ident,
-                    rotate_artifacts=0,
-                    envvars=run_environment(cfg),
-                    limit=limit,
-                    cmdline=shlex.join(cmdline) if cmdline else None,
-                    event_handler=handler,
-                    quiet=True,
-                    suppress_env_files=True,
-                )
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-        prune_runs(artifacts_root, keep_runs)
+    return handler
 
-    outcomes = [tracker.outcome(h.name, h.group) for h in runnable if _in_run(h.name, tracker, limit)]
-    if result.rc != 0 and not any(o.status in ("failed", "unreachable") for o in outcomes):
-        # ansible-playbook itself failed (a parse error, a bad --limit): no host result can be trusted
-        error = playbook_error(artifacts_root / ident / "stdout") or f"ansible-runner {result.status}"
-        if not outcomes:
-            raise GuestError(f"ansible-playbook exited with status {result.rc}: {error}")
-        for outcome in outcomes:
-            outcome.status, outcome.failed = "failed", max(outcome.failed, 1)
-            outcome.message = f"ansible-playbook exited with status {result.rc}: {error}"
-    return DeployResult(
-        hosts=outcomes_pre + outcomes,
-        artifacts=artifacts_root / ident,
-        runner_status=result.status,
-        rc=result.rc,
-        check=check,
-    )
+
+@dataclass
+class _PlaybookRun:
+    """One ansible-runner run of site.yml from a private, temporary data directory removed afterwards."""
+
+    inv: Inventory
+    targets: tg.GuestTargets
+    known_hosts: Path
+    artifacts_root: Path
+    ident: str
+    forks: int
+
+    def execute(self, *, check: bool, limit: str | None, handler: Callable[[dict[str, Any]], bool]) -> Any:
+        import ansible_runner
+
+        playbooks = tg.playbooks_dir()
+        private = Path(tempfile.mkdtemp(prefix="vgpuctl-guest-"))
+        try:
+            with password_file(self.inv) as pw_file:
+                cfg, inventory_file = self._write_private(private, playbooks, pw_file)
+                secrets = secret_env_names((self.inv.guests.connection.password_env or "",))
+                with scrubbed_environ(secrets):
+                    return ansible_runner.run(
+                        private_data_dir=str(private),
+                        project_dir=str(playbooks),
+                        playbook="site.yml",
+                        inventory=str(inventory_file),
+                        artifact_dir=str(self.artifacts_root),
+                        ident=self.ident,
+                        rotate_artifacts=0,
+                        envvars=run_environment(cfg),
+                        limit=limit,
+                        cmdline="--check" if check else None,
+                        event_handler=handler,
+                        quiet=True,
+                        suppress_env_files=True,
+                    )
+        finally:
+            shutil.rmtree(private, ignore_errors=True)
+
+    def _write_private(self, private: Path, playbooks: Path, pw_file: Path | None) -> tuple[Path, Path]:
+        cfg = private / "ansible.cfg"
+        (private / "cp").mkdir(mode=0o700)
+        cfg.write_text(ansible_cfg(playbooks, private / "cp", self.forks))
+        inventory_dir = private / "inventory"
+        inventory_dir.mkdir()
+        conn = tg.connection_vars(self.inv, known_hosts=self.known_hosts, password_file=pw_file)
+        inventory_file = inventory_dir / "hosts.yml"
+        inventory_file.write_text(tg.render_inventory(self.targets, conn, source=self.inv.source_path or "inventory"))
+        return cfg, inventory_file
+
+
+def _blame_playbook_failure(outcomes: list[GuestOutcome], rc: int, status: str, stdout: Path) -> None:
+    """ansible-playbook itself failed (a parse error, a bad --limit): no host result can be trusted."""
+    if rc == 0 or any(o.status in ("failed", "unreachable") for o in outcomes):
+        return
+    error = playbook_error(stdout) or f"ansible-runner {status}"
+    if not outcomes:
+        raise GuestError(f"ansible-playbook exited with status {rc}: {error}")
+    for outcome in outcomes:
+        outcome.status, outcome.failed = "failed", max(outcome.failed, 1)
+        outcome.message = f"ansible-playbook exited with status {rc}: {error}"
 
 
 def playbook_error(stdout: Path) -> str:
