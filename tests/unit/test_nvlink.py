@@ -1,10 +1,13 @@
-"""vgpuctl.vsphere.nvlink: which hosts to ask for NVLink sets, and sets from vendor device groups."""
+"""vgpuctl.vsphere.nvlink: which hosts to ask for NVLink sets, sets and their group sizes from vendor device
+groups, and the device group rule as placement and plan apply it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace as NS
 
 import pytest
+from ruamel.yaml import YAML
 
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
 from vgpuctl.vsphere.nvlink import (
@@ -204,3 +207,47 @@ def test_bridge_pair_takes_its_pair() -> None:
         g.fb_gb = 40
     placed = place_vm(gpus, "vm", ["grid_a100-40c"] * 2, nvlink=True)
     assert placed.reason is None and len({p.gpu for p in placed.placed}) == 2
+
+
+# ------------------------------------------------------------------------------------ the plan says so
+
+PLAN_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "plan"
+
+
+def _quad_farm(groups: list[int]) -> Observed:
+    """gpusim's default farm (4 x A100-40GB) as one NVLink set whose host reports groups of `groups`."""
+    data = YAML(typ="safe").load((PLAN_FIXTURES / "_farm1.yaml").read_text(encoding="utf-8"))
+    for gpu in data["hosts"]["esx-01.gpu.sim"]["gpus"]:
+        gpu.update(nvlink_set=0, nvlink_groups=groups)
+    return Observed.from_dict(data)
+
+
+def _nvlink_plan(count: int, observed: Observed) -> list[str]:
+    from vgpuctl.inventory import load_inventory_text
+    from vgpuctl.plan import make_plan
+
+    inv = load_inventory_text(f"""\
+apiVersion: vgpuctl/v1
+vms:
+  - name: linked
+    template: ubuntu-22.04-ml
+    cluster: GPU-Cluster
+    vgpus: {{profile: grid_a100-40c, count: {count}}}
+    nvlink: required
+""")
+    return make_plan(inv, observed).errors
+
+
+def test_plan_refuses_an_nvlink_vm_no_reported_group_takes_naming_the_offered_sizes() -> None:
+    assert _nvlink_plan(2, _quad_farm([4])) == [
+        "vm linked: cannot power on: host esx-01.gpu.sim has no NVLink device group of 2 GPUs "
+        "(the host offers groups of 4)"]
+    assert _nvlink_plan(4, _quad_farm([4])) == []
+    assert _nvlink_plan(2, _quad_farm([2, 4])) == []
+
+
+def test_plan_says_when_the_catalogue_gave_the_sizes() -> None:
+    """No groups reported: the board's catalogue topology (A100 PCIe: bridge pairs) makes the quad one group."""
+    assert _nvlink_plan(2, _quad_farm([])) == [
+        "vm linked: cannot power on: host esx-01.gpu.sim has no NVLink device group of 2 GPUs "
+        "(the host reported no NVLink device groups; by the board's topology (bridge-pairs): 4)"]
