@@ -7,8 +7,6 @@ reports its output, exit status and GPU facts in the event of the task "Report t
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -82,8 +80,6 @@ def run_guests(
     keep_runs: int = gr.DEFAULT_KEEP_RUNS,
 ) -> GuestRun:
     """Run playbooks/experiment.yml on `vms` (those with an address); VMs without one are reported as errors."""
-    import ansible_runner
-
     base = state or gr.state_dir()
     targets = tg.build_targets(inv, addresses)
     runnable = [h for h in targets.runnable if h.name in vms]
@@ -95,47 +91,28 @@ def run_guests(
     for group in targets.groups:
         if any(h.name in vms for h in group.hosts):
             group_vars.update(group.vars)
-    playbooks = tg.playbooks_dir()
     artifacts_root = gr.runs_dir(base)
     artifacts_root.mkdir(parents=True, exist_ok=True, mode=0o700)
     tracker = gr.HostTracker()
     events: list[dict[str, Any]] = []
     ident = gr.new_ident()
-    private = Path(tempfile.mkdtemp(prefix="vgpuctl-experiment-"))
+
+    def handler(event: dict[str, Any]) -> bool:
+        tracker.feed(event)
+        if event.get("event") == "runner_on_ok":
+            events.append(event)
+        return True
+
+    playbook_run = gr.PlaybookRun(
+        inv, targets, base / "known_hosts", artifacts_root, ident, forks=max(1, len(runnable)), playbook=PLAYBOOK
+    )
     try:
-        with gr.password_file(inv) as pw_file:
-            cfg = private / "ansible.cfg"
-            (private / "cp").mkdir(mode=0o700)
-            cfg.write_text(gr.ansible_cfg(playbooks, private / "cp", forks=max(1, len(runnable))))
-            inventory_file = private / "inventory.yml"
-            conn = tg.connection_vars(inv, known_hosts=base / "known_hosts", password_file=pw_file)
-            inventory_file.write_text(tg.render_inventory(targets, conn, source=inv.source_path or "inventory"))
-
-            def handler(event: dict[str, Any]) -> bool:
-                tracker.feed(event)
-                if event.get("event") == "runner_on_ok":
-                    events.append(event)
-                return True
-
-            secrets = gr.secret_env_names((inv.guests.connection.password_env or "",))
-            with gr.scrubbed_environ(secrets):
-                result = ansible_runner.run(
-                    private_data_dir=str(private),
-                    project_dir=str(playbooks),
-                    playbook=PLAYBOOK,
-                    inventory=str(inventory_file),
-                    artifact_dir=str(artifacts_root),
-                    ident=ident,
-                    rotate_artifacts=0,
-                    envvars=gr.run_environment(cfg),
-                    extravars=extravars(workload, [h.name for h in runnable], group_vars),
-                    limit=",".join(h.name for h in runnable),
-                    event_handler=handler,
-                    quiet=True,
-                    suppress_env_files=True,
-                )
+        result = playbook_run.execute(
+            limit=",".join(h.name for h in runnable),
+            handler=handler,
+            extravars=extravars(workload, [h.name for h in runnable], group_vars),
+        )
     finally:
-        shutil.rmtree(private, ignore_errors=True)
         gr.prune_runs(artifacts_root, keep_runs)
     run = collect(events, [h.name for h in runnable], tracker)
     run.errors = [f"{vm}: no guest IP address (VM powered off, or VMware Tools not running)" for vm in missing] \

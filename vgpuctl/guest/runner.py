@@ -326,7 +326,7 @@ def deploy(
     artifacts_root.mkdir(parents=True, exist_ok=True, mode=0o700)
     tracker = HostTracker()
     ident = new_ident()
-    run = _PlaybookRun(inv, targets, base / "known_hosts", artifacts_root, ident, forks)
+    run = PlaybookRun(inv, targets, base / "known_hosts", artifacts_root, ident, forks)
     try:
         result = run.execute(check=check, limit=limit, handler=_event_handler(tracker, on_event))
     finally:
@@ -369,8 +369,8 @@ def _event_handler(tracker: HostTracker, on_event: EventHandler | None) -> Calla
 
 
 @dataclass
-class _PlaybookRun:
-    """One ansible-runner run of site.yml from a private, temporary data directory removed afterwards."""
+class PlaybookRun:
+    """One ansible-runner run of a playbook from a private, temporary data directory removed afterwards."""
 
     inv: Inventory
     targets: tg.GuestTargets
@@ -378,8 +378,16 @@ class _PlaybookRun:
     artifacts_root: Path
     ident: str
     forks: int
+    playbook: str = "site.yml"
 
-    def execute(self, *, check: bool, limit: str | None, handler: Callable[[dict[str, Any]], bool]) -> Any:
+    def execute(
+        self,
+        *,
+        check: bool = False,
+        limit: str | None,
+        handler: Callable[[dict[str, Any]], bool],
+        extravars: dict[str, Any] | None = None,
+    ) -> Any:
         import ansible_runner
 
         playbooks = tg.playbooks_dir()
@@ -392,12 +400,13 @@ class _PlaybookRun:
                     return ansible_runner.run(
                         private_data_dir=str(private),
                         project_dir=str(playbooks),
-                        playbook="site.yml",
+                        playbook=self.playbook,
                         inventory=str(inventory_file),
                         artifact_dir=str(self.artifacts_root),
                         ident=self.ident,
                         rotate_artifacts=0,
                         envvars=run_environment(cfg),
+                        extravars=extravars or {},
                         limit=limit,
                         cmdline="--check" if check else None,
                         event_handler=handler,
