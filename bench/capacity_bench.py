@@ -10,6 +10,7 @@ the farms are plain observed data (the command adds reading the farm, see bench/
 
     .venv/bin/python bench/capacity_bench.py              # every case, the command's default budget
     .venv/bin/python bench/capacity_bench.py --only 64x8  # the 64 hosts x 8 GPUs, 1,000 VMs case
+    .venv/bin/python bench/capacity_bench.py --cli        # that case as one `vgpuctl capacity` against gpusim
 """
 
 from __future__ import annotations
@@ -114,13 +115,54 @@ def cases(only: str | None) -> list[Case]:
     return [c for c in out if only is None or only in c[0]]
 
 
+CLI_FARM = {"datacenter": "DC0", "templates": [], "clusters": [
+    {"name": "A100s", "hosts": 32, "gpus_per_host": 8, "model": "A100-40GB", "graphics_type": "sharedDirect",
+     "vgpu_mode": "sameSize", "assignment_policy": "performance", "nvlink": "pairs"},
+    {"name": "H100s", "hosts": 32, "gpus_per_host": 8, "model": "H100-80GB", "graphics_type": "sharedDirect",
+     "vgpu_mode": "sameSize", "assignment_policy": "consolidation", "nvlink": "nvswitch"}]}
+
+
+def run_cli(time_limit: float) -> None:
+    """The whole command against gpusim (64 hosts x 8 GPUs, the 1,000-VM demand), timed from the process's
+    start to its exit: with the solver, and with --greedy."""
+    import tempfile
+
+    import yaml
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from gpusim import Gpusim
+
+    with tempfile.TemporaryDirectory() as tmp, Gpusim.start(farm=CLI_FARM, args=["-no-ssh"], timeout=300) as sim:
+        path = Path(tmp) / "demand.yaml"
+        path.write_text(yaml.safe_dump(mix_1000().model_dump(mode="json", exclude_none=True, by_alias=True)))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_")) and k != "SSH_AUTH_SOCK"}
+        env.update(VGPUCTL_URL=sim.url, VGPUCTL_USERNAME=sim.username, VGPUCTL_PASSWORD=sim.password,
+                   VGPUCTL_INSECURE="1")
+        vgpuctl = str(Path(sys.executable).with_name("vgpuctl"))
+        for extra in (["--time-limit", str(time_limit)], ["--greedy"]):
+            started = time.monotonic()
+            done = subprocess.run([vgpuctl, "-o", "json", "capacity", "--demand", str(path), *extra], env=env,
+                                  check=True, capture_output=True, text=True)
+            wall = time.monotonic() - started
+            doc = json.loads(done.stdout)
+            gap = f", gap {doc['gap']:.1%}" if doc["gap"] is not None else ""
+            print(f"vgpuctl capacity {' '.join(extra)}: {wall:.1f} s in all (answer {doc['seconds']:.1f} s from "
+                  f"the command's start), {doc['placed']} VMs placed ({doc['method']}, {doc['status']}{gap}; "
+                  f"greedy {doc['greedy_placed']}); load average {os.getloadavg()[0]:.1f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-limit", type=float, default=DEFAULT_TIME_LIMIT_S,
                         help="budget of each answer in seconds, as `vgpuctl capacity --time-limit`")
     parser.add_argument("--only", help="run the cases whose name contains this (e.g. 64x8)")
     parser.add_argument("--case", help=argparse.SUPPRESS)  # one case, as a JSON line (the process per case)
+    parser.add_argument("--cli", action="store_true",
+                        help="time the whole `vgpuctl capacity` command against gpusim at 64 hosts x 8 GPUs instead")
     args = parser.parse_args()
+    if args.cli:
+        run_cli(args.time_limit)
+        return
     if args.case:
         print(json.dumps(run_case(args.case, args.time_limit)))
         return
