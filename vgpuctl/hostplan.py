@@ -1,30 +1,7 @@
 """Plan host GPU changes: the pure function (desired HostSpec, ObservedHost, HostFacts) -> list[HostChange].
 
-What a host's `hosts:` entry can ask for, and how each difference becomes a HostChange (kind, target):
-- graphics.default_type (host) and graphics.type (per GPU): UpdateGraphicsConfig; disruptive, and a reboot
-  (NVIDIA AI Enterprise user guide §2.7.6: the graphics type takes effect after a reboot or an nv-hostengine restart);
-- graphics.assignment_policy (host): UpdateGraphicsConfig; affects only later power-ons: not disruptive;
-- graphics.vgpu_mode (per GPU, sameSize | mixedSize): UpdateGraphicsConfig deviceType; disruptive (refused
-  while vGPUs run on the GPU), no reboot;
-- mig (per GPU): `nvidia-smi -i <bus id> -mig 0|1`; disruptive; a reboot on Ampere (A100), not on Hopper
-  (H100), where the mode applies once the GPU is idle;
-- nvlink (host): nvidia module option NVreg_NvLinkDisable=1 (or removed), merged into the option string;
-- scheduler (host): NVreg_RegistryDwords=RmPVMRL=<value> merged into the option string (other registry keys
-  kept); values from vgpuctl.scheduler (docs/scheduler.md). Mixed-size GPUs support best-effort and
-  equal-share only;
-- maintenance (host): a host a failed apply left in maintenance mode, with VMs to power on again;
-- evacuate (per VM, target = the VM's name): a VM running on a host that enters maintenance mode, and what
-  happens to it: powered off and on again after the host change, powered off and handed to its own VM
-  change (re-profiled for the new mode, then powered on), or moved to another host of its cluster
-  (`evacuate: migrate`). A running VM whose vGPUs the host will not offer
-  after a mode change, and that the inventory does not move to an offered profile, is a plan error.
-Module option changes are disruptive and need a reboot. A change is planned while either the configured
-option string or the one in effect differs from the wish (configured but not yet rebooted still needs the
-reboot).
-
-Facts from the ESXi shell (MIG pending, NVLink links) refine the plan when present; without them the plan
-uses what vSphere shows (vgpuMode multiInstanceGpu, the configured option string).
-`verify_host` is what apply checks after a host comes back: no change left, and NVLink links as desired.
+`plan_hosts` plans every host entry, `verify_host` is what apply checks after a host comes back. Which setting
+becomes which change, and which changes are disruptive or need a reboot: docs/host-changes.md.
 """
 
 from __future__ import annotations

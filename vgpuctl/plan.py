@@ -1,20 +1,7 @@
 """make_plan: the pure function Inventory x Observed -> Plan. No I/O.
 
-Per VM in the inventory (VMs in vCenter that the inventory does not name are left alone):
-- which VM it is: its name, in its `folder` when the entry sets one; a name that VMs in several folders share
-  needs the folder, and a folder that holds none of them is an error, never a clone beside them;
-- clone from `template` when the VM is missing (cpus, memory, cluster or host, folder);
-- the vGPU device diff: keep devices whose profile is still wanted (lowest keys first), remove the surplus
-  (highest keys), add what is missing; passthrough devices that are not vGPUs are never touched;
-- memoryReservationLockedToMax, numCPUs, memoryMB;
-- C-series (large BAR) vGPUs: EFI firmware (a BIOS VM is a plan error: switching the firmware of an
-  installed guest breaks its boot), hardware version >= 17, pciPassthru.use64bitMMIO and
-  pciPassthru.64bitMMIOSizeGB (see profiles.mmio_size_gb; a larger existing value is kept);
-- power: `restart` = the VM should run (powered off for a change, then on); `off` = it should be off;
-  `keep` = never touch its power state (a running VM that needs a change is a plan error).
-Checks: the host offers every added profile (a new VM: some host of its cluster), vSphere's per-VM limit,
-and GPU capacity for every VM that will be powered on, with the simulator's placement rules.
-A new VM on a cluster is pinned to the host where placement put it, so the prediction holds at apply.
+VMs in vCenter that the inventory does not name are left alone. What is planned per VM and which checks refuse a
+plan: docs/architecture.md, "What the VM plan decides".
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """VM classes with vGPUs and supervisor namespaces: the inventory sections, what vCenter shows through the
 Automation REST API, and the pure plan between them. No I/O.
 
-Inventory (`vm_classes:` and `namespaces:`):
-- a class is created when missing, updated when it differs, deleted only with `state: absent`;
-- vGPUs are one `{profile, count}` mapping or a list of them; a class with vGPUs reserves all its memory
-  (`memory_reservation` defaults to 100 and may not be lower) and, for large-BAR (C-series) profiles, gets
-  64-bit MMIO sized like a VM's (profiles.mmio_size_gb) unless its `extra_config` says otherwise;
-- a namespace lists the VM classes it may use; associations with classes the inventory does not name under
-  `vm_classes:` are left alone, so are namespaces and classes it does not name; namespaces are never created.
-Plan checks: the namespace exists on a supervisor cluster (and on the one named), some host of that cluster
-offers every profile of each class it will use (in the GPU mode it has or will have), the vGPU count is within
-vSphere's per-VM limit there, and an absent class is used by no namespace the inventory leaves alone.
+What is created, updated or left alone, and the plan's checks: docs/k8s.md.
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
-"""The demand file (kind: Demand): schema and loading with FILE:LINE:COL errors.
+"""The demand file (kind: Demand): schema and loading with FILE:LINE:COL errors (the inventory's loader).
 
-```yaml
-apiVersion: vgpuctl/v1
-kind: Demand
-clusters: [GPU-Cluster]            # optional scope; default all
-allow: [mig, vgpu-mode, profile]   # what the answer may change on GPUs no running VM holds; default none
-frozen_hosts: [esx-01.example.com] # never changed
-template: ubuntu-22.04-ml          # optional: written into the inventory fragment for the new VMs
-demand:
-  - name: infer                    # VMs infer-001, infer-002, ... in the answer
-    count: 40
-    vgpus: {profile: grid_a100-10c, count: 1}   # or {fb_gb: 10, series: c, count: 1}
-    nvlink: none                   # none | required
-    priority: 2                    # higher is placed first; default 1
-```
-The YAML is read by the inventory's loader, so every error is located the same way.
+The file format: docs/capacity.md (`vgpuctl capacity --demand`).
 """
 
 from __future__ import annotations

@@ -1,26 +1,7 @@
 """The experiment file (apiVersion vgpuctl/v1, kind Experiment) and the merge of each variant onto the base.
 
-```yaml
-apiVersion: vgpuctl/v1
-kind: Experiment
-inventory: inventory.yaml          # the base, relative to this file
-vms: [train-01, train-02]          # the VMs that run the workload
-repetitions: 3
-on_failure: continue               # continue | stop
-workload: {builtin: nccl-tests, test: all_reduce_perf, scope: across-vms}
-variants:
-  - name: nvlink-on
-    hosts: [{cluster: GPU-Cluster, nvlink: enabled}]
-  - name: nvlink-off
-    hosts: [{cluster: GPU-Cluster, nvlink: disabled}]
-```
-
-A variant's `hosts` and `vms` entries are overlays: a host entry is merged onto the base entry with the same
-`cluster` (or `name`), a VM entry onto the base entry with the same `name`. Merging follows the inventory's
-rules: mappings merge key by key, lists and scalars are replaced, and `gpus` entries merge by `select`.
-An overlay may only change what the base sets (an entry or key the base leaves out is an error): applying
-the base again must undo every variant. Errors are `FILE:LINE:COL: key.path: message`, located with the
-inventory loader's own machinery.
+Variants are overlays merged with the inventory's host-entry rules; an overlay may only change what the base sets.
+The file format: docs/experiments.md. Errors are FILE:LINE:COL, located with the inventory loader.
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """The results directory of an experiment: one record per variant and repetition, written as it finishes.
 
-```
-RESULTS/
-  experiment.json                 what was asked: variants, workloads, repetitions, participating VMs
-  state.json                      which configuration the farm is in now (base or a variant), and its history
-  variants/NAME/inventory.yaml    the merged inventory that was applied
-  variants/NAME/expect.json       what the variant should show (NVLink on/off, vGPU profiles per VM)
-  variants/NAME/rep-001/result.json   status, workload, parsed numbers, per-VM exit status, errors
-  variants/NAME/rep-001/output/VM.txt the benchmark's raw output
-  variants/NAME/rep-001/facts.json    topology, NVLink, driver and MIG facts read during the run
-```
-A repetition whose result.json says `ok` is done; a rerun skips it. A failed one is run again. Files are
-written to a temporary name and renamed, so an interrupted run never leaves half a record.
+A repetition whose result.json says `ok` is done and a rerun skips it; records are written to a temporary name and
+renamed. The directory layout: docs/experiments.md.
 """
 
 from __future__ import annotations
