@@ -336,6 +336,14 @@ def test_torchrun_starts_on_every_worker_with_the_network_settings(converged, gu
     assert failed.returncode == 1
     assert guests.ssh(g1, "vgpuctl-train --launcher mpirun x </dev/null", check=False).returncode == 2
 
+    # horovodrun: one launch here, the hostfile, and the interface Gloo must use (not what the host name resolves to)
+    horovodrun = g1.root / "opt" / "vgpuctl" / "venv" / "bin" / "horovodrun"
+    horovodrun.write_text(FAKE_TORCHRUN)
+    horovodrun.chmod(0o755)
+    guests.ssh(g1, "cd /tmp && vgpuctl-train --launcher horovodrun /opt/job.py </dev/null")
+    args = guests.ssh(g1, "cat /var/tmp/fake-torchrun").stdout.splitlines()[0]
+    assert args == "-np 4 --hostfile /etc/vgpuctl/hostfile --network-interfaces eth0 python /opt/job.py"
+
 
 def test_artifacts_hold_no_token_and_no_password(converged):
     runs = converged["state"] / "runs"
