@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from vgpuctl import hostplan
 from vgpuctl.domain import Outcome, Power
-from vgpuctl.errors import Interrupted, UsageError
+from vgpuctl.errors import Interrupted, InventoryErrors, UsageError
 from vgpuctl.hostapply import HostApplyOptions, HostApplyResult, apply_host_changes, pending_changes
 from vgpuctl.hostfacts import HostFacts
 from vgpuctl.hosttargets import targets_for
@@ -64,6 +64,10 @@ def load(path: Path) -> Inventory:
         raise UsageError(f"{path}: no such file")
     inventory = load_inventory(path)
     validate(inventory)
+    from vgpuctl.vmclasses import iter_problems  # VM classes and namespaces: duplicates, unknown references
+
+    if problems := list(iter_problems(inventory)):
+        raise InventoryErrors(problems)
     return inventory
 
 
@@ -183,6 +187,14 @@ def plan(session: Session, observed: Observed, inventory: Inventory, options: Ru
     the_plan.errors = errors + the_plan.errors
     the_plan.warnings += _lease_warnings(session, observed, sorted({c.host for c in the_plan.host_changes}))
     return the_plan
+
+
+def plan_vm_classes(session: Session, observed: Observed, inventory: Inventory, the_plan: Plan) -> Any:
+    """VM classes and supervisor namespaces over REST (vgpuctl.k8s.stage), planned against the hosts as the
+    plan leaves them: a SupervisorRun to close, or None when the inventory names none (no REST login)."""
+    from vgpuctl.k8s.stage import open_for_run
+
+    return open_for_run(session.settings, inventory, observed, the_plan.host_changes)
 
 
 def plan_hosts(

@@ -274,3 +274,29 @@ def test_thumbprint_pinning_covers_the_rest_api(sim: Any, env: dict[str, str], t
     bad = vgpuctl({**pinned, "VGPUCTL_THUMBPRINT": "00" * 32}, "k8s", "plan", "-f", str(path))
     assert bad.exit_code == 1
     assert "error: TLS thumbprint mismatch for https://" in bad.output and bad.output.count("\n") == 1
+
+
+def test_vgpuctl_plan_and_apply_carry_the_vm_classes(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(textwrap.dedent("""\
+        apiVersion: vgpuctl/v1
+        vcenter: {datacenter: DC0}
+        vm_classes:
+          - {name: gpu-pipe, cpus: 8, memory_gb: 64, vgpus: {profile: grid_a100-20c}}
+        namespaces:
+          - {name: other-team, vm_classes: [best-effort-small, gpu-pipe]}
+        """))
+    plan = vgpuctl(env, "plan", "-f", str(path), "--detailed-exitcode")
+    assert plan.exit_code == 2, plan.output
+    assert "+ vm class gpu-pipe  (create)" in plan.output and "+ vm class gpu-pipe\n" in plan.output
+    applied = vgpuctl(env, "apply", "-f", str(path), "--yes")
+    assert applied.exit_code == 0, applied.output
+    rest = Rest(sim)
+    assert rest.namespace_classes("other-team") == ["best-effort-small", "gpu-pipe"]
+    assert _profiles(rest.classes()["gpu-pipe"]) == ["grid_a100-20c"]
+    assert vgpuctl(env, "plan", "-f", str(path), "--detailed-exitcode").exit_code == 0
+    bad = path.read_text().replace("grid_a100-20c", "grid_a100-7-40c")
+    path.write_text(bad)
+    refused = vgpuctl(env, "plan", "-f", str(path))
+    assert refused.exit_code == 1
+    assert "vm class gpu-pipe: no host of supervisor cluster GPU-Cluster offers grid_a100-7-40c" in refused.output

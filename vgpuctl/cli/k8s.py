@@ -244,5 +244,46 @@ def _manifests_text(manifests: dict[str, str], out: Path | None) -> str:
     return "\n".join(f"# ---- {name}\n{text.rstrip()}" for name, text in manifests.items())
 
 
+# ---------------------------------------------------------------- the VM-class stage of `vgpuctl plan`/`apply`
+
+
+def merge_errors(run: SupervisorRun | None, the_plan: Any) -> None:
+    """The VM-class plan's errors and warnings join the run's plan (one list of reasons, one exit)."""
+    if run is not None and run.last_plan is not None:
+        the_plan.errors += run.last_plan.errors
+        the_plan.warnings += run.last_plan.warnings
+
+
+def has_changes(run: SupervisorRun | None) -> bool:
+    return run is not None and run.last_plan is not None and not run.last_plan.is_empty
+
+
+def show_in_plan(run: SupervisorRun | None, opts: GlobalOptions) -> None:
+    """The VM-class diff after the VM plan (text; stderr with --output json, whose document it is not in)."""
+    if run is None or run.last_plan is None:
+        return
+    if opts.json:
+        common.stderr_console().print(_plan_renderable(run.last_plan))
+    else:
+        common.emit(None, lambda _d: _plan_renderable(run.last_plan), opts)
+
+
+def apply_in_run(run: SupervisorRun | None, opts: GlobalOptions, *, yes: bool) -> None:
+    """After the hosts and VMs: show the VM-class diff, confirm (unless yes), apply; a failure raises. The
+    caller closes the run."""
+    if run is None or run.last_plan is None:
+        return
+    show_in_plan(run, opts)
+    if run.last_plan.is_empty:
+        return
+    if not yes:
+        _confirm(run.last_plan)
+    result = run.apply(progress=lambda what, step: common.info(f"{what}: {step}"))
+    (common.info if opts.json else typer.echo)(result.text())
+    if result.failed:
+        failed = result.failed[0]
+        raise VgpuctlError(f"apply stopped at {failed.target}: {failed.message}")
+
+
 def register(main_app: typer.Typer) -> None:
     main_app.add_typer(app, name="k8s")

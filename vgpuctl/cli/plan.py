@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from vgpuctl.cli import common
+from vgpuctl.cli import common, k8s
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.domain import Outcome
 from vgpuctl.errors import Interrupted, PlanError, UsageError, VgpuctlError
@@ -101,8 +102,11 @@ def plan_cmd(
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, options.datacenter, inventory)
         the_plan = pipeline.plan(session, observed, inventory, options)
+        classes = pipeline.plan_vm_classes(session, observed, inventory, the_plan)  # VM classes (k8s)
         round_trips = session.round_trips
         vcenter = session.settings.sdk_url
+    with classes or nullcontext():
+        k8s.merge_errors(classes, the_plan)
     if explain is not None:
         from vgpuctl.explain import explain_host, render_explain
 
@@ -113,9 +117,10 @@ def plan_cmd(
             print_plan_to_stderr(the_plan)  # the reasons come as the error; -v shows the diff too
         raise PlanError(list(the_plan.errors))
     show_plan(the_plan, opts, round_trips=round_trips if opts.verbose else None)
+    k8s.show_in_plan(classes, opts)
     if out is not None:
         save_plan(out, file, vcenter, observed, the_plan)
-    if detailed_exitcode and not the_plan.is_empty:
+    if detailed_exitcode and not (the_plan.is_empty and not k8s.has_changes(classes)):
         raise typer.Exit(EXIT_CHANGES_PENDING)
 
 
@@ -251,7 +256,13 @@ def execute(
         the_plan = pipeline.plan(session, observed, inventory, options)
         if saved is not None and saved_path is not None:
             check_still_valid(saved_path, saved, session.settings.sdk_url, observed, the_plan)
-        return apply_planned(opts, session, inventory, the_plan, observed, options, yes=yes)
+        classes = None if saved is not None else pipeline.plan_vm_classes(session, observed, inventory, the_plan)
+        with classes or nullcontext():
+            k8s.merge_errors(classes, the_plan)
+            run = apply_planned(opts, session, inventory, the_plan, observed, options, yes=yes)
+            if not run.interrupted:
+                k8s.apply_in_run(classes, opts, yes=yes)  # VM classes after the hosts they are checked against
+        return run
 
 
 def load_saved_plan(path: Path) -> tuple[SavedPlan, Inventory]:

@@ -169,3 +169,18 @@ def _exists(rest: RestClient, name: str) -> bool:
             return False
         raise
     return True
+
+
+def open_for_run(settings: ConnectionSettings, inventory: InventorySections, observed: Observed,
+                 host_changes: Sequence[HostChange] = ()) -> SupervisorRun | None:
+    """The VM-class stage of `vgpuctl plan`/`apply`: logged in and planned, or None when the inventory names no
+    VM classes or namespaces (no REST login then). The caller closes it."""
+    if not names_supervisor_objects(inventory):
+        return None
+    run = SupervisorRun(settings, inventory)
+    try:
+        run.plan(observed, host_changes)
+    except BaseException:
+        run.rest.close()
+        raise
+    return run
