@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -58,3 +59,11 @@ def gpusim_factory(tmp_path: Path) -> Iterator[Factory]:
     yield _factory(stack, tmp_path)
     for sim in reversed(stack):
         sim.stop()
+
+
+@pytest.fixture
+def no_vgpuctl_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of vgpuctl in this test see none of the caller's VGPUCTL_* / GOVC_* settings."""
+    for name in list(os.environ):
+        if name.startswith(("VGPUCTL_", "GOVC_")):
+            monkeypatch.delenv(name)

@@ -292,6 +292,24 @@ class Gpusim:
         """os.environ updated with gpusim's environment (for subprocesses)."""
         return {**os.environ, **self.env}
 
+    def vgpuctl_env(self, state_dir: Path | None = None, *, esxi: bool = True) -> dict[str, str]:
+        """The VGPUCTL_* settings of a vgpuctl run against this simulator (its ESXi shells too, unless esxi=False)."""
+        env = {
+            "VGPUCTL_URL": self.url,
+            "VGPUCTL_USERNAME": self.username,
+            "VGPUCTL_PASSWORD": self.password,
+            "VGPUCTL_INSECURE": "1",
+        }
+        if state_dir is not None:
+            env["VGPUCTL_STATE_DIR"] = str(state_dir)
+        if esxi:
+            env |= {
+                "VGPUCTL_ESXI_HOSTS": self.env["GPUSIM_SSH_HOSTS"],
+                "VGPUCTL_ESXI_KNOWN_HOSTS": self.env["GPUSIM_SSH_KNOWN_HOSTS"],
+                "VGPUCTL_ESXI_PASSWORD": self.password,
+            }
+        return env
+
 
 # --------------------------------------------------------------------------------------------------------
 # SSH (ESXi shell) side: helpers of the ESXi shell. gpusim serves one SSH endpoint

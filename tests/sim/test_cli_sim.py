@@ -80,16 +80,8 @@ def sim(gpusim_session_factory: Any) -> Any:
 
 
 @pytest.fixture
-def env(sim: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    for name in list(os.environ):
-        if name.startswith(("VGPUCTL_", "GOVC_")):
-            monkeypatch.delenv(name)
-    return {
-        "VGPUCTL_URL": sim.url,
-        "VGPUCTL_USERNAME": sim.username,
-        "VGPUCTL_PASSWORD": sim.password,
-        "VGPUCTL_INSECURE": "1",
-    }
+def env(sim: Any, no_vgpuctl_env: None) -> dict[str, str]:
+    return sim.vgpuctl_env(esxi=False)
 
 
 def vgpuctl(env: dict[str, str], *args: str) -> Any:

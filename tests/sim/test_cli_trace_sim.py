@@ -42,18 +42,7 @@ def sim(gpusim_factory: Callable[..., Any]) -> Any:
 
 
 def run(sim: Any, tmp_path: Path, *args: str) -> Any:
-    env = {
-        "VGPUCTL_URL": sim.url,
-        "VGPUCTL_USERNAME": sim.username,
-        "VGPUCTL_PASSWORD": sim.password,
-        "VGPUCTL_INSECURE": "1",
-        "VGPUCTL_STATE_DIR": str(tmp_path / "state"),
-        "VGPUCTL_ESXI_HOSTS": sim.env["GPUSIM_SSH_HOSTS"],
-        "VGPUCTL_ESXI_KNOWN_HOSTS": sim.env["GPUSIM_SSH_KNOWN_HOSTS"],
-        "VGPUCTL_ESXI_PASSWORD": sim.password,
-        "GPUSIM_SSH_HOSTS": "",
-    }
-    return CliRunner().invoke(app, list(args), env=env)
+    return CliRunner().invoke(app, list(args), env=sim.vgpuctl_env(tmp_path / "state"))
 
 
 def test_vv_traces_soap_and_ssh_without_secrets(sim: Any, tmp_path: Path) -> None:

@@ -4,7 +4,6 @@ and one edited value makes plan show exactly that change."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,13 +96,8 @@ def sim(gpusim_session_factory: Any, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.fixture
-def env(sim: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    for name in list(os.environ):
-        if name.startswith(("VGPUCTL_", "GOVC_")):
-            monkeypatch.delenv(name)
-    return {"VGPUCTL_URL": sim.url, "VGPUCTL_USERNAME": sim.username, "VGPUCTL_PASSWORD": sim.password,
-            "VGPUCTL_INSECURE": "1", "VGPUCTL_ESXI_HOSTS": sim.env["GPUSIM_SSH_HOSTS"],
-            "VGPUCTL_ESXI_KNOWN_HOSTS": sim.env["GPUSIM_SSH_KNOWN_HOSTS"], "VGPUCTL_ESXI_PASSWORD": sim.password}
+def env(sim: Any, no_vgpuctl_env: None) -> dict[str, str]:
+    return sim.vgpuctl_env()
 
 
 def vgpuctl(env: dict[str, str], *args: str) -> Any:

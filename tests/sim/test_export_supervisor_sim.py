@@ -5,7 +5,6 @@ change (`k8s plan` and `plan`) and one edited class or namespace plans exactly t
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -64,12 +63,9 @@ def sim(gpusim_session_factory: Any, tmp_path_factory: pytest.TempPathFactory) -
 
 
 @pytest.fixture
-def env(sim: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    for name in list(os.environ):
-        if name.startswith(("VGPUCTL_", "GOVC_")) or name == "SSH_AUTH_SOCK":
-            monkeypatch.delenv(name)
-    return {"VGPUCTL_URL": sim.url, "VGPUCTL_USERNAME": sim.username, "VGPUCTL_PASSWORD": sim.password,
-            "VGPUCTL_INSECURE": "1"}
+def env(sim: Any, monkeypatch: pytest.MonkeyPatch, no_vgpuctl_env: None) -> dict[str, str]:
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    return sim.vgpuctl_env(esxi=False)
 
 
 def vgpuctl(env: dict[str, str], *args: str) -> Any:

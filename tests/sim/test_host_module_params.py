@@ -32,19 +32,9 @@ FARM = {
 def _run(sim: Any, tmp_path: Path, inventory: str, *args: str, ssh: bool = True) -> Any:
     from vgpuctl.cli.main import app
 
-    env = {
-        "VGPUCTL_URL": sim.url,
-        "VGPUCTL_USERNAME": sim.username,
-        "VGPUCTL_PASSWORD": sim.password,
-        "VGPUCTL_INSECURE": "1",
-        "VGPUCTL_STATE_DIR": str(tmp_path / "state"),
-        "VGPUCTL_ESXI_HOSTS": sim.env["GPUSIM_SSH_HOSTS"] if ssh else "",
-        "VGPUCTL_ESXI_KNOWN_HOSTS": sim.env["GPUSIM_SSH_KNOWN_HOSTS"],
-        "VGPUCTL_ESXI_PASSWORD": sim.password if ssh else "",
-        "VGPUCTL_ESXI_KEY_FILE": "",
-        "GPUSIM_SSH_HOSTS": "",
-        "SSH_AUTH_SOCK": "",  # no agent either
-    }
+    env = sim.vgpuctl_env(tmp_path / "state") | {"VGPUCTL_ESXI_KEY_FILE": "", "SSH_AUTH_SOCK": ""}  # no agent either
+    if not ssh:
+        env |= {"VGPUCTL_ESXI_HOSTS": "", "VGPUCTL_ESXI_PASSWORD": ""}
     path = tmp_path / "inv.yaml"
     path.write_text("apiVersion: vgpuctl/v1\nhosts:\n" + inventory)
     return CliRunner().invoke(app, [*args, "-f", str(path)], env=env)

@@ -44,14 +44,7 @@ def sim(gpusim_factory: Callable[..., Any]) -> Any:
 
 
 def vgpuctl(sim: Any, tmp_path: Path, *args: str) -> Any:
-    env = {
-        "VGPUCTL_URL": sim.url,
-        "VGPUCTL_USERNAME": sim.username,
-        "VGPUCTL_PASSWORD": sim.password,
-        "VGPUCTL_INSECURE": "1",
-        "VGPUCTL_STATE_DIR": str(tmp_path / "state"),
-    }
-    return CliRunner().invoke(app, list(args), env=env)
+    return CliRunner().invoke(app, list(args), env=sim.vgpuctl_env(tmp_path / "state", esxi=False))
 
 
 def vgpus_of(sim: Any, name: str) -> list[str] | None:
