@@ -44,6 +44,7 @@ class ObservedGpu:
     vms: list[str] = field(default_factory=list)  # names of VMs holding a vGPU on this GPU
     nvlink_set: int | None = None  # index of the NVLink-connected set it belongs to (links up), if any
     nvlink_groups: list[int] = field(default_factory=list)  # device group sizes the host reports for that set
+    nvlink_profiles: list[str] = field(default_factory=list)  # profiles those device groups are offered for
 
 
 @dataclass

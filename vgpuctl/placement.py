@@ -54,6 +54,8 @@ class Gpu:
     vgpus: list[str] = field(default_factory=list)
     # sizes of the NVLink device groups the host reports for this GPU's set (empty: it reports none)
     nvlink_groups: tuple[int, ...] = ()
+    # profiles the host's device groups over this GPU's set are offered for (empty: it names none)
+    nvlink_profiles: tuple[str, ...] = ()
     # MIG only: occupied memory slots as (start, size); derived from `vgpus` when left empty.
     mig_used: list[tuple[int, int]] = field(default_factory=list)
     # Something we cannot identify holds this GPU: no new vGPU goes on it (`blocked_reason` says why).
@@ -517,7 +519,31 @@ def group_sizes(nvlink_set: list[Gpu]) -> GroupSizes:
                       info.nvlink_topology if info is not None else "none")
 
 
-def _nvlink_sets(gpus: list[Gpu]) -> list[list[Gpu]]:
+def group_profiles(nvlink_set: list[Gpu]) -> tuple[tuple[str, ...], bool]:
+    """The vGPU types (NVIDIA names, `A100-40C`) a set's device groups are offered for, and whether the host
+    named them: the group names it reports first, else the board's whole-GPU C-series types (NVLink P2P needs
+    time-sliced C-series vGPUs that each take a whole GPU)."""
+    reported = sorted({_type_key(n) for g in nvlink_set for n in g.nvlink_profiles})
+    if reported:
+        return tuple(reported), True
+    return whole_gpu_compute_types(nvlink_set[0].board), False
+
+
+def whole_gpu_compute_types(board: str | None) -> tuple[str, ...]:
+    """The board's largest time-sliced C-series type when it takes the whole framebuffer (the catalogue; gpusim
+    names its device groups by the same type)."""
+    info = BOARDS.get(board or "")
+    rows = [t for t in info.types.values() if not t.mig_gi and t.series == "C"] if info is not None else []
+    best = max(rows, key=lambda t: t.fb_gb, default=None)
+    return (best.name,) if info is not None and best is not None and best.fb_gb + 0.5 >= info.fb_gb else ()
+
+
+def _type_key(profile: str) -> str:
+    parsed = try_parse(profile)
+    return parsed.type_name if parsed is not None else profile.upper()
+
+
+def nvlink_sets(gpus: Iterable[Gpu]) -> list[list[Gpu]]:
     """NVLink sets with every link up, by lowest PCI id. A MIG GPU is in no device group (NVLink P2P needs
     time-sliced vGPUs)."""
     sets: dict[int, list[Gpu]] = {}
@@ -527,21 +553,48 @@ def _nvlink_sets(gpus: list[Gpu]) -> list[list[Gpu]]:
     return sorted((s for s in sets.values() if all(g.nvlink_up for g in s)), key=lambda s: s[0].id)
 
 
-def _no_group_reason(sets: list[list[Gpu]], count: int) -> str:
+def group_refusal(nvlink_set: list[Gpu], profiles: Sequence[str]) -> str | None:
+    """Why this set offers no device group for a VM of these vGPUs, or None: the VM's vGPU count must be a
+    group size the set offers, and every vGPU's type one the groups are offered for."""
+    offered, named = group_profiles(nvlink_set)
+    wanted = sorted({_type_key(p) for p in profiles})
+    missing = [p for p in profiles if _type_key(p) not in offered]
+    if missing:
+        spelled = ", ".join(_spelled(t, profiles[0]) for t in offered) or "no profile"
+        source = "the host's group names" if named else "by the catalogue: the board's whole-GPU C-series types"
+        return (f"has NVLink device groups only for {spelled} ({source}), not for "
+                f"{', '.join(_spelled(t, profiles[0]) for t in wanted if t not in offered)}")
+    if len(profiles) not in group_sizes(nvlink_set).sizes:
+        return f"has no NVLink device group of {len(profiles)} GPUs ({group_sizes(nvlink_set).text()})"
+    return None
+
+
+def _spelled(type_name: str, like: str) -> str:
+    """A type name spelled as vSphere spells `like` (its `grid_` or `nvidia_` prefix)."""
+    prefix = like[: like.index("_") + 1] if "_" in like else "grid_"
+    return prefix + type_name.lower()
+
+
+def _no_group_reason(sets: list[list[Gpu]], profiles: Sequence[str]) -> str:
     if not sets:
-        return f"has no NVLink-connected set of {count} GPUs with links up"
-    offers = sorted({group_sizes(s).text() for s in sets})
-    return f"has no NVLink device group of {count} GPUs ({'; '.join(offers)})"
+        return f"has no NVLink-connected set of {len(profiles)} GPUs with links up"
+    reasons = sorted({r for s in sets if (r := group_refusal(s, profiles))})
+    if all(r.startswith("has no NVLink device group of") for r in reasons):
+        offers = sorted({group_sizes(s).text() for s in sets})
+        return f"has no NVLink device group of {len(profiles)} GPUs ({'; '.join(offers)})"
+    return "; ".join(reasons)
 
 
 def _place_nvlink(ordered: list[Gpu], vm: str, wanted: list[tuple[int, VgpuProfile]], policy: str,
                   host: str | None) -> Placement:
-    """vSphere attaches a device group whole: the VM's vGPU count must be a group size its set offers, and
-    that many GPUs of the set take one vGPU each. Sets are tried by lowest PCI id; the first that fits wins."""
-    sets = _nvlink_sets(ordered)
-    usable = [s for s in sets if len(wanted) in group_sizes(s).sizes]
+    """vSphere attaches a device group whole: the VM's vGPU count must be a group size its set offers, its
+    vGPUs of a type the groups are offered for, and that many GPUs of the set take one vGPU each. Sets are tried
+    by lowest PCI id; the first that fits wins."""
+    sets = nvlink_sets(ordered)
+    names = [p.name for _, p in wanted]
+    usable = [s for s in sets if group_refusal(s, names) is None]
     if not usable:
-        return Placement(vm, host, reason=_no_group_reason(sets, len(wanted)))
+        return Placement(vm, host, reason=_no_group_reason(sets, names))
     best = 0
     for s in usable:
         placed, n = _place_on([clone_gpu(g) for g in s], wanted, policy)
@@ -622,7 +675,8 @@ def gpus_from_observed(host, vm_profiles: Mapping[str, Sequence[str]]) -> list[G
             left.remove(choice)
             profs.append(choice)
         gpu = Gpu(og.pci_id, board, fb, og.vgpu_mode, og.graphics_type, og.nvlink_set, vgpus=profs, api_version=api,
-                  nvlink_groups=tuple(getattr(og, "nvlink_groups", ())))
+                  nvlink_groups=tuple(getattr(og, "nvlink_groups", ())),
+                  nvlink_profiles=tuple(getattr(og, "nvlink_profiles", ())))
         if unread:
             gpu.block(f"used by {', '.join(sorted(set(unread)))}, whose vGPUs were not read", history=False)
         if board is None and og.vms:

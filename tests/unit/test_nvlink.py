@@ -14,6 +14,7 @@ from vgpuctl.vsphere.nvlink import (
     GroupedSet,
     component_pci_id,
     device_group_sets,
+    group_profile,
     nvlink_hosts_for,
     sets_from_device_groups,
 )
@@ -146,13 +147,15 @@ def test_nvswitch_set_refuses_nvlink_vms_of_other_sizes(count: int) -> None:
 
 @pytest.mark.parametrize("order", [(2, 4, 8), (8, 2, 4)])
 def test_device_group_sets_carry_the_sizes_the_host_reports(order: tuple[int, ...]) -> None:
-    assert device_group_sets([_hgx_group(n) for n in order], HGX) == [GroupedSet(sorted(HGX), [2, 4, 8])]
+    assert device_group_sets([_hgx_group(n) for n in order], HGX) == [
+        GroupedSet(sorted(HGX), [2, 4, 8], ["grid_h100xm-80c"])]
 
 
 def test_device_group_sets_keep_each_sets_own_sizes() -> None:
     quad = [f"0000:{bus:02x}:00.0" for bus in range(0xe0, 0xe4)]
     groups = [_hgx_group(2), _hgx_group(4), _group(*quad)]
-    assert device_group_sets(groups, HGX + quad) == [GroupedSet(sorted(HGX[:4]), [2, 4]), GroupedSet(quad, [4])]
+    assert device_group_sets(groups, HGX + quad) == [GroupedSet(sorted(HGX[:4]), [2, 4], ["grid_h100xm-80c"]),
+                                                     GroupedSet(quad, [4], ["grid_a100-40c"])]
 
 
 def test_reported_group_sizes_reach_the_gpus_and_placement() -> None:
@@ -244,6 +247,82 @@ def test_plan_refuses_an_nvlink_vm_no_reported_group_takes_naming_the_offered_si
         "(the host offers groups of 4)"]
     assert _nvlink_plan(4, _quad_farm([4])) == []
     assert _nvlink_plan(2, _quad_farm([2, 4])) == []
+
+
+def test_group_profile_comes_from_the_group_name() -> None:
+    assert group_profile(_hgx_group(2)) == "grid_h100xm-80c"
+    assert group_profile(NS(deviceGroupName="NVIDIA:4@nvidia_a100-40c%NVLink")) == "nvidia_a100-40c"
+    assert group_profile(NS(deviceGroupName="some other group")) is None
+    assert group_profile(NS()) is None
+
+
+def test_device_group_sets_merge_the_profiles_of_one_set() -> None:
+    other = _group(*GPUS[:2])
+    other.deviceGroupName = "NVIDIA:2@nvidia_a100-40c%NVLink"
+    assert device_group_sets([_group(*GPUS[:2]), other], GPUS) == [
+        GroupedSet(GPUS[:2], [2], ["grid_a100-40c", "nvidia_a100-40c"])]
+
+
+def _pair_host(profiles: list[str]) -> Observed:
+    """Two A100 PCIe GPUs in one set whose host reports a device group of 2 for `profiles` (none: no names)."""
+    from vgpuctl.vsphere.observe import set_nvlink_sets
+
+    observed = Observed(datacenter="DC0")
+    observed.hosts["h"] = ObservedHost(name="h", gpus=[
+        ObservedGpu(pci_id=p, device_name="NVIDIA A100-PCIE-40GB", memory_kb=40 * 1024 * 1024,
+                    graphics_type="sharedDirect", vgpu_mode="sameSize") for p in GPUS[:2]])
+    set_nvlink_sets(observed, "h", [GPUS[:2]], [[2]], [profiles])
+    return observed
+
+
+def test_an_nvlink_vm_of_a_profile_the_groups_are_not_offered_for_is_refused_naming_them() -> None:
+    from vgpuctl.placement import gpus_from_observed, place_vm
+
+    observed = _pair_host(["grid_a100-40c"])
+    assert [g.nvlink_profiles for g in observed.hosts["h"].gpus] == [["grid_a100-40c"]] * 2
+    gpus = gpus_from_observed(observed.hosts["h"], {})
+    assert place_vm(gpus, "vm", ["grid_a100-40c"] * 2, nvlink=True).ok
+    assert place_vm(gpus, "vm", ["nvidia_a100-40c"] * 2, nvlink=True).ok  # one type, two spellings
+    small = place_vm(gpus, "vm", ["grid_a100-20c"] * 2, nvlink=True)
+    assert small.reason == ("has NVLink device groups only for grid_a100-40c (the host's group names), "
+                            "not for grid_a100-20c")
+
+
+def test_the_group_names_the_host_reports_win_over_the_catalogue() -> None:
+    """A host whose groups name another type than the board's whole-GPU C type is planned by what it names."""
+    from vgpuctl.placement import gpus_from_observed, place_vm
+
+    gpus = gpus_from_observed(_pair_host(["grid_a100-20c"]).hosts["h"], {})
+    assert place_vm(gpus, "vm", ["grid_a100-20c"] * 2, nvlink=True).ok
+    assert not place_vm(gpus, "vm", ["grid_a100-40c"] * 2, nvlink=True).ok
+
+
+def test_without_group_names_the_catalogue_gives_the_whole_gpu_c_type() -> None:
+    from vgpuctl.placement import gpus_from_observed, place_vm
+
+    gpus = gpus_from_observed(_pair_host([]).hosts["h"], {})
+    assert place_vm(gpus, "vm", ["grid_a100-40c"] * 2, nvlink=True).ok
+    small = place_vm(gpus, "vm", ["grid_a100-20c"] * 2, nvlink=True)
+    assert small.reason == ("has NVLink device groups only for grid_a100-40c (by the catalogue: the board's "
+                            "whole-GPU C-series types), not for grid_a100-20c")
+
+
+def test_plan_refuses_an_nvlink_vm_whose_profile_no_group_offers() -> None:
+    from vgpuctl.inventory import load_inventory_text
+    from vgpuctl.plan import make_plan
+
+    inv = load_inventory_text("""\
+apiVersion: vgpuctl/v1
+vms:
+  - name: linked
+    template: ubuntu-22.04-ml
+    cluster: GPU-Cluster
+    vgpus: {profile: grid_a100-20c, count: 2}
+    nvlink: required
+""")
+    errors = make_plan(inv, _quad_farm([2, 4])).errors
+    assert errors == ["vm linked: cannot power on: host esx-01.gpu.sim has NVLink device groups only for "
+                      "grid_a100-40c (by the catalogue: the board's whole-GPU C-series types), not for grid_a100-20c"]
 
 
 def test_plan_says_when_the_catalogue_gave_the_sizes() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from vgpuctl.model import Observed
 
 _PCI_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_GROUP_NAME = re.compile(r"^NVIDIA:(?P<n>\d+)@(?P<profile>[^%]+)%NVLink$", re.IGNORECASE)
 
 
 def nvlink_hosts_for(inventory: Inventory, observed: Observed) -> set[str]:
@@ -52,12 +53,19 @@ def component_pci_id(component: Any) -> str | None:
 
 @dataclass(frozen=True)
 class GroupedSet:
-    """One NVLink-connected set as the host offers it: its GPUs (PCI ids, sorted) and the sizes of the device
-    groups listed over them (sorted). vSphere attaches a group whole, so these are the vGPU counts an NVLink
-    VM may have there."""
+    """One NVLink-connected set as the host offers it: its GPUs (PCI ids, sorted), the sizes of the device
+    groups listed over them (sorted) and the profiles their names offer them for (sorted). vSphere attaches a
+    group whole, so the sizes are the vGPU counts an NVLink VM may have there, of one of those profiles."""
 
     gpus: list[str]
     group_sizes: list[int]
+    profiles: list[str] = field(default_factory=list)
+
+
+def group_profile(group: Any) -> str | None:
+    """The profile a device group is offered for, from its name (`NVIDIA:2@grid_a100-40c%NVLink`)."""
+    m = _GROUP_NAME.match(str(getattr(group, "deviceGroupName", "") or "").strip())
+    return m["profile"] if m else None
 
 
 def device_group_sets(groups: Iterable[Any], gpu_ids: Iterable[str]) -> list[GroupedSet]:
@@ -65,21 +73,24 @@ def device_group_sets(groups: Iterable[Any], gpu_ids: Iterable[str]) -> list[Gro
 
     Only components naming one of the host's GPUs count; a group of fewer than two such GPUs is no set.
     Groups that share a GPU (one set listed under several profiles, or an NVSwitch set's groups of 2, 4 and
-    8 GPUs) are one set; a group's size is the number of GPUs it names.
+    8 GPUs) are one set; a group's size is the number of GPUs it names, its profile the one its name gives.
     """
     known = {g.lower() for g in gpu_ids}
-    merged: list[tuple[set[str], set[int]]] = []
+    merged: list[tuple[set[str], set[int], set[str]]] = []
     for group in groups:
         ids = {p for c in getattr(group, "componentDeviceInfo", None) or [] if (p := component_pci_id(c)) in known}
         if len(ids) < 2:
             continue
         sizes = {len(ids)}
+        profile = group_profile(group)
+        profiles = {profile} if profile else set()
         for entry in [m for m in merged if m[0] & ids]:
             ids |= entry[0]
             sizes |= entry[1]
+            profiles |= entry[2]
             merged.remove(entry)
-        merged.append((ids, sizes))
-    out = [GroupedSet(sorted(ids), sorted(sizes)) for ids, sizes in merged]
+        merged.append((ids, sizes, profiles))
+    out = [GroupedSet(sorted(ids), sorted(sizes), sorted(profiles)) for ids, sizes, profiles in merged]
     return sorted(out, key=lambda s: s.gpus[0])
 
 

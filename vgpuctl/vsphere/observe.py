@@ -524,7 +524,8 @@ def observe_nvlink(session: Any, observed: Observed, hosts: Iterable[str]) -> li
             continue
         host = observed.hosts[name]
         offered = device_group_sets(groups, (g.pci_id for g in host.gpus))
-        set_nvlink_sets(observed, name, [s.gpus for s in offered], [s.group_sizes for s in offered])
+        set_nvlink_sets(observed, name, [s.gpus for s in offered], [s.group_sizes for s in offered],
+                        [s.profiles for s in offered])
         done.append(name)
     return done
 
@@ -555,14 +556,17 @@ def _query_device_groups(session: Any, host: ObservedHost) -> list[Any] | str:
 
 
 def set_nvlink_sets(observed: Observed, host: str, sets: list[list[str]],
-                    group_sizes: list[list[int]] | None = None) -> None:
+                    group_sizes: list[list[int]] | None = None, group_profiles: list[list[str]] | None = None) -> None:
     """Record NVLink-connected GPU sets read elsewhere (vgpuctl.hostfacts.nvlink_sets, from the ESXi shell).
 
     vCenter does not say which physical GPUs are linked, so the bulk read leaves `nvlink_set` None; this numbers
     each set (0, 1, ...) on its GPUs, and clears GPUs in no set. `group_sizes` (per set) are the device group
-    sizes the host reports; without them placement takes the board's catalogue topology.
+    sizes the host reports; without them placement takes the board's catalogue topology. `group_profiles` (per
+    set) are the profiles the groups' names offer them for; without them, the board's whole-GPU C-series types.
     """
     index = {pci.lower(): i for i, group in enumerate(sets) for pci in group}
     for gpu in observed.hosts[host].gpus:
         gpu.nvlink_set = index.get(gpu.pci_id.lower())
         gpu.nvlink_groups = list(group_sizes[gpu.nvlink_set]) if group_sizes and gpu.nvlink_set is not None else []
+        gpu.nvlink_profiles = (list(group_profiles[gpu.nvlink_set])
+                               if group_profiles and gpu.nvlink_set is not None else [])
