@@ -250,6 +250,19 @@ class Gpusim:
     def clear_faults(self) -> None:
         self.request("DELETE", "/faults")
 
+    def hold(self, method: str, obj: str = "", count: int = 1) -> int:
+        """Hold the next `count` tasks of `method` (on `obj`, or on any object) when their body starts, until
+        `release`; their start shows in `holds`. Returns the hold's id."""
+        return int(self.request("POST", "/holds", {"object": obj, "method": method, "count": count})["id"])
+
+    def holds(self) -> list[dict[str, Any]]:
+        """Every hold: id, method, object, started (moref ids of the tasks caught), waiting, released."""
+        return list(self.request("GET", "/holds")["holds"])
+
+    def release(self, hold: int | None = None) -> None:
+        """Let the tasks of one hold (every hold when None) run."""
+        self.request(*(("DELETE", "/holds") if hold is None else ("POST", f"/holds/{hold}/release")))
+
     def set_guest(
         self, vm: str, ip: str | None = None, state: str = "running", hostname: str | None = None
     ) -> dict[str, Any]:

@@ -92,6 +92,7 @@ func (s *Sim) registerControl() {
 	})
 	s.HandleControl("POST /gpusim/faults", s.armFault)
 	s.HandleControl("POST /gpusim/delays", s.armDelay)
+	s.registerHolds()
 }
 
 func sortedFaultNames() []string {

@@ -31,17 +31,20 @@ type faultBook struct {
 	mu     sync.Mutex
 	faults []*armed
 	delays []*armed
+	holds  *holdBook // tasks caught when their body starts (holds.go)
 }
 
-func newFaultBook() *faultBook { return &faultBook{} }
+func newFaultBook() *faultBook { return &faultBook{holds: newHoldBook()} }
 
 // take consumes one armed fault for (object, method), if any.
 func (b *faultBook) take(object, method string) *armed {
 	return b.consume(&b.faults, object, method)
 }
 
-// delay consumes one armed delay for (object, method) and returns it (0 if none).
+// delay waits while a hold catches the task, then consumes one armed delay for (object, method) and
+// returns it (0 if none).
 func (b *faultBook) delay(object, method string) time.Duration {
+	b.holds.wait(object, method)
 	if a := b.consume(&b.delays, object, method); a != nil {
 		return a.Delay
 	}
