@@ -585,16 +585,24 @@ def _no_group_reason(sets: list[list[Gpu]], profiles: Sequence[str]) -> str:
     return "; ".join(reasons)
 
 
+def nvlink_refusal(gpus: Iterable[Gpu], profiles: Sequence[str]) -> str | None:
+    """Why no NVLink set of these GPUs (one host) offers a device group for a VM of these vGPUs, or None when
+    one does (whether its GPUs have room is placement's next question)."""
+    sets = nvlink_sets(gpus)
+    if any(group_refusal(s, profiles) is None for s in sets):
+        return None
+    return _no_group_reason(sets, profiles)
+
+
 def _place_nvlink(ordered: list[Gpu], vm: str, wanted: list[tuple[int, VgpuProfile]], policy: str,
                   host: str | None) -> Placement:
     """vSphere attaches a device group whole: the VM's vGPU count must be a group size its set offers, its
     vGPUs of a type the groups are offered for, and that many GPUs of the set take one vGPU each. Sets are tried
     by lowest PCI id; the first that fits wins."""
-    sets = nvlink_sets(ordered)
     names = [p.name for _, p in wanted]
-    usable = [s for s in sets if group_refusal(s, names) is None]
+    usable = [s for s in nvlink_sets(ordered) if group_refusal(s, names) is None]
     if not usable:
-        return Placement(vm, host, reason=_no_group_reason(sets, names))
+        return Placement(vm, host, reason=nvlink_refusal(ordered, names))
     best = 0
     for s in usable:
         placed, n = _place_on([clone_gpu(g) for g in s], wanted, policy)

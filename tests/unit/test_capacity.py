@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from vgpuctl.capacity import cpsat
 from vgpuctl.capacity.answer import FRAMEBUFFER, GEOMETRY, NVLINK, PER_VM_LIMIT, CapacityAnswer, fragment, plan_capacity
 from vgpuctl.capacity.demand import Demand, load_demand
 from vgpuctl.capacity.fitnow import what_fits
@@ -215,6 +216,38 @@ def test_nvlink_sets_and_reason() -> None:
     assert placed(answer, "pair") == 2
     quad = plan_capacity(farm, demand(item("quad", 1, "grid_a100-40c", n=4, nvlink="required")), time_limit_s=10)
     assert placed(quad, "quad") == 0 and quad.shapes[0].reason == NVLINK
+
+
+def test_an_nvlink_vm_count_must_be_a_group_size_the_host_offers() -> None:
+    """A bridge quad whose host reports only its group of 4: "set size >= vGPUs" put 2-vGPU NVLink VMs there,
+    which plan refuses; capacity follows placement's device group rule and says why."""
+    farm = make_farm([SynthHost("esx-01", gpus=4, nvlink="quads", nvlink_groups=[4])])
+    pairs = demand(item("pair", 2, "grid_a100-40c", n=2, nvlink="required"))
+    layout, _ = cpsat.solve(build_problem(farm, pairs), time_limit_s=5)
+    assert sum(len(hl.vms) for hl in layout.values()) == 0
+    answer = plan_capacity(farm, pairs, time_limit_s=5)
+    assert placed(answer, "pair") == 0 and answer.shapes[0].reason == NVLINK
+    assert "esx-01 has no NVLink device group of 2 GPUs (the host offers groups of 4)" in answer.shapes[0].detail
+    quad = plan_capacity(farm, demand(item("quad", 2, "grid_a100-40c", n=4, nvlink="required")), time_limit_s=5)
+    assert placed(quad, "quad") == 1 and [v.host for v in quad.vms] == ["esx-01"]
+
+
+def test_nvlink_vms_take_the_groups_of_2_a_host_reports_on_its_quad() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=4, nvlink="quads", nvlink_groups=[2, 4])])
+    pairs = demand(item("pair", 3, "grid_a100-40c", n=2, nvlink="required"))
+    layout, _ = cpsat.solve(build_problem(farm, pairs), time_limit_s=5)
+    assert sum(len(hl.vms) for hl in layout.values()) == 2
+    assert placed(plan_capacity(farm, pairs, time_limit_s=5), "pair") == 2
+
+
+def test_nvlink_vms_need_the_profile_the_groups_are_offered_for() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=4, nvlink="pairs")])
+    small = demand(item("small", 1, "grid_a100-20c", n=2, nvlink="required"))
+    layout, _ = cpsat.solve(build_problem(farm, small), time_limit_s=5)
+    assert sum(len(hl.vms) for hl in layout.values()) == 0
+    answer = plan_capacity(farm, small, time_limit_s=5)
+    assert placed(answer, "small") == 0 and answer.shapes[0].reason == NVLINK
+    assert "only for grid_a100-40c" in answer.shapes[0].detail
 
 
 def test_per_vm_limit_reason() -> None:

@@ -179,9 +179,11 @@ def why_short(problem: Problem, shape: Shape, v: Verified) -> tuple[str, str]:
     if not hosts:
         return GEOMETRY, f"{what}: no host offers the profile in a mode it has or may switch to"
     if shape.nvlink:
-        big = [h for h in hosts if any(len(m) >= shape.vgpus for m in h.nvlink_sets().values())]
-        if not big:
-            return NVLINK, f"{what}: no host has an NVLink-connected set of {shape.vgpus} GPUs with links up"
+        refusals = [(h.name, h.nvlink_refusal(shape.vgpus, opt)) for h in hosts
+                    for opt in usable_options(problem, h, shape)]
+        if all(r is not None for _, r in refusals):
+            why = "; ".join(sorted({f"{name} {r}" for name, r in refusals}))
+            return NVLINK, f"{what}: no host offers an NVLink device group for them ({why})"
     capable = 0
     for h in hosts:
         for slot in h.gpus:

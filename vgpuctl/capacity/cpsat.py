@@ -5,7 +5,8 @@ shape. Per class c, n[c,j] counts its GPUs that take choice j, a (mode, pattern)
 maximal vGPU multisets placement admits on such a GPU in that mode (vgpuctl.capacity.kinds); u[c,s,p] counts
 the vGPUs of shape s with profile p in the class, at most one per GPU and VM (u <= |c| y). Per host, y[h,s,p]
 counts the VMs of shape s with profile p; their vGPUs fill the classes (sum of u = vGPUs per VM x y), NVLink
-VMs inside one NVLink set (w per set). Identical hosts are ordered by load to remove symmetric solutions.
+VMs inside one NVLink set (w per set) that offers a device group of their size for their profile (placement's
+rule), on that many of its GPUs with room. Identical hosts are ordered by load to remove symmetric solutions.
 On hosts that spread vGPUs (performance policy) new VMs of one board use one time-sliced and one MIG profile,
 so the layout holds in whatever order the VMs power on.
 Objective: placed VMs by priority (a higher priority outweighs everything below it), then fewest GPU and
@@ -153,8 +154,8 @@ class _LayoutModel:
                 most = max(pat.get(p, 0) for _, pat in c.choices)
                 if most == 0 or parse_profile(p).board != c.slots[0].gpu.board:
                     continue
-                if s.nvlink and not self._nvlink_ok(h, c, s):
-                    continue
+                if s.nvlink and h.nvlink_set_refusal(c.nvlink_set, s.vgpus, p) is not None:
+                    continue  # placement's device group rule: a group of the VM's size, for its profile
                 bound = min(s.count * s.vgpus, most * c.size)
                 c.u[s.name, p] = m.new_int_var(0, bound, f"u[{h.name},{ci},{s.name},{p}]")
             for p in {p for _, p in c.u}:
@@ -169,10 +170,6 @@ class _LayoutModel:
             for size, moved in changed_here:
                 m.add(sum(moved) <= size * hc)
             self.host_changes.append(hc)
-
-    def _nvlink_ok(self, h: HostCtx, c: _Class, s: Shape) -> bool:
-        k = c.nvlink_set
-        return k is not None and len(h.nvlink_sets().get(k, [])) >= s.vgpus
 
     def _fill(self, h: HostCtx, s: Shape, p: str, classes: list[_Class]) -> None:
         """The VMs' vGPUs go into the host's classes, one per GPU and VM; NVLink VMs inside one set."""

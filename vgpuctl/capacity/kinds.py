@@ -22,7 +22,9 @@ MODES = ("sameSize", "mixedSize", MIG_MODE)
 
 
 # What an idle GPU keeps across a mode switch; every other field of placement's Gpu starts afresh.
-_KEPT_FIELDS = frozenset({"id", "board", "fb_gb", "graphics_type", "nvlink_set", "nvlink_up", "api_version"})
+# The NVLink device groups the host reports stay with the GPU: they are the host's, not the mode's.
+_KEPT_FIELDS = frozenset({"id", "board", "fb_gb", "graphics_type", "nvlink_set", "nvlink_up", "nvlink_groups",
+                          "nvlink_profiles", "api_version"})
 
 
 def _key(gpu: Gpu) -> tuple[object, ...]:

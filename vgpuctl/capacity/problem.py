@@ -19,7 +19,7 @@ from vgpuctl.capacity.kinds import MODES, TIME_SLICED, in_mode, is_idle
 from vgpuctl.errors import NotFound
 from vgpuctl.hostplan import mig_profile_names, time_sliced_profile_names
 from vgpuctl.model import Observed, ObservedHost
-from vgpuctl.placement import MIG_MODE, Gpu, farm_from_observed
+from vgpuctl.placement import MIG_MODE, Gpu, farm_from_observed, group_refusal, nvlink_refusal, nvlink_sets
 from vgpuctl.profiles import BOARDS, max_vgpus_per_vm, parse_profile
 
 
@@ -48,12 +48,28 @@ class HostCtx:
     running_vms: list[str] = field(default_factory=list)
     frozen: bool = False
 
-    def nvlink_sets(self) -> dict[int, list[GpuSlot]]:
-        sets: dict[int, list[GpuSlot]] = {}
+    def nvlink_sets(self) -> dict[int, list[Gpu]]:
+        """The host's NVLink sets as placement sees them for an NVLink VM (vgpuctl.placement.nvlink_sets), with
+        each GPU in a time-sliced mode it has or may switch to (a MIG GPU is in no device group)."""
+        return {s[0].nvlink_set: s for s in nvlink_sets(self._time_sliced()) if s[0].nvlink_set is not None}
+
+    def _time_sliced(self) -> list[Gpu]:
+        out = []
         for s in self.gpus:
-            if s.gpu.nvlink_set is not None and s.gpu.nvlink_up:
-                sets.setdefault(s.gpu.nvlink_set, []).append(s)
-        return sets
+            switch = s.gpu.vgpu_mode == MIG_MODE and s.idle and "sameSize" in s.modes
+            out.append(s.as_mode("sameSize") if switch else s.gpu)
+        return out
+
+    def nvlink_set_refusal(self, nvlink_set: int | None, vgpus: int, profile: str) -> str | None:
+        """Why one NVLink set offers no device group for VMs of `vgpus` x `profile` (placement's rule)."""
+        members = self.nvlink_sets().get(nvlink_set) if nvlink_set is not None else None
+        if members is None:
+            return "is in no NVLink-connected set with links up"
+        return group_refusal(members, [profile] * vgpus)
+
+    def nvlink_refusal(self, vgpus: int, profile: str) -> str | None:
+        """Why no NVLink set of the host offers a device group for VMs of `vgpus` x `profile`, or None."""
+        return nvlink_refusal(self._time_sliced(), [profile] * vgpus)
 
 
 @dataclass

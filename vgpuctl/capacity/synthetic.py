@@ -33,6 +33,7 @@ class SynthHost:
     gpus: int = 4
     modes: Sequence[str] | str = "sameSize"  # one for all GPUs, or one per GPU
     nvlink: str = "pairs"  # pairs | quads | all | none
+    nvlink_groups: Sequence[int] = ()  # device group sizes the host reports for each set (empty: none)
     policy: str = "performance"
     cluster: str = "GPU-Cluster"
     running: list[RunningVm] = field(default_factory=list)
@@ -51,6 +52,8 @@ def make_host(spec: SynthHost) -> tuple[ObservedHost, list[ObservedVm]]:
                         memory_kb=int(fb * KB_PER_GB), graphics_type="sharedDirect", vgpu_mode=modes[i],
                         nvlink_set=_set_of(i, spec.nvlink, spec.gpus) if modes[i] != MIG_MODE else None)
             for i in range(spec.gpus)]
+    for g in gpus:
+        g.nvlink_groups = list(spec.nvlink_groups) if g.nvlink_set is not None else []
     vms = []
     for vm in spec.running:
         for gi in vm.gpus:
