@@ -36,6 +36,7 @@ from vgpuctl.domain import (
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, is_host_spelling, mixing_problem, parse_profile
 from vgpuctl.vmclasses import NamespaceList, VmClassList
+from vgpuctl.vmclasses import iter_problems as class_problems
 
 API_VERSION = "vgpuctl/v1"
 MAX_RANGE_NAMES = 10_000  # names one `{FIRST..LAST}` entry may expand to (documented in the README)
@@ -1087,6 +1088,7 @@ def validate(inv: Inventory) -> None:
 def iter_problems(inv: Inventory) -> Iterator[InventoryError]:
     yield from _check_vms(inv)
     yield from _check_hosts(inv)
+    yield from class_problems(inv)  # VM classes and namespaces: duplicates, unknown references
 
 
 def _folder_key(folder: str | None) -> str | None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from vgpuctl import hostplan
 from vgpuctl.domain import Outcome, Power
-from vgpuctl.errors import Interrupted, InventoryErrors, UsageError
+from vgpuctl.errors import Interrupted, UsageError
 from vgpuctl.hostapply import HostApplyOptions, HostApplyResult, apply_host_changes, pending_changes
 from vgpuctl.hostfacts import HostFacts
 from vgpuctl.hosttargets import targets_for
@@ -63,11 +63,7 @@ def load(path: Path) -> Inventory:
     if not path.exists():
         raise UsageError(f"{path}: no such file")
     inventory = load_inventory(path)
-    validate(inventory)
-    from vgpuctl.vmclasses import iter_problems  # VM classes and namespaces: duplicates, unknown references
-
-    if problems := list(iter_problems(inventory)):
-        raise InventoryErrors(problems)
+    validate(inventory)  # VM classes and namespaces included
     return inventory
 
 

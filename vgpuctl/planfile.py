@@ -1,9 +1,10 @@
 """Saved plans: `vgpuctl plan -f FILE --out PLANFILE`, then `vgpuctl apply PLANFILE` applies exactly that plan.
 
 A plan file (JSON) holds the inventory text the plan was made from, the plan itself (its report) and a digest
-of what it was based on: the farm as observed (hosts, GPUs, VMs, their vGPUs and power states) and the plan.
-`apply PLANFILE` observes and plans again from the saved inventory and refuses, before touching anything,
-when the farm or the plan differ from the saved ones. Nothing here talks to vCenter.
+of what it was based on: the farm as observed (hosts, GPUs, VMs, their vGPUs and power states), the plan, and
+the VM-class plan when the inventory names VM classes or namespaces. `apply PLANFILE` observes and plans again
+from the saved inventory and refuses, before touching anything, when the farm, the VM classes or the plan
+differ from the saved ones. Nothing here talks to vCenter.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import UsageError, VgpuctlError
 from vgpuctl.model import Observed, Plan
+
+if TYPE_CHECKING:
+    from vgpuctl.vmclasses import SupervisorPlan
 
 FORMAT = "vgpuctl-plan/v1"
 
@@ -69,8 +73,21 @@ def plan_digest(plan: Plan) -> str:
     return _sha256(plan.to_dict())
 
 
-def basis_of(observed: Observed, plan: Plan) -> str:
-    return f"farm:{farm_digest(observed)} plan:{plan_digest(plan)}"
+def classes_digest(classes: SupervisorPlan) -> str:
+    """sha256 of the VM-class plan. Planned again from the same inventory and hosts, it differs exactly when the
+    VM classes or namespaces the inventory names (or those using its classes) changed in a way that matters."""
+    return _sha256(classes.to_dict())
+
+
+def basis_of(observed: Observed, plan: Plan, classes: SupervisorPlan | None = None) -> str:
+    basis = f"farm:{farm_digest(observed)} plan:{plan_digest(plan)}"
+    return basis + (f" classes:{classes_digest(classes)}" if classes is not None else "")
+
+
+def _parts(basis: str) -> dict[str, str]:
+    """The basis's parts: `farm:X plan:Y classes:Z` -> {"farm": "X", "plan": "Y", "classes": "Z"}."""
+    pairs = (part.partition(":") for part in basis.split())
+    return {key: value for key, _, value in pairs}
 
 
 def _sha256(data: Any) -> str:
@@ -110,17 +127,25 @@ def load(path: Path) -> SavedPlan:
         raise PlanFileError(f"{path}: plan file is incomplete ({err})") from None
 
 
-def check_still_valid(path: Path, saved: SavedPlan, vcenter: str, observed: Observed, plan: Plan) -> None:
-    """Refuse (one line) when the plan file was made against another vCenter, or the farm or the plan changed."""
+def check_still_valid(
+    path: Path, saved: SavedPlan, vcenter: str, observed: Observed, plan: Plan, classes: SupervisorPlan | None = None
+) -> None:
+    """Refuse (one line) when the plan file was made against another vCenter, or the farm, the VM classes or the
+    plan changed. `classes`: the VM-class plan made now (None when the inventory names no VM classes)."""
     if saved.vcenter != vcenter:
         raise PlanFileError(f"{path} was made against {saved.vcenter}, not {vcenter}: nothing was changed")
-    farm_then, _, plan_then = saved.basis.partition(" ")
-    if farm_then != f"farm:{farm_digest(observed)}":
+    then = _parts(saved.basis)
+    if then.get("farm") != farm_digest(observed):
         raise PlanFileError(
             f"the farm changed since {path} was made (hosts, GPUs or VMs differ): nothing was changed; "
             "make a new plan with `vgpuctl plan -f FILE --out PLANFILE`"
         )
-    if plan_then != f"plan:{plan_digest(plan)}":
+    if then.get("classes") != (classes_digest(classes) if classes is not None else None):
+        raise PlanFileError(
+            f"the VM classes or namespaces changed since {path} was made (planning them again gives other "
+            "changes): nothing was changed; make a new plan with `vgpuctl plan -f FILE --out PLANFILE`"
+        )
+    if then.get("plan") != plan_digest(plan):
         raise PlanFileError(
             f"planning again gives a different plan than {path} (host facts changed): nothing was changed; "
             "make a new plan"

@@ -106,6 +106,8 @@ class ValidateReport(Report):
     valid: bool
     hosts: int  # host entries
     vms: int  # VMs after name ranges are expanded
+    vm_classes: int = 0
+    namespaces: int = 0
 
 
 # ------------------------------------------------------------------------------------------ plan
@@ -187,6 +189,30 @@ class PlanSummary:
     reboots: int
     errors: int
     warnings: int
+    vm_classes: int = 0  # VM classes to create, update or delete
+    namespaces: int = 0  # supervisor namespaces whose VM classes change
+
+
+@dataclass
+class VmClassDiff:
+    """A VM class created (+), updated (~) or deleted (-); `fields` are its sizes and reservations (old None on a
+    create), `vgpus_added`/`vgpus_removed` its vGPU devices."""
+
+    vm_class: str
+    op: str  # + ~ -
+    fields: list[FieldDiff]
+    vgpus_added: list[VgpuCount]
+    vgpus_removed: list[VgpuCount]
+    extra_config: dict[str, str | None]  # None removes the key
+
+
+@dataclass
+class NamespaceDiff:
+    """VM classes associated with (`add`) and taken from (`remove`) a supervisor namespace."""
+
+    namespace: str
+    add: list[str]
+    remove: list[str]
 
 
 @dataclass
@@ -199,6 +225,8 @@ class PlanReport(Report):
     warnings: list[str]
     summary: PlanSummary
     round_trips: int | None = optional()
+    vm_classes: list[VmClassDiff] = field(default_factory=list)  # in apply order: after hosts and VMs
+    namespaces: list[NamespaceDiff] = field(default_factory=list)
 
 
 @dataclass
@@ -369,6 +397,17 @@ class StatusVm:
 
 
 @dataclass
+class StatusVmClass:
+    """A VM class with vGPUs and the supervisor namespaces that may use it."""
+
+    vm_class: str
+    vgpus: list[VgpuCount]
+    cpus: int
+    memory_mb: int
+    namespaces: list[str]
+
+
+@dataclass
 class StatusReport(Report):
     kind: ClassVar[str] = "status"
     datacenter: str
@@ -376,6 +415,9 @@ class StatusReport(Report):
     hosts: list[StatusHost]
     vms: list[StatusVm]
     round_trips: int | None = optional()
+    vm_classes: list[StatusVmClass] = field(default_factory=list)
+    supervisor_clusters: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. VM classes that could not be read
 
 
 # ------------------------------------------------------------------------------------------ profiles

@@ -1,22 +1,32 @@
 """The `status` and `profiles` reports built from one Observed: GPUs with their VMs and framebuffer use, the
-VMs' vGPUs, and the profiles each host offers. Pure: no I/O.
+VMs' vGPUs, and the profiles each host offers; the VM classes with vGPUs in `status` and the VM-class diff in
+`plan`'s document. Pure: no I/O.
 """
 
 from __future__ import annotations
 
-from vgpuctl.model import Observed, ObservedGpu, ObservedHost
+from collections import Counter
+
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost, Op
 from vgpuctl.profiles import ProfileError, VgpuProfile, board_for_device, gi_geometry, parse_profile
 from vgpuctl.reports import (
+    FieldDiff,
     GpuVm,
     HostProfiles,
+    NamespaceDiff,
+    PlanReport,
     ProfileRow,
     ProfilesReport,
     StatusGpu,
     StatusHost,
     StatusReport,
     StatusVm,
+    StatusVmClass,
+    VgpuCount,
+    VmClassDiff,
     vgpu_counts,
 )
+from vgpuctl.vmclasses import ClassChange, SupervisorPlan, SupervisorState
 
 KB_PER_GB = 1024 * 1024
 
@@ -151,3 +161,65 @@ def host_profiles(host: ObservedHost) -> list[ProfileRow]:
 
 def profiles_report(hosts: list[ObservedHost], round_trips: int | None = None) -> ProfilesReport:
     return ProfilesReport([HostProfiles(h.name, host_profiles(h)) for h in hosts], round_trips)
+
+
+# ------------------------------------------------------------------------------------------ VM classes
+
+
+def _sorted_counts(profiles: list[str]) -> list[VgpuCount]:
+    return [VgpuCount(p, n) for p, n in sorted(Counter(profiles).items())]
+
+
+def status_vm_classes(state: SupervisorState) -> list[StatusVmClass]:
+    """The VM classes that have vGPUs, each with the namespaces allowed to use it (classes without vGPUs left out)."""
+    rows = []
+    for name in sorted(state.classes):
+        c = state.classes[name]
+        if not c.vgpus:
+            continue
+        users = sorted(n.name for n in state.namespaces.values() if name in n.vm_classes)
+        rows.append(StatusVmClass(name, _sorted_counts(c.vgpus), c.cpus, c.memory_mb, users))
+    return rows
+
+
+def with_supervisor(report: StatusReport, state: SupervisorState | None, problem: str | None = None) -> StatusReport:
+    """`status` with the VM classes read over REST, or with the reason they could not be read as a warning."""
+    if state is not None:
+        report.vm_classes = status_vm_classes(state)
+        report.supervisor_clusters = sorted(state.supervisor_clusters.values())
+    if problem:
+        report.warnings.append(f"VM classes not read: {problem}")
+    return report
+
+
+def _class_fields(c: ClassChange) -> list[FieldDiff]:
+    if c.op == Op.ADD and c.desired is not None:
+        d = c.desired
+        created = (("cpus", d.cpus), ("memoryMB", d.memory_mb), ("cpu_reservation", d.cpu_reservation),
+                   ("memory_reservation", d.memory_reservation))
+        return [FieldDiff(name, str(Op.ADD), None, value) for name, value in created]
+    return [FieldDiff(f.field, str(f.op), f.old, f.new) for f in c.fields]
+
+
+def vm_class_diff(c: ClassChange) -> VmClassDiff:
+    return VmClassDiff(
+        vm_class=c.name,
+        op=str(c.op),
+        fields=_class_fields(c),
+        vgpus_added=_sorted_counts(c.vgpus_added),
+        vgpus_removed=_sorted_counts(c.vgpus_removed),
+        extra_config=dict(c.extra_config),
+    )
+
+
+def with_class_plan(report: PlanReport, plan: SupervisorPlan | None) -> PlanReport:
+    """`plan`'s document with the VM-class and namespace diff, in apply order (classes created or updated, the
+    namespaces, classes deleted). Its errors and warnings are already the plan's (merged by the caller)."""
+    if plan is None:
+        return report
+    ordered = plan.ordered()
+    report.vm_classes = [vm_class_diff(c) for c in ordered if isinstance(c, ClassChange)]
+    report.namespaces = [NamespaceDiff(n.namespace, list(n.add), list(n.remove)) for n in plan.namespace_changes]
+    report.summary.vm_classes = len(plan.class_changes)
+    report.summary.namespaces = len(plan.namespace_changes)
+    return report

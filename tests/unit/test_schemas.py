@@ -43,7 +43,8 @@ from vgpuctl.model import (
 )
 from vgpuctl.render import host_diff, plan_report
 from vgpuctl.reports import REPORTS, AffectedVm, HostChangeReport, ProvisionReport, VgpuCount
-from vgpuctl.statusreport import profiles_report, status_report
+from vgpuctl.statusreport import profiles_report, status_report, with_class_plan, with_supervisor
+from vgpuctl.vmclasses import ClassChange, ClassState, NamespaceChange, NamespaceState, SupervisorPlan, SupervisorState
 
 pytestmark = pytest.mark.unit
 
@@ -154,7 +155,28 @@ def status_document() -> dict[str, Any]:
     observed = farm()
     facts = HostFacts("esx-01", shell=True, gpus={GPU0: GpuFacts(GPU0, mig_current=True, mig_pending=True)})
     rows = {"esx-01": host_status(observed.hosts["esx-01"], facts, shell_error="ssh: refused")}
-    return merge_status(status_report(observed, round_trips=5), rows).to_dict()
+    supervisor = SupervisorState(
+        classes={"gpu": ClassState("gpu", 8, 65536, vgpus=["grid_a100-20c"])},
+        namespaces={"ml": NamespaceState("ml", "domain-c1", ["gpu"])},
+        supervisor_clusters={"domain-c1": "GPU"},
+    )
+    return with_supervisor(merge_status(status_report(observed, round_trips=5), rows), supervisor).to_dict()
+
+
+def class_plan() -> SupervisorPlan:
+    want = ClassState("gpu", 8, 65536, memory_reservation=100, vgpus=["grid_a100-20c"])
+    return SupervisorPlan(
+        class_changes=[
+            ClassChange(Op.ADD, "gpu", vgpus_added=["grid_a100-20c"], desired=want),
+            ClassChange(Op.CHANGE, "small", [FieldChange("cpus", 2, 4)], ["grid_a100-10c"], ["grid_a100-4c"],
+                        {"pciPassthru.64bitMMIOSizeGB": None}, want),
+        ],
+        namespace_changes=[NamespaceChange("ml", ["gpu"], ["old"])],
+    )
+
+
+def plan_document(round_trips: int | None = None) -> dict[str, Any]:
+    return with_class_plan(plan_report(a_plan(), round_trips), class_plan()).to_dict()
 
 
 def guest_result() -> DeployResult:
@@ -183,8 +205,8 @@ GOOD = "apiVersion: vgpuctl/v1\nvms:\n  - name: a\n    vgpus: {profile: grid_a10
 BAD = GOOD.replace("count: 2", "count: 9") + "  - name: b\n    cpus: x\n"
 
 DOCUMENTS: dict[str, Callable[[Path], dict[str, Any]]] = {
-    "plan": lambda _t: plan_report(a_plan()).to_dict(),
-    "plan-verbose": lambda _t: plan_report(a_plan(), round_trips=4).to_dict(),
+    "plan": lambda _t: plan_document(),
+    "plan-verbose": lambda _t: plan_document(round_trips=4),
     "apply": lambda _t: apply_document(),
     "apply-vm-verbose": lambda _t: apply_document(verbose=1, vm="a"),
     "host": lambda _t: host_document(),
@@ -235,6 +257,10 @@ def _rename_first_key(doc: Any, old: str, new: str) -> bool:
         ("status", "nvlink_group", "nvlink_set"),
         ("vm-vgpus", "vm", "name"),
         ("plan", "nvlink_group", "group"),
+        ("plan", "vm_class", "name"),  # a VM class is `vm_class` in every document
+        ("plan", "vgpus_added", "vgpus"),
+        ("plan", "namespace", "name"),
+        ("status", "vm_class", "name"),
         ("apply", "failed", "errors_seen"),
         ("error", "details", "problems"),
         ("host", "gpu", "pci_id"),

@@ -14,7 +14,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.errors import InventoryErrors, PlanError, UsageError, VgpuctlError
+from vgpuctl.errors import PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
@@ -35,17 +35,9 @@ InventoryFile = Annotated[
 
 def load(path: Path) -> Inventory:
     """The inventory with its schema, semantic and VM-class checks done (errors as FILE:LINE:COL)."""
-    from vgpuctl.inventory import iter_problems as inventory_problems
-    from vgpuctl.inventory import load_inventory
-    from vgpuctl.vmclasses import iter_problems
+    from vgpuctl import pipeline
 
-    if not path.exists():
-        raise UsageError(f"{path}: no such file")
-    inventory = load_inventory(path)
-    problems = [*inventory_problems(inventory), *iter_problems(inventory)]
-    if problems:
-        raise InventoryErrors(problems)
-    return inventory
+    return pipeline.load(path)
 
 
 def planned_host_changes(inventory: Inventory, observed: Observed) -> list[HostChange]:
@@ -258,14 +250,17 @@ def has_changes(run: SupervisorRun | None) -> bool:
     return run is not None and run.last_plan is not None and not run.last_plan.is_empty
 
 
+def class_plan(run: SupervisorRun | None) -> SupervisorPlan | None:
+    """The run's VM-class plan (None when the inventory names no VM classes or namespaces)."""
+    return None if run is None else run.last_plan
+
+
 def show_in_plan(run: SupervisorRun | None, opts: GlobalOptions) -> None:
-    """The VM-class diff after the VM plan (text; stderr with --output json, whose document it is not in)."""
-    if run is None or run.last_plan is None:
+    """The VM-class diff after the VM plan, as text; with --output json the plan's document carries it."""
+    plan = class_plan(run)
+    if plan is None or opts.json:
         return
-    if opts.json:
-        common.stderr_console().print(_plan_renderable(run.last_plan))
-    else:
-        common.emit(None, lambda _d: _plan_renderable(run.last_plan), opts)
+    common.emit(None, lambda _d: _plan_renderable(plan), opts)
 
 
 def apply_in_run(run: SupervisorRun | None, opts: GlobalOptions, *, yes: bool) -> None:
@@ -273,7 +268,10 @@ def apply_in_run(run: SupervisorRun | None, opts: GlobalOptions, *, yes: bool) -
     caller closes the run."""
     if run is None or run.last_plan is None:
         return
-    show_in_plan(run, opts)
+    if opts.json:  # stdout holds only the apply's document
+        common.stderr_console().print(_plan_renderable(run.last_plan))
+    else:
+        show_in_plan(run, opts)
     if run.last_plan.is_empty:
         return
     if not yes:

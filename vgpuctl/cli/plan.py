@@ -26,7 +26,8 @@ if TYPE_CHECKING:
     from vgpuctl.model import Observed, Plan
     from vgpuctl.pipeline import ApplyOutcome, RunOptions
     from vgpuctl.planfile import SavedPlan
-    from vgpuctl.reports import ApplyReport
+    from vgpuctl.reports import ApplyReport, ValidateReport
+    from vgpuctl.vmclasses import SupervisorPlan
     from vgpuctl.vsphere.session import Session
 
 EXIT_CHANGES_PENDING = 2
@@ -60,8 +61,14 @@ def validate_cmd(ctx: typer.Context, file: InventoryFile) -> None:
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file)
-    report = ValidateReport(file=str(file), valid=True, hosts=len(inventory.hosts), vms=len(inventory.vms))
-    common.emit(report, lambda r: f"{r.file}: valid ({r.hosts} host entries, {r.vms} VMs)", opts)
+    report = ValidateReport(file=str(file), valid=True, hosts=len(inventory.hosts), vms=len(inventory.vms),
+                            vm_classes=len(inventory.vm_classes), namespaces=len(inventory.namespaces))
+    common.emit(report, validate_text, opts)
+
+
+def validate_text(r: ValidateReport) -> str:
+    classes = f", {r.vm_classes} VM classes, {r.namespaces} namespaces" if r.vm_classes or r.namespaces else ""
+    return f"{r.file}: valid ({r.hosts} host entries, {r.vms} VMs{classes})"
 
 
 # -------------------------------------------------------------------------------------------- plan
@@ -116,21 +123,25 @@ def plan_cmd(
         if opts.verbose:
             print_plan_to_stderr(the_plan)  # the reasons come as the error; -v shows the diff too
         raise PlanError(list(the_plan.errors))
-    show_plan(the_plan, opts, round_trips=round_trips if opts.verbose else None)
+    show_plan(the_plan, opts, round_trips=round_trips if opts.verbose else None, classes=k8s.class_plan(classes))
     k8s.show_in_plan(classes, opts)
     if out is not None:
-        save_plan(out, file, vcenter, observed, the_plan)
+        save_plan(out, file, vcenter, observed, the_plan, k8s.class_plan(classes))
     if detailed_exitcode and not (the_plan.is_empty and not k8s.has_changes(classes)):
         raise typer.Exit(EXIT_CHANGES_PENDING)
 
 
-def save_plan(out: Path, file: Path, vcenter: str, observed: Observed, the_plan: Plan) -> None:
+def save_plan(
+    out: Path, file: Path, vcenter: str, observed: Observed, the_plan: Plan, classes: SupervisorPlan | None = None
+) -> None:
     from vgpuctl import planfile
-    from vgpuctl.render import plan_to_json
+    from vgpuctl.render import plan_report
+    from vgpuctl.statusreport import with_class_plan
 
     text = file.read_text(encoding="utf-8")
-    basis = planfile.basis_of(observed, the_plan)
-    planfile.save(out, planfile.SavedPlan(text, str(file), vcenter, basis, plan_to_json(the_plan)))
+    basis = planfile.basis_of(observed, the_plan, classes)
+    document = with_class_plan(plan_report(the_plan), classes).to_dict()
+    planfile.save(out, planfile.SavedPlan(text, str(file), vcenter, basis, document))
     common.info(f"Saved the plan to {out}; `vgpuctl apply {out}` applies exactly it.")
 
 
@@ -149,11 +160,15 @@ def new_host_key(host: str, fingerprint: str) -> None:
     common.warn(f"trusted the new SSH host key of {host} ({fingerprint}) and recorded it in known_hosts")
 
 
-def show_plan(the_plan: Plan, opts: GlobalOptions, *, round_trips: int | None = None) -> None:
-    """`plan`'s result: the JSON document on stdout, or the colored diff."""
+def show_plan(
+    the_plan: Plan, opts: GlobalOptions, *, round_trips: int | None = None, classes: SupervisorPlan | None = None
+) -> None:
+    """`plan`'s result: the JSON document on stdout (with the VM-class diff), or the colored diff."""
     from vgpuctl.render import plan_report
+    from vgpuctl.statusreport import with_class_plan
 
-    common.emit(plan_report(the_plan, round_trips), lambda _r: plan_renderable(the_plan), opts)
+    report = with_class_plan(plan_report(the_plan, round_trips), classes)
+    common.emit(report, lambda _r: plan_renderable(the_plan), opts)
 
 
 def plan_renderable(the_plan: Plan) -> Any:
@@ -254,11 +269,12 @@ def execute(
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, options.datacenter, inventory)
         the_plan = pipeline.plan(session, observed, inventory, options)
-        if saved is not None and saved_path is not None:
-            check_still_valid(saved_path, saved, session.settings.sdk_url, observed, the_plan)
-        classes = None if saved is not None else pipeline.plan_vm_classes(session, observed, inventory, the_plan)
+        classes = pipeline.plan_vm_classes(session, observed, inventory, the_plan)
         with classes or nullcontext():
             k8s.merge_errors(classes, the_plan)
+            if saved is not None and saved_path is not None:  # the same plan, VM classes included, or nothing
+                vcenter = session.settings.sdk_url
+                check_still_valid(saved_path, saved, vcenter, observed, the_plan, k8s.class_plan(classes))
             run = apply_planned(opts, session, inventory, the_plan, observed, options, yes=yes)
             if not run.interrupted:
                 k8s.apply_in_run(classes, opts, yes=yes)  # VM classes after the hosts they are checked against

@@ -14,6 +14,8 @@ from vgpuctl.errors import NotFound
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
     from vgpuctl.reports import HostReport, ProfileRow, ProfilesReport, StatusReport
+    from vgpuctl.vmclasses import SupervisorState
+    from vgpuctl.vsphere.session import ConnectionSettings
 
 OptionalInventory = Annotated[
     Path | None,
@@ -63,19 +65,68 @@ def _host_rows(session: Any, observed: Observed, inventory: Any, shell: bool | N
     return hoststatus.collect_host_status(session, observed, specs, shell=use_shell)
 
 
-def status_cmd(ctx: typer.Context, file: OptionalInventory = None, shell: ShellOpt = None) -> None:
-    """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, and the VMs' vGPUs."""
+VmClassesOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--vm-classes/--no-vm-classes",
+        help="List the VM classes with vGPUs and the supervisor namespaces using them, read over the vSphere "
+        "Automation REST API (default: on vCenter 7.0 and later, the first with supervisors).",
+    ),
+]
+SUPERVISOR_API = (7, 0)  # vSphere with Kubernetes (supervisor clusters) came with vSphere 7.0
+
+
+def status_cmd(
+    ctx: typer.Context, file: OptionalInventory = None, shell: ShellOpt = None, vm_classes: VmClassesOpt = None
+) -> None:
+    """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, the VMs' vGPUs, and the VM classes with
+    vGPUs with the namespaces that use them."""
     from vgpuctl.hoststatus import merge_status
-    from vgpuctl.statusreport import status_report
+    from vgpuctl.statusreport import status_report, with_supervisor
 
     opts: GlobalOptions = ctx.obj
     rows: dict[str, HostReport] = {}
-    observed, round_trips = _observe(
-        opts, file, nvlink=True, also=lambda s, o, inv: rows.update(_host_rows(s, o, inv, shell))
-    )
+    supervisor: list[tuple[SupervisorState | None, str | None]] = []
+
+    def more_reads(session: Any, observed: Observed, inventory: Any) -> None:
+        rows.update(_host_rows(session, observed, inventory, shell))
+        if reads_vm_classes(vm_classes, observed.api_version):
+            supervisor.append(read_supervisor(session.settings, observed))
+
+    observed, round_trips = _observe(opts, file, nvlink=True, also=more_reads)
     report = merge_status(status_report(observed, round_trips if opts.verbose else None), rows)
+    if supervisor:
+        with_supervisor(report, *supervisor[0])
     width, plain = status_layout()
     common.emit(report, lambda r: render_status(r, width, plain), opts)
+
+
+def reads_vm_classes(wanted: bool | None, api_version: str) -> bool:
+    """--vm-classes / --no-vm-classes, else whether the vCenter is recent enough to have a supervisor."""
+    if wanted is not None:
+        return wanted
+    try:
+        version = tuple(int(part) for part in api_version.split(".")[:2])
+    except ValueError:
+        return True
+    return version >= SUPERVISOR_API
+
+
+def read_supervisor(settings: ConnectionSettings, observed: Observed) -> tuple[SupervisorState | None, str | None]:
+    """VM classes and namespaces over REST with the SOAP session's settings (one login): the state, or None and
+    why it could not be read. Supervisor clusters are asked first: without one, nothing else is read."""
+    from vgpuctl.errors import ConnectionFailure, RestError, TlsError
+    from vgpuctl.k8s.stage import observe_supervisor
+    from vgpuctl.vmclasses import SupervisorState
+    from vgpuctl.vsphere.rest import RestClient
+
+    try:
+        with RestClient(settings) as rest:
+            if not rest.supervisor_clusters():
+                return SupervisorState(), None
+            return observe_supervisor(rest, observed), None
+    except (RestError, ConnectionFailure, TlsError) as err:
+        return None, str(err)
 
 
 def status_layout() -> tuple[int, bool]:

@@ -4,7 +4,8 @@
 - narrow (less, e.g. 80 columns): fewer columns, host names without the domain they all share, PCI ids
   without the `0000:` domain they all share, so hosts and GPUs stay told apart; cells wrap, never cut;
 - plain (a pipe or a file): one line per host, GPU and VM, nothing truncated, no table borders.
-A GPU assignment vSphere does not report exactly (a VM mixing profiles) is marked `?` with a note.
+A GPU assignment vSphere does not report exactly (a VM mixing profiles) is marked `?` with a note. The VM
+classes with vGPUs and their namespaces follow the VMs when a supervisor was read; warnings come last.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from vgpuctl.reports import GpuVm, StatusGpu, StatusHost, StatusReport, VgpuCount
+    from vgpuctl.reports import GpuVm, StatusGpu, StatusHost, StatusReport, StatusVmClass, VgpuCount
 
 WIDE_COLUMNS = 140
 GUESS_MARK = "?"
@@ -113,7 +114,36 @@ def plain_status(report: StatusReport) -> str:
         lines.append(f"{others} VM(s) without vGPUs not listed (see --output json).")
     if guessed(report):
         lines.append(GUESS_NOTE)
+    if report.supervisor_clusters:
+        lines += [_class_line(c) for c in report.vm_classes] or [NO_GPU_CLASS]
+    lines += [f"warning: {w}" for w in report.warnings]
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ VM classes
+
+NO_GPU_CLASS = "No VM class has vGPUs."
+
+
+def _class_line(c: StatusVmClass) -> str:
+    return (f"vm class {c.vm_class}  vgpus {vgpu_summary(c.vgpus)}  cpus {c.cpus}  memory MB {c.memory_mb}"
+            f"  namespaces {', '.join(c.namespaces) or '-'}")
+
+
+def _classes_table(report: StatusReport) -> list[Any]:
+    """VM classes with vGPUs (when a supervisor was read) and the warnings, below the VMs."""
+    from rich.text import Text
+
+    out: list[Any] = []
+    if report.supervisor_clusters:
+        table = _table(f"VM classes with vGPUs (supervisor clusters: {', '.join(report.supervisor_clusters)})",
+                       ("VM class", "vGPUs", "CPUs", "memory MB", "namespaces"))
+        for c in report.vm_classes:
+            used_by = ", ".join(c.namespaces) or "-"
+            _row(table, c.vm_class, vgpu_summary(c.vgpus), str(c.cpus), str(c.memory_mb), used_by)
+        out.append(table if report.vm_classes else Text(NO_GPU_CLASS))
+    out += [Text(f"warning: {w}") for w in report.warnings]
+    return out
 
 
 # ------------------------------------------------------------------------------------------ tables
@@ -170,7 +200,7 @@ def wide_status(report: StatusReport) -> list[Any]:
             _row(gpus, str(g.index), g.gpu, g.model, g.graphics_type, g.mode, g.mig or "-", nvlink_cell(g),
                  f"{g.used_gb}/{g.fb_gb}", str(g.free_gb), held_by(g.vms))  # fmt: skip
         out.append(gpus)
-    return out + _vms_table(report)
+    return out + _vms_table(report) + _classes_table(report)
 
 
 def narrow_status(report: StatusReport) -> list[Any]:
@@ -203,4 +233,4 @@ def narrow_status(report: StatusReport) -> list[Any]:
         out.append(gpus)
     if report.hosts and not any(h.gpus for h in report.hosts):
         out.append(Text("No host has a GPU."))
-    return out + _vms_table(report, short)
+    return out + _vms_table(report, short) + _classes_table(report)
