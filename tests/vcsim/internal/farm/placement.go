@@ -321,6 +321,9 @@ func Place(cat *Catalog, gpus []Candidate, req Request, policy string, rules Rul
 		if !offersGroup(set, len(profiles)) {
 			continue // vSphere attaches a device group whole: the VM's vGPUs must fill one group
 		}
+		if !groupProfile(set, profiles) {
+			continue // the set's groups are offered for its board's whole-GPU C-series type only
+		}
 		if a, ok := pl.placeOn(set, profiles); ok {
 			return a, nil
 		}
@@ -399,6 +402,21 @@ func offersGroup(set []Candidate, n int) bool {
 		}
 	}
 	return false
+}
+
+// groupProfile reports whether every profile is of the type an NVLink set's device groups are offered for:
+// the board's whole-GPU C-series type (NVLinkOffers, deviceGroups' names), in either spelling.
+func groupProfile(set []Candidate, profiles []Profile) bool {
+	if len(set) == 0 || set[0].Model == nil {
+		return false
+	}
+	whole := set[0].Model.WholeGPUComputeType()
+	for _, p := range profiles {
+		if whole == nil || p.Opaque || !strings.EqualFold(p.Type, whole.Name) {
+			return false
+		}
+	}
+	return true
 }
 
 // nvlinkSets groups NVLink-connected GPUs with NVLink up, ordered by their lowest PCI id. A GPU in MIG
