@@ -12,6 +12,7 @@ from ruamel.yaml import YAML
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
 from vgpuctl.vsphere.nvlink import (
     GroupedSet,
+    adopt_shell_sets,
     component_pci_id,
     device_group_sets,
     group_profile,
@@ -330,3 +331,77 @@ def test_plan_says_when_the_catalogue_gave_the_sizes() -> None:
     assert _nvlink_plan(2, _quad_farm([])) == [
         "vm linked: cannot power on: host esx-01.gpu.sim has no NVLink device group of 2 GPUs "
         "(the host reported no NVLink device groups; by the board's topology (bridge-pairs): 4)"]
+
+
+# --------------------------------------------------------------------------- sets from the ESXi shell
+
+
+def _shell_facts(peers: dict[str, list[str]]):  # type: ignore[no-untyped-def]
+    from vgpuctl.hostfacts import GpuFacts, HostFacts
+
+    facts = HostFacts("h", shell=True)
+    for pci in GPUS:
+        facts.gpus[pci] = GpuFacts(pci, nvlink_peers=peers.get(pci, []))
+    return facts
+
+
+def _a100_host(observed: Observed | None = None) -> Observed:
+    observed = observed or Observed(datacenter="DC0")
+    observed.hosts["h"] = ObservedHost(name="h", gpus=[
+        ObservedGpu(pci_id=p, device_name="NVIDIA A100-PCIE-40GB", memory_kb=40 * 1024 * 1024,
+                    graphics_type="sharedDirect", vgpu_mode="sameSize") for p in GPUS])
+    return observed
+
+
+def test_shell_sets_reach_placement_where_vcenter_reports_no_groups() -> None:
+    """nvidia-smi topo links 3b-3c and 5e-5f; vCenter reported no device groups: the sets come from the shell,
+    their group sizes from the board's catalogue topology (bridge pairs), and the reason says so."""
+    from vgpuctl.hostfacts import nvlink_sets
+    from vgpuctl.placement import gpus_from_observed, place_vm
+
+    facts = _shell_facts({GPUS[0]: [GPUS[1]], GPUS[1]: [GPUS[0]], GPUS[2]: [GPUS[3]], GPUS[3]: [GPUS[2]]})
+    observed = _a100_host()
+    assert adopt_shell_sets(observed, "h", nvlink_sets(facts))
+    assert [(g.nvlink_set, g.nvlink_groups) for g in observed.hosts["h"].gpus] == [(0, []), (0, []), (1, []), (1, [])]
+    gpus = gpus_from_observed(observed.hosts["h"], {})
+    assert place_vm(gpus, "vm", ["grid_a100-40c"] * 2, nvlink=True).assign == GPUS[:2]
+    quad = place_vm(gpus, "vm", ["grid_a100-40c"] * 4, nvlink=True)
+    assert quad.reason == ("has no NVLink device group of 4 GPUs (the host reported no NVLink device groups; "
+                           "by the board's topology (bridge-pairs): 2)")
+
+
+def test_shell_sets_do_not_override_the_device_groups_vcenter_reports() -> None:
+    from vgpuctl.hostfacts import nvlink_sets
+    from vgpuctl.vsphere.observe import set_nvlink_sets
+
+    observed = _a100_host()
+    set_nvlink_sets(observed, "h", [GPUS], [[4]])
+    facts = _shell_facts({GPUS[0]: [GPUS[1]], GPUS[1]: [GPUS[0]]})
+    assert not adopt_shell_sets(observed, "h", nvlink_sets(facts))
+    assert [(g.nvlink_set, g.nvlink_groups) for g in observed.hosts["h"].gpus] == [(0, [4])] * 4
+
+
+def test_no_shell_sets_leave_the_host_as_it_was() -> None:
+    from vgpuctl.hostfacts import nvlink_sets
+
+    observed = _a100_host()
+    assert not adopt_shell_sets(observed, "h", nvlink_sets(_shell_facts({})))
+    assert not adopt_shell_sets(observed, "other", [GPUS[:2]])
+    assert [g.nvlink_set for g in observed.hosts["h"].gpus] == [None] * 4
+
+
+def test_plan_stage_host_facts_records_the_shell_sets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pipeline's host facts stage hands the shell's NVLink sets to the observed model."""
+    from vgpuctl import hostfacts, pipeline
+
+    facts = _shell_facts({GPUS[0]: [GPUS[1]], GPUS[1]: [GPUS[0]]})
+    monkeypatch.setattr(hostfacts, "gather_facts", lambda *a, **k: {"h": facts})
+    monkeypatch.setattr("vgpuctl.hoststatus.shell_configured", lambda specs: True)
+    observed = _a100_host()
+    options = NS(trust_on_first_use=False, on_new_host_key=None)
+    pipeline.host_facts(NS(), observed, {"h": NS()}, options)  # type: ignore[arg-type]
+    assert [g.nvlink_set for g in observed.hosts["h"].gpus] == [0, 0, None, None]
+    facts.shell = False  # no shell facts: nothing to record
+    observed = _a100_host()
+    pipeline.host_facts(NS(), observed, {"h": NS()}, options)  # type: ignore[arg-type]
+    assert [g.nvlink_set for g in observed.hosts["h"].gpus] == [None] * 4
