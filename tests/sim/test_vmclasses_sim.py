@@ -295,3 +295,103 @@ def test_vgpuctl_plan_and_apply_carry_the_vm_classes(sim: Any, env: dict[str, st
     refused = vgpuctl(env, "plan", "-f", str(path))
     assert refused.exit_code == 1
     assert "vm class gpu-pipe: no host of supervisor cluster GPU-Cluster offers grid_a100-7-40c" in refused.output
+
+
+# ------------------------------------------------------------- VM classes in plan's document, saved plans, status
+
+SAVED = """\
+apiVersion: vgpuctl/v1
+vcenter: {{datacenter: DC0}}
+vm_classes:
+  - {{name: gpu-saved, cpus: 8, memory_gb: 64, vgpus: {{profile: {profile}}}}}
+namespaces:
+  - {{name: other-team, vm_classes: [gpu-saved]}}
+"""
+
+
+def _saved_inventory(folder: Path, profile: str) -> Path:
+    folder.mkdir(exist_ok=True)
+    path = folder / "saved.yaml"
+    path.write_text(SAVED.format(profile=profile))
+    return path
+
+
+def test_plan_json_document_carries_the_class_diff(env: dict[str, str], tmp_path: Path) -> None:
+    import jsonschema
+
+    path = _saved_inventory(tmp_path, "grid_a100-10c")
+    result = CliRunner().invoke(app, ["-o", "json", "plan", "-f", str(path), "--detailed-exitcode"], env=env)
+    assert result.exit_code == 2, result.output
+    doc = json.loads(result.stdout)  # the whole of stdout: one document, the class diff inside it
+    assert [(c["vm_class"], c["op"]) for c in doc["vm_classes"]] == [("gpu-saved", "+")]
+    assert doc["vm_classes"][0]["vgpus_added"] == [{"profile": "grid_a100-10c", "count": 1}]
+    assert doc["namespaces"] == [{"namespace": "other-team", "add": ["gpu-saved"], "remove": []}]
+    assert doc["summary"]["vm_classes"] == 1 and doc["vm_changes"] == []
+    assert "vm class" not in result.stderr
+    schema = Path(__file__).resolve().parents[2] / "docs" / "schemas" / "plan.schema.json"
+    jsonschema.validate(doc, json.loads(schema.read_text()))
+
+
+def test_saved_plan_carries_the_classes_and_refuses_changed_ones(sim: Any, env: dict[str, str],
+                                                                 tmp_path: Path) -> None:
+    path = _saved_inventory(tmp_path, "grid_a100-10c")
+    out = tmp_path / "classes.plan"
+    made = vgpuctl(env, "plan", "-f", str(path), "--out", str(out))
+    assert made.exit_code == 0, made.output
+    assert "+ vm class gpu-saved  (create)" in made.stdout
+    saved = json.loads(out.read_text())
+    assert [c["vm_class"] for c in saved["plan"]["vm_classes"]] == ["gpu-saved"] and " classes:" in saved["basis"]
+    meanwhile = _saved_inventory(tmp_path / "someone-else", "grid_a100-20c")  # the class appears with 20c
+    assert vgpuctl(env, "k8s", "apply", "-f", str(meanwhile), "--yes").exit_code == 0
+    refused = vgpuctl(env, "apply", str(out))
+    assert refused.exit_code == 1
+    assert f"error: the VM classes or namespaces changed since {out} was made" in refused.stderr
+    assert _profiles(Rest(sim).classes()["gpu-saved"]) == ["grid_a100-20c"]  # nothing touched
+    again = vgpuctl(env, "plan", "-f", str(path), "--out", str(out))
+    assert again.exit_code == 0 and "- vgpu grid_a100-20c" in again.stdout
+    applied = vgpuctl(env, "apply", str(out))  # a saved plan was reviewed: no --yes
+    assert applied.exit_code == 0, applied.output
+    assert _profiles(Rest(sim).classes()["gpu-saved"]) == ["grid_a100-10c"]
+    assert Rest(sim).namespace_classes("other-team") == ["best-effort-small", "gpu-pipe", "gpu-saved"]
+
+
+def test_status_lists_vm_classes_with_vgpus_and_their_namespaces(env: dict[str, str]) -> None:
+    text = vgpuctl(env, "status")
+    assert text.exit_code == 0, text.output
+    lines = text.stdout.splitlines()
+    assert ("vm class gpu-a100-40c  vgpus 2 x grid_a100-40c  cpus 16  memory MB 131072  namespaces data-team, "
+            "ml-team") in lines
+    assert "vm class gpu-saved  vgpus grid_a100-10c  cpus 8  memory MB 65536  namespaces other-team" in lines
+    assert not any("best-effort-small" in line for line in lines)  # no vGPUs
+    result = CliRunner().invoke(app, ["-o", "json", "status"], env=env)
+    doc = json.loads(result.stdout)
+    by_name = {c["vm_class"]: c for c in doc["vm_classes"]}
+    assert sorted(by_name) == ["gpu-a100-40c", "gpu-pipe", "gpu-saved", "gpu-small"]
+    assert by_name["gpu-pipe"] == {"vm_class": "gpu-pipe", "vgpus": [{"profile": "grid_a100-20c", "count": 1}],
+                                   "cpus": 8, "memory_mb": 65536, "namespaces": ["other-team"]}
+    assert doc["supervisor_clusters"] == ["GPU-Cluster"] and doc["warnings"] == []
+
+
+def test_status_rest_failure_is_a_warning(sim: Any, env: dict[str, str]) -> None:
+    sim.request("POST", "/vapi/faults", {"method": "GET", "path": "/api/vcenter/namespace-management/clusters",
+                                          "status": 503, "count": 0, "message": "wcp restarting"})
+    try:
+        skipped = vgpuctl(env, "status", "--no-vm-classes")  # asked not to: no REST call meets the fault
+        assert skipped.exit_code == 0 and "warning: VM classes" not in skipped.output
+        result = vgpuctl(env, "status")
+        assert result.exit_code == 0, result.output
+        assert ("warning: VM classes not read: vSphere REST GET /api/vcenter/namespace-management/clusters: 503 "
+                "server error: wcp restarting") in result.stdout.splitlines()
+        assert "vm class" not in result.stdout and "host " in result.stdout  # the farm's part is all there
+    finally:
+        sim.request("DELETE", "/vapi/faults")
+
+
+def test_status_without_a_supervisor_lists_no_classes(gpusim_factory: Any, no_vgpuctl_env: None) -> None:
+    plain = gpusim_factory({**FARM, "supervisor": None, "clusters": FARM["clusters"][:1]})
+    env = plain.vgpuctl_env(esxi=False)
+    result = vgpuctl(env, "status")
+    assert result.exit_code == 0, result.output
+    assert "VM class" not in result.stdout and "vm class" not in result.stdout and "warning" not in result.stdout
+    doc = json.loads(CliRunner().invoke(app, ["-o", "json", "status"], env=env).stdout)
+    assert (doc["vm_classes"], doc["supervisor_clusters"], doc["warnings"]) == ([], [], [])

@@ -176,3 +176,14 @@ def test_validate_counts_classes_and_namespaces(tmp_path: Path) -> None:
     assert result.output.strip() == f"{path}: valid (0 host entries, 0 VMs, 3 VM classes, 1 namespaces)"
     doc = json.loads(CliRunner().invoke(app, ["-o", "json", "validate", "-f", str(path)]).stdout)
     assert (doc["vm_classes"], doc["namespaces"]) == (3, 1)
+
+
+def test_apply_document_carries_the_class_plan_it_applied() -> None:
+    from vgpuctl.apply import ApplyResult
+    from vgpuctl.cli import plan as plan_cli
+    from vgpuctl.cli.common import GlobalOptions
+
+    run = plan_cli.ApplyRun(Plan(), ApplyResult(), 3, vm_classes=class_plan())
+    doc = plan_cli.apply_report(run, GlobalOptions()).to_dict()
+    assert [c["vm_class"] for c in doc["plan"]["vm_classes"]] == ["gpu-big", "gpu-small", "old"]
+    assert doc["plan"]["namespaces"][0]["namespace"] == "ml-team"

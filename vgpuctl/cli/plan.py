@@ -251,6 +251,7 @@ class ApplyRun:
     interrupted: bool = False
     hosts: HostApplyResult | None = None  # when the plan had host changes
     vm_errors: list[str] = field(default_factory=list)  # errors of the VM plan made again after the hosts
+    vm_classes: SupervisorPlan | None = None  # the VM-class plan applied after the hosts and VMs
 
 
 def execute(
@@ -276,6 +277,7 @@ def execute(
                 vcenter = session.settings.sdk_url
                 check_still_valid(saved_path, saved, vcenter, observed, the_plan, k8s.class_plan(classes))
             run = apply_planned(opts, session, inventory, the_plan, observed, options, yes=yes)
+            run.vm_classes = k8s.class_plan(classes)
             if not run.interrupted:
                 k8s.apply_in_run(classes, opts, yes=yes)  # VM classes after the hosts they are checked against
         return run
@@ -447,10 +449,11 @@ def apply_report(run: ApplyRun, opts: GlobalOptions, vm: str | None = None) -> A
     """The apply's document; round trips only with -v."""
     from vgpuctl.render import plan_report
     from vgpuctl.reports import ApplyReport, vm_names
+    from vgpuctl.statusreport import with_class_plan
 
     vms = run.result.vms
     return ApplyReport(
-        plan=plan_report(run.plan),
+        plan=with_class_plan(plan_report(run.plan), run.vm_classes),
         hosts=list(run.hosts.hosts) if run.hosts is not None else [],
         vms=list(vms),
         changed=vm_names(vms, Outcome.CHANGED),
