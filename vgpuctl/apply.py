@@ -227,7 +227,7 @@ def _skip(ctx: _Ctx, outcome: VmOutcome, message: str, status: Outcome = Outcome
 def _fail(ctx: _Ctx, outcome: VmOutcome, fault_type: str, message: str) -> None:
     outcome.status = Outcome.FAILED
     outcome.fault_type = fault_type
-    outcome.message = message
+    outcome.message = message + (f"; {outcome.message}" if outcome.message else "")  # + what was restored
     _step(ctx, outcome.vm, "failed", None)
 
 
@@ -265,6 +265,9 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
     except _Stopped:
         _restore_power(ctx, change.vm, vm, outcome)  # it ran before this apply powered it off
         raise
+    except Exception:
+        _restore_after_failure(ctx, change.vm, vm, state, outcome)
+        raise
 
     stopped = {"shutdown", "power-off"} & set(outcome.steps)
     if change.power_on and (state["power"] != PowerState.ON or stopped):
@@ -289,6 +292,33 @@ def _restore_power(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
     if {"shutdown", "power-off"} & set(outcome.steps):
         _task(ctx, name, "power-on (restore)", ctx.session.invoke(vm.PowerOnVM_Task))
         outcome.steps.append("power-on")
+
+
+def _restore_after_failure(ctx: _Ctx, name: str, vm: Any, before: dict[str, Any], outcome: VmOutcome) -> None:
+    """The VM's reconfigure failed after this run powered it off: power it on again as it was (vSphere applies a
+    failed ReconfigVM_Task's spec not at all); the outcome's message says so. Never raises."""
+    from vgpuctl.vsphere.observe import split_devices
+
+    if not {"shutdown", "power-off"} & set(outcome.steps):
+        return
+    try:
+        vgpus_now = _vgpu_keys(split_devices(_read_vm(ctx, vm, name)["devices"])[0])
+        _task(ctx, name, "power-on (restore)", ctx.session.invoke(vm.PowerOnVM_Task))
+    except Exception as err:  # the reconfigure's failure stays the VM's outcome; this only adds to it
+        from vgpuctl.vsphere.faults import fault_message
+
+        log.debug("%s: power-on after the failed reconfigure failed", name, exc_info=True)
+        text = err.fault_message if isinstance(err, VsphereFault) else fault_message(err)
+        outcome.message = f"left powered off: powering it on again failed: {text}"
+        return
+    outcome.steps.append("power-on")
+    previous = vgpus_now == _vgpu_keys(split_devices(before["devices"])[0])
+    config = "its previous configuration" if previous else "the vGPUs it has now: " + _fmt(vgpus_now)
+    outcome.message = f"powered on again with {config}"
+
+
+def _vgpu_keys(vgpus: list[Any]) -> list[tuple[int, str]]:
+    return sorted((v.key, v.profile) for v in vgpus)
 
 
 def _group_names(ctx: _Ctx, change: VmChange, host_moid: str) -> dict[int, str] | None:
