@@ -172,3 +172,55 @@ def test_answer_on_spreading_hosts_holds_in_any_power_on_order(gpusim_factory: A
     applied = vgpuctl(env, "apply", "-f", str(fragment), "--yes", "--parallel", "8")
     assert applied.exit_code == 0, applied.output
     assert {a["vmName"] for a in sim.assignments()} == {vm["name"] for vm in doc["vms"]}
+
+
+NVLINK_FARM = {
+    "datacenter": "DC0",
+    "clusters": [
+        {"name": "Quads", "hosts": 1, "gpus_per_host": 4, "model": "A100-40GB", "nvlink": "quads",
+         "graphics_type": "sharedDirect", "assignment_policy": "performance", "vgpu_mode": "sameSize"},
+        {"name": "Pairs", "hosts": 1, "gpus_per_host": 4, "model": "A100-40GB", "nvlink": "pairs",
+         "graphics_type": "sharedDirect", "assignment_policy": "performance", "vgpu_mode": "sameSize"}],
+    "templates": [{"name": "ubuntu-22.04-ml", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}],
+}
+NVLINK_DEMAND = """\
+apiVersion: vgpuctl/v1
+kind: Demand
+template: ubuntu-22.04-ml
+demand:
+  - {name: pair, count: 3, vgpus: {profile: grid_a100-40c, count: 2}, nvlink: required, priority: 2, memory_gb: 8}
+  - {name: quad, count: 1, vgpus: {profile: grid_a100-40c, count: 4}, nvlink: required, memory_gb: 8}
+"""
+
+
+def test_nvlink_answer_applies_and_every_placed_vm_powers_on_in_its_device_group(
+        gpusim_factory: Any, no_vgpuctl_env: None, tmp_path: Path) -> None:
+    """esx-01's bridge quad offers one device group of 4, esx-02 two groups of 2: 2-vGPU NVLink VMs go only to
+    esx-02 (two of three fit), the 4-vGPU one only to esx-01; gpusim admits each as its device group."""
+    sim = gpusim_factory(NVLINK_FARM)
+    env = sim.vgpuctl_env()
+    demand = tmp_path / "demand.yaml"
+    demand.write_text(NVLINK_DEMAND)
+    fragment = tmp_path / "layout.yaml"
+    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "-o", str(fragment))
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    hosts = sorted((vm["shape"], vm["host"]) for vm in doc["vms"])
+    assert hosts == [("pair", H2), ("pair", H2), ("quad", H1)]
+    assert {d["name"]: d["placed"] for d in doc["demand"]} == {"pair": 2, "quad": 1}
+
+    applied = vgpuctl(env, "apply", "-f", str(fragment), "--yes", "--parallel", "4")
+    assert applied.exit_code == 0, applied.output
+    gpus: dict[str, set[tuple[str, str]]] = {}
+    for a in sim.assignments():
+        gpus.setdefault(a["vmName"], set()).add((a["host"], a["gpu"]))
+    assert {name: len(held) for name, held in gpus.items()} == {vm["name"]: vm["vgpus"] for vm in doc["vms"]}
+    assert all({h for h, _ in gpus[vm["name"]]} == {vm["host"]} for vm in doc["vms"])
+    conn = sim.connect()
+    try:
+        for vm in doc["vms"]:
+            assert _find(conn, vm["name"]).runtime.powerState == "poweredOn", vm["name"]
+    finally:
+        Disconnect(conn)
+    again = vgpuctl(env, "plan", "-f", str(fragment), "--detailed-exitcode")
+    assert again.exit_code == 0, again.output

@@ -281,6 +281,8 @@ def test_nvlink_pairs_are_observed_when_asked(sim) -> None:
     for name in A100_HOSTS:
         assert nvlink_sets_of(observed, name) == PAIRS
         assert nvlink_sets_of(observed, name) == expected_sets(sim.host(name))
+        # the profile the device groups' names offer them for
+        assert {tuple(g.nvlink_profiles) for g in observed.hosts[name].gpus} == {("grid_a100-40c",)}
     # the MIG host was not asked
     assert all(g.nvlink_set is None for g in observed.hosts["esx-03.gpu.sim"].gpus)
     assert observed.round_trips == plain.round_trips + len(A100_HOSTS)  # one QueryConfigTarget per host
