@@ -187,3 +187,21 @@ def test_apply_document_carries_the_class_plan_it_applied() -> None:
     doc = plan_cli.apply_report(run, GlobalOptions()).to_dict()
     assert [c["vm_class"] for c in doc["plan"]["vm_classes"]] == ["gpu-big", "gpu-small", "old"]
     assert doc["plan"]["namespaces"][0]["namespace"] == "ml-team"
+
+
+@pytest.mark.parametrize("width", [200, 80])
+def test_status_tables_show_the_classes_and_the_warnings(width: int) -> None:
+    import io
+
+    from rich.console import Console
+
+    from vgpuctl.cli.statusview import render_status
+
+    report = with_supervisor(status_report(observed()), state(), "REST went away")
+    console = Console(width=width, file=io.StringIO())
+    for renderable in render_status(report, width):
+        console.print(renderable)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "VM classes with vGPUs (supervisor clusters: WL)" in text
+    assert "gpu-small" in text and "grid_a100-20c" in text and "ml-team" in text
+    assert "warning: VM classes not read: REST went away" in text
