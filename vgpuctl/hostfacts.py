@@ -11,9 +11,12 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import VgpuctlError
+
+if TYPE_CHECKING:
+    from vgpuctl.model import Observed
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +128,23 @@ def nvlink_sets(facts: HostFacts) -> list[list[str]]:
         seen |= group
         out.append(sorted(group))
     return out
+
+
+def adopt_nvlink_sets(observed: Observed, facts: HostFacts) -> bool:
+    """Record the NVLink sets the ESXi shell shows (`nvlink_sets`) on the observed host where vCenter reported
+    no NVLink device groups (a real vCenter names no PCI ids in vendorDeviceGroupInfo); returns whether it did.
+    The shell tells which GPUs are linked, not the groups: their sizes and profile then come from the board's
+    catalogue, and placement's reasons say so."""
+    from vgpuctl.vsphere.observe import set_nvlink_sets
+
+    host = facts.host
+    gpus = observed.hosts[host].gpus if facts.shell and host in observed.hosts else []
+    known = {g.pci_id.lower() for g in gpus}
+    linked = [s for s in nvlink_sets(facts) if len({p.lower() for p in s} & known) >= 2]
+    if not linked or any(g.nvlink_set is not None for g in gpus):
+        return False
+    set_nvlink_sets(observed, host, [[p for p in s if p.lower() in known] for s in linked])
+    return True
 
 
 # ------------------------------------------------------------------------------------------ both sides

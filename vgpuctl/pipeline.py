@@ -96,9 +96,8 @@ def host_facts(
     is set up or an SSH agent runs (without them, MIG, NVLink and scheduler changes are plan errors); fills each
     ObservedHost.module_options with the configured nvidia option string and, on a host where vCenter reported
     no NVLink device groups, its NVLink sets from the shell."""
-    from vgpuctl.hostfacts import gather_facts, nvlink_sets
+    from vgpuctl.hostfacts import adopt_nvlink_sets, gather_facts
     from vgpuctl.hoststatus import shell_configured
-    from vgpuctl.vsphere.nvlink import adopt_shell_sets
 
     errors = []
     hosts = {}
@@ -117,8 +116,7 @@ def host_facts(
     )
     for name, f in facts.items():
         observed.hosts[name].module_options = f.options_configured or ""
-        if f.shell:  # NVLink sets from nvidia-smi topo where vCenter reported no device groups
-            adopt_shell_sets(observed, name, nvlink_sets(f))
+        adopt_nvlink_sets(observed, f)  # NVLink sets from nvidia-smi topo where vCenter reported no device groups
     return facts, errors
 
 

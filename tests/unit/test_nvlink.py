@@ -12,7 +12,6 @@ from ruamel.yaml import YAML
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
 from vgpuctl.vsphere.nvlink import (
     GroupedSet,
-    adopt_shell_sets,
     component_pci_id,
     device_group_sets,
     group_profile,
@@ -356,12 +355,12 @@ def _a100_host(observed: Observed | None = None) -> Observed:
 def test_shell_sets_reach_placement_where_vcenter_reports_no_groups() -> None:
     """nvidia-smi topo links 3b-3c and 5e-5f; vCenter reported no device groups: the sets come from the shell,
     their group sizes from the board's catalogue topology (bridge pairs), and the reason says so."""
-    from vgpuctl.hostfacts import nvlink_sets
+    from vgpuctl.hostfacts import adopt_nvlink_sets
     from vgpuctl.placement import gpus_from_observed, place_vm
 
     facts = _shell_facts({GPUS[0]: [GPUS[1]], GPUS[1]: [GPUS[0]], GPUS[2]: [GPUS[3]], GPUS[3]: [GPUS[2]]})
     observed = _a100_host()
-    assert adopt_shell_sets(observed, "h", nvlink_sets(facts))
+    assert adopt_nvlink_sets(observed, facts)
     assert [(g.nvlink_set, g.nvlink_groups) for g in observed.hosts["h"].gpus] == [(0, []), (0, []), (1, []), (1, [])]
     gpus = gpus_from_observed(observed.hosts["h"], {})
     assert place_vm(gpus, "vm", ["grid_a100-40c"] * 2, nvlink=True).assign == GPUS[:2]
@@ -371,22 +370,26 @@ def test_shell_sets_reach_placement_where_vcenter_reports_no_groups() -> None:
 
 
 def test_shell_sets_do_not_override_the_device_groups_vcenter_reports() -> None:
-    from vgpuctl.hostfacts import nvlink_sets
+    from vgpuctl.hostfacts import adopt_nvlink_sets
     from vgpuctl.vsphere.observe import set_nvlink_sets
 
     observed = _a100_host()
     set_nvlink_sets(observed, "h", [GPUS], [[4]])
     facts = _shell_facts({GPUS[0]: [GPUS[1]], GPUS[1]: [GPUS[0]]})
-    assert not adopt_shell_sets(observed, "h", nvlink_sets(facts))
+    assert not adopt_nvlink_sets(observed, facts)
     assert [(g.nvlink_set, g.nvlink_groups) for g in observed.hosts["h"].gpus] == [(0, [4])] * 4
 
 
 def test_no_shell_sets_leave_the_host_as_it_was() -> None:
-    from vgpuctl.hostfacts import nvlink_sets
+    from vgpuctl.hostfacts import adopt_nvlink_sets
 
     observed = _a100_host()
-    assert not adopt_shell_sets(observed, "h", nvlink_sets(_shell_facts({})))
-    assert not adopt_shell_sets(observed, "other", [GPUS[:2]])
+    assert not adopt_nvlink_sets(observed, _shell_facts({}))
+    linked = _shell_facts({GPUS[0]: [GPUS[1]], GPUS[1]: [GPUS[0]]})
+    linked.shell = False  # facts from the API only: no topology
+    assert not adopt_nvlink_sets(observed, linked)
+    linked.shell, linked.host = True, "other"
+    assert not adopt_nvlink_sets(observed, linked)
     assert [g.nvlink_set for g in observed.hosts["h"].gpus] == [None] * 4
 
 

@@ -98,18 +98,3 @@ def sets_from_device_groups(groups: Iterable[Any], gpu_ids: Iterable[str]) -> li
     """NVLink sets (PCI ids, sorted; sets ordered by lowest PCI id) from vendorDeviceGroupInfo entries."""
     return [s.gpus for s in device_group_sets(groups, gpu_ids)]
 
-
-def adopt_shell_sets(observed: Observed, host: str, sets: list[list[str]]) -> bool:
-    """Record NVLink sets read from the ESXi shell (vgpuctl.hostfacts.nvlink_sets) on a host where vCenter
-    reported no NVLink device groups (a real vCenter names no PCI ids in vendorDeviceGroupInfo); returns whether
-    it did. The shell tells which GPUs are linked, not the groups: their sizes and profile then come from the
-    board's catalogue topology, and placement's reasons say so."""
-    from vgpuctl.vsphere.observe import set_nvlink_sets
-
-    gpus = observed.hosts[host].gpus if host in observed.hosts else []
-    known = {g.pci_id.lower() for g in gpus}
-    linked = [s for s in sets if len({p.lower() for p in s} & known) >= 2]
-    if not linked or any(g.nvlink_set is not None for g in gpus):
-        return False
-    set_nvlink_sets(observed, host, [[p for p in s if p.lower() in known] for s in linked])
-    return True
