@@ -113,6 +113,16 @@ def test_what_fits_now_counts_and_nvlink() -> None:
     assert report.clusters()["GPU-Cluster"]["grid_a100-10c", 1, False] == 12
 
 
+def test_what_fits_now_counts_nvlink_rows_for_the_types_the_groups_are_offered_for() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=2)])
+    rows = {(r.profile, r.vgpus, r.nvlink): r.vms for r in what_fits(farm).hosts[0].rows}
+    assert rows["grid_a100-40c", 2, True] == 1 and ("grid_a100-20c", 2, True) not in rows
+    for g in farm.hosts["esx-01"].gpus:  # a host whose group names offer another type: the host wins
+        g.nvlink_profiles = ["grid_a100-20c"]
+    rows = {(r.profile, r.vgpus, r.nvlink): r.vms for r in what_fits(farm).hosts[0].rows}
+    assert rows["grid_a100-20c", 2, True] == 2 and ("grid_a100-40c", 2, True) not in rows
+
+
 def test_stranded_mig_slots() -> None:
     host = SynthHost("esx-01", gpus=2, modes=[MIG, "sameSize"], nvlink="none",
                      running=[RunningVm("a", ["grid_a100-3-20c", ], [0]), RunningVm("b", ["grid_a100-2-10c"], [0])])

@@ -12,8 +12,18 @@ from typing import Any
 
 from vgpuctl.capacity.kinds import _key, addition_patterns, capacity
 from vgpuctl.model import Observed, ObservedHost
-from vgpuctl.placement import MIG_MODE, Gpu, add_vgpu, clone_gpu, farm_from_observed, place_vm
-from vgpuctl.profiles import BOARDS, ProfileError, max_vgpus_per_vm, parse_profile
+from vgpuctl.placement import (
+    MIG_MODE,
+    Gpu,
+    add_vgpu,
+    clone_gpu,
+    farm_from_observed,
+    group_profiles,
+    nvlink_sets,
+    place_vm,
+    whole_gpu_compute_types,
+)
+from vgpuctl.profiles import ProfileError, max_vgpus_per_vm, parse_profile
 
 VGPU_COUNTS = (1, 2, 4, 8)
 MAX_COUNT = 10_000  # stop counting there (a farm that takes more is not short of capacity)
@@ -116,9 +126,9 @@ def _profiles(offered: list[str], gpus: list[Gpu]) -> list[str]:
 
 def host_rows(gpus: list[Gpu], offered: list[str], policy: str, limit: int) -> list[FitRow]:
     rows = []
+    linkable = nvlink_types(gpus)
     for profile in _profiles(offered, gpus):
-        p = parse_profile(profile)
-        whole = not p.is_mig and p.series == "c" and p.fb_gb == BOARDS.get(p.board, BOARDS["a100"]).fb_gb
+        whole = parse_profile(profile).type_name in linkable
         for n in VGPU_COUNTS:
             if n > limit:
                 continue
@@ -126,6 +136,13 @@ def host_rows(gpus: list[Gpu], offered: list[str], policy: str, limit: int) -> l
             if whole and n >= 2:
                 rows.append(FitRow(profile, n, True, count_vms(gpus, [profile] * n, policy, nvlink=True)))
     return rows
+
+
+def nvlink_types(gpus: list[Gpu]) -> set[str]:
+    """The vGPU types NVLink rows are counted for: those the host's device groups are offered for (placement's
+    rule), else its boards' whole-GPU C-series types (the rows then show what a host without NVLink takes: 0)."""
+    offered = {t for s in nvlink_sets(gpus) for t in group_profiles(s)[0]}
+    return offered or {t for g in gpus for t in whole_gpu_compute_types(g.board)}
 
 
 def count_vms(gpus: list[Gpu], profiles: list[str], policy: str, *, nvlink: bool) -> int:
