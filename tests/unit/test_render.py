@@ -93,6 +93,8 @@ def test_json() -> None:
         "reboots": 1,
         "errors": 0,
         "warnings": 0,
+        "vm_classes": 0,
+        "namespaces": 0,
     }
     assert summary(Plan()) == {
         "create": 0,
@@ -104,6 +106,8 @@ def test_json() -> None:
         "reboots": 0,
         "errors": 0,
         "warnings": 0,
+        "vm_classes": 0,
+        "namespaces": 0,
     }
     assert [(d["action"], d["host"], d["vm"], d["comes_back"]) for d in data["disruptions"]] == [
         ("maintenance", "esx-01", None, True),
