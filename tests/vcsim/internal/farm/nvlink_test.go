@@ -110,3 +110,39 @@ func TestAdmitNVLinkOnlyInOfferedGroupSizes(t *testing.T) {
 		}
 	}
 }
+
+func TestGroupProfile(t *testing.T) {
+	cat := MustDefaultCatalog()
+	a100, _ := cat.Model("A100-40GB")
+	set := []Candidate{{ID: PCIBus(0), Model: a100}, {ID: PCIBus(1), Model: a100}}
+	profile := func(name string) Profile {
+		p, err := cat.Profile(name)
+		if err != nil {
+			return Profile{Name: name, Opaque: true}
+		}
+		return p
+	}
+	tests := []struct {
+		name     string
+		set      []Candidate
+		profiles []string
+		want     bool
+	}{
+		{"the whole-GPU C type", set, []string{"grid_a100-40c", "grid_a100-40c"}, true},
+		{"its nvidia_ spelling", set, []string{"nvidia_a100-40c", "nvidia_a100-40c"}, true},
+		{"half a GPU", set, []string{"grid_a100-20c", "grid_a100-20c"}, false},
+		{"one of two is half a GPU", set, []string{"grid_a100-40c", "grid_a100-20c"}, false},
+		{"a name no table explains", set, []string{"grid_a100-40cx", "grid_a100-40cx"}, false},
+		{"a GPU without a model", []Candidate{{ID: PCIBus(0)}}, []string{"grid_a100-40c"}, false},
+		{"no GPUs", nil, []string{"grid_a100-40c"}, false},
+	}
+	for _, tc := range tests {
+		var ps []Profile
+		for _, name := range tc.profiles {
+			ps = append(ps, profile(name))
+		}
+		if got := groupProfile(tc.set, ps); got != tc.want {
+			t.Errorf("%s: groupProfile = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
