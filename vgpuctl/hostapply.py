@@ -4,7 +4,9 @@
 once. Per host: evacuate (`refuse` lists running VMs; `power-off` records them in the state file and shuts
 them down), enter maintenance, change, reboot when needed, verify from the API and the shell, exit
 maintenance, power the recorded VMs on. A failure stops that host where it is and its HostOutcome says in
-what state; a re-run continues from the state file.
+what state; a re-run continues from the state file. After `cancel` a host begins no further forward step
+(evacuate, enter maintenance, change, reboot) but finishes what it began: a reboot and its wait, then exit
+maintenance and power on what it powered off; its outcome lists the steps left.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from vgpuctl.statefile import POWER_ON, VM_CHANGE, WorkStore
 log = logging.getLogger(__name__)
 
 SSH_AFTER_REBOOT_S = 60.0
+INTERRUPTED = "interrupted"  # HostOutcome.phase of a host Ctrl-C stopped before a forward step
 
 
 class RefusedError(VgpuctlError):
@@ -38,6 +41,14 @@ class RefusedError(VgpuctlError):
 
 class RestoreError(VgpuctlError):
     """The host change is done but some VMs it powered off did not come back (each VM's reason is listed)."""
+
+
+class _Stopped(Exception):
+    """Ctrl-C: the host's next forward step is not begun."""
+
+    def __init__(self, step: str):
+        super().__init__(step)
+        self.step = step
 
 
 class VerificationError(VgpuctlError):
@@ -74,6 +85,8 @@ class HostOutcome:
         return self.status in (Outcome.CHANGED, Outcome.UNCHANGED) or self.phase == "power-on"
 
     def describe(self) -> str:
+        if self.phase == INTERRUPTED:
+            return f"{self.host}: {self.message}\n  to continue: run the same apply again"
         if self.status != Outcome.FAILED:
             return f"{self.host}: {self.status}" + (f" ({', '.join(self.steps)})" if self.steps else "")
         lines = [f"{self.host}: failed at {self.phase}: {self.message}"]
@@ -191,9 +204,12 @@ class _HostRun:
         lease = None
         try:
             lease = self._lease()
-            self._run()
-            self.out.phase = "done"
-            self.out.status = Outcome.CHANGED if self.out.steps else Outcome.UNCHANGED
+            try:
+                self._run()
+                self.out.phase = "done"
+                self.out.status = Outcome.CHANGED if self.out.steps else Outcome.UNCHANGED
+            except _Stopped as stop:
+                self._wind_down(stop.step)
         except Exception as err:  # one host's failure is a result, never a crash of the whole run
             if not isinstance(err, VgpuctlError):
                 log.exception("%s: unexpected error in %s", self.t.name, self.phase)
@@ -252,6 +268,42 @@ class _HostRun:
     def _done(self, step: str) -> None:
         self.out.steps.append(step)
 
+    def _forward(self, step: str) -> None:
+        """A step boundary: after Ctrl-C the host begins no further forward step."""
+        if cancelled(self.opts.cancel):
+            raise _Stopped(step)
+
+    def _wind_down(self, step: str) -> None:
+        """Ctrl-C stopped the host before `step`: take it out of the maintenance mode this work put it in, power
+        on every VM it powered off (also those left to their own VM change, which will not run now), and keep
+        a work record only when a change was already written (the steps left finish it)."""
+        from vgpuctl.vsphere import host as vhost
+
+        t = self.t
+        rec = self.state.get(t.name)
+        left = remaining_steps(rec.steps if rec is not None else planned_steps(t.changes), step_phase(step))
+        left = [s for s in left if s not in ("exit-maintenance", "power-on")]
+        written = [s for s in self.out.steps if step_phase(s) in ("mig", "graphics", "module-options")]
+        entered = rec is not None and rec.entered_maintenance
+        if entered:
+            self._enter("exit-maintenance")
+            if vhost.read_host(self.session, t.moid).in_maintenance:
+                self._step("exit-maintenance")
+                vhost.exit_maintenance(self.session, t.moid, self.watcher, t.name)
+                self._done("exit-maintenance")
+            self.state.update(t.name, entered_maintenance=False)
+        self._restore(hand_back=True)
+        if written:
+            self.state.update(t.name, phase=INTERRUPTED, steps=left, vms=[])
+        else:
+            self.state.drop(t.name)
+        self.out.phase = INTERRUPTED
+        self.out.status = Outcome.CHANGED if self.out.steps else Outcome.NOT_STARTED
+        done = ["change written, not yet in effect" if written else "nothing changed"]
+        done += ["out of maintenance mode again"] if entered else []
+        done += [f"powered on again: {', '.join(self.out.powered_on)}"] if self.out.powered_on else []
+        self.out.message = f"interrupted before {step}; left: {', '.join(left) or 'nothing'}; " + "; ".join(done)
+
     # -------------------------------------------------------------------- the steps
 
     def _run(self) -> None:
@@ -264,8 +316,10 @@ class _HostRun:
             raise VgpuctlError(f"{t.name}: host is {api.connection_state}")
         entered = False
         if hostplan.needs_maintenance(work) and not api.in_maintenance:
+            self._forward("evacuate")
             self._enter("evacuate")
             self._evacuate()
+            self._forward("enter-maintenance")
             self._enter("enter-maintenance")
             self._step("enter-maintenance")
             self.state.update(t.name, entered_maintenance=True)
@@ -287,7 +341,7 @@ class _HostRun:
                 vhost.exit_maintenance(self.session, t.moid, self.watcher, t.name)
                 self._done("exit-maintenance")
             self.state.update(t.name, entered_maintenance=False)
-        self._restore()
+        self._restore(hand_back=cancelled(self.opts.cancel))  # after Ctrl-C no VM change takes them over
         self.state.drop(t.name)
 
     def _evacuate(self) -> None:
@@ -329,6 +383,7 @@ class _HostRun:
             after = VM_CHANGE if planned.get(vm.name) == hostplan.HAND_OVER else POWER_ON
             self.state.add_vm(t.name, vm.name, vm.moid, after)
         for vm in stop:
+            self._forward(f"power-off {vm.name}")
             self._step("power-off", vm.name)
             how = vhost.shutdown_vm(
                 self.session, vm, timeout_s=self.opts.shutdown_timeout_s, poll_s=self.opts.poll_s, watcher=self.watcher
@@ -341,14 +396,17 @@ class _HostRun:
         reboot = hostplan.needs_reboot(work)
         mig = [c for c in work if c.kind == hostplan.MIG]
         if mig:
+            self._forward("mig")
             self._enter("mig")
             reboot = self._set_mig(mig) or reboot
         graphics = [c for c in work if c.kind in hostplan.GRAPHICS_KINDS]
         if graphics:
+            self._forward("graphics")
             self._enter("graphics")
             self._set_graphics(graphics)
         modules = [c for c in work if c.kind in hostplan.MODULE_KINDS]
         if modules:
+            self._forward("module-options")
             self._enter("module-options")
             self._set_module_options(modules)
         return reboot
@@ -407,6 +465,7 @@ class _HostRun:
         from vgpuctl.vsphere import host as vhost
 
         t = self.t
+        self._forward("reboot")
         self._enter("reboot")
         self._step("reboot")
         before = vhost.reboot(self.session, t.moid, self.watcher, t.name)
@@ -455,9 +514,10 @@ class _HostRun:
                 self._step("verify", "waiting for SSH")
                 time.sleep(max(self.opts.poll_s, 0.5))
 
-    def _restore(self) -> None:
+    def _restore(self, hand_back: bool = False) -> None:
         """Power on every VM this host's runs powered off that the host can run now (in the inventory or not,
-        with or without vGPUs), going on past failures; VMs handed to their VM change are left to it."""
+        with or without vGPUs), going on past failures; VMs handed to their VM change are left to it, unless
+        `hand_back` (an interrupted run, whose VM changes do not start)."""
         from vgpuctl.vsphere import host as vhost
 
         rec = self.state.get(self.t.name)
@@ -469,7 +529,7 @@ class _HostRun:
         profiles = {v.moid: v.vgpus for v in vhost.host_vms(self.session, self.t.moid)}
         for vm in list(rec.vms):
             name = vm["name"]
-            if vm.get("after", POWER_ON) != POWER_ON:
+            if vm.get("after", POWER_ON) != POWER_ON and not hand_back:
                 self.out.handed_over.append(name)
                 continue
             lost = sorted(set(profiles.get(vm["moid"], [])) - offered)

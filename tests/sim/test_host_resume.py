@@ -203,3 +203,28 @@ def test_two_applies_started_together_exactly_one_proceeds(sim: Any, si: Any, tm
         assert _find(si, vim.VirtualMachine, vm).runtime.powerState == "poweredOn", vm
     assert _record(si, H1) == {} and not sim.host(H1)["inMaintenance"]
     assert _run(sim, tmp_path, "plan", "--detailed-exitcode")[0] == 0
+
+
+def test_first_ctrl_c_in_maintenance_before_the_change_restores_the_host(sim: Any, si: Any, tmp_path: Path) -> None:
+    hold = sim.hold("EnterMaintenanceMode_Task", H1)  # gpusim says when the host's step starts
+    proc = _vgpuctl(sim, tmp_path, "apply", "--yes")
+    try:
+        _until(lambda: next(h for h in sim.holds() if h["id"] == hold)["started"] or proc.poll() is not None,
+               "enter maintenance starts")  # fmt: skip
+        assert proc.poll() is None, proc.communicate()[0]
+        proc.send_signal(signal.SIGINT)
+    finally:
+        sim.release(hold)
+    out, _ = proc.communicate()
+    assert proc.returncode == 130, out
+    assert f"{H1}: interrupted before module-options; left: nvlink -> disabled, reboot, wait-reconnect, verify; " \
+           "nothing changed; out of maintenance mode again; powered on again: train-01, web-01" in out, out  # fmt: skip
+    assert "to continue: run the same apply again" in out
+    host = sim.host(H1)
+    assert not host["inMaintenance"]
+    assert host["modules"]["nvidia"]["configured"] == "NVreg_EnableMSI=1"  # no change was written
+    for vm in ("train-01", "web-01"):
+        assert _find(si, vim.VirtualMachine, vm).runtime.powerState == "poweredOn", vm
+    assert _record(si, H1) == {} and _attribute(si, H1, "vgpuctl.lease") == ""
+    code, out = _run(sim, tmp_path, "plan", "--detailed-exitcode")
+    assert code == 2 and f"~ host {H1}" in out and "unfinished work" not in out, out  # the change, planned anew
