@@ -295,11 +295,3 @@ class EsxiShell:
             if time.monotonic() > deadline:
                 raise SshError(f"`{command}` timed out after {limit:g}s", host=self.target.host)
             chan.status_event.wait(0.02)
-
-
-def load_host_map(path: str | Path) -> dict[str, SshTarget]:
-    """Targets from a host -> {"host","port"} JSON map (gpusim writes one next to its env)."""
-    import json
-
-    data = json.loads(Path(path).read_text())
-    return {name: SshTarget(host=name, address=v["host"], port=int(v["port"])) for name, v in data.items()}
