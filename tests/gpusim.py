@@ -251,7 +251,7 @@ class Gpusim:
         self.request("DELETE", "/faults")
 
     def hold(self, method: str, obj: str = "", count: int = 1) -> int:
-        """Hold the next `count` tasks of `method` (on `obj`, or on any object) when their body starts, until
+        """Hold the next `count` calls of `method` (on `obj`, or on any object) when gpusim receives them, until
         `release`; their start shows in `holds`. Returns the hold's id."""
         return int(self.request("POST", "/holds", {"object": obj, "method": method, "count": count})["id"])
 

@@ -142,6 +142,8 @@ def test_two_process_job_runs_across_both_guests_over_ssh(horovod_guests, guests
     g1, _ = guests.guests
     for g in guests.guests:
         guests.ssh(g, f"rm -f {RESULT}")
+        # Gloo advertises the address the worker's own name resolves to: its real one, not 127.0.1.1
+        assert guests.ssh(g, f"getent ahostsv4 {g.name}").stdout.split()[0] == g.address
     run = guests.ssh(g1, "cd /root && vgpuctl-train /root/hvd_job.py </dev/null", check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     results = [json.loads(guests.ssh(g, f"cat {RESULT}").stdout) for g in guests.guests]

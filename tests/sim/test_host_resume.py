@@ -110,9 +110,11 @@ def _env(sim: Any, ttl_s: float = TTL_S) -> dict[str, str]:
     return env
 
 
-def _vgpuctl(sim: Any, tmp_path: Path, *args: str, ttl_s: float = TTL_S) -> subprocess.Popen[str]:
+def _vgpuctl(
+    sim: Any, tmp_path: Path, *args: str, ttl_s: float = TTL_S, inventory: str = INVENTORY
+) -> subprocess.Popen[str]:
     inv = tmp_path / "inv.yaml"
-    inv.write_text(INVENTORY)
+    inv.write_text(inventory)
     cmd = [sys.executable, "-m", "vgpuctl", *args, "-f", str(inv)]
     return subprocess.Popen(cmd, env=_env(sim, ttl_s), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -228,3 +230,54 @@ def test_first_ctrl_c_in_maintenance_before_the_change_restores_the_host(sim: An
     assert _record(si, H1) == {} and _attribute(si, H1, "vgpuctl.lease") == ""
     code, out = _run(sim, tmp_path, "plan", "--detailed-exitcode")
     assert code == 2 and f"~ host {H1}" in out and "unfinished work" not in out, out  # the change, planned anew
+
+
+@pytest.fixture(scope="module")
+def shared_sim(gpusim_session_factory: Callable[..., Any]) -> Any:
+    """One farm for the repeated race: each round switches NVLink the other way, so every round has work."""
+    return _start(gpusim_session_factory, FARM)
+
+
+RACES = 20
+
+
+@pytest.mark.parametrize("race", range(RACES))
+def test_two_applies_from_a_barrier_exactly_one_proceeds(shared_sim: Any, tmp_path: Path, race: int) -> None:
+    sim = shared_sim
+    nvlink = "enabled" if "NVreg_NvLinkDisable=1" in sim.host(H1)["modules"]["nvidia"]["effective"] else "disabled"
+    inventory = INVENTORY.replace("nvlink: disabled", f"nvlink: {nvlink}")
+    hold = sim.hold("EnterMaintenanceMode_Task", H1)  # the winner holds the host until the other run has ended
+    barrier = threading.Barrier(2)
+    procs: list[subprocess.Popen[str]] = []
+
+    def one(i: int) -> None:
+        work = tmp_path / f"op{i}"
+        work.mkdir()
+        barrier.wait()
+        procs.append(_vgpuctl(sim, work, "apply", "--yes", ttl_s=LIVE_TTL_S, inventory=inventory))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        _until(lambda: any(p.poll() is not None for p in procs), "one apply ends")
+    finally:
+        sim.release(hold)
+    loser = next(p for p in procs if p.poll() is not None)
+    winner = next(p for p in procs if p is not loser)
+    lost, won = loser.communicate()[0], winner.communicate()[0]
+    assert (loser.returncode, winner.returncode) == (1, 0), lost + won
+    assert "is working on this host; not touched" in lost, lost
+    assert "enter-maintenance" not in lost  # the loser touched nothing
+    si = sim.connect()
+    try:
+        for vm in ("train-01", "web-01"):
+            assert _find(si, vim.VirtualMachine, vm).runtime.powerState == "poweredOn", vm
+        assert _record(si, H1) == {} and _attribute(si, H1, "vgpuctl.lease") == ""
+    finally:
+        Disconnect(si)
+    host = sim.host(H1)
+    assert not host["inMaintenance"]
+    assert ("NVreg_NvLinkDisable=1" in host["modules"]["nvidia"]["effective"]) == (nvlink == "disabled")

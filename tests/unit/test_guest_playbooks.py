@@ -361,3 +361,72 @@ def test_execution_environment_context_installs_the_collection(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "c" / "ansible_collections" / GALAXY["namespace"] / GALAXY["name"] / "roles" / "nccl").is_dir()
+
+
+# mpi_ssh_trust's hosts file: every worker's name at its real address, never its own name on loopback.
+
+STOCK_HOSTS = "127.0.0.1\tlocalhost\n127.0.1.1\tguest1\n::1     localhost ip6-localhost ip6-loopback\n"
+
+
+def run_etc_hosts(tmp_path: Path, hosts_file: Path, addresses: dict[str, str]) -> tuple[int, list[dict]]:
+    """The role's hosts-file tasks on guest1 (a local connection) with workers guest1 and guest2."""
+    inventory = tmp_path / "inv.yml"
+    workers = {name: {"ansible_host": addr, "ansible_connection": "local"} for name, addr in addresses.items()}
+    inventory.write_text(yaml.safe_dump({"trainers": {"hosts": workers}}))
+    play = tmp_path / "play.yml"
+    task = {"ansible.builtin.include_role": {"name": "mpi_ssh_trust", "tasks_from": "etc_hosts"}}
+    play.write_text(yaml.safe_dump([{"name": "t", "hosts": "guest1", "gather_facts": False, "tasks": [task]}]))
+    extra = {
+        "mpi_ssh_trust_group": "trainers",
+        "mpi_ssh_trust_hosts_file": str(hosts_file),
+        "ansible_python_interpreter": sys.executable,
+    }
+    proc = subprocess.run(
+        [BIN / "ansible-playbook", "-i", str(inventory), "-e", json.dumps(extra), str(play)],
+        env=ansible_env(tmp_path),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    doc = json.loads(proc.stdout)
+    results = [{"task": t["task"]["name"], **t["hosts"].get("guest1", {})} for p in doc["plays"] for t in p["tasks"]]
+    return proc.returncode, results
+
+
+@pytest.mark.parametrize(
+    ("before", "loopback_after"),
+    [
+        (STOCK_HOSTS, ["127.0.0.1\tlocalhost", "::1     localhost ip6-localhost ip6-loopback"]),
+        # the name among others, and on the localhost line as some images have it: only the name goes
+        (
+            "127.0.0.1 localhost guest1\n127.0.1.1 guest1.example.com guest1 gpu-node\n",
+            ["127.0.0.1 localhost", "127.0.1.1 guest1.example.com gpu-node"],
+        ),
+        # a name that only starts with this worker's name stays
+        ("127.0.0.1 localhost\n127.0.1.1 guest10\n", ["127.0.0.1 localhost", "127.0.1.1 guest10"]),
+    ],
+)
+def test_worker_names_resolve_to_their_addresses_not_loopback(tmp_path, before, loopback_after):
+    hosts_file = tmp_path / "hosts"
+    hosts_file.write_text(before)
+    addresses = {"guest1": "10.0.0.11", "guest2": "10.0.0.12"}
+    rc, first = run_etc_hosts(tmp_path, hosts_file, addresses)
+    assert rc == 0, first
+    lines = hosts_file.read_text().splitlines()
+    assert [line for line in lines if line.startswith(("127.", "::1"))] == loopback_after
+    assert "10.0.0.11 guest1" in lines and "10.0.0.12 guest2" in lines
+    rc, second = run_etc_hosts(tmp_path, hosts_file, addresses)
+    assert rc == 0 and not any(r.get("changed") for r in second), second
+    assert hosts_file.read_text().splitlines() == lines
+
+
+def test_own_loopback_name_stays_when_the_worker_has_no_address_line(tmp_path):
+    """A worker whose inventory name is its address (or resolves by DNS) keeps the stock line: taking the name
+    off loopback would leave it resolving nowhere."""
+    hosts_file = tmp_path / "hosts"
+    hosts_file.write_text(STOCK_HOSTS)
+    rc, results = run_etc_hosts(tmp_path, hosts_file, {"guest1": "guest1", "guest2": "10.0.0.12"})
+    assert rc == 0, results
+    lines = hosts_file.read_text().splitlines()
+    assert "127.0.1.1\tguest1" in lines and "10.0.0.12 guest2" in lines
+    assert not any(line.endswith(" guest1") for line in lines)

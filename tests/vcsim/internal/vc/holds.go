@@ -6,9 +6,10 @@ import (
 	"sync"
 )
 
-// A hold catches the next tasks of one kind when their body starts (where armed delays run): it counts
-// them as started, so a test sees the step begin in the simulator itself, and keeps them waiting until
-// it is released. Control routes:
+// A hold catches the next calls of one method (CloneVM_Task, ReconfigVM_Task, ...) when gpusim receives
+// them, before any object is locked: it counts them as started, so a test sees the step begin in the
+// simulator itself, and keeps the call waiting (its task not yet created) until it is released; reads of
+// the object go on meanwhile. Control routes:
 //
 //	POST   /gpusim/holds               {"object": "vm-42" | name | "" (any), "method": "ReconfigVM_Task", "count": 1}
 //	GET    /gpusim/holds               every hold with how many tasks started and which objects

@@ -41,10 +41,8 @@ func (b *faultBook) take(object, method string) *armed {
 	return b.consume(&b.faults, object, method)
 }
 
-// delay waits while a hold catches the task, then consumes one armed delay for (object, method) and
-// returns it (0 if none).
+// delay consumes one armed delay for (object, method) and returns it (0 if none).
 func (b *faultBook) delay(object, method string) time.Duration {
-	b.holds.wait(object, method)
 	if a := b.consume(&b.delays, object, method); a != nil {
 		return a.Delay
 	}
@@ -95,6 +93,7 @@ func (b *faultBook) clear() {
 
 // route is the simulator's Map.Handler: armed faults, unreachable hosts, and the GPU-aware wrappers.
 func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, types.BaseMethodFault) {
+	s.faults.holds.wait(m.This.Value, m.Name) // before any lock: other clients read the object meanwhile
 	obj := ctx.Map.Get(m.This)
 	if obj == nil {
 		return nil, nil
