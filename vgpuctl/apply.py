@@ -273,7 +273,12 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
     if change.power_on and (state["power"] != PowerState.ON or stopped):
         if not stopped:
             _forward(ctx, "power-on")  # a first power-on; powering on what this run stopped is restoring
-        _task(ctx, change.vm, "power-on", ctx.session.invoke(vm.PowerOnVM_Task))
+        try:
+            _task(ctx, change.vm, "power-on", ctx.session.invoke(vm.PowerOnVM_Task))
+        except VsphereFault as err:
+            if "clone" in outcome.steps and "Insufficient" in err.fault_type:
+                _discard_clone(ctx, change.vm, vm, outcome)
+            raise
         outcome.steps.append("power-on")
 
 
@@ -315,6 +320,19 @@ def _restore_after_failure(ctx: _Ctx, name: str, vm: Any, before: dict[str, Any]
     previous = vgpus_now == _vgpu_keys(split_devices(before["devices"])[0])
     config = "its previous configuration" if previous else "the vGPUs it has now: " + _fmt(vgpus_now)
     outcome.message = f"powered on again with {config}"
+
+
+def _discard_clone(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
+    """This run's clone cannot power on where the plan put it (another run took the capacity meanwhile): remove
+    it, so the next plan places it again instead of finding it stranded on a full host. Never raises."""
+    try:
+        _task(ctx, name, "remove clone", ctx.session.invoke(vm.Destroy_Task))
+    except Exception:  # the power-on's failure stays the VM's outcome
+        log.debug("%s: removing the clone failed", name, exc_info=True)
+        outcome.message = "the clone stays, powered off, on the host that had no room for it"
+        return
+    outcome.steps.append("remove clone")
+    outcome.message = "the clone this run made was removed: the next apply places it again"
 
 
 def _vgpu_keys(vgpus: list[Any]) -> list[tuple[int, str]]:
