@@ -276,8 +276,10 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         try:
             _task(ctx, change.vm, "power-on", ctx.session.invoke(vm.PowerOnVM_Task))
         except VsphereFault as err:
-            if "clone" in outcome.steps and "Insufficient" in err.fault_type:
+            if "Insufficient" in err.fault_type and "clone" in outcome.steps:
                 _discard_clone(ctx, change.vm, vm, outcome)
+            elif "Insufficient" in err.fault_type and stopped and "reconfigure" in outcome.steps:
+                _revert_vgpus(ctx, change.vm, vm, state, outcome)
             raise
         outcome.steps.append("power-on")
 
@@ -320,6 +322,49 @@ def _restore_after_failure(ctx: _Ctx, name: str, vm: Any, before: dict[str, Any]
     previous = vgpus_now == _vgpu_keys(split_devices(before["devices"])[0])
     config = "its previous configuration" if previous else "the vGPUs it has now: " + _fmt(vgpus_now)
     outcome.message = f"powered on again with {config}"
+
+
+def _revert_vgpus(ctx: _Ctx, name: str, vm: Any, before: dict[str, Any], outcome: VmOutcome) -> None:
+    """A VM this run stopped and reconfigured cannot power on with its new vGPUs (their capacity was taken
+    meanwhile): give it back the vGPUs it ran with and power it on; the outcome's message says how it ended.
+    Never raises."""
+    try:
+        spec = _vgpu_revert_spec(before["devices"], _read_vm(ctx, vm, name)["devices"])
+        if spec.deviceChange:
+            _task(ctx, name, "reconfigure (revert)", ctx.session.invoke(vm.ReconfigVM_Task, spec))
+            outcome.steps.append("reconfigure (revert)")
+        _task(ctx, name, "power-on (restore)", ctx.session.invoke(vm.PowerOnVM_Task))
+    except Exception as err:  # the power-on's failure stays the VM's outcome
+        from vgpuctl.vsphere.faults import fault_message
+
+        log.debug("%s: restoring the previous vGPUs failed", name, exc_info=True)
+        text = err.fault_message if isinstance(err, VsphereFault) else fault_message(err)
+        outcome.message = f"left powered off: giving it back its previous vGPUs failed: {text}"
+        return
+    outcome.steps.append("power-on")
+    outcome.message = "powered on again with its previous vGPUs"
+
+
+def _vgpu_revert_spec(before: list[Any], now: list[Any]) -> Any:
+    """A ReconfigVM spec removing the vGPUs `now` has beyond `before`, giving changed ones their old profile and
+    adding back those it lost."""
+    from pyVmomi import vim
+
+    from vgpuctl.vsphere.observe import split_devices
+
+    def vgpus(devices: list[Any]) -> dict[int, tuple[str, Any]]:
+        profiles = {v.key: v.profile for v in split_devices(devices)[0]}
+        return {int(d.key): (profiles[int(d.key)], d) for d in devices if int(d.key) in profiles}
+
+    old, new = vgpus(before), vgpus(now)
+    op = vim.vm.device.VirtualDeviceSpec.Operation
+    spec = vim.vm.device.VirtualDeviceSpec
+    changes = [spec(operation=op.remove, device=d) for k, (_, d) in new.items() if k not in old]
+    changes += [spec(operation=op.edit, device=d) for k, (p, d) in old.items() if k in new and new[k][0] != p]
+    for i, d in enumerate(d for k, (_, d) in old.items() if k not in new):
+        d.key = -(i + 1)
+        changes.append(spec(operation=op.add, device=d))
+    return vim.vm.ConfigSpec(deviceChange=changes)
 
 
 def _discard_clone(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:

@@ -185,3 +185,18 @@ def test_kill_at_a_vm_step_then_plan_and_apply_resume(sim: Any, si: Any, tmp_pat
     assert _state(si, "new-01") == (["grid_a100-10c"], "poweredOn")
     code, out, err = _run(sim, tmp_path, "plan", "--detailed-exitcode")
     assert code == 0, out + err
+
+
+def test_a_running_vm_whose_new_vgpus_find_no_room_runs_again_with_its_old_ones(
+    sim: Any, si: Any, tmp_path: Path
+) -> None:
+    inventory = INVENTORY.split("  - name: new-01")[0]
+    assert _run(sim, tmp_path, "apply", "--yes", inventory=inventory)[0] == 0  # running with one 10C
+    sim.arm_fault("run-01", "PowerOnVM_Task", "InsufficientGraphicsResourcesFault")  # taken meanwhile
+    bigger = inventory.replace("grid_a100-10c", "grid_a100-20c")
+    code, out, err = _run(sim, tmp_path, "-o", "json", "apply", "--yes", inventory=bigger)
+    assert code == 1, out + err
+    outcome = next(v for v in json.loads(out)["vms"] if v["vm"] == "run-01")
+    assert outcome["steps"] == ["power-off", "reconfigure", "reconfigure (revert)", "power-on"]
+    assert outcome["message"].endswith("; powered on again with its previous vGPUs"), outcome
+    assert _state(si, "run-01") == (["grid_a100-10c"], "poweredOn")
