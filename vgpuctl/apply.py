@@ -1,9 +1,11 @@
 """Execute a Plan's VM changes against vCenter, `parallel` VMs at a time: `apply_plan`.
 
 Per VM: re-read it (drift leaves it untouched), shut down (hard power-off after a timeout), at most one clone
-and one ReconfigVM_Task, power-on; a failed VM is a result and does not stop the others. After `cancel` no VM
-begins a forward step, a VM this run powered off is powered on again, and running tasks are waited for
-(a second Ctrl-C ends the process without waiting: see vgpuctl.pipeline.run_interruptible).
+and one ReconfigVM_Task, power-on; a failed VM is a result and does not stop the others. A VM this run stopped
+runs again after a failed reconfigure, or with its previous vGPUs when the new ones find no room; a clone
+that finds no room is removed, so the next plan places it anew. After `cancel` no VM begins a forward step, a
+VM this run powered off is powered on again, and running tasks are waited for (a second Ctrl-C ends the
+process without waiting: see vgpuctl.pipeline.run_interruptible).
 """
 
 from __future__ import annotations
