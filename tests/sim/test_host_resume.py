@@ -165,12 +165,25 @@ def _converges(sim: Any, si: Any, tmp_path: Path) -> None:
 
 
 def test_kill_during_maintenance_then_plan_and_apply_resume(sim: Any, si: Any, tmp_path: Path) -> None:
-    sim.delay(H1, "EnterMaintenanceMode_Task", 1.5)
-    _kill_at(sim, si, tmp_path, "enter-maintenance")
+    # killed once gpusim has the enter-maintenance call (not merely once the record names the phase: the
+    # process could die before sending it), which then completes on its own after the kill
+    hold = sim.hold("EnterMaintenanceMode_Task", H1)
+    proc = _vgpuctl(sim, tmp_path, "apply", "--yes")
+    try:
+        _until(lambda: next(h for h in sim.holds() if h["id"] == hold)["started"] or proc.poll() is not None,
+               "enter maintenance starts")  # fmt: skip
+        assert proc.poll() is None, proc.communicate()[0]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        sim.release(hold)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     record = _record(si, H1)
     assert sorted(v["name"] for v in record["vms"]) == ["train-01", "web-01"]
-    assert record["run"] and "enter-maintenance" in record["steps"]
-    _until(lambda: sim.host(H1)["inMaintenance"], "the delayed task finished")
+    assert record["run"] and record.get("phase") == "enter-maintenance" and "enter-maintenance" in record["steps"]
+    _until(lambda: sim.host(H1)["inMaintenance"], "the held task finished")
     _converges(sim, si, tmp_path)
 
 
