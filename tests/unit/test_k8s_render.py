@@ -1,5 +1,6 @@
 """Kubernetes manifests for GPU VM classes: every custom resource validates against the upstream CRD schema
-(tests/fixtures/crds), the TKG cluster has the documented shape, and the licence token never appears."""
+(tests/fixtures/crds), the TKG cluster also has the documented v1alpha3 shape, and the licence token never
+appears."""
 
 from __future__ import annotations
 
@@ -59,6 +60,9 @@ def _closed(schema: Any) -> Any:
 
 VM_SCHEMA = _schema("vmoperator.vmware.com_virtualmachines.yaml", VMOP_VERSION)
 CLUSTER_SCHEMA = _schema("cluster.x-k8s.io_clusters.yaml", "v1beta1")
+# The public TanzuKubernetesCluster CRD has v1alpha2 only; the manifest is v1alpha3 (the vSphere 8 API), whose
+# fields that vgpuctl writes keep their v1alpha2 names and places, so the v1alpha2 schema checks them.
+TKC_SCHEMA = _schema("run.tanzu.vmware.com_tanzukubernetesclusters.yaml", "v1alpha2")
 
 
 def _docs(text: str) -> list[dict[str, Any]]:
@@ -105,11 +109,23 @@ def test_the_schema_check_catches_a_misspelt_field() -> None:
     vm["spec"]["powerState"] = "On"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(vm, VM_SCHEMA)
+    (tkc,) = _docs(render_manifests(_inv(), "ml-team")["tanzukubernetescluster.yaml"])
+    tkc["spec"]["topology"]["nodePools"][0]["class"] = "gpu-small"  # the v1alpha1 name of vmClass
+    with pytest.raises(jsonschema.ValidationError, match="'class' was unexpected"):
+        jsonschema.validate(tkc, TKC_SCHEMA)
 
 
-def test_tanzu_kubernetes_cluster_node_pools() -> None:
+def test_the_tkc_schema_refuses_a_pool_without_its_storage_class() -> None:
+    (tkc,) = _docs(render_manifests(_inv(), "ml-team")["tanzukubernetescluster.yaml"])
+    del tkc["spec"]["topology"]["nodePools"][1]["storageClass"]
+    with pytest.raises(jsonschema.ValidationError, match="'storageClass' is a required property"):
+        jsonschema.validate(tkc, TKC_SCHEMA)
+
+
+def test_tanzu_kubernetes_cluster_node_pools_validate_against_the_crd() -> None:
     (doc,) = _docs(render_manifests(_inv(), "ml-team", RenderOptions(tkr="v1.30.1---vmware.1-fips-tkg.5"))[
         "tanzukubernetescluster.yaml"])
+    jsonschema.validate(doc, TKC_SCHEMA)
     assert (doc["apiVersion"], doc["kind"]) == ("run.tanzu.vmware.com/v1alpha3", "TanzuKubernetesCluster")
     topology = doc["spec"]["topology"]
     assert set(topology) == {"controlPlane", "nodePools"}
