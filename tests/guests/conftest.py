@@ -8,22 +8,17 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
-import subprocess
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 from guestlib import (
     DRIVER_VERSION,
-    ENV,
     FAKE_INSTALLER,
-    GUESTCTL,
     TOKEN_CONTENT,
     Files,
-    Guest,
     Guests,
+    guest_pair,
     make_wheel,
-    missing_tools,
 )
 
 
@@ -33,34 +28,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(scope="session")
-def guests(tmp_path_factory: pytest.TempPathFactory):
-    if os.geteuid() != 0:
-        pytest.skip("guest tests need root (network namespaces, chroot)")
-    missing = missing_tools()
-    if missing:
-        pytest.fail(f"guest tests need these tools on the host: {', '.join(missing)}")
-    # short path: unix socket paths (ssh control sockets) are limited to ~100 bytes
-    work = Path(subprocess.check_output(["mktemp", "-d", "/tmp/vgpuctl-guests.XXXXXX"], text=True).strip())
-    env = {**os.environ, **ENV}
-    try:
-        out = subprocess.run(
-            [str(GUESTCTL), "up", str(work), "2"], env=env, capture_output=True, text=True, check=False
-        )
-        if out.returncode != 0:
-            pytest.fail(f"guestctl up failed:\n{out.stdout}\n{out.stderr}")
-        lines = [line.split() for line in (work / "guests").read_text().splitlines() if line.strip()]
-        g = Guests(
-            dir=work,
-            key=work / "id_ed25519",
-            known_hosts=work / "known_hosts",
-            guests=[Guest(name, addr, work / name / "root") for name, addr in lines],
-        )
-        for guest in g.guests:
-            g.install_fake_boot(guest)
-        yield g
-    finally:
-        subprocess.run([str(GUESTCTL), "down", str(work)], env=env, check=False)
-        shutil.rmtree(work, ignore_errors=True)
+def guests() -> Iterator[Guests]:
+    """The guests most tests share, in test order (a module that must not see their state takes its own pair)."""
+    yield from guest_pair()
 
 
 @pytest.fixture(scope="session")

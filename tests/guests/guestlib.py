@@ -8,8 +8,11 @@ import os
 import shutil
 import subprocess
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GUESTCTL = ROOT / "scripts" / "guests" / "guestctl.sh"
@@ -163,3 +166,34 @@ def make_wheel(directory: Path, name: str, version: str) -> Path:
         for path, content in files.items():
             zf.writestr(path, content)
     return out
+
+
+def guest_pair() -> Iterator[Guests]:
+    """Two fresh guests (Debian chroots with sshd in network namespaces), torn down afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("guest tests need root (network namespaces, chroot)")
+    missing = missing_tools()
+    if missing:
+        pytest.fail(f"guest tests need these tools on the host: {', '.join(missing)}")
+    # short path: unix socket paths (ssh control sockets) are limited to ~100 bytes
+    work = Path(subprocess.check_output(["mktemp", "-d", "/tmp/vgpuctl-guests.XXXXXX"], text=True).strip())
+    env = {**os.environ, **ENV}
+    try:
+        out = subprocess.run(
+            [str(GUESTCTL), "up", str(work), "2"], env=env, capture_output=True, text=True, check=False
+        )
+        if out.returncode != 0:
+            pytest.fail(f"guestctl up failed:\n{out.stdout}\n{out.stderr}")
+        lines = [line.split() for line in (work / "guests").read_text().splitlines() if line.strip()]
+        g = Guests(
+            dir=work,
+            key=work / "id_ed25519",
+            known_hosts=work / "known_hosts",
+            guests=[Guest(name, addr, work / name / "root") for name, addr in lines],
+        )
+        for guest in g.guests:
+            g.install_fake_boot(guest)
+        yield g
+    finally:
+        subprocess.run([str(GUESTCTL), "down", str(work)], env=env, check=False)
+        shutil.rmtree(work, ignore_errors=True)

@@ -10,12 +10,13 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from guestlib import Files, Guests
+from guestlib import Files, Guests, guest_pair
 
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.experiment.runner import VsphereFarm, run_experiment
@@ -24,6 +25,12 @@ from vgpuctl.experiment.store import BASE, ResultsDir
 from vgpuctl.inventory import load_inventory
 
 pytestmark = pytest.mark.guests
+
+
+@pytest.fixture(scope="module")
+def guests() -> Iterator[Guests]:
+    """A pair of its own: the experiment deploys into its guests, which the deploy tests expect fresh."""
+    yield from guest_pair()
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "experiment" / "all_reduce_perf.h100-2vms-16gpus.txt"
 BIN = "opt/vgpuctl/benchmarks/bin"
