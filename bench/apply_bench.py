@@ -55,9 +55,9 @@ def observe_vms(sim: Any) -> dict[str, Any]:
 
 
 def vgpuctl_apply(sim: Any, names: list[str], count: int, parallel: int, workdir: Path) -> tuple[Any, int]:
-    from vgpuctl.apply import apply_plan
     from vgpuctl.inventory import load_inventory, validate
-    from vgpuctl.plan import make_plan
+    from vgpuctl.vms.apply import apply_plan
+    from vgpuctl.vms.plan import make_plan
     from vgpuctl.vsphere.observe import observe
     from vgpuctl.vsphere.session import open_session
 

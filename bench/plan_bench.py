@@ -55,7 +55,7 @@ def add_latency(session: Any) -> None:
 
 def vgpuctl_plan(sim: Any, path: Path) -> tuple[Any, int, dict[str, float]]:
     from vgpuctl.inventory import load_inventory, validate
-    from vgpuctl.plan import make_plan
+    from vgpuctl.vms.plan import make_plan
     from vgpuctl.vsphere.observe import observe
     from vgpuctl.vsphere.session import open_session
 
@@ -136,7 +136,7 @@ def main() -> None:
     with gpusim(a100_farm(args.hosts, args.gpus, args.vms)) as sim, tempfile.TemporaryDirectory() as tmp:
         names = vm_names(sim)  # also imports pyVmomi and vgpuctl's modules before anything is timed
         import vgpuctl.inventory
-        import vgpuctl.plan  # noqa: F401  (import cost is not part of the comparison)
+        import vgpuctl.vms.plan  # noqa: F401  (import cost is not part of the comparison)
 
         path = Path(tmp) / "inventory.yaml"
         write_inventory(names, path)

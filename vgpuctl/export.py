@@ -16,11 +16,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpuctl.hostfacts import HostFacts
-from vgpuctl.hostplan import nvlink_of, scheduler_of
+from vgpuctl.hosts.facts import HostFacts
+from vgpuctl.hosts.plan import nvlink_of, scheduler_of
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
 from vgpuctl.profiles import BOARDS, ProfileError, parse_profile
-from vgpuctl.vmclasses import ClassState, SupervisorState, VmClassSpec, desired_class
+from vgpuctl.supervisor.vmclasses import ClassState, SupervisorState, VmClassSpec, desired_class
 
 MIG_MODE = "multiInstanceGpu"
 TIME_SLICED = ("sameSize", "mixedSize")

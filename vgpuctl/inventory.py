@@ -35,8 +35,8 @@ from vgpuctl.domain import (
 )
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, is_host_spelling, mixing_problem, parse_profile
-from vgpuctl.vmclasses import NamespaceList, VmClassList
-from vgpuctl.vmclasses import iter_problems as class_problems
+from vgpuctl.supervisor.vmclasses import NamespaceList, VmClassList
+from vgpuctl.supervisor.vmclasses import iter_problems as class_problems
 
 API_VERSION = "vgpuctl/v1"
 MAX_RANGE_NAMES = 10_000  # names one `{FIRST..LAST}` entry may expand to (documented in the README)
@@ -297,7 +297,7 @@ class Inventory(_Model):
     hosts: list[HostSpec] = Field(default_factory=list)
     vms: list[VmSpec] = Field(default_factory=list)
     guests: GuestsSpec = Field(default_factory=GuestsSpec)
-    vm_classes: VmClassList = Field(default_factory=list)  # VM classes with vGPUs (vgpuctl.vmclasses)
+    vm_classes: VmClassList = Field(default_factory=list)  # VM classes with vGPUs (vgpuctl.supervisor.vmclasses)
     namespaces: NamespaceList = Field(default_factory=list)  # supervisor namespaces and their VM classes
     _source_path: str | None = PrivateAttr(default=None)
     _pos: dict[Path_, Pos] = PrivateAttr(default_factory=dict)

@@ -18,20 +18,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from vgpuctl import hostplan
 from vgpuctl.domain import Outcome, Power
 from vgpuctl.errors import Interrupted, UsageError
-from vgpuctl.hostapply import HostApplyOptions, HostApplyResult, apply_host_changes, pending_changes
-from vgpuctl.hostfacts import HostFacts
-from vgpuctl.hosttargets import targets_for
+from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.apply import HostApplyOptions, HostApplyResult, apply_host_changes, pending_changes
+from vgpuctl.hosts.facts import HostFacts
+from vgpuctl.hosts.targets import targets_for
+from vgpuctl.hosts.work import WorkStore
 from vgpuctl.inventory import HostSpec, Inventory
 from vgpuctl.model import HostChange, Observed, Plan
 from vgpuctl.progress import EXIT_NOW, RUNNING, Cancel, HostProgress, Progress, VmProgress
-from vgpuctl.statefile import WorkStore
 
 if TYPE_CHECKING:
-    from vgpuctl.apply import ApplyResult, VmOutcome
     from vgpuctl.guest.runner import DeployResult
+    from vgpuctl.vms.apply import ApplyResult, VmOutcome
     from vgpuctl.vsphere.session import Session
 
 T = TypeVar("T")
@@ -96,8 +96,8 @@ def host_facts(
     is set up or an SSH agent runs (without them, MIG, NVLink and scheduler changes are plan errors); fills each
     ObservedHost.module_options with the configured nvidia option string and, on a host where vCenter reported
     no NVLink device groups, its NVLink sets from the shell."""
-    from vgpuctl.hostfacts import adopt_nvlink_sets, gather_facts
-    from vgpuctl.hoststatus import shell_configured
+    from vgpuctl.hosts.facts import adopt_nvlink_sets, gather_facts
+    from vgpuctl.hosts.status import shell_configured
 
     errors = []
     hosts = {}
@@ -127,7 +127,7 @@ def state_of(session: Session, observed: Observed, options: RunOptions) -> WorkS
     """Where this run keeps its host work records: the store given, else the hosts' records in vCenter (read with
     the bulk observe)."""
     if options.state is None:
-        from vgpuctl.statefile import WORK_FIELD
+        from vgpuctl.hosts.work import WORK_FIELD
         from vgpuctl.vsphere.workrecord import VcenterWorkStore, new_run_id
 
         options.run_id = options.run_id or new_run_id()
@@ -175,7 +175,7 @@ def _lease_warnings(session: Session, observed: Observed, hosts: Sequence[str]) 
 def plan(session: Session, observed: Observed, inventory: Inventory, options: RunOptions) -> Plan:
     """Host facts of the inventory's hosts, then the pure planner: host changes first, VM changes planned
     against the hosts as they will be, VMs on changing hosts waiting for them."""
-    from vgpuctl.plan import make_plan
+    from vgpuctl.vms.plan import make_plan
 
     resolved, _ = hostplan.resolve_hosts(inventory.hosts, observed)  # make_plan reports resolve errors
     facts, errors = host_facts(session, observed, resolved, options) if resolved else ({}, [])
@@ -188,9 +188,9 @@ def plan(session: Session, observed: Observed, inventory: Inventory, options: Ru
 
 
 def plan_vm_classes(session: Session, observed: Observed, inventory: Inventory, the_plan: Plan) -> Any:
-    """VM classes and supervisor namespaces over REST (vgpuctl.k8s.stage), planned against the hosts as the
+    """VM classes and supervisor namespaces over REST (vgpuctl.supervisor.stage), planned against the hosts as the
     plan leaves them: a SupervisorRun to close, or None when the inventory names none (no REST login)."""
-    from vgpuctl.k8s.stage import open_for_run
+    from vgpuctl.supervisor.stage import open_for_run
 
     return open_for_run(session.settings, inventory, observed, the_plan.host_changes)
 
@@ -253,7 +253,7 @@ def apply_hosts(
 def replan_vms(inventory: Inventory, observed_after: Observed, pending: Sequence[HostChange]) -> Plan:
     """The VM part of the plan again, against the farm after the host changes. `pending` (changes of hosts that
     did not finish) stay in the plan; those hosts are predicted as changed and their VMs wait for them."""
-    from vgpuctl.plan import make_plan
+    from vgpuctl.vms.plan import make_plan
 
     base = hostplan.predict_observed(observed_after, pending) if pending else observed_after
     vm_plan = make_plan(inventory.model_copy(update={"hosts": []}), base)
@@ -271,7 +271,7 @@ def apply_vms(
     cancel: Cancel | None = None,
 ) -> ApplyResult:
     """One clone and one reconfigure per VM, `options.parallel` at a time; VMs on pending hosts wait."""
-    from vgpuctl.apply import apply_plan
+    from vgpuctl.vms.apply import apply_plan
 
     return apply_plan(
         session,
@@ -343,7 +343,7 @@ def split_vm_errors(errors: Sequence[str]) -> tuple[dict[str, list[str]], list[s
 
 
 def _replan_failures(failed: dict[str, list[str]]) -> list[VmOutcome]:
-    from vgpuctl.apply import VmOutcome
+    from vgpuctl.vms.apply import VmOutcome
 
     return [
         VmOutcome(name, Outcome.FAILED, fault_type="PlanError", message="plan after the host changes: " + "; ".join(r))
@@ -352,7 +352,7 @@ def _replan_failures(failed: dict[str, list[str]]) -> list[VmOutcome]:
 
 
 def _not_started(the_plan: Plan, failed: dict[str, list[str]]) -> ApplyResult:
-    from vgpuctl.apply import ApplyResult, VmOutcome, planned_steps
+    from vgpuctl.vms.apply import ApplyResult, VmOutcome, planned_steps
 
     outcomes = [
         VmOutcome(c.vm, Outcome.NOT_STARTED, message="the VM plan after the host changes failed", left=planned_steps(c))

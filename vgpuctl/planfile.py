@@ -20,7 +20,7 @@ from vgpuctl.errors import UsageError, VgpuctlError
 from vgpuctl.model import Observed, Plan
 
 if TYPE_CHECKING:
-    from vgpuctl.vmclasses import SupervisorPlan
+    from vgpuctl.supervisor.vmclasses import SupervisorPlan
 
 FORMAT = "vgpuctl-plan/v1"
 

@@ -101,7 +101,7 @@ MAINTENANCE, REBOOT, POWER_OFF = "maintenance", "reboot", "power-off"
 def disruptions(plan: Plan) -> list[Disruption]:
     """Every disruptive step apply will take, host by host (maintenance, reboot, the VMs evacuated), then the
     VMs powered off for their own change. What host apply does is decided by the same hostplan functions."""
-    from vgpuctl import hostplan
+    from vgpuctl.hosts import plan as hostplan
 
     by_vm = {c.vm: c for c in plan.changes}
     hosts: dict[str, list[HostChange]] = {}

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
-from vgpuctl.apply import VmOutcome
 from vgpuctl.domain import Outcome
-from vgpuctl.hostapply import HostOutcome
+from vgpuctl.hosts.apply import HostOutcome
+from vgpuctl.vms.apply import VmOutcome
 
 Scalar = str | int | float | bool | None
 

@@ -26,7 +26,7 @@ from vgpuctl.reports import (
     VmClassDiff,
     vgpu_counts,
 )
-from vgpuctl.vmclasses import ClassChange, SupervisorPlan, SupervisorState
+from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan, SupervisorState
 
 KB_PER_GB = 1024 * 1024
 

@@ -9,11 +9,11 @@ import pytest
 from pyVim.connect import Disconnect
 from pyVmomi import vim
 
-from vgpuctl.apply import apply_plan
 from vgpuctl.errors import PlanError
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import Op
-from vgpuctl.plan import make_plan
+from vgpuctl.vms.apply import apply_plan
+from vgpuctl.vms.plan import make_plan
 from vgpuctl.vsphere.observe import observe
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 

@@ -29,7 +29,7 @@ from pyVmomi import vim
 from vgpuctl.errors import SshError, SshHostKeyError
 from vgpuctl.esxi import commands, parsers
 from vgpuctl.esxi.ssh import EsxiShell, SshSettings, SshTarget
-from vgpuctl.hostfacts import load_host_map
+from vgpuctl.hosts.facts import load_host_map
 
 pytestmark = pytest.mark.sim
 

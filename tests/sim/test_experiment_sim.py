@@ -21,7 +21,7 @@ from vgpuctl.experiment.report import build_report, render_markdown
 from vgpuctl.experiment.runner import VsphereFarm, restore, run_experiment
 from vgpuctl.experiment.schema import checked_variants, load_experiment
 from vgpuctl.experiment.store import BASE, ResultsDir
-from vgpuctl.hostfacts import gather_shell_facts, open_shell, shell_runner
+from vgpuctl.hosts.facts import gather_shell_facts, open_shell, shell_runner
 from vgpuctl.inventory import load_inventory
 
 pytestmark = pytest.mark.sim

@@ -172,7 +172,7 @@ def test_a_pending_mig_switch_is_exported_as_pending(sim: Any, env: dict[str, st
     from gpusim import ssh_host_map_path, ssh_known_hosts
 
     from vgpuctl.esxi.ssh import EsxiShell, SshSettings
-    from vgpuctl.hostfacts import load_host_map
+    from vgpuctl.hosts.facts import load_host_map
 
     settings = SshSettings(known_hosts=ssh_known_hosts(sim), password=sim.password, use_agent=False)
     with EsxiShell(load_host_map(str(ssh_host_map_path(sim)))[A2], settings) as sh:

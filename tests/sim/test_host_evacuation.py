@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from vgpuctl import pipeline
 from vgpuctl.domain import Outcome
+from vgpuctl.hosts.work import StateStore
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.pipeline import RunOptions
-from vgpuctl.statefile import StateStore
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
 pytestmark = pytest.mark.sim

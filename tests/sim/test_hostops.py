@@ -19,13 +19,14 @@ from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
 
-from vgpuctl import hostplan, pipeline
+from vgpuctl import pipeline
 from vgpuctl.domain import Outcome
 from vgpuctl.errors import SshError, SshHostKeyError
-from vgpuctl.hostfacts import gather_shell_facts, open_shell, shell_runner
+from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.facts import gather_shell_facts, open_shell, shell_runner
+from vgpuctl.hosts.work import StateStore
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.pipeline import RunOptions
-from vgpuctl.statefile import StateStore
 from vgpuctl.vsphere.observe import observe
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
@@ -474,7 +475,7 @@ def test_cli_host_errors_are_one_line(farm: Farm, monkeypatch: pytest.MonkeyPatc
 
 
 def test_mig_backed_vm_waits_for_the_host_switch(farm: Farm, si: Any) -> None:
-    from vgpuctl.hostapply import pending_changes
+    from vgpuctl.hosts.apply import pending_changes
 
     inv = farm.inventory(
         f"  - name: {H2}\n    gpus: [{{select: all, mode: mig}}]\n"
@@ -502,7 +503,7 @@ def test_mig_backed_vm_waits_for_the_host_switch(farm: Farm, si: Any) -> None:
 
 
 def test_status_rows_per_gpu(farm: Farm) -> None:
-    from vgpuctl.hoststatus import collect_host_status
+    from vgpuctl.hosts.status import collect_host_status
 
     farm.sim.request("POST", "/ssh/faults", {"host": H3, "kind": "refuse"})
     with open_session(farm.settings) as session:

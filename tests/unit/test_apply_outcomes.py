@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from vgpuctl import pipeline
-from vgpuctl.apply import ApplyResult, VmOutcome, planned_steps
 from vgpuctl.cli import plan as plan_cli
 from vgpuctl.domain import Outcome
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import CloneSpec, HostChange, Observed, ObservedGpu, ObservedHost, ObservedVm, Plan, VmChange
+from vgpuctl.vms.apply import ApplyResult, VmOutcome, planned_steps
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pyVmomi import vim
 
-from vgpuctl.apply import _vgpu_revert_spec
+from vgpuctl.vms.apply import _vgpu_revert_spec
 
 pytestmark = pytest.mark.unit
 

@@ -19,7 +19,7 @@ from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.main import app
 from vgpuctl.errors import InventoryError, NotFound
 from vgpuctl.inventory import load_inventory_text, validate
-from vgpuctl.placement import MIG_MODE, Gpu
+from vgpuctl.vms.placement import MIG_MODE, Gpu
 
 pytestmark = pytest.mark.unit
 
@@ -368,7 +368,7 @@ def test_the_answer_counts_its_budget_from_the_start_it_is_given() -> None:
 
 
 def test_a_cloned_gpu_is_a_deep_copy() -> None:
-    from vgpuctl.placement import add_vgpu, clone_gpu
+    from vgpuctl.vms.placement import add_vgpu, clone_gpu
 
     gpu = Gpu("0000:3b:00.0", "a100", 40, MIG, vgpus=["grid_a100-3-20c"])
     copy = clone_gpu(gpu)

@@ -69,7 +69,7 @@ def write(tmp_path: Path, text: str, name: str = "inv.yaml") -> Path:
 
 
 # pydantic is not listed: typer itself uses it to coerce parameters of any command it runs.
-HEAVY = ("pyVmomi", "paramiko", "ansible_runner", "ruamel", "yaml", "jinja2", "vgpuctl.vsphere", "vgpuctl.apply")
+HEAVY = ("pyVmomi", "paramiko", "ansible_runner", "ruamel", "yaml", "jinja2", "vgpuctl.vsphere", "vgpuctl.vms.apply")
 
 PROBE = """
 import json, sys
@@ -510,10 +510,10 @@ def test_progress_prints_one_line_per_step_change() -> None:
 
 def test_ctrl_c_during_apply_stops_new_work_and_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     """KeyboardInterrupt in the main thread sets the cancel flag; the running apply finishes; we report it."""
-    from vgpuctl import apply
     from vgpuctl.inventory import load_inventory_text
     from vgpuctl.model import Plan, VmChange
     from vgpuctl.pipeline import RunOptions
+    from vgpuctl.vms import apply
 
     seen: dict[str, object] = {}
 
@@ -545,9 +545,9 @@ def test_ctrl_c_during_apply_stops_new_work_and_waits(monkeypatch: pytest.Monkey
 
 
 def test_failed_vms_make_apply_exit_1_naming_them() -> None:
-    from vgpuctl.apply import ApplyResult, VmOutcome
     from vgpuctl.errors import VgpuctlError
     from vgpuctl.model import Plan
+    from vgpuctl.vms.apply import ApplyResult, VmOutcome
 
     result = ApplyResult(
         vms=[VmOutcome("a", "changed"), VmOutcome("b", "failed", fault_type="InvalidState", message="no")]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vgpuctl.errors import NotFound
-from vgpuctl.explain import explain_host, render_explain
+from vgpuctl.hosts.explain import explain_host, render_explain
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import HostChange, Observed, ObservedGpu, ObservedHost, Plan
 

@@ -7,11 +7,11 @@ import pytest
 
 from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.export import ExportOptions, _Vm, export_inventory, ranges
-from vgpuctl.hostfacts import HostFacts
+from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.inventory import load_inventory_text, validate
 from vgpuctl.model import Observed, ObservedVgpu, ObservedVm, PowerState
-from vgpuctl.plan import make_plan
-from vgpuctl.vmclasses import ClassState, NamespaceState, SupervisorState, plan_supervisor
+from vgpuctl.supervisor.vmclasses import ClassState, NamespaceState, SupervisorState, plan_supervisor
+from vgpuctl.vms.plan import make_plan
 
 pytestmark = pytest.mark.unit
 
@@ -174,7 +174,7 @@ def test_a_repeated_name_plans_to_no_change() -> None:
 
 def _shell_facts(facts: dict[str, HostFacts], observed: Observed, pending: dict[str, bool]) -> None:
     """ESXi shell facts for esx-02: MIG off on every GPU, and a switch pending on the GPUs in `pending`."""
-    from vgpuctl.hostfacts import GpuFacts
+    from vgpuctl.hosts.facts import GpuFacts
 
     f = facts["esx-02"]
     f.shell = True

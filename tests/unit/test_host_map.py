@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from vgpuctl.errors import UsageError
-from vgpuctl.hostfacts import ENV_HOST_MAP, load_host_map, ssh_target
+from vgpuctl.hosts.facts import ENV_HOST_MAP, load_host_map, ssh_target
 from vgpuctl.inventory import HostSpec
 
 pytestmark = pytest.mark.unit

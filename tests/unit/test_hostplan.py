@@ -1,4 +1,4 @@
-"""vgpuctl.hostplan (pure host planning) and the pure parts of vgpuctl.hostfacts and the host apply / status modules.
+"""vgpuctl.hosts.plan (pure host planning), the pure parts of vgpuctl.hosts.facts and the host apply / status modules.
 
 Planning cases are data: tests/fixtures/hostplan/cases.yaml. Shell facts are parsed from the nvidia-smi
 reference outputs of gpusim in tests/fixtures/nvidia-smi/.
@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from vgpuctl import hostplan
 from vgpuctl.domain import Outcome
-from vgpuctl.hostapply import HostOutcome, RefusedError
-from vgpuctl.hostfacts import GpuFacts, HostFacts, gather_shell_facts, nvlink_sets, vsphere_bus_id
-from vgpuctl.hosttargets import targets_for
+from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.apply import HostOutcome, RefusedError
+from vgpuctl.hosts.facts import GpuFacts, HostFacts, gather_shell_facts, nvlink_sets, vsphere_bus_id
+from vgpuctl.hosts.targets import targets_for
+from vgpuctl.hosts.work import StateStore, default_state_path
 from vgpuctl.inventory import HostSpec, load_inventory_text
 from vgpuctl.model import HostChange, Observed, ObservedGpu, ObservedHost
-from vgpuctl.statefile import StateStore, default_state_path
 
 pytestmark = pytest.mark.unit
 
@@ -454,7 +454,7 @@ def test_describe_changes_says_maintenance_reboot_and_vms() -> None:
 
 
 def test_merge_status_adds_mig_nvlink_and_scheduler() -> None:
-    from vgpuctl.hoststatus import host_status, merge_status, mig_label
+    from vgpuctl.hosts.status import host_status, merge_status, mig_label
     from vgpuctl.statusreport import status_report
 
     host = _host("esx-a100", {"module_options": "NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x11"})
@@ -484,7 +484,7 @@ def test_merge_status_adds_mig_nvlink_and_scheduler() -> None:
 
 
 def test_shell_configured_from_environment_or_inventory() -> None:
-    from vgpuctl.hoststatus import shell_configured
+    from vgpuctl.hosts.status import shell_configured
 
     assert not shell_configured({}, env={})
     assert shell_configured({}, env={"VGPUCTL_ESXI_PASSWORD": "x"})

@@ -1,4 +1,4 @@
-"""What a host change does to the VMs on the host (vgpuctl.hostplan.plan_evacuation, pure): a VM the changed
+"""What a host change does to the VMs on the host (vgpuctl.hosts.plan.plan_evacuation, pure): a VM the changed
 host cannot run is a plan error, a VM the inventory re-profiles is handed to its VM change, the others are
 powered off and on again with `evacuate: power-off`; and how make_plan orders the VM's own change after it.
 """
@@ -9,10 +9,10 @@ import copy
 
 import pytest
 
-from vgpuctl import hostplan
+from vgpuctl.hosts import plan as hostplan
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
-from vgpuctl.plan import make_plan
+from vgpuctl.vms.plan import make_plan
 
 pytestmark = pytest.mark.unit
 

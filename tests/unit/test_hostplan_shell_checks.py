@@ -1,4 +1,4 @@
-"""Host changes checked against what the ESXi shell says before anything is written (vgpuctl.hostplan,
+"""Host changes checked against what the ESXi shell says before anything is written (vgpuctl.hosts.plan,
 pure): module options the nvidia module does not declare are refused with the parameter and the host, and
 MIG, NVLink and scheduler changes without the shell are refused with a line saying SSH is needed.
 """
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from vgpuctl import hostplan
-from vgpuctl.hostfacts import HostFacts
+from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import ObservedGpu, ObservedHost
 

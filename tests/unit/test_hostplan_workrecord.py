@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from vgpuctl import hostplan
-from vgpuctl.hostapply import planned_steps, remaining_steps
+from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.apply import planned_steps, remaining_steps
+from vgpuctl.hosts.work import WORK_FIELD, HostRecord, describe_record, parse_record
 from vgpuctl.model import HostChange, Observed, ObservedHost
-from vgpuctl.statefile import WORK_FIELD, HostRecord, describe_record, parse_record
 from vgpuctl.vsphere.workrecord import LeaseInfo, live_leases, parse_lease
 
 pytestmark = pytest.mark.unit

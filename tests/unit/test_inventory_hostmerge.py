@@ -112,7 +112,7 @@ def test_unknown_cluster_and_host() -> None:
 
 
 def test_plan_resolution_uses_the_merge() -> None:
-    from vgpuctl.hostplan import resolve_hosts
+    from vgpuctl.hosts.plan import resolve_hosts
     from vgpuctl.model import Observed
 
     inv = load_inventory_text(BASE, "inv.yaml")

@@ -15,7 +15,7 @@ import yaml
 
 from vgpuctl.errors import UsageError
 from vgpuctl.inventory import Inventory, load_inventory_text
-from vgpuctl.k8s.render import VMOP_VERSION, RenderOptions, render_manifests
+from vgpuctl.supervisor.render import VMOP_VERSION, RenderOptions, render_manifests
 
 pytestmark = pytest.mark.unit
 

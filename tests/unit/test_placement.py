@@ -12,7 +12,8 @@ from ruamel.yaml import YAML
 
 from vgpuctl import profiles
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
-from vgpuctl.placement import (
+from vgpuctl.profiles import BOARDS, board_for_model, parse_profile
+from vgpuctl.vms.placement import (
     FarmState,
     Gpu,
     Request,
@@ -25,7 +26,6 @@ from vgpuctl.placement import (
     remove_vgpu,
     why_not,
 )
-from vgpuctl.profiles import BOARDS, board_for_model, parse_profile
 
 pytestmark = pytest.mark.unit
 

@@ -26,9 +26,9 @@ from ruamel.yaml import YAML
 
 from vgpuctl.inventory import load_inventory, load_inventory_text, validate
 from vgpuctl.model import CloneSpec, Observed, ObservedVgpu, Plan, VmChange
-from vgpuctl.placement import farm_from_observed, place_vm
-from vgpuctl.plan import make_plan
 from vgpuctl.render import plan_to_json, render_plan_text
+from vgpuctl.vms.placement import farm_from_observed, place_vm
+from vgpuctl.vms.plan import make_plan
 
 pytestmark = pytest.mark.unit
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from vgpuctl.hostplan import HAND_OVER, RESTORE_AFTER
+from vgpuctl.hosts.plan import HAND_OVER, RESTORE_AFTER
 from vgpuctl.model import CloneSpec, DeviceChange, FieldChange, HostChange, Op, Plan, VmChange
 from vgpuctl.render import disruptions, plan_to_json, render_plan_text, summary
 
@@ -120,7 +120,7 @@ def test_no_secrets_from_inventory() -> None:
     """A plan is made of VM, host and profile data: nothing of vcenter/ssh/guest connection settings."""
     from vgpuctl.inventory import load_inventory_text
     from vgpuctl.model import Observed
-    from vgpuctl.plan import make_plan
+    from vgpuctl.vms.plan import make_plan
 
     inv = load_inventory_text(
         "apiVersion: vgpuctl/v1\n"

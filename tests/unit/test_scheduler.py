@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from vgpuctl import scheduler
+from vgpuctl.esxi import rmpvmrl as scheduler
 
 pytestmark = pytest.mark.unit
 

@@ -14,7 +14,6 @@ import pytest
 from typer.testing import CliRunner
 
 from vgpuctl import schemas
-from vgpuctl.apply import ApplyResult, VmOutcome
 from vgpuctl.cli import plan as plan_cli
 from vgpuctl.cli.common import GlobalOptions, error_report
 from vgpuctl.cli.guest import guest_run_report
@@ -23,9 +22,9 @@ from vgpuctl.cli.vm import vm_vgpus_report
 from vgpuctl.domain import Outcome
 from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, UsageError
 from vgpuctl.guest.runner import DeployResult, GuestOutcome
-from vgpuctl.hostapply import HostApplyResult, HostOutcome
-from vgpuctl.hostfacts import GpuFacts, HostFacts
-from vgpuctl.hoststatus import host_status, merge_status
+from vgpuctl.hosts.apply import HostApplyResult, HostOutcome
+from vgpuctl.hosts.facts import GpuFacts, HostFacts
+from vgpuctl.hosts.status import host_status, merge_status
 from vgpuctl.model import (
     CloneSpec,
     DeviceChange,
@@ -44,7 +43,15 @@ from vgpuctl.model import (
 from vgpuctl.render import host_diff, plan_report
 from vgpuctl.reports import REPORTS, AffectedVm, HostChangeReport, ProvisionReport, VgpuCount
 from vgpuctl.statusreport import profiles_report, status_report, with_class_plan, with_supervisor
-from vgpuctl.vmclasses import ClassChange, ClassState, NamespaceChange, NamespaceState, SupervisorPlan, SupervisorState
+from vgpuctl.supervisor.vmclasses import (
+    ClassChange,
+    ClassState,
+    NamespaceChange,
+    NamespaceState,
+    SupervisorPlan,
+    SupervisorState,
+)
+from vgpuctl.vms.apply import ApplyResult, VmOutcome
 
 pytestmark = pytest.mark.unit
 

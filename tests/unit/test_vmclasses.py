@@ -10,7 +10,7 @@ import pytest
 from vgpuctl.errors import InventoryErrors
 from vgpuctl.inventory import Inventory, load_inventory_text
 from vgpuctl.model import Observed, ObservedHost, Op
-from vgpuctl.vmclasses import (
+from vgpuctl.supervisor.vmclasses import (
     ClassState,
     NamespaceState,
     SupervisorState,
@@ -494,9 +494,9 @@ def test_rest_wrong_password_and_tls_settings() -> None:
 
 
 def test_planned_mig_mode_counts_for_the_offer_check() -> None:
-    from vgpuctl import hostplan
-    from vgpuctl.k8s.stage import planning_base
+    from vgpuctl.hosts import plan as hostplan
     from vgpuctl.model import HostChange, ObservedGpu
+    from vgpuctl.supervisor.stage import planning_base
 
     observed = _observed(A100_TS)
     observed.hosts["esx-01"].gpus = [ObservedGpu("0000:3b:00.0", "NVIDIA A100-PCIE-40GB", memory_kb=40 << 20,
@@ -510,7 +510,7 @@ def test_planned_mig_mode_counts_for_the_offer_check() -> None:
 
 
 def test_status_lists_gpu_classes_and_their_namespaces() -> None:
-    from vgpuctl.vmclasses import SupervisorStatus
+    from vgpuctl.supervisor.vmclasses import SupervisorStatus
 
     state = _state(**{"ml-team": ["big", "cpu"], "data-team": ["big"], "idle": []})
     state.classes = {"big": _have("big", vgpus=["grid_a100-40c", "grid_a100-40c"]), "cpu": _have("cpu", vgpus=[]),

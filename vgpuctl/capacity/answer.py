@@ -14,8 +14,8 @@ from vgpuctl.capacity.kinds import capacity, in_mode
 from vgpuctl.capacity.layout import PlacedVm, Verified, greedy, verify
 from vgpuctl.capacity.problem import Problem, Shape, build_problem, usable_options
 from vgpuctl.model import Observed
-from vgpuctl.placement import MIG_MODE
 from vgpuctl.profiles import BOARDS, parse_profile
+from vgpuctl.vms.placement import MIG_MODE
 
 FRAMEBUFFER, GEOMETRY, NVLINK, PER_VM_LIMIT, ORDER = "framebuffer", "geometry", "nvlink", "per-VM limit", "order"
 

@@ -25,8 +25,8 @@ from typing import Any
 from vgpuctl.capacity.kinds import _key, addition_patterns
 from vgpuctl.capacity.layout import HostLayout, Layout
 from vgpuctl.capacity.problem import GpuSlot, HostCtx, Problem, Shape, usable_options
-from vgpuctl.placement import PERFORMANCE
 from vgpuctl.profiles import parse_profile
+from vgpuctl.vms.placement import PERFORMANCE
 
 HOST_CHANGE_WEIGHT = 8  # a changed host (maintenance, maybe a reboot) counts as much as 8 changed GPUs
 MAX_WEIGHT = 2**52

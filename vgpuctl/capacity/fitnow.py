@@ -12,7 +12,8 @@ from typing import Any
 
 from vgpuctl.capacity.kinds import _key, addition_patterns, capacity
 from vgpuctl.model import Observed, ObservedHost
-from vgpuctl.placement import (
+from vgpuctl.profiles import ProfileError, max_vgpus_per_vm, parse_profile
+from vgpuctl.vms.placement import (
     MIG_MODE,
     Gpu,
     add_vgpu,
@@ -23,7 +24,6 @@ from vgpuctl.placement import (
     place_vm,
     whole_gpu_compute_types,
 )
-from vgpuctl.profiles import ProfileError, max_vgpus_per_vm, parse_profile
 
 VGPU_COUNTS = (1, 2, 4, 8)
 MAX_COUNT = 10_000  # stop counting there (a farm that takes more is not short of capacity)

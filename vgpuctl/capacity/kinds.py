@@ -1,4 +1,4 @@
-"""What a GPU can still take, derived from vgpuctl.placement and nothing else.
+"""What a GPU can still take, derived from vgpuctl.vms.placement and nothing else.
 
 `addition_patterns(gpu, profiles)` lists the maximal multisets of `profiles` that placement lets us add to
 `gpu` as it is (mode, occupants, MIG slots), adding vGPUs largest first as the planner does. Every smaller
@@ -12,8 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from functools import lru_cache
 
-from vgpuctl.placement import MIG_MODE, Gpu, add_vgpu, clone_gpu, fits
 from vgpuctl.profiles import ProfileError, parse_profile
+from vgpuctl.vms.placement import MIG_MODE, Gpu, add_vgpu, clone_gpu, fits
 
 Pattern = tuple[tuple[str, int], ...]  # sorted (profile, count) pairs, counts > 0
 MAX_PATTERNS = 4000

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from vgpuctl.capacity.kinds import in_mode, is_idle
 from vgpuctl.capacity.problem import HostCtx, Problem, Shape, usable_options
 from vgpuctl.model import Observed
-from vgpuctl.placement import (
+from vgpuctl.profiles import parse_profile
+from vgpuctl.vms.placement import (
     MIG_MODE,
     PERFORMANCE,
     FarmState,
@@ -25,7 +26,6 @@ from vgpuctl.placement import (
     place_farm,
     place_vm,
 )
-from vgpuctl.profiles import parse_profile
 
 
 @dataclass

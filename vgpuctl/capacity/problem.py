@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from vgpuctl.capacity.demand import Demand, DemandItem
 from vgpuctl.capacity.kinds import MODES, TIME_SLICED, in_mode, is_idle
 from vgpuctl.errors import NotFound
-from vgpuctl.hostplan import mig_profile_names, time_sliced_profile_names
+from vgpuctl.hosts.plan import mig_profile_names, time_sliced_profile_names
 from vgpuctl.model import Observed, ObservedHost
-from vgpuctl.placement import MIG_MODE, Gpu, farm_from_observed, group_refusal, nvlink_refusal, nvlink_sets
 from vgpuctl.profiles import BOARDS, max_vgpus_per_vm, parse_profile
+from vgpuctl.vms.placement import MIG_MODE, Gpu, farm_from_observed, group_refusal, nvlink_refusal, nvlink_sets
 
 
 @dataclass
@@ -49,7 +49,7 @@ class HostCtx:
     frozen: bool = False
 
     def nvlink_sets(self) -> dict[int, list[Gpu]]:
-        """The host's NVLink sets as placement sees them for an NVLink VM (vgpuctl.placement.nvlink_sets), with
+        """The host's NVLink sets as placement sees them for an NVLink VM (vgpuctl.vms.placement.nvlink_sets), with
         each GPU in a time-sliced mode it has or may switch to (a MIG GPU is in no device group)."""
         return {s[0].nvlink_set: s for s in nvlink_sets(self._time_sliced()) if s[0].nvlink_set is not None}
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from vgpuctl.hostplan import mig_profile_names, time_sliced_profile_names
+from vgpuctl.hosts.plan import mig_profile_names, time_sliced_profile_names
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm, PowerState
-from vgpuctl.placement import MIG_MODE
 from vgpuctl.profiles import BOARDS
+from vgpuctl.vms.placement import MIG_MODE
 
 DEVICE_NAMES = {"a100": "NVIDIA A100-PCIE-40GB", "a100d": "NVIDIA A100 80GB PCIe", "h100": "NVIDIA H100 PCIe",
                 "l40s": "NVIDIA L40S", "a40": "NVIDIA A40"}

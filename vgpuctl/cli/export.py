@@ -15,7 +15,7 @@ from vgpuctl.errors import NotFound
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec, Inventory
     from vgpuctl.model import Observed
-    from vgpuctl.vmclasses import SupervisorState
+    from vgpuctl.supervisor.vmclasses import SupervisorState
 
 
 def register(app: typer.Typer) -> None:
@@ -41,7 +41,7 @@ def export_cmd(
       vgpuctl export --cluster GPU-Cluster --all-vms
     """
     from vgpuctl.export import ExportOptions, export_inventory
-    from vgpuctl.hostfacts import gather_facts
+    from vgpuctl.hosts.facts import gather_facts
     from vgpuctl.vsphere.observe import observe, observe_nvlink
 
     opts: GlobalOptions = ctx.obj
@@ -73,7 +73,7 @@ def _host_specs(inventory: Inventory | None, observed: Observed) -> dict[str, Ho
     """The SSH settings of each host from the inventory given with -f (its hosts entries merged per host)."""
     if inventory is None:
         return {}
-    from vgpuctl.hostplan import resolve_hosts
+    from vgpuctl.hosts.plan import resolve_hosts
 
     return resolve_hosts(inventory.hosts, observed)[0]
 
@@ -81,7 +81,7 @@ def _host_specs(inventory: Inventory | None, observed: Observed) -> dict[str, Ho
 def _reads_shell(specs: dict[str, HostSpec]) -> bool:
     """Read MIG modes (current and pending) from the ESXi shell when plan would: SSH settings in the inventory
     or VGPUCTL_ESXI_*, or an SSH agent. Else module options and GPU modes come from the vSphere API alone."""
-    from vgpuctl.hoststatus import shell_configured
+    from vgpuctl.hosts.status import shell_configured
 
     return shell_configured(specs) or bool(os.environ.get("SSH_AUTH_SOCK"))
 
@@ -90,7 +90,7 @@ def _supervisor(opts: GlobalOptions, inventory: Inventory | None, observed: Obse
     """VM classes and namespaces over REST (one login), or why they could not be read (a vCenter without
     a supervisor answers the namespace calls with errors: the file then says so in a comment)."""
     from vgpuctl.errors import RestError
-    from vgpuctl.k8s.stage import observe_supervisor
+    from vgpuctl.supervisor.stage import observe_supervisor
     from vgpuctl.vsphere.rest import RestClient
 
     try:

@@ -57,8 +57,8 @@ def show_cmd(
 ) -> None:
     """Per GPU: graphics type, vGPU mode, MIG current/pending, NVLink links; host: module options, scheduler."""
     from vgpuctl import pipeline
-    from vgpuctl.hostfacts import gather_facts
-    from vgpuctl.hoststatus import host_status
+    from vgpuctl.hosts.facts import gather_facts
+    from vgpuctl.hosts.status import host_status
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file) if file is not None else None
@@ -216,7 +216,7 @@ def _base_spec(inventory: Any, observed: Observed, host: str) -> HostSpec | None
     """The inventory entry that applies to the host (a name entry wins over its cluster's)."""
     if inventory is None:
         return None
-    from vgpuctl.hostplan import resolve_hosts
+    from vgpuctl.hosts.plan import resolve_hosts
 
     resolved, _ = resolve_hosts(inventory.hosts, observed)
     return resolved.get(host)
@@ -304,7 +304,7 @@ def _say(opts: GlobalOptions, text: str) -> None:
 
 
 def _affected_vms(session: Any, moid: str, changes: list[HostChange]) -> list[AffectedVm]:
-    from vgpuctl.hostplan import needs_maintenance
+    from vgpuctl.hosts.plan import needs_maintenance
     from vgpuctl.reports import AffectedVm, vgpu_counts
     from vgpuctl.vsphere import host as vhost
 
@@ -321,7 +321,7 @@ def _diffs(changes: list[HostChange]) -> list[HostDiff]:
 
 def describe_changes(host: str, changes: list[HostChange], spec: HostSpec, affected: list[AffectedVm]) -> str:
     """What the command will do, for the confirmation: changes, maintenance, reboot, VMs affected."""
-    from vgpuctl.hostplan import needs_maintenance, needs_reboot
+    from vgpuctl.hosts.plan import needs_maintenance, needs_reboot
 
     lines = [f"host {host}:"]
     for c in changes:

@@ -18,9 +18,9 @@ from vgpuctl.errors import PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
-    from vgpuctl.k8s.stage import SupervisorApplyResult, SupervisorRun
     from vgpuctl.model import HostChange, Observed
-    from vgpuctl.vmclasses import SupervisorPlan
+    from vgpuctl.supervisor.stage import SupervisorApplyResult, SupervisorRun
+    from vgpuctl.supervisor.vmclasses import SupervisorPlan
 
 EXIT_CHANGES_PENDING = 2
 
@@ -43,7 +43,7 @@ def load(path: Path) -> Inventory:
 def planned_host_changes(inventory: Inventory, observed: Observed) -> list[HostChange]:
     """The inventory's host changes as planned from the API alone (GPU modes), for the offered-profile check;
     `vgpuctl plan` plans them with the ESXi shell's facts and reports their problems."""
-    from vgpuctl import hostplan
+    from vgpuctl.hosts import plan as hostplan
 
     if not inventory.hosts:
         return []
@@ -63,7 +63,7 @@ def _plan(opts: GlobalOptions, inventory: Inventory, run: SupervisorRun) -> Supe
 
 
 def _run(opts: GlobalOptions, inventory: Inventory) -> SupervisorRun:
-    from vgpuctl.k8s.stage import SupervisorRun
+    from vgpuctl.supervisor.stage import SupervisorRun
 
     return SupervisorRun(common.connection_settings(opts, inventory), inventory)
 
@@ -71,7 +71,7 @@ def _run(opts: GlobalOptions, inventory: Inventory) -> SupervisorRun:
 def _plan_renderable(plan: SupervisorPlan) -> Any:
     from rich.text import Text
 
-    from vgpuctl.vmclasses import render_text
+    from vgpuctl.supervisor.vmclasses import render_text
 
     styles = {"+": "green", "-": "red", "~": "yellow"}
     text = Text()
@@ -158,9 +158,9 @@ def status_cmd(
     ] = None,
 ) -> None:
     """VM classes with vGPUs, the namespaces that may use them, and the supervisor clusters (REST only)."""
-    from vgpuctl.k8s.stage import observe_supervisor
     from vgpuctl.model import Observed
-    from vgpuctl.vmclasses import SupervisorStatus
+    from vgpuctl.supervisor.stage import observe_supervisor
+    from vgpuctl.supervisor.vmclasses import SupervisorStatus
     from vgpuctl.vsphere.rest import RestClient
 
     opts: GlobalOptions = ctx.obj
@@ -205,7 +205,7 @@ def render_cmd(
     Examples:
       vgpuctl k8s render -f inventory.yaml -n ml-team --out manifests/
     """
-    from vgpuctl.k8s.render import RenderOptions, render_manifests
+    from vgpuctl.supervisor.render import RenderOptions, render_manifests
 
     opts: GlobalOptions = ctx.obj
     inventory = load(file)

@@ -20,14 +20,14 @@ from vgpuctl.progress import LiveOnTerminal
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from vgpuctl.apply import ApplyResult
-    from vgpuctl.hostapply import HostApplyResult
+    from vgpuctl.hosts.apply import HostApplyResult
     from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed, Plan
     from vgpuctl.pipeline import ApplyOutcome, RunOptions
     from vgpuctl.planfile import SavedPlan
     from vgpuctl.reports import ApplyReport, ValidateReport
-    from vgpuctl.vmclasses import SupervisorPlan
+    from vgpuctl.supervisor.vmclasses import SupervisorPlan
+    from vgpuctl.vms.apply import ApplyResult
     from vgpuctl.vsphere.session import Session
 
 EXIT_CHANGES_PENDING = 2
@@ -115,7 +115,7 @@ def plan_cmd(
     with classes or nullcontext():
         k8s.merge_errors(classes, the_plan)
     if explain is not None:
-        from vgpuctl.explain import explain_host, render_explain
+        from vgpuctl.hosts.explain import explain_host, render_explain
 
         common.emit(explain_host(explain, inventory, observed, the_plan), render_explain, opts)
         return
@@ -306,7 +306,7 @@ def apply_planned(
     confirm_only_if_disruptive: bool = False,
 ) -> ApplyRun:
     """Show the plan, confirm, apply it with progress, print the summary. Shared by apply and `vm vgpu`."""
-    from vgpuctl.apply import ApplyResult
+    from vgpuctl.vms.apply import ApplyResult
 
     if the_plan.errors:
         if opts.verbose:

@@ -14,7 +14,7 @@ from vgpuctl.errors import NotFound
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
     from vgpuctl.reports import HostReport, ProfileRow, ProfilesReport, StatusReport
-    from vgpuctl.vmclasses import SupervisorState
+    from vgpuctl.supervisor.vmclasses import SupervisorState
     from vgpuctl.vsphere.session import ConnectionSettings
 
 OptionalInventory = Annotated[
@@ -57,8 +57,8 @@ ShellOpt = Annotated[
 
 def _host_rows(session: Any, observed: Observed, inventory: Any, shell: bool | None) -> dict[str, HostReport]:
     """Per host MIG current/pending, NVLink links, scheduler (over SSH when configured)."""
-    from vgpuctl import hoststatus
-    from vgpuctl.hosttargets import specs_by_host
+    from vgpuctl.hosts import status as hoststatus
+    from vgpuctl.hosts.targets import specs_by_host
 
     specs = specs_by_host(inventory, observed)
     use_shell = hoststatus.shell_configured(specs) if shell is None else shell
@@ -81,7 +81,7 @@ def status_cmd(
 ) -> None:
     """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, the VMs' vGPUs, and the VM classes with
     vGPUs with the namespaces that use them."""
-    from vgpuctl.hoststatus import merge_status
+    from vgpuctl.hosts.status import merge_status
     from vgpuctl.statusreport import status_report, with_supervisor
 
     opts: GlobalOptions = ctx.obj
@@ -116,8 +116,8 @@ def read_supervisor(settings: ConnectionSettings, observed: Observed) -> tuple[S
     """VM classes and namespaces over REST with the SOAP session's settings (one login): the state, or None and
     why it could not be read. Supervisor clusters are asked first: without one, nothing else is read."""
     from vgpuctl.errors import ConnectionFailure, RestError, TlsError
-    from vgpuctl.k8s.stage import observe_supervisor
-    from vgpuctl.vmclasses import SupervisorState
+    from vgpuctl.supervisor.stage import observe_supervisor
+    from vgpuctl.supervisor.vmclasses import SupervisorState
     from vgpuctl.vsphere.rest import RestClient
 
     try:

@@ -4,7 +4,7 @@ Expectations come from the merged inventory: NVLink `on` when the hosts of the e
 `nvlink: enabled` (or a participating VM requires NVLink), `off` when they are set to `disabled`, and the vGPU
 profile of each participating VM. Facts are the raw outputs the runner collected: from the guests
 `nvidia-smi topo -m`, `nvidia-smi nvlink -s` and `nvidia-smi --query-gpu=driver_version,name`,
-and from the hosts the shell facts (NVLink links up, MIG mode) of vgpuctl.hostfacts.
+and from the hosts the shell facts (NVLink links up, MIG mode) of vgpuctl.hosts.facts.
 
 A contradiction is a run whose facts say the variant was not in force: NVLink links up in an `off` run, P2P
 not over NVLink in an `on` run, or a vGPU profile (a MIG slice) other than the one asked.

@@ -557,7 +557,7 @@ def _query_device_groups(session: Any, host: ObservedHost) -> list[Any] | str:
 
 def set_nvlink_sets(observed: Observed, host: str, sets: list[list[str]],
                     group_sizes: list[list[int]] | None = None, group_profiles: list[list[str]] | None = None) -> None:
-    """Record NVLink-connected GPU sets read elsewhere (vgpuctl.hostfacts.nvlink_sets, from the ESXi shell).
+    """Record NVLink-connected GPU sets read elsewhere (vgpuctl.hosts.facts.nvlink_sets, from the ESXi shell).
 
     vCenter does not say which physical GPUs are linked, so the bulk read leaves `nvlink_set` None; this numbers
     each set (0, 1, ...) on its GPUs, and clears GPUs in no set. `group_sizes` (per set) are the device group

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from vgpuctl.errors import VgpuctlError
-from vgpuctl.statefile import POWER_ON, WORK_FIELD, HostRecord, parse_record
+from vgpuctl.hosts.work import POWER_ON, WORK_FIELD, HostRecord, parse_record
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from vgpuctl import hostplan
 from vgpuctl.errors import VgpuctlError
-from vgpuctl.hostfacts import ENV_HOST_MAP, HostFacts, api_facts, gather_host_facts, open_shell, shell_runner
+from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.facts import ENV_HOST_MAP, HostFacts, api_facts, gather_host_facts, open_shell, shell_runner
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
 from vgpuctl.reports import HostGpu, HostReport, ModuleOptions, StatusReport

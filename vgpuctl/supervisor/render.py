@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpuctl.errors import UsageError
-from vgpuctl.vmclasses import ClassState, InventorySections, desired_class
+from vgpuctl.supervisor.vmclasses import ClassState, InventorySections, desired_class
 
 VMOP_VERSION = "v1alpha5"  # the storage (current served) version of vm-operator v1.10.0's VirtualMachine CRD
 LICENSING_CONFIG_MAP = "licensing-config"

@@ -19,15 +19,15 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from vgpuctl import hostplan
 from vgpuctl.domain import Outcome
 from vgpuctl.errors import SshError, SshHostKeyError, VgpuctlError
-from vgpuctl.hostfacts import HostFacts, gather_host_facts, shell_runner
-from vgpuctl.hosttargets import HostTarget
+from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.facts import HostFacts, gather_host_facts, shell_runner
+from vgpuctl.hosts.targets import HostTarget
+from vgpuctl.hosts.work import POWER_ON, VM_CHANGE, WorkStore
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import HostChange, ObservedGpu, ObservedHost
 from vgpuctl.progress import Cancel, HostProgress, cancelled
-from vgpuctl.statefile import POWER_ON, VM_CHANGE, WorkStore
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class HostApplyOptions:
     poll_s: float = 0.5
     progress: HostProgress | None = None
     cancel: Cancel | None = None
-    open_shell: ShellOpener | None = None  # default: vgpuctl.hostfacts.open_shell with known_hosts checks
+    open_shell: ShellOpener | None = None  # default: vgpuctl.hosts.facts.open_shell with known_hosts checks
 
 
 def apply_host_changes(
@@ -414,7 +414,7 @@ class _HostRun:
     def _shell(self) -> AbstractContextManager[Any]:
         if self.opts.open_shell is not None:
             return self.opts.open_shell(self.t.name, self.t.spec)
-        from vgpuctl.hostfacts import open_shell
+        from vgpuctl.hosts.facts import open_shell
 
         return open_shell(self.t.name, self.t.spec, trust_on_first_use=self.opts.trust_on_first_use)
 

@@ -310,7 +310,7 @@ def plan_supervisor(inv: InventorySections, state: SupervisorState, observed: Ob
     """Inventory sections x REST state x observed hosts -> SupervisorPlan.
 
     `observed` gives each cluster's hosts and the profiles they offer; pass the prediction after planned host
-    changes (vgpuctl.hostplan.predict_observed) so that a GPU switched to MIG offers its MIG profiles."""
+    changes (vgpuctl.hosts.plan.predict_observed) so that a GPU switched to MIG offers its MIG profiles."""
     plan = SupervisorPlan()
     specs = {s.name: s for s in inv.vm_classes}
     desired = {n: desired_class(s) for n, s in specs.items() if s.state == "present"}

@@ -11,9 +11,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from vgpuctl import scheduler as rmpvmrl
+from vgpuctl.esxi import rmpvmrl
 from vgpuctl.esxi.parsers import OutputFormatError, format_module_options, parse_module_options
-from vgpuctl.hostfacts import GpuFacts, HostFacts
+from vgpuctl.esxi.rmpvmrl import SchedulerState
+from vgpuctl.hosts.facts import GpuFacts, HostFacts
+from vgpuctl.hosts.work import WORK_FIELD, describe_record, parse_record
 from vgpuctl.inventory import GpuSpec, HostSpec, SchedulerSpec, VmSpec
 from vgpuctl.model import (
     HostChange,
@@ -26,11 +28,9 @@ from vgpuctl.model import (
     VmChange,
 )
 from vgpuctl.profiles import BOARDS, board_for_device, try_parse
-from vgpuctl.scheduler import SchedulerState
-from vgpuctl.statefile import WORK_FIELD, describe_record, parse_record
 
 if TYPE_CHECKING:
-    from vgpuctl.placement import FarmState
+    from vgpuctl.vms.placement import FarmState
 
 # HostChange.kind values; "category" is the part before the dot (graphics | mig | nvlink | scheduler | maintenance)
 DEFAULT_TYPE = "graphics.default_type"
@@ -278,7 +278,7 @@ class Migration:
 
     def target(self, vm: ObservedVm, host: ObservedHost) -> tuple[str | None, str]:
         """(destination, "") or (None, why not)."""
-        from vgpuctl.placement import Request, farm_from_observed, place_farm
+        from vgpuctl.vms.placement import Request, farm_from_observed, place_farm
 
         cluster = host.cluster or ""
         others = [

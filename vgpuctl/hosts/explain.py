@@ -64,7 +64,7 @@ def _text(value: Any) -> str:
 
 def vcenter_value(key: str, host: ObservedHost) -> str | None:
     """What vCenter (or the host's nvidia module options) says now for a setting; None for vgpuctl's own."""
-    from vgpuctl import hostplan
+    from vgpuctl.hosts import plan as hostplan
 
     if key == "graphics.default_type":
         return host.default_graphics_type

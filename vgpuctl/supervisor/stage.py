@@ -3,7 +3,7 @@
 Entry points (for `vgpuctl k8s plan/apply` and for the plan/apply pipeline); `SupervisorRun` wraps them
 for one run (one REST login, plan, apply):
 - `observe_supervisor(rest, observed)`: the REST state, cluster ids turned into cluster names;
-- `plan_stage(rest, inventory, observed)`: observe + vgpuctl.vmclasses.plan_supervisor (pass `observed` as
+- `plan_stage(rest, inventory, observed)`: observe + vgpuctl.supervisor.vmclasses.plan_supervisor (pass `observed` as
   predicted after planned host changes so that planned GPU modes count);
 - `apply_stage(rest, plan, progress)`: one request per class or namespace change, in plan order; a namespace
   is re-read just before its change so that associations made meanwhile by someone else are kept. The first
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import DriftError, RestError, VgpuctlError
 from vgpuctl.model import HostChange, Observed, Op
-from vgpuctl.vmclasses import ClassChange, NamespaceChange, SupervisorPlan, SupervisorState, plan_supervisor
+from vgpuctl.supervisor.vmclasses import ClassChange, NamespaceChange, SupervisorPlan, SupervisorState, plan_supervisor
 
 if TYPE_CHECKING:
-    from vgpuctl.vmclasses import InventorySections
+    from vgpuctl.supervisor.vmclasses import InventorySections
     from vgpuctl.vsphere.rest import RestClient
     from vgpuctl.vsphere.session import ConnectionSettings
 
@@ -48,7 +48,7 @@ def names_supervisor_objects(inventory: InventorySections) -> bool:
 
 def planning_base(observed: Observed, host_changes: Sequence[HostChange] = ()) -> Observed:
     """The hosts as they will be after the planned host changes (a GPU switched to MIG offers MIG profiles)."""
-    from vgpuctl import hostplan
+    from vgpuctl.hosts import plan as hostplan
 
     return hostplan.predict_observed(observed, host_changes) if host_changes else observed
 

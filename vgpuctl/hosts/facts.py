@@ -2,7 +2,7 @@
 
 Shell (vgpuctl.esxi.facts): MIG mode current and pending per GPU, NVLink links, topology, the nvidia module's
 declared parameters. API (vgpuctl.vsphere.host): the module options configured and in effect, and the per-GPU
-time-sliced vGPU mode. `HostFacts` is plain data, so vgpuctl.hostplan stays pure.
+time-sliced vGPU mode. `HostFacts` is plain data, so vgpuctl.hosts.plan stays pure.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vgpuctl import hostplan
+from vgpuctl.hosts import plan as hostplan
 from vgpuctl.inventory import HostSpec, Inventory
 from vgpuctl.model import HostChange, Observed
 

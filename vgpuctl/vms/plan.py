@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from vgpuctl import hostplan
-from vgpuctl.hostfacts import HostFacts
+from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.inventory import Inventory, VmSpec
 from vgpuctl.model import (
     CloneSpec,
@@ -29,7 +29,6 @@ from vgpuctl.model import (
     folder_label,
     folder_path,
 )
-from vgpuctl.placement import Request, farm_from_observed, place_farm
 from vgpuctl.profiles import (
     ProfileError,
     VgpuProfile,
@@ -41,6 +40,7 @@ from vgpuctl.profiles import (
     spellings,
     try_parse,
 )
+from vgpuctl.vms.placement import Request, farm_from_observed, place_farm
 
 USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
 MMIO_SIZE = "pciPassthru.64bitMMIOSizeGB"
@@ -67,7 +67,7 @@ def make_plan(
     resume: Iterable[str] = (),
     vgpu_migration: bool = False,
 ) -> Plan:
-    """Host changes first (vgpuctl.hostplan; `host_facts` from the ESXi shell and per-host API calls, `resume`:
+    """Host changes first (vgpuctl.hosts.plan; `host_facts` from the ESXi shell and per-host API calls, `resume`:
     hosts an unfinished apply left behind, `vgpu_migration`: vCenter allows vMotion of running vGPU VMs), then
     the VMs, planned against the hosts as they will be after the host changes; VM changes on a changing host
     wait for it (VmChange.depends_on_hosts)."""

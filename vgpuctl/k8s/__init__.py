@@ -1,1 +1,0 @@
-"""Kubernetes on vSphere: the VM-class stage (stage.py) and manifests rendered for GPU VM classes (render.py)."""
