@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from vgpuctl.domain import MAX_VGPUS_PER_VM
+from vgpuctl.domain import MAX_VGPUS_PER_VM, Outcome
 
 
 class PowerState(StrEnum):
@@ -278,4 +278,148 @@ class Plan:
             "vm_changes": [asdict(c) for c in self.changes],
             "errors": list(self.errors),
             "warnings": list(self.warnings),
+        }
+
+
+# ----------------------------------------------------------------------------------------------- outcomes
+
+INTERRUPTED = "interrupted"  # HostOutcome.phase of a host Ctrl-C stopped before a forward step
+REFUSED_ERROR = "RefusedError"  # HostOutcome.error_type when `evacuate: refuse` stopped the host
+
+
+@dataclass
+class VmOutcome:
+    vm: str
+    status: Outcome = Outcome.UNCHANGED
+    steps: list[str] = field(default_factory=list)  # steps completed, in order
+    fault_type: str | None = None
+    message: str = ""
+    left: list[str] = field(default_factory=list)  # planned steps not done because the apply was interrupted
+
+
+@dataclass
+class ApplyResult:
+    vms: list[VmOutcome] = field(default_factory=list)
+    interrupted: bool = False
+    hosts_not_ready: list[str] = field(default_factory=list)  # host changes failed or not applied
+    round_trips: int = 0
+    elapsed_s: float = 0.0
+
+    def _names(self, status: Outcome) -> list[str]:
+        return [o.vm for o in self.vms if o.status == status]
+
+    @property
+    def changed(self) -> list[str]:
+        return self._names(Outcome.CHANGED)
+
+    @property
+    def failed(self) -> list[str]:
+        return self._names(Outcome.FAILED)
+
+    @property
+    def skipped(self) -> list[str]:
+        return self._names(Outcome.SKIPPED)
+
+    @property
+    def not_started(self) -> list[str]:
+        return self._names(Outcome.NOT_STARTED)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.interrupted and not self.hosts_not_ready
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "vms": [o.__dict__ for o in self.vms],
+            "changed": self.changed,
+            "failed": self.failed,
+            "skipped": self.skipped,
+            "not_started": self.not_started,
+            "interrupted": self.interrupted,
+            "hosts_not_ready": self.hosts_not_ready,
+            "round_trips": self.round_trips,
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+
+@dataclass
+class HostOutcome:
+    host: str
+    status: Outcome = Outcome.UNCHANGED
+    steps: list[str] = field(default_factory=list)
+    phase: str = ""  # where it stopped (failed) or "done"
+    message: str = ""
+    error_type: str | None = None
+    in_maintenance: bool | None = None
+    vms_to_restore: list[str] = field(default_factory=list)
+    powered_off: list[str] = field(default_factory=list)
+    powered_on: list[str] = field(default_factory=list)
+    not_restored: dict[str, str] = field(default_factory=dict)  # VM -> why it is still off
+    handed_over: list[str] = field(default_factory=list)  # powered off for their own VM change
+    migrated: list[str] = field(default_factory=list)  # "vm -> destination host"
+    rebooted: bool = False
+
+    @property
+    def configured(self) -> bool:
+        """The host's GPU configuration is done (also when only powering VMs on again failed)."""
+        return self.status in (Outcome.CHANGED, Outcome.UNCHANGED) or self.phase == "power-on"
+
+    def describe(self) -> str:
+        if self.phase == INTERRUPTED:
+            return f"{self.host}: {self.message}\n  to continue: run the same apply again"
+        if self.status != Outcome.FAILED:
+            return f"{self.host}: {self.status}" + (f" ({', '.join(self.steps)})" if self.steps else "")
+        lines = [f"{self.host}: failed at {self.phase}: {self.message}"]
+        state = []
+        if self.in_maintenance:
+            state.append("left in maintenance mode")
+        elif self.in_maintenance is False:
+            state.append("not in maintenance mode")
+        if self.steps:
+            state.append("done before: " + ", ".join(self.steps))
+        if self.vms_to_restore:
+            state.append("VMs to power on again: " + ", ".join(self.vms_to_restore))
+        if self.not_restored:
+            state.append("still off: " + "; ".join(f"{vm} ({why})" for vm, why in sorted(self.not_restored.items())))
+        if state:
+            lines.append(f"  state: {'; '.join(state)}")
+        if self.error_type != REFUSED_ERROR:
+            lines.append("  run apply again to continue from there")
+        return "\n".join(lines)
+
+
+@dataclass
+class HostApplyResult:
+    hosts: list[HostOutcome] = field(default_factory=list)
+
+    def _names(self, status: Outcome) -> list[str]:
+        return [o.host for o in self.hosts if o.status == status]
+
+    @property
+    def failed(self) -> list[str]:
+        return self._names(Outcome.FAILED)
+
+    @property
+    def changed(self) -> list[str]:
+        return self._names(Outcome.CHANGED)
+
+    @property
+    def skipped(self) -> list[str]:
+        return self._names(Outcome.SKIPPED)
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.skipped
+
+    @property
+    def done_hosts(self) -> set[str]:
+        """Hosts whose GPU configuration is done (their VMs can be planned against them as they are)."""
+        return {o.host for o in self.hosts if o.configured}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hosts": [asdict(o) for o in self.hosts],
+            "changed": self.changed,
+            "failed": self.failed,
+            "skipped": self.skipped,
         }

@@ -21,17 +21,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from vgpuctl.domain import Outcome, Power
 from vgpuctl.errors import Interrupted, UsageError
 from vgpuctl.hosts import plan as hostplan
-from vgpuctl.hosts.apply import HostApplyOptions, HostApplyResult, apply_host_changes, pending_changes
+from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_changes
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.hosts.work import WorkStore
 from vgpuctl.inventory import HostSpec, Inventory
-from vgpuctl.model import HostChange, Observed, Plan
+from vgpuctl.model import HostApplyResult, HostChange, Observed, Plan
 from vgpuctl.progress import EXIT_NOW, RUNNING, Cancel, HostProgress, Progress, VmProgress
 
 if TYPE_CHECKING:
     from vgpuctl.guest.runner import DeployResult
-    from vgpuctl.vms.apply import ApplyResult, VmOutcome
+    from vgpuctl.model import ApplyResult, VmOutcome
     from vgpuctl.vsphere.session import Session
 
 T = TypeVar("T")
@@ -343,7 +343,7 @@ def split_vm_errors(errors: Sequence[str]) -> tuple[dict[str, list[str]], list[s
 
 
 def _replan_failures(failed: dict[str, list[str]]) -> list[VmOutcome]:
-    from vgpuctl.vms.apply import VmOutcome
+    from vgpuctl.model import VmOutcome
 
     return [
         VmOutcome(name, Outcome.FAILED, fault_type="PlanError", message="plan after the host changes: " + "; ".join(r))
@@ -352,7 +352,8 @@ def _replan_failures(failed: dict[str, list[str]]) -> list[VmOutcome]:
 
 
 def _not_started(the_plan: Plan, failed: dict[str, list[str]]) -> ApplyResult:
-    from vgpuctl.vms.apply import ApplyResult, VmOutcome, planned_steps
+    from vgpuctl.model import ApplyResult, VmOutcome
+    from vgpuctl.vms.apply import planned_steps
 
     outcomes = [
         VmOutcome(c.vm, Outcome.NOT_STARTED, message="the VM plan after the host changes failed", left=planned_steps(c))

@@ -570,7 +570,7 @@ def test_max_unavailable_changes_hosts_at_the_same_time(farm: Farm) -> None:
 
 
 def test_plan_and_apply_with_hosts_first_converges(farm: Farm, si: Any) -> None:
-    from vgpuctl.render import render_plan_text
+    from vgpuctl.reports.plan import render_plan_text
 
     inv = farm.inventory(
         f"  - name: {H2}\n    gpus: [{{select: all, mode: mig}}]\n    scheduler: equal-share\n"

@@ -12,8 +12,19 @@ from vgpuctl import pipeline
 from vgpuctl.cli import plan as plan_cli
 from vgpuctl.domain import Outcome
 from vgpuctl.inventory import load_inventory_text
-from vgpuctl.model import CloneSpec, HostChange, Observed, ObservedGpu, ObservedHost, ObservedVm, Plan, VmChange
-from vgpuctl.vms.apply import ApplyResult, VmOutcome, planned_steps
+from vgpuctl.model import (
+    ApplyResult,
+    CloneSpec,
+    HostChange,
+    Observed,
+    ObservedGpu,
+    ObservedHost,
+    ObservedVm,
+    Plan,
+    VmChange,
+    VmOutcome,
+)
+from vgpuctl.vms.apply import planned_steps
 
 pytestmark = pytest.mark.unit
 

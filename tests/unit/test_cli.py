@@ -23,7 +23,7 @@ from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.main import app
 from vgpuctl.errors import UsageError
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm
-from vgpuctl.statusreport import host_profiles, status_report
+from vgpuctl.reports.status import host_profiles, status_report
 
 pytestmark = pytest.mark.unit
 
@@ -546,8 +546,7 @@ def test_ctrl_c_during_apply_stops_new_work_and_waits(monkeypatch: pytest.Monkey
 
 def test_failed_vms_make_apply_exit_1_naming_them() -> None:
     from vgpuctl.errors import VgpuctlError
-    from vgpuctl.model import Plan
-    from vgpuctl.vms.apply import ApplyResult, VmOutcome
+    from vgpuctl.model import ApplyResult, Plan, VmOutcome
 
     result = ApplyResult(
         vms=[VmOutcome("a", "changed"), VmOutcome("b", "failed", fault_type="InvalidState", message="no")]

@@ -16,12 +16,12 @@ from ruamel.yaml import YAML
 
 from vgpuctl.domain import Outcome
 from vgpuctl.hosts import plan as hostplan
-from vgpuctl.hosts.apply import HostOutcome, RefusedError
+from vgpuctl.hosts.apply import RefusedError
 from vgpuctl.hosts.facts import GpuFacts, HostFacts, gather_shell_facts, nvlink_sets, vsphere_bus_id
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.hosts.work import StateStore, default_state_path
 from vgpuctl.inventory import HostSpec, load_inventory_text
-from vgpuctl.model import HostChange, Observed, ObservedGpu, ObservedHost
+from vgpuctl.model import HostChange, HostOutcome, Observed, ObservedGpu, ObservedHost
 
 pytestmark = pytest.mark.unit
 
@@ -441,7 +441,8 @@ def test_one_host_spec_rejects_bad_values_as_usage_errors() -> None:
 
 def test_describe_changes_says_maintenance_reboot_and_vms() -> None:
     from vgpuctl.cli.host import describe_changes
-    from vgpuctl.reports import AffectedVm, VgpuCount
+    from vgpuctl.reports.base import VgpuCount
+    from vgpuctl.reports.plan import AffectedVm
 
     spec = HostSpec(name="h")
     changes = [HostChange("h", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig", True, True)]
@@ -455,7 +456,7 @@ def test_describe_changes_says_maintenance_reboot_and_vms() -> None:
 
 def test_merge_status_adds_mig_nvlink_and_scheduler() -> None:
     from vgpuctl.hosts.status import host_status, merge_status, mig_label
-    from vgpuctl.statusreport import status_report
+    from vgpuctl.reports.status import status_report
 
     host = _host("esx-a100", {"module_options": "NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x11"})
     facts = HostFacts(

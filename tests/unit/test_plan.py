@@ -26,7 +26,7 @@ from ruamel.yaml import YAML
 
 from vgpuctl.inventory import load_inventory, load_inventory_text, validate
 from vgpuctl.model import CloneSpec, Observed, ObservedVgpu, Plan, VmChange
-from vgpuctl.render import plan_to_json, render_plan_text
+from vgpuctl.reports.plan import plan_to_json, render_plan_text
 from vgpuctl.vms.placement import farm_from_observed, place_vm
 from vgpuctl.vms.plan import make_plan
 

@@ -8,7 +8,7 @@ import pytest
 
 from vgpuctl.hosts.plan import HAND_OVER, RESTORE_AFTER
 from vgpuctl.model import CloneSpec, DeviceChange, FieldChange, HostChange, Op, Plan, VmChange
-from vgpuctl.render import disruptions, plan_to_json, render_plan_text, summary
+from vgpuctl.reports.plan import disruptions, plan_to_json, render_plan_text, summary
 
 pytestmark = pytest.mark.unit
 

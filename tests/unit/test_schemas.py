@@ -13,7 +13,6 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from vgpuctl import schemas
 from vgpuctl.cli import plan as plan_cli
 from vgpuctl.cli.common import GlobalOptions, error_report
 from vgpuctl.cli.guest import guest_run_report
@@ -22,14 +21,16 @@ from vgpuctl.cli.vm import vm_vgpus_report
 from vgpuctl.domain import Outcome
 from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, UsageError
 from vgpuctl.guest.runner import DeployResult, GuestOutcome
-from vgpuctl.hosts.apply import HostApplyResult, HostOutcome
 from vgpuctl.hosts.facts import GpuFacts, HostFacts
 from vgpuctl.hosts.status import host_status, merge_status
 from vgpuctl.model import (
+    ApplyResult,
     CloneSpec,
     DeviceChange,
     FieldChange,
+    HostApplyResult,
     HostChange,
+    HostOutcome,
     Observed,
     ObservedGpu,
     ObservedHost,
@@ -39,10 +40,14 @@ from vgpuctl.model import (
     Op,
     Plan,
     VmChange,
+    VmOutcome,
 )
-from vgpuctl.render import host_diff, plan_report
-from vgpuctl.reports import REPORTS, AffectedVm, HostChangeReport, ProvisionReport, VgpuCount
-from vgpuctl.statusreport import profiles_report, status_report, with_class_plan, with_supervisor
+from vgpuctl.reports import schemas
+from vgpuctl.reports.base import VgpuCount
+from vgpuctl.reports.guests import ProvisionReport
+from vgpuctl.reports.plan import AffectedVm, HostChangeReport, host_diff, plan_report, with_class_plan
+from vgpuctl.reports.schemas import REPORTS
+from vgpuctl.reports.status import profiles_report, status_report, with_supervisor
 from vgpuctl.supervisor.vmclasses import (
     ClassChange,
     ClassState,
@@ -51,7 +56,6 @@ from vgpuctl.supervisor.vmclasses import (
     SupervisorPlan,
     SupervisorState,
 )
-from vgpuctl.vms.apply import ApplyResult, VmOutcome
 
 pytestmark = pytest.mark.unit
 

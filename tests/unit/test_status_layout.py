@@ -13,7 +13,7 @@ from rich.console import Console
 
 from vgpuctl.cli.statusview import GUESS_NOTE, NO_MANAGER, common_suffix, render_status, short_pci
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm
-from vgpuctl.statusreport import status_report
+from vgpuctl.reports.status import status_report
 
 pytestmark = pytest.mark.unit
 

@@ -16,8 +16,8 @@ from vgpuctl.cli.status import reads_vm_classes
 from vgpuctl.cli.statusview import plain_status
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import Observed, ObservedHost, Plan, VmChange
-from vgpuctl.render import plan_report
-from vgpuctl.statusreport import status_report, with_class_plan, with_supervisor
+from vgpuctl.reports.plan import plan_report, with_class_plan
+from vgpuctl.reports.status import status_report, with_supervisor
 from vgpuctl.supervisor.vmclasses import ClassState, NamespaceState, SupervisorPlan, SupervisorState, plan_supervisor
 
 pytestmark = pytest.mark.unit
@@ -181,7 +181,7 @@ def test_validate_counts_classes_and_namespaces(tmp_path: Path) -> None:
 def test_apply_document_carries_the_class_plan_it_applied() -> None:
     from vgpuctl.cli import plan as plan_cli
     from vgpuctl.cli.common import GlobalOptions
-    from vgpuctl.vms.apply import ApplyResult
+    from vgpuctl.model import ApplyResult
 
     run = plan_cli.ApplyRun(Plan(), ApplyResult(), 3, vm_classes=class_plan())
     doc = plan_cli.apply_report(run, GlobalOptions()).to_dict()

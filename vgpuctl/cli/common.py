@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from vgpuctl.inventory import Inventory
-    from vgpuctl.reports import ErrorReport
+    from vgpuctl.reports.base import ErrorReport
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
 PASSWORD_ENV = ("VGPUCTL_PASSWORD", "GOVC_PASSWORD")
@@ -261,7 +261,7 @@ def _print_error_lines(err: VgpuctlError) -> None:
 
 def error_report(err: BaseException) -> ErrorReport:
     """The `{"error": ...}` document: inventory problems located in `details`, plan problems one per line."""
-    from vgpuctl.reports import ErrorDetail, ErrorInfo, ErrorReport
+    from vgpuctl.reports.base import ErrorDetail, ErrorInfo, ErrorReport
 
     details: list[ErrorDetail] = []
     if isinstance(err, InventoryError):

@@ -13,7 +13,8 @@ from vgpuctl.cli.common import GlobalOptions
 if TYPE_CHECKING:
     from vgpuctl.guest.runner import DeployResult
     from vgpuctl.inventory import Inventory
-    from vgpuctl.reports import GuestRunReport, Report
+    from vgpuctl.reports.base import Report
+    from vgpuctl.reports.guests import GuestRunReport
 
 app = typer.Typer(help="Configure the guests of the inventory's VMs over SSH (Ansible).", no_args_is_help=True)
 
@@ -81,7 +82,7 @@ def run_deploy(
 
 
 def guest_run_report(result: DeployResult) -> GuestRunReport:
-    from vgpuctl.reports import GuestResult, GuestRunReport
+    from vgpuctl.reports.guests import GuestResult, GuestRunReport
 
     guests = [
         GuestResult(h.host, h.group, h.status, h.ok, h.changed, h.failed, h.unreachable, h.skipped, h.message)

@@ -22,7 +22,9 @@ from vgpuctl.errors import Interrupted, NotFound, PlanError, UsageError, Vgpuctl
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
     from vgpuctl.model import HostChange, Observed
-    from vgpuctl.reports import AffectedVm, HostDiff, HostReport, VgpuCount
+    from vgpuctl.reports.base import VgpuCount
+    from vgpuctl.reports.plan import AffectedVm, HostDiff
+    from vgpuctl.reports.status import HostReport
 
 app = typer.Typer(help="Host GPU configuration: graphics, MIG mode, NVLink, scheduler.", no_args_is_help=True)
 
@@ -261,7 +263,7 @@ def change(
 ) -> None:
     """Plan the one-host change through the pipeline, say what it will do, confirm, apply, report."""
     from vgpuctl import pipeline
-    from vgpuctl.reports import HostChangeReport
+    from vgpuctl.reports.plan import HostChangeReport
 
     inventory = pipeline.load(file) if file is not None else None
     options = pipeline.RunOptions(
@@ -305,7 +307,8 @@ def _say(opts: GlobalOptions, text: str) -> None:
 
 def _affected_vms(session: Any, moid: str, changes: list[HostChange]) -> list[AffectedVm]:
     from vgpuctl.hosts.plan import needs_maintenance
-    from vgpuctl.reports import AffectedVm, vgpu_counts
+    from vgpuctl.reports.base import vgpu_counts
+    from vgpuctl.reports.plan import AffectedVm
     from vgpuctl.vsphere import host as vhost
 
     if not needs_maintenance(changes):
@@ -314,7 +317,7 @@ def _affected_vms(session: Any, moid: str, changes: list[HostChange]) -> list[Af
 
 
 def _diffs(changes: list[HostChange]) -> list[HostDiff]:
-    from vgpuctl.render import host_diff
+    from vgpuctl.reports.plan import host_diff
 
     return [host_diff(c) for c in changes]
 

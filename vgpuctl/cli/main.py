@@ -77,7 +77,7 @@ def _json_usage_error(err: Exception, ctx: Any) -> None:
     if opts is not None and opts.json and not opts.emitted and message is not None and exit_code:
         import json
 
-        from vgpuctl.reports import ErrorInfo, ErrorReport
+        from vgpuctl.reports.base import ErrorInfo, ErrorReport
 
         typer.echo(json.dumps(ErrorReport(ErrorInfo("UsageError", str(message()))).to_dict(), indent=2))
         opts.emitted = True

@@ -20,14 +20,12 @@ from vgpuctl.progress import LiveOnTerminal
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from vgpuctl.hosts.apply import HostApplyResult
     from vgpuctl.inventory import Inventory
-    from vgpuctl.model import Observed, Plan
+    from vgpuctl.model import ApplyResult, HostApplyResult, Observed, Plan
     from vgpuctl.pipeline import ApplyOutcome, RunOptions
     from vgpuctl.planfile import SavedPlan
-    from vgpuctl.reports import ApplyReport, ValidateReport
+    from vgpuctl.reports.plan import ApplyReport, ValidateReport
     from vgpuctl.supervisor.vmclasses import SupervisorPlan
-    from vgpuctl.vms.apply import ApplyResult
     from vgpuctl.vsphere.session import Session
 
 EXIT_CHANGES_PENDING = 2
@@ -57,7 +55,7 @@ def register(app: typer.Typer) -> None:
 def validate_cmd(ctx: typer.Context, file: InventoryFile) -> None:
     """Check an inventory (schema and rules); needs no vCenter. Errors as FILE:LINE:COL: message."""
     from vgpuctl import pipeline
-    from vgpuctl.reports import ValidateReport
+    from vgpuctl.reports.plan import ValidateReport
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file)
@@ -135,8 +133,7 @@ def save_plan(
     out: Path, file: Path, vcenter: str, observed: Observed, the_plan: Plan, classes: SupervisorPlan | None = None
 ) -> None:
     from vgpuctl import planfile
-    from vgpuctl.render import plan_report
-    from vgpuctl.statusreport import with_class_plan
+    from vgpuctl.reports.plan import plan_report, with_class_plan
 
     text = file.read_text(encoding="utf-8")
     basis = planfile.basis_of(observed, the_plan, classes)
@@ -164,8 +161,7 @@ def show_plan(
     the_plan: Plan, opts: GlobalOptions, *, round_trips: int | None = None, classes: SupervisorPlan | None = None
 ) -> None:
     """`plan`'s result: the JSON document on stdout (with the VM-class diff), or the colored diff."""
-    from vgpuctl.render import plan_report
-    from vgpuctl.statusreport import with_class_plan
+    from vgpuctl.reports.plan import plan_report, with_class_plan
 
     report = with_class_plan(plan_report(the_plan, round_trips), classes)
     common.emit(report, lambda _r: plan_renderable(the_plan), opts)
@@ -175,7 +171,7 @@ def plan_renderable(the_plan: Plan) -> Any:
     """render_plan_text's plain diff with + ~ - lines colored (never parsed as rich markup)."""
     from rich.text import Text
 
-    from vgpuctl.render import render_plan_text
+    from vgpuctl.reports.plan import render_plan_text
 
     styles = {"+": "green", "-": "red", "~": "yellow", "!": "bold red"}
     text = Text()
@@ -306,7 +302,7 @@ def apply_planned(
     confirm_only_if_disruptive: bool = False,
 ) -> ApplyRun:
     """Show the plan, confirm, apply it with progress, print the summary. Shared by apply and `vm vgpu`."""
-    from vgpuctl.vms.apply import ApplyResult
+    from vgpuctl.model import ApplyResult
 
     if the_plan.errors:
         if opts.verbose:
@@ -447,9 +443,7 @@ class ApplyProgress(LiveOnTerminal):
 
 def apply_report(run: ApplyRun, opts: GlobalOptions, vm: str | None = None) -> ApplyReport:
     """The apply's document; round trips only with -v."""
-    from vgpuctl.render import plan_report
-    from vgpuctl.reports import ApplyReport, vm_names
-    from vgpuctl.statusreport import with_class_plan
+    from vgpuctl.reports.plan import ApplyReport, plan_report, vm_names, with_class_plan
 
     vms = run.result.vms
     return ApplyReport(

@@ -35,7 +35,7 @@ def provision_cmd(
     from vgpuctl import pipeline
     from vgpuctl.cli.guest import guest_run_report
     from vgpuctl.cli.plan import apply_report, run_apply
-    from vgpuctl.reports import ProvisionReport
+    from vgpuctl.reports.guests import ProvisionReport
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file)

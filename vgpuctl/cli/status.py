@@ -1,4 +1,4 @@
-"""`status` and `profiles`: what the farm has, read in one bulk observe pass (reports: vgpuctl.statusreport)."""
+"""`status` and `profiles`: what the farm has, read in one bulk observe pass (reports: vgpuctl.reports.status)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from vgpuctl.errors import NotFound
 
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
-    from vgpuctl.reports import HostReport, ProfileRow, ProfilesReport, StatusReport
+    from vgpuctl.reports.status import HostReport, ProfileRow, ProfilesReport, StatusReport
     from vgpuctl.supervisor.vmclasses import SupervisorState
     from vgpuctl.vsphere.session import ConnectionSettings
 
@@ -82,7 +82,7 @@ def status_cmd(
     """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, the VMs' vGPUs, and the VM classes with
     vGPUs with the namespaces that use them."""
     from vgpuctl.hosts.status import merge_status
-    from vgpuctl.statusreport import status_report, with_supervisor
+    from vgpuctl.reports.status import status_report, with_supervisor
 
     opts: GlobalOptions = ctx.obj
     rows: dict[str, HostReport] = {}
@@ -153,7 +153,7 @@ def profiles_cmd(
     file: OptionalInventory = None,
 ) -> None:
     """vGPU profiles the hosts offer: framebuffer, series, sharing (time-sliced or MIG), max per GPU."""
-    from vgpuctl.statusreport import profiles_report
+    from vgpuctl.reports.status import profiles_report
 
     opts: GlobalOptions = ctx.obj
     observed, round_trips = _observe(opts, file)

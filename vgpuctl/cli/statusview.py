@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from vgpuctl.reports import GpuVm, StatusGpu, StatusHost, StatusReport, StatusVmClass, VgpuCount
+    from vgpuctl.reports.base import VgpuCount
+    from vgpuctl.reports.status import GpuVm, StatusGpu, StatusHost, StatusReport, StatusVmClass
 
 WIDE_COLUMNS = 140
 GUESS_MARK = "?"
@@ -60,7 +61,7 @@ def nvlink_cell(g: StatusGpu) -> str:
 
 
 def used(h: StatusHost) -> str:
-    from vgpuctl.statusreport import whole
+    from vgpuctl.reports.status import whole
 
     return f"{whole(sum(g.used_gb for g in h.gpus))}/{sum(g.fb_gb for g in h.gpus)}"
 

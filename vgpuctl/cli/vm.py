@@ -22,7 +22,7 @@ from vgpuctl.errors import NotFound, UsageError
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed, ObservedVm
-    from vgpuctl.reports import VmVgpusReport
+    from vgpuctl.reports.status import VmVgpusReport
 
 app = typer.Typer(help="One VM at a time.", no_args_is_help=True)
 vgpu_app = typer.Typer(help="Add, remove or list the vGPUs of one VM.", no_args_is_help=True)
@@ -183,8 +183,8 @@ def list_cmd(ctx: typer.Context, vm: VmName, file: OptionalInventory = None) -> 
 
 
 def vm_vgpus_report(observed: Observed, vm: ObservedVm, round_trips: int | None = None) -> VmVgpusReport:
-    from vgpuctl.reports import VmDevice, VmVgpusReport, vgpu_counts
-    from vgpuctl.statusreport import profile_fb
+    from vgpuctl.reports.base import vgpu_counts
+    from vgpuctl.reports.status import VmDevice, VmVgpusReport, profile_fb
 
     host = observed.hosts.get(vm.host or "")
     return VmVgpusReport(

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from vgpuctl.domain import Outcome
@@ -26,13 +26,13 @@ from vgpuctl.hosts.facts import HostFacts, gather_host_facts, shell_runner
 from vgpuctl.hosts.targets import HostTarget
 from vgpuctl.hosts.work import POWER_ON, VM_CHANGE, WorkStore
 from vgpuctl.inventory import HostSpec
-from vgpuctl.model import HostChange, ObservedGpu, ObservedHost
+from vgpuctl.model import INTERRUPTED, HostApplyResult, HostChange, HostOutcome, ObservedGpu, ObservedHost
 from vgpuctl.progress import Cancel, HostProgress, cancelled
 
 log = logging.getLogger(__name__)
 
 SSH_AFTER_REBOOT_S = 60.0
-INTERRUPTED = "interrupted"  # HostOutcome.phase of a host Ctrl-C stopped before a forward step
+
 
 
 class RefusedError(VgpuctlError):
@@ -60,89 +60,6 @@ class VerificationError(VgpuctlError):
 
 
 # ------------------------------------------------------------------------------------------ results
-
-
-@dataclass
-class HostOutcome:
-    host: str
-    status: Outcome = Outcome.UNCHANGED
-    steps: list[str] = field(default_factory=list)
-    phase: str = ""  # where it stopped (failed) or "done"
-    message: str = ""
-    error_type: str | None = None
-    in_maintenance: bool | None = None
-    vms_to_restore: list[str] = field(default_factory=list)
-    powered_off: list[str] = field(default_factory=list)
-    powered_on: list[str] = field(default_factory=list)
-    not_restored: dict[str, str] = field(default_factory=dict)  # VM -> why it is still off
-    handed_over: list[str] = field(default_factory=list)  # powered off for their own VM change
-    migrated: list[str] = field(default_factory=list)  # "vm -> destination host"
-    rebooted: bool = False
-
-    @property
-    def configured(self) -> bool:
-        """The host's GPU configuration is done (also when only powering VMs on again failed)."""
-        return self.status in (Outcome.CHANGED, Outcome.UNCHANGED) or self.phase == "power-on"
-
-    def describe(self) -> str:
-        if self.phase == INTERRUPTED:
-            return f"{self.host}: {self.message}\n  to continue: run the same apply again"
-        if self.status != Outcome.FAILED:
-            return f"{self.host}: {self.status}" + (f" ({', '.join(self.steps)})" if self.steps else "")
-        lines = [f"{self.host}: failed at {self.phase}: {self.message}"]
-        state = []
-        if self.in_maintenance:
-            state.append("left in maintenance mode")
-        elif self.in_maintenance is False:
-            state.append("not in maintenance mode")
-        if self.steps:
-            state.append("done before: " + ", ".join(self.steps))
-        if self.vms_to_restore:
-            state.append("VMs to power on again: " + ", ".join(self.vms_to_restore))
-        if self.not_restored:
-            state.append("still off: " + "; ".join(f"{vm} ({why})" for vm, why in sorted(self.not_restored.items())))
-        if state:
-            lines.append(f"  state: {'; '.join(state)}")
-        if self.error_type != RefusedError.__name__:
-            lines.append("  run apply again to continue from there")
-        return "\n".join(lines)
-
-
-@dataclass
-class HostApplyResult:
-    hosts: list[HostOutcome] = field(default_factory=list)
-
-    def _names(self, status: Outcome) -> list[str]:
-        return [o.host for o in self.hosts if o.status == status]
-
-    @property
-    def failed(self) -> list[str]:
-        return self._names(Outcome.FAILED)
-
-    @property
-    def changed(self) -> list[str]:
-        return self._names(Outcome.CHANGED)
-
-    @property
-    def skipped(self) -> list[str]:
-        return self._names(Outcome.SKIPPED)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed and not self.skipped
-
-    @property
-    def done_hosts(self) -> set[str]:
-        """Hosts whose GPU configuration is done (their VMs can be planned against them as they are)."""
-        return {o.host for o in self.hosts if o.configured}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "hosts": [asdict(o) for o in self.hosts],
-            "changed": self.changed,
-            "failed": self.failed,
-            "skipped": self.skipped,
-        }
 
 
 # ------------------------------------------------------------------------------------------ apply

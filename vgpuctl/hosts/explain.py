@@ -14,12 +14,12 @@ from pydantic import BaseModel
 from vgpuctl.errors import NotFound
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import Observed, ObservedHost, Plan
-from vgpuctl.reports import ExplainedValue, ExplainReport
+from vgpuctl.reports.explain import ExplainedValue, ExplainReport
 
 
 def explain_host(name: str, inventory: Inventory, observed: Observed, plan: Plan) -> ExplainReport:
     from vgpuctl.hostmerge import merge_hosts
-    from vgpuctl.render import host_diff
+    from vgpuctl.reports.plan import host_diff
 
     host = observed.hosts.get(name)
     if host is None:

@@ -13,7 +13,7 @@ from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.facts import ENV_HOST_MAP, HostFacts, api_facts, gather_host_facts, open_shell, shell_runner
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
-from vgpuctl.reports import HostGpu, HostReport, ModuleOptions, StatusReport
+from vgpuctl.reports.status import HostGpu, HostReport, ModuleOptions, StatusReport
 
 
 def host_status(host: ObservedHost, facts: HostFacts | None, shell_error: str | None = None) -> HostReport:

@@ -14,12 +14,12 @@ import logging
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from vgpuctl.domain import Outcome
 from vgpuctl.errors import DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
-from vgpuctl.model import Observed, ObservedVm, Op, Plan, PowerState, VmChange
+from vgpuctl.model import ApplyResult, Observed, ObservedVm, Op, Plan, PowerState, VmChange, VmOutcome
 from vgpuctl.progress import RUNNING, Cancel, VmProgress, cancelled
 
 log = logging.getLogger(__name__)
@@ -32,61 +32,6 @@ VM_PATHS = [
     "guest.toolsRunningStatus",
     "config.template",
 ]
-
-
-@dataclass
-class VmOutcome:
-    vm: str
-    status: Outcome = Outcome.UNCHANGED
-    steps: list[str] = field(default_factory=list)  # steps completed, in order
-    fault_type: str | None = None
-    message: str = ""
-    left: list[str] = field(default_factory=list)  # planned steps not done because the apply was interrupted
-
-
-@dataclass
-class ApplyResult:
-    vms: list[VmOutcome] = field(default_factory=list)
-    interrupted: bool = False
-    hosts_not_ready: list[str] = field(default_factory=list)  # host changes failed or not applied
-    round_trips: int = 0
-    elapsed_s: float = 0.0
-
-    def _names(self, status: Outcome) -> list[str]:
-        return [o.vm for o in self.vms if o.status == status]
-
-    @property
-    def changed(self) -> list[str]:
-        return self._names(Outcome.CHANGED)
-
-    @property
-    def failed(self) -> list[str]:
-        return self._names(Outcome.FAILED)
-
-    @property
-    def skipped(self) -> list[str]:
-        return self._names(Outcome.SKIPPED)
-
-    @property
-    def not_started(self) -> list[str]:
-        return self._names(Outcome.NOT_STARTED)
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed and not self.interrupted and not self.hosts_not_ready
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "vms": [o.__dict__ for o in self.vms],
-            "changed": self.changed,
-            "failed": self.failed,
-            "skipped": self.skipped,
-            "not_started": self.not_started,
-            "interrupted": self.interrupted,
-            "hosts_not_ready": self.hosts_not_ready,
-            "round_trips": self.round_trips,
-            "elapsed_s": round(self.elapsed_s, 3),
-        }
 
 
 @dataclass

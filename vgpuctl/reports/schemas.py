@@ -1,7 +1,7 @@
 """JSON Schemas of the printed documents, generated from the report dataclasses' type hints.
 
 `schema_for(Report)` gives one document's schema (every object `additionalProperties: false`);
-`write_all(folder)` writes docs/schemas/<kind>.schema.json. Run `python -m vgpuctl.schemas docs/schemas`
+`write_all(folder)` writes docs/schemas/<kind>.schema.json. Run `python -m vgpuctl.reports.schemas docs/schemas`
 after changing a report; a unit test checks the committed files are current.
 """
 
@@ -16,7 +16,26 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Union
 
-from vgpuctl.reports import REPORTS, ErrorReport, Report
+from vgpuctl.reports.base import ErrorReport, Report
+from vgpuctl.reports.explain import ExplainReport
+from vgpuctl.reports.guests import GuestRunReport, ProvisionReport
+from vgpuctl.reports.plan import ApplyReport, HostChangeReport, PlanReport, ValidateReport
+from vgpuctl.reports.status import HostReport, ProfilesReport, StatusReport, VmVgpusReport
+
+REPORTS: tuple[type[Any], ...] = (
+    GuestRunReport,
+    ProvisionReport,
+    ValidateReport,
+    PlanReport,
+    ExplainReport,
+    ApplyReport,
+    HostChangeReport,
+    HostReport,
+    StatusReport,
+    ProfilesReport,
+    VmVgpusReport,
+    ErrorReport,
+)
 
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 _PRIMITIVES: dict[Any, dict[str, Any]] = {

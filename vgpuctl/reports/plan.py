@@ -1,15 +1,187 @@
-"""A Plan as plain text (a + ~ - diff; colour is the CLI's business) and as its report (vgpuctl.reports).
-
-Plans carry no secrets: they hold VM, host, profile and field names and values only.
-"""
+"""The plan, validate, apply and host-change documents."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
-from typing import Any
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
 
-from vgpuctl.model import HostChange, Op, Plan, VmChange
-from vgpuctl.reports import CloneDiff, DeviceDiff, Disruption, FieldDiff, HostDiff, PlanReport, PlanSummary, VmDiff
+from vgpuctl.domain import Outcome
+from vgpuctl.model import HostChange, HostOutcome, Op, Plan, VmChange, VmOutcome
+from vgpuctl.reports.base import Report, Scalar, VgpuCount, optional
+from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
+
+
+@dataclass
+class ValidateReport(Report):
+    kind: ClassVar[str] = "validate"
+    file: str
+    valid: bool
+    hosts: int  # host entries
+    vms: int  # VMs after name ranges are expanded
+    vm_classes: int = 0
+    namespaces: int = 0
+
+
+@dataclass
+class HostDiff:
+    """One host setting that changes; `gpu` is None for host-wide settings."""
+
+    host: str
+    setting: str  # graphics kinds, mig, nvlink, scheduler, resume
+    gpu: str | None
+    old: Scalar
+    new: Scalar
+    disruptive: bool
+    needs_reboot: bool
+
+
+@dataclass
+class FieldDiff:
+    field: str
+    op: str  # + ~ -
+    old: Scalar
+    new: Scalar
+
+
+@dataclass
+class DeviceDiff:
+    op: str  # + or -
+    profile: str
+    key: int | None  # the existing device of a removal
+    nvlink_group: int | None  # adds with the same number form one NVLink device group
+
+
+@dataclass
+class CloneDiff:
+    template: str
+    cluster: str | None
+    host: str | None
+    folder: str | None
+    cpus: int | None
+    memory_mb: int | None
+
+
+@dataclass
+class VmDiff:
+    vm: str
+    steps: list[str]  # clone, power-off, reconfigure, power-on
+    clone: CloneDiff | None
+    fields: list[FieldDiff]
+    devices: list[DeviceDiff]
+    extra_config: dict[str, str | None]  # None removes the key
+    power_off: bool
+    power_on: bool
+    depends_on_hosts: list[str]
+
+
+@dataclass
+class Disruption:
+    """A disruptive step apply will take: a host entering maintenance mode or rebooting, or a running VM powered
+    off (to evacuate its host, or for its own change), and whether the VM runs again afterwards."""
+
+    action: str  # maintenance | reboot | power-off
+    host: str | None  # the host changed (None: a VM powered off for its own change)
+    vm: str | None  # the VM powered off (None: a host step)
+    cause: str  # host change | evacuation | own change
+    comes_back: bool  # host out of maintenance / VM powered on again by this apply
+    detail: str
+
+
+@dataclass
+class PlanSummary:
+    create: int
+    change: int
+    power_off: int  # VMs powered off, for their own change or to evacuate a host
+    power_on: int
+    host_changes: int
+    maintenance: int  # hosts entering maintenance mode
+    reboots: int
+    errors: int
+    warnings: int
+    vm_classes: int = 0  # VM classes to create, update or delete
+    namespaces: int = 0  # supervisor namespaces whose VM classes change
+
+
+@dataclass
+class VmClassDiff:
+    """A VM class created (+), updated (~) or deleted (-); `fields` are its sizes and reservations (old None on a
+    create), `vgpus_added`/`vgpus_removed` its vGPU devices."""
+
+    vm_class: str
+    op: str  # + ~ -
+    fields: list[FieldDiff]
+    vgpus_added: list[VgpuCount]
+    vgpus_removed: list[VgpuCount]
+    extra_config: dict[str, str | None]  # None removes the key
+
+
+@dataclass
+class NamespaceDiff:
+    """VM classes associated with (`add`) and taken from (`remove`) a supervisor namespace."""
+
+    namespace: str
+    add: list[str]
+    remove: list[str]
+
+
+@dataclass
+class PlanReport(Report):
+    kind: ClassVar[str] = "plan"
+    host_changes: list[HostDiff]
+    vm_changes: list[VmDiff]
+    disruptions: list[Disruption]
+    errors: list[str]
+    warnings: list[str]
+    summary: PlanSummary
+    round_trips: int | None = optional()
+    vm_classes: list[VmClassDiff] = field(default_factory=list)  # in apply order: after hosts and VMs
+    namespaces: list[NamespaceDiff] = field(default_factory=list)
+
+
+@dataclass
+class ApplyReport(Report):
+    """What an apply did: the plan it confirmed, each host and VM, and the VM plan's errors after the hosts."""
+
+    kind: ClassVar[str] = "apply"
+    plan: PlanReport
+    hosts: list[HostOutcome]
+    vms: list[VmOutcome]
+    changed: list[str]
+    failed: list[str]
+    skipped: list[str]
+    unchanged: list[str]
+    not_started: list[str]  # an interrupted apply, or a VM plan after the hosts that failed, never began them
+    hosts_not_ready: list[str]
+    vm_errors: list[str]
+    interrupted: bool
+    vm: str | None = optional()  # `vm vgpu add/remove`: the VM changed
+    round_trips: int | None = optional()
+
+
+def vm_names(vms: Iterable[VmOutcome], status: Outcome) -> list[str]:
+    return [o.vm for o in vms if o.status == status]
+
+
+@dataclass
+class AffectedVm:
+    vm: str
+    vgpus: list[VgpuCount]
+
+
+@dataclass
+class HostChangeReport(Report):
+    """`host graphics/mig/nvlink/scheduler`: the changes, the running VMs they affect, and the outcome."""
+
+    kind: ClassVar[str] = "host-change"
+    host: str
+    changes: list[HostDiff]
+    affected_vms: list[AffectedVm]
+    result: HostOutcome | None
+
+
+# ------------------------------------------------------------------------------------------ building it
 
 INDENT = "    "
 
@@ -228,3 +400,40 @@ def _step_names(change: VmChange) -> list[str]:
     if change.power_on:
         steps.append("power-on")
     return steps
+
+
+def _class_fields(c: ClassChange) -> list[FieldDiff]:
+    if c.op == Op.ADD and c.desired is not None:
+        d = c.desired
+        created = (("cpus", d.cpus), ("memoryMB", d.memory_mb), ("cpu_reservation", d.cpu_reservation),
+                   ("memory_reservation", d.memory_reservation))
+        return [FieldDiff(name, str(Op.ADD), None, value) for name, value in created]
+    return [FieldDiff(f.field, str(f.op), f.old, f.new) for f in c.fields]
+
+
+def vm_class_diff(c: ClassChange) -> VmClassDiff:
+    return VmClassDiff(
+        vm_class=c.name,
+        op=str(c.op),
+        fields=_class_fields(c),
+        vgpus_added=sorted_counts(c.vgpus_added),
+        vgpus_removed=sorted_counts(c.vgpus_removed),
+        extra_config=dict(c.extra_config),
+    )
+
+
+def with_class_plan(report: PlanReport, plan: SupervisorPlan | None) -> PlanReport:
+    """`plan`'s document with the VM-class and namespace diff, in apply order (classes created or updated, the
+    namespaces, classes deleted). Its errors and warnings are already the plan's (merged by the caller)."""
+    if plan is None:
+        return report
+    ordered = plan.ordered()
+    report.vm_classes = [vm_class_diff(c) for c in ordered if isinstance(c, ClassChange)]
+    report.namespaces = [NamespaceDiff(n.namespace, list(n.add), list(n.remove)) for n in plan.namespace_changes]
+    report.summary.vm_classes = len(plan.class_changes)
+    report.summary.namespaces = len(plan.namespace_changes)
+    return report
+
+
+def sorted_counts(profiles: list[str]) -> list[VgpuCount]:
+    return [VgpuCount(p, n) for p, n in sorted(Counter(profiles).items())]

@@ -1,32 +1,184 @@
-"""The `status` and `profiles` reports built from one Observed: GPUs with their VMs and framebuffer use, the
-VMs' vGPUs, and the profiles each host offers; the VM classes with vGPUs in `status` and the VM-class diff in
-`plan`'s document. Pure: no I/O.
-"""
+"""The status, host, profiles and `vm vgpu list` documents."""
 
 from __future__ import annotations
 
-from collections import Counter
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from vgpuctl.model import Observed, ObservedGpu, ObservedHost, Op
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost
 from vgpuctl.profiles import ProfileError, VgpuProfile, board_for_device, gi_geometry, parse_profile
-from vgpuctl.reports import (
-    FieldDiff,
-    GpuVm,
-    HostProfiles,
-    NamespaceDiff,
-    PlanReport,
-    ProfileRow,
-    ProfilesReport,
-    StatusGpu,
-    StatusHost,
-    StatusReport,
-    StatusVm,
-    StatusVmClass,
-    VgpuCount,
-    VmClassDiff,
-    vgpu_counts,
-)
-from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan, SupervisorState
+from vgpuctl.reports.base import Report, VgpuCount, optional, vgpu_counts
+from vgpuctl.reports.plan import sorted_counts
+from vgpuctl.supervisor.vmclasses import SupervisorState
+
+
+@dataclass
+class ModuleOptions:
+    configured: str  # for the next boot
+    effective: str  # of the loaded module
+
+
+@dataclass
+class HostGpu:
+    gpu: str
+    device: str
+    graphics_type: str
+    vgpu_mode: str
+    mig_current: bool | None  # None: not MIG-capable, or the shell was not read
+    mig_pending: bool | None
+    nvlink_links: int | None
+    nvlink_active: int | None
+    nvlink_peers: list[str]
+    vms: list[str]
+
+
+@dataclass
+class HostReport(Report):
+    """`host show`: one host's GPU state from the API and the ESXi shell."""
+
+    kind: ClassVar[str] = "host"
+    host: str
+    connection_state: str
+    in_maintenance: bool
+    default_graphics_type: str
+    assignment_policy: str
+    module_options: ModuleOptions
+    nvlink: str
+    scheduler: str
+    gpus: list[HostGpu]
+    nvlink_after_reboot: str | None = optional()
+    scheduler_after_reboot: str | None = optional()
+    shell_error: str | None = optional()
+
+
+@dataclass
+class GpuVm:
+    vm: str
+    profile: str
+    guessed: bool = False  # vSphere names the VMs on a GPU, not which of a VM's vGPUs: a VM mixing profiles
+
+
+@dataclass
+class StatusGpu:
+    index: int
+    gpu: str
+    model: str
+    graphics_type: str
+    vgpu_mode: str
+    mode: str  # time-sliced (sameSize|mixedSize) or mig
+    nvlink_group: int | None  # the NVLink-connected set the GPU belongs to
+    fb_gb: int
+    used_gb: float
+    free_gb: float
+    vgpus: list[VgpuCount]
+    vms: list[GpuVm]
+    mig: str | None = optional()  # on / off / "off (on pending)"
+    mig_current: bool | None = optional()
+    mig_pending: bool | None = optional()
+    nvlink_links: int | None = optional()
+    nvlink_active: int | None = optional()
+    nvlink_peers: list[str] | None = optional()  # noqa: RUF009 - None, not a shared list
+
+
+@dataclass
+class StatusHost:
+    host: str
+    cluster: str | None
+    connection_state: str
+    in_maintenance: bool
+    power_state: str
+    default_graphics_type: str
+    assignment_policy: str
+    gpus: list[StatusGpu]
+    vgpu_types: int = 0  # vGPU types the host offers; 0 on a GPU host: no NVIDIA vGPU Manager (or not Shared Direct)
+    nvlink: str | None = optional()
+    nvlink_after_reboot: str | None = optional()
+    scheduler: str | None = optional()
+    scheduler_after_reboot: str | None = optional()
+    shell_error: str | None = optional()
+
+
+@dataclass
+class StatusVm:
+    vm: str
+    host: str | None
+    cluster: str | None
+    folder: str | None
+    power_state: str
+    vgpus: list[VgpuCount]
+
+
+@dataclass
+class StatusVmClass:
+    """A VM class with vGPUs and the supervisor namespaces that may use it."""
+
+    vm_class: str
+    vgpus: list[VgpuCount]
+    cpus: int
+    memory_mb: int
+    namespaces: list[str]
+
+
+@dataclass
+class StatusReport(Report):
+    kind: ClassVar[str] = "status"
+    datacenter: str
+    api_version: str
+    hosts: list[StatusHost]
+    vms: list[StatusVm]
+    round_trips: int | None = optional()
+    vm_classes: list[StatusVmClass] = field(default_factory=list)
+    supervisor_clusters: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # e.g. VM classes that could not be read
+
+
+@dataclass
+class ProfileRow:
+    profile: str
+    fb_gb: float | None
+    series: str | None
+    board: str | None
+    sharing: str  # timeSliced | mig
+    profile_class: str | None  # compute | quadro
+    max_per_gpu: int | None
+
+
+@dataclass
+class HostProfiles:
+    host: str
+    profiles: list[ProfileRow]
+
+
+@dataclass
+class ProfilesReport(Report):
+    kind: ClassVar[str] = "profiles"
+    hosts: list[HostProfiles]
+    round_trips: int | None = optional()
+
+
+@dataclass
+class VmDevice:
+    key: int
+    profile: str
+    fb_gb: float
+    nvlink_group: int | None  # the device group instance key, for NVLink-grouped vGPUs
+
+
+@dataclass
+class VmVgpusReport(Report):
+    """`vm vgpu list`: one VM's vGPUs, their devices and the GPUs they sit on."""
+
+    kind: ClassVar[str] = "vm-vgpus"
+    vm: str
+    host: str | None
+    power_state: str
+    vgpus: list[VgpuCount]
+    devices: list[VmDevice]
+    gpus: list[str]
+    round_trips: int | None = optional()
+
+
+# ------------------------------------------------------------------------------------------ building it
 
 KB_PER_GB = 1024 * 1024
 
@@ -166,10 +318,6 @@ def profiles_report(hosts: list[ObservedHost], round_trips: int | None = None) -
 # ------------------------------------------------------------------------------------------ VM classes
 
 
-def _sorted_counts(profiles: list[str]) -> list[VgpuCount]:
-    return [VgpuCount(p, n) for p, n in sorted(Counter(profiles).items())]
-
-
 def status_vm_classes(state: SupervisorState) -> list[StatusVmClass]:
     """The VM classes that have vGPUs, each with the namespaces allowed to use it (classes without vGPUs left out)."""
     rows = []
@@ -178,7 +326,7 @@ def status_vm_classes(state: SupervisorState) -> list[StatusVmClass]:
         if not c.vgpus:
             continue
         users = sorted(n.name for n in state.namespaces.values() if name in n.vm_classes)
-        rows.append(StatusVmClass(name, _sorted_counts(c.vgpus), c.cpus, c.memory_mb, users))
+        rows.append(StatusVmClass(name, sorted_counts(c.vgpus), c.cpus, c.memory_mb, users))
     return rows
 
 
@@ -189,37 +337,4 @@ def with_supervisor(report: StatusReport, state: SupervisorState | None, problem
         report.supervisor_clusters = sorted(state.supervisor_clusters.values())
     if problem:
         report.warnings.append(f"VM classes not read: {problem}")
-    return report
-
-
-def _class_fields(c: ClassChange) -> list[FieldDiff]:
-    if c.op == Op.ADD and c.desired is not None:
-        d = c.desired
-        created = (("cpus", d.cpus), ("memoryMB", d.memory_mb), ("cpu_reservation", d.cpu_reservation),
-                   ("memory_reservation", d.memory_reservation))
-        return [FieldDiff(name, str(Op.ADD), None, value) for name, value in created]
-    return [FieldDiff(f.field, str(f.op), f.old, f.new) for f in c.fields]
-
-
-def vm_class_diff(c: ClassChange) -> VmClassDiff:
-    return VmClassDiff(
-        vm_class=c.name,
-        op=str(c.op),
-        fields=_class_fields(c),
-        vgpus_added=_sorted_counts(c.vgpus_added),
-        vgpus_removed=_sorted_counts(c.vgpus_removed),
-        extra_config=dict(c.extra_config),
-    )
-
-
-def with_class_plan(report: PlanReport, plan: SupervisorPlan | None) -> PlanReport:
-    """`plan`'s document with the VM-class and namespace diff, in apply order (classes created or updated, the
-    namespaces, classes deleted). Its errors and warnings are already the plan's (merged by the caller)."""
-    if plan is None:
-        return report
-    ordered = plan.ordered()
-    report.vm_classes = [vm_class_diff(c) for c in ordered if isinstance(c, ClassChange)]
-    report.namespaces = [NamespaceDiff(n.namespace, list(n.add), list(n.remove)) for n in plan.namespace_changes]
-    report.summary.vm_classes = len(plan.class_changes)
-    report.summary.namespaces = len(plan.namespace_changes)
     return report
