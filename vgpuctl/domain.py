@@ -83,3 +83,6 @@ class Power(StrEnum):
 
 
 MAX_VGPUS_PER_VM = 8  # vSphere 8.0 (4 before); a host's own limit is ObservedHost.max_vgpus_per_vm
+
+
+DEFAULT_PARALLEL = 8  # VMs changed at the same time unless --parallel says otherwise

@@ -7,6 +7,7 @@ decides; apply executes it. Nothing here does I/O.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -47,6 +48,14 @@ class ObservedGpu:
     nvlink_profiles: list[str] = field(default_factory=list)  # profiles those device groups are offered for
 
 
+@dataclass(frozen=True)
+class ObservedDeviceGroup:
+    """An NVLink vendor device group the host offers (QueryConfigTarget): its name and its members' profiles."""
+
+    name: str
+    profiles: tuple[str, ...]
+
+
 @dataclass
 class ObservedHost:
     name: str
@@ -67,6 +76,7 @@ class ObservedHost:
     graphics_manager_moid: str = ""  # configManager.graphicsManager
     environment_browser_moid: str = ""  # of the host's cluster / compute resource (QueryConfigTarget)
     custom_values: dict[str, str] = field(default_factory=dict)  # custom attribute name -> value (non-empty)
+    device_groups: list[ObservedDeviceGroup] | None = None  # NVLink device groups, when they were read
 
 
 @dataclass
@@ -166,6 +176,8 @@ class Observed:
             h = dict(h)
             h.setdefault("name", name)
             h["gpus"] = [ObservedGpu(**g) for g in h.get("gpus", [])]
+            if h.get("device_groups") is not None:
+                h["device_groups"] = [ObservedDeviceGroup(g["name"], tuple(g["profiles"])) for g in h["device_groups"]]
             h["profiles"] = {
                 pname: ObservedProfile(**{"name": pname, **p}) for pname, p in (h.get("profiles") or {}).items()
             }
@@ -257,12 +269,32 @@ class HostChange:
     needs_reboot: bool = False
 
 
+@dataclass(frozen=True)
+class Problem:
+    """One reason a plan cannot be applied, about one VM (`vm`) or about the run as a whole (None)."""
+
+    message: str
+    vm: str | None = None
+
+    def __str__(self) -> str:
+        return f"vm {self.vm}: {self.message}" if self.vm is not None else self.message
+
+
 @dataclass
 class Plan:
     vm_changes: list[VmChange] = field(default_factory=list)
     host_changes: list[HostChange] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)  # the plan cannot be applied: one line per reason
+    problems: list[Problem] = field(default_factory=list)  # the plan cannot be applied: one per reason
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[str]:
+        """The problems as lines for people (`vm NAME: reason` for a VM's own)."""
+        return [str(p) for p in self.problems]
+
+    def refuse(self, messages: Iterable[str]) -> None:
+        """Problems that name no single VM, added before the plan's own."""
+        self.problems[:0] = [Problem(m) for m in messages]
 
     @property
     def changes(self) -> list[VmChange]:

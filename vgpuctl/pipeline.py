@@ -1,40 +1,48 @@
 """The stages of every vgpuctl run, in the order they happen:
 
-    load -> observe -> plan (host facts, host changes, VM changes) -> apply_hosts (rolling)
-         -> observe again, the same way -> replan_vms -> apply_vms -> guest_addresses -> guests
+    load -> observe -> plan (host facts, host changes, VM changes, VM classes) -> saved-plan check
+         -> show and confirm -> apply_hosts (rolling) -> observe again, the same way -> replan_vms
+         -> apply_vms -> VM classes -> guest_addresses -> guests
 
-`apply` runs the four apply stages. Progress and cancellation come in as small interfaces
-(vgpuctl.progress); `run_interruptible` runs a stage in a worker thread so Ctrl-C only asks it to stop.
+`run` is the one function that chains them for every command that changes something (plan, apply,
+provision, `vm vgpu`, experiments) and returns one typed `RunOutcome`. What a caller shows and asks comes in
+as `RunHooks`; progress and cancellation as small interfaces (vgpuctl.progress); `run_interruptible` runs
+the apply stages in a worker thread so Ctrl-C only asks them to stop. Read-only commands use `load`,
+`observe` and `read_farm`.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from vgpuctl.domain import Outcome, Power
-from vgpuctl.errors import Interrupted, UsageError
+from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, Power
+from vgpuctl.errors import Interrupted, PlanError, UsageError, VgpuctlError
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_changes
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.hosts.work import WorkStore
 from vgpuctl.inventory import HostSpec, Inventory
-from vgpuctl.model import HostApplyResult, HostChange, Observed, Plan
+from vgpuctl.model import HostApplyResult, HostChange, Observed, Op, Plan
 from vgpuctl.progress import EXIT_NOW, RUNNING, Cancel, HostProgress, Progress, VmProgress
 
 if TYPE_CHECKING:
     from vgpuctl.guest.runner import DeployResult
     from vgpuctl.model import ApplyResult, VmOutcome
-    from vgpuctl.vsphere.session import Session
+    from vgpuctl.planfile import SavedPlan
+    from vgpuctl.supervisor.stage import SupervisorApplyResult, SupervisorRun
+    from vgpuctl.supervisor.vmclasses import SupervisorPlan
+    from vgpuctl.vsphere.session import ConnectionSettings, Session
 
 T = TypeVar("T")
+EventSink = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -42,7 +50,7 @@ class RunOptions:
     """How a run behaves; every field has the CLI's default."""
 
     datacenter: str | None = None
-    parallel: int = 8  # VMs changed at the same time
+    parallel: int = DEFAULT_PARALLEL  # VMs changed at the same time
     keep_going: bool = False  # after a failed host, go on with the other hosts
     resume: bool = True  # hosts an unfinished apply left in the state file are planned again
     trust_on_first_use: bool = False  # accept and record unknown ESXi SSH host keys
@@ -90,7 +98,7 @@ def observe(
 
 
 def host_facts(
-    session: Session, observed: Observed, specs: dict[str, HostSpec], options: RunOptions
+    session: Session, observed: Observed, specs: Mapping[str, HostSpec | None], options: RunOptions
 ) -> tuple[dict[str, HostFacts], list[str]]:
     """API facts of the named hosts that are connected (errors name the others), and shell facts when ESXi SSH
     is set up or an SSH agent runs (without them, MIG, NVLink and scheduler changes are plan errors); fills each
@@ -148,17 +156,10 @@ def _migrates(specs: dict[str, HostSpec]) -> bool:
 
 
 def vgpu_migration_enabled(session: Session) -> bool:
-    """vCenter's advanced setting that allows vMotion of running vGPU VMs (one read; absent means false)."""
-    from pyVmomi import vim
+    """vCenter allows vMotion of running vGPU VMs (its advanced setting; one read)."""
+    from vgpuctl.vsphere.vcenter import advanced_setting_true
 
-    manager = session.content.setting
-    if manager is None:
-        return False
-    try:
-        values = session.invoke(manager.QueryOptions, hostplan.HOT_MIGRATE_OPTION)
-    except vim.fault.InvalidName:
-        return False
-    return any(str(v.value).strip().lower() == "true" for v in values or [])
+    return advanced_setting_true(session, hostplan.HOT_MIGRATE_OPTION)
 
 
 def _lease_warnings(session: Session, observed: Observed, hosts: Sequence[str]) -> list[str]:
@@ -182,12 +183,14 @@ def plan(session: Session, observed: Observed, inventory: Inventory, options: Ru
     migration = vgpu_migration_enabled(session) if _migrates(resolved) else False
     resume = _resume(session, observed, options)
     the_plan = make_plan(inventory, observed, host_facts=facts, resume=resume, vgpu_migration=migration)
-    the_plan.errors = errors + the_plan.errors
+    the_plan.refuse(errors)
     the_plan.warnings += _lease_warnings(session, observed, sorted({c.host for c in the_plan.host_changes}))
     return the_plan
 
 
-def plan_vm_classes(session: Session, observed: Observed, inventory: Inventory, the_plan: Plan) -> Any:
+def plan_vm_classes(
+    session: Session, observed: Observed, inventory: Inventory, the_plan: Plan
+) -> SupervisorRun | None:
     """VM classes and supervisor namespaces over REST (vgpuctl.supervisor.stage), planned against the hosts as the
     plan leaves them: a SupervisorRun to close, or None when the inventory names none (no REST login)."""
     from vgpuctl.supervisor.stage import open_for_run
@@ -308,19 +311,16 @@ def apply(
     return ApplyOutcome(hosts, vms, vm_plan, vms.interrupted)
 
 
-_VM_ERROR = re.compile(r"^vm (?P<vm>[^:\s]+): (?P<reason>.*)$", re.DOTALL)
-
-
 def replan_vms_alone(
     inventory: Inventory, observed_after: Observed, pending: Sequence[HostChange]
 ) -> tuple[Plan, dict[str, list[str]]]:
     """replan_vms, where a VM whose own re-plan fails is left out so the others go on: (plan of the others,
-    VM name -> its errors). Errors that name no VM stay in the plan."""
+    VM name -> its errors). Problems that name no VM stay in the plan."""
     failed: dict[str, list[str]] = {}
     vm_plan = replan_vms(inventory, observed_after, pending)
     for _ in range(3):  # leaving VMs out only frees capacity; a second pass settles it
-        by_vm, other = split_vm_errors(vm_plan.errors)
-        if not by_vm or other:
+        by_vm = vm_problems(vm_plan)
+        if not by_vm or any(p.vm is None for p in vm_plan.problems):
             break
         for name, reasons in by_vm.items():
             failed.setdefault(name, []).extend(reasons)
@@ -329,17 +329,13 @@ def replan_vms_alone(
     return vm_plan, failed
 
 
-def split_vm_errors(errors: Sequence[str]) -> tuple[dict[str, list[str]], list[str]]:
-    """Plan errors by the VM they name ("vm NAME: reason"), and those that name none."""
+def vm_problems(the_plan: Plan) -> dict[str, list[str]]:
+    """The plan's problems of single VMs: VM name -> its reasons."""
     by_vm: dict[str, list[str]] = {}
-    other = []
-    for error in errors:
-        m = _VM_ERROR.match(error)
-        if m:
-            by_vm.setdefault(m["vm"], []).append(m["reason"])
-        else:
-            other.append(error)
-    return by_vm, other
+    for problem in the_plan.problems:
+        if problem.vm is not None:
+            by_vm.setdefault(problem.vm, []).append(problem.message)
+    return by_vm
 
 
 def _replan_failures(failed: dict[str, list[str]]) -> list[VmOutcome]:
@@ -404,6 +400,237 @@ def guests(
     from vgpuctl.guest.runner import deploy
 
     return deploy(inventory, addresses, check=check, limit=limit, keep_runs=keep_runs, on_event=on_event)
+
+
+# ------------------------------------------------------------------------------------------ the whole run
+
+
+@dataclass
+class Planned:
+    """What the plan stage produced: the farm as read, the plan, and the VM-class plan (None when the inventory
+    names no VM classes or namespaces)."""
+
+    inventory: Inventory
+    observed: Observed
+    plan: Plan
+    classes: SupervisorPlan | None = None
+    vcenter: str = ""  # the SDK URL the plan was made against
+    round_trips: int = 0
+
+    @property
+    def is_empty(self) -> bool:
+        return self.plan.is_empty and (self.classes is None or self.classes.is_empty)
+
+    @property
+    def disruptive(self) -> bool:
+        """Host changes, VMs powered off or vGPUs removed, or VM classes deleted."""
+        return (
+            bool(self.plan.host_changes)
+            or any(c.power_off or any(d.op == Op.REMOVE for d in c.devices) for c in self.plan.changes)
+            or (self.classes is not None and any(c.op == Op.REMOVE for c in self.classes.class_changes))
+        )
+
+
+@dataclass
+class GuestStage:
+    """`provision`: after the apply, wait for the guests' addresses, then run the guest playbooks."""
+
+    wait_s: float = 600.0
+    poll_s: float = 5.0
+    limit: str | None = None
+    on_addresses: Callable[[dict[str, str | None]], None] | None = None  # each read while waiting
+    # the live display of the playbooks for these guests, taking ansible-runner's events
+    display: Callable[[list[str]], AbstractContextManager[EventSink]] | None = None
+
+
+@dataclass
+class RunRequest:
+    """What to run after the plan: nothing (`plan`), the apply, the guests too (`provision`)."""
+
+    apply: bool = True
+    saved: SavedPlan | None = None  # apply exactly this plan: refused when the farm or the plan changed
+    saved_path: Path | None = None
+    guests: GuestStage | None = None
+
+
+class RunHooks(Protocol):
+    """What a run shows and asks, from the caller (the CLI renders, a test records)."""
+
+    def planned(self, planned: Planned) -> None:
+        """The plan is made (also when it has errors: the run raises PlanError right after)."""
+
+    def confirm(self, planned: Planned) -> None:
+        """Before the first change (only when there is one); raise to stop with nothing changed."""
+
+    def apply_progress(self, planned: Planned) -> AbstractContextManager[Progress]:
+        """The live display of the apply stages."""
+
+    def note(self, message: str) -> None:
+        """A line for people: Ctrl-C, VM-class steps, guest addresses."""
+
+
+class QuietHooks:
+    """Hooks that show nothing and never ask (a plan read by a program; --yes with no display)."""
+
+    def planned(self, planned: Planned) -> None:
+        pass
+
+    def confirm(self, planned: Planned) -> None:
+        pass
+
+    def apply_progress(self, planned: Planned) -> AbstractContextManager[Progress]:
+        return nullcontext(_NO_PROGRESS)
+
+    def note(self, message: str) -> None:
+        pass
+
+
+class _NoProgress:
+    def vm_step(self, vm: str, step: str, percent: int | float | None = None) -> None:
+        pass
+
+    def host_step(self, host: str, step: str, detail: str | None) -> None:
+        pass
+
+
+_NO_PROGRESS = _NoProgress()
+
+
+@dataclass
+class RunOutcome:
+    """Everything one run did. `applied` is None when it only planned or had nothing to change; `classes` is
+    the VM-class stage's result; `guests` the guest playbooks' (provision)."""
+
+    planned: Planned
+    applied: ApplyOutcome | None = None
+    classes: SupervisorApplyResult | None = None
+    addresses: dict[str, str | None] | None = None
+    guests: DeployResult | None = None
+    interrupted: bool = False
+    round_trips: int = 0
+
+    @property
+    def vm_result(self) -> ApplyResult:
+        from vgpuctl.model import ApplyResult
+
+        return self.applied.vms if self.applied is not None else ApplyResult()
+
+    @property
+    def vm_plan(self) -> Plan:
+        """The VM plan that was applied: made again after the host changes when there were some."""
+        return self.applied.vm_plan if self.applied is not None else self.planned.plan
+
+    def failure(self) -> VgpuctlError | None:
+        """What makes this run a failure (the first of: a host failed, the VM plan after the hosts failed,
+        Ctrl-C, VMs failed, a VM-class change failed), or None."""
+        applied = self.applied
+        hosts = applied.hosts if applied is not None else None
+        if hosts is not None and hosts.failed and not self.interrupted:
+            return VgpuctlError(
+                f"apply failed on host(s) {', '.join(hosts.failed)} (left as the summary says): run apply again "
+                "to continue"
+            )
+        if applied is not None and applied.vm_errors:
+            return PlanError(list(applied.vm_errors))
+        result = self.vm_result
+        if self.interrupted:
+            return Interrupted(
+                f"interrupted: {len(result.changed)} VM(s) changed, {len(result.not_started)} not started; run "
+                "apply again to continue"
+            )
+        if result.failed:
+            return VgpuctlError(f"apply failed for {len(result.failed)} of {len(result.vms)} VM(s): "
+                                f"{', '.join(result.failed)}")
+        if self.classes is not None and self.classes.failed:
+            first = self.classes.failed[0]
+            return VgpuctlError(f"apply stopped at {first.target}: {first.message}")
+        return None
+
+
+def run(
+    settings: ConnectionSettings,
+    inventory: Inventory,
+    options: RunOptions,
+    request: RunRequest | None = None,
+    hooks: RunHooks | None = None,
+) -> RunOutcome:
+    """The whole run: observe, plan (hosts, VMs, VM classes), check the saved plan, show and confirm, apply the
+    hosts, observe again, apply the VMs, the VM classes, then the guests. Raises PlanError when the plan cannot
+    be applied (nothing changed); a run that changed something returns its outcome, failures included
+    (`RunOutcome.failure`)."""
+    from vgpuctl.vsphere.session import open_session
+
+    request = request or RunRequest()
+    hooks = hooks or QuietHooks()
+    stage = request.guests if request.guests is not None and guest_vms(inventory) else None
+    with open_session(settings) as session:
+        outcome = within_session(session, inventory, options, request, hooks)
+        if stage is not None and outcome.failure() is None:
+            outcome.addresses = guest_addresses(
+                session, inventory, wait_s=stage.wait_s, poll_s=stage.poll_s, progress=stage.on_addresses
+            )
+        outcome.round_trips = session.round_trips
+    if stage is not None and outcome.addresses is not None:
+        names = [n for n in guest_vms(inventory) if outcome.addresses.get(n)]
+        with stage.display(names) if stage.display is not None else nullcontext(None) as on_event:
+            outcome.guests = guests(inventory, outcome.addresses, limit=stage.limit, on_event=on_event)
+    return outcome
+
+
+def within_session(
+    session: Session, inventory: Inventory, options: RunOptions, request: RunRequest, hooks: RunHooks
+) -> RunOutcome:
+    """`run`'s stages on an open session, up to the VM classes (`vm vgpu` calls it with its one-VM inventory)."""
+    observed = observe(session, options.datacenter, inventory)
+    return carry_out(session, observed, inventory, options, request, hooks)
+
+
+def carry_out(
+    session: Session, observed: Observed, inventory: Inventory, options: RunOptions, request: RunRequest,
+    hooks: RunHooks,
+) -> RunOutcome:
+    """Plan against `observed`, then the rest of the run (see `run`)."""
+    the_plan = plan(session, observed, inventory, options)
+    with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:
+        classes = supervisor.last_plan if supervisor is not None else None
+        if classes is not None:
+            the_plan.refuse(classes.errors)
+            the_plan.warnings += classes.warnings
+        planned = Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips)
+        if request.saved is not None and request.saved_path is not None:
+            from vgpuctl.planfile import check_still_valid
+
+            check_still_valid(request.saved_path, request.saved, planned.vcenter, observed, the_plan, classes)
+        hooks.planned(planned)
+        if the_plan.errors:
+            raise PlanError(list(the_plan.errors))
+        outcome = RunOutcome(planned)
+        if not request.apply or planned.is_empty:
+            return outcome
+        hooks.confirm(planned)
+        with hooks.apply_progress(planned) as progress:
+            applied, interrupted = run_interruptible(
+                lambda cancel: apply(session, inventory, the_plan, observed, options, progress, cancel), hooks.note
+            )
+        outcome.applied, outcome.interrupted = applied, interrupted or applied.interrupted
+        if supervisor is not None and classes is not None and not classes.is_empty and not outcome.interrupted:
+            outcome.classes = supervisor.apply(progress=lambda what, step: hooks.note(f"{what}: {step}"))
+    return outcome
+
+
+def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOptions) -> Planned:
+    """The plan of an inventory, nothing applied and nothing raised for its errors (experiments check variants
+    with it)."""
+    from vgpuctl.vsphere.session import open_session
+
+    with open_session(settings) as session:
+        observed = observe(session, options.datacenter, inventory)
+        the_plan = plan(session, observed, inventory, options)
+        with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:
+            classes = supervisor.last_plan if supervisor is not None else None
+            if classes is not None:
+                the_plan.refuse(classes.errors)
+        return Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips)
 
 
 # ------------------------------------------------------------------------------------------ running a stage

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from vgpuctl import pipeline
-from vgpuctl.cli import plan as plan_cli
 from vgpuctl.domain import Outcome
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
@@ -21,9 +20,11 @@ from vgpuctl.model import (
     ObservedHost,
     ObservedVm,
     Plan,
+    Problem,
     VmChange,
     VmOutcome,
 )
+from vgpuctl.reports.plan import left_lines, summarize, summary_line
 from vgpuctl.vms.apply import planned_steps
 
 pytestmark = pytest.mark.unit
@@ -67,9 +68,13 @@ def test_replan_leaves_out_only_the_vm_that_fails() -> None:
     assert list(failed) == ["bad-01"] and "no-such-template" in failed["bad-01"][0]
 
 
-def test_errors_naming_no_vm_stop_every_vm() -> None:
-    by_vm, other = pipeline.split_vm_errors(["vm a: x", "host h: down", "vm b: y: z"])
-    assert by_vm == {"a": ["x"], "b": ["y: z"]} and other == ["host h: down"]
+def test_problems_are_told_apart_by_the_vm_they_name_never_by_their_text() -> None:
+    from vgpuctl.model import Problem
+
+    the_plan = Plan(problems=[Problem("x", vm="a"), Problem("host h: down"), Problem("y: z", vm="b"),
+                              Problem("vm c: looks like a VM's")])
+    assert pipeline.vm_problems(the_plan) == {"a": ["x"], "b": ["y: z"]}
+    assert the_plan.errors == ["vm a: x", "host h: down", "vm b: y: z", "vm c: looks like a VM's"]
 
 
 def test_apply_after_host_changes_goes_on_past_a_vm_whose_replan_fails(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -99,7 +104,7 @@ def test_a_replan_error_naming_no_vm_counts_every_vm_as_not_started(monkeypatch:
     monkeypatch.setattr(pipeline, "apply_hosts", lambda *a, **k: object())
     monkeypatch.setattr(pipeline, "pending_changes", lambda *a: [])
     monkeypatch.setattr(pipeline, "observe", lambda *a, **k: farm())
-    monkeypatch.setattr(pipeline, "replan_vms", lambda *a: Plan(errors=["cluster C: no host left"]))
+    monkeypatch.setattr(pipeline, "replan_vms", lambda *a: Plan(problems=[Problem("cluster C: no host left")]))
     first = Plan(
         vm_changes=[VmChange("good-01", clone=CloneSpec("tmpl"), power_on=True)],
         host_changes=[HostChange("esx-01", "scheduler", "host", "", "x")],
@@ -117,11 +122,11 @@ def test_a_replan_error_naming_no_vm_counts_every_vm_as_not_started(monkeypatch:
 def groups(**names: list[str]) -> dict[str, list[str]]:
     result = ApplyResult(vms=[VmOutcome(vm, Outcome(status.replace("_", "-"))) for status, vms in names.items()
                               for vm in vms])  # fmt: skip
-    return plan_cli.summarize(result)
+    return summarize(result.vms)
 
 
 def test_summary_counts_every_kind_of_vm() -> None:
-    line = plan_cli.summary_line(groups(changed=["a"], failed=["b"], skipped=["c"], not_started=["d", "e"]), True)
+    line = summary_line(groups(changed=["a"], failed=["b"], skipped=["c"], not_started=["d", "e"]), True)
     assert line == "Apply interrupted: 1 changed, 1 failed, 1 skipped, 2 not started, 0 unchanged."
 
 
@@ -130,19 +135,19 @@ def test_summary_counts_every_kind_of_vm() -> None:
     [({"not_started": ["a"]}, False), ({"failed": ["a"]}, False), ({"skipped": ["a"]}, False), ({}, True)],
 )
 def test_no_zero_changed_when_work_was_left_undone(names: dict[str, list[str]], plan_failed: bool) -> None:
-    line = plan_cli.summary_line(groups(**names), False, plan_failed)
+    line = summary_line(groups(**names), False, plan_failed)
     assert "0 changed" not in line and line.startswith("Apply incomplete: no VM changed")
 
 
 def test_a_clean_run_says_finished() -> None:
-    assert plan_cli.summary_line(groups(changed=["a"], unchanged=["b"]), False) == (
+    assert summary_line(groups(changed=["a"], unchanged=["b"]), False) == (
         "Apply finished: 1 changed, 0 failed, 0 skipped, 0 not started, 1 unchanged."
     )
 
 
 def test_left_lines_say_how_to_continue() -> None:
     result = ApplyResult(vms=[VmOutcome("a", Outcome.NOT_STARTED, left=["clone", "power-on"])])
-    assert plan_cli._left_lines(result) == [
+    assert left_lines(result.vms) == [
         "  left: a (clone, power-on)",
         "  to continue: run the same apply again; it plans only what is left",
     ]

@@ -526,43 +526,42 @@ def test_ctrl_c_during_apply_stops_new_work_and_waits(monkeypatch: pytest.Monkey
         return apply.ApplyResult(vms=[apply.VmOutcome("vm1", status="changed")], interrupted=True)
 
     monkeypatch.setattr(apply, "apply_plan", fake_apply)
-    monkeypatch.setattr(common, "stderr_console", lambda: Recorder())
     the_plan = Plan(vm_changes=[VmChange("vm1", power_on=True)])
     inventory = load_inventory_text("apiVersion: vgpuctl/v1\n")
-    outcome, interrupted = plan_cli.apply_with_progress(
-        object(),
-        inventory,
-        the_plan,
-        Observed(),
-        RunOptions(parallel=2),  # type: ignore[arg-type]
-    )
+    display = plan_cli.ApplyProgress(Recorder(), ["vm1"])  # type: ignore[arg-type]
+    with display:
+        applied, interrupted = pipeline.run_interruptible(
+            lambda cancel: pipeline.apply(object(), inventory, the_plan, Observed(), RunOptions(parallel=2),  # type: ignore[arg-type]
+                                          display, cancel),
+            display.note,
+        )
     assert interrupted and seen == {"stopped": True, "finished": True}
-    assert outcome.hosts is None and outcome.vm_plan is the_plan
-    run = plan_cli.ApplyRun(the_plan, outcome.vms, 0, interrupted)
+    assert applied.hosts is None and applied.vm_plan is the_plan
+    outcome = pipeline.RunOutcome(pipeline.Planned(inventory, Observed(), the_plan), applied, interrupted=interrupted)
     with pytest.raises(Exception) as info:
-        plan_cli.raise_for_outcome(run)
+        plan_cli.raise_for_outcome(outcome)
     assert getattr(info.value, "exit_code", None) == 130
 
 
 def test_failed_vms_make_apply_exit_1_naming_them() -> None:
     from vgpuctl.errors import VgpuctlError
+    from vgpuctl.inventory import load_inventory_text
     from vgpuctl.model import ApplyResult, Plan, VmOutcome
 
     result = ApplyResult(
         vms=[VmOutcome("a", "changed"), VmOutcome("b", "failed", fault_type="InvalidState", message="no")]
     )
-    run = plan_cli.ApplyRun(Plan(), result, 7)
+    planned = pipeline.Planned(load_inventory_text("apiVersion: vgpuctl/v1\n"), Observed(), Plan())
+    outcome = pipeline.RunOutcome(planned, pipeline.ApplyOutcome(None, result, Plan()))
     with pytest.raises(VgpuctlError, match="apply failed for 1 of 2 VM\\(s\\): b") as info:
-        plan_cli.raise_for_outcome(run)
+        plan_cli.raise_for_outcome(outcome)
     assert info.value.exit_code == 1
 
 
 def test_confirmation_needs_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vgpuctl.model import Plan, VmChange
-
     monkeypatch.setattr(sys, "stdin", open(os.devnull))  # noqa: SIM115
     with pytest.raises(UsageError, match="--yes"):
-        plan_cli.confirm(Plan(vm_changes=[VmChange("a", power_off=True)]))
+        common.confirm("Apply 1 change(s)?")
 
 
 # ---------------------------------------------------------------------------------------------- sim

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from vgpuctl.hosts.plan import HAND_OVER, RESTORE_AFTER
-from vgpuctl.model import CloneSpec, DeviceChange, FieldChange, HostChange, Op, Plan, VmChange
+from vgpuctl.model import CloneSpec, DeviceChange, FieldChange, HostChange, Op, Plan, Problem, VmChange
 from vgpuctl.reports.plan import disruptions, plan_to_json, render_plan_text, summary
 
 pytestmark = pytest.mark.unit
@@ -58,7 +58,9 @@ def test_text() -> None:
 
 def test_text_errors_and_warnings() -> None:
     plan = Plan(
-        vm_changes=[VmChange("a", power_on=True)], errors=["vm a: broken", "vm b: also"], warnings=["vm c: odd"]
+        vm_changes=[VmChange("a", power_on=True)],
+        problems=[Problem("broken", vm="a"), Problem("also", vm="b")],
+        warnings=["vm c: odd"],
     )
     text = render_plan_text(plan)
     assert text.endswith(
@@ -171,5 +173,5 @@ def test_a_vm_its_own_change_leaves_off_does_not_come_back() -> None:
 def test_no_disruption_section_for_a_plan_with_errors_or_without_disruptions() -> None:
     assert "Disruptive" not in render_plan_text(Plan(vm_changes=[VmChange("a", power_on=True)]))
     broken = _evacuating_plan(HAND_OVER)
-    broken.errors.append("vm x: broken")
+    broken.problems.append(Problem("broken", vm="x"))
     assert "Disruptive" not in render_plan_text(broken)

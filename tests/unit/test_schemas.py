@@ -13,8 +13,7 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from vgpuctl.cli import plan as plan_cli
-from vgpuctl.cli.common import GlobalOptions, error_report
+from vgpuctl.cli.common import error_report
 from vgpuctl.cli.guest import guest_run_report
 from vgpuctl.cli.main import app
 from vgpuctl.cli.vm import vm_vgpus_report
@@ -45,7 +44,7 @@ from vgpuctl.model import (
 from vgpuctl.reports import schemas
 from vgpuctl.reports.base import VgpuCount
 from vgpuctl.reports.guests import ProvisionReport
-from vgpuctl.reports.plan import AffectedVm, HostChangeReport, host_diff, plan_report, with_class_plan
+from vgpuctl.reports.plan import AffectedVm, HostChangeReport, apply_report, host_diff, plan_report, with_class_plan
 from vgpuctl.reports.schemas import REPORTS
 from vgpuctl.reports.status import profiles_report, status_report, with_supervisor
 from vgpuctl.supervisor.vmclasses import (
@@ -152,8 +151,8 @@ def apply_document(verbose: int = 0, vm: str | None = None) -> dict[str, Any]:
         [VmOutcome("a", Outcome.CHANGED, ["reconfigure"]), VmOutcome("b", Outcome.FAILED, [], "InvalidState", "no")],
         hosts_not_ready=["esx-02"],
     )
-    run = plan_cli.ApplyRun(a_plan(), vms, 12, False, host_outcomes(), ["vm c: cannot power on"])
-    return plan_cli.apply_report(run, GlobalOptions(verbose=verbose), vm=vm).to_dict()
+    return apply_report(a_plan(), vms, hosts=host_outcomes(), vm_errors=["vm c: cannot power on"], vm=vm,
+                        round_trips=12 if verbose else None).to_dict()
 
 
 def host_document() -> dict[str, Any]:
@@ -201,7 +200,7 @@ def guest_result() -> DeployResult:
 
 def provision_document() -> dict[str, Any]:
     vms = ApplyResult([VmOutcome("a", Outcome.CHANGED, ["power-on"])])
-    applied = plan_cli.apply_report(plan_cli.ApplyRun(a_plan(), vms, 3), GlobalOptions())
+    applied = apply_report(a_plan(), vms)
     return ProvisionReport(applied, guest_run_report(guest_result())).to_dict()
 
 

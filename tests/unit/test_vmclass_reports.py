@@ -179,12 +179,10 @@ def test_validate_counts_classes_and_namespaces(tmp_path: Path) -> None:
 
 
 def test_apply_document_carries_the_class_plan_it_applied() -> None:
-    from vgpuctl.cli import plan as plan_cli
-    from vgpuctl.cli.common import GlobalOptions
     from vgpuctl.model import ApplyResult
+    from vgpuctl.reports.plan import apply_report
 
-    run = plan_cli.ApplyRun(Plan(), ApplyResult(), 3, vm_classes=class_plan())
-    doc = plan_cli.apply_report(run, GlobalOptions()).to_dict()
+    doc = apply_report(Plan(), ApplyResult(), classes=class_plan()).to_dict()
     assert [c["vm_class"] for c in doc["plan"]["vm_classes"]] == ["gpu-big", "gpu-small", "old"]
     assert doc["plan"]["namespaces"][0]["namespace"] == "ml-team"
 

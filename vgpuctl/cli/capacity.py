@@ -95,14 +95,8 @@ def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path |
 
 def _observe(opts: GlobalOptions, file: Path | None) -> Observed:
     """One bulk observe (the same as plan's) plus the NVLink sets of every GPU host."""
-    from vgpuctl.vsphere.observe import observe, observe_nvlink
+    from vgpuctl import pipeline
 
-    inventory = None
-    if file is not None:
-        from vgpuctl.inventory import load_inventory
-
-        inventory = load_inventory(file)
+    inventory = pipeline.load(file) if file is not None else None
     with common.connect(opts, inventory) as session:
-        observed = observe(session, common.datacenter_for(opts, inventory))
-        observe_nvlink(session, observed, [h.name for h in observed.hosts.values() if h.gpus])
-    return observed
+        return pipeline.observe(session, common.datacenter_for(opts, inventory), inventory, all_nvlink=True)

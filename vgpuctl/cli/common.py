@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from vgpuctl.errors import InventoryError, PlanError, UsageError, VgpuctlError
+from vgpuctl.errors import Interrupted, InventoryError, PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from vgpuctl.inventory import Inventory
+    from vgpuctl.pipeline import RunOptions
     from vgpuctl.reports.base import ErrorReport
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
@@ -223,6 +224,36 @@ def connect(opts: GlobalOptions, inventory: Inventory | None = None) -> Iterator
         finally:
             if opts.verbose:
                 info(f"round trips: {session.round_trips}")
+
+
+# ------------------------------------------------------------------------------------------ runs
+
+
+EXIT_CHANGES_PENDING = 2  # plan --detailed-exitcode: changes are pending
+
+
+def run_options(opts: GlobalOptions, inventory: Inventory | None, **fields: Any) -> RunOptions:
+    """The pipeline's options from the global options and the command's flags."""
+    from vgpuctl.pipeline import RunOptions
+
+    return RunOptions(datacenter=datacenter_for(opts, inventory), on_new_host_key=new_host_key, **fields)
+
+
+def new_host_key(host: str, fingerprint: str) -> None:
+    warn(f"trusted the new SSH host key of {host} ({fingerprint}) and recorded it in known_hosts")
+
+
+def confirm(question: str, action: str = "apply") -> None:
+    """Ask before a change; the one place that does. Refused without a terminal (use --yes), a no or Ctrl-C at
+    the prompt stops with nothing changed."""
+    if not sys.stdin.isatty():
+        raise UsageError(f"{action} needs confirmation but stdin is not a terminal: rerun with --yes")
+    try:
+        ok = typer.confirm(question, default=False, err=True)
+    except typer.Abort:
+        raise Interrupted("interrupted: nothing was changed") from None
+    if not ok:
+        raise VgpuctlError(f"{action} cancelled: nothing was changed")
 
 
 # ------------------------------------------------------------------------------------------ errors

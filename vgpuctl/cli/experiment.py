@@ -9,11 +9,15 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.domain import DEFAULT_PARALLEL
 from vgpuctl.errors import VgpuctlError
 
 if TYPE_CHECKING:
+    from vgpuctl.experiment.runner import VsphereFarm
     from vgpuctl.experiment.schema import Experiment
     from vgpuctl.experiment.store import ResultsDir
+    from vgpuctl.inventory import Inventory
+    from vgpuctl.pipeline import RunOptions
 
 app = typer.Typer(
     help="Compare GPU configurations: apply each variant of an inventory, run a benchmark in the guests, "
@@ -58,6 +62,36 @@ def validate_cmd(ctx: typer.Context, file: ExperimentFile) -> None:
                 opts)
 
 
+def vsphere_farm(
+    opts: GlobalOptions,
+    *,
+    yes: bool,
+    parallel: int = DEFAULT_PARALLEL,
+    ip_timeout_s: float = 600,
+    ip_poll_s: float = 5.0,
+    trust_on_first_use: bool = False,
+    state: Path | None = None,
+) -> VsphereFarm:
+    """The experiment's farm with `apply`'s behaviour: the plan shown, confirmation unless `yes`, live progress
+    and the summary."""
+    from vgpuctl import pipeline
+    from vgpuctl.cli.plan import run_apply
+    from vgpuctl.experiment.runner import VsphereFarm
+
+    def options(inventory: Inventory) -> RunOptions:
+        return common.run_options(opts, inventory, parallel=parallel, trust_on_first_use=trust_on_first_use)
+
+    return VsphereFarm(
+        settings_for=lambda inventory: common.connection_settings(opts, inventory),
+        options_for=options,
+        apply_run=lambda inventory: run_apply(opts, inventory, options(inventory), pipeline.RunRequest(), yes=yes),
+        warn=common.warn,
+        ip_timeout_s=ip_timeout_s,
+        ip_poll_s=ip_poll_s,
+        state=state,
+    )
+
+
 @app.command("run")
 def run_cmd(
     ctx: typer.Context,
@@ -65,7 +99,9 @@ def run_cmd(
     yes: Yes = False,
     keep_last: Annotated[bool, typer.Option("--keep-last", help="Leave the last variant applied.")] = False,
     results: ResultsOption = None,
-    parallel: Annotated[int, typer.Option("--parallel", "-p", min=1, max=64, help="VMs changed at once.")] = 8,
+    parallel: Annotated[
+        int, typer.Option("--parallel", "-p", min=1, max=64, help="VMs changed at once.")
+    ] = DEFAULT_PARALLEL,
     ip_timeout: Annotated[int, typer.Option("--ip-timeout", min=0, help="Seconds to wait for guest IPs.")] = 600,
     ip_poll: Annotated[float, typer.Option("--ip-poll", min=0.1, help="Seconds between address reads.")] = 5.0,
 ) -> None:
@@ -79,7 +115,7 @@ def run_cmd(
       vgpuctl experiment report results/nvlink
     """
     from vgpuctl import pipeline
-    from vgpuctl.experiment.runner import VsphereFarm, run_experiment
+    from vgpuctl.experiment.runner import run_experiment
     from vgpuctl.experiment.schema import checked_variants, load_experiment
 
     opts: GlobalOptions = ctx.obj
@@ -87,7 +123,7 @@ def run_cmd(
     checked = checked_variants(exp)
     base = pipeline.load(exp.base_inventory_path)
     store = _results(exp, results)
-    farm = VsphereFarm(opts, yes=yes, parallel=parallel, ip_timeout_s=ip_timeout, ip_poll_s=ip_poll)
+    farm = vsphere_farm(opts, yes=yes, parallel=parallel, ip_timeout_s=ip_timeout, ip_poll_s=ip_poll)
     try:
         summary = run_experiment(exp, checked, base, store, farm, keep_last=keep_last, events=_progress)
     finally:
@@ -104,14 +140,14 @@ def run_cmd(
 def restore_cmd(ctx: typer.Context, file: ExperimentFile, yes: Yes = False, results: ResultsOption = None) -> None:
     """Apply the experiment's base inventory again (after an interrupted run or --keep-last)."""
     from vgpuctl import pipeline
-    from vgpuctl.experiment.runner import VsphereFarm, restore
+    from vgpuctl.experiment.runner import restore
     from vgpuctl.experiment.schema import load_experiment
 
     opts: GlobalOptions = ctx.obj
     exp = load_experiment(file)
     base = pipeline.load(exp.base_inventory_path)
     store = _results(exp, results)
-    restore(base, store, VsphereFarm(opts, yes=yes), _progress)
+    restore(base, store, vsphere_farm(opts, yes=yes), _progress)
     common.emit({"restored": True, "results": str(store.root)}, lambda _d: "base inventory restored", opts)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -40,23 +39,17 @@ def export_cmd(
       vgpuctl export -o farm.yaml && vgpuctl plan -f farm.yaml --detailed-exitcode
       vgpuctl export --cluster GPU-Cluster --all-vms
     """
+    from vgpuctl import pipeline
     from vgpuctl.export import ExportOptions, export_inventory
-    from vgpuctl.hosts.facts import gather_facts
-    from vgpuctl.vsphere.observe import observe, observe_nvlink
 
     opts: GlobalOptions = ctx.obj
-    inventory = None
-    if file is not None:
-        from vgpuctl.inventory import load_inventory
-
-        inventory = load_inventory(file)
+    inventory = pipeline.load(file) if file is not None else None
+    options = common.run_options(opts, inventory)
     with common.connect(opts, inventory) as session:
-        observed = observe(session, common.datacenter_for(opts, inventory))
-        observe_nvlink(session, observed, [h.name for h in observed.hosts.values() if h.gpus])
+        observed = pipeline.observe(session, options.datacenter, inventory, all_nvlink=True)
         specs = _host_specs(inventory, observed)
-        hosts = {n: (h.moid, specs.get(n)) for n, h in observed.hosts.items()
-                 if h.gpus and h.connection_state == "connected"}
-        facts = gather_facts(session, hosts, shell=_reads_shell(specs))
+        hosts = {n: specs.get(n) for n, h in observed.hosts.items() if h.gpus and h.connection_state == "connected"}
+        facts, _ = pipeline.host_facts(session, observed, hosts, options)
         supervisor = _supervisor(opts, inventory, observed)
     try:
         text = export_inventory(observed, facts, ExportOptions(cluster, host, all_vms), supervisor)
@@ -76,14 +69,6 @@ def _host_specs(inventory: Inventory | None, observed: Observed) -> dict[str, Ho
     from vgpuctl.hosts.plan import resolve_hosts
 
     return resolve_hosts(inventory.hosts, observed)[0]
-
-
-def _reads_shell(specs: dict[str, HostSpec]) -> bool:
-    """Read MIG modes (current and pending) from the ESXi shell when plan would: SSH settings in the inventory
-    or VGPUCTL_ESXI_*, or an SSH agent. Else module options and GPU modes come from the vSphere API alone."""
-    from vgpuctl.hosts.status import shell_configured
-
-    return shell_configured(specs) or bool(os.environ.get("SSH_AUTH_SOCK"))
 
 
 def _supervisor(opts: GlobalOptions, inventory: Inventory | None, observed: Observed) -> SupervisorState | str:

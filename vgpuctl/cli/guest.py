@@ -11,6 +11,7 @@ from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 
 if TYPE_CHECKING:
+    from vgpuctl.guest.progress import DeployProgress
     from vgpuctl.guest.runner import DeployResult
     from vgpuctl.inventory import Inventory
     from vgpuctl.reports.base import Report
@@ -74,11 +75,17 @@ def run_deploy(
 ) -> DeployResult:
     """pipeline.guests with a live display of each guest's task."""
     from vgpuctl import pipeline
-    from vgpuctl.guest.progress import DeployProgress
 
     names = [n for n in pipeline.guest_vms(inventory) if addresses.get(n)]
-    with DeployProgress(common.stderr_console(), names) as progress:
+    with guest_display(names) as progress:
         return pipeline.guests(inventory, addresses, check=check, limit=limit, keep_runs=keep_runs, on_event=progress)
+
+
+def guest_display(names: list[str]) -> DeployProgress:
+    """The live display of the guest playbooks (each guest's task), fed with ansible-runner's events."""
+    from vgpuctl.guest.progress import DeployProgress
+
+    return DeployProgress(common.stderr_console(), names)
 
 
 def guest_run_report(result: DeployResult) -> GuestRunReport:

@@ -7,7 +7,6 @@ maintenance settings come from the host's inventory entry (-f), else defaults an
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -17,7 +16,7 @@ import typer
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.domain import AssignmentPolicy, Evacuate, GraphicsType, Outcome, SchedulerPolicy, VgpuMode
-from vgpuctl.errors import Interrupted, NotFound, PlanError, UsageError, VgpuctlError
+from vgpuctl.errors import NotFound, PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
@@ -75,7 +74,7 @@ def show_cmd(
                 {host: (found.moid, spec)},
                 shell=not no_shell,
                 trust_on_first_use=tofu,
-                on_new_host_key=_new_key,
+                on_new_host_key=common.new_host_key,
             )[host]
     common.emit(host_status(found, facts), render_show, opts)
 
@@ -266,9 +265,7 @@ def change(
     from vgpuctl.reports.plan import HostChangeReport
 
     inventory = pipeline.load(file) if file is not None else None
-    options = pipeline.RunOptions(
-        datacenter=common.datacenter_for(opts, inventory), trust_on_first_use=tofu, on_new_host_key=_new_key
-    )
+    options = common.run_options(opts, inventory, trust_on_first_use=tofu)
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, options.datacenter, inventory)
         found = _host(observed, host)
@@ -285,7 +282,7 @@ def change(
             return
         _say(opts, describe_changes(host, changes, spec, report.affected_vms))
         if not yes:
-            _confirm(len(changes))
+            common.confirm(f"Apply {len(changes)} host change(s)?", action="the host change")
         result, _ = pipeline.run_interruptible(  # Ctrl-C: finish or restore what runs; twice: exit at once
             lambda cancel: pipeline.apply_hosts(
                 session, observed, [spec], changes, options, progress=_Progress(), cancel=cancel
@@ -345,21 +342,6 @@ def describe_changes(host: str, changes: list[HostChange], spec: HostSpec, affec
 
 def _vgpu_text(vgpus: list[VgpuCount]) -> str:
     return ", ".join(f"{v.count} x {v.profile}" if v.count > 1 else v.profile for v in vgpus)
-
-
-def _confirm(n: int) -> None:
-    if not sys.stdin.isatty():
-        raise UsageError("this change needs confirmation but stdin is not a terminal: rerun with --yes")
-    try:
-        ok = typer.confirm(f"Apply {n} host change(s)?", default=False, err=True)
-    except typer.Abort:
-        raise Interrupted("interrupted: nothing was changed") from None
-    if not ok:
-        raise VgpuctlError("cancelled: nothing was changed")
-
-
-def _new_key(host: str, fingerprint: str) -> None:
-    common.warn(f"trusted the new SSH host key of {host} ({fingerprint}) and recorded it in known_hosts")
 
 
 class _Progress:

@@ -6,7 +6,6 @@ classes and namespaces over the Automation REST API, each with one login for the
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -14,7 +13,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.errors import PlanError, UsageError, VgpuctlError
+from vgpuctl.errors import PlanError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
@@ -54,11 +53,11 @@ def planned_host_changes(inventory: Inventory, observed: Observed) -> list[HostC
 
 
 def _plan(opts: GlobalOptions, inventory: Inventory, run: SupervisorRun) -> SupervisorPlan:
-    from vgpuctl.vsphere.observe import observe
+    from vgpuctl import pipeline
     from vgpuctl.vsphere.session import open_session
 
     with open_session(run.rest.settings) as session:  # the REST client's settings: one warning, one prompt
-        observed = observe(session, common.datacenter_for(opts, inventory))
+        observed = pipeline.observe(session, common.datacenter_for(opts, inventory))
     return run.plan(observed, planned_host_changes(inventory, observed))
 
 
@@ -129,11 +128,7 @@ def apply_cmd(
 
 
 def _confirm(plan: SupervisorPlan) -> None:
-    if not sys.stdin.isatty():
-        raise UsageError("apply needs confirmation but stdin is not a terminal: rerun with --yes")
-    n = len(plan.class_changes) + len(plan.namespace_changes)
-    if not typer.confirm(f"Apply {n} change(s)?", default=False, err=True):
-        raise VgpuctlError("apply cancelled: nothing was changed")
+    common.confirm(f"Apply {len(plan.class_changes) + len(plan.namespace_changes)} change(s)?")
 
 
 def _finish(plan: SupervisorPlan, result: SupervisorApplyResult | None, opts: GlobalOptions) -> None:
@@ -234,53 +229,6 @@ def _manifests_text(manifests: dict[str, str], out: Path | None) -> str:
     if out is not None:
         return "\n".join(f"wrote {out / name}" for name in manifests)
     return "\n".join(f"# ---- {name}\n{text.rstrip()}" for name, text in manifests.items())
-
-
-# ---------------------------------------------------------------- the VM-class stage of `vgpuctl plan`/`apply`
-
-
-def merge_errors(run: SupervisorRun | None, the_plan: Any) -> None:
-    """The VM-class plan's errors and warnings join the run's plan (one list of reasons, one exit)."""
-    if run is not None and run.last_plan is not None:
-        the_plan.errors += run.last_plan.errors
-        the_plan.warnings += run.last_plan.warnings
-
-
-def has_changes(run: SupervisorRun | None) -> bool:
-    return run is not None and run.last_plan is not None and not run.last_plan.is_empty
-
-
-def class_plan(run: SupervisorRun | None) -> SupervisorPlan | None:
-    """The run's VM-class plan (None when the inventory names no VM classes or namespaces)."""
-    return None if run is None else run.last_plan
-
-
-def show_in_plan(run: SupervisorRun | None, opts: GlobalOptions) -> None:
-    """The VM-class diff after the VM plan, as text; with --output json the plan's document carries it."""
-    plan = class_plan(run)
-    if plan is None or opts.json:
-        return
-    common.emit(None, lambda _d: _plan_renderable(plan), opts)
-
-
-def apply_in_run(run: SupervisorRun | None, opts: GlobalOptions, *, yes: bool) -> None:
-    """After the hosts and VMs: show the VM-class diff, confirm (unless yes), apply; a failure raises. The
-    caller closes the run."""
-    if run is None or run.last_plan is None:
-        return
-    if opts.json:  # stdout holds only the apply's document
-        common.stderr_console().print(_plan_renderable(run.last_plan))
-    else:
-        show_in_plan(run, opts)
-    if run.last_plan.is_empty:
-        return
-    if not yes:
-        _confirm(run.last_plan)
-    result = run.apply(progress=lambda what, step: common.info(f"{what}: {step}"))
-    (common.info if opts.json else typer.echo)(result.text())
-    if result.failed:
-        failed = result.failed[0]
-        raise VgpuctlError(f"apply stopped at {failed.target}: {failed.message}")
 
 
 def register(main_app: typer.Typer) -> None:

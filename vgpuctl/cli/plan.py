@@ -1,35 +1,27 @@
-"""validate, plan and apply: the declarative path from an inventory file to vCenter."""
+"""validate, plan and apply: the declarative path from an inventory file to vCenter (vgpuctl.pipeline.run)."""
 
 from __future__ import annotations
 
-import sys
 import threading
-from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from vgpuctl.cli import common, k8s
-from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.domain import Outcome
-from vgpuctl.errors import Interrupted, PlanError, UsageError, VgpuctlError
+from vgpuctl.cli import common
+from vgpuctl.cli.common import EXIT_CHANGES_PENDING, GlobalOptions
+from vgpuctl.domain import DEFAULT_PARALLEL
+from vgpuctl.errors import PlanError, UsageError
 from vgpuctl.progress import LiveOnTerminal
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from vgpuctl.inventory import Inventory
-    from vgpuctl.model import ApplyResult, HostApplyResult, Observed, Plan
-    from vgpuctl.pipeline import ApplyOutcome, RunOptions
+    from vgpuctl.pipeline import Planned, RunOptions, RunOutcome, RunRequest
     from vgpuctl.planfile import SavedPlan
-    from vgpuctl.reports.plan import ApplyReport, ValidateReport
-    from vgpuctl.supervisor.vmclasses import SupervisorPlan
-    from vgpuctl.vsphere.session import Session
-
-EXIT_CHANGES_PENDING = 2
-DEFAULT_PARALLEL = 8
+    from vgpuctl.reports.plan import ApplyReport, PlanReport, ValidateReport
 
 InventoryFile = Annotated[
     Path, typer.Option("--file", "-f", help="Inventory file (apiVersion vgpuctl/v1).", dir_okay=False)
@@ -103,87 +95,67 @@ def plan_cmd(
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file)
-    options = run_options(opts, inventory, trust_on_first_use=ssh_trust_on_first_use)
-    with common.connect(opts, inventory) as session:
-        observed = pipeline.observe(session, options.datacenter, inventory)
-        the_plan = pipeline.plan(session, observed, inventory, options)
-        classes = pipeline.plan_vm_classes(session, observed, inventory, the_plan)  # VM classes (k8s)
-        round_trips = session.round_trips
-        vcenter = session.settings.sdk_url
-    with classes or nullcontext():
-        k8s.merge_errors(classes, the_plan)
+    options = common.run_options(opts, inventory, trust_on_first_use=ssh_trust_on_first_use)
+    settings = common.connection_settings(opts, inventory)
+    planned = pipeline.plan_only(settings, inventory, options)
+    if opts.verbose:
+        common.info(f"round trips: {planned.round_trips}")
     if explain is not None:
         from vgpuctl.hosts.explain import explain_host, render_explain
 
-        common.emit(explain_host(explain, inventory, observed, the_plan), render_explain, opts)
+        common.emit(explain_host(explain, inventory, planned.observed, planned.plan), render_explain, opts)
         return
-    if the_plan.errors:
+    if planned.plan.errors:
         if opts.verbose:
-            print_plan_to_stderr(the_plan)  # the reasons come as the error; -v shows the diff too
-        raise PlanError(list(the_plan.errors))
-    show_plan(the_plan, opts, round_trips=round_trips if opts.verbose else None, classes=k8s.class_plan(classes))
-    k8s.show_in_plan(classes, opts)
+            print_plan_to_stderr(planned)  # the reasons come as the error; -v shows the diff too
+        raise PlanError(list(planned.plan.errors))
+    report = plan_document(planned, opts)
+    common.emit(report, lambda _r: plan_renderable(planned), opts)
     if out is not None:
-        save_plan(out, file, vcenter, observed, the_plan, k8s.class_plan(classes))
-    if detailed_exitcode and not (the_plan.is_empty and not k8s.has_changes(classes)):
+        save_plan(out, file, planned, report)
+    if detailed_exitcode and not planned.is_empty:
         raise typer.Exit(EXIT_CHANGES_PENDING)
 
 
-def save_plan(
-    out: Path, file: Path, vcenter: str, observed: Observed, the_plan: Plan, classes: SupervisorPlan | None = None
-) -> None:
-    from vgpuctl import planfile
+def plan_document(planned: Planned, opts: GlobalOptions) -> PlanReport:
+    """`plan`'s JSON document: the VM and host plan with the VM-class diff; round trips only with -v."""
     from vgpuctl.reports.plan import plan_report, with_class_plan
 
+    round_trips = planned.round_trips if opts.verbose else None
+    return with_class_plan(plan_report(planned.plan, round_trips), planned.classes)
+
+
+def save_plan(out: Path, file: Path, planned: Planned, report: PlanReport) -> None:
+    from vgpuctl import planfile
+
     text = file.read_text(encoding="utf-8")
-    basis = planfile.basis_of(observed, the_plan, classes)
-    document = with_class_plan(plan_report(the_plan), classes).to_dict()
-    planfile.save(out, planfile.SavedPlan(text, str(file), vcenter, basis, document))
+    basis = planfile.basis_of(planned.observed, planned.plan, planned.classes)
+    document = report.to_dict()
+    document.pop("round_trips", None)
+    planfile.save(out, planfile.SavedPlan(text, str(file), planned.vcenter, basis, document))
     common.info(f"Saved the plan to {out}; `vgpuctl apply {out}` applies exactly it.")
 
 
-def run_options(
-    opts: GlobalOptions, inventory: Inventory | None, *, parallel: int = DEFAULT_PARALLEL, **fields: Any
-) -> RunOptions:
-    """The pipeline's options from the global options and the command's flags."""
-    from vgpuctl.pipeline import RunOptions
-
-    return RunOptions(
-        datacenter=common.datacenter_for(opts, inventory), parallel=parallel, on_new_host_key=new_host_key, **fields
-    )
-
-
-def new_host_key(host: str, fingerprint: str) -> None:
-    common.warn(f"trusted the new SSH host key of {host} ({fingerprint}) and recorded it in known_hosts")
-
-
-def show_plan(
-    the_plan: Plan, opts: GlobalOptions, *, round_trips: int | None = None, classes: SupervisorPlan | None = None
-) -> None:
-    """`plan`'s result: the JSON document on stdout (with the VM-class diff), or the colored diff."""
-    from vgpuctl.reports.plan import plan_report, with_class_plan
-
-    report = with_class_plan(plan_report(the_plan, round_trips), classes)
-    common.emit(report, lambda _r: plan_renderable(the_plan), opts)
-
-
-def plan_renderable(the_plan: Plan) -> Any:
-    """render_plan_text's plain diff with + ~ - lines colored (never parsed as rich markup)."""
+def plan_renderable(planned: Planned) -> Any:
+    """The plan's diff with + ~ - lines colored (never parsed as rich markup), the VM-class diff after it."""
     from rich.text import Text
 
     from vgpuctl.reports.plan import render_plan_text
+    from vgpuctl.supervisor.vmclasses import render_text as render_classes
 
     styles = {"+": "green", "-": "red", "~": "yellow", "!": "bold red"}
+    lines = render_plan_text(planned.plan).rstrip("\n").splitlines()
+    if planned.classes is not None:
+        lines += render_classes(planned.classes).rstrip("\n").splitlines()
     text = Text()
-    for line in render_plan_text(the_plan).rstrip("\n").splitlines():
-        mark = line.lstrip()[:1]
-        text.append(line + "\n", style=styles.get(mark, ""))
+    for line in lines:
+        text.append(line + "\n", style=styles.get(line.lstrip()[:1], ""))
     text.rstrip()
     return text
 
 
-def print_plan_to_stderr(the_plan: Plan) -> None:
-    common.stderr_console().print(plan_renderable(the_plan))
+def print_plan_to_stderr(planned: Planned) -> None:
+    common.stderr_console().print(plan_renderable(planned))
 
 
 # ------------------------------------------------------------------------------------------- apply
@@ -220,63 +192,29 @@ def apply_cmd(
         saved, inventory = None, pipeline.load(file)
     else:
         raise UsageError("give an inventory with -f FILE, or a saved plan: vgpuctl apply PLANFILE")
-    options = run_options(
+    options = common.run_options(
         opts, inventory, parallel=parallel, keep_going=keep_going, trust_on_first_use=ssh_trust_on_first_use
     )
-    run = execute(opts, inventory, options, yes=yes or saved is not None, saved=saved, saved_path=saved_plan)
+    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan)
+    outcome = run_apply(opts, inventory, options, request, yes=yes or saved is not None)
     if opts.json:
-        common.emit(apply_report(run, opts), lambda _r: None, opts)
-    raise_for_outcome(run)
+        common.emit(apply_document(outcome, opts), lambda _r: None, opts)
+    raise_for_outcome(outcome)
 
 
-def run_apply(opts: GlobalOptions, inventory: Inventory, yes: bool, parallel: int = DEFAULT_PARALLEL) -> ApplyRun:
-    """`apply` for reuse (provision). Raises VgpuctlError when a host or VM failed (the summary was printed),
-    Interrupted on Ctrl-C, PlanError when the plan cannot be applied."""
-    run = execute(opts, inventory, run_options(opts, inventory, parallel=parallel), yes=yes)
-    raise_for_outcome(run)
-    return run
-
-
-@dataclass
-class ApplyRun:
-    """One apply as the CLI shows it: the plan confirmed, what happened to the VMs and the hosts."""
-
-    plan: Plan
-    result: ApplyResult
-    round_trips: int
-    interrupted: bool = False
-    hosts: HostApplyResult | None = None  # when the plan had host changes
-    vm_errors: list[str] = field(default_factory=list)  # errors of the VM plan made again after the hosts
-    vm_classes: SupervisorPlan | None = None  # the VM-class plan applied after the hosts and VMs
-
-
-def execute(
-    opts: GlobalOptions,
-    inventory: Inventory,
-    options: RunOptions,
-    *,
-    yes: bool,
-    saved: SavedPlan | None = None,
-    saved_path: Path | None = None,
-) -> ApplyRun:
-    """Observe, plan (checked against the saved plan when there is one), then apply_planned."""
+def run_apply(
+    opts: GlobalOptions, inventory: Inventory, options: RunOptions, request: RunRequest, *, yes: bool,
+    only_if_disruptive: bool = False,
+) -> RunOutcome:
+    """pipeline.run with the CLI's hooks (plan shown, confirmation, live progress), then the summary."""
     from vgpuctl import pipeline
-    from vgpuctl.planfile import check_still_valid
 
-    with common.connect(opts, inventory) as session:
-        observed = pipeline.observe(session, options.datacenter, inventory)
-        the_plan = pipeline.plan(session, observed, inventory, options)
-        classes = pipeline.plan_vm_classes(session, observed, inventory, the_plan)
-        with classes or nullcontext():
-            k8s.merge_errors(classes, the_plan)
-            if saved is not None and saved_path is not None:  # the same plan, VM classes included, or nothing
-                vcenter = session.settings.sdk_url
-                check_still_valid(saved_path, saved, vcenter, observed, the_plan, k8s.class_plan(classes))
-            run = apply_planned(opts, session, inventory, the_plan, observed, options, yes=yes)
-            run.vm_classes = k8s.class_plan(classes)
-            if not run.interrupted:
-                k8s.apply_in_run(classes, opts, yes=yes)  # VM classes after the hosts they are checked against
-        return run
+    hooks = CliHooks(opts, yes=yes, only_if_disruptive=only_if_disruptive)
+    outcome = pipeline.run(common.connection_settings(opts, inventory), inventory, options, request, hooks)
+    if opts.verbose:
+        common.info(f"round trips: {outcome.round_trips}")
+    print_summary(outcome, opts)
+    return outcome
 
 
 def load_saved_plan(path: Path) -> tuple[SavedPlan, Inventory]:
@@ -290,72 +228,37 @@ def load_saved_plan(path: Path) -> tuple[SavedPlan, Inventory]:
     return saved, inventory
 
 
-def apply_planned(
-    opts: GlobalOptions,
-    session: Session,
-    inventory: Inventory,
-    the_plan: Plan,
-    observed: Observed,
-    options: RunOptions,
-    *,
-    yes: bool,
-    confirm_only_if_disruptive: bool = False,
-) -> ApplyRun:
-    """Show the plan, confirm, apply it with progress, print the summary. Shared by apply and `vm vgpu`."""
-    from vgpuctl.model import ApplyResult
+@dataclass
+class CliHooks:
+    """What `apply`, `provision`, `vm vgpu` and experiments show and ask around pipeline.run."""
 
-    if the_plan.errors:
-        if opts.verbose:
-            print_plan_to_stderr(the_plan)
-        raise PlanError(list(the_plan.errors))
-    if opts.json:
-        print_plan_to_stderr(the_plan)
-    else:
-        common.emit(None, lambda _d: plan_renderable(the_plan), opts)
-    if the_plan.is_empty:  # the rendered plan says so
-        return ApplyRun(the_plan, ApplyResult(), session.round_trips)
-    if not yes and (not confirm_only_if_disruptive or is_disruptive(the_plan)):
-        confirm(the_plan)
-    outcome, interrupted = apply_with_progress(session, inventory, the_plan, observed, options)
-    run = ApplyRun(
-        the_plan, outcome.vms, session.round_trips, interrupted or outcome.interrupted, outcome.hosts, outcome.vm_errors
-    )
-    print_summary(run, opts)
-    return run
+    opts: GlobalOptions
+    yes: bool = False
+    only_if_disruptive: bool = False  # `vm vgpu`: ask only before power-offs and removals
 
+    def planned(self, planned: Planned) -> None:
+        if planned.plan.errors:
+            if self.opts.verbose:
+                print_plan_to_stderr(planned)
+            return
+        if self.opts.json:  # stdout holds only the apply's document
+            print_plan_to_stderr(planned)
+        else:
+            common.stdout_console().print(plan_renderable(planned))
 
-def is_disruptive(the_plan: Plan) -> bool:
-    from vgpuctl.model import Op
+    def confirm(self, planned: Planned) -> None:
+        if self.yes or (self.only_if_disruptive and not planned.disruptive):
+            return
+        changes = len(planned.plan.changes) + len(planned.plan.host_changes)
+        if planned.classes is not None:
+            changes += len(planned.classes.class_changes) + len(planned.classes.namespace_changes)
+        common.confirm(f"Apply {changes} change(s)?")
 
-    return bool(the_plan.host_changes) or any(
-        c.power_off or any(d.op == Op.REMOVE for d in c.devices) for c in the_plan.changes
-    )
+    def apply_progress(self, planned: Planned) -> ApplyProgress:
+        return ApplyProgress(common.stderr_console(), [c.vm for c in planned.plan.changes])
 
-
-def confirm(the_plan: Plan) -> None:
-    if not sys.stdin.isatty():
-        raise UsageError("apply needs confirmation but stdin is not a terminal: rerun with --yes")
-    changes = len(the_plan.changes) + len(the_plan.host_changes)
-    try:
-        ok = typer.confirm(f"Apply {changes} change(s)?", default=False, err=True)
-    except typer.Abort:
-        raise Interrupted("interrupted: nothing was changed") from None
-    if not ok:
-        raise VgpuctlError("apply cancelled: nothing was changed")
-
-
-def apply_with_progress(
-    session: Session, inventory: Inventory, the_plan: Plan, observed: Observed, options: RunOptions
-) -> tuple[ApplyOutcome, bool]:
-    """pipeline.apply with a live display; Ctrl-C only stops new work (pipeline.run_interruptible)."""
-    from vgpuctl import pipeline
-
-    display = ApplyProgress(common.stderr_console(), [c.vm for c in the_plan.changes])
-    with display:
-        return pipeline.run_interruptible(
-            lambda cancel: pipeline.apply(session, inventory, the_plan, observed, options, display, cancel),
-            display.note,
-        )
+    def note(self, message: str) -> None:
+        common.info(message)
 
 
 TERMINAL_STEPS = frozenset({"done", "changed", "unchanged", "failed", "skipped", "error"})
@@ -441,111 +344,39 @@ class ApplyProgress(LiveOnTerminal):
 # ----------------------------------------------------------------------------------------- summary
 
 
-def apply_report(run: ApplyRun, opts: GlobalOptions, vm: str | None = None) -> ApplyReport:
+def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = None) -> ApplyReport:
     """The apply's document; round trips only with -v."""
-    from vgpuctl.reports.plan import ApplyReport, plan_report, vm_names, with_class_plan
+    from vgpuctl.reports.plan import apply_report
 
-    vms = run.result.vms
-    return ApplyReport(
-        plan=with_class_plan(plan_report(run.plan), run.vm_classes),
-        hosts=list(run.hosts.hosts) if run.hosts is not None else [],
-        vms=list(vms),
-        changed=vm_names(vms, Outcome.CHANGED),
-        failed=vm_names(vms, Outcome.FAILED),
-        skipped=vm_names(vms, Outcome.SKIPPED),
-        unchanged=vm_names(vms, Outcome.UNCHANGED),
-        not_started=vm_names(vms, Outcome.NOT_STARTED),
-        hosts_not_ready=list(run.result.hosts_not_ready),
-        vm_errors=list(run.vm_errors),
-        interrupted=run.interrupted,
+    applied = outcome.applied
+    return apply_report(
+        outcome.planned.plan,
+        outcome.vm_result,
+        classes=outcome.planned.classes,
+        hosts=applied.hosts if applied is not None else None,
+        vm_errors=applied.vm_errors if applied is not None else (),
+        interrupted=outcome.interrupted,
         vm=vm,
-        round_trips=run.round_trips if opts.verbose else None,
+        round_trips=outcome.round_trips if opts.verbose else None,
     )
 
 
-SUMMARY_ORDER = (
-    (Outcome.CHANGED, "changed"),
-    (Outcome.FAILED, "failed"),
-    (Outcome.SKIPPED, "skipped"),
-    (Outcome.NOT_STARTED, "not started"),
-    (Outcome.UNCHANGED, "unchanged"),
-)
-UNDONE = (Outcome.FAILED, Outcome.SKIPPED, Outcome.NOT_STARTED)
+def print_summary(outcome: RunOutcome, opts: GlobalOptions) -> None:
+    """The closing lines of an apply that ran (nothing when the plan was empty: it said so)."""
+    from vgpuctl.reports.plan import render_apply_summary
 
-
-def summarize(result: ApplyResult) -> dict[str, list[str]]:
-    groups: dict[str, list[str]] = {str(status): [] for status, _ in SUMMARY_ORDER}
-    for outcome in result.vms:
-        groups.setdefault(str(outcome.status), []).append(outcome.vm)
-    return groups
-
-
-def summary_line(groups: dict[str, list[str]], interrupted: bool, plan_failed: bool = False) -> str:
-    """`Apply finished: 3 changed, 1 unchanged.`; never "0 changed" when work was left undone."""
-    undone = plan_failed or any(groups[str(s)] for s in UNDONE)
-    head = "Apply interrupted" if interrupted else "Apply incomplete" if undone else "Apply finished"
-    parts = [f"{len(groups[str(s)])} {label}" for s, label in SUMMARY_ORDER]
-    if not groups[str(Outcome.CHANGED)] and undone:
-        parts[0] = "no VM changed"
-    return f"{head}: {', '.join(parts)}."
-
-
-def print_summary(run: ApplyRun, opts: GlobalOptions) -> None:
-    groups = summarize(run.result)
-    lines = [*_host_summary(run), summary_line(groups, run.interrupted, bool(run.vm_errors))]
-    for label in ("changed", "skipped"):
-        if groups[label]:
-            lines.append(f"  {label}: {', '.join(groups[label])}")
-    for outcome in run.result.vms:
-        if outcome.status == Outcome.FAILED:
-            fault = f"{outcome.fault_type}: " if outcome.fault_type else ""
-            lines.append(f"  failed: {outcome.vm}: {fault}{outcome.message}")
-    lines += _left_lines(run.result)
-    if opts.verbose:
-        lines.append(f"round trips: {run.round_trips}")
-    text = "\n".join(lines)
+    if outcome.applied is None:
+        return
+    text = render_apply_summary(apply_document(outcome, opts))
+    if outcome.classes is not None:
+        text += "\n" + outcome.classes.text()
     if opts.json:
         common.info(text)
     else:
         typer.echo(text)
 
 
-def _left_lines(result: ApplyResult) -> list[str]:
-    """What an interrupted or stopped apply left, and how to go on."""
-    left = [o for o in result.vms if o.left]
-    if not left:
-        return []
-    lines = [f"  left: {o.vm} ({', '.join(o.left)})" for o in left[:20]]
-    if len(left) > 20:
-        lines.append(f"  left: ... and {len(left) - 20} more VMs")
-    lines.append("  to continue: run the same apply again; it plans only what is left")
-    return lines
-
-
-def _host_summary(run: ApplyRun) -> list[str]:
-    hosts = run.hosts
-    if hosts is None:
-        return []
-    lines = [f"Hosts: {len(hosts.changed)} changed, {len(hosts.failed)} failed, {len(hosts.skipped)} skipped."]
-    lines += [f"  {line}" for outcome in hosts.hosts for line in outcome.describe().splitlines()]
-    lines += [f"  VM plan after the host changes: {e}" for e in run.vm_errors]
-    return lines
-
-
-def raise_for_outcome(run: ApplyRun) -> None:
-    groups = summarize(run.result)
-    hosts = run.hosts
-    if hosts is not None and hosts.failed and not run.interrupted:
-        raise VgpuctlError(
-            f"apply failed on host(s) {', '.join(hosts.failed)} (left as the summary says): run apply again to continue"
-        )
-    if run.vm_errors:
-        raise PlanError(list(run.vm_errors))
-    if run.interrupted:
-        left = len(groups[str(Outcome.NOT_STARTED)])
-        raise Interrupted(
-            f"interrupted: {len(groups['changed'])} VM(s) changed, {left} not started; run apply again to continue"
-        )
-    if groups["failed"]:
-        total = sum(len(v) for v in groups.values())
-        raise VgpuctlError(f"apply failed for {len(groups['failed'])} of {total} VM(s): {', '.join(groups['failed'])}")
+def raise_for_outcome(outcome: RunOutcome) -> None:
+    failure = outcome.failure()
+    if failure is not None:
+        raise failure

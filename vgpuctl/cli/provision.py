@@ -8,10 +8,10 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.cli.guest import InventoryFile, finish, run_deploy
+from vgpuctl.cli.guest import InventoryFile, finish
 
 if TYPE_CHECKING:
-    from vgpuctl.inventory import Inventory
+    pass
 
 DEFAULT_IP_TIMEOUT_S = 600
 
@@ -33,42 +33,39 @@ def provision_cmd(
 ) -> None:
     """Apply (like `apply`), wait for the guests' IP addresses, then run the guest playbooks on them."""
     from vgpuctl import pipeline
-    from vgpuctl.cli.guest import guest_run_report
-    from vgpuctl.cli.plan import apply_report, run_apply
+    from vgpuctl.cli.guest import guest_display, guest_run_report
+    from vgpuctl.cli.plan import apply_document, raise_for_outcome, run_apply
     from vgpuctl.reports.guests import ProvisionReport
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file)
-    applied = apply_report(run_apply(opts, inventory, yes, parallel), opts)
-    if not pipeline.guest_vms(inventory):
+    stage = pipeline.GuestStage(wait_s=ip_timeout, poll_s=ip_poll, limit=limit,
+                                on_addresses=AddressProgress(), display=guest_display)
+    options = common.run_options(opts, inventory, parallel=parallel)
+    outcome = run_apply(opts, inventory, options, pipeline.RunRequest(guests=stage), yes=yes)
+    raise_for_outcome(outcome)
+    applied = apply_document(outcome, opts)
+    if outcome.guests is None:
         common.info("No VM has a guest group: nothing to configure in the guests.")
         if opts.json:
             common.emit(ProvisionReport(applied, None), lambda _r: None, opts)
         return
-    addresses = wait_for_guest_addresses(opts, inventory, timeout_s=ip_timeout, poll_s=ip_poll)
-    result = run_deploy(opts, inventory, addresses, limit=limit)
-    finish(result, opts, document=ProvisionReport(applied, guest_run_report(result)))
+    missing = [n for n, v in (outcome.addresses or {}).items() if not v]
+    if missing:
+        common.warn(f"no IP address after {ip_timeout:g} s for: {', '.join(missing)}")
+    finish(outcome.guests, opts, document=ProvisionReport(applied, guest_run_report(outcome.guests)))
 
 
-def wait_for_guest_addresses(
-    opts: GlobalOptions, inventory: Inventory, *, timeout_s: float, poll_s: float
-) -> dict[str, str | None]:
-    """pipeline.guest_addresses, polling until every powered-on guest VM reports an address (or the timeout)."""
-    from vgpuctl import pipeline
+class AddressProgress:
+    """One line each time the number of guests with an address changes."""
 
-    seen = {"have": -1}
+    def __init__(self) -> None:
+        self.have = -1
 
-    def progress(current: dict[str, str | None]) -> None:
+    def __call__(self, current: dict[str, str | None]) -> None:
         have = sum(1 for v in current.values() if v)
-        if have != seen["have"]:
-            seen["have"] = have
+        if have != self.have:
+            self.have = have
             missing = [n for n, v in current.items() if not v]
             tail = f" (waiting for {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})" if missing else ""
             common.info(f"guest IP addresses: {have}/{len(current)}{tail}")
-
-    with common.connect(opts, inventory) as session:
-        found = pipeline.guest_addresses(session, inventory, wait_s=timeout_s, poll_s=poll_s, progress=progress)
-    missing = [n for n, v in found.items() if not v]
-    if missing:
-        common.warn(f"no IP address after {timeout_s:g} s for: {', '.join(missing)}")
-    return found

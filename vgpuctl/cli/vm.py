@@ -121,19 +121,18 @@ def change(opts: GlobalOptions, name: str, edit: Any, power: Power | None, yes: 
     from vgpuctl import pipeline
 
     settings = pipeline.load(file) if file else None
-    options = plan_cli.run_options(opts, settings, parallel=1, resume=False)
+    options = common.run_options(opts, settings, parallel=1, resume=False)
+    hooks = plan_cli.CliHooks(opts, yes=yes, only_if_disruptive=True)
     with common.connect(opts, settings) as session:
         observed = pipeline.observe(session, options.datacenter, settings)
         vm = find_vm(observed, name)
-        desired = edit(counts_of(vm))
-        inventory = one_vm_inventory(opts, vm, desired, power, options.datacenter)
-        the_plan = pipeline.plan(session, observed, inventory, options)
-        run = plan_cli.apply_planned(
-            opts, session, inventory, the_plan, observed, options, yes=yes, confirm_only_if_disruptive=True
-        )
+        inventory = one_vm_inventory(opts, vm, edit(counts_of(vm)), power, options.datacenter)
+        outcome = pipeline.carry_out(session, observed, inventory, options, pipeline.RunRequest(), hooks)
+        outcome.round_trips = session.round_trips
+    plan_cli.print_summary(outcome, opts)
     if opts.json:
-        common.emit(plan_cli.apply_report(run, opts, vm=name), lambda _r: None, opts)
-    plan_cli.raise_for_outcome(run)
+        common.emit(plan_cli.apply_document(outcome, opts, vm=name), lambda _r: None, opts)
+    plan_cli.raise_for_outcome(outcome)
 
 
 @vgpu_app.command("add")

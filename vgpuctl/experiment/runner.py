@@ -9,7 +9,7 @@ directory always says which configuration the farm is in, so an interrupted run 
 again, and `experiment restore` applies the base.
 
 The I/O goes through `Farm`; `VsphereFarm` is the real one (vCenter, ESXi shells, guests over Ansible).
-Plan and apply are reached only through `VsphereFarm.plan_errors` and `VsphereFarm.apply`.
+Plan and apply are reached only through `VsphereFarm.plan_errors` and `VsphereFarm.apply` (vgpuctl.pipeline).
 """
 
 from __future__ import annotations
@@ -27,8 +27,9 @@ from vgpuctl.experiment.store import BASE, STATUS_FAILED, STATUS_OK, ResultsDir,
 from vgpuctl.experiment.workload import GuestRun
 
 if TYPE_CHECKING:
-    from vgpuctl.cli.common import GlobalOptions
     from vgpuctl.inventory import Inventory
+    from vgpuctl.pipeline import RunOptions, RunOutcome
+    from vgpuctl.vsphere.session import ConnectionSettings
 
 Events = Callable[[str, dict[str, Any]], None]  # ("applied", {"variant": ...}) and the like, for progress
 
@@ -220,75 +221,67 @@ def _last_line(text: str) -> str:
 # --------------------------------------------------------------------------------------------- vSphere
 
 
+@dataclass
 class VsphereFarm:
-    """The real farm: plan/apply through vgpuctl's own plan and apply, guests over Ansible, hosts over SSH."""
+    """The real farm: plan and apply through vgpuctl.pipeline, guests over Ansible, hosts over SSH.
 
-    def __init__(self, opts: GlobalOptions, *, yes: bool, parallel: int = 8, ip_timeout_s: float = 600,
-                 ip_poll_s: float = 5.0, trust_on_first_use: bool = False, state: Path | None = None):
-        self.opts, self.yes, self.parallel = opts, yes, parallel
-        self.ip_timeout_s, self.ip_poll_s = ip_timeout_s, ip_poll_s
-        self.trust_on_first_use = trust_on_first_use
-        self.state = state
+    `apply_run` is pipeline.run with the caller's hooks (the plan shown, confirmation, progress, the summary);
+    `settings_for` and `options_for` give the connection and the run options for an inventory."""
 
-    # plan and apply: the one place that knows how vgpuctl plans and applies an inventory (vgpuctl.pipeline,
-    # with the apply command's confirmation, progress and summary)
-
-    def _options(self, inventory: Inventory) -> Any:
-        from vgpuctl.cli.plan import run_options
-
-        return run_options(self.opts, inventory, parallel=self.parallel, trust_on_first_use=self.trust_on_first_use)
+    settings_for: Callable[[Inventory], ConnectionSettings]
+    options_for: Callable[[Inventory], RunOptions]
+    apply_run: Callable[[Inventory], RunOutcome]
+    warn: Callable[[str], None] = lambda _message: None
+    ip_timeout_s: float = 600.0
+    ip_poll_s: float = 5.0
+    state: Path | None = None
 
     def plan_errors(self, inventory: Inventory) -> list[str]:
         from vgpuctl import pipeline
-        from vgpuctl.cli import common
 
-        options = self._options(inventory)
-        with common.connect(self.opts, inventory) as session:
-            observed = pipeline.observe(session, options.datacenter, inventory)
-            return list(pipeline.plan(session, observed, inventory, options).errors)
+        planned = pipeline.plan_only(self.settings_for(inventory), inventory, self.options_for(inventory))
+        return list(planned.plan.errors)
 
     def apply(self, inventory: Inventory) -> None:
-        from vgpuctl.cli.plan import execute, raise_for_outcome
-
-        run = execute(self.opts, inventory, self._options(inventory), yes=self.yes)
-        try:
-            raise_for_outcome(run)
-        except VgpuctlError as err:
-            failed = run.hosts.failed if run.hosts is not None else []
-            hosts = run.hosts.hosts if run.hosts is not None else []
-            details = [" ".join(o.describe().split()) for o in hosts if o.host in failed]
-            if not details:
-                raise
-            raise VgpuctlError(f"{err}: {'; '.join(details)}") from None
+        outcome = self.apply_run(inventory)
+        failure = outcome.failure()
+        if failure is None:
+            return
+        hosts = outcome.applied.hosts if outcome.applied is not None else None
+        details = [" ".join(o.describe().split()) for o in hosts.hosts if o.host in hosts.failed] if hosts else []
+        if not details:
+            raise failure
+        raise VgpuctlError(f"{failure}: {'; '.join(details)}") from None
 
     # guests and hosts
 
     def guest_addresses(self, inventory: Inventory, vms: list[str]) -> dict[str, str | None]:
-        from vgpuctl.cli import common
         from vgpuctl.guest.addresses import read_addresses, wait_for_addresses
+        from vgpuctl.vsphere.session import open_session
 
-        with common.connect(self.opts, inventory) as session:
+        with open_session(self.settings_for(inventory)) as session:
             found = wait_for_addresses(lambda: read_addresses(session, vms), timeout_s=self.ip_timeout_s,
                                        poll_s=self.ip_poll_s)
         missing = [vm for vm, ip in found.items() if not ip]
         if missing:
-            common.warn(f"no guest IP address after {self.ip_timeout_s:g} s for: {', '.join(missing)}")
+            self.warn(f"no guest IP address after {self.ip_timeout_s:g} s for: {', '.join(missing)}")
         return found
 
     def host_facts(self, inventory: Inventory, vms: list[str]) -> dict[str, Any]:
         from vgpuctl import pipeline
-        from vgpuctl.cli import common
+        from vgpuctl.hosts.plan import resolve_hosts
+        from vgpuctl.vsphere.session import open_session
 
-        options = self._options(inventory)
-        with common.connect(self.opts, inventory) as session:
+        options = self.options_for(inventory)
+        with open_session(self.settings_for(inventory)) as session:
             observed = pipeline.observe(session, options.datacenter, inventory)
             vm_hosts: dict[str, str] = {}
             for vm in vms:
                 host = observed.vms[vm].host if vm in observed.vms else None
                 if host:
                     vm_hosts[vm] = host
-            specs = {h: _host_spec(inventory, h, observed.hosts[h].cluster)
-                     for h in sorted(set(vm_hosts.values())) if h in observed.hosts}
+            merged, _ = resolve_hosts(inventory.hosts, observed)  # cluster and host entries merged per host
+            specs = {h: merged[h] for h in sorted(set(vm_hosts.values())) if h in merged}
             facts, errors = pipeline.host_facts(session, observed, specs, options)
         return {"hosts": {h: f.to_dict() for h, f in facts.items()}, "vm_hosts": vm_hosts, "errors": errors}
 
@@ -297,8 +290,3 @@ class VsphereFarm:
         from vgpuctl.experiment.workload import run_guests
 
         return run_guests(inventory, addresses, vms, workload, state=self.state)
-
-
-def _host_spec(inventory: Inventory, host: str, cluster: str | None) -> Any:
-    by_name = next((h for h in inventory.hosts if h.name == host), None)
-    return by_name or next((h for h in inventory.hosts if cluster and h.cluster == cluster), None)

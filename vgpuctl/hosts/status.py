@@ -5,6 +5,7 @@ scheduler and NVLink, from the vSphere API and (when SSH is set up) the ESXi she
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -120,7 +121,7 @@ def mig_label(current: bool | None, pending: bool | None, vgpu_mode: str | None 
     return text
 
 
-def shell_configured(specs: dict[str, HostSpec], env: dict[str, str] | None = None) -> bool:
+def shell_configured(specs: Mapping[str, HostSpec | None], env: dict[str, str] | None = None) -> bool:
     """Whether SSH to the hosts is set up: VGPUCTL_ESXI_* variables (password, key file, host map) or an
     inventory hosts entry with ssh credentials. `status` reads shell facts only then."""
     from vgpuctl.esxi.ssh import ENV_KEY_FILE, ENV_PASSWORD
@@ -128,4 +129,4 @@ def shell_configured(specs: dict[str, HostSpec], env: dict[str, str] | None = No
     env = dict(os.environ) if env is None else env
     if any(env.get(name) for name in (ENV_PASSWORD, ENV_KEY_FILE, ENV_HOST_MAP)):
         return True
-    return any(s.ssh.key_file or s.ssh.password_env for s in specs.values())
+    return any(s is not None and (s.ssh.key_file or s.ssh.password_env) for s in specs.values())

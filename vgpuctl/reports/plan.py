@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from vgpuctl.domain import Outcome
-from vgpuctl.model import HostChange, HostOutcome, Op, Plan, VmChange, VmOutcome
+from vgpuctl.model import ApplyResult, HostApplyResult, HostChange, HostOutcome, Op, Plan, VmChange, VmOutcome
 from vgpuctl.reports.base import Report, Scalar, VgpuCount, optional
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
 
@@ -437,3 +437,105 @@ def with_class_plan(report: PlanReport, plan: SupervisorPlan | None) -> PlanRepo
 
 def sorted_counts(profiles: list[str]) -> list[VgpuCount]:
     return [VgpuCount(p, n) for p, n in sorted(Counter(profiles).items())]
+
+
+# ------------------------------------------------------------------------------------------ the apply
+
+
+def apply_report(
+    plan: Plan,
+    result: ApplyResult,
+    *,
+    classes: SupervisorPlan | None = None,
+    hosts: HostApplyResult | None = None,
+    vm_errors: Iterable[str] = (),
+    interrupted: bool = False,
+    vm: str | None = None,
+    round_trips: int | None = None,
+) -> ApplyReport:
+    """The apply's document: the plan it confirmed, each host and VM; round trips only when given (-v)."""
+    vms = result.vms
+    return ApplyReport(
+        plan=with_class_plan(plan_report(plan), classes),
+        hosts=list(hosts.hosts) if hosts is not None else [],
+        vms=list(vms),
+        changed=vm_names(vms, Outcome.CHANGED),
+        failed=vm_names(vms, Outcome.FAILED),
+        skipped=vm_names(vms, Outcome.SKIPPED),
+        unchanged=vm_names(vms, Outcome.UNCHANGED),
+        not_started=vm_names(vms, Outcome.NOT_STARTED),
+        hosts_not_ready=list(result.hosts_not_ready),
+        vm_errors=list(vm_errors),
+        interrupted=interrupted,
+        vm=vm,
+        round_trips=round_trips,
+    )
+
+
+SUMMARY_ORDER = (
+    (Outcome.CHANGED, "changed"),
+    (Outcome.FAILED, "failed"),
+    (Outcome.SKIPPED, "skipped"),
+    (Outcome.NOT_STARTED, "not started"),
+    (Outcome.UNCHANGED, "unchanged"),
+)
+UNDONE = (Outcome.FAILED, Outcome.SKIPPED, Outcome.NOT_STARTED)
+
+
+def summarize(vms: Iterable[VmOutcome]) -> dict[str, list[str]]:
+    """VM names by outcome (every outcome present, empty when none)."""
+    groups: dict[str, list[str]] = {str(status): [] for status, _ in SUMMARY_ORDER}
+    for outcome in vms:
+        groups.setdefault(str(outcome.status), []).append(outcome.vm)
+    return groups
+
+
+def summary_line(groups: dict[str, list[str]], interrupted: bool, plan_failed: bool = False) -> str:
+    """`Apply finished: 3 changed, 1 unchanged.`; never "0 changed" when work was left undone."""
+    undone = plan_failed or any(groups[str(s)] for s in UNDONE)
+    head = "Apply interrupted" if interrupted else "Apply incomplete" if undone else "Apply finished"
+    parts = [f"{len(groups[str(s)])} {label}" for s, label in SUMMARY_ORDER]
+    if not groups[str(Outcome.CHANGED)] and undone:
+        parts[0] = "no VM changed"
+    return f"{head}: {', '.join(parts)}."
+
+
+def render_apply_summary(report: ApplyReport) -> str:
+    """The apply's closing lines: hosts, the VM counts, what failed or was left and how to go on."""
+    groups = summarize(report.vms)
+    lines = [*_host_summary(report), summary_line(groups, report.interrupted, bool(report.vm_errors))]
+    for label in ("changed", "skipped"):
+        if groups[label]:
+            lines.append(f"  {label}: {', '.join(groups[label])}")
+    for outcome in report.vms:
+        if outcome.status == Outcome.FAILED:
+            fault = f"{outcome.fault_type}: " if outcome.fault_type else ""
+            lines.append(f"  failed: {outcome.vm}: {fault}{outcome.message}")
+    lines += left_lines(report.vms)
+    if report.round_trips is not None:
+        lines.append(f"round trips: {report.round_trips}")
+    return "\n".join(lines)
+
+
+def left_lines(vms: Iterable[VmOutcome]) -> list[str]:
+    """What an interrupted or stopped apply left, and how to go on."""
+    left = [o for o in vms if o.left]
+    if not left:
+        return []
+    lines = [f"  left: {o.vm} ({', '.join(o.left)})" for o in left[:20]]
+    if len(left) > 20:
+        lines.append(f"  left: ... and {len(left) - 20} more VMs")
+    lines.append("  to continue: run the same apply again; it plans only what is left")
+    return lines
+
+
+def _host_summary(report: ApplyReport) -> list[str]:
+    if not report.hosts:
+        return []
+    count = {s: sum(1 for o in report.hosts if o.status == s) for s in (Outcome.CHANGED, Outcome.FAILED,
+                                                                          Outcome.SKIPPED)}
+    lines = [f"Hosts: {count[Outcome.CHANGED]} changed, {count[Outcome.FAILED]} failed, "
+             f"{count[Outcome.SKIPPED]} skipped."]
+    lines += [f"  {line}" for outcome in report.hosts for line in outcome.describe().splitlines()]
+    lines += [f"  VM plan after the host changes: {e}" for e in report.vm_errors]
+    return lines

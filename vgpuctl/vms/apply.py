@@ -17,26 +17,31 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import DEFAULT_PARALLEL, Outcome
 from vgpuctl.errors import DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
-from vgpuctl.model import ApplyResult, Observed, ObservedVm, Op, Plan, PowerState, VmChange, VmOutcome
+from vgpuctl.model import (
+    ApplyResult,
+    Observed,
+    ObservedDeviceGroup,
+    ObservedVm,
+    Op,
+    Plan,
+    PowerState,
+    VmChange,
+    VmOutcome,
+)
 from vgpuctl.progress import RUNNING, Cancel, VmProgress, cancelled
+from vgpuctl.vsphere import vmops
+from vgpuctl.vsphere.session import Session
+from vgpuctl.vsphere.vm import revert_spec
+from vgpuctl.vsphere.vmops import VmState
 
 log = logging.getLogger(__name__)
-
-VM_PATHS = [
-    "name",
-    "runtime.powerState",
-    "runtime.host",
-    "config.hardware.device",
-    "guest.toolsRunningStatus",
-    "config.template",
-]
 
 
 @dataclass
 class _Ctx:
-    session: Any
+    session: Session
     observed: Observed
     watcher: Any
     progress: VmProgress | None
@@ -46,11 +51,11 @@ class _Ctx:
 
 
 def apply_plan(
-    session: Any,
+    session: Session,
     plan: Plan,
     observed: Observed,
     *,
-    parallel: int = 8,
+    parallel: int = DEFAULT_PARALLEL,
     progress: VmProgress | None = None,
     cancel: Cancel | None = None,
     shutdown_timeout_s: float = 120.0,
@@ -187,9 +192,6 @@ def _step(ctx: _Ctx, vm: str, step: str, percent: int | None) -> None:
 
 
 def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
-    from pyVmomi import vim
-
-    stub = ctx.session.stub
     observed_vm = ctx.observed.vm_for(change)
     _step(ctx, change.vm, "check", None)
     if change.clone is not None and observed_vm is None:
@@ -199,11 +201,11 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
     else:
         if observed_vm is None:
             raise NotFound(f"VM {change.vm} was not observed and the plan does not clone it")
-        vm = vim.VirtualMachine(observed_vm.moid, stub)
+        vm = vmops.vm_ref(ctx.session, observed_vm.moid)
         state = _read_vm(ctx, vm, change.vm)
         check_drift(change, observed_vm, state)
 
-    if change.power_off and state["power"] != PowerState.OFF:
+    if change.power_off and state.power != PowerState.OFF:
         _forward(ctx, "power-off")
         _power_off(ctx, change.vm, vm, state, outcome)
 
@@ -217,11 +219,11 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         raise
 
     stopped = {"shutdown", "power-off"} & set(outcome.steps)
-    if change.power_on and (state["power"] != PowerState.ON or stopped):
+    if change.power_on and (state.power != PowerState.ON or stopped):
         if not stopped:
             _forward(ctx, "power-on")  # a first power-on; powering on what this run stopped is restoring
         try:
-            _task(ctx, change.vm, "power-on", ctx.session.invoke(vm.PowerOnVM_Task))
+            _task(ctx, change.vm, "power-on", vmops.power_on(ctx.session, vm))
         except VsphereFault as err:
             if "Insufficient" in err.fault_type and "clone" in outcome.steps:
                 _discard_clone(ctx, change.vm, vm, outcome)
@@ -231,33 +233,32 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         outcome.steps.append("power-on")
 
 
-def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: dict[str, Any], outcome: VmOutcome) -> None:
+def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> None:
     from vgpuctl.vsphere.vm import config_spec
 
-    devices = {int(d.key): d for d in state["devices"]}
-    spec = config_spec(change, devices, _group_names(ctx, change, state["host"]))
+    devices = {int(d.key): d for d in state.devices}
+    spec = config_spec(change, devices, _group_names(ctx, change, state.host))
     if spec is not None:
         _forward(ctx, "reconfigure")
-        _task(ctx, change.vm, "reconfigure", ctx.session.invoke(vm.ReconfigVM_Task, spec))
+        _task(ctx, change.vm, "reconfigure", vmops.reconfigure(ctx.session, vm, spec))
         outcome.steps.append("reconfigure")
 
 
 def _restore_power(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
     if {"shutdown", "power-off"} & set(outcome.steps):
-        _task(ctx, name, "power-on (restore)", ctx.session.invoke(vm.PowerOnVM_Task))
+        _task(ctx, name, "power-on (restore)", vmops.power_on(ctx.session, vm))
         outcome.steps.append("power-on")
 
 
-def _restore_after_failure(ctx: _Ctx, name: str, vm: Any, before: dict[str, Any], outcome: VmOutcome) -> None:
+def _restore_after_failure(ctx: _Ctx, name: str, vm: Any, before: VmState, outcome: VmOutcome) -> None:
     """The VM's reconfigure failed after this run powered it off: power it on again as it was (vSphere applies a
     failed ReconfigVM_Task's spec not at all); the outcome's message says so. Never raises."""
-    from vgpuctl.vsphere.observe import split_devices
 
     if not {"shutdown", "power-off"} & set(outcome.steps):
         return
     try:
-        vgpus_now = _vgpu_keys(split_devices(_read_vm(ctx, vm, name)["devices"])[0])
-        _task(ctx, name, "power-on (restore)", ctx.session.invoke(vm.PowerOnVM_Task))
+        vgpus_now = _vgpu_keys(_read_vm(ctx, vm, name).vgpus)
+        _task(ctx, name, "power-on (restore)", vmops.power_on(ctx.session, vm))
     except Exception as err:  # the reconfigure's failure stays the VM's outcome; this only adds to it
         from vgpuctl.vsphere.faults import fault_message
 
@@ -266,21 +267,21 @@ def _restore_after_failure(ctx: _Ctx, name: str, vm: Any, before: dict[str, Any]
         outcome.message = f"left powered off: powering it on again failed: {text}"
         return
     outcome.steps.append("power-on")
-    previous = vgpus_now == _vgpu_keys(split_devices(before["devices"])[0])
+    previous = vgpus_now == _vgpu_keys(before.vgpus)
     config = "its previous configuration" if previous else "the vGPUs it has now: " + _fmt(vgpus_now)
     outcome.message = f"powered on again with {config}"
 
 
-def _revert_vgpus(ctx: _Ctx, name: str, vm: Any, before: dict[str, Any], outcome: VmOutcome) -> None:
+def _revert_vgpus(ctx: _Ctx, name: str, vm: Any, before: VmState, outcome: VmOutcome) -> None:
     """A VM this run stopped and reconfigured cannot power on with its new vGPUs (their capacity was taken
     meanwhile): give it back the vGPUs it ran with and power it on; the outcome's message says how it ended.
     Never raises."""
     try:
-        spec = _vgpu_revert_spec(before["devices"], _read_vm(ctx, vm, name)["devices"])
+        spec = revert_spec(before.devices, _read_vm(ctx, vm, name).devices)
         if spec.deviceChange:
-            _task(ctx, name, "reconfigure (revert)", ctx.session.invoke(vm.ReconfigVM_Task, spec))
+            _task(ctx, name, "reconfigure (revert)", vmops.reconfigure(ctx.session, vm, spec))
             outcome.steps.append("reconfigure (revert)")
-        _task(ctx, name, "power-on (restore)", ctx.session.invoke(vm.PowerOnVM_Task))
+        _task(ctx, name, "power-on (restore)", vmops.power_on(ctx.session, vm))
     except Exception as err:  # the power-on's failure stays the VM's outcome
         from vgpuctl.vsphere.faults import fault_message
 
@@ -292,33 +293,11 @@ def _revert_vgpus(ctx: _Ctx, name: str, vm: Any, before: dict[str, Any], outcome
     outcome.message = "powered on again with its previous vGPUs"
 
 
-def _vgpu_revert_spec(before: list[Any], now: list[Any]) -> Any:
-    """A ReconfigVM spec removing the vGPUs `now` has beyond `before`, giving changed ones their old profile and
-    adding back those it lost."""
-    from pyVmomi import vim
-
-    from vgpuctl.vsphere.observe import split_devices
-
-    def vgpus(devices: list[Any]) -> dict[int, tuple[str, Any]]:
-        profiles = {v.key: v.profile for v in split_devices(devices)[0]}
-        return {int(d.key): (profiles[int(d.key)], d) for d in devices if int(d.key) in profiles}
-
-    old, new = vgpus(before), vgpus(now)
-    op = vim.vm.device.VirtualDeviceSpec.Operation
-    spec = vim.vm.device.VirtualDeviceSpec
-    changes = [spec(operation=op.remove, device=d) for k, (_, d) in new.items() if k not in old]
-    changes += [spec(operation=op.edit, device=d) for k, (p, d) in old.items() if k in new and new[k][0] != p]
-    for i, d in enumerate(d for k, (_, d) in old.items() if k not in new):
-        d.key = -(i + 1)
-        changes.append(spec(operation=op.add, device=d))
-    return vim.vm.ConfigSpec(deviceChange=changes)
-
-
 def _discard_clone(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
     """This run's clone cannot power on where the plan put it (another run took the capacity meanwhile): remove
     it, so the next plan places it again instead of finding it stranded on a full host. Never raises."""
     try:
-        _task(ctx, name, "remove clone", ctx.session.invoke(vm.Destroy_Task))
+        _task(ctx, name, "remove clone", vmops.destroy(ctx.session, vm))
     except Exception:  # the power-on's failure stays the VM's outcome
         log.debug("%s: removing the clone failed", name, exc_info=True)
         outcome.message = "the clone stays, powered off, on the host that had no room for it"
@@ -332,26 +311,21 @@ def _vgpu_keys(vgpus: list[Any]) -> list[tuple[int, str]]:
 
 
 def _group_names(ctx: _Ctx, change: VmChange, host_moid: str) -> dict[int, str] | None:
-    """NVLink vendor device group names for the change's grouped adds, from the host's QueryConfigTarget."""
-    from pyVmomi import vim
-
+    """NVLink vendor device group names for the change's grouped adds: those observe read for the host, else
+    the host's QueryConfigTarget."""
     wanted: dict[int, list[str]] = {}
     for d in change.devices:
-        group = getattr(d, "group", None)
-        if d.op == Op.ADD and group is not None:
-            wanted.setdefault(group, []).append(d.profile)
+        if d.op == Op.ADD and d.group is not None:
+            wanted.setdefault(d.group, []).append(d.profile)
     if not wanted:
         return None
     host = next((h for h in ctx.observed.hosts.values() if h.moid == host_moid), None)
     if host is None or not host.environment_browser_moid:
         raise NotFound(f"{change.vm}: cannot find the host to look up its NVLink device groups")
-    stub = ctx.session.stub
-    browser = vim.EnvironmentBrowser(host.environment_browser_moid, stub)
-    target = ctx.session.invoke(browser.QueryConfigTarget, vim.HostSystem(host.moid, stub))
-    offered = list(getattr(target, "vendorDeviceGroupInfo", None) or [])
+    offered = host.device_groups if host.device_groups is not None else vmops.device_groups(ctx.session, host)
     names: dict[int, str] = {}
     for group, profiles in wanted.items():
-        name = _matching_group(offered, profiles)
+        name = matching_group(offered, profiles)
         if name is None:
             raise VgpuctlError(
                 f"{change.vm}: host {host.name} offers no NVLink device group of {len(profiles)} x "
@@ -361,47 +335,26 @@ def _group_names(ctx: _Ctx, change: VmChange, host_moid: str) -> dict[int, str] 
     return names
 
 
-def _matching_group(offered: list[Any], profiles: list[str]) -> str | None:
-    for info in offered:
-        components = list(info.componentDeviceInfo or [])
-        vgpus = [getattr(getattr(c.device, "backing", None), "vgpu", None) for c in components]
-        if len(components) == len(profiles) and sorted(map(str, vgpus)) == sorted(profiles):
-            return str(info.deviceGroupName)
+def matching_group(offered: list[ObservedDeviceGroup], profiles: list[str]) -> str | None:
+    """The name of an offered device group whose members are exactly these profiles."""
+    for group in offered:
+        if sorted(group.profiles) == sorted(profiles):
+            return group.name
     return None
 
 
-def _read_vm(ctx: _Ctx, vm: Any, name: str) -> dict[str, Any]:
-    from pyVmomi import vmodl
-
-    from vgpuctl.vsphere.tasks import read_props
-
-    try:
-        props = read_props(ctx.session, [vm], "VirtualMachine", VM_PATHS).get(str(vm._moId))
-    except vmodl.fault.ManagedObjectNotFound:
-        props = None
-    if props is None or "name" not in props:
-        raise DriftError(f"{name}: the VM no longer exists; not touched")
-    return {
-        "name": str(props.get("name")),
-        "power": str(props.get("runtime.powerState")),
-        "devices": list(props.get("config.hardware.device") or []),
-        "tools": props.get("guest.toolsRunningStatus") == "guestToolsRunning",
-        "template": bool(props.get("config.template") or False),
-        "host": str(props["runtime.host"]._moId) if props.get("runtime.host") is not None else "",
-    }
+def _read_vm(ctx: _Ctx, vm: Any, name: str) -> VmState:
+    return vmops.read_vm(ctx.session, vm, name)
 
 
-def check_drift(change: VmChange, observed: ObservedVm, state: dict[str, Any]) -> None:
+def check_drift(change: VmChange, observed: ObservedVm, state: VmState) -> None:
     """Raise DriftError when the VM is not in the state the plan was made from."""
-    from vgpuctl.vsphere.observe import split_devices
-
     problems = []
-    if state["name"] != observed.name:
-        problems.append(f"renamed to {state['name']!r}")
-    if state["power"] != str(observed.power_state):
-        problems.append(f"power state is {state['power']}, the plan saw {observed.power_state}")
-    vgpus, _ = split_devices(state["devices"])
-    now = sorted((v.key, v.profile) for v in vgpus)
+    if state.name != observed.name:
+        problems.append(f"renamed to {state.name!r}")
+    if state.power != str(observed.power_state):
+        problems.append(f"power state is {state.power}, the plan saw {observed.power_state}")
+    now = sorted((v.key, v.profile) for v in state.vgpus)
     then = sorted((v.key, v.profile) for v in observed.vgpus)
     if now != then:
         problems.append(f"vGPUs are {_fmt(now)}, the plan saw {_fmt(then)}")
@@ -414,13 +367,9 @@ def _fmt(devices: list[tuple[int, str]]) -> str:
 
 
 def _clone(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> Any:
-    from pyVmomi import vim
-
-    from vgpuctl.vsphere.vm import clone_spec
-
     clone = change.clone
     assert clone is not None
-    obs, stub = ctx.observed, ctx.session.stub
+    obs = ctx.observed
     template = obs.vms.get(clone.template)
     if template is None:
         raise NotFound(f"{change.vm}: template {clone.template!r} not found")
@@ -443,31 +392,27 @@ def _clone(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> Any:
             raise NotFound(f"{change.vm}: VM folder {clone.folder!r} not found")
     else:
         folder_moid = obs.moids.get("vm_folder", "")
-    spec = clone_spec(clone, stub, pool_moid=pool_moid, host_moid=host_moid)
-    source = vim.VirtualMachine(template.moid, stub)
-    task = ctx.session.invoke(source.CloneVM_Task, vim.Folder(folder_moid, stub), change.vm, spec)
+    task = vmops.clone(ctx.session, template.moid, folder_moid, change.vm, clone, pool_moid=pool_moid,
+                       host_moid=host_moid)
     vm = _task(ctx, change.vm, "clone", task)
     outcome.steps.append("clone")
     return vm
 
 
-def _power_off(ctx: _Ctx, name: str, vm: Any, state: dict[str, Any], outcome: VmOutcome) -> None:
-    from pyVmomi import vim, vmodl
-
-    if state["tools"]:
+def _power_off(ctx: _Ctx, name: str, vm: Any, state: VmState, outcome: VmOutcome) -> None:
+    if state.tools:
         _step(ctx, name, "shutdown", None)
-        try:
-            ctx.session.invoke(vm.ShutdownGuest)
+        if vmops.shutdown_guest(ctx.session, vm):
             if _wait_off(ctx, vm, name):
                 outcome.steps.append("shutdown")
                 return
             log.info("%s: guest did not shut down within %ss; powering off", name, ctx.shutdown_timeout_s)
-        except (vim.fault.ToolsUnavailable, vim.fault.InvalidState, vmodl.fault.NotSupported) as err:
-            log.info("%s: graceful shutdown not possible (%s); powering off", name, type(err).__name__)
+        else:
+            log.info("%s: graceful shutdown not possible; powering off", name)
     try:
-        _task(ctx, name, "power-off", ctx.session.invoke(vm.PowerOffVM_Task))
+        _task(ctx, name, "power-off", vmops.power_off(ctx.session, vm))
     except VsphereFault as err:
-        if _read_vm(ctx, vm, name)["power"] != PowerState.OFF:
+        if _read_vm(ctx, vm, name).power != PowerState.OFF:
             raise
         log.info("%s: already off (%s)", name, err.fault_type)
     outcome.steps.append("power-off")
@@ -476,7 +421,7 @@ def _power_off(ctx: _Ctx, name: str, vm: Any, state: dict[str, Any], outcome: Vm
 def _wait_off(ctx: _Ctx, vm: Any, name: str) -> bool:
     deadline = time.monotonic() + ctx.shutdown_timeout_s
     while True:
-        if _read_vm(ctx, vm, name)["power"] == PowerState.OFF:
+        if _read_vm(ctx, vm, name).power == PowerState.OFF:
             return True
         if time.monotonic() >= deadline:
             return False

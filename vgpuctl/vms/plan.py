@@ -25,6 +25,7 @@ from vgpuctl.model import (
     Op,
     Plan,
     PowerState,
+    Problem,
     VmChange,
     folder_label,
     folder_path,
@@ -82,11 +83,11 @@ def make_plan(
     _check_capacity(plans, base)
     plan = Plan(warnings=list(observed.warnings))  # what the read itself could not see
     if hosts is not None:
-        plan.host_changes, plan.errors = hosts.changes, list(hosts.errors)
+        plan.host_changes, plan.problems = hosts.changes, [Problem(e) for e in hosts.errors]
         plan.warnings += hosts.warnings
     for vp in plans:
         plan.vm_changes.append(vp.change)
-        plan.errors.extend(f"vm {vp.spec.name}: {e}" for e in vp.errors)
+        plan.problems.extend(Problem(e, vm=vp.spec.name) for e in vp.errors)
         plan.warnings.extend(f"vm {vp.spec.name}: {w}" for w in vp.warnings)
     hostplan.mark_dependencies(plan.vm_changes, base, plan.host_changes)
     return plan

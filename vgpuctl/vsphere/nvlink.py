@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl.model import ObservedDeviceGroup
+
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed
@@ -98,3 +100,13 @@ def sets_from_device_groups(groups: Iterable[Any], gpu_ids: Iterable[str]) -> li
     """NVLink sets (PCI ids, sorted; sets ordered by lowest PCI id) from vendorDeviceGroupInfo entries."""
     return [s.gpus for s in device_group_sets(groups, gpu_ids)]
 
+
+
+def observed_groups(groups: Iterable[Any]) -> list[ObservedDeviceGroup]:
+    """vendorDeviceGroupInfo entries as plain data: each group's name and its members' vGPU profiles."""
+    out = []
+    for info in groups:
+        components = list(getattr(info, "componentDeviceInfo", None) or [])
+        profiles = [getattr(getattr(c.device, "backing", None), "vgpu", None) for c in components]
+        out.append(ObservedDeviceGroup(str(info.deviceGroupName), tuple(str(p) for p in profiles)))
+    return out

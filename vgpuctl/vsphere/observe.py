@@ -25,7 +25,7 @@ from vgpuctl.model import (
 )
 from vgpuctl.profiles import max_vgpus_per_vm
 from vgpuctl.vsphere import gpu_types
-from vgpuctl.vsphere.nvlink import device_group_sets
+from vgpuctl.vsphere.nvlink import device_group_sets, observed_groups
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
 
 log = logging.getLogger(__name__)
@@ -523,6 +523,7 @@ def observe_nvlink(session: Any, observed: Observed, hosts: Iterable[str]) -> li
             observed.warnings.append(f"host {name}: NVLink sets not read ({groups})")
             continue
         host = observed.hosts[name]
+        host.device_groups = observed_groups(groups)
         offered = device_group_sets(groups, (g.pci_id for g in host.gpus))
         set_nvlink_sets(observed, name, [s.gpus for s in offered], [s.group_sizes for s in offered],
                         [s.profiles for s in offered])

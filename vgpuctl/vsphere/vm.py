@@ -152,3 +152,25 @@ def clone_spec(
     if sizes:
         spec.config = vim.vm.ConfigSpec(**sizes)
     return spec
+
+
+def revert_spec(before: list[Any], now: list[Any]) -> Any:
+    """A ReconfigVM spec removing the vGPUs `now` has beyond `before`, giving changed ones their old profile and
+    adding back those it lost."""
+    from pyVmomi import vim
+
+    from vgpuctl.vsphere.observe import split_devices
+
+    def vgpus(devices: list[Any]) -> dict[int, tuple[str, Any]]:
+        profiles = {v.key: v.profile for v in split_devices(devices)[0]}
+        return {int(d.key): (profiles[int(d.key)], d) for d in devices if int(d.key) in profiles}
+
+    old, new = vgpus(before), vgpus(now)
+    op = vim.vm.device.VirtualDeviceSpec.Operation
+    spec = vim.vm.device.VirtualDeviceSpec
+    changes = [spec(operation=op.remove, device=d) for k, (_, d) in new.items() if k not in old]
+    changes += [spec(operation=op.edit, device=d) for k, (p, d) in old.items() if k in new and new[k][0] != p]
+    for i, d in enumerate(d for k, (_, d) in old.items() if k not in new):
+        d.key = -(i + 1)
+        changes.append(spec(operation=op.add, device=d))
+    return vim.vm.ConfigSpec(deviceChange=changes)

@@ -1,0 +1,119 @@
+"""The VM calls of an apply: read one VM again, power it, reconfigure it, clone, destroy, and the host's NVLink
+device groups. Calls that start a vCenter task return the task (vgpuctl.vsphere.tasks.TaskWatcher waits)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from vgpuctl.errors import DriftError
+from vgpuctl.model import CloneSpec, ObservedDeviceGroup, ObservedHost, ObservedVgpu
+from vgpuctl.vsphere.session import Session
+
+VM_PATHS = [
+    "name",
+    "runtime.powerState",
+    "runtime.host",
+    "config.hardware.device",
+    "guest.toolsRunningStatus",
+    "config.template",
+]
+
+
+@dataclass
+class VmState:
+    """One VM as read just before a step."""
+
+    name: str
+    power: str  # PowerState value
+    devices: list[Any] = field(default_factory=list)  # config.hardware.device
+    tools: bool = False  # VMware Tools running (a guest shutdown is possible)
+    template: bool = False
+    host: str = ""  # moid of its host
+
+    @property
+    def vgpus(self) -> list[ObservedVgpu]:
+        from vgpuctl.vsphere.observe import split_devices
+
+        return split_devices(self.devices)[0]
+
+
+def vm_ref(session: Session, moid: str) -> Any:
+    from pyVmomi import vim
+
+    return vim.VirtualMachine(moid, session.stub)
+
+
+def read_vm(session: Session, vm: Any, name: str) -> VmState:
+    """The VM as it is now (one property read); DriftError when it no longer exists."""
+    from pyVmomi import vmodl
+
+    from vgpuctl.vsphere.tasks import read_props
+
+    try:
+        props = read_props(session, [vm], "VirtualMachine", VM_PATHS).get(str(vm._moId))
+    except vmodl.fault.ManagedObjectNotFound:
+        props = None
+    if props is None or "name" not in props:
+        raise DriftError(f"{name}: the VM no longer exists; not touched")
+    host = props.get("runtime.host")
+    return VmState(
+        name=str(props.get("name")),
+        power=str(props.get("runtime.powerState")),
+        devices=list(props.get("config.hardware.device") or []),
+        tools=props.get("guest.toolsRunningStatus") == "guestToolsRunning",
+        template=bool(props.get("config.template") or False),
+        host=str(host._moId) if host is not None else "",
+    )
+
+
+def power_on(session: Session, vm: Any) -> Any:
+    return session.invoke(vm.PowerOnVM_Task)
+
+
+def power_off(session: Session, vm: Any) -> Any:
+    return session.invoke(vm.PowerOffVM_Task)
+
+
+def shutdown_guest(session: Session, vm: Any) -> bool:
+    """Ask the guest to shut down; False when it cannot (no Tools, wrong state, not supported)."""
+    from pyVmomi import vim, vmodl
+
+    try:
+        session.invoke(vm.ShutdownGuest)
+    except (vim.fault.ToolsUnavailable, vim.fault.InvalidState, vmodl.fault.NotSupported):
+        return False
+    return True
+
+
+def reconfigure(session: Session, vm: Any, spec: Any) -> Any:
+    return session.invoke(vm.ReconfigVM_Task, spec)
+
+
+def destroy(session: Session, vm: Any) -> Any:
+    return session.invoke(vm.Destroy_Task)
+
+
+def clone(
+    session: Session, template_moid: str, folder_moid: str, name: str, clone: CloneSpec, *, pool_moid: str,
+    host_moid: str | None,
+) -> Any:
+    """CloneVM_Task of the template into the folder, in the pool (and on the host when given)."""
+    from pyVmomi import vim
+
+    from vgpuctl.vsphere.vm import clone_spec
+
+    spec = clone_spec(clone, session.stub, pool_moid=pool_moid, host_moid=host_moid)
+    source = vim.VirtualMachine(template_moid, session.stub)
+    return session.invoke(source.CloneVM_Task, vim.Folder(folder_moid, session.stub), name, spec)
+
+
+def device_groups(session: Session, host: ObservedHost) -> list[ObservedDeviceGroup]:
+    """The NVLink vendor device groups the host offers now (its QueryConfigTarget)."""
+    from pyVmomi import vim
+
+    from vgpuctl.vsphere.nvlink import observed_groups
+
+    browser = vim.EnvironmentBrowser(host.environment_browser_moid, session.stub)
+    target = session.invoke(browser.QueryConfigTarget, vim.HostSystem(host.moid, session.stub))
+    return observed_groups(getattr(target, "vendorDeviceGroupInfo", None) or [])
