@@ -19,7 +19,8 @@ import yaml
 from guestlib import Files, Guests, guest_pair
 
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.experiment.runner import VsphereFarm, run_experiment
+from vgpuctl.cli.experiment import vsphere_farm
+from vgpuctl.experiment.runner import run_experiment
 from vgpuctl.experiment.schema import checked_variants, load_experiment
 from vgpuctl.experiment.store import BASE, ResultsDir
 from vgpuctl.inventory import load_inventory
@@ -120,7 +121,7 @@ def test_experiment_runs_in_the_guests_resumes_and_reports(
     exp = load_experiment(tmp_path / "experiment.yaml")
     base = load_inventory(tmp_path / "inventory.yaml")
     results = ResultsDir(tmp_path / "results")
-    farm = VsphereFarm(GlobalOptions(url=sim.url, username=sim.username, insecure=True), yes=True,
+    farm = vsphere_farm(GlobalOptions(url=sim.url, username=sim.username, insecure=True), yes=True,
                        ip_timeout_s=120, ip_poll_s=0.2, state=tmp_path / "state")
 
     def hypervisor(kind: str, data: dict[str, Any]) -> None:

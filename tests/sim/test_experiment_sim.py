@@ -16,9 +16,10 @@ from pyVim.connect import Disconnect
 from pyVmomi import vim
 
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.cli.experiment import vsphere_farm
 from vgpuctl.errors import VgpuctlError
 from vgpuctl.experiment.report import build_report, render_markdown
-from vgpuctl.experiment.runner import VsphereFarm, restore, run_experiment
+from vgpuctl.experiment.runner import restore, run_experiment
 from vgpuctl.experiment.schema import checked_variants, load_experiment
 from vgpuctl.experiment.store import BASE, ResultsDir
 from vgpuctl.hosts.facts import gather_shell_facts, open_shell, shell_runner
@@ -75,7 +76,7 @@ def setup(gpusim_factory: Callable[..., Any], tmp_path: Path, monkeypatch: pytes
     (tmp_path / "experiment.yaml").write_text(yaml.safe_dump(EXPERIMENT, sort_keys=False))
     exp = load_experiment(tmp_path / "experiment.yaml")
     opts = GlobalOptions(url=sim.url, username=sim.username, insecure=True)
-    farm = VsphereFarm(opts, yes=True, ip_timeout_s=0, ip_poll_s=0.1, state=tmp_path / "state")
+    farm = vsphere_farm(opts, yes=True, ip_timeout_s=0, ip_poll_s=0.1, state=tmp_path / "state")
     return {"sim": sim, "exp": exp, "farm": farm, "base": load_inventory(tmp_path / "inventory.yaml"),
             "results": ResultsDir(tmp_path / "results"), "tmp": tmp_path}
 

@@ -1,0 +1,97 @@
+"""The layers docs/architecture.md states, checked on every import (module level and inside functions):
+only cli/ imports the CLI; only vsphere/ talks to vCenter (pyVmomi), only esxi/ to the ESXi shell (paramiko),
+only guest/ to Ansible (ansible_runner); reports never import the executors; no module grows past 800 lines."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+PACKAGE = Path(__file__).resolve().parents[2] / "vgpuctl"
+MAX_MODULE_LINES = 800
+
+# (who may import it: path prefixes under vgpuctl/, the imported top-level names)
+OWNERS = {
+    "pyVmomi": ("vsphere/",),
+    "pyVim": ("vsphere/",),
+    "paramiko": ("esxi/",),
+    "ansible_runner": ("guest/",),
+}
+CLI_USERS = ("cli/", "__main__.py")
+EXECUTORS = ("vgpuctl.vms.apply", "vgpuctl.hosts.apply", "vgpuctl.pipeline", "vgpuctl.cli")
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+
+
+def imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, module) of every import in the tree, at any depth, except inside `if TYPE_CHECKING:`."""
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if _is_type_checking(node):
+            continue
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
+            yield from ((node.lineno, f"{node.module}.{a.name}") for a in node.names)
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def violations(relative: str, source: str) -> list[str]:
+    """What one module (its path under vgpuctl/ and its text) does against the layers."""
+    out = []
+    tree = ast.parse(source)
+    for line, module in imports(tree):
+        top = module.split(".")[0]
+        owners = OWNERS.get(top)
+        if owners is not None and not relative.startswith(owners):
+            out.append(f"vgpuctl/{relative}:{line}: imports {top} (only {', '.join(owners)} may)")
+        if (module == "vgpuctl.cli" or module.startswith("vgpuctl.cli.")) and not relative.startswith(CLI_USERS):
+            out.append(f"vgpuctl/{relative}:{line}: imports the CLI ({module})")
+        if relative.startswith("reports/") and module.startswith(EXECUTORS):
+            out.append(f"vgpuctl/{relative}:{line}: a report imports an executor ({module})")
+    lines = source.count("\n")
+    if lines > MAX_MODULE_LINES:
+        out.append(f"vgpuctl/{relative}: {lines} lines (at most {MAX_MODULE_LINES})")
+    return out
+
+
+def test_every_module_keeps_to_its_layer() -> None:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        found += violations(path.relative_to(PACKAGE).as_posix(), path.read_text(encoding="utf-8"))
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    ("relative", "source", "expected"),
+    [
+        ("vms/apply.py", "def f():\n    from pyVmomi import vim\n", "imports pyVmomi"),
+        ("pipeline.py", "import paramiko\n", "imports paramiko"),
+        ("experiment/runner.py", "def f():\n    if x:\n        from vgpuctl.cli.plan import run\n", "imports the CLI"),
+        ("reports/plan.py", "from vgpuctl.vms.apply import apply_plan\n", "imports an executor"),
+        ("capacity/x.py", "x = 1\n" * (MAX_MODULE_LINES + 1), "lines (at most"),
+    ],
+)
+def test_the_check_finds_each_kind_of_violation(relative: str, source: str, expected: str) -> None:
+    assert any(expected in v for v in violations(relative, source))
+
+
+@pytest.mark.parametrize(
+    ("relative", "source"),
+    [
+        ("vsphere/vmops.py", "from pyVmomi import vim\n"),
+        ("cli/plan.py", "from vgpuctl.cli import common\n"),
+        ("pipeline.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pyVmomi import vim\n"),
+    ],
+)
+def test_what_a_layer_may_do_passes(relative: str, source: str) -> None:
+    assert violations(relative, source) == []
