@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from vgpuctl.reports.base import VgpuCount
     from vgpuctl.reports.plan import AffectedVm, HostDiff
     from vgpuctl.reports.status import HostReport
+    from vgpuctl.vsphere.session import Session
 
 app = typer.Typer(help="Host GPU configuration: graphics, MIG mode, NVLink, scheduler.", no_args_is_help=True)
 
@@ -302,7 +303,7 @@ def _say(opts: GlobalOptions, text: str) -> None:
         typer.echo(text)
 
 
-def _affected_vms(session: Any, moid: str, changes: list[HostChange]) -> list[AffectedVm]:
+def _affected_vms(session: Session, moid: str, changes: list[HostChange]) -> list[AffectedVm]:
     from vgpuctl.hosts.plan import needs_maintenance
     from vgpuctl.reports.base import vgpu_counts
     from vgpuctl.reports.plan import AffectedVm

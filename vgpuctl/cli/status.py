@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from vgpuctl.model import Observed
     from vgpuctl.reports.status import HostReport, ProfileRow, ProfilesReport, StatusReport
     from vgpuctl.supervisor.vmclasses import SupervisorState
-    from vgpuctl.vsphere.session import ConnectionSettings
+    from vgpuctl.vsphere.session import ConnectionSettings, Session
 
 OptionalInventory = Annotated[
     Path | None,
@@ -55,7 +55,7 @@ ShellOpt = Annotated[
 ]
 
 
-def _host_rows(session: Any, observed: Observed, inventory: Any, shell: bool | None) -> dict[str, HostReport]:
+def _host_rows(session: Session, observed: Observed, inventory: Any, shell: bool | None) -> dict[str, HostReport]:
     """Per host MIG current/pending, NVLink links, scheduler (over SSH when configured)."""
     from vgpuctl.hosts import status as hoststatus
     from vgpuctl.hosts.targets import specs_by_host
@@ -88,7 +88,7 @@ def status_cmd(
     rows: dict[str, HostReport] = {}
     supervisor: list[tuple[SupervisorState | None, str | None]] = []
 
-    def more_reads(session: Any, observed: Observed, inventory: Any) -> None:
+    def more_reads(session: Session, observed: Observed, inventory: Any) -> None:
         rows.update(_host_rows(session, observed, inventory, shell))
         if reads_vm_classes(vm_classes, observed.api_version):
             supervisor.append(read_supervisor(session.settings, observed))

@@ -7,9 +7,12 @@ import re
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from vgpuctl.vsphere.session import Session
 
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$")
 VM_PROPS = ["name", "guest.ipAddress", "guest.net"]
@@ -37,7 +40,7 @@ def pick_address(primary: Any, nics: Any) -> str | None:
     return str(best) if best is not None else None
 
 
-def read_addresses(session: Any, names: Iterable[str]) -> dict[str, str | None]:
+def read_addresses(session: Session, names: Iterable[str]) -> dict[str, str | None]:
     """VM name -> guest address (None when vSphere knows none yet) for the given VMs, in one read."""
     from vgpuctl.vsphere.observe import retrieve_all
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgpuctl.model import ObservedHost, ObservedProfile
 from vgpuctl.profiles import VgpuType, try_parse
+
+if TYPE_CHECKING:
+    from vgpuctl.vsphere.session import Session
 
 PROFILE_INFO_API = (7, 0, 3)  # RetrieveVgpuProfileInfo and RetrieveVgpuDeviceInfo
 
@@ -86,13 +89,13 @@ def device_from_info(info: Any) -> HostDeviceInfo:
     )
 
 
-def retrieve_profiles(session: Any, graphics_manager: Any) -> dict[str, ObservedProfile]:
+def retrieve_profiles(session: Session, graphics_manager: Any) -> dict[str, ObservedProfile]:
     """RetrieveVgpuProfileInfo on one host (one round trip): name -> what the host says."""
     infos = session.invoke(graphics_manager.RetrieveVgpuProfileInfo) or []
     return {str(i.profileName): profile_from_info(i) for i in infos}
 
 
-def retrieve_devices(session: Any, graphics_manager: Any) -> list[HostDeviceInfo]:
+def retrieve_devices(session: Session, graphics_manager: Any) -> list[HostDeviceInfo]:
     """RetrieveVgpuDeviceInfo on one host (one round trip)."""
     return [device_from_info(i) for i in session.invoke(graphics_manager.RetrieveVgpuDeviceInfo) or []]
 

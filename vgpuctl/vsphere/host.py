@@ -12,10 +12,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import NotFound, VgpuctlError, VsphereFault
 from vgpuctl.vsphere.faults import to_error
+
+if TYPE_CHECKING:
+    from vgpuctl.vsphere.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -86,26 +89,26 @@ class HostVm:
         return self.power_state != "poweredOff"
 
 
-def stub_of(session: Any) -> Any:
+def stub_of(session: Session) -> Any:
     return session.stub if hasattr(session, "stub") else session.si._stub
 
 
 _stub = stub_of
 
 
-def host_object(session: Any, moid: str) -> Any:
+def host_object(session: Session, moid: str) -> Any:
     from pyVmomi import vim
 
     return vim.HostSystem(moid, _stub(session))
 
 
-def vm_object(session: Any, moid: str) -> Any:
+def vm_object(session: Session, moid: str) -> Any:
     from pyVmomi import vim
 
     return vim.VirtualMachine(moid, _stub(session))
 
 
-def _call(session: Any, obj: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _call(session: Session, obj: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Session.invoke, with vim faults turned into VsphereFault naming `obj`."""
     from pyVmomi import vmodl
 
@@ -115,7 +118,7 @@ def _call(session: Any, obj: str, fn: Callable[..., Any], *args: Any, **kwargs: 
         raise to_error(fault, obj) from fault
 
 
-def _props(session: Any, moid: str, vim_type: str, paths: list[str]) -> dict[str, Any]:
+def _props(session: Session, moid: str, vim_type: str, paths: list[str]) -> dict[str, Any]:
     from pyVmomi import vim
 
     from vgpuctl.vsphere.tasks import read_props
@@ -127,7 +130,7 @@ def _props(session: Any, moid: str, vim_type: str, paths: list[str]) -> dict[str
     return found[moid]
 
 
-def find_host(session: Any, name: str) -> str:
+def find_host(session: Session, name: str) -> str:
     """The MoRef id of the host called `name` (one container view read)."""
     from vgpuctl.vsphere.observe import retrieve_all
 
@@ -139,7 +142,7 @@ def find_host(session: Any, name: str) -> str:
     raise NotFound(f"host {name!r} not found (hosts: {known})")
 
 
-def read_host(session: Any, moid: str) -> HostApiState:
+def read_host(session: Session, moid: str) -> HostApiState:
     p = _props(session, moid, "HostSystem", HOST_PATHS)
     boot = p.get("runtime.bootTime")
     state = HostApiState(
@@ -174,7 +177,7 @@ def read_host(session: Any, moid: str) -> HostApiState:
     return state
 
 
-def _manager(session: Any, moid: str, path: str) -> Any:
+def _manager(session: Session, moid: str, path: str) -> Any:
     ref = _props(session, moid, "HostSystem", [path]).get(path)
     if ref is None:
         raise NotFound(f"host {moid} has no {path}")
@@ -185,7 +188,7 @@ def _manager(session: Any, moid: str, path: str) -> Any:
 
 
 def update_graphics(
-    session: Any,
+    session: Session,
     moid: str,
     *,
     default_type: str | None = None,
@@ -225,12 +228,12 @@ def update_graphics(
 # ---------------------------------------------------------------------------------------- module options
 
 
-def configured_module_options(session: Any, moid: str, module: str = "nvidia", kms: Any = None) -> str:
+def configured_module_options(session: Session, moid: str, module: str = "nvidia", kms: Any = None) -> str:
     kms = kms if kms is not None else _manager(session, moid, "configManager.kernelModuleSystem")
     return str(_call(session, moid, kms.QueryConfiguredModuleOptionString, module) or "")
 
 
-def effective_module_options(session: Any, moid: str, module: str = "nvidia", kms: Any = None) -> str | None:
+def effective_module_options(session: Session, moid: str, module: str = "nvidia", kms: Any = None) -> str | None:
     """The option string of the loaded module (None when the module is not listed)."""
     kms = kms if kms is not None else _manager(session, moid, "configManager.kernelModuleSystem")
     for info in _call(session, moid, kms.QueryModules) or []:
@@ -239,7 +242,7 @@ def effective_module_options(session: Any, moid: str, module: str = "nvidia", km
     return None
 
 
-def update_module_options(session: Any, moid: str, options: str, module: str = "nvidia") -> None:
+def update_module_options(session: Session, moid: str, options: str, module: str = "nvidia") -> None:
     """Replace the module's whole option string (callers merge first); in effect after the next reboot."""
     kms = _manager(session, moid, "configManager.kernelModuleSystem")
     _call(session, moid, kms.UpdateModuleOptionString, module, options)
@@ -248,7 +251,7 @@ def update_module_options(session: Any, moid: str, options: str, module: str = "
 # ---------------------------------------------------------------------------------------- maintenance / reboot
 
 
-def _wait_task(session: Any, watcher: Any, task: Any) -> Any:
+def _wait_task(session: Session, watcher: Any, task: Any) -> Any:
     if watcher is not None:
         return watcher.wait(task)
     from vgpuctl.vsphere.tasks import TaskWatcher
@@ -257,7 +260,7 @@ def _wait_task(session: Any, watcher: Any, task: Any) -> Any:
         return w.wait(task)
 
 
-def _task(session: Any, watcher: Any, obj: str, fn: Callable[..., Any], *args: Any) -> Any:
+def _task(session: Session, watcher: Any, obj: str, fn: Callable[..., Any], *args: Any) -> Any:
     task = _call(session, obj, fn, *args)
     try:
         return _wait_task(session, watcher, task)
@@ -267,17 +270,17 @@ def _task(session: Any, watcher: Any, obj: str, fn: Callable[..., Any], *args: A
         raise
 
 
-def enter_maintenance(session: Any, moid: str, watcher: Any = None, host: str | None = None) -> None:
+def enter_maintenance(session: Session, moid: str, watcher: Any = None, host: str | None = None) -> None:
     h = host_object(session, moid)
     _task(session, watcher, host or moid, h.EnterMaintenanceMode_Task, 0, False)
 
 
-def exit_maintenance(session: Any, moid: str, watcher: Any = None, host: str | None = None) -> None:
+def exit_maintenance(session: Session, moid: str, watcher: Any = None, host: str | None = None) -> None:
     h = host_object(session, moid)
     _task(session, watcher, host or moid, h.ExitMaintenanceMode_Task, 0)
 
 
-def reboot(session: Any, moid: str, watcher: Any = None, host: str | None = None) -> str | None:
+def reboot(session: Session, moid: str, watcher: Any = None, host: str | None = None) -> str | None:
     """RebootHost_Task (force=False: the host must be in maintenance mode); returns the boot time before."""
     before = read_host(session, moid).boot_time
     h = host_object(session, moid)
@@ -286,7 +289,7 @@ def reboot(session: Any, moid: str, watcher: Any = None, host: str | None = None
 
 
 def wait_reconnected(
-    session: Any,
+    session: Session,
     moid: str,
     boot_time_before: str | None,
     timeout_s: float,
@@ -320,7 +323,7 @@ def wait_reconnected(
 # ---------------------------------------------------------------------------------------- VMs of a host
 
 
-def host_vms(session: Any, moid: str) -> list[HostVm]:
+def host_vms(session: Session, moid: str) -> list[HostVm]:
     """VMs registered on the host (templates left out), with power state and vGPU profiles."""
     from pyVmomi import vim
 
@@ -357,11 +360,13 @@ def _vgpus(devices: list[Any]) -> list[str]:
     ]
 
 
-def vm_power_state(session: Any, moid: str) -> str:
+def vm_power_state(session: Session, moid: str) -> str:
     return str(_props(session, moid, "VirtualMachine", ["runtime.powerState"]).get("runtime.powerState"))
 
 
-def shutdown_vm(session: Any, vm: HostVm, *, timeout_s: float = 120.0, poll_s: float = 0.5, watcher: Any = None) -> str:
+def shutdown_vm(
+    session: Session, vm: HostVm, *, timeout_s: float = 120.0, poll_s: float = 0.5, watcher: Any = None
+) -> str:
     """Graceful guest shutdown when VMware Tools run (wait up to timeout_s), else / then a hard power-off.
 
     Returns "shutdown" or "power-off" (what it took)."""
@@ -389,13 +394,13 @@ def shutdown_vm(session: Any, vm: HostVm, *, timeout_s: float = 120.0, poll_s: f
     return "power-off"
 
 
-def power_on_vm(session: Any, vm_moid: str, name: str, watcher: Any = None) -> None:
+def power_on_vm(session: Session, vm_moid: str, name: str, watcher: Any = None) -> None:
     if vm_power_state(session, vm_moid) == "poweredOn":
         return
     _task(session, watcher, name, vm_object(session, vm_moid).PowerOnVM_Task)
 
 
-def migrate_vm(session: Any, vm: HostVm, destination: str, watcher: Any = None) -> None:
+def migrate_vm(session: Session, vm: HostVm, destination: str, watcher: Any = None) -> None:
     """vMotion a running VM to another host of its cluster (RelocateVM_Task; vCenter checks that the
     destination can run its vGPUs and that vGPU migration is enabled)."""
     from pyVmomi import vim

@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import NotFound, UsageError
 from vgpuctl.model import (
@@ -27,6 +27,9 @@ from vgpuctl.profiles import max_vgpus_per_vm
 from vgpuctl.vsphere import gpu_types
 from vgpuctl.vsphere.nvlink import device_group_sets, observed_groups
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
+
+if TYPE_CHECKING:
+    from vgpuctl.vsphere.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +83,7 @@ TYPE_PROPS = {
 }
 
 
-def observe(session: Any, datacenter: str | None = None, *, nvlink_hosts: Iterable[str] | None = None) -> Observed:
+def observe(session: Session, datacenter: str | None = None, *, nvlink_hosts: Iterable[str] | None = None) -> Observed:
     """Read hosts, GPUs, profiles, clusters, folders and VMs of one datacenter in a fixed number of round trips.
 
     `nvlink_hosts`: hosts whose NVLink sets to read (one QueryConfigTarget each); the others keep nvlink_set None.
@@ -101,12 +104,12 @@ def observe(session: Any, datacenter: str | None = None, *, nvlink_hosts: Iterab
 # ------------------------------------------------------------------------------------------ bulk retrieve
 
 
-def retrieve_all(session: Any, type_props: list[tuple[str, list[str]]], root: Any = None) -> dict[str, Obj]:
+def retrieve_all(session: Session, type_props: list[tuple[str, list[str]]], root: Any = None) -> dict[str, Obj]:
     """One ContainerView over `root` and one paged RetrievePropertiesEx for all the given types (pyVmomi)."""
     return _with_view_retry(session, lambda: _retrieve_all_once(session, type_props, root))
 
 
-def _retrieve_all_once(session: Any, type_props: list[tuple[str, list[str]]], root: Any) -> dict[str, Obj]:
+def _retrieve_all_once(session: Session, type_props: list[tuple[str, list[str]]], root: Any) -> dict[str, Obj]:
     from pyVmomi import vim
 
     content = session.content
@@ -128,7 +131,7 @@ def _retrieve_all_once(session: Any, type_props: list[tuple[str, list[str]]], ro
 RAW_VMS = True  # read VirtualMachine and HostSystem properties with the lean XML reader (vsphere/rawread.py)
 
 
-def _with_view_retry(session: Any, read: Any) -> dict[str, Obj]:
+def _with_view_retry(session: Session, read: Any) -> dict[str, Obj]:
     """Run `read` again once if the session was renewed under it: its ContainerView died with the old session."""
     from pyVmomi import vmodl
 
@@ -142,11 +145,11 @@ def _with_view_retry(session: Any, read: Any) -> dict[str, Obj]:
         return read()
 
 
-def _retrieve_observed(session: Any) -> dict[str, Obj]:
+def _retrieve_observed(session: Session) -> dict[str, Obj]:
     return _with_view_retry(session, lambda: _retrieve_observed_once(session))
 
 
-def _retrieve_observed_once(session: Any) -> dict[str, Obj]:
+def _retrieve_observed_once(session: Session) -> dict[str, Obj]:
     """Everything observe reads, over one ContainerView: the small types through pyVmomi, VMs lean."""
     from pyVmomi import vim
 
@@ -178,7 +181,7 @@ def _retrieve_observed_once(session: Any) -> dict[str, Obj]:
 LEAN_TYPES = ("HostSystem", "VirtualMachine")
 
 
-def _lean_objects(session: Any, view: Any) -> dict[str, Obj]:
+def _lean_objects(session: Session, view: Any) -> dict[str, Obj]:
     import xml.etree.ElementTree as ET
 
     from vgpuctl.vsphere import rawread
@@ -192,7 +195,7 @@ def _lean_objects(session: Any, view: Any) -> dict[str, Obj]:
     return {obj.moid: obj for obj in objects}
 
 
-def _collect(session: Any, spec: Any) -> dict[str, Obj]:
+def _collect(session: Session, spec: Any) -> dict[str, Obj]:
     from vgpuctl.vsphere.tasks import retrieve
 
     objects: dict[str, Obj] = {}
@@ -455,7 +458,7 @@ def host_signature(host: ObservedHost) -> tuple:
     )
 
 
-def _fill_profiles(session: Any, objects: dict[str, Obj], observed: Observed) -> None:
+def _fill_profiles(session: Session, objects: dict[str, Obj], observed: Observed) -> None:
     """One RetrieveVgpuProfileInfo per distinct host signature; sizes from names when the host cannot say."""
     cache: dict[tuple, dict[str, ObservedProfile]] = {}
     for host in observed.hosts.values():
@@ -472,7 +475,7 @@ def _fill_profiles(session: Any, objects: dict[str, Obj], observed: Observed) ->
         host.profiles = {p: known.get(p) or profile_from_name(p) for p in host.offered_profiles}
 
 
-def _retrieve_profiles(session: Any, objects: dict[str, Obj], host: ObservedHost) -> dict[str, ObservedProfile]:
+def _retrieve_profiles(session: Session, objects: dict[str, Obj], host: ObservedHost) -> dict[str, ObservedProfile]:
     from pyVmomi import vmodl
 
     gm_ref = objects[host.moid].get("configManager.graphicsManager")
@@ -499,7 +502,7 @@ def _retrieve_profiles(session: Any, objects: dict[str, Obj], host: ObservedHost
 # ------------------------------------------------------------------------------------------ NVLink
 
 
-def observe_nvlink(session: Any, observed: Observed, hosts: Iterable[str]) -> list[str]:
+def observe_nvlink(session: Session, observed: Observed, hosts: Iterable[str]) -> list[str]:
     """Fill ObservedGpu.nvlink_set on the named hosts from their NVLink device groups; returns the hosts read.
 
     One QueryConfigTarget per host, NVLINK_WORKERS at a time. Hosts not observed, not connected, without GPUs
@@ -541,7 +544,7 @@ def _can_read_nvlink(host: ObservedHost | None) -> bool:
     )
 
 
-def _query_device_groups(session: Any, host: ObservedHost) -> list[Any] | str:
+def _query_device_groups(session: Session, host: ObservedHost) -> list[Any] | str:
     """The host's vendorDeviceGroupInfo, or the fault's name and message when the call fails."""
     from pyVmomi import vim, vmodl
 

@@ -12,9 +12,12 @@ import io
 import threading
 import xml.etree.ElementTree as ET
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
+
+if TYPE_CHECKING:
+    from vgpuctl.vsphere.session import Session
 
 NS = "urn:vim25"
 XSI_TYPE = "{http://www.w3.org/2001/XMLSchema-instance}type"
@@ -60,12 +63,12 @@ def invoke_raw(stub: Any, mo: Any, method: str, args: list[Any]) -> bytes:
     raise http.client.HTTPException(f"{resp.status} {resp.reason}")
 
 
-def retrieve_vms(session: Any, view: Any, paths: list[str], page_size: int) -> list[Any]:
+def retrieve_vms(session: Session, view: Any, paths: list[str], page_size: int) -> list[Any]:
     """VirtualMachine objects of a ContainerView as Obj, paged, under Session.invoke."""
     return retrieve(session, view, [("VirtualMachine", paths)], page_size)
 
 
-def retrieve(session: Any, view: Any, type_props: list[tuple[str, list[str]]], page_size: int) -> list[Any]:
+def retrieve(session: Session, view: Any, type_props: list[tuple[str, list[str]]], page_size: int) -> list[Any]:
     """Objects of these types (VirtualMachine, HostSystem) in a ContainerView as Obj, paged, in one
     RetrievePropertiesEx (plus one ContinueRetrievePropertiesEx per further page), under Session.invoke."""
     from pyVmomi import vmodl

@@ -252,7 +252,7 @@ class Session:
         if pinned:
             self._stub.scheme = _pinned_connection_class(pinned, self.url)
         self.si = vim.ServiceInstance("ServiceInstance", self._stub)
-        self.content = self._call(self.si.RetrieveContent)
+        self.content: Any = self._call(self.si.RetrieveContent)  # vim.ServiceContent
         self.api_version = str(self.content.about.apiVersion)
         self._stub.ComputeVersionInfo(pick_vim_version(self.api_version))
         self._login()

@@ -11,15 +11,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import ConnectionFailure, VgpuctlError, VsphereFault
 from vgpuctl.vsphere.faults import to_error
 
+if TYPE_CHECKING:
+    from vgpuctl.vsphere.session import Session
+
 TASK_PATHS = ["info.state", "info.progress", "info.error", "info.result"]
 
 
-def retrieve(session: Any, spec: Any, max_objects: int | None = None) -> list[Any]:
+def retrieve(session: Session, spec: Any, max_objects: int | None = None) -> list[Any]:
     """RetrievePropertiesEx plus every ContinueRetrievePropertiesEx page, as one unit under Session.invoke.
 
     A session that expired shows either as a NotAuthenticated fault or (vcsim) as NotAuthenticated in every
@@ -53,7 +56,7 @@ def _raise_if_unauthenticated(content: Any) -> None:
             raise missing.fault
 
 
-def read_props(session: Any, refs: list[Any], vim_type: str, paths: list[str]) -> dict[str, dict[str, Any]]:
+def read_props(session: Session, refs: list[Any], vim_type: str, paths: list[str]) -> dict[str, dict[str, Any]]:
     """One RetrievePropertiesEx for the given objects of one type: moid -> {path: value}."""
     from pyVmomi import vim, vmodl
 
@@ -78,7 +81,7 @@ class _Pending:
 class TaskWatcher:
     """Wait for tasks from many threads; one collector round trip per poll covers all of them."""
 
-    def __init__(self, session: Any, min_interval: float = 0.02, max_interval: float = 1.0):
+    def __init__(self, session: Session, min_interval: float = 0.02, max_interval: float = 1.0):
         self.session = session
         self.min_interval = min_interval
         self.max_interval = max_interval
