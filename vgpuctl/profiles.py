@@ -20,6 +20,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from vgpuctl.model import ObservedProfile
+
 PREFIXES = ("grid_", "nvidia_")
 _GRAMMAR_RE = re.compile(
     r"^(?P<board>[a-z][a-z0-9]*)-(?:(?P<slices>[1-9])-)?(?P<fb>[1-9][0-9]*)(?P<series>[abcq])(?P<me>me)?$"
@@ -447,3 +449,17 @@ def mmio_size_gb(fb_gbs: Iterable[float]) -> int:
         return MMIO_MIN_GB
     guideline = math.ceil(total * MMIO_GB_PER_40GB_FB / 40)
     return max(MMIO_MIN_GB, next_pow2(guideline))
+
+
+def observed_profile(name: str) -> ObservedProfile:
+    """A profile's facts when the host cannot describe it: the catalogue row, else the name's grammar; a name
+    neither explains gets framebuffer 0 (and blocks any GPU that holds it in placement)."""
+    p = try_parse(name)
+    if p is None:
+        return ObservedProfile(name=name, fb_gb=0)
+    return ObservedProfile(
+        name=name,
+        fb_gb=int(p.fb_gb),
+        sharing="mig" if p.is_mig else "timeSliced",
+        profile_class="quadro" if p.series == "q" else "compute",
+    )

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from vgpuctl.model import ObservedHost, ObservedProfile
-from vgpuctl.vsphere import gpu_types, observe
+from vgpuctl.profiles import observed_profile
+from vgpuctl.vsphere import gpu_types
 
 pytestmark = pytest.mark.unit
 
@@ -25,9 +26,8 @@ pytestmark = pytest.mark.unit
     ],
 )
 def test_profile_from_name(name: str, fb: int, sharing: str, cls: str) -> None:
-    p = gpu_types.profile_from_name(name)
+    p = observed_profile(name)
     assert (p.fb_gb, p.sharing, p.profile_class) == (fb, sharing, cls)
-    assert observe.profile_from_name(name) == p  # observe's fallback goes through the catalogue
 
 
 class _Session:

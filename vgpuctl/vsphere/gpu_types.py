@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.model import ObservedHost, ObservedProfile
-from vgpuctl.profiles import VgpuType, try_parse
+from vgpuctl.profiles import VgpuType, observed_profile, try_parse
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -52,24 +52,10 @@ class HostDeviceInfo:
     quadro: bool
 
 
-def profile_from_name(name: str) -> ObservedProfile:
-    """A profile's facts when the host cannot describe it: the catalogue row, else the name's grammar; a name
-    neither explains gets framebuffer 0 (and blocks any GPU that holds it in placement)."""
-    p = try_parse(name)
-    if p is None:
-        return ObservedProfile(name=name, fb_gb=0)
-    return ObservedProfile(
-        name=name,
-        fb_gb=int(p.fb_gb),
-        sharing="mig" if p.is_mig else "timeSliced",
-        profile_class="quadro" if p.series == "q" else "compute",
-    )
-
-
 def profile_from_info(info: Any) -> ObservedProfile:
     """One vim.vm.VgpuProfileInfo; fields the host leaves empty come from the name."""
     name = str(info.profileName)
-    fallback = profile_from_name(name)
+    fallback = observed_profile(name)
     return ObservedProfile(
         name=name,
         fb_gb=int(getattr(info, "fbSizeInGib", 0) or fallback.fb_gb),
@@ -106,7 +92,7 @@ def merge(offered: Iterable[str], reported: Mapping[str, ObservedProfile]) -> di
     for name in offered:
         parsed = try_parse(name)
         host = reported.get(name)
-        named = profile_from_name(name)
+        named = observed_profile(name)
         said = host is not None and host.fb_gb > 0
         out[name] = HostGpuType(
             name=name,

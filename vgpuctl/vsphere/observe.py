@@ -23,8 +23,7 @@ from vgpuctl.model import (
     ObservedVgpu,
     ObservedVm,
 )
-from vgpuctl.profiles import max_vgpus_per_vm
-from vgpuctl.vsphere import gpu_types
+from vgpuctl.profiles import max_vgpus_per_vm, observed_profile
 from vgpuctl.vsphere.nvlink import device_group_sets, observed_groups
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
 
@@ -437,11 +436,6 @@ def _guest_ips(obj: Obj) -> list[str]:
 
 # ------------------------------------------------------------------------------------------ profiles
 
-def profile_from_name(name: str) -> ObservedProfile:
-    """Fallback when the host cannot describe its profiles: the vGPU type catalogue, else the name's grammar."""
-    return gpu_types.profile_from_name(name)
-
-
 PROFILE_INFO_API = (7, 0, 3)  # RetrieveVgpuProfileInfo
 
 
@@ -463,16 +457,16 @@ def _fill_profiles(session: Session, objects: dict[str, Obj], observed: Observed
     cache: dict[tuple, dict[str, ObservedProfile]] = {}
     for host in observed.hosts.values():
         if not host.offered_profiles or host.connection_state != "connected":
-            host.profiles = {p: profile_from_name(p) for p in host.offered_profiles}
+            host.profiles = {p: observed_profile(p) for p in host.offered_profiles}
             continue
         if not (_at_least(observed.api_version, PROFILE_INFO_API) and _at_least(host.api_version, PROFILE_INFO_API)):
-            host.profiles = {p: profile_from_name(p) for p in host.offered_profiles}
+            host.profiles = {p: observed_profile(p) for p in host.offered_profiles}
             continue
         sig = host_signature(host)
         if sig not in cache:
             cache[sig] = _retrieve_profiles(session, objects, host)
         known = cache[sig]
-        host.profiles = {p: known.get(p) or profile_from_name(p) for p in host.offered_profiles}
+        host.profiles = {p: known.get(p) or observed_profile(p) for p in host.offered_profiles}
 
 
 def _retrieve_profiles(session: Session, objects: dict[str, Obj], host: ObservedHost) -> dict[str, ObservedProfile]:
@@ -489,7 +483,7 @@ def _retrieve_profiles(session: Session, objects: dict[str, Obj], host: Observed
     result: dict[str, ObservedProfile] = {}
     for info in infos:
         name = str(info.profileName)
-        fallback = profile_from_name(name)
+        fallback = observed_profile(name)
         result[name] = ObservedProfile(
             name=name,
             fb_gb=int(info.fbSizeInGib or fallback.fb_gb),
