@@ -624,3 +624,36 @@ def test_sim_env_points_host_commands_at_the_simulators_shells() -> None:
     assert env["VGPUCTL_ESXI_KNOWN_HOSTS"] == "/s/ssh_known_hosts"
     assert (env["VGPUCTL_ESXI_USER"], env["VGPUCTL_ESXI_PASSWORD"]) == ("root", "pass")
     assert with_esxi_env({"VGPUCTL_PASSWORD": "pass"}) == {"VGPUCTL_PASSWORD": "pass"}  # gpusim -no-ssh
+
+
+# ------------------------------------------------------------------------ -o json and usage errors
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "says"),
+    [
+        (["-o", "json", "nosuch"], {}, "No such command"),
+        (["-o", "json", "--timeout", "abc", "status"], {}, "--timeout"),
+        (["--timeout", "abc", "--output=json", "status"], {}, "--timeout"),
+        (["status", "-o", "json", "--nope"], {}, "--nope"),
+        (["-ojson", "plan"], {}, "--file"),
+        (["nosuch"], {"VGPUCTL_OUTPUT": "json"}, "No such command"),
+    ],
+)
+def test_a_usage_error_with_json_output_prints_one_json_error_document(
+    args: list[str], env: dict[str, str], says: str
+) -> None:
+    result = invoke(*args, env=env)
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)  # exactly one document, nothing else on stdout
+    assert document["error"]["type"] == "UsageError" and says in document["error"]["message"]
+
+
+def test_a_usage_error_without_json_output_prints_nothing_on_stdout() -> None:
+    result = invoke("--timeout", "abc", "status")
+    assert result.exit_code == 1 and result.stdout == ""
+
+
+def test_help_with_json_output_is_no_error() -> None:
+    result = invoke("-o", "json", "--help")
+    assert result.exit_code == 0 and "Usage" in result.stdout

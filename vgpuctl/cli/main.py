@@ -34,11 +34,13 @@ class VgpuctlGroup(TyperGroup):
         super().__init__(*args, **kwargs)
         add_global_options(self, _late_option)
 
-    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+    def make_context(self, info_name: str | None, args: list[str], *rest: Any, **kwargs: Any) -> Any:
+        self.raw_args = list(args)  # what the user typed, for an error before the options are parsed
         try:
-            return super().make_context(*args, **kwargs)
+            return super().make_context(info_name, args, *rest, **kwargs)
         except Exception as err:
             _usage_exit_code(err)
+            _json_usage_error(err, None, self.raw_args)
             raise
 
     def invoke(self, ctx: Any) -> Any:
@@ -52,7 +54,7 @@ class VgpuctlGroup(TyperGroup):
         except Exception as err:
             if _is_click_exception(err) or isinstance(err, BrokenPipeError):
                 _usage_exit_code(err)
-                _json_usage_error(err, ctx)
+                _json_usage_error(err, ctx, getattr(self, "raw_args", []))
                 raise  # click reports usage errors and exits quietly on a closed pipe
             opts = ctx.obj if isinstance(ctx.obj, GlobalOptions) else None
             raise typer.Exit(common.report_error(err, opts)) from None
@@ -69,18 +71,40 @@ def _usage_exit_code(err: BaseException) -> None:
         err.exit_code = 1  # type: ignore[attr-defined]
 
 
-def _json_usage_error(err: Exception, ctx: Any) -> None:
-    """With --output json a usage error is the run's one document on stdout too (click still explains it)."""
-    opts = ctx.obj if isinstance(ctx.obj, GlobalOptions) else None
+def _json_usage_error(err: Exception, ctx: Any, raw_args: list[str]) -> None:
+    """With --output json a usage error is the run's one document on stdout too (click still explains it).
+    Before the global options are parsed (an unknown command, a bad option value) the raw arguments and
+    VGPUCTL_OUTPUT say whether JSON was asked for."""
+    opts = ctx.obj if ctx is not None and isinstance(ctx.obj, GlobalOptions) else None
     message = getattr(err, "format_message", None)
     exit_code: object = getattr(err, "exit_code", 0)  # click's Exit(0) (--help) is no error
-    if opts is not None and opts.json and not opts.emitted and message is not None and exit_code:
-        import json
+    wants_json = (opts is not None and opts.json) or json_asked(raw_args)
+    if not wants_json or (opts is not None and opts.emitted) or message is None or not exit_code:
+        return
+    import json
 
-        from vgpuctl.reports.base import ErrorInfo, ErrorReport
+    from vgpuctl.reports.base import ErrorInfo, ErrorReport
 
-        typer.echo(json.dumps(ErrorReport(ErrorInfo("UsageError", str(message()))).to_dict(), indent=2))
+    typer.echo(json.dumps(ErrorReport(ErrorInfo("UsageError", str(message()))).to_dict(), indent=2))
+    if opts is not None:
         opts.emitted = True
+
+
+def json_asked(args: list[str]) -> bool:
+    """Whether the arguments (or VGPUCTL_OUTPUT) ask for JSON output, read without parsing the command line."""
+    import os
+
+    wanted = os.environ.get("VGPUCTL_OUTPUT", "")
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg in ("-o", "--output") and i + 1 < len(args):
+            wanted = args[i + 1]
+        elif arg.startswith("--output="):
+            wanted = arg.split("=", 1)[1]
+        elif arg.startswith("-o") and len(arg) > 2 and not arg.startswith("--"):
+            wanted = arg[2:]
+    return wanted == "json"
 
 
 def _late_option(ctx: Any, name: str, value: Any) -> None:
