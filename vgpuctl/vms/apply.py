@@ -14,6 +14,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -223,7 +224,7 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         if not stopped:
             _forward(ctx, "power-on")  # a first power-on; powering on what this run stopped is restoring
         try:
-            _task(ctx, change.vm, "power-on", vmops.power_on(ctx.session, vm))
+            _task(ctx, change.vm, "power-on", lambda: vmops.power_on(ctx.session, vm))
         except VsphereFault as err:
             if "Insufficient" in err.fault_type and "clone" in outcome.steps:
                 _discard_clone(ctx, change.vm, vm, outcome)
@@ -240,13 +241,13 @@ def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: 
     spec = config_spec(change, devices, _group_names(ctx, change, state.host))
     if spec is not None:
         _forward(ctx, "reconfigure")
-        _task(ctx, change.vm, "reconfigure", vmops.reconfigure(ctx.session, vm, spec))
+        _task(ctx, change.vm, "reconfigure", lambda: vmops.reconfigure(ctx.session, vm, spec))
         outcome.steps.append("reconfigure")
 
 
 def _restore_power(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
     if {"shutdown", "power-off"} & set(outcome.steps):
-        _task(ctx, name, "power-on (restore)", vmops.power_on(ctx.session, vm))
+        _task(ctx, name, "power-on (restore)", lambda: vmops.power_on(ctx.session, vm))
         outcome.steps.append("power-on")
 
 
@@ -258,7 +259,7 @@ def _restore_after_failure(ctx: _Ctx, name: str, vm: Any, before: VmState, outco
         return
     try:
         vgpus_now = _vgpu_keys(_read_vm(ctx, vm, name).vgpus)
-        _task(ctx, name, "power-on (restore)", vmops.power_on(ctx.session, vm))
+        _task(ctx, name, "power-on (restore)", lambda: vmops.power_on(ctx.session, vm))
     except Exception as err:  # the reconfigure's failure stays the VM's outcome; this only adds to it
         from vgpuctl.vsphere.faults import fault_message
 
@@ -279,9 +280,9 @@ def _revert_vgpus(ctx: _Ctx, name: str, vm: Any, before: VmState, outcome: VmOut
     try:
         spec = revert_spec(before.devices, _read_vm(ctx, vm, name).devices)
         if spec.deviceChange:
-            _task(ctx, name, "reconfigure (revert)", vmops.reconfigure(ctx.session, vm, spec))
+            _task(ctx, name, "reconfigure (revert)", lambda: vmops.reconfigure(ctx.session, vm, spec))
             outcome.steps.append("reconfigure (revert)")
-        _task(ctx, name, "power-on (restore)", vmops.power_on(ctx.session, vm))
+        _task(ctx, name, "power-on (restore)", lambda: vmops.power_on(ctx.session, vm))
     except Exception as err:  # the power-on's failure stays the VM's outcome
         from vgpuctl.vsphere.faults import fault_message
 
@@ -297,7 +298,7 @@ def _discard_clone(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
     """This run's clone cannot power on where the plan put it (another run took the capacity meanwhile): remove
     it, so the next plan places it again instead of finding it stranded on a full host. Never raises."""
     try:
-        _task(ctx, name, "remove clone", vmops.destroy(ctx.session, vm))
+        _task(ctx, name, "remove clone", lambda: vmops.destroy(ctx.session, vm))
     except Exception:  # the power-on's failure stays the VM's outcome
         log.debug("%s: removing the clone failed", name, exc_info=True)
         outcome.message = "the clone stays, powered off, on the host that had no room for it"
@@ -392,9 +393,8 @@ def _clone(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> Any:
             raise NotFound(f"{change.vm}: VM folder {clone.folder!r} not found")
     else:
         folder_moid = obs.moids.get("vm_folder", "")
-    task = vmops.clone(ctx.session, template.moid, folder_moid, change.vm, clone, pool_moid=pool_moid,
-                       host_moid=host_moid)
-    vm = _task(ctx, change.vm, "clone", task)
+    vm = _task(ctx, change.vm, "clone", lambda: vmops.clone(ctx.session, template.moid, folder_moid, change.vm,
+                                                           clone, pool_moid=pool_moid, host_moid=host_moid))
     outcome.steps.append("clone")
     return vm
 
@@ -410,7 +410,7 @@ def _power_off(ctx: _Ctx, name: str, vm: Any, state: VmState, outcome: VmOutcome
         else:
             log.info("%s: graceful shutdown not possible; powering off", name)
     try:
-        _task(ctx, name, "power-off", vmops.power_off(ctx.session, vm))
+        _task(ctx, name, "power-off", lambda: vmops.power_off(ctx.session, vm))
     except VsphereFault as err:
         if _read_vm(ctx, vm, name).power != PowerState.OFF:
             raise
@@ -428,12 +428,19 @@ def _wait_off(ctx: _Ctx, vm: Any, name: str) -> bool:
         time.sleep(min(ctx.poll_s, max(0.0, deadline - time.monotonic())))
 
 
-def _task(ctx: _Ctx, name: str, step: str, task: Any) -> Any:
-    """Wait for a vCenter task the VM's step started, listed in RUNNING meanwhile."""
-    label = f"{step} {name} ({getattr(task, '_moId', '?')})"
-    RUNNING.add(label)
+def _task(ctx: _Ctx, name: str, step: str, start: Callable[[], Any]) -> Any:
+    """Start a vCenter task for the VM's step and wait for it, listed in RUNNING from the moment the request
+    is sent (vCenter may act on it even when the answer never comes back), then by the task's id."""
+    requested = f"{step} {name} (requested)"
+    RUNNING.add(requested)
     try:
         _step(ctx, name, step, 0)
+        task = start()
+        label = f"{step} {name} ({getattr(task, '_moId', '?')})"
+        RUNNING.add(label)
+    finally:
+        RUNNING.discard(requested)
+    try:
         result = ctx.watcher.wait(task, lambda pct: _step(ctx, name, step, pct))
     finally:
         RUNNING.discard(label)
