@@ -10,17 +10,10 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from vgpuctl.domain import MAX_VGPUS_PER_VM
 from vgpuctl.errors import InventoryError, InventoryErrors
-from vgpuctl.inventory import (
-    API_VERSION,
-    MAX_VGPUS_PER_VM,
-    InventoryErrorLocation,
-    Path_,
-    Pos,
-    _Model,
-    _read_yaml,
-    _schema_errors,
-)
+from vgpuctl.inventory.schema import API_VERSION, StrictModel
+from vgpuctl.inventory.yamlpos import KeyPath, PositionedYaml, read_yaml
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, parse_profile
 
 ALLOW = ("mig", "vgpu-mode", "profile")
@@ -28,7 +21,7 @@ SERIES = ("a", "b", "c", "q")
 MAX_DEMAND_VMS = 100_000
 
 
-class DemandVgpus(_Model):
+class DemandVgpus(StrictModel):
     profile: str | None = None
     fb_gb: int | None = Field(default=None, ge=1)
     series: Literal["a", "b", "c", "q"] | None = None
@@ -50,7 +43,7 @@ class DemandVgpus(_Model):
         return self
 
 
-class DemandItem(_Model):
+class DemandItem(StrictModel):
     name: str
     count: int = Field(ge=1, le=MAX_DEMAND_VMS)
     vgpus: DemandVgpus
@@ -61,7 +54,7 @@ class DemandItem(_Model):
     memory_gb: float | None = Field(default=None, gt=0)
 
 
-class Demand(_Model):
+class Demand(StrictModel):
     api_version: Literal["vgpuctl/v1"] = Field(alias="apiVersion")
     kind: Literal["Demand"]
     clusters: list[str] | None = None
@@ -77,30 +70,28 @@ def load_demand(path: str | Path) -> Demand:
     p = Path(path)
     if not p.exists():
         raise InventoryError("demand file not found", file)
-    data, pos, keypos = _read_yaml(p)
-    if not isinstance(data, dict):
+    doc = read_yaml(p)
+    if not isinstance(doc.data, dict):
         raise InventoryError(f"the demand file must be a mapping with apiVersion: {API_VERSION}, kind: Demand",
                              file, 1, 1)
     try:
-        demand = Demand.model_validate(data)
+        demand = Demand.model_validate(doc.data)
     except ValidationError as exc:
-        raise InventoryErrors(_schema_errors(exc, file, pos, keypos, set())) from None
-    errors = list(_semantic_errors(demand, file, pos))
+        raise InventoryErrors(doc.schema_errors(exc)) from None
+    errors = list(_semantic_errors(demand, doc))
     if errors:
         raise InventoryErrors(errors)
     return demand
 
 
-def _semantic_errors(demand: Demand, file: str, pos: dict[Path_, Pos]) -> list[InventoryError]:
-    def error(path: Path_, message: str) -> InventoryError:
-        return InventoryErrorLocation(file, pos, set(), path).error(message)
-
+def _semantic_errors(demand: Demand, doc: PositionedYaml) -> list[InventoryError]:
+    error = doc.error
     errors = []
     if not demand.demand:
         errors.append(error(("demand",), "lists no demand"))
     seen: set[str] = set()
     for i, item in enumerate(demand.demand):
-        base: Path_ = ("demand", i)
+        base: KeyPath = ("demand", i)
         if item.name in seen:
             errors.append(error((*base, "name"), f"duplicate demand name {item.name!r}"))
         seen.add(item.name)
