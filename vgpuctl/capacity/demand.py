@@ -77,7 +77,7 @@ def load_demand(path: str | Path) -> Demand:
     try:
         demand = Demand.model_validate(doc.data)
     except ValidationError as exc:
-        raise InventoryErrors(doc.schema_errors(exc)) from None
+        raise InventoryErrors(doc.schema_errors(exc, Demand)) from None
     errors = list(_semantic_errors(demand, doc))
     if errors:
         raise InventoryErrors(errors)
