@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl import filelimits
 from vgpuctl.errors import UsageError, VgpuctlError
 from vgpuctl.model import Observed, Plan
 
@@ -107,12 +108,7 @@ def save(path: Path, saved: SavedPlan) -> None:
 
 
 def load(path: Path) -> SavedPlan:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such plan file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise PlanFileError(f"{path}: not a vgpuctl plan file ({err})") from None
+    data = _read_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise PlanFileError(f"{path}: not a vgpuctl plan file (made by `vgpuctl plan -f FILE --out {path.name}`)")
     try:
@@ -125,6 +121,23 @@ def load(path: Path) -> SavedPlan:
         )
     except (KeyError, TypeError, ValueError) as err:
         raise PlanFileError(f"{path}: plan file is incomplete ({err})") from None
+
+
+def _read_json(path: Path) -> Any:
+    """The plan file's JSON, read within the limits every input file has (vgpuctl.filelimits)."""
+    try:
+        data = json.loads(filelimits.read_text(path))
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such plan file") from None
+    except filelimits.FileTooLarge as err:
+        raise PlanFileError(f"{path}: {err}") from None
+    except RecursionError:  # Python's JSON decoder recurses: far deeper than the limit
+        raise PlanFileError(f"{path}: not a vgpuctl plan file ({filelimits.TOO_DEEP})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise PlanFileError(f"{path}: not a vgpuctl plan file ({err})") from None
+    if filelimits.nesting(data) > filelimits.MAX_NESTING:
+        raise PlanFileError(f"{path}: not a vgpuctl plan file ({filelimits.TOO_DEEP})")
+    return data
 
 
 def check_still_valid(

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from vgpuctl import filelimits
 from vgpuctl.errors import InventoryError
 
 Pos = tuple[int, int]  # 1-based line, column
@@ -147,17 +148,20 @@ def read_yaml(path: str | Path) -> PositionedYaml:
     """Read and parse a YAML file; InventoryError (one line, located where YAML knows where) when it cannot."""
     file = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = filelimits.read_text(path)
     except FileNotFoundError:
         raise InventoryError("inventory file not found", file) from None
+    except filelimits.FileTooLarge as exc:
+        raise InventoryError(str(exc), file) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InventoryError(f"cannot read the inventory: {exc}", file) from None
     return read_yaml_text(text, file)
 
 
 def read_yaml_text(text: str, file: str) -> PositionedYaml:
-    """Parse YAML text; `file` names it in errors. Line ends are read as a text file's are (CR LF, CR: LF)."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    """Parse YAML text; `file` names it in errors. Line ends are read as a text file's are (CR LF, CR: LF).
+    Nesting deeper than filelimits.MAX_NESTING is refused where it starts."""
+    text = filelimits.universal_newlines(text)
     try:
         data, pos, keypos = _fast_yaml(text, file)
     except _NotFast:
@@ -171,8 +175,11 @@ def _ruamel_yaml(text: str, file: str) -> tuple[Any, dict[KeyPath, Pos], dict[Ke
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
 
     yaml = YAML(typ="rt")
+    yaml.Scanner, yaml.Composer = _depth_counting_readers()
     try:
         data = yaml.load(text)
+    except _TooDeep as exc:
+        raise InventoryError(filelimits.TOO_DEEP, file, *exc.at) from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         message = " ".join(s for s in (exc.problem, exc.context) if s) or "invalid YAML"
@@ -186,6 +193,49 @@ def _ruamel_yaml(text: str, file: str) -> tuple[Any, dict[KeyPath, Pos], dict[Ke
     _refuse_anchor(data, (1, 1), file)
     plain = _plain(data, (), pos, keypos, file)
     return plain, pos, keypos
+
+
+class _TooDeep(Exception):
+    def __init__(self, mark: Any):
+        super().__init__()
+        self.at: Pos = (mark.line + 1, mark.column + 1)
+
+
+@functools.cache
+def _depth_counting_readers() -> tuple[Any, Any]:
+    """ruamel's round-trip scanner and composer, refusing a mapping or list nested deeper than MAX_NESTING where
+    it starts. The composer counts every level, before its recursion could come near Python's limit. The scanner
+    counts flow levels (`[`, `{`) only, which it reads ahead of the composer: on a line of thousands of brackets,
+    its look-ahead for simple keys would otherwise take about a second before the composer saw the 65th (it may
+    then name a later bracket than the composer would, where block levels are around them)."""
+    from ruamel.yaml.composer import Composer
+    from ruamel.yaml.scanner import RoundTripScanner
+
+    class DepthCountingScanner(RoundTripScanner):  # type: ignore[misc]
+        def fetch_flow_collection_start(self, token_class: Any, to_push: str) -> None:
+            if self.flow_level >= filelimits.MAX_NESTING:
+                raise _TooDeep(self.reader.get_mark())
+            super().fetch_flow_collection_start(token_class, to_push)
+
+    class DepthCountingComposer(Composer):  # type: ignore[misc]
+        nesting = 0
+
+        def compose_sequence_node(self, anchor: Any) -> Any:
+            return self._nested(super().compose_sequence_node, anchor)
+
+        def compose_mapping_node(self, anchor: Any) -> Any:
+            return self._nested(super().compose_mapping_node, anchor)
+
+        def _nested(self, compose: Any, anchor: Any) -> Any:
+            if self.nesting >= filelimits.MAX_NESTING:
+                raise _TooDeep(self.parser.peek_event().start_mark)
+            self.nesting += 1
+            try:
+                return compose(anchor)
+            finally:
+                self.nesting -= 1
+
+    return DepthCountingScanner, DepthCountingComposer
 
 
 # ----------------------------------------------------------------------------- fast path (libyaml events)
@@ -257,21 +307,12 @@ def _maybe_typed(value: str) -> bool:
 
 def _fast_yaml(text: str, file: str = "<inventory>") -> tuple[Any, dict[KeyPath, Pos], dict[KeyPath, Pos]]:
     try:
-        import yaml
         from yaml import CSafeLoader  # libyaml; without it the pure-Python PyYAML would be no faster
     except ImportError:
         raise _NotFast from None
     if any(c in text for c in _UNSURE_CHARS):
         raise _NotFast
-    loader = CSafeLoader(text)
-    try:
-        events = []
-        while (event := loader.get_event()) is not None:
-            events.append(event)
-    except yaml.YAMLError:
-        raise _NotFast from None
-    finally:
-        loader.dispose()
+    events = _events(CSafeLoader(text), file)
     kinds = [type(e).__name__ for e in events[:2]] + [type(e).__name__ for e in events[-2:]]
     if len(events) < 5 or kinds != ["StreamStartEvent", "DocumentStartEvent", "DocumentEndEvent", "StreamEndEvent"]:
         raise _NotFast  # empty stream, several documents: ruamel words those
@@ -287,6 +328,39 @@ def _fast_yaml(text: str, file: str = "<inventory>") -> tuple[Any, dict[KeyPath,
     if reader.i != len(events) - 2:
         raise _NotFast
     return data, pos, keypos
+
+
+def _events(loader: Any, file: str) -> list[Any]:
+    """libyaml's events, refusing a mapping or list nested deeper than MAX_NESTING at its start (in a second
+    document, ruamel refuses the file for having several)."""
+    import yaml
+
+    opening, closing = (yaml.MappingStartEvent, yaml.SequenceStartEvent), (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+    events: list[Any] = []
+    depth = 0
+    try:
+        while (event := loader.get_event()) is not None:
+            if isinstance(event, opening):
+                depth += 1
+                if depth > filelimits.MAX_NESTING:
+                    _too_deep(event, events, file)
+            elif isinstance(event, closing):
+                depth -= 1
+            events.append(event)
+    except yaml.YAMLError:
+        raise _NotFast from None
+    finally:
+        loader.dispose()
+    return events
+
+
+def _too_deep(event: Any, before: list[Any], file: str) -> None:
+    import yaml
+
+    if any(isinstance(e, yaml.DocumentEndEvent) for e in before):
+        raise _NotFast
+    mark = event.start_mark
+    raise InventoryError(filelimits.TOO_DEEP, file, mark.line + 1, mark.column + 1)
 
 
 def _refuse_anchors(events: list[Any], file: str) -> None:
