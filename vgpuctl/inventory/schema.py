@@ -48,9 +48,10 @@ Lax = typing.Annotated[_T, Field(strict=False)]  # a domain StrEnum given as its
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors, and values are not coerced from other types (a domain StrEnum excepted: Lax)."""
+    """Unknown keys are errors, values are not coerced from other types (a domain StrEnum excepted: Lax), and a
+    number is finite (YAML's .inf and .nan are refused)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=False, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------------------------- vcenter

@@ -541,6 +541,8 @@ def _schema_message(err: Mapping[str, Any], root: type[BaseModel] | None) -> str
         return f"must be an integer (got {value!r})"
     if kind in ("float_type", "float_parsing"):
         return f"must be a number (got {value!r})"
+    if kind == "finite_number":
+        return f"must be a finite number (got {value!r})"
     if kind in ("bool_type", "bool_parsing"):
         return f"must be true or false (got {value!r})"
     if kind in ("string_type",):
