@@ -12,13 +12,16 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from vgpuctl.domain import MAX_VGPUS_PER_VM
 from vgpuctl.errors import InventoryError, InventoryErrors
-from vgpuctl.inventory.schema import API_VERSION, StrictModel
+from vgpuctl.inventory.schema import API_VERSION, MAX_VM_NAME, StrictModel, vm_name_problem
 from vgpuctl.inventory.yamlpos import KeyPath, PositionedYaml, read_yaml
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, parse_profile
 
 ALLOW = ("mig", "vgpu-mode", "profile")
 SERIES = ("a", "b", "c", "q")
 MAX_DEMAND_VMS = 100_000
+# The VMs of a demand entry are named `<name>-NNN`, numbered with at least 3 digits and up to as many as
+# MAX_DEMAND_VMS has: the name leaves room for that suffix in a VM name.
+MAX_DEMAND_NAME = MAX_VM_NAME - len(f"-{MAX_DEMAND_VMS}")
 
 
 class DemandVgpus(StrictModel):
@@ -52,6 +55,17 @@ class DemandItem(StrictModel):
     template: str | None = None
     cpus: int | None = Field(default=None, ge=1, le=768)
     memory_gb: float | None = Field(default=None, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        problem = vm_name_problem(v, check_length=False)
+        if problem:
+            raise ValueError(problem)
+        if len(v) > MAX_DEMAND_NAME:
+            raise ValueError(f"is {len(v)} characters long; a demand name takes at most {MAX_DEMAND_NAME}, so that "
+                             f"its VMs' names (NAME-NNN) fit vSphere's {MAX_VM_NAME}")
+        return v
 
 
 class Demand(StrictModel):

@@ -23,7 +23,13 @@ from vgpuctl.inventory.yamlpos import KeyPath, Pos, PositionedYaml, format_path,
 KIND = "Experiment"
 BUILTIN_WORKLOADS = ("nccl-tests", "p2pBandwidthLatencyTest")
 NCCL_TESTS = ("all_reduce_perf", "sendrecv_perf")
-_VARIANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_FOLDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")  # names a folder: one safe path component
+
+
+def _folder_name(v: str) -> str:
+    if not _FOLDER_NAME.match(v):
+        raise ValueError(f"must be letters, digits, '.', '_' or '-' (it names a folder), got {v!r}")
+    return v
 
 
 class _Model(BaseModel):
@@ -71,9 +77,7 @@ class VariantSpec(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _VARIANT_NAME.match(v):
-            raise ValueError(f"must be letters, digits, '.', '_' or '-' (it names a folder), got {v!r}")
-        return v
+        return _folder_name(v)
 
     @field_validator("hosts")
     @classmethod
@@ -104,6 +108,11 @@ class Experiment(_Model):
     variants: list[VariantSpec] = Field(min_length=1)
     _source_path: str = PrivateAttr(default="<experiment>")
     _pos: dict[KeyPath, Pos] = PrivateAttr(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        return None if v is None else _folder_name(v)
 
     @property
     def source_path(self) -> str:
@@ -200,6 +209,8 @@ def _check(exp: Experiment) -> list[InventoryError]:
             errors.append(exp.error(("variants", i), f"variant {v.name!r} has no workload (and the file sets none)"))
     if len(set(exp.vms)) != len(exp.vms):
         errors.append(exp.error(("vms",), "a VM is listed twice"))
+    if exp.name is None and exp.title in ("", ".", ".."):
+        errors.append(exp.error((), f"the file name does not name a results folder ({exp.title!r}): set 'name'"))
     return errors
 
 

@@ -18,6 +18,7 @@ from vgpuctl.inventory.merge import MergedHost, Origin, merge_host, merge_hosts
 from vgpuctl.inventory.ranges import MAX_INVENTORY_VMS, MAX_RANGE_NAMES, expand_name
 from vgpuctl.inventory.schema import (
     API_VERSION,
+    MAX_VM_NAME,
     GpuSpec,
     GraphicsSpec,
     GuestConnection,
@@ -34,6 +35,7 @@ from vgpuctl.inventory.schema import (
     VcenterSpec,
     VgpuSpec,
     VmSpec,
+    vm_name_problem,
 )
 from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Pos, format_path
 
@@ -42,6 +44,7 @@ __all__ = [
     "GROUP_AT",
     "MAX_INVENTORY_VMS",
     "MAX_RANGE_NAMES",
+    "MAX_VM_NAME",
     "GpuSpec",
     "GraphicsSpec",
     "GuestConnection",
@@ -73,4 +76,5 @@ __all__ = [
     "merge_host",
     "merge_hosts",
     "validate",
+    "vm_name_problem",
 ]

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vgpuctl.errors import InventoryError
-from vgpuctl.inventory.schema import Inventory, VmSpec
+from vgpuctl.inventory.schema import MAX_VM_NAME, Inventory, VmSpec
 from vgpuctl.inventory.yamlpos import KeyPath, Pos, lookup
 
 MAX_RANGE_NAMES = 10_000  # names one `{FIRST..LAST}` entry may expand to
@@ -110,10 +110,16 @@ def range_errors(data: Mapping[str, Any], file: str, pos: Mapping[KeyPath, Pos])
             continue
         line, col = lookup(pos, ("vms", i, "name"))
         try:
-            total += len(expand_name(name))
+            names = expand_name(name)
         except ValueError as exc:
             errors.append(InventoryError(f"vms[{i}].name: {exc}", file, line, col))
             continue
+        total += len(names)
+        longest = max(names, key=len)
+        if "{" in name and len(longest) > MAX_VM_NAME:  # a plain name is measured by the schema
+            errors.append(InventoryError(f"vms[{i}].name: {name!r} names VMs of {len(longest)} characters "
+                                         f"({longest!r}); vSphere takes VM names of at most {MAX_VM_NAME}",
+                                         file, line, col))
         if total > MAX_INVENTORY_VMS:
             errors.append(InventoryError(f"vms[{i}].name: the inventory names more than {MAX_INVENTORY_VMS} VMs "
                                          "(split it into several files)", file, line, col))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import typing
+import unicodedata
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
@@ -30,6 +31,7 @@ from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Pos
 from vgpuctl.vmclasses import NamespaceList, VmClassList
 
 API_VERSION = "vgpuctl/v1"
+MAX_VM_NAME = 80  # characters in a VM's name (docs/sources.md: vSphere Virtual Machine Administration)
 
 _THUMB_PLAIN = re.compile(r"^[0-9a-fA-F]{64}$")
 _THUMB_COLONS = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){31}$")
@@ -41,6 +43,30 @@ def _env_name(v: str | None) -> str | None:
     if v is not None and not _ENV_NAME.match(v):
         raise ValueError(f"must be the name of an environment variable, not a secret (got {v!r})")
     return v
+
+
+# vSphere keeps these escaped in a name (%2F, %5C, %25: docs/sources.md), so it would not read back as written.
+_ESCAPED_BY_VSPHERE = "/\\%"
+# Control, format (invisible) and line-separator characters: no source says vSphere refuses them; a name is
+# also written into YAML, logs and file names, so they are refused.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+
+
+def vm_name_problem(name: str, check_length: bool = True) -> str | None:
+    """Why `name` cannot be a VM's name, or None. `check_length=False` for a name range, whose names are
+    measured once expanded."""
+    if not name.strip():
+        return "must not be empty"
+    hidden = next((c for c in name if unicodedata.category(c) in _HIDDEN_CATEGORIES), None)
+    if hidden is not None:
+        return f"must not contain control or invisible characters (found {hidden!r} in {name!r})"
+    escaped = next((c for c in name if c in _ESCAPED_BY_VSPHERE), None)
+    if escaped is not None:
+        return (f"must not contain {escaped!r} (in {name!r}): vSphere stores '/', '\\' and '%' escaped, so the VM "
+                "would not be found by this name")
+    if check_length and len(name) > MAX_VM_NAME:
+        return f"is {len(name)} characters long; vSphere takes VM names of at most {MAX_VM_NAME}"
+    return None
 
 
 _T = typing.TypeVar("_T")
@@ -228,8 +254,9 @@ class VmSpec(StrictModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("must not be empty")
+        problem = vm_name_problem(v, check_length="{" not in v)  # a range's names: measured by range_errors
+        if problem:
+            raise ValueError(problem)
         return v
 
     @property
