@@ -12,10 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl import filelimits
 from vgpuctl.errors import UsageError, VgpuctlError
 from vgpuctl.model import Observed, Plan
 
@@ -107,12 +109,7 @@ def save(path: Path, saved: SavedPlan) -> None:
 
 
 def load(path: Path) -> SavedPlan:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such plan file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise PlanFileError(f"{path}: not a vgpuctl plan file ({err})") from None
+    data = _read_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise PlanFileError(f"{path}: not a vgpuctl plan file (made by `vgpuctl plan -f FILE --out {path.name}`)")
     try:
@@ -125,6 +122,45 @@ def load(path: Path) -> SavedPlan:
         )
     except (KeyError, TypeError, ValueError) as err:
         raise PlanFileError(f"{path}: plan file is incomplete ({err})") from None
+
+
+def _read_json(path: Path) -> Any:
+    """The plan file's JSON, read within the limits every input file has (vgpuctl.filelimits)."""
+    try:
+        text = filelimits.read_text(path)
+        data = json.loads(text, parse_constant=_refuse_constant)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such plan file") from None
+    except filelimits.FileTooLarge as err:
+        raise PlanFileError(f"{path}: {err}") from None
+    except _NonFinite as err:
+        line, col = _constant_at(text)
+        raise PlanFileError(f"{path}:{line}:{col}: not a vgpuctl plan file ({err} is not a JSON number)") from None
+    except RecursionError:  # Python's JSON decoder recurses: far deeper than the limit
+        raise PlanFileError(f"{path}: not a vgpuctl plan file ({filelimits.TOO_DEEP})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise PlanFileError(f"{path}: not a vgpuctl plan file ({err})") from None
+    if filelimits.nesting(data) > filelimits.MAX_NESTING:
+        raise PlanFileError(f"{path}: not a vgpuctl plan file ({filelimits.TOO_DEEP})")
+    return data
+
+
+class _NonFinite(Exception):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFinite(name)  # NaN, Infinity, -Infinity: Python's JSON reader takes them, JSON has no such numbers
+
+
+_STRING_OR_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)')
+
+
+def _constant_at(text: str) -> tuple[int, int]:
+    """1-based line and column of the first NaN or Infinity outside a string."""
+    at = next((m.start(1) for m in _STRING_OR_CONSTANT.finditer(text) if m.group(1)), 0)
+    line = text.count("\n", 0, at) + 1
+    return line, at - (text.rfind("\n", 0, at) + 1) + 1
 
 
 def check_still_valid(

@@ -52,7 +52,7 @@ def placed(answer: CapacityAnswer, shape: str) -> int:
         ("both-kinds.yaml", 6, "set either 'profile' or 'fb_gb'"),
         ("nvlink-mig.yaml", 7, "NVLink P2P works only with time-sliced C-series"),
         ("broken.yaml", 6, "invalid YAML"),
-        ("unknown-key.yaml", 8, "demand[0]: unknown key 'priorty'"),
+        ("unknown-key.yaml", 8, "demand[0]: unknown key 'priorty' (did you mean 'priority'?)"),
     ],
 )
 def test_demand_errors_are_located(fixture: str, line: int, text: str) -> None:
@@ -61,6 +61,14 @@ def test_demand_errors_are_located(fixture: str, line: int, text: str) -> None:
     located = err.value.located()
     assert f"{FIXTURES / fixture}:{line}:" in located
     assert text in located
+
+
+def test_unknown_top_level_key_is_hinted_with_the_demand_files_keys(tmp_path: Path) -> None:
+    path = tmp_path / "d.yaml"
+    path.write_text("apiVersion: vgpuctl/v1\nkind: Demand\nfrozen_host: [a]\ndemand: []\n")
+    with pytest.raises(InventoryError) as err:
+        load_demand(path)
+    assert err.value.located() == f"{path}:3:1: unknown key 'frozen_host' (did you mean 'frozen_hosts'?)"
 
 
 def test_good_demand_loads() -> None:

@@ -202,8 +202,8 @@ def test_a_variant_may_only_change_what_the_base_sets(tmp_path):
     ],
 )
 def test_merge_agrees_with_the_inventorys_host_merge(base, overlay):
-    from vgpuctl.hostmerge import merge_host
     from vgpuctl.inventory import HostSpec
+    from vgpuctl.inventory.merge import merge_host
 
     ours = HostSpec.model_validate({**merge_entry({"cluster": "C", **base}, {"cluster": "C", **overlay})})
     theirs = merge_host("h", [HostSpec.model_validate({"cluster": "C", **base}),

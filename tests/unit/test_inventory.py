@@ -84,7 +84,7 @@ def test_example_documents_and_validates() -> None:
 def _all_models(model: type) -> set[type]:
     from pydantic import BaseModel
 
-    from vgpuctl.inventory import _unwrap
+    from vgpuctl.inventory.yamlpos import _unwrap
 
     seen: set[type] = set()
     todo = [model]
@@ -207,9 +207,9 @@ def test_format_path() -> None:
 
 
 def test_inventory_wide_vm_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vgpuctl import inventory as inv_mod
+    from vgpuctl.inventory import ranges
 
-    monkeypatch.setattr(inv_mod, "MAX_INVENTORY_VMS", 25)
+    monkeypatch.setattr(ranges, "MAX_INVENTORY_VMS", 25)
     text = "apiVersion: vgpuctl/v1\nvms:\n  - name: a-{1..20}\n  - name: b\n  - name: c-{1..9}\n  - name: d-{1..9}\n"
     with pytest.raises(InventoryErrors) as info:
         load_inventory_text(text, "f.yaml")

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from vgpuctl import inventory as inv_mod
-from vgpuctl.errors import InventoryError
+from vgpuctl.errors import InventoryError, InventoryErrors
+from vgpuctl.inventory import load_inventory, yamlpos
 
 pytestmark = pytest.mark.unit
 
@@ -78,7 +78,7 @@ DECLINED = [
 
 def _ruamel(text: str):
     try:
-        return inv_mod._ruamel_yaml(text, "f")
+        return yamlpos._ruamel_yaml(text, "f")
     except InventoryError as exc:
         return exc.located()
 
@@ -96,8 +96,8 @@ def _same_types(a, b) -> bool:
 def _check(text: str) -> bool:
     """True when the fast path read `text`; then it must equal ruamel's reading, value types included."""
     try:
-        fast = inv_mod._fast_yaml(text, "f")
-    except inv_mod._NotFast:
+        fast = yamlpos._fast_yaml(text, "f")
+    except yamlpos._NotFast:
         return False
     except InventoryError as exc:  # refused (anchors): ruamel must refuse it the same way
         assert _ruamel(text) == exc.located()
@@ -135,9 +135,9 @@ def test_big_inventory_takes_the_fast_path(tmp_path: Path, monkeypatch: pytest.M
     def no_ruamel(*args):
         raise AssertionError("ruamel was used")
 
-    monkeypatch.setattr(inv_mod, "_ruamel_yaml", no_ruamel)
-    with pytest.raises(inv_mod.InventoryErrors) as info:
-        inv_mod.load_inventory(path)
+    monkeypatch.setattr(yamlpos, "_ruamel_yaml", no_ruamel)
+    with pytest.raises(InventoryErrors) as info:
+        load_inventory(path)
     # the wrapped `vgpus: {profile, count}` still points at its count, on the last line
     expected = f"{path}:305:44: vms[300].vgpus.count: must be between 1 and 8 (got 9)"
     assert [str(e) for e in info.value.errors] == [expected]
@@ -155,7 +155,7 @@ ANCHORED = [
 
 @pytest.mark.parametrize(("text", "start"), ANCHORED)
 def test_anchors_are_refused_at_their_position_by_both_readers(text: str, start: str) -> None:
-    for reader in (inv_mod._fast_yaml, inv_mod._ruamel_yaml):
+    for reader in (yamlpos._fast_yaml, yamlpos._ruamel_yaml):
         with pytest.raises(InventoryError) as info:
             reader(text, "f")
         assert info.value.located().startswith(start), reader.__name__
@@ -174,7 +174,7 @@ def test_alias_bomb_fails_fast_at_the_first_anchor(tmp_path: Path, line_end: str
     path = tmp_path / "bomb.yaml"
     path.write_bytes(_alias_bomb(12).replace("\n", line_end).encode())
     with pytest.raises(InventoryError) as info:
-        inv_mod.load_inventory(path)
+        load_inventory(path)
     assert info.value.located().startswith(f"{path}:2:5: YAML anchor or alias &l0: anchors and aliases")
 
 
@@ -190,6 +190,6 @@ def test_inventory_with_typed_scalars_and_empty_values_takes_the_fast_path(
     def no_ruamel(*args):
         raise AssertionError("ruamel read the whole file")
 
-    monkeypatch.setattr(inv_mod, "_ruamel_yaml", no_ruamel)
-    inv = inv_mod.load_inventory(path)
+    monkeypatch.setattr(yamlpos, "_ruamel_yaml", no_ruamel)
+    inv = load_inventory(path)
     assert len(inv.vms) == 200 and {(vm.memory_gb, vm.cpus, vm.folder) for vm in inv.vms} == {(64.0, 16, None)}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from vgpuctl.hostmerge import Origin, merge_hosts
 from vgpuctl.inventory import load_inventory_text
+from vgpuctl.inventory.merge import Origin, merge_hosts
 
 pytestmark = pytest.mark.unit
 

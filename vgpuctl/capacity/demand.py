@@ -10,25 +10,21 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from vgpuctl.domain import MAX_VGPUS_PER_VM
 from vgpuctl.errors import InventoryError, InventoryErrors
-from vgpuctl.inventory import (
-    API_VERSION,
-    MAX_VGPUS_PER_VM,
-    InventoryErrorLocation,
-    Path_,
-    Pos,
-    _Model,
-    _read_yaml,
-    _schema_errors,
-)
+from vgpuctl.inventory.schema import API_VERSION, MAX_VM_NAME, StrictModel, vm_name_problem
+from vgpuctl.inventory.yamlpos import KeyPath, PositionedYaml, read_yaml
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, parse_profile
 
 ALLOW = ("mig", "vgpu-mode", "profile")
 SERIES = ("a", "b", "c", "q")
 MAX_DEMAND_VMS = 100_000
+# The VMs of a demand entry are named `<name>-NNN`, numbered with at least 3 digits and up to as many as
+# MAX_DEMAND_VMS has: the name leaves room for that suffix in a VM name.
+MAX_DEMAND_NAME = MAX_VM_NAME - len(f"-{MAX_DEMAND_VMS}")
 
 
-class DemandVgpus(_Model):
+class DemandVgpus(StrictModel):
     profile: str | None = None
     fb_gb: int | None = Field(default=None, ge=1)
     series: Literal["a", "b", "c", "q"] | None = None
@@ -50,7 +46,7 @@ class DemandVgpus(_Model):
         return self
 
 
-class DemandItem(_Model):
+class DemandItem(StrictModel):
     name: str
     count: int = Field(ge=1, le=MAX_DEMAND_VMS)
     vgpus: DemandVgpus
@@ -60,8 +56,19 @@ class DemandItem(_Model):
     cpus: int | None = Field(default=None, ge=1, le=768)
     memory_gb: float | None = Field(default=None, gt=0)
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        problem = vm_name_problem(v, check_length=False)
+        if problem:
+            raise ValueError(problem)
+        if len(v) > MAX_DEMAND_NAME:
+            raise ValueError(f"is {len(v)} characters long; a demand name takes at most {MAX_DEMAND_NAME}, so that "
+                             f"its VMs' names (NAME-NNN) fit vSphere's {MAX_VM_NAME}")
+        return v
 
-class Demand(_Model):
+
+class Demand(StrictModel):
     api_version: Literal["vgpuctl/v1"] = Field(alias="apiVersion")
     kind: Literal["Demand"]
     clusters: list[str] | None = None
@@ -77,30 +84,28 @@ def load_demand(path: str | Path) -> Demand:
     p = Path(path)
     if not p.exists():
         raise InventoryError("demand file not found", file)
-    data, pos, keypos = _read_yaml(p)
-    if not isinstance(data, dict):
+    doc = read_yaml(p)
+    if not isinstance(doc.data, dict):
         raise InventoryError(f"the demand file must be a mapping with apiVersion: {API_VERSION}, kind: Demand",
                              file, 1, 1)
     try:
-        demand = Demand.model_validate(data)
+        demand = Demand.model_validate(doc.data)
     except ValidationError as exc:
-        raise InventoryErrors(_schema_errors(exc, file, pos, keypos, set())) from None
-    errors = list(_semantic_errors(demand, file, pos))
+        raise InventoryErrors(doc.schema_errors(exc, Demand)) from None
+    errors = list(_semantic_errors(demand, doc))
     if errors:
         raise InventoryErrors(errors)
     return demand
 
 
-def _semantic_errors(demand: Demand, file: str, pos: dict[Path_, Pos]) -> list[InventoryError]:
-    def error(path: Path_, message: str) -> InventoryError:
-        return InventoryErrorLocation(file, pos, set(), path).error(message)
-
+def _semantic_errors(demand: Demand, doc: PositionedYaml) -> list[InventoryError]:
+    error = doc.error
     errors = []
     if not demand.demand:
         errors.append(error(("demand",), "lists no demand"))
     seen: set[str] = set()
     for i, item in enumerate(demand.demand):
-        base: Path_ = ("demand", i)
+        base: KeyPath = ("demand", i)
         if item.name in seen:
             errors.append(error((*base, "name"), f"duplicate demand name {item.name!r}"))
         seen.add(item.name)

@@ -127,8 +127,9 @@ def plan_document(planned: Planned, opts: GlobalOptions) -> PlanReport:
 
 def save_plan(out: Path, file: Path, planned: Planned, report: PlanReport) -> None:
     from vgpuctl import planfile
+    from vgpuctl.filelimits import read_text
 
-    text = file.read_text(encoding="utf-8")
+    text = read_text(file)  # the inventory as planned: the file was read once already, bounded again
     basis = planfile.basis_of(planned.observed, planned.plan, planned.classes)
     document = report.to_dict()
     document.pop("round_trips", None)

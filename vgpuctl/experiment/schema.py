@@ -17,16 +17,23 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from vgpuctl.errors import InventoryError, InventoryErrors
-from vgpuctl.inventory import Inventory, Path_, Pos, _lookup, _read_yaml, _schema_errors, expand_name
+from vgpuctl.inventory import Inventory, expand_name
+from vgpuctl.inventory.yamlpos import KeyPath, Pos, PositionedYaml, format_path, lookup, read_yaml
 
 KIND = "Experiment"
 BUILTIN_WORKLOADS = ("nccl-tests", "p2pBandwidthLatencyTest")
 NCCL_TESTS = ("all_reduce_perf", "sendrecv_perf")
-_VARIANT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_FOLDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")  # names a folder: one safe path component
+
+
+def _folder_name(v: str) -> str:
+    if not _FOLDER_NAME.match(v):
+        raise ValueError(f"must be letters, digits, '.', '_' or '-' (it names a folder), got {v!r}")
+    return v
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, allow_inf_nan=False)
 
 
 class WorkloadSpec(_Model):
@@ -70,9 +77,7 @@ class VariantSpec(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _VARIANT_NAME.match(v):
-            raise ValueError(f"must be letters, digits, '.', '_' or '-' (it names a folder), got {v!r}")
-        return v
+        return _folder_name(v)
 
     @field_validator("hosts")
     @classmethod
@@ -102,7 +107,12 @@ class Experiment(_Model):
     workload: WorkloadSpec | None = None
     variants: list[VariantSpec] = Field(min_length=1)
     _source_path: str = PrivateAttr(default="<experiment>")
-    _pos: dict[Path_, Pos] = PrivateAttr(default_factory=dict)
+    _pos: dict[KeyPath, Pos] = PrivateAttr(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        return None if v is None else _folder_name(v)
 
     @property
     def source_path(self) -> str:
@@ -128,16 +138,9 @@ class Experiment(_Model):
                 return v
         raise KeyError(name)
 
-    def error(self, path: Path_, message: str) -> InventoryError:
-        line, col = _lookup(self._pos, path)
-        return InventoryError(f"{_format(path)}: {message}" if path else message, self._source_path, line, col)
-
-
-def _format(path: Path_) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
+    def error(self, path: KeyPath, message: str) -> InventoryError:
+        line, col = lookup(self._pos, path)
+        return InventoryError(f"{format_path(path)}: {message}" if path else message, self._source_path, line, col)
 
 
 # ------------------------------------------------------------------------------------------------ load
@@ -145,28 +148,25 @@ def _format(path: Path_) -> str:
 
 def load_experiment(path: str | Path) -> Experiment:
     """Read and check an experiment file (not yet the merged inventories: see `merge_variant`)."""
-    file = str(path)
-    data, pos, keypos = _read_yaml(Path(path))
-    if not isinstance(data, dict):
+    doc = read_yaml(path)
+    if not isinstance(doc.data, dict):
         raise InventoryError("the experiment file must be a mapping (apiVersion: vgpuctl/v1, kind: Experiment)",
-                             file, 1, 1)
+                             doc.file, 1, 1)
     try:
-        exp = Experiment.model_validate(data)
+        exp = Experiment.model_validate(doc.data)
     except ValidationError as exc:
-        errors = _located_schema_errors(exc, file, pos, keypos)
+        errors = _located_schema_errors(exc, doc)
         raise InventoryErrors(sorted(errors, key=lambda e: (e.line or 0, e.col or 0))) from None
-    exp._source_path, exp._pos = file, pos
+    exp._source_path, exp._pos = doc.file, doc.pos
     errors = list(_check(exp))
     if errors:
         raise InventoryErrors(errors)
     return exp
 
 
-def _located_schema_errors(
-    exc: ValidationError, file: str, pos: dict[Path_, Pos], keypos: dict[Path_, Pos]
-) -> list[InventoryError]:
+def _located_schema_errors(exc: ValidationError, doc: PositionedYaml) -> list[InventoryError]:
     """The inventory loader's located schema errors; an unknown key's hint names this file's keys."""
-    located = _schema_errors(exc, file, pos, keypos, set())
+    located = doc.schema_errors(exc)
     for err, loc_err in zip(exc.errors(include_url=False), located, strict=True):
         if err["type"] != "extra_forbidden":
             continue
@@ -209,6 +209,8 @@ def _check(exp: Experiment) -> list[InventoryError]:
             errors.append(exp.error(("variants", i), f"variant {v.name!r} has no workload (and the file sets none)"))
     if len(set(exp.vms)) != len(exp.vms):
         errors.append(exp.error(("vms",), "a VM is listed twice"))
+    if exp.name is None and exp.title in ("", ".", ".."):
+        errors.append(exp.error((), f"the file name does not name a results folder ({exp.title!r}): set 'name'"))
     return errors
 
 
@@ -216,7 +218,7 @@ def _check(exp: Experiment) -> list[InventoryError]:
 
 
 def merge_entry(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
-    """The inventory's merge rules (vgpuctl.hostmerge) on plain entries: mappings key by key, lists and scalars
+    """The inventory's merge rules (vgpuctl.inventory.merge) on plain entries: mappings key by key, lists and scalars
     replaced, `gpus` merged by `select`. Shorthands are written out first (`scheduler: equal-share` is
     `{policy: equal-share}`), as the schema reads them."""
     out = _longhand(copy.deepcopy(base))
@@ -343,18 +345,18 @@ def checked_variants(exp: Experiment) -> list[tuple[MergedVariant, Inventory]]:
 
 def _relocate(exp: Experiment, index: int, merged: MergedVariant, err: InventoryError) -> InventoryError:
     m = _ENTRY.match(err.message)
-    where: Path_ = ("variants", index)
+    where: KeyPath = ("variants", index)
     if m is not None and (m[1], int(m[2])) in merged.overlay_of:
         where = ("variants", index, m[1], merged.overlay_of[(m[1], int(m[2]))])
-    line, col = _lookup(exp._pos, where)
-    text = f"{_format(where)}: variant {merged.name!r} merged onto {exp.inventory}: {err.message}"
+    line, col = lookup(exp._pos, where)
+    text = f"{format_path(where)}: variant {merged.name!r} merged onto {exp.inventory}: {err.message}"
     return InventoryError(text, exp.source_path, line, col)
 
 
-def unrestorable(base: dict[str, Any], overlay: dict[str, Any], path: Path_ = ()) -> list[Path_]:
+def unrestorable(base: dict[str, Any], overlay: dict[str, Any], path: KeyPath = ()) -> list[KeyPath]:
     """Keys the overlay sets that the base entry leaves unset: applying the base again would not undo them
     (an inventory leaves unset settings as they are), so the experiment could not restore the farm."""
-    out: list[Path_] = []
+    out: list[KeyPath] = []
     base, overlay = _longhand(base), _longhand(overlay)
     for key, value in overlay.items():
         if key not in base:
@@ -371,8 +373,8 @@ def unrestorable(base: dict[str, Any], overlay: dict[str, Any], path: Path_ = ()
     return out
 
 
-def _unrestorable_message(path: Path_) -> str:
-    return (f"the base inventory leaves {_format(path)} unset, so restoring the base would not undo this "
+def _unrestorable_message(path: KeyPath) -> str:
+    return (f"the base inventory leaves {format_path(path)} unset, so restoring the base would not undo this "
             "variant: set it in the base inventory")
 
 
@@ -392,7 +394,7 @@ def _no_vm_message(name: str, vms: list[Any]) -> str:
 
 def read_base(exp: Experiment) -> dict[str, Any]:
     """The base inventory's plain data (positions are the inventory loader's business)."""
-    data, _pos, _keypos = _read_yaml(exp.base_inventory_path)
+    data = read_yaml(exp.base_inventory_path).data
     if not isinstance(data, dict):
         raise InventoryError("the inventory must be a mapping", str(exp.base_inventory_path), 1, 1)
     return data

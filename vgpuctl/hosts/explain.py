@@ -1,6 +1,6 @@
 """`vgpuctl plan --explain HOST`: one host's merged settings beside what vCenter has now, and where each came from.
 
-The host takes its cluster's entry, then its own `name:` entry on top (vgpuctl.hostmerge); every value either
+The host takes its cluster's entry, then its own `name:` entry on top (vgpuctl.inventory.merge); every value either
 entry sets is listed with the entry and FILE:LINE that set it last, the value vCenter reports for it (when it
 is a vCenter value), and the changes the plan makes on the host. Pure: no I/O.
 """
@@ -18,7 +18,7 @@ from vgpuctl.reports.explain import ExplainedValue, ExplainReport
 
 
 def explain_host(name: str, inventory: Inventory, observed: Observed, plan: Plan) -> ExplainReport:
-    from vgpuctl.hostmerge import merge_hosts
+    from vgpuctl.inventory.merge import merge_hosts
     from vgpuctl.reports.plan import host_diff
 
     host = observed.hosts.get(name)

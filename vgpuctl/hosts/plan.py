@@ -186,8 +186,8 @@ def needs_reboot(changes: Sequence[HostChange]) -> bool:
 
 def resolve_hosts(specs: Sequence[HostSpec], observed: Observed) -> tuple[dict[str, HostSpec], list[str]]:
     """Host name -> the settings that apply to it: its cluster's entry with its own `name:` entry merged
-    over it (vgpuctl.hostmerge, which also says where each value came from)."""
-    from vgpuctl.hostmerge import merge_hosts
+    over it (vgpuctl.inventory.merge, which also says where each value came from)."""
+    from vgpuctl.inventory.merge import merge_hosts
 
     merged, errors = merge_hosts(specs, observed.clusters, observed.hosts)
     return {name: m.spec for name, m in merged.items()}, errors

@@ -35,7 +35,7 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 class _Section(BaseModel):
     # The same rules as the rest of the inventory (vgpuctl.inventory): unknown keys and loose types are errors.
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, allow_inf_nan=False)
 
 
 def _dns_label(v: str) -> str:

@@ -15,7 +15,9 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from vgpuctl.inventory import GpuSpec, HostSpec, Path_, format_path, host_problems
+from vgpuctl.inventory.checks import host_problems
+from vgpuctl.inventory.schema import GpuSpec, HostSpec
+from vgpuctl.inventory.yamlpos import KeyPath, format_path
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -127,7 +129,7 @@ def _origins_of(entry: HostSpec) -> dict[str, Origin]:
     return out
 
 
-def _set_leaves(model: BaseModel, path: Path_) -> Iterable[tuple[str, Path_]]:
+def _set_leaves(model: BaseModel, path: KeyPath) -> Iterable[tuple[str, KeyPath]]:
     """(display key, key path in the entry) of every value the entry sets itself."""
     for key in type(model).model_fields:
         if key not in model.model_fields_set:
@@ -144,7 +146,7 @@ def _set_leaves(model: BaseModel, path: Path_) -> Iterable[tuple[str, Path_]]:
             yield format_path(here), here
 
 
-def _line_of(entry: HostSpec, path: Path_) -> int | None:
+def _line_of(entry: HostSpec, path: KeyPath) -> int | None:
     p = tuple(path)
     while p:
         if p in entry._pos:
@@ -171,7 +173,7 @@ def _conflicts(merged: MergedHost, entries: Sequence[HostSpec]) -> list[str]:
     return out
 
 
-def _entry_path(merged: HostSpec, entry: HostSpec, path: Path_) -> Path_:
+def _entry_path(merged: HostSpec, entry: HostSpec, path: KeyPath) -> KeyPath:
     """A key path of the merged settings as a key path of one entry (GPU items are matched by select)."""
     if len(path) > 1 and path[0] == "gpus" and isinstance(path[1], int):
         select = merged.gpus[path[1]].select
@@ -180,7 +182,7 @@ def _entry_path(merged: HostSpec, entry: HostSpec, path: Path_) -> Path_:
     return path
 
 
-def _where(entry: HostSpec, path: Path_) -> str:
+def _where(entry: HostSpec, path: KeyPath) -> str:
     line = _line_of(entry, path)
     file = entry._file or "<inventory>"
     return f"{file}:{line}" if line else file

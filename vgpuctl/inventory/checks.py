@@ -1,0 +1,174 @@
+"""The inventory's semantic checks: the rules that need more than one field and no vCenter.
+
+`validate(inv)` raises InventoryErrors listing every problem; `iter_problems(inv)` yields them; `host_problems`
+holds the rules one host entry, or a host's merged settings, must meet. `group_repeated` shows an error of one
+cause once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from vgpuctl.domain import MAX_VGPUS_PER_VM
+from vgpuctl.errors import InventoryError, InventoryErrors
+from vgpuctl.inventory.schema import HostSpec, Inventory, SchedulerSpec, VmSpec
+from vgpuctl.inventory.yamlpos import KeyPath
+from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, is_host_spelling, mixing_problem, parse_profile
+from vgpuctl.supervisor.vmclasses import iter_problems as class_problems
+
+
+def validate(inv: Inventory) -> None:
+    """Semantic checks that need no vCenter; raises InventoryErrors listing every problem."""
+    errors = list(iter_problems(inv))
+    if errors:
+        raise InventoryErrors(group_repeated(errors))
+
+
+def iter_problems(inv: Inventory) -> Iterator[InventoryError]:
+    yield from _check_vms(inv)
+    yield from _check_hosts(inv)
+    yield from class_problems(inv)  # VM classes and namespaces: duplicates, unknown references
+
+
+def _folder_key(folder: str | None) -> str | None:
+    """`/ml/train/` and `ml/train` name one folder; no folder stays None (not the root)."""
+    return None if folder is None else "/".join(part for part in folder.split("/") if part)
+
+
+def _check_vms(inv: Inventory) -> Iterator[InventoryError]:
+    seen: dict[tuple[str | None, str], VmSpec] = {}  # a VM is its folder and its name
+    groups = set(inv.guests.groups)
+    for vm in inv.vms:
+        base: KeyPath = ("vms", vm._index)
+        key = (_folder_key(vm.folder), vm.name)
+        if key in seen:
+            first = seen[key]
+            where = f" (first defined at line {first._line})" if first._line else ""
+            in_folder = f" in folder {vm.folder!r}" if vm.folder is not None else ""
+            yield inv.error((*base, "name"), f"duplicate VM name {vm.name!r}{in_folder}{where}")
+            continue
+        seen[key] = vm
+        if not vm._vgpus_invalid:
+            yield from _check_vgpus(inv, vm, base)
+        if vm.guest is not None and vm.guest.group not in groups:
+            known = ", ".join(sorted(groups)) or "none defined"
+            yield inv.error((*base, "guest", "group"),
+                            f"unknown guest group {vm.guest.group!r} (guests.groups: {known})")
+        if vm.cluster is not None and vm.host is not None:
+            yield inv.error(base, "set 'cluster' or 'host', not both")
+
+
+def _check_vgpus(inv: Inventory, vm: VmSpec, base: KeyPath) -> Iterator[InventoryError]:
+    parsed = []
+    for j, spec in enumerate(vm.vgpus):
+        try:
+            parsed.append(parse_profile(spec.profile))
+        except ProfileError:
+            if not is_host_spelling(spec.profile):  # else the plan asks the host (and names what it offers)
+                yield inv.error((*base, "vgpus", j, "profile"),
+                                f"not a vGPU profile name {spec.profile!r} (expected {PROFILE_GRAMMAR})")
+    if len(parsed) != len(vm.vgpus):
+        return
+    total = vm.vgpu_count
+    if total > MAX_VGPUS_PER_VM:
+        yield inv.error((*base, "vgpus"), f"{total} vGPUs in total; a VM holds at most {MAX_VGPUS_PER_VM}")
+    problem = mixing_problem(parsed)
+    if problem:
+        yield inv.error((*base, "vgpus"), problem)
+    if vm.nvlink == "required" and not vm.manages_vgpus:
+        yield inv.error((*base, "nvlink"), "NVLink needs the VM's 'vgpus' listed (its device group is made of them)")
+    elif vm.nvlink == "required":
+        if total < 2:
+            yield inv.error((*base, "nvlink"), "NVLink needs at least 2 vGPUs in the VM")
+        for p in parsed:
+            board = BOARDS.get(p.board)
+            if p.is_mig or p.series != "c":
+                yield inv.error((*base, "nvlink"),
+                                f"NVLink P2P works only with time-sliced C-series vGPUs ({p.name} is not one)")
+                break
+            if board is not None and p.fb_gb != board.fb_gb:
+                yield inv.error((*base, "nvlink"), f"NVLink P2P needs vGPUs that take a whole GPU "
+                                f"({p.name} has {p.fb_gb} GB of a {board.fb_gb} GB {board.model})")
+                break
+            if board is not None and not board.nvlink_capable:
+                yield inv.error((*base, "nvlink"), f"{board.model} GPUs have no NVLink")
+                break
+
+
+def _check_hosts(inv: Inventory) -> Iterator[InventoryError]:
+    seen: set[str] = set()
+    for i, h in enumerate(inv.hosts):
+        base: KeyPath = ("hosts", i)
+        key = h.target
+        if key in seen:
+            yield inv.error(base, f"{key} is configured twice")
+        seen.add(key)
+        for path, message in host_problems(h):
+            yield inv.error((*base, *path), message)
+
+
+def host_problems(h: HostSpec) -> list[tuple[KeyPath, str]]:
+    """The rules one host entry, or a host's merged settings, must meet; key paths relative to the entry."""
+    out: list[tuple[KeyPath, str]] = []
+    mixed = False
+    selects: set[str] = set()
+    for j, g in enumerate(h.gpus):
+        if g.select in selects:
+            out.append((("gpus", j, "select"), f"GPU selection {g.select!r} appears twice"))
+        selects.add(g.select)
+        if g.mode == "mig" and g.vgpu_mode is not None:
+            out.append((("gpus", j, "vgpu_mode"),
+                        "vgpu_mode applies to time-sliced GPUs only (MIG GPUs are multiInstanceGpu)"))
+        if g.vgpu_mode == "mixedSize":
+            mixed = True
+    if h.scheduler is not None:
+        if mixed and h.scheduler.policy == "fixed-share":
+            out.append((("scheduler",), "mixed-size GPUs support only the best-effort and equal-share schedulers"))
+        out += [(("scheduler", *path), message) for path, message in _scheduler_problems(h.scheduler)]
+    return out
+
+
+def _scheduler_problems(spec: SchedulerSpec) -> Iterator[tuple[KeyPath, str]]:
+    tuning = [k for k in ("timeslice_ms", "frequency_hz", "averaging_factor") if getattr(spec, k) is not None]
+    if tuning and spec.policy == "best-effort":
+        what = "a time slice" if tuning[0] == "timeslice_ms" else tuning[0]
+        yield (tuning[0],), f"{what} applies to equal-share and fixed-share only"
+    elif "timeslice_ms" in tuning and len(tuning) > 1:
+        yield ("timeslice_ms",), "timeslice_ms cannot be combined with frequency_hz or averaging_factor"
+
+
+# ----------------------------------------------------------------------------- repeated errors, grouped
+
+_INDEX = re.compile(r"\[\d+\]")
+GROUP_AT = 3  # this many errors of one cause are shown as one
+
+
+def group_repeated(errors: list[InventoryError]) -> list[InventoryError]:
+    """Errors of one cause, once. The same error at one place (every VM of a name range) is kept once with
+    the count; the same problem in GROUP_AT or more entries is its first occurrence plus the others' lines."""
+    counted: dict[tuple[Any, ...], tuple[InventoryError, int]] = {}
+    for e in errors:
+        key = (e.file, e.line, e.col, e.message)
+        first, n = counted.get(key, (e, 0))
+        counted[key] = (first, n + 1)
+    causes: dict[tuple[Any, ...], list[InventoryError]] = {}
+    for e, n in counted.values():
+        message = f"{e.message} (all {n} VMs of this entry's name range)" if n > 1 else e.message
+        one = InventoryError(message, e.file, e.line, e.col)
+        causes.setdefault((e.file, _INDEX.sub("[*]", e.message)), []).append(one)
+    out: list[InventoryError] = []
+    for same in causes.values():
+        if len(same) < GROUP_AT:
+            out += same
+            continue
+        first, rest = same[0], same[1:]
+        lines = ", ".join(str(e.line) for e in rest[:8] if e.line) + (", ..." if len(rest) > 8 else "")
+        hint = f" (the same in {len(rest)} more entries, at lines {lines}: one cause, fix them alike)"
+        out.append(InventoryError(first.message + hint, first.file, first.line, first.col))
+    return sorted(out, key=error_order)
+
+
+def error_order(err: InventoryError) -> tuple[int, int]:
+    return (err.line or 0, err.col or 0)

@@ -1,0 +1,170 @@
+"""Loading an inventory: read the YAML, check the schema, expand name ranges, place each entry in the file.
+
+`load_inventory(path)` raises InventoryErrors with every schema and semantic problem at once: when the schema
+check fails, the semantic checks still run on the parts of the file that passed it.
+"""
+
+from __future__ import annotations
+
+import typing
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from vgpuctl.errors import InventoryError, InventoryErrors
+from vgpuctl.inventory.checks import error_order, group_repeated, iter_problems
+from vgpuctl.inventory.ranges import expand_name, expand_vms, range_errors
+from vgpuctl.inventory.schema import API_VERSION, GuestGroup, GuestsSpec, HostSpec, Inventory, StrictModel, VmSpec
+from vgpuctl.inventory.yamlpos import KeyPath, Pos, PositionedYaml, read_yaml, read_yaml_text
+
+_M = typing.TypeVar("_M", bound=StrictModel)
+
+
+def load_inventory(path: str | Path) -> Inventory:
+    """Read, parse and schema-check an inventory; VM names come back range-expanded."""
+    return _load(read_yaml(path))
+
+
+def load_inventory_text(text: str, name: str = "<inventory>") -> Inventory:
+    """Like load_inventory, from a string (tests, stdin, saved plans); `name` names it in errors."""
+    return _load(read_yaml_text(text, name))
+
+
+def _load(doc: PositionedYaml) -> Inventory:
+    data, file, pos = doc.data, doc.file, doc.pos
+    if data is None:
+        raise InventoryError("the inventory is empty (expected a mapping with apiVersion: vgpuctl/v1)", file, 1, 1)
+    if not isinstance(data, dict):
+        raise InventoryError(f"the inventory must be a mapping (got {type(data).__name__})", file, 1, 1)
+    wrapped = _wrap_vgpus(data, pos, doc.keypos)
+    name_errors = range_errors(data, file, pos)
+    try:
+        inv = Inventory.model_validate(data)
+    except ValidationError as exc:
+        errors = doc.schema_errors(exc, Inventory, wrapped) + name_errors
+        errors += _problems_of_valid_parts(data, file, pos, wrapped)  # one pass: the semantic problems too
+        raise InventoryErrors(group_repeated(sorted(errors, key=error_order))) from None
+    if name_errors:
+        errors = name_errors + _problems_of_valid_parts(data, file, pos, wrapped)
+        raise InventoryErrors(group_repeated(sorted(errors, key=error_order)))
+    inv._source_path, inv._pos, inv._wrapped = file, pos, wrapped
+    _place_hosts(inv, file, pos)
+    expand_vms(inv)
+    return inv
+
+
+def _wrap_vgpus(data: dict[str, Any], pos: dict[KeyPath, Pos], keypos: dict[KeyPath, Pos]) -> set[KeyPath]:
+    """`vgpus: {profile, count}` -> a one-item list, with positions copied so messages still point at it."""
+    wrapped: set[KeyPath] = set()
+    vms = data.get("vms")
+    if not isinstance(vms, list):
+        return wrapped
+    for i, vm in enumerate(vms):
+        if isinstance(vm, dict) and isinstance(vm.get("vgpus"), dict):
+            base: KeyPath = ("vms", i, "vgpus")
+            vm["vgpus"] = [vm["vgpus"]]
+            wrapped.add(base)
+    if not wrapped:
+        return wrapped
+    for table in (pos, keypos):  # one pass over each table: paths under a wrapped base gain the [0]
+        moved = [(p, v) for p, v in table.items() if len(p) > 3 and p[:3] in wrapped]
+        for p, v in moved:
+            table[(*p[:3], 0, *p[3:])] = v
+    for base in wrapped:
+        pos[(*base, 0)] = pos.get(base, (1, 1))
+    return wrapped
+
+
+def _place_hosts(inv: Inventory, file: str, pos: dict[KeyPath, Pos], indices: list[int] | None = None) -> None:
+    """Each host entry learns its file and the positions of its own keys (host merging names them)."""
+    by_entry: dict[int, dict[KeyPath, Pos]] = {}
+    for path, at in pos.items():
+        if len(path) > 2 and path[0] == "hosts" and isinstance(path[1], int):
+            by_entry.setdefault(path[1], {})[path[2:]] = at
+    for i, h in zip(indices or range(len(inv.hosts)), inv.hosts, strict=True):
+        h._index, h._line = i, pos.get(("hosts", i), (None, None))[0]
+        h._file, h._pos = file, by_entry.get(i, {})
+
+
+# ---------------------------------------------------------------------- one pass: the valid parts of a file
+#
+# When the schema check fails, the semantic checks still run on what passed it, so that `validate` lists
+# every problem of a file at once. An entry that fails on some keys is checked without them (a VM whose
+# `vgpus` failed skips the vGPU checks); an entry that cannot stand without them is left out.
+
+
+def _problems_of_valid_parts(data: dict[str, Any], file: str, pos: dict[KeyPath, Pos],
+                             wrapped: set[KeyPath]) -> list[InventoryError]:
+    sections: dict[str, Any] = {}
+    for key in Inventory.model_fields:
+        if key in ("api_version", "hosts", "vms"):
+            continue
+        alias = Inventory.model_fields[key].alias or key
+        if alias in data:
+            sections[key] = _valid_section(key, alias, data[alias])
+    hosts, host_index = _valid_items(HostSpec, data.get("hosts"))
+    vms, vm_index = _valid_items(VmSpec, data.get("vms"))
+    named = [(vm, i) for vm, i in zip(vms, vm_index, strict=True) if _expands(vm.name)]
+    inv = Inventory.model_construct(api_version=API_VERSION, hosts=hosts, vms=[vm for vm, _ in named], **sections)
+    if isinstance(sections.get("guests"), _UnknownGroups):
+        inv.guests = GuestsSpec(groups={vm.guest.group: GuestGroup() for vm, _ in named if vm.guest})
+    inv._source_path, inv._pos, inv._wrapped = file, pos, wrapped
+    _place_hosts(inv, file, pos, host_index)
+    expand_vms(inv, [i for _, i in named])
+    return list(iter_problems(inv))
+
+
+class _UnknownGroups(GuestsSpec):
+    """`guests` failed so badly that its group names are unknown: no VM's group is judged."""
+
+
+def _valid_section(key: str, alias: str, value: Any) -> Any:
+    try:
+        return getattr(Inventory.model_validate({"apiVersion": API_VERSION, alias: value}), key)
+    except ValidationError:
+        if key != "guests":
+            return Inventory.model_fields[key].get_default(call_default_factory=True)
+        groups = value.get("groups") if isinstance(value, dict) else None
+        if isinstance(groups, dict):  # the groups exist even where their contents are wrong
+            return GuestsSpec(groups={str(name): GuestGroup() for name in groups})
+        return _UnknownGroups()
+
+
+def _valid_items(model: type[_M], items: Any) -> tuple[list[_M], list[int]]:
+    out: list[_M] = []
+    indices: list[int] = []
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        entry = _valid_item(model, item)
+        if entry is not None:
+            out.append(entry)
+            indices.append(i)
+    return out, indices
+
+
+def _valid_item(model: type[_M], item: Any) -> _M | None:
+    if not isinstance(item, dict):
+        return None
+    try:
+        return model.model_validate(item)
+    except ValidationError as exc:
+        bad = {str(e["loc"][0]) for e in exc.errors(include_url=False) if e["loc"]}
+    rest = {k: v for k, v in item.items() if k not in bad}
+    if not bad or len(rest) == len(item):
+        return None
+    try:
+        entry = model.model_validate(rest)
+    except ValidationError:
+        return None
+    if isinstance(entry, VmSpec) and "vgpus" in bad:
+        entry._vgpus_invalid = True
+    return entry
+
+
+def _expands(name: str) -> bool:
+    try:
+        expand_name(name)
+    except ValueError:
+        return False
+    return True
+

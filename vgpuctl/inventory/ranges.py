@@ -1,0 +1,127 @@
+"""Name ranges: `train-{01..04}` names four VMs, train-01 .. train-04.
+
+The caps keep a hostile file from exhausting memory or time (documented in the README): one entry expands to
+at most MAX_RANGE_NAMES names with at most 9 digits per bound, a file names at most MAX_INVENTORY_VMS VMs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+from vgpuctl.errors import InventoryError
+from vgpuctl.inventory.schema import MAX_VM_NAME, Inventory, VmSpec
+from vgpuctl.inventory.yamlpos import KeyPath, Pos, lookup
+
+MAX_RANGE_NAMES = 10_000  # names one `{FIRST..LAST}` entry may expand to
+MAX_INVENTORY_VMS = 100_000  # VMs one inventory file may name once ranges are expanded
+_RANGE_DIGITS = 9
+_RANGE = re.compile(r"\{([^{}]*)\}")
+_RANGE_BODY = re.compile(r"^(\d+)\.\.(\d+)$")
+
+
+def expand_name(name: str) -> list[str]:
+    """`train-{01..04}` -> train-01 .. train-04; several ranges multiply; zero padding is kept.
+
+    Raises ValueError for a malformed or reversed range, or one that expands to more than MAX_RANGE_NAMES
+    names (checked before any name is made)."""
+    if "{" not in name and "}" not in name:
+        return [name]
+    parts: list[str | _Range] = []
+    last = 0
+    for m in _RANGE.finditer(name):
+        literal = name[last:m.start()]
+        if "{" in literal or "}" in literal:
+            raise ValueError(f"unbalanced braces in {name!r}")
+        parts += [literal, _parse_range(m.group(1), name)]
+        last = m.end()
+    tail = name[last:]
+    if "{" in tail or "}" in tail:
+        raise ValueError(f"unbalanced braces in {name!r}")
+    parts.append(tail)
+    total = 1
+    for p in parts:
+        if isinstance(p, _Range):
+            total *= p.size
+    if total > MAX_RANGE_NAMES:
+        raise ValueError(f"{name!r} expands to {total} names (at most {MAX_RANGE_NAMES} per entry)")
+    choices = [[p] if isinstance(p, str) else p.values() for p in parts]
+    return ["".join(combo) for combo in itertools.product(*choices)]
+
+
+class _Range(typing.NamedTuple):
+    lo: int
+    hi: int
+    width: int
+
+    @property
+    def size(self) -> int:
+        return self.hi - self.lo + 1
+
+    def values(self) -> list[str]:
+        return [str(i).zfill(self.width) for i in range(self.lo, self.hi + 1)]
+
+
+def _parse_range(body: str, name: str) -> _Range:
+    m = _RANGE_BODY.match(body)
+    if m is None:
+        raise ValueError(
+            f"bad name range {{{body}}} in {name!r}: expected {{FIRST..LAST}} with numbers, e.g. {{01..04}}"
+        )
+    a, b = m.group(1), m.group(2)
+    if max(len(a), len(b)) > _RANGE_DIGITS:
+        raise ValueError(f"bad name range {{{body}}} in {name!r}: at most {_RANGE_DIGITS} digits per bound")
+    lo, hi = int(a), int(b)
+    if lo > hi:
+        raise ValueError(f"bad name range {{{body}}} in {name!r}: {a} is greater than {b}")
+    padded = (len(a) > 1 and a.startswith("0")) or (len(b) > 1 and b.startswith("0"))
+    return _Range(lo, hi, max(len(a), len(b)) if padded else 0)
+
+
+def expand_vms(inv: Inventory, indices: list[int] | None = None) -> None:
+    """Range names -> one VmSpec per name; `indices`: each entry's position in the file (default: in order)."""
+    expanded: list[VmSpec] = []
+    for i, vm in zip(indices or range(len(inv.vms)), inv.vms, strict=True):
+        line = inv._pos.get(("vms", i), (None, None))[0]
+        names = expand_name(vm.name)  # already checked by range_errors
+        if names == [vm.name]:
+            vm._index, vm._line = i, line
+            expanded.append(vm)
+            continue
+        for n in names:
+            copy = vm.model_copy(update={"name": n}, deep=True)
+            copy._index, copy._line = i, line
+            expanded.append(copy)
+    inv.vms = expanded
+
+
+def range_errors(data: Mapping[str, Any], file: str, pos: Mapping[KeyPath, Pos]) -> list[InventoryError]:
+    """Name-range mistakes, found before the schema check so that one pass reports them with the rest."""
+    errors = []
+    total = 0
+    vms = data.get("vms")
+    for i, vm in enumerate(vms if isinstance(vms, list) else []):
+        name = vm.get("name") if isinstance(vm, dict) else None
+        if not isinstance(name, str):
+            total += 1
+            continue
+        line, col = lookup(pos, ("vms", i, "name"))
+        try:
+            names = expand_name(name)
+        except ValueError as exc:
+            errors.append(InventoryError(f"vms[{i}].name: {exc}", file, line, col))
+            continue
+        total += len(names)
+        longest = max(names, key=len)
+        if "{" in name and len(longest) > MAX_VM_NAME:  # a plain name is measured by the schema
+            errors.append(InventoryError(f"vms[{i}].name: {name!r} names VMs of {len(longest)} characters "
+                                         f"({longest!r}); vSphere takes VM names of at most {MAX_VM_NAME}",
+                                         file, line, col))
+        if total > MAX_INVENTORY_VMS:
+            errors.append(InventoryError(f"vms[{i}].name: the inventory names more than {MAX_INVENTORY_VMS} VMs "
+                                         "(split it into several files)", file, line, col))
+            break
+    return errors

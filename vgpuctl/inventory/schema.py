@@ -1,0 +1,333 @@
+"""The inventory schema (apiVersion vgpuctl/v1): one pydantic model per section, unknown keys refused.
+
+Every field is documented in inventory.example.yaml. A VM entry without `vgpus` leaves the VM's vGPUs as they
+are (`VmSpec.manages_vgpus`); `vgpus: []` removes them. Loading is in vgpuctl.inventory.load, the checks that
+need more than one field in vgpuctl.inventory.checks.
+"""
+
+from __future__ import annotations
+
+import re
+import typing
+import unicodedata
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+
+from vgpuctl.domain import (
+    MAX_VGPUS_PER_VM,
+    AssignmentPolicy,
+    Evacuate,
+    GpuMode,
+    GraphicsType,
+    NvlinkRequirement,
+    NvlinkState,
+    Power,
+    SchedulerPolicy,
+    VgpuMode,
+)
+from vgpuctl.errors import InventoryError
+from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Pos
+from vgpuctl.supervisor.vmclasses import NamespaceList, VmClassList
+
+API_VERSION = "vgpuctl/v1"
+MAX_VM_NAME = 80  # characters in a VM's name (docs/sources.md: vSphere Virtual Machine Administration)
+
+_THUMB_PLAIN = re.compile(r"^[0-9a-fA-F]{64}$")
+_THUMB_COLONS = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){31}$")
+_BUS_ID = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _env_name(v: str | None) -> str | None:
+    if v is not None and not _ENV_NAME.match(v):
+        raise ValueError(f"must be the name of an environment variable, not a secret (got {v!r})")
+    return v
+
+
+# vSphere keeps these escaped in a name (%2F, %5C, %25: docs/sources.md), so it would not read back as written.
+_ESCAPED_BY_VSPHERE = "/\\%"
+# Control, format (invisible) and line-separator characters: no source says vSphere refuses them; a name is
+# also written into YAML, logs and file names, so they are refused.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Zl", "Zp"})
+
+
+def vm_name_problem(name: str, check_length: bool = True) -> str | None:
+    """Why `name` cannot be a VM's name, or None. `check_length=False` for a name range, whose names are
+    measured once expanded."""
+    if not name.strip():
+        return "must not be empty"
+    hidden = next((c for c in name if unicodedata.category(c) in _HIDDEN_CATEGORIES), None)
+    if hidden is not None:
+        return f"must not contain control or invisible characters (found {hidden!r} in {name!r})"
+    escaped = next((c for c in name if c in _ESCAPED_BY_VSPHERE), None)
+    if escaped is not None:
+        return (f"must not contain {escaped!r} (in {name!r}): vSphere stores '/', '\\' and '%' escaped, so the VM "
+                "would not be found by this name")
+    if check_length and len(name) > MAX_VM_NAME:
+        return f"is {len(name)} characters long; vSphere takes VM names of at most {MAX_VM_NAME}"
+    return None
+
+
+_T = typing.TypeVar("_T")
+Lax = typing.Annotated[_T, Field(strict=False)]  # a domain StrEnum given as its string in YAML
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors, values are not coerced from other types (a domain StrEnum excepted: Lax), and a
+    number is finite (YAML's .inf and .nan are refused)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=False, allow_inf_nan=False)
+
+
+# --------------------------------------------------------------------------------------------- vcenter
+
+
+class TlsSpec(StrictModel):
+    verify: bool = True
+    ca_file: str | None = None
+    thumbprint: str | None = None  # sha256 of the server certificate, hex, with or without colons
+
+    @field_validator("thumbprint")
+    @classmethod
+    def _thumbprint(cls, v: str | None) -> str | None:
+        if v is not None and not (_THUMB_PLAIN.match(v) or _THUMB_COLONS.match(v)):
+            raise ValueError(
+                f"must be a sha256 fingerprint: 64 hex digits, optionally as 32 colon-separated pairs (got {v!r})"
+            )
+        return v
+
+    @property
+    def thumbprint_hex(self) -> str | None:
+        """The pinned fingerprint as upper-case hex without colons."""
+        return self.thumbprint.replace(":", "").upper() if self.thumbprint else None
+
+
+class VcenterSpec(StrictModel):
+    url: str | None = None  # --url / VGPUCTL_URL / GOVC_URL win over this
+    datacenter: str | None = None
+    tls: TlsSpec = Field(default_factory=TlsSpec)
+
+
+# ----------------------------------------------------------------------------------------------- hosts
+
+
+class GraphicsSpec(StrictModel):
+    default_type: Lax[GraphicsType] | None = None
+    assignment_policy: Lax[AssignmentPolicy] | None = None
+
+
+class GpuSpec(StrictModel):
+    select: str = "all"  # all | a PCI bus id (0000:3b:00.0)
+    mode: Lax[GpuMode] | None = None
+    vgpu_mode: Lax[VgpuMode] | None = None  # time-sliced only
+    graphics_type: Lax[GraphicsType] | None = None
+
+    @field_validator("select")
+    @classmethod
+    def _select(cls, v: str) -> str:
+        if v != "all" and not _BUS_ID.match(v):
+            raise ValueError(f"must be 'all' or a PCI bus id like 0000:3b:00.0 (got {v!r})")
+        return v.lower()
+
+
+class SchedulerSpec(StrictModel):
+    """RmPVMRL fields (docs/scheduler.md): a time slice, or a strict round-robin frequency and averaging factor."""
+
+    policy: Lax[SchedulerPolicy] = SchedulerPolicy.BEST_EFFORT
+    timeslice_ms: int | None = Field(default=None, ge=1, le=30)
+    frequency_hz: int | None = Field(default=None, ge=63, le=960)
+    averaging_factor: int | None = Field(default=None, ge=1, le=60)
+
+
+class SshSpec(StrictModel):
+    user: str = "root"
+    port: int = Field(default=22, ge=1, le=65535)
+    known_hosts: str | None = None
+    key_file: str | None = None
+    password_env: str | None = None  # NAME of an environment variable holding the password, never the password
+
+    @field_validator("password_env")
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        return _env_name(v)
+
+
+class MaintenanceSpec(StrictModel):
+    evacuate: Lax[Evacuate] = Evacuate.REFUSE
+    max_unavailable: int = Field(default=1, ge=1)
+    reboot_timeout_s: int = Field(default=900, ge=1)
+
+
+class HostSpec(StrictModel):
+    cluster: str | None = None
+    name: str | None = None
+    graphics: GraphicsSpec | None = None
+    gpus: list[GpuSpec] = Field(default_factory=list)
+    nvlink: Lax[NvlinkState] | None = None
+    scheduler: SchedulerSpec | None = None
+    ssh: SshSpec = Field(default_factory=SshSpec)
+    maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
+    _line: int | None = PrivateAttr(default=None)
+    _index: int = PrivateAttr(default=0)
+    _file: str | None = PrivateAttr(default=None)
+    _pos: dict[KeyPath, Pos] = PrivateAttr(default_factory=dict)  # key path within the entry -> (line, col)
+
+    @field_validator("scheduler", mode="before")
+    @classmethod
+    def _scheduler_shorthand(cls, v: Any) -> Any:
+        return {"policy": v} if isinstance(v, str) else v
+
+    @model_validator(mode="after")
+    def _target(self) -> HostSpec:
+        if (self.cluster is None) == (self.name is None):
+            raise ValueError("set exactly one of 'cluster' or 'name'")
+        return self
+
+    @property
+    def target(self) -> str:
+        return f"cluster {self.cluster}" if self.cluster else f"host {self.name}"
+
+
+# ------------------------------------------------------------------------------------------------- vms
+
+
+class VgpuSpec(StrictModel):
+    profile: str
+    count: int = 1
+
+    @field_validator("count")
+    @classmethod
+    def _count(cls, v: int) -> int:
+        if not 1 <= v <= MAX_VGPUS_PER_VM:
+            raise ValueError(f"must be between 1 and {MAX_VGPUS_PER_VM} (got {v})")
+        return v
+
+
+class GuestRef(StrictModel):
+    group: str
+
+
+class VmSpec(StrictModel):
+    name: str
+    template: str | None = None
+    cluster: str | None = None
+    host: str | None = None
+    folder: str | None = None
+    cpus: int | None = Field(default=None, ge=1, le=768)
+    memory_gb: float | None = None
+    vgpus: list[VgpuSpec] = Field(default_factory=list)
+    nvlink: Lax[NvlinkRequirement] = NvlinkRequirement.NONE
+    power: Lax[Power] = Power.RESTART
+    guest: GuestRef | None = None
+    _line: int | None = PrivateAttr(default=None)
+    _index: int = PrivateAttr(default=0)  # position of the YAML entry this VM came from (before expansion)
+    _vgpus_invalid: bool = PrivateAttr(default=False)  # its `vgpus` failed the schema (one-pass validation)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_vgpus_is_unset(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "vgpus" in data and data["vgpus"] is None:
+            return {k: v for k, v in data.items() if k != "vgpus"}  # `vgpus:` alone leaves the vGPUs alone
+        return data
+
+    @field_validator("vgpus", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, dict) else v
+
+    @property
+    def manages_vgpus(self) -> bool:
+        """False when the entry has no `vgpus` key: the VM's vGPUs are left as they are."""
+        return "vgpus" in self.model_fields_set
+
+    @field_validator("memory_gb")
+    @classmethod
+    def _memory(cls, v: float | None) -> float | None:
+        if v is None:
+            return v
+        mb = v * 1024
+        if v <= 0 or mb != int(mb) or int(mb) % 4:
+            raise ValueError(f"must be a positive size in GB that is a whole multiple of 4 MB (got {v})")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        problem = vm_name_problem(v, check_length="{" not in v)  # a range's names: measured by range_errors
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @property
+    def memory_mb(self) -> int | None:
+        return int(self.memory_gb * 1024) if self.memory_gb is not None else None
+
+    @property
+    def vgpu_profiles(self) -> list[str]:
+        """One profile name per vGPU, in declaration order."""
+        return [v.profile for v in self.vgpus for _ in range(v.count)]
+
+    @property
+    def vgpu_count(self) -> int:
+        return sum(v.count for v in self.vgpus)
+
+
+# ---------------------------------------------------------------------------------------------- guests
+
+
+class GuestConnection(StrictModel):
+    user: str = "root"
+    port: int = Field(default=22, ge=1, le=65535)
+    key_file: str | None = None
+    password_env: str | None = None
+
+    @field_validator("password_env")
+    @classmethod
+    def _env(cls, v: str | None) -> str | None:
+        return _env_name(v)
+
+
+class GuestGroup(StrictModel):
+    roles: list[str] = Field(default_factory=list)
+    vars: dict[str, Any] = Field(default_factory=dict)
+
+
+class GuestsSpec(StrictModel):
+    connection: GuestConnection = Field(default_factory=GuestConnection)
+    groups: dict[str, GuestGroup] = Field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------- inventory
+
+
+class Inventory(StrictModel):
+    api_version: Literal["vgpuctl/v1"] = Field(alias="apiVersion")
+    vcenter: VcenterSpec = Field(default_factory=VcenterSpec)
+    hosts: list[HostSpec] = Field(default_factory=list)
+    vms: list[VmSpec] = Field(default_factory=list)
+    guests: GuestsSpec = Field(default_factory=GuestsSpec)
+    vm_classes: VmClassList = Field(default_factory=list)  # VM classes with vGPUs (vgpuctl.supervisor.vmclasses)
+    namespaces: NamespaceList = Field(default_factory=list)  # supervisor namespaces and their VM classes
+    _source_path: str | None = PrivateAttr(default=None)
+    _pos: dict[KeyPath, Pos] = PrivateAttr(default_factory=dict)
+    _wrapped: set[KeyPath] = PrivateAttr(default_factory=set)
+
+    @field_validator("hosts", "vms", mode="before")
+    @classmethod
+    def _empty_list(cls, v: Any) -> Any:
+        return [] if v is None else v  # `vms:` with nothing under it
+
+    @property
+    def source_path(self) -> str | None:
+        return self._source_path
+
+    def vm(self, name: str) -> VmSpec | None:
+        return next((v for v in self.vms if v.name == name), None)
+
+    def locate(self, path: KeyPath) -> InventoryErrorLocation:
+        return InventoryErrorLocation(self._source_path, self._pos, self._wrapped, path)
+
+    def error(self, path: KeyPath, message: str) -> InventoryError:
+        return self.locate(path).error(message)
+

@@ -1,0 +1,597 @@
+"""YAML files read into plain data plus the position of every key path, for FILE:LINE:COL errors.
+
+`read_yaml(path)` / `read_yaml_text(text, file)` return a `PositionedYaml`: the document as plain Python (dicts,
+lists, str, int, float, bool, None) and two maps from key paths (`("vms", 0, "name")`) to 1-based (line, column):
+`pos` for values (a nested mapping or sequence is placed at its key) and `keypos` for keys. YAML anchors and
+aliases are refused. `schema_errors` turns a pydantic ValidationError on that data into InventoryErrors located
+`FILE:LINE:COL: key.path: message`. Inventory, demand and experiment files are read with it.
+
+Two readers give the same result: a fast one over libyaml's event stream (when PyYAML's C binding is present)
+and ruamel.yaml's round-trip loader (YAML 1.2), which decides every case the fast one is unsure of.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+import types
+import typing
+from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from vgpuctl import filelimits
+from vgpuctl.errors import InventoryError
+
+Pos = tuple[int, int]  # 1-based line, column
+KeyPath = tuple[str | int, ...]  # ("vms", 0, "vgpus", 1, "profile")
+NO_WRAPPED: frozenset[KeyPath] = frozenset()
+
+
+@dataclass
+class PositionedYaml:
+    """One YAML document as plain data, with where each of its key paths is in the file."""
+
+    file: str
+    data: Any
+    pos: dict[KeyPath, Pos] = field(default_factory=dict)  # values; a nested mapping or sequence: its key
+    keypos: dict[KeyPath, Pos] = field(default_factory=dict)  # keys
+
+    def where(self, path: KeyPath) -> tuple[int | None, int | None]:
+        """(line, col) of `path`, or of its nearest enclosing key path that has one."""
+        return lookup(self.pos, path)
+
+    def error(self, path: KeyPath, message: str, wrapped: AbstractSet[KeyPath] = NO_WRAPPED) -> InventoryError:
+        """`FILE:LINE:COL: key.path: message` for `path`."""
+        return InventoryErrorLocation(self.file, self.pos, wrapped, path).error(message)
+
+    def schema_errors(self, exc: ValidationError, root: type[BaseModel] | None = None,
+                      wrapped: AbstractSet[KeyPath] = NO_WRAPPED) -> list[InventoryError]:
+        """Each error of a model validated from `data`, located (see the module function)."""
+        return schema_errors(exc, self.file, self.pos, self.keypos, wrapped, root)
+
+
+class InventoryErrorLocation:
+    """Turns a key path into `FILE:LINE:COL: path: message` using the positions recorded at load time."""
+
+    def __init__(self, file: str | None, pos: dict[KeyPath, Pos], wrapped: AbstractSet[KeyPath], path: KeyPath):
+        self.file, self.pos, self.wrapped, self.path = file, pos, wrapped, path
+
+    def error(self, message: str) -> InventoryError:
+        line, col = lookup(self.pos, self.path)
+        shown = format_path(self.path, self.wrapped)
+        text = f"{shown}: {message}" if shown else message
+        return InventoryError(text, self.file or "<inventory>", line, col)
+
+
+def format_path(path: KeyPath, wrapped: AbstractSet[KeyPath] = NO_WRAPPED) -> str:
+    """`vms[3].vgpus[0].count`; a path under a `wrapped` one (a mapping read as a one-item list) omits the [0]."""
+    out = ""
+    for i, part in enumerate(path):
+        if isinstance(part, int):
+            if tuple(path[:i]) in wrapped:
+                continue  # `vgpus: {profile, count}` was written as a mapping: no [0] in messages
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def lookup(pos: Mapping[KeyPath, Pos], path: KeyPath) -> tuple[int | None, int | None]:
+    """(line, col) of `path` in `pos`, or of its nearest enclosing key path that has one."""
+    p = tuple(path)
+    while p:
+        if p in pos:
+            return pos[p]
+        p = p[:-1]
+    return pos.get((), (None, None))  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------------------------------- YAML loading
+
+
+def _plain(node: Any, path: KeyPath, pos: dict[KeyPath, Pos], keypos: dict[KeyPath, Pos],
+           file: str = "<inventory>") -> Any:
+    """ruamel's round-trip objects -> plain Python, recording 1-based positions by key path."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(node, CommentedMap):
+        out: dict[str, Any] = {}
+        for k in node:
+            kp = (*path, str(k))
+            kl, kc = node.lc.key(k)
+            vl, vc = node.lc.value(k)
+            keypos[kp] = (kl + 1, kc + 1)
+            value = node[k]
+            _refuse_anchor(value, (vl + 1, vc + 1), file)
+            # A nested block mapping/sequence is best pointed at by its key; scalars by their value.
+            pos[kp] = (kl + 1, kc + 1) if isinstance(value, CommentedMap | CommentedSeq) else (vl + 1, vc + 1)
+            out[str(k)] = _plain(value, kp, pos, keypos, file)
+        return out
+    if isinstance(node, CommentedSeq):
+        items = []
+        for i, item in enumerate(node):
+            il, ic = node.lc.item(i)
+            pos[(*path, i)] = (il + 1, ic + 1)
+            _refuse_anchor(item, (il + 1, ic + 1), file)
+            items.append(_plain(item, (*path, i), pos, keypos, file))
+        return items
+    if isinstance(node, bool) or node is None:
+        return node
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    return node
+
+
+def _refuse_anchor(node: Any, at: Pos, file: str) -> None:
+    """ruamel keeps an anchored node once; its first visit is the anchor, so an alias bomb is never expanded."""
+    anchor = getattr(getattr(node, "anchor", None), "value", None)
+    if anchor is not None:
+        raise InventoryError(_anchor_message("&", anchor), file, *at)
+
+
+def _anchor_message(sigil: str, name: str) -> str:
+    return (f"YAML anchor or alias {sigil}{name}: anchors and aliases are not allowed in an inventory "
+            "(write the values out, or use a name range for similar VMs)")
+
+
+def read_yaml(path: str | Path) -> PositionedYaml:
+    """Read and parse a YAML file; InventoryError (one line, located where YAML knows where) when it cannot."""
+    file = str(path)
+    try:
+        text = filelimits.read_text(path)
+    except FileNotFoundError:
+        raise InventoryError("inventory file not found", file) from None
+    except filelimits.FileTooLarge as exc:
+        raise InventoryError(str(exc), file) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InventoryError(f"cannot read the inventory: {exc}", file) from None
+    return read_yaml_text(text, file)
+
+
+def read_yaml_text(text: str, file: str) -> PositionedYaml:
+    """Parse YAML text; `file` names it in errors. Line ends are read as a text file's are (CR LF, CR: LF).
+    Nesting deeper than filelimits.MAX_NESTING is refused where it starts."""
+    text = filelimits.universal_newlines(text)
+    try:
+        data, pos, keypos = _fast_yaml(text, file)
+    except _NotFast:
+        data, pos, keypos = _ruamel_yaml(text, file)
+    return PositionedYaml(file, data, pos, keypos)
+
+
+def _ruamel_yaml(text: str, file: str) -> tuple[Any, dict[KeyPath, Pos], dict[KeyPath, Pos]]:
+    """The reference reader: ruamel.yaml's round-trip loader (YAML 1.2), the source of every YAML error."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import MarkedYAMLError, YAMLError
+
+    yaml = YAML(typ="rt")
+    yaml.Scanner, yaml.Composer = _depth_counting_readers()
+    try:
+        data = yaml.load(text)
+    except _TooDeep as exc:
+        raise InventoryError(filelimits.TOO_DEEP, file, *exc.at) from None
+    except MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        message = " ".join(s for s in (exc.problem, exc.context) if s) or "invalid YAML"
+        if mark is None:
+            raise InventoryError(f"invalid YAML: {message}", file) from None
+        raise InventoryError(f"invalid YAML: {message}", file, mark.line + 1, mark.column + 1) from None
+    except YAMLError as exc:
+        raise InventoryError(f"invalid YAML: {exc}", file) from None
+    pos: dict[KeyPath, Pos] = {(): (1, 1)}
+    keypos: dict[KeyPath, Pos] = {}
+    _refuse_anchor(data, (1, 1), file)
+    plain = _plain(data, (), pos, keypos, file)
+    return plain, pos, keypos
+
+
+class _TooDeep(Exception):
+    def __init__(self, mark: Any):
+        super().__init__()
+        self.at: Pos = (mark.line + 1, mark.column + 1)
+
+
+@functools.cache
+def _depth_counting_readers() -> tuple[Any, Any]:
+    """ruamel's round-trip scanner and composer, refusing a mapping or list nested deeper than MAX_NESTING where
+    it starts. The composer counts every level, before its recursion could come near Python's limit. The scanner
+    counts flow levels (`[`, `{`) only, which it reads ahead of the composer: on a line of thousands of brackets,
+    its look-ahead for simple keys would otherwise take about a second before the composer saw the 65th (it may
+    then name a later bracket than the composer would, where block levels are around them)."""
+    from ruamel.yaml.composer import Composer
+    from ruamel.yaml.scanner import RoundTripScanner
+
+    class DepthCountingScanner(RoundTripScanner):  # type: ignore[misc]
+        def fetch_flow_collection_start(self, token_class: Any, to_push: str) -> None:
+            if self.flow_level >= filelimits.MAX_NESTING:
+                raise _TooDeep(self.reader.get_mark())
+            super().fetch_flow_collection_start(token_class, to_push)
+
+    class DepthCountingComposer(Composer):  # type: ignore[misc]
+        nesting = 0
+
+        def compose_sequence_node(self, anchor: Any) -> Any:
+            return self._nested(super().compose_sequence_node, anchor)
+
+        def compose_mapping_node(self, anchor: Any) -> Any:
+            return self._nested(super().compose_mapping_node, anchor)
+
+        def _nested(self, compose: Any, anchor: Any) -> Any:
+            if self.nesting >= filelimits.MAX_NESTING:
+                raise _TooDeep(self.parser.peek_event().start_mark)
+            self.nesting += 1
+            try:
+                return compose(anchor)
+            finally:
+                self.nesting -= 1
+
+    return DepthCountingScanner, DepthCountingComposer
+
+
+# ----------------------------------------------------------------------------- fast path (libyaml events)
+#
+# ruamel's pure-Python round-trip loader takes about a second for an inventory of 1,000 VMs. When PyYAML's
+# libyaml binding is present, the same file is first read from libyaml's event stream (C), recording the same
+# positions. Scalars whose meaning depends on ruamel's YAML 1.2 rules (numbers, dates, block scalars) are
+# resolved by ruamel itself one at a time; a parse error, duplicate key, tag, directive, tab or other form
+# where libyaml and ruamel could disagree sends the whole file to ruamel, so errors and values stay ruamel's.
+# Anchors and aliases are refused by both readers (an alias bomb is never expanded).
+
+
+class _NotFast(Exception):
+    """The fast reader is unsure about this file; ruamel reads it."""
+
+
+_NULLS = frozenset({"~", "null", "Null", "NULL"})
+_BOOLS = {"true": True, "True": True, "TRUE": True, "false": False, "False": False, "FALSE": False}
+_DEC_INT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)")
+_DEC_FLOAT = re.compile(r"[-+]?(?:0|[1-9][0-9]*)\.[0-9]+")
+_SPECIAL = frozenset({"<<", "=", ".inf", ".Inf", ".INF", ".nan", ".NaN", ".NAN"})
+_NEVER_PLAIN = frozenset("!&*|>%@`")  # the parser never lets a plain scalar start so
+# Tabs (libyaml accepts some that ruamel refuses), YAML 1.1-only line breaks, a BOM, a carriage return.
+_UNSURE_CHARS = ("\t", "\x85", "\u2028", "\u2029", "\ufeff", "\r")
+
+
+def _plain_scalar(value: str) -> Any:
+    if not value:
+        raise _NotFast  # an empty value: ruamel places it at the next token
+    if value in _NULLS:
+        return None
+    if value in _BOOLS:
+        return _BOOLS[value]
+    if _DEC_INT.fullmatch(value):
+        return int(value)
+    if _DEC_FLOAT.fullmatch(value):
+        return float(value)
+    if _maybe_typed(value):
+        return _typed_scalar(value)
+    return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _typed_scalar(value: str) -> Any:
+    """A plain scalar that may be a number, date or other typed value, resolved by ruamel itself (YAML 1.2)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        data = YAML(typ="rt").load(f"v: {value}\n")
+    except (YAMLError, ValueError):  # ValueError: ruamel's float constructor on forms like `._`
+        raise _NotFast from None
+    if not isinstance(data, dict) or list(data) != ["v"]:
+        raise _NotFast
+    return _plain(data["v"], (), {}, {})
+
+
+def _maybe_typed(value: str) -> bool:
+    """Could a YAML 1.2 resolver of ruamel's (number, date, merge key, value key) claim this plain scalar?"""
+    first = value[0]
+    if first in "0123456789":
+        return True
+    if first in "+-.":
+        return value[1:2] in ("", *"0123456789._") or value in _SPECIAL
+    if first in "<=":
+        return value in _SPECIAL
+    return first in _NEVER_PLAIN
+
+
+def _fast_yaml(text: str, file: str = "<inventory>") -> tuple[Any, dict[KeyPath, Pos], dict[KeyPath, Pos]]:
+    try:
+        from yaml import CSafeLoader  # libyaml; without it the pure-Python PyYAML would be no faster
+    except ImportError:
+        raise _NotFast from None
+    if any(c in text for c in _UNSURE_CHARS):
+        raise _NotFast
+    events = _events(CSafeLoader(text), file)
+    kinds = [type(e).__name__ for e in events[:2]] + [type(e).__name__ for e in events[-2:]]
+    if len(events) < 5 or kinds != ["StreamStartEvent", "DocumentStartEvent", "DocumentEndEvent", "StreamEndEvent"]:
+        raise _NotFast  # empty stream, several documents: ruamel words those
+    _refuse_anchors(events, file)
+    doc = events[1]
+    if doc.version is not None or doc.tags:
+        raise _NotFast
+    pos: dict[KeyPath, Pos] = {(): (1, 1)}
+    keypos: dict[KeyPath, Pos] = {}
+    reader = _EventReader(events, pos, keypos, text)
+    reader.i = 2
+    data = reader.node(())
+    if reader.i != len(events) - 2:
+        raise _NotFast
+    return data, pos, keypos
+
+
+def _events(loader: Any, file: str) -> list[Any]:
+    """libyaml's events, refusing a mapping or list nested deeper than MAX_NESTING at its start (in a second
+    document, ruamel refuses the file for having several)."""
+    import yaml
+
+    opening, closing = (yaml.MappingStartEvent, yaml.SequenceStartEvent), (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+    events: list[Any] = []
+    depth = 0
+    try:
+        while (event := loader.get_event()) is not None:
+            if isinstance(event, opening):
+                depth += 1
+                if depth > filelimits.MAX_NESTING:
+                    _too_deep(event, events, file)
+            elif isinstance(event, closing):
+                depth -= 1
+            events.append(event)
+    except yaml.YAMLError:
+        raise _NotFast from None
+    finally:
+        loader.dispose()
+    return events
+
+
+def _too_deep(event: Any, before: list[Any], file: str) -> None:
+    import yaml
+
+    if any(isinstance(e, yaml.DocumentEndEvent) for e in before):
+        raise _NotFast
+    mark = event.start_mark
+    raise InventoryError(filelimits.TOO_DEEP, file, mark.line + 1, mark.column + 1)
+
+
+def _refuse_anchors(events: list[Any], file: str) -> None:
+    """The first anchor or alias of a parsed stream is an error at its own position."""
+    import yaml
+
+    for event in events:
+        if isinstance(event, yaml.AliasEvent):
+            sigil = "*"
+        elif getattr(event, "anchor", None) is not None:
+            sigil = "&"
+        else:
+            continue
+        mark = event.start_mark
+        raise InventoryError(_anchor_message(sigil, event.anchor), file, mark.line + 1, mark.column + 1)
+
+
+def _is_empty(event: Any) -> bool:
+    import yaml
+
+    return (isinstance(event, yaml.ScalarEvent) and not event.style and event.value == ""
+            and event.anchor is None and event.tag is None)
+
+
+def _at(mark: Any) -> Pos:
+    return (mark.line, mark.column)
+
+
+class _EventReader:
+    def __init__(self, events: list[Any], pos: dict[KeyPath, Pos], keypos: dict[KeyPath, Pos], text: str = ""):
+        self.events, self.pos, self.keypos, self.i = events, pos, keypos, 0
+        self.lines = text.split("\n")
+
+    def _block_scalar(self, event: Any) -> Any:
+        """A literal or folded scalar, folded by ruamel itself from its own lines of the file."""
+        start, end = event.start_mark, event.end_mark
+        header = self.lines[start.line][start.column:]
+        if any(c.isdigit() for c in header.split("#", 1)[0]):
+            raise _NotFast  # an indentation indicator counts from the parent's indentation
+        raw = "\n".join([header, *self.lines[start.line + 1:end.line]])
+        return _typed_scalar(raw)
+
+    def _nothing_after(self, mark: Any) -> bool:
+        return mark.line < len(self.lines) and not self.lines[mark.line][mark.column:].strip()
+
+    def node(self, path: KeyPath) -> Any:
+        import yaml
+
+        event = self.events[self.i]
+        self.i += 1
+        if getattr(event, "anchor", None) is not None or getattr(event, "tag", None) is not None:
+            raise _NotFast
+        if isinstance(event, yaml.ScalarEvent):
+            if not event.style:  # plain: '' from libyaml, None from PyYAML's own parser
+                return _plain_scalar(event.value)
+            if event.style in ("'", '"'):
+                return event.value
+            return self._block_scalar(event)
+        if isinstance(event, yaml.MappingStartEvent):
+            first = self.events[self.i]
+            if event.flow_style and _at(first.start_mark) == _at(event.start_mark):
+                raise _NotFast  # a single-pair mapping inside a flow sequence (`[a: b]`): not always ruamel's
+            return self.mapping(path)
+        if isinstance(event, yaml.SequenceStartEvent):
+            return self.sequence(path)
+        raise _NotFast  # aliases
+
+    def mapping(self, path: KeyPath) -> dict[str, Any]:
+        import yaml
+
+        out: dict[str, Any] = {}
+        events = self.events
+        while not isinstance(events[self.i], yaml.MappingEndEvent):
+            key_event = events[self.i]
+            if not isinstance(key_event, yaml.ScalarEvent) or key_event.anchor is not None or key_event.tag:
+                raise _NotFast
+            key = _plain_scalar(key_event.value) if not key_event.style else key_event.value
+            if not isinstance(key, str) or key in out or key == "<<" or key_event.style not in (None, "", "'", '"'):
+                raise _NotFast  # duplicate keys are ruamel's error; non-string keys its str()
+            self.i += 1
+            kp = (*path, key)
+            kmark = key_event.start_mark
+            kpos = (kmark.line + 1, kmark.column + 1)
+            self.keypos[kp] = kpos
+            value_event = events[self.i]
+            if _is_empty(value_event):  # `key:` alone is null, placed (as ruamel does) at the next token
+                if not self._nothing_after(value_event.start_mark):
+                    raise _NotFast  # a comment or flow punctuation on the line: ruamel's placement differs
+                vmark = events[self.i + 1].start_mark
+                self.pos[kp] = (vmark.line + 1, vmark.column + 1)
+                self.i += 1
+                out[key] = None
+                continue
+            if isinstance(value_event, yaml.ScalarEvent):
+                vmark = value_event.start_mark
+                self.pos[kp] = (vmark.line + 1, vmark.column + 1)
+            else:
+                self.pos[kp] = kpos  # a nested mapping/sequence is pointed at by its key
+            out[key] = self.node(kp)
+        self.i += 1
+        return out
+
+    def sequence(self, path: KeyPath) -> list[Any]:
+        import yaml
+
+        items: list[Any] = []
+        events = self.events
+        while not isinstance(events[self.i], yaml.SequenceEndEvent):
+            mark = events[self.i].start_mark
+            ip = (*path, len(items))
+            self.pos[ip] = (mark.line + 1, mark.column + 1)
+            items.append(self.node(ip))
+        self.i += 1
+        return items
+
+
+# --------------------------------------------------------------------------------------- schema errors
+
+
+def _model_at(root: type[BaseModel] | None, loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model class whose fields live at `loc` under `root` (for 'did you mean')."""
+    model: Any = root
+    for part in loc:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        if isinstance(part, int):
+            continue
+        info = next((f for n, f in model.model_fields.items() if part in (n, f.alias)), None)
+        if info is None:
+            return None
+        model = _unwrap(info.annotation)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unwrap(tp: Any) -> Any:
+    while True:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        origin = typing.get_origin(tp)
+        if origin in (list, typing.Union, types.UnionType):
+            models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+            if models:
+                tp = models[0]
+                continue
+            generic = [a for a in args if typing.get_origin(a) is list]
+            if generic:
+                tp = generic[0]
+                continue
+            return tp
+        if origin is dict:
+            return args[-1] if args else tp
+        return tp
+
+
+def _keys_of(model: type[BaseModel]) -> list[str]:
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def _schema_message(err: Mapping[str, Any], root: type[BaseModel] | None) -> str:
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    loc = err["loc"]
+    if kind == "extra_forbidden":
+        key = str(loc[-1])
+        model = _model_at(root, loc[:-1])
+        hint = ""
+        if key in ("password", "secret", "token"):
+            return f"unknown key '{key}': secrets never live in the inventory (use password_env or a file path)"
+        if model is not None:
+            close = difflib.get_close_matches(key, _keys_of(model), n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else f" (allowed: {', '.join(_keys_of(model))})"
+        return f"unknown key '{key}'{hint}"
+    if kind == "missing":
+        return f"missing required key '{loc[-1]}'"
+    if kind in ("literal_error", "enum"):
+        return f"must be {ctx.get('expected')} (got {value!r})"
+    if kind in ("value_error", "assertion_error"):
+        return str(ctx.get("error", err["msg"]))
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"must be an integer (got {value!r})"
+    if kind in ("float_type", "float_parsing"):
+        return f"must be a number (got {value!r})"
+    if kind == "finite_number":
+        return f"must be a finite number (got {value!r})"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"must be true or false (got {value!r})"
+    if kind in ("string_type",):
+        return f"must be a string (got {value!r})"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"must be a mapping (got {type(value).__name__})"
+    if kind in ("list_type",):
+        return f"must be a list (got {type(value).__name__})"
+    if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
+        bounds = {"greater_than_equal": "at least {ge}", "less_than_equal": "at most {le}",
+                  "greater_than": "greater than {gt}", "less_than": "less than {lt}"}
+        return f"must be {bounds[kind].format(**ctx)} (got {value!r})"
+    msg = err["msg"]
+    return msg[:1].lower() + msg[1:]
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> KeyPath:
+    # Union members and `function-before` validators can add type tags to loc; keep the key path only.
+    model_names = {"str", "int", "float", "bool", "list", "dict", "none"}
+    out: list[str | int] = []
+    for part in loc:
+        if isinstance(part, str) and (part in model_names or part.startswith(("function-", "list[", "dict["))):
+            continue
+        out.append(part)
+    return tuple(out)
+
+
+def schema_errors(exc: ValidationError, file: str, pos: Mapping[KeyPath, Pos], keypos: Mapping[KeyPath, Pos],
+                  wrapped: AbstractSet[KeyPath] = NO_WRAPPED, root: type[BaseModel] | None = None,
+                  ) -> list[InventoryError]:
+    """Each error of a model validated from YAML data, as `FILE:LINE:COL: key.path: message`: an unknown key at
+    the key (with a 'did you mean' from `root`'s fields, the model the data was validated as), a missing key at
+    its mapping, the rest at the value."""
+    out: list[InventoryError] = []
+    for err in exc.errors(include_url=False):
+        raw = tuple(err["loc"])
+        # An unknown key is the user's own text: never mistake it for a type tag.
+        loc = (*_clean_loc(raw[:-1]), raw[-1]) if err["type"] == "extra_forbidden" else _clean_loc(raw)
+        err = {**err, "loc": loc}
+        message = _schema_message(err, root)
+        if err["type"] == "missing":
+            where, shown = loc[:-1], loc[:-1]
+        elif err["type"] == "extra_forbidden":
+            where, shown = loc, loc[:-1]
+        else:
+            where, shown = loc, loc
+        table = keypos if err["type"] == "extra_forbidden" and tuple(where) in keypos else pos
+        line, col = lookup(table, where)
+        text_path = format_path(shown, wrapped)
+        out.append(InventoryError(f"{text_path}: {message}" if text_path else message, file, line, col))
+    return out
+
