@@ -15,9 +15,7 @@ from typer.testing import CliRunner
 
 from vgpuctl.cli import plan as plan_cli
 from vgpuctl.cli.common import GlobalOptions, error_report
-from vgpuctl.cli.guest import guest_run_report
 from vgpuctl.cli.main import app
-from vgpuctl.cli.vm import vm_vgpus_report
 from vgpuctl.domain import Outcome
 from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, UsageError
 from vgpuctl.guest.runner import DeployResult, GuestOutcome
@@ -44,10 +42,10 @@ from vgpuctl.model import (
 )
 from vgpuctl.reports import schemas
 from vgpuctl.reports.base import VgpuCount
-from vgpuctl.reports.guests import ProvisionReport
+from vgpuctl.reports.guests import ProvisionReport, guest_run_report
 from vgpuctl.reports.plan import AffectedVm, HostChangeReport, host_diff, plan_report, with_class_plan
 from vgpuctl.reports.schemas import REPORTS
-from vgpuctl.reports.status import profiles_report, status_report, with_supervisor
+from vgpuctl.reports.status import profiles_report, status_report, vm_vgpus_report, with_supervisor
 from vgpuctl.supervisor.vmclasses import (
     ClassChange,
     ClassState,

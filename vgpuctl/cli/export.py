@@ -42,6 +42,7 @@ def export_cmd(
     """
     from vgpuctl.export import ExportOptions, export_inventory
     from vgpuctl.hosts.facts import gather_facts
+    from vgpuctl.reports.export import ExportReport
     from vgpuctl.vsphere.observe import observe, observe_nvlink
 
     opts: GlobalOptions = ctx.obj
@@ -62,11 +63,10 @@ def export_cmd(
         text = export_inventory(observed, facts, ExportOptions(cluster, host, all_vms), supervisor)
     except ValueError as err:
         raise NotFound(str(err)) from None
-    if out is None:
-        typer.echo(text, nl=False)
-        return
-    out.write_text(text, encoding="utf-8")
-    common.info(f"wrote {out}")
+    if out is not None:
+        out.write_text(text, encoding="utf-8")
+        common.info(f"wrote {out}")
+    common.emit(ExportReport(str(out) if out is not None else None, text), opts)
 
 
 def _host_specs(inventory: Inventory | None, observed: Observed) -> dict[str, HostSpec]:

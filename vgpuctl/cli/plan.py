@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from vgpuctl.model import ApplyResult, HostApplyResult, Observed, Plan
     from vgpuctl.pipeline import ApplyOutcome, RunOptions
     from vgpuctl.planfile import SavedPlan
-    from vgpuctl.reports.plan import ApplyReport, ValidateReport
+    from vgpuctl.reports.plan import ApplyReport
     from vgpuctl.supervisor.vmclasses import SupervisorPlan
     from vgpuctl.vsphere.session import Session
 
@@ -61,12 +61,7 @@ def validate_cmd(ctx: typer.Context, file: InventoryFile) -> None:
     inventory = pipeline.load(file)
     report = ValidateReport(file=str(file), valid=True, hosts=len(inventory.hosts), vms=len(inventory.vms),
                             vm_classes=len(inventory.vm_classes), namespaces=len(inventory.namespaces))
-    common.emit(report, validate_text, opts)
-
-
-def validate_text(r: ValidateReport) -> str:
-    classes = f", {r.vm_classes} VM classes, {r.namespaces} namespaces" if r.vm_classes or r.namespaces else ""
-    return f"{r.file}: valid ({r.hosts} host entries, {r.vms} VMs{classes})"
+    common.emit(report, opts)
 
 
 # -------------------------------------------------------------------------------------------- plan
@@ -113,9 +108,9 @@ def plan_cmd(
     with classes or nullcontext():
         k8s.merge_errors(classes, the_plan)
     if explain is not None:
-        from vgpuctl.hosts.explain import explain_host, render_explain
+        from vgpuctl.hosts.explain import explain_host
 
-        common.emit(explain_host(explain, inventory, observed, the_plan), render_explain, opts)
+        common.emit(explain_host(explain, inventory, observed, the_plan), opts)
         return
     if the_plan.errors:
         if opts.verbose:
@@ -164,7 +159,10 @@ def show_plan(
     from vgpuctl.reports.plan import plan_report, with_class_plan
 
     report = with_class_plan(plan_report(the_plan, round_trips), classes)
-    common.emit(report, lambda _r: plan_renderable(the_plan), opts)
+    if opts.json:
+        common.emit(report, opts)
+    else:
+        common.show(plan_renderable(the_plan))
 
 
 def plan_renderable(the_plan: Plan) -> Any:
@@ -225,7 +223,7 @@ def apply_cmd(
     )
     run = execute(opts, inventory, options, yes=yes or saved is not None, saved=saved, saved_path=saved_plan)
     if opts.json:
-        common.emit(apply_report(run, opts), lambda _r: None, opts)
+        common.emit(apply_report(run, opts), opts)
     raise_for_outcome(run)
 
 
@@ -311,7 +309,7 @@ def apply_planned(
     if opts.json:
         print_plan_to_stderr(the_plan)
     else:
-        common.emit(None, lambda _d: plan_renderable(the_plan), opts)
+        common.show(plan_renderable(the_plan))
     if the_plan.is_empty:  # the rendered plan says so
         return ApplyRun(the_plan, ApplyResult(), session.round_trips)
     if not yes and (not confirm_only_if_disruptive or is_disruptive(the_plan)):

@@ -33,9 +33,8 @@ def provision_cmd(
 ) -> None:
     """Apply (like `apply`), wait for the guests' IP addresses, then run the guest playbooks on them."""
     from vgpuctl import pipeline
-    from vgpuctl.cli.guest import guest_run_report
     from vgpuctl.cli.plan import apply_report, run_apply
-    from vgpuctl.reports.guests import ProvisionReport
+    from vgpuctl.reports.guests import ProvisionReport, guest_run_report
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file)
@@ -43,7 +42,7 @@ def provision_cmd(
     if not pipeline.guest_vms(inventory):
         common.info("No VM has a guest group: nothing to configure in the guests.")
         if opts.json:
-            common.emit(ProvisionReport(applied, None), lambda _r: None, opts)
+            common.emit(ProvisionReport(applied, None), opts)
         return
     addresses = wait_for_guest_addresses(opts, inventory, timeout_s=ip_timeout, poll_s=ip_poll)
     result = run_deploy(opts, inventory, addresses, limit=limit)
