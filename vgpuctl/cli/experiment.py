@@ -49,11 +49,11 @@ def _results(exp: Experiment, results: Path | None) -> ResultsDir:
 def validate_cmd(ctx: typer.Context, file: ExperimentFile) -> None:
     """Check the experiment file and every variant merged onto the base inventory; needs no vCenter."""
     from vgpuctl.experiment.schema import checked_variants, load_experiment
-    from vgpuctl.reports.experiment import validate_report
+    from vgpuctl.reports.experiment import experiment_validate_report
 
     opts: GlobalOptions = ctx.obj
     exp = load_experiment(file)
-    common.emit(validate_report(file, checked_variants(exp)), opts)
+    common.emit(experiment_validate_report(file, checked_variants(exp)), opts)
 
 
 @app.command("run")
@@ -80,7 +80,7 @@ def run_cmd(
     from vgpuctl.experiment.report import write_report
     from vgpuctl.experiment.runner import VsphereFarm, run_experiment
     from vgpuctl.experiment.schema import checked_variants, load_experiment
-    from vgpuctl.reports.experiment import run_report
+    from vgpuctl.reports.experiment import experiment_run_report
 
     opts: GlobalOptions = ctx.obj
     exp = load_experiment(file)
@@ -94,7 +94,7 @@ def run_cmd(
         if (store.root / "experiment.json").is_file():
             written, _report = write_report(store)
             common.info(f"report: {written}")
-    report = run_report(summary)
+    report = experiment_run_report(summary)
     common.emit(report, opts)
     failed = report.failed
     if failed:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
     from vgpuctl.model import HostChange, Observed
     from vgpuctl.reports.base import VgpuCount
-    from vgpuctl.reports.plan import AffectedVm, HostDiff
+    from vgpuctl.reports.plan import AffectedVm
 
 app = typer.Typer(help="Host GPU configuration: graphics, MIG mode, NVLink, scheduler.", no_args_is_help=True)
 
@@ -232,7 +232,7 @@ def change(
 ) -> None:
     """Plan the one-host change through the pipeline, say what it will do, confirm, apply, report."""
     from vgpuctl import pipeline
-    from vgpuctl.reports.plan import HostChangeReport
+    from vgpuctl.reports.plan import host_change_report
 
     inventory = pipeline.load(file) if file is not None else None
     options = pipeline.RunOptions(
@@ -248,7 +248,7 @@ def change(
         changes = [c for c in plan.changes if c.host == host]
         for w in plan.warnings:
             common.warn(w)
-        report = HostChangeReport(host, _diffs(changes), _affected_vms(session, found.moid, changes), None)
+        report = host_change_report(host, changes, _running_vms(session, found.moid, changes))
         if not changes:
             common.emit(report, opts)
             return
@@ -274,21 +274,14 @@ def _say(opts: GlobalOptions, text: str) -> None:
         typer.echo(text)
 
 
-def _affected_vms(session: Any, moid: str, changes: list[HostChange]) -> list[AffectedVm]:
+def _running_vms(session: Any, moid: str, changes: list[HostChange]) -> list[tuple[str, list[str]]]:
+    """The running VMs on the host with their vGPU profiles, when the changes need maintenance mode."""
     from vgpuctl.hosts.plan import needs_maintenance
-    from vgpuctl.reports.base import vgpu_counts
-    from vgpuctl.reports.plan import AffectedVm
     from vgpuctl.vsphere import host as vhost
 
     if not needs_maintenance(changes):
         return []
-    return [AffectedVm(v.name, vgpu_counts(v.vgpus)) for v in vhost.host_vms(session, moid) if v.running]
-
-
-def _diffs(changes: list[HostChange]) -> list[HostDiff]:
-    from vgpuctl.reports.plan import host_diff
-
-    return [host_diff(c) for c in changes]
+    return [(v.name, v.vgpus) for v in vhost.host_vms(session, moid) if v.running]
 
 
 def describe_changes(host: str, changes: list[HostChange], spec: HostSpec, affected: list[AffectedVm]) -> str:

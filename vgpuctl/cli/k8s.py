@@ -198,7 +198,7 @@ def render_cmd(
     Examples:
       vgpuctl k8s render -f inventory.yaml -n ml-team --out manifests/
     """
-    from vgpuctl.reports.supervisor import ManifestsReport
+    from vgpuctl.reports.supervisor import manifests_report
     from vgpuctl.supervisor.render import RenderOptions, render_manifests
 
     opts: GlobalOptions = ctx.obj
@@ -220,8 +220,7 @@ def render_cmd(
         for name, text in manifests.items():
             (out / name).write_text(text, encoding="utf-8")
         (out / "licensing-configmap.sh").chmod(0o755)
-    files = manifests if out is None else list(manifests)
-    common.emit(ManifestsReport(namespace, files, str(out) if out is not None else None), opts)
+    common.emit(manifests_report(namespace, manifests, out), opts)
 
 
 # ---------------------------------------------------------------- the VM-class stage of `vgpuctl plan`/`apply`

@@ -55,13 +55,10 @@ def register(app: typer.Typer) -> None:
 def validate_cmd(ctx: typer.Context, file: InventoryFile) -> None:
     """Check an inventory (schema and rules); needs no vCenter. Errors as FILE:LINE:COL: message."""
     from vgpuctl import pipeline
-    from vgpuctl.reports.plan import ValidateReport
+    from vgpuctl.reports.plan import validate_report
 
     opts: GlobalOptions = ctx.obj
-    inventory = pipeline.load(file)
-    report = ValidateReport(file=str(file), valid=True, hosts=len(inventory.hosts), vms=len(inventory.vms),
-                            vm_classes=len(inventory.vm_classes), namespaces=len(inventory.namespaces))
-    common.emit(report, opts)
+    common.emit(validate_report(str(file), pipeline.load(file)), opts)
 
 
 # -------------------------------------------------------------------------------------------- plan

@@ -29,7 +29,7 @@ class ExperimentValidateReport(Report):
         return f"{self.file}: valid ({len(self.variants)} variants: {', '.join(self.variants)})"
 
 
-def validate_report(file: Path, checked: list[tuple[MergedVariant, Inventory]]) -> ExperimentValidateReport:
+def experiment_validate_report(file: Path, checked: list[tuple[MergedVariant, Inventory]]) -> ExperimentValidateReport:
     return ExperimentValidateReport(str(file), True, [merged.name for merged, _ in checked])
 
 
@@ -60,7 +60,7 @@ class ExperimentRunReport(Report):
         return sum(v.failed for v in self.variants.values())
 
 
-def run_report(summary: RunSummary) -> ExperimentRunReport:
+def experiment_run_report(summary: RunSummary) -> ExperimentRunReport:
     variants = {name: VariantRuns(v["ran"], v["skipped"], v["failed"]) for name, v in summary.variants.items()}
     return ExperimentRunReport(variants, summary.restored, summary.results)
 
@@ -74,7 +74,7 @@ class ExperimentRestoreReport(Report):
     results: str
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
-        return "base inventory restored"
+        return "base inventory restored" if self.restored else "base inventory not restored"
 
 
 # ------------------------------------------------------------------------------------------ the report

@@ -5,12 +5,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from vgpuctl.domain import Outcome
 from vgpuctl.model import HostChange, HostOutcome, Op, Plan, VmChange, VmOutcome
-from vgpuctl.reports.base import TERMINAL, Report, Scalar, TextLayout, VgpuCount, optional
+from vgpuctl.reports.base import TERMINAL, Report, Scalar, TextLayout, VgpuCount, optional, vgpu_counts
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
+
+if TYPE_CHECKING:
+    from vgpuctl.inventory import Inventory
 
 
 @dataclass
@@ -174,6 +177,11 @@ class ApplyReport(Report):
         return None
 
 
+def validate_report(file: str, inventory: Inventory) -> ValidateReport:
+    return ValidateReport(file=file, valid=True, hosts=len(inventory.hosts), vms=len(inventory.vms),
+                          vm_classes=len(inventory.vm_classes), namespaces=len(inventory.namespaces))
+
+
 def vm_names(vms: Iterable[VmOutcome], status: Outcome) -> list[str]:
     return [o.vm for o in vms if o.status == status]
 
@@ -200,6 +208,14 @@ class HostChangeReport(Report):
         if not self.changes:
             return f"host {self.host}: no changes"
         return self.result.describe() if self.result is not None else None
+
+
+def host_change_report(
+    host: str, changes: list[HostChange], running: Iterable[tuple[str, list[str]]]
+) -> HostChangeReport:
+    """The changes of one host and the running VMs they affect (name, vGPU profiles); no outcome yet."""
+    affected = [AffectedVm(vm, vgpu_counts(profiles)) for vm, profiles in running]
+    return HostChangeReport(host, [host_diff(c) for c in changes], affected, None)
 
 
 # ------------------------------------------------------------------------------------------ building it

@@ -245,3 +245,10 @@ class ManifestsReport(Report):
         if isinstance(self.files, list):
             return "\n".join(f"wrote {Path(self.folder or '.') / name}" for name in self.files)
         return "\n".join(f"# ---- {name}\n{text.rstrip()}" for name, text in self.files.items())
+
+
+def manifests_report(namespace: str, manifests: dict[str, str], folder: Path | None) -> ManifestsReport:
+    """The manifests themselves, or (written into `folder`) their file names in the order they were written."""
+    if folder is None:
+        return ManifestsReport(namespace, dict(manifests))
+    return ManifestsReport(namespace, list(manifests), str(folder))
