@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
 PASSWORD_ENV = ("VGPUCTL_PASSWORD", "GOVC_PASSWORD")
 
+
 @dataclass
 class GlobalOptions:
     """The global options after flags and environment are resolved. Secrets are read only on demand."""
