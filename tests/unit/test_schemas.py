@@ -18,7 +18,7 @@ from vgpuctl.cli.common import GlobalOptions, error_report
 from vgpuctl.cli.guest import guest_run_report
 from vgpuctl.cli.main import app
 from vgpuctl.cli.vm import vm_vgpus_report
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import ChangeKind, EvacuationKind, Outcome, Phase
 from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, UsageError
 from vgpuctl.guest.runner import DeployResult, GuestOutcome
 from vgpuctl.hosts.facts import GpuFacts, HostFacts
@@ -27,6 +27,7 @@ from vgpuctl.model import (
     ApplyResult,
     CloneSpec,
     DeviceChange,
+    EvacuationAction,
     FieldChange,
     HostApplyResult,
     HostChange,
@@ -134,8 +135,10 @@ def a_plan() -> Plan:
             VmChange("b", clone=CloneSpec("tmpl", cluster="GPU", memory_mb=4096), power_on=True),
         ],
         host_changes=[
-            HostChange("esx-01", "mig", GPU0, "time-sliced", "mig", True, True),
-            HostChange("esx-01", "nvlink", "host", "enabled", "disabled", True, True),
+            HostChange("esx-01", ChangeKind.MIG, GPU0, "time-sliced", "mig", Phase.REBOOT),
+            HostChange("esx-01", ChangeKind.NVLINK, "host", "enabled", "disabled", Phase.REBOOT),
+            HostChange("esx-01", ChangeKind.EVACUATE, "vm-a", "poweredOn",
+                       EvacuationAction(EvacuationKind.MIGRATE, "esx-02")),
         ],
         warnings=["vm b: something to know"],
     )

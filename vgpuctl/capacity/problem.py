@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from vgpuctl.capacity.demand import Demand, DemandItem
 from vgpuctl.capacity.kinds import MODES, TIME_SLICED, in_mode, is_idle
 from vgpuctl.errors import NotFound
-from vgpuctl.hosts.plan import mig_profile_names, time_sliced_profile_names
+from vgpuctl.hosts.predict import mig_profile_names, time_sliced_profile_names
 from vgpuctl.model import Observed, ObservedHost
 from vgpuctl.profiles import BOARDS, max_vgpus_per_vm, parse_profile
 from vgpuctl.vms.placement import MIG_MODE, Gpu, farm_from_observed, group_refusal, nvlink_refusal, nvlink_sets

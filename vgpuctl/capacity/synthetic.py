@@ -7,8 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from vgpuctl.hosts.plan import mig_profile_names, time_sliced_profile_names
-from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm, PowerState
+from vgpuctl.domain import PowerState
+from vgpuctl.hosts.predict import mig_profile_names, time_sliced_profile_names
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
 from vgpuctl.profiles import BOARDS
 from vgpuctl.vms.placement import MIG_MODE
 

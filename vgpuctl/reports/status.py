@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from vgpuctl.domain import TIME_SLICED_MODES, GpuMode, GpuVgpuMode, ProfileSharing
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
 from vgpuctl.profiles import ProfileError, VgpuProfile, board_for_device, gi_geometry, parse_profile
 from vgpuctl.reports.base import Report, VgpuCount, optional, vgpu_counts
@@ -16,6 +17,16 @@ from vgpuctl.supervisor.vmclasses import SupervisorState
 class ModuleOptions:
     configured: str  # for the next boot
     effective: str  # of the loaded module
+
+
+@dataclass
+class SettingValue:
+    """One host setting's value (vgpuctl.hosts.settings), and what it will be after the next reboot when that
+    differs (a module option written but not yet loaded)."""
+
+    setting: str  # display key: nvlink, scheduler, graphics.default_type, ...
+    value: str
+    after_reboot: str | None = optional()
 
 
 @dataclass
@@ -49,6 +60,7 @@ class HostReport(Report):
     nvlink_after_reboot: str | None = optional()
     scheduler_after_reboot: str | None = optional()
     shell_error: str | None = optional()
+    settings: list[SettingValue] = field(default_factory=list)  # every host-wide setting, in registry order
 
 
 @dataclass
@@ -96,6 +108,7 @@ class StatusHost:
     scheduler: str | None = optional()
     scheduler_after_reboot: str | None = optional()
     shell_error: str | None = optional()
+    settings: list[SettingValue] | None = optional()  # noqa: RUF009 - with the host facts: every host-wide setting
 
 
 @dataclass
@@ -188,11 +201,11 @@ def gpu_gb(gpu: ObservedGpu) -> int:
 
 
 def gpu_mode(gpu: ObservedGpu) -> str:
-    if gpu.vgpu_mode == "multiInstanceGpu":
-        return "mig"
-    if gpu.vgpu_mode in ("sameSize", "mixedSize"):
-        return f"time-sliced ({gpu.vgpu_mode})"
-    return "time-sliced"
+    if gpu.vgpu_mode == GpuVgpuMode.MIG:
+        return str(GpuMode.MIG)
+    if gpu.vgpu_mode in TIME_SLICED_MODES:
+        return f"{GpuMode.TIME_SLICED} ({gpu.vgpu_mode})"
+    return str(GpuMode.TIME_SLICED)
 
 
 def whole(gb: float) -> float:
@@ -280,7 +293,7 @@ def max_per_gpu(profile: VgpuProfile, sharing: str, host: ObservedHost) -> int |
     """How many vGPUs of this profile one GPU of the host can hold (MIG: placements of its GI profile)."""
     boards = {board_for_device(g.device_name, gpu_gb(g)): g for g in host.gpus}
     gpu = boards.get(profile.board)
-    if sharing == "mig" or profile.is_mig:
+    if sharing == ProfileSharing.MIG or profile.is_mig:
         geometry = gi_geometry(profile.board, profile.gi_profile or "")
         return len(geometry.starts) if geometry else None
     if gpu is None or not profile.fb_gb:
@@ -294,7 +307,8 @@ def _profile_row(name: str, host: ObservedHost) -> ProfileRow:
         parsed: VgpuProfile | None = parse_profile(name)
     except ProfileError:
         parsed = None
-    sharing = info.sharing if info else ("mig" if parsed and parsed.is_mig else "timeSliced")
+    mig = parsed is not None and parsed.is_mig
+    sharing = info.sharing if info else str(ProfileSharing.MIG if mig else ProfileSharing.TIME_SLICED)
     return ProfileRow(
         profile=name,
         fb_gb=profile_fb(name, host) if info or parsed else None,

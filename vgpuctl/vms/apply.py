@@ -17,9 +17,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import Outcome, PowerState
 from vgpuctl.errors import DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
-from vgpuctl.model import ApplyResult, Observed, ObservedVm, Op, Plan, PowerState, VmChange, VmOutcome
+from vgpuctl.model import ApplyResult, Observed, ObservedVm, Op, Plan, VmChange, VmOutcome
 from vgpuctl.progress import RUNNING, Cancel, VmProgress, cancelled
 
 log = logging.getLogger(__name__)

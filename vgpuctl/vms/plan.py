@@ -11,8 +11,11 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from vgpuctl.domain import PowerState
 from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.evacuation import usable_host
 from vgpuctl.hosts.facts import HostFacts
+from vgpuctl.hosts.predict import predict_observed
 from vgpuctl.inventory import Inventory, VmSpec
 from vgpuctl.model import (
     CloneSpec,
@@ -24,7 +27,6 @@ from vgpuctl.model import (
     ObservedVm,
     Op,
     Plan,
-    PowerState,
     VmChange,
     folder_label,
     folder_path,
@@ -77,7 +79,7 @@ def make_plan(
         if inv.hosts or resume
         else None
     )
-    base = hostplan.predict_observed(observed, hosts.changes) if hosts and hosts.changes else observed
+    base = predict_observed(observed, hosts.changes) if hosts and hosts.changes else observed
     plans = [_plan_vm(spec, base) for spec in sorted(inv.vms, key=lambda v: v.name)]
     _check_capacity(plans, base)
     plan = Plan(warnings=list(observed.warnings))  # what the read itself could not see
@@ -394,7 +396,7 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     todo.sort(key=lambda vp: (not vp.exists, vp.spec.name))  # existing VMs first, then new ones
     requests = []
     for vp in todo:
-        usable = [h for h in vp.candidates if _usable(observed.hosts.get(h))]
+        usable = [h for h in vp.candidates if usable_host(observed.hosts.get(h))]
         if not usable:
             vp.errors.append(_unusable(vp, observed))
             continue
@@ -411,13 +413,8 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     for vp in plans:  # new VMs that stay off: pin to the first usable host that offers their profiles
         clone = vp.change.clone
         if clone is not None and clone.host is None and vp.profiles and not vp.change.power_on:
-            usable = [h for h in vp.candidates if _usable(observed.hosts.get(h))]
+            usable = [h for h in vp.candidates if usable_host(observed.hosts.get(h))]
             clone.host = next(iter(usable or vp.candidates), None)
-
-
-def _usable(host: ObservedHost | None) -> bool:
-    return (host is not None and host.connection_state == "connected" and not host.in_maintenance
-            and host.power_state == "poweredOn")
 
 
 def _unusable(vp: _VmPlan, observed: Observed) -> str:
