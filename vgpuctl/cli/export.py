@@ -10,6 +10,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.domain import ConnectionState
 from vgpuctl.errors import NotFound
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ def export_cmd(
         observe_nvlink(session, observed, [h.name for h in observed.hosts.values() if h.gpus])
         specs = _host_specs(inventory, observed)
         hosts = {n: (h.moid, specs.get(n)) for n, h in observed.hosts.items()
-                 if h.gpus and h.connection_state == "connected"}
+                 if h.gpus and h.connection_state == ConnectionState.CONNECTED}
         facts = gather_facts(session, hosts, shell=_reads_shell(specs))
         supervisor = _supervisor(opts, inventory, observed)
     try:

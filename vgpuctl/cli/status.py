@@ -9,6 +9,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.domain import ProfileSharing
 from vgpuctl.errors import NotFound
 
 if TYPE_CHECKING:
@@ -185,7 +186,7 @@ def render_profiles(report: ProfilesReport) -> list[Any]:
             table.add_column(col)
         for r in rows:
             fb = f"{r.fb_gb} GB" if r.fb_gb is not None else "?"
-            sharing = "MIG" if r.sharing == "mig" else "time-sliced"
+            sharing = "MIG" if r.sharing == ProfileSharing.MIG else "time-sliced"
             limit = str(r.max_per_gpu) if r.max_per_gpu is not None else "?"
             table.add_row(*map(Text, (r.profile, fb, r.series or "?", sharing, limit)))
         out.append(table if rows else Text(f"{shown}: no vGPU profiles offered"))

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from vgpuctl.domain import PowerState
+from vgpuctl.domain import NvlinkRequirement, Power, PowerState
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import usable_host
 from vgpuctl.hosts.facts import HostFacts
@@ -288,7 +288,7 @@ def _diff_devices(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> N
     have = Counter(d.profile for d in existing)
     groups = {d.device_group_key for d in existing}
     grouped = any(g is not None for g in groups)
-    if vp.spec.nvlink == "required":
+    if vp.spec.nvlink == NvlinkRequirement.REQUIRED:
         in_one_group = len(groups) == 1 and None not in groups
         regroup = not (in_one_group and have == wanted)
     else:
@@ -296,7 +296,7 @@ def _diff_devices(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> N
     changes: list[DeviceChange] = []
     if regroup:
         changes += [DeviceChange(Op.REMOVE, d.profile, d.key) for d in existing]
-        group = 0 if vp.spec.nvlink == "required" else None
+        group = 0 if vp.spec.nvlink == NvlinkRequirement.REQUIRED else None
         changes += [DeviceChange(Op.ADD, p, group=group) for p in _adds_order(wanted)]
         vp.change.devices = changes
         return
@@ -362,10 +362,10 @@ def _plan_power(vp: _VmPlan, base: ObservedVm) -> None:
     change, power = vp.change, vp.spec.power
     running = vp.exists and base.power_state in RUNNING
     needs = change.needs_reconfigure
-    if power == "restart":
+    if power == Power.RESTART:
         change.power_off = running and needs
         change.power_on = not running or change.power_off
-    elif power == "off":
+    elif power == Power.OFF:
         change.power_off = running
     elif running and needs:
         what = ", ".join(_describe(change))
@@ -400,7 +400,7 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
         if not usable:
             vp.errors.append(_unusable(vp, observed))
             continue
-        requests.append(Request(vp.spec.name, vp.profiles, usable, vp.spec.nvlink == "required",
+        requests.append(Request(vp.spec.name, vp.profiles, usable, vp.spec.nvlink == NvlinkRequirement.REQUIRED,
                                 None if vp.exists else vp.spec.cluster))
     results = place_farm(state, requests)
     by_name = {vp.spec.name: vp for vp in todo}

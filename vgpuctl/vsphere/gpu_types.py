@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vgpuctl.domain import ProfileSharing
 from vgpuctl.model import ObservedHost, ObservedProfile
 from vgpuctl.profiles import VgpuType, try_parse
 
@@ -58,7 +59,7 @@ def profile_from_name(name: str) -> ObservedProfile:
     return ObservedProfile(
         name=name,
         fb_gb=int(p.fb_gb),
-        sharing="mig" if p.is_mig else "timeSliced",
+        sharing=ProfileSharing.MIG if p.is_mig else ProfileSharing.TIME_SLICED,
         profile_class="quadro" if p.series == "q" else "compute",
     )
 
