@@ -15,7 +15,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from vgpuctl.inventory import GpuSpec, HostSpec, Path_, format_path, host_problems
+from vgpuctl.hosts.settings.gpus import GpuSpec
+from vgpuctl.inventory import HostSpec, Path_, format_path, host_problems
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -19,22 +19,19 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, create_model, field_validator, model_validator
 
 from vgpuctl.domain import (
     MAX_VGPUS_PER_VM,
-    AssignmentPolicy,
     Evacuate,
-    GpuMode,
-    GraphicsType,
     NvlinkRequirement,
-    NvlinkState,
     Power,
-    SchedulerPolicy,
-    VgpuMode,
 )
 from vgpuctl.errors import InventoryError, InventoryErrors
+from vgpuctl.hosts.settings import SETTINGS
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, is_host_spelling, mixing_problem, parse_profile
+from vgpuctl.strictmodel import Lax
+from vgpuctl.strictmodel import StrictModel as _Model
 from vgpuctl.supervisor.vmclasses import NamespaceList, VmClassList
 from vgpuctl.supervisor.vmclasses import iter_problems as class_problems
 
@@ -48,7 +45,6 @@ Path_ = tuple[str | int, ...]
 
 _THUMB_PLAIN = re.compile(r"^[0-9a-fA-F]{64}$")
 _THUMB_COLONS = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){31}$")
-_BUS_ID = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RANGE = re.compile(r"\{([^{}]*)\}")
 _RANGE_BODY = re.compile(r"^(\d+)\.\.(\d+)$")
@@ -58,14 +54,6 @@ def _env_name(v: str | None) -> str | None:
     if v is not None and not _ENV_NAME.match(v):
         raise ValueError(f"must be the name of an environment variable, not a secret (got {v!r})")
     return v
-
-
-_T = typing.TypeVar("_T")
-Lax = typing.Annotated[_T, Field(strict=False)]  # a domain StrEnum given as its string in YAML
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=False)
 
 
 _M = typing.TypeVar("_M", bound=_Model)
@@ -103,32 +91,7 @@ class VcenterSpec(_Model):
 # ----------------------------------------------------------------------------------------------- hosts
 
 
-class GraphicsSpec(_Model):
-    default_type: Lax[GraphicsType] | None = None
-    assignment_policy: Lax[AssignmentPolicy] | None = None
-
-
-class GpuSpec(_Model):
-    select: str = "all"  # all | a PCI bus id (0000:3b:00.0)
-    mode: Lax[GpuMode] | None = None
-    vgpu_mode: Lax[VgpuMode] | None = None  # time-sliced only
-    graphics_type: Lax[GraphicsType] | None = None
-
-    @field_validator("select")
-    @classmethod
-    def _select(cls, v: str) -> str:
-        if v != "all" and not _BUS_ID.match(v):
-            raise ValueError(f"must be 'all' or a PCI bus id like 0000:3b:00.0 (got {v!r})")
-        return v.lower()
-
-
-class SchedulerSpec(_Model):
-    """RmPVMRL fields (docs/scheduler.md): a time slice, or a strict round-robin frequency and averaging factor."""
-
-    policy: Lax[SchedulerPolicy] = SchedulerPolicy.BEST_EFFORT
-    timeslice_ms: int | None = Field(default=None, ge=1, le=30)
-    frequency_hz: int | None = Field(default=None, ge=63, le=960)
-    averaging_factor: int | None = Field(default=None, ge=1, le=60)
+# graphics, gpus, nvlink, scheduler: each host setting's part of an entry is in its module (vgpuctl.hosts.settings)
 
 
 class SshSpec(_Model):
@@ -150,27 +113,19 @@ class MaintenanceSpec(_Model):
     reboot_timeout_s: int = Field(default=900, ge=1)
 
 
-class HostSpec(_Model):
+class HostEntry(_Model):
+    """What every hosts entry has: which hosts it is for. HostSpec adds the settings' parts, then ssh and
+    maintenance."""
+
     cluster: str | None = None
     name: str | None = None
-    graphics: GraphicsSpec | None = None
-    gpus: list[GpuSpec] = Field(default_factory=list)
-    nvlink: Lax[NvlinkState] | None = None
-    scheduler: SchedulerSpec | None = None
-    ssh: SshSpec = Field(default_factory=SshSpec)
-    maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
     _line: int | None = PrivateAttr(default=None)
     _index: int = PrivateAttr(default=0)
     _file: str | None = PrivateAttr(default=None)
     _pos: dict[Path_, Pos] = PrivateAttr(default_factory=dict)  # key path within the entry -> (line, col)
 
-    @field_validator("scheduler", mode="before")
-    @classmethod
-    def _scheduler_shorthand(cls, v: Any) -> Any:
-        return {"policy": v} if isinstance(v, str) else v
-
     @model_validator(mode="after")
-    def _target(self) -> HostSpec:
+    def _target(self) -> HostEntry:
         if (self.cluster is None) == (self.name is None):
             raise ValueError("set exactly one of 'cluster' or 'name'")
         return self
@@ -178,6 +133,27 @@ class HostSpec(_Model):
     @property
     def target(self) -> str:
         return f"cluster {self.cluster}" if self.cluster else f"host {self.name}"
+
+
+def _host_spec() -> Any:
+    """A hosts entry: cluster or name, each host setting's key with its schema (in registry order), then ssh and
+    maintenance."""
+    fields: dict[str, Any] = {s.key: (s.schema, s.default) for s in SETTINGS}
+    fields["ssh"] = (SshSpec, Field(default_factory=SshSpec))
+    fields["maintenance"] = (MaintenanceSpec, Field(default_factory=MaintenanceSpec))
+    return create_model("HostSpec", __base__=HostEntry, __module__=__name__, **fields)
+
+
+if typing.TYPE_CHECKING:
+
+    class HostSpec(HostEntry):
+        ssh: SshSpec = Field(default_factory=SshSpec)
+        maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
+
+        def __getattr__(self, key: str) -> Any: ...  # a host setting's part: vgpuctl.hosts.settings
+
+else:
+    HostSpec = _host_spec()
 
 
 # ------------------------------------------------------------------------------------------------- vms
@@ -1169,30 +1145,6 @@ def _check_hosts(inv: Inventory) -> Iterator[InventoryError]:
 
 
 def host_problems(h: HostSpec) -> list[tuple[Path_, str]]:
-    """The rules one host entry, or a host's merged settings, must meet; key paths relative to the entry."""
-    out: list[tuple[Path_, str]] = []
-    mixed = False
-    selects: set[str] = set()
-    for j, g in enumerate(h.gpus):
-        if g.select in selects:
-            out.append((("gpus", j, "select"), f"GPU selection {g.select!r} appears twice"))
-        selects.add(g.select)
-        if g.mode == "mig" and g.vgpu_mode is not None:
-            out.append((("gpus", j, "vgpu_mode"),
-                        "vgpu_mode applies to time-sliced GPUs only (MIG GPUs are multiInstanceGpu)"))
-        if g.vgpu_mode == "mixedSize":
-            mixed = True
-    if h.scheduler is not None:
-        if mixed and h.scheduler.policy == "fixed-share":
-            out.append((("scheduler",), "mixed-size GPUs support only the best-effort and equal-share schedulers"))
-        out += [(("scheduler", *path), message) for path, message in _scheduler_problems(h.scheduler)]
-    return out
-
-
-def _scheduler_problems(spec: SchedulerSpec) -> Iterator[tuple[Path_, str]]:
-    tuning = [k for k in ("timeslice_ms", "frequency_hz", "averaging_factor") if getattr(spec, k) is not None]
-    if tuning and spec.policy == "best-effort":
-        what = "a time slice" if tuning[0] == "timeslice_ms" else tuning[0]
-        yield (tuning[0],), f"{what} applies to equal-share and fixed-share only"
-    elif "timeslice_ms" in tuning and len(tuning) > 1:
-        yield ("timeslice_ms",), "timeslice_ms cannot be combined with frequency_hz or averaging_factor"
+    """The rules one host entry, or a host's merged settings, must meet beyond the schema (each setting's own,
+    vgpuctl.hosts.settings); key paths relative to the entry."""
+    return [problem for setting in SETTINGS for problem in setting.problems(h)]

@@ -137,3 +137,31 @@ def test_only_the_settings_spell_a_setting_kind_as_text() -> None:
         for m in pattern.finditer(path.read_text(encoding="utf-8"))
     ]
     assert found == []
+
+
+def test_a_hosts_entry_is_made_of_the_settings_parts() -> None:
+    from vgpuctl.inventory import HostSpec
+
+    keys = [s.key for s in SETTINGS]
+    assert list(HostSpec.model_fields) == ["cluster", "name", *keys, "ssh", "maintenance"]
+
+
+def test_a_new_setting_becomes_an_inventory_key_without_touching_the_inventory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the recipe in docs/architecture.md promises: the registry's parts make the entry's schema."""
+    from vgpuctl import inventory
+    from vgpuctl.hosts import settings
+    from vgpuctl.strictmodel import StrictModel
+
+    class SriovSpec(StrictModel):
+        virtual_functions: int = 0
+
+    class Sriov:
+        key, schema, default = "sriov", SriovSpec | None, None
+
+    monkeypatch.setattr(inventory, "SETTINGS", (*settings.SETTINGS, Sriov()))
+    spec = inventory._host_spec().model_validate({"name": "esx-01", "sriov": {"virtual_functions": 8}})
+    assert spec.sriov.virtual_functions == 8
+    with pytest.raises(ValueError, match="virtual_function"):
+        inventory._host_spec().model_validate({"name": "esx-01", "sriov": {"virtual_function": 8}})

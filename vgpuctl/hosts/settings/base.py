@@ -23,6 +23,7 @@ from vgpuctl.domain import ChangeKind, Phase
 from vgpuctl.esxi.modopts import Options
 from vgpuctl.hosts.facts import GpuFacts, HostFacts
 from vgpuctl.model import HostChange, ObservedGpu, ObservedHost
+from vgpuctl.strictmodel import KeyPath
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
@@ -233,7 +234,12 @@ class HostSetting(Protocol):
 
     @property
     def schema(self) -> Any:
-        """The type of that key in the inventory schema (vgpuctl.inventory.HostSpec)."""
+        """The type of that key: its part of the inventory schema (vgpuctl.inventory.HostSpec is made of them)."""
+        ...
+
+    @property
+    def default(self) -> Any:
+        """Its value when an entry does not set it (a value, or a pydantic Field with a default factory)."""
         ...
 
     @property
@@ -256,6 +262,11 @@ class HostSetting(Protocol):
 
     def is_set(self, spec: HostSpec) -> bool:
         """The inventory entry sets it (else the host keeps what it has)."""
+        ...
+
+    def problems(self, spec: HostSpec) -> list[tuple[KeyPath, str]]:
+        """What its part of an entry (or of a host's merged entries) must meet beyond its schema: (key path in
+        the entry, message) each; `validate` and the host-entry merge report them."""
         ...
 
     def plan(self, inp: PlanInput) -> HostPlan:

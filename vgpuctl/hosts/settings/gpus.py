@@ -10,9 +10,12 @@ reboot (Ampere) or in effect at once (Hopper; the catalogue's `mig.apply`). docs
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from pydantic import Field, field_validator
 
 from vgpuctl.domain import TIME_SLICED_MODES, ChangeKind, GpuMode, GpuVgpuMode, GraphicsType, Phase, VgpuMode
 from vgpuctl.hosts.facts import GpuFacts, HostFacts
@@ -29,14 +32,31 @@ from vgpuctl.hosts.settings.base import (
     host_change,
     names,
 )
-from vgpuctl.inventory import GpuSpec
 from vgpuctl.model import HostChange, ObservedGpu, ObservedHost
 from vgpuctl.profiles import BOARDS, board_for_device
+from vgpuctl.strictmodel import KeyPath, Lax, StrictModel
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
 
 ALL = "all"  # GpuSpec.select of the item every GPU takes
+_BUS_ID = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+class GpuSpec(StrictModel):
+    """One item of `gpus:` in a hosts entry."""
+
+    select: str = ALL  # all | a PCI bus id (0000:3b:00.0)
+    mode: Lax[GpuMode] | None = None
+    vgpu_mode: Lax[VgpuMode] | None = None  # time-sliced only
+    graphics_type: Lax[GraphicsType] | None = None
+
+    @field_validator("select")
+    @classmethod
+    def _select(cls, v: str) -> str:
+        if v != ALL and not _BUS_ID.match(v):
+            raise ValueError(f"must be 'all' or a PCI bus id like 0000:3b:00.0 (got {v!r})")
+        return v.lower()
 
 
 @dataclass
@@ -159,6 +179,7 @@ def _plan_vgpu_mode(inp: PlanInput, gpu: ObservedGpu, want: Want, gf: GpuFacts |
 class GpuModes:
     key = "gpus"
     schema: Any = list[GpuSpec]
+    default: Any = Field(default_factory=list)
     kinds = (ChangeKind.GPU_TYPE, ChangeKind.VGPU_MODE, ChangeKind.MIG)
     offer_kinds = frozenset(kinds)
     observes = Observes(
@@ -171,6 +192,19 @@ class GpuModes:
 
     def is_set(self, spec: HostSpec) -> bool:
         return bool(spec.gpus)
+
+    def problems(self, spec: HostSpec) -> list[tuple[KeyPath, str]]:
+        """A GPU selected twice; a vGPU mode on a MIG GPU."""
+        out: list[tuple[KeyPath, str]] = []
+        selects: set[str] = set()
+        for j, g in enumerate(spec.gpus):
+            if g.select in selects:
+                out.append((("gpus", j, "select"), f"GPU selection {g.select!r} appears twice"))
+            selects.add(g.select)
+            if g.mode == GpuMode.MIG and g.vgpu_mode is not None:
+                out.append((("gpus", j, "vgpu_mode"),
+                            "vgpu_mode applies to time-sliced GPUs only (MIG GPUs are multiInstanceGpu)"))
+        return out
 
     def plan(self, inp: PlanInput) -> HostPlan:
         wanted, errors = wanted_gpus(inp.spec, inp.host)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from vgpuctl.domain import ChangeKind, Phase
+from vgpuctl.domain import AssignmentPolicy, ChangeKind, GraphicsType, Phase
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.settings.base import (
     GRAPHICS_STEP,
@@ -25,11 +25,18 @@ from vgpuctl.hosts.settings.base import (
     SettingState,
     host_change,
 )
-from vgpuctl.inventory import GraphicsSpec
 from vgpuctl.model import HostChange, ObservedHost
+from vgpuctl.strictmodel import KeyPath, Lax, StrictModel
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
+
+class GraphicsSpec(StrictModel):
+    """`graphics:` of a hosts entry."""
+
+    default_type: Lax[GraphicsType] | None = None
+    assignment_policy: Lax[AssignmentPolicy] | None = None
+
 
 DEFAULT_TYPE_KEY = "graphics.default_type"
 ASSIGNMENT_POLICY_KEY = "graphics.assignment_policy"
@@ -38,6 +45,7 @@ ASSIGNMENT_POLICY_KEY = "graphics.assignment_policy"
 class HostGraphics:
     key = "graphics"
     schema: Any = GraphicsSpec | None
+    default: Any = None
     kinds = (ChangeKind.DEFAULT_TYPE, ChangeKind.ASSIGNMENT_POLICY)
     offer_kinds = frozenset({ChangeKind.DEFAULT_TYPE})
     observes = Observes(
@@ -49,6 +57,9 @@ class HostGraphics:
     def is_set(self, spec: HostSpec) -> bool:
         g = spec.graphics
         return g is not None and (g.default_type is not None or g.assignment_policy is not None)
+
+    def problems(self, spec: HostSpec) -> list[tuple[KeyPath, str]]:
+        return []
 
     def plan(self, inp: PlanInput) -> HostPlan:
         g, host = inp.spec.graphics, inp.host

@@ -29,6 +29,7 @@ from vgpuctl.hosts.settings.base import (
 )
 from vgpuctl.model import HostChange, ObservedHost
 from vgpuctl.profiles import BOARDS, board_for_device
+from vgpuctl.strictmodel import KeyPath, Lax
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
@@ -38,7 +39,8 @@ UNKNOWN = "unknown"  # its state when the host could not say
 
 class Nvlink:
     key = "nvlink"
-    schema: Any = NvlinkState | None
+    schema: Any = Lax[NvlinkState] | None
+    default: Any = None
     kinds = (ChangeKind.NVLINK,)
     offer_kinds = frozenset(kinds)
     observes = Observes(
@@ -50,6 +52,9 @@ class Nvlink:
 
     def is_set(self, spec: HostSpec) -> bool:
         return spec.nvlink is not None
+
+    def problems(self, spec: HostSpec) -> list[tuple[KeyPath, str]]:
+        return []
 
     def plan(self, inp: PlanInput) -> HostPlan:
         result = HostPlan()

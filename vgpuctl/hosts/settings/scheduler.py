@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BeforeValidator, Field
 
 from vgpuctl.domain import ChangeKind, Phase, SchedulerPolicy, VgpuMode
 from vgpuctl.esxi import modopts, rmpvmrl
@@ -29,8 +31,8 @@ from vgpuctl.hosts.settings.base import (
     host_change,
 )
 from vgpuctl.hosts.settings.gpus import time_sliced_modes_after
-from vgpuctl.inventory import SchedulerSpec
 from vgpuctl.model import HostChange, ObservedHost
+from vgpuctl.strictmodel import KeyPath, Lax, StrictModel
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
@@ -38,6 +40,20 @@ if TYPE_CHECKING:
 MIXED_SIZE_POLICIES = (SchedulerPolicy.BEST_EFFORT, SchedulerPolicy.EQUAL_SHARE)
 TUNING = ("timeslice_ms", "frequency_hz", "averaging_factor")
 UNKNOWN = "unknown"  # its state when the host could not say
+
+
+class SchedulerSpec(StrictModel):
+    """RmPVMRL fields (docs/scheduler.md): a time slice, or a strict round-robin frequency and averaging factor."""
+
+    policy: Lax[SchedulerPolicy] = SchedulerPolicy.BEST_EFFORT
+    timeslice_ms: int | None = Field(default=None, ge=1, le=30)
+    frequency_hz: int | None = Field(default=None, ge=63, le=960)
+    averaging_factor: int | None = Field(default=None, ge=1, le=60)
+
+
+def _shorthand(value: Any) -> Any:
+    """`scheduler: equal-share` is `scheduler: {policy: equal-share}`."""
+    return {"policy": value} if isinstance(value, str) else value
 
 
 def label(spec: SchedulerSpec) -> str:
@@ -52,7 +68,8 @@ def value_of(change: HostChange) -> str | None:
 
 class Scheduler:
     key = "scheduler"
-    schema: Any = SchedulerSpec | None
+    schema: Any = Annotated[SchedulerSpec | None, BeforeValidator(_shorthand)]
+    default: Any = None
     kinds = (ChangeKind.SCHEDULER,)
     offer_kinds: frozenset[ChangeKind] = frozenset()
     observes = Observes(
@@ -63,6 +80,23 @@ class Scheduler:
 
     def is_set(self, spec: HostSpec) -> bool:
         return spec.scheduler is not None
+
+    def problems(self, spec: HostSpec) -> list[tuple[KeyPath, str]]:
+        """Fixed share on mixed-size GPUs; tuning that does not go with the policy."""
+        sched = spec.scheduler
+        if sched is None:
+            return []
+        out: list[tuple[KeyPath, str]] = []
+        if sched.policy == SchedulerPolicy.FIXED_SHARE and any(g.vgpu_mode == VgpuMode.MIXED_SIZE for g in spec.gpus):
+            out.append(((self.key,), "mixed-size GPUs support only the best-effort and equal-share schedulers"))
+        tuning = [k for k in TUNING if getattr(sched, k) is not None]
+        if tuning and sched.policy == SchedulerPolicy.BEST_EFFORT:
+            what = "a time slice" if tuning[0] == "timeslice_ms" else tuning[0]
+            out.append(((self.key, tuning[0]), f"{what} applies to equal-share and fixed-share only"))
+        elif "timeslice_ms" in tuning and len(tuning) > 1:
+            why = "timeslice_ms cannot be combined with frequency_hz or averaging_factor"
+            out.append(((self.key, "timeslice_ms"), why))
+        return out
 
     def plan(self, inp: PlanInput) -> HostPlan:
         sched, host = inp.spec.scheduler, inp.host
