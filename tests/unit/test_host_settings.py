@@ -165,3 +165,20 @@ def test_a_new_setting_becomes_an_inventory_key_without_touching_the_inventory(
     assert spec.sriov.virtual_functions == 8
     with pytest.raises(ValueError, match="virtual_function"):
         inventory._host_spec().model_validate({"name": "esx-01", "sriov": {"virtual_function": 8}})
+
+
+def test_host_show_lists_every_setting_the_report_has() -> None:
+    from vgpuctl.cli.host import render_show
+    from vgpuctl.hosts.status import host_status
+    from vgpuctl.reports.status import SettingValue
+
+    host = ObservedHost("esx-01", module_options="NVreg_NvLinkDisable=1")
+    report = host_status(host, None)
+    assert [v.setting for v in report.settings] == [
+        "graphics.default_type", "graphics.assignment_policy", "nvlink", "scheduler"
+    ]
+    assert (report.nvlink, report.scheduler) == ("disabled", "best-effort")
+    text = render_show(report)
+    assert "  nvlink: disabled" in text and "sriov" not in text
+    report.settings.append(SettingValue("sriov.virtual_functions", "0", "8"))  # a setting the text has no line for
+    assert "  sriov.virtual_functions: 0 (8 after reboot)\n" in render_show(report)

@@ -99,9 +99,12 @@ def render_show(r: HostReport) -> str:
         f"  nvlink: {r.nvlink}" + (f" ({r.nvlink_after_reboot} after reboot)" if r.nvlink_after_reboot else ""),
         f"  scheduler: {r.scheduler}"
         + (f" ({r.scheduler_after_reboot} after reboot)" if r.scheduler_after_reboot else ""),
-        f"  nvidia module options: {options.effective or '(none)'}{next_boot}",
-        "  GPUs:",
     ]
+    shown = {"graphics.default_type", "graphics.assignment_policy", "nvlink", "scheduler"}  # the lines above
+    for v in r.settings:
+        if v.setting not in shown:
+            lines.append(f"  {v.setting}: {v.value}" + (f" ({v.after_reboot} after reboot)" if v.after_reboot else ""))
+    lines += [f"  nvidia module options: {options.effective or '(none)'}{next_boot}", "  GPUs:"]
     for g in r.gpus:
         mig = _mig_text(g.mig_current, g.mig_pending)
         links = "" if not g.nvlink_links else f", NVLink {g.nvlink_active}/{g.nvlink_links} up"
