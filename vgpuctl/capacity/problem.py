@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vgpuctl.capacity.demand import Demand, DemandItem
-from vgpuctl.capacity.kinds import MODES, TIME_SLICED, in_mode, is_idle
-from vgpuctl.domain import ConnectionState, GpuVgpuMode, GraphicsType, HostPowerState
+from vgpuctl.capacity.kinds import MODES, in_mode, is_idle
+from vgpuctl.domain import TIME_SLICED_MODES, ConnectionState, GpuVgpuMode, GraphicsType, HostPowerState
 from vgpuctl.errors import NotFound
 from vgpuctl.hosts.predict import mig_profile_names, time_sliced_profile_names
 from vgpuctl.model import Observed, ObservedHost
@@ -189,7 +189,7 @@ def _offered(host: ObservedHost, slots: list[GpuSlot], allow: set[str]) -> set[s
             continue
         if any(m == GpuVgpuMode.MIG for m in s.modes):
             offered.update(mig_profile_names(board))
-        if any(m in TIME_SLICED for m in s.modes):
+        if any(m in TIME_SLICED_MODES for m in s.modes):
             offered.update(time_sliced_profile_names(board))
     return offered
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from vgpuctl.domain import ChangeKind, Phase
 from vgpuctl.esxi.modopts import Options
 from vgpuctl.hosts.facts import GpuFacts, HostFacts
-from vgpuctl.model import HostChange, ObservedGpu, ObservedHost
+from vgpuctl.model import HOST_TARGET, HostChange, ObservedGpu, ObservedHost
 from vgpuctl.strictmodel import KeyPath
 
 if TYPE_CHECKING:
@@ -329,6 +329,4 @@ def host_change(
     inp: PlanInput, kind: ChangeKind, old: Any, new: Any, phase: Phase, target: str | None = None
 ) -> HostChange:
     """A change of the planned host; `target` a GPU's PCI id, host-wide when None."""
-    from vgpuctl.model import HOST_TARGET
-
     return HostChange(inp.host.name, kind, target or HOST_TARGET, old, new, phase)
