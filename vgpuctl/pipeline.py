@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, Power
+from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome, Power
 from vgpuctl.errors import Interrupted, PlanError, UsageError, VgpuctlError
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_changes
 from vgpuctl.hosts.facts import HostFacts
+from vgpuctl.hosts.predict import predict_observed
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.hosts.work import WorkStore
 from vgpuctl.inventory import HostSpec, Inventory
@@ -111,7 +112,7 @@ def host_facts(
     hosts = {}
     for name, spec in sorted(specs.items()):
         host = observed.hosts[name]
-        if host.connection_state != "connected":
+        if host.connection_state != ConnectionState.CONNECTED:
             errors.append(f"host {name}: {host.connection_state}; its GPU state cannot be read")
         else:
             hosts[name] = (host.moid, spec)
@@ -152,14 +153,15 @@ def _resume(session: Session, observed: Observed, options: RunOptions) -> list[s
 
 
 def _migrates(specs: dict[str, HostSpec]) -> bool:
-    return any(s.maintenance.evacuate == "migrate" for s in specs.values())
+    return any(s.maintenance.evacuate == Evacuate.MIGRATE for s in specs.values())
 
 
 def vgpu_migration_enabled(session: Session) -> bool:
     """vCenter allows vMotion of running vGPU VMs (its advanced setting; one read)."""
+    from vgpuctl.hosts.evacuation import HOT_MIGRATE_OPTION
     from vgpuctl.vsphere.vcenter import advanced_setting_true
 
-    return advanced_setting_true(session, hostplan.HOT_MIGRATE_OPTION)
+    return advanced_setting_true(session, HOT_MIGRATE_OPTION)
 
 
 def _lease_warnings(session: Session, observed: Observed, hosts: Sequence[str]) -> list[str]:
@@ -258,7 +260,7 @@ def replan_vms(inventory: Inventory, observed_after: Observed, pending: Sequence
     did not finish) stay in the plan; those hosts are predicted as changed and their VMs wait for them."""
     from vgpuctl.vms.plan import make_plan
 
-    base = hostplan.predict_observed(observed_after, pending) if pending else observed_after
+    base = predict_observed(observed_after, pending) if pending else observed_after
     vm_plan = make_plan(inventory.model_copy(update={"hosts": []}), base)
     vm_plan.host_changes = list(pending)
     hostplan.mark_dependencies(vm_plan.vm_changes, base, pending)

@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from vgpuctl.domain import ProfileSharing
 from vgpuctl.model import ObservedProfile
 
 PREFIXES = ("grid_", "nvidia_")
@@ -460,6 +461,6 @@ def observed_profile(name: str) -> ObservedProfile:
     return ObservedProfile(
         name=name,
         fb_gb=int(p.fb_gb),
-        sharing="mig" if p.is_mig else "timeSliced",
+        sharing=ProfileSharing.MIG if p.is_mig else ProfileSharing.TIME_SLICED,
         profile_class="quadro" if p.series == "q" else "compute",
     )

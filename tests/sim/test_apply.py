@@ -9,6 +9,7 @@ import pytest
 from pyVim.connect import Disconnect
 from pyVmomi import vim
 
+from vgpuctl.domain import ChangeKind
 from vgpuctl.errors import PlanError
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import Op
@@ -373,7 +374,7 @@ def test_vms_waiting_for_host_changes(sim, direct) -> None:
         observed = observe(session)
         plan = make_plan(inv, observed)
         web_host = observed.vms["web-01"].host
-        plan.host_changes.append(HostChange(web_host, "graphics", "host", "shared", "sharedDirect"))
+        plan.host_changes.append(HostChange(web_host, ChangeKind.DEFAULT_TYPE, "host", "shared", "sharedDirect"))
         next(c for c in plan.changes if c.vm == "web-01").depends_on_hosts.append(web_host)
         result = apply_plan(session, plan, observed)  # host changes still in the plan have not landed
     by_vm = {o.vm: o for o in result.vms}

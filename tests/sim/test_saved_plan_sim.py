@@ -107,6 +107,21 @@ def test_apply_planfile_refuses_when_the_farm_changed(sim: Any, tmp_path: Path) 
     assert vgpus_of(sim, "saved-01") is None  # nothing touched
 
 
+def test_a_plan_file_of_another_version_is_refused_in_one_line(sim: Any, tmp_path: Path) -> None:
+    _inv, out = make_plan(sim, tmp_path)
+    doc = json.loads(out.read_text())
+    assert doc["version"] == 2
+    doc["version"] = 1  # as an older vgpuctl wrote it
+    out.write_text(json.dumps(doc))
+    refused = vgpuctl(sim, tmp_path, "apply", str(out), "--yes")
+    assert refused.exit_code == 1
+    assert errors(refused) == [
+        f"error: {out}: the plan file was written by another version of vgpuctl: make it again with "
+        "`vgpuctl plan --out`"
+    ]
+    assert vgpus_of(sim, "saved-01") is None  # nothing touched
+
+
 def test_bad_plan_files_and_arguments_are_one_line_errors(sim: Any, tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.plan"
     garbage.write_text("{not json")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from vgpuctl import pipeline
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import ChangeKind, Outcome, Phase
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
     ApplyResult,
@@ -89,7 +89,7 @@ def test_apply_after_host_changes_goes_on_past_a_vm_whose_replan_fails(monkeypat
     monkeypatch.setattr(pipeline, "pending_changes", lambda *a: [])
     monkeypatch.setattr(pipeline, "observe", lambda *a, **k: farm())
     monkeypatch.setattr(pipeline, "apply_vms", fake_apply_vms)
-    first = Plan(host_changes=[HostChange("esx-01", "scheduler", "host", "", "x", needs_reboot=True)])
+    first = Plan(host_changes=[HostChange("esx-01", ChangeKind.SCHEDULER, "host", "", "x", Phase.REBOOT)])
     outcome = pipeline.apply(object(), inventory, first, farm(), pipeline.RunOptions())  # type: ignore[arg-type]
     assert applied == [["good-01", "good-02"]]
     status = {o.vm: o.status for o in outcome.vms.vms}
@@ -107,7 +107,7 @@ def test_a_replan_error_naming_no_vm_counts_every_vm_as_not_started(monkeypatch:
     monkeypatch.setattr(pipeline, "replan_vms", lambda *a: Plan(problems=[Problem("cluster C: no host left")]))
     first = Plan(
         vm_changes=[VmChange("good-01", clone=CloneSpec("tmpl"), power_on=True)],
-        host_changes=[HostChange("esx-01", "scheduler", "host", "", "x")],
+        host_changes=[HostChange("esx-01", ChangeKind.SCHEDULER, "host", "", "x")],
     )
     outcome = pipeline.apply(object(), inventory, first, farm(), pipeline.RunOptions())  # type: ignore[arg-type]
     assert outcome.vm_errors == ["cluster C: no host left"]

@@ -17,14 +17,15 @@ from vgpuctl.capacity.layout import greedy, verify
 from vgpuctl.capacity.problem import build_problem
 from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.main import app
+from vgpuctl.domain import GpuVgpuMode
 from vgpuctl.errors import InventoryError, NotFound
 from vgpuctl.inventory import load_inventory_text, validate
-from vgpuctl.vms.placement import MIG_MODE, Gpu
+from vgpuctl.vms.placement import Gpu
 
 pytestmark = pytest.mark.unit
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "capacity"
-MIG = MIG_MODE
+MIG = GpuVgpuMode.MIG
 
 
 def demand(*items: dict, allow: tuple[str, ...] = (), **extra: object) -> Demand:
@@ -132,7 +133,7 @@ def test_what_fits_now_counts_nvlink_rows_for_the_types_the_groups_are_offered_f
 
 
 def test_stranded_mig_slots() -> None:
-    host = SynthHost("esx-01", gpus=2, modes=[MIG, "sameSize"], nvlink="none",
+    host = SynthHost("esx-01", gpus=2, modes=[MIG, GpuVgpuMode.SAME_SIZE], nvlink="none",
                      running=[RunningVm("a", ["grid_a100-3-20c", ], [0]), RunningVm("b", ["grid_a100-2-10c"], [0])])
     farm = make_farm([host])
     farm.hosts["esx-01"].offered_profiles = ["grid_a100-3-20c", "grid_a100-40c"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from vgpuctl.domain import ChangeKind, Phase
 from vgpuctl.errors import NotFound
 from vgpuctl.hosts.explain import explain_host
 from vgpuctl.inventory import load_inventory_text
@@ -36,8 +37,8 @@ def farm() -> Observed:
 
 def test_merged_values_with_their_entry_line_and_vcenter_value() -> None:
     inv = load_inventory_text(INVENTORY, "inv.yaml")
-    plan = Plan(host_changes=[HostChange("esx-01.example.com", "graphics.default_type", "host", "shared",
-                                         "sharedDirect", True, True)])  # fmt: skip
+    plan = Plan(host_changes=[HostChange("esx-01.example.com", ChangeKind.DEFAULT_TYPE, "host", "shared",
+                                         "sharedDirect", Phase.REBOOT)])  # fmt: skip
     report = explain_host("esx-01.example.com", inv, farm(), plan)
     assert report.entries == ["cluster GPU-Cluster", "host esx-01.example.com"]
     got = {s.setting: (s.value, s.source, s.vcenter) for s in report.settings}

@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
+from vgpuctl.domain import PowerState
 from vgpuctl.export import ExportOptions, _Vm, export_inventory, ranges
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.inventory import load_inventory_text, validate
-from vgpuctl.model import Observed, ObservedVgpu, ObservedVm, PowerState
+from vgpuctl.model import Observed, ObservedVgpu, ObservedVm
 from vgpuctl.supervisor.vmclasses import ClassState, NamespaceState, SupervisorState, plan_supervisor
 from vgpuctl.vms.plan import make_plan
 

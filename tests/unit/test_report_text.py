@@ -34,7 +34,9 @@ NO_TEXT = {"plan", "plan#verbose", "apply", "apply#vm-verbose", "provision", "si
 # Values that are also words of the text's own labels (a guest's status is a column of the table).
 LABELS = {
     "guests": {"changed", "unreachable", "failed"},
-    "host-change": {"failed", "reboot"},
+    "host": {"nvlink", "scheduler"},  # the settings' names are also the lines' labels
+    "host-change": {"failed", "reboot", "maintenance"},
+    "status": {"nvlink", "scheduler"},
     "capacity-demand": {"greedy"},  # the method, and "greedy placed N"
     "supervisor_apply": {"changed", "failed", "skipped"},
     "supervisor_plan": {"cpus"},  # a changed field, and "+ cpus N" of a new class

@@ -21,7 +21,7 @@ from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.common import error_report
 from vgpuctl.cli.main import app
 from vgpuctl.cli.sim import parse_env_file, with_esxi_env
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import ChangeKind, EvacuationKind, Outcome, Phase
 from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, UsageError
 from vgpuctl.experiment.report import write_report
 from vgpuctl.experiment.runner import RunSummary, run_experiment
@@ -38,6 +38,7 @@ from vgpuctl.model import (
     ChangeOutcome,
     CloneSpec,
     DeviceChange,
+    EvacuationAction,
     FieldChange,
     HostApplyResult,
     HostChange,
@@ -188,8 +189,10 @@ def a_plan() -> Plan:
             VmChange("b", clone=CloneSpec("tmpl", cluster="GPU-Cluster", memory_mb=4096), power_on=True),
         ],
         host_changes=[
-            HostChange("esx-01", "mig", GPU0, "time-sliced", "mig", True, True),
-            HostChange("esx-01", "nvlink", "host", "enabled", "disabled", True, True),
+            HostChange("esx-01", ChangeKind.MIG, GPU0, "time-sliced", "mig", Phase.REBOOT),
+            HostChange("esx-01", ChangeKind.NVLINK, "host", "enabled", "disabled", Phase.REBOOT),
+            HostChange("esx-01", ChangeKind.EVACUATE, "vm-a", "poweredOn",
+                       EvacuationAction(EvacuationKind.MIGRATE, "esx-02")),
         ],
         warnings=["vm b: something to know"],
     )

@@ -500,7 +500,7 @@ def test_rest_wrong_password_and_tls_settings() -> None:
 
 
 def test_planned_mig_mode_counts_for_the_offer_check() -> None:
-    from vgpuctl.hosts import plan as hostplan
+    from vgpuctl.domain import ChangeKind
     from vgpuctl.model import HostChange, ObservedGpu
     from vgpuctl.supervisor.stage import planning_base
 
@@ -511,7 +511,7 @@ def test_planned_mig_mode_counts_for_the_offer_check() -> None:
                "namespaces:\n  - {name: ml-team, vm_classes: [c]}\n")
     state = _state(**{"ml-team": []})
     assert plan_supervisor(inv, state, planning_base(observed)).errors != []
-    to_mig = [HostChange("esx-01", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig")]
+    to_mig = [HostChange("esx-01", ChangeKind.MIG, "0000:3b:00.0", "time-sliced", "mig")]
     assert plan_supervisor(inv, state, planning_base(observed, to_mig)).errors == []
 
 

@@ -13,9 +13,9 @@ from vgpuctl.capacity.demand import Demand
 from vgpuctl.capacity.kinds import capacity, in_mode
 from vgpuctl.capacity.layout import PlacedVm, Verified, greedy, verify
 from vgpuctl.capacity.problem import Problem, Shape, build_problem, usable_options
+from vgpuctl.domain import GpuVgpuMode
 from vgpuctl.model import Observed
 from vgpuctl.profiles import BOARDS, parse_profile
-from vgpuctl.vms.placement import MIG_MODE
 
 FRAMEBUFFER, GEOMETRY, NVLINK, PER_VM_LIMIT, ORDER = "framebuffer", "geometry", "nvlink", "per-VM limit", "order"
 
@@ -132,7 +132,7 @@ def _changes(problem: Problem, v: Verified) -> list[GpuChange]:
     for (host, pci), mode in sorted(v.modes.items()):
         slot = next(s for s in problem.host(host).gpus if s.gpu.id == pci)
         old = slot.gpu.vgpu_mode
-        mig_switch = (old == MIG_MODE) != (mode == MIG_MODE)
+        mig_switch = (old == GpuVgpuMode.MIG) != (mode == GpuVgpuMode.MIG)
         info = BOARDS.get(slot.gpu.board or "")
         reboot = mig_switch and (info is None or info.mig_needs_reboot)  # the catalogue's `mig.apply`
         out.append(GpuChange(host, pci, old, mode, reboot))
@@ -200,7 +200,7 @@ def fragment(answer: CapacityAnswer, demand: Demand) -> str:
         out.append(f"  - name: {host}")
         out.append("    gpus:")
         for c in changes:
-            if c.new == MIG_MODE:
+            if c.new == GpuVgpuMode.MIG:
                 out.append(f"      - {{select: '{c.gpu}', mode: mig}}")
             else:
                 out.append(f"      - {{select: '{c.gpu}', mode: time-sliced, vgpu_mode: {c.new}}}")

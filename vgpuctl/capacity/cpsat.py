@@ -25,8 +25,8 @@ from typing import Any
 from vgpuctl.capacity.kinds import _key, addition_patterns
 from vgpuctl.capacity.layout import HostLayout, Layout
 from vgpuctl.capacity.problem import GpuSlot, HostCtx, Problem, Shape, usable_options
+from vgpuctl.domain import AssignmentPolicy
 from vgpuctl.profiles import parse_profile
-from vgpuctl.vms.placement import PERFORMANCE
 
 HOST_CHANGE_WEIGHT = 8  # a changed host (maintenance, maybe a reboot) counts as much as 8 changed GPUs
 MAX_WEIGHT = 2**52
@@ -163,7 +163,7 @@ class _LayoutModel:
                       <= sum(pat.get(p, 0) * n for (_, pat), n in zip(c.choices, c.n, strict=True)))
         for s, p in pairs:
             self._fill(h, s, p, classes)
-        if h.policy == PERFORMANCE:
+        if h.policy == AssignmentPolicy.PERFORMANCE:
             self._one_profile_per_kind(h, pairs)
         if changed_here:
             hc = m.new_bool_var(f"host_changed[{h.name}]")

@@ -10,10 +10,10 @@ import copy
 from dataclasses import dataclass, field
 
 from vgpuctl.capacity.kinds import _key, addition_patterns, capacity
+from vgpuctl.domain import ConnectionState, GpuVgpuMode, HostPowerState
 from vgpuctl.model import Observed, ObservedHost
 from vgpuctl.profiles import ProfileError, max_vgpus_per_vm, parse_profile
 from vgpuctl.vms.placement import (
-    MIG_MODE,
     Gpu,
     add_vgpu,
     clone_gpu,
@@ -95,11 +95,11 @@ def what_fits(observed: Observed, cluster: str | None = None, host: str | None =
 
 
 def _unusable(host: ObservedHost) -> str | None:
-    if host.connection_state != "connected":
+    if host.connection_state != ConnectionState.CONNECTED:
         return host.connection_state
     if host.in_maintenance:
         return "in maintenance mode"
-    return None if host.power_state == "poweredOn" else host.power_state
+    return None if host.power_state == HostPowerState.ON else host.power_state
 
 
 def _profiles(offered: list[str], gpus: list[Gpu]) -> list[str]:
@@ -157,7 +157,7 @@ def count_vms(gpus: list[Gpu], profiles: list[str], policy: str, *, nvlink: bool
 
 
 def _used_gb(gpu: Gpu) -> float:
-    if gpu.vgpu_mode == MIG_MODE:
+    if gpu.vgpu_mode == GpuVgpuMode.MIG:
         slots = gpu.mig_slots
         return sum(size for _, size in gpu.mig_used) * gpu.fb_gb / slots
     total = 0.0
@@ -184,9 +184,9 @@ def stranded(gpu: Gpu, offered: list[str]) -> Stranded | None:
     left = free - usable
     if left <= 0:
         return None
-    if gpu.vgpu_mode == MIG_MODE:
+    if gpu.vgpu_mode == GpuVgpuMode.MIG:
         why = "MIG slots that no instance placement fits"
-    elif gpu.vgpu_mode == "mixedSize":
+    elif gpu.vgpu_mode == GpuVgpuMode.MIXED_SIZE:
         why = "no offered size fits the gap"
     else:
         why = f"same-size GPU locked to {gpu.vgpus[0]}" if gpu.vgpus else "no offered profile divides it"

@@ -12,13 +12,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from functools import lru_cache
 
+from vgpuctl.domain import TIME_SLICED_MODES, GpuVgpuMode
 from vgpuctl.profiles import ProfileError, parse_profile
-from vgpuctl.vms.placement import MIG_MODE, Gpu, add_vgpu, clone_gpu, fits
+from vgpuctl.vms.placement import Gpu, add_vgpu, clone_gpu, fits
 
 Pattern = tuple[tuple[str, int], ...]  # sorted (profile, count) pairs, counts > 0
 MAX_PATTERNS = 4000
-TIME_SLICED = ("sameSize", "mixedSize")
-MODES = ("sameSize", "mixedSize", MIG_MODE)
+MODES = (*TIME_SLICED_MODES, GpuVgpuMode.MIG)
 
 
 # What an idle GPU keeps across a mode switch; every other field of placement's Gpu starts afresh.

@@ -10,11 +10,10 @@ from dataclasses import dataclass, field
 
 from vgpuctl.capacity.kinds import in_mode, is_idle
 from vgpuctl.capacity.problem import HostCtx, Problem, Shape, usable_options
+from vgpuctl.domain import AssignmentPolicy, GpuVgpuMode
 from vgpuctl.model import Observed
 from vgpuctl.profiles import parse_profile
 from vgpuctl.vms.placement import (
-    MIG_MODE,
-    PERFORMANCE,
     FarmState,
     Gpu,
     Placement,
@@ -94,7 +93,7 @@ def _place_one(problem: Problem, shape: Shape, work: dict[str, list[Gpu]], layou
 
 
 def _try(host: HostCtx, shape: Shape, opt: str, gpus: list[Gpu], hl: HostLayout) -> bool:
-    if host.policy == PERFORMANCE and _other_profile_of_kind(hl, opt):
+    if host.policy == AssignmentPolicy.PERFORMANCE and _other_profile_of_kind(hl, opt):
         return False
     profiles = [opt] * shape.vgpus
     res = None
@@ -138,11 +137,11 @@ def _other_profile_of_kind(hl: HostLayout, opt: str) -> bool:
 
 def _switched(host: HostCtx, gpus: list[Gpu], opt: str) -> list[Gpu]:
     """A trial copy where idle, untouched GPUs that may change take the mode `opt` needs."""
-    want = MIG_MODE if parse_profile(opt).is_mig else "sameSize"
+    want = GpuVgpuMode.MIG if parse_profile(opt).is_mig else GpuVgpuMode.SAME_SIZE
     out = list(gpus)
     changed = False
     for i, (slot, g) in enumerate(zip(host.gpus, gpus, strict=True)):
-        needs = (g.vgpu_mode == MIG_MODE) != (want == MIG_MODE)
+        needs = (g.vgpu_mode == GpuVgpuMode.MIG) != (want == GpuVgpuMode.MIG)
         if needs and is_idle(g) and slot.idle and want in slot.modes:
             out[i] = in_mode(g, want)
             changed = True

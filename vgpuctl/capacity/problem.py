@@ -15,12 +15,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vgpuctl.capacity.demand import Demand, DemandItem
-from vgpuctl.capacity.kinds import MODES, TIME_SLICED, in_mode, is_idle
+from vgpuctl.capacity.kinds import MODES, in_mode, is_idle
+from vgpuctl.domain import TIME_SLICED_MODES, ConnectionState, GpuVgpuMode, GraphicsType, HostPowerState
 from vgpuctl.errors import NotFound
-from vgpuctl.hosts.plan import mig_profile_names, time_sliced_profile_names
+from vgpuctl.hosts.predict import mig_profile_names, time_sliced_profile_names
 from vgpuctl.model import Observed, ObservedHost
 from vgpuctl.profiles import BOARDS, max_vgpus_per_vm, parse_profile
-from vgpuctl.vms.placement import MIG_MODE, Gpu, farm_from_observed, group_refusal, nvlink_refusal, nvlink_sets
+from vgpuctl.vms.placement import Gpu, farm_from_observed, group_refusal, nvlink_refusal, nvlink_sets
 
 
 @dataclass
@@ -56,8 +57,8 @@ class HostCtx:
     def _time_sliced(self) -> list[Gpu]:
         out = []
         for s in self.gpus:
-            switch = s.gpu.vgpu_mode == MIG_MODE and s.idle and "sameSize" in s.modes
-            out.append(s.as_mode("sameSize") if switch else s.gpu)
+            switch = s.gpu.vgpu_mode == GpuVgpuMode.MIG and s.idle and GpuVgpuMode.SAME_SIZE in s.modes
+            out.append(s.as_mode(GpuVgpuMode.SAME_SIZE) if switch else s.gpu)
         return out
 
     def nvlink_set_refusal(self, nvlink_set: int | None, vgpus: int, profile: str) -> str | None:
@@ -112,9 +113,9 @@ class Problem:
 
 
 def _usable(host: ObservedHost) -> str | None:
-    if host.connection_state != "connected":
+    if host.connection_state != ConnectionState.CONNECTED:
         return f"{host.connection_state}"
-    if host.power_state != "poweredOn":
+    if host.power_state != HostPowerState.ON:
         return host.power_state
     if host.in_maintenance:
         return "in maintenance mode"
@@ -162,17 +163,17 @@ def _limit(host: ObservedHost) -> int:
 
 def _modes(gpu: Gpu, allow: set[str], frozen: bool) -> list[str]:
     current = gpu.vgpu_mode
-    if frozen or not is_idle(gpu) or gpu.graphics_type != "sharedDirect":
+    if frozen or not is_idle(gpu) or gpu.graphics_type != GraphicsType.SHARED_DIRECT:
         return [current]
     info = BOARDS.get(gpu.board or "")
     out = [current]
     for mode in MODES:
         if mode == current:
             continue
-        to_mig, from_mig = mode == MIG_MODE, current == MIG_MODE
+        to_mig, from_mig = mode == GpuVgpuMode.MIG, current == GpuVgpuMode.MIG
         if to_mig or from_mig:
             ok = "mig" in allow and info is not None and info.mig_capable
-            ok = ok and (mode == "sameSize" or to_mig or "vgpu-mode" in allow)  # MIG off lands in same-size
+            ok = ok and (mode == GpuVgpuMode.SAME_SIZE or to_mig or "vgpu-mode" in allow)  # MIG off lands in same-size
         else:
             ok = "vgpu-mode" in allow
         if ok:
@@ -186,9 +187,9 @@ def _offered(host: ObservedHost, slots: list[GpuSlot], allow: set[str]) -> set[s
         board = s.gpu.board
         if board is None or len(s.modes) == 1:
             continue
-        if any(m == MIG_MODE for m in s.modes):
+        if any(m == GpuVgpuMode.MIG for m in s.modes):
             offered.update(mig_profile_names(board))
-        if any(m in TIME_SLICED for m in s.modes):
+        if any(m in TIME_SLICED_MODES for m in s.modes):
             offered.update(time_sliced_profile_names(board))
     return offered
 

@@ -9,6 +9,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.domain import ConnectionState
 from vgpuctl.errors import NotFound
 
 if TYPE_CHECKING:
@@ -49,7 +50,8 @@ def export_cmd(
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, options.datacenter, inventory, all_nvlink=True)
         specs = _host_specs(inventory, observed)
-        hosts = {n: specs.get(n) for n, h in observed.hosts.items() if h.gpus and h.connection_state == "connected"}
+        hosts = {n: specs.get(n) for n, h in observed.hosts.items()
+                 if h.gpus and h.connection_state == ConnectionState.CONNECTED}
         facts, _ = pipeline.host_facts(session, observed, hosts, options)
         supervisor = _supervisor(opts, inventory, observed)
     try:

@@ -15,7 +15,17 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.domain import AssignmentPolicy, Evacuate, GraphicsType, Outcome, SchedulerPolicy, VgpuMode
+from vgpuctl.domain import (
+    AssignmentPolicy,
+    ConnectionState,
+    Evacuate,
+    GpuMode,
+    GraphicsType,
+    NvlinkState,
+    Outcome,
+    SchedulerPolicy,
+    VgpuMode,
+)
 from vgpuctl.errors import NotFound, PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
@@ -68,7 +78,7 @@ def show_cmd(
         found = _host(observed, host)
         spec = _base_spec(inventory, observed, host)
         facts = None
-        if found.connection_state == "connected":
+        if found.connection_state == ConnectionState.CONNECTED:
             facts = gather_facts(
                 session,
                 {host: (found.moid, spec)},
@@ -127,7 +137,7 @@ def mig_cmd(
     """Switch MIG mode of one GPU or all (maintenance mode; a reboot on Ampere GPUs)."""
     if enable is None:
         raise UsageError("say --enable or --disable")
-    fields = {"gpus": [{"select": gpu, "mode": "mig" if enable else "time-sliced"}]}
+    fields = {"gpus": [{"select": gpu, "mode": str(GpuMode.MIG if enable else GpuMode.TIME_SLICED)}]}
     change(ctx.obj, host, fields, file=file, evacuate=evacuate, reboot_timeout=reboot_timeout, tofu=tofu, yes=yes)
 
 
@@ -145,7 +155,7 @@ def nvlink_cmd(
     """Turn NVLink on or off (nvidia module option NVreg_NvLinkDisable; maintenance mode and a reboot)."""
     if enable is None:
         raise UsageError("say --enable or --disable")
-    fields = {"nvlink": "enabled" if enable else "disabled"}
+    fields = {"nvlink": str(NvlinkState.ENABLED if enable else NvlinkState.DISABLED)}
     change(ctx.obj, host, fields, file=file, evacuate=evacuate, reboot_timeout=reboot_timeout, tofu=tofu, yes=yes)
 
 
@@ -274,7 +284,7 @@ def _say(opts: GlobalOptions, text: str) -> None:
 
 def _running_vms(session: Session, moid: str, changes: list[HostChange]) -> list[tuple[str, list[str]]]:
     """The running VMs on the host with their vGPU profiles, when the changes need maintenance mode."""
-    from vgpuctl.hosts.plan import needs_maintenance
+    from vgpuctl.hosts.evacuation import needs_maintenance
     from vgpuctl.vsphere import host as vhost
 
     if not needs_maintenance(changes):
@@ -284,19 +294,17 @@ def _running_vms(session: Session, moid: str, changes: list[HostChange]) -> list
 
 def describe_changes(host: str, changes: list[HostChange], spec: HostSpec, affected: list[AffectedVm]) -> str:
     """What the command will do, for the confirmation: changes, maintenance, reboot, VMs affected."""
-    from vgpuctl.hosts.plan import needs_maintenance, needs_reboot
+    from vgpuctl.hosts.evacuation import needs_maintenance, needs_reboot
 
     lines = [f"host {host}:"]
-    for c in changes:
-        target = "" if c.target == "host" else f" {c.target}"
-        lines.append(f"  ~ {c.kind}{target}: {c.old} -> {c.new}")
+    lines += [f"  ~ {c.label}: {c.old} -> {c.new}" for c in changes]
     if needs_maintenance(changes):
         lines.append("  the host enters maintenance mode for the change and leaves it afterwards")
     if needs_reboot(changes):
         lines.append(f"  the host reboots (waiting up to {spec.maintenance.reboot_timeout_s}s for it)")
     if affected:
         names = ", ".join(f"{v.vm} ({_vgpu_text(v.vgpus)})" if v.vgpus else v.vm for v in affected)
-        if spec.maintenance.evacuate == "power-off":
+        if spec.maintenance.evacuate == Evacuate.POWER_OFF:
             lines.append(f"  running VMs are shut down and powered on again afterwards: {names}")
         else:
             lines.append(f"  running VMs block maintenance mode (evacuate: refuse, nothing will change): {names}")

@@ -63,33 +63,9 @@ def _text(value: Any) -> str:
 
 
 def vcenter_value(key: str, host: ObservedHost) -> str | None:
-    """What vCenter (or the host's nvidia module options) says now for a setting; None for vgpuctl's own."""
-    from vgpuctl.hosts import plan as hostplan
+    """What vCenter (or the host's nvidia module options) says now for a setting, from the setting the display
+    key belongs to; None for vgpuctl's own values (ssh, maintenance)."""
+    from vgpuctl.hosts.settings import setting_for_key
 
-    if key == "graphics.default_type":
-        return host.default_graphics_type
-    if key == "graphics.assignment_policy":
-        return host.assignment_policy
-    if key == "nvlink":
-        return hostplan.nvlink_of(host.module_options)
-    if key.startswith("scheduler."):
-        state = hostplan.scheduler_of(host.module_options)
-        return _text(getattr(state, key.split(".", 1)[1], None))
-    if key.startswith("gpus["):
-        return _gpus_now(key, host)
-    return None
-
-
-def _gpus_now(key: str, host: ObservedHost) -> str:
-    select, field = key[len("gpus[") :].split("].", 1)
-    gpus = [g for g in host.gpus if select in ("all", g.pci_id)]
-    if field == "mode":
-        values = ["mig" if g.vgpu_mode == "multiInstanceGpu" else "time-sliced" for g in gpus]
-    elif field in ("vgpu_mode", "graphics_type"):
-        values = [str(getattr(g, field)) for g in gpus]
-    else:
-        return "-"
-    distinct = sorted(set(values))
-    return (
-        distinct[0] if len(distinct) == 1 else ", ".join(f"{g.pci_id}: {v}" for g, v in zip(gpus, values, strict=True))
-    )
+    setting = setting_for_key(key)
+    return setting.explain(key, host) if setting is not None else None

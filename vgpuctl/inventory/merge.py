@@ -15,8 +15,9 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from vgpuctl.hosts.settings.gpus import GpuSpec
 from vgpuctl.inventory.checks import host_problems
-from vgpuctl.inventory.schema import GpuSpec, HostSpec
+from vgpuctl.inventory.schema import HostSpec
 from vgpuctl.inventory.yamlpos import KeyPath, format_path
 
 M = TypeVar("M", bound=BaseModel)

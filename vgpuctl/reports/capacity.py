@@ -6,14 +6,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from vgpuctl.capacity.fitnow import VGPU_COUNTS
+from vgpuctl.domain import GpuVgpuMode
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout
-from vgpuctl.vms.placement import MIG_MODE
 
 if TYPE_CHECKING:
     from vgpuctl.capacity.answer import CapacityAnswer
     from vgpuctl.capacity.fitnow import FitReport
 
-MODE_LABELS = {"sameSize": "time-sliced same-size", "mixedSize": "time-sliced mixed-size", MIG_MODE: "MIG"}
+MODE_LABELS: dict[str, str] = {
+    GpuVgpuMode.SAME_SIZE: "time-sliced same-size",
+    GpuVgpuMode.MIXED_SIZE: "time-sliced mixed-size",
+    GpuVgpuMode.MIG: "MIG",
+}
 
 
 # ------------------------------------------------------------------------------------------ what fits now

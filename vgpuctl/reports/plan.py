@@ -7,8 +7,19 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from vgpuctl.domain import Outcome
-from vgpuctl.model import ApplyResult, HostApplyResult, HostChange, HostOutcome, Op, Plan, VmChange, VmOutcome
+from vgpuctl.domain import ChangeKind, EvacuationKind, Outcome, Phase
+from vgpuctl.model import (
+    HOST_TARGET,
+    ApplyResult,
+    EvacuationAction,
+    HostApplyResult,
+    HostChange,
+    HostOutcome,
+    Op,
+    Plan,
+    VmChange,
+    VmOutcome,
+)
 from vgpuctl.reports.base import TERMINAL, Report, Scalar, TextLayout, VgpuCount, optional, vgpu_counts
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
 
@@ -34,16 +45,28 @@ class ValidateReport(Report):
 
 
 @dataclass
+class Evacuation:
+    """What an evacuation does to its VM: restore-after (powered off, on again after the host change), hand-over
+    (powered off, reconfigured and powered on by its own VM change) or migrate (to `destination`)."""
+
+    action: EvacuationKind
+    destination: str | None
+
+
+@dataclass
 class HostDiff:
-    """One host setting that changes; `gpu` is None for host-wide settings."""
+    """One host change: a setting, a VM's evacuation (`gpu` is then the VM) or finishing unfinished work; `gpu`
+    is None for host-wide settings. `phase`: online, maintenance (disruptive) or reboot (needs_reboot too)."""
 
     host: str
-    setting: str  # graphics kinds, mig, nvlink, scheduler, resume
+    setting: ChangeKind
     gpu: str | None
     old: Scalar
     new: Scalar
     disruptive: bool
     needs_reboot: bool
+    phase: Phase
+    evacuation: Evacuation | None = optional()  # noqa: RUF009 - None, not a shared object
 
 
 @dataclass
@@ -282,8 +305,7 @@ def _vm_lines(change: VmChange) -> list[str]:
 def _host_line(h: HostChange) -> str:
     flags = [f for f, on in (("disruptive", h.disruptive), ("reboot", h.needs_reboot)) if on]
     mark = f"  ({', '.join(flags)})" if flags else ""
-    target = "" if h.target == "host" else f" {h.target}"
-    return f"~ host {h.host} {h.kind}{target}: {_value(h.old)} -> {_value(h.new)}{mark}"
+    return f"~ host {h.host} {h.label}: {_value(h.old)} -> {_value(h.new)}{mark}"
 
 
 def plan_summary(plan: Plan) -> PlanSummary:
@@ -309,8 +331,8 @@ MAINTENANCE, REBOOT, POWER_OFF = "maintenance", "reboot", "power-off"
 
 def disruptions(plan: Plan) -> list[Disruption]:
     """Every disruptive step apply will take, host by host (maintenance, reboot, the VMs evacuated), then the
-    VMs powered off for their own change. What host apply does is decided by the same hostplan functions."""
-    from vgpuctl.hosts import plan as hostplan
+    VMs powered off for their own change. What host apply does is decided by the same functions."""
+    from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, setting_changes
 
     by_vm = {c.vm: c for c in plan.changes}
     hosts: dict[str, list[HostChange]] = {}
@@ -318,14 +340,14 @@ def disruptions(plan: Plan) -> list[Disruption]:
         hosts.setdefault(h.host, []).append(h)
     found: list[Disruption] = []
     for host, changes in hosts.items():
-        work = [c for c in changes if c.kind not in (hostplan.RESUME, hostplan.EVACUATE)]
-        if hostplan.needs_maintenance(work):
+        work = setting_changes(changes)
+        if needs_maintenance(work):
             found.append(Disruption(MAINTENANCE, host, None, "host change", True, "enters maintenance mode"))
-        if hostplan.needs_reboot(work):
+        if needs_reboot(work):
             found.append(Disruption(REBOOT, host, None, "host change", True, "reboots in maintenance mode"))
-        for c in changes:
-            if c.kind == hostplan.EVACUATE and not str(c.new).startswith(hostplan.MIGRATE_TO):  # vMotion: stays on
-                found.append(_evacuation(host, c, by_vm.get(c.target), hostplan.RESTORE_AFTER))
+        for vm, action in evacuations(changes).items():
+            if action.kind != EvacuationKind.MIGRATE:  # vMotion: stays on
+                found.append(_evacuation(host, vm, action, by_vm.get(vm)))
     evacuated = {d.vm for d in found}
     for change in plan.changes:
         if change.power_off and change.vm not in evacuated:
@@ -334,12 +356,12 @@ def disruptions(plan: Plan) -> list[Disruption]:
     return found
 
 
-def _evacuation(host: str, c: HostChange, vm_change: VmChange | None, restore_after: str) -> Disruption:
-    if c.new == restore_after:
-        return Disruption(POWER_OFF, host, c.target, "evacuation", True, "powered on again after the host change")
+def _evacuation(host: str, vm: str, action: EvacuationAction, vm_change: VmChange | None) -> Disruption:
+    if action.kind == EvacuationKind.RESTORE_AFTER:
+        return Disruption(POWER_OFF, host, vm, "evacuation", True, "powered on again after the host change")
     back = vm_change is not None and vm_change.power_on
     detail = "reconfigured by its VM change, then " + ("powered on" if back else "left off")
-    return Disruption(POWER_OFF, host, c.target, "evacuation", back, detail)
+    return Disruption(POWER_OFF, host, vm, "evacuation", back, detail)
 
 
 def _disruption_line(d: Disruption) -> str:
@@ -405,9 +427,13 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
 
 
 def host_diff(h: HostChange) -> HostDiff:
-    """One host change as the documents show it: `gpu` None for host-wide settings."""
-    gpu = None if h.target == "host" else h.target
-    return HostDiff(h.host, h.kind, gpu, h.old, h.new, h.disruptive, h.needs_reboot)
+    """One host change as the documents show it: `gpu` None for host-wide settings; an evacuation's action as
+    its sentence in `new` and typed in `evacuation`."""
+    gpu = None if h.target == HOST_TARGET else h.target
+    new, evacuation = h.new, None
+    if isinstance(h.new, EvacuationAction):
+        new, evacuation = str(h.new), Evacuation(h.new.kind, h.new.destination)
+    return HostDiff(h.host, h.kind, gpu, h.old, new, h.disruptive, h.needs_reboot, h.phase, evacuation)
 
 
 def _vm_diff(change: VmChange) -> VmDiff:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from vgpuctl.domain import TIME_SLICED_MODES, GpuMode, GpuVgpuMode, ProfileSharing
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
 from vgpuctl.profiles import ProfileError, VgpuProfile, board_for_device, gi_geometry, parse_profile
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, VgpuCount, optional, vgpu_counts
@@ -19,6 +20,16 @@ if TYPE_CHECKING:
 class ModuleOptions:
     configured: str  # for the next boot
     effective: str  # of the loaded module
+
+
+@dataclass
+class SettingValue:
+    """One host setting's value (vgpuctl.hosts.settings), and what it will be after the next reboot when that
+    differs (a module option written but not yet loaded)."""
+
+    setting: str  # display key: nvlink, scheduler, graphics.default_type, ...
+    value: str
+    after_reboot: str | None = optional()
 
 
 @dataclass
@@ -52,6 +63,7 @@ class HostReport(Report):
     nvlink_after_reboot: str | None = optional()
     scheduler_after_reboot: str | None = optional()
     shell_error: str | None = optional()
+    settings: list[SettingValue] = field(default_factory=list)  # every host-wide setting, in registry order
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
         options = self.module_options
@@ -63,9 +75,13 @@ class HostReport(Report):
             f"  graphics: default {self.default_graphics_type}, assignment {self.assignment_policy}",
             f"  nvlink: {self.nvlink}{nvlink_later}",
             f"  scheduler: {self.scheduler}{scheduler_later}",
-            f"  nvidia module options: {options.effective or '(none)'}{next_boot}",
-            "  GPUs:",
         ]
+        shown = {"graphics.default_type", "graphics.assignment_policy", "nvlink", "scheduler"}  # the lines above
+        for v in self.settings:
+            if v.setting not in shown:
+                later = f" ({v.after_reboot} after reboot)" if v.after_reboot else ""
+                lines.append(f"  {v.setting}: {v.value}{later}")
+        lines += [f"  nvidia module options: {options.effective or '(none)'}{next_boot}", "  GPUs:"]
         for g in self.gpus:
             links = "" if not g.nvlink_links else f", NVLink {g.nvlink_active}/{g.nvlink_links} up"
             peers = f" to {', '.join(g.nvlink_peers)}" if g.nvlink_peers else ""
@@ -129,6 +145,7 @@ class StatusHost:
     scheduler: str | None = optional()
     scheduler_after_reboot: str | None = optional()
     shell_error: str | None = optional()
+    settings: list[SettingValue] | None = optional()  # noqa: RUF009 - with the host facts: every host-wide setting
 
 
 @dataclass
@@ -218,7 +235,7 @@ def _profiles_table(shown: str, rows: list[ProfileRow]) -> RenderableType:
         table.add_column(col)
     for r in rows:
         fb = f"{r.fb_gb} GB" if r.fb_gb is not None else "?"
-        sharing = "MIG" if r.sharing == "mig" else "time-sliced"
+        sharing = "MIG" if r.sharing == ProfileSharing.MIG else "time-sliced"
         limit = str(r.max_per_gpu) if r.max_per_gpu is not None else "?"
         table.add_row(*map(Text, (r.profile, fb, r.series or "?", sharing, limit)))
     return table
@@ -274,11 +291,11 @@ def gpu_gb(gpu: ObservedGpu) -> int:
 
 
 def gpu_mode(gpu: ObservedGpu) -> str:
-    if gpu.vgpu_mode == "multiInstanceGpu":
-        return "mig"
-    if gpu.vgpu_mode in ("sameSize", "mixedSize"):
-        return f"time-sliced ({gpu.vgpu_mode})"
-    return "time-sliced"
+    if gpu.vgpu_mode == GpuVgpuMode.MIG:
+        return str(GpuMode.MIG)
+    if gpu.vgpu_mode in TIME_SLICED_MODES:
+        return f"{GpuMode.TIME_SLICED} ({gpu.vgpu_mode})"
+    return str(GpuMode.TIME_SLICED)
 
 
 def whole(gb: float) -> float:
@@ -380,7 +397,7 @@ def max_per_gpu(profile: VgpuProfile, sharing: str, host: ObservedHost) -> int |
     """How many vGPUs of this profile one GPU of the host can hold (MIG: placements of its GI profile)."""
     boards = {board_for_device(g.device_name, gpu_gb(g)): g for g in host.gpus}
     gpu = boards.get(profile.board)
-    if sharing == "mig" or profile.is_mig:
+    if sharing == ProfileSharing.MIG or profile.is_mig:
         geometry = gi_geometry(profile.board, profile.gi_profile or "")
         return len(geometry.starts) if geometry else None
     if gpu is None or not profile.fb_gb:
@@ -394,7 +411,8 @@ def _profile_row(name: str, host: ObservedHost) -> ProfileRow:
         parsed: VgpuProfile | None = parse_profile(name)
     except ProfileError:
         parsed = None
-    sharing = info.sharing if info else ("mig" if parsed and parsed.is_mig else "timeSliced")
+    mig = parsed is not None and parsed.is_mig
+    sharing = info.sharing if info else str(ProfileSharing.MIG if mig else ProfileSharing.TIME_SLICED)
     return ProfileRow(
         profile=name,
         fb_gb=profile_fb(name, host) if info or parsed else None,

@@ -18,19 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vgpuctl.domain import DEFAULT_PARALLEL, Outcome
+from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, PowerState
 from vgpuctl.errors import DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
-from vgpuctl.model import (
-    ApplyResult,
-    Observed,
-    ObservedDeviceGroup,
-    ObservedVm,
-    Op,
-    Plan,
-    PowerState,
-    VmChange,
-    VmOutcome,
-)
+from vgpuctl.model import ApplyResult, Observed, ObservedDeviceGroup, ObservedVm, Op, Plan, VmChange, VmOutcome
 from vgpuctl.progress import RUNNING, Cancel, VmProgress, cancelled
 from vgpuctl.vsphere import vmops
 from vgpuctl.vsphere.session import Session

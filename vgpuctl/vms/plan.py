@@ -11,8 +11,11 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from vgpuctl.domain import NvlinkRequirement, Power, PowerState
 from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.evacuation import usable_host
 from vgpuctl.hosts.facts import HostFacts
+from vgpuctl.hosts.predict import predict_observed
 from vgpuctl.inventory import Inventory, VmSpec
 from vgpuctl.model import (
     CloneSpec,
@@ -24,7 +27,6 @@ from vgpuctl.model import (
     ObservedVm,
     Op,
     Plan,
-    PowerState,
     Problem,
     VmChange,
     folder_label,
@@ -78,7 +80,7 @@ def make_plan(
         if inv.hosts or resume
         else None
     )
-    base = hostplan.predict_observed(observed, hosts.changes) if hosts and hosts.changes else observed
+    base = predict_observed(observed, hosts.changes) if hosts and hosts.changes else observed
     plans = [_plan_vm(spec, base) for spec in sorted(inv.vms, key=lambda v: v.name)]
     _check_capacity(plans, base)
     plan = Plan(warnings=list(observed.warnings))  # what the read itself could not see
@@ -287,7 +289,7 @@ def _diff_devices(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> N
     have = Counter(d.profile for d in existing)
     groups = {d.device_group_key for d in existing}
     grouped = any(g is not None for g in groups)
-    if vp.spec.nvlink == "required":
+    if vp.spec.nvlink == NvlinkRequirement.REQUIRED:
         in_one_group = len(groups) == 1 and None not in groups
         regroup = not (in_one_group and have == wanted)
     else:
@@ -295,7 +297,7 @@ def _diff_devices(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> N
     changes: list[DeviceChange] = []
     if regroup:
         changes += [DeviceChange(Op.REMOVE, d.profile, d.key) for d in existing]
-        group = 0 if vp.spec.nvlink == "required" else None
+        group = 0 if vp.spec.nvlink == NvlinkRequirement.REQUIRED else None
         changes += [DeviceChange(Op.ADD, p, group=group) for p in _adds_order(wanted)]
         vp.change.devices = changes
         return
@@ -361,10 +363,10 @@ def _plan_power(vp: _VmPlan, base: ObservedVm) -> None:
     change, power = vp.change, vp.spec.power
     running = vp.exists and base.power_state in RUNNING
     needs = change.needs_reconfigure
-    if power == "restart":
+    if power == Power.RESTART:
         change.power_off = running and needs
         change.power_on = not running or change.power_off
-    elif power == "off":
+    elif power == Power.OFF:
         change.power_off = running
     elif running and needs:
         what = ", ".join(_describe(change))
@@ -395,11 +397,11 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     todo.sort(key=lambda vp: (not vp.exists, vp.spec.name))  # existing VMs first, then new ones
     requests = []
     for vp in todo:
-        usable = [h for h in vp.candidates if _usable(observed.hosts.get(h))]
+        usable = [h for h in vp.candidates if usable_host(observed.hosts.get(h))]
         if not usable:
             vp.errors.append(_unusable(vp, observed))
             continue
-        requests.append(Request(vp.spec.name, vp.profiles, usable, vp.spec.nvlink == "required",
+        requests.append(Request(vp.spec.name, vp.profiles, usable, vp.spec.nvlink == NvlinkRequirement.REQUIRED,
                                 None if vp.exists else vp.spec.cluster))
     results = place_farm(state, requests)
     by_name = {vp.spec.name: vp for vp in todo}
@@ -412,13 +414,8 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     for vp in plans:  # new VMs that stay off: pin to the first usable host that offers their profiles
         clone = vp.change.clone
         if clone is not None and clone.host is None and vp.profiles and not vp.change.power_on:
-            usable = [h for h in vp.candidates if _usable(observed.hosts.get(h))]
+            usable = [h for h in vp.candidates if usable_host(observed.hosts.get(h))]
             clone.host = next(iter(usable or vp.candidates), None)
-
-
-def _usable(host: ObservedHost | None) -> bool:
-    return (host is not None and host.connection_state == "connected" and not host.in_maintenance
-            and host.power_state == "poweredOn")
 
 
 def _unusable(vp: _VmPlan, observed: Observed) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl.domain import ConnectionState, GpuGraphicsType, GpuVgpuMode, HostPowerState, PowerState
 from vgpuctl.errors import NotFound, UsageError
 from vgpuctl.model import (
     Observed,
@@ -317,9 +318,9 @@ def _host(objects: dict[str, Obj], obj: Obj, vm_keys: dict[str, str]) -> Observe
         name=str(obj.get("name")),
         moid=obj.moid,
         cluster=cluster,
-        connection_state=str(obj.get("runtime.connectionState") or "connected"),
+        connection_state=str(obj.get("runtime.connectionState") or ConnectionState.CONNECTED),
         in_maintenance=bool(obj.get("runtime.inMaintenanceMode", False)),
-        power_state=str(obj.get("runtime.powerState") or "poweredOn"),
+        power_state=str(obj.get("runtime.powerState") or HostPowerState.ON),
         api_version=api or ObservedHost.api_version,
         offered_profiles=sorted(str(p) for p in obj.get("config.sharedPassthruGpuTypes", [])),
         max_vgpus_per_vm=max_vgpus_per_vm(api),
@@ -355,8 +356,8 @@ def _gpu(objects: dict[str, Obj], info: Any, pci: Any, vm_keys: dict[str, str]) 
         pci_id=str(info.pciId),
         device_name=str(info.deviceName or ""),
         memory_kb=int(info.memorySizeInKB or 0),
-        graphics_type=str(info.graphicsType or "basic"),
-        vgpu_mode=str(getattr(info, "vgpuMode", None) or "none"),
+        graphics_type=str(info.graphicsType or GpuGraphicsType.BASIC),
+        vgpu_mode=str(getattr(info, "vgpuMode", None) or GpuVgpuMode.NONE),
         vms=vms,
     )
     if pci is not None:
@@ -382,7 +383,7 @@ def _vm(objects: dict[str, Obj], obj: Obj, vm_root: str) -> ObservedVm:
         host=host,
         cluster=cluster,
         folder=folder or None,
-        power_state=str(obj.get("runtime.powerState") or "poweredOff"),
+        power_state=str(obj.get("runtime.powerState") or PowerState.OFF),
         cpus=int(obj.get("config.hardware.numCPU", 1)),
         memory_mb=int(obj.get("config.hardware.memoryMB", 1024)),
         memory_reservation_locked=bool(obj.get("config.memoryReservationLockedToMax", False)),
@@ -456,7 +457,7 @@ def _fill_profiles(session: Session, objects: dict[str, Obj], observed: Observed
     """One RetrieveVgpuProfileInfo per distinct host signature; sizes from names when the host cannot say."""
     cache: dict[tuple, dict[str, ObservedProfile]] = {}
     for host in observed.hosts.values():
-        if not host.offered_profiles or host.connection_state != "connected":
+        if not host.offered_profiles or host.connection_state != ConnectionState.CONNECTED:
             host.profiles = {p: observed_profile(p) for p in host.offered_profiles}
             continue
         if not (_at_least(observed.api_version, PROFILE_INFO_API) and _at_least(host.api_version, PROFILE_INFO_API)):
@@ -531,7 +532,7 @@ def observe_nvlink(session: Session, observed: Observed, hosts: Iterable[str]) -
 def _can_read_nvlink(host: ObservedHost | None) -> bool:
     return (
         host is not None
-        and host.connection_state == "connected"
+        and host.connection_state == ConnectionState.CONNECTED
         and bool(host.gpus)
         and bool(host.environment_browser_moid)
         and _at_least(host.api_version, NVLINK_API)
