@@ -11,11 +11,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 
-from vgpuctl.domain import ChangeKind, GpuVgpuMode, ProfileSharing
+from vgpuctl.domain import ChangeKind, GpuVgpuMode
 from vgpuctl.hosts.settings import SETTINGS
 from vgpuctl.hosts.settings.gpus import board_of
-from vgpuctl.model import HostChange, Observed, ObservedHost, ObservedProfile
-from vgpuctl.profiles import BOARDS, try_parse
+from vgpuctl.model import HostChange, Observed, ObservedHost
+from vgpuctl.profiles import BOARDS, observed_profile, try_parse
 
 
 def mig_profile_names(board: str, prefix: str = "grid_") -> list[str]:
@@ -37,19 +37,6 @@ def time_sliced_profile_names(board: str, prefix: str = "grid_") -> list[str]:
     return [prefix + t.name.lower() for t in sorted(rows, key=lambda t: t.fb_gb)]
 
 
-def _profile(name: str) -> ObservedProfile:
-    """A profile's facts from its name when the host did not describe it (catalogue first, then the grammar)."""
-    p = try_parse(name)
-    if p is None:
-        return ObservedProfile(name=name, fb_gb=0)
-    return ObservedProfile(
-        name=name,
-        fb_gb=int(p.fb_gb),
-        sharing=ProfileSharing.MIG if p.is_mig else ProfileSharing.TIME_SLICED,
-        profile_class="quadro" if p.series == "q" else "compute",
-    )
-
-
 def predict_host(host: ObservedHost, changes: Sequence[HostChange]) -> ObservedHost:
     """The host as vSphere will show it once `changes` are applied (graphics types, vGPU modes, offered
     profiles)."""
@@ -60,7 +47,7 @@ def predict_host(host: ObservedHost, changes: Sequence[HostChange]) -> ObservedH
     if any(c.kind == ChangeKind.RESUME for c in mine):  # apply finishes the host's work, maintenance included
         out.in_maintenance = False
     out.offered_profiles = _offered_after(host, out)
-    out.profiles = {p: host.profiles.get(p) or _profile(p) for p in out.offered_profiles}
+    out.profiles = {p: host.profiles.get(p) or observed_profile(p) for p in out.offered_profiles}
     return out
 
 

@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from vgpuctl.hosts.settings.base import names
 from vgpuctl.hosts.settings.gpus import GpuSpec
 from vgpuctl.inventory.checks import host_problems
 from vgpuctl.inventory.schema import HostSpec
@@ -56,14 +57,14 @@ def merge_hosts(
     for spec in sorted(specs, key=lambda s: s.name is not None):  # cluster entries first, then host entries
         if spec.cluster is not None:
             if spec.cluster not in clusters:
-                errors.append(f"cluster {spec.cluster}: not found (clusters: {_names(clusters)})")
+                errors.append(f"cluster {spec.cluster}: not found (clusters: {names(clusters)})")
                 continue
             for name in clusters[spec.cluster]:
                 layers.setdefault(name, []).append(spec)
         elif spec.name is not None and spec.name in hosts:
             layers.setdefault(spec.name, []).append(spec)
         else:
-            errors.append(f"host {spec.name}: not found (hosts: {_names(hosts)})")
+            errors.append(f"host {spec.name}: not found (hosts: {names(hosts)})")
     merged: dict[str, MergedHost] = {}
     for name, entries in layers.items():
         result = merge_host(name, entries)
@@ -189,8 +190,3 @@ def _where(entry: HostSpec, path: KeyPath) -> str:
     return f"{file}:{line}" if line else file
 
 
-def _names(items: Iterable[str]) -> str:
-    names = sorted(items)
-    if len(names) > 10:
-        return ", ".join(names[:10]) + f", ... ({len(names)} in all)"
-    return ", ".join(names) or "none"
