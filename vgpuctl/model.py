@@ -234,6 +234,9 @@ class VmChange:
     power_on: bool = False  # power the VM on at the end
     depends_on_hosts: list[str] = field(default_factory=list)  # host changes that must land first
     observed_key: str | None = None  # its key in Observed.vms when that is not `vm` (a name VMs share)
+    # Its place in the plan's placement order (placement.power_on_key); apply powers on the VMs of one host in
+    # this order. None for a VM that is not powered on or has no vGPUs.
+    power_on_rank: int | None = None
 
     @property
     def needs_reconfigure(self) -> bool:

@@ -20,6 +20,7 @@ from vgpuctl.profiles import (
     VgpuType,
     api_at_least,
     board_for_device,
+    gi_geometry,
     parse_profile,
     try_parse,
 )
@@ -696,6 +697,29 @@ def gpus_from_observed(host, vm_profiles: Mapping[str, Sequence[str]]) -> list[G
 def _fb(profile: str) -> float:
     parsed = try_parse(profile)
     return parsed.fb_gb if parsed is not None else 0
+
+
+# ----------------------------------------------------------------------------------- power-on order
+
+
+def profile_order(profile: str) -> tuple[float, int, str]:
+    """Where a vGPU of this profile comes when vGPUs arrive one after the other: larger framebuffer first; among
+    equal sizes the MIG instance with fewer allowed starts first (a 4g.20gb, start 0 only, before a 3g.20gb,
+    starts 0 and 4, which still fits beside it), then by name. Under the conservative MIG start and placement id
+    rules where a vGPU lands depends on what came before it, so plan, apply and capacity use this one order."""
+    p = try_parse(profile)
+    if p is None:
+        return (0.0, 0, profile)
+    gi = gi_geometry(p.board, p.gi_profile or "") if p.is_mig else None
+    return (-p.fb_gb, len(gi.starts) if gi is not None else 0, profile)
+
+
+def power_on_key(vm: str, profiles: Sequence[str], *, exists: bool = False) -> tuple[object, ...]:
+    """The order in which `vgpuctl plan` places, and `apply` powers on, the VMs of one host: VMs that exist before
+    new clones, then largest first (the VM's largest vGPU by `profile_order`, then more vGPUs first), then by
+    name. On each GPU its vGPUs then arrive largest first, the order capacity's per-GPU patterns assume."""
+    largest = min((profile_order(p) for p in profiles), default=(0.0, 0, ""))
+    return (not exists, largest, -len(profiles), vm)
 
 
 # ------------------------------------------------------------------------------------------- farm

@@ -29,7 +29,7 @@ from vgpuctl.model import (
     folder_label,
     folder_path,
 )
-from vgpuctl.placement import Request, farm_from_observed, place_farm
+from vgpuctl.placement import Request, farm_from_observed, place_farm, power_on_key
 from vgpuctl.profiles import (
     ProfileError,
     VgpuProfile,
@@ -391,7 +391,8 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     release = [vp.key for vp in plans if vp.change.power_off]
     state = farm_from_observed(observed, release)
     todo = [vp for vp in plans if vp.change.power_on and not vp.errors and vp.profiles]
-    todo.sort(key=lambda vp: (not vp.exists, vp.spec.name))  # existing VMs first, then new ones
+    # existing VMs first, then new ones, each largest first: the order apply powers them on per host
+    todo.sort(key=lambda vp: power_on_key(vp.spec.name, vp.profiles, exists=vp.exists))
     requests = []
     for vp in todo:
         usable = [h for h in vp.candidates if _usable(observed.hosts.get(h))]
@@ -402,6 +403,8 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
                                 None if vp.exists else vp.spec.cluster))
     results = place_farm(state, requests)
     by_name = {vp.spec.name: vp for vp in todo}
+    for rank, req in enumerate(requests):
+        by_name[req.vm].change.power_on_rank = rank
     for name, res in results.items():
         vp = by_name[name]
         if not res.ok:

@@ -7,8 +7,9 @@ the vGPUs of shape s with profile p in the class, at most one per GPU and VM (u 
 counts the VMs of shape s with profile p; their vGPUs fill the classes (sum of u = vGPUs per VM x y), NVLink
 VMs inside one NVLink set (w per set) that offers a device group of their size for their profile (placement's
 rule), on that many of its GPUs with room. Identical hosts are ordered by load to remove symmetric solutions.
-On hosts that spread vGPUs (performance policy) new VMs of one board use one time-sliced and one MIG profile,
-so the layout holds in whatever order the VMs power on.
+On hosts that spread a board's time-sliced vGPUs over several GPUs (performance policy) new VMs of that board
+use one time-sliced profile (HostCtx.spreads); MIG-backed profiles and single GPUs are not restricted: the
+layout is verified in the order apply powers VMs on (placement.power_on_key).
 Objective: placed VMs by priority (a higher priority outweighs everything below it), then fewest GPU and
 host changes. The greedy layout is the hint.
 """
@@ -25,7 +26,6 @@ from typing import Any
 from vgpuctl.capacity.kinds import _key, addition_patterns
 from vgpuctl.capacity.layout import HostLayout, Layout
 from vgpuctl.capacity.problem import GpuSlot, HostCtx, Problem, Shape, usable_options
-from vgpuctl.placement import PERFORMANCE
 from vgpuctl.profiles import parse_profile
 
 HOST_CHANGE_WEIGHT = 8  # a changed host (maintenance, maybe a reboot) counts as much as 8 changed GPUs
@@ -163,8 +163,7 @@ class _LayoutModel:
                       <= sum(pat.get(p, 0) * n for (_, pat), n in zip(c.choices, c.n, strict=True)))
         for s, p in pairs:
             self._fill(h, s, p, classes)
-        if h.policy == PERFORMANCE:
-            self._one_profile_per_kind(h, pairs)
+        self._one_time_sliced_profile(h, pairs)
         if changed_here:
             hc = m.new_bool_var(f"host_changed[{h.name}]")
             for size, moved in changed_here:
@@ -200,12 +199,13 @@ class _LayoutModel:
         self.m.add(y <= min(s.count, self.room[h.name][p] // s.vgpus) * any_vm)
         self.m.add(serving >= s.vgpus).only_enforce_if(any_vm)
 
-    def _one_profile_per_kind(self, h: HostCtx, pairs: list[tuple[Shape, str]]) -> None:
-        """On a spreading host, new VMs of one board use at most one time-sliced and one MIG profile."""
-        kinds: dict[tuple[str, bool], set[str]] = {}
+    def _one_time_sliced_profile(self, h: HostCtx, pairs: list[tuple[Shape, str]]) -> None:
+        """Where the host spreads a board's time-sliced profiles over several GPUs (HostCtx.spreads), new VMs of
+        that board use at most one of them."""
+        kinds: dict[str, set[str]] = {}
         for _, p in pairs:
-            prof = parse_profile(p)
-            kinds.setdefault((prof.board, prof.is_mig), set()).add(p)
+            if h.spreads(p):
+                kinds.setdefault(parse_profile(p).board, set()).add(p)
         for profiles in kinds.values():
             if len(profiles) < 2:
                 continue

@@ -1,9 +1,13 @@
 """What a GPU can still take, derived from vgpuctl.placement and nothing else.
 
 `addition_patterns(gpu, profiles)` lists the maximal multisets of `profiles` that placement lets us add to
-`gpu` as it is (mode, occupants, MIG slots), adding vGPUs largest first as the planner does. Every smaller
-multiset fits too, so "fits on this GPU" is "is dominated by one of these patterns". Results are cached per
-GPU state, so a farm of identical GPUs costs one enumeration per kind.
+`gpu` as it is (mode, occupants, MIG slots) when they arrive in the order plan places and apply powers on VMs
+(placement.profile_order: largest first). The walk tries every multiset in that order (each has one such
+sequence, and a prefix that does not fit ends it), so the patterns are exhaustive for that order; the unit tests
+compare them with every multiset of every board and mode. Every smaller multiset fits too (tested likewise), so
+"fits on this GPU" is "is dominated by one of these patterns". Under the conservative MIG start rule some
+multisets fit only in another order (small instances first); apply never powers on in that order, so they are
+not patterns. Results are cached per GPU state, so a farm of identical GPUs costs one enumeration per kind.
 """
 
 from __future__ import annotations
@@ -12,8 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from functools import lru_cache
 
-from vgpuctl.placement import MIG_MODE, Gpu, add_vgpu, clone_gpu, fits
-from vgpuctl.profiles import ProfileError, parse_profile
+from vgpuctl.placement import MIG_MODE, Gpu, add_vgpu, clone_gpu, fits, profile_order
 
 Pattern = tuple[tuple[str, int], ...]  # sorted (profile, count) pairs, counts > 0
 MAX_PATTERNS = 4000
@@ -36,16 +39,9 @@ def _hashable(value: object) -> object:
     return tuple(_hashable(v) for v in value) if isinstance(value, list | tuple) else value
 
 
-def _fb(profile: str) -> float:
-    try:
-        return parse_profile(profile).fb_gb
-    except ProfileError:
-        return 0
-
-
 def addition_patterns(gpu: Gpu, profiles: Iterable[str]) -> list[dict[str, int]]:
     """Maximal multisets of `profiles` that fit on `gpu` together (empty list: none fits at all)."""
-    ordered = tuple(sorted(set(profiles), key=lambda p: (-_fb(p), p)))
+    ordered = tuple(sorted(set(profiles), key=profile_order))  # the order vGPUs arrive on a GPU (power_on_key)
     return [dict(p) for p in _patterns(_key(gpu), ordered, _Frozen(gpu))]
 
 

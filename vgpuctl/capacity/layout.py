@@ -1,6 +1,7 @@
 """A layout (per host: GPU mode changes and the demanded VMs put there), the greedy first-fit-decreasing
-layout, and verification: the planner places the layout's VMs in the order `vgpuctl plan` does (by name,
-each pinned to its host) on the farm as it will be after the mode changes; what it refuses is dropped.
+layout, and verification: the planner places the layout's VMs in the order `vgpuctl plan` places them and
+`apply` powers them on (placement.power_on_key: largest first, then by name; each pinned to its host) on the
+farm as it will be after the mode changes; what it refuses is dropped.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from vgpuctl.capacity.problem import HostCtx, Problem, Shape, usable_options
 from vgpuctl.model import Observed
 from vgpuctl.placement import (
     MIG_MODE,
-    PERFORMANCE,
     FarmState,
     Gpu,
     Placement,
@@ -24,6 +24,7 @@ from vgpuctl.placement import (
     fits,
     place_farm,
     place_vm,
+    power_on_key,
 )
 from vgpuctl.profiles import parse_profile
 
@@ -94,7 +95,7 @@ def _place_one(problem: Problem, shape: Shape, work: dict[str, list[Gpu]], layou
 
 
 def _try(host: HostCtx, shape: Shape, opt: str, gpus: list[Gpu], hl: HostLayout) -> bool:
-    if host.policy == PERFORMANCE and _other_profile_of_kind(hl, opt):
+    if host.spreads(opt) and _other_time_sliced_profile(hl, opt):
         return False
     profiles = [opt] * shape.vgpus
     res = None
@@ -125,13 +126,13 @@ def _enough(gpus: list[Gpu], profile: str, vgpus: int) -> bool:
     return sum(1 for g in gpus if fits(g, profile)) >= vgpus
 
 
-def _other_profile_of_kind(hl: HostLayout, opt: str) -> bool:
-    """A spreading host gets new VMs of one time-sliced and one MIG profile per board (any power-on order then
-    places them as planned)."""
+def _other_time_sliced_profile(hl: HostLayout, opt: str) -> bool:
+    """A host that spreads `opt` over several GPUs gets new VMs of one time-sliced profile per board
+    (HostCtx.spreads)."""
     p = parse_profile(opt)
     for _, other in hl.vms:
         q = parse_profile(other)
-        if other != opt and q.board == p.board and q.is_mig == p.is_mig:
+        if other != opt and q.board == p.board and not q.is_mig:
             return True
     return False
 
@@ -209,5 +210,6 @@ def _state(observed: Observed, layout: Layout) -> FarmState:
 
 def _place(observed: Observed, layout: Layout, vms: list[PlacedVm]) -> dict[str, Placement]:
     state = _state(observed, layout)
-    requests = [Request(v.name, [v.profile] * v.vgpus, [v.host], v.nvlink) for v in sorted(vms, key=lambda v: v.name)]
+    ordered = sorted(vms, key=lambda v: power_on_key(v.name, [v.profile] * v.vgpus))  # as plan places, apply powers on
+    requests = [Request(v.name, [v.profile] * v.vgpus, [v.host], v.nvlink) for v in ordered]
     return place_farm(state, requests)

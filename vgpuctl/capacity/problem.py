@@ -19,7 +19,15 @@ from vgpuctl.capacity.kinds import MODES, TIME_SLICED, in_mode, is_idle
 from vgpuctl.errors import NotFound
 from vgpuctl.hostplan import mig_profile_names, time_sliced_profile_names
 from vgpuctl.model import Observed, ObservedHost
-from vgpuctl.placement import MIG_MODE, Gpu, farm_from_observed, group_refusal, nvlink_refusal, nvlink_sets
+from vgpuctl.placement import (
+    MIG_MODE,
+    PERFORMANCE,
+    Gpu,
+    farm_from_observed,
+    group_refusal,
+    nvlink_refusal,
+    nvlink_sets,
+)
 from vgpuctl.profiles import BOARDS, max_vgpus_per_vm, parse_profile
 
 
@@ -47,6 +55,18 @@ class HostCtx:
     offered: set[str]  # profiles the host offers now, or may offer after a mode change
     running_vms: list[str] = field(default_factory=list)
     frozen: bool = False
+
+    def spreads(self, profile: str) -> bool:
+        """Whether new VMs of this time-sliced profile spread over two or more of the host's GPUs that may serve
+        it (the `performance` policy): the first of them would then lock same-size GPUs to their profile whatever
+        the layout intended, so the answer keeps one time-sliced profile per board on such a host. MIG GPUs hold
+        instances of any size, and on a single GPU nothing spreads: there the order apply powers on in is all
+        that matters, and the answer is verified in it."""
+        p = parse_profile(profile)
+        if self.policy != PERFORMANCE or p.is_mig:
+            return False
+        serving = [s for s in self.gpus if s.gpu.board == p.board and any(m in TIME_SLICED for m in s.modes)]
+        return len(serving) >= 2
 
     def nvlink_sets(self) -> dict[int, list[Gpu]]:
         """The host's NVLink sets as placement sees them for an NVLink VM (vgpuctl.placement.nvlink_sets), with
