@@ -112,10 +112,18 @@ class PowerOnTurns:
                 self._before[c.vm] = [d.vm for d in ranked[:i]]
         self._open = set(self._before)
 
-    def wait(self, vm: str) -> None:
-        """Block until the VMs ranked before `vm` on its host have powered on or finished."""
+    def ready(self, vm: str) -> bool:
+        """Whether every VM ranked before `vm` on its host has powered on or finished."""
         with self._cond:
-            self._cond.wait_for(lambda: not any(v in self._open for v in self._before.get(vm, ())))
+            return self._ready(vm)
+
+    def _ready(self, vm: str) -> bool:
+        return not any(v in self._open for v in self._before.get(vm, ()))
+
+    def wait(self, vm: str) -> None:
+        """Block until `ready(vm)`."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._ready(vm))
 
     def done(self, vm: str) -> None:
         with self._cond:

@@ -12,14 +12,15 @@ from vgpuctl.capacity import cpsat
 from vgpuctl.capacity.answer import FRAMEBUFFER, GEOMETRY, NVLINK, PER_VM_LIMIT, CapacityAnswer, fragment, plan_capacity
 from vgpuctl.capacity.demand import Demand, load_demand
 from vgpuctl.capacity.fitnow import what_fits
-from vgpuctl.capacity.kinds import addition_patterns, capacity, in_mode
+from vgpuctl.capacity.kinds import MAX_PATTERNS, addition_patterns, capacity, in_mode, patterns_complete
 from vgpuctl.capacity.layout import greedy, verify
 from vgpuctl.capacity.problem import build_problem
 from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.main import app
 from vgpuctl.errors import InventoryError, NotFound
 from vgpuctl.inventory import load_inventory_text, validate
-from vgpuctl.placement import MIG_MODE, Gpu
+from vgpuctl.placement import MIG_MODE, Gpu, add_vgpu, clone_gpu, fits, profile_order
+from vgpuctl.profiles import BOARDS, parse_profile
 
 pytestmark = pytest.mark.unit
 
@@ -98,6 +99,86 @@ def test_patterns_come_from_placement() -> None:
     assert capacity(busy, "grid_a100-10c") == 3 and capacity(busy, "grid_a100-20c") == 0
 
 
+def _multisets(names: list[str], fb_gb: float, caps: dict[str, int]) -> list[dict[str, int]]:
+    """Every multiset of `names` within each type's maximum and the GPU's framebuffer, independently of kinds."""
+    out: list[dict[str, int]] = []
+
+    def rec(i: int, counts: dict[str, int], used: float) -> None:
+        if i == len(names):
+            out.append(dict(counts))
+            return
+        size = parse_profile(names[i]).fb_gb
+        for k in range(caps[names[i]] + 1):
+            if used + k * size > fb_gb + 1e-9:
+                break
+            rec(i + 1, {**counts, names[i]: k} if k else counts, used + k * size)
+
+    rec(0, {}, 0.0)
+    return out
+
+
+def _admitted_in_power_on_order(gpu: Gpu, multiset: dict[str, int]) -> bool:
+    """Placement admits the multiset when its vGPUs arrive as apply powers them on (largest first)."""
+    work = clone_gpu(gpu)
+    for p in sorted((p for p, k in multiset.items() for _ in range(k)), key=profile_order):
+        if not fits(work, p):
+            return False
+        add_vgpu(work, p)
+    return True
+
+
+def _kind_cases() -> list[tuple[str, str]]:
+    mig = [(b, MIG) for b in sorted(BOARDS) if BOARDS[b].mig_capable]
+    return mig + [(b, "mixedSize") for b in ("a100", "a30", "a10", "a16", "l4", "a40", "h100l")]
+
+
+@pytest.mark.parametrize(("board", "mode"), _kind_cases())
+def test_patterns_are_every_multiset_placement_admits_in_the_power_on_order(board: str, mode: str) -> None:
+    """For every board and mode (MIG with every MIG-backed type, media ones included; mixed-size with every
+    C-series type that has a mixed-size maximum), a multiset of vGPUs is dominated by a pattern exactly when
+    placement admits it arriving largest first: the patterns miss no packing of that order (exhaustive), and every
+    smaller multiset of a pattern fits too (what the solver assumes)."""
+    info = BOARDS[board]
+    rows = [t for t in info.types.values() if (t.mig_gi is not None) == (mode == MIG)
+            and (mode == MIG or (t.series == "C" and t.max_mixed))]
+    caps = {"grid_" + t.name.lower(): (t.max_mixed if mode == "mixedSize" else t.max_equal) or 0 for t in rows}
+    gpu = Gpu("0000:3b:00.0", board, info.fb_gb, vgpu_mode=mode)
+    patterns = addition_patterns(gpu, list(caps))
+    assert patterns_complete(gpu, list(caps))
+    for m in _multisets(sorted(caps), info.fb_gb, caps):
+        dominated = any(all(p.get(k, 0) >= v for k, v in m.items()) for p in patterns)
+        assert dominated == _admitted_in_power_on_order(gpu, m), (m, dominated)
+
+
+def test_mig_packings_only_another_order_admits_are_not_patterns() -> None:
+    """Under the conservative MIG start rule a 3g.20gb that arrives first takes slot 0, and then a 2g.10gb and two
+    1g.5gb no longer fit (a 1g.5gb never starts at slot 7); a 2g.10gb first (slot 0) sends the 3g.20gb to slot 4
+    and leaves slots 2 and 3 to the 1g.5gb. Apply powers on largest first, so capacity does not count this
+    packing (docs/capacity.md)."""
+    gpu = Gpu("0000:3b:00.0", "a100", 40, vgpu_mode=MIG)
+    small_first = ["grid_a100-2-10c", "grid_a100-3-20c", "grid_a100-1-5c", "grid_a100-1-5c"]
+    work = clone_gpu(gpu)
+    for p in small_first:
+        assert fits(work, p)
+        add_vgpu(work, p)
+    m = {"grid_a100-1-5c": 2, "grid_a100-2-10c": 1, "grid_a100-3-20c": 1}
+    assert not _admitted_in_power_on_order(gpu, m)
+    patterns = addition_patterns(gpu, list(m))
+    assert not any(all(p.get(k, 0) >= v for k, v in m.items()) for p in patterns)
+    assert {"grid_a100-1-5c": 2, "grid_a100-3-20c": 1} in [
+        {k: min(v, m.get(k, 0)) for k, v in p.items() if k in m and min(v, m.get(k, 0))} for p in patterns]
+
+
+def test_a_kind_with_too_many_patterns_says_so() -> None:
+    """An H200 in mixed-size mode (no published placement ids) asked for all nine C-series sizes has 5,875
+    maximal packings: the walk stops at MAX_PATTERNS and the answer warns instead of claiming them all."""
+    gpu = Gpu("0000:3b:00.0", "h200", 141, vgpu_mode="mixedSize")
+    names = ["grid_" + t.name.lower() for t in BOARDS["h200"].types.values() if t.max_mixed and not t.mig_gi]
+    assert len(names) == 9 and not patterns_complete(gpu, names)
+    assert len(addition_patterns(gpu, names)) == MAX_PATTERNS
+    assert patterns_complete(gpu, names[:3])
+
+
 # ------------------------------------------------------------------------------------------ fits now
 
 
@@ -158,6 +239,39 @@ def test_only_a_mig_change_reaches_the_optimum() -> None:
     assert answer.placed == 3 and answer.greedy_placed == 1 and answer.all_fit
     assert [(c.host, c.gpu, c.new, c.needs_reboot) for c in answer.changes] == [("esx-01", "0000:3b:00.0", MIG, True)]
     assert {v.profile for v in answer.vms if v.shape == "a"} <= {"grid_a100-3-20c", "grid_a100-4-20c"}
+
+
+@pytest.mark.parametrize("policy", ["performance", "consolidation"])
+@pytest.mark.parametrize("by_profile", [False, True])
+def test_one_20gb_and_two_5gb_vms_share_one_mig_gpu(policy: str, by_profile: bool) -> None:
+    """One idle A100-40GB with `allow: [mig]`: a 3g.20gb (or 4g.20gb) and two 1g.5gb instances fit together
+    (MIG guide placements: 3g.20gb at 0, 1g.5gb at 4 and 5), whatever the host's assignment policy: a single GPU
+    spreads nothing. Asked by size or by profile, all three are placed with one MIG switch."""
+    farm = make_farm([SynthHost("esx-01", gpus=1, nvlink="none", policy=policy)])
+    if by_profile:
+        d = demand(item("big", 1, "grid_a100-3-20c"), item("small", 2, "grid_a100-1-5c"), allow=("mig",))
+    else:
+        d = demand(item("big", 1, vgpus={"fb_gb": 20, "series": "c"}),
+                   item("small", 2, vgpus={"fb_gb": 5, "series": "c"}), allow=("mig",))
+    for solver in (True, False):
+        answer = plan_capacity(farm, d, time_limit_s=10, use_solver=solver)
+        if not solver and not by_profile:
+            assert answer.placed == 1  # first fit takes the time-sliced 20 GB profile and locks the GPU
+            continue
+        assert answer.all_fit and answer.placed == 3
+        assert [(c.gpu, c.new) for c in answer.changes] == [("0000:3b:00.0", MIG)]
+        assert {v.profile for v in answer.vms if v.shape == "big"} <= {"grid_a100-3-20c", "grid_a100-4-20c"}
+        assert {v.profile for v in answer.vms if v.shape == "small"} == {"grid_a100-1-5c"}
+
+
+def test_a_spreading_host_keeps_one_time_sliced_profile_only_over_several_gpus() -> None:
+    farm = make_farm([SynthHost("one", gpus=1, nvlink="none"), SynthHost("two", gpus=2, nvlink="none"),
+                      SynthHost("packs", gpus=2, nvlink="none", policy="consolidation")])
+    problem = build_problem(farm, demand(item("a", 1, "grid_a100-10c"), allow=("mig",)))
+    assert [problem.host(h).spreads("grid_a100-10c") for h in ("one", "two", "packs")] == [False, True, False]
+    assert not problem.host("two").spreads("grid_a100-1-5c")  # MIG GPUs hold instances of any size
+    frozen = build_problem(farm, demand(item("a", 1, "grid_a100-10c"), frozen_hosts=["two"]))
+    assert frozen.host("two").spreads("grid_a100-10c")  # GPUs that keep their mode still spread
 
 
 def test_without_mig_allowed_nothing_changes() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 from vgpuctl.capacity import DEFAULT_TIME_LIMIT_S
 from vgpuctl.capacity.demand import Demand
-from vgpuctl.capacity.kinds import capacity, in_mode
+from vgpuctl.capacity.kinds import MAX_PATTERNS, capacity, in_mode
 from vgpuctl.capacity.layout import PlacedVm, Verified, greedy, verify
 from vgpuctl.capacity.problem import Problem, Shape, build_problem, usable_options
 from vgpuctl.model import Observed
@@ -53,6 +53,7 @@ class CapacityAnswer:
     running_on_changed: dict[str, list[str]] = field(default_factory=dict)  # host -> running VMs
     greedy: Verified | None = None  # the verified first-fit-decreasing layout it was compared with
     timings: Timings | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def all_fit(self) -> bool:
@@ -76,6 +77,7 @@ class CapacityAnswer:
             "running_vms_on_changed_hosts": self.running_on_changed,
             "vms": [vars(v) for v in self.vms],
             "skipped_hosts": self.skipped_hosts,
+            "warnings": self.warnings,
         }
 
 
@@ -101,6 +103,7 @@ def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = D
     importing OR-Tools and building the model leave, less a reserve for verifying its layout."""
     start = time.monotonic() if started is None else started
     times = Timings()
+    warnings: list[str] = []
     problem = build_problem(observed, demand)
     first = greedy(problem)
     verify_started = time.monotonic()
@@ -118,6 +121,9 @@ def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = D
         deadline = start + time_limit_s - VERIFY_RESERVE * verify_s
         layout, stats = cpsat.solve(problem, hint, time_limit_s, workers, deadline=deadline)
         times.model, times.search = stats.build_seconds, stats.seconds
+        warnings += [f"the solver's vGPU patterns for {kind} GPUs stopped at {MAX_PATTERNS} (too many profile "
+                     "sizes at once): it may miss packings; ask for fewer sizes per demand file"
+                     for kind in stats.truncated]
         if layout:
             verify_started = time.monotonic()
             solved = verify(problem, observed, layout)
@@ -133,7 +139,7 @@ def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = D
     times.total = time.monotonic() - start
     return CapacityAnswer(shapes, best.placed, changes, method, status, gap, times.total,
                           len(greedy_verified.placed), dict(problem.skipped_hosts), running,
-                          greedy=greedy_verified, timings=times)
+                          greedy=greedy_verified, timings=times, warnings=warnings)
 
 
 def _score(problem: Problem, v: Verified) -> tuple[int, ...]:
@@ -230,6 +236,7 @@ def render_text(answer: CapacityAnswer) -> str:
         lines.append(f"  {host}: {len(names)} VMs")
     for host, why in sorted(answer.skipped_hosts.items()):
         lines.append(f"  {host}: left out ({why})")
+    lines += [f"warning: {w}" for w in answer.warnings]
     return "\n".join(lines)
 
 

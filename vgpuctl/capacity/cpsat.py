@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpuctl.capacity.kinds import _key, addition_patterns
+from vgpuctl.capacity.kinds import _key, addition_patterns, patterns_complete
 from vgpuctl.capacity.layout import HostLayout, Layout
 from vgpuctl.capacity.problem import GpuSlot, HostCtx, Problem, Shape, usable_options
 from vgpuctl.profiles import parse_profile
@@ -44,6 +44,7 @@ class SolveStats:
     lexicographic: bool  # priorities weighted strictly (False when the weights would overflow)
     variables: int = 0
     build_seconds: float = 0.0  # building the model (patterns from placement included)
+    truncated: list[str] = field(default_factory=list)  # GPU kinds whose patterns stopped at MAX_PATTERNS
 
 
 @dataclass
@@ -84,8 +85,9 @@ def priority_weights(problem: Problem, change_cost: int) -> tuple[dict[int, int]
     return weights, True
 
 
-def gpu_classes(host: HostCtx, profiles: list[str]) -> list[_Class]:
-    """Identical GPUs of a host, each class with its (mode, pattern) choices over `profiles`."""
+def gpu_classes(host: HostCtx, profiles: list[str], truncated: set[str] | None = None) -> list[_Class]:
+    """Identical GPUs of a host, each class with its (mode, pattern) choices over `profiles`; the kinds whose
+    patterns stopped at kinds.MAX_PATTERNS are added to `truncated` as `<board> <mode>`."""
     groups: dict[tuple[object, ...], list[GpuSlot]] = {}
     for slot in host.gpus:
         g = slot.gpu
@@ -97,6 +99,9 @@ def gpu_classes(host: HostCtx, profiles: list[str]) -> list[_Class]:
         relevant = [p for p in profiles if parse_profile(p).board == rep.gpu.board]
         choices = [(mode, pat) for mode in rep.modes
                    for pat in (addition_patterns(rep.as_mode(mode), relevant) or [{}])]
+        if truncated is not None:
+            truncated.update(f"{rep.gpu.board} {mode}" for mode in rep.modes
+                             if not patterns_complete(rep.as_mode(mode), relevant))
         out.append(_Class(host.name, slots, choices))
     return out
 
@@ -114,6 +119,7 @@ class _LayoutModel:
         self.host_changes: list[Any] = []
         self.hinted: list[tuple[Any, int]] = []
         self.room: dict[str, dict[str, int]] = {}  # host -> profile -> vGPUs its GPUs can take at most
+        self.truncated: set[str] = set()  # GPU kinds whose patterns stopped at kinds.MAX_PATTERNS
 
     def build(self) -> None:
         for h in self.problem.hosts:
@@ -135,7 +141,7 @@ class _LayoutModel:
         pairs = [(s, p) for s in self.problem.shapes for p in usable_options(self.problem, h, s)]
         if not pairs:
             return
-        classes = gpu_classes(h, sorted({p for _, p in pairs}))
+        classes = gpu_classes(h, sorted({p for _, p in pairs}), self.truncated)
         self.classes[h.name] = classes
         room = {p: sum(c.size * max(pat.get(p, 0) for _, pat in c.choices) for c in classes) for _, p in pairs}
         self.room[h.name] = room
@@ -331,8 +337,10 @@ def solve(problem: Problem, hint: Layout | None = None, time_limit_s: float = 10
     status = solver.solve(model.m)
     name = solver.status_name(status).lower()
     variables = len(model.m.proto.variables)
+    truncated = sorted(model.truncated)
     if status not in (cp.OPTIMAL, cp.FEASIBLE):
-        return {}, SolveStats(name, 0.0, 0.0, 1.0, 0.0, solver.wall_time, model.lexicographic, variables, build_s)
+        return {}, SolveStats(name, 0.0, 0.0, 1.0, 0.0, solver.wall_time, model.lexicographic, variables, build_s,
+                              truncated)
     obj, bound = solver.objective_value, solver.best_objective_bound
     layout = model.extract(solver)
     # The objective counts VMs in priority weights: its distance to the bound, in lowest-priority VMs, is how
@@ -341,4 +349,4 @@ def solve(problem: Problem, hint: Layout | None = None, time_limit_s: float = 10
     placed = sum(len(h.vms) for h in layout.values())
     gap = missing / (placed + missing) if missing else 0.0
     return layout, SolveStats(name, obj, bound, gap, missing, solver.wall_time, model.lexicographic, variables,
-                              build_s)
+                              build_s, truncated)

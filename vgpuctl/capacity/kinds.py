@@ -41,8 +41,19 @@ def _hashable(value: object) -> object:
 
 def addition_patterns(gpu: Gpu, profiles: Iterable[str]) -> list[dict[str, int]]:
     """Maximal multisets of `profiles` that fit on `gpu` together (empty list: none fits at all)."""
+    return [dict(p) for p in _enumerate(gpu, profiles)[0]]
+
+
+def patterns_complete(gpu: Gpu, profiles: Iterable[str]) -> bool:
+    """False when the walk stopped at MAX_PATTERNS maximal multisets: then the patterns miss packings. Only
+    mixed-size GPUs without published placement ids asked for many sizes at once get there (an H200 with all
+    nine C-series sizes has 5,875); the answer says so."""
+    return _enumerate(gpu, profiles)[1]
+
+
+def _enumerate(gpu: Gpu, profiles: Iterable[str]) -> tuple[tuple[Pattern, ...], bool]:
     ordered = tuple(sorted(set(profiles), key=profile_order))  # the order vGPUs arrive on a GPU (power_on_key)
-    return [dict(p) for p in _patterns(_key(gpu), ordered, _Frozen(gpu))]
+    return _patterns(_key(gpu), ordered, _Frozen(gpu))
 
 
 class _Frozen:
@@ -59,11 +70,14 @@ class _Frozen:
 
 
 @lru_cache(maxsize=4096)
-def _patterns(_key: tuple[object, ...], ordered: tuple[str, ...], holder: _Frozen) -> tuple[Pattern, ...]:
+def _patterns(_key: tuple[object, ...], ordered: tuple[str, ...], holder: _Frozen) -> tuple[tuple[Pattern, ...], bool]:
     found: list[dict[str, int]] = []
+    truncated = False
 
     def walk(gpu: Gpu, floor: int, counts: dict[str, int]) -> None:
+        nonlocal truncated
         if len(found) >= MAX_PATTERNS:
+            truncated = True
             return
         grew = False
         for i in range(floor, len(ordered)):
@@ -78,7 +92,7 @@ def _patterns(_key: tuple[object, ...], ordered: tuple[str, ...], holder: _Froze
             found.append(counts)
 
     walk(clone_gpu(holder.gpu), 0, {})
-    return tuple(tuple(sorted(c.items())) for c in _maximal(found))
+    return tuple(tuple(sorted(c.items())) for c in _maximal(found)), not truncated
 
 
 def _maximal(patterns: Sequence[dict[str, int]]) -> list[dict[str, int]]:
