@@ -9,8 +9,18 @@ import pytest
 from typer.testing import CliRunner
 
 from vgpuctl.capacity import cpsat
-from vgpuctl.capacity.answer import FRAMEBUFFER, GEOMETRY, NVLINK, PER_VM_LIMIT, CapacityAnswer, fragment, plan_capacity
+from vgpuctl.capacity.answer import (
+    FRAMEBUFFER,
+    GEOMETRY,
+    NVLINK,
+    PER_VM_LIMIT,
+    CapacityAnswer,
+    fragment,
+    plan_capacity,
+    render_text,
+)
 from vgpuctl.capacity.demand import Demand, load_demand
+from vgpuctl.capacity.fitnow import render_text as render_fits
 from vgpuctl.capacity.fitnow import what_fits
 from vgpuctl.capacity.kinds import MAX_PATTERNS, addition_patterns, capacity, in_mode, patterns_complete
 from vgpuctl.capacity.layout import greedy, verify
@@ -19,7 +29,9 @@ from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.main import app
 from vgpuctl.errors import InventoryError, NotFound
 from vgpuctl.inventory import load_inventory_text, validate
+from vgpuctl.model import Observed, ObservedVm
 from vgpuctl.placement import MIG_MODE, Gpu, add_vgpu, clone_gpu, fits, profile_order
+from vgpuctl.plan import make_plan
 from vgpuctl.profiles import BOARDS, parse_profile
 
 pytestmark = pytest.mark.unit
@@ -220,6 +232,78 @@ def test_what_fits_skips_hosts_in_maintenance() -> None:
     farm.hosts["esx-02"].in_maintenance = True
     report = what_fits(farm)
     assert report.hosts[1].skipped == "in maintenance mode" and report.hosts[1].rows == []
+
+
+def _shared(farm: Observed, host: str, gpus: slice = slice(None)) -> Observed:
+    for g in farm.hosts[host].gpus[gpus]:
+        g.graphics_type = "shared"
+    return farm
+
+
+def test_what_fits_names_what_blocks_a_host_and_the_fix() -> None:
+    farm = _shared(make_farm([SynthHost(f"esx-0{i}", gpus=2, nvlink="none") for i in (1, 2, 3, 4)]), "esx-01")
+    _shared(farm, "esx-04", slice(0, 1))
+    farm.hosts["esx-02"].in_maintenance = True
+    farm.hosts["esx-03"].connection_state = "disconnected"
+    report = {h.host: h for h in what_fits(farm).hosts}
+    assert report["esx-01"].rows == [] and "graphics type of all its GPUs is Shared (vSGA)" in (
+        report["esx-01"].skipped or "")
+    assert "default_type: sharedDirect" in report["esx-01"].blocked[0].fix
+    assert report["esx-02"].skipped == "in maintenance mode"
+    assert report["esx-02"].blocked[0].fix == "take the host out of maintenance mode"
+    assert report["esx-03"].skipped == "disconnected in vCenter" and "reconnect" in report["esx-03"].blocked[0].fix
+    partly = report["esx-04"]  # one Shared GPU: the other still counts, the Shared one is named
+    assert partly.skipped is None and "GPU 0000:3b:00.0" in partly.blocked[0].what
+    assert {(r.profile, r.vgpus): r.vms for r in partly.rows}["grid_a100-40c", 1] == 1
+    assert [s.why for s in partly.stranded] == ["graphics type shared: vGPUs need Shared Direct"]
+    text = render_fits(what_fits(farm))
+    assert ("esx-01: left out (the graphics type of all its GPUs is Shared (vSGA); vGPUs need Shared Direct; "
+            "fix:") in text
+    doc = what_fits(farm).to_dict()
+    assert doc["hosts"][1]["blocked"] == [
+        {"what": "in maintenance mode", "fix": "take the host out of maintenance mode"}]
+
+
+def test_a_shared_graphics_host_is_named_in_the_answer_with_its_fix() -> None:
+    farm = _shared(make_farm([SynthHost("esx-01", gpus=1, nvlink="none")]), "esx-01")
+    answer = plan_capacity(farm, demand(item("a", 1, "grid_a100-40c")), time_limit_s=5)
+    assert answer.placed == 0 and answer.skipped_hosts == {
+        "esx-01": "the graphics type of all its GPUs is Shared (vSGA); vGPUs need Shared Direct"}
+    short = answer.shapes[0]
+    assert short.reason == GEOMETRY and "esx-01: the graphics type of all its GPUs is Shared (vSGA)" in short.detail
+    assert "add `graphics` to the demand's allow" in short.detail
+    assert answer.to_dict()["blocked"][0]["host"] == "esx-01"
+    assert "esx-01: left out (the graphics type" in render_text(answer)
+
+
+def test_allow_graphics_switches_an_idle_host_to_shared_direct() -> None:
+    farm = _shared(make_farm([SynthHost("esx-01", gpus=2, nvlink="none", policy="consolidation")]), "esx-01")
+    d = demand(item("a", 2, "grid_a100-20c"), allow=("graphics",), template="tmpl")
+    for solver in (True, False):
+        answer = plan_capacity(farm, d, time_limit_s=5, use_solver=solver)
+        assert answer.all_fit and answer.skipped_hosts == {}
+        assert [(c.gpu, c.old_graphics_type, c.new_graphics_type, c.old, c.new, c.needs_reboot)
+                for c in answer.changes] == [("0000:3b:00.0", "shared", "sharedDirect", "sameSize", "sameSize", True)]
+    text = fragment(answer, d)
+    assert "- {select: '0000:3b:00.0', graphics_type: sharedDirect}" in text
+    inv = load_inventory_text(text)
+    validate(inv)
+    assert inv.hosts[0].gpus[0].graphics_type == "sharedDirect"
+    assert "graphics type shared -> sharedDirect, reboot" in render_text(answer)
+    farm.vms["tmpl"] = ObservedVm("tmpl", is_template=True, firmware="efi", host="esx-01", cluster="GPU-Cluster")
+    plan = make_plan(inv, farm)  # plan takes the fragment: the GPU's graphics type first, then the VMs
+    assert plan.errors == []
+    assert [(c.kind, c.target, c.new, c.needs_reboot) for c in plan.host_changes] == [
+        ("graphics.type", "0000:3b:00.0", "sharedDirect", True)]
+    assert {c.vm: c.depends_on_hosts for c in plan.vm_changes} == {"a-001": ["esx-01"], "a-002": ["esx-01"]}
+
+
+def test_allow_graphics_leaves_a_host_that_runs_vms_alone() -> None:
+    farm = _shared(make_farm([SynthHost("esx-01", gpus=2, nvlink="none",
+                                        running=[RunningVm("vsga", ["grid_a100-40c"], [1])])]), "esx-01", slice(0, 1))
+    answer = plan_capacity(farm, demand(item("a", 2, "grid_a100-40c"), allow=("graphics",)), time_limit_s=5)
+    assert answer.placed == 0 and answer.changes == []
+    assert "GPU 0000:3b:00.0" in answer.shapes[0].detail and "Shared (vSGA)" in answer.shapes[0].detail
 
 
 # --------------------------------------------------------------------------------------- hand-solved

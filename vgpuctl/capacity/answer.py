@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuctl.capacity import DEFAULT_TIME_LIMIT_S
+from vgpuctl.capacity.blockers import Blocker
 from vgpuctl.capacity.demand import Demand
 from vgpuctl.capacity.kinds import MAX_PATTERNS, capacity, in_mode
 from vgpuctl.capacity.layout import PlacedVm, Verified, greedy, verify
 from vgpuctl.capacity.problem import Problem, Shape, build_problem, usable_options
+from vgpuctl.domain import GraphicsType
 from vgpuctl.model import Observed
 from vgpuctl.placement import MIG_MODE
 from vgpuctl.profiles import BOARDS, parse_profile
@@ -34,9 +36,11 @@ class ShapeResult:
 class GpuChange:
     host: str
     gpu: str
-    old: str
+    old: str  # vGPU mode
     new: str
     needs_reboot: bool
+    old_graphics_type: str | None = None  # set when the graphics type changes (to Shared Direct)
+    new_graphics_type: str | None = None
 
 
 @dataclass
@@ -50,6 +54,7 @@ class CapacityAnswer:
     seconds: float
     greedy_placed: int
     skipped_hosts: dict[str, str] = field(default_factory=dict)
+    blocked: dict[str, list[Blocker]] = field(default_factory=dict)  # host -> what keeps it (or GPUs) out, fix
     running_on_changed: dict[str, list[str]] = field(default_factory=dict)  # host -> running VMs
     greedy: Verified | None = None  # the verified first-fit-decreasing layout it was compared with
     timings: Timings | None = None
@@ -77,6 +82,8 @@ class CapacityAnswer:
             "running_vms_on_changed_hosts": self.running_on_changed,
             "vms": [vars(v) for v in self.vms],
             "skipped_hosts": self.skipped_hosts,
+            "blocked": [{"host": h, "what": b.what, "fix": b.fix} for h, bs in sorted(self.blocked.items())
+                        for b in bs],
             "warnings": self.warnings,
         }
 
@@ -138,7 +145,7 @@ def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = D
     running = {c.host: problem.host(c.host).running_vms for c in changes if problem.host(c.host).running_vms}
     times.total = time.monotonic() - start
     return CapacityAnswer(shapes, best.placed, changes, method, status, gap, times.total,
-                          len(greedy_verified.placed), dict(problem.skipped_hosts), running,
+                          len(greedy_verified.placed), dict(problem.skipped_hosts), dict(problem.blocked), running,
                           greedy=greedy_verified, timings=times, warnings=warnings)
 
 
@@ -151,13 +158,18 @@ def _score(problem: Problem, v: Verified) -> tuple[int, ...]:
 
 def _changes(problem: Problem, v: Verified) -> list[GpuChange]:
     out = []
-    for (host, pci), mode in sorted(v.modes.items()):
+    for host, pci in sorted(set(v.modes) | v.graphics):
         slot = next(s for s in problem.host(host).gpus if s.gpu.id == pci)
         old = slot.gpu.vgpu_mode
+        mode = v.modes.get((host, pci), old)
         mig_switch = (old == MIG_MODE) != (mode == MIG_MODE)
         info = BOARDS.get(slot.gpu.board or "")
         reboot = mig_switch and (info is None or info.mig_needs_reboot)  # the catalogue's `mig.apply`
-        out.append(GpuChange(host, pci, old, mode, reboot))
+        change = GpuChange(host, pci, old, mode, reboot)
+        if (host, pci) in v.graphics:  # a graphics type change takes a host reboot (vgpuctl.hostplan)
+            change.old_graphics_type, change.new_graphics_type = slot.graphics_from, GraphicsType.SHARED_DIRECT
+            change.needs_reboot = True
+        out.append(change)
     return out
 
 
@@ -183,7 +195,7 @@ def why_short(problem: Problem, shape: Shape, v: Verified) -> tuple[str, str]:
         return PER_VM_LIMIT, f"{what}: {shape.vgpus} vGPUs per VM exceed every host's limit ({max(limits)})"
     hosts = [h for h in problem.hosts if usable_options(problem, h, shape)]
     if not hosts:
-        return GEOMETRY, f"{what}: no host offers the profile in a mode it has or may switch to"
+        return GEOMETRY, f"{what}: no host offers the profile in a mode it has or may switch to{_blocked(problem)}"
     if shape.nvlink:
         refusals = [(h.name, h.nvlink_refusal(shape.vgpus, opt)) for h in hosts
                     for opt in usable_options(problem, h, shape)]
@@ -199,11 +211,20 @@ def why_short(problem: Problem, shape: Shape, v: Verified) -> tuple[str, str]:
                     capable += 1
                     break
     if capable < shape.vgpus:
-        return GEOMETRY, f"{what}: only {capable} GPUs could take the profile in any allowed mode"
+        return GEOMETRY, f"{what}: only {capable} GPUs could take the profile in any allowed mode{_blocked(problem)}"
     dropped = [d for d in v.dropped if d[0] == shape.name]
     if dropped and len(dropped) >= missing:
         return ORDER, f"{what}: the planner's placement order refuses them ({dropped[0][2]})"
-    return FRAMEBUFFER, f"{what}: the GPUs that can take them are full"
+    return FRAMEBUFFER, f"{what}: the GPUs that can take them are full{_blocked(problem)}"
+
+
+def _blocked(problem: Problem, limit: int = 3) -> str:
+    """The hosts (or GPUs) that take no vGPUs now, with the fix, as a tail for a shortfall's reason."""
+    items = [f"{h}: {b.text()}" for h, bs in sorted(problem.blocked.items()) for b in bs]
+    if not items:
+        return ""
+    more = f"; and {len(items) - limit} more" if len(items) > limit else ""
+    return "; not usable now: " + "; ".join(items[:limit]) + more
 
 
 # -------------------------------------------------------------------------------------------- output
@@ -223,7 +244,10 @@ def render_text(answer: CapacityAnswer) -> str:
         lines.append("host changes:")
         for c in answer.changes:
             reboot = ", reboot" if c.needs_reboot else ""
-            lines.append(f"  {c.host} GPU {c.gpu}: {_mode_label(c.old)} -> {_mode_label(c.new)}{reboot}")
+            what = [f"graphics type {c.old_graphics_type} -> {c.new_graphics_type}"] if c.new_graphics_type else []
+            if c.old != c.new or not what:
+                what.append(f"{_mode_label(c.old)} -> {_mode_label(c.new)}")
+            lines.append(f"  {c.host} GPU {c.gpu}: {'; '.join(what)}{reboot}")
         for host, vms in sorted(answer.running_on_changed.items()):
             lines.append(f"  {host}: maintenance mode needs its {len(vms)} running VMs moved or powered off "
                          f"({', '.join(vms[:5])}{', ...' if len(vms) > 5 else ''}); their GPUs keep their mode")
@@ -234,8 +258,9 @@ def render_text(answer: CapacityAnswer) -> str:
         per_host.setdefault(vm.host, []).append(vm.name)
     for host, names in sorted(per_host.items()):
         lines.append(f"  {host}: {len(names)} VMs")
-    for host, why in sorted(answer.skipped_hosts.items()):
-        lines.append(f"  {host}: left out ({why})")
+    for host, blockers in sorted(answer.blocked.items()):
+        state = "left out" if host in answer.skipped_hosts else "partly usable"
+        lines += [f"  {host}: {state} ({b.text()})" for b in blockers]
     lines += [f"warning: {w}" for w in answer.warnings]
     return "\n".join(lines)
 
@@ -257,10 +282,13 @@ def fragment(answer: CapacityAnswer, demand: Demand) -> str:
         out.append(f"  - name: {host}")
         out.append("    gpus:")
         for c in changes:
+            graphics = f", graphics_type: {c.new_graphics_type}" if c.new_graphics_type else ""
             if c.new == MIG_MODE:
-                out.append(f"      - {{select: '{c.gpu}', mode: mig}}")
+                out.append(f"      - {{select: '{c.gpu}'{graphics}, mode: mig}}")
+            elif c.old != c.new:
+                out.append(f"      - {{select: '{c.gpu}'{graphics}, mode: time-sliced, vgpu_mode: {c.new}}}")
             else:
-                out.append(f"      - {{select: '{c.gpu}', mode: time-sliced, vgpu_mode: {c.new}}}")
+                out.append(f"      - {{select: '{c.gpu}'{graphics}}}")
     out.append("vms:" if answer.vms else "vms: []")
     for vm in sorted(answer.vms, key=lambda v: v.name):
         item = items[vm.shape]

@@ -91,7 +91,7 @@ def gpu_classes(host: HostCtx, profiles: list[str], truncated: set[str] | None =
     groups: dict[tuple[object, ...], list[GpuSlot]] = {}
     for slot in host.gpus:
         g = slot.gpu
-        key = (_key(g), tuple(slot.modes), g.nvlink_set if g.nvlink_up else None)
+        key = (_key(g), tuple(slot.modes), g.nvlink_set if g.nvlink_up else None, slot.graphics_from)
         groups.setdefault(key, []).append(slot)
     out = []
     for slots in groups.values():
@@ -99,6 +99,8 @@ def gpu_classes(host: HostCtx, profiles: list[str], truncated: set[str] | None =
         relevant = [p for p in profiles if parse_profile(p).board == rep.gpu.board]
         choices = [(mode, pat) for mode in rep.modes
                    for pat in (addition_patterns(rep.as_mode(mode), relevant) or [{}])]
+        if rep.graphics_from is not None:  # leaving it unused spares its graphics switch (and the reboot)
+            choices.insert(0, (rep.gpu.vgpu_mode, {}))
         if truncated is not None:
             truncated.update(f"{rep.gpu.board} {mode}" for mode in rep.modes
                              if not patterns_complete(rep.as_mode(mode), relevant))
@@ -152,7 +154,9 @@ class _LayoutModel:
         for ci, c in enumerate(classes):
             c.n = [m.new_int_var(0, c.size, f"n[{h.name},{ci},{j}]") for j in range(len(c.choices))]
             m.add(sum(c.n) == c.size)
-            moved = [v for (mode, _), v in zip(c.choices, c.n, strict=True) if mode != c.current]
+            switched = c.slots[0].graphics_from is not None
+            moved = [v for (mode, pat), v in zip(c.choices, c.n, strict=True)
+                     if mode != c.current or (switched and pat)]
             if moved:
                 self.gpu_changes.extend(moved)
                 changed_here.append((c.size, moved))
@@ -306,7 +310,7 @@ def _moved(hl: HostLayout, source: HostCtx, target: HostCtx) -> HostLayout:
 
 
 def _signature(h: HostCtx) -> tuple[object, ...]:
-    gpus = tuple((_key(s.gpu), tuple(s.modes)) for s in h.gpus)
+    gpus = tuple((_key(s.gpu), tuple(s.modes), s.graphics_from) for s in h.gpus)
     return (gpus, h.policy, h.limit, h.frozen, tuple(sorted(h.offered)))
 
 

@@ -23,7 +23,7 @@ from vgpuctl.inventory import (
 )
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, parse_profile
 
-ALLOW = ("mig", "vgpu-mode", "profile")
+ALLOW = ("mig", "vgpu-mode", "profile", "graphics")
 SERIES = ("a", "b", "c", "q")
 MAX_DEMAND_VMS = 100_000
 
@@ -65,7 +65,7 @@ class Demand(_Model):
     api_version: Literal["vgpuctl/v1"] = Field(alias="apiVersion")
     kind: Literal["Demand"]
     clusters: list[str] | None = None
-    allow: list[Literal["mig", "vgpu-mode", "profile"]] = Field(default_factory=list)
+    allow: list[Literal["mig", "vgpu-mode", "profile", "graphics"]] = Field(default_factory=list)
     frozen_hosts: list[str] = Field(default_factory=list)
     template: str | None = None
     demand: list[DemandItem]

@@ -10,8 +10,10 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpuctl.capacity.blockers import Blocker, gpu_blockers, host_blocker, usable
 from vgpuctl.capacity.kinds import _key, addition_patterns, capacity
-from vgpuctl.model import Observed, ObservedHost
+from vgpuctl.domain import GraphicsType
+from vgpuctl.model import Observed
 from vgpuctl.placement import (
     MIG_MODE,
     Gpu,
@@ -51,7 +53,8 @@ class HostFit:
     cluster: str | None
     rows: list[FitRow]
     stranded: list[Stranded] = field(default_factory=list)
-    skipped: str | None = None
+    skipped: str | None = None  # why the host takes no vGPUs now
+    blocked: list[Blocker] = field(default_factory=list)  # what keeps it (or some GPUs) out, with the fix
 
     @property
     def stranded_gb(self) -> float:
@@ -74,6 +77,7 @@ class FitReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "hosts": [{"host": h.host, "cluster": h.cluster, "skipped": h.skipped,
+                       "blocked": [vars(b) for b in h.blocked],
                        "fits": [vars(r) for r in h.rows], "stranded_gb": h.stranded_gb,
                        "stranded": [vars(s) for s in h.stranded]} for h in self.hosts],
             "clusters": {c: [{"profile": p, "vgpus": n, "nvlink": nv, "vms": v} for (p, n, nv), v in t.items()]
@@ -89,27 +93,23 @@ def what_fits(observed: Observed, cluster: str | None = None, host: str | None =
         oh = observed.hosts[name]
         if (cluster is not None and oh.cluster != cluster) or (host is not None and name != host) or not oh.gpus:
             continue
-        why = _unusable(oh)
-        if why:
-            hosts.append(HostFit(name, oh.cluster, [], [], why))
+        blocker = host_blocker(oh)
+        if blocker is not None:
+            hosts.append(HostFit(name, oh.cluster, [], [], blocker.what, [blocker]))
             continue
         gpus = state.gpus.get(name, [])
+        blockers = gpu_blockers(gpus)
+        if not any(usable(g) for g in gpus):
+            hosts.append(HostFit(name, oh.cluster, [], [], "; ".join(b.what for b in blockers), blockers))
+            continue
         limit = min(max_vgpus_per_vm(oh.api_version), oh.max_vgpus_per_vm or 8)
         sig = (tuple(_key(g) for g in gpus), oh.assignment_policy, limit, tuple(sorted(oh.offered_profiles)))
         if sig not in cache:
             rows = host_rows(gpus, oh.offered_profiles, oh.assignment_policy, limit)
             cache[sig] = (rows, [s for g in gpus if (s := stranded(g, oh.offered_profiles))])
         rows, strand = cache[sig]
-        hosts.append(HostFit(name, oh.cluster, rows, [copy.copy(s) for s in strand]))
+        hosts.append(HostFit(name, oh.cluster, rows, [copy.copy(s) for s in strand], None, blockers))
     return FitReport(hosts)
-
-
-def _unusable(host: ObservedHost) -> str | None:
-    if host.connection_state != "connected":
-        return host.connection_state
-    if host.in_maintenance:
-        return "in maintenance mode"
-    return None if host.power_state == "poweredOn" else host.power_state
 
 
 def _profiles(offered: list[str], gpus: list[Gpu]) -> list[str]:
@@ -186,6 +186,8 @@ def stranded(gpu: Gpu, offered: list[str]) -> Stranded | None:
     free = max(0.0, gpu.fb_gb - _used_gb(gpu))
     if free <= 0:
         return None
+    if gpu.graphics_type != GraphicsType.SHARED_DIRECT:
+        return Stranded(gpu.id, free, free, f"graphics type {gpu.graphics_type}: vGPUs need Shared Direct")
     if gpu.blocked:
         return Stranded(gpu.id, free, free, "held by a vGPU of unknown profile")
     profiles = _profiles(offered, [gpu])
@@ -207,9 +209,10 @@ def render_text(report: FitReport) -> str:
     lines = []
     for h in report.hosts:
         if h.skipped:
-            lines.append(f"{h.host}: left out ({h.skipped})")
+            lines += [f"{h.host}: left out ({b.text()})" for b in h.blocked] or [f"{h.host}: left out ({h.skipped})"]
             continue
         lines.append(f"{h.host} ({h.cluster or 'no cluster'}): stranded {h.stranded_gb:g} GB")
+        lines += [f"  not usable now: {b.text()}" for b in h.blocked]
         for s in h.stranded:
             lines.append(f"  GPU {s.gpu}: {s.stranded_gb:g} of {s.free_gb:g} GB free unusable ({s.why})")
         lines += _table(h.rows)

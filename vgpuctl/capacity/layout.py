@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from vgpuctl.capacity.kinds import in_mode, is_idle
 from vgpuctl.capacity.problem import HostCtx, Problem, Shape, usable_options
+from vgpuctl.domain import GraphicsType
 from vgpuctl.model import Observed
 from vgpuctl.placement import (
     MIG_MODE,
@@ -34,6 +35,7 @@ class HostLayout:
     modes: dict[str, str] = field(default_factory=dict)  # PCI id -> new vGPU mode (changed GPUs only)
     vms: list[tuple[str, str]] = field(default_factory=list)  # (shape name, profile) per VM
     use: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)  # PCI id -> VMs per (shape, profile)
+    graphics: set[str] = field(default_factory=set)  # PCI ids switched to Shared Direct (`allow: [graphics]`)
 
 
 Layout = dict[str, HostLayout]
@@ -54,6 +56,7 @@ class Verified:
     placed: list[PlacedVm]
     dropped: list[tuple[str, str, str]]  # (shape, host, reason) the planner refused
     modes: dict[tuple[str, str], str]  # (host, PCI id) -> new mode, only GPUs the placed VMs need
+    graphics: set[tuple[str, str]] = field(default_factory=set)  # (host, PCI id) switched to Shared Direct
 
     def count(self, shape: str) -> int:
         return sum(1 for v in self.placed if v.shape == shape)
@@ -84,7 +87,7 @@ def greedy(problem: Problem, *, largest_first: bool = True) -> Layout:
 
 def _place_one(problem: Problem, shape: Shape, work: dict[str, list[Gpu]], layout: Layout,
                failed: set[tuple[str, str, str]]) -> bool:
-    for host in problem.hosts:
+    for host in sorted(problem.hosts, key=lambda h: any(s.graphics_from for s in h.gpus)):  # switches last
         for opt in usable_options(problem, host, shape):
             if (host.name, shape.name, opt) in failed:
                 continue
@@ -169,33 +172,44 @@ def name_vms(problem: Problem, layout: Layout) -> list[PlacedVm]:
 
 
 def verify(problem: Problem, observed: Observed, layout: Layout, rounds: int = 5) -> Verified:
-    """Place the layout's VMs as `vgpuctl plan` will (by name, on their hosts, after the mode changes);
-    VMs it refuses are dropped and the rest placed again until none is refused."""
-    current = {h: HostLayout(dict(hl.modes), list(hl.vms)) for h, hl in layout.items()}
+    """Place the layout's VMs as `vgpuctl plan` will (in the power-on order, on their hosts, after the mode and
+    graphics changes); VMs it refuses are dropped and the rest placed again until none is refused."""
+    switchable = problem.switched()
+    current = {h: HostLayout(dict(hl.modes), list(hl.vms), graphics={p for hh, p in switchable if hh == h})
+               for h, hl in layout.items()}
     dropped: list[tuple[str, str, str]] = []
+    vms, results = _drop_refused(problem, observed, current, dropped, rounds)
+    used = {(r.host, p.gpu) for r in results.values() if r.ok for p in r.placed}
+    every = {(h, pci): m for h, hl in current.items() for pci, m in hl.modes.items()}
+    all_graphics = {(h, pci) for h, hl in current.items() for pci in hl.graphics}
+    modes = {k: m for k, m in every.items() if k in used}
+    graphics = all_graphics & used
+    if modes != every or graphics != all_graphics:  # a change no VM lands on is left out, unless it steered
+        lean = {h: HostLayout({pci: m for (hh, pci), m in modes.items() if hh == h}, list(hl.vms),
+                              graphics={pci for hh, pci in graphics if hh == h})
+                for h, hl in current.items()}
+        again = _place(observed, lean, vms)
+        if any(not r.ok for r in again.values()):
+            modes, graphics = every, all_graphics
+    return Verified(vms, dropped, modes, graphics)
+
+
+def _drop_refused(problem: Problem, observed: Observed, current: Layout, dropped: list[tuple[str, str, str]],
+                  rounds: int) -> tuple[list[PlacedVm], dict[str, Placement]]:
+    """Place the layout; drop what the planner refuses (into `dropped`) and place the rest again, at most
+    `rounds` times; then the VMs it placed and its results."""
     for _ in range(rounds):
         vms = name_vms(problem, current)
         results = _place(observed, current, vms)
         refused = [(vm, results[vm.name].reason or "") for vm in vms if not results[vm.name].ok]
         if not refused:
-            break
+            return vms, results
         for vm, reason in refused:
             current[vm.host].vms.remove((vm.shape, vm.profile))
             dropped.append((vm.shape, vm.host, reason))
-    else:
-        vms = name_vms(problem, current)
-        results = _place(observed, current, vms)
-        vms = [vm for vm in vms if results[vm.name].ok]
-    used = {(r.host, p.gpu) for r in results.values() if r.ok for p in r.placed}
-    every = {(h, pci): m for h, hl in current.items() for pci, m in hl.modes.items()}
-    modes = {k: m for k, m in every.items() if k in used}
-    if modes != every:  # a change no VM lands on is left out, unless it steered where the others went
-        lean = {h: HostLayout({pci: m for (hh, pci), m in modes.items() if hh == h}, list(hl.vms))
-                for h, hl in current.items()}
-        again = _place(observed, lean, vms)
-        if any(not r.ok for r in again.values()):
-            modes = every
-    return Verified(vms, dropped, modes)
+    vms = name_vms(problem, current)
+    results = _place(observed, current, vms)
+    return [vm for vm in vms if results[vm.name].ok], results
 
 
 def _state(observed: Observed, layout: Layout) -> FarmState:
@@ -203,6 +217,8 @@ def _state(observed: Observed, layout: Layout) -> FarmState:
     for host, hl in layout.items():
         gpus = state.gpus.get(host, [])
         for i, g in enumerate(gpus):
+            if g.id in hl.graphics:
+                g.graphics_type = GraphicsType.SHARED_DIRECT
             if g.id in hl.modes:
                 gpus[i] = in_mode(g, hl.modes[g.id])
     return state
