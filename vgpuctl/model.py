@@ -28,6 +28,9 @@ class ObservedProfile:
     fb_gb: int
     sharing: str = "timeSliced"  # timeSliced | mig
     profile_class: str = "compute"  # compute | quadro
+    # The most vGPUs of the type one GPU holds, when the host says (it wins over the catalogue's maximum).
+    # RetrieveVgpuProfileInfo has no such field; `profiles --shell` reads MIG instance totals (nvidia-smi mig -lgip).
+    max_per_gpu: int | None = None
 
 
 @dataclass

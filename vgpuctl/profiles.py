@@ -425,6 +425,24 @@ def api_at_least(api_version: str | None, wanted: tuple[int, ...]) -> bool:
     return bool(parts) and parts >= wanted
 
 
+# ---------------------------------------------------------------------------------------- maxima
+
+
+def max_per_gpu(profile: VgpuProfile, vgpu_mode: str, gpu_fb_gb: float | None = None) -> int | None:
+    """NVIDIA's maximum of vGPUs of this type per GPU in the GPU's mode (the catalogue row's table): `max_equal`
+    for a MIG-backed type (per GPU in MIG mode) and in equal-size mode, `max_mixed` in mixed-size mode (None: not
+    published, vgpuctl refuses the type there). A type outside the catalogue in equal-size mode: framebuffer /
+    size, an upper bound (the tables cap some types below it: L40S-1B 32 on 48 GB). None when nothing says."""
+    row = profile.vgpu_type
+    if profile.is_mig:
+        return row.max_equal if row is not None else None
+    if vgpu_mode == "mixedSize":
+        return row.max_mixed if row is not None else None
+    if row is not None and row.max_equal is not None:
+        return row.max_equal
+    return int(gpu_fb_gb // profile.fb_gb) if gpu_fb_gb and profile.fb_gb else None
+
+
 # --------------------------------------------------------------------------------------------- MMIO
 
 MMIO_GB_PER_40GB_FB = 128  # 128 GB per A100-40GB, 256 GB per 80 GB GPU (VMware KB 2142307)
