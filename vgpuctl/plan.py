@@ -338,7 +338,7 @@ def _diff_fields(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> No
                          f"(needs vmx-{MIN_HW_VERSION_LARGE_BAR} or later)")
     if str(base.extra_config.get(USE_64BIT_MMIO, "")).upper() != "TRUE":
         change.extra_config[USE_64BIT_MMIO] = "TRUE"
-    need = mmio_size_gb(p.fb_gb for p in parsed)
+    need = mmio_size_gb(parsed)  # by the vGPUs' physical GPUs (NVIDIA's per-GPU table), a larger value is kept
     current = _int_or_none(base.extra_config.get(MMIO_SIZE))
     if current is None or current < need:
         change.extra_config[MMIO_SIZE] = str(need)

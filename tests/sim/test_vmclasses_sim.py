@@ -130,7 +130,7 @@ def test_apply_two_gpu_classes_and_two_namespaces(sim: Any, env: dict[str, str],
     big, small = classes["gpu-a100-40c"], classes["gpu-small"]
     assert (big["cpu_count"], big["memory_mb"], big["memory_reservation"]) == (16, 131072, 100)
     assert _profiles(big) == ["grid_a100-40c", "grid_a100-40c"]
-    assert _extra(big) == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "256"}
+    assert _extra(big) == {}  # 2 x 128 GB of MMIO: vm-operator's own 512 GB applies
     assert _profiles(small) == ["grid_a100-10c"]
     assert rest.namespace_classes("ml-team") == ["best-effort-small", "gpu-a100-40c", "gpu-small"]
     assert rest.namespace_classes("data-team") == ["gpu-small"]
@@ -168,8 +168,23 @@ def test_change_profile_and_count(sim: Any, env: dict[str, str], tmp_path: Path)
     assert vgpuctl(env, "k8s", "apply", "-f", str(path), "--yes").exit_code == 0
     small = Rest(sim).classes()["gpu-small"]
     assert _profiles(small) == ["grid_a100-20c", "grid_a100-20c"]
-    assert _extra(small)["pciPassthru.64bitMMIOSizeGB"] == "128"
+    assert _extra(small) == {}
     assert vgpuctl(env, "k8s", "plan", "-f", str(path), "--detailed-exitcode").exit_code == 0
+
+
+def test_a_class_whose_vgpus_need_more_mmio_than_vm_operators_default_sets_it(
+        sim: Any, env: dict[str, str], tmp_path: Path) -> None:
+    """Eight A100-40C need 8 x 128 GB of MMIO (NVIDIA's table), more than vm-operator's 512 GB: the class sets
+    1024; back to two A100-20C, the keys go again and vm-operator's default applies."""
+    wide = write(tmp_path, small="{profile: grid_a100-40c, count: 8}")
+    assert vgpuctl(env, "k8s", "apply", "-f", str(wide), "--yes").exit_code == 0
+    assert _extra(Rest(sim).classes()["gpu-small"]) == {"pciPassthru.use64bitMMIO": "TRUE",
+                                                         "pciPassthru.64bitMMIOSizeGB": "1024"}
+    assert vgpuctl(env, "k8s", "plan", "-f", str(wide), "--detailed-exitcode").exit_code == 0
+    back = write(tmp_path, small="{profile: grid_a100-20c, count: 2}")
+    assert vgpuctl(env, "k8s", "apply", "-f", str(back), "--yes").exit_code == 0
+    assert _extra(Rest(sim).classes()["gpu-small"]) == {}
+    assert vgpuctl(env, "k8s", "plan", "-f", str(back), "--detailed-exitcode").exit_code == 0
 
 
 def test_remove_an_association(sim: Any, env: dict[str, str], tmp_path: Path) -> None:

@@ -259,3 +259,14 @@ def test_gpu_instance_ids_match_real_lgip_captures(data: dict[str, Any], capture
     for t in board["vgpu_types"]:
         if t["mig_gi"] in totals:
             assert t["max_equal"] == totals[t["mig_gi"]], t["name"]
+
+
+def test_mmio_per_gpu_is_nvidias_table(data: dict[str, Any]) -> None:
+    """NVIDIA AI Enterprise 6, Table 18 (MMIO space each GPU requires); GPUs it does not list carry none."""
+    table = {"A100-40GB": 128, "A100-HGX-40GB": 128, "A100-80GB": 256, "A100-HGX-80GB": 256, "A30": 64, "A40": 128,
+             "A10": 64, "L4": 64, "L40": 128, "H100-80GB": 256, "H100-SXM5-80GB": 256, "H100-NVL": 256,
+             "H100-SXM5-94GB": 256, "H200-NVL": 512, "H200-SXM5": 512}
+    got = {b["model"]: b["mmio"]["gb"] for b in data["boards"] if "mmio" in b}
+    assert got == table
+    assert all(b["mmio"]["source"] == "nvaie6-mmio" for b in data["boards"] if "mmio" in b)
+    assert "Table 18" in data["sources"]["nvaie6-mmio"]["section"]

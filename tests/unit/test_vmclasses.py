@@ -146,12 +146,37 @@ def test_cross_entry_problems() -> None:
 # --------------------------------------------------------------------------------------- desired class
 
 
-def test_desired_class_reserves_memory_and_sizes_mmio() -> None:
+def test_desired_class_reserves_memory_and_leaves_mmio_to_vm_operator() -> None:
+    """vm-operator sets 64-bit MMIO and 512 GB on VMs with PCI devices unless the class says otherwise: two
+    A100-40C need 256 GB (NVIDIA's table: 128 GB per A100 40GB), so the class sets nothing."""
     inv = _inv(TWO_CLASSES)
     big = desired_class(inv.vm_classes[0])
     assert (big.cpus, big.memory_mb, big.memory_reservation) == (16, 131072, 100)
     assert big.vgpus == ["grid_a100-40c", "grid_a100-40c"]
-    assert big.extra_config == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "256"}
+    assert big.extra_config == {}
+
+
+def test_desired_class_sets_mmio_where_its_vgpus_need_more_than_vm_operators_default() -> None:
+    inv = _inv("""
+        vm_classes:
+          - {name: h100x4, cpus: 32, memory_gb: 256, vgpus: {profile: grid_h100-80c, count: 4}}
+        """)
+    assert desired_class(inv.vm_classes[0]).extra_config == {
+        "pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "1024"}  # 4 x 256 GB (H100)
+
+
+def test_an_inventory_mmio_below_the_vgpus_need_is_kept_with_a_warning() -> None:
+    inv = _inv("""
+        vm_classes:
+          - name: tight
+            cpus: 4
+            memory_gb: 32
+            vgpus: {profile: grid_a100-40c, count: 2}
+            extra_config: {pciPassthru.64bitMMIOSizeGB: "128"}
+        """)
+    plan = plan_supervisor(inv, _state(), _observed())
+    assert plan.class_changes[0].extra_config == {"pciPassthru.64bitMMIOSizeGB": "128"}
+    assert any("below the 256 GB" in w for w in plan.warnings)
 
 
 def test_desired_class_without_vgpus_and_extra_config_override() -> None:
@@ -174,10 +199,21 @@ def test_desired_class_without_vgpus_and_extra_config_override() -> None:
 
 def _have(name: str, **over: Any) -> ClassState:
     base: dict[str, Any] = {"cpus": 4, "memory_mb": 32768, "memory_reservation": 100,
-                            "vgpus": ["grid_a100-10c"],
-                            "extra_config": {"pciPassthru.use64bitMMIO": "TRUE",
-                                             "pciPassthru.64bitMMIOSizeGB": "64"}}
+                            "vgpus": ["grid_a100-10c"], "extra_config": {}}
     return ClassState(name, **{**base, **over})
+
+
+def test_mmio_keys_an_earlier_vgpuctl_set_go_so_vm_operators_default_applies() -> None:
+    inv = _inv("""
+        vm_classes:
+          - {name: gpu-small, cpus: 4, memory_gb: 32, vgpus: {profile: grid_a100-10c}}
+        """)
+    state = _state()
+    state.classes = {"gpu-small": _have("gpu-small", extra_config={"pciPassthru.use64bitMMIO": "TRUE",
+                                                                   "pciPassthru.64bitMMIOSizeGB": "64"})}
+    plan = plan_supervisor(inv, state, _observed())
+    assert [c.extra_config for c in plan.class_changes] == [
+        {"pciPassthru.use64bitMMIO": None, "pciPassthru.64bitMMIOSizeGB": None}]
 
 
 def test_plan_creates_classes_and_associations() -> None:
@@ -194,13 +230,9 @@ def test_plan_creates_classes_and_associations() -> None:
             + cpus 16, memoryMB 131072, cpu reservation 0%, memory reservation 100%
             + vgpu grid_a100-40c
             + vgpu grid_a100-40c
-            + extraConfig pciPassthru.64bitMMIOSizeGB = 256
-            + extraConfig pciPassthru.use64bitMMIO = TRUE
         + vm class gpu-small  (create)
             + cpus 4, memoryMB 32768, cpu reservation 0%, memory reservation 100%
             + vgpu grid_a100-10c
-            + extraConfig pciPassthru.64bitMMIOSizeGB = 64
-            + extraConfig pciPassthru.use64bitMMIO = TRUE
         ~ namespace ml-team
             + vm class gpu-a100-40c
             + vm class gpu-small
@@ -239,7 +271,6 @@ def test_plan_updates_profile_count_and_size() -> None:
             - vgpu grid_a100-10c
             + vgpu grid_a100-20c
             + vgpu grid_a100-20c
-            + extraConfig pciPassthru.64bitMMIOSizeGB = 128
         Plan: 0 VM class(es) to create, 1 to update, 0 to delete, 0 namespace(s) to change.
         """)
     assert plan.class_changes[0].desired is not None
