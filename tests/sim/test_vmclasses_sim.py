@@ -267,8 +267,15 @@ def test_render_for_the_namespace(env: dict[str, str], tmp_path: Path) -> None:
     result = vgpuctl(closed, "k8s", "render", "-f", str(write(tmp_path)), "-n", "ml-team", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == [
-        "cluster.yaml", "gpu-operator-values.yaml", "gridd.conf", "licensing-configmap.sh",
+        "cluster.yaml", "gpu-operator-values.yaml", "gridd.conf", "licensing-secret.sh",
         "tanzukubernetescluster.yaml", "virtualmachine-gpu-a100-40c.yaml", "virtualmachine-gpu-small.yaml"]
+    assert (out / "licensing-secret.sh").stat().st_mode & 0o111
+    older = tmp_path / "older"
+    result = vgpuctl(closed, "k8s", "render", "-f", str(write(tmp_path)), "-n", "ml-team", "--out", str(older),
+                     "--gpu-operator-version", "v25.3.4")
+    assert result.exit_code == 0, result.output
+    assert (older / "licensing-configmap.sh").stat().st_mode & 0o111 and not (older / "licensing-secret.sh").exists()
+    assert "configMapName: licensing-config" in (older / "gpu-operator-values.yaml").read_text()
 
 
 def test_thumbprint_pinning_covers_the_rest_api(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
