@@ -417,3 +417,19 @@ def test_status_without_a_supervisor_lists_no_classes(gpusim_factory: Any, no_vg
     assert "VM class" not in result.stdout and "vm class" not in result.stdout and "warning" not in result.stdout
     doc = json.loads(CliRunner().invoke(app, ["-o", "json", "status"], env=env).stdout)
     assert (doc["vm_classes"], doc["supervisor_clusters"], doc["warnings"]) == ([], [], [])
+
+
+@pytest.mark.parametrize("field", ["memory_mb", "memory_MB"])
+def test_the_class_memory_lands_whichever_spelling_the_server_honours(
+        gpusim_factory: Any, no_vgpuctl_env: None, tmp_path: Path, field: str) -> None:
+    """gpusim set to honour one spelling of the class memory field (the other ignored, as an unknown key): vgpuctl
+    creates the class, reads it back and, where the memory did not land, sends it again with the other spelling;
+    the class has its memory either way and plans to no change."""
+    sim = gpusim_factory({**FARM, "supervisor": {**FARM["supervisor"], "memory_field": field}})
+    env = sim.vgpuctl_env(esxi=False)
+    path = write(tmp_path)
+    result = vgpuctl(env, "k8s", "apply", "-f", str(path), "--yes")
+    assert result.exit_code == 0, result.output
+    classes = Rest(sim).classes()
+    assert (classes["gpu-a100-40c"]["memory_mb"], classes["gpu-small"]["memory_mb"]) == (131072, 32768)
+    assert vgpuctl(env, "k8s", "plan", "-f", str(path), "--detailed-exitcode").exit_code == 0

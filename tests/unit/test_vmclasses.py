@@ -463,17 +463,60 @@ def test_rest_login_falls_back_and_sends_the_token() -> None:
     assert fake.seen[-1][:2] == ("DELETE", "/rest/com/vmware/cis/session")  # logged out on exit
 
 
+CLASSES = "/api/vcenter/namespace-management/virtual-machine-classes"
+
+
+def _class_json(memory: int, field: str = "memory_mb") -> dict[str, Any]:
+    return {"id": "g", "cpu_count": 8, field: memory, "memory_reservation": 100,
+            "devices": {"vgpu_devices": [{"profile_name": "grid_a100-40c"}]}}
+
+
 def test_rest_api_session_and_class_body() -> None:
-    fake = FakeVcenter({("POST", "/api/session"): [(201, "tok2")],
-                        ("POST", "/api/vcenter/namespace-management/virtual-machine-classes"): [(204, None)]})
+    fake = FakeVcenter({("POST", "/api/session"): [(201, "tok2")], ("POST", CLASSES): [(204, None)],
+                        ("GET", CLASSES + "/g"): [(200, _class_json(65536))]})
     want = ClassState("g", 8, 65536, 0, 100, ["grid_a100-40c"], {"pciPassthru.use64bitMMIO": "TRUE"})
     with fake.client() as rest:
         rest.create_vm_class(want)
     body = fake.seen[1][3]
-    assert body["id"] == "g" and body["memory_mb"] == 65536 and body["memory_reservation"] == 100
+    assert body["id"] == "g" and body["memory_MB"] == 65536 and body["memory_reservation"] == 100
+    assert "memory_mb" not in body  # the API reference's spelling, read back and found taken
+    assert [(m, p) for m, p, _, _ in fake.seen[1:3]] == [("POST", CLASSES), ("GET", CLASSES + "/g")]
     assert body["devices"] == {"vgpu_devices": [{"profile_name": "grid_a100-40c"}]}
     assert body["config_spec"]["extraConfig"] == [{"_typeName": "OptionValue", "key": "pciPassthru.use64bitMMIO",
                                                    "value": {"_typeName": "string", "_value": "TRUE"}}]
+
+
+def test_a_memory_the_server_did_not_take_is_sent_again_with_the_other_spelling() -> None:
+    """A server that ignores `memory_MB` (it knows `memory_mb`): the class reads back without its memory, so it
+    is sent again as `memory_mb`, read back right, and the session keeps that spelling for the next class."""
+    fake = FakeVcenter({**LEGACY_LOGIN, ("POST", CLASSES): [(200, None)],
+                        ("GET", CLASSES + "/g"): [(200, _class_json(0)), (200, _class_json(65536))],
+                        ("PATCH", CLASSES + "/g"): [(200, None)]})
+    want = ClassState("g", 8, 65536, 0, 100, ["grid_a100-40c"])
+    with fake.client() as rest:
+        rest.create_vm_class(want)
+        assert rest.memory_field == "memory_mb"
+    calls = [(m, p, b) for m, p, _, b in fake.seen if p.startswith(CLASSES)]
+    assert [(m, p) for m, p, _ in calls] == [("POST", CLASSES), ("GET", CLASSES + "/g"), ("PATCH", CLASSES + "/g"),
+                                             ("GET", CLASSES + "/g")]
+    assert "memory_MB" in calls[0][2] and calls[2][2]["memory_mb"] == 65536 and "memory_MB" not in calls[2][2]
+    assert calls[2][2]["devices"] == {"vgpu_devices": [{"profile_name": "grid_a100-40c"}]}  # the whole class again
+
+
+def test_a_memory_no_spelling_sets_is_an_error() -> None:
+    from vgpuctl.errors import RestError
+
+    fake = FakeVcenter({**LEGACY_LOGIN, ("PATCH", CLASSES + "/g"): [(200, None)],
+                        ("GET", CLASSES + "/g"): [(200, _class_json(1024, "memory_MB"))]})
+    with fake.client() as rest, pytest.raises(RestError, match="reads back as 1024 MB with either spelling"):
+        rest.update_vm_class(ClassState("g", 8, 65536, 0, 100, ["grid_a100-40c"]))
+
+
+@pytest.mark.parametrize("field", ["memory_mb", "memory_MB"])
+def test_a_class_is_read_with_either_spelling_of_its_memory(field: str) -> None:
+    from vgpuctl.vsphere.rest import class_from_json
+
+    assert class_from_json(_class_json(4096, field)).memory_mb == 4096
 
 
 @pytest.mark.parametrize(
