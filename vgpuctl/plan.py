@@ -31,6 +31,7 @@ from vgpuctl.model import (
 )
 from vgpuctl.placement import Request, farm_from_observed, place_farm, power_on_key
 from vgpuctl.profiles import (
+    BOARDS,
     ProfileError,
     VgpuProfile,
     max_vgpus_per_vm,
@@ -45,6 +46,7 @@ from vgpuctl.profiles import (
 USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
 MMIO_SIZE = "pciPassthru.64bitMMIOSizeGB"
 MIN_HW_VERSION_LARGE_BAR = 17
+_UVM_KEY = re.compile(r"^pciPassthru\d+\.cfg\.enable_uvm$", re.IGNORECASE)
 RUNNING = (PowerState.ON, PowerState.SUSPENDED)
 
 
@@ -127,6 +129,7 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
         parsed = _host_spelling(vp, parsed, observed)
         vp.profiles = [p.name for p in parsed]
         _check_offer_and_limit(vp, base, parsed, observed)
+        _check_uvm_and_nvlink(vp, base, parsed)
         _diff_devices(vp, base, parsed)
     else:  # no `vgpus` key: the VM keeps the vGPUs it has (a clone, its template's)
         parsed = []
@@ -278,6 +281,26 @@ def _offer_error(vp: _VmPlan, hosts: list[ObservedHost], added: list[str]) -> st
         return f"host {h.name} does not offer {', '.join(missing)} in its current GPU mode (offered: {offered})"
     where = f"cluster {vp.spec.cluster}" if vp.spec.cluster else "the candidate hosts"
     return f"no host of {where} offers {', '.join(added)} in its current GPU mode"
+
+
+def uvm_enabled(extra_config: dict[str, str]) -> list[str]:
+    """The `pciPassthru<n>.cfg.enable_uvm` keys set to enable Unified Virtual Memory on a vGPU (1 or true)."""
+    return sorted(k for k, v in extra_config.items()
+                  if _UVM_KEY.match(k) and str(v).strip().lower() in ("1", "true"))
+
+
+def _check_uvm_and_nvlink(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> None:
+    """NVLink required, UVM enabled (the VM's or its template's extraConfig), on a board where NVIDIA says UVM
+    turns P2P over NVLink off for a multi-vGPU VM (catalogue `uvm`: A100): the VM would not get what it asks."""
+    if vp.spec.nvlink != "required":
+        return
+    keys = uvm_enabled(base.extra_config)
+    boards = sorted({b.model for p in parsed if (b := BOARDS.get(p.board)) is not None and b.uvm_disables_nvlink_p2p})
+    if keys and boards:
+        source = "the template's" if not vp.exists else "its"
+        vp.errors.append(f"nvlink: required, but {source} extraConfig enables Unified Virtual Memory ({', '.join(keys)}"
+                         f"), which turns P2P over NVLink off on {', '.join(boards)} GPUs (NVIDIA, Peer-To-Peer CUDA "
+                         "Transfers): set it to 0, or drop nvlink: required")
 
 
 def _diff_devices(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> None:

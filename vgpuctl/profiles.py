@@ -89,6 +89,7 @@ class BoardInfo:
     nvlink_topology: str = "none"  # bridge-pairs | bridge-quads | nvswitch | none
     nvlink_links: int | None = None
     mmio_gb: int | None = None  # 64-bit MMIO space a VM needs per vGPU on this GPU (NVIDIA's table); None: not listed
+    uvm_disables_nvlink_p2p: bool = False  # UVM on a multi-vGPU VM turns NVLink P2P off (NVIDIA: A100)
     source: str = ""
     types: dict[str, VgpuType] = field(default_factory=dict, compare=False, hash=False)  # lower name -> row
 
@@ -165,6 +166,7 @@ def _board(raw: dict[str, Any]) -> BoardInfo:
         nvlink_topology=str(nvlink.get("topology", "none")),
         nvlink_links=nvlink.get("links"),
         mmio_gb=(raw.get("mmio") or {}).get("gb"),
+        uvm_disables_nvlink_p2p=bool((raw.get("uvm") or {}).get("disables_nvlink_p2p")),
         source=str(raw.get("source", "")),
         types=types,
     )

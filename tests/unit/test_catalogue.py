@@ -270,3 +270,11 @@ def test_mmio_per_gpu_is_nvidias_table(data: dict[str, Any]) -> None:
     assert got == table
     assert all(b["mmio"]["source"] == "nvaie6-mmio" for b in data["boards"] if "mmio" in b)
     assert "Table 18" in data["sources"]["nvaie6-mmio"]["section"]
+
+
+def test_uvm_turns_nvlink_p2p_off_only_on_a100_boards(data: dict[str, Any]) -> None:
+    """NVIDIA AI Enterprise 8.1, Peer-To-Peer (P2P) CUDA Transfers: the restriction is specific to the Ampere A100
+    and does not apply to Hopper or newer."""
+    flagged = {b["model"] for b in data["boards"] if b.get("uvm", {}).get("disables_nvlink_p2p")}
+    assert flagged == {"A100-40GB", "A100-80GB", "A100-HGX-40GB", "A100-HGX-80GB"}
+    assert all(b["uvm"]["source"] == "nvaie8-p2p" for b in data["boards"] if "uvm" in b)
