@@ -191,6 +191,23 @@ def test_a_kind_with_too_many_patterns_says_so() -> None:
     assert patterns_complete(gpu, names[:3])
 
 
+def test_the_patterns_cache_tells_gpus_apart_by_everything_but_their_name() -> None:
+    """Patterns are cached per GPU state (kinds._key: every field but the PCI id). GPUs that differ only in their
+    id share an entry; a field placement reads (API version, graphics type, occupants, mode) is a new entry."""
+    names = ["grid_a40-8q", "grid_a40-8c"]
+    new = Gpu("0000:3b:00.0", "a40", 48, api_version="8.0.3.0")
+    mixed_types = addition_patterns(new, names)
+    assert {"grid_a40-8q": 1, "grid_a40-8c": 5} in mixed_types  # 8.0 U1 and later: equal sizes share a GPU
+    assert addition_patterns(Gpu("0000:af:00.0", "a40", 48, api_version="8.0.3.0"), names) == mixed_types
+    old = Gpu("0000:3b:00.0", "a40", 48, api_version="7.0.3.0")  # before 8.0 U1: only the identical type
+    assert sorted(addition_patterns(old, names), key=str) == [{"grid_a40-8c": 6}, {"grid_a40-8q": 6}]
+    shared = Gpu("0000:3b:00.0", "a40", 48, api_version="8.0.3.0", graphics_type="shared")
+    assert addition_patterns(shared, names) == []
+    held = Gpu("0000:3b:00.0", "a40", 48, api_version="8.0.3.0", vgpus=["grid_a40-8c"])
+    assert {"grid_a40-8q": 1, "grid_a40-8c": 4} in addition_patterns(held, names)
+    assert addition_patterns(in_mode(new, "mixedSize"), names) != mixed_types
+
+
 # ------------------------------------------------------------------------------------------ fits now
 
 
@@ -358,6 +375,39 @@ def test_a_spreading_host_keeps_one_time_sliced_profile_only_over_several_gpus()
     assert frozen.host("two").spreads("grid_a100-10c")  # GPUs that keep their mode still spread
 
 
+def test_greedy_switches_only_idle_gpus_and_only_when_a_vm_needs_it() -> None:
+    """First fit on a host with one GPU held by a running VM: MIG-backed VMs switch the idle GPU to MIG (allow:
+    [mig]); the held GPU keeps its mode and takes the time-sliced VM beside the running one."""
+    farm = make_farm([SynthHost("esx-01", gpus=2, nvlink="none", policy="consolidation",
+                                running=[RunningVm("busy", ["grid_a100-10c"], [0])])])
+    d = demand(item("m", 2, "grid_a100-3-20c"), item("t", 1, "grid_a100-10c"), allow=("mig", "profile"))
+    problem = build_problem(farm, d)
+    layout = greedy(problem)
+    assert layout["esx-01"].modes == {"0000:3c:00.0": MIG}
+    assert layout["esx-01"].use == {"0000:3c:00.0": {("m", "grid_a100-3-20c"): 2},
+                                    "0000:3b:00.0": {("t", "grid_a100-10c"): 1}}
+    checked = verify(problem, farm, layout)
+    assert [v.name for v in checked.placed] == ["m-001", "m-002", "t-001"] and checked.dropped == []
+    nothing_needs_mig = greedy(build_problem(farm, demand(item("t", 3, "grid_a100-10c"), allow=("mig",))))
+    assert nothing_needs_mig["esx-01"].modes == {}
+
+
+def test_verify_drops_what_the_planner_refuses_and_the_changes_no_vm_uses() -> None:
+    from vgpuctl.capacity.layout import HostLayout
+
+    farm = make_farm([SynthHost("esx-01", gpus=2, nvlink="none", policy="consolidation",
+                                running=[RunningVm("busy", ["grid_a100-10c"], [0])])])
+    problem = build_problem(farm, demand(item("m", 3, "grid_a100-3-20c"), allow=("mig",)))
+    too_many = {"esx-01": HostLayout({"0000:3c:00.0": MIG}, [("m", "grid_a100-3-20c")] * 3)}
+    checked = verify(problem, farm, too_many)
+    assert [v.name for v in checked.placed] == ["m-001", "m-002"]  # two 3g.20gb fill the MIG GPU
+    assert len(checked.dropped) == 1 and checked.dropped[0][:2] == ("m", "esx-01")
+    assert "holds the maximum of A100-3-20C (2)" in checked.dropped[0][2]
+    assert checked.modes == {("esx-01", "0000:3c:00.0"): MIG}
+    unused = verify(problem, farm, {"esx-01": HostLayout({"0000:3c:00.0": MIG}, [])})
+    assert unused.placed == [] and unused.modes == {}  # a change no VM lands on is left out
+
+
 def test_without_mig_allowed_nothing_changes() -> None:
     farm = make_farm([SynthHost("esx-01", gpus=1, nvlink="none", policy="consolidation")])
     d = demand(item("a", 1, vgpus={"fb_gb": 20, "series": "c"}), item("b", 2, vgpus={"fb_gb": 10, "series": "c"}))
@@ -462,6 +512,15 @@ def test_per_vm_limit_reason() -> None:
     farm = make_farm([SynthHost("esx-01", gpus=8, nvlink="none", api_version="7.0.3.0")])
     answer = plan_capacity(farm, demand(item("wide", 1, "grid_a100-40c", n=8)), time_limit_s=10)
     assert answer.placed == 0 and answer.shapes[0].reason == PER_VM_LIMIT
+
+
+def test_the_hosts_own_per_vm_maximum_wins_over_its_api_version() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=8, nvlink="none")])  # API 8.0: 8 vGPUs per VM
+    farm.hosts["esx-01"].max_vgpus_per_vm = 4  # what the host reports
+    answer = plan_capacity(farm, demand(item("wide", 1, "grid_a100-40c", n=8), item("four", 1, "grid_a100-40c", n=4)),
+                           time_limit_s=10)
+    assert {s.name: (s.placed, s.reason) for s in answer.shapes} == {"wide": (0, PER_VM_LIMIT), "four": (1, None)}
+    assert "exceed every host's limit (4)" in answer.shapes[0].detail
 
 
 def test_spreading_hosts_get_one_time_sliced_profile_each() -> None:
