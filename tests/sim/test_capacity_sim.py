@@ -33,7 +33,7 @@ DEMAND = """\
 apiVersion: vgpuctl/v1
 kind: Demand
 allow: [mig]
-clusters: [Two]
+frozen_hosts: [esx-01.gpu.sim]
 template: ubuntu-22.04-ml
 demand:
   - name: big
