@@ -37,6 +37,9 @@ class ObservedProfile:
     fb_gb: int
     sharing: str = ProfileSharing.TIME_SLICED
     profile_class: str = "compute"  # compute | quadro
+    # The most vGPUs of the type one GPU holds, when the host says (it wins over the catalogue's maximum).
+    # RetrieveVgpuProfileInfo has no such field; `profiles --shell` reads MIG instance totals (nvidia-smi mig -lgip).
+    max_per_gpu: int | None = None
 
 
 @dataclass
@@ -254,6 +257,9 @@ class VmChange:
     power_on: bool = False  # power the VM on at the end
     depends_on_hosts: list[str] = field(default_factory=list)  # host changes that must land first
     observed_key: str | None = None  # its key in Observed.vms when that is not `vm` (a name VMs share)
+    # Its place in the plan's placement order (placement.power_on_key); apply powers on the VMs of one host in
+    # this order. None for a VM that is not powered on or has no vGPUs.
+    power_on_rank: int | None = None
 
     @property
     def needs_reconfigure(self) -> bool:

@@ -354,7 +354,7 @@ def test_nvlink_device_group_is_attached_in_one_request(sim, direct) -> None:
         again = observe(session).vms["nv-01"]
     vm = direct.vms()["nv-01"]
     groups = vm.config.deviceGroups.deviceGroup
-    assert len(groups) == 1 and groups[0].deviceGroupName.startswith("NVIDIA:2@grid_a100-40c")
+    assert len(groups) == 1 and groups[0].deviceGroupName.startswith("Nvidia:2@grid_a100-40c")
     members = [d for d in vm.config.hardware.device if isinstance(getattr(d, "backing", None), Vmiop)]
     assert len(members) == 2
     assert {d.deviceGroupInfo.groupInstanceKey for d in members} == {groups[0].groupInstanceKey}

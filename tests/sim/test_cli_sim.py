@@ -433,3 +433,29 @@ def test_ctrl_c_stops_new_work_waits_and_exits_130(gpusim_factory: Any, tmp_path
     assert "left: slow-02 (reconfigure)" in out and "to continue: run the same apply again" in out
     assert direct_vgpus(farm, "slow-01")[0] == ["grid_a100-4c"]
     assert all(direct_vgpus(farm, f"slow-0{i}")[0] == [] for i in (2, 3, 4))
+
+
+MIG_PROFILES_FARM = {
+    "datacenter": "DC0",
+    "clusters": [
+        {"name": "Mixed", "hosts": 1, "gpus_per_host": 1, "model": "A100-40GB", "nvlink": "none",
+         "graphics_type": "sharedDirect", "assignment_policy": "performance", "vgpu_mode": "mixedSize"},
+        {"name": "Mig", "hosts": 1, "gpus_per_host": 1, "model": "A100-40GB", "nvlink": "none",
+         "graphics_type": "sharedDirect", "assignment_policy": "performance", "mig": True},
+    ],
+}
+
+
+def test_profiles_show_nvidias_maximum_for_the_mode_and_the_hosts_mig_totals(
+        gpusim_factory: Any, no_vgpuctl_env: None) -> None:
+    """A mixed-size A100-40GB: NVIDIA's mixed-size maxima (A100-4C 8, not 40 / 4); a MIG one: the instance totals
+    its `nvidia-smi mig -lgip` reports over SSH (A100-1-5C 7, A100-3-20C 2); without the shell, the catalogue's."""
+    sim = gpusim_factory(MIG_PROFILES_FARM)
+    for shell in ("--shell", "--no-shell"):
+        result = vgpuctl(sim.vgpuctl_env(), "-o", "json", "profiles", shell)
+        assert result.exit_code == 0, result.output
+        rows = {h["host"]: {r["profile"]: r["max_per_gpu"] for r in h["profiles"]}
+                for h in json.loads(result.stdout)["hosts"]}
+        mixed, mig = rows["esx-01.gpu.sim"], rows["esx-02.gpu.sim"]
+        assert mixed["grid_a100-4c"] == 8 and mixed["grid_a100-8c"] == 4 and mixed["grid_a100-10c"] == 4
+        assert mig["grid_a100-1-5c"] == 7 and mig["grid_a100-3-20c"] == 2 and mig["grid_a100-7-40c"] == 1

@@ -145,11 +145,36 @@ def test_gpu_operator_values_and_licensing_never_inline_the_token(tmp_path: Path
     values = yaml.safe_load(out["gpu-operator-values.yaml"])
     assert values["driver"]["repository"] == "harbor.corp/ai"
     assert values["driver"]["version"] == "550.90.07"
-    assert values["driver"]["licensingConfig"] == {"configMapName": "licensing-config", "nlsEnabled": True}
-    script = out["licensing-configmap.sh"]
+    # GPU Operator v25.10.0 (the default): the licence is a Secret, driver.licensingConfig.secretName
+    assert values["driver"]["licensingConfig"] == {"secretName": "licensing-config", "nlsEnabled": True}
+    script = out["licensing-secret.sh"]
+    assert "kubectl create secret generic licensing-config -n gpu-operator" in script
     assert f"client_configuration_token.tok='{token}'" in script  # the path, shell-quoted
+    assert "licensing-configmap.sh" not in out and "configmap" not in script
     assert all("SECRET-TOKEN-CONTENT" not in text for text in out.values())
     assert "FeatureType=1" in out["gridd.conf"]
+
+
+@pytest.mark.parametrize(("version", "secret"), [("v25.10.0", True), ("25.10.1", True), ("v26.1.0", True),
+                                                  ("v25.3.4", False), ("v24.9.2", False)])
+def test_operators_before_v25_10_take_the_licence_as_a_config_map(tmp_path: Path, version: str, secret: bool) -> None:
+    """GPU Operator release notes, 25.10.0, New Features: the vGPU licensing token may be passed as a Secret
+    (`driver.licensingConfig.secretName`; `configMapName` is deprecated there). Older releases know only the
+    config map."""
+    out = render_manifests(_inv(), "ml-team", RenderOptions(operator_version=version))
+    licensing = yaml.safe_load(out["gpu-operator-values.yaml"])["driver"]["licensingConfig"]
+    if secret:
+        assert licensing == {"secretName": "licensing-config", "nlsEnabled": True}
+        assert "licensing-secret.sh" in out and "licensing-configmap.sh" not in out
+    else:
+        assert licensing == {"configMapName": "licensing-config", "nlsEnabled": True}
+        assert "kubectl create configmap licensing-config" in out["licensing-configmap.sh"]
+        assert "licensing-secret.sh" not in out
+
+
+def test_a_gpu_operator_version_that_is_no_release_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match=r"not a release like v25\.10\.0"):
+        render_manifests(_inv(), "ml-team", RenderOptions(operator_version="latest"))
 
 
 def test_namespace_must_be_named_and_use_a_gpu_class() -> None:

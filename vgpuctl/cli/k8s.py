@@ -186,6 +186,11 @@ def render_cmd(
             dir_okay=False,
         ),
     ] = Path("client_configuration_token.tok"),
+    gpu_operator_version: Annotated[
+        str,
+        typer.Option(help="NVIDIA GPU Operator release the values are for: v25.10.0 and later take the licence "
+                     "as a Secret (secretName), older ones as a config map (configMapName)."),
+    ] = "v25.10.0",
 ) -> None:
     """Kubernetes manifests for the namespace's GPU VM classes: VM Service VMs, a Cluster API cluster, a TKG
     cluster and NVIDIA GPU Operator values. Needs no vCenter.
@@ -208,14 +213,21 @@ def render_cmd(
         registry=registry,
         driver_version=driver_version,
         token_file=str(nls_token_file),
+        operator_version=gpu_operator_version,
     )
     manifests = render_manifests(inventory, namespace, options)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, text in manifests.items():
-            (out / name).write_text(text, encoding="utf-8")
-        (out / "licensing-configmap.sh").chmod(0o755)
+        _write_manifests(out, manifests)
     common.emit(manifests_report(namespace, manifests, out), opts)
+
+
+def _write_manifests(out: Path, manifests: dict[str, str]) -> None:
+    """One file per manifest in `out`; the licensing script executable."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in manifests.items():
+        (out / name).write_text(text, encoding="utf-8")
+        if name.endswith(".sh"):
+            (out / name).chmod(0o755)
 
 
 def register(main_app: typer.Typer) -> None:

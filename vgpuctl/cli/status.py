@@ -131,19 +131,46 @@ def read_supervisor(settings: ConnectionSettings, observed: Observed) -> tuple[S
 # ---------------------------------------------------------------------------------------- profiles
 
 
+ProfilesShellOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--shell/--no-shell",
+        help="Read the MIG instance totals over SSH from hosts with MIG GPUs; the host's figure wins over the "
+        "catalogue's (default: when VGPUCTL_ESXI_* or the inventory's hosts configure SSH).",
+    ),
+]
+
+
 def profiles_cmd(
     ctx: typer.Context,
     host: Annotated[str | None, typer.Option("--host", "-H", help="Only this host.")] = None,
     file: OptionalInventory = None,
+    shell: ProfilesShellOpt = None,
 ) -> None:
-    """vGPU profiles the hosts offer: framebuffer, series, sharing (time-sliced or MIG), max per GPU."""
+    """vGPU profiles the hosts offer: framebuffer, series, sharing (time-sliced or MIG), and NVIDIA's maximum
+    per GPU for the GPU's current mode (equal-size, mixed-size or MIG; the host's own figure when it gives one)."""
     from vgpuctl.reports.status import profiles_report
 
     opts: GlobalOptions = ctx.obj
-    observed, round_trips = _observe(opts, file)
-    if host is not None and host not in observed.hosts:
-        raise NotFound(f"host {host!r} not found (known: {_names(observed.hosts)})")
-    hosts = [observed.hosts[host]] if host else sorted(observed.hosts.values(), key=lambda h: h.name)
+    wanted: list[str] = []
+
+    def reported_maxima(session: Any, observed: Observed, inventory: Any) -> None:
+        from vgpuctl.hosts import status as hoststatus
+        from vgpuctl.hosts.targets import specs_by_host
+
+        specs = specs_by_host(inventory, observed)
+        if (hoststatus.shell_configured(specs) if shell is None else shell) and wanted:
+            for warning in hoststatus.read_reported_maxima(observed, wanted, specs):
+                common.warn(warning)
+
+    def scope(session: Any, observed: Observed, inventory: Any) -> None:
+        if host is not None and host not in observed.hosts:
+            raise NotFound(f"host {host!r} not found (known: {_names(observed.hosts)})")
+        wanted.extend([host] if host else sorted(observed.hosts))
+        reported_maxima(session, observed, inventory)
+
+    observed, round_trips = _observe(opts, file, also=scope)
+    hosts = [observed.hosts[name] for name in wanted]
     common.emit(profiles_report(hosts, round_trips if opts.verbose else None), opts)
 
 

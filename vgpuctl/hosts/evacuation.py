@@ -29,7 +29,7 @@ from vgpuctl.model import HOST_TARGET, EvacuationAction, HostChange, Observed, O
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec, VmSpec
-    from vgpuctl.vms.placement import FarmState
+    from vgpuctl.vms.farm import FarmState
 
 HOT_MIGRATE_OPTION = "vgpu.hotmigrate.enabled"  # vCenter advanced setting: vMotion of running vGPU VMs
 
@@ -58,7 +58,7 @@ class Migration:
 
     def target(self, vm: ObservedVm, host: ObservedHost) -> tuple[str | None, str]:
         """(destination, "") or (None, why not)."""
-        from vgpuctl.vms.placement import Request, farm_from_observed, place_farm
+        from vgpuctl.vms.farm import Request, farm_from_observed, place_farm
 
         cluster = host.cluster or ""
         others = [

@@ -97,6 +97,36 @@ def collect_host_status(
     return rows
 
 
+def mig_instance_totals(run: Any) -> dict[str, int]:
+    """GPU instance profile name -> total instances per GPU, as `nvidia-smi mig -lgip` reports them on the host
+    (the smallest over its MIG GPUs); empty on a host without MIG GPUs."""
+    from vgpuctl.esxi.facts import MIG_PROFILES
+
+    totals: dict[str, int] = {}
+    for row in MIG_PROFILES.gather(run):
+        totals[row.name] = min(row.total, totals.get(row.name, row.total))
+    return totals
+
+
+def read_reported_maxima(observed: Observed, names: list[str], specs: dict[str, HostSpec]) -> list[str]:
+    """For `profiles`: each named host with a MIG GPU reports its GPU instance totals over SSH, recorded as the
+    maxima of its MIG-backed types (statusreport.with_reported_maxima). Returns one warning per host whose shell
+    could not be read (its rows keep the catalogue's maxima)."""
+    from vgpuctl.reports.status import with_reported_maxima
+
+    warnings = []
+    for name in names:
+        host = observed.hosts[name]
+        if host.connection_state != "connected" or not any(g.vgpu_mode == "multiInstanceGpu" for g in host.gpus):
+            continue
+        try:
+            with open_shell(name, specs.get(name)) as sh:
+                with_reported_maxima(host, mig_instance_totals(shell_runner(sh)))
+        except VgpuctlError as err:
+            warnings.append(f"host {name}: MIG instance totals not read ({err}); showing the catalogue's maxima")
+    return warnings
+
+
 def merge_status(report: StatusReport, rows: dict[str, HostReport]) -> StatusReport:
     """Add host facts (collect_host_status) to `vgpuctl status`'s report: per host NVLink and scheduler, per GPU
     MIG current/pending and NVLink links; `mig` is a short label for tables."""

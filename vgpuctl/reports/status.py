@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from vgpuctl.domain import TIME_SLICED_MODES, GpuMode, GpuVgpuMode, ProfileSharing
+from vgpuctl.domain import TIME_SLICED_MODES, GpuMode, GpuVgpuMode, ProfileSharing, VgpuMode
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
-from vgpuctl.profiles import ProfileError, VgpuProfile, board_for_device, gi_geometry, parse_profile
+from vgpuctl.profiles import ProfileError, VgpuProfile, board_for_device, observed_profile, parse_profile, try_parse
+from vgpuctl.profiles import max_per_gpu as profiles_max
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, VgpuCount, optional, vgpu_counts
 from vgpuctl.reports.plan import sorted_counts
 from vgpuctl.supervisor.vmclasses import SupervisorState
@@ -394,15 +396,20 @@ def vm_vgpus_report(observed: Observed, vm: ObservedVm, round_trips: int | None 
 
 
 def max_per_gpu(profile: VgpuProfile, sharing: str, host: ObservedHost) -> int | None:
-    """How many vGPUs of this profile one GPU of the host can hold (MIG: placements of its GI profile)."""
-    boards = {board_for_device(g.device_name, gpu_gb(g)): g for g in host.gpus}
-    gpu = boards.get(profile.board)
-    if sharing == ProfileSharing.MIG or profile.is_mig:
-        geometry = gi_geometry(profile.board, profile.gi_profile or "")
-        return len(geometry.starts) if geometry else None
-    if gpu is None or not profile.fb_gb:
-        return None
-    return int(gpu_gb(gpu) // profile.fb_gb)
+    """How many vGPUs of this profile one GPU of the host holds at most in its current mode: what the host reports
+    for the type, else NVIDIA's maximum from the catalogue (profiles.max_per_gpu) for the mode of the host's GPUs
+    of the type's board that can serve it (MIG ones for a MIG-backed type, time-sliced ones otherwise). GPUs in
+    both equal-size and mixed-size mode: the smaller maximum."""
+    reported = host.profiles.get(profile.name)
+    if reported is not None and reported.max_per_gpu is not None:
+        return reported.max_per_gpu
+    mig = sharing == ProfileSharing.MIG or profile.is_mig
+    gpus = [g for g in host.gpus if (g.vgpu_mode == GpuVgpuMode.MIG) == mig
+            and board_for_device(g.device_name, gpu_gb(g), g.device_id, host.offered_profiles) == profile.board]
+    maxima = {profiles_max(profile, g.vgpu_mode, gpu_gb(g)) for g in gpus}
+    maxima = maxima or {profiles_max(profile, VgpuMode.SAME_SIZE)}
+    known = [m for m in maxima if m is not None]
+    return min(known) if known and len(known) == len(maxima) else None
 
 
 def _profile_row(name: str, host: ObservedHost) -> ProfileRow:
@@ -427,6 +434,19 @@ def _profile_row(name: str, host: ObservedHost) -> ProfileRow:
 def host_profiles(host: ObservedHost) -> list[ProfileRow]:
     """The profiles the host's GPUs offer in their current modes."""
     return [_profile_row(name, host) for name in sorted(host.offered_profiles)]
+
+
+def with_reported_maxima(host: ObservedHost, instance_totals: dict[str, int]) -> None:
+    """Record what the host reports as the most vGPUs of its offered MIG-backed types per GPU: the total
+    instances of each type's GPU instance profile (`nvidia-smi mig -lgip`, GPU instance name -> total, the
+    smallest over the host's MIG GPUs). The host's figure then wins over the catalogue's in `profiles`."""
+    for name in host.offered_profiles:
+        parsed = try_parse(name)
+        gi = parsed.gi_profile if parsed is not None and parsed.is_mig else None
+        if gi is None or gi not in instance_totals:
+            continue
+        known = host.profiles.get(name) or observed_profile(name)
+        host.profiles[name] = dataclasses.replace(known, max_per_gpu=instance_totals[gi])
 
 
 def profiles_report(hosts: list[ObservedHost], round_trips: int | None = None) -> ProfilesReport:

@@ -33,6 +33,7 @@ from vgpuctl.model import (
     folder_path,
 )
 from vgpuctl.profiles import (
+    BOARDS,
     ProfileError,
     VgpuProfile,
     max_vgpus_per_vm,
@@ -43,11 +44,13 @@ from vgpuctl.profiles import (
     spellings,
     try_parse,
 )
-from vgpuctl.vms.placement import Request, farm_from_observed, place_farm
+from vgpuctl.vms.farm import Request, farm_from_observed, place_farm
+from vgpuctl.vms.placement import power_on_key
 
 USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
 MMIO_SIZE = "pciPassthru.64bitMMIOSizeGB"
 MIN_HW_VERSION_LARGE_BAR = 17
+_UVM_KEY = re.compile(r"^pciPassthru\d+\.cfg\.enable_uvm$", re.IGNORECASE)
 RUNNING = (PowerState.ON, PowerState.SUSPENDED)
 
 
@@ -130,6 +133,7 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
         parsed = _host_spelling(vp, parsed, observed)
         vp.profiles = [p.name for p in parsed]
         _check_offer_and_limit(vp, base, parsed, observed)
+        _check_uvm_and_nvlink(vp, base, parsed)
         _diff_devices(vp, base, parsed)
     else:  # no `vgpus` key: the VM keeps the vGPUs it has (a clone, its template's)
         parsed = []
@@ -283,6 +287,26 @@ def _offer_error(vp: _VmPlan, hosts: list[ObservedHost], added: list[str]) -> st
     return f"no host of {where} offers {', '.join(added)} in its current GPU mode"
 
 
+def uvm_enabled(extra_config: dict[str, str]) -> list[str]:
+    """The `pciPassthru<n>.cfg.enable_uvm` keys set to enable Unified Virtual Memory on a vGPU (1 or true)."""
+    return sorted(k for k, v in extra_config.items()
+                  if _UVM_KEY.match(k) and str(v).strip().lower() in ("1", "true"))
+
+
+def _check_uvm_and_nvlink(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> None:
+    """NVLink required, UVM enabled (the VM's or its template's extraConfig), on a board where NVIDIA says UVM
+    turns P2P over NVLink off for a multi-vGPU VM (catalogue `uvm`: A100): the VM would not get what it asks."""
+    if vp.spec.nvlink != "required":
+        return
+    keys = uvm_enabled(base.extra_config)
+    boards = sorted({b.model for p in parsed if (b := BOARDS.get(p.board)) is not None and b.uvm_disables_nvlink_p2p})
+    if keys and boards:
+        source = "the template's" if not vp.exists else "its"
+        vp.errors.append(f"nvlink: required, but {source} extraConfig enables Unified Virtual Memory ({', '.join(keys)}"
+                         f"), which turns P2P over NVLink off on {', '.join(boards)} GPUs (NVIDIA, Peer-To-Peer CUDA "
+                         "Transfers): set it to 0, or drop nvlink: required")
+
+
 def _diff_devices(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> None:
     wanted = Counter(p.name for p in parsed)
     existing = sorted(base.vgpus, key=lambda d: d.key)
@@ -341,7 +365,7 @@ def _diff_fields(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> No
                          f"(needs vmx-{MIN_HW_VERSION_LARGE_BAR} or later)")
     if str(base.extra_config.get(USE_64BIT_MMIO, "")).upper() != "TRUE":
         change.extra_config[USE_64BIT_MMIO] = "TRUE"
-    need = mmio_size_gb(p.fb_gb for p in parsed)
+    need = mmio_size_gb(parsed)  # by the vGPUs' physical GPUs (NVIDIA's per-GPU table), a larger value is kept
     current = _int_or_none(base.extra_config.get(MMIO_SIZE))
     if current is None or current < need:
         change.extra_config[MMIO_SIZE] = str(need)
@@ -394,7 +418,8 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     release = [vp.key for vp in plans if vp.change.power_off]
     state = farm_from_observed(observed, release)
     todo = [vp for vp in plans if vp.change.power_on and not vp.errors and vp.profiles]
-    todo.sort(key=lambda vp: (not vp.exists, vp.spec.name))  # existing VMs first, then new ones
+    # existing VMs first, then new ones, each largest first: the order apply powers them on per host
+    todo.sort(key=lambda vp: power_on_key(vp.spec.name, vp.profiles, exists=vp.exists))
     requests = []
     for vp in todo:
         usable = [h for h in vp.candidates if usable_host(observed.hosts.get(h))]
@@ -405,6 +430,8 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
                                 None if vp.exists else vp.spec.cluster))
     results = place_farm(state, requests)
     by_name = {vp.spec.name: vp for vp in todo}
+    for rank, req in enumerate(requests):
+        by_name[req.vm].change.power_on_rank = rank
     for name, res in results.items():
         vp = by_name[name]
         if not res.ok:
