@@ -123,6 +123,18 @@ def text_layout() -> TextLayout:
     return TextLayout(shutil.get_terminal_size().columns, not sys.stdout.isatty())
 
 
+OUTPUT_FORMATS = ("text", "json")
+
+
+def check_out_file(path: Path | None, option: str = "--out") -> None:
+    """Refuse a file named like an output format: `--out json` is nearly always `-o json` mistyped."""
+    if path is not None and path.name in OUTPUT_FORMATS:
+        raise UsageError(
+            f"{option} {path}: a file named {path.name!r} looks like an output format; for {path.name} on stdout use "
+            f"`-o {path.name}` (the global --output), else give the file an extension"
+        )
+
+
 # -------------------------------------------------------------------------------------- connection
 
 

@@ -36,7 +36,13 @@ InventoryOpt = Annotated[
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before maintenance mode, power-offs or reboots.")]
 EvacuateOpt = Annotated[
     Evacuate | None,
-    typer.Option(help="Running VMs on the host: refuse (stop and list them) or power-off (and on again after)."),
+    typer.Option(
+        help="Running VMs on the host when it must enter maintenance mode: refuse (stop before any change and list "
+        "them), power-off (power them off, and on again after the change) or migrate (vMotion them to another host "
+        "of the cluster that offers their profiles and has room; a vGPU VM only where vCenter allows vMotion of "
+        "running vGPU VMs; a VM that cannot move is powered off when the inventory allows it, else the plan "
+        "refuses). Default: the inventory entry's, else refuse."
+    ),
 ]
 RebootTimeout = Annotated[int | None, typer.Option(min=1, help="Seconds to wait for the host after a reboot.")]
 Tofu = Annotated[

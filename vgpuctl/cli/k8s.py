@@ -166,7 +166,12 @@ def render_cmd(
     namespace: Annotated[str, typer.Option("--namespace", "-n", help="Supervisor namespace of the inventory.")],
     out: Annotated[
         Path | None,
-        typer.Option("--out", help="Write one file per manifest into this folder (default: stdout).", file_okay=False),
+        typer.Option(
+            "--out",
+            help="Write every file into this folder: the Kubernetes objects, the GPU Operator values, gridd.conf and "
+            "the licensing script. Default: only the Kubernetes objects, as one YAML stream on stdout.",
+            file_okay=False,
+        ),
     ] = None,
     cluster_name: Annotated[str, typer.Option(help="Name of the Kubernetes cluster.")] = "gpu-cluster",
     image: Annotated[str, typer.Option(help="VirtualMachineImage for VM Service VMs.")] = "ubuntu-2204-efi",
@@ -190,7 +195,10 @@ def render_cmd(
     """Kubernetes manifests for the namespace's GPU VM classes: VM Service VMs, a Cluster API cluster, a TKG
     cluster and NVIDIA GPU Operator values. Needs no vCenter.
 
+    Without --out, stdout is a YAML stream of the Kubernetes objects only (for `kubectl apply -f -`).
+
     Examples:
+      vgpuctl k8s render -f inventory.yaml -n ml-team | kubectl apply -f -
       vgpuctl k8s render -f inventory.yaml -n ml-team --out manifests/
     """
     from vgpuctl.reports.supervisor import manifests_report
@@ -215,7 +223,11 @@ def render_cmd(
         for name, text in manifests.items():
             (out / name).write_text(text, encoding="utf-8")
         (out / "licensing-configmap.sh").chmod(0o755)
-    common.emit(manifests_report(namespace, manifests, out), opts)
+    report = manifests_report(namespace, manifests, out)
+    if report.not_printed:
+        common.info(f"not printed (Kubernetes objects only on stdout): {', '.join(report.not_printed)}; "
+                    "write them with --out DIR")
+    common.emit(report, opts)
 
 
 def register(main_app: typer.Typer) -> None:

@@ -86,6 +86,7 @@ def plan_cmd(
     from vgpuctl import pipeline
 
     opts: GlobalOptions = ctx.obj
+    common.check_out_file(out)
     inventory = pipeline.load(file)
     options = common.run_options(opts, inventory, trust_on_first_use=ssh_trust_on_first_use)
     settings = common.connection_settings(opts, inventory)

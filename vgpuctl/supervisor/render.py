@@ -9,7 +9,8 @@
 - `gpu-operator-values.yaml`, `gridd.conf` and `licensing-configmap.sh`: NVIDIA GPU Operator values for vGPU
   guests (driver image from a private registry, licensing through a config map that the script creates from
   the NLS client token FILE; the token is never read here nor written into any manifest).
-Pure: no I/O besides reading the templates.
+`kubernetes_objects` names the ones that are Kubernetes objects (what `kubectl apply -f` takes); the others are
+files for people and scripts. Pure: no I/O besides reading the templates.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from vgpuctl.supervisor.vmclasses import ClassState, InventorySections, desired_
 
 VMOP_VERSION = "v1alpha5"  # the storage (current served) version of vm-operator v1.10.0's VirtualMachine CRD
 LICENSING_CONFIG_MAP = "licensing-config"
+OBJECT_FILES = ("cluster.yaml", "tanzukubernetescluster.yaml")  # besides one VirtualMachine per class
+OTHER_FILES = ("gpu-operator-values.yaml", "gridd.conf", "licensing-configmap.sh")  # Helm values, config, a script
 
 
 @dataclass
@@ -72,10 +75,14 @@ def render_manifests(inv: InventorySections, namespace: str, options: RenderOpti
     for c in classes:
         out[f"virtualmachine-{c.name}.yaml"] = env.get_template("virtualmachine.yaml.j2").render(
             **context, vm_class=c, name=f"{c.name}-vm"[:63])
-    for name in ("cluster.yaml", "tanzukubernetescluster.yaml", "gpu-operator-values.yaml", "gridd.conf",
-                 "licensing-configmap.sh"):
+    for name in (*OBJECT_FILES, *OTHER_FILES):
         out[name] = env.get_template(f"{name}.j2").render(**context)
     return out
+
+
+def kubernetes_objects(manifests: dict[str, str]) -> dict[str, str]:
+    """The manifests that are Kubernetes objects, in order: the VirtualMachines, the Cluster, the TKG cluster."""
+    return {name: text for name, text in manifests.items() if name not in OTHER_FILES}
 
 
 def _environment() -> Any:
