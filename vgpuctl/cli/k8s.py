@@ -205,7 +205,6 @@ def render_cmd(
     from vgpuctl.supervisor.render import RenderOptions, render_manifests
 
     opts: GlobalOptions = ctx.obj
-    inventory = load(file)
     options = RenderOptions(
         cluster_name=cluster_name,
         image=image,
@@ -217,17 +216,21 @@ def render_cmd(
         driver_version=driver_version,
         token_file=str(nls_token_file),
     )
-    manifests = render_manifests(inventory, namespace, options)
+    manifests = render_manifests(load(file), namespace, options)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, text in manifests.items():
-            (out / name).write_text(text, encoding="utf-8")
-        (out / "licensing-configmap.sh").chmod(0o755)
+        write_manifests(out, manifests)
     report = manifests_report(namespace, manifests, out)
     if report.not_printed:
         common.info(f"not printed (Kubernetes objects only on stdout): {', '.join(report.not_printed)}; "
                     "write them with --out DIR")
     common.emit(report, opts)
+
+
+def write_manifests(out: Path, manifests: dict[str, str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in manifests.items():
+        (out / name).write_text(text, encoding="utf-8")
+    (out / "licensing-configmap.sh").chmod(0o755)
 
 
 def register(main_app: typer.Typer) -> None:
