@@ -159,20 +159,23 @@ def status_cmd(
     common.emit(supervisor_status_report(state), opts)
 
 
+ManifestFolder = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        help="Write every file into this folder: the Kubernetes objects, the GPU Operator values, gridd.conf and "
+        "the licensing script. Default: only the Kubernetes objects, as one YAML stream on stdout.",
+        file_okay=False,
+    ),
+]
+
+
 @app.command("render")
 def render_cmd(
     ctx: typer.Context,
     file: InventoryFile,
     namespace: Annotated[str, typer.Option("--namespace", "-n", help="Supervisor namespace of the inventory.")],
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            help="Write every file into this folder: the Kubernetes objects, the GPU Operator values, gridd.conf and "
-            "the licensing script. Default: only the Kubernetes objects, as one YAML stream on stdout.",
-            file_okay=False,
-        ),
-    ] = None,
+    out: ManifestFolder = None,
     cluster_name: Annotated[str, typer.Option(help="Name of the Kubernetes cluster.")] = "gpu-cluster",
     image: Annotated[str, typer.Option(help="VirtualMachineImage for VM Service VMs.")] = "ubuntu-2204-efi",
     storage_class: Annotated[str, typer.Option(help="Storage class of the namespace.")] = "vsan-default-storage-policy",
@@ -205,17 +208,9 @@ def render_cmd(
     from vgpuctl.supervisor.render import RenderOptions, render_manifests
 
     opts: GlobalOptions = ctx.obj
-    options = RenderOptions(
-        cluster_name=cluster_name,
-        image=image,
-        storage_class=storage_class,
-        k8s_version=k8s_version,
-        tkr=k8s_version,
-        replicas=replicas,
-        registry=registry,
-        driver_version=driver_version,
-        token_file=str(nls_token_file),
-    )
+    options = RenderOptions(cluster_name=cluster_name, image=image, storage_class=storage_class,
+                            k8s_version=k8s_version, tkr=k8s_version, replicas=replicas, registry=registry,
+                            driver_version=driver_version, token_file=str(nls_token_file))
     manifests = render_manifests(load(file), namespace, options)
     if out is not None:
         write_manifests(out, manifests)
