@@ -20,6 +20,7 @@ from vgpuctl.cli import common, sim
 from vgpuctl.cli import plan as plan_cli
 from vgpuctl.cli import vm as vm_cli
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.cli.display import ApplyDisplay
 from vgpuctl.cli.main import app
 from vgpuctl.errors import UsageError
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm
@@ -497,16 +498,22 @@ class Recorder:
 
 def test_progress_prints_one_line_per_step_change() -> None:
     console = Recorder()
-    progress = plan_cli.ApplyProgress(console, ["vm1", "vm2"])  # type: ignore[arg-type]
+    progress = ApplyDisplay(console, ["vm1", "vm2", "vm3"], ["esx-01"])  # type: ignore[arg-type]
     with progress:
+        progress.host_step("esx-01", "enter-maintenance", None)
+        progress.host_step("esx-01", "changed", None)
         progress.vm_step("vm1", "reconfigure", 0)
         progress.vm_step("vm1", "reconfigure", 50)
         progress.vm_step("vm2", "power-off", None)
         progress.vm_step("vm1", "done", 100)
+        progress.vm_step("vm1", "power-on", 100)  # late: vm1 finished
+        progress.vm_step("vm3", "not-started", None)  # counted in the summary, no line of its own
     stamps = [line[:9] for line in console.lines]  # HH:MM:SS and a space: lines for logs carry the time
     assert all(len(s) == 9 and s[2] == s[5] == ":" for s in stamps)
-    assert [line[9:] for line in console.lines] == ["vm1: reconfigure", "vm2: power-off", "vm1: done"]
-    assert progress.finished == {"vm1": "done"}
+    assert [line[9:] for line in console.lines] == [
+        "host esx-01: enter-maintenance", "host esx-01: changed", "vm1: reconfigure", "vm2: power-off", "vm1: done"]
+    assert progress.finished == {"host esx-01": "changed", "vm1": "done", "vm3": "not-started"}
+    assert progress.counter() == "1/1 hosts, 2/3 VMs finished"  # hosts and VMs counted apart
 
 
 def test_ctrl_c_during_apply_stops_new_work_and_waits(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -529,7 +536,7 @@ def test_ctrl_c_during_apply_stops_new_work_and_waits(monkeypatch: pytest.Monkey
     monkeypatch.setattr(apply, "apply_plan", fake_apply)
     the_plan = Plan(vm_changes=[VmChange("vm1", power_on=True)])
     inventory = load_inventory_text("apiVersion: vgpuctl/v1\n")
-    display = plan_cli.ApplyProgress(Recorder(), ["vm1"])  # type: ignore[arg-type]
+    display = ApplyDisplay(Recorder(), ["vm1"])  # type: ignore[arg-type]
     with display:
         applied, interrupted = pipeline.run_interruptible(
             lambda cancel: pipeline.apply(object(), inventory, the_plan, Observed(), RunOptions(parallel=2),  # type: ignore[arg-type]

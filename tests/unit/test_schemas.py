@@ -79,6 +79,7 @@ from vgpuctl.reports.plan import (
     apply_report as build_apply_report,
 )
 from vgpuctl.reports.schemas import REPORTS
+from vgpuctl.scope import Scope
 from vgpuctl.reports.sim import SimDownReport, SimEnvReport
 from vgpuctl.reports.status import (
     HostReport,
@@ -110,6 +111,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_experiment_runner import RecordingFarm
 from test_experiment_runner import setup as runner_setup
 from test_experiment_schema import write as experiment_file
+from test_scope import scoped
 
 pytestmark = pytest.mark.unit
 
@@ -193,6 +195,11 @@ def a_plan() -> Plan:
         ],
         warnings=["vm b: something to know"],
     )
+
+
+def scoped_plan() -> Report:
+    the_plan, scope = scoped(Scope(vms=["train-01"]))
+    return plan_report(the_plan, scope=scope)
 
 
 def host_outcomes() -> HostApplyResult:
@@ -364,6 +371,7 @@ SIM_ENV = "export VGPUCTL_URL=https://127.0.0.1:4242/sdk GPUSIM_SSH_HOSTS='esx-0
 REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "plan": lambda _t: with_class_plan(plan_report(a_plan()), class_plan()),
     "plan#verbose": lambda _t: with_class_plan(plan_report(a_plan(), 4), class_plan()),
+    "plan#scoped": lambda _t: scoped_plan(),
     "apply": lambda _t: apply_report(),
     "apply#vm-verbose": lambda _t: apply_report(verbose=1, vm="a"),
     "validate": lambda _t: validate_report("inv.yaml", load_inventory_text(HOSTS, "inv.yaml")),
@@ -440,6 +448,8 @@ def _rename_first_key(doc: Any, old: str, new: str) -> bool:
         ("status", "nvlink_group", "nvlink_set"),
         ("vm-vgpus", "vm", "name"),
         ("plan", "nvlink_group", "group"),
+        ("plan#scoped", "pulled_in_by", "needed_by"),
+        ("plan#scoped", "out_of_scope_vms", "left_out"),
         ("plan", "vm_class", "name"),  # a VM class is `vm_class` in every document
         ("plan", "vgpus_added", "vgpus"),
         ("plan", "namespace", "name"),
