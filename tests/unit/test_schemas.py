@@ -79,7 +79,6 @@ from vgpuctl.reports.plan import (
     apply_report as build_apply_report,
 )
 from vgpuctl.reports.schemas import REPORTS
-from vgpuctl.scope import Scope
 from vgpuctl.reports.sim import SimDownReport, SimEnvReport
 from vgpuctl.reports.status import (
     HostReport,
@@ -97,6 +96,7 @@ from vgpuctl.reports.supervisor import (
     supervisor_plan_report,
     supervisor_status_report,
 )
+from vgpuctl.scope import Scope
 from vgpuctl.supervisor.render import render_manifests
 from vgpuctl.supervisor.vmclasses import (
     ClassChange,

@@ -20,9 +20,9 @@ from vgpuctl.scope import Scope
 from vgpuctl.vms.plan import make_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_plan import CASES, _load, _observed  # noqa: E402
-from test_schemas import REPORT_CASES  # noqa: E402
-from test_scope import scoped  # noqa: E402
+from test_plan import CASES, _load, _observed
+from test_schemas import REPORT_CASES
+from test_scope import scoped
 
 pytestmark = pytest.mark.unit
 
@@ -90,5 +90,6 @@ def test_show_refuses_what_is_not_a_plan(tmp_path: Path) -> None:
     bad.write_text('{"format": "vgpuctl-plan/v1", "vcenter": "v", "inventory_path": "i", "basis": "b", '
                    '"plan": {"kind": "plan", "hosts": []}, "inventory": ""}')
     result = invoke("show", str(bad))
-    assert result.exit_code == 1 and "the saved plan cannot be read" in result.stderr and "Traceback" not in result.output
+    assert result.exit_code == 1 and "the saved plan cannot be read" in result.stderr
+    assert "Traceback" not in result.output
     assert invoke("show", str(tmp_path / "missing.json")).exit_code == 1
