@@ -430,6 +430,7 @@ def test_ctrl_c_stops_new_work_waits_and_exits_130(gpusim_factory: Any, tmp_path
     assert "interrupted: no new step starts" in err
     assert "slow-01: done" in err  # the task in flight was waited for
     assert "Apply interrupted: 1 changed, 0 failed, 0 skipped, 3 not started, 0 unchanged." in out
-    assert "left: slow-02 (reconfigure)" in out and "to continue: run the same apply again" in out
+    assert "  not started: slow-02, slow-03, slow-04" in out and "to continue: run the same apply again" in out
+    assert "slow-02: not started" not in err and "skipped" not in err  # one vocabulary, no line per VM
     assert direct_vgpus(farm, "slow-01")[0] == ["grid_a100-4c"]
     assert all(direct_vgpus(farm, f"slow-0{i}")[0] == [] for i in (2, 3, 4))
