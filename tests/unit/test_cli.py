@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import io
 import json
 import os
 import subprocess
@@ -22,8 +23,9 @@ from vgpuctl.cli import vm as vm_cli
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.display import ApplyDisplay
 from vgpuctl.cli.main import app
-from vgpuctl.errors import UsageError
-from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm
+from vgpuctl.errors import UsageError, VgpuctlError
+from vgpuctl.inventory import load_inventory_text
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm, Plan
 from vgpuctl.reports.sim import SimEnvReport
 from vgpuctl.reports.status import host_profiles, status_report
 
@@ -570,6 +572,46 @@ def test_confirmation_needs_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stdin", open(os.devnull))  # noqa: SIM115
     with pytest.raises(UsageError, match="--yes"):
         common.confirm("Apply 1 change(s)?")
+
+
+class Typed(io.StringIO):
+    """stdin of a terminal where the user typed `text`."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("word", "typed", "goes_on"), [
+    (True, "yes\n", True), (True, "y\n", False), (True, "YES please\n", False), (True, "\n", False),
+    (False, "y\n", True), (False, "\n", False),
+])  # fmt: skip
+def test_disruptive_plans_ask_for_the_word_yes(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                               word: bool, typed: str, goes_on: bool) -> None:
+    monkeypatch.setattr(sys, "stdin", Typed(typed))
+    if goes_on:
+        common.confirm("Apply 3 change(s)?", word=word)
+    else:
+        with pytest.raises(VgpuctlError, match="cancelled: nothing was changed"):
+            common.confirm("Apply 3 change(s)?", word=word)
+    asked = capsys.readouterr().err
+    assert ("Type 'yes'" in asked) == word and ("[y/N]" in asked) == (not word)
+
+
+def test_which_plans_need_the_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vgpuctl.model import HostChange, VmChange
+
+    asked: list[bool] = []
+    monkeypatch.setattr(common, "confirm", lambda question, action="apply", word=False: asked.append(word))
+    inventory = load_inventory_text("apiVersion: vgpuctl/v1\n")
+    hooks = plan_cli.CliHooks(GlobalOptions())
+    for the_plan in (Plan(vm_changes=[VmChange("a", power_on=True)]),
+                     Plan(vm_changes=[VmChange("a", power_off=True, power_on=True)]),
+                     Plan(host_changes=[HostChange("h", "mig", "0000:3b:00.0", "off", "on", True, True)])):
+        hooks.report = None
+        hooks.confirm(pipeline.Planned(inventory, Observed(), the_plan))
+    assert asked == [False, True, True]  # power-on only: y/N; a power-off or a reboot: the word
+    plan_cli.CliHooks(GlobalOptions(), yes=True).confirm(pipeline.Planned(inventory, Observed(), the_plan))
+    assert len(asked) == 3  # --yes skips both
 
 
 # ---------------------------------------------------------------------------------------------- sim
