@@ -37,17 +37,17 @@ FARM = {
     ],
 }  # fmt: skip
 
-INVENTORY = f"""\
+INVENTORY = """\
 apiVersion: vgpuctl/v1
-vcenter: {{datacenter: DC0}}
+vcenter: {datacenter: DC0}
 hosts:
   - cluster: GPU-Cluster
-    gpus: [{{select: all, mode: mig}}]
-    maintenance: {{evacuate: power-off}}
+    gpus: [{select: all, mode: mig}]
+    maintenance: {evacuate: power-off}
 vms:
-  - {{name: train-01, vgpus: {{profile: grid_a100-3-20c}}, power: restart}}
-  - {{name: infer-01, vgpus: {{profile: grid_a100-3-20c}}, power: off}}
-  - {{name: web-01, vgpus: {{profile: grid_a100-3-20c}}, power: off}}
+  - {name: train-01, vgpus: {profile: grid_a100-3-20c}, power: restart}
+  - {name: infer-01, vgpus: {profile: grid_a100-3-20c}, power: off}
+  - {name: web-01, vgpus: {profile: grid_a100-3-20c}, power: off}
 """
 
 
@@ -117,7 +117,8 @@ def test_a_vm_pulls_in_its_host_and_the_rest_stays_untouched(sim: Any, si: Any, 
                       "-o", "json")
     assert applied.exit_code == 0, applied.output
     assert json.loads(applied.stdout)["kind"] == "apply"  # stdout: the one document; the events in their file
-    assert _vgpus(si, "train-01") == ["grid_a100-3-20c"] and str(_find(si, "train-01").runtime.powerState) == "poweredOn"
+    assert _vgpus(si, "train-01") == ["grid_a100-3-20c"]
+    assert str(_find(si, "train-01").runtime.powerState) == "poweredOn"
     assert all(_mig(sim, H1)) and not any(_mig(sim, H2)) and not any(_mig(sim, H3))  # out of scope: untouched
     assert _vgpus(si, "infer-01") == [] and _vgpus(si, "web-01") == []
 
