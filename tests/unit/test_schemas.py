@@ -83,9 +83,11 @@ from vgpuctl.reports.sim import SimDownReport, SimEnvReport
 from vgpuctl.reports.status import (
     HostReport,
     StatusReport,
+    host_lease,
     profiles_report,
     status_report,
     vm_vgpus_report,
+    with_leases,
     with_supervisor,
 )
 from vgpuctl.reports.supervisor import (
@@ -380,6 +382,8 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "host-change": lambda _t: host_change(),
     "host-change#nothing": lambda _t: host_change_report("esx-01", [], []),
     "status": lambda _t: status_with_classes(),
+    "status#held": lambda _t: with_leases(status_report(farm()), {"esx-01": host_lease("run-7", "ann@ws pid 4",
+                                                                                       1.7e9, 1.7e9 + 30, 60)}),
     "profiles": lambda _t: profiles_report(list(farm().hosts.values()), round_trips=2),
     "vm-vgpus": lambda _t: vm_vgpus_report(farm(), farm().vms["a"]),
     "guests": lambda _t: guest_run_report(guest_result()),
@@ -444,6 +448,7 @@ def _rename_first_key(doc: Any, old: str, new: str) -> bool:
     ("name", "old", "new"),
     [
         ("status", "host", "name"),  # a host is `host` in every document
+        ("status#held", "until", "expires"),
         ("status", "fb_gb", "memory_gb"),
         ("status", "nvlink_group", "nvlink_set"),
         ("vm-vgpus", "vm", "name"),

@@ -13,7 +13,7 @@ from vgpuctl.errors import NotFound
 
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
-    from vgpuctl.reports.status import HostReport
+    from vgpuctl.reports.status import HostLease, HostReport
     from vgpuctl.supervisor.vmclasses import SupervisorState
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
@@ -82,22 +82,33 @@ def status_cmd(
     """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, the VMs' vGPUs, and the VM classes with
     vGPUs with the namespaces that use them."""
     from vgpuctl.hosts.status import merge_status
-    from vgpuctl.reports.status import status_report, with_supervisor
+    from vgpuctl.reports.status import status_report, with_leases, with_supervisor
 
     opts: GlobalOptions = ctx.obj
     rows: dict[str, HostReport] = {}
+    leases: dict[str, HostLease] = {}
     supervisor: list[tuple[SupervisorState | None, str | None]] = []
 
     def more_reads(session: Session, observed: Observed, inventory: Any) -> None:
         rows.update(_host_rows(session, observed, inventory, shell))
+        leases.update(held_hosts(session, observed))
         if reads_vm_classes(vm_classes, observed.api_version):
             supervisor.append(read_supervisor(session.settings, observed))
 
     observed, round_trips = _observe(opts, file, nvlink=True, also=more_reads)
-    report = merge_status(status_report(observed, round_trips if opts.verbose else None), rows)
+    report = with_leases(merge_status(status_report(observed, round_trips if opts.verbose else None), rows), leases)
     if supervisor:
         with_supervisor(report, *supervisor[0])
     common.emit(report, opts)
+
+
+def held_hosts(session: Session, observed: Observed) -> dict[str, HostLease]:
+    """Hosts another live run holds (one CurrentTime read, only when a host has a lease value)."""
+    from vgpuctl import pipeline
+    from vgpuctl.reports.status import host_lease
+
+    leases = pipeline.leases_of(session, observed, observed.hosts)
+    return {h: host_lease(i.run, i.holder, i.since, i.renewed, i.ttl_s) for h, i in leases.items()}
 
 
 def reads_vm_classes(wanted: bool | None, api_version: str) -> bool:

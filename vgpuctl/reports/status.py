@@ -114,6 +114,30 @@ class StatusGpu:
 
 
 @dataclass
+class HostLease:
+    """Another vgpuctl run that holds the host now (its live lease): the run's id, who runs it, since when and
+    until when unless it renews the lease (UTC, ISO 8601)."""
+
+    run: str
+    holder: str
+    since: str
+    until: str
+
+    def describe(self) -> str:
+        return f"held by run {self.run} of {self.holder} since {self.since}, lease until {self.until}"
+
+
+def host_lease(run: str, holder: str, since: float, renewed: float, ttl_s: float) -> HostLease:
+    """A lease as the documents show it (times are vCenter's clock, seconds since the epoch)."""
+    from datetime import UTC, datetime
+
+    def stamp(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+    return HostLease(run, holder, stamp(since), stamp(renewed + ttl_s))
+
+
+@dataclass
 class StatusHost:
     host: str
     cluster: str | None
@@ -129,6 +153,7 @@ class StatusHost:
     scheduler: str | None = optional()
     scheduler_after_reboot: str | None = optional()
     shell_error: str | None = optional()
+    held: HostLease | None = field(default=None, metadata={"omit_none": True})  # another run works on it
 
 
 @dataclass
@@ -428,6 +453,13 @@ def status_vm_classes(state: SupervisorState) -> list[StatusVmClass]:
         users = sorted(n.name for n in state.namespaces.values() if name in n.vm_classes)
         rows.append(StatusVmClass(name, sorted_counts(c.vgpus), c.cpus, c.memory_mb, users))
     return rows
+
+
+def with_leases(report: StatusReport, leases: dict[str, HostLease]) -> StatusReport:
+    """The hosts another run holds now, named as held (a host that run reboots is not broken)."""
+    for h in report.hosts:
+        h.held = leases.get(h.host)
+    return report
 
 
 def with_supervisor(report: StatusReport, state: SupervisorState | None, problem: str | None = None) -> StatusReport:

@@ -51,6 +51,8 @@ def held_by(vms: list[GpuVm], short_profile: bool = False) -> str:
 
 def host_state(h: StatusHost) -> str:
     state = "maintenance" if h.in_maintenance else h.connection_state
+    if h.held is not None:
+        return f"{state}; {h.held.describe()}"
     return f"{state}; {NO_MANAGER}" if h.gpus and not h.vgpu_types else state
 
 
