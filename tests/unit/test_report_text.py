@@ -35,7 +35,7 @@ NO_TEXT = {"apply", "apply#vm-verbose", "provision", "sim-down", "export#file"}
 LABELS = {
     "guests": {"changed", "unreachable", "failed"},
     "host-change": {"failed", "reboot"},
-    "capacity-demand": {"greedy"},  # the method, and "greedy placed N"
+    "capacity-demand": {"greedy"},  # the method, told in words
     "supervisor_apply": {"changed", "failed", "skipped"},
     "supervisor_plan": {"cpus"},  # a changed field, and "+ cpus N" of a new class
     "plan": {"clone", "cpus", "memoryMB", "maintenance", "reboot", "power-off", "own change", "evacuate",
