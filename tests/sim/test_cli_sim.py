@@ -241,6 +241,12 @@ def test_profiles_text_and_json(env: dict[str, str]) -> None:
     host = doc["hosts"][0]["host"]
     one = json.loads(vgpuctl(env, "-o", "json", "profiles", "--host", host).stdout)
     assert [h["host"] for h in one["hosts"]] == [host]
+    short = json.loads(vgpuctl(env, "-o", "json", "profiles", "--host", host.split(".")[0]).stdout)
+    assert [h["host"] for h in short["hosts"]] == [host]  # the short name status shows at 80 columns will do
+    shown = json.loads(vgpuctl(env, "-o", "json", "host", "show", host.split(".")[0], "--no-shell").stdout)
+    assert shown["host"] == host
+    piped = vgpuctl(env, "profiles").stdout  # CliRunner is no terminal: plain lines
+    assert f"host {host}  profile grid_a100-20c  framebuffer 20 GB" in piped and "│" not in piped
     text = vgpuctl(env, "profiles")
     assert "grid_a100-20c" in text.stdout and "time-sliced" in text.stdout
     assert "not found" in one_line_error(vgpuctl(env, "profiles", "--host", "nope.example"))

@@ -66,6 +66,10 @@ def capacity_cmd(
 
         wanted = load_demand(demand)  # file errors before any connection
     observed = _observe(opts, file)
+    if host is not None:
+        from vgpuctl.names import host_named
+
+        host = host_named(host, observed.hosts)  # a unique short name names the host too
     if wanted is None:
         from vgpuctl.capacity.fitnow import what_fits
         from vgpuctl.reports.capacity import capacity_report

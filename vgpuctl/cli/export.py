@@ -50,6 +50,10 @@ def export_cmd(
     options = common.run_options(opts, inventory)
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, options.datacenter, inventory, all_nvlink=True)
+        if host is not None:
+            from vgpuctl.names import host_named
+
+            host = host_named(host, observed.hosts)  # a unique short name names the host too
         specs = _host_specs(inventory, observed)
         hosts = {n: specs.get(n) for n, h in observed.hosts.items() if h.gpus and h.connection_state == "connected"}
         facts, _ = pipeline.host_facts(session, observed, hosts, options)

@@ -16,7 +16,7 @@ import typer
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.domain import AssignmentPolicy, Evacuate, GraphicsType, Outcome, SchedulerPolicy, VgpuMode
-from vgpuctl.errors import NotFound, PlanError, UsageError, VgpuctlError
+from vgpuctl.errors import PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
@@ -28,7 +28,9 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Host GPU configuration: graphics, MIG mode, NVLink, scheduler.", no_args_is_help=True)
 
 
-HostName = Annotated[str, typer.Argument(help="ESXi host name as vCenter knows it.")]
+HostName = Annotated[
+    str, typer.Argument(help="ESXi host: its name as vCenter knows it, or a short name only it has (esx-01).")
+]
 InventoryOpt = Annotated[
     Path | None,
     typer.Option("--file", "-f", dir_okay=False, help="Inventory whose entry for the host gives ssh and maintenance."),
@@ -72,6 +74,7 @@ def show_cmd(
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, common.datacenter_for(opts, inventory), inventory)
         found = _host(observed, host)
+        host = found.name  # a unique short name names the host too
         spec = _base_spec(inventory, observed, host)
         facts = None
         if found.connection_state == "connected":
@@ -182,11 +185,10 @@ def _v(value: StrEnum | None) -> str | None:
 
 
 def _host(observed: Observed, name: str) -> Any:
-    host = observed.hosts.get(name)
-    if host is None:
-        names = ", ".join(sorted(observed.hosts)) or "none"
-        raise NotFound(f"host {name!r} not found (hosts: {names})")
-    return host
+    """The host a name means: its full name, or a short name only it has."""
+    from vgpuctl.names import host_named
+
+    return observed.hosts[host_named(name, observed.hosts)]
 
 
 def _base_spec(inventory: Any, observed: Observed, host: str) -> HostSpec | None:
@@ -245,6 +247,7 @@ def change(
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, options.datacenter, inventory)
         found = _host(observed, host)
+        host = found.name
         spec = one_host_spec(_base_spec(inventory, observed, host), host, fields, evacuate, reboot_timeout)
         plan = pipeline.plan_hosts(session, observed, [spec], options)
         if plan.errors:

@@ -9,7 +9,6 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.errors import NotFound
 
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
@@ -144,21 +143,16 @@ def read_supervisor(settings: ConnectionSettings, observed: Observed) -> tuple[S
 
 def profiles_cmd(
     ctx: typer.Context,
-    host: Annotated[str | None, typer.Option("--host", "-H", help="Only this host.")] = None,
+    host: Annotated[str | None, typer.Option("--host", "-H", help="Only this host (a short name it alone has will "
+                                                                  "do).")] = None,
     file: OptionalInventory = None,
 ) -> None:
     """vGPU profiles the hosts offer: framebuffer, series, sharing (time-sliced or MIG), max per GPU."""
+    from vgpuctl.names import host_named
     from vgpuctl.reports.status import profiles_report
 
     opts: GlobalOptions = ctx.obj
     observed, round_trips = _observe(opts, file)
-    if host is not None and host not in observed.hosts:
-        raise NotFound(f"host {host!r} not found (known: {_names(observed.hosts)})")
-    hosts = [observed.hosts[host]] if host else sorted(observed.hosts.values(), key=lambda h: h.name)
+    hosts = ([observed.hosts[host_named(host, observed.hosts)]] if host
+             else sorted(observed.hosts.values(), key=lambda h: h.name))
     common.emit(profiles_report(hosts, round_trips if opts.verbose else None), opts)
-
-
-def _names(items: dict[str, Any], limit: int = 8) -> str:
-    names = sorted(items)
-    more = f", ... ({len(names) - limit} more)" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more if names else "none"
