@@ -260,8 +260,9 @@ def change(
             common.emit(report, opts)
             return
         _say(opts, describe_changes(host, changes, spec, report.affected_vms))
-        if not yes:
-            common.confirm(f"Apply {len(changes)} host change(s)?", action="the host change")
+        if not yes:  # maintenance mode or a reboot: the word yes; a change applied at once: y/N
+            disruptive = any(c.disruptive or c.needs_reboot for c in changes)
+            common.confirm(f"Apply {len(changes)} host change(s)?", action="the host change", word=disruptive)
         result, _ = pipeline.run_interruptible(  # Ctrl-C: finish or restore what runs; twice: exit at once
             lambda cancel: pipeline.apply_hosts(
                 session, observed, [spec], changes, options, progress=_Progress(), cancel=cancel
