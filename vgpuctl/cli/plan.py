@@ -204,7 +204,7 @@ def apply_cmd(
     saved_plan: Annotated[
         Path | None,
         typer.Argument(
-            metavar="[PLANFILE]", help="A plan saved by `plan --out`: shown, then applied exactly as it is (asked "
+            metavar="PLANFILE", help="A plan saved by `plan --out`: shown, then applied exactly as it is (asked "
             "unless --yes; refused when the farm changed since).", dir_okay=False
         ),
     ] = None,
