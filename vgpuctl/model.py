@@ -445,6 +445,8 @@ class HostOutcome:
     def describe(self) -> str:
         if self.phase == INTERRUPTED:
             return f"{self.host}: {self.message}\n  to continue: run the same apply again"
+        if self.status == Outcome.NOT_STARTED:
+            return f"{self.host}: not started" + (f" ({self.message})" if self.message else "")
         if self.status != Outcome.FAILED:
             return f"{self.host}: {self.status}" + (f" ({', '.join(self.steps)})" if self.steps else "")
         lines = [f"{self.host}: failed at {self.phase}: {self.message}"]
@@ -486,8 +488,12 @@ class HostApplyResult:
         return self._names(Outcome.SKIPPED)
 
     @property
+    def not_started(self) -> list[str]:
+        return self._names(Outcome.NOT_STARTED)
+
+    @property
     def ok(self) -> bool:
-        return not self.failed and not self.skipped
+        return not self.failed and not self.skipped and not self.not_started
 
     @property
     def done_hosts(self) -> set[str]:
@@ -500,6 +506,7 @@ class HostApplyResult:
             "changed": self.changed,
             "failed": self.failed,
             "skipped": self.skipped,
+            "not_started": self.not_started,
         }
 
 

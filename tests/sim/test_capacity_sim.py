@@ -93,7 +93,7 @@ def test_answer_applies_and_every_placed_vm_powers_on(env: dict[str, str], sim: 
     demand = tmp_path / "demand.yaml"
     demand.write_text(DEMAND)
     fragment = tmp_path / "layout.yaml"
-    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "-o", str(fragment),
+    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "--out", str(fragment),
                      "--detailed-exitcode")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -161,7 +161,7 @@ def test_answer_on_spreading_hosts_holds_in_any_power_on_order(gpusim_factory: A
     demand = tmp_path / "demand.yaml"
     demand.write_text(SPREAD_DEMAND)
     fragment = tmp_path / "layout.yaml"
-    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "-o", str(fragment))
+    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "--out", str(fragment))
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["fits"] and doc["placed"] == 18 and doc["host_changes"] == []
@@ -202,7 +202,7 @@ def test_nvlink_answer_applies_and_every_placed_vm_powers_on_in_its_device_group
     demand = tmp_path / "demand.yaml"
     demand.write_text(NVLINK_DEMAND)
     fragment = tmp_path / "layout.yaml"
-    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "-o", str(fragment))
+    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "--out", str(fragment))
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     hosts = sorted((vm["shape"], vm["host"]) for vm in doc["vms"])

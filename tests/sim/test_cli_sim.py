@@ -241,6 +241,12 @@ def test_profiles_text_and_json(env: dict[str, str]) -> None:
     host = doc["hosts"][0]["host"]
     one = json.loads(vgpuctl(env, "-o", "json", "profiles", "--host", host).stdout)
     assert [h["host"] for h in one["hosts"]] == [host]
+    short = json.loads(vgpuctl(env, "-o", "json", "profiles", "--host", host.split(".")[0]).stdout)
+    assert [h["host"] for h in short["hosts"]] == [host]  # the short name status shows at 80 columns will do
+    shown = json.loads(vgpuctl(env, "-o", "json", "host", "show", host.split(".")[0], "--no-shell").stdout)
+    assert shown["host"] == host
+    piped = vgpuctl(env, "profiles").stdout  # CliRunner is no terminal: plain lines
+    assert f"host {host}  profile grid_a100-20c  framebuffer 20 GB" in piped and "│" not in piped
     text = vgpuctl(env, "profiles")
     assert "grid_a100-20c" in text.stdout and "time-sliced" in text.stdout
     assert "not found" in one_line_error(vgpuctl(env, "profiles", "--host", "nope.example"))
@@ -430,7 +436,8 @@ def test_ctrl_c_stops_new_work_waits_and_exits_130(gpusim_factory: Any, tmp_path
     assert "interrupted: no new step starts" in err
     assert "slow-01: done" in err  # the task in flight was waited for
     assert "Apply interrupted: 1 changed, 0 failed, 0 skipped, 3 not started, 0 unchanged." in out
-    assert "left: slow-02 (reconfigure)" in out and "to continue: run the same apply again" in out
+    assert "  not started: slow-02, slow-03, slow-04" in out and "to continue: run the same apply again" in out
+    assert "slow-02: not started" not in err and "skipped" not in err  # one vocabulary, no line per VM
     assert direct_vgpus(farm, "slow-01")[0] == ["grid_a100-4c"]
     assert all(direct_vgpus(farm, f"slow-0{i}")[0] == [] for i in (2, 3, 4))
 

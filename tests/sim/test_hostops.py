@@ -345,7 +345,7 @@ def test_reboot_timeout_leaves_host_in_maintenance_and_rerun_continues(farm: Far
     assert first.error_type == "RebootTimeout"
     assert first.in_maintenance and first.vms_to_restore == ["train-01"]
     assert "left in maintenance mode" in first.describe() and "run apply again" in first.describe()
-    assert (second.host, second.status) == (H2, Outcome.SKIPPED)  # no further host after a failure
+    assert (second.host, second.status) == (H2, Outcome.NOT_STARTED)  # no further host after a failure
     assert "nvlink" not in farm.host(H2)["modules"]["nvidia"]["configured"].lower()
 
     farm.sim.host_up(H1)
@@ -680,7 +680,7 @@ def test_cli_plan_and_apply_run_host_changes_first(farm: Farm, si: Any, tmp_path
 
     applied = vgpuctl("apply", "-f", str(inv), "--yes")
     assert applied.exit_code == 0, applied.output
-    assert "Hosts: 1 changed, 0 failed, 0 skipped." in applied.output
+    assert "Hosts: 1 changed, 0 failed, 0 not started." in applied.output
     assert _find(si, vim.VirtualMachine, "mig-01").runtime.powerState == "poweredOn"
     assert vgpuctl("plan", "-f", str(inv), "--detailed-exitcode").exit_code == 0
 
@@ -708,7 +708,7 @@ def test_cli_apply_reports_a_failed_host_and_keep_going(farm: Farm, tmp_path: Pa
     result = CliRunner().invoke(app, ["apply", "-f", str(inv), "--yes"], env=env)
     assert result.exit_code == 1
     assert f"{H1}: failed at evacuate" in result.output and "train-01 (grid_a100-40c)" in result.output
-    assert f"{H2}: skipped" in result.output and "apply failed on host(s)" in result.output
+    assert f"{H2}: not started" in result.output and "apply failed on host(s)" in result.output
     result = CliRunner().invoke(app, ["apply", "-f", str(inv), "--yes", "--keep-going"], env=env)
     assert result.exit_code == 1
     assert f"{H2}: changed" in result.output

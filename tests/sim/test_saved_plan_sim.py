@@ -85,10 +85,12 @@ def test_apply_planfile_applies_exactly_the_saved_plan(sim: Any, tmp_path: Path)
     doc = json.loads(out.read_text())
     assert doc["format"] == "vgpuctl-plan/v1" and [c["vm"] for c in doc["plan"]["vm_changes"]] == ["saved-01"]
     inv.write_text(INVENTORY.replace("PROFILE", "grid_a100-40c"))  # edited after the plan: not what is applied
-    applied = vgpuctl(sim, tmp_path, "apply", str(out))  # no --yes: a saved plan was already reviewed
+    asked = vgpuctl(sim, tmp_path, "apply", str(out))  # shown, then asked: no terminal here, so refused
+    assert asked.exit_code == 1 and "rerun with --yes" in asked.stderr and "+ vm saved-01" in asked.stdout
+    applied = vgpuctl(sim, tmp_path, "apply", str(out), "--yes")
     assert applied.exit_code == 0, applied.output
     assert vgpus_of(sim, "saved-01") == ["grid_a100-20c"]
-    again = vgpuctl(sim, tmp_path, "apply", str(out))  # the farm now differs from the plan's basis
+    again = vgpuctl(sim, tmp_path, "apply", str(out), "--yes")  # the farm now differs from the plan's basis
     assert again.exit_code == 1 and "the farm changed since" in again.stderr
 
 

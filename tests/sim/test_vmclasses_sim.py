@@ -365,13 +365,13 @@ def test_saved_plan_carries_the_classes_and_refuses_changed_ones(sim: Any, env: 
     assert [c["vm_class"] for c in saved["plan"]["vm_classes"]] == ["gpu-saved"] and " classes:" in saved["basis"]
     meanwhile = _saved_inventory(tmp_path / "someone-else", "grid_a100-20c")  # the class appears with 20c
     assert vgpuctl(env, "k8s", "apply", "-f", str(meanwhile), "--yes").exit_code == 0
-    refused = vgpuctl(env, "apply", str(out))
+    refused = vgpuctl(env, "apply", str(out), "--yes")
     assert refused.exit_code == 1
     assert f"error: the VM classes or namespaces changed since {out} was made" in refused.stderr
     assert _profiles(Rest(sim).classes()["gpu-saved"]) == ["grid_a100-20c"]  # nothing touched
     again = vgpuctl(env, "plan", "-f", str(path), "--out", str(out))
     assert again.exit_code == 0 and "- vgpu grid_a100-20c" in again.stdout
-    applied = vgpuctl(env, "apply", str(out))  # a saved plan was reviewed: no --yes
+    applied = vgpuctl(env, "apply", str(out), "--yes")
     assert applied.exit_code == 0, applied.output
     assert _profiles(Rest(sim).classes()["gpu-saved"]) == ["grid_a100-10c"]
     assert Rest(sim).namespace_classes("other-team") == ["best-effort-small", "gpu-pipe", "gpu-saved"]

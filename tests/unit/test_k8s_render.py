@@ -5,6 +5,7 @@ appears."""
 from __future__ import annotations
 
 import copy
+import json
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -182,3 +183,30 @@ def test_namespace_must_be_named_and_use_a_gpu_class() -> None:
         render_manifests(_inv(), "nope")
     with pytest.raises(UsageError, match="'cpu-team' uses no VM class with vGPUs"):
         render_manifests(_inv(), "cpu-team")
+
+
+def test_stdout_is_a_kubernetes_object_stream_and_out_writes_every_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from vgpuctl.cli.main import app
+    from vgpuctl.supervisor.render import OTHER_FILES
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(textwrap.dedent(INVENTORY))
+    result = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("---\n")
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert all(isinstance(d, dict) and d.get("apiVersion") and d.get("kind") for d in docs), docs
+    assert [d["kind"] for d in docs] == ["VirtualMachine", "VirtualMachine", "Cluster", "TanzuKubernetesCluster"]
+    assert "FeatureType" not in result.stdout and "kubectl create configmap" not in result.stdout
+    others = ["gpu-operator-values.yaml", "gridd.conf", "licensing-secret.sh"]  # the current operator: a Secret
+    assert set(others) <= set(OTHER_FILES)
+    assert all(name in result.stderr for name in others) and "--out" in result.stderr
+    as_json = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team", "-o", "json"])
+    doc = json.loads(as_json.stdout)
+    assert sorted(doc["not_printed"]) == sorted(others) and not set(OTHER_FILES) & set(doc["files"])
+    folder = tmp_path / "manifests"
+    written = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team", "--out", str(folder)])
+    assert written.exit_code == 0, written.output
+    assert all((folder / name).is_file() for name in others)

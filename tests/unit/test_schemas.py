@@ -84,9 +84,11 @@ from vgpuctl.reports.sim import SimDownReport, SimEnvReport
 from vgpuctl.reports.status import (
     HostReport,
     StatusReport,
+    host_lease,
     profiles_report,
     status_report,
     vm_vgpus_report,
+    with_leases,
     with_supervisor,
 )
 from vgpuctl.reports.supervisor import (
@@ -97,6 +99,7 @@ from vgpuctl.reports.supervisor import (
     supervisor_plan_report,
     supervisor_status_report,
 )
+from vgpuctl.scope import Scope
 from vgpuctl.supervisor.render import render_manifests
 from vgpuctl.supervisor.vmclasses import (
     ClassChange,
@@ -111,6 +114,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_experiment_runner import RecordingFarm
 from test_experiment_runner import setup as runner_setup
 from test_experiment_schema import write as experiment_file
+from test_scope import scoped
 
 pytestmark = pytest.mark.unit
 
@@ -196,6 +200,11 @@ def a_plan() -> Plan:
         ],
         warnings=["vm b: something to know"],
     )
+
+
+def scoped_plan() -> Report:
+    the_plan, scope = scoped(Scope(vms=["train-01"]))
+    return plan_report(the_plan, scope=scope)
 
 
 def host_outcomes() -> HostApplyResult:
@@ -367,6 +376,7 @@ SIM_ENV = "export VGPUCTL_URL=https://127.0.0.1:4242/sdk GPUSIM_SSH_HOSTS='esx-0
 REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "plan": lambda _t: with_class_plan(plan_report(a_plan()), class_plan()),
     "plan#verbose": lambda _t: with_class_plan(plan_report(a_plan(), 4), class_plan()),
+    "plan#scoped": lambda _t: scoped_plan(),
     "apply": lambda _t: apply_report(),
     "apply#vm-verbose": lambda _t: apply_report(verbose=1, vm="a"),
     "validate": lambda _t: validate_report("inv.yaml", load_inventory_text(HOSTS, "inv.yaml")),
@@ -375,6 +385,8 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "host-change": lambda _t: host_change(),
     "host-change#nothing": lambda _t: host_change_report("esx-01", [], []),
     "status": lambda _t: status_with_classes(),
+    "status#held": lambda _t: with_leases(status_report(farm()), {"esx-01": host_lease("run-7", "ann@ws pid 4",
+                                                                                       1.7e9, 1.7e9 + 30, 60)}),
     "profiles": lambda _t: profiles_report(list(farm().hosts.values()), round_trips=2),
     "vm-vgpus": lambda _t: vm_vgpus_report(farm(), farm().vms["a"]),
     "guests": lambda _t: guest_run_report(guest_result()),
@@ -439,10 +451,13 @@ def _rename_first_key(doc: Any, old: str, new: str) -> bool:
     ("name", "old", "new"),
     [
         ("status", "host", "name"),  # a host is `host` in every document
+        ("status#held", "until", "expires"),
         ("status", "fb_gb", "memory_gb"),
         ("status", "nvlink_group", "nvlink_set"),
         ("vm-vgpus", "vm", "name"),
         ("plan", "nvlink_group", "group"),
+        ("plan#scoped", "pulled_in_by", "needed_by"),
+        ("plan#scoped", "out_of_scope_vms", "left_out"),
         ("plan", "vm_class", "name"),  # a VM class is `vm_class` in every document
         ("plan", "vgpus_added", "vgpus"),
         ("plan", "namespace", "name"),

@@ -26,7 +26,7 @@ from vgpuctl.domain import (
     SchedulerPolicy,
     VgpuMode,
 )
-from vgpuctl.errors import NotFound, PlanError, UsageError, VgpuctlError
+from vgpuctl.errors import PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
@@ -38,7 +38,9 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Host GPU configuration: graphics, MIG mode, NVLink, scheduler.", no_args_is_help=True)
 
 
-HostName = Annotated[str, typer.Argument(help="ESXi host name as vCenter knows it.")]
+HostName = Annotated[
+    str, typer.Argument(help="ESXi host: its name as vCenter knows it, or a short name only it has (esx-01).")
+]
 InventoryOpt = Annotated[
     Path | None,
     typer.Option("--file", "-f", dir_okay=False, help="Inventory whose entry for the host gives ssh and maintenance."),
@@ -46,7 +48,13 @@ InventoryOpt = Annotated[
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before maintenance mode, power-offs or reboots.")]
 EvacuateOpt = Annotated[
     Evacuate | None,
-    typer.Option(help="Running VMs on the host: refuse (stop and list them) or power-off (and on again after)."),
+    typer.Option(
+        help="Running VMs on the host when it must enter maintenance mode: refuse (stop before any change and list "
+        "them), power-off (power them off, and on again after the change) or migrate (vMotion them to another host "
+        "of the cluster that offers their profiles and has room; a vGPU VM only where vCenter allows vMotion of "
+        "running vGPU VMs; a VM that cannot move is powered off when the inventory allows it, else the plan "
+        "refuses). Default: the inventory entry's, else refuse."
+    ),
 ]
 RebootTimeout = Annotated[int | None, typer.Option(min=1, help="Seconds to wait for the host after a reboot.")]
 Tofu = Annotated[
@@ -76,6 +84,7 @@ def show_cmd(
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, common.datacenter_for(opts, inventory), inventory)
         found = _host(observed, host)
+        host = found.name  # a unique short name names the host too
         spec = _base_spec(inventory, observed, host)
         facts = None
         if found.connection_state == ConnectionState.CONNECTED:
@@ -186,11 +195,10 @@ def _v(value: StrEnum | None) -> str | None:
 
 
 def _host(observed: Observed, name: str) -> Any:
-    host = observed.hosts.get(name)
-    if host is None:
-        names = ", ".join(sorted(observed.hosts)) or "none"
-        raise NotFound(f"host {name!r} not found (hosts: {names})")
-    return host
+    """The host a name means: its full name, or a short name only it has."""
+    from vgpuctl.names import host_named
+
+    return observed.hosts[host_named(name, observed.hosts)]
 
 
 def _base_spec(inventory: Any, observed: Observed, host: str) -> HostSpec | None:
@@ -249,6 +257,7 @@ def change(
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, options.datacenter, inventory)
         found = _host(observed, host)
+        host = found.name
         spec = one_host_spec(_base_spec(inventory, observed, host), host, fields, evacuate, reboot_timeout)
         plan = pipeline.plan_hosts(session, observed, [spec], options)
         if plan.errors:
@@ -261,8 +270,9 @@ def change(
             common.emit(report, opts)
             return
         _say(opts, describe_changes(host, changes, spec, report.affected_vms))
-        if not yes:
-            common.confirm(f"Apply {len(changes)} host change(s)?", action="the host change")
+        if not yes:  # maintenance mode or a reboot: the word yes; a change applied at once: y/N
+            disruptive = any(c.disruptive or c.needs_reboot for c in changes)
+            common.confirm(f"Apply {len(changes)} host change(s)?", action="the host change", word=disruptive)
         result, _ = pipeline.run_interruptible(  # Ctrl-C: finish or restore what runs; twice: exit at once
             lambda cancel: pipeline.apply_hosts(
                 session, observed, [spec], changes, options, progress=_Progress(), cancel=cancel

@@ -103,16 +103,16 @@ def apply_host_changes(
         for i in range(0, len(targets), width):
             batch = targets[i : i + width]
             if stopped:
-                result.hosts += [HostOutcome(t.name, Outcome.SKIPPED, message=stopped) for t in batch]
+                result.hosts += [HostOutcome(t.name, Outcome.NOT_STARTED, message=stopped) for t in batch]
                 continue
             with ThreadPoolExecutor(max_workers=len(batch), thread_name_prefix="vgpuctl-host") as pool:
                 outcomes = list(pool.map(lambda t: _HostRun(session, watcher, t, state, opts).run(), batch))
             result.hosts += outcomes
             failed = [o.host for o in outcomes if o.status == Outcome.FAILED]
             if failed and not opts.keep_going:
-                stopped = f"not started: {', '.join(failed)} failed (--keep-going continues with other hosts)"
+                stopped = f"{', '.join(failed)} failed; --keep-going continues with the other hosts"
             if cancelled(opts.cancel):
-                stopped = "not started: interrupted"
+                stopped = "interrupted"
     return result
 
 

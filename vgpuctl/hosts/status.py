@@ -146,7 +146,8 @@ def merge_status(report: StatusReport, rows: dict[str, HostReport]) -> StatusRep
             gpu.mig_current, gpu.mig_pending = facts.mig_current, facts.mig_pending
             gpu.nvlink_links, gpu.nvlink_active = facts.nvlink_links, facts.nvlink_active
             gpu.nvlink_peers = list(facts.nvlink_peers)
-            gpu.mig = mig_label(facts.mig_current, facts.mig_pending, gpu.vgpu_mode)
+            if gpu.mig_capable is not False:  # a board without MIG has no MIG state to show
+                gpu.mig = mig_label(facts.mig_current, facts.mig_pending, gpu.vgpu_mode)
     return report
 
 

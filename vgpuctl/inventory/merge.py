@@ -112,7 +112,11 @@ def _merge_gpus(base: list[GpuSpec], over: list[GpuSpec]) -> list[GpuSpec]:
     index = {g.select: i for i, g in enumerate(out)}
     for g in over:
         if g.select in index:
-            out[index[g.select]] = _merge(out[index[g.select]], g)
+            merged = _merge(out[index[g.select]], g)
+            if g.mode == "mig" and "vgpu_mode" not in g.model_fields_set:  # time-sliced only: not inherited by MIG
+                fields = merged.model_fields_set - {"vgpu_mode"}
+                merged = type(merged).model_construct(_fields_set=fields, **{**dict(merged), "vgpu_mode": None})
+            out[index[g.select]] = merged
         else:
             index[g.select] = len(out)
             out.append(g)

@@ -181,9 +181,7 @@ class CapacityDemandReport(Report):
     warnings: list[str] = field(default_factory=list)
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
-        gap = f", gap {self.gap:.1%}" if self.gap is not None else ""
-        lines = [f"demand {'fits' if self.fits else 'does not fit'}: {self.placed} VMs placed "
-                 f"({self.method}, {self.status}{gap}, {self.seconds:.1f} s; greedy placed {self.greedy_placed})"]
+        lines = [f"demand {'fits' if self.fits else 'does not fit'}: {self.placed} VMs placed ({self.how()})"]
         for s in self.demand:
             mark = "ok" if s.placed == s.wanted else f"SHORT ({s.reason})"
             lines.append(f"  {s.name:<20} priority {s.priority}  {s.placed:>5}/{s.wanted:<5} {mark}")
@@ -199,6 +197,17 @@ class CapacityDemandReport(Report):
             lines.append(f"  {b.host}: {state} ({b.what}; fix: {b.fix})")
         lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+    def how(self) -> str:
+        """How the layout was found, in words: the method, how good, how long."""
+        if self.method == "greedy":
+            return f"first-fit decreasing only, {self.seconds:.1f} s"
+        if self.status == "optimal":
+            quality = "proven optimal"
+        else:
+            quality = "the best found in the time limit" + (f", within {self.gap:.1%} of the bound"
+                                                             if self.gap is not None else "")
+        return f"CP-SAT solver, {quality}, {self.seconds:.1f} s; first-fit decreasing alone placed {self.greedy_placed}"
 
     def _change_lines(self) -> list[str]:
         if not self.host_changes:

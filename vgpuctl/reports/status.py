@@ -129,6 +129,31 @@ class StatusGpu:
     nvlink_links: int | None = optional()
     nvlink_active: int | None = optional()
     nvlink_peers: list[str] | None = optional()  # noqa: RUF009 - None, not a shared list
+    mig_capable: bool | None = optional()  # the board supports MIG (the catalogue); None: board unknown
+
+
+@dataclass
+class HostLease:
+    """Another vgpuctl run that holds the host now (its live lease): the run's id, who runs it, since when and
+    until when unless it renews the lease (UTC, ISO 8601)."""
+
+    run: str
+    holder: str
+    since: str
+    until: str
+
+    def describe(self) -> str:
+        return f"held by run {self.run} of {self.holder} since {self.since}, lease until {self.until}"
+
+
+def host_lease(run: str, holder: str, since: float, renewed: float, ttl_s: float) -> HostLease:
+    """A lease as the documents show it (times are vCenter's clock, seconds since the epoch)."""
+    from datetime import UTC, datetime
+
+    def stamp(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+    return HostLease(run, holder, stamp(since), stamp(renewed + ttl_s))
 
 
 @dataclass
@@ -148,6 +173,7 @@ class StatusHost:
     scheduler_after_reboot: str | None = optional()
     shell_error: str | None = optional()
     settings: list[SettingValue] | None = optional()  # noqa: RUF009 - with the host facts: every host-wide setting
+    held: HostLease | None = field(default=None, metadata={"omit_none": True})  # another run works on it
 
 
 @dataclass
@@ -214,10 +240,14 @@ class ProfilesReport(Report):
     hosts: list[HostProfiles]
     round_trips: int | None = optional()
 
-    def render_text(self, layout: TextLayout = TERMINAL) -> list[RenderableType]:
-        """One table per distinct set of profiles, titled with the hosts that offer it (64 equal hosts: one)."""
+    def render_text(self, layout: TextLayout = TERMINAL) -> Rendered:
+        """One table per distinct set of profiles, titled with the hosts that offer it (64 equal hosts: one); in
+        a pipe, one plain line per host and profile (every host named, nothing cut)."""
         from rich.text import Text
 
+        if layout.plain:
+            return "\n".join(f"host {h.host}  " + _profile_line(r) for h in self.hosts for r in h.profiles) or \
+                "no vGPU profiles offered"
         groups: dict[str, tuple[list[str], list[ProfileRow]]] = {}
         for h in self.hosts:
             groups.setdefault(repr(h.profiles), ([], h.profiles))[0].append(h.host)
@@ -228,18 +258,27 @@ class ProfilesReport(Report):
         return out
 
 
+def _profile_cells(r: ProfileRow) -> tuple[str, str, str, str, str]:
+    fb = f"{r.fb_gb} GB" if r.fb_gb is not None else "?"
+    sharing = "MIG" if r.sharing == ProfileSharing.MIG else "time-sliced"
+    limit = str(r.max_per_gpu) if r.max_per_gpu is not None else "?"
+    return r.profile, fb, r.series or "?", sharing, limit
+
+
+def _profile_line(r: ProfileRow) -> str:
+    profile, fb, series, sharing, limit = _profile_cells(r)
+    return f"profile {profile}  framebuffer {fb}  series {series}  sharing {sharing}  max per GPU {limit}"
+
+
 def _profiles_table(shown: str, rows: list[ProfileRow]) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
     table = Table(title=f"Profiles on {shown}", title_justify="left")
     for col in ("profile", "framebuffer", "series", "sharing", "max per GPU"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in rows:
-        fb = f"{r.fb_gb} GB" if r.fb_gb is not None else "?"
-        sharing = "MIG" if r.sharing == ProfileSharing.MIG else "time-sliced"
-        limit = str(r.max_per_gpu) if r.max_per_gpu is not None else "?"
-        table.add_row(*map(Text, (r.profile, fb, r.series or "?", sharing, limit)))
+        table.add_row(*map(Text, _profile_cells(r)))
     return table
 
 
@@ -269,11 +308,13 @@ class VmVgpusReport(Report):
         from rich.text import Text
 
         title = f"{self.vm} on {self.host or '-'} ({self.power_state})"
+        if layout.plain:
+            return self.plain_text()
         if not self.devices:
             return Text(f"{title}: no vGPUs")
         table = Table(title=title, title_justify="left")
         for col in ("key", "profile", "framebuffer", "NVLink group"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")
         for d in self.devices:
             group = "-" if d.nvlink_group is None else str(d.nvlink_group)
             table.add_row(*map(Text, (str(d.key), d.profile, f"{d.fb_gb} GB", group)))
@@ -281,6 +322,16 @@ class VmVgpusReport(Report):
         if self.gpus:
             out.append(Text(f"on GPUs: {', '.join(self.gpus)}"))
         return out
+
+    def plain_text(self) -> str:
+        """One line for the VM, one per vGPU device, one for its GPUs."""
+        lines = [f"vm {self.vm}  host {self.host or '-'}  power {self.power_state}  vgpus {len(self.devices)}"]
+        for d in self.devices:
+            group = "-" if d.nvlink_group is None else str(d.nvlink_group)
+            lines.append(f"  vgpu key {d.key}  profile {d.profile}  framebuffer {d.fb_gb} GB  nvlink group {group}")
+        if self.gpus:
+            lines.append(f"  on GPUs {', '.join(self.gpus)}")
+        return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------ building it
@@ -348,7 +399,17 @@ def _status_gpu(index: int, gpu: ObservedGpu, held: list[GpuVm], host: ObservedH
         free_gb=whole(max(gpu_gb(gpu) - used_gb, 0)),
         vgpus=vgpu_counts(v.profile for v in held if v.profile),
         vms=held,
+        mig_capable=mig_capable(gpu, host),
     )
+
+
+def mig_capable(gpu: ObservedGpu, host: ObservedHost) -> bool | None:
+    """Whether the GPU's board supports MIG (catalogue); None when the board is not known."""
+    from vgpuctl.profiles import BOARDS, board_for_device
+
+    board = board_for_device(gpu.device_name, gpu.memory_kb / KB_PER_GB or None, gpu.device_id,
+                             host.offered_profiles)
+    return BOARDS[board].mig_capable if board is not None and board in BOARDS else None
 
 
 def _status_host(observed: Observed, host: ObservedHost) -> StatusHost:
@@ -466,6 +527,13 @@ def status_vm_classes(state: SupervisorState) -> list[StatusVmClass]:
         users = sorted(n.name for n in state.namespaces.values() if name in n.vm_classes)
         rows.append(StatusVmClass(name, sorted_counts(c.vgpus), c.cpus, c.memory_mb, users))
     return rows
+
+
+def with_leases(report: StatusReport, leases: dict[str, HostLease]) -> StatusReport:
+    """The hosts another run holds now, named as held (a host that run reboots is not broken)."""
+    for h in report.hosts:
+        h.held = leases.get(h.host)
+    return report
 
 
 def with_supervisor(report: StatusReport, state: SupervisorState | None, problem: str | None = None) -> StatusReport:

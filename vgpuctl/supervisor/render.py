@@ -11,7 +11,8 @@
   NLS client token FILE: `driver.licensingConfig.secretName`, GPU Operator v25.10.0 and later); for an older
   operator (`operator_version` below v25.10.0) a config map and `licensing-configmap.sh` instead
   (`configMapName`, deprecated since v25.10.0). The token is never read here nor written into any manifest.
-Pure: no I/O besides reading the templates.
+`kubernetes_objects` names the ones that are Kubernetes objects (what `kubectl apply -f` takes); the others are
+files for people and scripts. Pure: no I/O besides reading the templates.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ VMOP_VERSION = "v1alpha5"  # the storage (current served) version of vm-operator
 LICENSING_CONFIG_MAP = "licensing-config"  # the name of the licensing Secret (or config map)
 SECRET_SINCE = (25, 10, 0)  # GPU Operator release that added driver.licensingConfig.secretName
 DEFAULT_OPERATOR_VERSION = "v25.10.0"
+OBJECT_FILES = ("cluster.yaml", "tanzukubernetescluster.yaml")  # besides one VirtualMachine per class
+# Helm values, config, and the licensing script (the Secret's or, for an older operator, the config map's)
+OTHER_FILES = ("gpu-operator-values.yaml", "gridd.conf", "licensing-secret.sh", "licensing-configmap.sh")
 
 
 @dataclass
@@ -96,9 +100,14 @@ def render_manifests(inv: InventorySections, namespace: str, options: RenderOpti
         out[f"virtualmachine-{c.name}.yaml"] = env.get_template("virtualmachine.yaml.j2").render(
             **context, vm_class=c, name=f"{c.name}-vm"[:63])
     script = "licensing-secret.sh" if secret else "licensing-configmap.sh"
-    for name in ("cluster.yaml", "tanzukubernetescluster.yaml", "gpu-operator-values.yaml", "gridd.conf", script):
+    for name in (*OBJECT_FILES, "gpu-operator-values.yaml", "gridd.conf", script):
         out[name] = env.get_template(f"{name}.j2").render(**context)
     return out
+
+
+def kubernetes_objects(manifests: dict[str, str]) -> dict[str, str]:
+    """The manifests that are Kubernetes objects, in order: the VirtualMachines, the Cluster, the TKG cluster."""
+    return {name: text for name, text in manifests.items() if name not in OTHER_FILES}
 
 
 def _environment() -> Any:

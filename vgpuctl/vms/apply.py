@@ -229,7 +229,7 @@ def _forward(ctx: _Ctx, step: str) -> None:
 def _skip(ctx: _Ctx, outcome: VmOutcome, message: str, status: Outcome = Outcome.SKIPPED) -> VmOutcome:
     outcome.status = status
     outcome.message = message
-    _step(ctx, outcome.vm, "skipped", None)
+    _step(ctx, outcome.vm, "not-started" if status == Outcome.NOT_STARTED else "skipped", None)
     return outcome
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from vgpuctl.domain import NvlinkRequirement, Power, PowerState
@@ -72,11 +72,13 @@ def make_plan(
     host_facts: dict[str, HostFacts] | None = None,
     resume: Iterable[str] = (),
     vgpu_migration: bool = False,
+    only_vms: Collection[str] | None = None,
 ) -> Plan:
     """Host changes first (vgpuctl.hosts.plan; `host_facts` from the ESXi shell and per-host API calls, `resume`:
     hosts an unfinished apply left behind, `vgpu_migration`: vCenter allows vMotion of running vGPU VMs), then
     the VMs, planned against the hosts as they will be after the host changes; VM changes on a changing host
-    wait for it (VmChange.depends_on_hosts)."""
+    wait for it (VmChange.depends_on_hosts). `only_vms`: plan only these VM entries (a scoped run); every entry
+    still tells the host planner what its VM will ask for when a host is evacuated."""
     resume = list(resume)
     hosts = (
         hostplan.plan_hosts(inv.hosts, observed, host_facts, resume, inv.vms, vgpu_migration)
@@ -84,7 +86,8 @@ def make_plan(
         else None
     )
     base = predict_observed(observed, hosts.changes) if hosts and hosts.changes else observed
-    plans = [_plan_vm(spec, base) for spec in sorted(inv.vms, key=lambda v: v.name)]
+    planned = [v for v in inv.vms if only_vms is None or v.name in only_vms]
+    plans = [_plan_vm(spec, base) for spec in sorted(planned, key=lambda v: v.name)]
     _check_capacity(plans, base)
     plan = Plan(warnings=list(observed.warnings))  # what the read itself could not see
     if hosts is not None:
