@@ -88,9 +88,12 @@ def observe(session: Session, datacenter: str | None = None, *, nvlink_hosts: It
 
     `nvlink_hosts`: hosts whose NVLink sets to read (one QueryConfigTarget each); the others keep nvlink_set None.
     """
+    from vgpuctl.vsphere.rawread import paused_gc
+
     start = session.round_trips
-    objects = _retrieve_observed(session)
-    observed = build_observed(objects, datacenter)
+    with paused_gc():
+        objects = _retrieve_observed(session)
+        observed = build_observed(objects, datacenter)
     about = session.content.about
     observed.api_version = str(about.apiVersion)
     observed.about = str(about.fullName)
