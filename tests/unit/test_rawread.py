@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 
@@ -126,21 +125,6 @@ def test_no_objects_no_returnval() -> None:
         FakeSent(HEAD.replace(b"<returnval>", b"") + TAIL.replace(b"</returnval>", b"")), lambda token: None
     )
     assert ret is None and following is None and rawread.objects_of(ret, None) == []
-
-
-@pytest.mark.parametrize("enabled", [True, False])
-def test_the_collector_pause_nests_and_restores_the_collector(enabled: bool) -> None:
-    was = gc.isenabled()
-    (gc.enable if enabled else gc.disable)()
-    try:
-        with rawread.paused_gc():
-            assert not gc.isenabled()
-            with rawread.paused_gc():
-                assert not gc.isenabled()
-            assert not gc.isenabled()  # the outer pause still runs
-        assert gc.isenabled() is enabled
-    finally:
-        (gc.enable if was else gc.disable)()
 
 
 XSI = 'xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"'

@@ -88,7 +88,7 @@ def observe(session: Session, datacenter: str | None = None, *, nvlink_hosts: It
 
     `nvlink_hosts`: hosts whose NVLink sets to read (one QueryConfigTarget each); the others keep nvlink_set None.
     """
-    from vgpuctl.vsphere.rawread import paused_gc
+    from vgpuctl.gcpause import paused_gc
 
     start = session.round_trips
     with paused_gc():

@@ -7,15 +7,13 @@ and only what vgpuctl reads is converted: PCI passthrough devices as real pyVmom
 
 from __future__ import annotations
 
-import gc
 import gzip
 import io
 import re
 import threading
 import xml.etree.ElementTree as ET
 import zlib
-from collections.abc import Callable, Generator, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Generator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -30,29 +28,6 @@ _Q = "{" + NS + "}"
 
 _class_cache: dict[str, Any] = {}
 _class_lock = threading.Lock()
-_gc_lock = threading.Lock()
-_gc_pauses = 0
-_gc_was_enabled = False
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """No cyclic garbage collection while a bulk read is parsed into objects: the hundreds of thousands of
-    elements it creates would each time be scanned again (about half the parse time). Nested and concurrent
-    pauses end with the last one, which restores the collector as it was before the first."""
-    global _gc_pauses, _gc_was_enabled
-    with _gc_lock:
-        if _gc_pauses == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.disable()
-        _gc_pauses += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_pauses -= 1
-            if _gc_pauses == 0 and _gc_was_enabled:
-                gc.enable()
 
 
 CHUNK = 64 * 1024  # bytes read and parsed at a time
