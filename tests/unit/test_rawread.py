@@ -213,3 +213,80 @@ def test_a_device_that_may_be_read_is_kept(device: str) -> None:
 )
 def test_an_answer_with_markup_the_scan_cannot_see_through_is_kept_whole(body: bytes) -> None:
     assert rawread.drop_unread_devices(body) is body
+
+
+def pci(device_id: str, vendor: int = 4318, device: int = 8437, tag: str = "<HostPciDevice>") -> str:
+    return f"{tag}<id>{device_id}</id><vendorId>{vendor}</vendorId><deviceId>{device}</deviceId></HostPciDevice>"
+
+
+def gpu(pci_id: str, tag: str = "<pciId>") -> str:
+    return f"<HostGraphicsInfo><deviceName>NVIDIA A100</deviceName>{tag}{pci_id}</pciId></HostGraphicsInfo>"
+
+
+def host(moid: str, pci_devices: list[str], gpus: list[str], first: str = "pci") -> str:
+    props = {
+        "pci": '<propSet><name>hardware.pciDevice</name><val xsi:type="ArrayOfHostPciDevice">'
+        f"{''.join(pci_devices)}</val></propSet>",
+        "gpu": '<propSet><name>config.graphicsInfo</name><val xsi:type="ArrayOfHostGraphicsInfo">'
+        f"{''.join(gpus)}</val></propSet>",
+    }
+    second = "gpu" if first == "pci" else "pci"
+    return f'<objects><obj type="HostSystem">{moid}</obj>{props[first]}{props[second]}</objects>'
+
+
+def hosts_answer(*hosts: str) -> bytes:
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<Envelope {XSI}><returnval xmlns="urn:vim25">{"".join(hosts)}'
+        "</returnval></Envelope>"
+    ).encode()
+
+
+def gpus_joined(body: bytes) -> dict[str, list[tuple[str, int | None, int | None]]]:
+    """What observe reads of each host's PCI devices: the one each GPU names, by its pciId."""
+    out = {}
+    for obj in rawread.objects_of(rawread.returnval_of(ET.fromstring(body)), None):
+        by_id = {str(d.id): d for d in obj.props.get("hardware.pciDevice", [])}
+        found = [by_id.get(str(g.pciId)) for g in obj.props.get("config.graphicsInfo", [])]
+        out[obj.moid] = [(str(d.id), d.vendorId, d.deviceId) if d else ("none", None, None) for d in found]
+    return out
+
+
+def test_pci_devices_no_gpu_of_their_host_names_are_not_parsed() -> None:
+    body = hosts_answer(
+        host("host-1", [pci("00:01.0", 32902), pci("3b:00.0"), pci("5e:00.0", 4318, 8438), pci("af:00.0")],
+             [gpu("3b:00.0"), gpu("5e:00.0")]),
+        host("host-2", [pci("af:00.0", 4318, 8439), pci("3b:00.0")], [gpu("af:00.0")], first="gpu"),
+    )
+    dropped = rawread.drop_unread_devices(body)
+    assert dropped.count(b"<HostPciDevice>") == 3  # 3b and 5e on host-1 (not its af), af on host-2
+    assert gpus_joined(dropped) == gpus_joined(body) == {
+        "host-1": [("3b:00.0", 4318, 8437), ("5e:00.0", 4318, 8438)],
+        "host-2": [("af:00.0", 4318, 8439)],
+    }
+
+
+@pytest.mark.parametrize(
+    ("devices", "gpus"),
+    [
+        ([pci("3b:00.0"), pci("af:00.0")], [gpu("3b:00.0", tag='<pciId xmlns:o="urn:o">')]),  # an odd pciId tag
+        ([pci("3b:00.0"), pci("af:00.0", tag='<HostPciDevice xmlns:o="urn:o">')], [gpu("3b:00.0")]),
+        ([pci("3b:00.0"), pci("af:00.0").replace("<id>af", "<id>&#97;f")], [gpu("3b:00.0")]),
+        ([pci("3b:00.0"), pci("af:00.0").replace("<id>", "<dynamicType>x</dynamicType><id>")], [gpu("3b:00.0")]),
+        ([pci("3b:00.0"), pci("af:00.0").replace("<HostPciDevice>", '<HostPciDevice xmlns="urn:o">')],
+         [gpu("3b:00.0")]),
+    ],
+)
+def test_pci_devices_in_a_form_the_scan_does_not_read_are_kept(devices: list[str], gpus: list[str]) -> None:
+    body = hosts_answer(host("host-1", devices, gpus))
+    dropped = rawread.drop_unread_devices(body)
+    assert b"af:00.0" in dropped or b"&#97;f" in dropped
+    assert gpus_joined(dropped) == gpus_joined(body)
+
+
+def test_a_host_that_declares_a_default_namespace_keeps_its_pci_devices() -> None:
+    body = hosts_answer(host("host-1", [pci("3b:00.0"), pci("af:00.0")], [gpu("3b:00.0")])).replace(
+        b'<val xsi:type="ArrayOfHostPciDevice">', b'<val xmlns="urn:vim25" xsi:type="ArrayOfHostPciDevice">'
+    )
+    dropped = rawread.drop_unread_devices(body)
+    assert dropped.count(b"<HostPciDevice>") == 2
+    assert gpus_joined(dropped) == gpus_joined(body)

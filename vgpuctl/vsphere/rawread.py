@@ -174,15 +174,19 @@ _tags: dict[bytes, tuple[bool, bool]] = {}  # a device start tag's rest -> (may 
 
 
 def drop_unread_devices(body: bytes) -> bytes:
-    """The answer without the VirtualDevice elements that `_devices` would skip (no type attribute names a PCI
-    passthrough type): most of a VM's devices, half of the elements of a bulk VM read, never parsed. Only where
-    nothing can hide markup: an answer with a comment, CDATA, a DOCTYPE or a processing instruction, or one
-    device inside another, is returned whole.
-
-    The answer is cut at each "<VirtualDevice": a piece starts with the rest of a device's start tag and, the
-    devices not nesting, holds that device's end tag."""
+    """The answer without the devices the reader would not look at, never parsed: the VirtualDevice elements
+    that `_devices` skips (no type attribute names a PCI passthrough type), most of a VM's devices and half of
+    the elements of a bulk VM read, and each host's HostPciDevice elements that none of its GPUs names
+    (`_drop_unread_pci_devices`). Only where nothing can hide markup: an answer with a comment, CDATA, a DOCTYPE
+    or a processing instruction is returned whole, and so is one with a device inside a device."""
     if not _elements_only(body):
         return body
+    return _drop_unread_pci_devices(_drop_unread_vm_devices(body))
+
+
+def _drop_unread_vm_devices(body: bytes) -> bytes:
+    """The answer is cut at each "<VirtualDevice": a piece starts with the rest of a device's start tag and, the
+    devices not nesting, holds that device's end tag."""
     pieces = body.split(_DEVICE)
     kept = [pieces[0]]
     for piece in pieces[1:]:
@@ -199,6 +203,56 @@ def drop_unread_devices(body: bytes) -> bytes:
         if close < 0 or end < 0 or piece[close + len(_DEVICE_END) : end].strip():
             return body  # the device holds another one, or does not end here
         kept.append(piece[end + 1 :])
+    return b"".join(kept)
+
+
+_OBJECT = b"<objects>"
+_OBJECT_END = b"</objects>"
+_PCI = b"<HostPciDevice>"
+_PCI_END = b"</HostPciDevice>"
+_GPU_PCI_ID = re.compile(rb"<pciId>([^<&]*)</pciId>")
+_PCI_DEVICE_ID = re.compile(rb"\s*<id>([^<&]*)</id>")
+_DEFAULT_NAMESPACE = re.compile(rb"xmlns\s*=")
+
+
+def _drop_unread_pci_devices(body: bytes) -> bytes:
+    """In each host object, the HostPciDevice elements whose id (their first child) no pciId of the object names:
+    observe joins a GPU of config.graphicsInfo to its PCI device by that id and reads no other. An object is
+    taken from the "<objects>" before its first device to the "</objects>" after it (an odd tag only widens
+    that, keeping more devices); only the plain form vCenter writes is cut (no attributes on these tags, ids
+    without references)."""
+    kept: list[bytes] = []
+    done = 0
+    device = body.find(_PCI)
+    while device >= 0:
+        start = body.rfind(_OBJECT, done, device)
+        end = body.find(_OBJECT_END, device)
+        if start < 0 or end < 0:
+            break
+        kept += (body[done:start], _pci_devices_read(body[start:end]))
+        done = end
+        device = body.find(_PCI, end)
+    return b"".join([*kept, body[done:]]) if kept else body
+
+
+def _pci_devices_read(host: bytes) -> bytes:
+    if _DEFAULT_NAMESPACE.search(host) or host.count(b"<HostPciDevice") != host.count(_PCI):
+        return host
+    named = _GPU_PCI_ID.findall(host)
+    if len(named) != host.count(b"<pciId"):  # a pciId this scan does not read: every device kept
+        return host
+    wanted = set(named)
+    pieces = host.split(_PCI)
+    kept = [pieces[0]]
+    for device in pieces[1:]:
+        close = device.find(_PCI_END)
+        if close < 0:
+            return host  # the device holds another one, or does not end here
+        device_id = _PCI_DEVICE_ID.match(device)
+        if device_id is None or device_id.group(1) in wanted:
+            kept += (_PCI, device)
+        else:
+            kept.append(device[close + len(_PCI_END) :])
     return b"".join(kept)
 
 
