@@ -1,8 +1,9 @@
 """A lean reader for the biggest bulk reads: VirtualMachine and HostSystem properties straight from the SOAP XML.
 
-The RetrievePropertiesEx request is pyVmomi's (one counted round trip); its answer is parsed with ElementTree
-and only what vgpuctl reads is converted: PCI passthrough devices as real pyVmomi objects (so
-`observe.split_devices` alone decides what a vGPU is), host graphics fields as plain namespaces.
+The RetrievePropertiesEx request is pyVmomi's (one counted round trip); the next page is asked for as soon as a
+page's token is read; the devices vgpuctl never reads are cut out of the answer (`drop_unread_devices`), the rest
+is parsed with ElementTree and only what vgpuctl reads is converted: PCI passthrough devices as real pyVmomi
+objects (so `observe.split_devices` alone decides what a vGPU is), host graphics fields as plain namespaces.
 """
 
 from __future__ import annotations
@@ -29,8 +30,7 @@ _Q = "{" + NS + "}"
 _class_cache: dict[str, Any] = {}
 _class_lock = threading.Lock()
 
-
-CHUNK = 64 * 1024  # bytes read and parsed at a time
+CHUNK = 64 * 1024  # bytes read from the connection at a time
 HEAD_LIMIT = 64 * 1024  # how far into a page its token is looked for before the page is parsed whole
 
 
@@ -116,8 +116,8 @@ def retrieve(session: Session, view: Any, type_props: list[tuple[str, list[str]]
     """Objects of these types (VirtualMachine, HostSystem) in a ContainerView as Obj, paged, in one
     RetrievePropertiesEx (plus one ContinueRetrievePropertiesEx per further page), under Session.invoke.
 
-    Each page is parsed as it is read, and the next page is asked for as soon as this page's token has been
-    read (RetrieveResult lists it before the objects), so the server prepares it while this one is parsed.
+    The next page is asked for as soon as this page's token has been read (RetrieveResult lists it before the
+    objects), so the server prepares it while this one is read, cut (`drop_unread_devices`) and parsed.
     """
     from pyVmomi import vmodl
 
