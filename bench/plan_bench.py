@@ -192,6 +192,8 @@ def client_steps(floor: Floor, profiled: Profiled, path: Path) -> dict[str, floa
         roots.clear()  # observe keeps no XML either
         everything = {**profiled.small, **{o.moid: o for o in objects}}
         observed, steps["model building"] = timed(lambda: build_observed(everything, "DC0"))
+        objects.clear()  # observe keeps only the model
+        everything.clear()
     _, steps["load + validate"] = timed(lambda: pipeline.load(path))
     _, steps["make_plan"] = timed(lambda: make_plan(profiled.inventory, observed))
     return steps
