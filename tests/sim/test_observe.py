@@ -184,6 +184,7 @@ def test_unknown_datacenter(sim) -> None:
 def test_paging_is_followed(sim, monkeypatch) -> None:
     whole = read(sim)
     monkeypatch.setattr(observe_mod, "PAGE_SIZE", 3)
+    monkeypatch.setattr(observe_mod, "LEAN_PAGE_SIZE", 3)
     paged = read(sim)
     assert paged.round_trips > whole.round_trips  # ContinueRetrievePropertiesEx was needed
     assert sorted(paged.vms) == sorted(whole.vms)
@@ -210,7 +211,7 @@ def test_lean_pages_asked_for_early_read_as_one_page(sim, monkeypatch) -> None:
             events.append("read")
 
     monkeypatch.setattr(rawread, "SentRequest", Recorded)
-    monkeypatch.setattr(observe_mod, "PAGE_SIZE", 2)
+    monkeypatch.setattr(observe_mod, "LEAN_PAGE_SIZE", 2)
     paged = read(sim).to_dict()
     assert paged.pop("round_trips") > whole.pop("round_trips")
     assert paged == whole
