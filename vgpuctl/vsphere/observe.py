@@ -52,7 +52,7 @@ HOST_PROPS = [
     "config.graphicsInfo",
     "config.graphicsConfig",
     "config.sharedPassthruGpuTypes",
-    "hardware.pciDevice",
+    "hardware.pciDevice",  # the lean reader keeps only the devices a GPU of config.graphicsInfo names (rawread)
     "configManager.graphicsManager",
     "customValue",  # vgpuctl's unfinished host work and run leases (vgpuctl.vsphere.workrecord)
     "availableField",
@@ -62,7 +62,7 @@ VM_PROPS = [
     "name",
     "parent",
     "config.template",
-    "config.hardware.device",
+    "config.hardware.device",  # the lean reader keeps only PCI passthrough devices (rawread)
     "config.hardware.numCPU",
     "config.hardware.memoryMB",
     "config.memoryReservationLockedToMax",
