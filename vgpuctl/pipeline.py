@@ -70,12 +70,14 @@ class RunOptions:
 
 def load(path: Path) -> Inventory:
     """The inventory file, schema and semantic checks done; errors located FILE:LINE:COL."""
+    from vgpuctl.gcpause import paused_gc
     from vgpuctl.inventory import load_inventory, validate
 
     if not path.exists():
         raise UsageError(f"{path}: no such file")
-    inventory = load_inventory(path)
-    validate(inventory)  # VM classes and namespaces included
+    with paused_gc():  # the YAML events and positions of a large inventory: see vgpuctl.gcpause
+        inventory = load_inventory(path)
+        validate(inventory)  # VM classes and namespaces included
     return inventory
 
 

@@ -34,6 +34,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 1000
+# The lean read's pages are smaller: each next page is asked for as soon as the page before names its token, so
+# vCenter prepares page N+1 while vgpuctl parses page N; with pages of 1,000 a farm of 1,000 VMs would come in
+# one page and nothing would overlap (one more round trip per 500 hosts and VMs, sent while a page is parsed).
+LEAN_PAGE_SIZE = 500
 NVLINK_WORKERS = 4  # concurrent QueryConfigTarget calls for NVLink sets
 NVLINK_API = (8, 0, 0, 1)  # vendorDeviceGroupInfo
 
@@ -48,7 +52,7 @@ HOST_PROPS = [
     "config.graphicsInfo",
     "config.graphicsConfig",
     "config.sharedPassthruGpuTypes",
-    "hardware.pciDevice",
+    "hardware.pciDevice",  # the lean reader keeps only the devices a GPU of config.graphicsInfo names (rawread)
     "configManager.graphicsManager",
     "customValue",  # vgpuctl's unfinished host work and run leases (vgpuctl.vsphere.workrecord)
     "availableField",
@@ -58,7 +62,7 @@ VM_PROPS = [
     "name",
     "parent",
     "config.template",
-    "config.hardware.device",
+    "config.hardware.device",  # the lean reader keeps only PCI passthrough devices (rawread)
     "config.hardware.numCPU",
     "config.hardware.memoryMB",
     "config.memoryReservationLockedToMax",
@@ -88,9 +92,12 @@ def observe(session: Session, datacenter: str | None = None, *, nvlink_hosts: It
 
     `nvlink_hosts`: hosts whose NVLink sets to read (one QueryConfigTarget each); the others keep nvlink_set None.
     """
+    from vgpuctl.gcpause import paused_gc
+
     start = session.round_trips
-    objects = _retrieve_observed(session)
-    observed = build_observed(objects, datacenter)
+    with paused_gc():
+        objects = _retrieve_observed(session)
+        observed = build_observed(objects, datacenter)
     about = session.content.about
     observed.api_version = str(about.apiVersion)
     observed.about = str(about.fullName)
@@ -188,7 +195,7 @@ def _lean_objects(session: Session, view: Any) -> dict[str, Obj]:
 
     type_props = [(t, TYPE_PROPS[t]) for t in LEAN_TYPES]
     try:
-        objects = rawread.retrieve(session, view, type_props, PAGE_SIZE)
+        objects = rawread.retrieve(session, view, type_props, LEAN_PAGE_SIZE)
     except (ET.ParseError, ValueError, AttributeError, KeyError, TypeError, AssertionError) as err:
         log.debug("lean read failed (%r); reading through pyVmomi", err)
         return _collect(session, view_filter_spec(view, type_props))
