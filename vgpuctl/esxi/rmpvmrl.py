@@ -105,9 +105,8 @@ def to_int(value: str | None) -> int | None:
     """The number an RmPVMRL value stands for; None when unset or empty, -1 when it is not a number."""
     if value is None or not value.strip():
         return None
-    text = value.strip()
     try:
-        return int(text, 16) if text.lower().startswith("0x") else int(text, 0)
+        return int(value.strip(), 0)  # 0x11 and 17 alike
     except ValueError:
         return -1
 
