@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -20,7 +21,15 @@ from vgpuctl.capacity.answer import (
 )
 from vgpuctl.capacity.demand import Demand, load_demand
 from vgpuctl.capacity.fitnow import what_fits
-from vgpuctl.capacity.kinds import MAX_PATTERNS, addition_patterns, capacity, in_mode, patterns_complete
+from vgpuctl.capacity.kinds import (
+    MAX_PATTERNS,
+    _hashable,
+    _key,
+    addition_patterns,
+    capacity,
+    in_mode,
+    patterns_complete,
+)
 from vgpuctl.capacity.layout import greedy, verify
 from vgpuctl.capacity.problem import build_problem
 from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
@@ -214,6 +223,28 @@ def test_the_patterns_cache_tells_gpus_apart_by_everything_but_their_name() -> N
     held = Gpu("0000:3b:00.0", "a40", 48, api_version="8.0.3.0", vgpus=["grid_a40-8c"])
     assert {"grid_a40-8q": 1, "grid_a40-8c": 4} in addition_patterns(held, names)
     assert addition_patterns(in_mode(new, "mixedSize"), names) != mixed_types
+
+
+def test_the_cache_key_is_every_field_but_the_pci_id_lists_included() -> None:
+    """kinds._key: GPUs that differ only in their PCI id share one enumeration (a farm of identical GPUs costs one
+    per kind); what a GPU holds is part of the key item by item, not only how many vGPUs it holds."""
+    gpu = Gpu("0000:3b:00.0", "a100", 40, vgpus=["grid_a100-10c"])
+    assert _key(gpu) == _key(dataclasses.replace(gpu, id="0000:af:00.0"))
+    assert _key(gpu) != _key(Gpu("0000:3b:00.0", "a100", 40, vgpus=["grid_a100-20c"]))
+    assert _hashable([["a", ("b", [1])], 2]) == (("a", ("b", (1,))), 2)
+    ten, twenty = (Gpu("0000:3b:00.0", "a100", 40, vgpus=[p]) for p in ("grid_a100-10c", "grid_a100-20c"))
+    assert (capacity(ten, "grid_a100-10c"), capacity(twenty, "grid_a100-10c")) == (3, 0)
+    assert (capacity(ten, "grid_a100-20c"), capacity(twenty, "grid_a100-20c")) == (0, 1)
+
+
+def test_patterns_are_only_the_maximal_packings_the_walk_finds() -> None:
+    """A media MIG instance (one per GPU) beside 1g.10gb instances: the walk, largest first, ends with the media
+    instance after one, two or three 1g.10gb and alone; only packings no other one contains are patterns."""
+    gpu = Gpu("0000:3b:00.0", "a100", 40, vgpu_mode=MIG)
+    patterns = addition_patterns(gpu, ["grid_a100-1-5cme", "grid_a100-1-10c"])
+    assert sorted(patterns, key=str) == [{"grid_a100-1-10c": 3, "grid_a100-1-5cme": 1}, {"grid_a100-1-10c": 4}]
+    assert capacity(gpu, "grid_a100-1-5cme") == 1 and capacity(gpu, "grid_a100-1-10c") == 4
+    assert capacity(Gpu("0000:3b:00.0", "a100", 40, graphics_type="shared"), "grid_a100-10c") == 0
 
 
 # ------------------------------------------------------------------------------------------ fits now
