@@ -11,6 +11,7 @@ import pytest
 
 from vgpuctl.domain import ChangeKind, EvacuationKind
 from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.settings.base import HostPlan
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import EvacuationAction, Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
@@ -218,3 +219,37 @@ def test_migrate_needs_room_and_an_unchanged_destination() -> None:
     both = _inventory(MIGRATE + MIGRATE.replace(HOST, OTHER))
     result = hostplan.plan_hosts(both.hosts, _two_hosts(_vm("web-01")), vms=both.vms, vgpu_migration=True)
     assert len(result.errors) == 1 and "that this plan leaves unchanged" in result.errors[0], result.errors
+
+
+# ------------------------------------------------------------------------------------------ through make_plan
+
+
+def test_make_plan_hands_the_host_planner_vgpu_migration_and_keeps_every_warning() -> None:
+    """make_plan passes vgpu_migration (False unless vCenter allows vGPU vMotion) to the host planner; its errors
+    become plan errors and its warnings follow observe's."""
+    observed = _two_hosts(_vm("train-01", "grid_a100-40c"), _vm("web-01"))
+    observed.warnings = ["host esx-b: NVLink sets not read (HostCommunication)"]
+    inv = _inventory(MIGRATE)
+    plan = make_plan(inv, observed)
+    assert plan.errors == [f"host {HOST}: VM train-01 cannot migrate (vCenter does not allow vMotion of running "
+                           "vGPU VMs (vgpu.hotmigrate.enabled is not true)); list it in the inventory with power: "
+                           "restart to allow powering it off instead, or move or stop it first"]
+    assert plan.warnings == observed.warnings
+    moved = make_plan(inv, observed, vgpu_migration=True)
+    assert moved.errors == []
+    assert _moves(HostPlan(changes=moved.host_changes)) == [("train-01", _migrate(OTHER)), ("web-01", _migrate(OTHER))]
+    listed = make_plan(_inventory(MIGRATE, "  - name: train-01\n    power: restart\n"), observed)
+    assert listed.warnings[0] == observed.warnings[0] and len(listed.warnings) == 2
+    assert "powered off and on again instead" in listed.warnings[1]
+
+
+def test_make_plan_hands_the_host_planner_the_shell_facts() -> None:
+    """The scheduler lives in the nvidia module options, which the ESXi shell reads: with the host's facts saying
+    equal-share is set there is nothing to change, without them the host planner sees best effort."""
+    inv = _inventory(f"  - name: {HOST}\n    scheduler: {{policy: equal-share}}\n")
+    observed = _observed()
+    options = "NVreg_RegistryDwords=RmPVMRL=0x01"
+    facts = {HOST: HostFacts(HOST, options_configured=options, options_effective=options)}
+    assert make_plan(inv, observed, host_facts=facts).host_changes == []
+    assert [(c.kind, c.old, c.new) for c in make_plan(inv, observed).host_changes] == [
+        (ChangeKind.SCHEDULER, "best-effort", "equal-share")]

@@ -25,7 +25,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from vgpuctl.inventory import load_inventory, load_inventory_text, validate
-from vgpuctl.model import CloneSpec, Observed, ObservedVgpu, Plan, VmChange
+from vgpuctl.model import CloneSpec, Observed, ObservedVgpu, ObservedVm, Plan, VmChange
 from vgpuctl.reports.plan import plan_to_json, render_plan_text
 from vgpuctl.vms.farm import farm_from_observed
 from vgpuctl.vms.placement import place_vm
@@ -287,3 +287,67 @@ def test_named_lists_the_vms_of_a_name_in_a_folder() -> None:
     assert observed.named("inv-01", "teamB") == ["/teamB/inv-01"]
     assert observed.named("inv-01", "teamA") == []
     assert observed.named("ubuntu-22.04-ml") == ["ubuntu-22.04-ml"] and observed.named("nope") == []
+
+
+# ------------------------------------------------------------------------------------- unexplained names
+
+
+def _two_clusters() -> Observed:
+    observed = _observed({"observed_from": "_farm2.yaml"})
+    observed.clusters = {"GPU-Cluster": ["esx-01.gpu.sim"], "MIG-Cluster": ["esx-02.gpu.sim"]}
+    observed.hosts["esx-02.gpu.sim"].cluster = "MIG-Cluster"
+    observed.hosts["esx-02.gpu.sim"].offered_profiles = ["grid_a100-1-5c", "grid_a100-3-20c", "nvidia_a100-1-5cme2"]
+    return observed
+
+
+def test_an_unexplained_name_is_answered_with_what_is_offered_where_the_vm_may_run() -> None:
+    """The offered profiles named are those of the VM's host, else of its cluster's hosts, else of every host; a
+    name the host offers but no table explains is said to be one; the first unexplained name of the VM is the one
+    answered."""
+    from vgpuctl.inventory import Inventory
+
+    inv = Inventory.model_validate({"apiVersion": "vgpuctl/v1", "vms": [
+        {"name": "by-cluster", "cluster": "MIG-Cluster", "vgpus": [{"profile": "grid_a100-3-20x"}]},
+        {"name": "by-host", "host": "esx-01.gpu.sim", "vgpus": [{"profile": "grid_a100-20x"}]},
+        {"name": "offered", "cluster": "MIG-Cluster", "vgpus": [{"profile": "grid_a100-1-5c"},
+                                                                {"profile": "nvidia_a100-1-5cme2"}]},
+    ]})
+    syntax = "(expected grid_<board>-[<slices>-]<fb><series>, e.g. grid_a100-40c or grid_a100-3-20c)"
+    assert make_plan(inv, _two_clusters()).errors == [
+        f"vm by-cluster: not a vGPU profile name: 'grid_a100-3-20x' {syntax}; offered there: grid_a100-1-5c, "
+        "grid_a100-3-20c",
+        f"vm by-host: not a vGPU profile name: 'grid_a100-20x' {syntax}; offered there: grid_a100-10c, "
+        "grid_a100-20c, grid_a100-40c, grid_a100-4c, grid_a100-5c, grid_a100-8c",
+        "vm offered: asks for nvidia_a100-1-5cme2, which the host offers but no vGPU type table explains (framebuffer "
+        "and maxima unknown: vgpuctl does not place it); offered there: grid_a100-1-5c, grid_a100-3-20c",
+    ]
+    nothing = _two_clusters()
+    nothing.hosts["esx-01.gpu.sim"].offered_profiles = []
+    only = Inventory.model_validate({"apiVersion": "vgpuctl/v1", "vms": [
+        {"name": "by-host", "host": "esx-01.gpu.sim", "vgpus": [{"profile": "grid_a100-20x"}]}]})
+    assert make_plan(only, nothing).errors == [f"vm by-host: not a vGPU profile name: 'grid_a100-20x' {syntax}"]
+
+
+@pytest.mark.parametrize(
+    ("extra_config", "keys"),
+    [
+        ({"pciPassthru0.cfg.enable_uvm": "1", "pciPassthru1.cfg.enable_uvm": "0"}, ["pciPassthru0.cfg.enable_uvm"]),
+        ({"pciPassthru1.cfg.enable_uvm": "TRUE", "pciPassthru0.cfg.enable_uvm": " true "},
+         ["pciPassthru0.cfg.enable_uvm", "pciPassthru1.cfg.enable_uvm"]),
+        ({"PCIPASSTHRU2.CFG.ENABLE_UVM": "True"}, ["PCIPASSTHRU2.CFG.ENABLE_UVM"]),  # extraConfig keys: any case
+        ({"pciPassthru0.cfg.enable_uvm": "yes", "pciPassthru.cfg.enable_uvm": "1", "enable_uvm": "1"}, []),
+    ],
+)
+def test_uvm_is_enabled_by_1_or_true_on_a_vgpus_key(extra_config: dict[str, str], keys: list[str]) -> None:
+    from vgpuctl.vms.plan import uvm_enabled
+
+    assert uvm_enabled(extra_config) == keys
+
+
+def test_a_scoped_plan_plans_only_the_vms_it_names() -> None:
+    observed = _observed({"observed_from": "_same-name.yaml"})
+    observed.vms["solo"] = ObservedVm("solo", host="esx-01.gpu.sim", cpus=2)
+    inv = load_inventory_text("apiVersion: vgpuctl/v1\nvms:\n  - {name: solo, cpus: 4}\n"
+                              "  - {name: inv-01, folder: /, cpus: 4}\n")
+    assert [c.vm for c in make_plan(inv, observed, only_vms={"solo"}).changes] == ["solo"]
+    assert sorted(c.vm for c in make_plan(inv, observed).changes) == ["inv-01", "solo"]

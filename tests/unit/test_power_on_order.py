@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 
 import pytest
 
 from vgpuctl.inventory import load_inventory_text
-from vgpuctl.model import CloneSpec, Observed, ObservedGpu, ObservedHost, ObservedVm, VmChange
+from vgpuctl.model import CloneSpec, Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm, VmChange
 from vgpuctl.vms.apply import PowerOnTurns, power_on_host, queue_order
 from vgpuctl.vms.placement import Gpu, add_vgpu, fits, power_on_key, profile_order
 from vgpuctl.vms.plan import make_plan
@@ -90,6 +91,34 @@ def test_a_vm_that_stays_off_has_no_rank() -> None:
     text = INVENTORY.replace("vgpus: {profile: grid_a100-4-20c, count: 1}",
                              "vgpus: {profile: grid_a100-4-20c, count: 1}\n    power: 'off'")
     plan = make_plan(load_inventory_text(text), _observed())
+    assert {c.vm: c.power_on_rank for c in plan.vm_changes} == {"infer-1": 0, "infer-2": 1, "wide": None}
+
+
+def test_plan_powers_on_a_vm_that_exists_before_a_larger_new_one() -> None:
+    """An existing VM that is off and asked to run comes first, then the new ones largest first: here the existing
+    1g.5gb VM keeps its place ahead of the 4g.20gb clone (and, conservatively placed first, leaves it no room)."""
+    observed = _observed()
+    observed.vms["old-1"] = ObservedVm("old-1", host="esx-01", cluster="C", firmware="efi",
+                                       memory_reservation_locked=True,
+                                       vgpus=[ObservedVgpu(13000, "grid_a100-1-5c")])
+    text = INVENTORY.replace("name: infer-{1..2}", "name: infer-1") + (
+        "  - name: old-1\n    vgpus: {profile: grid_a100-1-5c, count: 1}\n")
+    plan = make_plan(load_inventory_text(text), observed)
+    assert {c.vm: c.power_on_rank for c in plan.vm_changes} == {"old-1": 0, "wide": 1, "infer-1": 2}
+    assert [e.split(": host")[0] for e in plan.errors] == ["vm wide: cannot power on"]
+
+
+def test_a_vm_with_no_usable_host_does_not_keep_the_next_ones_from_their_rank() -> None:
+    """The largest VM's host is in maintenance mode: it cannot power on, and the VMs after it are still placed."""
+    observed = _observed()
+    observed.hosts["esx-02"] = ObservedHost("esx-02", cluster="C", default_graphics_type="sharedDirect",
+                                            in_maintenance=True, gpus=[copy.deepcopy(observed.hosts["esx-01"].gpus[0])],
+                                            offered_profiles=list(observed.hosts["esx-01"].offered_profiles))
+    observed.clusters["C"].append("esx-02")
+    plan = make_plan(load_inventory_text(INVENTORY.replace("host: esx-01\n    vgpus: {profile: grid_a100-4-20c",
+                                                           "host: esx-02\n    vgpus: {profile: grid_a100-4-20c")),
+                     observed)
+    assert plan.errors == ["vm wide: cannot power on: no usable host (esx-02; esx-02: in maintenance mode)"]
     assert {c.vm: c.power_on_rank for c in plan.vm_changes} == {"infer-1": 0, "infer-2": 1, "wide": None}
 
 

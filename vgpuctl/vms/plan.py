@@ -111,7 +111,6 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
     except ProfileError as exc:
         vp.errors.append(_unexplained(spec, observed, exc))
         return vp
-    vp.profiles = [p.name for p in parsed]
     problem = mixing_problem(parsed)  # validate() says so too; kept here for inventories built in code
     if problem:
         vp.errors.append(problem)
@@ -286,8 +285,8 @@ def _offer_error(vp: _VmPlan, hosts: list[ObservedHost], added: list[str]) -> st
         missing = [p for p in added if p not in h.offered_profiles]
         offered = ", ".join(sorted(h.offered_profiles)) or "none"
         return f"host {h.name} does not offer {', '.join(missing)} in its current GPU mode (offered: {offered})"
-    where = f"cluster {vp.spec.cluster}" if vp.spec.cluster else "the candidate hosts"
-    return f"no host of {where} offers {', '.join(added)} in its current GPU mode"
+    # several candidate hosts (or none) only for a new VM placed by cluster
+    return f"no host of cluster {vp.spec.cluster} offers {', '.join(added)} in its current GPU mode"
 
 
 def uvm_enabled(extra_config: dict[str, str]) -> list[str]:
