@@ -1,11 +1,12 @@
 """`make mutation`: run mutmut over the pure core, one module at a time, and score each without message-text mutants.
 
-    python scripts/mutation.py [--report-only] [MODULE ...]     (MODULE: placement, scheduler, plan, kinds, layout)
+    python scripts/mutation.py [--fresh] [--report-only] [MODULE ...]   (placement, scheduler, plan, kinds, layout)
 
 mutmut reads its settings from pyproject.toml ([tool.mutmut]: the files it mutates, unit tests only) and keeps its
-results under mutants/, so a second run only tests what changed. A mutant is a message-text mutant when every
-change it makes lies inside a string that reads as prose (see `message_text_only`); those are left out of the
-score. Exits 1 when a module scores under the threshold. The rule and the latest numbers: docs/testing.md.
+results under mutants/: a second run tests only the mutants not yet killed (--fresh starts over). A mutant is a
+message-text mutant when every change it makes lies inside a string that reads as prose (`message_text_only`);
+those are never run and left out of the score. Exits 1 when a module scores under the threshold. The rule and the
+latest numbers: docs/testing.md.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import ast
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections import Counter
@@ -118,22 +120,27 @@ def outcome(code: int | None) -> str:
     return DETECTED.get(code) or UNDETECTED.get(code) or "suspicious"
 
 
-def score(module: str, paths: tuple[str, ...], mutants: Path = MUTANTS) -> Score:
-    result = Score(module)
+def mutants_of(paths: tuple[str, ...], mutants: Path = MUTANTS) -> Iterator[tuple[str, str, bool]]:
+    """(mutmut's name, outcome, whether it is a message-text mutant) of every mutant of the module's files."""
     for path in paths:
         meta = json.loads((mutants / (path + ".meta")).read_text())
         funcs = functions(ast.parse((mutants / path).read_text()))
         for key, code in sorted(meta["exit_code_by_key"].items()):
             name = key.rpartition(".")[2]
             original = funcs[name.rpartition("__mutmut_")[0] + "__mutmut_orig"]
-            state = outcome(code)
-            if message_text_only(original, funcs[name]):
-                result.excluded[state] += 1
-                result.message_text.append(f"{key} ({state})")
-                continue
-            result.outcomes[state] += 1
-            if state not in DETECTED.values():
-                result.missed.append(f"{key} ({state})")
+            yield key, outcome(code), message_text_only(original, funcs[name])
+
+
+def score(module: str, paths: tuple[str, ...], mutants: Path = MUTANTS) -> Score:
+    result = Score(module)
+    for key, state, message in mutants_of(paths, mutants):
+        if message:
+            result.excluded[state] += 1
+            result.message_text.append(f"{key} ({state})")
+            continue
+        result.outcomes[state] += 1
+        if state not in DETECTED.values():
+            result.missed.append(f"{key} ({state})")
     return result
 
 
@@ -156,13 +163,30 @@ def report(scores: list[Score], excluded: bool = False) -> str:
 # --------------------------------------------------------------------------------------------------- run
 
 
+def _niced(*command: str) -> None:
+    """At low priority, one test process: the machine is shared."""
+    subprocess.run(["nice", "-n", "15", *command], cwd=ROOT, check=True)
+
+
+def generate() -> None:
+    """mutmut's first step alone (its 3.8 internals: `mutmut run` does the same before testing): the tree copied
+    to mutants/ and every mutant written, so that the message-text mutants can be told apart before any runs."""
+    _niced(sys.executable, "-c", "from mutmut.__main__ import create_mutants; "
+           "from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir; "
+           "import os; os.makedirs('mutants', exist_ok=True); copy_src_dir(); copy_also_copy_files(); "
+           "create_mutants(1)")
+
+
+def to_test(paths: tuple[str, ...], mutants: Path = MUTANTS) -> list[str]:
+    """The module's scored mutants the tests have not yet detected (new ones, and survivors to try again)."""
+    return [key for key, state, message in mutants_of(paths, mutants) if not message and state not in DETECTED.values()]
+
+
 def run_mutmut(paths: tuple[str, ...]) -> None:
-    """One module at a time, at low priority, one test process: the machine is shared."""
-    mutmut = Path(sys.executable).parent / "mutmut"
-    for path in paths:
-        pattern = path.removesuffix(".py").replace("/", ".") + ".*"
-        subprocess.run(["nice", "-n", "15", str(mutmut), "run", "--max-children", "1", pattern],
-                       cwd=ROOT, check=True)
+    """Test the module's scored mutants mutmut has not seen killed; message-text mutants are never run."""
+    names = to_test(paths)
+    if names:
+        _niced(str(Path(sys.executable).parent / "mutmut"), "run", "--max-children", "1", *names)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,12 +194,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("modules", nargs="*", metavar="MODULE", help=", ".join(MODULES) + " (default: all)")
     parser.add_argument("--report-only", action="store_true", help="score mutmut's last results, run nothing")
     parser.add_argument("--show-excluded", action="store_true", help="list the message-text mutants too")
+    parser.add_argument("--fresh", action="store_true", help="forget mutmut's earlier results (mutants/) first")
     args = parser.parse_args(argv)
     chosen = args.modules or list(MODULES)
     unknown = [m for m in chosen if m not in MODULES]
     if unknown:
         parser.error(f"unknown module {', '.join(unknown)} (modules: {', '.join(MODULES)})")
+    if args.fresh:
+        shutil.rmtree(MUTANTS, ignore_errors=True)
     if not args.report_only:
+        generate()
         for module in chosen:
             run_mutmut(MODULES[module])
     scores = [score(m, MODULES[m]) for m in chosen]

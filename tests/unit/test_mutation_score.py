@@ -104,5 +104,6 @@ def test_the_score_counts_detected_mutants_of_the_counted_ones(mutation: ModuleT
     assert (score.detected, score.counted, score.percent) == (1, 2, 50.0)
     assert dict(score.excluded) == {"survived": 1, "killed": 1, "no tests": 1}
     assert score.missed == ["pkg.mod.x_f__mutmut_2 (survived)"]
+    assert mutation.to_test(("pkg/mod.py",), tmp_path) == ["pkg.mod.x_f__mutmut_2"]  # message-text ones never run
     assert mutation.outcome(36) == "timeout" and mutation.outcome(None) == "not run" and mutation.outcome(-11) == (
         "suspicious")

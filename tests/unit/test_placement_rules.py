@@ -4,12 +4,31 @@ holding several vGPUs, and the catalogue's NVLink group sizes where a host repor
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
-from vgpuctl.profiles import parse_profile
+from vgpuctl.profiles import BOARDS, load_catalogue, parse_profile
 from vgpuctl.vms.farm import Request, farm_from_observed, place_farm
-from vgpuctl.vms.placement import Gpu, GroupSizes, _mask, _mixed_placement, catalogue_group_sizes, group_sizes, place_vm
+from vgpuctl.vms.placement import (
+    Gpu,
+    GroupSizes,
+    _mask,
+    _mixed_placement,
+    add_vgpu,
+    catalogue_group_sizes,
+    fits,
+    group_profiles,
+    group_refusal,
+    group_sizes,
+    nvlink_sets,
+    place_vm,
+    power_on_key,
+    remove_vgpu,
+    whole_gpu_compute_types,
+    why_not,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -90,3 +109,158 @@ def test_group_sizes_say_where_they_come_from() -> None:
                                "2, 4 or 8")
     reported = group_sizes(nvset("h100xm", 8, (2, 8, 16)))  # a size beyond the set is not offered
     assert reported == GroupSizes((2, 8), True) and reported.text() == "the host offers groups of 2 or 8"
+
+
+# ------------------------------------------------------------------------------------------- one GPU
+
+
+def test_a_type_without_a_published_maximum_is_bounded_by_the_framebuffer() -> None:
+    """A profile no catalogue row describes (here a 13 GB one) takes as many vGPUs as the framebuffer divides."""
+    gpu = Gpu("0000:3b:00.0", "a100", 40, vgpus=["grid_a100-13c"] * 2)
+    assert fits(gpu, "grid_a100-13c")
+    add_vgpu(gpu, "grid_a100-13c")
+    assert why_not(gpu, parse_profile("grid_a100-13c")) == "full"
+
+
+def test_a_mig_history_that_does_not_fit_blocks_the_gpu_and_keeps_every_vgpu() -> None:
+    gpu = Gpu("0000:3b:00.0", "a100", 40, vgpu_mode="multiInstanceGpu",
+              vgpus=["grid_a100-7-40c", "grid_a100-7-40c", "grid_a100-1-5c"])
+    assert gpu.blocked and gpu.vgpus == ["grid_a100-7-40c", "grid_a100-7-40c", "grid_a100-1-5c"]
+    assert gpu.blocked_reason == "holds vGPU 'grid_a100-7-40c', which does not fit its MIG geometry"
+
+
+def test_removing_the_vgpu_that_blocked_a_gpu_makes_it_whole_again() -> None:
+    """Once the unexplained vGPU leaves, the GPU is as if it never held it: not blocked, for no reason, by no
+    history, and its lists are lists again (placement copies them)."""
+    gpu = Gpu("0000:3b:00.0", "a100", 40, vgpus=["grid_a100-10c", "grid_a100-1-5xme"])
+    assert gpu.blocked and gpu.history_blocked
+    remove_vgpu(gpu, "grid_a100-1-5xme")
+    assert (gpu.blocked, gpu.blocked_reason, gpu.history_blocked, gpu.mig_used) == (False, None, False, [])
+    assert place_vm([gpu], "v", ["grid_a100-10c"]).ok
+    gpu.block("used by a VM whose vGPUs were not read", history=False)
+    remove_vgpu(gpu, "grid_a100-10c")
+    assert gpu.blocked  # a block that is not about what the GPU holds stays
+
+
+# ------------------------------------------------------------------------------------------- reasons
+
+
+def test_a_shortfall_names_the_first_vgpu_that_did_not_fit_and_every_gpus_reason() -> None:
+    """An A100 pair holding a 10 GB and a 5 GB vGPU: a VM of a 20 GB and a 10 GB vGPU gets neither; the reason
+    lists what it asks for, how many fitted, and why each GPU refuses the first one missing."""
+    gpus = [Gpu("0000:3b:00.0", "a100", 40, vgpus=["grid_a100-10c"]),
+            Gpu("0000:5e:00.0", "a100", 40, vgpus=["grid_a100-5c"])]
+    res = place_vm(gpus, "v", ["grid_a100-10c", "grid_a100-20c"])
+    assert (res.ok, res.fitted) == (False, 0)
+    assert res.reason == ("lacks GPU capacity for 1 x grid_a100-20c + 1 x grid_a100-10c on separate GPUs: 0 of 2 fit "
+                          "(grid_a100-20c: holds another profile (same-size mode))")
+    mixed = [Gpu("0000:3b:00.0", "a100", 40, vgpus=["grid_a100-10c"]),
+             Gpu("0000:5e:00.0", "a100", 40, vgpu_mode="multiInstanceGpu")]
+    assert place_vm(mixed, "v", ["grid_a100-20c"]).reason == (
+        "lacks GPU capacity for 1 x grid_a100-20c: 0 of 1 fit (grid_a100-20c: holds another profile (same-size "
+        "mode); in MIG mode (time-sliced profiles need MIG off))")
+
+
+def test_a_shortfall_where_a_gpu_has_room_names_no_gpu() -> None:
+    """Two 10 GB vGPUs on an idle GPU and one holding 20 GB: the first fits, the second is refused by the other GPU
+    but the first still has room (a VM takes one vGPU per GPU), so no GPU's reason explains the shortfall."""
+    gpus = [Gpu("0000:3b:00.0", "a100", 40), Gpu("0000:5e:00.0", "a100", 40, vgpus=["grid_a100-20c"])]
+    res = place_vm(gpus, "v", ["grid_a100-10c"] * 2)
+    assert (res.fitted, res.reason) == (1, "lacks GPU capacity for 2 x grid_a100-10c on separate GPUs: 1 of 2 fit")
+
+
+# -------------------------------------------------------------------------------------------- NVLink
+
+
+def _nvswitch(held: dict[int, list[str]] | None = None, profiles: tuple[str, ...] = ()) -> list[Gpu]:
+    """Four A100 on one NVLink set whose host reports groups of 2 and 4, for `profiles` when it names them."""
+    return [Gpu(f"0000:{i + 1:02x}:00.0", "a100", 40, nvlink_set=0, nvlink_groups=(2, 4), nvlink_profiles=profiles,
+                vgpus=list((held or {}).get(i, []))) for i in range(4)]
+
+
+@pytest.mark.parametrize(("policy", "assign"), [("performance", ["0000:01:00.0", "0000:02:00.0"]),
+                                               ("consolidation", ["0000:03:00.0", "0000:01:00.0"])])
+def test_an_nvlink_vm_follows_the_hosts_policy_within_its_set(policy: str, assign: list[str]) -> None:
+    """Groups named for a 20 GB type, the third GPU holding one: spreading takes the two emptiest GPUs, packing
+    puts the first vGPU beside the one there."""
+    gpus = _nvswitch({2: ["grid_a100-20c"]}, ("grid_a100-20c",))
+    res = place_vm(gpus, "v", ["grid_a100-20c"] * 2, policy, nvlink=True, host="h")
+    assert (res.ok, res.vm, res.host, res.fitted, res.assign) == (True, "v", "h", 2, assign)
+
+
+def test_an_nvlink_vm_that_does_not_fit_its_set_says_how_many_fitted() -> None:
+    none_free = _nvswitch({i: ["grid_a100-40c"] for i in range(4)})
+    res = place_vm(none_free, "v", ["grid_a100-40c"] * 2, nvlink=True, host="h")
+    assert (res.ok, res.vm, res.host, res.fitted) == (False, "v", "h", 0)
+    assert res.reason == ("lacks GPU capacity for 2 x grid_a100-40c on one NVLink-connected set: 0 of 2 fit "
+                          "(grid_a100-40c: full)")
+    one_free = _nvswitch({i: ["grid_a100-40c"] for i in range(3)})
+    assert place_vm(one_free, "v", ["grid_a100-40c"] * 2, nvlink=True).fitted == 1
+    refused = place_vm(_nvswitch(), "v", ["grid_a100-40c"] * 3, nvlink=True, host="h")
+    assert (refused.vm, refused.host, refused.fitted) == ("v", "h", 0)
+    assert refused.reason == "has no NVLink device group of 3 GPUs (the host offers groups of 2 or 4)"
+
+
+def test_a_set_one_of_whose_gpus_is_in_mig_mode_is_a_set_of_one() -> None:
+    """A bridged pair whose second GPU runs MIG: the set left has one GPU, which is no device group."""
+    pair = [Gpu("0000:3b:00.0", "a100", 40, nvlink_set=0),
+            Gpu("0000:5e:00.0", "a100", 40, vgpu_mode="multiInstanceGpu", nvlink_set=0)]
+    assert [[g.id for g in s] for s in nvlink_sets(pair)] == [["0000:3b:00.0"]]
+    assert group_sizes(nvlink_sets(pair)[0]) == GroupSizes((), False, "bridge-pairs")
+    res = place_vm(pair, "v", ["grid_a100-40c"] * 2, nvlink=True)
+    assert res.reason == ("has no NVLink device group of 2 GPUs (the host reported no NVLink device groups; by the "
+                          "board's topology (bridge-pairs): none)")
+    assert group_refusal(nvlink_sets(pair)[0], ["nvidia_a100-20c"]) == (
+        "has NVLink device groups only for nvidia_a100-40c (by the catalogue: the board's whole-GPU C-series types), "
+        "not for nvidia_a100-20c")
+
+
+def test_nvlink_refusals_of_several_sets_are_listed_and_spelled_as_the_vm_spells_its_profiles() -> None:
+    """Two sets: one names its groups for two 20 GB types, one for the whole-GPU type; a VM of 10 GB vGPUs hears
+    from both, in the spelling it used (`nvidia_`)."""
+    named = [Gpu(f"0000:{i + 1:02x}:00.0", "a100", 40, nvlink_set=0,
+                 nvlink_profiles=("grid_a100-20c", "nvidia_a100-40c")) for i in range(2)]
+    plain = [Gpu(f"0000:{i + 5:02x}:00.0", "a100", 40, nvlink_set=1) for i in range(2)]
+    res = place_vm(named + plain, "v", ["nvidia_a100-10c"] * 2, nvlink=True)
+    assert res.reason == (
+        "has NVLink device groups only for nvidia_a100-20c, nvidia_a100-40c (the host's group names), not for "
+        "nvidia_a100-10c; has NVLink device groups only for nvidia_a100-40c (by the catalogue: the board's "
+        "whole-GPU C-series types), not for nvidia_a100-10c")
+
+
+def test_a_group_name_that_is_a_type_name_counts_as_that_type() -> None:
+    """A host may name its groups by NVIDIA's type name rather than a profile name: `A100-40C` (any case) is the
+    type of grid_a100-40c."""
+    pair = [Gpu(f"0000:{i + 1:02x}:00.0", "a100", 40, nvlink_set=0, nvlink_profiles=("a100-40c",)) for i in range(2)]
+    assert group_profiles(pair) == (("A100-40C",), True)
+    assert place_vm(pair, "v", ["grid_a100-40c"] * 2, nvlink=True).ok
+
+
+def test_an_unknown_board_offers_no_nvlink_group() -> None:
+    unknown = [Gpu(f"0000:{i + 1:02x}:00.0", None, 40, nvlink_set=0) for i in range(2)]
+    assert group_sizes(unknown) == GroupSizes((), False, "none")
+    assert group_sizes(unknown).text() == (
+        "the host reported no NVLink device groups; by the board's topology (none): none")
+    assert whole_gpu_compute_types(None) == ()
+
+
+def test_the_whole_gpu_type_is_the_largest_c_type_within_half_a_gb_of_the_framebuffer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVLink P2P needs vGPUs that each take a whole GPU: the board's largest C-series type, when it takes the
+    framebuffer (to half a GB, the catalogue's rounding); else the board offers none."""
+    assert whole_gpu_compute_types("a100") == ("A100-40C",)
+    a100 = BOARDS["a100"]
+    for fb, whole in ((40.5, ("A100-40C",)), (40.6, ()), (41, ())):
+        monkeypatch.setitem(load_catalogue().boards, "a100-like", dataclasses.replace(a100, fb_gb=fb))
+        assert whole_gpu_compute_types("a100-like") == whole, fb
+    halves = {k: t for k, t in a100.types.items() if t.fb_gb < 40}
+    monkeypatch.setitem(load_catalogue().boards, "a100-like", dataclasses.replace(a100, types=halves))
+    assert whole_gpu_compute_types("a100-like") == ()
+
+
+def test_power_on_key_takes_a_vm_as_new_unless_told_and_puts_vms_without_vgpus_last() -> None:
+    keys = {"new": power_on_key("new", ["grid_a100-1-5c"]),
+            "old": power_on_key("old", ["grid_a100-1-5c"], exists=True),
+            "bare": power_on_key("bare", []),
+            "big": power_on_key("big", ["grid_a100-40c"])}
+    assert sorted(keys, key=keys.__getitem__) == ["old", "big", "new", "bare"]
