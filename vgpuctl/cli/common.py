@@ -262,6 +262,9 @@ def confirm(question: str, action: str = "apply") -> None:
 def report_error(err: BaseException, opts: GlobalOptions | None) -> int:
     """Print an error the way users should see it; return the exit code."""
     verbose = bool(opts and opts.verbose)
+    from vgpuctl.extras import missing_extra
+
+    err = missing_extra(err) or err  # an optional module that is not installed: name its extra, no "bug"
     if isinstance(err, VgpuctlError):
         if verbose:
             traceback.print_exception(err, file=sys.stderr)

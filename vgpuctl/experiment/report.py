@@ -295,7 +295,9 @@ def applied_text(applied: str | None, note: str = "") -> str:
 
 def write_plots(report: Report, directory: Path) -> list[Path]:
     """One PNG per nccl-tests or p2pBandwidthLatencyTest table; sets each table's `plot` (relative path)."""
-    import matplotlib
+    from vgpuctl.extras import require
+
+    matplotlib = require("matplotlib")  # the `experiment` extra; its absence is one line naming it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

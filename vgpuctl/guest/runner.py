@@ -390,6 +390,9 @@ class PlaybookRun:
     ) -> Any:
         import ansible_runner
 
+        from vgpuctl.extras import ansible_playbook
+
+        ansible_playbook()  # ansible-runner only says "command not found" in an event; one line instead
         playbooks = tg.playbooks_dir()
         private = Path(tempfile.mkdtemp(prefix="vgpuctl-guest-"))
         try:
