@@ -126,6 +126,7 @@ type HostInfo struct {
 	ProfilePrefix       string                   `json:"profilePrefix"`  // grid_ or nvidia_
 	UndeclaredParams    []string                 `json:"undeclaredParams,omitempty"`
 	ExtraProfiles       []string                 `json:"extraProfiles,omitempty"` // offered, unknown to the catalogue
+	Access              Access                   `json:"access"`                  // vGPU Manager, SSH service, lockdown
 }
 
 // What a reboot fault leaves unapplied.
@@ -196,6 +197,7 @@ type HostSpec struct {
 	ProfilePrefix       string   // grid_ (default) or nvidia_: how the host spells vGPU types
 	UndeclaredParams    []string // nvidia module parameters the host's driver does not declare
 	ExtraProfiles       []string // profiles the host offers that no catalogue entry explains
+	Access              AccessSpec
 }
 
 type gpu struct {
@@ -224,6 +226,7 @@ type host struct {
 	undeclared          []string
 	nvlink              string // none, pairs, quads or nvswitch
 	extras              []string
+	access              Access
 }
 
 // Farm is the GPU farm state.
@@ -319,6 +322,9 @@ func (f *Farm) AddHost(s HostSpec) error {
 		modules: map[string]*ModuleOptions{}, moduleOrder: []string{"nvidia", "nvme_pcie", "vmw_ahci"},
 		prefix: s.ProfilePrefix, undeclared: slices.Clone(s.UndeclaredParams), nvlink: s.NVLink,
 		extras: slices.Clone(s.ExtraProfiles),
+	}
+	if h.access, err = s.Access.access(s.Name); err != nil {
+		return err
 	}
 	for _, p := range s.ExtraProfiles {
 		if strings.TrimSpace(p) == "" || strings.ContainsAny(p, " \t") {
@@ -486,8 +492,9 @@ func (h *host) info() HostInfo {
 		Name: h.name, Cluster: h.cluster, DefaultGraphicsType: h.defaultGraphicsType, AssignmentPolicy: h.policy,
 		InMaintenance: h.maintenance, Rebooting: h.rebooting, Down: h.down, ConnectionState: state,
 		Modules: map[string]ModuleOptions{}, NVLinkTopology: h.nvlink, ProfilePrefix: h.prefix,
-		UndeclaredParams: slices.Clone(h.undeclared), ExtraProfiles: slices.Clone(h.extras),
+		UndeclaredParams: slices.Clone(h.undeclared), ExtraProfiles: slices.Clone(h.extras), Access: h.access,
 	}
+	info.Access.LockdownExceptions = slices.Clone(h.access.LockdownExceptions)
 	if h.rebootFault != nil {
 		rf := RebootFault{Ignore: slices.Clone(h.rebootFault.Ignore), Count: h.rebootFault.Count}
 		info.RebootFault = &rf
@@ -504,6 +511,9 @@ func (h *host) info() HostInfo {
 			MIGPending: g.migPending, NVLinkSet: g.nvlinkSet, Scheduler: schedulerFor(opts, g.id),
 			VGPUs:    append([]Slot{}, g.slots...),
 			Profiles: append(g.model.ProfilesFor(g.migCurrent, h.prefix), h.extras...),
+		}
+		if h.access.Manager == "" { // without NVIDIA's vGPU Manager the host offers no vGPU types
+			gi.Profiles = nil
 		}
 		if g.migCurrent {
 			gi.VgpuMode = ModeMIG

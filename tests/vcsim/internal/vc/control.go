@@ -81,6 +81,7 @@ func (s *Sim) registerControl() {
 		}
 		WriteJSON(w, http.StatusOK, map[string]any{"host": name, "cleared": true})
 	})
+	s.HandleControl("POST /gpusim/hosts/{name}/access", s.setAccess) // hostaccess.go
 	s.HandleControl("POST /gpusim/vms/{name}/guest", s.setGuest)
 	s.HandleControl("GET /gpusim/faults", func(w http.ResponseWriter, r *http.Request) {
 		f, d := s.faults.list()

@@ -248,5 +248,5 @@ func managerHost(obj mo.Reference) (host string, ok bool) {
 	case *PciPassthruSystem:
 		return o.host, true
 	}
-	return "", false
+	return accessHost(obj)
 }

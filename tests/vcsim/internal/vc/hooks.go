@@ -98,6 +98,9 @@ func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, 
 	if obj == nil {
 		return nil, nil
 	}
+	if fault := s.denied(ctx, m, obj); fault != nil { // privilege-limited users (privileges.go)
+		return nil, fault
+	}
 	if fault := s.unreachable(ctx, m, obj); fault != nil {
 		return nil, fault
 	}
@@ -136,6 +139,10 @@ func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, 
 	case *simulator.Folder:
 		if m.Name == "CreateVM_Task" {
 			w = &gpuFolder{Folder: o, sim: s}
+		}
+	case *simulator.AuthorizationManager:
+		if authMethods[m.Name] {
+			w = s.authFor(ctx, m, o)
 		}
 	}
 	if w == nil {

@@ -41,6 +41,8 @@ type Sim struct {
 	gm       map[string]*GraphicsManager
 	kms      map[string]*KernelModuleSystem
 	pci      map[string]*PciPassthruSystem
+	access   map[string]accessObjects // the host's service system and access manager (hostaccess.go)
+	users    map[string]User          // privilege-limited users (privileges.go)
 
 	busyMu    sync.Mutex
 	busy      map[string]int
@@ -74,6 +76,7 @@ func New(spec Spec) (*Sim, error) {
 		Spec: spec, Farm: farm.New(spec.Catalog), Model: m, ctx: m.Service.Context,
 		hosts: map[string]*simulator.HostSystem{}, hostRefs: map[types.ManagedObjectReference]string{},
 		gm: map[string]*GraphicsManager{}, kms: map[string]*KernelModuleSystem{}, pci: map[string]*PciPassthruSystem{},
+		access: map[string]accessObjects{}, users: usersByName(spec.Users),
 		faults: newFaultBook(), control: http.NewServeMux(), busy: map[string]int{}, dirty: map[string]bool{},
 		rebootDur: time.Duration(spec.RebootSeconds * float64(time.Second)),
 	}
@@ -91,6 +94,7 @@ func New(spec Spec) (*Sim, error) {
 	s.ctx.Map.Handler = s.route
 	s.Farm.Subscribe(s.onFarmEvent)
 	s.registerControl()
+	s.limitUsers()
 	return s, nil
 }
 
@@ -259,6 +263,7 @@ func (s *Sim) setupHost(name string, ref types.ManagedObjectReference) {
 	h.ConfigManager.GraphicsManager = &gm.Self
 	h.ConfigManager.KernelModuleSystem = &km.Self
 	h.ConfigManager.PciPassthruSystem = &ps.Self
+	s.setupAccess(name, h)
 
 	hw := *h.Hardware
 	hw.PciDevice = append([]types.HostPciDevice(nil), hw.PciDevice...)

@@ -24,6 +24,8 @@ type Spec struct {
 	Templates     []VMSpec      `yaml:"templates" json:"templates"`
 	VMs           []VMSpec      `yaml:"vms" json:"vms"`
 	VMCount       int           `yaml:"vm_count" json:"vm_count"` // extra powered-off VMs vm-0001.. spread over hosts
+	// Users are privilege-limited users beside Username (privileges.go).
+	Users []User `yaml:"users" json:"users"`
 	// Supervisor names supervisor clusters and seeds namespaces and VM classes (vapi_wiring.go).
 	Supervisor *vapi.Supervisor `yaml:"supervisor" json:"supervisor"`
 
@@ -51,6 +53,18 @@ type ClusterSpec struct {
 	// ExtraProfiles are profiles the hosts offer beyond the catalogue (a driver newer than the catalogue);
 	// a vGPU of one takes a GPU of its own.
 	ExtraProfiles []string `yaml:"extra_profiles" json:"extra_profiles"`
+	// VgpuManager is the NVIDIA vGPU Manager version the hosts have installed ("" the default, farm.DefaultManager;
+	// "none": not installed, the GPUs offer no vGPU types); SSH the SSH service (TSM-SSH) and lockdown mode.
+	VgpuManager string        `yaml:"vgpu_manager" json:"vgpu_manager"`
+	SSH         SSHAccessSpec `yaml:"ssh" json:"ssh"`
+}
+
+// SSHAccessSpec is how a cluster's hosts are reached over SSH: the SSH service and lockdown mode.
+type SSHAccessSpec struct {
+	Stopped            bool     `yaml:"stopped" json:"stopped"`                         // the SSH service is not running
+	Policy             string   `yaml:"policy" json:"policy"`                           // on | off | automatic ("" on, off when stopped)
+	Lockdown           string   `yaml:"lockdown" json:"lockdown"`                       // lockdownDisabled | lockdownNormal | lockdownStrict
+	LockdownExceptions []string `yaml:"lockdown_exceptions" json:"lockdown_exceptions"` // users that keep access in lockdown
 }
 
 // VMSpec describes a VM or template created at start.
@@ -129,6 +143,9 @@ func (s *Spec) Validate() error {
 	if s.Username == "" {
 		return fmt.Errorf("username is empty")
 	}
+	if err := validateUsers(s.Username, s.Users); err != nil {
+		return err
+	}
 	if s.RebootSeconds < 0 {
 		return fmt.Errorf("reboot_seconds must be >= 0")
 	}
@@ -200,6 +217,8 @@ func (c ClusterSpec) hostSpec(name, cluster string) farm.HostSpec {
 		DefaultGraphicsType: c.GraphicsType, AssignmentPolicy: c.AssignmentPolicy, VgpuMode: c.VgpuMode,
 		MIG: c.MIG, ModuleOptions: c.NvidiaOptions, ProfilePrefix: c.ProfilePrefix, UndeclaredParams: c.UndeclaredParams,
 		ExtraProfiles: c.ExtraProfiles,
+		Access: farm.AccessSpec{Manager: c.VgpuManager, SSHStopped: c.SSH.Stopped, SSHPolicy: c.SSH.Policy,
+			Lockdown: c.SSH.Lockdown, LockdownExceptions: c.SSH.LockdownExceptions},
 	}
 }
 
