@@ -82,6 +82,15 @@ class Power(StrEnum):
     KEEP = "keep"
 
 
+class CheckStatus(StrEnum):
+    """A preflight check's result: pass, warn (the run goes on), fail (the run is refused), skip (not applicable)."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
 MAX_VGPUS_PER_VM = 8  # vSphere 8.0 (4 before); a host's own limit is ObservedHost.max_vgpus_per_vm
 
 

@@ -57,6 +57,10 @@ class PlanError(VgpuctlError):
         super().__init__("; ".join(problems) if len(problems) == 1 else "\n".join(problems))
 
 
+class PreflightFailed(PlanError):
+    """A preflight check failed; one line per failing check, as preflight prints it."""
+
+
 class ConnectionFailure(VgpuctlError):
     """vCenter cannot be reached, or the login failed."""
 
@@ -104,6 +108,14 @@ class OutputFormatError(VgpuctlError):
 
 class SshHostKeyError(SshError):
     """The host's SSH key is unknown or does not match known_hosts."""
+
+
+class SshAuthError(SshError):
+    """The SSH server refused the login (user, key or password; lockdown mode on ESXi)."""
+
+
+class SshUnreachable(SshError):
+    """No SSH connection: refused (the SSH service stopped), timed out, no route."""
 
 
 class GuestError(VgpuctlError):

@@ -184,8 +184,20 @@ def plan(session: Session, observed: Observed, inventory: Inventory, options: Ru
     resume = _resume(session, observed, options)
     the_plan = make_plan(inventory, observed, host_facts=facts, resume=resume, vgpu_migration=migration)
     the_plan.refuse(errors)
+    refuse_by_preflight(session, observed, inventory, the_plan)
     the_plan.warnings += _lease_warnings(session, observed, sorted({c.host for c in the_plan.host_changes}))
     return the_plan
+
+
+def refuse_by_preflight(session: Session, observed: Observed, inventory: Inventory, the_plan: Plan) -> None:
+    """preflight's cheap part (vCenter's version, the privileges the plan needs): a failed check refuses the plan
+    with the line preflight prints for it, a warning joins the plan's warnings."""
+    from vgpuctl.domain import CheckStatus
+    from vgpuctl.preflight import cheap_checks
+
+    found = cheap_checks(session, observed, inventory, the_plan)
+    the_plan.refuse(c.line for c in found if c.status == CheckStatus.FAIL)
+    the_plan.warnings += [c.line for c in found if c.status == CheckStatus.WARN]
 
 
 def plan_vm_classes(

@@ -16,7 +16,21 @@ import typer
 from typer.core import TyperGroup
 
 from vgpuctl import __version__
-from vgpuctl.cli import capacity, common, experiment, export, guest, host, k8s, plan, provision, sim, status, vm
+from vgpuctl.cli import (
+    capacity,
+    common,
+    experiment,
+    export,
+    guest,
+    host,
+    k8s,
+    plan,
+    preflight,
+    provision,
+    sim,
+    status,
+    vm,
+)
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.globalopts import add_global_options
 
@@ -273,6 +287,7 @@ def _source(ctx: typer.Context, name: str) -> str:
 
 
 plan.register(app)
+preflight.register(app)
 status.register(app)
 capacity.register(app)
 export.register(app)

@@ -525,3 +525,23 @@ def format_module_options(options: dict[str, str]) -> str:
         needs_quotes = value == "" or any(c in value for c in " \t\"'")
         parts.append(f'{name}="{value}"' if needs_quotes and '"' not in value else f"{name}={value}")
     return " ".join(parts)
+
+
+@dataclass(frozen=True)
+class Vib:
+    """One row of `esxcli software vib list` (ESXi 7 has no Platforms column)."""
+
+    name: str
+    version: str
+    vendor: str
+    acceptance_level: str
+    install_date: str
+
+
+def parse_vib_list(text: str) -> list[Vib]:
+    """`esxcli software vib list`."""
+    rows = _esxcli_table(text)
+    try:
+        return [Vib(r["Name"], r["Version"], r["Vendor"], r["Acceptance Level"], r["Install Date"]) for r in rows]
+    except KeyError as e:
+        raise OutputFormatError(f"esxcli software vib list: missing column {e}") from None

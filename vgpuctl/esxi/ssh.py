@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl import trace
-from vgpuctl.errors import SshError, SshHostKeyError
+from vgpuctl.errors import SshAuthError, SshError, SshHostKeyError, SshUnreachable
 
 if TYPE_CHECKING:
     import paramiko
@@ -206,7 +206,7 @@ class EsxiShell:
             ) from e
         except paramiko.AuthenticationException as e:
             client.close()
-            raise SshError(f"SSH authentication failed for user {s.user}", host=self.target.host) from e
+            raise SshAuthError(f"SSH authentication failed for user {s.user}", host=self.target.host) from e
         except _UnknownHostKey as e:
             client.close()
             raise SshHostKeyError(
@@ -220,7 +220,7 @@ class EsxiShell:
         except (TimeoutError, OSError) as e:
             client.close()
             addr = f"{self.target.connect_address}:{self.target.port}"
-            raise SshError(f"cannot connect to {addr}: {e}", host=self.target.host) from e
+            raise SshUnreachable(f"cannot connect to {addr}: {e}", host=self.target.host) from e
         self._client = client
 
     def _load_key(self) -> paramiko.PKey:

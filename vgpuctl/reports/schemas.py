@@ -20,6 +20,7 @@ from vgpuctl.reports.base import ErrorReport, Report
 from vgpuctl.reports.explain import ExplainReport
 from vgpuctl.reports.guests import GuestRunReport, ProvisionReport
 from vgpuctl.reports.plan import ApplyReport, HostChangeReport, PlanReport, ValidateReport
+from vgpuctl.reports.preflight import PreflightReport
 from vgpuctl.reports.status import HostReport, ProfilesReport, StatusReport, VmVgpusReport
 
 REPORTS: tuple[type[Any], ...] = (
@@ -34,6 +35,7 @@ REPORTS: tuple[type[Any], ...] = (
     StatusReport,
     ProfilesReport,
     VmVgpusReport,
+    PreflightReport,
     ErrorReport,
 )
 
