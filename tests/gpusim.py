@@ -284,6 +284,11 @@ class Gpusim:
         body = {"ignore": ignore, "count": count}
         return dict(self.request("POST", f"/hosts/{host}/reboot-faults", body))
 
+    def access(self, host: str, **fields: Any) -> dict[str, Any]:
+        """Change a host's SSH service (ssh_running, ssh_policy), lockdown mode (lockdown, lockdown_exceptions)
+        or vGPU Manager (vgpu_manager, "none" removes it); returns the host's access state."""
+        return dict(self.request("POST", f"/hosts/{host}/access", fields)["access"])
+
     def clear_reboot_fault(self, host: str) -> None:
         self.request("DELETE", f"/hosts/{host}/reboot-faults")
 

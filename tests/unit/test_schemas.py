@@ -17,7 +17,7 @@ from vgpuctl.cli.common import error_report
 from vgpuctl.cli.guest import guest_run_report
 from vgpuctl.cli.main import app
 from vgpuctl.cli.vm import vm_vgpus_report
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import CheckStatus, Outcome
 from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, UsageError
 from vgpuctl.guest.runner import DeployResult, GuestOutcome
 from vgpuctl.hosts.facts import GpuFacts, HostFacts
@@ -45,6 +45,7 @@ from vgpuctl.reports import schemas
 from vgpuctl.reports.base import VgpuCount
 from vgpuctl.reports.guests import ProvisionReport
 from vgpuctl.reports.plan import AffectedVm, HostChangeReport, apply_report, host_diff, plan_report, with_class_plan
+from vgpuctl.reports.preflight import PreflightCheck, preflight_report
 from vgpuctl.reports.schemas import REPORTS
 from vgpuctl.reports.status import profiles_report, status_report, with_supervisor
 from vgpuctl.supervisor.vmclasses import (
@@ -232,6 +233,9 @@ DOCUMENTS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "guests": lambda _t: guest_run_report(guest_result()).to_dict(),
     "provision": lambda _t: provision_document(),
     "validate": lambda t: cli_validate(t, GOOD),
+    "preflight": lambda _t: preflight_report("https://vc/sdk", [
+        PreflightCheck("host.ssh", CheckStatus.FAIL, "refused", "esx-01", "start it"),
+        PreflightCheck("vcenter.version", CheckStatus.PASS, "8.0.3")]).to_dict(),
     "error": lambda t: cli_validate(t, BAD),
     "error-plan": lambda _t: error_report(PlanError(["vm a: no GPU", "vm b: no host"])).to_dict(),
     "error-usage": lambda _t: error_report(UsageError("--yes needed")).to_dict(),

@@ -226,7 +226,7 @@ def privilege_checks(all_needs: Sequence[Need], granted: Mapping[tuple[str, str]
         if granted is None:
             out.append(PreflightCheck(check_id, CheckStatus.WARN, f"not checked: {error or 'no answer'}"))
             continue
-        missing = _missing(mine, granted)
+        missing = _missing(mine, granted, op)
         if not missing:
             out.append(PreflightCheck(check_id, CheckStatus.PASS,
                                       f"{', '.join(_privileges(mine))} granted ({op.what})"))
@@ -241,13 +241,15 @@ def needs_of(all_needs: Iterable[Need], op: Operation) -> list[Need]:
     return [n for n in all_needs if n.operation == op]
 
 
-def _missing(mine: Sequence[Need], granted: Mapping[tuple[str, str], bool]) -> dict[str, list[str]]:
+def _missing(mine: Sequence[Need], granted: Mapping[tuple[str, str], bool], op: Operation) -> dict[str, list[str]]:
+    """Missing privilege -> the objects it is missing on, in the role table's order."""
     missing: dict[str, list[str]] = {}
     for need in mine:
         for priv in need.privileges:
             if not granted.get((need.entity[1], priv), False) and need.label not in missing.get(priv, []):
                 missing.setdefault(priv, []).append(need.label)
-    return missing
+    order = {p: i for i, p in enumerate(op.privileges)}
+    return dict(sorted(missing.items(), key=lambda item: order.get(item[0], len(order))))
 
 
 def _privileges(mine: Sequence[Need]) -> list[str]:

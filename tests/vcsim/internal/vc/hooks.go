@@ -95,11 +95,11 @@ func (b *faultBook) clear() {
 func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, types.BaseMethodFault) {
 	s.faults.holds.wait(m.This.Value, m.Name) // before any lock: other clients read the object meanwhile
 	obj := ctx.Map.Get(m.This)
-	if obj == nil {
-		return nil, nil
-	}
 	if fault := s.denied(ctx, m, obj); fault != nil { // privilege-limited users (privileges.go)
 		return nil, fault
+	}
+	if obj == nil {
+		return nil, nil
 	}
 	if fault := s.unreachable(ctx, m, obj); fault != nil {
 		return nil, fault

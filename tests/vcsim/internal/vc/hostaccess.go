@@ -3,6 +3,7 @@ package vc
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -340,4 +341,24 @@ func (s *Sim) applyAccess(name string, req accessRequest) error {
 		err = errors.Join(err, s.Farm.SetManager(name, version))
 	}
 	return err
+}
+
+// addRDMADevices gives a host n RoCE v2 RDMA devices (vmrdma0..), each paired with an uplink, active.
+func (s *Sim) addRDMADevices(name string, n int) {
+	h := s.hosts[name]
+	if n == 0 || h.Config == nil || h.Config.Network == nil {
+		return
+	}
+	network := *h.Config.Network
+	network.RdmaDevice = nil
+	for i := 0; i < n; i++ {
+		network.RdmaDevice = append(network.RdmaDevice, types.HostRdmaDevice{
+			Key: fmt.Sprintf("key-vim.host.RdmaDevice-vmrdma%d", i), Device: fmt.Sprintf("vmrdma%d", i),
+			Driver: "nmlx5_rdma", Description: "MT2910 Family [ConnectX-7]",
+			Backing:        &types.HostRdmaDevicePnicBacking{PairedUplink: fmt.Sprintf("key-vim.host.PhysicalNic-vmnic%d", i+2)},
+			ConnectionInfo: types.HostRdmaDeviceConnectionInfo{State: "active", Mtu: 4096, SpeedInMbps: 200000},
+			Capability:     types.HostRdmaDeviceCapability{RoceV2Capable: true},
+		})
+	}
+	h.Config.Network = &network
 }

@@ -165,3 +165,26 @@ func TestWrongPasswordOfALimitedUserIsRefused(t *testing.T) {
 		t.Fatal("wrong password accepted")
 	}
 }
+
+func TestRDMADevicesPerCluster(t *testing.T) {
+	spec := smallSpec()
+	spec.Clusters[0].RDMADevices = 2
+	e := start(t, spec)
+	h := e.hostMO("esx-01.gpu.sim", "config.network.rdmaDevice")
+	if n := len(h.Config.Network.RdmaDevice); n != 2 || h.Config.Network.RdmaDevice[0].Device != "vmrdma0" {
+		t.Fatalf("rdma devices %+v", h.Config.Network.RdmaDevice)
+	}
+}
+
+func TestLimitedUserCannotFetchPackagesWithoutHostConfigImage(t *testing.T) {
+	spec := smallSpec()
+	viewer := User{Name: "viewer", Password: "secret"}
+	spec.Users = []User{viewer}
+	e := start(t, spec)
+	c := limitedClient(t, e, viewer)
+	h := e.hostMO("esx-01.gpu.sim", "configManager.imageConfigManager")
+	_, err := methods.FetchSoftwarePackages(e.ctx, c.Client, &types.FetchSoftwarePackages{This: *h.ConfigManager.ImageConfigManager})
+	if perm, ok := soapFault(err).(types.NoPermission); !ok || perm.PrivilegeId != "Host.Config.Image" {
+		t.Fatalf("FetchSoftwarePackages as viewer: %v", err)
+	}
+}

@@ -47,6 +47,7 @@ var methodPrivileges = map[string]string{
 	"RestartService": "Host.Config.NetService", "UpdateServicePolicy": "Host.Config.NetService",
 	"RefreshServices":         "Host.Config.NetService",
 	"FetchSoftwarePackages":   "Host.Config.Image",
+	"fetchSoftwarePackages":   "Host.Config.Image", // its WSDL name starts lower case
 	"QueryLockdownExceptions": "Global.Settings", "UpdateLockdownExceptions": "Global.Settings",
 	"AddCustomFieldDef": "Global.ManageCustomFields", "RemoveCustomFieldDef": "Global.ManageCustomFields",
 	"RenameCustomFieldDef": "Global.ManageCustomFields", "SetField": "Global.SetCustomField",

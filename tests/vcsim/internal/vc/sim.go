@@ -220,6 +220,7 @@ func (s *Sim) build(ctx context.Context) error {
 			}
 			hostObjs = append(hostObjs, hostObj)
 			s.setupHost(name, ref)
+			s.addRDMADevices(name, c.RDMADevices)
 		}
 	}
 	return s.createVMs(ctx, folders, hostObjs)

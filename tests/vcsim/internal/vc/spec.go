@@ -57,6 +57,8 @@ type ClusterSpec struct {
 	// "none": not installed, the GPUs offer no vGPU types); SSH the SSH service (TSM-SSH) and lockdown mode.
 	VgpuManager string        `yaml:"vgpu_manager" json:"vgpu_manager"`
 	SSH         SSHAccessSpec `yaml:"ssh" json:"ssh"`
+	// RDMADevices is how many RDMA devices (RoCE v2 NICs, config.network.rdmaDevice) each host has.
+	RDMADevices int `yaml:"rdma_devices" json:"rdma_devices"`
 }
 
 // SSHAccessSpec is how a cluster's hosts are reached over SSH: the SSH service and lockdown mode.
@@ -163,6 +165,9 @@ func (s *Spec) Validate() error {
 		names[c.Name] = true
 		if c.Hosts < 0 || c.Hosts > 1024 {
 			return fmt.Errorf("cluster %s: hosts must be 0..1024", c.Name)
+		}
+		if c.RDMADevices < 0 || c.RDMADevices > 16 {
+			return fmt.Errorf("cluster %s: rdma_devices must be 0..16", c.Name)
 		}
 		if c.GPUs < 0 || c.GPUs > 16 {
 			return fmt.Errorf("cluster %s: gpus_per_host must be 0..16", c.Name)
