@@ -43,6 +43,6 @@ def preflight_cmd(
     failed = [c.line for c in report.checks if c.status == CheckStatus.FAIL]
     if failed and opts.json:
         raise PreflightFailed(failed)
-    common.emit(report, lambda r: r.render_text(), opts)
+    common.emit(report, opts)
     if failed:
         raise typer.Exit(1)

@@ -6,10 +6,10 @@ The same line a failing check prints here is what `plan` and `apply` refuse with
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from vgpuctl.domain import CheckStatus
-from vgpuctl.reports.base import Report, optional
+from vgpuctl.reports.base import TERMINAL, Report, TextLayout, optional
 
 _ORDER = (CheckStatus.FAIL, CheckStatus.WARN, CheckStatus.PASS, CheckStatus.SKIP)
 
@@ -42,7 +42,7 @@ class PreflightReport(Report):
     counts: dict[str, int]
     checks: list[PreflightCheck] = field(default_factory=list)
 
-    def render_text(self, layout: Any = None) -> str:
+    def render_text(self, layout: TextLayout = TERMINAL) -> str:
         """Failures first, then warnings, passes and skips; checks with the same id, evidence and fix on several
         subjects share one line naming them; the fix is indented below its check."""
         lines = []
