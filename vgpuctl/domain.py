@@ -82,6 +82,23 @@ class Power(StrEnum):
     KEEP = "keep"
 
 
+class Keep(StrEnum):
+    """What an existing VM keeps as it is although vgpuctl would set it for its vGPUs (a VM made by hand, adopted
+    as it is): 64-bit MMIO, the locked memory reservation, BIOS firmware, an old hardware version."""
+
+    MMIO = "mmio"
+    MEMORY_LOCK = "memory-lock"
+    EFI = "efi"
+    HARDWARE_VERSION = "hardware-version"
+
+
+class VmState(StrEnum):
+    """A VM entry's `state`: present (create or change it) or absent (power it off and destroy it)."""
+
+    PRESENT = "present"
+    ABSENT = "absent"
+
+
 class CheckStatus(StrEnum):
     """A preflight check's result: pass, warn (the run goes on), fail (the run is refused), skip (not applicable)."""
 

@@ -76,10 +76,11 @@ class AuthenticationError(ConnectionFailure):
 class VsphereFault(VgpuctlError):
     """A vCenter fault, keeping its vim type name and message."""
 
-    def __init__(self, fault_type: str, message: str, obj: str | None = None):
+    def __init__(self, fault_type: str, message: str, obj: str | None = None, privilege: str | None = None):
         self.fault_type = fault_type
         self.fault_message = message
         self.obj = obj
+        self.privilege = privilege  # NoPermission: the privilege id vCenter named
         prefix = f"{obj}: " if obj else ""
         super().__init__(f"{prefix}{fault_type}: {message}")
 
@@ -97,6 +98,7 @@ class SshError(VgpuctlError):
 
     def __init__(self, message: str, host: str | None = None, exit_status: int | None = None, stderr: str = ""):
         self.host = host
+        self.reason = message  # without the host's name
         self.exit_status = exit_status
         self.stderr = stderr
         super().__init__(f"{host}: {message}" if host else message)

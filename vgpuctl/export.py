@@ -16,10 +16,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpuctl.domain import Keep
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.plan import nvlink_of, scheduler_of
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
-from vgpuctl.profiles import BOARDS, ProfileError, parse_profile
+from vgpuctl.profiles import BOARDS, ProfileError, parse_profile, try_parse
 from vgpuctl.supervisor.vmclasses import ClassState, SupervisorState, VmClassSpec, desired_class
 
 MIG_MODE = "multiInstanceGpu"
@@ -255,8 +256,35 @@ def vm_fields(vm: ObservedVm, observed: Observed) -> tuple[tuple[tuple[str, Any]
             fields.append(("nvlink", "required"))
     if vm.other_passthrough:
         notes.append(f"{vm.other_passthrough} PCI passthrough device(s) that are not vGPUs left out (never touched)")
+    lacking = lacks(vm)
+    if lacking:
+        fields.append(("keep", [str(k) for k in lacking]))
+        notes.append(f"lacks {', '.join(LACKS[k] for k in lacking)}, which NVIDIA requires for vGPU VMs: `keep` leaves "
+                     "them as they are (plan warns); remove an item and plan shows the change")
     fields.append(("power", "keep"))
     return tuple(fields), tuple(notes)
+
+
+LACKS = {Keep.MMIO: "64-bit MMIO", Keep.MEMORY_LOCK: "a locked memory reservation", Keep.EFI: "EFI firmware",
+         Keep.HARDWARE_VERSION: "hardware version vmx-17"}
+
+
+def lacks(vm: ObservedVm) -> list[Keep]:
+    """What vgpuctl would set for the VM's vGPUs that the VM (made by hand) does not have, in `keep` order; none
+    when a vGPU's type is not one vgpuctl can size."""
+    from vgpuctl.vms.plan import MIN_HW_VERSION_LARGE_BAR, mmio_missing
+
+    parsed = [try_parse(d.profile) for d in vm.vgpus]
+    known = [p for p in parsed if p is not None]
+    if not known or len(known) != len(parsed):
+        return []
+    out = [] if vm.memory_reservation_locked else [Keep.MEMORY_LOCK]
+    if any(p.large_bar for p in known):
+        hw = re.fullmatch(r"vmx-(\d+)", vm.hardware_version or "")
+        out += [Keep.EFI] if vm.firmware != "efi" else []
+        out += [Keep.HARDWARE_VERSION] if hw and int(hw.group(1)) < MIN_HW_VERSION_LARGE_BAR else []
+        out += [Keep.MMIO] if mmio_missing(vm, known) is not None else []
+    return sorted(out, key=list(Keep).index)
 
 
 def _known(profile: str) -> bool:
@@ -419,7 +447,9 @@ def _render_vm(name: str, vm: _Vm) -> list[str]:
     lines = [f"  # {n}" for n in vm.notes]
     lines.append(f"  - name: {name if _RANGE_NAME.match(name) else _scalar(name)}")
     for key, value in vm.fields:
-        if key == "vgpus":
+        if key == "keep":
+            lines.append(f"    keep: [{', '.join(value)}]")
+        elif key == "vgpus":
             if len(value) == 1:
                 lines.append(f"    vgpus: {_flow({'profile': value[0][0], 'count': value[0][1]})}")
             else:

@@ -246,14 +246,15 @@ class VmChange:
     power_on: bool = False  # power the VM on at the end
     depends_on_hosts: list[str] = field(default_factory=list)  # host changes that must land first
     observed_key: str | None = None  # its key in Observed.vms when that is not `vm` (a name VMs share)
+    destroy: bool = False  # `state: absent`: powered off (power_off) and destroyed; `devices` list its vGPUs
 
     @property
     def needs_reconfigure(self) -> bool:
-        return bool(self.fields or self.devices or self.extra_config)
+        return not self.destroy and bool(self.fields or self.devices or self.extra_config)
 
     @property
     def is_empty(self) -> bool:
-        return not (self.clone or self.needs_reconfigure or self.power_off or self.power_on)
+        return not (self.clone or self.needs_reconfigure or self.power_off or self.power_on or self.destroy)
 
 
 @dataclass

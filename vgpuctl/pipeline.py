@@ -104,7 +104,7 @@ def host_facts(
     is set up or an SSH agent runs (without them, MIG, NVLink and scheduler changes are plan errors); fills each
     ObservedHost.module_options with the configured nvidia option string and, on a host where vCenter reported
     no NVLink device groups, its NVLink sets from the shell."""
-    from vgpuctl.hosts.facts import adopt_nvlink_sets, gather_facts
+    from vgpuctl.hosts.facts import adopt_nvlink_sets, gather_facts, unread_warnings
     from vgpuctl.hosts.status import shell_configured
 
     errors = []
@@ -125,6 +125,7 @@ def host_facts(
     for name, f in facts.items():
         observed.hosts[name].module_options = f.options_configured or ""
         adopt_nvlink_sets(observed, f)  # NVLink sets from nvidia-smi topo where vCenter reported no device groups
+    observed.warnings += unread_warnings(facts.values())  # one line per cause, naming the hosts
     return facts, errors
 
 
@@ -462,6 +463,7 @@ class RunRequest:
     apply: bool = True
     saved: SavedPlan | None = None  # apply exactly this plan: refused when the farm or the plan changed
     saved_path: Path | None = None
+    allow_destroy: bool = False  # VMs with state: absent may be destroyed (also allow_destroy: true in the inventory)
     guests: GuestStage | None = None
 
 
@@ -619,6 +621,7 @@ def carry_out(
         outcome = RunOutcome(planned)
         if not request.apply or planned.is_empty:
             return outcome
+        refuse_unallowed_removals(the_plan, inventory, request)
         hooks.confirm(planned)
         with hooks.apply_progress(planned) as progress:
             applied, interrupted = run_interruptible(
@@ -628,6 +631,14 @@ def carry_out(
         if supervisor is not None and classes is not None and not classes.is_empty and not outcome.interrupted:
             outcome.classes = supervisor.apply(progress=lambda what, step: hooks.note(f"{what}: {step}"))
     return outcome
+
+
+def refuse_unallowed_removals(the_plan: Plan, inventory: Inventory, request: RunRequest) -> None:
+    """VMs are destroyed only with apply --allow-destroy or allow_destroy: true; nothing changes otherwise."""
+    removed = sorted(c.vm for c in the_plan.changes if c.destroy)
+    if removed and not (request.allow_destroy or inventory.allow_destroy):
+        raise UsageError(f"the plan removes {', '.join(removed)} (state: absent): nothing was changed; rerun apply "
+                         "with --allow-destroy, or set allow_destroy: true in the inventory")
 
 
 def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOptions) -> Planned:

@@ -174,6 +174,10 @@ def apply_cmd(
     ] = DEFAULT_PARALLEL,
     keep_going: KeepGoing = False,
     ssh_trust_on_first_use: SshTofu = False,
+    allow_destroy: Annotated[
+        bool,
+        typer.Option("--allow-destroy", help="Destroy the VMs whose entries say state: absent (- in the plan)."),
+    ] = False,
 ) -> None:
     """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first.
 
@@ -191,7 +195,7 @@ def apply_cmd(
     options = common.run_options(
         opts, inventory, parallel=parallel, keep_going=keep_going, trust_on_first_use=ssh_trust_on_first_use
     )
-    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan)
+    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy)
     outcome = run_apply(opts, inventory, options, request, yes=yes or saved is not None)
     if opts.json:
         common.emit(apply_document(outcome, opts), opts)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vgpuctl.errors import VgpuctlError
+from vgpuctl.errors import SshError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
@@ -53,6 +53,14 @@ class GpuFacts:
         return self.mig_current is not None
 
 
+@dataclass(frozen=True)
+class Unread:
+    """Something a host could not say, and why: the same cause on several hosts is one warning naming them."""
+
+    what: str  # "the nvidia module options"
+    cause: str  # "NoPermission: Host.Config.Settings missing", "the host has no kernel module system"
+
+
 @dataclass
 class HostFacts:
     host: str
@@ -63,6 +71,8 @@ class HostFacts:
     boot_time: str | None = None
     declared_params: list[str] | None = None  # parameters the nvidia module declares (None: not read)
     warnings: list[str] = field(default_factory=list)  # calls the host could not answer
+    unread: list[Unread] = field(default_factory=list)  # the same, typed (unread_warnings groups them)
+    shell_error: str | None = None  # the ESXi shell was set up but could not be read (why)
 
     def gpu(self, pci_id: str) -> GpuFacts:
         return self.gpus.setdefault(pci_id, GpuFacts(pci_id))
@@ -74,6 +84,7 @@ class HostFacts:
     def from_dict(cls, data: dict[str, Any]) -> HostFacts:
         d = dict(data)
         d["gpus"] = {k: GpuFacts(**{"pci_id": k, **v}) for k, v in (d.get("gpus") or {}).items()}
+        d["unread"] = [Unread(**u) for u in d.get("unread") or []]
         return cls(**d)
 
 
@@ -162,13 +173,13 @@ def gather_host_facts(session: Any, host_moid: str, host: str, run: Runner | Non
         g.graphics_type, g.vgpu_mode = dev.graphics_type, dev.vgpu_mode
     kms = api.kernel_module_system
     if kms is None:
-        _unknown(facts, "the host has no kernel module system")
+        _unknown(facts, "the host has no kernel module system", "the host has no kernel module system")
     else:
         try:
             facts.options_configured = vhost.configured_module_options(session, host_moid, NVIDIA_MODULE, kms)
             facts.options_effective = vhost.effective_module_options(session, host_moid, NVIDIA_MODULE, kms)
         except VgpuctlError as err:  # not responding, not implemented, no permission: this host only
-            _unknown(facts, str(err))
+            _unknown(facts, str(err), _cause(err))
     if run is not None:
         gather_shell_facts(host, run, facts)
     return facts
@@ -176,20 +187,43 @@ def gather_host_facts(session: Any, host_moid: str, host: str, run: Runner | Non
 
 def api_facts(session: Any, host_moid: str, host: str) -> HostFacts:
     """gather_host_facts without the shell, for reports: a host that cannot answer at all gets empty facts and a
-    warning (shown from what the bulk observe listed) instead of failing the whole report."""
+    reason (the report shows what the bulk observe listed) instead of failing the whole report."""
     try:
         return gather_host_facts(session, host_moid, host, None)
     except VgpuctlError as err:
         message = f"host {host}: its GPU facts cannot be read ({err}); showing what vCenter lists"
-        log.warning("%s", message)
-        return HostFacts(host, warnings=[message])
+        return HostFacts(host, warnings=[message], unread=[Unread("the GPU facts", _cause(err))])
 
 
-def _unknown(facts: HostFacts, why: str) -> None:
+def _cause(err: VgpuctlError) -> str:
+    from vgpuctl.errors import VsphereFault
+    from vgpuctl.vsphere.faults import cause
+
+    if isinstance(err, VsphereFault):
+        return cause(err)
+    return str(getattr(err, "reason", None) or err)
+
+
+def _unknown(facts: HostFacts, why: str, cause: str) -> None:
     facts.options_configured = facts.options_effective = None
-    message = f"host {facts.host}: the nvidia module options are unknown ({why})"
-    facts.warnings.append(message)
-    log.warning("%s", message)
+    facts.warnings.append(f"host {facts.host}: the nvidia module options are unknown ({why})")
+    facts.unread.append(Unread("the nvidia module options", cause))
+    log.debug("host %s: the nvidia module options are unknown (%s)", facts.host, why)
+
+
+def unread_warnings(facts: Iterable[HostFacts], limit: int = 8) -> list[str]:
+    """One line per thing and cause that hosts could not say, naming the hosts (not one line per host)."""
+    by_cause: dict[Unread, list[str]] = {}
+    for f in facts:
+        for u in f.unread:
+            by_cause.setdefault(u, []).append(f.host)
+    out = []
+    for u, hosts in by_cause.items():
+        names = sorted(set(hosts))
+        shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+        count = f"{len(names)} hosts" if len(names) > 1 else "host"
+        out.append(f"{u.what} are unknown on {count} {shown}: {u.cause}")
+    return out
 
 
 # ------------------------------------------------------------------------------------------ SSH settings
@@ -291,16 +325,23 @@ def gather_facts(
     on_new_host_key: Callable[[str, str], None] | None = None,
     parallel: int = 8,
 ) -> dict[str, HostFacts]:
-    """Facts of several hosts in parallel: host name -> (moid, HostSpec or None). Hosts that are not
-    connected get API facts only when `shell` is False; otherwise their SSH error propagates."""
+    """Facts of several hosts in parallel: host name -> (moid, HostSpec or None); with `shell`, each host's ESXi
+    shell facts too. A host whose shell fails (refused, unknown key, wrong credentials) keeps its API facts with
+    `shell_error` set, so only what needs its shell is refused."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(name: str) -> HostFacts:
         moid, spec = hosts[name]
         if not shell:
             return gather_host_facts(session, moid, name, None)
-        with open_shell(name, spec, trust_on_first_use=trust_on_first_use, on_new_host_key=on_new_host_key) as sh:
-            return gather_host_facts(session, moid, name, shell_runner(sh))
+        try:
+            with open_shell(name, spec, trust_on_first_use=trust_on_first_use, on_new_host_key=on_new_host_key) as sh:
+                return gather_host_facts(session, moid, name, shell_runner(sh))
+        except SshError as err:  # this host's shell only: its API facts stand, what needs the shell is refused
+            facts = gather_host_facts(session, moid, name, None)
+            facts.shell_error = str(err.reason)
+            facts.unread.append(Unread("the ESXi shell facts (MIG pending, NVLink links)", str(err.reason)))
+            return facts
 
     names = sorted(hosts)
     if not names:

@@ -455,6 +455,8 @@ def shell_problems(host: str, changes: Sequence[HostChange], facts: HostFacts | 
     if facts is None:
         return []
     needs_shell = sorted({c.kind for c in changes if c.kind in (MIG, *MODULE_KINDS)})
+    if needs_shell and not facts.shell and facts.shell_error:
+        return [f"host {host}: {', '.join(needs_shell)} changes need ESXi SSH, which failed: {facts.shell_error}"]
     if needs_shell and not facts.shell:
         return [
             f"host {host}: {', '.join(needs_shell)} changes need ESXi SSH (nvidia-smi and esxcli on the host): "

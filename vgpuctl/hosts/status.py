@@ -11,7 +11,14 @@ from typing import Any
 
 from vgpuctl.errors import VgpuctlError
 from vgpuctl.hosts import plan as hostplan
-from vgpuctl.hosts.facts import ENV_HOST_MAP, HostFacts, api_facts, gather_host_facts, open_shell, shell_runner
+from vgpuctl.hosts.facts import (
+    ENV_HOST_MAP,
+    HostFacts,
+    api_facts,
+    gather_host_facts,
+    open_shell,
+    shell_runner,
+)
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
 from vgpuctl.reports.status import HostGpu, HostReport, ModuleOptions, StatusReport
@@ -61,29 +68,36 @@ def _gpu_row(gpu: ObservedGpu, facts: HostFacts | None) -> HostGpu:
 
 
 def collect_host_status(
-    session: Any, observed: Observed, specs: dict[str, HostSpec] | None = None, *, shell: bool = True
+    session: Any, observed: Observed, specs: dict[str, HostSpec] | None = None, *, shell: bool = True,
+    read: dict[str, HostFacts] | None = None,
 ) -> dict[str, HostReport]:
     """host_status of every connected host for `vgpuctl status`: API facts always, shell facts (MIG pending,
-    NVLink links) when `shell`; a host whose SSH fails gets `shell_error` instead of failing the command."""
+    NVLink links) when `shell`; a host whose SSH fails gets `shell_error` instead of failing the command. What a
+    host could not say makes those fields unknown; `read` receives every host's facts, whose `unread` say why
+    (hosts.facts.unread_warnings: one warning per cause). Never fails for what one or all hosts could not say."""
     specs = specs or {}
+    found: dict[str, HostFacts] = {}
 
     def one(name: str) -> HostReport:
         host = observed.hosts[name]
         if not shell:
-            return host_status(host, api_facts(session, host.moid, name))
+            found[name] = api_facts(session, host.moid, name)
+            return host_status(host, found[name])
         try:
             with open_shell(name, specs.get(name)) as sh:
-                return host_status(host, gather_host_facts(session, host.moid, name, shell_runner(sh)))
+                found[name] = gather_host_facts(session, host.moid, name, shell_runner(sh))
+                return host_status(host, found[name])
         except VgpuctlError as err:
-            return host_status(host, api_facts(session, host.moid, name), shell_error=str(err))
+            found[name] = api_facts(session, host.moid, name)
+            return host_status(host, found[name], shell_error=str(err))
 
     names = sorted(n for n, h in observed.hosts.items() if h.connection_state == "connected")
     if not names:
         return {}
     with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="vgpuctl-status") as pool:
         rows = dict(zip(names, pool.map(one, names), strict=True))
-    if all(r.nvlink == "unknown" for r in rows.values()):  # each host warned why; one line says it for all
-        raise VgpuctlError(f"no host could be read ({', '.join(names)}): see the warnings above")
+    if read is not None:
+        read.update(found)
     return rows
 
 

@@ -20,11 +20,13 @@ from vgpuctl.domain import (
     Evacuate,
     GpuMode,
     GraphicsType,
+    Keep,
     NvlinkRequirement,
     NvlinkState,
     Power,
     SchedulerPolicy,
     VgpuMode,
+    VmState,
 )
 from vgpuctl.errors import InventoryError
 from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Pos
@@ -220,6 +222,8 @@ class VmSpec(StrictModel):
     nvlink: Lax[NvlinkRequirement] = NvlinkRequirement.NONE
     power: Lax[Power] = Power.RESTART
     guest: GuestRef | None = None
+    keep: list[Lax[Keep]] = Field(default_factory=list)  # what an existing VM keeps although vgpuctl would set it
+    state: Lax[VmState] = VmState.PRESENT  # absent: power it off and destroy it (apply --allow-destroy)
     _line: int | None = PrivateAttr(default=None)
     _index: int = PrivateAttr(default=0)  # position of the YAML entry this VM came from (before expansion)
     _vgpus_invalid: bool = PrivateAttr(default=False)  # its `vgpus` failed the schema (one-pass validation)
@@ -303,6 +307,7 @@ class GuestsSpec(StrictModel):
 
 class Inventory(StrictModel):
     api_version: Literal["vgpuctl/v1"] = Field(alias="apiVersion")
+    allow_destroy: bool = False  # VMs with state: absent may be destroyed without apply --allow-destroy
     vcenter: VcenterSpec = Field(default_factory=VcenterSpec)
     hosts: list[HostSpec] = Field(default_factory=list)
     vms: list[VmSpec] = Field(default_factory=list)

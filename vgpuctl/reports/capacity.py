@@ -58,6 +58,8 @@ class CapacityReport(Report):
     clusters: dict[str, list[CapacityFit]]
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
+        if not self.hosts and not self.clusters:
+            return "no host with GPUs: no vGPU fits (hosts without GPUs are left out)"
         lines = []
         for h in self.hosts:
             if h.skipped:

@@ -83,6 +83,7 @@ class VmDiff:
     power_off: bool
     power_on: bool
     depends_on_hosts: list[str]
+    destroy: bool  # state: absent: powered off and destroyed
 
 
 @dataclass
@@ -111,6 +112,7 @@ class PlanSummary:
     warnings: int
     vm_classes: int = 0  # VM classes to create, update or delete
     namespaces: int = 0  # supervisor namespaces whose VM classes change
+    remove: int = 0  # VMs destroyed (state: absent)
 
 
 @dataclass
@@ -232,6 +234,8 @@ def _value(v: Any) -> str:
 
 
 def _steps(change: VmChange) -> str:
+    if change.destroy:
+        return " -> ".join([*(["power off"] if change.power_off else []), "destroy"])
     steps = []
     if change.clone is not None:
         steps.append(f"clone from {change.clone.template}")
@@ -257,7 +261,7 @@ def _clone_lines(change: VmChange) -> list[str]:
 
 
 def _vm_lines(change: VmChange) -> list[str]:
-    mark = Op.ADD if change.clone is not None else Op.CHANGE
+    mark = Op.REMOVE if change.destroy else Op.ADD if change.clone is not None else Op.CHANGE
     lines = [f"{mark} vm {change.vm}  ({_steps(change)})"]
     if change.depends_on_hosts:
         lines.append(f"{INDENT}  after the host changes on {', '.join(change.depends_on_hosts)}")
@@ -291,7 +295,8 @@ def plan_summary(plan: Plan) -> PlanSummary:
     found = disruptions(plan)
     return PlanSummary(
         create=sum(1 for c in changes if c.clone is not None),
-        change=sum(1 for c in changes if c.clone is None),
+        change=sum(1 for c in changes if c.clone is None and not c.destroy),
+        remove=sum(1 for c in changes if c.destroy),
         power_off=sum(1 for d in found if d.action == POWER_OFF),
         power_on=sum(1 for c in changes if c.power_on),
         host_changes=len(plan.host_changes),
@@ -329,7 +334,7 @@ def disruptions(plan: Plan) -> list[Disruption]:
     evacuated = {d.vm for d in found}
     for change in plan.changes:
         if change.power_off and change.vm not in evacuated:
-            back = "powered on again after it" if change.power_on else "stays off"
+            back = "destroyed" if change.destroy else "powered on again after it" if change.power_on else "stays off"
             found.append(Disruption(POWER_OFF, None, change.vm, "own change", change.power_on, back))
     return found
 
@@ -356,6 +361,8 @@ def summary(plan: Plan) -> dict[str, int]:
 def _summary_line(plan: Plan) -> str:
     s = plan_summary(plan)
     parts = [f"{s.create} to create", f"{s.change} to change", f"{s.power_off} power-off"]
+    if s.remove:
+        parts.insert(2, f"{s.remove} to remove")
     if s.host_changes:
         parts.insert(0, f"{s.host_changes} host change{'s' if s.host_changes != 1 else ''}")
     if s.maintenance:
@@ -423,10 +430,13 @@ def _vm_diff(change: VmChange) -> VmDiff:
         power_off=change.power_off,
         power_on=change.power_on,
         depends_on_hosts=list(change.depends_on_hosts),
+        destroy=change.destroy,
     )
 
 
 def _step_names(change: VmChange) -> list[str]:
+    if change.destroy:
+        return [*(["power-off"] if change.power_off else []), "destroy"]
     steps = []
     if change.clone is not None:
         steps.append("clone")

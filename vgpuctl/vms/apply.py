@@ -148,6 +148,8 @@ def _run_vm(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOutcome:
 
 def planned_steps(change: VmChange) -> list[str]:
     """The steps the plan asks of a VM, in order (what `left` lists when none of them ran)."""
+    if change.destroy:
+        return [*(["power-off"] if change.power_off else []), "destroy"]
     steps = ["clone"] if change.clone is not None else []
     steps += ["power-off"] if change.power_off else []
     steps += ["reconfigure"] if change.needs_reconfigure else []
@@ -205,6 +207,9 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         vm = vmops.vm_ref(ctx.session, observed_vm.moid)
         state = _read_vm(ctx, vm, change.vm)
         check_drift(change, observed_vm, state)
+    if change.destroy:
+        _destroy(ctx, change.vm, vm, state, outcome)
+        return
 
     if change.power_off and state.power != PowerState.OFF:
         _forward(ctx, "power-off")
@@ -232,6 +237,18 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
                 _revert_vgpus(ctx, change.vm, vm, state, outcome)
             raise
         outcome.steps.append("power-on")
+
+
+def _destroy(ctx: _Ctx, name: str, vm: Any, state: VmState, outcome: VmOutcome) -> None:
+    """`state: absent`: power the VM off (a guest shutdown first when its Tools run) and destroy it."""
+    if state.template:
+        raise DriftError(f"{name}: it became a template since the plan; not removed")
+    if state.power != PowerState.OFF:
+        _forward(ctx, "power-off")
+        _power_off(ctx, name, vm, state, outcome)
+    _forward(ctx, "destroy")
+    _task(ctx, name, "destroy", lambda: vmops.destroy(ctx.session, vm))
+    outcome.steps.append("destroy")
 
 
 def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> None:

@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from vgpuctl.domain import Keep, VmState
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.inventory import Inventory, VmSpec
@@ -90,6 +91,10 @@ def make_plan(
         plan.problems.extend(Problem(e, vm=vp.spec.name) for e in vp.errors)
         plan.warnings.extend(f"vm {vp.spec.name}: {w}" for w in vp.warnings)
     hostplan.mark_dependencies(plan.vm_changes, base, plan.host_changes)
+    removed = sorted(c.vm for c in plan.changes if c.destroy)
+    if removed and not inv.allow_destroy:
+        plan.warnings.append(f"the plan removes {', '.join(removed)} (state: absent): apply does so only with "
+                             "--allow-destroy or allow_destroy: true in the inventory")
     return plan
 
 
@@ -98,6 +103,8 @@ def make_plan(
 
 def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
     vp = _VmPlan(spec, VmChange(spec.name))
+    if spec.state == VmState.ABSENT:
+        return _plan_removal(vp, observed)
     try:
         parsed = [parse_profile(p) for p in spec.vgpu_profiles]
     except ProfileError as exc:
@@ -134,6 +141,28 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
         vp.profiles = _current_profiles(base)
     _diff_fields(vp, base, parsed)
     _plan_power(vp, base)
+    return vp
+
+
+def _plan_removal(vp: _VmPlan, observed: Observed) -> _VmPlan:
+    """`state: absent`: the VM the entry names is powered off and destroyed, its vGPUs listed as removed; nothing
+    when it does not exist. Never a VM the inventory does not name, never a template."""
+    key, obs, problem = find_vm(observed, vp.spec.name, folder_path(vp.spec.folder))
+    if problem:
+        vp.errors.append(problem)
+        return vp
+    if obs is None:
+        vp.exists = False
+        return vp
+    if obs.is_template:
+        vp.errors.append("is a template in vCenter, not a VM: vgpuctl does not remove templates")
+        return vp
+    vp.key = key or vp.spec.name
+    change = vp.change
+    change.observed_key = key if key != vp.spec.name else None
+    change.destroy = True
+    change.power_off = obs.power_state in RUNNING
+    change.devices = [DeviceChange(Op.REMOVE, d.profile, d.key) for d in sorted(obs.vgpus, key=lambda d: d.key)]
     return vp
 
 
@@ -322,24 +351,70 @@ def _diff_fields(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> No
             change.fields.append(FieldChange("memoryMB", base.memory_mb, spec.memory_mb))
     if not parsed:
         return
+    keep = set(spec.keep) if vp.exists else set()  # a new VM gets everything its vGPUs need
     if not base.memory_reservation_locked:
-        change.fields.append(FieldChange("memoryReservationLockedToMax", False, True))
+        if Keep.MEMORY_LOCK in keep:
+            vp.warnings.append(KEPT[Keep.MEMORY_LOCK])
+        else:
+            change.fields.append(FieldChange("memoryReservationLockedToMax", False, True))
     if not any(p.large_bar for p in parsed):
         return
+    _check_firmware(vp, base, keep)
+    _diff_mmio(vp, base, parsed, keep)
+
+
+# What NVIDIA requires that an adopted VM lacks (its entry's `keep`): the warning plan gives for each.
+KEPT = {
+    Keep.MEMORY_LOCK: "keeps its memory reservation unlocked (keep: memory-lock); vGPU VMs need all their memory "
+                      "reserved (NVIDIA vGPU User Guide, 2.7.7.2): it powers on only while its reservation equals its "
+                      "memory; remove memory-lock from keep to let vgpuctl lock it",
+    Keep.EFI: "keeps BIOS firmware (keep: efi); C-series vGPUs need EFI (NVIDIA AI Enterprise, Requirements for "
+              "Using NVIDIA vGPU (C-Series)); switching an installed guest's firmware breaks its boot: recreate it",
+    Keep.HARDWARE_VERSION: "keeps its hardware version (keep: hardware-version); vGPUs need vmx-17 or later",
+    Keep.MMIO: "keeps its 64-bit MMIO settings (keep: mmio); C-series vGPUs need 64-bit MMIO of at least {need} GB "
+               "(NVIDIA AI Enterprise, Requirements for Using NVIDIA vGPU (C-Series); VMware KB 2142307); remove mmio "
+               "from keep to let vgpuctl set it (a power-off)",
+}
+
+
+def _check_firmware(vp: _VmPlan, base: ObservedVm, keep: set[Keep]) -> None:
+    spec = vp.spec
     if base.firmware != "efi":
-        if vp.exists:
+        if Keep.EFI in keep:
+            vp.warnings.append(KEPT[Keep.EFI])
+        elif vp.exists:
             vp.errors.append(f"firmware is {base.firmware.upper()}; C-series vGPUs (large BAR) need EFI firmware, and "
-                             "switching an installed guest's firmware breaks its boot: recreate the VM with EFI")
+                             "switching an installed guest's firmware breaks its boot: recreate the VM with EFI (or "
+                             "keep: [efi] to leave it as it is)")
         else:
             vp.errors.append(f"template {spec.template} uses {base.firmware.upper()} firmware; C-series vGPUs "
                              "(large BAR) need EFI firmware: use an EFI template")
     hw = _hw_version(base.hardware_version)
     if hw is not None and hw < MIN_HW_VERSION_LARGE_BAR:
-        vp.errors.append(f"hardware version {base.hardware_version} is too old for large-BAR vGPUs "
-                         f"(needs vmx-{MIN_HW_VERSION_LARGE_BAR} or later)")
+        if Keep.HARDWARE_VERSION in keep:
+            vp.warnings.append(KEPT[Keep.HARDWARE_VERSION])
+        else:
+            vp.errors.append(f"hardware version {base.hardware_version} is too old for large-BAR vGPUs "
+                             f"(needs vmx-{MIN_HW_VERSION_LARGE_BAR} or later)")
+
+
+def mmio_missing(vm: ObservedVm, parsed: list[VgpuProfile]) -> int | None:
+    """The 64-bit MMIO size (GB) the VM's large-BAR vGPUs need when its settings fall short, else None."""
+    need = mmio_size_gb(p.fb_gb for p in parsed)
+    current = _int_or_none(vm.extra_config.get(MMIO_SIZE))
+    on = str(vm.extra_config.get(USE_64BIT_MMIO, "")).upper() == "TRUE"
+    return need if not on or current is None or current < need else None
+
+
+def _diff_mmio(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile], keep: set[Keep]) -> None:
+    change = vp.change
+    need = mmio_size_gb(p.fb_gb for p in parsed)
+    if Keep.MMIO in keep:
+        if mmio_missing(base, parsed) is not None:
+            vp.warnings.append(KEPT[Keep.MMIO].format(need=need))
+        return
     if str(base.extra_config.get(USE_64BIT_MMIO, "")).upper() != "TRUE":
         change.extra_config[USE_64BIT_MMIO] = "TRUE"
-    need = mmio_size_gb(p.fb_gb for p in parsed)
     current = _int_or_none(base.extra_config.get(MMIO_SIZE))
     if current is None or current < need:
         change.extra_config[MMIO_SIZE] = str(need)

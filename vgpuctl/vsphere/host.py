@@ -266,7 +266,7 @@ def _task(session: Session, watcher: Any, obj: str, fn: Callable[..., Any], *arg
         return _wait_task(session, watcher, task)
     except VsphereFault as err:
         if err.obj is None:
-            raise VsphereFault(err.fault_type, err.fault_message, obj) from err
+            raise VsphereFault(err.fault_type, err.fault_message, obj, err.privilege) from err
         raise
 
 

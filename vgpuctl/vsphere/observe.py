@@ -515,9 +515,10 @@ def observe_nvlink(session: Session, observed: Observed, hosts: Iterable[str]) -
         results = list(pool.map(lambda n: _query_device_groups(session, observed.hosts[n]), names))
     observed.round_trips += session.round_trips - start
     done = []
+    unread: dict[str, list[str]] = {}  # cause -> hosts: one warning per cause, naming the hosts
     for name, groups in zip(names, results, strict=True):
         if isinstance(groups, str):
-            observed.warnings.append(f"host {name}: NVLink sets not read ({groups})")
+            unread.setdefault(groups, []).append(name)
             continue
         host = observed.hosts[name]
         host.device_groups = observed_groups(groups)
@@ -525,6 +526,9 @@ def observe_nvlink(session: Session, observed: Observed, hosts: Iterable[str]) -
         set_nvlink_sets(observed, name, [s.gpus for s in offered], [s.group_sizes for s in offered],
                         [s.profiles for s in offered])
         done.append(name)
+    for why, hosts in unread.items():
+        where = f"hosts {', '.join(hosts)}" if len(hosts) > 1 else f"host {hosts[0]}"
+        observed.warnings.append(f"{where}: NVLink sets not read ({why})")
     return done
 
 
