@@ -324,10 +324,11 @@ def gather_facts(
     trust_on_first_use: bool = False,
     on_new_host_key: Callable[[str, str], None] | None = None,
     parallel: int = 8,
+    degrade: bool = True,
 ) -> dict[str, HostFacts]:
     """Facts of several hosts in parallel: host name -> (moid, HostSpec or None); with `shell`, each host's ESXi
     shell facts too. A host whose shell fails (refused, unknown key, wrong credentials) keeps its API facts with
-    `shell_error` set, so only what needs its shell is refused."""
+    `shell_error` set, so only what needs its shell is refused; with `degrade` False the SshError propagates."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(name: str) -> HostFacts:
@@ -338,6 +339,8 @@ def gather_facts(
             with open_shell(name, spec, trust_on_first_use=trust_on_first_use, on_new_host_key=on_new_host_key) as sh:
                 return gather_host_facts(session, moid, name, shell_runner(sh))
         except SshError as err:  # this host's shell only: its API facts stand, what needs the shell is refused
+            if not degrade:
+                raise
             facts = gather_host_facts(session, moid, name, None)
             facts.shell_error = str(err.reason)
             facts.unread.append(Unread("the ESXi shell facts (MIG pending, NVLink links)", str(err.reason)))
