@@ -297,7 +297,7 @@ class _HostRun:
                 self._done(f"migrate {vm.name} to {moves[vm.name]}")
         stop = [v for v in running if v.name not in moves]
         for vm in stop:
-            after = VM_CHANGE if planned.get(vm.name) == hostplan.HAND_OVER else POWER_ON
+            after = VM_CHANGE if planned.get(vm.name) in (hostplan.HAND_OVER, hostplan.STAYS_OFF) else POWER_ON
             self.state.add_vm(t.name, vm.name, vm.moid, after)
         for vm in stop:
             self._forward(f"power-off {vm.name}")

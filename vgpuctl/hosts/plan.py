@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from vgpuctl.domain import Power
 from vgpuctl.esxi import rmpvmrl
 from vgpuctl.esxi.parsers import OutputFormatError, format_module_options, parse_module_options
 from vgpuctl.esxi.rmpvmrl import SchedulerState
@@ -49,6 +50,7 @@ MODE_KINDS = (DEFAULT_TYPE, GPU_TYPE, VGPU_MODE, MIG, NVLINK)  # what a GPU offe
 
 # HostChange.new of an EVACUATE change: what happens to the VM
 RESTORE_AFTER = "powered off, on again after the host change"
+STAYS_OFF = "powered off for good (its entry has power: off)"
 HAND_OVER = "powered off, reconfigured and powered on by its VM change"
 MIGRATE_TO = "migrate to "  # + the destination host
 HOT_MIGRATE_OPTION = "vgpu.hotmigrate.enabled"  # vCenter advanced setting: vMotion of running vGPU VMs
@@ -332,11 +334,12 @@ def plan_evacuation(
     """What happens to the host's VMs when it enters maintenance mode for `changes`.
 
     A running VM whose vGPUs (after its own inventory change, if listed) the host offers after the change is
-    evacuated: handed to its VM change when that re-profiles it, else powered off and on again with
-    `evacuate: power-off` (with `refuse`, apply stops before maintenance and lists it), moved to another host
-    with `evacuate: migrate` (powered off instead only when its inventory entry lets vgpuctl power it). A
-    running VM whose vGPUs the host will not offer is an error naming the profiles it would offer; a
-    powered-off one a warning.
+    evacuated: handed to its VM change when that re-profiles it, powered off for good when its entry says
+    `power: off`, else powered off and on again with `evacuate: power-off`, moved to another host with
+    `evacuate: migrate` (powered off instead only when its entry lets vgpuctl power it); with `evacuate: refuse`
+    the running VMs are a plan error naming them (apply could not take the host into maintenance). A running
+    VM whose vGPUs the host will not offer is an error naming the profiles it would offer, unless its entry
+    says `power: off`; a powered-off one a warning.
     """
     result = HostPlan()
     if not needs_maintenance(changes) or host.in_maintenance:
@@ -345,29 +348,45 @@ def plan_evacuation(
     after = predict_host(host, changes) if mode_change else host
     offered = set(after.offered_profiles)
     nvlink_off = any(c.kind == NVLINK and c.new == "disabled" for c in changes)
+    refused: list[ObservedVm] = []
     for vm in vms_on(observed, host.name):
         entry = listed.get(vm.name)
         now = [d.profile for d in vm.vgpus]
         wanted = [str(p) for p in entry.vgpu_profiles] if entry is not None and entry.manages_vgpus else now
         problem = _cannot_run(vm, entry, wanted, offered, nvlink_off and sorted(wanted) == sorted(now))
-        if problem and (mode_change or nvlink_off):
+        stays_off = entry is not None and entry.power == Power.OFF
+        if problem and (mode_change or nvlink_off) and not stays_off:
             where = f"host {host.name}: VM {vm.name}"
             if _running(vm):
                 result.errors.append(
                     f"{where} {problem} after the change (offered then: {_names(offered)}): "
-                    "list it in the inventory with an offered profile, or power it off first"
+                    "list it in the inventory with an offered profile, or with power: off, or power it off first"
                 )
                 continue
             result.warnings.append(f"{where} (powered off) {problem} after the change: it cannot power on there")
         if not _running(vm):
             continue
-        if entry is not None and sorted(wanted) != sorted(now):
+        if entry is not None and sorted(wanted) != sorted(now) and not stays_off:
             result.changes.append(_evacuate_change(host, vm, HAND_OVER))
+        elif stays_off:  # its own entry wants it off: the evacuation's power-off is that change
+            result.changes.append(_evacuate_change(host, vm, STAYS_OFF))
         elif spec.maintenance.evacuate == "power-off":
             result.changes.append(_evacuate_change(host, vm, RESTORE_AFTER))
         elif spec.maintenance.evacuate == "migrate":
             result.extend(_plan_migration(host, vm, entry, migration or Migration(observed, {host.name}, False)))
+        else:
+            refused.append(vm)
+    if refused:
+        result.errors.append(_refused(host, changes, refused))
     return result
+
+
+def _refused(host: ObservedHost, changes: Sequence[HostChange], vms: Sequence[ObservedVm]) -> str:
+    kinds = ", ".join(sorted({c.kind for c in changes if c.disruptive and c.kind != EVACUATE}))
+    listed = ", ".join(f"{v.name} ({', '.join(d.profile for d in v.vgpus)})" if v.vgpus else v.name for v in vms)
+    return (f"host {host.name}: its {kinds} change needs maintenance mode, and these VMs run there: {listed}; "
+            "maintenance.evacuate is refuse: stop them, set evacuate: power-off or migrate, or list them with "
+            "power: off")
 
 
 def _plan_migration(host: ObservedHost, vm: ObservedVm, entry: VmSpec | None, migration: Migration) -> HostPlan:
@@ -409,7 +428,7 @@ def _evacuate_change(host: ObservedHost, vm: ObservedVm, what: str) -> HostChang
 
 
 def evacuations(changes: Iterable[HostChange]) -> dict[str, str]:
-    """VM name -> what its planned evacuation does (RESTORE_AFTER | HAND_OVER)."""
+    """VM name -> what its planned evacuation does (RESTORE_AFTER | HAND_OVER | STAYS_OFF | MIGRATE_TO ...)."""
     return {c.target: str(c.new) for c in changes if c.kind == EVACUATE}
 
 

@@ -340,6 +340,10 @@ def disruptions(plan: Plan) -> list[Disruption]:
 
 
 def _evacuation(host: str, c: HostChange, vm_change: VmChange | None, restore_after: str) -> Disruption:
+    from vgpuctl.hosts.plan import STAYS_OFF
+
+    if c.new == STAYS_OFF:
+        return Disruption(POWER_OFF, host, c.target, "evacuation", False, "left off (its entry has power: off)")
     if c.new == restore_after:
         return Disruption(POWER_OFF, host, c.target, "evacuation", True, "powered on again after the host change")
     back = vm_change is not None and vm_change.power_on
