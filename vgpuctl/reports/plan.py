@@ -25,12 +25,15 @@ class ValidateReport(Report):
     vms: int  # VMs after name ranges are expanded
     vm_classes: int = 0
     namespaces: int = 0
+    # problems a host entry merged over a cluster entry would have, if the host is in that cluster (vCenter says)
+    warnings: list[str] = field(default_factory=list)
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
         classes = ""
         if self.vm_classes or self.namespaces:
             classes = f", {self.vm_classes} VM classes, {self.namespaces} namespaces"
-        return f"{self.file}: valid ({self.hosts} host entries, {self.vms} VMs{classes})"
+        lines = [f"{self.file}: valid ({self.hosts} host entries, {self.vms} VMs{classes})"]
+        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
 
 
 @dataclass
@@ -180,8 +183,11 @@ class ApplyReport(Report):
 
 
 def validate_report(file: str, inventory: Inventory) -> ValidateReport:
+    from vgpuctl.inventory.merge import possible_conflicts
+
     return ValidateReport(file=file, valid=True, hosts=len(inventory.hosts), vms=len(inventory.vms),
-                          vm_classes=len(inventory.vm_classes), namespaces=len(inventory.namespaces))
+                          vm_classes=len(inventory.vm_classes), namespaces=len(inventory.namespaces),
+                          warnings=possible_conflicts(inventory.hosts))
 
 
 def vm_names(vms: Iterable[VmOutcome], status: Outcome) -> list[str]:
