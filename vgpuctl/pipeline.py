@@ -125,8 +125,27 @@ def host_facts(
     for name, f in facts.items():
         observed.hosts[name].module_options = f.options_configured or ""
         adopt_nvlink_sets(observed, f)  # NVLink sets from nvidia-smi topo where vCenter reported no device groups
+    explain_shell_errors(session, observed, facts)
     observed.warnings += unread_warnings(facts.values())  # one line per cause, naming the hosts
     return facts, errors
+
+
+def explain_shell_errors(session: Session, observed: Observed, facts: Mapping[str, HostFacts]) -> None:
+    """Hosts whose ESXi shell failed: their SSH service state and lockdown mode (one property read for them all)
+    name the cause and its fix in the error (vgpuctl never turns lockdown mode off)."""
+    from vgpuctl.vsphere.hostaccess import read_host_access
+
+    failed = {n: observed.hosts[n].moid for n, f in facts.items() if f.shell_error}
+    if not failed:
+        return
+    for name, access in read_host_access(session, failed).items():
+        f = facts[name]
+        if access.ssh_running is False:
+            f.shell_error = (f"{f.shell_error}; its SSH service (TSM-SSH) is stopped: set ssh: {{service: manage}} in "
+                             "its inventory entry, or start it")
+        elif access.lockdown not in (None, "lockdownDisabled"):
+            f.shell_error = (f"{f.shell_error}; the host is in {access.lockdown}: only its lockdown exception users "
+                             "log in over SSH (add the SSH user as one; vgpuctl never turns lockdown mode off)")
 
 
 # ------------------------------------------------------------------------------------------ 3. plan

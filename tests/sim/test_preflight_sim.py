@@ -292,3 +292,16 @@ def test_without_an_inventory_every_gpu_host_is_checked(sim: Gpusim) -> None:
     jsonschema.validate(doc, SCHEMA)
     assert out.exit_code == 0 and doc["ok"]
     assert {c.get("subject") for c in doc["checks"] if c["id"] == "host.vgpu-manager"} == set(HOSTS)
+
+
+def test_plan_names_lockdown_and_a_stopped_ssh_service(sim: Gpusim, tmp_path: Path) -> None:
+    sim.access(HOSTS[0], lockdown="lockdownStrict")
+    sim.access(HOSTS[1], ssh_running=False, ssh_policy="off")
+    out = CliRunner().invoke(app, ["-o", "json", "plan", "-f", str(inventory(tmp_path, BASE))])
+    assert out.exit_code == 1
+    details = [d["message"] for d in json.loads(out.stdout)["error"]["details"]]
+    locked = next(d for d in details if d.startswith(f"host {HOSTS[0]}: scheduler changes need ESXi SSH"))
+    assert "SSH authentication failed for user root; the host is in lockdownStrict" in locked
+    assert "vgpuctl never turns lockdown mode off" in locked
+    stopped = next(d for d in details if d.startswith(f"host {HOSTS[1]}: scheduler changes need ESXi SSH"))
+    assert "its SSH service (TSM-SSH) is stopped: set ssh: {service: manage}" in stopped
