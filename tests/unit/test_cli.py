@@ -135,7 +135,7 @@ def test_validate_good_json_is_one_document(tmp_path: Path) -> None:
     assert result.exit_code == 0
     doc = json.loads(result.stdout)  # the whole of stdout is one JSON document
     assert doc == {"kind": "validate", "file": str(path), "valid": True, "hosts": 1, "vms": 3, "vm_classes": 0,
-                   "namespaces": 0}
+                   "namespaces": 0, "warnings": []}
 
 
 @pytest.mark.parametrize(
