@@ -82,6 +82,14 @@ class Power(StrEnum):
     KEEP = "keep"
 
 
+class SshService(StrEnum):
+    """A host entry's `ssh.service`: leave the ESXi SSH service as it is, or manage it: start it through the API
+    for the run when it is stopped and stop it again afterwards (lockdown mode is never touched)."""
+
+    LEAVE = "leave"
+    MANAGE = "manage"
+
+
 class Keep(StrEnum):
     """What an existing VM keeps as it is although vgpuctl would set it for its vGPUs (a VM made by hand, adopted
     as it is): 64-bit MMIO, the locked memory reservation, BIOS firmware, an old hardware version."""

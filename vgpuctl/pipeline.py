@@ -13,11 +13,12 @@ the apply stages in a worker thread so Ctrl-C only asks them to stop. Read-only 
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -27,6 +28,7 @@ from vgpuctl.errors import Interrupted, PlanError, UsageError, VgpuctlError
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_changes
 from vgpuctl.hosts.facts import HostFacts
+from vgpuctl.hosts.sshservice import SshServiceRun
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.hosts.work import WorkStore
 from vgpuctl.inventory import HostSpec, Inventory
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
     from vgpuctl.supervisor.vmclasses import SupervisorPlan
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 EventSink = Callable[[dict[str, Any]], None]
 
@@ -59,6 +62,9 @@ class RunOptions:
     run_id: str | None = None  # names this run in work records and leases (default: a new random id)
     poll_s: float = 0.5
     shutdown_timeout_s: float = 120.0
+    # `ssh.service: manage`: the hosts whose SSH service this run started (None: the run leaves SSH alone, as
+    # the `host` commands do); `run` and `plan_only` stop them again at their end (vgpuctl.hosts.sshservice)
+    ssh_service: SshServiceRun | None = None
 
 
 # ------------------------------------------------------------------------------------------ 1. load
@@ -115,6 +121,12 @@ def host_facts(
             errors.append(f"host {name}: {host.connection_state}; its GPU state cannot be read")
         else:
             hosts[name] = (host.moid, spec)
+    if options.ssh_service is not None:  # `ssh.service: manage`: started before the shell is read
+        from vgpuctl.hosts.sshservice import start_for_run
+
+        start_for_run(session, observed, specs, state_of(session, observed, options), options.ssh_service)
+        observed.warnings += options.ssh_service.notes
+        options.ssh_service.notes.clear()
     facts = gather_facts(
         session,
         hosts,
@@ -168,7 +180,36 @@ def state_of(session: Session, observed: Observed, options: RunOptions) -> WorkS
 def _resume(session: Session, observed: Observed, options: RunOptions) -> list[str]:
     if not options.resume:
         return []
-    return [h for h in state_of(session, observed, options).hosts() if h in observed.hosts]
+    state = state_of(session, observed, options)
+    return [h for h in state.hosts() if h in observed.hosts and not _only_ssh(state, h)]
+
+
+def _only_ssh(state: WorkStore, host: str) -> bool:
+    """The host's record holds only an SSH service to stop (no host work): the SSH step takes it over."""
+    rec = state.get(host)
+    return rec is not None and rec.only_ssh
+
+
+@contextmanager
+def ssh_service_for_run(session: Session, options: RunOptions) -> Iterator[None]:
+    """The run's SSH services: started as host facts are read, stopped again when the run ends, also after the
+    first Ctrl-C and after errors; after a second Ctrl-C (exit at once) the work records keep them for the next
+    run."""
+    own = options.ssh_service is None
+    if own:
+        options.ssh_service = SshServiceRun()
+    try:
+        yield
+    finally:
+        run_ssh = options.ssh_service
+        if own and run_ssh is not None and run_ssh.started and options.state is not None and not EXIT_NOW.is_set():
+            from vgpuctl.hosts.sshservice import stop_for_run
+
+            stop_for_run(session, options.state, run_ssh)
+            for note in run_ssh.notes:
+                log.warning("%s", note)
+        if own:
+            options.ssh_service = None
 
 
 def _migrates(specs: dict[str, HostSpec]) -> bool:
@@ -596,7 +637,7 @@ def run(
     request = request or RunRequest()
     hooks = hooks or QuietHooks()
     stage = request.guests if request.guests is not None and guest_vms(inventory) else None
-    with open_session(settings) as session:
+    with open_session(settings) as session, ssh_service_for_run(session, options):
         outcome = within_session(session, inventory, options, request, hooks)
         if stage is not None and outcome.failure() is None:
             outcome.addresses = guest_addresses(
@@ -665,7 +706,7 @@ def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOp
     with it)."""
     from vgpuctl.vsphere.session import open_session
 
-    with open_session(settings) as session:
+    with open_session(settings) as session, ssh_service_for_run(session, options):
         observed = observe(session, options.datacenter, inventory)
         the_plan = plan(session, observed, inventory, options)
         with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:

@@ -46,6 +46,15 @@ class HostRecord:
     updated: float = 0.0
     run: str = ""  # the run that wrote it
     steps: list[str] = field(default_factory=list)  # the host's planned steps, in order
+    # the SSH service as it was before a run started it (`ssh.service: manage`): {"running", "policy"}; the run
+    # stops it again at its end, or a later run does from this record
+    ssh: dict[str, object] | None = None
+
+    @property
+    def only_ssh(self) -> bool:
+        """The record holds nothing but the SSH service to put back (no host work to resume)."""
+        return (self.ssh is not None and not self.vms and not self.entered_maintenance and not self.steps
+                and not self.phase)
 
 
 class WorkStore(Protocol):
@@ -100,8 +109,12 @@ class StateStore:
             self._save()
 
     def drop(self, host: str) -> None:
+        """The host's work is done; an SSH service a run started and has yet to stop stays recorded."""
         with self._lock:
-            if self._records.pop(host, None) is not None:
+            rec = self._records.pop(host, None)
+            if rec is not None and rec.ssh is not None:
+                self._records[host] = HostRecord(host, ssh=rec.ssh, run=rec.run, updated=time.time())
+            if rec is not None:
                 self._save()
 
     def _save(self) -> None:
@@ -140,5 +153,7 @@ def describe_record(rec: HostRecord) -> str:
     again = [v["name"] for v in rec.vms if v.get("after", POWER_ON) != POWER_ON]
     if again:
         todo.append("reconfigure and power on " + ", ".join(again))
+    if rec.ssh is not None:
+        todo.append("stop the SSH service again")
     where = f" (stopped at {rec.phase})" if rec.phase else ""
     return f"unfinished work of run {rec.run or '?'}{where}: " + ("; ".join(todo) or "verify")

@@ -25,6 +25,7 @@ from vgpuctl.domain import (
     NvlinkState,
     Power,
     SchedulerPolicy,
+    SshService,
     VgpuMode,
     VmState,
 )
@@ -148,6 +149,7 @@ class SshSpec(StrictModel):
     known_hosts: str | None = None
     key_file: str | None = None
     password_env: str | None = None  # NAME of an environment variable holding the password, never the password
+    service: Lax[SshService] = SshService.LEAVE  # manage: start the SSH service for the run, stop it afterwards
 
     @field_validator("password_env")
     @classmethod

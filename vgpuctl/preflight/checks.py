@@ -195,7 +195,8 @@ KEY_FIX = ("check the host key on the host's console, then add it to the known_h
            "HOST >> ~/.ssh/known_hosts, or ssh.known_hosts), or run once with --ssh-trust-on-first-use")
 
 
-def ssh_check(host: str, needed: bool, access: HostAccess | None, probe: SshProbe | None) -> PreflightCheck:
+def ssh_check(host: str, needed: bool, access: HostAccess | None, probe: SshProbe | None,
+              managed: bool = False) -> PreflightCheck:
     """The ESXi shell answers over SSH with a known host key (only where the run needs it)."""
     if not needed:
         return PreflightCheck("host.ssh", SKIP, "not needed: no MIG, NVLink or scheduler setting for the host and no "
@@ -206,6 +207,10 @@ def ssh_check(host: str, needed: bool, access: HostAccess | None, probe: SshProb
         return PreflightCheck("host.ssh", PASS, f"logged in as {probe.user}, host key known", host)
     if probe.outcome == SshOutcome.UNKNOWN_KEY:
         return PreflightCheck("host.ssh", FAIL, probe.message, host, KEY_FIX.replace("HOST", host))
+    if probe.outcome == SshOutcome.UNREACHABLE and access is not None and access.ssh_running is False and managed:
+        return PreflightCheck("host.ssh", WARN, "the SSH service (TSM-SSH) is stopped; ssh.service: manage starts it "
+                                                "for the run and stops it again: its host key and login are checked "
+                                                "then", host)
     if probe.outcome == SshOutcome.UNREACHABLE and access is not None and access.ssh_running is False:
         return PreflightCheck("host.ssh", FAIL, f"the SSH service (TSM-SSH) is stopped, policy {access.ssh_policy}: "
                                                 f"{probe.message}", host,

@@ -261,3 +261,18 @@ def _labels(labels: list[str], limit: int = 5) -> str:
     more = f" and {len(labels) - limit} more" if len(labels) > limit else ""
     return ", ".join(labels[:limit]) + more
 
+
+
+def ssh_service_needs(inventory: Inventory | None, observed: Observed, places: Places) -> list[Need]:
+    """Hosts whose entry says `ssh: {service: manage}`: starting and stopping their SSH service, and the work
+    record that remembers it was started."""
+    if inventory is None:
+        return []
+    from vgpuctl.domain import SshService
+
+    specs, _ = hostplan.resolve_hosts(inventory.hosts, observed)
+    out = [Need(SSH_SERVICE, ("HostSystem", observed.hosts[h].moid), f"host {h}", SSH_SERVICE.privileges)
+           for h, s in sorted(specs.items()) if s.ssh.service == SshService.MANAGE]
+    if out:
+        out.append(Need(WORK_RECORDS, places.root, "the root folder", WORK_RECORDS.privileges))
+    return out

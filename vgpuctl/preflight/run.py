@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vgpuctl.domain import CheckStatus
+from vgpuctl.domain import CheckStatus, SshService
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import Observed, Plan
 from vgpuctl.preflight import checks, guests, privileges
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 def _needs(session: Session, observed: Observed, inventory: Inventory | None, plan: Plan,
            scope: Scope | None = None) -> list[privileges.Need]:
     needs = privileges.needs(plan, observed, inventory, places(session, observed, plan))
+    needs += privileges.ssh_service_needs(inventory, observed, places(session, observed, Plan()))
     for host in scope.hosts if scope is not None else []:  # preflight reads each host's packages
         needs.append(privileges.Need(privileges.HOST_PACKAGES, ("HostSystem", observed.hosts[host].moid),
                                      f"host {host}", privileges.HOST_PACKAGES.privileges))
@@ -52,7 +53,8 @@ def host_checks(observed: Observed, inventory: Inventory | None, scope: Scope,
         out += [
             checks.manager_check(host, facts.managers.get(name), needed),
             checks.graphics_check(host, spec, needed),
-            checks.ssh_check(name, name in scope.shell, access, probe),
+            checks.ssh_check(name, name in scope.shell, access, probe,
+                             spec is not None and spec.ssh.service == SshService.MANAGE),
             checks.lockdown_check(name, name in scope.shell, access, facts.exceptions.get(name), user),
         ]
     return out

@@ -141,8 +141,12 @@ class VcenterWorkStore:
             self._save(rec)
 
     def drop(self, host: str) -> None:
+        """The host's work is done; an SSH service a run started and has yet to stop stays recorded."""
         with self._lock:
-            if self._records.pop(host, None) is not None:
+            rec = self._records.pop(host, None)
+            if rec is not None and rec.ssh is not None:
+                self._records[host] = self._save(HostRecord(host, ssh=rec.ssh))
+            elif rec is not None:
                 self.fields.set(self.moids[host], WORK_FIELD, "")
 
     def _save(self, rec: HostRecord) -> HostRecord:
