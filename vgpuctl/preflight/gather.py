@@ -12,7 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
 from vgpuctl.errors import SshAuthError, SshHostKeyError, SshUnreachable, VgpuctlError, VsphereFault
-from vgpuctl.inventory import Inventory
 from vgpuctl.model import Observed, Plan
 from vgpuctl.preflight import branches, privileges
 from vgpuctl.preflight.facts import About, ManagerFacts, PreflightFacts, Scope, SshOutcome, SshProbe
@@ -111,8 +110,7 @@ def _exceptions(session: Session, host: str, access_manager: str) -> list[str] |
         return f"{err.fault_type.rsplit('.', 1)[-1]}: {err.fault_message}"
 
 
-def gather(session: Session, observed: Observed, scope: Scope, plan: Plan, inventory: Inventory | None,
-           needs: list[privileges.Need]) -> PreflightFacts:
+def gather(session: Session, observed: Observed, scope: Scope, needs: list[privileges.Need]) -> PreflightFacts:
     from vgpuctl.vsphere.hostaccess import read_host_access
 
     connected = [h for h in scope.hosts if observed.hosts[h].connection_state == "connected"]

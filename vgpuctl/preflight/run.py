@@ -68,7 +68,7 @@ def run_checks(session: Session, observed: Observed, inventory: Inventory | None
     scope = scope_of(inventory, observed)
     plan = make_plan(inventory, observed) if inventory is not None else Plan()
     needs = _needs(session, observed, inventory, plan, scope)
-    facts = gather(session, observed, scope, plan, inventory, needs)
+    facts = gather(session, observed, scope, needs)
     reqs = checks.requirements(inventory, scope)
     found = [checks.vcenter_version(facts.about, reqs), *checks.host_versions(observed, scope, reqs)]
     found += privileges.privilege_checks(needs, facts.granted, facts.privileges_error)
