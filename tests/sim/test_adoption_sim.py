@@ -71,7 +71,7 @@ def test_dropping_an_item_from_keep_plans_that_change(runner: CliRunner, tmp_pat
     assert plan.exit_code == 0, plan.output
     (change,) = json.loads(plan.stdout)["vm_changes"]
     assert change["vm"] == "hand-01" and change["steps"] == ["power-off", "reconfigure", "power-on"]
-    assert change["extra_config"] == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "64"}
+    assert change["extra_config"] == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "128"}
 
 
 REMOVE = """\

@@ -122,6 +122,22 @@ def test_plan_resolution_uses_the_merge() -> None:
     assert graphics is not None and graphics.default_type == "sharedDirect"  # not lost to the host entry
 
 
+def test_a_host_that_switches_to_mig_does_not_inherit_the_time_sliced_mode() -> None:
+    text = """\
+apiVersion: vgpuctl/v1
+hosts:
+  - cluster: C1
+    gpus: [{select: all, mode: time-sliced, vgpu_mode: sameSize}]
+  - name: esx-01
+    gpus: [{select: all, mode: mig}]
+"""
+    merged, errors = _merge(text)
+    assert errors == []
+    gpu = merged["esx-01"].spec.gpus[0]
+    assert (gpu.mode, gpu.vgpu_mode) == ("mig", None)
+    assert merged["esx-02"].spec.gpus[0].vgpu_mode == "sameSize"
+
+
 def test_validate_reports_what_a_merge_would_break_without_vcenter(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """validate needs no vCenter, so it cannot know a host's cluster: it warns what each host entry merged over
     each cluster entry would break, if the host is in that cluster; plan refuses it once vCenter says so."""

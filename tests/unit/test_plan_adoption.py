@@ -42,7 +42,7 @@ def test_keep_leaves_what_the_vm_lacks_and_warns() -> None:
     assert [w.split(" (keep")[0] for w in plan.warnings] == [
         "vm hand: keeps its memory reservation unlocked", "vm hand: keeps BIOS firmware",
         "vm hand: keeps its 64-bit MMIO settings"]
-    assert "at least 64 GB" in plan.warnings[2]
+    assert "at least 128 GB" in plan.warnings[2]  # the A100's own MMIO (NVIDIA's per-GPU table)
 
 
 def test_without_keep_the_same_vm_is_changed_or_refused() -> None:
@@ -50,7 +50,7 @@ def test_without_keep_the_same_vm_is_changed_or_refused() -> None:
     assert plan.errors == []
     (change,) = plan.changes
     assert [f.field for f in change.fields] == ["memoryReservationLockedToMax"]
-    assert change.extra_config == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "64"}
+    assert change.extra_config == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "128"}
     refused = plan_of("  - name: hand\n    vgpus: {profile: grid_a100-20c}\n    power: restart\n")
     assert any("need EFI firmware" in e and "keep: [efi]" in e for e in refused.errors)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from vgpuctl.domain import CheckStatus
+from vgpuctl.domain import ChangeKind, CheckStatus, Phase
 from vgpuctl.esxi.parsers import parse_vib_list
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
@@ -159,7 +159,7 @@ def a_plan() -> Plan:
                      power_off=True, power_on=True),
             VmChange("b", clone=CloneSpec("tmpl", cluster="C"), extra_config={"x": "1"}),
         ],
-        host_changes=[HostChange("esx-01", "nvlink", "host", "enabled", "disabled", True, True)],
+        host_changes=[HostChange("esx-01", ChangeKind.NVLINK, "host", "enabled", "disabled", Phase.REBOOT)],
     )
 
 

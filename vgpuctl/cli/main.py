@@ -27,6 +27,7 @@ from vgpuctl.cli import (
     plan,
     preflight,
     provision,
+    show,
     sim,
     status,
     vm,
@@ -134,7 +135,7 @@ def _late_option(ctx: Any, name: str, value: Any) -> None:
     elif name == "url":
         opts.url, opts.url_from_command_line = value, True
     elif name == "insecure":
-        opts.insecure = bool(value) or None
+        opts.insecure = bool(value)
     else:
         setattr(opts, name, value)
 
@@ -174,9 +175,11 @@ PasswordFileOpt = Annotated[
 InsecureOpt = Annotated[
     bool,
     typer.Option(
-        "--insecure",
+        "--insecure/--no-insecure",
         envvar=["VGPUCTL_INSECURE", "GOVC_INSECURE"],
-        help="Do not verify the vCenter TLS certificate (warned about).",
+        show_default=False,
+        help="Do not verify the vCenter TLS certificate (warned about); --no-insecure verifies it even where "
+        "the inventory or the environment turn it off.",
     ),
 ]
 CaFileOpt = Annotated[
@@ -209,6 +212,7 @@ VerboseOpt = Annotated[
         "-v",
         count=True,
         metavar="",
+        show_default=False,
         help="-v: tracebacks, round trips, info logs; -vv: also a SOAP and SSH trace (secrets redacted).",
     ),
 ]
@@ -288,6 +292,7 @@ def _source(ctx: typer.Context, name: str) -> str:
 
 plan.register(app)
 preflight.register(app)
+show.register(app)
 status.register(app)
 capacity.register(app)
 export.register(app)

@@ -11,12 +11,14 @@ facts takes it over and stops the service at its own end. Lockdown mode is never
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from vgpuctl.domain import SshService
 from vgpuctl.errors import VgpuctlError
+from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.work import WorkStore
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed
@@ -97,3 +99,56 @@ def stop_for_run(session: Session, state: WorkStore, run: SshServiceRun) -> None
             state.update(host, ssh=None)
         log.info("host %s: stopped its SSH service again", host)
     run.started.clear()
+
+
+def only_ssh(state: WorkStore, host: str) -> bool:
+    """The host's record holds only an SSH service to stop (no host work to resume): this step takes it over."""
+    rec = state.get(host)
+    return rec is not None and rec.only_ssh
+
+
+class RunState(Protocol):
+    """What of a run's options the SSH step keeps (vgpuctl.pipeline.RunOptions)."""
+
+    ssh_service: SshServiceRun | None
+    state: WorkStore | None
+
+
+@contextmanager
+def ssh_service_for_run(session: Session, options: RunState) -> Iterator[None]:
+    """A run's SSH services: started as host facts are read (start_for_run), stopped again when the run ends,
+    also after the first Ctrl-C and after errors; after a second Ctrl-C (exit at once) the work records keep
+    them for the next run."""
+    from vgpuctl.progress import EXIT_NOW
+
+    own = options.ssh_service is None
+    if own:
+        options.ssh_service = SshServiceRun()
+    try:
+        yield
+    finally:
+        run_ssh = options.ssh_service
+        if own and run_ssh is not None and run_ssh.started and options.state is not None and not EXIT_NOW.is_set():
+            stop_for_run(session, options.state, run_ssh)
+            for note in run_ssh.notes:
+                log.warning("%s", note)
+        if own:
+            options.ssh_service = None
+
+
+def explain_shell_errors(session: Session, observed: Observed, facts: Mapping[str, HostFacts]) -> None:
+    """Hosts whose ESXi shell failed: their SSH service state and lockdown mode (one property read for them all)
+    name the cause and its fix in the error (vgpuctl never turns lockdown mode off)."""
+    from vgpuctl.vsphere.hostaccess import read_host_access
+
+    failed = {n: observed.hosts[n].moid for n, f in facts.items() if f.shell_error}
+    if not failed:
+        return
+    for name, access in read_host_access(session, failed).items():
+        f = facts[name]
+        if access.ssh_running is False:
+            f.shell_error = (f"{f.shell_error}; its SSH service (TSM-SSH) is stopped: set ssh: {{service: manage}} in "
+                             "its inventory entry, or start it")
+        elif access.lockdown not in (None, "lockdownDisabled"):
+            f.shell_error = (f"{f.shell_error}; the host is in {access.lockdown}: only its lockdown exception users "
+                             "log in over SSH (add the SSH user as one; vgpuctl never turns lockdown mode off)")

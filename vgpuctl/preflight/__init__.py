@@ -7,6 +7,6 @@ privileges the plan needs: no per-host call), refusing with the same lines. docs
 checks and their sources.
 """
 
-from vgpuctl.preflight.run import cheap_checks, run_checks
+from vgpuctl.preflight.run import cheap_checks, refuse_by_preflight, run_checks
 
-__all__ = ["cheap_checks", "run_checks"]
+__all__ = ["cheap_checks", "refuse_by_preflight", "run_checks"]

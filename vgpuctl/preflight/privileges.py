@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from vgpuctl.domain import CheckStatus
+from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind
 from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.evacuation import needs_maintenance
+from vgpuctl.hosts.settings import step_of
 from vgpuctl.inventory import Inventory
-from vgpuctl.model import HostChange, Observed, Plan, VmChange, folder_path
+from vgpuctl.model import EvacuationAction, HostChange, Observed, Plan, VmChange, folder_path
 from vgpuctl.reports.preflight import PreflightCheck
 
 Entity = tuple[str, str]  # (vim type name, moid)
@@ -158,9 +160,9 @@ def _host_needs(plan: Plan, observed: Observed, places: Places) -> list[Need]:
         moid = observed.hosts[host].moid if host in observed.hosts else ""
         changes = [c for c in plan.host_changes if c.host == host]
         entity, label = ("HostSystem", moid), f"host {host}"
-        if hostplan.needs_maintenance(changes):
+        if needs_maintenance(changes):
             out.append(Need(HOST_MAINTENANCE, entity, label, HOST_MAINTENANCE.privileges))
-        if any(hostplan.category(c.kind) in ("graphics", "nvlink", "scheduler") for c in changes):
+        if any(_written_through_vcenter(c) for c in changes):
             out.append(Need(HOST_SETTINGS, entity, label, HOST_SETTINGS.privileges))
         out += _evacuation_needs(changes, observed)
     if plan.host_changes:
@@ -169,14 +171,21 @@ def _host_needs(plan: Plan, observed: Observed, places: Places) -> list[Need]:
     return out
 
 
+def _written_through_vcenter(change: HostChange) -> bool:
+    """A setting whose apply step makes one vCenter write (UpdateGraphicsConfig, UpdateModuleOptionString); the
+    steps without one write in the ESXi shell (MIG with nvidia-smi) and need no vCenter privilege."""
+    step = step_of(change.kind)
+    return step is not None and step.finish is not None
+
+
 def _evacuation_needs(changes: Iterable[HostChange], observed: Observed) -> list[Need]:
     out = []
     for c in changes:
-        vm = observed.vms.get(str(c.target)) if c.kind == hostplan.EVACUATE else None
+        vm = observed.vms.get(str(c.target)) if c.kind == ChangeKind.EVACUATE else None
         if vm is None:
             continue
         entity, label = ("VirtualMachine", vm.moid), f"vm {vm.name}"
-        if str(c.new).startswith(hostplan.MIGRATE_TO):
+        if isinstance(c.new, EvacuationAction) and c.new.kind == EvacuationKind.MIGRATE:
             out.append(Need(MIGRATE, entity, label, ("Resource.HotMigrate",)))
         else:
             out.append(Need(VM_POWER, entity, label, VM_POWER.privileges))

@@ -78,3 +78,11 @@ def run_checks(session: Session, observed: Observed, inventory: Inventory | None
     found += guests.driver_branch_checks(inventory, scope, facts.managers)
     found += guests.file_checks(inventory)
     return preflight_report(session.settings.sdk_url, found)
+
+
+def refuse_by_preflight(session: Session, observed: Observed, inventory: Inventory, the_plan: Plan) -> None:
+    """preflight's cheap part on a plan (vCenter's version, the privileges its apply needs): a failed check refuses
+    the plan with the line preflight prints for it, a warning joins the plan's warnings."""
+    found = cheap_checks(session, observed, inventory, the_plan)
+    the_plan.refuse(c.line for c in found if c.status == CheckStatus.FAIL)
+    the_plan.warnings += [c.line for c in found if c.status == CheckStatus.WARN]
