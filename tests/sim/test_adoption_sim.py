@@ -46,7 +46,7 @@ def runner(sim: Gpusim, no_vgpuctl_env: None) -> CliRunner:
 
 def test_export_of_hand_made_vms_plans_no_change(runner: CliRunner, tmp_path: Path) -> None:
     farm = tmp_path / "farm.yaml"
-    assert runner.invoke(app, ["export", "-o", str(farm)]).exit_code == 0
+    assert runner.invoke(app, ["export", "--out", str(farm)]).exit_code == 0
     text = farm.read_text()
     entries = {m["name"]: m["body"] for m in re.finditer(r"  - name: (?P<name>\S+)\n(?P<body>(?:    .*\n)+)", text)}
     assert "    keep: [mmio]\n" in entries["hand-01"]
@@ -63,7 +63,7 @@ def test_export_of_hand_made_vms_plans_no_change(runner: CliRunner, tmp_path: Pa
 
 def test_dropping_an_item_from_keep_plans_that_change(runner: CliRunner, tmp_path: Path) -> None:
     farm = tmp_path / "farm.yaml"
-    assert runner.invoke(app, ["export", "-o", str(farm)]).exit_code == 0
+    assert runner.invoke(app, ["export", "--out", str(farm)]).exit_code == 0
     text = farm.read_text()
     text = text.replace("    keep: [mmio]\n    power: keep\n", "    power: restart\n", 1)
     farm.write_text(text)

@@ -53,7 +53,7 @@ def test_status(runner: CliRunner) -> None:
 
 def test_export_then_plan_plans_no_change(runner: CliRunner, tmp_path: Path) -> None:
     farm = tmp_path / "farm.yaml"
-    result = runner.invoke(app, ["export", "-o", str(farm)])
+    result = runner.invoke(app, ["export", "--out", str(farm)])
     assert result.exit_code == 0, result.output
     assert f"warning: {UNKNOWN}" in result.stderr
     text = farm.read_text()

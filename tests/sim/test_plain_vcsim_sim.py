@@ -49,7 +49,7 @@ def test_status_reads_every_host_and_warns_once_per_cause(runner: CliRunner) -> 
 
 def test_export_then_plan_plans_no_change(runner: CliRunner, tmp_path: Path) -> None:
     farm = tmp_path / "farm.yaml"
-    result = runner.invoke(app, ["export", "--all-vms", "-o", str(farm)])
+    result = runner.invoke(app, ["export", "--all-vms", "--out", str(farm)])
     assert result.exit_code == 0, result.output
     text = farm.read_text()
     assert "DC0_H0_VM{0..1}" in text and "DC0_C0_RP0_VM{0..1}" in text

@@ -119,6 +119,9 @@ class _Interrupting:
                     hooks.sent = True
                     os.kill(os.getpid(), signal.SIGINT)
 
+            def vms_planned(self, vms: Any) -> None:
+                pass
+
         yield Progress()
 
     def note(self, message: str) -> None:
