@@ -178,8 +178,25 @@ def test_needs_name_each_object_and_only_the_privileges_its_change_uses() -> Non
     assert by[("host-settings", "host esx-01")] == {"Host.Config.Settings"}
     assert by[("work-records", "the root folder")] == {"Global.ManageCustomFields", "Global.SetCustomField"}
     assert by[("leases", "the root folder")] == {"Folder.Create", "Folder.Delete"}
-    requests = privileges.requests(needs)
-    assert len(requests) == len({tuple(sorted(n.privileges)) for n in needs})  # one call per privilege list
+    asked = {(e[1], p) for entities, privs in privileges.requests(needs) for e in entities for p in privs}
+    assert {(n.entity[1], p) for n in needs for p in n.privileges} <= asked  # every need is asked about
+
+
+def test_privilege_requests_merge_while_cheap() -> None:
+    vms = [privileges.Need(privileges.VM_RECONFIGURE, ("VirtualMachine", f"vm-{i}"), f"vm {i}",
+                           ("VirtualMachine.Config.AddRemoveDevice",) + (("VirtualMachine.Config.CPUCount",)
+                                                                         if i % 2 else ()))
+           for i in range(1000)]
+    read = privileges.Need(privileges.READ, ("Datacenter", "dc-1"), "datacenter", privileges.READ.privileges)
+    # 1,000 VMs in two privilege lists and the datacenter: one call, asking 4 privileges on 1,001 objects
+    [(entities, privs)] = privileges.requests([read, *vms])
+    assert len(entities) == 1001
+    assert set(privs) == {"System.View", "System.Read", "VirtualMachine.Config.AddRemoveDevice",
+                          "VirtualMachine.Config.CPUCount"}
+    # a merge that would ask many more answers than it saves stays two calls
+    hosts = [privileges.Need(privileges.HOST_SETTINGS, ("HostSystem", f"host-{i}"), f"host {i}",
+                             tuple(f"Host.Config.P{k}" for k in range(10))) for i in range(300)]
+    assert len(privileges.requests([*vms, *hosts])) == 2
 
 
 def test_missing_privileges_are_named_per_object_and_optional_ones_warn() -> None:
@@ -291,3 +308,20 @@ def test_report_groups_equal_checks_and_counts() -> None:
         "FAIL  host.graphics esx-01: shared", "      fix: set it", "PASS  host.ssh esx-01, esx-02: ok",
         "https://vc/sdk: 1 fail, 0 warn, 2 pass, 0 skip: preflight failed"]
     assert rows[-1].line == "host.graphics esx-01: shared; fix: set it"
+
+
+def test_privilege_answer_is_read_per_object_and_privilege() -> None:
+    from vgpuctl.vsphere.hostaccess import parse_privilege_availability
+
+    body = b"""<?xml version="1.0" encoding="UTF-8"?>
+<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body>
+<HasPrivilegeOnEntitiesResponse xmlns="urn:vim25">
+<returnval><entity type="VirtualMachine">vm-1</entity>
+<privAvailability><privId>VirtualMachine.Config.CPUCount</privId><isGranted>true</isGranted></privAvailability>
+<privAvailability><privId>System.Read</privId><isGranted>false</isGranted></privAvailability></returnval>
+<returnval><entity type="Datacenter">datacenter-2</entity>
+<privAvailability><privId>System.Read</privId><isGranted>true</isGranted></privAvailability></returnval>
+</HasPrivilegeOnEntitiesResponse></soapenv:Body></soapenv:Envelope>"""
+    assert parse_privilege_availability(body) == {
+        ("vm-1", "VirtualMachine.Config.CPUCount"): True, ("vm-1", "System.Read"): False,
+        ("datacenter-2", "System.Read"): True}

@@ -1,6 +1,6 @@
 """What preflight reads before it checks: vCenter's about info, each host's access facts (one property read),
-the session's privileges (HasPrivilegeOnEntities, one call per distinct privilege list), each host's vGPU Manager
-(its software packages through the API, else `esxcli software vib list` over SSH), an SSH login per host whose
+the session's privileges (HasPrivilegeOnEntities, once for most plans: privileges.requests), each host's vGPU
+Manager (its software packages through the API, else `esxcli software vib list` over SSH), an SSH login per host whose
 SSH the run needs, and the lockdown exception users where that matters. Hosts are read in parallel; a host that
 cannot answer gets its reason, never a failed command."""
 

@@ -28,7 +28,7 @@ def _needs(session: Session, observed: Observed, inventory: Inventory | None, pl
 
 def cheap_checks(session: Session, observed: Observed, inventory: Inventory | None, plan: Plan) -> list[PreflightCheck]:
     """vCenter's version against the inventory, and the privileges the plan's apply needs: what plan and apply
-    check on the farm they read (the session's about info, one HasPrivilegeOnEntities per privilege list)."""
+    check on the farm they read (the session's about info, HasPrivilegeOnEntities, once for most plans)."""
     scope = scope_of(inventory, observed)
     out = [checks.vcenter_version(about(session), checks.requirements(inventory, scope))]
     needs = _needs(session, observed, inventory, plan)

@@ -151,7 +151,13 @@ def has_privileges(
     session: Session, requests: Iterable[tuple[Sequence[tuple[str, str]], Sequence[str]]]
 ) -> dict[tuple[str, str], bool]:
     """(entity moid, privilege id) -> granted to this session, for each (entities as (vim type, moid), privilege
-    ids) request: one HasPrivilegeOnEntities per request (vSphere API 5.5, privilege System.View)."""
+    ids) request: one HasPrivilegeOnEntities per request (vSphere API 5.5, privilege System.View). The answer
+    (an entry per object and privilege, 8,000 for 1,000 VMs and 8 privileges) is read with ElementTree, as
+    observe reads its bulk answers: about 10x faster than pyVmomi's deserializer."""
+    from pyVmomi import vmodl
+
+    from vgpuctl.vsphere.rawread import invoke_raw
+
     manager = session.content.authorizationManager
     key = session_key(session)
     out: dict[tuple[str, str], bool] = {}
@@ -159,10 +165,26 @@ def has_privileges(
         if not entities or not privileges:
             continue
         refs = [_vim_type(kind)(moid, session.stub) for kind, moid in entities]
-        answer = _invoke(session, "AuthorizationManager", manager.HasPrivilegeOnEntities, refs, key, list(privileges))
-        for entity in answer or []:
-            for availability in entity.privAvailability or []:
-                out[(_moid(entity.entity), str(availability.privId))] = bool(availability.isGranted)
+        try:
+            body = session.invoke(invoke_raw, session.stub, manager, "HasPrivilegeOnEntities",
+                                  [refs, key, list(privileges)])
+        except vmodl.MethodFault as fault:
+            raise to_error(fault, "AuthorizationManager") from fault
+        out.update(parse_privilege_availability(body))
+    return out
+
+
+def parse_privilege_availability(body: bytes) -> dict[tuple[str, str], bool]:
+    """A HasPrivilegeOnEntitiesResponse: (entity moid, privilege id) -> isGranted."""
+    import xml.etree.ElementTree as ET
+
+    q = "{urn:vim25}"
+    out: dict[tuple[str, str], bool] = {}
+    for entity in ET.fromstring(body).iter(f"{q}returnval"):
+        moid = (entity.findtext(f"{q}entity") or "").strip()
+        for availability in entity.iterfind(f"{q}privAvailability"):
+            granted = (availability.findtext(f"{q}isGranted") or "").strip() in ("true", "1")
+            out[(moid, (availability.findtext(f"{q}privId") or "").strip())] = granted
     return out
 
 
