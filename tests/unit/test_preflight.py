@@ -325,3 +325,22 @@ def test_privilege_answer_is_read_per_object_and_privilege() -> None:
     assert parse_privilege_availability(body) == {
         ("vm-1", "VirtualMachine.Config.CPUCount"): True, ("vm-1", "System.Read"): False,
         ("datacenter-2", "System.Read"): True}
+
+
+def test_an_unreadable_token_file_is_named_without_its_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vgpuctl.preflight.guests import unreadable
+
+    token = tmp_path / "client_configuration_token.tok"
+    token.write_text("SECRET-TOKEN")
+    assert unreadable(token) is None
+    real_open = Path.open
+
+    def denied(self: Path, *args: object, **kwargs: object) -> object:
+        if self == token:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "open", denied)  # tests run as root, who reads any file: deny it by hand
+    assert unreadable(token) == "not readable by this user (permission denied)"
+    (tmp_path / "empty.tok").write_text("")
+    assert unreadable(tmp_path / "empty.tok") == "empty"
