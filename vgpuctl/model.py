@@ -109,6 +109,7 @@ class ObservedVm:
     guest_ips: list[str] = field(default_factory=list)
     guest_state: str = "notRunning"
     tools_running: bool = False
+    change_version: str = ""  # config.changeVersion: a reconfigure names it, so vCenter refuses it once it moved
 
     @property
     def path(self) -> str:

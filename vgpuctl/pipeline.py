@@ -273,9 +273,12 @@ def apply_vms(
     progress: VmProgress | None = None,
     cancel: Cancel | None = None,
 ) -> ApplyResult:
-    """One clone and one reconfigure per VM, `options.parallel` at a time; VMs on pending hosts wait."""
+    """One clone and one reconfigure per VM, `options.parallel` at a time, each existing VM claimed for this run
+    while it changes; VMs on pending hosts wait."""
     from vgpuctl.vms.apply import apply_plan
+    from vgpuctl.vsphere.workrecord import new_run_id
 
+    options.run_id = options.run_id or new_run_id()
     return apply_plan(
         session,
         the_plan,
@@ -285,6 +288,7 @@ def apply_vms(
         cancel=cancel,
         shutdown_timeout_s=options.shutdown_timeout_s,
         poll_s=options.poll_s,
+        run_id=options.run_id,
     )
 
 

@@ -283,7 +283,6 @@ class ApplyProgress(LiveOnTerminal):
         self.finished: dict[str, str] = {}
         self.lock = threading.Lock()
         self.log = StepLog(self.note)  # off a terminal: timestamped lines, heartbeats at most every 30 s
-        self.host_work: dict[str, str] = {}  # host -> its step in flight
 
     def note(self, message: str) -> None:
         self.console.print(message, markup=False, highlight=False, soft_wrap=True)
@@ -301,25 +300,10 @@ class ApplyProgress(LiveOnTerminal):
             self.console.print(self._line(vm, step, pct), markup=False, highlight=False)  # in-flight: the table
 
     def host_step(self, host: str, step: str, detail: str | None) -> None:
-        self._running(host, step, detail)
         if self.live is None:
             self.log.step(f"host {host}", step, detail)
         else:
             self.vm_step(f"host {host}", step + (f" {detail}" if detail else ""), None)
-
-    def _running(self, host: str, step: str, detail: str | None) -> None:
-        """A host's step in flight, for the line of a second Ctrl-C (its vCenter task may go on without us)."""
-        from vgpuctl.progress import RUNNING
-
-        with self.lock:
-            previous = self.host_work.pop(host, None)
-            label = f"{step} host {host}" + (f" ({detail})" if detail and step != "wait-reconnect" else "")
-            if step not in TERMINAL_STEPS:
-                self.host_work[host] = label
-        if previous is not None:
-            RUNNING.discard(previous)
-        if step not in TERMINAL_STEPS:
-            RUNNING.add(label)
 
     @staticmethod
     def _line(name: str, step: str, pct: int | None) -> str:

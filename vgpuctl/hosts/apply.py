@@ -11,6 +11,7 @@ maintenance and power on what it powered off; its outcome lists the steps left.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -153,6 +154,14 @@ class _HostRun:
         return lease
 
     def _record_failure(self) -> None:
+        """Keep what a rerun needs in the host's work record (or drop a record with nothing to resume); a record
+        that cannot be written is a warning: the outcome already says what failed."""
+        try:
+            self._write_failure()
+        except VgpuctlError as err:
+            log.warning("%s: the work record could not be updated after the failure: %s", self.t.name, err)
+
+    def _write_failure(self) -> None:
         from vgpuctl.vsphere import host as vhost
 
         try:
@@ -337,12 +346,15 @@ class _HostRun:
 
     def _set_mig(self, changes: list[HostChange]) -> bool:
         from vgpuctl.esxi import commands, parsers
+        from vgpuctl.vsphere.tasks import in_flight
 
         pending = False
         with self._shell() as shell:
             for c in changes:
                 self._step("mig", f"{c.target} -> {c.new}")
-                out = shell.run(commands.set_mig_mode(c.target, c.new == "mig")).stdout
+                command = commands.set_mig_mode(c.target, c.new == "mig")
+                label = f"mig {c.target} host {self.t.name}"
+                out = in_flight(label, functools.partial(shell.run, command)).stdout
                 for res in parsers.parse_mig_set(out):
                     if not res.supported:
                         raise VgpuctlError(f"{self.t.name}: GPU {c.target}: MIG mode: {res.reason}")
@@ -375,7 +387,7 @@ class _HostRun:
         wanted = hostplan.options_for(current, changes)
         self._step("module-options", wanted)
         if wanted != current:
-            vhost.update_module_options(self.session, self.t.moid, wanted)
+            vhost.update_module_options(self.session, self.t.moid, wanted, host=self.t.name)
         self._done("module-options")
 
     def _reboot(self) -> None:
