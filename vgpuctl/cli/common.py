@@ -204,7 +204,23 @@ def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None)
         ca_file=str(Path(ca_file).expanduser()) if ca_file else None,
         thumbprint=thumbprint,
         timeout_s=parse_timeout(opts.timeout) if opts.timeout is not None else DEFAULT_TIMEOUT_S,
+        esxi_timeout_s=esxi_timeout(opts),
     )
+
+
+def esxi_timeout(opts: GlobalOptions) -> float | None:
+    """The bound on each ESXi shell command: --timeout (VGPUCTL_TIMEOUT) bounds them too; else VGPUCTL_ESXI_TIMEOUT;
+    else None (vgpuctl.esxi.ssh.DEFAULT_COMMAND_TIMEOUT_S)."""
+    from vgpuctl.esxi.ssh import ENV_TIMEOUT
+    from vgpuctl.vsphere.session import parse_timeout
+
+    if opts.timeout is not None:
+        return parse_timeout(opts.timeout)
+    value = os.environ.get(ENV_TIMEOUT)
+    try:
+        return parse_timeout(value) if value else None
+    except UsageError as err:
+        raise UsageError(f"{ENV_TIMEOUT}: {err}") from None
 
 
 def datacenter_for(opts: GlobalOptions, inventory: Inventory | None = None) -> str | None:

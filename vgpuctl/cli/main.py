@@ -181,7 +181,8 @@ TimeoutOpt = Annotated[
     float | None,
     typer.Option(
         envvar="VGPUCTL_TIMEOUT",
-        help="Seconds to wait for vCenter to accept a connection and to answer each request (default 30).",
+        help="Seconds to wait for vCenter to accept a connection and to answer each request (default 30), and for "
+        "each ESXi shell command (default VGPUCTL_ESXI_TIMEOUT, else 120).",
     ),
 ]
 OutputOpt = Annotated[

@@ -340,9 +340,10 @@ class _HostRun:
     def _shell(self) -> AbstractContextManager[Any]:
         if self.opts.open_shell is not None:
             return self.opts.open_shell(self.t.name, self.t.spec)
-        from vgpuctl.hosts.facts import open_shell
+        from vgpuctl.hosts.facts import esxi_timeout, open_shell
 
-        return open_shell(self.t.name, self.t.spec, trust_on_first_use=self.opts.trust_on_first_use)
+        return open_shell(self.t.name, self.t.spec, trust_on_first_use=self.opts.trust_on_first_use,
+                          timeout_s=esxi_timeout(self.session))  # fmt: skip
 
     def _set_mig(self, changes: list[HostChange]) -> bool:
         from vgpuctl.esxi import commands, parsers

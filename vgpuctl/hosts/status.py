@@ -11,7 +11,15 @@ from typing import Any
 
 from vgpuctl.errors import VgpuctlError
 from vgpuctl.hosts import plan as hostplan
-from vgpuctl.hosts.facts import ENV_HOST_MAP, HostFacts, api_facts, gather_host_facts, open_shell, shell_runner
+from vgpuctl.hosts.facts import (
+    ENV_HOST_MAP,
+    HostFacts,
+    api_facts,
+    esxi_timeout,
+    gather_host_facts,
+    open_shell,
+    shell_runner,
+)
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
 from vgpuctl.reports.status import HostGpu, HostReport, ModuleOptions, StatusReport
@@ -72,7 +80,7 @@ def collect_host_status(
         if not shell:
             return host_status(host, api_facts(session, host.moid, name))
         try:
-            with open_shell(name, specs.get(name)) as sh:
+            with open_shell(name, specs.get(name), timeout_s=esxi_timeout(session)) as sh:
                 return host_status(host, gather_host_facts(session, host.moid, name, shell_runner(sh)))
         except VgpuctlError as err:
             return host_status(host, api_facts(session, host.moid, name), shell_error=str(err))
