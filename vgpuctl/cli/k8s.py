@@ -217,10 +217,12 @@ def render_cmd(
     )
     manifests = render_manifests(inventory, namespace, options)
     if out is not None:
+        from vgpuctl.outpaths import inside
+
         out.mkdir(parents=True, exist_ok=True)
         for name, text in manifests.items():
-            (out / name).write_text(text, encoding="utf-8")
-        (out / "licensing-configmap.sh").chmod(0o755)
+            inside(out, name).write_text(text, encoding="utf-8")
+        inside(out, "licensing-configmap.sh").chmod(0o755)
     data = {"kind": "k8s_manifests", "namespace": namespace, "files": manifests if out is None else sorted(manifests)}
     common.emit(data, lambda _d: _manifests_text(manifests, out), opts)
 

@@ -189,17 +189,18 @@ def connection_vars(inv: Inventory, *, known_hosts: Path, password_file: Path | 
 
 
 def render_inventory(targets: GuestTargets, connection: dict[str, Any], source: str = "inventory") -> str:
-    """The Ansible YAML inventory: hosts without an address are left out (they are reported as problems)."""
-    groups = [
-        {
-            "name": g.ansible_name,
-            "roles": g.roles,
-            "vars": g.vars,
-            "hosts": [{"name": h.name, "vars": h.vars} for h in g.hosts if h.address],
-        }
-        for g in targets.groups
-    ]
-    return render_template("inventory.yml.j2", source=source, connection=connection, groups=groups)
+    """The Ansible YAML inventory, written by the YAML emitter (vgpuctl.yamlout): a VM, group or variable name is a
+    key or a value, never structure. Hosts without an address are left out (they are reported as problems)."""
+    from vgpuctl import yamlout
+
+    children: dict[str, Any] = {}
+    for g in targets.groups:
+        group_vars = {"vgpuctl_group": g.ansible_name, "vgpuctl_roles": list(g.roles), **dict(sorted(g.vars.items()))}
+        hosts = {h.name: dict(sorted(h.vars.items())) for h in g.hosts if h.address}
+        children[g.ansible_name] = {"vars": group_vars, "hosts": hosts}
+    document = {"all": {"vars": dict(sorted(connection.items())), "children": children}}
+    note = f"Rendered by vgpuctl from {source}; one group per guest group, guest addresses read from vSphere."
+    return yamlout.comment(note) + yamlout.dump(document)
 
 
 # ------------------------------------------------------------------------------------------- templates
@@ -225,8 +226,9 @@ def playbooks_dir() -> Path:
     return path
 
 
-def render_template(name: str, **context: Any) -> str:
-    """Render one of templates/*.j2 outside Ansible (strict: an undefined variable is an error)."""
+def render_template(name: str, filters: dict[str, Any] | None = None, **context: Any) -> str:
+    """Render one of templates/*.j2 outside Ansible (strict: an undefined variable is an error), with extra
+    Jinja filters."""
     import jinja2
 
     env = jinja2.Environment(
@@ -238,4 +240,5 @@ def render_template(name: str, **context: Any) -> str:
         autoescape=False,
     )
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "ensure_ascii": False}
+    env.filters.update(filters or {})
     return env.get_template(name).render(**context)
