@@ -13,6 +13,7 @@ the apply stages in a worker thread so Ctrl-C only asks them to stop. Read-only 
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 EventSink = Callable[[dict[str, Any]], None]
 
 
@@ -59,6 +61,7 @@ class RunOptions:
     run_id: str | None = None  # names this run in work records and leases (default: a new random id)
     poll_s: float = 0.5
     shutdown_timeout_s: float = 120.0
+    lock_timeout_s: float = 0.0  # how long to wait for a host lease or VM claim another run holds (--lock-timeout)
 
 
 # ------------------------------------------------------------------------------------------ 1. load
@@ -239,6 +242,7 @@ def apply_hosts(
     cancel: Cancel | None = None,
 ) -> HostApplyResult:
     """Host changes host by host (maintenance, reboot, verify), `max_unavailable` at a time."""
+    check_lock_settings()
     resolved, _ = hostplan.resolve_hosts(specs, observed)
     moids = {name: h.moid for name, h in observed.hosts.items()}
     host_options = HostApplyOptions(
@@ -289,6 +293,7 @@ def apply_vms(
         shutdown_timeout_s=options.shutdown_timeout_s,
         poll_s=options.poll_s,
         run_id=options.run_id,
+        lock_timeout_s=options.lock_timeout_s,
     )
 
 
@@ -611,6 +616,7 @@ def carry_out(
         outcome = RunOutcome(planned)
         if not request.apply or planned.is_empty:
             return outcome
+        check_lock_settings()
         hooks.confirm(planned)
         with hooks.apply_progress(planned) as progress:
             applied, interrupted = run_interruptible(
@@ -638,6 +644,27 @@ def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOp
 
 
 # ------------------------------------------------------------------------------------------ running a stage
+
+
+def release_locks(within_s: float = 5.0) -> None:
+    """Drop this process's host leases and VM claims before it exits at once (a second Ctrl-C), at most
+    `within_s`: the next run need not wait for them to expire. Never raises."""
+    from vgpuctl.vsphere.workrecord import release_held
+
+    try:
+        released = release_held(within_s)
+    except Exception as err:  # they expire on their own
+        log.debug("releasing the leases failed: %s", err)
+        return
+    if released:
+        log.info("released the leases and claims of %s", ", ".join(released))
+
+
+def check_lock_settings() -> None:
+    """Refuse a lease time to live vgpuctl cannot keep (UsageError), before the first change."""
+    from vgpuctl.vsphere.workrecord import lease_ttl
+
+    lease_ttl()
 
 
 def second_interrupt_message(running: Sequence[str]) -> str:
@@ -670,7 +697,9 @@ def run_interruptible(work: Callable[[Cancel], T], on_interrupt: Callable[[str],
         interrupts.append(signum)
         if len(interrupts) > 1:
             EXIT_NOW.set()
-            raise Interrupted(second_interrupt_message(RUNNING.labels()))
+            running = RUNNING.labels()
+            release_locks()
+            raise Interrupted(second_interrupt_message(running))
         cancel.set()
         on_interrupt(
             "interrupted: no new step starts; waiting for running vCenter tasks and restoring what this run "

@@ -195,6 +195,16 @@ def test_second_ctrl_c_during_a_host_reboot_exits_without_waiting_for_it(sim: An
     assert not any(step(x)[1] in ("wait-reconnect", "verify", "exit-maintenance") for x in seen + err.splitlines())
 
 
+def _lock_folders(sim: Any) -> list[str]:
+    """The lock folders of host leases and VM claims under the root folder."""
+    si = sim.connect()
+    try:
+        names = [f.name for f in si.content.rootFolder.childEntity]
+        return [n for n in names if n.startswith(("vgpuctl-lease-", "vgpuctl-claim-"))]
+    finally:
+        Disconnect(si)
+
+
 def _until(check: Callable[[], bool], what: str) -> None:
     for _ in range(2400):  # a bound on polls, not on time: each is one small control read
         if check():
@@ -223,6 +233,7 @@ def test_second_ctrl_c_names_held_reconfigures_vcenter_has_not_answered(sim: Any
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: interrupted again: exiting now; these vCenter tasks may still be running: ")
     assert "reconfigure q-01 (requested)" in last and "reconfigure q-02 (requested)" in last, last
+    assert _lock_folders(sim) == []  # the run dropped its claims on its way out: a rerun need not wait for them
     # the line was right: both requests ran in vCenter after vgpuctl exited, nothing else did
     _until(lambda: vm_state(sim, "q-01")[0] == ["grid_a100-10c"] == vm_state(sim, "q-02")[0], "both ran")
     assert vm_state(sim, "q-03")[0] == [] and vm_state(sim, "q-04")[0] == []
@@ -248,6 +259,7 @@ def test_second_ctrl_c_names_a_held_host_step(sim: Any, tmp_path: Path) -> None:
     finally:
         sim.release(hold)
     assert proc.returncode == 130, "".join(seen) + err
+    assert _lock_folders(sim) == []  # the host's lease was dropped on the way out
     assert json.loads(out)["error"]["message"] == (
         f"interrupted again: exiting now; these vCenter tasks may still be running: enter-maintenance host {host} "
         "(requested)"

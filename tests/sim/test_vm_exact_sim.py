@@ -219,3 +219,29 @@ def test_a_claim_of_a_run_elsewhere_holds_the_vm_until_it_expires(sim: Any, si: 
     code, out = _run(sim, tmp_path / "op", "apply", "--yes", text=text)
     assert code == 0, out
     assert _vgpus(_find(si, "web-01")) == ["grid_a100-20c"]
+
+
+def test_lock_timeout_waits_for_the_run_that_has_the_vm_with_a_progress_line(sim: Any, si: Any, tmp_path: Path) -> None:
+    """B waits for the VM A has, saying so; A's reconfigure fails and leaves the VM as it was, so B's plan still
+    holds and B applies it once it has the VM."""
+    hold = sim.hold("ReconfigVM_Task", "off-01")
+    first = _vgpuctl(sim, tmp_path / "a", "apply", "--yes", text=inventory("off-01", "grid_a100-20c"))
+    try:
+        _until(lambda: bool(_started(sim, hold)) or first.poll() is not None, "A's reconfigure reaches gpusim")
+        second = _vgpuctl(sim, tmp_path / "b", "--lock-timeout", "5m", "apply", "--yes",
+                          text=inventory("off-01", "grid_a100-10c"))  # fmt: skip
+        assert second.stdout is not None
+        seen = []
+        for line in second.stdout:  # progress lines, then the summary
+            seen.append(line)
+            if "off-01: waiting for run " in line:
+                break
+        assert any(f"pid {first.pid}" in line for line in seen), "".join(seen)
+        sim.arm_fault("off-01", "ReconfigVM_Task", "GenericVmConfigFault", message="device refused")
+    finally:
+        sim.release(hold)
+    lost, won = first.communicate()[0], "".join(seen) + second.communicate()[0]
+    assert first.returncode == 1 and "device refused" in lost, lost
+    assert second.returncode == 0, won
+    vm = _find(si, "off-01")
+    assert _vgpus(vm) == ["grid_a100-10c"] and vm.runtime.powerState == "poweredOn"

@@ -44,6 +44,7 @@ class GlobalOptions:
     thumbprint: str | None = None
     datacenter: str | None = None
     timeout: float | None = None  # seconds; None: the session's default
+    lock_timeout: float = 0.0  # seconds to wait for a host or VM another run holds
     output: str = "text"
     verbose: int = 0
     url_from_command_line: bool = False
@@ -253,7 +254,24 @@ def run_options(opts: GlobalOptions, inventory: Inventory | None, **fields: Any)
     """The pipeline's options from the global options and the command's flags."""
     from vgpuctl.pipeline import RunOptions
 
+    fields.setdefault("lock_timeout_s", opts.lock_timeout)
     return RunOptions(datacenter=datacenter_for(opts, inventory), on_new_host_key=new_host_key, **fields)
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+MAX_LOCK_WAIT_S = 24 * 3600.0
+
+
+def parse_duration(text: str, option: str) -> float:
+    """Seconds from `90`, `90s`, `5m`, `1h30m`, `2m30s`: finite, 0 to a day."""
+    m = _DURATION.match(text.strip())
+    if not text.strip() or m is None:
+        raise UsageError(f"{option} {text!r}: expected a duration such as 90, 90s, 5m or 1h30m")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total > MAX_LOCK_WAIT_S:
+        raise UsageError(f"{option} {text!r}: at most {MAX_LOCK_WAIT_S / 3600:g}h")
+    return total
 
 
 def new_host_key(host: str, fingerprint: str) -> None:

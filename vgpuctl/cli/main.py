@@ -149,6 +149,8 @@ def _late_option(ctx: Any, name: str, value: Any) -> None:
         opts.url, opts.url_from_command_line = value, True
     elif name == "insecure":
         opts.insecure = bool(value) or None
+    elif name == "lock_timeout":
+        opts.lock_timeout = common.parse_duration(value, "--lock-timeout") if value else 0.0
     else:
         setattr(opts, name, value)
 
@@ -213,6 +215,15 @@ TimeoutOpt = Annotated[
         "each ESXi shell command (default VGPUCTL_ESXI_TIMEOUT, else 120).",
     ),
 ]
+LockTimeoutOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar="VGPUCTL_LOCK_TIMEOUT",
+        metavar="DURATION",
+        help="Wait up to this long (90, 90s, 5m, 1h30m) for a host or VM another run is changing, with a progress "
+        "line, instead of failing it at once (default 0).",
+    ),
+]
 OutputOpt = Annotated[
     OutputFormat,
     typer.Option("--output", "-o", envvar="VGPUCTL_OUTPUT", help="text, or one JSON document on stdout."),
@@ -243,6 +254,7 @@ def main(
     thumbprint: ThumbprintOpt = None,
     datacenter: DatacenterOpt = None,
     timeout: TimeoutOpt = None,
+    lock_timeout: LockTimeoutOpt = None,
     output: OutputOpt = OutputFormat.text,
     verbose: VerboseOpt = 0,
     version: VersionOpt = False,
@@ -263,6 +275,8 @@ def main(
         url_from_command_line=_source(ctx, "url") == "COMMANDLINE",
     )
     _setup_logging(verbose)
+    if lock_timeout:  # parsed once the options exist, so that a bad value is reported as -o asks
+        ctx.obj.lock_timeout = common.parse_duration(lock_timeout, "--lock-timeout")
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

@@ -42,6 +42,7 @@ from vgpuctl.vsphere.claims import ClaimHeld, VmClaims
 from vgpuctl.vsphere.session import Session
 from vgpuctl.vsphere.vm import revert_spec
 from vgpuctl.vsphere.vmops import VmState
+from vgpuctl.vsphere.workrecord import LeaseHeld
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +71,12 @@ def apply_plan(
     shutdown_timeout_s: float = 120.0,
     poll_s: float = 0.5,
     run_id: str | None = None,
+    lock_timeout_s: float = 0.0,
 ) -> ApplyResult:
     """Apply the VM changes of `plan` (computed from `observed`). Raises PlanError if the plan has errors; VM
     failures are results. Host changes still in the plan have not landed: VMs that depend on them are skipped
-    with the reason (vgpuctl.pipeline.apply runs the hosts first). `run_id` names this run in its VM claims."""
+    with the reason (vgpuctl.pipeline.apply runs the hosts first). `run_id` names this run in its VM claims;
+    `lock_timeout_s`: how long to wait for a VM another run has claimed."""
     from vgpuctl.vsphere.tasks import TaskWatcher
     from vgpuctl.vsphere.workrecord import new_run_id
 
@@ -84,7 +87,7 @@ def apply_plan(
     changes = plan.changes
     pending_hosts = {c.host for c in plan.host_changes}
     result.hosts_not_ready = sorted(pending_hosts)
-    claims = VmClaims(session, run_id or new_run_id())
+    claims = VmClaims(session, run_id or new_run_id(), wait_s=lock_timeout_s)
     with TaskWatcher(session) as watcher:
         ctx = _Ctx(session, observed, watcher, progress, cancel, shutdown_timeout_s, poll_s, claims)
         try:
@@ -301,8 +304,12 @@ def _claim(ctx: _Ctx, change: VmChange, vm: Any, observed_vm: ObservedVm) -> Non
     deleted since the plan is drift)."""
     if ctx.claims is None or not (change.power_off or change.needs_reconfigure or change.power_on):
         return
+    def waiting(held: LeaseHeld, left_s: float) -> None:
+        who = f"run {held.holder.run} by {held.holder.holder}" if held.holder is not None else "another run"
+        _step(ctx, change.vm, f"waiting for {who}", None)
+
     try:
-        ctx.claims.claim(change.vm, observed_vm.moid)
+        ctx.claims.claim(change.vm, observed_vm.moid, waiting)
     except ClaimHeld:
         raise
     except Exception:

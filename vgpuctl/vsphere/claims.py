@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
 
@@ -39,13 +40,15 @@ class VmClaim(Lease):
     HELD = ClaimHeld
     KIND = "claim"
 
-    def acquire(self) -> VmClaim:
-        super().acquire()
+    def acquire(self, wait_s: float = 0.0, on_wait: Callable[[LeaseHeld, float], None] | None = None) -> VmClaim:
+        """Take the claim (read first: the released description a previous run left, which this claim's own
+        description replaces, is the run that changed the VM last)."""
+        self.previous = parse_lease(self.fields.get(self.moid, self.FIELD))
+        super().acquire(wait_s, on_wait)
         self._taken = time.monotonic()
         return self
 
-    def _held_message(self, info: LeaseInfo | None = None) -> str:
-        info = info or parse_lease(self.fields.get(self.moid, self.FIELD))
+    def _held_message(self, info: LeaseInfo | None) -> str:
         who = info.describe() if info is not None else "another run"
         expires = f"; if that run is gone, its claim expires at {info.expiry()}" if info is not None else ""
         return f"{self.host}: {who} is changing this VM; not touched (plan again once it is done){expires}"
@@ -61,15 +64,16 @@ class VmClaims:
     """The claims of one run: `claim(name, moid)` (ClaimHeld when another live run has it), `release(moid)`;
     `release_all()` at the end. Thread-safe: a run changes several VMs at once."""
 
-    def __init__(self, session: Session, run_id: str, ttl_s: float | None = None):
+    def __init__(self, session: Session, run_id: str, ttl_s: float | None = None, wait_s: float = 0.0):
         self.fields = Fields(session, "VirtualMachine")
         self.run_id = run_id
         self.ttl_s = ttl_s if ttl_s is not None else lease_ttl()
+        self.wait_s = wait_s  # --lock-timeout: how long to wait for a VM another run has
         self._held: dict[str, VmClaim] = {}
         self._lock = threading.Lock()
 
-    def claim(self, name: str, moid: str) -> None:
-        claim = VmClaim(self.fields, name, moid, self.run_id, self.ttl_s).acquire()
+    def claim(self, name: str, moid: str, on_wait: Callable[[LeaseHeld, float], None] | None = None) -> None:
+        claim = VmClaim(self.fields, name, moid, self.run_id, self.ttl_s).acquire(self.wait_s, on_wait)
         with self._lock:
             self._held[moid] = claim
 
@@ -91,12 +95,18 @@ class VmClaims:
             return sorted(c.host for c in self._held.values())
 
     def last_run(self, moid: str) -> str:
-        """Who changed the VM last, from its released claim ("" when unknown): `run X by WHO until TIME`."""
-        try:
-            info = parse_lease(self.fields.get(moid, CLAIM_FIELD))
-        except Exception as err:  # it only adds to a message
-            log.debug("cannot read the VM's claim: %s", err)
-            return ""
+        """Who changed the VM last, from the claim it released ("" when unknown): `run X by WHO until TIME`; the
+        claim this run holds on the VM replaced that description, and kept it."""
+        with self._lock:
+            mine = self._held.get(moid)
+        if mine is not None:
+            info = mine.previous
+        else:
+            try:
+                info = parse_lease(self.fields.get(moid, CLAIM_FIELD))
+            except Exception as err:  # it only adds to a message
+                log.debug("cannot read the VM's claim: %s", err)
+                return ""
         if info is None:
             return ""
         until = datetime.fromtimestamp(info.renewed).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")

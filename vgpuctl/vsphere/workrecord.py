@@ -17,17 +17,19 @@ import contextlib
 import getpass
 import json
 import logging
+import math
 import os
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from vgpuctl.errors import VgpuctlError
+from vgpuctl.errors import UsageError, VgpuctlError
 from vgpuctl.hosts.work import POWER_ON, WORK_FIELD, HostRecord, parse_record
 from vgpuctl.vsphere.bookkeeping import guarded
 
@@ -36,12 +38,19 @@ log = logging.getLogger(__name__)
 LEASE_FIELD = "vgpuctl.lease"
 LEASE_FOLDER = "vgpuctl-lease-{moid}"
 DEFAULT_TTL_S = 60.0
+MIN_TTL_S = 10.0
+MAX_TTL_S = 3600.0
 ENV_TTL = "VGPUCTL_LEASE_TTL_S"
+WAIT_POLL_S = 2.0  # how often a lease another run holds is tried again while --lock-timeout lasts
 UNSET_POLL_S = 0.5  # how often a lock folder without its description is looked at again
 
 
 class LeaseHeld(VgpuctlError):
-    """Another run that is still alive holds the host."""
+    """Another run that is still alive holds the host; `holder`: its description when there is one."""
+
+    def __init__(self, message: str, holder: LeaseInfo | None = None):
+        super().__init__(message)
+        self.holder = holder
 
 
 def new_run_id() -> str:
@@ -49,11 +58,38 @@ def new_run_id() -> str:
 
 
 def lease_ttl(env: dict[str, str] | None = None) -> float:
+    """The time to live of this run's leases and claims: VGPUCTL_LEASE_TTL_S, finite, MIN_TTL_S to MAX_TTL_S
+    seconds (a shorter one expires between two renewals on a slow vCenter, a longer one keeps a dead run's
+    objects held that long), else DEFAULT_TTL_S."""
     value = (os.environ if env is None else env).get(ENV_TTL)
+    if not value:
+        return DEFAULT_TTL_S
     try:
-        return float(value) if value else DEFAULT_TTL_S
+        seconds = float(value)
     except ValueError:
-        raise VgpuctlError(f"{ENV_TTL}={value!r}: expected seconds") from None
+        seconds = math.nan
+    if not (math.isfinite(seconds) and MIN_TTL_S <= seconds <= MAX_TTL_S):
+        raise UsageError(f"{ENV_TTL}={value!r}: expected seconds from {MIN_TTL_S:g} to {MAX_TTL_S:g}")
+    return seconds
+
+
+_HELD: set[Lease] = set()  # the leases and claims this process holds (released on every exit path)
+_HELD_LOCK = threading.Lock()
+
+
+def release_held(within_s: float = 5.0) -> list[str]:
+    """Release every lease and claim this process holds, at once, waiting at most `within_s` (a second Ctrl-C:
+    the process exits right after; what is not released in time expires on its own). Returns the objects
+    released."""
+    with _HELD_LOCK:
+        held = list(_HELD)
+    threads = [threading.Thread(target=lease.release, name="vgpuctl-release", daemon=True) for lease in held]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + within_s
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return sorted(lease.host for lease, t in zip(held, threads, strict=True) if not t.is_alive())
 
 
 # ------------------------------------------------------------------------------------------ custom fields
@@ -258,10 +294,41 @@ class Lease:
     def session(self) -> Any:
         return self.fields.session
 
-    def acquire(self) -> Lease:
-        """Create the lock folder, or judge the one that exists: held while its description (the host's
-        `vgpuctl.lease`, naming this folder) is renewed within its time to live; taken over once that passed,
-        or once it stayed undescribed for a whole time to live (its creator died before describing it)."""
+    def acquire(self, wait_s: float = 0.0, on_wait: Callable[[LeaseHeld, float], None] | None = None) -> Lease:
+        """Take the lease (HELD when another live run holds it), waiting up to `wait_s` for that run to let go;
+        `on_wait(held, seconds_left)` is told each time it is found held while there is time left. Renewed
+        every third of the time to live until `release()`."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self._take()
+                break
+            except self.HELD as held:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                if on_wait is not None:
+                    on_wait(held, left)
+                time.sleep(min(WAIT_POLL_S, left))
+        try:
+            self._since = vcenter_now(self.session)
+            self._write(self._since)
+        except Exception:  # undescribed, the folder would hold the object for a whole time to live
+            with contextlib.suppress(Exception):
+                _destroy(self.session, self._folder)
+            self._folder = None
+            raise
+        self._thread = threading.Thread(target=self._renew_loop, name=f"vgpuctl-lease-{self.host}", daemon=True)
+        self._thread.start()
+        with _HELD_LOCK:
+            _HELD.add(self)
+        return self
+
+    def _take(self) -> None:
+        """Create the lock folder, or judge the one that exists: held while its description (the object's
+        `vgpuctl.lease` or `vgpuctl.claim`, naming this folder) is renewed within its time to live and its holder
+        is not a process of this machine that is gone; taken over otherwise, or once it stayed undescribed for a
+        whole time to live (its creator died before describing it)."""
         from pyVmomi import vim, vmodl
 
         from vgpuctl.vsphere.host import stub_of
@@ -278,12 +345,13 @@ class Lease:
             except vim.fault.DuplicateName as fault:
                 existing = str(fault.object._moId) if fault.object is not None else ""
             if stale is not None and existing != stale:  # someone else took it over first
-                raise self.HELD(self._held_message())
+                info = parse_lease(self.fields.get(self.moid, self.FIELD))
+                raise self.HELD(self._held_message(info), info)
             info = parse_lease(self.fields.get(self.moid, self.FIELD))
             now = vcenter_now(self.session)
             if info is not None and info.folder == existing:
                 if info.live(now) and not info.holder_gone():
-                    raise self.HELD(self._held_message(info))
+                    raise self.HELD(self._held_message(info), info)
             else:  # its creator may be about to describe it: wait up to a time to live
                 if undescribed is None or undescribed[0] != existing:
                     undescribed = (existing, now)
@@ -296,20 +364,8 @@ class Lease:
             # another taker may destroy it first; CreateFolder decides
             with contextlib.suppress(vim.fault.VimFault, vmodl.fault.ManagedObjectNotFound):
                 _destroy(self.session, vim.Folder(existing, stub_of(self.session)))
-        try:
-            self._since = vcenter_now(self.session)
-            self._write(self._since)
-        except Exception:  # undescribed, the folder would hold the object for a whole time to live
-            with contextlib.suppress(Exception):
-                _destroy(self.session, self._folder)
-            self._folder = None
-            raise
-        self._thread = threading.Thread(target=self._renew_loop, name=f"vgpuctl-lease-{self.host}", daemon=True)
-        self._thread.start()
-        return self
 
-    def _held_message(self, info: LeaseInfo | None = None) -> str:
-        info = info or parse_lease(self.fields.get(self.moid, self.FIELD))
+    def _held_message(self, info: LeaseInfo | None) -> str:
         who = info.describe() if info is not None else "another run"
         expires = f"; if that run is gone, its lease expires at {info.expiry()}" if info is not None else ""
         return f"{self.host}: {who} is working on this host; not touched{expires}"
@@ -327,6 +383,8 @@ class Lease:
                 log.warning("%s: lease renewal failed: %s", self.host, _one_line(err))
 
     def release(self) -> None:
+        with _HELD_LOCK:
+            _HELD.discard(self)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
