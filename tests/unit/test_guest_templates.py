@@ -195,3 +195,18 @@ def test_names_in_the_ansible_inventory_stay_keys_and_values(tmp_path):
     rendered = tg.render_inventory(targets, {}, source="a\nall: {}")
     assert rendered.splitlines()[0] == "# Rendered by vgpuctl from a\\nall: {}; one group per guest group, guest " \
                                        "addresses read from vSphere."  # fmt: skip
+
+
+def test_a_setting_the_playbooks_write_as_a_line_must_be_one_line(tmp_path):
+    """nccl.conf and gridd.conf are KEY=VALUE lines: a value with a line break, or a key that is no setting name,
+    would add settings of its own; refused when the targets are built, located."""
+    odd = '        nccl_extra: {"A=1\\nB": x, NCCL_DEBUG_SUBSYS: "INIT\\nNCCL_IB_DISABLE=1"}\n'
+    text = INVENTORY.replace("nccl_socket_ifname: ens192", 'nccl_socket_ifname: "ens192\\nNCCL_P2P_DISABLE=1"')
+    path = tmp_path / "inv.yaml"
+    path.write_text(text.replace('        note: "quotes', odd + '        note: "quotes'))
+    with pytest.raises(InventoryErrors) as err:
+        tg.build_targets(load_inventory(path), {})
+    text = str(err.value)
+    assert "guests.groups.trainers.vars.nccl_socket_ifname: must be one line" in text
+    assert "is no setting name" in text and "nccl_extra.NCCL_DEBUG_SUBSYS: must be one line" in text
+    assert f"{path}:" in text

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -156,8 +157,39 @@ def _check_roles(inv: Inventory) -> None:
                         ("guests", "groups", name, "roles", i), f"unknown role {role!r} (roles: {', '.join(ROLES)})"
                     )
                 )
+        errors += _line_value_problems(inv, name, spec.vars)
     if errors:
         raise InventoryErrors(errors)
+
+
+# guest variables the playbooks write as `KEY=value` lines (nccl.conf, gridd.conf): one line each, or a value
+# would add settings of its own
+LINE_VALUES = ("nccl_socket_ifname", "nccl_ib_hca", "nccl_ib_traffic_class", "nccl_ib_gid_index", "nccl_ib_disable",
+               "nccl_debug")  # fmt: skip
+LINE_MAPPINGS = ("nccl_extra", "vgpu_licensing_gridd_extra")
+_SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _line_value_problems(inv: Inventory, group: str, values: dict[str, Any]) -> list[Any]:
+    out = []
+    base = ("guests", "groups", group, "vars")
+    for key in LINE_VALUES:
+        if key in values and _breaks_line(values[key]):
+            out.append(inv.error((*base, key), f"must be one line: it is written as {key.upper()}=VALUE"))
+    for key in LINE_MAPPINGS:
+        mapping = values.get(key)
+        if not isinstance(mapping, dict):
+            continue
+        for name, value in mapping.items():
+            if not _SETTING_NAME.match(str(name)):
+                out.append(inv.error((*base, key), f"{name!r} is no setting name (letters, digits and '_')"))
+            elif _breaks_line(value):
+                out.append(inv.error((*base, key, name), "must be one line: it is written as NAME=VALUE"))
+    return out
+
+
+def _breaks_line(value: Any) -> bool:
+    return not isinstance(value, bool | int | float) and any(unicodedata.category(c)[0] == "C" for c in str(value))
 
 
 def _host_vars(vm: Any, address: str | None) -> dict[str, Any]:
