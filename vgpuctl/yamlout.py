@@ -34,6 +34,8 @@ class _Block(dict):  # type: ignore[type-arg]
 _Dumper.add_representer(
     _Block, lambda dumper, data: dumper.represent_mapping("tag:yaml.org,2002:map", data.items(), flow_style=False)
 )
+# vgpuctl's StrEnums (vgpuctl.domain) are written as their values
+_Dumper.add_multi_representer(str, lambda dumper, data: dumper.represent_str(str(data)))
 
 
 def dump(data: Any, compact: bool = True) -> str:

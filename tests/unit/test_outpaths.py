@@ -75,6 +75,6 @@ def test_k8s_render_refuses_a_cluster_name_with_a_newline_in_one_line(tmp_path: 
     ok = CliRunner().invoke(app, [*args[:-1], "train"])
     assert ok.exit_code == 0, ok.output
     assert sorted(p.name for p in out.iterdir()) == [
-        "cluster.yaml", "gpu-operator-values.yaml", "gridd.conf", "licensing-configmap.sh",
+        "cluster.yaml", "gpu-operator-values.yaml", "gridd.conf", "licensing-secret.sh",
         "tanzukubernetescluster.yaml", "virtualmachine-gpu-small.yaml",
     ]  # fmt: skip

@@ -1,4 +1,4 @@
-"""Kubernetes manifests for the GPU VM classes a supervisor namespace may use.
+"""Kubernetes manifests for the GPU VM classes a supervisor namespace may use, from templates/k8s/ (Jinja2).
 
 `render_manifests(inventory, namespace, options)` returns {file name: text}:
 - `virtualmachine-<class>.yaml`: a VM Operator VirtualMachine (vmoperator.vmware.com, VMOP_VERSION) per class;
@@ -6,11 +6,14 @@
   machine deployment per GPU class (the class as the `vmClass` variable override);
 - `tanzukubernetescluster.yaml`: a TKG TanzuKubernetesCluster (run.tanzu.vmware.com/v1alpha3), one node pool
   per GPU class;
-- `gpu-operator-values.yaml`, `gridd.conf` and `licensing-configmap.sh`: NVIDIA GPU Operator values for vGPU
-  guests (driver image from a private registry, licensing through a config map that the script creates from
-  the NLS client token FILE; the token is never read here nor written into any manifest).
-Pure: no I/O. Every manifest is data written by the YAML emitter and every name is checked first: a value
-holding a newline or a colon is refused, never written as structure.
+- `gpu-operator-values.yaml`, `gridd.conf` and `licensing-secret.sh`: NVIDIA GPU Operator values for vGPU
+  guests (driver image from a private registry, licensing through a Secret that the script creates from the
+  NLS client token FILE: `driver.licensingConfig.secretName`, GPU Operator v25.10.0 and later); for an older
+  operator (`operator_version` below v25.10.0) a config map and `licensing-configmap.sh` instead
+  (`configMapName`, deprecated since v25.10.0). The token is never read here nor written into any manifest.
+`kubernetes_objects` names the ones that are Kubernetes objects (what `kubectl apply -f` takes); the others are
+files for people and scripts. Pure: no I/O. Every manifest is data written by the YAML emitter and every name is
+checked first: a value holding a newline or a colon is refused, never written as structure.
 """
 
 from __future__ import annotations
@@ -24,7 +27,12 @@ from vgpuctl.errors import UsageError
 from vgpuctl.supervisor.vmclasses import ClassState, InventorySections, desired_class
 
 VMOP_VERSION = "v1alpha5"  # the storage (current served) version of vm-operator v1.10.0's VirtualMachine CRD
-LICENSING_CONFIG_MAP = "licensing-config"
+LICENSING_CONFIG_MAP = "licensing-config"  # the name of the licensing Secret (or config map)
+SECRET_SINCE = (25, 10, 0)  # GPU Operator release that added driver.licensingConfig.secretName
+DEFAULT_OPERATOR_VERSION = "v25.10.0"
+OBJECT_FILES = ("cluster.yaml", "tanzukubernetescluster.yaml")  # besides one VirtualMachine per class
+# Helm values, config, and the licensing script (the Secret's or, for an older operator, the config map's)
+OTHER_FILES = ("gpu-operator-values.yaml", "gridd.conf", "licensing-secret.sh", "licensing-configmap.sh")
 
 
 @dataclass
@@ -46,6 +54,23 @@ class RenderOptions:
     operator_namespace: str = "gpu-operator"
     token_file: str = "client_configuration_token.tok"  # path of the NLS client configuration token file
     gridd_conf: str = "gridd.conf"
+    operator_version: str = DEFAULT_OPERATOR_VERSION  # NVIDIA GPU Operator release the values are for
+
+
+def operator_release(version: str) -> tuple[int, int, int]:
+    """`v25.10.0` or `25.10.0` -> (25, 10, 0); a UsageError for anything else."""
+    text = version.strip().removeprefix("v")
+    parts = text.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise UsageError(f"GPU Operator version {version!r} is not a release like v25.10.0")
+    major, minor, patch = (int(p) for p in parts)
+    return major, minor, patch
+
+
+def licensing_with_secret(version: str) -> bool:
+    """Whether the GPU Operator release takes the licence as a Secret (`secretName`, v25.10.0 and later: the
+    NLS token belongs in a Secret); older ones only know the config map (`configMapName`)."""
+    return operator_release(version) >= SECRET_SINCE
 
 
 def gpu_classes(inv: InventorySections, namespace: str) -> list[ClassState]:
@@ -72,21 +97,35 @@ def render_manifests(inv: InventorySections, namespace: str, options: RenderOpti
     for c in classes:
         header = f"VM Operator VirtualMachine on the GPU VM class {c.name} ({', '.join(c.vgpus)})."
         out[f"virtualmachine-{c.name}.yaml"] = _yaml([header], virtual_machine(c, namespace, opts))
-    out["cluster.yaml"] = _yaml(CLUSTER_HEADER, cluster(classes, namespace, opts))
-    out["tanzukubernetescluster.yaml"] = _yaml(TKC_HEADER, tanzu_cluster(classes, namespace, opts))
-    out["gpu-operator-values.yaml"] = _yaml(VALUES_HEADER, operator_values(opts))
+    pools = f"one {{}} per GPU VM class of namespace {namespace}."
+    cluster_header = "Cluster API Cluster (ClusterClass topology): " + pools.format("worker pool")
+    out["cluster.yaml"] = _yaml([cluster_header], cluster(classes, namespace, opts))
+    out["tanzukubernetescluster.yaml"] = _yaml(["TKG TanzuKubernetesCluster: " + pools.format("node pool")],
+                                               tanzu_cluster(classes, namespace, opts))  # fmt: skip
+    secret = licensing_with_secret(opts.operator_version)
+    out["gpu-operator-values.yaml"] = _yaml(values_header(opts, secret), operator_values(opts, secret))
     out["gridd.conf"] = GRIDD_CONF
-    out["licensing-configmap.sh"] = licensing_script(opts)
+    out["licensing-secret.sh" if secret else "licensing-configmap.sh"] = licensing_script(opts, secret)
     return out
 
 
-CLUSTER_HEADER = ("Cluster API Cluster (ClusterClass topology): one worker pool per GPU VM class of the namespace.",)
-TKC_HEADER = ("TKG TanzuKubernetesCluster: one node pool per GPU VM class of the namespace.",)
-VALUES_HEADER = (
-    "NVIDIA GPU Operator values for vGPU guests: the vGPU guest driver image from the team's private registry,",
-    f"licensed through the config map {LICENSING_CONFIG_MAP} (created from the NLS client token file by",
-    "licensing-configmap.sh; the token itself is never in this file).",
-)
+def kubernetes_objects(manifests: dict[str, str]) -> dict[str, str]:
+    """The manifests that are Kubernetes objects, in order: the VirtualMachines, the Cluster, the TKG cluster."""
+    return {name: text for name, text in manifests.items() if name not in OTHER_FILES}
+
+
+
+def values_header(opts: RenderOptions, secret: bool) -> tuple[str, ...]:
+    first = "NVIDIA GPU Operator values for vGPU guests: the vGPU guest driver image from the team's private registry,"
+    if secret:
+        return (first,
+                f"licensed through the Secret {LICENSING_CONFIG_MAP} (created from the NLS client token file by",
+                f"licensing-secret.sh; the token itself is never in this file). GPU Operator {opts.operator_version}:",
+                "driver.licensingConfig.secretName (v25.10.0 and later; configMapName is deprecated there).")
+    return (first,
+            f"licensed through the config map {LICENSING_CONFIG_MAP} (created from the NLS client token file by",
+            f"licensing-configmap.sh; the token itself is never in this file). GPU Operator {opts.operator_version}:",
+            "driver.licensingConfig.configMapName (releases before v25.10.0 have no secretName).")  # fmt: skip
 GRIDD_CONF = "# NVIDIA licensing client configuration for vGPU guests (FeatureType 1: NVIDIA vGPU).\nFeatureType=1\n"
 MANAGED = {"app.kubernetes.io/managed-by": "vgpuctl"}
 
@@ -156,27 +195,29 @@ def tanzu_cluster(classes: list[ClassState], namespace: str, opts: RenderOptions
     }  # fmt: skip
 
 
-def operator_values(opts: RenderOptions) -> dict[str, Any]:
+def operator_values(opts: RenderOptions, secret: bool) -> dict[str, Any]:
     driver: dict[str, Any] = {"enabled": True, "repository": opts.registry, "image": opts.driver_image,
                               "version": opts.driver_version}  # fmt: skip
     if opts.pull_secret:
         driver["imagePullSecrets"] = [opts.pull_secret]
-    driver["licensingConfig"] = {"configMapName": LICENSING_CONFIG_MAP, "nlsEnabled": True}
+    key = "secretName" if secret else "configMapName"
+    driver["licensingConfig"] = {key: LICENSING_CONFIG_MAP, "nlsEnabled": True}
     return {"driver": driver}
 
 
-def licensing_script(opts: RenderOptions) -> str:
-    """The script that makes the licensing config map from gridd.conf and the token file; every value in it is
-    shell-quoted."""
+def licensing_script(opts: RenderOptions, secret: bool) -> str:
+    """The script that makes the licensing Secret (or, for an older GPU Operator, config map) from gridd.conf and
+    the token file; every value in it is shell-quoted."""
     q = shlex.quote
     ns, cm = q(opts.operator_namespace), q(LICENSING_CONFIG_MAP)
+    what, create = ("Secret", "secret generic") if secret else ("config map", "configmap")
     return (
         "#!/bin/sh\n"
-        "# Creates the GPU Operator's licensing config map from gridd.conf and the NLS client configuration token\n"
+        f"# Creates the GPU Operator's licensing {what} from gridd.conf and the NLS client configuration token\n"
         "# file; the token is read from the file when this runs and never written into a manifest.\n"
         "set -eu\n"
         f"kubectl create namespace {ns} --dry-run=client -o yaml | kubectl apply -f -\n"
-        f"kubectl create configmap {cm} -n {ns} \\\n"
+        f"kubectl create {create} {cm} -n {ns} \\\n"
         f"  --from-file=gridd.conf={q(opts.gridd_conf)} \\\n"
         f"  --from-file=client_configuration_token.tok={q(opts.token_file)} \\\n"
         "  --dry-run=client -o yaml | kubectl apply -f -\n"
