@@ -13,7 +13,6 @@ the apply stages in a worker thread so Ctrl-C only asks them to stop. Read-only 
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
@@ -34,6 +33,7 @@ from vgpuctl.hosts.work import WorkStore
 from vgpuctl.inventory import HostSpec, Inventory
 from vgpuctl.model import HostApplyResult, HostChange, Observed, Op, Plan
 from vgpuctl.progress import EXIT_NOW, RUNNING, Cancel, HostProgress, Progress, VmProgress
+from vgpuctl.runlocks import check_lock_settings, release_held_locks
 
 if TYPE_CHECKING:
     from vgpuctl.guest.runner import DeployResult
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
     from vgpuctl.vsphere.workrecord import LeaseInfo
 
 T = TypeVar("T")
-log = logging.getLogger(__name__)
 EventSink = Callable[[dict[str, Any]], None]
 
 
@@ -180,6 +179,19 @@ def _resume(session: Session, observed: Observed, options: RunOptions) -> list[s
     return [h for h in state_of(session, observed, options).hosts() if h in observed.hosts]
 
 
+def record_problems(
+    session: Session, observed: Observed, options: RunOptions, touched: Iterable[str]
+) -> tuple[list[str], list[str]]:
+    """Hosts whose `vgpuctl.work` value is no work record (one line each, with how to clear it): errors for the
+    hosts this plan touches (what is left to finish there is unknown), warnings for the others, which this
+    plan leaves alone."""
+    problems = getattr(state_of(session, observed, options), "problems", {})
+    mine = set(touched)
+    errors = [line for host, line in sorted(problems.items()) if host in mine]
+    warnings = [line for host, line in sorted(problems.items()) if host not in mine]
+    return errors, warnings
+
+
 def _migrates(specs: dict[str, HostSpec]) -> bool:
     return any(s.maintenance.evacuate == Evacuate.MIGRATE for s in specs.values())
 
@@ -193,8 +205,12 @@ def vgpu_migration_enabled(session: Session) -> bool:
 
 
 def _lease_warnings(session: Session, observed: Observed, hosts: Sequence[str]) -> list[str]:
-    """Hosts of the plan that another live run holds (one CurrentTime read, only when a host has a lease)."""
-    return [
+    """Hosts of the plan that another live run holds (one CurrentTime read, only when a host has a lease), and
+    hosts whose lease value is no lease description."""
+    from vgpuctl.vsphere.workrecord import LEASE_FIELD, lease_problems
+
+    values = {h: observed.hosts[h].custom_values.get(LEASE_FIELD, "") for h in hosts if h in observed.hosts}
+    return lease_problems(values) + [
         f"host {h}: {held_text(info)}: apply will not touch it until that run ends"
         for h, info in sorted(leases_of(session, observed, hosts).items())
     ]
@@ -211,6 +227,10 @@ def plan(session: Session, observed: Observed, inventory: Inventory, options: Ru
     resume = _resume(session, observed, options)
     the_plan = make_plan(inventory, observed, host_facts=facts, resume=resume, vgpu_migration=migration)
     the_plan.refuse(errors)
+    touched = set(resolved) | {c.host for c in the_plan.host_changes}
+    broken, elsewhere = record_problems(session, observed, options, touched)
+    the_plan.refuse(broken)
+    the_plan.warnings += elsewhere
     the_plan.warnings += _lease_warnings(session, observed, sorted({c.host for c in the_plan.host_changes}))
     return the_plan
 
@@ -239,6 +259,9 @@ def plan_in_scope(
 
     the_plan, kept, vms, handed = scoping.settle(selection, candidates, plan_for)
     the_plan.refuse(unreadable_hosts(session, observed, [h for h in kept if h in specs]))
+    broken, elsewhere = record_problems(session, observed, options, set(kept) | {c.host for c in the_plan.host_changes})
+    the_plan.refuse(broken)
+    the_plan.warnings += elsewhere
     the_plan.warnings += _lease_warnings(session, observed, sorted({c.host for c in the_plan.host_changes}))
     result = scoping.result(options.scope, selection, the_plan, kept, vms, handed, resolved, inventory)
     scoped = scoping.only_vms(scoping.restricted(inventory, resolved, kept), vms)
@@ -266,7 +289,9 @@ def plan_hosts(
     migration = vgpu_migration_enabled(session) if _migrates(resolved) else False
     resume = _resume(session, observed, options)
     host_plan = hostplan.plan_hosts(specs, observed, facts, resume=resume, vgpu_migration=migration)
-    host_plan.errors = errors + host_plan.errors
+    broken, elsewhere = record_problems(session, observed, options, set(resolved) | set(host_plan.hosts))
+    host_plan.errors = errors + host_plan.errors + broken
+    host_plan.warnings += elsewhere
     host_plan.warnings = [*observed.warnings, *host_plan.warnings, *_lease_warnings(session, observed, host_plan.hosts)]
     return host_plan
 
@@ -714,27 +739,6 @@ def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOp
 # ------------------------------------------------------------------------------------------ running a stage
 
 
-def release_locks(within_s: float = 5.0) -> None:
-    """Drop this process's host leases and VM claims before it exits at once (a second Ctrl-C), at most
-    `within_s`: the next run need not wait for them to expire. Never raises."""
-    from vgpuctl.vsphere.workrecord import release_held
-
-    try:
-        released = release_held(within_s)
-    except Exception as err:  # they expire on their own
-        log.debug("releasing the leases failed: %s", err)
-        return
-    if released:
-        log.info("released the leases and claims of %s", ", ".join(released))
-
-
-def check_lock_settings() -> None:
-    """Refuse a lease time to live vgpuctl cannot keep (UsageError), before the first change."""
-    from vgpuctl.vsphere.workrecord import lease_ttl
-
-    lease_ttl()
-
-
 def second_interrupt_message(running: Sequence[str]) -> str:
     if not running:
         return "interrupted again: exiting now; no vCenter task was running"
@@ -766,7 +770,7 @@ def run_interruptible(work: Callable[[Cancel], T], on_interrupt: Callable[[str],
         if len(interrupts) > 1:
             EXIT_NOW.set()
             running = RUNNING.labels()
-            release_locks()
+            release_held_locks()
             raise Interrupted(second_interrupt_message(running))
         cancel.set()
         on_interrupt(

@@ -99,6 +99,7 @@ from vgpuctl.reports.supervisor import (
     supervisor_plan_report,
     supervisor_status_report,
 )
+from vgpuctl.reports.work import forget_work_report
 from vgpuctl.scope import Scope
 from vgpuctl.supervisor.render import render_manifests
 from vgpuctl.supervisor.vmclasses import (
@@ -406,6 +407,10 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "experiment-report": experiment_results,
     "sim-env": lambda t: SimEnvReport(with_esxi_env(parse_env_file(SIM_ENV)), str(t / "env")),
     "sim-down": lambda _t: SimDownReport(4242),
+    "host-forget-work": lambda _t: forget_work_report("esx-01", '{"vms": 7}', cleared=True),
+    "host-forget-work#record": lambda _t: forget_work_report(
+        "esx-01", '{"run": "r1", "phase": "reboot", "entered_maintenance": true}', cleared=True),
+    "host-forget-work#none": lambda _t: forget_work_report("esx-01", "", cleared=False),
 }
 
 

@@ -429,6 +429,10 @@ class _HostRun:
         profiles = {v.moid: v.vgpus for v in vhost.host_vms(self.session, self.t.moid)}
         for vm in list(rec.vms):
             name = vm["name"]
+            if vm["moid"] not in profiles and not vhost.vm_exists(self.session, vm["moid"]):
+                log.warning("host %s: VM %s (%s) of its work record no longer exists: dropped from the record",
+                            self.t.name, name, vm["moid"])  # fmt: skip
+                continue
             if vm.get("after", POWER_ON) != POWER_ON and not hand_back:
                 self.out.handed_over.append(name)
                 continue

@@ -38,6 +38,7 @@ from vgpuctl.reports.supervisor import (
     SupervisorPlanReport,
     SupervisorStatusReport,
 )
+from vgpuctl.reports.work import ForgetWorkReport
 
 # Every document a command prints; the architecture page lists each kind with its command.
 REPORTS: tuple[type[Any], ...] = (
@@ -65,6 +66,7 @@ REPORTS: tuple[type[Any], ...] = (
     ExperimentReport,
     SimEnvReport,
     SimDownReport,
+    ForgetWorkReport,
     ErrorReport,
 )
 

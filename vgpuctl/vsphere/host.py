@@ -367,6 +367,17 @@ def _vgpus(devices: list[Any]) -> list[str]:
     ]
 
 
+def vm_exists(session: Session, moid: str) -> bool:
+    """Whether vCenter still has the VM (one property read)."""
+    from pyVmomi import vmodl
+
+    try:
+        _props(session, moid, "VirtualMachine", ["name"])
+    except (NotFound, vmodl.fault.ManagedObjectNotFound):
+        return False
+    return True
+
+
 def vm_power_state(session: Session, moid: str) -> str:
     return str(_props(session, moid, "VirtualMachine", ["runtime.powerState"]).get("runtime.powerState"))
 

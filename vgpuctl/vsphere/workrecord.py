@@ -29,6 +29,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
 from vgpuctl.errors import UsageError, VgpuctlError
 from vgpuctl.hosts.work import WORK_FIELD, WorkRecords
 from vgpuctl.vsphere.bookkeeping import guarded
@@ -145,6 +147,11 @@ class Fields:
         return next((str(v.value) for v in values if int(v.key) == key), "")
 
 
+def clear_work_record(session: Any, host_moid: str) -> None:
+    """Empty the host's `vgpuctl.work` attribute (`vgpuctl host forget-work`)."""
+    Fields(session).set(host_moid, WORK_FIELD, "")
+
+
 def vcenter_now(session: Any) -> float:
     """vCenter's clock (CurrentTime) as a POSIX timestamp."""
     now: datetime = session.invoke(session.si.CurrentTime)
@@ -227,13 +234,54 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def parse_lease(text: str) -> LeaseInfo | None:
+class _LeaseSchema(BaseModel):
+    """What a `vgpuctl.lease` or `vgpuctl.claim` value must be; fields a later vgpuctl adds are left alone."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+    run: str
+    holder: str
+    since: float
+    renewed: float
+    ttl_s: float = Field(gt=0)
+    folder: str = ""
+    pid: int = 0
+    machine: str = ""
+
+    @field_validator("since", "renewed", "ttl_s", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+def read_lease(text: str) -> tuple[LeaseInfo | None, str | None]:
+    """A lease or claim description from its attribute value, checked against its schema: (info, None), (None,
+    what is wrong with it), or (None, None) for none. One that is wrong describes nothing: its lock folder is
+    taken over once it stayed so for a whole time to live."""
     if not text:
-        return None
+        return None, None
     try:
-        return LeaseInfo(**json.loads(text))
-    except (ValueError, TypeError):
-        return None
+        data = _LeaseSchema.model_validate_json(text)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the value"
+        return None, "not JSON" if first["type"] == "json_invalid" else f"{where}: {first['msg']}"
+    return LeaseInfo(**data.model_dump()), None
+
+
+def parse_lease(text: str) -> LeaseInfo | None:
+    return read_lease(text)[0]
+
+
+def lease_problems(values: dict[str, str]) -> list[str]:
+    """One line per host whose `vgpuctl.lease` value is no lease description (host -> value)."""
+    out = []
+    for host, text in sorted(values.items()):
+        why = read_lease(text)[1]
+        if why is not None:
+            out.append(f"host {host}: its {LEASE_FIELD} attribute is no lease description ({why}): a run that finds "
+                       "the host's lock folder takes it over once it stayed so for a time to live")  # fmt: skip
+    return out
 
 
 class Lease:
