@@ -318,3 +318,50 @@ def test_two_applies_from_a_barrier_exactly_one_proceeds(shared_sim: Any, tmp_pa
     host = sim.host(H1)
     assert not host["inMaintenance"]
     assert ("NVreg_NvLinkDisable=1" in host["modules"]["nvidia"]["effective"]) == (nvlink == "disabled")
+
+
+def test_a_host_change_stops_before_evacuating_a_vm_another_run_is_changing(sim: Any, si: Any, tmp_path: Path) -> None:
+    """Evacuation claims the VMs it stops, as VM changes do: a VM another run has stops the host's change before
+    anything changed, naming the VM and that run; once that run is done, the host's change goes through."""
+    hold = sim.hold("PowerOffVM_Task", "web-01")  # the VM run has web-01 claimed and its power-off sent
+    (tmp_path / "vm").mkdir()
+    (tmp_path / "host").mkdir()
+    vm_run = _vgpuctl(sim, tmp_path / "vm", "apply", "--yes", ttl_s=LIVE_TTL_S,
+                      inventory="apiVersion: vgpuctl/v1\nvms:\n  - name: web-01\n    power: 'off'\n")  # fmt: skip
+    try:
+        _until(lambda: bool(next(h for h in sim.holds() if h["id"] == hold)["started"]) or vm_run.poll() is not None,
+               "the VM run's power-off reaches gpusim")  # fmt: skip
+        code, out = _run(sim, tmp_path / "host", "apply", "--yes", ttl_s=LIVE_TTL_S)
+    finally:
+        sim.release(hold)
+    assert code == 1, out
+    assert f"{H1}: evacuating it needs web-01: run " in out and f"pid {vm_run.pid} " in out, out
+    assert _find(si, vim.VirtualMachine, "train-01").runtime.powerState == "poweredOn"  # nothing was stopped
+    assert not sim.host(H1)["inMaintenance"]
+    assert vm_run.communicate()[0] is not None and vm_run.returncode == 0
+    code, out = _run(sim, tmp_path / "host", "apply", "--yes", ttl_s=LIVE_TTL_S)
+    assert code == 0, out
+
+
+def test_lock_timeout_waits_for_the_host_with_a_progress_line(sim: Any, si: Any, tmp_path: Path) -> None:
+    hold = sim.hold("EnterMaintenanceMode_Task", H1)  # the first run has the host, held in its maintenance step
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = _vgpuctl(sim, tmp_path / "a", "apply", "--yes", ttl_s=LIVE_TTL_S)
+    try:
+        _until(lambda: bool(next(h for h in sim.holds() if h["id"] == hold)["started"]) or first.poll() is not None,
+               "the first run's enter-maintenance reaches gpusim")  # fmt: skip
+        second = _vgpuctl(sim, tmp_path / "b", "--lock-timeout", "10m", "apply", "--yes", ttl_s=LIVE_TTL_S)
+        assert second.stdout is not None
+        seen = []
+        for line in second.stdout:
+            seen.append(line)
+            if f"host {H1}: waiting for run " in line:
+                break
+        assert any(f"pid {first.pid}" in line and "s more" in line for line in seen), "".join(seen)
+    finally:
+        sim.release(hold)
+    first.communicate()
+    waited = "".join(seen) + second.communicate()[0]
+    assert (first.returncode, second.returncode) == (0, 0), waited
+    assert _record(si, H1) == {} and not sim.host(H1)["inMaintenance"]

@@ -122,6 +122,7 @@ class _HostRun:
         self.session, self.watcher, self.t, self.state, self.opts = session, watcher, target, state, opts
         self.out = HostOutcome(target.name)
         self.phase = "check"
+        self.claims: Any = None  # the VMs its evacuation stops or moves (vgpuctl.vsphere.claims.VmClaims)
 
     # -------------------------------------------------------------------- driver
 
@@ -145,6 +146,8 @@ class _HostRun:
             if lease is not None:  # never write over another run's record
                 self._record_failure()
         finally:
+            if self.claims is not None:
+                self.claims.release_all()
             if lease is not None:
                 lease.release()
         self._step(self.out.status, self.out.message if self.out.status == Outcome.FAILED else None)
@@ -311,6 +314,7 @@ class _HostRun:
             )
         moves = {v.name: str(action.destination) for v in running
                  if (action := planned.get(v.name)) is not None and action.kind == EvacuationKind.MIGRATE}  # fmt: skip
+        self._claim_vms(running)
         for vm in running:
             if vm.name in moves:
                 self._step("migrate", f"{vm.name} -> {moves[vm.name]}")
@@ -330,6 +334,20 @@ class _HostRun:
             )
             self.out.powered_off.append(vm.name)
             self._done(f"{how} {vm.name}")
+
+    def _claim_vms(self, vms: Sequence[Any]) -> None:
+        """Claim every VM the evacuation moves or stops, before the first of them (vgpuctl.vsphere.claims), held
+        until the host's run ends: a VM another run is changing stops the host here, before anything changed."""
+        from vgpuctl.vsphere.claims import ClaimHeld, VmClaims
+
+        if self.claims is None:
+            self.claims = VmClaims(self.session, getattr(self.state, "run_id", "") or "host-run",
+                                   wait_s=self.opts.lock_timeout_s)  # fmt: skip
+        for vm in vms:
+            try:
+                self.claims.claim(vm.name, vm.moid)
+            except ClaimHeld as held:
+                raise ClaimHeld(f"{self.t.name}: evacuating it needs {held}", held.holder) from None
 
     def _apply(self, work: list[HostChange]) -> bool:
         """Each setting's changes, step by step (MIG, graphics, module options); returns whether a reboot is
