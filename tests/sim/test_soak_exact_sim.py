@@ -9,8 +9,8 @@ ask for). After each round:
 - a run that did not change a VM says why, naming the VM and the run that had it (or that changed it first);
 - `plan` of the inventory whose change each VM holds (that VM's entry) exits 0.
 
-ROUNDS rounds, bounded by rounds (no clock): about 10 s a round, 3.5 minutes in all, on two shared, busy cores. It
-is a plain sim test, so `make test` and `make test-sim` run it.
+ROUNDS rounds, bounded by rounds (no clock): 4 to 10 s a round, 1.5 to 3.5 minutes in all on two shared cores,
+depending on their load. It is a plain sim test, so `make test` and `make test-sim` run it.
 """
 
 from __future__ import annotations
