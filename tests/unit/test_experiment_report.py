@@ -126,6 +126,16 @@ def test_markdown_json_and_plots(results, tmp_path):
     assert doc["tables"][0]["plot"] == "plots/nccl-tests.all_reduce_perf.across-vms.png"
 
 
+def test_values_from_the_results_never_become_markdown_structure(results):
+    """A description with a line break, a heading and a table column, and a flag message with a link, stay text."""
+    exp = results.experiment()
+    exp["variants"][0]["description"] = "fast\n## Fake heading | col [x](http://evil) <b>"
+    results.write_experiment(exp)
+    text = render_markdown(build_report(results))
+    assert "\n## Fake heading" not in text and "<b>" not in text
+    assert "fast ## Fake heading \\| col \\[x\\](http://evil) \\<b\\>" in text
+
+
 def test_restored_farm_and_sizes(results):
     results.set_applied(BASE, "restored")
     assert "Farm now: the base inventory (restored)." in render_markdown(build_report(results))

@@ -100,6 +100,7 @@ from vgpuctl.reports.supervisor import (
     supervisor_plan_report,
     supervisor_status_report,
 )
+from vgpuctl.reports.work import forget_work_report
 from vgpuctl.scope import Scope
 from vgpuctl.supervisor.render import render_manifests
 from vgpuctl.supervisor.vmclasses import (
@@ -410,6 +411,10 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "preflight": lambda _t: preflight_report("https://vc/sdk", [
         PreflightCheck("host.ssh", CheckStatus.FAIL, "refused", "esx-01", "start it"),
         PreflightCheck("vcenter.version", CheckStatus.PASS, "8.0.3")]),
+    "host-forget-work": lambda _t: forget_work_report("esx-01", '{"vms": 7}', cleared=True),
+    "host-forget-work#record": lambda _t: forget_work_report(
+        "esx-01", '{"run": "r1", "phase": "reboot", "entered_maintenance": true}', cleared=True),
+    "host-forget-work#none": lambda _t: forget_work_report("esx-01", "", cleared=False),
 }
 
 

@@ -40,7 +40,9 @@ def register(app_: typer.Typer) -> None:
 
 
 def default_results(exp: Experiment) -> Path:
-    return Path(exp.source_path).resolve().parent / "results" / exp.title
+    from vgpuctl.outpaths import inside
+
+    return inside(Path(exp.source_path).resolve().parent / "results", exp.title)
 
 
 def _results(exp: Experiment, results: Path | None) -> ResultsDir:

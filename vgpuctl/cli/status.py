@@ -178,7 +178,8 @@ def profiles_cmd(
 
         specs = specs_by_host(inventory, observed)
         if (hoststatus.shell_configured(specs) if shell is None else shell) and wanted:
-            for warning in hoststatus.read_reported_maxima(observed, wanted, specs):
+            bound = hoststatus.esxi_timeout(session)
+            for warning in hoststatus.read_reported_maxima(observed, wanted, specs, bound):
                 common.warn(warning)
 
     def scope(session: Any, observed: Observed, inventory: Any) -> None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from vgpuctl.experiment.facts import Contradiction, contradictions, summarize
 from vgpuctl.experiment.store import BASE, STATUS_OK, ResultsDir, RunRecord, write_atomic
+from vgpuctl.outpaths import inside
 
 if TYPE_CHECKING:
     from vgpuctl.reports.experiment import ExperimentReport
@@ -296,10 +297,24 @@ def write_report(results: ResultsDir) -> tuple[Path, ExperimentReport]:
 
 
 def render_markdown(report: Report) -> str:
+    """report.md: the template's structure, and every value from the results (names, descriptions, messages,
+    table cells) through `md`, so that a value never starts a heading, a table column or a link."""
     from vgpuctl.guest.targets import render_template
 
-    return render_template("experiment/report.md.j2", report=report,
+    return render_template("experiment/report.md.j2", filters={"md": markdown_text}, report=report,
                            applied_text=applied_text(report.applied, report.applied_note))
+
+
+_MARKDOWN_SPECIAL = {c: "\\" + c for c in "\\`|<>[]"}
+
+
+def markdown_text(value: Any) -> str:
+    """`value` as one line of Markdown text: line breaks and other control characters become spaces, and the
+    characters that start code, table columns, HTML or links are escaped."""
+    import unicodedata
+
+    text = "".join(" " if unicodedata.category(c)[0] == "C" else c for c in str(value))
+    return "".join(_MARKDOWN_SPECIAL.get(c, c) for c in text)
 
 
 def applied_text(applied: str | None, note: str = "") -> str:
@@ -334,7 +349,7 @@ def write_plots(report: Report, directory: Path) -> list[Path]:
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(title="variant")
         fig.tight_layout()
-        path = directory / f"{table.key}.png"
+        path = inside(directory, f"{table.key}.png")
         fig.savefig(path)
         plt.close(fig)
         table.plot = f"{directory.name}/{path.name}"

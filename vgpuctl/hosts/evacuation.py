@@ -223,10 +223,21 @@ def evacuations(changes: Iterable[HostChange]) -> dict[str, EvacuationAction]:
     return {c.target: c.new for c in changes if c.kind == ChangeKind.EVACUATE and isinstance(c.new, EvacuationAction)}
 
 
-def resume_change(host: ObservedHost) -> HostChange:
-    """Finish what an unfinished apply left on the host (its work record says what)."""
+def gone_from_record(host: ObservedHost, existing: set[str]) -> list[str]:
+    """A warning per VM of the host's work record that vCenter no longer has."""
+    record = parse_record(host.name, host.custom_values.get(WORK_FIELD, ""))
+    gone = [v for v in record.vms if v["moid"] not in existing] if record is not None else []
+    return [f"host {host.name}: VM {v['name']} ({v['moid']}) of its unfinished work no longer exists: apply drops it "
+            "from the work record" for v in gone]  # fmt: skip
+
+
+def resume_change(host: ObservedHost, existing: set[str] | None = None) -> HostChange:
+    """Finish what an unfinished apply left on the host (its work record says what; VMs not among the `existing`
+    moids are gone and left out: apply drops them from the record)."""
     record = parse_record(host.name, host.custom_values.get(WORK_FIELD, ""))
     if record is not None:
+        if existing is not None:
+            record.vms = [v for v in record.vms if v["moid"] in existing]
         old = describe_record(record)
     else:
         old = "in maintenance (left by an unfinished apply)" if host.in_maintenance else "VMs to power on again"

@@ -308,15 +308,22 @@ def open_shell(
     *,
     trust_on_first_use: bool = False,
     on_new_host_key: Callable[[str, str], None] | None = None,
+    timeout_s: float | None = None,
 ) -> Any:
-    """An EsxiShell for the host (known_hosts verified); it connects on `with` or on its first command."""
+    """An EsxiShell for the host (known_hosts verified); it connects on `with` or on its first command. Each
+    command, and the connection, is bounded by `timeout_s` (esxi_timeout(session)), else the shell's default."""
     from vgpuctl.esxi.ssh import EsxiShell
 
     return EsxiShell(
         ssh_target(host, spec),
-        ssh_settings(spec, trust_on_first_use=trust_on_first_use),
+        ssh_settings(spec, trust_on_first_use=trust_on_first_use).limited_to(timeout_s),
         on_new_host_key=on_new_host_key,
     )
+
+
+def esxi_timeout(session: Any) -> float | None:
+    """The run's bound on each ESXi shell command (ConnectionSettings.esxi_timeout_s), None when it sets none."""
+    return getattr(getattr(session, "settings", None), "esxi_timeout_s", None)
 
 
 def gather_facts(
@@ -339,7 +346,8 @@ def gather_facts(
         if not shell:
             return gather_host_facts(session, moid, name, None)
         try:
-            with open_shell(name, spec, trust_on_first_use=trust_on_first_use, on_new_host_key=on_new_host_key) as sh:
+            with open_shell(name, spec, trust_on_first_use=trust_on_first_use, on_new_host_key=on_new_host_key,
+                            timeout_s=esxi_timeout(session)) as sh:  # fmt: skip
                 return gather_host_facts(session, moid, name, shell_runner(sh))
         except SshError as err:  # this host's shell only: its API facts stand, what needs the shell is refused
             if not degrade:

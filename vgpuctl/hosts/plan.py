@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from vgpuctl.domain import ChangeKind
-from vgpuctl.hosts.evacuation import Migration, needs_maintenance, plan_evacuation, resume_change
+from vgpuctl.hosts.evacuation import Migration, gone_from_record, needs_maintenance, plan_evacuation, resume_change
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.settings import SETTING_KINDS, SETTINGS, setting_of
 from vgpuctl.hosts.settings.base import HostPlan, PlanInput, names
@@ -62,6 +62,7 @@ def plan_hosts(
     plans = {name: plan_host(spec, observed.hosts[name], facts.get(name)) for name, spec in resolved.items()}
     changing = {name for name, p in plans.items() if needs_maintenance(p.changes)}
     migration = Migration(observed, changing, vgpu_migration)
+    existing = {vm.moid for vm in observed.vms.values()}
     for name in sorted(set(resolved) | (resume & set(observed.hosts))):
         host = observed.hosts[name]
         spec = resolved.get(name)
@@ -71,7 +72,8 @@ def plan_hosts(
             one.changes.sort(key=_order)
             result.extend(one)
         if name in resume:
-            result.changes.append(resume_change(host))
+            result.changes.append(resume_change(host, existing))
+            result.warnings += gone_from_record(host, existing)
     return result
 
 

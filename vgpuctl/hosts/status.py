@@ -11,7 +11,15 @@ from typing import Any
 
 from vgpuctl.domain import ConnectionState, GpuVgpuMode
 from vgpuctl.errors import VgpuctlError
-from vgpuctl.hosts.facts import ENV_HOST_MAP, HostFacts, api_facts, gather_host_facts, open_shell, shell_runner
+from vgpuctl.hosts.facts import (
+    ENV_HOST_MAP,
+    HostFacts,
+    api_facts,
+    esxi_timeout,
+    gather_host_facts,
+    open_shell,
+    shell_runner,
+)
 from vgpuctl.hosts.settings import SETTINGS, nvlink, scheduler
 from vgpuctl.hosts.settings.base import ModuleOptions as ModuleOptionsView
 from vgpuctl.inventory import HostSpec
@@ -87,7 +95,7 @@ def collect_host_status(
             found[name] = api_facts(session, host.moid, name)
             return host_status(host, found[name])
         try:
-            with open_shell(name, specs.get(name)) as sh:
+            with open_shell(name, specs.get(name), timeout_s=esxi_timeout(session)) as sh:
                 found[name] = gather_host_facts(session, host.moid, name, shell_runner(sh))
                 return host_status(host, found[name])
         except VgpuctlError as err:
@@ -115,7 +123,9 @@ def mig_instance_totals(run: Any) -> dict[str, int]:
     return totals
 
 
-def read_reported_maxima(observed: Observed, names: list[str], specs: dict[str, HostSpec]) -> list[str]:
+def read_reported_maxima(
+    observed: Observed, names: list[str], specs: dict[str, HostSpec], timeout_s: float | None = None
+) -> list[str]:
     """For `profiles`: each named host with a MIG GPU reports its GPU instance totals over SSH, recorded as the
     maxima of its MIG-backed types (statusreport.with_reported_maxima). Returns one warning per host whose shell
     could not be read (its rows keep the catalogue's maxima)."""
@@ -127,7 +137,7 @@ def read_reported_maxima(observed: Observed, names: list[str], specs: dict[str, 
         if host.connection_state != "connected" or not any(g.vgpu_mode == "multiInstanceGpu" for g in host.gpus):
             continue
         try:
-            with open_shell(name, specs.get(name)) as sh:
+            with open_shell(name, specs.get(name), timeout_s=timeout_s) as sh:
                 with_reported_maxima(host, mig_instance_totals(shell_runner(sh)))
         except VgpuctlError as err:
             warnings.append(f"host {name}: MIG instance totals not read ({err}); showing the catalogue's maxima")

@@ -56,10 +56,11 @@ HOST_SETTINGS = Operation(
     "host-settings", "graphics type and policy, nvidia module options (NVLink, scheduler)",
     ("UpdateGraphicsConfig", "UpdateModuleOptionString", "QueryConfiguredModuleOptionString", "QueryModules"),
     ("Host.Config.Settings",))
-WORK_RECORDS = Operation("work-records", "host work records (resume an interrupted host change)",
+WORK_RECORDS = Operation("work-records",
+                         "host work records (resume an interrupted host change), who holds a lease or claim",
                          ("AddCustomFieldDef", "SetField"), ("Global.ManageCustomFields", "Global.SetCustomField"))
-LEASES = Operation("leases", "the lease that keeps two applies off one host", ("CreateFolder", "Destroy_Task"),
-                   ("Folder.Create", "Folder.Delete"))
+LEASES = Operation("leases", "the lease that keeps two applies off one host, the claim that keeps them off one VM",
+                   ("CreateFolder", "Destroy_Task"), ("Folder.Create", "Folder.Delete"))
 MIGRATE = Operation("migrate", "move running or stopped VMs off a host", ("RelocateVM_Task",),
                     ("Resource.HotMigrate", "Resource.ColdMigrate"))
 VM_CLASSES = Operation("vm-classes", "GPU VM classes and supervisor namespaces (`vgpuctl k8s`)",
@@ -198,6 +199,10 @@ def needs(plan: Plan, observed: Observed, inventory: Inventory | None, places: P
     for change in plan.changes:
         out += _vm_needs(change, observed, places)
     out += _host_needs(plan, observed, places)
+    if any(observed.vm_for(c) is not None for c in plan.changes) and not plan.host_changes:
+        # a run claims each VM it changes: a lock folder and the claim's attribute on the VM
+        out.append(Need(WORK_RECORDS, places.root, "the root folder", WORK_RECORDS.privileges))
+        out.append(Need(LEASES, places.root, "the root folder", LEASES.privileges))
     if inventory is not None and (inventory.vm_classes or inventory.namespaces):
         out.append(Need(VM_CLASSES, places.root, "the root folder", VM_CLASSES.privileges))
     return out

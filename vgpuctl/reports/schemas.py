@@ -39,6 +39,7 @@ from vgpuctl.reports.supervisor import (
     SupervisorPlanReport,
     SupervisorStatusReport,
 )
+from vgpuctl.reports.work import ForgetWorkReport
 
 # Every document a command prints; the architecture page lists each kind with its command.
 REPORTS: tuple[type[Any], ...] = (
@@ -67,6 +68,7 @@ REPORTS: tuple[type[Any], ...] = (
     SimEnvReport,
     SimDownReport,
     PreflightReport,
+    ForgetWorkReport,
     ErrorReport,
 )
 

@@ -1,12 +1,15 @@
 """Execute a Plan's VM changes against vCenter, `parallel` VMs at a time: `apply_plan`.
 
-Per VM: re-read it (drift leaves it untouched), shut down (hard power-off after a timeout), at most one clone
-and one ReconfigVM_Task, power-on; a failed VM is a result and does not stop the others. The VMs of one host
-power on in the plan's placement order (largest first: PowerOnTurns). A VM this run stopped
-runs again after a failed reconfigure, or with its previous vGPUs when the new ones find no room; a clone
-that finds no room is removed, so the next plan places it anew. After `cancel` no VM begins a forward step, a
-VM this run powered off is powered on again, and running tasks are waited for (a second Ctrl-C ends the
-process without waiting: see vgpuctl.pipeline.run_interruptible).
+Per VM: claim it (vgpuctl.vsphere.claims: no other run works on it until this one is done; a VM another live
+run holds fails, naming that run), re-read it (drift leaves it untouched: its vGPUs, power state or
+configuration version differ from the plan's), shut down (hard power-off after a timeout), at most one clone
+and one ReconfigVM_Task, conditional on the VM's configuration version (vCenter refuses it with
+ConcurrentAccess once something else changed the VM), power-on; a failed VM is a result and does not stop
+the others. The VMs of one host power on in the plan's placement order (largest first: PowerOnTurns). A VM
+this run stopped runs again after a failed reconfigure, or with its previous vGPUs when the new ones find no
+room; a clone that finds no room is removed, so the next plan places it anew. After `cancel` no VM begins a
+forward step, a VM this run powered off is powered on again, and running tasks are waited for (a second Ctrl-C
+ends the process without waiting: see vgpuctl.pipeline.run_interruptible).
 """
 
 from __future__ import annotations
@@ -22,11 +25,14 @@ from typing import Any
 from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, PowerState
 from vgpuctl.errors import DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
 from vgpuctl.model import ApplyResult, Observed, ObservedDeviceGroup, ObservedVm, Op, Plan, VmChange, VmOutcome
-from vgpuctl.progress import RUNNING, Cancel, VmProgress, cancelled
+from vgpuctl.progress import Cancel, VmProgress, cancelled
 from vgpuctl.vsphere import vmops
+from vgpuctl.vsphere.bookkeeping import BookkeepingError
+from vgpuctl.vsphere.claims import ClaimHeld, VmClaims
 from vgpuctl.vsphere.session import Session
 from vgpuctl.vsphere.vm import revert_spec
 from vgpuctl.vsphere.vmops import VmState
+from vgpuctl.vsphere.workrecord import LeaseHeld
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +102,8 @@ class _Ctx:
     shutdown_timeout_s: float
     poll_s: float
     turns: PowerOnTurns | None = None
+    claims: VmClaims | None = None
+    halted: str = ""  # why no further VM starts: vCenter refused vgpuctl's own bookkeeping
 
 
 def apply_plan(
@@ -108,11 +116,15 @@ def apply_plan(
     cancel: Cancel | None = None,
     shutdown_timeout_s: float = 120.0,
     poll_s: float = 0.5,
+    run_id: str | None = None,
+    lock_timeout_s: float = 0.0,
 ) -> ApplyResult:
     """Apply the VM changes of `plan` (computed from `observed`). Raises PlanError if the plan has errors; VM
     failures are results. Host changes still in the plan have not landed: VMs that depend on them are skipped
-    with the reason (vgpuctl.pipeline.apply runs the hosts first)."""
+    with the reason (vgpuctl.pipeline.apply runs the hosts first). `run_id` names this run in its VM claims;
+    `lock_timeout_s`: how long to wait for a VM another run has claimed."""
     from vgpuctl.vsphere.tasks import TaskWatcher
+    from vgpuctl.vsphere.workrecord import new_run_id
 
     if plan.errors:
         raise PlanError(list(plan.errors))
@@ -121,10 +133,14 @@ def apply_plan(
     changes = plan.changes
     pending_hosts = {c.host for c in plan.host_changes}
     result.hosts_not_ready = sorted(pending_hosts)
+    claims = VmClaims(session, run_id or new_run_id(), wait_s=lock_timeout_s)
     with TaskWatcher(session) as watcher:
         ctx = _Ctx(session, observed, watcher, progress, cancel, shutdown_timeout_s, poll_s,
-                   PowerOnTurns(changes, observed))
-        result.vms = _run_queue(ctx, changes, pending_hosts, parallel)
+                   PowerOnTurns(changes, observed), claims)
+        try:
+            result.vms = _run_queue(ctx, changes, pending_hosts, parallel)
+        finally:
+            claims.release_all()
     result.interrupted = cancelled(cancel)
     result.round_trips = session.round_trips - trips
     result.elapsed_s = time.monotonic() - start
@@ -181,10 +197,16 @@ def _run_vm_steps(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOut
     waiting = sorted(set(change.depends_on_hosts) & pending_hosts)
     if waiting:
         return _skip(ctx, outcome, "needs the host changes on " + ", ".join(waiting) + " first; they were not made")
+    if ctx.halted:
+        outcome.left = planned_steps(change)
+        return _skip(ctx, outcome, f"not started: {ctx.halted}", Outcome.NOT_STARTED)
     try:
         _apply_vm(ctx, change, outcome)
     except _Stopped:
         _interrupted(ctx, change, outcome)
+    except BookkeepingError as err:  # the same for every VM: the others do not start
+        ctx.halted = str(err)
+        _fail(ctx, outcome, type(err).__name__, str(err))
     except VsphereFault as err:
         _fail(ctx, outcome, err.fault_type, err.fault_message)
     except DriftError as err:
@@ -199,6 +221,8 @@ def _run_vm_steps(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOut
     else:
         outcome.status = Outcome.CHANGED if outcome.steps else Outcome.UNCHANGED
         _step(ctx, change.vm, "done", 100)
+    finally:
+        _release(ctx, change)
     return outcome
 
 
@@ -261,8 +285,9 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         if observed_vm is None:
             raise NotFound(f"VM {change.vm} was not observed and the plan does not clone it")
         vm = vmops.vm_ref(ctx.session, observed_vm.moid)
+        _claim(ctx, change, vm, observed_vm)
         state = _read_vm(ctx, vm, change.vm)
-        check_drift(change, observed_vm, state)
+        _check_drift(ctx, change, observed_vm, state)
     if change.destroy:
         _destroy(ctx, change.vm, vm, state, outcome)
         return
@@ -312,12 +337,81 @@ def _destroy(ctx: _Ctx, name: str, vm: Any, state: VmState, outcome: VmOutcome) 
 def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> None:
     from vgpuctl.vsphere.vm import config_spec
 
+    if not change.needs_reconfigure:
+        return
     devices = {int(d.key): d for d in state.devices}
-    spec = config_spec(change, devices, _group_names(ctx, change, state.host))
-    if spec is not None:
-        _forward(ctx, "reconfigure")
+    group_names = _group_names(ctx, change, state.host)
+    _forward(ctx, "reconfigure")
+    spec = config_spec(change, devices, group_names, _version_now(ctx, change, vm, state, outcome))
+    try:
         _task(ctx, change.vm, "reconfigure", lambda: vmops.reconfigure(ctx.session, vm, spec))
-        outcome.steps.append("reconfigure")
+    except VsphereFault as err:
+        if err.fault_type != CONCURRENT_ACCESS:
+            raise
+        raise DriftError(
+            f"{change.vm} was changed by something else while this run worked on it (vCenter refused the "
+            f"reconfigure: {err.fault_message}); not reconfigured, plan again" + _changed_by(ctx, change)
+        ) from err
+    outcome.steps.append("reconfigure")
+
+
+CONCURRENT_ACCESS = "vim.fault.ConcurrentAccess"  # vCenter's fault for a ConfigSpec whose changeVersion moved on
+
+
+def _version_now(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> str:
+    """The configuration version the reconfigure is conditional on: the one read before any step (equal to the
+    plan's: check_drift), or, for a VM this run just stopped, the one read now, its vGPUs checked again (a
+    power-off is no configuration change in the API, but vCenter may write the VM's files while it happens)."""
+    if not {"shutdown", "power-off"} & set(outcome.steps):
+        return state.change_version
+    now = _read_vm(ctx, vm, change.vm)
+    if _vgpu_keys(now.vgpus) != _vgpu_keys(state.vgpus):
+        raise DriftError(
+            f"{change.vm} changed while it was powered off: vGPUs are {_fmt(_vgpu_keys(now.vgpus))}, the plan saw "
+            f"{_fmt(_vgpu_keys(state.vgpus))}; not reconfigured, plan again" + _changed_by(ctx, change)
+        )
+    return now.change_version
+
+
+def _claim(ctx: _Ctx, change: VmChange, vm: Any, observed_vm: ObservedVm) -> None:
+    """Claim a VM the change will power off, reconfigure or power on (ClaimHeld names the run that has it; a VM
+    deleted since the plan is drift)."""
+    if ctx.claims is None or not (change.power_off or change.needs_reconfigure or change.power_on):
+        return
+    def waiting(held: LeaseHeld, left_s: float) -> None:
+        who = f"run {held.holder.run} by {held.holder.holder}" if held.holder is not None else "another run"
+        _step(ctx, change.vm, f"waiting for {who}", None)
+
+    try:
+        ctx.claims.claim(change.vm, observed_vm.moid, waiting)
+    except ClaimHeld:
+        raise
+    except Exception:
+        _read_vm(ctx, vm, change.vm)  # DriftError when the VM is gone
+        raise
+
+
+def _release(ctx: _Ctx, change: VmChange) -> None:
+    observed_vm = ctx.observed.vm_for(change)
+    if ctx.claims is not None and observed_vm is not None:
+        try:
+            ctx.claims.release(observed_vm.moid)
+        except Exception:  # an unreleased claim expires on its own
+            log.debug("%s: releasing the claim failed", change.vm, exc_info=True)
+
+
+def _check_drift(ctx: _Ctx, change: VmChange, observed_vm: ObservedVm, state: VmState) -> None:
+    try:
+        check_drift(change, observed_vm, state)
+    except DriftError as err:
+        raise DriftError(str(err) + _changed_by(ctx, change)) from None
+
+
+def _changed_by(ctx: _Ctx, change: VmChange) -> str:
+    """` (the last vgpuctl run on it: run X by WHO until TIME)`, or "" when no run left its claim behind."""
+    observed_vm = ctx.observed.vm_for(change)
+    last = ctx.claims.last_run(observed_vm.moid) if ctx.claims is not None and observed_vm is not None else ""
+    return f" (the last vgpuctl run on it: {last})" if last else ""
 
 
 def _restore_power(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
@@ -353,7 +447,8 @@ def _revert_vgpus(ctx: _Ctx, name: str, vm: Any, before: VmState, outcome: VmOut
     meanwhile): give it back the vGPUs it ran with and power it on; the outcome's message says how it ended.
     Never raises."""
     try:
-        spec = revert_spec(before.devices, _read_vm(ctx, vm, name).devices)
+        now = _read_vm(ctx, vm, name)
+        spec = revert_spec(before.devices, now.devices, now.change_version)
         if spec.deviceChange:
             _task(ctx, name, "reconfigure (revert)", lambda: vmops.reconfigure(ctx.session, vm, spec))
             outcome.steps.append("reconfigure (revert)")
@@ -434,6 +529,8 @@ def check_drift(change: VmChange, observed: ObservedVm, state: VmState) -> None:
     then = sorted((v.key, v.profile) for v in observed.vgpus)
     if now != then:
         problems.append(f"vGPUs are {_fmt(now)}, the plan saw {_fmt(then)}")
+    elif observed.change_version and state.change_version != observed.change_version:
+        problems.append("its configuration changed (vCenter's changeVersion moved)")
     if problems:
         raise DriftError(f"{change.vm} changed since the plan: " + "; ".join(problems) + "; not touched, plan again")
 
@@ -504,20 +601,15 @@ def _wait_off(ctx: _Ctx, vm: Any, name: str) -> bool:
 
 
 def _task(ctx: _Ctx, name: str, step: str, start: Callable[[], Any]) -> Any:
-    """Start a vCenter task for the VM's step and wait for it, listed in RUNNING from the moment the request
-    is sent (vCenter may act on it even when the answer never comes back), then by the task's id."""
-    requested = f"{step} {name} (requested)"
-    RUNNING.add(requested)
-    try:
-        _step(ctx, name, step, 0)
-        task = start()
-        label = f"{step} {name} ({getattr(task, '_moId', '?')})"
-        RUNNING.add(label)
-    finally:
-        RUNNING.discard(requested)
-    try:
-        result = ctx.watcher.wait(task, lambda pct: _step(ctx, name, step, pct))
-    finally:
-        RUNNING.discard(label)
+    """Start a vCenter task for the VM's step and wait for it (listed for a second Ctrl-C's line from the moment
+    the request is sent: vgpuctl.vsphere.tasks.dispatch)."""
+    from vgpuctl.vsphere.tasks import dispatch
+
+    _step(ctx, name, step, 0)
+
+    def wait(task: Any) -> Any:
+        return ctx.watcher.wait(task, lambda pct: _step(ctx, name, step, pct))
+
+    result = dispatch(f"{step} {name}", start, wait)
     _step(ctx, name, step, 100)
     return result

@@ -70,6 +70,7 @@ VM_PROPS = [
     "config.firmware",
     "config.extraConfig",
     "config.version",
+    "config.changeVersion",
     "runtime.powerState",
     "runtime.host",
     "guest.net",
@@ -401,6 +402,7 @@ def _vm(objects: dict[str, Obj], obj: Obj, vm_root: str) -> ObservedVm:
         guest_state=str(obj.get("guest.guestState") or "notRunning"),
         tools_running=obj.get("guest.toolsRunningStatus") == "guestToolsRunning",
         guest_ips=_guest_ips(obj),
+        change_version=str(obj.get("config.changeVersion") or ""),
     )
     vm.vgpus, vm.other_passthrough = split_devices(obj.get("config.hardware.device", []))
     return vm

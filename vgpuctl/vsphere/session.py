@@ -48,6 +48,7 @@ class ConnectionSettings:
     ca_file: str | None = None
     thumbprint: str | None = None  # sha256 of the server certificate (hex, colons allowed)
     timeout_s: float = DEFAULT_TIMEOUT_S  # to connect, and to wait for each answer
+    esxi_timeout_s: float | None = None  # each ESXi shell command and its connection (None: the shell's default)
 
     @property
     def sdk_url(self) -> str:

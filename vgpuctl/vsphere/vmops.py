@@ -17,6 +17,7 @@ VM_PATHS = [
     "config.hardware.device",
     "guest.toolsRunningStatus",
     "config.template",
+    "config.changeVersion",
 ]
 
 
@@ -30,6 +31,7 @@ class VmState:
     tools: bool = False  # VMware Tools running (a guest shutdown is possible)
     template: bool = False
     host: str = ""  # moid of its host
+    change_version: str = ""  # config.changeVersion
 
     @property
     def vgpus(self) -> list[ObservedVgpu]:
@@ -64,6 +66,7 @@ def read_vm(session: Session, vm: Any, name: str) -> VmState:
         tools=props.get("guest.toolsRunningStatus") == "guestToolsRunning",
         template=bool(props.get("config.template") or False),
         host=str(host._moId) if host is not None else "",
+        change_version=str(props.get("config.changeVersion") or ""),
     )
 
 

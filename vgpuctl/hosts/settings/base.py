@@ -189,7 +189,7 @@ def _write_module_options(writer: HostWriter, changes: Sequence[HostChange]) -> 
     wanted = format_module_options(options)
     writer.progress("module-options", wanted)
     if wanted != current:
-        vhost.update_module_options(writer.session, writer.moid, wanted)
+        vhost.update_module_options(writer.session, writer.moid, wanted, host=writer.host)
     writer.done("module-options")
 
 

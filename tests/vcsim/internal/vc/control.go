@@ -112,12 +112,14 @@ func (s *Sim) setDown(w http.ResponseWriter, r *http.Request, down bool) {
 	WriteJSON(w, http.StatusOK, map[string]any{"host": name, "connectionState": info.ConnectionState})
 }
 
-// ResolveObject finds a managed object by moref value ("vm-42", "host-21") or by inventory name.
+// ResolveObject finds a managed object by moref value ("vm-42", "host-21", "CustomFieldsManager") or by
+// inventory name.
 func (s *Sim) ResolveObject(name string) (types.ManagedObjectReference, bool) {
 	if name == "" {
 		return types.ManagedObjectReference{}, false
 	}
-	for _, kind := range []string{"VirtualMachine", "HostSystem", "ClusterComputeResource", "Folder", "Datacenter"} {
+	kinds := []string{"VirtualMachine", "HostSystem", "ClusterComputeResource", "Folder", "Datacenter", "CustomFieldsManager"}
+	for _, kind := range kinds {
 		if obj := s.ctx.Map.Get(types.ManagedObjectReference{Type: kind, Value: name}); obj != nil {
 			return obj.Reference(), true
 		}

@@ -207,12 +207,30 @@ func (vm *gpuVM) delay(method string) {
 	}
 }
 
-// ReconfigVMTask enforces the vGPU rules and records deviceGroups.
+// changeVersionFault refuses a reconfigure whose spec names a changeVersion other than the VM's, as vCenter does:
+// "If specified, the changes are only applied if the current changeVersion matches the specified
+// changeVersion" (vSphere Web Services API, VirtualMachineConfigSpec.changeVersion), with the fault
+// ReconfigVM_Task lists for an operation that "fails because another operation has modified the
+// datastructure" (vim.fault.ConcurrentAccess). vcsim's configure gives every successful reconfigure a new
+// changeVersion.
+func (s *Sim) changeVersionFault(vm *simulator.VirtualMachine, want string) types.BaseMethodFault {
+	if want == "" || vm.Config == nil || want == vm.Config.ChangeVersion {
+		return nil
+	}
+	return s.faultWith(&types.ConcurrentAccess{}, fmt.Sprintf(
+		"The virtual machine %s was changed by another operation: its changeVersion is %s, the request expected %s.",
+		vm.Name, vm.Config.ChangeVersion, want))
+}
+
+// ReconfigVMTask enforces the vGPU rules and the spec's changeVersion, and records deviceGroups.
 func (vm *gpuVM) ReconfigVMTask(ctx *simulator.Context, req *types.ReconfigVM_Task) soap.HasFault {
 	unregister(ctx, vm)
 	s := vm.sim
 	task := simulator.CreateTask(vm, "ReconfigVMTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		vm.delay("ReconfigVM_Task")
+		if f := s.changeVersionFault(vm.VirtualMachine, req.Spec.ChangeVersion); f != nil {
+			return nil, f
+		}
 		plan := planVGPUs(vm.Config.Hardware.Device, req.Spec.DeviceChange)
 		groups := req.Spec.DeviceGroups != nil
 		if groups && !plan.changed && vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOff {
@@ -224,7 +242,7 @@ func (vm *gpuVM) ReconfigVMTask(ctx *simulator.Context, req *types.ReconfigVM_Ta
 			}
 		}
 		spec := req.Spec
-		spec.DeviceGroups = nil
+		spec.DeviceGroups, spec.ChangeVersion = nil, ""
 		_, f := s.waitBody(vm.VirtualMachine.ReconfigVMTask(ctx, &types.ReconfigVM_Task{This: req.This, Spec: spec}))
 		if f != nil {
 			return nil, f
