@@ -23,7 +23,7 @@ from vgpuctl.cli.main import app
 from vgpuctl.cli.sim import parse_env_file, with_esxi_env
 from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, Outcome, Phase
 from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, PreflightFailed, UsageError
-from vgpuctl.experiment.report import write_report
+from vgpuctl.experiment.output import write_report
 from vgpuctl.experiment.runner import RunSummary, run_experiment
 from vgpuctl.experiment.schema import checked_variants, load_experiment
 from vgpuctl.experiment.store import ResultsDir
