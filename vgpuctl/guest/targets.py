@@ -120,16 +120,17 @@ def build_targets(inv: Inventory, addresses: dict[str, str | None]) -> GuestTarg
         )
     problems: list[Problem] = []
     for vm in inv.vms:
-        if vm.guest is None or vm.guest.group not in groups:
+        group_name = vm.guest.group if vm.guest is not None else None
+        if group_name is None or group_name not in groups:
             continue
         address = addresses.get(vm.name)
-        host = GuestHost(name=vm.name, group=vm.guest.group, address=address, vars=_host_vars(vm, address))
-        groups[vm.guest.group].hosts.append(host)
+        host = GuestHost(name=vm.name, group=group_name, address=address, vars=_host_vars(vm, address))
+        groups[group_name].hosts.append(host)
         if not address:
             problems.append(
                 Problem(
                     vm.name,
-                    vm.guest.group,
+                    group_name,
                     "no guest IP address (VM powered off, or VMware Tools not running)",
                     status="unreachable",
                 )

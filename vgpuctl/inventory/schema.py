@@ -8,11 +8,10 @@ need more than one field in vgpuctl.inventory.checks.
 from __future__ import annotations
 
 import re
-import typing
 import unicodedata
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from vgpuctl.domain import (
     MAX_VGPUS_PER_VM,
@@ -27,6 +26,8 @@ from vgpuctl.domain import (
     VgpuMode,
 )
 from vgpuctl.errors import InventoryError
+from vgpuctl.inventory.base import Lax, StrictModel
+from vgpuctl.inventory.network import AdapterSpec, IdentitySpec
 from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Pos
 from vgpuctl.supervisor.vmclasses import NamespaceList, VmClassList
 
@@ -69,15 +70,6 @@ def vm_name_problem(name: str, check_length: bool = True) -> str | None:
     return None
 
 
-_T = typing.TypeVar("_T")
-Lax = typing.Annotated[_T, Field(strict=False)]  # a domain StrEnum given as its string in YAML
-
-
-class StrictModel(BaseModel):
-    """Unknown keys are errors, values are not coerced from other types (a domain StrEnum excepted: Lax), and a
-    number is finite (YAML's .inf and .nan are refused)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=False, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------------------------- vcenter
@@ -205,7 +197,8 @@ class VgpuSpec(StrictModel):
 
 
 class GuestRef(StrictModel):
-    group: str
+    group: str | None = None  # the guest group whose playbooks configure it (none: no playbooks)
+    identity: IdentitySpec | None = None  # hostname and addresses given to a clone (docs/multi-node.md)
 
 
 class VmSpec(StrictModel):
@@ -220,8 +213,12 @@ class VmSpec(StrictModel):
     nvlink: Lax[NvlinkRequirement] = NvlinkRequirement.NONE
     power: Lax[Power] = Power.RESTART
     guest: GuestRef | None = None
+    network: list[AdapterSpec] | None = None  # its adapters; None: the VM's adapters are left as they are
+    network_exclusive: bool = False  # adapters `network` does not name are removed
+    gpudirect_rdma: bool = False  # the RDMA adapter reads and writes the vGPUs' framebuffer (GPUDirect RDMA)
     _line: int | None = PrivateAttr(default=None)
     _index: int = PrivateAttr(default=0)  # position of the YAML entry this VM came from (before expansion)
+    _ordinal: int = PrivateAttr(default=0)  # its position among the names of its entry's name range
     _vgpus_invalid: bool = PrivateAttr(default=False)  # its `vgpus` failed the schema (one-pass validation)
 
     @model_validator(mode="before")
@@ -271,6 +268,14 @@ class VmSpec(StrictModel):
     @property
     def vgpu_count(self) -> int:
         return sum(v.count for v in self.vgpus)
+
+    @property
+    def adapters(self) -> list[AdapterSpec]:
+        return list(self.network or [])
+
+    @property
+    def identity(self) -> IdentitySpec | None:
+        return self.guest.identity if self.guest is not None else None
 
 
 # ---------------------------------------------------------------------------------------------- guests

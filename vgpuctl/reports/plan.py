@@ -8,9 +8,21 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from vgpuctl.domain import Outcome
-from vgpuctl.model import ApplyResult, HostApplyResult, HostChange, HostOutcome, Op, Plan, VmChange, VmOutcome
+from vgpuctl.model import (
+    ApplyResult,
+    GuestIdentity,
+    HostApplyResult,
+    HostChange,
+    HostOutcome,
+    NicChange,
+    Op,
+    Plan,
+    VmChange,
+    VmOutcome,
+)
 from vgpuctl.reports.base import Report, Scalar, VgpuCount, optional
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
+from vgpuctl.vms.identity import describe as describe_identity
 
 
 @dataclass
@@ -64,6 +76,41 @@ class CloneDiff:
 
 
 @dataclass
+class NicDiff:
+    """A network adapter added (+), changed (~) or removed (-); `device` the physical NIC (PCI id) of an SR-IOV
+    or passthrough adapter, `select` what the inventory named, `old` what a change replaces."""
+
+    op: str  # + ~ -
+    type: str  # vmxnet3 | pvrdma | sriov | passthrough | another adapter's type
+    portgroup: str | None
+    device: str | None
+    select: str | None
+    key: int | None  # the existing device of a change or removal
+    protocol: str | None
+    mac: str | None
+    old: str | None
+
+
+@dataclass
+class IdentityAddress:
+    portgroup: str
+    address: str | None  # None: DHCP
+    prefix: int | None
+    gateway: str | None
+    dns: list[str]
+
+
+@dataclass
+class IdentityDiff:
+    """The identity a new VM is given at its first boot: guest customization or cloud-init guestinfo."""
+
+    method: str  # customization | cloud-init
+    hostname: str
+    domain: str
+    adapters: list[IdentityAddress]
+
+
+@dataclass
 class VmDiff:
     vm: str
     steps: list[str]  # clone, power-off, reconfigure, power-on
@@ -74,6 +121,8 @@ class VmDiff:
     power_off: bool
     power_on: bool
     depends_on_hosts: list[str]
+    nics: list[NicDiff] = field(default_factory=list)  # in the clone spec for a new VM, else the reconfigure
+    identity: IdentityDiff | None = None
 
 
 @dataclass
@@ -239,7 +288,22 @@ def _vm_lines(change: VmChange) -> list[str]:
             lines.append(f"{INDENT}- extraConfig {key}")
         else:
             lines.append(f"{INDENT}+ extraConfig {key} = {value}")
+    lines += [f"{INDENT}{_nic_line(n)}" for n in _all_nics(change)]
+    if change.identity is not None:
+        lines.append(f"{INDENT}+ identity {describe_identity(change.identity)}")
     return lines
+
+
+def _all_nics(change: VmChange) -> list[NicChange]:
+    return (change.clone.nics if change.clone is not None else []) + change.nics
+
+
+def _nic_line(n: NicChange) -> str:
+    if n.op == Op.ADD:
+        return f"+ nic {n.label}" + (f" ({n.device})" if n.device else "")
+    if n.op == Op.REMOVE:
+        return f"- nic {n.label} (key {n.key})"
+    return f"~ nic {n.label} (key {n.key}): was {n.old}"
 
 
 def _host_line(h: HostChange) -> str:
@@ -386,7 +450,18 @@ def _vm_diff(change: VmChange) -> VmDiff:
         power_off=change.power_off,
         power_on=change.power_on,
         depends_on_hosts=list(change.depends_on_hosts),
+        nics=[NicDiff(str(n.op), n.kind, n.portgroup, n.device, n.select, n.key, n.protocol, n.mac, n.old)
+              for n in _all_nics(change)],
+        identity=_identity_diff(change.identity),
     )
+
+
+def _identity_diff(identity: GuestIdentity | None) -> IdentityDiff | None:
+    if identity is None:
+        return None
+    return IdentityDiff(identity.method, identity.hostname, identity.domain,
+                        [IdentityAddress(a.portgroup, a.address, a.prefix, a.gateway, list(a.dns))
+                         for a in identity.adapters])
 
 
 def _step_names(change: VmChange) -> list[str]:

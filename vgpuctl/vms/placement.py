@@ -23,6 +23,7 @@ from vgpuctl.profiles import (
     parse_profile,
     try_parse,
 )
+from vgpuctl.vms.nicplace import NicLedger, NicNeed, commit, fit_on, ledgers_from_observed
 
 PERFORMANCE = "performance"
 CONSOLIDATION = "consolidation"
@@ -170,6 +171,7 @@ class Placement:
     placed: list[Placed] = field(default_factory=list)
     reason: str | None = None
     fitted: int = 0  # how many of the VM's vGPUs fitted before placement gave up
+    nics: dict[int, str] = field(default_factory=dict)  # adapter index -> PCI id of its NIC (SR-IOV, passthrough)
 
     @property
     def ok(self) -> bool:
@@ -710,12 +712,14 @@ class Request:
     hosts: list[str]
     nvlink: bool = False
     cluster: str | None = None
+    nics: tuple[NicNeed, ...] = ()  # SR-IOV and passthrough adapters it holds while it runs
 
 
 @dataclass
 class FarmState:
     gpus: dict[str, list[Gpu]]  # host -> GPUs
     policy: dict[str, str]  # host -> assignment policy
+    nics: dict[str, NicLedger] = field(default_factory=dict)  # host -> free VFs and passthrough NICs
 
 
 def farm_from_observed(observed, release: Iterable[str] = ()) -> FarmState:
@@ -738,7 +742,7 @@ def farm_from_observed(observed, release: Iterable[str] = ()) -> FarmState:
                     _release_one(g, profiles.get(vm, []))
         gpus[name] = host_gpus
         policy[name] = host.assignment_policy
-    return FarmState(gpus, policy)
+    return FarmState(gpus, policy, ledgers_from_observed(observed, released))
 
 
 def _vms_on(host, gpu_id: str) -> list[str]:
@@ -761,11 +765,13 @@ def place_farm(state: FarmState, requests: Sequence[Request]) -> dict[str, Place
         chosen: Placement | None = None
         for host in req.hosts:
             host_gpus = state.gpus.get(host)
-            if host_gpus is None:
-                failures.append(Placement(req.vm, host, reason="is not a known host"))
+            assigned, why = fit_on(state.nics, host, req.nics)  # SR-IOV VFs and passthrough NICs first
+            if host_gpus is None or why is not None:
+                failures.append(Placement(req.vm, host, reason="is not a known host" if host_gpus is None else why))
                 continue
             res = place_vm(host_gpus, req.vm, req.profiles, state.policy.get(host, PERFORMANCE),
                            nvlink=req.nvlink, host=host)
+            res.nics = assigned
             if res.ok:
                 chosen = res
                 break
@@ -776,6 +782,7 @@ def place_farm(state: FarmState, requests: Sequence[Request]) -> dict[str, Place
         by_id = {g.id: g for g in state.gpus[chosen.host or ""]}
         for pl in chosen.placed:
             add_vgpu(by_id[pl.gpu], pl.profile)
+        commit(state.nics, chosen.host or "", req.nics, chosen.nics)
         results[req.vm] = chosen
     return results
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.inventory import Inventory, VmSpec
+from vgpuctl.inventory import Inventory, KeyPath, VmSpec
 from vgpuctl.model import (
     CloneSpec,
     DeviceChange,
@@ -41,7 +41,10 @@ from vgpuctl.profiles import (
     spellings,
     try_parse,
 )
-from vgpuctl.vms.placement import Request, farm_from_observed, place_farm
+from vgpuctl.vms import gpudirect
+from vgpuctl.vms.identity import address_conflicts, plan_identity
+from vgpuctl.vms.network import NetPlan, plan_network, resolve_devices
+from vgpuctl.vms.placement import Placement, Request, farm_from_observed, place_farm
 
 USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
 MMIO_SIZE = "pciPassthru.64bitMMIOSizeGB"
@@ -59,6 +62,8 @@ class _VmPlan:
     profiles: list[str] = field(default_factory=list)
     candidates: list[str] = field(default_factory=list)  # hosts the VM is on or may be created on
     key: str = ""  # its key in observed.vms (its name unless VMs in several folders share the name)
+    located: list[tuple[KeyPath, str]] = field(default_factory=list)  # errors about one inventory key
+    net: NetPlan = field(default_factory=NetPlan)
 
 
 def make_plan(
@@ -88,9 +93,18 @@ def make_plan(
     for vp in plans:
         plan.vm_changes.append(vp.change)
         plan.problems.extend(Problem(e, vm=vp.spec.name) for e in vp.errors)
+        plan.problems.extend(Problem(m, vm=vp.spec.name, at=_at(inv, path)) for path, m in vp.located)
         plan.warnings.extend(f"vm {vp.spec.name}: {w}" for w in vp.warnings)
     hostplan.mark_dependencies(plan.vm_changes, base, plan.host_changes)
     return plan
+
+
+def _at(inv: Inventory, path: KeyPath) -> str | None:
+    """FILE:LINE:COL of an inventory key (None for an inventory built in code, which has no file)."""
+    err = inv.locate(path).error("")
+    if inv.source_path is None or err.line is None:
+        return None
+    return f"{err.file}:{err.line}:{err.col}" if err.col is not None else f"{err.file}:{err.line}"
 
 
 # ---------------------------------------------------------------------------------------------- one VM
@@ -133,8 +147,43 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
         parsed = []
         vp.profiles = _current_profiles(base)
     _diff_fields(vp, base, parsed)
+    _plan_network(vp, base, observed)
     _plan_power(vp, base)
     return vp
+
+
+def _plan_network(vp: _VmPlan, base: ObservedVm, observed: Observed) -> None:
+    """Adapters (vgpuctl.vms.network), all memory reserved for RDMA and passthrough adapters, GPUDirect RDMA's
+    settings, and a new VM's identity (vgpuctl.vms.identity)."""
+    spec, change = vp.spec, vp.change
+    vp.net = net = plan_network(spec, base, observed, vp.candidates)
+    vp.located += net.errors
+    if net.hosts is not None and not vp.exists and not net.errors:
+        vp.candidates = net.hosts
+    if change.clone is not None:
+        change.clone.nics = net.changes
+    else:
+        change.nics = net.changes
+    locked = any(f.field == "memoryReservationLockedToMax" for f in change.fields)
+    if net.reserve_memory and not base.memory_reservation_locked and not locked:
+        change.fields.append(FieldChange("memoryReservationLockedToMax", False, True))
+    if spec.gpudirect_rdma:
+        change.extra_config.update(gpudirect.extra_config(base.extra_config))
+    vp.located += _mac_conflicts(vp, observed)
+    if change.clone is not None and spec.identity is not None:
+        change.clone.identity = identity = plan_identity(spec, net.ethernet)
+        if identity is not None:
+            vp.located += address_conflicts(spec, identity, observed, None)
+
+
+def _mac_conflicts(vp: _VmPlan, observed: Observed) -> list[tuple[KeyPath, str]]:
+    owners = {n.mac.lower(): vm.name for key, vm in observed.vms.items() if key != vp.key for n in vm.nics if n.mac}
+    out: list[tuple[KeyPath, str]] = []
+    for j, adapter in enumerate(vp.spec.adapters):
+        if adapter.mac is not None and adapter.mac in owners:
+            out.append((("vms", vp.spec._index, "network", j, "mac"),
+                        f"MAC address {adapter.mac} is in use by VM {owners[adapter.mac]}"))
+    return out
 
 
 def find_vm(observed: Observed, name: str, folder: str | None) -> tuple[str | None, ObservedVm | None, str]:
@@ -212,6 +261,7 @@ def _plan_clone(vp: _VmPlan, observed: Observed) -> ObservedVm | None:
         name=spec.name, firmware=template.firmware, hardware_version=template.hardware_version,
         memory_reservation_locked=template.memory_reservation_locked, extra_config=dict(template.extra_config),
         vgpus=[ObservedVgpu(d.key, d.profile, d.device_group_key) for d in template.vgpus],
+        nics=[replace(n) for n in template.nics],
         power_state=PowerState.OFF, cpus=spec.cpus or template.cpus, memory_mb=spec.memory_mb or template.memory_mb,
     )
 
@@ -391,7 +441,8 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     """Place every VM that will be powered on; a VM that would not fit gets a plan error naming the host."""
     release = [vp.key for vp in plans if vp.change.power_off]
     state = farm_from_observed(observed, release)
-    todo = [vp for vp in plans if vp.change.power_on and not vp.errors and vp.profiles]
+    todo = [vp for vp in plans if vp.change.power_on and not vp.errors and not vp.located
+            and (vp.profiles or vp.net.needs)]
     todo.sort(key=lambda vp: (not vp.exists, vp.spec.name))  # existing VMs first, then new ones
     requests = []
     for vp in todo:
@@ -400,20 +451,37 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
             vp.errors.append(_unusable(vp, observed))
             continue
         requests.append(Request(vp.spec.name, vp.profiles, usable, vp.spec.nvlink == "required",
-                                None if vp.exists else vp.spec.cluster))
+                                None if vp.exists else vp.spec.cluster, tuple(vp.net.needs)))
     results = place_farm(state, requests)
     by_name = {vp.spec.name: vp for vp in todo}
     for name, res in results.items():
         vp = by_name[name]
         if not res.ok:
             vp.errors.append(f"cannot power on: {res.reason}")
-        elif vp.change.clone is not None and vp.change.clone.host is None:
+            continue
+        if vp.change.clone is not None and vp.change.clone.host is None:
             vp.change.clone.host = res.host
+        _place_adapters(vp, observed, res)
     for vp in plans:  # new VMs that stay off: pin to the first usable host that offers their profiles
         clone = vp.change.clone
-        if clone is not None and clone.host is None and vp.profiles and not vp.change.power_on:
+        if clone is not None and clone.host is None and (vp.profiles or vp.net.needs) and not vp.change.power_on:
             usable = [h for h in vp.candidates if _usable(observed.hosts.get(h))]
             clone.host = next(iter(usable or vp.candidates), None)
+        if vp.net.adds and not vp.change.power_on and not vp.errors:
+            host = observed.hosts.get(clone.host if clone is not None and clone.host else vp.candidates[0]
+                                      if vp.candidates else "")
+            if host is not None:
+                resolve_devices(vp.spec, host, vp.net)
+
+
+def _place_adapters(vp: _VmPlan, observed: Observed, res: Placement) -> None:
+    """The NICs placement chose for the VM's SR-IOV and passthrough adds, and GPUDirect RDMA's topology check."""
+    for j, add in vp.net.adds.items():
+        if j in res.nics:
+            add.device = res.nics[j]
+    host = observed.hosts.get(res.host or "")
+    if vp.spec.gpudirect_rdma and host is not None:
+        vp.warnings += gpudirect.topology_warnings(host, res.assign, res.nics.values())
 
 
 def _usable(host: ObservedHost | None) -> bool:

@@ -1,0 +1,18 @@
+"""The base of every inventory model: unknown keys refused, no coercion, finite numbers (`StrictModel`), and
+`Lax`, a domain StrEnum given as its string in YAML."""
+
+from __future__ import annotations
+
+import typing
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_T = typing.TypeVar("_T")
+Lax = typing.Annotated[_T, Field(strict=False)]  # a domain StrEnum given as its string in YAML
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors, values are not coerced from other types (a domain StrEnum excepted: Lax), and a
+    number is finite (YAML's .inf and .nan are refused)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, frozen=False, allow_inf_nan=False)
