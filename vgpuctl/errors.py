@@ -57,6 +57,10 @@ class PlanError(VgpuctlError):
         super().__init__("; ".join(problems) if len(problems) == 1 else "\n".join(problems))
 
 
+class CustomizationError(VgpuctlError):
+    """vCenter reported that a clone's guest customization failed (the event's text), or it never reported."""
+
+
 class ConnectionFailure(VgpuctlError):
     """vCenter cannot be reached, or the login failed."""
 

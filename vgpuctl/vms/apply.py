@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpuctl.domain import DEFAULT_PARALLEL, Outcome
-from vgpuctl.errors import DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
+from vgpuctl.errors import CustomizationError, DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
 from vgpuctl.model import (
     ApplyResult,
+    NicChange,
     Observed,
     ObservedDeviceGroup,
+    ObservedHost,
     ObservedVm,
     Op,
     Plan,
@@ -49,6 +51,7 @@ class _Ctx:
     cancel: Cancel | None
     shutdown_timeout_s: float
     poll_s: float
+    customization_timeout_s: float = 900.0
 
 
 def apply_plan(
@@ -61,6 +64,7 @@ def apply_plan(
     cancel: Cancel | None = None,
     shutdown_timeout_s: float = 120.0,
     poll_s: float = 0.5,
+    customization_timeout_s: float = 900.0,
 ) -> ApplyResult:
     """Apply the VM changes of `plan` (computed from `observed`). Raises PlanError if the plan has errors; VM
     failures are results. Host changes still in the plan have not landed: VMs that depend on them are skipped
@@ -75,7 +79,7 @@ def apply_plan(
     pending_hosts = {c.host for c in plan.host_changes}
     result.hosts_not_ready = sorted(pending_hosts)
     with TaskWatcher(session) as watcher:
-        ctx = _Ctx(session, observed, watcher, progress, cancel, shutdown_timeout_s, poll_s)
+        ctx = _Ctx(session, observed, watcher, progress, cancel, shutdown_timeout_s, poll_s, customization_timeout_s)
         result.vms = _run_queue(ctx, changes, pending_hosts, parallel)
     result.interrupted = cancelled(cancel)
     result.round_trips = session.round_trips - trips
@@ -223,6 +227,8 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
     if change.power_on and (state.power != PowerState.ON or stopped):
         if not stopped:
             _forward(ctx, "power-on")  # a first power-on; powering on what this run stopped is restoring
+        customized = "clone" in outcome.steps and change.identity is not None and not change.cloud_init
+        since = vmops.server_time(ctx.session) if customized else None
         try:
             _task(ctx, change.vm, "power-on", lambda: vmops.power_on(ctx.session, vm))
         except VsphereFault as err:
@@ -232,13 +238,45 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
                 _revert_vgpus(ctx, change.vm, vm, state, outcome)
             raise
         outcome.steps.append("power-on")
+        if customized:
+            _await_customization(ctx, change.vm, vm, since, outcome)
+
+
+def _await_customization(ctx: _Ctx, name: str, vm: Any, since: Any, outcome: VmOutcome) -> None:
+    """The clone's guest customization runs at its first boot: wait for vCenter's event saying how it went. A
+    failure fails the VM with the event's text; no word within the timeout fails it too (nothing says the
+    guest has its identity)."""
+    from vgpuctl.vsphere.vmnet import customization_result
+
+    _step(ctx, name, "customize", None)
+    deadline = time.monotonic() + ctx.customization_timeout_s
+    while True:
+        result = customization_result(ctx.session, vm, since)
+        if result is not None:
+            break
+        if time.monotonic() >= deadline or cancelled(ctx.cancel):
+            raise CustomizationError(f"guest customization did not report within {ctx.customization_timeout_s:.0f}s "
+                                     "(VMware Tools in the template? guest customization enabled?)")
+        time.sleep(ctx.poll_s)
+    if not result.succeeded:
+        raise CustomizationError(f"guest customization failed: {result.message}")
+    outcome.steps.append("customize")
 
 
 def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> None:
-    from vgpuctl.vsphere.vm import config_spec
+    from vgpuctl.vsphere.vm import config_spec, extra_config
 
     devices = {int(d.key): d for d in state.devices}
     spec = config_spec(change, devices, _group_names(ctx, change, state.host))
+    if spec is not None and change.nics:
+        host = next((h for h in ctx.observed.hosts.values() if h.moid == state.host), None)
+        spec.deviceChange = list(spec.deviceChange or []) + _nic_specs(ctx, change.nics, devices, host)
+    if spec is not None and change.cloud_init and change.identity is not None:
+        from vgpuctl.vms.identity import guestinfo
+        from vgpuctl.vsphere.vmnet import ethernet_macs
+
+        keys = guestinfo(change.identity, ethernet_macs(state.devices))
+        spec.extraConfig = list(spec.extraConfig or []) + extra_config(keys)
     if spec is not None:
         _forward(ctx, "reconfigure")
         _task(ctx, change.vm, "reconfigure", lambda: vmops.reconfigure(ctx.session, vm, spec))
@@ -305,6 +343,16 @@ def _discard_clone(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
         return
     outcome.steps.append("remove clone")
     outcome.message = "the clone this run made was removed: the next apply places it again"
+
+
+def _nic_specs(ctx: _Ctx, changes: list[NicChange], devices: dict[int, Any], host: ObservedHost | None) -> list[Any]:
+    """Device specs of the VM's adapter changes; SR-IOV and DirectPath adds ask the host for its PCI passthrough
+    system ids first (one QueryConfigTarget)."""
+    from vgpuctl.vsphere import vmnet
+
+    ids = vmnet.system_ids(ctx.session, host) if host is not None and vmnet.needs_system_ids(changes) else None
+    target = vmnet.NicTarget(ctx.observed.networks, host, ids)
+    return vmnet.nic_specs(changes, devices, target, ctx.session.stub)
 
 
 def _vgpu_keys(vgpus: list[Any]) -> list[tuple[int, str]]:
@@ -393,8 +441,16 @@ def _clone(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> Any:
             raise NotFound(f"{change.vm}: VM folder {clone.folder!r} not found")
     else:
         folder_moid = obs.moids.get("vm_folder", "")
+    host = obs.hosts.get(clone.host or "")
+    devices = _nic_specs(ctx, clone.nics, {}, host) if clone.nics else None
+    custom = None
+    if clone.identity is not None and not change.cloud_init:
+        from vgpuctl.vsphere.vmnet import customization_spec
+
+        custom = customization_spec(clone.identity)
     vm = _task(ctx, change.vm, "clone", lambda: vmops.clone(ctx.session, template.moid, folder_moid, change.vm,
-                                                           clone, pool_moid=pool_moid, host_moid=host_moid))
+                                                           clone, pool_moid=pool_moid, host_moid=host_moid,
+                                                           device_changes=devices, customization=custom))
     outcome.steps.append("clone")
     return vm
 

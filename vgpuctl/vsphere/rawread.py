@@ -172,12 +172,15 @@ def _nics(elem: ET.Element, stub: Any) -> list[Any]:
 
 
 def _devices(elem: ET.Element, stub: Any) -> list[Any]:
-    """Only PCI passthrough devices, as pyVmomi objects: the rest is never read by vgpuctl."""
+    """PCI passthrough devices and network adapters, as pyVmomi objects: the rest is never read by vgpuctl."""
     from pyVmomi import vim
 
     out = []
     for dev in elem.findall(f"{_Q}VirtualDevice"):
         cls = _vim_class(dev.get(XSI_TYPE, ""))
+        if isinstance(cls, type) and issubclass(cls, vim.vm.device.VirtualEthernetCard):
+            out.append(_ethernet_card(dev, cls, stub))
+            continue
         if not (isinstance(cls, type) and issubclass(cls, vim.vm.device.VirtualPCIPassthrough)):
             continue
         device = cls(key=int(dev.findtext(f"{_Q}key") or 0))
@@ -188,6 +191,8 @@ def _devices(elem: ET.Element, stub: Any) -> list[Any]:
                 device.backing = bcls()
                 if issubclass(bcls, vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo):
                     device.backing.vgpu = backing.findtext(f"{_Q}vgpu")
+                else:
+                    _passthrough_backing(device.backing, backing)
         group = dev.find(f"{_Q}deviceGroupInfo")
         if group is not None:
             device.deviceGroupInfo = vim.vm.device.VirtualDevice.DeviceGroupInfo(
@@ -196,6 +201,55 @@ def _devices(elem: ET.Element, stub: Any) -> list[Any]:
             )
         out.append(device)
     return out
+
+
+def _passthrough_backing(backing: Any, elem: ET.Element) -> None:
+    """DirectPath (id, deviceId, vendorId, systemId) and Dynamic DirectPath (allowedDevice, assignedId)."""
+    from pyVmomi import vim
+
+    if isinstance(backing, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo):
+        backing.id = elem.findtext(f"{_Q}id") or ""
+        backing.deviceId = elem.findtext(f"{_Q}deviceId") or ""
+        backing.systemId = elem.findtext(f"{_Q}systemId") or ""
+        backing.vendorId = int(elem.findtext(f"{_Q}vendorId") or 0)
+    elif isinstance(backing, vim.vm.device.VirtualPCIPassthrough.DynamicBackingInfo):
+        backing.assignedId = elem.findtext(f"{_Q}assignedId")
+        backing.allowedDevice = [
+            vim.vm.device.VirtualPCIPassthrough.AllowedDevice(vendorId=int(a.findtext(f"{_Q}vendorId") or 0),
+                                                              deviceId=int(a.findtext(f"{_Q}deviceId") or 0))
+            for a in elem.findall(f"{_Q}allowedDevice")
+        ]
+
+
+def _ethernet_card(dev: ET.Element, cls: Any, stub: Any) -> Any:
+    """A VirtualEthernetCard with what vgpuctl reads: key, MAC, slot, port group backing, PVRDMA protocol and
+    the SR-IOV physical function."""
+    from pyVmomi import vim
+
+    card = cls(key=int(dev.findtext(f"{_Q}key") or 0), macAddress=dev.findtext(f"{_Q}macAddress"),
+               addressType=dev.findtext(f"{_Q}addressType"))
+    slot = dev.findtext(f"{_Q}slotInfo/{_Q}pciSlotNumber")
+    if slot:
+        card.slotInfo = vim.vm.device.VirtualDevice.PciBusSlotInfo(pciSlotNumber=int(slot))
+    backing = dev.find(f"{_Q}backing")
+    kind = _local(backing.get(XSI_TYPE, "")) if backing is not None else ""
+    if backing is not None and kind == "VirtualEthernetCardNetworkBackingInfo":
+        net = backing.find(f"{_Q}network")
+        card.backing = vim.vm.device.VirtualEthernetCard.NetworkBackingInfo(
+            deviceName=backing.findtext(f"{_Q}deviceName"),
+            network=vim.Network(net.text or "", stub) if net is not None else None)
+    elif backing is not None and kind == "VirtualEthernetCardDistributedVirtualPortBackingInfo":
+        card.backing = vim.vm.device.VirtualEthernetCard.DistributedVirtualPortBackingInfo(
+            port=vim.dvs.PortConnection(switchUuid=backing.findtext(f"{_Q}port/{_Q}switchUuid") or "",
+                                        portgroupKey=backing.findtext(f"{_Q}port/{_Q}portgroupKey")))
+    if isinstance(card, vim.vm.device.VirtualVmxnet3Vrdma):
+        card.deviceProtocol = dev.findtext(f"{_Q}deviceProtocol")
+    if isinstance(card, vim.vm.device.VirtualSriovEthernetCard):
+        pf = dev.findtext(f"{_Q}sriovBacking/{_Q}physicalFunctionBacking/{_Q}id")
+        if pf:
+            card.sriovBacking = vim.vm.device.VirtualSriovEthernetCard.SriovBackingInfo(
+                physicalFunctionBacking=vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo(id=pf))
+    return card
 
 
 def _opt_int(text: str | None) -> int | None:
@@ -235,15 +289,54 @@ def _graphics_config(elem: ET.Element, stub: Any) -> Any:
 
 
 def _pci_devices(elem: ET.Element, stub: Any) -> list[Any]:
-    """HostPciDevice: id, vendorId and deviceId (xsd:short, negative above 0x7FFF as in pyVmomi)."""
+    """HostPciDevice: id, class, vendor and device ids (xsd:short, negative above 0x7FFF as in pyVmomi), names
+    and the parent bridge."""
     return [
         SimpleNamespace(
             id=dev.findtext(f"{_Q}id"),
+            classId=_opt_int(dev.findtext(f"{_Q}classId")),
             vendorId=_opt_int(dev.findtext(f"{_Q}vendorId")),
             deviceId=_opt_int(dev.findtext(f"{_Q}deviceId")),
+            vendorName=dev.findtext(f"{_Q}vendorName"),
+            deviceName=dev.findtext(f"{_Q}deviceName"),
+            parentBridge=dev.findtext(f"{_Q}parentBridge"),
         )
         for dev in elem
     ]
+
+
+def _pnics(elem: ET.Element, stub: Any) -> list[Any]:
+    """PhysicalNic: device (vmnicN), its PCI id and driver."""
+    return [SimpleNamespace(device=n.findtext(f"{_Q}device"), pci=n.findtext(f"{_Q}pci"),
+                            driver=n.findtext(f"{_Q}driver")) for n in elem]
+
+
+_PASSTHRU_BOOLS = ("passthruEnabled", "passthruCapable", "passthruActive", "sriovEnabled", "sriovCapable",
+                   "sriovActive")
+_PASSTHRU_INTS = ("numVirtualFunctionRequested", "numVirtualFunction", "maxVirtualFunctionSupported")
+
+
+def _passthru_info(elem: ET.Element, stub: Any) -> list[Any]:
+    """HostPciPassthruInfo (HostSriovInfo for SR-IOV capable devices): absent fields None as in pyVmomi."""
+    out = []
+    for info in elem:
+        fields: dict[str, Any] = {"id": info.findtext(f"{_Q}id")}
+        for name in _PASSTHRU_BOOLS:
+            text = info.findtext(f"{_Q}{name}")
+            fields[name] = None if text is None else text.strip().lower() in ("true", "1")
+        for name in _PASSTHRU_INTS:
+            fields[name] = _opt_int(info.findtext(f"{_Q}{name}"))
+        out.append(SimpleNamespace(**fields))
+    return out
+
+
+def _numa_info(elem: ET.Element, stub: Any) -> Any:
+    """HostNumaInfo: each node's typeId and the PCI devices attached to it (API 6.7)."""
+    return SimpleNamespace(numaNode=[
+        SimpleNamespace(typeId=int(n.findtext(f"{_Q}typeId") or 0),
+                        pciId=[p.text or "" for p in n.findall(f"{_Q}pciId")])
+        for n in elem.findall(f"{_Q}numaNode")
+    ])
 
 
 def _custom_values(elem: ET.Element, stub: Any) -> dict[int, str]:
@@ -263,6 +356,9 @@ _HOST_CONVERT = {
     "config.graphicsConfig": _graphics_config,
     "config.sharedPassthruGpuTypes": _strings,
     "hardware.pciDevice": _pci_devices,
+    "config.network.pnic": _pnics,
+    "config.pciPassthruInfo": _passthru_info,
+    "hardware.numaInfo": _numa_info,
     "configManager.graphicsManager": _mo,
     "customValue": _custom_values,
     "availableField": _field_names,
