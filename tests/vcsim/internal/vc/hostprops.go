@@ -95,7 +95,8 @@ func (s *Sim) refreshHost(ctx *simulator.Context, name string) {
 				types.PropertyChange{Name: "config.graphicsInfo", Val: v.graphicsInfo},
 				types.PropertyChange{Name: "config.graphicsConfig", Val: v.config},
 				types.PropertyChange{Name: "config.sharedPassthruGpuTypes", Val: v.gpuTypes},
-				types.PropertyChange{Name: "config.sharedGpuCapabilities", Val: v.caps})
+				types.PropertyChange{Name: "config.sharedGpuCapabilities", Val: v.caps},
+				types.PropertyChange{Name: "config.pciPassthruInfo", Val: s.passthruInfo(name)})
 		}
 		ctx.Map.Update(ctx, h, changes)
 		if h.Summary.Runtime != nil && h.Summary.Runtime != &h.Runtime {
@@ -103,6 +104,9 @@ func (s *Sim) refreshHost(ctx *simulator.Context, name string) {
 			h.Summary.Runtime.InMaintenanceMode = info.InMaintenance
 		}
 	})
+	if ps := s.pci[name]; ps != nil {
+		ctx.WithLock(ps, func() { ps.PciPassthruInfo = s.passthruInfo(name) })
+	}
 	gm := s.gm[name]
 	if gm == nil {
 		return

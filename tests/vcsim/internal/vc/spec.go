@@ -26,6 +26,8 @@ type Spec struct {
 	VMCount       int           `yaml:"vm_count" json:"vm_count"` // extra powered-off VMs vm-0001.. spread over hosts
 	// Supervisor names supervisor clusters and seeds namespaces and VM classes (vapi_wiring.go).
 	Supervisor *vapi.Supervisor `yaml:"supervisor" json:"supervisor"`
+	// Networks are port groups beside "VM Network": standard or on a distributed switch (network.go).
+	Networks []NetworkSpec `yaml:"networks" json:"networks"`
 
 	// Catalog is the vGPU type catalogue the farm's boards and profiles come from (not in farm files;
 	// nil: farm.DefaultCatalog).
@@ -51,6 +53,8 @@ type ClusterSpec struct {
 	// ExtraProfiles are profiles the hosts offer beyond the catalogue (a driver newer than the catalogue);
 	// a vGPU of one takes a GPU of its own.
 	ExtraProfiles []string `yaml:"extra_profiles" json:"extra_profiles"`
+	// NICs are each host's ConnectX NICs (farm.NICSpec): SR-IOV with VFs, or passthrough.
+	NICs []farm.NICSpec `yaml:"nics" json:"nics"`
 }
 
 // VMSpec describes a VM or template created at start.
@@ -63,6 +67,8 @@ type VMSpec struct {
 	VGPUs    []string `yaml:"vgpus" json:"vgpus"`
 	Locked   bool     `yaml:"memory_locked" json:"memory_locked"` // memoryReservationLockedToMax
 	PowerOn  bool     `yaml:"power_on" json:"power_on"`
+	// Network: port groups of its vmxnet3 adapters (default: one e1000 on "VM Network", as vcsim makes).
+	Network []string `yaml:"network" json:"network"`
 }
 
 // DefaultSpec is the demo farm: DC0 / GPU-Cluster, 4 hosts x 4 A100-40GB in NVLink pairs, graphics
@@ -157,6 +163,9 @@ func (s *Spec) Validate() error {
 		if err := probe.AddHost(c.hostSpec("probe", "probe")); err != nil {
 			return fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
+	}
+	if err := s.validateNetworks(s.hostNames()); err != nil {
+		return err
 	}
 	vmNames := map[string]bool{}
 	for _, list := range [][]VMSpec{s.Templates, s.VMs} {
