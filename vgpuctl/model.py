@@ -591,3 +591,22 @@ class HostApplyResult:
             "failed": self.failed,
             "skipped": self.skipped,
         }
+
+
+@dataclass
+class ChangeOutcome:
+    """One VM-class or namespace change as applied."""
+
+    target: str  # "vm class NAME" or "namespace NAME"
+    action: str  # create | update | delete | associate
+    status: str  # changed | failed | skipped
+    message: str = ""
+
+
+@dataclass
+class SupervisorApplyResult:
+    outcomes: list[ChangeOutcome] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[ChangeOutcome]:
+        return [o for o in self.outcomes if o.status == "failed"]

@@ -16,13 +16,14 @@ import pytest
 from typer.testing import CliRunner
 
 from vgpuctl import pipeline
-from vgpuctl.cli import common, sim, status
+from vgpuctl.cli import common, sim
 from vgpuctl.cli import plan as plan_cli
 from vgpuctl.cli import vm as vm_cli
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.main import app
 from vgpuctl.errors import UsageError
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm
+from vgpuctl.reports.sim import SimEnvReport
 from vgpuctl.reports.status import host_profiles, status_report
 
 pytestmark = pytest.mark.unit
@@ -427,7 +428,7 @@ def test_status_text_has_gpu_map() -> None:
     from rich.console import Console
 
     console = Console(width=200, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
-    for item in status.render_status(status_report(farm())):
+    for item in status_report(farm()).render_text():
         console.print(item)
     text = console.export_text()
     assert "GPU map: esx-01" in text
@@ -606,7 +607,7 @@ def test_sim_farm_flags() -> None:
 
 def test_sim_env_file_round_trip() -> None:
     env = {"VGPUCTL_URL": "https://127.0.0.1:4242/sdk", "VGPUCTL_PASSWORD": "p w'x", "GPUSIM_CONTROL": "http://x"}
-    assert sim.parse_env_file(sim.export_lines(env)) == env
+    assert sim.parse_env_file(SimEnvReport(env, "env").render_text()) == env
     assert sim.parse_env_file("export A=1 B='two words'\n# c\nC=3\n") == {"A": "1", "B": "two words", "C": "3"}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vgpuctl.errors import NotFound
-from vgpuctl.hosts.explain import explain_host, render_explain
+from vgpuctl.hosts.explain import explain_host
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import HostChange, Observed, ObservedGpu, ObservedHost, Plan
 
@@ -47,7 +47,7 @@ def test_merged_values_with_their_entry_line_and_vcenter_value() -> None:
     assert got["gpus[all].vgpu_mode"] == ("mixedSize", "inv.yaml:9 (host esx-01.example.com)", "sameSize")
     assert got["nvlink"] == ("enabled", "inv.yaml:6 (cluster GPU-Cluster)", "disabled")
     assert [(c.setting, c.new) for c in report.changes] == [("graphics.default_type", "sharedDirect")]
-    text = render_explain(report)
+    text = report.render_text()
     assert text.startswith("host esx-01.example.com (cluster GPU-Cluster): cluster GPU-Cluster then host esx-01")
     assert "graphics.assignment_policy  consolidation   from inv.yaml:8 (host esx-01.example.com)" in text
     assert "vCenter: performance (differs)" in text and "the plan changes:" in text
@@ -58,7 +58,7 @@ def test_the_other_host_gets_the_cluster_entry_only() -> None:
     got = {s.setting: s.value for s in report.settings}
     assert got["graphics.assignment_policy"] == "performance" and got["gpus[all].vgpu_mode"] == "sameSize"
     assert report.entries == ["cluster GPU-Cluster"]
-    assert "the plan changes nothing on this host" in render_explain(report)
+    assert "the plan changes nothing on this host" in report.render_text()
 
 
 def test_unknown_host() -> None:

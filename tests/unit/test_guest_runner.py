@@ -13,8 +13,9 @@ import pytest
 from vgpuctl.errors import GuestError, UsageError
 from vgpuctl.guest import runner
 from vgpuctl.guest.addresses import load_address_file, pick_address, wait_for_addresses
-from vgpuctl.guest.progress import DeployProgress, summary_table, summary_text
+from vgpuctl.guest.progress import DeployProgress
 from vgpuctl.inventory import load_inventory
+from vgpuctl.reports.guests import guest_run_report
 
 pytestmark = pytest.mark.unit
 
@@ -80,10 +81,12 @@ def test_summary_text_and_table():
         2,
         check=True,
     )
-    text = summary_text(result)
+    report = guest_run_report(result)
+    text = report.summary_text()
     assert text.splitlines()[0] == "Guest deploy (check): 0 ok, 1 changed, 1 failed, 0 unreachable."
     assert "  failed: b: [x] no" in text and "artifacts: /s/runs/run-1" in text
-    assert summary_table(result).row_count == 2
+    table, counts = report.render_text()
+    assert table.row_count == 2 and counts == text.splitlines()[0] + "\n  artifacts: /s/runs/run-1"
 
 
 def test_progress_prints_failures_when_not_a_terminal():

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from vgpuctl.cli.statusview import GUESS_NOTE, NO_MANAGER, common_suffix, render_status, short_pci
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm
 from vgpuctl.reports.status import status_report
+from vgpuctl.reports.statusview import GUESS_NOTE, NO_MANAGER, common_suffix, render_status, short_pci
 
 pytestmark = pytest.mark.unit
 

@@ -13,11 +13,11 @@ from typer.testing import CliRunner
 from vgpuctl import planfile
 from vgpuctl.cli.main import app
 from vgpuctl.cli.status import reads_vm_classes
-from vgpuctl.cli.statusview import plain_status
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import Observed, ObservedHost, Plan, VmChange
 from vgpuctl.reports.plan import plan_report, with_class_plan
 from vgpuctl.reports.status import status_report, with_supervisor
+from vgpuctl.reports.statusview import plain_status
 from vgpuctl.supervisor.vmclasses import ClassState, NamespaceState, SupervisorPlan, SupervisorState, plan_supervisor
 
 pytestmark = pytest.mark.unit
@@ -193,7 +193,7 @@ def test_status_tables_show_the_classes_and_the_warnings(width: int) -> None:
 
     from rich.console import Console
 
-    from vgpuctl.cli.statusview import render_status
+    from vgpuctl.reports.statusview import render_status
 
     report = with_supervisor(status_report(observed()), state(), "REST went away")
     console = Console(width=width, file=io.StringIO())

@@ -10,17 +10,23 @@ import pytest
 from vgpuctl.errors import InventoryErrors
 from vgpuctl.inventory import Inventory, load_inventory_text
 from vgpuctl.model import Observed, ObservedHost, Op
+from vgpuctl.reports.supervisor import supervisor_plan_report, supervisor_status_report
 from vgpuctl.supervisor.vmclasses import (
     ClassState,
     NamespaceState,
+    SupervisorPlan,
     SupervisorState,
     desired_class,
     iter_problems,
     plan_supervisor,
-    render_text,
 )
 
 pytestmark = pytest.mark.unit
+
+
+def render_text(plan: SupervisorPlan) -> str:
+    """The plan's diff as `k8s plan` prints it (its report's text, uncolored)."""
+    return supervisor_plan_report(plan).diff_text()
 
 A100_TS = ["grid_a100-10c", "grid_a100-20c", "grid_a100-40c"]
 A100_MIG = ["grid_a100-1-5c", "grid_a100-3-20c", "grid_a100-7-40c"]
@@ -349,7 +355,7 @@ def test_unused_gpu_class_is_a_warning() -> None:
 
 def test_plan_json_document() -> None:
     plan = plan_supervisor(_inv(TWO_CLASSES), _state(**{"ml-team": [], "data-team": []}), _observed())
-    doc = plan.to_dict()
+    doc = supervisor_plan_report(plan).to_dict()
     assert doc["kind"] == "supervisor_plan"
     assert doc["class_changes"][0]["op"] == "+" and doc["class_changes"][0]["desired"]["memory_reservation"] == 100
     assert doc["summary"] == {"classes_create": 2, "classes_update": 0, "classes_delete": 0, "namespaces_change": 2,
@@ -510,19 +516,17 @@ def test_planned_mig_mode_counts_for_the_offer_check() -> None:
 
 
 def test_status_lists_gpu_classes_and_their_namespaces() -> None:
-    from vgpuctl.supervisor.vmclasses import SupervisorStatus
-
     state = _state(**{"ml-team": ["big", "cpu"], "data-team": ["big"], "idle": []})
     state.classes = {"big": _have("big", vgpus=["grid_a100-40c", "grid_a100-40c"]), "cpu": _have("cpu", vgpus=[]),
                      "spare": _have("spare")}
-    status = SupervisorStatus.of(state)
+    status = supervisor_status_report(state)
     assert status.to_dict()["vm_classes"] == [
-        {"name": "big", "vgpus": [{"profile": "grid_a100-40c", "count": 2}], "cpus": 4, "memory_mb": 32768,
+        {"vm_class": "big", "vgpus": [{"profile": "grid_a100-40c", "count": 2}], "cpus": 4, "memory_mb": 32768,
          "namespaces": ["data-team", "ml-team"]},
-        {"name": "spare", "vgpus": [{"profile": "grid_a100-10c", "count": 1}], "cpus": 4, "memory_mb": 32768,
+        {"vm_class": "spare", "vgpus": [{"profile": "grid_a100-10c", "count": 1}], "cpus": 4, "memory_mb": 32768,
          "namespaces": []},
     ]
-    assert status.text().splitlines() == [
+    assert status.render_text().splitlines() == [
         "Supervisor clusters: WL",
         "VM classes with vGPUs:",
         "  big: 2 x grid_a100-40c; 4 CPUs, 32768 MB; used by data-team, ml-team",

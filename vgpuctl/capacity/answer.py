@@ -1,12 +1,12 @@
 """Answer a demand: greedy layout, CP-SAT layout started from it, both verified by the planner; the better
-one is the answer. Reasons for what does not fit, host changes, text and JSON, and the inventory fragment.
+one is the answer. Reasons for what does not fit, host changes, and the inventory fragment (its text and JSON:
+vgpuctl.reports.capacity).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from vgpuctl.capacity import DEFAULT_TIME_LIMIT_S
 from vgpuctl.capacity.demand import Demand
@@ -61,22 +61,6 @@ class CapacityAnswer:
     @property
     def placed(self) -> int:
         return len(self.vms)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "fits": self.all_fit,
-            "method": self.method,
-            "status": self.status,
-            "gap": self.gap,
-            "seconds": round(self.seconds, 3),
-            "placed": self.placed,
-            "greedy_placed": self.greedy_placed,
-            "demand": [vars(s) for s in self.shapes],
-            "host_changes": [vars(c) for c in self.changes],
-            "running_vms_on_changed_hosts": self.running_on_changed,
-            "vms": [vars(v) for v in self.vms],
-            "skipped_hosts": self.skipped_hosts,
-        }
 
 
 VERIFY_RESERVE = 2.0  # verifying the solver's layout may take this many times as long as verifying greedy's
@@ -200,41 +184,7 @@ def why_short(problem: Problem, shape: Shape, v: Verified) -> tuple[str, str]:
     return FRAMEBUFFER, f"{what}: the GPUs that can take them are full"
 
 
-# -------------------------------------------------------------------------------------------- output
-
-
-def render_text(answer: CapacityAnswer) -> str:
-    lines = [f"demand {'fits' if answer.all_fit else 'does not fit'}: {answer.placed} VMs placed "
-             f"({answer.method}, {answer.status}"
-             + (f", gap {answer.gap:.1%}" if answer.gap is not None else "")
-             + f", {answer.seconds:.1f} s; greedy placed {answer.greedy_placed})"]
-    for s in answer.shapes:
-        mark = "ok" if s.placed == s.wanted else f"SHORT ({s.reason})"
-        lines.append(f"  {s.name:<20} priority {s.priority}  {s.placed:>5}/{s.wanted:<5} {mark}")
-        if s.detail:
-            lines.append(f"      {s.detail}")
-    if answer.changes:
-        lines.append("host changes:")
-        for c in answer.changes:
-            reboot = ", reboot" if c.needs_reboot else ""
-            lines.append(f"  {c.host} GPU {c.gpu}: {_mode_label(c.old)} -> {_mode_label(c.new)}{reboot}")
-        for host, vms in sorted(answer.running_on_changed.items()):
-            lines.append(f"  {host}: maintenance mode needs its {len(vms)} running VMs moved or powered off "
-                         f"({', '.join(vms[:5])}{', ...' if len(vms) > 5 else ''}); their GPUs keep their mode")
-    else:
-        lines.append("host changes: none")
-    per_host: dict[str, list[str]] = {}
-    for vm in answer.vms:
-        per_host.setdefault(vm.host, []).append(vm.name)
-    for host, names in sorted(per_host.items()):
-        lines.append(f"  {host}: {len(names)} VMs")
-    for host, why in sorted(answer.skipped_hosts.items()):
-        lines.append(f"  {host}: left out ({why})")
-    return "\n".join(lines)
-
-
-def _mode_label(mode: str) -> str:
-    return {"sameSize": "time-sliced same-size", "mixedSize": "time-sliced mixed-size", MIG_MODE: "MIG"}.get(mode, mode)
+# ------------------------------------------------------------------------------------------ the fragment
 
 
 def fragment(answer: CapacityAnswer, demand: Demand) -> str:
@@ -272,4 +222,4 @@ def fragment(answer: CapacityAnswer, demand: Demand) -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ = ["CapacityAnswer", "fragment", "in_mode", "plan_capacity", "render_text"]
+__all__ = ["CapacityAnswer", "fragment", "in_mode", "plan_capacity"]

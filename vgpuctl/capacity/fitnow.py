@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
-from typing import Any
 
 from vgpuctl.capacity.kinds import _key, addition_patterns, capacity
 from vgpuctl.model import Observed, ObservedHost
@@ -70,15 +69,6 @@ class FitReport:
                 key = (r.profile, r.vgpus, r.nvlink)
                 table[key] = table.get(key, 0) + r.vms
         return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "hosts": [{"host": h.host, "cluster": h.cluster, "skipped": h.skipped,
-                       "fits": [vars(r) for r in h.rows], "stranded_gb": h.stranded_gb,
-                       "stranded": [vars(s) for s in h.stranded]} for h in self.hosts],
-            "clusters": {c: [{"profile": p, "vgpus": n, "nvlink": nv, "vms": v} for (p, n, nv), v in t.items()]
-                         for c, t in self.clusters().items()},
-        }
 
 
 def what_fits(observed: Observed, cluster: str | None = None, host: str | None = None) -> FitReport:
@@ -201,33 +191,3 @@ def stranded(gpu: Gpu, offered: list[str]) -> Stranded | None:
     else:
         why = f"same-size GPU locked to {gpu.vgpus[0]}" if gpu.vgpus else "no offered profile divides it"
     return Stranded(gpu.id, free, left, why)
-
-
-def render_text(report: FitReport) -> str:
-    lines = []
-    for h in report.hosts:
-        if h.skipped:
-            lines.append(f"{h.host}: left out ({h.skipped})")
-            continue
-        lines.append(f"{h.host} ({h.cluster or 'no cluster'}): stranded {h.stranded_gb:g} GB")
-        for s in h.stranded:
-            lines.append(f"  GPU {s.gpu}: {s.stranded_gb:g} of {s.free_gb:g} GB free unusable ({s.why})")
-        lines += _table(h.rows)
-    for cluster, table in report.clusters().items():
-        lines.append(f"cluster {cluster}:")
-        lines += _table([FitRow(p, n, nv, v) for (p, n, nv), v in table.items()])
-    return "\n".join(lines)
-
-
-def _table(rows: list[FitRow]) -> list[str]:
-    by_profile: dict[str, dict[tuple[int, bool], int]] = {}
-    for r in rows:
-        by_profile.setdefault(r.profile, {})[(r.vgpus, r.nvlink)] = r.vms
-    head = "  " + f"{'profile':<22}" + "".join(f"{f'x{n}':>7}" for n in VGPU_COUNTS) + "".join(
-        f"{f'x{n} nvl':>9}" for n in VGPU_COUNTS[1:])
-    out = [head]
-    for profile, cells in sorted(by_profile.items()):
-        plain = "".join(f"{cells.get((n, False), '-'):>7}" for n in VGPU_COUNTS)
-        nvl = "".join(f"{cells.get((n, True), '-'):>9}" for n in VGPU_COUNTS[1:])
-        out.append(f"  {profile:<22}{plain}{nvl}")
-    return out

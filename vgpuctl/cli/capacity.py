@@ -65,17 +65,18 @@ def capacity_cmd(
         wanted = load_demand(demand)  # file errors before any connection
     observed = _observe(opts, file)
     if wanted is None:
-        from vgpuctl.capacity.fitnow import render_text, what_fits
+        from vgpuctl.capacity.fitnow import what_fits
+        from vgpuctl.reports.capacity import capacity_report
 
-        report = what_fits(observed, cluster, host)
-        common.emit(report.to_dict(), lambda _d: render_text(report), opts)
+        common.emit(capacity_report(what_fits(observed, cluster, host)), opts)
         return
     _answer(opts, observed, wanted, out, detailed_exitcode, time_limit, greedy_only, started)
 
 
 def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path | None, detailed: bool,
             time_limit: float, greedy_only: bool, started: float) -> None:
-    from vgpuctl.capacity.answer import fragment, plan_capacity, render_text
+    from vgpuctl.capacity.answer import fragment, plan_capacity
+    from vgpuctl.reports.capacity import capacity_demand_report
 
     use_solver = not greedy_only
     if use_solver:
@@ -88,7 +89,7 @@ def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path |
     if out is not None:
         out.write_text(fragment(answer, wanted), encoding="utf-8")
         common.info(f"wrote {out}: {len(answer.changes)} GPU changes, {answer.placed} VMs")
-    common.emit(answer.to_dict(), lambda _d: render_text(answer), opts)
+    common.emit(capacity_demand_report(answer), opts)
     if detailed and not answer.all_fit:
         raise typer.Exit(EXIT_SHORT)
 

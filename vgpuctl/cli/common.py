@@ -11,7 +11,7 @@ import re
 import stat
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,12 +26,10 @@ if TYPE_CHECKING:
 
     from vgpuctl.inventory import Inventory
     from vgpuctl.pipeline import RunOptions
-    from vgpuctl.reports.base import ErrorReport
+    from vgpuctl.reports.base import ErrorReport, Rendered, Report, TextLayout
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
 PASSWORD_ENV = ("VGPUCTL_PASSWORD", "GOVC_PASSWORD")
-
-TextRenderer = Callable[[Any], Any]
 
 
 @dataclass
@@ -95,31 +93,34 @@ def warn_once(message: str) -> None:
         warn(message)
 
 
-def emit(data: Any, text_renderer: TextRenderer, opts: GlobalOptions) -> None:
-    """Print a command's result: one JSON document, or the text renderer's output (str or rich renderable)."""
+def emit(report: Report, opts: GlobalOptions) -> None:
+    """Print a command's result: its JSON document, or its text (laid out for the terminal, plain when piped)."""
     if opts.json:
-        typer.echo(json.dumps(data, indent=2, sort_keys=False, default=_json_default))
+        typer.echo(json.dumps(report.to_dict(), indent=2, sort_keys=False))
         opts.emitted = True
         return
-    rendered = text_renderer(data)
+    show(report.render_text(text_layout()))
+
+
+def show(rendered: Rendered) -> None:
+    """Text on stdout: a str as it is, rich renderables one after the other; None prints nothing."""
     if rendered is None:
         return
     if isinstance(rendered, str):
         typer.echo(rendered.rstrip("\n"))
         return
     console = stdout_console()
-    for item in rendered if isinstance(rendered, list | tuple) else [rendered]:
+    for item in rendered if isinstance(rendered, list) else [rendered]:
         console.print(item)
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, set | frozenset):
-        return sorted(value)
-    if hasattr(value, "to_dict"):
-        return value.to_dict()
-    return str(value)
+def text_layout() -> TextLayout:
+    """The terminal's width, and plain lines when stdout is not a terminal (pipes, files, CI logs)."""
+    import shutil
+
+    from vgpuctl.reports.base import TextLayout
+
+    return TextLayout(shutil.get_terminal_size().columns, not sys.stdout.isatty())
 
 
 # -------------------------------------------------------------------------------------- connection

@@ -53,13 +53,11 @@ def _results(exp: Experiment, results: Path | None) -> ResultsDir:
 def validate_cmd(ctx: typer.Context, file: ExperimentFile) -> None:
     """Check the experiment file and every variant merged onto the base inventory; needs no vCenter."""
     from vgpuctl.experiment.schema import checked_variants, load_experiment
+    from vgpuctl.reports.experiment import experiment_validate_report
 
     opts: GlobalOptions = ctx.obj
     exp = load_experiment(file)
-    checked = checked_variants(exp)
-    data = {"file": str(file), "valid": True, "variants": [m.name for m, _ in checked]}
-    common.emit(data, lambda d: f"{d['file']}: valid ({len(d['variants'])} variants: {', '.join(d['variants'])})",
-                opts)
+    common.emit(experiment_validate_report(file, checked_variants(exp)), opts)
 
 
 def vsphere_farm(
@@ -115,8 +113,10 @@ def run_cmd(
       vgpuctl experiment report results/nvlink
     """
     from vgpuctl import pipeline
+    from vgpuctl.experiment.report import write_report
     from vgpuctl.experiment.runner import run_experiment
     from vgpuctl.experiment.schema import checked_variants, load_experiment
+    from vgpuctl.reports.experiment import experiment_run_report
 
     opts: GlobalOptions = ctx.obj
     exp = load_experiment(file)
@@ -130,8 +130,9 @@ def run_cmd(
         if (store.root / "experiment.json").is_file():
             written, _report = write_report(store)
             common.info(f"report: {written}")
-    common.emit(summary.to_dict(), lambda s: _summary_text(s), opts)
-    failed = sum(v["failed"] for v in summary.variants.values())
+    report = experiment_run_report(summary)
+    common.emit(report, opts)
+    failed = report.failed
     if failed:
         raise VgpuctlError(f"{failed} repetition(s) failed (recorded with their output; run again to retry them)")
 
@@ -142,13 +143,14 @@ def restore_cmd(ctx: typer.Context, file: ExperimentFile, yes: Yes = False, resu
     from vgpuctl import pipeline
     from vgpuctl.experiment.runner import restore
     from vgpuctl.experiment.schema import load_experiment
+    from vgpuctl.reports.experiment import ExperimentRestoreReport
 
     opts: GlobalOptions = ctx.obj
     exp = load_experiment(file)
     base = pipeline.load(exp.base_inventory_path)
     store = _results(exp, results)
     restore(base, store, vsphere_farm(opts, yes=yes), _progress)
-    common.emit({"restored": True, "results": str(store.root)}, lambda _d: "base inventory restored", opts)
+    common.emit(ExperimentRestoreReport(restored=True, results=str(store.root)), opts)
 
 
 @app.command("report")
@@ -158,29 +160,14 @@ def report_cmd(
 ) -> None:
     """Write report.md, report.json and plots/*.png into the results directory (Markdown path printed)."""
     from vgpuctl.errors import UsageError
+    from vgpuctl.experiment.report import write_report
     from vgpuctl.experiment.store import ResultsDir
 
     opts: GlobalOptions = ctx.obj
     if not (directory / "experiment.json").is_file():
         raise UsageError(f"{directory}: not an experiment results directory (no experiment.json)")
-    path, report = write_report(ResultsDir(directory))
-    flags = f" ({len(report.flags)} flagged run(s))" if report.flags else ""
-    common.emit(report.to_dict(), lambda _d: f"{path}{flags}", opts)
-
-
-def write_report(store: ResultsDir) -> tuple[Path, Any]:
-    """report.md, report.json and plots/ in the results directory; returns the Markdown file and the report."""
-    import json
-
-    from vgpuctl.experiment.report import build_report, render_markdown, write_plots
-    from vgpuctl.experiment.store import write_atomic
-
-    report = build_report(store)
-    write_plots(report, store.root / "plots")
-    write_atomic(store.root / "report.json", json.dumps(report.to_dict(), indent=2, sort_keys=True) + "\n")
-    path = store.root / "report.md"
-    write_atomic(path, render_markdown(report))
-    return path, report
+    _path, report = write_report(ResultsDir(directory))
+    common.emit(report, opts)
 
 
 def _progress(kind: str, data: dict[str, Any]) -> None:
@@ -192,10 +179,3 @@ def _progress(kind: str, data: dict[str, Any]) -> None:
         common.info(f"experiment: {variant} repetition {data['repetition']}: running")
     else:
         common.info(f"experiment: {variant}: {kind}")
-
-
-def _summary_text(summary: dict[str, Any]) -> str:
-    lines = [f"{name}: {v['ran']} run, {v['skipped']} already done, {v['failed']} failed"
-             for name, v in summary["variants"].items()]
-    lines.append("base inventory restored" if summary["restored"] else "last variant left applied (--keep-last)")
-    return "\n".join(lines)

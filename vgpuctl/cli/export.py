@@ -41,6 +41,7 @@ def export_cmd(
     """
     from vgpuctl import pipeline
     from vgpuctl.export import ExportOptions, export_inventory
+    from vgpuctl.reports.export import ExportReport
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file) if file is not None else None
@@ -55,11 +56,10 @@ def export_cmd(
         text = export_inventory(observed, facts, ExportOptions(cluster, host, all_vms), supervisor)
     except ValueError as err:
         raise NotFound(str(err)) from None
-    if out is None:
-        typer.echo(text, nl=False)
-        return
-    out.write_text(text, encoding="utf-8")
-    common.info(f"wrote {out}")
+    if out is not None:
+        out.write_text(text, encoding="utf-8")
+        common.info(f"wrote {out}")
+    common.emit(ExportReport(str(out) if out is not None else None, text), opts)
 
 
 def _host_specs(inventory: Inventory | None, observed: Observed) -> dict[str, HostSpec]:

@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     from vgpuctl.guest.runner import DeployResult
     from vgpuctl.inventory import Inventory
     from vgpuctl.reports.base import Report
-    from vgpuctl.reports.guests import GuestRunReport
 
 app = typer.Typer(help="Configure the guests of the inventory's VMs over SSH (Ansible).", no_args_is_help=True)
 
@@ -88,24 +87,14 @@ def guest_display(names: list[str]) -> DeployProgress:
     return DeployProgress(common.stderr_console(), names)
 
 
-def guest_run_report(result: DeployResult) -> GuestRunReport:
-    from vgpuctl.reports.guests import GuestResult, GuestRunReport
-
-    guests = [
-        GuestResult(h.host, h.group, h.status, h.ok, h.changed, h.failed, h.unreachable, h.skipped, h.message)
-        for h in result.hosts
-    ]
-    artifacts = str(result.artifacts) if result.artifacts else None
-    return GuestRunReport(guests, result.check, result.runner_status, result.rc, artifacts)
-
-
 def finish(result: DeployResult, opts: GlobalOptions, document: Report | None = None) -> None:
     """Print the per-guest summary (table, or one JSON document) and raise GuestError when a guest failed."""
-    from vgpuctl.guest.progress import summary_table, summary_text
+    from vgpuctl.reports.guests import guest_run_report
 
+    report = guest_run_report(result)
     if opts.json:
-        common.emit(document if document is not None else guest_run_report(result), lambda _d: None, opts)
-        common.info(summary_text(result))
+        common.emit(document if document is not None else report, opts)
+        common.info(report.summary_text())
     else:
-        common.emit(result, lambda r: [summary_table(r), summary_text(r, with_messages=False)], opts)
+        common.emit(report, opts)
     result.raise_for_failures()

@@ -22,8 +22,7 @@ if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
     from vgpuctl.model import HostChange, Observed
     from vgpuctl.reports.base import VgpuCount
-    from vgpuctl.reports.plan import AffectedVm, HostDiff
-    from vgpuctl.reports.status import HostReport
+    from vgpuctl.reports.plan import AffectedVm
     from vgpuctl.vsphere.session import Session
 
 app = typer.Typer(help="Host GPU configuration: graphics, MIG mode, NVLink, scheduler.", no_args_is_help=True)
@@ -77,37 +76,7 @@ def show_cmd(
                 trust_on_first_use=tofu,
                 on_new_host_key=common.new_host_key,
             )[host]
-    common.emit(host_status(found, facts), render_show, opts)
-
-
-def render_show(r: HostReport) -> str:
-    options = r.module_options
-    next_boot = "" if options.configured == options.effective else f" (next boot: {options.configured or '(none)'})"
-    lines = [
-        f"host {r.host}: {r.connection_state}" + (", in maintenance mode" if r.in_maintenance else ""),
-        f"  graphics: default {r.default_graphics_type}, assignment {r.assignment_policy}",
-        f"  nvlink: {r.nvlink}" + (f" ({r.nvlink_after_reboot} after reboot)" if r.nvlink_after_reboot else ""),
-        f"  scheduler: {r.scheduler}"
-        + (f" ({r.scheduler_after_reboot} after reboot)" if r.scheduler_after_reboot else ""),
-        f"  nvidia module options: {options.effective or '(none)'}{next_boot}",
-        "  GPUs:",
-    ]
-    for g in r.gpus:
-        mig = _mig_text(g.mig_current, g.mig_pending)
-        links = "" if not g.nvlink_links else f", NVLink {g.nvlink_active}/{g.nvlink_links} up"
-        peers = f" to {', '.join(g.nvlink_peers)}" if g.nvlink_peers else ""
-        vms = f", VMs: {', '.join(g.vms)}" if g.vms else ""
-        lines.append(f"    {g.gpu} {g.device}: {g.graphics_type}, {g.vgpu_mode}, MIG {mig}{links}{peers}{vms}")
-    return "\n".join(lines)
-
-
-def _mig_text(current: bool | None, pending: bool | None) -> str:
-    if current is None:
-        return "n/a"
-    text = "on" if current else "off"
-    if pending is not None and pending != current:
-        text += f" ({'on' if pending else 'off'} pending)"
-    return text
+    common.emit(host_status(found, facts), opts)
 
 
 # ------------------------------------------------------------------------------------------- changes
@@ -263,7 +232,7 @@ def change(
 ) -> None:
     """Plan the one-host change through the pipeline, say what it will do, confirm, apply, report."""
     from vgpuctl import pipeline
-    from vgpuctl.reports.plan import HostChangeReport
+    from vgpuctl.reports.plan import host_change_report
 
     inventory = pipeline.load(file) if file is not None else None
     options = common.run_options(opts, inventory, trust_on_first_use=tofu)
@@ -277,9 +246,9 @@ def change(
         changes = [c for c in plan.changes if c.host == host]
         for w in plan.warnings:
             common.warn(w)
-        report = HostChangeReport(host, _diffs(changes), _affected_vms(session, found.moid, changes), None)
+        report = host_change_report(host, changes, _running_vms(session, found.moid, changes))
         if not changes:
-            common.emit(report, lambda _r: f"host {host}: no changes", opts)
+            common.emit(report, opts)
             return
         _say(opts, describe_changes(host, changes, spec, report.affected_vms))
         if not yes:
@@ -291,7 +260,7 @@ def change(
             common.info,
         )
     outcome = report.result = result.hosts[0]
-    common.emit(report, lambda _r: outcome.describe(), opts)
+    common.emit(report, opts)
     if outcome.status == Outcome.FAILED:
         raise VgpuctlError(f"host {host}: the change failed at {outcome.phase}")
 
@@ -303,21 +272,14 @@ def _say(opts: GlobalOptions, text: str) -> None:
         typer.echo(text)
 
 
-def _affected_vms(session: Session, moid: str, changes: list[HostChange]) -> list[AffectedVm]:
+def _running_vms(session: Session, moid: str, changes: list[HostChange]) -> list[tuple[str, list[str]]]:
+    """The running VMs on the host with their vGPU profiles, when the changes need maintenance mode."""
     from vgpuctl.hosts.plan import needs_maintenance
-    from vgpuctl.reports.base import vgpu_counts
-    from vgpuctl.reports.plan import AffectedVm
     from vgpuctl.vsphere import host as vhost
 
     if not needs_maintenance(changes):
         return []
-    return [AffectedVm(v.name, vgpu_counts(v.vgpus)) for v in vhost.host_vms(session, moid) if v.running]
-
-
-def _diffs(changes: list[HostChange]) -> list[HostDiff]:
-    from vgpuctl.reports.plan import host_diff
-
-    return [host_diff(c) for c in changes]
+    return [(v.name, v.vgpus) for v in vhost.host_vms(session, moid) if v.running]
 
 
 def describe_changes(host: str, changes: list[HostChange], spec: HostSpec, affected: list[AffectedVm]) -> str:

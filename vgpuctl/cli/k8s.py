@@ -7,7 +7,7 @@ classes and namespaces over the Automation REST API, each with one login for the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,9 +16,11 @@ from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.errors import PlanError, VgpuctlError
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from vgpuctl.inventory import Inventory
-    from vgpuctl.model import HostChange, Observed
-    from vgpuctl.supervisor.stage import SupervisorApplyResult, SupervisorRun
+    from vgpuctl.model import HostChange, Observed, SupervisorApplyResult
+    from vgpuctl.supervisor.stage import SupervisorRun
     from vgpuctl.supervisor.vmclasses import SupervisorPlan
 
 EXIT_CHANGES_PENDING = 2
@@ -67,17 +69,11 @@ def _run(opts: GlobalOptions, inventory: Inventory) -> SupervisorRun:
     return SupervisorRun(common.connection_settings(opts, inventory), inventory)
 
 
-def _plan_renderable(plan: SupervisorPlan) -> Any:
-    from rich.text import Text
+def plan_text(plan: SupervisorPlan) -> Text:
+    """The VM-class diff, colored."""
+    from vgpuctl.reports.supervisor import supervisor_plan_report
 
-    from vgpuctl.supervisor.vmclasses import render_text
-
-    styles = {"+": "green", "-": "red", "~": "yellow"}
-    text = Text()
-    for line in render_text(plan).rstrip("\n").splitlines():
-        text.append(line + "\n", style=styles.get(line.lstrip()[:1], ""))
-    text.rstrip()
-    return text
+    return supervisor_plan_report(plan).render_text()
 
 
 @app.command("plan")
@@ -89,13 +85,15 @@ def plan_cmd(
     ] = False,
 ) -> None:
     """Show the VM class and namespace changes apply would make."""
+    from vgpuctl.reports.supervisor import supervisor_plan_report
+
     opts: GlobalOptions = ctx.obj
     inventory = load(file)
     with _run(opts, inventory) as run:
         plan = _plan(opts, inventory, run)
     if plan.errors and not (opts.json or opts.verbose):
         raise PlanError(list(plan.errors))
-    common.emit(plan.to_dict(), lambda _d: _plan_renderable(plan), opts)
+    common.emit(supervisor_plan_report(plan), opts)
     if plan.errors:
         raise PlanError(list(plan.errors))
     if detailed_exitcode and not plan.is_empty:
@@ -116,9 +114,9 @@ def apply_cmd(
         if plan.errors:
             raise PlanError(list(plan.errors))
         if opts.json:
-            common.stderr_console().print(_plan_renderable(plan))
+            common.stderr_console().print(plan_text(plan))
         else:
-            common.emit(None, lambda _d: _plan_renderable(plan), opts)
+            common.show(plan_text(plan))
         result = None
         if not plan.is_empty:
             if not yes:
@@ -132,14 +130,10 @@ def _confirm(plan: SupervisorPlan) -> None:
 
 
 def _finish(plan: SupervisorPlan, result: SupervisorApplyResult | None, opts: GlobalOptions) -> None:
-    if opts.json:
-        common.emit(
-            {"kind": "supervisor_apply", "plan": plan.to_dict(), "result": result.to_dict() if result else None},
-            lambda _d: None,
-            opts,
-        )
-    elif result is not None:
-        typer.echo(result.text())
+    from vgpuctl.reports.supervisor import SupervisorApplyReport, supervisor_outcomes, supervisor_plan_report
+
+    outcomes = supervisor_outcomes(result) if result is not None else None
+    common.emit(SupervisorApplyReport(supervisor_plan_report(plan), outcomes), opts)
     if result is not None and result.failed:
         failed = result.failed[0]
         raise VgpuctlError(f"apply stopped at {failed.target}: {failed.message}")
@@ -154,16 +148,15 @@ def status_cmd(
 ) -> None:
     """VM classes with vGPUs, the namespaces that may use them, and the supervisor clusters (REST only)."""
     from vgpuctl.model import Observed
+    from vgpuctl.reports.supervisor import supervisor_status_report
     from vgpuctl.supervisor.stage import observe_supervisor
-    from vgpuctl.supervisor.vmclasses import SupervisorStatus
     from vgpuctl.vsphere.rest import RestClient
 
     opts: GlobalOptions = ctx.obj
     inventory = load(file) if file else None
     with RestClient(common.connection_settings(opts, inventory)) as rest:
         state = observe_supervisor(rest, Observed())
-    status = SupervisorStatus.of(state)
-    common.emit(status.to_dict(), lambda _d: status.text(), opts)
+    common.emit(supervisor_status_report(state), opts)
 
 
 @app.command("render")
@@ -200,6 +193,7 @@ def render_cmd(
     Examples:
       vgpuctl k8s render -f inventory.yaml -n ml-team --out manifests/
     """
+    from vgpuctl.reports.supervisor import manifests_report
     from vgpuctl.supervisor.render import RenderOptions, render_manifests
 
     opts: GlobalOptions = ctx.obj
@@ -221,14 +215,7 @@ def render_cmd(
         for name, text in manifests.items():
             (out / name).write_text(text, encoding="utf-8")
         (out / "licensing-configmap.sh").chmod(0o755)
-    data = {"kind": "k8s_manifests", "namespace": namespace, "files": manifests if out is None else sorted(manifests)}
-    common.emit(data, lambda _d: _manifests_text(manifests, out), opts)
-
-
-def _manifests_text(manifests: dict[str, str], out: Path | None) -> str:
-    if out is not None:
-        return "\n".join(f"wrote {out / name}" for name in manifests)
-    return "\n".join(f"# ---- {name}\n{text.rstrip()}" for name, text in manifests.items())
+    common.emit(manifests_report(namespace, manifests, out), opts)
 
 
 def register(main_app: typer.Typer) -> None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
     from vgpuctl.pipeline import Planned, RunOptions, RunOutcome, RunRequest
     from vgpuctl.planfile import SavedPlan
-    from vgpuctl.reports.plan import ApplyReport, PlanReport, ValidateReport
+    from vgpuctl.reports.plan import ApplyReport, PlanReport
 
 InventoryFile = Annotated[
     Path, typer.Option("--file", "-f", help="Inventory file (apiVersion vgpuctl/v1).", dir_okay=False)
@@ -47,18 +47,10 @@ def register(app: typer.Typer) -> None:
 def validate_cmd(ctx: typer.Context, file: InventoryFile) -> None:
     """Check an inventory (schema and rules); needs no vCenter. Errors as FILE:LINE:COL: message."""
     from vgpuctl import pipeline
-    from vgpuctl.reports.plan import ValidateReport
+    from vgpuctl.reports.plan import validate_report
 
     opts: GlobalOptions = ctx.obj
-    inventory = pipeline.load(file)
-    report = ValidateReport(file=str(file), valid=True, hosts=len(inventory.hosts), vms=len(inventory.vms),
-                            vm_classes=len(inventory.vm_classes), namespaces=len(inventory.namespaces))
-    common.emit(report, validate_text, opts)
-
-
-def validate_text(r: ValidateReport) -> str:
-    classes = f", {r.vm_classes} VM classes, {r.namespaces} namespaces" if r.vm_classes or r.namespaces else ""
-    return f"{r.file}: valid ({r.hosts} host entries, {r.vms} VMs{classes})"
+    common.emit(validate_report(str(file), pipeline.load(file)), opts)
 
 
 # -------------------------------------------------------------------------------------------- plan
@@ -101,16 +93,19 @@ def plan_cmd(
     if opts.verbose:
         common.info(f"round trips: {planned.round_trips}")
     if explain is not None:
-        from vgpuctl.hosts.explain import explain_host, render_explain
+        from vgpuctl.hosts.explain import explain_host
 
-        common.emit(explain_host(explain, inventory, planned.observed, planned.plan), render_explain, opts)
+        common.emit(explain_host(explain, inventory, planned.observed, planned.plan), opts)
         return
     if planned.plan.errors:
         if opts.verbose:
             print_plan_to_stderr(planned)  # the reasons come as the error; -v shows the diff too
         raise PlanError(list(planned.plan.errors))
     report = plan_document(planned, opts)
-    common.emit(report, lambda _r: plan_renderable(planned), opts)
+    if opts.json:
+        common.emit(report, opts)
+    else:
+        common.show(plan_renderable(planned))
     if out is not None:
         save_plan(out, file, planned, report)
     if detailed_exitcode and not planned.is_empty:
@@ -142,12 +137,12 @@ def plan_renderable(planned: Planned) -> Any:
     from rich.text import Text
 
     from vgpuctl.reports.plan import render_plan_text
-    from vgpuctl.supervisor.vmclasses import render_text as render_classes
+    from vgpuctl.reports.supervisor import supervisor_plan_report
 
     styles = {"+": "green", "-": "red", "~": "yellow", "!": "bold red"}
     lines = render_plan_text(planned.plan).rstrip("\n").splitlines()
     if planned.classes is not None:
-        lines += render_classes(planned.classes).rstrip("\n").splitlines()
+        lines += supervisor_plan_report(planned.classes).diff_text().rstrip("\n").splitlines()
     text = Text()
     for line in lines:
         text.append(line + "\n", style=styles.get(line.lstrip()[:1], ""))
@@ -199,7 +194,7 @@ def apply_cmd(
     request = pipeline.RunRequest(saved=saved, saved_path=saved_plan)
     outcome = run_apply(opts, inventory, options, request, yes=yes or saved is not None)
     if opts.json:
-        common.emit(apply_document(outcome, opts), lambda _r: None, opts)
+        common.emit(apply_document(outcome, opts), opts)
     raise_for_outcome(outcome)
 
 
@@ -245,7 +240,7 @@ class CliHooks:
         if self.opts.json:  # stdout holds only the apply's document
             print_plan_to_stderr(planned)
         else:
-            common.stdout_console().print(plan_renderable(planned))
+            common.show(plan_renderable(planned))
 
     def confirm(self, planned: Planned) -> None:
         if self.yes or (self.only_if_disruptive and not planned.disruptive):
@@ -365,12 +360,13 @@ def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = No
 def print_summary(outcome: RunOutcome, opts: GlobalOptions) -> None:
     """The closing lines of an apply that ran (nothing when the plan was empty: it said so)."""
     from vgpuctl.reports.plan import render_apply_summary
+    from vgpuctl.reports.supervisor import supervisor_outcomes
 
     if outcome.applied is None:
         return
     text = render_apply_summary(apply_document(outcome, opts))
     if outcome.classes is not None:
-        text += "\n" + outcome.classes.text()
+        text += "\n" + supervisor_outcomes(outcome.classes).render_text()
     if opts.json:
         common.info(text)
     else:

@@ -33,9 +33,9 @@ def provision_cmd(
 ) -> None:
     """Apply (like `apply`), wait for the guests' IP addresses, then run the guest playbooks on them."""
     from vgpuctl import pipeline
-    from vgpuctl.cli.guest import guest_display, guest_run_report
+    from vgpuctl.cli.guest import guest_display
     from vgpuctl.cli.plan import apply_document, raise_for_outcome, run_apply
-    from vgpuctl.reports.guests import ProvisionReport
+    from vgpuctl.reports.guests import ProvisionReport, guest_run_report
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file)
@@ -48,7 +48,7 @@ def provision_cmd(
     if outcome.guests is None:
         common.info("No VM has a guest group: nothing to configure in the guests.")
         if opts.json:
-            common.emit(ProvisionReport(applied, None), lambda _r: None, opts)
+            common.emit(ProvisionReport(applied, None), opts)
         return
     missing = [n for n, v in (outcome.addresses or {}).items() if not v]
     if missing:

@@ -150,12 +150,6 @@ def parse_env_file(text: str) -> dict[str, str]:
     return env
 
 
-def export_lines(env: dict[str, str]) -> str:
-    import shlex
-
-    return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in env.items())
-
-
 def _wait_for_env(proc: subprocess.Popen[bytes], path: Path) -> dict[str, str]:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -278,8 +272,9 @@ def with_esxi_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def _print_env(env: dict[str, str], opts: common.GlobalOptions) -> None:
-    env = with_esxi_env(env)
-    common.emit({"env": env, "env_file": str(env_path())}, lambda d: export_lines(d["env"]), opts)
+    from vgpuctl.reports.sim import SimEnvReport
+
+    common.emit(SimEnvReport(with_esxi_env(env), str(env_path())), opts)
 
 
 @app.command("env")
@@ -304,4 +299,6 @@ def down_cmd(ctx: typer.Context) -> None:
     env_path().unlink(missing_ok=True)
     common.info(f"gpusim (pid {pid}) stopped")
     if ctx.obj.json:
-        common.emit({"stopped": pid}, str, ctx.obj)
+        from vgpuctl.reports.sim import SimDownReport
+
+        common.emit(SimDownReport(pid), ctx.obj)

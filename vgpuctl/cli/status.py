@@ -13,7 +13,7 @@ from vgpuctl.errors import NotFound
 
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
-    from vgpuctl.reports.status import HostReport, ProfileRow, ProfilesReport, StatusReport
+    from vgpuctl.reports.status import HostReport
     from vgpuctl.supervisor.vmclasses import SupervisorState
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
@@ -97,8 +97,7 @@ def status_cmd(
     report = merge_status(status_report(observed, round_trips if opts.verbose else None), rows)
     if supervisor:
         with_supervisor(report, *supervisor[0])
-    width, plain = status_layout()
-    common.emit(report, lambda r: render_status(r, width, plain), opts)
+    common.emit(report, opts)
 
 
 def reads_vm_classes(wanted: bool | None, api_version: str) -> bool:
@@ -129,21 +128,6 @@ def read_supervisor(settings: ConnectionSettings, observed: Observed) -> tuple[S
         return None, str(err)
 
 
-def status_layout() -> tuple[int, bool]:
-    """(terminal width, plain): plain lines when stdout is not a terminal (pipes, files, CI logs)."""
-    import shutil
-    import sys
-
-    return shutil.get_terminal_size().columns, not sys.stdout.isatty()
-
-
-def render_status(report: StatusReport, width: int = 200, plain: bool = False) -> Any:
-    """The hosts, a GPU map per host with GPUs and the VMs that hold vGPUs, laid out for `width` columns."""
-    from vgpuctl.cli.statusview import render_status as render
-
-    return render(report, width, plain)
-
-
 # ---------------------------------------------------------------------------------------- profiles
 
 
@@ -160,33 +144,10 @@ def profiles_cmd(
     if host is not None and host not in observed.hosts:
         raise NotFound(f"host {host!r} not found (known: {_names(observed.hosts)})")
     hosts = [observed.hosts[host]] if host else sorted(observed.hosts.values(), key=lambda h: h.name)
-    common.emit(profiles_report(hosts, round_trips if opts.verbose else None), render_profiles, opts)
+    common.emit(profiles_report(hosts, round_trips if opts.verbose else None), opts)
 
 
 def _names(items: dict[str, Any], limit: int = 8) -> str:
     names = sorted(items)
     more = f", ... ({len(names) - limit} more)" if len(names) > limit else ""
     return ", ".join(names[:limit]) + more if names else "none"
-
-
-def render_profiles(report: ProfilesReport) -> list[Any]:
-    """One table per distinct set of profiles, titled with the hosts that offer it (64 equal hosts: one table)."""
-    from rich.table import Table
-    from rich.text import Text
-
-    groups: dict[str, tuple[list[str], list[ProfileRow]]] = {}
-    for h in report.hosts:
-        groups.setdefault(repr(h.profiles), ([], h.profiles))[0].append(h.host)
-    out: list[Any] = []
-    for names, rows in groups.values():
-        shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-        table = Table(title=f"Profiles on {shown}", title_justify="left")
-        for col in ("profile", "framebuffer", "series", "sharing", "max per GPU"):
-            table.add_column(col)
-        for r in rows:
-            fb = f"{r.fb_gb} GB" if r.fb_gb is not None else "?"
-            sharing = "MIG" if r.sharing == "mig" else "time-sliced"
-            limit = str(r.max_per_gpu) if r.max_per_gpu is not None else "?"
-            table.add_row(*map(Text, (r.profile, fb, r.series or "?", sharing, limit)))
-        out.append(table if rows else Text(f"{shown}: no vGPU profiles offered"))
-    return out

@@ -22,7 +22,6 @@ from vgpuctl.errors import NotFound, UsageError
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed, ObservedVm
-    from vgpuctl.reports.status import VmVgpusReport
 
 app = typer.Typer(help="One VM at a time.", no_args_is_help=True)
 vgpu_app = typer.Typer(help="Add, remove or list the vGPUs of one VM.", no_args_is_help=True)
@@ -131,7 +130,7 @@ def change(opts: GlobalOptions, name: str, edit: Any, power: Power | None, yes: 
         outcome.round_trips = session.round_trips
     plan_cli.print_summary(outcome, opts)
     if opts.json:
-        common.emit(plan_cli.apply_document(outcome, opts, vm=name), lambda _r: None, opts)
+        common.emit(plan_cli.apply_document(outcome, opts, vm=name), opts)
     plan_cli.raise_for_outcome(outcome)
 
 
@@ -170,47 +169,11 @@ def remove_cmd(
 def list_cmd(ctx: typer.Context, vm: VmName, file: OptionalInventory = None) -> None:
     """The vGPUs of VM: device key, profile, framebuffer, NVLink group, and the GPUs they sit on."""
     from vgpuctl import pipeline
+    from vgpuctl.reports.status import vm_vgpus_report
 
     opts: GlobalOptions = ctx.obj
     settings = pipeline.load(file) if file else None
     with common.connect(opts, settings) as session:
         observed = pipeline.observe(session, common.datacenter_for(opts, settings), settings)
         round_trips = session.round_trips
-    common.emit(
-        vm_vgpus_report(observed, find_vm(observed, vm), round_trips if opts.verbose else None), render_list, opts
-    )
-
-
-def vm_vgpus_report(observed: Observed, vm: ObservedVm, round_trips: int | None = None) -> VmVgpusReport:
-    from vgpuctl.reports.base import vgpu_counts
-    from vgpuctl.reports.status import VmDevice, VmVgpusReport, profile_fb
-
-    host = observed.hosts.get(vm.host or "")
-    return VmVgpusReport(
-        vm=vm.name,
-        host=vm.host,
-        power_state=str(vm.power_state),
-        vgpus=vgpu_counts(d.profile for d in vm.vgpus),
-        devices=[VmDevice(d.key, d.profile, profile_fb(d.profile, host), d.device_group_key) for d in vm.vgpus],
-        gpus=sorted(g.pci_id for g in (host.gpus if host else []) if vm.name in g.vms),
-        round_trips=round_trips,
-    )
-
-
-def render_list(report: VmVgpusReport) -> Any:
-    from rich.table import Table
-    from rich.text import Text
-
-    title = f"{report.vm} on {report.host or '-'} ({report.power_state})"
-    if not report.devices:
-        return Text(f"{title}: no vGPUs")
-    table = Table(title=title, title_justify="left")
-    for col in ("key", "profile", "framebuffer", "NVLink group"):
-        table.add_column(col)
-    for d in report.devices:
-        group = "-" if d.nvlink_group is None else str(d.nvlink_group)
-        table.add_row(*map(Text, (str(d.key), d.profile, f"{d.fb_gb} GB", group)))
-    out: list[Any] = [table]
-    if report.gpus:
-        out.append(Text(f"on GPUs: {', '.join(report.gpus)}"))
-    return out
+    common.emit(vm_vgpus_report(observed, find_vm(observed, vm), round_trips if opts.verbose else None), opts)

@@ -13,10 +13,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgpuctl.experiment.facts import Contradiction, contradictions, summarize
-from vgpuctl.experiment.store import BASE, STATUS_OK, ResultsDir, RunRecord
+from vgpuctl.experiment.store import BASE, STATUS_OK, ResultsDir, RunRecord, write_atomic
+
+if TYPE_CHECKING:
+    from vgpuctl.reports.experiment import ExperimentReport
 
 NCCL = "nccl-tests"
 P2P = "p2pBandwidthLatencyTest"
@@ -275,6 +278,21 @@ def human_size(n: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------------- output
+
+
+def write_report(results: ResultsDir) -> tuple[Path, ExperimentReport]:
+    """report.md, report.json and plots/ in the results directory; the Markdown file and the report printed."""
+    import json
+
+    from vgpuctl.reports.experiment import experiment_report
+
+    report = build_report(results)
+    write_plots(report, results.root / "plots")
+    document = experiment_report(report)
+    write_atomic(results.root / "report.json", json.dumps(document.to_dict(), indent=2, sort_keys=True) + "\n")
+    path = results.root / "report.md"
+    write_atomic(path, render_markdown(report))
+    return path, document
 
 
 def render_markdown(report: Report) -> str:

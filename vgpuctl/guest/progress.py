@@ -1,17 +1,17 @@
-"""Live per-host progress of a guest deploy (stderr) and the per-host summary table."""
+"""Live per-host progress of a guest deploy (stderr); the summary is the guests report (vgpuctl.reports.guests)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vgpuctl.guest.runner import DeployResult, HostTracker
+from vgpuctl.guest.runner import HostTracker
 from vgpuctl.progress import LiveOnTerminal
+from vgpuctl.reports.guests import STATUS_STYLE
 
 if TYPE_CHECKING:
     from rich.console import Console
 
 MAX_ROWS = 40
-STATUS_STYLE = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "red", "running": "cyan"}
 
 
 class DeployProgress(LiveOnTerminal):
@@ -66,39 +66,3 @@ class DeployProgress(LiveOnTerminal):
         if len(self.hosts) > MAX_ROWS:
             table.add_row(f"... {len(self.hosts) - MAX_ROWS} more", "", "", "", "", "")
         return table
-
-
-def summary_table(result: DeployResult) -> Any:
-    from rich.table import Table
-    from rich.text import Text
-
-    title = "Guest deploy (check mode)" if result.check else "Guest deploy"
-    table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
-    for col in ("host", "group", "status", "ok", "changed", "failed", "unreachable", "message"):
-        table.add_column(col, justify="right" if col in ("ok", "changed", "failed", "unreachable") else "left")
-    for h in result.hosts:
-        table.add_row(
-            Text(h.host),
-            Text(h.group),
-            Text(h.status, style=STATUS_STYLE.get(h.status, "")),
-            str(h.ok),
-            str(h.changed),
-            str(h.failed),
-            str(h.unreachable),
-            Text(h.message),
-        )
-    return table
-
-
-def summary_text(result: DeployResult, with_messages: bool = True) -> str:
-    """Plain-text summary (what non-rich consumers and tests read)."""
-    counts: dict[str, int] = {}
-    for h in result.hosts:
-        counts[h.status] = counts.get(h.status, 0) + 1
-    parts = [f"{counts.get(k, 0)} {k}" for k in ("ok", "changed", "failed", "unreachable")]
-    lines = [f"Guest deploy{' (check)' if result.check else ''}: " + ", ".join(parts) + "."]
-    if with_messages:
-        lines += [f"  {h.status}: {h.host}: {h.message}" for h in result.hosts if h.message]
-    if result.artifacts:
-        lines.append(f"  artifacts: {result.artifacts}")
-    return "\n".join(lines)

@@ -93,23 +93,3 @@ def _gpus_now(key: str, host: ObservedHost) -> str:
     return (
         distinct[0] if len(distinct) == 1 else ", ".join(f"{g.pci_id}: {v}" for g, v in zip(gpus, values, strict=True))
     )
-
-
-def render_explain(report: ExplainReport) -> str:
-    lines = [f"host {report.host} (cluster {report.cluster or '-'}): " + (" then ".join(report.entries) or "no entry")]
-    if report.settings:
-        width = max(len(s.setting) for s in report.settings)
-        for s in report.settings:
-            now = (
-                "" if s.vcenter is None else f"   vCenter: {s.vcenter}" + ("" if s.vcenter == s.value else " (differs)")
-            )
-            lines.append(f"  {s.setting:<{width}}  {s.value}   from {s.source}{now}")
-    else:
-        lines.append("  no inventory entry sets anything for this host: vgpuctl leaves it as it is")
-    if report.changes:
-        lines.append("  the plan changes:")
-        lines += [f"    {c.setting}{'' if c.gpu is None else ' ' + c.gpu}: {c.old} -> {c.new}" for c in report.changes]
-    else:
-        lines.append("  the plan changes nothing on this host")
-    lines += [f"  error: {e}" for e in report.errors]
-    return "\n".join(lines)

@@ -1,10 +1,11 @@
-"""The documents vgpuctl prints: one dataclass per report, `to_dict()` for JSON, a text renderer beside it.
+"""The documents vgpuctl prints: one dataclass per report, `to_dict()` for JSON, `render_text()` for people.
 
-One vocabulary in every document (snake_case): `kind` names the report; `vm`, `folder`, `host`, `cluster`,
-`gpu` (PCI id), `profile`, `fb_gb`, `vgpus` (a list of {profile, count}), `nvlink_group`. Errors are
+Both come from the same object, so the text shows nothing the JSON document lacks. One vocabulary in every
+document (snake_case): `kind` names the report; `vm`, `folder`, `host`, `cluster`, `gpu` (PCI id), `profile`,
+`fb_gb`, `vgpus` (a list of {profile, count}), `nvlink_group`. Errors are
 `{"error": {"type", "message", "details": [...]}}`. Fields marked `optional()` are left out when None
 (diagnostics such as round trips appear only with -v). docs/schemas/ holds the JSON Schemas generated from
-these types (vgpuctl.schemas).
+these types (vgpuctl.reports.schemas).
 """
 
 from __future__ import annotations
@@ -14,9 +15,16 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 Scalar = str | int | float | bool | None
+
+# What render_text gives the terminal: a str, a rich renderable, several printed one after the other, or None
+# when the report has no text form (stdout stays empty; the command says what it did on stderr).
+Rendered: TypeAlias = "str | RenderableType | list[RenderableType] | None"
 
 
 def optional(default: Any = None) -> Any:
@@ -27,7 +35,7 @@ def optional(default: Any = None) -> Any:
 def to_json(value: Any) -> Any:
     """Dataclasses, enums, lists and dicts to plain JSON data; optional() fields dropped while None."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out: dict[str, Any] = {}
+        out: dict[str, Any] = {"kind": value.kind} if isinstance(value, Report) else {}
         for f in dataclasses.fields(value):
             item = getattr(value, f.name)
             if item is None and f.metadata.get("omit_none"):
@@ -43,13 +51,27 @@ def to_json(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class TextLayout:
+    """Where the text goes: a terminal `width` columns wide, or `plain` lines for a pipe or a file."""
+
+    width: int = 200
+    plain: bool = False
+
+
+TERMINAL = TextLayout()
+
+
 class Report:
-    """Base of the printed documents: `kind` first, then the fields."""
+    """Base of the printed documents: `kind` first, then the fields; `render_text` draws only on them."""
 
     kind: ClassVar[str]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **to_json(self)}
+        return dict(to_json(self))
+
+    def render_text(self, layout: TextLayout = TERMINAL) -> Rendered:
+        raise NotImplementedError(f"{type(self).__name__} has no text form")
 
 
 @dataclass

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from vgpuctl.reports.base import Report
+from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout
 from vgpuctl.reports.plan import ApplyReport
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+
+    from vgpuctl.guest.runner import DeployResult
+
+STATUS_STYLE = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "red", "running": "cyan"}
+COUNTED = ("ok", "changed", "failed", "unreachable")
 
 
 @dataclass
@@ -33,9 +41,52 @@ class GuestRunReport(Report):
     rc: int
     artifacts: str | None
 
+    def render_text(self, layout: TextLayout = TERMINAL) -> Rendered:
+        """The per-guest table and the counts (the messages are in the table)."""
+        return [self.table(), self.summary_text(with_messages=False)]
+
+    def table(self) -> RenderableType:
+        from rich.table import Table
+        from rich.text import Text
+
+        title = "Guest deploy (check mode)" if self.check else "Guest deploy"
+        table = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
+        for col in ("host", "group", "status", "ok", "changed", "failed", "unreachable", "message"):
+            table.add_column(col, justify="right" if col in COUNTED else "left")
+        for g in self.guests:
+            table.add_row(Text(g.vm), Text(g.group), Text(g.status, style=STATUS_STYLE.get(g.status, "")),
+                          str(g.ok), str(g.changed), str(g.failed), str(g.unreachable), Text(g.message))
+        return table
+
+    def summary_text(self, with_messages: bool = True) -> str:
+        """The counts per status, each guest's message (with_messages), the artifacts folder."""
+        counts: dict[str, int] = {}
+        for g in self.guests:
+            counts[g.status] = counts.get(g.status, 0) + 1
+        parts = [f"{counts.get(k, 0)} {k}" for k in COUNTED]
+        lines = [f"Guest deploy{' (check)' if self.check else ''}: " + ", ".join(parts) + "."]
+        if with_messages:
+            lines += [f"  {g.status}: {g.vm}: {g.message}" for g in self.guests if g.message]
+        if self.artifacts:
+            lines.append(f"  artifacts: {self.artifacts}")
+        return "\n".join(lines)
+
+
+def guest_run_report(result: DeployResult) -> GuestRunReport:
+    guests = [
+        GuestResult(h.host, h.group, h.status, h.ok, h.changed, h.failed, h.unreachable, h.skipped, h.message)
+        for h in result.hosts
+    ]
+    artifacts = str(result.artifacts) if result.artifacts else None
+    return GuestRunReport(guests, result.check, result.runner_status, result.rc, artifacts)
+
 
 @dataclass
 class ProvisionReport(Report):
     kind: ClassVar[str] = "provision"
     apply: ApplyReport
     guests: GuestRunReport | None  # None: no VM has a guest group
+
+    def render_text(self, layout: TextLayout = TERMINAL) -> None:
+        """None: in text mode provision shows the apply's progress and summary, then the guests' table."""
+        return None

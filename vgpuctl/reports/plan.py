@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from vgpuctl.domain import Outcome
 from vgpuctl.model import (
@@ -20,9 +20,12 @@ from vgpuctl.model import (
     VmChange,
     VmOutcome,
 )
-from vgpuctl.reports.base import Report, Scalar, VgpuCount, optional
+from vgpuctl.reports.base import TERMINAL, Report, Scalar, TextLayout, VgpuCount, optional, vgpu_counts
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
 from vgpuctl.vms.identity import describe as describe_identity
+
+if TYPE_CHECKING:
+    from vgpuctl.inventory import Inventory
 
 
 @dataclass
@@ -34,6 +37,12 @@ class ValidateReport(Report):
     vms: int  # VMs after name ranges are expanded
     vm_classes: int = 0
     namespaces: int = 0
+
+    def render_text(self, layout: TextLayout = TERMINAL) -> str:
+        classes = ""
+        if self.vm_classes or self.namespaces:
+            classes = f", {self.vm_classes} VM classes, {self.namespaces} namespaces"
+        return f"{self.file}: valid ({self.hosts} host entries, {self.vms} VMs{classes})"
 
 
 @dataclass
@@ -188,6 +197,10 @@ class PlanReport(Report):
     vm_classes: list[VmClassDiff] = field(default_factory=list)  # in apply order: after hosts and VMs
     namespaces: list[NamespaceDiff] = field(default_factory=list)
 
+    def render_text(self, layout: TextLayout = TERMINAL) -> None:
+        """None for now: `plan` prints the diff drawn from the plan itself (render_plan_text)."""
+        return None
+
 
 @dataclass
 class ApplyReport(Report):
@@ -207,6 +220,15 @@ class ApplyReport(Report):
     interrupted: bool
     vm: str | None = optional()  # `vm vgpu add/remove`: the VM changed
     round_trips: int | None = optional()
+
+    def render_text(self, layout: TextLayout = TERMINAL) -> None:
+        """None: in text mode apply shows its progress and summary while it runs."""
+        return None
+
+
+def validate_report(file: str, inventory: Inventory) -> ValidateReport:
+    return ValidateReport(file=file, valid=True, hosts=len(inventory.hosts), vms=len(inventory.vms),
+                          vm_classes=len(inventory.vm_classes), namespaces=len(inventory.namespaces))
 
 
 def vm_names(vms: Iterable[VmOutcome], status: Outcome) -> list[str]:
@@ -228,6 +250,21 @@ class HostChangeReport(Report):
     changes: list[HostDiff]
     affected_vms: list[AffectedVm]
     result: HostOutcome | None
+
+    def render_text(self, layout: TextLayout = TERMINAL) -> str | None:
+        """The outcome; "no changes" when there was nothing to do (before the change, what it will do is
+        said by the command while it asks)."""
+        if not self.changes:
+            return f"host {self.host}: no changes"
+        return self.result.describe() if self.result is not None else None
+
+
+def host_change_report(
+    host: str, changes: list[HostChange], running: Iterable[tuple[str, list[str]]]
+) -> HostChangeReport:
+    """The changes of one host and the running VMs they affect (name, vGPU profiles); no outcome yet."""
+    affected = [AffectedVm(vm, vgpu_counts(profiles)) for vm, profiles in running]
+    return HostChangeReport(host, [host_diff(c) for c in changes], affected, None)
 
 
 # ------------------------------------------------------------------------------------------ building it

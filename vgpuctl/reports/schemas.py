@@ -17,11 +17,27 @@ from pathlib import Path
 from typing import Any, Union
 
 from vgpuctl.reports.base import ErrorReport, Report
+from vgpuctl.reports.capacity import CapacityDemandReport, CapacityReport
+from vgpuctl.reports.experiment import (
+    ExperimentReport,
+    ExperimentRestoreReport,
+    ExperimentRunReport,
+    ExperimentValidateReport,
+)
 from vgpuctl.reports.explain import ExplainReport
+from vgpuctl.reports.export import ExportReport
 from vgpuctl.reports.guests import GuestRunReport, ProvisionReport
 from vgpuctl.reports.plan import ApplyReport, HostChangeReport, PlanReport, ValidateReport
+from vgpuctl.reports.sim import SimDownReport, SimEnvReport
 from vgpuctl.reports.status import HostReport, ProfilesReport, StatusReport, VmVgpusReport
+from vgpuctl.reports.supervisor import (
+    ManifestsReport,
+    SupervisorApplyReport,
+    SupervisorPlanReport,
+    SupervisorStatusReport,
+)
 
+# Every document a command prints; the architecture page lists each kind with its command.
 REPORTS: tuple[type[Any], ...] = (
     GuestRunReport,
     ProvisionReport,
@@ -34,6 +50,19 @@ REPORTS: tuple[type[Any], ...] = (
     StatusReport,
     ProfilesReport,
     VmVgpusReport,
+    CapacityReport,
+    CapacityDemandReport,
+    ExportReport,
+    SupervisorPlanReport,
+    SupervisorApplyReport,
+    SupervisorStatusReport,
+    ManifestsReport,
+    ExperimentValidateReport,
+    ExperimentRunReport,
+    ExperimentRestoreReport,
+    ExperimentReport,
+    SimEnvReport,
+    SimDownReport,
     ErrorReport,
 )
 
@@ -84,7 +113,7 @@ def _type(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         if hint.__name__ not in defs:
             defs[hint.__name__] = {}  # placeholder against recursion
-            defs[hint.__name__] = _object(hint, defs)
+            defs[hint.__name__] = _object(hint, defs, with_kind=issubclass(hint, Report))
         return {"$ref": f"#/$defs/{hint.__name__}"}
     if origin in (types.UnionType, Union):
         return {"anyOf": [_type(arg, defs) for arg in typing.get_args(hint)]}

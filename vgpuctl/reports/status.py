@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from vgpuctl.model import Observed, ObservedGpu, ObservedHost
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
 from vgpuctl.profiles import ProfileError, VgpuProfile, board_for_device, gi_geometry, parse_profile
-from vgpuctl.reports.base import Report, VgpuCount, optional, vgpu_counts
+from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, VgpuCount, optional, vgpu_counts
 from vgpuctl.reports.plan import sorted_counts
 from vgpuctl.supervisor.vmclasses import SupervisorState
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
 
 
 @dataclass
@@ -49,6 +52,36 @@ class HostReport(Report):
     nvlink_after_reboot: str | None = optional()
     scheduler_after_reboot: str | None = optional()
     shell_error: str | None = optional()
+
+    def render_text(self, layout: TextLayout = TERMINAL) -> str:
+        options = self.module_options
+        next_boot = "" if options.configured == options.effective else f" (next boot: {options.configured or '(none)'})"
+        nvlink_later = f" ({self.nvlink_after_reboot} after reboot)" if self.nvlink_after_reboot else ""
+        scheduler_later = f" ({self.scheduler_after_reboot} after reboot)" if self.scheduler_after_reboot else ""
+        lines = [
+            f"host {self.host}: {self.connection_state}" + (", in maintenance mode" if self.in_maintenance else ""),
+            f"  graphics: default {self.default_graphics_type}, assignment {self.assignment_policy}",
+            f"  nvlink: {self.nvlink}{nvlink_later}",
+            f"  scheduler: {self.scheduler}{scheduler_later}",
+            f"  nvidia module options: {options.effective or '(none)'}{next_boot}",
+            "  GPUs:",
+        ]
+        for g in self.gpus:
+            links = "" if not g.nvlink_links else f", NVLink {g.nvlink_active}/{g.nvlink_links} up"
+            peers = f" to {', '.join(g.nvlink_peers)}" if g.nvlink_peers else ""
+            vms = f", VMs: {', '.join(g.vms)}" if g.vms else ""
+            mig = mig_text(g.mig_current, g.mig_pending)
+            lines.append(f"    {g.gpu} {g.device}: {g.graphics_type}, {g.vgpu_mode}, MIG {mig}{links}{peers}{vms}")
+        return "\n".join(lines)
+
+
+def mig_text(current: bool | None, pending: bool | None) -> str:
+    if current is None:
+        return "n/a"
+    text = "on" if current else "off"
+    if pending is not None and pending != current:
+        text += f" ({'on' if pending else 'off'} pending)"
+    return text
 
 
 @dataclass
@@ -131,6 +164,13 @@ class StatusReport(Report):
     supervisor_clusters: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # e.g. VM classes that could not be read
 
+    def render_text(self, layout: TextLayout = TERMINAL) -> Rendered:
+        """Hosts, a GPU map per host, the VMs with vGPUs, the VM classes: laid out for the terminal's width,
+        or plain lines (vgpuctl.reports.statusview)."""
+        from vgpuctl.reports.statusview import render_status
+
+        return render_status(self, layout.width, layout.plain)
+
 
 @dataclass
 class ProfileRow:
@@ -155,6 +195,34 @@ class ProfilesReport(Report):
     hosts: list[HostProfiles]
     round_trips: int | None = optional()
 
+    def render_text(self, layout: TextLayout = TERMINAL) -> list[RenderableType]:
+        """One table per distinct set of profiles, titled with the hosts that offer it (64 equal hosts: one)."""
+        from rich.text import Text
+
+        groups: dict[str, tuple[list[str], list[ProfileRow]]] = {}
+        for h in self.hosts:
+            groups.setdefault(repr(h.profiles), ([], h.profiles))[0].append(h.host)
+        out: list[RenderableType] = []
+        for names, rows in groups.values():
+            shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+            out.append(_profiles_table(shown, rows) if rows else Text(f"{shown}: no vGPU profiles offered"))
+        return out
+
+
+def _profiles_table(shown: str, rows: list[ProfileRow]) -> RenderableType:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=f"Profiles on {shown}", title_justify="left")
+    for col in ("profile", "framebuffer", "series", "sharing", "max per GPU"):
+        table.add_column(col)
+    for r in rows:
+        fb = f"{r.fb_gb} GB" if r.fb_gb is not None else "?"
+        sharing = "MIG" if r.sharing == "mig" else "time-sliced"
+        limit = str(r.max_per_gpu) if r.max_per_gpu is not None else "?"
+        table.add_row(*map(Text, (r.profile, fb, r.series or "?", sharing, limit)))
+    return table
+
 
 @dataclass
 class VmDevice:
@@ -176,6 +244,24 @@ class VmVgpusReport(Report):
     devices: list[VmDevice]
     gpus: list[str]
     round_trips: int | None = optional()
+
+    def render_text(self, layout: TextLayout = TERMINAL) -> Rendered:
+        from rich.table import Table
+        from rich.text import Text
+
+        title = f"{self.vm} on {self.host or '-'} ({self.power_state})"
+        if not self.devices:
+            return Text(f"{title}: no vGPUs")
+        table = Table(title=title, title_justify="left")
+        for col in ("key", "profile", "framebuffer", "NVLink group"):
+            table.add_column(col)
+        for d in self.devices:
+            group = "-" if d.nvlink_group is None else str(d.nvlink_group)
+            table.add_row(*map(Text, (str(d.key), d.profile, f"{d.fb_gb} GB", group)))
+        out: list[RenderableType] = [table]
+        if self.gpus:
+            out.append(Text(f"on GPUs: {', '.join(self.gpus)}"))
+        return out
 
 
 # ------------------------------------------------------------------------------------------ building it
@@ -271,6 +357,20 @@ def status_report(observed: Observed, round_trips: int | None = None) -> StatusR
     ]
     hosts = [_status_host(observed, h) for h in sorted(observed.hosts.values(), key=lambda h: h.name)]
     return StatusReport(observed.datacenter, observed.api_version, hosts, vms, round_trips)
+
+
+def vm_vgpus_report(observed: Observed, vm: ObservedVm, round_trips: int | None = None) -> VmVgpusReport:
+    """One VM's vGPUs: each device with its framebuffer and NVLink group, and the GPUs of its host it sits on."""
+    host = observed.hosts.get(vm.host or "")
+    return VmVgpusReport(
+        vm=vm.name,
+        host=vm.host,
+        power_state=str(vm.power_state),
+        vgpus=vgpu_counts(d.profile for d in vm.vgpus),
+        devices=[VmDevice(d.key, d.profile, profile_fb(d.profile, host), d.device_group_key) for d in vm.vgpus],
+        gpus=sorted(g.pci_id for g in (host.gpus if host else []) if vm.name in g.vms),
+        round_trips=round_trips,
+    )
 
 
 # ------------------------------------------------------------------------------------------ profiles

@@ -13,11 +13,10 @@ for one run (one REST login, plan, apply):
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from vgpuctl.errors import DriftError, RestError, VgpuctlError
-from vgpuctl.model import HostChange, Observed, Op
+from vgpuctl.model import ChangeOutcome, HostChange, Observed, Op, SupervisorApplyResult
 from vgpuctl.supervisor.vmclasses import ClassChange, NamespaceChange, SupervisorPlan, SupervisorState, plan_supervisor
 
 if TYPE_CHECKING:
@@ -83,33 +82,6 @@ class SupervisorRun:
         if self.last_plan is None:
             raise VgpuctlError("the VM class stage was not planned")
         return apply_stage(self.rest, self.last_plan, progress)
-
-
-@dataclass
-class ChangeOutcome:
-    target: str  # "vm class NAME" or "namespace NAME"
-    action: str  # create | update | delete | associate
-    status: str  # changed | failed | skipped
-    message: str = ""
-
-
-@dataclass
-class SupervisorApplyResult:
-    outcomes: list[ChangeOutcome] = field(default_factory=list)
-
-    @property
-    def failed(self) -> list[ChangeOutcome]:
-        return [o for o in self.outcomes if o.status == "failed"]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": "supervisor_apply", "outcomes": [asdict(o) for o in self.outcomes]}
-
-    def text(self) -> str:
-        counts = {s: sum(1 for o in self.outcomes if o.status == s) for s in ("changed", "failed", "skipped")}
-        lines = [f"VM classes and namespaces: {counts['changed']} changed, {counts['failed']} failed, "
-                 f"{counts['skipped']} skipped."]
-        lines += [f"  failed: {o.target}: {o.message}" for o in self.failed]
-        return "\n".join(lines)
 
 
 def apply_stage(rest: RestClient, plan: SupervisorPlan, progress: Progress | None = None) -> SupervisorApplyResult:

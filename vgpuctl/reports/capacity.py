@@ -1,0 +1,203 @@
+"""The `capacity` documents: what fits now (per host and cluster), and the answer to a demand file."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from vgpuctl.capacity.fitnow import VGPU_COUNTS
+from vgpuctl.reports.base import TERMINAL, Report, TextLayout
+from vgpuctl.vms.placement import MIG_MODE
+
+if TYPE_CHECKING:
+    from vgpuctl.capacity.answer import CapacityAnswer
+    from vgpuctl.capacity.fitnow import FitReport
+
+MODE_LABELS = {"sameSize": "time-sliced same-size", "mixedSize": "time-sliced mixed-size", MIG_MODE: "MIG"}
+
+
+# ------------------------------------------------------------------------------------------ what fits now
+
+
+@dataclass
+class CapacityFit:
+    """How many more VMs of `vgpus` x `profile` (NVLink-connected or not) the planner would place."""
+
+    profile: str
+    vgpus: int
+    nvlink: bool
+    vms: int
+
+
+@dataclass
+class StrandedGpu:
+    """Free framebuffer on a GPU that no offered profile can use, and why."""
+
+    gpu: str
+    free_gb: float
+    stranded_gb: float
+    why: str
+
+
+@dataclass
+class HostCapacity:
+    host: str
+    cluster: str | None
+    skipped: str | None  # why the host is left out (not connected, in maintenance mode, powered off)
+    fits: list[CapacityFit]
+    stranded_gb: float
+    stranded: list[StrandedGpu]
+
+
+@dataclass
+class CapacityReport(Report):
+    """`capacity`: per host and per cluster, how many more VMs of each offered profile fit without a change."""
+
+    kind: ClassVar[str] = "capacity"
+    hosts: list[HostCapacity]
+    clusters: dict[str, list[CapacityFit]]
+
+    def render_text(self, layout: TextLayout = TERMINAL) -> str:
+        lines = []
+        for h in self.hosts:
+            if h.skipped:
+                lines.append(f"{h.host}: left out ({h.skipped})")
+                continue
+            lines.append(f"{h.host} ({h.cluster or 'no cluster'}): stranded {h.stranded_gb:g} GB")
+            for s in h.stranded:
+                lines.append(f"  GPU {s.gpu}: {s.stranded_gb:g} of {s.free_gb:g} GB free unusable ({s.why})")
+            lines += _fits_table(h.fits)
+        for cluster, fits in self.clusters.items():
+            lines.append(f"cluster {cluster}:")
+            lines += _fits_table(fits)
+        return "\n".join(lines)
+
+
+def _fits_table(fits: list[CapacityFit]) -> list[str]:
+    """One row per profile; a column per vGPUs per VM, then the NVLink-connected ones ('-': not counted)."""
+    by_profile: dict[str, dict[tuple[int, bool], int]] = {}
+    for f in fits:
+        by_profile.setdefault(f.profile, {})[(f.vgpus, f.nvlink)] = f.vms
+    head = "  " + f"{'profile':<22}" + "".join(f"{f'x{n}':>7}" for n in VGPU_COUNTS) + "".join(
+        f"{f'x{n} nvl':>9}" for n in VGPU_COUNTS[1:])
+    out = [head]
+    for profile, cells in sorted(by_profile.items()):
+        plain = "".join(f"{cells.get((n, False), '-'):>7}" for n in VGPU_COUNTS)
+        nvl = "".join(f"{cells.get((n, True), '-'):>9}" for n in VGPU_COUNTS[1:])
+        out.append(f"  {profile:<22}{plain}{nvl}")
+    return out
+
+
+def capacity_report(fit: FitReport) -> CapacityReport:
+    hosts = [
+        HostCapacity(h.host, h.cluster, h.skipped, [CapacityFit(r.profile, r.vgpus, r.nvlink, r.vms) for r in h.rows],
+                     h.stranded_gb, [StrandedGpu(s.gpu, s.free_gb, s.stranded_gb, s.why) for s in h.stranded])
+        for h in fit.hosts
+    ]
+    clusters = {c: [CapacityFit(p, n, nv, v) for (p, n, nv), v in table.items()]
+                for c, table in fit.clusters().items()}
+    return CapacityReport(hosts, clusters)
+
+
+# ------------------------------------------------------------------------------------------ a demand's answer
+
+
+@dataclass
+class ShapeAnswer:
+    """One demand entry: how many of its VMs were placed, and why not all when they were not."""
+
+    name: str
+    wanted: int
+    placed: int
+    priority: int
+    reason: str | None  # framebuffer | geometry | nvlink | per-VM limit | order
+    detail: str
+
+
+@dataclass
+class GpuModeChange:
+    host: str
+    gpu: str
+    old: str  # vGPU mode: sameSize | mixedSize | multiInstanceGpu
+    new: str
+    needs_reboot: bool
+
+
+@dataclass
+class PlacedVmAnswer:
+    name: str
+    shape: str  # the demand entry it is one of
+    host: str
+    profile: str
+    vgpus: int
+    nvlink: bool
+
+
+@dataclass
+class CapacityDemandReport(Report):
+    """`capacity --demand`: the best GPU layout found for a demand file, what it places and what not."""
+
+    kind: ClassVar[str] = "capacity-demand"
+    fits: bool
+    method: str  # cp-sat | greedy
+    status: str  # optimal | feasible | greedy
+    gap: float | None
+    seconds: float
+    placed: int
+    greedy_placed: int
+    demand: list[ShapeAnswer]
+    host_changes: list[GpuModeChange]
+    running_vms_on_changed_hosts: dict[str, list[str]]
+    vms: list[PlacedVmAnswer]
+    skipped_hosts: dict[str, str]
+
+    def render_text(self, layout: TextLayout = TERMINAL) -> str:
+        gap = f", gap {self.gap:.1%}" if self.gap is not None else ""
+        lines = [f"demand {'fits' if self.fits else 'does not fit'}: {self.placed} VMs placed "
+                 f"({self.method}, {self.status}{gap}, {self.seconds:.1f} s; greedy placed {self.greedy_placed})"]
+        for s in self.demand:
+            mark = "ok" if s.placed == s.wanted else f"SHORT ({s.reason})"
+            lines.append(f"  {s.name:<20} priority {s.priority}  {s.placed:>5}/{s.wanted:<5} {mark}")
+            if s.detail:
+                lines.append(f"      {s.detail}")
+        lines += self._change_lines()
+        per_host: dict[str, list[str]] = {}
+        for vm in self.vms:
+            per_host.setdefault(vm.host, []).append(vm.name)
+        lines += [f"  {host}: {len(names)} VMs" for host, names in sorted(per_host.items())]
+        lines += [f"  {host}: left out ({why})" for host, why in sorted(self.skipped_hosts.items())]
+        return "\n".join(lines)
+
+    def _change_lines(self) -> list[str]:
+        if not self.host_changes:
+            return ["host changes: none"]
+        lines = ["host changes:"]
+        for c in self.host_changes:
+            reboot = ", reboot" if c.needs_reboot else ""
+            lines.append(f"  {c.host} GPU {c.gpu}: {_mode(c.old)} -> {_mode(c.new)}{reboot}")
+        for host, vms in sorted(self.running_vms_on_changed_hosts.items()):
+            more = ", ..." if len(vms) > 5 else ""
+            lines.append(f"  {host}: maintenance mode needs its {len(vms)} running VMs moved or powered off "
+                         f"({', '.join(vms[:5])}{more}); their GPUs keep their mode")
+        return lines
+
+
+def _mode(mode: str) -> str:
+    return MODE_LABELS.get(mode, mode)
+
+
+def capacity_demand_report(answer: CapacityAnswer) -> CapacityDemandReport:
+    return CapacityDemandReport(
+        fits=answer.all_fit,
+        method=answer.method,
+        status=answer.status,
+        gap=answer.gap,
+        seconds=round(answer.seconds, 3),
+        placed=answer.placed,
+        greedy_placed=answer.greedy_placed,
+        demand=[ShapeAnswer(s.name, s.wanted, s.placed, s.priority, s.reason, s.detail) for s in answer.shapes],
+        host_changes=[GpuModeChange(c.host, c.gpu, c.old, c.new, c.needs_reboot) for c in answer.changes],
+        running_vms_on_changed_hosts={h: list(vms) for h, vms in answer.running_on_changed.items()},
+        vms=[PlacedVmAnswer(v.name, v.shape, v.host, v.profile, v.vgpus, v.nvlink) for v in answer.vms],
+        skipped_hosts=dict(answer.skipped_hosts),
+    )
