@@ -298,3 +298,21 @@ def test_existing_nic_observed_matches_by_vmnic_name() -> None:
 def test_nic_change_label() -> None:
     assert NicChange(Op.ADD, "pvrdma", "roce", protocol="rocev2").label == "pvrdma on roce (rocev2)"
     assert ObservedNic(key=1, kind="vmxnet3").slot is None
+
+
+def test_capacity_counts_free_vfs_and_passthrough_nics() -> None:
+    from vgpuctl.capacity.fitnow import what_fits
+    from vgpuctl.reports.capacity import capacity_report
+
+    sriov = {"key": 4000, "kind": "sriov", "network": "roce-fabric", "device": "0000:5e:00.0"}
+    pt = {"key": 4001, "kind": "passthrough", "device": "0000:d8:00.0"}
+    obs = with_vms(busy=running("busy", "esx-01.gpu.sim", [sriov, pt], 1),
+                   idle=running("idle", "esx-02.gpu.sim", [sriov], 1, power="poweredOff"))
+    report = capacity_report(what_fits(obs))
+    one, two = report.hosts
+    assert [(n.nic, n.type, n.total, n.free) for n in one.nics] == [("0000:5e:00.0", "sriov", 2, 1),
+                                                                    ("0000:d8:00.0", "passthrough", 1, 0)]
+    assert [(n.type, n.free) for n in two.nics] == [("sriov", 2), ("passthrough", 1)]  # a VM that is off holds none
+    text = report.render_text()
+    assert "  NIC 0000:5e:00.0 ConnectX-7: 1 of 2 SR-IOV virtual functions free" in text
+    assert "  NIC 0000:d8:00.0 ConnectX-7: passthrough, in use" in text

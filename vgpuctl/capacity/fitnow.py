@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from vgpuctl.capacity.kinds import _key, addition_patterns, capacity
 from vgpuctl.model import Observed, ObservedHost
 from vgpuctl.profiles import ProfileError, max_vgpus_per_vm, parse_profile
+from vgpuctl.vms.nicplace import NicCapacity, nic_capacity
 from vgpuctl.vms.placement import (
     MIG_MODE,
     Gpu,
@@ -51,6 +52,7 @@ class HostFit:
     rows: list[FitRow]
     stranded: list[Stranded] = field(default_factory=list)
     skipped: str | None = None
+    nics: list[NicCapacity] = field(default_factory=list)  # free SR-IOV VFs and passthrough NICs
 
     @property
     def stranded_gb(self) -> float:
@@ -73,6 +75,9 @@ class FitReport:
 
 def what_fits(observed: Observed, cluster: str | None = None, host: str | None = None) -> FitReport:
     state = farm_from_observed(observed)
+    nics: dict[str, list[NicCapacity]] = {}
+    for row in nic_capacity(observed, host):
+        nics.setdefault(row.host, []).append(row)
     hosts = []
     cache: dict[tuple[object, ...], tuple[list[FitRow], list[Stranded]]] = {}
     for name in sorted(observed.hosts):
@@ -90,7 +95,7 @@ def what_fits(observed: Observed, cluster: str | None = None, host: str | None =
             rows = host_rows(gpus, oh.offered_profiles, oh.assignment_policy, limit)
             cache[sig] = (rows, [s for g in gpus if (s := stranded(g, oh.offered_profiles))])
         rows, strand = cache[sig]
-        hosts.append(HostFit(name, oh.cluster, rows, [copy.copy(s) for s in strand]))
+        hosts.append(HostFit(name, oh.cluster, rows, [copy.copy(s) for s in strand], nics=nics.get(name, [])))
     return FitReport(hosts)
 
 

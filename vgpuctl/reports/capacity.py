@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from vgpuctl.capacity.fitnow import VGPU_COUNTS
@@ -40,6 +40,17 @@ class StrandedGpu:
 
 
 @dataclass
+class NicFree:
+    """A physical NIC's free SR-IOV virtual functions (`sriov`), or whether it is free for passthrough."""
+
+    nic: str  # PCI id
+    model: str
+    type: str  # sriov | passthrough
+    total: int
+    free: int
+
+
+@dataclass
 class HostCapacity:
     host: str
     cluster: str | None
@@ -47,6 +58,7 @@ class HostCapacity:
     fits: list[CapacityFit]
     stranded_gb: float
     stranded: list[StrandedGpu]
+    nics: list[NicFree] = field(default_factory=list)
 
 
 @dataclass
@@ -66,11 +78,18 @@ class CapacityReport(Report):
             lines.append(f"{h.host} ({h.cluster or 'no cluster'}): stranded {h.stranded_gb:g} GB")
             for s in h.stranded:
                 lines.append(f"  GPU {s.gpu}: {s.stranded_gb:g} of {s.free_gb:g} GB free unusable ({s.why})")
+            lines += [_nic_line(n) for n in h.nics]
             lines += _fits_table(h.fits)
         for cluster, fits in self.clusters.items():
             lines.append(f"cluster {cluster}:")
             lines += _fits_table(fits)
         return "\n".join(lines)
+
+
+def _nic_line(n: NicFree) -> str:
+    if n.type == "sriov":
+        return f"  NIC {n.nic} {n.model}: {n.free} of {n.total} SR-IOV virtual functions free"
+    return f"  NIC {n.nic} {n.model}: passthrough, {'free' if n.free else 'in use'}"
 
 
 def _fits_table(fits: list[CapacityFit]) -> list[str]:
@@ -91,7 +110,8 @@ def _fits_table(fits: list[CapacityFit]) -> list[str]:
 def capacity_report(fit: FitReport) -> CapacityReport:
     hosts = [
         HostCapacity(h.host, h.cluster, h.skipped, [CapacityFit(r.profile, r.vgpus, r.nvlink, r.vms) for r in h.rows],
-                     h.stranded_gb, [StrandedGpu(s.gpu, s.free_gb, s.stranded_gb, s.why) for s in h.stranded])
+                     h.stranded_gb, [StrandedGpu(s.gpu, s.free_gb, s.stranded_gb, s.why) for s in h.stranded],
+                     [NicFree(n.nic, n.model, n.kind, n.total, n.free) for n in h.nics])
         for h in fit.hosts
     ]
     clusters = {c: [CapacityFit(p, n, nv, v) for (p, n, nv), v in table.items()]
