@@ -169,8 +169,33 @@ def _host_vars(vm: Any, address: str | None) -> dict[str, Any]:
         "vgpuctl_vgpu_profiles": profiles,
         "vgpuctl_nvlink_required": vm.nvlink == "required",
     }
+    rdma = rdma_adapters(vm)
+    if rdma:
+        out["vgpuctl_rdma_adapters"] = rdma
+    if vm.gpudirect_rdma:
+        out["vgpuctl_gpudirect_rdma"] = True
     if address:
         out["ansible_host"] = address
+    return out
+
+
+def rdma_adapters(vm: Any) -> list[dict[str, Any]]:
+    """The VM's RDMA adapters as the rdma_roce and nccl roles read them: type, port group, the static address
+    its identity gives it on that port group (empty: DHCP or none) and its traffic class (NCCL_IB_TC)."""
+    from vgpuctl.inventory.netchecks import pool_address
+
+    out = []
+    for adapter in vm.adapters:
+        if not adapter.kind.is_rdma:
+            continue
+        address = pool_address(vm, adapter.portgroup) if adapter.portgroup else None
+        out.append({
+            "type": str(adapter.kind),
+            "portgroup": adapter.portgroup or "",
+            "address": address[0] if address else "",
+            "prefix": address[1] if address else None,
+            "traffic_class": adapter.traffic_class,
+        })
     return out
 
 
