@@ -50,7 +50,9 @@ def expectations(inv: Inventory, vms: list[str]) -> dict[str, Any]:
             mig[name] = False
         if vm.nvlink == "required" and nvlink is None:
             nvlink = "on"
-    return {"nvlink": nvlink, "profiles": profiles, "mig": mig}
+    rdma = bool(vms) and all((vm := inv.vm(name)) is not None and any(a.kind.is_rdma for a in vm.adapters)
+                             for name in vms)
+    return {"nvlink": nvlink, "profiles": profiles, "mig": mig, "rdma": rdma}
 
 
 # ----------------------------------------------------------------------------------------------- facts
@@ -103,8 +105,23 @@ def summarize(raw: dict[str, Any]) -> FactSummary:
 
 @dataclass(frozen=True)
 class Contradiction:
-    kind: str  # nvlink-up-when-off | p2p-not-nvlink | profile-mismatch
+    kind: str  # nvlink-up-when-off | p2p-not-nvlink | profile-mismatch | net-socket-fallback
     message: str
+
+
+def transport_contradictions(expect: dict[str, Any], parsed: dict[str, Any]) -> list[Contradiction]:
+    """A run across VMs with RDMA adapters that NCCL ran over TCP sockets (`parsed`: VM -> the run's parsed
+    output with its `transport`, vgpuctl.experiment.parsers.nccl_transport)."""
+    if not expect.get("rdma"):
+        return []
+    out = []
+    for vm, result in sorted(parsed.items()):
+        transport = (result or {}).get("transport") or {}
+        network = transport.get("network")
+        if network is not None and not transport.get("rdma"):
+            out.append(Contradiction("net-socket-fallback", f"NCCL ran over NET/{network} (TCP sockets), not NET/IB, "
+                                     f"in a run across VMs with RDMA adapters: {vm} launched it"))
+    return out
 
 
 def contradictions(expect: dict[str, Any], facts: FactSummary,
