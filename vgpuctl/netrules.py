@@ -73,6 +73,14 @@ class NetworkRules:
     def vf_device_ids(self) -> frozenset[int]:
         return frozenset(m.vf_device_id for m in self.nic_models)
 
+    def nic_ids(self, text: str) -> tuple[int, int] | None:
+        """(vendor id, device id) of a NIC model (`ConnectX-7`) or of `VVVV:DDDD` in hex; None when unknown."""
+        m = re.fullmatch(r"([0-9a-fA-F]{4}):([0-9a-fA-F]{4})", text.strip())
+        if m:
+            return int(m.group(1), 16), int(m.group(2), 16)
+        model = next((n for n in self.nic_models if n.model.lower() == text.strip().lower()), None)
+        return (self.nic_vendor_id, model.device_id) if model is not None else None
+
 
 def rules_path() -> Path:
     return Path(str(resources.files("vgpuctl").joinpath("data", "network.yaml")))

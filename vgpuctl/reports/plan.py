@@ -173,6 +173,8 @@ class VmClassDiff:
     vgpus_added: list[VgpuCount]
     vgpus_removed: list[VgpuCount]
     extra_config: dict[str, str | None]  # None removes the key
+    nics_added: list[str] = field(default_factory=list)  # Dynamic DirectPath NICs, `vvvv:dddd[@label]`
+    nics_removed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -531,6 +533,8 @@ def vm_class_diff(c: ClassChange) -> VmClassDiff:
         vgpus_added=sorted_counts(c.vgpus_added),
         vgpus_removed=sorted_counts(c.vgpus_removed),
         extra_config=dict(c.extra_config),
+        nics_added=list(c.nics_added),
+        nics_removed=list(c.nics_removed),
     )
 
 
