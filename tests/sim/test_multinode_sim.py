@@ -199,3 +199,37 @@ def test_pvrdma_on_a_standard_port_group_is_a_located_plan_error(sim: Any, env: 
     result = vgpuctl(env, "plan", "-f", str(inv))
     assert result.exit_code == 1
     assert f"{inv}:7:20: vm solo: PVRDMA needs a port group of a vSphere Distributed Switch" in result.output
+
+
+def test_the_lean_reader_sees_networks_nics_and_adapters_as_pyvmomi_does(sim: Any, env: dict[str, str],
+                                                                          tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the pair and a PVRDMA VM are applied: port groups, host NICs (SR-IOV, passthrough, NUMA, root
+    bridges), GPU placement and VM adapters read through the lean XML reader equal pyVmomi's own reading."""
+    from vgpuctl.vsphere import observe as observe_mod
+    from vgpuctl.vsphere.observe import observe
+    from vgpuctl.vsphere.session import ConnectionSettings, open_session
+
+    more = PAIR + "    gpudirect_rdma: false\n  - name: rdma-01\n    template: ubuntu-22.04-ml\n" \
+        "    host: esx-01.gpu.sim\n    network: [{type: pvrdma, portgroup: roce-fabric, protocol: rocev1}, " \
+        "{type: passthrough, device: vmnic5}]\n"
+    assert vgpuctl(env, "apply", "-f", str(inventory(tmp_path, more)), "--yes").exit_code == 0
+    settings = ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
+    with open_session(settings) as session:
+        lean = observe(session).to_dict()
+    monkeypatch.setattr(observe_mod, "RAW_VMS", False)
+    with open_session(settings) as session:
+        full = observe(session).to_dict()
+    assert lean.pop("round_trips") == full.pop("round_trips") + 1
+    assert lean == full
+    host = lean["hosts"]["esx-01.gpu.sim"]
+    cx7 = [n for n in host["nics"] if n["device_name"] == "MT2910 Family [ConnectX-7]"]
+    assert [(n["pci_id"], n["vmnic"], n["numa_node"], n["num_vf"], n["passthru_enabled"]) for n in cx7] == [
+        ("0000:18:00.0", "vmnic4", 0, 1, False), ("0000:d8:00.0", "vmnic5", 1, 0, True)]
+    assert [g["numa_node"] for g in host["gpus"]] == [0, 0, 1, 1]
+    kinds = [(n["kind"], n["network"], n["protocol"], n["device"]) for n in lean["vms"]["rdma-01"]["nics"]]
+    assert kinds == [("vmxnet3", "mgmt", None, None), ("pvrdma", "roce-fabric", "rocev1", None),
+                     ("passthrough", "", None, "0000:d8:00.0")]
+    roce = next(n for n in lean["networks"] if n["name"] == "roce-fabric")
+    assert roce["kind"] == "distributed" and roce["switch"] == "dvs-roce" and roce["hosts"] == ["esx-01.gpu.sim",
+                                                                                                "esx-02.gpu.sim"]
