@@ -160,7 +160,8 @@ def test_cloud_init_identity_through_guestinfo(sim: Any, env: dict[str, str], tm
     si = sim.connect()
     try:
         content = si.RetrieveContent()
-        found = content.searchIndex.FindByDnsName(None, "ci-01", True)
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+        found = next(v for v in view.view if v.name == "ci-01")
         keys = {o.key: o.value for o in found.config.extraConfig}
         assert keys["guestinfo.metadata.encoding"] == "base64" and keys["guestinfo.metadata"]
     finally:
@@ -233,3 +234,37 @@ def test_the_lean_reader_sees_networks_nics_and_adapters_as_pyvmomi_does(sim: An
     roce = next(n for n in lean["networks"] if n["name"] == "roce-fabric")
     assert roce["kind"] == "distributed" and roce["switch"] == "dvs-roce" and roce["hosts"] == ["esx-01.gpu.sim",
                                                                                                 "esx-02.gpu.sim"]
+
+
+def test_an_adapter_added_behind_the_plans_back_is_drift(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
+    from pyVim.task import WaitForTask
+
+    from vgpuctl.inventory import load_inventory
+    from vgpuctl.vms.apply import apply_plan
+    from vgpuctl.vms.plan import make_plan
+    from vgpuctl.vsphere.observe import observe
+    from vgpuctl.vsphere.session import ConnectionSettings, open_session
+
+    base = "  - name: solo\n    template: ubuntu-22.04-ml\n    host: esx-01.gpu.sim\n    power: off\n"
+    assert vgpuctl(env, "apply", "-f", str(inventory(tmp_path, base)), "--yes").exit_code == 0
+    inv = load_inventory(inventory(tmp_path, base + "    network: [{type: pvrdma, portgroup: roce-fabric}]\n"))
+    settings = ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
+    with open_session(settings) as session:
+        observed = observe(session)
+        plan = make_plan(inv, observed)
+        assert plan.errors == [] and len(plan.changes[0].nics) == 1
+        si = sim.connect()  # someone else adds an adapter meanwhile
+        try:
+            content = si.RetrieveContent()
+            view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
+            vm = next(v for v in view.view if v.name == "solo")
+            card = vim.vm.device.VirtualVmxnet3(key=-1, backing=vim.vm.device.VirtualEthernetCard.NetworkBackingInfo(
+                deviceName="mgmt"))
+            WaitForTask(vm.ReconfigVM_Task(vim.vm.ConfigSpec(deviceChange=[
+                vim.vm.device.VirtualDeviceSpec(operation="add", device=card)])))
+        finally:
+            Disconnect(si)
+        result = apply_plan(session, plan, observed)
+    (outcome,) = result.vms
+    assert outcome.status == "failed" and outcome.fault_type == "DriftError"
+    assert "network adapters are" in outcome.message and "not touched, plan again" in outcome.message

@@ -26,6 +26,7 @@ from vgpuctl.model import (
     Observed,
     ObservedDeviceGroup,
     ObservedHost,
+    ObservedNic,
     ObservedVm,
     Op,
     Plan,
@@ -407,8 +408,16 @@ def check_drift(change: VmChange, observed: ObservedVm, state: VmState) -> None:
     then = sorted((v.key, v.profile) for v in observed.vgpus)
     if now != then:
         problems.append(f"vGPUs are {_fmt(now)}, the plan saw {_fmt(then)}")
+    if change.nics:  # the adapters the plan changes or keeps must be the ones it saw
+        adapters = _adapters(state.nics)
+        if adapters != _adapters(observed.nics):
+            problems.append(f"network adapters are {_fmt(adapters)}, the plan saw {_fmt(_adapters(observed.nics))}")
     if problems:
         raise DriftError(f"{change.vm} changed since the plan: " + "; ".join(problems) + "; not touched, plan again")
+
+
+def _adapters(nics: list[ObservedNic]) -> list[tuple[int, str]]:
+    return sorted((n.key, str(n.kind)) for n in nics)
 
 
 def _fmt(devices: list[tuple[int, str]]) -> str:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuctl.errors import DriftError
-from vgpuctl.model import CloneSpec, ObservedDeviceGroup, ObservedHost, ObservedVgpu
+from vgpuctl.model import CloneSpec, ObservedDeviceGroup, ObservedHost, ObservedNic, ObservedVgpu
 from vgpuctl.vsphere.session import Session
 
 VM_PATHS = [
@@ -36,6 +36,13 @@ class VmState:
         from vgpuctl.vsphere.observe import split_devices
 
         return split_devices(self.devices)[0]
+
+    @property
+    def nics(self) -> list[ObservedNic]:
+        """Its network adapters (kind and key; port group names are not resolved here)."""
+        from vgpuctl.vsphere.netobserve import vm_nics
+
+        return vm_nics(self.devices, [])
 
 
 def vm_ref(session: Session, moid: str) -> Any:
