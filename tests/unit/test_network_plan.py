@@ -316,3 +316,31 @@ def test_capacity_counts_free_vfs_and_passthrough_nics() -> None:
     text = report.render_text()
     assert "  NIC 0000:5e:00.0 ConnectX-7: 1 of 2 SR-IOV virtual functions free" in text
     assert "  NIC 0000:d8:00.0 ConnectX-7: passthrough, in use" in text
+
+
+def test_exclusive_never_removes_a_passthrough_device_that_is_not_a_nic() -> None:
+    nics = [{"key": 4000, "kind": "vmxnet3", "network": "mgmt"},
+            {"key": 13000, "kind": "passthrough", "device": "0000:af:00.0"},  # not a NIC of the host (an NVMe, ...)
+            {"key": 13001, "kind": "passthrough", "device": "0000:d8:00.0"}]  # the host's ConnectX-7
+    obs = with_vms(old=running("old", "esx-01.gpu.sim", nics, power="poweredOff"))
+    text = EXISTING.format(power="off", exclusive="true").replace(
+        "{portgroup: roce-fabric, type: pvrdma, protocol: rocev2}", "{portgroup: mgmt}")
+    removed = sorted(n.key for n in plan_of(text, obs).changes[0].nics if n.op == Op.REMOVE)
+    assert removed == [13001]
+
+
+def test_dynamic_directpath_needs_vsphere_7() -> None:
+    data = copy.deepcopy(FARM)
+    for host in data["hosts"].values():
+        host["api_version"] = "6.7.3"
+    text = """\
+apiVersion: vgpuctl/v1
+vms:
+  - name: dyn
+    template: ubuntu-22.04-ml
+    host: esx-02.gpu.sim
+    network: [{type: passthrough, device: ConnectX-7}]
+"""
+    plan = plan_of(text, Observed.from_dict(data))
+    assert plan.errors == ["inv.yaml:6:43: vm dyn: host esx-02.gpu.sim is vSphere 6.7.3: Dynamic DirectPath I/O "
+                           "needs 7.0.0 or later"]

@@ -15,8 +15,18 @@ from vgpuctl.domain import AdapterType, NetworkKind
 from vgpuctl.inventory.network import AdapterSpec, DeviceSelect
 from vgpuctl.inventory.schema import VmSpec
 from vgpuctl.inventory.yamlpos import KeyPath
-from vgpuctl.model import NicChange, Observed, ObservedHost, ObservedNetwork, ObservedNic, ObservedVm, Op
+from vgpuctl.model import (
+    NicChange,
+    Observed,
+    ObservedHost,
+    ObservedHostNic,
+    ObservedNetwork,
+    ObservedNic,
+    ObservedVm,
+    Op,
+)
 from vgpuctl.netrules import hardware_version, network_rules
+from vgpuctl.profiles import api_at_least
 from vgpuctl.vms.nicplace import NicNeed, selects, usable_nics
 
 RDMA_KINDS = {str(k) for k in AdapterType if k.is_rdma}
@@ -53,7 +63,7 @@ def plan_network(spec: VmSpec, base: ObservedVm, observed: Observed, candidates:
     networks = _check_portgroups(spec, observed, candidates, out)
     _check_versions(spec, base, out)
     matched = _match(spec, base.nics, host, networks)
-    _changes(spec, base.nics, matched, networks, out)
+    _changes(spec, base.nics, matched, networks, out, host)
     removed = {c.key for c in out.changes if c.op == Op.REMOVE}
     out.needs = _kept_needs(base.nics, matched, removed)
     for j, adapter in enumerate(spec.adapters):
@@ -75,7 +85,7 @@ def _check_nics(spec: VmSpec, observed: Observed, out: NetPlan) -> None:
         if not adapter.kind.is_physical or adapter.select is None:
             continue
         names = hosts if hosts is not None else list(observed.hosts)
-        found = {h: usable_nics(observed.hosts[h], adapter.kind, adapter.select) for h in names if h in observed.hosts}
+        found = {h: _usable_on(observed.hosts[h], adapter) for h in names if h in observed.hosts}
         fit = [h for h, (nics, _) in found.items() if nics]
         if not fit:
             why = "; ".join(f"host {h} {reason}" for h, (_, reason) in found.items()) or "no candidate host"
@@ -193,7 +203,7 @@ def _same_device(select: DeviceSelect, nic: ObservedNic, host: ObservedHost | No
 
 
 def _changes(spec: VmSpec, nics: list[ObservedNic], matched: dict[int, int],
-             networks: dict[int, ObservedNetwork], out: NetPlan) -> None:
+             networks: dict[int, ObservedNetwork], out: NetPlan, host: ObservedHost | None = None) -> None:
     for j, i in sorted(matched.items()):
         adapter, nic = spec.adapters[j], nics[i]
         if adapter.kind is AdapterType.PVRDMA and nic.protocol and nic.protocol != adapter.roce_protocol:
@@ -206,6 +216,8 @@ def _changes(spec: VmSpec, nics: list[ObservedNic], matched: dict[int, int],
         wanted = _repoint(spec, nics, leftover, wanted, out)
         for i in leftover:
             nic = nics[i]
+            if nic.kind == AdapterType.PASSTHROUGH and not _is_nic(nic, host):
+                continue  # a passthrough device that is not a NIC (a GPU, NVMe, ...): never vgpuctl's to remove
             out.changes.append(NicChange(Op.REMOVE, nic.kind, nic.network or None, nic.key, device=nic.device))
     for j in wanted:
         adapter = spec.adapters[j]
@@ -216,6 +228,16 @@ def _changes(spec: VmSpec, nics: list[ObservedNic], matched: dict[int, int],
             add.allowed = _allowed(adapter)
         out.changes.append(add)
         out.adds[j] = add
+
+
+def _is_nic(nic: ObservedNic, host: ObservedHost | None) -> bool:
+    """A passthrough device is a NIC when its host lists it as a network controller, or, for Dynamic
+    DirectPath, when its allowed ids are those of a known NIC model."""
+    if nic.device is not None and host is not None:
+        return any(n.pci_id.lower() == nic.device.lower() for n in host.nics)
+    rules = network_rules()
+    return bool(nic.allowed) and all(v == rules.nic_vendor_id and rules.nic_model(d) is not None
+                                     for v, d in nic.allowed)
 
 
 def _repoint(spec: VmSpec, nics: list[ObservedNic], leftover: list[int], wanted: list[int], out: NetPlan) -> list[int]:
@@ -264,6 +286,15 @@ def _ethernet_after(spec: VmSpec, nics: list[ObservedNic], matched: dict[int, in
     kept = [repointed.get(n.key, n.network) for n in _ethernet(nics) if n.key not in removed]
     added = [c.portgroup for c in changes if c.op == Op.ADD and c.kind in ETHERNET_KINDS and c.portgroup]
     return [p or "" for p in kept] + added
+
+
+def _usable_on(host: ObservedHost, adapter: AdapterSpec) -> tuple[list[ObservedHostNic], str]:
+    """usable_nics, and for Dynamic DirectPath a host whose API has it (vSphere 7.0)."""
+    rule = network_rules().adapter(adapter.kind, dynamic=_dynamic(adapter))
+    if rule.min_api and not api_at_least(host.api_version, tuple(int(x) for x in rule.min_api.split("."))):
+        return [], f"is vSphere {host.api_version}: Dynamic DirectPath I/O needs {rule.min_api} or later"
+    assert adapter.select is not None
+    return usable_nics(host, adapter.kind, adapter.select)
 
 
 def resolve_devices(spec: VmSpec, host: ObservedHost, out: NetPlan) -> None:
