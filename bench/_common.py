@@ -77,8 +77,17 @@ def timed(fn: Callable[[], T]) -> tuple[T, float]:
 
 
 def cli_env(sim: Sim) -> dict[str, str]:
+    """The environment of a `vgpuctl` process against this gpusim, running this checkout's code (also when the
+    virtual environment's vgpuctl was installed from another one)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_"))}
-    return {**env, **sim.env}
+    path = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return {**env, **sim.env, "PYTHONPATH": path}
+
+
+def load_note() -> str:
+    """How busy the machine is: its load averages over 1 and 5 minutes against its CPU count."""
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} CPUs"
 
 
 def vgpuctl_bin() -> str:

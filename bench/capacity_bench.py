@@ -11,6 +11,8 @@ the farms are plain observed data (the command adds reading the farm, see bench/
     .venv/bin/python bench/capacity_bench.py              # every case, the command's default budget
     .venv/bin/python bench/capacity_bench.py --only 64x8  # the 64 hosts x 8 GPUs, 1,000 VMs case
     .venv/bin/python bench/capacity_bench.py --cli        # that case as one `vgpuctl capacity` against gpusim
+    .venv/bin/python bench/capacity_bench.py --smoke [--cli]  # one small case (4 hosts x 4 GPUs), a 1 s budget:
+                                                              # does it still run (make test does)
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from vgpuctl.capacity.demand import Demand
 from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.model import Observed
 
+REPO = Path(__file__).resolve().parents[1]
 ALL = ["mig", "vgpu-mode", "profile"]
 
 
@@ -105,6 +108,9 @@ def _busy_case(hosts: int, gpus: int, mix: Callable[[int], Demand], scale: int) 
 Case = tuple[str, Callable[[], tuple[Observed, Demand]]]  # name, and what builds its farm and demand
 
 
+SMOKE_CASE = "4x4 inference"
+
+
 def cases(only: str | None) -> list[Case]:
     out: list[Case] = []
     for hosts, gpus in ((4, 4), (4, 8), (16, 4), (16, 8), (64, 4)):
@@ -112,32 +118,39 @@ def cases(only: str | None) -> list[Case]:
         for name, mix in (("inference", mix_inference), ("fragmenting", mix_fragmenting), ("training", mix_training)):
             out.append((f"{hosts}x{gpus} {name}", functools.partial(_busy_case, hosts, gpus, mix, scale)))
     out.append(("64x8 1000 VMs", lambda: (farm(64, 8), mix_1000())))
+    if only == SMOKE_CASE:
+        return [c for c in out if c[0] == only]
     return [c for c in out if only is None or only in c[0]]
 
 
-CLI_FARM = {"datacenter": "DC0", "templates": [], "clusters": [
-    {"name": "A100s", "hosts": 32, "gpus_per_host": 8, "model": "A100-40GB", "graphics_type": "sharedDirect",
-     "vgpu_mode": "sameSize", "assignment_policy": "performance", "nvlink": "pairs"},
-    {"name": "H100s", "hosts": 32, "gpus_per_host": 8, "model": "H100-80GB", "graphics_type": "sharedDirect",
-     "vgpu_mode": "sameSize", "assignment_policy": "consolidation", "nvlink": "nvswitch"}]}
+def cli_farm(hosts_per_cluster: int) -> dict[str, Any]:
+    return {"datacenter": "DC0", "templates": [], "clusters": [
+        {"name": "A100s", "hosts": hosts_per_cluster, "gpus_per_host": 8, "model": "A100-40GB",
+         "graphics_type": "sharedDirect", "vgpu_mode": "sameSize", "assignment_policy": "performance",
+         "nvlink": "pairs"},
+        {"name": "H100s", "hosts": hosts_per_cluster, "gpus_per_host": 8, "model": "H100-80GB",
+         "graphics_type": "sharedDirect", "vgpu_mode": "sameSize", "assignment_policy": "consolidation",
+         "nvlink": "nvswitch"}]}
 
 
-def run_cli(time_limit: float) -> None:
-    """The whole command against gpusim (64 hosts x 8 GPUs, the 1,000-VM demand), timed from the process's
-    start to its exit: with the solver, and with --greedy."""
+def run_cli(time_limit: float, hosts_per_cluster: int = 32) -> None:
+    """The whole command against gpusim (2 x HOSTS_PER_CLUSTER hosts x 8 GPUs, the 1,000-VM demand), timed from
+    the process's start to its exit: with the solver, and with --greedy."""
     import tempfile
 
     import yaml
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    sys.path.insert(0, str(REPO / "tests"))
     from gpusim import Gpusim
 
-    with tempfile.TemporaryDirectory() as tmp, Gpusim.start(farm=CLI_FARM, args=["-no-ssh"], timeout=300) as sim:
+    farm = cli_farm(hosts_per_cluster)
+    with tempfile.TemporaryDirectory() as tmp, Gpusim.start(farm=farm, args=["-no-ssh"], timeout=300) as sim:
         path = Path(tmp) / "demand.yaml"
         path.write_text(yaml.safe_dump(mix_1000().model_dump(mode="json", exclude_none=True, by_alias=True)))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_")) and k != "SSH_AUTH_SOCK"}
         env.update(VGPUCTL_URL=sim.url, VGPUCTL_USERNAME=sim.username, VGPUCTL_PASSWORD=sim.password,
                    VGPUCTL_INSECURE="1")
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)  # this checkout
         vgpuctl = str(Path(sys.executable).with_name("vgpuctl"))
         for extra in (["--time-limit", str(time_limit)], ["--greedy"]):
             started = time.monotonic()
@@ -159,9 +172,13 @@ def main() -> None:
     parser.add_argument("--case", help=argparse.SUPPRESS)  # one case, as a JSON line (the process per case)
     parser.add_argument("--cli", action="store_true",
                         help="time the whole `vgpuctl capacity` command against gpusim at 64 hosts x 8 GPUs instead")
+    parser.add_argument("--smoke", action="store_true",
+                        help=f"only the case {SMOKE_CASE!r} (with --cli: 4 hosts), a 1 s budget: does it run")
     args = parser.parse_args()
+    if args.smoke:
+        args.only, args.time_limit = SMOKE_CASE, 1.0
     if args.cli:
-        run_cli(args.time_limit)
+        run_cli(args.time_limit, 2 if args.smoke else 32)
         return
     if args.case:
         print(json.dumps(run_case(args.case, args.time_limit)))

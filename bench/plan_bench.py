@@ -1,16 +1,26 @@
 """Benchmark: `vgpuctl plan` over 1,000 VMs vs a naive per-VM pyVmomi loop, against gpusim.
 
     .venv/bin/python bench/plan_bench.py [--hosts 64] [--gpus 8] [--vms 1000] [--repeat 3] [--latency-ms 0]
+                                         [--profile] [--smoke]
 
 Starts gpusim with HOSTS x GPUS A100-40GB and VMS powered-off VMs, writes an inventory naming every VM (each
 wants one grid_a100-10c), then times in the same run, REPEAT times each (median reported):
-  vgpuctl   load + validate the inventory, log in, bulk observe, make_plan (in-process, via the library)
+  floor     gpusim's own time to answer observe's bulk host + VM read, every page (each next page asked for as
+            soon as its token is read, as observe does), the answer not parsed: no reader of these properties
+            can go under it on this machine
+  vgpuctl   what `vgpuctl plan` runs, in-process: load + validate the inventory, log in, observe, plan
   naive     log in, list the VMs, then read each VM's config.hardware.device one VM at a time (pyVmomi)
-  floor     gpusim's own time to answer observe's bulk host + VM read (plus the added latency), not parsed
-and once, end to end, the `vgpuctl -o json plan` command (a new process: interpreter start included).
-SOAP round trips are counted by vgpuctl's session for both in-process variants. gpusim on loopback answers
-a round trip in well under a millisecond; --latency-ms adds that much client-side delay to every SOAP round
-trip after login, in both variants alike, to model the network and a real vCenter's time per call.
+and once, end to end, `vgpuctl -v -o json plan` (a new process: interpreter start included; -v puts the
+round trips in the JSON document). SOAP round trips are counted by vgpuctl's session for both in-process
+variants. gpusim on loopback answers a round trip in well under a millisecond; --latency-ms adds that much
+client-side delay to every SOAP round trip after login, in both variants alike, to model the network and a real
+vCenter's time per call.
+
+--profile adds, from the same run: the floor's pages with the VM devices vgpuctl never reads cut out, parsed by
+ElementTree, converted into objects, the model built from them (each step on its own, as observe does it:
+collector paused), load + validate and make_plan, and the functions where a cProfile of those steps spends its
+time. --smoke: a tiny farm (2 hosts x 2 GPUs, 10 VMs,
+one repeat), to check that the benchmark still runs (make test does).
 """
 
 from __future__ import annotations
@@ -22,10 +32,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _common import a100_farm, cli_env, gpusim, settings, timed, vgpuctl_bin, vm_names
+from _common import a100_farm, cli_env, gpusim, load_note, settings, timed, vgpuctl_bin, vm_names
 
 
 def write_inventory(names: list[str], path: Path) -> None:
@@ -54,9 +65,8 @@ def add_latency(session: Any) -> None:
 
 
 def vgpuctl_plan(sim: Any, path: Path) -> tuple[Any, int, dict[str, float]]:
-    from vgpuctl.inventory import load_inventory, validate
-    from vgpuctl.vms.plan import make_plan
-    from vgpuctl.vsphere.observe import observe
+    """The stages of `vgpuctl plan` (vgpuctl.pipeline), timed one by one."""
+    from vgpuctl import pipeline
     from vgpuctl.vsphere.session import open_session
 
     phases: dict[str, float] = {}
@@ -68,15 +78,15 @@ def vgpuctl_plan(sim: Any, path: Path) -> tuple[Any, int, dict[str, float]]:
         phases[name] = now - mark
         mark = now
 
-    inventory = load_inventory(path)
-    validate(inventory)
+    inventory = pipeline.load(path)
     lap("load+validate")
+    options = pipeline.RunOptions(datacenter="DC0")
     with open_session(settings(sim)) as session:
         add_latency(session)
         lap("login")
-        observed = observe(session, "DC0")
+        observed = pipeline.observe(session, options.datacenter, inventory)
         lap("observe")
-        plan = make_plan(inventory, observed)
+        plan = pipeline.plan(session, observed, inventory, options)
         lap("make_plan")
         return plan, session.round_trips, phases
 
@@ -100,26 +110,189 @@ def naive_loop(sim: Any) -> tuple[dict[str, list[str]], int]:
         return found, session.round_trips
 
 
-def bulk_answer_time(sim: Any) -> float:
-    """gpusim's own time to answer observe's bulk host + VM read, with no parsing on the client: a floor that no
-    reader of these properties can go under on this machine (the best ratio is naive time / this)."""
+@dataclass
+class Floor:
+    seconds: float
+    pages: list[bytes] = field(default_factory=list)
+
+
+def bulk_answer_time(sim: Any) -> Floor:
+    """gpusim's own time to answer observe's bulk host + VM read, every page, with no parsing on the client: a
+    floor that no reader of these properties can go under on this machine (the best ratio is naive time / this).
+    Each next page is asked for as soon as the page before it names its token, as observe does."""
     from pyVmomi import vim, vmodl
 
     from vgpuctl.vsphere import rawread
     from vgpuctl.vsphere.objects import view_filter_spec
-    from vgpuctl.vsphere.observe import LEAN_TYPES, PAGE_SIZE, TYPE_PROPS
+    from vgpuctl.vsphere.observe import LEAN_PAGE_SIZE, LEAN_TYPES, TYPE_PROPS
     from vgpuctl.vsphere.session import open_session
 
     with open_session(settings(sim)) as session:
         add_latency(session)
         content = session.content
-        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine], True)
+        types = [getattr(vim, t) for t in TYPE_PROPS]
+        view = content.viewManager.CreateContainerView(content.rootFolder, types, True)
         spec = view_filter_spec(view, [(t, TYPE_PROPS[t]) for t in LEAN_TYPES])
-        options = vmodl.query.PropertyCollector.RetrieveOptions(maxObjects=PAGE_SIZE)
+        options = vmodl.query.PropertyCollector.RetrieveOptions(maxObjects=LEAN_PAGE_SIZE)
         pc = content.propertyCollector
-        _, seconds = timed(lambda: rawread.invoke_raw(session.stub, pc, "RetrievePropertiesEx", [[spec], options]))
+        floor = Floor(0.0)
+        started = time.perf_counter()
+        sent: Any = rawread.SentRequest(session.stub, pc, "RetrievePropertiesEx", [[spec], options])
+        while sent is not None:
+            head, following, body = rawread.LeadingToken(), None, []
+            for chunk in sent.chunks():
+                body.append(chunk)
+                if not head.done:
+                    head.feed(chunk)
+                    if head.token:
+                        following = rawread.SentRequest(session.stub, pc, "ContinueRetrievePropertiesEx", [head.token])
+            floor.pages.append(b"".join(body))
+            sent = following
+        floor.seconds = time.perf_counter() - started
         view.Destroy()
-        return seconds
+        return floor
+
+
+@dataclass
+class Profiled:
+    """What --profile needs besides the floor's pages: the small types (read once) and the inventory."""
+
+    small: dict[str, Any]
+    inventory: Any
+
+
+def read_profiled(sim: Any, path: Path) -> Profiled:
+    from vgpuctl import pipeline
+    from vgpuctl.vsphere.observe import LEAN_TYPES, TYPE_PROPS, retrieve_all
+    from vgpuctl.vsphere.session import open_session
+
+    with open_session(settings(sim)) as session:
+        small = retrieve_all(session, [(t, p) for t, p in TYPE_PROPS.items() if t not in LEAN_TYPES])
+    return Profiled(small, pipeline.load(path))
+
+
+def client_steps(floor: Floor, profiled: Profiled, path: Path) -> dict[str, float]:
+    """observe's client-side steps on the floor's pages, each alone and with the collector paused as observe
+    runs them, then load + validate (pipeline.load) and make_plan: seconds per step."""
+    import xml.etree.ElementTree as ET
+
+    from vgpuctl import pipeline
+    from vgpuctl.gcpause import paused_gc
+    from vgpuctl.vms.plan import make_plan
+    from vgpuctl.vsphere import rawread
+    from vgpuctl.vsphere.observe import build_observed
+
+    steps: dict[str, float] = {}
+    with paused_gc():
+        cut, steps["unread devices cut out"] = timed(lambda: [rawread.drop_unread_devices(p) for p in floor.pages])
+        roots, steps["ElementTree parse"] = timed(lambda: [ET.fromstring(page) for page in cut])
+        objects, steps["conversion to objects"] = timed(
+            lambda: [o for root in roots for o in rawread.objects_of(rawread.returnval_of(root), None)]
+        )
+        roots.clear()  # observe keeps no XML either
+        everything = {**profiled.small, **{o.moid: o for o in objects}}
+        observed, steps["model building"] = timed(lambda: build_observed(everything, "DC0"))
+        objects.clear()  # observe keeps only the model
+        everything.clear()
+    _, steps["load + validate"] = timed(lambda: pipeline.load(path))
+    _, steps["make_plan"] = timed(lambda: make_plan(profiled.inventory, observed))
+    return steps
+
+
+def cprofile_steps(floor: Floor, profiled: Profiled, top: int = 14) -> str:
+    """Where the cut, parse, conversion, model building and make_plan spend their time (cProfile, by own time)."""
+    import cProfile
+    import io
+    import pstats
+    import xml.etree.ElementTree as ET
+
+    from vgpuctl.gcpause import paused_gc
+    from vgpuctl.vms.plan import make_plan
+    from vgpuctl.vsphere import rawread
+    from vgpuctl.vsphere.observe import build_observed
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    with paused_gc():
+        pages = (rawread.returnval_of(ET.fromstring(rawread.drop_unread_devices(p))) for p in floor.pages)
+        objects = {o.moid: o for page in pages for o in rawread.objects_of(page, None)}
+        observed = build_observed({**profiled.small, **objects}, "DC0")
+    make_plan(profiled.inventory, observed)
+    profiler.disable()
+    out = io.StringIO()
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(top)
+    lines = out.getvalue().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith("ncalls"))
+    return "\n".join(lines[start:]).rstrip()
+
+
+@dataclass
+class Runs:
+    floors: list[Floor] = field(default_factory=list)
+    ours: list[tuple[float, int, int, int, dict[str, float]]] = field(default_factory=list)
+    theirs: list[tuple[float, int, int]] = field(default_factory=list)
+    steps: list[dict[str, float]] = field(default_factory=list)
+    cprofile: str = ""
+
+
+def measure(sim: Any, path: Path, args: argparse.Namespace) -> Runs:
+    profiled = read_profiled(sim, path) if args.profile else None
+    runs = Runs()
+    for _ in range(args.repeat):
+        runs.floors.append(bulk_answer_time(sim))
+        (plan, trips, phases), seconds = timed(lambda: vgpuctl_plan(sim, path))
+        runs.ours.append((seconds, trips, len(plan.changes), len(plan.errors), phases))
+        (read, naive_trips), naive_seconds = timed(lambda: naive_loop(sim))
+        runs.theirs.append((naive_seconds, naive_trips, len(read)))
+        if profiled is not None:
+            runs.steps.append(client_steps(runs.floors[-1], profiled, path))
+    if profiled is not None:
+        runs.cprofile = cprofile_steps(runs.floors[-1], profiled)
+    return runs
+
+
+def run_cli(sim: Any, path: Path) -> tuple[float, int]:
+    proc, seconds = timed(
+        lambda: subprocess.run(
+            [vgpuctl_bin(), "-v", "-o", "json", "plan", "-f", str(path)], env=cli_env(sim), capture_output=True,
+            text=True,
+        )
+    )
+    if proc.returncode != 0:
+        sys.exit(f"vgpuctl plan failed: {proc.stderr}")
+    return seconds, int(json.loads(proc.stdout)["round_trips"])
+
+
+def report(runs: Runs, cli: tuple[float, int]) -> None:
+    t_ours = statistics.median(s for s, *_ in runs.ours)
+    t_naive = statistics.median(s for s, *_ in runs.theirs)
+    floor = statistics.median(f.seconds for f in runs.floors)
+    _, trips, changes, errors, phases = sorted(runs.ours, key=lambda r: r[0])[len(runs.ours) // 2]
+    _, naive_trips, naive_vms = runs.theirs[0]
+    size = sum(len(p) for p in runs.floors[0].pages)
+    print(f"vgpuctl plan (library): {t_ours:.2f} s, {trips} round trips, {changes} VM changes, {errors} errors")
+    print("  phases (the median run): " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
+    print(f"naive pyVmomi loop:     {t_naive:.2f} s, {naive_trips} round trips, {naive_vms} VMs read")
+    print(f"vgpuctl plan (CLI process, end to end): {cli[0]:.2f} s, {cli[1]} round trips")
+    print(
+        f"gpusim's answer to the bulk host + VM read alone (no parsing): {floor:.2f} s, "
+        f"{size / 1e6:.1f} MB in {len(runs.floors[0].pages)} pages; best possible ratio on this machine: "
+        f"{t_naive / floor:.1f}x"
+    )
+    print(f"vgpuctl plan / floor: {t_ours / floor:.2f}x")
+    print(f"ratio naive / vgpuctl: {t_naive / t_ours:.1f}x faster; round trips {naive_trips / trips:.0f}x fewer")
+    print(f"runs: vgpuctl {[round(s, 2) for s, *_ in runs.ours]} s; naive {[round(s, 2) for s, *_ in runs.theirs]} s; "
+          f"floor {[round(f.seconds, 2) for f in runs.floors]} s")
+
+
+def report_profile(runs: Runs) -> None:
+    floor = statistics.median(f.seconds for f in runs.floors)
+    print("profile (medians, same run; each step alone, on the floor's pages):")
+    print(f"  {'gpusim answers the bulk read (floor)':<40}{floor:6.3f} s")
+    for name in runs.steps[0]:
+        print(f"  {name:<40}{statistics.median(s[name] for s in runs.steps):6.3f} s")
+    print("cProfile of the cut, parse, conversion, model building and make_plan (by own time):")
+    print(runs.cprofile)
 
 
 def main() -> None:
@@ -129,55 +302,32 @@ def main() -> None:
     parser.add_argument("--vms", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--latency-ms", type=float, default=0.0)
+    parser.add_argument("--profile", action="store_true", help="time observe's client-side steps on their own too")
+    parser.add_argument("--smoke", action="store_true", help="2 hosts x 2 GPUs, 10 VMs, one repeat: does it run")
     args = parser.parse_args()
+    if args.smoke:
+        args.hosts, args.gpus, args.vms, args.repeat = 2, 2, 10, 1
     global LATENCY_S
     LATENCY_S = args.latency_ms / 1000
 
     with gpusim(a100_farm(args.hosts, args.gpus, args.vms)) as sim, tempfile.TemporaryDirectory() as tmp:
         names = vm_names(sim)  # also imports pyVmomi and vgpuctl's modules before anything is timed
-        import vgpuctl.inventory
+        import vgpuctl.pipeline
         import vgpuctl.vms.plan  # noqa: F401  (import cost is not part of the comparison)
 
         path = Path(tmp) / "inventory.yaml"
         write_inventory(names, path)
         print(
             f"farm: {args.hosts} hosts x {args.gpus} GPUs, {len(names)} VMs; inventory names every VM; "
-            f"added latency {args.latency_ms:g} ms per round trip",
+            f"added latency {args.latency_ms:g} ms per round trip; {load_note()}",
             flush=True,
         )
-
-        ours, theirs, floors = [], [], []
-        for _ in range(args.repeat):
-            floors.append(bulk_answer_time(sim))
-            (plan, trips, phases), seconds = timed(lambda: vgpuctl_plan(sim, path))
-            ours.append((seconds, trips, len(plan.changes), len(plan.errors), phases))
-            (read, naive_trips), naive_seconds = timed(lambda: naive_loop(sim))
-            theirs.append((naive_seconds, naive_trips, len(read)))
-
-        proc, cli_seconds = timed(
-            lambda: subprocess.run(
-                [vgpuctl_bin(), "-o", "json", "plan", "-f", str(path)], env=cli_env(sim), capture_output=True, text=True
-            )
-        )
-        if proc.returncode != 0:
-            sys.exit(f"vgpuctl plan failed: {proc.stderr}")
-        cli_trips = json.loads(proc.stdout)["round_trips"]
-
-    t_ours = statistics.median(s for s, *_ in ours)
-    t_naive = statistics.median(s for s, *_ in theirs)
-    _, trips, changes, errors, phases = ours[0]
-    _, naive_trips, naive_vms = theirs[0]
-    print(f"vgpuctl plan (library): {t_ours:.2f} s, {trips} round trips, {changes} VM changes, {errors} errors")
-    print("  phases (first run): " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items()))
-    print(f"naive pyVmomi loop:     {t_naive:.2f} s, {naive_trips} round trips, {naive_vms} VMs read")
-    print(f"vgpuctl plan (CLI process, end to end): {cli_seconds:.2f} s, {cli_trips} round trips")
-    floor = statistics.median(floors)
-    print(
-        f"gpusim's answer to the bulk host + VM read alone (no parsing): {floor:.2f} s; "
-        f"best possible ratio on this machine: {t_naive / floor:.1f}x"
-    )
-    print(f"ratio naive / vgpuctl: {t_naive / t_ours:.1f}x faster; round trips {naive_trips / trips:.0f}x fewer")
-    print(f"runs: vgpuctl {[round(s, 2) for s, *_ in ours]} s; naive {[round(s, 2) for s, *_ in theirs]} s")
+        runs = measure(sim, path, args)
+        cli = run_cli(sim, path)
+    report(runs, cli)
+    if args.profile:
+        report_profile(runs)
+    print(f"at the end: {load_note()}")
 
 
 if __name__ == "__main__":

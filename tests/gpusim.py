@@ -107,7 +107,10 @@ class Gpusim:
 
     def __init__(self, process: subprocess.Popen[bytes], env: dict[str, str], workdir: Path, own_dir: bool):
         self.process = process
-        self.env = env
+        self.printed = env  # the whole line gpusim printed
+        # Tests opt in to the ESXi shells (vgpuctl_env(esxi=True)): the VGPUCTL_ESXI_* names gpusim prints for
+        # people are left out of `env`, which tests spread into vgpuctl's environment.
+        self.env = {k: v for k, v in env.items() if not k.startswith("VGPUCTL_ESXI_")}
         self.workdir = workdir
         self._own_dir = own_dir
         self._ssl = ssl._create_unverified_context()

@@ -1,7 +1,10 @@
-"""Values with one meaning across vgpuctl, defined once: outcomes, limits, modes and policies.
+"""Values with one meaning across vgpuctl, defined once: outcomes, limits, modes, policies, vSphere's spellings.
 
 The inventory schema, the planners, the CLI options and the reports import these. Each is a StrEnum, so a
-member equals its string ("power-off" == Evacuate.POWER_OFF) and prints as it. Nothing here does I/O.
+member equals its string ("power-off" == Evacuate.POWER_OFF) and prints as it; code compares members, never
+the strings. vSphere's own spellings (graphicsInfo, runtime states) are here too, as vSphere writes them: what
+vCenter reports is kept as it is (a value missing here is still carried), and compared with these members.
+Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -20,9 +23,19 @@ class Outcome(StrEnum):
 
 
 class GraphicsType(StrEnum):
-    """Host default graphics type, or a GPU's graphics type (vGPU needs sharedDirect)."""
+    """Host default graphics type, or a GPU's graphics type, as the inventory sets it (vGPU needs sharedDirect)."""
 
     SHARED = "shared"
+    SHARED_DIRECT = "sharedDirect"
+
+
+class GpuGraphicsType(StrEnum):
+    """A GPU's graphics type as vSphere reports it (HostGraphicsInfo.graphicsType): the two settable ones, plus
+    `basic` (no 3D) and `direct` (passthrough)."""
+
+    BASIC = "basic"
+    SHARED = "shared"
+    DIRECT = "direct"
     SHARED_DIRECT = "sharedDirect"
 
 
@@ -43,6 +56,25 @@ class VgpuMode(StrEnum):
 
     SAME_SIZE = "sameSize"
     MIXED_SIZE = "mixedSize"
+
+
+class GpuVgpuMode(StrEnum):
+    """A GPU's vGPU mode as vSphere reports it (HostGraphicsInfo.vgpuMode): the time-sliced ones, MIG, or none."""
+
+    NONE = "none"
+    SAME_SIZE = "sameSize"
+    MIXED_SIZE = "mixedSize"
+    MIG = "multiInstanceGpu"
+
+
+TIME_SLICED_MODES = (VgpuMode.SAME_SIZE, VgpuMode.MIXED_SIZE)
+
+
+class ProfileSharing(StrEnum):
+    """How a vGPU profile shares its GPU (VirtualMachineVgpuProfileInfo.profileSharing)."""
+
+    TIME_SLICED = "timeSliced"
+    MIG = "mig"
 
 
 class SchedulerPolicy(StrEnum):
@@ -74,12 +106,78 @@ class Evacuate(StrEnum):
     MIGRATE = "migrate"  # vMotion to another host of the cluster that can run them, else power-off if allowed
 
 
+class PowerState(StrEnum):
+    """A VM's power state as vSphere reports it (runtime.powerState)."""
+
+    ON = "poweredOn"
+    OFF = "poweredOff"
+    SUSPENDED = "suspended"
+
+
+class HostPowerState(StrEnum):
+    """A host's power state as vSphere reports it (HostSystem runtime.powerState)."""
+
+    ON = "poweredOn"
+    OFF = "poweredOff"
+    STANDBY = "standBy"
+    UNKNOWN = "unknown"
+
+
+class ConnectionState(StrEnum):
+    """A host's connection to vCenter (HostSystem runtime.connectionState)."""
+
+    CONNECTED = "connected"
+    DISCONNECTED = "disconnected"
+    NOT_RESPONDING = "notResponding"
+
+
 class Power(StrEnum):
     """A VM's power after apply: restart (run it; off for a change), off, or keep (never touch)."""
 
     RESTART = "restart"
     OFF = "off"
     KEEP = "keep"
+
+
+class ChangeKind(StrEnum):
+    """What a host change changes. The host settings (vgpuctl/hosts/settings/) plan the first seven; the
+    evacuation of a VM and the resumption of unfinished work are the orchestration around them. The part
+    before a dot names the setting group in documents ("graphics")."""
+
+    DEFAULT_TYPE = "graphics.default_type"
+    ASSIGNMENT_POLICY = "graphics.assignment_policy"
+    GPU_TYPE = "graphics.type"
+    VGPU_MODE = "graphics.vgpu_mode"
+    MIG = "mig"
+    NVLINK = "nvlink"
+    SCHEDULER = "scheduler"
+    EVACUATE = "evacuate"
+    RESUME = "maintenance"
+
+    @property
+    def category(self) -> str:
+        return self.value.split(".", 1)[0]
+
+
+class Phase(StrEnum):
+    """When a host change can be made: with the host running its VMs (online), in maintenance mode, or in
+    maintenance mode followed by a reboot before it takes effect."""
+
+    ONLINE = "online"
+    MAINTENANCE = "maintenance"
+    REBOOT = "reboot"
+
+    @property
+    def disruptive(self) -> bool:
+        return self is not Phase.ONLINE
+
+
+class EvacuationKind(StrEnum):
+    """What happens to a running VM when its host enters maintenance mode."""
+
+    RESTORE_AFTER = "restore-after"  # powered off, on again after the host change
+    HAND_OVER = "hand-over"  # powered off, reconfigured and powered on by its own VM change
+    MIGRATE = "migrate"  # vMotion to another host
 
 
 MAX_VGPUS_PER_VM = 8  # vSphere 8.0 (4 before); a host's own limit is ObservedHost.max_vgpus_per_vm

@@ -16,16 +16,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpuctl.domain import NvlinkRequirement, Power
 from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.hosts.plan import nvlink_of, scheduler_of
-from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
-from vgpuctl.profiles import BOARDS, ProfileError, parse_profile
+from vgpuctl.hosts.settings import SETTINGS
+from vgpuctl.hosts.settings.gpus import SETTING as GPU_SETTINGS
+from vgpuctl.model import Observed, ObservedHost, ObservedVm
+from vgpuctl.profiles import BOARDS, ProfileError, board_for_device, parse_profile
 from vgpuctl.supervisor.vmclasses import ClassState, SupervisorState, VmClassSpec, desired_class
 
-MIG_MODE = "multiInstanceGpu"
-TIME_SLICED = ("sameSize", "mixedSize")
 _NUMBERED = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<suffix>[^\d]*)$")
 _RANGE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*\{\d+\.\.\d+\}[A-Za-z0-9_.\-]*$")
+GPUS_KEY = GPU_SETTINGS.key  # the per-GPU settings: a list of items by `select`
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/ ]*$")
 
 
@@ -49,53 +50,33 @@ class _Entry:
 # --------------------------------------------------------------------------------------------- hosts
 
 
-def host_settings(host: ObservedHost, facts: HostFacts | None) -> tuple[dict[str, Any], list[str]]:
-    """The host-wide settings vgpuctl manages, as they are now, and notes on what could not be read."""
-    out: dict[str, Any] = {
-        "graphics.default_type": host.default_graphics_type,
-        "graphics.assignment_policy": host.assignment_policy,
-    }
+GpuValues = dict[str, dict[str, str]]  # PCI id -> per-GPU setting -> value
+
+
+def host_settings(host: ObservedHost, facts: HostFacts | None) -> tuple[dict[str, Any], GpuValues, list[str]]:
+    """The settings vgpuctl manages, as they are now: each setting's own export, in registry order. Returns
+    the host-wide values (display key -> value), per GPU the values of the per-GPU settings, and notes on what
+    could not be read (the host's first, then its GPUs'). Settings kept in the nvidia module options are written
+    only when the options were read (the configured ones: what the host runs after its next reboot)."""
+    values: dict[str, Any] = {}
+    gpus: GpuValues = {}
     notes: list[str] = []
+    gpu_notes: list[str] = []
+    kept = [s.key for s in SETTINGS if s.observes.module_options]
     options = facts.options_configured if facts is not None else None
     if options is None:
-        notes.append("nvlink and scheduler left out: the nvidia module options were not read")
-        return out, notes
-    effective = facts.options_effective if facts is not None else None
-    if effective is not None and effective != options:
+        notes.append(f"{' and '.join(kept)} left out: the nvidia module options were not read")
+    elif facts is not None and facts.options_effective is not None and facts.options_effective != options:
         notes.append("the nvidia module options change at the next reboot: values below are the configured ones")
-    if any(_board(g) in BOARDS and BOARDS[_board(g) or ""].nvlink_capable for g in host.gpus):
-        out["nvlink"] = nvlink_of(options)
-    state = scheduler_of(options)
-    if state.policy == "unknown":
-        notes.append(f"scheduler left out: RmPVMRL={state.value} is not a value vgpuctl writes")
-    else:
-        sched = {"policy": state.policy}
-        for key in ("timeslice_ms", "frequency_hz", "averaging_factor"):
-            if getattr(state, key, None) is not None:
-                sched[key] = getattr(state, key)
-        out["scheduler"] = sched
-    return out, notes
-
-
-def mig_notes(host: ObservedHost, facts: HostFacts | None) -> list[str]:
-    """A note per GPU whose MIG switch is pending (configured, applied at the next reboot): no inventory plans
-    to no change for it, so the file completes the switch and says so."""
-    if facts is None or not facts.shell:
-        return []
-    notes = []
-    for gpu in sorted(host.gpus, key=lambda g: g.pci_id):
-        gf = facts.gpus.get(gpu.pci_id.lower())
-        if gf is None or gf.mig_current is None or gf.mig_pending is None or gf.mig_pending == gf.mig_current:
+    for setting in SETTINGS:
+        if options is None and setting.observes.module_options:
             continue
-        now, then = ("on", "off") if gf.mig_current else ("off", "on")
-        notes.append(f"GPU {gpu.pci_id.lower()}: MIG is {now} with a switch to {then} pending (nvidia-smi): written "
-                     f"as {then}, so plan shows the reboot that completes it; write '{_mode(gf.mig_current)}' to "
-                     "cancel the switch instead")
-    return notes
-
-
-def _mode(mig: bool) -> str:
-    return "mig" if mig else "time-sliced"
+        part = setting.export(host, facts)
+        values.update(part.values)
+        for pci, own in part.gpus.items():
+            gpus.setdefault(pci, {}).update(own)
+        (gpu_notes if part.gpus else notes).extend(part.notes)
+    return values, gpus, notes + gpu_notes
 
 
 def _unread_mig(observed: Observed, hosts: list[str], facts: Mapping[str, HostFacts]) -> list[str]:
@@ -105,37 +86,9 @@ def _unread_mig(observed: Observed, hosts: list[str], facts: Mapping[str, HostFa
         f = facts.get(name)
         if f is not None and f.shell:
             continue
-        if any((b := _board(g)) in BOARDS and BOARDS[b or ""].mig_capable for g in observed.hosts[name].gpus):
+        if any((b := board_for_device(g.device_name)) in BOARDS and BOARDS[b or ""].mig_capable
+               for g in observed.hosts[name].gpus):
             out.append(name)
-    return out
-
-
-def _board(gpu: ObservedGpu) -> str | None:
-    from vgpuctl.profiles import board_for_device
-
-    return board_for_device(gpu.device_name, gpu.memory_kb // (1024 * 1024) or None)
-
-
-def gpu_settings(gpu: ObservedGpu, facts: HostFacts | None) -> dict[str, str]:
-    """mode, vgpu_mode and graphics_type of one GPU, read the way the planner compares them; with the ESXi
-    shell's facts, the MIG mode configured for the next boot."""
-    gf = facts.gpus.get(gpu.pci_id.lower()) if facts is not None else None
-    out: dict[str, str] = {}
-    mig = gpu.vgpu_mode == MIG_MODE
-    if gf is not None and gf.mig_current is not None:
-        mig = bool(gf.mig_current)
-        if gf.mig_pending is not None:
-            mig = bool(gf.mig_pending)  # the mode a pending switch leaves at the next reboot (see mig_notes)
-    out["mode"] = "mig" if mig else "time-sliced"
-    if not mig:
-        current = gf.vgpu_mode if gf is not None and gf.vgpu_mode else None
-        if current is None and gpu.vgpu_mode in TIME_SLICED:
-            current = gpu.vgpu_mode
-        if current in TIME_SLICED:
-            out["vgpu_mode"] = current
-    graphics = gf.graphics_type if gf is not None and gf.graphics_type else gpu.graphics_type
-    if graphics in ("shared", "sharedDirect"):
-        out["graphics_type"] = graphics
     return out
 
 
@@ -171,9 +124,9 @@ def host_entries(observed: Observed, hosts: list[str], facts: Mapping[str, HostF
     entries: list[_Entry] = []
     for cluster in sorted(by_cluster, key=lambda c: (c is None, c or "")):
         names = sorted(by_cluster[cluster])
-        per_host = {n: host_settings(observed.hosts[n], facts.get(n)) for n in names}
-        per_gpu = {n: {g.pci_id.lower(): gpu_settings(g, facts.get(n)) for g in observed.hosts[n].gpus}
-                   for n in names}
+        exported = {n: host_settings(observed.hosts[n], facts.get(n)) for n in names}
+        per_host = {n: (values, notes) for n, (values, _, notes) in exported.items()}
+        per_gpu = {n: gpus for n, (_, gpus, _) in exported.items()}
         whole_cluster = cluster is not None and set(names) == set(observed.clusters.get(cluster, []))
         shared: dict[str, Any] = {}
         shared_gpu: dict[str, str] = {}
@@ -188,7 +141,6 @@ def host_entries(observed: Observed, hosts: list[str], facts: Mapping[str, HostF
             entries.append(entry)
         for n in names:
             settings, notes = per_host[n]
-            notes = [*notes, *mig_notes(observed.hosts[n], facts.get(n))]
             own = {k: v for k, v in settings.items() if shared.get(k, object()) != v}
             gpus = _gpu_entries(per_gpu[n], shared_gpu)
             if not own and not gpus and not notes and shared:
@@ -252,10 +204,10 @@ def vm_fields(vm: ObservedVm, observed: Observed) -> tuple[tuple[tuple[str, Any]
                          "reports it")
         groups = {d.device_group_key for d in vm.vgpus}
         if len(vm.vgpus) > 1 and len(groups) == 1 and None not in groups:
-            fields.append(("nvlink", "required"))
+            fields.append(("nvlink", NvlinkRequirement.REQUIRED))
     if vm.other_passthrough:
         notes.append(f"{vm.other_passthrough} PCI passthrough device(s) that are not vGPUs left out (never touched)")
-    fields.append(("power", "keep"))
+    fields.append(("power", Power.KEEP))
     return tuple(fields), tuple(notes)
 
 
@@ -399,19 +351,22 @@ def _flow(mapping: Mapping[str, Any]) -> str:
 
 
 def _render_entry(e: _Entry) -> list[str]:
+    """The entry's settings in registry order: a key with sub keys (graphics.default_type) as a mapping, the
+    per-GPU settings as the `gpus` list."""
     lines = [f"  # {c}" for c in e.comments]
     lines.append(f"  - {e.target[0]}: {_scalar(e.target[1])}")
-    graphics = {k.split(".", 1)[1]: v for k, v in e.settings.items() if k.startswith("graphics.")}
-    if graphics:
-        lines.append(f"    graphics: {_flow(graphics)}")
-    if e.gpus:
-        lines.append("    gpus:")
-        for select, s in e.gpus.items():
-            lines.append(f"      - {_flow({'select': select, **s})}")
-    if "nvlink" in e.settings:
-        lines.append(f"    nvlink: {e.settings['nvlink']}")
-    if "scheduler" in e.settings:
-        lines.append(f"    scheduler: {_flow(e.settings['scheduler'])}")
+    for setting in SETTINGS:
+        if setting.key == GPUS_KEY:
+            if e.gpus:
+                lines.append(f"    {GPUS_KEY}:")
+                lines += [f"      - {_flow({'select': select, **s})}" for select, s in e.gpus.items()]
+            continue
+        if setting.key in e.settings:
+            value = e.settings[setting.key]
+            lines.append(f"    {setting.key}: {_flow(value) if isinstance(value, Mapping) else _scalar(value)}")
+        subkeys = {k.split(".", 1)[1]: v for k, v in e.settings.items() if k.startswith(setting.key + ".")}
+        if subkeys:
+            lines.append(f"    {setting.key}: {_flow(subkeys)}")
     return lines
 
 

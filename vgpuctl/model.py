@@ -12,13 +12,21 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from vgpuctl.domain import MAX_VGPUS_PER_VM, Outcome
-
-
-class PowerState(StrEnum):
-    ON = "poweredOn"
-    OFF = "poweredOff"
-    SUSPENDED = "suspended"
+from vgpuctl.domain import (
+    MAX_VGPUS_PER_VM,
+    AssignmentPolicy,
+    ChangeKind,
+    ConnectionState,
+    EvacuationKind,
+    GpuGraphicsType,
+    GpuVgpuMode,
+    GraphicsType,
+    HostPowerState,
+    Outcome,
+    Phase,
+    PowerState,
+    ProfileSharing,
+)
 
 
 @dataclass(frozen=True)
@@ -27,8 +35,11 @@ class ObservedProfile:
 
     name: str  # vSphere string, e.g. grid_a100-3-20c
     fb_gb: int
-    sharing: str = "timeSliced"  # timeSliced | mig
+    sharing: str = ProfileSharing.TIME_SLICED
     profile_class: str = "compute"  # compute | quadro
+    # The most vGPUs of the type one GPU holds, when the host says (it wins over the catalogue's maximum).
+    # RetrieveVgpuProfileInfo has no such field; `profiles --shell` reads MIG instance totals (nvidia-smi mig -lgip).
+    max_per_gpu: int | None = None
 
 
 @dataclass
@@ -40,8 +51,8 @@ class ObservedGpu:
     vendor_id: int = 0x10DE
     device_id: int = 0
     memory_kb: int = 0
-    graphics_type: str = "shared"  # basic | shared | direct | sharedDirect
-    vgpu_mode: str = "none"  # none | sameSize | mixedSize | multiInstanceGpu
+    graphics_type: str = GpuGraphicsType.SHARED  # a GpuGraphicsType as vSphere reports it
+    vgpu_mode: str = GpuVgpuMode.NONE  # a GpuVgpuMode as vSphere reports it
     vms: list[str] = field(default_factory=list)  # names of VMs holding a vGPU on this GPU
     nvlink_set: int | None = None  # index of the NVLink-connected set it belongs to (links up), if any
     nvlink_groups: list[int] = field(default_factory=list)  # device group sizes the host reports for that set
@@ -116,12 +127,12 @@ class ObservedHost:
     name: str
     moid: str = ""
     cluster: str | None = None
-    connection_state: str = "connected"
+    connection_state: str = ConnectionState.CONNECTED
     in_maintenance: bool = False
-    power_state: str = "poweredOn"
+    power_state: str = HostPowerState.ON
     api_version: str = "8.0.3.0"
-    default_graphics_type: str = "shared"  # shared | sharedDirect
-    assignment_policy: str = "performance"  # performance | consolidation
+    default_graphics_type: str = GraphicsType.SHARED
+    assignment_policy: str = AssignmentPolicy.PERFORMANCE
     gpus: list[ObservedGpu] = field(default_factory=list)
     offered_profiles: list[str] = field(default_factory=list)  # config.sharedPassthruGpuTypes
     profiles: dict[str, ObservedProfile] = field(default_factory=dict)  # name -> info
@@ -368,6 +379,9 @@ class VmChange:
     power_on: bool = False  # power the VM on at the end
     depends_on_hosts: list[str] = field(default_factory=list)  # host changes that must land first
     observed_key: str | None = None  # its key in Observed.vms when that is not `vm` (a name VMs share)
+    # Its place in the plan's placement order (placement.power_on_key); apply powers on the VMs of one host in
+    # this order. None for a VM that is not powered on or has no vGPUs.
+    power_on_rank: int | None = None
     nics: list[NicChange] = field(default_factory=list)  # network adapters, in the same reconfigure
 
     @property
@@ -389,17 +403,49 @@ class VmChange:
         return not (self.clone or self.needs_reconfigure or self.power_off or self.power_on)
 
 
+HOST_TARGET = "host"  # HostChange.target of a host-wide setting
+
+
+@dataclass(frozen=True)
+class EvacuationAction:
+    """What happens to one running VM when its host enters maintenance mode (HostChange.new of an evacuation)."""
+
+    kind: EvacuationKind
+    destination: str | None = None  # MIGRATE: the host it moves to
+
+    def __str__(self) -> str:
+        if self.kind == EvacuationKind.MIGRATE:
+            return f"migrate to {self.destination}"
+        if self.kind == EvacuationKind.HAND_OVER:
+            return "powered off, reconfigured and powered on by its VM change"
+        return "powered off, on again after the host change"
+
+
 @dataclass
 class HostChange:
-    """One host-side change: graphics config, MIG mode, module options. Host changes run first."""
+    """One host-side change: a host setting (graphics config, MIG mode, module options), a VM's evacuation, or
+    the resumption of unfinished work. Host changes run first."""
 
     host: str
-    kind: str  # graphics | mig | nvlink | scheduler
-    target: str  # GPU bus id, or "host"
+    kind: ChangeKind
+    target: str  # GPU bus id, the VM an evacuation moves, or HOST_TARGET
     old: Any
-    new: Any
-    disruptive: bool = True
-    needs_reboot: bool = False
+    new: Any  # the setting's new value; an EvacuationAction for EVACUATE
+    phase: Phase = Phase.MAINTENANCE
+
+    @property
+    def disruptive(self) -> bool:
+        """The host enters maintenance mode for it."""
+        return self.phase.disruptive
+
+    @property
+    def needs_reboot(self) -> bool:
+        return self.phase == Phase.REBOOT
+
+    @property
+    def label(self) -> str:
+        """`mig 0000:3b:00.0`, `nvlink`: the kind and, when it is not host-wide, its target."""
+        return str(self.kind) if self.target == HOST_TARGET else f"{self.kind} {self.target}"
 
 
 @dataclass(frozen=True)
@@ -535,6 +581,8 @@ class HostOutcome:
     def describe(self) -> str:
         if self.phase == INTERRUPTED:
             return f"{self.host}: {self.message}\n  to continue: run the same apply again"
+        if self.status == Outcome.NOT_STARTED:
+            return f"{self.host}: not started" + (f" ({self.message})" if self.message else "")
         if self.status != Outcome.FAILED:
             return f"{self.host}: {self.status}" + (f" ({', '.join(self.steps)})" if self.steps else "")
         lines = [f"{self.host}: failed at {self.phase}: {self.message}"]
@@ -576,8 +624,12 @@ class HostApplyResult:
         return self._names(Outcome.SKIPPED)
 
     @property
+    def not_started(self) -> list[str]:
+        return self._names(Outcome.NOT_STARTED)
+
+    @property
     def ok(self) -> bool:
-        return not self.failed and not self.skipped
+        return not self.failed and not self.skipped and not self.not_started
 
     @property
     def done_hosts(self) -> set[str]:
@@ -590,6 +642,7 @@ class HostApplyResult:
             "changed": self.changed,
             "failed": self.failed,
             "skipped": self.skipped,
+            "not_started": self.not_started,
         }
 
 

@@ -16,17 +16,18 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, Power
+from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome, Power
 from vgpuctl.errors import Interrupted, PlanError, UsageError, VgpuctlError
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_changes
 from vgpuctl.hosts.facts import HostFacts
+from vgpuctl.hosts.predict import predict_observed
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.hosts.work import WorkStore
 from vgpuctl.inventory import HostSpec, Inventory
@@ -37,9 +38,11 @@ if TYPE_CHECKING:
     from vgpuctl.guest.runner import DeployResult
     from vgpuctl.model import ApplyResult, VmOutcome
     from vgpuctl.planfile import SavedPlan
+    from vgpuctl.scope import Scope, ScopeResult
     from vgpuctl.supervisor.stage import SupervisorApplyResult, SupervisorRun
     from vgpuctl.supervisor.vmclasses import SupervisorPlan
     from vgpuctl.vsphere.session import ConnectionSettings, Session
+    from vgpuctl.vsphere.workrecord import LeaseInfo
 
 T = TypeVar("T")
 EventSink = Callable[[dict[str, Any]], None]
@@ -59,6 +62,7 @@ class RunOptions:
     run_id: str | None = None  # names this run in work records and leases (default: a new random id)
     poll_s: float = 0.5
     shutdown_timeout_s: float = 120.0
+    scope: Scope | None = None  # --host/--cluster/--vm: only those entries and what they need (vgpuctl.scope)
 
 
 # ------------------------------------------------------------------------------------------ 1. load
@@ -66,12 +70,14 @@ class RunOptions:
 
 def load(path: Path) -> Inventory:
     """The inventory file, schema and semantic checks done; errors located FILE:LINE:COL."""
+    from vgpuctl.gcpause import paused_gc
     from vgpuctl.inventory import load_inventory, validate
 
     if not path.exists():
         raise UsageError(f"{path}: no such file")
-    inventory = load_inventory(path)
-    validate(inventory)  # VM classes and namespaces included
+    with paused_gc():  # the YAML events and positions of a large inventory: see vgpuctl.gcpause
+        inventory = load_inventory(path)
+        validate(inventory)  # VM classes and namespaces included
     return inventory
 
 
@@ -107,14 +113,9 @@ def host_facts(
     from vgpuctl.hosts.facts import adopt_nvlink_sets, gather_facts
     from vgpuctl.hosts.status import shell_configured
 
-    errors = []
-    hosts = {}
-    for name, spec in sorted(specs.items()):
-        host = observed.hosts[name]
-        if host.connection_state != "connected":
-            errors.append(f"host {name}: {host.connection_state}; its GPU state cannot be read")
-        else:
-            hosts[name] = (host.moid, spec)
+    errors = unreadable_hosts(session, observed, specs)
+    hosts = {name: (observed.hosts[name].moid, spec) for name, spec in sorted(specs.items())
+             if observed.hosts[name].connection_state == ConnectionState.CONNECTED}
     facts = gather_facts(
         session,
         hosts,
@@ -126,6 +127,31 @@ def host_facts(
         observed.hosts[name].module_options = f.options_configured or ""
         adopt_nvlink_sets(observed, f)  # NVLink sets from nvidia-smi topo where vCenter reported no device groups
     return facts, errors
+
+
+def unreadable_hosts(session: Session, observed: Observed, hosts: Iterable[str]) -> list[str]:
+    """Why the GPU state of these hosts cannot be read, one line each: a host another live run holds (its lease:
+    run, user, since, until) is named as held, never as broken."""
+    down = sorted(h for h in hosts if observed.hosts[h].connection_state != "connected")
+    held = leases_of(session, observed, down) if down else {}
+    return [f"host {h}: {held_text(held[h])}: it cannot be planned until that run ends" if h in held
+            else f"host {h}: {observed.hosts[h].connection_state}; its GPU state cannot be read" for h in down]
+
+
+def leases_of(session: Session, observed: Observed, hosts: Iterable[str]) -> dict[str, LeaseInfo]:
+    """The live leases of another run on these hosts (one CurrentTime read, only when one has a lease)."""
+    from vgpuctl.vsphere.workrecord import LEASE_FIELD, live_leases
+
+    values = {h: observed.hosts[h].custom_values.get(LEASE_FIELD, "") for h in hosts if h in observed.hosts}
+    return live_leases(session, values)
+
+
+def held_text(info: LeaseInfo) -> str:
+    """`held by run 3f2a... of alice@ws since 2024-05-01 10:00:00 UTC (lease until 10:01:00 UTC)`."""
+    from datetime import datetime
+
+    until = datetime.fromtimestamp(info.renewed + info.ttl_s).astimezone().strftime("%H:%M:%S %Z")
+    return f"held by {info.describe().replace(' by ', ' of ', 1)} (lease until {until}, renewed while it works)"
 
 
 # ------------------------------------------------------------------------------------------ 3. plan
@@ -152,24 +178,22 @@ def _resume(session: Session, observed: Observed, options: RunOptions) -> list[s
 
 
 def _migrates(specs: dict[str, HostSpec]) -> bool:
-    return any(s.maintenance.evacuate == "migrate" for s in specs.values())
+    return any(s.maintenance.evacuate == Evacuate.MIGRATE for s in specs.values())
 
 
 def vgpu_migration_enabled(session: Session) -> bool:
     """vCenter allows vMotion of running vGPU VMs (its advanced setting; one read)."""
+    from vgpuctl.hosts.evacuation import HOT_MIGRATE_OPTION
     from vgpuctl.vsphere.vcenter import advanced_setting_true
 
-    return advanced_setting_true(session, hostplan.HOT_MIGRATE_OPTION)
+    return advanced_setting_true(session, HOT_MIGRATE_OPTION)
 
 
 def _lease_warnings(session: Session, observed: Observed, hosts: Sequence[str]) -> list[str]:
     """Hosts of the plan that another live run holds (one CurrentTime read, only when a host has a lease)."""
-    from vgpuctl.vsphere.workrecord import LEASE_FIELD, live_leases
-
-    values = {h: observed.hosts[h].custom_values.get(LEASE_FIELD, "") for h in hosts if h in observed.hosts}
     return [
-        f"host {h}: {info.describe()} holds its lease: apply will not touch it until that run ends"
-        for h, info in sorted(live_leases(session, values).items())
+        f"host {h}: {held_text(info)}: apply will not touch it until that run ends"
+        for h, info in sorted(leases_of(session, observed, hosts).items())
     ]
 
 
@@ -186,6 +210,36 @@ def plan(session: Session, observed: Observed, inventory: Inventory, options: Ru
     the_plan.refuse(errors)
     the_plan.warnings += _lease_warnings(session, observed, sorted({c.host for c in the_plan.host_changes}))
     return the_plan
+
+
+def plan_in_scope(
+    session: Session, observed: Observed, inventory: Inventory, options: RunOptions
+) -> tuple[Plan, Inventory, ScopeResult | None]:
+    """The plan of the run's scope (options.scope; the whole inventory without one), the inventory the rest of
+    the run applies (only the VMs in scope) and what the scope selected, pulled in and left out."""
+    if options.scope is None:
+        return plan(session, observed, inventory, options), inventory, None
+    from vgpuctl import scope as scoping
+    from vgpuctl.vms.plan import make_plan
+
+    selection = scoping.select(options.scope, inventory, observed)
+    resolved, _ = hostplan.resolve_hosts(inventory.hosts, observed)
+    candidates = scoping.candidate_hosts(selection, inventory, observed)
+    specs = {h: resolved[h] for h in sorted(candidates) if h in resolved}
+    facts, _ = host_facts(session, observed, specs, options) if specs else ({}, [])
+    migration = vgpu_migration_enabled(session) if _migrates(specs) else False
+    resume = [h for h in _resume(session, observed, options) if h in candidates]
+
+    def plan_for(hosts: set[str], vms: set[str]) -> Plan:
+        return make_plan(scoping.restricted(inventory, resolved, hosts), observed, host_facts=facts,
+                         resume=[h for h in resume if h in hosts], vgpu_migration=migration, only_vms=vms)
+
+    the_plan, kept, vms, handed = scoping.settle(selection, candidates, plan_for)
+    the_plan.refuse(unreadable_hosts(session, observed, [h for h in kept if h in specs]))
+    the_plan.warnings += _lease_warnings(session, observed, sorted({c.host for c in the_plan.host_changes}))
+    result = scoping.result(options.scope, selection, the_plan, kept, vms, handed, resolved, inventory)
+    scoped = scoping.only_vms(scoping.restricted(inventory, resolved, kept), vms)
+    return the_plan, scoped, result
 
 
 def plan_vm_classes(
@@ -258,7 +312,7 @@ def replan_vms(inventory: Inventory, observed_after: Observed, pending: Sequence
     did not finish) stay in the plan; those hosts are predicted as changed and their VMs wait for them."""
     from vgpuctl.vms.plan import make_plan
 
-    base = hostplan.predict_observed(observed_after, pending) if pending else observed_after
+    base = predict_observed(observed_after, pending) if pending else observed_after
     vm_plan = make_plan(inventory.model_copy(update={"hosts": []}), base)
     vm_plan.host_changes = list(pending)
     hostplan.mark_dependencies(vm_plan.vm_changes, base, pending)
@@ -299,6 +353,7 @@ def apply(
 ) -> ApplyOutcome:
     """Hosts first; then observe again the same way, plan the VMs again and apply them."""
     if not the_plan.host_changes:
+        _vms_planned(progress, the_plan)
         vms = apply_vms(session, the_plan, observed, options, progress, cancel)
         return ApplyOutcome(None, vms, the_plan, vms.interrupted)
     hosts = apply_hosts(session, observed, inventory.hosts, the_plan.host_changes, options, progress, cancel)
@@ -306,9 +361,15 @@ def apply(
     vm_plan, failed = replan_vms_alone(inventory, after, pending_changes(the_plan.host_changes, hosts))
     if vm_plan.errors:  # the host results stand; errors that name no VM stop every VM
         return ApplyOutcome(hosts, _not_started(the_plan, failed), vm_plan, vm_errors=list(vm_plan.errors))
+    _vms_planned(progress, vm_plan)
     vms = apply_vms(session, vm_plan, after, options, progress, cancel)
     vms.vms = sorted(vms.vms + _replan_failures(failed), key=lambda o: o.vm)
     return ApplyOutcome(hosts, vms, vm_plan, vms.interrupted)
+
+
+def _vms_planned(progress: Progress | None, vm_plan: Plan) -> None:
+    if progress is not None:
+        progress.vms_planned([c.vm for c in vm_plan.changes])
 
 
 def replan_vms_alone(
@@ -411,12 +472,13 @@ class Planned:
     """What the plan stage produced: the farm as read, the plan, and the VM-class plan (None when the inventory
     names no VM classes or namespaces)."""
 
-    inventory: Inventory
+    inventory: Inventory  # of a scoped run: only the entries in scope
     observed: Observed
     plan: Plan
     classes: SupervisorPlan | None = None
     vcenter: str = ""  # the SDK URL the plan was made against
     round_trips: int = 0
+    scope: ScopeResult | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -491,6 +553,9 @@ class _NoProgress:
         pass
 
     def host_step(self, host: str, step: str, detail: str | None) -> None:
+        pass
+
+    def vms_planned(self, vms: Sequence[str]) -> None:
         pass
 
 
@@ -591,13 +656,14 @@ def carry_out(
     hooks: RunHooks,
 ) -> RunOutcome:
     """Plan against `observed`, then the rest of the run (see `run`)."""
-    the_plan = plan(session, observed, inventory, options)
+    the_plan, inventory, scope = plan_in_scope(session, observed, inventory, options)
     with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:
         classes = supervisor.last_plan if supervisor is not None else None
         if classes is not None:
             the_plan.refuse(classes.errors)
             the_plan.warnings += classes.warnings
-        planned = Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips)
+        planned = Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips,
+                          scope)
         if request.saved is not None and request.saved_path is not None:
             from vgpuctl.planfile import check_still_valid
 
@@ -626,12 +692,13 @@ def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOp
 
     with open_session(settings) as session:
         observed = observe(session, options.datacenter, inventory)
-        the_plan = plan(session, observed, inventory, options)
+        the_plan, inventory, scope = plan_in_scope(session, observed, inventory, options)
         with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:
             classes = supervisor.last_plan if supervisor is not None else None
             if classes is not None:
                 the_plan.refuse(classes.errors)
-        return Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips)
+        return Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips,
+                       scope)
 
 
 # ------------------------------------------------------------------------------------------ running a stage

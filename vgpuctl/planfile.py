@@ -19,19 +19,26 @@ from typing import TYPE_CHECKING, Any
 
 from vgpuctl import filelimits
 from vgpuctl.errors import UsageError, VgpuctlError
+from vgpuctl.hosts.settings import drift_fields
 from vgpuctl.model import Observed, Plan
 
 if TYPE_CHECKING:
     from vgpuctl.supervisor.vmclasses import SupervisorPlan
 
 FORMAT = "vgpuctl-plan/v1"
+VERSION = 2  # of what a plan file holds; a file of another version is refused (2: typed evacuations)
+OTHER_VERSION = (
+    "{path}: the plan file was written by another version of vgpuctl: make it again with `vgpuctl plan --out`"
+)
 
 # What the plan depends on, per object; churn that does not change a plan (round trips, guest IPs, tools
-# status, warnings) is left out of the digest.
-HOST_FIELDS = (
-    "name", "moid", "cluster", "connection_state", "in_maintenance", "power_state", "default_graphics_type",
-    "assignment_policy", "gpus", "offered_profiles", "max_vgpus_per_vm", "module_options",
+# status, warnings) is left out of the digest. A host: where it is and whether it can take changes and VMs
+# (ORCHESTRATION_FIELDS), then what each host setting is planned from (vgpuctl.hosts.settings).
+ORCHESTRATION_FIELDS = (
+    "name", "moid", "cluster", "connection_state", "in_maintenance", "power_state", "gpus", "offered_profiles",
+    "max_vgpus_per_vm",
 )  # fmt: skip
+HOST_FIELDS = tuple(dict.fromkeys((*ORCHESTRATION_FIELDS, *drift_fields())))
 VM_FIELDS = (
     "name", "moid", "is_template", "host", "cluster", "folder", "power_state", "cpus", "memory_mb",
     "memory_reservation_locked", "memory_reservation_mb", "firmware", "hardware_version", "extra_config", "vgpus",
@@ -54,6 +61,7 @@ class SavedPlan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
+            "version": VERSION,
             "vcenter": self.vcenter,
             "inventory_path": self.inventory_path,
             "basis": self.basis,
@@ -112,6 +120,8 @@ def load(path: Path) -> SavedPlan:
     data = _read_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise PlanFileError(f"{path}: not a vgpuctl plan file (made by `vgpuctl plan -f FILE --out {path.name}`)")
+    if data.get("version") != VERSION:
+        raise PlanFileError(OTHER_VERSION.format(path=path))
     try:
         return SavedPlan(
             inventory_text=str(data["inventory"]),

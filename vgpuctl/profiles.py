@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from vgpuctl.domain import ProfileSharing
 from vgpuctl.model import ObservedProfile
 
 PREFIXES = ("grid_", "nvidia_")
@@ -90,6 +91,8 @@ class BoardInfo:
     mig_apply: str | None = None  # reboot | immediate
     nvlink_topology: str = "none"  # bridge-pairs | bridge-quads | nvswitch | none
     nvlink_links: int | None = None
+    mmio_gb: int | None = None  # 64-bit MMIO space a VM needs per vGPU on this GPU (NVIDIA's table); None: not listed
+    uvm_disables_nvlink_p2p: bool = False  # UVM on a multi-vGPU VM turns NVLink P2P off (NVIDIA: A100)
     source: str = ""
     types: dict[str, VgpuType] = field(default_factory=dict, compare=False, hash=False)  # lower name -> row
 
@@ -165,6 +168,8 @@ def _board(raw: dict[str, Any]) -> BoardInfo:
         mig_apply=mig.get("apply"),
         nvlink_topology=str(nvlink.get("topology", "none")),
         nvlink_links=nvlink.get("links"),
+        mmio_gb=(raw.get("mmio") or {}).get("gb"),
+        uvm_disables_nvlink_p2p=bool((raw.get("uvm") or {}).get("disables_nvlink_p2p")),
         source=str(raw.get("source", "")),
         types=types,
     )
@@ -427,28 +432,63 @@ def api_at_least(api_version: str | None, wanted: tuple[int, ...]) -> bool:
     return bool(parts) and parts >= wanted
 
 
+# ---------------------------------------------------------------------------------------- maxima
+
+
+def max_per_gpu(profile: VgpuProfile, vgpu_mode: str, gpu_fb_gb: float | None = None) -> int | None:
+    """NVIDIA's maximum of vGPUs of this type per GPU in the GPU's mode (the catalogue row's table): `max_equal`
+    for a MIG-backed type (per GPU in MIG mode) and in equal-size mode, `max_mixed` in mixed-size mode (None: not
+    published, vgpuctl refuses the type there). A type outside the catalogue in equal-size mode: framebuffer /
+    size, an upper bound (the tables cap some types below it: L40S-1B 32 on 48 GB). None when nothing says."""
+    row = profile.vgpu_type
+    if profile.is_mig:
+        return row.max_equal if row is not None else None
+    if vgpu_mode == "mixedSize":
+        return row.max_mixed if row is not None else None
+    if row is not None and row.max_equal is not None:
+        return row.max_equal
+    return int(gpu_fb_gb // profile.fb_gb) if gpu_fb_gb and profile.fb_gb else None
+
+
 # --------------------------------------------------------------------------------------------- MMIO
 
 MMIO_GB_PER_40GB_FB = 128  # 128 GB per A100-40GB, 256 GB per 80 GB GPU (VMware KB 2142307)
-MMIO_MIN_GB = 64
+MMIO_MIN_GB = 64  # "The VM's MMIO space must be increased 64GB or more" (NVIDIA, Using NVIDIA vGPU (C-Series))
+VM_OPERATOR_MMIO_GB = 512  # vm-operator's pciPassthru.64bitMMIOSizeGB for VMs with PCI devices (v1.9 to v1.10)
 
 
 def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (n - 1).bit_length()
 
 
-def mmio_size_gb(fb_gbs: Iterable[float]) -> int:
-    """pciPassthru.64bitMMIOSizeGB for vGPUs with these framebuffers.
+def gpu_mmio_gb(profile: VgpuProfile) -> int:
+    """MMIO space one vGPU of this profile needs: what NVIDIA's table requires for its physical GPU (catalogue
+    `mmio.gb`: A100 40GB 128, A100 80GB and H100 256, H200 512, ...), whatever the vGPU's own framebuffer. A
+    board the table does not list (L40S, A16) or a type outside the catalogue: the KB 2142307 guideline scaled to
+    the physical GPU's framebuffer (128 GB per 40 GB; the vGPU's when the board is unknown), rounded up to a
+    power of two, at least 64 (conservative: more MMIO space costs address space only)."""
+    info = BOARDS.get(profile.board)
+    if info is not None and info.mmio_gb:
+        return info.mmio_gb
+    fb = info.fb_gb if info is not None else profile.fb_gb
+    return max(MMIO_MIN_GB, next_pow2(math.ceil(fb * MMIO_GB_PER_40GB_FB / 40)))
 
-    Rule: the guideline scaled to the VM's total vGPU framebuffer (128 GB of MMIO per 40 GB of
-    framebuffer, i.e. 3.2 x the total), rounded up to a power of two, at least 64. One A100-40C -> 128,
-    one A100D-80C -> 256, 4 x A100-40C -> 512, 3 x A100-40C -> 512, 8 x H100-80C -> 2048, 1 x A100-10C -> 64.
-    """
-    total = sum(fb_gbs)
-    if total <= 0:
-        return MMIO_MIN_GB
-    guideline = math.ceil(total * MMIO_GB_PER_40GB_FB / 40)
-    return max(MMIO_MIN_GB, next_pow2(guideline))
+
+def mmio_size_gb(profiles: Iterable[VgpuProfile]) -> int:
+    """pciPassthru.64bitMMIOSizeGB for a VM with these vGPUs: the sum of what each vGPU's physical GPU needs
+    (each vGPU of a VM sits on its own GPU), rounded up to a power of two, at least 64. One A100-10C -> 128 (its
+    GPU's), one A100D-80C -> 256, 4 x A100-40C -> 512, 3 x A100-40C -> 512, 8 x H100-80C -> 2048, 2 x H200-141C
+    -> 1024."""
+    total = sum(gpu_mmio_gb(p) for p in profiles)
+    return max(MMIO_MIN_GB, next_pow2(total)) if total else MMIO_MIN_GB
+
+
+def class_mmio_size_gb(profiles: Iterable[VgpuProfile]) -> int | None:
+    """pciPassthru.64bitMMIOSizeGB a VM class must set, or None to leave vm-operator's own default alone:
+    vm-operator sets 512 GB (and 64-bit MMIO) on VMs with PCI devices unless the class sets a value, so a class
+    needs its own only when its vGPUs need more (2 x H200 -> 1024); it never goes below vm-operator's."""
+    need = mmio_size_gb(profiles)
+    return need if need > VM_OPERATOR_MMIO_GB else None
 
 
 def observed_profile(name: str) -> ObservedProfile:
@@ -460,6 +500,6 @@ def observed_profile(name: str) -> ObservedProfile:
     return ObservedProfile(
         name=name,
         fb_gb=int(p.fb_gb),
-        sharing="mig" if p.is_mig else "timeSliced",
+        sharing=ProfileSharing.MIG if p.is_mig else ProfileSharing.TIME_SLICED,
         profile_class="quadro" if p.series == "q" else "compute",
     )

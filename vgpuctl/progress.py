@@ -1,14 +1,16 @@
 """Progress and cancellation as small interfaces the pipeline takes, and a live display base for the CLI.
 
-`VmProgress` / `HostProgress` receive each step as it starts; `Cancel` is asked before new work starts
-(a threading.Event fits). `LiveOnTerminal` shows a rich Live view on a terminal, plain lines elsewhere.
+`VmProgress` / `HostProgress` receive each step as it starts; `Progress` (a whole apply) also learns which VMs
+the apply will change (`vms_planned`, again after the host changes). `Fanout` hands every call to several sinks
+(the display and the event stream see the same steps). `Cancel` is asked before new work starts (a
+threading.Event fits). `LiveOnTerminal` shows a rich Live view on a terminal, plain lines elsewhere.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
 if TYPE_CHECKING:
@@ -34,7 +36,29 @@ class HostProgress(Protocol):
 
 
 class Progress(VmProgress, HostProgress, Protocol):
-    """A display for a whole apply: VM and host steps."""
+    """A display for a whole apply: VM and host steps, and the VMs the apply changes."""
+
+    def vms_planned(self, vms: Sequence[str]) -> None:
+        """The VMs the VM stage will change (called before it starts, after any host changes)."""
+
+
+class Fanout:
+    """One Progress that hands every call to each of its sinks, in order."""
+
+    def __init__(self, *sinks: Progress):
+        self.sinks = sinks
+
+    def vm_step(self, vm: str, step: str, percent: int | None) -> None:
+        for sink in self.sinks:
+            sink.vm_step(vm, step, percent)
+
+    def host_step(self, host: str, step: str, detail: str | None) -> None:
+        for sink in self.sinks:
+            sink.host_step(host, step, detail)
+
+    def vms_planned(self, vms: Sequence[str]) -> None:
+        for sink in self.sinks:
+            sink.vms_planned(vms)
 
 
 def cancelled(cancel: Cancel | None) -> bool:
@@ -97,26 +121,55 @@ class StepLog:
 class LiveOnTerminal:
     """Context manager showing `self` (a rich renderable) live while the console is a terminal.
 
-    Subclasses set `console` and render themselves (`__rich__`); `self.live` is None off a terminal, which tells
-    them to print plain lines instead (CI logs stay readable).
+    One console: every write (a line printed above the live view, each refresh of it) happens under one lock,
+    so lines from worker threads and the refresh never interleave their cursor movements; the view is
+    refreshed by one ticker thread, not by rich's own. Subclasses set `console`, render themselves (`__rich__`,
+    at most the terminal's height) and print lines with `print_line`; `self.live` is None off a terminal, which
+    tells them to print plain lines instead (CI logs stay readable).
     """
 
     refresh_per_second = 4
     console: Console
     live: Any = None
+    _ticker: threading.Thread | None = None
+
+    @property
+    def out_lock(self) -> threading.RLock:
+        return self.__dict__.setdefault("_out_lock", threading.RLock())  # type: ignore[no-any-return]
 
     def __enter__(self) -> Self:
         if self.console.is_terminal:
             from rich.live import Live
 
-            self.live = Live(self, console=self.console, refresh_per_second=self.refresh_per_second, transient=True)
-            self.live.__enter__()
+            with self.out_lock:
+                self.live = Live(self, console=self.console, auto_refresh=False, transient=True,
+                                 vertical_overflow="crop")
+                self.live.start(refresh=True)
+            self._stop_ticker = threading.Event()
+            self._ticker = threading.Thread(target=self._tick, name="vgpuctl-display", daemon=True)
+            self._ticker.start()
         return self
+
+    def _tick(self) -> None:
+        while not self._stop_ticker.wait(1 / self.refresh_per_second):
+            with self.out_lock:
+                if self.live is not None:
+                    self.live.refresh()
+
+    def print_line(self, text: str) -> None:
+        """A line above the live view (or a plain line), never cut, never read as markup."""
+        with self.out_lock:
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     def __rich__(self) -> Any:
         raise NotImplementedError("a live display renders itself")
 
     def __exit__(self, *exc: object) -> None:
-        if self.live is not None:
-            self.live.__exit__(None, None, None)
-            self.live = None
+        if self._ticker is not None:
+            self._stop_ticker.set()
+            self._ticker.join()
+            self._ticker = None
+        with self.out_lock:
+            if self.live is not None:
+                self.live.stop()
+                self.live = None

@@ -9,6 +9,7 @@ import pytest
 from pyVim.connect import Disconnect
 from pyVmomi import vim
 
+from vgpuctl.domain import ChangeKind
 from vgpuctl.errors import PlanError
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import Op
@@ -353,7 +354,7 @@ def test_nvlink_device_group_is_attached_in_one_request(sim, direct) -> None:
         again = observe(session).vms["nv-01"]
     vm = direct.vms()["nv-01"]
     groups = vm.config.deviceGroups.deviceGroup
-    assert len(groups) == 1 and groups[0].deviceGroupName.startswith("NVIDIA:2@grid_a100-40c")
+    assert len(groups) == 1 and groups[0].deviceGroupName.startswith("Nvidia:2@grid_a100-40c")
     members = [d for d in vm.config.hardware.device if isinstance(getattr(d, "backing", None), Vmiop)]
     assert len(members) == 2
     assert {d.deviceGroupInfo.groupInstanceKey for d in members} == {groups[0].groupInstanceKey}
@@ -373,7 +374,7 @@ def test_vms_waiting_for_host_changes(sim, direct) -> None:
         observed = observe(session)
         plan = make_plan(inv, observed)
         web_host = observed.vms["web-01"].host
-        plan.host_changes.append(HostChange(web_host, "graphics", "host", "shared", "sharedDirect"))
+        plan.host_changes.append(HostChange(web_host, ChangeKind.DEFAULT_TYPE, "host", "shared", "sharedDirect"))
         next(c for c in plan.changes if c.vm == "web-01").depends_on_hosts.append(web_host)
         result = apply_plan(session, plan, observed)  # host changes still in the plan have not landed
     by_vm = {o.vm: o for o in result.vms}

@@ -93,7 +93,7 @@ def test_answer_applies_and_every_placed_vm_powers_on(env: dict[str, str], sim: 
     demand = tmp_path / "demand.yaml"
     demand.write_text(DEMAND)
     fragment = tmp_path / "layout.yaml"
-    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "-o", str(fragment),
+    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "--out", str(fragment),
                      "--detailed-exitcode")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -161,7 +161,7 @@ def test_answer_on_spreading_hosts_holds_in_any_power_on_order(gpusim_factory: A
     demand = tmp_path / "demand.yaml"
     demand.write_text(SPREAD_DEMAND)
     fragment = tmp_path / "layout.yaml"
-    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "-o", str(fragment))
+    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "--out", str(fragment))
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["fits"] and doc["placed"] == 18 and doc["host_changes"] == []
@@ -202,7 +202,7 @@ def test_nvlink_answer_applies_and_every_placed_vm_powers_on_in_its_device_group
     demand = tmp_path / "demand.yaml"
     demand.write_text(NVLINK_DEMAND)
     fragment = tmp_path / "layout.yaml"
-    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "-o", str(fragment))
+    result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "--out", str(fragment))
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     hosts = sorted((vm["shape"], vm["host"]) for vm in doc["vms"])
@@ -224,3 +224,72 @@ def test_nvlink_answer_applies_and_every_placed_vm_powers_on_in_its_device_group
         Disconnect(conn)
     again = vgpuctl(env, "plan", "-f", str(fragment), "--detailed-exitcode")
     assert again.exit_code == 0, again.output
+
+
+MIG_FARM = {
+    "datacenter": "DC0",
+    "reboot_seconds": 0.3,
+    "clusters": [
+        {"name": name, "hosts": 1, "gpus_per_host": 1, "model": "A100-40GB", "nvlink": "none",
+         "graphics_type": "sharedDirect", "assignment_policy": "performance", "vgpu_mode": "sameSize"}
+        for name in ("One", "Two")],
+    "templates": [{"name": "ubuntu-22.04-ml", "cpus": 8, "memory_mb": 65536, "firmware": "efi"}],
+}
+# A 20 GB and two 5 GB VMs on one idle A100-40GB: only a MIG GPU holds all three (3g.20gb or 4g.20gb beside two
+# 1g.5gb instances). The shape names put the small VMs first by name: apply must still power on the large one
+# first, the order capacity verified (under the conservative MIG start rule two 1g.5gb instances powered on
+# first leave no room for a 4g.20gb, which only starts at slot 0).
+MIG_DEMANDS = {
+    H1: """\
+apiVersion: vgpuctl/v1
+kind: Demand
+allow: [mig]
+clusters: [One]
+template: ubuntu-22.04-ml
+demand:
+  - {name: infer, count: 2, vgpus: {fb_gb: 5, series: c}, memory_gb: 8}
+  - {name: train, count: 1, vgpus: {fb_gb: 20, series: c}, memory_gb: 8}
+""",
+    H2: """\
+apiVersion: vgpuctl/v1
+kind: Demand
+allow: [mig]
+clusters: [Two]
+template: ubuntu-22.04-ml
+demand:
+  - {name: small, count: 2, vgpus: {profile: grid_a100-1-5c}, memory_gb: 8}
+  - {name: wide, count: 1, vgpus: {profile: grid_a100-4-20c}, memory_gb: 8}
+""",
+}
+
+
+def test_mixed_mig_answer_applies_with_one_switch_and_all_three_running(
+        gpusim_factory: Any, no_vgpuctl_env: None, tmp_path: Path) -> None:
+    """The answer places all three VMs with one MIG switch, its fragment applies (in parallel: apply powers on
+    the VMs of the host largest first), and gpusim's admission runs all three."""
+    sim = gpusim_factory(MIG_FARM)
+    env = sim.vgpuctl_env()
+    for host, text in MIG_DEMANDS.items():
+        demand = tmp_path / f"{host}.demand.yaml"
+        demand.write_text(text)
+        fragment = tmp_path / f"{host}.layout.yaml"
+        result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "-o", str(fragment),
+                         "--detailed-exitcode")
+        assert result.exit_code == 0, result.output
+        doc = json.loads(result.stdout)
+        assert doc["fits"] and doc["placed"] == 3
+        assert [(c["host"], c["new"], c["needs_reboot"]) for c in doc["host_changes"]] == [
+            (host, "multiInstanceGpu", True)]
+        assert {vm["host"] for vm in doc["vms"]} == {host}
+        applied = vgpuctl(env, "apply", "-f", str(fragment), "--yes", "--parallel", "3")
+        assert applied.exit_code == 0, applied.output
+        conn = sim.connect()
+        try:
+            for vm in doc["vms"]:
+                assert _find(conn, vm["name"]).runtime.powerState == "poweredOn", vm["name"]
+        finally:
+            Disconnect(conn)
+        held = {a["vmName"]: a["host"] for a in sim.assignments()}
+        assert {vm["name"]: held.get(vm["name"]) for vm in doc["vms"]} == {vm["name"]: host for vm in doc["vms"]}
+        again = vgpuctl(env, "plan", "-f", str(fragment), "--detailed-exitcode")
+        assert again.exit_code == 0, again.output

@@ -148,7 +148,7 @@ def test_nvlink_vms_of_2_4_8_land_in_nvswitch_groups_of_their_size(gpusim_factor
     for name, n, host in (("pair", 2, HOST), ("quad", 4, HOST), ("pair-2", 2, HOST), ("all-8", 8, HOST2)):
         assert seen[name]["power"] == "poweredOn", name
         assert seen[name]["profiles"] == [HGX_PROFILE] * n
-        assert seen[name]["groups"] == [f"NVIDIA:{n}@{HGX_PROFILE}%NVLink"] * n, name  # one group of its size
+        assert seen[name]["groups"] == [f"Nvidia:{n}@{HGX_PROFILE}%NVLink"] * n, name  # one group of its size
         assert len(placed[name]) == n and {h for h, _ in placed[name]} == {host}, name
     first_host = [gpu for name in ("pair", "quad", "pair-2") for _, gpu in placed[name]]
     assert len(set(first_host)) == 8  # one GPU per vGPU: the three VMs fill the host's eight
@@ -185,7 +185,7 @@ def test_bridge_quads_take_only_nvlink_vms_of_the_whole_quad(gpusim_factory: Any
     applied(e, inventory(tmp_path, vm("quad", "grid_a100-40c", 4, nvlink=True), name="quad.yaml"))
     seen = direct_vms(sim)["quad"]
     assert seen["power"] == "poweredOn"
-    assert seen["groups"] == ["NVIDIA:4@grid_a100-40c%NVLink"] * 4
+    assert seen["groups"] == ["Nvidia:4@grid_a100-40c%NVLink"] * 4
     assert len(gpus_by_vm(sim)["quad"]) == 4
 
 
@@ -202,7 +202,7 @@ def test_nvswitch_forced_on_a_pcie_board_is_planned_by_the_groups_the_host_repor
 
     applied(e, inventory(tmp_path, vm("all-8", "grid_a100-40c", 8, nvlink=True), name="all.yaml"))
     seen = direct_vms(sim)["all-8"]
-    assert seen["power"] == "poweredOn" and seen["groups"] == ["NVIDIA:8@grid_a100-40c%NVLink"] * 8
+    assert seen["power"] == "poweredOn" and seen["groups"] == ["Nvidia:8@grid_a100-40c%NVLink"] * 8
 
 
 # ------------------------------------------------------------------------------- mixed-size maxima
@@ -331,7 +331,7 @@ def test_the_host_spelling_wins_over_the_inventorys(gpusim_factory: Any, env: An
 
     seen = direct_vms(sim)
     assert seen["split"]["profiles"] == [f"{host_prefix}a100-20c"] * 2 and seen["split"]["power"] == "poweredOn"
-    assert seen["linked"]["groups"] == [f"NVIDIA:2@{host_prefix}a100-40c%NVLink"] * 2
+    assert seen["linked"]["groups"] == [f"Nvidia:2@{host_prefix}a100-40c%NVLink"] * 2
     assert seen["linked"]["power"] == "poweredOn"
     same = inventory(tmp_path, vm("split", f"{host_prefix}a100-20c", 2), name="same.yaml")
     assert vgpuctl(e, "plan", "-f", same, "--detailed-exitcode").exit_code == 0

@@ -241,6 +241,12 @@ def test_profiles_text_and_json(env: dict[str, str]) -> None:
     host = doc["hosts"][0]["host"]
     one = json.loads(vgpuctl(env, "-o", "json", "profiles", "--host", host).stdout)
     assert [h["host"] for h in one["hosts"]] == [host]
+    short = json.loads(vgpuctl(env, "-o", "json", "profiles", "--host", host.split(".")[0]).stdout)
+    assert [h["host"] for h in short["hosts"]] == [host]  # the short name status shows at 80 columns will do
+    shown = json.loads(vgpuctl(env, "-o", "json", "host", "show", host.split(".")[0], "--no-shell").stdout)
+    assert shown["host"] == host
+    piped = vgpuctl(env, "profiles").stdout  # CliRunner is no terminal: plain lines
+    assert f"host {host}  profile grid_a100-20c  framebuffer 20 GB" in piped and "│" not in piped
     text = vgpuctl(env, "profiles")
     assert "grid_a100-20c" in text.stdout and "time-sliced" in text.stdout
     assert "not found" in one_line_error(vgpuctl(env, "profiles", "--host", "nope.example"))
@@ -430,6 +436,33 @@ def test_ctrl_c_stops_new_work_waits_and_exits_130(gpusim_factory: Any, tmp_path
     assert "interrupted: no new step starts" in err
     assert "slow-01: done" in err  # the task in flight was waited for
     assert "Apply interrupted: 1 changed, 0 failed, 0 skipped, 3 not started, 0 unchanged." in out
-    assert "left: slow-02 (reconfigure)" in out and "to continue: run the same apply again" in out
+    assert "  not started: slow-02, slow-03, slow-04" in out and "to continue: run the same apply again" in out
+    assert "slow-02: not started" not in err and "skipped" not in err  # one vocabulary, no line per VM
     assert direct_vgpus(farm, "slow-01")[0] == ["grid_a100-4c"]
     assert all(direct_vgpus(farm, f"slow-0{i}")[0] == [] for i in (2, 3, 4))
+
+
+MIG_PROFILES_FARM = {
+    "datacenter": "DC0",
+    "clusters": [
+        {"name": "Mixed", "hosts": 1, "gpus_per_host": 1, "model": "A100-40GB", "nvlink": "none",
+         "graphics_type": "sharedDirect", "assignment_policy": "performance", "vgpu_mode": "mixedSize"},
+        {"name": "Mig", "hosts": 1, "gpus_per_host": 1, "model": "A100-40GB", "nvlink": "none",
+         "graphics_type": "sharedDirect", "assignment_policy": "performance", "mig": True},
+    ],
+}
+
+
+def test_profiles_show_nvidias_maximum_for_the_mode_and_the_hosts_mig_totals(
+        gpusim_factory: Any, no_vgpuctl_env: None) -> None:
+    """A mixed-size A100-40GB: NVIDIA's mixed-size maxima (A100-4C 8, not 40 / 4); a MIG one: the instance totals
+    its `nvidia-smi mig -lgip` reports over SSH (A100-1-5C 7, A100-3-20C 2); without the shell, the catalogue's."""
+    sim = gpusim_factory(MIG_PROFILES_FARM)
+    for shell in ("--shell", "--no-shell"):
+        result = vgpuctl(sim.vgpuctl_env(), "-o", "json", "profiles", shell)
+        assert result.exit_code == 0, result.output
+        rows = {h["host"]: {r["profile"]: r["max_per_gpu"] for r in h["profiles"]}
+                for h in json.loads(result.stdout)["hosts"]}
+        mixed, mig = rows["esx-01.gpu.sim"], rows["esx-02.gpu.sim"]
+        assert mixed["grid_a100-4c"] == 8 and mixed["grid_a100-8c"] == 4 and mixed["grid_a100-10c"] == 4
+        assert mig["grid_a100-1-5c"] == 7 and mig["grid_a100-3-20c"] == 2 and mig["grid_a100-7-40c"] == 1

@@ -27,7 +27,7 @@ from pyVim.task import WaitForTask
 from pyVmomi import vim
 
 from vgpuctl.errors import SshError, SshHostKeyError
-from vgpuctl.esxi import commands, parsers
+from vgpuctl.esxi import commands, modopts, parsers
 from vgpuctl.esxi.ssh import EsxiShell, SshSettings, SshTarget
 from vgpuctl.hosts.facts import load_host_map
 
@@ -215,7 +215,7 @@ def test_mig_switch_on_hopper_applies_at_once(sim: Gpusim, si: Any) -> None:
 def test_module_options_set_with_esxcli_are_the_apis(sim: Gpusim, si: Any) -> None:
     kms = host_obj(si, H100).configManager.kernelModuleSystem
     before = kms.QueryConfiguredModuleOptionString("nvidia")
-    options = parsers.format_module_options({"NVreg_RegistryDwords": "RmPVMRL=0x01"})
+    options = modopts.format_module_options({"NVreg_RegistryDwords": "RmPVMRL=0x01"})
     with shell(sim, H100) as sh:
         sh.run(commands.module_parameters_set(options))
         params = {

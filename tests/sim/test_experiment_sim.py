@@ -6,6 +6,7 @@ recorded as failed with that reason, which exercises on_failure: continue."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.experiment import vsphere_farm
 from vgpuctl.errors import VgpuctlError
 from vgpuctl.experiment.report import build_report, render_markdown
-from vgpuctl.experiment.runner import restore, run_experiment
+from vgpuctl.experiment.runner import VsphereFarm, restore, run_experiment
 from vgpuctl.experiment.schema import checked_variants, load_experiment
 from vgpuctl.experiment.store import BASE, ResultsDir
 from vgpuctl.hosts.facts import gather_shell_facts, open_shell, shell_runner
@@ -184,3 +185,72 @@ def test_cli_run_needs_yes_without_a_terminal_then_runs_and_reports(setup: dict[
     assert "nvlink-off: 1 run, 0 already done, 1 failed" in done.stdout and "base inventory restored" in done.stdout
     assert (s["tmp"] / "cli-results" / "report.md").is_file()
     assert vgpus_of(s["sim"], "train-01") == ["grid_a100-40c", "grid_a100-40c"]
+
+
+NCCL_OUTPUT = (Path(__file__).resolve().parents[1] / "fixtures" / "experiment" /
+               "all_reduce_perf.h100-2vms-16gpus.txt").read_text()  # a recorded real output (fixtures README)
+MIG_EXPERIMENT = {
+    **EXPERIMENT,
+    "name": "nvlink-and-mig-counted",
+    "variants": [
+        {"name": "nvlink-on"},
+        {"name": "mig-3g", "hosts": [{"cluster": "GPU-Cluster", "gpus": [{"select": "all", "mode": "mig"}]}],
+         "vms": [{"name": "train-01", "vgpus": {"profile": "grid_a100-3-20c", "count": 2}}]},
+        {"name": "half", "vms": [{"name": "train-01", "vgpus": {"profile": "grid_a100-20c", "count": 2}}]},
+    ],
+}
+
+
+class StandInGuests(VsphereFarm):
+    """The real farm (plan and apply through vgpuctl, host facts over SSH from gpusim) with a stand-in benchmark
+    in place of the guests, which gpusim does not run: each VM prints a recorded nccl-tests output, names the
+    vGPUs it holds in gpusim, and shows the topology NVIDIA documents for them (NVIDIA vGPU, "Peer-to-Peer CUDA
+    Transfers"): NV12 between whole-GPU time-sliced C-series vGPUs when the host's NVLink links are up, PIX
+    (PCIe) between MIG-backed or fractional ones."""
+
+    def __init__(self, sim: Any, farm: VsphereFarm):
+        super().__init__(**{f.name: getattr(farm, f.name) for f in dataclasses.fields(farm)})
+        self.sim = sim
+
+    def guest_addresses(self, inventory: Any, vms: list[str]) -> dict[str, str | None]:
+        return {vm: "192.0.2.10" for vm in vms}
+
+    def run_workload(self, inventory: Any, addresses: Any, vms: list[str], workload: Any) -> Any:
+        from vgpuctl.experiment.workload import GuestRun
+        from vgpuctl.profiles import parse_profile
+
+        links_up = all(g.nvlink_active > 0 for g in shell_facts().gpus.values())
+        run = GuestRun()
+        for vm in vms:
+            held = vgpus_of(self.sim, vm)
+            whole = all(not parse_profile(p).is_mig and parse_profile(p).fb_gb == 40 for p in held)
+            link = "NV12" if whole and links_up else "PIX"
+            topo = f"\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \t{link}\t0-23\nGPU1\t{link}\t X \t0-23\n"
+            names = "".join(f"550.90.07, GRID {p.removeprefix('grid_').upper()}\n" for p in held)
+            run.outputs[vm], run.rcs[vm] = NCCL_OUTPUT, 0
+            run.facts[vm] = {"topo": topo, "nvlink": "", "gpus": names}
+        return run
+
+
+def test_a_mig_variant_with_nvlink_enabled_counts_its_runs(setup: dict[str, Any]) -> None:
+    """Hosts keep `nvlink: enabled` in every variant. The MIG variant's and the fractional variant's guests see
+    PCIe between their vGPUs, as NVIDIA documents: their runs count (not flagged p2p-not-nvlink), beside the
+    whole-GPU variant's NVLink runs."""
+    s = setup
+    (s["tmp"] / "experiment.yaml").write_text(yaml.safe_dump(MIG_EXPERIMENT, sort_keys=False))
+    exp = load_experiment(s["tmp"] / "experiment.yaml")
+    farm = StandInGuests(s["sim"], s["farm"])
+    results: ResultsDir = s["results"]
+    summary = run_experiment(exp, checked_variants(exp), s["base"], results, farm)
+    assert summary.restored and all(v["failed"] == 0 for v in summary.variants.values()), summary.variants
+    assert results.expectations("mig-3g")["nvlink"] == "on"
+    assert {v: results.expectations(v)["p2p"] for v in ("nvlink-on", "mig-3g", "half")} == {
+        "nvlink-on": {"train-01": "nvlink"}, "mig-3g": {"train-01": "pcie"}, "half": {"train-01": "pcie"}}
+    assert all(g["mig_current"] for g in host_gpus(results.facts("mig-3g", 1)).values())
+    assert all(g["nvlink_active"] > 0 for g in host_gpus(results.facts("mig-3g", 1)).values())  # links still up
+
+    report = build_report(results)
+    assert report.flags == []
+    assert {v.name: v.repetitions_ok for v in report.variants} == {"nvlink-on": 1, "mig-3g": 1, "half": 1}
+    counted = {name for table in report.tables for row in table.data for name in row.get("variants", {})}
+    assert counted == {"nvlink-on", "mig-3g", "half"}  # every variant's run is in the numbers

@@ -50,10 +50,8 @@ def test_explain_shows_merged_values_sources_and_vcenter(sim: Any, tmp_path: Pat
     assert text.exit_code == 0, text.output
     out = text.stdout
     assert out.startswith(f"host {H1} (cluster GPU-Cluster): cluster GPU-Cluster then host {H1}")
-    assert (
-        f"graphics.assignment_policy  consolidation   from {inv}:8 (host {H1})   vCenter: performance (differs)" in out
-    )
-    assert f"nvlink                      disabled   from {inv}:9 (host {H1})   vCenter: enabled (differs)" in out
+    assert f"  graphics.assignment_policy  consolidation  performance  differs  {inv}:8 (host {H1})" in out
+    assert f"  nvlink                      disabled       enabled      differs  {inv}:9 (host {H1})" in out
     assert "the plan changes:" in out and "nvlink: enabled -> disabled" in out
 
     doc = json.loads(run(sim, tmp_path, "plan", "-f", str(inv), "--explain", H1, "-o", "json").stdout)

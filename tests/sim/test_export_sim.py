@@ -107,7 +107,7 @@ def vgpuctl(env: dict[str, str], *args: str) -> Any:
 @pytest.fixture
 def exported(env: dict[str, str], tmp_path: Path) -> Path:
     path = tmp_path / "farm.yaml"
-    result = vgpuctl(env, "export", "-o", str(path))
+    result = vgpuctl(env, "export", "--out", str(path))
     assert result.exit_code == 0, result.output
     return path
 
@@ -133,7 +133,7 @@ def test_export_validates_and_plans_to_no_change(env: dict[str, str], exported: 
 
 def test_all_vms_writes_the_vms_without_vgpus(env: dict[str, str], tmp_path: Path) -> None:
     path = tmp_path / "all.yaml"
-    assert vgpuctl(env, "export", "--all-vms", "--cluster", "GPU-Cluster", "-o", str(path)).exit_code == 0
+    assert vgpuctl(env, "export", "--all-vms", "--cluster", "GPU-Cluster", "--out", str(path)).exit_code == 0
     text = path.read_text()
     assert "name: plain-01" in text and "mig-01" not in text
     code, doc = _plan(env, path)
@@ -178,7 +178,7 @@ def test_a_pending_mig_switch_is_exported_as_pending(sim: Any, env: dict[str, st
     with EsxiShell(load_host_map(str(ssh_host_map_path(sim)))[A2], settings) as sh:
         sh.run("nvidia-smi -i 3 -mig 1")
     path = tmp_path / "pending.yaml"
-    assert vgpuctl(env, "export", "-o", str(path)).exit_code == 0
+    assert vgpuctl(env, "export", "--out", str(path)).exit_code == 0
     text = path.read_text()
     found = re.search(r"# GPU (\S+): MIG is off with a switch to on pending \(nvidia-smi\): written as on", text)
     assert found, text

@@ -75,7 +75,7 @@ def vgpuctl(env: dict[str, str], *args: str) -> Any:
 @pytest.fixture
 def exported(env: dict[str, str], tmp_path: Path) -> Path:
     path = tmp_path / "farm.yaml"
-    result = vgpuctl(env, "export", "-o", str(path))
+    result = vgpuctl(env, "export", "--out", str(path))
     assert result.exit_code == 0, result.output
     return path
 

@@ -99,12 +99,12 @@ def test_hgx_nvswitch_farm_offers_groups_of_2_4_8_and_admits_into_them(gpusim_fa
     host = objects(si, vim.HostSystem)[HOST]
     target = objects(si, vim.ClusterComputeResource)["HGX"].environmentBrowser.QueryConfigTarget(host=host)
     groups = {g.deviceGroupName: len(g.componentDeviceInfo) for g in target.vendorDeviceGroupInfo}
-    assert groups == {f"NVIDIA:{n}@{HGX_PROFILE}%NVLink": n for n in (2, 4, 8)}
+    assert groups == {f"Nvidia:{n}@{HGX_PROFILE}%NVLink": n for n in (2, 4, 8)}
     assert sim.host(HOST)["nvlinkTopology"] == "nvswitch"
 
     vms = objects(si, vim.VirtualMachine)
     for name, n in (("pair", 2), ("quad", 4), ("pair-2", 2), ("all-8", 8)):
-        WaitForTask(vms[name].ReconfigVM_Task(vgpu_spec(*[HGX_PROFILE] * n, group=f"NVIDIA:{n}@{HGX_PROFILE}%NVLink")))
+        WaitForTask(vms[name].ReconfigVM_Task(vgpu_spec(*[HGX_PROFILE] * n, group=f"Nvidia:{n}@{HGX_PROFILE}%NVLink")))
     for name in ("pair", "quad", "pair-2"):
         assert power_on_error(vms[name]) is None, name
     gpus = {a["vmName"]: [] for a in sim.assignments()}

@@ -94,7 +94,7 @@ def test_config_target_offers_profiles_and_nvlink_groups(si: Any) -> None:
     assert {p.profileName for p in target.vgpuProfileInfo} >= {"grid_a100-10c", "grid_a100-40c"}
     assert [d.deviceName for d in target.vgpuDeviceInfo] == ["NVIDIA A100-PCIE-40GB"]
     groups = target.vendorDeviceGroupInfo
-    assert [g.deviceGroupName for g in groups] == ["NVIDIA:2@grid_a100-40c%NVLink"]
+    assert [g.deviceGroupName for g in groups] == ["Nvidia:2@grid_a100-40c%NVLink"]
     assert len(groups[0].componentDeviceInfo) == 2
 
 

@@ -15,10 +15,10 @@ from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
 from typer.testing import CliRunner
+from workstore import vcenter_record
 
 from vgpuctl import pipeline
-from vgpuctl.domain import Outcome
-from vgpuctl.hosts.work import StateStore
+from vgpuctl.domain import ChangeKind, Outcome
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.pipeline import RunOptions
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
@@ -153,15 +153,20 @@ def test_restore_goes_on_past_a_vm_that_fails_and_says_which(sim: Any, si: Any, 
         f"apiVersion: vgpuctl/v1\nhosts:\n  - name: {H1}\n    nvlink: disabled\n"
         "    maintenance: {evacuate: power-off}\n"
     )
-    options = RunOptions(state=StateStore(tmp_path / "state.json"), poll_s=0.05, shutdown_timeout_s=5)
+
+    def options() -> RunOptions:  # a run's own: its work store is the hosts' records as its observe read them
+        return RunOptions(poll_s=0.05, shutdown_timeout_s=5)
+
     sim.arm_fault("web-01", "PowerOnVM_Task", "SystemError")
     settings = ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
     with open_session(settings) as session:
         observed = pipeline.observe(session, None, inv)
-        plan = pipeline.plan(session, observed, inv, options)
+        first = options()
+        plan = pipeline.plan(session, observed, inv, first)
         assert not plan.errors, plan.errors
-        assert sorted(c.target for c in plan.host_changes if c.kind == "evacuate") == ["train-01", "web-01", "web-02"]
-        result = pipeline.apply_hosts(session, observed, inv.hosts, plan.host_changes, options)
+        evacuated = sorted(c.target for c in plan.host_changes if c.kind == ChangeKind.EVACUATE)
+        assert evacuated == ["train-01", "web-01", "web-02"]
+        result = pipeline.apply_hosts(session, observed, inv.hosts, plan.host_changes, first)
     (outcome,) = result.hosts
     assert (outcome.status, outcome.phase, outcome.error_type) == (Outcome.FAILED, "power-on", "RestoreError")
     assert sorted(outcome.powered_off) == ["train-01", "web-01", "web-02"]
@@ -169,14 +174,15 @@ def test_restore_goes_on_past_a_vm_that_fails_and_says_which(sim: Any, si: Any, 
     assert list(outcome.not_restored) == ["web-01"] and "SystemError" in outcome.describe()
     assert _power(si, "web-01") == "poweredOff" and _power(si, "web-02") == "poweredOn"
     assert result.done_hosts == {H1}  # its GPU configuration is done: VMs may be planned against it
-    record = StateStore(tmp_path / "state.json").get(H1)
+    record = vcenter_record(si, H1)
     assert record is not None and [v["name"] for v in record.vms] == ["web-01"]  # a re-run retries it
 
     with open_session(settings) as session:
         observed = pipeline.observe(session, None, inv)
-        again = pipeline.plan(session, observed, inv, options)
-        assert [(c.kind, c.target) for c in again.host_changes] == [("maintenance", "host")]
-        result = pipeline.apply_hosts(session, observed, inv.hosts, again.host_changes, options)
+        second = options()
+        again = pipeline.plan(session, observed, inv, second)
+        assert [(c.kind, c.target) for c in again.host_changes] == [(ChangeKind.RESUME, "host")]
+        result = pipeline.apply_hosts(session, observed, inv.hosts, again.host_changes, second)
     assert result.hosts[0].status == Outcome.CHANGED and result.hosts[0].powered_on == ["web-01"]
     assert _power(si, "web-01") == "poweredOn"
 

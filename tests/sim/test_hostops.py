@@ -18,13 +18,13 @@ import typer
 from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
+from workstore import vcenter_record
 
 from vgpuctl import pipeline
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import ChangeKind, Outcome
 from vgpuctl.errors import SshError, SshHostKeyError
-from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.facts import gather_shell_facts, open_shell, shell_runner
-from vgpuctl.hosts.work import StateStore
+from vgpuctl.hosts.settings.base import HostPlan
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.pipeline import RunOptions
 from vgpuctl.vsphere.observe import observe
@@ -96,19 +96,21 @@ class Steps:
 class Farm:
     def __init__(self, sim: Any, tmp: Path):
         self.sim = sim
-        self.state_path = tmp / "state" / "hostops.json"
+        self.state_dir = tmp / "state"  # VGPUCTL_STATE_DIR of the CLI runs (their run logs)
         self.settings = ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
 
     def inventory(self, hosts_yaml: str) -> Any:
         return load_inventory_text(f"apiVersion: vgpuctl/v1\nhosts:\n{hosts_yaml}")
 
-    def plan(self, hosts_yaml: str) -> hostplan.HostPlan:
+    def plan(self, hosts_yaml: str) -> HostPlan:
         inv = self.inventory(hosts_yaml)
         with open_session(self.settings) as session:
             return pipeline.plan_hosts(session, observe(session), inv.hosts, self.options())
 
     def options(self, **fields: Any) -> RunOptions:
-        return RunOptions(state=StateStore(self.state_path), poll_s=0.05, shutdown_timeout_s=5, **fields)
+        """A run's options: work records in vCenter, on the hosts (the one work store), read with each run's
+        observe."""
+        return RunOptions(poll_s=0.05, shutdown_timeout_s=5, **fields)
 
     def apply(self, hosts_yaml: str, steps: Steps | None = None, keep_going: bool = False) -> tuple[Any, Any]:
         inv = self.inventory(hosts_yaml)
@@ -194,7 +196,10 @@ def test_mig_on_and_back_changes_offered_profiles_and_admission(farm: Farm, si: 
 
     steps = Steps()
     plan, result = farm.apply(f"  - name: {H2}\n    gpus: [{{select: all, mode: mig}}]\n", steps)
-    assert [(c.kind, c.target, c.needs_reboot) for c in plan.changes] == [("mig", GPU0, True), ("mig", GPU1, True)]
+    assert [(c.kind, c.target, c.needs_reboot) for c in plan.changes] == [
+        (ChangeKind.MIG, GPU0, True),
+        (ChangeKind.MIG, GPU1, True),
+    ]
     outcome = result.hosts[0]
     assert outcome.status == Outcome.CHANGED, outcome.describe()
     assert outcome.rebooted
@@ -225,7 +230,7 @@ def test_mig_on_and_back_changes_offered_profiles_and_admission(farm: Farm, si: 
 def test_hopper_switches_mig_without_a_reboot(farm: Farm, si: Any) -> None:
     steps = Steps()
     plan, result = farm.apply(f"  - name: {H3}\n    gpus: [{{select: all, mode: mig}}]\n", steps)
-    assert [(c.kind, c.needs_reboot) for c in plan.changes] == [("mig", False), ("mig", False)]
+    assert [(c.kind, c.needs_reboot) for c in plan.changes] == [(ChangeKind.MIG, False), (ChangeKind.MIG, False)]
     outcome = result.hosts[0]
     assert outcome.status == Outcome.CHANGED and not outcome.rebooted, outcome.describe()
     assert "reboot" not in steps.steps(H3)
@@ -249,7 +254,9 @@ def test_nvlink_off_and_on_keeps_other_module_options(farm: Farm, si: Any) -> No
     assert before.gpus[GPU0].nvlink_peers == [GPU1]
 
     plan, result = farm.apply(f"  - name: {H2}\n    nvlink: disabled\n")
-    assert [(c.kind, c.old, c.new, c.needs_reboot) for c in plan.changes] == [("nvlink", "enabled", "disabled", True)]
+    assert [(c.kind, c.old, c.new, c.needs_reboot) for c in plan.changes] == [
+        (ChangeKind.NVLINK, "enabled", "disabled", True)
+    ]
     assert result.hosts[0].status == Outcome.CHANGED, result.hosts[0].describe()
     modules = farm.host(H2)["modules"]["nvidia"]
     assert modules["configured"] == modules["effective"] == "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1"
@@ -271,7 +278,9 @@ def test_nvlink_off_and_on_keeps_other_module_options(farm: Farm, si: Any) -> No
 
 def test_scheduler_policy_with_time_slice(farm: Farm) -> None:
     plan, result = farm.apply(f"  - name: {H2}\n    scheduler: {{policy: fixed-share, timeslice_ms: 24}}\n")
-    assert [(c.kind, c.old, c.new) for c in plan.changes] == [("scheduler", "best-effort", "fixed-share (24 ms)")]
+    assert [(c.kind, c.old, c.new) for c in plan.changes] == [
+        (ChangeKind.SCHEDULER, "best-effort", "fixed-share (24 ms)")
+    ]
     assert result.hosts[0].status == Outcome.CHANGED, result.hosts[0].describe()
     host = farm.host(H2)
     assert host["modules"]["nvidia"]["effective"] == "NVreg_EnableMSI=1 NVreg_RegistryDwords=RmPVMRL=0x00180013"
@@ -307,13 +316,13 @@ def test_power_off_evacuation_restores_the_vms(farm: Farm, si: Any) -> None:
     spec = f"  - name: {H1}\n    nvlink: disabled\n    maintenance: {{evacuate: power-off}}\n"
     steps = Steps()
     seen_record: list[Any] = []
-    steps.hooks["reboot"] = lambda host: seen_record.append(StateStore(farm.state_path).get(host))
+    steps.hooks["reboot"] = lambda host: seen_record.append(vcenter_record(si, host))
     _, result = farm.apply(spec, steps)
     outcome = result.hosts[0]
     assert outcome.status == Outcome.CHANGED, outcome.describe()
     assert outcome.powered_off == ["train-01"] and outcome.powered_on == ["train-01"]
     assert seen_record and seen_record[0].vms[0]["name"] == "train-01"  # persisted while the host was down
-    assert StateStore(farm.state_path).get(H1) is None
+    assert vcenter_record(si, H1) is None
     assert _find(si, vim.VirtualMachine, "train-01").runtime.powerState == "poweredOn"
     assert any(a["vmName"] == "train-01" for a in farm.sim.assignments())
     assert farm.host(H1)["modules"]["nvidia"]["effective"] == "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1"
@@ -336,7 +345,7 @@ def test_reboot_timeout_leaves_host_in_maintenance_and_rerun_continues(farm: Far
     assert first.error_type == "RebootTimeout"
     assert first.in_maintenance and first.vms_to_restore == ["train-01"]
     assert "left in maintenance mode" in first.describe() and "run apply again" in first.describe()
-    assert (second.host, second.status) == (H2, Outcome.SKIPPED)  # no further host after a failure
+    assert (second.host, second.status) == (H2, Outcome.NOT_STARTED)  # no further host after a failure
     assert "nvlink" not in farm.host(H2)["modules"]["nvidia"]["configured"].lower()
 
     farm.sim.host_up(H1)
@@ -346,7 +355,7 @@ def test_reboot_timeout_leaves_host_in_maintenance_and_rerun_continues(farm: Far
         time.sleep(0.05)
     spec = spec.replace("reboot_timeout_s: 1", "reboot_timeout_s: 60")
     plan = farm.plan(spec)
-    assert [(c.host, c.kind) for c in plan.changes] == [(H1, "maintenance"), (H2, "nvlink")]
+    assert [(c.host, c.kind) for c in plan.changes] == [(H1, ChangeKind.RESUME), (H2, ChangeKind.NVLINK)]
     _, result = farm.apply(spec)
     assert [o.status for o in result.hosts] == [Outcome.CHANGED, Outcome.CHANGED], [o.describe() for o in result.hosts]
     assert result.hosts[0].powered_on == ["train-01"]
@@ -421,7 +430,7 @@ def _cli(farm: Farm, args: list[str], monkeypatch: pytest.MonkeyPatch) -> Any:
     from vgpuctl.cli.common import GlobalOptions, report_error
 
     monkeypatch.setenv("VGPUCTL_PASSWORD", farm.sim.password)
-    monkeypatch.setenv("VGPUCTL_STATE_DIR", str(farm.state_path.parent))
+    monkeypatch.setenv("VGPUCTL_STATE_DIR", str(farm.state_dir))
     root = typer.Typer()
 
     @root.callback()
@@ -581,7 +590,11 @@ def test_plan_and_apply_with_hosts_first_converges(farm: Farm, si: Any) -> None:
         observed = pipeline.observe(session, None, inv)
         plan = pipeline.plan(session, observed, inv, options)
         assert not plan.errors, plan.errors
-        assert [(c.kind, c.target) for c in plan.host_changes] == [("mig", GPU0), ("mig", GPU1), ("scheduler", "host")]
+        assert [(c.kind, c.target) for c in plan.host_changes] == [
+            (ChangeKind.MIG, GPU0),
+            (ChangeKind.MIG, GPU1),
+            (ChangeKind.SCHEDULER, "host"),
+        ]
         assert [(c.vm, c.depends_on_hosts) for c in plan.changes] == [("mig-01", [H2])]
         text = render_plan_text(plan)
         assert text.index(f"host {H2} mig") < text.index("mig-01")
@@ -648,7 +661,7 @@ def test_cli_plan_and_apply_run_host_changes_first(farm: Farm, si: Any, tmp_path
         "VGPUCTL_USERNAME": farm.sim.username,
         "VGPUCTL_PASSWORD": farm.sim.password,
         "VGPUCTL_INSECURE": "1",
-        "VGPUCTL_STATE_DIR": str(farm.state_path.parent),
+        "VGPUCTL_STATE_DIR": str(farm.state_dir),
     }
     inv = tmp_path / "inv.yaml"
     inv.write_text(
@@ -667,7 +680,7 @@ def test_cli_plan_and_apply_run_host_changes_first(farm: Farm, si: Any, tmp_path
 
     applied = vgpuctl("apply", "-f", str(inv), "--yes")
     assert applied.exit_code == 0, applied.output
-    assert "Hosts: 1 changed, 0 failed, 0 skipped." in applied.output
+    assert "Hosts: 1 changed, 0 failed, 0 not started." in applied.output
     assert _find(si, vim.VirtualMachine, "mig-01").runtime.powerState == "poweredOn"
     assert vgpuctl("plan", "-f", str(inv), "--detailed-exitcode").exit_code == 0
 
@@ -688,14 +701,14 @@ def test_cli_apply_reports_a_failed_host_and_keep_going(farm: Farm, tmp_path: Pa
         "VGPUCTL_USERNAME": farm.sim.username,
         "VGPUCTL_PASSWORD": farm.sim.password,
         "VGPUCTL_INSECURE": "1",
-        "VGPUCTL_STATE_DIR": str(farm.state_path.parent),
+        "VGPUCTL_STATE_DIR": str(farm.state_dir),
     }
     inv = tmp_path / "inv.yaml"
     inv.write_text("apiVersion: vgpuctl/v1\nhosts:\n  - cluster: GPU-Cluster\n    nvlink: disabled\n")
     result = CliRunner().invoke(app, ["apply", "-f", str(inv), "--yes"], env=env)
     assert result.exit_code == 1
     assert f"{H1}: failed at evacuate" in result.output and "train-01 (grid_a100-40c)" in result.output
-    assert f"{H2}: skipped" in result.output and "apply failed on host(s)" in result.output
+    assert f"{H2}: not started" in result.output and "apply failed on host(s)" in result.output
     result = CliRunner().invoke(app, ["apply", "-f", str(inv), "--yes", "--keep-going"], env=env)
     assert result.exit_code == 1
     assert f"{H2}: changed" in result.output

@@ -184,11 +184,40 @@ def test_unknown_datacenter(sim) -> None:
 def test_paging_is_followed(sim, monkeypatch) -> None:
     whole = read(sim)
     monkeypatch.setattr(observe_mod, "PAGE_SIZE", 3)
+    monkeypatch.setattr(observe_mod, "LEAN_PAGE_SIZE", 3)
     paged = read(sim)
     assert paged.round_trips > whole.round_trips  # ContinueRetrievePropertiesEx was needed
     assert sorted(paged.vms) == sorted(whole.vms)
     assert sorted(paged.hosts) == sorted(whole.hosts)
     assert paged.clusters == whole.clusters
+
+
+def test_lean_pages_asked_for_early_read_as_one_page(sim, monkeypatch) -> None:
+    """Pages of 2 objects, each asked for as soon as the page before names its token (before that page is read
+    to its end): the same farm as one page."""
+    from vgpuctl.vsphere import rawread
+
+    whole = read(sim).to_dict()
+    events: list[str] = []
+    real = rawread.SentRequest
+
+    class Recorded(real):  # type: ignore[misc, valid-type]
+        def __init__(self, stub, mo, method, args):
+            events.append(method)
+            super().__init__(stub, mo, method, args)
+
+        def chunks(self):
+            yield from super().chunks()
+            events.append("read")
+
+    monkeypatch.setattr(rawread, "SentRequest", Recorded)
+    monkeypatch.setattr(observe_mod, "LEAN_PAGE_SIZE", 2)
+    paged = read(sim).to_dict()
+    assert paged.pop("round_trips") > whole.pop("round_trips")
+    assert paged == whole
+    pages = (len(paged["hosts"]) + len(paged["vms"]) + 1) // 2
+    assert pages > 2
+    assert events == ["RetrievePropertiesEx"] + ["ContinueRetrievePropertiesEx", "read"] * (pages - 1) + ["read"]
 
 
 def test_round_trips_do_not_grow_with_vms(gpusim_factory) -> None:

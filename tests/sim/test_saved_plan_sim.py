@@ -85,10 +85,12 @@ def test_apply_planfile_applies_exactly_the_saved_plan(sim: Any, tmp_path: Path)
     doc = json.loads(out.read_text())
     assert doc["format"] == "vgpuctl-plan/v1" and [c["vm"] for c in doc["plan"]["vm_changes"]] == ["saved-01"]
     inv.write_text(INVENTORY.replace("PROFILE", "grid_a100-40c"))  # edited after the plan: not what is applied
-    applied = vgpuctl(sim, tmp_path, "apply", str(out))  # no --yes: a saved plan was already reviewed
+    asked = vgpuctl(sim, tmp_path, "apply", str(out))  # shown, then asked: no terminal here, so refused
+    assert asked.exit_code == 1 and "rerun with --yes" in asked.stderr and "+ vm saved-01" in asked.stdout
+    applied = vgpuctl(sim, tmp_path, "apply", str(out), "--yes")
     assert applied.exit_code == 0, applied.output
     assert vgpus_of(sim, "saved-01") == ["grid_a100-20c"]
-    again = vgpuctl(sim, tmp_path, "apply", str(out))  # the farm now differs from the plan's basis
+    again = vgpuctl(sim, tmp_path, "apply", str(out), "--yes")  # the farm now differs from the plan's basis
     assert again.exit_code == 1 and "the farm changed since" in again.stderr
 
 
@@ -104,6 +106,21 @@ def test_apply_planfile_refuses_when_the_farm_changed(sim: Any, tmp_path: Path) 
     assert refused.exit_code == 1
     lines = errors(refused)
     assert len(lines) == 1 and lines[0].startswith(f"error: the farm changed since {out} was made")
+    assert vgpus_of(sim, "saved-01") is None  # nothing touched
+
+
+def test_a_plan_file_of_another_version_is_refused_in_one_line(sim: Any, tmp_path: Path) -> None:
+    _inv, out = make_plan(sim, tmp_path)
+    doc = json.loads(out.read_text())
+    assert doc["version"] == 2
+    doc["version"] = 1  # as an older vgpuctl wrote it
+    out.write_text(json.dumps(doc))
+    refused = vgpuctl(sim, tmp_path, "apply", str(out), "--yes")
+    assert refused.exit_code == 1
+    assert errors(refused) == [
+        f"error: {out}: the plan file was written by another version of vgpuctl: make it again with "
+        "`vgpuctl plan --out`"
+    ]
     assert vgpus_of(sim, "saved-01") is None  # nothing touched
 
 

@@ -130,7 +130,7 @@ def test_apply_two_gpu_classes_and_two_namespaces(sim: Any, env: dict[str, str],
     big, small = classes["gpu-a100-40c"], classes["gpu-small"]
     assert (big["cpu_count"], big["memory_mb"], big["memory_reservation"]) == (16, 131072, 100)
     assert _profiles(big) == ["grid_a100-40c", "grid_a100-40c"]
-    assert _extra(big) == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "256"}
+    assert _extra(big) == {}  # 2 x 128 GB of MMIO: vm-operator's own 512 GB applies
     assert _profiles(small) == ["grid_a100-10c"]
     assert rest.namespace_classes("ml-team") == ["best-effort-small", "gpu-a100-40c", "gpu-small"]
     assert rest.namespace_classes("data-team") == ["gpu-small"]
@@ -168,8 +168,23 @@ def test_change_profile_and_count(sim: Any, env: dict[str, str], tmp_path: Path)
     assert vgpuctl(env, "k8s", "apply", "-f", str(path), "--yes").exit_code == 0
     small = Rest(sim).classes()["gpu-small"]
     assert _profiles(small) == ["grid_a100-20c", "grid_a100-20c"]
-    assert _extra(small)["pciPassthru.64bitMMIOSizeGB"] == "128"
+    assert _extra(small) == {}
     assert vgpuctl(env, "k8s", "plan", "-f", str(path), "--detailed-exitcode").exit_code == 0
+
+
+def test_a_class_whose_vgpus_need_more_mmio_than_vm_operators_default_sets_it(
+        sim: Any, env: dict[str, str], tmp_path: Path) -> None:
+    """Eight A100-40C need 8 x 128 GB of MMIO (NVIDIA's table), more than vm-operator's 512 GB: the class sets
+    1024; back to two A100-20C, the keys go again and vm-operator's default applies."""
+    wide = write(tmp_path, small="{profile: grid_a100-40c, count: 8}")
+    assert vgpuctl(env, "k8s", "apply", "-f", str(wide), "--yes").exit_code == 0
+    assert _extra(Rest(sim).classes()["gpu-small"]) == {"pciPassthru.use64bitMMIO": "TRUE",
+                                                         "pciPassthru.64bitMMIOSizeGB": "1024"}
+    assert vgpuctl(env, "k8s", "plan", "-f", str(wide), "--detailed-exitcode").exit_code == 0
+    back = write(tmp_path, small="{profile: grid_a100-20c, count: 2}")
+    assert vgpuctl(env, "k8s", "apply", "-f", str(back), "--yes").exit_code == 0
+    assert _extra(Rest(sim).classes()["gpu-small"]) == {}
+    assert vgpuctl(env, "k8s", "plan", "-f", str(back), "--detailed-exitcode").exit_code == 0
 
 
 def test_remove_an_association(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
@@ -252,8 +267,15 @@ def test_render_for_the_namespace(env: dict[str, str], tmp_path: Path) -> None:
     result = vgpuctl(closed, "k8s", "render", "-f", str(write(tmp_path)), "-n", "ml-team", "--out", str(out))
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == [
-        "cluster.yaml", "gpu-operator-values.yaml", "gridd.conf", "licensing-configmap.sh",
+        "cluster.yaml", "gpu-operator-values.yaml", "gridd.conf", "licensing-secret.sh",
         "tanzukubernetescluster.yaml", "virtualmachine-gpu-a100-40c.yaml", "virtualmachine-gpu-small.yaml"]
+    assert (out / "licensing-secret.sh").stat().st_mode & 0o111
+    older = tmp_path / "older"
+    result = vgpuctl(closed, "k8s", "render", "-f", str(write(tmp_path)), "-n", "ml-team", "--out", str(older),
+                     "--gpu-operator-version", "v25.3.4")
+    assert result.exit_code == 0, result.output
+    assert (older / "licensing-configmap.sh").stat().st_mode & 0o111 and not (older / "licensing-secret.sh").exists()
+    assert "configMapName: licensing-config" in (older / "gpu-operator-values.yaml").read_text()
 
 
 def test_thumbprint_pinning_covers_the_rest_api(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
@@ -343,13 +365,13 @@ def test_saved_plan_carries_the_classes_and_refuses_changed_ones(sim: Any, env: 
     assert [c["vm_class"] for c in saved["plan"]["vm_classes"]] == ["gpu-saved"] and " classes:" in saved["basis"]
     meanwhile = _saved_inventory(tmp_path / "someone-else", "grid_a100-20c")  # the class appears with 20c
     assert vgpuctl(env, "k8s", "apply", "-f", str(meanwhile), "--yes").exit_code == 0
-    refused = vgpuctl(env, "apply", str(out))
+    refused = vgpuctl(env, "apply", str(out), "--yes")
     assert refused.exit_code == 1
     assert f"error: the VM classes or namespaces changed since {out} was made" in refused.stderr
     assert _profiles(Rest(sim).classes()["gpu-saved"]) == ["grid_a100-20c"]  # nothing touched
     again = vgpuctl(env, "plan", "-f", str(path), "--out", str(out))
     assert again.exit_code == 0 and "- vgpu grid_a100-20c" in again.stdout
-    applied = vgpuctl(env, "apply", str(out))  # a saved plan was reviewed: no --yes
+    applied = vgpuctl(env, "apply", str(out), "--yes")
     assert applied.exit_code == 0, applied.output
     assert _profiles(Rest(sim).classes()["gpu-saved"]) == ["grid_a100-10c"]
     assert Rest(sim).namespace_classes("other-team") == ["best-effort-small", "gpu-pipe", "gpu-saved"]
@@ -432,3 +454,19 @@ def test_a_class_with_a_dynamic_directpath_nic(gpusim_factory: Any, no_vgpuctl_e
     assert cls["memory_reservation"] == 100
     again = vgpuctl(env, "k8s", "plan", "-f", str(path), "--detailed-exitcode")
     assert again.exit_code == 0, again.output
+
+
+@pytest.mark.parametrize("field", ["memory_mb", "memory_MB"])
+def test_the_class_memory_lands_whichever_spelling_the_server_honours(
+        gpusim_factory: Any, no_vgpuctl_env: None, tmp_path: Path, field: str) -> None:
+    """gpusim set to honour one spelling of the class memory field (the other ignored, as an unknown key): vgpuctl
+    creates the class, reads it back and, where the memory did not land, sends it again with the other spelling;
+    the class has its memory either way and plans to no change."""
+    sim = gpusim_factory({**FARM, "supervisor": {**FARM["supervisor"], "memory_field": field}})
+    env = sim.vgpuctl_env(esxi=False)
+    path = write(tmp_path)
+    result = vgpuctl(env, "k8s", "apply", "-f", str(path), "--yes")
+    assert result.exit_code == 0, result.output
+    classes = Rest(sim).classes()
+    assert (classes["gpu-a100-40c"]["memory_mb"], classes["gpu-small"]["memory_mb"]) == (131072, 32768)
+    assert vgpuctl(env, "k8s", "plan", "-f", str(path), "--detailed-exitcode").exit_code == 0

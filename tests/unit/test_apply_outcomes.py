@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from vgpuctl import pipeline
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import ChangeKind, Outcome, Phase
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
     ApplyResult,
@@ -89,7 +89,7 @@ def test_apply_after_host_changes_goes_on_past_a_vm_whose_replan_fails(monkeypat
     monkeypatch.setattr(pipeline, "pending_changes", lambda *a: [])
     monkeypatch.setattr(pipeline, "observe", lambda *a, **k: farm())
     monkeypatch.setattr(pipeline, "apply_vms", fake_apply_vms)
-    first = Plan(host_changes=[HostChange("esx-01", "scheduler", "host", "", "x", needs_reboot=True)])
+    first = Plan(host_changes=[HostChange("esx-01", ChangeKind.SCHEDULER, "host", "", "x", Phase.REBOOT)])
     outcome = pipeline.apply(object(), inventory, first, farm(), pipeline.RunOptions())  # type: ignore[arg-type]
     assert applied == [["good-01", "good-02"]]
     status = {o.vm: o.status for o in outcome.vms.vms}
@@ -107,7 +107,7 @@ def test_a_replan_error_naming_no_vm_counts_every_vm_as_not_started(monkeypatch:
     monkeypatch.setattr(pipeline, "replan_vms", lambda *a: Plan(problems=[Problem("cluster C: no host left")]))
     first = Plan(
         vm_changes=[VmChange("good-01", clone=CloneSpec("tmpl"), power_on=True)],
-        host_changes=[HostChange("esx-01", "scheduler", "host", "", "x")],
+        host_changes=[HostChange("esx-01", ChangeKind.SCHEDULER, "host", "", "x")],
     )
     outcome = pipeline.apply(object(), inventory, first, farm(), pipeline.RunOptions())  # type: ignore[arg-type]
     assert outcome.vm_errors == ["cluster C: no host left"]
@@ -146,11 +146,34 @@ def test_a_clean_run_says_finished() -> None:
 
 
 def test_left_lines_say_how_to_continue() -> None:
-    result = ApplyResult(vms=[VmOutcome("a", Outcome.NOT_STARTED, left=["clone", "power-on"])])
+    result = ApplyResult(vms=[VmOutcome("a", Outcome.CHANGED, ["clone"], left=["power-on"]),
+                              VmOutcome("b", Outcome.NOT_STARTED, left=["clone", "power-on"])])
     assert left_lines(result.vms) == [
-        "  left: a (clone, power-on)",
+        "  left: a (power-on)",  # b never started: the summary's "not started" line names it
         "  to continue: run the same apply again; it plans only what is left",
     ]
+    never = [VmOutcome("b", Outcome.NOT_STARTED, left=["clone"])]
+    assert left_lines(never) == ["  to continue: run the same apply again; it plans only what is left"]
+
+
+def test_one_vocabulary_and_long_lists_cut_unless_verbose() -> None:
+    from vgpuctl.model import HostApplyResult, HostOutcome, Plan
+    from vgpuctl.reports.plan import apply_report, render_apply_summary
+
+    vms = [VmOutcome(f"vm-{i:04d}", Outcome.CHANGED, ["reconfigure"]) for i in range(30)]
+    vms += [VmOutcome(f"vm-{i:04d}", Outcome.NOT_STARTED, left=["reconfigure"]) for i in range(30, 920)]
+    hosts = HostApplyResult([HostOutcome("esx-01", Outcome.CHANGED, ["reboot"]),
+                             HostOutcome("esx-02", Outcome.NOT_STARTED, message="interrupted")])
+    report = apply_report(Plan(), ApplyResult(vms=vms, interrupted=True), hosts=hosts, interrupted=True)
+    text = render_apply_summary(report)
+    assert "Hosts: 1 changed, 0 failed, 1 not started." in text and "esx-02: not started (interrupted)" in text
+    assert "skipped" not in text.replace("0 skipped", "")  # never "skipped" for what was never started
+    assert "Apply interrupted: 30 changed, 0 failed, 0 skipped, 890 not started, 0 unchanged." in text
+    assert "  changed: vm-0000, " in text and "vm-0019 and 10 more" in text and "vm-0020" not in text
+    assert "  not started: vm-0030, " in text and "vm-0049 and 870 more" in text
+    assert max(len(line) for line in text.splitlines()) < 400
+    full = render_apply_summary(report, full=True)
+    assert "vm-0919" in full and "more" not in full.replace("more VMs", "")
 
 
 def test_planned_steps_in_order() -> None:

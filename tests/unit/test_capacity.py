@@ -9,22 +9,35 @@ import pytest
 from typer.testing import CliRunner
 
 from vgpuctl.capacity import cpsat
-from vgpuctl.capacity.answer import FRAMEBUFFER, GEOMETRY, NVLINK, PER_VM_LIMIT, CapacityAnswer, fragment, plan_capacity
+from vgpuctl.capacity.answer import (
+    FRAMEBUFFER,
+    GEOMETRY,
+    NVLINK,
+    PER_VM_LIMIT,
+    CapacityAnswer,
+    fragment,
+    plan_capacity,
+)
 from vgpuctl.capacity.demand import Demand, load_demand
 from vgpuctl.capacity.fitnow import what_fits
-from vgpuctl.capacity.kinds import addition_patterns, capacity, in_mode
+from vgpuctl.capacity.kinds import MAX_PATTERNS, addition_patterns, capacity, in_mode, patterns_complete
 from vgpuctl.capacity.layout import greedy, verify
 from vgpuctl.capacity.problem import build_problem
 from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.main import app
+from vgpuctl.domain import GpuVgpuMode
 from vgpuctl.errors import InventoryError, NotFound
 from vgpuctl.inventory import load_inventory_text, validate
-from vgpuctl.vms.placement import MIG_MODE, Gpu
+from vgpuctl.model import Observed, ObservedVm
+from vgpuctl.profiles import BOARDS, parse_profile
+from vgpuctl.reports.capacity import capacity_demand_report, capacity_report
+from vgpuctl.vms.placement import Gpu, add_vgpu, clone_gpu, fits, profile_order
+from vgpuctl.vms.plan import make_plan
 
 pytestmark = pytest.mark.unit
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "capacity"
-MIG = MIG_MODE
+MIG = GpuVgpuMode.MIG
 
 
 def demand(*items: dict, allow: tuple[str, ...] = (), **extra: object) -> Demand:
@@ -106,6 +119,103 @@ def test_patterns_come_from_placement() -> None:
     assert capacity(busy, "grid_a100-10c") == 3 and capacity(busy, "grid_a100-20c") == 0
 
 
+def _multisets(names: list[str], fb_gb: float, caps: dict[str, int]) -> list[dict[str, int]]:
+    """Every multiset of `names` within each type's maximum and the GPU's framebuffer, independently of kinds."""
+    out: list[dict[str, int]] = []
+
+    def rec(i: int, counts: dict[str, int], used: float) -> None:
+        if i == len(names):
+            out.append(dict(counts))
+            return
+        size = parse_profile(names[i]).fb_gb
+        for k in range(caps[names[i]] + 1):
+            if used + k * size > fb_gb + 1e-9:
+                break
+            rec(i + 1, {**counts, names[i]: k} if k else counts, used + k * size)
+
+    rec(0, {}, 0.0)
+    return out
+
+
+def _admitted_in_power_on_order(gpu: Gpu, multiset: dict[str, int]) -> bool:
+    """Placement admits the multiset when its vGPUs arrive as apply powers them on (largest first)."""
+    work = clone_gpu(gpu)
+    for p in sorted((p for p, k in multiset.items() for _ in range(k)), key=profile_order):
+        if not fits(work, p):
+            return False
+        add_vgpu(work, p)
+    return True
+
+
+def _kind_cases() -> list[tuple[str, str]]:
+    mig = [(b, MIG) for b in sorted(BOARDS) if BOARDS[b].mig_capable]
+    return mig + [(b, "mixedSize") for b in ("a100", "a30", "a10", "a16", "l4", "a40", "h100l")]
+
+
+@pytest.mark.parametrize(("board", "mode"), _kind_cases())
+def test_patterns_are_every_multiset_placement_admits_in_the_power_on_order(board: str, mode: str) -> None:
+    """For every board and mode (MIG with every MIG-backed type, media ones included; mixed-size with every
+    C-series type that has a mixed-size maximum), a multiset of vGPUs is dominated by a pattern exactly when
+    placement admits it arriving largest first: the patterns miss no packing of that order (exhaustive), and every
+    smaller multiset of a pattern fits too (what the solver assumes)."""
+    info = BOARDS[board]
+    rows = [t for t in info.types.values() if (t.mig_gi is not None) == (mode == MIG)
+            and (mode == MIG or (t.series == "C" and t.max_mixed))]
+    caps = {"grid_" + t.name.lower(): (t.max_mixed if mode == "mixedSize" else t.max_equal) or 0 for t in rows}
+    gpu = Gpu("0000:3b:00.0", board, info.fb_gb, vgpu_mode=mode)
+    patterns = addition_patterns(gpu, list(caps))
+    assert patterns_complete(gpu, list(caps))
+    for m in _multisets(sorted(caps), info.fb_gb, caps):
+        dominated = any(all(p.get(k, 0) >= v for k, v in m.items()) for p in patterns)
+        assert dominated == _admitted_in_power_on_order(gpu, m), (m, dominated)
+
+
+def test_mig_packings_only_another_order_admits_are_not_patterns() -> None:
+    """Under the conservative MIG start rule a 3g.20gb that arrives first takes slot 0, and then a 2g.10gb and two
+    1g.5gb no longer fit (a 1g.5gb never starts at slot 7); a 2g.10gb first (slot 0) sends the 3g.20gb to slot 4
+    and leaves slots 2 and 3 to the 1g.5gb. Apply powers on largest first, so capacity does not count this
+    packing (docs/capacity.md)."""
+    gpu = Gpu("0000:3b:00.0", "a100", 40, vgpu_mode=MIG)
+    small_first = ["grid_a100-2-10c", "grid_a100-3-20c", "grid_a100-1-5c", "grid_a100-1-5c"]
+    work = clone_gpu(gpu)
+    for p in small_first:
+        assert fits(work, p)
+        add_vgpu(work, p)
+    m = {"grid_a100-1-5c": 2, "grid_a100-2-10c": 1, "grid_a100-3-20c": 1}
+    assert not _admitted_in_power_on_order(gpu, m)
+    patterns = addition_patterns(gpu, list(m))
+    assert not any(all(p.get(k, 0) >= v for k, v in m.items()) for p in patterns)
+    assert {"grid_a100-1-5c": 2, "grid_a100-3-20c": 1} in [
+        {k: min(v, m.get(k, 0)) for k, v in p.items() if k in m and min(v, m.get(k, 0))} for p in patterns]
+
+
+def test_a_kind_with_too_many_patterns_says_so() -> None:
+    """An H200 in mixed-size mode (no published placement ids) asked for all nine C-series sizes has 5,875
+    maximal packings: the walk stops at MAX_PATTERNS and the answer warns instead of claiming them all."""
+    gpu = Gpu("0000:3b:00.0", "h200", 141, vgpu_mode="mixedSize")
+    names = ["grid_" + t.name.lower() for t in BOARDS["h200"].types.values() if t.max_mixed and not t.mig_gi]
+    assert len(names) == 9 and not patterns_complete(gpu, names)
+    assert len(addition_patterns(gpu, names)) == MAX_PATTERNS
+    assert patterns_complete(gpu, names[:3])
+
+
+def test_the_patterns_cache_tells_gpus_apart_by_everything_but_their_name() -> None:
+    """Patterns are cached per GPU state (kinds._key: every field but the PCI id). GPUs that differ only in their
+    id share an entry; a field placement reads (API version, graphics type, occupants, mode) is a new entry."""
+    names = ["grid_a40-8q", "grid_a40-8c"]
+    new = Gpu("0000:3b:00.0", "a40", 48, api_version="8.0.3.0")
+    mixed_types = addition_patterns(new, names)
+    assert {"grid_a40-8q": 1, "grid_a40-8c": 5} in mixed_types  # 8.0 U1 and later: equal sizes share a GPU
+    assert addition_patterns(Gpu("0000:af:00.0", "a40", 48, api_version="8.0.3.0"), names) == mixed_types
+    old = Gpu("0000:3b:00.0", "a40", 48, api_version="7.0.3.0")  # before 8.0 U1: only the identical type
+    assert sorted(addition_patterns(old, names), key=str) == [{"grid_a40-8c": 6}, {"grid_a40-8q": 6}]
+    shared = Gpu("0000:3b:00.0", "a40", 48, api_version="8.0.3.0", graphics_type="shared")
+    assert addition_patterns(shared, names) == []
+    held = Gpu("0000:3b:00.0", "a40", 48, api_version="8.0.3.0", vgpus=["grid_a40-8c"])
+    assert {"grid_a40-8q": 1, "grid_a40-8c": 4} in addition_patterns(held, names)
+    assert addition_patterns(in_mode(new, "mixedSize"), names) != mixed_types
+
+
 # ------------------------------------------------------------------------------------------ fits now
 
 
@@ -132,7 +242,7 @@ def test_what_fits_now_counts_nvlink_rows_for_the_types_the_groups_are_offered_f
 
 
 def test_stranded_mig_slots() -> None:
-    host = SynthHost("esx-01", gpus=2, modes=[MIG, "sameSize"], nvlink="none",
+    host = SynthHost("esx-01", gpus=2, modes=[MIG, GpuVgpuMode.SAME_SIZE], nvlink="none",
                      running=[RunningVm("a", ["grid_a100-3-20c", ], [0]), RunningVm("b", ["grid_a100-2-10c"], [0])])
     farm = make_farm([host])
     farm.hosts["esx-01"].offered_profiles = ["grid_a100-3-20c", "grid_a100-40c"]
@@ -147,6 +257,78 @@ def test_what_fits_skips_hosts_in_maintenance() -> None:
     farm.hosts["esx-02"].in_maintenance = True
     report = what_fits(farm)
     assert report.hosts[1].skipped == "in maintenance mode" and report.hosts[1].rows == []
+
+
+def _shared(farm: Observed, host: str, gpus: slice = slice(None)) -> Observed:
+    for g in farm.hosts[host].gpus[gpus]:
+        g.graphics_type = "shared"
+    return farm
+
+
+def test_what_fits_names_what_blocks_a_host_and_the_fix() -> None:
+    farm = _shared(make_farm([SynthHost(f"esx-0{i}", gpus=2, nvlink="none") for i in (1, 2, 3, 4)]), "esx-01")
+    _shared(farm, "esx-04", slice(0, 1))
+    farm.hosts["esx-02"].in_maintenance = True
+    farm.hosts["esx-03"].connection_state = "disconnected"
+    report = {h.host: h for h in what_fits(farm).hosts}
+    assert report["esx-01"].rows == [] and "graphics type of all its GPUs is Shared (vSGA)" in (
+        report["esx-01"].skipped or "")
+    assert "default_type: sharedDirect" in report["esx-01"].blocked[0].fix
+    assert report["esx-02"].skipped == "in maintenance mode"
+    assert report["esx-02"].blocked[0].fix == "take the host out of maintenance mode"
+    assert report["esx-03"].skipped == "disconnected in vCenter" and "reconnect" in report["esx-03"].blocked[0].fix
+    partly = report["esx-04"]  # one Shared GPU: the other still counts, the Shared one is named
+    assert partly.skipped is None and "GPU 0000:3b:00.0" in partly.blocked[0].what
+    assert {(r.profile, r.vgpus): r.vms for r in partly.rows}["grid_a100-40c", 1] == 1
+    assert [s.why for s in partly.stranded] == ["graphics type shared: vGPUs need Shared Direct"]
+    text = _fits_text(what_fits(farm))
+    assert ("esx-01: left out (the graphics type of all its GPUs is Shared (vSGA); vGPUs need Shared Direct; "
+            "fix:") in text
+    doc = capacity_report(what_fits(farm)).to_dict()
+    assert doc["hosts"][1]["blocked"] == [
+        {"what": "in maintenance mode", "fix": "take the host out of maintenance mode"}]
+
+
+def test_a_shared_graphics_host_is_named_in_the_answer_with_its_fix() -> None:
+    farm = _shared(make_farm([SynthHost("esx-01", gpus=1, nvlink="none")]), "esx-01")
+    answer = plan_capacity(farm, demand(item("a", 1, "grid_a100-40c")), time_limit_s=5)
+    assert answer.placed == 0 and answer.skipped_hosts == {
+        "esx-01": "the graphics type of all its GPUs is Shared (vSGA); vGPUs need Shared Direct"}
+    short = answer.shapes[0]
+    assert short.reason == GEOMETRY and "esx-01: the graphics type of all its GPUs is Shared (vSGA)" in short.detail
+    assert "add `graphics` to the demand's allow" in short.detail
+    assert capacity_demand_report(answer).to_dict()["blocked"][0]["host"] == "esx-01"
+    assert "esx-01: left out (the graphics type" in capacity_demand_report(answer).render_text()
+
+
+def test_allow_graphics_switches_an_idle_host_to_shared_direct() -> None:
+    farm = _shared(make_farm([SynthHost("esx-01", gpus=2, nvlink="none", policy="consolidation")]), "esx-01")
+    d = demand(item("a", 2, "grid_a100-20c"), allow=("graphics",), template="tmpl")
+    for solver in (True, False):
+        answer = plan_capacity(farm, d, time_limit_s=5, use_solver=solver)
+        assert answer.all_fit and answer.skipped_hosts == {}
+        assert [(c.gpu, c.old_graphics_type, c.new_graphics_type, c.old, c.new, c.needs_reboot)
+                for c in answer.changes] == [("0000:3b:00.0", "shared", "sharedDirect", "sameSize", "sameSize", True)]
+    text = fragment(answer, d)
+    assert "- {select: '0000:3b:00.0', graphics_type: sharedDirect}" in text
+    inv = load_inventory_text(text)
+    validate(inv)
+    assert inv.hosts[0].gpus[0].graphics_type == "sharedDirect"
+    assert "graphics type shared -> sharedDirect, reboot" in capacity_demand_report(answer).render_text()
+    farm.vms["tmpl"] = ObservedVm("tmpl", is_template=True, firmware="efi", host="esx-01", cluster="GPU-Cluster")
+    plan = make_plan(inv, farm)  # plan takes the fragment: the GPU's graphics type first, then the VMs
+    assert plan.errors == []
+    assert [(c.kind, c.target, c.new, c.needs_reboot) for c in plan.host_changes] == [
+        ("graphics.type", "0000:3b:00.0", "sharedDirect", True)]
+    assert {c.vm: c.depends_on_hosts for c in plan.vm_changes} == {"a-001": ["esx-01"], "a-002": ["esx-01"]}
+
+
+def test_allow_graphics_leaves_a_host_that_runs_vms_alone() -> None:
+    farm = _shared(make_farm([SynthHost("esx-01", gpus=2, nvlink="none",
+                                        running=[RunningVm("vsga", ["grid_a100-40c"], [1])])]), "esx-01", slice(0, 1))
+    answer = plan_capacity(farm, demand(item("a", 2, "grid_a100-40c"), allow=("graphics",)), time_limit_s=5)
+    assert answer.placed == 0 and answer.changes == []
+    assert "GPU 0000:3b:00.0" in answer.shapes[0].detail and "Shared (vSGA)" in answer.shapes[0].detail
 
 
 # --------------------------------------------------------------------------------------- hand-solved
@@ -166,6 +348,72 @@ def test_only_a_mig_change_reaches_the_optimum() -> None:
     assert answer.placed == 3 and answer.greedy_placed == 1 and answer.all_fit
     assert [(c.host, c.gpu, c.new, c.needs_reboot) for c in answer.changes] == [("esx-01", "0000:3b:00.0", MIG, True)]
     assert {v.profile for v in answer.vms if v.shape == "a"} <= {"grid_a100-3-20c", "grid_a100-4-20c"}
+
+
+@pytest.mark.parametrize("policy", ["performance", "consolidation"])
+@pytest.mark.parametrize("by_profile", [False, True])
+def test_one_20gb_and_two_5gb_vms_share_one_mig_gpu(policy: str, by_profile: bool) -> None:
+    """One idle A100-40GB with `allow: [mig]`: a 3g.20gb (or 4g.20gb) and two 1g.5gb instances fit together
+    (MIG guide placements: 3g.20gb at 0, 1g.5gb at 4 and 5), whatever the host's assignment policy: a single GPU
+    spreads nothing. Asked by size or by profile, all three are placed with one MIG switch."""
+    farm = make_farm([SynthHost("esx-01", gpus=1, nvlink="none", policy=policy)])
+    if by_profile:
+        d = demand(item("big", 1, "grid_a100-3-20c"), item("small", 2, "grid_a100-1-5c"), allow=("mig",))
+    else:
+        d = demand(item("big", 1, vgpus={"fb_gb": 20, "series": "c"}),
+                   item("small", 2, vgpus={"fb_gb": 5, "series": "c"}), allow=("mig",))
+    for solver in (True, False):
+        answer = plan_capacity(farm, d, time_limit_s=10, use_solver=solver)
+        if not solver and not by_profile:
+            assert answer.placed == 1  # first fit takes the time-sliced 20 GB profile and locks the GPU
+            continue
+        assert answer.all_fit and answer.placed == 3
+        assert [(c.gpu, c.new) for c in answer.changes] == [("0000:3b:00.0", MIG)]
+        assert {v.profile for v in answer.vms if v.shape == "big"} <= {"grid_a100-3-20c", "grid_a100-4-20c"}
+        assert {v.profile for v in answer.vms if v.shape == "small"} == {"grid_a100-1-5c"}
+
+
+def test_a_spreading_host_keeps_one_time_sliced_profile_only_over_several_gpus() -> None:
+    farm = make_farm([SynthHost("one", gpus=1, nvlink="none"), SynthHost("two", gpus=2, nvlink="none"),
+                      SynthHost("packs", gpus=2, nvlink="none", policy="consolidation")])
+    problem = build_problem(farm, demand(item("a", 1, "grid_a100-10c"), allow=("mig",)))
+    assert [problem.host(h).spreads("grid_a100-10c") for h in ("one", "two", "packs")] == [False, True, False]
+    assert not problem.host("two").spreads("grid_a100-1-5c")  # MIG GPUs hold instances of any size
+    frozen = build_problem(farm, demand(item("a", 1, "grid_a100-10c"), frozen_hosts=["two"]))
+    assert frozen.host("two").spreads("grid_a100-10c")  # GPUs that keep their mode still spread
+
+
+def test_greedy_switches_only_idle_gpus_and_only_when_a_vm_needs_it() -> None:
+    """First fit on a host with one GPU held by a running VM: MIG-backed VMs switch the idle GPU to MIG (allow:
+    [mig]); the held GPU keeps its mode and takes the time-sliced VM beside the running one."""
+    farm = make_farm([SynthHost("esx-01", gpus=2, nvlink="none", policy="consolidation",
+                                running=[RunningVm("busy", ["grid_a100-10c"], [0])])])
+    d = demand(item("m", 2, "grid_a100-3-20c"), item("t", 1, "grid_a100-10c"), allow=("mig", "profile"))
+    problem = build_problem(farm, d)
+    layout = greedy(problem)
+    assert layout["esx-01"].modes == {"0000:3c:00.0": MIG}
+    assert layout["esx-01"].use == {"0000:3c:00.0": {("m", "grid_a100-3-20c"): 2},
+                                    "0000:3b:00.0": {("t", "grid_a100-10c"): 1}}
+    checked = verify(problem, farm, layout)
+    assert [v.name for v in checked.placed] == ["m-001", "m-002", "t-001"] and checked.dropped == []
+    nothing_needs_mig = greedy(build_problem(farm, demand(item("t", 3, "grid_a100-10c"), allow=("mig",))))
+    assert nothing_needs_mig["esx-01"].modes == {}
+
+
+def test_verify_drops_what_the_planner_refuses_and_the_changes_no_vm_uses() -> None:
+    from vgpuctl.capacity.layout import HostLayout
+
+    farm = make_farm([SynthHost("esx-01", gpus=2, nvlink="none", policy="consolidation",
+                                running=[RunningVm("busy", ["grid_a100-10c"], [0])])])
+    problem = build_problem(farm, demand(item("m", 3, "grid_a100-3-20c"), allow=("mig",)))
+    too_many = {"esx-01": HostLayout({"0000:3c:00.0": MIG}, [("m", "grid_a100-3-20c")] * 3)}
+    checked = verify(problem, farm, too_many)
+    assert [v.name for v in checked.placed] == ["m-001", "m-002"]  # two 3g.20gb fill the MIG GPU
+    assert len(checked.dropped) == 1 and checked.dropped[0][:2] == ("m", "esx-01")
+    assert "holds the maximum of A100-3-20C (2)" in checked.dropped[0][2]
+    assert checked.modes == {("esx-01", "0000:3c:00.0"): MIG}
+    unused = verify(problem, farm, {"esx-01": HostLayout({"0000:3c:00.0": MIG}, [])})
+    assert unused.placed == [] and unused.modes == {}  # a change no VM lands on is left out
 
 
 def test_without_mig_allowed_nothing_changes() -> None:
@@ -272,6 +520,15 @@ def test_per_vm_limit_reason() -> None:
     farm = make_farm([SynthHost("esx-01", gpus=8, nvlink="none", api_version="7.0.3.0")])
     answer = plan_capacity(farm, demand(item("wide", 1, "grid_a100-40c", n=8)), time_limit_s=10)
     assert answer.placed == 0 and answer.shapes[0].reason == PER_VM_LIMIT
+
+
+def test_the_hosts_own_per_vm_maximum_wins_over_its_api_version() -> None:
+    farm = make_farm([SynthHost("esx-01", gpus=8, nvlink="none")])  # API 8.0: 8 vGPUs per VM
+    farm.hosts["esx-01"].max_vgpus_per_vm = 4  # what the host reports
+    answer = plan_capacity(farm, demand(item("wide", 1, "grid_a100-40c", n=8), item("four", 1, "grid_a100-40c", n=4)),
+                           time_limit_s=10)
+    assert {s.name: (s.placed, s.reason) for s in answer.shapes} == {"wide": (0, PER_VM_LIMIT), "four": (1, None)}
+    assert "exceed every host's limit (4)" in answer.shapes[0].detail
 
 
 def test_spreading_hosts_get_one_time_sliced_profile_each() -> None:
@@ -384,3 +641,7 @@ def test_a_cloned_gpu_is_a_deep_copy() -> None:
     add_vgpu(copy, "grid_a100-2-10c")
     assert gpu.vgpus == ["grid_a100-3-20c"] and len(gpu.mig_used) == 1
     assert copy.vgpus == ["grid_a100-3-20c", "grid_a100-2-10c"] and len(copy.mig_used) == 2
+
+
+def _fits_text(report: object) -> str:
+    return capacity_report(report).render_text()  # type: ignore[arg-type]

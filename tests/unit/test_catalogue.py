@@ -30,6 +30,14 @@ REQUIRED_MODELS = {
 }
 
 
+# Rows whose newest published equal-size maximum times the framebuffer exceeds the GPU's: the catalogue uses
+# the newest published maximum (the host's report wins), so these stay as NVIDIA prints them.
+BEYOND_FRAMEBUFFER = {
+    "H100-16C": ("nvaie7-hopper", "Table 179", 6),  # 5 in the vGPU 17 table A.14
+    "H100XM-16C": ("nvaie7-hopper", "Table 181", 6),  # 5 in the vGPU 17 table A.15
+}
+
+
 @pytest.fixture(scope="module")
 def data() -> dict[str, Any]:
     return yaml.safe_load(CATALOGUE.read_text())
@@ -113,10 +121,55 @@ def test_type_rows_agree_with_their_board(data: dict[str, Any]) -> None:
             if "max_mixed" in t:
                 assert t["mig_gi"] is None, t["name"]
                 assert t["max_mixed"] <= t.get("max_equal", t["max_mixed"]), t["name"]
-            if "max_equal" in t and t["mig_gi"] is None:
+            if "max_equal" in t and t["mig_gi"] is None and t["name"] not in BEYOND_FRAMEBUFFER:
                 assert t["max_equal"] * t["fb_gb"] <= b["framebuffer_gb"], t["name"]
             if "placement_ids" in t:
                 assert all(p + t["placement_size"] <= _line(b) for p in t["placement_ids"]), t["name"]
+
+
+def test_maxima_beyond_the_framebuffer_are_the_newest_tables(data: dict[str, Any]) -> None:
+    rows = {t["name"]: t for b in data["boards"] for t in b["vgpu_types"]}
+    for name, (source, table, maximum) in BEYOND_FRAMEBUFFER.items():
+        assert (rows[name]["source"], rows[name]["max_equal"]) == (source, maximum)
+        assert table in rows[name]["table"] and table in data["sources"][source]["section"]
+
+
+def test_every_source_names_its_release(data: dict[str, Any]) -> None:
+    """A row's maxima are those of its source's release: vGPU 17 for most, NVIDIA AI Enterprise 7 for H200 and
+    the H100 rows that release changed."""
+    assert all(s["release"] for s in data["sources"].values())
+    assert "vGPU 17" in data["sources"]["nvaie5-vgpu17"]["release"]
+    assert "NVIDIA AI Enterprise 7" in data["sources"]["nvaie7-hopper"]["release"]
+
+
+def test_h200_mig_backed_types_and_geometry(data: dict[str, Any]) -> None:
+    """NVIDIA AI Enterprise 7, Tables 170 and 172: seven MIG-backed types per H200 board, each on its GPU
+    instance profile with NVIDIA's maximum; the MIG guide's H200 table: seven instance profiles on 8 memory
+    slots (memory fraction = slots, instance count = starts)."""
+    expected = {"7-141C": ("7g.141gb", 1), "4-71C": ("4g.71gb", 1), "3-71C": ("3g.71gb", 2), "2-35C": ("2g.35gb", 3),
+                "1-35C": ("1g.35gb", 4), "1-18C": ("1g.18gb", 7), "1-18CME": ("1g.18gb+me", 1)}
+    fractions = {"1g.18gb": (1, 7), "1g.18gb+me": (1, 7), "1g.35gb": (2, 4), "2g.35gb": (2, 3), "3g.71gb": (4, 2),
+                 "4g.71gb": (4, 1), "7g.141gb": (8, 1)}
+    for model, prefix, table in (("H200-NVL", "H200", "Table 170"), ("H200-SXM5", "H200X", "Table 172")):
+        board = next(b for b in data["boards"] if b["model"] == model)
+        assert board["mig"]["memory_slots"] == 8 and board["mig"]["apply"] == "immediate"
+        gis = {g["name"]: g for g in board["mig"]["gi_profiles"]}
+        assert {n: (g["size"], len(g["starts"])) for n, g in gis.items()} == fractions
+        rows = {t["name"]: t for t in board["vgpu_types"] if t["mig_gi"]}
+        assert {n.removeprefix(prefix + "-"): (t["mig_gi"], t["max_equal"]) for n, t in rows.items()} == expected
+        assert all(t["source"] == "nvaie7-hopper" and t["table"] == table for t in rows.values())
+
+
+def test_nvlink_bridges_and_links(data: dict[str, Any]) -> None:
+    """H200 NVL bridges connect 2 or 4 GPUs (H200 datasheet); H100 PCIe and H100 NVL have 12 NVLink links
+    (600 GB/s at 50 GB/s per fourth-generation link), H100 SXM5 18 (900 GB/s)."""
+    nvlink = {b["model"]: b["nvlink"] for b in data["boards"]}
+    assert nvlink["H200-NVL"]["bridge_gpus"] == [2, 4] and nvlink["H200-NVL"]["source"] == "h200-datasheet"
+    assert nvlink["H100-80GB"]["links"] == 12 and nvlink["H100-NVL"]["links"] == 12
+    assert nvlink["H100-SXM5-80GB"]["links"] == 18
+    for model, n in nvlink.items():
+        if n["topology"].startswith("bridge"):
+            assert n.get("bridge_gpus"), model
 
 
 def test_mixed_size_placements_give_the_mixed_size_maximum(data: dict[str, Any]) -> None:
@@ -206,3 +259,22 @@ def test_gpu_instance_ids_match_real_lgip_captures(data: dict[str, Any], capture
     for t in board["vgpu_types"]:
         if t["mig_gi"] in totals:
             assert t["max_equal"] == totals[t["mig_gi"]], t["name"]
+
+
+def test_mmio_per_gpu_is_nvidias_table(data: dict[str, Any]) -> None:
+    """NVIDIA AI Enterprise 6, Table 18 (MMIO space each GPU requires); GPUs it does not list carry none."""
+    table = {"A100-40GB": 128, "A100-HGX-40GB": 128, "A100-80GB": 256, "A100-HGX-80GB": 256, "A30": 64, "A40": 128,
+             "A10": 64, "L4": 64, "L40": 128, "H100-80GB": 256, "H100-SXM5-80GB": 256, "H100-NVL": 256,
+             "H100-SXM5-94GB": 256, "H200-NVL": 512, "H200-SXM5": 512}
+    got = {b["model"]: b["mmio"]["gb"] for b in data["boards"] if "mmio" in b}
+    assert got == table
+    assert all(b["mmio"]["source"] == "nvaie6-mmio" for b in data["boards"] if "mmio" in b)
+    assert "Table 18" in data["sources"]["nvaie6-mmio"]["section"]
+
+
+def test_uvm_turns_nvlink_p2p_off_only_on_a100_boards(data: dict[str, Any]) -> None:
+    """NVIDIA AI Enterprise 8.1, Peer-To-Peer (P2P) CUDA Transfers: the restriction is specific to the Ampere A100
+    and does not apply to Hopper or newer."""
+    flagged = {b["model"] for b in data["boards"] if b.get("uvm", {}).get("disables_nvlink_p2p")}
+    assert flagged == {"A100-40GB", "A100-80GB", "A100-HGX-40GB", "A100-HGX-80GB"}
+    assert all(b["uvm"]["source"] == "nvaie8-p2p" for b in data["boards"] if "uvm" in b)

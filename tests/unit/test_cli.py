@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import _thread
+import io
 import json
 import os
 import subprocess
@@ -20,9 +21,11 @@ from vgpuctl.cli import common, sim
 from vgpuctl.cli import plan as plan_cli
 from vgpuctl.cli import vm as vm_cli
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.cli.display import ApplyDisplay
 from vgpuctl.cli.main import app
-from vgpuctl.errors import UsageError
-from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm
+from vgpuctl.errors import UsageError, VgpuctlError
+from vgpuctl.inventory import load_inventory_text
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm, Plan
 from vgpuctl.reports.sim import SimEnvReport
 from vgpuctl.reports.status import host_profiles, status_report
 
@@ -497,16 +500,22 @@ class Recorder:
 
 def test_progress_prints_one_line_per_step_change() -> None:
     console = Recorder()
-    progress = plan_cli.ApplyProgress(console, ["vm1", "vm2"])  # type: ignore[arg-type]
+    progress = ApplyDisplay(console, ["vm1", "vm2", "vm3"], ["esx-01"])  # type: ignore[arg-type]
     with progress:
+        progress.host_step("esx-01", "enter-maintenance", None)
+        progress.host_step("esx-01", "changed", None)
         progress.vm_step("vm1", "reconfigure", 0)
         progress.vm_step("vm1", "reconfigure", 50)
         progress.vm_step("vm2", "power-off", None)
         progress.vm_step("vm1", "done", 100)
+        progress.vm_step("vm1", "power-on", 100)  # late: vm1 finished
+        progress.vm_step("vm3", "not-started", None)  # counted in the summary, no line of its own
     stamps = [line[:9] for line in console.lines]  # HH:MM:SS and a space: lines for logs carry the time
     assert all(len(s) == 9 and s[2] == s[5] == ":" for s in stamps)
-    assert [line[9:] for line in console.lines] == ["vm1: reconfigure", "vm2: power-off", "vm1: done"]
-    assert progress.finished == {"vm1": "done"}
+    assert [line[9:] for line in console.lines] == [
+        "host esx-01: enter-maintenance", "host esx-01: changed", "vm1: reconfigure", "vm2: power-off", "vm1: done"]
+    assert progress.finished == {"host esx-01": "changed", "vm1": "done", "vm3": "not-started"}
+    assert progress.counter() == "1/1 hosts, 2/3 VMs finished"  # hosts and VMs counted apart
 
 
 def test_ctrl_c_during_apply_stops_new_work_and_waits(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -529,7 +538,7 @@ def test_ctrl_c_during_apply_stops_new_work_and_waits(monkeypatch: pytest.Monkey
     monkeypatch.setattr(apply, "apply_plan", fake_apply)
     the_plan = Plan(vm_changes=[VmChange("vm1", power_on=True)])
     inventory = load_inventory_text("apiVersion: vgpuctl/v1\n")
-    display = plan_cli.ApplyProgress(Recorder(), ["vm1"])  # type: ignore[arg-type]
+    display = ApplyDisplay(Recorder(), ["vm1"])  # type: ignore[arg-type]
     with display:
         applied, interrupted = pipeline.run_interruptible(
             lambda cancel: pipeline.apply(object(), inventory, the_plan, Observed(), RunOptions(parallel=2),  # type: ignore[arg-type]
@@ -563,6 +572,47 @@ def test_confirmation_needs_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "stdin", open(os.devnull))  # noqa: SIM115
     with pytest.raises(UsageError, match="--yes"):
         common.confirm("Apply 1 change(s)?")
+
+
+class Typed(io.StringIO):
+    """stdin of a terminal where the user typed `text`."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("word", "typed", "goes_on"), [
+    (True, "yes\n", True), (True, "y\n", False), (True, "YES please\n", False), (True, "\n", False),
+    (False, "y\n", True), (False, "\n", False),
+])  # fmt: skip
+def test_disruptive_plans_ask_for_the_word_yes(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+                                               word: bool, typed: str, goes_on: bool) -> None:
+    monkeypatch.setattr(sys, "stdin", Typed(typed))
+    if goes_on:
+        common.confirm("Apply 3 change(s)?", word=word)
+    else:
+        with pytest.raises(VgpuctlError, match="cancelled: nothing was changed"):
+            common.confirm("Apply 3 change(s)?", word=word)
+    asked = capsys.readouterr().err
+    assert ("Type 'yes'" in asked) == word and ("[y/N]" in asked) == (not word)
+
+
+def test_which_plans_need_the_word(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vgpuctl.domain import ChangeKind, Phase
+    from vgpuctl.model import HostChange, VmChange
+
+    asked: list[bool] = []
+    monkeypatch.setattr(common, "confirm", lambda question, action="apply", word=False: asked.append(word))
+    inventory = load_inventory_text("apiVersion: vgpuctl/v1\n")
+    hooks = plan_cli.CliHooks(GlobalOptions())
+    for the_plan in (Plan(vm_changes=[VmChange("a", power_on=True)]),
+                     Plan(vm_changes=[VmChange("a", power_off=True, power_on=True)]),
+                     Plan(host_changes=[HostChange("h", ChangeKind.MIG, "0000:3b:00.0", "off", "on", Phase.REBOOT)])):
+        hooks.report = None
+        hooks.confirm(pipeline.Planned(inventory, Observed(), the_plan))
+    assert asked == [False, True, True]  # power-on only: y/N; a power-off or a reboot: the word
+    plan_cli.CliHooks(GlobalOptions(), yes=True).confirm(pipeline.Planned(inventory, Observed(), the_plan))
+    assert len(asked) == 3  # --yes skips both
 
 
 # ---------------------------------------------------------------------------------------------- sim

@@ -101,13 +101,20 @@ def test_every_command_lists_the_global_options_in_its_help() -> None:
             assert flag in out, (path, flag)
 
 
-def test_a_commands_own_short_flag_wins_over_the_global_one(tmp_path: Path) -> None:
-    # export -o FILE writes a file; --output json stays reachable after the command
-    help_text = invoke("export", "--help").output
-    assert "Write here instead of stdout" in help_text and "--output" in help_text
-    result = invoke("export", "-o", str(tmp_path / "x.yaml"), "--output", "json", "--url", UNREACHABLE, "-u", "me",
-                    env={"VGPUCTL_PASSWORD": "pw"})  # fmt: skip
+@pytest.mark.parametrize("command", [("export",), ("capacity",)])
+def test_minus_o_is_only_the_global_output(command: tuple[str, ...]) -> None:
+    # commands that write files take --out; -o after them is the global --output
+    help_text = invoke(*command, "--help").output
+    assert "--out <file>" in help_text and "-o, --out " not in help_text and "-o, --output <text|json>" in help_text
+    result = invoke(*command, "-o", "json", "--url", UNREACHABLE, "-u", "me", env={"VGPUCTL_PASSWORD": "pw"})
     assert result.exit_code == 1 and json.loads(result.stdout)["error"]["type"] == "ConnectionFailure"
+
+
+@pytest.mark.parametrize("name", ["json", "text"])
+def test_export_refuses_an_output_format_as_file_name(name: str, tmp_path: Path) -> None:
+    result = invoke("export", "--out", name, "--url", UNREACHABLE, "-u", "me", env={"VGPUCTL_PASSWORD": "pw"})
+    assert result.exit_code == 1 and f"-o {name}" in result.stderr and "Traceback" not in result.output
+    assert not (tmp_path / name).exists() and not Path(name).exists()
 
 
 def test_environment_is_not_overridden_by_the_copies() -> None:

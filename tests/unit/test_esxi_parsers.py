@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from vgpuctl.esxi import commands, parsers
+from vgpuctl.esxi import commands, modopts, parsers
 from vgpuctl.esxi.facts import FACTS, NVLINK_STATUS
 from vgpuctl.esxi.parsers import OutputFormatError
 
@@ -116,13 +116,17 @@ def test_every_fixture_has_a_case() -> None:
         ("parse_topo_matrix", "nothing here\n"),
         ("parse_topo_matrix", "\tGPU0\tGPU1\nGPU0\t X \tNV2\n"),
         ("parse_module_parameters", "Name Type\nrow\n"),
-        ("parse_module_options", "novalue"),
-        ("parse_module_options", 'A="unterminated'),
     ],
 )
 def test_malformed_output_raises(parser: str, text: str) -> None:
     with pytest.raises(OutputFormatError):
         getattr(parsers, parser)(text)
+
+
+@pytest.mark.parametrize("text", ["novalue", 'A="unterminated'])
+def test_malformed_module_options_raise(text: str) -> None:
+    with pytest.raises(OutputFormatError):
+        modopts.parse_module_options(text)
 
 
 def test_mig_set_results() -> None:
@@ -174,8 +178,8 @@ def test_gpu_modes_pending_flag() -> None:
     ],
 )
 def test_module_options_round_trip(options: str, parsed: dict[str, str]) -> None:
-    assert parsers.parse_module_options(options) == parsed
-    assert parsers.parse_module_options(parsers.format_module_options(parsed)) == parsed
+    assert modopts.parse_module_options(options) == parsed
+    assert modopts.parse_module_options(modopts.format_module_options(parsed)) == parsed
 
 
 @pytest.mark.parametrize(

@@ -59,10 +59,52 @@ def raw(topo: str = "", nvlink: str = "", gpus: str = GPUS_40C, host_links: int 
 
 def test_expectations():
     assert expect("enabled") == {"nvlink": "on", "profiles": {"a": ["grid_a100-40c"] * 2}, "mig": {"a": False},
-                                 "rdma": False}
-    assert expect("disabled")["nvlink"] == "off"
+                                 "p2p": {"a": "nvlink"}, "rdma": False}
+    assert expect("disabled")["nvlink"] == "off" and expect("disabled")["p2p"] == {"a": "pcie"}
     mig = expect("enabled", "grid_a100-3-20c", 1)
     assert mig["mig"] == {"a": True} and mig["profiles"] == {"a": ["grid_a100-3-20c"]}
+
+
+@pytest.mark.parametrize(
+    ("kind", "profile", "count", "way"),
+    [
+        # NVIDIA vGPU, "Peer-to-Peer CUDA Transfers": only time-sliced C-series vGPUs allocated all of the physical
+        # GPU's framebuffer on GPUs that support NVLink; MIG-backed vGPUs are not supported
+        ("whole-GPU time-sliced C-series", "grid_a100-40c", 2, "nvlink"),
+        ("whole-GPU time-sliced C-series, nvidia_ spelling", "nvidia_a100-40c", 2, "nvlink"),
+        ("MIG-backed", "grid_a100-3-20c", 2, "pcie"),
+        ("MIG-backed, whole GPU", "grid_a100-7-40c", 2, "pcie"),
+        ("fractional time-sliced", "grid_a100-20c", 2, "pcie"),
+        ("whole-GPU Q-series", "grid_a40-48q", 2, "pcie"),
+        ("board without NVLink", "grid_l40s-48c", 2, "pcie"),
+    ],
+)
+def test_a_variant_expects_nvlink_p2p_only_for_whole_gpu_time_sliced_c_series(kind: str, profile: str,
+                                                                                 count: int, way: str) -> None:
+    assert expect("enabled", profile, count)["p2p"] == {"a": way}, kind
+
+
+def test_a_mig_variant_with_nvlink_on_counts_its_pcie_runs():
+    """docs/experiments.md's `mig-3g` variant: hosts keep NVLink enabled, the VMs' MIG-backed vGPUs see PCIe
+    between them; that is what NVIDIA allows, not a contradiction."""
+    mig = expect("enabled", "grid_a100-3-20c", 2)
+    facts = summarize(raw(TOPO_PCIE, NVLINK_DOWN, gpus="550.90.07, GRID A100-3-20C\n" * 2, host_links=12, mig=True))
+    assert contradictions(mig, facts) == []
+    nv = summarize(raw(TOPO_NV, gpus="550.90.07, GRID A100-3-20C\n" * 2, host_links=12, mig=True))
+    assert [c.message for c in contradictions(mig, nv)] == [
+        "NVLink between vGPUs NVIDIA connects over PCIe (MIG-backed or fractional): a: GPU0-GPU1 NV12"]
+
+
+def test_a_fractional_variant_with_nvlink_on_counts_its_pcie_runs():
+    half = expect("enabled", "grid_a100-20c", 2)
+    facts = summarize(raw(TOPO_PCIE, gpus="550.90.07, GRID A100-20C\n" * 2, host_links=12))
+    assert contradictions(half, facts) == []
+
+
+def test_results_written_before_p2p_was_recorded_expect_nvlink_for_every_vm():
+    old = {k: v for k, v in expect("enabled", "grid_a100-20c", 2).items() if k != "p2p"}
+    facts = summarize(raw(TOPO_PCIE, gpus="550.90.07, GRID A100-20C\n" * 2, host_links=12))
+    assert [c.kind for c in contradictions(old, facts)] == ["p2p-not-nvlink"]
 
 
 def test_summarize_reads_topology_links_gpus_and_hosts():
@@ -99,7 +141,7 @@ def test_contradiction_messages():
         "NVLink links up in an 'off' run: host esx-01: 4 link(s) active",
     ]
     mig = contradictions(expect("enabled", "grid_a100-3-20c", 1),
-                         summarize(raw(TOPO_NV, host_links=1, gpus="550.90.07, GRID A100-2-10C\n")))
+                         summarize(raw(TOPO_PCIE, host_links=1, gpus="550.90.07, GRID A100-2-10C\n")))
     assert [c.message for c in mig] == [
         "MIG slice different from the one asked: a asked grid_a100-3-20c; the guest shows GRID A100-2-10C"]
 

@@ -197,6 +197,8 @@ def test_a_variant_may_only_change_what_the_base_sets(tmp_path):
                    {"select": "0000:3B:00.0", "mode": "mig"}]},
          {"gpus": [{"mode": "mig", "vgpu_mode": None}, {"select": "0000:3b:00.0", "mode": "time-sliced"},
                    {"select": "0000:af:00.0", "mode": "mig"}]}),
+        ({"gpus": [{"select": "all", "mode": "time-sliced", "vgpu_mode": "sameSize"}]},
+         {"gpus": [{"mode": "mig"}]}),  # no vgpu_mode: null needed to switch to MIG
         ({"ssh": {"user": "root", "port": 2222}, "maintenance": {"evacuate": "refuse", "max_unavailable": 2}},
          {"ssh": {"port": 22}, "maintenance": {"evacuate": "power-off"}}),
     ],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from vgpuctl.domain import ChangeKind, Phase
 from vgpuctl.errors import NotFound
 from vgpuctl.hosts.explain import explain_host
 from vgpuctl.inventory import load_inventory_text
@@ -36,8 +37,8 @@ def farm() -> Observed:
 
 def test_merged_values_with_their_entry_line_and_vcenter_value() -> None:
     inv = load_inventory_text(INVENTORY, "inv.yaml")
-    plan = Plan(host_changes=[HostChange("esx-01.example.com", "graphics.default_type", "host", "shared",
-                                         "sharedDirect", True, True)])  # fmt: skip
+    plan = Plan(host_changes=[HostChange("esx-01.example.com", ChangeKind.DEFAULT_TYPE, "host", "shared",
+                                         "sharedDirect", Phase.REBOOT)])  # fmt: skip
     report = explain_host("esx-01.example.com", inv, farm(), plan)
     assert report.entries == ["cluster GPU-Cluster", "host esx-01.example.com"]
     got = {s.setting: (s.value, s.source, s.vcenter) for s in report.settings}
@@ -49,8 +50,37 @@ def test_merged_values_with_their_entry_line_and_vcenter_value() -> None:
     assert [(c.setting, c.new) for c in report.changes] == [("graphics.default_type", "sharedDirect")]
     text = report.render_text()
     assert text.startswith("host esx-01.example.com (cluster GPU-Cluster): cluster GPU-Cluster then host esx-01")
-    assert "graphics.assignment_policy  consolidation   from inv.yaml:8 (host esx-01.example.com)" in text
-    assert "vCenter: performance (differs)" in text and "the plan changes:" in text
+    lines = text.splitlines()
+    assert "  setting                     inventory      vCenter now           from" in lines
+    assert ("  graphics.assignment_policy  consolidation  performance  differs  inv.yaml:8 (host esx-01.example.com)"
+            in lines)
+    mode = "  gpus[all].mode              time-sliced    time-sliced           inv.yaml:5 (cluster GPU-Cluster)"
+    assert mode in lines
+    starts = {line.index("inv.yaml") for line in lines if "inv.yaml:" in line}
+    assert len(starts) == 1  # the columns line up
+    assert "the plan changes:" in text
+
+
+def test_the_selector_is_no_difference_and_each_gpu_is_compared() -> None:
+    observed = farm()
+    observed.hosts["esx-01.example.com"].gpus[1].vgpu_mode = "mixedSize"  # one GPU already as wanted
+    report = explain_host("esx-01", load_inventory_text(INVENTORY, "inv.yaml"), observed, Plan())  # a short name
+    by = {s.setting: s for s in report.settings}
+    assert by["gpus[all].select"].vcenter is None and by["gpus[all].select"].differs is None
+    assert by["gpus[all].vgpu_mode"].differs is True  # the other GPU still differs
+    assert by["gpus[all].vgpu_mode"].vcenter == "0000:3b:00.0: sameSize, 0000:5e:00.0: mixedSize"
+    assert by["gpus[all].mode"].differs is False
+    both = observed.hosts["esx-01.example.com"].gpus[0]
+    both.vgpu_mode = "mixedSize"
+    again = explain_host("esx-01", load_inventory_text(INVENTORY, "inv.yaml"), observed, Plan())
+    assert {s.setting: s.differs for s in again.settings}["gpus[all].vgpu_mode"] is False
+
+
+def test_mig_makes_the_time_sliced_mode_moot() -> None:
+    inv = load_inventory_text(INVENTORY.replace("vgpu_mode: mixedSize}", "mode: mig}"), "inv.yaml")
+    by = {s.setting: s for s in explain_host("esx-01.example.com", inv, farm(), Plan()).settings}
+    assert by["gpus[all].mode"].value == "mig" and by["gpus[all].mode"].differs is True
+    assert by["gpus[all].vgpu_mode"].vcenter is None and by["gpus[all].vgpu_mode"].differs is None
 
 
 def test_the_other_host_gets_the_cluster_entry_only() -> None:

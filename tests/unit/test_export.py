@@ -6,10 +6,11 @@ from __future__ import annotations
 import pytest
 
 from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
+from vgpuctl.domain import PowerState
 from vgpuctl.export import ExportOptions, _Vm, export_inventory, ranges
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.inventory import load_inventory_text, validate
-from vgpuctl.model import Observed, ObservedVgpu, ObservedVm, PowerState
+from vgpuctl.model import Observed, ObservedVgpu, ObservedVm
 from vgpuctl.supervisor.vmclasses import ClassState, NamespaceState, SupervisorState, plan_supervisor
 from vgpuctl.vms.plan import make_plan
 
@@ -218,10 +219,10 @@ def _supervisor() -> SupervisorState:
     mmio = {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "256"}
     return SupervisorState(
         classes={
-            "gpu-a100-40c": ClassState("gpu-a100-40c", 16, 131072, 0, 100, ["grid_a100-40c"] * 2, dict(mmio)),
+            "gpu-a100-40c": ClassState("gpu-a100-40c", 16, 131072, 0, 100, ["grid_a100-40c"] * 2, {}),
             "gpu-mixed": ClassState("gpu-mixed", 8, 65536, 25, 100, ["grid_a100-20c", "grid_a100-10c"],
                                     {**mmio, "pciPassthru.64bitMMIOSizeGB": "512", "guest.tag": "x"}),
-            "gpu-unused": ClassState("gpu-unused", 4, 32768, 0, 100, ["grid_a100-10c"], dict(mmio)),
+            "gpu-unused": ClassState("gpu-unused", 4, 32768, 0, 100, ["grid_a100-10c"], {}),
             "best-effort-small": ClassState("best-effort-small", 2, 4096),
         },
         namespaces={
@@ -243,7 +244,10 @@ def test_vm_classes_and_namespaces_plan_to_no_change() -> None:
         ("ml-team", "GPU-Cluster", ["gpu-a100-40c", "gpu-mixed"])]
     assert "# also uses best-effort-small (no vGPUs: not written, its association is left alone)" in text
     mixed = next(c for c in inv.vm_classes if c.name == "gpu-mixed")
-    assert mixed.extra_config == {"pciPassthru.64bitMMIOSizeGB": "512", "guest.tag": "x"}  # the MMIO flag is implied
+    # vgpuctl leaves a class's MMIO to vm-operator's default: what vCenter's class sets is written as it is
+    assert mixed.extra_config == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "512",
+                                  "guest.tag": "x"}
+    assert next(c for c in inv.vm_classes if c.name == "gpu-a100-40c").extra_config == {}
     assert mixed.cpu_reservation == 25 and [(v.profile, v.count) for v in mixed.vgpus] == [
         ("grid_a100-20c", 1), ("grid_a100-10c", 1)]
     plan = plan_supervisor(inv, state, observed)

@@ -1,4 +1,5 @@
-"""VGPUCTL_ESXI_HOSTS: the JSON map of where each host's SSH server listens; bad files are one clear error."""
+"""VGPUCTL_ESXI_HOSTS: where each host's SSH server listens (a JSON object, or the path of a file with it); bad
+values are one clear error."""
 
 from __future__ import annotations
 
@@ -47,3 +48,12 @@ def test_a_missing_or_malformed_map_is_one_usage_error(tmp_path: Path, content: 
     with pytest.raises(UsageError, match=message) as info:
         load_host_map(str(path))
     assert str(info.value).startswith(f"{ENV_HOST_MAP}={path}: ") and "\n" not in str(info.value)
+
+
+def test_the_map_written_out_in_the_variable_works_too() -> None:
+    env = {ENV_HOST_MAP: ' {"esx-01": {"host": "127.0.0.1", "port": 2201}}'}
+    target = ssh_target("esx-01", None, env)
+    assert (target.connect_address, target.port) == ("127.0.0.1", 2201)
+    with pytest.raises(UsageError, match="not JSON") as info:
+        load_host_map('{"esx-01": ')
+    assert str(info.value).startswith(f"{ENV_HOST_MAP} (the JSON written out): ")

@@ -14,12 +14,16 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import ChangeKind, Outcome, Phase
+from vgpuctl.esxi import modopts, rmpvmrl
 from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts import predict
 from vgpuctl.hosts.apply import RefusedError
+from vgpuctl.hosts.evacuation import needs_maintenance, needs_reboot
 from vgpuctl.hosts.facts import GpuFacts, HostFacts, gather_shell_facts, nvlink_sets, vsphere_bus_id
+from vgpuctl.hosts.settings import SETTINGS
+from vgpuctl.hosts.settings.base import MODULE_OPTIONS_STEP, HostWriter
 from vgpuctl.hosts.targets import targets_for
-from vgpuctl.hosts.work import StateStore, default_state_path
 from vgpuctl.inventory import HostSpec, load_inventory_text
 from vgpuctl.model import HostChange, HostOutcome, Observed, ObservedGpu, ObservedHost
 
@@ -76,15 +80,15 @@ def test_plan_host_cases(case: dict[str, Any]) -> None:
     ],
 )
 def test_scheduler_values_follow_nvidia_rmpvmrl_layout(policy: str, slice_ms: int | None, value: str | None) -> None:
-    assert hostplan.scheduler_value(policy, slice_ms) == value
-    state = hostplan.decode_scheduler(value)
+    assert rmpvmrl.encode(policy, slice_ms) == value
+    state = rmpvmrl.decode(value)
     assert (state.policy, state.timeslice_ms) == (policy, slice_ms)
 
 
 @pytest.mark.parametrize(("policy", "slice_ms"), [("best-effort", 3), ("round-robin", None), ("equal-share", 0)])
 def test_scheduler_value_rejects_bad_input(policy: str, slice_ms: int | None) -> None:
     with pytest.raises(ValueError):
-        hostplan.scheduler_value(policy, slice_ms)
+        rmpvmrl.encode(policy, slice_ms)
 
 
 @pytest.mark.parametrize(
@@ -114,26 +118,39 @@ def test_scheduler_value_rejects_bad_input(policy: str, slice_ms: int | None) ->
     ],
 )
 def test_merge_module_options_keeps_other_options(current: str, kwargs: dict[str, Any], expected: str) -> None:
-    merged = hostplan.merge_module_options(current, **kwargs)
+    merged = modopts.merge_module_options(current, **kwargs)
     assert merged == expected
     if "nvlink" in kwargs:
-        assert hostplan.nvlink_of(merged) == kwargs["nvlink"]
+        assert modopts.nvlink_of(merged) == kwargs["nvlink"]
     if "scheduler" in kwargs:
-        assert hostplan.rmpvmrl_of(merged) == kwargs["scheduler"]
+        assert modopts.rmpvmrl_of(merged) == kwargs["scheduler"]
 
 
-def test_options_for_applies_both_changes_of_a_host() -> None:
+def _module_options_after(current: str, changes: list[HostChange]) -> str:
+    """What the module-options apply step writes: each setting's edits of the current option string."""
+    writer = HostWriter(None, "h", "host-1", lambda step, detail: None, lambda step: None, lambda: None)  # type: ignore[arg-type,return-value]
+    for setting in SETTINGS:
+        mine = [c for c in changes if c.kind in setting.kinds]
+        if mine:
+            setting.apply(MODULE_OPTIONS_STEP, mine, writer)
+    options = modopts.parse_module_options(current)
+    for edit in writer.option_edits:
+        edit(options)
+    return modopts.format_module_options(options)
+
+
+def test_module_options_step_applies_both_changes_of_a_host() -> None:
     changes = [
-        HostChange("h", hostplan.NVLINK, "host", "enabled", "disabled", True, True),
-        HostChange("h", hostplan.SCHEDULER, "host", "best-effort", "fixed-share (24 ms)", True, True),
+        HostChange("h", ChangeKind.NVLINK, "host", "enabled", "disabled", Phase.REBOOT),
+        HostChange("h", ChangeKind.SCHEDULER, "host", "best-effort", "fixed-share (24 ms)", Phase.REBOOT),
     ]
-    merged = hostplan.options_for("NVreg_EnableMSI=1", changes)
+    merged = _module_options_after("NVreg_EnableMSI=1", changes)
     assert merged == "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x00180013"
 
 
 def test_merge_rejects_a_bad_nvlink_value() -> None:
     with pytest.raises(ValueError):
-        hostplan.merge_module_options("", nvlink="off")
+        modopts.merge_module_options("", nvlink="off")
 
 
 # ------------------------------------------------------------------------------ resolving hosts
@@ -183,12 +200,13 @@ def test_plan_hosts_over_a_cluster_with_resume() -> None:
 
 
 def test_flags_of_a_change_list() -> None:
-    policy = HostChange("h", hostplan.ASSIGNMENT_POLICY, "host", "performance", "consolidation", False, False)
-    mig = HostChange("h", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig", True, False)
-    assert not hostplan.needs_maintenance([policy])
-    assert hostplan.needs_maintenance([policy, mig])
-    assert not hostplan.needs_reboot([policy, mig])
-    assert hostplan.category(hostplan.VGPU_MODE) == "graphics"
+    policy = HostChange("h", ChangeKind.ASSIGNMENT_POLICY, "host", "performance", "consolidation", Phase.ONLINE)
+    mig = HostChange("h", ChangeKind.MIG, "0000:3b:00.0", "time-sliced", "mig", Phase.MAINTENANCE)
+    assert not needs_maintenance([policy])
+    assert needs_maintenance([policy, mig])
+    assert not needs_reboot([policy, mig])
+    assert ChangeKind.VGPU_MODE.category == "graphics"
+    assert (policy.disruptive, mig.disruptive, mig.needs_reboot) == (False, True, False)
 
 
 # ------------------------------------------------------------------------------ verification
@@ -243,7 +261,7 @@ def test_verify_passes_when_everything_matches() -> None:
 def test_predicted_host_offers_mig_profiles_after_the_switch() -> None:
     host = _host("esx-a100", {"offered_profiles": ["grid_a100-10c", "grid_a100-40c"]})
     changes = hostplan.plan_host(_spec(host.name, {"gpus": [{"select": "0000:3b:00.0", "mode": "mig"}]}), host).changes
-    after = hostplan.predict_host(host, changes)
+    after = predict.predict_host(host, changes)
     assert after.gpus[0].vgpu_mode == "multiInstanceGpu"
     assert after.gpus[1].vgpu_mode == "sameSize"
     assert "grid_a100-3-20c" in after.offered_profiles and "grid_a100-7-40c" in after.offered_profiles
@@ -255,13 +273,13 @@ def test_predicted_host_offers_mig_profiles_after_the_switch() -> None:
 def test_predicted_host_drops_mig_profiles_when_all_gpus_leave_mig() -> None:
     host = _host("esx-mig", {"offered_profiles": ["grid_a100-3-20c", "grid_a100-7-40c"]})
     changes = hostplan.plan_host(_spec(host.name, {"gpus": [{"select": "all", "mode": "time-sliced"}]}), host).changes
-    after = hostplan.predict_observed(Observed(hosts={host.name: host}), changes).hosts[host.name]
+    after = predict.predict_observed(Observed(hosts={host.name: host}), changes).hosts[host.name]
     assert not any("-3-20c" in p for p in after.offered_profiles)
     assert "grid_a100-40c" in after.offered_profiles
 
 
 def test_mig_profile_names_from_board_geometry() -> None:
-    assert hostplan.mig_profile_names("a100") == [
+    assert predict.mig_profile_names("a100") == [
         "grid_a100-1-5c",
         "grid_a100-1-10c",
         "grid_a100-2-10c",
@@ -269,7 +287,7 @@ def test_mig_profile_names_from_board_geometry() -> None:
         "grid_a100-4-20c",
         "grid_a100-7-40c",
     ]
-    assert hostplan.mig_profile_names("l40s") == []
+    assert predict.mig_profile_names("l40s") == []
 
 
 # ------------------------------------------------------------------------------ shell facts from fixtures
@@ -333,30 +351,57 @@ def test_facts_round_trip_through_dicts() -> None:
 # ------------------------------------------------------------------------------ host apply pure parts
 
 
-def test_state_store_persists_records(tmp_path: Path) -> None:
-    path = tmp_path / "state" / "hostops.json"
-    store = StateStore(path)
+class _Fields:
+    """The custom attributes VcenterWorkStore writes, kept in a dict (moid, name) -> value."""
+
+    def __init__(self) -> None:
+        self.values: dict[tuple[str, str], str] = {}
+
+    def set(self, host_moid: str, name: str, value: str) -> None:
+        self.values[(host_moid, name)] = value
+
+
+def _vcenter_store(fields: _Fields, run: str = "run-1") -> Any:
+    from vgpuctl.hosts.work import WORK_FIELD
+    from vgpuctl.vsphere.workrecord import VcenterWorkStore
+
+    values = {"esx-01": fields.values.get(("host-1", WORK_FIELD), "")}
+    return VcenterWorkStore(None, {"esx-01": "host-1"}, values, run, fields=fields)  # type: ignore[arg-type]
+
+
+def test_work_store_persists_records_in_the_hosts_attribute() -> None:
+    fields = _Fields()
+    store = _vcenter_store(fields)
     store.add_vm("esx-01", "vm-a", "vm-1")
     store.add_vm("esx-01", "vm-a", "vm-1")
     store.update("esx-01", entered_maintenance=True, phase="reboot")
-    again = StateStore(path)
+    again = _vcenter_store(fields, "run-2")  # the next run reads what vCenter holds
     rec = again.get("esx-01")
-    assert rec is not None and rec.entered_maintenance
+    assert rec is not None and rec.entered_maintenance and rec.run == "run-1"
     assert rec.vms == [{"name": "vm-a", "moid": "vm-1", "after": "power-on"}]
     again.drop("esx-01")
-    assert StateStore(path).hosts() == []
+    assert _vcenter_store(fields).hosts() == []
+    assert list(fields.values.values()) == [""]  # dropping clears the attribute
 
 
-def test_state_store_reports_a_corrupt_file(tmp_path: Path) -> None:
-    path = tmp_path / "hostops.json"
-    path.write_text("{not json")
-    with pytest.raises(Exception, match="cannot read the host state file"):
-        StateStore(path)
+def test_work_store_ignores_an_unreadable_record(caplog: pytest.LogCaptureFixture) -> None:
+    from vgpuctl.hosts.work import WORK_FIELD
+
+    fields = _Fields()
+    fields.values[("host-1", WORK_FIELD)] = "{not json"
+    assert _vcenter_store(fields).hosts() == []
+    assert "unreadable vgpuctl work record" in caplog.text
 
 
-def test_default_state_path_per_vcenter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("VGPUCTL_STATE_DIR", str(tmp_path))
-    assert default_state_path("https://127.0.0.1:8989/sdk") == tmp_path / "hostops-127.0.0.1_8989_sdk.json"
+def test_memory_work_store_follows_the_same_protocol() -> None:
+    from workstore import MemoryWorkStore
+
+    store = MemoryWorkStore()
+    store.add_vm("esx-01", "vm-a", "vm-1", after="vm-change")
+    assert MemoryWorkStore(store.values).get("esx-01").vms == [  # type: ignore[union-attr]
+        {"name": "vm-a", "moid": "vm-1", "after": "vm-change"}
+    ]
+    assert store.lease("esx-01").acquire() is not None
 
 
 def test_failed_outcome_says_where_it_stopped() -> None:
@@ -382,9 +427,9 @@ def test_failed_outcome_says_where_it_stopped() -> None:
 
 def test_targets_group_changes_by_host() -> None:
     changes = [
-        HostChange("b", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig"),
-        HostChange("a", hostplan.NVLINK, "host", "enabled", "disabled"),
-        HostChange("b", hostplan.NVLINK, "host", "enabled", "disabled"),
+        HostChange("b", ChangeKind.MIG, "0000:3b:00.0", "time-sliced", "mig"),
+        HostChange("a", ChangeKind.NVLINK, "host", "enabled", "disabled"),
+        HostChange("b", ChangeKind.NVLINK, "host", "enabled", "disabled"),
     ]
     spec_b = HostSpec(name="b", nvlink="disabled")
     targets = targets_for(changes, {"b": spec_b}, {"a": "host-1", "b": "host-2"})
@@ -406,8 +451,8 @@ def test_vm_changes_on_changed_hosts_wait_for_them() -> None:
         VmChange("idle"),
     ]
     host_changes = [
-        HostChange("esx-a100", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig"),
-        HostChange("esx-l40s", hostplan.ASSIGNMENT_POLICY, "host", "performance", "consolidation", False),
+        HostChange("esx-a100", ChangeKind.MIG, "0000:3b:00.0", "time-sliced", "mig"),
+        HostChange("esx-l40s", ChangeKind.ASSIGNMENT_POLICY, "host", "performance", "consolidation", Phase.ONLINE),
     ]
     hostplan.mark_dependencies(changes, observed, host_changes)
     assert [c.depends_on_hosts for c in changes] == [["esx-a100"], [], ["esx-a100"], ["esx-a100"], []]
@@ -445,12 +490,12 @@ def test_describe_changes_says_maintenance_reboot_and_vms() -> None:
     from vgpuctl.reports.plan import AffectedVm
 
     spec = HostSpec(name="h")
-    changes = [HostChange("h", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig", True, True)]
+    changes = [HostChange("h", ChangeKind.MIG, "0000:3b:00.0", "time-sliced", "mig", Phase.REBOOT)]
     text = describe_changes("h", changes, spec, [AffectedVm("vm-a", [VgpuCount("grid_a100-40c", 1)])])
     assert "~ mig 0000:3b:00.0: time-sliced -> mig" in text
     assert "enters maintenance mode" in text and "reboots (waiting up to 900s" in text
     assert "block maintenance mode (evacuate: refuse, nothing will change): vm-a (grid_a100-40c)" in text
-    policy = [HostChange("h", hostplan.ASSIGNMENT_POLICY, "host", "performance", "consolidation", False, False)]
+    policy = [HostChange("h", ChangeKind.ASSIGNMENT_POLICY, "host", "performance", "consolidation", Phase.ONLINE)]
     assert "maintenance" not in describe_changes("h", policy, spec, [])
 
 

@@ -9,12 +9,17 @@ import copy
 
 import pytest
 
+from vgpuctl.domain import ChangeKind, EvacuationKind
 from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.settings.base import HostPlan
 from vgpuctl.inventory import load_inventory_text
-from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
+from vgpuctl.model import EvacuationAction, Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
 from vgpuctl.vms.plan import make_plan
 
 pytestmark = pytest.mark.unit
+
+HAND_OVER = EvacuationAction(EvacuationKind.HAND_OVER)
+RESTORE_AFTER = EvacuationAction(EvacuationKind.RESTORE_AFTER)
 
 HOST = "esx-a100"
 A100 = {"device_name": "NVIDIA A100-PCIE-40GB", "device_id": 0x20F1, "memory_kb": 40 * 1024 * 1024}
@@ -64,7 +69,7 @@ def test_a_running_vm_the_new_mode_cannot_run_is_an_error_naming_what_would_be_o
     assert error.startswith(f"host {HOST}: VM train-01 uses grid_a100-40c, which the host will not offer after ")
     offered = error.split("(offered then: ")[1].split(")")[0].split(", ")
     assert "grid_a100-3-20c" in offered and "grid_a100-7-40c" in offered and "grid_a100-40c" not in offered
-    assert not any(c.kind == hostplan.EVACUATE for c in result.changes)
+    assert not any(c.kind == ChangeKind.EVACUATE for c in result.changes)
 
 
 def test_a_listed_vm_asking_for_an_unoffered_profile_is_an_error_too() -> None:
@@ -80,11 +85,11 @@ def test_a_listed_vm_moved_to_an_offered_profile_is_handed_to_its_own_change() -
     observed = _observed(_vm("train-01", "grid_a100-40c"), _vm("web-01"))
     result = hostplan.plan_hosts(inv.hosts, observed, vms=inv.vms)
     assert not result.errors, result.errors
-    assert [(c.kind, c.target, c.new) for c in result.changes if c.kind == hostplan.EVACUATE] == [
-        ("evacuate", "train-01", hostplan.HAND_OVER),
-        ("evacuate", "web-01", hostplan.RESTORE_AFTER),  # no vGPUs: it always runs again
+    assert [(c.kind, c.target, c.new) for c in result.changes if c.kind == ChangeKind.EVACUATE] == [
+        (ChangeKind.EVACUATE, "train-01", HAND_OVER),
+        (ChangeKind.EVACUATE, "web-01", RESTORE_AFTER),  # no vGPUs: it always runs again
     ]
-    assert result.changes[0].kind == hostplan.EVACUATE  # listed before the host change it makes room for
+    assert result.changes[0].kind == ChangeKind.EVACUATE  # listed before the host change it makes room for
     assert hostplan.changed_hosts(result.changes) == {HOST}
 
 
@@ -92,7 +97,7 @@ def test_make_plan_orders_power_off_host_change_reconfigure_power_on() -> None:
     inv = _inventory(MIG, "  - name: train-01\n    vgpus: {profile: grid_a100-3-20c}\n    power: restart\n")
     plan = make_plan(inv, _observed(_vm("train-01", "grid_a100-40c")))
     assert not plan.errors, plan.errors
-    assert [c.kind for c in plan.host_changes] == ["evacuate", "mig", "mig"]
+    assert [c.kind for c in plan.host_changes] == [ChangeKind.EVACUATE, ChangeKind.MIG, ChangeKind.MIG]
     (change,) = plan.changes
     assert change.power_off and change.power_on and change.depends_on_hosts == [HOST]
     assert [(d.op.value, d.profile) for d in change.devices] == [("-", "grid_a100-40c"), ("+", "grid_a100-3-20c")]
@@ -102,8 +107,8 @@ def test_refuse_evacuates_only_what_the_inventory_re_profiles() -> None:
     refuse = MIG.replace("power-off", "refuse")
     inv = _inventory(refuse, "  - name: train-01\n    vgpus: {profile: grid_a100-3-20c}\n")
     result = hostplan.plan_hosts(inv.hosts, _observed(_vm("train-01", "grid_a100-40c"), _vm("web-01")), vms=inv.vms)
-    assert [(c.target, c.new) for c in result.changes if c.kind == hostplan.EVACUATE] == [
-        ("train-01", hostplan.HAND_OVER)
+    assert [(c.target, c.new) for c in result.changes if c.kind == ChangeKind.EVACUATE] == [
+        ("train-01", HAND_OVER)
     ]
 
 
@@ -115,7 +120,7 @@ def test_powered_off_vms_that_lose_their_profile_are_a_warning_and_untouched() -
         f"host {HOST}: VM old-01 (powered off) uses grid_a100-40c, which the host will not offer after the change: "
         "it cannot power on there"
     ]
-    assert not any(c.kind == hostplan.EVACUATE for c in result.changes)
+    assert not any(c.kind == ChangeKind.EVACUATE for c in result.changes)
 
 
 def test_a_change_that_keeps_the_profiles_restores_every_running_vm() -> None:
@@ -124,9 +129,9 @@ def test_a_change_that_keeps_the_profiles_restores_every_running_vm() -> None:
     observed = _observed(_vm("train-01", "grid_a100-40c"), _vm("web-01"), _vm("off-01", on=False))
     result = hostplan.plan_hosts(inv.hosts, observed, vms=inv.vms)
     assert not result.errors and not result.warnings
-    assert [(c.target, c.new) for c in result.changes if c.kind == hostplan.EVACUATE] == [
-        ("train-01", hostplan.RESTORE_AFTER),
-        ("web-01", hostplan.RESTORE_AFTER),
+    assert [(c.target, c.new) for c in result.changes if c.kind == ChangeKind.EVACUATE] == [
+        ("train-01", RESTORE_AFTER),
+        ("web-01", RESTORE_AFTER),
     ]
 
 
@@ -145,7 +150,7 @@ def test_a_host_already_in_maintenance_evacuates_nothing() -> None:
     observed = _observed(_vm("train-01", "grid_a100-40c", on=False))
     observed.hosts[HOST].in_maintenance = True
     result = hostplan.plan_hosts(inv.hosts, observed, vms=inv.vms)
-    assert not result.errors and not any(c.kind == hostplan.EVACUATE for c in result.changes)
+    assert not result.errors and not any(c.kind == ChangeKind.EVACUATE for c in result.changes)
 
 
 # ------------------------------------------------------------------------------------------ evacuate: migrate
@@ -171,8 +176,12 @@ def _two_hosts(*vms: ObservedVm, busy: int = 0) -> Observed:
     return observed
 
 
-def _moves(result: hostplan.HostPlan) -> list[tuple[str, str]]:
-    return [(c.target, str(c.new)) for c in result.changes if c.kind == hostplan.EVACUATE]
+def _moves(result: HostPlan) -> list[tuple[str, EvacuationAction]]:
+    return [(c.target, c.new) for c in result.changes if c.kind == ChangeKind.EVACUATE]
+
+
+def _migrate(destination: str) -> EvacuationAction:
+    return EvacuationAction(EvacuationKind.MIGRATE, destination)
 
 
 def test_migrate_moves_vms_to_a_host_that_can_run_them() -> None:
@@ -180,14 +189,15 @@ def test_migrate_moves_vms_to_a_host_that_can_run_them() -> None:
     observed = _two_hosts(_vm("train-01", "grid_a100-40c"), _vm("web-01"))
     result = hostplan.plan_hosts(inv.hosts, observed, vms=inv.vms, vgpu_migration=True)
     assert not result.errors and not result.warnings, result.errors
-    assert _moves(result) == [("train-01", f"migrate to {OTHER}"), ("web-01", f"migrate to {OTHER}")]
+    assert _moves(result) == [("train-01", _migrate(OTHER)), ("web-01", _migrate(OTHER))]
+    assert str(_moves(result)[0][1]) == f"migrate to {OTHER}"  # how plans show it
 
 
 def test_without_vgpu_migration_a_vgpu_vm_falls_back_to_power_off_only_when_listed() -> None:
     observed = _two_hosts(_vm("train-01", "grid_a100-40c"), _vm("web-01"))
     inv = _inventory(MIGRATE)
     result = hostplan.plan_hosts(inv.hosts, observed, vms=inv.vms, vgpu_migration=False)
-    assert _moves(result) == [("web-01", f"migrate to {OTHER}")]  # no vGPUs: always
+    assert _moves(result) == [("web-01", _migrate(OTHER))]  # no vGPUs: always
     assert result.errors == [
         f"host {HOST}: VM train-01 cannot migrate (vCenter does not allow vMotion of running vGPU VMs "
         "(vgpu.hotmigrate.enabled is not true)); list it in the inventory with power: restart to allow powering it "
@@ -196,7 +206,7 @@ def test_without_vgpu_migration_a_vgpu_vm_falls_back_to_power_off_only_when_list
     listed = _inventory(MIGRATE, "  - name: train-01\n    power: restart\n")
     result = hostplan.plan_hosts(listed.hosts, observed, vms=listed.vms, vgpu_migration=False)
     assert not result.errors
-    assert ("train-01", hostplan.RESTORE_AFTER) in _moves(result)
+    assert ("train-01", RESTORE_AFTER) in _moves(result)
     assert result.warnings and "powered off and on again instead" in result.warnings[0]
 
 

@@ -9,10 +9,12 @@ import json
 
 import pytest
 
+from vgpuctl.domain import ChangeKind, EvacuationKind, Phase
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import planned_steps, remaining_steps
+from vgpuctl.hosts.predict import predict_observed
 from vgpuctl.hosts.work import WORK_FIELD, HostRecord, describe_record, parse_record
-from vgpuctl.model import HostChange, Observed, ObservedHost
+from vgpuctl.model import EvacuationAction, HostChange, Observed, ObservedHost
 from vgpuctl.vsphere.workrecord import LeaseInfo, live_leases, parse_lease
 
 pytestmark = pytest.mark.unit
@@ -47,16 +49,16 @@ def test_unfinished_work_is_a_pending_change_and_the_host_is_usable_for_vms() ->
     observed = Observed(hosts={"esx-01": host})
     plan = hostplan.plan_hosts([], observed, resume={"esx-01"})
     (change,) = plan.changes
-    assert (change.kind, change.disruptive) == (hostplan.RESUME, False)
+    assert (change.kind, change.disruptive) == (ChangeKind.RESUME, False)
     assert str(change.old).startswith("unfinished work of run ab12cd34ef56")
-    predicted = hostplan.predict_observed(observed, plan.changes)
+    predicted = predict_observed(observed, plan.changes)
     assert not predicted.hosts["esx-01"].in_maintenance and observed.hosts["esx-01"].in_maintenance
 
 
 def test_planned_steps_are_in_apply_order() -> None:
     changes = [
-        HostChange("h", hostplan.EVACUATE, "vm-a", "poweredOn", hostplan.RESTORE_AFTER, True, False),
-        HostChange("h", hostplan.NVLINK, "host", "enabled", "disabled", True, True),
+        HostChange("h", ChangeKind.EVACUATE, "vm-a", "poweredOn", EvacuationAction(EvacuationKind.RESTORE_AFTER)),
+        HostChange("h", ChangeKind.NVLINK, "host", "enabled", "disabled", Phase.REBOOT),
     ]
     assert planned_steps(changes) == [
         "evacuate vm-a",

@@ -120,3 +120,19 @@ def test_plan_resolution_uses_the_merge() -> None:
     assert errors == []
     graphics = resolved["esx-02"].graphics
     assert graphics is not None and graphics.default_type == "sharedDirect"  # not lost to the host entry
+
+
+def test_a_host_that_switches_to_mig_does_not_inherit_the_time_sliced_mode() -> None:
+    text = """\
+apiVersion: vgpuctl/v1
+hosts:
+  - cluster: C1
+    gpus: [{select: all, mode: time-sliced, vgpu_mode: sameSize}]
+  - name: esx-01
+    gpus: [{select: all, mode: mig}]
+"""
+    merged, errors = _merge(text)
+    assert errors == []
+    gpu = merged["esx-01"].spec.gpus[0]
+    assert (gpu.mode, gpu.vgpu_mode) == ("mig", None)
+    assert merged["esx-02"].spec.gpus[0].vgpu_mode == "sameSize"

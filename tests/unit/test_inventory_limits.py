@@ -91,8 +91,8 @@ def _plan_file(tmp_path: Path, depth: int) -> Path:
     nested: Any = "x"
     for _ in range(depth - 2):  # the document and its "plan" are two levels
         nested = [nested]
-    document = {"format": planfile.FORMAT, "vcenter": "v", "inventory_path": "i", "basis": "b",
-                "plan": {"deep": nested}, "inventory": ""}
+    document = {"format": planfile.FORMAT, "version": planfile.VERSION, "vcenter": "v", "inventory_path": "i",
+                "basis": "b", "plan": {"deep": nested}, "inventory": ""}
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(document))
     return path

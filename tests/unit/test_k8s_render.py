@@ -5,6 +5,7 @@ appears."""
 from __future__ import annotations
 
 import copy
+import json
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -145,11 +146,36 @@ def test_gpu_operator_values_and_licensing_never_inline_the_token(tmp_path: Path
     values = yaml.safe_load(out["gpu-operator-values.yaml"])
     assert values["driver"]["repository"] == "harbor.corp/ai"
     assert values["driver"]["version"] == "550.90.07"
-    assert values["driver"]["licensingConfig"] == {"configMapName": "licensing-config", "nlsEnabled": True}
-    script = out["licensing-configmap.sh"]
+    # GPU Operator v25.10.0 (the default): the licence is a Secret, driver.licensingConfig.secretName
+    assert values["driver"]["licensingConfig"] == {"secretName": "licensing-config", "nlsEnabled": True}
+    script = out["licensing-secret.sh"]
+    assert "kubectl create secret generic licensing-config -n gpu-operator" in script
     assert f"client_configuration_token.tok='{token}'" in script  # the path, shell-quoted
+    assert "licensing-configmap.sh" not in out and "configmap" not in script
     assert all("SECRET-TOKEN-CONTENT" not in text for text in out.values())
     assert "FeatureType=1" in out["gridd.conf"]
+
+
+@pytest.mark.parametrize(("version", "secret"), [("v25.10.0", True), ("25.10.1", True), ("v26.1.0", True),
+                                                  ("v25.3.4", False), ("v24.9.2", False)])
+def test_operators_before_v25_10_take_the_licence_as_a_config_map(tmp_path: Path, version: str, secret: bool) -> None:
+    """GPU Operator release notes, 25.10.0, New Features: the vGPU licensing token may be passed as a Secret
+    (`driver.licensingConfig.secretName`; `configMapName` is deprecated there). Older releases know only the
+    config map."""
+    out = render_manifests(_inv(), "ml-team", RenderOptions(operator_version=version))
+    licensing = yaml.safe_load(out["gpu-operator-values.yaml"])["driver"]["licensingConfig"]
+    if secret:
+        assert licensing == {"secretName": "licensing-config", "nlsEnabled": True}
+        assert "licensing-secret.sh" in out and "licensing-configmap.sh" not in out
+    else:
+        assert licensing == {"configMapName": "licensing-config", "nlsEnabled": True}
+        assert "kubectl create configmap licensing-config" in out["licensing-configmap.sh"]
+        assert "licensing-secret.sh" not in out
+
+
+def test_a_gpu_operator_version_that_is_no_release_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match=r"not a release like v25\.10\.0"):
+        render_manifests(_inv(), "ml-team", RenderOptions(operator_version="latest"))
 
 
 def test_namespace_must_be_named_and_use_a_gpu_class() -> None:
@@ -157,3 +183,30 @@ def test_namespace_must_be_named_and_use_a_gpu_class() -> None:
         render_manifests(_inv(), "nope")
     with pytest.raises(UsageError, match="'cpu-team' uses no VM class with vGPUs"):
         render_manifests(_inv(), "cpu-team")
+
+
+def test_stdout_is_a_kubernetes_object_stream_and_out_writes_every_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from vgpuctl.cli.main import app
+    from vgpuctl.supervisor.render import OTHER_FILES
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(textwrap.dedent(INVENTORY))
+    result = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("---\n")
+    docs = list(yaml.safe_load_all(result.stdout))
+    assert all(isinstance(d, dict) and d.get("apiVersion") and d.get("kind") for d in docs), docs
+    assert [d["kind"] for d in docs] == ["VirtualMachine", "VirtualMachine", "Cluster", "TanzuKubernetesCluster"]
+    assert "FeatureType" not in result.stdout and "kubectl create configmap" not in result.stdout
+    others = ["gpu-operator-values.yaml", "gridd.conf", "licensing-secret.sh"]  # the current operator: a Secret
+    assert set(others) <= set(OTHER_FILES)
+    assert all(name in result.stderr for name in others) and "--out" in result.stderr
+    as_json = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team", "-o", "json"])
+    doc = json.loads(as_json.stdout)
+    assert sorted(doc["not_printed"]) == sorted(others) and not set(OTHER_FILES) & set(doc["files"])
+    folder = tmp_path / "manifests"
+    written = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team", "--out", str(folder)])
+    assert written.exit_code == 0, written.output
+    assert all((folder / name).is_file() for name in others)

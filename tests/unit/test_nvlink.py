@@ -57,7 +57,7 @@ def test_nvlink_hosts_for(vms: list[dict], hosts: set[str]) -> None:
 
 def _group(*labels: str | None) -> NS:
     comps = [NS(device=NS(deviceInfo=None if label is None else NS(label=label))) for label in labels]
-    return NS(deviceGroupName=f"NVIDIA:{len(labels)}@grid_a100-40c%NVLink", componentDeviceInfo=comps)
+    return NS(deviceGroupName=f"Nvidia:{len(labels)}@grid_a100-40c%NVLink", componentDeviceInfo=comps)
 
 
 GPUS = ["0000:3b:00.0", "0000:3c:00.0", "0000:5e:00.0", "0000:5f:00.0"]
@@ -101,7 +101,7 @@ HGX = [f"0000:{bus}:00.0" for bus in ("18", "2a", "3a", "5d", "9a", "ab", "ba", 
 def _hgx_group(n: int, gpus: list[str] = HGX) -> NS:
     """A device group as an NVSwitch host lists it: n components naming the set's first n GPUs."""
     group = _group(*gpus[:n])
-    group.deviceGroupName = f"NVIDIA:{n}@grid_h100xm-80c%NVLink"
+    group.deviceGroupName = f"Nvidia:{n}@grid_h100xm-80c%NVLink"
     return group
 
 
@@ -252,6 +252,8 @@ def test_plan_refuses_an_nvlink_vm_no_reported_group_takes_naming_the_offered_si
 def test_group_profile_comes_from_the_group_name() -> None:
     assert group_profile(_hgx_group(2)) == "grid_h100xm-80c"
     assert group_profile(NS(deviceGroupName="NVIDIA:4@nvidia_a100-40c%NVLink")) == "nvidia_a100-40c"
+    # vCenter's spelling (the BOSH vSphere CPI's device group tests: "Nvidia:2@nvidia_h100l-94c%NVLink")
+    assert group_profile(NS(deviceGroupName="Nvidia:2@nvidia_h100l-94c%NVLink")) == "nvidia_h100l-94c"
     assert group_profile(NS(deviceGroupName="some other group")) is None
     assert group_profile(NS()) is None
 

@@ -13,19 +13,8 @@ from ruamel.yaml import YAML
 from vgpuctl import profiles
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
 from vgpuctl.profiles import BOARDS, board_for_model, parse_profile
-from vgpuctl.vms.placement import (
-    FarmState,
-    Gpu,
-    Request,
-    add_vgpu,
-    farm_from_observed,
-    fits,
-    gpus_from_observed,
-    place_farm,
-    place_vm,
-    remove_vgpu,
-    why_not,
-)
+from vgpuctl.vms.farm import FarmState, Request, farm_from_observed, place_farm
+from vgpuctl.vms.placement import Gpu, add_vgpu, fits, gpus_from_observed, place_vm, remove_vgpu, why_not
 
 pytestmark = pytest.mark.unit
 

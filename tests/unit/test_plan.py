@@ -27,7 +27,8 @@ from ruamel.yaml import YAML
 from vgpuctl.inventory import load_inventory, load_inventory_text, validate
 from vgpuctl.model import CloneSpec, Observed, ObservedVgpu, Plan, VmChange
 from vgpuctl.reports.plan import plan_to_json, render_plan_text
-from vgpuctl.vms.placement import farm_from_observed, place_vm
+from vgpuctl.vms.farm import farm_from_observed
+from vgpuctl.vms.placement import place_vm
 from vgpuctl.vms.plan import make_plan
 
 pytestmark = pytest.mark.unit

@@ -61,6 +61,44 @@ def test_bad_files(tmp_path: Path) -> None:
     (tmp_path / "x").write_text('{"format": "other"}')
     with pytest.raises(planfile.PlanFileError, match="not a vgpuctl plan file"):
         planfile.load(tmp_path / "x")
-    (tmp_path / "y").write_text('{"format": "vgpuctl-plan/v1"}')
+    (tmp_path / "y").write_text(f'{{"format": "vgpuctl-plan/v1", "version": {planfile.VERSION}}}')
     with pytest.raises(planfile.PlanFileError, match="incomplete"):
         planfile.load(tmp_path / "y")
+
+
+@pytest.mark.parametrize("version", ["", ', "version": 1', ', "version": 99'])
+def test_a_plan_file_of_another_version_is_refused_in_one_line(tmp_path: Path, version: str) -> None:
+    path = tmp_path / "old.plan"
+    path.write_text('{"format": "vgpuctl-plan/v1"' + version + ', "vcenter": "v", "inventory_path": "i", '
+                    '"basis": "b", "plan": {}, "inventory": ""}')  # fmt: skip
+    with pytest.raises(planfile.PlanFileError) as refused:
+        planfile.load(path)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message == (
+        f"{path}: the plan file was written by another version of vgpuctl: make it again with `vgpuctl plan --out`"
+    )
+
+
+def test_a_saved_plan_carries_typed_evacuations(tmp_path: Path) -> None:
+    from vgpuctl.domain import ChangeKind, EvacuationKind
+    from vgpuctl.model import EvacuationAction, HostChange
+    from vgpuctl.reports.plan import plan_to_json
+
+    action = EvacuationAction(EvacuationKind.MIGRATE, "esx-02")
+    move = HostChange("esx-01", ChangeKind.EVACUATE, "a", "poweredOn", action)
+    plan = Plan(host_changes=[move])
+    path, loaded = saved(tmp_path, plan)
+    planfile.save(path, planfile.SavedPlan(loaded.inventory_text, "inv.yaml", "https://vc/sdk", loaded.basis,
+                                           plan_to_json(plan)))  # fmt: skip
+    (diff,) = planfile.load(path).plan["host_changes"]
+    assert diff["evacuation"] == {"action": "migrate", "destination": "esx-02"}
+    assert diff["new"] == "migrate to esx-02" and diff["phase"] == "maintenance"
+
+
+def test_drift_fields_are_the_settings_and_where_a_host_is() -> None:
+    from vgpuctl.hosts.settings import SETTINGS
+
+    settings = {f for s in SETTINGS for f in s.drift_fields}
+    assert set(planfile.HOST_FIELDS) == set(planfile.ORCHESTRATION_FIELDS) | settings
+    assert len(planfile.HOST_FIELDS) == len(set(planfile.HOST_FIELDS))

@@ -12,6 +12,7 @@ from vgpuctl.profiles import (
     board_for_model,
     catalogue_digest,
     catalogue_path,
+    class_mmio_size_gb,
     compatible_in_one_vm,
     gi_geometry,
     is_profile,
@@ -140,24 +141,45 @@ def test_vgpus_per_vm_limit(version: str, limit: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("fbs", "size"),
+    ("profiles", "size"),
     [
-        ([40], 128),  # VMware KB 2142307 guideline: 128 GB per A100-40GB
-        ([80], 256),  # 256 GB per 80 GB GPU
-        ([40, 40, 40, 40], 512),
-        ([40, 40, 40], 512),  # 384 GB guideline -> next power of two
-        ([80] * 8, 2048),
-        ([10], 64),  # 32 GB -> minimum 64
-        ([20], 64),
-        ([20, 10], 128),  # 96 -> 128
+        # NVIDIA AI Enterprise 6, "Using NVIDIA vGPU (C-Series) on GPUs Requiring 64GB or More of MMIO Space with
+        # Large-Memory VMs", Table 18: the MMIO space each GPU requires, whatever the vGPU's framebuffer
+        (["grid_a100-40c"], 128),  # A100 40GB: 128GB
+        (["grid_a100-10c"], 128),  # a fraction of the same GPU needs the same (framebuffer-based: 64)
+        (["grid_a100d-80c"], 256),  # A100 80GB: 256GB
+        (["grid_a100-40c"] * 4, 512),  # per VM: the vGPUs' GPUs together
+        (["grid_a100-40c"] * 3, 512),  # 384 -> next power of two
+        (["grid_h100-80c"] * 8, 2048),  # H100: 256GB each
+        (["grid_h100-10c"], 256),
+        (["grid_h200-141c"] * 2, 1024),  # H200: 512GB each
+        (["grid_a10-4c"], 64),  # A10: 64GB
+        (["grid_l40-48c"], 128),  # L40: 128GB
+        (["grid_a100-20c", "grid_a100-10c"], 256),
+        # not in the table: the KB 2142307 guideline for the physical GPU's framebuffer (conservative)
+        (["grid_l40s-8c"], 256),  # 48 GB x 128 / 40 = 154 -> 256
+        (["grid_a16-4c"], 64),  # 16 GB x 128 / 40 = 52 -> 64
         ([], 64),
     ],
 )
-def test_mmio_size(fbs: list[int], size: int) -> None:
-    got = mmio_size_gb(fbs)
+def test_mmio_size_is_by_the_physical_gpu(profiles: list[str], size: int) -> None:
+    parsed = [parse_profile(p) for p in profiles]
+    got = mmio_size_gb(parsed)
     assert got == size
     assert got & (got - 1) == 0
-    assert got >= sum(fbs) * 128 / 40
+    assert got >= max(64, sum(p.fb_gb for p in parsed))  # at least 64 GB and the vGPUs' framebuffer
+
+
+def test_a_board_outside_the_catalogue_is_sized_by_its_vgpus_framebuffer() -> None:
+    assert mmio_size_gb([parse_profile("grid_z900-40c")]) == 128
+
+
+def test_vm_classes_leave_vm_operators_default_unless_the_vgpus_need_more() -> None:
+    """vm-operator sets 512 GB of MMIO on VMs with PCI devices unless the class sets a value: a class sets none
+    while 512 is enough, and never a value below it."""
+    assert class_mmio_size_gb([parse_profile("grid_a100-40c")] * 4) is None  # 512 is vm-operator's
+    assert class_mmio_size_gb([parse_profile("grid_h100-80c")] * 4) == 1024
+    assert class_mmio_size_gb([parse_profile("grid_h200-141c")]) is None
 
 
 def test_next_pow2() -> None:

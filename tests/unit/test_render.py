@@ -6,11 +6,24 @@ import json
 
 import pytest
 
-from vgpuctl.hosts.plan import HAND_OVER, RESTORE_AFTER
-from vgpuctl.model import CloneSpec, DeviceChange, FieldChange, HostChange, Op, Plan, Problem, VmChange
+from vgpuctl.domain import ChangeKind, EvacuationKind, Phase
+from vgpuctl.model import (
+    CloneSpec,
+    DeviceChange,
+    EvacuationAction,
+    FieldChange,
+    HostChange,
+    Op,
+    Plan,
+    Problem,
+    VmChange,
+)
 from vgpuctl.reports.plan import disruptions, plan_to_json, render_plan_text, summary
 
 pytestmark = pytest.mark.unit
+
+HAND_OVER = EvacuationAction(EvacuationKind.HAND_OVER)
+RESTORE_AFTER = EvacuationAction(EvacuationKind.RESTORE_AFTER)
 
 
 def _plan() -> Plan:
@@ -30,8 +43,8 @@ def _plan() -> Plan:
             VmChange("untouched"),
         ],
         host_changes=[
-            HostChange("esx-01", "mig", "0000:3b:00.0", "disabled", "enabled", True, True),
-            HostChange("esx-02", "scheduler", "host", "best-effort", "equal-share", False, False),
+            HostChange("esx-01", ChangeKind.MIG, "0000:3b:00.0", "disabled", "enabled", Phase.REBOOT),
+            HostChange("esx-02", ChangeKind.SCHEDULER, "host", "best-effort", "equal-share", Phase.ONLINE),
         ],
     )
 
@@ -137,14 +150,14 @@ def test_no_secrets_from_inventory() -> None:
         assert secret not in out
 
 
-def _evacuating_plan(policy_new: str) -> Plan:
+def _evacuating_plan(policy_new: EvacuationAction) -> Plan:
     return Plan(
         vm_changes=[VmChange("train-01", devices=[DeviceChange(Op.ADD, "grid_a100-3-20c")], power_on=True),
                     VmChange("web-01")],
-        host_changes=[HostChange("esx-01", "evacuate", "train-01", "poweredOn", policy_new, True, False),
-                      HostChange("esx-01", "evacuate", "web-01", "poweredOn", RESTORE_AFTER, True, False),
-                      HostChange("esx-01", "evacuate", "web-02", "poweredOn", RESTORE_AFTER, True, False),
-                      HostChange("esx-01", "mig", "0000:3b:00.0", "disabled", "enabled", True, True)],
+        host_changes=[HostChange("esx-01", ChangeKind.EVACUATE, "train-01", "poweredOn", policy_new),
+                      HostChange("esx-01", ChangeKind.EVACUATE, "web-01", "poweredOn", RESTORE_AFTER),
+                      HostChange("esx-01", ChangeKind.EVACUATE, "web-02", "poweredOn", RESTORE_AFTER),
+                      HostChange("esx-01", ChangeKind.MIG, "0000:3b:00.0", "disabled", "enabled", Phase.REBOOT)],
     )  # fmt: skip
 
 

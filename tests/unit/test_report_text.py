@@ -28,16 +28,20 @@ pytestmark = pytest.mark.unit
 sys.path.insert(0, str(Path(__file__).parent))
 from test_schemas import REPORT_CASES, kind_of_case  # noqa: E402
 
-# Reports without a text form: their commands show their progress and summary while they run (plan, apply,
+# Reports without a text form: their commands show their progress and summary while they run (apply,
 # provision), or say what they did on stderr (sim down, export into a file).
-NO_TEXT = {"plan", "plan#verbose", "apply", "apply#vm-verbose", "provision", "sim-down", "export#file"}
+NO_TEXT = {"apply", "apply#vm-verbose", "provision", "sim-down", "export#file"}
 # Values that are also words of the text's own labels (a guest's status is a column of the table).
 LABELS = {
     "guests": {"changed", "unreachable", "failed"},
-    "host-change": {"failed", "reboot"},
-    "capacity-demand": {"greedy"},  # the method, and "greedy placed N"
+    "host": {"nvlink", "scheduler"},  # the settings' names are also the lines' labels
+    "host-change": {"failed", "reboot", "maintenance"},
+    "status": {"nvlink", "scheduler"},
+    "capacity-demand": {"greedy"},  # the method, told in words
     "supervisor_apply": {"changed", "failed", "skipped"},
     "supervisor_plan": {"cpus"},  # a changed field, and "+ cpus N" of a new class
+    "plan": {"clone", "cpus", "memoryMB", "maintenance", "reboot", "power-off", "own change", "evacuate",
+             "host change"},  # steps, flags and the words of the disruption lines
 }
 LAYOUTS = {"status": [TextLayout(200, False), TextLayout(80, False), TextLayout(200, True)]}
 MIN_LENGTH = 4  # shorter strings (+, ~, ok, on) match inside unrelated words

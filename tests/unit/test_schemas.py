@@ -21,7 +21,7 @@ from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.common import error_report
 from vgpuctl.cli.main import app
 from vgpuctl.cli.sim import parse_env_file, with_esxi_env
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import ChangeKind, EvacuationKind, Outcome, Phase
 from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, UsageError
 from vgpuctl.experiment.report import write_report
 from vgpuctl.experiment.runner import RunSummary, run_experiment
@@ -38,6 +38,7 @@ from vgpuctl.model import (
     ChangeOutcome,
     CloneSpec,
     DeviceChange,
+    EvacuationAction,
     FieldChange,
     HostApplyResult,
     HostChange,
@@ -83,9 +84,11 @@ from vgpuctl.reports.sim import SimDownReport, SimEnvReport
 from vgpuctl.reports.status import (
     HostReport,
     StatusReport,
+    host_lease,
     profiles_report,
     status_report,
     vm_vgpus_report,
+    with_leases,
     with_supervisor,
 )
 from vgpuctl.reports.supervisor import (
@@ -96,6 +99,7 @@ from vgpuctl.reports.supervisor import (
     supervisor_plan_report,
     supervisor_status_report,
 )
+from vgpuctl.scope import Scope
 from vgpuctl.supervisor.render import render_manifests
 from vgpuctl.supervisor.vmclasses import (
     ClassChange,
@@ -110,6 +114,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_experiment_runner import RecordingFarm
 from test_experiment_runner import setup as runner_setup
 from test_experiment_schema import write as experiment_file
+from test_scope import scoped
 
 pytestmark = pytest.mark.unit
 
@@ -188,11 +193,18 @@ def a_plan() -> Plan:
             VmChange("b", clone=CloneSpec("tmpl", cluster="GPU-Cluster", memory_mb=4096), power_on=True),
         ],
         host_changes=[
-            HostChange("esx-01", "mig", GPU0, "time-sliced", "mig", True, True),
-            HostChange("esx-01", "nvlink", "host", "enabled", "disabled", True, True),
+            HostChange("esx-01", ChangeKind.MIG, GPU0, "time-sliced", "mig", Phase.REBOOT),
+            HostChange("esx-01", ChangeKind.NVLINK, "host", "enabled", "disabled", Phase.REBOOT),
+            HostChange("esx-01", ChangeKind.EVACUATE, "vm-a", "poweredOn",
+                       EvacuationAction(EvacuationKind.MIGRATE, "esx-02")),
         ],
         warnings=["vm b: something to know"],
     )
+
+
+def scoped_plan() -> Report:
+    the_plan, scope = scoped(Scope(vms=["train-01"]))
+    return plan_report(the_plan, scope=scope)
 
 
 def host_outcomes() -> HostApplyResult:
@@ -364,6 +376,7 @@ SIM_ENV = "export VGPUCTL_URL=https://127.0.0.1:4242/sdk GPUSIM_SSH_HOSTS='esx-0
 REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "plan": lambda _t: with_class_plan(plan_report(a_plan()), class_plan()),
     "plan#verbose": lambda _t: with_class_plan(plan_report(a_plan(), 4), class_plan()),
+    "plan#scoped": lambda _t: scoped_plan(),
     "apply": lambda _t: apply_report(),
     "apply#vm-verbose": lambda _t: apply_report(verbose=1, vm="a"),
     "validate": lambda _t: validate_report("inv.yaml", load_inventory_text(HOSTS, "inv.yaml")),
@@ -372,6 +385,8 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "host-change": lambda _t: host_change(),
     "host-change#nothing": lambda _t: host_change_report("esx-01", [], []),
     "status": lambda _t: status_with_classes(),
+    "status#held": lambda _t: with_leases(status_report(farm()), {"esx-01": host_lease("run-7", "ann@ws pid 4",
+                                                                                       1.7e9, 1.7e9 + 30, 60)}),
     "profiles": lambda _t: profiles_report(list(farm().hosts.values()), round_trips=2),
     "vm-vgpus": lambda _t: vm_vgpus_report(farm(), farm().vms["a"]),
     "guests": lambda _t: guest_run_report(guest_result()),
@@ -436,10 +451,13 @@ def _rename_first_key(doc: Any, old: str, new: str) -> bool:
     ("name", "old", "new"),
     [
         ("status", "host", "name"),  # a host is `host` in every document
+        ("status#held", "until", "expires"),
         ("status", "fb_gb", "memory_gb"),
         ("status", "nvlink_group", "nvlink_set"),
         ("vm-vgpus", "vm", "name"),
         ("plan", "nvlink_group", "group"),
+        ("plan#scoped", "pulled_in_by", "needed_by"),
+        ("plan#scoped", "out_of_scope_vms", "left_out"),
         ("plan", "vm_class", "name"),  # a VM class is `vm_class` in every document
         ("plan", "vgpus_added", "vgpus"),
         ("plan", "namespace", "name"),

@@ -101,7 +101,9 @@ def test_ssl_context_modes(tmp_path) -> None:
     verified = sess.ssl_context(ConnectionSettings(url="vc", username="u"))
     assert verified.verify_mode == ssl.CERT_REQUIRED and verified.check_hostname
     insecure = sess.ssl_context(ConnectionSettings(url="vc", username="u", insecure=True))
-    assert insecure.verify_mode == ssl.CERT_NONE
+    assert insecure.verify_mode == ssl.CERT_NONE and not insecure.check_hostname
+    assert insecure.options == verified.options and insecure.minimum_version == verified.minimum_version
+    assert insecure.cert_store_stats()["x509_ca"] == 0  # the system's CA store is not loaded: nothing uses it
     pinned = sess.ssl_context(ConnectionSettings(url="vc", username="u", thumbprint="00" * 32))
     assert pinned.verify_mode == ssl.CERT_NONE  # the pin check replaces CA verification
     with pytest.raises(TlsError, match="CA file"):

@@ -1,4 +1,4 @@
-"""`status` layouts against golden files: a terminal 80 and 200 columns wide, and piped (plain lines).
+"""`status` layouts against golden files: a terminal 80, 140 and 200 columns wide, and piped (plain lines).
 
 Regenerate the golden files after an intended change with VGPUCTL_UPDATE_GOLDEN=1 and review the diff.
 """
@@ -6,13 +6,16 @@ Regenerate the golden files after an intended change with VGPUCTL_UPDATE_GOLDEN=
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
 from rich.console import Console
 
+from vgpuctl.hosts.facts import GpuFacts, HostFacts
+from vgpuctl.hosts.status import host_status, merge_status
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm
-from vgpuctl.reports.status import status_report
+from vgpuctl.reports.status import HostReport, StatusReport, status_report
 from vgpuctl.reports.statusview import GUESS_NOTE, NO_MANAGER, common_suffix, render_status, short_pci
 
 pytestmark = pytest.mark.unit
@@ -40,6 +43,12 @@ def farm() -> Observed:
     h3 = ObservedHost(
         name="esx-03" + DOMAIN, cluster="GPU-Cluster", gpus=[ObservedGpu(pci_id="0000:3b:00.0", **a100)]
     )  # no vGPU manager: nothing offered
+    l40s = {"device_name": "NVIDIA L40S", "memory_kb": 48 * 1024 * 1024, "graphics_type": "sharedDirect",
+            "vgpu_mode": "sameSize"}
+    h4 = ObservedHost(name="esx-04" + DOMAIN, cluster="GPU-Cluster", default_graphics_type="sharedDirect",
+                      offered_profiles=["grid_l40s-24q", "grid_l40s-48q"],
+                      gpus=[ObservedGpu(pci_id="0000:3b:00.0", **l40s), ObservedGpu(pci_id="0000:5e:00.0", **l40s)])
+    # a board without MIG
     vms = {
         "mixed-01": ObservedVm("mixed-01", host=h1.name, power_state="poweredOn",
                                vgpus=[ObservedVgpu(1, "grid_a100-10c"), ObservedVgpu(2, "grid_a100-20c")]),
@@ -49,21 +58,35 @@ def farm() -> Observed:
                              vgpus=[ObservedVgpu(1, "grid_a100-3-20c")]),
         "web-01": ObservedVm("web-01", host=h2.name),
     }  # fmt: skip
-    return Observed(datacenter="DC0", hosts={h.name: h for h in (h1, h2, h3)}, vms=vms)
+    return Observed(datacenter="DC0", hosts={h.name: h for h in (h1, h2, h3, h4)}, vms=vms)
+
+
+def shell_rows(observed: Observed) -> dict[str, HostReport]:
+    """What the ESXi shell says: MIG pending on one A100; nothing it can tell about MIG on the L40S."""
+    a100 = HostFacts("esx-01" + DOMAIN, shell=True, gpus={"0000:3b:00.0": GpuFacts("0000:3b:00.0", mig_current=False,
+                                                                                       mig_pending=True)})  # fmt: skip
+    l40s = HostFacts("esx-04" + DOMAIN, shell=True, gpus={p: GpuFacts(p) for p in ("0000:3b:00.0", "0000:5e:00.0")})
+    return {f.host: host_status(observed.hosts[f.host], f) for f in (a100, l40s)}
+
+
+def report() -> StatusReport:
+    observed = farm()
+    return merge_status(status_report(observed), shell_rows(observed))
 
 
 def rendered(width: int | None) -> str:
-    report = status_report(farm())
+    report_ = report()
     if width is None:
-        return render_status(report, plain=True) + "\n"
+        return render_status(report_, plain=True) + "\n"
     console = Console(width=width, record=True, file=open(os.devnull, "w"), color_system=None)  # noqa: SIM115
-    for item in render_status(report, width):
+    for item in render_status(report_, width):
         console.print(item)
     return console.export_text()
 
 
 @pytest.mark.parametrize(
-    ("name", "width"), [("status-80.txt", 80), ("status-200.txt", 200), ("status-piped.txt", None)]
+    ("name", "width"),
+    [("status-80.txt", 80), ("status-140.txt", 140), ("status-200.txt", 200), ("status-piped.txt", None)],
 )
 def test_status_matches_its_golden_file(name: str, width: int | None) -> None:
     got = rendered(width)
@@ -82,7 +105,7 @@ def test_80_columns_fit_and_still_tell_hosts_and_gpus_apart() -> None:
     assert f"(*{DOMAIN})" in text  # the shared domain said once
     for pci in ("3b:00.0", "5e:00.0", "86:00.0"):
         assert pci in text
-    assert "│ esx-03 │ connected; no vGPU types  │" in text  # the host without a vGPU manager, wrapped not cut
+    assert "│ esx-03 │ connected; no vGPU │" in text and "Manager missing?" in text  # wrapped, not cut
 
 
 def test_piped_is_plain_full_and_uncut() -> None:
@@ -96,11 +119,39 @@ def test_piped_is_plain_full_and_uncut() -> None:
     assert "state maintenance" in text
 
 
+@pytest.mark.parametrize("width", [140, 200])
+def test_wide_layouts_keep_each_gpu_on_one_line(width: int) -> None:
+    text = rendered(width)
+    assert max(len(line) for line in text.splitlines()) <= width
+    rows = [line for line in text.splitlines() if line.startswith("│ ") and "0000:" in line]
+    assert len(rows) == 7  # one line per GPU: nothing wrapped but the VMs cell
+    continued = [line for line in text.splitlines() if line.startswith("│   │              │")]
+    assert len(continued) <= 1  # only the GPU with two VMs may continue its VMs cell at 140
+
+
+def test_no_mig_column_for_a_board_without_mig() -> None:
+    for width in (80, 140, 200):
+        text = rendered(width)
+        maps = text.split("GPU map: ")
+        l40s = next(m for m in maps if m.startswith("esx-04"))
+        a100 = next(m for m in maps if m.startswith("esx-01"))
+        assert "MIG" not in l40s.split("\n", 1)[1] and "off?" not in l40s
+        if width >= 140:
+            assert re.search(r"┃ MIG +┃", a100) and "off (on pending)" in a100
+    piped = rendered(None)
+    assert all("mig" not in line for line in piped.splitlines() if "L40S" in line)
+    assert "mig off (on pending)" in piped
+    doc = report().to_dict()
+    by_host = {h["host"]: h for h in doc["hosts"]}
+    assert {g["mig_capable"] for g in by_host["esx-04" + DOMAIN]["gpus"]} == {False}
+    assert "mig" not in by_host["esx-04" + DOMAIN]["gpus"][0]
+
+
 def test_guessed_assignments_in_the_json_too() -> None:
     doc = status_report(farm()).to_dict()
     held = [v for h in doc["hosts"] for g in h["gpus"] for v in g["vms"]]
     assert {(v["vm"], v["guessed"]) for v in held} == {("mixed-01", True), ("train-01", False), ("mig-01", False)}
-    assert [h["vgpu_types"] for h in doc["hosts"]] == [4, 4, 0]
+    assert [h["vgpu_types"] for h in doc["hosts"]] == [4, 4, 0, 2]
 
 
 def test_short_names_only_when_they_share_a_domain() -> None:

@@ -152,12 +152,37 @@ def test_cross_entry_problems() -> None:
 # --------------------------------------------------------------------------------------- desired class
 
 
-def test_desired_class_reserves_memory_and_sizes_mmio() -> None:
+def test_desired_class_reserves_memory_and_leaves_mmio_to_vm_operator() -> None:
+    """vm-operator sets 64-bit MMIO and 512 GB on VMs with PCI devices unless the class says otherwise: two
+    A100-40C need 256 GB (NVIDIA's table: 128 GB per A100 40GB), so the class sets nothing."""
     inv = _inv(TWO_CLASSES)
     big = desired_class(inv.vm_classes[0])
     assert (big.cpus, big.memory_mb, big.memory_reservation) == (16, 131072, 100)
     assert big.vgpus == ["grid_a100-40c", "grid_a100-40c"]
-    assert big.extra_config == {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "256"}
+    assert big.extra_config == {}
+
+
+def test_desired_class_sets_mmio_where_its_vgpus_need_more_than_vm_operators_default() -> None:
+    inv = _inv("""
+        vm_classes:
+          - {name: h100x4, cpus: 32, memory_gb: 256, vgpus: {profile: grid_h100-80c, count: 4}}
+        """)
+    assert desired_class(inv.vm_classes[0]).extra_config == {
+        "pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "1024"}  # 4 x 256 GB (H100)
+
+
+def test_an_inventory_mmio_below_the_vgpus_need_is_kept_with_a_warning() -> None:
+    inv = _inv("""
+        vm_classes:
+          - name: tight
+            cpus: 4
+            memory_gb: 32
+            vgpus: {profile: grid_a100-40c, count: 2}
+            extra_config: {pciPassthru.64bitMMIOSizeGB: "128"}
+        """)
+    plan = plan_supervisor(inv, _state(), _observed())
+    assert plan.class_changes[0].extra_config == {"pciPassthru.64bitMMIOSizeGB": "128"}
+    assert any("below the 256 GB" in w for w in plan.warnings)
 
 
 def test_desired_class_without_vgpus_and_extra_config_override() -> None:
@@ -180,10 +205,21 @@ def test_desired_class_without_vgpus_and_extra_config_override() -> None:
 
 def _have(name: str, **over: Any) -> ClassState:
     base: dict[str, Any] = {"cpus": 4, "memory_mb": 32768, "memory_reservation": 100,
-                            "vgpus": ["grid_a100-10c"],
-                            "extra_config": {"pciPassthru.use64bitMMIO": "TRUE",
-                                             "pciPassthru.64bitMMIOSizeGB": "64"}}
+                            "vgpus": ["grid_a100-10c"], "extra_config": {}}
     return ClassState(name, **{**base, **over})
+
+
+def test_mmio_keys_an_earlier_vgpuctl_set_go_so_vm_operators_default_applies() -> None:
+    inv = _inv("""
+        vm_classes:
+          - {name: gpu-small, cpus: 4, memory_gb: 32, vgpus: {profile: grid_a100-10c}}
+        """)
+    state = _state()
+    state.classes = {"gpu-small": _have("gpu-small", extra_config={"pciPassthru.use64bitMMIO": "TRUE",
+                                                                   "pciPassthru.64bitMMIOSizeGB": "64"})}
+    plan = plan_supervisor(inv, state, _observed())
+    assert [c.extra_config for c in plan.class_changes] == [
+        {"pciPassthru.use64bitMMIO": None, "pciPassthru.64bitMMIOSizeGB": None}]
 
 
 def test_plan_creates_classes_and_associations() -> None:
@@ -200,13 +236,9 @@ def test_plan_creates_classes_and_associations() -> None:
             + cpus 16, memoryMB 131072, cpu reservation 0%, memory reservation 100%
             + vgpu grid_a100-40c
             + vgpu grid_a100-40c
-            + extraConfig pciPassthru.64bitMMIOSizeGB = 256
-            + extraConfig pciPassthru.use64bitMMIO = TRUE
         + vm class gpu-small  (create)
             + cpus 4, memoryMB 32768, cpu reservation 0%, memory reservation 100%
             + vgpu grid_a100-10c
-            + extraConfig pciPassthru.64bitMMIOSizeGB = 64
-            + extraConfig pciPassthru.use64bitMMIO = TRUE
         ~ namespace ml-team
             + vm class gpu-a100-40c
             + vm class gpu-small
@@ -245,7 +277,6 @@ def test_plan_updates_profile_count_and_size() -> None:
             - vgpu grid_a100-10c
             + vgpu grid_a100-20c
             + vgpu grid_a100-20c
-            + extraConfig pciPassthru.64bitMMIOSizeGB = 128
         Plan: 0 VM class(es) to create, 1 to update, 0 to delete, 0 namespace(s) to change.
         """)
     assert plan.class_changes[0].desired is not None
@@ -438,17 +469,60 @@ def test_rest_login_falls_back_and_sends_the_token() -> None:
     assert fake.seen[-1][:2] == ("DELETE", "/rest/com/vmware/cis/session")  # logged out on exit
 
 
+CLASSES = "/api/vcenter/namespace-management/virtual-machine-classes"
+
+
+def _class_json(memory: int, field: str = "memory_mb") -> dict[str, Any]:
+    return {"id": "g", "cpu_count": 8, field: memory, "memory_reservation": 100,
+            "devices": {"vgpu_devices": [{"profile_name": "grid_a100-40c"}]}}
+
+
 def test_rest_api_session_and_class_body() -> None:
-    fake = FakeVcenter({("POST", "/api/session"): [(201, "tok2")],
-                        ("POST", "/api/vcenter/namespace-management/virtual-machine-classes"): [(204, None)]})
+    fake = FakeVcenter({("POST", "/api/session"): [(201, "tok2")], ("POST", CLASSES): [(204, None)],
+                        ("GET", CLASSES + "/g"): [(200, _class_json(65536))]})
     want = ClassState("g", 8, 65536, 0, 100, ["grid_a100-40c"], {"pciPassthru.use64bitMMIO": "TRUE"})
     with fake.client() as rest:
         rest.create_vm_class(want)
     body = fake.seen[1][3]
-    assert body["id"] == "g" and body["memory_mb"] == 65536 and body["memory_reservation"] == 100
+    assert body["id"] == "g" and body["memory_MB"] == 65536 and body["memory_reservation"] == 100
+    assert "memory_mb" not in body  # the API reference's spelling, read back and found taken
+    assert [(m, p) for m, p, _, _ in fake.seen[1:3]] == [("POST", CLASSES), ("GET", CLASSES + "/g")]
     assert body["devices"] == {"vgpu_devices": [{"profile_name": "grid_a100-40c"}]}
     assert body["config_spec"]["extraConfig"] == [{"_typeName": "OptionValue", "key": "pciPassthru.use64bitMMIO",
                                                    "value": {"_typeName": "string", "_value": "TRUE"}}]
+
+
+def test_a_memory_the_server_did_not_take_is_sent_again_with_the_other_spelling() -> None:
+    """A server that ignores `memory_MB` (it knows `memory_mb`): the class reads back without its memory, so it
+    is sent again as `memory_mb`, read back right, and the session keeps that spelling for the next class."""
+    fake = FakeVcenter({**LEGACY_LOGIN, ("POST", CLASSES): [(200, None)],
+                        ("GET", CLASSES + "/g"): [(200, _class_json(0)), (200, _class_json(65536))],
+                        ("PATCH", CLASSES + "/g"): [(200, None)]})
+    want = ClassState("g", 8, 65536, 0, 100, ["grid_a100-40c"])
+    with fake.client() as rest:
+        rest.create_vm_class(want)
+        assert rest.memory_field == "memory_mb"
+    calls = [(m, p, b) for m, p, _, b in fake.seen if p.startswith(CLASSES)]
+    assert [(m, p) for m, p, _ in calls] == [("POST", CLASSES), ("GET", CLASSES + "/g"), ("PATCH", CLASSES + "/g"),
+                                             ("GET", CLASSES + "/g")]
+    assert "memory_MB" in calls[0][2] and calls[2][2]["memory_mb"] == 65536 and "memory_MB" not in calls[2][2]
+    assert calls[2][2]["devices"] == {"vgpu_devices": [{"profile_name": "grid_a100-40c"}]}  # the whole class again
+
+
+def test_a_memory_no_spelling_sets_is_an_error() -> None:
+    from vgpuctl.errors import RestError
+
+    fake = FakeVcenter({**LEGACY_LOGIN, ("PATCH", CLASSES + "/g"): [(200, None)],
+                        ("GET", CLASSES + "/g"): [(200, _class_json(1024, "memory_MB"))]})
+    with fake.client() as rest, pytest.raises(RestError, match="reads back as 1024 MB with either spelling"):
+        rest.update_vm_class(ClassState("g", 8, 65536, 0, 100, ["grid_a100-40c"]))
+
+
+@pytest.mark.parametrize("field", ["memory_mb", "memory_MB"])
+def test_a_class_is_read_with_either_spelling_of_its_memory(field: str) -> None:
+    from vgpuctl.vsphere.rest import class_from_json
+
+    assert class_from_json(_class_json(4096, field)).memory_mb == 4096
 
 
 @pytest.mark.parametrize(
@@ -500,7 +574,7 @@ def test_rest_wrong_password_and_tls_settings() -> None:
 
 
 def test_planned_mig_mode_counts_for_the_offer_check() -> None:
-    from vgpuctl.hosts import plan as hostplan
+    from vgpuctl.domain import ChangeKind
     from vgpuctl.model import HostChange, ObservedGpu
     from vgpuctl.supervisor.stage import planning_base
 
@@ -511,7 +585,7 @@ def test_planned_mig_mode_counts_for_the_offer_check() -> None:
                "namespaces:\n  - {name: ml-team, vm_classes: [c]}\n")
     state = _state(**{"ml-team": []})
     assert plan_supervisor(inv, state, planning_base(observed)).errors != []
-    to_mig = [HostChange("esx-01", hostplan.MIG, "0000:3b:00.0", "time-sliced", "mig")]
+    to_mig = [HostChange("esx-01", ChangeKind.MIG, "0000:3b:00.0", "time-sliced", "mig")]
     assert plan_supervisor(inv, state, planning_base(observed, to_mig)).errors == []
 
 

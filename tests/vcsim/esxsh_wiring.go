@@ -103,8 +103,10 @@ func readAuthorizedKeys(path string) ([]ssh.PublicKey, error) {
 	return keys, nil
 }
 
-// sshEnv is what gpusim adds to the environment it prints.
-func sshEnv(srv *esxsh.Server) [][2]string {
+// sshEnv is what gpusim adds to the environment it prints: its own GPUSIM_SSH_* names, and the same values
+// under the VGPUCTL_ESXI_* names vgpuctl reads (the line `vgpuctl sim up` prints), so that a shell that
+// evals gpusim's line runs host changes over the simulated ESXi shells as well.
+func sshEnv(srv *esxsh.Server, password string) [][2]string {
 	info := srv.Info()
 	env := [][2]string{{"GPUSIM_SSH_USER", info.User}}
 	if info.KnownHosts != "" {
@@ -113,7 +115,14 @@ func sshEnv(srv *esxsh.Server) [][2]string {
 	if info.HostMap != "" {
 		env = append(env, [2]string{"GPUSIM_SSH_HOSTS", info.HostMap})
 	}
-	return env
+	env = append(env, [2]string{"VGPUCTL_ESXI_USER", info.User})
+	if info.KnownHosts != "" {
+		env = append(env, [2]string{"VGPUCTL_ESXI_KNOWN_HOSTS", info.KnownHosts})
+	}
+	if info.HostMap != "" {
+		env = append(env, [2]string{"VGPUCTL_ESXI_HOSTS", info.HostMap})
+	}
+	return append(env, [2]string{"VGPUCTL_ESXI_PASSWORD", password})
 }
 
 // sshControlRoutes are the control routes of the SSH side, by pattern, for gpusim's /gpusim/ mux.

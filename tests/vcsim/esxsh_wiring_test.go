@@ -200,13 +200,24 @@ func TestStartESXiShellWritesFiles(t *testing.T) {
 		t.Fatalf("info %+v", info)
 	}
 	env := map[string]string{}
-	for _, kv := range sshEnv(srv) {
+	for _, kv := range sshEnv(srv, "pass") {
 		env[kv[0]] = kv[1]
 	}
 	for _, p := range []string{env["GPUSIM_SSH_KNOWN_HOSTS"], env["GPUSIM_SSH_HOSTS"]} {
 		if _, err := os.Stat(p); err != nil {
 			t.Errorf("env names %q: %v", p, err)
 		}
+	}
+	// the names vgpuctl reads, with the same values (what `vgpuctl sim up` prints)
+	same := map[string]string{"VGPUCTL_ESXI_HOSTS": "GPUSIM_SSH_HOSTS", "VGPUCTL_ESXI_KNOWN_HOSTS": "GPUSIM_SSH_KNOWN_HOSTS",
+		"VGPUCTL_ESXI_USER": "GPUSIM_SSH_USER"}
+	for ours, theirs := range same {
+		if env[ours] == "" || env[ours] != env[theirs] {
+			t.Errorf("%s = %q, %s = %q", ours, env[ours], theirs, env[theirs])
+		}
+	}
+	if env["VGPUCTL_ESXI_PASSWORD"] != "pass" {
+		t.Errorf("VGPUCTL_ESXI_PASSWORD = %q", env["VGPUCTL_ESXI_PASSWORD"])
 	}
 	_ = srv.Close()
 	if _, err := os.Stat(env["GPUSIM_SSH_HOSTS"]); !os.IsNotExist(err) {

@@ -202,7 +202,7 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal) int {
 			return 1
 		}
 		defer func() { _ = srv.Close() }()
-		env = append(env, sshEnv(srv)...)
+		env = append(env, sshEnv(srv, o.spec.Password)...)
 		for pattern, h := range sshControlRoutes(srv) {
 			sim.HandleControl(pattern, h.ServeHTTP)
 		}

@@ -44,6 +44,7 @@ func startVAPI(sim *vc.Sim) ([][2]string, func(), error) {
 		clusters[moids[c]] = c
 	}
 	h := vapi.New(upstream, clusters)
+	h.HonourMemoryField(sup.MemoryField)
 	for p, f := range h.Routes() {
 		mux.HandleFunc(p, f)
 	}

@@ -9,13 +9,14 @@ import time
 from dataclasses import dataclass, field
 
 from vgpuctl.capacity import DEFAULT_TIME_LIMIT_S
+from vgpuctl.capacity.blockers import Blocker
 from vgpuctl.capacity.demand import Demand
-from vgpuctl.capacity.kinds import capacity, in_mode
+from vgpuctl.capacity.kinds import MAX_PATTERNS, capacity, in_mode
 from vgpuctl.capacity.layout import PlacedVm, Verified, greedy, verify
 from vgpuctl.capacity.problem import Problem, Shape, build_problem, usable_options
+from vgpuctl.domain import GpuVgpuMode, GraphicsType
 from vgpuctl.model import Observed
 from vgpuctl.profiles import BOARDS, parse_profile
-from vgpuctl.vms.placement import MIG_MODE
 
 FRAMEBUFFER, GEOMETRY, NVLINK, PER_VM_LIMIT, ORDER = "framebuffer", "geometry", "nvlink", "per-VM limit", "order"
 
@@ -34,9 +35,11 @@ class ShapeResult:
 class GpuChange:
     host: str
     gpu: str
-    old: str
+    old: str  # vGPU mode
     new: str
     needs_reboot: bool
+    old_graphics_type: str | None = None  # set when the graphics type changes (to Shared Direct)
+    new_graphics_type: str | None = None
 
 
 @dataclass
@@ -50,9 +53,11 @@ class CapacityAnswer:
     seconds: float
     greedy_placed: int
     skipped_hosts: dict[str, str] = field(default_factory=dict)
+    blocked: dict[str, list[Blocker]] = field(default_factory=dict)  # host -> what keeps it (or GPUs) out, fix
     running_on_changed: dict[str, list[str]] = field(default_factory=dict)  # host -> running VMs
     greedy: Verified | None = None  # the verified first-fit-decreasing layout it was compared with
     timings: Timings | None = None
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def all_fit(self) -> bool:
@@ -85,6 +90,7 @@ def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = D
     importing OR-Tools and building the model leave, less a reserve for verifying its layout."""
     start = time.monotonic() if started is None else started
     times = Timings()
+    warnings: list[str] = []
     problem = build_problem(observed, demand)
     first = greedy(problem)
     verify_started = time.monotonic()
@@ -102,6 +108,9 @@ def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = D
         deadline = start + time_limit_s - VERIFY_RESERVE * verify_s
         layout, stats = cpsat.solve(problem, hint, time_limit_s, workers, deadline=deadline)
         times.model, times.search = stats.build_seconds, stats.seconds
+        warnings += [f"the solver's vGPU patterns for {kind} GPUs stopped at {MAX_PATTERNS} (too many profile "
+                     "sizes at once): it may miss packings; ask for fewer sizes per demand file"
+                     for kind in stats.truncated]
         if layout:
             verify_started = time.monotonic()
             solved = verify(problem, observed, layout)
@@ -116,8 +125,8 @@ def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = D
     running = {c.host: problem.host(c.host).running_vms for c in changes if problem.host(c.host).running_vms}
     times.total = time.monotonic() - start
     return CapacityAnswer(shapes, best.placed, changes, method, status, gap, times.total,
-                          len(greedy_verified.placed), dict(problem.skipped_hosts), running,
-                          greedy=greedy_verified, timings=times)
+                          len(greedy_verified.placed), dict(problem.skipped_hosts), dict(problem.blocked), running,
+                          greedy=greedy_verified, timings=times, warnings=warnings)
 
 
 def _score(problem: Problem, v: Verified) -> tuple[int, ...]:
@@ -129,13 +138,18 @@ def _score(problem: Problem, v: Verified) -> tuple[int, ...]:
 
 def _changes(problem: Problem, v: Verified) -> list[GpuChange]:
     out = []
-    for (host, pci), mode in sorted(v.modes.items()):
+    for host, pci in sorted(set(v.modes) | v.graphics):
         slot = next(s for s in problem.host(host).gpus if s.gpu.id == pci)
         old = slot.gpu.vgpu_mode
-        mig_switch = (old == MIG_MODE) != (mode == MIG_MODE)
+        mode = v.modes.get((host, pci), old)
+        mig_switch = (old == GpuVgpuMode.MIG) != (mode == GpuVgpuMode.MIG)
         info = BOARDS.get(slot.gpu.board or "")
         reboot = mig_switch and (info is None or info.mig_needs_reboot)  # the catalogue's `mig.apply`
-        out.append(GpuChange(host, pci, old, mode, reboot))
+        change = GpuChange(host, pci, old, mode, reboot)
+        if (host, pci) in v.graphics:  # a graphics type change takes a host reboot (vgpuctl.hosts.plan)
+            change.old_graphics_type, change.new_graphics_type = slot.graphics_from, GraphicsType.SHARED_DIRECT
+            change.needs_reboot = True
+        out.append(change)
     return out
 
 
@@ -161,7 +175,7 @@ def why_short(problem: Problem, shape: Shape, v: Verified) -> tuple[str, str]:
         return PER_VM_LIMIT, f"{what}: {shape.vgpus} vGPUs per VM exceed every host's limit ({max(limits)})"
     hosts = [h for h in problem.hosts if usable_options(problem, h, shape)]
     if not hosts:
-        return GEOMETRY, f"{what}: no host offers the profile in a mode it has or may switch to"
+        return GEOMETRY, f"{what}: no host offers the profile in a mode it has or may switch to{_blocked(problem)}"
     if shape.nvlink:
         refusals = [(h.name, h.nvlink_refusal(shape.vgpus, opt)) for h in hosts
                     for opt in usable_options(problem, h, shape)]
@@ -177,11 +191,20 @@ def why_short(problem: Problem, shape: Shape, v: Verified) -> tuple[str, str]:
                     capable += 1
                     break
     if capable < shape.vgpus:
-        return GEOMETRY, f"{what}: only {capable} GPUs could take the profile in any allowed mode"
+        return GEOMETRY, f"{what}: only {capable} GPUs could take the profile in any allowed mode{_blocked(problem)}"
     dropped = [d for d in v.dropped if d[0] == shape.name]
     if dropped and len(dropped) >= missing:
         return ORDER, f"{what}: the planner's placement order refuses them ({dropped[0][2]})"
-    return FRAMEBUFFER, f"{what}: the GPUs that can take them are full"
+    return FRAMEBUFFER, f"{what}: the GPUs that can take them are full{_blocked(problem)}"
+
+
+def _blocked(problem: Problem, limit: int = 3) -> str:
+    """The hosts (or GPUs) that take no vGPUs now, with the fix, as a tail for a shortfall's reason."""
+    items = [f"{h}: {b.text()}" for h, bs in sorted(problem.blocked.items()) for b in bs]
+    if not items:
+        return ""
+    more = f"; and {len(items) - limit} more" if len(items) > limit else ""
+    return "; not usable now: " + "; ".join(items[:limit]) + more
 
 
 # ------------------------------------------------------------------------------------------ the fragment
@@ -200,10 +223,13 @@ def fragment(answer: CapacityAnswer, demand: Demand) -> str:
         out.append(f"  - name: {host}")
         out.append("    gpus:")
         for c in changes:
-            if c.new == MIG_MODE:
-                out.append(f"      - {{select: '{c.gpu}', mode: mig}}")
+            graphics = f", graphics_type: {c.new_graphics_type}" if c.new_graphics_type else ""
+            if c.new == GpuVgpuMode.MIG:
+                out.append(f"      - {{select: '{c.gpu}'{graphics}, mode: mig}}")
+            elif c.old != c.new:
+                out.append(f"      - {{select: '{c.gpu}'{graphics}, mode: time-sliced, vgpu_mode: {c.new}}}")
             else:
-                out.append(f"      - {{select: '{c.gpu}', mode: time-sliced, vgpu_mode: {c.new}}}")
+                out.append(f"      - {{select: '{c.gpu}'{graphics}}}")
     out.append("vms:" if answer.vms else "vms: []")
     for vm in sorted(answer.vms, key=lambda v: v.name):
         item = items[vm.shape]

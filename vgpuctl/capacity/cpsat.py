@@ -7,8 +7,9 @@ the vGPUs of shape s with profile p in the class, at most one per GPU and VM (u 
 counts the VMs of shape s with profile p; their vGPUs fill the classes (sum of u = vGPUs per VM x y), NVLink
 VMs inside one NVLink set (w per set) that offers a device group of their size for their profile (placement's
 rule), on that many of its GPUs with room. Identical hosts are ordered by load to remove symmetric solutions.
-On hosts that spread vGPUs (performance policy) new VMs of one board use one time-sliced and one MIG profile,
-so the layout holds in whatever order the VMs power on.
+On hosts that spread a board's time-sliced vGPUs over several GPUs (performance policy) new VMs of that board
+use one time-sliced profile (HostCtx.spreads); MIG-backed profiles and single GPUs are not restricted: the
+layout is verified in the order apply powers VMs on (placement.power_on_key).
 Objective: placed VMs by priority (a higher priority outweighs everything below it), then fewest GPU and
 host changes. The greedy layout is the hint.
 """
@@ -22,11 +23,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpuctl.capacity.kinds import _key, addition_patterns
+from vgpuctl.capacity.kinds import _key, addition_patterns, patterns_complete
 from vgpuctl.capacity.layout import HostLayout, Layout
 from vgpuctl.capacity.problem import GpuSlot, HostCtx, Problem, Shape, usable_options
 from vgpuctl.profiles import parse_profile
-from vgpuctl.vms.placement import PERFORMANCE
 
 HOST_CHANGE_WEIGHT = 8  # a changed host (maintenance, maybe a reboot) counts as much as 8 changed GPUs
 MAX_WEIGHT = 2**52
@@ -44,6 +44,7 @@ class SolveStats:
     lexicographic: bool  # priorities weighted strictly (False when the weights would overflow)
     variables: int = 0
     build_seconds: float = 0.0  # building the model (patterns from placement included)
+    truncated: list[str] = field(default_factory=list)  # GPU kinds whose patterns stopped at MAX_PATTERNS
 
 
 @dataclass
@@ -84,12 +85,13 @@ def priority_weights(problem: Problem, change_cost: int) -> tuple[dict[int, int]
     return weights, True
 
 
-def gpu_classes(host: HostCtx, profiles: list[str]) -> list[_Class]:
-    """Identical GPUs of a host, each class with its (mode, pattern) choices over `profiles`."""
+def gpu_classes(host: HostCtx, profiles: list[str], truncated: set[str] | None = None) -> list[_Class]:
+    """Identical GPUs of a host, each class with its (mode, pattern) choices over `profiles`; the kinds whose
+    patterns stopped at kinds.MAX_PATTERNS are added to `truncated` as `<board> <mode>`."""
     groups: dict[tuple[object, ...], list[GpuSlot]] = {}
     for slot in host.gpus:
         g = slot.gpu
-        key = (_key(g), tuple(slot.modes), g.nvlink_set if g.nvlink_up else None)
+        key = (_key(g), tuple(slot.modes), g.nvlink_set if g.nvlink_up else None, slot.graphics_from)
         groups.setdefault(key, []).append(slot)
     out = []
     for slots in groups.values():
@@ -97,6 +99,11 @@ def gpu_classes(host: HostCtx, profiles: list[str]) -> list[_Class]:
         relevant = [p for p in profiles if parse_profile(p).board == rep.gpu.board]
         choices = [(mode, pat) for mode in rep.modes
                    for pat in (addition_patterns(rep.as_mode(mode), relevant) or [{}])]
+        if rep.graphics_from is not None:  # leaving it unused spares its graphics switch (and the reboot)
+            choices.insert(0, (rep.gpu.vgpu_mode, {}))
+        if truncated is not None:
+            truncated.update(f"{rep.gpu.board} {mode}" for mode in rep.modes
+                             if not patterns_complete(rep.as_mode(mode), relevant))
         out.append(_Class(host.name, slots, choices))
     return out
 
@@ -114,6 +121,7 @@ class _LayoutModel:
         self.host_changes: list[Any] = []
         self.hinted: list[tuple[Any, int]] = []
         self.room: dict[str, dict[str, int]] = {}  # host -> profile -> vGPUs its GPUs can take at most
+        self.truncated: set[str] = set()  # GPU kinds whose patterns stopped at kinds.MAX_PATTERNS
 
     def build(self) -> None:
         for h in self.problem.hosts:
@@ -135,7 +143,7 @@ class _LayoutModel:
         pairs = [(s, p) for s in self.problem.shapes for p in usable_options(self.problem, h, s)]
         if not pairs:
             return
-        classes = gpu_classes(h, sorted({p for _, p in pairs}))
+        classes = gpu_classes(h, sorted({p for _, p in pairs}), self.truncated)
         self.classes[h.name] = classes
         room = {p: sum(c.size * max(pat.get(p, 0) for _, pat in c.choices) for c in classes) for _, p in pairs}
         self.room[h.name] = room
@@ -146,7 +154,9 @@ class _LayoutModel:
         for ci, c in enumerate(classes):
             c.n = [m.new_int_var(0, c.size, f"n[{h.name},{ci},{j}]") for j in range(len(c.choices))]
             m.add(sum(c.n) == c.size)
-            moved = [v for (mode, _), v in zip(c.choices, c.n, strict=True) if mode != c.current]
+            switched = c.slots[0].graphics_from is not None
+            moved = [v for (mode, pat), v in zip(c.choices, c.n, strict=True)
+                     if mode != c.current or (switched and pat)]
             if moved:
                 self.gpu_changes.extend(moved)
                 changed_here.append((c.size, moved))
@@ -163,8 +173,7 @@ class _LayoutModel:
                       <= sum(pat.get(p, 0) * n for (_, pat), n in zip(c.choices, c.n, strict=True)))
         for s, p in pairs:
             self._fill(h, s, p, classes)
-        if h.policy == PERFORMANCE:
-            self._one_profile_per_kind(h, pairs)
+        self._one_time_sliced_profile(h, pairs)
         if changed_here:
             hc = m.new_bool_var(f"host_changed[{h.name}]")
             for size, moved in changed_here:
@@ -200,12 +209,13 @@ class _LayoutModel:
         self.m.add(y <= min(s.count, self.room[h.name][p] // s.vgpus) * any_vm)
         self.m.add(serving >= s.vgpus).only_enforce_if(any_vm)
 
-    def _one_profile_per_kind(self, h: HostCtx, pairs: list[tuple[Shape, str]]) -> None:
-        """On a spreading host, new VMs of one board use at most one time-sliced and one MIG profile."""
-        kinds: dict[tuple[str, bool], set[str]] = {}
+    def _one_time_sliced_profile(self, h: HostCtx, pairs: list[tuple[Shape, str]]) -> None:
+        """Where the host spreads a board's time-sliced profiles over several GPUs (HostCtx.spreads), new VMs of
+        that board use at most one of them."""
+        kinds: dict[str, set[str]] = {}
         for _, p in pairs:
-            prof = parse_profile(p)
-            kinds.setdefault((prof.board, prof.is_mig), set()).add(p)
+            if h.spreads(p):
+                kinds.setdefault(parse_profile(p).board, set()).add(p)
         for profiles in kinds.values():
             if len(profiles) < 2:
                 continue
@@ -300,7 +310,7 @@ def _moved(hl: HostLayout, source: HostCtx, target: HostCtx) -> HostLayout:
 
 
 def _signature(h: HostCtx) -> tuple[object, ...]:
-    gpus = tuple((_key(s.gpu), tuple(s.modes)) for s in h.gpus)
+    gpus = tuple((_key(s.gpu), tuple(s.modes), s.graphics_from) for s in h.gpus)
     return (gpus, h.policy, h.limit, h.frozen, tuple(sorted(h.offered)))
 
 
@@ -331,8 +341,10 @@ def solve(problem: Problem, hint: Layout | None = None, time_limit_s: float = 10
     status = solver.solve(model.m)
     name = solver.status_name(status).lower()
     variables = len(model.m.proto.variables)
+    truncated = sorted(model.truncated)
     if status not in (cp.OPTIMAL, cp.FEASIBLE):
-        return {}, SolveStats(name, 0.0, 0.0, 1.0, 0.0, solver.wall_time, model.lexicographic, variables, build_s)
+        return {}, SolveStats(name, 0.0, 0.0, 1.0, 0.0, solver.wall_time, model.lexicographic, variables, build_s,
+                              truncated)
     obj, bound = solver.objective_value, solver.best_objective_bound
     layout = model.extract(solver)
     # The objective counts VMs in priority weights: its distance to the bound, in lowest-priority VMs, is how
@@ -341,4 +353,4 @@ def solve(problem: Problem, hint: Layout | None = None, time_limit_s: float = 10
     placed = sum(len(h.vms) for h in layout.values())
     gap = missing / (placed + missing) if missing else 0.0
     return layout, SolveStats(name, obj, bound, gap, missing, solver.wall_time, model.lexicographic, variables,
-                              build_s)
+                              build_s, truncated)

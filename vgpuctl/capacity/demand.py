@@ -16,7 +16,7 @@ from vgpuctl.inventory.schema import API_VERSION, MAX_VM_NAME, StrictModel, vm_n
 from vgpuctl.inventory.yamlpos import KeyPath, PositionedYaml, read_yaml
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, parse_profile
 
-ALLOW = ("mig", "vgpu-mode", "profile")
+ALLOW = ("mig", "vgpu-mode", "profile", "graphics")
 SERIES = ("a", "b", "c", "q")
 MAX_DEMAND_VMS = 100_000
 # The VMs of a demand entry are named `<name>-NNN`, numbered with at least 3 digits and up to as many as
@@ -72,7 +72,7 @@ class Demand(StrictModel):
     api_version: Literal["vgpuctl/v1"] = Field(alias="apiVersion")
     kind: Literal["Demand"]
     clusters: list[str] | None = None
-    allow: list[Literal["mig", "vgpu-mode", "profile"]] = Field(default_factory=list)
+    allow: list[Literal["mig", "vgpu-mode", "profile", "graphics"]] = Field(default_factory=list)
     frozen_hosts: list[str] = Field(default_factory=list)
     template: str | None = None
     demand: list[DemandItem]

@@ -9,16 +9,17 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 
+from vgpuctl.capacity.blockers import Blocker, gpu_blockers, host_blocker, usable
 from vgpuctl.capacity.kinds import _key, addition_patterns, capacity
-from vgpuctl.model import Observed, ObservedHost
+from vgpuctl.domain import GpuVgpuMode, GraphicsType
+from vgpuctl.model import Observed
 from vgpuctl.profiles import ProfileError, max_vgpus_per_vm, parse_profile
+from vgpuctl.vms.farm import farm_from_observed
 from vgpuctl.vms.nicplace import NicCapacity, nic_capacity
 from vgpuctl.vms.placement import (
-    MIG_MODE,
     Gpu,
     add_vgpu,
     clone_gpu,
-    farm_from_observed,
     group_profiles,
     nvlink_sets,
     place_vm,
@@ -51,7 +52,8 @@ class HostFit:
     cluster: str | None
     rows: list[FitRow]
     stranded: list[Stranded] = field(default_factory=list)
-    skipped: str | None = None
+    skipped: str | None = None  # why the host takes no vGPUs now
+    blocked: list[Blocker] = field(default_factory=list)  # what keeps it (or some GPUs) out, with the fix
     nics: list[NicCapacity] = field(default_factory=list)  # free SR-IOV VFs and passthrough NICs
 
     @property
@@ -84,27 +86,24 @@ def what_fits(observed: Observed, cluster: str | None = None, host: str | None =
         oh = observed.hosts[name]
         if (cluster is not None and oh.cluster != cluster) or (host is not None and name != host) or not oh.gpus:
             continue
-        why = _unusable(oh)
-        if why:
-            hosts.append(HostFit(name, oh.cluster, [], [], why))
+        blocker = host_blocker(oh)
+        if blocker is not None:
+            hosts.append(HostFit(name, oh.cluster, [], [], blocker.what, [blocker]))
             continue
         gpus = state.gpus.get(name, [])
+        blockers = gpu_blockers(gpus)
+        if not any(usable(g) for g in gpus):
+            hosts.append(HostFit(name, oh.cluster, [], [], "; ".join(b.what for b in blockers), blockers))
+            continue
         limit = min(max_vgpus_per_vm(oh.api_version), oh.max_vgpus_per_vm or 8)
         sig = (tuple(_key(g) for g in gpus), oh.assignment_policy, limit, tuple(sorted(oh.offered_profiles)))
         if sig not in cache:
             rows = host_rows(gpus, oh.offered_profiles, oh.assignment_policy, limit)
             cache[sig] = (rows, [s for g in gpus if (s := stranded(g, oh.offered_profiles))])
         rows, strand = cache[sig]
-        hosts.append(HostFit(name, oh.cluster, rows, [copy.copy(s) for s in strand], nics=nics.get(name, [])))
+        hosts.append(HostFit(name, oh.cluster, rows, [copy.copy(s) for s in strand], None, blockers,
+                             nics.get(name, [])))
     return FitReport(hosts)
-
-
-def _unusable(host: ObservedHost) -> str | None:
-    if host.connection_state != "connected":
-        return host.connection_state
-    if host.in_maintenance:
-        return "in maintenance mode"
-    return None if host.power_state == "poweredOn" else host.power_state
 
 
 def _profiles(offered: list[str], gpus: list[Gpu]) -> list[str]:
@@ -162,7 +161,7 @@ def count_vms(gpus: list[Gpu], profiles: list[str], policy: str, *, nvlink: bool
 
 
 def _used_gb(gpu: Gpu) -> float:
-    if gpu.vgpu_mode == MIG_MODE:
+    if gpu.vgpu_mode == GpuVgpuMode.MIG:
         slots = gpu.mig_slots
         return sum(size for _, size in gpu.mig_used) * gpu.fb_gb / slots
     total = 0.0
@@ -181,6 +180,8 @@ def stranded(gpu: Gpu, offered: list[str]) -> Stranded | None:
     free = max(0.0, gpu.fb_gb - _used_gb(gpu))
     if free <= 0:
         return None
+    if gpu.graphics_type != GraphicsType.SHARED_DIRECT:
+        return Stranded(gpu.id, free, free, f"graphics type {gpu.graphics_type}: vGPUs need Shared Direct")
     if gpu.blocked:
         return Stranded(gpu.id, free, free, "held by a vGPU of unknown profile")
     profiles = _profiles(offered, [gpu])
@@ -189,9 +190,9 @@ def stranded(gpu: Gpu, offered: list[str]) -> Stranded | None:
     left = free - usable
     if left <= 0:
         return None
-    if gpu.vgpu_mode == MIG_MODE:
+    if gpu.vgpu_mode == GpuVgpuMode.MIG:
         why = "MIG slots that no instance placement fits"
-    elif gpu.vgpu_mode == "mixedSize":
+    elif gpu.vgpu_mode == GpuVgpuMode.MIXED_SIZE:
         why = "no offered size fits the gap"
     else:
         why = f"same-size GPU locked to {gpu.vgpus[0]}" if gpu.vgpus else "no offered profile divides it"

@@ -1,9 +1,13 @@
 """What a GPU can still take, derived from vgpuctl.vms.placement and nothing else.
 
 `addition_patterns(gpu, profiles)` lists the maximal multisets of `profiles` that placement lets us add to
-`gpu` as it is (mode, occupants, MIG slots), adding vGPUs largest first as the planner does. Every smaller
-multiset fits too, so "fits on this GPU" is "is dominated by one of these patterns". Results are cached per
-GPU state, so a farm of identical GPUs costs one enumeration per kind.
+`gpu` as it is (mode, occupants, MIG slots) when they arrive in the order plan places and apply powers on VMs
+(placement.profile_order: largest first). The walk tries every multiset in that order (each has one such
+sequence, and a prefix that does not fit ends it), so the patterns are exhaustive for that order; the unit tests
+compare them with every multiset of every board and mode. Every smaller multiset fits too (tested likewise), so
+"fits on this GPU" is "is dominated by one of these patterns". Under the conservative MIG start rule some
+multisets fit only in another order (small instances first); apply never powers on in that order, so they are
+not patterns. Results are cached per GPU state, so a farm of identical GPUs costs one enumeration per kind.
 """
 
 from __future__ import annotations
@@ -12,13 +16,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import fields
 from functools import lru_cache
 
-from vgpuctl.profiles import ProfileError, parse_profile
-from vgpuctl.vms.placement import MIG_MODE, Gpu, add_vgpu, clone_gpu, fits
+from vgpuctl.domain import TIME_SLICED_MODES, GpuVgpuMode
+from vgpuctl.vms.placement import Gpu, add_vgpu, clone_gpu, fits, profile_order
 
 Pattern = tuple[tuple[str, int], ...]  # sorted (profile, count) pairs, counts > 0
 MAX_PATTERNS = 4000
-TIME_SLICED = ("sameSize", "mixedSize")
-MODES = ("sameSize", "mixedSize", MIG_MODE)
+MODES = (*TIME_SLICED_MODES, GpuVgpuMode.MIG)
 
 
 # What an idle GPU keeps across a mode switch; every other field of placement's Gpu starts afresh.
@@ -36,17 +39,21 @@ def _hashable(value: object) -> object:
     return tuple(_hashable(v) for v in value) if isinstance(value, list | tuple) else value
 
 
-def _fb(profile: str) -> float:
-    try:
-        return parse_profile(profile).fb_gb
-    except ProfileError:
-        return 0
-
-
 def addition_patterns(gpu: Gpu, profiles: Iterable[str]) -> list[dict[str, int]]:
     """Maximal multisets of `profiles` that fit on `gpu` together (empty list: none fits at all)."""
-    ordered = tuple(sorted(set(profiles), key=lambda p: (-_fb(p), p)))
-    return [dict(p) for p in _patterns(_key(gpu), ordered, _Frozen(gpu))]
+    return [dict(p) for p in _enumerate(gpu, profiles)[0]]
+
+
+def patterns_complete(gpu: Gpu, profiles: Iterable[str]) -> bool:
+    """False when the walk stopped at MAX_PATTERNS maximal multisets: then the patterns miss packings. Only
+    mixed-size GPUs without published placement ids asked for many sizes at once get there (an H200 with all
+    nine C-series sizes has 5,875); the answer says so."""
+    return _enumerate(gpu, profiles)[1]
+
+
+def _enumerate(gpu: Gpu, profiles: Iterable[str]) -> tuple[tuple[Pattern, ...], bool]:
+    ordered = tuple(sorted(set(profiles), key=profile_order))  # the order vGPUs arrive on a GPU (power_on_key)
+    return _patterns(_key(gpu), ordered, _Frozen(gpu))
 
 
 class _Frozen:
@@ -63,11 +70,14 @@ class _Frozen:
 
 
 @lru_cache(maxsize=4096)
-def _patterns(_key: tuple[object, ...], ordered: tuple[str, ...], holder: _Frozen) -> tuple[Pattern, ...]:
+def _patterns(_key: tuple[object, ...], ordered: tuple[str, ...], holder: _Frozen) -> tuple[tuple[Pattern, ...], bool]:
     found: list[dict[str, int]] = []
+    truncated = False
 
     def walk(gpu: Gpu, floor: int, counts: dict[str, int]) -> None:
+        nonlocal truncated
         if len(found) >= MAX_PATTERNS:
+            truncated = True
             return
         grew = False
         for i in range(floor, len(ordered)):
@@ -82,7 +92,7 @@ def _patterns(_key: tuple[object, ...], ordered: tuple[str, ...], holder: _Froze
             found.append(counts)
 
     walk(clone_gpu(holder.gpu), 0, {})
-    return tuple(tuple(sorted(c.items())) for c in _maximal(found))
+    return tuple(tuple(sorted(c.items())) for c in _maximal(found)), not truncated
 
 
 def _maximal(patterns: Sequence[dict[str, int]]) -> list[dict[str, int]]:

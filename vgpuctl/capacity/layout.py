@@ -1,6 +1,7 @@
 """A layout (per host: GPU mode changes and the demanded VMs put there), the greedy first-fit-decreasing
-layout, and verification: the planner places the layout's VMs in the order `vgpuctl plan` does (by name,
-each pinned to its host) on the farm as it will be after the mode changes; what it refuses is dropped.
+layout, and verification: the planner places the layout's VMs in the order `vgpuctl plan` places them and
+`apply` powers them on (placement.power_on_key: largest first, then by name; each pinned to its host) on the
+farm as it will be after the mode changes; what it refuses is dropped.
 """
 
 from __future__ import annotations
@@ -10,22 +11,11 @@ from dataclasses import dataclass, field
 
 from vgpuctl.capacity.kinds import in_mode, is_idle
 from vgpuctl.capacity.problem import HostCtx, Problem, Shape, usable_options
+from vgpuctl.domain import GpuVgpuMode, GraphicsType
 from vgpuctl.model import Observed
 from vgpuctl.profiles import parse_profile
-from vgpuctl.vms.placement import (
-    MIG_MODE,
-    PERFORMANCE,
-    FarmState,
-    Gpu,
-    Placement,
-    Request,
-    add_vgpu,
-    clone_gpu,
-    farm_from_observed,
-    fits,
-    place_farm,
-    place_vm,
-)
+from vgpuctl.vms.farm import FarmState, Request, farm_from_observed, place_farm
+from vgpuctl.vms.placement import Gpu, Placement, add_vgpu, clone_gpu, fits, place_vm, power_on_key
 
 
 @dataclass
@@ -33,6 +23,7 @@ class HostLayout:
     modes: dict[str, str] = field(default_factory=dict)  # PCI id -> new vGPU mode (changed GPUs only)
     vms: list[tuple[str, str]] = field(default_factory=list)  # (shape name, profile) per VM
     use: dict[str, Counter[tuple[str, str]]] = field(default_factory=dict)  # PCI id -> VMs per (shape, profile)
+    graphics: set[str] = field(default_factory=set)  # PCI ids switched to Shared Direct (`allow: [graphics]`)
 
 
 Layout = dict[str, HostLayout]
@@ -53,6 +44,7 @@ class Verified:
     placed: list[PlacedVm]
     dropped: list[tuple[str, str, str]]  # (shape, host, reason) the planner refused
     modes: dict[tuple[str, str], str]  # (host, PCI id) -> new mode, only GPUs the placed VMs need
+    graphics: set[tuple[str, str]] = field(default_factory=set)  # (host, PCI id) switched to Shared Direct
 
     def count(self, shape: str) -> int:
         return sum(1 for v in self.placed if v.shape == shape)
@@ -83,7 +75,7 @@ def greedy(problem: Problem, *, largest_first: bool = True) -> Layout:
 
 def _place_one(problem: Problem, shape: Shape, work: dict[str, list[Gpu]], layout: Layout,
                failed: set[tuple[str, str, str]]) -> bool:
-    for host in problem.hosts:
+    for host in sorted(problem.hosts, key=lambda h: any(s.graphics_from for s in h.gpus)):  # switches last
         for opt in usable_options(problem, host, shape):
             if (host.name, shape.name, opt) in failed:
                 continue
@@ -94,7 +86,7 @@ def _place_one(problem: Problem, shape: Shape, work: dict[str, list[Gpu]], layou
 
 
 def _try(host: HostCtx, shape: Shape, opt: str, gpus: list[Gpu], hl: HostLayout) -> bool:
-    if host.policy == PERFORMANCE and _other_profile_of_kind(hl, opt):
+    if host.spreads(opt) and _other_time_sliced_profile(hl, opt):
         return False
     profiles = [opt] * shape.vgpus
     res = None
@@ -125,24 +117,24 @@ def _enough(gpus: list[Gpu], profile: str, vgpus: int) -> bool:
     return sum(1 for g in gpus if fits(g, profile)) >= vgpus
 
 
-def _other_profile_of_kind(hl: HostLayout, opt: str) -> bool:
-    """A spreading host gets new VMs of one time-sliced and one MIG profile per board (any power-on order then
-    places them as planned)."""
+def _other_time_sliced_profile(hl: HostLayout, opt: str) -> bool:
+    """A host that spreads `opt` over several GPUs gets new VMs of one time-sliced profile per board
+    (HostCtx.spreads)."""
     p = parse_profile(opt)
     for _, other in hl.vms:
         q = parse_profile(other)
-        if other != opt and q.board == p.board and q.is_mig == p.is_mig:
+        if other != opt and q.board == p.board and not q.is_mig:
             return True
     return False
 
 
 def _switched(host: HostCtx, gpus: list[Gpu], opt: str) -> list[Gpu]:
     """A trial copy where idle, untouched GPUs that may change take the mode `opt` needs."""
-    want = MIG_MODE if parse_profile(opt).is_mig else "sameSize"
+    want = GpuVgpuMode.MIG if parse_profile(opt).is_mig else GpuVgpuMode.SAME_SIZE
     out = list(gpus)
     changed = False
     for i, (slot, g) in enumerate(zip(host.gpus, gpus, strict=True)):
-        needs = (g.vgpu_mode == MIG_MODE) != (want == MIG_MODE)
+        needs = (g.vgpu_mode == GpuVgpuMode.MIG) != (want == GpuVgpuMode.MIG)
         if needs and is_idle(g) and slot.idle and want in slot.modes:
             out[i] = in_mode(g, want)
             changed = True
@@ -168,33 +160,44 @@ def name_vms(problem: Problem, layout: Layout) -> list[PlacedVm]:
 
 
 def verify(problem: Problem, observed: Observed, layout: Layout, rounds: int = 5) -> Verified:
-    """Place the layout's VMs as `vgpuctl plan` will (by name, on their hosts, after the mode changes);
-    VMs it refuses are dropped and the rest placed again until none is refused."""
-    current = {h: HostLayout(dict(hl.modes), list(hl.vms)) for h, hl in layout.items()}
+    """Place the layout's VMs as `vgpuctl plan` will (in the power-on order, on their hosts, after the mode and
+    graphics changes); VMs it refuses are dropped and the rest placed again until none is refused."""
+    switchable = problem.switched()
+    current = {h: HostLayout(dict(hl.modes), list(hl.vms), graphics={p for hh, p in switchable if hh == h})
+               for h, hl in layout.items()}
     dropped: list[tuple[str, str, str]] = []
+    vms, results = _drop_refused(problem, observed, current, dropped, rounds)
+    used = {(r.host, p.gpu) for r in results.values() if r.ok for p in r.placed}
+    every = {(h, pci): m for h, hl in current.items() for pci, m in hl.modes.items()}
+    all_graphics = {(h, pci) for h, hl in current.items() for pci in hl.graphics}
+    modes = {k: m for k, m in every.items() if k in used}
+    graphics = all_graphics & used
+    if modes != every or graphics != all_graphics:  # a change no VM lands on is left out, unless it steered
+        lean = {h: HostLayout({pci: m for (hh, pci), m in modes.items() if hh == h}, list(hl.vms),
+                              graphics={pci for hh, pci in graphics if hh == h})
+                for h, hl in current.items()}
+        again = _place(observed, lean, vms)
+        if any(not r.ok for r in again.values()):
+            modes, graphics = every, all_graphics
+    return Verified(vms, dropped, modes, graphics)
+
+
+def _drop_refused(problem: Problem, observed: Observed, current: Layout, dropped: list[tuple[str, str, str]],
+                  rounds: int) -> tuple[list[PlacedVm], dict[str, Placement]]:
+    """Place the layout; drop what the planner refuses (into `dropped`) and place the rest again, at most
+    `rounds` times; then the VMs it placed and its results."""
     for _ in range(rounds):
         vms = name_vms(problem, current)
         results = _place(observed, current, vms)
         refused = [(vm, results[vm.name].reason or "") for vm in vms if not results[vm.name].ok]
         if not refused:
-            break
+            return vms, results
         for vm, reason in refused:
             current[vm.host].vms.remove((vm.shape, vm.profile))
             dropped.append((vm.shape, vm.host, reason))
-    else:
-        vms = name_vms(problem, current)
-        results = _place(observed, current, vms)
-        vms = [vm for vm in vms if results[vm.name].ok]
-    used = {(r.host, p.gpu) for r in results.values() if r.ok for p in r.placed}
-    every = {(h, pci): m for h, hl in current.items() for pci, m in hl.modes.items()}
-    modes = {k: m for k, m in every.items() if k in used}
-    if modes != every:  # a change no VM lands on is left out, unless it steered where the others went
-        lean = {h: HostLayout({pci: m for (hh, pci), m in modes.items() if hh == h}, list(hl.vms))
-                for h, hl in current.items()}
-        again = _place(observed, lean, vms)
-        if any(not r.ok for r in again.values()):
-            modes = every
-    return Verified(vms, dropped, modes)
+    vms = name_vms(problem, current)
+    results = _place(observed, current, vms)
+    return [vm for vm in vms if results[vm.name].ok], results
 
 
 def _state(observed: Observed, layout: Layout) -> FarmState:
@@ -202,6 +205,8 @@ def _state(observed: Observed, layout: Layout) -> FarmState:
     for host, hl in layout.items():
         gpus = state.gpus.get(host, [])
         for i, g in enumerate(gpus):
+            if g.id in hl.graphics:
+                g.graphics_type = GraphicsType.SHARED_DIRECT
             if g.id in hl.modes:
                 gpus[i] = in_mode(g, hl.modes[g.id])
     return state
@@ -209,5 +214,6 @@ def _state(observed: Observed, layout: Layout) -> FarmState:
 
 def _place(observed: Observed, layout: Layout, vms: list[PlacedVm]) -> dict[str, Placement]:
     state = _state(observed, layout)
-    requests = [Request(v.name, [v.profile] * v.vgpus, [v.host], v.nvlink) for v in sorted(vms, key=lambda v: v.name)]
+    ordered = sorted(vms, key=lambda v: power_on_key(v.name, [v.profile] * v.vgpus))  # as plan places, apply powers on
+    requests = [Request(v.name, [v.profile] * v.vgpus, [v.host], v.nvlink) for v in ordered]
     return place_farm(state, requests)

@@ -7,27 +7,40 @@ Rules (the mode-switch rules of the answer):
 - `mig` lets an idle MIG-capable GPU switch MIG on or off (off means time-sliced same-size);
 - `vgpu-mode` lets an idle time-sliced GPU switch between same-size and mixed-size;
 - `profile` lets idle same-size GPUs serve a profile that no GPU of the host serves yet; without it, new VMs on a
-  host use the profiles its running VMs already use there (or any, on a host that runs none).
+  host use the profiles its running VMs already use there (or any, on a host that runs none);
+- `graphics` lets the GPUs of a host that runs no VM switch from another graphics type (vSGA `shared`) to Shared
+  Direct, which vGPUs need; without it such GPUs take nothing, and the answer names them with the fix
+  (vgpuctl.capacity.blockers), as it names hosts that are disconnected, powered off or in maintenance mode.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from vgpuctl.capacity.blockers import Blocker, gpu_blockers, host_blocker, usable
 from vgpuctl.capacity.demand import Demand, DemandItem
-from vgpuctl.capacity.kinds import MODES, TIME_SLICED, in_mode, is_idle
+from vgpuctl.capacity.kinds import MODES, in_mode, is_idle
+from vgpuctl.domain import (
+    TIME_SLICED_MODES,
+    AssignmentPolicy,
+    GpuVgpuMode,
+    GraphicsType,
+    PowerState,
+)
 from vgpuctl.errors import NotFound
-from vgpuctl.hosts.plan import mig_profile_names, time_sliced_profile_names
+from vgpuctl.hosts.predict import mig_profile_names, time_sliced_profile_names
 from vgpuctl.model import Observed, ObservedHost
 from vgpuctl.profiles import BOARDS, max_vgpus_per_vm, parse_profile
-from vgpuctl.vms.placement import MIG_MODE, Gpu, farm_from_observed, group_refusal, nvlink_refusal, nvlink_sets
+from vgpuctl.vms.farm import farm_from_observed
+from vgpuctl.vms.placement import Gpu, clone_gpu, group_refusal, nvlink_refusal, nvlink_sets
 
 
 @dataclass
 class GpuSlot:
     host: str
-    gpu: Gpu  # as it is now, with the running VMs' vGPUs
+    gpu: Gpu  # as it is now, with the running VMs' vGPUs (Shared Direct already when `graphics_from` is set)
     modes: list[str]  # modes it may take; the first is the current one
+    graphics_from: str | None = None  # its graphics type now, when `allow: [graphics]` switches it to Shared Direct
 
     @property
     def idle(self) -> bool:
@@ -48,6 +61,18 @@ class HostCtx:
     running_vms: list[str] = field(default_factory=list)
     frozen: bool = False
 
+    def spreads(self, profile: str) -> bool:
+        """Whether new VMs of this time-sliced profile spread over two or more of the host's GPUs that may serve
+        it (the `performance` policy): the first of them would then lock same-size GPUs to their profile whatever
+        the layout intended, so the answer keeps one time-sliced profile per board on such a host. MIG GPUs hold
+        instances of any size, and on a single GPU nothing spreads: there the order apply powers on in is all
+        that matters, and the answer is verified in it."""
+        p = parse_profile(profile)
+        if self.policy != AssignmentPolicy.PERFORMANCE or p.is_mig:
+            return False
+        serving = [s for s in self.gpus if s.gpu.board == p.board and any(m in TIME_SLICED_MODES for m in s.modes)]
+        return len(serving) >= 2
+
     def nvlink_sets(self) -> dict[int, list[Gpu]]:
         """The host's NVLink sets as placement sees them for an NVLink VM (vgpuctl.vms.placement.nvlink_sets), with
         each GPU in a time-sliced mode it has or may switch to (a MIG GPU is in no device group)."""
@@ -56,8 +81,8 @@ class HostCtx:
     def _time_sliced(self) -> list[Gpu]:
         out = []
         for s in self.gpus:
-            switch = s.gpu.vgpu_mode == MIG_MODE and s.idle and "sameSize" in s.modes
-            out.append(s.as_mode("sameSize") if switch else s.gpu)
+            switch = s.gpu.vgpu_mode == GpuVgpuMode.MIG and s.idle and GpuVgpuMode.SAME_SIZE in s.modes
+            out.append(s.as_mode(GpuVgpuMode.SAME_SIZE) if switch else s.gpu)
         return out
 
     def nvlink_set_refusal(self, nvlink_set: int | None, vgpus: int, profile: str) -> str | None:
@@ -106,19 +131,14 @@ class Problem:
     shapes: list[Shape]
     allow: set[str]
     skipped_hosts: dict[str, str] = field(default_factory=dict)  # host -> why it is out of the answer
+    blocked: dict[str, list[Blocker]] = field(default_factory=dict)  # host -> what keeps it (or GPUs) out, and fix
 
     def host(self, name: str) -> HostCtx:
         return next(h for h in self.hosts if h.name == name)
 
-
-def _usable(host: ObservedHost) -> str | None:
-    if host.connection_state != "connected":
-        return f"{host.connection_state}"
-    if host.power_state != "poweredOn":
-        return host.power_state
-    if host.in_maintenance:
-        return "in maintenance mode"
-    return None
+    def switched(self) -> set[tuple[str, str]]:
+        """(host, PCI id) of the GPUs the answer may switch to Shared Direct (`allow: [graphics]`)."""
+        return {(h.name, s.gpu.id) for h in self.hosts for s in h.gpus if s.graphics_from is not None}
 
 
 def build_problem(observed: Observed, demand: Demand) -> Problem:
@@ -133,26 +153,41 @@ def build_problem(observed: Observed, demand: Demand) -> Problem:
     if strangers:
         raise NotFound(f"frozen_hosts names unknown host(s) {', '.join(strangers)}")
     state = farm_from_observed(observed)
-    hosts: list[HostCtx] = []
-    skipped: dict[str, str] = {}
+    problem = Problem([], [], allow)
+    running_on = {vm.host for vm in observed.vms.values() if vm.power_state == PowerState.ON and vm.host}
     for name in sorted(observed.hosts):
         oh = observed.hosts[name]
         if scope is not None and oh.cluster not in scope:
             continue
-        why = _usable(oh)
-        if why:
-            skipped[name] = why
-            continue
-        if not oh.gpus:
+        blocker = host_blocker(oh)
+        if blocker is not None:
+            problem.skipped_hosts[name], problem.blocked[name] = blocker.what, [blocker]
             continue
         is_frozen = name in frozen
-        slots = [GpuSlot(name, g, _modes(g, allow, is_frozen)) for g in state.gpus.get(name, [])]
+        may_switch = "graphics" in allow and not is_frozen and name not in running_on
+        slots = [_slot(name, g, allow, is_frozen, may_switch) for g in state.gpus.get(name, [])]
+        blockers = gpu_blockers([s.gpu for s in slots])
+        if blockers:
+            problem.blocked[name] = blockers
+        if not any(usable(s.gpu) for s in slots):
+            problem.skipped_hosts[name] = "; ".join(b.what for b in blockers)
+            continue
         running = sorted({vm for og in oh.gpus for vm in og.vms})
-        hosts.append(HostCtx(name, oh.cluster, oh.assignment_policy, _limit(oh), slots,
-                             _offered(oh, slots, allow), running, is_frozen))
-    boards = sorted({s.gpu.board for h in hosts for s in h.gpus if s.gpu.board})
-    shapes = [Shape(item, _options(item, boards)) for item in demand.demand]
-    return Problem(hosts, shapes, allow, skipped)
+        problem.hosts.append(HostCtx(name, oh.cluster, oh.assignment_policy, _limit(oh), slots,
+                                     _offered(oh, slots, allow), running, is_frozen))
+    boards = sorted({s.gpu.board for h in problem.hosts for s in h.gpus if s.gpu.board})
+    problem.shapes = [Shape(item, _options(item, boards)) for item in demand.demand]
+    return problem
+
+
+def _slot(host: str, gpu: Gpu, allow: set[str], frozen: bool, may_switch: bool) -> GpuSlot:
+    """The GPU as the answer may use it: a GPU of another graphics type becomes Shared Direct on a host that runs
+    no VM when `graphics` is allowed (and then takes the modes an idle GPU may take)."""
+    if gpu.graphics_type == GraphicsType.SHARED_DIRECT or not may_switch or gpu.blocked:
+        return GpuSlot(host, gpu, _modes(gpu, allow, frozen))
+    switched = clone_gpu(gpu)
+    switched.graphics_type = GraphicsType.SHARED_DIRECT
+    return GpuSlot(host, switched, _modes(switched, allow, frozen), graphics_from=gpu.graphics_type)
 
 
 def _limit(host: ObservedHost) -> int:
@@ -162,17 +197,17 @@ def _limit(host: ObservedHost) -> int:
 
 def _modes(gpu: Gpu, allow: set[str], frozen: bool) -> list[str]:
     current = gpu.vgpu_mode
-    if frozen or not is_idle(gpu) or gpu.graphics_type != "sharedDirect":
+    if frozen or not is_idle(gpu) or gpu.graphics_type != GraphicsType.SHARED_DIRECT:
         return [current]
     info = BOARDS.get(gpu.board or "")
     out = [current]
     for mode in MODES:
         if mode == current:
             continue
-        to_mig, from_mig = mode == MIG_MODE, current == MIG_MODE
+        to_mig, from_mig = mode == GpuVgpuMode.MIG, current == GpuVgpuMode.MIG
         if to_mig or from_mig:
             ok = "mig" in allow and info is not None and info.mig_capable
-            ok = ok and (mode == "sameSize" or to_mig or "vgpu-mode" in allow)  # MIG off lands in same-size
+            ok = ok and (mode == GpuVgpuMode.SAME_SIZE or to_mig or "vgpu-mode" in allow)  # MIG off lands in same-size
         else:
             ok = "vgpu-mode" in allow
         if ok:
@@ -184,11 +219,11 @@ def _offered(host: ObservedHost, slots: list[GpuSlot], allow: set[str]) -> set[s
     offered = set(host.offered_profiles)
     for s in slots:
         board = s.gpu.board
-        if board is None or len(s.modes) == 1:
+        if board is None or (len(s.modes) == 1 and s.graphics_from is None):
             continue
-        if any(m == MIG_MODE for m in s.modes):
+        if any(m == GpuVgpuMode.MIG for m in s.modes):
             offered.update(mig_profile_names(board))
-        if any(m in TIME_SLICED for m in s.modes):
+        if any(m in TIME_SLICED_MODES for m in s.modes):
             offered.update(time_sliced_profile_names(board))
     return offered
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from vgpuctl.hosts.plan import mig_profile_names, time_sliced_profile_names
-from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm, PowerState
+from vgpuctl.domain import AssignmentPolicy, GpuVgpuMode, GraphicsType, PowerState
+from vgpuctl.hosts.predict import mig_profile_names, time_sliced_profile_names
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
 from vgpuctl.profiles import BOARDS
-from vgpuctl.vms.placement import MIG_MODE
 
 DEVICE_NAMES = {"a100": "NVIDIA A100-PCIE-40GB", "a100d": "NVIDIA A100 80GB PCIe", "h100": "NVIDIA H100 PCIe",
                 "l40s": "NVIDIA L40S", "a40": "NVIDIA A40"}
@@ -31,10 +31,10 @@ class SynthHost:
     name: str
     board: str = "a100"
     gpus: int = 4
-    modes: Sequence[str] | str = "sameSize"  # one for all GPUs, or one per GPU
+    modes: Sequence[str] | str = GpuVgpuMode.SAME_SIZE  # one for all GPUs, or one per GPU
     nvlink: str = "pairs"  # pairs | quads | all | none
     nvlink_groups: Sequence[int] = ()  # device group sizes the host reports for each set (empty: none)
-    policy: str = "performance"
+    policy: str = AssignmentPolicy.PERFORMANCE
     cluster: str = "GPU-Cluster"
     running: list[RunningVm] = field(default_factory=list)
     api_version: str = "8.0.3.0"
@@ -49,8 +49,8 @@ def make_host(spec: SynthHost) -> tuple[ObservedHost, list[ObservedVm]]:
     modes = [spec.modes] * spec.gpus if isinstance(spec.modes, str) else list(spec.modes)
     fb = BOARDS[spec.board].fb_gb
     gpus = [ObservedGpu(PCI_IDS[i] if i < len(PCI_IDS) else f"0000:{0xc0 + i:02x}:00.0", DEVICE_NAMES[spec.board],
-                        memory_kb=int(fb * KB_PER_GB), graphics_type="sharedDirect", vgpu_mode=modes[i],
-                        nvlink_set=_set_of(i, spec.nvlink, spec.gpus) if modes[i] != MIG_MODE else None)
+                        memory_kb=int(fb * KB_PER_GB), graphics_type=GraphicsType.SHARED_DIRECT, vgpu_mode=modes[i],
+                        nvlink_set=_set_of(i, spec.nvlink, spec.gpus) if modes[i] != GpuVgpuMode.MIG else None)
             for i in range(spec.gpus)]
     for g in gpus:
         g.nvlink_groups = list(spec.nvlink_groups) if g.nvlink_set is not None else []
@@ -63,9 +63,10 @@ def make_host(spec: SynthHost) -> tuple[ObservedHost, list[ObservedVm]]:
                               vgpus=[ObservedVgpu(4000 + i, p) for i, p in enumerate(vm.profiles)]))
     offered: set[str] = set()
     for mode in set(modes):
-        offered.update(mig_profile_names(spec.board) if mode == MIG_MODE else time_sliced_profile_names(spec.board))
+        names = mig_profile_names if mode == GpuVgpuMode.MIG else time_sliced_profile_names
+        offered.update(names(spec.board))
     host = ObservedHost(spec.name, cluster=spec.cluster, api_version=spec.api_version,
-                        default_graphics_type="sharedDirect", assignment_policy=spec.policy, gpus=gpus,
+                        default_graphics_type=GraphicsType.SHARED_DIRECT, assignment_policy=spec.policy, gpus=gpus,
                         offered_profiles=sorted(offered))
     return host, vms
 

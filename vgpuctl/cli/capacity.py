@@ -35,7 +35,7 @@ def capacity_cmd(
     cluster: Annotated[str | None, typer.Option("--cluster", help="Only this cluster (what fits now).")] = None,
     host: Annotated[str | None, typer.Option("--host", help="Only this host (what fits now).")] = None,
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Write the answer's inventory fragment here.", dir_okay=False)
+        Path | None, typer.Option("--out", help="Write the answer's inventory fragment here.", dir_okay=False)
     ] = None,
     detailed_exitcode: Annotated[
         bool, typer.Option("--detailed-exitcode", help="Exit 2 when some demand does not fit.")
@@ -52,18 +52,24 @@ def capacity_cmd(
 
     Examples:
       vgpuctl capacity --cluster GPU-Cluster
-      vgpuctl capacity --demand next-quarter.yaml -o layout.yaml --detailed-exitcode
+      vgpuctl capacity --demand next-quarter.yaml --out layout.yaml
+      vgpuctl capacity --demand next-quarter.yaml --detailed-exitcode -o json
     """
     started = time.monotonic()  # the time limit counts from here
     opts: GlobalOptions = ctx.obj
     if demand is None and (out is not None or detailed_exitcode):
-        raise UsageError("-o and --detailed-exitcode go with --demand")
+        raise UsageError("--out and --detailed-exitcode go with --demand")
+    common.check_out_file(out)
     wanted = None
     if demand is not None:
         from vgpuctl.capacity.demand import load_demand
 
         wanted = load_demand(demand)  # file errors before any connection
     observed = _observe(opts, file)
+    if host is not None:
+        from vgpuctl.names import host_named
+
+        host = host_named(host, observed.hosts)  # a unique short name names the host too
     if wanted is None:
         from vgpuctl.capacity.fitnow import what_fits
         from vgpuctl.reports.capacity import capacity_report

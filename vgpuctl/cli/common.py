@@ -46,6 +46,7 @@ class GlobalOptions:
     timeout: float | None = None  # seconds; None: the session's default
     output: str = "text"
     verbose: int = 0
+    text_to_stderr: bool = False  # stdout holds something else (--events -): text goes to stderr
     url_from_command_line: bool = False
     emitted: bool = field(default=False, repr=False)  # a JSON document already went to stdout
     prompted_password: str | None = field(default=None, repr=False)  # asked once per run, never shown
@@ -99,28 +100,44 @@ def emit(report: Report, opts: GlobalOptions) -> None:
         typer.echo(json.dumps(report.to_dict(), indent=2, sort_keys=False))
         opts.emitted = True
         return
-    show(report.render_text(text_layout()))
+    show(report.render_text(text_layout(opts)), err=opts.text_to_stderr)
 
 
-def show(rendered: Rendered) -> None:
-    """Text on stdout: a str as it is, rich renderables one after the other; None prints nothing."""
+def show(rendered: Rendered, err: bool = False) -> None:
+    """Text on stdout (stderr with `err`): a str as it is, rich renderables one after the other; None prints
+    nothing."""
     if rendered is None:
         return
     if isinstance(rendered, str):
-        typer.echo(rendered.rstrip("\n"))
+        typer.echo(rendered.rstrip("\n"), err=err)
         return
-    console = stdout_console()
+    console = stderr_console() if err else stdout_console()
     for item in rendered if isinstance(rendered, list) else [rendered]:
         console.print(item)
 
 
-def text_layout() -> TextLayout:
-    """The terminal's width, and plain lines when stdout is not a terminal (pipes, files, CI logs)."""
+def text_layout(opts: GlobalOptions | None = None, err: bool = False) -> TextLayout:
+    """The terminal's width, and plain lines when the stream is not a terminal (pipes, files, CI logs); with
+    -v, lists are never cut."""
     import shutil
 
     from vgpuctl.reports.base import TextLayout
 
-    return TextLayout(shutil.get_terminal_size().columns, not sys.stdout.isatty())
+    stream = sys.stderr if err or (opts is not None and opts.text_to_stderr) else sys.stdout
+    full = opts is not None and opts.verbose > 0
+    return TextLayout(shutil.get_terminal_size().columns, not stream.isatty(), full)
+
+
+OUTPUT_FORMATS = ("text", "json")
+
+
+def check_out_file(path: Path | None, option: str = "--out") -> None:
+    """Refuse a file named like an output format: `--out json` is nearly always `-o json` mistyped."""
+    if path is not None and path.name in OUTPUT_FORMATS:
+        raise UsageError(
+            f"{option} {path}: a file named {path.name!r} looks like an output format; for {path.name} on stdout use "
+            f"`-o {path.name}` (the global --output), else give the file an extension"
+        )
 
 
 # -------------------------------------------------------------------------------------- connection
@@ -236,7 +253,9 @@ EXIT_CHANGES_PENDING = 2  # plan --detailed-exitcode: changes are pending
 def run_options(opts: GlobalOptions, inventory: Inventory | None, **fields: Any) -> RunOptions:
     """The pipeline's options from the global options and the command's flags."""
     from vgpuctl.pipeline import RunOptions
+    from vgpuctl.vsphere.workrecord import new_run_id
 
+    fields.setdefault("run_id", new_run_id())  # named in events, work records and leases
     return RunOptions(datacenter=datacenter_for(opts, inventory), on_new_host_key=new_host_key, **fields)
 
 
@@ -244,13 +263,23 @@ def new_host_key(host: str, fingerprint: str) -> None:
     warn(f"trusted the new SSH host key of {host} ({fingerprint}) and recorded it in known_hosts")
 
 
-def confirm(question: str, action: str = "apply") -> None:
-    """Ask before a change; the one place that does. Refused without a terminal (use --yes), a no or Ctrl-C at
-    the prompt stops with nothing changed."""
+CONFIRM_WORD = "yes"
+
+
+def confirm(question: str, action: str = "apply", *, word: bool = False) -> None:
+    """Ask before a change; the one place that does. `word`: a disruptive change (maintenance mode, a reboot, a
+    VM powered off) needs the word `yes` typed out; others a y/N. Refused without a terminal (use --yes); any
+    other answer, or Ctrl-C at the prompt, stops with nothing changed."""
     if not sys.stdin.isatty():
         raise UsageError(f"{action} needs confirmation but stdin is not a terminal: rerun with --yes")
     try:
-        ok = typer.confirm(question, default=False, err=True)
+        if word:
+            answer = str(typer.prompt(f"{question} This takes hosts into maintenance, reboots them or powers VMs "
+                                      f"off. Type '{CONFIRM_WORD}' to go on", default="", show_default=False,
+                                      err=True))
+            ok = answer.strip() == CONFIRM_WORD
+        else:
+            ok = typer.confirm(question, default=False, err=True)
     except typer.Abort:
         raise Interrupted("interrupted: nothing was changed") from None
     if not ok:

@@ -9,6 +9,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.domain import ConnectionState
 from vgpuctl.errors import NotFound
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ def export_cmd(
     host: Annotated[str | None, typer.Option("--host", help="Only this host and its VMs.")] = None,
     all_vms: Annotated[bool, typer.Option("--all-vms", help="Also the VMs without vGPUs.")] = False,
     out: Annotated[
-        Path | None, typer.Option("--out", "-o", help="Write here instead of stdout.", dir_okay=False)
+        Path | None, typer.Option("--out", help="Write the inventory to this file instead of stdout.", dir_okay=False)
     ] = None,
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Take vCenter settings from this inventory.", dir_okay=False)
@@ -36,7 +37,8 @@ def export_cmd(
     """Write an inventory (apiVersion vgpuctl/v1) of the farm as it is: host GPU settings and VMs with vGPUs.
 
     Examples:
-      vgpuctl export -o farm.yaml && vgpuctl plan -f farm.yaml --detailed-exitcode
+      vgpuctl export --out farm.yaml
+      vgpuctl plan -f farm.yaml --detailed-exitcode
       vgpuctl export --cluster GPU-Cluster --all-vms
     """
     from vgpuctl import pipeline
@@ -44,12 +46,18 @@ def export_cmd(
     from vgpuctl.reports.export import ExportReport
 
     opts: GlobalOptions = ctx.obj
+    common.check_out_file(out)
     inventory = pipeline.load(file) if file is not None else None
     options = common.run_options(opts, inventory)
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, options.datacenter, inventory, all_nvlink=True)
+        if host is not None:
+            from vgpuctl.names import host_named
+
+            host = host_named(host, observed.hosts)  # a unique short name names the host too
         specs = _host_specs(inventory, observed)
-        hosts = {n: specs.get(n) for n, h in observed.hosts.items() if h.gpus and h.connection_state == "connected"}
+        hosts = {n: specs.get(n) for n, h in observed.hosts.items()
+                 if h.gpus and h.connection_state == ConnectionState.CONNECTED}
         facts, _ = pipeline.host_facts(session, observed, hosts, options)
         supervisor = _supervisor(opts, inventory, observed)
     try:

@@ -12,14 +12,18 @@ import copy
 from collections.abc import Callable, Iterable
 from typing import Any
 
-PANEL = "Global options"
+from vgpuctl.cli.helptext import GLOBAL_PANEL, install
+
+PANEL = GLOBAL_PANEL
 NOT_COPIED = frozenset({"version", "help", "install_completion", "show_completion"})
 
 
 def add_global_options(root: Any, on_late_option: Callable[[Any, str, Any], None]) -> None:
     """Copy `root`'s options onto every command below it. `on_late_option(ctx, name, value)` is called for each
-    copy the user typed after a command."""
+    copy the user typed after a command. Every command's --help is plain text that wraps (vgpuctl.cli.helptext)."""
+    install(root)
     for command in _descendants(root):
+        install(command)
         _name_arguments(command)
         own_flags = {flag for p in command.params for flag in (*p.opts, *p.secondary_opts)}
         own_names = {p.name for p in command.params}
@@ -29,6 +33,14 @@ def add_global_options(root: Any, on_late_option: Callable[[Any, str, Any], None
             late = _late_copy(param, own_flags, own_names, on_late_option)
             if late is not None:
                 command.params.append(late)
+
+
+def with_envvars(help_text: str, envvar: str | list[str] | None) -> str:
+    """The option's help with the environment variables it is read from."""
+    if not envvar:
+        return help_text
+    names = [envvar] if isinstance(envvar, str) else list(envvar)
+    return f"{help_text}  [env var: {', '.join(names)}]"
 
 
 def _descendants(group: Any) -> Iterable[Any]:
@@ -60,8 +72,9 @@ def _late_copy(
     late.opts = flags
     late.secondary_opts = [o for o in param.secondary_opts if o not in own_flags]
     late.name = param.name if param.name not in own_names else f"global_{param.name}"
-    late.envvar = None  # the root already read the environment
+    late.envvar = None  # the root already read the environment; the help still names it
     late.show_envvar = False
+    late.help = with_envvars(param.help or "", param.envvar)
     late.show_default = False  # the root's default or environment applies when the copy is not given
     late.expose_value = False
     late.rich_help_panel = PANEL

@@ -15,8 +15,18 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.domain import AssignmentPolicy, Evacuate, GraphicsType, Outcome, SchedulerPolicy, VgpuMode
-from vgpuctl.errors import NotFound, PlanError, UsageError, VgpuctlError
+from vgpuctl.domain import (
+    AssignmentPolicy,
+    ConnectionState,
+    Evacuate,
+    GpuMode,
+    GraphicsType,
+    NvlinkState,
+    Outcome,
+    SchedulerPolicy,
+    VgpuMode,
+)
+from vgpuctl.errors import PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
@@ -28,7 +38,9 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Host GPU configuration: graphics, MIG mode, NVLink, scheduler.", no_args_is_help=True)
 
 
-HostName = Annotated[str, typer.Argument(help="ESXi host name as vCenter knows it.")]
+HostName = Annotated[
+    str, typer.Argument(help="ESXi host: its name as vCenter knows it, or a short name only it has (esx-01).")
+]
 InventoryOpt = Annotated[
     Path | None,
     typer.Option("--file", "-f", dir_okay=False, help="Inventory whose entry for the host gives ssh and maintenance."),
@@ -36,7 +48,13 @@ InventoryOpt = Annotated[
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before maintenance mode, power-offs or reboots.")]
 EvacuateOpt = Annotated[
     Evacuate | None,
-    typer.Option(help="Running VMs on the host: refuse (stop and list them) or power-off (and on again after)."),
+    typer.Option(
+        help="Running VMs on the host when it must enter maintenance mode: refuse (stop before any change and list "
+        "them), power-off (power them off, and on again after the change) or migrate (vMotion them to another host "
+        "of the cluster that offers their profiles and has room; a vGPU VM only where vCenter allows vMotion of "
+        "running vGPU VMs; a VM that cannot move is powered off when the inventory allows it, else the plan "
+        "refuses). Default: the inventory entry's, else refuse."
+    ),
 ]
 RebootTimeout = Annotated[int | None, typer.Option(min=1, help="Seconds to wait for the host after a reboot.")]
 Tofu = Annotated[
@@ -66,9 +84,10 @@ def show_cmd(
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, common.datacenter_for(opts, inventory), inventory)
         found = _host(observed, host)
+        host = found.name  # a unique short name names the host too
         spec = _base_spec(inventory, observed, host)
         facts = None
-        if found.connection_state == "connected":
+        if found.connection_state == ConnectionState.CONNECTED:
             facts = gather_facts(
                 session,
                 {host: (found.moid, spec)},
@@ -127,7 +146,7 @@ def mig_cmd(
     """Switch MIG mode of one GPU or all (maintenance mode; a reboot on Ampere GPUs)."""
     if enable is None:
         raise UsageError("say --enable or --disable")
-    fields = {"gpus": [{"select": gpu, "mode": "mig" if enable else "time-sliced"}]}
+    fields = {"gpus": [{"select": gpu, "mode": str(GpuMode.MIG if enable else GpuMode.TIME_SLICED)}]}
     change(ctx.obj, host, fields, file=file, evacuate=evacuate, reboot_timeout=reboot_timeout, tofu=tofu, yes=yes)
 
 
@@ -145,7 +164,7 @@ def nvlink_cmd(
     """Turn NVLink on or off (nvidia module option NVreg_NvLinkDisable; maintenance mode and a reboot)."""
     if enable is None:
         raise UsageError("say --enable or --disable")
-    fields = {"nvlink": "enabled" if enable else "disabled"}
+    fields = {"nvlink": str(NvlinkState.ENABLED if enable else NvlinkState.DISABLED)}
     change(ctx.obj, host, fields, file=file, evacuate=evacuate, reboot_timeout=reboot_timeout, tofu=tofu, yes=yes)
 
 
@@ -176,11 +195,10 @@ def _v(value: StrEnum | None) -> str | None:
 
 
 def _host(observed: Observed, name: str) -> Any:
-    host = observed.hosts.get(name)
-    if host is None:
-        names = ", ".join(sorted(observed.hosts)) or "none"
-        raise NotFound(f"host {name!r} not found (hosts: {names})")
-    return host
+    """The host a name means: its full name, or a short name only it has."""
+    from vgpuctl.names import host_named
+
+    return observed.hosts[host_named(name, observed.hosts)]
 
 
 def _base_spec(inventory: Any, observed: Observed, host: str) -> HostSpec | None:
@@ -239,6 +257,7 @@ def change(
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, options.datacenter, inventory)
         found = _host(observed, host)
+        host = found.name
         spec = one_host_spec(_base_spec(inventory, observed, host), host, fields, evacuate, reboot_timeout)
         plan = pipeline.plan_hosts(session, observed, [spec], options)
         if plan.errors:
@@ -251,8 +270,9 @@ def change(
             common.emit(report, opts)
             return
         _say(opts, describe_changes(host, changes, spec, report.affected_vms))
-        if not yes:
-            common.confirm(f"Apply {len(changes)} host change(s)?", action="the host change")
+        if not yes:  # maintenance mode or a reboot: the word yes; a change applied at once: y/N
+            disruptive = any(c.disruptive or c.needs_reboot for c in changes)
+            common.confirm(f"Apply {len(changes)} host change(s)?", action="the host change", word=disruptive)
         result, _ = pipeline.run_interruptible(  # Ctrl-C: finish or restore what runs; twice: exit at once
             lambda cancel: pipeline.apply_hosts(
                 session, observed, [spec], changes, options, progress=_Progress(), cancel=cancel
@@ -274,7 +294,7 @@ def _say(opts: GlobalOptions, text: str) -> None:
 
 def _running_vms(session: Session, moid: str, changes: list[HostChange]) -> list[tuple[str, list[str]]]:
     """The running VMs on the host with their vGPU profiles, when the changes need maintenance mode."""
-    from vgpuctl.hosts.plan import needs_maintenance
+    from vgpuctl.hosts.evacuation import needs_maintenance
     from vgpuctl.vsphere import host as vhost
 
     if not needs_maintenance(changes):
@@ -284,19 +304,17 @@ def _running_vms(session: Session, moid: str, changes: list[HostChange]) -> list
 
 def describe_changes(host: str, changes: list[HostChange], spec: HostSpec, affected: list[AffectedVm]) -> str:
     """What the command will do, for the confirmation: changes, maintenance, reboot, VMs affected."""
-    from vgpuctl.hosts.plan import needs_maintenance, needs_reboot
+    from vgpuctl.hosts.evacuation import needs_maintenance, needs_reboot
 
     lines = [f"host {host}:"]
-    for c in changes:
-        target = "" if c.target == "host" else f" {c.target}"
-        lines.append(f"  ~ {c.kind}{target}: {c.old} -> {c.new}")
+    lines += [f"  ~ {c.label}: {c.old} -> {c.new}" for c in changes]
     if needs_maintenance(changes):
         lines.append("  the host enters maintenance mode for the change and leaves it afterwards")
     if needs_reboot(changes):
         lines.append(f"  the host reboots (waiting up to {spec.maintenance.reboot_timeout_s}s for it)")
     if affected:
         names = ", ".join(f"{v.vm} ({_vgpu_text(v.vgpus)})" if v.vgpus else v.vm for v in affected)
-        if spec.maintenance.evacuate == "power-off":
+        if spec.maintenance.evacuate == Evacuate.POWER_OFF:
             lines.append(f"  running VMs are shut down and powered on again afterwards: {names}")
         else:
             lines.append(f"  running VMs block maintenance mode (evacuate: refuse, nothing will change): {names}")

@@ -159,15 +159,23 @@ def status_cmd(
     common.emit(supervisor_status_report(state), opts)
 
 
+ManifestFolder = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        help="Write every file into this folder: the Kubernetes objects, the GPU Operator values, gridd.conf and "
+        "the licensing script. Default: only the Kubernetes objects, as one YAML stream on stdout.",
+        file_okay=False,
+    ),
+]
+
+
 @app.command("render")
 def render_cmd(
     ctx: typer.Context,
     file: InventoryFile,
     namespace: Annotated[str, typer.Option("--namespace", "-n", help="Supervisor namespace of the inventory.")],
-    out: Annotated[
-        Path | None,
-        typer.Option("--out", help="Write one file per manifest into this folder (default: stdout).", file_okay=False),
-    ] = None,
+    out: ManifestFolder = None,
     cluster_name: Annotated[str, typer.Option(help="Name of the Kubernetes cluster.")] = "gpu-cluster",
     image: Annotated[str, typer.Option(help="VirtualMachineImage for VM Service VMs.")] = "ubuntu-2204-efi",
     storage_class: Annotated[str, typer.Option(help="Storage class of the namespace.")] = "vsan-default-storage-policy",
@@ -186,36 +194,46 @@ def render_cmd(
             dir_okay=False,
         ),
     ] = Path("client_configuration_token.tok"),
+    gpu_operator_version: Annotated[
+        str,
+        typer.Option(help="NVIDIA GPU Operator release the values are for: v25.10.0 and later take the licence "
+                     "as a Secret (secretName), older ones as a config map (configMapName)."),
+    ] = "v25.10.0",
 ) -> None:
     """Kubernetes manifests for the namespace's GPU VM classes: VM Service VMs, a Cluster API cluster, a TKG
     cluster and NVIDIA GPU Operator values. Needs no vCenter.
 
+    Without --out, stdout is a YAML stream of the Kubernetes objects only (for `kubectl apply -f -`).
+
     Examples:
+      vgpuctl k8s render -f inventory.yaml -n ml-team | kubectl apply -f -
       vgpuctl k8s render -f inventory.yaml -n ml-team --out manifests/
     """
     from vgpuctl.reports.supervisor import manifests_report
     from vgpuctl.supervisor.render import RenderOptions, render_manifests
 
     opts: GlobalOptions = ctx.obj
-    inventory = load(file)
-    options = RenderOptions(
-        cluster_name=cluster_name,
-        image=image,
-        storage_class=storage_class,
-        k8s_version=k8s_version,
-        tkr=k8s_version,
-        replicas=replicas,
-        registry=registry,
-        driver_version=driver_version,
-        token_file=str(nls_token_file),
-    )
-    manifests = render_manifests(inventory, namespace, options)
+    options = RenderOptions(cluster_name=cluster_name, image=image, storage_class=storage_class,
+                            k8s_version=k8s_version, tkr=k8s_version, replicas=replicas, registry=registry,
+                            driver_version=driver_version, token_file=str(nls_token_file),
+                            operator_version=gpu_operator_version)
+    manifests = render_manifests(load(file), namespace, options)
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        for name, text in manifests.items():
-            (out / name).write_text(text, encoding="utf-8")
-        (out / "licensing-configmap.sh").chmod(0o755)
-    common.emit(manifests_report(namespace, manifests, out), opts)
+        write_manifests(out, manifests)
+    report = manifests_report(namespace, manifests, out)
+    if report.not_printed:
+        common.info(f"not printed (Kubernetes objects only on stdout): {', '.join(report.not_printed)}; "
+                    "write them with --out DIR")
+    common.emit(report, opts)
+
+
+def write_manifests(out: Path, manifests: dict[str, str]) -> None:
+    """One file per manifest in `out`; the licensing script executable."""
+    out.mkdir(parents=True, exist_ok=True)
+    for name, text in manifests.items():
+        (out / name).write_text(text, encoding="utf-8")
+        if name.endswith(".sh"):
+            (out / name).chmod(0o755)
 
 
 def register(main_app: typer.Typer) -> None:

@@ -16,7 +16,21 @@ import typer
 from typer.core import TyperGroup
 
 from vgpuctl import __version__
-from vgpuctl.cli import capacity, common, experiment, export, guest, host, k8s, plan, provision, sim, status, vm
+from vgpuctl.cli import (
+    capacity,
+    common,
+    experiment,
+    export,
+    guest,
+    host,
+    k8s,
+    plan,
+    provision,
+    show,
+    sim,
+    status,
+    vm,
+)
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.globalopts import add_global_options
 
@@ -120,7 +134,7 @@ def _late_option(ctx: Any, name: str, value: Any) -> None:
     elif name == "url":
         opts.url, opts.url_from_command_line = value, True
     elif name == "insecure":
-        opts.insecure = bool(value) or None
+        opts.insecure = bool(value)
     else:
         setattr(opts, name, value)
 
@@ -160,9 +174,11 @@ PasswordFileOpt = Annotated[
 InsecureOpt = Annotated[
     bool,
     typer.Option(
-        "--insecure",
+        "--insecure/--no-insecure",
         envvar=["VGPUCTL_INSECURE", "GOVC_INSECURE"],
-        help="Do not verify the vCenter TLS certificate (warned about).",
+        show_default=False,
+        help="Do not verify the vCenter TLS certificate (warned about); --no-insecure verifies it even where "
+        "the inventory or the environment turn it off.",
     ),
 ]
 CaFileOpt = Annotated[
@@ -195,6 +211,7 @@ VerboseOpt = Annotated[
         "-v",
         count=True,
         metavar="",
+        show_default=False,
         help="-v: tracebacks, round trips, info logs; -vv: also a SOAP and SSH trace (secrets redacted).",
     ),
 ]
@@ -273,6 +290,7 @@ def _source(ctx: typer.Context, name: str) -> str:
 
 
 plan.register(app)
+show.register(app)
 status.register(app)
 capacity.register(app)
 export.register(app)

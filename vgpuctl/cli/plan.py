@@ -2,26 +2,29 @@
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from vgpuctl.cli import common
+from vgpuctl.cli import events as cli_events
 from vgpuctl.cli.common import EXIT_CHANGES_PENDING, GlobalOptions
 from vgpuctl.domain import DEFAULT_PARALLEL
-from vgpuctl.errors import PlanError, UsageError
-from vgpuctl.progress import LiveOnTerminal
+from vgpuctl.errors import PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
+    from vgpuctl.cli.display import ApplyDisplay
+    from vgpuctl.events import EventStream
     from vgpuctl.inventory import Inventory
     from vgpuctl.pipeline import Planned, RunOptions, RunOutcome, RunRequest
     from vgpuctl.planfile import SavedPlan
+    from vgpuctl.progress import Progress
     from vgpuctl.reports.plan import ApplyReport, PlanReport
+    from vgpuctl.scope import Scope
 
 InventoryFile = Annotated[
     Path, typer.Option("--file", "-f", help="Inventory file (apiVersion vgpuctl/v1).", dir_okay=False)
@@ -35,10 +38,37 @@ SshTofu = Annotated[
 ]
 
 
+HostScope = Annotated[
+    list[str] | None,
+    typer.Option("--host", metavar="HOST", help="Only this host (name, short name or glob; repeatable): its host "
+                 "changes and the inventory's VMs on it."),
+]
+ClusterScope = Annotated[
+    list[str] | None,
+    typer.Option("--cluster", metavar="CLUSTER", help="Only this cluster (name or glob; repeatable): its hosts' "
+                 "changes and the inventory's VMs in it."),
+]
+VmScope = Annotated[
+    list[str] | None,
+    typer.Option("--vm", metavar="VM", help="Only this VM of the inventory (name or glob; repeatable). Host "
+                 "changes a VM in scope waits for are pulled in and shown as such; everything else is listed as "
+                 "out of scope and left untouched."),
+]
+
+
 def register(app: typer.Typer) -> None:
     app.command("validate")(validate_cmd)
     app.command("plan")(plan_cmd)
     app.command("apply")(apply_cmd)
+
+
+def scope_of(hosts: list[str] | None, clusters: list[str] | None, vms: list[str] | None) -> Scope | None:
+    """The run's scope from --host/--cluster/--vm; None (the whole inventory) when none is given."""
+    if not (hosts or clusters or vms):
+        return None
+    from vgpuctl.scope import Scope
+
+    return Scope(hosts=list(hosts or []), clusters=list(clusters or []), vms=list(vms or []))
 
 
 # ---------------------------------------------------------------------------------------- validate
@@ -56,68 +86,102 @@ def validate_cmd(ctx: typer.Context, file: InventoryFile) -> None:
 # -------------------------------------------------------------------------------------------- plan
 
 
+PlanOut = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        help="Save the plan to this file; `vgpuctl show PLANFILE` shows it, `vgpuctl apply PLANFILE` applies "
+        "exactly it.",
+        dir_okay=False,
+        metavar="PLANFILE",
+    ),
+]
+ExplainOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--explain",
+        metavar="HOST",
+        help="Show the host's settings merged from its cluster and host entries, where each came from, what "
+        "vCenter has now and what the plan changes there (instead of the plan).",
+    ),
+]
+DetailedExitcode = Annotated[
+    bool, typer.Option("--detailed-exitcode", help="Exit 0 when nothing changes, 2 when changes are pending.")
+]
+
+
 def plan_cmd(
     ctx: typer.Context,
     file: InventoryFile,
-    detailed_exitcode: Annotated[
-        bool, typer.Option("--detailed-exitcode", help="Exit 0 when nothing changes, 2 when changes are pending.")
-    ] = False,
+    detailed_exitcode: DetailedExitcode = False,
     ssh_trust_on_first_use: SshTofu = False,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out",
-            help="Save the plan to this file; `vgpuctl apply PLANFILE` applies exactly it.",
-            dir_okay=False,
-            metavar="PLANFILE",
-        ),
-    ] = None,
-    explain: Annotated[
-        str | None,
-        typer.Option(
-            "--explain",
-            metavar="HOST",
-            help="Show the host's settings merged from its cluster and host entries, where each came from, "
-            "what vCenter has now and what the plan changes there (instead of the plan).",
-        ),
-    ] = None,
+    out: PlanOut = None,
+    explain: ExplainOpt = None,
+    host: HostScope = None,
+    cluster: ClusterScope = None,
+    vm: VmScope = None,
+    events: cli_events.EventsOpt = None,
 ) -> None:
     """Show what apply would change: a field-level diff per VM and host, and every disruptive step."""
     from vgpuctl import pipeline
 
     opts: GlobalOptions = ctx.obj
+    common.check_out_file(out)
+    cli_events.check(events, opts)
     inventory = pipeline.load(file)
-    options = common.run_options(opts, inventory, trust_on_first_use=ssh_trust_on_first_use)
-    settings = common.connection_settings(opts, inventory)
-    planned = pipeline.plan_only(settings, inventory, options)
-    if opts.verbose:
-        common.info(f"round trips: {planned.round_trips}")
-    if explain is not None:
-        from vgpuctl.hosts.explain import explain_host
+    scope = scope_of(host, cluster, vm)
+    options = common.run_options(opts, inventory, trust_on_first_use=ssh_trust_on_first_use, scope=scope)
+    with cli_events.event_stream(events, opts, options.run_id) as stream:
+        if stream is not None:
+            stream.run_start("plan", str(file), scope.info() if scope is not None else None)
+        planned = pipeline.plan_only(common.connection_settings(opts, inventory), inventory, options)
+        if opts.verbose:
+            common.info(f"round trips: {planned.round_trips}")
+        if explain is not None:
+            from vgpuctl.hosts.explain import explain_host
 
-        common.emit(explain_host(explain, inventory, planned.observed, planned.plan), opts)
-        return
+            common.emit(explain_host(explain, inventory, planned.observed, planned.plan), opts)
+            return
+        code = show_plan_result(planned, opts, stream, out, file, detailed_exitcode)
+    if code:
+        raise typer.Exit(code)
+
+
+def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream | None, out: Path | None,
+                     file: Path, detailed_exitcode: bool) -> int:
+    """Print the plan (or raise its errors), save it, and say the exit code (2: changes pending, asked for)."""
+    report = plan_document(planned, opts)
+    if stream is not None:
+        stream.plan(report)
     if planned.plan.errors:
         if opts.verbose:
-            print_plan_to_stderr(planned)  # the reasons come as the error; -v shows the diff too
+            show_plan(report, opts, to_stderr=True)  # the reasons come as the error; -v shows the diff too
+        if stream is not None:
+            stream.summary([], [], interrupted=False, exit_code=1, error="the plan has errors")
         raise PlanError(list(planned.plan.errors))
-    report = plan_document(planned, opts)
     if opts.json:
         common.emit(report, opts)
     else:
-        common.show(plan_renderable(planned))
+        show_plan(report, opts)
     if out is not None:
         save_plan(out, file, planned, report)
-    if detailed_exitcode and not planned.is_empty:
-        raise typer.Exit(EXIT_CHANGES_PENDING)
+    code = EXIT_CHANGES_PENDING if detailed_exitcode and not planned.is_empty else 0
+    if stream is not None:
+        stream.summary([], [], interrupted=False, exit_code=code)
+    return code
 
 
 def plan_document(planned: Planned, opts: GlobalOptions) -> PlanReport:
-    """`plan`'s JSON document: the VM and host plan with the VM-class diff; round trips only with -v."""
+    """`plan`'s document: the VM and host plan with the VM-class diff and the scope; round trips only with -v."""
     from vgpuctl.reports.plan import plan_report, with_class_plan
 
     round_trips = planned.round_trips if opts.verbose else None
-    return with_class_plan(plan_report(planned.plan, round_trips), planned.classes)
+    return with_class_plan(plan_report(planned.plan, round_trips, planned.scope), planned.classes)
+
+
+def show_plan(report: PlanReport, opts: GlobalOptions, to_stderr: bool = False) -> None:
+    """The plan's text on stdout (stderr when stdout holds a document or events, or when asked)."""
+    common.show(report.render_text(common.text_layout(opts)), err=to_stderr or opts.json or opts.text_to_stderr)
 
 
 def save_plan(out: Path, file: Path, planned: Planned, report: PlanReport) -> None:
@@ -129,29 +193,7 @@ def save_plan(out: Path, file: Path, planned: Planned, report: PlanReport) -> No
     document = report.to_dict()
     document.pop("round_trips", None)
     planfile.save(out, planfile.SavedPlan(text, str(file), planned.vcenter, basis, document))
-    common.info(f"Saved the plan to {out}; `vgpuctl apply {out}` applies exactly it.")
-
-
-def plan_renderable(planned: Planned) -> Any:
-    """The plan's diff with + ~ - lines colored (never parsed as rich markup), the VM-class diff after it."""
-    from rich.text import Text
-
-    from vgpuctl.reports.plan import render_plan_text
-    from vgpuctl.reports.supervisor import supervisor_plan_report
-
-    styles = {"+": "green", "-": "red", "~": "yellow", "!": "bold red"}
-    lines = render_plan_text(planned.plan).rstrip("\n").splitlines()
-    if planned.classes is not None:
-        lines += supervisor_plan_report(planned.classes).diff_text().rstrip("\n").splitlines()
-    text = Text()
-    for line in lines:
-        text.append(line + "\n", style=styles.get(line.lstrip()[:1], ""))
-    text.rstrip()
-    return text
-
-
-def print_plan_to_stderr(planned: Planned) -> None:
-    common.stderr_console().print(plan_renderable(planned))
+    common.info(f"Saved the plan to {out}; `vgpuctl show {out}` shows it, `vgpuctl apply {out}` applies exactly it.")
 
 
 # ------------------------------------------------------------------------------------------- apply
@@ -162,7 +204,8 @@ def apply_cmd(
     saved_plan: Annotated[
         Path | None,
         typer.Argument(
-            metavar="[PLANFILE]", help="A plan saved by `plan --out`: applied as it is, without asking.", dir_okay=False
+            metavar="PLANFILE", help="A plan saved by `plan --out`: shown, then applied exactly as it is (asked "
+            "unless --yes; refused when the farm changed since).", dir_okay=False
         ),
     ] = None,
     file: Annotated[
@@ -174,42 +217,93 @@ def apply_cmd(
     ] = DEFAULT_PARALLEL,
     keep_going: KeepGoing = False,
     ssh_trust_on_first_use: SshTofu = False,
+    host: HostScope = None,
+    cluster: ClusterScope = None,
+    vm: VmScope = None,
+    events: cli_events.EventsOpt = None,
 ) -> None:
     """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first.
 
-    With PLANFILE (from `plan --out`): apply exactly that plan, refused when the farm changed since it was made.
+    Plans with maintenance mode, reboots or VM power-offs ask for the word `yes`; others for y/N.
+
+    With PLANFILE (from `plan --out`): apply exactly that plan, with the scope it was made with; refused when
+    the farm changed since it was made.
     """
     from vgpuctl import pipeline
 
     opts: GlobalOptions = ctx.obj
-    if saved_plan is not None and file is None:
-        saved, inventory = load_saved_plan(saved_plan)
-    elif file is not None and saved_plan is None:
-        saved, inventory = None, pipeline.load(file)
-    else:
-        raise UsageError("give an inventory with -f FILE, or a saved plan: vgpuctl apply PLANFILE")
-    options = common.run_options(
-        opts, inventory, parallel=parallel, keep_going=keep_going, trust_on_first_use=ssh_trust_on_first_use
-    )
+    cli_events.check(events, opts)
+    scope = scope_of(host, cluster, vm)
+    saved, inventory, shown = load_request(saved_plan, file, scope)
+    if saved is not None:
+        scope = saved_scope(shown)
+    options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
+                                 trust_on_first_use=ssh_trust_on_first_use, scope=scope)
     request = pipeline.RunRequest(saved=saved, saved_path=saved_plan)
-    outcome = run_apply(opts, inventory, options, request, yes=yes or saved is not None)
+    with cli_events.event_stream(events, opts, options.run_id) as stream:
+        if stream is not None:
+            where = str(saved_plan) if saved_plan is not None else str(file)
+            stream.run_start("apply", where, scope.info() if scope is not None else None)
+        hooks = CliHooks(opts, yes=yes, events=stream, saved_report=shown)
+        outcome = run_apply(opts, inventory, options, request, hooks=hooks)
     if opts.json:
         common.emit(apply_document(outcome, opts), opts)
     raise_for_outcome(outcome)
 
 
+def load_request(saved_plan: Path | None, file: Path | None,
+                 scope: Scope | None) -> tuple[SavedPlan | None, Inventory, PlanReport | None]:
+    """The inventory to apply: the -f file, or the saved plan's inventory with its report (shown as saved)."""
+    from vgpuctl import pipeline
+
+    if saved_plan is not None and file is None:
+        if scope is not None:
+            raise UsageError("a saved plan keeps the scope it was made with: give no --host, --cluster or --vm")
+        saved, inventory = load_saved_plan(saved_plan)
+        return saved, inventory, saved_report(saved_plan, saved)
+    if file is not None and saved_plan is None:
+        return None, pipeline.load(file), None
+    raise UsageError("give an inventory with -f FILE, or a saved plan: vgpuctl apply PLANFILE")
+
+
+def saved_report(path: Path, saved: SavedPlan) -> PlanReport:
+    """The plan as it was saved (its report), for `show` and `apply PLANFILE`."""
+    from vgpuctl.planfile import PlanFileError
+    from vgpuctl.reports.base import from_json
+    from vgpuctl.reports.plan import PlanReport
+
+    try:
+        report: PlanReport = from_json(PlanReport, saved.plan)
+    except ValueError as err:
+        raise PlanFileError(f"{path}: the saved plan cannot be read ({err})") from None
+    return report
+
+
+def saved_scope(report: PlanReport | None) -> Scope | None:
+    from vgpuctl.scope import Scope
+
+    if report is None or report.scope is None:
+        return None
+    return Scope(hosts=report.scope.hosts, clusters=report.scope.clusters, vms=report.scope.vms)
+
+
 def run_apply(
-    opts: GlobalOptions, inventory: Inventory, options: RunOptions, request: RunRequest, *, yes: bool,
-    only_if_disruptive: bool = False,
+    opts: GlobalOptions, inventory: Inventory, options: RunOptions, request: RunRequest, *, yes: bool = False,
+    only_if_disruptive: bool = False, hooks: CliHooks | None = None,
 ) -> RunOutcome:
     """pipeline.run with the CLI's hooks (plan shown, confirmation, live progress), then the summary."""
     from vgpuctl import pipeline
 
-    hooks = CliHooks(opts, yes=yes, only_if_disruptive=only_if_disruptive)
-    outcome = pipeline.run(common.connection_settings(opts, inventory), inventory, options, request, hooks)
+    hooks = hooks or CliHooks(opts, yes=yes, only_if_disruptive=only_if_disruptive)
+    try:
+        outcome = pipeline.run(common.connection_settings(opts, inventory), inventory, options, request, hooks)
+    except VgpuctlError as err:
+        hooks.finished(None, err)
+        raise
     if opts.verbose:
         common.info(f"round trips: {outcome.round_trips}")
     print_summary(outcome, opts)
+    hooks.finished(outcome, outcome.failure())
     return outcome
 
 
@@ -226,115 +320,72 @@ def load_saved_plan(path: Path) -> tuple[SavedPlan, Inventory]:
 
 @dataclass
 class CliHooks:
-    """What `apply`, `provision`, `vm vgpu` and experiments show and ask around pipeline.run."""
+    """What `apply`, `provision`, `vm vgpu` and experiments show and ask around pipeline.run; the events of the
+    run (--events) go out from here too."""
 
     opts: GlobalOptions
     yes: bool = False
     only_if_disruptive: bool = False  # `vm vgpu`: ask only before power-offs and removals
+    events: EventStream | None = None
+    saved_report: PlanReport | None = None  # apply PLANFILE: the plan as saved (the one made now is the same)
+    report: PlanReport | None = field(default=None, init=False)
+    display: ApplyDisplay | None = field(default=None, init=False)
 
     def planned(self, planned: Planned) -> None:
+        self.report = self.saved_report or plan_document(planned, self.opts)
+        if self.events is not None:
+            self.events.plan(self.report)
         if planned.plan.errors:
             if self.opts.verbose:
-                print_plan_to_stderr(planned)
+                show_plan(self.report, self.opts, to_stderr=True)
             return
-        if self.opts.json:  # stdout holds only the apply's document
-            print_plan_to_stderr(planned)
-        else:
-            common.show(plan_renderable(planned))
+        show_plan(self.report, self.opts)
 
     def confirm(self, planned: Planned) -> None:
         if self.yes or (self.only_if_disruptive and not planned.disruptive):
             return
+        report = self.report or plan_document(planned, self.opts)
         changes = len(planned.plan.changes) + len(planned.plan.host_changes)
         if planned.classes is not None:
             changes += len(planned.classes.class_changes) + len(planned.classes.namespace_changes)
-        common.confirm(f"Apply {changes} change(s)?")
+        s = report.summary
+        common.confirm(f"Apply {changes} change(s)?", word=bool(s.maintenance or s.reboots or s.power_off))
 
-    def apply_progress(self, planned: Planned) -> ApplyProgress:
-        return ApplyProgress(common.stderr_console(), [c.vm for c in planned.plan.changes])
+    def apply_progress(self, planned: Planned) -> AbstractContextManager[Progress]:
+        from vgpuctl.cli.display import ApplyDisplay
 
-    def note(self, message: str) -> None:
-        common.info(message)
-
-
-TERMINAL_STEPS = frozenset({"done", "changed", "unchanged", "failed", "skipped", "error"})
-
-
-class ApplyProgress(LiveOnTerminal):
-    """The `progress` callback of apply_plan: one line per VM with its step and the task's percentage.
-
-    On a terminal, a rich Live display shows the VMs in flight and prints each finished VM above it; elsewhere
-    (CI logs) one plain line per step change.
-    """
-
-    refresh_per_second = 8
-
-    def __init__(self, console: Console, vms: list[str]):
-        from vgpuctl.progress import StepLog
-
-        self.console = console
-        self.total = len(vms)
-        self.state: dict[str, tuple[str, int | None]] = {}
-        self.finished: dict[str, str] = {}
-        self.lock = threading.Lock()
-        self.log = StepLog(self.note)  # off a terminal: timestamped lines, heartbeats at most every 30 s
-        self.host_work: dict[str, str] = {}  # host -> its step in flight
+        hosts = list(dict.fromkeys(c.host for c in planned.plan.host_changes))
+        self.display = ApplyDisplay(common.stderr_console(), [c.vm for c in planned.plan.changes], hosts)
+        return _progress(self.display, self.events)
 
     def note(self, message: str) -> None:
-        self.console.print(message, markup=False, highlight=False, soft_wrap=True)
-
-    def vm_step(self, vm: str, step: str, percent: int | float | None = None) -> None:
-        pct = None if percent is None else int(percent)
-        with self.lock:
-            previous = self.state.get(vm)
-            self.state[vm] = (step, pct)
-            if step in TERMINAL_STEPS:
-                self.finished[vm] = step
-        if self.live is None:  # a percentage only while vCenter reports one between start and end
-            self.log.step(vm, step, f"{pct}%" if pct is not None and 0 < pct < 100 else None)
-        elif step in TERMINAL_STEPS and (previous is None or previous[0] != step):
-            self.console.print(self._line(vm, step, pct), markup=False, highlight=False)  # in-flight: the table
-
-    def host_step(self, host: str, step: str, detail: str | None) -> None:
-        self._running(host, step, detail)
-        if self.live is None:
-            self.log.step(f"host {host}", step, detail)
+        if self.display is not None and self.display.live is not None:
+            self.display.note(message)
         else:
-            self.vm_step(f"host {host}", step + (f" {detail}" if detail else ""), None)
+            common.info(message)
+        if self.events is not None:
+            self.events.note(message)
 
-    def _running(self, host: str, step: str, detail: str | None) -> None:
-        """A host's step in flight, for the line of a second Ctrl-C (its vCenter task may go on without us)."""
-        from vgpuctl.progress import RUNNING
+    def finished(self, outcome: RunOutcome | None, failure: BaseException | None) -> None:
+        """The summary event: counts per outcome, and the exit code the command ends with."""
+        if self.events is None:
+            return
+        code = int(getattr(failure, "exit_code", 1)) if failure is not None else 0
+        applied = outcome.applied if outcome is not None else None
+        hosts = [o.status for o in applied.hosts.hosts] if applied is not None and applied.hosts else []
+        vms = [o.status for o in outcome.vm_result.vms] if outcome is not None else []
+        interrupted = outcome.interrupted if outcome is not None else False
+        self.events.summary(hosts, vms, interrupted=interrupted, exit_code=code,
+                            error=str(failure) if failure is not None else None)
 
-        with self.lock:
-            previous = self.host_work.pop(host, None)
-            label = f"{step} host {host}" + (f" ({detail})" if detail and step != "wait-reconnect" else "")
-            if step not in TERMINAL_STEPS:
-                self.host_work[host] = label
-        if previous is not None:
-            RUNNING.discard(previous)
-        if step not in TERMINAL_STEPS:
-            RUNNING.add(label)
 
-    @staticmethod
-    def _line(name: str, step: str, pct: int | None) -> str:
-        return f"{name}: {step}" + (f" {pct}%" if pct is not None else "")
+@contextmanager
+def _progress(display: ApplyDisplay, events: EventStream | None) -> Iterator[Progress]:
+    """The live display, and the event stream beside it: both see every step."""
+    from vgpuctl.progress import Fanout
 
-    def __rich__(self) -> Any:
-        from rich.progress_bar import ProgressBar
-        from rich.table import Table
-
-        table = Table.grid(padding=(0, 2))
-        with self.lock:
-            active = [(vm, s) for vm, s in self.state.items() if vm not in self.finished]
-            done = len(self.finished)
-        for vm, (step, pct) in active[:30]:
-            bar = ProgressBar(total=100, completed=pct or 0, width=20) if pct is not None else ""
-            table.add_row(vm, step, bar, f"{pct}%" if pct is not None else "")
-        if len(active) > 30:
-            table.add_row(f"... and {len(active) - 30} more in flight", "", "", "")
-        table.add_row(f"{done}/{self.total} VMs finished", "", "", "")
-        return table
+    with display:
+        yield Fanout(display, events) if events is not None else display
 
 
 # ----------------------------------------------------------------------------------------- summary
@@ -354,6 +405,7 @@ def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = No
         interrupted=outcome.interrupted,
         vm=vm,
         round_trips=outcome.round_trips if opts.verbose else None,
+        scope=outcome.planned.scope,
     )
 
 
@@ -364,13 +416,10 @@ def print_summary(outcome: RunOutcome, opts: GlobalOptions) -> None:
 
     if outcome.applied is None:
         return
-    text = render_apply_summary(apply_document(outcome, opts))
+    text = render_apply_summary(apply_document(outcome, opts), full=opts.verbose > 0)
     if outcome.classes is not None:
         text += "\n" + supervisor_outcomes(outcome.classes).render_text()
-    if opts.json:
-        common.info(text)
-    else:
-        typer.echo(text)
+    common.show(text, err=opts.json or opts.text_to_stderr)
 
 
 def raise_for_outcome(outcome: RunOutcome) -> None:

@@ -9,11 +9,10 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.errors import NotFound
 
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
-    from vgpuctl.reports.status import HostReport
+    from vgpuctl.reports.status import HostLease, HostReport
     from vgpuctl.supervisor.vmclasses import SupervisorState
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
@@ -82,22 +81,33 @@ def status_cmd(
     """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, the VMs' vGPUs, and the VM classes with
     vGPUs with the namespaces that use them."""
     from vgpuctl.hosts.status import merge_status
-    from vgpuctl.reports.status import status_report, with_supervisor
+    from vgpuctl.reports.status import status_report, with_leases, with_supervisor
 
     opts: GlobalOptions = ctx.obj
     rows: dict[str, HostReport] = {}
+    leases: dict[str, HostLease] = {}
     supervisor: list[tuple[SupervisorState | None, str | None]] = []
 
     def more_reads(session: Session, observed: Observed, inventory: Any) -> None:
         rows.update(_host_rows(session, observed, inventory, shell))
+        leases.update(held_hosts(session, observed))
         if reads_vm_classes(vm_classes, observed.api_version):
             supervisor.append(read_supervisor(session.settings, observed))
 
     observed, round_trips = _observe(opts, file, nvlink=True, also=more_reads)
-    report = merge_status(status_report(observed, round_trips if opts.verbose else None), rows)
+    report = with_leases(merge_status(status_report(observed, round_trips if opts.verbose else None), rows), leases)
     if supervisor:
         with_supervisor(report, *supervisor[0])
     common.emit(report, opts)
+
+
+def held_hosts(session: Session, observed: Observed) -> dict[str, HostLease]:
+    """Hosts another live run holds (one CurrentTime read, only when a host has a lease value)."""
+    from vgpuctl import pipeline
+    from vgpuctl.reports.status import host_lease
+
+    leases = pipeline.leases_of(session, observed, observed.hosts)
+    return {h: host_lease(i.run, i.holder, i.since, i.renewed, i.ttl_s) for h, i in leases.items()}
 
 
 def reads_vm_classes(wanted: bool | None, api_version: str) -> bool:
@@ -131,23 +141,44 @@ def read_supervisor(settings: ConnectionSettings, observed: Observed) -> tuple[S
 # ---------------------------------------------------------------------------------------- profiles
 
 
+ProfilesShellOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--shell/--no-shell",
+        help="Read the MIG instance totals over SSH from hosts with MIG GPUs; the host's figure wins over the "
+        "catalogue's (default: when VGPUCTL_ESXI_* or the inventory's hosts configure SSH).",
+    ),
+]
+
+
 def profiles_cmd(
     ctx: typer.Context,
-    host: Annotated[str | None, typer.Option("--host", "-H", help="Only this host.")] = None,
+    host: Annotated[str | None, typer.Option("--host", "-H", help="Only this host (a short name it alone has will "
+                                                                  "do).")] = None,
     file: OptionalInventory = None,
+    shell: ProfilesShellOpt = None,
 ) -> None:
-    """vGPU profiles the hosts offer: framebuffer, series, sharing (time-sliced or MIG), max per GPU."""
+    """vGPU profiles the hosts offer: framebuffer, series, sharing (time-sliced or MIG), and NVIDIA's maximum
+    per GPU for the GPU's current mode (equal-size, mixed-size or MIG; the host's own figure when it gives one)."""
+    from vgpuctl.names import host_named
     from vgpuctl.reports.status import profiles_report
 
     opts: GlobalOptions = ctx.obj
-    observed, round_trips = _observe(opts, file)
-    if host is not None and host not in observed.hosts:
-        raise NotFound(f"host {host!r} not found (known: {_names(observed.hosts)})")
-    hosts = [observed.hosts[host]] if host else sorted(observed.hosts.values(), key=lambda h: h.name)
+    wanted: list[str] = []
+
+    def reported_maxima(session: Any, observed: Observed, inventory: Any) -> None:
+        from vgpuctl.hosts import status as hoststatus
+        from vgpuctl.hosts.targets import specs_by_host
+
+        specs = specs_by_host(inventory, observed)
+        if (hoststatus.shell_configured(specs) if shell is None else shell) and wanted:
+            for warning in hoststatus.read_reported_maxima(observed, wanted, specs):
+                common.warn(warning)
+
+    def scope(session: Any, observed: Observed, inventory: Any) -> None:
+        wanted.extend([host_named(host, observed.hosts)] if host else sorted(observed.hosts))
+        reported_maxima(session, observed, inventory)
+
+    observed, round_trips = _observe(opts, file, also=scope)
+    hosts = [observed.hosts[name] for name in wanted]
     common.emit(profiles_report(hosts, round_trips if opts.verbose else None), opts)
-
-
-def _names(items: dict[str, Any], limit: int = 8) -> str:
-    names = sorted(items)
-    more = f", ... ({len(names) - limit} more)" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more if names else "none"

@@ -16,7 +16,7 @@ from vgpuctl.cli import common
 from vgpuctl.cli import plan as plan_cli
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.status import OptionalInventory
-from vgpuctl.domain import MAX_VGPUS_PER_VM, Power
+from vgpuctl.domain import MAX_VGPUS_PER_VM, Power, PowerState
 from vgpuctl.errors import NotFound, UsageError
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ def one_vm_inventory(
     from vgpuctl.inventory import Inventory
 
     if power is None:
-        power = Power.RESTART if vm.power_state == "poweredOn" else Power.OFF
+        power = Power.RESTART if vm.power_state == PowerState.ON else Power.OFF
     data: dict[str, Any] = {
         "apiVersion": "vgpuctl/v1",
         "vms": [

@@ -8,7 +8,6 @@ expected shape raises OutputFormatError with the offending line, never a bare In
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -501,27 +500,3 @@ def parse_module_parameters(text: str) -> list[ModuleParameter]:
         return [ModuleParameter(r["Name"], r["Type"], r["Value"], r["Description"]) for r in rows]
     except KeyError as e:
         raise OutputFormatError(f"esxcli module parameters: missing column {e}") from None
-
-
-def parse_module_options(options: str) -> dict[str, str]:
-    """A module option string ("A=1 B=x=y C=\"a;b\"") -> ordered name -> value (first '=' splits)."""
-    out: dict[str, str] = {}
-    try:
-        words = shlex.split(options)
-    except ValueError as e:
-        raise OutputFormatError(f"module options {options!r}: {e}") from None
-    for word in words:
-        name, sep, value = word.partition("=")
-        if not sep or not name:
-            raise OutputFormatError(f"module option {word!r} is not name=value")
-        out[name] = value
-    return out
-
-
-def format_module_options(options: dict[str, str]) -> str:
-    """The inverse of parse_module_options; values with spaces or quotes are quoted."""
-    parts = []
-    for name, value in options.items():
-        needs_quotes = value == "" or any(c in value for c in " \t\"'")
-        parts.append(f'{name}="{value}"' if needs_quotes and '"' not in value else f"{name}={value}")
-    return " ".join(parts)

@@ -1,6 +1,7 @@
 """The time-sliced vGPU scheduler's RmPVMRL registry value: encode a policy, decode any value.
 
-Layout and sources: docs/scheduler.md (NVIDIA AI Enterprise 5.0 user guide, 7.3 "RmPVMRL Registry Key").
+Layout and sources: docs/scheduler.md (NVIDIA AI Enterprise 5.0 user guide, 7.3 "RmPVMRL Registry Key"; the field
+widths of the driver's `nvrm_registry.h`: frequency bits 21:12, time slice 23:16, averaging factor 31:24).
 Pure: no I/O. Shared test vectors: tests/fixtures/scheduler/rmpvmrl.yaml (gpusim decodes the same way).
 """
 
@@ -13,6 +14,7 @@ POLICY_BITS = {EQUAL_SHARE: 0x01, FIXED_SHARE: 0x11}
 WITHOUT_STRICT_ROUND_ROBIN = 0x02
 TIMESLICE_MS = (1, 30)  # TT: 0x01..0x1E; 00 = default, above 30 capped at 30
 FREQUENCY_HZ = (63, 960)  # FFF: 0x3F..0x3C0; 000 = default, outside raised or capped
+FREQUENCY_MASK = 0x3FF  # NV_REG_STR_RM_PVMRL_FREQUENCY is bits 21:12 in the driver (nvrm_registry.h), 10 bits
 AVERAGING_FACTOR = (1, 60)  # AA: 0x01..0x3C; 00 = default (33), above 60 capped at 60
 
 
@@ -124,9 +126,9 @@ def decode(value: str | None) -> SchedulerState:
             return unknown
         tt = (n >> 16) & 0xFF
         return SchedulerState(policy, timeslice_ms=min(tt, TIMESLICE_MS[1]) or None, mode="timeslice", value=value)
-    if n & 0x00000F00:
+    if n & 0x00C00F00:  # bits 11:8 are no field; bits 23:22 lie outside the driver's frequency field (21:12)
         return unknown
-    fff, aa = (n >> 12) & 0xFFF, (n >> 24) & 0xFF
+    fff, aa = (n >> 12) & FREQUENCY_MASK, (n >> 24) & 0xFF
     frequency = min(max(fff, FREQUENCY_HZ[0]), FREQUENCY_HZ[1]) if fff else None
     averaging = min(aa, AVERAGING_FACTOR[1]) if aa else None
     return SchedulerState(policy, frequency_hz=frequency, averaging_factor=averaging, mode="strict", value=value)

@@ -1,13 +1,16 @@
 """What a variant should show, what a run showed, and where the two disagree. Pure.
 
 Expectations come from the merged inventory: NVLink `on` when the hosts of the experiment are set to
-`nvlink: enabled` (or a participating VM requires NVLink), `off` when they are set to `disabled`, and the vGPU
-profile of each participating VM. Facts are the raw outputs the runner collected: from the guests
+`nvlink: enabled` (or a participating VM requires NVLink), `off` when they are set to `disabled`, the vGPU
+profile of each participating VM, and per VM whether its vGPUs reach each other over NVLink (only whole-GPU
+time-sliced C-series vGPUs with NVLink on) or over PCIe (MIG-backed and fractional vGPUs). Facts are the raw
+outputs the runner collected: from the guests
 `nvidia-smi topo -m`, `nvidia-smi nvlink -s` and `nvidia-smi --query-gpu=driver_version,name`,
 and from the hosts the shell facts (NVLink links up, MIG mode) of vgpuctl.hosts.facts.
 
 A contradiction is a run whose facts say the variant was not in force: NVLink links up in an `off` run, P2P
-not over NVLink in an `on` run, or a vGPU profile (a MIG slice) other than the one asked.
+not over NVLink where NVLink P2P is expected, NVLink between vGPUs that NVIDIA connects over PCIe, or a vGPU
+profile (a MIG slice) other than the one asked.
 """
 
 from __future__ import annotations
@@ -27,8 +30,14 @@ GUEST_GPU_QUERY = "driver_version,name"  # CSV, no header: one "VERSION, NAME" l
 # -------------------------------------------------------------------------------------------- expectations
 
 
+NVLINK, PCIE = "nvlink", "pcie"  # how a VM's vGPUs reach each other (expect["p2p"])
+
+
 def expectations(inv: Inventory, vms: list[str]) -> dict[str, Any]:
-    """What the merged inventory asks of the participating VMs."""
+    """What the merged inventory asks of the participating VMs. `nvlink` is the hosts' NVLink setting (`on`,
+    `off`, None when the inventory says nothing); `p2p` says per VM whether its vGPUs should reach each other
+    over NVLink, which NVIDIA allows only for time-sliced C-series vGPUs that each take a whole GPU of an
+    NVLink-connected board, with NVLink on (vgpu_p2p): MIG-backed and fractional vGPUs talk over PCIe."""
     from vgpuctl.profiles import ProfileError, parse_profile
 
     settings = {h.nvlink for h in inv.hosts if h.nvlink is not None}
@@ -52,7 +61,27 @@ def expectations(inv: Inventory, vms: list[str]) -> dict[str, Any]:
             nvlink = "on"
     rdma = bool(vms) and all((vm := inv.vm(name)) is not None and any(a.kind.is_rdma for a in vm.adapters)
                              for name in vms)
-    return {"nvlink": nvlink, "profiles": profiles, "mig": mig, "rdma": rdma}
+    p2p = {name: vgpu_p2p(asked, nvlink == "on") for name, asked in profiles.items()}
+    return {"nvlink": nvlink, "profiles": profiles, "mig": mig, "p2p": p2p, "rdma": rdma}
+
+
+def vgpu_p2p(profiles: list[str], nvlink_on: bool) -> str:
+    """NVLINK when NVIDIA allows P2P over NVLink between these vGPUs (NVLink on, every vGPU a time-sliced
+    C-series type that takes a whole GPU of an NVLink-capable board: NVIDIA vGPU "Peer-to-Peer CUDA Transfers"),
+    else PCIE: MIG-backed vGPUs (never P2P over NVLink), fractional time-sliced ones, other series."""
+    from vgpuctl.profiles import BOARDS, try_parse
+    from vgpuctl.vms.placement import whole_gpu_compute_types
+
+    if not nvlink_on or not profiles:
+        return PCIE
+    for name in profiles:
+        p = try_parse(name)
+        info = BOARDS.get(p.board) if p is not None else None
+        if p is None or info is None or not info.nvlink_capable or p.is_mig:
+            return PCIE
+        if p.type_name not in whole_gpu_compute_types(p.board):
+            return PCIE
+    return NVLINK
 
 
 # ----------------------------------------------------------------------------------------------- facts
@@ -105,7 +134,7 @@ def summarize(raw: dict[str, Any]) -> FactSummary:
 
 @dataclass(frozen=True)
 class Contradiction:
-    kind: str  # nvlink-up-when-off | p2p-not-nvlink | profile-mismatch | net-socket-fallback
+    kind: str  # nvlink-up-when-off | p2p-not-nvlink | nvlink-where-pcie | profile-mismatch | net-socket-fallback
     message: str
 
 
@@ -132,8 +161,24 @@ def contradictions(expect: dict[str, Any], facts: FactSummary,
     if expect.get("nvlink") == "off":
         out += _nvlink_up(facts, vms)
     elif expect.get("nvlink") == "on":
-        out += _p2p_not_nvlink(facts, vms, p2p or {})
+        way = expect.get("p2p") or {}  # results written before it was recorded: every VM over NVLink
+        over_nvlink = [vm for vm in vms if way.get(vm, NVLINK) == NVLINK]
+        out += _p2p_not_nvlink(facts, over_nvlink, p2p or {}) if over_nvlink else []
+        out += _nvlink_where_pcie(facts, [vm for vm in vms if vm not in over_nvlink])
     out += _profile_mismatch(expect, facts)
+    return out
+
+
+def _nvlink_where_pcie(facts: FactSummary, vms: list[str]) -> list[Contradiction]:
+    """MIG-backed and fractional vGPUs reach each other over PCIe: a guest that shows NVLink between them is not
+    running the variant (a whole-GPU profile crept in)."""
+    out = []
+    for vm in vms:
+        links = {pair: kind for pair, kind in facts.guest_links.get(vm, {}).items() if kind.startswith("NV")}
+        if links:
+            shown = ", ".join(f"GPU{p.replace('-', '-GPU')} {k}" for p, k in sorted(links.items()))
+            out.append(Contradiction("nvlink-where-pcie", f"NVLink between vGPUs NVIDIA connects over PCIe "
+                                     f"(MIG-backed or fractional): {vm}: {shown}"))
     return out
 
 

@@ -251,6 +251,8 @@ def _merge_gpus(base: list[Any], overlay: list[Any]) -> list[Any]:
             merged.append(copy.deepcopy(g))
         else:
             merged[match] = merge_entry(merged[match], g)
+            if isinstance(g, dict) and g.get("mode") == "mig" and "vgpu_mode" not in g:
+                merged[match].pop("vgpu_mode", None)  # a time-sliced mode means nothing on a MIG GPU
     return merged
 
 

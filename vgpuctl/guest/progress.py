@@ -25,17 +25,18 @@ class DeployProgress(LiveOnTerminal):
         self._last_task = ""
 
     def __call__(self, event: dict[str, Any]) -> None:
-        host = self.tracker.feed(event)
+        with self.out_lock:  # the live view reads the tracker under the same lock
+            host = self.tracker.feed(event)
         if self.live is not None:
             return
         kind = event.get("event", "")
         data = event.get("event_data") or {}
         if kind == "playbook_on_task_start" and data.get("task") != self._last_task:
             self._last_task = data.get("task", "")
-            self.console.print(f"TASK {self._last_task}", markup=False)
+            self.print_line(f"TASK {self._last_task}")
         elif host and kind in ("runner_on_failed", "runner_on_unreachable") and not data.get("ignore_errors"):
             word = "UNREACHABLE" if kind == "runner_on_unreachable" else "FAILED"
-            self.console.print(f"{host}: {word}: {self.tracker.messages.get(host, '')}", markup=False)
+            self.print_line(f"{host}: {word}: {self.tracker.messages.get(host, '')}")
 
     def _state(self, host: str) -> str:
         if host in self.tracker.unreachable:

@@ -19,12 +19,23 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import (
+    AssignmentPolicy,
+    ChangeKind,
+    ConnectionState,
+    Evacuate,
+    EvacuationKind,
+    GraphicsType,
+    Outcome,
+)
 from vgpuctl.errors import SshError, SshHostKeyError, VgpuctlError
 from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, setting_changes
 from vgpuctl.hosts.facts import HostFacts, gather_host_facts, shell_runner
+from vgpuctl.hosts.settings import SETTINGS, apply_steps, step_of
+from vgpuctl.hosts.settings.base import ApplyStep, HostWriter
 from vgpuctl.hosts.targets import HostTarget
-from vgpuctl.hosts.work import POWER_ON, VM_CHANGE, WorkStore
+from vgpuctl.hosts.work import POWER_ON, VM_CHANGE, Lease, WorkStore
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import INTERRUPTED, HostApplyResult, HostChange, HostOutcome, ObservedGpu, ObservedHost
 from vgpuctl.progress import Cancel, HostProgress, cancelled
@@ -32,7 +43,6 @@ from vgpuctl.progress import Cancel, HostProgress, cancelled
 log = logging.getLogger(__name__)
 
 SSH_AFTER_REBOOT_S = 60.0
-
 
 
 class RefusedError(VgpuctlError):
@@ -57,9 +67,6 @@ class VerificationError(VgpuctlError):
     def __init__(self, host: str, problems: list[str]):
         self.problems = problems
         super().__init__(f"{host}: verification failed: " + "; ".join(problems))
-
-
-# ------------------------------------------------------------------------------------------ results
 
 
 # ------------------------------------------------------------------------------------------ apply
@@ -96,16 +103,16 @@ def apply_host_changes(
         for i in range(0, len(targets), width):
             batch = targets[i : i + width]
             if stopped:
-                result.hosts += [HostOutcome(t.name, Outcome.SKIPPED, message=stopped) for t in batch]
+                result.hosts += [HostOutcome(t.name, Outcome.NOT_STARTED, message=stopped) for t in batch]
                 continue
             with ThreadPoolExecutor(max_workers=len(batch), thread_name_prefix="vgpuctl-host") as pool:
                 outcomes = list(pool.map(lambda t: _HostRun(session, watcher, t, state, opts).run(), batch))
             result.hosts += outcomes
             failed = [o.host for o in outcomes if o.status == Outcome.FAILED]
             if failed and not opts.keep_going:
-                stopped = f"not started: {', '.join(failed)} failed (--keep-going continues with other hosts)"
+                stopped = f"{', '.join(failed)} failed; --keep-going continues with the other hosts"
             if cancelled(opts.cancel):
-                stopped = "not started: interrupted"
+                stopped = "interrupted"
     return result
 
 
@@ -142,12 +149,11 @@ class _HostRun:
         self._step(self.out.status, self.out.message if self.out.status == Outcome.FAILED else None)
         return self.out
 
-    def _lease(self) -> Any:
-        """This run's lease on the host (stores without leases: a no-op one); LeaseHeld when another live run
-        holds it. The work record is written first thing, so a crash at any later point leaves it behind."""
-        take = getattr(self.state, "lease", None)
+    def _lease(self) -> Lease:
+        """This run's lease on the host; LeaseHeld when another live run holds it. The work record is written
+        first thing, so a crash at any later point leaves it behind."""
         self.phase = "lease"
-        lease = take(self.t.name).acquire() if take is not None else _NoLease()
+        lease = self.state.lease(self.t.name).acquire()
         self.phase = "start"
         self.state.update(self.t.name, phase=self.phase, steps=planned_steps(self.t.changes))
         return lease
@@ -200,7 +206,8 @@ class _HostRun:
         rec = self.state.get(t.name)
         left = remaining_steps(rec.steps if rec is not None else planned_steps(t.changes), step_phase(step))
         left = [s for s in left if s not in ("exit-maintenance", "power-on")]
-        written = [s for s in self.out.steps if step_phase(s) in ("mig", "graphics", "module-options")]
+        writes = {step.name for step in apply_steps()}
+        written = [s for s in self.out.steps if step_phase(s) in writes]
         entered = rec is not None and rec.entered_maintenance
         if entered:
             self._enter("exit-maintenance")
@@ -227,12 +234,12 @@ class _HostRun:
         from vgpuctl.vsphere import host as vhost
 
         t = self.t
-        work = [c for c in t.changes if c.kind not in (hostplan.RESUME, hostplan.EVACUATE)]
+        work = setting_changes(t.changes)
         api = vhost.read_host(self.session, t.moid)
-        if api.connection_state != "connected":
+        if api.connection_state != ConnectionState.CONNECTED:
             raise VgpuctlError(f"{t.name}: host is {api.connection_state}")
         entered = False
-        if hostplan.needs_maintenance(work) and not api.in_maintenance:
+        if needs_maintenance(work) and not api.in_maintenance:
             self._forward("evacuate")
             self._enter("evacuate")
             self._evacuate()
@@ -273,8 +280,8 @@ class _HostRun:
         running = [v for v in vhost.host_vms(self.session, t.moid) if v.running]
         if not running:
             return
-        planned = hostplan.evacuations(t.changes)
-        unplanned = [v for v in running if v.name not in planned and t.spec.maintenance.evacuate != "power-off"]
+        planned = evacuations(t.changes)
+        unplanned = [v for v in running if v.name not in planned and t.spec.maintenance.evacuate != Evacuate.POWER_OFF]
         if unplanned:
             listed = ", ".join(f"{v.name} ({', '.join(v.vgpus)})" if v.vgpus else v.name for v in unplanned)
             self.out.in_maintenance = False
@@ -283,12 +290,12 @@ class _HostRun:
                 + (
                     "vGPU VMs cannot migrate (maintenance.evacuate is refuse: stop them, or set evacuate: power-off "
                     "or migrate)"
-                    if t.spec.maintenance.evacuate == "refuse"
+                    if t.spec.maintenance.evacuate == Evacuate.REFUSE
                     else "they started after the plan: plan again"
                 )
             )
-        moves = {v.name: planned[v.name][len(hostplan.MIGRATE_TO) :] for v in running
-                 if planned.get(v.name, "").startswith(hostplan.MIGRATE_TO)}  # fmt: skip
+        moves = {v.name: str(action.destination) for v in running
+                 if (action := planned.get(v.name)) is not None and action.kind == EvacuationKind.MIGRATE}  # fmt: skip
         for vm in running:
             if vm.name in moves:
                 self._step("migrate", f"{vm.name} -> {moves[vm.name]}")
@@ -297,7 +304,8 @@ class _HostRun:
                 self._done(f"migrate {vm.name} to {moves[vm.name]}")
         stop = [v for v in running if v.name not in moves]
         for vm in stop:
-            after = VM_CHANGE if planned.get(vm.name) == hostplan.HAND_OVER else POWER_ON
+            action = planned.get(vm.name)
+            after = VM_CHANGE if action is not None and action.kind == EvacuationKind.HAND_OVER else POWER_ON
             self.state.add_vm(t.name, vm.name, vm.moid, after)
         for vm in stop:
             self._forward(f"power-off {vm.name}")
@@ -309,24 +317,26 @@ class _HostRun:
             self._done(f"{how} {vm.name}")
 
     def _apply(self, work: list[HostChange]) -> bool:
-        """MIG, graphics, module options; returns whether a reboot is needed."""
-        reboot = hostplan.needs_reboot(work)
-        mig = [c for c in work if c.kind == hostplan.MIG]
-        if mig:
-            self._forward("mig")
-            self._enter("mig")
-            reboot = self._set_mig(mig) or reboot
-        graphics = [c for c in work if c.kind in hostplan.GRAPHICS_KINDS]
-        if graphics:
-            self._forward("graphics")
-            self._enter("graphics")
-            self._set_graphics(graphics)
-        modules = [c for c in work if c.kind in hostplan.MODULE_KINDS]
-        if modules:
-            self._forward("module-options")
-            self._enter("module-options")
-            self._set_module_options(modules)
+        """Each setting's changes, step by step (MIG, graphics, module options); returns whether a reboot is
+        needed (planned, or a write said it is pending until one)."""
+        reboot = needs_reboot(work)
+        for step in apply_steps():
+            changes = [c for c in work if step_of(c.kind) == step]
+            if changes:
+                self._forward(step.name)
+                self._enter(step.name)
+                reboot = self._write(step, changes) or reboot
         return reboot
+
+    def _write(self, step: ApplyStep, changes: list[HostChange]) -> bool:
+        writer = HostWriter(self.session, self.t.name, self.t.moid, self._step, self._done, self._shell)
+        for setting in SETTINGS:
+            mine = [c for c in changes if c.kind in setting.kinds]
+            if mine:
+                setting.apply(step, mine, writer)
+        if step.finish is not None:
+            step.finish(writer, changes)
+        return writer.reboot_pending
 
     def _shell(self) -> AbstractContextManager[Any]:
         if self.opts.open_shell is not None:
@@ -334,49 +344,6 @@ class _HostRun:
         from vgpuctl.hosts.facts import open_shell
 
         return open_shell(self.t.name, self.t.spec, trust_on_first_use=self.opts.trust_on_first_use)
-
-    def _set_mig(self, changes: list[HostChange]) -> bool:
-        from vgpuctl.esxi import commands, parsers
-
-        pending = False
-        with self._shell() as shell:
-            for c in changes:
-                self._step("mig", f"{c.target} -> {c.new}")
-                out = shell.run(commands.set_mig_mode(c.target, c.new == "mig")).stdout
-                for res in parsers.parse_mig_set(out):
-                    if not res.supported:
-                        raise VgpuctlError(f"{self.t.name}: GPU {c.target}: MIG mode: {res.reason}")
-                    pending = pending or res.pending
-                self._done(f"mig {c.target} {c.new}")
-        return pending
-
-    def _set_graphics(self, changes: list[HostChange]) -> None:
-        from vgpuctl.vsphere import host as vhost
-
-        kwargs: dict[str, Any] = {}
-        devices: dict[str, dict[str, str]] = {}
-        for c in changes:
-            if c.kind == hostplan.DEFAULT_TYPE:
-                kwargs["default_type"] = c.new
-            elif c.kind == hostplan.ASSIGNMENT_POLICY:
-                kwargs["assignment_policy"] = c.new
-            elif c.kind == hostplan.GPU_TYPE:
-                devices.setdefault(c.target, {})["graphics_type"] = c.new
-            elif c.kind == hostplan.VGPU_MODE:
-                devices.setdefault(c.target, {})["vgpu_mode"] = c.new
-        self._step("graphics", ", ".join(f"{c.kind} {c.new}" for c in changes))
-        vhost.update_graphics(self.session, self.t.moid, devices=devices, host=self.t.name, **kwargs)
-        self._done("graphics")
-
-    def _set_module_options(self, changes: list[HostChange]) -> None:
-        from vgpuctl.vsphere import host as vhost
-
-        current = vhost.configured_module_options(self.session, self.t.moid)
-        wanted = hostplan.options_for(current, changes)
-        self._step("module-options", wanted)
-        if wanted != current:
-            vhost.update_module_options(self.session, self.t.moid, wanted)
-        self._done("module-options")
 
     def _reboot(self) -> None:
         from vgpuctl.vsphere import host as vhost
@@ -471,19 +438,14 @@ class _HostRun:
             raise RestoreError(f"{self.t.name}: not every VM could be powered on again: {failed}")
 
 
-class _NoLease:
-    def release(self) -> None:
-        pass
-
-
 def planned_steps(changes: Sequence[HostChange]) -> list[str]:
     """The host's steps in the order apply takes them (what a work record lists)."""
-    work = [c for c in changes if c.kind not in (hostplan.RESUME, hostplan.EVACUATE)]
-    steps = [f"evacuate {c.target}" for c in changes if c.kind == hostplan.EVACUATE]
-    if hostplan.needs_maintenance(work):
+    work = setting_changes(changes)
+    steps = [f"evacuate {c.target}" for c in changes if c.kind == ChangeKind.EVACUATE]
+    if needs_maintenance(work):
         steps.append("enter-maintenance")
-    steps += [f"{c.kind}{'' if c.target == 'host' else ' ' + c.target} -> {c.new}" for c in work]
-    if hostplan.needs_reboot(work):
+    steps += [f"{c.label} -> {c.new}" for c in work]
+    if needs_reboot(work):
         steps += ["reboot", "wait-reconnect"]
     if work:
         steps.append("verify")
@@ -491,13 +453,15 @@ def planned_steps(changes: Sequence[HostChange]) -> list[str]:
     return steps
 
 
-_STEP_PHASES = {hostplan.NVLINK: "module-options", hostplan.SCHEDULER: "module-options"}
-
-
 def step_phase(step: str) -> str:
-    """The apply phase a planned step belongs to ("nvlink -> disabled" -> module-options)."""
+    """The apply phase a planned step belongs to ("nvlink -> disabled" -> module-options): a setting's change
+    is written in its apply step; every other step is its own phase."""
     word = step.split(" ", 1)[0]
-    return _STEP_PHASES.get(word, hostplan.category(word) if word.startswith("graphics.") else word)
+    try:
+        written = step_of(ChangeKind(word))
+    except ValueError:  # not a change: a step of its own
+        written = None
+    return written.name if written is not None else word
 
 
 def remaining_steps(steps: list[str], phase: str) -> list[str]:
@@ -515,8 +479,8 @@ def observed_host(api: Any, facts: HostFacts | None = None) -> ObservedHost:
         moid=api.moid,
         connection_state=api.connection_state,
         in_maintenance=api.in_maintenance,
-        default_graphics_type=api.default_graphics_type or "shared",
-        assignment_policy=api.assignment_policy or "performance",
+        default_graphics_type=api.default_graphics_type or GraphicsType.SHARED,
+        assignment_policy=api.assignment_policy or AssignmentPolicy.PERFORMANCE,
         offered_profiles=list(api.offered_profiles),
         module_options=(facts.options_configured or "") if facts is not None else "",
     )

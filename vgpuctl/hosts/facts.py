@@ -194,20 +194,23 @@ def _unknown(facts: HostFacts, why: str) -> None:
 
 # ------------------------------------------------------------------------------------------ SSH settings
 
-ENV_HOST_MAP = "VGPUCTL_ESXI_HOSTS"  # path of a JSON file: host name -> {"host": address, "port": n}
+# A JSON object (host name -> {"host": address, "port": n}) written out, or the path of a file holding it.
+ENV_HOST_MAP = "VGPUCTL_ESXI_HOSTS"
 
 
-def load_host_map(path: str) -> dict[str, Any]:
-    """SshTargets from the VGPUCTL_ESXI_HOSTS file; a missing or malformed file is one clear UsageError."""
+def load_host_map(value: str) -> dict[str, Any]:
+    """SshTargets from VGPUCTL_ESXI_HOSTS: the JSON object itself (it starts with `{`) or the path of a file
+    holding it; a missing or malformed file or object is one clear UsageError."""
     import json
     from pathlib import Path
 
     from vgpuctl.errors import UsageError
     from vgpuctl.esxi.ssh import SshTarget
 
-    where = f"{ENV_HOST_MAP}={path}"
+    inline = value.lstrip().startswith("{")
+    where = f"{ENV_HOST_MAP} (the JSON written out)" if inline else f"{ENV_HOST_MAP}={value}"
     try:
-        data = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+        data = json.loads(value if inline else Path(value).expanduser().read_text(encoding="utf-8"))
     except OSError as err:
         raise UsageError(f"{where}: cannot read the ESXi host map: {err.strerror or err}") from None
     except ValueError as err:

@@ -9,37 +9,47 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from vgpuctl.domain import ConnectionState, GpuVgpuMode
 from vgpuctl.errors import VgpuctlError
-from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.facts import ENV_HOST_MAP, HostFacts, api_facts, gather_host_facts, open_shell, shell_runner
+from vgpuctl.hosts.settings import SETTINGS, nvlink, scheduler
+from vgpuctl.hosts.settings.base import ModuleOptions as ModuleOptionsView
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
-from vgpuctl.reports.status import HostGpu, HostReport, ModuleOptions, StatusReport
+from vgpuctl.reports.status import HostGpu, HostReport, ModuleOptions, SettingValue, StatusReport
+
+# the settings `host show` and `status` have fields of their own for (every setting is in `settings` too)
+NVLINK, SCHEDULER = nvlink.SETTING.key, scheduler.SETTING.key
+
+
+def setting_values(host: ObservedHost, facts: HostFacts | None) -> list[SettingValue]:
+    """Every host-wide setting's value now (and after the next reboot when that differs), in registry order."""
+    return [
+        SettingValue(state.key, state.value, state.after_reboot)
+        for setting in SETTINGS
+        for state in setting.status(host, facts)
+    ]
 
 
 def host_status(host: ObservedHost, facts: HostFacts | None, shell_error: str | None = None) -> HostReport:
-    """One host's GPU state: module options (configured and in effect), NVLink, scheduler, per GPU facts."""
-    configured = host.module_options
-    if facts is not None and facts.options_configured is not None:
-        configured = facts.options_configured
-    effective = facts.options_effective if facts is not None and facts.options_effective is not None else configured
-    nvlink, scheduler = hostplan.nvlink_of(effective), str(hostplan.scheduler_of(effective))
-    nvlink_next, scheduler_next = hostplan.nvlink_of(configured), str(hostplan.scheduler_of(configured))
-    if facts is not None and facts.options_configured is None and facts.warnings:  # the host could not say
-        nvlink = scheduler = nvlink_next = scheduler_next = "unknown"
+    """One host's GPU state: module options (configured and in effect), its settings, per GPU facts."""
+    options = ModuleOptionsView.of(host, facts)
+    values = setting_values(host, facts)
+    by_key = {v.setting: v for v in values}
     return HostReport(
         host=host.name,
         connection_state=host.connection_state,
         in_maintenance=host.in_maintenance,
         default_graphics_type=host.default_graphics_type,
         assignment_policy=host.assignment_policy,
-        module_options=ModuleOptions(configured, effective),
-        nvlink=nvlink,
-        scheduler=scheduler,
+        module_options=ModuleOptions(options.configured, options.effective),
+        nvlink=by_key[NVLINK].value,
+        scheduler=by_key[SCHEDULER].value,
         gpus=[_gpu_row(g, facts) for g in host.gpus],
-        nvlink_after_reboot=nvlink_next if nvlink_next != nvlink else None,
-        scheduler_after_reboot=scheduler_next if scheduler_next != scheduler else None,
+        nvlink_after_reboot=by_key[NVLINK].after_reboot,
+        scheduler_after_reboot=by_key[SCHEDULER].after_reboot,
         shell_error=shell_error,
+        settings=values,
     )
 
 
@@ -77,14 +87,44 @@ def collect_host_status(
         except VgpuctlError as err:
             return host_status(host, api_facts(session, host.moid, name), shell_error=str(err))
 
-    names = sorted(n for n, h in observed.hosts.items() if h.connection_state == "connected")
+    names = sorted(n for n, h in observed.hosts.items() if h.connection_state == ConnectionState.CONNECTED)
     if not names:
         return {}
     with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="vgpuctl-status") as pool:
         rows = dict(zip(names, pool.map(one, names), strict=True))
-    if all(r.nvlink == "unknown" for r in rows.values()):  # each host warned why; one line says it for all
+    if all(r.nvlink == nvlink.UNKNOWN for r in rows.values()):  # each host warned why; one line says it for all
         raise VgpuctlError(f"no host could be read ({', '.join(names)}): see the warnings above")
     return rows
+
+
+def mig_instance_totals(run: Any) -> dict[str, int]:
+    """GPU instance profile name -> total instances per GPU, as `nvidia-smi mig -lgip` reports them on the host
+    (the smallest over its MIG GPUs); empty on a host without MIG GPUs."""
+    from vgpuctl.esxi.facts import MIG_PROFILES
+
+    totals: dict[str, int] = {}
+    for row in MIG_PROFILES.gather(run):
+        totals[row.name] = min(row.total, totals.get(row.name, row.total))
+    return totals
+
+
+def read_reported_maxima(observed: Observed, names: list[str], specs: dict[str, HostSpec]) -> list[str]:
+    """For `profiles`: each named host with a MIG GPU reports its GPU instance totals over SSH, recorded as the
+    maxima of its MIG-backed types (statusreport.with_reported_maxima). Returns one warning per host whose shell
+    could not be read (its rows keep the catalogue's maxima)."""
+    from vgpuctl.reports.status import with_reported_maxima
+
+    warnings = []
+    for name in names:
+        host = observed.hosts[name]
+        if host.connection_state != "connected" or not any(g.vgpu_mode == "multiInstanceGpu" for g in host.gpus):
+            continue
+        try:
+            with open_shell(name, specs.get(name)) as sh:
+                with_reported_maxima(host, mig_instance_totals(shell_runner(sh)))
+        except VgpuctlError as err:
+            warnings.append(f"host {name}: MIG instance totals not read ({err}); showing the catalogue's maxima")
+    return warnings
 
 
 def merge_status(report: StatusReport, rows: dict[str, HostReport]) -> StatusReport:
@@ -97,6 +137,7 @@ def merge_status(report: StatusReport, rows: dict[str, HostReport]) -> StatusRep
         host.nvlink, host.nvlink_after_reboot = row.nvlink, row.nvlink_after_reboot
         host.scheduler, host.scheduler_after_reboot = row.scheduler, row.scheduler_after_reboot
         host.shell_error = row.shell_error
+        host.settings = list(row.settings)
         by_gpu = {g.gpu: g for g in row.gpus}
         for gpu in host.gpus:
             facts = by_gpu.get(gpu.gpu)
@@ -105,14 +146,15 @@ def merge_status(report: StatusReport, rows: dict[str, HostReport]) -> StatusRep
             gpu.mig_current, gpu.mig_pending = facts.mig_current, facts.mig_pending
             gpu.nvlink_links, gpu.nvlink_active = facts.nvlink_links, facts.nvlink_active
             gpu.nvlink_peers = list(facts.nvlink_peers)
-            gpu.mig = mig_label(facts.mig_current, facts.mig_pending, gpu.vgpu_mode)
+            if gpu.mig_capable is not False:  # a board without MIG has no MIG state to show
+                gpu.mig = mig_label(facts.mig_current, facts.mig_pending, gpu.vgpu_mode)
     return report
 
 
 def mig_label(current: bool | None, pending: bool | None, vgpu_mode: str | None = None) -> str:
     """on / off / "off (on pending)" / n/a; from vSphere's vgpuMode when the shell was not read."""
     if current is None:
-        if vgpu_mode == "multiInstanceGpu":
+        if vgpu_mode == GpuVgpuMode.MIG:
             return "on"
         return "n/a" if vgpu_mode is None else "off?"
     text = "on" if current else "off"

@@ -1,33 +1,21 @@
 """Host work records: what an interrupted or failed host apply left to finish, so that a re-run resumes.
 
-`HostRecord` is the record; by default it lives in vCenter on the host itself (vgpuctl.vsphere.workrecord), so
-any operator's next run sees it. `StateStore` keeps the same records in a local JSON file instead (one per
-vCenter under $VGPUCTL_STATE_DIR, else ~/.local/state/vgpuctl), written
-atomically after every change; tests and offline tools use it.
+`HostRecord` is the record, `WorkRecords` one run's view of every host's record, written through after each
+change. The records live in vCenter on the hosts themselves (vgpuctl.vsphere.workrecord.VcenterWorkStore, the
+one store), so any operator's next run sees them. Pure: parsing and the record-keeping; where a record is
+written is the store's `_write`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Protocol
 
-from vgpuctl.errors import VgpuctlError
-
 log = logging.getLogger(__name__)
-
-
-def default_state_path(vcenter_url: str | None = None) -> Path:
-    """$VGPUCTL_STATE_DIR, else ~/.local/state/vgpuctl; one file per vCenter."""
-    base = os.environ.get("VGPUCTL_STATE_DIR") or os.path.expanduser("~/.local/state/vgpuctl")
-    tag = "".join(c if c.isalnum() or c in "-." else "_" for c in (vcenter_url or "default").split("://")[-1])
-    return Path(base) / f"hostops-{tag.strip('_') or 'default'}.json"
-
 
 WORK_FIELD = "vgpuctl.work"  # the custom attribute that holds a host's record in vCenter (vsphere/workrecord)
 POWER_ON = "power-on"  # HostRecord.vms[]["after"]: powered on again by the host run
@@ -48,29 +36,40 @@ class HostRecord:
     steps: list[str] = field(default_factory=list)  # the host's planned steps, in order
 
 
+class Lease(Protocol):
+    """A run's hold on one host while it works there (vsphere.workrecord.Lease)."""
+
+    def acquire(self) -> Lease: ...
+    def release(self) -> None: ...
+
+
 class WorkStore(Protocol):
-    """Where host work records live: StateStore (a local file) or vsphere.workrecord.VcenterWorkStore."""
+    """Where host work records live, and the leases that keep two runs off one host."""
 
     def get(self, host: str) -> HostRecord | None: ...
     def hosts(self) -> list[str]: ...
     def update(self, host: str, **fields: object) -> HostRecord: ...
     def add_vm(self, host: str, name: str, moid: str, after: str = ...) -> None: ...
     def drop(self, host: str) -> None: ...
+    def lease(self, host: str) -> Lease: ...
 
 
-class StateStore:
-    """A small JSON file of HostRecords, written atomically after every change (thread-safe)."""
+class WorkRecords:
+    """One run's records of every host, read from their stored text and written through `_write` after every
+    change (thread-safe: hosts are applied in parallel). Subclasses say where the text goes."""
 
-    def __init__(self, path: Path | str | None):
-        self.path = Path(path) if path is not None else None
+    def __init__(self, values: dict[str, str], run_id: str):
+        self.run_id = run_id
         self._lock = threading.Lock()
         self._records: dict[str, HostRecord] = {}
-        if self.path is not None and self.path.exists():
-            try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
-                self._records = {k: HostRecord(**v) for k, v in (data.get("hosts") or {}).items()}
-            except (OSError, ValueError, TypeError) as err:
-                raise VgpuctlError(f"cannot read the host state file {self.path}: {err}") from err
+        for host, text in values.items():
+            rec = parse_record(host, text)
+            if rec is not None:
+                self._records[host] = rec
+
+    def _write(self, host: str, text: str) -> None:
+        """Store a host's record text ("" clears it)."""
+        raise NotImplementedError
 
     def get(self, host: str) -> HostRecord | None:
         with self._lock:
@@ -85,9 +84,7 @@ class StateStore:
             rec = self._records.setdefault(host, HostRecord(host))
             for k, v in fields.items():
                 setattr(rec, k, v)
-            rec.updated = time.time()
-            self._save()
-            return rec
+            return self._save(rec)
 
     def add_vm(self, host: str, name: str, moid: str, after: str = POWER_ON) -> None:
         """Record a VM the host run powers off; `after`: POWER_ON (the run powers it on again) or VM_CHANGE
@@ -96,24 +93,23 @@ class StateStore:
             rec = self._records.setdefault(host, HostRecord(host))
             if not any(v["moid"] == moid for v in rec.vms):
                 rec.vms.append({"name": name, "moid": moid, "after": after})
-            rec.updated = time.time()
-            self._save()
+            self._save(rec)
 
     def drop(self, host: str) -> None:
         with self._lock:
             if self._records.pop(host, None) is not None:
-                self._save()
+                self._write(host, "")
 
-    def _save(self) -> None:
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(
-            json.dumps({"version": 1, "hosts": {k: asdict(v) for k, v in self._records.items()}}, indent=2),
-            encoding="utf-8",
-        )
-        os.replace(tmp, self.path)
+    def _save(self, rec: HostRecord) -> HostRecord:
+        rec.run = self.run_id
+        rec.updated = time.time()
+        self._write(rec.host, record_text(rec))
+        return rec
+
+
+def record_text(rec: HostRecord) -> str:
+    """A record as its stored text (compact JSON)."""
+    return json.dumps(asdict(rec), separators=(",", ":"))
 
 
 def parse_record(host: str, text: str) -> HostRecord | None:

@@ -14,7 +14,7 @@ from typing import Any
 from vgpuctl.domain import MAX_VGPUS_PER_VM
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.inventory.netchecks import network_problems
-from vgpuctl.inventory.schema import HostSpec, Inventory, SchedulerSpec, VmSpec
+from vgpuctl.inventory.schema import HostSpec, Inventory, VmSpec
 from vgpuctl.inventory.yamlpos import KeyPath
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, is_host_spelling, mixing_problem, parse_profile
 from vgpuctl.supervisor.vmclasses import iter_problems as class_problems
@@ -112,33 +112,11 @@ def _check_hosts(inv: Inventory) -> Iterator[InventoryError]:
 
 
 def host_problems(h: HostSpec) -> list[tuple[KeyPath, str]]:
-    """The rules one host entry, or a host's merged settings, must meet; key paths relative to the entry."""
-    out: list[tuple[KeyPath, str]] = []
-    mixed = False
-    selects: set[str] = set()
-    for j, g in enumerate(h.gpus):
-        if g.select in selects:
-            out.append((("gpus", j, "select"), f"GPU selection {g.select!r} appears twice"))
-        selects.add(g.select)
-        if g.mode == "mig" and g.vgpu_mode is not None:
-            out.append((("gpus", j, "vgpu_mode"),
-                        "vgpu_mode applies to time-sliced GPUs only (MIG GPUs are multiInstanceGpu)"))
-        if g.vgpu_mode == "mixedSize":
-            mixed = True
-    if h.scheduler is not None:
-        if mixed and h.scheduler.policy == "fixed-share":
-            out.append((("scheduler",), "mixed-size GPUs support only the best-effort and equal-share schedulers"))
-        out += [(("scheduler", *path), message) for path, message in _scheduler_problems(h.scheduler)]
-    return out
+    """The rules one host entry, or a host's merged settings, must meet beyond the schema (each setting's own,
+    vgpuctl.hosts.settings); key paths relative to the entry."""
+    from vgpuctl.hosts.settings import SETTINGS
 
-
-def _scheduler_problems(spec: SchedulerSpec) -> Iterator[tuple[KeyPath, str]]:
-    tuning = [k for k in ("timeslice_ms", "frequency_hz", "averaging_factor") if getattr(spec, k) is not None]
-    if tuning and spec.policy == "best-effort":
-        what = "a time slice" if tuning[0] == "timeslice_ms" else tuning[0]
-        yield (tuning[0],), f"{what} applies to equal-share and fixed-share only"
-    elif "timeslice_ms" in tuning and len(tuning) > 1:
-        yield ("timeslice_ms",), "timeslice_ms cannot be combined with frequency_hz or averaging_factor"
+    return [problem for setting in SETTINGS for problem in setting.problems(h)]
 
 
 # ----------------------------------------------------------------------------- repeated errors, grouped

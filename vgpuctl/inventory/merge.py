@@ -15,8 +15,10 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from vgpuctl.hosts.settings.base import names
+from vgpuctl.hosts.settings.gpus import GpuSpec
 from vgpuctl.inventory.checks import host_problems
-from vgpuctl.inventory.schema import GpuSpec, HostSpec
+from vgpuctl.inventory.schema import HostSpec
 from vgpuctl.inventory.yamlpos import KeyPath, format_path
 
 M = TypeVar("M", bound=BaseModel)
@@ -55,14 +57,14 @@ def merge_hosts(
     for spec in sorted(specs, key=lambda s: s.name is not None):  # cluster entries first, then host entries
         if spec.cluster is not None:
             if spec.cluster not in clusters:
-                errors.append(f"cluster {spec.cluster}: not found (clusters: {_names(clusters)})")
+                errors.append(f"cluster {spec.cluster}: not found (clusters: {names(clusters)})")
                 continue
             for name in clusters[spec.cluster]:
                 layers.setdefault(name, []).append(spec)
         elif spec.name is not None and spec.name in hosts:
             layers.setdefault(spec.name, []).append(spec)
         else:
-            errors.append(f"host {spec.name}: not found (hosts: {_names(hosts)})")
+            errors.append(f"host {spec.name}: not found (hosts: {names(hosts)})")
     merged: dict[str, MergedHost] = {}
     for name, entries in layers.items():
         result = merge_host(name, entries)
@@ -110,7 +112,11 @@ def _merge_gpus(base: list[GpuSpec], over: list[GpuSpec]) -> list[GpuSpec]:
     index = {g.select: i for i, g in enumerate(out)}
     for g in over:
         if g.select in index:
-            out[index[g.select]] = _merge(out[index[g.select]], g)
+            merged = _merge(out[index[g.select]], g)
+            if g.mode == "mig" and "vgpu_mode" not in g.model_fields_set:  # time-sliced only: not inherited by MIG
+                fields = merged.model_fields_set - {"vgpu_mode"}
+                merged = type(merged).model_construct(_fields_set=fields, **{**dict(merged), "vgpu_mode": None})
+            out[index[g.select]] = merged
         else:
             index[g.select] = len(out)
             out.append(g)
@@ -188,8 +194,3 @@ def _where(entry: HostSpec, path: KeyPath) -> str:
     return f"{file}:{line}" if line else file
 
 
-def _names(items: Iterable[str]) -> str:
-    names = sorted(items)
-    if len(names) > 10:
-        return ", ".join(names[:10]) + f", ... ({len(names)} in all)"
-    return ", ".join(names) or "none"

@@ -15,8 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from vgpuctl.domain import AdapterType, IdentityMethod, RoceProtocol
-from vgpuctl.inventory.base import Lax, StrictModel
-from vgpuctl.inventory.yamlpos import KeyPath
+from vgpuctl.strictmodel import KeyPath, Lax, StrictModel
 
 _BUS_ID = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _VMNIC = re.compile(r"^vmnic\d+$")

@@ -8,27 +8,23 @@ need more than one field in vgpuctl.inventory.checks.
 from __future__ import annotations
 
 import re
+import typing
 import unicodedata
 from typing import Any, Literal
 
-from pydantic import Field, PrivateAttr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, create_model, field_validator, model_validator
 
 from vgpuctl.domain import (
     MAX_VGPUS_PER_VM,
-    AssignmentPolicy,
     Evacuate,
-    GpuMode,
-    GraphicsType,
     NvlinkRequirement,
-    NvlinkState,
     Power,
-    SchedulerPolicy,
-    VgpuMode,
 )
 from vgpuctl.errors import InventoryError
-from vgpuctl.inventory.base import Lax, StrictModel
+from vgpuctl.hosts.settings import SETTINGS
 from vgpuctl.inventory.network import AdapterSpec, IdentitySpec
 from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Pos
+from vgpuctl.strictmodel import Lax, StrictModel
 from vgpuctl.supervisor.vmclasses import NamespaceList, VmClassList
 
 API_VERSION = "vgpuctl/v1"
@@ -36,7 +32,6 @@ MAX_VM_NAME = 80  # characters in a VM's name (docs/sources.md: vSphere Virtual 
 
 _THUMB_PLAIN = re.compile(r"^[0-9a-fA-F]{64}$")
 _THUMB_COLONS = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){31}$")
-_BUS_ID = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -104,34 +99,6 @@ class VcenterSpec(StrictModel):
 # ----------------------------------------------------------------------------------------------- hosts
 
 
-class GraphicsSpec(StrictModel):
-    default_type: Lax[GraphicsType] | None = None
-    assignment_policy: Lax[AssignmentPolicy] | None = None
-
-
-class GpuSpec(StrictModel):
-    select: str = "all"  # all | a PCI bus id (0000:3b:00.0)
-    mode: Lax[GpuMode] | None = None
-    vgpu_mode: Lax[VgpuMode] | None = None  # time-sliced only
-    graphics_type: Lax[GraphicsType] | None = None
-
-    @field_validator("select")
-    @classmethod
-    def _select(cls, v: str) -> str:
-        if v != "all" and not _BUS_ID.match(v):
-            raise ValueError(f"must be 'all' or a PCI bus id like 0000:3b:00.0 (got {v!r})")
-        return v.lower()
-
-
-class SchedulerSpec(StrictModel):
-    """RmPVMRL fields (docs/scheduler.md): a time slice, or a strict round-robin frequency and averaging factor."""
-
-    policy: Lax[SchedulerPolicy] = SchedulerPolicy.BEST_EFFORT
-    timeslice_ms: int | None = Field(default=None, ge=1, le=30)
-    frequency_hz: int | None = Field(default=None, ge=63, le=960)
-    averaging_factor: int | None = Field(default=None, ge=1, le=60)
-
-
 class SshSpec(StrictModel):
     user: str = "root"
     port: int = Field(default=22, ge=1, le=65535)
@@ -151,27 +118,22 @@ class MaintenanceSpec(StrictModel):
     reboot_timeout_s: int = Field(default=900, ge=1)
 
 
-class HostSpec(StrictModel):
+# graphics, gpus, nvlink, scheduler: each host setting's part of an entry is in its module (vgpuctl.hosts.settings)
+
+
+class HostEntry(StrictModel):
+    """What every hosts entry has: which hosts it is for. HostSpec adds the settings' parts, then ssh and
+    maintenance."""
+
     cluster: str | None = None
     name: str | None = None
-    graphics: GraphicsSpec | None = None
-    gpus: list[GpuSpec] = Field(default_factory=list)
-    nvlink: Lax[NvlinkState] | None = None
-    scheduler: SchedulerSpec | None = None
-    ssh: SshSpec = Field(default_factory=SshSpec)
-    maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
     _line: int | None = PrivateAttr(default=None)
     _index: int = PrivateAttr(default=0)
     _file: str | None = PrivateAttr(default=None)
     _pos: dict[KeyPath, Pos] = PrivateAttr(default_factory=dict)  # key path within the entry -> (line, col)
 
-    @field_validator("scheduler", mode="before")
-    @classmethod
-    def _scheduler_shorthand(cls, v: Any) -> Any:
-        return {"policy": v} if isinstance(v, str) else v
-
     @model_validator(mode="after")
-    def _target(self) -> HostSpec:
+    def _target(self) -> HostEntry:
         if (self.cluster is None) == (self.name is None):
             raise ValueError("set exactly one of 'cluster' or 'name'")
         return self
@@ -179,6 +141,27 @@ class HostSpec(StrictModel):
     @property
     def target(self) -> str:
         return f"cluster {self.cluster}" if self.cluster else f"host {self.name}"
+
+
+def _host_spec() -> Any:
+    """A hosts entry: cluster or name, each host setting's key with its schema (in registry order), then ssh and
+    maintenance."""
+    fields: dict[str, Any] = {s.key: (s.schema, s.default) for s in SETTINGS}
+    fields["ssh"] = (SshSpec, Field(default_factory=SshSpec))
+    fields["maintenance"] = (MaintenanceSpec, Field(default_factory=MaintenanceSpec))
+    return create_model("HostSpec", __base__=HostEntry, __module__=__name__, **fields)
+
+
+if typing.TYPE_CHECKING:
+
+    class HostSpec(HostEntry):
+        ssh: SshSpec = Field(default_factory=SshSpec)
+        maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
+
+        def __getattr__(self, key: str) -> Any: ...  # a host setting's part: vgpuctl.hosts.settings
+
+else:
+    HostSpec = _host_spec()
 
 
 # ------------------------------------------------------------------------------------------------- vms

@@ -51,12 +51,73 @@ def to_json(value: Any) -> Any:
     return value
 
 
+def from_json(cls: type[Any], data: Any) -> Any:
+    """A report (or any of its parts) back from its JSON document, by its type hints: the inverse of to_json.
+    Raises ValueError for a document that does not fit the types (unknown or missing keys)."""
+    import typing
+
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__}: expected an object, got {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names - ({"kind"} if isinstance(getattr(cls, "kind", None), str) else set())
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown keys {sorted(unknown)}")
+    values = {name: _from_json(hints[name], data[name]) for name in names if name in data}
+    try:
+        return cls(**values)
+    except TypeError as err:
+        raise ValueError(f"{cls.__name__}: {err}") from None
+
+
+def _from_json(hint: Any, value: Any) -> Any:
+    import types
+    import typing
+
+    origin = typing.get_origin(hint)
+    if value is None or hint is Any:
+        return value
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return hint(value)
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return from_json(hint, value)
+    if origin in (types.UnionType, typing.Union):
+        return _from_union(typing.get_args(hint), value)
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        return [_from_json(item, v) for v in _checked(value, list)]
+    if origin is dict:
+        _, item = typing.get_args(hint)
+        return {str(k): _from_json(item, v) for k, v in _checked(value, dict).items()}
+    return value
+
+
+def _from_union(options: tuple[Any, ...], value: Any) -> Any:
+    import typing
+
+    for option in options:
+        shaped = typing.get_origin(option) or option
+        if shaped in (list, dict) and isinstance(value, shaped):
+            return _from_json(option, value)
+        if isinstance(option, type) and dataclasses.is_dataclass(option) and isinstance(value, dict):
+            return from_json(option, value)
+    return value
+
+
+def _checked(value: Any, kind: type) -> Any:
+    if not isinstance(value, kind):
+        raise ValueError(f"expected {kind.__name__}, got {type(value).__name__}")
+    return value
+
+
 @dataclass(frozen=True)
 class TextLayout:
-    """Where the text goes: a terminal `width` columns wide, or `plain` lines for a pipe or a file."""
+    """Where the text goes: a terminal `width` columns wide, or `plain` lines for a pipe or a file; `full`
+    (-v): lists are never cut."""
 
     width: int = 200
     plain: bool = False
+    full: bool = False
 
 
 TERMINAL = TextLayout()

@@ -6,14 +6,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from vgpuctl.capacity.fitnow import VGPU_COUNTS
-from vgpuctl.reports.base import TERMINAL, Report, TextLayout
-from vgpuctl.vms.placement import MIG_MODE
+from vgpuctl.domain import GpuVgpuMode
+from vgpuctl.reports.base import TERMINAL, Report, TextLayout, optional
 
 if TYPE_CHECKING:
     from vgpuctl.capacity.answer import CapacityAnswer
     from vgpuctl.capacity.fitnow import FitReport
 
-MODE_LABELS = {"sameSize": "time-sliced same-size", "mixedSize": "time-sliced mixed-size", MIG_MODE: "MIG"}
+MODE_LABELS: dict[str, str] = {
+    GpuVgpuMode.SAME_SIZE: "time-sliced same-size",
+    GpuVgpuMode.MIXED_SIZE: "time-sliced mixed-size",
+    GpuVgpuMode.MIG: "MIG",
+}
 
 
 # ------------------------------------------------------------------------------------------ what fits now
@@ -40,6 +44,14 @@ class StrandedGpu:
 
 
 @dataclass
+class Blocked:
+    """What keeps a host (or some of its GPUs) from taking vGPUs, and how to fix it."""
+
+    what: str
+    fix: str
+
+
+@dataclass
 class NicFree:
     """A physical NIC's free SR-IOV virtual functions (`sriov`), or whether it is free for passthrough."""
 
@@ -58,6 +70,7 @@ class HostCapacity:
     fits: list[CapacityFit]
     stranded_gb: float
     stranded: list[StrandedGpu]
+    blocked: list[Blocked] = field(default_factory=list)
     nics: list[NicFree] = field(default_factory=list)
 
 
@@ -73,9 +86,11 @@ class CapacityReport(Report):
         lines = []
         for h in self.hosts:
             if h.skipped:
-                lines.append(f"{h.host}: left out ({h.skipped})")
+                left = [f"{h.host}: left out ({b.what}; fix: {b.fix})" for b in h.blocked]
+                lines += left or [f"{h.host}: left out ({h.skipped})"]
                 continue
             lines.append(f"{h.host} ({h.cluster or 'no cluster'}): stranded {h.stranded_gb:g} GB")
+            lines += [f"  not usable now: {b.what}; fix: {b.fix}" for b in h.blocked]
             for s in h.stranded:
                 lines.append(f"  GPU {s.gpu}: {s.stranded_gb:g} of {s.free_gb:g} GB free unusable ({s.why})")
             lines += [_nic_line(n) for n in h.nics]
@@ -111,6 +126,7 @@ def capacity_report(fit: FitReport) -> CapacityReport:
     hosts = [
         HostCapacity(h.host, h.cluster, h.skipped, [CapacityFit(r.profile, r.vgpus, r.nvlink, r.vms) for r in h.rows],
                      h.stranded_gb, [StrandedGpu(s.gpu, s.free_gb, s.stranded_gb, s.why) for s in h.stranded],
+                     [Blocked(b.what, b.fix) for b in h.blocked],
                      [NicFree(n.nic, n.model, n.kind, n.total, n.free) for n in h.nics])
         for h in fit.hosts
     ]
@@ -141,6 +157,17 @@ class GpuModeChange:
     old: str  # vGPU mode: sameSize | mixedSize | multiInstanceGpu
     new: str
     needs_reboot: bool
+    old_graphics_type: str | None = optional()  # set when the graphics type changes (to Shared Direct)
+    new_graphics_type: str | None = optional()
+
+
+@dataclass
+class BlockedHost:
+    """What keeps a host (or some of its GPUs) out of the answer, and how to fix it."""
+
+    host: str
+    what: str
+    fix: str
 
 
 @dataclass
@@ -170,11 +197,11 @@ class CapacityDemandReport(Report):
     running_vms_on_changed_hosts: dict[str, list[str]]
     vms: list[PlacedVmAnswer]
     skipped_hosts: dict[str, str]
+    blocked: list[BlockedHost] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
-        gap = f", gap {self.gap:.1%}" if self.gap is not None else ""
-        lines = [f"demand {'fits' if self.fits else 'does not fit'}: {self.placed} VMs placed "
-                 f"({self.method}, {self.status}{gap}, {self.seconds:.1f} s; greedy placed {self.greedy_placed})"]
+        lines = [f"demand {'fits' if self.fits else 'does not fit'}: {self.placed} VMs placed ({self.how()})"]
         for s in self.demand:
             mark = "ok" if s.placed == s.wanted else f"SHORT ({s.reason})"
             lines.append(f"  {s.name:<20} priority {s.priority}  {s.placed:>5}/{s.wanted:<5} {mark}")
@@ -185,8 +212,22 @@ class CapacityDemandReport(Report):
         for vm in self.vms:
             per_host.setdefault(vm.host, []).append(vm.name)
         lines += [f"  {host}: {len(names)} VMs" for host, names in sorted(per_host.items())]
-        lines += [f"  {host}: left out ({why})" for host, why in sorted(self.skipped_hosts.items())]
+        for b in self.blocked:
+            state = "left out" if b.host in self.skipped_hosts else "partly usable"
+            lines.append(f"  {b.host}: {state} ({b.what}; fix: {b.fix})")
+        lines += [f"warning: {w}" for w in self.warnings]
         return "\n".join(lines)
+
+    def how(self) -> str:
+        """How the layout was found, in words: the method, how good, how long."""
+        if self.method == "greedy":
+            return f"first-fit decreasing only, {self.seconds:.1f} s"
+        if self.status == "optimal":
+            quality = "proven optimal"
+        else:
+            quality = "the best found in the time limit" + (f", within {self.gap:.1%} of the bound"
+                                                             if self.gap is not None else "")
+        return f"CP-SAT solver, {quality}, {self.seconds:.1f} s; first-fit decreasing alone placed {self.greedy_placed}"
 
     def _change_lines(self) -> list[str]:
         if not self.host_changes:
@@ -194,7 +235,10 @@ class CapacityDemandReport(Report):
         lines = ["host changes:"]
         for c in self.host_changes:
             reboot = ", reboot" if c.needs_reboot else ""
-            lines.append(f"  {c.host} GPU {c.gpu}: {_mode(c.old)} -> {_mode(c.new)}{reboot}")
+            what = [f"graphics type {c.old_graphics_type} -> {c.new_graphics_type}"] if c.new_graphics_type else []
+            if c.old != c.new or not what:
+                what.append(f"{_mode(c.old)} -> {_mode(c.new)}")
+            lines.append(f"  {c.host} GPU {c.gpu}: {'; '.join(what)}{reboot}")
         for host, vms in sorted(self.running_vms_on_changed_hosts.items()):
             more = ", ..." if len(vms) > 5 else ""
             lines.append(f"  {host}: maintenance mode needs its {len(vms)} running VMs moved or powered off "
@@ -216,8 +260,11 @@ def capacity_demand_report(answer: CapacityAnswer) -> CapacityDemandReport:
         placed=answer.placed,
         greedy_placed=answer.greedy_placed,
         demand=[ShapeAnswer(s.name, s.wanted, s.placed, s.priority, s.reason, s.detail) for s in answer.shapes],
-        host_changes=[GpuModeChange(c.host, c.gpu, c.old, c.new, c.needs_reboot) for c in answer.changes],
+        host_changes=[GpuModeChange(c.host, c.gpu, c.old, c.new, c.needs_reboot, c.old_graphics_type,
+                                    c.new_graphics_type) for c in answer.changes],
         running_vms_on_changed_hosts={h: list(vms) for h, vms in answer.running_on_changed.items()},
         vms=[PlacedVmAnswer(v.name, v.shape, v.host, v.profile, v.vgpus, v.nvlink) for v in answer.vms],
         skipped_hosts=dict(answer.skipped_hosts),
+        blocked=[BlockedHost(h, b.what, b.fix) for h, bs in sorted(answer.blocked.items()) for b in bs],
+        warnings=list(answer.warnings),
     )

@@ -136,7 +136,7 @@ class ResultTable:
     plot: str | None  # the PNG, relative to the results directory
 
 
-Expectation = str | bool | None | dict[str, list[str]] | dict[str, bool]
+Expectation = str | bool | None | dict[str, list[str]] | dict[str, bool] | dict[str, str]
 
 
 @dataclass

@@ -15,6 +15,7 @@ class ExplainedValue:
     value: str  # as the merged entries say
     source: str  # FILE:LINE (cluster X | host Y): the entry that set it last
     vcenter: str | None  # what vCenter or the host reports now; None for vgpuctl's own settings (ssh, ...)
+    differs: bool | None = None  # vCenter's value is another, field by field (per GPU); None: no vCenter value
 
 
 @dataclass
@@ -33,8 +34,7 @@ class ExplainReport(Report):
         head = " then ".join(self.entries) or "no entry"
         lines = [f"host {self.host} (cluster {self.cluster or '-'}): {head}"]
         if self.settings:
-            width = max(len(s.setting) for s in self.settings)
-            lines += [_setting_line(s, width) for s in self.settings]
+            lines += _setting_lines(self.settings)
         else:
             lines.append("  no inventory entry sets anything for this host: vgpuctl leaves it as it is")
         if self.changes:
@@ -47,6 +47,14 @@ class ExplainReport(Report):
         return "\n".join(lines)
 
 
-def _setting_line(s: ExplainedValue, width: int) -> str:
-    now = "" if s.vcenter is None else f"   vCenter: {s.vcenter}" + ("" if s.vcenter == s.value else " (differs)")
-    return f"  {s.setting:<{width}}  {s.value}   from {s.source}{now}"
+HEADER = ("setting", "inventory", "vCenter now", "", "from")
+
+
+def _setting_lines(settings: list[ExplainedValue]) -> list[str]:
+    """A table in aligned columns: the setting, the merged value, vCenter's value, `differs` where vCenter has
+    another value, and the entry that set it."""
+    rows = [(s.setting, s.value, "-" if s.vcenter is None else s.vcenter, "differs" if s.differs else "", s.source)
+            for s in settings]
+    widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(4)]
+    return [("  " + "  ".join(f"{cell:<{w}}" for cell, w in zip(row[:4], widths, strict=True)) + f"  {row[4]}")
+            .rstrip() for row in [HEADER, *rows]]

@@ -42,7 +42,12 @@ class GuestRunReport(Report):
     artifacts: str | None
 
     def render_text(self, layout: TextLayout = TERMINAL) -> Rendered:
-        """The per-guest table and the counts (the messages are in the table)."""
+        """The per-guest table and the counts (the messages are in the table); in a pipe, a plain line per guest."""
+        if layout.plain:
+            lines = [f"guest {g.vm}  group {g.group}  status {g.status}  ok {g.ok}  changed {g.changed}  failed "
+                     f"{g.failed}  unreachable {g.unreachable}" + (f"  message {g.message}" if g.message else "")
+                     for g in self.guests]
+            return "\n".join([*lines, self.summary_text(with_messages=False)])
         return [self.table(), self.summary_text(with_messages=False)]
 
     def table(self) -> RenderableType:

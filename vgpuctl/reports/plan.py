@@ -7,9 +7,11 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import ChangeKind, EvacuationKind, Outcome, Phase
 from vgpuctl.model import (
+    HOST_TARGET,
     ApplyResult,
+    EvacuationAction,
     GuestIdentity,
     HostApplyResult,
     HostChange,
@@ -22,10 +24,10 @@ from vgpuctl.model import (
 )
 from vgpuctl.reports.base import TERMINAL, Report, Scalar, TextLayout, VgpuCount, optional, vgpu_counts
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
-from vgpuctl.vms.identity import describe as describe_identity
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
+    from vgpuctl.scope import ScopeResult
 
 
 @dataclass
@@ -46,16 +48,29 @@ class ValidateReport(Report):
 
 
 @dataclass
+class Evacuation:
+    """What an evacuation does to its VM: restore-after (powered off, on again after the host change), hand-over
+    (powered off, reconfigured and powered on by its own VM change) or migrate (to `destination`)."""
+
+    action: EvacuationKind
+    destination: str | None
+
+
+@dataclass
 class HostDiff:
-    """One host setting that changes; `gpu` is None for host-wide settings."""
+    """One host change: a setting, a VM's evacuation (`gpu` is then the VM) or finishing unfinished work; `gpu`
+    is None for host-wide settings. `phase`: online, maintenance (disruptive) or reboot (needs_reboot too)."""
 
     host: str
-    setting: str  # graphics kinds, mig, nvlink, scheduler, resume
+    setting: ChangeKind
     gpu: str | None
     old: Scalar
     new: Scalar
     disruptive: bool
     needs_reboot: bool
+    phase: Phase
+    evacuation: Evacuation | None = optional()  # noqa: RUF009 - None, not a shared object
+    pulled_in_by: list[str] = field(default_factory=list)  # a scoped plan: the VMs in scope that need it
 
 
 @dataclass
@@ -187,6 +202,24 @@ class NamespaceDiff:
 
 
 @dataclass
+class PlanScope:
+    """A plan scoped with --host, --cluster and --vm (names or globs): the patterns; the hosts and VMs they
+    selected; the hosts whose changes were pulled in because a VM in scope waits for them; the hosts and VMs of
+    the inventory left out (untouched); whether the inventory's VM classes and namespaces were left out."""
+
+    hosts: list[str]
+    clusters: list[str]
+    vms: list[str]
+    selected_hosts: list[str]
+    selected_vms: list[str]
+    pulled_in_hosts: list[str]
+    pulled_in_vms: list[str]  # evacuated by a host change in scope and reconfigured by their own change
+    out_of_scope_hosts: list[str]
+    out_of_scope_vms: list[str]
+    vm_classes_left_out: bool = False
+
+
+@dataclass
 class PlanReport(Report):
     kind: ClassVar[str] = "plan"
     host_changes: list[HostDiff]
@@ -198,10 +231,18 @@ class PlanReport(Report):
     round_trips: int | None = optional()
     vm_classes: list[VmClassDiff] = field(default_factory=list)  # in apply order: after hosts and VMs
     namespaces: list[NamespaceDiff] = field(default_factory=list)
+    scope: PlanScope | None = field(default=None, metadata={"omit_none": True})
 
-    def render_text(self, layout: TextLayout = TERMINAL) -> None:
-        """None for now: `plan` prints the diff drawn from the plan itself (render_plan_text)."""
-        return None
+    def render_text(self, layout: TextLayout = TERMINAL) -> Any:
+        """The diff (vgpuctl.reports.plantext): colored on a terminal, plain lines in a pipe."""
+        from vgpuctl.reports.plantext import plan_lines, styled
+
+        lines = plan_lines(self, layout.full)
+        return "\n".join(lines) if layout.plain else styled(lines)
+
+    @property
+    def is_empty(self) -> bool:
+        return not (self.host_changes or self.vm_changes or self.vm_classes or self.namespaces)
 
 
 @dataclass
@@ -271,87 +312,6 @@ def host_change_report(
 
 # ------------------------------------------------------------------------------------------ building it
 
-INDENT = "    "
-
-
-def _value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if v is None:
-        return "(none)"
-    return str(v)
-
-
-def _steps(change: VmChange) -> str:
-    steps = []
-    if change.clone is not None:
-        steps.append(f"clone from {change.clone.template}")
-    if change.power_off:
-        steps.append("power off")
-    if change.needs_reconfigure:
-        steps.append("reconfigure")
-    if change.power_on:
-        steps.append("power on")
-    return " -> ".join(steps)
-
-
-def _clone_lines(change: VmChange) -> list[str]:
-    c = change.clone
-    if c is None:
-        return []
-    where = [f"{k} {v}" for k, v in (("cluster", c.cluster), ("host", c.host), ("folder", c.folder)) if v]
-    size = [f"{k} {v}" for k, v in (("cpus", c.cpus), ("memoryMB", c.memory_mb)) if v is not None]
-    lines = [f"{INDENT}+ clone {c.template}" + (f" to {', '.join(where)}" if where else "")]
-    if size:
-        lines.append(f"{INDENT}+ {', '.join(size)}")
-    return lines
-
-
-def _vm_lines(change: VmChange) -> list[str]:
-    mark = Op.ADD if change.clone is not None else Op.CHANGE
-    lines = [f"{mark} vm {change.vm}  ({_steps(change)})"]
-    if change.depends_on_hosts:
-        lines.append(f"{INDENT}  after the host changes on {', '.join(change.depends_on_hosts)}")
-    lines += _clone_lines(change)
-    for f in change.fields:
-        lines.append(f"{INDENT}{f.op} {f.field}: {_value(f.old)} -> {_value(f.new)}")
-    for d in change.devices:
-        if d.op == Op.REMOVE:
-            lines.append(f"{INDENT}- vgpu {d.profile} (key {d.key})")
-        else:
-            group = f" (NVLink group {d.group})" if d.group is not None else ""
-            lines.append(f"{INDENT}+ vgpu {d.profile}{group}")
-    for key in sorted(change.extra_config):
-        value = change.extra_config[key]
-        if value is None:
-            lines.append(f"{INDENT}- extraConfig {key}")
-        else:
-            lines.append(f"{INDENT}+ extraConfig {key} = {value}")
-    lines += [f"{INDENT}{_nic_line(n)}" for n in _all_nics(change)]
-    if change.identity is not None:
-        lines.append(f"{INDENT}+ identity {describe_identity(change.identity)}")
-    return lines
-
-
-def _all_nics(change: VmChange) -> list[NicChange]:
-    return (change.clone.nics if change.clone is not None else []) + change.nics
-
-
-def _nic_line(n: NicChange) -> str:
-    if n.op == Op.ADD:
-        return f"+ nic {n.label}" + (f" ({n.device})" if n.device else "")
-    if n.op == Op.REMOVE:
-        return f"- nic {n.label} (key {n.key})"
-    return f"~ nic {n.label} (key {n.key}): was {n.old}"
-
-
-def _host_line(h: HostChange) -> str:
-    flags = [f for f, on in (("disruptive", h.disruptive), ("reboot", h.needs_reboot)) if on]
-    mark = f"  ({', '.join(flags)})" if flags else ""
-    target = "" if h.target == "host" else f" {h.target}"
-    return f"~ host {h.host} {h.kind}{target}: {_value(h.old)} -> {_value(h.new)}{mark}"
-
-
 def plan_summary(plan: Plan) -> PlanSummary:
     changes = plan.changes
     found = disruptions(plan)
@@ -375,8 +335,8 @@ MAINTENANCE, REBOOT, POWER_OFF = "maintenance", "reboot", "power-off"
 
 def disruptions(plan: Plan) -> list[Disruption]:
     """Every disruptive step apply will take, host by host (maintenance, reboot, the VMs evacuated), then the
-    VMs powered off for their own change. What host apply does is decided by the same hostplan functions."""
-    from vgpuctl.hosts import plan as hostplan
+    VMs powered off for their own change. What host apply does is decided by the same functions."""
+    from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, setting_changes
 
     by_vm = {c.vm: c for c in plan.changes}
     hosts: dict[str, list[HostChange]] = {}
@@ -384,14 +344,14 @@ def disruptions(plan: Plan) -> list[Disruption]:
         hosts.setdefault(h.host, []).append(h)
     found: list[Disruption] = []
     for host, changes in hosts.items():
-        work = [c for c in changes if c.kind not in (hostplan.RESUME, hostplan.EVACUATE)]
-        if hostplan.needs_maintenance(work):
+        work = setting_changes(changes)
+        if needs_maintenance(work):
             found.append(Disruption(MAINTENANCE, host, None, "host change", True, "enters maintenance mode"))
-        if hostplan.needs_reboot(work):
+        if needs_reboot(work):
             found.append(Disruption(REBOOT, host, None, "host change", True, "reboots in maintenance mode"))
-        for c in changes:
-            if c.kind == hostplan.EVACUATE and not str(c.new).startswith(hostplan.MIGRATE_TO):  # vMotion: stays on
-                found.append(_evacuation(host, c, by_vm.get(c.target), hostplan.RESTORE_AFTER))
+        for vm, action in evacuations(changes).items():
+            if action.kind != EvacuationKind.MIGRATE:  # vMotion: stays on
+                found.append(_evacuation(host, vm, action, by_vm.get(vm)))
     evacuated = {d.vm for d in found}
     for change in plan.changes:
         if change.power_off and change.vm not in evacuated:
@@ -400,68 +360,56 @@ def disruptions(plan: Plan) -> list[Disruption]:
     return found
 
 
-def _evacuation(host: str, c: HostChange, vm_change: VmChange | None, restore_after: str) -> Disruption:
-    if c.new == restore_after:
-        return Disruption(POWER_OFF, host, c.target, "evacuation", True, "powered on again after the host change")
+def _evacuation(host: str, vm: str, action: EvacuationAction, vm_change: VmChange | None) -> Disruption:
+    if action.kind == EvacuationKind.RESTORE_AFTER:
+        return Disruption(POWER_OFF, host, vm, "evacuation", True, "powered on again after the host change")
     back = vm_change is not None and vm_change.power_on
     detail = "reconfigured by its VM change, then " + ("powered on" if back else "left off")
-    return Disruption(POWER_OFF, host, c.target, "evacuation", back, detail)
-
-
-def _disruption_line(d: Disruption) -> str:
-    if d.vm is None:
-        return f"! host {d.host}: {d.detail}" + ("" if d.action == REBOOT else ", exits after the change")
-    why = f"to evacuate host {d.host}" if d.cause == "evacuation" else "for its own change"
-    return f"! vm {d.vm}: powered off {why}; {d.detail}"
+    return Disruption(POWER_OFF, host, vm, "evacuation", back, detail)
 
 
 def summary(plan: Plan) -> dict[str, int]:
     return asdict(plan_summary(plan))
 
 
-def _summary_line(plan: Plan) -> str:
-    s = plan_summary(plan)
-    parts = [f"{s.create} to create", f"{s.change} to change", f"{s.power_off} power-off"]
-    if s.host_changes:
-        parts.insert(0, f"{s.host_changes} host change{'s' if s.host_changes != 1 else ''}")
-    if s.maintenance:
-        parts.append(f"{s.maintenance} host{'s' if s.maintenance != 1 else ''} in maintenance")
-    if s.reboots:
-        parts.append(f"{s.reboots} reboot{'s' if s.reboots != 1 else ''}")
-    return "Plan: " + ", ".join(parts) + "."
-
-
 def render_plan_text(plan: Plan) -> str:
-    """Host changes first, then VMs by name, the disruptive steps, warnings, errors and a one-line summary."""
-    lines = [_host_line(h) for h in plan.host_changes]
-    for change in plan.changes:
-        lines += _vm_lines(change)
-    found = disruptions(plan)
-    if found and not plan.errors:
-        lines.append("Disruptive steps:")
-        lines += [f"  {_disruption_line(d)}" for d in found]
-    lines += [f"Warning: {w}" for w in plan.warnings]
-    lines += [f"Error: {e}" for e in plan.errors]
-    if plan.errors:
-        n = len(plan.errors)
-        lines.append(f"Plan has {n} error{'s' if n != 1 else ''}; nothing can be applied.")
-    elif plan.is_empty:
-        lines.append("No changes: the farm matches the inventory.")
-    else:
-        lines.append(_summary_line(plan))
-    return "\n".join(lines) + "\n"
+    """The plan's text as `plan` prints it in a pipe, from its report (vgpuctl.reports.plantext)."""
+    from vgpuctl.reports.plantext import plan_lines
+
+    return "\n".join(plan_lines(plan_report(plan))) + "\n"
 
 
-def plan_report(plan: Plan, round_trips: int | None = None) -> PlanReport:
-    """The plan as its report: host changes, the VM changes that are not empty, errors, warnings, counts."""
+def plan_report(plan: Plan, round_trips: int | None = None, scope: ScopeResult | None = None) -> PlanReport:
+    """The plan as its report: host changes, the VM changes that are not empty, errors, warnings, counts; for a
+    scoped plan, its scope and which host changes were pulled in by which VMs."""
+    hosts = [host_diff(h) for h in plan.host_changes]
+    if scope is not None:
+        for h in hosts:
+            h.pulled_in_by = list(scope.pulled_in_hosts.get(h.host, []))
     return PlanReport(
-        host_changes=[host_diff(h) for h in plan.host_changes],
+        host_changes=hosts,
         vm_changes=[_vm_diff(c) for c in plan.changes],
         disruptions=disruptions(plan),
         errors=list(plan.errors),
         warnings=list(plan.warnings),
         summary=plan_summary(plan),
         round_trips=round_trips,
+        scope=plan_scope(scope) if scope is not None else None,
+    )
+
+
+def plan_scope(scope: ScopeResult) -> PlanScope:
+    return PlanScope(
+        hosts=list(scope.scope.hosts),
+        clusters=list(scope.scope.clusters),
+        vms=list(scope.scope.vms),
+        selected_hosts=list(scope.selected_hosts),
+        selected_vms=list(scope.selected_vms),
+        pulled_in_hosts=sorted(scope.pulled_in_hosts),
+        pulled_in_vms=sorted(scope.pulled_in_vms),
+        out_of_scope_hosts=list(scope.out_of_scope_hosts),
+        out_of_scope_vms=list(scope.out_of_scope_vms),
+        vm_classes_left_out=scope.vm_classes_left_out,
     )
 
 
@@ -471,9 +419,13 @@ def plan_to_json(plan: Plan) -> dict[str, Any]:
 
 
 def host_diff(h: HostChange) -> HostDiff:
-    """One host change as the documents show it: `gpu` None for host-wide settings."""
-    gpu = None if h.target == "host" else h.target
-    return HostDiff(h.host, h.kind, gpu, h.old, h.new, h.disruptive, h.needs_reboot)
+    """One host change as the documents show it: `gpu` None for host-wide settings; an evacuation's action as
+    its sentence in `new` and typed in `evacuation`."""
+    gpu = None if h.target == HOST_TARGET else h.target
+    new, evacuation = h.new, None
+    if isinstance(h.new, EvacuationAction):
+        new, evacuation = str(h.new), Evacuation(h.new.kind, h.new.destination)
+    return HostDiff(h.host, h.kind, gpu, h.old, new, h.disruptive, h.needs_reboot, h.phase, evacuation)
 
 
 def _vm_diff(change: VmChange) -> VmDiff:
@@ -493,6 +445,10 @@ def _vm_diff(change: VmChange) -> VmDiff:
               for n in _all_nics(change)],
         identity=_identity_diff(change.identity),
     )
+
+
+def _all_nics(change: VmChange) -> list[NicChange]:
+    return (change.clone.nics if change.clone is not None else []) + change.nics
 
 
 def _identity_diff(identity: GuestIdentity | None) -> IdentityDiff | None:
@@ -568,11 +524,12 @@ def apply_report(
     interrupted: bool = False,
     vm: str | None = None,
     round_trips: int | None = None,
+    scope: ScopeResult | None = None,
 ) -> ApplyReport:
     """The apply's document: the plan it confirmed, each host and VM; round trips only when given (-v)."""
     vms = result.vms
     return ApplyReport(
-        plan=with_class_plan(plan_report(plan), classes),
+        plan=with_class_plan(plan_report(plan, scope=scope), classes),
         hosts=list(hosts.hosts) if hosts is not None else [],
         vms=list(vms),
         changed=vm_names(vms, Outcome.CHANGED),
@@ -616,42 +573,56 @@ def summary_line(groups: dict[str, list[str]], interrupted: bool, plan_failed: b
     return f"{head}: {', '.join(parts)}."
 
 
-def render_apply_summary(report: ApplyReport) -> str:
-    """The apply's closing lines: hosts, the VM counts, what failed or was left and how to go on."""
+def render_apply_summary(report: ApplyReport, full: bool = False) -> str:
+    """The apply's closing lines: hosts, the VM counts, what failed or was left and how to go on. Lists longer
+    than 20 names are cut with a count unless `full` (-v)."""
+    from vgpuctl.reports.plantext import LIST_CUT, names_text
+
     groups = summarize(report.vms)
-    lines = [*_host_summary(report), summary_line(groups, report.interrupted, bool(report.vm_errors))]
-    for label in ("changed", "skipped"):
-        if groups[label]:
-            lines.append(f"  {label}: {', '.join(groups[label])}")
-    for outcome in report.vms:
-        if outcome.status == Outcome.FAILED:
-            fault = f"{outcome.fault_type}: " if outcome.fault_type else ""
-            lines.append(f"  failed: {outcome.vm}: {fault}{outcome.message}")
-    lines += left_lines(report.vms)
+    lines = [*_host_summary(report, full), summary_line(groups, report.interrupted, bool(report.vm_errors))]
+    for status, label in SUMMARY_ORDER:
+        if status in (Outcome.CHANGED, Outcome.SKIPPED, Outcome.NOT_STARTED) and groups[str(status)]:
+            lines.append(f"  {label}: {names_text(groups[str(status)], full)}")
+    failed = [o for o in report.vms if o.status == Outcome.FAILED]
+    for outcome in failed if full else failed[:LIST_CUT]:
+        fault = f"{outcome.fault_type}: " if outcome.fault_type else ""
+        lines.append(f"  failed: {outcome.vm}: {fault}{outcome.message}")
+    if len(failed) > LIST_CUT and not full:
+        lines.append(f"  failed: ... and {len(failed) - LIST_CUT} more VMs (-v lists them all)")
+    lines += left_lines(report.vms, full)
     if report.round_trips is not None:
         lines.append(f"round trips: {report.round_trips}")
     return "\n".join(lines)
 
 
-def left_lines(vms: Iterable[VmOutcome]) -> list[str]:
-    """What an interrupted or stopped apply left, and how to go on."""
-    left = [o for o in vms if o.left]
-    if not left:
+def left_lines(vms: Iterable[VmOutcome], full: bool = False) -> list[str]:
+    """What an interrupted or stopped apply left of the VMs it started, and how to go on."""
+    from vgpuctl.reports.plantext import LIST_CUT
+
+    vms = list(vms)
+    left = [o for o in vms if o.left and o.status != Outcome.NOT_STARTED]
+    if not left and not any(o.status == Outcome.NOT_STARTED for o in vms):
         return []
-    lines = [f"  left: {o.vm} ({', '.join(o.left)})" for o in left[:20]]
-    if len(left) > 20:
-        lines.append(f"  left: ... and {len(left) - 20} more VMs")
+    lines = [f"  left: {o.vm} ({', '.join(o.left)})" for o in (left if full else left[:LIST_CUT])]
+    if len(left) > LIST_CUT and not full:
+        lines.append(f"  left: ... and {len(left) - LIST_CUT} more VMs")
     lines.append("  to continue: run the same apply again; it plans only what is left")
     return lines
 
 
-def _host_summary(report: ApplyReport) -> list[str]:
+HOST_SUMMARY = ((Outcome.CHANGED, "changed"), (Outcome.FAILED, "failed"), (Outcome.NOT_STARTED, "not started"))
+
+
+def _host_summary(report: ApplyReport, full: bool = False) -> list[str]:
+    from vgpuctl.reports.plantext import LIST_CUT
+
     if not report.hosts:
         return []
-    count = {s: sum(1 for o in report.hosts if o.status == s) for s in (Outcome.CHANGED, Outcome.FAILED,
-                                                                          Outcome.SKIPPED)}
-    lines = [f"Hosts: {count[Outcome.CHANGED]} changed, {count[Outcome.FAILED]} failed, "
-             f"{count[Outcome.SKIPPED]} skipped."]
-    lines += [f"  {line}" for outcome in report.hosts for line in outcome.describe().splitlines()]
+    parts = [f"{sum(1 for o in report.hosts if o.status == s)} {label}" for s, label in HOST_SUMMARY]
+    lines = [f"Hosts: {', '.join(parts)}."]
+    described = [line for outcome in report.hosts for line in outcome.describe().splitlines()]
+    lines += [f"  {line}" for line in (described if full else described[: LIST_CUT * 3])]
+    if len(described) > LIST_CUT * 3 and not full:
+        lines.append("  ... (-v lists every host)")
     lines += [f"  VM plan after the host changes: {e}" for e in report.vm_errors]
     return lines

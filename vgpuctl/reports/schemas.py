@@ -1,7 +1,8 @@
 """JSON Schemas of the printed documents, generated from the report dataclasses' type hints.
 
-`schema_for(Report)` gives one document's schema (every object `additionalProperties: false`);
-`write_all(folder)` writes docs/schemas/<kind>.schema.json. Run `python -m vgpuctl.reports.schemas docs/schemas`
+`schema_for(Report)` gives one document's schema (every object `additionalProperties: false`); `event_schema()`
+the schema of one line of the event stream (one of the event types); `write_all(folder)` writes
+docs/schemas/<kind>.schema.json and event.schema.json. Run `python -m vgpuctl.reports.schemas docs/schemas`
 after changing a report; a unit test checks the committed files are current.
 """
 
@@ -18,6 +19,7 @@ from typing import Any, Union
 
 from vgpuctl.reports.base import ErrorReport, Report
 from vgpuctl.reports.capacity import CapacityDemandReport, CapacityReport
+from vgpuctl.reports.events import EVENTS
 from vgpuctl.reports.experiment import (
     ExperimentReport,
     ExperimentRestoreReport,
@@ -128,8 +130,29 @@ def _type(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
     raise TypeError(f"no JSON Schema for {hint!r}")
 
 
+EVENT_KIND = "event"
+
+
+def event_schema() -> dict[str, Any]:
+    """One line of `--events`: exactly one of the event types, told apart by `event`."""
+    defs: dict[str, Any] = {}
+    refs = []
+    for event in EVENTS:
+        body = _object(event, defs)
+        body["properties"] = {"event": {"const": event.event}, **body["properties"]}
+        body["required"] = ["event", *body["required"]]
+        defs[event.__name__] = body
+        refs.append({"$ref": f"#/$defs/{event.__name__}"})
+    doc = {"$schema": DRAFT, "$id": f"{EVENT_KIND}.schema.json", "title": EVENT_KIND, "oneOf": refs}
+    return {**doc, "$defs": dict(sorted(defs.items()))}
+
+
 def render(report: type[Any]) -> str:
     return json.dumps(schema_for(report), indent=2) + "\n"
+
+
+def render_events() -> str:
+    return json.dumps(event_schema(), indent=2) + "\n"
 
 
 def write_all(folder: Path) -> list[Path]:
@@ -139,7 +162,9 @@ def write_all(folder: Path) -> list[Path]:
         path = folder / f"{kind_of(report)}.schema.json"
         path.write_text(render(report), encoding="utf-8")
         written.append(path)
-    return written
+    path = folder / f"{EVENT_KIND}.schema.json"
+    path.write_text(render_events(), encoding="utf-8")
+    return [*written, path]
 
 
 if __name__ == "__main__":

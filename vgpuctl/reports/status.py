@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from vgpuctl.domain import TIME_SLICED_MODES, GpuMode, GpuVgpuMode, ProfileSharing, VgpuMode
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
-from vgpuctl.profiles import ProfileError, VgpuProfile, board_for_device, gi_geometry, parse_profile
+from vgpuctl.profiles import ProfileError, VgpuProfile, board_for_device, observed_profile, parse_profile, try_parse
+from vgpuctl.profiles import max_per_gpu as profiles_max
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, VgpuCount, optional, vgpu_counts
 from vgpuctl.reports.plan import sorted_counts
 from vgpuctl.supervisor.vmclasses import SupervisorState
@@ -19,6 +22,16 @@ if TYPE_CHECKING:
 class ModuleOptions:
     configured: str  # for the next boot
     effective: str  # of the loaded module
+
+
+@dataclass
+class SettingValue:
+    """One host setting's value (vgpuctl.hosts.settings), and what it will be after the next reboot when that
+    differs (a module option written but not yet loaded)."""
+
+    setting: str  # display key: nvlink, scheduler, graphics.default_type, ...
+    value: str
+    after_reboot: str | None = optional()
 
 
 @dataclass
@@ -52,6 +65,7 @@ class HostReport(Report):
     nvlink_after_reboot: str | None = optional()
     scheduler_after_reboot: str | None = optional()
     shell_error: str | None = optional()
+    settings: list[SettingValue] = field(default_factory=list)  # every host-wide setting, in registry order
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
         options = self.module_options
@@ -63,9 +77,13 @@ class HostReport(Report):
             f"  graphics: default {self.default_graphics_type}, assignment {self.assignment_policy}",
             f"  nvlink: {self.nvlink}{nvlink_later}",
             f"  scheduler: {self.scheduler}{scheduler_later}",
-            f"  nvidia module options: {options.effective or '(none)'}{next_boot}",
-            "  GPUs:",
         ]
+        shown = {"graphics.default_type", "graphics.assignment_policy", "nvlink", "scheduler"}  # the lines above
+        for v in self.settings:
+            if v.setting not in shown:
+                later = f" ({v.after_reboot} after reboot)" if v.after_reboot else ""
+                lines.append(f"  {v.setting}: {v.value}{later}")
+        lines += [f"  nvidia module options: {options.effective or '(none)'}{next_boot}", "  GPUs:"]
         for g in self.gpus:
             links = "" if not g.nvlink_links else f", NVLink {g.nvlink_active}/{g.nvlink_links} up"
             peers = f" to {', '.join(g.nvlink_peers)}" if g.nvlink_peers else ""
@@ -111,6 +129,31 @@ class StatusGpu:
     nvlink_links: int | None = optional()
     nvlink_active: int | None = optional()
     nvlink_peers: list[str] | None = optional()  # noqa: RUF009 - None, not a shared list
+    mig_capable: bool | None = optional()  # the board supports MIG (the catalogue); None: board unknown
+
+
+@dataclass
+class HostLease:
+    """Another vgpuctl run that holds the host now (its live lease): the run's id, who runs it, since when and
+    until when unless it renews the lease (UTC, ISO 8601)."""
+
+    run: str
+    holder: str
+    since: str
+    until: str
+
+    def describe(self) -> str:
+        return f"held by run {self.run} of {self.holder} since {self.since}, lease until {self.until}"
+
+
+def host_lease(run: str, holder: str, since: float, renewed: float, ttl_s: float) -> HostLease:
+    """A lease as the documents show it (times are vCenter's clock, seconds since the epoch)."""
+    from datetime import UTC, datetime
+
+    def stamp(t: float) -> str:
+        return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+    return HostLease(run, holder, stamp(since), stamp(renewed + ttl_s))
 
 
 @dataclass
@@ -129,6 +172,8 @@ class StatusHost:
     scheduler: str | None = optional()
     scheduler_after_reboot: str | None = optional()
     shell_error: str | None = optional()
+    settings: list[SettingValue] | None = optional()  # noqa: RUF009 - with the host facts: every host-wide setting
+    held: HostLease | None = field(default=None, metadata={"omit_none": True})  # another run works on it
 
 
 @dataclass
@@ -195,10 +240,14 @@ class ProfilesReport(Report):
     hosts: list[HostProfiles]
     round_trips: int | None = optional()
 
-    def render_text(self, layout: TextLayout = TERMINAL) -> list[RenderableType]:
-        """One table per distinct set of profiles, titled with the hosts that offer it (64 equal hosts: one)."""
+    def render_text(self, layout: TextLayout = TERMINAL) -> Rendered:
+        """One table per distinct set of profiles, titled with the hosts that offer it (64 equal hosts: one); in
+        a pipe, one plain line per host and profile (every host named, nothing cut)."""
         from rich.text import Text
 
+        if layout.plain:
+            return "\n".join(f"host {h.host}  " + _profile_line(r) for h in self.hosts for r in h.profiles) or \
+                "no vGPU profiles offered"
         groups: dict[str, tuple[list[str], list[ProfileRow]]] = {}
         for h in self.hosts:
             groups.setdefault(repr(h.profiles), ([], h.profiles))[0].append(h.host)
@@ -209,18 +258,27 @@ class ProfilesReport(Report):
         return out
 
 
+def _profile_cells(r: ProfileRow) -> tuple[str, str, str, str, str]:
+    fb = f"{r.fb_gb} GB" if r.fb_gb is not None else "?"
+    sharing = "MIG" if r.sharing == ProfileSharing.MIG else "time-sliced"
+    limit = str(r.max_per_gpu) if r.max_per_gpu is not None else "?"
+    return r.profile, fb, r.series or "?", sharing, limit
+
+
+def _profile_line(r: ProfileRow) -> str:
+    profile, fb, series, sharing, limit = _profile_cells(r)
+    return f"profile {profile}  framebuffer {fb}  series {series}  sharing {sharing}  max per GPU {limit}"
+
+
 def _profiles_table(shown: str, rows: list[ProfileRow]) -> RenderableType:
     from rich.table import Table
     from rich.text import Text
 
     table = Table(title=f"Profiles on {shown}", title_justify="left")
     for col in ("profile", "framebuffer", "series", "sharing", "max per GPU"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for r in rows:
-        fb = f"{r.fb_gb} GB" if r.fb_gb is not None else "?"
-        sharing = "MIG" if r.sharing == "mig" else "time-sliced"
-        limit = str(r.max_per_gpu) if r.max_per_gpu is not None else "?"
-        table.add_row(*map(Text, (r.profile, fb, r.series or "?", sharing, limit)))
+        table.add_row(*map(Text, _profile_cells(r)))
     return table
 
 
@@ -250,11 +308,13 @@ class VmVgpusReport(Report):
         from rich.text import Text
 
         title = f"{self.vm} on {self.host or '-'} ({self.power_state})"
+        if layout.plain:
+            return self.plain_text()
         if not self.devices:
             return Text(f"{title}: no vGPUs")
         table = Table(title=title, title_justify="left")
         for col in ("key", "profile", "framebuffer", "NVLink group"):
-            table.add_column(col)
+            table.add_column(col, overflow="fold")
         for d in self.devices:
             group = "-" if d.nvlink_group is None else str(d.nvlink_group)
             table.add_row(*map(Text, (str(d.key), d.profile, f"{d.fb_gb} GB", group)))
@@ -262,6 +322,16 @@ class VmVgpusReport(Report):
         if self.gpus:
             out.append(Text(f"on GPUs: {', '.join(self.gpus)}"))
         return out
+
+    def plain_text(self) -> str:
+        """One line for the VM, one per vGPU device, one for its GPUs."""
+        lines = [f"vm {self.vm}  host {self.host or '-'}  power {self.power_state}  vgpus {len(self.devices)}"]
+        for d in self.devices:
+            group = "-" if d.nvlink_group is None else str(d.nvlink_group)
+            lines.append(f"  vgpu key {d.key}  profile {d.profile}  framebuffer {d.fb_gb} GB  nvlink group {group}")
+        if self.gpus:
+            lines.append(f"  on GPUs {', '.join(self.gpus)}")
+        return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------ building it
@@ -274,11 +344,11 @@ def gpu_gb(gpu: ObservedGpu) -> int:
 
 
 def gpu_mode(gpu: ObservedGpu) -> str:
-    if gpu.vgpu_mode == "multiInstanceGpu":
-        return "mig"
-    if gpu.vgpu_mode in ("sameSize", "mixedSize"):
-        return f"time-sliced ({gpu.vgpu_mode})"
-    return "time-sliced"
+    if gpu.vgpu_mode == GpuVgpuMode.MIG:
+        return str(GpuMode.MIG)
+    if gpu.vgpu_mode in TIME_SLICED_MODES:
+        return f"{GpuMode.TIME_SLICED} ({gpu.vgpu_mode})"
+    return str(GpuMode.TIME_SLICED)
 
 
 def whole(gb: float) -> float:
@@ -329,7 +399,17 @@ def _status_gpu(index: int, gpu: ObservedGpu, held: list[GpuVm], host: ObservedH
         free_gb=whole(max(gpu_gb(gpu) - used_gb, 0)),
         vgpus=vgpu_counts(v.profile for v in held if v.profile),
         vms=held,
+        mig_capable=mig_capable(gpu, host),
     )
+
+
+def mig_capable(gpu: ObservedGpu, host: ObservedHost) -> bool | None:
+    """Whether the GPU's board supports MIG (catalogue); None when the board is not known."""
+    from vgpuctl.profiles import BOARDS, board_for_device
+
+    board = board_for_device(gpu.device_name, gpu.memory_kb / KB_PER_GB or None, gpu.device_id,
+                             host.offered_profiles)
+    return BOARDS[board].mig_capable if board is not None and board in BOARDS else None
 
 
 def _status_host(observed: Observed, host: ObservedHost) -> StatusHost:
@@ -377,15 +457,20 @@ def vm_vgpus_report(observed: Observed, vm: ObservedVm, round_trips: int | None 
 
 
 def max_per_gpu(profile: VgpuProfile, sharing: str, host: ObservedHost) -> int | None:
-    """How many vGPUs of this profile one GPU of the host can hold (MIG: placements of its GI profile)."""
-    boards = {board_for_device(g.device_name, gpu_gb(g)): g for g in host.gpus}
-    gpu = boards.get(profile.board)
-    if sharing == "mig" or profile.is_mig:
-        geometry = gi_geometry(profile.board, profile.gi_profile or "")
-        return len(geometry.starts) if geometry else None
-    if gpu is None or not profile.fb_gb:
-        return None
-    return int(gpu_gb(gpu) // profile.fb_gb)
+    """How many vGPUs of this profile one GPU of the host holds at most in its current mode: what the host reports
+    for the type, else NVIDIA's maximum from the catalogue (profiles.max_per_gpu) for the mode of the host's GPUs
+    of the type's board that can serve it (MIG ones for a MIG-backed type, time-sliced ones otherwise). GPUs in
+    both equal-size and mixed-size mode: the smaller maximum."""
+    reported = host.profiles.get(profile.name)
+    if reported is not None and reported.max_per_gpu is not None:
+        return reported.max_per_gpu
+    mig = sharing == ProfileSharing.MIG or profile.is_mig
+    gpus = [g for g in host.gpus if (g.vgpu_mode == GpuVgpuMode.MIG) == mig
+            and board_for_device(g.device_name, gpu_gb(g), g.device_id, host.offered_profiles) == profile.board]
+    maxima = {profiles_max(profile, g.vgpu_mode, gpu_gb(g)) for g in gpus}
+    maxima = maxima or {profiles_max(profile, VgpuMode.SAME_SIZE)}
+    known = [m for m in maxima if m is not None]
+    return min(known) if known and len(known) == len(maxima) else None
 
 
 def _profile_row(name: str, host: ObservedHost) -> ProfileRow:
@@ -394,7 +479,8 @@ def _profile_row(name: str, host: ObservedHost) -> ProfileRow:
         parsed: VgpuProfile | None = parse_profile(name)
     except ProfileError:
         parsed = None
-    sharing = info.sharing if info else ("mig" if parsed and parsed.is_mig else "timeSliced")
+    mig = parsed is not None and parsed.is_mig
+    sharing = info.sharing if info else str(ProfileSharing.MIG if mig else ProfileSharing.TIME_SLICED)
     return ProfileRow(
         profile=name,
         fb_gb=profile_fb(name, host) if info or parsed else None,
@@ -409,6 +495,19 @@ def _profile_row(name: str, host: ObservedHost) -> ProfileRow:
 def host_profiles(host: ObservedHost) -> list[ProfileRow]:
     """The profiles the host's GPUs offer in their current modes."""
     return [_profile_row(name, host) for name in sorted(host.offered_profiles)]
+
+
+def with_reported_maxima(host: ObservedHost, instance_totals: dict[str, int]) -> None:
+    """Record what the host reports as the most vGPUs of its offered MIG-backed types per GPU: the total
+    instances of each type's GPU instance profile (`nvidia-smi mig -lgip`, GPU instance name -> total, the
+    smallest over the host's MIG GPUs). The host's figure then wins over the catalogue's in `profiles`."""
+    for name in host.offered_profiles:
+        parsed = try_parse(name)
+        gi = parsed.gi_profile if parsed is not None and parsed.is_mig else None
+        if gi is None or gi not in instance_totals:
+            continue
+        known = host.profiles.get(name) or observed_profile(name)
+        host.profiles[name] = dataclasses.replace(known, max_per_gpu=instance_totals[gi])
 
 
 def profiles_report(hosts: list[ObservedHost], round_trips: int | None = None) -> ProfilesReport:
@@ -428,6 +527,13 @@ def status_vm_classes(state: SupervisorState) -> list[StatusVmClass]:
         users = sorted(n.name for n in state.namespaces.values() if name in n.vm_classes)
         rows.append(StatusVmClass(name, sorted_counts(c.vgpus), c.cpus, c.memory_mb, users))
     return rows
+
+
+def with_leases(report: StatusReport, leases: dict[str, HostLease]) -> StatusReport:
+    """The hosts another run holds now, named as held (a host that run reboots is not broken)."""
+    for h in report.hosts:
+        h.held = leases.get(h.host)
+    return report
 
 
 def with_supervisor(report: StatusReport, state: SupervisorState | None, problem: str | None = None) -> StatusReport:

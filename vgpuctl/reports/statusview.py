@@ -51,6 +51,8 @@ def held_by(vms: list[GpuVm], short_profile: bool = False) -> str:
 
 def host_state(h: StatusHost) -> str:
     state = "maintenance" if h.in_maintenance else h.connection_state
+    if h.held is not None:
+        return f"{state}; {h.held.describe()}"
     return f"{state}; {NO_MANAGER}" if h.gpus and not h.vgpu_types else state
 
 
@@ -101,8 +103,9 @@ def plain_status(report: StatusReport) -> str:
             f"  vgpus {sum(v.count for g in h.gpus for v in g.vgpus)}  used/total GB {used(h)}"
         )
         for g in h.gpus:
+            mig = "" if g.mig_capable is False else f"  mig {g.mig or '-'}"  # a board without MIG: nothing to say
             lines.append(
-                f"  gpu {g.index} {g.gpu} {g.model}  type {g.graphics_type}  mode {g.mode}  mig {g.mig or '-'}"
+                f"  gpu {g.index} {g.gpu} {g.model}  type {g.graphics_type}  mode {g.mode}{mig}"
                 f"  nvlink {nvlink_cell(g)}  used/total GB {g.used_gb}/{g.fb_gb}  vms {held_by(g.vms)}"
             )
     with_vgpus = [v for v in report.vms if v.vgpus]
@@ -150,12 +153,15 @@ def _classes_table(report: StatusReport) -> list[Any]:
 # ------------------------------------------------------------------------------------------ tables
 
 
-def _table(title: str, columns: Iterable[str]) -> Any:
+def _table(title: str, columns: Iterable[str], wrapping: Iterable[str] | None = None) -> Any:
+    """A table whose cells fold, never cut; with `wrapping`, only those columns wrap and the others keep their
+    width (the wide layout: a GPU row stays one line while it fits)."""
     from rich.table import Table
 
     table = Table(title=title, title_justify="left")
+    keep = None if wrapping is None else set(wrapping)
     for col in columns:
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=keep is not None and col not in keep)
     return table
 
 
@@ -181,27 +187,43 @@ def _vms_table(report: StatusReport, host_name: Any = str) -> list[Any]:
     return out
 
 
+def shows_mig(h: StatusHost) -> bool:
+    """A MIG column only for hosts with a board that has MIG (or one the catalogue does not know)."""
+    return any(g.mig_capable is not False for g in h.gpus)
+
+
+def shared_model(h: StatusHost) -> str:
+    return h.gpus[0].model if h.gpus and len({g.model for g in h.gpus}) == 1 else ""
+
+
 def wide_status(report: StatusReport) -> list[Any]:
     hosts = _table(
         "Hosts",
-        ("host", "cluster", "state", "default type", "policy", "NVLink", "scheduler", "GPUs", "vGPUs", "used/total GB"),
+        ("host", "cluster", "state", "graphics/policy", "NVLink", "scheduler", "GPUs", "vGPUs", "GB used"),
+        wrapping=("state", "NVLink"),
     )
     for h in report.hosts:
         nvlink = (h.nvlink or "-") + (f" ({h.nvlink_after_reboot} next boot)" if h.nvlink_after_reboot else "")
         vgpus = str(sum(v.count for g in h.gpus for v in g.vgpus))
-        _row(hosts, h.host, h.cluster or "-", host_state(h), h.default_graphics_type, h.assignment_policy, nvlink,
-             h.scheduler or "-", str(len(h.gpus)), vgpus, used(h))  # fmt: skip
+        _row(hosts, h.host, h.cluster or "-", host_state(h), f"{h.default_graphics_type}/{h.assignment_policy}",
+             nvlink, h.scheduler or "-", str(len(h.gpus)), vgpus, used(h))  # fmt: skip
     out: list[Any] = [hosts]
-    for h in report.hosts:
-        if not h.gpus:
-            continue
-        gpus = _table(f"GPU map: {h.host}", ("#", "PCI", "model", "type", "mode", "MIG", "NVLink", "used GB",
-                                               "free GB", "VMs (profile)"))  # fmt: skip
-        for g in h.gpus:
-            _row(gpus, str(g.index), g.gpu, g.model, g.graphics_type, g.mode, g.mig or "-", nvlink_cell(g),
-                 f"{g.used_gb}/{g.fb_gb}", str(g.free_gb), held_by(g.vms))  # fmt: skip
-        out.append(gpus)
+    out += [_gpu_map(h) for h in report.hosts if h.gpus]
     return out + _vms_table(report) + _classes_table(report)
+
+
+def _gpu_map(h: StatusHost) -> Any:
+    """One host's GPUs, one line each while the terminal is wide enough: the model in the title when the GPUs
+    share it, a MIG column only where a board has MIG; only the VMs column wraps."""
+    model, mig = shared_model(h), shows_mig(h)
+    columns = ["#", "PCI", *([] if model else ["model"]), "type", "mode", *(["MIG"] if mig else []), "NVLink",
+               "GB used", "VMs (profile)"]  # fmt: skip
+    gpus = _table(f"GPU map: {h.host}" + (f" ({model})" if model else ""), columns, wrapping=("VMs (profile)",))
+    for g in h.gpus:
+        cells = [str(g.index), g.gpu, *([] if model else [g.model]), g.graphics_type, g.mode]
+        cells += [g.mig or ("n/a" if g.mig_capable is False else "-")] if mig else []
+        _row(gpus, *cells, nvlink_cell(g), f"{g.used_gb}/{g.fb_gb}", held_by(g.vms))
+    return gpus
 
 
 def narrow_status(report: StatusReport) -> list[Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -241,21 +242,33 @@ def supervisor_status_report(state: SupervisorState) -> SupervisorStatusReport:
 
 @dataclass
 class ManifestsReport(Report):
-    """`k8s render`: the manifests by file name (printed), or the names of the files written into `folder`."""
+    """`k8s render`: the Kubernetes objects by file name (printed as one YAML stream, `kubectl apply -f -`), or
+    the names of the files written into `folder`; `not_printed` names the files only `--out` writes (Helm
+    values, gridd.conf, a script)."""
 
     kind: ClassVar[str] = "k8s_manifests"
     namespace: str
     files: dict[str, str] | list[str]
     folder: str | None = optional()
+    not_printed: list[str] = field(default_factory=list)
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
         if isinstance(self.files, list):
             return "\n".join(f"wrote {Path(self.folder or '.') / name}" for name in self.files)
-        return "\n".join(f"# ---- {name}\n{text.rstrip()}" for name, text in self.files.items())
+        return yaml_stream(self.files.values())
+
+
+def yaml_stream(documents: Iterable[str]) -> str:
+    """YAML documents as one stream: each starts with `---`."""
+    return "\n".join(f"---\n{text.strip(chr(10))}" for text in documents)
 
 
 def manifests_report(namespace: str, manifests: dict[str, str], folder: Path | None) -> ManifestsReport:
-    """The manifests themselves, or (written into `folder`) their file names in the order they were written."""
+    """The Kubernetes objects (the other files are listed in `not_printed`), or (written into `folder`) every
+    file name in the order they were written."""
+    from vgpuctl.supervisor.render import kubernetes_objects
+
     if folder is None:
-        return ManifestsReport(namespace, dict(manifests))
+        objects = kubernetes_objects(manifests)
+        return ManifestsReport(namespace, objects, not_printed=[n for n in manifests if n not in objects])
     return ManifestsReport(namespace, list(manifests), str(folder))

@@ -6,10 +6,13 @@
   machine deployment per GPU class (the class as the `vmClass` variable override);
 - `tanzukubernetescluster.yaml`: a TKG TanzuKubernetesCluster (run.tanzu.vmware.com/v1alpha3), one node pool
   per GPU class;
-- `gpu-operator-values.yaml`, `gridd.conf` and `licensing-configmap.sh`: NVIDIA GPU Operator values for vGPU
-  guests (driver image from a private registry, licensing through a config map that the script creates from
-  the NLS client token FILE; the token is never read here nor written into any manifest).
-Pure: no I/O besides reading the templates.
+- `gpu-operator-values.yaml`, `gridd.conf` and `licensing-secret.sh`: NVIDIA GPU Operator values for vGPU
+  guests (driver image from a private registry, licensing through a Secret that the script creates from the
+  NLS client token FILE: `driver.licensingConfig.secretName`, GPU Operator v25.10.0 and later); for an older
+  operator (`operator_version` below v25.10.0) a config map and `licensing-configmap.sh` instead
+  (`configMapName`, deprecated since v25.10.0). The token is never read here nor written into any manifest.
+`kubernetes_objects` names the ones that are Kubernetes objects (what `kubectl apply -f` takes); the others are
+files for people and scripts. Pure: no I/O besides reading the templates.
 """
 
 from __future__ import annotations
@@ -22,7 +25,12 @@ from vgpuctl.errors import UsageError
 from vgpuctl.supervisor.vmclasses import ClassState, InventorySections, desired_class
 
 VMOP_VERSION = "v1alpha5"  # the storage (current served) version of vm-operator v1.10.0's VirtualMachine CRD
-LICENSING_CONFIG_MAP = "licensing-config"
+LICENSING_CONFIG_MAP = "licensing-config"  # the name of the licensing Secret (or config map)
+SECRET_SINCE = (25, 10, 0)  # GPU Operator release that added driver.licensingConfig.secretName
+DEFAULT_OPERATOR_VERSION = "v25.10.0"
+OBJECT_FILES = ("cluster.yaml", "tanzukubernetescluster.yaml")  # besides one VirtualMachine per class
+# Helm values, config, and the licensing script (the Secret's or, for an older operator, the config map's)
+OTHER_FILES = ("gpu-operator-values.yaml", "gridd.conf", "licensing-secret.sh", "licensing-configmap.sh")
 
 
 @dataclass
@@ -44,6 +52,23 @@ class RenderOptions:
     operator_namespace: str = "gpu-operator"
     token_file: str = "client_configuration_token.tok"  # path of the NLS client configuration token file
     gridd_conf: str = "gridd.conf"
+    operator_version: str = DEFAULT_OPERATOR_VERSION  # NVIDIA GPU Operator release the values are for
+
+
+def operator_release(version: str) -> tuple[int, int, int]:
+    """`v25.10.0` or `25.10.0` -> (25, 10, 0); a UsageError for anything else."""
+    text = version.strip().removeprefix("v")
+    parts = text.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise UsageError(f"GPU Operator version {version!r} is not a release like v25.10.0")
+    major, minor, patch = (int(p) for p in parts)
+    return major, minor, patch
+
+
+def licensing_with_secret(version: str) -> bool:
+    """Whether the GPU Operator release takes the licence as a Secret (`secretName`, v25.10.0 and later: the
+    NLS token belongs in a Secret); older ones only know the config map (`configMapName`)."""
+    return operator_release(version) >= SECRET_SINCE
 
 
 def gpu_classes(inv: InventorySections, namespace: str) -> list[ClassState]:
@@ -64,18 +89,25 @@ def render_manifests(inv: InventorySections, namespace: str, options: RenderOpti
     opts = options or RenderOptions()
     classes = gpu_classes(inv, namespace)
     env = _environment()
+    secret = licensing_with_secret(opts.operator_version)
     context: dict[str, Any] = {
         **vars(opts), "namespace": namespace, "gpu_classes": classes, "vmop_version": VMOP_VERSION,
-        "licensing_config_map": LICENSING_CONFIG_MAP, "pool_name": lambda c: f"{c.name}-workers"[:63],
+        "licensing_config_map": LICENSING_CONFIG_MAP, "licensing_secret": secret,
+        "pool_name": lambda c: f"{c.name}-workers"[:63],
     }
     out: dict[str, str] = {}
     for c in classes:
         out[f"virtualmachine-{c.name}.yaml"] = env.get_template("virtualmachine.yaml.j2").render(
             **context, vm_class=c, name=f"{c.name}-vm"[:63])
-    for name in ("cluster.yaml", "tanzukubernetescluster.yaml", "gpu-operator-values.yaml", "gridd.conf",
-                 "licensing-configmap.sh"):
+    script = "licensing-secret.sh" if secret else "licensing-configmap.sh"
+    for name in (*OBJECT_FILES, "gpu-operator-values.yaml", "gridd.conf", script):
         out[name] = env.get_template(f"{name}.j2").render(**context)
     return out
+
+
+def kubernetes_objects(manifests: dict[str, str]) -> dict[str, str]:
+    """The manifests that are Kubernetes objects, in order: the VirtualMachines, the Cluster, the TKG cluster."""
+    return {name: text for name, text in manifests.items() if name not in OTHER_FILES}
 
 
 def _environment() -> Any:

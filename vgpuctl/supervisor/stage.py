@@ -47,9 +47,9 @@ def names_supervisor_objects(inventory: InventorySections) -> bool:
 
 def planning_base(observed: Observed, host_changes: Sequence[HostChange] = ()) -> Observed:
     """The hosts as they will be after the planned host changes (a GPU switched to MIG offers MIG profiles)."""
-    from vgpuctl.hosts import plan as hostplan
+    from vgpuctl.hosts.predict import predict_observed
 
-    return hostplan.predict_observed(observed, host_changes) if host_changes else observed
+    return predict_observed(observed, host_changes) if host_changes else observed
 
 
 class SupervisorRun:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 from vgpuctl.model import FieldChange, Observed, ObservedHost, Op
 from vgpuctl.profiles import (
     ProfileError,
+    class_mmio_size_gb,
     max_vgpus_per_vm,
     mixing_problem,
     mmio_size_gb,
@@ -258,11 +259,14 @@ class SupervisorState:
 
 
 def desired_class(spec: VmClassSpec) -> ClassState:
-    """The class the inventory asks for: memory fully reserved with vGPUs, 64-bit MMIO for large BARs."""
+    """The class the inventory asks for: memory fully reserved with vGPUs. 64-bit MMIO for large BARs is left to
+    vm-operator (it sets 64-bit MMIO and 512 GB on VMs with PCI devices unless the class says otherwise), unless
+    the vGPUs need more (profiles.class_mmio_size_gb) or the inventory's extra_config sets it."""
     profiles = [parse_profile(p) for p in spec.vgpu_profiles]
     extra: dict[str, str] = {}
-    if any(p.large_bar for p in profiles):
-        extra = {USE_64BIT_MMIO: "TRUE", MMIO_SIZE: str(mmio_size_gb(p.fb_gb for p in profiles))}
+    size = class_mmio_size_gb(profiles) if any(p.large_bar for p in profiles) else None
+    if size is not None:
+        extra = {USE_64BIT_MMIO: "TRUE", MMIO_SIZE: str(size)}
     extra.update(spec.extra_config)
     devices = profiles or spec.network
     reservation = spec.memory_reservation if spec.memory_reservation is not None else (100 if devices else 0)
@@ -365,6 +369,7 @@ def plan_supervisor(inv: InventorySections, state: SupervisorState, observed: Ob
     users = _plan_namespaces(inv.namespaces, specs, state, plan)
     for name in sorted(desired):
         _check_class(desired[name], users.get(name, []), state, observed, plan)
+        _check_mmio(specs[name], plan)
     for name in sorted(n for n, s in specs.items() if s.state == "absent"):
         _check_absent(name, inv.namespaces, state, plan)
     return plan
@@ -438,6 +443,19 @@ def _plan_namespaces(
                 if name in specs:
                     users.setdefault(name, []).append(have)
     return users
+
+
+def _check_mmio(spec: VmClassSpec, plan: SupervisorPlan) -> None:
+    """An inventory's own MMIO size below what the class's vGPUs need is kept (the inventory wins), with a
+    warning: vm-operator takes the class's value over its own default."""
+    profiles = [parse_profile(p) for p in spec.vgpu_profiles]
+    set_gb = spec.extra_config.get(MMIO_SIZE)
+    if not set_gb or not any(p.large_bar for p in profiles):
+        return
+    need = mmio_size_gb(profiles)
+    if set_gb.isdigit() and int(set_gb) < need:
+        plan.warnings.append(f"vm class {spec.name}: extra_config sets {MMIO_SIZE} to {set_gb}, below the {need} GB "
+                             "its vGPUs' GPUs need (NVIDIA's MMIO table); vm-operator will use it as set")
 
 
 def _check_class(

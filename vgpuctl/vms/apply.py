@@ -1,7 +1,8 @@
 """Execute a Plan's VM changes against vCenter, `parallel` VMs at a time: `apply_plan`.
 
 Per VM: re-read it (drift leaves it untouched), shut down (hard power-off after a timeout), at most one clone
-and one ReconfigVM_Task, power-on; a failed VM is a result and does not stop the others. A VM this run stopped
+and one ReconfigVM_Task, power-on; a failed VM is a result and does not stop the others. The VMs of one host
+power on in the plan's placement order (largest first: PowerOnTurns). A VM this run stopped
 runs again after a failed reconfigure, or with its previous vGPUs when the new ones find no room; a clone
 that finds no room is removed, so the next plan places it anew. After `cancel` no VM begins a forward step, a
 VM this run powered off is powered on again, and running tasks are waited for (a second Ctrl-C ends the
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vgpuctl.domain import DEFAULT_PARALLEL, Outcome
+from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, PowerState
 from vgpuctl.errors import CustomizationError, DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
 from vgpuctl.model import (
     ApplyResult,
@@ -30,7 +31,6 @@ from vgpuctl.model import (
     ObservedVm,
     Op,
     Plan,
-    PowerState,
     VmChange,
     VmOutcome,
 )
@@ -43,6 +43,61 @@ from vgpuctl.vsphere.vmops import VmState
 log = logging.getLogger(__name__)
 
 
+class PowerOnTurns:
+    """Per host, VMs power on in the plan's placement order (VmChange.power_on_rank: existing VMs, then largest
+    first; vgpuctl.vms.placement.power_on_key), whatever order the parallel workers reach them in: where a vGPU lands
+    under the conservative MIG start and placement id rules depends on what powered on before it, and the plan
+    (and `capacity`) placed them in that order. A VM waits until every VM ranked before it on its host has
+    powered on or finished (failed, skipped, interrupted); VMs are queued by rank, so the one waited for has
+    always started."""
+
+    def __init__(self, changes: list[VmChange], observed: Observed):
+        self._cond = threading.Condition()
+        by_host: dict[str, list[VmChange]] = {}
+        for c in changes:
+            host = power_on_host(c, observed)
+            if c.power_on_rank is not None and host is not None:
+                by_host.setdefault(host, []).append(c)
+        self._before: dict[str, list[str]] = {}
+        for ranked in by_host.values():
+            ranked.sort(key=lambda c: c.power_on_rank or 0)
+            for i, c in enumerate(ranked):
+                self._before[c.vm] = [d.vm for d in ranked[:i]]
+        self._open = set(self._before)
+
+    def ready(self, vm: str) -> bool:
+        """Whether every VM ranked before `vm` on its host has powered on or finished."""
+        with self._cond:
+            return self._ready(vm)
+
+    def _ready(self, vm: str) -> bool:
+        return not any(v in self._open for v in self._before.get(vm, ()))
+
+    def wait(self, vm: str) -> None:
+        """Block until `ready(vm)`."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._ready(vm))
+
+    def done(self, vm: str) -> None:
+        with self._cond:
+            self._open.discard(vm)
+            self._cond.notify_all()
+
+
+def power_on_host(change: VmChange, observed: Observed) -> str | None:
+    """The host a VM powers on on: where the plan clones it, else where it is."""
+    if change.clone is not None and change.clone.host:
+        return change.clone.host
+    vm = observed.vm_for(change)
+    return vm.host if vm is not None else None
+
+
+def queue_order(changes: list[VmChange]) -> list[int]:
+    """The order workers take VMs in: those that power on no vGPUs first (plan order), then by power-on rank."""
+    return sorted(range(len(changes)), key=lambda i: (changes[i].power_on_rank is not None,
+                                                       changes[i].power_on_rank or 0, i))
+
+
 @dataclass
 class _Ctx:
     session: Session
@@ -52,6 +107,7 @@ class _Ctx:
     cancel: Cancel | None
     shutdown_timeout_s: float
     poll_s: float
+    turns: PowerOnTurns | None = None
     customization_timeout_s: float = 900.0
 
 
@@ -80,7 +136,8 @@ def apply_plan(
     pending_hosts = {c.host for c in plan.host_changes}
     result.hosts_not_ready = sorted(pending_hosts)
     with TaskWatcher(session) as watcher:
-        ctx = _Ctx(session, observed, watcher, progress, cancel, shutdown_timeout_s, poll_s, customization_timeout_s)
+        ctx = _Ctx(session, observed, watcher, progress, cancel, shutdown_timeout_s, poll_s,
+                   PowerOnTurns(changes, observed), customization_timeout_s)
         result.vms = _run_queue(ctx, changes, pending_hosts, parallel)
     result.interrupted = cancelled(cancel)
     result.round_trips = session.round_trips - trips
@@ -92,10 +149,10 @@ def apply_plan(
 
 
 def _run_queue(ctx: _Ctx, changes: list[VmChange], pending_hosts: set[str], parallel: int) -> list[VmOutcome]:
-    """Each VM's steps by one of `parallel` workers, VMs in plan order; outcomes in plan order. Daemon threads:
+    """Each VM's steps by one of `parallel` workers, VMs in `queue_order`; outcomes in plan order. Daemon threads:
     after a second Ctrl-C the process exits without waiting for them."""
     todo: queue.SimpleQueue[int] = queue.SimpleQueue()
-    for i in range(len(changes)):
+    for i in queue_order(changes):
         todo.put(i)
     outcomes: list[VmOutcome | None] = [None] * len(changes)
 
@@ -123,6 +180,14 @@ class _Stopped(Exception):
 
 
 def _run_vm(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOutcome:
+    try:
+        return _run_vm_steps(ctx, change, pending_hosts)
+    finally:
+        if ctx.turns is not None:
+            ctx.turns.done(change.vm)  # the VMs ranked after it on its host may power on now
+
+
+def _run_vm_steps(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOutcome:
     outcome = VmOutcome(vm=change.vm)
     if cancelled(ctx.cancel):
         outcome.left = planned_steps(change)
@@ -178,7 +243,7 @@ def _forward(ctx: _Ctx, step: str) -> None:
 def _skip(ctx: _Ctx, outcome: VmOutcome, message: str, status: Outcome = Outcome.SKIPPED) -> VmOutcome:
     outcome.status = status
     outcome.message = message
-    _step(ctx, outcome.vm, "skipped", None)
+    _step(ctx, outcome.vm, "not-started" if status == Outcome.NOT_STARTED else "skipped", None)
     return outcome
 
 
@@ -226,6 +291,8 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
 
     stopped = {"shutdown", "power-off"} & set(outcome.steps)
     if change.power_on and (state.power != PowerState.ON or stopped):
+        if ctx.turns is not None:
+            ctx.turns.wait(change.vm)
         if not stopped:
             _forward(ctx, "power-on")  # a first power-on; powering on what this run stopped is restoring
         customized = "clone" in outcome.steps and change.identity is not None and not change.cloud_init

@@ -55,17 +55,6 @@ def address_conflicts(spec: VmSpec, identity: GuestIdentity, observed: Observed,
     return out
 
 
-def describe(identity: GuestIdentity) -> str:
-    """`customization: hostname train-01, roce-fabric 10.0.40.10/24 via 10.0.40.1, mgmt DHCP`."""
-    parts = [f"hostname {identity.hostname}"]
-    for a in identity.adapters:
-        if a.address is None:
-            parts.append(f"{a.portgroup} DHCP")
-        else:
-            parts.append(f"{a.portgroup} {a.address}/{a.prefix}" + (f" via {a.gateway}" if a.gateway else ""))
-    return f"{identity.method}: " + ", ".join(parts)
-
-
 # ------------------------------------------------------------------------------------------- cloud-init
 
 

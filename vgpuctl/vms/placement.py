@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cache, lru_cache
 
+from vgpuctl.domain import AssignmentPolicy, GpuVgpuMode, GraphicsType
 from vgpuctl.profiles import (
     BOARDS,
     MigGiProfile,
@@ -20,16 +21,11 @@ from vgpuctl.profiles import (
     VgpuType,
     api_at_least,
     board_for_device,
+    gi_geometry,
     parse_profile,
     try_parse,
 )
-from vgpuctl.vms.nicplace import NicLedger, NicNeed, commit, fit_on, ledgers_from_observed
 
-PERFORMANCE = "performance"
-CONSOLIDATION = "consolidation"
-MIG_MODE = "multiInstanceGpu"
-MIXED_SIZE = "mixedSize"
-SAME_SIZE = "sameSize"
 DEFAULT_API = "8.0.3.0"  # what a host reports when a caller does not say
 SAME_SIZE_ANY_TYPE_API = (8, 0, 1)  # vSphere 8.0 U1: equal-size GPUs share between types of one size
 INSUFFICIENT = (
@@ -48,8 +44,8 @@ class Gpu:
     id: str  # PCI id; placement order
     board: str | None
     fb_gb: float
-    vgpu_mode: str = SAME_SIZE  # sameSize | mixedSize | multiInstanceGpu
-    graphics_type: str = "sharedDirect"
+    vgpu_mode: str = GpuVgpuMode.SAME_SIZE  # a GpuVgpuMode
+    graphics_type: str = GraphicsType.SHARED_DIRECT
     nvlink_set: int | None = None
     nvlink_up: bool = True
     vgpus: list[str] = field(default_factory=list)
@@ -69,12 +65,12 @@ class Gpu:
     history_blocked: bool = False  # blocked because of what `vgpus` holds (re-checked when one leaves)
 
     def __post_init__(self) -> None:
-        if self.vgpu_mode in ("none", "", None):
-            self.vgpu_mode = SAME_SIZE  # hosts before 8.0.3 do not report a mode: same-size is the default
+        if self.vgpu_mode in (GpuVgpuMode.NONE, "", None):
+            self.vgpu_mode = GpuVgpuMode.SAME_SIZE  # hosts before 8.0.3 do not report a mode: same-size is the default
         self.check_history()
-        if self.vgpu_mode == MIG_MODE and not self.mig_used and self.vgpus and not self.blocked:
+        if self.vgpu_mode == GpuVgpuMode.MIG and not self.mig_used and self.vgpus and not self.blocked:
             self.rebuild_mig()
-        elif self.vgpu_mode == MIXED_SIZE and not self.blocked:
+        elif self.vgpu_mode == GpuVgpuMode.MIXED_SIZE and not self.blocked:
             self.rebuild_mixed()
 
     def check_history(self) -> None:
@@ -130,7 +126,7 @@ class Gpu:
 
     def _commit(self, profile: VgpuProfile, start: int | None) -> int:
         self.vgpus.append(profile.name)
-        if self.vgpu_mode == MIXED_SIZE:
+        if self.vgpu_mode == GpuVgpuMode.MIXED_SIZE:
             self.mixed_used.append(_mixed_placement(self, profile))
         if start is None:
             return -1
@@ -355,24 +351,24 @@ def why_not(gpu: Gpu, profile: VgpuProfile) -> str | None:
     """None when one more vGPU of `profile` fits on `gpu`, else a short reason."""
     if gpu.blocked:
         return gpu.blocked_reason or "held by a vGPU of unknown profile"
-    if gpu.graphics_type != "sharedDirect":
+    if gpu.graphics_type != GraphicsType.SHARED_DIRECT:
         return f"graphics type is {gpu.graphics_type}, vGPUs need sharedDirect"
     if gpu.board != profile.board:
         return f"board {gpu.board} does not take {profile.board} profiles"
     if profile.is_mig:
         return _why_not_mig(gpu, profile)
-    if gpu.vgpu_mode == MIG_MODE:
+    if gpu.vgpu_mode == GpuVgpuMode.MIG:
         return "in MIG mode (time-sliced profiles need MIG off)"
     existing = [parse_profile(p) for p in gpu.vgpus]  # parseable: check_history blocks the GPU otherwise
     if any(p.is_mig for p in existing):
         return "holds MIG-backed vGPUs"
-    if gpu.vgpu_mode == MIXED_SIZE:
+    if gpu.vgpu_mode == GpuVgpuMode.MIXED_SIZE:
         return _why_not_mixed(gpu, profile, existing)
     return _why_not_same_size(gpu, profile, existing)
 
 
 def _why_not_mig(gpu: Gpu, profile: VgpuProfile) -> str | None:
-    if gpu.vgpu_mode != MIG_MODE:
+    if gpu.vgpu_mode != GpuVgpuMode.MIG:
         return "not in MIG mode"
     if _gi(gpu, profile) is None:
         return f"no MIG instance profile {profile.gi_profile}"
@@ -442,9 +438,9 @@ def remove_vgpu(gpu: Gpu, profile: str) -> None:
         gpu.blocked, gpu.blocked_reason, gpu.history_blocked = False, None, False
         gpu.mig_used = []
         gpu.check_history()
-    if gpu.vgpu_mode == MIG_MODE and not gpu.blocked:
+    if gpu.vgpu_mode == GpuVgpuMode.MIG and not gpu.blocked:
         gpu.rebuild_mig()
-    elif gpu.vgpu_mode == MIXED_SIZE and not gpu.blocked:
+    elif gpu.vgpu_mode == GpuVgpuMode.MIXED_SIZE and not gpu.blocked:
         gpu.rebuild_mixed()
 
 
@@ -453,7 +449,7 @@ def remove_vgpu(gpu: Gpu, profile: str) -> None:
 
 def _pick(cands: list[Gpu], policy: str) -> Gpu:
     # Candidates come in PCI id order; min/max keep the first of equals, i.e. the lowest PCI id.
-    if policy == CONSOLIDATION:
+    if policy == AssignmentPolicy.CONSOLIDATION:
         most = max(len(g.vgpus) for g in cands)
         return next(g for g in cands if len(g.vgpus) == most)
     return min(cands, key=lambda g: len(g.vgpus))
@@ -475,7 +471,7 @@ def _place_on(gpus: list[Gpu], profiles: list[tuple[int, VgpuProfile]], policy: 
         g = _pick(cands, policy)
         start = add_vgpu(g, p)
         used.add(g.id)
-        at = g.mixed_used[-1] if g.vgpu_mode == MIXED_SIZE and g.mixed_used else None
+        at = g.mixed_used[-1] if g.vgpu_mode == GpuVgpuMode.MIXED_SIZE and g.mixed_used else None
         placed.append(Placed(p.name, g.id, start, index, at[0] if at else -1))
     return placed, len(placed)
 
@@ -550,7 +546,7 @@ def nvlink_sets(gpus: Iterable[Gpu]) -> list[list[Gpu]]:
     time-sliced vGPUs)."""
     sets: dict[int, list[Gpu]] = {}
     for g in gpus:
-        if g.nvlink_set is not None and g.vgpu_mode != MIG_MODE:
+        if g.nvlink_set is not None and g.vgpu_mode != GpuVgpuMode.MIG:
             sets.setdefault(g.nvlink_set, []).append(g)
     return sorted((s for s in sets.values() if all(g.nvlink_up for g in s)), key=lambda s: s[0].id)
 
@@ -615,7 +611,12 @@ def _place_nvlink(ordered: list[Gpu], vm: str, wanted: list[tuple[int, VgpuProfi
 
 
 def place_vm(
-    gpus: Sequence[Gpu], vm: str, profiles: Sequence[str], policy: str = PERFORMANCE, *, nvlink: bool = False,
+    gpus: Sequence[Gpu],
+    vm: str,
+    profiles: Sequence[str],
+    policy: str = AssignmentPolicy.PERFORMANCE,
+    *,
+    nvlink: bool = False,
     host: str | None = None,
 ) -> Placement:
     """Place all vGPUs of one VM on these GPUs (one host), or none. Does not mutate `gpus`."""
@@ -700,100 +701,24 @@ def _fb(profile: str) -> float:
     return parsed.fb_gb if parsed is not None else 0
 
 
-# ------------------------------------------------------------------------------------------- farm
+# ----------------------------------------------------------------------------------- power-on order
 
 
-@dataclass
-class Request:
-    """One VM to place: `hosts` are candidate hosts in preference order (one for an existing VM)."""
-
-    vm: str
-    profiles: list[str]
-    hosts: list[str]
-    nvlink: bool = False
-    cluster: str | None = None
-    nics: tuple[NicNeed, ...] = ()  # SR-IOV and passthrough adapters it holds while it runs
-
-
-@dataclass
-class FarmState:
-    gpus: dict[str, list[Gpu]]  # host -> GPUs
-    policy: dict[str, str]  # host -> assignment policy
-    nics: dict[str, NicLedger] = field(default_factory=dict)  # host -> free VFs and passthrough NICs
+def profile_order(profile: str) -> tuple[float, int, str]:
+    """Where a vGPU of this profile comes when vGPUs arrive one after the other: larger framebuffer first; among
+    equal sizes the MIG instance with fewer allowed starts first (a 4g.20gb, start 0 only, before a 3g.20gb,
+    starts 0 and 4, which still fits beside it), then by name. Under the conservative MIG start and placement id
+    rules where a vGPU lands depends on what came before it, so plan, apply and capacity use this one order."""
+    p = try_parse(profile)
+    if p is None:
+        return (0.0, 0, profile)
+    gi = gi_geometry(p.board, p.gi_profile or "") if p.is_mig else None
+    return (-p.fb_gb, len(gi.starts) if gi is not None else 0, profile)
 
 
-def farm_from_observed(observed, release: Iterable[str] = ()) -> FarmState:
-    """GPU state of every host with the vGPUs of running VMs, minus the VMs in `release` (to be powered
-    off or reconfigured)."""
-    released = set(release)
-    profiles = {
-        name: [d.profile for d in vm.vgpus] for name, vm in observed.vms.items() if not vm.is_template
-    }
-    order = {vm: i for i, vm in enumerate(released)}  # released VMs leave each GPU in this one order
-    gpus: dict[str, list[Gpu]] = {}
-    policy: dict[str, str] = {}
-    for name in sorted(observed.hosts):
-        host = observed.hosts[name]
-        host_gpus = gpus_from_observed(host, profiles)
-        for g in host_gpus:
-            og_vms = _vms_on(host, g.id)
-            for vm in sorted({vm for vm in og_vms if vm in order}, key=order.__getitem__):
-                for _ in range(og_vms.count(vm)):
-                    _release_one(g, profiles.get(vm, []))
-        gpus[name] = host_gpus
-        policy[name] = host.assignment_policy
-    return FarmState(gpus, policy, ledgers_from_observed(observed, released))
-
-
-def _vms_on(host, gpu_id: str) -> list[str]:
-    return next((list(g.vms) for g in host.gpus if g.pci_id == gpu_id), [])
-
-
-def _release_one(gpu: Gpu, vm_profiles: Sequence[str]) -> None:
-    for p in vm_profiles:
-        if p in gpu.vgpus:
-            remove_vgpu(gpu, p)
-            return
-
-
-def place_farm(state: FarmState, requests: Sequence[Request]) -> dict[str, Placement]:
-    """Place VMs in the given order, committing each success to `state` (mutated). A request with
-    several candidate hosts takes the first host where it fits."""
-    results: dict[str, Placement] = {}
-    for req in requests:
-        failures: list[Placement] = []
-        chosen: Placement | None = None
-        for host in req.hosts:
-            host_gpus = state.gpus.get(host)
-            assigned, why = fit_on(state.nics, host, req.nics)  # SR-IOV VFs and passthrough NICs first
-            if host_gpus is None or why is not None:
-                failures.append(Placement(req.vm, host, reason="is not a known host" if host_gpus is None else why))
-                continue
-            res = place_vm(host_gpus, req.vm, req.profiles, state.policy.get(host, PERFORMANCE),
-                           nvlink=req.nvlink, host=host)
-            res.nics = assigned
-            if res.ok:
-                chosen = res
-                break
-            failures.append(res)
-        if chosen is None:
-            results[req.vm] = _farm_failure(req, failures)
-            continue
-        by_id = {g.id: g for g in state.gpus[chosen.host or ""]}
-        for pl in chosen.placed:
-            add_vgpu(by_id[pl.gpu], pl.profile)
-        commit(state.nics, chosen.host or "", req.nics, chosen.nics)
-        results[req.vm] = chosen
-    return results
-
-
-def _farm_failure(req: Request, failures: list[Placement]) -> Placement:
-    if len(failures) == 1:
-        f = failures[0]
-        return Placement(req.vm, f.host, fitted=f.fitted, reason=f"host {f.host} {f.reason}")
-    if not failures:
-        return Placement(req.vm, None, reason="no candidate host")
-    scope = f"cluster {req.cluster}" if req.cluster else "the candidate hosts"
-    detail = "; ".join(f"{f.host}: {f.reason}" for f in failures)
-    best = max(f.fitted for f in failures)
-    return Placement(req.vm, None, fitted=best, reason=f"no host of {scope} has GPU capacity ({detail})")
+def power_on_key(vm: str, profiles: Sequence[str], *, exists: bool = False) -> tuple[object, ...]:
+    """The order in which `vgpuctl plan` places, and `apply` powers on, the VMs of one host: VMs that exist before
+    new clones, then largest first (the VM's largest vGPU by `profile_order`, then more vGPUs first), then by
+    name. On each GPU its vGPUs then arrive largest first, the order capacity's per-GPU patterns assume."""
+    largest = min((profile_order(p) for p in profiles), default=(0.0, 0, ""))
+    return (not exists, largest, -len(profiles), vm)

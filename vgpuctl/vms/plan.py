@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 
+from vgpuctl.domain import NvlinkRequirement, Power, PowerState
 from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.evacuation import usable_host
 from vgpuctl.hosts.facts import HostFacts
+from vgpuctl.hosts.predict import predict_observed
 from vgpuctl.inventory import Inventory, KeyPath, VmSpec
 from vgpuctl.model import (
     CloneSpec,
@@ -24,13 +27,13 @@ from vgpuctl.model import (
     ObservedVm,
     Op,
     Plan,
-    PowerState,
     Problem,
     VmChange,
     folder_label,
     folder_path,
 )
 from vgpuctl.profiles import (
+    BOARDS,
     ProfileError,
     VgpuProfile,
     max_vgpus_per_vm,
@@ -42,13 +45,15 @@ from vgpuctl.profiles import (
     try_parse,
 )
 from vgpuctl.vms import gpudirect
+from vgpuctl.vms.farm import Request, farm_from_observed, place_farm
 from vgpuctl.vms.identity import address_conflicts, plan_identity
 from vgpuctl.vms.network import NetPlan, plan_network, resolve_devices
-from vgpuctl.vms.placement import Placement, Request, farm_from_observed, place_farm
+from vgpuctl.vms.placement import Placement, power_on_key
 
 USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
 MMIO_SIZE = "pciPassthru.64bitMMIOSizeGB"
 MIN_HW_VERSION_LARGE_BAR = 17
+_UVM_KEY = re.compile(r"^pciPassthru\d+\.cfg\.enable_uvm$", re.IGNORECASE)
 RUNNING = (PowerState.ON, PowerState.SUSPENDED)
 
 
@@ -72,19 +77,22 @@ def make_plan(
     host_facts: dict[str, HostFacts] | None = None,
     resume: Iterable[str] = (),
     vgpu_migration: bool = False,
+    only_vms: Collection[str] | None = None,
 ) -> Plan:
     """Host changes first (vgpuctl.hosts.plan; `host_facts` from the ESXi shell and per-host API calls, `resume`:
     hosts an unfinished apply left behind, `vgpu_migration`: vCenter allows vMotion of running vGPU VMs), then
     the VMs, planned against the hosts as they will be after the host changes; VM changes on a changing host
-    wait for it (VmChange.depends_on_hosts)."""
+    wait for it (VmChange.depends_on_hosts). `only_vms`: plan only these VM entries (a scoped run); every entry
+    still tells the host planner what its VM will ask for when a host is evacuated."""
     resume = list(resume)
     hosts = (
         hostplan.plan_hosts(inv.hosts, observed, host_facts, resume, inv.vms, vgpu_migration)
         if inv.hosts or resume
         else None
     )
-    base = hostplan.predict_observed(observed, hosts.changes) if hosts and hosts.changes else observed
-    plans = [_plan_vm(spec, base) for spec in sorted(inv.vms, key=lambda v: v.name)]
+    base = predict_observed(observed, hosts.changes) if hosts and hosts.changes else observed
+    planned = [v for v in inv.vms if only_vms is None or v.name in only_vms]
+    plans = [_plan_vm(spec, base) for spec in sorted(planned, key=lambda v: v.name)]
     _check_capacity(plans, base)
     plan = Plan(warnings=list(observed.warnings))  # what the read itself could not see
     if hosts is not None:
@@ -142,6 +150,7 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
         parsed = _host_spelling(vp, parsed, observed)
         vp.profiles = [p.name for p in parsed]
         _check_offer_and_limit(vp, base, parsed, observed)
+        _check_uvm_and_nvlink(vp, base, parsed)
         _diff_devices(vp, base, parsed)
     else:  # no `vgpus` key: the VM keeps the vGPUs it has (a clone, its template's)
         parsed = []
@@ -331,13 +340,33 @@ def _offer_error(vp: _VmPlan, hosts: list[ObservedHost], added: list[str]) -> st
     return f"no host of {where} offers {', '.join(added)} in its current GPU mode"
 
 
+def uvm_enabled(extra_config: dict[str, str]) -> list[str]:
+    """The `pciPassthru<n>.cfg.enable_uvm` keys set to enable Unified Virtual Memory on a vGPU (1 or true)."""
+    return sorted(k for k, v in extra_config.items()
+                  if _UVM_KEY.match(k) and str(v).strip().lower() in ("1", "true"))
+
+
+def _check_uvm_and_nvlink(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> None:
+    """NVLink required, UVM enabled (the VM's or its template's extraConfig), on a board where NVIDIA says UVM
+    turns P2P over NVLink off for a multi-vGPU VM (catalogue `uvm`: A100): the VM would not get what it asks."""
+    if vp.spec.nvlink != "required":
+        return
+    keys = uvm_enabled(base.extra_config)
+    boards = sorted({b.model for p in parsed if (b := BOARDS.get(p.board)) is not None and b.uvm_disables_nvlink_p2p})
+    if keys and boards:
+        source = "the template's" if not vp.exists else "its"
+        vp.errors.append(f"nvlink: required, but {source} extraConfig enables Unified Virtual Memory ({', '.join(keys)}"
+                         f"), which turns P2P over NVLink off on {', '.join(boards)} GPUs (NVIDIA, Peer-To-Peer CUDA "
+                         "Transfers): set it to 0, or drop nvlink: required")
+
+
 def _diff_devices(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> None:
     wanted = Counter(p.name for p in parsed)
     existing = sorted(base.vgpus, key=lambda d: d.key)
     have = Counter(d.profile for d in existing)
     groups = {d.device_group_key for d in existing}
     grouped = any(g is not None for g in groups)
-    if vp.spec.nvlink == "required":
+    if vp.spec.nvlink == NvlinkRequirement.REQUIRED:
         in_one_group = len(groups) == 1 and None not in groups
         regroup = not (in_one_group and have == wanted)
     else:
@@ -345,7 +374,7 @@ def _diff_devices(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> N
     changes: list[DeviceChange] = []
     if regroup:
         changes += [DeviceChange(Op.REMOVE, d.profile, d.key) for d in existing]
-        group = 0 if vp.spec.nvlink == "required" else None
+        group = 0 if vp.spec.nvlink == NvlinkRequirement.REQUIRED else None
         changes += [DeviceChange(Op.ADD, p, group=group) for p in _adds_order(wanted)]
         vp.change.devices = changes
         return
@@ -389,7 +418,7 @@ def _diff_fields(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> No
                          f"(needs vmx-{MIN_HW_VERSION_LARGE_BAR} or later)")
     if str(base.extra_config.get(USE_64BIT_MMIO, "")).upper() != "TRUE":
         change.extra_config[USE_64BIT_MMIO] = "TRUE"
-    need = mmio_size_gb(p.fb_gb for p in parsed)
+    need = mmio_size_gb(parsed)  # by the vGPUs' physical GPUs (NVIDIA's per-GPU table), a larger value is kept
     current = _int_or_none(base.extra_config.get(MMIO_SIZE))
     if current is None or current < need:
         change.extra_config[MMIO_SIZE] = str(need)
@@ -411,10 +440,10 @@ def _plan_power(vp: _VmPlan, base: ObservedVm) -> None:
     change, power = vp.change, vp.spec.power
     running = vp.exists and base.power_state in RUNNING
     needs = change.needs_reconfigure
-    if power == "restart":
+    if power == Power.RESTART:
         change.power_off = running and needs
         change.power_on = not running or change.power_off
-    elif power == "off":
+    elif power == Power.OFF:
         change.power_off = running
     elif running and needs:
         what = ", ".join(_describe(change))
@@ -443,17 +472,20 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     state = farm_from_observed(observed, release)
     todo = [vp for vp in plans if vp.change.power_on and not vp.errors and not vp.located
             and (vp.profiles or vp.net.needs)]
-    todo.sort(key=lambda vp: (not vp.exists, vp.spec.name))  # existing VMs first, then new ones
+    # existing VMs first, then new ones, each largest first: the order apply powers them on per host
+    todo.sort(key=lambda vp: power_on_key(vp.spec.name, vp.profiles, exists=vp.exists))
     requests = []
     for vp in todo:
-        usable = [h for h in vp.candidates if _usable(observed.hosts.get(h))]
+        usable = [h for h in vp.candidates if usable_host(observed.hosts.get(h))]
         if not usable:
             vp.errors.append(_unusable(vp, observed))
             continue
-        requests.append(Request(vp.spec.name, vp.profiles, usable, vp.spec.nvlink == "required",
+        requests.append(Request(vp.spec.name, vp.profiles, usable, vp.spec.nvlink == NvlinkRequirement.REQUIRED,
                                 None if vp.exists else vp.spec.cluster, tuple(vp.net.needs)))
     results = place_farm(state, requests)
     by_name = {vp.spec.name: vp for vp in todo}
+    for rank, req in enumerate(requests):
+        by_name[req.vm].change.power_on_rank = rank
     for name, res in results.items():
         vp = by_name[name]
         if not res.ok:
@@ -465,7 +497,7 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     for vp in plans:  # new VMs that stay off: pin to the first usable host that offers their profiles
         clone = vp.change.clone
         if clone is not None and clone.host is None and (vp.profiles or vp.net.needs) and not vp.change.power_on:
-            usable = [h for h in vp.candidates if _usable(observed.hosts.get(h))]
+            usable = [h for h in vp.candidates if usable_host(observed.hosts.get(h))]
             clone.host = next(iter(usable or vp.candidates), None)
         if vp.net.adds and not vp.change.power_on and not vp.errors:
             host = observed.hosts.get(clone.host if clone is not None and clone.host else vp.candidates[0]
@@ -482,11 +514,6 @@ def _place_adapters(vp: _VmPlan, observed: Observed, res: Placement) -> None:
     host = observed.hosts.get(res.host or "")
     if vp.spec.gpudirect_rdma and host is not None:
         vp.warnings += gpudirect.topology_warnings(host, res.assign, res.nics.values())
-
-
-def _usable(host: ObservedHost | None) -> bool:
-    return (host is not None and host.connection_state == "connected" and not host.in_maintenance
-            and host.power_state == "poweredOn")
 
 
 def _unusable(vp: _VmPlan, observed: Observed) -> str:

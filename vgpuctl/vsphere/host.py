@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl.domain import AssignmentPolicy, ConnectionState, GpuGraphicsType, GpuVgpuMode, GraphicsType, PowerState
 from vgpuctl.errors import NotFound, VgpuctlError, VsphereFault
 from vgpuctl.vsphere.faults import to_error
 
@@ -86,7 +87,7 @@ class HostVm:
 
     @property
     def running(self) -> bool:
-        return self.power_state != "poweredOff"
+        return self.power_state != PowerState.OFF
 
 
 def stub_of(session: Session) -> Any:
@@ -148,7 +149,7 @@ def read_host(session: Session, moid: str) -> HostApiState:
     state = HostApiState(
         name=str(p.get("name")),
         moid=moid,
-        connection_state=str(p.get("runtime.connectionState") or "connected"),
+        connection_state=str(p.get("runtime.connectionState") or ConnectionState.CONNECTED),
         in_maintenance=bool(p.get("runtime.inMaintenanceMode")),
         boot_time=boot.isoformat() if isinstance(boot, datetime) else (str(boot) if boot else None),
         offered_profiles=sorted(str(x) for x in p.get("config.sharedPassthruGpuTypes") or []),
@@ -161,8 +162,8 @@ def read_host(session: Session, moid: str) -> HostApiState:
             GpuInfo(
                 pci_id=str(info.pciId).lower(),
                 device_name=str(info.deviceName or ""),
-                graphics_type=str(info.graphicsType or "basic"),
-                vgpu_mode=str(getattr(info, "vgpuMode", None) or "none"),
+                graphics_type=str(info.graphicsType or GpuGraphicsType.BASIC),
+                vgpu_mode=str(getattr(info, "vgpuMode", None) or GpuVgpuMode.NONE),
                 memory_kb=int(info.memorySizeInKB or 0),
                 vms=tuple(str(v._moId) for v in info.vm or []),
             )
@@ -205,9 +206,10 @@ def update_graphics(
     state = read_host(session, moid)
     name = host or state.name
     current = {d.pci_id: d for d in state.device_types}
+    policy = assignment_policy or state.assignment_policy or AssignmentPolicy.PERFORMANCE
     config = vim.host.GraphicsConfig(
-        hostDefaultGraphicsType=default_type or state.default_graphics_type or "shared",
-        sharedPassthruAssignmentPolicy=assignment_policy or state.assignment_policy or "performance",
+        hostDefaultGraphicsType=str(default_type or state.default_graphics_type or GraphicsType.SHARED),
+        sharedPassthruAssignmentPolicy=str(policy),
     )
     for pci, want in sorted((devices or {}).items()):
         cur = current.get(pci.lower())
@@ -308,7 +310,7 @@ def wait_reconnected(
         elapsed = time.monotonic() - start
         if progress is not None:
             progress(elapsed, state.connection_state)
-        if state.connection_state != "connected":
+        if state.connection_state != ConnectionState.CONNECTED:
             went_away = True
         elif went_away or (state.boot_time is not None and state.boot_time != boot_time_before):
             return state
@@ -340,7 +342,7 @@ def host_vms(session: Session, moid: str) -> list[HostVm]:
             HostVm(
                 name=str(p.get("name")),
                 moid=vm_moid,
-                power_state=str(p.get("runtime.powerState") or "poweredOff"),
+                power_state=str(p.get("runtime.powerState") or PowerState.OFF),
                 vgpus=_vgpus(p.get("config.hardware.device") or []),
                 tools_running=p.get("guest.toolsRunningStatus") == "guestToolsRunning",
             )
@@ -373,14 +375,14 @@ def shutdown_vm(
     from pyVmomi import vim, vmodl
 
     obj = vm_object(session, vm.moid)
-    if vm.power_state == "poweredOff":
+    if vm.power_state == PowerState.OFF:
         return "already off"
     if vm.tools_running:
         try:
             session.invoke(obj.ShutdownGuest)
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
-                if vm_power_state(session, vm.moid) == "poweredOff":
+                if vm_power_state(session, vm.moid) == PowerState.OFF:
                     return "shutdown"
                 time.sleep(poll_s)
             log.info("%s: guest did not shut down within %ss; powering off", vm.name, timeout_s)
@@ -389,13 +391,13 @@ def shutdown_vm(
     try:
         _task(session, watcher, vm.name, obj.PowerOffVM_Task)
     except VsphereFault:
-        if vm_power_state(session, vm.moid) != "poweredOff":
+        if vm_power_state(session, vm.moid) != PowerState.OFF:
             raise
     return "power-off"
 
 
 def power_on_vm(session: Session, vm_moid: str, name: str, watcher: Any = None) -> None:
-    if vm_power_state(session, vm_moid) == "poweredOn":
+    if vm_power_state(session, vm_moid) == PowerState.ON:
         return
     _task(session, watcher, name, vm_object(session, vm_moid).PowerOnVM_Task)
 

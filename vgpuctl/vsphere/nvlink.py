@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from vgpuctl.model import Observed
 
 _PCI_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_GROUP_NAME = re.compile(r"^NVIDIA:(?P<n>\d+)@(?P<profile>[^%]+)%NVLink$", re.IGNORECASE)
+# vCenter spells the vendor "Nvidia" (`Nvidia:2@nvidia_h100l-94c%NVLink`); any case is taken
+_GROUP_NAME = re.compile(r"^Nvidia:(?P<n>\d+)@(?P<profile>[^%]+)%NVLink$", re.IGNORECASE)
 
 
 def nvlink_hosts_for(inventory: Inventory, observed: Observed) -> set[str]:
@@ -65,7 +66,7 @@ class GroupedSet:
 
 
 def group_profile(group: Any) -> str | None:
-    """The profile a device group is offered for, from its name (`NVIDIA:2@grid_a100-40c%NVLink`)."""
+    """The profile a device group is offered for, from its name (`Nvidia:2@grid_a100-40c%NVLink`)."""
     m = _GROUP_NAME.match(str(getattr(group, "deviceGroupName", "") or "").strip())
     return m["profile"] if m else None
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl.domain import ConnectionState, GpuGraphicsType, GpuVgpuMode, HostPowerState, PowerState
 from vgpuctl.errors import NotFound, UsageError
 from vgpuctl.model import (
     Observed,
@@ -35,6 +36,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 PAGE_SIZE = 1000
+# The lean read's pages are smaller: each next page is asked for as soon as the page before names its token, so
+# vCenter prepares page N+1 while vgpuctl parses page N; with pages of 1,000 a farm of 1,000 VMs would come in
+# one page and nothing would overlap (one more round trip per 500 hosts and VMs, sent while a page is parsed).
+LEAN_PAGE_SIZE = 500
 NVLINK_WORKERS = 4  # concurrent QueryConfigTarget calls for NVLink sets
 NVLINK_API = (8, 0, 0, 1)  # vendorDeviceGroupInfo
 
@@ -49,7 +54,7 @@ HOST_PROPS = [
     "config.graphicsInfo",
     "config.graphicsConfig",
     "config.sharedPassthruGpuTypes",
-    "hardware.pciDevice",
+    "hardware.pciDevice",  # the lean reader keeps only the GPUs config.graphicsInfo names and the NICs (rawread)
     "configManager.graphicsManager",
     "customValue",  # vgpuctl's unfinished host work and run leases (vgpuctl.vsphere.workrecord)
     "availableField",
@@ -60,7 +65,7 @@ VM_PROPS = [
     "name",
     "parent",
     "config.template",
-    "config.hardware.device",
+    "config.hardware.device",  # the lean reader keeps only PCI passthrough devices (rawread)
     "config.hardware.numCPU",
     "config.hardware.memoryMB",
     "config.memoryReservationLockedToMax",
@@ -94,9 +99,12 @@ def observe(session: Session, datacenter: str | None = None, *, nvlink_hosts: It
 
     `nvlink_hosts`: hosts whose NVLink sets to read (one QueryConfigTarget each); the others keep nvlink_set None.
     """
+    from vgpuctl.gcpause import paused_gc
+
     start = session.round_trips
-    objects = _retrieve_observed(session)
-    observed = build_observed(objects, datacenter)
+    with paused_gc():
+        objects = _retrieve_observed(session)
+        observed = build_observed(objects, datacenter)
     about = session.content.about
     observed.api_version = str(about.apiVersion)
     observed.about = str(about.fullName)
@@ -194,7 +202,7 @@ def _lean_objects(session: Session, view: Any) -> dict[str, Obj]:
 
     type_props = [(t, TYPE_PROPS[t]) for t in LEAN_TYPES]
     try:
-        objects = rawread.retrieve(session, view, type_props, PAGE_SIZE)
+        objects = rawread.retrieve(session, view, type_props, LEAN_PAGE_SIZE)
     except (ET.ParseError, ValueError, AttributeError, KeyError, TypeError, AssertionError) as err:
         log.debug("lean read failed (%r); reading through pyVmomi", err)
         return _collect(session, view_filter_spec(view, type_props))
@@ -326,9 +334,9 @@ def _host(objects: dict[str, Obj], obj: Obj, vm_keys: dict[str, str]) -> Observe
         name=str(obj.get("name")),
         moid=obj.moid,
         cluster=cluster,
-        connection_state=str(obj.get("runtime.connectionState") or "connected"),
+        connection_state=str(obj.get("runtime.connectionState") or ConnectionState.CONNECTED),
         in_maintenance=bool(obj.get("runtime.inMaintenanceMode", False)),
-        power_state=str(obj.get("runtime.powerState") or "poweredOn"),
+        power_state=str(obj.get("runtime.powerState") or HostPowerState.ON),
         api_version=api or ObservedHost.api_version,
         offered_profiles=sorted(str(p) for p in obj.get("config.sharedPassthruGpuTypes", [])),
         max_vgpus_per_vm=max_vgpus_per_vm(api),
@@ -366,8 +374,8 @@ def _gpu(objects: dict[str, Obj], info: Any, pci: Any, vm_keys: dict[str, str]) 
         pci_id=str(info.pciId),
         device_name=str(info.deviceName or ""),
         memory_kb=int(info.memorySizeInKB or 0),
-        graphics_type=str(info.graphicsType or "basic"),
-        vgpu_mode=str(getattr(info, "vgpuMode", None) or "none"),
+        graphics_type=str(info.graphicsType or GpuGraphicsType.BASIC),
+        vgpu_mode=str(getattr(info, "vgpuMode", None) or GpuVgpuMode.NONE),
         vms=vms,
     )
     if pci is not None:
@@ -393,7 +401,7 @@ def _vm(objects: dict[str, Obj], obj: Obj, vm_root: str, observed: Observed) -> 
         host=host,
         cluster=cluster,
         folder=folder or None,
-        power_state=str(obj.get("runtime.powerState") or "poweredOff"),
+        power_state=str(obj.get("runtime.powerState") or PowerState.OFF),
         cpus=int(obj.get("config.hardware.numCPU", 1)),
         memory_mb=int(obj.get("config.hardware.memoryMB", 1024)),
         memory_reservation_locked=bool(obj.get("config.memoryReservationLockedToMax", False)),
@@ -470,7 +478,7 @@ def _fill_profiles(session: Session, objects: dict[str, Obj], observed: Observed
     """One RetrieveVgpuProfileInfo per distinct host signature; sizes from names when the host cannot say."""
     cache: dict[tuple, dict[str, ObservedProfile]] = {}
     for host in observed.hosts.values():
-        if not host.offered_profiles or host.connection_state != "connected":
+        if not host.offered_profiles or host.connection_state != ConnectionState.CONNECTED:
             host.profiles = {p: observed_profile(p) for p in host.offered_profiles}
             continue
         if not (_at_least(observed.api_version, PROFILE_INFO_API) and _at_least(host.api_version, PROFILE_INFO_API)):
@@ -545,7 +553,7 @@ def observe_nvlink(session: Session, observed: Observed, hosts: Iterable[str]) -
 def _can_read_nvlink(host: ObservedHost | None) -> bool:
     return (
         host is not None
-        and host.connection_state == "connected"
+        and host.connection_state == ConnectionState.CONNECTED
         and bool(host.gpus)
         and bool(host.environment_browser_moid)
         and _at_least(host.api_version, NVLINK_API)

@@ -1,16 +1,20 @@
 """A lean reader for the biggest bulk reads: VirtualMachine and HostSystem properties straight from the SOAP XML.
 
-The RetrievePropertiesEx request is pyVmomi's (one counted round trip); its answer is parsed with ElementTree
-and only what vgpuctl reads is converted: PCI passthrough devices as real pyVmomi objects (so
-`observe.split_devices` alone decides what a vGPU is), host graphics fields as plain namespaces.
+The RetrievePropertiesEx request is pyVmomi's (one counted round trip); the next page is asked for as soon as a
+page's token is read; the devices vgpuctl never reads are cut out of the answer (`drop_unread_devices`), the rest
+is parsed with ElementTree and only what vgpuctl reads is converted: PCI passthrough devices as real pyVmomi
+objects (so `observe.split_devices` alone decides what a vGPU is), host graphics fields as plain namespaces.
 """
 
 from __future__ import annotations
 
 import gzip
 import io
+import re
 import threading
 import xml.etree.ElementTree as ET
+import zlib
+from collections.abc import Callable, Generator
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -26,41 +30,81 @@ _Q = "{" + NS + "}"
 _class_cache: dict[str, Any] = {}
 _class_lock = threading.Lock()
 
+CHUNK = 64 * 1024  # bytes read from the connection at a time
+HEAD_LIMIT = 64 * 1024  # how far into a page its token is looked for before the page is parsed whole
+
+
+class SentRequest:
+    """One counted SOAP request on its own pooled connection, its answer not read yet: a page's answer can wait
+    while the page before it is parsed."""
+
+    def __init__(self, stub: Any, mo: Any, method: str, args: list[Any]):
+        import http.client
+
+        self.stub = stub
+        self.info = mo._GetMethodInfo(method)
+        request = stub.SerializeRequest(mo, self.info, args)
+        headers = {
+            "Cookie": stub.cookie,
+            "SOAPAction": stub.versionId,
+            "Content-Type": "text/xml; charset=UTF-8",
+            "Accept-Encoding": "gzip",
+        }
+        stub.count_round_trip()
+        self.conn: Any = stub.GetConnection()
+        try:
+            self.conn.request("POST", stub.path, request, headers)
+        except (OSError, http.client.HTTPException):
+            self._drop()
+            raise
+
+    def chunks(self) -> Generator[bytes, None, None]:
+        """The 200 answer's body as it arrives (gunzipped); a SOAP fault is raised as pyVmomi's fault."""
+        import http.client
+
+        try:
+            resp = self.conn.getresponse()
+            gzipped = (resp.getheader("Content-Encoding") or "").lower() == "gzip"
+            if resp.status != 200:
+                body = resp.read()
+                self._raise_fault(resp, gzip.decompress(body) if gzipped else body)
+            inflate = zlib.decompressobj(wbits=31) if gzipped else None
+            while chunk := resp.read(CHUNK):
+                yield inflate.decompress(chunk) if inflate is not None else chunk
+            if inflate is not None:
+                yield inflate.flush()
+        except (OSError, http.client.HTTPException, zlib.error):
+            self._drop()
+            raise
+        except BaseException:
+            self.abandon()
+            raise
+        self.stub.ReturnConnection(self.conn)
+
+    def abandon(self) -> None:
+        """The answer will not be read: its connection cannot serve another request."""
+        self.conn.close()
+
+    def _drop(self) -> None:
+        self.conn.close()
+        self.stub.DropConnections()
+
+    def _raise_fault(self, resp: Any, body: bytes) -> None:
+        import http.client
+
+        from pyVmomi.SoapAdapter import SoapResponseDeserializer
+
+        self.stub.ReturnConnection(self.conn)
+        if resp.status == 500:
+            fault = SoapResponseDeserializer(self.stub).Deserialize(io.BytesIO(body), self.info.result)
+            if isinstance(fault, BaseException):
+                raise fault
+        raise http.client.HTTPException(f"{resp.status} {resp.reason}")
+
 
 def invoke_raw(stub: Any, mo: Any, method: str, args: list[Any]) -> bytes:
     """One counted SOAP call whose 200 body is returned as bytes; a SOAP fault is raised as pyVmomi's fault."""
-    import http.client
-
-    from pyVmomi.SoapAdapter import SoapResponseDeserializer
-
-    info = mo._GetMethodInfo(method)
-    request = stub.SerializeRequest(mo, info, args)
-    headers = {
-        "Cookie": stub.cookie,
-        "SOAPAction": stub.versionId,
-        "Content-Type": "text/xml; charset=UTF-8",
-        "Accept-Encoding": "gzip",
-    }
-    stub.count_round_trip()
-    conn = stub.GetConnection()
-    try:
-        conn.request("POST", stub.path, request, headers)
-        resp = conn.getresponse()
-        body = resp.read()
-    except (OSError, http.client.HTTPException):
-        conn.close()
-        stub.DropConnections()
-        raise
-    stub.ReturnConnection(conn)
-    if (resp.getheader("Content-Encoding") or "").lower() == "gzip":
-        body = gzip.decompress(body)
-    if resp.status == 200:
-        return body
-    if resp.status == 500:
-        fault = SoapResponseDeserializer(stub).Deserialize(io.BytesIO(body), info.result)
-        if isinstance(fault, BaseException):
-            raise fault
-    raise http.client.HTTPException(f"{resp.status} {resp.reason}")
+    return b"".join(SentRequest(stub, mo, method, args).chunks())
 
 
 def retrieve_vms(session: Session, view: Any, paths: list[str], page_size: int) -> list[Any]:
@@ -70,30 +114,248 @@ def retrieve_vms(session: Session, view: Any, paths: list[str], page_size: int) 
 
 def retrieve(session: Session, view: Any, type_props: list[tuple[str, list[str]]], page_size: int) -> list[Any]:
     """Objects of these types (VirtualMachine, HostSystem) in a ContainerView as Obj, paged, in one
-    RetrievePropertiesEx (plus one ContinueRetrievePropertiesEx per further page), under Session.invoke."""
+    RetrievePropertiesEx (plus one ContinueRetrievePropertiesEx per further page), under Session.invoke.
+
+    The next page is asked for as soon as this page's token has been read (RetrieveResult lists it before the
+    objects), so the server prepares it while this one is read, cut (`drop_unread_devices`) and parsed.
+    """
     from pyVmomi import vmodl
 
-    pc_ns = vmodl.query.PropertyCollector
     spec = view_filter_spec(view, type_props)
     stub = session.stub
     pc = session.content.propertyCollector
+    options = vmodl.query.PropertyCollector.RetrieveOptions(maxObjects=page_size)
 
     def run() -> list[Any]:
         out: list[Any] = []
-        body = invoke_raw(stub, pc, "RetrievePropertiesEx", [[spec], pc_ns.RetrieveOptions(maxObjects=page_size)])
-        while body:
-            ret = ET.fromstring(body).find(f".//{_Q}returnval")
-            if ret is None:
-                break
-            for elem in ret.findall(f"{_Q}objects"):
-                out.append(_object(elem, stub))
-            token = ret.findtext(f"{_Q}token")
-            if not token:
-                break
-            body = invoke_raw(stub, pc, "ContinueRetrievePropertiesEx", [token])
+        sent: SentRequest | None = SentRequest(stub, pc, "RetrievePropertiesEx", [[spec], options])
+        while sent is not None:
+            ret, sent = _read_page(sent, lambda token: SentRequest(stub, pc, "ContinueRetrievePropertiesEx", [token]))
+            out.extend(objects_of(ret, stub))
         return out
 
     return session.invoke(run)
+
+
+def _read_page(
+    sent: SentRequest, ask_next: Callable[[str], SentRequest]
+) -> tuple[ET.Element | None, SentRequest | None]:
+    """One page's returnval and the request for the page after it (or None), sent as soon as the token is read."""
+    head = LeadingToken()
+    following: SentRequest | None = None
+    chunks = sent.chunks()
+    try:
+        body = []
+        for chunk in chunks:
+            if not head.done:
+                head.feed(chunk)
+                if head.token:
+                    following = ask_next(head.token)
+            body.append(chunk)
+        ret = returnval_of(ET.fromstring(drop_unread_devices(b"".join(body))))
+        token = ret.findtext(f"{_Q}token") if ret is not None else None
+        if token != head.token:
+            if head.token:
+                raise ValueError("the page's token is not the one read at its start")
+            following = ask_next(token) if token else None  # a token after the objects: asked for only now
+    except BaseException:
+        chunks.close()  # a page not read to its end leaves its connection unusable: it is closed
+        if following is not None:
+            following.abandon()
+        raise
+    return ret, following
+
+
+_DEVICE = b"<VirtualDevice"
+_DEVICE_END = b"</VirtualDevice"
+_DEVICE_TAG = re.compile(rb"""<VirtualDevice((?:\s+[^\s=/>]+\s*=\s*(?:"[^"]*"|'[^']*'))*)\s*(/?)>""")
+_ATTRIBUTE = re.compile(rb"""\s+([^\s=/>]+)\s*=\s*(?:"([^"]*)"|'([^']*)')""")
+_tags: dict[bytes, tuple[bool, bool]] = {}  # a device start tag's rest -> (may the reader need it, is it empty)
+
+
+def drop_unread_devices(body: bytes) -> bytes:
+    """The answer without the devices the reader would not look at, never parsed: the VirtualDevice elements
+    that `_devices` skips (no type attribute names a PCI passthrough type or a network adapter), most of a VM's
+    devices and half of the elements of a bulk VM read, and each host's HostPciDevice elements that none of its
+    GPUs names and that are no network controller (`_drop_unread_pci_devices`). Only where nothing can hide markup: an answer with a comment, CDATA, a DOCTYPE
+    or a processing instruction is returned whole, and so is one with a device inside a device."""
+    if not _elements_only(body):
+        return body
+    return _drop_unread_pci_devices(_drop_unread_vm_devices(body))
+
+
+def _drop_unread_vm_devices(body: bytes) -> bytes:
+    """The answer is cut at each "<VirtualDevice": a piece starts with the rest of a device's start tag and, the
+    devices not nesting, holds that device's end tag."""
+    pieces = body.split(_DEVICE)
+    kept = [pieces[0]]
+    for piece in pieces[1:]:
+        gt = piece.find(b">")
+        known = _tags.get(piece[: gt + 1]) or _device_tag(piece, gt)
+        if known is None or known[0]:  # no device start tag, or a device the reader may need
+            kept += (_DEVICE, piece)
+            continue
+        if known[1]:  # <VirtualDevice .../>
+            kept.append(piece[gt + 1 :])
+            continue
+        close = piece.find(_DEVICE_END, gt)
+        end = piece.find(b">", close)
+        if close < 0 or end < 0 or piece[close + len(_DEVICE_END) : end].strip():
+            return body  # the device holds another one, or does not end here
+        kept.append(piece[end + 1 :])
+    return b"".join(kept)
+
+
+_OBJECT = b"<objects>"
+_OBJECT_END = b"</objects>"
+_PCI = b"<HostPciDevice>"
+_PCI_END = b"</HostPciDevice>"
+_GPU_PCI_ID = re.compile(rb"<pciId>([^<&]*)</pciId>")
+_PCI_DEVICE_ID = re.compile(rb"\s*<id>([^<&]*)</id>")
+_PCI_CLASS_ID = re.compile(rb"<classId>\s*(-?[0-9]+)\s*</classId>")
+NETWORK_CLASS = 0x02  # PCI base class "Network controller": classId's upper byte (netobserve reads these)
+_DEFAULT_NAMESPACE = re.compile(rb"xmlns\s*=")
+
+
+def _drop_unread_pci_devices(body: bytes) -> bytes:
+    """In each host object, the HostPciDevice elements whose id (their first child) no pciId of the object names
+    and whose classId is no network controller's: observe joins a GPU of config.graphicsInfo to its PCI device by
+    that id, netobserve reads the NICs, and no other device is read. An object is
+    taken from the "<objects>" before its first device to the "</objects>" after it (an odd tag only widens
+    that, keeping more devices); only the plain form vCenter writes is cut (no attributes on these tags, ids
+    without references)."""
+    kept: list[bytes] = []
+    done = 0
+    device = body.find(_PCI)
+    while device >= 0:
+        start = body.rfind(_OBJECT, done, device)
+        end = body.find(_OBJECT_END, device)
+        if start < 0 or end < 0:
+            break
+        kept += (body[done:start], _pci_devices_read(body[start:end]))
+        done = end
+        device = body.find(_PCI, end)
+    return b"".join([*kept, body[done:]]) if kept else body
+
+
+def _pci_devices_read(host: bytes) -> bytes:
+    if _DEFAULT_NAMESPACE.search(host) or host.count(b"<HostPciDevice") != host.count(_PCI):
+        return host
+    named = _GPU_PCI_ID.findall(host)
+    if len(named) != host.count(b"<pciId"):  # a pciId this scan does not read: every device kept
+        return host
+    wanted = set(named)
+    pieces = host.split(_PCI)
+    kept = [pieces[0]]
+    for device in pieces[1:]:
+        close = device.find(_PCI_END)
+        if close < 0:
+            return host  # the device holds another one, or does not end here
+        device_id = _PCI_DEVICE_ID.match(device)
+        if device_id is None or device_id.group(1) in wanted or _network_class(device[:close]):
+            kept += (_PCI, device)
+        else:
+            kept.append(device[close + len(_PCI_END) :])
+    return b"".join(kept)
+
+
+def _network_class(device: bytes) -> bool:
+    """A network controller, or a classId this scan cannot read (kept: the parser decides)."""
+    found = _PCI_CLASS_ID.search(device)
+    if found is None:
+        return b"<classId" in device
+    return (int(found.group(1)) & 0xFFFF) >> 8 == NETWORK_CLASS
+
+
+def _elements_only(body: bytes) -> bool:
+    """No comment, CDATA section, DOCTYPE or processing instruction after the XML declaration (looked for by
+    their rare second character first: a search for "<" and one more is slow, "<" being everywhere)."""
+    start = body.find(b"?>") + 2 if body.startswith(b"<?xml") else 0
+    return not any(body.find(mark[1:], start) >= 0 and body.find(mark, start) >= 0 for mark in (b"<!", b"<?"))
+
+
+def _device_tag(piece: bytes, gt: int) -> tuple[bool, bool] | None:
+    """Whether the reader may need the device whose start tag's rest begins `piece`, and whether it is empty;
+    None when "<VirtualDevice" + piece starts no VirtualDevice start tag this scan takes apart."""
+    tag = _DEVICE_TAG.match(_DEVICE + piece[: gt + 1])
+    if tag is None or tag.end() != len(_DEVICE) + gt + 1:  # not a tag, or a ">" inside a quoted value
+        return None
+    known = (any(_read_type(value) for value in _type_values(tag.group(1))), bool(tag.group(2)))
+    if len(_tags) < 1024:
+        _tags[piece[: gt + 1]] = known
+    return known
+
+
+def _type_values(attributes: bytes) -> list[bytes]:
+    """The values of the attributes named `type` in any namespace (xsi:type is one), taken apart one attribute
+    after the other as _DEVICE_TAG matched them."""
+    values, offset = [], 0
+    while (attribute := _ATTRIBUTE.match(attributes, offset)) is not None:
+        name, double, single = attribute.groups()
+        if name == b"type" or name.endswith(b":type"):
+            values.append(double if double is not None else single)
+        offset = attribute.end()
+    return values
+
+
+def _read_type(value: bytes) -> bool:
+    """A PCI passthrough device or a network adapter: the devices `_devices` reads."""
+    from pyVmomi import vim
+
+    if b"&" in value:  # a character reference could spell any type: parsed
+        return True
+    cls = _vim_class(value.decode("utf-8", "replace"))
+    return isinstance(cls, type) and issubclass(
+        cls, (vim.vm.device.VirtualPCIPassthrough, vim.vm.device.VirtualEthernetCard))
+
+
+def returnval_of(root: ET.Element) -> ET.Element | None:
+    """The RetrieveResult in a parsed RetrievePropertiesEx or ContinueRetrievePropertiesEx answer (None: no objects)."""
+    return root.find(f".//{_Q}returnval")
+
+
+def objects_of(ret: ET.Element | None, stub: Any) -> list[Obj]:
+    """A page's objects, converted (managed objects are bound to `stub`)."""
+    return [] if ret is None else [_object(elem, stub) for elem in ret.iterfind(f"{_Q}objects")]
+
+
+class LeadingToken:
+    """Reads the head of a RetrievePropertiesEx answer until its token (RetrieveResult's first element), its first
+    object or HEAD_LIMIT bytes: the page after it can be asked for before this one is parsed."""
+
+    def __init__(self) -> None:
+        self._parser: Any = ET.XMLPullParser(events=("start", "end"))
+        self._path: list[str] = []
+        self._read = 0
+        self.done = False
+        self.token: str | None = None
+
+    def feed(self, data: bytes) -> None:
+        step = 1024
+        for offset in range(0, len(data), step):
+            if self.done:
+                return
+            self._read += min(step, len(data) - offset)
+            try:
+                self._parser.feed(data[offset : offset + step])
+                self._events()
+            except ET.ParseError:
+                self.done = True  # the whole parse reports it
+            if self._read >= HEAD_LIMIT:
+                self.done = True
+
+    def _events(self) -> None:
+        for event, elem in self._parser.read_events():
+            if event == "start":
+                self._path.append(elem.tag)
+                if elem.tag == f"{_Q}objects":
+                    self.done = True
+            else:
+                self._path.pop()
+                if elem.tag == f"{_Q}token" and self._path[-1:] == [f"{_Q}returnval"]:
+                    self.token, self.done = elem.text or "", True
+            if self.done:
+                return
 
 
 # ------------------------------------------------------------------------------------------ conversion

@@ -31,6 +31,10 @@ API_SESSION = "/api/session"
 LEGACY_SESSION = "/rest/com/vmware/cis/session"
 VM_CLASSES = "/api/vcenter/namespace-management/virtual-machine-classes"
 NAMESPACES = "/api/vcenter/namespaces/instances"
+# The VM class memory field: the vSphere Automation API reference's CreateSpec and Info (v7.0 U2 to 8.0 U2) and
+# govmomi's CreateSpec spell it memory_MB; govmomi's Info and other Broadcom pages memory_mb. Sent as the first,
+# read back, and sent again as the second when the server did not take it (RestClient._check_memory).
+MEMORY_FIELDS = ("memory_MB", "memory_mb")
 SUPERVISOR_CLUSTERS = "/api/vcenter/namespace-management/clusters"
 
 
@@ -62,6 +66,7 @@ class RestClient:
             self.http.mount("https://", _pinned_adapter(settings.pinned_sha256))
         self.round_trips = 0
         self.session_path = API_SESSION
+        self.memory_field = MEMORY_FIELDS[0]  # the one the server took last (create_vm_class reads it back)
         self._token: str | None = None
         self._login()
 
@@ -90,10 +95,31 @@ class RestClient:
         return class_from_json(self.request("GET", f"{VM_CLASSES}/{quote(name)}") or {"id": name})
 
     def create_vm_class(self, want: ClassState) -> None:
-        self.request("POST", VM_CLASSES, class_body(want, create=True))
+        self.request("POST", VM_CLASSES, class_body(want, create=True, memory_field=self.memory_field))
+        self._check_memory(want, ())
 
     def update_vm_class(self, want: ClassState, removed_keys: Iterable[str] = ()) -> None:
-        self.request("PATCH", f"{VM_CLASSES}/{quote(want.name)}", class_body(want, removed_keys=removed_keys))
+        path = f"{VM_CLASSES}/{quote(want.name)}"
+        self.request("PATCH", path, class_body(want, removed_keys=removed_keys, memory_field=self.memory_field))
+        self._check_memory(want, removed_keys)
+
+    def _check_memory(self, want: ClassState, removed_keys: Iterable[str]) -> None:
+        """Read the class back: the API reference spells the memory `memory_MB`, govmomi's Info and some of
+        Broadcom's pages `memory_mb`, and a server may ignore the spelling it does not know. When the memory
+        read back is not what was sent, send the class again with the other spelling, and keep that one for
+        this session; a class that still reads back wrong is an error."""
+        if self.get_vm_class(want.name).memory_mb == want.memory_mb:
+            return
+        other = MEMORY_FIELDS[1 - MEMORY_FIELDS.index(self.memory_field)]
+        log.info("VM class %s: memory not taken as %s; sending %s", want.name, self.memory_field, other)
+        body = class_body(want, removed_keys=removed_keys, memory_field=other)
+        self.request("PATCH", f"{VM_CLASSES}/{quote(want.name)}", body)
+        have = self.get_vm_class(want.name).memory_mb
+        if have != want.memory_mb:
+            raise RestError(f"VM class {want.name}: memory sent as {want.memory_mb} MB reads back as {have} MB with "
+                            f"either spelling of the field ({', '.join(MEMORY_FIELDS)})", 0, "PATCH",
+                            f"{VM_CLASSES}/{want.name}")
+        self.memory_field = other
 
     def delete_vm_class(self, name: str) -> None:
         self.request("DELETE", f"{VM_CLASSES}/{quote(name)}")
@@ -184,11 +210,13 @@ class RestClient:
 # ------------------------------------------------------------------------------------------------- JSON
 
 
-def class_body(want: ClassState, *, create: bool = False, removed_keys: Iterable[str] = ()) -> dict[str, Any]:
-    """The REST create/update spec of a class: devices.vgpu_devices, and extraConfig in config_spec."""
+def class_body(want: ClassState, *, create: bool = False, removed_keys: Iterable[str] = (),
+               memory_field: str = "memory_MB") -> dict[str, Any]:
+    """The REST create/update spec of a class: devices.vgpu_devices, and extraConfig in config_spec. The memory
+    goes under `memory_field` (MEMORY_FIELDS: the sources disagree on its spelling)."""
     body: dict[str, Any] = {
         "cpu_count": want.cpus,
-        "memory_mb": want.memory_mb,  # /api spelling (the older /rest API spelled it memory_MB)
+        memory_field: want.memory_mb,
         "cpu_reservation": want.cpu_reservation,
         "memory_reservation": want.memory_reservation,
         "devices": {"vgpu_devices": [{"profile_name": p} for p in want.vgpus]},
@@ -212,7 +240,7 @@ def class_body(want: ClassState, *, create: bool = False, removed_keys: Iterable
 
 def class_from_json(d: dict[str, Any]) -> ClassState:
     devices = d.get("devices") or {}
-    memory = d.get("memory_mb", d.get("memory_MB"))  # /api spells memory_mb, the older /rest API memory_MB
+    memory = next((d[k] for k in MEMORY_FIELDS if d.get(k) is not None), None)
     return ClassState(
         name=str(d.get("id", "")),
         cpus=int(d.get("cpu_count") or 0),

@@ -13,9 +13,11 @@ from __future__ import annotations
 import hashlib
 import http.client
 import logging
+import os
 import re
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -144,9 +146,14 @@ def sha256_colon(digest_hex: str) -> str:
 
 def ssl_context(settings: ConnectionSettings) -> ssl.SSLContext:
     if settings.insecure or settings.pinned_sha256:
-        ctx = ssl.create_default_context()
+        # create_default_context's context without the system's CA store, which nothing here verifies against
+        # (a pinned thumbprint is checked on connect) and which takes tens of milliseconds to load
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
+        keylog = os.environ.get("SSLKEYLOGFILE")
+        if keylog and not sys.flags.ignore_environment:
+            ctx.keylog_filename = keylog
         return ctx
     try:
         return ssl.create_default_context(cafile=settings.ca_file)

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from vgpuctl.errors import VgpuctlError
-from vgpuctl.hosts.work import POWER_ON, WORK_FIELD, HostRecord, parse_record
+from vgpuctl.hosts.work import WORK_FIELD, WorkRecords
 
 log = logging.getLogger(__name__)
 
@@ -104,55 +104,22 @@ def vcenter_now(session: Any) -> float:
 # ------------------------------------------------------------------------------------------ work records
 
 
-class VcenterWorkStore:
-    """The StateStore interface over the hosts' `vgpuctl.work` attributes: one run's view, written through."""
+class VcenterWorkStore(WorkRecords):
+    """The work store: one run's view of the hosts' `vgpuctl.work` attributes (read with the bulk observe),
+    written through with SetField; and the hosts' leases. `fields`: the custom attributes (tests give a fake)."""
 
-    def __init__(self, session: Any, moids: dict[str, str], values: dict[str, str], run_id: str):
-        self.fields = Fields(session)
+    def __init__(
+        self, session: Any, moids: dict[str, str], values: dict[str, str], run_id: str, fields: Fields | None = None
+    ):
+        super().__init__(values, run_id)
+        self.fields = fields if fields is not None else Fields(session)
         self.moids = moids
-        self.run_id = run_id
-        self._lock = threading.Lock()
-        self._records: dict[str, HostRecord] = {}
-        for host, text in values.items():
-            rec = parse_record(host, text)
-            if rec is not None:
-                self._records[host] = rec
 
-    def get(self, host: str) -> HostRecord | None:
-        with self._lock:
-            return self._records.get(host)
+    def _write(self, host: str, text: str) -> None:
+        self.fields.set(self.moids[host], WORK_FIELD, text)
 
-    def hosts(self) -> list[str]:
-        with self._lock:
-            return sorted(self._records)
-
-    def update(self, host: str, **fields: object) -> HostRecord:
-        with self._lock:
-            rec = self._records.setdefault(host, HostRecord(host))
-            for k, v in fields.items():
-                setattr(rec, k, v)
-            return self._save(rec)
-
-    def add_vm(self, host: str, name: str, moid: str, after: str = POWER_ON) -> None:
-        with self._lock:
-            rec = self._records.setdefault(host, HostRecord(host))
-            if not any(v["moid"] == moid for v in rec.vms):
-                rec.vms.append({"name": name, "moid": moid, "after": after})
-            self._save(rec)
-
-    def drop(self, host: str) -> None:
-        with self._lock:
-            if self._records.pop(host, None) is not None:
-                self.fields.set(self.moids[host], WORK_FIELD, "")
-
-    def _save(self, rec: HostRecord) -> HostRecord:
-        rec.run = self.run_id
-        rec.updated = time.time()
-        self.fields.set(self.moids[rec.host], WORK_FIELD, json.dumps(asdict(rec), separators=(",", ":")))
-        return rec
-
-    # leases: one per host this run works on
     def lease(self, host: str) -> Lease:
+        """This run's lease on a host it works on."""
         return Lease(self.fields, host, self.moids[host], self.run_id)
 
 

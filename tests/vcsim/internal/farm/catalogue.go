@@ -28,6 +28,7 @@ const (
 // Source is one cited document of the catalogue.
 type Source struct {
 	Document string `yaml:"document" json:"document"`
+	Release  string `yaml:"release" json:"release,omitempty"` // the release whose tables the citing rows come from
 	Section  string `yaml:"section" json:"section,omitempty"`
 	URL      string `yaml:"url" json:"url,omitempty"`
 }
@@ -52,8 +53,10 @@ type MIGGeometry struct {
 
 // NVLinkInfo is a board's NVLink topology.
 type NVLinkInfo struct {
-	Topology string `yaml:"topology" json:"topology"` // bridge-pairs | bridge-quads | nvswitch | none
-	Links    int    `yaml:"links" json:"links,omitempty"`
+	Topology   string `yaml:"topology" json:"topology"`                // bridge-pairs | bridge-quads | nvswitch | none
+	BridgeGPUs []int  `yaml:"bridge_gpus" json:"bridgeGPUs,omitempty"` // GPUs one bridge set connects (2, or 2 or 4)
+	Links      int    `yaml:"links" json:"links,omitempty"`
+	Source     string `yaml:"source" json:"source,omitempty"`
 }
 
 // NVLink topologies of the catalogue.
@@ -195,7 +198,10 @@ func newModel(b *board, sources map[string]Source) (*Model, error) {
 		default:
 			return nil, fmt.Errorf("board %s: nvlink topology %q is not one of bridge-pairs, bridge-quads, nvswitch, none", m.Name, b.NVLink.Topology)
 		}
-		m.NVLinkTopology, m.NVLinkLinks = b.NVLink.Topology, b.NVLink.Links
+		if _, ok := sources[b.NVLink.Source]; b.NVLink.Source != "" && !ok {
+			return nil, fmt.Errorf("board %s: nvlink source %q is not a key of sources", m.Name, b.NVLink.Source)
+		}
+		m.NVLinkTopology, m.NVLinkLinks, m.NVLinkBridgeGPUs = b.NVLink.Topology, b.NVLink.Links, b.NVLink.BridgeGPUs
 	}
 	m.NVLinkCapable = m.NVLinkTopology != TopologyNone
 	if b.MIG != nil {

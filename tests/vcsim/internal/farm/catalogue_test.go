@@ -3,6 +3,7 @@ package farm
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -41,6 +42,35 @@ func TestLoadCatalogue(t *testing.T) {
 	}
 	if err := c.UnknownModel("V100"); !strings.Contains(err.Error(), `"V100" (known: TEST-16GB)`) {
 		t.Errorf("unknown model: %v", err)
+	}
+}
+
+// NVLink facts of the repository's catalogue: H100 PCIe and H100 NVL have 12 links (600 GB/s at 50 GB/s per
+// fourth-generation link), H100 SXM5 18; H200 NVL bridges connect 2 or 4 GPUs (H200 datasheet). H200 boards carry
+// their MIG-backed types (NVIDIA AI Enterprise 7, Tables 170 and 172) with each row's source naming its release.
+func TestRepositoryCatalogueNVLinkAndH200(t *testing.T) {
+	c := testCatalog(t)
+	for name, links := range map[string]int{"H100-80GB": 12, "H100-NVL": 12, "H100-SXM5-80GB": 18} {
+		if m, _ := c.Model(name); m == nil || m.NVLinkLinks != links {
+			t.Errorf("%s: NVLink links %+v, want %d", name, m, links)
+		}
+	}
+	nvl, _ := c.Model("H200-NVL")
+	if nvl == nil || !slices.Equal(nvl.NVLinkBridgeGPUs, []int{2, 4}) || NVLinkTopology(nvl) != NVLinkQuads {
+		t.Fatalf("H200 NVL bridges: %+v", nvl)
+	}
+	for _, name := range []string{"grid_h200-3-71c", "grid_h200x-1-18cme", "nvidia_h200-1-35c"} {
+		p, err := c.Profile(name)
+		if err != nil || !p.MIG {
+			t.Errorf("%s: %+v %v", name, p, err)
+		}
+	}
+	m, _ := c.Model("H200-SXM5")
+	if gi := m.GIProfile("3g.71gb"); gi == nil || gi.Size != 4 || !slices.Equal(gi.Starts, []int{0, 4}) || !m.MIGCapable {
+		t.Errorf("H200 SXM5 3g.71gb: %+v", gi)
+	}
+	if !strings.Contains(c.Sources["nvaie7-hopper"].Release, "NVIDIA AI Enterprise 7") {
+		t.Errorf("release of nvaie7-hopper: %q", c.Sources["nvaie7-hopper"].Release)
 	}
 }
 

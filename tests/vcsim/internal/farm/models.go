@@ -24,7 +24,9 @@ type Model struct {
 	NVLinkCapable  bool        `json:"nvlinkCapable"`
 	NVLinkTopology string      `json:"nvlinkTopology"`
 	NVLinkLinks    int         `json:"nvlinkLinks,omitempty"`
-	Types          []VGPUType  `json:"types"`
+	// GPUs one NVLink bridge set connects (catalogue bridge_gpus: [2], or [2, 4] for the H200 NVL)
+	NVLinkBridgeGPUs []int      `json:"nvlinkBridgeGPUs,omitempty"`
+	Types            []VGPUType `json:"types"`
 }
 
 // VendorID is NVIDIA's PCI vendor id.

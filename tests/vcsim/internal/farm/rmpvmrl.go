@@ -15,6 +15,9 @@ const (
 	pvmrlMinFrequencyHz  = 63
 	pvmrlMaxFrequencyHz  = 960
 	pvmrlMaxAveraging    = 60
+	// NV_REG_STR_RM_PVMRL_FREQUENCY is bits 21:12 in the driver's nvrm_registry.h (10 bits; TIMESLICE is
+	// 23:16, AVERAGE_FACTOR 31:24)
+	pvmrlFrequencyMask = 0x3ff
 )
 
 // DecodeRmPVMRL reads an RmPVMRL value the way vgpuctl does (shared vectors in
@@ -40,11 +43,11 @@ func DecodeRmPVMRL(value string) Scheduler {
 		s.TimesliceMs = min(int(n>>16&0xff), pvmrlMaxTimesliceMs)
 		return s
 	}
-	if n&0x00000f00 != 0 {
+	if n&0x00c00f00 != 0 { // bits 11:8 are no field; bits 23:22 lie outside the driver's frequency field
 		return unknown
 	}
 	s.Mode = "strict"
-	if fff := int(n >> 12 & 0xfff); fff != 0 {
+	if fff := int(n >> 12 & pvmrlFrequencyMask); fff != 0 {
 		s.FrequencyHz = min(max(fff, pvmrlMinFrequencyHz), pvmrlMaxFrequencyHz)
 	}
 	s.AveragingFactor = min(int(n>>24&0xff), pvmrlMaxAveraging)

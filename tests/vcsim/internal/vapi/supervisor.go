@@ -16,6 +16,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -43,7 +44,17 @@ type Supervisor struct {
 	Clusters   []string    `yaml:"clusters" json:"clusters"`     // names of the supervisor clusters
 	Namespaces []Namespace `yaml:"namespaces" json:"namespaces"` // seeded namespaces
 	VMClasses  []VMClass   `yaml:"vm_classes" json:"vm_classes"` // seeded VM classes (e.g. best-effort-small)
+	// MemoryField is the one spelling of a VM class's memory in create and update bodies this vCenter honours:
+	// "memory_MB" (the API reference's CreateSpec) or "memory_mb"; the other is ignored as an unknown key would
+	// be. Empty (the default): both, as govmomi's case-insensitive JSON decoding takes them.
+	MemoryField string `yaml:"memory_field" json:"memory_field"`
 }
+
+// Spellings of the VM class memory field: the API reference's CreateSpec and govmomi's Info.
+const (
+	MemoryFieldUpper = "memory_MB"
+	MemoryFieldLower = "memory_mb"
+)
 
 // Namespace seeds one supervisor namespace.
 type Namespace struct {
@@ -62,6 +73,10 @@ type VMClass struct {
 
 // Validate checks the section against the farm's cluster names.
 func (s *Supervisor) Validate(clusters []string) error {
+	if s.MemoryField != "" && s.MemoryField != MemoryFieldUpper && s.MemoryField != MemoryFieldLower {
+		return fmt.Errorf("supervisor: memory_field %q is not %s or %s", s.MemoryField, MemoryFieldUpper,
+			MemoryFieldLower)
+	}
 	known := map[string]bool{}
 	for _, c := range clusters {
 		known[c] = true
@@ -106,8 +121,9 @@ type namespaceInfo struct {
 
 // Handler serves the supervisor routes and arms REST faults; upstream is govmomi's vAPI handler.
 type Handler struct {
-	upstream http.Handler
-	clusters map[string]string // moid -> name, supervisor clusters only
+	upstream    http.Handler
+	clusters    map[string]string // moid -> name, supervisor clusters only
+	memoryField string            // Supervisor.MemoryField
 
 	mu         sync.Mutex
 	namespaces map[string]*namespaceInfo
@@ -118,6 +134,10 @@ type Handler struct {
 func New(upstream http.Handler, clusters map[string]string) *Handler {
 	return &Handler{upstream: upstream, clusters: clusters, namespaces: map[string]*namespaceInfo{}}
 }
+
+// HonourMemoryField makes VM class create and update bodies count only this spelling of the memory field
+// (Supervisor.MemoryField); "" takes both.
+func (h *Handler) HonourMemoryField(field string) { h.memoryField = field }
 
 // Routes are the patterns to register on the server's outer mux (more specific than upstream's /api/).
 func (h *Handler) Routes() map[string]http.HandlerFunc {
@@ -215,7 +235,37 @@ func (h *Handler) serveManagement(w http.ResponseWriter, r *http.Request) {
 		h.authorized(h.serveClusters)(w, r)
 		return
 	}
+	if h.memoryField != "" && strings.HasPrefix(r.URL.Path, VMClassesPath) &&
+		(r.Method == http.MethodPost || r.Method == http.MethodPatch) {
+		if err := h.dropOtherMemorySpelling(r); err != nil {
+			writeError(w, http.StatusBadRequest, errInvalid, "%v", err)
+			return
+		}
+	}
 	h.upstream.ServeHTTP(w, r)
+}
+
+// dropOtherMemorySpelling removes the memory field spelled otherwise than memoryField from a VM class body
+// before govmomi (which matches JSON keys case-insensitively) reads it: what a server that knows one spelling
+// does with the other.
+func (h *Handler) dropOtherMemorySpelling(r *http.Request) error {
+	var body map[string]json.RawMessage
+	raw := new(bytes.Buffer)
+	if _, err := raw.ReadFrom(r.Body); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw.Bytes(), &body); err != nil {
+		return fmt.Errorf("VM class body: %v", err)
+	}
+	for key := range body {
+		if strings.EqualFold(key, MemoryFieldUpper) && key != h.memoryField {
+			delete(body, key)
+		}
+	}
+	next, _ := json.Marshal(body)
+	r.Body = io.NopCloser(bytes.NewReader(next))
+	r.ContentLength = int64(len(next))
+	return nil
 }
 
 func (h *Handler) serveClusters(w http.ResponseWriter, r *http.Request) {

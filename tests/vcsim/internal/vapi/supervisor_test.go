@@ -130,3 +130,30 @@ func TestFaults(t *testing.T) {
 		t.Fatalf("a 200 fault was accepted: %d", bad.Code)
 	}
 }
+
+// A gpusim told to honour one spelling of the VM class memory field passes only that one on to govmomi
+// (whose JSON decoding takes both); left unset it passes both.
+func TestVMClassMemoryFieldSpellings(t *testing.T) {
+	for _, tc := range []struct{ honour, want string }{
+		{"", `{"memory_MB":1,"memory_mb":2}`},
+		{MemoryFieldUpper, `{"memory_MB":1}`},
+		{MemoryFieldLower, `{"memory_mb":2}`},
+	} {
+		var got string
+		upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var body map[string]json.RawMessage
+			_ = json.NewDecoder(r.Body).Decode(&body)
+			out, _ := json.Marshal(body)
+			got = string(out)
+		})
+		h := New(upstream, nil)
+		h.HonourMemoryField(tc.honour)
+		serve(h, http.MethodPost, VMClassesPath, "t", `{"memory_MB": 1, "memory_mb": 2}`)
+		if got != tc.want {
+			t.Errorf("honour %q: upstream got %s, want %s", tc.honour, got, tc.want)
+		}
+	}
+	if err := (&Supervisor{MemoryField: "memoryMB"}).Validate(nil); err == nil || !strings.Contains(err.Error(), "memory_field") {
+		t.Errorf("Validate() = %v", err)
+	}
+}

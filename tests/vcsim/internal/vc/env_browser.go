@@ -81,9 +81,11 @@ func (b *gpuEnvBrowser) QueryConfigTarget(ctx *simulator.Context, req *types.Que
 	return res
 }
 
-// DeviceGroupName names an NVLink device group of n GPUs with a whole-GPU profile.
+// DeviceGroupName names an NVLink device group of n GPUs with a whole-GPU profile, spelled as vCenter does
+// ("Nvidia:2@nvidia_h100l-94c%NVLink": the BOSH vSphere CPI's device group code and its tests; VMware's
+// device-group blog posts show "Nvidia:2@grid_a100d-80c%NVLink").
 func DeviceGroupName(n int, profile string) string {
-	return fmt.Sprintf("NVIDIA:%d@%s%%NVLink", n, profile)
+	return fmt.Sprintf("Nvidia:%d@%s%%NVLink", n, profile)
 }
 
 // deviceGroups lists NVLink device groups: per NVLink set with NVLink up, in time-sliced mode, one

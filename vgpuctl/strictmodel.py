@@ -1,5 +1,6 @@
-"""The base of every inventory model: unknown keys refused, no coercion, finite numbers (`StrictModel`), and
-`Lax`, a domain StrEnum given as its string in YAML."""
+"""The base of the inventory's schema models (vgpuctl.inventory and the host settings' parts in
+vgpuctl.hosts.settings): unknown keys are errors and values are not coerced from other types, except a domain
+StrEnum given as its string in YAML (`Lax`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 _T = typing.TypeVar("_T")
 Lax = typing.Annotated[_T, Field(strict=False)]  # a domain StrEnum given as its string in YAML
+KeyPath = tuple[str | int, ...]  # a key path in an inventory entry: ("gpus", 0, "mode")
 
 
 class StrictModel(BaseModel):

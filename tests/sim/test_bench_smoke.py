@@ -1,0 +1,71 @@
+"""The benchmarks in bench/ still run: each one's --smoke case (a tiny farm, one repeat) exits 0 and prints its
+figures. Never a time limit: the figures are only checked to be there (and plan's round trips to stay few)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.sim
+
+REPO = Path(__file__).resolve().parents[2]
+NUMBER = r"\d+(?:\.\d+)?"
+
+
+def run_bench(script: str, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_"))}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), "--smoke", *args],
+        cwd=REPO, env=env, capture_output=True, text=True, check=False,
+    )
+    assert done.returncode == 0, f"{script} failed ({done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
+    return done.stdout
+
+
+def test_plan_bench_runs_and_keeps_round_trips_few() -> None:
+    out = run_bench("plan_bench.py", "--profile")
+    library = re.search(rf"vgpuctl plan \(library\): {NUMBER} s, (\d+) round trips, 10 VM changes, 0 errors", out)
+    cli = re.search(rf"vgpuctl plan \(CLI process, end to end\): {NUMBER} s, (\d+) round trips", out)
+    assert library and cli, out
+    assert int(library.group(1)) <= 10 and int(cli.group(1)) <= 10
+    assert int(library.group(1)) == int(cli.group(1))  # the command reads the farm as the library does
+    assert re.search(rf"naive pyVmomi loop: +{NUMBER} s, \d+ round trips, 11 VMs read", out), out
+    assert re.search(rf"bulk host \+ VM read alone \(no parsing\): {NUMBER} s, {NUMBER} MB in 1 pages", out), out
+    assert re.search(rf"vgpuctl plan / floor: {NUMBER}x", out), out
+    steps = ("unread devices cut out", "ElementTree parse", "conversion to objects", "model building",
+             "load \\+ validate", "make_plan")
+    for step in steps:
+        assert re.search(rf"  {step} +{NUMBER} s", out), out
+    assert "ncalls  tottime" in out  # the cProfile table
+
+
+def test_apply_bench_runs() -> None:
+    out = run_bench("apply_bench.py")
+    assert re.search(rf"vgpuctl apply: +{NUMBER} s for 4 VMs x 1 vGPUs \(4 changed, 0 failed, \d+ round trips", out)
+    assert "verified 4/4" in out, out
+
+
+def test_capacity_bench_runs() -> None:
+    out = run_bench("capacity_bench.py")
+    row = re.search(rf"^4x4 inference +(\d+) +(\d+) +(\d+) +{NUMBER}", out, re.MULTILINE)
+    assert row, out
+    vms, greedy, solver = (int(g) for g in row.groups())
+    assert 0 < greedy <= vms and 0 < solver <= vms  # placed by each, out of the demand
+
+
+def test_capacity_bench_command_runs() -> None:
+    out = run_bench("capacity_bench.py", "--cli")
+    for variant in ("--time-limit 1.0", "--greedy"):
+        assert re.search(rf"vgpuctl capacity {variant}: {NUMBER} s in all .*, \d+ VMs placed", out), out
+
+
+def test_sim_scale_runs() -> None:
+    out = run_bench("sim_scale.py")
+    assert re.search(rf"start-up \(spawn to env line\): median {NUMBER}s", out), out
+    assert re.search(rf"RetrievePropertiesEx config.hardware.device over 11 VMs: median {NUMBER}s", out), out

@@ -1,0 +1,140 @@
+"""The live display of an apply on stderr: what each host and VM is doing, and a line for each that finished.
+
+On a terminal: a live view (the hosts and VMs in flight with their step and task percentage, as many as the
+terminal has rows, and a counter of finished hosts and VMs, counted apart) under the lines of the ones that
+finished, each printed exactly once; a finished VM's row leaves the view with its line. Off a terminal (CI
+logs, pipes): a timestamped line per step change and at most one heartbeat per 30 s of a long wait.
+VMs an interrupted apply never started get no line of their own: the summary counts and names them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from vgpuctl.domain import Outcome
+from vgpuctl.progress import RUNNING, LiveOnTerminal, StepLog
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+VM_FINAL = frozenset({"done", "failed", "skipped", "not-started", "interrupted"})
+HOST_FINAL = frozenset(str(o) for o in Outcome)
+QUIET_FINAL = frozenset({"not-started"})  # VMs: counted in the summary, no line each
+ROWS_KEPT = 3  # terminal rows the view leaves free: the counter, the "more in flight" row, the cursor
+
+
+@dataclass
+class Row:
+    label: str  # "vm-0001" or "host esx-01"
+    step: str
+    percent: int | None = None
+    detail: str | None = None
+
+
+def words(step: str) -> str:
+    """A step or outcome as people read it: `not-started` -> `not started`."""
+    return "not started" if step == str(Outcome.NOT_STARTED) else step
+
+
+class ApplyDisplay(LiveOnTerminal):
+    """A `Progress` for the whole apply (vgpuctl.progress): host steps, VM steps, the VMs planned."""
+
+    refresh_per_second = 8
+
+    def __init__(self, console: Console, vms: Sequence[str], hosts: Sequence[str] = ()):
+        self.console = console
+        self.vm_total = len(vms)
+        self.host_total = len(hosts)
+        self.rows: dict[str, Row] = {}  # in flight, by label
+        self.finished: dict[str, str] = {}  # label -> its final step
+        self.vms_done = 0
+        self.hosts_done = 0
+        self.log = StepLog(self.print_line)
+        self.host_work: dict[str, str] = {}  # host -> its step in flight, for the line of a second Ctrl-C
+
+    def note(self, message: str) -> None:
+        self.print_line(message)
+
+    # ------------------------------------------------------------------------------------- Progress
+
+    def vms_planned(self, vms: Sequence[str]) -> None:
+        with self.out_lock:
+            self.vm_total = len(vms)
+
+    def vm_step(self, vm: str, step: str, percent: int | float | None = None) -> None:
+        pct = None if percent is None else int(percent)
+        self._update(vm, step, pct, None, final=step in VM_FINAL, is_host=False)
+
+    def host_step(self, host: str, step: str, detail: str | None) -> None:
+        self._running(host, step, detail)
+        self._update(f"host {host}", step, None, detail, final=step in HOST_FINAL, is_host=True)
+
+    # ------------------------------------------------------------------------------------- state
+
+    def _update(self, label: str, step: str, pct: int | None, detail: str | None, *, final: bool,
+                is_host: bool) -> None:
+        with self.out_lock:
+            if label in self.finished:
+                return  # a late report (a task's last percentage) after it finished
+            previous = self.rows.get(label)
+            if final:
+                self.rows.pop(label, None)
+                self.finished[label] = step
+                if is_host:
+                    self.hosts_done += 1
+                else:
+                    self.vms_done += 1
+            else:
+                self.rows[label] = Row(label, step, pct, detail)
+            changed = previous is None or previous.step != step or (is_host and previous.detail != detail)
+            self._write(label, step, pct, detail, final=final, changed=changed)
+
+    def _write(self, label: str, step: str, pct: int | None, detail: str | None, *, final: bool,
+               changed: bool) -> None:
+        if final and step in QUIET_FINAL and not label.startswith("host "):
+            return
+        if self.live is None:  # a percentage only while vCenter reports one between start and end
+            shown = detail if detail else f"{pct}%" if pct is not None and 0 < pct < 100 and not final else None
+            self.log.step(label, words(step), shown)
+        elif final:
+            self.print_line(f"{label}: {words(step)}" + (f" ({detail})" if detail else ""))
+
+    def _running(self, host: str, step: str, detail: str | None) -> None:
+        """A host's step in flight, for the line of a second Ctrl-C (its vCenter task may go on without us)."""
+        with self.out_lock:
+            previous = self.host_work.pop(host, None)
+            label = f"{step} host {host}" + (f" ({detail})" if detail and step != "wait-reconnect" else "")
+            if step not in HOST_FINAL:
+                self.host_work[host] = label
+        if previous is not None:
+            RUNNING.discard(previous)
+        if step not in HOST_FINAL:
+            RUNNING.add(label)
+
+    # ------------------------------------------------------------------------------------- the view
+
+    def counter(self) -> str:
+        vms = f"{self.vms_done}/{self.vm_total} VMs finished"
+        return f"{self.hosts_done}/{self.host_total} hosts, {vms}" if self.host_total else vms
+
+    def __rich__(self) -> Any:
+        from rich.progress_bar import ProgressBar
+        from rich.table import Table
+
+        table = Table.grid(padding=(0, 2))
+        for _ in range(4):
+            table.add_column(no_wrap=True, overflow="ellipsis")
+        with self.out_lock:
+            active = list(self.rows.values())
+            room = max(1, self.console.size.height - ROWS_KEPT)
+            shown = active if len(active) <= room else active[: room - 1]
+            for row in shown:
+                bar = ProgressBar(total=100, completed=row.percent or 0, width=20) if row.percent is not None else ""
+                after = f"{row.percent}%" if row.percent is not None else (row.detail or "")
+                table.add_row(row.label, row.step, bar, after)
+            if len(shown) < len(active):
+                table.add_row(f"... and {len(active) - len(shown)} more in flight", "", "", "")
+            table.add_row(self.counter(), "", "", "")
+        return table

@@ -1,0 +1,36 @@
+"""`paused_gc`: no cyclic garbage collection while bulk data is built.
+
+Reading an inventory of 1,000 VMs or a bulk read of a farm creates hundreds of thousands of objects, none in a
+reference cycle that outlives its step; the collector, started again and again by that many allocations,
+scanned them each time (over half the time of loading an inventory, about half of parsing a bulk read).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_lock = threading.Lock()
+_pauses = 0
+_was_enabled = False
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """The cyclic collector off for the block. Nested and concurrent pauses end with the last one, which restores
+    the collector as it was before the first."""
+    global _pauses, _was_enabled
+    with _lock:
+        if _pauses == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _pauses -= 1
+            if _pauses == 0 and _was_enabled:
+                gc.enable()

@@ -1,0 +1,206 @@
+"""What host changes do to the VMs on the host, and where unfinished work is taken up again: the orchestration
+around the settings (vgpuctl.hosts.settings), pure.
+
+A host that enters maintenance mode is emptied first: each running VM gets an evacuation change whose new
+value is an EvacuationAction (restore after, hand over to its own VM change, or migrate to a named host);
+apply reads that action, never text. A host an unfinished apply left (its work record) gets a resume change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from vgpuctl.domain import (
+    ChangeKind,
+    ConnectionState,
+    Evacuate,
+    EvacuationKind,
+    HostPowerState,
+    Phase,
+    Power,
+    PowerState,
+)
+from vgpuctl.hosts.predict import predict_host
+from vgpuctl.hosts.settings import setting_of
+from vgpuctl.hosts.settings.base import HostPlan, names
+from vgpuctl.hosts.work import WORK_FIELD, describe_record, parse_record
+from vgpuctl.model import HOST_TARGET, EvacuationAction, HostChange, Observed, ObservedHost, ObservedVm
+
+if TYPE_CHECKING:
+    from vgpuctl.inventory import HostSpec, VmSpec
+    from vgpuctl.vms.farm import FarmState
+
+HOT_MIGRATE_OPTION = "vgpu.hotmigrate.enabled"  # vCenter advanced setting: vMotion of running vGPU VMs
+
+
+def needs_maintenance(changes: Sequence[HostChange]) -> bool:
+    return any(c.disruptive for c in changes)
+
+
+def needs_reboot(changes: Sequence[HostChange]) -> bool:
+    return any(c.needs_reboot for c in changes)
+
+
+def setting_changes(changes: Iterable[HostChange]) -> list[HostChange]:
+    """The changes of host settings (what apply writes): evacuations and resumptions left out."""
+    return [c for c in changes if setting_of(c.kind) is not None]
+
+
+class Migration:
+    """Where running VMs of a host entering maintenance can go: another connected host of its cluster that is
+    not changed by the same plan and, for vGPU VMs (when vCenter allows their vMotion), offers their profiles
+    and has room for them (placement, VM after VM)."""
+
+    def __init__(self, observed: Observed, changing: set[str], vgpu_migration: bool):
+        self.observed, self.changing, self.vgpu_migration = observed, changing, vgpu_migration
+        self._state: FarmState | None = None
+
+    def target(self, vm: ObservedVm, host: ObservedHost) -> tuple[str | None, str]:
+        """(destination, "") or (None, why not)."""
+        from vgpuctl.vms.farm import Request, farm_from_observed, place_farm
+
+        cluster = host.cluster or ""
+        others = [
+            h
+            for h in self.observed.clusters.get(cluster, [])
+            if h != host.name and h not in self.changing and usable_host(self.observed.hosts.get(h))
+        ]
+        if not others:
+            return None, f"no other usable host in cluster {cluster or '(none)'} that this plan leaves unchanged"
+        profiles = [d.profile for d in vm.vgpus]
+        if not profiles:
+            return min(others, key=lambda h: (sum(1 for v in vms_on(self.observed, h) if running(v)), h)), ""
+        if not self.vgpu_migration:
+            return None, f"vCenter does not allow vMotion of running vGPU VMs ({HOT_MIGRATE_OPTION} is not true)"
+        offering = [h for h in others if set(profiles) <= set(self.observed.hosts[h].offered_profiles)]
+        if not offering:
+            return None, f"no other host of cluster {cluster} offers {', '.join(sorted(set(profiles)))}"
+        if self._state is None:
+            self._state = farm_from_observed(self.observed)
+        grouped = any(d.device_group_key is not None for d in vm.vgpus)
+        placed = place_farm(self._state, [Request(vm.name, profiles, offering, grouped)])[vm.name]
+        return (placed.host, "") if placed.ok else (None, f"no room on {', '.join(offering)}: {placed.reason}")
+
+
+def usable_host(host: ObservedHost | None) -> bool:
+    """Connected, powered on and not in maintenance mode."""
+    return (
+        host is not None
+        and host.connection_state == ConnectionState.CONNECTED
+        and not host.in_maintenance
+        and host.power_state == HostPowerState.ON
+    )
+
+
+def vms_on(observed: Observed, host: str) -> list[ObservedVm]:
+    """The VMs (not templates) registered on the host, by name."""
+    return sorted((v for v in observed.vms.values() if v.host == host and not v.is_template), key=lambda v: v.name)
+
+
+def running(vm: ObservedVm) -> bool:
+    return vm.power_state in (PowerState.ON, PowerState.SUSPENDED)
+
+
+def plan_evacuation(
+    spec: HostSpec,
+    host: ObservedHost,
+    observed: Observed,
+    changes: Sequence[HostChange],
+    listed: dict[str, VmSpec],
+    migration: Migration | None = None,
+) -> HostPlan:
+    """What happens to the host's VMs when it enters maintenance mode for `changes`.
+
+    A running VM whose vGPUs (after its own inventory change, if listed) the host offers after the change is
+    evacuated: handed to its VM change when that re-profiles it, else powered off and on again with
+    `evacuate: power-off` (with `refuse`, apply stops before maintenance and lists it), moved to another host
+    with `evacuate: migrate` (powered off instead only when its inventory entry lets vgpuctl power it). A
+    running VM whose vGPUs the host will not offer is an error naming the profiles it would offer; a
+    powered-off one a warning.
+    """
+    result = HostPlan()
+    if not needs_maintenance(changes) or host.in_maintenance:
+        return result
+    owners = [(c, setting_of(c.kind)) for c in changes]
+    mode_change = any(s is not None and c.kind in s.offer_kinds for c, s in owners)
+    after = predict_host(host, changes) if mode_change else host
+    offered = set(after.offered_profiles)
+    groups_end = any(s is not None and s.ends_nvlink_groups(c) for c, s in owners)
+    for vm in vms_on(observed, host.name):
+        entry = listed.get(vm.name)
+        now = [d.profile for d in vm.vgpus]
+        wanted = [str(p) for p in entry.vgpu_profiles] if entry is not None and entry.manages_vgpus else now
+        problem = _cannot_run(vm, entry, wanted, offered, groups_end and sorted(wanted) == sorted(now))
+        if problem and (mode_change or groups_end):
+            where = f"host {host.name}: VM {vm.name}"
+            if running(vm):
+                result.errors.append(
+                    f"{where} {problem} after the change (offered then: {names(offered)}): "
+                    "list it in the inventory with an offered profile, or power it off first"
+                )
+                continue
+            result.warnings.append(f"{where} (powered off) {problem} after the change: it cannot power on there")
+        if not running(vm):
+            continue
+        if entry is not None and sorted(wanted) != sorted(now):
+            result.changes.append(_evacuate_change(host, vm, EvacuationAction(EvacuationKind.HAND_OVER)))
+        elif spec.maintenance.evacuate == Evacuate.POWER_OFF:
+            result.changes.append(_evacuate_change(host, vm, EvacuationAction(EvacuationKind.RESTORE_AFTER)))
+        elif spec.maintenance.evacuate == Evacuate.MIGRATE:
+            result.extend(_plan_migration(host, vm, entry, migration or Migration(observed, {host.name}, False)))
+    return result
+
+
+def _plan_migration(host: ObservedHost, vm: ObservedVm, entry: VmSpec | None, migration: Migration) -> HostPlan:
+    result = HostPlan()
+    dest, why = migration.target(vm, host)
+    if dest is not None:
+        result.changes.append(_evacuate_change(host, vm, EvacuationAction(EvacuationKind.MIGRATE, dest)))
+    elif entry is not None and entry.power != Power.KEEP:
+        result.changes.append(_evacuate_change(host, vm, EvacuationAction(EvacuationKind.RESTORE_AFTER)))
+        result.warnings.append(
+            f"host {host.name}: VM {vm.name} cannot migrate ({why}): powered off and on again "
+            f"instead (its inventory entry has power: {entry.power})"
+        )
+    else:
+        result.errors.append(
+            f"host {host.name}: VM {vm.name} cannot migrate ({why}); list it in the inventory with power: restart "
+            "to allow powering it off instead, or move or stop it first"
+        )
+    return result
+
+
+def _cannot_run(
+    vm: ObservedVm, entry: VmSpec | None, wanted: list[str], offered: set[str], loses_group: bool
+) -> str | None:
+    """Why the VM could not power on on the changed host (None when it can)."""
+    missing = sorted(set(wanted) - offered)
+    if missing:
+        asks = "the inventory asks for" if entry is not None and entry.manages_vgpus else "uses"
+        return f"{asks} {', '.join(missing)}, which the host will not offer"
+    if loses_group and any(d.device_group_key is not None for d in vm.vgpus):
+        return "uses an NVLink device group, which the host will not offer with NVLink disabled"
+    return None
+
+
+def _evacuate_change(host: ObservedHost, vm: ObservedVm, action: EvacuationAction) -> HostChange:
+    profiles = ", ".join(d.profile for d in vm.vgpus)
+    old = f"{vm.power_state} ({profiles})" if profiles else str(vm.power_state)
+    return HostChange(host.name, ChangeKind.EVACUATE, vm.name, old, action, Phase.MAINTENANCE)
+
+
+def evacuations(changes: Iterable[HostChange]) -> dict[str, EvacuationAction]:
+    """VM name -> what its planned evacuation does."""
+    return {c.target: c.new for c in changes if c.kind == ChangeKind.EVACUATE and isinstance(c.new, EvacuationAction)}
+
+
+def resume_change(host: ObservedHost) -> HostChange:
+    """Finish what an unfinished apply left on the host (its work record says what)."""
+    record = parse_record(host.name, host.custom_values.get(WORK_FIELD, ""))
+    if record is not None:
+        old = describe_record(record)
+    else:
+        old = "in maintenance (left by an unfinished apply)" if host.in_maintenance else "VMs to power on again"
+    done = "done: out of maintenance, VMs powered on"
+    return HostChange(host.name, ChangeKind.RESUME, HOST_TARGET, old, done, Phase.ONLINE)

@@ -1,0 +1,123 @@
+"""NVLink between the host's GPUs: enabled (the driver's default) or disabled.
+
+Inventory: `nvlink: enabled|disabled`. Host: the nvidia module option `NVreg_NvLinkDisable=1`
+(vgpuctl.esxi.modopts), read and written with the module options (QueryConfiguredModuleOptionString /
+UpdateModuleOptionString); it takes effect when the module loads again, so a change reboots the host in
+maintenance mode. After it, nvidia-smi shows the links up (enabled) or down (disabled). docs/host-changes.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from vgpuctl.domain import ChangeKind, NvlinkState, Phase
+from vgpuctl.esxi import modopts
+from vgpuctl.hosts.facts import HostFacts
+from vgpuctl.hosts.settings.base import (
+    MODULE_OPTIONS_STEP,
+    ApplyStep,
+    Exported,
+    HostPlan,
+    HostWriter,
+    ModuleOptions,
+    Observes,
+    PlanInput,
+    SettingState,
+    host_change,
+)
+from vgpuctl.model import HostChange, ObservedHost
+from vgpuctl.profiles import BOARDS, board_for_device
+from vgpuctl.strictmodel import KeyPath, Lax
+
+if TYPE_CHECKING:
+    from vgpuctl.inventory import HostSpec
+
+UNKNOWN = "unknown"  # its state when the host could not say
+
+
+class Nvlink:
+    key = "nvlink"
+    schema: Any = Lax[NvlinkState] | None
+    default: Any = None
+    kinds = (ChangeKind.NVLINK,)
+    offer_kinds = frozenset(kinds)
+    observes = Observes(
+        host_fields=("module_options",),
+        facts=("options_configured", "options_effective", "declared_params"),
+        gpu_facts=("nvlink_links", "nvlink_active"),
+    )
+    drift_fields = ("module_options",)
+
+    def is_set(self, spec: HostSpec) -> bool:
+        return spec.nvlink is not None
+
+    def problems(self, spec: HostSpec) -> list[tuple[KeyPath, str]]:
+        return []
+
+    def plan(self, inp: PlanInput) -> HostPlan:
+        result = HostPlan()
+        want = inp.spec.nvlink
+        if want is None:
+            return result
+        options = inp.options
+        now, next_boot = modopts.nvlink_of(options.effective), modopts.nvlink_of(options.configured)
+        if want not in (now, next_boot) or now != next_boot:
+            old = str(now) if now == next_boot else f"{now} ({next_boot} after reboot)"
+            result.changes.append(host_change(inp, ChangeKind.NVLINK, old, want, Phase.REBOOT))
+        return result
+
+    def predict(self, host: ObservedHost, changes: Sequence[HostChange]) -> None:
+        pass  # what vSphere shows of the GPUs stays; ends_nvlink_groups says what VMs lose
+
+    def step(self, kind: ChangeKind) -> ApplyStep:
+        return MODULE_OPTIONS_STEP
+
+    def needs_shell(self, kind: ChangeKind) -> bool:
+        return True  # the module's declared parameters and the links are read there
+
+    def param_written(self, change: HostChange) -> str | None:
+        return modopts.NVLINK_DISABLE if change.new == NvlinkState.DISABLED else None
+
+    def ends_nvlink_groups(self, change: HostChange) -> bool:
+        return change.new == NvlinkState.DISABLED
+
+    def apply(self, step: ApplyStep, changes: Sequence[HostChange], writer: HostWriter) -> None:
+        for c in changes:
+            writer.option_edits.append(partial(modopts.set_nvlink, state=NvlinkState(str(c.new))))
+
+    def verify(self, inp: PlanInput) -> list[str]:
+        """Every link up (enabled) or none (disabled), as nvidia-smi shows them."""
+        want, facts = inp.spec.nvlink, inp.facts
+        if want is None or facts is None or not facts.shell:
+            return []
+        problems = []
+        for pci, g in sorted(facts.gpus.items()):
+            if g.nvlink_links == 0:
+                continue
+            if want == NvlinkState.ENABLED and g.nvlink_active < g.nvlink_links:
+                problems.append(f"nvlink {pci}: {g.nvlink_active} of {g.nvlink_links} links up, expected all")
+            if want == NvlinkState.DISABLED and g.nvlink_active > 0:
+                problems.append(f"nvlink {pci}: {g.nvlink_active} of {g.nvlink_links} links up, expected none")
+        return problems
+
+    def explain(self, key: str, host: ObservedHost) -> str | None:
+        return str(modopts.nvlink_of(host.module_options))
+
+    def export(self, host: ObservedHost, facts: HostFacts | None) -> Exported:
+        """Written for hosts whose GPUs have NVLink (the configured value)."""
+        boards = [board_for_device(g.device_name) for g in host.gpus]
+        if not any(b in BOARDS and BOARDS[b or ""].nvlink_capable for b in boards):
+            return Exported()
+        return Exported({self.key: str(modopts.nvlink_of(ModuleOptions.of(host, facts).configured))})
+
+    def status(self, host: ObservedHost, facts: HostFacts | None) -> list[SettingState]:
+        options = ModuleOptions.of(host, facts)
+        if options.unread and facts is not None and facts.warnings:
+            return [SettingState(self.key, UNKNOWN)]
+        now, then = str(modopts.nvlink_of(options.effective)), str(modopts.nvlink_of(options.configured))
+        return [SettingState(self.key, now, then if then != now else None)]
+
+
+SETTING = Nvlink()

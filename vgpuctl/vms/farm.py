@@ -1,0 +1,107 @@
+"""Placement across a farm: the hosts' GPUs as observe read them (`farm_from_observed`) and VMs placed on them one
+after the other in power-on order (`place_farm`), each by the one-VM rules of vgpuctl.vms.placement."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from vgpuctl.domain import AssignmentPolicy
+from vgpuctl.vms.nicplace import NicLedger, NicNeed, commit, fit_on, ledgers_from_observed
+from vgpuctl.vms.placement import Gpu, Placement, add_vgpu, gpus_from_observed, place_vm, remove_vgpu
+
+
+@dataclass
+class Request:
+    """One VM to place: `hosts` are candidate hosts in preference order (one for an existing VM)."""
+
+    vm: str
+    profiles: list[str]
+    hosts: list[str]
+    nvlink: bool = False
+    cluster: str | None = None
+    nics: tuple[NicNeed, ...] = ()  # SR-IOV and passthrough adapters it holds while it runs
+
+
+@dataclass
+class FarmState:
+    gpus: dict[str, list[Gpu]]  # host -> GPUs
+    policy: dict[str, str]  # host -> assignment policy
+    nics: dict[str, NicLedger] = field(default_factory=dict)  # host -> free VFs and passthrough NICs
+
+
+def farm_from_observed(observed, release: Iterable[str] = ()) -> FarmState:
+    """GPU state of every host with the vGPUs of running VMs, minus the VMs in `release` (to be powered
+    off or reconfigured)."""
+    released = set(release)
+    profiles = {
+        name: [d.profile for d in vm.vgpus] for name, vm in observed.vms.items() if not vm.is_template
+    }
+    order = {vm: i for i, vm in enumerate(released)}  # released VMs leave each GPU in this one order
+    gpus: dict[str, list[Gpu]] = {}
+    policy: dict[str, str] = {}
+    for name in sorted(observed.hosts):
+        host = observed.hosts[name]
+        host_gpus = gpus_from_observed(host, profiles)
+        for g in host_gpus:
+            og_vms = _vms_on(host, g.id)
+            for vm in sorted({vm for vm in og_vms if vm in order}, key=order.__getitem__):
+                for _ in range(og_vms.count(vm)):
+                    _release_one(g, profiles.get(vm, []))
+        gpus[name] = host_gpus
+        policy[name] = host.assignment_policy
+    return FarmState(gpus, policy, ledgers_from_observed(observed, released))
+
+
+def _vms_on(host, gpu_id: str) -> list[str]:
+    return next((list(g.vms) for g in host.gpus if g.pci_id == gpu_id), [])
+
+
+def _release_one(gpu: Gpu, vm_profiles: Sequence[str]) -> None:
+    for p in vm_profiles:
+        if p in gpu.vgpus:
+            remove_vgpu(gpu, p)
+            return
+
+
+def place_farm(state: FarmState, requests: Sequence[Request]) -> dict[str, Placement]:
+    """Place VMs in the given order, committing each success to `state` (mutated). A request with
+    several candidate hosts takes the first host where it fits."""
+    results: dict[str, Placement] = {}
+    for req in requests:
+        failures: list[Placement] = []
+        chosen: Placement | None = None
+        for host in req.hosts:
+            host_gpus = state.gpus.get(host)
+            assigned, why = fit_on(state.nics, host, req.nics)  # SR-IOV VFs and passthrough NICs first
+            if host_gpus is None or why is not None:
+                failures.append(Placement(req.vm, host, reason="is not a known host" if host_gpus is None else why))
+                continue
+            res = place_vm(host_gpus, req.vm, req.profiles, state.policy.get(host, AssignmentPolicy.PERFORMANCE),
+                           nvlink=req.nvlink, host=host)
+            res.nics = assigned
+            if res.ok:
+                chosen = res
+                break
+            failures.append(res)
+        if chosen is None:
+            results[req.vm] = _farm_failure(req, failures)
+            continue
+        by_id = {g.id: g for g in state.gpus[chosen.host or ""]}
+        for pl in chosen.placed:
+            add_vgpu(by_id[pl.gpu], pl.profile)
+        commit(state.nics, chosen.host or "", req.nics, chosen.nics)
+        results[req.vm] = chosen
+    return results
+
+
+def _farm_failure(req: Request, failures: list[Placement]) -> Placement:
+    if len(failures) == 1:
+        f = failures[0]
+        return Placement(req.vm, f.host, fitted=f.fitted, reason=f"host {f.host} {f.reason}")
+    if not failures:
+        return Placement(req.vm, None, reason="no candidate host")
+    scope = f"cluster {req.cluster}" if req.cluster else "the candidate hosts"
+    detail = "; ".join(f"{f.host}: {f.reason}" for f in failures)
+    best = max(f.fitted for f in failures)
+    return Placement(req.vm, None, fitted=best, reason=f"no host of {scope} has GPU capacity ({detail})")
