@@ -228,6 +228,8 @@ def test_the_lean_reader_sees_networks_nics_and_adapters_as_pyvmomi_does(sim: An
     assert [(n["pci_id"], n["vmnic"], n["numa_node"], n["num_vf"], n["passthru_enabled"]) for n in cx7] == [
         ("0000:18:00.0", "vmnic4", 0, 1, False), ("0000:d8:00.0", "vmnic5", 1, 0, True)]
     assert [g["numa_node"] for g in host["gpus"]] == [0, 0, 1, 1]
+    assert all(g["pci_root"] for g in host["gpus"]) and [n["pci_root"] for n in cx7] == ["0000:3a:00.0",
+                                                                                         "0000:5d:00.0"]
     kinds = [(n["kind"], n["network"], n["protocol"], n["device"]) for n in lean["vms"]["rdma-01"]["nics"]]
     assert kinds == [("vmxnet3", "mgmt", None, None), ("pvrdma", "roce-fabric", "rocev1", None),
                      ("passthrough", "", None, "0000:d8:00.0")]

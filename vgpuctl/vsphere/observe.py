@@ -54,7 +54,7 @@ HOST_PROPS = [
     "config.graphicsInfo",
     "config.graphicsConfig",
     "config.sharedPassthruGpuTypes",
-    "hardware.pciDevice",  # the lean reader keeps only the GPUs config.graphicsInfo names and the NICs (rawread)
+    "hardware.pciDevice",  # the lean reader keeps the GPUs graphicsInfo names, the NICs and bridges (rawread)
     "configManager.graphicsManager",
     "customValue",  # vgpuctl's unfinished host work and run leases (vgpuctl.vsphere.workrecord)
     "availableField",
@@ -65,7 +65,7 @@ VM_PROPS = [
     "name",
     "parent",
     "config.template",
-    "config.hardware.device",  # the lean reader keeps only PCI passthrough devices (rawread)
+    "config.hardware.device",  # the lean reader keeps only PCI passthrough devices and network adapters (rawread)
     "config.hardware.numCPU",
     "config.hardware.memoryMB",
     "config.memoryReservationLockedToMax",

@@ -177,8 +177,9 @@ def drop_unread_devices(body: bytes) -> bytes:
     """The answer without the devices the reader would not look at, never parsed: the VirtualDevice elements
     that `_devices` skips (no type attribute names a PCI passthrough type or a network adapter), most of a VM's
     devices and half of the elements of a bulk VM read, and each host's HostPciDevice elements that none of its
-    GPUs names and that are no network controller (`_drop_unread_pci_devices`). Only where nothing can hide markup: an answer with a comment, CDATA, a DOCTYPE
-    or a processing instruction is returned whole, and so is one with a device inside a device."""
+    GPUs names and that are no network controller or bridge (`_drop_unread_pci_devices`). Only where nothing can
+    hide markup: an answer with a comment, CDATA, a DOCTYPE or a processing instruction is returned whole, and so
+    is one with a device inside a device."""
     if not _elements_only(body):
         return body
     return _drop_unread_pci_devices(_drop_unread_vm_devices(body))
@@ -214,13 +215,14 @@ _GPU_PCI_ID = re.compile(rb"<pciId>([^<&]*)</pciId>")
 _PCI_DEVICE_ID = re.compile(rb"\s*<id>([^<&]*)</id>")
 _PCI_CLASS_ID = re.compile(rb"<classId>\s*(-?[0-9]+)\s*</classId>")
 NETWORK_CLASS = 0x02  # PCI base class "Network controller": classId's upper byte (netobserve reads these)
+BRIDGE_CLASS = 0x06  # "Bridge": the parentBridge chain above a GPU or NIC (netobserve.pci_roots)
 _DEFAULT_NAMESPACE = re.compile(rb"xmlns\s*=")
 
 
 def _drop_unread_pci_devices(body: bytes) -> bytes:
     """In each host object, the HostPciDevice elements whose id (their first child) no pciId of the object names
-    and whose classId is no network controller's: observe joins a GPU of config.graphicsInfo to its PCI device by
-    that id, netobserve reads the NICs, and no other device is read. An object is
+    and whose classId is no network controller's or bridge's: observe joins a GPU of config.graphicsInfo to its
+    PCI device by that id, netobserve reads the NICs and the bridges above them and the GPUs. An object is
     taken from the "<objects>" before its first device to the "</objects>" after it (an odd tag only widens
     that, keeping more devices); only the plain form vCenter writes is cut (no attributes on these tags, ids
     without references)."""
@@ -252,19 +254,19 @@ def _pci_devices_read(host: bytes) -> bytes:
         if close < 0:
             return host  # the device holds another one, or does not end here
         device_id = _PCI_DEVICE_ID.match(device)
-        if device_id is None or device_id.group(1) in wanted or _network_class(device[:close]):
+        if device_id is None or device_id.group(1) in wanted or _read_class(device[:close]):
             kept += (_PCI, device)
         else:
             kept.append(device[close + len(_PCI_END) :])
     return b"".join(kept)
 
 
-def _network_class(device: bytes) -> bool:
-    """A network controller, or a classId this scan cannot read (kept: the parser decides)."""
+def _read_class(device: bytes) -> bool:
+    """A network controller or a bridge, or a classId this scan cannot read (kept: the parser decides)."""
     found = _PCI_CLASS_ID.search(device)
     if found is None:
         return b"<classId" in device
-    return (int(found.group(1)) & 0xFFFF) >> 8 == NETWORK_CLASS
+    return (int(found.group(1)) & 0xFFFF) >> 8 in (NETWORK_CLASS, BRIDGE_CLASS)
 
 
 def _elements_only(body: bytes) -> bool:

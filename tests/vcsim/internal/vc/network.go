@@ -214,10 +214,38 @@ func (s *Sim) setupNICs(h *simulator.HostSystem, name string) {
 			})
 		}
 	}
+	hw.PciDevice = append(hw.PciDevice, bridges(hw.PciDevice)...)
 	hw.NumaInfo = &types.HostNumaInfo{Type: "NUMA", NumNodes: 2, NumaNode: nodes}
 	if h.Capability != nil {
 		h.Capability.DeviceRebindWithoutRebootSupported = types.NewBool(false)
 	}
+}
+
+// intelVendor is 0x8086 as vSphere's signed 16-bit vendorId holds it.
+var intelVendor = int16(-0x7f7a)
+
+// bridges are the root ports the GPUs and NICs sit under, as hardware.pciDevice lists them on a real host (class
+// 0x0604, PCI-to-PCI bridge), each the top of its chain: the lean reader must keep them for the PCI roots.
+func bridges(devices []types.HostPciDevice) []types.HostPciDevice {
+	listed := map[string]bool{}
+	for _, d := range devices {
+		listed[d.Id] = true
+	}
+	var out []types.HostPciDevice
+	for _, d := range devices {
+		if d.ParentBridge == "" || listed[d.ParentBridge] {
+			continue
+		}
+		listed[d.ParentBridge] = true
+		var bus, slot, fn int
+		_, _ = fmt.Sscanf(d.ParentBridge, "0000:%x:%x.%x", &bus, &slot, &fn)
+		out = append(out, types.HostPciDevice{
+			Id: d.ParentBridge, ClassId: 0x0604, Bus: byte(bus), Slot: byte(slot), Function: byte(fn),
+			VendorId: intelVendor, SubVendorId: intelVendor, VendorName: "Intel Corporation",
+			DeviceId: int16(0x347a), DeviceName: "PCI Express Root Port",
+		})
+	}
+	return out
 }
 
 // nicPCIDevice is a NIC as hardware.pciDevice lists it, under the root bridge of the GPUs of its NUMA node
