@@ -140,7 +140,7 @@ class Power(StrEnum):
 
 
 class ChangeKind(StrEnum):
-    """What a host change changes. The host settings (vgpuctl/hosts/settings/) plan the first seven; the
+    """What a host change changes. The host settings (vgpuctl/hosts/settings/) plan the first ten; the
     evacuation of a VM and the resumption of unfinished work are the orchestration around them. The part
     before a dot names the setting group in documents ("graphics")."""
 
@@ -151,6 +151,9 @@ class ChangeKind(StrEnum):
     MIG = "mig"
     NVLINK = "nvlink"
     SCHEDULER = "scheduler"
+    SRIOV = "sriov"  # a NIC's SR-IOV virtual functions
+    PVRDMA_VMKNIC = "pvrdma.vmknic"  # the VMkernel adapter PVRDMA uses (Net.PVRDMAVmknic)
+    PVRDMA_FIREWALL = "pvrdma.firewall"  # the pvrdma firewall ruleset
     EVACUATE = "evacuate"
     RESUME = "maintenance"
 

@@ -46,7 +46,6 @@ NOT_SETTINGS = {
         "environment_browser_moid": "vCenter calls (QueryConfigTarget, NVLink sets)",
         "custom_values": "work records and leases (vgpuctl.hosts.work, vgpuctl.vsphere.workrecord)",
         "device_groups": "VM apply: the NVLink device group names a grouped add attaches (vgpuctl.vms.apply)",
-        "nics": "VM placement of SR-IOV and passthrough adapters (vgpuctl.vms.nicplace)",
     },
     ObservedGpu: {
         "vms": "VM placement and status",

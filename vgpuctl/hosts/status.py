@@ -12,7 +12,7 @@ from typing import Any
 from vgpuctl.domain import ConnectionState, GpuVgpuMode
 from vgpuctl.errors import VgpuctlError
 from vgpuctl.hosts.facts import ENV_HOST_MAP, HostFacts, api_facts, gather_host_facts, open_shell, shell_runner
-from vgpuctl.hosts.settings import SETTINGS, nvlink, scheduler
+from vgpuctl.hosts.settings import SETTINGS, nvlink, scheduler, wants_network
 from vgpuctl.hosts.settings.base import ModuleOptions as ModuleOptionsView
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
@@ -79,13 +79,15 @@ def collect_host_status(
 
     def one(name: str) -> HostReport:
         host = observed.hosts[name]
+        network = wants_network(specs.get(name))
         if not shell:
-            return host_status(host, api_facts(session, host.moid, name))
+            return host_status(host, api_facts(session, host.moid, name, network=network))
         try:
             with open_shell(name, specs.get(name)) as sh:
-                return host_status(host, gather_host_facts(session, host.moid, name, shell_runner(sh)))
+                facts = gather_host_facts(session, host.moid, name, shell_runner(sh), network=network)
+                return host_status(host, facts)
         except VgpuctlError as err:
-            return host_status(host, api_facts(session, host.moid, name), shell_error=str(err))
+            return host_status(host, api_facts(session, host.moid, name, network=network), shell_error=str(err))
 
     names = sorted(n for n, h in observed.hosts.items() if h.connection_state == ConnectionState.CONNECTED)
     if not names:

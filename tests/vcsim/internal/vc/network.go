@@ -31,6 +31,7 @@ type NetworkSpec struct {
 	Kind   string   `yaml:"kind" json:"kind"`     // standard (default) | distributed
 	Switch string   `yaml:"switch" json:"switch"` // distributed: the switch's name (default dvs-<name>)
 	Hosts  []string `yaml:"hosts" json:"hosts"`   // hosts that reach it (default all); one list per switch
+	Vmknic string   `yaml:"vmknic" json:"vmknic"` // distributed: a VMkernel adapter on it on each host (vmk1)
 }
 
 func (n NetworkSpec) kind() string {
@@ -50,6 +51,7 @@ func (n NetworkSpec) switchName() string {
 // validateNetworks checks the farm file's port groups and NICs.
 func (s *Spec) validateNetworks(hosts []string) error {
 	names := map[string]bool{"VM Network": true}
+	vmknics := map[string]bool{}
 	switchHosts := map[string]string{}
 	known := map[string]bool{}
 	for _, h := range hosts {
@@ -68,6 +70,11 @@ func (s *Spec) validateNetworks(hosts []string) error {
 				return fmt.Errorf("networks[%d]: unknown host %q", i, h)
 			}
 		}
+		if n.Vmknic != "" && (n.kind() != NetworkDistributed || !strings.HasPrefix(n.Vmknic, "vmk") ||
+			n.Vmknic == "vmk0" || vmknics[n.Vmknic]) {
+			return fmt.Errorf("networks[%d]: vmknic %q must be a new vmkN on a distributed port group", i, n.Vmknic)
+		}
+		vmknics[n.Vmknic] = n.Vmknic != ""
 		if n.kind() == NetworkDistributed {
 			list := strings.Join(n.Hosts, ",")
 			if prev, ok := switchHosts[n.switchName()]; ok && prev != list {
@@ -155,6 +162,9 @@ func (s *Sim) addDistributed(ctx context.Context, folders *object.DatacenterFold
 		if err != nil {
 			return err
 		}
+		for _, h := range hosts {
+			joinSwitch(s.ctx.Map.Get(h.Reference()).(*simulator.HostSystem), s.dvs(dvs))
+		}
 	}
 	task, err := dvs.AddPortgroup(ctx, []types.DVPortgroupConfigSpec{{
 		Name: n.Name, NumPorts: 128, Type: string(types.DistributedVirtualPortgroupPortgroupTypeEarlyBinding),
@@ -162,7 +172,21 @@ func (s *Sim) addDistributed(ctx context.Context, folders *object.DatacenterFold
 	if err != nil {
 		return err
 	}
-	return task.Wait(ctx)
+	if err := task.Wait(ctx); err != nil || n.Vmknic == "" {
+		return err
+	}
+	for _, obj := range s.ctx.Map.All("DistributedVirtualPortgroup") {
+		if pg, ok := obj.(*simulator.DistributedVirtualPortgroup); ok && pg.Name == n.Name {
+			for _, h := range hosts {
+				addVmknic(s.ctx.Map.Get(h.Reference()).(*simulator.HostSystem), n.Vmknic, s.dvs(dvs), pg.Key)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Sim) dvs(d *object.DistributedVirtualSwitch) *mo.DistributedVirtualSwitch {
+	return &s.ctx.Map.Get(d.Reference()).(*simulator.DistributedVirtualSwitch).DistributedVirtualSwitch
 }
 
 func (s *Sim) addStandard(ctx context.Context, n NetworkSpec, hosts []*object.HostSystem) error {
@@ -204,7 +228,7 @@ func (s *Sim) setupNICs(h *simulator.HostSystem, name string) {
 		}
 		nodes[node].PciId = append(nodes[node].PciId, g.PCIID)
 	}
-	for _, n := range nics {
+	for i, n := range nics {
 		hw.PciDevice = append(hw.PciDevice, nicPCIDevice(n))
 		nodes[n.NUMANode].PciId = append(nodes[n.NUMANode].PciId, n.PCIID)
 		if h.Config != nil && h.Config.Network != nil {
@@ -212,6 +236,7 @@ func (s *Sim) setupNICs(h *simulator.HostSystem, name string) {
 				Key: "key-vim.host.PhysicalNic-" + n.Vmnic, Device: n.Vmnic, Pci: n.PCIID, Driver: "nmlx5_core",
 				LinkSpeed: &types.PhysicalNicLinkInfo{SpeedMb: 200000, Duplex: true},
 			})
+			h.Config.Network.RdmaDevice = append(h.Config.Network.RdmaDevice, rdmaDevice(i, n))
 		}
 	}
 	hw.PciDevice = append(hw.PciDevice, bridges(hw.PciDevice)...)

@@ -275,6 +275,7 @@ func (s *Sim) setupHost(name string, ref types.ManagedObjectReference) {
 	hw.MemorySize = 2 << 40 // 2 TiB, enough to reserve all VM memory
 	h.Hardware = &hw
 	s.setupNICs(h, name)
+	s.setupPVRDMA(h)
 	summaryHW := *h.Summary.Hardware
 	summaryHW.MemorySize = hw.MemorySize
 	summaryHW.NumCpuCores, summaryHW.NumCpuThreads, summaryHW.NumCpuPkgs = 64, 128, 2
