@@ -273,7 +273,7 @@ def test_mixed_mig_answer_applies_with_one_switch_and_all_three_running(
         demand = tmp_path / f"{host}.demand.yaml"
         demand.write_text(text)
         fragment = tmp_path / f"{host}.layout.yaml"
-        result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "-o", str(fragment),
+        result = vgpuctl(env, "-o", "json", "capacity", "--demand", str(demand), "--out", str(fragment),
                          "--detailed-exitcode")
         assert result.exit_code == 0, result.output
         doc = json.loads(result.stdout)
