@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import VsphereFault
 from vgpuctl.hosts.netfacts import HostNetFacts, RdmaDevice, Vmknic
+from vgpuctl.netrules import network_rules
 from vgpuctl.profiles import api_at_least
 from vgpuctl.vsphere.host import _call, _props
 from vgpuctl.vsphere.netobserve import HOST_NET_PROPS, host_nics
@@ -23,8 +24,6 @@ from vgpuctl.vsphere.objects import Obj
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
 
-PVRDMA_OPTION = "Net.PVRDMAVmknic"  # the VMkernel adapter PVRDMA uses (ESXi advanced settings; a string)
-PVRDMA_RULESET = "pvrdma"  # the firewall ruleset PVRDMA needs (TCP 28250-28761 in and out, off by default)
 NET_PATHS = [
     *HOST_NET_PROPS,
     "hardware.pciDevice",
@@ -49,7 +48,7 @@ def read_net_state(session: Session, moid: str) -> HostNetFacts:
     _network(state, props.get("config.network"), api_at_least(props.get("config.product.apiVersion"), RDMA_DEVICE_API))
     options = props.get("configManager.advancedOption")
     if options is not None:
-        state.pvrdma_vmknic = _option(session, moid, options, PVRDMA_OPTION)
+        state.pvrdma_vmknic = _option(session, moid, options, network_rules().pvrdma_host.advanced_option)
     firewall = props.get("configManager.firewallSystem")
     if firewall is not None:
         info = _props(session, str(firewall._moId), "HostFirewallSystem", ["firewallInfo"]).get("firewallInfo")
@@ -115,16 +114,18 @@ def passthru_enabled(session: Session, moid: str) -> dict[str, bool]:
 
 
 def set_pvrdma_vmknic(session: Session, moid: str, vmknic: str) -> None:
-    """Net.PVRDMAVmknic = vmknic (UpdateOptions on the host's advanced options)."""
+    """Net.PVRDMAVmknic = vmknic (UpdateOptions on the host's advanced options; the option's name is in
+    vgpuctl/data/network.yaml)."""
     from pyVmomi import vim
 
     manager = _props(session, moid, "HostSystem", ["configManager.advancedOption"]).get("configManager.advancedOption")
     if manager is None:
         raise VsphereFault("NotSupported", "the host has no advanced options", moid)
-    _call(session, moid, manager.UpdateOptions, [vim.option.OptionValue(key=PVRDMA_OPTION, value=vmknic)])
+    key = network_rules().pvrdma_host.advanced_option
+    _call(session, moid, manager.UpdateOptions, [vim.option.OptionValue(key=key, value=vmknic)])
 
 
-def enable_ruleset(session: Session, moid: str, ruleset: str = PVRDMA_RULESET) -> None:
+def enable_ruleset(session: Session, moid: str, ruleset: str) -> None:
     firewall = _props(session, moid, "HostSystem", ["configManager.firewallSystem"]).get(
         "configManager.firewallSystem")
     if firewall is None:

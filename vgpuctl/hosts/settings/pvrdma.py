@@ -30,12 +30,12 @@ from vgpuctl.hosts.settings.base import (
     names,
 )
 from vgpuctl.model import HostChange, ObservedHost
+from vgpuctl.netrules import network_rules
 from vgpuctl.strictmodel import KeyPath, StrictModel
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
 
-RULESET = "pvrdma"
 ENABLED, DISABLED = "enabled", "disabled"
 VMKNIC_KEY, FIREWALL_KEY = "pvrdma.vmknic", "pvrdma.firewall"
 
@@ -85,7 +85,7 @@ class Pvrdma:
         if net.pvrdma_vmknic != p.vmknic:
             result.changes.append(host_change(inp, ChangeKind.PVRDMA_VMKNIC, net.pvrdma_vmknic or None, p.vmknic,
                                               Phase.ONLINE))
-        if p.firewall and not net.rulesets.get(RULESET, False):
+        if p.firewall and not net.rulesets.get(_ruleset(), False):
             result.changes.append(host_change(inp, ChangeKind.PVRDMA_FIREWALL, DISABLED, ENABLED, Phase.ONLINE))
         return result
 
@@ -112,7 +112,7 @@ class Pvrdma:
             if c.kind == ChangeKind.PVRDMA_VMKNIC:
                 hostnet.set_pvrdma_vmknic(writer.session, writer.moid, str(c.new))
             else:
-                hostnet.enable_ruleset(writer.session, writer.moid, RULESET)
+                hostnet.enable_ruleset(writer.session, writer.moid, _ruleset())
         writer.done("pvrdma")
 
     def verify(self, inp: PlanInput) -> list[str]:
@@ -125,14 +125,23 @@ class Pvrdma:
         net = facts.network if facts is not None else None
         if net is None or not net.pvrdma_vmknic:
             return Exported()
-        return Exported({VMKNIC_KEY: net.pvrdma_vmknic, FIREWALL_KEY: net.rulesets.get(RULESET, False)})
+        return Exported({VMKNIC_KEY: net.pvrdma_vmknic, FIREWALL_KEY: net.rulesets.get(_ruleset(), False)})
 
     def status(self, host: ObservedHost, facts: HostFacts | None) -> list[SettingState]:
         net = facts.network if facts is not None else None
         if net is None or net.pvrdma_vmknic is None:
             return []
-        firewall = ENABLED if net.rulesets.get(RULESET, False) else DISABLED
+        firewall = ENABLED if net.rulesets.get(_ruleset(), False) else DISABLED
         return [SettingState(VMKNIC_KEY, net.pvrdma_vmknic or "(none)"), SettingState(FIREWALL_KEY, firewall)]
+
+
+def _ruleset() -> str:
+    """The firewall ruleset PVRDMA needs (vgpuctl/data/network.yaml: `pvrdma`)."""
+    return network_rules().pvrdma_host.firewall_ruleset
+
+
+def _option() -> str:
+    return network_rules().pvrdma_host.advanced_option
 
 
 def _cannot(host: str, p: PvrdmaSpec, net: HostNetFacts) -> list[str]:
@@ -140,16 +149,16 @@ def _cannot(host: str, p: PvrdmaSpec, net: HostNetFacts) -> list[str]:
     distributed switch, no pvrdma ruleset."""
     out = []
     if net.pvrdma_vmknic is None:
-        out.append(f"host {host}: pvrdma: the host has no advanced option Net.PVRDMAVmknic (PVRDMA needs ESXi 6.5 "
-                   "or later)")
+        out.append(f"host {host}: pvrdma: the host has no advanced option {_option()} (PVRDMA needs ESXi 6.5 or "
+                   "later)")
     if net.vmknic(p.vmknic) is None:
         out.append(f"host {host}: pvrdma.vmknic: no VMkernel adapter {p.vmknic} "
                    f"({names(v.device for v in net.vmknics)})")
     if not net.switches:
         out.append(f"host {host}: pvrdma: the host is a member of no vSphere Distributed Switch, which PVRDMA needs "
                    "(vSphere Networking, \"PVRDMA Support\")")
-    if p.firewall and RULESET not in net.rulesets:
-        out.append(f"host {host}: pvrdma.firewall: the host's firewall has no ruleset {RULESET}")
+    if p.firewall and _ruleset() not in net.rulesets:
+        out.append(f"host {host}: pvrdma.firewall: the host's firewall has no ruleset {_ruleset()}")
     return out
 
 

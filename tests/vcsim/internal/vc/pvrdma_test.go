@@ -1,12 +1,15 @@
 package vc
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
+	"gopkg.in/yaml.v3"
 )
 
 // pvrdmaRuleset is whether a host's firewall has the pvrdma ruleset enabled, as its firewall system says.
@@ -69,5 +72,51 @@ func TestAVmknicIsANewVmkOnADistributedPortGroup(t *testing.T) {
 		if _, err := New(spec); err == nil || !contains(err.Error(), "must be a new vmkN on a distributed port group") {
 			t.Errorf("%+v: %v", bad, err)
 		}
+	}
+}
+
+// The option and the ruleset are vgpuctl's (vgpuctl/data/network.yaml), and the ruleset's ports those vcsim
+// captured from a real host.
+func TestPVRDMANamesMatchVgpuctlsNetworkRules(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "vgpuctl", "data", "network.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Host struct {
+			Option  string `yaml:"advanced_option"`
+			Ruleset string `yaml:"firewall_ruleset"`
+			Ports   struct {
+				Protocol string `yaml:"protocol"`
+				First    int32  `yaml:"first"`
+				Last     int32  `yaml:"last"`
+			} `yaml:"firewall_ports"`
+		} `yaml:"pvrdma_host"`
+	}
+	if err := yaml.Unmarshal(data, &rules); err != nil {
+		t.Fatal(err)
+	}
+	if rules.Host.Option != PVRDMAOption {
+		t.Errorf("option %q != %q", rules.Host.Option, PVRDMAOption)
+	}
+	e := start(t, networkSpec())
+	h := e.hostMO(host1, "configManager.firewallSystem")
+	var fw mo.HostFirewallSystem
+	e.must(e.c.RetrieveOne(e.ctx, *h.ConfigManager.FirewallSystem, []string{"firewallInfo"}, &fw))
+	found := 0
+	for _, r := range fw.FirewallInfo.Ruleset {
+		if r.Key != rules.Host.Ruleset {
+			continue
+		}
+		for _, rule := range r.Rule {
+			found++
+			if rule.Protocol != rules.Host.Ports.Protocol || rule.Port != rules.Host.Ports.First ||
+				rule.EndPort != rules.Host.Ports.Last {
+				t.Errorf("rule %+v", rule)
+			}
+		}
+	}
+	if found != 2 { // inbound and outbound
+		t.Errorf("%d rules of ruleset %s", found, rules.Host.Ruleset)
 	}
 }
