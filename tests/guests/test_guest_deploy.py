@@ -382,8 +382,10 @@ def test_check_mode_reports_drift_and_changes_nothing(converged, guests: Guests,
         HOME=str(tmp_path),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines() if line.split()}
-    assert rows[g1.name][2] == "changed" and rows[g2.name][2] == "ok"  # the text table
+    # piped, one plain line per guest: "guest NAME  group G  status S  ok N ..."
+    rows = {w[1]: dict(zip(w[2::2], w[3::2], strict=False)) for line in proc.stdout.splitlines()
+            if (w := line.split()) and w[0] == "guest"}
+    assert rows[g1.name]["status"] == "changed" and rows[g2.name]["status"] == "ok"
     assert "NCCL_DEBUG=TRACE" in guests.ssh(g1, "cat /etc/nccl.conf").stdout  # check mode left it
 
 
