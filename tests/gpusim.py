@@ -275,6 +275,14 @@ class Gpusim:
             body["hostname"] = hostname
         return dict(self.request("POST", f"/vms/{vm}/guest", body))
 
+    def nics(self, host: str) -> list[dict[str, Any]]:
+        """A host's NICs: model, ids, SR-IOV configured and in effect, VFs held per VM, passthrough holder."""
+        return list(self.request("GET", f"/hosts/{host}/nics")["nics"])
+
+    def customization_fault(self, vm: str, reason: str, event: str = "CustomizationLinuxIdentityFailed") -> None:
+        """The next guest customization of the VM of this name fails with `event` and `reason`."""
+        self.request("POST", f"/vms/{vm}/customization-fault", {"event": event, "reason": reason})
+
     def host_down(self, host: str) -> dict[str, Any]:
         return dict(self.request("POST", f"/hosts/{host}/down"))
 

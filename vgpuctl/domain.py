@@ -174,7 +174,7 @@ class CheckStatus(StrEnum):
 
 
 class ChangeKind(StrEnum):
-    """What a host change changes. The host settings (vgpuctl/hosts/settings/) plan the first seven; the
+    """What a host change changes. The host settings (vgpuctl/hosts/settings/) plan the first ten; the
     evacuation of a VM and the resumption of unfinished work are the orchestration around them. The part
     before a dot names the setting group in documents ("graphics")."""
 
@@ -185,6 +185,9 @@ class ChangeKind(StrEnum):
     MIG = "mig"
     NVLINK = "nvlink"
     SCHEDULER = "scheduler"
+    SRIOV = "sriov"  # a NIC's SR-IOV virtual functions
+    PVRDMA_VMKNIC = "pvrdma.vmknic"  # the VMkernel adapter PVRDMA uses (Net.PVRDMAVmknic)
+    PVRDMA_FIREWALL = "pvrdma.firewall"  # the pvrdma firewall ruleset
     EVACUATE = "evacuate"
     RESUME = "maintenance"
 
@@ -219,3 +222,44 @@ MAX_VGPUS_PER_VM = 8  # vSphere 8.0 (4 before); a host's own limit is ObservedHo
 
 
 DEFAULT_PARALLEL = 8  # VMs changed at the same time unless --parallel says otherwise
+
+
+class AdapterType(StrEnum):
+    """A VM network adapter the inventory asks for (docs/multi-node.md): a paravirtual NIC, a paravirtual RDMA
+    NIC (PVRDMA), an SR-IOV virtual function of a physical NIC, or a whole physical NIC by DirectPath I/O."""
+
+    VMXNET3 = "vmxnet3"
+    PVRDMA = "pvrdma"
+    SRIOV = "sriov"
+    PASSTHROUGH = "passthrough"
+
+    @property
+    def is_rdma(self) -> bool:
+        return self is not AdapterType.VMXNET3
+
+    @property
+    def is_physical(self) -> bool:
+        """Backed by a physical function the host hands out at power-on (counted like GPUs)."""
+        return self in (AdapterType.SRIOV, AdapterType.PASSTHROUGH)
+
+
+class RoceProtocol(StrEnum):
+    """VirtualVmxnet3Vrdma.deviceProtocol (API 6.7 and later)."""
+
+    ROCEV1 = "rocev1"
+    ROCEV2 = "rocev2"
+
+
+class NetworkKind(StrEnum):
+    """A port group on a standard switch, or on a vSphere Distributed Switch."""
+
+    STANDARD = "standard"
+    DISTRIBUTED = "distributed"
+
+
+class IdentityMethod(StrEnum):
+    """How a clone learns its own hostname and addresses: vSphere guest customization (Linux prep in the clone
+    spec), or cloud-init's VMware datasource reading guestinfo metadata from the VM's extraConfig."""
+
+    CUSTOMIZATION = "customization"
+    CLOUD_INIT = "cloud-init"

@@ -59,6 +59,8 @@ class PlanError(VgpuctlError):
 
 class PreflightFailed(PlanError):
     """A preflight check failed; one line per failing check, as preflight prints it."""
+class CustomizationError(VgpuctlError):
+    """vCenter reported that a clone's guest customization failed (the event's text), or it never reported."""
 
 
 class ConnectionFailure(VgpuctlError):

@@ -469,7 +469,7 @@ def _not_started(the_plan: Plan, failed: dict[str, list[str]]) -> ApplyResult:
 
 def guest_vms(inventory: Inventory) -> list[str]:
     """The inventory's VMs that have a guest group (the ones the guest playbooks configure)."""
-    return [vm.name for vm in inventory.vms if vm.guest is not None]
+    return [vm.name for vm in inventory.vms if vm.guest is not None and vm.guest.group is not None]
 
 
 def guest_addresses(
@@ -486,7 +486,8 @@ def guest_addresses(
 
     if wait_s <= 0:
         return read_addresses(session, guest_vms(inventory))
-    running = [vm.name for vm in inventory.vms if vm.guest is not None and vm.power != Power.OFF]
+    running = [name for name in guest_vms(inventory)
+               if (vm := inventory.vm(name)) is not None and vm.power != Power.OFF]
     return wait_for_addresses(
         lambda: read_addresses(session, running), timeout_s=wait_s, poll_s=poll_s, progress=progress
     )

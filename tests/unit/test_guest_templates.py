@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,24 @@ def test_a_setting_the_playbooks_write_as_a_line_must_be_one_line(tmp_path):
     assert "guests.groups.trainers.vars.nccl_socket_ifname: must be one line" in text
     assert "is no setting name" in text and "nccl_extra.NCCL_DEBUG_SUBSYS: must be one line" in text
     assert f"{path}:" in text
+def test_rdma_adapters_and_gpudirect_reach_the_guest_vars(tmp_path):
+    path = tmp_path / "inv.yaml"
+    path.write_text(textwrap.dedent("""\
+        apiVersion: vgpuctl/v1
+        vms:
+          - name: train-{01..02}
+            vgpus: {profile: grid_a100-40c}
+            gpudirect_rdma: true
+            network:
+              - {portgroup: mgmt}
+              - {type: sriov, device: ConnectX-7, portgroup: roce, traffic_class: 106}
+            guest:
+              group: trainers
+              identity: {addresses: {roce: {pool: 10.0.40.10-10.0.40.19/24}}}
+        guests: {groups: {trainers: {roles: [rdma_roce, nccl]}}}
+        """))
+    _, data = render(load_inventory(path), {"train-01": "10.0.0.1", "train-02": "10.0.0.2"})
+    host = data["all"]["children"]["trainers"]["hosts"]["train-02"]
+    assert host["vgpuctl_rdma_adapters"] == [
+        {"type": "sriov", "portgroup": "roce", "address": "10.0.40.11", "prefix": 24, "traffic_class": 106}]
+    assert host["vgpuctl_gpudirect_rdma"] is True

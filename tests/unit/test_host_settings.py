@@ -52,6 +52,8 @@ NOT_SETTINGS = {
         "nvlink_set": "VM placement (NVLink device groups)",
         "nvlink_groups": "VM placement (NVLink device groups)",
         "nvlink_profiles": "VM placement (NVLink device groups)",
+        "numa_node": "GPUDirect RDMA: the GPU's NUMA node against its NIC's (vgpuctl.vms.gpudirect)",
+        "pci_root": "GPUDirect RDMA: the GPU's PCI root against its NIC's (vgpuctl.vms.gpudirect)",
     },
     HostFacts: {
         "host": "identity",

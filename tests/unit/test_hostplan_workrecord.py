@@ -166,3 +166,17 @@ def test_a_lease_value_that_is_no_description_describes_nothing(value: str, why:
     assert parse_lease(value) is None
     (line,) = lease_problems({"esx-01": value})
     assert line.startswith("host esx-01: its vgpuctl.lease attribute is no lease description (")
+
+
+def test_a_record_keeps_the_ssh_service_a_run_started() -> None:
+    """The SSH service's state before a run started it is part of the record: a record holding only it is no host
+    work to resume (the later run just stops the service again); a malformed one is refused as any record is."""
+    from vgpuctl.hosts.work import read_record
+
+    record, why = read_record("esx-01", '{"run": "r1", "ssh": {"running": false, "policy": "off"}}')
+    assert why is None and record is not None
+    assert record.ssh == {"running": False, "policy": "off"} and record.only_ssh
+    record, why = read_record("esx-01", '{"run": "r1", "phase": "reboot", "ssh": {"running": false, "policy": "off"}}')
+    assert record is not None and record.ssh is not None and not record.only_ssh
+    record, why = read_record("esx-01", '{"run": "r1", "ssh": {"running": "no"}}')
+    assert record is None and why is not None and why.startswith("ssh.")

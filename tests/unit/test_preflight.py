@@ -182,6 +182,27 @@ def test_needs_name_each_object_and_only_the_privileges_its_change_uses() -> Non
     assert {(n.entity[1], p) for n in needs for p in n.privileges} <= asked  # every need is asked about
 
 
+def test_network_settings_and_customization_need_their_own_privileges() -> None:
+    from vgpuctl.domain import IdentityMethod
+    from vgpuctl.model import GuestIdentity
+
+    clone = CloneSpec("tmpl", cluster="C", identity=GuestIdentity(IdentityMethod.CUSTOMIZATION, "b", "lab"))
+    the_plan = Plan(
+        vm_changes=[VmChange("b", clone=clone)],
+        host_changes=[HostChange("esx-01", ChangeKind.SRIOV, "0000:18:00.0", 0, 8, Phase.REBOOT),
+                      HostChange("esx-01", ChangeKind.PVRDMA_FIREWALL, "host", "off", "on", Phase.ONLINE)],
+    )
+    by = {(n.operation.key, n.label): set(n.privileges) for n in privileges.needs(the_plan, farm(), None, PLACES)}
+    assert by[("vm-customize", "template tmpl")] == {"VirtualMachine.Provisioning.Customize"}
+    assert by[("host-sriov", "host esx-01")] == {"Host.Config.PciPassthru"}
+    assert by[("host-pvrdma", "host esx-01")] == {"Host.Config.AdvancedConfig", "Host.Config.NetService"}
+    assert ("host-settings", "host esx-01") not in by  # neither is a graphics or module-options write
+    cloud = CloneSpec("tmpl", cluster="C", identity=GuestIdentity(IdentityMethod.CLOUD_INIT, "b", "lab"))
+    by = {(n.operation.key, n.label) for n in privileges.needs(Plan(vm_changes=[VmChange("b", clone=cloud)]),
+                                                               farm(), None, PLACES)}
+    assert ("vm-customize", "template tmpl") not in by
+
+
 def test_privilege_requests_merge_while_cheap() -> None:
     vms = [privileges.Need(privileges.VM_RECONFIGURE, ("VirtualMachine", f"vm-{i}"), f"vm {i}",
                            ("VirtualMachine.Config.AddRemoveDevice",) + (("VirtualMachine.Config.CPUCount",)

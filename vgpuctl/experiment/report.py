@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vgpuctl.experiment.facts import Contradiction, contradictions, summarize
+from vgpuctl.experiment.facts import Contradiction, contradictions, summarize, transport_contradictions
 from vgpuctl.experiment.store import BASE, STATUS_OK, ResultsDir, RunRecord
 from vgpuctl.outpaths import inside
 
@@ -105,7 +105,7 @@ def build_report(results: ResultsDir) -> Report:
     for v in exp["variants"]:
         report.variants.append(_variant_summary(results, v, records[v["name"]], bad))
     for key in _workload_keys(exp):
-        report.tables.append(_table(key, exp, records, bad))
+        report.tables.append(_table(results, key, exp, records, bad))
     return report
 
 
@@ -156,6 +156,7 @@ def _flags(results: ResultsDir, variant: str, recs: list[RunRecord], expect: dic
             out.append(Flag(variant, rec.repetition, "workload-failed", message))
         p2p = rec.parsed if rec.workload.get("builtin") == P2P else None
         found: list[Contradiction] = contradictions(expect, summarize(results.facts(variant, rec.repetition)), p2p)
+        found += transport_contradictions(expect, rec.parsed)
         out += [Flag(variant, rec.repetition, c.kind, c.message) for c in found]
     return out
 
@@ -173,12 +174,23 @@ def _samples(recs: list[RunRecord], bad: set[tuple[str, int]]) -> list[dict[str,
             for parsed in r.parsed.values() if parsed]
 
 
-def _table(key: str, exp: dict[str, Any], records: dict[str, list[RunRecord]], bad: set[tuple[str, int]]) -> Table:
+def _hosts_per_run(results: ResultsDir, picked: dict[str, list[RunRecord]]) -> int:
+    """The most ESXi hosts the VMs of one run were on (the facts' vm_hosts)."""
+    counts = [len(set((results.facts(r.variant, r.repetition).get("vm_hosts") or {}).values()))
+              for recs in picked.values() for r in recs]
+    return max(counts, default=1)
+
+
+def _table(results: ResultsDir, key: str, exp: dict[str, Any], records: dict[str, list[RunRecord]],
+           bad: set[tuple[str, int]]) -> Table:
     variants = [v["name"] for v in exp["variants"] if v["workload"]["key"] == key]
     label = next(v["workload"]["label"] for v in exp["variants"] if v["workload"]["key"] == key)
     kind = key.split(".")[0]
     picked = {name: [r for r in records[name] if r.workload.get("key") == key] for name in variants}
     if kind == NCCL:
+        hosts = _hosts_per_run(results, picked) if key.endswith(".across-vms") else 1
+        if hosts > 1:  # the VMs ran on several ESXi hosts: the bus bandwidth is inter-host
+            label += f", inter-host over {hosts} hosts"
         return _nccl_table(key, label, variants, picked, bad)
     if kind == P2P:
         return _p2p_table(key, label, variants, picked, bad)

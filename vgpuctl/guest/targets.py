@@ -121,16 +121,17 @@ def build_targets(inv: Inventory, addresses: dict[str, str | None]) -> GuestTarg
         )
     problems: list[Problem] = []
     for vm in inv.vms:
-        if vm.guest is None or vm.guest.group not in groups:
+        group_name = vm.guest.group if vm.guest is not None else None
+        if group_name is None or group_name not in groups:
             continue
         address = addresses.get(vm.name)
-        host = GuestHost(name=vm.name, group=vm.guest.group, address=address, vars=_host_vars(vm, address))
-        groups[vm.guest.group].hosts.append(host)
+        host = GuestHost(name=vm.name, group=group_name, address=address, vars=_host_vars(vm, address))
+        groups[group_name].hosts.append(host)
         if not address:
             problems.append(
                 Problem(
                     vm.name,
-                    vm.guest.group,
+                    group_name,
                     "no guest IP address (VM powered off, or VMware Tools not running)",
                     status="unreachable",
                 )
@@ -200,8 +201,33 @@ def _host_vars(vm: Any, address: str | None) -> dict[str, Any]:
         "vgpuctl_vgpu_profiles": profiles,
         "vgpuctl_nvlink_required": vm.nvlink == "required",
     }
+    rdma = rdma_adapters(vm)
+    if rdma:
+        out["vgpuctl_rdma_adapters"] = rdma
+    if vm.gpudirect_rdma:
+        out["vgpuctl_gpudirect_rdma"] = True
     if address:
         out["ansible_host"] = address
+    return out
+
+
+def rdma_adapters(vm: Any) -> list[dict[str, Any]]:
+    """The VM's RDMA adapters as the rdma_roce and nccl roles read them: type, port group, the static address
+    its identity gives it on that port group (empty: DHCP or none) and its traffic class (NCCL_IB_TC)."""
+    from vgpuctl.inventory.netchecks import pool_address
+
+    out = []
+    for adapter in vm.adapters:
+        if not adapter.kind.is_rdma:
+            continue
+        address = pool_address(vm, adapter.portgroup) if adapter.portgroup else None
+        out.append({
+            "type": str(adapter.kind),
+            "portgroup": adapter.portgroup or "",
+            "address": address[0] if address else "",
+            "prefix": address[1] if address else None,
+            "traffic_class": adapter.traffic_class,
+        })
     return out
 
 

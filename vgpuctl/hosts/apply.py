@@ -32,7 +32,7 @@ from vgpuctl.errors import SshError, SshHostKeyError, VgpuctlError
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, setting_changes
 from vgpuctl.hosts.facts import HostFacts, gather_host_facts, shell_runner
-from vgpuctl.hosts.settings import SETTINGS, apply_steps, step_of
+from vgpuctl.hosts.settings import SETTINGS, apply_steps, step_of, wants_network
 from vgpuctl.hosts.settings.base import ApplyStep, HostWriter
 from vgpuctl.hosts.targets import HostTarget
 from vgpuctl.hosts.work import POWER_ON, VM_CHANGE, Lease, WorkStore
@@ -415,7 +415,8 @@ class _HostRun:
 
     def _facts(self) -> HostFacts:
         with self._shell() as shell:
-            return gather_host_facts(self.session, self.t.moid, self.t.name, shell_runner(shell))
+            return gather_host_facts(self.session, self.t.moid, self.t.name, shell_runner(shell),
+                                     network=wants_network(self.t.spec))
 
     def _facts_after_reboot(self) -> HostFacts:
         """The SSH service of a host that just reconnected to vCenter may still be starting: retry connection
@@ -533,6 +534,8 @@ def observed_host(api: Any, facts: HostFacts | None = None) -> ObservedHost:
         )
         for g in api.gpus
     ]
+    if facts is not None and facts.network is not None:  # the NICs, as the bulk read has them
+        host.nics = list(facts.network.nics)
     return host
 
 

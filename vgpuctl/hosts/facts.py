@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import SshError, VgpuctlError
+from vgpuctl.hosts.netfacts import HostNetFacts
 
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
@@ -73,6 +74,8 @@ class HostFacts:
     warnings: list[str] = field(default_factory=list)  # calls the host could not answer
     unread: list[Unread] = field(default_factory=list)  # the same, typed (unread_warnings groups them)
     shell_error: str | None = None  # the ESXi shell was set up but could not be read (why)
+    network: HostNetFacts | None = None  # NICs, VMkernel adapters, PVRDMA, firewall (None: not read)
+    network_error: str | None = None  # why `network` could not be read
 
     def gpu(self, pci_id: str) -> GpuFacts:
         return self.gpus.setdefault(pci_id, GpuFacts(pci_id))
@@ -85,6 +88,8 @@ class HostFacts:
         d = dict(data)
         d["gpus"] = {k: GpuFacts(**{"pci_id": k, **v}) for k, v in (d.get("gpus") or {}).items()}
         d["unread"] = [Unread(**u) for u in d.get("unread") or []]
+        if d.get("network") is not None:
+            d["network"] = HostNetFacts.from_dict(d["network"])
         return cls(**d)
 
 
@@ -161,8 +166,12 @@ def adopt_nvlink_sets(observed: Observed, facts: HostFacts) -> bool:
 # ------------------------------------------------------------------------------------------ both sides
 
 
-def gather_host_facts(session: Any, host_moid: str, host: str, run: Runner | None) -> HostFacts:
-    """API facts (module options, graphicsConfig.deviceType, boot time), then shell facts when `run` is given."""
+def gather_host_facts(
+    session: Any, host_moid: str, host: str, run: Runner | None, *, network: bool = False
+) -> HostFacts:
+    """API facts (module options, graphicsConfig.deviceType, boot time), the network facts when `network` (a
+    setting that reads them is set for the host: vgpuctl.hosts.settings.wants_network), then shell facts when
+    `run` is given."""
     from vgpuctl.vsphere import host as vhost
 
     facts = HostFacts(host)
@@ -180,16 +189,28 @@ def gather_host_facts(session: Any, host_moid: str, host: str, run: Runner | Non
             facts.options_effective = vhost.effective_module_options(session, host_moid, NVIDIA_MODULE, kms)
         except VgpuctlError as err:  # not responding, not implemented, no permission: this host only
             _unknown(facts, str(err), _cause(err))
+    if network:
+        _network_facts(session, host_moid, facts)
     if run is not None:
         gather_shell_facts(host, run, facts)
     return facts
 
 
-def api_facts(session: Any, host_moid: str, host: str) -> HostFacts:
+def _network_facts(session: Any, host_moid: str, facts: HostFacts) -> None:
+    from vgpuctl.vsphere.hostnet import read_net_state
+
+    try:
+        facts.network = read_net_state(session, host_moid)
+    except VgpuctlError as err:  # this host only: the settings that need them say so in the plan
+        facts.network_error = str(err)
+        facts.warnings.append(f"host {facts.host}: its network state cannot be read ({err})")
+
+
+def api_facts(session: Any, host_moid: str, host: str, *, network: bool = False) -> HostFacts:
     """gather_host_facts without the shell, for reports: a host that cannot answer at all gets empty facts and a
     reason (the report shows what the bulk observe listed) instead of failing the whole report."""
     try:
-        return gather_host_facts(session, host_moid, host, None)
+        return gather_host_facts(session, host_moid, host, None, network=network)
     except VgpuctlError as err:
         message = f"host {host}: its GPU facts cannot be read ({err}); showing what vCenter lists"
         return HostFacts(host, warnings=[message], unread=[Unread("the GPU facts", _cause(err))])
@@ -342,17 +363,20 @@ def gather_facts(
     from concurrent.futures import ThreadPoolExecutor
 
     def one(name: str) -> HostFacts:
+        from vgpuctl.hosts.settings import wants_network
+
         moid, spec = hosts[name]
+        network = wants_network(spec)
         if not shell:
-            return gather_host_facts(session, moid, name, None)
+            return gather_host_facts(session, moid, name, None, network=network)
         try:
             with open_shell(name, spec, trust_on_first_use=trust_on_first_use, on_new_host_key=on_new_host_key,
                             timeout_s=esxi_timeout(session)) as sh:  # fmt: skip
-                return gather_host_facts(session, moid, name, shell_runner(sh))
+                return gather_host_facts(session, moid, name, shell_runner(sh), network=network)
         except SshError as err:  # this host's shell only: its API facts stand, what needs the shell is refused
             if not degrade:
                 raise
-            facts = gather_host_facts(session, moid, name, None)
+            facts = gather_host_facts(session, moid, name, None, network=network)
             facts.shell_error = str(err.reason)
             facts.unread.append(Unread("the ESXi shell facts (MIG pending, NVLink links)", str(err.reason)))
             return facts

@@ -20,7 +20,7 @@ from vgpuctl.hosts.facts import (
     open_shell,
     shell_runner,
 )
-from vgpuctl.hosts.settings import SETTINGS, nvlink, scheduler
+from vgpuctl.hosts.settings import SETTINGS, nvlink, scheduler, wants_network
 from vgpuctl.hosts.settings.base import ModuleOptions as ModuleOptionsView
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
@@ -91,15 +91,16 @@ def collect_host_status(
 
     def one(name: str) -> HostReport:
         host = observed.hosts[name]
+        network = wants_network(specs.get(name))
         if not shell:
-            found[name] = api_facts(session, host.moid, name)
+            found[name] = api_facts(session, host.moid, name, network=network)
             return host_status(host, found[name])
         try:
             with open_shell(name, specs.get(name), timeout_s=esxi_timeout(session)) as sh:
-                found[name] = gather_host_facts(session, host.moid, name, shell_runner(sh))
+                found[name] = gather_host_facts(session, host.moid, name, shell_runner(sh), network=network)
                 return host_status(host, found[name])
         except VgpuctlError as err:
-            found[name] = api_facts(session, host.moid, name)
+            found[name] = api_facts(session, host.moid, name, network=network)
             return host_status(host, found[name], shell_error=str(err))
 
     names = sorted(n for n, h in observed.hosts.items() if h.connection_state == ConnectionState.CONNECTED)

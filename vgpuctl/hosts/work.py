@@ -140,6 +140,15 @@ class _VmEntry(BaseModel):
     after: Literal["power-on", "vm-change"] = "power-on"  # POWER_ON, VM_CHANGE
 
 
+class _SshEntry(BaseModel):
+    """The SSH service's state a run recorded before it started the service (`ssh.service: manage`)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    running: bool
+    policy: str
+
+
 class _RecordSchema(BaseModel):
     """What a `vgpuctl.work` value must be: every field typed; fields a later vgpuctl adds are left alone."""
 
@@ -152,6 +161,7 @@ class _RecordSchema(BaseModel):
     updated: float = 0.0
     run: str = ""
     steps: list[str] = Field(default_factory=list)
+    ssh: _SshEntry | None = None  # the SSH service as it was before a run started it
 
     @field_validator("updated", mode="before")
     @classmethod
@@ -181,8 +191,9 @@ def read_record(host: str, text: str) -> tuple[HostRecord | None, str | None]:
         where = ".".join(str(p) for p in first["loc"]) or "the value"
         return None, "not JSON" if first["type"] == "json_invalid" else f"{where}: {first['msg']}"
     vms = [v.model_dump() for v in data.vms]
+    ssh = data.ssh.model_dump() if data.ssh is not None else None
     return HostRecord(host, vms, data.entered_maintenance, data.phase, data.message, data.updated, data.run,
-                      list(data.steps)), None  # fmt: skip
+                      list(data.steps), ssh), None  # fmt: skip
 
 
 def parse_record(host: str, text: str) -> HostRecord | None:

@@ -25,6 +25,7 @@ from vgpuctl.domain import (
 )
 from vgpuctl.errors import InventoryError
 from vgpuctl.hosts.settings import SETTINGS
+from vgpuctl.inventory.network import AdapterSpec, IdentitySpec
 from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Pos
 from vgpuctl.strictmodel import Lax, StrictModel
 from vgpuctl.supervisor.vmclasses import NamespaceList, VmClassList
@@ -183,7 +184,8 @@ class VgpuSpec(StrictModel):
 
 
 class GuestRef(StrictModel):
-    group: str
+    group: str | None = None  # the guest group whose playbooks configure it (none: no playbooks)
+    identity: IdentitySpec | None = None  # hostname and addresses given to a clone (docs/multi-node.md)
 
 
 class VmSpec(StrictModel):
@@ -200,8 +202,12 @@ class VmSpec(StrictModel):
     guest: GuestRef | None = None
     keep: list[Lax[Keep]] = Field(default_factory=list)  # what an existing VM keeps although vgpuctl would set it
     state: Lax[VmState] = VmState.PRESENT  # absent: power it off and destroy it (apply --allow-destroy)
+    network: list[AdapterSpec] | None = None  # its adapters; None: the VM's adapters are left as they are
+    network_exclusive: bool = False  # adapters `network` does not name are removed
+    gpudirect_rdma: bool = False  # the RDMA adapter reads and writes the vGPUs' framebuffer (GPUDirect RDMA)
     _line: int | None = PrivateAttr(default=None)
     _index: int = PrivateAttr(default=0)  # position of the YAML entry this VM came from (before expansion)
+    _ordinal: int = PrivateAttr(default=0)  # its position among the names of its entry's name range
     _vgpus_invalid: bool = PrivateAttr(default=False)  # its `vgpus` failed the schema (one-pass validation)
 
     @model_validator(mode="before")
@@ -251,6 +257,14 @@ class VmSpec(StrictModel):
     @property
     def vgpu_count(self) -> int:
         return sum(v.count for v in self.vgpus)
+
+    @property
+    def adapters(self) -> list[AdapterSpec]:
+        return list(self.network or [])
+
+    @property
+    def identity(self) -> IdentitySpec | None:
+        return self.guest.identity if self.guest is not None else None
 
 
 # ---------------------------------------------------------------------------------------------- guests

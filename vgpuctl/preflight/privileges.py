@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind
+from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, IdentityMethod
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import needs_maintenance
 from vgpuctl.hosts.settings import step_of
@@ -61,6 +61,9 @@ WORK_RECORDS = Operation("work-records",
                          ("AddCustomFieldDef", "SetField"), ("Global.ManageCustomFields", "Global.SetCustomField"))
 LEASES = Operation("leases", "the lease that keeps two applies off one host, the claim that keeps them off one VM",
                    ("CreateFolder", "Destroy_Task"), ("Folder.Create", "Folder.Delete"))
+VM_CUSTOMIZE = Operation(
+    "vm-customize", "guest customization of a clone (`guest.identity`, method customization) and its events",
+    ("CloneVM_Task with a customization spec", "QueryEvents"), ("VirtualMachine.Provisioning.Customize",))
 MIGRATE = Operation("migrate", "move running or stopped VMs off a host", ("RelocateVM_Task",),
                     ("Resource.HotMigrate", "Resource.ColdMigrate"))
 VM_CLASSES = Operation("vm-classes", "GPU VM classes and supervisor namespaces (`vgpuctl k8s`)",
@@ -70,9 +73,24 @@ SSH_SERVICE = Operation("ssh-service", "start the ESXi SSH service for a run and
 HOST_PACKAGES = Operation("host-packages", "read each host's vGPU Manager version (`preflight`; else over SSH)",
                           ("FetchSoftwarePackages",), ("Host.Config.Image",), optional=True)
 
+def setting_operations() -> tuple[Operation, ...]:
+    """The operations of the host settings that need vCenter privileges of their own (the registry says which)."""
+    from vgpuctl.hosts.settings import SETTINGS
+
+    return tuple(Operation(f"host-{s.key}", s.privileges.what, s.privileges.methods, s.privileges.privileges)
+                 for s in SETTINGS if s.privileges is not None)
+
+
+def _own_privileges() -> dict[ChangeKind, Operation]:
+    from vgpuctl.hosts.settings import SETTINGS
+
+    ops = {op.key: op for op in setting_operations()}
+    return {kind: ops[f"host-{s.key}"] for s in SETTINGS if s.privileges is not None for kind in s.kinds}
+
+
 OPERATIONS: tuple[Operation, ...] = (
     READ, VM_RECONFIGURE, VM_CLONE, VM_POWER, VM_REMOVE, HOST_MAINTENANCE, HOST_SETTINGS, WORK_RECORDS, LEASES,
-    MIGRATE, VM_CLASSES, SSH_SERVICE, HOST_PACKAGES,
+    MIGRATE, VM_CLASSES, SSH_SERVICE, HOST_PACKAGES, VM_CUSTOMIZE, *setting_operations(),
 )
 
 # ReconfigVM_Task's privilege follows the field it changes (API reference: "dynamic"; vSphere Security,
@@ -147,12 +165,18 @@ def _clone_needs(change: VmChange, observed: Observed, places: Places, folder: E
         out += [Need(VM_CLONE, d, f"datastore of {clone.template}", ("Datastore.AllocateSpace",)) for d in datastores]
         out += [Need(VM_CLONE, n, f"network of {clone.template}", ("Network.Assign",)) for n in networks]
     out.append(Need(VM_CLONE, folder, label, ("VirtualMachine.Inventory.CreateFromExisting",)))
+    if clone.identity is not None and clone.identity.method == IdentityMethod.CUSTOMIZATION and template is not None:
+        out.append(Need(VM_CUSTOMIZE, ("VirtualMachine", template.moid), f"template {clone.template}",
+                        VM_CUSTOMIZE.privileges))
     pool = observed.cluster_pool_moids.get(clone.cluster or "") or (
         observed.hosts[clone.host].resource_pool_moid if clone.host in observed.hosts else "")
     if pool:
         out.append(Need(VM_CLONE, ("ResourcePool", pool), f"resource pool of {clone.cluster or clone.host}",
                         ("Resource.AssignVMToPool",)))
     return out
+
+
+OWN_PRIVILEGES = _own_privileges()  # change kind -> the operation of the setting that plans it
 
 
 def _host_needs(plan: Plan, observed: Observed, places: Places) -> list[Need]:
@@ -163,8 +187,11 @@ def _host_needs(plan: Plan, observed: Observed, places: Places) -> list[Need]:
         entity, label = ("HostSystem", moid), f"host {host}"
         if needs_maintenance(changes):
             out.append(Need(HOST_MAINTENANCE, entity, label, HOST_MAINTENANCE.privileges))
-        if any(_written_through_vcenter(c) for c in changes):
+        own = {c.kind for c in changes if c.kind in OWN_PRIVILEGES}
+        if any(_written_through_vcenter(c) and c.kind not in own for c in changes):
             out.append(Need(HOST_SETTINGS, entity, label, HOST_SETTINGS.privileges))
+        for op in dict.fromkeys(OWN_PRIVILEGES[k] for k in sorted(own)):
+            out.append(Need(op, entity, label, op.privileges))
         out += _evacuation_needs(changes, observed)
     if plan.host_changes:
         out.append(Need(WORK_RECORDS, places.root, "the root folder", WORK_RECORDS.privileges))

@@ -12,9 +12,11 @@ from vgpuctl.model import (
     HOST_TARGET,
     ApplyResult,
     EvacuationAction,
+    GuestIdentity,
     HostApplyResult,
     HostChange,
     HostOutcome,
+    NicChange,
     Op,
     Plan,
     VmChange,
@@ -102,6 +104,41 @@ class CloneDiff:
 
 
 @dataclass
+class NicDiff:
+    """A network adapter added (+), changed (~) or removed (-); `device` the physical NIC (PCI id) of an SR-IOV
+    or passthrough adapter, `select` what the inventory named, `old` what a change replaces."""
+
+    op: str  # + ~ -
+    type: str  # vmxnet3 | pvrdma | sriov | passthrough | another adapter's type
+    portgroup: str | None
+    device: str | None
+    select: str | None
+    key: int | None  # the existing device of a change or removal
+    protocol: str | None
+    mac: str | None
+    old: str | None
+
+
+@dataclass
+class IdentityAddress:
+    portgroup: str
+    address: str | None  # None: DHCP
+    prefix: int | None
+    gateway: str | None
+    dns: list[str]
+
+
+@dataclass
+class IdentityDiff:
+    """The identity a new VM is given at its first boot: guest customization or cloud-init guestinfo."""
+
+    method: str  # customization | cloud-init
+    hostname: str
+    domain: str
+    adapters: list[IdentityAddress]
+
+
+@dataclass
 class VmDiff:
     vm: str
     steps: list[str]  # clone, power-off, reconfigure, power-on
@@ -113,6 +150,8 @@ class VmDiff:
     power_on: bool
     depends_on_hosts: list[str]
     destroy: bool  # state: absent: powered off and destroyed
+    nics: list[NicDiff] = field(default_factory=list)  # in the clone spec for a new VM, else the reconfigure
+    identity: IdentityDiff | None = None
 
 
 @dataclass
@@ -155,6 +194,8 @@ class VmClassDiff:
     vgpus_added: list[VgpuCount]
     vgpus_removed: list[VgpuCount]
     extra_config: dict[str, str | None]  # None removes the key
+    nics_added: list[str] = field(default_factory=list)  # Dynamic DirectPath NICs, `vvvv:dddd[@label]`
+    nics_removed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -413,7 +454,22 @@ def _vm_diff(change: VmChange) -> VmDiff:
         power_on=change.power_on,
         depends_on_hosts=list(change.depends_on_hosts),
         destroy=change.destroy,
+        nics=[NicDiff(str(n.op), n.kind, n.portgroup, n.device, n.select, n.key, n.protocol, n.mac, n.old)
+              for n in _all_nics(change)],
+        identity=_identity_diff(change.identity),
     )
+
+
+def _all_nics(change: VmChange) -> list[NicChange]:
+    return (change.clone.nics if change.clone is not None else []) + change.nics
+
+
+def _identity_diff(identity: GuestIdentity | None) -> IdentityDiff | None:
+    if identity is None:
+        return None
+    return IdentityDiff(identity.method, identity.hostname, identity.domain,
+                        [IdentityAddress(a.portgroup, a.address, a.prefix, a.gateway, list(a.dns))
+                         for a in identity.adapters])
 
 
 def _step_names(change: VmChange) -> list[str]:
@@ -448,6 +504,8 @@ def vm_class_diff(c: ClassChange) -> VmClassDiff:
         vgpus_added=sorted_counts(c.vgpus_added),
         vgpus_removed=sorted_counts(c.vgpus_removed),
         extra_config=dict(c.extra_config),
+        nics_added=list(c.nics_added),
+        nics_removed=list(c.nics_removed),
     )
 
 

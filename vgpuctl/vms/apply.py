@@ -23,8 +23,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, PowerState
-from vgpuctl.errors import DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
-from vgpuctl.model import ApplyResult, Observed, ObservedDeviceGroup, ObservedVm, Op, Plan, VmChange, VmOutcome
+from vgpuctl.errors import CustomizationError, DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
+from vgpuctl.model import (
+    ApplyResult,
+    NicChange,
+    Observed,
+    ObservedDeviceGroup,
+    ObservedHost,
+    ObservedNic,
+    ObservedVm,
+    Op,
+    Plan,
+    VmChange,
+    VmOutcome,
+)
 from vgpuctl.progress import Cancel, VmProgress, cancelled
 from vgpuctl.vsphere import vmops
 from vgpuctl.vsphere.bookkeeping import BookkeepingError
@@ -104,6 +116,7 @@ class _Ctx:
     turns: PowerOnTurns | None = None
     claims: VmClaims | None = None
     halted: str = ""  # why no further VM starts: vCenter refused vgpuctl's own bookkeeping
+    customization_timeout_s: float = 900.0
 
 
 def apply_plan(
@@ -118,6 +131,7 @@ def apply_plan(
     poll_s: float = 0.5,
     run_id: str | None = None,
     lock_timeout_s: float = 0.0,
+    customization_timeout_s: float = 900.0,
 ) -> ApplyResult:
     """Apply the VM changes of `plan` (computed from `observed`). Raises PlanError if the plan has errors; VM
     failures are results. Host changes still in the plan have not landed: VMs that depend on them are skipped
@@ -136,7 +150,7 @@ def apply_plan(
     claims = VmClaims(session, run_id or new_run_id(), wait_s=lock_timeout_s)
     with TaskWatcher(session) as watcher:
         ctx = _Ctx(session, observed, watcher, progress, cancel, shutdown_timeout_s, poll_s,
-                   PowerOnTurns(changes, observed), claims)
+                   PowerOnTurns(changes, observed), claims, customization_timeout_s=customization_timeout_s)
         try:
             result.vms = _run_queue(ctx, changes, pending_hosts, parallel)
         finally:
@@ -311,6 +325,8 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
             ctx.turns.wait(change.vm)
         if not stopped:
             _forward(ctx, "power-on")  # a first power-on; powering on what this run stopped is restoring
+        customized = "clone" in outcome.steps and change.identity is not None and not change.cloud_init
+        since = vmops.server_time(ctx.session) if customized else None
         try:
             _task(ctx, change.vm, "power-on", lambda: vmops.power_on(ctx.session, vm))
         except VsphereFault as err:
@@ -320,6 +336,29 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
                 _revert_vgpus(ctx, change.vm, vm, state, outcome)
             raise
         outcome.steps.append("power-on")
+        if customized:
+            _await_customization(ctx, change.vm, vm, since, outcome)
+
+
+def _await_customization(ctx: _Ctx, name: str, vm: Any, since: Any, outcome: VmOutcome) -> None:
+    """The clone's guest customization runs at its first boot: wait for vCenter's event saying how it went. A
+    failure fails the VM with the event's text; no word within the timeout fails it too (nothing says the
+    guest has its identity)."""
+    from vgpuctl.vsphere.vmnet import customization_result
+
+    _step(ctx, name, "customize", None)
+    deadline = time.monotonic() + ctx.customization_timeout_s
+    while True:
+        result = customization_result(ctx.session, vm, since)
+        if result is not None:
+            break
+        if time.monotonic() >= deadline or cancelled(ctx.cancel):
+            raise CustomizationError(f"guest customization did not report within {ctx.customization_timeout_s:.0f}s "
+                                     "(VMware Tools in the template? guest customization enabled?)")
+        time.sleep(ctx.poll_s)
+    if not result.succeeded:
+        raise CustomizationError(f"guest customization failed: {result.message}")
+    outcome.steps.append("customize")
 
 
 def _destroy(ctx: _Ctx, name: str, vm: Any, state: VmState, outcome: VmOutcome) -> None:
@@ -335,7 +374,7 @@ def _destroy(ctx: _Ctx, name: str, vm: Any, state: VmState, outcome: VmOutcome) 
 
 
 def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> None:
-    from vgpuctl.vsphere.vm import config_spec
+    from vgpuctl.vsphere.vm import config_spec, extra_config
 
     if not change.needs_reconfigure:
         return
@@ -343,6 +382,16 @@ def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: 
     group_names = _group_names(ctx, change, state.host)
     _forward(ctx, "reconfigure")
     spec = config_spec(change, devices, group_names, _version_now(ctx, change, vm, state, outcome))
+    assert spec is not None  # needs_reconfigure: config_spec makes one
+    if change.nics:
+        host = next((h for h in ctx.observed.hosts.values() if h.moid == state.host), None)
+        spec.deviceChange = list(spec.deviceChange or []) + _nic_specs(ctx, change.nics, devices, host)
+    if change.cloud_init and change.identity is not None:
+        from vgpuctl.vms.identity import guestinfo
+        from vgpuctl.vsphere.vmnet import ethernet_macs
+
+        keys = guestinfo(change.identity, ethernet_macs(state.devices))
+        spec.extraConfig = list(spec.extraConfig or []) + extra_config(keys)
     try:
         _task(ctx, change.vm, "reconfigure", lambda: vmops.reconfigure(ctx.session, vm, spec))
     except VsphereFault as err:
@@ -477,6 +526,16 @@ def _discard_clone(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
     outcome.message = "the clone this run made was removed: the next apply places it again"
 
 
+def _nic_specs(ctx: _Ctx, changes: list[NicChange], devices: dict[int, Any], host: ObservedHost | None) -> list[Any]:
+    """Device specs of the VM's adapter changes; SR-IOV and DirectPath adds ask the host for its PCI passthrough
+    system ids first (one QueryConfigTarget)."""
+    from vgpuctl.vsphere import vmnet
+
+    ids = vmnet.system_ids(ctx.session, host) if host is not None and vmnet.needs_system_ids(changes) else None
+    target = vmnet.NicTarget(ctx.observed.networks, host, ids)
+    return vmnet.nic_specs(changes, devices, target, ctx.session.stub)
+
+
 def _vgpu_keys(vgpus: list[Any]) -> list[tuple[int, str]]:
     return sorted((v.key, v.profile) for v in vgpus)
 
@@ -531,8 +590,16 @@ def check_drift(change: VmChange, observed: ObservedVm, state: VmState) -> None:
         problems.append(f"vGPUs are {_fmt(now)}, the plan saw {_fmt(then)}")
     elif observed.change_version and state.change_version != observed.change_version:
         problems.append("its configuration changed (vCenter's changeVersion moved)")
+    if change.nics:  # the adapters the plan changes or keeps must be the ones it saw
+        adapters = _adapters(state.nics)
+        if adapters != _adapters(observed.nics):
+            problems.append(f"network adapters are {_fmt(adapters)}, the plan saw {_fmt(_adapters(observed.nics))}")
     if problems:
         raise DriftError(f"{change.vm} changed since the plan: " + "; ".join(problems) + "; not touched, plan again")
+
+
+def _adapters(nics: list[ObservedNic]) -> list[tuple[int, str]]:
+    return sorted((n.key, str(n.kind)) for n in nics)
 
 
 def _fmt(devices: list[tuple[int, str]]) -> str:
@@ -565,8 +632,16 @@ def _clone(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> Any:
             raise NotFound(f"{change.vm}: VM folder {clone.folder!r} not found")
     else:
         folder_moid = obs.moids.get("vm_folder", "")
+    host = obs.hosts.get(clone.host or "")
+    devices = _nic_specs(ctx, clone.nics, {}, host) if clone.nics else None
+    custom = None
+    if clone.identity is not None and not change.cloud_init:
+        from vgpuctl.vsphere.vmnet import customization_spec
+
+        custom = customization_spec(clone.identity)
     vm = _task(ctx, change.vm, "clone", lambda: vmops.clone(ctx.session, template.moid, folder_moid, change.vm,
-                                                           clone, pool_moid=pool_moid, host_moid=host_moid))
+                                                           clone, pool_moid=pool_moid, host_moid=host_moid,
+                                                           device_changes=devices, customization=custom))
     outcome.steps.append("clone")
     return vm
 

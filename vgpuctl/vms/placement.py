@@ -167,6 +167,7 @@ class Placement:
     placed: list[Placed] = field(default_factory=list)
     reason: str | None = None
     fitted: int = 0  # how many of the VM's vGPUs fitted before placement gave up
+    nics: dict[int, str] = field(default_factory=dict)  # adapter index -> PCI id of its NIC (SR-IOV, passthrough)
 
     @property
     def ok(self) -> bool:

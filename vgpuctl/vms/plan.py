@@ -9,14 +9,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from vgpuctl.domain import Keep, NvlinkRequirement, Power, PowerState, VmState
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import usable_host
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.predict import predict_observed
-from vgpuctl.inventory import Inventory, VmSpec
+from vgpuctl.inventory import Inventory, KeyPath, VmSpec
 from vgpuctl.model import (
     CloneSpec,
     DeviceChange,
@@ -44,8 +44,11 @@ from vgpuctl.profiles import (
     spellings,
     try_parse,
 )
+from vgpuctl.vms import gpudirect
 from vgpuctl.vms.farm import Request, farm_from_observed, place_farm
-from vgpuctl.vms.placement import power_on_key
+from vgpuctl.vms.identity import address_conflicts, plan_identity
+from vgpuctl.vms.network import NetPlan, plan_network, resolve_devices
+from vgpuctl.vms.placement import Placement, power_on_key
 
 USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
 MMIO_SIZE = "pciPassthru.64bitMMIOSizeGB"
@@ -64,6 +67,8 @@ class _VmPlan:
     profiles: list[str] = field(default_factory=list)
     candidates: list[str] = field(default_factory=list)  # hosts the VM is on or may be created on
     key: str = ""  # its key in observed.vms (its name unless VMs in several folders share the name)
+    located: list[tuple[KeyPath, str]] = field(default_factory=list)  # errors about one inventory key
+    net: NetPlan = field(default_factory=NetPlan)
 
 
 def make_plan(
@@ -96,6 +101,7 @@ def make_plan(
     for vp in plans:
         plan.vm_changes.append(vp.change)
         plan.problems.extend(Problem(e, vm=vp.spec.name) for e in vp.errors)
+        plan.problems.extend(Problem(m, vm=vp.spec.name, at=_at(inv, path)) for path, m in vp.located)
         plan.warnings.extend(f"vm {vp.spec.name}: {w}" for w in vp.warnings)
     hostplan.mark_dependencies(plan.vm_changes, base, plan.host_changes)
     removed = sorted(c.vm for c in plan.changes if c.destroy)
@@ -103,6 +109,14 @@ def make_plan(
         plan.warnings.append(f"the plan removes {', '.join(removed)} (state: absent): apply does so only with "
                              "--allow-destroy or allow_destroy: true in the inventory")
     return plan
+
+
+def _at(inv: Inventory, path: KeyPath) -> str | None:
+    """FILE:LINE:COL of an inventory key (None for an inventory built in code, which has no file)."""
+    err = inv.locate(path).error("")
+    if inv.source_path is None or err.line is None:
+        return None
+    return f"{err.file}:{err.line}:{err.col}" if err.col is not None else f"{err.file}:{err.line}"
 
 
 # ---------------------------------------------------------------------------------------------- one VM
@@ -148,6 +162,7 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
         parsed = []
         vp.profiles = _current_profiles(base)
     _diff_fields(vp, base, parsed)
+    _plan_network(vp, base, observed)
     _plan_power(vp, base)
     return vp
 
@@ -172,6 +187,38 @@ def _plan_removal(vp: _VmPlan, observed: Observed) -> _VmPlan:
     change.power_off = obs.power_state in RUNNING
     change.devices = [DeviceChange(Op.REMOVE, d.profile, d.key) for d in sorted(obs.vgpus, key=lambda d: d.key)]
     return vp
+def _plan_network(vp: _VmPlan, base: ObservedVm, observed: Observed) -> None:
+    """Adapters (vgpuctl.vms.network), all memory reserved for RDMA and passthrough adapters, GPUDirect RDMA's
+    settings, and a new VM's identity (vgpuctl.vms.identity)."""
+    spec, change = vp.spec, vp.change
+    vp.net = net = plan_network(spec, base, observed, vp.candidates)
+    vp.located += net.errors
+    if net.hosts is not None and not vp.exists and not net.errors:
+        vp.candidates = net.hosts
+    if change.clone is not None:
+        change.clone.nics = net.changes
+    else:
+        change.nics = net.changes
+    locked = any(f.field == "memoryReservationLockedToMax" for f in change.fields)
+    if net.reserve_memory and not base.memory_reservation_locked and not locked:
+        change.fields.append(FieldChange("memoryReservationLockedToMax", False, True))
+    if spec.gpudirect_rdma:
+        change.extra_config.update(gpudirect.extra_config(base.extra_config))
+    vp.located += _mac_conflicts(vp, observed)
+    if change.clone is not None and spec.identity is not None:
+        change.clone.identity = identity = plan_identity(spec, net.ethernet)
+        if identity is not None:
+            vp.located += address_conflicts(spec, identity, observed, None)
+
+
+def _mac_conflicts(vp: _VmPlan, observed: Observed) -> list[tuple[KeyPath, str]]:
+    owners = {n.mac.lower(): vm.name for key, vm in observed.vms.items() if key != vp.key for n in vm.nics if n.mac}
+    out: list[tuple[KeyPath, str]] = []
+    for j, adapter in enumerate(vp.spec.adapters):
+        if adapter.mac is not None and adapter.mac in owners:
+            out.append((("vms", vp.spec._index, "network", j, "mac"),
+                        f"MAC address {adapter.mac} is in use by VM {owners[adapter.mac]}"))
+    return out
 
 
 def find_vm(observed: Observed, name: str, folder: str | None) -> tuple[str | None, ObservedVm | None, str]:
@@ -249,6 +296,7 @@ def _plan_clone(vp: _VmPlan, observed: Observed) -> ObservedVm | None:
         name=spec.name, firmware=template.firmware, hardware_version=template.hardware_version,
         memory_reservation_locked=template.memory_reservation_locked, extra_config=dict(template.extra_config),
         vgpus=[ObservedVgpu(d.key, d.profile, d.device_group_key) for d in template.vgpus],
+        nics=[replace(n) for n in template.nics],
         power_state=PowerState.OFF, cpus=spec.cpus or template.cpus, memory_mb=spec.memory_mb or template.memory_mb,
     )
 
@@ -494,7 +542,8 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     """Place every VM that will be powered on; a VM that would not fit gets a plan error naming the host."""
     release = [vp.key for vp in plans if vp.change.power_off]
     state = farm_from_observed(observed, release)
-    todo = [vp for vp in plans if vp.change.power_on and not vp.errors and vp.profiles]
+    todo = [vp for vp in plans if vp.change.power_on and not vp.errors and not vp.located
+            and (vp.profiles or vp.net.needs)]
     # existing VMs first, then new ones, each largest first: the order apply powers them on per host
     todo.sort(key=lambda vp: power_on_key(vp.spec.name, vp.profiles, exists=vp.exists))
     requests = []
@@ -504,7 +553,7 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
             vp.errors.append(_unusable(vp, observed))
             continue
         requests.append(Request(vp.spec.name, vp.profiles, usable, vp.spec.nvlink == NvlinkRequirement.REQUIRED,
-                                None if vp.exists else vp.spec.cluster))
+                                None if vp.exists else vp.spec.cluster, tuple(vp.net.needs)))
     results = place_farm(state, requests)
     by_name = {vp.spec.name: vp for vp in todo}
     for rank, req in enumerate(requests):
@@ -513,13 +562,30 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
         vp = by_name[name]
         if not res.ok:
             vp.errors.append(f"cannot power on: {res.reason}")
-        elif vp.change.clone is not None and vp.change.clone.host is None:
+            continue
+        if vp.change.clone is not None and vp.change.clone.host is None:
             vp.change.clone.host = res.host
+        _place_adapters(vp, observed, res)
     for vp in plans:  # new VMs that stay off: pin to the first usable host that offers their profiles
         clone = vp.change.clone
-        if clone is not None and clone.host is None and vp.profiles and not vp.change.power_on:
+        if clone is not None and clone.host is None and (vp.profiles or vp.net.needs) and not vp.change.power_on:
             usable = [h for h in vp.candidates if usable_host(observed.hosts.get(h))]
             clone.host = next(iter(usable or vp.candidates), None)
+        if vp.net.adds and not vp.change.power_on and not vp.errors:
+            host = observed.hosts.get(clone.host if clone is not None and clone.host else vp.candidates[0]
+                                      if vp.candidates else "")
+            if host is not None:
+                resolve_devices(vp.spec, host, vp.net)
+
+
+def _place_adapters(vp: _VmPlan, observed: Observed, res: Placement) -> None:
+    """The NICs placement chose for the VM's SR-IOV and passthrough adds, and GPUDirect RDMA's topology check."""
+    for j, add in vp.net.adds.items():
+        if j in res.nics:
+            add.device = res.nics[j]
+    host = observed.hosts.get(res.host or "")
+    if vp.spec.gpudirect_rdma and host is not None:
+        vp.warnings += gpudirect.topology_warnings(host, res.assign, res.nics.values())
 
 
 def _unusable(vp: _VmPlan, observed: Observed) -> str:

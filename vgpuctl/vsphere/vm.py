@@ -137,8 +137,11 @@ def clone_spec(
     *,
     pool_moid: str,
     host_moid: str | None = None,
+    device_changes: list[Any] | None = None,
+    customization: Any | None = None,
 ) -> Any:
-    """CloneVM spec: relocate into the cluster's (or host's) resource pool, not powered on, cpus/memory set.
+    """CloneVM spec: relocate into the cluster's (or host's) resource pool, not powered on, cpus/memory set, the
+    network adapters' device changes and the guest customization (vgpuctl.vsphere.vmnet) when given.
 
     The folder is CloneVM_Task's own argument, not part of this spec.
     """
@@ -153,8 +156,10 @@ def clone_spec(
         sizes["numCPUs"] = int(clone.cpus)
     if clone.memory_mb is not None:
         sizes["memoryMB"] = int(clone.memory_mb)
-    if sizes:
-        spec.config = vim.vm.ConfigSpec(**sizes)
+    if sizes or device_changes:
+        spec.config = vim.vm.ConfigSpec(**sizes, deviceChange=device_changes or [])
+    if customization is not None:
+        spec.customization = customization
     return spec
 
 

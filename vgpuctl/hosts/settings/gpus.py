@@ -28,6 +28,7 @@ from vgpuctl.hosts.settings.base import (
     HostWriter,
     Observes,
     PlanInput,
+    SettingPrivileges,
     SettingState,
     host_change,
     names,
@@ -189,6 +190,7 @@ class GpuModes:
         gpu_facts=("mig_current", "mig_pending", "graphics_type", "vgpu_mode"),
     )
     drift_fields = ("gpus",)
+    privileges: SettingPrivileges | None = None
 
     def is_set(self, spec: HostSpec) -> bool:
         return bool(spec.gpus)

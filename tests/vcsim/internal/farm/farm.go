@@ -227,6 +227,7 @@ type host struct {
 	nvlink              string // none, pairs, quads or nvswitch
 	extras              []string
 	access              Access
+	nics                []*nic // physical NICs (nics.go)
 }
 
 // Farm is the GPU farm state.
@@ -237,6 +238,7 @@ type Farm struct {
 	hosts           []*host
 	byName          map[string]*host
 	vmHost          map[string]string // vm id -> host holding its vGPUs
+	nicVM           map[string]string // vm id -> host whose VFs or passthrough NICs it holds (nics.go)
 	listeners       []func(Event)
 }
 
@@ -755,6 +757,9 @@ func (f *Farm) Admit(hostName, vmID, vmName string, req Request) ([]Assignment, 
 // Release frees all vGPUs a VM holds; it reports the host they were on ("" if none).
 func (f *Farm) Release(vmID string) string {
 	f.mu.Lock()
+	if nicHost := f.releaseNICs(vmID); nicHost != "" {
+		defer f.notify(Event{Host: nicHost, What: "nics"})
+	}
 	hostName, ok := f.vmHost[vmID]
 	if ok {
 		delete(f.vmHost, vmID)
@@ -849,6 +854,7 @@ func (f *Farm) EndReboot(hostName string) error {
 				m.Effective = m.Configured
 			}
 		}
+		h.applyNICReboot()
 		return nil
 	})
 }

@@ -83,6 +83,15 @@ func (s *Sim) registerControl() {
 	})
 	s.HandleControl("POST /gpusim/hosts/{name}/access", s.setAccess) // hostaccess.go
 	s.HandleControl("POST /gpusim/vms/{name}/guest", s.setGuest)
+	s.HandleControl("POST /gpusim/vms/{name}/customization-fault", s.armCustomizationFault)
+	s.HandleControl("GET /gpusim/hosts/{name}/nics", func(w http.ResponseWriter, r *http.Request) {
+		nics, err := s.NICState(r.PathValue("name"))
+		if err != nil {
+			WriteError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, map[string]any{"host": r.PathValue("name"), "nics": nics})
+	})
 	s.HandleControl("GET /gpusim/faults", func(w http.ResponseWriter, r *http.Request) {
 		f, d := s.faults.list()
 		WriteJSON(w, http.StatusOK, map[string]any{"faults": f, "delays": d, "known": sortedFaultNames()})

@@ -343,15 +343,15 @@ func (s *Sim) applyAccess(name string, req accessRequest) error {
 	return err
 }
 
-// addRDMADevices gives a host n RoCE v2 RDMA devices (vmrdma0..), each paired with an uplink, active.
+// addRDMADevices gives a host n more RoCE v2 RDMA devices (vmrdmaN.. after those it has), each paired with an
+// uplink, active.
 func (s *Sim) addRDMADevices(name string, n int) {
 	h := s.hosts[name]
 	if n == 0 || h.Config == nil || h.Config.Network == nil {
 		return
 	}
 	network := *h.Config.Network
-	network.RdmaDevice = nil
-	for i := 0; i < n; i++ {
+	for i := len(network.RdmaDevice); i < len(h.Config.Network.RdmaDevice)+n; i++ {
 		network.RdmaDevice = append(network.RdmaDevice, types.HostRdmaDevice{
 			Key: fmt.Sprintf("key-vim.host.RdmaDevice-vmrdma%d", i), Device: fmt.Sprintf("vmrdma%d", i),
 			Driver: "nmlx5_rdma", Description: "MT2910 Family [ConnectX-7]",

@@ -55,6 +55,7 @@ type Sim struct {
 	tmpDirs   []string
 	poolMu    sync.Mutex
 	pools     map[types.ManagedObjectReference]*object.ResourcePool
+	guests    guestBook // customizations pending a first boot, armed customization faults (customize.go)
 }
 
 // New builds the farm and the vSphere inventory (not yet listening).
@@ -201,6 +202,9 @@ func (s *Sim) build(ctx context.Context) error {
 			if err := s.Farm.AddHost(c.hostSpec(name, c.Name)); err != nil {
 				return err
 			}
+			if err := s.Farm.AddNICs(name, c.NICs); err != nil {
+				return err
+			}
 			task, err := cluster.AddHost(ctx, types.HostConnectSpec{HostName: name}, true, nil, nil)
 			if err != nil {
 				return err
@@ -222,6 +226,9 @@ func (s *Sim) build(ctx context.Context) error {
 			s.setupHost(name, ref)
 			s.addRDMADevices(name, c.RDMADevices)
 		}
+	}
+	if err := s.createNetworks(ctx, folders, hostObjs); err != nil {
+		return err
 	}
 	return s.createVMs(ctx, folders, hostObjs)
 }
@@ -273,6 +280,8 @@ func (s *Sim) setupHost(name string, ref types.ManagedObjectReference) {
 	}
 	hw.MemorySize = 2 << 40 // 2 TiB, enough to reserve all VM memory
 	h.Hardware = &hw
+	s.setupNICs(h, name)
+	s.setupPVRDMA(h)
 	summaryHW := *h.Summary.Hardware
 	summaryHW.MemorySize = hw.MemorySize
 	summaryHW.NumCpuCores, summaryHW.NumCpuThreads, summaryHW.NumCpuPkgs = 64, 128, 2
@@ -437,6 +446,13 @@ func (s *Sim) createVM(ctx context.Context, folders *object.DatacenterFolders, h
 	}
 	nic := esx.EthernetCard
 	devices := []types.BaseVirtualDevice{&nic}
+	if len(vm.Network) > 0 {
+		cards, err := s.vmxnet3Cards(vm.Network)
+		if err != nil {
+			return types.ManagedObjectReference{}, fmt.Errorf("VM %s: %w", vm.Name, err)
+		}
+		devices = cards
+	}
 	for i, p := range vm.VGPUs {
 		devices = append(devices, newVGPU(int32(-100-i), p))
 	}

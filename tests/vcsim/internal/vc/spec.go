@@ -28,6 +28,8 @@ type Spec struct {
 	Users []User `yaml:"users" json:"users"`
 	// Supervisor names supervisor clusters and seeds namespaces and VM classes (vapi_wiring.go).
 	Supervisor *vapi.Supervisor `yaml:"supervisor" json:"supervisor"`
+	// Networks are port groups beside "VM Network": standard or on a distributed switch (network.go).
+	Networks []NetworkSpec `yaml:"networks" json:"networks"`
 
 	// Catalog is the vGPU type catalogue the farm's boards and profiles come from (not in farm files;
 	// nil: farm.DefaultCatalog).
@@ -59,6 +61,8 @@ type ClusterSpec struct {
 	SSH         SSHAccessSpec `yaml:"ssh" json:"ssh"`
 	// RDMADevices is how many RDMA devices (RoCE v2 NICs, config.network.rdmaDevice) each host has.
 	RDMADevices int `yaml:"rdma_devices" json:"rdma_devices"`
+	// NICs are each host's ConnectX NICs (farm.NICSpec): SR-IOV with VFs, or passthrough.
+	NICs []farm.NICSpec `yaml:"nics" json:"nics"`
 }
 
 // SSHAccessSpec is how a cluster's hosts are reached over SSH: the SSH service and lockdown mode.
@@ -79,6 +83,8 @@ type VMSpec struct {
 	VGPUs    []string `yaml:"vgpus" json:"vgpus"`
 	Locked   bool     `yaml:"memory_locked" json:"memory_locked"` // memoryReservationLockedToMax
 	PowerOn  bool     `yaml:"power_on" json:"power_on"`
+	// Network: port groups of its vmxnet3 adapters (default: one e1000 on "VM Network", as vcsim makes).
+	Network []string `yaml:"network" json:"network"`
 }
 
 // DefaultSpec is the demo farm: DC0 / GPU-Cluster, 4 hosts x 4 A100-40GB in NVLink pairs, graphics
@@ -179,6 +185,9 @@ func (s *Spec) Validate() error {
 		if err := probe.AddHost(c.hostSpec("probe", "probe")); err != nil {
 			return fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
+	}
+	if err := s.validateNetworks(s.hostNames()); err != nil {
+		return err
 	}
 	vmNames := map[string]bool{}
 	for _, list := range [][]VMSpec{s.Templates, s.VMs} {
