@@ -365,3 +365,35 @@ def test_an_unreadable_token_file_is_named_without_its_content(tmp_path: Path, m
     assert unreadable(token) == "not readable by this user (permission denied)"
     (tmp_path / "empty.tok").write_text("")
     assert unreadable(tmp_path / "empty.tok") == "empty"
+
+
+def test_an_sriov_or_passthrough_adapter_needs_its_nic_on_a_host_of_the_vm() -> None:
+    """vm.network: the SR-IOV adapter finds its ConnectX-7 with virtual functions on the hosts of the network farm;
+    a model no host has fails, naming each host and why; the check is skipped for a VM with no host to go to."""
+    import copy
+    from pathlib import Path
+
+    from ruamel.yaml import YAML
+
+    from vgpuctl.inventory import load_inventory_text
+    from vgpuctl.preflight.checks import vm_network_checks
+    from vgpuctl.preflight.facts import Scope
+
+    farm_file = Path(__file__).resolve().parents[1] / "fixtures" / "network" / "_farm.yaml"
+    observed = Observed.from_dict(copy.deepcopy(YAML(typ="safe").load(farm_file.read_text())))
+    inventory = load_inventory_text(
+        "apiVersion: vgpuctl/v1\nvms:\n"
+        "  - {name: a, template: ubuntu-22.04-ml, cluster: GPU-Cluster, network: "
+        "[{type: sriov, device: ConnectX-7, portgroup: roce-fabric}]}\n"
+        "  - {name: b, template: ubuntu-22.04-ml, cluster: GPU-Cluster, network: "
+        "[{type: sriov, device: ConnectX-9, portgroup: roce-fabric}]}\n"
+        "  - {name: c, template: ubuntu-22.04-ml, cluster: GPU-Cluster, network: [{portgroup: mgmt}]}\n", "inv.yaml")
+    hosts = sorted(observed.hosts)
+    found = {c.subject: c for c in vm_network_checks(inventory, observed, Scope(hosts, vm_hosts={"a": hosts,
+                                                                                                   "b": hosts}))}
+    assert found["vm a network[0] (sriov)"].status == CheckStatus.PASS
+    failed = found["vm b network[0] (sriov)"]
+    assert failed.status == CheckStatus.FAIL and all(f"host {h}" in failed.evidence for h in hosts)
+    assert not any(s.startswith("vm c") for s in found)  # a vmxnet3 adapter needs no NIC of the host
+    skipped = vm_network_checks(inventory, observed, Scope(hosts))
+    assert {c.status for c in skipped} == {CheckStatus.SKIP}

@@ -271,3 +271,30 @@ def rdma_checks(inventory: Inventory | None, scope: Scope, access: dict[str, Hos
         else:
             out.append(PreflightCheck("host.rdma", PASS, f"{count} RDMA device(s) for {users}", host))
     return out
+
+
+def vm_network_checks(inventory: Inventory | None, observed: Observed, scope: Scope) -> list[PreflightCheck]:
+    """Each SR-IOV or passthrough adapter an inventory VM asks for: a host the VM is on or may be created on has
+    the NIC (with virtual functions, or enabled for passthrough; whether one is still free is the plan's
+    placement question)."""
+    from vgpuctl.vms.network import usable_on
+
+    out = []
+    for vm in inventory.vms if inventory is not None else []:
+        for j, adapter in enumerate(vm.adapters):
+            if not adapter.kind.is_physical or adapter.select is None:
+                continue
+            subject = f"vm {vm.name} network[{j}] ({adapter.kind})"
+            hosts = [h for h in scope.vm_hosts.get(vm.name, []) if h in observed.hosts]
+            found = {h: usable_on(observed.hosts[h], adapter) for h in hosts}
+            fit = sorted(h for h, (nics, _) in found.items() if nics)
+            if not hosts:
+                out.append(PreflightCheck("vm.network", SKIP, "no host it is on or may be created on", subject))
+            elif fit:
+                out.append(PreflightCheck("vm.network", PASS, f"its NIC is on {', '.join(fit)}", subject))
+            else:
+                why = "; ".join(f"host {h} {reason}" for h, (_, reason) in sorted(found.items()))
+                out.append(PreflightCheck("vm.network", FAIL, why, subject,
+                                          "set `sriov` for the NIC in the host's entry (or enable it for passthrough), "
+                                          "or place the VM where the NIC is"))
+    return out

@@ -85,7 +85,7 @@ def _check_nics(spec: VmSpec, observed: Observed, out: NetPlan) -> None:
         if not adapter.kind.is_physical or adapter.select is None:
             continue
         names = hosts if hosts is not None else list(observed.hosts)
-        found = {h: _usable_on(observed.hosts[h], adapter) for h in names if h in observed.hosts}
+        found = {h: usable_on(observed.hosts[h], adapter) for h in names if h in observed.hosts}
         fit = [h for h, (nics, _) in found.items() if nics]
         if not fit:
             why = "; ".join(f"host {h} {reason}" for h, (_, reason) in found.items()) or "no candidate host"
@@ -288,7 +288,7 @@ def _ethernet_after(spec: VmSpec, nics: list[ObservedNic], matched: dict[int, in
     return [p or "" for p in kept] + added
 
 
-def _usable_on(host: ObservedHost, adapter: AdapterSpec) -> tuple[list[ObservedHostNic], str]:
+def usable_on(host: ObservedHost, adapter: AdapterSpec) -> tuple[list[ObservedHostNic], str]:
     """usable_nics, and for Dynamic DirectPath a host whose API has it (vSphere 7.0)."""
     rule = network_rules().adapter(adapter.kind, dynamic=_dynamic(adapter))
     if rule.min_api and not api_at_least(host.api_version, tuple(int(x) for x in rule.min_api.split("."))):
