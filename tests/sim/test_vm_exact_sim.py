@@ -245,3 +245,32 @@ def test_lock_timeout_waits_for_the_run_that_has_the_vm_with_a_progress_line(sim
     assert second.returncode == 0, won
     vm = _find(si, "off-01")
     assert _vgpus(vm) == ["grid_a100-10c"] and vm.runtime.powerState == "poweredOn"
+
+
+def test_a_claim_taken_after_waiting_names_the_run_that_let_go_meanwhile(sim: Any, si: Any) -> None:
+    """A run that finds the VM's lock folder still undescribed waits for its creator; when that run describes it,
+    changes the VM and lets go meanwhile, the claim taken afterwards knows it as the run that changed the VM last
+    (read once the folder is its own, not before it waited)."""
+    from vgpuctl.vsphere.claims import VmClaims
+
+    vm = _find(si, "web-01")
+    folder = si.content.rootFolder.CreateFolder(f"vgpuctl-claim-{vm._moId}")  # created, not yet described
+    with open_session(settings(sim)) as session:
+        claims = VmClaims(session, "late01")
+        taker = threading.Thread(target=claims.claim, args=("web-01", vm._moId))
+        taker.start()
+        time.sleep(1.0)  # it sees the undescribed folder and waits for its creator
+        cfm = si.content.customFieldsManager
+        key = next((f.key for f in cfm.field or [] if f.name == "vgpuctl.claim"), None)
+        if key is None:
+            key = cfm.AddCustomFieldDef(name="vgpuctl.claim", moType=vim.VirtualMachine).key
+        now = si.CurrentTime().timestamp()
+        released = {"run": "first1", "holder": "ops@here pid 1", "since": now, "renewed": now, "ttl_s": 60,
+                    "folder": "", "pid": 0, "machine": ""}  # fmt: skip
+        cfm.SetField(entity=vm, key=key, value=json.dumps(released))  # the first run let go: its description,
+        WaitForTask(folder.Destroy_Task())  # then its folder
+        taker.join(timeout=120)
+        assert not taker.is_alive()
+        assert claims.held() == ["web-01"]
+        assert claims.last_run(vm._moId).startswith("run first1 by ops@here pid 1 until ")
+        claims.release_all()

@@ -427,6 +427,7 @@ def _claim(ctx: _Ctx, change: VmChange, vm: Any, observed_vm: ObservedVm) -> Non
     deleted since the plan is drift)."""
     if ctx.claims is None or not (change.power_off or change.needs_reconfigure or change.power_on):
         return
+
     def waiting(held: LeaseHeld, left_s: float) -> None:
         who = f"run {held.holder.run} by {held.holder.holder}" if held.holder is not None else "another run"
         _step(ctx, change.vm, f"waiting for {who}", None)

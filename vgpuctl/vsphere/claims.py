@@ -40,13 +40,18 @@ class VmClaim(Lease):
     HELD = ClaimHeld
     KIND = "claim"
 
+    previous: LeaseInfo | None = None
+
     def acquire(self, wait_s: float = 0.0, on_wait: Callable[[LeaseHeld, float], None] | None = None) -> VmClaim:
-        """Take the claim (read first: the released description a previous run left, which this claim's own
-        description replaces, is the run that changed the VM last)."""
-        self.previous = parse_lease(self.fields.get(self.moid, self.FIELD))
+        """Take the claim; `previous` is the released description a previous run left, which this claim's own
+        description replaces: the run that changed the VM last."""
         super().acquire(wait_s, on_wait)
         self._taken = time.monotonic()
         return self
+
+    def _taken_over(self) -> None:
+        # read once the lock folder is ours: a run that held it while this one waited has left its description
+        self.previous = parse_lease(self.fields.get(self.moid, self.FIELD))
 
     def _held_message(self, info: LeaseInfo | None) -> str:
         who = info.describe() if info is not None else "another run"

@@ -326,6 +326,7 @@ class Lease:
                     on_wait(held, left)
                 time.sleep(min(WAIT_POLL_S, left))
         try:
+            self._taken_over()
             self._since = vcenter_now(self.session)
             self._write(self._since)
         except Exception:  # undescribed, the folder would hold the object for a whole time to live
@@ -338,6 +339,9 @@ class Lease:
         with _HELD_LOCK:
             _HELD.add(self)
         return self
+
+    def _taken_over(self) -> None:
+        """Called once the lock folder is this run's, before its description replaces the one there."""
 
     def _take(self) -> None:
         """Create the lock folder, or judge the one that exists: held while its description (the object's
