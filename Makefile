@@ -7,7 +7,7 @@ DEMO_STATE := .work/demo
 
 GUEST_PACKAGES := $(shell sed -e 's/\#.*//' scripts/guest-test-packages.txt)
 
-.PHONY: all venv gpusim demo test test-unit test-sim test-go test-packaging guest-deps lint typecheck clean
+.PHONY: all venv gpusim demo test test-unit test-sim test-go test-packaging guest-deps lint typecheck mutation clean
 
 all: venv gpusim
 
@@ -52,6 +52,13 @@ test-sim: venv gpusim
 
 test-packaging: venv
 	$(BIN)/pytest -m packaging
+
+# Mutation testing of the pure core (placement, scheduler, plan, capacity kinds and layout), unit tests only: not
+# part of `make test` or CI (a full run takes hours on two cores). mutmut goes into the venv on first use.
+# MUTATION_ARGS: modules to run (default all), --fresh to forget earlier results, --report-only. docs/testing.md.
+mutation: venv
+	$(BIN)/pip install -q mutmut==3.8.1
+	$(BIN)/python scripts/mutation.py $(MUTATION_ARGS)
 
 # As root: install the Debian packages the guest tests need (scripts/guest-test-packages.txt), when missing.
 guest-deps:

@@ -275,6 +275,14 @@ class Gpusim:
             body["hostname"] = hostname
         return dict(self.request("POST", f"/vms/{vm}/guest", body))
 
+    def nics(self, host: str) -> list[dict[str, Any]]:
+        """A host's NICs: model, ids, SR-IOV configured and in effect, VFs held per VM, passthrough holder."""
+        return list(self.request("GET", f"/hosts/{host}/nics")["nics"])
+
+    def customization_fault(self, vm: str, reason: str, event: str = "CustomizationLinuxIdentityFailed") -> None:
+        """The next guest customization of the VM of this name fails with `event` and `reason`."""
+        self.request("POST", f"/vms/{vm}/customization-fault", {"event": event, "reason": reason})
+
     def host_down(self, host: str) -> dict[str, Any]:
         return dict(self.request("POST", f"/hosts/{host}/down"))
 
@@ -286,6 +294,11 @@ class Gpusim:
         options ("modules") unapplied, as if the GPU or driver refused them."""
         body = {"ignore": ignore, "count": count}
         return dict(self.request("POST", f"/hosts/{host}/reboot-faults", body))
+
+    def access(self, host: str, **fields: Any) -> dict[str, Any]:
+        """Change a host's SSH service (ssh_running, ssh_policy), lockdown mode (lockdown, lockdown_exceptions)
+        or vGPU Manager (vgpu_manager, "none" removes it); returns the host's access state."""
+        return dict(self.request("POST", f"/hosts/{host}/access", fields)["access"])
 
     def clear_reboot_fault(self, host: str) -> None:
         self.request("DELETE", f"/hosts/{host}/reboot-faults")
@@ -360,3 +373,63 @@ def arm_ssh_fault(sim: Gpusim, kind: str, host: str = "", match: str = "", **ext
 
 def clear_ssh_faults(sim: Gpusim, host: str | None = None) -> None:
     sim.request("DELETE", "/ssh/faults" + (f"?host={host}" if host else ""))
+
+
+# --------------------------------------------------------------------------------------------------------
+# govmomi's own vcsim, unmodified (tests/vcsim/cmd/vcsim): an estate nobody here modelled.
+
+VCSIM_BINARY = VCSIM_DIR / "bin" / "vcsim"
+
+
+class PlainVcsim:
+    """govmomi's vcsim command built from the pinned module: 4 hosts (a cluster of 3, one standalone), 4 VMs,
+    no GPUs, no HostKernelModuleSystem, every privilege granted, any user name and password accepted."""
+
+    USERNAME, PASSWORD = "user", "pass"
+
+    def __init__(self, process: subprocess.Popen[bytes], url: str, workdir: Path):
+        self.process, self.url, self.workdir = process, url, workdir
+
+    @classmethod
+    def start(cls, workdir: Path, timeout: float = START_TIMEOUT_S) -> PlainVcsim:
+        go = shutil.which("go")
+        if needs_build(VCSIM_BINARY, VCSIM_DIR):
+            if go is None:
+                raise GpusimError("the Go toolchain (go) is not on PATH; it is needed to build vcsim")
+            proc = subprocess.run([go, "build", "-o", str(VCSIM_BINARY), "./cmd/vcsim"], cwd=VCSIM_DIR,
+                                  capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise GpusimError(f"go build of vcsim failed:\n{proc.stdout}{proc.stderr}")
+        workdir.mkdir(parents=True, exist_ok=True)
+        env_file = workdir / "vcsim.env"
+        env_file.write_text("")  # vcsim writes into an existing file (a fifo upstream)
+        log = (workdir / "vcsim.log").open("wb")
+        process = subprocess.Popen([str(VCSIM_BINARY), "-l", "127.0.0.1:0", "-E", str(env_file)],
+                                   stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = env_file.read_text()
+            if text.endswith("\n"):
+                url = parse_export_line(text.strip())["GOVC_URL"]
+                netloc = url.split("@", 1)[-1]  # https://user:pass@127.0.0.1:PORT/sdk
+                return cls(process, "https://" + netloc, workdir)
+            if process.poll() is not None:
+                raise GpusimError(f"vcsim exited with status {process.returncode}")
+            time.sleep(0.05)
+        process.kill()
+        process.wait()
+        raise GpusimError(f"vcsim did not start within {timeout:.0f}s")
+
+    def vgpuctl_env(self) -> dict[str, str]:
+        return {"VGPUCTL_URL": self.url, "VGPUCTL_USERNAME": self.USERNAME, "VGPUCTL_PASSWORD": self.PASSWORD,
+                "VGPUCTL_INSECURE": "1"}
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()

@@ -24,7 +24,7 @@ class MemoryWorkStore(WorkRecords):
 
 
 class _FreeLease:
-    def acquire(self) -> _FreeLease:
+    def acquire(self, wait_s: float = 0.0, on_wait: Any = None) -> _FreeLease:
         return self
 
     def release(self) -> None:

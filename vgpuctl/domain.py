@@ -139,8 +139,42 @@ class Power(StrEnum):
     KEEP = "keep"
 
 
+class SshService(StrEnum):
+    """A host entry's `ssh.service`: leave the ESXi SSH service as it is, or manage it: start it through the API
+    for the run when it is stopped and stop it again afterwards (lockdown mode is never touched)."""
+
+    LEAVE = "leave"
+    MANAGE = "manage"
+
+
+class Keep(StrEnum):
+    """What an existing VM keeps as it is although vgpuctl would set it for its vGPUs (a VM made by hand, adopted
+    as it is): 64-bit MMIO, the locked memory reservation, BIOS firmware, an old hardware version."""
+
+    MMIO = "mmio"
+    MEMORY_LOCK = "memory-lock"
+    EFI = "efi"
+    HARDWARE_VERSION = "hardware-version"
+
+
+class VmState(StrEnum):
+    """A VM entry's `state`: present (create or change it) or absent (power it off and destroy it)."""
+
+    PRESENT = "present"
+    ABSENT = "absent"
+
+
+class CheckStatus(StrEnum):
+    """A preflight check's result: pass, warn (the run goes on), fail (the run is refused), skip (not applicable)."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
 class ChangeKind(StrEnum):
-    """What a host change changes. The host settings (vgpuctl/hosts/settings/) plan the first seven; the
+    """What a host change changes. The host settings (vgpuctl/hosts/settings/) plan the first ten; the
     evacuation of a VM and the resumption of unfinished work are the orchestration around them. The part
     before a dot names the setting group in documents ("graphics")."""
 
@@ -151,6 +185,9 @@ class ChangeKind(StrEnum):
     MIG = "mig"
     NVLINK = "nvlink"
     SCHEDULER = "scheduler"
+    SRIOV = "sriov"  # a NIC's SR-IOV virtual functions
+    PVRDMA_VMKNIC = "pvrdma.vmknic"  # the VMkernel adapter PVRDMA uses (Net.PVRDMAVmknic)
+    PVRDMA_FIREWALL = "pvrdma.firewall"  # the pvrdma firewall ruleset
     EVACUATE = "evacuate"
     RESUME = "maintenance"
 
@@ -178,9 +215,51 @@ class EvacuationKind(StrEnum):
     RESTORE_AFTER = "restore-after"  # powered off, on again after the host change
     HAND_OVER = "hand-over"  # powered off, reconfigured and powered on by its own VM change
     MIGRATE = "migrate"  # vMotion to another host
+    STAYS_OFF = "stays-off"  # powered off for good: its inventory entry says power: off
 
 
 MAX_VGPUS_PER_VM = 8  # vSphere 8.0 (4 before); a host's own limit is ObservedHost.max_vgpus_per_vm
 
 
 DEFAULT_PARALLEL = 8  # VMs changed at the same time unless --parallel says otherwise
+
+
+class AdapterType(StrEnum):
+    """A VM network adapter the inventory asks for (docs/multi-node.md): a paravirtual NIC, a paravirtual RDMA
+    NIC (PVRDMA), an SR-IOV virtual function of a physical NIC, or a whole physical NIC by DirectPath I/O."""
+
+    VMXNET3 = "vmxnet3"
+    PVRDMA = "pvrdma"
+    SRIOV = "sriov"
+    PASSTHROUGH = "passthrough"
+
+    @property
+    def is_rdma(self) -> bool:
+        return self is not AdapterType.VMXNET3
+
+    @property
+    def is_physical(self) -> bool:
+        """Backed by a physical function the host hands out at power-on (counted like GPUs)."""
+        return self in (AdapterType.SRIOV, AdapterType.PASSTHROUGH)
+
+
+class RoceProtocol(StrEnum):
+    """VirtualVmxnet3Vrdma.deviceProtocol (API 6.7 and later)."""
+
+    ROCEV1 = "rocev1"
+    ROCEV2 = "rocev2"
+
+
+class NetworkKind(StrEnum):
+    """A port group on a standard switch, or on a vSphere Distributed Switch."""
+
+    STANDARD = "standard"
+    DISTRIBUTED = "distributed"
+
+
+class IdentityMethod(StrEnum):
+    """How a clone learns its own hostname and addresses: vSphere guest customization (Linux prep in the clone
+    spec), or cloud-init's VMware datasource reading guestinfo metadata from the VM's extraConfig."""
+
+    CUSTOMIZATION = "customization"
+    CLOUD_INIT = "cloud-init"

@@ -57,6 +57,12 @@ class PlanError(VgpuctlError):
         super().__init__("; ".join(problems) if len(problems) == 1 else "\n".join(problems))
 
 
+class PreflightFailed(PlanError):
+    """A preflight check failed; one line per failing check, as preflight prints it."""
+class CustomizationError(VgpuctlError):
+    """vCenter reported that a clone's guest customization failed (the event's text), or it never reported."""
+
+
 class ConnectionFailure(VgpuctlError):
     """vCenter cannot be reached, or the login failed."""
 
@@ -72,10 +78,11 @@ class AuthenticationError(ConnectionFailure):
 class VsphereFault(VgpuctlError):
     """A vCenter fault, keeping its vim type name and message."""
 
-    def __init__(self, fault_type: str, message: str, obj: str | None = None):
+    def __init__(self, fault_type: str, message: str, obj: str | None = None, privilege: str | None = None):
         self.fault_type = fault_type
         self.fault_message = message
         self.obj = obj
+        self.privilege = privilege  # NoPermission: the privilege id vCenter named
         prefix = f"{obj}: " if obj else ""
         super().__init__(f"{prefix}{fault_type}: {message}")
 
@@ -93,6 +100,7 @@ class SshError(VgpuctlError):
 
     def __init__(self, message: str, host: str | None = None, exit_status: int | None = None, stderr: str = ""):
         self.host = host
+        self.reason = message  # without the host's name
         self.exit_status = exit_status
         self.stderr = stderr
         super().__init__(f"{host}: {message}" if host else message)
@@ -104,6 +112,14 @@ class OutputFormatError(VgpuctlError):
 
 class SshHostKeyError(SshError):
     """The host's SSH key is unknown or does not match known_hosts."""
+
+
+class SshAuthError(SshError):
+    """The SSH server refused the login (user, key or password; lockdown mode on ESXi)."""
+
+
+class SshUnreachable(SshError):
+    """No SSH connection: refused (the SSH service stopped), timed out, no route."""
 
 
 class GuestError(VgpuctlError):

@@ -16,18 +16,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from vgpuctl.domain import NvlinkRequirement, Power
+from vgpuctl import yamlout
+from vgpuctl.domain import Keep, NvlinkRequirement, Power
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.settings import SETTINGS
 from vgpuctl.hosts.settings.gpus import SETTING as GPU_SETTINGS
+from vgpuctl.inventory.schema import API_VERSION, vm_name_problem
 from vgpuctl.model import Observed, ObservedHost, ObservedVm
-from vgpuctl.profiles import BOARDS, ProfileError, board_for_device, parse_profile
+from vgpuctl.profiles import BOARDS, ProfileError, board_for_device, parse_profile, try_parse
 from vgpuctl.supervisor.vmclasses import ClassState, SupervisorState, VmClassSpec, desired_class
 
 _NUMBERED = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<suffix>[^\d]*)$")
-_RANGE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*\{\d+\.\.\d+\}[A-Za-z0-9_.\-]*$")
 GPUS_KEY = GPU_SETTINGS.key  # the per-GPU settings: a list of items by `select`
-_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-/ ]*$")
 
 
 @dataclass
@@ -207,8 +207,35 @@ def vm_fields(vm: ObservedVm, observed: Observed) -> tuple[tuple[tuple[str, Any]
             fields.append(("nvlink", NvlinkRequirement.REQUIRED))
     if vm.other_passthrough:
         notes.append(f"{vm.other_passthrough} PCI passthrough device(s) that are not vGPUs left out (never touched)")
+    lacking = lacks(vm)
+    if lacking:
+        fields.append(("keep", [str(k) for k in lacking]))
+        notes.append(f"lacks {', '.join(LACKS[k] for k in lacking)}, which NVIDIA requires for vGPU VMs: `keep` leaves "
+                     "them as they are (plan warns); remove an item and plan shows the change")
     fields.append(("power", Power.KEEP))
     return tuple(fields), tuple(notes)
+
+
+LACKS = {Keep.MMIO: "64-bit MMIO", Keep.MEMORY_LOCK: "a locked memory reservation", Keep.EFI: "EFI firmware",
+         Keep.HARDWARE_VERSION: "hardware version vmx-17"}
+
+
+def lacks(vm: ObservedVm) -> list[Keep]:
+    """What vgpuctl would set for the VM's vGPUs that the VM (made by hand) does not have, in `keep` order; none
+    when a vGPU's type is not one vgpuctl can size."""
+    from vgpuctl.vms.plan import MIN_HW_VERSION_LARGE_BAR, mmio_missing
+
+    parsed = [try_parse(d.profile) for d in vm.vgpus]
+    known = [p for p in parsed if p is not None]
+    if not known or len(known) != len(parsed):
+        return []
+    out = [] if vm.memory_reservation_locked else [Keep.MEMORY_LOCK]
+    if any(p.large_bar for p in known):
+        hw = re.fullmatch(r"vmx-(\d+)", vm.hardware_version or "")
+        out += [Keep.EFI] if vm.firmware != "efi" else []
+        out += [Keep.HARDWARE_VERSION] if hw and int(hw.group(1)) < MIN_HW_VERSION_LARGE_BAR else []
+        out += [Keep.MMIO] if mmio_missing(vm, known) is not None else []
+    return sorted(out, key=list(Keep).index)
 
 
 def _known(profile: str) -> bool:
@@ -270,7 +297,7 @@ def _sort_key(vm: _Vm) -> tuple[Any, ...]:
 # --------------------------------------------------------------------------------- VM classes, namespaces
 
 
-def supervisor_lines(state: SupervisorState, clusters: set[str] | None = None) -> list[str]:
+def supervisor_sections(state: SupervisorState, clusters: set[str] | None = None) -> str:
     """`vm_classes:` (the classes with vGPUs) and `namespaces:` (those using one of them), so that `vgpuctl k8s
     plan` on the file plans no change. `clusters` limits both to namespaces on these supervisor clusters."""
     gpu_classes = {n: c for n, c in state.classes.items() if c.vgpus}
@@ -281,26 +308,24 @@ def supervisor_lines(state: SupervisorState, clusters: set[str] | None = None) -
         used = {c for ns in namespaces for c in ns.vm_classes}
         gpu_classes = {n: c for n, c in gpu_classes.items() if n in used}
     if not gpu_classes:
-        return []
-    lines = ["# VM classes with vGPUs and the supervisor namespaces that use them (vSphere Automation REST API)",
-             "vm_classes:"]
-    for name in sorted(gpu_classes):
-        lines += _class_lines(gpu_classes[name])
-    lines.append("namespaces:" if namespaces else "namespaces: []")
+        return ""
+    items = []
     for ns in namespaces:
-        lines.append(f"  - name: {_scalar(ns.name)}")
+        entry: dict[str, Any] = {"name": ns.name}
         cluster = state.supervisor_clusters.get(ns.cluster)
         if cluster is not None:
-            lines.append(f"    supervisor: {_scalar(cluster)}")
-        mine = [c for c in ns.vm_classes if c in gpu_classes]
+            entry["supervisor"] = cluster
+        entry["vm_classes"] = [c for c in ns.vm_classes if c in gpu_classes]
         others = [c for c in ns.vm_classes if c not in gpu_classes]
-        if others:
-            lines.append(f"    # also uses {', '.join(others)} (no vGPUs: not written, its association is left alone)")
-        lines.append(f"    vm_classes: [{', '.join(_scalar(c) for c in mine)}]")
-    return lines
+        also = f"also uses {', '.join(others)} (no vGPUs: not written, its association is left alone)"
+        items.append(([also] if others else [], entry))
+    return (yamlout.comment("VM classes with vGPUs and the supervisor namespaces that use them (vSphere Automation "
+                            "REST API)")
+            + yamlout.section("vm_classes", [_class_item(gpu_classes[name]) for name in sorted(gpu_classes)])
+            + yamlout.section("namespaces", items))  # fmt: skip
 
 
-def _class_lines(have: ClassState) -> list[str]:
+def _class_item(have: ClassState) -> tuple[list[str], dict[str, Any]]:
     counts = Counter(have.vgpus)
     vgpus = [{"profile": p, "count": counts[p]} for p in dict.fromkeys(have.vgpus)]
     spec: dict[str, Any] = {"name": have.name, "cpus": have.cpus, "memory_gb": _gb(have.memory_mb)}
@@ -318,71 +343,47 @@ def _class_lines(have: ClassState) -> list[str]:
     extra = {k: v for k, v in have.extra_config.items() if automatic.get(k) != v}
     notes += [f"vCenter's class has no {k}; vgpuctl sets {v}, so plan shows that change"
               for k, v in automatic.items() if k not in have.extra_config]
-    lines = [f"  - name: {_scalar(have.name)}"]
-    lines += [f"    # {n}" for n in notes]
-    lines += [f"    {k}: {_scalar(v)}" for k, v in spec.items() if k != "name"]
-    if len(vgpus) == 1:
-        lines.append(f"    vgpus: {_flow(vgpus[0])}")
-    else:
-        lines.append("    vgpus:")
-        lines += [f"      - {_flow(v)}" for v in vgpus]
+    entry = {**spec, "vgpus": vgpus[0] if len(vgpus) == 1 else vgpus}
     if extra:
-        lines.append(f"    extra_config: {_flow(extra)}")
-    return lines
+        entry["extra_config"] = extra
+    return notes, entry
 
 
 # --------------------------------------------------------------------------------------------- render
 
 
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    text = str(value)
-    if _PLAIN.match(text) and text.lower() not in ("true", "false", "null", "yes", "no", "on", "off", "~") \
-            and not text.endswith(" ") and ": " not in text and " #" not in text:
-        return text
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _flow(mapping: Mapping[str, Any]) -> str:
-    return "{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in mapping.items()) + "}"
-
-
-def _render_entry(e: _Entry) -> list[str]:
+def _entry_data(e: _Entry) -> dict[str, Any]:
     """The entry's settings in registry order: a key with sub keys (graphics.default_type) as a mapping, the
     per-GPU settings as the `gpus` list."""
-    lines = [f"  # {c}" for c in e.comments]
-    lines.append(f"  - {e.target[0]}: {_scalar(e.target[1])}")
+    data: dict[str, Any] = {e.target[0]: e.target[1]}
     for setting in SETTINGS:
         if setting.key == GPUS_KEY:
             if e.gpus:
-                lines.append(f"    {GPUS_KEY}:")
-                lines += [f"      - {_flow({'select': select, **s})}" for select, s in e.gpus.items()]
+                data[GPUS_KEY] = [{"select": select, **s} for select, s in e.gpus.items()]
             continue
         if setting.key in e.settings:
-            value = e.settings[setting.key]
-            lines.append(f"    {setting.key}: {_flow(value) if isinstance(value, Mapping) else _scalar(value)}")
+            data[setting.key] = e.settings[setting.key]
         subkeys = {k.split(".", 1)[1]: v for k, v in e.settings.items() if k.startswith(setting.key + ".")}
         if subkeys:
-            lines.append(f"    {setting.key}: {_flow(subkeys)}")
-    return lines
+            data[setting.key] = subkeys
+    return data
 
 
-def _render_vm(name: str, vm: _Vm) -> list[str]:
-    lines = [f"  # {n}" for n in vm.notes]
-    lines.append(f"  - name: {name if _RANGE_NAME.match(name) else _scalar(name)}")
+def _vm_data(name: str, vm: _Vm) -> dict[str, Any]:
+    data: dict[str, Any] = {"name": name}
     for key, value in vm.fields:
-        if key == "vgpus":
-            if len(value) == 1:
-                lines.append(f"    vgpus: {_flow({'profile': value[0][0], 'count': value[0][1]})}")
-            else:
-                lines.append("    vgpus:")
-                lines += [f"      - {_flow({'profile': p, 'count': n})}" for p, n in value]
+        if key == "keep":
+            data["keep"] = [str(k) for k in value]
+        elif key == "vgpus":
+            vgpus = [{"profile": p, "count": n} for p, n in value]
+            data["vgpus"] = vgpus[0] if len(vgpus) == 1 else vgpus
         else:
-            lines.append(f"    {key}: {_scalar(value)}")
-    return lines
+            data[key] = value
+    return data
+
+
+HEADER = ("Written by `vgpuctl export`: the farm as vCenter reported it. `vgpuctl plan` on this file plans",
+          "no change; edit a value and plan shows exactly that change.")  # fmt: skip
 
 
 def export_inventory(observed: Observed, facts: Mapping[str, HostFacts] | None = None,
@@ -400,45 +401,55 @@ def export_inventory(observed: Observed, facts: Mapping[str, HostFacts] | None =
     if options.host is not None and options.host not in observed.hosts:
         raise ValueError(f"host {options.host!r} not found")
     scope = set(hosts) if (options.cluster or options.host) else None
-    lines = ["# Written by `vgpuctl export`: the farm as vCenter reported it. `vgpuctl plan` on this file plans",
-             "# no change; edit a value and plan shows exactly that change.",
-             "apiVersion: vgpuctl/v1"]
+    head: dict[str, Any] = {"apiVersion": API_VERSION}
     if observed.datacenter:
-        lines.append(f"vcenter: {{datacenter: {_scalar(observed.datacenter)}}}")
-    entries = host_entries(observed, hosts, facts)
-    lines.append("hosts:" if entries else "hosts: []")
-    for e in entries:
-        lines += _render_entry(e)
-    vms, left_out = _vms(observed, scope, options.all_vms)
-    if left_out:
-        lines.append(f"# {left_out} VM{'s' if left_out != 1 else ''} without vGPUs left out (--all-vms writes them)")
+        head["vcenter"] = {"datacenter": observed.datacenter}
+    text = "".join(yamlout.comment(line) for line in HEADER) + yamlout.dump(head)
+    text += yamlout.section("hosts", [(e.comments, _entry_data(e)) for e in host_entries(observed, hosts, facts)])
+    vms, left_out, notes = _vms(observed, scope, options.all_vms)
+    text += "".join(yamlout.comment(n) for n in [*notes, *_vm_section_notes(observed, hosts, facts, left_out)])
+    text += yamlout.section("vms", [(list(vm.notes), _vm_data(name, vm)) for name, vm in ranges(vms)])
+    if isinstance(supervisor, str):
+        text += yamlout.comment(f"VM classes and namespaces not read: {supervisor}")
+    elif supervisor is not None:
+        clusters = {observed.hosts[h].cluster or "" for h in hosts} if (options.cluster or options.host) else None
+        text += supervisor_sections(supervisor, clusters)
+    return text
+
+
+def _vm_section_notes(observed: Observed, hosts: list[str], facts: Mapping[str, HostFacts], left_out: int) -> list[str]:
+    plural = "s" if left_out != 1 else ""
+    notes = [f"{left_out} VM{plural} without vGPUs left out (--all-vms writes them)"] if left_out else []
     unread = _unread_mig(observed, hosts, facts)
     if unread:
         shown = ", ".join(unread[:5]) + (f" and {len(unread) - 5} more" if len(unread) > 5 else "")
-        lines += [f"# MIG modes of {shown} as vSphere reports them (no ESXi SSH settings: the shell was not read);",
-                  "# a MIG switch pending there shows as a change when plan reads the shell."]
-    for warning in observed.warnings:
-        lines.append(f"# vCenter: {warning}")
-    lines.append("vms:" if vms else "vms: []")
-    for name, vm in ranges(vms):
-        lines += _render_vm(name, vm)
-    if isinstance(supervisor, str):
-        lines.append(f"# VM classes and namespaces not read: {supervisor}")
-    elif supervisor is not None:
-        clusters = {observed.hosts[h].cluster or "" for h in hosts} if (options.cluster or options.host) else None
-        lines += supervisor_lines(supervisor, clusters)
-    return "\n".join(lines) + "\n"
+        notes += [f"MIG modes of {shown} as vSphere reports them (no ESXi SSH settings: the shell was not read);",
+                  "a MIG switch pending there shows as a change when plan reads the shell."]
+    return notes + [f"vCenter: {warning}" for warning in observed.warnings]
 
 
-def _vms(observed: Observed, scope: set[str] | None, all_vms: bool) -> tuple[list[_Vm], int]:
+def _name_problem(name: str) -> str | None:
+    """Why an inventory cannot name this VM (its name as vCenter reports it), or None."""
+    if "{" in name or "}" in name:
+        return "has braces, which an inventory reads as a range of names"
+    return vm_name_problem(name)
+
+
+def _vms(observed: Observed, scope: set[str] | None, all_vms: bool) -> tuple[list[_Vm], int, list[str]]:
+    """The VMs to write, how many without vGPUs were left out, and notes on VMs no inventory can name."""
     out: list[_Vm] = []
     left_out = 0
+    notes: list[str] = []
     for vm in observed.vms.values():
         if vm.is_template or (scope is not None and vm.host not in scope):
             continue
         if not vm.vgpus and not all_vms:
             left_out += 1
             continue
-        fields, notes = vm_fields(vm, observed)
-        out.append(_Vm(vm.name, fields, notes))
-    return out, left_out
+        unusable = _name_problem(vm.name)
+        if unusable is not None:
+            notes.append(f"VM {vm.name!r} left out: its name {unusable}")
+            continue
+        fields, vm_notes = vm_fields(vm, observed)
+        out.append(_Vm(vm.name, fields, vm_notes))
+    return out, left_out, notes

@@ -10,7 +10,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from vgpuctl.errors import VgpuctlError
+    from vgpuctl.guest.runner import DeployResult
+    from vgpuctl.inventory import Inventory
+    from vgpuctl.scope import ScopeResult
+    from vgpuctl.supervisor.vmclasses import SupervisorPlan
 
 from vgpuctl.domain import (
     MAX_VGPUS_PER_VM,
@@ -57,6 +64,61 @@ class ObservedGpu:
     nvlink_set: int | None = None  # index of the NVLink-connected set it belongs to (links up), if any
     nvlink_groups: list[int] = field(default_factory=list)  # device group sizes the host reports for that set
     nvlink_profiles: list[str] = field(default_factory=list)  # profiles those device groups are offered for
+    numa_node: int | None = None  # hardware.numaInfo (API 6.7)
+    pci_root: str | None = None  # the topmost bridge above it (GPUDirect RDMA wants the NIC under the same one)
+
+
+@dataclass
+class ObservedHostNic:
+    """A physical NIC of a host (hardware.pciDevice joined with config.network.pnic, config.pciPassthruInfo and
+    hardware.numaInfo): what SR-IOV and passthrough adapters are placed on."""
+
+    pci_id: str
+    device_name: str = ""  # e.g. "MT2910 Family [ConnectX-7]"
+    vendor_name: str = ""
+    vendor_id: int = 0
+    device_id: int = 0
+    vmnic: str | None = None  # the host's name for it, when it is an uplink (config.network.pnic)
+    numa_node: int | None = None
+    pci_root: str | None = None  # the topmost bridge above it (hardware.pciDevice parentBridge chain)
+    sriov_capable: bool = False
+    sriov_enabled: bool = False
+    sriov_active: bool = False  # enabled and in effect (rebooted)
+    num_vf: int = 0  # virtual functions present
+    num_vf_requested: int = 0
+    max_vf: int = 0
+    passthru_capable: bool = False
+    passthru_enabled: bool = False
+    passthru_active: bool = False
+
+
+@dataclass
+class ObservedNetwork:
+    """A port group: `standard` (a Network) or `distributed` (a DistributedVirtualPortgroup, with its key and
+    its switch's uuid), and the hosts that reach it."""
+
+    name: str
+    moid: str = ""
+    kind: str = "standard"  # standard | distributed
+    key: str | None = None
+    switch_uuid: str | None = None
+    switch: str | None = None
+    hosts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ObservedNic:
+    """A VM network adapter: a VirtualEthernetCard, or a PCI passthrough device that is not a vGPU."""
+
+    key: int
+    kind: str  # vmxnet3 | pvrdma | sriov | passthrough | another card's type in lower case (e1000e, ...)
+    network: str = ""  # its port group's name ("" when not known)
+    mac: str = ""
+    mac_manual: bool = False
+    protocol: str | None = None  # pvrdma: deviceProtocol
+    device: str | None = None  # sriov: the physical function's PCI id; passthrough: the device's PCI id
+    allowed: list[list[int]] = field(default_factory=list)  # Dynamic DirectPath: [vendor id, device id] pairs
+    slot: int | None = None  # PCI slot number (guest customization maps adapters in this order)
 
 
 @dataclass(frozen=True)
@@ -88,6 +150,7 @@ class ObservedHost:
     environment_browser_moid: str = ""  # of the host's cluster / compute resource (QueryConfigTarget)
     custom_values: dict[str, str] = field(default_factory=dict)  # custom attribute name -> value (non-empty)
     device_groups: list[ObservedDeviceGroup] | None = None  # NVLink device groups, when they were read
+    nics: list[ObservedHostNic] = field(default_factory=list)  # physical NICs (class network)
 
 
 @dataclass
@@ -120,6 +183,9 @@ class ObservedVm:
     guest_ips: list[str] = field(default_factory=list)
     guest_state: str = "notRunning"
     tools_running: bool = False
+    change_version: str = ""  # config.changeVersion: a reconfigure names it, so vCenter refuses it once it moved
+    nics: list[ObservedNic] = field(default_factory=list)  # network adapters, passthrough NICs included
+    guest_hostname: str = ""
 
     @property
     def path(self) -> str:
@@ -162,6 +228,7 @@ class Observed:
     cluster_moids: dict[str, str] = field(default_factory=dict)  # cluster name -> moid
     cluster_pool_moids: dict[str, str] = field(default_factory=dict)  # cluster name -> root resource pool moid
     folder_moids: dict[str, str] = field(default_factory=dict)  # VM folder path -> moid
+    networks: list[ObservedNetwork] = field(default_factory=list)  # port groups of the datacenter
     warnings: list[str] = field(default_factory=list)  # e.g. NVLink sets that could not be read
 
     def named(self, name: str, folder: str | None = None) -> list[str]:
@@ -187,6 +254,7 @@ class Observed:
             h = dict(h)
             h.setdefault("name", name)
             h["gpus"] = [ObservedGpu(**g) for g in h.get("gpus", [])]
+            h["nics"] = [ObservedHostNic(**n) for n in h.get("nics", [])]
             if h.get("device_groups") is not None:
                 h["device_groups"] = [ObservedDeviceGroup(g["name"], tuple(g["profiles"])) for g in h["device_groups"]]
             h["profiles"] = {
@@ -198,9 +266,14 @@ class Observed:
             v = dict(v)
             v.setdefault("name", name)
             v["vgpus"] = [ObservedVgpu(**d) for d in v.get("vgpus", [])]
+            v["nics"] = [ObservedNic(**n) for n in v.get("nics", [])]
             vms[name] = ObservedVm(**v)
-        rest = {k: v for k, v in data.items() if k not in ("hosts", "vms")}
-        return cls(hosts=hosts, vms=vms, **rest)
+        rest = {k: v for k, v in data.items() if k not in ("hosts", "vms", "networks")}
+        networks = [ObservedNetwork(**n) for n in data.get("networks") or []]
+        return cls(hosts=hosts, vms=vms, networks=networks, **rest)
+
+    def networks_named(self, name: str) -> list[ObservedNetwork]:
+        return [n for n in self.networks if n.name == name]
 
 
 # ----------------------------------------------------------------------------------------------- plan
@@ -235,6 +308,61 @@ class DeviceChange:
 
 
 @dataclass
+class NicChange:
+    """Add, change or remove one network adapter. `key` is the existing device's (change, remove); `device` the
+    physical NIC's PCI id an SR-IOV (its physical function) or passthrough adapter uses, once placement chose it;
+    `allowed` the [vendor id, device id] pairs of a Dynamic DirectPath adapter."""
+
+    op: Op
+    kind: str  # AdapterType
+    portgroup: str | None = None
+    key: int | None = None
+    protocol: str | None = None  # pvrdma
+    device: str | None = None
+    select: str | None = None  # what the inventory asked for: a PCI id, vmnic name or model
+    allowed: list[list[int]] = field(default_factory=list)
+    mac: str | None = None  # a fixed MAC address
+    old: str | None = None  # change: what it was ("on mgmt", "rocev1")
+
+    @property
+    def label(self) -> str:
+        parts = [self.kind]
+        if self.select:
+            parts.append(self.select)
+        if self.portgroup:
+            parts.append(f"on {self.portgroup}")
+        if self.protocol:
+            parts.append(f"({self.protocol})")
+        return " ".join(parts)
+
+
+@dataclass
+class IdentityAdapter:
+    """One ethernet adapter of a clone as its identity sets it up, in the VM's PCI slot order."""
+
+    portgroup: str
+    address: str | None = None  # None: DHCP
+    prefix: int | None = None
+    gateway: str | None = None
+    dns: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GuestIdentity:
+    """What a new VM's guest is told about itself: by guest customization (in the clone spec) or by cloud-init
+    guestinfo metadata (extraConfig in the reconfigure after the clone)."""
+
+    method: str  # IdentityMethod
+    hostname: str
+    domain: str
+    adapters: list[IdentityAdapter] = field(default_factory=list)
+
+    @property
+    def dns(self) -> list[str]:
+        return list(dict.fromkeys(d for a in self.adapters for d in a.dns))
+
+
+@dataclass
 class CloneSpec:
     template: str
     cluster: str | None = None
@@ -242,6 +370,8 @@ class CloneSpec:
     folder: str | None = None
     cpus: int | None = None
     memory_mb: int | None = None
+    nics: list[NicChange] = field(default_factory=list)  # adapters added (or template ones removed) by the clone
+    identity: GuestIdentity | None = None
 
 
 @dataclass
@@ -260,14 +390,28 @@ class VmChange:
     # Its place in the plan's placement order (placement.power_on_key); apply powers on the VMs of one host in
     # this order. None for a VM that is not powered on or has no vGPUs.
     power_on_rank: int | None = None
+    destroy: bool = False  # `state: absent`: powered off (power_off) and destroyed; `devices` list its vGPUs
+    nics: list[NicChange] = field(default_factory=list)  # network adapters, in the same reconfigure
+
+    @property
+    def identity(self) -> GuestIdentity | None:
+        return self.clone.identity if self.clone is not None else None
+
+    @property
+    def cloud_init(self) -> bool:
+        """The clone learns its identity from guestinfo metadata, written by the reconfigure after the clone."""
+        identity = self.identity
+        return identity is not None and identity.method == "cloud-init"
 
     @property
     def needs_reconfigure(self) -> bool:
-        return bool(self.fields or self.devices or self.extra_config)
+        return not self.destroy and bool(
+            self.fields or self.devices or self.extra_config or self.nics or self.cloud_init
+        )
 
     @property
     def is_empty(self) -> bool:
-        return not (self.clone or self.needs_reconfigure or self.power_off or self.power_on)
+        return not (self.clone or self.needs_reconfigure or self.power_off or self.power_on or self.destroy)
 
 
 HOST_TARGET = "host"  # HostChange.target of a host-wide setting
@@ -285,6 +429,8 @@ class EvacuationAction:
             return f"migrate to {self.destination}"
         if self.kind == EvacuationKind.HAND_OVER:
             return "powered off, reconfigured and powered on by its VM change"
+        if self.kind == EvacuationKind.STAYS_OFF:
+            return "powered off for good (its entry has power: off)"
         return "powered off, on again after the host change"
 
 
@@ -317,13 +463,16 @@ class HostChange:
 
 @dataclass(frozen=True)
 class Problem:
-    """One reason a plan cannot be applied, about one VM (`vm`) or about the run as a whole (None)."""
+    """One reason a plan cannot be applied, about one VM (`vm`) or about the run as a whole (None); `at` is the
+    FILE:LINE:COL of the inventory key it is about, when one is."""
 
     message: str
     vm: str | None = None
+    at: str | None = None
 
     def __str__(self) -> str:
-        return f"vm {self.vm}: {self.message}" if self.vm is not None else self.message
+        text = f"vm {self.vm}: {self.message}" if self.vm is not None else self.message
+        return f"{self.at}: {text}" if self.at else text
 
 
 @dataclass
@@ -527,3 +676,96 @@ class SupervisorApplyResult:
     @property
     def failed(self) -> list[ChangeOutcome]:
         return [o for o in self.outcomes if o.status == "failed"]
+
+
+# ------------------------------------------------------------------------------------------ a whole run
+
+
+@dataclass
+class ApplyOutcome:
+    """What `apply` did: the hosts (None when the plan had no host changes) and the VMs of `vm_plan`, the VM
+    plan made again after the host changes (the original plan when there were none)."""
+
+    hosts: HostApplyResult | None
+    vms: ApplyResult
+    vm_plan: Plan
+    interrupted: bool = False
+    vm_errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Planned:
+    """What the plan stage produced: the farm as read, the plan, and the VM-class plan (None when the inventory
+    names no VM classes or namespaces)."""
+
+    inventory: Inventory  # of a scoped run: only the entries in scope
+    observed: Observed
+    plan: Plan
+    classes: SupervisorPlan | None = None
+    vcenter: str = ""  # the SDK URL the plan was made against
+    round_trips: int = 0
+    scope: ScopeResult | None = None
+
+    @property
+    def is_empty(self) -> bool:
+        return self.plan.is_empty and (self.classes is None or self.classes.is_empty)
+
+    @property
+    def disruptive(self) -> bool:
+        """Host changes, VMs powered off or vGPUs removed, or VM classes deleted."""
+        return (
+            bool(self.plan.host_changes)
+            or any(c.power_off or any(d.op == Op.REMOVE for d in c.devices) for c in self.plan.changes)
+            or (self.classes is not None and any(c.op == Op.REMOVE for c in self.classes.class_changes))
+        )
+
+
+@dataclass
+class RunOutcome:
+    """Everything one run did. `applied` is None when it only planned or had nothing to change; `classes` is
+    the VM-class stage's result; `guests` the guest playbooks' (provision)."""
+
+    planned: Planned
+    applied: ApplyOutcome | None = None
+    classes: SupervisorApplyResult | None = None
+    addresses: dict[str, str | None] | None = None
+    guests: DeployResult | None = None
+    interrupted: bool = False
+    round_trips: int = 0
+
+    @property
+    def vm_result(self) -> ApplyResult:
+        return self.applied.vms if self.applied is not None else ApplyResult()
+
+    @property
+    def vm_plan(self) -> Plan:
+        """The VM plan that was applied: made again after the host changes when there were some."""
+        return self.applied.vm_plan if self.applied is not None else self.planned.plan
+
+    def failure(self) -> VgpuctlError | None:
+        """What makes this run a failure (the first of: a host failed, the VM plan after the hosts failed,
+        Ctrl-C, VMs failed, a VM-class change failed), or None."""
+        from vgpuctl.errors import Interrupted, PlanError, VgpuctlError
+
+        applied = self.applied
+        hosts = applied.hosts if applied is not None else None
+        if hosts is not None and hosts.failed and not self.interrupted:
+            return VgpuctlError(
+                f"apply failed on host(s) {', '.join(hosts.failed)} (left as the summary says): run apply again "
+                "to continue"
+            )
+        if applied is not None and applied.vm_errors:
+            return PlanError(list(applied.vm_errors))
+        result = self.vm_result
+        if self.interrupted:
+            return Interrupted(
+                f"interrupted: {len(result.changed)} VM(s) changed, {len(result.not_started)} not started; run "
+                "apply again to continue"
+            )
+        if result.failed:
+            return VgpuctlError(f"apply failed for {len(result.failed)} of {len(result.vms)} VM(s): "
+                                f"{', '.join(result.failed)}")
+        if self.classes is not None and self.classes.failed:
+            first = self.classes.failed[0]
+            return VgpuctlError(f"apply stopped at {first.target}: {first.message}")
+        return None

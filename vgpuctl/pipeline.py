@@ -13,37 +13,43 @@ the apply stages in a worker thread so Ctrl-C only asks them to stop. Read-only 
 
 from __future__ import annotations
 
+import logging
 import os
-import signal
-import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome, Power
-from vgpuctl.errors import Interrupted, PlanError, UsageError, VgpuctlError
+from vgpuctl.errors import PlanError, UsageError
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_changes
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.predict import predict_observed
+from vgpuctl.hosts.sshservice import SshServiceRun, explain_shell_errors, only_ssh, ssh_service_for_run
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.hosts.work import WorkStore
 from vgpuctl.inventory import HostSpec, Inventory
-from vgpuctl.model import HostApplyResult, HostChange, Observed, Op, Plan
-from vgpuctl.progress import EXIT_NOW, RUNNING, Cancel, HostProgress, Progress, VmProgress
+from vgpuctl.model import ApplyOutcome, HostApplyResult, HostChange, Observed, Plan, Planned, RunOutcome
+from vgpuctl.progress import (
+    Cancel,
+    HostProgress,
+    Progress,
+    VmProgress,
+)
+from vgpuctl.runlocks import check_lock_settings
 
 if TYPE_CHECKING:
     from vgpuctl.guest.runner import DeployResult
     from vgpuctl.model import ApplyResult, VmOutcome
     from vgpuctl.planfile import SavedPlan
     from vgpuctl.scope import Scope, ScopeResult
-    from vgpuctl.supervisor.stage import SupervisorApplyResult, SupervisorRun
-    from vgpuctl.supervisor.vmclasses import SupervisorPlan
+    from vgpuctl.supervisor.stage import SupervisorRun
     from vgpuctl.vsphere.session import ConnectionSettings, Session
     from vgpuctl.vsphere.workrecord import LeaseInfo
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 EventSink = Callable[[dict[str, Any]], None]
 
@@ -62,7 +68,11 @@ class RunOptions:
     run_id: str | None = None  # names this run in work records and leases (default: a new random id)
     poll_s: float = 0.5
     shutdown_timeout_s: float = 120.0
+    lock_timeout_s: float = 0.0  # how long to wait for a host lease or VM claim another run holds (--lock-timeout)
     scope: Scope | None = None  # --host/--cluster/--vm: only those entries and what they need (vgpuctl.scope)
+    # `ssh.service: manage`: the hosts whose SSH service this run started (None: the run leaves SSH alone, as
+    # the `host` commands do); `run` and `plan_only` stop them again at their end (vgpuctl.hosts.sshservice)
+    ssh_service: SshServiceRun | None = None
 
 
 # ------------------------------------------------------------------------------------------ 1. load
@@ -110,12 +120,18 @@ def host_facts(
     is set up or an SSH agent runs (without them, MIG, NVLink and scheduler changes are plan errors); fills each
     ObservedHost.module_options with the configured nvidia option string and, on a host where vCenter reported
     no NVLink device groups, its NVLink sets from the shell."""
-    from vgpuctl.hosts.facts import adopt_nvlink_sets, gather_facts
+    from vgpuctl.hosts.facts import adopt_nvlink_sets, gather_facts, unread_warnings
     from vgpuctl.hosts.status import shell_configured
 
     errors = unreadable_hosts(session, observed, specs)
     hosts = {name: (observed.hosts[name].moid, spec) for name, spec in sorted(specs.items())
              if observed.hosts[name].connection_state == ConnectionState.CONNECTED}
+    if options.ssh_service is not None:  # `ssh.service: manage`: started before the shell is read
+        from vgpuctl.hosts.sshservice import start_for_run
+
+        start_for_run(session, observed, specs, state_of(session, observed, options), options.ssh_service)
+        observed.warnings += options.ssh_service.notes
+        options.ssh_service.notes.clear()
     facts = gather_facts(
         session,
         hosts,
@@ -126,6 +142,8 @@ def host_facts(
     for name, f in facts.items():
         observed.hosts[name].module_options = f.options_configured or ""
         adopt_nvlink_sets(observed, f)  # NVLink sets from nvidia-smi topo where vCenter reported no device groups
+    explain_shell_errors(session, observed, facts)
+    observed.warnings += unread_warnings(facts.values())  # one line per cause, naming the hosts
     return facts, errors
 
 
@@ -174,7 +192,21 @@ def state_of(session: Session, observed: Observed, options: RunOptions) -> WorkS
 def _resume(session: Session, observed: Observed, options: RunOptions) -> list[str]:
     if not options.resume:
         return []
-    return [h for h in state_of(session, observed, options).hosts() if h in observed.hosts]
+    state = state_of(session, observed, options)
+    return [h for h in state.hosts() if h in observed.hosts and not only_ssh(state, h)]
+
+
+def record_problems(
+    session: Session, observed: Observed, options: RunOptions, touched: Iterable[str]
+) -> tuple[list[str], list[str]]:
+    """Hosts whose `vgpuctl.work` value is no work record (one line each, with how to clear it): errors for the
+    hosts this plan touches (what is left to finish there is unknown), warnings for the others, which this
+    plan leaves alone."""
+    problems = getattr(state_of(session, observed, options), "problems", {})
+    mine = set(touched)
+    errors = [line for host, line in sorted(problems.items()) if host in mine]
+    warnings = [line for host, line in sorted(problems.items()) if host not in mine]
+    return errors, warnings
 
 
 def _migrates(specs: dict[str, HostSpec]) -> bool:
@@ -190,8 +222,12 @@ def vgpu_migration_enabled(session: Session) -> bool:
 
 
 def _lease_warnings(session: Session, observed: Observed, hosts: Sequence[str]) -> list[str]:
-    """Hosts of the plan that another live run holds (one CurrentTime read, only when a host has a lease)."""
-    return [
+    """Hosts of the plan that another live run holds (one CurrentTime read, only when a host has a lease), and
+    hosts whose lease value is no lease description."""
+    from vgpuctl.vsphere.workrecord import LEASE_FIELD, lease_problems
+
+    values = {h: observed.hosts[h].custom_values.get(LEASE_FIELD, "") for h in hosts if h in observed.hosts}
+    return lease_problems(values) + [
         f"host {h}: {held_text(info)}: apply will not touch it until that run ends"
         for h, info in sorted(leases_of(session, observed, hosts).items())
     ]
@@ -200,6 +236,7 @@ def _lease_warnings(session: Session, observed: Observed, hosts: Sequence[str]) 
 def plan(session: Session, observed: Observed, inventory: Inventory, options: RunOptions) -> Plan:
     """Host facts of the inventory's hosts, then the pure planner: host changes first, VM changes planned
     against the hosts as they will be, VMs on changing hosts waiting for them."""
+    from vgpuctl.preflight import refuse_by_preflight
     from vgpuctl.vms.plan import make_plan
 
     resolved, _ = hostplan.resolve_hosts(inventory.hosts, observed)  # make_plan reports resolve errors
@@ -208,6 +245,11 @@ def plan(session: Session, observed: Observed, inventory: Inventory, options: Ru
     resume = _resume(session, observed, options)
     the_plan = make_plan(inventory, observed, host_facts=facts, resume=resume, vgpu_migration=migration)
     the_plan.refuse(errors)
+    refuse_by_preflight(session, observed, inventory, the_plan)  # preflight's cheap part
+    touched = set(resolved) | {c.host for c in the_plan.host_changes}
+    broken, elsewhere = record_problems(session, observed, options, touched)
+    the_plan.refuse(broken)
+    the_plan.warnings += elsewhere
     the_plan.warnings += _lease_warnings(session, observed, sorted({c.host for c in the_plan.host_changes}))
     return the_plan
 
@@ -220,6 +262,7 @@ def plan_in_scope(
     if options.scope is None:
         return plan(session, observed, inventory, options), inventory, None
     from vgpuctl import scope as scoping
+    from vgpuctl.preflight import refuse_by_preflight
     from vgpuctl.vms.plan import make_plan
 
     selection = scoping.select(options.scope, inventory, observed)
@@ -236,6 +279,10 @@ def plan_in_scope(
 
     the_plan, kept, vms, handed = scoping.settle(selection, candidates, plan_for)
     the_plan.refuse(unreadable_hosts(session, observed, [h for h in kept if h in specs]))
+    refuse_by_preflight(session, observed, scoping.restricted(inventory, resolved, kept), the_plan)
+    broken, elsewhere = record_problems(session, observed, options, set(kept) | {c.host for c in the_plan.host_changes})
+    the_plan.refuse(broken)
+    the_plan.warnings += elsewhere
     the_plan.warnings += _lease_warnings(session, observed, sorted({c.host for c in the_plan.host_changes}))
     result = scoping.result(options.scope, selection, the_plan, kept, vms, handed, resolved, inventory)
     scoped = scoping.only_vms(scoping.restricted(inventory, resolved, kept), vms)
@@ -263,24 +310,14 @@ def plan_hosts(
     migration = vgpu_migration_enabled(session) if _migrates(resolved) else False
     resume = _resume(session, observed, options)
     host_plan = hostplan.plan_hosts(specs, observed, facts, resume=resume, vgpu_migration=migration)
-    host_plan.errors = errors + host_plan.errors
+    broken, elsewhere = record_problems(session, observed, options, set(resolved) | set(host_plan.hosts))
+    host_plan.errors = errors + host_plan.errors + broken
+    host_plan.warnings += elsewhere
     host_plan.warnings = [*observed.warnings, *host_plan.warnings, *_lease_warnings(session, observed, host_plan.hosts)]
     return host_plan
 
 
 # ------------------------------------------------------------------------------------------ 4. apply
-
-
-@dataclass
-class ApplyOutcome:
-    """What `apply` did: the hosts (None when the plan had no host changes) and the VMs of `vm_plan`, the VM
-    plan made again after the host changes (the original plan when there were none)."""
-
-    hosts: HostApplyResult | None
-    vms: ApplyResult
-    vm_plan: Plan
-    interrupted: bool = False
-    vm_errors: list[str] = field(default_factory=list)
 
 
 def apply_hosts(
@@ -293,6 +330,7 @@ def apply_hosts(
     cancel: Cancel | None = None,
 ) -> HostApplyResult:
     """Host changes host by host (maintenance, reboot, verify), `max_unavailable` at a time."""
+    check_lock_settings()
     resolved, _ = hostplan.resolve_hosts(specs, observed)
     moids = {name: h.moid for name, h in observed.hosts.items()}
     host_options = HostApplyOptions(
@@ -302,6 +340,7 @@ def apply_hosts(
         poll_s=options.poll_s,
         progress=progress,
         cancel=cancel,
+        lock_timeout_s=options.lock_timeout_s,
     )
     state = state_of(session, observed, options)
     return apply_host_changes(session, targets_for(changes, resolved, moids), state, host_options)
@@ -327,9 +366,12 @@ def apply_vms(
     progress: VmProgress | None = None,
     cancel: Cancel | None = None,
 ) -> ApplyResult:
-    """One clone and one reconfigure per VM, `options.parallel` at a time; VMs on pending hosts wait."""
+    """One clone and one reconfigure per VM, `options.parallel` at a time, each existing VM claimed for this run
+    while it changes; VMs on pending hosts wait."""
     from vgpuctl.vms.apply import apply_plan
+    from vgpuctl.vsphere.workrecord import new_run_id
 
+    options.run_id = options.run_id or new_run_id()
     return apply_plan(
         session,
         the_plan,
@@ -339,6 +381,8 @@ def apply_vms(
         cancel=cancel,
         shutdown_timeout_s=options.shutdown_timeout_s,
         poll_s=options.poll_s,
+        run_id=options.run_id,
+        lock_timeout_s=options.lock_timeout_s,
     )
 
 
@@ -425,7 +469,7 @@ def _not_started(the_plan: Plan, failed: dict[str, list[str]]) -> ApplyResult:
 
 def guest_vms(inventory: Inventory) -> list[str]:
     """The inventory's VMs that have a guest group (the ones the guest playbooks configure)."""
-    return [vm.name for vm in inventory.vms if vm.guest is not None]
+    return [vm.name for vm in inventory.vms if vm.guest is not None and vm.guest.group is not None]
 
 
 def guest_addresses(
@@ -442,7 +486,8 @@ def guest_addresses(
 
     if wait_s <= 0:
         return read_addresses(session, guest_vms(inventory))
-    running = [vm.name for vm in inventory.vms if vm.guest is not None and vm.power != Power.OFF]
+    running = [name for name in guest_vms(inventory)
+               if (vm := inventory.vm(name)) is not None and vm.power != Power.OFF]
     return wait_for_addresses(
         lambda: read_addresses(session, running), timeout_s=wait_s, poll_s=poll_s, progress=progress
     )
@@ -467,33 +512,6 @@ def guests(
 
 
 @dataclass
-class Planned:
-    """What the plan stage produced: the farm as read, the plan, and the VM-class plan (None when the inventory
-    names no VM classes or namespaces)."""
-
-    inventory: Inventory  # of a scoped run: only the entries in scope
-    observed: Observed
-    plan: Plan
-    classes: SupervisorPlan | None = None
-    vcenter: str = ""  # the SDK URL the plan was made against
-    round_trips: int = 0
-    scope: ScopeResult | None = None
-
-    @property
-    def is_empty(self) -> bool:
-        return self.plan.is_empty and (self.classes is None or self.classes.is_empty)
-
-    @property
-    def disruptive(self) -> bool:
-        """Host changes, VMs powered off or vGPUs removed, or VM classes deleted."""
-        return (
-            bool(self.plan.host_changes)
-            or any(c.power_off or any(d.op == Op.REMOVE for d in c.devices) for c in self.plan.changes)
-            or (self.classes is not None and any(c.op == Op.REMOVE for c in self.classes.class_changes))
-        )
-
-
-@dataclass
 class GuestStage:
     """`provision`: after the apply, wait for the guests' addresses, then run the guest playbooks."""
 
@@ -512,6 +530,7 @@ class RunRequest:
     apply: bool = True
     saved: SavedPlan | None = None  # apply exactly this plan: refused when the farm or the plan changed
     saved_path: Path | None = None
+    allow_destroy: bool = False  # VMs with state: absent may be destroyed (also allow_destroy: true in the inventory)
     guests: GuestStage | None = None
 
 
@@ -561,57 +580,6 @@ class _NoProgress:
 _NO_PROGRESS = _NoProgress()
 
 
-@dataclass
-class RunOutcome:
-    """Everything one run did. `applied` is None when it only planned or had nothing to change; `classes` is
-    the VM-class stage's result; `guests` the guest playbooks' (provision)."""
-
-    planned: Planned
-    applied: ApplyOutcome | None = None
-    classes: SupervisorApplyResult | None = None
-    addresses: dict[str, str | None] | None = None
-    guests: DeployResult | None = None
-    interrupted: bool = False
-    round_trips: int = 0
-
-    @property
-    def vm_result(self) -> ApplyResult:
-        from vgpuctl.model import ApplyResult
-
-        return self.applied.vms if self.applied is not None else ApplyResult()
-
-    @property
-    def vm_plan(self) -> Plan:
-        """The VM plan that was applied: made again after the host changes when there were some."""
-        return self.applied.vm_plan if self.applied is not None else self.planned.plan
-
-    def failure(self) -> VgpuctlError | None:
-        """What makes this run a failure (the first of: a host failed, the VM plan after the hosts failed,
-        Ctrl-C, VMs failed, a VM-class change failed), or None."""
-        applied = self.applied
-        hosts = applied.hosts if applied is not None else None
-        if hosts is not None and hosts.failed and not self.interrupted:
-            return VgpuctlError(
-                f"apply failed on host(s) {', '.join(hosts.failed)} (left as the summary says): run apply again "
-                "to continue"
-            )
-        if applied is not None and applied.vm_errors:
-            return PlanError(list(applied.vm_errors))
-        result = self.vm_result
-        if self.interrupted:
-            return Interrupted(
-                f"interrupted: {len(result.changed)} VM(s) changed, {len(result.not_started)} not started; run "
-                "apply again to continue"
-            )
-        if result.failed:
-            return VgpuctlError(f"apply failed for {len(result.failed)} of {len(result.vms)} VM(s): "
-                                f"{', '.join(result.failed)}")
-        if self.classes is not None and self.classes.failed:
-            first = self.classes.failed[0]
-            return VgpuctlError(f"apply stopped at {first.target}: {first.message}")
-        return None
-
-
 def run(
     settings: ConnectionSettings,
     inventory: Inventory,
@@ -628,7 +596,7 @@ def run(
     request = request or RunRequest()
     hooks = hooks or QuietHooks()
     stage = request.guests if request.guests is not None and guest_vms(inventory) else None
-    with open_session(settings) as session:
+    with open_session(settings) as session, ssh_service_for_run(session, options):
         outcome = within_session(session, inventory, options, request, hooks)
         if stage is not None and outcome.failure() is None:
             outcome.addresses = guest_addresses(
@@ -673,6 +641,8 @@ def carry_out(
         outcome = RunOutcome(planned)
         if not request.apply or planned.is_empty:
             return outcome
+        refuse_unallowed_removals(the_plan, inventory, request)
+        check_lock_settings()
         hooks.confirm(planned)
         with hooks.apply_progress(planned) as progress:
             applied, interrupted = run_interruptible(
@@ -684,12 +654,20 @@ def carry_out(
     return outcome
 
 
+def refuse_unallowed_removals(the_plan: Plan, inventory: Inventory, request: RunRequest) -> None:
+    """VMs are destroyed only with apply --allow-destroy or allow_destroy: true; nothing changes otherwise."""
+    removed = sorted(c.vm for c in the_plan.changes if c.destroy)
+    if removed and not (request.allow_destroy or inventory.allow_destroy):
+        raise UsageError(f"the plan removes {', '.join(removed)} (state: absent): nothing was changed; rerun apply "
+                         "with --allow-destroy, or set allow_destroy: true in the inventory")
+
+
 def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOptions) -> Planned:
     """The plan of an inventory, nothing applied and nothing raised for its errors (experiments check variants
     with it)."""
     from vgpuctl.vsphere.session import open_session
 
-    with open_session(settings) as session:
+    with open_session(settings) as session, ssh_service_for_run(session, options):
         observed = observe(session, options.datacenter, inventory)
         the_plan, inventory, scope = plan_in_scope(session, observed, inventory, options)
         with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:
@@ -700,53 +678,10 @@ def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOp
                        scope)
 
 
-# ------------------------------------------------------------------------------------------ running a stage
-
-
-def second_interrupt_message(running: Sequence[str]) -> str:
-    if not running:
-        return "interrupted again: exiting now; no vCenter task was running"
-    return "interrupted again: exiting now; these vCenter tasks may still be running: " + ", ".join(running)
-
-
 def run_interruptible(work: Callable[[Cancel], T], on_interrupt: Callable[[str], None]) -> tuple[T, bool]:
-    """`work(cancel)` in a worker thread. The first Ctrl-C sets `cancel` (running and restoring steps finish,
-    no new forward step starts) and calls `on_interrupt`; a second one exits at once (Interrupted, naming the
-    vCenter tasks that may still run). Returns (result, interrupted)."""
-    cancel = threading.Event()
-    finished = threading.Event()  # not Thread.join: a KeyboardInterrupt inside join() can corrupt is_alive()
-    box: dict[str, Any] = {}
+    """`work(cancel)` in a worker thread (vgpuctl.progress.run_interruptible): the first Ctrl-C asks it to stop,
+    a second one exits at once, dropping this run's host leases and VM claims first."""
+    from vgpuctl import progress
+    from vgpuctl.runlocks import release_held_locks
 
-    def run() -> None:
-        try:
-            box["result"] = work(cancel)
-        except BaseException as err:  # re-raised in the calling thread
-            box["error"] = err
-        finally:
-            finished.set()
-
-    interrupts: list[int] = []
-
-    def on_sigint(signum: int, frame: object) -> None:
-        # A handler, not `except KeyboardInterrupt`: the exception could land between two statements of the
-        # wait loop and escape it.
-        interrupts.append(signum)
-        if len(interrupts) > 1:
-            EXIT_NOW.set()
-            raise Interrupted(second_interrupt_message(RUNNING.labels()))
-        cancel.set()
-        on_interrupt(
-            "interrupted: no new step starts; waiting for running vCenter tasks and restoring what this run "
-            "stopped (hosts out of maintenance, VMs powered on again). Ctrl-C again to exit at once"
-        )
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        threading.Thread(target=run, name="vgpuctl-apply", daemon=True).start()
-        while not finished.wait(0.2):
-            pass
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if "error" in box:
-        raise box["error"]
-    return box["result"], bool(interrupts)
+    return progress.run_interruptible(work, on_interrupt, on_exit_now=release_held_locks)

@@ -1,10 +1,11 @@
 """Saved plans: `vgpuctl plan -f FILE --out PLANFILE`, then `vgpuctl apply PLANFILE` applies exactly that plan.
 
-A plan file (JSON) holds the inventory text the plan was made from, the plan itself (its report) and a digest
-of what it was based on: the farm as observed (hosts, GPUs, VMs, their vGPUs and power states), the plan, and
-the VM-class plan when the inventory names VM classes or namespaces. `apply PLANFILE` observes and plans again
-from the saved inventory and refuses, before touching anything, when the farm, the VM classes or the plan
-differ from the saved ones. Nothing here talks to vCenter.
+A plan file (JSON) holds the inventory text the plan was made from, the plan itself (its report), a digest
+of what it was based on (the farm as observed: hosts, GPUs, VMs, their vGPUs and power states; the plan; the
+VM-class plan when the inventory names VM classes or namespaces), and a digest over all of that. `apply
+PLANFILE` refuses a file whose content does not match its digest ("the plan file was edited") before vCenter is
+read; then it observes and plans again from the saved inventory and refuses, before touching anything, when
+the farm, the VM classes or the plan differ from the saved ones. Nothing here talks to vCenter.
 """
 
 from __future__ import annotations
@@ -26,9 +27,13 @@ if TYPE_CHECKING:
     from vgpuctl.supervisor.vmclasses import SupervisorPlan
 
 FORMAT = "vgpuctl-plan/v1"
-VERSION = 2  # of what a plan file holds; a file of another version is refused (2: typed evacuations)
+VERSION = 3  # of what a plan file holds; a file of another version is refused (2: typed evacuations, 3: digest)
 OTHER_VERSION = (
     "{path}: the plan file was written by another version of vgpuctl: make it again with `vgpuctl plan --out`"
+)
+EDITED = (
+    "{path}: the plan file was edited since `vgpuctl plan --out` wrote it (its digest does not match its content): "
+    "nothing was changed; make a new plan with `vgpuctl plan -f FILE --out PLANFILE`"
 )
 
 # What the plan depends on, per object; churn that does not change a plan (round trips, guest IPs, tools
@@ -59,7 +64,7 @@ class SavedPlan:
     plan: dict[str, Any]  # the plan's report, for people and tools reading the file
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        content = {
             "format": FORMAT,
             "version": VERSION,
             "vcenter": self.vcenter,
@@ -68,6 +73,13 @@ class SavedPlan:
             "plan": self.plan,
             "inventory": self.inventory_text,
         }
+        return {**content, "digest": content_digest(content)}
+
+
+def content_digest(content: dict[str, Any]) -> str:
+    """sha256 over everything a plan file holds but its digest (keys sorted, compact JSON): any edit of the
+    inventory, the plan, the basis or the vCenter changes it."""
+    return _sha256({k: v for k, v in content.items() if k != "digest"})
 
 
 def farm_digest(observed: Observed) -> str:
@@ -122,6 +134,8 @@ def load(path: Path) -> SavedPlan:
         raise PlanFileError(f"{path}: not a vgpuctl plan file (made by `vgpuctl plan -f FILE --out {path.name}`)")
     if data.get("version") != VERSION:
         raise PlanFileError(OTHER_VERSION.format(path=path))
+    if data.get("digest") != content_digest(data):
+        raise PlanFileError(EDITED.format(path=path))
     try:
         return SavedPlan(
             inventory_text=str(data["inventory"]),

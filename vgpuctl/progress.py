@@ -8,10 +8,15 @@ threading.Event fits). `LiveOnTerminal` shows a rich Live view on a terminal, pl
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
+
+from vgpuctl.errors import Interrupted
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -173,3 +178,60 @@ class LiveOnTerminal:
             if self.live is not None:
                 self.live.stop()
                 self.live = None
+
+
+# ------------------------------------------------------------------------------------------ Ctrl-C
+
+
+def second_interrupt_message(running: Sequence[str]) -> str:
+    if not running:
+        return "interrupted again: exiting now; no vCenter task was running"
+    return "interrupted again: exiting now; these vCenter tasks may still be running: " + ", ".join(running)
+
+
+def run_interruptible(
+    work: Callable[[Cancel], T], on_interrupt: Callable[[str], None], on_exit_now: Callable[[], None] | None = None
+) -> tuple[T, bool]:
+    """`work(cancel)` in a worker thread. The first Ctrl-C sets `cancel` (running and restoring steps finish,
+    no new forward step starts) and calls `on_interrupt`; a second one exits at once (Interrupted, naming the
+    vCenter tasks that may still run). Returns (result, interrupted)."""
+    cancel = threading.Event()
+    finished = threading.Event()  # not Thread.join: a KeyboardInterrupt inside join() can corrupt is_alive()
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = work(cancel)
+        except BaseException as err:  # re-raised in the calling thread
+            box["error"] = err
+        finally:
+            finished.set()
+
+    interrupts: list[int] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        # A handler, not `except KeyboardInterrupt`: the exception could land between two statements of the
+        # wait loop and escape it.
+        interrupts.append(signum)
+        if len(interrupts) > 1:
+            EXIT_NOW.set()
+            running = RUNNING.labels()
+            if on_exit_now is not None:
+                on_exit_now()  # before the process ends: what it holds (leases, claims) is let go
+            raise Interrupted(second_interrupt_message(running))
+        cancel.set()
+        on_interrupt(
+            "interrupted: no new step starts; waiting for running vCenter tasks and restoring what this run "
+            "stopped (hosts out of maintenance, VMs powered on again). Ctrl-C again to exit at once"
+        )
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        threading.Thread(target=run, name="vgpuctl-apply", daemon=True).start()
+        while not finished.wait(0.2):
+            pass
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if "error" in box:
+        raise box["error"]
+    return box["result"], bool(interrupts)

@@ -181,7 +181,7 @@ def converged(guests: Guests, files: Files, tmp_path_factory):
         guests.ssh(g, f"echo 'root:{GUEST_PASSWORD}' | chpasswd")
         guests.set_vgpus(g, count=2, profile="A100-40C", nvlink=True)
         guests.set_nouveau_loaded(g, True)  # a stock guest: nouveau holds the GPU until the first reboot
-        fake_rdma_ports(g.root)
+        fake_rdma_ports(g.root, g.address)
     events_before = {g.name: len(guests.events(g)) for g in guests.guests}
     inv_path = write_inventory(
         tmp / "inv.yaml",
@@ -213,14 +213,23 @@ def converged(guests: Guests, files: Files, tmp_path_factory):
     }
 
 
-def fake_rdma_ports(root: Path) -> None:
-    """What sysfs shows for a ConnectX in RoCE mode (mlx5_0, port 1 on eth0) and one in InfiniBand mode."""
+def fake_rdma_ports(root: Path, address: str) -> None:
+    """What sysfs shows for a ConnectX in RoCE mode (mlx5_0, port 1 on eth0 with `address`: GIDs 0-3 link-local
+    and IPv4-mapped, RoCE v1 and v2, as tests/fixtures/rdma/sysfs-mlx5-two-netdevs.yaml lays them out) and one in
+    InfiniBand mode."""
+    mapped = "0000:0000:0000:0000:0000:ffff:" + "{:02x}{:02x}:{:02x}{:02x}".format(*map(int, address.split(".")))
+    gids = [("fe80:0000:0000:0000:a4ed:ccff:fe8b:0001", "IB/RoCE v1"), ("fe80:0000:0000:0000:a4ed:ccff:fe8b:0001",
+            "RoCE v2"), (mapped, "IB/RoCE v1"), (mapped, "RoCE v2")]
     for dev, layer, ndev in (("mlx5_0", "Ethernet", "eth0"), ("mlx5_1", "InfiniBand", "")):
         port = root / "sys" / "class" / "infiniband" / dev / "ports" / "1"
-        (port / "gid_attrs" / "ndevs").mkdir(parents=True, exist_ok=True)
+        for sub in ("gids", "gid_attrs/ndevs", "gid_attrs/types"):
+            (port / sub).mkdir(parents=True, exist_ok=True)
         (port / "link_layer").write_text(layer + "\n")
         if ndev:
-            (port / "gid_attrs" / "ndevs" / "0").write_text(ndev + "\n")
+            for i, (gid, kind) in enumerate(gids):
+                (port / "gids" / str(i)).write_text(gid + "\n")
+                (port / "gid_attrs" / "types" / str(i)).write_text(kind + "\n")
+                (port / "gid_attrs" / "ndevs" / str(i)).write_text(ndev + "\n")
 
 
 def test_full_stack_succeeds_on_every_guest(converged, guests: Guests):
@@ -265,7 +274,9 @@ def test_files_modes_and_services_in_each_guest(converged, guests: Guests, files
         assert "License Status                    : Licensed" in guests.ssh(g, "nvidia-smi -q").stdout
 
         nccl = guests.ssh(g, "cat /etc/nccl.conf").stdout.splitlines()
-        assert {"NCCL_SOCKET_IFNAME=eth0", "NCCL_IB_HCA=mlx5_0:1", "NCCL_IB_TC=106"} <= set(nccl)
+        # the RoCE port rdma_roce found, exactly, and its RoCE v2 GID (index 3: NCCL before 2.21 would take 0)
+        expected = {"NCCL_SOCKET_IFNAME=eth0", "NCCL_IB_HCA==mlx5_0:1", "NCCL_IB_TC=106", "NCCL_IB_GID_INDEX=3"}
+        assert expected <= set(nccl)
         assert guests.ssh(g, "cat /etc/modules-load.d/vgpuctl-rdma.conf").stdout.split()[-2:] == [
             "ib_uverbs",
             "rdma_ucm",
@@ -326,7 +337,8 @@ def test_torchrun_starts_on_every_worker_with_the_network_settings(converged, gu
         # NCCL_IB_HCA from the RoCE port rdma_roce found, the interface from the nccl settings
         assert env == [
             "GLOO_SOCKET_IFNAME=eth0",
-            "NCCL_IB_HCA=mlx5_0:1",
+            "NCCL_IB_GID_INDEX=3",
+            "NCCL_IB_HCA==mlx5_0:1",
             "NCCL_IB_TC=106",
             "NCCL_SOCKET_IFNAME=eth0",
         ]
@@ -370,8 +382,10 @@ def test_check_mode_reports_drift_and_changes_nothing(converged, guests: Guests,
         HOME=str(tmp_path),
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines() if line.split()}
-    assert rows[g1.name][2] == "changed" and rows[g2.name][2] == "ok"  # the text table
+    # piped, one plain line per guest: "guest NAME  group G  status S  ok N ..."
+    rows = {w[1]: dict(zip(w[2::2], w[3::2], strict=False)) for line in proc.stdout.splitlines()
+            if (w := line.split()) and w[0] == "guest"}
+    assert rows[g1.name]["status"] == "changed" and rows[g2.name]["status"] == "ok"
     assert "NCCL_DEBUG=TRACE" in guests.ssh(g1, "cat /etc/nccl.conf").stdout  # check mode left it
 
 

@@ -8,6 +8,7 @@ test checks, in vCenter itself, which steps ran.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -47,11 +48,12 @@ def inventory(tmp_path: Path, vms: str) -> Path:
     return path
 
 
-def start_apply(sim: Any, tmp_path: Path, path: Path, *extra: str) -> subprocess.Popen[str]:
+def start_apply(sim: Any, tmp_path: Path, path: Path, *extra: str, trace: bool = False) -> subprocess.Popen[str]:
+    """`vgpuctl apply`; with `trace` (-vv) stderr also says when vCenter answered each request."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_"))}
     env.update({**sim.env, "VGPUCTL_INSECURE": "1", "VGPUCTL_STATE_DIR": str(tmp_path / "state")})
     return subprocess.Popen(
-        [sys.executable, "-m", "vgpuctl", "apply", "-f", str(path), "--yes", *extra],
+        [sys.executable, "-m", "vgpuctl", *(["-vv"] if trace else []), "apply", "-f", str(path), "--yes", *extra],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -145,9 +147,9 @@ def test_a_vm_this_run_powered_off_is_powered_on_again_not_reconfigured(sim: Any
 def test_second_ctrl_c_exits_at_once_naming_running_tasks(sim: Any, tmp_path: Path) -> None:
     for name in ("q-01", "q-02", "q-03", "q-04"):
         sim.delay(name, "ReconfigVM_Task", 6.0)
-    proc = start_apply(sim, tmp_path, inventory(tmp_path, QUEUED), "--parallel", "2")
+    proc = start_apply(sim, tmp_path, inventory(tmp_path, QUEUED), "--parallel", "2", trace=True)
     seen: list[str] = []
-    read_until(proc, seen, lambda s: sum(step(x) in (("q-01", "reconfigure"), ("q-02", "reconfigure")) for x in s) >= 2)
+    read_until(proc, seen, lambda s: sum("SOAP <- ReconfigVM_Task: ok" in x for x in s) >= 2)  # both tasks exist
     proc.send_signal(signal.SIGINT)
     read_until(proc, seen, lambda s: any("interrupted: no new step starts" in x for x in s))
     proc.send_signal(signal.SIGINT)
@@ -156,8 +158,8 @@ def test_second_ctrl_c_exits_at_once_naming_running_tasks(sim: Any, tmp_path: Pa
     assert proc.returncode == 130, err
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: interrupted again: exiting now; these vCenter tasks may still be running: ")
-    for vm in ("q-01", "q-02"):  # by its task, or as requested while vCenter has not answered the call yet
-        assert f"reconfigure {vm} (task-" in last or f"reconfigure {vm} (requested)" in last, last
+    for vm in ("q-01", "q-02"):  # by its task id once the worker recorded it, "requested" a moment before
+        assert re.search(rf"reconfigure {vm} \((task-\d+|requested)\)", last), last
     assert "Apply interrupted" not in out  # no summary: it did not wait
     time.sleep(7.0)  # let the delayed tasks end in gpusim, then see that nothing else was started
     assert vm_state(sim, "q-03")[0] == [] and vm_state(sim, "q-04")[0] == []
@@ -175,10 +177,10 @@ def test_second_ctrl_c_during_a_host_reboot_exits_without_waiting_for_it(sim: An
                 "VGPUCTL_ESXI_HOSTS": sim.env["GPUSIM_SSH_HOSTS"],
                 "VGPUCTL_ESXI_KNOWN_HOSTS": sim.env["GPUSIM_SSH_KNOWN_HOSTS"],
                 "VGPUCTL_ESXI_PASSWORD": sim.password})  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "vgpuctl", "apply", "-f", str(path), "--yes"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "vgpuctl", "-vv", "apply", "-f", str(path), "--yes"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     seen: list[str] = []
-    read_until(proc, seen, lambda s: any(step(x) == (f"host {host}", "reboot") for x in s))
+    read_until(proc, seen, lambda s: any("SOAP <- RebootHost_Task: ok" in x for x in s))  # the task exists
     proc.send_signal(signal.SIGINT)
     read_until(proc, seen, lambda s: any("interrupted: no new step starts" in x for x in s))
     proc.send_signal(signal.SIGINT)
@@ -186,9 +188,80 @@ def test_second_ctrl_c_during_a_host_reboot_exits_without_waiting_for_it(sim: An
     err = "".join(seen) + err
     assert proc.returncode == 130, err
     last = err.strip().splitlines()[-1]
-    assert (
-        last == f"error: interrupted again: exiting now; these vCenter tasks may still be running: reboot host {host}"
-    )
+    running = "error: interrupted again: exiting now; these vCenter tasks may still be running: "
+    assert re.fullmatch(rf"{running}reboot host {re.escape(host)} \((task-\d+|requested)\)", last), last
     # it did not wait for the reboot: the host is still in maintenance, no later step was logged
     assert sim.host(host)["inMaintenance"]
     assert not any(step(x)[1] in ("wait-reconnect", "verify", "exit-maintenance") for x in seen + err.splitlines())
+
+
+def _lock_folders(sim: Any) -> list[str]:
+    """The lock folders of host leases and VM claims under the root folder."""
+    si = sim.connect()
+    try:
+        names = [f.name for f in si.content.rootFolder.childEntity]
+        return [n for n in names if n.startswith(("vgpuctl-lease-", "vgpuctl-claim-"))]
+    finally:
+        Disconnect(si)
+
+
+def _until(check: Callable[[], bool], what: str) -> None:
+    for _ in range(2400):  # a bound on polls, not on time: each is one small control read
+        if check():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"never happened: {what}")
+
+
+def _started(sim: Any, hold: int) -> list[str]:
+    return list(next(h for h in sim.holds() if h["id"] == hold)["started"])
+
+
+def test_second_ctrl_c_names_held_reconfigures_vcenter_has_not_answered(sim: Any, tmp_path: Path) -> None:
+    hold = sim.hold("ReconfigVM_Task", count=2)  # gpusim has both requests, and answers neither until released
+    proc = start_apply(sim, tmp_path, inventory(tmp_path, QUEUED), "--parallel", "2")
+    try:
+        _until(lambda: len(_started(sim, hold)) == 2 or proc.poll() is not None, "two reconfigures reach gpusim")
+        proc.send_signal(signal.SIGINT)
+        seen: list[str] = []
+        read_until(proc, seen, lambda s: any("interrupted: no new step starts" in x for x in s))
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=300)
+    finally:
+        sim.release(hold)
+    assert proc.returncode == 130, "".join(seen) + err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: interrupted again: exiting now; these vCenter tasks may still be running: ")
+    assert "reconfigure q-01 (requested)" in last and "reconfigure q-02 (requested)" in last, last
+    assert _lock_folders(sim) == []  # the run dropped its claims on its way out: a rerun need not wait for them
+    # the line was right: both requests ran in vCenter after vgpuctl exited, nothing else did
+    _until(lambda: vm_state(sim, "q-01")[0] == ["grid_a100-10c"] == vm_state(sim, "q-02")[0], "both ran")
+    assert vm_state(sim, "q-03")[0] == [] and vm_state(sim, "q-04")[0] == []
+
+
+def test_second_ctrl_c_names_a_held_host_step(sim: Any, tmp_path: Path) -> None:
+    host = "esx-01.gpu.sim"
+    hold = sim.hold("EnterMaintenanceMode_Task", host)
+    path = tmp_path / "inv.yaml"
+    path.write_text(f"apiVersion: vgpuctl/v1\nvcenter: {{datacenter: DC0}}\nhosts:\n  - name: {host}\n"
+                    "    scheduler: equal-share\n")  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_", "GPUSIM_"))}
+    env |= sim.vgpuctl_env(tmp_path / "state")
+    proc = subprocess.Popen([sys.executable, "-m", "vgpuctl", "-o", "json", "apply", "-f", str(path), "--yes"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:  # -o json: no live display, the line comes from what was sent all the same
+        _until(lambda: bool(_started(sim, hold)) or proc.poll() is not None, "enter maintenance reaches gpusim")
+        proc.send_signal(signal.SIGINT)
+        seen: list[str] = []
+        read_until(proc, seen, lambda s: any("interrupted: no new step starts" in x for x in s))
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=300)
+    finally:
+        sim.release(hold)
+    assert proc.returncode == 130, "".join(seen) + err
+    assert _lock_folders(sim) == []  # the host's lease was dropped on the way out
+    assert json.loads(out)["error"]["message"] == (
+        f"interrupted again: exiting now; these vCenter tasks may still be running: enter-maintenance host {host} "
+        "(requested)"
+    )
+    _until(lambda: sim.host(host)["inMaintenance"], "the held request ran after vgpuctl exited")

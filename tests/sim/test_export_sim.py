@@ -146,7 +146,9 @@ def test_all_vms_writes_the_vms_without_vgpus(env: dict[str, str], tmp_path: Pat
         ("cluster: GPU-Cluster\n    graphics: {default_type: sharedDirect, assignment_policy: performance}",
          "cluster: GPU-Cluster\n    graphics: {default_type: sharedDirect, assignment_policy: consolidation}",
          {"host": [("graphics.assignment_policy", A1), ("graphics.assignment_policy", A2)]}),
-        ("scheduler: {policy: equal-share}", "scheduler: {policy: best-effort}", {"host": [("scheduler", H1)]}),
+        # a host change with running VMs needs an evacuation policy (evacuate: refuse is a plan error naming them)
+        ("scheduler: {policy: equal-share}", "scheduler: {policy: best-effort}\n    maintenance: {evacuate: power-off}",
+         {"host": [("scheduler", H1)]}),
         ("name: parked\n    cluster: GPU-Cluster\n    cpus: 4", "name: parked\n    cluster: GPU-Cluster\n    cpus: 6",
          {"vm": [("parked", "numCPUs", 4, 6)]}),
     ],
@@ -158,7 +160,9 @@ def test_one_edit_plans_exactly_that_change(env: dict[str, str], exported: Path,
     exported.write_text(text.replace(old, new))
     code, doc = _plan(env, exported)
     assert code == 2, doc
-    hosts = sorted((c.get("setting", c.get("kind")), c["host"]) for c in doc["host_changes"])
+    hosts = sorted((c.get("setting", c.get("kind")), c["host"]) for c in doc["host_changes"]
+                   if c.get("setting") != "evacuate")
+    assert {c["host"] for c in doc["host_changes"] if c.get("setting") == "evacuate"} <= {h for _, h in hosts}
     vms = [(c["vm"], f["field"], f["old"], f["new"]) for c in doc["vm_changes"] for f in c.get("fields", [])]
     assert hosts == sorted(expect.get("host", []))
     assert vms == expect.get("vm", [])
@@ -183,7 +187,11 @@ def test_a_pending_mig_switch_is_exported_as_pending(sim: Any, env: dict[str, st
     found = re.search(r"# GPU (\S+): MIG is off with a switch to on pending \(nvidia-smi\): written as on", text)
     assert found, text
     code, doc = _plan(env, path)
+    assert code == 1 and "maintenance.evacuate is refuse" in doc["error"]["message"], doc  # VMs run on A2
+    path.write_text(text.replace(f"  - name: {A2}\n", f"  - name: {A2}\n    maintenance: {{evacuate: power-off}}\n", 1))
+    code, doc = _plan(env, path)
     assert code == 2, doc
-    changes = [(c["host"], c["setting"], c["gpu"], c["old"], c["new"], c["needs_reboot"]) for c in doc["host_changes"]]
+    changes = [(c["host"], c["setting"], c["gpu"], c["old"], c["new"], c["needs_reboot"]) for c in doc["host_changes"]
+               if c["setting"] != "evacuate"]
     assert changes == [(A2, "mig", found[1], "time-sliced (mig pending)", "mig", True)]
     assert doc["vm_changes"] == []

@@ -1,14 +1,16 @@
 """Host work that survives crashes and a second operator, with real `vgpuctl` processes against gpusim: the work
-record lives in vCenter (a custom attribute on the host), the lease is a fixed-name folder with a short time to
-live. kill -9 of `vgpuctl apply` while the host enters maintenance and while it reboots, then `plan` (not exit 0
-while the work is unfinished) and `apply` (converges, every VM running again); two applies started together on
-the same host: exactly one proceeds, the other touches nothing.
+record lives in vCenter (a custom attribute on the host), the lease is a fixed-name folder with a time to live.
+kill -9 of `vgpuctl apply` while the host enters maintenance and while it reboots, then `plan` (not exit 0 while
+the work is unfinished) and `apply` at once (the killed process's lease is taken over: it is gone from this
+machine; converges, every VM running again); two applies started together on the same host: exactly one
+proceeds, the other touches nothing.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,7 +28,7 @@ from pyVmomi import vim
 pytestmark = pytest.mark.sim
 
 H1 = "esx-01.gpu.sim"
-TTL_S = 2  # killed runs' leases expire quickly
+TTL_S = 10  # the shortest time to live vgpuctl takes; a killed run's lease is taken over at once all the same
 LIVE_TTL_S = 60  # runs that stay alive renew well within it, however loaded the machine
 POLL_S = 0.05
 WAIT_POLLS = 1200  # a bound on polls, not on time: each poll is one small control or SOAP read
@@ -151,7 +153,7 @@ def _converges(sim: Any, si: Any, tmp_path: Path) -> None:
     code, out = _run(sim, tmp_path, "plan", "--detailed-exitcode")
     assert code == 2, out  # never "no changes" while the work is unfinished
     assert f"~ host {H1} maintenance" in out and "unfinished work of run" in out
-    time.sleep(TTL_S)  # the killed run's lease expires by itself
+    # no waiting for the killed run's lease to expire: its process is gone from this machine, which the lease says
     code, out = _run(sim, tmp_path, "apply", "--yes")
     assert code == 0, out
     for vm in ("train-01", "web-01"):
@@ -220,6 +222,25 @@ def test_two_applies_started_together_exactly_one_proceeds(sim: Any, si: Any, tm
     assert _run(sim, tmp_path, "plan", "--detailed-exitcode")[0] == 0
 
 
+def test_an_apply_that_plans_while_another_holds_the_host_touches_nothing(sim: Any, si: Any, tmp_path: Path) -> None:
+    """The barrier race's slow loser, made deterministic: it plans once the winner's record says it is entering
+    maintenance, so its plan shows that unfinished work, and still it touches nothing."""
+    hold = sim.hold("EnterMaintenanceMode_Task", H1)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    winner = _vgpuctl(sim, tmp_path / "a", "apply", "--yes", ttl_s=LIVE_TTL_S)
+    try:
+        _until(lambda: _record(si, H1).get("phase") == "enter-maintenance" or winner.poll() is not None, "phase")
+        code, lost = _run(sim, tmp_path / "b", "apply", "--yes", ttl_s=LIVE_TTL_S)
+    finally:
+        sim.release(hold)
+    won = winner.communicate()[0]
+    assert (code, winner.returncode) == (1, 0), lost + won
+    assert "(stopped at enter-maintenance)" in lost and "is working on this host; not touched" in lost, lost
+    assert len(next(h for h in sim.holds() if h["id"] == hold)["started"]) == 1
+    assert not re.search(rf"^\d\d:\d\d:\d\d host {re.escape(H1)}: (?!failed)", lost, re.MULTILINE), lost
+
+
 def test_first_ctrl_c_in_maintenance_before_the_change_restores_the_host(sim: Any, si: Any, tmp_path: Path) -> None:
     hold = sim.hold("EnterMaintenanceMode_Task", H1)  # gpusim says when the host's step starts
     proc = _vgpuctl(sim, tmp_path, "apply", "--yes")
@@ -283,7 +304,10 @@ def test_two_applies_from_a_barrier_exactly_one_proceeds(shared_sim: Any, tmp_pa
     lost, won = loser.communicate()[0], winner.communicate()[0]
     assert (loser.returncode, winner.returncode) == (1, 0), lost + won
     assert "is working on this host; not touched" in lost, lost
-    assert "enter-maintenance" not in lost  # the loser touched nothing
+    # the loser touched nothing: gpusim saw one enter-maintenance call, and the loser logged no step of its own on
+    # the host (its plan may well name the winner's phase, "stopped at enter-maintenance", when it starts later)
+    assert len(next(h for h in sim.holds() if h["id"] == hold)["started"]) == 1
+    assert not re.search(rf"^\d\d:\d\d:\d\d host {re.escape(H1)}: (?!failed)", lost, re.MULTILINE), lost
     si = sim.connect()
     try:
         for vm in ("train-01", "web-01"):
@@ -294,3 +318,50 @@ def test_two_applies_from_a_barrier_exactly_one_proceeds(shared_sim: Any, tmp_pa
     host = sim.host(H1)
     assert not host["inMaintenance"]
     assert ("NVreg_NvLinkDisable=1" in host["modules"]["nvidia"]["effective"]) == (nvlink == "disabled")
+
+
+def test_a_host_change_stops_before_evacuating_a_vm_another_run_is_changing(sim: Any, si: Any, tmp_path: Path) -> None:
+    """Evacuation claims the VMs it stops, as VM changes do: a VM another run has stops the host's change before
+    anything changed, naming the VM and that run; once that run is done, the host's change goes through."""
+    hold = sim.hold("PowerOffVM_Task", "web-01")  # the VM run has web-01 claimed and its power-off sent
+    (tmp_path / "vm").mkdir()
+    (tmp_path / "host").mkdir()
+    vm_run = _vgpuctl(sim, tmp_path / "vm", "apply", "--yes", ttl_s=LIVE_TTL_S,
+                      inventory="apiVersion: vgpuctl/v1\nvms:\n  - name: web-01\n    power: 'off'\n")  # fmt: skip
+    try:
+        _until(lambda: bool(next(h for h in sim.holds() if h["id"] == hold)["started"]) or vm_run.poll() is not None,
+               "the VM run's power-off reaches gpusim")  # fmt: skip
+        code, out = _run(sim, tmp_path / "host", "apply", "--yes", ttl_s=LIVE_TTL_S)
+    finally:
+        sim.release(hold)
+    assert code == 1, out
+    assert f"{H1}: evacuating it needs web-01: run " in out and f"pid {vm_run.pid} " in out, out
+    assert _find(si, vim.VirtualMachine, "train-01").runtime.powerState == "poweredOn"  # nothing was stopped
+    assert not sim.host(H1)["inMaintenance"]
+    assert vm_run.communicate()[0] is not None and vm_run.returncode == 0
+    code, out = _run(sim, tmp_path / "host", "apply", "--yes", ttl_s=LIVE_TTL_S)
+    assert code == 0, out
+
+
+def test_lock_timeout_waits_for_the_host_with_a_progress_line(sim: Any, si: Any, tmp_path: Path) -> None:
+    hold = sim.hold("EnterMaintenanceMode_Task", H1)  # the first run has the host, held in its maintenance step
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = _vgpuctl(sim, tmp_path / "a", "apply", "--yes", ttl_s=LIVE_TTL_S)
+    try:
+        _until(lambda: bool(next(h for h in sim.holds() if h["id"] == hold)["started"]) or first.poll() is not None,
+               "the first run's enter-maintenance reaches gpusim")  # fmt: skip
+        second = _vgpuctl(sim, tmp_path / "b", "--lock-timeout", "10m", "apply", "--yes", ttl_s=LIVE_TTL_S)
+        assert second.stdout is not None
+        seen = []
+        for line in second.stdout:
+            seen.append(line)
+            if f"host {H1}: waiting for run " in line:
+                break
+        assert any(f"pid {first.pid}" in line and "s more" in line for line in seen), "".join(seen)
+    finally:
+        sim.release(hold)
+    first.communicate()
+    waited = "".join(seen) + second.communicate()[0]
+    assert (first.returncode, second.returncode) == (0, 0), waited
+    assert _record(si, H1) == {} and not sim.host(H1)["inMaintenance"]

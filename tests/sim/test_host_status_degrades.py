@@ -1,6 +1,7 @@
 """`vgpuctl status` and host facts degrade per host, against gpusim: a host whose kernel module system does not
 answer (NotSupported, as on a simulator without one) or refuses (NoPermission) is shown with what vCenter lists,
-its module options as unknown and a warning; the other hosts are read as usual and the command exits 0.
+its module options as unknown and one warning per cause naming the hosts; the other hosts are read as usual and
+the command exits 0, also when no host could say.
 """
 
 from __future__ import annotations
@@ -48,16 +49,18 @@ def test_status_shows_hosts_that_cannot_answer_with_a_warning(gpusim_factory: Ca
     assert hosts[H1]["nvlink"] == "disabled"  # read as usual
     assert hosts[H2]["nvlink"] == hosts[H3]["nvlink"] == "unknown"
     assert all(len(hosts[h]["gpus"]) == 2 for h in (H2, H3))  # what vCenter lists is still shown
-    assert f"warning: host {H2}: the nvidia module options are unknown" in result.stderr
-    assert f"warning: host {H3}: the nvidia module options are unknown" in result.stderr
-    assert "NoPermission" in result.stderr or "permission" in result.stderr.lower()
+    warnings = json.loads(result.stdout)["warnings"]
+    unknown = [w for w in warnings if "nvidia module options are unknown" in w]
+    assert len(unknown) == 2  # one per cause, each naming its host
+    assert any(w.startswith(f"the nvidia module options are unknown on host {H2}: NotSupported") for w in unknown)
+    assert any(w.startswith(f"the nvidia module options are unknown on host {H3}: NoPermission") for w in unknown)
 
     text = CliRunner().invoke(app, ["status"], env=env)
     assert text.exit_code == 0, text.output
     assert H2 in text.stdout and "unknown" in text.stdout
 
 
-def test_status_fails_only_when_no_host_could_be_read(gpusim_factory: Callable[..., Any]) -> None:
+def test_status_exits_0_also_when_no_host_could_say(gpusim_factory: Callable[..., Any]) -> None:
     from vgpuctl.cli.main import app
 
     sim = gpusim_factory(FARM)
@@ -73,5 +76,6 @@ def test_status_fails_only_when_no_host_could_be_read(gpusim_factory: Callable[.
         "VGPUCTL_ESXI_KEY_FILE": "",
     }
     result = CliRunner().invoke(app, ["status"], env=env)
-    assert result.exit_code == 1, result.output
-    assert f"no host could be read ({H1}, {H2}, {H3})" in result.output
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("nvidia module options are unknown") == 1  # one cause: one line naming all hosts
+    assert f"the nvidia module options are unknown on 3 hosts {H1}, {H2}, {H3}: NoPermission" in result.stdout

@@ -301,7 +301,16 @@ def test_fixed_share_on_mixed_size_is_refused_before_anything_changes(farm: Farm
 
 
 def test_refuse_lists_running_vgpu_vms_and_changes_nothing(farm: Farm) -> None:
-    _, result = farm.apply(f"  - name: {H1}\n    nvlink: disabled\n")
+    spec = f"  - name: {H1}\n    nvlink: disabled\n"
+    plan = farm.plan(spec)  # the plan refuses, naming the running VMs
+    assert any(e.startswith(f"host {H1}: its nvlink change needs maintenance mode, and these VMs run there: "
+                            "train-01 (grid_a100-40c)") for e in plan.errors), plan.errors
+    # apply still refuses a running VM its plan did not see (one started after the plan), changing nothing
+    inv = farm.inventory(spec)
+    options = farm.options()
+    with open_session(farm.settings) as session:
+        observed = observe(session)
+        result = pipeline.apply_hosts(session, observed, inv.hosts, plan.changes, options)
     outcome = result.hosts[0]
     assert outcome.status == Outcome.FAILED
     assert outcome.error_type == "RefusedError"
@@ -412,10 +421,11 @@ def test_unknown_host_key_is_rejected(farm: Farm, tmp_path: Path, monkeypatch: p
     known = tmp_path / "known_hosts"
     known.write_text("")
     monkeypatch.setenv("VGPUCTL_ESXI_KNOWN_HOSTS", str(known))
-    with pytest.raises(SshHostKeyError, match="not in known_hosts"):
-        farm.plan(f"  - name: {H2}\n    nvlink: disabled\n")
+    plan = farm.plan(f"  - name: {H2}\n    nvlink: disabled\n")  # refused, naming why: nothing is changed
+    assert any(e.startswith(f"host {H2}: nvlink changes need ESXi SSH, which failed: SSH host key of") and
+               "not in known_hosts" in e for e in plan.errors), plan.errors
     assert not farm.host(H2)["inMaintenance"]
-    with pytest.raises(SshError):
+    with pytest.raises(SshHostKeyError):  # the shell itself still refuses the unknown key
         farm.facts(H2)
 
 
@@ -529,8 +539,10 @@ def test_status_rows_per_gpu(farm: Farm) -> None:
 def test_wrong_ssh_credentials_fail_before_anything_changes(farm: Farm, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("VGPUCTL_ESXI_PASSWORD", "not-the-password")
     monkeypatch.setenv("VGPUCTL_ESXI_KEY_FILE", "")
-    with pytest.raises(SshError, match="authentication failed"):
-        farm.plan(f"  - name: {H2}\n    gpus: [{{select: all, mode: mig}}]\n")
+    plan = farm.plan(f"  - name: {H2}\n    gpus: [{{select: all, mode: mig}}]\n")
+    assert any("mig changes need ESXi SSH, which failed: SSH authentication failed" in e for e in plan.errors), plan
+    with pytest.raises(SshError, match="authentication failed"):  # the one host asked for: its shell's error
+        farm.facts(H2)
     assert not farm.host(H2)["inMaintenance"] and not _gpus(farm, H2)[GPU0]["migPending"]
 
 
@@ -703,11 +715,18 @@ def test_cli_apply_reports_a_failed_host_and_keep_going(farm: Farm, tmp_path: Pa
         "VGPUCTL_INSECURE": "1",
         "VGPUCTL_STATE_DIR": str(farm.state_dir),
     }
+    refuse = tmp_path / "refuse.yaml"
+    refuse.write_text("apiVersion: vgpuctl/v1\nhosts:\n  - cluster: GPU-Cluster\n    nvlink: disabled\n")
+    planned = CliRunner().invoke(app, ["apply", "-f", str(refuse), "--yes"], env=env)
+    assert planned.exit_code == 1  # evacuate: refuse with running VMs: the plan refuses, nothing changes
+    assert "these VMs run there: train-01 (grid_a100-40c)" in planned.output
+    assert not farm.host(H1)["inMaintenance"] and f"{H1}: failed" not in planned.output
     inv = tmp_path / "inv.yaml"
-    inv.write_text("apiVersion: vgpuctl/v1\nhosts:\n  - cluster: GPU-Cluster\n    nvlink: disabled\n")
+    inv.write_text(refuse.read_text() + "    maintenance: {evacuate: power-off}\n")
+    farm.sim.arm_fault(H1, "EnterMaintenanceMode_Task", "InvalidState", count=2)  # this time apply itself fails
     result = CliRunner().invoke(app, ["apply", "-f", str(inv), "--yes"], env=env)
     assert result.exit_code == 1
-    assert f"{H1}: failed at evacuate" in result.output and "train-01 (grid_a100-40c)" in result.output
+    assert f"{H1}: failed at enter-maintenance" in result.output and "InvalidState" in result.output
     assert f"{H2}: not started" in result.output and "apply failed on host(s)" in result.output
     result = CliRunner().invoke(app, ["apply", "-f", str(inv), "--yes", "--keep-going"], env=env)
     assert result.exit_code == 1

@@ -112,14 +112,36 @@ def test_apply_planfile_refuses_when_the_farm_changed(sim: Any, tmp_path: Path) 
 def test_a_plan_file_of_another_version_is_refused_in_one_line(sim: Any, tmp_path: Path) -> None:
     _inv, out = make_plan(sim, tmp_path)
     doc = json.loads(out.read_text())
-    assert doc["version"] == 2
-    doc["version"] = 1  # as an older vgpuctl wrote it
+    assert doc["version"] == 3
+    doc["version"] = 2  # as an older vgpuctl wrote it
     out.write_text(json.dumps(doc))
     refused = vgpuctl(sim, tmp_path, "apply", str(out), "--yes")
     assert refused.exit_code == 1
     assert errors(refused) == [
         f"error: {out}: the plan file was written by another version of vgpuctl: make it again with "
         "`vgpuctl plan --out`"
+    ]
+    assert vgpus_of(sim, "saved-01") is None  # nothing touched
+
+
+@pytest.mark.parametrize("section", ["plan", "inventory"])
+def test_an_edited_plan_file_is_refused_before_vcenter_is_read(sim: Any, tmp_path: Path, section: str) -> None:
+    """An edit to the plan section would have applied the original plan; one to the inventory was refused as
+    "host facts changed". Either is the plan file edited, said before any connection: here vCenter's URL leads
+    nowhere, and the refusal is still that one line."""
+    _inv, out = make_plan(sim, tmp_path)
+    doc = json.loads(out.read_text())
+    if section == "plan":
+        doc["plan"]["vm_changes"][0]["vm"] = "other-01"
+    else:
+        doc["inventory"] = doc["inventory"].replace("grid_a100-20c", "grid_a100-40c")
+    out.write_text(json.dumps(doc, indent=2))
+    env = sim.vgpuctl_env(tmp_path / "state", esxi=False) | {"VGPUCTL_URL": "https://127.0.0.1:9/sdk"}
+    refused = CliRunner().invoke(app, ["apply", str(out), "--yes"], env=env)
+    assert refused.exit_code == 1
+    assert errors(refused) == [
+        f"error: {out}: the plan file was edited since `vgpuctl plan --out` wrote it (its digest does not match "
+        "its content): nothing was changed; make a new plan with `vgpuctl plan -f FILE --out PLANFILE`"
     ]
     assert vgpus_of(sim, "saved-01") is None  # nothing touched
 

@@ -419,6 +419,43 @@ def test_status_without_a_supervisor_lists_no_classes(gpusim_factory: Any, no_vg
     assert (doc["vm_classes"], doc["supervisor_clusters"], doc["warnings"]) == ([], [], [])
 
 
+def test_a_class_with_a_dynamic_directpath_nic(gpusim_factory: Any, no_vgpuctl_env: None, tmp_path: Path) -> None:
+    """A class whose VMs get a ConnectX-7 by Dynamic DirectPath I/O: created with direct_path_io_devices, read back
+    to no change; no host has such a NIC enabled for passthrough here, which the plan says."""
+    farm = {**FARM, "clusters": [{**FARM["clusters"][0], "nics": [{"model": "ConnectX-7", "passthrough": True}]},
+                                 FARM["clusters"][1]]}
+    sim = gpusim_factory(farm)
+    env = sim.vgpuctl_env(esxi=False)
+    path = tmp_path / "inv.yaml"
+    path.write_text(textwrap.dedent("""\
+        apiVersion: vgpuctl/v1
+        vcenter: {datacenter: DC0}
+        vm_classes:
+          - name: gpu-rdma
+            cpus: 8
+            memory_gb: 64
+            vgpus: {profile: grid_a100-40c}
+            network: [{type: passthrough, device: ConnectX-7}, {device: "15b3:101d", custom_label: fabric-b}]
+        namespaces:
+          - {name: data-team, vm_classes: [gpu-rdma]}
+        """))
+    plan = vgpuctl(env, "k8s", "plan", "-f", str(path))
+    assert "    + nic passthrough 15b3:1021" in plan.output
+    assert "    + nic passthrough 15b3:101d@fabric-b" in plan.output
+    assert ("no host of supervisor cluster GPU-Cluster has a NIC 15b3:101d@fabric-b enabled for passthrough"
+            in plan.output)
+    assert "has a NIC 15b3:1021 enabled" not in plan.output  # the farm's ConnectX-7 NICs are
+    result = vgpuctl(env, "k8s", "apply", "-f", str(path), "--yes")
+    assert result.exit_code == 0, result.output
+    cls = Rest(sim).classes()["gpu-rdma"]
+    assert cls["devices"]["direct_path_io_devices"] == [
+        {"vendor_id": 0x15B3, "device_id": 0x1021},
+        {"vendor_id": 0x15B3, "device_id": 0x101D, "custom_label": "fabric-b"}]
+    assert cls["memory_reservation"] == 100
+    again = vgpuctl(env, "k8s", "plan", "-f", str(path), "--detailed-exitcode")
+    assert again.exit_code == 0, again.output
+
+
 @pytest.mark.parametrize("field", ["memory_mb", "memory_MB"])
 def test_the_class_memory_lands_whichever_spelling_the_server_honours(
         gpusim_factory: Any, no_vgpuctl_env: None, tmp_path: Path, field: str) -> None:

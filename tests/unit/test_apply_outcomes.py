@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from vgpuctl import pipeline
+from vgpuctl import pipeline, progress
 from vgpuctl.domain import ChangeKind, Outcome, Phase
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
@@ -182,7 +182,7 @@ def test_planned_steps_in_order() -> None:
 
 
 def test_second_interrupt_names_the_running_tasks() -> None:
-    assert pipeline.second_interrupt_message(["reconfigure a (task-1)"]) == (
+    assert progress.second_interrupt_message(["reconfigure a (task-1)"]) == (
         "interrupted again: exiting now; these vCenter tasks may still be running: reconfigure a (task-1)"
     )
-    assert "no vCenter task was running" in pipeline.second_interrupt_message([])
+    assert "no vCenter task was running" in progress.second_interrupt_message([])

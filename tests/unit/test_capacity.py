@@ -608,6 +608,19 @@ def test_fragment_is_a_valid_inventory_with_host_placement() -> None:
     assert inv.hosts[0].name == "esx-01" and inv.hosts[0].gpus[0].mode == "mig"
 
 
+def test_fragment_writes_names_as_values_never_as_structure() -> None:
+    """A demand name with a colon, a hash and a quote (all valid in a VM name) and a host name vCenter reports with a
+    line break stay values: the fragment reads back as exactly the placed VMs and the changed hosts."""
+    farm = make_farm([SynthHost("esx-01", gpus=1, nvlink="none", policy="consolidation")])
+    farm.hosts["esx-01\nvms:\n  - name: evil"] = farm.hosts.pop("esx-01")
+    d = demand(item("a: b #c'", 2, vgpus={"fb_gb": 10, "series": "c"}), allow=("mig",))
+    answer = plan_capacity(farm, d, time_limit_s=10)
+    inv = load_inventory_text(fragment(answer, d))
+    assert [v.name for v in inv.vms] == ["a: b #c'-001", "a: b #c'-002"]
+    assert {v.host for v in inv.vms} == {"esx-01\nvms:\n  - name: evil"}
+    assert [h.name for h in inv.hosts] == sorted({c.host for c in answer.changes})
+
+
 def test_greedy_hint_satisfies_the_model() -> None:
     """The solver starts from the greedy layout: fixed to it, the model must stay feasible (a hint that breaks
     a constraint, e.g. the order of identical hosts, would be dropped silently)."""

@@ -138,7 +138,7 @@ def test_validate_good_json_is_one_document(tmp_path: Path) -> None:
     assert result.exit_code == 0
     doc = json.loads(result.stdout)  # the whole of stdout is one JSON document
     assert doc == {"kind": "validate", "file": str(path), "valid": True, "hosts": 1, "vms": 3, "vm_classes": 0,
-                   "namespaces": 0}
+                   "namespaces": 0, "warnings": []}
 
 
 @pytest.mark.parametrize(
@@ -689,6 +689,10 @@ def test_sim_env_points_host_commands_at_the_simulators_shells() -> None:
         (["status", "-o", "json", "--nope"], {}, "--nope"),
         (["-ojson", "plan"], {}, "--file"),
         (["nosuch"], {"VGPUCTL_OUTPUT": "json"}, "No such command"),
+        (["-o", "json", "host"], {}, "Missing command."),  # a command group without its command
+        (["vm", "vgpu"], {"VGPUCTL_OUTPUT": "json"}, "Missing command."),
+        (["-o", "json", "k8s", "render", "-f", "x.yaml"], {}, "--namespace"),
+        (["-o", "json", "host", "show"], {}, "Missing argument 'HOST'"),
     ],
 )
 def test_a_usage_error_with_json_output_prints_one_json_error_document(

@@ -48,6 +48,22 @@ def test_timeout_reaches_the_connection_settings(monkeypatch: pytest.MonkeyPatch
     assert common.connection_settings(GlobalOptions(url="https://vc/sdk", username="u")).timeout_s == 30.0
 
 
+def test_timeout_bounds_esxi_commands_and_esxi_timeout_them_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vgpuctl.errors import UsageError
+
+    monkeypatch.setenv("VGPUCTL_PASSWORD", "pw")
+    monkeypatch.delenv("VGPUCTL_ESXI_TIMEOUT", raising=False)
+    plain = GlobalOptions(url="https://vc/sdk", username="u")
+    assert common.connection_settings(plain).esxi_timeout_s is None  # the shell's own default (120 s)
+    monkeypatch.setenv("VGPUCTL_ESXI_TIMEOUT", "45")
+    assert common.connection_settings(plain).esxi_timeout_s == 45.0
+    timed = GlobalOptions(url="https://vc/sdk", username="u", timeout=7)
+    assert (common.connection_settings(timed).timeout_s, common.connection_settings(timed).esxi_timeout_s) == (7, 7)
+    monkeypatch.setenv("VGPUCTL_ESXI_TIMEOUT", "soon")
+    with pytest.raises(UsageError, match=r"^VGPUCTL_ESXI_TIMEOUT: timeout must be a number of seconds"):
+        common.connection_settings(plain)
+
+
 def test_the_timeout_option_and_variable_reach_the_options(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[float | None] = []
     monkeypatch.setattr(common, "connection_settings", lambda opts, inv=None: seen.append(opts.timeout) or 1 / 0)

@@ -218,3 +218,14 @@ def test_command_builders(built: str, expected: str) -> None:
 def test_command_builder_rejects_empty_selection() -> None:
     with pytest.raises(ValueError):
         commands.query(gpu=[])
+
+
+def test_a_run_bound_limits_each_command_and_the_connection() -> None:
+    from vgpuctl.esxi.ssh import DEFAULT_COMMAND_TIMEOUT_S, SshSettings
+
+    settings = SshSettings()
+    assert settings.limited_to(None) == settings and settings.command_timeout == DEFAULT_COMMAND_TIMEOUT_S
+    short = settings.limited_to(5)
+    assert (short.command_timeout, short.connect_timeout) == (5, 5)
+    long = settings.limited_to(600)
+    assert (long.command_timeout, long.connect_timeout) == (600, settings.connect_timeout)

@@ -9,6 +9,7 @@ import pytest
 from vgpuctl.experiment.facts import contradictions, expectations, summarize
 from vgpuctl.experiment.parsers import parse_p2p_bandwidth_latency
 from vgpuctl.inventory import load_inventory_text
+from vgpuctl.inventory.network import AdapterSpec
 
 pytestmark = pytest.mark.unit
 
@@ -38,6 +39,15 @@ def expect(nvlink: str, profile: str = "grid_a100-40c", count: int = 2) -> dict:
     return expectations(load_inventory_text(text), ["a"])
 
 
+def test_rdma_is_expected_when_every_vm_has_an_rdma_adapter():
+    text = INVENTORY.replace("NVLINK", "enabled").replace("PROFILE", "grid_a100-40c").replace("COUNT", "2")
+    inv = load_inventory_text(text)
+    inv.vms[0].network = [AdapterSpec(type="sriov", device="ConnectX-7", portgroup="roce")]
+    assert expectations(inv, ["a"])["rdma"] is True
+    inv.vms[0].network = [AdapterSpec(portgroup="mgmt")]
+    assert expectations(inv, ["a"])["rdma"] is False
+
+
 def raw(topo: str = "", nvlink: str = "", gpus: str = GPUS_40C, host_links: int = 0, mig: bool = False) -> dict:
     return {
         "guests": {"a": {"topo": topo, "nvlink": nvlink, "gpus": gpus}},
@@ -49,7 +59,7 @@ def raw(topo: str = "", nvlink: str = "", gpus: str = GPUS_40C, host_links: int 
 
 def test_expectations():
     assert expect("enabled") == {"nvlink": "on", "profiles": {"a": ["grid_a100-40c"] * 2}, "mig": {"a": False},
-                                 "p2p": {"a": "nvlink"}}
+                                 "p2p": {"a": "nvlink"}, "rdma": False}
     assert expect("disabled")["nvlink"] == "off" and expect("disabled")["p2p"] == {"a": "pcie"}
     mig = expect("enabled", "grid_a100-3-20c", 1)
     assert mig["mig"] == {"a": True} and mig["profiles"] == {"a": ["grid_a100-3-20c"]}

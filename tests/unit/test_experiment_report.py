@@ -126,6 +126,16 @@ def test_markdown_json_and_plots(results, tmp_path):
     assert doc["tables"][0]["plot"] == "plots/nccl-tests.all_reduce_perf.across-vms.png"
 
 
+def test_values_from_the_results_never_become_markdown_structure(results):
+    """A description with a line break, a heading and a table column, and a flag message with a link, stay text."""
+    exp = results.experiment()
+    exp["variants"][0]["description"] = "fast\n## Fake heading | col [x](http://evil) <b>"
+    results.write_experiment(exp)
+    text = render_markdown(build_report(results))
+    assert "\n## Fake heading" not in text and "<b>" not in text
+    assert "fast ## Fake heading \\| col \\[x\\](http://evil) \\<b\\>" in text
+
+
 def test_restored_farm_and_sizes(results):
     results.set_applied(BASE, "restored")
     assert "Farm now: the base inventory (restored)." in render_markdown(build_report(results))
@@ -148,3 +158,31 @@ def test_p2p_table_and_plot_per_gpu_pair(tmp_path):
     assert table.data[0]["variants"]["pairs"]["bidirectional_gbs"]["n"] == 2
     plots = write_plots(report, r.root / "plots")
     assert plots[0].name == "p2pBandwidthLatencyTest.png" and plots[0].stat().st_size > 10_000
+
+
+RDMA_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "rdma"
+
+
+def test_a_run_across_hosts_over_sockets_is_flagged_and_its_bandwidth_is_inter_host(tmp_path: Path) -> None:
+    """Two VMs with RDMA adapters on two hosts: the run whose NCCL log says NET/Socket (NVIDIA/nccl#1267's
+    lines) is flagged like nvlink-up-when-off and left out; the one over NET/IB (nccl-tests#185's) counts."""
+    from vgpuctl.experiment.runner import parse_output
+    from vgpuctl.experiment.schema import WorkloadSpec
+
+    workload = WorkloadSpec(builtin="nccl-tests", test="all_reduce_perf", scope="across-vms")
+    r = ResultsDir(tmp_path / "results")
+    r.write_experiment({"title": "roce", "vms": ["train-01", "train-02"], "repetitions": 2,
+                        "variants": [{"name": "roce", "description": None, "workload": NCCL}]})
+    r.write_expectations("roce", {"nvlink": None, "profiles": {}, "mig": {}, "rdma": True})
+    two_hosts = {"guests": {}, "hosts": {}, "vm_hosts": {"train-01": "esx-01", "train-02": "esx-02"}}
+    for rep, log in ((1, "nccl-ib-nccl-tests-185.txt"), (2, "nccl-socket-nccl-1267.txt")):
+        text = (RDMA_DIR / log).read_text() + H100
+        rec = RunRecord("roce", rep, NCCL, "ok", {"train-01": {"rc": 0}}, {"train-01": parse_output(workload, text)})
+        r.record(rec, {"train-01": text}, two_hosts)
+    report = build_report(r)
+    assert [(f.repetition, f.kind) for f in report.flags] == [(2, "net-socket-fallback")]
+    assert report.flags[0].message == ("NCCL ran over NET/Socket (TCP sockets), not NET/IB, in a run across VMs with "
+                                       "RDMA adapters: train-01 launched it")
+    table = report.tables[0]
+    assert table.label == "all_reduce_perf (across-vms), inter-host over 2 hosts"
+    assert {e["size_bytes"]: e for e in table.data}[134217728]["variants"]["roce"]["busbw_gbs"]["n"] == 1

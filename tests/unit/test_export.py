@@ -160,7 +160,7 @@ def _same_name_farm() -> tuple[Observed, dict[str, HostFacts]]:
 def test_a_repeated_name_gets_its_folder() -> None:
     observed, facts = _same_name_farm()
     text = export_inventory(observed, facts)
-    assert "folder: '/'" in text and "folder: teamB" in text
+    assert "folder: /" in text and "folder: teamB" in text
     assert text.count("- name: infer-{01..04}") == 1  # names that do not repeat get no folder
     assert "folder" not in text.split("- name: infer-{01..04}")[1].split("- name:")[0]
 
@@ -287,3 +287,24 @@ def test_unread_supervisor_side_is_said() -> None:
     text = export_inventory(observed, facts, supervisor="REST login failed (404)")
     assert "# VM classes and namespaces not read: REST login failed (404)" in text
     assert "vm_classes" not in text.replace("# VM classes", "")
+
+
+def test_names_from_vcenter_stay_data() -> None:
+    """A name vCenter reports that holds a newline, a colon, a quote or braces never becomes structure: the file
+    reads back as exactly the farm's VMs; what no inventory can name is left out with a note, itself one line."""
+    observed, facts = farm()
+    hostile = {"a\nvms:\n  - name: evil": "grid_a100-20c", "quote'd: x #y": "grid_a100-20c", "r{1..3}": "grid_a100-20c"}
+    for name, profile in hostile.items():
+        observed.vms[name] = ObservedVm(name, host="esx-02", cluster="GPU-Cluster", cpus=2, memory_mb=8192,
+                                        memory_reservation_locked=True, firmware="efi", extra_config=dict(LARGE_BAR),
+                                        vgpus=[ObservedVgpu(4001, profile)])  # fmt: skip
+    observed.warnings.append("host esx-09: not responding\nvms:\n  - name: injected")
+    text = export_inventory(observed, facts)
+    inv = load_inventory_text(text)
+    names = {vm.name for vm in inv.vms}
+    assert "quote'd: x #y" in names and "evil" not in names and "injected" not in names
+    assert not any(n.startswith("r") and n[1:].isdigit() for n in names)  # the braces were not read as a range
+    assert "# VM 'a\\nvms:\\n  - name: evil' left out: its name must not contain control or invisible" in text
+    assert "# VM 'r{1..3}' left out: its name has braces, which an inventory reads as a range of names" in text
+    assert "# vCenter: host esx-09: not responding\\nvms:\\n  - name: injected" in text
+    assert make_plan(inv, observed).is_empty

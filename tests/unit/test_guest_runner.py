@@ -313,3 +313,15 @@ def test_live_progress_on_a_terminal_renders_each_host():
         console.print(progress)
     out = console.export_text()
     assert "Write [nccl.conf]" in out and "unreachable" in out and "waiting" not in out.split("b")[-1]
+
+
+def test_ansible_cfg_keeps_a_path_a_value() -> None:
+    import configparser
+
+    from vgpuctl.guest.runner import ansible_cfg
+
+    odd = Path("/p/x\nbecome = True")
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read_string(ansible_cfg(odd, Path("/s/cp"), 5))
+    assert cfg["defaults"]["roles_path"] == str(odd / "roles") and "become" not in cfg["defaults"]
+    assert cfg["ssh_connection"]["control_path_dir"] == "/s/cp" and cfg["defaults"]["forks"] == "5"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,57 @@ def test_role_templates_are_the_shared_ones():
     for role, name in shared:
         link = roles / role / "templates" / name
         assert link.resolve() == (tg.templates_dir() / name).resolve(), link
+
+
+def test_names_in_the_ansible_inventory_stay_keys_and_values(tmp_path):
+    """A VM name with a colon and a hash, a variable name and value with line breaks and YAML words: each reads back
+    as exactly itself, and no group, host or variable appears that the inventory does not have."""
+    odd = '        "odd: key\\nall:": "yes"\n        other: "x\\n  children: {}"\n'
+    text = INVENTORY.replace("name: infer-01", "name: 'web: 01 #x'").replace('        note: "quotes',
+                                                                           odd + '        note: "quotes')
+    path = tmp_path / "inv.yaml"
+    path.write_text(text)
+    targets, data = render(load_inventory(path), {"web: 01 #x": "10.0.1.1", "train-01": "10.0.0.1"})
+    assert list(data) == ["all"] and set(data["all"]) == {"vars", "children"}
+    assert list(data["all"]["children"]["inference"]["hosts"]) == ["web: 01 #x"]
+    trainer_vars = data["all"]["children"]["trainers"]["vars"]
+    assert trainer_vars["odd: key\nall:"] == "yes" and trainer_vars["other"] == "x\n  children: {}"
+    rendered = tg.render_inventory(targets, {}, source="a\nall: {}")
+    assert rendered.splitlines()[0] == "# Rendered by vgpuctl from a\\nall: {}; one group per guest group, guest " \
+                                       "addresses read from vSphere."  # fmt: skip
+
+
+def test_a_setting_the_playbooks_write_as_a_line_must_be_one_line(tmp_path):
+    """nccl.conf and gridd.conf are KEY=VALUE lines: a value with a line break, or a key that is no setting name,
+    would add settings of its own; refused when the targets are built, located."""
+    odd = '        nccl_extra: {"A=1\\nB": x, NCCL_DEBUG_SUBSYS: "INIT\\nNCCL_IB_DISABLE=1"}\n'
+    text = INVENTORY.replace("nccl_socket_ifname: ens192", 'nccl_socket_ifname: "ens192\\nNCCL_P2P_DISABLE=1"')
+    path = tmp_path / "inv.yaml"
+    path.write_text(text.replace('        note: "quotes', odd + '        note: "quotes'))
+    with pytest.raises(InventoryErrors) as err:
+        tg.build_targets(load_inventory(path), {})
+    text = str(err.value)
+    assert "guests.groups.trainers.vars.nccl_socket_ifname: must be one line" in text
+    assert "is no setting name" in text and "nccl_extra.NCCL_DEBUG_SUBSYS: must be one line" in text
+    assert f"{path}:" in text
+def test_rdma_adapters_and_gpudirect_reach_the_guest_vars(tmp_path):
+    path = tmp_path / "inv.yaml"
+    path.write_text(textwrap.dedent("""\
+        apiVersion: vgpuctl/v1
+        vms:
+          - name: train-{01..02}
+            vgpus: {profile: grid_a100-40c}
+            gpudirect_rdma: true
+            network:
+              - {portgroup: mgmt}
+              - {type: sriov, device: ConnectX-7, portgroup: roce, traffic_class: 106}
+            guest:
+              group: trainers
+              identity: {addresses: {roce: {pool: 10.0.40.10-10.0.40.19/24}}}
+        guests: {groups: {trainers: {roles: [rdma_roce, nccl]}}}
+        """))
+    _, data = render(load_inventory(path), {"train-01": "10.0.0.1", "train-02": "10.0.0.2"})
+    host = data["all"]["children"]["trainers"]["hosts"]["train-02"]
+    assert host["vgpuctl_rdma_adapters"] == [
+        {"type": "sriov", "portgroup": "roce", "address": "10.0.40.11", "prefix": 24, "traffic_class": 106}]
+    assert host["vgpuctl_gpudirect_rdma"] is True

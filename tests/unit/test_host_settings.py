@@ -52,6 +52,8 @@ NOT_SETTINGS = {
         "nvlink_set": "VM placement (NVLink device groups)",
         "nvlink_groups": "VM placement (NVLink device groups)",
         "nvlink_profiles": "VM placement (NVLink device groups)",
+        "numa_node": "GPUDirect RDMA: the GPU's NUMA node against its NIC's (vgpuctl.vms.gpudirect)",
+        "pci_root": "GPUDirect RDMA: the GPU's PCI root against its NIC's (vgpuctl.vms.gpudirect)",
     },
     HostFacts: {
         "host": "identity",
@@ -59,6 +61,8 @@ NOT_SETTINGS = {
         "shell": "whether the shell facts were read (PlanInput.shell)",
         "boot_time": "reboot detection in apply",
         "warnings": "messages: why facts are missing",
+        "unread": "why facts are missing, typed: one warning per cause naming the hosts (unread_warnings)",
+        "shell_error": "why the ESXi shell could not be read: plan refuses what needs it, naming that",
     },
     GpuFacts: {
         "pci_id": "identity",

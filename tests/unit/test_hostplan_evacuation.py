@@ -253,3 +253,48 @@ def test_make_plan_hands_the_host_planner_the_shell_facts() -> None:
     assert make_plan(inv, observed, host_facts=facts).host_changes == []
     assert [(c.kind, c.old, c.new) for c in make_plan(inv, observed).host_changes] == [
         (ChangeKind.SCHEDULER, "best-effort", "equal-share")]
+
+
+# ------------------------------------------------------------------------------------------ plans that apply
+
+REFUSE = f"  - name: {HOST}\n    gpus: [{{select: all, mode: mig}}]\n"  # evacuate: refuse (the default)
+NVLINK_OFF = f"  - name: {HOST}\n    nvlink: disabled\n"
+
+
+def test_refuse_with_running_vms_is_a_plan_error_naming_them() -> None:
+    inv = _inventory(NVLINK_OFF)
+    observed = _observed(_vm("train-01", "grid_a100-40c"), _vm("web-01"), _vm("idle-01", on=False))
+    facts = {HOST: hostplan.HostFacts(HOST, options_configured="", options_effective="", shell=True)}
+    result = hostplan.plan_hosts(inv.hosts, observed, facts, vms=inv.vms)
+    assert result.errors == [
+        f"host {HOST}: its nvlink change needs maintenance mode, and these VMs run there: train-01 (grid_a100-40c), "
+        "web-01; maintenance.evacuate is refuse: stop them, set evacuate: power-off or migrate, or list them with "
+        "power: off"]
+
+
+def test_power_off_in_the_inventory_satisfies_the_power_off_a_change_needs() -> None:
+    """A running VM in an NVLink device group whose host turns NVLink off: its entry's power: off is the
+    power-off it needs, planned as its evacuation (no error); a plain running VM with power: off likewise."""
+    grouped = _vm("pair-01", "grid_a100-40c", "grid_a100-40c")
+    for d in grouped.vgpus:
+        d.device_group_key = 1
+    inv = _inventory(NVLINK_OFF, "  - name: pair-01\n    power: off\n  - name: web-01\n    power: off\n")
+    facts = {HOST: hostplan.HostFacts(HOST, options_configured="", options_effective="", shell=True)}
+    result = hostplan.plan_hosts(inv.hosts, _observed(grouped, _vm("web-01")), facts, vms=inv.vms)
+    assert result.errors == []
+    assert sorted((c.target, c.new.kind) for c in result.changes if c.kind == ChangeKind.EVACUATE) == [
+        ("pair-01", EvacuationKind.STAYS_OFF), ("web-01", EvacuationKind.STAYS_OFF)]
+    refused = hostplan.plan_hosts(_inventory(NVLINK_OFF).hosts, _observed(copy.deepcopy(grouped)), facts)
+    assert any("NVLink device group" in e and "or with power: off" in e for e in refused.errors)
+
+
+def test_the_plan_shows_a_stays_off_evacuation_as_left_off() -> None:
+    from vgpuctl.reports.plan import disruptions
+
+    inv = _inventory(NVLINK_OFF, "  - name: web-01\n    power: off\n")
+    observed = _observed(_vm("web-01"))
+    facts = {HOST: hostplan.HostFacts(HOST, options_configured="", options_effective="", shell=True)}
+    plan = make_plan(inv, observed, host_facts=facts)
+    assert plan.errors == []
+    (vm,) = [d for d in disruptions(plan) if d.vm == "web-01"]
+    assert (vm.cause, vm.comes_back, vm.detail) == ("evacuation", False, "left off (its entry has power: off)")

@@ -95,3 +95,88 @@ def test_live_leases_reads_the_clock_only_when_a_host_has_a_lease() -> None:
 def test_host_records_default_to_power_on_after() -> None:
     rec = HostRecord("h", vms=[{"name": "a", "moid": "vm-1"}])
     assert describe_record(rec) == "unfinished work of run ?: power on a"
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ('{"vms": 7}', "vms: Input should be a valid array"),
+        ('{"vms": [{"name": "a"}]}', "vms.0.moid: Field required"),
+        ('{"vms": [{"name": "a", "moid": ""}]}', "vms.0.moid: String should have at least 1 character"),
+        ('{"vms": [{"name": "a", "moid": "vm-1", "after": "explode"}]}', "vms.0.after: Input should be"),
+        ('{"entered_maintenance": "yes"}', "entered_maintenance: Input should be a valid boolean"),
+        ('{"updated": true}', "updated: Input should be a valid number"),
+        ('{"steps": "reboot"}', "steps: Input should be a valid array"),
+        ("[1, 2]", "the value: Input should be an object"),
+        ("{not json", "not JSON"),
+        ("[" * 5000 + "]" * 5000, "not JSON"),
+    ],
+)
+def test_a_value_that_is_no_work_record_says_what_is_wrong(value: str, why: str) -> None:
+    from vgpuctl.hosts.work import read_record, record_problem
+
+    record, problem = read_record("esx-01", value)
+    assert record is None and problem is not None and problem.startswith(why), problem
+    line = record_problem("esx-01", problem)
+    assert line.startswith("host esx-01: its vgpuctl.work attribute is no vgpuctl work record (")
+    assert "`vgpuctl host forget-work esx-01`" in line and "\n" not in line
+
+
+def test_a_store_keeps_records_and_the_hosts_whose_value_is_none() -> None:
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from workstore import MemoryWorkStore
+
+    store = MemoryWorkStore({"esx-01": json.dumps(RECORD), "esx-02": '{"vms": 7}', "esx-03": ""})
+    assert store.hosts() == ["esx-01"]
+    assert list(store.problems) == ["esx-02"] and "forget-work esx-02" in store.problems["esx-02"]
+
+
+def test_vms_a_record_names_that_are_gone_are_left_out_of_its_plan_line_with_a_warning() -> None:
+    from vgpuctl.hosts.evacuation import gone_from_record, resume_change
+    from vgpuctl.model import ObservedVm
+
+    host = ObservedHost("esx-01", custom_values={WORK_FIELD: json.dumps(RECORD)})
+    observed = Observed(hosts={"esx-01": host}, vms={"train-01": ObservedVm("train-01", moid="vm-1")})
+    change = resume_change(host, {"vm-1"})
+    assert "power on train-01" in change.old and "mig-01" not in change.old
+    assert gone_from_record(host, {"vm-1"}) == [
+        "host esx-01: VM mig-01 (vm-2) of its unfinished work no longer exists: apply drops it from the work record"
+    ]
+    plan = hostplan.plan_hosts([], observed, resume={"esx-01"})
+    assert plan.warnings == gone_from_record(host, {"vm-1"})
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ('{"run": "r", "holder": "h", "since": 1, "renewed": "x", "ttl_s": 60}', "renewed: Input should be"),
+        ('{"run": "r", "holder": "h", "since": 1, "renewed": 2, "ttl_s": 0}', "ttl_s: Input should be greater"),
+        ('{"run": "r", "holder": "h", "since": 1, "renewed": 2, "ttl_s": "inf"}', "ttl_s: Input should be"),
+        ('{"holder": "h", "since": 1, "renewed": 2, "ttl_s": 60}', "run: Field required"),
+    ],
+)
+def test_a_lease_value_that_is_no_description_describes_nothing(value: str, why: str) -> None:
+    from vgpuctl.vsphere.workrecord import lease_problems, read_lease
+
+    info, problem = read_lease(value)
+    assert info is None and problem is not None and problem.startswith(why), problem
+    assert parse_lease(value) is None
+    (line,) = lease_problems({"esx-01": value})
+    assert line.startswith("host esx-01: its vgpuctl.lease attribute is no lease description (")
+
+
+def test_a_record_keeps_the_ssh_service_a_run_started() -> None:
+    """The SSH service's state before a run started it is part of the record: a record holding only it is no host
+    work to resume (the later run just stops the service again); a malformed one is refused as any record is."""
+    from vgpuctl.hosts.work import read_record
+
+    record, why = read_record("esx-01", '{"run": "r1", "ssh": {"running": false, "policy": "off"}}')
+    assert why is None and record is not None
+    assert record.ssh == {"running": False, "policy": "off"} and record.only_ssh
+    record, why = read_record("esx-01", '{"run": "r1", "phase": "reboot", "ssh": {"running": false, "policy": "off"}}')
+    assert record is not None and record.ssh is not None and not record.only_ssh
+    record, why = read_record("esx-01", '{"run": "r1", "ssh": {"running": "no"}}')
+    assert record is None and why is not None and why.startswith("ssh.")

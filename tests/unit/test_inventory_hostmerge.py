@@ -136,3 +136,31 @@ hosts:
     gpu = merged["esx-01"].spec.gpus[0]
     assert (gpu.mode, gpu.vgpu_mode) == ("mig", None)
     assert merged["esx-02"].spec.gpus[0].vgpu_mode == "sameSize"
+
+
+def test_validate_reports_what_a_merge_would_break_without_vcenter(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """validate needs no vCenter, so it cannot know a host's cluster: it warns what each host entry merged over
+    each cluster entry would break, if the host is in that cluster; plan refuses it once vCenter says so."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from vgpuctl.cli.main import app
+
+    path = tmp_path / "inv.yaml"
+    path.write_text("""\
+apiVersion: vgpuctl/v1
+hosts:
+  - cluster: C1
+    scheduler: fixed-share
+  - name: esx-01
+    gpus: [{select: all, vgpu_mode: mixedSize}]
+""")
+    out = CliRunner().invoke(app, ["validate", "-f", str(path)])
+    assert out.exit_code == 0, out.output
+    warning = out.stdout.splitlines()[1]
+    assert warning.startswith(f"warning: if host esx-01 is in cluster C1: {path}:4 and {path}:")
+    assert warning.endswith(": host esx-01: scheduler: mixed-size GPUs support only the best-effort and equal-share "
+                            "schedulers (its cluster C1 and host esx-01 entries merged)")
+    doc = json.loads(CliRunner().invoke(app, ["-o", "json", "validate", "-f", str(path)]).stdout)
+    assert len(doc["warnings"]) == 1

@@ -94,7 +94,7 @@ def _plan_file(tmp_path: Path, depth: int) -> Path:
     document = {"format": planfile.FORMAT, "version": planfile.VERSION, "vcenter": "v", "inventory_path": "i",
                 "basis": "b", "plan": {"deep": nested}, "inventory": ""}
     path = tmp_path / "plan.json"
-    path.write_text(json.dumps(document))
+    path.write_text(json.dumps({**document, "digest": planfile.content_digest(document)}))
     return path
 
 

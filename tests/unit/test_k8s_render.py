@@ -185,6 +185,41 @@ def test_namespace_must_be_named_and_use_a_gpu_class() -> None:
         render_manifests(_inv(), "cpu-team")
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "option"),
+    [
+        ("cluster_name", "gpu\nkind: Secret", "--cluster-name"),
+        ("cluster_name", "GPU-Cluster", "--cluster-name"),
+        ("cluster_name", "x" * 64, "--cluster-name"),
+        ("image", "ubuntu: evil", "--image"),
+        ("storage_class", "a b", "--storage-class"),
+        ("k8s_version", "v1.30\n  extra: 1", "--k8s-version"),
+        ("registry", "harbor.corp/ai\nkind: x", "--registry"),
+        ("driver_version", "550.90.07\nversion: 1", "--driver-version"),
+    ],
+)
+def test_a_value_that_is_no_kubernetes_name_is_refused_naming_its_option(field: str, value: str, option: str) -> None:
+    opts = RenderOptions(**{field: value})
+    if field == "k8s_version":
+        opts.tkr = value
+    with pytest.raises(UsageError, match=rf"^{option} .*: must be "):
+        render_manifests(_inv(), "ml-team", opts)
+
+
+def test_every_manifest_is_data_whatever_the_names() -> None:
+    """Names with dots, digits and dashes at their longest still read back as exactly the fields given."""
+    opts = RenderOptions(cluster_name="c" * 63, image="img.v1-2", storage_class="gold.tier-1", registry="h:5000/a/b",
+                         driver_version="550.90.07-1_x")  # fmt: skip
+    out = render_manifests(_inv(), "ml-team", opts)
+    (cluster,) = _docs(out["cluster.yaml"])
+    assert cluster["metadata"]["name"] == "c" * 63
+    (vm,) = _docs(out["virtualmachine-gpu-small.yaml"])
+    assert (vm["spec"]["imageName"], vm["spec"]["storageClass"]) == ("img.v1-2", "gold.tier-1")
+    values = yaml.safe_load(out["gpu-operator-values.yaml"])
+    assert (values["driver"]["repository"], values["driver"]["version"]) == ("h:5000/a/b", "550.90.07-1_x")
+    assert all("&" not in text and "*" not in text for text in out.values())  # no anchors: each value written out
+
+
 def test_stdout_is_a_kubernetes_object_stream_and_out_writes_every_file(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

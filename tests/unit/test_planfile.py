@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,9 +63,40 @@ def test_bad_files(tmp_path: Path) -> None:
     (tmp_path / "x").write_text('{"format": "other"}')
     with pytest.raises(planfile.PlanFileError, match="not a vgpuctl plan file"):
         planfile.load(tmp_path / "x")
-    (tmp_path / "y").write_text(f'{{"format": "vgpuctl-plan/v1", "version": {planfile.VERSION}}}')
-    with pytest.raises(planfile.PlanFileError, match="incomplete"):
+    partial = {"format": "vgpuctl-plan/v1", "version": planfile.VERSION}
+    (tmp_path / "y").write_text(json.dumps({**partial, "digest": planfile.content_digest(partial)}))
+    with pytest.raises(planfile.PlanFileError, match="incomplete"):  # whole by its digest, but keys are missing
         planfile.load(tmp_path / "y")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda d: d["plan"].update({"vm_changes": []}),  # the plan section: the original plan would be applied
+        lambda d: d.update(inventory=d["inventory"] + "vms: []\n"),  # the inventory: "host facts changed" before
+        lambda d: d.update(basis=d["basis"].replace("farm:", "farm:0")),
+        lambda d: d.update(vcenter="https://elsewhere/sdk"),
+        lambda d: d.update(extra="x"),
+        lambda d: d.pop("digest"),
+    ],
+)
+def test_any_edit_of_a_plan_file_is_refused_as_edited(tmp_path: Path, edit: Any) -> None:
+    path, _ = saved(tmp_path, Plan(vm_changes=[VmChange("a", power_on=True)]))
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data, indent=2))
+    with pytest.raises(planfile.PlanFileError) as refused:
+        planfile.load(path)
+    assert str(refused.value) == (
+        f"{path}: the plan file was edited since `vgpuctl plan --out` wrote it (its digest does not match its "
+        "content): nothing was changed; make a new plan with `vgpuctl plan -f FILE --out PLANFILE`"
+    )
+
+
+def test_a_plan_file_laid_out_again_is_the_same_content(tmp_path: Path) -> None:
+    path, _ = saved(tmp_path, Plan(vm_changes=[VmChange("a", power_on=True)]))
+    path.write_text(json.dumps(json.loads(path.read_text()), sort_keys=True))  # other whitespace and key order
+    assert planfile.load(path).vcenter == "https://vc/sdk"
 
 
 @pytest.mark.parametrize("version", ["", ', "version": 1', ', "version": 99'])

@@ -160,9 +160,10 @@ def read_devices(body: bytes) -> list[tuple[str, int, str | None]]:
 def test_devices_the_reader_skips_are_not_parsed() -> None:
     body = devices_answer(DISK, VGPU, NIC, DISK.replace("2000", "2001"), VGPU.replace("13000", "13001"))
     dropped = rawread.drop_unread_devices(body)
-    assert dropped.count(b"<VirtualDevice") == 2 and b"VirtualDisk" not in dropped and b"E1000" not in dropped
+    assert dropped.count(b"<VirtualDevice") == 3 and b"VirtualDisk" not in dropped and b"E1000" in dropped
     assert read_devices(dropped) == read_devices(body) == [
         ("vim.vm.device.VirtualPCIPassthrough", 13000, "grid_a100-10c"),
+        ("vim.vm.device.VirtualE1000", 4000, None),  # a network adapter: read (vsphere.netobserve)
         ("vim.vm.device.VirtualPCIPassthrough", 13001, "grid_a100-10c"),
     ]
 
@@ -263,6 +264,20 @@ def test_pci_devices_no_gpu_of_their_host_names_are_not_parsed() -> None:
         "host-1": [("3b:00.0", 4318, 8437), ("5e:00.0", 4318, 8438)],
         "host-2": [("af:00.0", 4318, 8439)],
     }
+
+
+def test_network_controllers_are_kept_beside_the_gpus() -> None:
+    """A ConnectX NIC (class 0x0200, Ethernet; 0x0207 InfiniBand) and a root port (0x0604, the chain above it)
+    are read by netobserve, a USB controller is not."""
+    def with_class(device_id: str, class_id: int) -> str:
+        return pci(device_id, 5555, 4129).replace("<vendorId>", f"<classId>{class_id}</classId><vendorId>")
+
+    body = hosts_answer(host("host-1", [pci("3b:00.0"), with_class("5e:00.0", 0x0200), with_class("5e:00.1", 0x0207),
+                                        with_class("5d:00.0", 0x0604), with_class("00:14.0", 0x0C03)],
+                                 [gpu("3b:00.0")]))
+    dropped = rawread.drop_unread_devices(body)
+    assert dropped.count(b"<HostPciDevice>") == 4 and b"00:14.0" not in dropped
+    assert gpus_joined(dropped) == gpus_joined(body)
 
 
 @pytest.mark.parametrize(

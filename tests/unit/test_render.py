@@ -110,6 +110,7 @@ def test_json() -> None:
         "warnings": 0,
         "vm_classes": 0,
         "namespaces": 0,
+        "remove": 0,
     }
     assert summary(Plan()) == {
         "create": 0,
@@ -123,6 +124,7 @@ def test_json() -> None:
         "warnings": 0,
         "vm_classes": 0,
         "namespaces": 0,
+        "remove": 0,
     }
     assert [(d["action"], d["host"], d["vm"], d["comes_back"]) for d in data["disruptions"]] == [
         ("maintenance", "esx-01", None, True),

@@ -21,9 +21,9 @@ from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.common import error_report
 from vgpuctl.cli.main import app
 from vgpuctl.cli.sim import parse_env_file, with_esxi_env
-from vgpuctl.domain import ChangeKind, EvacuationKind, Outcome, Phase
-from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, UsageError
-from vgpuctl.experiment.report import write_report
+from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, Outcome, Phase
+from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, PreflightFailed, UsageError
+from vgpuctl.experiment.output import write_report
 from vgpuctl.experiment.runner import RunSummary, run_experiment
 from vgpuctl.experiment.schema import checked_variants, load_experiment
 from vgpuctl.experiment.store import ResultsDir
@@ -79,6 +79,7 @@ from vgpuctl.reports.plan import (
 from vgpuctl.reports.plan import (
     apply_report as build_apply_report,
 )
+from vgpuctl.reports.preflight import PreflightCheck, preflight_report
 from vgpuctl.reports.schemas import REPORTS
 from vgpuctl.reports.sim import SimDownReport, SimEnvReport
 from vgpuctl.reports.status import (
@@ -99,6 +100,7 @@ from vgpuctl.reports.supervisor import (
     supervisor_plan_report,
     supervisor_status_report,
 )
+from vgpuctl.reports.work import forget_work_report
 from vgpuctl.scope import Scope
 from vgpuctl.supervisor.render import render_manifests
 from vgpuctl.supervisor.vmclasses import (
@@ -406,6 +408,13 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "experiment-report": experiment_results,
     "sim-env": lambda t: SimEnvReport(with_esxi_env(parse_env_file(SIM_ENV)), str(t / "env")),
     "sim-down": lambda _t: SimDownReport(4242),
+    "preflight": lambda _t: preflight_report("https://vc/sdk", [
+        PreflightCheck("host.ssh", CheckStatus.FAIL, "refused", "esx-01", "start it"),
+        PreflightCheck("vcenter.version", CheckStatus.PASS, "8.0.3")]),
+    "host-forget-work": lambda _t: forget_work_report("esx-01", '{"vms": 7}', cleared=True),
+    "host-forget-work#record": lambda _t: forget_work_report(
+        "esx-01", '{"run": "r1", "phase": "reboot", "entered_maintenance": true}', cleared=True),
+    "host-forget-work#none": lambda _t: forget_work_report("esx-01", "", cleared=False),
 }
 
 
@@ -418,6 +427,7 @@ DOCUMENTS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "validate#cli": lambda t: cli_validate(t, GOOD),
     "error": lambda t: cli_validate(t, BAD),
     "error#plan": lambda _t: error_report(PlanError(["vm a: no GPU", "vm b: no host"])).to_dict(),
+    "error#preflight": lambda _t: error_report(PreflightFailed(["host.ssh esx-01: refused; fix: start it"])).to_dict(),
     "error#usage": lambda _t: error_report(UsageError("--yes needed")).to_dict(),
     "error#located": lambda _t: error_report(InventoryErrors([InventoryError("bad", "f.yaml", 3, 4)])).to_dict(),
 }
@@ -486,6 +496,7 @@ def _rename_first_key(doc: Any, old: str, new: str) -> bool:
         ("experiment-report", "repetitions_ok", "ok"),
         ("experiment-report", "busbw_gbs", "bandwidth"),
         ("sim-env", "env_file", "file"),
+        ("preflight", "evidence", "detail"),
         ("sim-down", "stopped", "pid"),
     ],
 )

@@ -87,9 +87,9 @@ def test_show_prints_the_plan_as_plan_printed_it(tmp_path: Path) -> None:
 
 def test_show_refuses_what_is_not_a_plan(tmp_path: Path) -> None:
     bad = tmp_path / "x.json"
-    bad.write_text(json.dumps({"format": "vgpuctl-plan/v1", "version": planfile.VERSION, "vcenter": "v",
-                               "inventory_path": "i", "basis": "b", "plan": {"kind": "plan", "hosts": []},
-                               "inventory": ""}))
+    content = {"format": "vgpuctl-plan/v1", "version": planfile.VERSION, "vcenter": "v", "inventory_path": "i",
+               "basis": "b", "plan": {"kind": "plan", "hosts": []}, "inventory": ""}
+    bad.write_text(json.dumps({**content, "digest": planfile.content_digest(content)}))  # whole, but no plan
     result = invoke("show", str(bad))
     assert result.exit_code == 1 and "the saved plan cannot be read" in result.stderr
     assert "Traceback" not in result.output

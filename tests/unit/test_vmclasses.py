@@ -606,3 +606,59 @@ def test_status_lists_gpu_classes_and_their_namespaces() -> None:
         "  big: 2 x grid_a100-40c; 4 CPUs, 32768 MB; used by data-team, ml-team",
         "  spare: 1 x grid_a100-10c; 4 CPUs, 32768 MB; used by no namespace",
     ]
+
+
+# ------------------------------------------------------------------------------------- Dynamic DirectPath NICs
+
+NIC_CLASS = """
+vm_classes:
+  - name: gpu-rdma
+    cpus: 16
+    memory_gb: 128
+    vgpus: {profile: grid_a100-40c, count: 2}
+    network: [{type: passthrough, device: ConnectX-7}, {device: "15b3:101d", custom_label: fabric-b}]
+namespaces:
+  - name: ml-team
+    vm_classes: [gpu-rdma]
+"""
+
+
+def test_a_class_takes_dynamic_directpath_nics() -> None:
+    inv = _inv(NIC_CLASS)
+    want = desired_class(inv.vm_classes[0])
+    assert want.direct_path == ["15b3:1021", "15b3:101d@fabric-b"] and want.memory_reservation == 100
+    plan = plan_supervisor(inv, _state(**{"ml-team": []}), _observed())
+    (create,) = plan.class_changes
+    assert create.nics_added == ["15b3:1021", "15b3:101d@fabric-b"]
+    assert "    + nic passthrough 15b3:1021" in render_text(plan)
+    # no host of the supervisor cluster has such a NIC enabled for passthrough: the class's VMs could not start
+    assert plan.warnings == [
+        "vm class gpu-rdma: no host of supervisor cluster WL has a NIC 15b3:101d@fabric-b enabled for passthrough "
+        "(namespace ml-team)",
+        "vm class gpu-rdma: no host of supervisor cluster WL has a NIC 15b3:1021 enabled for passthrough "
+        "(namespace ml-team)"]
+    have = ClassState("gpu-rdma", 16, 131072, 0, 100, ["grid_a100-40c"] * 2,
+                      {"pciPassthru.use64bitMMIO": "TRUE", "pciPassthru.64bitMMIOSizeGB": "128"}, ["15b3:1021"])
+    state = _state(**{"ml-team": ["gpu-rdma"]})
+    state.classes["gpu-rdma"] = have
+    (update,) = plan_supervisor(inv, state, _observed()).class_changes
+    assert (update.op, update.nics_added, update.nics_removed) == (Op.CHANGE, ["15b3:101d@fabric-b"], [])
+
+
+def test_a_class_refuses_other_adapters_and_unknown_nics() -> None:
+    errors = _errors("vm_classes:\n  - name: a\n    cpus: 1\n    memory_gb: 4\n"
+                     "    network: [{type: sriov, device: ConnectX-7}, {device: ConnectX-9}]\n")
+    assert any("a VM class takes passthrough NICs only (Dynamic DirectPath I/O); 'sriov' adapters" in e
+               for e in errors), errors
+    assert any("must be a NIC model (ConnectX-6, ConnectX-6 Dx" in e for e in errors), errors
+
+
+def test_rest_body_and_state_carry_the_direct_path_devices() -> None:
+    from vgpuctl.vsphere.rest import class_body, class_from_json
+
+    want = desired_class(_inv(NIC_CLASS).vm_classes[0])
+    body = class_body(want, create=True)
+    assert body["devices"]["direct_path_io_devices"] == [
+        {"vendor_id": 0x15B3, "device_id": 0x1021}, {"vendor_id": 0x15B3, "device_id": 0x101D,
+                                                      "custom_label": "fabric-b"}]
+    assert class_from_json(body).direct_path == want.direct_path

@@ -175,3 +175,10 @@ def test_set_nvlink_sets_numbers_the_sets() -> None:
     observed = Observed(hosts={"h": ObservedHost(name="h", gpus=gpus)})
     set_nvlink_sets(observed, "h", [["0000:3B:00.0", "0000:3c:00.0"]])
     assert [g.nvlink_set for g in observed.hosts["h"].gpus] == [0, 0, None]
+
+
+def test_a_reconfigure_is_conditional_on_the_version_it_was_given() -> None:
+    change = VmChange(vm="a", devices=[DeviceChange(Op.ADD, "grid_a100-40c")])
+    assert vmspec.config_spec(change, change_version="1700000000001").changeVersion == "1700000000001"
+    assert vmspec.config_spec(change).changeVersion is None  # none read: unconditional, as before
+    assert vmspec.revert_spec([], [], "1700000000002").changeVersion == "1700000000002"

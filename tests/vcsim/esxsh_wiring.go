@@ -17,10 +17,8 @@ import (
 
 	"gpusim/internal/esxsh"
 	"gpusim/internal/farm"
+	"gpusim/internal/vc"
 )
-
-// driverVersion is the NVIDIA vGPU manager version the simulated hosts report.
-const driverVersion = "550.90.05"
 
 // sshFlags are gpusim's SSH options.
 type sshFlags struct {
@@ -58,6 +56,17 @@ func startESXiShell(f *farm.Farm, fl *sshFlags, password, stateDir, outDir strin
 		_ = srv.Close()
 		return nil, err
 	}
+	if err := srv.Refresh(); err != nil { // hosts whose SSH service starts stopped
+		_ = srv.Close()
+		return nil, err
+	}
+	f.Subscribe(func(e farm.Event) {
+		if e.What == "ssh" { // StartService / StopService through vSphere, or the control endpoint
+			if err := srv.Refresh(); err != nil && logf != nil {
+				logf("refresh %s: %v", e.Host, err)
+			}
+		}
+	})
 	if err := writeSSHFiles(srv, outDir, stateDir); err != nil {
 		_ = srv.Close()
 		return nil, err
@@ -146,6 +155,15 @@ func (b *farmBackend) HostNames() []string {
 
 func (b *farmBackend) Reachable(name string) bool { return b.farm.Reachable(name) }
 
+// Listening: the host's SSH service (TSM-SSH) runs.
+func (b *farmBackend) Listening(name string) bool {
+	a, err := b.farm.Access(name)
+	return err == nil && a.SSHRunning
+}
+
+// Login applies lockdown mode: only exception users keep SSH access.
+func (b *farmBackend) Login(name, user string) (bool, string) { return b.farm.ShellLogin(name, user) }
+
 func (b *farmBackend) Host(name string) (esxsh.Host, error) {
 	info, err := b.farm.Host(name)
 	if err != nil {
@@ -231,7 +249,8 @@ func gpuUUID(host, pciID string) string {
 
 // hostView maps a farm snapshot to the shell's view.
 func hostView(info farm.HostInfo) esxsh.Host {
-	h := esxsh.Host{Name: info.Name, DriverVersion: driverVersion, UndeclaredNvidiaParams: info.UndeclaredParams}
+	h := esxsh.Host{Name: info.Name, DriverVersion: info.Access.Manager, UndeclaredNvidiaParams: info.UndeclaredParams,
+		VIBs: vc.VIBLines(info.Access)}
 	index := map[string]int{}
 	for _, g := range info.GPUs {
 		index[g.PCIID] = g.Index

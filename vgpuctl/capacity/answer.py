@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from vgpuctl.capacity import DEFAULT_TIME_LIMIT_S
 from vgpuctl.capacity.blockers import Blocker
-from vgpuctl.capacity.demand import Demand
+from vgpuctl.capacity.demand import Demand, DemandItem
 from vgpuctl.capacity.kinds import MAX_PATTERNS, capacity, in_mode
 from vgpuctl.capacity.layout import PlacedVm, Verified, greedy, verify
 from vgpuctl.capacity.problem import Problem, Shape, build_problem, usable_options
@@ -211,41 +212,45 @@ def _blocked(problem: Problem, limit: int = 3) -> str:
 
 
 def fragment(answer: CapacityAnswer, demand: Demand) -> str:
-    """An inventory (apiVersion vgpuctl/v1) with the host changes and the placed VMs pinned to their hosts."""
+    """An inventory (apiVersion vgpuctl/v1) with the host changes and the placed VMs pinned to their hosts, written
+    by the YAML emitter (vgpuctl.yamlout): a demand or host name is a value, never structure."""
+    from vgpuctl import yamlout
+    from vgpuctl.inventory.schema import API_VERSION
+
     items = {d.name: d for d in demand.demand}
-    out = ["# Written by `vgpuctl capacity --demand`: host GPU modes and new VMs pinned to hosts.",
-           "apiVersion: vgpuctl/v1"]
     by_host: dict[str, list[GpuChange]] = {}
     for c in answer.changes:
         by_host.setdefault(c.host, []).append(c)
-    out.append("hosts:" if by_host else "hosts: []")
-    for host, changes in sorted(by_host.items()):
-        out.append(f"  - name: {host}")
-        out.append("    gpus:")
-        for c in changes:
-            graphics = f", graphics_type: {c.new_graphics_type}" if c.new_graphics_type else ""
-            if c.new == GpuVgpuMode.MIG:
-                out.append(f"      - {{select: '{c.gpu}'{graphics}, mode: mig}}")
-            elif c.old != c.new:
-                out.append(f"      - {{select: '{c.gpu}'{graphics}, mode: time-sliced, vgpu_mode: {c.new}}}")
-            else:
-                out.append(f"      - {{select: '{c.gpu}'{graphics}}}")
-    out.append("vms:" if answer.vms else "vms: []")
-    for vm in sorted(answer.vms, key=lambda v: v.name):
-        item = items[vm.shape]
-        out.append(f"  - name: {vm.name}")
-        out.append(f"    host: {vm.host}")
-        template = item.template or demand.template
-        if template:
-            out.append(f"    template: {template}")
-        if item.cpus:
-            out.append(f"    cpus: {item.cpus}")
-        if item.memory_gb:
-            out.append(f"    memory_gb: {item.memory_gb:g}")
-        out.append(f"    vgpus: {{profile: {vm.profile}, count: {vm.vgpus}}}")
-        if vm.nvlink:
-            out.append("    nvlink: required")
-    return "\n".join(out) + "\n"
+    hosts = [{"name": host, "gpus": [_gpu_entry(c) for c in changes]} for host, changes in sorted(by_host.items())]
+    vms = [_vm_entry(vm, items[vm.shape], demand) for vm in sorted(answer.vms, key=lambda v: v.name)]
+    return (yamlout.comment("Written by `vgpuctl capacity --demand`: host GPU modes and new VMs pinned to hosts.")
+            + yamlout.dump({"apiVersion": API_VERSION, "hosts": hosts, "vms": vms}))  # fmt: skip
+
+
+def _gpu_entry(change: GpuChange) -> dict[str, str]:
+    entry = {"select": change.gpu}
+    if change.new_graphics_type:
+        entry["graphics_type"] = str(change.new_graphics_type)
+    if change.new == GpuVgpuMode.MIG:
+        entry["mode"] = "mig"
+    elif change.old != change.new:
+        entry |= {"mode": "time-sliced", "vgpu_mode": str(change.new)}
+    return entry
+
+
+def _vm_entry(vm: PlacedVm, item: DemandItem, demand: Demand) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": vm.name, "host": vm.host}
+    template = item.template or demand.template
+    if template:
+        entry["template"] = template
+    if item.cpus:
+        entry["cpus"] = item.cpus
+    if item.memory_gb:
+        entry["memory_gb"] = item.memory_gb
+    entry["vgpus"] = {"profile": vm.profile, "count": vm.vgpus}
+    if vm.nvlink:
+        entry["nvlink"] = "required"
+    return entry
 
 
 __all__ = ["CapacityAnswer", "fragment", "in_mode", "plan_capacity"]

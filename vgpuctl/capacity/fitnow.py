@@ -15,6 +15,7 @@ from vgpuctl.domain import GpuVgpuMode, GraphicsType
 from vgpuctl.model import Observed
 from vgpuctl.profiles import ProfileError, max_vgpus_per_vm, parse_profile
 from vgpuctl.vms.farm import farm_from_observed
+from vgpuctl.vms.nicplace import NicCapacity, nic_capacity
 from vgpuctl.vms.placement import (
     Gpu,
     add_vgpu,
@@ -53,6 +54,7 @@ class HostFit:
     stranded: list[Stranded] = field(default_factory=list)
     skipped: str | None = None  # why the host takes no vGPUs now
     blocked: list[Blocker] = field(default_factory=list)  # what keeps it (or some GPUs) out, with the fix
+    nics: list[NicCapacity] = field(default_factory=list)  # free SR-IOV VFs and passthrough NICs
 
     @property
     def stranded_gb(self) -> float:
@@ -75,6 +77,9 @@ class FitReport:
 
 def what_fits(observed: Observed, cluster: str | None = None, host: str | None = None) -> FitReport:
     state = farm_from_observed(observed)
+    nics: dict[str, list[NicCapacity]] = {}
+    for row in nic_capacity(observed, host):
+        nics.setdefault(row.host, []).append(row)
     hosts = []
     cache: dict[tuple[object, ...], tuple[list[FitRow], list[Stranded]]] = {}
     for name in sorted(observed.hosts):
@@ -96,7 +101,8 @@ def what_fits(observed: Observed, cluster: str | None = None, host: str | None =
             rows = host_rows(gpus, oh.offered_profiles, oh.assignment_policy, limit)
             cache[sig] = (rows, [s for g in gpus if (s := stranded(g, oh.offered_profiles))])
         rows, strand = cache[sig]
-        hosts.append(HostFit(name, oh.cluster, rows, [copy.copy(s) for s in strand], None, blockers))
+        hosts.append(HostFit(name, oh.cluster, rows, [copy.copy(s) for s in strand], None, blockers,
+                             nics.get(name, [])))
     return FitReport(hosts)
 
 

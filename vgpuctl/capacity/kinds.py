@@ -108,7 +108,7 @@ def _maximal(patterns: Sequence[dict[str, int]]) -> list[dict[str, int]]:
 def capacity(gpu: Gpu, profile: str) -> int:
     """How many more vGPUs of one profile fit on `gpu`."""
     pats = addition_patterns(gpu, [profile])
-    return pats[0][profile] if pats else 0  # a pattern is never empty
+    return pats[0].get(profile, 0) if pats else 0
 
 
 def in_mode(gpu: Gpu, mode: str) -> Gpu:

@@ -203,7 +203,7 @@ def _drop_refused(problem: Problem, observed: Observed, current: Layout, dropped
 def _state(observed: Observed, layout: Layout) -> FarmState:
     state = farm_from_observed(observed)
     for host, hl in layout.items():
-        gpus = state.gpus[host]  # the layout's hosts are the problem's, all observed
+        gpus = state.gpus.get(host, [])
         for i, g in enumerate(gpus):
             if g.id in hl.graphics:
                 g.graphics_type = GraphicsType.SHARED_DIRECT

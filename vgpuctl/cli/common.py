@@ -44,6 +44,7 @@ class GlobalOptions:
     thumbprint: str | None = None
     datacenter: str | None = None
     timeout: float | None = None  # seconds; None: the session's default
+    lock_timeout: float = 0.0  # seconds to wait for a host or VM another run holds
     output: str = "text"
     verbose: int = 0
     text_to_stderr: bool = False  # stdout holds something else (--events -): text goes to stderr
@@ -222,7 +223,23 @@ def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None)
         ca_file=str(Path(ca_file).expanduser()) if ca_file else None,
         thumbprint=thumbprint,
         timeout_s=parse_timeout(opts.timeout) if opts.timeout is not None else DEFAULT_TIMEOUT_S,
+        esxi_timeout_s=esxi_timeout(opts),
     )
+
+
+def esxi_timeout(opts: GlobalOptions) -> float | None:
+    """The bound on each ESXi shell command: --timeout (VGPUCTL_TIMEOUT) bounds them too; else VGPUCTL_ESXI_TIMEOUT;
+    else None (vgpuctl.esxi.ssh.DEFAULT_COMMAND_TIMEOUT_S)."""
+    from vgpuctl.esxi.ssh import ENV_TIMEOUT
+    from vgpuctl.vsphere.session import parse_timeout
+
+    if opts.timeout is not None:
+        return parse_timeout(opts.timeout)
+    value = os.environ.get(ENV_TIMEOUT)
+    try:
+        return parse_timeout(value) if value else None
+    except UsageError as err:
+        raise UsageError(f"{ENV_TIMEOUT}: {err}") from None
 
 
 def datacenter_for(opts: GlobalOptions, inventory: Inventory | None = None) -> str | None:
@@ -255,8 +272,25 @@ def run_options(opts: GlobalOptions, inventory: Inventory | None, **fields: Any)
     from vgpuctl.pipeline import RunOptions
     from vgpuctl.vsphere.workrecord import new_run_id
 
+    fields.setdefault("lock_timeout_s", opts.lock_timeout)
     fields.setdefault("run_id", new_run_id())  # named in events, work records and leases
     return RunOptions(datacenter=datacenter_for(opts, inventory), on_new_host_key=new_host_key, **fields)
+
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+MAX_LOCK_WAIT_S = 24 * 3600.0
+
+
+def parse_duration(text: str, option: str) -> float:
+    """Seconds from `90`, `90s`, `5m`, `1h30m`, `2m30s`: finite, 0 to a day."""
+    m = _DURATION.match(text.strip())
+    if not text.strip() or m is None:
+        raise UsageError(f"{option} {text!r}: expected a duration such as 90, 90s, 5m or 1h30m")
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
+    total = hours * 3600 + minutes * 60 + seconds
+    if total > MAX_LOCK_WAIT_S:
+        raise UsageError(f"{option} {text!r}: at most {MAX_LOCK_WAIT_S / 3600:g}h")
+    return total
 
 
 def new_host_key(host: str, fingerprint: str) -> None:
@@ -292,6 +326,9 @@ def confirm(question: str, action: str = "apply", *, word: bool = False) -> None
 def report_error(err: BaseException, opts: GlobalOptions | None) -> int:
     """Print an error the way users should see it; return the exit code."""
     verbose = bool(opts and opts.verbose)
+    from vgpuctl.extras import missing_extra
+
+    err = missing_extra(err) or err  # an optional module that is not installed: name its extra, no "bug"
     if isinstance(err, VgpuctlError):
         if verbose:
             traceback.print_exception(err, file=sys.stderr)

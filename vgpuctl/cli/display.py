@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import Outcome
-from vgpuctl.progress import RUNNING, LiveOnTerminal, StepLog
+from vgpuctl.progress import LiveOnTerminal, StepLog
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,7 +52,6 @@ class ApplyDisplay(LiveOnTerminal):
         self.vms_done = 0
         self.hosts_done = 0
         self.log = StepLog(self.print_line)
-        self.host_work: dict[str, str] = {}  # host -> its step in flight, for the line of a second Ctrl-C
 
     def note(self, message: str) -> None:
         self.print_line(message)
@@ -68,7 +67,6 @@ class ApplyDisplay(LiveOnTerminal):
         self._update(vm, step, pct, None, final=step in VM_FINAL, is_host=False)
 
     def host_step(self, host: str, step: str, detail: str | None) -> None:
-        self._running(host, step, detail)
         self._update(f"host {host}", step, None, detail, final=step in HOST_FINAL, is_host=True)
 
     # ------------------------------------------------------------------------------------- state
@@ -100,18 +98,6 @@ class ApplyDisplay(LiveOnTerminal):
             self.log.step(label, words(step), shown)
         elif final:
             self.print_line(f"{label}: {words(step)}" + (f" ({detail})" if detail else ""))
-
-    def _running(self, host: str, step: str, detail: str | None) -> None:
-        """A host's step in flight, for the line of a second Ctrl-C (its vCenter task may go on without us)."""
-        with self.out_lock:
-            previous = self.host_work.pop(host, None)
-            label = f"{step} host {host}" + (f" ({detail})" if detail and step != "wait-reconnect" else "")
-            if step not in HOST_FINAL:
-                self.host_work[host] = label
-        if previous is not None:
-            RUNNING.discard(previous)
-        if step not in HOST_FINAL:
-            RUNNING.add(label)
 
     # ------------------------------------------------------------------------------------- the view
 

@@ -40,7 +40,9 @@ def register(app_: typer.Typer) -> None:
 
 
 def default_results(exp: Experiment) -> Path:
-    return Path(exp.source_path).resolve().parent / "results" / exp.title
+    from vgpuctl.outpaths import inside
+
+    return inside(Path(exp.source_path).resolve().parent / "results", exp.title)
 
 
 def _results(exp: Experiment, results: Path | None) -> ResultsDir:
@@ -113,7 +115,7 @@ def run_cmd(
       vgpuctl experiment report results/nvlink
     """
     from vgpuctl import pipeline
-    from vgpuctl.experiment.report import write_report
+    from vgpuctl.experiment.output import write_report
     from vgpuctl.experiment.runner import run_experiment
     from vgpuctl.experiment.schema import checked_variants, load_experiment
     from vgpuctl.reports.experiment import experiment_run_report
@@ -160,7 +162,7 @@ def report_cmd(
 ) -> None:
     """Write report.md, report.json and plots/*.png into the results directory (Markdown path printed)."""
     from vgpuctl.errors import UsageError
-    from vgpuctl.experiment.report import write_report
+    from vgpuctl.experiment.output import write_report
     from vgpuctl.experiment.store import ResultsDir
 
     opts: GlobalOptions = ctx.obj

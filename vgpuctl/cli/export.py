@@ -64,6 +64,8 @@ def export_cmd(
         text = export_inventory(observed, facts, ExportOptions(cluster, host, all_vms), supervisor)
     except ValueError as err:
         raise NotFound(str(err)) from None
+    for warning in observed.warnings:  # also comments in the file: what could not be read, per cause
+        common.warn(warning)
     if out is not None:
         out.write_text(text, encoding="utf-8")
         common.info(f"wrote {out}")

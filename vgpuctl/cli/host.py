@@ -94,8 +94,44 @@ def show_cmd(
                 shell=not no_shell,
                 trust_on_first_use=tofu,
                 on_new_host_key=common.new_host_key,
+                degrade=False,  # the one host asked for: its shell's failure is the answer
             )[host]
     common.emit(host_status(found, facts), opts)
+
+
+# ------------------------------------------------------------------------------------------- work record
+
+
+@app.command("forget-work")
+def forget_work_cmd(
+    ctx: typer.Context,
+    host: HostName,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask before clearing it.")] = False,
+) -> None:
+    """Clear the host's work record (its vgpuctl.work attribute): what an unfinished apply left to finish there.
+    For a value that is no work record (plan names it), or work you finished by hand; the next apply then
+    resumes nothing on the host. Refused while a run holds the host's lease."""
+    from vgpuctl import pipeline
+    from vgpuctl.hosts.work import WORK_FIELD
+    from vgpuctl.reports.work import forget_work_report
+    from vgpuctl.vsphere.workrecord import clear_work_record
+
+    opts: GlobalOptions = ctx.obj
+    with common.connect(opts, None) as session:
+        observed = pipeline.observe(session, common.datacenter_for(opts, None))
+        found = _host(observed, host)
+        held = pipeline.leases_of(session, observed, [found.name])
+        if found.name in held:
+            raise VgpuctlError(f"{found.name}: {pipeline.held_text(held[found.name])}: its work record is in use; "
+                               "not cleared")  # fmt: skip
+        text = found.custom_values.get(WORK_FIELD, "")
+        report = forget_work_report(found.name, text, cleared=bool(text))
+        if text:
+            if not yes:
+                what = f"no work record: {report.problem}" if report.problem else report.unfinished
+                common.confirm(f"Clear the work record of {found.name} ({what})?", action="forget-work")
+            clear_work_record(session, found.moid)
+    common.emit(report, opts)
 
 
 # ------------------------------------------------------------------------------------------- changes

@@ -228,12 +228,15 @@ def render_cmd(
 
 
 def write_manifests(out: Path, manifests: dict[str, str]) -> None:
-    """One file per manifest in `out`; the licensing script executable."""
+    """One file per manifest in `out`, each path checked to stay inside it; the licensing script executable."""
+    from vgpuctl.outpaths import inside
+
     out.mkdir(parents=True, exist_ok=True)
     for name, text in manifests.items():
-        (out / name).write_text(text, encoding="utf-8")
+        path = inside(out, name)
+        path.write_text(text, encoding="utf-8")
         if name.endswith(".sh"):
-            (out / name).chmod(0o755)
+            path.chmod(0o755)
 
 
 def register(main_app: typer.Typer) -> None:

@@ -25,6 +25,7 @@ from vgpuctl.cli import (
     host,
     k8s,
     plan,
+    preflight,
     provision,
     show,
     sim,
@@ -58,6 +59,7 @@ class VgpuctlGroup(TyperGroup):
             raise
 
     def invoke(self, ctx: Any) -> Any:
+        _refuse_a_bare_group(self, ctx)
         try:
             return super().invoke(ctx)
         except (typer.Exit, typer.Abort):
@@ -85,23 +87,50 @@ def _usage_exit_code(err: BaseException) -> None:
         err.exit_code = 1  # type: ignore[attr-defined]
 
 
-def _json_usage_error(err: Exception, ctx: Any, raw_args: list[str]) -> None:
-    """With --output json a usage error is the run's one document on stdout too (click still explains it).
-    Before the global options are parsed (an unknown command, a bad option value) the raw arguments and
-    VGPUCTL_OUTPUT say whether JSON was asked for."""
+def _json_usage_error(err: Exception, ctx: Any, raw_args: list[str]) -> bool:
+    """With --output json a usage error is the run's one document on stdout too (click still explains it, on
+    stderr). Before the global options are parsed (an unknown command, a bad option value) the raw arguments and
+    VGPUCTL_OUTPUT say whether JSON was asked for. Returns whether it wrote the document."""
     opts = ctx.obj if ctx is not None and isinstance(ctx.obj, GlobalOptions) else None
     message = getattr(err, "format_message", None)
     exit_code: object = getattr(err, "exit_code", 0)  # click's Exit(0) (--help) is no error
     wants_json = (opts is not None and opts.json) or json_asked(raw_args)
     if not wants_json or (opts is not None and opts.emitted) or message is None or not exit_code:
-        return
+        return False
     import json
 
     from vgpuctl.reports.base import ErrorInfo, ErrorReport
 
-    typer.echo(json.dumps(ErrorReport(ErrorInfo("UsageError", str(message()))).to_dict(), indent=2))
+    text = str(message()) or "Missing command."  # a command group given no command says nothing itself
+    typer.echo(json.dumps(ErrorReport(ErrorInfo("UsageError", text)).to_dict(), indent=2))
     if opts is not None:
         opts.emitted = True
+    return True
+
+
+def _refuse_a_bare_group(root: Any, ctx: Any) -> None:
+    """With --output json, a command group named without a command (`vgpuctl -o json host`) is a usage error
+    with its one JSON document: the group would print its help on stdout (typer writes it while the error is
+    made, before any handler sees it)."""
+    if not json_asked(getattr(root, "raw_args", [])):  # the global options are not parsed into ctx.obj yet
+        return
+    args = [*(getattr(ctx, "_protected_args", None) or getattr(ctx, "protected_args", None) or []), *ctx.args]
+    command: Any = root
+    path = [ctx.command_path]
+    while args and not args[0].startswith("-") and hasattr(command, "get_command"):
+        command = command.get_command(ctx, args[0])
+        path.append(args.pop(0))
+        if command is None:
+            return  # click says the command does not exist
+    if command is root or not hasattr(command, "get_command") or args or not command.no_args_is_help:
+        return
+    import click
+
+    error = click.UsageError("Missing command.")
+    _json_usage_error(error, ctx, getattr(root, "raw_args", []))
+    name = " ".join(path)
+    typer.echo(f"Usage: {name} [OPTIONS] COMMAND [ARGS]...\nTry '{name} -h' for help.", err=True)
+    raise typer.Exit(1)
 
 
 def json_asked(args: list[str]) -> bool:
@@ -135,6 +164,8 @@ def _late_option(ctx: Any, name: str, value: Any) -> None:
         opts.url, opts.url_from_command_line = value, True
     elif name == "insecure":
         opts.insecure = bool(value)
+    elif name == "lock_timeout":
+        opts.lock_timeout = common.parse_duration(value, "--lock-timeout") if value else 0.0
     else:
         setattr(opts, name, value)
 
@@ -197,7 +228,17 @@ TimeoutOpt = Annotated[
     float | None,
     typer.Option(
         envvar="VGPUCTL_TIMEOUT",
-        help="Seconds to wait for vCenter to accept a connection and to answer each request (default 30).",
+        help="Seconds to wait for vCenter to accept a connection and to answer each request (default 30), and for "
+        "each ESXi shell command (default VGPUCTL_ESXI_TIMEOUT, else 120).",
+    ),
+]
+LockTimeoutOpt = Annotated[
+    str | None,
+    typer.Option(
+        envvar="VGPUCTL_LOCK_TIMEOUT",
+        metavar="DURATION",
+        help="Wait up to this long (90, 90s, 5m, 1h30m) for a host or VM another run is changing, with a progress "
+        "line, instead of failing it at once (default 0).",
     ),
 ]
 OutputOpt = Annotated[
@@ -231,6 +272,7 @@ def main(
     thumbprint: ThumbprintOpt = None,
     datacenter: DatacenterOpt = None,
     timeout: TimeoutOpt = None,
+    lock_timeout: LockTimeoutOpt = None,
     output: OutputOpt = OutputFormat.text,
     verbose: VerboseOpt = 0,
     version: VersionOpt = False,
@@ -251,6 +293,8 @@ def main(
         url_from_command_line=_source(ctx, "url") == "COMMANDLINE",
     )
     _setup_logging(verbose)
+    if lock_timeout:  # parsed once the options exist, so that a bad value is reported as -o asks
+        ctx.obj.lock_timeout = common.parse_duration(lock_timeout, "--lock-timeout")
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
@@ -290,6 +334,7 @@ def _source(ctx: typer.Context, name: str) -> str:
 
 
 plan.register(app)
+preflight.register(app)
 show.register(app)
 status.register(app)
 capacity.register(app)

@@ -221,6 +221,10 @@ def apply_cmd(
     cluster: ClusterScope = None,
     vm: VmScope = None,
     events: cli_events.EventsOpt = None,
+    allow_destroy: Annotated[
+        bool,
+        typer.Option("--allow-destroy", help="Destroy the VMs whose entries say state: absent (- in the plan)."),
+    ] = False,
 ) -> None:
     """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first.
 
@@ -239,7 +243,7 @@ def apply_cmd(
         scope = saved_scope(shown)
     options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
                                  trust_on_first_use=ssh_trust_on_first_use, scope=scope)
-    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan)
+    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy)
     with cli_events.event_stream(events, opts, options.run_id) as stream:
         if stream is not None:
             where = str(saved_plan) if saved_plan is not None else str(file)

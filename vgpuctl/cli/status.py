@@ -55,13 +55,18 @@ ShellOpt = Annotated[
 
 
 def _host_rows(session: Session, observed: Observed, inventory: Any, shell: bool | None) -> dict[str, HostReport]:
-    """Per host MIG current/pending, NVLink links, scheduler (over SSH when configured)."""
+    """Per host MIG current/pending, NVLink links, scheduler (over SSH when configured); what hosts could not say
+    joins `observed.warnings`, one line per cause naming the hosts."""
     from vgpuctl.hosts import status as hoststatus
+    from vgpuctl.hosts.facts import HostFacts, unread_warnings
     from vgpuctl.hosts.targets import specs_by_host
 
     specs = specs_by_host(inventory, observed)
     use_shell = hoststatus.shell_configured(specs) if shell is None else shell
-    return hoststatus.collect_host_status(session, observed, specs, shell=use_shell)
+    read: dict[str, HostFacts] = {}
+    rows = hoststatus.collect_host_status(session, observed, specs, shell=use_shell, read=read)
+    observed.warnings += unread_warnings(read.values())  # the fields themselves say unknown
+    return rows
 
 
 VmClassesOpt = Annotated[
@@ -96,6 +101,7 @@ def status_cmd(
 
     observed, round_trips = _observe(opts, file, nvlink=True, also=more_reads)
     report = with_leases(merge_status(status_report(observed, round_trips if opts.verbose else None), rows), leases)
+    report.warnings += observed.warnings  # what the hosts could not say, one line per cause
     if supervisor:
         with_supervisor(report, *supervisor[0])
     common.emit(report, opts)
@@ -172,7 +178,8 @@ def profiles_cmd(
 
         specs = specs_by_host(inventory, observed)
         if (hoststatus.shell_configured(specs) if shell is None else shell) and wanted:
-            for warning in hoststatus.read_reported_maxima(observed, wanted, specs):
+            bound = hoststatus.esxi_timeout(session)
+            for warning in hoststatus.read_reported_maxima(observed, wanted, specs, bound):
                 common.warn(warning)
 
     def scope(session: Any, observed: Observed, inventory: Any) -> None:

@@ -64,6 +64,11 @@ def topology() -> str:
     return "nvidia-smi topo -m"
 
 
+def vib_list() -> str:
+    """The installed VIBs, NVIDIA's vGPU Manager among them."""
+    return _join(["esxcli", "software", "vib", "list"])
+
+
 def module_parameters_list(module: str = "nvidia") -> str:
     return _join(["esxcli", "system", "module", "parameters", "list", "-m", module])
 

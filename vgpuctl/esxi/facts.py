@@ -43,8 +43,10 @@ TOPOLOGY = Fact("topology", commands.topology(), parsers.parse_topo_matrix)
 MODULE_PARAMETERS = Fact(
     "module_parameters", commands.module_parameters_list("nvidia"), parsers.parse_module_parameters
 )
+VIBS = Fact("vibs", commands.vib_list(), parsers.parse_vib_list)  # the vGPU Manager's version (preflight)
 
 FACTS: dict[str, Fact[object]] = {
     f.name: f
-    for f in (GPU_LIST, GPU_QUERY, GPU_MODES, MIG_PROFILES, MIG_PLACEMENTS, NVLINK_STATUS, TOPOLOGY, MODULE_PARAMETERS)
+    for f in (GPU_LIST, GPU_QUERY, GPU_MODES, MIG_PROFILES, MIG_PLACEMENTS, NVLINK_STATUS, TOPOLOGY, MODULE_PARAMETERS,
+              VIBS)
 }

@@ -500,3 +500,23 @@ def parse_module_parameters(text: str) -> list[ModuleParameter]:
         return [ModuleParameter(r["Name"], r["Type"], r["Value"], r["Description"]) for r in rows]
     except KeyError as e:
         raise OutputFormatError(f"esxcli module parameters: missing column {e}") from None
+
+
+@dataclass(frozen=True)
+class Vib:
+    """One row of `esxcli software vib list` (ESXi 7 has no Platforms column)."""
+
+    name: str
+    version: str
+    vendor: str
+    acceptance_level: str
+    install_date: str
+
+
+def parse_vib_list(text: str) -> list[Vib]:
+    """`esxcli software vib list`."""
+    rows = _esxcli_table(text)
+    try:
+        return [Vib(r["Name"], r["Version"], r["Vendor"], r["Acceptance Level"], r["Install Date"]) for r in rows]
+    except KeyError as e:
+        raise OutputFormatError(f"esxcli software vib list: missing column {e}") from None

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl import trace
-from vgpuctl.errors import SshError, SshHostKeyError
+from vgpuctl.errors import SshAuthError, SshError, SshHostKeyError, SshUnreachable
 
 if TYPE_CHECKING:
     import paramiko
@@ -32,7 +32,11 @@ ENV_KEY_FILE = "VGPUCTL_ESXI_KEY_FILE"
 ENV_KNOWN_HOSTS = "VGPUCTL_ESXI_KNOWN_HOSTS"
 ENV_USER = "VGPUCTL_ESXI_USER"
 ENV_KEY_PASSPHRASE = "VGPUCTL_ESXI_KEY_PASSPHRASE"
+ENV_TIMEOUT = "VGPUCTL_ESXI_TIMEOUT"
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
+DEFAULT_CONNECT_TIMEOUT_S = 30.0
+DEFAULT_COMMAND_TIMEOUT_S = 120.0  # nvidia-smi and esxcli answer in seconds; a hang ends here
+TIMEOUT_HINT = f"--timeout or {ENV_TIMEOUT} sets the limit"
 
 
 @dataclass(frozen=True)
@@ -62,8 +66,16 @@ class SshSettings:
     password: str | None = field(default=None, repr=False)
     key_passphrase: str | None = field(default=None, repr=False)
     trust_on_first_use: bool = False
-    connect_timeout: float = 30.0
-    command_timeout: float = 300.0
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S
+    command_timeout: float = DEFAULT_COMMAND_TIMEOUT_S
+
+    def limited_to(self, seconds: float | None) -> SshSettings:
+        """These settings with each command, and the connection, bounded by `seconds` (None: unchanged)."""
+        import dataclasses
+
+        if seconds is None:
+            return self
+        return dataclasses.replace(self, command_timeout=seconds, connect_timeout=min(seconds, self.connect_timeout))
 
     @classmethod
     def from_env(
@@ -206,7 +218,7 @@ class EsxiShell:
             ) from e
         except paramiko.AuthenticationException as e:
             client.close()
-            raise SshError(f"SSH authentication failed for user {s.user}", host=self.target.host) from e
+            raise SshAuthError(f"SSH authentication failed for user {s.user}", host=self.target.host) from e
         except _UnknownHostKey as e:
             client.close()
             raise SshHostKeyError(
@@ -220,7 +232,7 @@ class EsxiShell:
         except (TimeoutError, OSError) as e:
             client.close()
             addr = f"{self.target.connect_address}:{self.target.port}"
-            raise SshError(f"cannot connect to {addr}: {e}", host=self.target.host) from e
+            raise SshUnreachable(f"cannot connect to {addr}: {e}", host=self.target.host) from e
         self._client = client
 
     def _load_key(self) -> paramiko.PKey:
@@ -293,5 +305,5 @@ class EsxiShell:
                     raise SshError(f"connection dropped while running `{command}`", host=self.target.host)
                 return out.decode(errors="replace"), err.decode(errors="replace"), status
             if time.monotonic() > deadline:
-                raise SshError(f"`{command}` timed out after {limit:g}s", host=self.target.host)
+                raise SshError(f"`{command}` did not finish within {limit:g} s ({TIMEOUT_HINT})", host=self.target.host)
             chan.status_event.wait(0.02)

@@ -59,8 +59,10 @@ def expectations(inv: Inventory, vms: list[str]) -> dict[str, Any]:
             mig[name] = False
         if vm.nvlink == "required" and nvlink is None:
             nvlink = "on"
+    rdma = bool(vms) and all((vm := inv.vm(name)) is not None and any(a.kind.is_rdma for a in vm.adapters)
+                             for name in vms)
     p2p = {name: vgpu_p2p(asked, nvlink == "on") for name, asked in profiles.items()}
-    return {"nvlink": nvlink, "profiles": profiles, "mig": mig, "p2p": p2p}
+    return {"nvlink": nvlink, "profiles": profiles, "mig": mig, "p2p": p2p, "rdma": rdma}
 
 
 def vgpu_p2p(profiles: list[str], nvlink_on: bool) -> str:
@@ -132,8 +134,23 @@ def summarize(raw: dict[str, Any]) -> FactSummary:
 
 @dataclass(frozen=True)
 class Contradiction:
-    kind: str  # nvlink-up-when-off | p2p-not-nvlink | nvlink-where-pcie | profile-mismatch
+    kind: str  # nvlink-up-when-off | p2p-not-nvlink | nvlink-where-pcie | profile-mismatch | net-socket-fallback
     message: str
+
+
+def transport_contradictions(expect: dict[str, Any], parsed: dict[str, Any]) -> list[Contradiction]:
+    """A run across VMs with RDMA adapters that NCCL ran over TCP sockets (`parsed`: VM -> the run's parsed
+    output with its `transport`, vgpuctl.experiment.parsers.nccl_transport)."""
+    if not expect.get("rdma"):
+        return []
+    out = []
+    for vm, result in sorted(parsed.items()):
+        transport = (result or {}).get("transport") or {}
+        network = transport.get("network")
+        if network is not None and not transport.get("rdma"):
+            out.append(Contradiction("net-socket-fallback", f"NCCL ran over NET/{network} (TCP sockets), not NET/IB, "
+                                     f"in a run across VMs with RDMA adapters: {vm} launched it"))
+    return out
 
 
 def contradictions(expect: dict[str, Any], facts: FactSummary,

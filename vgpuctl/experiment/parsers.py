@@ -273,3 +273,43 @@ def parse_p2p_bandwidth_latency(text: str) -> P2PResult:
     if not matrices:
         raise OutputFormatError("p2pBandwidthLatencyTest: no bandwidth or latency matrix in the output")
     return P2PResult(tuple(devices), access, matrices)
+
+
+# ------------------------------------------------------------------------------------------ NCCL transport
+# NCCL src/transport/net_ib.cc, net_socket.cc, net.cc (v2.21.5 to v2.30): "NET/IB : Using [0]dev:port/RoCE ...",
+# "NET/IB : No device found.", "Using network IB|Socket|<plugin>", and channel lines "via NET/<net>/<dev>
+# [(proxy)][/GDRDMA][/Shared]". The gpu_validate role reads a two-VM run with the same rules (its
+# gpu_validate_rdma module; tests/unit/test_rdma_gids.py checks that both agree).
+
+_NCCL_USING = re.compile(r"NCCL INFO Using network (\S+)")
+_NCCL_CHANNEL = re.compile(r"via NET/(?P<net>[A-Za-z_0-9]+)/(?P<dev>\d+)(\(\d+\))?(?P<gdr>/GDRDMA)?")
+_NCCL_IB_DEVICES = re.compile(r"NET/IB : Using((?: \[\d+\]\S+)+)")
+
+
+@dataclass(frozen=True)
+class NcclTransport:
+    """The network NCCL chose (IB, also for plugins named IB*, or Socket), the nets its channels used, whether
+    a channel used GPUDirect RDMA, and the IB devices it listed; `rdma` when the run went over RDMA only."""
+
+    network: str | None
+    channels: tuple[str, ...]
+    gdr: bool
+    ib_devices: tuple[str, ...]
+
+    @property
+    def rdma(self) -> bool:
+        return self.network is not None and self.network.startswith("IB") and "Socket" not in self.channels
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"network": self.network, "channels": list(self.channels), "gdr": self.gdr,
+                "ib_devices": list(self.ib_devices), "rdma": self.rdma}
+
+
+def nccl_transport(text: str) -> NcclTransport:
+    """What an NCCL_DEBUG=INFO log says about the transport (network None when it says nothing)."""
+    networks = _NCCL_USING.findall(text)
+    channels = tuple(sorted({m.group("net") for m in _NCCL_CHANNEL.finditer(text)}))
+    gdr = any(m.group("gdr") for m in _NCCL_CHANNEL.finditer(text))
+    devices = tuple(d.strip() for m in _NCCL_IB_DEVICES.finditer(text) for d in m.group(1).split())
+    network = networks[-1] if networks else (channels[0] if len(channels) == 1 else None)
+    return NcclTransport(network, channels, gdr, devices)

@@ -15,11 +15,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vgpuctl.experiment.facts import Contradiction, contradictions, summarize
-from vgpuctl.experiment.store import BASE, STATUS_OK, ResultsDir, RunRecord, write_atomic
+from vgpuctl.experiment.facts import Contradiction, contradictions, summarize, transport_contradictions
+from vgpuctl.experiment.store import BASE, STATUS_OK, ResultsDir, RunRecord
+from vgpuctl.outpaths import inside
 
 if TYPE_CHECKING:
-    from vgpuctl.reports.experiment import ExperimentReport
+    pass
 
 NCCL = "nccl-tests"
 P2P = "p2pBandwidthLatencyTest"
@@ -104,7 +105,7 @@ def build_report(results: ResultsDir) -> Report:
     for v in exp["variants"]:
         report.variants.append(_variant_summary(results, v, records[v["name"]], bad))
     for key in _workload_keys(exp):
-        report.tables.append(_table(key, exp, records, bad))
+        report.tables.append(_table(results, key, exp, records, bad))
     return report
 
 
@@ -155,6 +156,7 @@ def _flags(results: ResultsDir, variant: str, recs: list[RunRecord], expect: dic
             out.append(Flag(variant, rec.repetition, "workload-failed", message))
         p2p = rec.parsed if rec.workload.get("builtin") == P2P else None
         found: list[Contradiction] = contradictions(expect, summarize(results.facts(variant, rec.repetition)), p2p)
+        found += transport_contradictions(expect, rec.parsed)
         out += [Flag(variant, rec.repetition, c.kind, c.message) for c in found]
     return out
 
@@ -172,12 +174,23 @@ def _samples(recs: list[RunRecord], bad: set[tuple[str, int]]) -> list[dict[str,
             for parsed in r.parsed.values() if parsed]
 
 
-def _table(key: str, exp: dict[str, Any], records: dict[str, list[RunRecord]], bad: set[tuple[str, int]]) -> Table:
+def _hosts_per_run(results: ResultsDir, picked: dict[str, list[RunRecord]]) -> int:
+    """The most ESXi hosts the VMs of one run were on (the facts' vm_hosts)."""
+    counts = [len(set((results.facts(r.variant, r.repetition).get("vm_hosts") or {}).values()))
+              for recs in picked.values() for r in recs]
+    return max(counts, default=1)
+
+
+def _table(results: ResultsDir, key: str, exp: dict[str, Any], records: dict[str, list[RunRecord]],
+           bad: set[tuple[str, int]]) -> Table:
     variants = [v["name"] for v in exp["variants"] if v["workload"]["key"] == key]
     label = next(v["workload"]["label"] for v in exp["variants"] if v["workload"]["key"] == key)
     kind = key.split(".")[0]
     picked = {name: [r for r in records[name] if r.workload.get("key") == key] for name in variants}
     if kind == NCCL:
+        hosts = _hosts_per_run(results, picked) if key.endswith(".across-vms") else 1
+        if hosts > 1:  # the VMs ran on several ESXi hosts: the bus bandwidth is inter-host
+            label += f", inter-host over {hosts} hosts"
         return _nccl_table(key, label, variants, picked, bad)
     if kind == P2P:
         return _p2p_table(key, label, variants, picked, bad)
@@ -280,26 +293,25 @@ def human_size(n: int) -> str:
 # ------------------------------------------------------------------------------------------------- output
 
 
-def write_report(results: ResultsDir) -> tuple[Path, ExperimentReport]:
-    """report.md, report.json and plots/ in the results directory; the Markdown file and the report printed."""
-    import json
-
-    from vgpuctl.reports.experiment import experiment_report
-
-    report = build_report(results)
-    write_plots(report, results.root / "plots")
-    document = experiment_report(report)
-    write_atomic(results.root / "report.json", json.dumps(document.to_dict(), indent=2, sort_keys=True) + "\n")
-    path = results.root / "report.md"
-    write_atomic(path, render_markdown(report))
-    return path, document
-
-
 def render_markdown(report: Report) -> str:
+    """report.md: the template's structure, and every value from the results (names, descriptions, messages,
+    table cells) through `md`, so that a value never starts a heading, a table column or a link."""
     from vgpuctl.guest.targets import render_template
 
-    return render_template("experiment/report.md.j2", report=report,
+    return render_template("experiment/report.md.j2", filters={"md": markdown_text}, report=report,
                            applied_text=applied_text(report.applied, report.applied_note))
+
+
+_MARKDOWN_SPECIAL = {c: "\\" + c for c in "\\`|<>[]"}
+
+
+def markdown_text(value: Any) -> str:
+    """`value` as one line of Markdown text: line breaks and other control characters become spaces, and the
+    characters that start code, table columns, HTML or links are escaped."""
+    import unicodedata
+
+    text = "".join(" " if unicodedata.category(c)[0] == "C" else c for c in str(value))
+    return "".join(_MARKDOWN_SPECIAL.get(c, c) for c in text)
 
 
 def applied_text(applied: str | None, note: str = "") -> str:
@@ -313,7 +325,9 @@ def applied_text(applied: str | None, note: str = "") -> str:
 
 def write_plots(report: Report, directory: Path) -> list[Path]:
     """One PNG per nccl-tests or p2pBandwidthLatencyTest table; sets each table's `plot` (relative path)."""
-    import matplotlib
+    from vgpuctl.extras import require
+
+    matplotlib = require("matplotlib")  # the `experiment` extra; its absence is one line naming it
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -332,7 +346,7 @@ def write_plots(report: Report, directory: Path) -> list[Path]:
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(title="variant")
         fig.tight_layout()
-        path = directory / f"{table.key}.png"
+        path = inside(directory, f"{table.key}.png")
         fig.savefig(path)
         plt.close(fig)
         table.plot = f"{directory.name}/{path.name}"

@@ -206,6 +206,10 @@ def record_of(variant: str, rep: int, workload: WorkloadSpec, guest: GuestRun, v
 
 
 def parse_output(workload: WorkloadSpec, text: str) -> dict[str, Any]:
+    if workload.builtin == "nccl-tests" and workload.scope == "across-vms":
+        # across VMs also the transport NCCL used (its NCCL_DEBUG=INFO lines): a run that fell back to sockets
+        # is flagged (vgpuctl.experiment.facts.transport_contradictions)
+        return {**parsers.parse_nccl_tests(text).to_dict(), "transport": parsers.nccl_transport(text).to_dict()}
     if workload.builtin == "nccl-tests":
         return parsers.parse_nccl_tests(text).to_dict()
     if workload.builtin == "p2pBandwidthLatencyTest":

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vgpuctl.outpaths import inside
+
 BASE = "base"
 STATUS_OK = "ok"
 STATUS_FAILED = "failed"
@@ -60,10 +62,10 @@ class ResultsDir:
     # ----------------------------------------------------------------------------------------- paths
 
     def variant_dir(self, variant: str) -> Path:
-        return self.root / "variants" / variant
+        return inside(self.root, "variants", variant)
 
     def rep_dir(self, variant: str, repetition: int) -> Path:
-        return self.variant_dir(variant) / f"rep-{repetition:03d}"
+        return inside(self.variant_dir(variant), f"rep-{repetition:03d}")
 
     def inventory_path(self, variant: str) -> Path:
         return self.variant_dir(variant) / "inventory.yaml"
@@ -86,7 +88,7 @@ class ResultsDir:
         rep = self.rep_dir(rec.variant, rec.repetition)
         for vm, text in outputs.items():
             name = f"output/{_safe(vm)}.txt"
-            write_atomic(rep / name, text)
+            write_atomic(inside(rep, name), text)
             rec.outputs.setdefault(vm, {})["file"] = name
         write_atomic(rep / "facts.json", _json(facts))
         write_atomic(rep / "result.json", _json(rec.to_dict()))
@@ -123,7 +125,7 @@ class ResultsDir:
     def output(self, variant: str, repetition: int, vm: str) -> str:
         rec = self.load(variant, repetition)
         name = (rec.outputs.get(vm) or {}).get("file") if rec else None
-        return (self.rep_dir(variant, repetition) / name).read_text() if name else ""
+        return inside(self.rep_dir(variant, repetition), str(name)).read_text() if name else ""
 
     def is_done(self, variant: str, repetition: int) -> bool:
         rec = self.load(variant, repetition)

@@ -270,23 +270,27 @@ def password_file(inv: Inventory) -> Iterator[Path | None]:
 
 
 def ansible_cfg(playbooks: Path, control_dir: Path, forks: int) -> str:
-    return "\n".join(
-        [
-            "[defaults]",
-            f"roles_path = {playbooks / 'roles'}",
-            "host_key_checking = True",
-            f"forks = {forks}",
-            "interpreter_python = auto_silent",
-            "retry_files_enabled = False",
-            "timeout = 30",
-            "",
-            "[ssh_connection]",
-            "pipelining = True",
-            f"control_path_dir = {control_dir}",
-            "ssh_args = -o ControlMaster=auto -o ControlPersist=30s -o ServerAliveInterval=15",
-            "",
-        ]
-    )
+    """ansible.cfg for the run, written by configparser: a path is a value, never a line of its own."""
+    import configparser
+    import io
+
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg["defaults"] = {
+        "roles_path": str(playbooks / "roles"),
+        "host_key_checking": "True",
+        "forks": str(forks),
+        "interpreter_python": "auto_silent",
+        "retry_files_enabled": "False",
+        "timeout": "30",
+    }
+    cfg["ssh_connection"] = {
+        "pipelining": "True",
+        "control_path_dir": str(control_dir),
+        "ssh_args": "-o ControlMaster=auto -o ControlPersist=30s -o ServerAliveInterval=15",
+    }
+    out = io.StringIO()
+    cfg.write(out)
+    return out.getvalue()
 
 
 def run_environment(cfg: Path) -> dict[str, str]:
@@ -390,6 +394,9 @@ class PlaybookRun:
     ) -> Any:
         import ansible_runner
 
+        from vgpuctl.extras import ansible_playbook
+
+        ansible_playbook()  # ansible-runner only says "command not found" in an event; one line instead
         playbooks = tg.playbooks_dir()
         private = Path(tempfile.mkdtemp(prefix="vgpuctl-guest-"))
         try:

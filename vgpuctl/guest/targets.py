@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -120,16 +121,17 @@ def build_targets(inv: Inventory, addresses: dict[str, str | None]) -> GuestTarg
         )
     problems: list[Problem] = []
     for vm in inv.vms:
-        if vm.guest is None or vm.guest.group not in groups:
+        group_name = vm.guest.group if vm.guest is not None else None
+        if group_name is None or group_name not in groups:
             continue
         address = addresses.get(vm.name)
-        host = GuestHost(name=vm.name, group=vm.guest.group, address=address, vars=_host_vars(vm, address))
-        groups[vm.guest.group].hosts.append(host)
+        host = GuestHost(name=vm.name, group=group_name, address=address, vars=_host_vars(vm, address))
+        groups[group_name].hosts.append(host)
         if not address:
             problems.append(
                 Problem(
                     vm.name,
-                    vm.guest.group,
+                    group_name,
                     "no guest IP address (VM powered off, or VMware Tools not running)",
                     status="unreachable",
                 )
@@ -156,8 +158,39 @@ def _check_roles(inv: Inventory) -> None:
                         ("guests", "groups", name, "roles", i), f"unknown role {role!r} (roles: {', '.join(ROLES)})"
                     )
                 )
+        errors += _line_value_problems(inv, name, spec.vars)
     if errors:
         raise InventoryErrors(errors)
+
+
+# guest variables the playbooks write as `KEY=value` lines (nccl.conf, gridd.conf): one line each, or a value
+# would add settings of its own
+LINE_VALUES = ("nccl_socket_ifname", "nccl_ib_hca", "nccl_ib_traffic_class", "nccl_ib_gid_index", "nccl_ib_disable",
+               "nccl_debug")  # fmt: skip
+LINE_MAPPINGS = ("nccl_extra", "vgpu_licensing_gridd_extra")
+_SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _line_value_problems(inv: Inventory, group: str, values: dict[str, Any]) -> list[Any]:
+    out = []
+    base = ("guests", "groups", group, "vars")
+    for key in LINE_VALUES:
+        if key in values and _breaks_line(values[key]):
+            out.append(inv.error((*base, key), f"must be one line: it is written as {key.upper()}=VALUE"))
+    for key in LINE_MAPPINGS:
+        mapping = values.get(key)
+        if not isinstance(mapping, dict):
+            continue
+        for name, value in mapping.items():
+            if not _SETTING_NAME.match(str(name)):
+                out.append(inv.error((*base, key), f"{name!r} is no setting name (letters, digits and '_')"))
+            elif _breaks_line(value):
+                out.append(inv.error((*base, key, name), "must be one line: it is written as NAME=VALUE"))
+    return out
+
+
+def _breaks_line(value: Any) -> bool:
+    return not isinstance(value, bool | int | float) and any(unicodedata.category(c)[0] == "C" for c in str(value))
 
 
 def _host_vars(vm: Any, address: str | None) -> dict[str, Any]:
@@ -168,8 +201,33 @@ def _host_vars(vm: Any, address: str | None) -> dict[str, Any]:
         "vgpuctl_vgpu_profiles": profiles,
         "vgpuctl_nvlink_required": vm.nvlink == "required",
     }
+    rdma = rdma_adapters(vm)
+    if rdma:
+        out["vgpuctl_rdma_adapters"] = rdma
+    if vm.gpudirect_rdma:
+        out["vgpuctl_gpudirect_rdma"] = True
     if address:
         out["ansible_host"] = address
+    return out
+
+
+def rdma_adapters(vm: Any) -> list[dict[str, Any]]:
+    """The VM's RDMA adapters as the rdma_roce and nccl roles read them: type, port group, the static address
+    its identity gives it on that port group (empty: DHCP or none) and its traffic class (NCCL_IB_TC)."""
+    from vgpuctl.inventory.netchecks import pool_address
+
+    out = []
+    for adapter in vm.adapters:
+        if not adapter.kind.is_rdma:
+            continue
+        address = pool_address(vm, adapter.portgroup) if adapter.portgroup else None
+        out.append({
+            "type": str(adapter.kind),
+            "portgroup": adapter.portgroup or "",
+            "address": address[0] if address else "",
+            "prefix": address[1] if address else None,
+            "traffic_class": adapter.traffic_class,
+        })
     return out
 
 
@@ -189,17 +247,18 @@ def connection_vars(inv: Inventory, *, known_hosts: Path, password_file: Path | 
 
 
 def render_inventory(targets: GuestTargets, connection: dict[str, Any], source: str = "inventory") -> str:
-    """The Ansible YAML inventory: hosts without an address are left out (they are reported as problems)."""
-    groups = [
-        {
-            "name": g.ansible_name,
-            "roles": g.roles,
-            "vars": g.vars,
-            "hosts": [{"name": h.name, "vars": h.vars} for h in g.hosts if h.address],
-        }
-        for g in targets.groups
-    ]
-    return render_template("inventory.yml.j2", source=source, connection=connection, groups=groups)
+    """The Ansible YAML inventory, written by the YAML emitter (vgpuctl.yamlout): a VM, group or variable name is a
+    key or a value, never structure. Hosts without an address are left out (they are reported as problems)."""
+    from vgpuctl import yamlout
+
+    children: dict[str, Any] = {}
+    for g in targets.groups:
+        group_vars = {"vgpuctl_group": g.ansible_name, "vgpuctl_roles": list(g.roles), **dict(sorted(g.vars.items()))}
+        hosts = {h.name: dict(sorted(h.vars.items())) for h in g.hosts if h.address}
+        children[g.ansible_name] = {"vars": group_vars, "hosts": hosts}
+    document = {"all": {"vars": dict(sorted(connection.items())), "children": children}}
+    note = f"Rendered by vgpuctl from {source}; one group per guest group, guest addresses read from vSphere."
+    return yamlout.comment(note) + yamlout.dump(document)
 
 
 # ------------------------------------------------------------------------------------------- templates
@@ -225,8 +284,9 @@ def playbooks_dir() -> Path:
     return path
 
 
-def render_template(name: str, **context: Any) -> str:
-    """Render one of templates/*.j2 outside Ansible (strict: an undefined variable is an error)."""
+def render_template(name: str, filters: dict[str, Any] | None = None, **context: Any) -> str:
+    """Render one of templates/*.j2 outside Ansible (strict: an undefined variable is an error), with extra
+    Jinja filters."""
     import jinja2
 
     env = jinja2.Environment(
@@ -238,4 +298,5 @@ def render_template(name: str, **context: Any) -> str:
         autoescape=False,
     )
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "ensure_ascii": False}
+    env.filters.update(filters or {})
     return env.get_template(name).render(**context)

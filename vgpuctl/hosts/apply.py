@@ -32,7 +32,7 @@ from vgpuctl.errors import SshError, SshHostKeyError, VgpuctlError
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, setting_changes
 from vgpuctl.hosts.facts import HostFacts, gather_host_facts, shell_runner
-from vgpuctl.hosts.settings import SETTINGS, apply_steps, step_of
+from vgpuctl.hosts.settings import SETTINGS, apply_steps, step_of, wants_network
 from vgpuctl.hosts.settings.base import ApplyStep, HostWriter
 from vgpuctl.hosts.targets import HostTarget
 from vgpuctl.hosts.work import POWER_ON, VM_CHANGE, Lease, WorkStore
@@ -84,6 +84,7 @@ class HostApplyOptions:
     progress: HostProgress | None = None
     cancel: Cancel | None = None
     open_shell: ShellOpener | None = None  # default: vgpuctl.hosts.facts.open_shell with known_hosts checks
+    lock_timeout_s: float = 0.0  # how long to wait for a host another run holds (--lock-timeout)
 
 
 def apply_host_changes(
@@ -121,6 +122,7 @@ class _HostRun:
         self.session, self.watcher, self.t, self.state, self.opts = session, watcher, target, state, opts
         self.out = HostOutcome(target.name)
         self.phase = "check"
+        self.claims: Any = None  # the VMs its evacuation stops or moves (vgpuctl.vsphere.claims.VmClaims)
 
     # -------------------------------------------------------------------- driver
 
@@ -144,6 +146,8 @@ class _HostRun:
             if lease is not None:  # never write over another run's record
                 self._record_failure()
         finally:
+            if self.claims is not None:
+                self.claims.release_all()
             if lease is not None:
                 lease.release()
         self._step(self.out.status, self.out.message if self.out.status == Outcome.FAILED else None)
@@ -153,12 +157,26 @@ class _HostRun:
         """This run's lease on the host; LeaseHeld when another live run holds it. The work record is written
         first thing, so a crash at any later point leaves it behind."""
         self.phase = "lease"
-        lease = self.state.lease(self.t.name).acquire()
+        lease = self.state.lease(self.t.name).acquire(self.opts.lock_timeout_s, self._waiting)
         self.phase = "start"
         self.state.update(self.t.name, phase=self.phase, steps=planned_steps(self.t.changes))
         return lease
 
+    def _waiting(self, held: Exception, left_s: float) -> None:
+        """--lock-timeout: the progress line while another run holds the host."""
+        holder = getattr(held, "holder", None)
+        who = f"run {holder.run} by {holder.holder}" if holder is not None else "another run"
+        self._step("waiting", f"for {who}, up to {left_s:.0f} s more")
+
     def _record_failure(self) -> None:
+        """Keep what a rerun needs in the host's work record (or drop a record with nothing to resume); a record
+        that cannot be written is a warning: the outcome already says what failed."""
+        try:
+            self._write_failure()
+        except VgpuctlError as err:
+            log.warning("%s: the work record could not be updated after the failure: %s", self.t.name, err)
+
+    def _write_failure(self) -> None:
         from vgpuctl.vsphere import host as vhost
 
         try:
@@ -296,6 +314,7 @@ class _HostRun:
             )
         moves = {v.name: str(action.destination) for v in running
                  if (action := planned.get(v.name)) is not None and action.kind == EvacuationKind.MIGRATE}  # fmt: skip
+        self._claim_vms(running)
         for vm in running:
             if vm.name in moves:
                 self._step("migrate", f"{vm.name} -> {moves[vm.name]}")
@@ -305,7 +324,8 @@ class _HostRun:
         stop = [v for v in running if v.name not in moves]
         for vm in stop:
             action = planned.get(vm.name)
-            after = VM_CHANGE if action is not None and action.kind == EvacuationKind.HAND_OVER else POWER_ON
+            handed = action is not None and action.kind in (EvacuationKind.HAND_OVER, EvacuationKind.STAYS_OFF)
+            after = VM_CHANGE if handed else POWER_ON  # its own change (or its entry's power: off) takes it over
             self.state.add_vm(t.name, vm.name, vm.moid, after)
         for vm in stop:
             self._forward(f"power-off {vm.name}")
@@ -315,6 +335,20 @@ class _HostRun:
             )
             self.out.powered_off.append(vm.name)
             self._done(f"{how} {vm.name}")
+
+    def _claim_vms(self, vms: Sequence[Any]) -> None:
+        """Claim every VM the evacuation moves or stops, before the first of them (vgpuctl.vsphere.claims), held
+        until the host's run ends: a VM another run is changing stops the host here, before anything changed."""
+        from vgpuctl.vsphere.claims import ClaimHeld, VmClaims
+
+        if self.claims is None:
+            self.claims = VmClaims(self.session, getattr(self.state, "run_id", "") or "host-run",
+                                   wait_s=self.opts.lock_timeout_s)  # fmt: skip
+        for vm in vms:
+            try:
+                self.claims.claim(vm.name, vm.moid)
+            except ClaimHeld as held:
+                raise ClaimHeld(f"{self.t.name}: evacuating it needs {held}", held.holder) from None
 
     def _apply(self, work: list[HostChange]) -> bool:
         """Each setting's changes, step by step (MIG, graphics, module options); returns whether a reboot is
@@ -341,9 +375,10 @@ class _HostRun:
     def _shell(self) -> AbstractContextManager[Any]:
         if self.opts.open_shell is not None:
             return self.opts.open_shell(self.t.name, self.t.spec)
-        from vgpuctl.hosts.facts import open_shell
+        from vgpuctl.hosts.facts import esxi_timeout, open_shell
 
-        return open_shell(self.t.name, self.t.spec, trust_on_first_use=self.opts.trust_on_first_use)
+        return open_shell(self.t.name, self.t.spec, trust_on_first_use=self.opts.trust_on_first_use,
+                          timeout_s=esxi_timeout(self.session))  # fmt: skip
 
     def _reboot(self) -> None:
         from vgpuctl.vsphere import host as vhost
@@ -380,7 +415,8 @@ class _HostRun:
 
     def _facts(self) -> HostFacts:
         with self._shell() as shell:
-            return gather_host_facts(self.session, self.t.moid, self.t.name, shell_runner(shell))
+            return gather_host_facts(self.session, self.t.moid, self.t.name, shell_runner(shell),
+                                     network=wants_network(self.t.spec))
 
     def _facts_after_reboot(self) -> HostFacts:
         """The SSH service of a host that just reconnected to vCenter may still be starting: retry connection
@@ -413,6 +449,10 @@ class _HostRun:
         profiles = {v.moid: v.vgpus for v in vhost.host_vms(self.session, self.t.moid)}
         for vm in list(rec.vms):
             name = vm["name"]
+            if vm["moid"] not in profiles and not vhost.vm_exists(self.session, vm["moid"]):
+                log.warning("host %s: VM %s (%s) of its work record no longer exists: dropped from the record",
+                            self.t.name, name, vm["moid"])  # fmt: skip
+                continue
             if vm.get("after", POWER_ON) != POWER_ON and not hand_back:
                 self.out.handed_over.append(name)
                 continue
@@ -494,6 +534,8 @@ def observed_host(api: Any, facts: HostFacts | None = None) -> ObservedHost:
         )
         for g in api.gpus
     ]
+    if facts is not None and facts.network is not None:  # the NICs, as the bulk read has them
+        host.nics = list(facts.network.nics)
     return host
 
 

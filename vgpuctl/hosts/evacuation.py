@@ -113,11 +113,12 @@ def plan_evacuation(
     """What happens to the host's VMs when it enters maintenance mode for `changes`.
 
     A running VM whose vGPUs (after its own inventory change, if listed) the host offers after the change is
-    evacuated: handed to its VM change when that re-profiles it, else powered off and on again with
-    `evacuate: power-off` (with `refuse`, apply stops before maintenance and lists it), moved to another host
-    with `evacuate: migrate` (powered off instead only when its inventory entry lets vgpuctl power it). A
-    running VM whose vGPUs the host will not offer is an error naming the profiles it would offer; a
-    powered-off one a warning.
+    evacuated: handed to its VM change when that re-profiles it, powered off for good when its entry says
+    `power: off`, else powered off and on again with `evacuate: power-off`, moved to another host with
+    `evacuate: migrate` (powered off instead only when its entry lets vgpuctl power it); with `evacuate: refuse`
+    the running VMs are a plan error naming them (apply could not take the host into maintenance). A running
+    VM whose vGPUs the host will not offer is an error naming the profiles it would offer, unless its entry
+    says `power: off`; a powered-off one a warning.
     """
     result = HostPlan()
     if not needs_maintenance(changes) or host.in_maintenance:
@@ -127,29 +128,56 @@ def plan_evacuation(
     after = predict_host(host, changes) if mode_change else host
     offered = set(after.offered_profiles)
     groups_end = any(s is not None and s.ends_nvlink_groups(c) for c, s in owners)
+    refused: list[ObservedVm] = []
     for vm in vms_on(observed, host.name):
         entry = listed.get(vm.name)
         now = [d.profile for d in vm.vgpus]
         wanted = [str(p) for p in entry.vgpu_profiles] if entry is not None and entry.manages_vgpus else now
         problem = _cannot_run(vm, entry, wanted, offered, groups_end and sorted(wanted) == sorted(now))
-        if problem and (mode_change or groups_end):
+        stays_off = entry is not None and entry.power == Power.OFF
+        if problem and (mode_change or groups_end) and not stays_off:
             where = f"host {host.name}: VM {vm.name}"
             if running(vm):
                 result.errors.append(
                     f"{where} {problem} after the change (offered then: {names(offered)}): "
-                    "list it in the inventory with an offered profile, or power it off first"
+                    "list it in the inventory with an offered profile, or with power: off, or power it off first"
                 )
                 continue
             result.warnings.append(f"{where} (powered off) {problem} after the change: it cannot power on there")
         if not running(vm):
             continue
-        if entry is not None and sorted(wanted) != sorted(now):
-            result.changes.append(_evacuate_change(host, vm, EvacuationAction(EvacuationKind.HAND_OVER)))
-        elif spec.maintenance.evacuate == Evacuate.POWER_OFF:
-            result.changes.append(_evacuate_change(host, vm, EvacuationAction(EvacuationKind.RESTORE_AFTER)))
-        elif spec.maintenance.evacuate == Evacuate.MIGRATE:
+        kind = _evacuation_kind(spec, entry, sorted(wanted) != sorted(now), stays_off)
+        if kind == EvacuationKind.MIGRATE:
             result.extend(_plan_migration(host, vm, entry, migration or Migration(observed, {host.name}, False)))
+        elif kind is not None:
+            result.changes.append(_evacuate_change(host, vm, EvacuationAction(kind)))
+        else:
+            refused.append(vm)
+    if refused:
+        result.errors.append(_refused(host, changes, refused))
     return result
+
+
+def _evacuation_kind(spec: HostSpec, entry: VmSpec | None, reprofiled: bool, stays_off: bool) -> EvacuationKind | None:
+    """What happens to a running VM: its own change takes it over, its entry keeps it off, or the host's evacuate
+    policy decides (None: refuse)."""
+    if stays_off:  # its own entry wants it off: the evacuation's power-off is that change
+        return EvacuationKind.STAYS_OFF
+    if entry is not None and reprofiled:
+        return EvacuationKind.HAND_OVER
+    if spec.maintenance.evacuate == Evacuate.POWER_OFF:
+        return EvacuationKind.RESTORE_AFTER
+    if spec.maintenance.evacuate == Evacuate.MIGRATE:
+        return EvacuationKind.MIGRATE
+    return None
+
+
+def _refused(host: ObservedHost, changes: Sequence[HostChange], vms: Sequence[ObservedVm]) -> str:
+    kinds = ", ".join(sorted({str(c.kind) for c in changes if c.disruptive and c.kind != ChangeKind.EVACUATE}))
+    listed = ", ".join(f"{v.name} ({', '.join(d.profile for d in v.vgpus)})" if v.vgpus else v.name for v in vms)
+    return (f"host {host.name}: its {kinds} change needs maintenance mode, and these VMs run there: {listed}; "
+            "maintenance.evacuate is refuse: stop them, set evacuate: power-off or migrate, or list them with "
+            "power: off")
 
 
 def _plan_migration(host: ObservedHost, vm: ObservedVm, entry: VmSpec | None, migration: Migration) -> HostPlan:
@@ -195,10 +223,21 @@ def evacuations(changes: Iterable[HostChange]) -> dict[str, EvacuationAction]:
     return {c.target: c.new for c in changes if c.kind == ChangeKind.EVACUATE and isinstance(c.new, EvacuationAction)}
 
 
-def resume_change(host: ObservedHost) -> HostChange:
-    """Finish what an unfinished apply left on the host (its work record says what)."""
+def gone_from_record(host: ObservedHost, existing: set[str]) -> list[str]:
+    """A warning per VM of the host's work record that vCenter no longer has."""
+    record = parse_record(host.name, host.custom_values.get(WORK_FIELD, ""))
+    gone = [v for v in record.vms if v["moid"] not in existing] if record is not None else []
+    return [f"host {host.name}: VM {v['name']} ({v['moid']}) of its unfinished work no longer exists: apply drops it "
+            "from the work record" for v in gone]  # fmt: skip
+
+
+def resume_change(host: ObservedHost, existing: set[str] | None = None) -> HostChange:
+    """Finish what an unfinished apply left on the host (its work record says what; VMs not among the `existing`
+    moids are gone and left out: apply drops them from the record)."""
     record = parse_record(host.name, host.custom_values.get(WORK_FIELD, ""))
     if record is not None:
+        if existing is not None:
+            record.vms = [v for v in record.vms if v["moid"] in existing]
         old = describe_record(record)
     else:
         old = "in maintenance (left by an unfinished apply)" if host.in_maintenance else "VMs to power on again"

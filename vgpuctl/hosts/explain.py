@@ -64,6 +64,8 @@ def _text(value: Any) -> str:
         return "(none)"
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list):  # a setting's list of items (sriov): each as its str
+        return ", ".join(_text(v) for v in value) or "[]"
     return str(getattr(value, "value", value))
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vgpuctl.errors import VgpuctlError
+from vgpuctl.errors import SshError, VgpuctlError
+from vgpuctl.hosts.netfacts import HostNetFacts
 
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
@@ -53,6 +54,14 @@ class GpuFacts:
         return self.mig_current is not None
 
 
+@dataclass(frozen=True)
+class Unread:
+    """Something a host could not say, and why: the same cause on several hosts is one warning naming them."""
+
+    what: str  # "the nvidia module options"
+    cause: str  # "NoPermission: Host.Config.Settings missing", "the host has no kernel module system"
+
+
 @dataclass
 class HostFacts:
     host: str
@@ -63,6 +72,10 @@ class HostFacts:
     boot_time: str | None = None
     declared_params: list[str] | None = None  # parameters the nvidia module declares (None: not read)
     warnings: list[str] = field(default_factory=list)  # calls the host could not answer
+    unread: list[Unread] = field(default_factory=list)  # the same, typed (unread_warnings groups them)
+    shell_error: str | None = None  # the ESXi shell was set up but could not be read (why)
+    network: HostNetFacts | None = None  # NICs, VMkernel adapters, PVRDMA, firewall (None: not read)
+    network_error: str | None = None  # why `network` could not be read
 
     def gpu(self, pci_id: str) -> GpuFacts:
         return self.gpus.setdefault(pci_id, GpuFacts(pci_id))
@@ -74,6 +87,9 @@ class HostFacts:
     def from_dict(cls, data: dict[str, Any]) -> HostFacts:
         d = dict(data)
         d["gpus"] = {k: GpuFacts(**{"pci_id": k, **v}) for k, v in (d.get("gpus") or {}).items()}
+        d["unread"] = [Unread(**u) for u in d.get("unread") or []]
+        if d.get("network") is not None:
+            d["network"] = HostNetFacts.from_dict(d["network"])
         return cls(**d)
 
 
@@ -150,8 +166,12 @@ def adopt_nvlink_sets(observed: Observed, facts: HostFacts) -> bool:
 # ------------------------------------------------------------------------------------------ both sides
 
 
-def gather_host_facts(session: Any, host_moid: str, host: str, run: Runner | None) -> HostFacts:
-    """API facts (module options, graphicsConfig.deviceType, boot time), then shell facts when `run` is given."""
+def gather_host_facts(
+    session: Any, host_moid: str, host: str, run: Runner | None, *, network: bool = False
+) -> HostFacts:
+    """API facts (module options, graphicsConfig.deviceType, boot time), the network facts when `network` (a
+    setting that reads them is set for the host: vgpuctl.hosts.settings.wants_network), then shell facts when
+    `run` is given."""
     from vgpuctl.vsphere import host as vhost
 
     facts = HostFacts(host)
@@ -162,34 +182,69 @@ def gather_host_facts(session: Any, host_moid: str, host: str, run: Runner | Non
         g.graphics_type, g.vgpu_mode = dev.graphics_type, dev.vgpu_mode
     kms = api.kernel_module_system
     if kms is None:
-        _unknown(facts, "the host has no kernel module system")
+        _unknown(facts, "the host has no kernel module system", "the host has no kernel module system")
     else:
         try:
             facts.options_configured = vhost.configured_module_options(session, host_moid, NVIDIA_MODULE, kms)
             facts.options_effective = vhost.effective_module_options(session, host_moid, NVIDIA_MODULE, kms)
         except VgpuctlError as err:  # not responding, not implemented, no permission: this host only
-            _unknown(facts, str(err))
+            _unknown(facts, str(err), _cause(err))
+    if network:
+        _network_facts(session, host_moid, facts)
     if run is not None:
         gather_shell_facts(host, run, facts)
     return facts
 
 
-def api_facts(session: Any, host_moid: str, host: str) -> HostFacts:
-    """gather_host_facts without the shell, for reports: a host that cannot answer at all gets empty facts and a
-    warning (shown from what the bulk observe listed) instead of failing the whole report."""
+def _network_facts(session: Any, host_moid: str, facts: HostFacts) -> None:
+    from vgpuctl.vsphere.hostnet import read_net_state
+
     try:
-        return gather_host_facts(session, host_moid, host, None)
+        facts.network = read_net_state(session, host_moid)
+    except VgpuctlError as err:  # this host only: the settings that need them say so in the plan
+        facts.network_error = str(err)
+        facts.warnings.append(f"host {facts.host}: its network state cannot be read ({err})")
+
+
+def api_facts(session: Any, host_moid: str, host: str, *, network: bool = False) -> HostFacts:
+    """gather_host_facts without the shell, for reports: a host that cannot answer at all gets empty facts and a
+    reason (the report shows what the bulk observe listed) instead of failing the whole report."""
+    try:
+        return gather_host_facts(session, host_moid, host, None, network=network)
     except VgpuctlError as err:
         message = f"host {host}: its GPU facts cannot be read ({err}); showing what vCenter lists"
-        log.warning("%s", message)
-        return HostFacts(host, warnings=[message])
+        return HostFacts(host, warnings=[message], unread=[Unread("the GPU facts", _cause(err))])
 
 
-def _unknown(facts: HostFacts, why: str) -> None:
+def _cause(err: VgpuctlError) -> str:
+    from vgpuctl.errors import VsphereFault
+    from vgpuctl.vsphere.faults import cause
+
+    if isinstance(err, VsphereFault):
+        return cause(err)
+    return str(getattr(err, "reason", None) or err)
+
+
+def _unknown(facts: HostFacts, why: str, cause: str) -> None:
     facts.options_configured = facts.options_effective = None
-    message = f"host {facts.host}: the nvidia module options are unknown ({why})"
-    facts.warnings.append(message)
-    log.warning("%s", message)
+    facts.warnings.append(f"host {facts.host}: the nvidia module options are unknown ({why})")
+    facts.unread.append(Unread("the nvidia module options", cause))
+    log.debug("host %s: the nvidia module options are unknown (%s)", facts.host, why)
+
+
+def unread_warnings(facts: Iterable[HostFacts], limit: int = 8) -> list[str]:
+    """One line per thing and cause that hosts could not say, naming the hosts (not one line per host)."""
+    by_cause: dict[Unread, list[str]] = {}
+    for f in facts:
+        for u in f.unread:
+            by_cause.setdefault(u, []).append(f.host)
+    out = []
+    for u, hosts in by_cause.items():
+        names = sorted(set(hosts))
+        shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+        count = f"{len(names)} hosts" if len(names) > 1 else "host"
+        out.append(f"{u.what} are unknown on {count} {shown}: {u.cause}")
+    return out
 
 
 # ------------------------------------------------------------------------------------------ SSH settings
@@ -274,15 +329,22 @@ def open_shell(
     *,
     trust_on_first_use: bool = False,
     on_new_host_key: Callable[[str, str], None] | None = None,
+    timeout_s: float | None = None,
 ) -> Any:
-    """An EsxiShell for the host (known_hosts verified); it connects on `with` or on its first command."""
+    """An EsxiShell for the host (known_hosts verified); it connects on `with` or on its first command. Each
+    command, and the connection, is bounded by `timeout_s` (esxi_timeout(session)), else the shell's default."""
     from vgpuctl.esxi.ssh import EsxiShell
 
     return EsxiShell(
         ssh_target(host, spec),
-        ssh_settings(spec, trust_on_first_use=trust_on_first_use),
+        ssh_settings(spec, trust_on_first_use=trust_on_first_use).limited_to(timeout_s),
         on_new_host_key=on_new_host_key,
     )
+
+
+def esxi_timeout(session: Any) -> float | None:
+    """The run's bound on each ESXi shell command (ConnectionSettings.esxi_timeout_s), None when it sets none."""
+    return getattr(getattr(session, "settings", None), "esxi_timeout_s", None)
 
 
 def gather_facts(
@@ -293,17 +355,31 @@ def gather_facts(
     trust_on_first_use: bool = False,
     on_new_host_key: Callable[[str, str], None] | None = None,
     parallel: int = 8,
+    degrade: bool = True,
 ) -> dict[str, HostFacts]:
-    """Facts of several hosts in parallel: host name -> (moid, HostSpec or None). Hosts that are not
-    connected get API facts only when `shell` is False; otherwise their SSH error propagates."""
+    """Facts of several hosts in parallel: host name -> (moid, HostSpec or None); with `shell`, each host's ESXi
+    shell facts too. A host whose shell fails (refused, unknown key, wrong credentials) keeps its API facts with
+    `shell_error` set, so only what needs its shell is refused; with `degrade` False the SshError propagates."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(name: str) -> HostFacts:
+        from vgpuctl.hosts.settings import wants_network
+
         moid, spec = hosts[name]
+        network = wants_network(spec)
         if not shell:
-            return gather_host_facts(session, moid, name, None)
-        with open_shell(name, spec, trust_on_first_use=trust_on_first_use, on_new_host_key=on_new_host_key) as sh:
-            return gather_host_facts(session, moid, name, shell_runner(sh))
+            return gather_host_facts(session, moid, name, None, network=network)
+        try:
+            with open_shell(name, spec, trust_on_first_use=trust_on_first_use, on_new_host_key=on_new_host_key,
+                            timeout_s=esxi_timeout(session)) as sh:  # fmt: skip
+                return gather_host_facts(session, moid, name, shell_runner(sh), network=network)
+        except SshError as err:  # this host's shell only: its API facts stand, what needs the shell is refused
+            if not degrade:
+                raise
+            facts = gather_host_facts(session, moid, name, None, network=network)
+            facts.shell_error = str(err.reason)
+            facts.unread.append(Unread("the ESXi shell facts (MIG pending, NVLink links)", str(err.reason)))
+            return facts
 
     names = sorted(hosts)
     if not names:

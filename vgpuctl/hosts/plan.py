@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from vgpuctl.domain import ChangeKind
-from vgpuctl.hosts.evacuation import Migration, needs_maintenance, plan_evacuation, resume_change
+from vgpuctl.hosts.evacuation import Migration, gone_from_record, needs_maintenance, plan_evacuation, resume_change
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.settings import SETTING_KINDS, SETTINGS, setting_of
 from vgpuctl.hosts.settings.base import HostPlan, PlanInput, names
@@ -62,6 +62,7 @@ def plan_hosts(
     plans = {name: plan_host(spec, observed.hosts[name], facts.get(name)) for name, spec in resolved.items()}
     changing = {name for name, p in plans.items() if needs_maintenance(p.changes)}
     migration = Migration(observed, changing, vgpu_migration)
+    existing = {vm.moid for vm in observed.vms.values()}
     for name in sorted(set(resolved) | (resume & set(observed.hosts))):
         host = observed.hosts[name]
         spec = resolved.get(name)
@@ -71,7 +72,8 @@ def plan_hosts(
             one.changes.sort(key=_order)
             result.extend(one)
         if name in resume:
-            result.changes.append(resume_change(host))
+            result.changes.append(resume_change(host, existing))
+            result.warnings += gone_from_record(host, existing)
     return result
 
 
@@ -112,6 +114,8 @@ def shell_problems(host: str, changes: Sequence[HostChange], facts: HostFacts | 
         return []
     owned = [(c, s) for c in changes if (s := setting_of(c.kind)) is not None]
     needs_shell = sorted({str(c.kind) for c, s in owned if s.needs_shell(c.kind)})
+    if needs_shell and not facts.shell and facts.shell_error:
+        return [f"host {host}: {', '.join(needs_shell)} changes need ESXi SSH, which failed: {facts.shell_error}"]
     if needs_shell and not facts.shell:
         return [
             f"host {host}: {', '.join(needs_shell)} changes need ESXi SSH (nvidia-smi and esxcli on the host): "

@@ -11,8 +11,16 @@ from typing import Any
 
 from vgpuctl.domain import ConnectionState, GpuVgpuMode
 from vgpuctl.errors import VgpuctlError
-from vgpuctl.hosts.facts import ENV_HOST_MAP, HostFacts, api_facts, gather_host_facts, open_shell, shell_runner
-from vgpuctl.hosts.settings import SETTINGS, nvlink, scheduler
+from vgpuctl.hosts.facts import (
+    ENV_HOST_MAP,
+    HostFacts,
+    api_facts,
+    esxi_timeout,
+    gather_host_facts,
+    open_shell,
+    shell_runner,
+)
+from vgpuctl.hosts.settings import SETTINGS, nvlink, scheduler, wants_network
 from vgpuctl.hosts.settings.base import ModuleOptions as ModuleOptionsView
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
@@ -71,29 +79,37 @@ def _gpu_row(gpu: ObservedGpu, facts: HostFacts | None) -> HostGpu:
 
 
 def collect_host_status(
-    session: Any, observed: Observed, specs: dict[str, HostSpec] | None = None, *, shell: bool = True
+    session: Any, observed: Observed, specs: dict[str, HostSpec] | None = None, *, shell: bool = True,
+    read: dict[str, HostFacts] | None = None,
 ) -> dict[str, HostReport]:
     """host_status of every connected host for `vgpuctl status`: API facts always, shell facts (MIG pending,
-    NVLink links) when `shell`; a host whose SSH fails gets `shell_error` instead of failing the command."""
+    NVLink links) when `shell`; a host whose SSH fails gets `shell_error` instead of failing the command. What a
+    host could not say makes those fields unknown; `read` receives every host's facts, whose `unread` say why
+    (hosts.facts.unread_warnings: one warning per cause). Never fails for what one or all hosts could not say."""
     specs = specs or {}
+    found: dict[str, HostFacts] = {}
 
     def one(name: str) -> HostReport:
         host = observed.hosts[name]
+        network = wants_network(specs.get(name))
         if not shell:
-            return host_status(host, api_facts(session, host.moid, name))
+            found[name] = api_facts(session, host.moid, name, network=network)
+            return host_status(host, found[name])
         try:
-            with open_shell(name, specs.get(name)) as sh:
-                return host_status(host, gather_host_facts(session, host.moid, name, shell_runner(sh)))
+            with open_shell(name, specs.get(name), timeout_s=esxi_timeout(session)) as sh:
+                found[name] = gather_host_facts(session, host.moid, name, shell_runner(sh), network=network)
+                return host_status(host, found[name])
         except VgpuctlError as err:
-            return host_status(host, api_facts(session, host.moid, name), shell_error=str(err))
+            found[name] = api_facts(session, host.moid, name, network=network)
+            return host_status(host, found[name], shell_error=str(err))
 
     names = sorted(n for n, h in observed.hosts.items() if h.connection_state == ConnectionState.CONNECTED)
     if not names:
         return {}
     with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="vgpuctl-status") as pool:
         rows = dict(zip(names, pool.map(one, names), strict=True))
-    if all(r.nvlink == nvlink.UNKNOWN for r in rows.values()):  # each host warned why; one line says it for all
-        raise VgpuctlError(f"no host could be read ({', '.join(names)}): see the warnings above")
+    if read is not None:
+        read.update(found)
     return rows
 
 
@@ -108,7 +124,9 @@ def mig_instance_totals(run: Any) -> dict[str, int]:
     return totals
 
 
-def read_reported_maxima(observed: Observed, names: list[str], specs: dict[str, HostSpec]) -> list[str]:
+def read_reported_maxima(
+    observed: Observed, names: list[str], specs: dict[str, HostSpec], timeout_s: float | None = None
+) -> list[str]:
     """For `profiles`: each named host with a MIG GPU reports its GPU instance totals over SSH, recorded as the
     maxima of its MIG-backed types (statusreport.with_reported_maxima). Returns one warning per host whose shell
     could not be read (its rows keep the catalogue's maxima)."""
@@ -120,7 +138,7 @@ def read_reported_maxima(observed: Observed, names: list[str], specs: dict[str, 
         if host.connection_state != "connected" or not any(g.vgpu_mode == "multiInstanceGpu" for g in host.gpus):
             continue
         try:
-            with open_shell(name, specs.get(name)) as sh:
+            with open_shell(name, specs.get(name), timeout_s=timeout_s) as sh:
                 with_reported_maxima(host, mig_instance_totals(shell_runner(sh)))
         except VgpuctlError as err:
             warnings.append(f"host {name}: MIG instance totals not read ({err}); showing the catalogue's maxima")

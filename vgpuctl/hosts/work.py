@@ -12,8 +12,11 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +37,21 @@ class HostRecord:
     updated: float = 0.0
     run: str = ""  # the run that wrote it
     steps: list[str] = field(default_factory=list)  # the host's planned steps, in order
+    # the SSH service as it was before a run started it (`ssh.service: manage`): {"running", "policy"}; the run
+    # stops it again at its end, or a later run does from this record (vgpuctl.hosts.sshservice)
+    ssh: dict[str, object] | None = None
+
+    @property
+    def only_ssh(self) -> bool:
+        """The record holds nothing but the SSH service to put back (no host work to resume)."""
+        return (self.ssh is not None and not self.vms and not self.entered_maintenance and not self.steps
+                and not self.phase)
 
 
 class Lease(Protocol):
     """A run's hold on one host while it works there (vsphere.workrecord.Lease)."""
 
-    def acquire(self) -> Lease: ...
+    def acquire(self, wait_s: float = ..., on_wait: Callable[[Exception, float], None] | None = ...) -> Lease: ...
     def release(self) -> None: ...
 
 
@@ -56,16 +68,20 @@ class WorkStore(Protocol):
 
 class WorkRecords:
     """One run's records of every host, read from their stored text and written through `_write` after every
-    change (thread-safe: hosts are applied in parallel). Subclasses say where the text goes."""
+    change (thread-safe: hosts are applied in parallel). Subclasses say where the text goes. A host whose text is
+    no work record is in `problems` (host -> the one line that says so), not in the records."""
 
     def __init__(self, values: dict[str, str], run_id: str):
         self.run_id = run_id
         self._lock = threading.Lock()
         self._records: dict[str, HostRecord] = {}
+        self.problems: dict[str, str] = {}
         for host, text in values.items():
-            rec = parse_record(host, text)
+            rec, why = read_record(host, text)
             if rec is not None:
                 self._records[host] = rec
+            elif why is not None:
+                self.problems[host] = record_problem(host, why)
 
     def _write(self, host: str, text: str) -> None:
         """Store a host's record text ("" clears it)."""
@@ -96,8 +112,12 @@ class WorkRecords:
             self._save(rec)
 
     def drop(self, host: str) -> None:
+        """The host's work is done; an SSH service a run started and has yet to stop stays recorded."""
         with self._lock:
-            if self._records.pop(host, None) is not None:
+            rec = self._records.pop(host, None)
+            if rec is not None and rec.ssh is not None:
+                self._records[host] = self._save(HostRecord(host, ssh=rec.ssh))
+            elif rec is not None:
                 self._write(host, "")
 
     def _save(self, rec: HostRecord) -> HostRecord:
@@ -112,17 +132,76 @@ def record_text(rec: HostRecord) -> str:
     return json.dumps(asdict(rec), separators=(",", ":"))
 
 
-def parse_record(host: str, text: str) -> HostRecord | None:
-    """A work record from its attribute value (None when empty or unreadable, with a warning)."""
+class _VmEntry(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    name: str
+    moid: str = Field(min_length=1)
+    after: Literal["power-on", "vm-change"] = "power-on"  # POWER_ON, VM_CHANGE
+
+
+class _SshEntry(BaseModel):
+    """The SSH service's state a run recorded before it started the service (`ssh.service: manage`)."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    running: bool
+    policy: str
+
+
+class _RecordSchema(BaseModel):
+    """What a `vgpuctl.work` value must be: every field typed; fields a later vgpuctl adds are left alone."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+    vms: list[_VmEntry] = Field(default_factory=list)
+    entered_maintenance: bool = False
+    phase: str = ""
+    message: str = ""
+    updated: float = 0.0
+    run: str = ""
+    steps: list[str] = Field(default_factory=list)
+    ssh: _SshEntry | None = None  # the SSH service as it was before a run started it
+
+    @field_validator("updated", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+def forget_hint(host: str) -> str:
+    return f"clear it with `vgpuctl host forget-work {host}` once you have checked the host by hand"
+
+
+def record_problem(host: str, why: str) -> str:
+    """The one line for a host whose `vgpuctl.work` value is no work record: the host, the attribute, what is
+    wrong and how to clear it."""
+    return f"host {host}: its {WORK_FIELD} attribute is no vgpuctl work record ({why}); {forget_hint(host)}"
+
+
+def read_record(host: str, text: str) -> tuple[HostRecord | None, str | None]:
+    """A host's work record from its attribute value, checked against the record's schema: (record, None), or
+    (None, what is wrong with it), or (None, None) for no record."""
     if not text:
-        return None
+        return None, None
     try:
-        data = json.loads(text)
-        known = {k: v for k, v in data.items() if k in HostRecord.__dataclass_fields__}
-        return HostRecord(**{**known, "host": host})
-    except (ValueError, TypeError, AttributeError) as err:
-        log.warning("host %s: unreadable vgpuctl work record (%s); ignored", host, err)
-        return None
+        data = _RecordSchema.model_validate_json(text)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the value"
+        return None, "not JSON" if first["type"] == "json_invalid" else f"{where}: {first['msg']}"
+    vms = [v.model_dump() for v in data.vms]
+    ssh = data.ssh.model_dump() if data.ssh is not None else None
+    return HostRecord(host, vms, data.entered_maintenance, data.phase, data.message, data.updated, data.run,
+                      list(data.steps), ssh), None  # fmt: skip
+
+
+def parse_record(host: str, text: str) -> HostRecord | None:
+    """A work record from its attribute value (None when empty, or not a work record: read_record says why)."""
+    record, why = read_record(host, text)
+    if why is not None:
+        log.warning("%s", record_problem(host, why))
+    return record
 
 
 def describe_record(rec: HostRecord) -> str:
@@ -136,5 +215,7 @@ def describe_record(rec: HostRecord) -> str:
     again = [v["name"] for v in rec.vms if v.get("after", POWER_ON) != POWER_ON]
     if again:
         todo.append("reconfigure and power on " + ", ".join(again))
+    if rec.ssh is not None:
+        todo.append("stop the SSH service again")
     where = f" (stopped at {rec.phase})" if rec.phase else ""
     return f"unfinished work of run {rec.run or '?'}{where}: " + ("; ".join(todo) or "verify")

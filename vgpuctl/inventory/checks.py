@@ -13,6 +13,7 @@ from typing import Any
 
 from vgpuctl.domain import MAX_VGPUS_PER_VM
 from vgpuctl.errors import InventoryError, InventoryErrors
+from vgpuctl.inventory.netchecks import network_problems
 from vgpuctl.inventory.schema import HostSpec, Inventory, VmSpec
 from vgpuctl.inventory.yamlpos import KeyPath
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, is_host_spelling, mixing_problem, parse_profile
@@ -28,6 +29,7 @@ def validate(inv: Inventory) -> None:
 
 def iter_problems(inv: Inventory) -> Iterator[InventoryError]:
     yield from _check_vms(inv)
+    yield from network_problems(inv)  # adapters, GPUDirect RDMA, identities, address pools, MACs
     yield from _check_hosts(inv)
     yield from class_problems(inv)  # VM classes and namespaces: duplicates, unknown references
 
@@ -52,7 +54,7 @@ def _check_vms(inv: Inventory) -> Iterator[InventoryError]:
         seen[key] = vm
         if not vm._vgpus_invalid:
             yield from _check_vgpus(inv, vm, base)
-        if vm.guest is not None and vm.guest.group not in groups:
+        if vm.guest is not None and vm.guest.group is not None and vm.guest.group not in groups:
             known = ", ".join(sorted(groups)) or "none defined"
             yield inv.error((*base, "guest", "group"),
                             f"unknown guest group {vm.guest.group!r} (guests.groups: {known})")

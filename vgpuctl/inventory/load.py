@@ -108,7 +108,7 @@ def _problems_of_valid_parts(data: dict[str, Any], file: str, pos: dict[KeyPath,
     named = [(vm, i) for vm, i in zip(vms, vm_index, strict=True) if _expands(vm.name)]
     inv = Inventory.model_construct(api_version=API_VERSION, hosts=hosts, vms=[vm for vm, _ in named], **sections)
     if isinstance(sections.get("guests"), _UnknownGroups):
-        inv.guests = GuestsSpec(groups={vm.guest.group: GuestGroup() for vm, _ in named if vm.guest})
+        inv.guests = GuestsSpec(groups={vm.guest.group: GuestGroup() for vm, _ in named if vm.guest and vm.guest.group})
     inv._source_path, inv._pos, inv._wrapped = file, pos, wrapped
     _place_hosts(inv, file, pos, host_index)
     expand_vms(inv, [i for _, i in named])

@@ -164,6 +164,20 @@ def _line_of(entry: HostSpec, path: KeyPath) -> int | None:
 # ---------------------------------------------------------------------------------------------- conflicts
 
 
+def possible_conflicts(specs: Sequence[HostSpec]) -> list[str]:
+    """What `validate` can say about merges without vCenter: for each host entry over each cluster entry, the
+    problems their merge would have if the host is in that cluster (plan, which knows the clusters, refuses them)."""
+    out = []
+    hosts = [s for s in specs if s.name is not None]
+    for cluster in (s for s in specs if s.cluster is not None):
+        for host in hosts:
+            assert host.name is not None
+            merged = merge_host(host.name, [cluster, host])
+            out += [f"if host {host.name} is in cluster {cluster.cluster}: {c}" for c in _conflicts(merged,
+                                                                                                 [cluster, host])]
+    return out
+
+
 def _conflicts(merged: MergedHost, entries: Sequence[HostSpec]) -> list[str]:
     """Problems of the merged settings that no entry has alone (validate reports those at their entry)."""
     if len(entries) < 2:

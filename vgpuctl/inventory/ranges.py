@@ -91,9 +91,9 @@ def expand_vms(inv: Inventory, indices: list[int] | None = None) -> None:
             vm._index, vm._line = i, line
             expanded.append(vm)
             continue
-        for n in names:
+        for ordinal, n in enumerate(names):
             copy = vm.model_copy(update={"name": n}, deep=True)
-            copy._index, copy._line = i, line
+            copy._index, copy._line, copy._ordinal = i, line, ordinal
             expanded.append(copy)
     inv.vms = expanded
 

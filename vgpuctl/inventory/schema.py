@@ -17,11 +17,15 @@ from pydantic import Field, PrivateAttr, create_model, field_validator, model_va
 from vgpuctl.domain import (
     MAX_VGPUS_PER_VM,
     Evacuate,
+    Keep,
     NvlinkRequirement,
     Power,
+    SshService,
+    VmState,
 )
 from vgpuctl.errors import InventoryError
 from vgpuctl.hosts.settings import SETTINGS
+from vgpuctl.inventory.network import AdapterSpec, IdentitySpec
 from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Pos
 from vgpuctl.strictmodel import Lax, StrictModel
 from vgpuctl.supervisor.vmclasses import NamespaceList, VmClassList
@@ -104,6 +108,7 @@ class SshSpec(StrictModel):
     known_hosts: str | None = None
     key_file: str | None = None
     password_env: str | None = None  # NAME of an environment variable holding the password, never the password
+    service: Lax[SshService] = SshService.LEAVE  # manage: start the SSH service for the run, stop it afterwards
 
     @field_validator("password_env")
     @classmethod
@@ -179,7 +184,8 @@ class VgpuSpec(StrictModel):
 
 
 class GuestRef(StrictModel):
-    group: str
+    group: str | None = None  # the guest group whose playbooks configure it (none: no playbooks)
+    identity: IdentitySpec | None = None  # hostname and addresses given to a clone (docs/multi-node.md)
 
 
 class VmSpec(StrictModel):
@@ -194,8 +200,14 @@ class VmSpec(StrictModel):
     nvlink: Lax[NvlinkRequirement] = NvlinkRequirement.NONE
     power: Lax[Power] = Power.RESTART
     guest: GuestRef | None = None
+    keep: list[Lax[Keep]] = Field(default_factory=list)  # what an existing VM keeps although vgpuctl would set it
+    state: Lax[VmState] = VmState.PRESENT  # absent: power it off and destroy it (apply --allow-destroy)
+    network: list[AdapterSpec] | None = None  # its adapters; None: the VM's adapters are left as they are
+    network_exclusive: bool = False  # adapters `network` does not name are removed
+    gpudirect_rdma: bool = False  # the RDMA adapter reads and writes the vGPUs' framebuffer (GPUDirect RDMA)
     _line: int | None = PrivateAttr(default=None)
     _index: int = PrivateAttr(default=0)  # position of the YAML entry this VM came from (before expansion)
+    _ordinal: int = PrivateAttr(default=0)  # its position among the names of its entry's name range
     _vgpus_invalid: bool = PrivateAttr(default=False)  # its `vgpus` failed the schema (one-pass validation)
 
     @model_validator(mode="before")
@@ -246,6 +258,14 @@ class VmSpec(StrictModel):
     def vgpu_count(self) -> int:
         return sum(v.count for v in self.vgpus)
 
+    @property
+    def adapters(self) -> list[AdapterSpec]:
+        return list(self.network or [])
+
+    @property
+    def identity(self) -> IdentitySpec | None:
+        return self.guest.identity if self.guest is not None else None
+
 
 # ---------------------------------------------------------------------------------------------- guests
 
@@ -277,6 +297,7 @@ class GuestsSpec(StrictModel):
 
 class Inventory(StrictModel):
     api_version: Literal["vgpuctl/v1"] = Field(alias="apiVersion")
+    allow_destroy: bool = False  # VMs with state: absent may be destroyed without apply --allow-destroy
     vcenter: VcenterSpec = Field(default_factory=VcenterSpec)
     hosts: list[HostSpec] = Field(default_factory=list)
     vms: list[VmSpec] = Field(default_factory=list)

@@ -52,6 +52,17 @@ class Blocked:
 
 
 @dataclass
+class NicFree:
+    """A physical NIC's free SR-IOV virtual functions (`sriov`), or whether it is free for passthrough."""
+
+    nic: str  # PCI id
+    model: str
+    type: str  # sriov | passthrough
+    total: int
+    free: int
+
+
+@dataclass
 class HostCapacity:
     host: str
     cluster: str | None
@@ -60,6 +71,7 @@ class HostCapacity:
     stranded_gb: float
     stranded: list[StrandedGpu]
     blocked: list[Blocked] = field(default_factory=list)
+    nics: list[NicFree] = field(default_factory=list)
 
 
 @dataclass
@@ -71,6 +83,8 @@ class CapacityReport(Report):
     clusters: dict[str, list[CapacityFit]]
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
+        if not self.hosts and not self.clusters:
+            return "no host with GPUs: no vGPU fits (hosts without GPUs are left out)"
         lines = []
         for h in self.hosts:
             if h.skipped:
@@ -81,11 +95,18 @@ class CapacityReport(Report):
             lines += [f"  not usable now: {b.what}; fix: {b.fix}" for b in h.blocked]
             for s in h.stranded:
                 lines.append(f"  GPU {s.gpu}: {s.stranded_gb:g} of {s.free_gb:g} GB free unusable ({s.why})")
+            lines += [_nic_line(n) for n in h.nics]
             lines += _fits_table(h.fits)
         for cluster, fits in self.clusters.items():
             lines.append(f"cluster {cluster}:")
             lines += _fits_table(fits)
         return "\n".join(lines)
+
+
+def _nic_line(n: NicFree) -> str:
+    if n.type == "sriov":
+        return f"  NIC {n.nic} {n.model}: {n.free} of {n.total} SR-IOV virtual functions free"
+    return f"  NIC {n.nic} {n.model}: passthrough, {'free' if n.free else 'in use'}"
 
 
 def _fits_table(fits: list[CapacityFit]) -> list[str]:
@@ -107,7 +128,8 @@ def capacity_report(fit: FitReport) -> CapacityReport:
     hosts = [
         HostCapacity(h.host, h.cluster, h.skipped, [CapacityFit(r.profile, r.vgpus, r.nvlink, r.vms) for r in h.rows],
                      h.stranded_gb, [StrandedGpu(s.gpu, s.free_gb, s.stranded_gb, s.why) for s in h.stranded],
-                     [Blocked(b.what, b.fix) for b in h.blocked])
+                     [Blocked(b.what, b.fix) for b in h.blocked],
+                     [NicFree(n.nic, n.model, n.kind, n.total, n.free) for n in h.nics])
         for h in fit.hosts
     ]
     clusters = {c: [CapacityFit(p, n, nv, v) for (p, n, nv), v in table.items()]

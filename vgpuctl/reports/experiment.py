@@ -136,7 +136,7 @@ class ResultTable:
     plot: str | None  # the PNG, relative to the results directory
 
 
-Expectation = str | None | dict[str, list[str]] | dict[str, bool] | dict[str, str]
+Expectation = str | bool | None | dict[str, list[str]] | dict[str, bool] | dict[str, str]
 
 
 @dataclass
@@ -146,7 +146,7 @@ class VariantResult:
     workload: str
     repetitions_ok: int
     repetitions_failed: int
-    expect: dict[str, Expectation]  # nvlink, profiles and mig as the merged inventory asks them
+    expect: dict[str, Expectation]  # nvlink, profiles, mig and rdma as the merged inventory asks them
     facts: list[str]  # one line per fact, for the reader
 
 

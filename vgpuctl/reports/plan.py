@@ -12,9 +12,11 @@ from vgpuctl.model import (
     HOST_TARGET,
     ApplyResult,
     EvacuationAction,
+    GuestIdentity,
     HostApplyResult,
     HostChange,
     HostOutcome,
+    NicChange,
     Op,
     Plan,
     VmChange,
@@ -37,18 +39,22 @@ class ValidateReport(Report):
     vms: int  # VMs after name ranges are expanded
     vm_classes: int = 0
     namespaces: int = 0
+    # problems a host entry merged over a cluster entry would have, if the host is in that cluster (vCenter says)
+    warnings: list[str] = field(default_factory=list)
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
         classes = ""
         if self.vm_classes or self.namespaces:
             classes = f", {self.vm_classes} VM classes, {self.namespaces} namespaces"
-        return f"{self.file}: valid ({self.hosts} host entries, {self.vms} VMs{classes})"
+        lines = [f"{self.file}: valid ({self.hosts} host entries, {self.vms} VMs{classes})"]
+        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
 
 
 @dataclass
 class Evacuation:
     """What an evacuation does to its VM: restore-after (powered off, on again after the host change), hand-over
-    (powered off, reconfigured and powered on by its own VM change) or migrate (to `destination`)."""
+    (powered off, reconfigured and powered on by its own VM change), stays-off (powered off for good: its entry
+    says power: off) or migrate (to `destination`)."""
 
     action: EvacuationKind
     destination: str | None
@@ -98,6 +104,41 @@ class CloneDiff:
 
 
 @dataclass
+class NicDiff:
+    """A network adapter added (+), changed (~) or removed (-); `device` the physical NIC (PCI id) of an SR-IOV
+    or passthrough adapter, `select` what the inventory named, `old` what a change replaces."""
+
+    op: str  # + ~ -
+    type: str  # vmxnet3 | pvrdma | sriov | passthrough | another adapter's type
+    portgroup: str | None
+    device: str | None
+    select: str | None
+    key: int | None  # the existing device of a change or removal
+    protocol: str | None
+    mac: str | None
+    old: str | None
+
+
+@dataclass
+class IdentityAddress:
+    portgroup: str
+    address: str | None  # None: DHCP
+    prefix: int | None
+    gateway: str | None
+    dns: list[str]
+
+
+@dataclass
+class IdentityDiff:
+    """The identity a new VM is given at its first boot: guest customization or cloud-init guestinfo."""
+
+    method: str  # customization | cloud-init
+    hostname: str
+    domain: str
+    adapters: list[IdentityAddress]
+
+
+@dataclass
 class VmDiff:
     vm: str
     steps: list[str]  # clone, power-off, reconfigure, power-on
@@ -108,6 +149,9 @@ class VmDiff:
     power_off: bool
     power_on: bool
     depends_on_hosts: list[str]
+    destroy: bool  # state: absent: powered off and destroyed
+    nics: list[NicDiff] = field(default_factory=list)  # in the clone spec for a new VM, else the reconfigure
+    identity: IdentityDiff | None = None
 
 
 @dataclass
@@ -136,6 +180,7 @@ class PlanSummary:
     warnings: int
     vm_classes: int = 0  # VM classes to create, update or delete
     namespaces: int = 0  # supervisor namespaces whose VM classes change
+    remove: int = 0  # VMs destroyed (state: absent)
 
 
 @dataclass
@@ -149,6 +194,8 @@ class VmClassDiff:
     vgpus_added: list[VgpuCount]
     vgpus_removed: list[VgpuCount]
     extra_config: dict[str, str | None]  # None removes the key
+    nics_added: list[str] = field(default_factory=list)  # Dynamic DirectPath NICs, `vvvv:dddd[@label]`
+    nics_removed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -229,8 +276,11 @@ class ApplyReport(Report):
 
 
 def validate_report(file: str, inventory: Inventory) -> ValidateReport:
+    from vgpuctl.inventory.merge import possible_conflicts
+
     return ValidateReport(file=file, valid=True, hosts=len(inventory.hosts), vms=len(inventory.vms),
-                          vm_classes=len(inventory.vm_classes), namespaces=len(inventory.namespaces))
+                          vm_classes=len(inventory.vm_classes), namespaces=len(inventory.namespaces),
+                          warnings=possible_conflicts(inventory.hosts))
 
 
 def vm_names(vms: Iterable[VmOutcome], status: Outcome) -> list[str]:
@@ -276,7 +326,8 @@ def plan_summary(plan: Plan) -> PlanSummary:
     found = disruptions(plan)
     return PlanSummary(
         create=sum(1 for c in changes if c.clone is not None),
-        change=sum(1 for c in changes if c.clone is None),
+        change=sum(1 for c in changes if c.clone is None and not c.destroy),
+        remove=sum(1 for c in changes if c.destroy),
         power_off=sum(1 for d in found if d.action == POWER_OFF),
         power_on=sum(1 for c in changes if c.power_on),
         host_changes=len(plan.host_changes),
@@ -314,7 +365,7 @@ def disruptions(plan: Plan) -> list[Disruption]:
     evacuated = {d.vm for d in found}
     for change in plan.changes:
         if change.power_off and change.vm not in evacuated:
-            back = "powered on again after it" if change.power_on else "stays off"
+            back = "destroyed" if change.destroy else "powered on again after it" if change.power_on else "stays off"
             found.append(Disruption(POWER_OFF, None, change.vm, "own change", change.power_on, back))
     return found
 
@@ -322,6 +373,8 @@ def disruptions(plan: Plan) -> list[Disruption]:
 def _evacuation(host: str, vm: str, action: EvacuationAction, vm_change: VmChange | None) -> Disruption:
     if action.kind == EvacuationKind.RESTORE_AFTER:
         return Disruption(POWER_OFF, host, vm, "evacuation", True, "powered on again after the host change")
+    if action.kind == EvacuationKind.STAYS_OFF:
+        return Disruption(POWER_OFF, host, vm, "evacuation", False, "left off (its entry has power: off)")
     back = vm_change is not None and vm_change.power_on
     detail = "reconfigured by its VM change, then " + ("powered on" if back else "left off")
     return Disruption(POWER_OFF, host, vm, "evacuation", back, detail)
@@ -400,10 +453,28 @@ def _vm_diff(change: VmChange) -> VmDiff:
         power_off=change.power_off,
         power_on=change.power_on,
         depends_on_hosts=list(change.depends_on_hosts),
+        destroy=change.destroy,
+        nics=[NicDiff(str(n.op), n.kind, n.portgroup, n.device, n.select, n.key, n.protocol, n.mac, n.old)
+              for n in _all_nics(change)],
+        identity=_identity_diff(change.identity),
     )
 
 
+def _all_nics(change: VmChange) -> list[NicChange]:
+    return (change.clone.nics if change.clone is not None else []) + change.nics
+
+
+def _identity_diff(identity: GuestIdentity | None) -> IdentityDiff | None:
+    if identity is None:
+        return None
+    return IdentityDiff(identity.method, identity.hostname, identity.domain,
+                        [IdentityAddress(a.portgroup, a.address, a.prefix, a.gateway, list(a.dns))
+                         for a in identity.adapters])
+
+
 def _step_names(change: VmChange) -> list[str]:
+    if change.destroy:
+        return [*(["power-off"] if change.power_off else []), "destroy"]
     steps = []
     if change.clone is not None:
         steps.append("clone")
@@ -433,6 +504,8 @@ def vm_class_diff(c: ClassChange) -> VmClassDiff:
         vgpus_added=sorted_counts(c.vgpus_added),
         vgpus_removed=sorted_counts(c.vgpus_removed),
         extra_config=dict(c.extra_config),
+        nics_added=list(c.nics_added),
+        nics_removed=list(c.nics_removed),
     )
 
 

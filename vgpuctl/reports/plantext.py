@@ -15,7 +15,9 @@ if TYPE_CHECKING:
         DeviceDiff,
         Disruption,
         HostDiff,
+        IdentityDiff,
         NamespaceDiff,
+        NicDiff,
         PlanReport,
         PlanScope,
         PlanSummary,
@@ -99,14 +101,44 @@ def extra_config_lines(extra: dict[str, str | None]) -> list[str]:
 
 
 def vm_lines(change: VmDiff) -> list[str]:
-    mark = "+" if change.clone is not None else "~"
+    mark = "-" if change.destroy else "+" if change.clone is not None else "~"
     lines = [f"{mark} vm {change.vm}  ({steps_text(change)})"]
     if change.depends_on_hosts:
         lines.append(f"{INDENT}  after the host changes on {', '.join(change.depends_on_hosts)}")
     lines += clone_lines(change)
     lines += [f"{INDENT}{f.op} {f.field}: {value_text(f.old)} -> {value_text(f.new)}" for f in change.fields]
     lines += [device_line(d) for d in change.devices]
-    return lines + extra_config_lines(change.extra_config)
+    lines += extra_config_lines(change.extra_config)
+    lines += [nic_line(n) for n in change.nics]
+    if change.identity is not None:
+        lines.append(f"{INDENT}+ identity {identity_text(change.identity)}")
+    return lines
+
+
+def nic_line(n: NicDiff) -> str:
+    if n.op == "+":
+        return f"{INDENT}+ nic {nic_label(n)}" + (f" ({n.device})" if n.device else "")
+    if n.op == "-":
+        return f"{INDENT}- nic {nic_label(n)} (key {n.key})"
+    return f"{INDENT}~ nic {nic_label(n)} (key {n.key}): was {n.old}"
+
+
+def nic_label(n: NicDiff) -> str:
+    """`sriov ConnectX-7 on roce-fabric`, `pvrdma on roce-fabric (rocev2)`."""
+    parts = [n.type, *([n.select] if n.select else []), *([f"on {n.portgroup}"] if n.portgroup else []),
+             *([f"({n.protocol})"] if n.protocol else [])]
+    return " ".join(parts)
+
+
+def identity_text(identity: IdentityDiff) -> str:
+    """`customization: hostname train-01, roce-fabric 10.0.40.10/24 via 10.0.40.1, mgmt DHCP`."""
+    parts = [f"hostname {identity.hostname}"]
+    for a in identity.adapters:
+        if a.address is None:
+            parts.append(f"{a.portgroup} DHCP")
+        else:
+            parts.append(f"{a.portgroup} {a.address}/{a.prefix}" + (f" via {a.gateway}" if a.gateway else ""))
+    return f"{identity.method}: " + ", ".join(parts)
 
 
 CLASS_VERBS = {"+": "create", "~": "update", "-": "delete"}
@@ -171,6 +203,8 @@ def summary_line(report: PlanReport) -> str:
 
 def plan_counts(s: PlanSummary) -> str:
     parts = [f"{s.create} to create", f"{s.change} to change", f"{s.power_off} power-off"]
+    if s.remove:
+        parts.insert(2, f"{s.remove} to remove")
     if s.host_changes:
         parts.insert(0, f"{s.host_changes} host change{'s' if s.host_changes != 1 else ''}")
     if s.maintenance:

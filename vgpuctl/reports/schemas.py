@@ -30,6 +30,7 @@ from vgpuctl.reports.explain import ExplainReport
 from vgpuctl.reports.export import ExportReport
 from vgpuctl.reports.guests import GuestRunReport, ProvisionReport
 from vgpuctl.reports.plan import ApplyReport, HostChangeReport, PlanReport, ValidateReport
+from vgpuctl.reports.preflight import PreflightReport
 from vgpuctl.reports.sim import SimDownReport, SimEnvReport
 from vgpuctl.reports.status import HostReport, ProfilesReport, StatusReport, VmVgpusReport
 from vgpuctl.reports.supervisor import (
@@ -38,6 +39,7 @@ from vgpuctl.reports.supervisor import (
     SupervisorPlanReport,
     SupervisorStatusReport,
 )
+from vgpuctl.reports.work import ForgetWorkReport
 
 # Every document a command prints; the architecture page lists each kind with its command.
 REPORTS: tuple[type[Any], ...] = (
@@ -65,6 +67,8 @@ REPORTS: tuple[type[Any], ...] = (
     ExperimentReport,
     SimEnvReport,
     SimDownReport,
+    PreflightReport,
+    ForgetWorkReport,
     ErrorReport,
 )
 

@@ -35,6 +35,7 @@ class VmClassSpecDoc:
     memory_reservation: int  # percent
     vgpus: list[str]  # one profile per vGPU device
     extra_config: dict[str, str]
+    direct_path: list[str] = field(default_factory=list)  # Dynamic DirectPath NICs, `vvvv:dddd[@label]`
 
 
 @dataclass
@@ -48,6 +49,8 @@ class VmClassChange:
     vgpus_removed: list[str]
     extra_config: dict[str, str | None]  # None removes the key
     desired: VmClassSpecDoc | None  # None for a delete
+    nics_added: list[str] = field(default_factory=list)  # Dynamic DirectPath NICs, `vvvv:dddd[@label]`
+    nics_removed: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
         lines = [f"{self.op} vm class {self.name}  ({VERBS[Op(self.op)]})"]
@@ -58,6 +61,8 @@ class VmClassChange:
         lines += [f"{INDENT}{f.op} {f.field}: {_value(f.old)} -> {_value(f.new)}" for f in self.fields]
         lines += [f"{INDENT}- vgpu {p}" for p in self.vgpus_removed]
         lines += [f"{INDENT}+ vgpu {p}" for p in self.vgpus_added]
+        lines += [f"{INDENT}- nic passthrough {d}" for d in self.nics_removed]
+        lines += [f"{INDENT}+ nic passthrough {d}" for d in self.nics_added]
         for key in sorted(self.extra_config):
             value = self.extra_config[key]
             lines.append(f"{INDENT}- extraConfig {key}" if value is None else f"{INDENT}+ extraConfig {key} = {value}")
@@ -137,7 +142,7 @@ def _class_spec(c: ClassState | None) -> VmClassSpecDoc | None:
     if c is None:
         return None
     return VmClassSpecDoc(c.name, c.cpus, c.memory_mb, c.cpu_reservation, c.memory_reservation, list(c.vgpus),
-                          dict(c.extra_config))
+                          dict(c.extra_config), list(c.direct_path))
 
 
 def _class_change(c: ClassChange) -> VmClassChange:
@@ -149,6 +154,8 @@ def _class_change(c: ClassChange) -> VmClassChange:
         vgpus_removed=list(c.vgpus_removed),
         extra_config=dict(c.extra_config),
         desired=_class_spec(c.desired),
+        nics_added=list(c.nics_added),
+        nics_removed=list(c.nics_removed),
     )
 
 

@@ -12,11 +12,13 @@
   operator (`operator_version` below v25.10.0) a config map and `licensing-configmap.sh` instead
   (`configMapName`, deprecated since v25.10.0). The token is never read here nor written into any manifest.
 `kubernetes_objects` names the ones that are Kubernetes objects (what `kubectl apply -f` takes); the others are
-files for people and scripts. Pure: no I/O besides reading the templates.
+files for people and scripts. Pure: no I/O. Every manifest is data written by the YAML emitter and every name is
+checked first: a value holding a newline or a colon is refused, never written as structure.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -86,22 +88,24 @@ def gpu_classes(inv: InventorySections, namespace: str) -> list[ClassState]:
 
 
 def render_manifests(inv: InventorySections, namespace: str, options: RenderOptions | None = None) -> dict[str, str]:
+    """{file name: text} for the namespace's GPU VM classes; every manifest written by the YAML emitter
+    (vgpuctl.yamlout) from data, every name checked first (check_options)."""
     opts = options or RenderOptions()
+    check_options(opts)
     classes = gpu_classes(inv, namespace)
-    env = _environment()
-    secret = licensing_with_secret(opts.operator_version)
-    context: dict[str, Any] = {
-        **vars(opts), "namespace": namespace, "gpu_classes": classes, "vmop_version": VMOP_VERSION,
-        "licensing_config_map": LICENSING_CONFIG_MAP, "licensing_secret": secret,
-        "pool_name": lambda c: f"{c.name}-workers"[:63],
-    }
     out: dict[str, str] = {}
     for c in classes:
-        out[f"virtualmachine-{c.name}.yaml"] = env.get_template("virtualmachine.yaml.j2").render(
-            **context, vm_class=c, name=f"{c.name}-vm"[:63])
-    script = "licensing-secret.sh" if secret else "licensing-configmap.sh"
-    for name in (*OBJECT_FILES, "gpu-operator-values.yaml", "gridd.conf", script):
-        out[name] = env.get_template(f"{name}.j2").render(**context)
+        header = f"VM Operator VirtualMachine on the GPU VM class {c.name} ({', '.join(c.vgpus)})."
+        out[f"virtualmachine-{c.name}.yaml"] = _yaml([header], virtual_machine(c, namespace, opts))
+    pools = f"one {{}} per GPU VM class of namespace {namespace}."
+    cluster_header = "Cluster API Cluster (ClusterClass topology): " + pools.format("worker pool")
+    out["cluster.yaml"] = _yaml([cluster_header], cluster(classes, namespace, opts))
+    out["tanzukubernetescluster.yaml"] = _yaml(["TKG TanzuKubernetesCluster: " + pools.format("node pool")],
+                                               tanzu_cluster(classes, namespace, opts))  # fmt: skip
+    secret = licensing_with_secret(opts.operator_version)
+    out["gpu-operator-values.yaml"] = _yaml(values_header(opts, secret), operator_values(opts, secret))
+    out["gridd.conf"] = GRIDD_CONF
+    out["licensing-secret.sh" if secret else "licensing-configmap.sh"] = licensing_script(opts, secret)
     return out
 
 
@@ -110,16 +114,140 @@ def kubernetes_objects(manifests: dict[str, str]) -> dict[str, str]:
     return {name: text for name, text in manifests.items() if name not in OTHER_FILES}
 
 
-def _environment() -> Any:
-    import jinja2
 
-    from vgpuctl.guest.targets import templates_dir
+def values_header(opts: RenderOptions, secret: bool) -> tuple[str, ...]:
+    first = "NVIDIA GPU Operator values for vGPU guests: the vGPU guest driver image from the team's private registry,"
+    if secret:
+        return (first,
+                f"licensed through the Secret {LICENSING_CONFIG_MAP} (created from the NLS client token file by",
+                f"licensing-secret.sh; the token itself is never in this file). GPU Operator {opts.operator_version}:",
+                "driver.licensingConfig.secretName (v25.10.0 and later; configMapName is deprecated there).")
+    return (first,
+            f"licensed through the config map {LICENSING_CONFIG_MAP} (created from the NLS client token file by",
+            f"licensing-configmap.sh; the token itself is never in this file). GPU Operator {opts.operator_version}:",
+            "driver.licensingConfig.configMapName (releases before v25.10.0 have no secretName).")  # fmt: skip
+GRIDD_CONF = "# NVIDIA licensing client configuration for vGPU guests (FeatureType 1: NVIDIA vGPU).\nFeatureType=1\n"
+MANAGED = {"app.kubernetes.io/managed-by": "vgpuctl"}
 
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir() / "k8s")),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-        autoescape=False,
+
+def _yaml(header: tuple[str, ...] | list[str], document: dict[str, Any]) -> str:
+    from vgpuctl import yamlout
+
+    return "".join(yamlout.comment(line) for line in header) + yamlout.dump(document, compact=False)
+
+
+def _pool_name(c: ClassState) -> str:
+    return f"{c.name}-workers"[:63]
+
+
+def virtual_machine(c: ClassState, namespace: str, opts: RenderOptions) -> dict[str, Any]:
+    return {
+        "apiVersion": f"vmoperator.vmware.com/{VMOP_VERSION}",
+        "kind": "VirtualMachine",
+        "metadata": {"name": f"{c.name}-vm"[:63], "namespace": namespace, "labels": dict(MANAGED)},
+        "spec": {"className": c.name, "imageName": opts.image, "storageClass": opts.storage_class,
+                 "powerState": "PoweredOn"},
+    }  # fmt: skip
+
+
+def cluster(classes: list[ClassState], namespace: str, opts: RenderOptions) -> dict[str, Any]:
+    workers = [
+        {"class": opts.worker_class, "name": _pool_name(c), "replicas": opts.replicas,
+         "variables": {"overrides": [{"name": "vmClass", "value": c.name}]}}
+        for c in classes
+    ]  # fmt: skip
+    return {
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "Cluster",
+        "metadata": {"name": opts.cluster_name, "namespace": namespace, "labels": dict(MANAGED)},
+        "spec": {
+            "clusterNetwork": {"services": {"cidrBlocks": ["10.96.0.0/12"]}, "pods": {"cidrBlocks": ["192.168.0.0/16"]},
+                               "serviceDomain": "cluster.local"},
+            "topology": {
+                "class": opts.cluster_class,
+                "version": opts.k8s_version,
+                "controlPlane": {"replicas": opts.control_plane_replicas},
+                "workers": {"machineDeployments": workers},
+                "variables": [{"name": "vmClass", "value": opts.control_plane_class},
+                              {"name": "storageClass", "value": opts.storage_class}],
+            },
+        },
+    }  # fmt: skip
+
+
+def tanzu_cluster(classes: list[ClassState], namespace: str, opts: RenderOptions) -> dict[str, Any]:
+    tkr = {"reference": {"name": opts.tkr}}
+    pools = [
+        {"name": _pool_name(c), "replicas": opts.replicas, "vmClass": c.name, "storageClass": opts.storage_class,
+         "tkr": tkr, "volumes": [{"name": "containerd", "mountPath": "/var/lib/containerd",
+                                  "capacity": {"storage": "50Gi"}}]}
+        for c in classes
+    ]  # fmt: skip
+    return {
+        "apiVersion": "run.tanzu.vmware.com/v1alpha3",
+        "kind": "TanzuKubernetesCluster",
+        "metadata": {"name": opts.cluster_name, "namespace": namespace, "labels": dict(MANAGED)},
+        "spec": {"topology": {
+            "controlPlane": {"replicas": opts.control_plane_replicas, "vmClass": opts.control_plane_class,
+                             "storageClass": opts.storage_class, "tkr": tkr},
+            "nodePools": pools,
+        }},
+    }  # fmt: skip
+
+
+def operator_values(opts: RenderOptions, secret: bool) -> dict[str, Any]:
+    driver: dict[str, Any] = {"enabled": True, "repository": opts.registry, "image": opts.driver_image,
+                              "version": opts.driver_version}  # fmt: skip
+    if opts.pull_secret:
+        driver["imagePullSecrets"] = [opts.pull_secret]
+    key = "secretName" if secret else "configMapName"
+    driver["licensingConfig"] = {key: LICENSING_CONFIG_MAP, "nlsEnabled": True}
+    return {"driver": driver}
+
+
+def licensing_script(opts: RenderOptions, secret: bool) -> str:
+    """The script that makes the licensing Secret (or, for an older GPU Operator, config map) from gridd.conf and
+    the token file; every value in it is shell-quoted."""
+    q = shlex.quote
+    ns, cm = q(opts.operator_namespace), q(LICENSING_CONFIG_MAP)
+    what, create = ("Secret", "secret generic") if secret else ("config map", "configmap")
+    return (
+        "#!/bin/sh\n"
+        f"# Creates the GPU Operator's licensing {what} from gridd.conf and the NLS client configuration token\n"
+        "# file; the token is read from the file when this runs and never written into a manifest.\n"
+        "set -eu\n"
+        f"kubectl create namespace {ns} --dry-run=client -o yaml | kubectl apply -f -\n"
+        f"kubectl create {create} {cm} -n {ns} \\\n"
+        f"  --from-file=gridd.conf={q(opts.gridd_conf)} \\\n"
+        f"  --from-file=client_configuration_token.tok={q(opts.token_file)} \\\n"
+        "  --dry-run=client -o yaml | kubectl apply -f -\n"
     )
-    env.filters["shell_quote"] = shlex.quote
-    return env
+
+
+# Kubernetes object names (kubernetes.io/docs/concepts/overview/working-with-objects/names): an RFC 1123 label
+# (namespaces, and names that become labels or host names) and a DNS subdomain (most other objects).
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# an OCI image repository (host[:port]/path, lower case) and tag (distribution/reference grammar)
+REPOSITORY = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]|__|-+)?[a-z0-9]*)*$")
+TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+LABEL_RULE = "a Kubernetes name (RFC 1123 label): lower-case letters, digits and '-', starting and ending with a " \
+             "letter or digit, at most 63 characters"  # fmt: skip
+SUBDOMAIN_RULE = "a Kubernetes name (DNS subdomain): lower-case letters, digits, '-' and '.', at most 253 characters"
+
+
+def check_options(opts: RenderOptions) -> None:
+    """Refuse (UsageError naming the option) a value that is not what its manifest field takes."""
+    checks = [
+        ("--cluster-name", opts.cluster_name, DNS_LABEL, LABEL_RULE),
+        ("--image", opts.image, DNS_SUBDOMAIN, SUBDOMAIN_RULE),
+        ("--storage-class", opts.storage_class, DNS_SUBDOMAIN, SUBDOMAIN_RULE),
+        ("--k8s-version", opts.k8s_version, DNS_SUBDOMAIN, SUBDOMAIN_RULE + " (a TanzuKubernetesRelease name)"),
+        ("--k8s-version", opts.tkr, DNS_SUBDOMAIN, SUBDOMAIN_RULE + " (a TanzuKubernetesRelease name)"),
+        ("--registry", opts.registry, REPOSITORY, "an image repository such as registry.example.com/nvidia"),
+        ("--driver-version", opts.driver_version, TAG, "an image tag: letters, digits, '_', '.' and '-'"),
+    ]
+    for option, value, pattern, rule in checks:
+        if not pattern.match(value):
+            raise UsageError(f"{option} {value!r}: must be {rule}")

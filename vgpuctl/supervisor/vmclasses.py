@@ -66,6 +66,43 @@ class ClassVgpu(_Section):
         return v
 
 
+class ClassNic(_Section):
+    """A NIC of the class's VMs by Dynamic DirectPath I/O: the only network device a VM class takes (its
+    devices are vGPUs and Dynamic DirectPath I/O devices: vSphere Automation API, VirtualMachineClasses
+    VirtualDevices). `device`: a NIC model (`ConnectX-7`) or `VVVV:DDDD` vendor and device id in hex."""
+
+    type: Literal["passthrough"] = "passthrough"
+    device: str
+    custom_label: str | None = None
+
+    @field_validator("type", mode="before")
+    @classmethod
+    def _type(cls, v: Any) -> Any:
+        if v != "passthrough":
+            raise ValueError(f"a VM class takes passthrough NICs only (Dynamic DirectPath I/O); {v!r} adapters "
+                             "(vmxnet3, pvrdma, sriov) go on the VMs, not on their class")
+        return v
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        from vgpuctl.netrules import network_rules
+
+        if network_rules().nic_ids(v) is None:
+            models = ", ".join(m.model for m in network_rules().nic_models)
+            raise ValueError(f"must be a NIC model ({models}) or VENDOR:DEVICE in hex (got {v!r})")
+        return v
+
+    @property
+    def key(self) -> str:
+        """`15b3:1021`, with `@label` when it has a custom label (what the class lists)."""
+        from vgpuctl.netrules import network_rules
+
+        ids = network_rules().nic_ids(self.device)
+        assert ids is not None
+        return f"{ids[0]:04x}:{ids[1]:04x}" + (f"@{self.custom_label}" if self.custom_label else "")
+
+
 class VmClassSpec(_Section):
     name: str
     state: Literal["present", "absent"] = "present"
@@ -75,6 +112,7 @@ class VmClassSpec(_Section):
     memory_reservation: int | None = Field(default=None, ge=0, le=100)  # percent; 100 when there are vGPUs
     vgpus: list[ClassVgpu] = Field(default_factory=list)
     extra_config: dict[str, str] = Field(default_factory=dict)
+    network: list[ClassNic] = Field(default_factory=list)  # NICs by Dynamic DirectPath I/O
 
     @field_validator("name")
     @classmethod
@@ -107,8 +145,9 @@ class VmClassSpec(_Section):
         problem = mixing_problem(self.vgpu_profiles)
         if problem:
             raise ValueError(problem)
-        if total and self.memory_reservation is not None and self.memory_reservation != 100:
-            raise ValueError("vGPUs need all guest memory reserved: memory_reservation must be 100 (or left out)")
+        if (total or self.network) and self.memory_reservation is not None and self.memory_reservation != 100:
+            what = "vGPUs need" if total else "Dynamic DirectPath NICs (PCI devices) need"
+            raise ValueError(f"{what} all guest memory reserved: memory_reservation must be 100 (or left out)")
         return self
 
     @property
@@ -188,6 +227,7 @@ class ClassState:
     memory_reservation: int = 0
     vgpus: list[str] = field(default_factory=list)  # one profile name per vGPU device
     extra_config: dict[str, str] = field(default_factory=dict)
+    direct_path: list[str] = field(default_factory=list)  # Dynamic DirectPath devices, `vvvv:dddd[@label]`
 
 
 @dataclass
@@ -228,7 +268,8 @@ def desired_class(spec: VmClassSpec) -> ClassState:
     if size is not None:
         extra = {USE_64BIT_MMIO: "TRUE", MMIO_SIZE: str(size)}
     extra.update(spec.extra_config)
-    reservation = spec.memory_reservation if spec.memory_reservation is not None else (100 if profiles else 0)
+    devices = profiles or spec.network
+    reservation = spec.memory_reservation if spec.memory_reservation is not None else (100 if devices else 0)
     return ClassState(
         name=spec.name,
         cpus=spec.cpus or 0,
@@ -237,6 +278,7 @@ def desired_class(spec: VmClassSpec) -> ClassState:
         memory_reservation=reservation,
         vgpus=[p.name for p in profiles],
         extra_config=extra,
+        direct_path=[n.key for n in spec.network],
     )
 
 
@@ -254,6 +296,8 @@ class ClassChange:
     vgpus_removed: list[str] = field(default_factory=list)
     extra_config: dict[str, str | None] = field(default_factory=dict)  # None: the key goes away
     desired: ClassState | None = None  # the whole class after the change (None for a delete)
+    nics_added: list[str] = field(default_factory=list)  # Dynamic DirectPath devices, `vvvv:dddd[@label]`
+    nics_removed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -336,7 +380,7 @@ def _class_change(name: str, want: ClassState | None, have: ClassState | None) -
         return ClassChange(Op.REMOVE, name) if have is not None else None
     if have is None:
         return ClassChange(Op.ADD, name, vgpus_added=list(want.vgpus), extra_config=dict(want.extra_config),
-                           desired=want)
+                           desired=want, nics_added=list(want.direct_path))
     fields = [
         FieldChange(label, old, new)
         for label, old, new in (
@@ -352,9 +396,12 @@ def _class_change(name: str, want: ClassState | None, have: ClassState | None) -
     added = sorted((want_n - have_n).elements())
     extra: dict[str, str | None] = {k: v for k, v in want.extra_config.items() if have.extra_config.get(k) != v}
     extra.update({k: None for k in have.extra_config if k not in want.extra_config})
-    if not (fields or removed or added or extra):
+    nics_have, nics_want = Counter(have.direct_path), Counter(want.direct_path)
+    nics_added = sorted((nics_want - nics_have).elements())
+    nics_removed = sorted((nics_have - nics_want).elements())
+    if not (fields or removed or added or extra or nics_added or nics_removed):
         return None
-    return ClassChange(Op.CHANGE, name, fields, added, removed, extra, want)
+    return ClassChange(Op.CHANGE, name, fields, added, removed, extra, want, nics_added, nics_removed)
 
 
 def _plan_namespaces(
@@ -414,6 +461,7 @@ def _check_mmio(spec: VmClassSpec, plan: SupervisorPlan) -> None:
 def _check_class(
     want: ClassState, users: list[NamespaceState], state: SupervisorState, observed: Observed, plan: SupervisorPlan
 ) -> None:
+    _check_nics(want, users, state, observed, plan)
     if not want.vgpus:
         return
     if not users:
@@ -428,6 +476,21 @@ def _check_class(
         problem = _offer_problem(want, cluster, observed)
         if problem:
             plan.errors.append(f"vm class {want.name}: {problem} (namespace {ns.name})")
+
+
+def _check_nics(want: ClassState, users: list[NamespaceState], state: SupervisorState, observed: Observed,
+                plan: SupervisorPlan) -> None:
+    """A warning when no host of a supervisor cluster that uses the class has a NIC of each of its Dynamic
+    DirectPath ids enabled for passthrough (the VMs of the class could not power on there)."""
+    for key in sorted(set(want.direct_path)):
+        vendor, device = (int(x, 16) for x in key.split("@", 1)[0].split(":"))
+        for ns in sorted(users, key=lambda n: n.name):
+            cluster = state.supervisor_clusters.get(ns.cluster)
+            hosts = [observed.hosts[h] for h in observed.clusters.get(cluster or "", []) if h in observed.hosts]
+            if cluster and not any(n.passthru_enabled and n.vendor_id == vendor and n.device_id == device
+                                   for h in hosts for n in h.nics):
+                plan.warnings.append(f"vm class {want.name}: no host of supervisor cluster {cluster} has a NIC "
+                                     f"{key} enabled for passthrough (namespace {ns.name})")
 
 
 def _offer_problem(want: ClassState, cluster: str, observed: Observed) -> str | None:

@@ -1,12 +1,15 @@
 """Execute a Plan's VM changes against vCenter, `parallel` VMs at a time: `apply_plan`.
 
-Per VM: re-read it (drift leaves it untouched), shut down (hard power-off after a timeout), at most one clone
-and one ReconfigVM_Task, power-on; a failed VM is a result and does not stop the others. The VMs of one host
-power on in the plan's placement order (largest first: PowerOnTurns). A VM this run stopped
-runs again after a failed reconfigure, or with its previous vGPUs when the new ones find no room; a clone
-that finds no room is removed, so the next plan places it anew. After `cancel` no VM begins a forward step, a
-VM this run powered off is powered on again, and running tasks are waited for (a second Ctrl-C ends the
-process without waiting: see vgpuctl.pipeline.run_interruptible).
+Per VM: claim it (vgpuctl.vsphere.claims: no other run works on it until this one is done; a VM another live
+run holds fails, naming that run), re-read it (drift leaves it untouched: its vGPUs, power state or
+configuration version differ from the plan's), shut down (hard power-off after a timeout), at most one clone
+and one ReconfigVM_Task, conditional on the VM's configuration version (vCenter refuses it with
+ConcurrentAccess once something else changed the VM), power-on; a failed VM is a result and does not stop
+the others. The VMs of one host power on in the plan's placement order (largest first: PowerOnTurns). A VM
+this run stopped runs again after a failed reconfigure, or with its previous vGPUs when the new ones find no
+room; a clone that finds no room is removed, so the next plan places it anew. After `cancel` no VM begins a
+forward step, a VM this run powered off is powered on again, and running tasks are waited for (a second Ctrl-C
+ends the process without waiting: see vgpuctl.pipeline.run_interruptible).
 """
 
 from __future__ import annotations
@@ -20,13 +23,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, PowerState
-from vgpuctl.errors import DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
-from vgpuctl.model import ApplyResult, Observed, ObservedDeviceGroup, ObservedVm, Op, Plan, VmChange, VmOutcome
-from vgpuctl.progress import RUNNING, Cancel, VmProgress, cancelled
+from vgpuctl.errors import CustomizationError, DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
+from vgpuctl.model import (
+    ApplyResult,
+    NicChange,
+    Observed,
+    ObservedDeviceGroup,
+    ObservedHost,
+    ObservedNic,
+    ObservedVm,
+    Op,
+    Plan,
+    VmChange,
+    VmOutcome,
+)
+from vgpuctl.progress import Cancel, VmProgress, cancelled
 from vgpuctl.vsphere import vmops
+from vgpuctl.vsphere.bookkeeping import BookkeepingError
+from vgpuctl.vsphere.claims import ClaimHeld, VmClaims
 from vgpuctl.vsphere.session import Session
 from vgpuctl.vsphere.vm import revert_spec
 from vgpuctl.vsphere.vmops import VmState
+from vgpuctl.vsphere.workrecord import LeaseHeld
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +114,9 @@ class _Ctx:
     shutdown_timeout_s: float
     poll_s: float
     turns: PowerOnTurns | None = None
+    claims: VmClaims | None = None
+    halted: str = ""  # why no further VM starts: vCenter refused vgpuctl's own bookkeeping
+    customization_timeout_s: float = 900.0
 
 
 def apply_plan(
@@ -108,11 +129,16 @@ def apply_plan(
     cancel: Cancel | None = None,
     shutdown_timeout_s: float = 120.0,
     poll_s: float = 0.5,
+    run_id: str | None = None,
+    lock_timeout_s: float = 0.0,
+    customization_timeout_s: float = 900.0,
 ) -> ApplyResult:
     """Apply the VM changes of `plan` (computed from `observed`). Raises PlanError if the plan has errors; VM
     failures are results. Host changes still in the plan have not landed: VMs that depend on them are skipped
-    with the reason (vgpuctl.pipeline.apply runs the hosts first)."""
+    with the reason (vgpuctl.pipeline.apply runs the hosts first). `run_id` names this run in its VM claims;
+    `lock_timeout_s`: how long to wait for a VM another run has claimed."""
     from vgpuctl.vsphere.tasks import TaskWatcher
+    from vgpuctl.vsphere.workrecord import new_run_id
 
     if plan.errors:
         raise PlanError(list(plan.errors))
@@ -121,10 +147,14 @@ def apply_plan(
     changes = plan.changes
     pending_hosts = {c.host for c in plan.host_changes}
     result.hosts_not_ready = sorted(pending_hosts)
+    claims = VmClaims(session, run_id or new_run_id(), wait_s=lock_timeout_s)
     with TaskWatcher(session) as watcher:
         ctx = _Ctx(session, observed, watcher, progress, cancel, shutdown_timeout_s, poll_s,
-                   PowerOnTurns(changes, observed))
-        result.vms = _run_queue(ctx, changes, pending_hosts, parallel)
+                   PowerOnTurns(changes, observed), claims, customization_timeout_s=customization_timeout_s)
+        try:
+            result.vms = _run_queue(ctx, changes, pending_hosts, parallel)
+        finally:
+            claims.release_all()
     result.interrupted = cancelled(cancel)
     result.round_trips = session.round_trips - trips
     result.elapsed_s = time.monotonic() - start
@@ -181,10 +211,16 @@ def _run_vm_steps(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOut
     waiting = sorted(set(change.depends_on_hosts) & pending_hosts)
     if waiting:
         return _skip(ctx, outcome, "needs the host changes on " + ", ".join(waiting) + " first; they were not made")
+    if ctx.halted:
+        outcome.left = planned_steps(change)
+        return _skip(ctx, outcome, f"not started: {ctx.halted}", Outcome.NOT_STARTED)
     try:
         _apply_vm(ctx, change, outcome)
     except _Stopped:
         _interrupted(ctx, change, outcome)
+    except BookkeepingError as err:  # the same for every VM: the others do not start
+        ctx.halted = str(err)
+        _fail(ctx, outcome, type(err).__name__, str(err))
     except VsphereFault as err:
         _fail(ctx, outcome, err.fault_type, err.fault_message)
     except DriftError as err:
@@ -199,11 +235,15 @@ def _run_vm_steps(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOut
     else:
         outcome.status = Outcome.CHANGED if outcome.steps else Outcome.UNCHANGED
         _step(ctx, change.vm, "done", 100)
+    finally:
+        _release(ctx, change)
     return outcome
 
 
 def planned_steps(change: VmChange) -> list[str]:
     """The steps the plan asks of a VM, in order (what `left` lists when none of them ran)."""
+    if change.destroy:
+        return [*(["power-off"] if change.power_off else []), "destroy"]
     steps = ["clone"] if change.clone is not None else []
     steps += ["power-off"] if change.power_off else []
     steps += ["reconfigure"] if change.needs_reconfigure else []
@@ -259,8 +299,12 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         if observed_vm is None:
             raise NotFound(f"VM {change.vm} was not observed and the plan does not clone it")
         vm = vmops.vm_ref(ctx.session, observed_vm.moid)
+        _claim(ctx, change, vm, observed_vm)
         state = _read_vm(ctx, vm, change.vm)
-        check_drift(change, observed_vm, state)
+        _check_drift(ctx, change, observed_vm, state)
+    if change.destroy:
+        _destroy(ctx, change.vm, vm, state, outcome)
+        return
 
     if change.power_off and state.power != PowerState.OFF:
         _forward(ctx, "power-off")
@@ -281,6 +325,8 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
             ctx.turns.wait(change.vm)
         if not stopped:
             _forward(ctx, "power-on")  # a first power-on; powering on what this run stopped is restoring
+        customized = "clone" in outcome.steps and change.identity is not None and not change.cloud_init
+        since = vmops.server_time(ctx.session) if customized else None
         try:
             _task(ctx, change.vm, "power-on", lambda: vmops.power_on(ctx.session, vm))
         except VsphereFault as err:
@@ -290,17 +336,132 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
                 _revert_vgpus(ctx, change.vm, vm, state, outcome)
             raise
         outcome.steps.append("power-on")
+        if customized:
+            _await_customization(ctx, change.vm, vm, since, outcome)
+
+
+def _await_customization(ctx: _Ctx, name: str, vm: Any, since: Any, outcome: VmOutcome) -> None:
+    """The clone's guest customization runs at its first boot: wait for vCenter's event saying how it went. A
+    failure fails the VM with the event's text; no word within the timeout fails it too (nothing says the
+    guest has its identity)."""
+    from vgpuctl.vsphere.vmnet import customization_result
+
+    _step(ctx, name, "customize", None)
+    deadline = time.monotonic() + ctx.customization_timeout_s
+    while True:
+        result = customization_result(ctx.session, vm, since)
+        if result is not None:
+            break
+        if time.monotonic() >= deadline or cancelled(ctx.cancel):
+            raise CustomizationError(f"guest customization did not report within {ctx.customization_timeout_s:.0f}s "
+                                     "(VMware Tools in the template? guest customization enabled?)")
+        time.sleep(ctx.poll_s)
+    if not result.succeeded:
+        raise CustomizationError(f"guest customization failed: {result.message}")
+    outcome.steps.append("customize")
+
+
+def _destroy(ctx: _Ctx, name: str, vm: Any, state: VmState, outcome: VmOutcome) -> None:
+    """`state: absent`: power the VM off (a guest shutdown first when its Tools run) and destroy it."""
+    if state.template:
+        raise DriftError(f"{name}: it became a template since the plan; not removed")
+    if state.power != PowerState.OFF:
+        _forward(ctx, "power-off")
+        _power_off(ctx, name, vm, state, outcome)
+    _forward(ctx, "destroy")
+    _task(ctx, name, "destroy", lambda: vmops.destroy(ctx.session, vm))
+    outcome.steps.append("destroy")
 
 
 def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> None:
-    from vgpuctl.vsphere.vm import config_spec
+    from vgpuctl.vsphere.vm import config_spec, extra_config
 
+    if not change.needs_reconfigure:
+        return
     devices = {int(d.key): d for d in state.devices}
-    spec = config_spec(change, devices, _group_names(ctx, change, state.host))
-    if spec is not None:
-        _forward(ctx, "reconfigure")
+    group_names = _group_names(ctx, change, state.host)
+    _forward(ctx, "reconfigure")
+    spec = config_spec(change, devices, group_names, _version_now(ctx, change, vm, state, outcome))
+    assert spec is not None  # needs_reconfigure: config_spec makes one
+    if change.nics:
+        host = next((h for h in ctx.observed.hosts.values() if h.moid == state.host), None)
+        spec.deviceChange = list(spec.deviceChange or []) + _nic_specs(ctx, change.nics, devices, host)
+    if change.cloud_init and change.identity is not None:
+        from vgpuctl.vms.identity import guestinfo
+        from vgpuctl.vsphere.vmnet import ethernet_macs
+
+        keys = guestinfo(change.identity, ethernet_macs(state.devices))
+        spec.extraConfig = list(spec.extraConfig or []) + extra_config(keys)
+    try:
         _task(ctx, change.vm, "reconfigure", lambda: vmops.reconfigure(ctx.session, vm, spec))
-        outcome.steps.append("reconfigure")
+    except VsphereFault as err:
+        if err.fault_type != CONCURRENT_ACCESS:
+            raise
+        raise DriftError(
+            f"{change.vm} was changed by something else while this run worked on it (vCenter refused the "
+            f"reconfigure: {err.fault_message}); not reconfigured, plan again" + _changed_by(ctx, change)
+        ) from err
+    outcome.steps.append("reconfigure")
+
+
+CONCURRENT_ACCESS = "vim.fault.ConcurrentAccess"  # vCenter's fault for a ConfigSpec whose changeVersion moved on
+
+
+def _version_now(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> str:
+    """The configuration version the reconfigure is conditional on: the one read before any step (equal to the
+    plan's: check_drift), or, for a VM this run just stopped, the one read now, its vGPUs checked again (a
+    power-off is no configuration change in the API, but vCenter may write the VM's files while it happens)."""
+    if not {"shutdown", "power-off"} & set(outcome.steps):
+        return state.change_version
+    now = _read_vm(ctx, vm, change.vm)
+    if _vgpu_keys(now.vgpus) != _vgpu_keys(state.vgpus):
+        raise DriftError(
+            f"{change.vm} changed while it was powered off: vGPUs are {_fmt(_vgpu_keys(now.vgpus))}, the plan saw "
+            f"{_fmt(_vgpu_keys(state.vgpus))}; not reconfigured, plan again" + _changed_by(ctx, change)
+        )
+    return now.change_version
+
+
+def _claim(ctx: _Ctx, change: VmChange, vm: Any, observed_vm: ObservedVm) -> None:
+    """Claim a VM the change will power off, reconfigure or power on (ClaimHeld names the run that has it; a VM
+    deleted since the plan is drift)."""
+    if ctx.claims is None or not (change.power_off or change.needs_reconfigure or change.power_on):
+        return
+
+    def waiting(held: LeaseHeld, left_s: float) -> None:
+        who = f"run {held.holder.run} by {held.holder.holder}" if held.holder is not None else "another run"
+        _step(ctx, change.vm, f"waiting for {who}", None)
+
+    try:
+        ctx.claims.claim(change.vm, observed_vm.moid, waiting)
+    except ClaimHeld:
+        raise
+    except Exception:
+        _read_vm(ctx, vm, change.vm)  # DriftError when the VM is gone
+        raise
+
+
+def _release(ctx: _Ctx, change: VmChange) -> None:
+    observed_vm = ctx.observed.vm_for(change)
+    if ctx.claims is not None and observed_vm is not None:
+        try:
+            ctx.claims.release(observed_vm.moid)
+        except Exception:  # an unreleased claim expires on its own
+            log.debug("%s: releasing the claim failed", change.vm, exc_info=True)
+
+
+def _check_drift(ctx: _Ctx, change: VmChange, observed_vm: ObservedVm, state: VmState) -> None:
+    try:
+        check_drift(change, observed_vm, state)
+    except DriftError as err:
+        raise DriftError(str(err) + _changed_by(ctx, change)) from None
+
+
+def _changed_by(ctx: _Ctx, change: VmChange) -> str:
+    """` (the last vgpuctl run on it: run X by WHO until TIME)`, or "" when no run left its claim behind."""
+    observed_vm = ctx.observed.vm_for(change)
+    last = ctx.claims.last_run(observed_vm.moid) if ctx.claims is not None and observed_vm is not None else ""
+    return f" (the last vgpuctl run on it: {last})" if last else ""
 
 
 def _restore_power(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
@@ -336,7 +497,8 @@ def _revert_vgpus(ctx: _Ctx, name: str, vm: Any, before: VmState, outcome: VmOut
     meanwhile): give it back the vGPUs it ran with and power it on; the outcome's message says how it ended.
     Never raises."""
     try:
-        spec = revert_spec(before.devices, _read_vm(ctx, vm, name).devices)
+        now = _read_vm(ctx, vm, name)
+        spec = revert_spec(before.devices, now.devices, now.change_version)
         if spec.deviceChange:
             _task(ctx, name, "reconfigure (revert)", lambda: vmops.reconfigure(ctx.session, vm, spec))
             outcome.steps.append("reconfigure (revert)")
@@ -363,6 +525,16 @@ def _discard_clone(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
         return
     outcome.steps.append("remove clone")
     outcome.message = "the clone this run made was removed: the next apply places it again"
+
+
+def _nic_specs(ctx: _Ctx, changes: list[NicChange], devices: dict[int, Any], host: ObservedHost | None) -> list[Any]:
+    """Device specs of the VM's adapter changes; SR-IOV and DirectPath adds ask the host for its PCI passthrough
+    system ids first (one QueryConfigTarget)."""
+    from vgpuctl.vsphere import vmnet
+
+    ids = vmnet.system_ids(ctx.session, host) if host is not None and vmnet.needs_system_ids(changes) else None
+    target = vmnet.NicTarget(ctx.observed.networks, host, ids)
+    return vmnet.nic_specs(changes, devices, target, ctx.session.stub)
 
 
 def _vgpu_keys(vgpus: list[Any]) -> list[tuple[int, str]]:
@@ -417,8 +589,18 @@ def check_drift(change: VmChange, observed: ObservedVm, state: VmState) -> None:
     then = sorted((v.key, v.profile) for v in observed.vgpus)
     if now != then:
         problems.append(f"vGPUs are {_fmt(now)}, the plan saw {_fmt(then)}")
+    elif observed.change_version and state.change_version != observed.change_version:
+        problems.append("its configuration changed (vCenter's changeVersion moved)")
+    if change.nics:  # the adapters the plan changes or keeps must be the ones it saw
+        adapters = _adapters(state.nics)
+        if adapters != _adapters(observed.nics):
+            problems.append(f"network adapters are {_fmt(adapters)}, the plan saw {_fmt(_adapters(observed.nics))}")
     if problems:
         raise DriftError(f"{change.vm} changed since the plan: " + "; ".join(problems) + "; not touched, plan again")
+
+
+def _adapters(nics: list[ObservedNic]) -> list[tuple[int, str]]:
+    return sorted((n.key, str(n.kind)) for n in nics)
 
 
 def _fmt(devices: list[tuple[int, str]]) -> str:
@@ -451,8 +633,16 @@ def _clone(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> Any:
             raise NotFound(f"{change.vm}: VM folder {clone.folder!r} not found")
     else:
         folder_moid = obs.moids.get("vm_folder", "")
+    host = obs.hosts.get(clone.host or "")
+    devices = _nic_specs(ctx, clone.nics, {}, host) if clone.nics else None
+    custom = None
+    if clone.identity is not None and not change.cloud_init:
+        from vgpuctl.vsphere.vmnet import customization_spec
+
+        custom = customization_spec(clone.identity)
     vm = _task(ctx, change.vm, "clone", lambda: vmops.clone(ctx.session, template.moid, folder_moid, change.vm,
-                                                           clone, pool_moid=pool_moid, host_moid=host_moid))
+                                                           clone, pool_moid=pool_moid, host_moid=host_moid,
+                                                           device_changes=devices, customization=custom))
     outcome.steps.append("clone")
     return vm
 
@@ -487,20 +677,15 @@ def _wait_off(ctx: _Ctx, vm: Any, name: str) -> bool:
 
 
 def _task(ctx: _Ctx, name: str, step: str, start: Callable[[], Any]) -> Any:
-    """Start a vCenter task for the VM's step and wait for it, listed in RUNNING from the moment the request
-    is sent (vCenter may act on it even when the answer never comes back), then by the task's id."""
-    requested = f"{step} {name} (requested)"
-    RUNNING.add(requested)
-    try:
-        _step(ctx, name, step, 0)
-        task = start()
-        label = f"{step} {name} ({getattr(task, '_moId', '?')})"
-        RUNNING.add(label)
-    finally:
-        RUNNING.discard(requested)
-    try:
-        result = ctx.watcher.wait(task, lambda pct: _step(ctx, name, step, pct))
-    finally:
-        RUNNING.discard(label)
+    """Start a vCenter task for the VM's step and wait for it (listed for a second Ctrl-C's line from the moment
+    the request is sent: vgpuctl.vsphere.tasks.dispatch)."""
+    from vgpuctl.vsphere.tasks import dispatch
+
+    _step(ctx, name, step, 0)
+
+    def wait(task: Any) -> Any:
+        return ctx.watcher.wait(task, lambda pct: _step(ctx, name, step, pct))
+
+    result = dispatch(f"{step} {name}", start, wait)
     _step(ctx, name, step, 100)
     return result

@@ -4,9 +4,10 @@ after the other in power-on order (`place_farm`), each by the one-VM rules of vg
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from vgpuctl.domain import AssignmentPolicy
+from vgpuctl.vms.nicplace import NicLedger, NicNeed, commit, fit_on, ledgers_from_observed
 from vgpuctl.vms.placement import Gpu, Placement, add_vgpu, gpus_from_observed, place_vm, remove_vgpu
 
 
@@ -19,12 +20,14 @@ class Request:
     hosts: list[str]
     nvlink: bool = False
     cluster: str | None = None
+    nics: tuple[NicNeed, ...] = ()  # SR-IOV and passthrough adapters it holds while it runs
 
 
 @dataclass
 class FarmState:
     gpus: dict[str, list[Gpu]]  # host -> GPUs
     policy: dict[str, str]  # host -> assignment policy
+    nics: dict[str, NicLedger] = field(default_factory=dict)  # host -> free VFs and passthrough NICs
 
 
 def farm_from_observed(observed, release: Iterable[str] = ()) -> FarmState:
@@ -47,7 +50,7 @@ def farm_from_observed(observed, release: Iterable[str] = ()) -> FarmState:
                     _release_one(g, profiles.get(vm, []))
         gpus[name] = host_gpus
         policy[name] = host.assignment_policy
-    return FarmState(gpus, policy)
+    return FarmState(gpus, policy, ledgers_from_observed(observed, released))
 
 
 def _vms_on(host, gpu_id: str) -> list[str]:
@@ -70,11 +73,13 @@ def place_farm(state: FarmState, requests: Sequence[Request]) -> dict[str, Place
         chosen: Placement | None = None
         for host in req.hosts:
             host_gpus = state.gpus.get(host)
-            if host_gpus is None:
-                failures.append(Placement(req.vm, host, reason="is not a known host"))
+            assigned, why = fit_on(state.nics, host, req.nics)  # SR-IOV VFs and passthrough NICs first
+            if host_gpus is None or why is not None:
+                failures.append(Placement(req.vm, host, reason="is not a known host" if host_gpus is None else why))
                 continue
             res = place_vm(host_gpus, req.vm, req.profiles, state.policy.get(host, AssignmentPolicy.PERFORMANCE),
                            nvlink=req.nvlink, host=host)
+            res.nics = assigned
             if res.ok:
                 chosen = res
                 break
@@ -85,6 +90,7 @@ def place_farm(state: FarmState, requests: Sequence[Request]) -> dict[str, Place
         by_id = {g.id: g for g in state.gpus[chosen.host or ""]}
         for pl in chosen.placed:
             add_vgpu(by_id[pl.gpu], pl.profile)
+        commit(state.nics, chosen.host or "", req.nics, chosen.nics)
         results[req.vm] = chosen
     return results
 

@@ -167,6 +167,7 @@ class Placement:
     placed: list[Placed] = field(default_factory=list)
     reason: str | None = None
     fitted: int = 0  # how many of the VM's vGPUs fitted before placement gave up
+    nics: dict[int, str] = field(default_factory=dict)  # adapter index -> PCI id of its NIC (SR-IOV, passthrough)
 
     @property
     def ok(self) -> bool:
@@ -567,9 +568,9 @@ def group_refusal(nvlink_set: list[Gpu], profiles: Sequence[str]) -> str | None:
 
 
 def _spelled(type_name: str, like: str) -> str:
-    """A type name spelled as vSphere spells `like`, a profile name placement reads (its `grid_` or `nvidia_`
-    prefix)."""
-    return like[: like.index("_") + 1] + type_name.lower()
+    """A type name spelled as vSphere spells `like` (its `grid_` or `nvidia_` prefix)."""
+    prefix = like[: like.index("_") + 1] if "_" in like else "grid_"
+    return prefix + type_name.lower()
 
 
 def _no_group_reason(sets: list[list[Gpu]], profiles: Sequence[str]) -> str:
@@ -645,7 +646,7 @@ def _shortfall(gpus: list[Gpu], wanted: list[VgpuProfile], fitted: int, nvlink: 
     what = _summary(wanted)
     where = " on one NVLink-connected set" if nvlink else " on separate GPUs"
     text = f"lacks GPU capacity for {what}{where if len(wanted) > 1 else ''}: {fitted} of {len(wanted)} fit"
-    first_missing = wanted[fitted]  # callers give up before all fitted
+    first_missing = wanted[fitted] if fitted < len(wanted) else wanted[-1]
     reasons = sorted({r for g in gpus if (r := why_not(g, first_missing))})
     if not gpus:
         return f"{text} (no GPUs)"

@@ -9,14 +9,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from vgpuctl.domain import NvlinkRequirement, Power, PowerState
+from vgpuctl.domain import Keep, NvlinkRequirement, Power, PowerState, VmState
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import usable_host
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.predict import predict_observed
-from vgpuctl.inventory import Inventory, VmSpec
+from vgpuctl.inventory import Inventory, KeyPath, VmSpec
 from vgpuctl.model import (
     CloneSpec,
     DeviceChange,
@@ -44,8 +44,11 @@ from vgpuctl.profiles import (
     spellings,
     try_parse,
 )
+from vgpuctl.vms import gpudirect
 from vgpuctl.vms.farm import Request, farm_from_observed, place_farm
-from vgpuctl.vms.placement import power_on_key
+from vgpuctl.vms.identity import address_conflicts, plan_identity
+from vgpuctl.vms.network import NetPlan, plan_network, resolve_devices
+from vgpuctl.vms.placement import Placement, power_on_key
 
 USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
 MMIO_SIZE = "pciPassthru.64bitMMIOSizeGB"
@@ -64,6 +67,8 @@ class _VmPlan:
     profiles: list[str] = field(default_factory=list)
     candidates: list[str] = field(default_factory=list)  # hosts the VM is on or may be created on
     key: str = ""  # its key in observed.vms (its name unless VMs in several folders share the name)
+    located: list[tuple[KeyPath, str]] = field(default_factory=list)  # errors about one inventory key
+    net: NetPlan = field(default_factory=NetPlan)
 
 
 def make_plan(
@@ -96,9 +101,22 @@ def make_plan(
     for vp in plans:
         plan.vm_changes.append(vp.change)
         plan.problems.extend(Problem(e, vm=vp.spec.name) for e in vp.errors)
+        plan.problems.extend(Problem(m, vm=vp.spec.name, at=_at(inv, path)) for path, m in vp.located)
         plan.warnings.extend(f"vm {vp.spec.name}: {w}" for w in vp.warnings)
     hostplan.mark_dependencies(plan.vm_changes, base, plan.host_changes)
+    removed = sorted(c.vm for c in plan.changes if c.destroy)
+    if removed and not inv.allow_destroy:
+        plan.warnings.append(f"the plan removes {', '.join(removed)} (state: absent): apply does so only with "
+                             "--allow-destroy or allow_destroy: true in the inventory")
     return plan
+
+
+def _at(inv: Inventory, path: KeyPath) -> str | None:
+    """FILE:LINE:COL of an inventory key (None for an inventory built in code, which has no file)."""
+    err = inv.locate(path).error("")
+    if inv.source_path is None or err.line is None:
+        return None
+    return f"{err.file}:{err.line}:{err.col}" if err.col is not None else f"{err.file}:{err.line}"
 
 
 # ---------------------------------------------------------------------------------------------- one VM
@@ -106,6 +124,8 @@ def make_plan(
 
 def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
     vp = _VmPlan(spec, VmChange(spec.name))
+    if spec.state == VmState.ABSENT:
+        return _plan_removal(vp, observed)
     try:
         parsed = [parse_profile(p) for p in spec.vgpu_profiles]
     except ProfileError as exc:
@@ -141,8 +161,63 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
         parsed = []
         vp.profiles = _current_profiles(base)
     _diff_fields(vp, base, parsed)
+    _plan_network(vp, base, observed)
     _plan_power(vp, base)
     return vp
+
+
+def _plan_removal(vp: _VmPlan, observed: Observed) -> _VmPlan:
+    """`state: absent`: the VM the entry names is powered off and destroyed, its vGPUs listed as removed; nothing
+    when it does not exist. Never a VM the inventory does not name, never a template."""
+    key, obs, problem = find_vm(observed, vp.spec.name, folder_path(vp.spec.folder))
+    if problem:
+        vp.errors.append(problem)
+        return vp
+    if obs is None:
+        vp.exists = False
+        return vp
+    if obs.is_template:
+        vp.errors.append("is a template in vCenter, not a VM: vgpuctl does not remove templates")
+        return vp
+    vp.key = key or vp.spec.name
+    change = vp.change
+    change.observed_key = key if key != vp.spec.name else None
+    change.destroy = True
+    change.power_off = obs.power_state in RUNNING
+    change.devices = [DeviceChange(Op.REMOVE, d.profile, d.key) for d in sorted(obs.vgpus, key=lambda d: d.key)]
+    return vp
+def _plan_network(vp: _VmPlan, base: ObservedVm, observed: Observed) -> None:
+    """Adapters (vgpuctl.vms.network), all memory reserved for RDMA and passthrough adapters, GPUDirect RDMA's
+    settings, and a new VM's identity (vgpuctl.vms.identity)."""
+    spec, change = vp.spec, vp.change
+    vp.net = net = plan_network(spec, base, observed, vp.candidates)
+    vp.located += net.errors
+    if net.hosts is not None and not vp.exists and not net.errors:
+        vp.candidates = net.hosts
+    if change.clone is not None:
+        change.clone.nics = net.changes
+    else:
+        change.nics = net.changes
+    locked = any(f.field == "memoryReservationLockedToMax" for f in change.fields)
+    if net.reserve_memory and not base.memory_reservation_locked and not locked:
+        change.fields.append(FieldChange("memoryReservationLockedToMax", False, True))
+    if spec.gpudirect_rdma:
+        change.extra_config.update(gpudirect.extra_config(base.extra_config))
+    vp.located += _mac_conflicts(vp, observed)
+    if change.clone is not None and spec.identity is not None:
+        change.clone.identity = identity = plan_identity(spec, net.ethernet)
+        if identity is not None:
+            vp.located += address_conflicts(spec, identity, observed, None)
+
+
+def _mac_conflicts(vp: _VmPlan, observed: Observed) -> list[tuple[KeyPath, str]]:
+    owners = {n.mac.lower(): vm.name for key, vm in observed.vms.items() if key != vp.key for n in vm.nics if n.mac}
+    out: list[tuple[KeyPath, str]] = []
+    for j, adapter in enumerate(vp.spec.adapters):
+        if adapter.mac is not None and adapter.mac in owners:
+            out.append((("vms", vp.spec._index, "network", j, "mac"),
+                        f"MAC address {adapter.mac} is in use by VM {owners[adapter.mac]}"))
+    return out
 
 
 def find_vm(observed: Observed, name: str, folder: str | None) -> tuple[str | None, ObservedVm | None, str]:
@@ -220,6 +295,7 @@ def _plan_clone(vp: _VmPlan, observed: Observed) -> ObservedVm | None:
         name=spec.name, firmware=template.firmware, hardware_version=template.hardware_version,
         memory_reservation_locked=template.memory_reservation_locked, extra_config=dict(template.extra_config),
         vgpus=[ObservedVgpu(d.key, d.profile, d.device_group_key) for d in template.vgpus],
+        nics=[replace(n) for n in template.nics],
         power_state=PowerState.OFF, cpus=spec.cpus or template.cpus, memory_mb=spec.memory_mb or template.memory_mb,
     )
 
@@ -285,8 +361,8 @@ def _offer_error(vp: _VmPlan, hosts: list[ObservedHost], added: list[str]) -> st
         missing = [p for p in added if p not in h.offered_profiles]
         offered = ", ".join(sorted(h.offered_profiles)) or "none"
         return f"host {h.name} does not offer {', '.join(missing)} in its current GPU mode (offered: {offered})"
-    # several candidate hosts (or none) only for a new VM placed by cluster
-    return f"no host of cluster {vp.spec.cluster} offers {', '.join(added)} in its current GPU mode"
+    where = f"cluster {vp.spec.cluster}" if vp.spec.cluster else "the candidate hosts"
+    return f"no host of {where} offers {', '.join(added)} in its current GPU mode"
 
 
 def uvm_enabled(extra_config: dict[str, str]) -> list[str]:
@@ -350,24 +426,70 @@ def _diff_fields(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> No
             change.fields.append(FieldChange("memoryMB", base.memory_mb, spec.memory_mb))
     if not parsed:
         return
+    keep = set(spec.keep) if vp.exists else set()  # a new VM gets everything its vGPUs need
     if not base.memory_reservation_locked:
-        change.fields.append(FieldChange("memoryReservationLockedToMax", False, True))
+        if Keep.MEMORY_LOCK in keep:
+            vp.warnings.append(KEPT[Keep.MEMORY_LOCK])
+        else:
+            change.fields.append(FieldChange("memoryReservationLockedToMax", False, True))
     if not any(p.large_bar for p in parsed):
         return
+    _check_firmware(vp, base, keep)
+    _diff_mmio(vp, base, parsed, keep)
+
+
+# What NVIDIA requires that an adopted VM lacks (its entry's `keep`): the warning plan gives for each.
+KEPT = {
+    Keep.MEMORY_LOCK: "keeps its memory reservation unlocked (keep: memory-lock); vGPU VMs need all their memory "
+                      "reserved (NVIDIA vGPU User Guide, 2.7.7.2): it powers on only while its reservation equals its "
+                      "memory; remove memory-lock from keep to let vgpuctl lock it",
+    Keep.EFI: "keeps BIOS firmware (keep: efi); C-series vGPUs need EFI (NVIDIA AI Enterprise, Requirements for "
+              "Using NVIDIA vGPU (C-Series)); switching an installed guest's firmware breaks its boot: recreate it",
+    Keep.HARDWARE_VERSION: "keeps its hardware version (keep: hardware-version); vGPUs need vmx-17 or later",
+    Keep.MMIO: "keeps its 64-bit MMIO settings (keep: mmio); C-series vGPUs need 64-bit MMIO of at least {need} GB "
+               "(NVIDIA AI Enterprise, Requirements for Using NVIDIA vGPU (C-Series); VMware KB 2142307); remove mmio "
+               "from keep to let vgpuctl set it (a power-off)",
+}
+
+
+def _check_firmware(vp: _VmPlan, base: ObservedVm, keep: set[Keep]) -> None:
+    spec = vp.spec
     if base.firmware != "efi":
-        if vp.exists:
+        if Keep.EFI in keep:
+            vp.warnings.append(KEPT[Keep.EFI])
+        elif vp.exists:
             vp.errors.append(f"firmware is {base.firmware.upper()}; C-series vGPUs (large BAR) need EFI firmware, and "
-                             "switching an installed guest's firmware breaks its boot: recreate the VM with EFI")
+                             "switching an installed guest's firmware breaks its boot: recreate the VM with EFI (or "
+                             "keep: [efi] to leave it as it is)")
         else:
             vp.errors.append(f"template {spec.template} uses {base.firmware.upper()} firmware; C-series vGPUs "
                              "(large BAR) need EFI firmware: use an EFI template")
     hw = _hw_version(base.hardware_version)
     if hw is not None and hw < MIN_HW_VERSION_LARGE_BAR:
-        vp.errors.append(f"hardware version {base.hardware_version} is too old for large-BAR vGPUs "
-                         f"(needs vmx-{MIN_HW_VERSION_LARGE_BAR} or later)")
+        if Keep.HARDWARE_VERSION in keep:
+            vp.warnings.append(KEPT[Keep.HARDWARE_VERSION])
+        else:
+            vp.errors.append(f"hardware version {base.hardware_version} is too old for large-BAR vGPUs "
+                             f"(needs vmx-{MIN_HW_VERSION_LARGE_BAR} or later)")
+
+
+def mmio_missing(vm: ObservedVm, parsed: list[VgpuProfile]) -> int | None:
+    """The 64-bit MMIO size (GB) the VM's large-BAR vGPUs need when its settings fall short, else None."""
+    need = mmio_size_gb(parsed)
+    current = _int_or_none(vm.extra_config.get(MMIO_SIZE))
+    on = str(vm.extra_config.get(USE_64BIT_MMIO, "")).upper() == "TRUE"
+    return need if not on or current is None or current < need else None
+
+
+def _diff_mmio(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile], keep: set[Keep]) -> None:
+    change = vp.change
+    need = mmio_size_gb(parsed)  # by the vGPUs' physical GPUs (NVIDIA's per-GPU table), a larger value is kept
+    if Keep.MMIO in keep:
+        if mmio_missing(base, parsed) is not None:
+            vp.warnings.append(KEPT[Keep.MMIO].format(need=need))
+        return
     if str(base.extra_config.get(USE_64BIT_MMIO, "")).upper() != "TRUE":
         change.extra_config[USE_64BIT_MMIO] = "TRUE"
-    need = mmio_size_gb(parsed)  # by the vGPUs' physical GPUs (NVIDIA's per-GPU table), a larger value is kept
     current = _int_or_none(base.extra_config.get(MMIO_SIZE))
     if current is None or current < need:
         change.extra_config[MMIO_SIZE] = str(need)
@@ -419,7 +541,8 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     """Place every VM that will be powered on; a VM that would not fit gets a plan error naming the host."""
     release = [vp.key for vp in plans if vp.change.power_off]
     state = farm_from_observed(observed, release)
-    todo = [vp for vp in plans if vp.change.power_on and not vp.errors and vp.profiles]
+    todo = [vp for vp in plans if vp.change.power_on and not vp.errors and not vp.located
+            and (vp.profiles or vp.net.needs)]
     # existing VMs first, then new ones, each largest first: the order apply powers them on per host
     todo.sort(key=lambda vp: power_on_key(vp.spec.name, vp.profiles, exists=vp.exists))
     requests = []
@@ -429,7 +552,7 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
             vp.errors.append(_unusable(vp, observed))
             continue
         requests.append(Request(vp.spec.name, vp.profiles, usable, vp.spec.nvlink == NvlinkRequirement.REQUIRED,
-                                None if vp.exists else vp.spec.cluster))
+                                None if vp.exists else vp.spec.cluster, tuple(vp.net.needs)))
     results = place_farm(state, requests)
     by_name = {vp.spec.name: vp for vp in todo}
     for rank, req in enumerate(requests):
@@ -438,13 +561,30 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
         vp = by_name[name]
         if not res.ok:
             vp.errors.append(f"cannot power on: {res.reason}")
-        elif vp.change.clone is not None and vp.change.clone.host is None:
+            continue
+        if vp.change.clone is not None and vp.change.clone.host is None:
             vp.change.clone.host = res.host
+        _place_adapters(vp, observed, res)
     for vp in plans:  # new VMs that stay off: pin to the first usable host that offers their profiles
         clone = vp.change.clone
-        if clone is not None and clone.host is None and vp.profiles and not vp.change.power_on:
+        if clone is not None and clone.host is None and (vp.profiles or vp.net.needs) and not vp.change.power_on:
             usable = [h for h in vp.candidates if usable_host(observed.hosts.get(h))]
             clone.host = next(iter(usable or vp.candidates), None)
+        if vp.net.adds and not vp.change.power_on and not vp.errors:
+            host = observed.hosts.get(clone.host if clone is not None and clone.host else vp.candidates[0]
+                                      if vp.candidates else "")
+            if host is not None:
+                resolve_devices(vp.spec, host, vp.net)
+
+
+def _place_adapters(vp: _VmPlan, observed: Observed, res: Placement) -> None:
+    """The NICs placement chose for the VM's SR-IOV and passthrough adds, and GPUDirect RDMA's topology check."""
+    for j, add in vp.net.adds.items():
+        if j in res.nics:
+            add.device = res.nics[j]
+    host = observed.hosts.get(res.host or "")
+    if vp.spec.gpudirect_rdma and host is not None:
+        vp.warnings += gpudirect.topology_warnings(host, res.assign, res.nics.values())
 
 
 def _unusable(vp: _VmPlan, observed: Observed) -> str:

@@ -33,4 +33,12 @@ def fault_message(fault: Any) -> str:
 
 
 def to_error(fault: Any, obj: str | None = None) -> VsphereFault:
-    return VsphereFault(fault_type(fault), fault_message(fault), obj)
+    privilege = getattr(fault, "privilegeId", None)
+    return VsphereFault(fault_type(fault), fault_message(fault), obj, str(privilege) if privilege else None)
+
+
+def cause(err: VsphereFault) -> str:
+    """A fault as the cause of something unread, the same on every host it hit: its short type and the missing
+    privilege, or its message."""
+    short = err.fault_type.rsplit(".", 1)[-1]
+    return f"{short}: {err.privilege} missing" if err.privilege else f"{short}: {err.fault_message}"

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from vgpuctl.domain import AssignmentPolicy, ConnectionState, GpuGraphicsType, GpuVgpuMode, GraphicsType, PowerState
 from vgpuctl.errors import NotFound, VgpuctlError, VsphereFault
 from vgpuctl.vsphere.faults import to_error
+from vgpuctl.vsphere.tasks import dispatch, in_flight
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -220,7 +221,7 @@ def update_graphics(
             dev.vgpuMode = mode
         config.deviceType.append(dev)
     gm = _manager(session, moid, "configManager.graphicsManager")
-    _call(session, name, gm.UpdateGraphicsConfig, config)
+    in_flight(f"graphics host {name}", lambda: _call(session, name, gm.UpdateGraphicsConfig, config))
     try:
         _call(session, name, gm.RefreshGraphicsManager)
     except VsphereFault as err:  # the refresh only speeds up what vCenter shows
@@ -244,10 +245,13 @@ def effective_module_options(session: Session, moid: str, module: str = "nvidia"
     return None
 
 
-def update_module_options(session: Session, moid: str, options: str, module: str = "nvidia") -> None:
+def update_module_options(
+    session: Session, moid: str, options: str, module: str = "nvidia", host: str | None = None
+) -> None:
     """Replace the module's whole option string (callers merge first); in effect after the next reboot."""
     kms = _manager(session, moid, "configManager.kernelModuleSystem")
-    _call(session, moid, kms.UpdateModuleOptionString, module, options)
+    in_flight(f"module-options host {host or moid}",
+              lambda: _call(session, moid, kms.UpdateModuleOptionString, module, options))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------- maintenance / reboot
@@ -262,31 +266,32 @@ def _wait_task(session: Session, watcher: Any, task: Any) -> Any:
         return w.wait(task)
 
 
-def _task(session: Session, watcher: Any, obj: str, fn: Callable[..., Any], *args: Any) -> Any:
-    task = _call(session, obj, fn, *args)
+def _task(session: Session, watcher: Any, obj: str, label: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Start the task and wait for it, listed as `label` for a second Ctrl-C's line once the request is sent."""
     try:
-        return _wait_task(session, watcher, task)
+        return dispatch(label, lambda: _call(session, obj, fn, *args), lambda task: _wait_task(session, watcher, task))
     except VsphereFault as err:
         if err.obj is None:
-            raise VsphereFault(err.fault_type, err.fault_message, obj) from err
+            raise VsphereFault(err.fault_type, err.fault_message, obj, err.privilege) from err
         raise
 
 
 def enter_maintenance(session: Session, moid: str, watcher: Any = None, host: str | None = None) -> None:
     h = host_object(session, moid)
-    _task(session, watcher, host or moid, h.EnterMaintenanceMode_Task, 0, False)
+    name = host or moid
+    _task(session, watcher, name, f"enter-maintenance host {name}", h.EnterMaintenanceMode_Task, 0, False)
 
 
 def exit_maintenance(session: Session, moid: str, watcher: Any = None, host: str | None = None) -> None:
     h = host_object(session, moid)
-    _task(session, watcher, host or moid, h.ExitMaintenanceMode_Task, 0)
+    _task(session, watcher, host or moid, f"exit-maintenance host {host or moid}", h.ExitMaintenanceMode_Task, 0)
 
 
 def reboot(session: Session, moid: str, watcher: Any = None, host: str | None = None) -> str | None:
     """RebootHost_Task (force=False: the host must be in maintenance mode); returns the boot time before."""
     before = read_host(session, moid).boot_time
     h = host_object(session, moid)
-    _task(session, watcher, host or moid, h.RebootHost_Task, False)
+    _task(session, watcher, host or moid, f"reboot host {host or moid}", h.RebootHost_Task, False)
     return before
 
 
@@ -362,6 +367,17 @@ def _vgpus(devices: list[Any]) -> list[str]:
     ]
 
 
+def vm_exists(session: Session, moid: str) -> bool:
+    """Whether vCenter still has the VM (one property read)."""
+    from pyVmomi import vmodl
+
+    try:
+        _props(session, moid, "VirtualMachine", ["name"])
+    except (NotFound, vmodl.fault.ManagedObjectNotFound):
+        return False
+    return True
+
+
 def vm_power_state(session: Session, moid: str) -> str:
     return str(_props(session, moid, "VirtualMachine", ["runtime.powerState"]).get("runtime.powerState"))
 
@@ -379,7 +395,7 @@ def shutdown_vm(
         return "already off"
     if vm.tools_running:
         try:
-            session.invoke(obj.ShutdownGuest)
+            in_flight(f"shutdown {vm.name}", lambda: session.invoke(obj.ShutdownGuest))
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 if vm_power_state(session, vm.moid) == PowerState.OFF:
@@ -389,7 +405,7 @@ def shutdown_vm(
         except (vim.fault.ToolsUnavailable, vim.fault.InvalidState, vmodl.fault.NotSupported) as err:
             log.info("%s: graceful shutdown not possible (%s); powering off", vm.name, type(err).__name__)
     try:
-        _task(session, watcher, vm.name, obj.PowerOffVM_Task)
+        _task(session, watcher, vm.name, f"power-off {vm.name}", obj.PowerOffVM_Task)
     except VsphereFault:
         if vm_power_state(session, vm.moid) != PowerState.OFF:
             raise
@@ -399,7 +415,7 @@ def shutdown_vm(
 def power_on_vm(session: Session, vm_moid: str, name: str, watcher: Any = None) -> None:
     if vm_power_state(session, vm_moid) == PowerState.ON:
         return
-    _task(session, watcher, name, vm_object(session, vm_moid).PowerOnVM_Task)
+    _task(session, watcher, name, f"power-on {name}", vm_object(session, vm_moid).PowerOnVM_Task)
 
 
 def migrate_vm(session: Session, vm: HostVm, destination: str, watcher: Any = None) -> None:
@@ -408,4 +424,5 @@ def migrate_vm(session: Session, vm: HostVm, destination: str, watcher: Any = No
     from pyVmomi import vim
 
     spec = vim.vm.RelocateSpec(host=host_object(session, find_host(session, destination)))
-    _task(session, watcher, vm.name, vm_object(session, vm.moid).RelocateVM_Task, spec)
+    _task(session, watcher, vm.name, f"migrate {vm.name} to {destination}", vm_object(session, vm.moid).RelocateVM_Task,
+          spec)  # fmt: skip

@@ -25,6 +25,8 @@ from vgpuctl.model import (
     ObservedVm,
 )
 from vgpuctl.profiles import max_vgpus_per_vm, observed_profile
+from vgpuctl.vsphere import netobserve
+from vgpuctl.vsphere.netobserve import HOST_NET_PROPS, NETWORK_PROPS, PORTGROUP_PROPS, SWITCH_PROPS, VM_NET_PROPS
 from vgpuctl.vsphere.nvlink import device_group_sets, observed_groups
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
 
@@ -52,17 +54,18 @@ HOST_PROPS = [
     "config.graphicsInfo",
     "config.graphicsConfig",
     "config.sharedPassthruGpuTypes",
-    "hardware.pciDevice",  # the lean reader keeps only the devices a GPU of config.graphicsInfo names (rawread)
+    "hardware.pciDevice",  # the lean reader keeps the GPUs graphicsInfo names, the NICs and bridges (rawread)
     "configManager.graphicsManager",
     "customValue",  # vgpuctl's unfinished host work and run leases (vgpuctl.vsphere.workrecord)
     "availableField",
+    *HOST_NET_PROPS,  # physical NICs, SR-IOV and passthrough state, NUMA nodes (vsphere/netobserve.py)
 ]
 
 VM_PROPS = [
     "name",
     "parent",
     "config.template",
-    "config.hardware.device",  # the lean reader keeps only PCI passthrough devices (rawread)
+    "config.hardware.device",  # the lean reader keeps only PCI passthrough devices and network adapters (rawread)
     "config.hardware.numCPU",
     "config.hardware.memoryMB",
     "config.memoryReservationLockedToMax",
@@ -70,18 +73,23 @@ VM_PROPS = [
     "config.firmware",
     "config.extraConfig",
     "config.version",
+    "config.changeVersion",
     "runtime.powerState",
     "runtime.host",
     "guest.net",
     "guest.ipAddress",
     "guest.guestState",
     "guest.toolsRunningStatus",
+    *VM_NET_PROPS,
 ]
 
 TYPE_PROPS = {
     "Datacenter": ["name", "parent", "vmFolder"],
     "Folder": ["name", "parent"],
     "ComputeResource": ["name", "parent", "resourcePool", "environmentBrowser"],  # ClusterComputeResource too
+    "Network": NETWORK_PROPS,  # port groups; DistributedVirtualPortgroup is a Network too
+    "DistributedVirtualPortgroup": PORTGROUP_PROPS,
+    "DistributedVirtualSwitch": SWITCH_PROPS,
     "HostSystem": HOST_PROPS,
     "VirtualMachine": VM_PROPS,
 }
@@ -240,7 +248,9 @@ def build_observed(objects: dict[str, Obj], datacenter: str | None) -> Observed:
     observed.folders.sort()
 
     by_name = sorted(in_dc, key=lambda m: str(objects[m].get("name", "")))
-    vms = [_vm(objects, objects[m], vm_root) for m in by_name if _is_vm(objects[m])]
+    host_names = {m: str(objects[m].get("name")) for m in in_dc if objects[m].type == "HostSystem"}
+    observed.networks = netobserve.networks(objects, in_dc, host_names)
+    vms = [_vm(objects, objects[m], vm_root, observed) for m in by_name if _is_vm(objects[m])]
     keys = vm_keys(vms)
     for moid in by_name:
         obj = objects[moid]
@@ -343,6 +353,8 @@ def _host(objects: dict[str, Obj], obj: Obj, vm_keys: dict[str, str]) -> Observe
     for info in obj.get("config.graphicsInfo", []):
         host.gpus.append(_gpu(objects, info, pci.get(str(info.pciId)), vm_keys))
     host.gpus.sort(key=lambda g: g.pci_id)
+    netobserve.place_gpus(host.gpus, obj, pci)
+    host.nics = netobserve.host_nics(obj, pci)
     names = _by_key(obj.get("availableField", {}), "name")
     values = _by_key(obj.get("customValue", {}), "value")
     host.custom_values = {names[k]: str(v) for k, v in values.items() if k in names and v}
@@ -373,7 +385,7 @@ def _gpu(objects: dict[str, Obj], info: Any, pci: Any, vm_keys: dict[str, str]) 
     return gpu
 
 
-def _vm(objects: dict[str, Obj], obj: Obj, vm_root: str) -> ObservedVm:
+def _vm(objects: dict[str, Obj], obj: Obj, vm_root: str, observed: Observed) -> ObservedVm:
     host_obj = objects.get(_moid(obj.get("runtime.host")))
     host = str(host_obj.get("name")) if host_obj is not None else None
     cluster = None
@@ -401,8 +413,12 @@ def _vm(objects: dict[str, Obj], obj: Obj, vm_root: str) -> ObservedVm:
         guest_state=str(obj.get("guest.guestState") or "notRunning"),
         tools_running=obj.get("guest.toolsRunningStatus") == "guestToolsRunning",
         guest_ips=_guest_ips(obj),
+        change_version=str(obj.get("config.changeVersion") or ""),
     )
-    vm.vgpus, vm.other_passthrough = split_devices(obj.get("config.hardware.device", []))
+    devices = obj.get("config.hardware.device", [])
+    vm.vgpus, vm.other_passthrough = split_devices(devices)
+    vm.nics = netobserve.vm_nics(devices, observed.networks)
+    vm.guest_hostname = str(obj.get("guest.hostName") or "")
     return vm
 
 
@@ -523,9 +539,10 @@ def observe_nvlink(session: Session, observed: Observed, hosts: Iterable[str]) -
         results = list(pool.map(lambda n: _query_device_groups(session, observed.hosts[n]), names))
     observed.round_trips += session.round_trips - start
     done = []
+    unread: dict[str, list[str]] = {}  # cause -> hosts: one warning per cause, naming the hosts
     for name, groups in zip(names, results, strict=True):
         if isinstance(groups, str):
-            observed.warnings.append(f"host {name}: NVLink sets not read ({groups})")
+            unread.setdefault(groups, []).append(name)
             continue
         host = observed.hosts[name]
         host.device_groups = observed_groups(groups)
@@ -533,6 +550,9 @@ def observe_nvlink(session: Session, observed: Observed, hosts: Iterable[str]) -
         set_nvlink_sets(observed, name, [s.gpus for s in offered], [s.group_sizes for s in offered],
                         [s.profiles for s in offered])
         done.append(name)
+    for why, hosts in unread.items():
+        where = f"hosts {', '.join(hosts)}" if len(hosts) > 1 else f"host {hosts[0]}"
+        observed.warnings.append(f"{where}: NVLink sets not read ({why})")
     return done
 
 

@@ -175,10 +175,11 @@ _tags: dict[bytes, tuple[bool, bool]] = {}  # a device start tag's rest -> (may 
 
 def drop_unread_devices(body: bytes) -> bytes:
     """The answer without the devices the reader would not look at, never parsed: the VirtualDevice elements
-    that `_devices` skips (no type attribute names a PCI passthrough type), most of a VM's devices and half of
-    the elements of a bulk VM read, and each host's HostPciDevice elements that none of its GPUs names
-    (`_drop_unread_pci_devices`). Only where nothing can hide markup: an answer with a comment, CDATA, a DOCTYPE
-    or a processing instruction is returned whole, and so is one with a device inside a device."""
+    that `_devices` skips (no type attribute names a PCI passthrough type or a network adapter), most of a VM's
+    devices and half of the elements of a bulk VM read, and each host's HostPciDevice elements that none of its
+    GPUs names and that are no network controller or bridge (`_drop_unread_pci_devices`). Only where nothing can
+    hide markup: an answer with a comment, CDATA, a DOCTYPE or a processing instruction is returned whole, and so
+    is one with a device inside a device."""
     if not _elements_only(body):
         return body
     return _drop_unread_pci_devices(_drop_unread_vm_devices(body))
@@ -212,12 +213,16 @@ _PCI = b"<HostPciDevice>"
 _PCI_END = b"</HostPciDevice>"
 _GPU_PCI_ID = re.compile(rb"<pciId>([^<&]*)</pciId>")
 _PCI_DEVICE_ID = re.compile(rb"\s*<id>([^<&]*)</id>")
+_PCI_CLASS_ID = re.compile(rb"<classId>\s*(-?[0-9]+)\s*</classId>")
+NETWORK_CLASS = 0x02  # PCI base class "Network controller": classId's upper byte (netobserve reads these)
+BRIDGE_CLASS = 0x06  # "Bridge": the parentBridge chain above a GPU or NIC (netobserve.pci_roots)
 _DEFAULT_NAMESPACE = re.compile(rb"xmlns\s*=")
 
 
 def _drop_unread_pci_devices(body: bytes) -> bytes:
-    """In each host object, the HostPciDevice elements whose id (their first child) no pciId of the object names:
-    observe joins a GPU of config.graphicsInfo to its PCI device by that id and reads no other. An object is
+    """In each host object, the HostPciDevice elements whose id (their first child) no pciId of the object names
+    and whose classId is no network controller's or bridge's: observe joins a GPU of config.graphicsInfo to its
+    PCI device by that id, netobserve reads the NICs and the bridges above them and the GPUs. An object is
     taken from the "<objects>" before its first device to the "</objects>" after it (an odd tag only widens
     that, keeping more devices); only the plain form vCenter writes is cut (no attributes on these tags, ids
     without references)."""
@@ -249,11 +254,19 @@ def _pci_devices_read(host: bytes) -> bytes:
         if close < 0:
             return host  # the device holds another one, or does not end here
         device_id = _PCI_DEVICE_ID.match(device)
-        if device_id is None or device_id.group(1) in wanted:
+        if device_id is None or device_id.group(1) in wanted or _read_class(device[:close]):
             kept += (_PCI, device)
         else:
             kept.append(device[close + len(_PCI_END) :])
     return b"".join(kept)
+
+
+def _read_class(device: bytes) -> bool:
+    """A network controller or a bridge, or a classId this scan cannot read (kept: the parser decides)."""
+    found = _PCI_CLASS_ID.search(device)
+    if found is None:
+        return b"<classId" in device
+    return (int(found.group(1)) & 0xFFFF) >> 8 in (NETWORK_CLASS, BRIDGE_CLASS)
 
 
 def _elements_only(body: bytes) -> bool:
@@ -269,7 +282,7 @@ def _device_tag(piece: bytes, gt: int) -> tuple[bool, bool] | None:
     tag = _DEVICE_TAG.match(_DEVICE + piece[: gt + 1])
     if tag is None or tag.end() != len(_DEVICE) + gt + 1:  # not a tag, or a ">" inside a quoted value
         return None
-    known = (any(_passthrough_type(value) for value in _type_values(tag.group(1))), bool(tag.group(2)))
+    known = (any(_read_type(value) for value in _type_values(tag.group(1))), bool(tag.group(2)))
     if len(_tags) < 1024:
         _tags[piece[: gt + 1]] = known
     return known
@@ -287,13 +300,15 @@ def _type_values(attributes: bytes) -> list[bytes]:
     return values
 
 
-def _passthrough_type(value: bytes) -> bool:
+def _read_type(value: bytes) -> bool:
+    """A PCI passthrough device or a network adapter: the devices `_devices` reads."""
     from pyVmomi import vim
 
     if b"&" in value:  # a character reference could spell any type: parsed
         return True
     cls = _vim_class(value.decode("utf-8", "replace"))
-    return isinstance(cls, type) and issubclass(cls, vim.vm.device.VirtualPCIPassthrough)
+    return isinstance(cls, type) and issubclass(
+        cls, (vim.vm.device.VirtualPCIPassthrough, vim.vm.device.VirtualEthernetCard))
 
 
 def returnval_of(root: ET.Element) -> ET.Element | None:
@@ -421,12 +436,15 @@ def _nics(elem: ET.Element, stub: Any) -> list[Any]:
 
 
 def _devices(elem: ET.Element, stub: Any) -> list[Any]:
-    """Only PCI passthrough devices, as pyVmomi objects: the rest is never read by vgpuctl."""
+    """PCI passthrough devices and network adapters, as pyVmomi objects: the rest is never read by vgpuctl."""
     from pyVmomi import vim
 
     out = []
     for dev in elem.findall(f"{_Q}VirtualDevice"):
         cls = _vim_class(dev.get(XSI_TYPE, ""))
+        if isinstance(cls, type) and issubclass(cls, vim.vm.device.VirtualEthernetCard):
+            out.append(_ethernet_card(dev, cls, stub))
+            continue
         if not (isinstance(cls, type) and issubclass(cls, vim.vm.device.VirtualPCIPassthrough)):
             continue
         device = cls(key=int(dev.findtext(f"{_Q}key") or 0))
@@ -437,6 +455,8 @@ def _devices(elem: ET.Element, stub: Any) -> list[Any]:
                 device.backing = bcls()
                 if issubclass(bcls, vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo):
                     device.backing.vgpu = backing.findtext(f"{_Q}vgpu")
+                else:
+                    _passthrough_backing(device.backing, backing)
         group = dev.find(f"{_Q}deviceGroupInfo")
         if group is not None:
             device.deviceGroupInfo = vim.vm.device.VirtualDevice.DeviceGroupInfo(
@@ -445,6 +465,55 @@ def _devices(elem: ET.Element, stub: Any) -> list[Any]:
             )
         out.append(device)
     return out
+
+
+def _passthrough_backing(backing: Any, elem: ET.Element) -> None:
+    """DirectPath (id, deviceId, vendorId, systemId) and Dynamic DirectPath (allowedDevice, assignedId)."""
+    from pyVmomi import vim
+
+    if isinstance(backing, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo):
+        backing.id = elem.findtext(f"{_Q}id") or ""
+        backing.deviceId = elem.findtext(f"{_Q}deviceId") or ""
+        backing.systemId = elem.findtext(f"{_Q}systemId") or ""
+        backing.vendorId = int(elem.findtext(f"{_Q}vendorId") or 0)
+    elif isinstance(backing, vim.vm.device.VirtualPCIPassthrough.DynamicBackingInfo):
+        backing.assignedId = elem.findtext(f"{_Q}assignedId")
+        backing.allowedDevice = [
+            vim.vm.device.VirtualPCIPassthrough.AllowedDevice(vendorId=int(a.findtext(f"{_Q}vendorId") or 0),
+                                                              deviceId=int(a.findtext(f"{_Q}deviceId") or 0))
+            for a in elem.findall(f"{_Q}allowedDevice")
+        ]
+
+
+def _ethernet_card(dev: ET.Element, cls: Any, stub: Any) -> Any:
+    """A VirtualEthernetCard with what vgpuctl reads: key, MAC, slot, port group backing, PVRDMA protocol and
+    the SR-IOV physical function."""
+    from pyVmomi import vim
+
+    card = cls(key=int(dev.findtext(f"{_Q}key") or 0), macAddress=dev.findtext(f"{_Q}macAddress"),
+               addressType=dev.findtext(f"{_Q}addressType"))
+    slot = dev.findtext(f"{_Q}slotInfo/{_Q}pciSlotNumber")
+    if slot:
+        card.slotInfo = vim.vm.device.VirtualDevice.PciBusSlotInfo(pciSlotNumber=int(slot))
+    backing = dev.find(f"{_Q}backing")
+    kind = _local(backing.get(XSI_TYPE, "")) if backing is not None else ""
+    if backing is not None and kind == "VirtualEthernetCardNetworkBackingInfo":
+        net = backing.find(f"{_Q}network")
+        card.backing = vim.vm.device.VirtualEthernetCard.NetworkBackingInfo(
+            deviceName=backing.findtext(f"{_Q}deviceName"),
+            network=vim.Network(net.text or "", stub) if net is not None else None)
+    elif backing is not None and kind == "VirtualEthernetCardDistributedVirtualPortBackingInfo":
+        card.backing = vim.vm.device.VirtualEthernetCard.DistributedVirtualPortBackingInfo(
+            port=vim.dvs.PortConnection(switchUuid=backing.findtext(f"{_Q}port/{_Q}switchUuid") or "",
+                                        portgroupKey=backing.findtext(f"{_Q}port/{_Q}portgroupKey")))
+    if isinstance(card, vim.vm.device.VirtualVmxnet3Vrdma):
+        card.deviceProtocol = dev.findtext(f"{_Q}deviceProtocol")
+    if isinstance(card, vim.vm.device.VirtualSriovEthernetCard):
+        pf = dev.findtext(f"{_Q}sriovBacking/{_Q}physicalFunctionBacking/{_Q}id")
+        if pf:
+            card.sriovBacking = vim.vm.device.VirtualSriovEthernetCard.SriovBackingInfo(
+                physicalFunctionBacking=vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo(id=pf))
+    return card
 
 
 def _opt_int(text: str | None) -> int | None:
@@ -484,15 +553,54 @@ def _graphics_config(elem: ET.Element, stub: Any) -> Any:
 
 
 def _pci_devices(elem: ET.Element, stub: Any) -> list[Any]:
-    """HostPciDevice: id, vendorId and deviceId (xsd:short, negative above 0x7FFF as in pyVmomi)."""
+    """HostPciDevice: id, class, vendor and device ids (xsd:short, negative above 0x7FFF as in pyVmomi), names
+    and the parent bridge."""
     return [
         SimpleNamespace(
             id=dev.findtext(f"{_Q}id"),
+            classId=_opt_int(dev.findtext(f"{_Q}classId")),
             vendorId=_opt_int(dev.findtext(f"{_Q}vendorId")),
             deviceId=_opt_int(dev.findtext(f"{_Q}deviceId")),
+            vendorName=dev.findtext(f"{_Q}vendorName"),
+            deviceName=dev.findtext(f"{_Q}deviceName"),
+            parentBridge=dev.findtext(f"{_Q}parentBridge"),
         )
         for dev in elem
     ]
+
+
+def _pnics(elem: ET.Element, stub: Any) -> list[Any]:
+    """PhysicalNic: device (vmnicN), its PCI id and driver."""
+    return [SimpleNamespace(device=n.findtext(f"{_Q}device"), pci=n.findtext(f"{_Q}pci"),
+                            driver=n.findtext(f"{_Q}driver")) for n in elem]
+
+
+_PASSTHRU_BOOLS = ("passthruEnabled", "passthruCapable", "passthruActive", "sriovEnabled", "sriovCapable",
+                   "sriovActive")
+_PASSTHRU_INTS = ("numVirtualFunctionRequested", "numVirtualFunction", "maxVirtualFunctionSupported")
+
+
+def _passthru_info(elem: ET.Element, stub: Any) -> list[Any]:
+    """HostPciPassthruInfo (HostSriovInfo for SR-IOV capable devices): absent fields None as in pyVmomi."""
+    out = []
+    for info in elem:
+        fields: dict[str, Any] = {"id": info.findtext(f"{_Q}id")}
+        for name in _PASSTHRU_BOOLS:
+            text = info.findtext(f"{_Q}{name}")
+            fields[name] = None if text is None else text.strip().lower() in ("true", "1")
+        for name in _PASSTHRU_INTS:
+            fields[name] = _opt_int(info.findtext(f"{_Q}{name}"))
+        out.append(SimpleNamespace(**fields))
+    return out
+
+
+def _numa_info(elem: ET.Element, stub: Any) -> Any:
+    """HostNumaInfo: each node's typeId and the PCI devices attached to it (API 6.7)."""
+    return SimpleNamespace(numaNode=[
+        SimpleNamespace(typeId=int(n.findtext(f"{_Q}typeId") or 0),
+                        pciId=[p.text or "" for p in n.findall(f"{_Q}pciId")])
+        for n in elem.findall(f"{_Q}numaNode")
+    ])
 
 
 def _custom_values(elem: ET.Element, stub: Any) -> dict[int, str]:
@@ -512,6 +620,9 @@ _HOST_CONVERT = {
     "config.graphicsConfig": _graphics_config,
     "config.sharedPassthruGpuTypes": _strings,
     "hardware.pciDevice": _pci_devices,
+    "config.network.pnic": _pnics,
+    "config.pciPassthruInfo": _passthru_info,
+    "hardware.numaInfo": _numa_info,
     "configManager.graphicsManager": _mo,
     "customValue": _custom_values,
     "availableField": _field_names,

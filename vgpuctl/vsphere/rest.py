@@ -221,6 +221,8 @@ def class_body(want: ClassState, *, create: bool = False, removed_keys: Iterable
         "memory_reservation": want.memory_reservation,
         "devices": {"vgpu_devices": [{"profile_name": p} for p in want.vgpus]},
     }
+    if want.direct_path:
+        body["devices"]["direct_path_io_devices"] = [_direct_path(d) for d in want.direct_path]
     if create:
         body = {"id": want.name, **body}
     # An option with an empty value removes the key from the VM's configuration (vSphere's extraConfig rule).
@@ -247,7 +249,17 @@ def class_from_json(d: dict[str, Any]) -> ClassState:
         memory_reservation=int(d.get("memory_reservation") or 0),
         vgpus=[str(v.get("profile_name")) for v in devices.get("vgpu_devices") or []],
         extra_config=_extra_config(d.get("config_spec")),
+        direct_path=[f"{int(v.get('vendor_id') or 0):04x}:{int(v.get('device_id') or 0):04x}"
+                     + (f"@{v['custom_label']}" if v.get("custom_label") else "")
+                     for v in devices.get("direct_path_io_devices") or []],
     )
+
+
+def _direct_path(key: str) -> dict[str, Any]:
+    """`vvvv:dddd[@label]` -> a DynamicDirectPathIODevice of the class spec."""
+    ids, _, label = key.partition("@")
+    vendor, device = (int(x, 16) for x in ids.split(":"))
+    return {"vendor_id": vendor, "device_id": device, **({"custom_label": label} if label else {})}
 
 
 def _extra_config(spec: Any) -> dict[str, str]:

@@ -48,6 +48,7 @@ class ConnectionSettings:
     ca_file: str | None = None
     thumbprint: str | None = None  # sha256 of the server certificate (hex, colons allowed)
     timeout_s: float = DEFAULT_TIMEOUT_S  # to connect, and to wait for each answer
+    esxi_timeout_s: float | None = None  # each ESXi shell command and its connection (None: the shell's default)
 
     @property
     def sdk_url(self) -> str:
@@ -244,6 +245,7 @@ class Session:
             raise UsageError(f"{self.url} is plain http: the password would cross the network in clear; use https")
         self._login_lock = threading.Lock()
         self._generation = 0
+        self.session_key = ""
         self._closed = False
         stub_class = _counting_stub_class()
         kwargs: dict[str, Any] = {
@@ -330,7 +332,8 @@ class Session:
 
         trace.add_secret(self.settings.password)
         try:
-            self._call(manager.Login, self.settings.username, self.settings.password)
+            user_session = self._call(manager.Login, self.settings.username, self.settings.password)
+            self.session_key = str(getattr(user_session, "key", "") or "")  # HasPrivilegeOnEntities asks for it
             trace.add_cookie(getattr(self._stub, "cookie", None))
         except vim.fault.InvalidLogin as err:
             raise AuthenticationError(

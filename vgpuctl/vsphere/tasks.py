@@ -11,15 +11,47 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vgpuctl.errors import ConnectionFailure, VgpuctlError, VsphereFault
+from vgpuctl.progress import RUNNING
 from vgpuctl.vsphere.faults import to_error
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
 
 TASK_PATHS = ["info.state", "info.progress", "info.error", "info.result"]
+
+
+def dispatch(label: str, start: Callable[[], Any], wait: Callable[[Any], T]) -> T:
+    """Start a vCenter task (`start` sends the request, returns the task) and `wait` for it, listed in RUNNING for
+    the line a second Ctrl-C prints: from the moment the request is sent ("reconfigure web-01 (requested)":
+    vCenter may act on it even when the answer never comes back), then by the task's id."""
+    requested = f"{label} (requested)"
+    RUNNING.add(requested)
+    try:
+        task = start()
+        running = f"{label} ({getattr(task, '_moId', '?')})"
+        RUNNING.add(running)
+    finally:
+        RUNNING.discard(requested)
+    try:
+        return wait(task)
+    finally:
+        RUNNING.discard(running)
+
+
+def in_flight(label: str, call: Callable[[], T]) -> T:
+    """A call that changes something without a task (UpdateGraphicsConfig, an ESXi command), listed in RUNNING
+    while its answer is awaited: once sent, it may take effect even when vgpuctl exits first."""
+    requested = f"{label} (requested)"
+    RUNNING.add(requested)
+    try:
+        return call()
+    finally:
+        RUNNING.discard(requested)
 
 
 def retrieve(session: Session, spec: Any, max_objects: int | None = None) -> list[Any]:

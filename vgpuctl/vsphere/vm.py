@@ -107,13 +107,17 @@ def config_spec(
     change: VmChange,
     existing: Mapping[int, Any] | None = None,
     group_names: Mapping[int, str] | None = None,
+    change_version: str = "",
 ) -> Any | None:
-    """The one ReconfigVM spec carrying all of a VM's changes; None when nothing needs reconfiguring."""
+    """The one ReconfigVM spec carrying all of a VM's changes; None when nothing needs reconfiguring.
+
+    `change_version`: the VM's config.changeVersion as read; vCenter applies the spec only while the VM still has
+    it, and refuses it with ConcurrentAccess once another change came first."""
     from pyVmomi import vim
 
     if not change.needs_reconfigure:
         return None
-    spec = vim.vm.ConfigSpec()
+    spec = vim.vm.ConfigSpec(changeVersion=change_version or None)
     for field_change in change.fields:
         prop, value = config_field(field_change)
         setattr(spec, prop, value)
@@ -133,8 +137,11 @@ def clone_spec(
     *,
     pool_moid: str,
     host_moid: str | None = None,
+    device_changes: list[Any] | None = None,
+    customization: Any | None = None,
 ) -> Any:
-    """CloneVM spec: relocate into the cluster's (or host's) resource pool, not powered on, cpus/memory set.
+    """CloneVM spec: relocate into the cluster's (or host's) resource pool, not powered on, cpus/memory set, the
+    network adapters' device changes and the guest customization (vgpuctl.vsphere.vmnet) when given.
 
     The folder is CloneVM_Task's own argument, not part of this spec.
     """
@@ -149,14 +156,16 @@ def clone_spec(
         sizes["numCPUs"] = int(clone.cpus)
     if clone.memory_mb is not None:
         sizes["memoryMB"] = int(clone.memory_mb)
-    if sizes:
-        spec.config = vim.vm.ConfigSpec(**sizes)
+    if sizes or device_changes:
+        spec.config = vim.vm.ConfigSpec(**sizes, deviceChange=device_changes or [])
+    if customization is not None:
+        spec.customization = customization
     return spec
 
 
-def revert_spec(before: list[Any], now: list[Any]) -> Any:
+def revert_spec(before: list[Any], now: list[Any], change_version: str = "") -> Any:
     """A ReconfigVM spec removing the vGPUs `now` has beyond `before`, giving changed ones their old profile and
-    adding back those it lost."""
+    adding back those it lost; conditional on `change_version` (the VM's as `now` was read) when given."""
     from pyVmomi import vim
 
     from vgpuctl.vsphere.observe import split_devices
@@ -173,4 +182,4 @@ def revert_spec(before: list[Any], now: list[Any]) -> Any:
     for i, d in enumerate(d for k, (_, d) in old.items() if k not in new):
         d.key = -(i + 1)
         changes.append(spec(operation=op.add, device=d))
-    return vim.vm.ConfigSpec(deviceChange=changes)
+    return vim.vm.ConfigSpec(deviceChange=changes, changeVersion=change_version or None)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuctl.errors import DriftError
-from vgpuctl.model import CloneSpec, ObservedDeviceGroup, ObservedHost, ObservedVgpu
+from vgpuctl.model import CloneSpec, ObservedDeviceGroup, ObservedHost, ObservedNic, ObservedVgpu
 from vgpuctl.vsphere.session import Session
 
 VM_PATHS = [
@@ -17,6 +17,7 @@ VM_PATHS = [
     "config.hardware.device",
     "guest.toolsRunningStatus",
     "config.template",
+    "config.changeVersion",
 ]
 
 
@@ -30,12 +31,20 @@ class VmState:
     tools: bool = False  # VMware Tools running (a guest shutdown is possible)
     template: bool = False
     host: str = ""  # moid of its host
+    change_version: str = ""  # config.changeVersion
 
     @property
     def vgpus(self) -> list[ObservedVgpu]:
         from vgpuctl.vsphere.observe import split_devices
 
         return split_devices(self.devices)[0]
+
+    @property
+    def nics(self) -> list[ObservedNic]:
+        """Its network adapters (kind and key; port group names are not resolved here)."""
+        from vgpuctl.vsphere.netobserve import vm_nics
+
+        return vm_nics(self.devices, [])
 
 
 def vm_ref(session: Session, moid: str) -> Any:
@@ -64,6 +73,7 @@ def read_vm(session: Session, vm: Any, name: str) -> VmState:
         tools=props.get("guest.toolsRunningStatus") == "guestToolsRunning",
         template=bool(props.get("config.template") or False),
         host=str(host._moId) if host is not None else "",
+        change_version=str(props.get("config.changeVersion") or ""),
     )
 
 
@@ -96,16 +106,23 @@ def destroy(session: Session, vm: Any) -> Any:
 
 def clone(
     session: Session, template_moid: str, folder_moid: str, name: str, clone: CloneSpec, *, pool_moid: str,
-    host_moid: str | None,
+    host_moid: str | None, device_changes: list[Any] | None = None, customization: Any | None = None,
 ) -> Any:
-    """CloneVM_Task of the template into the folder, in the pool (and on the host when given)."""
+    """CloneVM_Task of the template into the folder, in the pool (and on the host when given), with its network
+    adapters' device changes and guest customization."""
     from pyVmomi import vim
 
     from vgpuctl.vsphere.vm import clone_spec
 
-    spec = clone_spec(clone, session.stub, pool_moid=pool_moid, host_moid=host_moid)
+    spec = clone_spec(clone, session.stub, pool_moid=pool_moid, host_moid=host_moid, device_changes=device_changes,
+                      customization=customization)
     source = vim.VirtualMachine(template_moid, session.stub)
     return session.invoke(source.CloneVM_Task, vim.Folder(folder_moid, session.stub), name, spec)
+
+
+def server_time(session: Session) -> Any:
+    """vCenter's clock (CurrentTime): where an event query for what follows begins."""
+    return session.invoke(session.si.CurrentTime)
 
 
 def device_groups(session: Session, host: ObservedHost) -> list[ObservedDeviceGroup]:

@@ -17,29 +17,42 @@ import contextlib
 import getpass
 import json
 import logging
+import math
 import os
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from vgpuctl.errors import VgpuctlError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from vgpuctl.errors import UsageError, VgpuctlError
 from vgpuctl.hosts.work import WORK_FIELD, WorkRecords
+from vgpuctl.vsphere.bookkeeping import guarded
 
 log = logging.getLogger(__name__)
 
 LEASE_FIELD = "vgpuctl.lease"
 LEASE_FOLDER = "vgpuctl-lease-{moid}"
 DEFAULT_TTL_S = 60.0
+MIN_TTL_S = 10.0
+MAX_TTL_S = 3600.0
 ENV_TTL = "VGPUCTL_LEASE_TTL_S"
+WAIT_POLL_S = 2.0  # how often a lease another run holds is tried again while --lock-timeout lasts
 UNSET_POLL_S = 0.5  # how often a lock folder without its description is looked at again
 
 
 class LeaseHeld(VgpuctlError):
-    """Another run that is still alive holds the host."""
+    """Another run that is still alive holds the host; `holder`: its description when there is one."""
+
+    def __init__(self, message: str, holder: LeaseInfo | None = None):
+        super().__init__(message)
+        self.holder = holder
 
 
 def new_run_id() -> str:
@@ -47,21 +60,50 @@ def new_run_id() -> str:
 
 
 def lease_ttl(env: dict[str, str] | None = None) -> float:
+    """The time to live of this run's leases and claims: VGPUCTL_LEASE_TTL_S, finite, MIN_TTL_S to MAX_TTL_S
+    seconds (a shorter one expires between two renewals on a slow vCenter, a longer one keeps a dead run's
+    objects held that long), else DEFAULT_TTL_S."""
     value = (os.environ if env is None else env).get(ENV_TTL)
+    if not value:
+        return DEFAULT_TTL_S
     try:
-        return float(value) if value else DEFAULT_TTL_S
+        seconds = float(value)
     except ValueError:
-        raise VgpuctlError(f"{ENV_TTL}={value!r}: expected seconds") from None
+        seconds = math.nan
+    if not (math.isfinite(seconds) and MIN_TTL_S <= seconds <= MAX_TTL_S):
+        raise UsageError(f"{ENV_TTL}={value!r}: expected seconds from {MIN_TTL_S:g} to {MAX_TTL_S:g}")
+    return seconds
+
+
+_HELD: set[Lease] = set()  # the leases and claims this process holds (released on every exit path)
+_HELD_LOCK = threading.Lock()
+
+
+def release_held(within_s: float = 5.0) -> list[str]:
+    """Release every lease and claim this process holds, at once, waiting at most `within_s` (a second Ctrl-C:
+    the process exits right after; what is not released in time expires on its own). Returns the objects
+    released."""
+    with _HELD_LOCK:
+        held = list(_HELD)
+    threads = [threading.Thread(target=lease.release, name="vgpuctl-release", daemon=True) for lease in held]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + within_s
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    return sorted(lease.host for lease, t in zip(held, threads, strict=True) if not t.is_alive())
 
 
 # ------------------------------------------------------------------------------------------ custom fields
 
 
 class Fields:
-    """The two custom attribute definitions (created on first use) and SetField on hosts."""
+    """Custom attribute definitions of one managed object type (created on first use), SetField and their values:
+    the two on hosts (work record, lease); vgpuctl.vsphere.claims keeps its own on VMs."""
 
-    def __init__(self, session: Any):
+    def __init__(self, session: Any, mo_type: str = "HostSystem"):
         self.session = session
+        self.mo_type = mo_type
         self._keys: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -75,24 +117,39 @@ class Fields:
             found = {f.name: f.key for f in self.session.invoke(lambda: cfm.field) or []}
             if name not in found:
                 try:
-                    found[name] = self.session.invoke(cfm.AddCustomFieldDef, name=name, moType=vim.HostSystem).key
+                    mo_type = getattr(vim, self.mo_type)
+                    found[name] = guarded(
+                        f"cannot define the custom attribute {name} (on {self.mo_type})",
+                        "AddCustomFieldDef",
+                        lambda: self.session.invoke(cfm.AddCustomFieldDef, name=name, moType=mo_type),
+                    ).key
                 except vim.fault.DuplicateName:  # another run defined it meanwhile
                     found = {f.name: f.key for f in self.session.invoke(lambda: cfm.field) or []}
             self._keys[name] = found[name]
             return found[name]
 
-    def set(self, host_moid: str, name: str, value: str) -> None:
+    def set(self, moid: str, name: str, value: str) -> None:
+        from pyVmomi import vim
+
+        from vgpuctl.vsphere.host import stub_of
+
         cfm = self.session.content.customFieldsManager
-        from vgpuctl.vsphere.host import host_object
+        entity = getattr(vim, self.mo_type)(moid, stub_of(self.session))
+        key = self.key(name)
+        guarded(f"cannot write the custom attribute {name} on {self.mo_type} {moid}", "SetField",
+                lambda: self.session.invoke(cfm.SetField, entity=entity, key=key, value=value))  # fmt: skip
 
-        self.session.invoke(cfm.SetField, entity=host_object(self.session, host_moid), key=self.key(name), value=value)
-
-    def get(self, host_moid: str, name: str) -> str:
+    def get(self, moid: str, name: str) -> str:
         from vgpuctl.vsphere.host import _props
 
         key = self.key(name)
-        values = _props(self.session, host_moid, "HostSystem", ["customValue"]).get("customValue") or []
+        values = _props(self.session, moid, self.mo_type, ["customValue"]).get("customValue") or []
         return next((str(v.value) for v in values if int(v.key) == key), "")
+
+
+def clear_work_record(session: Any, host_moid: str) -> None:
+    """Empty the host's `vgpuctl.work` attribute (`vgpuctl host forget-work`)."""
+    Fields(session).set(host_moid, WORK_FIELD, "")
 
 
 def vcenter_now(session: Any) -> float:
@@ -134,31 +191,115 @@ class LeaseInfo:
     renewed: float  # vCenter time
     ttl_s: float
     folder: str = ""  # the lock folder this describes (a description of an older folder describes nothing)
+    pid: int = 0  # the holder's process
+    machine: str = ""  # where that process runs (this_machine()): "" when it cannot be told
 
     def live(self, now: float) -> bool:
         return now - self.renewed < self.ttl_s
 
+    def holder_gone(self) -> bool:
+        """Whether the holder is a process of this machine (and PID namespace) that no longer exists: its lease
+        is dead for sure, whatever its time to live says (a kill -9, a second Ctrl-C that could not drop it)."""
+        return bool(self.machine) and self.machine == this_machine() and self.pid > 0 and not _alive(self.pid)
+
     def describe(self) -> str:
-        since = datetime.fromtimestamp(self.since).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
-        return f"run {self.run} by {self.holder} since {since}"
+        return f"run {self.run} by {self.holder} since {_clock(self.since)}"
+
+    def expiry(self) -> str:
+        """When it expires unless renewed (vCenter's clock, shown in local time)."""
+        return _clock(self.renewed + self.ttl_s)
+
+
+def _clock(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def this_machine() -> str:
+    """This process's machine and PID namespace (Linux: the boot id and the pid namespace's inode), "" where they
+    cannot be read: only there does a process id name one process for sure."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists, owned by someone else
+        return True
+    return True
+
+
+class _LeaseSchema(BaseModel):
+    """What a `vgpuctl.lease` or `vgpuctl.claim` value must be; fields a later vgpuctl adds are left alone."""
+
+    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False)
+
+    run: str
+    holder: str
+    since: float
+    renewed: float
+    ttl_s: float = Field(gt=0)
+    folder: str = ""
+    pid: int = 0
+    machine: str = ""
+
+    @field_validator("since", "renewed", "ttl_s", mode="before")
+    @classmethod
+    def _number(cls, v: Any) -> Any:
+        return float(v) if isinstance(v, int) and not isinstance(v, bool) else v
+
+
+def read_lease(text: str) -> tuple[LeaseInfo | None, str | None]:
+    """A lease or claim description from its attribute value, checked against its schema: (info, None), (None,
+    what is wrong with it), or (None, None) for none. One that is wrong describes nothing: its lock folder is
+    taken over once it stayed so for a whole time to live."""
+    if not text:
+        return None, None
+    try:
+        data = _LeaseSchema.model_validate_json(text)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the value"
+        return None, "not JSON" if first["type"] == "json_invalid" else f"{where}: {first['msg']}"
+    return LeaseInfo(**data.model_dump()), None
 
 
 def parse_lease(text: str) -> LeaseInfo | None:
-    if not text:
-        return None
-    try:
-        return LeaseInfo(**json.loads(text))
-    except (ValueError, TypeError):
-        return None
+    return read_lease(text)[0]
+
+
+def lease_problems(values: dict[str, str]) -> list[str]:
+    """One line per host whose `vgpuctl.lease` value is no lease description (host -> value)."""
+    out = []
+    for host, text in sorted(values.items()):
+        why = read_lease(text)[1]
+        if why is not None:
+            out.append(f"host {host}: its {LEASE_FIELD} attribute is no lease description ({why}): a run that finds "
+                       "the host's lock folder takes it over once it stayed so for a time to live")  # fmt: skip
+    return out
 
 
 class Lease:
-    """A host's lease for one run: `acquire()` or LeaseHeld; renewed by a thread until `release()`."""
+    """A host's lease for one run: `acquire()` or LeaseHeld; renewed by a thread until `release()`.
+
+    The same mechanism serves other objects (vgpuctl.vsphere.claims: VMs): a subclass names its lock folder,
+    the attribute that describes it, and what its refusal says."""
+
+    FOLDER = LEASE_FOLDER
+    FIELD = LEASE_FIELD
+    HELD: type[LeaseHeld] = LeaseHeld
+    KIND = "lease"
 
     def __init__(self, fields: Fields, host: str, moid: str, run_id: str, ttl_s: float | None = None):
         self.fields, self.host, self.moid, self.run_id = fields, host, moid, run_id
         self.ttl_s = ttl_s if ttl_s is not None else lease_ttl()
         self.holder = f"{getpass.getuser()}@{socket.gethostname()} pid {os.getpid()}"
+        self.machine = this_machine()
         self._folder: Any = None
         self._since = 0.0
         self._stop = threading.Event()
@@ -168,31 +309,68 @@ class Lease:
     def session(self) -> Any:
         return self.fields.session
 
-    def acquire(self) -> Lease:
-        """Create the lock folder, or judge the one that exists: held while its description (the host's
-        `vgpuctl.lease`, naming this folder) is renewed within its time to live; taken over once that passed,
-        or once it stayed undescribed for a whole time to live (its creator died before describing it)."""
+    def acquire(self, wait_s: float = 0.0, on_wait: Callable[[LeaseHeld, float], None] | None = None) -> Lease:
+        """Take the lease (HELD when another live run holds it), waiting up to `wait_s` for that run to let go;
+        `on_wait(held, seconds_left)` is told each time it is found held while there is time left. Renewed
+        every third of the time to live until `release()`."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self._take()
+                break
+            except self.HELD as held:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+                if on_wait is not None:
+                    on_wait(held, left)
+                time.sleep(min(WAIT_POLL_S, left))
+        try:
+            self._taken_over()
+            self._since = vcenter_now(self.session)
+            self._write(self._since)
+        except Exception:  # undescribed, the folder would hold the object for a whole time to live
+            with contextlib.suppress(Exception):
+                _destroy(self.session, self._folder)
+            self._folder = None
+            raise
+        self._thread = threading.Thread(target=self._renew_loop, name=f"vgpuctl-lease-{self.host}", daemon=True)
+        self._thread.start()
+        with _HELD_LOCK:
+            _HELD.add(self)
+        return self
+
+    def _taken_over(self) -> None:
+        """Called once the lock folder is this run's, before its description replaces the one there."""
+
+    def _take(self) -> None:
+        """Create the lock folder, or judge the one that exists: held while its description (the object's
+        `vgpuctl.lease` or `vgpuctl.claim`, naming this folder) is renewed within its time to live and its holder
+        is not a process of this machine that is gone; taken over otherwise, or once it stayed undescribed for a
+        whole time to live (its creator died before describing it)."""
         from pyVmomi import vim, vmodl
 
         from vgpuctl.vsphere.host import stub_of
 
         root = self.session.content.rootFolder
-        name = LEASE_FOLDER.format(moid=self.moid)
+        name = self.FOLDER.format(moid=self.moid)
         stale: str | None = None
         undescribed: tuple[str, float] | None = None  # (folder, vCenter time first seen without a description)
         while True:
             try:
-                self._folder = self.session.invoke(root.CreateFolder, name)
+                what = f"{self.host}: cannot take the {self.KIND} (its lock folder {name})"
+                self._folder = guarded(what, "CreateFolder", lambda: self.session.invoke(root.CreateFolder, name))
                 break
             except vim.fault.DuplicateName as fault:
                 existing = str(fault.object._moId) if fault.object is not None else ""
             if stale is not None and existing != stale:  # someone else took it over first
-                raise LeaseHeld(self._held_message())
-            info = parse_lease(self.fields.get(self.moid, LEASE_FIELD))
+                info = parse_lease(self.fields.get(self.moid, self.FIELD))
+                raise self.HELD(self._held_message(info), info)
+            info = parse_lease(self.fields.get(self.moid, self.FIELD))
             now = vcenter_now(self.session)
             if info is not None and info.folder == existing:
-                if info.live(now):
-                    raise LeaseHeld(self._held_message(info))
+                if info.live(now) and not info.holder_gone():
+                    raise self.HELD(self._held_message(info), info)
             else:  # its creator may be about to describe it: wait up to a time to live
                 if undescribed is None or undescribed[0] != existing:
                     undescribed = (existing, now)
@@ -200,25 +378,21 @@ class Lease:
                     time.sleep(min(UNSET_POLL_S, self.ttl_s / 4))
                     continue
             stale = existing
-            log.info("%s: taking over an expired lease (%s)", self.host, info.describe() if info else "undescribed")
+            log.info("%s: taking over the lease of a run that is gone (%s)", self.host,
+                     info.describe() if info else "undescribed")  # fmt: skip
             # another taker may destroy it first; CreateFolder decides
             with contextlib.suppress(vim.fault.VimFault, vmodl.fault.ManagedObjectNotFound):
                 _destroy(self.session, vim.Folder(existing, stub_of(self.session)))
-        self._since = vcenter_now(self.session)
-        self._write(self._since)
-        self._thread = threading.Thread(target=self._renew_loop, name=f"vgpuctl-lease-{self.host}", daemon=True)
-        self._thread.start()
-        return self
 
-    def _held_message(self, info: LeaseInfo | None = None) -> str:
-        info = info or parse_lease(self.fields.get(self.moid, LEASE_FIELD))
+    def _held_message(self, info: LeaseInfo | None) -> str:
         who = info.describe() if info is not None else "another run"
-        return f"{self.host}: {who} is working on this host; not touched (its lease expires when that run stops)"
+        expires = f"; if that run is gone, its lease expires at {info.expiry()}" if info is not None else ""
+        return f"{self.host}: {who} is working on this host; not touched{expires}"
 
     def _write(self, renewed: float) -> None:
         folder = str(self._folder._moId) if self._folder is not None else ""
-        info = LeaseInfo(self.run_id, self.holder, self._since, renewed, self.ttl_s, folder)
-        self.fields.set(self.moid, LEASE_FIELD, json.dumps(asdict(info), separators=(",", ":")))
+        info = LeaseInfo(self.run_id, self.holder, self._since, renewed, self.ttl_s, folder, os.getpid(), self.machine)
+        self.fields.set(self.moid, self.FIELD, json.dumps(asdict(info), separators=(",", ":")))
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
@@ -228,18 +402,23 @@ class Lease:
                 log.warning("%s: lease renewal failed: %s", self.host, _one_line(err))
 
     def release(self) -> None:
+        with _HELD_LOCK:
+            _HELD.discard(self)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         if self._folder is None:
             return
         try:
-            self.fields.set(self.moid, LEASE_FIELD, "")
+            self._describe_released()
             _destroy(self.session, self._folder)
         except Exception as err:  # it expires on its own
             why = _one_line(err)
             log.warning("%s: could not drop the lease (%s); it expires after %gs", self.host, why, self.ttl_s)
         self._folder = None
+
+    def _describe_released(self) -> None:
+        self.fields.set(self.moid, self.FIELD, "")
 
     def __enter__(self) -> Lease:
         return self.acquire()
@@ -257,8 +436,10 @@ def _one_line(err: Exception) -> str:
 def _destroy(session: Any, obj: Any) -> None:
     from pyVim.task import WaitForTask
 
-    task = session.invoke(obj.Destroy_Task)
-    session.invoke(WaitForTask, task)
+    def destroy() -> None:
+        session.invoke(WaitForTask, session.invoke(obj.Destroy_Task))
+
+    guarded(f"cannot remove the lock folder {obj._moId}", "Destroy_Task", destroy)
 
 
 def live_leases(session: Any, values: dict[str, str]) -> dict[str, LeaseInfo]:
@@ -268,4 +449,4 @@ def live_leases(session: Any, values: dict[str, str]) -> dict[str, LeaseInfo]:
     if not infos:
         return {}
     now = vcenter_now(session)
-    return {h: info for h, info in infos.items() if info.live(now)}
+    return {h: info for h, info in infos.items() if info.live(now) and not info.holder_gone()}

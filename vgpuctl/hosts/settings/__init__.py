@@ -7,11 +7,18 @@ The protocol every setting follows is vgpuctl.hosts.settings.base.HostSetting.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from vgpuctl.domain import ChangeKind
-from vgpuctl.hosts.settings import gpus, graphics, nvlink, scheduler
+from vgpuctl.hosts.settings import gpus, graphics, nvlink, pvrdma, scheduler, sriov
 from vgpuctl.hosts.settings.base import ApplyStep, HostSetting
 
-SETTINGS: tuple[HostSetting, ...] = (graphics.SETTING, gpus.SETTING, nvlink.SETTING, scheduler.SETTING)
+if TYPE_CHECKING:
+    from vgpuctl.inventory import HostSpec
+
+SETTINGS: tuple[HostSetting, ...] = (
+    graphics.SETTING, gpus.SETTING, nvlink.SETTING, scheduler.SETTING, sriov.SETTING, pvrdma.SETTING
+)
 
 SETTING_KINDS: tuple[ChangeKind, ...] = tuple(k for s in SETTINGS for k in s.kinds)
 _BY_KIND: dict[ChangeKind, HostSetting] = {k: s for s in SETTINGS for k in s.kinds}
@@ -39,9 +46,17 @@ def apply_steps() -> list[ApplyStep]:
     return sorted(steps, key=lambda step: step.order)
 
 
+def wants_network(spec: HostSpec | None) -> bool:
+    """A setting the entry sets reads the host's network facts (HostFacts.network, read one host at a time)."""
+    return spec is not None and any(s.is_set(spec) and "network" in s.observes.facts for s in SETTINGS)
+
+
 def drift_fields() -> tuple[str, ...]:
     """The ObservedHost fields the settings are planned from: a saved plan is refused when one changed."""
     return tuple(dict.fromkeys(f for s in SETTINGS for f in s.drift_fields))
 
 
-__all__ = ["SETTINGS", "SETTING_KINDS", "apply_steps", "drift_fields", "setting_for_key", "setting_of", "step_of"]
+__all__ = [
+    "SETTINGS", "SETTING_KINDS", "apply_steps", "drift_fields", "setting_for_key", "setting_of", "step_of",
+    "wants_network",
+]

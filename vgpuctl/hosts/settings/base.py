@@ -33,6 +33,17 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class SettingPrivileges:
+    """What applying a setting asks of vCenter beyond the shared writes (graphics config, module options): the
+    operation in the words of the README's role table, the calls, and the privilege ids (preflight checks them on
+    the host)."""
+
+    what: str
+    methods: tuple[str, ...]
+    privileges: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Observes:
     """What a setting reads. `properties`: HostSystem property paths of the bulk read (vsphere/observe.py
     HOST_PROPS); `host_fields` / `gpu_fields`: the ObservedHost / ObservedGpu fields those fill; `facts` /
@@ -189,7 +200,7 @@ def _write_module_options(writer: HostWriter, changes: Sequence[HostChange]) -> 
     wanted = format_module_options(options)
     writer.progress("module-options", wanted)
     if wanted != current:
-        vhost.update_module_options(writer.session, writer.moid, wanted)
+        vhost.update_module_options(writer.session, writer.moid, wanted, host=writer.host)
     writer.done("module-options")
 
 
@@ -258,6 +269,12 @@ class HostSetting(Protocol):
     @property
     def drift_fields(self) -> tuple[str, ...]:
         """ObservedHost fields a saved plan must find as they were (vgpuctl.planfile)."""
+        ...
+
+    @property
+    def privileges(self) -> SettingPrivileges | None:
+        """The vCenter privileges its apply needs of its own (preflight); None when it writes only through the
+        shared graphics-config and module-option calls, or in the ESXi shell."""
         ...
 
     def is_set(self, spec: HostSpec) -> bool:

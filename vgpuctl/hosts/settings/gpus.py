@@ -28,6 +28,7 @@ from vgpuctl.hosts.settings.base import (
     HostWriter,
     Observes,
     PlanInput,
+    SettingPrivileges,
     SettingState,
     host_change,
     names,
@@ -189,6 +190,7 @@ class GpuModes:
         gpu_facts=("mig_current", "mig_pending", "graphics_type", "vgpu_mode"),
     )
     drift_fields = ("gpus",)
+    privileges: SettingPrivileges | None = None
 
     def is_set(self, spec: HostSpec) -> bool:
         return bool(spec.gpus)
@@ -276,13 +278,17 @@ class GpuModes:
 
 
 def _set_mig(changes: Sequence[HostChange], writer: HostWriter) -> None:
+    from functools import partial
+
     from vgpuctl.errors import VgpuctlError
     from vgpuctl.esxi import commands, parsers
+    from vgpuctl.vsphere.tasks import in_flight
 
     with writer.open_shell() as shell:
         for c in changes:
             writer.progress("mig", f"{c.target} -> {c.new}")
-            out = shell.run(commands.set_mig_mode(c.target, c.new == GpuMode.MIG)).stdout
+            command = commands.set_mig_mode(c.target, c.new == GpuMode.MIG)
+            out = in_flight(f"mig {c.target} host {writer.host}", partial(shell.run, command)).stdout  # 2nd Ctrl-C
             for res in parsers.parse_mig_set(out):
                 if not res.supported:
                     raise VgpuctlError(f"{writer.host}: GPU {c.target}: MIG mode: {res.reason}")

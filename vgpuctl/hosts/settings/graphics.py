@@ -22,6 +22,7 @@ from vgpuctl.hosts.settings.base import (
     HostWriter,
     Observes,
     PlanInput,
+    SettingPrivileges,
     SettingState,
     host_change,
 )
@@ -53,6 +54,7 @@ class HostGraphics:
         host_fields=("default_graphics_type", "assignment_policy"),
     )
     drift_fields = ("default_graphics_type", "assignment_policy")
+    privileges: SettingPrivileges | None = None
 
     def is_set(self, spec: HostSpec) -> bool:
         g = spec.graphics

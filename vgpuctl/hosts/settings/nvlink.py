@@ -24,6 +24,7 @@ from vgpuctl.hosts.settings.base import (
     ModuleOptions,
     Observes,
     PlanInput,
+    SettingPrivileges,
     SettingState,
     host_change,
 )
@@ -49,6 +50,7 @@ class Nvlink:
         gpu_facts=("nvlink_links", "nvlink_active"),
     )
     drift_fields = ("module_options",)
+    privileges: SettingPrivileges | None = None
 
     def is_set(self, spec: HostSpec) -> bool:
         return spec.nvlink is not None

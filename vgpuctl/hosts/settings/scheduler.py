@@ -27,6 +27,7 @@ from vgpuctl.hosts.settings.base import (
     ModuleOptions,
     Observes,
     PlanInput,
+    SettingPrivileges,
     SettingState,
     host_change,
 )
@@ -77,6 +78,7 @@ class Scheduler:
         facts=("options_configured", "options_effective", "declared_params"),
     )
     drift_fields = ("module_options",)
+    privileges: SettingPrivileges | None = None
 
     def is_set(self, spec: HostSpec) -> bool:
         return spec.scheduler is not None

@@ -52,6 +52,8 @@ func (s *Shell) esxcli(h Host, args []string) Result {
 		return s.esxcliParamsList(h, args[i:])
 	case "system module parameters set":
 		return s.esxcliParamsSet(h, args[i:])
+	case "software vib list":
+		return esxcliVIBList(h, args[i:])
 	}
 	return esxcliError("Unknown command or namespace " + path)
 }
@@ -157,4 +159,46 @@ func (s *Shell) esxcliParamsSet(h Host, args []string) Result {
 		return esxcliError(fmt.Sprintf("Unable to set module options: %v", err))
 	}
 	return Result{}
+}
+
+// vibColumns are the columns of `esxcli software vib list` on ESXi 8 (ESXi 7 has no Platforms).
+var vibColumns = []string{"Name", "Version", "Vendor", "Acceptance Level", "Install Date", "Platforms"}
+
+// esxcliVIBList prints the host's installed VIBs the way ESXi 8 does: a header, a dashed rule, one row per
+// VIB, columns padded to the widest value.
+func esxcliVIBList(h Host, args []string) Result {
+	if len(args) > 0 {
+		return esxcliError("Invalid option " + args[0])
+	}
+	rows := append([][]string{vibColumns}, h.VIBs...)
+	widths := make([]int, len(vibColumns))
+	for _, r := range rows {
+		for i, cell := range r {
+			if i < len(widths) && len(cell) > widths[i] {
+				widths[i] = len(cell)
+			}
+		}
+	}
+	var b strings.Builder
+	line := func(cells []string) {
+		var parts []string
+		for i, w := range widths {
+			cell := ""
+			if i < len(cells) {
+				cell = cells[i]
+			}
+			parts = append(parts, fmt.Sprintf("%-*s", w, cell))
+		}
+		b.WriteString(strings.TrimRight(strings.Join(parts, "  "), " ") + "\n")
+	}
+	line(vibColumns)
+	rule := make([]string, len(widths))
+	for i, w := range widths {
+		rule[i] = strings.Repeat("-", w)
+	}
+	line(rule)
+	for _, r := range h.VIBs {
+		line(r)
+	}
+	return Result{Stdout: b.String()}
 }

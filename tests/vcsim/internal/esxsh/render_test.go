@@ -83,6 +83,13 @@ func TestGoldenOutputs(t *testing.T) {
 			{"NVreg_RegistryDwords", "string", "RmPVMRL=0x01", "Semicolon-separated RM registry keys: key=value;..."},
 		}),
 	}
+	withVIBs := h
+	withVIBs.VIBs = [][]string{ // what gpusim's farm lists for a host with the default vGPU Manager
+		{"esx-base", "8.0.3-0.0.24022510", "VMware", "VMwareCertified", "2024-06-25", "host"},
+		{"NVD-AIE_ESXi_8.0.0_Driver", "550.90.05-1OEM.800.1.0.20613240", "NVD", "VMwareAccepted", "2024-06-25", "host"},
+		{"nvdgpumgmtdaemon", "550.90.05-1OEM.700.1.0.15843807", "NVD", "VMwareAccepted", "2024-06-25", "host"},
+	}
+	cases["gpusim.vib-list.txt"] = esxcliVIBList(withVIBs, nil).Stdout
 	for name, got := range cases {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(fixtureDir, name)

@@ -256,6 +256,28 @@ func (s *Server) AddFault(f Fault) (Fault, error) {
 	return added, nil
 }
 
+// Refresh opens or closes the ports of hosts whose SSH service started or stopped (AccessBackend).
+func (s *Server) Refresh() error { return s.applyRefusals() }
+
+// listening reports whether the host's SSH service runs (always, for a backend without AccessBackend).
+func (s *Server) listening(host string) bool {
+	if a, ok := s.cfg.Backend.(AccessBackend); ok {
+		return a.Listening(host)
+	}
+	return true
+}
+
+// loginAllowed applies lockdown mode (AccessBackend) after the credentials were accepted.
+func (s *Server) loginAllowed(host, user string) error {
+	if a, ok := s.cfg.Backend.(AccessBackend); ok {
+		if allowed, why := a.Login(host, user); !allowed {
+			s.cfg.Logf("ssh %s: login of %s refused: %s", host, user, why)
+			return errors.New("permission denied")
+		}
+	}
+	return nil
+}
+
 // ClearFaults disarms the faults of host ("" = all), releases hanging commands and reopens refused ports.
 func (s *Server) ClearFaults(host string) error {
 	s.faults.clear(host)
@@ -274,7 +296,7 @@ func (s *Server) applyRefusals() error {
 	}
 	var errs []error
 	for name, ep := range s.hosts {
-		refused := s.faults.refused(name)
+		refused := s.faults.refused(name) || !s.listening(name)
 		switch {
 		case refused && ep.ln != nil:
 			_ = ep.ln.Close()
@@ -315,14 +337,14 @@ func (s *Server) sshConfig(ep *endpoint) *ssh.ServerConfig {
 		ServerVersion: "SSH-2.0-OpenSSH_9.3 gpusim",
 		PasswordCallback: func(c ssh.ConnMetadata, pass []byte) (*ssh.Permissions, error) {
 			if checkPassword(c.User(), pass) {
-				return nil, nil
+				return nil, s.loginAllowed(ep.name, c.User())
 			}
 			return nil, errors.New("permission denied")
 		},
 		KeyboardInteractiveCallback: func(c ssh.ConnMetadata, ask ssh.KeyboardInteractiveChallenge) (*ssh.Permissions, error) {
 			answers, err := ask(c.User(), "", []string{"Password: "}, []bool{false})
 			if err == nil && len(answers) == 1 && checkPassword(c.User(), []byte(answers[0])) {
-				return nil, nil
+				return nil, s.loginAllowed(ep.name, c.User())
 			}
 			return nil, errors.New("permission denied")
 		},
@@ -330,7 +352,7 @@ func (s *Server) sshConfig(ep *endpoint) *ssh.ServerConfig {
 			if c.User() == s.cfg.User {
 				for _, k := range s.cfg.AuthorizedKeys {
 					if subtle.ConstantTimeCompare(k.Marshal(), key.Marshal()) == 1 {
-						return nil, nil
+						return nil, s.loginAllowed(ep.name, c.User())
 					}
 				}
 			}

@@ -43,6 +43,9 @@ func (s *Shell) Run(host, cmdline string) Result {
 	}
 	switch path.Base(args[0]) {
 	case "nvidia-smi":
+		if h.DriverVersion == "" { // no vGPU Manager installed: no NVIDIA tools either
+			return Result{Stderr: "sh: nvidia-smi: not found\n", Exit: 127}
+		}
 		return s.nvidiaSMI(h, args[1:])
 	case "esxcli":
 		return s.esxcli(h, args[1:])

@@ -33,6 +33,9 @@ type Host struct {
 	// UndeclaredNvidiaParams are parameters this host's nvidia module does not declare (an older
 	// driver): `esxcli system module parameters list -m nvidia` leaves them out.
 	UndeclaredNvidiaParams []string
+	// VIBs are the rows of `esxcli software vib list`: name, version, vendor, acceptance level, install date,
+	// platforms. An empty DriverVersion means no vGPU Manager: nvidia-smi is not found.
+	VIBs [][]string
 }
 
 // GPU is one physical NVIDIA GPU of a host.
@@ -101,4 +104,14 @@ type Backend interface {
 	ModuleOptions(host, module string) (options string, ok bool, err error)
 	// SetModuleOptions replaces a module's option string; it takes effect at the next reboot.
 	SetModuleOptions(host, module, options string) error
+}
+
+// AccessBackend is an optional part of a Backend that models the host's SSH service and lockdown mode:
+// while the service is stopped the host's port refuses connections (Server.Refresh re-reads it), and a user
+// Login refuses is denied at authentication (lockdown mode without an exception for the user).
+type AccessBackend interface {
+	// Listening reports whether the host's SSH service runs.
+	Listening(host string) bool
+	// Login reports whether user may log in to the host now, and why not.
+	Login(host, user string) (bool, string)
 }

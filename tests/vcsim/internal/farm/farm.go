@@ -126,6 +126,7 @@ type HostInfo struct {
 	ProfilePrefix       string                   `json:"profilePrefix"`  // grid_ or nvidia_
 	UndeclaredParams    []string                 `json:"undeclaredParams,omitempty"`
 	ExtraProfiles       []string                 `json:"extraProfiles,omitempty"` // offered, unknown to the catalogue
+	Access              Access                   `json:"access"`                  // vGPU Manager, SSH service, lockdown
 }
 
 // What a reboot fault leaves unapplied.
@@ -196,6 +197,7 @@ type HostSpec struct {
 	ProfilePrefix       string   // grid_ (default) or nvidia_: how the host spells vGPU types
 	UndeclaredParams    []string // nvidia module parameters the host's driver does not declare
 	ExtraProfiles       []string // profiles the host offers that no catalogue entry explains
+	Access              AccessSpec
 }
 
 type gpu struct {
@@ -224,6 +226,8 @@ type host struct {
 	undeclared          []string
 	nvlink              string // none, pairs, quads or nvswitch
 	extras              []string
+	access              Access
+	nics                []*nic // physical NICs (nics.go)
 }
 
 // Farm is the GPU farm state.
@@ -234,6 +238,7 @@ type Farm struct {
 	hosts           []*host
 	byName          map[string]*host
 	vmHost          map[string]string // vm id -> host holding its vGPUs
+	nicVM           map[string]string // vm id -> host whose VFs or passthrough NICs it holds (nics.go)
 	listeners       []func(Event)
 }
 
@@ -319,6 +324,9 @@ func (f *Farm) AddHost(s HostSpec) error {
 		modules: map[string]*ModuleOptions{}, moduleOrder: []string{"nvidia", "nvme_pcie", "vmw_ahci"},
 		prefix: s.ProfilePrefix, undeclared: slices.Clone(s.UndeclaredParams), nvlink: s.NVLink,
 		extras: slices.Clone(s.ExtraProfiles),
+	}
+	if h.access, err = s.Access.access(s.Name); err != nil {
+		return err
 	}
 	for _, p := range s.ExtraProfiles {
 		if strings.TrimSpace(p) == "" || strings.ContainsAny(p, " \t") {
@@ -486,8 +494,9 @@ func (h *host) info() HostInfo {
 		Name: h.name, Cluster: h.cluster, DefaultGraphicsType: h.defaultGraphicsType, AssignmentPolicy: h.policy,
 		InMaintenance: h.maintenance, Rebooting: h.rebooting, Down: h.down, ConnectionState: state,
 		Modules: map[string]ModuleOptions{}, NVLinkTopology: h.nvlink, ProfilePrefix: h.prefix,
-		UndeclaredParams: slices.Clone(h.undeclared), ExtraProfiles: slices.Clone(h.extras),
+		UndeclaredParams: slices.Clone(h.undeclared), ExtraProfiles: slices.Clone(h.extras), Access: h.access,
 	}
+	info.Access.LockdownExceptions = slices.Clone(h.access.LockdownExceptions)
 	if h.rebootFault != nil {
 		rf := RebootFault{Ignore: slices.Clone(h.rebootFault.Ignore), Count: h.rebootFault.Count}
 		info.RebootFault = &rf
@@ -504,6 +513,9 @@ func (h *host) info() HostInfo {
 			MIGPending: g.migPending, NVLinkSet: g.nvlinkSet, Scheduler: schedulerFor(opts, g.id),
 			VGPUs:    append([]Slot{}, g.slots...),
 			Profiles: append(g.model.ProfilesFor(g.migCurrent, h.prefix), h.extras...),
+		}
+		if h.access.Manager == "" { // without NVIDIA's vGPU Manager the host offers no vGPU types
+			gi.Profiles = nil
 		}
 		if g.migCurrent {
 			gi.VgpuMode = ModeMIG
@@ -745,6 +757,9 @@ func (f *Farm) Admit(hostName, vmID, vmName string, req Request) ([]Assignment, 
 // Release frees all vGPUs a VM holds; it reports the host they were on ("" if none).
 func (f *Farm) Release(vmID string) string {
 	f.mu.Lock()
+	if nicHost := f.releaseNICs(vmID); nicHost != "" {
+		defer f.notify(Event{Host: nicHost, What: "nics"})
+	}
 	hostName, ok := f.vmHost[vmID]
 	if ok {
 		delete(f.vmHost, vmID)
@@ -839,6 +854,7 @@ func (f *Farm) EndReboot(hostName string) error {
 				m.Effective = m.Configured
 			}
 		}
+		h.applyNICReboot()
 		return nil
 	})
 }

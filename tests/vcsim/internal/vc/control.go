@@ -81,7 +81,17 @@ func (s *Sim) registerControl() {
 		}
 		WriteJSON(w, http.StatusOK, map[string]any{"host": name, "cleared": true})
 	})
+	s.HandleControl("POST /gpusim/hosts/{name}/access", s.setAccess) // hostaccess.go
 	s.HandleControl("POST /gpusim/vms/{name}/guest", s.setGuest)
+	s.HandleControl("POST /gpusim/vms/{name}/customization-fault", s.armCustomizationFault)
+	s.HandleControl("GET /gpusim/hosts/{name}/nics", func(w http.ResponseWriter, r *http.Request) {
+		nics, err := s.NICState(r.PathValue("name"))
+		if err != nil {
+			WriteError(w, http.StatusBadRequest, "%v", err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, map[string]any{"host": r.PathValue("name"), "nics": nics})
+	})
 	s.HandleControl("GET /gpusim/faults", func(w http.ResponseWriter, r *http.Request) {
 		f, d := s.faults.list()
 		WriteJSON(w, http.StatusOK, map[string]any{"faults": f, "delays": d, "known": sortedFaultNames()})
@@ -111,12 +121,14 @@ func (s *Sim) setDown(w http.ResponseWriter, r *http.Request, down bool) {
 	WriteJSON(w, http.StatusOK, map[string]any{"host": name, "connectionState": info.ConnectionState})
 }
 
-// ResolveObject finds a managed object by moref value ("vm-42", "host-21") or by inventory name.
+// ResolveObject finds a managed object by moref value ("vm-42", "host-21", "CustomFieldsManager") or by
+// inventory name.
 func (s *Sim) ResolveObject(name string) (types.ManagedObjectReference, bool) {
 	if name == "" {
 		return types.ManagedObjectReference{}, false
 	}
-	for _, kind := range []string{"VirtualMachine", "HostSystem", "ClusterComputeResource", "Folder", "Datacenter"} {
+	kinds := []string{"VirtualMachine", "HostSystem", "ClusterComputeResource", "Folder", "Datacenter", "CustomFieldsManager"}
+	for _, kind := range kinds {
 		if obj := s.ctx.Map.Get(types.ManagedObjectReference{Type: kind, Value: name}); obj != nil {
 			return obj.Reference(), true
 		}

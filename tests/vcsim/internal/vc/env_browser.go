@@ -56,6 +56,11 @@ func (b *gpuEnvBrowser) QueryConfigTarget(ctx *simulator.Context, req *types.Que
 				target.VgpuProfileInfo = append(target.VgpuProfileInfo, p)
 			}
 		}
+		if req.Host != nil {
+			sriov, pt := b.sim.nicTargets(name)
+			target.Sriov = append(target.Sriov, sriov...)
+			target.PciPassthrough = append(target.PciPassthrough, pt...)
+		}
 		for _, d := range deviceInfos(info) {
 			if !seenDev[d.DeviceName] {
 				seenDev[d.DeviceName] = true

@@ -114,7 +114,7 @@ func (f *hostFailer) RebootHostTask(ctx *simulator.Context, _ *types.RebootHost_
 	return &methods.RebootHost_TaskBody{Res: &types.RebootHost_TaskResponse{Returnval: f.fail(ctx, "RebootHostTask")}}
 }
 
-// folderFailer fails the next CreateVM_Task of a folder with an armed fault.
+// folderFailer fails the next CreateVM_Task or Destroy_Task of a folder with an armed fault.
 type folderFailer struct {
 	*simulator.Folder
 
@@ -124,6 +124,11 @@ type folderFailer struct {
 func (f *folderFailer) CreateVMTask(ctx *simulator.Context, _ *types.CreateVM_Task) soap.HasFault {
 	unregister(ctx, f)
 	return &methods.CreateVM_TaskBody{Res: &types.CreateVM_TaskResponse{Returnval: failTask(ctx, f, "CreateVMTask", f.fault)}}
+}
+
+func (f *folderFailer) DestroyTask(ctx *simulator.Context, _ *types.Destroy_Task) soap.HasFault {
+	unregister(ctx, f)
+	return &methods.Destroy_TaskBody{Res: &types.Destroy_TaskResponse{Returnval: failTask(ctx, f, "DestroyTask", f.fault)}}
 }
 
 // failerMethods are the task methods the failers answer.

@@ -52,10 +52,14 @@ var privileges = map[string]string{
 	"Destroy_Task": "VirtualMachine.Inventory.Delete", "CreateVM_Task": "VirtualMachine.Inventory.Create",
 	"EnterMaintenanceMode_Task": "Host.Config.Maintenance", "ExitMaintenanceMode_Task": "Host.Config.Maintenance",
 	"RebootHost_Task": "Host.Config.Maintenance", "UpdateGraphicsConfig": "Host.Config.Settings",
-	"UpdateModuleOptionString": "Host.Config.Settings",
+	"UpdateModuleOptionString": "Host.Config.Settings", "CreateFolder": "Folder.Create",
+	"AddCustomFieldDef": "Global.ManageCustomFields", "SetField": "Global.SetCustomField",
 }
 
 func (t faultTarget) privilege() string {
+	if t.Method == "Destroy_Task" && t.Ref.Type == "Folder" {
+		return "Folder.Delete"
+	}
 	if p, ok := privileges[t.Method]; ok {
 		return p
 	}

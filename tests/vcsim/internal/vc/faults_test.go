@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
@@ -165,5 +166,48 @@ func TestClusterFaultCoversItsEnvironmentBrowser(t *testing.T) {
 	}
 	if len(e.configTarget(host1).VendorDeviceGroupInfo) != 2 {
 		t.Fatal("the fault fired twice")
+	}
+}
+
+// vgpuctl's bookkeeping calls refused for want of a privilege name the privilege vSphere checks: a lock folder
+// under the root folder, its removal, and the custom attribute definitions and values.
+func TestNoPermissionNamesTheBookkeepingPrivilege(t *testing.T) {
+	e := start(t, smallSpec())
+	root := e.c.ServiceContent.RootFolder
+	cfm := *e.c.ServiceContent.CustomFieldsManager
+	arm := func(object, method string) {
+		if code, out := e.control("POST", "/gpusim/faults", map[string]any{
+			"object": object, "method": method, "fault": "NoPermission"}); code != 200 {
+			t.Fatalf("arm %s %s: %d %v", object, method, code, out)
+		}
+	}
+	privilegeOf := func(err error) string {
+		f, ok := soapFault(err).(types.NoPermission)
+		if !ok {
+			t.Fatalf("not NoPermission: %v", err)
+		}
+		return f.PrivilegeId
+	}
+	arm(root.Value, "CreateFolder")
+	_, err := methods.CreateFolder(e.ctx, e.c.Client, &types.CreateFolder{This: root, Name: "vgpuctl-lease-host-1"})
+	if got := privilegeOf(err); got != "Folder.Create" {
+		t.Fatalf("CreateFolder: %q", got)
+	}
+	arm("CustomFieldsManager", "AddCustomFieldDef")
+	_, err = methods.AddCustomFieldDef(e.ctx, e.c.Client, &types.AddCustomFieldDef{This: cfm, Name: "vgpuctl.work"})
+	if got := privilegeOf(err); got != "Global.ManageCustomFields" {
+		t.Fatalf("AddCustomFieldDef: %q", got)
+	}
+	arm("CustomFieldsManager", "SetField")
+	_, err = methods.SetField(e.ctx, e.c.Client, &types.SetField{This: cfm, Entity: e.vm("vm-a").Reference(), Key: 1})
+	if got := privilegeOf(err); got != "Global.SetCustomField" {
+		t.Fatalf("SetField: %q", got)
+	}
+	folder, err := methods.CreateFolder(e.ctx, e.c.Client, &types.CreateFolder{This: root, Name: "vgpuctl-lease-host-2"})
+	e.must(err)
+	arm(folder.Returnval.Value, "Destroy_Task")
+	f, _ := faultOf(e.wait(object.NewFolder(e.c.Client, folder.Returnval).Destroy(e.ctx)))
+	if np, ok := f.(*types.NoPermission); !ok || np.PrivilegeId != "Folder.Delete" {
+		t.Fatalf("Destroy_Task of a folder: %#v", f)
 	}
 }

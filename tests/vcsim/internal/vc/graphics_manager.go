@@ -202,10 +202,20 @@ func (p *PciPassthruSystem) Refresh(ctx *simulator.Context, req *types.Refresh) 
 	return &methods.RefreshBody{Res: &types.RefreshResponse{}}
 }
 
-// UpdatePassthruConfig enables or disables passthrough on listed devices.
+// UpdatePassthruConfig enables or disables passthrough on listed devices; a NIC's SR-IOV (HostSriovConfig) and
+// passthrough settings are configured now and in effect after the host's next reboot (network.go).
 func (p *PciPassthruSystem) UpdatePassthruConfig(ctx *simulator.Context, req *types.UpdatePassthruConfig) soap.HasFault {
 	for _, c := range req.Config {
 		cfg := c.GetHostPciPassthruConfig()
+		if p.sim.isNIC(p.host, cfg.Id) {
+			p.sim.hold(p.host) // this handler holds the manager's lock: the refresh is done by release
+			f := p.sim.configureNIC(p.host, c)
+			p.sim.release(ctx, p.host)
+			if f != nil {
+				return &methods.UpdatePassthruConfigBody{Fault_: f}
+			}
+			continue
+		}
 		found := false
 		for _, i := range p.PciPassthruInfo {
 			if info := i.GetHostPciPassthruInfo(); info.Id == cfg.Id {
@@ -248,5 +258,5 @@ func managerHost(obj mo.Reference) (host string, ok bool) {
 	case *PciPassthruSystem:
 		return o.host, true
 	}
-	return "", false
+	return accessHost(obj)
 }

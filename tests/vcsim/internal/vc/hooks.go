@@ -95,6 +95,9 @@ func (b *faultBook) clear() {
 func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, types.BaseMethodFault) {
 	s.faults.holds.wait(m.This.Value, m.Name) // before any lock: other clients read the object meanwhile
 	obj := ctx.Map.Get(m.This)
+	if fault := s.denied(ctx, m, obj); fault != nil { // privilege-limited users (privileges.go)
+		return nil, fault
+	}
 	if obj == nil {
 		return nil, nil
 	}
@@ -136,6 +139,10 @@ func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, 
 	case *simulator.Folder:
 		if m.Name == "CreateVM_Task" {
 			w = &gpuFolder{Folder: o, sim: s}
+		}
+	case *simulator.AuthorizationManager:
+		if authMethods[m.Name] {
+			w = s.authFor(ctx, m, o)
 		}
 	}
 	if w == nil {

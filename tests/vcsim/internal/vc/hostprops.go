@@ -95,7 +95,9 @@ func (s *Sim) refreshHost(ctx *simulator.Context, name string) {
 				types.PropertyChange{Name: "config.graphicsInfo", Val: v.graphicsInfo},
 				types.PropertyChange{Name: "config.graphicsConfig", Val: v.config},
 				types.PropertyChange{Name: "config.sharedPassthruGpuTypes", Val: v.gpuTypes},
-				types.PropertyChange{Name: "config.sharedGpuCapabilities", Val: v.caps})
+				types.PropertyChange{Name: "config.sharedGpuCapabilities", Val: v.caps},
+				types.PropertyChange{Name: "config.pciPassthruInfo", Val: s.passthruInfo(name)})
+			changes = append(changes, accessChanges(h, info.Access)...)
 		}
 		ctx.Map.Update(ctx, h, changes)
 		if h.Summary.Runtime != nil && h.Summary.Runtime != &h.Runtime {
@@ -103,6 +105,12 @@ func (s *Sim) refreshHost(ctx *simulator.Context, name string) {
 			h.Summary.Runtime.InMaintenanceMode = info.InMaintenance
 		}
 	})
+	if info, err := s.Farm.Host(name); err == nil {
+		s.refreshAccess(ctx, name, info.Access)
+	}
+	if ps := s.pci[name]; ps != nil {
+		ctx.WithLock(ps, func() { ps.PciPassthruInfo = s.passthruInfo(name) })
+	}
 	gm := s.gm[name]
 	if gm == nil {
 		return

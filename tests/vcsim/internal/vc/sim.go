@@ -41,6 +41,8 @@ type Sim struct {
 	gm       map[string]*GraphicsManager
 	kms      map[string]*KernelModuleSystem
 	pci      map[string]*PciPassthruSystem
+	access   map[string]accessObjects // the host's service system and access manager (hostaccess.go)
+	users    map[string]User          // privilege-limited users (privileges.go)
 
 	busyMu    sync.Mutex
 	busy      map[string]int
@@ -53,6 +55,7 @@ type Sim struct {
 	tmpDirs   []string
 	poolMu    sync.Mutex
 	pools     map[types.ManagedObjectReference]*object.ResourcePool
+	guests    guestBook // customizations pending a first boot, armed customization faults (customize.go)
 }
 
 // New builds the farm and the vSphere inventory (not yet listening).
@@ -74,6 +77,7 @@ func New(spec Spec) (*Sim, error) {
 		Spec: spec, Farm: farm.New(spec.Catalog), Model: m, ctx: m.Service.Context,
 		hosts: map[string]*simulator.HostSystem{}, hostRefs: map[types.ManagedObjectReference]string{},
 		gm: map[string]*GraphicsManager{}, kms: map[string]*KernelModuleSystem{}, pci: map[string]*PciPassthruSystem{},
+		access: map[string]accessObjects{}, users: usersByName(spec.Users),
 		faults: newFaultBook(), control: http.NewServeMux(), busy: map[string]int{}, dirty: map[string]bool{},
 		rebootDur: time.Duration(spec.RebootSeconds * float64(time.Second)),
 	}
@@ -91,6 +95,7 @@ func New(spec Spec) (*Sim, error) {
 	s.ctx.Map.Handler = s.route
 	s.Farm.Subscribe(s.onFarmEvent)
 	s.registerControl()
+	s.limitUsers()
 	return s, nil
 }
 
@@ -197,6 +202,9 @@ func (s *Sim) build(ctx context.Context) error {
 			if err := s.Farm.AddHost(c.hostSpec(name, c.Name)); err != nil {
 				return err
 			}
+			if err := s.Farm.AddNICs(name, c.NICs); err != nil {
+				return err
+			}
 			task, err := cluster.AddHost(ctx, types.HostConnectSpec{HostName: name}, true, nil, nil)
 			if err != nil {
 				return err
@@ -216,7 +224,11 @@ func (s *Sim) build(ctx context.Context) error {
 			}
 			hostObjs = append(hostObjs, hostObj)
 			s.setupHost(name, ref)
+			s.addRDMADevices(name, c.RDMADevices)
 		}
+	}
+	if err := s.createNetworks(ctx, folders, hostObjs); err != nil {
+		return err
 	}
 	return s.createVMs(ctx, folders, hostObjs)
 }
@@ -259,6 +271,7 @@ func (s *Sim) setupHost(name string, ref types.ManagedObjectReference) {
 	h.ConfigManager.GraphicsManager = &gm.Self
 	h.ConfigManager.KernelModuleSystem = &km.Self
 	h.ConfigManager.PciPassthruSystem = &ps.Self
+	s.setupAccess(name, h)
 
 	hw := *h.Hardware
 	hw.PciDevice = append([]types.HostPciDevice(nil), hw.PciDevice...)
@@ -267,6 +280,8 @@ func (s *Sim) setupHost(name string, ref types.ManagedObjectReference) {
 	}
 	hw.MemorySize = 2 << 40 // 2 TiB, enough to reserve all VM memory
 	h.Hardware = &hw
+	s.setupNICs(h, name)
+	s.setupPVRDMA(h)
 	summaryHW := *h.Summary.Hardware
 	summaryHW.MemorySize = hw.MemorySize
 	summaryHW.NumCpuCores, summaryHW.NumCpuThreads, summaryHW.NumCpuPkgs = 64, 128, 2
@@ -431,6 +446,13 @@ func (s *Sim) createVM(ctx context.Context, folders *object.DatacenterFolders, h
 	}
 	nic := esx.EthernetCard
 	devices := []types.BaseVirtualDevice{&nic}
+	if len(vm.Network) > 0 {
+		cards, err := s.vmxnet3Cards(vm.Network)
+		if err != nil {
+			return types.ManagedObjectReference{}, fmt.Errorf("VM %s: %w", vm.Name, err)
+		}
+		devices = cards
+	}
 	for i, p := range vm.VGPUs {
 		devices = append(devices, newVGPU(int32(-100-i), p))
 	}

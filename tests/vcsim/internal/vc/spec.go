@@ -24,8 +24,12 @@ type Spec struct {
 	Templates     []VMSpec      `yaml:"templates" json:"templates"`
 	VMs           []VMSpec      `yaml:"vms" json:"vms"`
 	VMCount       int           `yaml:"vm_count" json:"vm_count"` // extra powered-off VMs vm-0001.. spread over hosts
+	// Users are privilege-limited users beside Username (privileges.go).
+	Users []User `yaml:"users" json:"users"`
 	// Supervisor names supervisor clusters and seeds namespaces and VM classes (vapi_wiring.go).
 	Supervisor *vapi.Supervisor `yaml:"supervisor" json:"supervisor"`
+	// Networks are port groups beside "VM Network": standard or on a distributed switch (network.go).
+	Networks []NetworkSpec `yaml:"networks" json:"networks"`
 
 	// Catalog is the vGPU type catalogue the farm's boards and profiles come from (not in farm files;
 	// nil: farm.DefaultCatalog).
@@ -51,6 +55,22 @@ type ClusterSpec struct {
 	// ExtraProfiles are profiles the hosts offer beyond the catalogue (a driver newer than the catalogue);
 	// a vGPU of one takes a GPU of its own.
 	ExtraProfiles []string `yaml:"extra_profiles" json:"extra_profiles"`
+	// VgpuManager is the NVIDIA vGPU Manager version the hosts have installed ("" the default, farm.DefaultManager;
+	// "none": not installed, the GPUs offer no vGPU types); SSH the SSH service (TSM-SSH) and lockdown mode.
+	VgpuManager string        `yaml:"vgpu_manager" json:"vgpu_manager"`
+	SSH         SSHAccessSpec `yaml:"ssh" json:"ssh"`
+	// RDMADevices is how many RDMA devices (RoCE v2 NICs, config.network.rdmaDevice) each host has.
+	RDMADevices int `yaml:"rdma_devices" json:"rdma_devices"`
+	// NICs are each host's ConnectX NICs (farm.NICSpec): SR-IOV with VFs, or passthrough.
+	NICs []farm.NICSpec `yaml:"nics" json:"nics"`
+}
+
+// SSHAccessSpec is how a cluster's hosts are reached over SSH: the SSH service and lockdown mode.
+type SSHAccessSpec struct {
+	Stopped            bool     `yaml:"stopped" json:"stopped"`                         // the SSH service is not running
+	Policy             string   `yaml:"policy" json:"policy"`                           // on | off | automatic ("" on, off when stopped)
+	Lockdown           string   `yaml:"lockdown" json:"lockdown"`                       // lockdownDisabled | lockdownNormal | lockdownStrict
+	LockdownExceptions []string `yaml:"lockdown_exceptions" json:"lockdown_exceptions"` // users that keep access in lockdown
 }
 
 // VMSpec describes a VM or template created at start.
@@ -63,6 +83,8 @@ type VMSpec struct {
 	VGPUs    []string `yaml:"vgpus" json:"vgpus"`
 	Locked   bool     `yaml:"memory_locked" json:"memory_locked"` // memoryReservationLockedToMax
 	PowerOn  bool     `yaml:"power_on" json:"power_on"`
+	// Network: port groups of its vmxnet3 adapters (default: one e1000 on "VM Network", as vcsim makes).
+	Network []string `yaml:"network" json:"network"`
 }
 
 // DefaultSpec is the demo farm: DC0 / GPU-Cluster, 4 hosts x 4 A100-40GB in NVLink pairs, graphics
@@ -129,6 +151,9 @@ func (s *Spec) Validate() error {
 	if s.Username == "" {
 		return fmt.Errorf("username is empty")
 	}
+	if err := validateUsers(s.Username, s.Users); err != nil {
+		return err
+	}
 	if s.RebootSeconds < 0 {
 		return fmt.Errorf("reboot_seconds must be >= 0")
 	}
@@ -147,6 +172,9 @@ func (s *Spec) Validate() error {
 		if c.Hosts < 0 || c.Hosts > 1024 {
 			return fmt.Errorf("cluster %s: hosts must be 0..1024", c.Name)
 		}
+		if c.RDMADevices < 0 || c.RDMADevices > 16 {
+			return fmt.Errorf("cluster %s: rdma_devices must be 0..16", c.Name)
+		}
 		if c.GPUs < 0 || c.GPUs > 16 {
 			return fmt.Errorf("cluster %s: gpus_per_host must be 0..16", c.Name)
 		}
@@ -157,6 +185,9 @@ func (s *Spec) Validate() error {
 		if err := probe.AddHost(c.hostSpec("probe", "probe")); err != nil {
 			return fmt.Errorf("cluster %s: %w", c.Name, err)
 		}
+	}
+	if err := s.validateNetworks(s.hostNames()); err != nil {
+		return err
 	}
 	vmNames := map[string]bool{}
 	for _, list := range [][]VMSpec{s.Templates, s.VMs} {
@@ -200,6 +231,8 @@ func (c ClusterSpec) hostSpec(name, cluster string) farm.HostSpec {
 		DefaultGraphicsType: c.GraphicsType, AssignmentPolicy: c.AssignmentPolicy, VgpuMode: c.VgpuMode,
 		MIG: c.MIG, ModuleOptions: c.NvidiaOptions, ProfilePrefix: c.ProfilePrefix, UndeclaredParams: c.UndeclaredParams,
 		ExtraProfiles: c.ExtraProfiles,
+		Access: farm.AccessSpec{Manager: c.VgpuManager, SSHStopped: c.SSH.Stopped, SSHPolicy: c.SSH.Policy,
+			Lockdown: c.SSH.Lockdown, LockdownExceptions: c.SSH.LockdownExceptions},
 	}
 }
 

@@ -207,12 +207,30 @@ func (vm *gpuVM) delay(method string) {
 	}
 }
 
-// ReconfigVMTask enforces the vGPU rules and records deviceGroups.
+// changeVersionFault refuses a reconfigure whose spec names a changeVersion other than the VM's, as vCenter does:
+// "If specified, the changes are only applied if the current changeVersion matches the specified
+// changeVersion" (vSphere Web Services API, VirtualMachineConfigSpec.changeVersion), with the fault
+// ReconfigVM_Task lists for an operation that "fails because another operation has modified the
+// datastructure" (vim.fault.ConcurrentAccess). vcsim's configure gives every successful reconfigure a new
+// changeVersion.
+func (s *Sim) changeVersionFault(vm *simulator.VirtualMachine, want string) types.BaseMethodFault {
+	if want == "" || vm.Config == nil || want == vm.Config.ChangeVersion {
+		return nil
+	}
+	return s.faultWith(&types.ConcurrentAccess{}, fmt.Sprintf(
+		"The virtual machine %s was changed by another operation: its changeVersion is %s, the request expected %s.",
+		vm.Name, vm.Config.ChangeVersion, want))
+}
+
+// ReconfigVMTask enforces the vGPU rules and the spec's changeVersion, and records deviceGroups.
 func (vm *gpuVM) ReconfigVMTask(ctx *simulator.Context, req *types.ReconfigVM_Task) soap.HasFault {
 	unregister(ctx, vm)
 	s := vm.sim
 	task := simulator.CreateTask(vm, "ReconfigVMTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		vm.delay("ReconfigVM_Task")
+		if f := s.changeVersionFault(vm.VirtualMachine, req.Spec.ChangeVersion); f != nil {
+			return nil, f
+		}
 		plan := planVGPUs(vm.Config.Hardware.Device, req.Spec.DeviceChange)
 		groups := req.Spec.DeviceGroups != nil
 		if groups && !plan.changed && vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOff {
@@ -223,8 +241,11 @@ func (vm *gpuVM) ReconfigVMTask(ctx *simulator.Context, req *types.ReconfigVM_Ta
 				return nil, f
 			}
 		}
+		if f := s.checkAdapters(vm.Runtime.PowerState, req.Spec.DeviceChange); f != nil {
+			return nil, f
+		}
 		spec := req.Spec
-		spec.DeviceGroups = nil
+		spec.DeviceGroups, spec.ChangeVersion = nil, ""
 		_, f := s.waitBody(vm.VirtualMachine.ReconfigVMTask(ctx, &types.ReconfigVM_Task{This: req.This, Spec: spec}))
 		if f != nil {
 			return nil, f
@@ -251,8 +272,21 @@ func (s *Sim) memoryFault(cfg *types.VirtualMachineConfigInfo) types.BaseMethodF
 	return s.faultWith(&types.GenericVmConfigFault{Reason: msg}, msg)
 }
 
-// admit places a VM's vGPUs at power-on.
+// admit places a VM's vGPUs at power-on, then takes its SR-IOV VFs and passthrough NICs (network.go); all or
+// nothing.
 func (s *Sim) admit(vm *simulator.VirtualMachine) types.BaseMethodFault {
+	if f := s.admitVGPUs(vm); f != nil {
+		return f
+	}
+	if f := s.admitNICs(vm); f != nil {
+		s.Farm.Release(vm.Self.Value)
+		return f
+	}
+	return nil
+}
+
+// admitVGPUs places a VM's vGPUs at power-on.
+func (s *Sim) admitVGPUs(vm *simulator.VirtualMachine) types.BaseMethodFault {
 	profiles := vgpuProfiles(vm.Config.Hardware.Device)
 	if len(profiles) == 0 {
 		return nil
@@ -292,6 +326,7 @@ func (vm *gpuVM) PowerOnVMTask(ctx *simulator.Context, req *types.PowerOnVM_Task
 			s.Farm.Release(vm.Self.Value)
 			return nil, f
 		}
+		s.firstBoot(ctx, vm.VirtualMachine)
 		return nil, nil
 	}))
 	return &methods.PowerOnVM_TaskBody{Res: &types.PowerOnVM_TaskResponse{Returnval: task.Run(ctx)}}
@@ -398,6 +433,10 @@ func (vm *gpuVM) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) so
 		if f := s.checkVGPUs(host, types.VirtualMachinePowerStatePoweredOff, plan); f != nil {
 			return nil, f
 		}
+		if f := s.checkAdapters(types.VirtualMachinePowerStatePoweredOff, changes); f != nil {
+			return nil, f
+		}
+		inner.Spec.Customization = nil // gpusim customizes at power-on (customize.go)
 		ref, f := s.waitBody(vm.VirtualMachine.CloneVMTask(ctx, &inner))
 		if f != nil {
 			return nil, f
@@ -407,6 +446,9 @@ func (vm *gpuVM) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) so
 			return ref, nil
 		}
 		if f := s.copySettings(ctx, vm.VirtualMachine, clone, req.Spec.Config); f != nil {
+			return nil, f
+		}
+		if f := s.pendCustomization(clone, req.Spec.Customization); f != nil {
 			return nil, f
 		}
 		if req.Spec.PowerOn {
@@ -471,7 +513,11 @@ func (f *gpuFolder) CreateVMTask(ctx *simulator.Context, req *types.CreateVM_Tas
 	plan := planVGPUs(nil, req.Config.DeviceChange)
 	plan.changed = len(plan.profiles) > 0
 	host := f.sim.hostOf(req.Host)
-	if fault := f.sim.checkVGPUs(host, types.VirtualMachinePowerStatePoweredOff, plan); fault != nil {
+	fault := f.sim.checkVGPUs(host, types.VirtualMachinePowerStatePoweredOff, plan)
+	if fault == nil {
+		fault = f.sim.checkAdapters(types.VirtualMachinePowerStatePoweredOff, req.Config.DeviceChange)
+	}
+	if fault != nil {
 		task := simulator.CreateTask(f, "CreateVMTask", func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 			return nil, fault
 		})

@@ -366,3 +366,39 @@ func groupGPUs(groups []types.VirtualMachineVendorDeviceGroupInfo) [][]string {
 	}
 	return out
 }
+
+func TestReconfigureHonoursChangeVersion(t *testing.T) {
+	e := start(t, smallSpec())
+	vm := e.vm("vm-a")
+	version := func() string { return e.vmMO(vm, "config.changeVersion").Config.ChangeVersion }
+	first := version()
+	if first == "" {
+		t.Fatal("a new VM has no changeVersion")
+	}
+	add := vgpuSpec(types.VirtualDeviceConfigSpecOperationAdd, "grid_a100-10c")
+	add.ChangeVersion = first
+	e.must(e.wait(vm.Reconfigure(e.ctx, add)))
+	second := version()
+	if second == first {
+		t.Fatal("a reconfigure did not change the changeVersion")
+	}
+	stale := vgpuSpec(types.VirtualDeviceConfigSpecOperationAdd, "grid_a100-20c")
+	stale.ChangeVersion = first // what a second writer read before the first reconfigure
+	f, msg := faultOf(e.wait(vm.Reconfigure(e.ctx, stale)))
+	if _, ok := f.(*types.ConcurrentAccess); !ok {
+		t.Fatalf("stale changeVersion: %#v", f)
+	}
+	if !contains(msg, "changed by another operation") {
+		t.Fatalf("message %q", msg)
+	}
+	if got := vgpuProfiles(deviceList(e, vm)); !reflect.DeepEqual(got, []string{"grid_a100-10c"}) || version() != second {
+		t.Fatalf("a refused reconfigure changed the VM: %v", got)
+	}
+	e.must(e.wait(vm.PowerOn(e.ctx)))
+	e.must(e.wait(vm.PowerOff(e.ctx)))
+	if version() != second {
+		t.Fatal("power operations changed the changeVersion")
+	}
+	unconditional := vgpuSpec(types.VirtualDeviceConfigSpecOperationAdd, "grid_a100-10c")
+	e.must(e.wait(vm.Reconfigure(e.ctx, unconditional))) // no changeVersion: applied whatever the version
+}

@@ -1,0 +1,251 @@
+package vc
+
+import (
+	"crypto/subtle"
+	"fmt"
+	"slices"
+	"sort"
+
+	"github.com/vmware/govmomi/simulator"
+	"github.com/vmware/govmomi/vim25/methods"
+	"github.com/vmware/govmomi/vim25/mo"
+	"github.com/vmware/govmomi/vim25/soap"
+	"github.com/vmware/govmomi/vim25/types"
+)
+
+// Privilege-limited users. govmomi's simulator grants every privilege to everyone (its AuthorizationManager
+// answers true for any id); a farm file's `users` log in beside the main user and get only the privileges
+// listed, enforced per method with the privilege the vSphere API reference requires for it (NoPermission
+// naming the object and the privilege id, as vCenter answers), and answered truthfully by
+// AuthorizationManager.HasPrivilegeOnEntities / HasPrivilegeOnEntity / FetchUserPrivilegeOnEntities.
+// System.Anonymous, System.View and System.Read are in every role and always granted.
+
+// User is a farm file user: `users: [{name, password, privileges: [...]}]`.
+type User struct {
+	Name       string   `yaml:"name" json:"name"`
+	Password   string   `yaml:"password" json:"password"`
+	Privileges []string `yaml:"privileges" json:"privileges"`
+}
+
+// systemPrivileges are in every vCenter role.
+var systemPrivileges = []string{"System.Anonymous", "System.View", "System.Read"}
+
+// methodPrivileges: the privilege each method vgpuctl (or a test) calls requires, from the vSphere Web
+// Services API reference ("Required Privileges"; pyVmomi's type info carries the same ids). Methods not
+// listed need only System.Read or System.View. Methods whose privilege depends on the request or the
+// object are decided in requiredPrivileges.
+var methodPrivileges = map[string]string{
+	"PowerOnVM_Task": "VirtualMachine.Interact.PowerOn", "PowerOffVM_Task": "VirtualMachine.Interact.PowerOff",
+	"ShutdownGuest": "VirtualMachine.Interact.PowerOff", "SuspendVM_Task": "VirtualMachine.Interact.Suspend",
+	"CreateVM_Task": "VirtualMachine.Inventory.Create", "UnregisterVM": "VirtualMachine.Inventory.Unregister",
+	"EnterMaintenanceMode_Task": "Host.Config.Maintenance", "ExitMaintenanceMode_Task": "Host.Config.Maintenance",
+	"RebootHost_Task":      "Host.Config.Maintenance",
+	"UpdateGraphicsConfig": "Host.Config.Settings", "RefreshGraphicsManager": "Host.Config.Settings",
+	"QueryModules": "Host.Config.Settings", "QueryConfiguredModuleOptionString": "Host.Config.Settings",
+	"UpdateModuleOptionString": "Host.Config.Settings", "ChangeLockdownMode": "Host.Config.Settings",
+	"StartService": "Host.Config.NetService", "StopService": "Host.Config.NetService",
+	"RestartService": "Host.Config.NetService", "UpdateServicePolicy": "Host.Config.NetService",
+	"RefreshServices":         "Host.Config.NetService",
+	"FetchSoftwarePackages":   "Host.Config.Image",
+	"fetchSoftwarePackages":   "Host.Config.Image", // its WSDL name starts lower case
+	"QueryLockdownExceptions": "Global.Settings", "UpdateLockdownExceptions": "Global.Settings",
+	"AddCustomFieldDef": "Global.ManageCustomFields", "RemoveCustomFieldDef": "Global.ManageCustomFields",
+	"RenameCustomFieldDef": "Global.ManageCustomFields", "SetField": "Global.SetCustomField",
+	"setCustomValue": "Global.SetCustomField", "CreateFolder": "Folder.Create",
+}
+
+func usersByName(users []User) map[string]User {
+	out := map[string]User{}
+	for _, u := range users {
+		out[u.Name] = u
+	}
+	return out
+}
+
+// validateUsers checks the farm file's users (names unique, not the main user's).
+func validateUsers(main string, users []User) error {
+	seen := map[string]bool{main: true}
+	for i, u := range users {
+		if u.Name == "" {
+			return fmt.Errorf("users[%d]: name is empty", i)
+		}
+		if seen[u.Name] {
+			return fmt.Errorf("users[%d]: duplicate user %q", i, u.Name)
+		}
+		seen[u.Name] = true
+	}
+	return nil
+}
+
+// limitUsers lets the farm file's users log in beside the main user.
+func (s *Sim) limitUsers() {
+	if len(s.users) == 0 {
+		return
+	}
+	s.ctx.Map.SessionManager().ValidLogin = func(req *types.Login) bool {
+		if req.UserName == s.Spec.Username {
+			return subtle.ConstantTimeCompare([]byte(req.Password), []byte(s.Spec.Password)) == 1
+		}
+		u, ok := s.users[req.UserName]
+		return ok && subtle.ConstantTimeCompare([]byte(req.Password), []byte(u.Password)) == 1
+	}
+}
+
+// limitedUser is the session's user when it is a privilege-limited one.
+func (s *Sim) limitedUser(ctx *simulator.Context) (User, bool) {
+	if ctx.Session == nil {
+		return User{}, false
+	}
+	u, ok := s.users[ctx.Session.UserName]
+	return u, ok
+}
+
+func (u User) has(priv string) bool {
+	return slices.Contains(systemPrivileges, priv) || slices.Contains(u.Privileges, priv)
+}
+
+// denied is the NoPermission a limited user gets for a method it lacks a privilege for, else nil.
+func (s *Sim) denied(ctx *simulator.Context, m *simulator.Method, obj mo.Reference) types.BaseMethodFault {
+	u, ok := s.limitedUser(ctx)
+	if !ok {
+		return nil
+	}
+	for _, priv := range requiredPrivileges(m, obj) {
+		if !u.has(priv) {
+			ref := m.This
+			f := &types.NoPermission{Object: &ref, PrivilegeId: priv,
+				MissingPrivileges: []types.NoPermissionEntityPrivileges{{Entity: ref, PrivilegeIds: []string{priv}}}}
+			return s.withMessage(f, fmt.Sprintf("Permission to perform this operation was denied: %s on %s %s "+
+				"(user %s)", priv, ref.Type, ref.Value, u.Name))
+		}
+	}
+	return nil
+}
+
+// requiredPrivileges are the privileges a call needs, in the order vCenter checks them.
+func requiredPrivileges(m *simulator.Method, obj mo.Reference) []string {
+	switch m.Name {
+	case "ReconfigVM_Task":
+		if req, ok := m.Body.(*types.ReconfigVM_Task); ok {
+			return reconfigPrivileges(req.Spec)
+		}
+	case "CloneVM_Task":
+		privs := []string{"VirtualMachine.Provisioning.Clone"}
+		if vm, ok := obj.(*simulator.VirtualMachine); ok && vm.Config != nil && vm.Config.Template {
+			privs = append(privs, "VirtualMachine.Provisioning.DeployTemplate")
+		}
+		return append(privs, "VirtualMachine.Inventory.CreateFromExisting", "Resource.AssignVMToPool", "Datastore.AllocateSpace")
+	case "Destroy_Task":
+		if _, ok := obj.(*simulator.Folder); ok {
+			return []string{"Folder.Delete"}
+		}
+		return []string{"VirtualMachine.Inventory.Delete"}
+	case "RelocateVM_Task", "MigrateVM_Task":
+		if vm, ok := obj.(*simulator.VirtualMachine); ok && vm.Runtime.PowerState == types.VirtualMachinePowerStatePoweredOn {
+			return []string{"Resource.HotMigrate"}
+		}
+		return []string{"Resource.ColdMigrate"}
+	}
+	if p, ok := methodPrivileges[m.Name]; ok {
+		return []string{p}
+	}
+	return nil
+}
+
+// reconfigPrivileges: ReconfigVM_Task's privileges follow what the spec changes.
+func reconfigPrivileges(spec types.VirtualMachineConfigSpec) []string {
+	var out []string
+	add := func(cond bool, priv string) {
+		if cond && !slices.Contains(out, priv) {
+			out = append(out, priv)
+		}
+	}
+	add(len(spec.DeviceChange) > 0, "VirtualMachine.Config.AddRemoveDevice")
+	add(spec.NumCPUs != 0, "VirtualMachine.Config.CPUCount")
+	add(spec.MemoryMB != 0, "VirtualMachine.Config.Memory")
+	add(len(spec.ExtraConfig) > 0, "VirtualMachine.Config.AdvancedConfig")
+	add(spec.MemoryReservationLockedToMax != nil || spec.MemoryAllocation != nil, "VirtualMachine.Config.Resource")
+	add(spec.Firmware != "" || spec.Version != "", "VirtualMachine.Config.Settings")
+	if len(out) == 0 {
+		out = append(out, "VirtualMachine.Config.Settings")
+	}
+	return out
+}
+
+// limitedAuth answers the privilege checks truthfully for a limited user's session.
+type limitedAuth struct {
+	*simulator.AuthorizationManager
+	user User
+}
+
+var authMethods = map[string]bool{
+	"HasPrivilegeOnEntities": true, "HasPrivilegeOnEntity": true, "FetchUserPrivilegeOnEntities": true,
+	"HasUserPrivilegeOnEntities": true,
+}
+
+// authFor is the wrapper that answers privilege checks for the users the request names: the limited user
+// of the session (HasPrivilegeOnEntities asks about a session), or the user named in a user query.
+func (s *Sim) authFor(ctx *simulator.Context, m *simulator.Method, o *simulator.AuthorizationManager) mo.Reference {
+	name := ""
+	switch req := m.Body.(type) {
+	case *types.FetchUserPrivilegeOnEntities:
+		name = req.UserName
+	case *types.HasUserPrivilegeOnEntities:
+		name = req.UserName
+	default:
+		if ctx.Session != nil {
+			name = ctx.Session.UserName
+		}
+	}
+	u, ok := s.users[name]
+	if !ok {
+		return nil
+	}
+	return &limitedAuth{AuthorizationManager: o, user: u}
+}
+
+func (a *limitedAuth) availability(ids []string) []types.PrivilegeAvailability {
+	out := make([]types.PrivilegeAvailability, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, types.PrivilegeAvailability{PrivId: id, IsGranted: a.user.has(id)})
+	}
+	return out
+}
+
+// HasPrivilegeOnEntities answers per entity and privilege for the limited user.
+func (a *limitedAuth) HasPrivilegeOnEntities(req *types.HasPrivilegeOnEntities) soap.HasFault {
+	var out []types.EntityPrivilege
+	for _, e := range req.Entity {
+		out = append(out, types.EntityPrivilege{Entity: e, PrivAvailability: a.availability(req.PrivId)})
+	}
+	return &methods.HasPrivilegeOnEntitiesBody{Res: &types.HasPrivilegeOnEntitiesResponse{Returnval: out}}
+}
+
+// HasUserPrivilegeOnEntities answers for the named limited user.
+func (a *limitedAuth) HasUserPrivilegeOnEntities(req *types.HasUserPrivilegeOnEntities) soap.HasFault {
+	var out []types.EntityPrivilege
+	for _, e := range req.Entities {
+		out = append(out, types.EntityPrivilege{Entity: e, PrivAvailability: a.availability(req.PrivId)})
+	}
+	return &methods.HasUserPrivilegeOnEntitiesBody{Res: &types.HasUserPrivilegeOnEntitiesResponse{Returnval: out}}
+}
+
+// HasPrivilegeOnEntity answers for the limited user.
+func (a *limitedAuth) HasPrivilegeOnEntity(req *types.HasPrivilegeOnEntity) soap.HasFault {
+	out := make([]bool, len(req.PrivId))
+	for i, id := range req.PrivId {
+		out[i] = a.user.has(id)
+	}
+	return &methods.HasPrivilegeOnEntityBody{Res: &types.HasPrivilegeOnEntityResponse{Returnval: out}}
+}
+
+// FetchUserPrivilegeOnEntities lists the limited user's privileges on each entity.
+func (a *limitedAuth) FetchUserPrivilegeOnEntities(req *types.FetchUserPrivilegeOnEntities) soap.HasFault {
+	privs := append(slices.Clone(systemPrivileges), a.user.Privileges...)
+	sort.Strings(privs)
+	var out []types.UserPrivilegeResult
+	for _, e := range req.Entities {
+		out = append(out, types.UserPrivilegeResult{Entity: e, Privileges: privs})
+	}
+	return &methods.FetchUserPrivilegeOnEntitiesBody{Res: &types.FetchUserPrivilegeOnEntitiesResponse{Returnval: out}}
+}

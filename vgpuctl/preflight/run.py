@@ -1,0 +1,89 @@
+"""Running the checks: all of them for `vgpuctl preflight`, the cheap part for plan and apply."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from vgpuctl.domain import CheckStatus, SshService
+from vgpuctl.inventory import Inventory
+from vgpuctl.model import Observed, Plan
+from vgpuctl.preflight import checks, guests, privileges
+from vgpuctl.preflight.facts import PreflightFacts, Scope, scope_of
+from vgpuctl.preflight.gather import about, environment_user, gather, granted, places
+from vgpuctl.reports.preflight import PreflightCheck, PreflightReport, preflight_report
+
+if TYPE_CHECKING:
+    from vgpuctl.vsphere.session import Session
+
+
+def _needs(session: Session, observed: Observed, inventory: Inventory | None, plan: Plan,
+           scope: Scope | None = None) -> list[privileges.Need]:
+    needs = privileges.needs(plan, observed, inventory, places(session, observed, plan))
+    needs += privileges.ssh_service_needs(inventory, observed, places(session, observed, Plan()))
+    for host in scope.hosts if scope is not None else []:  # preflight reads each host's packages
+        needs.append(privileges.Need(privileges.HOST_PACKAGES, ("HostSystem", observed.hosts[host].moid),
+                                     f"host {host}", privileges.HOST_PACKAGES.privileges))
+    return needs
+
+
+def cheap_checks(session: Session, observed: Observed, inventory: Inventory | None, plan: Plan) -> list[PreflightCheck]:
+    """vCenter's version against the inventory, and the privileges the plan's apply needs: what plan and apply
+    check on the farm they read (the session's about info, HasPrivilegeOnEntities, once for most plans)."""
+    scope = scope_of(inventory, observed)
+    out = [checks.vcenter_version(about(session), checks.requirements(inventory, scope))]
+    needs = _needs(session, observed, inventory, plan)
+    allowed, error = granted(session, needs)
+    return out + privileges.privilege_checks(needs, allowed, error)
+
+
+def host_checks(observed: Observed, inventory: Inventory | None, scope: Scope,
+                facts: PreflightFacts) -> list[PreflightCheck]:
+    out = []
+    for name in scope.hosts:
+        host = observed.hosts[name]
+        if host.connection_state != "connected":
+            out.append(PreflightCheck("host.connected", CheckStatus.FAIL, f"the host is {host.connection_state}",
+                                      name, "reconnect it in vCenter, or leave it out of the inventory"))
+            continue
+        spec = scope.specs.get(name)
+        needed = checks.places_vgpus(name, inventory, scope)
+        access = facts.access.get(name)
+        probe = facts.ssh.get(name)
+        user = probe.user if probe is not None else environment_user(spec)
+        out += [
+            checks.manager_check(host, facts.managers.get(name), needed),
+            checks.graphics_check(host, spec, needed),
+            checks.ssh_check(name, name in scope.shell, access, probe,
+                             spec is not None and spec.ssh.service == SshService.MANAGE),
+            checks.lockdown_check(name, name in scope.shell, access, facts.exceptions.get(name), user),
+        ]
+    return out
+
+
+def run_checks(session: Session, observed: Observed, inventory: Inventory | None) -> PreflightReport:
+    """Every check against the farm as observed (the inventory's plan made without host facts decides which
+    operations, and so which privileges, the run needs)."""
+    from vgpuctl.vms.plan import make_plan
+
+    scope = scope_of(inventory, observed)
+    plan = make_plan(inventory, observed) if inventory is not None else Plan()
+    needs = _needs(session, observed, inventory, plan, scope)
+    facts = gather(session, observed, scope, needs)
+    reqs = checks.requirements(inventory, scope)
+    found = [checks.vcenter_version(facts.about, reqs), *checks.host_versions(observed, scope, reqs)]
+    found += privileges.privilege_checks(needs, facts.granted, facts.privileges_error)
+    found += host_checks(observed, inventory, scope, facts)
+    found += checks.template_checks(plan, inventory, observed)
+    found += checks.rdma_checks(inventory, scope, facts.access)
+    found += checks.vm_network_checks(inventory, observed, scope)
+    found += guests.driver_branch_checks(inventory, scope, facts.managers)
+    found += guests.file_checks(inventory)
+    return preflight_report(session.settings.sdk_url, found)
+
+
+def refuse_by_preflight(session: Session, observed: Observed, inventory: Inventory, the_plan: Plan) -> None:
+    """preflight's cheap part on a plan (vCenter's version, the privileges its apply needs): a failed check refuses
+    the plan with the line preflight prints for it, a warning joins the plan's warnings."""
+    found = cheap_checks(session, observed, inventory, the_plan)
+    the_plan.refuse(c.line for c in found if c.status == CheckStatus.FAIL)
+    the_plan.warnings += [c.line for c in found if c.status == CheckStatus.WARN]
