@@ -524,16 +524,11 @@ class VmOutcome:
     left: list[str] = field(default_factory=list)  # planned steps not done because the apply was interrupted
 
 
-@dataclass
-class ApplyResult:
-    vms: list[VmOutcome] = field(default_factory=list)
-    interrupted: bool = False
-    hosts_not_ready: list[str] = field(default_factory=list)  # host changes failed or not applied
-    round_trips: int = 0
-    elapsed_s: float = 0.0
+class _NamesByOutcome:
+    """The names of a result's entries by outcome; a result says how it reads them (`_names`)."""
 
     def _names(self, status: Outcome) -> list[str]:
-        return [o.vm for o in self.vms if o.status == status]
+        raise NotImplementedError
 
     @property
     def changed(self) -> list[str]:
@@ -550,6 +545,18 @@ class ApplyResult:
     @property
     def not_started(self) -> list[str]:
         return self._names(Outcome.NOT_STARTED)
+
+
+@dataclass
+class ApplyResult(_NamesByOutcome):
+    vms: list[VmOutcome] = field(default_factory=list)
+    interrupted: bool = False
+    hosts_not_ready: list[str] = field(default_factory=list)  # host changes failed or not applied
+    round_trips: int = 0
+    elapsed_s: float = 0.0
+
+    def _names(self, status: Outcome) -> list[str]:
+        return [o.vm for o in self.vms if o.status == status]
 
     @property
     def ok(self) -> bool:
@@ -618,27 +625,11 @@ class HostOutcome:
 
 
 @dataclass
-class HostApplyResult:
+class HostApplyResult(_NamesByOutcome):
     hosts: list[HostOutcome] = field(default_factory=list)
 
     def _names(self, status: Outcome) -> list[str]:
         return [o.host for o in self.hosts if o.status == status]
-
-    @property
-    def failed(self) -> list[str]:
-        return self._names(Outcome.FAILED)
-
-    @property
-    def changed(self) -> list[str]:
-        return self._names(Outcome.CHANGED)
-
-    @property
-    def skipped(self) -> list[str]:
-        return self._names(Outcome.SKIPPED)
-
-    @property
-    def not_started(self) -> list[str]:
-        return self._names(Outcome.NOT_STARTED)
 
     @property
     def ok(self) -> bool:
