@@ -172,7 +172,7 @@ def profiles_cmd(
     opts: GlobalOptions = ctx.obj
     wanted: list[str] = []
 
-    def reported_maxima(session: Any, observed: Observed, inventory: Any) -> None:
+    def reported_maxima(session: Session, observed: Observed, inventory: Any) -> None:
         from vgpuctl.hosts import status as hoststatus
         from vgpuctl.hosts.targets import specs_by_host
 
@@ -182,7 +182,7 @@ def profiles_cmd(
             for warning in hoststatus.read_reported_maxima(observed, wanted, specs, bound):
                 common.warn(warning)
 
-    def scope(session: Any, observed: Observed, inventory: Any) -> None:
+    def scope(session: Session, observed: Observed, inventory: Any) -> None:
         wanted.extend([host_named(host, observed.hosts)] if host else sorted(observed.hosts))
         reported_maxima(session, observed, inventory)
 

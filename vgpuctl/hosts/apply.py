@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import (
     AssignmentPolicy,
@@ -39,6 +39,9 @@ from vgpuctl.hosts.work import POWER_ON, VM_CHANGE, Lease, WorkStore
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import INTERRUPTED, HostApplyResult, HostChange, HostOutcome, ObservedGpu, ObservedHost
 from vgpuctl.progress import Cancel, HostProgress, cancelled
+
+if TYPE_CHECKING:
+    from vgpuctl.vsphere.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +91,7 @@ class HostApplyOptions:
 
 
 def apply_host_changes(
-    session: Any, targets: Sequence[HostTarget], state: WorkStore, options: HostApplyOptions | None = None
+    session: Session, targets: Sequence[HostTarget], state: WorkStore, options: HostApplyOptions | None = None
 ) -> HostApplyResult:
     """Apply every target's changes, `max_unavailable` hosts at a time; stop starting hosts after a failure
     unless options.keep_going."""
@@ -118,7 +121,7 @@ def apply_host_changes(
 
 
 class _HostRun:
-    def __init__(self, session: Any, watcher: Any, target: HostTarget, state: WorkStore, opts: HostApplyOptions):
+    def __init__(self, session: Session, watcher: Any, target: HostTarget, state: WorkStore, opts: HostApplyOptions):
         self.session, self.watcher, self.t, self.state, self.opts = session, watcher, target, state, opts
         self.out = HostOutcome(target.name)
         self.phase = "check"

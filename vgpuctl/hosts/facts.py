@@ -18,6 +18,7 @@ from vgpuctl.hosts.netfacts import HostNetFacts
 
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
+    from vgpuctl.vsphere.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ def adopt_nvlink_sets(observed: Observed, facts: HostFacts) -> bool:
 
 
 def gather_host_facts(
-    session: Any, host_moid: str, host: str, run: Runner | None, *, network: bool = False
+    session: Session, host_moid: str, host: str, run: Runner | None, *, network: bool = False
 ) -> HostFacts:
     """API facts (module options, graphicsConfig.deviceType, boot time), the network facts when `network` (a
     setting that reads them is set for the host: vgpuctl.hosts.settings.wants_network), then shell facts when
@@ -196,7 +197,7 @@ def gather_host_facts(
     return facts
 
 
-def _network_facts(session: Any, host_moid: str, facts: HostFacts) -> None:
+def _network_facts(session: Session, host_moid: str, facts: HostFacts) -> None:
     from vgpuctl.vsphere.hostnet import read_net_state
 
     try:
@@ -206,7 +207,7 @@ def _network_facts(session: Any, host_moid: str, facts: HostFacts) -> None:
         facts.warnings.append(f"host {facts.host}: its network state cannot be read ({err})")
 
 
-def api_facts(session: Any, host_moid: str, host: str, *, network: bool = False) -> HostFacts:
+def api_facts(session: Session, host_moid: str, host: str, *, network: bool = False) -> HostFacts:
     """gather_host_facts without the shell, for reports: a host that cannot answer at all gets empty facts and a
     reason (the report shows what the bulk observe listed) instead of failing the whole report."""
     try:
@@ -342,13 +343,13 @@ def open_shell(
     )
 
 
-def esxi_timeout(session: Any) -> float | None:
+def esxi_timeout(session: Session) -> float | None:
     """The run's bound on each ESXi shell command (ConnectionSettings.esxi_timeout_s), None when it sets none."""
     return getattr(getattr(session, "settings", None), "esxi_timeout_s", None)
 
 
 def gather_facts(
-    session: Any,
+    session: Session,
     hosts: dict[str, tuple[str, Any]],
     *,
     shell: bool = True,

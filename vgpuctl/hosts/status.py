@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import ConnectionState, GpuVgpuMode
 from vgpuctl.errors import VgpuctlError
@@ -25,6 +25,9 @@ from vgpuctl.hosts.settings.base import ModuleOptions as ModuleOptionsView
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
 from vgpuctl.reports.status import HostGpu, HostReport, ModuleOptions, SettingValue, StatusReport
+
+if TYPE_CHECKING:
+    from vgpuctl.vsphere.session import Session
 
 # the settings `host show` and `status` have fields of their own for (every setting is in `settings` too)
 NVLINK, SCHEDULER = nvlink.SETTING.key, scheduler.SETTING.key
@@ -79,7 +82,7 @@ def _gpu_row(gpu: ObservedGpu, facts: HostFacts | None) -> HostGpu:
 
 
 def collect_host_status(
-    session: Any, observed: Observed, specs: dict[str, HostSpec] | None = None, *, shell: bool = True,
+    session: Session, observed: Observed, specs: dict[str, HostSpec] | None = None, *, shell: bool = True,
     read: dict[str, HostFacts] | None = None,
 ) -> dict[str, HostReport]:
     """host_status of every connected host for `vgpuctl status`: API facts always, shell facts (MIG pending,

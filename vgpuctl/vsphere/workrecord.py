@@ -27,13 +27,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from vgpuctl.errors import UsageError, VgpuctlError
 from vgpuctl.hosts.work import WORK_FIELD, WorkRecords
 from vgpuctl.vsphere.bookkeeping import guarded
+
+if TYPE_CHECKING:
+    from vgpuctl.vsphere.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +104,7 @@ class Fields:
     """Custom attribute definitions of one managed object type (created on first use), SetField and their values:
     the two on hosts (work record, lease); vgpuctl.vsphere.claims keeps its own on VMs."""
 
-    def __init__(self, session: Any, mo_type: str = "HostSystem"):
+    def __init__(self, session: Session, mo_type: str = "HostSystem"):
         self.session = session
         self.mo_type = mo_type
         self._keys: dict[str, int] = {}
@@ -147,12 +150,12 @@ class Fields:
         return next((str(v.value) for v in values if int(v.key) == key), "")
 
 
-def clear_work_record(session: Any, host_moid: str) -> None:
+def clear_work_record(session: Session, host_moid: str) -> None:
     """Empty the host's `vgpuctl.work` attribute (`vgpuctl host forget-work`)."""
     Fields(session).set(host_moid, WORK_FIELD, "")
 
 
-def vcenter_now(session: Any) -> float:
+def vcenter_now(session: Session) -> float:
     """vCenter's clock (CurrentTime) as a POSIX timestamp."""
     now: datetime = session.invoke(session.si.CurrentTime)
     return now.timestamp()
@@ -166,7 +169,7 @@ class VcenterWorkStore(WorkRecords):
     written through with SetField; and the hosts' leases. `fields`: the custom attributes (tests give a fake)."""
 
     def __init__(
-        self, session: Any, moids: dict[str, str], values: dict[str, str], run_id: str, fields: Fields | None = None
+        self, session: Session, moids: dict[str, str], values: dict[str, str], run_id: str, fields: Fields | None = None
     ):
         super().__init__(values, run_id)
         self.fields = fields if fields is not None else Fields(session)
@@ -433,7 +436,7 @@ def _one_line(err: Exception) -> str:
     return f"{type(err).__name__}: {msg}" if msg else str(err).splitlines()[0] if str(err) else type(err).__name__
 
 
-def _destroy(session: Any, obj: Any) -> None:
+def _destroy(session: Session, obj: Any) -> None:
     from pyVim.task import WaitForTask
 
     def destroy() -> None:
@@ -442,7 +445,7 @@ def _destroy(session: Any, obj: Any) -> None:
     guarded(f"cannot remove the lock folder {obj._moId}", "Destroy_Task", destroy)
 
 
-def live_leases(session: Any, values: dict[str, str]) -> dict[str, LeaseInfo]:
+def live_leases(session: Session, values: dict[str, str]) -> dict[str, LeaseInfo]:
     """Hosts whose `vgpuctl.lease` value describes a lease still live by vCenter's clock (one CurrentTime call,
     only when some host has a lease value)."""
     infos = {h: info for h, text in values.items() if (info := parse_lease(text)) is not None}

@@ -27,6 +27,7 @@ from vgpuctl.strictmodel import KeyPath
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
+    from vgpuctl.vsphere.session import Session
 
 
 # ------------------------------------------------------------------------------------------ what it reads
@@ -152,7 +153,7 @@ class HostWriter:
     """What a setting's apply writes through, for one host: the session and the host's shell, progress, and
     what the combined steps collect (one graphics update, one module option string)."""
 
-    session: Any
+    session: Session
     host: str
     moid: str
     progress: Callable[[str, str | None], None]  # (step, detail): a line of progress
