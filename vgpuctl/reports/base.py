@@ -141,6 +141,11 @@ class VgpuCount:
     count: int
 
 
+def whole(gb: float) -> float:
+    """20.0 -> 20 for the documents; fractions (0.5 GB profiles) stay."""
+    return int(gb) if float(gb).is_integer() else gb
+
+
 def vgpu_counts(profiles: Iterable[str]) -> list[VgpuCount]:
     """Profiles in the order they first appear, with how many of each."""
     return [VgpuCount(p, n) for p, n in Counter(profiles).items()]

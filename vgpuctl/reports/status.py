@@ -10,7 +10,7 @@ from vgpuctl.domain import TIME_SLICED_MODES, GpuMode, GpuVgpuMode, ProfileShari
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
 from vgpuctl.profiles import ProfileError, VgpuProfile, board_for_device, observed_profile, parse_profile, try_parse
 from vgpuctl.profiles import max_per_gpu as profiles_max
-from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, VgpuCount, optional, vgpu_counts
+from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, VgpuCount, optional, vgpu_counts, whole
 from vgpuctl.reports.plan import sorted_counts
 from vgpuctl.supervisor.vmclasses import SupervisorState
 
@@ -349,11 +349,6 @@ def gpu_mode(gpu: ObservedGpu) -> str:
     if gpu.vgpu_mode in TIME_SLICED_MODES:
         return f"{GpuMode.TIME_SLICED} ({gpu.vgpu_mode})"
     return str(GpuMode.TIME_SLICED)
-
-
-def whole(gb: float) -> float:
-    """20.0 -> 20 for the documents; fractions (0.5 GB profiles) stay."""
-    return int(gb) if float(gb).is_integer() else gb
 
 
 def profile_fb(name: str, host: ObservedHost | None) -> float:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl.reports.base import whole
+
 if TYPE_CHECKING:
     from vgpuctl.reports.base import VgpuCount
     from vgpuctl.reports.status import GpuVm, StatusGpu, StatusHost, StatusReport, StatusVmClass
@@ -63,8 +65,6 @@ def nvlink_cell(g: StatusGpu) -> str:
 
 
 def used(h: StatusHost) -> str:
-    from vgpuctl.reports.status import whole
-
     return f"{whole(sum(g.used_gb for g in h.gpus))}/{sum(g.fb_gb for g in h.gpus)}"
 
 
