@@ -4,7 +4,8 @@ Hosts: one `cluster:` entry per cluster with the settings all its hosts share, a
 what differs (the host-entry merge rules put them together again): graphics default type and assignment
 policy, per GPU the mode, time-sliced vGPU mode and graphics type, NVLink and the scheduler from the nvidia
 module options. VMs: those with vGPUs (or every VM), with profile x count or the list form, NVLink when all
-their vGPUs form one device group, cpus, memory, `power: keep`; runs of names (`train-{01..12}`) where the
+their vGPUs form one device group, cpus, memory, the network adapters of a VM with an RDMA device (PVRDMA,
+SR-IOV or a passthrough NIC), `power: keep`; runs of names (`train-{01..12}`) where the
 VMs are otherwise the same. Comments say where values came from and what was left out.
 """
 
@@ -17,14 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuctl import yamlout
-from vgpuctl.domain import Keep, NvlinkRequirement, Power
+from vgpuctl.domain import AdapterType, Keep, NvlinkRequirement, Power
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.settings import SETTINGS
 from vgpuctl.hosts.settings.gpus import SETTING as GPU_SETTINGS
 from vgpuctl.inventory.schema import API_VERSION, vm_name_problem
-from vgpuctl.model import Observed, ObservedHost, ObservedVm
+from vgpuctl.model import Observed, ObservedHost, ObservedNic, ObservedVm
+from vgpuctl.netrules import network_rules
 from vgpuctl.profiles import BOARDS, ProfileError, board_for_device, parse_profile, try_parse
 from vgpuctl.supervisor.vmclasses import ClassState, SupervisorState, VmClassSpec, desired_class
+from vgpuctl.vms.network import is_nic
 
 _NUMBERED = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<suffix>[^\d]*)$")
 GPUS_KEY = GPU_SETTINGS.key  # the per-GPU settings: a list of items by `select`
@@ -205,8 +208,13 @@ def vm_fields(vm: ObservedVm, observed: Observed) -> tuple[tuple[tuple[str, Any]
         groups = {d.device_group_key for d in vm.vgpus}
         if len(vm.vgpus) > 1 and len(groups) == 1 and None not in groups:
             fields.append(("nvlink", NvlinkRequirement.REQUIRED))
-    if vm.other_passthrough:
-        notes.append(f"{vm.other_passthrough} PCI passthrough device(s) that are not vGPUs left out (never touched)")
+    adapters, passthrough_nics, left = network_fields(vm, host)
+    if adapters:
+        fields.append(("network", adapters))
+    notes += left
+    others = vm.other_passthrough - passthrough_nics
+    if others > 0:
+        notes.append(f"{others} PCI passthrough device(s) that are not vGPUs left out (never touched)")
     lacking = lacks(vm)
     if lacking:
         fields.append(("keep", [str(k) for k in lacking]))
@@ -214,6 +222,62 @@ def vm_fields(vm: ObservedVm, observed: Observed) -> tuple[tuple[tuple[str, Any]
                      "them as they are (plan warns); remove an item and plan shows the change")
     fields.append(("power", Power.KEEP))
     return tuple(fields), tuple(notes)
+
+
+Adapter = tuple[tuple[str, str], ...]  # an adapter's keys and values, hashable: VMs alike share a name range
+
+
+def network_fields(vm: ObservedVm, host: ObservedHost | None) -> tuple[tuple[Adapter, ...], int, list[str]]:
+    """The `network` list of a VM with an RDMA device (a PVRDMA, SR-IOV or passthrough NIC), all its adapters
+    that vgpuctl's adapter types describe, as the plan matches them (kind, port group, the physical NIC): an
+    inventory that lists them plans no adapter change. Other VMs get none, so their adapters are left as they are.
+    Returns the adapters, how many passthrough devices were written as NICs, and notes on what was left out."""
+    kinds = {str(k): k for k in AdapterType}
+    if not any(kinds.get(n.kind, AdapterType.VMXNET3).is_rdma for n in vm.nics if n.kind in kinds):
+        return (), 0, []
+    adapters: list[Adapter] = []
+    passthrough_nics = 0
+    left: list[str] = []
+    for nic in vm.nics:
+        entry = _adapter_entry(nic, kinds.get(nic.kind), host)
+        if entry is None:
+            if nic.kind != AdapterType.PASSTHROUGH or is_nic(nic, host):
+                left.append(f"an adapter of type {nic.kind}{' on ' + nic.network if nic.network else ''} left out "
+                            "(vgpuctl leaves adapters the list does not name as they are)")
+            continue
+        passthrough_nics += nic.kind == AdapterType.PASSTHROUGH
+        adapters.append(entry)
+    return tuple(adapters), passthrough_nics, left
+
+
+def _adapter_entry(nic: ObservedNic, kind: AdapterType | None, host: ObservedHost | None) -> Adapter | None:
+    if kind is None:
+        return None
+    if kind is AdapterType.PASSTHROUGH:
+        device = _passthrough_device(nic, host)
+        return (("type", str(kind)), ("device", device)) if device else None
+    if not nic.network:
+        return None
+    entry = [("type", str(kind)), ("portgroup", nic.network)]
+    if kind is AdapterType.PVRDMA and nic.protocol:
+        entry.append(("protocol", nic.protocol))
+    if kind is AdapterType.SRIOV:
+        if not nic.device:
+            return None
+        entry.insert(1, ("device", nic.device))
+    return tuple(entry)
+
+
+def _passthrough_device(nic: ObservedNic, host: ObservedHost | None) -> str | None:
+    """The NIC a passthrough adapter holds: its PCI id, or for Dynamic DirectPath its model (from the allowed
+    device ids); None when it is not a NIC."""
+    if not is_nic(nic, host):
+        return None
+    if nic.allowed:  # Dynamic DirectPath: by model, whichever NIC of it the host handed out
+        rules = network_rules()
+        models = {m.model for _, d in nic.allowed if (m := rules.nic_model(d)) is not None}
+        return models.pop() if len(models) == 1 else None
+    return nic.device
 
 
 LACKS = {Keep.MMIO: "64-bit MMIO", Keep.MEMORY_LOCK: "a locked memory reservation", Keep.EFI: "EFI firmware",
@@ -374,6 +438,8 @@ def _vm_data(name: str, vm: _Vm) -> dict[str, Any]:
     for key, value in vm.fields:
         if key == "keep":
             data["keep"] = [str(k) for k in value]
+        elif key == "network":
+            data["network"] = [dict(adapter) for adapter in value]
         elif key == "vgpus":
             vgpus = [{"profile": p, "count": n} for p, n in value]
             data["vgpus"] = vgpus[0] if len(vgpus) == 1 else vgpus

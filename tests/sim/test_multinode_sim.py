@@ -121,6 +121,32 @@ def test_a_training_pair_is_applied_and_plans_to_zero(sim: Any, env: dict[str, s
     assert "No changes: the farm matches the inventory." in again.output
 
 
+def test_export_writes_a_training_pairs_adapters_and_plans_no_change(sim: Any, env: dict[str, str],
+                                                                      tmp_path: Path) -> None:
+    """A VM with an RDMA device exports with its adapters as the plan matches them (kind, port group, the NIC
+    its virtual function comes from): the exported inventory plans no change, and dropping the SR-IOV item
+    from an exclusive list plans its removal."""
+    inv = inventory(tmp_path, PAIR)
+    assert vgpuctl(env, "apply", "-f", str(inv), "--yes").exit_code == 0
+    farm = tmp_path / "farm.yaml"
+    exported = vgpuctl(env, "export", "--out", str(farm))
+    assert exported.exit_code == 0, exported.output
+    text = farm.read_text()
+    assert text.count("- {type: vmxnet3, portgroup: mgmt}") == 1, text  # both VMs in one name range
+    assert "- {type: sriov, device: '0000:18:00.0', portgroup: roce-fabric}" in text, text
+    again = vgpuctl(env, "plan", "-f", str(farm), "--detailed-exitcode")
+    assert again.exit_code == 0, again.output
+    exclusive = text.replace("    network:\n", "    network_exclusive: true\n    network:\n").replace(
+        "      - {type: sriov, device: '0000:18:00.0', portgroup: roce-fabric}\n", "")
+    farm.write_text(exclusive)
+    kept = vgpuctl(env, "plan", "-f", str(farm))  # running, power: keep: refused, naming the change
+    assert kept.exit_code == 1 and "needs a change (remove adapter sriov on roce-fabric)" in kept.output, kept.output
+    farm.write_text(exclusive.replace("power: keep", "power: restart"))
+    dropped = vgpuctl(env, "plan", "-f", str(farm), "--detailed-exitcode")
+    assert dropped.exit_code == 2, dropped.output
+    assert "sriov" in dropped.output, dropped.output
+
+
 def test_vf_exhaustion_is_refused_at_plan_time(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
     inv = inventory(tmp_path, PAIR.replace("train-{01..02}", "train-{01..03}").replace("count: 4", "count: 1"))
     result = vgpuctl(env, "-o", "json", "plan", "-f", str(inv))

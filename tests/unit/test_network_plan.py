@@ -344,3 +344,34 @@ vms:
     plan = plan_of(text, Observed.from_dict(data))
     assert plan.errors == ["inv.yaml:6:43: vm dyn: host esx-02.gpu.sim is vSphere 6.7.3: Dynamic DirectPath I/O "
                            "needs 7.0.0 or later"]
+
+
+def test_export_writes_rdma_vms_adapters_so_that_the_export_plans_no_change() -> None:
+    """Export: a VM with an RDMA device gets its adapters (PVRDMA with its protocol, a passthrough NIC by PCI
+    id, a Dynamic DirectPath one by model); an adapter type vgpuctl does not describe is named in a comment;
+    a VM with no RDMA device gets no network list. The export plans no change."""
+    from vgpuctl.export import export_inventory
+
+    nics = [{"key": 4000, "kind": "vmxnet3", "network": "mgmt"},
+            {"key": 4001, "kind": "pvrdma", "network": "roce-fabric", "protocol": "rocev1"},
+            {"key": 4002, "kind": "e1000e", "network": "mgmt"}]
+    obs = with_vms(**{
+        "rdma-01": running("rdma-01", "esx-01.gpu.sim", nics, vgpus=1),
+        "pt-01": running("pt-01", "esx-01.gpu.sim", [{"key": 4000, "kind": "passthrough", "device": "0000:d8:00.0"}],
+                         vgpus=1),
+        "dyn-01": running("dyn-01", "esx-02.gpu.sim", [{"key": 4000, "kind": "passthrough",
+                                                         "allowed": [[0x15B3, 0x1021]]}], vgpus=1),
+        "web-01": running("web-01", "esx-02.gpu.sim", [{"key": 4000, "kind": "vmxnet3", "network": "mgmt"}],
+                          vgpus=1),
+    })
+    text = export_inventory(obs)
+    assert "network:\n      - {type: vmxnet3, portgroup: mgmt}\n      - {type: pvrdma, portgroup: roce-fabric, " \
+           "protocol: rocev1}\n" in text, text
+    assert "# an adapter of type e1000e on mgmt left out" in text
+    assert "network:\n      - {type: passthrough, device: '0000:d8:00.0'}\n" in text, text
+    assert "network:\n      - {type: passthrough, device: ConnectX-7}\n" in text, text
+    assert "PCI passthrough device(s) that are not vGPUs" not in text  # the NICs were written, not left out
+    web = text[text.index("- name: web-01"):]
+    assert "network" not in web.split("- name:")[1]
+    plan = make_plan(load_inventory_text(text, "farm.yaml"), obs)
+    assert plan.errors == [] and plan.is_empty, (plan.errors, [c.nics for c in plan.changes])

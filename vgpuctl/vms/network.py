@@ -216,7 +216,7 @@ def _changes(spec: VmSpec, nics: list[ObservedNic], matched: dict[int, int],
         wanted = _repoint(spec, nics, leftover, wanted, out)
         for i in leftover:
             nic = nics[i]
-            if nic.kind == AdapterType.PASSTHROUGH and not _is_nic(nic, host):
+            if nic.kind == AdapterType.PASSTHROUGH and not is_nic(nic, host):
                 continue  # a passthrough device that is not a NIC (a GPU, NVMe, ...): never vgpuctl's to remove
             out.changes.append(NicChange(Op.REMOVE, nic.kind, nic.network or None, nic.key, device=nic.device))
     for j in wanted:
@@ -230,7 +230,7 @@ def _changes(spec: VmSpec, nics: list[ObservedNic], matched: dict[int, int],
         out.adds[j] = add
 
 
-def _is_nic(nic: ObservedNic, host: ObservedHost | None) -> bool:
+def is_nic(nic: ObservedNic, host: ObservedHost | None) -> bool:
     """A passthrough device is a NIC when its host lists it as a network controller, or, for Dynamic
     DirectPath, when its allowed ids are those of a known NIC model."""
     if nic.device is not None and host is not None:

@@ -530,7 +530,11 @@ def _describe(change: VmChange) -> list[str]:
         out.append(f"add {adds} vGPU(s)")
     if removes:
         out.append(f"remove {removes} vGPU(s)")
+    verbs = {Op.ADD: "add", Op.CHANGE: "change", Op.REMOVE: "remove"}
+    out += [f"{verbs[nic.op]} adapter {nic.label}" for nic in change.nics]
     out += sorted(change.extra_config)
+    if change.cloud_init:
+        out.append("guestinfo identity")
     return out
 
 
