@@ -264,3 +264,120 @@ def test_power_on_key_takes_a_vm_as_new_unless_told_and_puts_vms_without_vgpus_l
             "bare": power_on_key("bare", []),
             "big": power_on_key("big", ["grid_a100-40c"])}
     assert sorted(keys, key=keys.__getitem__) == ["old", "big", "new", "bare"]
+
+
+# ------------------------------------------------------------------------------ GPUs from what observe read
+
+GB_KB = 1024 * 1024
+
+
+def _host_of(*gpus: ObservedGpu, offered: tuple[str, ...] = (), api: str = "8.0.3.0") -> ObservedHost:
+    return ObservedHost("h", cluster="C", gpus=list(gpus), offered_profiles=list(offered), api_version=api)
+
+
+def test_the_board_comes_from_the_device_id_then_the_name_then_the_offered_profiles_by_memory() -> None:
+    """profiles.board_for_device through gpus_from_observed: an unknown name with A100 80GB's device id is that
+    board; with neither, the offered profiles of two boards are narrowed by the GPU's memory (80 GB, reported a
+    little under); a GPU no table knows keeps its memory as its framebuffer and is blocked once a VM uses it,
+    not by its history (a VM leaving does not unblock it)."""
+    from vgpuctl.vms.placement import gpus_from_observed
+
+    by_id = ObservedGpu("0000:01:00.0", "GPU 20B5", device_id=0x20B5, memory_kb=80 * GB_KB)
+    by_memory = ObservedGpu("0000:02:00.0", "GPU", memory_kb=int(78.5 * GB_KB))
+    unknown = ObservedGpu("0000:03:00.0", "GPU Z", memory_kb=24 * GB_KB)
+    used = ObservedGpu("0000:04:00.0", "GPU Z", memory_kb=24 * GB_KB, vms=["x"])
+    host = _host_of(by_id, by_memory, unknown, used, offered=("grid_a100-40c", "grid_a100d-80c"))
+    gpus = gpus_from_observed(host, {"x": ["grid_a100-10c"]})
+    assert [(g.id, g.board, g.fb_gb) for g in gpus] == [
+        ("0000:01:00.0", "a100d", 80), ("0000:02:00.0", "a100d", 80), ("0000:03:00.0", None, 24),
+        ("0000:04:00.0", None, 24)]
+    assert [g.blocked for g in gpus] == [False, False, False, True]
+    assert gpus[3].blocked_reason == "GPU GPU Z is not a board any vGPU type table lists"
+    assert not gpus[3].history_blocked
+
+
+def test_a_vm_whose_vgpus_were_not_read_blocks_its_gpu_for_good_and_a_host_api_and_groups_carry_over() -> None:
+    from vgpuctl.vms.placement import DEFAULT_API, gpus_from_observed
+
+    og = ObservedGpu("0000:3b:00.0", "NVIDIA A100-PCIE-40GB", memory_kb=40 * GB_KB, vms=["ghost", "ghost"],
+                     nvlink_set=1, nvlink_groups=[2], nvlink_profiles=["grid_a100-40c"])
+    gpu = gpus_from_observed(_host_of(og, api="8.0.1.0"), {})[0]
+    assert gpu.blocked and gpu.blocked_reason == "used by ghost, whose vGPUs were not read"
+    assert not gpu.history_blocked
+    assert (gpu.api_version, gpu.nvlink_groups, gpu.nvlink_profiles) == ("8.0.1.0", (2,), ("grid_a100-40c",))
+    assert gpus_from_observed(_host_of(og, api=""), {})[0].api_version == DEFAULT_API
+
+
+def test_each_gpu_gets_the_vms_vgpu_that_matches_what_it_already_holds() -> None:
+    """vSphere says which VMs use a GPU, not which of their vGPUs: a VM with a 20C and a 10C on two GPUs gives
+    the GPU that already holds another VM's 10C its 10C (same-size GPUs hold one type), the other its 20C."""
+    from vgpuctl.vms.placement import gpus_from_observed
+
+    name = "NVIDIA A100-PCIE-40GB"
+    host = _host_of(ObservedGpu("0000:3b:00.0", name, vms=["a", "b"]), ObservedGpu("0000:5e:00.0", name, vms=["b"]))
+    gpus = gpus_from_observed(host, {"a": ["grid_a100-10c"], "b": ["grid_a100-20c", "grid_a100-10c"]})
+    assert [g.vgpus for g in gpus] == [["grid_a100-10c", "grid_a100-10c"], ["grid_a100-20c"]]
+    assert not any(g.blocked for g in gpus)
+
+
+# ------------------------------------------------------------------------------------- one VM, one GPU
+
+A100 = "NVIDIA A100-PCIE-40GB"
+
+
+def test_a_placement_names_its_vm_and_host_and_how_many_fitted_on_every_path() -> None:
+    gpus = [Gpu("0000:3b:00.0", "a100", 40), Gpu("0000:5e:00.0", "a100", 40)]
+    unknown = place_vm(gpus, "v", ["grid_zz-1c"], host="h")
+    empty = place_vm(gpus, "v", [], host="h")
+    short = place_vm(gpus, "v", ["grid_a100-40c"] * 3, host="h")
+    fitted = place_vm(gpus, "v", ["grid_a100-40c"] * 2, host="h")
+    assert [(p.vm, p.host, p.fitted, p.ok) for p in (unknown, empty, short, fitted)] == [
+        ("v", "h", 0, False), ("v", "h", 0, True), ("v", "h", 2, False), ("v", "h", 2, True)]
+    assert short.reason is not None and short.reason.startswith(
+        "lacks GPU capacity for 3 x grid_a100-40c on separate GPUs: 2 of 3 fit (grid_a100-40c: ")
+
+
+def test_a_vm_without_vgpus_powers_on_before_one_with_a_type_no_table_explains() -> None:
+    """power_on_key's default for a VM without vGPUs: ahead of every VM with a vGPU of unknown size (which sorts
+    as 0 GB by name), so that a VM that cannot be sized never delays one that needs no GPU."""
+    keys = sorted([power_on_key("b", ["AAA"]), power_on_key("a", [])])
+    assert [k[-1] for k in keys] == ["a", "b"]
+
+
+def test_removing_from_a_same_size_gpu_keeps_it_same_size_and_unblocked() -> None:
+    gpu = Gpu("0000:3b:00.0", "a100", 40, vgpus=["grid_a100-10c", "grid_a100-10c"])
+    remove_vgpu(gpu, "grid_a100-10c")
+    assert (gpu.vgpus, gpu.blocked, gpu.mixed_used) == (["grid_a100-10c"], False, [])
+
+
+def test_a_mig_history_that_does_not_fit_takes_the_whole_gpu() -> None:
+    gpu = Gpu("0000:3b:00.0", "a100", 40, vgpu_mode="multiInstanceGpu",
+              vgpus=["grid_a100-7-40c", "grid_a100-7-40c"])  # two whole-GPU instances: the second cannot be
+    assert gpu.blocked and gpu.mig_used == [(0, gpu.mig_slots)]
+
+
+def test_some_way_searches_refuse_what_has_no_geometry_or_no_placement_ids() -> None:
+    """The any-packing checks behind the conservative-rule reasons: a MIG GPU asked for a time-sliced type, or
+    holding a name no table explains, fits nothing some other way; a mixed-size GPU of a board without published
+    placement ids (A40) neither."""
+    from vgpuctl.vms.placement import _mig_fits_some_way, _mixed_fits_some_way
+
+    mig = Gpu("0000:3b:00.0", "a100", 40, vgpu_mode="multiInstanceGpu")
+    assert _mig_fits_some_way(mig, parse_profile("grid_a100-1-5c"))
+    assert not _mig_fits_some_way(mig, parse_profile("grid_a100-10c"))
+    odd = Gpu("0000:3b:00.0", "a100", 40, vgpu_mode="multiInstanceGpu")
+    odd.vgpus = ["grid_zz-1c"]
+    assert not _mig_fits_some_way(odd, parse_profile("grid_a100-1-5c"))
+    a40 = Gpu("0000:3b:00.0", "a40", 48, vgpu_mode="mixedSize")
+    assert not _mixed_fits_some_way(a40, [parse_profile("grid_a40-8c")])
+    a100 = Gpu("0000:3b:00.0", "a100", 40, vgpu_mode="mixedSize")
+    assert _mixed_fits_some_way(a100, [parse_profile("grid_a100-10c")])
+
+
+def test_mixed_room_counts_each_free_placement_id_once() -> None:
+    from vgpuctl.vms.placement import _mixed_room, _series_masks
+
+    a100 = Gpu("0000:3b:00.0", "a100", 40, vgpu_mode="mixedSize")
+    masks = _series_masks("a100", "C")
+    assert masks and _mixed_room(a100, "C", 0) == len(masks)
+    assert _mixed_room(a100, "C", _mask([(0, 64)])) == 0  # every unit taken

@@ -12,6 +12,7 @@ import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cache, lru_cache
+from typing import TYPE_CHECKING
 
 from vgpuctl.domain import AssignmentPolicy, GpuVgpuMode, GraphicsType
 from vgpuctl.profiles import (
@@ -25,6 +26,9 @@ from vgpuctl.profiles import (
     parse_profile,
     try_parse,
 )
+
+if TYPE_CHECKING:
+    from vgpuctl.model import ObservedGpu, ObservedHost
 
 DEFAULT_API = "8.0.3.0"  # what a host reports when a caller does not say
 SAME_SIZE_ANY_TYPE_API = (8, 0, 1)  # vSphere 8.0 U1: equal-size GPUs share between types of one size
@@ -646,7 +650,7 @@ def _shortfall(gpus: list[Gpu], wanted: list[VgpuProfile], fitted: int, nvlink: 
     what = _summary(wanted)
     where = " on one NVLink-connected set" if nvlink else " on separate GPUs"
     text = f"lacks GPU capacity for {what}{where if len(wanted) > 1 else ''}: {fitted} of {len(wanted)} fit"
-    first_missing = wanted[fitted] if fitted < len(wanted) else wanted[-1]
+    first_missing = wanted[fitted]  # both callers call it only when some vGPU did not fit
     reasons = sorted({r for g in gpus if (r := why_not(g, first_missing))})
     if not gpus:
         return f"{text} (no GPUs)"
@@ -658,7 +662,7 @@ def _shortfall(gpus: list[Gpu], wanted: list[VgpuProfile], fitted: int, nvlink: 
 # ------------------------------------------------------------------------------------- from observe
 
 
-def gpus_from_observed(host, vm_profiles: Mapping[str, Sequence[str]]) -> list[Gpu]:
+def gpus_from_observed(host: ObservedHost, vm_profiles: Mapping[str, Sequence[str]]) -> list[Gpu]:
     """Placement GPUs from an ObservedHost; `vm_profiles` maps VM name -> its vGPU profiles.
 
     vSphere lists which VMs use a GPU, not which of a VM's vGPUs sits where; we give each GPU one of the
@@ -667,33 +671,35 @@ def gpus_from_observed(host, vm_profiles: Mapping[str, Sequence[str]]) -> list[G
     """
     on_host = {vm for og in host.gpus for vm in og.vms}  # only these are looked up: linear in the farm
     remaining = {vm: sorted(vm_profiles[vm], key=lambda p: (-_fb(p), p)) for vm in on_host if vm in vm_profiles}
-    out: list[Gpu] = []
-    offered = getattr(host, "offered_profiles", ())
-    api = getattr(host, "api_version", None) or DEFAULT_API
-    for og in sorted(host.gpus, key=lambda g: g.pci_id):
-        mem = og.memory_kb / (1024 * 1024) if og.memory_kb else None
-        board = board_for_device(og.device_name, mem, getattr(og, "device_id", 0), offered)
-        fb = BOARDS[board].fb_gb if board is not None and board in BOARDS else int(mem or 0)
-        profs: list[str] = []
-        unread: list[str] = []
-        for vm in og.vms:
-            left = remaining.get(vm)
-            if not left:
-                unread.append(vm)
-                continue
-            same = [p for p in left if p in profs]
-            choice = same[0] if same else left[0]
-            left.remove(choice)
-            profs.append(choice)
-        gpu = Gpu(og.pci_id, board, fb, og.vgpu_mode, og.graphics_type, og.nvlink_set, vgpus=profs, api_version=api,
-                  nvlink_groups=tuple(getattr(og, "nvlink_groups", ())),
-                  nvlink_profiles=tuple(getattr(og, "nvlink_profiles", ())))
-        if unread:
-            gpu.block(f"used by {', '.join(sorted(set(unread)))}, whose vGPUs were not read", history=False)
-        if board is None and og.vms:
-            gpu.block(f"GPU {og.device_name or og.pci_id} is not a board any vGPU type table lists", history=False)
-        out.append(gpu)
-    return out
+    api = host.api_version or DEFAULT_API
+    return [_gpu_from_observed(og, host.offered_profiles, api, remaining)
+            for og in sorted(host.gpus, key=lambda g: g.pci_id)]
+
+
+def _gpu_from_observed(og: ObservedGpu, offered: Sequence[str], api: str, remaining: dict[str, list[str]]) -> Gpu:
+    mem = og.memory_kb / (1024 * 1024) if og.memory_kb else None
+    board = board_for_device(og.device_name, mem, og.device_id, offered)
+    info = BOARDS.get(board) if board is not None else None
+    fb = info.fb_gb if info is not None else int(mem or 0)
+    profs: list[str] = []
+    unread: list[str] = []
+    for vm in og.vms:
+        left = remaining.get(vm)
+        if not left:
+            unread.append(vm)
+            continue
+        same = [p for p in left if p in profs]
+        choice = same[0] if same else left[0]
+        left.remove(choice)
+        profs.append(choice)
+    gpu = Gpu(og.pci_id, board, fb, og.vgpu_mode, og.graphics_type, og.nvlink_set, vgpus=profs, api_version=api,
+              nvlink_groups=tuple(og.nvlink_groups), nvlink_profiles=tuple(og.nvlink_profiles))
+    # what blocks these GPUs is not their history: a VM leaving does not unblock them
+    if unread:
+        gpu.block(f"used by {', '.join(sorted(set(unread)))}, whose vGPUs were not read", history=False)
+    if board is None and og.vms:
+        gpu.block(f"GPU {og.device_name or og.pci_id} is not a board any vGPU type table lists", history=False)
+    return gpu
 
 
 def _fb(profile: str) -> float:
