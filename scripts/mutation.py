@@ -1,6 +1,7 @@
 """`make mutation`: run mutmut over the pure core, one module at a time, and score each without message-text mutants.
 
-    python scripts/mutation.py [--fresh] [--report-only] [MODULE ...]   (placement, scheduler, plan, kinds, layout)
+    python scripts/mutation.py [--fresh] [--report-only] [--jobs N] [MODULE ...]
+    (modules: placement, scheduler, plan, kinds, layout)
 
 mutmut reads its settings from pyproject.toml ([tool.mutmut]: the files it mutates, unit tests only) and keeps its
 results under mutants/: a second run tests only the mutants not yet killed (--fresh starts over). A mutant is a
@@ -182,11 +183,11 @@ def to_test(paths: tuple[str, ...], mutants: Path = MUTANTS) -> list[str]:
     return [key for key, state, message in mutants_of(paths, mutants) if not message and state not in DETECTED.values()]
 
 
-def run_mutmut(paths: tuple[str, ...]) -> None:
+def run_mutmut(paths: tuple[str, ...], jobs: int = 1) -> None:
     """Test the module's scored mutants mutmut has not seen killed; message-text mutants are never run."""
     names = to_test(paths)
     if names:
-        _niced(str(Path(sys.executable).parent / "mutmut"), "run", "--max-children", "1", *names)
+        _niced(str(Path(sys.executable).parent / "mutmut"), "run", "--max-children", str(jobs), *names)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-only", action="store_true", help="score mutmut's last results, run nothing")
     parser.add_argument("--show-excluded", action="store_true", help="list the message-text mutants too")
     parser.add_argument("--fresh", action="store_true", help="forget mutmut's earlier results (mutants/) first")
+    parser.add_argument("--jobs", type=int, default=1, help="test processes at once (default 1: a shared machine)")
     args = parser.parse_args(argv)
     chosen = args.modules or list(MODULES)
     unknown = [m for m in chosen if m not in MODULES]
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         generate()
         for module in chosen:
-            run_mutmut(MODULES[module])
+            run_mutmut(MODULES[module], max(1, args.jobs))
     scores = [score(m, MODULES[m]) for m in chosen]
     print(report(scores, args.show_excluded))
     low = [s.module for s in scores if s.percent < THRESHOLD]
