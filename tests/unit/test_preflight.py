@@ -218,6 +218,16 @@ def test_privilege_requests_merge_while_cheap() -> None:
     hosts = [privileges.Need(privileges.HOST_SETTINGS, ("HostSystem", f"host-{i}"), f"host {i}",
                              tuple(f"Host.Config.P{k}" for k in range(10))) for i in range(300)]
     assert len(privileges.requests([*vms, *hosts])) == 2
+    # what a plan that reconfigures 1,000 VMs asks: the VMs' three and the bookkeeping's six, in one call
+    reconfigure = [privileges.Need(privileges.VM_RECONFIGURE, ("VirtualMachine", f"vm-{i}"), f"vm {i}",
+                                   ("VirtualMachine.Config.AddRemoveDevice", "VirtualMachine.Config.AdvancedConfig",
+                                    "VirtualMachine.Config.Resource")) for i in range(1000)]
+    books = ("Folder.Create", "Folder.Delete", "Global.ManageCustomFields", "Global.SetCustomField", "System.Read",
+             "System.View")
+    bookkeeping = [privileges.Need(privileges.READ, entity, "bookkeeping", books)
+                   for entity in (("Datacenter", "dc-1"), ("Folder", "group-d1"))]
+    [(entities, privs)] = privileges.requests([*reconfigure, *bookkeeping])
+    assert len(entities) == 1002 and len(privs) == 9
 
 
 def test_missing_privileges_are_named_per_object_and_optional_ones_warn() -> None:

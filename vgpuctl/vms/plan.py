@@ -12,6 +12,7 @@ from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 
 from vgpuctl.domain import Keep, NvlinkRequirement, Power, PowerState, VmState
+from vgpuctl.gcpause import paused_gc
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import usable_host
 from vgpuctl.hosts.facts import HostFacts
@@ -84,7 +85,12 @@ def make_plan(
     the VMs, planned against the hosts as they will be after the host changes; VM changes on a changing host
     wait for it (VmChange.depends_on_hosts). `only_vms`: plan only these VM entries (a scoped run); every entry
     still tells the host planner what its VM will ask for when a host is evacuated."""
-    resume = list(resume)
+    with paused_gc():  # a plan of 1,000 VMs builds its records in one go: see vgpuctl.gcpause
+        return _make_plan(inv, observed, host_facts, list(resume), vgpu_migration, only_vms)
+
+
+def _make_plan(inv: Inventory, observed: Observed, host_facts: dict[str, HostFacts] | None, resume: list[str],
+               vgpu_migration: bool, only_vms: Collection[str] | None) -> Plan:
     hosts = (
         hostplan.plan_hosts(inv.hosts, observed, host_facts, resume, inv.vms, vgpu_migration)
         if inv.hosts or resume
@@ -186,6 +192,8 @@ def _plan_removal(vp: _VmPlan, observed: Observed) -> _VmPlan:
     change.power_off = obs.power_state in RUNNING
     change.devices = [DeviceChange(Op.REMOVE, d.profile, d.key) for d in sorted(obs.vgpus, key=lambda d: d.key)]
     return vp
+
+
 def _plan_network(vp: _VmPlan, base: ObservedVm, observed: Observed) -> None:
     """Adapters (vgpuctl.vms.network), all memory reserved for RDMA and passthrough adapters, GPUDirect RDMA's
     settings, and a new VM's identity (vgpuctl.vms.identity)."""
@@ -211,6 +219,8 @@ def _plan_network(vp: _VmPlan, base: ObservedVm, observed: Observed) -> None:
 
 
 def _mac_conflicts(vp: _VmPlan, observed: Observed) -> list[tuple[KeyPath, str]]:
+    if not any(adapter.mac is not None for adapter in vp.spec.adapters):
+        return []  # the farm's MAC addresses are looked at only for entries that fix one
     owners = {n.mac.lower(): vm.name for key, vm in observed.vms.items() if key != vp.key for n in vm.nics if n.mac}
     out: list[tuple[KeyPath, str]] = []
     for j, adapter in enumerate(vp.spec.adapters):
