@@ -233,7 +233,7 @@ def network_fields(vm: ObservedVm, host: ObservedHost | None) -> tuple[tuple[Ada
     inventory that lists them plans no adapter change. Other VMs get none, so their adapters are left as they are.
     Returns the adapters, how many passthrough devices were written as NICs, and notes on what was left out."""
     kinds = {str(k): k for k in AdapterType}
-    if not any(kinds.get(n.kind, AdapterType.VMXNET3).is_rdma for n in vm.nics if n.kind in kinds):
+    if not any(kinds[n.kind].is_rdma for n in vm.nics if n.kind in kinds):
         return (), 0, []
     adapters: list[Adapter] = []
     passthrough_nics = 0
