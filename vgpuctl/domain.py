@@ -131,6 +131,13 @@ class ConnectionState(StrEnum):
     NOT_RESPONDING = "notResponding"
 
 
+class Firmware(StrEnum):
+    """A VM's firmware (VirtualMachineConfigInfo.firmware); C-series vGPUs (large BAR) need EFI."""
+
+    BIOS = "bios"
+    EFI = "efi"
+
+
 class Power(StrEnum):
     """A VM's power after apply: restart (run it; off for a change), off, or keep (never touch)."""
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vgpuctl import yamlout
-from vgpuctl.domain import AdapterType, Keep, NvlinkRequirement, Power
+from vgpuctl.domain import AdapterType, Firmware, Keep, NvlinkRequirement, Power
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.settings import SETTINGS
 from vgpuctl.hosts.settings.gpus import SETTING as GPU_SETTINGS
@@ -296,7 +296,7 @@ def lacks(vm: ObservedVm) -> list[Keep]:
     out = [] if vm.memory_reservation_locked else [Keep.MEMORY_LOCK]
     if any(p.large_bar for p in known):
         hw = re.fullmatch(r"vmx-(\d+)", vm.hardware_version or "")
-        out += [Keep.EFI] if vm.firmware != "efi" else []
+        out += [Keep.EFI] if vm.firmware != Firmware.EFI else []
         out += [Keep.HARDWARE_VERSION] if hw and int(hw.group(1)) < MIN_HW_VERSION_LARGE_BAR else []
         out += [Keep.MMIO] if mmio_missing(vm, known) is not None else []
     return sorted(out, key=list(Keep).index)

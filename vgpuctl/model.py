@@ -25,6 +25,7 @@ from vgpuctl.domain import (
     ChangeKind,
     ConnectionState,
     EvacuationKind,
+    Firmware,
     GpuGraphicsType,
     GpuVgpuMode,
     GraphicsType,
@@ -175,7 +176,7 @@ class ObservedVm:
     memory_mb: int = 1024
     memory_reservation_locked: bool = False
     memory_reservation_mb: int = 0
-    firmware: str = "bios"  # bios | efi
+    firmware: str = Firmware.BIOS  # Firmware
     hardware_version: str = "vmx-20"
     extra_config: dict[str, str] = field(default_factory=dict)
     vgpus: list[ObservedVgpu] = field(default_factory=list)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from vgpuctl.domain import AssignmentPolicy, GpuVgpuMode, GraphicsType, PowerState
+from vgpuctl.domain import AssignmentPolicy, Firmware, GpuVgpuMode, GraphicsType, PowerState
 from vgpuctl.hosts.predict import mig_profile_names, time_sliced_profile_names
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
 from vgpuctl.profiles import BOARDS
@@ -59,7 +59,7 @@ def make_host(spec: SynthHost) -> tuple[ObservedHost, list[ObservedVm]]:
         for gi in vm.gpus:
             gpus[gi].vms.append(vm.name)
         vms.append(ObservedVm(vm.name, host=spec.name, cluster=spec.cluster, power_state=PowerState.ON,
-                              memory_reservation_locked=True, firmware="efi",
+                              memory_reservation_locked=True, firmware=Firmware.EFI,
                               vgpus=[ObservedVgpu(4000 + i, p) for i, p in enumerate(vm.profiles)]))
     offered: set[str] = set()
     for mode in set(modes):

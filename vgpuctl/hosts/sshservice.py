@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from vgpuctl.domain import SshService
+from vgpuctl.domain import ConnectionState, SshService
 from vgpuctl.errors import VgpuctlError
 from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.hosts.work import WorkStore
@@ -40,13 +40,13 @@ class SshServiceRun:
 
 def managed_hosts(observed: Observed, specs: Mapping[str, HostSpec | None]) -> set[str]:
     return {h for h, s in specs.items() if s is not None and s.ssh.service == SshService.MANAGE
-            and h in observed.hosts and observed.hosts[h].connection_state == "connected"}
+            and h in observed.hosts and observed.hosts[h].connection_state == ConnectionState.CONNECTED}
 
 
 def left_started(observed: Observed, state: WorkStore) -> set[str]:
     """Hosts whose work record says a run started their SSH service and did not stop it."""
     return {h for h in state.hosts() if (rec := state.get(h)) is not None and rec.ssh is not None
-            and h in observed.hosts and observed.hosts[h].connection_state == "connected"}
+            and h in observed.hosts and observed.hosts[h].connection_state == ConnectionState.CONNECTED}
 
 
 def start_for_run(session: Session, observed: Observed, specs: Mapping[str, HostSpec | None], state: WorkStore,

@@ -138,7 +138,8 @@ def read_reported_maxima(
     warnings = []
     for name in names:
         host = observed.hosts[name]
-        if host.connection_state != "connected" or not any(g.vgpu_mode == "multiInstanceGpu" for g in host.gpus):
+        has_mig = any(g.vgpu_mode == GpuVgpuMode.MIG for g in host.gpus)
+        if host.connection_state != ConnectionState.CONNECTED or not has_mig:
             continue
         try:
             with open_shell(name, specs.get(name), timeout_s=timeout_s) as sh:

@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vgpuctl.domain import CheckStatus, GraphicsType, NvlinkRequirement, VgpuMode
+from vgpuctl.domain import CheckStatus, Firmware, GraphicsType, NvlinkRequirement, VgpuMode
 from vgpuctl.inventory import HostSpec, Inventory
 from vgpuctl.model import Observed, ObservedHost, Plan
 from vgpuctl.preflight import branches
@@ -127,7 +127,7 @@ def _template(name: str, vms: list[str], inventory: Inventory, observed: Observe
     hw = _version(tmpl.hardware_version)
     kind = "template" if tmpl.is_template else "VM (not a template)"
     seen = f"{kind}, {tmpl.firmware.upper()}, {tmpl.hardware_version}"
-    if large_bar and tmpl.firmware != "efi":
+    if large_bar and tmpl.firmware != Firmware.EFI:
         return PreflightCheck("template", FAIL, f"{seen}: C-series vGPUs need EFI firmware", name,
                               "use a template installed with EFI firmware")
     if large_bar and hw and hw[0] < MIN_HW_VERSION:

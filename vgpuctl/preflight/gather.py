@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, TypeVar
 
+from vgpuctl.domain import ConnectionState
 from vgpuctl.errors import SshAuthError, SshHostKeyError, SshUnreachable, VgpuctlError, VsphereFault
 from vgpuctl.model import Observed, Plan
 from vgpuctl.preflight import branches, privileges
@@ -113,7 +114,7 @@ def _exceptions(session: Session, host: str, access_manager: str) -> list[str] |
 def gather(session: Session, observed: Observed, scope: Scope, needs: list[privileges.Need]) -> PreflightFacts:
     from vgpuctl.vsphere.hostaccess import read_host_access
 
-    connected = [h for h in scope.hosts if observed.hosts[h].connection_state == "connected"]
+    connected = [h for h in scope.hosts if observed.hosts[h].connection_state == ConnectionState.CONNECTED]
     facts = PreflightFacts(about(session))
     facts.access = read_host_access(session, {h: observed.hosts[h].moid for h in connected})
     facts.granted, facts.privileges_error = granted(session, needs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vgpuctl.domain import CheckStatus, SshService
+from vgpuctl.domain import CheckStatus, ConnectionState, SshService
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import Observed, Plan
 from vgpuctl.preflight import checks, guests, privileges
@@ -41,7 +41,7 @@ def host_checks(observed: Observed, inventory: Inventory | None, scope: Scope,
     out = []
     for name in scope.hosts:
         host = observed.hosts[name]
-        if host.connection_state != "connected":
+        if host.connection_state != ConnectionState.CONNECTED:
             out.append(PreflightCheck("host.connected", CheckStatus.FAIL, f"the host is {host.connection_state}",
                                       name, "reconnect it in vCenter, or leave it out of the inventory"))
             continue

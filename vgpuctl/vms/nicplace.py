@@ -202,7 +202,7 @@ class NicCapacity:
     host: str
     nic: str  # PCI id
     model: str
-    kind: str  # sriov | passthrough
+    kind: AdapterType  # SRIOV | PASSTHROUGH
     total: int
     free: int
 
@@ -215,9 +215,9 @@ def nic_capacity(observed: Observed, host: str | None = None) -> list[NicCapacit
             continue
         for nic in sorted(ledger.host.nics, key=lambda n: n.pci_id):
             if nic.pci_id in ledger.vfs_free:
-                out.append(NicCapacity(name, nic.pci_id, nic_model(nic), "sriov", nic.num_vf,
+                out.append(NicCapacity(name, nic.pci_id, nic_model(nic), AdapterType.SRIOV, nic.num_vf,
                                        max(0, ledger.vfs_free[nic.pci_id])))
             elif nic.passthru_enabled and not is_virtual_function(nic):
-                out.append(NicCapacity(name, nic.pci_id, nic_model(nic), "passthrough", 1,
+                out.append(NicCapacity(name, nic.pci_id, nic_model(nic), AdapterType.PASSTHROUGH, 1,
                                        int(nic.pci_id in ledger.pt_free)))
     return out

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field, replace
 
-from vgpuctl.domain import Keep, NvlinkRequirement, Power, PowerState, VmState
+from vgpuctl.domain import Firmware, Keep, NvlinkRequirement, Power, PowerState, VmState
 from vgpuctl.gcpause import paused_gc
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import usable_host
@@ -464,7 +464,7 @@ KEPT = {
 
 def _check_firmware(vp: _VmPlan, base: ObservedVm, keep: set[Keep]) -> None:
     spec = vp.spec
-    if base.firmware != "efi":
+    if base.firmware != Firmware.EFI:
         if Keep.EFI in keep:
             vp.warnings.append(KEPT[Keep.EFI])
         elif vp.exists:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from vgpuctl.domain import ConnectionState, GpuGraphicsType, GpuVgpuMode, HostPowerState, PowerState
+from vgpuctl.domain import ConnectionState, Firmware, GpuGraphicsType, GpuVgpuMode, HostPowerState, PowerState
 from vgpuctl.errors import NotFound, UsageError
 from vgpuctl.model import (
     Observed,
@@ -407,7 +407,7 @@ def _vm(objects: dict[str, Obj], obj: Obj, vm_root: str, observed: Observed) -> 
         memory_mb=int(obj.get("config.hardware.memoryMB", 1024)),
         memory_reservation_locked=bool(obj.get("config.memoryReservationLockedToMax", False)),
         memory_reservation_mb=int(obj.get("config.memoryAllocation.reservation", 0) or 0),
-        firmware=str(obj.get("config.firmware") or "bios"),
+        firmware=str(obj.get("config.firmware") or Firmware.BIOS),
         hardware_version=str(obj.get("config.version") or ""),
         extra_config={str(o.key): str(o.value) for o in obj.get("config.extraConfig", [])},
         guest_state=str(obj.get("guest.guestState") or "notRunning"),
