@@ -358,6 +358,51 @@ def test_privilege_answer_is_read_per_object_and_privilege() -> None:
         ("datacenter-2", "System.Read"): True}
 
 
+PRIVILEGE_ANSWER = b"""<?xml version="1.0" encoding="UTF-8"?>
+<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body>
+<HasPrivilegeOnEntitiesResponse xmlns="urn:vim25">
+<returnval><entity type="VirtualMachine">vm-1</entity>
+<privAvailability><privId>VirtualMachine.Config.CPUCount</privId><isGranted>true</isGranted></privAvailability>
+<privAvailability><privId>System.Read</privId><isGranted>false</isGranted></privAvailability></returnval>
+<returnval><entity type="Datacenter">datacenter-2</entity>
+<privAvailability><privId>System.Read</privId><isGranted>1</isGranted></privAvailability></returnval>
+</HasPrivilegeOnEntitiesResponse></soapenv:Body></soapenv:Envelope>"""
+PRIVILEGES_READ = {("vm-1", "VirtualMachine.Config.CPUCount"): True, ("vm-1", "System.Read"): False,
+                   ("datacenter-2", "System.Read"): True}
+
+
+@pytest.mark.parametrize(("odd", "instead"), [
+    ("none", ""),
+    ("a comment", "<!-- <privAvailability><privId>System.Read</privId><isGranted>true</isGranted>"
+                  "</privAvailability> -->"),
+    ("a character reference", "System&#46;Read"),
+    ("a prefixed namespace", "v:"),
+    ("an attribute", '<privAvailability xsi:type="PrivilegeAvailability">'),
+    ("a second default namespace", '<returnval xmlns="urn:vim25">'),
+])
+def test_the_privilege_answer_is_scanned_in_its_plain_form_and_parsed_in_any_other(odd: str, instead: str) -> None:
+    from vgpuctl.vsphere import hostaccess
+
+    body = PRIVILEGE_ANSWER
+    if odd == "a comment":
+        body = body.replace(b"</returnval>\n<returnval>", b"</returnval>" + instead.encode() + b"\n<returnval>")
+    elif odd == "a character reference":
+        body = body.replace(b"<privId>System.Read</privId><isGranted>false", b"<privId>" + instead.encode()
+                            + b"</privId><isGranted>false")
+    elif odd == "a prefixed namespace":
+        body = (body.replace(b'xmlns="urn:vim25"', b'xmlns:v="urn:vim25"')
+                .replace(b"<", b"<v:").replace(b"<v:/", b"</v:").replace(b"<v:?xml", b"<?xml")
+                .replace(b"<v:soapenv", b"<soapenv").replace(b"</v:soapenv", b"</soapenv"))
+    elif odd == "an attribute":
+        body = body.replace(b"<privAvailability>", instead.encode(), 1).replace(
+            b"<soapenv:Envelope ", b'<soapenv:Envelope xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance" ')
+    elif odd == "a second default namespace":
+        body = body.replace(b"<returnval>", instead.encode(), 1)
+    scanned = hostaccess._plain_privilege_availability(body)
+    assert (scanned is not None) == (odd == "none")
+    assert hostaccess.parse_privilege_availability(body) == PRIVILEGES_READ
+
+
 def test_an_unreadable_token_file_is_named_without_its_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from vgpuctl.preflight.guests import unreadable
 

@@ -252,12 +252,12 @@ def requests(all_needs: Iterable[Need]) -> list[tuple[list[Entity], list[str]]]:
     """HasPrivilegeOnEntities requests (objects, privileges asked on each): one per distinct privilege list with
     every object that needs it, then merged while a merge adds at most MERGE_SLACK answers -- a plan that
     reconfigures 1,000 VMs asks once for the VMs and the datacenter together."""
-    grouped: dict[tuple[str, ...], list[Entity]] = {}
+    grouped: dict[tuple[str, ...], dict[Entity, None]] = {}  # an ordered set of objects per privilege list
     for need in all_needs:
-        entities = grouped.setdefault(tuple(sorted(need.privileges)), [])
-        if need.entity not in entities and need.entity[1]:
-            entities.append(need.entity)
-    groups = [(entities, set(privs)) for privs, entities in grouped.items() if entities]
+        entities = grouped.setdefault(tuple(sorted(need.privileges)), {})
+        if need.entity[1]:
+            entities[need.entity] = None
+    groups = [(list(entities), set(privs)) for privs, entities in grouped.items() if entities]
     while len(groups) > 1:
         added, i, j = min((_merge_cost(groups[i], groups[j]), i, j)
                           for i in range(len(groups)) for j in range(i + 1, len(groups)))
@@ -310,13 +310,14 @@ def needs_of(all_needs: Iterable[Need], op: Operation) -> list[Need]:
 
 def _missing(mine: Sequence[Need], granted: Mapping[tuple[str, str], bool], op: Operation) -> dict[str, list[str]]:
     """Missing privilege -> the objects it is missing on, in the role table's order."""
-    missing: dict[str, list[str]] = {}
+    missing: dict[str, dict[str, None]] = {}  # an ordered set of labels per privilege
     for need in mine:
         for priv in need.privileges:
-            if not granted.get((need.entity[1], priv), False) and need.label not in missing.get(priv, []):
-                missing.setdefault(priv, []).append(need.label)
+            if not granted.get((need.entity[1], priv), False):
+                missing.setdefault(priv, {})[need.label] = None
     order = {p: i for i, p in enumerate(op.privileges)}
-    return dict(sorted(missing.items(), key=lambda item: order.get(item[0], len(order))))
+    return {priv: list(labels) for priv, labels in sorted(missing.items(),
+                                                          key=lambda item: order.get(item[0], len(order)))}
 
 
 def _privileges(mine: Sequence[Need]) -> list[str]:

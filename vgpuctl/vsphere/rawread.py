@@ -8,6 +8,7 @@ objects (so `observe.split_devices` alone decides what a vGPU is), host graphics
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import re
@@ -180,7 +181,7 @@ def drop_unread_devices(body: bytes) -> bytes:
     GPUs names and that are no network controller or bridge (`_drop_unread_pci_devices`). Only where nothing can
     hide markup: an answer with a comment, CDATA, a DOCTYPE or a processing instruction is returned whole, and so
     is one with a device inside a device."""
-    if not _elements_only(body):
+    if not elements_only(body):
         return body
     return _drop_unread_pci_devices(_drop_unread_vm_devices(body))
 
@@ -269,7 +270,7 @@ def _read_class(device: bytes) -> bool:
     return (int(found.group(1)) & 0xFFFF) >> 8 in (NETWORK_CLASS, BRIDGE_CLASS)
 
 
-def _elements_only(body: bytes) -> bool:
+def elements_only(body: bytes) -> bool:
     """No comment, CDATA section, DOCTYPE or processing instruction after the XML declaration (looked for by
     their rare second character first: a search for "<" and one more is slow, "<" being everywhere)."""
     start = body.find(b"?>") + 2 if body.startswith(b"<?xml") else 0
@@ -382,6 +383,54 @@ def _object(elem: ET.Element, stub: Any) -> Any:
     return obj
 
 
+@functools.cache
+def _types() -> SimpleNamespace:
+    """The pyVmomi classes the conversion builds and tests, looked up once: each `vim.a.b.C` walks pyVmomi's lazy
+    modules, which cost more than building the object (most of a bulk VM read's conversion, before)."""
+    from pyVmomi import vim
+
+    device = vim.vm.device
+    return SimpleNamespace(
+        passthrough=device.VirtualPCIPassthrough,
+        ethernet=device.VirtualEthernetCard,
+        backing_info=device.VirtualDevice.BackingInfo,
+        vmiop=device.VirtualPCIPassthrough.VmiopBackingInfo,
+        device_backing=device.VirtualPCIPassthrough.DeviceBackingInfo,
+        dynamic_backing=device.VirtualPCIPassthrough.DynamicBackingInfo,
+        allowed_device=device.VirtualPCIPassthrough.AllowedDevice,
+        group_info=device.VirtualDevice.DeviceGroupInfo,
+        slot_info=device.VirtualDevice.PciBusSlotInfo,
+        network_backing=device.VirtualEthernetCard.NetworkBackingInfo,
+        port_backing=device.VirtualEthernetCard.DistributedVirtualPortBackingInfo,
+        port_connection=vim.dvs.PortConnection,
+        network=vim.Network,
+        vrdma=device.VirtualVmxnet3Vrdma,
+        sriov=device.VirtualSriovEthernetCard,
+        sriov_backing=device.VirtualSriovEthernetCard.SriovBackingInfo,
+    )
+
+
+_blanks: dict[type, tuple[dict[str, Any], tuple[str, ...]]] = {}
+
+
+def _new(cls: Any, **fields: Any) -> Any:
+    """`cls(**fields)` for a pyVmomi data object, the same object: its defaults are taken once per class (pyVmomi
+    walks the class hierarchy for them on every object), each list default a new list. The fields are set
+    without pyVmomi's type check: the conversion gives each the type its property declares (a sim test compares
+    what this reader reads with what pyVmomi reads)."""
+    blank = _blanks.get(cls)
+    if blank is None:
+        defaults = dict(vars(cls()))
+        blank = _blanks[cls] = (defaults, tuple(k for k, v in defaults.items() if isinstance(v, list)))
+    obj = object.__new__(cls)
+    state = obj.__dict__
+    state.update(blank[0])
+    for name in blank[1]:
+        state[name] = []
+    state.update(fields)
+    return obj
+
+
 def _local(type_name: str) -> str:
     return type_name.rsplit(":", 1)[-1]
 
@@ -437,29 +486,28 @@ def _nics(elem: ET.Element, stub: Any) -> list[Any]:
 
 def _devices(elem: ET.Element, stub: Any) -> list[Any]:
     """PCI passthrough devices and network adapters, as pyVmomi objects: the rest is never read by vgpuctl."""
-    from pyVmomi import vim
-
+    t = _types()
     out = []
     for dev in elem.findall(f"{_Q}VirtualDevice"):
         cls = _vim_class(dev.get(XSI_TYPE, ""))
-        if isinstance(cls, type) and issubclass(cls, vim.vm.device.VirtualEthernetCard):
+        if isinstance(cls, type) and issubclass(cls, t.ethernet):
             out.append(_ethernet_card(dev, cls, stub))
             continue
-        if not (isinstance(cls, type) and issubclass(cls, vim.vm.device.VirtualPCIPassthrough)):
+        if not (isinstance(cls, type) and issubclass(cls, t.passthrough)):
             continue
-        device = cls(key=int(dev.findtext(f"{_Q}key") or 0))
+        device = _new(cls, key=int(dev.findtext(f"{_Q}key") or 0))
         backing = dev.find(f"{_Q}backing")
         if backing is not None:
             bcls = _vim_class(backing.get(XSI_TYPE, ""))
-            if isinstance(bcls, type) and issubclass(bcls, vim.vm.device.VirtualDevice.BackingInfo):
-                device.backing = bcls()
-                if issubclass(bcls, vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo):
+            if isinstance(bcls, type) and issubclass(bcls, t.backing_info):
+                device.backing = _new(bcls)
+                if issubclass(bcls, t.vmiop):
                     device.backing.vgpu = backing.findtext(f"{_Q}vgpu")
                 else:
                     _passthrough_backing(device.backing, backing)
         group = dev.find(f"{_Q}deviceGroupInfo")
         if group is not None:
-            device.deviceGroupInfo = vim.vm.device.VirtualDevice.DeviceGroupInfo(
+            device.deviceGroupInfo = _new(t.group_info,
                 groupInstanceKey=int(group.findtext(f"{_Q}groupInstanceKey") or 0),
                 sequenceId=int(group.findtext(f"{_Q}sequenceId") or 0),
             )
@@ -469,18 +517,17 @@ def _devices(elem: ET.Element, stub: Any) -> list[Any]:
 
 def _passthrough_backing(backing: Any, elem: ET.Element) -> None:
     """DirectPath (id, deviceId, vendorId, systemId) and Dynamic DirectPath (allowedDevice, assignedId)."""
-    from pyVmomi import vim
-
-    if isinstance(backing, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo):
+    t = _types()
+    if isinstance(backing, t.device_backing):
         backing.id = elem.findtext(f"{_Q}id") or ""
         backing.deviceId = elem.findtext(f"{_Q}deviceId") or ""
         backing.systemId = elem.findtext(f"{_Q}systemId") or ""
         backing.vendorId = int(elem.findtext(f"{_Q}vendorId") or 0)
-    elif isinstance(backing, vim.vm.device.VirtualPCIPassthrough.DynamicBackingInfo):
+    elif isinstance(backing, t.dynamic_backing):
         backing.assignedId = elem.findtext(f"{_Q}assignedId")
         backing.allowedDevice = [
-            vim.vm.device.VirtualPCIPassthrough.AllowedDevice(vendorId=int(a.findtext(f"{_Q}vendorId") or 0),
-                                                              deviceId=int(a.findtext(f"{_Q}deviceId") or 0))
+            _new(t.allowed_device, vendorId=int(a.findtext(f"{_Q}vendorId") or 0),
+                             deviceId=int(a.findtext(f"{_Q}deviceId") or 0))
             for a in elem.findall(f"{_Q}allowedDevice")
         ]
 
@@ -488,31 +535,28 @@ def _passthrough_backing(backing: Any, elem: ET.Element) -> None:
 def _ethernet_card(dev: ET.Element, cls: Any, stub: Any) -> Any:
     """A VirtualEthernetCard with what vgpuctl reads: key, MAC, slot, port group backing, PVRDMA protocol and
     the SR-IOV physical function."""
-    from pyVmomi import vim
-
-    card = cls(key=int(dev.findtext(f"{_Q}key") or 0), macAddress=dev.findtext(f"{_Q}macAddress"),
+    t = _types()
+    card = _new(cls, key=int(dev.findtext(f"{_Q}key") or 0), macAddress=dev.findtext(f"{_Q}macAddress"),
                addressType=dev.findtext(f"{_Q}addressType"))
     slot = dev.findtext(f"{_Q}slotInfo/{_Q}pciSlotNumber")
     if slot:
-        card.slotInfo = vim.vm.device.VirtualDevice.PciBusSlotInfo(pciSlotNumber=int(slot))
+        card.slotInfo = _new(t.slot_info, pciSlotNumber=int(slot))
     backing = dev.find(f"{_Q}backing")
     kind = _local(backing.get(XSI_TYPE, "")) if backing is not None else ""
     if backing is not None and kind == "VirtualEthernetCardNetworkBackingInfo":
         net = backing.find(f"{_Q}network")
-        card.backing = vim.vm.device.VirtualEthernetCard.NetworkBackingInfo(
-            deviceName=backing.findtext(f"{_Q}deviceName"),
-            network=vim.Network(net.text or "", stub) if net is not None else None)
+        card.backing = _new(t.network_backing, deviceName=backing.findtext(f"{_Q}deviceName"),
+                                         network=t.network(net.text or "", stub) if net is not None else None)
     elif backing is not None and kind == "VirtualEthernetCardDistributedVirtualPortBackingInfo":
-        card.backing = vim.vm.device.VirtualEthernetCard.DistributedVirtualPortBackingInfo(
-            port=vim.dvs.PortConnection(switchUuid=backing.findtext(f"{_Q}port/{_Q}switchUuid") or "",
-                                        portgroupKey=backing.findtext(f"{_Q}port/{_Q}portgroupKey")))
-    if isinstance(card, vim.vm.device.VirtualVmxnet3Vrdma):
+        card.backing = _new(t.port_backing, port=_new(t.port_connection,
+            switchUuid=backing.findtext(f"{_Q}port/{_Q}switchUuid") or "",
+            portgroupKey=backing.findtext(f"{_Q}port/{_Q}portgroupKey")))
+    if isinstance(card, t.vrdma):
         card.deviceProtocol = dev.findtext(f"{_Q}deviceProtocol")
-    if isinstance(card, vim.vm.device.VirtualSriovEthernetCard):
+    if isinstance(card, t.sriov):
         pf = dev.findtext(f"{_Q}sriovBacking/{_Q}physicalFunctionBacking/{_Q}id")
         if pf:
-            card.sriovBacking = vim.vm.device.VirtualSriovEthernetCard.SriovBackingInfo(
-                physicalFunctionBacking=vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo(id=pf))
+            card.sriovBacking = _new(t.sriov_backing, physicalFunctionBacking=_new(t.device_backing, id=pf))
     return card
 
 
