@@ -230,6 +230,12 @@ def test_privilege_requests_merge_while_cheap() -> None:
     assert len(entities) == 1002 and len(privs) == 9
 
 
+def test_each_operation_has_its_own_key() -> None:
+    # the checks are grouped and named by key (privileges.<key>)
+    keys = [op.key for op in privileges.OPERATIONS]
+    assert len(keys) == len(set(keys))
+
+
 def test_missing_privileges_are_named_per_object_and_optional_ones_warn() -> None:
     needs = privileges.needs(a_plan(), farm(), None, PLACES)
     needs.append(privileges.Need(privileges.HOST_PACKAGES, ("HostSystem", "host-1"), "host esx-01",

@@ -285,8 +285,11 @@ def privilege_checks(all_needs: Sequence[Need], granted: Mapping[tuple[str, str]
     """One check per operation: pass, or fail naming each missing privilege and the objects it is missing on
     (a warning for optional operations); a warning for all when the privileges could not be read."""
     out = []
+    by_operation: dict[str, list[Need]] = {}
+    for need in all_needs:
+        by_operation.setdefault(need.operation.key, []).append(need)
     for op in OPERATIONS:
-        mine = needs_of(all_needs, op)
+        mine = by_operation.get(op.key, [])
         if not mine:
             continue
         check_id = f"privileges.{op.key}"
@@ -302,10 +305,6 @@ def privilege_checks(all_needs: Sequence[Need], granted: Mapping[tuple[str, str]
         status = CheckStatus.WARN if op.optional else CheckStatus.FAIL
         out.append(PreflightCheck(check_id, status, f"missing {text} ({op.what})", fix=FIX))
     return out
-
-
-def needs_of(all_needs: Iterable[Need], op: Operation) -> list[Need]:
-    return [n for n in all_needs if n.operation == op]
 
 
 def _missing(mine: Sequence[Need], granted: Mapping[tuple[str, str], bool], op: Operation) -> dict[str, list[str]]:

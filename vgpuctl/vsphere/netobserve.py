@@ -12,6 +12,7 @@ from typing import Any
 from vgpuctl.domain import AdapterType, NetworkKind
 from vgpuctl.model import ObservedGpu, ObservedHostNic, ObservedNetwork, ObservedNic
 from vgpuctl.vsphere.objects import Obj
+from vgpuctl.vsphere.vimtypes import device_types
 
 NETWORK_CLASS = 0x02  # PCI base class "Network controller" (classId's upper byte)
 INFINIBAND_SUBCLASS = 0x0207
@@ -127,15 +128,14 @@ def place_gpus(gpus: Iterable[ObservedGpu], obj: Obj, pci: dict[str, Any]) -> No
 def vm_nics(devices: Iterable[Any], nets: list[ObservedNetwork]) -> list[ObservedNic]:
     """A VM's ethernet cards and its passthrough devices that are not vGPUs (pyVmomi objects, from the lean
     reader or pyVmomi itself)."""
-    from pyVmomi import vim
-
+    t = device_types()
     by_moid = {n.moid: n.name for n in nets}
     by_key = {n.key: n.name for n in nets if n.key is not None}
     out = []
     for dev in devices:
-        if isinstance(dev, vim.vm.device.VirtualEthernetCard):
+        if isinstance(dev, t.ethernet):
             out.append(_card(dev, by_moid, by_key))
-        elif isinstance(dev, vim.vm.device.VirtualPCIPassthrough):
+        elif isinstance(dev, t.passthrough):
             nic = _passthrough(dev)
             if nic is not None:
                 out.append(nic)
@@ -143,17 +143,16 @@ def vm_nics(devices: Iterable[Any], nets: list[ObservedNetwork]) -> list[Observe
 
 
 def _card(dev: Any, by_moid: dict[str, str], by_key: dict[str, str]) -> ObservedNic:
-    from pyVmomi import vim
-
+    t = device_types()
     kind = _card_kind(dev)
     nic = ObservedNic(key=int(dev.key), kind=kind, mac=str(dev.macAddress or ""),
                       mac_manual=str(dev.addressType or "").lower() == "manual")
     slot = getattr(dev, "slotInfo", None)
-    nic.slot = int(slot.pciSlotNumber) if isinstance(slot, vim.vm.device.VirtualDevice.PciBusSlotInfo) else None
+    nic.slot = int(slot.pciSlotNumber) if isinstance(slot, t.slot_info) else None
     backing = dev.backing
-    if isinstance(backing, vim.vm.device.VirtualEthernetCard.DistributedVirtualPortBackingInfo) and backing.port:
+    if isinstance(backing, t.port_backing) and backing.port:
         nic.network = by_key.get(str(backing.port.portgroupKey or ""), "")
-    elif isinstance(backing, vim.vm.device.VirtualEthernetCard.NetworkBackingInfo):
+    elif isinstance(backing, t.network_backing):
         nic.network = by_moid.get(_moid(backing.network), str(backing.deviceName or ""))
     if kind == AdapterType.PVRDMA:
         nic.protocol = getattr(dev, "deviceProtocol", None) or None
@@ -165,13 +164,12 @@ def _card(dev: Any, by_moid: dict[str, str], by_key: dict[str, str]) -> Observed
 
 
 def _card_kind(dev: Any) -> str:
-    from pyVmomi import vim
-
-    if isinstance(dev, vim.vm.device.VirtualVmxnet3Vrdma):
+    t = device_types()
+    if isinstance(dev, t.vrdma):
         return AdapterType.PVRDMA
-    if isinstance(dev, vim.vm.device.VirtualSriovEthernetCard):
+    if isinstance(dev, t.sriov):
         return AdapterType.SRIOV
-    if isinstance(dev, vim.vm.device.VirtualVmxnet3):
+    if isinstance(dev, t.vmxnet3):
         return AdapterType.VMXNET3
     return type(dev).__name__.rsplit(".", 1)[-1].removeprefix("Virtual").lower()
 
@@ -179,12 +177,11 @@ def _card_kind(dev: Any) -> str:
 def _passthrough(dev: Any) -> ObservedNic | None:
     """A passthrough device that is not a vGPU: a DirectPath device by id, or Dynamic DirectPath by allowed ids
     (its assigned id when it runs). Whether it is a NIC the planner decides from the host's PCI classes."""
-    from pyVmomi import vim
-
+    t = device_types()
     backing = dev.backing
-    if isinstance(backing, vim.vm.device.VirtualPCIPassthrough.DeviceBackingInfo):
+    if isinstance(backing, t.device_backing):
         return ObservedNic(key=int(dev.key), kind=AdapterType.PASSTHROUGH, device=str(backing.id or "").lower() or None)
-    if isinstance(backing, vim.vm.device.VirtualPCIPassthrough.DynamicBackingInfo):
+    if isinstance(backing, t.dynamic_backing):
         allowed = [[int(a.vendorId) & 0xFFFF, int(a.deviceId) & 0xFFFF] for a in backing.allowedDevice or []]
         assigned = str(backing.assignedId).lower() if backing.assignedId else None
         return ObservedNic(key=int(dev.key), kind=AdapterType.PASSTHROUGH, device=assigned, allowed=allowed)

@@ -29,6 +29,7 @@ from vgpuctl.vsphere import netobserve
 from vgpuctl.vsphere.netobserve import HOST_NET_PROPS, NETWORK_PROPS, PORTGROUP_PROPS, SWITCH_PROPS, VM_NET_PROPS
 from vgpuctl.vsphere.nvlink import device_group_sets, observed_groups
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
+from vgpuctl.vsphere.vimtypes import device_types
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -424,14 +425,13 @@ def _vm(objects: dict[str, Obj], obj: Obj, vm_root: str, observed: Observed) -> 
 
 def split_devices(devices: list[Any]) -> tuple[list[ObservedVgpu], int]:
     """vGPUs (VirtualPCIPassthrough whose backing IS a VmiopBackingInfo) and the count of other passthrough."""
-    from pyVmomi import vim
-
+    t = device_types()
     vgpus: list[ObservedVgpu] = []
     other = 0
     for dev in devices:
-        if not isinstance(dev, vim.vm.device.VirtualPCIPassthrough):
+        if not isinstance(dev, t.passthrough):
             continue
-        if isinstance(dev.backing, vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo) and dev.backing.vgpu:
+        if isinstance(dev.backing, t.vmiop) and dev.backing.vgpu:
             group = getattr(dev, "deviceGroupInfo", None)
             vgpus.append(
                 ObservedVgpu(

@@ -8,7 +8,6 @@ objects (so `observe.split_devices` alone decides what a vGPU is), host graphics
 
 from __future__ import annotations
 
-import functools
 import gzip
 import io
 import re
@@ -20,6 +19,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
+from vgpuctl.vsphere.vimtypes import device_types
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -303,13 +303,11 @@ def _type_values(attributes: bytes) -> list[bytes]:
 
 def _read_type(value: bytes) -> bool:
     """A PCI passthrough device or a network adapter: the devices `_devices` reads."""
-    from pyVmomi import vim
-
     if b"&" in value:  # a character reference could spell any type: parsed
         return True
     cls = _vim_class(value.decode("utf-8", "replace"))
-    return isinstance(cls, type) and issubclass(
-        cls, (vim.vm.device.VirtualPCIPassthrough, vim.vm.device.VirtualEthernetCard))
+    t = device_types()
+    return isinstance(cls, type) and issubclass(cls, (t.passthrough, t.ethernet))
 
 
 def returnval_of(root: ET.Element) -> ET.Element | None:
@@ -381,33 +379,6 @@ def _object(elem: ET.Element, stub: Any) -> Any:
         if val is not None:
             obj.props[name] = convert.get(name, _text)(val, stub)
     return obj
-
-
-@functools.cache
-def _types() -> SimpleNamespace:
-    """The pyVmomi classes the conversion builds and tests, looked up once: each `vim.a.b.C` walks pyVmomi's lazy
-    modules, which cost more than building the object (most of a bulk VM read's conversion, before)."""
-    from pyVmomi import vim
-
-    device = vim.vm.device
-    return SimpleNamespace(
-        passthrough=device.VirtualPCIPassthrough,
-        ethernet=device.VirtualEthernetCard,
-        backing_info=device.VirtualDevice.BackingInfo,
-        vmiop=device.VirtualPCIPassthrough.VmiopBackingInfo,
-        device_backing=device.VirtualPCIPassthrough.DeviceBackingInfo,
-        dynamic_backing=device.VirtualPCIPassthrough.DynamicBackingInfo,
-        allowed_device=device.VirtualPCIPassthrough.AllowedDevice,
-        group_info=device.VirtualDevice.DeviceGroupInfo,
-        slot_info=device.VirtualDevice.PciBusSlotInfo,
-        network_backing=device.VirtualEthernetCard.NetworkBackingInfo,
-        port_backing=device.VirtualEthernetCard.DistributedVirtualPortBackingInfo,
-        port_connection=vim.dvs.PortConnection,
-        network=vim.Network,
-        vrdma=device.VirtualVmxnet3Vrdma,
-        sriov=device.VirtualSriovEthernetCard,
-        sriov_backing=device.VirtualSriovEthernetCard.SriovBackingInfo,
-    )
 
 
 _blanks: dict[type, tuple[dict[str, Any], tuple[str, ...]]] = {}
@@ -486,7 +457,7 @@ def _nics(elem: ET.Element, stub: Any) -> list[Any]:
 
 def _devices(elem: ET.Element, stub: Any) -> list[Any]:
     """PCI passthrough devices and network adapters, as pyVmomi objects: the rest is never read by vgpuctl."""
-    t = _types()
+    t = device_types()
     out = []
     for dev in elem.findall(f"{_Q}VirtualDevice"):
         cls = _vim_class(dev.get(XSI_TYPE, ""))
@@ -517,7 +488,7 @@ def _devices(elem: ET.Element, stub: Any) -> list[Any]:
 
 def _passthrough_backing(backing: Any, elem: ET.Element) -> None:
     """DirectPath (id, deviceId, vendorId, systemId) and Dynamic DirectPath (allowedDevice, assignedId)."""
-    t = _types()
+    t = device_types()
     if isinstance(backing, t.device_backing):
         backing.id = elem.findtext(f"{_Q}id") or ""
         backing.deviceId = elem.findtext(f"{_Q}deviceId") or ""
@@ -535,7 +506,7 @@ def _passthrough_backing(backing: Any, elem: ET.Element) -> None:
 def _ethernet_card(dev: ET.Element, cls: Any, stub: Any) -> Any:
     """A VirtualEthernetCard with what vgpuctl reads: key, MAC, slot, port group backing, PVRDMA protocol and
     the SR-IOV physical function."""
-    t = _types()
+    t = device_types()
     card = _new(cls, key=int(dev.findtext(f"{_Q}key") or 0), macAddress=dev.findtext(f"{_Q}macAddress"),
                addressType=dev.findtext(f"{_Q}addressType"))
     slot = dev.findtext(f"{_Q}slotInfo/{_Q}pciSlotNumber")
