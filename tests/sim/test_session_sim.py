@@ -161,6 +161,43 @@ def test_lean_reader_raises_server_faults(sim) -> None:
         assert session.round_trips == before + 1
 
 
+def test_reads_sent_together_leave_no_unread_answer_behind_a_fault(sim, monkeypatch) -> None:
+    """Two paged reads whose first requests go out together: the first one's fault is raised, the second one's
+    answer, never read, has its connection closed (not pooled), and the session reads on."""
+    from pyVmomi import vim, vmodl
+
+    from vgpuctl.vsphere import rawread
+
+    sent: list[rawread.SentRequest] = []
+    abandoned: list[rawread.SentRequest] = []
+    real_init, real_abandon = rawread.SentRequest.__init__, rawread.SentRequest.abandon
+
+    def init(self, *args):
+        real_init(self, *args)
+        sent.append(self)
+
+    def abandon(self):
+        abandoned.append(self)
+        real_abandon(self)
+
+    monkeypatch.setattr(rawread.SentRequest, "__init__", init)
+    monkeypatch.setattr(rawread.SentRequest, "abandon", abandon)
+    reads = [[("HostSystem", ["name"])], [("VirtualMachine", ["name"])]]
+    with open_session(settings(sim, insecure=True)) as session:
+        content = session.content
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine], True)
+        view.DestroyView()  # the server answers both reads below with a SOAP fault
+        before = session.round_trips
+        with pytest.raises(vmodl.fault.ManagedObjectNotFound):
+            rawread.retrieve_each(session, view, reads, 10)
+        assert session.round_trips == before + 2
+        assert len(sent) == 2 and sent[1] in abandoned
+        view = content.viewManager.CreateContainerView(content.rootFolder, [vim.HostSystem, vim.VirtualMachine], True)
+        objects = rawread.retrieve_each(session, view, reads, 10)
+        assert {o.type for o in objects} == {"HostSystem", "VirtualMachine"}
+        assert [o.type for o in objects] == sorted(o.type for o in objects)  # the hosts' read first
+
+
 def test_observe_survives_expiry_between_view_and_read(sim, monkeypatch) -> None:
     from pyVmomi import vim
 

@@ -115,24 +115,47 @@ def retrieve_vms(session: Session, view: Any, paths: list[str], page_size: int) 
 
 def retrieve(session: Session, view: Any, type_props: list[tuple[str, list[str]]], page_size: int) -> list[Any]:
     """Objects of these types (VirtualMachine, HostSystem) in a ContainerView as Obj, paged, in one
-    RetrievePropertiesEx (plus one ContinueRetrievePropertiesEx per further page), under Session.invoke.
+    RetrievePropertiesEx (plus one ContinueRetrievePropertiesEx per further page), under Session.invoke."""
+    return retrieve_each(session, view, [type_props], page_size)
 
-    The next page is asked for as soon as this page's token has been read (RetrieveResult lists it before the
-    objects), so the server prepares it while this one is read, cut (`drop_unread_devices`) and parsed.
+
+def retrieve_each(
+    session: Session, view: Any, reads: list[list[tuple[str, list[str]]]], page_size: int
+) -> list[Any]:
+    """Objects of a ContainerView as Obj, in one paged read per entry of `reads` (a RetrievePropertiesEx each,
+    plus one ContinueRetrievePropertiesEx per further page), under Session.invoke.
+
+    The reads' first requests are sent together, in their order, and their pages read one read after the other:
+    while vCenter answers a later read, the earlier one's pages are parsed (a small first read, the hosts, is
+    parsed while the VMs are still being gathered). Within a read, the next page is asked for as soon as this
+    page's token has been read (RetrieveResult lists it before the objects), so the server prepares it while
+    this one is read, cut (`drop_unread_devices`) and parsed.
     """
     from pyVmomi import vmodl
 
-    spec = view_filter_spec(view, type_props)
     stub = session.stub
     pc = session.content.propertyCollector
     options = vmodl.query.PropertyCollector.RetrieveOptions(maxObjects=page_size)
 
+    def ask_next(token: str) -> SentRequest:
+        return SentRequest(stub, pc, "ContinueRetrievePropertiesEx", [token])
+
     def run() -> list[Any]:
         out: list[Any] = []
-        sent: SentRequest | None = SentRequest(stub, pc, "RetrievePropertiesEx", [[spec], options])
-        while sent is not None:
-            ret, sent = _read_page(sent, lambda token: SentRequest(stub, pc, "ContinueRetrievePropertiesEx", [token]))
-            out.extend(objects_of(ret, stub))
+        waiting: list[SentRequest] = []
+        try:
+            for type_props in reads:
+                waiting.append(SentRequest(stub, pc, "RetrievePropertiesEx", [[view_filter_spec(view, type_props)],
+                                                                              options]))
+            while waiting:
+                sent: SentRequest | None = waiting.pop(0)
+                while sent is not None:
+                    ret, sent = _read_page(sent, ask_next)
+                    out.extend(objects_of(ret, stub))
+        except BaseException:
+            for unread in waiting:  # their answers will not be read: their connections cannot serve another
+                unread.abandon()
+            raise
         return out
 
     return session.invoke(run)
