@@ -339,6 +339,9 @@ def main() -> None:
         names = vm_names(sim)  # also imports pyVmomi and vgpuctl's modules before anything is timed
         import vgpuctl.pipeline
         import vgpuctl.vms.plan  # noqa: F401  (import cost is not part of the comparison)
+        from vgpuctl.gcpause import one_command_process
+
+        one_command_process()  # the collector as the vgpuctl command runs it (vgpuctl.gcpause)
 
         path = Path(tmp) / "inventory.yaml"
         write_inventory(names, path)

@@ -3,6 +3,13 @@
 Reading an inventory of 1,000 VMs or a bulk read of a farm creates hundreds of thousands of objects, none in a
 reference cycle that outlives its step; the collector, started again and again by that many allocations,
 scanned them each time (over half the time of loading an inventory, about half of parsing a bulk read).
+
+In the `vgpuctl` command's own process (`one_command_process`), what a pause built is moved to the collector's
+permanent generation when the pause ends (`gc.freeze`): the model of the farm and the inventory live as long as
+the command, and the collections that would scan them once or twice more after each pause (about 25 ms for a
+plan of 1,000 VMs) are not run. Objects there are still freed when nothing refers to them; only a reference
+cycle that was garbage at that moment stays until the process ends, so a process that runs many commands (the
+tests, a library user) does not freeze.
 """
 
 from __future__ import annotations
@@ -15,6 +22,13 @@ from contextlib import contextmanager
 _lock = threading.Lock()
 _pauses = 0
 _was_enabled = False
+_freeze = False
+
+
+def one_command_process() -> None:
+    """This process runs one vgpuctl command and ends: what each pause built is frozen when it ends."""
+    global _freeze
+    _freeze = True
 
 
 @contextmanager
@@ -33,4 +47,6 @@ def paused_gc() -> Iterator[None]:
         with _lock:
             _pauses -= 1
             if _pauses == 0 and _was_enabled:
+                if _freeze:
+                    gc.freeze()
                 gc.enable()

@@ -24,3 +24,35 @@ def test_the_collector_pause_nests_and_restores_the_collector(enabled: bool) -> 
         assert gc.isenabled() is enabled
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_only_a_one_command_process_freezes_what_a_pause_built() -> None:
+    import subprocess
+    import sys
+
+    script = """
+import gc, sys
+from vgpuctl import gcpause
+if sys.argv[1] == "command":
+    gcpause.one_command_process()
+with gcpause.paused_gc():
+    built = [[i] for i in range(10000)]
+print(gc.get_freeze_count(), gc.isenabled())
+"""
+    frozen = {}
+    for mode in ("command", "library"):
+        done = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, check=True)
+        count, enabled = done.stdout.split()
+        assert enabled == "True"
+        frozen[mode] = int(count)
+    assert frozen["command"] >= 10000 and frozen["library"] == 0
+
+
+def test_the_vgpuctl_command_runs_as_a_one_command_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vgpuctl import gcpause
+    from vgpuctl.cli import main
+
+    monkeypatch.setattr(gcpause, "_freeze", False)
+    monkeypatch.setattr(main, "app", lambda **_: None)
+    main.run()
+    assert gcpause._freeze

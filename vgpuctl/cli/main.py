@@ -354,8 +354,10 @@ def run() -> None:
     import os
     import sys
 
+    from vgpuctl.gcpause import one_command_process
     from vgpuctl.progress import EXIT_NOW
 
+    one_command_process()
     try:
         app(prog_name="vgpuctl")
     except SystemExit as done:
