@@ -347,23 +347,6 @@ def test_report_groups_equal_checks_and_counts() -> None:
     assert rows[-1].line == "host.graphics esx-01: shared; fix: set it"
 
 
-def test_privilege_answer_is_read_per_object_and_privilege() -> None:
-    from vgpuctl.vsphere.hostaccess import parse_privilege_availability
-
-    body = b"""<?xml version="1.0" encoding="UTF-8"?>
-<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body>
-<HasPrivilegeOnEntitiesResponse xmlns="urn:vim25">
-<returnval><entity type="VirtualMachine">vm-1</entity>
-<privAvailability><privId>VirtualMachine.Config.CPUCount</privId><isGranted>true</isGranted></privAvailability>
-<privAvailability><privId>System.Read</privId><isGranted>false</isGranted></privAvailability></returnval>
-<returnval><entity type="Datacenter">datacenter-2</entity>
-<privAvailability><privId>System.Read</privId><isGranted>true</isGranted></privAvailability></returnval>
-</HasPrivilegeOnEntitiesResponse></soapenv:Body></soapenv:Envelope>"""
-    assert parse_privilege_availability(body) == {
-        ("vm-1", "VirtualMachine.Config.CPUCount"): True, ("vm-1", "System.Read"): False,
-        ("datacenter-2", "System.Read"): True}
-
-
 PRIVILEGE_ANSWER = b"""<?xml version="1.0" encoding="UTF-8"?>
 <soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/"><soapenv:Body>
 <HasPrivilegeOnEntitiesResponse xmlns="urn:vim25">
@@ -375,6 +358,12 @@ PRIVILEGE_ANSWER = b"""<?xml version="1.0" encoding="UTF-8"?>
 </HasPrivilegeOnEntitiesResponse></soapenv:Body></soapenv:Envelope>"""
 PRIVILEGES_READ = {("vm-1", "VirtualMachine.Config.CPUCount"): True, ("vm-1", "System.Read"): False,
                    ("datacenter-2", "System.Read"): True}
+
+
+def test_privilege_answer_is_read_per_object_and_privilege() -> None:
+    from vgpuctl.vsphere.hostaccess import parse_privilege_availability
+
+    assert parse_privilege_availability(PRIVILEGE_ANSWER) == PRIVILEGES_READ
 
 
 @pytest.mark.parametrize(("odd", "instead"), [
