@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from vgpuctl.domain import ProfileSharing
+from vgpuctl.domain import GpuVgpuMode, ProfileSharing
 from vgpuctl.model import ObservedProfile
 
 PREFIXES = ("grid_", "nvidia_")
@@ -443,7 +443,7 @@ def max_per_gpu(profile: VgpuProfile, vgpu_mode: str, gpu_fb_gb: float | None = 
     row = profile.vgpu_type
     if profile.is_mig:
         return row.max_equal if row is not None else None
-    if vgpu_mode == "mixedSize":
+    if vgpu_mode == GpuVgpuMode.MIXED_SIZE:
         return row.max_mixed if row is not None else None
     if row is not None and row.max_equal is not None:
         return row.max_equal
