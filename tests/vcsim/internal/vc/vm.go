@@ -442,8 +442,8 @@ func (vm *gpuVM) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) so
 			return nil, f
 		}
 		clone, ok := s.vmObject(ref)
-		if !ok {
-			return ref, nil
+		if !ok { // never skip the settings silently: a clone without them is not what vCenter makes
+			return nil, &types.SystemError{Reason: "gpusim: the clone " + ref.Value + " was not found after CloneVM_Task"}
 		}
 		if f := s.copySettings(ctx, vm.VirtualMachine, clone, req.Spec.Config); f != nil {
 			return nil, f
