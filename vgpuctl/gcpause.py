@@ -8,8 +8,9 @@ In the `vgpuctl` command's own process (`one_command_process`), what a pause bui
 permanent generation when the pause ends (`gc.freeze`): the model of the farm and the inventory live as long as
 the command, and the collections that would scan them once or twice more after each pause (about 25 ms for a
 plan of 1,000 VMs) are not run. Objects there are still freed when nothing refers to them; only a reference
-cycle that was garbage at that moment stays until the process ends, so a process that runs many commands (the
-tests, a library user) does not freeze.
+cycle that was already garbage when a pause ended stays until the process ends (a command that plans many
+times, as `experiment run` does, keeps the few of each plan), so a process that runs many commands (the tests,
+a library user) does not freeze.
 """
 
 from __future__ import annotations
