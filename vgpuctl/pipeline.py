@@ -150,7 +150,7 @@ def host_facts(
 def unreadable_hosts(session: Session, observed: Observed, hosts: Iterable[str]) -> list[str]:
     """Why the GPU state of these hosts cannot be read, one line each: a host another live run holds (its lease:
     run, user, since, until) is named as held, never as broken."""
-    down = sorted(h for h in hosts if observed.hosts[h].connection_state != "connected")
+    down = sorted(h for h in hosts if observed.hosts[h].connection_state != ConnectionState.CONNECTED)
     held = leases_of(session, observed, down) if down else {}
     return [f"host {h}: {held_text(held[h])}: it cannot be planned until that run ends" if h in held
             else f"host {h}: {observed.hosts[h].connection_state}; its GPU state cannot be read" for h in down]

@@ -203,11 +203,12 @@ def _lean_objects(session: Session, view: Any) -> dict[str, Obj]:
 
     from vgpuctl.vsphere import rawread
 
+    type_props = [(t, TYPE_PROPS[t]) for t in LEAN_TYPES]
     try:
-        objects = rawread.retrieve_each(session, view, [[(t, TYPE_PROPS[t])] for t in LEAN_TYPES], LEAN_PAGE_SIZE)
+        objects = rawread.retrieve_each(session, view, [[one] for one in type_props], LEAN_PAGE_SIZE)
     except (ET.ParseError, ValueError, AttributeError, KeyError, TypeError, AssertionError) as err:
         log.debug("lean read failed (%r); reading through pyVmomi", err)
-        return _collect(session, view_filter_spec(view, [(t, TYPE_PROPS[t]) for t in LEAN_TYPES]))
+        return _collect(session, view_filter_spec(view, type_props))
     return {obj.moid: obj for obj in objects}
 
 
