@@ -262,13 +262,16 @@ _NEVER_PLAIN = frozenset("!&*|>%@`")  # the parser never lets a plain scalar sta
 _UNSURE_CHARS = ("\t", "\x85", "\u2028", "\u2029", "\ufeff", "\r")
 
 
+_WORDS: dict[str, Any] = {**dict.fromkeys(_NULLS), **_BOOLS}
+# a plain scalar starting otherwise is a null, a boolean or a string (the common case, decided by one lookup)
+_MAY_BE_TYPED = frozenset("+-.0123456789<=") | _NEVER_PLAIN
+
+
 def _plain_scalar(value: str) -> Any:
     if not value:
         raise _NotFast  # an empty value: ruamel places it at the next token
-    if value in _NULLS:
-        return None
-    if value in _BOOLS:
-        return _BOOLS[value]
+    if value[0] not in _MAY_BE_TYPED:
+        return _WORDS.get(value, value)
     if _DEC_INT.fullmatch(value):
         return int(value)
     if _DEC_FLOAT.fullmatch(value):
@@ -379,10 +382,8 @@ def _refuse_anchors(events: list[Any], file: str) -> None:
 
 
 def _is_empty(event: Any) -> bool:
-    import yaml
-
-    return (isinstance(event, yaml.ScalarEvent) and not event.style and event.value == ""
-            and event.anchor is None and event.tag is None)
+    """An empty plain scalar with no anchor or tag (the caller knows it is a scalar)."""
+    return not event.style and event.value == "" and event.anchor is None and event.tag is None
 
 
 def _at(mark: Any) -> Pos:
@@ -407,71 +408,83 @@ class _EventReader:
         return mark.line < len(self.lines) and not self.lines[mark.line][mark.column:].strip()
 
     def node(self, path: KeyPath) -> Any:
-        import yaml
+        from yaml import MappingStartEvent, ScalarEvent, SequenceStartEvent
 
         event = self.events[self.i]
         self.i += 1
         if getattr(event, "anchor", None) is not None or getattr(event, "tag", None) is not None:
             raise _NotFast
-        if isinstance(event, yaml.ScalarEvent):
-            if not event.style:  # plain: '' from libyaml, None from PyYAML's own parser
-                return _plain_scalar(event.value)
-            if event.style in ("'", '"'):
-                return event.value
-            return self._block_scalar(event)
-        if isinstance(event, yaml.MappingStartEvent):
+        if type(event) is ScalarEvent:
+            return self._scalar(event)
+        if type(event) is MappingStartEvent:
             first = self.events[self.i]
             if event.flow_style and _at(first.start_mark) == _at(event.start_mark):
                 raise _NotFast  # a single-pair mapping inside a flow sequence (`[a: b]`): not always ruamel's
             return self.mapping(path)
-        if isinstance(event, yaml.SequenceStartEvent):
+        if type(event) is SequenceStartEvent:
             return self.sequence(path)
         raise _NotFast  # aliases
 
+    def _scalar(self, event: Any) -> Any:
+        style = event.style
+        if not style:  # plain: '' from libyaml, None from PyYAML's own parser
+            return _plain_scalar(event.value)
+        if style == "'" or style == '"':
+            return event.value
+        return self._block_scalar(event)
+
     def mapping(self, path: KeyPath) -> dict[str, Any]:
-        import yaml
+        # the loop of a 1,000-VM inventory: each key and plain value read here, not through node()
+        from yaml import MappingEndEvent, ScalarEvent
 
         out: dict[str, Any] = {}
-        events = self.events
-        while not isinstance(events[self.i], yaml.MappingEndEvent):
-            key_event = events[self.i]
-            if not isinstance(key_event, yaml.ScalarEvent) or key_event.anchor is not None or key_event.tag:
+        events, pos, keypos = self.events, self.pos, self.keypos
+        i = self.i
+        while type(key_event := events[i]) is not MappingEndEvent:
+            if type(key_event) is not ScalarEvent or key_event.anchor is not None or key_event.tag:
                 raise _NotFast
-            key = _plain_scalar(key_event.value) if not key_event.style else key_event.value
-            if not isinstance(key, str) or key in out or key == "<<" or key_event.style not in (None, "", "'", '"'):
+            style = key_event.style
+            key = _plain_scalar(key_event.value) if not style else key_event.value
+            if not isinstance(key, str) or key in out or key == "<<" or style not in (None, "", "'", '"'):
                 raise _NotFast  # duplicate keys are ruamel's error; non-string keys its str()
-            self.i += 1
+            i += 1
             kp = (*path, key)
             kmark = key_event.start_mark
             kpos = (kmark.line + 1, kmark.column + 1)
-            self.keypos[kp] = kpos
-            value_event = events[self.i]
-            if _is_empty(value_event):  # `key:` alone is null, placed (as ruamel does) at the next token
-                if not self._nothing_after(value_event.start_mark):
-                    raise _NotFast  # a comment or flow punctuation on the line: ruamel's placement differs
-                vmark = events[self.i + 1].start_mark
-                self.pos[kp] = (vmark.line + 1, vmark.column + 1)
-                self.i += 1
-                out[key] = None
-                continue
-            if isinstance(value_event, yaml.ScalarEvent):
+            keypos[kp] = kpos
+            value_event = events[i]
+            if type(value_event) is ScalarEvent:
                 vmark = value_event.start_mark
-                self.pos[kp] = (vmark.line + 1, vmark.column + 1)
-            else:
-                self.pos[kp] = kpos  # a nested mapping/sequence is pointed at by its key
+                if _is_empty(value_event):  # `key:` alone is null, placed (as ruamel does) at the next token
+                    if not self._nothing_after(vmark):
+                        raise _NotFast  # a comment or flow punctuation on the line: ruamel's placement differs
+                    vmark = events[i + 1].start_mark
+                    pos[kp] = (vmark.line + 1, vmark.column + 1)
+                    i += 1
+                    out[key] = None
+                    continue
+                pos[kp] = (vmark.line + 1, vmark.column + 1)
+                if value_event.anchor is not None or value_event.tag is not None:
+                    raise _NotFast
+                out[key] = self._scalar(value_event)
+                i += 1
+                continue
+            pos[kp] = kpos  # a nested mapping/sequence is pointed at by its key
+            self.i = i
             out[key] = self.node(kp)
-        self.i += 1
+            i = self.i
+        self.i = i + 1
         return out
 
     def sequence(self, path: KeyPath) -> list[Any]:
-        import yaml
+        from yaml import SequenceEndEvent
 
         items: list[Any] = []
-        events = self.events
-        while not isinstance(events[self.i], yaml.SequenceEndEvent):
-            mark = events[self.i].start_mark
+        events, pos = self.events, self.pos
+        while type(event := events[self.i]) is not SequenceEndEvent:
+            mark = event.start_mark
             ip = (*path, len(items))
-            self.pos[ip] = (mark.line + 1, mark.column + 1)
+            pos[ip] = (mark.line + 1, mark.column + 1)
             items.append(self.node(ip))
         self.i += 1
         return items
