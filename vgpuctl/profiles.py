@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from importlib import resources
@@ -206,8 +206,33 @@ class _Boards(Mapping[str, BoardInfo]):
     def __len__(self) -> int:
         return len(self._data())
 
+    def __contains__(self, key: object) -> bool:
+        return key in self._data()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._data().get(key, default)
+
+    def values(self) -> ValuesView[BoardInfo]:  # the dict's own views: Mapping's would look each key up again
+        return self._data().values()
+
+    def items(self) -> ItemsView[str, BoardInfo]:
+        return self._data().items()
+
 
 BOARDS: Mapping[str, BoardInfo] = _Boards()
+
+
+@cache
+def _board_index() -> tuple[dict[int, list[str]], dict[str, list[str]]]:
+    """Boards by PCI device id and by lower-case device name, in catalogue order."""
+    by_id: dict[int, list[str]] = {}
+    by_name: dict[str, list[str]] = {}
+    for b in BOARDS.values():
+        for device_id in dict.fromkeys(b.pci_device_ids):
+            by_id.setdefault(device_id, []).append(b.board)
+        for name in dict.fromkeys(d.lower() for d in b.device_names):
+            by_name.setdefault(name, []).append(b.board)
+    return by_id, by_name
 
 
 @cache
@@ -370,12 +395,12 @@ def board_for_device(
 ) -> str | None:
     """Board of a physical GPU: by PCI device id, else by the exact device name the host reports, else by the
     boards of the profiles the host offers (narrowed by the GPU's memory). Never by substrings of the name."""
+    ids, names = _board_index()
     if device_id:
-        by_id = [b.board for b in BOARDS.values() if device_id in b.pci_device_ids]
+        by_id = ids.get(device_id, [])
         if len(by_id) == 1:
             return by_id[0]
-    name = device_name.strip().lower()
-    by_name = [b.board for b in BOARDS.values() if name in (d.lower() for d in b.device_names)]
+    by_name = names.get(device_name.strip().lower(), [])
     if len(by_name) == 1:
         return by_name[0]
     return board_from_offered(offered, memory_gb)

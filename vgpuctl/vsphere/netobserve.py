@@ -125,12 +125,21 @@ def place_gpus(gpus: Iterable[ObservedGpu], obj: Obj, pci: dict[str, Any]) -> No
 # ------------------------------------------------------------------------------------------------- VMs
 
 
-def vm_nics(devices: Iterable[Any], nets: list[ObservedNetwork]) -> list[ObservedNic]:
+class NetworkNames:
+    """Port group names by network moid and by distributed port group key, built once for all VMs."""
+
+    def __init__(self, nets: Iterable[ObservedNetwork]):
+        nets = list(nets)
+        self.by_moid = {n.moid: n.name for n in nets}
+        self.by_key = {n.key: n.name for n in nets if n.key is not None}
+
+
+def vm_nics(devices: Iterable[Any], nets: list[ObservedNetwork] | NetworkNames) -> list[ObservedNic]:
     """A VM's ethernet cards and its passthrough devices that are not vGPUs (pyVmomi objects, from the lean
     reader or pyVmomi itself)."""
     t = device_types()
-    by_moid = {n.moid: n.name for n in nets}
-    by_key = {n.key: n.name for n in nets if n.key is not None}
+    names = nets if isinstance(nets, NetworkNames) else NetworkNames(nets)
+    by_moid, by_key = names.by_moid, names.by_key
     out = []
     for dev in devices:
         if isinstance(dev, t.ethernet):

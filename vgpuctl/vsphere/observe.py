@@ -229,7 +229,8 @@ def _collect(session: Session, spec: Any) -> dict[str, Obj]:
 
 def build_observed(objects: dict[str, Obj], datacenter: str | None) -> Observed:
     dc = _pick_datacenter(objects, datacenter)
-    in_dc = {moid for moid in objects if _datacenter_of(objects, moid) == dc.moid}
+    tree = _Tree(objects)
+    in_dc = {moid for moid in objects if tree.datacenter_of(moid) == dc.moid}
     observed = Observed(datacenter=str(dc.get("name")))
     vm_root = _moid(dc.get("vmFolder"))
     observed.moids = {"datacenter": dc.moid, "vm_folder": vm_root}
@@ -237,7 +238,7 @@ def build_observed(objects: dict[str, Obj], datacenter: str | None) -> Observed:
     for moid in sorted(in_dc):
         obj = objects[moid]
         if obj.type == "Folder" and _is_under(objects, moid, vm_root) and moid != vm_root:
-            path = _folder_path(objects, moid, vm_root)
+            path = tree.folder_path(moid, vm_root)
             observed.folders.append(path)
             observed.folder_moids[path] = moid
         elif obj.type in ("ComputeResource", "ClusterComputeResource"):
@@ -252,7 +253,8 @@ def build_observed(objects: dict[str, Obj], datacenter: str | None) -> Observed:
     by_name = sorted(in_dc, key=lambda m: str(objects[m].get("name", "")))
     host_names = {m: str(objects[m].get("name")) for m in in_dc if objects[m].type == "HostSystem"}
     observed.networks = netobserve.networks(objects, in_dc, host_names)
-    vms = [_vm(objects, objects[m], vm_root, observed) for m in by_name if _is_vm(objects[m])]
+    networks = netobserve.NetworkNames(observed.networks)
+    vms = [_vm(tree, objects[m], vm_root, networks) for m in by_name if _is_vm(objects[m])]
     keys = vm_keys(vms)
     for moid in by_name:
         obj = objects[moid]
@@ -309,13 +311,6 @@ def _parents(objects: dict[str, Obj], moid: str):
         moid = _moid(objects[moid].get("parent"))
 
 
-def _datacenter_of(objects: dict[str, Obj], moid: str) -> str | None:
-    for m in _parents(objects, moid):
-        if objects[m].type == "Datacenter":
-            return m
-    return None
-
-
 def _is_under(objects: dict[str, Obj], moid: str, ancestor: str) -> bool:
     return ancestor in set(_parents(objects, moid))
 
@@ -327,6 +322,53 @@ def _folder_path(objects: dict[str, Obj], moid: str, vm_root: str) -> str:
             break
         names.append(str(objects[m].get("name")))
     return "/".join(reversed(names))
+
+
+class _Tree:
+    """The parent walks of one build, each answered once per object: 1,000 VMs share a few folders and hosts."""
+
+    def __init__(self, objects: dict[str, Obj]):
+        self.objects = objects
+        self._datacenters: dict[str, str | None] = {}
+        self._folders: dict[tuple[str, str], str] = {}
+        self._hosts: dict[str, tuple[str | None, str | None]] = {}
+
+    def datacenter_of(self, moid: str) -> str | None:
+        """The datacenter above an object (itself for a datacenter), None if there is none (or a cycle)."""
+        known = self._datacenters
+        chain: list[str] = []
+        found: str | None = None
+        while moid and moid in self.objects and moid not in chain:
+            if moid in known:
+                found = known[moid]
+                break
+            chain.append(moid)
+            if self.objects[moid].type == "Datacenter":
+                found = moid
+                break
+            moid = _moid(self.objects[moid].get("parent"))
+        for m in chain:
+            known[m] = found
+        return found
+
+    def folder_path(self, moid: str, vm_root: str) -> str:
+        key = (moid, vm_root)
+        if key not in self._folders:
+            self._folders[key] = _folder_path(self.objects, moid, vm_root)
+        return self._folders[key]
+
+    def host_and_cluster(self, moid: str) -> tuple[str | None, str | None]:
+        """A VM's host name and that host's cluster name (None where unknown)."""
+        if moid not in self._hosts:
+            host_obj = self.objects.get(moid)
+            host = str(host_obj.get("name")) if host_obj is not None else None
+            cluster = None
+            if host_obj is not None:
+                parent = self.objects.get(_moid(host_obj.get("parent")))
+                if parent is not None and parent.type == "ClusterComputeResource":
+                    cluster = str(parent.get("name"))
+            self._hosts[moid] = (host, cluster)
+        return self._hosts[moid]
 
 
 def _host(objects: dict[str, Obj], obj: Obj, vm_keys: dict[str, str]) -> ObservedHost:
@@ -387,16 +429,10 @@ def _gpu(objects: dict[str, Obj], info: Any, pci: Any, vm_keys: dict[str, str]) 
     return gpu
 
 
-def _vm(objects: dict[str, Obj], obj: Obj, vm_root: str, observed: Observed) -> ObservedVm:
-    host_obj = objects.get(_moid(obj.get("runtime.host")))
-    host = str(host_obj.get("name")) if host_obj is not None else None
-    cluster = None
-    if host_obj is not None:
-        parent = objects.get(_moid(host_obj.get("parent")))
-        if parent is not None and parent.type == "ClusterComputeResource":
-            cluster = str(parent.get("name"))
+def _vm(tree: _Tree, obj: Obj, vm_root: str, networks: netobserve.NetworkNames) -> ObservedVm:
+    host, cluster = tree.host_and_cluster(_moid(obj.get("runtime.host")))
     folder_moid = _moid(obj.get("parent"))
-    folder = _folder_path(objects, folder_moid, vm_root) if folder_moid in objects else None
+    folder = tree.folder_path(folder_moid, vm_root) if folder_moid in tree.objects else None
     vm = ObservedVm(
         name=str(obj.get("name")),
         moid=obj.moid,
@@ -419,7 +455,7 @@ def _vm(objects: dict[str, Obj], obj: Obj, vm_root: str, observed: Observed) -> 
     )
     devices = obj.get("config.hardware.device", [])
     vm.vgpus, vm.other_passthrough = split_devices(devices)
-    vm.nics = netobserve.vm_nics(devices, observed.networks)
+    vm.nics = netobserve.vm_nics(devices, networks)
     vm.guest_hostname = str(obj.get("guest.hostName") or "")
     return vm
 
