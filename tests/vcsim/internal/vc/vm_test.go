@@ -1,11 +1,15 @@
 package vc
 
 import (
+	"fmt"
 	"reflect"
+	"sync"
 	"testing"
 
 	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/view"
 	"github.com/vmware/govmomi/vim25/methods"
+	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
@@ -401,4 +405,72 @@ func TestReconfigureHonoursChangeVersion(t *testing.T) {
 	}
 	unconditional := vgpuSpec(types.VirtualDeviceConfigSpecOperationAdd, "grid_a100-10c")
 	e.must(e.wait(vm.Reconfigure(e.ctx, unconditional))) // no changeVersion: applied whatever the version
+}
+
+// Clones of one template started together on one session, with the collector read meanwhile (as vgpuctl
+// applies and observes): each clone has the template's firmware as soon as its task succeeds.
+func TestParallelClonesHaveTheirSettingsWhenTheTaskSucceeds(t *testing.T) {
+	e := start(t, smallSpec())
+	base := e.vm("ubuntu-22.04-ml")
+	folders := e.folders()
+	pool := e.pool()
+	stop := make(chan struct{})
+	reads := make(chan error, 1)
+	go func() { // reads every VM's firmware while the clones run
+		defer close(reads)
+		m := view.NewManager(e.c.Client)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			v, err := m.CreateContainerView(e.ctx, e.c.ServiceContent.RootFolder, []string{"VirtualMachine"}, true)
+			if err == nil {
+				var vms []mo.VirtualMachine
+				err = v.Retrieve(e.ctx, []string{"VirtualMachine"}, []string{"config.firmware"}, &vms)
+				_ = v.Destroy(e.ctx)
+			}
+			if err != nil {
+				reads <- err
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	for i := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("clone-%d", i)
+			task, err := base.Clone(e.ctx, folders.VmFolder, name, types.VirtualMachineCloneSpec{
+				Location: types.VirtualMachineRelocateSpec{Pool: &pool}})
+			if err != nil {
+				errs <- err
+				return
+			}
+			info, err := task.WaitForResult(e.ctx, nil)
+			if err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+				return
+			}
+			var m mo.VirtualMachine
+			clone := object.NewVirtualMachine(e.c.Client, info.Result.(types.ManagedObjectReference))
+			if err := clone.Properties(e.ctx, clone.Reference(), []string{"config.firmware"}, &m); err != nil {
+				errs <- err
+			} else if m.Config == nil || m.Config.Firmware != "efi" {
+				errs <- fmt.Errorf("%s: firmware read right after its clone task: %+v", name, m.Config)
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := <-reads; err != nil {
+		t.Errorf("collector read during the clones: %v", err)
+	}
 }
