@@ -138,8 +138,9 @@ def test_clone_and_attach_then_replan_is_empty(sim, direct) -> None:
     assert statuses(result) == {"train-01": "changed", "train-02": "changed", "train-03": "changed"}
     for outcome in result.vms:
         assert outcome.steps == ["clone", "reconfigure", "power-on"]
-    assert replan.is_empty and not replan.errors
     vms = direct.vms()
+    assert replan.is_empty and not replan.errors, (replan.errors, [c.vm for c in replan.changes],
+                                                   {n: vms[n].config.firmware for n in vms})
     for name in ("train-01", "train-02", "train-03"):
         vm = vms[name]
         assert vgpus_of(vm) == ["grid_a100-40c"] * 4
