@@ -315,11 +315,11 @@ def _fast_yaml(text: str, file: str = "<inventory>") -> tuple[Any, dict[KeyPath,
         raise _NotFast from None
     if any(c in text for c in _UNSURE_CHARS):
         raise _NotFast
-    events = _events(CSafeLoader(text), file)
+    events, anchored = _events(CSafeLoader(text), file)
     kinds = [type(e).__name__ for e in events[:2]] + [type(e).__name__ for e in events[-2:]]
     if len(events) < 5 or kinds != ["StreamStartEvent", "DocumentStartEvent", "DocumentEndEvent", "StreamEndEvent"]:
         raise _NotFast  # empty stream, several documents: ruamel words those
-    _refuse_anchors(events, file)
+    _refuse_anchor_event(anchored, file)
     doc = events[1]
     if doc.version is not None or doc.tags:
         raise _NotFast
@@ -333,28 +333,34 @@ def _fast_yaml(text: str, file: str = "<inventory>") -> tuple[Any, dict[KeyPath,
     return data, pos, keypos
 
 
-def _events(loader: Any, file: str) -> list[Any]:
-    """libyaml's events, refusing a mapping or list nested deeper than MAX_NESTING at its start (in a second
-    document, ruamel refuses the file for having several)."""
+def _events(loader: Any, file: str) -> tuple[list[Any], Any]:
+    """libyaml's events and the first one with an anchor or alias (None without), refusing a mapping or list
+    nested deeper than MAX_NESTING at its start (in a second document, ruamel refuses the file for having
+    several)."""
     import yaml
 
-    opening, closing = (yaml.MappingStartEvent, yaml.SequenceStartEvent), (yaml.MappingEndEvent, yaml.SequenceEndEvent)
+    depth_change = {yaml.MappingStartEvent: 1, yaml.SequenceStartEvent: 1, yaml.MappingEndEvent: -1,
+                    yaml.SequenceEndEvent: -1}
+    nodes = frozenset({yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent, yaml.AliasEvent})
     events: list[Any] = []
+    anchored = None
     depth = 0
     try:
         while (event := loader.get_event()) is not None:
-            if isinstance(event, opening):
-                depth += 1
+            kind = type(event)
+            change = depth_change.get(kind)
+            if change is not None:
+                depth += change
                 if depth > filelimits.MAX_NESTING:
                     _too_deep(event, events, file)
-            elif isinstance(event, closing):
-                depth -= 1
+            if anchored is None and kind in nodes and event.anchor is not None:
+                anchored = event
             events.append(event)
     except yaml.YAMLError:
         raise _NotFast from None
     finally:
         loader.dispose()
-    return events
+    return events, anchored
 
 
 def _too_deep(event: Any, before: list[Any], file: str) -> None:
@@ -366,19 +372,15 @@ def _too_deep(event: Any, before: list[Any], file: str) -> None:
     raise InventoryError(filelimits.TOO_DEEP, file, mark.line + 1, mark.column + 1)
 
 
-def _refuse_anchors(events: list[Any], file: str) -> None:
+def _refuse_anchor_event(event: Any, file: str) -> None:
     """The first anchor or alias of a parsed stream is an error at its own position."""
     import yaml
 
-    for event in events:
-        if isinstance(event, yaml.AliasEvent):
-            sigil = "*"
-        elif getattr(event, "anchor", None) is not None:
-            sigil = "&"
-        else:
-            continue
-        mark = event.start_mark
-        raise InventoryError(_anchor_message(sigil, event.anchor), file, mark.line + 1, mark.column + 1)
+    if event is None:
+        return
+    mark = event.start_mark
+    sigil = "*" if isinstance(event, yaml.AliasEvent) else "&"
+    raise InventoryError(_anchor_message(sigil, event.anchor), file, mark.line + 1, mark.column + 1)
 
 
 def _is_empty(event: Any) -> bool:
@@ -392,8 +394,11 @@ def _at(mark: Any) -> Pos:
 
 class _EventReader:
     def __init__(self, events: list[Any], pos: dict[KeyPath, Pos], keypos: dict[KeyPath, Pos], text: str = ""):
+        import yaml
+
         self.events, self.pos, self.keypos, self.i = events, pos, keypos, 0
         self.lines = text.split("\n")
+        self.yaml = yaml  # its event classes, looked up once per read rather than imported per node
 
     def _block_scalar(self, event: Any) -> Any:
         """A literal or folded scalar, folded by ruamel itself from its own lines of the file."""
@@ -408,20 +413,19 @@ class _EventReader:
         return mark.line < len(self.lines) and not self.lines[mark.line][mark.column:].strip()
 
     def node(self, path: KeyPath) -> Any:
-        from yaml import MappingStartEvent, ScalarEvent, SequenceStartEvent
-
+        yaml = self.yaml
         event = self.events[self.i]
         self.i += 1
         if getattr(event, "anchor", None) is not None or getattr(event, "tag", None) is not None:
             raise _NotFast
-        if type(event) is ScalarEvent:
+        if type(event) is yaml.ScalarEvent:
             return self._scalar(event)
-        if type(event) is MappingStartEvent:
+        if type(event) is yaml.MappingStartEvent:
             first = self.events[self.i]
             if event.flow_style and _at(first.start_mark) == _at(event.start_mark):
                 raise _NotFast  # a single-pair mapping inside a flow sequence (`[a: b]`): not always ruamel's
             return self.mapping(path)
-        if type(event) is SequenceStartEvent:
+        if type(event) is yaml.SequenceStartEvent:
             return self.sequence(path)
         raise _NotFast  # aliases
 
@@ -435,8 +439,7 @@ class _EventReader:
 
     def mapping(self, path: KeyPath) -> dict[str, Any]:
         # the loop of a 1,000-VM inventory: each key and plain value read here, not through node()
-        from yaml import MappingEndEvent, ScalarEvent
-
+        MappingEndEvent, ScalarEvent = self.yaml.MappingEndEvent, self.yaml.ScalarEvent
         out: dict[str, Any] = {}
         events, pos, keypos = self.events, self.pos, self.keypos
         i = self.i
@@ -477,8 +480,7 @@ class _EventReader:
         return out
 
     def sequence(self, path: KeyPath) -> list[Any]:
-        from yaml import SequenceEndEvent
-
+        SequenceEndEvent = self.yaml.SequenceEndEvent
         items: list[Any] = []
         events, pos = self.events, self.pos
         while type(event := events[self.i]) is not SequenceEndEvent:
