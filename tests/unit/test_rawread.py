@@ -266,18 +266,43 @@ def test_pci_devices_no_gpu_of_their_host_names_are_not_parsed() -> None:
     }
 
 
-def test_network_controllers_are_kept_beside_the_gpus() -> None:
-    """A ConnectX NIC (class 0x0200, Ethernet; 0x0207 InfiniBand) and a root port (0x0604, the chain above it)
-    are read by netobserve, a USB controller is not."""
-    def with_class(device_id: str, class_id: int) -> str:
-        return pci(device_id, 5555, 4129).replace("<vendorId>", f"<classId>{class_id}</classId><vendorId>")
+def _device(device_id: str, class_id: int, parent: str | None = None) -> str:
+    under = f"<parentBridge>{parent}</parentBridge>" if parent else ""
+    return pci(device_id, 5555, 4129).replace("<vendorId>", f"<classId>{class_id}</classId><vendorId>").replace(
+        "</HostPciDevice>", f"{under}</HostPciDevice>")
 
-    body = hosts_answer(host("host-1", [pci("3b:00.0"), with_class("5e:00.0", 0x0200), with_class("5e:00.1", 0x0207),
-                                        with_class("5d:00.0", 0x0604), with_class("00:14.0", 0x0C03)],
-                                 [gpu("3b:00.0")]))
+
+def roots_of(body: bytes) -> dict[str, str | None]:
+    """Each kept device's topmost bridge, as netobserve finds it."""
+    from vgpuctl.vsphere.netobserve import pci_roots
+
+    (obj,) = rawread.objects_of(rawread.returnval_of(ET.fromstring(body)), None)
+    by_id = {str(d.id): d for d in obj.props.get("hardware.pciDevice", [])}
+    root = pci_roots(by_id)
+    return {device_id: root(device_id) for device_id in ("3b:00.0", "5e:00.0", "5e:00.1")}
+
+
+def test_network_controllers_and_the_bridges_above_them_are_kept_beside_the_gpus() -> None:
+    """A ConnectX NIC (class 0x0200, Ethernet; 0x0207 InfiniBand) and the root port and switch above it and the
+    GPU (0x0604, their parentBridge chain) are read by netobserve; a USB controller and the bridges above nothing
+    read are not."""
+    body = hosts_answer(host("host-1", [
+        _device("3b:00.0", 0x0302, "3a:00.0"), _device("3a:00.0", 0x0604, "00:01.0"), _device("00:01.0", 0x0604),
+        _device("5e:00.0", 0x0200, "5d:00.0"), _device("5e:00.1", 0x0207, "5d:00.0"), _device("5d:00.0", 0x0604),
+        _device("00:14.0", 0x0C03, "00:1c.0"), _device("00:1c.0", 0x0604), _device("80:02.0", 0x0604),
+    ], [gpu("3b:00.0")]))
     dropped = rawread.drop_unread_devices(body)
-    assert dropped.count(b"<HostPciDevice>") == 4 and b"00:14.0" not in dropped
+    assert dropped.count(b"<HostPciDevice>") == 6
+    assert not any(d in dropped for d in (b"00:14.0", b"00:1c.0", b"80:02.0"))
     assert gpus_joined(dropped) == gpus_joined(body)
+    assert roots_of(dropped) == roots_of(body) == {"3b:00.0": "00:01.0", "5e:00.0": "5d:00.0", "5e:00.1": "5d:00.0"}
+
+
+def test_a_parent_in_a_form_the_scan_does_not_read_keeps_every_device() -> None:
+    body = hosts_answer(host("host-1", [
+        _device("3b:00.0", 0x0302, "3a:00.0").replace("<parentBridge>3a", "<parentBridge>&#51;a"),
+        _device("3a:00.0", 0x0604), _device("80:02.0", 0x0604)], [gpu("3b:00.0")]))
+    assert rawread.drop_unread_devices(body).count(b"<HostPciDevice>") == 3
 
 
 @pytest.mark.parametrize(

@@ -56,7 +56,7 @@ HOST_PROPS = [
     "config.graphicsInfo",
     "config.graphicsConfig",
     "config.sharedPassthruGpuTypes",
-    "hardware.pciDevice",  # the lean reader keeps the GPUs graphicsInfo names, the NICs and bridges (rawread)
+    "hardware.pciDevice",  # the lean reader keeps the GPUs graphicsInfo names, the NICs, the bridges above them
     "configManager.graphicsManager",
     "customValue",  # vgpuctl's unfinished host work and run leases (vgpuctl.vsphere.workrecord)
     "availableField",

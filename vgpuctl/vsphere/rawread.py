@@ -239,14 +239,16 @@ _GPU_PCI_ID = re.compile(rb"<pciId>([^<&]*)</pciId>")
 _PCI_DEVICE_ID = re.compile(rb"\s*<id>([^<&]*)</id>")
 _PCI_CLASS_ID = re.compile(rb"<classId>\s*(-?[0-9]+)\s*</classId>")
 NETWORK_CLASS = 0x02  # PCI base class "Network controller": classId's upper byte (netobserve reads these)
-BRIDGE_CLASS = 0x06  # "Bridge": the parentBridge chain above a GPU or NIC (netobserve.pci_roots)
+_PCI_PARENT = re.compile(rb"<parentBridge>([^<&]*)</parentBridge>")
 _DEFAULT_NAMESPACE = re.compile(rb"xmlns\s*=")
 
 
 def _drop_unread_pci_devices(body: bytes) -> bytes:
-    """In each host object, the HostPciDevice elements whose id (their first child) no pciId of the object names
-    and whose classId is no network controller's or bridge's: observe joins a GPU of config.graphicsInfo to its
-    PCI device by that id, netobserve reads the NICs and the bridges above them and the GPUs. An object is
+    """In each host object, the HostPciDevice elements whose id (their first child) no pciId of the object names,
+    whose classId is no network controller's and that are no bridge above one of those (their parentBridge
+    chain): observe joins a GPU of config.graphicsInfo to its PCI device by that id, netobserve reads the NICs
+    and the GPUs and the bridges above them (a host's other bridges, below its other devices, are most of its
+    PCI devices). A device whose id, class or parent the scan cannot read keeps them all. An object is
     taken from the "<objects>" before its first device to the "</objects>" after it (an odd tag only widens
     that, keeping more devices); only the plain form vCenter writes is cut (no attributes on these tags, ids
     without references)."""
@@ -270,15 +272,34 @@ def _pci_devices_read(host: bytes) -> bytes:
     named = _GPU_PCI_ID.findall(host)
     if len(named) != host.count(b"<pciId"):  # a pciId this scan does not read: every device kept
         return host
-    wanted = set(named)
     pieces = host.split(_PCI)
-    kept = [pieces[0]]
+    devices: list[tuple[bytes | None, bytes, int]] = []  # (id, the piece, where its end tag closes)
+    wanted = set(named)
+    parents: dict[bytes, bytes] = {}
     for device in pieces[1:]:
         close = device.find(_PCI_END)
         if close < 0:
             return host  # the device holds another one, or does not end here
-        device_id = _PCI_DEVICE_ID.match(device)
-        if device_id is None or device_id.group(1) in wanted or _read_class(device[:close]):
+        found = _PCI_DEVICE_ID.match(device)
+        device_id = found.group(1) if found is not None else None
+        devices.append((device_id, device, close))
+        body = device[:close]
+        parent = _PCI_PARENT.search(body)
+        if device_id is None or (parent is None and b"<parentBridge" in body):
+            return host  # an id or parent this scan does not read: the parse decides
+        if parent is not None:
+            parents[device_id] = parent.group(1)
+        if _read_class(body):
+            wanted.add(device_id)
+    kept_ids: set[bytes | None] = set(wanted)
+    for start in wanted:  # and the bridges above them, to the root (netobserve.pci_roots)
+        above = parents.get(start)
+        while above is not None and above not in kept_ids:
+            kept_ids.add(above)
+            above = parents.get(above)
+    kept = [pieces[0]]
+    for device_id, device, close in devices:
+        if device_id in kept_ids:
             kept += (_PCI, device)
         else:
             kept.append(device[close + len(_PCI_END) :])
@@ -286,11 +307,11 @@ def _pci_devices_read(host: bytes) -> bytes:
 
 
 def _read_class(device: bytes) -> bool:
-    """A network controller or a bridge, or a classId this scan cannot read (kept: the parser decides)."""
+    """A network controller, or a classId this scan cannot read (kept: the parser decides)."""
     found = _PCI_CLASS_ID.search(device)
     if found is None:
         return b"<classId" in device
-    return (int(found.group(1)) & 0xFFFF) >> 8 in (NETWORK_CLASS, BRIDGE_CLASS)
+    return (int(found.group(1)) & 0xFFFF) >> 8 == NETWORK_CLASS
 
 
 def elements_only(body: bytes) -> bool:
