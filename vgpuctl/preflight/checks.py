@@ -49,11 +49,12 @@ def requirements(inventory: Inventory | None, scope: Scope) -> list[Requirement]
         return []
     out = []
     for vm in inventory.vms:
-        where = tuple(scope.vm_hosts.get(vm.name, []))
         if vm.vgpu_count > 4:
-            out.append(Requirement(API_8_VGPUS, f"{vm.vgpu_count} vGPUs per VM", f"vm {vm.name}", where))
+            out.append(Requirement(API_8_VGPUS, f"{vm.vgpu_count} vGPUs per VM", f"vm {vm.name}",
+                                   tuple(scope.vm_hosts.get(vm.name, []))))
         if vm.nvlink == NvlinkRequirement.REQUIRED:
-            out.append(Requirement(API_DEVICE_GROUPS, "NVLink device groups", f"vm {vm.name}", where))
+            out.append(Requirement(API_DEVICE_GROUPS, "NVLink device groups", f"vm {vm.name}",
+                                   tuple(scope.vm_hosts.get(vm.name, []))))
     for host, spec in sorted(scope.specs.items()):
         if any(g.vgpu_mode == VgpuMode.MIXED_SIZE for g in spec.gpus):
             out.append(Requirement(API_MIXED_SIZE, "mixed-size time-sliced vGPUs", f"host {host}", (host,)))

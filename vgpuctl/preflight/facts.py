@@ -5,11 +5,11 @@ probe, the session's privileges. `Scope` is which hosts and VMs the checks look 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from vgpuctl.inventory import HostSpec, Inventory
+from vgpuctl.inventory import HostSpec, Inventory, VmSpec
 from vgpuctl.model import Observed
 from vgpuctl.vsphere.hostaccess import HostAccess
 
@@ -69,7 +69,7 @@ class Scope:
 
     hosts: list[str]
     specs: dict[str, HostSpec] = field(default_factory=dict)
-    vm_hosts: dict[str, list[str]] = field(default_factory=dict)
+    vm_hosts: Mapping[str, list[str]] = field(default_factory=dict)
     shell: set[str] = field(default_factory=set)
 
 
@@ -80,19 +80,50 @@ def _needs_shell(spec: HostSpec) -> bool:
 
 def vm_hosts(inventory: Inventory, observed: Observed) -> dict[str, list[str]]:
     """Inventory VM -> the host it is on, or the hosts it may be created on (its host, its cluster's)."""
+    return {vm.name: _vm_place(vm, observed) for vm in inventory.vms}
+
+
+def _vm_place(vm: VmSpec, observed: Observed) -> list[str]:
     from vgpuctl.model import folder_path
     from vgpuctl.vms.plan import find_vm
 
-    out: dict[str, list[str]] = {}
-    for vm in inventory.vms:
-        _, obs, _ = find_vm(observed, vm.name, folder_path(vm.folder))
-        if obs is not None and obs.host:
-            out[vm.name] = [obs.host]
-        elif vm.host:
-            out[vm.name] = [vm.host]
-        else:
-            out[vm.name] = sorted(observed.clusters.get(vm.cluster or "", []))
-    return out
+    _, obs, _ = find_vm(observed, vm.name, folder_path(vm.folder))
+    if obs is not None and obs.host:
+        return [obs.host]
+    if vm.host:
+        return [vm.host]
+    return sorted(observed.clusters.get(vm.cluster or "", []))
+
+
+class _VmPlaces(Mapping[str, list[str]]):
+    """vm_hosts, each VM's place found when it is asked for (a name names its entry's last VM, as there)."""
+
+    def __init__(self, inventory: Inventory, observed: Observed):
+        self._specs = {vm.name: vm for vm in inventory.vms}
+        self._observed = observed
+        self._found: dict[str, list[str]] = {}
+
+    def __getitem__(self, name: str) -> list[str]:
+        if name not in self._found:
+            self._found[name] = _vm_place(self._specs[name], self._observed)
+        return self._found[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+
+def requirement_scope(inventory: Inventory | None, observed: Observed) -> Scope:
+    """What checks.requirements reads of a scope (the merged host entries, where each VM is or may be created),
+    each VM placed only when a requirement asks: plan and apply check vCenter's version, not each host."""
+    from vgpuctl.hosts.plan import resolve_hosts
+
+    if inventory is None:
+        return Scope([])
+    specs, _ = resolve_hosts(inventory.hosts, observed)
+    return Scope([], specs, _VmPlaces(inventory, observed))
 
 
 def scope_of(inventory: Inventory | None, observed: Observed, env: Mapping[str, str] | None = None) -> Scope:

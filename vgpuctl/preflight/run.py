@@ -8,7 +8,7 @@ from vgpuctl.domain import CheckStatus, ConnectionState, SshService
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import Observed, Plan
 from vgpuctl.preflight import checks, guests, privileges
-from vgpuctl.preflight.facts import PreflightFacts, Scope, scope_of
+from vgpuctl.preflight.facts import PreflightFacts, Scope, requirement_scope, scope_of
 from vgpuctl.preflight.gather import about, environment_user, gather, granted, places
 from vgpuctl.reports.preflight import PreflightCheck, PreflightReport, preflight_report
 
@@ -32,8 +32,8 @@ def cheap_checks(session: Session, observed: Observed, inventory: Inventory | No
     from vgpuctl.gcpause import paused_gc
 
     with paused_gc():  # the needs of 1,000 VMs and their 9,000 answers are built in one go: see vgpuctl.gcpause
-        scope = scope_of(inventory, observed)
-        out = [checks.vcenter_version(about(session), checks.requirements(inventory, scope))]
+        reqs = checks.requirements(inventory, requirement_scope(inventory, observed))
+        out = [checks.vcenter_version(about(session), reqs)]
         needs = _needs(session, observed, inventory, plan)
         allowed, error = granted(session, needs)
         return out + privileges.privilege_checks(needs, allowed, error)
