@@ -25,7 +25,7 @@ from vgpuctl.model import (
     VmChange,
 )
 from vgpuctl.preflight import branches, checks, privileges
-from vgpuctl.preflight.facts import About, ManagerFacts, Scope, SshOutcome, SshProbe, scope_of
+from vgpuctl.preflight.facts import About, ManagerFacts, Scope, SshOutcome, SshProbe, requirement_scope, scope_of
 from vgpuctl.preflight.guests import driver_branch_checks, file_checks, guest_driver
 from vgpuctl.reports.preflight import PreflightCheck, preflight_report
 from vgpuctl.vsphere.hostaccess import HostAccess
@@ -288,6 +288,7 @@ def test_versions_name_what_needs_them() -> None:
     host = {c.subject: c for c in checks.host_versions(farm(), scope, reqs)}["esx-01"]
     assert host.status == CheckStatus.FAIL and "mixed-size time-sliced vGPUs (host esx-01) needs 8.0.3" in host.evidence
     assert checks.vcenter_version(About("8.0.3", "8.0.3.0", "HostAgent"), reqs).status == CheckStatus.WARN
+    assert checks.requirements(inv, requirement_scope(inv, farm())) == reqs  # plan's scope: VMs placed on demand
 
 
 def test_templates_graphics_and_manager() -> None:
