@@ -51,3 +51,42 @@ def test_folder_paths_and_a_vms_host_and_cluster() -> None:
     assert tree.folder_path("group-b", "group-a") == "train"  # another root, another path
     assert tree.host_and_cluster("host-1") == ("esx-01", "GPU")
     assert tree.host_and_cluster("host-404") == (None, None)
+
+
+class _Sent:
+    """A DestroyView sent on a connection that then fails as given."""
+
+    methods: list[str] = []
+
+    def __init__(self, stub: object, mo: object, method: str, args: list[object]):
+        self.methods.append(method)
+        if self.fail_to_send is not None:
+            raise self.fail_to_send
+
+    def chunks(self):  # type: ignore[no-untyped-def]
+        if self.fail_to_read is not None:
+            raise self.fail_to_read
+        yield b"<ok/>"
+
+    fail_to_send: Exception | None = None
+    fail_to_read: Exception | None = None
+
+
+@pytest.mark.parametrize("where", ["send", "read", "neither"])
+def test_the_views_destroy_is_sent_before_and_read_after_and_only_logged_when_it_fails(
+    where: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from pyVmomi import vim
+
+    from vgpuctl.vsphere import observe, rawread
+
+    sent = type("Sent", (_Sent,), {"methods": [], "fail_to_send": OSError("reset") if where == "send" else None,
+                                   "fail_to_read": vim.fault.NotAuthenticated() if where == "read" else None})
+    monkeypatch.setattr(rawread, "SentRequest", sent)
+    with caplog.at_level(logging.DEBUG, logger="vgpuctl.vsphere.observe"):
+        answered = observe._destroy_sent(SimpleNamespace(stub=None), object())
+        assert sent.methods == ["Destroy"]  # pyVmomi's name of DestroyView, sent before the model is built
+        answered()
+    assert ("DestroyView failed" in caplog.text) == (where != "neither")

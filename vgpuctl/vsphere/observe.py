@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vgpuctl.domain import ConnectionState, Firmware, GpuGraphicsType, GpuVgpuMode, HostPowerState, PowerState
 from vgpuctl.errors import NotFound, UsageError
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 PAGE_SIZE = 1000
 # The lean reads' pages are smaller: each next page is asked for as soon as the page before names its token, so
@@ -106,8 +107,9 @@ def observe(session: Session, datacenter: str | None = None, *, nvlink_hosts: It
 
     start = session.round_trips
     with paused_gc():
-        objects = _retrieve_observed(session)
+        objects, view_destroyed = _retrieve_observed(session)
         observed = build_observed(objects, datacenter)
+    view_destroyed()
     about = session.content.about
     observed.api_version = str(about.apiVersion)
     observed.about = str(about.fullName)
@@ -148,7 +150,7 @@ def _retrieve_all_once(session: Session, type_props: list[tuple[str, list[str]]]
 RAW_VMS = True  # read VirtualMachine and HostSystem properties with the lean XML reader (vsphere/rawread.py)
 
 
-def _with_view_retry(session: Session, read: Any) -> dict[str, Obj]:
+def _with_view_retry(session: Session, read: Callable[[], _T]) -> _T:
     """Run `read` again once if the session was renewed under it: its ContainerView died with the old session."""
     from pyVmomi import vmodl
 
@@ -162,12 +164,14 @@ def _with_view_retry(session: Session, read: Any) -> dict[str, Obj]:
         return read()
 
 
-def _retrieve_observed(session: Session) -> dict[str, Obj]:
+def _retrieve_observed(session: Session) -> tuple[dict[str, Obj], Callable[[], None]]:
     return _with_view_retry(session, lambda: _retrieve_observed_once(session))
 
 
-def _retrieve_observed_once(session: Session) -> dict[str, Obj]:
-    """Everything observe reads, over one ContainerView: the small types through pyVmomi, VMs lean."""
+def _retrieve_observed_once(session: Session) -> tuple[dict[str, Obj], Callable[[], None]]:
+    """Everything observe reads, over one ContainerView: the small types through pyVmomi, VMs lean. With the
+    objects comes the view's DestroyView, sent: its answer is read by the function returned (after the model is
+    built, so that vCenter destroys the view meanwhile)."""
     from pyVmomi import vim
 
     content = session.content
@@ -176,23 +180,59 @@ def _retrieve_observed_once(session: Session) -> dict[str, Obj]:
         content.viewManager.CreateContainerView, content.rootFolder, [getattr(vim, t) for t in types], True
     )
     try:
-        if not RAW_VMS:
-            return _collect(session, view_filter_spec(view, list(TYPE_PROPS.items())))
-        # The two reads go out together: while vCenter answers the big one, pyVmomi reads the small types.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vgpuctl-observe") as pool:
-            lean = pool.submit(_lean_objects, session, view)
-            small = [(t, p) for t, p in TYPE_PROPS.items() if t not in LEAN_TYPES]
-            try:
-                objects = _collect(session, view_filter_spec(view, small))
-            finally:
-                lean_objects = lean.result()  # waits, and raises the lean read's own error first
-        objects.update(lean_objects)
-        return objects
-    finally:
+        objects = _read_view(session, view)
+    except BaseException:
+        _destroy(session, view)
+        raise
+    return objects, _destroy_sent(session, view)
+
+
+def _read_view(session: Session, view: Any) -> dict[str, Obj]:
+    if not RAW_VMS:
+        return _collect(session, view_filter_spec(view, list(TYPE_PROPS.items())))
+    # The two reads go out together: while vCenter answers the big one, pyVmomi reads the small types.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vgpuctl-observe") as pool:
+        lean = pool.submit(_lean_objects, session, view)
+        small = [(t, p) for t, p in TYPE_PROPS.items() if t not in LEAN_TYPES]
         try:
-            session.invoke(view.DestroyView)
-        except Exception as err:  # the view dies with the session anyway
+            objects = _collect(session, view_filter_spec(view, small))
+        finally:
+            lean_objects = lean.result()  # waits, and raises the lean read's own error first
+    objects.update(lean_objects)
+    return objects
+
+
+def _destroy(session: Session, view: Any) -> None:
+    try:
+        session.invoke(view.DestroyView)
+    except Exception as err:  # the view dies with the session anyway
+        log.debug("DestroyView failed: %s", err)
+
+
+def _destroy_sent(session: Session, view: Any) -> Callable[[], None]:
+    """DestroyView sent now; the function returned reads its answer (a failure is logged: the view dies with the
+    session anyway)."""
+    import http.client
+    import zlib
+
+    from pyVmomi import vmodl
+
+    from vgpuctl.vsphere.rawread import SentRequest
+
+    try:
+        sent = SentRequest(session.stub, view, "Destroy", [])  # pyVmomi's name of DestroyView
+    except (OSError, http.client.HTTPException) as err:
+        log.debug("DestroyView failed: %s", err)
+        return lambda: None
+
+    def answered() -> None:
+        try:
+            for _ in sent.chunks():
+                pass
+        except (vmodl.MethodFault, OSError, http.client.HTTPException, zlib.error) as err:
             log.debug("DestroyView failed: %s", err)
+
+    return answered
 
 
 LEAN_TYPES = ("HostSystem", "VirtualMachine")  # one read each, sent together: the hosts, answered sooner, first
