@@ -221,9 +221,7 @@ def test_lean_pages_asked_for_early_read_as_one_page(sim, monkeypatch) -> None:
     def read_in(pages: int) -> list[str]:
         return ["ContinueRetrievePropertiesEx", "read"] * (pages - 1) + ["read"]
 
-    # then the view's DestroyView, sent once the pages are in and read once the model is built
-    assert events == ["RetrievePropertiesEx", "RetrievePropertiesEx", *read_in(host_pages), *read_in(vm_pages),
-                      "Destroy", "read"]
+    assert events == ["RetrievePropertiesEx", "RetrievePropertiesEx", *read_in(host_pages), *read_in(vm_pages)]
 
 
 def test_round_trips_do_not_grow_with_vms(gpusim_factory) -> None:
@@ -242,8 +240,8 @@ def test_round_trips_do_not_grow_with_vms(gpusim_factory) -> None:
         trips[count] = observed.round_trips
     assert trips[10] == trips[200]
     # view + one retrieve for folders and the other small types + one for hosts + one for VMs (the three sent
-    # together) + destroy + one profile read for identical hosts
-    assert trips[200] == 6
+    # together) + one profile read for identical hosts; the view is the session's, ended with it
+    assert trips[200] == 5
 
 
 def test_host_not_responding_gets_profile_sizes_from_names(sim) -> None:
@@ -272,7 +270,34 @@ def test_older_vsphere_uses_its_own_namespace_and_limits(gpusim_factory) -> None
     assert host.max_vgpus_per_vm == 4
     # RetrieveVgpuProfileInfo arrived in 7.0.3: sizes come from the names, with no failed call
     assert host.profiles["grid_a100-20c"].fb_gb == 20
-    assert observed.round_trips == 5
+    assert observed.round_trips == 4  # view, the three reads, no profile read
+
+
+def _rename(sim, old: str, new: str) -> None:
+    si = sim.connect()
+    try:
+        view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
+        WaitForTask(next(o for o in view.view if o.name == old).Rename_Task(new))
+    finally:
+        Disconnect(si)
+
+
+def test_the_sessions_view_is_reused_and_follows_the_farm(sim) -> None:
+    """A second observe in one session reads over the view the first made (one round trip fewer) and sees what
+    changed in between; a view gone behind the session's back is made again."""
+    with open_session(settings(sim)) as session:
+        first = observe(session)
+        _rename(sim, "busy-01", "busy-renamed")
+        try:
+            second = observe(session)
+        finally:
+            _rename(sim, "busy-renamed", "busy-01")
+        assert second.round_trips == first.round_trips - 1
+        assert "busy-renamed" in second.vms and "busy-01" not in second.vms
+        observe_mod._observe_view(session).DestroyView()
+        third = observe(session)
+        assert third.round_trips == first.round_trips + 3  # the three reads that found it gone, then all again
+        assert set(third.vms) == set(first.vms)
 
 
 def test_lean_vm_reader_matches_pyvmomi(sim, monkeypatch) -> None:

@@ -282,3 +282,38 @@ def test_the_cli_timeout_bounds_the_wait(silent_listener, how: str) -> None:
     assert errors == [
         f"error: no answer from vCenter at {url} within 0.3 s (set --timeout or VGPUCTL_TIMEOUT to wait longer)"
     ]
+
+
+def test_privilege_requests_go_out_together_and_a_fault_leaves_no_unread_answer(sim, monkeypatch) -> None:
+    """has_privileges sends its requests together and reads them in turn: both answered; with the first one's
+    fault raised (typed), the second one's connection is closed unread, and the session asks on."""
+    from vgpuctl.errors import VsphereFault
+    from vgpuctl.vsphere import hostaccess, rawread
+
+    sent: list[object] = []
+    abandoned: list[object] = []
+    real_init, real_abandon = rawread.SentRequest.__init__, rawread.SentRequest.abandon
+
+    def init(self, *args):  # type: ignore[no-untyped-def]
+        real_init(self, *args)
+        sent.append(self)
+
+    def abandon(self):  # type: ignore[no-untyped-def]
+        abandoned.append(self)
+        real_abandon(self)
+
+    monkeypatch.setattr(rawread.SentRequest, "__init__", init)
+    monkeypatch.setattr(rawread.SentRequest, "abandon", abandon)
+    with open_session(settings(sim, insecure=True)) as session:
+        root = ("Folder", str(session.content.rootFolder._moId))
+        asked = [([root], ["System.View"]), ([root], ["System.Read", "Folder.Create"])]
+        before = session.round_trips
+        assert hostaccess.has_privileges(session, asked) == {(root[1], "System.View"): True,
+                                                             (root[1], "System.Read"): True,
+                                                             (root[1], "Folder.Create"): True}
+        assert session.round_trips == before + 2 and len(sent) == 2 and not abandoned
+        sim.arm_fault("AuthorizationManager", "HasPrivilegeOnEntities", "SystemError", message="busy")
+        with pytest.raises(VsphereFault, match="busy"):
+            hostaccess.has_privileges(session, asked)
+        assert len(sent) == 4 and sent[3] in abandoned  # the second request's answer, never read
+        assert hostaccess.has_privileges(session, asked[:1]) == {(root[1], "System.View"): True}

@@ -111,7 +111,7 @@ def test_observe_keeps_both_vms_in_one_bulk_read(sim: Any) -> None:
     assert "inv-01" not in observed.vms  # the bare name never picks one of them
     held = [vm for g in observed.hosts["esx-01.gpu.sim"].gpus for vm in g.vms]
     assert held == ["/teamB/inv-01", "/teamB/inv-01"]
-    assert observed.round_trips == 6  # the folder paths came from the same read (hosts and VMs: reads of their own)
+    assert observed.round_trips == 5  # the folder paths came from the same read (hosts and VMs: reads of their own)
     assert observed.warnings == []
 
 

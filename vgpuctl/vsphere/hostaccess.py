@@ -152,26 +152,41 @@ def has_privileges(
     session: Session, requests: Iterable[tuple[Sequence[tuple[str, str]], Sequence[str]]]
 ) -> dict[tuple[str, str], bool]:
     """(entity moid, privilege id) -> granted to this session, for each (entities as (vim type, moid), privilege
-    ids) request: one HasPrivilegeOnEntities per request (vSphere API 5.5, privilege System.View). The answer
-    (an entry per object and privilege, 8,000 for 1,000 VMs and 8 privileges) is read with ElementTree, as
-    observe reads its bulk answers: about 10x faster than pyVmomi's deserializer."""
+    ids) request: one HasPrivilegeOnEntities per request (vSphere API 5.5, privilege System.View), all sent
+    together and their answers read in turn (a second request costs no waiting of its own). The answer (an entry
+    per object and privilege, 3,000 for 1,000 VMs and 3 privileges) is read with ElementTree, as observe reads its
+    bulk answers: about 10x faster than pyVmomi's deserializer."""
     from pyVmomi import vmodl
 
-    from vgpuctl.vsphere.rawread import invoke_raw
+    asked = [(entities, privileges) for entities, privileges in requests if entities and privileges]
+    if not asked:
+        return {}
+    try:
+        return session.invoke(_ask_privileges, session, asked)
+    except vmodl.MethodFault as fault:
+        raise to_error(fault, "AuthorizationManager") from fault
+
+
+def _ask_privileges(session: Session, asked: list[tuple[Sequence[tuple[str, str]], Sequence[str]]]
+                    ) -> dict[tuple[str, str], bool]:
+    from vgpuctl.vsphere.rawread import SentRequest
 
     manager = session.content.authorizationManager
     key = session_key(session)
+    sent: list[Any] = []
     out: dict[tuple[str, str], bool] = {}
-    for entities, privileges in requests:
-        if not entities or not privileges:
-            continue
-        refs = [_vim_type(kind)(moid, session.stub) for kind, moid in entities]
-        try:
-            body = session.invoke(invoke_raw, session.stub, manager, "HasPrivilegeOnEntities",
-                                  [refs, key, list(privileges)])
-        except vmodl.MethodFault as fault:
-            raise to_error(fault, "AuthorizationManager") from fault
-        out.update(parse_privilege_availability(body))
+    read = 0
+    try:
+        for entities, privileges in asked:
+            refs = [_vim_type(kind)(moid, session.stub) for kind, moid in entities]
+            sent.append(SentRequest(session.stub, manager, "HasPrivilegeOnEntities", [refs, key, list(privileges)]))
+        for request in sent:
+            read += 1  # read (or dropped) by its own chunks() from here on
+            out.update(parse_privilege_availability(b"".join(request.chunks())))
+    except BaseException:
+        for unread in sent[read:]:  # their answers will not be read: their connections cannot serve another
+            unread.abandon()
+        raise
     return out
 
 

@@ -107,9 +107,8 @@ def observe(session: Session, datacenter: str | None = None, *, nvlink_hosts: It
 
     start = session.round_trips
     with paused_gc():
-        objects, view_destroyed = _retrieve_observed(session)
+        objects = _retrieve_observed(session)
         observed = build_observed(objects, datacenter)
-    view_destroyed()
     about = session.content.about
     observed.api_version = str(about.apiVersion)
     observed.about = str(about.fullName)
@@ -164,27 +163,33 @@ def _with_view_retry(session: Session, read: Callable[[], _T]) -> _T:
         return read()
 
 
-def _retrieve_observed(session: Session) -> tuple[dict[str, Obj], Callable[[], None]]:
-    return _with_view_retry(session, lambda: _retrieve_observed_once(session))
+def _retrieve_observed(session: Session) -> dict[str, Obj]:
+    """Everything observe reads, over the session's view; a view found gone (it dies with an expired session,
+    before or during the read) is made again once, renewing the session if that is why."""
+    from pyVmomi import vmodl
+
+    view = _observe_view(session)
+    try:
+        return _read_view(session, view)
+    except vmodl.fault.ManagedObjectNotFound as err:
+        if _moid(getattr(err, "obj", None)) != _moid(view):
+            raise
+        log.info("the bulk read's view is gone (the session ended?); making it again")
+        session.forget("observe-view")
+        return _read_view(session, _observe_view(session))
 
 
-def _retrieve_observed_once(session: Session) -> tuple[dict[str, Obj], Callable[[], None]]:
-    """Everything observe reads, over one ContainerView: the small types through pyVmomi, VMs lean. With the
-    objects comes the view's DestroyView, sent: its answer is read by the function returned (after the model is
-    built, so that vCenter destroys the view meanwhile)."""
+def _observe_view(session: Session) -> Any:
+    """The session's ContainerView over every type observe reads, made by its first observe and reused by the next
+    ones (a ContainerView follows what is created and removed under its root); it ends with the session."""
     from pyVmomi import vim
 
-    content = session.content
-    types = list(TYPE_PROPS)
-    view = session.invoke(
-        content.viewManager.CreateContainerView, content.rootFolder, [getattr(vim, t) for t in types], True
-    )
-    try:
-        objects = _read_view(session, view)
-    except BaseException:
-        _destroy(session, view)
-        raise
-    return objects, _destroy_sent(session, view)
+    def create() -> Any:
+        content = session.content
+        return session.invoke(content.viewManager.CreateContainerView, content.rootFolder,
+                              [getattr(vim, t) for t in TYPE_PROPS], True)
+
+    return session.kept("observe-view", create)
 
 
 def _read_view(session: Session, view: Any) -> dict[str, Obj]:
@@ -200,39 +205,6 @@ def _read_view(session: Session, view: Any) -> dict[str, Obj]:
             lean_objects = lean.result()  # waits, and raises the lean read's own error first
     objects.update(lean_objects)
     return objects
-
-
-def _destroy(session: Session, view: Any) -> None:
-    try:
-        session.invoke(view.DestroyView)
-    except Exception as err:  # the view dies with the session anyway
-        log.debug("DestroyView failed: %s", err)
-
-
-def _destroy_sent(session: Session, view: Any) -> Callable[[], None]:
-    """DestroyView sent now; the function returned reads its answer (a failure is logged: the view dies with the
-    session anyway)."""
-    import http.client
-    import zlib
-
-    from pyVmomi import vmodl
-
-    from vgpuctl.vsphere.rawread import SentRequest
-
-    try:
-        sent = SentRequest(session.stub, view, "Destroy", [])  # pyVmomi's name of DestroyView
-    except (OSError, http.client.HTTPException) as err:
-        log.debug("DestroyView failed: %s", err)
-        return lambda: None
-
-    def answered() -> None:
-        try:
-            for _ in sent.chunks():
-                pass
-        except (vmodl.MethodFault, OSError, http.client.HTTPException, zlib.error) as err:
-            log.debug("DestroyView failed: %s", err)
-
-    return answered
 
 
 LEAN_TYPES = ("HostSystem", "VirtualMachine")  # one read each, sent together: the hosts, answered sooner, first

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from vgpuctl.errors import AuthenticationError, ConnectionFailure, TlsError, UsageError
@@ -245,6 +245,7 @@ class Session:
             raise UsageError(f"{self.url} is plain http: the password would cross the network in clear; use https")
         self._login_lock = threading.Lock()
         self._generation = 0
+        self._kept: dict[str, tuple[int, Any]] = {}  # per-login server objects (a view): see `kept`
         self.session_key = ""
         self._closed = False
         stub_class = _counting_stub_class()
@@ -280,6 +281,24 @@ class Session:
     def generation(self) -> int:
         """How many times the session was renewed; objects a server keeps per session (views) die with it."""
         return self._generation
+
+    def kept(self, key: str, make: Callable[[], T]) -> T:
+        """A server object made once per login and reused (observe's ContainerView): made again after the session
+        is renewed, since it died with the old one; Logout ends it with the session."""
+        with self._login_lock:
+            generation = self._generation
+            found = self._kept.get(key)
+            if found is not None and found[0] == generation:
+                return cast(T, found[1])
+        made = make()  # tagged with the login it began under: a renewal meanwhile makes it again next time
+        with self._login_lock:
+            self._kept[key] = (generation, made)
+        return made
+
+    def forget(self, key: str) -> None:
+        """The server object `kept` under `key` is gone: the next `kept` makes it again."""
+        with self._login_lock:
+            self._kept.pop(key, None)
 
     def invoke(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Call `fn`; on NotAuthenticated log in once more and retry once, then fail clearly."""

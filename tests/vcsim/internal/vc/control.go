@@ -127,7 +127,8 @@ func (s *Sim) ResolveObject(name string) (types.ManagedObjectReference, bool) {
 	if name == "" {
 		return types.ManagedObjectReference{}, false
 	}
-	kinds := []string{"VirtualMachine", "HostSystem", "ClusterComputeResource", "Folder", "Datacenter", "CustomFieldsManager"}
+	kinds := []string{"VirtualMachine", "HostSystem", "ClusterComputeResource", "Folder", "Datacenter", "CustomFieldsManager",
+		"AuthorizationManager"}
 	for _, kind := range kinds {
 		if obj := s.ctx.Map.Get(types.ManagedObjectReference{Type: kind, Value: name}); obj != nil {
 			return obj.Reference(), true
