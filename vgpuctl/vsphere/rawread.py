@@ -406,22 +406,26 @@ class LeadingToken:
 # ------------------------------------------------------------------------------------------ conversion
 
 
+_OBJ, _MISSING, _PROPSET, _NAME, _VAL = (_Q + tag for tag in ("obj", "missingSet", "propSet", "name", "val"))
+
+
 def _object(elem: ET.Element, stub: Any) -> Any:
-    ref_elem = elem.find(f"{_Q}obj")
+    ref_elem = elem.find(_OBJ)
     assert ref_elem is not None
     obj = Obj(ref=_ref(ref_elem), type=ref_elem.get("type", "VirtualMachine"))
-    for missing in elem.findall(f"{_Q}missingSet"):
+    for missing in elem.findall(_MISSING):
         fault = missing.find(f"{_Q}fault/{_Q}fault")
         if fault is not None and _local(fault.get(XSI_TYPE, "")) == "NotAuthenticated":
             from pyVmomi import vim
 
             raise vim.fault.NotAuthenticated()
     convert = _CONVERT_BY_TYPE.get(obj.type, _CONVERT)
-    for prop in elem.findall(f"{_Q}propSet"):
-        name = prop.findtext(f"{_Q}name") or ""
-        val = prop.find(f"{_Q}val")
+    props = obj.props
+    for prop in elem.findall(_PROPSET):  # about 20 a VM, 1,000 VMs a page: the tags are built once
+        val = prop.find(_VAL)
         if val is not None:
-            obj.props[name] = convert.get(name, _text)(val, stub)
+            name = prop.findtext(_NAME) or ""
+            props[name] = convert.get(name, _text)(val, stub)
     return obj
 
 
