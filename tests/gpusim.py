@@ -303,6 +303,19 @@ class Gpusim:
     def clear_reboot_fault(self, host: str) -> None:
         self.request("DELETE", f"/hosts/{host}/reboot-faults")
 
+    def rename_vm(self, old: str, new: str) -> None:
+        """Rename a VM through vCenter's API, as another operator would (Rename_Task on its own connection)."""
+        from pyVim.connect import Disconnect
+        from pyVim.task import WaitForTask
+        from pyVmomi import vim
+
+        si = self.connect()
+        try:
+            view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
+            WaitForTask(next(o for o in view.view if o.name == old).Rename_Task(new))
+        finally:
+            Disconnect(si)
+
     def connect(self) -> Any:
         """A pyVmomi ServiceInstance logged in to gpusim (vSphere API 8.0.3); Disconnect it when done."""
         from pyVim.connect import Connect

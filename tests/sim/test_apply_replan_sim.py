@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from pyVim.connect import Disconnect
-from pyVim.task import WaitForTask
 from pyVmomi import vim
 from typer.testing import CliRunner
 
@@ -74,12 +73,9 @@ def rename_when_in_maintenance(sim: Any, old: str, new: str, done: threading.Eve
         if stop.is_set():  # the apply ended without putting the host in maintenance: the test fails below
             return
         time.sleep(0.05)
-    si = sim.connect()
     try:
-        view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
-        WaitForTask(next(o for o in view.view if o.name == old).Rename_Task(new))
+        sim.rename_vm(old, new)
     finally:
-        Disconnect(si)
         done.set()
 
 

@@ -273,25 +273,16 @@ def test_older_vsphere_uses_its_own_namespace_and_limits(gpusim_factory) -> None
     assert observed.round_trips == 4  # view, the three reads, no profile read
 
 
-def _rename(sim, old: str, new: str) -> None:
-    si = sim.connect()
-    try:
-        view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
-        WaitForTask(next(o for o in view.view if o.name == old).Rename_Task(new))
-    finally:
-        Disconnect(si)
-
-
 def test_the_sessions_view_is_reused_and_follows_the_farm(sim) -> None:
     """A second observe in one session reads over the view the first made (one round trip fewer) and sees what
     changed in between; a view gone behind the session's back is made again."""
     with open_session(settings(sim)) as session:
         first = observe(session)
-        _rename(sim, "busy-01", "busy-renamed")
+        sim.rename_vm("busy-01", "busy-renamed")
         try:
             second = observe(session)
         finally:
-            _rename(sim, "busy-renamed", "busy-01")
+            sim.rename_vm("busy-renamed", "busy-01")
         assert second.round_trips == first.round_trips - 1
         assert "busy-renamed" in second.vms and "busy-01" not in second.vms
         observe_mod._observe_view(session).DestroyView()
