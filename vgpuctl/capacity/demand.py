@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from vgpuctl.domain import MAX_VGPUS_PER_VM
+from vgpuctl.domain import MAX_VGPUS_PER_VM, NvlinkRequirement
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.inventory.schema import API_VERSION, MAX_VM_NAME, StrictModel, vm_name_problem
 from vgpuctl.inventory.yamlpos import KeyPath, PositionedYaml, read_yaml
@@ -121,12 +121,12 @@ def _semantic_errors(demand: Demand, doc: PositionedYaml) -> list[InventoryError
                 errors.append(error((*base, "vgpus", "profile"), f"unknown vGPU profile {v.profile!r}: no GPU board "
                                     f"{profile.board!r} (boards: {', '.join(sorted(BOARDS))})"))
                 continue
-            if item.nvlink == "required" and (profile.is_mig or profile.series != "c"):
+            if item.nvlink == NvlinkRequirement.REQUIRED and (profile.is_mig or profile.series != "c"):
                 errors.append(error((*base, "nvlink"), f"NVLink P2P works only with time-sliced C-series vGPUs "
                                     f"({v.profile} is not one)"))
         elif v.series is None:
             errors.append(error((*base, "vgpus", "fb_gb"), "'fb_gb' needs 'series' (a, b, c or q)"))
-        if item.nvlink == "required" and v.count < 2:
+        if item.nvlink == NvlinkRequirement.REQUIRED and v.count < 2:
             errors.append(error((*base, "nvlink"), "NVLink needs at least 2 vGPUs per VM"))
     frozen = set(demand.frozen_hosts)
     if len(frozen) != len(demand.frozen_hosts):

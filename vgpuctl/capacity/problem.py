@@ -25,6 +25,7 @@ from vgpuctl.domain import (
     AssignmentPolicy,
     GpuVgpuMode,
     GraphicsType,
+    NvlinkRequirement,
     PowerState,
 )
 from vgpuctl.errors import NotFound
@@ -118,7 +119,7 @@ class Shape:
 
     @property
     def nvlink(self) -> bool:
-        return self.item.nvlink == "required"
+        return self.item.nvlink == NvlinkRequirement.REQUIRED
 
     @property
     def priority(self) -> int:

@@ -19,6 +19,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl.domain import NvlinkRequirement
 from vgpuctl.errors import OutputFormatError
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def expectations(inv: Inventory, vms: list[str]) -> dict[str, Any]:
             mig[name] = any(parse_profile(p).is_mig for p in vm.vgpu_profiles)
         except ProfileError:
             mig[name] = False
-        if vm.nvlink == "required" and nvlink is None:
+        if vm.nvlink == NvlinkRequirement.REQUIRED and nvlink is None:
             nvlink = "on"
     rdma = bool(vms) and all((vm := inv.vm(name)) is not None and any(a.kind.is_rdma for a in vm.adapters)
                              for name in vms)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl.domain import NvlinkRequirement
 from vgpuctl.errors import InventoryErrors, UsageError
 
 if TYPE_CHECKING:
@@ -199,7 +200,7 @@ def _host_vars(vm: Any, address: str | None) -> dict[str, Any]:
         "vgpuctl_vgpu_count": len(profiles),
         "vgpuctl_vgpu_profile": profiles[0] if profiles else "",
         "vgpuctl_vgpu_profiles": profiles,
-        "vgpuctl_nvlink_required": vm.nvlink == "required",
+        "vgpuctl_nvlink_required": vm.nvlink == NvlinkRequirement.REQUIRED,
     }
     rdma = rdma_adapters(vm)
     if rdma:

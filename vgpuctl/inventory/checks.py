@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from vgpuctl.domain import MAX_VGPUS_PER_VM
+from vgpuctl.domain import MAX_VGPUS_PER_VM, NvlinkRequirement
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.inventory.netchecks import network_problems
 from vgpuctl.inventory.schema import HostSpec, Inventory, VmSpec
@@ -79,9 +79,9 @@ def _check_vgpus(inv: Inventory, vm: VmSpec, base: KeyPath) -> Iterator[Inventor
     problem = mixing_problem(parsed)
     if problem:
         yield inv.error((*base, "vgpus"), problem)
-    if vm.nvlink == "required" and not vm.manages_vgpus:
+    if vm.nvlink == NvlinkRequirement.REQUIRED and not vm.manages_vgpus:
         yield inv.error((*base, "nvlink"), "NVLink needs the VM's 'vgpus' listed (its device group is made of them)")
-    elif vm.nvlink == "required":
+    elif vm.nvlink == NvlinkRequirement.REQUIRED:
         if total < 2:
             yield inv.error((*base, "nvlink"), "NVLink needs at least 2 vGPUs in the VM")
         for p in parsed:

@@ -383,7 +383,7 @@ def uvm_enabled(extra_config: dict[str, str]) -> list[str]:
 def _check_uvm_and_nvlink(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile]) -> None:
     """NVLink required, UVM enabled (the VM's or its template's extraConfig), on a board where NVIDIA says UVM
     turns P2P over NVLink off for a multi-vGPU VM (catalogue `uvm`: A100): the VM would not get what it asks."""
-    if vp.spec.nvlink != "required":
+    if vp.spec.nvlink != NvlinkRequirement.REQUIRED:
         return
     keys = uvm_enabled(base.extra_config)
     boards = sorted({b.model for p in parsed if (b := BOARDS.get(p.board)) is not None and b.uvm_disables_nvlink_p2p})

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl.domain import NvlinkRequirement
 from vgpuctl.model import ObservedDeviceGroup
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ def nvlink_hosts_for(inventory: Inventory, observed: Observed) -> set[str]:
 
     hosts: set[str] = set()
     for vm in inventory.vms:
-        if vm.nvlink != "required":
+        if vm.nvlink != NvlinkRequirement.REQUIRED:
             continue
         current = [observed.vms[k] for k in observed.named(vm.name, folder_path(getattr(vm, "folder", None)))]
         if any(not c.is_template and c.host for c in current):
