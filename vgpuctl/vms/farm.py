@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from vgpuctl.domain import AssignmentPolicy
+from vgpuctl.domain import AssignmentPolicy, PowerState
 from vgpuctl.vms.nicplace import NicLedger, NicNeed, commit, fit_on, ledgers_from_observed
 from vgpuctl.vms.placement import Gpu, Placement, add_vgpu, gpus_from_observed, place_vm, remove_vgpu
 
@@ -37,14 +37,17 @@ def farm_from_observed(observed, release: Iterable[str] = ()) -> FarmState:
     profiles = {
         name: [d.profile for d in vm.vgpus] for name, vm in observed.vms.items() if not vm.is_template
     }
+    # vCenter's reads are no one snapshot (observe reads hosts and VMs apart): a GPU naming a VM that the VMs'
+    # read shows powered off was read before that VM stopped, and the VM holds nothing there now
+    stopped = {name for name, vm in observed.vms.items() if vm.power_state == PowerState.OFF}
     order = {vm: i for i, vm in enumerate(released)}  # released VMs leave each GPU in this one order
     gpus: dict[str, list[Gpu]] = {}
     policy: dict[str, str] = {}
     for name in sorted(observed.hosts):
         host = observed.hosts[name]
-        host_gpus = gpus_from_observed(host, profiles)
+        host_gpus = gpus_from_observed(host, profiles, stopped)
         for g in host_gpus:
-            og_vms = _vms_on(host, g.id)
+            og_vms = [vm for vm in _vms_on(host, g.id) if vm not in stopped]
             for vm in sorted({vm for vm in og_vms if vm in order}, key=order.__getitem__):
                 for _ in range(og_vms.count(vm)):
                     _release_one(g, profiles.get(vm, []))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import copy
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING
@@ -662,8 +662,10 @@ def _shortfall(gpus: list[Gpu], wanted: list[VgpuProfile], fitted: int, nvlink: 
 # ------------------------------------------------------------------------------------- from observe
 
 
-def gpus_from_observed(host: ObservedHost, vm_profiles: Mapping[str, Sequence[str]]) -> list[Gpu]:
-    """Placement GPUs from an ObservedHost; `vm_profiles` maps VM name -> its vGPU profiles.
+def gpus_from_observed(host: ObservedHost, vm_profiles: Mapping[str, Sequence[str]],
+                       stopped: Collection[str] = ()) -> list[Gpu]:
+    """Placement GPUs from an ObservedHost; `vm_profiles` maps VM name -> its vGPU profiles; a GPU's entries
+    for the VMs in `stopped` (read powered off after the host was read) hold nothing.
 
     vSphere lists which VMs use a GPU, not which of a VM's vGPUs sits where; we give each GPU one of the
     VM's vGPUs, preferring one that matches what the GPU already holds (same-size GPUs hold one profile).
@@ -672,11 +674,12 @@ def gpus_from_observed(host: ObservedHost, vm_profiles: Mapping[str, Sequence[st
     on_host = {vm for og in host.gpus for vm in og.vms}  # only these are looked up: linear in the farm
     remaining = {vm: sorted(vm_profiles[vm], key=lambda p: (-_fb(p), p)) for vm in on_host if vm in vm_profiles}
     api = host.api_version or DEFAULT_API
-    return [_gpu_from_observed(og, host.offered_profiles, api, remaining)
+    return [_gpu_from_observed(og, host.offered_profiles, api, remaining, stopped)
             for og in sorted(host.gpus, key=lambda g: g.pci_id)]
 
 
-def _gpu_from_observed(og: ObservedGpu, offered: Sequence[str], api: str, remaining: dict[str, list[str]]) -> Gpu:
+def _gpu_from_observed(og: ObservedGpu, offered: Sequence[str], api: str, remaining: dict[str, list[str]],
+                       stopped: Collection[str] = ()) -> Gpu:
     mem = og.memory_kb / (1024 * 1024) if og.memory_kb else None
     board = board_for_device(og.device_name, mem, og.device_id, offered)
     info = BOARDS.get(board) if board is not None else None
@@ -684,6 +687,8 @@ def _gpu_from_observed(og: ObservedGpu, offered: Sequence[str], api: str, remain
     profs: list[str] = []
     unread: list[str] = []
     for vm in og.vms:
+        if vm in stopped:
+            continue
         left = remaining.get(vm)
         if not left:
             unread.append(vm)
