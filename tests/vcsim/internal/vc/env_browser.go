@@ -21,7 +21,9 @@ type gpuEnvBrowser struct {
 // QueryConfigTarget returns vcsim's target plus sharedGpuPassthroughTypes, vgpuProfileInfo,
 // vgpuDeviceInfo and, for NVLink-connected GPU sets with NVLink up, vendorDeviceGroupInfo.
 func (b *gpuEnvBrowser) QueryConfigTarget(ctx *simulator.Context, req *types.QueryConfigTarget) soap.HasFault {
-	unregister(ctx, b)
+	if res, ok := redirected(ctx, b, "QueryConfigTarget", req); ok {
+		return res
+	}
 	if req.Host != nil {
 		if _, ok := ctx.Map.Get(*req.Host).(*simulator.HostSystem); !ok {
 			return &methods.QueryConfigTargetBody{Fault_: simulator.Fault("host "+req.Host.Value+" not found",

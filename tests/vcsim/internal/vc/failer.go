@@ -8,25 +8,6 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 )
 
-// Call-scoped wrappers: vcsim dispatches a method to the object the caller's session registry
-// returns, so route() puts the wrapper there and the wrapper's method takes it out again first thing.
-
-func register(ctx *simulator.Context, w mo.Reference) {
-	if ctx.Session != nil {
-		ctx.Session.Put(w)
-	}
-}
-
-func unregister(ctx *simulator.Context, w mo.Reference) {
-	if ctx.Session == nil {
-		return
-	}
-	ref := w.Reference()
-	if cur := ctx.Session.Registry.Get(ref); cur == w {
-		ctx.Session.Remove(ctx, ref)
-	}
-}
-
 // failTask starts a task on obj that fails with fault.
 func failTask(ctx *simulator.Context, obj mo.Reference, name string, fault types.BaseMethodFault) types.ManagedObjectReference {
 	return simulator.CreateTask(obj, name, func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
@@ -34,10 +15,10 @@ func failTask(ctx *simulator.Context, obj mo.Reference, name string, fault types
 	}).Run(ctx)
 }
 
-func failerFor(obj mo.Reference, fault types.BaseMethodFault) (mo.Reference, bool) {
+func (s *Sim) failerFor(obj mo.Reference, fault types.BaseMethodFault) (mo.Reference, bool) {
 	switch o := obj.(type) {
 	case *simulator.VirtualMachine:
-		return &vmFailer{VirtualMachine: o, fault: fault}, true
+		return &vmFailer{gpuVM: &gpuVM{VirtualMachine: o, sim: s}, fault: fault}, true
 	case *simulator.HostSystem:
 		return &hostFailer{HostSystem: o, fault: fault}, true
 	case *simulator.Folder:
@@ -46,47 +27,71 @@ func failerFor(obj mo.Reference, fault types.BaseMethodFault) (mo.Reference, boo
 	return nil, false
 }
 
-// vmFailer fails the next task method called on a VM with an armed fault.
+// vmFailer fails the next task method called on a VM with an armed fault; gpuVM answers its other methods
+// (a call that reaches it while the session's slot holds another call's wrapper: calls.go).
 type vmFailer struct {
-	*simulator.VirtualMachine
+	*gpuVM
 
 	fault types.BaseMethodFault
 }
 
 func (f *vmFailer) fail(ctx *simulator.Context, name string) types.ManagedObjectReference {
-	unregister(ctx, f)
 	return failTask(ctx, f, name, f.fault)
 }
 
-func (f *vmFailer) PowerOnVMTask(ctx *simulator.Context, _ *types.PowerOnVM_Task) soap.HasFault {
+func (f *vmFailer) PowerOnVMTask(ctx *simulator.Context, req *types.PowerOnVM_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "PowerOnVMTask", req); ok {
+		return res
+	}
 	return &methods.PowerOnVM_TaskBody{Res: &types.PowerOnVM_TaskResponse{Returnval: f.fail(ctx, "PowerOnVMTask")}}
 }
 
-func (f *vmFailer) PowerOffVMTask(ctx *simulator.Context, _ *types.PowerOffVM_Task) soap.HasFault {
+func (f *vmFailer) PowerOffVMTask(ctx *simulator.Context, req *types.PowerOffVM_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "PowerOffVMTask", req); ok {
+		return res
+	}
 	return &methods.PowerOffVM_TaskBody{Res: &types.PowerOffVM_TaskResponse{Returnval: f.fail(ctx, "PowerOffVMTask")}}
 }
 
-func (f *vmFailer) SuspendVMTask(ctx *simulator.Context, _ *types.SuspendVM_Task) soap.HasFault {
+func (f *vmFailer) SuspendVMTask(ctx *simulator.Context, req *types.SuspendVM_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "SuspendVMTask", req); ok {
+		return res
+	}
 	return &methods.SuspendVM_TaskBody{Res: &types.SuspendVM_TaskResponse{Returnval: f.fail(ctx, "SuspendVMTask")}}
 }
 
-func (f *vmFailer) ResetVMTask(ctx *simulator.Context, _ *types.ResetVM_Task) soap.HasFault {
+func (f *vmFailer) ResetVMTask(ctx *simulator.Context, req *types.ResetVM_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "ResetVMTask", req); ok {
+		return res
+	}
 	return &methods.ResetVM_TaskBody{Res: &types.ResetVM_TaskResponse{Returnval: f.fail(ctx, "ResetVMTask")}}
 }
 
-func (f *vmFailer) ReconfigVMTask(ctx *simulator.Context, _ *types.ReconfigVM_Task) soap.HasFault {
+func (f *vmFailer) ReconfigVMTask(ctx *simulator.Context, req *types.ReconfigVM_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "ReconfigVMTask", req); ok {
+		return res
+	}
 	return &methods.ReconfigVM_TaskBody{Res: &types.ReconfigVM_TaskResponse{Returnval: f.fail(ctx, "ReconfigVMTask")}}
 }
 
-func (f *vmFailer) CloneVMTask(ctx *simulator.Context, _ *types.CloneVM_Task) soap.HasFault {
+func (f *vmFailer) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "CloneVMTask", req); ok {
+		return res
+	}
 	return &methods.CloneVM_TaskBody{Res: &types.CloneVM_TaskResponse{Returnval: f.fail(ctx, "CloneVMTask")}}
 }
 
-func (f *vmFailer) DestroyTask(ctx *simulator.Context, _ *types.Destroy_Task) soap.HasFault {
+func (f *vmFailer) DestroyTask(ctx *simulator.Context, req *types.Destroy_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "DestroyTask", req); ok {
+		return res
+	}
 	return &methods.Destroy_TaskBody{Res: &types.Destroy_TaskResponse{Returnval: f.fail(ctx, "DestroyTask")}}
 }
 
-func (f *vmFailer) RelocateVMTask(ctx *simulator.Context, _ *types.RelocateVM_Task) soap.HasFault {
+func (f *vmFailer) RelocateVMTask(ctx *simulator.Context, req *types.RelocateVM_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "RelocateVMTask", req); ok {
+		return res
+	}
 	return &methods.RelocateVM_TaskBody{Res: &types.RelocateVM_TaskResponse{Returnval: f.fail(ctx, "RelocateVMTask")}}
 }
 
@@ -98,19 +103,27 @@ type hostFailer struct {
 }
 
 func (f *hostFailer) fail(ctx *simulator.Context, name string) types.ManagedObjectReference {
-	unregister(ctx, f)
 	return failTask(ctx, f, name, f.fault)
 }
 
-func (f *hostFailer) EnterMaintenanceModeTask(ctx *simulator.Context, _ *types.EnterMaintenanceMode_Task) soap.HasFault {
+func (f *hostFailer) EnterMaintenanceModeTask(ctx *simulator.Context, req *types.EnterMaintenanceMode_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "EnterMaintenanceModeTask", req); ok {
+		return res
+	}
 	return &methods.EnterMaintenanceMode_TaskBody{Res: &types.EnterMaintenanceMode_TaskResponse{Returnval: f.fail(ctx, "EnterMaintenanceModeTask")}}
 }
 
-func (f *hostFailer) ExitMaintenanceModeTask(ctx *simulator.Context, _ *types.ExitMaintenanceMode_Task) soap.HasFault {
+func (f *hostFailer) ExitMaintenanceModeTask(ctx *simulator.Context, req *types.ExitMaintenanceMode_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "ExitMaintenanceModeTask", req); ok {
+		return res
+	}
 	return &methods.ExitMaintenanceMode_TaskBody{Res: &types.ExitMaintenanceMode_TaskResponse{Returnval: f.fail(ctx, "ExitMaintenanceModeTask")}}
 }
 
-func (f *hostFailer) RebootHostTask(ctx *simulator.Context, _ *types.RebootHost_Task) soap.HasFault {
+func (f *hostFailer) RebootHostTask(ctx *simulator.Context, req *types.RebootHost_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "RebootHostTask", req); ok {
+		return res
+	}
 	return &methods.RebootHost_TaskBody{Res: &types.RebootHost_TaskResponse{Returnval: f.fail(ctx, "RebootHostTask")}}
 }
 
@@ -121,13 +134,17 @@ type folderFailer struct {
 	fault types.BaseMethodFault
 }
 
-func (f *folderFailer) CreateVMTask(ctx *simulator.Context, _ *types.CreateVM_Task) soap.HasFault {
-	unregister(ctx, f)
+func (f *folderFailer) CreateVMTask(ctx *simulator.Context, req *types.CreateVM_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "CreateVMTask", req); ok {
+		return res
+	}
 	return &methods.CreateVM_TaskBody{Res: &types.CreateVM_TaskResponse{Returnval: failTask(ctx, f, "CreateVMTask", f.fault)}}
 }
 
-func (f *folderFailer) DestroyTask(ctx *simulator.Context, _ *types.Destroy_Task) soap.HasFault {
-	unregister(ctx, f)
+func (f *folderFailer) DestroyTask(ctx *simulator.Context, req *types.Destroy_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "DestroyTask", req); ok {
+		return res
+	}
 	return &methods.Destroy_TaskBody{Res: &types.Destroy_TaskResponse{Returnval: failTask(ctx, f, "DestroyTask", f.fault)}}
 }
 

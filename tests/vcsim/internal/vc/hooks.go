@@ -116,7 +116,7 @@ func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, 
 		if !failerMethods[m.Name] {
 			return nil, fault
 		}
-		if f, ok := failerFor(obj, fault); ok {
+		if f, ok := s.failerFor(obj, fault); ok {
 			register(ctx, f)
 			return f, nil
 		}

@@ -40,7 +40,9 @@ func (h *gpuHost) poweredOn() int {
 
 // EnterMaintenanceModeTask fails while powered-on VMs run on the host: nothing migrates vGPU VMs.
 func (h *gpuHost) EnterMaintenanceModeTask(ctx *simulator.Context, req *types.EnterMaintenanceMode_Task) soap.HasFault {
-	unregister(ctx, h)
+	if res, ok := redirected(ctx, h, "EnterMaintenanceModeTask", req); ok {
+		return res
+	}
 	s := h.sim
 	task := simulator.CreateTask(h, "EnterMaintenanceModeTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		h.delay("EnterMaintenanceMode_Task")
@@ -64,7 +66,9 @@ func (h *gpuHost) EnterMaintenanceModeTask(ctx *simulator.Context, req *types.En
 
 // ExitMaintenanceModeTask leaves maintenance mode.
 func (h *gpuHost) ExitMaintenanceModeTask(ctx *simulator.Context, req *types.ExitMaintenanceMode_Task) soap.HasFault {
-	unregister(ctx, h)
+	if res, ok := redirected(ctx, h, "ExitMaintenanceModeTask", req); ok {
+		return res
+	}
 	s := h.sim
 	task := simulator.CreateTask(h, "ExitMaintenanceModeTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		h.delay("ExitMaintenanceMode_Task")
@@ -85,7 +89,9 @@ func (h *gpuHost) ExitMaintenanceModeTask(ctx *simulator.Context, req *types.Exi
 // RebootHostTask reboots a host in maintenance mode: it is not responding for RebootSeconds and then
 // comes back with pending MIG modes and configured module options in effect.
 func (h *gpuHost) RebootHostTask(ctx *simulator.Context, req *types.RebootHost_Task) soap.HasFault {
-	unregister(ctx, h)
+	if res, ok := redirected(ctx, h, "RebootHostTask", req); ok {
+		return res
+	}
 	s := h.sim
 	task := simulator.CreateTask(h, "RebootHostTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		h.delay("RebootHost_Task")

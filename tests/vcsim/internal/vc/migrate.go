@@ -19,7 +19,9 @@ const HotMigrateOption = "vgpu.hotmigrate.enabled"
 // (its GPUs offer the profiles and have room) and vGPU hot migration must be enabled in vCenter; the
 // vGPUs leave the source only once the destination took them, and a refused move leaves the VM as it was.
 func (vm *gpuVM) RelocateVMTask(ctx *simulator.Context, req *types.RelocateVM_Task) soap.HasFault {
-	unregister(ctx, vm)
+	if res, ok := redirected(ctx, vm, "RelocateVMTask", req); ok {
+		return res
+	}
 	s := vm.sim
 	task := simulator.CreateTask(vm, "RelocateVMTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		vm.delay("RelocateVM_Task")
@@ -46,6 +48,9 @@ func (vm *gpuVM) RelocateVMTask(ctx *simulator.Context, req *types.RelocateVM_Ta
 
 // MigrateVMTask is RelocateVMTask with the older call's arguments (host and pool).
 func (vm *gpuVM) MigrateVMTask(ctx *simulator.Context, req *types.MigrateVM_Task) soap.HasFault {
+	if res, ok := redirected(ctx, vm, "MigrateVMTask", req); ok {
+		return res
+	}
 	spec := types.VirtualMachineRelocateSpec{Host: req.Host, Pool: req.Pool}
 	body := vm.RelocateVMTask(ctx, &types.RelocateVM_Task{This: req.This, Spec: spec}).(*methods.RelocateVM_TaskBody)
 	if body.Res == nil {

@@ -172,10 +172,12 @@ func reconfigPrivileges(spec types.VirtualMachineConfigSpec) []string {
 	return out
 }
 
-// limitedAuth answers the privilege checks truthfully for a limited user's session.
+// limitedAuth answers the privilege checks truthfully for a limited user's session; for other users
+// (limited false) vcsim's AuthorizationManager answers (a call can reach another call's wrapper: calls.go).
 type limitedAuth struct {
 	*simulator.AuthorizationManager
-	user User
+	user    User
+	limited bool
 }
 
 var authMethods = map[string]bool{
@@ -198,10 +200,7 @@ func (s *Sim) authFor(ctx *simulator.Context, m *simulator.Method, o *simulator.
 		}
 	}
 	u, ok := s.users[name]
-	if !ok {
-		return nil
-	}
-	return &limitedAuth{AuthorizationManager: o, user: u}
+	return &limitedAuth{AuthorizationManager: o, user: u, limited: ok}
 }
 
 func (a *limitedAuth) availability(ids []string) []types.PrivilegeAvailability {
@@ -213,7 +212,13 @@ func (a *limitedAuth) availability(ids []string) []types.PrivilegeAvailability {
 }
 
 // HasPrivilegeOnEntities answers per entity and privilege for the limited user.
-func (a *limitedAuth) HasPrivilegeOnEntities(req *types.HasPrivilegeOnEntities) soap.HasFault {
+func (a *limitedAuth) HasPrivilegeOnEntities(ctx *simulator.Context, req *types.HasPrivilegeOnEntities) soap.HasFault {
+	if res, ok := redirected(ctx, a, "HasPrivilegeOnEntities", req); ok {
+		return res
+	}
+	if !a.limited {
+		return a.AuthorizationManager.HasPrivilegeOnEntities(req)
+	}
 	var out []types.EntityPrivilege
 	for _, e := range req.Entity {
 		out = append(out, types.EntityPrivilege{Entity: e, PrivAvailability: a.availability(req.PrivId)})
@@ -222,7 +227,13 @@ func (a *limitedAuth) HasPrivilegeOnEntities(req *types.HasPrivilegeOnEntities) 
 }
 
 // HasUserPrivilegeOnEntities answers for the named limited user.
-func (a *limitedAuth) HasUserPrivilegeOnEntities(req *types.HasUserPrivilegeOnEntities) soap.HasFault {
+func (a *limitedAuth) HasUserPrivilegeOnEntities(ctx *simulator.Context, req *types.HasUserPrivilegeOnEntities) soap.HasFault {
+	if res, ok := redirected(ctx, a, "HasUserPrivilegeOnEntities", req); ok {
+		return res
+	}
+	if !a.limited {
+		return a.AuthorizationManager.HasUserPrivilegeOnEntities(req)
+	}
 	var out []types.EntityPrivilege
 	for _, e := range req.Entities {
 		out = append(out, types.EntityPrivilege{Entity: e, PrivAvailability: a.availability(req.PrivId)})
@@ -231,7 +242,13 @@ func (a *limitedAuth) HasUserPrivilegeOnEntities(req *types.HasUserPrivilegeOnEn
 }
 
 // HasPrivilegeOnEntity answers for the limited user.
-func (a *limitedAuth) HasPrivilegeOnEntity(req *types.HasPrivilegeOnEntity) soap.HasFault {
+func (a *limitedAuth) HasPrivilegeOnEntity(ctx *simulator.Context, req *types.HasPrivilegeOnEntity) soap.HasFault {
+	if res, ok := redirected(ctx, a, "HasPrivilegeOnEntity", req); ok {
+		return res
+	}
+	if !a.limited {
+		return a.AuthorizationManager.HasPrivilegeOnEntity(req)
+	}
 	out := make([]bool, len(req.PrivId))
 	for i, id := range req.PrivId {
 		out[i] = a.user.has(id)
@@ -240,7 +257,13 @@ func (a *limitedAuth) HasPrivilegeOnEntity(req *types.HasPrivilegeOnEntity) soap
 }
 
 // FetchUserPrivilegeOnEntities lists the limited user's privileges on each entity.
-func (a *limitedAuth) FetchUserPrivilegeOnEntities(req *types.FetchUserPrivilegeOnEntities) soap.HasFault {
+func (a *limitedAuth) FetchUserPrivilegeOnEntities(ctx *simulator.Context, req *types.FetchUserPrivilegeOnEntities) soap.HasFault {
+	if res, ok := redirected(ctx, a, "FetchUserPrivilegeOnEntities", req); ok {
+		return res
+	}
+	if !a.limited {
+		return a.AuthorizationManager.FetchUserPrivilegeOnEntities(req)
+	}
 	privs := append(slices.Clone(systemPrivileges), a.user.Privileges...)
 	sort.Strings(privs)
 	var out []types.UserPrivilegeResult

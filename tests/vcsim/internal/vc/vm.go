@@ -224,7 +224,9 @@ func (s *Sim) changeVersionFault(vm *simulator.VirtualMachine, want string) type
 
 // ReconfigVMTask enforces the vGPU rules and the spec's changeVersion, and records deviceGroups.
 func (vm *gpuVM) ReconfigVMTask(ctx *simulator.Context, req *types.ReconfigVM_Task) soap.HasFault {
-	unregister(ctx, vm)
+	if res, ok := redirected(ctx, vm, "ReconfigVMTask", req); ok {
+		return res
+	}
 	s := vm.sim
 	task := simulator.CreateTask(vm, "ReconfigVMTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		vm.delay("ReconfigVM_Task")
@@ -308,7 +310,9 @@ func (s *Sim) admitVGPUs(vm *simulator.VirtualMachine) types.BaseMethodFault {
 
 // PowerOnVMTask admits the VM's vGPUs (all or nothing) before powering on.
 func (vm *gpuVM) PowerOnVMTask(ctx *simulator.Context, req *types.PowerOnVM_Task) soap.HasFault {
-	unregister(ctx, vm)
+	if res, ok := redirected(ctx, vm, "PowerOnVMTask", req); ok {
+		return res
+	}
 	if vm.Config.Template {
 		return vm.VirtualMachine.PowerOnVMTask(ctx, req)
 	}
@@ -334,6 +338,9 @@ func (vm *gpuVM) PowerOnVMTask(ctx *simulator.Context, req *types.PowerOnVM_Task
 
 // PowerOffVMTask powers off and releases the VM's vGPUs.
 func (vm *gpuVM) PowerOffVMTask(ctx *simulator.Context, req *types.PowerOffVM_Task) soap.HasFault {
+	if res, ok := redirected(ctx, vm, "PowerOffVMTask", req); ok {
+		return res
+	}
 	task := vm.releasingTask(ctx, "PowerOffVMTask", "PowerOffVM_Task", func() soap.HasFault {
 		return vm.VirtualMachine.PowerOffVMTask(ctx, req)
 	})
@@ -342,6 +349,9 @@ func (vm *gpuVM) PowerOffVMTask(ctx *simulator.Context, req *types.PowerOffVM_Ta
 
 // SuspendVMTask suspends and releases the VM's vGPUs (they are admitted again at power-on).
 func (vm *gpuVM) SuspendVMTask(ctx *simulator.Context, req *types.SuspendVM_Task) soap.HasFault {
+	if res, ok := redirected(ctx, vm, "SuspendVMTask", req); ok {
+		return res
+	}
 	task := vm.releasingTask(ctx, "SuspendVMTask", "SuspendVM_Task", func() soap.HasFault {
 		return vm.VirtualMachine.SuspendVMTask(ctx, req)
 	})
@@ -351,7 +361,6 @@ func (vm *gpuVM) SuspendVMTask(ctx *simulator.Context, req *types.SuspendVM_Task
 // releasingTask runs vcsim's own task body (an armed delay first) and releases the VM's vGPUs when it
 // succeeds.
 func (vm *gpuVM) releasingTask(ctx *simulator.Context, name, method string, body func() soap.HasFault) types.ManagedObjectReference {
-	unregister(ctx, vm)
 	task := simulator.CreateTask(vm, name, safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		vm.delay(method)
 		if _, f := vm.sim.waitBody(body()); f != nil {
@@ -363,9 +372,19 @@ func (vm *gpuVM) releasingTask(ctx *simulator.Context, name, method string, body
 	return task.Run(ctx)
 }
 
+// ResetVMTask is vcsim's; gpuVM answers it for a failer's call (calls.go).
+func (vm *gpuVM) ResetVMTask(ctx *simulator.Context, req *types.ResetVM_Task) soap.HasFault {
+	if res, ok := redirected(ctx, vm, "ResetVMTask", req); ok {
+		return res
+	}
+	return vm.VirtualMachine.ResetVMTask(ctx, req)
+}
+
 // ShutdownGuest releases the vGPUs of a VM whose guest shuts down.
 func (vm *gpuVM) ShutdownGuest(ctx *simulator.Context, req *types.ShutdownGuest) soap.HasFault {
-	unregister(ctx, vm)
+	if res, ok := redirected(ctx, vm, "ShutdownGuest", req); ok {
+		return res
+	}
 	return vm.releaseIfOK(vm.VirtualMachine.ShutdownGuest(ctx, req))
 }
 
@@ -379,7 +398,9 @@ func (vm *gpuVM) releaseIfOK(body soap.HasFault) soap.HasFault {
 
 // DestroyTask refuses powered-on VMs, as vSphere does, and releases vGPUs.
 func (vm *gpuVM) DestroyTask(ctx *simulator.Context, req *types.Destroy_Task) soap.HasFault {
-	unregister(ctx, vm)
+	if res, ok := redirected(ctx, vm, "DestroyTask", req); ok {
+		return res
+	}
 	if vm.Runtime.PowerState == types.VirtualMachinePowerStatePoweredOn {
 		task := simulator.CreateTask(vm, "DestroyTask", func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 			return nil, &types.InvalidPowerState{RequestedState: types.VirtualMachinePowerStatePoweredOff,
@@ -393,14 +414,18 @@ func (vm *gpuVM) DestroyTask(ctx *simulator.Context, req *types.Destroy_Task) so
 
 // UnregisterVM releases vGPUs.
 func (vm *gpuVM) UnregisterVM(ctx *simulator.Context, req *types.UnregisterVM) soap.HasFault {
-	unregister(ctx, vm)
+	if res, ok := redirected(ctx, vm, "UnregisterVM", req); ok {
+		return res
+	}
 	return vm.releaseIfOK(vm.VirtualMachine.UnregisterVM(ctx, req))
 }
 
 // CloneVMTask clones (also templates with vGPUs), keeping firmware, memory reservation, extraConfig
 // and deviceGroups, checking the vGPU rules on the target host, and admitting at power-on.
 func (vm *gpuVM) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) soap.HasFault {
-	unregister(ctx, vm)
+	if res, ok := redirected(ctx, vm, "CloneVMTask", req); ok {
+		return res
+	}
 	s := vm.sim
 	if ref := req.Spec.Location.Host; ref != nil {
 		if _, ok := ctx.Map.Get(*ref).(*simulator.HostSystem); !ok {
@@ -507,9 +532,19 @@ type gpuFolder struct {
 	sim *Sim
 }
 
+// DestroyTask is vcsim's; gpuFolder answers it for a failer's call (calls.go).
+func (f *gpuFolder) DestroyTask(ctx *simulator.Context, req *types.Destroy_Task) soap.HasFault {
+	if res, ok := redirected(ctx, f, "DestroyTask", req); ok {
+		return res
+	}
+	return f.Folder.DestroyTask(ctx, req)
+}
+
 // CreateVMTask applies the vGPU rules to the new VM's devices.
 func (f *gpuFolder) CreateVMTask(ctx *simulator.Context, req *types.CreateVM_Task) soap.HasFault {
-	unregister(ctx, f)
+	if res, ok := redirected(ctx, f, "CreateVMTask", req); ok {
+		return res
+	}
 	plan := planVGPUs(nil, req.Config.DeviceChange)
 	plan.changed = len(plan.profiles) > 0
 	host := f.sim.hostOf(req.Host)
