@@ -283,6 +283,33 @@ def test_farm_release_frees_gpus() -> None:
     assert res["x"].ok and res["x"].assign == ["0000:3b:00.0", "0000:5e:00.0"]
 
 
+def _started_unlisted(second: str = "grid_a100-40c") -> Observed:
+    """h1's GPUs name no VM, but the VMs' read shows `late` running there: it powered on after h1 was read."""
+    hosts = {"h1": _host("h1", [_ogpu("0000:3b:00.0", []), _ogpu("0000:5e:00.0", [])])}
+    vgpus = [ObservedVgpu(1, "grid_a100-40c"), ObservedVgpu(2, second)]
+    vms = {"late": ObservedVm("late", host="h1", power_state="poweredOn", vgpus=vgpus)}
+    return Observed(hosts=hosts, vms=vms, clusters={"C": ["h1"]})
+
+
+def test_farm_places_a_vm_that_started_after_its_host_was_read() -> None:
+    state = farm_from_observed(_started_unlisted())
+    assert [g.vgpus for g in state.gpus["h1"]] == [["grid_a100-40c"], ["grid_a100-40c"]]
+    res = place_farm(state, [Request("x", ["grid_a100-40c"], ["h1"])])
+    assert not res["x"].ok
+
+
+def test_farm_a_vm_to_be_released_that_started_unlisted_holds_nothing() -> None:
+    state = farm_from_observed(_started_unlisted(), release=["late"])
+    assert all(not g.vgpus and not g.blocked for g in state.gpus["h1"])
+
+
+def test_farm_an_unlisted_running_vm_that_does_not_fit_blocks_its_hosts_gpus() -> None:
+    state = farm_from_observed(_started_unlisted(second="grid_a100-1-5xme"))  # no table explains it
+    assert all(g.blocked for g in state.gpus["h1"])
+    assert state.gpus["h1"][0].blocked_reason == (
+        "late runs on h1 with vGPUs that no GPU listed when the host was read")
+
+
 def test_farm_unknown_host() -> None:
     res = place_farm(farm_from_observed(_farm()), [Request("x", ["grid_a100-40c"], ["nope"])])
     assert res["x"].reason == "host nope is not a known host"

@@ -41,6 +41,7 @@ def farm_from_observed(observed, release: Iterable[str] = ()) -> FarmState:
     # read shows powered off was read before that VM stopped, and the VM holds nothing there now
     stopped = {name for name, vm in observed.vms.items() if vm.power_state == PowerState.OFF}
     order = {vm: i for i, vm in enumerate(released)}  # released VMs leave each GPU in this one order
+    running = _running_with_vgpus(observed, released)
     gpus: dict[str, list[Gpu]] = {}
     policy: dict[str, str] = {}
     for name in sorted(observed.hosts):
@@ -51,9 +52,38 @@ def farm_from_observed(observed, release: Iterable[str] = ()) -> FarmState:
             for vm in sorted({vm for vm in og_vms if vm in order}, key=order.__getitem__):
                 for _ in range(og_vms.count(vm)):
                     _release_one(g, profiles.get(vm, []))
+        listed = {vm for g in host.gpus for vm in g.vms}
+        unlisted = [vm for vm in running.get(name, ()) if vm not in listed]
+        _place_unlisted(host_gpus, name, host.assignment_policy, unlisted, observed)
         gpus[name] = host_gpus
         policy[name] = host.assignment_policy
     return FarmState(gpus, policy, ledgers_from_observed(observed, released))
+
+
+def _running_with_vgpus(observed, released: set[str]) -> dict[str, list[str]]:
+    """host -> the VMs the VMs' read shows running there with vGPUs (not those in `released`)."""
+    running: dict[str, list[str]] = {}
+    for name, vm in observed.vms.items():
+        if vm.power_state == PowerState.ON and vm.vgpus and vm.host and not vm.is_template and name not in released:
+            running.setdefault(vm.host, []).append(name)
+    return running
+
+
+def _place_unlisted(gpus: list[Gpu], host: str, policy: str, vms: Sequence[str], observed) -> None:
+    """VMs that run on the host with vGPUs no GPU of it names started after the host was read (observe reads hosts
+    and VMs apart): their vGPUs are on the host's GPUs now, where the host's own placement put them at power-on;
+    they are placed the same way. One that does not fit blocks the host's GPUs: what they hold is not known."""
+    for name in sorted(vms):
+        vm = observed.vms[name]
+        res = place_vm(gpus, name, [d.profile for d in vm.vgpus], policy,
+                       nvlink=any(d.device_group_key is not None for d in vm.vgpus), host=host)
+        if not res.ok:
+            for g in gpus:
+                g.block(f"{name} runs on {host} with vGPUs that no GPU listed when the host was read", history=False)
+            return
+        by_id = {g.id: g for g in gpus}
+        for pl in res.placed:
+            add_vgpu(by_id[pl.gpu], pl.profile)
 
 
 def _vms_on(host, gpu_id: str) -> list[str]:
