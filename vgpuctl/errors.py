@@ -78,11 +78,13 @@ class AuthenticationError(ConnectionFailure):
 class VsphereFault(VgpuctlError):
     """A vCenter fault, keeping its vim type name and message."""
 
-    def __init__(self, fault_type: str, message: str, obj: str | None = None, privilege: str | None = None):
+    def __init__(self, fault_type: str, message: str, obj: str | None = None, privilege: str | None = None,
+                 *, lacks_resources: bool = False):
         self.fault_type = fault_type
         self.fault_message = message
         self.obj = obj
         self.privilege = privilege  # NoPermission: the privilege id vCenter named
+        self.lacks_resources = lacks_resources  # an InsufficientResourcesFault (GPU, memory, host capacity...)
         prefix = f"{obj}: " if obj else ""
         super().__init__(f"{prefix}{fault_type}: {message}")
 

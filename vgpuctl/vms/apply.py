@@ -330,9 +330,9 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         try:
             _task(ctx, change.vm, "power-on", lambda: vmops.power_on(ctx.session, vm))
         except VsphereFault as err:
-            if "Insufficient" in err.fault_type and "clone" in outcome.steps:
+            if err.lacks_resources and "clone" in outcome.steps:
                 _discard_clone(ctx, change.vm, vm, outcome)
-            elif "Insufficient" in err.fault_type and stopped and "reconfigure" in outcome.steps:
+            elif err.lacks_resources and stopped and "reconfigure" in outcome.steps:
                 _revert_vgpus(ctx, change.vm, vm, state, outcome)
             raise
         outcome.steps.append("power-on")

@@ -33,8 +33,11 @@ def fault_message(fault: Any) -> str:
 
 
 def to_error(fault: Any, obj: str | None = None) -> VsphereFault:
+    from pyVmomi import vim
+
     privilege = getattr(fault, "privilegeId", None)
-    return VsphereFault(fault_type(fault), fault_message(fault), obj, str(privilege) if privilege else None)
+    return VsphereFault(fault_type(fault), fault_message(fault), obj, str(privilege) if privilege else None,
+                        lacks_resources=isinstance(fault, vim.fault.InsufficientResourcesFault))
 
 
 def cause(err: VsphereFault) -> str:

@@ -1,0 +1,31 @@
+"""vCenter faults keep their type and message; a refusal for lack of resources is told by the fault's class."""
+
+from __future__ import annotations
+
+import pytest
+from pyVmomi import vim
+
+from vgpuctl.vsphere.faults import to_error
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize("fault", [
+    vim.fault.InsufficientResourcesFault(msg="no room"),
+    vim.fault.InsufficientGraphicsResourcesFault(msg="Insufficient resources to satisfy configured min vGPU"),
+    vim.fault.InsufficientHostCapacityFault(msg="no host"),
+])
+def test_a_fault_for_lack_of_resources_says_so(fault: object) -> None:
+    err = to_error(fault, "vm-1")
+    assert err.lacks_resources
+    assert err.fault_type == f"vim.fault.{type(fault).__name__.rsplit('.', 1)[-1]}"
+
+
+@pytest.mark.parametrize("fault", [
+    vim.fault.InvalidState(msg="Insufficient words in this message do not make it one"),
+    vim.fault.NoPermission(msg="denied", privilegeId="VirtualMachine.Interact.PowerOn"),
+])
+def test_other_faults_do_not(fault: object) -> None:
+    err = to_error(fault)
+    assert not err.lacks_resources
+    assert err.fault_message
