@@ -22,6 +22,20 @@ class Outcome(StrEnum):
     NOT_STARTED = "not-started"  # an interrupted apply never began it
 
 
+class VmStep(StrEnum):
+    """A step of a VM's apply: what the plan lists, what an outcome says was done or left."""
+
+    CLONE = "clone"
+    SHUTDOWN = "shutdown"  # the guest shut down (a power-off step done gracefully)
+    POWER_OFF = "power-off"
+    RECONFIGURE = "reconfigure"
+    REVERT = "reconfigure (revert)"  # the VM given back its previous vGPUs
+    POWER_ON = "power-on"
+    CUSTOMIZE = "customize"  # the clone's guest customization, at its first boot
+    DESTROY = "destroy"
+    REMOVE_CLONE = "remove clone"  # this run's clone removed: it could not power on where the plan put it
+
+
 class GraphicsType(StrEnum):
     """Host default graphics type, or a GPU's graphics type, as the inventory sets it (vGPU needs sharedDirect)."""
 

@@ -34,6 +34,7 @@ from vgpuctl.domain import (
     Phase,
     PowerState,
     ProfileSharing,
+    VmStep,
 )
 
 
@@ -414,6 +415,16 @@ class VmChange:
     def is_empty(self) -> bool:
         return not (self.clone or self.needs_reconfigure or self.power_off or self.power_on or self.destroy)
 
+    def planned_steps(self) -> list[VmStep]:
+        """The steps this change asks of the VM, in order."""
+        if self.destroy:
+            return [*([VmStep.POWER_OFF] if self.power_off else []), VmStep.DESTROY]
+        steps = [VmStep.CLONE] if self.clone is not None else []
+        steps += [VmStep.POWER_OFF] if self.power_off else []
+        steps += [VmStep.RECONFIGURE] if self.needs_reconfigure else []
+        steps += [VmStep.POWER_ON] if self.power_on else []
+        return steps
+
 
 HOST_TARGET = "host"  # HostChange.target of a host-wide setting
 
@@ -519,10 +530,10 @@ REFUSED_ERROR = "RefusedError"  # HostOutcome.error_type when `evacuate: refuse`
 class VmOutcome:
     vm: str
     status: Outcome = Outcome.UNCHANGED
-    steps: list[str] = field(default_factory=list)  # steps completed, in order
+    steps: list[VmStep] = field(default_factory=list)  # steps completed, in order
     fault_type: str | None = None
     message: str = ""
-    left: list[str] = field(default_factory=list)  # planned steps not done because the apply was interrupted
+    left: list[VmStep] = field(default_factory=list)  # planned steps not done because the apply was interrupted
 
 
 class _NamesByOutcome:

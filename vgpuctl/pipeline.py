@@ -454,10 +454,10 @@ def _replan_failures(failed: dict[str, list[str]]) -> list[VmOutcome]:
 
 def _not_started(the_plan: Plan, failed: dict[str, list[str]]) -> ApplyResult:
     from vgpuctl.model import ApplyResult, VmOutcome
-    from vgpuctl.vms.apply import planned_steps
 
     outcomes = [
-        VmOutcome(c.vm, Outcome.NOT_STARTED, message="the VM plan after the host changes failed", left=planned_steps(c))
+        VmOutcome(c.vm, Outcome.NOT_STARTED, message="the VM plan after the host changes failed",
+                  left=c.planned_steps())
         for c in the_plan.changes
         if c.vm not in failed
     ]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from vgpuctl import pipeline, progress
-from vgpuctl.domain import ChangeKind, Outcome, Phase
+from vgpuctl.domain import ChangeKind, Outcome, Phase, VmStep
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
     ApplyResult,
@@ -25,7 +25,6 @@ from vgpuctl.model import (
     VmOutcome,
 )
 from vgpuctl.reports.plan import left_lines, summarize, summary_line
-from vgpuctl.vms.apply import planned_steps
 
 pytestmark = pytest.mark.unit
 
@@ -178,7 +177,9 @@ def test_one_vocabulary_and_long_lists_cut_unless_verbose() -> None:
 
 def test_planned_steps_in_order() -> None:
     change = VmChange("a", clone=CloneSpec("t"), power_off=True, devices=[], power_on=True)
-    assert planned_steps(change) == ["clone", "power-off", "power-on"]
+    assert change.planned_steps() == [VmStep.CLONE, VmStep.POWER_OFF, VmStep.POWER_ON]
+    destroyed = VmChange("b", power_off=True, destroy=True)
+    assert destroyed.planned_steps() == [VmStep.POWER_OFF, VmStep.DESTROY]
 
 
 def test_second_interrupt_names_the_running_tasks() -> None:

@@ -136,7 +136,8 @@ def _valid(kind: str, doc: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize("report", REPORTS, ids=schemas.kind_of)
 def test_committed_schema_is_generated_from_the_types(report: type[Any]) -> None:
     path = SCHEMAS / f"{schemas.kind_of(report)}.schema.json"
-    assert path.read_text(encoding="utf-8") == schemas.render(report), "run: python -m vgpuctl.schemas docs/schemas"
+    regenerate = "run: python -m vgpuctl.reports.schemas docs/schemas"
+    assert path.read_text(encoding="utf-8") == schemas.render(report), regenerate
 
 
 def test_every_object_forbids_unknown_keys() -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from vgpuctl.domain import ChangeKind, EvacuationKind, Outcome, Phase
+from vgpuctl.domain import ChangeKind, EvacuationKind, Outcome, Phase, VmStep
 from vgpuctl.model import (
     HOST_TARGET,
     ApplyResult,
@@ -141,7 +141,7 @@ class IdentityDiff:
 @dataclass
 class VmDiff:
     vm: str
-    steps: list[str]  # clone, power-off, reconfigure, power-on
+    steps: list[VmStep]  # in order: clone, power-off, reconfigure, power-on (or power-off, destroy)
     clone: CloneDiff | None
     fields: list[FieldDiff]
     devices: list[DeviceDiff]
@@ -445,7 +445,7 @@ def _vm_diff(change: VmChange) -> VmDiff:
     clone = None if c is None else CloneDiff(c.template, c.cluster, c.host, c.folder, c.cpus, c.memory_mb)
     return VmDiff(
         vm=change.vm,
-        steps=_step_names(change),
+        steps=list(change.planned_steps()),
         clone=clone,
         fields=[FieldDiff(f.field, str(f.op), f.old, f.new) for f in change.fields],
         devices=[DeviceDiff(str(d.op), d.profile, d.key, d.group) for d in change.devices],
@@ -470,21 +470,6 @@ def _identity_diff(identity: GuestIdentity | None) -> IdentityDiff | None:
     return IdentityDiff(identity.method, identity.hostname, identity.domain,
                         [IdentityAddress(a.portgroup, a.address, a.prefix, a.gateway, list(a.dns))
                          for a in identity.adapters])
-
-
-def _step_names(change: VmChange) -> list[str]:
-    if change.destroy:
-        return [*(["power-off"] if change.power_off else []), "destroy"]
-    steps = []
-    if change.clone is not None:
-        steps.append("clone")
-    if change.power_off:
-        steps.append("power-off")
-    if change.needs_reconfigure:
-        steps.append("reconfigure")
-    if change.power_on:
-        steps.append("power-on")
-    return steps
 
 
 def _class_fields(c: ClassChange) -> list[FieldDiff]:

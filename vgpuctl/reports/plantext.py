@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl.domain import VmStep
+
 if TYPE_CHECKING:
     from vgpuctl.reports.plan import (
         DeviceDiff,
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     )
 
 INDENT = "    "
-STEP_WORDS = {"power-off": "power off", "power-on": "power on"}
+STEP_WORDS = {VmStep.POWER_OFF: "power off", VmStep.POWER_ON: "power on"}
 LIST_CUT = 20  # names listed before "... and N more" (unless the layout is full)
 STYLES = {"+": "green", "-": "red", "~": "yellow", "!": "bold red"}
 
@@ -69,7 +71,7 @@ def host_line(h: HostDiff) -> str:
 def steps_text(change: VmDiff) -> str:
     words = []
     for step in change.steps:
-        if step == "clone" and change.clone is not None:
+        if step == VmStep.CLONE and change.clone is not None:
             words.append(f"clone from {change.clone.template}")
         else:
             words.append(STEP_WORDS.get(step, step))

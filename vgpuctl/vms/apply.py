@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, PowerState
+from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, PowerState, VmStep
 from vgpuctl.errors import CustomizationError, DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
 from vgpuctl.model import (
     ApplyResult,
@@ -206,13 +206,13 @@ def _run_vm(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOutcome:
 def _run_vm_steps(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOutcome:
     outcome = VmOutcome(vm=change.vm)
     if cancelled(ctx.cancel):
-        outcome.left = planned_steps(change)
+        outcome.left = change.planned_steps()
         return _skip(ctx, outcome, "interrupted before this VM started", Outcome.NOT_STARTED)
     waiting = sorted(set(change.depends_on_hosts) & pending_hosts)
     if waiting:
         return _skip(ctx, outcome, "needs the host changes on " + ", ".join(waiting) + " first; they were not made")
     if ctx.halted:
-        outcome.left = planned_steps(change)
+        outcome.left = change.planned_steps()
         return _skip(ctx, outcome, f"not started: {ctx.halted}", Outcome.NOT_STARTED)
     try:
         _apply_vm(ctx, change, outcome)
@@ -240,21 +240,13 @@ def _run_vm_steps(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOut
     return outcome
 
 
-def planned_steps(change: VmChange) -> list[str]:
-    """The steps the plan asks of a VM, in order (what `left` lists when none of them ran)."""
-    if change.destroy:
-        return [*(["power-off"] if change.power_off else []), "destroy"]
-    steps = ["clone"] if change.clone is not None else []
-    steps += ["power-off"] if change.power_off else []
-    steps += ["reconfigure"] if change.needs_reconfigure else []
-    steps += ["power-on"] if change.power_on else []
-    return steps
+_STOPPED = {VmStep.SHUTDOWN, VmStep.POWER_OFF}  # steps after which this run has the VM powered off
 
 
 def _interrupted(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
-    done = {"shutdown": "power-off"}
+    done = {VmStep.SHUTDOWN: VmStep.POWER_OFF}
     finished = {done.get(s, s) for s in outcome.steps}
-    outcome.left = [s for s in planned_steps(change) if s not in finished]
+    outcome.left = [s for s in change.planned_steps() if s not in finished]
     outcome.status = Outcome.CHANGED if outcome.steps else Outcome.NOT_STARTED
     outcome.message = "interrupted before: " + ", ".join(outcome.left) if outcome.left else "interrupted"
     _step(ctx, change.vm, "interrupted", None)
@@ -292,7 +284,7 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
     observed_vm = ctx.observed.vm_for(change)
     _step(ctx, change.vm, "check", None)
     if change.clone is not None and observed_vm is None:
-        _forward(ctx, "clone")
+        _forward(ctx, VmStep.CLONE)
         vm = _clone(ctx, change, outcome)
         state = _read_vm(ctx, vm, change.vm)
     else:
@@ -307,7 +299,7 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         return
 
     if change.power_off and state.power != PowerState.OFF:
-        _forward(ctx, "power-off")
+        _forward(ctx, VmStep.POWER_OFF)
         _power_off(ctx, change.vm, vm, state, outcome)
 
     try:
@@ -319,23 +311,23 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         _restore_after_failure(ctx, change.vm, vm, state, outcome)
         raise
 
-    stopped = {"shutdown", "power-off"} & set(outcome.steps)
+    stopped = _STOPPED & set(outcome.steps)
     if change.power_on and (state.power != PowerState.ON or stopped):
         if ctx.turns is not None:
             ctx.turns.wait(change.vm)
         if not stopped:
-            _forward(ctx, "power-on")  # a first power-on; powering on what this run stopped is restoring
-        customized = "clone" in outcome.steps and change.identity is not None and not change.cloud_init
+            _forward(ctx, VmStep.POWER_ON)  # a first power-on; powering on what this run stopped is restoring
+        customized = VmStep.CLONE in outcome.steps and change.identity is not None and not change.cloud_init
         since = vmops.server_time(ctx.session) if customized else None
         try:
-            _task(ctx, change.vm, "power-on", lambda: vmops.power_on(ctx.session, vm))
+            _task(ctx, change.vm, VmStep.POWER_ON, lambda: vmops.power_on(ctx.session, vm))
         except VsphereFault as err:
-            if err.lacks_resources and "clone" in outcome.steps:
+            if err.lacks_resources and VmStep.CLONE in outcome.steps:
                 _discard_clone(ctx, change.vm, vm, outcome)
-            elif err.lacks_resources and stopped and "reconfigure" in outcome.steps:
+            elif err.lacks_resources and stopped and VmStep.RECONFIGURE in outcome.steps:
                 _revert_vgpus(ctx, change.vm, vm, state, outcome)
             raise
-        outcome.steps.append("power-on")
+        outcome.steps.append(VmStep.POWER_ON)
         if customized:
             _await_customization(ctx, change.vm, vm, since, outcome)
 
@@ -346,7 +338,7 @@ def _await_customization(ctx: _Ctx, name: str, vm: Any, since: Any, outcome: VmO
     guest has its identity)."""
     from vgpuctl.vsphere.vmnet import customization_result
 
-    _step(ctx, name, "customize", None)
+    _step(ctx, name, VmStep.CUSTOMIZE, None)
     deadline = time.monotonic() + ctx.customization_timeout_s
     while True:
         result = customization_result(ctx.session, vm, since)
@@ -358,7 +350,7 @@ def _await_customization(ctx: _Ctx, name: str, vm: Any, since: Any, outcome: VmO
         time.sleep(ctx.poll_s)
     if not result.succeeded:
         raise CustomizationError(f"guest customization failed: {result.message}")
-    outcome.steps.append("customize")
+    outcome.steps.append(VmStep.CUSTOMIZE)
 
 
 def _destroy(ctx: _Ctx, name: str, vm: Any, state: VmState, outcome: VmOutcome) -> None:
@@ -366,11 +358,11 @@ def _destroy(ctx: _Ctx, name: str, vm: Any, state: VmState, outcome: VmOutcome) 
     if state.template:
         raise DriftError(f"{name}: it became a template since the plan; not removed")
     if state.power != PowerState.OFF:
-        _forward(ctx, "power-off")
+        _forward(ctx, VmStep.POWER_OFF)
         _power_off(ctx, name, vm, state, outcome)
-    _forward(ctx, "destroy")
-    _task(ctx, name, "destroy", lambda: vmops.destroy(ctx.session, vm))
-    outcome.steps.append("destroy")
+    _forward(ctx, VmStep.DESTROY)
+    _task(ctx, name, VmStep.DESTROY, lambda: vmops.destroy(ctx.session, vm))
+    outcome.steps.append(VmStep.DESTROY)
 
 
 def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> None:
@@ -380,7 +372,7 @@ def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: 
         return
     devices = {int(d.key): d for d in state.devices}
     group_names = _group_names(ctx, change, state.host)
-    _forward(ctx, "reconfigure")
+    _forward(ctx, VmStep.RECONFIGURE)
     spec = config_spec(change, devices, group_names, _version_now(ctx, change, vm, state, outcome))
     assert spec is not None  # needs_reconfigure: config_spec makes one
     if change.nics:
@@ -393,7 +385,7 @@ def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: 
         keys = guestinfo(change.identity, ethernet_macs(state.devices))
         spec.extraConfig = list(spec.extraConfig or []) + extra_config(keys)
     try:
-        _task(ctx, change.vm, "reconfigure", lambda: vmops.reconfigure(ctx.session, vm, spec))
+        _task(ctx, change.vm, VmStep.RECONFIGURE, lambda: vmops.reconfigure(ctx.session, vm, spec))
     except VsphereFault as err:
         if err.fault_type != CONCURRENT_ACCESS:
             raise
@@ -401,7 +393,7 @@ def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: 
             f"{change.vm} was changed by something else while this run worked on it (vCenter refused the "
             f"reconfigure: {err.fault_message}); not reconfigured, plan again" + _changed_by(ctx, change)
         ) from err
-    outcome.steps.append("reconfigure")
+    outcome.steps.append(VmStep.RECONFIGURE)
 
 
 CONCURRENT_ACCESS = "vim.fault.ConcurrentAccess"  # vCenter's fault for a ConfigSpec whose changeVersion moved on
@@ -411,7 +403,7 @@ def _version_now(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: 
     """The configuration version the reconfigure is conditional on: the one read before any step (equal to the
     plan's: check_drift), or, for a VM this run just stopped, the one read now, its vGPUs checked again (a
     power-off is no configuration change in the API, but vCenter may write the VM's files while it happens)."""
-    if not {"shutdown", "power-off"} & set(outcome.steps):
+    if not _STOPPED & set(outcome.steps):
         return state.change_version
     now = _read_vm(ctx, vm, change.vm)
     if _vgpu_keys(now.vgpus) != _vgpu_keys(state.vgpus):
@@ -465,16 +457,16 @@ def _changed_by(ctx: _Ctx, change: VmChange) -> str:
 
 
 def _restore_power(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
-    if {"shutdown", "power-off"} & set(outcome.steps):
+    if _STOPPED & set(outcome.steps):
         _task(ctx, name, "power-on (restore)", lambda: vmops.power_on(ctx.session, vm))
-        outcome.steps.append("power-on")
+        outcome.steps.append(VmStep.POWER_ON)
 
 
 def _restore_after_failure(ctx: _Ctx, name: str, vm: Any, before: VmState, outcome: VmOutcome) -> None:
     """The VM's reconfigure failed after this run powered it off: power it on again as it was (vSphere applies a
     failed ReconfigVM_Task's spec not at all); the outcome's message says so. Never raises."""
 
-    if not {"shutdown", "power-off"} & set(outcome.steps):
+    if not _STOPPED & set(outcome.steps):
         return
     try:
         vgpus_now = _vgpu_keys(_read_vm(ctx, vm, name).vgpus)
@@ -486,7 +478,7 @@ def _restore_after_failure(ctx: _Ctx, name: str, vm: Any, before: VmState, outco
         text = err.fault_message if isinstance(err, VsphereFault) else fault_message(err)
         outcome.message = f"left powered off: powering it on again failed: {text}"
         return
-    outcome.steps.append("power-on")
+    outcome.steps.append(VmStep.POWER_ON)
     previous = vgpus_now == _vgpu_keys(before.vgpus)
     config = "its previous configuration" if previous else "the vGPUs it has now: " + _fmt(vgpus_now)
     outcome.message = f"powered on again with {config}"
@@ -500,8 +492,8 @@ def _revert_vgpus(ctx: _Ctx, name: str, vm: Any, before: VmState, outcome: VmOut
         now = _read_vm(ctx, vm, name)
         spec = revert_spec(before.devices, now.devices, now.change_version)
         if spec.deviceChange:
-            _task(ctx, name, "reconfigure (revert)", lambda: vmops.reconfigure(ctx.session, vm, spec))
-            outcome.steps.append("reconfigure (revert)")
+            _task(ctx, name, VmStep.REVERT, lambda: vmops.reconfigure(ctx.session, vm, spec))
+            outcome.steps.append(VmStep.REVERT)
         _task(ctx, name, "power-on (restore)", lambda: vmops.power_on(ctx.session, vm))
     except Exception as err:  # the power-on's failure stays the VM's outcome
         from vgpuctl.vsphere.faults import fault_message
@@ -510,7 +502,7 @@ def _revert_vgpus(ctx: _Ctx, name: str, vm: Any, before: VmState, outcome: VmOut
         text = err.fault_message if isinstance(err, VsphereFault) else fault_message(err)
         outcome.message = f"left powered off: giving it back its previous vGPUs failed: {text}"
         return
-    outcome.steps.append("power-on")
+    outcome.steps.append(VmStep.POWER_ON)
     outcome.message = "powered on again with its previous vGPUs"
 
 
@@ -518,12 +510,12 @@ def _discard_clone(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
     """This run's clone cannot power on where the plan put it (another run took the capacity meanwhile): remove
     it, so the next plan places it again instead of finding it stranded on a full host. Never raises."""
     try:
-        _task(ctx, name, "remove clone", lambda: vmops.destroy(ctx.session, vm))
+        _task(ctx, name, VmStep.REMOVE_CLONE, lambda: vmops.destroy(ctx.session, vm))
     except Exception:  # the power-on's failure stays the VM's outcome
         log.debug("%s: removing the clone failed", name, exc_info=True)
         outcome.message = "the clone stays, powered off, on the host that had no room for it"
         return
-    outcome.steps.append("remove clone")
+    outcome.steps.append(VmStep.REMOVE_CLONE)
     outcome.message = "the clone this run made was removed: the next apply places it again"
 
 
@@ -640,30 +632,30 @@ def _clone(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> Any:
         from vgpuctl.vsphere.vmnet import customization_spec
 
         custom = customization_spec(clone.identity)
-    vm = _task(ctx, change.vm, "clone", lambda: vmops.clone(ctx.session, template.moid, folder_moid, change.vm,
+    vm = _task(ctx, change.vm, VmStep.CLONE, lambda: vmops.clone(ctx.session, template.moid, folder_moid, change.vm,
                                                            clone, pool_moid=pool_moid, host_moid=host_moid,
                                                            device_changes=devices, customization=custom))
-    outcome.steps.append("clone")
+    outcome.steps.append(VmStep.CLONE)
     return vm
 
 
 def _power_off(ctx: _Ctx, name: str, vm: Any, state: VmState, outcome: VmOutcome) -> None:
     if state.tools:
-        _step(ctx, name, "shutdown", None)
+        _step(ctx, name, VmStep.SHUTDOWN, None)
         if vmops.shutdown_guest(ctx.session, vm):
             if _wait_off(ctx, vm, name):
-                outcome.steps.append("shutdown")
+                outcome.steps.append(VmStep.SHUTDOWN)
                 return
             log.info("%s: guest did not shut down within %ss; powering off", name, ctx.shutdown_timeout_s)
         else:
             log.info("%s: graceful shutdown not possible; powering off", name)
     try:
-        _task(ctx, name, "power-off", lambda: vmops.power_off(ctx.session, vm))
+        _task(ctx, name, VmStep.POWER_OFF, lambda: vmops.power_off(ctx.session, vm))
     except VsphereFault as err:
         if _read_vm(ctx, vm, name).power != PowerState.OFF:
             raise
         log.info("%s: already off (%s)", name, err.fault_type)
-    outcome.steps.append("power-off")
+    outcome.steps.append(VmStep.POWER_OFF)
 
 
 def _wait_off(ctx: _Ctx, vm: Any, name: str) -> bool:
