@@ -1,6 +1,7 @@
 package vc
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/vmware/govmomi/simulator"
@@ -85,4 +86,22 @@ func TestAWrappersMethodCalledByGpusimAnswersItself(t *testing.T) {
 	if answered != "inner" {
 		t.Fatalf("gpusim's own call was answered by the %s wrapper", answered)
 	}
+}
+
+// A fault armed on a method no failer of the object's type answers (a host's Destroy_Task) reaches the call as
+// its SOAP fault: the call neither runs vcsim's own method nor leaves a wrapper in the session.
+func TestAFaultNoFailerAnswersIsTheCallsFault(t *testing.T) {
+	e := start(t, smallSpec())
+	code, out := e.control("POST", "/gpusim/faults", map[string]any{
+		"object": host1, "method": "Destroy_Task", "fault": "SystemError", "count": 1, "message": "injected"})
+	if code != 200 {
+		t.Fatalf("%d %v", code, out)
+	}
+	host := e.host(host1)
+	err := e.wait(host.Destroy(e.ctx))
+	if !soap.IsSoapFault(err) || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("armed Destroy_Task fault: %v", err)
+	}
+	e.host(host1) // still there
+	e.must(e.wait(host.EnterMaintenanceMode(e.ctx, 0, false, nil)))
 }

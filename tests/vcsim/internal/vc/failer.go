@@ -15,14 +15,16 @@ func failTask(ctx *simulator.Context, obj mo.Reference, name string, fault types
 	}).Run(ctx)
 }
 
-func (s *Sim) failerFor(obj mo.Reference, fault types.BaseMethodFault) (mo.Reference, bool) {
+// failerFor is the failer that answers method on obj with fault as a failed task; none when no failer of obj's
+// type answers that method (the call then gets the fault itself).
+func (s *Sim) failerFor(obj mo.Reference, method string, fault types.BaseMethodFault) (mo.Reference, bool) {
 	switch o := obj.(type) {
 	case *simulator.VirtualMachine:
-		return &vmFailer{gpuVM: &gpuVM{VirtualMachine: o, sim: s}, fault: fault}, true
+		return &vmFailer{gpuVM: &gpuVM{VirtualMachine: o, sim: s}, fault: fault}, vmFailerMethods[method]
 	case *simulator.HostSystem:
-		return &hostFailer{HostSystem: o, fault: fault}, true
+		return &hostFailer{HostSystem: o, fault: fault}, hostFailerMethods[method]
 	case *simulator.Folder:
-		return &folderFailer{Folder: o, fault: fault}, true
+		return &folderFailer{Folder: o, fault: fault}, folderFailerMethods[method]
 	}
 	return nil, false
 }
@@ -148,10 +150,12 @@ func (f *folderFailer) DestroyTask(ctx *simulator.Context, req *types.Destroy_Ta
 	return &methods.Destroy_TaskBody{Res: &types.Destroy_TaskResponse{Returnval: failTask(ctx, f, "DestroyTask", f.fault)}}
 }
 
-// failerMethods are the task methods the failers answer.
-var failerMethods = map[string]bool{
-	"PowerOnVM_Task": true, "PowerOffVM_Task": true, "SuspendVM_Task": true, "ResetVM_Task": true,
-	"ReconfigVM_Task": true, "CloneVM_Task": true, "Destroy_Task": true, "RelocateVM_Task": true,
-	"EnterMaintenanceMode_Task": true, "ExitMaintenanceMode_Task": true, "RebootHost_Task": true,
-	"CreateVM_Task": true,
-}
+// The task methods each failer answers.
+var (
+	vmFailerMethods = map[string]bool{
+		"PowerOnVM_Task": true, "PowerOffVM_Task": true, "SuspendVM_Task": true, "ResetVM_Task": true,
+		"ReconfigVM_Task": true, "CloneVM_Task": true, "Destroy_Task": true, "RelocateVM_Task": true,
+	}
+	hostFailerMethods   = map[string]bool{"EnterMaintenanceMode_Task": true, "ExitMaintenanceMode_Task": true, "RebootHost_Task": true}
+	folderFailerMethods = map[string]bool{"CreateVM_Task": true, "Destroy_Task": true}
+)

@@ -113,10 +113,7 @@ func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, 
 	}
 	if a != nil {
 		fault = s.armedFault(a, obj, m.Name)
-		if !failerMethods[m.Name] {
-			return nil, fault
-		}
-		if f, ok := s.failerFor(obj, fault); ok {
+		if f, ok := s.failerFor(obj, m.Name, fault); ok {
 			register(ctx, f)
 			return f, nil
 		}
