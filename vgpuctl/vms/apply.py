@@ -252,7 +252,7 @@ def _interrupted(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
     _step(ctx, change.vm, "interrupted", None)
 
 
-def _forward(ctx: _Ctx, step: str) -> None:
+def _forward(ctx: _Ctx, step: VmStep) -> None:
     """A step boundary: after Ctrl-C no VM begins its next forward step."""
     if cancelled(ctx.cancel):
         raise _Stopped(step)

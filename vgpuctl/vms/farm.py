@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from vgpuctl.domain import AssignmentPolicy, PowerState
 from vgpuctl.vms.nicplace import NicLedger, NicNeed, commit, fit_on, ledgers_from_observed
 from vgpuctl.vms.placement import Gpu, Placement, add_vgpu, gpus_from_observed, place_vm, remove_vgpu
+
+if TYPE_CHECKING:
+    from vgpuctl.model import Observed, ObservedHost
 
 
 @dataclass
@@ -30,7 +34,7 @@ class FarmState:
     nics: dict[str, NicLedger] = field(default_factory=dict)  # host -> free VFs and passthrough NICs
 
 
-def farm_from_observed(observed, release: Iterable[str] = ()) -> FarmState:
+def farm_from_observed(observed: Observed, release: Iterable[str] = ()) -> FarmState:
     """GPU state of every host with the vGPUs of running VMs, minus the VMs in `release` (to be powered
     off or reconfigured)."""
     released = set(release)
@@ -60,7 +64,7 @@ def farm_from_observed(observed, release: Iterable[str] = ()) -> FarmState:
     return FarmState(gpus, policy, ledgers_from_observed(observed, released))
 
 
-def _running_with_vgpus(observed, released: set[str]) -> dict[str, list[str]]:
+def _running_with_vgpus(observed: Observed, released: set[str]) -> dict[str, list[str]]:
     """host -> the VMs the VMs' read shows running there with vGPUs (not those in `released`)."""
     running: dict[str, list[str]] = {}
     for name, vm in observed.vms.items():
@@ -69,7 +73,7 @@ def _running_with_vgpus(observed, released: set[str]) -> dict[str, list[str]]:
     return running
 
 
-def _place_unlisted(gpus: list[Gpu], host: str, policy: str, vms: Sequence[str], observed) -> None:
+def _place_unlisted(gpus: list[Gpu], host: str, policy: str, vms: Sequence[str], observed: Observed) -> None:
     """VMs that run on the host with vGPUs no GPU of it names started after the host was read (observe reads hosts
     and VMs apart): their vGPUs are on the host's GPUs now, where the host's own placement put them at power-on;
     they are placed the same way. One that does not fit blocks the host's GPUs: what they hold is not known."""
@@ -86,7 +90,7 @@ def _place_unlisted(gpus: list[Gpu], host: str, policy: str, vms: Sequence[str],
             add_vgpu(by_id[pl.gpu], pl.profile)
 
 
-def _vms_on(host, gpu_id: str) -> list[str]:
+def _vms_on(host: ObservedHost, gpu_id: str) -> list[str]:
     return next((list(g.vms) for g in host.gpus if g.pci_id == gpu_id), [])
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import ConnectionState, Firmware, GpuGraphicsType, GpuVgpuMode, HostPowerState, PowerState
 from vgpuctl.errors import NotFound, UsageError
@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
 
 log = logging.getLogger(__name__)
-_T = TypeVar("_T")
 
 PAGE_SIZE = 1000
 # The lean reads' pages are smaller: each next page is asked for as soon as the page before names its token, so
@@ -123,8 +122,18 @@ def observe(session: Session, datacenter: str | None = None, *, nvlink_hosts: It
 
 
 def retrieve_all(session: Session, type_props: list[tuple[str, list[str]]], root: Any = None) -> dict[str, Obj]:
-    """One ContainerView over `root` and one paged RetrievePropertiesEx for all the given types (pyVmomi)."""
-    return _with_view_retry(session, lambda: _retrieve_all_once(session, type_props, root))
+    """One ContainerView over `root` and one paged RetrievePropertiesEx for all the given types (pyVmomi); read
+    again once if the session was renewed under it (its ContainerView died with the old session)."""
+    from pyVmomi import vmodl
+
+    generation = getattr(session, "generation", 0)
+    try:
+        return _retrieve_all_once(session, type_props, root)
+    except vmodl.fault.ManagedObjectNotFound:
+        if getattr(session, "generation", 0) == generation:
+            raise
+        log.info("the session was renewed during a bulk read; reading again")
+        return _retrieve_all_once(session, type_props, root)
 
 
 def _retrieve_all_once(session: Session, type_props: list[tuple[str, list[str]]], root: Any) -> dict[str, Obj]:
@@ -147,20 +156,6 @@ def _retrieve_all_once(session: Session, type_props: list[tuple[str, list[str]]]
 
 
 RAW_VMS = True  # read VirtualMachine and HostSystem properties with the lean XML reader (vsphere/rawread.py)
-
-
-def _with_view_retry(session: Session, read: Callable[[], _T]) -> _T:
-    """Run `read` again once if the session was renewed under it: its ContainerView died with the old session."""
-    from pyVmomi import vmodl
-
-    generation = getattr(session, "generation", 0)
-    try:
-        return read()
-    except vmodl.fault.ManagedObjectNotFound:
-        if getattr(session, "generation", 0) == generation:
-            raise
-        log.info("the session was renewed during a bulk read; reading again")
-        return read()
 
 
 def _retrieve_observed(session: Session) -> dict[str, Obj]:
