@@ -88,6 +88,11 @@ class VsphereFault(VgpuctlError):
         prefix = f"{obj}: " if obj else ""
         super().__init__(f"{prefix}{fault_type}: {message}")
 
+    def about(self, obj: str) -> VsphereFault:
+        """The same fault naming the object it was about (a task's fault names none)."""
+        return VsphereFault(self.fault_type, self.fault_message, obj, self.privilege,
+                            lacks_resources=self.lacks_resources)
+
 
 class NotFound(VgpuctlError):
     """A named object (host, VM, template, GPU) does not exist."""

@@ -29,3 +29,12 @@ def test_other_faults_do_not(fault: object) -> None:
     err = to_error(fault)
     assert not err.lacks_resources
     assert err.fault_message
+
+
+def test_a_fault_named_after_its_object_keeps_its_kind() -> None:
+    err = to_error(vim.fault.InsufficientHostCapacityFault(msg="no host"))
+    named = err.about("esx-01")
+    assert named.obj == "esx-01" and str(named).startswith("esx-01: ")
+    assert (named.fault_type, named.fault_message, named.lacks_resources) == (err.fault_type, err.fault_message, True)
+    denied = to_error(vim.fault.NoPermission(msg="denied", privilegeId="Host.Config.Maintenance")).about("esx-01")
+    assert denied.privilege == "Host.Config.Maintenance" and not denied.lacks_resources

@@ -272,8 +272,7 @@ def _task(session: Session, watcher: Any, obj: str, label: str, fn: Callable[...
         return dispatch(label, lambda: _call(session, obj, fn, *args), lambda task: _wait_task(session, watcher, task))
     except VsphereFault as err:
         if err.obj is None:
-            raise VsphereFault(err.fault_type, err.fault_message, obj, err.privilege,
-                               lacks_resources=err.lacks_resources) from err
+            raise err.about(obj) from err
         raise
 
 
