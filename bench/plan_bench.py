@@ -16,6 +16,8 @@ round trips in the JSON document). SOAP round trips are counted by vgpuctl's ses
 variants. gpusim on loopback answers a round trip in well under a millisecond; --latency-ms adds that much
 client-side delay to every SOAP round trip after login, in both variants alike, to model the network and a real
 vCenter's time per call.
+The ratio to the floor is printed twice: of the medians, and paired (the median of each round's vgpuctl time over
+that round's floor, which the machine's drift over the run moves less).
 
 --profile adds, from the same run: the floor's pages with the VM devices vgpuctl never reads cut out, parsed by
 ElementTree, converted into objects, the model built from them (each step on its own, as observe does it:
@@ -304,6 +306,9 @@ def report(runs: Runs, cli: tuple[float, int]) -> None:
     combined = statistics.median(runs.combined)
     print(f"  (one read of hosts and VMs together, as observe read them before: {combined:.2f} s)")
     print(f"vgpuctl plan / floor: {t_ours / floor:.2f}x")
+    paired = sorted(ours[0] / f.seconds for ours, f in zip(runs.ours, runs.floors, strict=True))
+    print(f"  paired (each run against the floor read in the same round, before it): median "
+          f"{statistics.median(paired):.2f}x, {paired[0]:.2f}x to {paired[-1]:.2f}x")
     print(f"ratio naive / vgpuctl: {t_naive / t_ours:.1f}x faster; round trips {naive_trips / trips:.0f}x fewer")
     print(f"runs: vgpuctl {[round(s, 2) for s, *_ in runs.ours]} s; naive {[round(s, 2) for s, *_ in runs.theirs]} s; "
           f"floor {[round(f.seconds, 2) for f in runs.floors]} s; "

@@ -38,6 +38,7 @@ def test_plan_bench_runs_and_keeps_round_trips_few() -> None:
     assert re.search(rf"naive pyVmomi loop: +{NUMBER} s, \d+ round trips, 11 VMs read", out), out
     assert re.search(rf"bulk host and VM reads alone \(no parsing\): {NUMBER} s, {NUMBER} MB in 2 pages", out), out
     assert re.search(rf"vgpuctl plan / floor: {NUMBER}x", out), out
+    assert re.search(rf"paired \(each run .*\): median {NUMBER}x, {NUMBER}x to {NUMBER}x", out), out
     steps = ("unread devices cut out", "ElementTree parse", "conversion to objects", "model building",
              "load \\+ validate", "make_plan")
     for step in steps:

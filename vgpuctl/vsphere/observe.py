@@ -40,7 +40,10 @@ PAGE_SIZE = 1000
 # The lean reads' pages are smaller: each next page is asked for as soon as the page before names its token, so
 # vCenter prepares page N+1 while vgpuctl parses page N; with pages of 1,000 a farm of 1,000 VMs would come in
 # one page and nothing would overlap. 512: a farm of 1,000 VMs and its templates in two pages (one more round
-# trip per further 512 VMs or hosts, sent while a page is parsed).
+# trip per further 512 VMs or hosts, sent while a page is parsed). Smaller pages bring the first one sooner (the
+# server gathers every object before it, then encodes page by page) but add round trips and gain nothing
+# measurable: against gpusim, 1,000 VMs, ten runs of each alternating in one process, `plan` took 0.667 s with
+# pages of 512, 0.657 s with 334 and with 256 (medians; the run-to-run spread is larger).
 LEAN_PAGE_SIZE = 512
 NVLINK_WORKERS = 4  # concurrent QueryConfigTarget calls for NVLink sets
 NVLINK_API = (8, 0, 0, 1)  # vendorDeviceGroupInfo
