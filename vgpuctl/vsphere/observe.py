@@ -440,33 +440,35 @@ def _gpu(objects: dict[str, Obj], info: Any, pci: Any, vm_keys: dict[str, str]) 
 
 
 def _vm(tree: _Tree, obj: Obj, vm_root: str, networks: netobserve.NetworkNames) -> ObservedVm:
-    host, cluster = tree.host_and_cluster(_moid(obj.get("runtime.host")))
-    folder_moid = _moid(obj.get("parent"))
+    p = obj.props  # read as Obj.get reads (None is absent), without its call: a fifth of building 1,000 VMs
+    host, cluster = tree.host_and_cluster(_moid(p.get("runtime.host")))
+    folder_moid = _moid(p.get("parent"))
     folder = tree.folder_path(folder_moid, vm_root) if folder_moid in tree.objects else None
+    cpus, memory_mb = p.get("config.hardware.numCPU"), p.get("config.hardware.memoryMB")
     vm = ObservedVm(
-        name=str(obj.get("name")),
+        name=str(p.get("name")),
         moid=obj.moid,
-        is_template=bool(obj.get("config.template", False)),
+        is_template=bool(p.get("config.template")),
         host=host,
         cluster=cluster,
         folder=folder or None,
-        power_state=str(obj.get("runtime.powerState") or PowerState.OFF),
-        cpus=int(obj.get("config.hardware.numCPU", 1)),
-        memory_mb=int(obj.get("config.hardware.memoryMB", 1024)),
-        memory_reservation_locked=bool(obj.get("config.memoryReservationLockedToMax", False)),
-        memory_reservation_mb=int(obj.get("config.memoryAllocation.reservation", 0) or 0),
-        firmware=str(obj.get("config.firmware") or Firmware.BIOS),
-        hardware_version=str(obj.get("config.version") or ""),
-        extra_config={str(o.key): str(o.value) for o in obj.get("config.extraConfig", [])},
-        guest_state=str(obj.get("guest.guestState") or "notRunning"),
-        tools_running=obj.get("guest.toolsRunningStatus") == "guestToolsRunning",
+        power_state=str(p.get("runtime.powerState") or PowerState.OFF),
+        cpus=int(cpus if cpus is not None else 1),
+        memory_mb=int(memory_mb if memory_mb is not None else 1024),
+        memory_reservation_locked=bool(p.get("config.memoryReservationLockedToMax")),
+        memory_reservation_mb=int(p.get("config.memoryAllocation.reservation") or 0),
+        firmware=str(p.get("config.firmware") or Firmware.BIOS),
+        hardware_version=str(p.get("config.version") or ""),
+        extra_config={str(o.key): str(o.value) for o in p.get("config.extraConfig") or []},
+        guest_state=str(p.get("guest.guestState") or "notRunning"),
+        tools_running=p.get("guest.toolsRunningStatus") == "guestToolsRunning",
         guest_ips=_guest_ips(obj),
-        change_version=str(obj.get("config.changeVersion") or ""),
+        change_version=str(p.get("config.changeVersion") or ""),
     )
-    devices = obj.get("config.hardware.device", [])
+    devices = p.get("config.hardware.device") or []
     vm.vgpus, vm.other_passthrough = split_devices(devices)
     vm.nics = netobserve.vm_nics(devices, networks)
-    vm.guest_hostname = str(obj.get("guest.hostName") or "")
+    vm.guest_hostname = str(p.get("guest.hostName") or "")
     return vm
 
 

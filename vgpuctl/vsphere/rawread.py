@@ -469,8 +469,23 @@ def _vim_class(type_name: str) -> Any:
     return cls
 
 
+class LeanRef:
+    """A managed object reference as the lean reader reads it: its moid and type under pyVmomi's names (`_moId`,
+    `_wsdlName`), nothing to call methods on. Three a VM: a plain slotted class, built several times faster than
+    a SimpleNamespace."""
+
+    __slots__ = ("_moId", "_wsdlName")
+
+    def __init__(self, moid: str, wsdl_name: str):
+        self._moId = moid
+        self._wsdlName = wsdl_name
+
+    def __repr__(self) -> str:
+        return f"LeanRef({self._wsdlName}:{self._moId})"
+
+
 def _ref(elem: ET.Element) -> Any:
-    return SimpleNamespace(_moId=elem.text or "", _wsdlName=elem.get("type", ""))
+    return LeanRef(elem.text or "", elem.get("type", ""))
 
 
 def _text(elem: ET.Element, stub: Any) -> str:
@@ -511,72 +526,74 @@ def _devices(elem: ET.Element, stub: Any) -> list[Any]:
         cls = _vim_class(dev.get(XSI_TYPE, ""))
         if isinstance(cls, type) and issubclass(cls, t.ethernet):
             out.append(_ethernet_card(dev, cls, stub))
-            continue
-        if not (isinstance(cls, type) and issubclass(cls, t.passthrough)):
-            continue
-        device = _new(cls, key=int(dev.findtext(f"{_Q}key") or 0))
-        backing = dev.find(f"{_Q}backing")
-        if backing is not None:
-            bcls = _vim_class(backing.get(XSI_TYPE, ""))
-            if isinstance(bcls, type) and issubclass(bcls, t.backing_info):
-                device.backing = _new(bcls)
-                if issubclass(bcls, t.vmiop):
-                    device.backing.vgpu = backing.findtext(f"{_Q}vgpu")
-                else:
-                    _passthrough_backing(device.backing, backing)
-        group = dev.find(f"{_Q}deviceGroupInfo")
-        if group is not None:
-            device.deviceGroupInfo = _new(t.group_info,
-                groupInstanceKey=int(group.findtext(f"{_Q}groupInstanceKey") or 0),
-                sequenceId=int(group.findtext(f"{_Q}sequenceId") or 0),
-            )
-        out.append(device)
+        elif isinstance(cls, type) and issubclass(cls, t.passthrough):
+            out.append(_passthrough_device(dev, cls))
     return out
 
 
-def _passthrough_backing(backing: Any, elem: ET.Element) -> None:
-    """DirectPath (id, deviceId, vendorId, systemId) and Dynamic DirectPath (allowedDevice, assignedId)."""
+def _passthrough_device(dev: ET.Element, cls: Any) -> Any:
+    """A VirtualPCIPassthrough: key, backing (a vGPU's profile, a DirectPath device) and NVLink device group. Each
+    object is built with its fields (`_new`): pyVmomi's setattr would check each field's type again."""
     t = device_types()
-    if isinstance(backing, t.device_backing):
-        backing.id = elem.findtext(f"{_Q}id") or ""
-        backing.deviceId = elem.findtext(f"{_Q}deviceId") or ""
-        backing.systemId = elem.findtext(f"{_Q}systemId") or ""
-        backing.vendorId = int(elem.findtext(f"{_Q}vendorId") or 0)
-    elif isinstance(backing, t.dynamic_backing):
-        backing.assignedId = elem.findtext(f"{_Q}assignedId")
-        backing.allowedDevice = [
+    fields: dict[str, Any] = {"key": int(dev.findtext(f"{_Q}key") or 0)}
+    backing = dev.find(f"{_Q}backing")
+    if backing is not None:
+        bcls = _vim_class(backing.get(XSI_TYPE, ""))
+        if isinstance(bcls, type) and issubclass(bcls, t.backing_info):
+            if issubclass(bcls, t.vmiop):
+                fields["backing"] = _new(bcls, vgpu=backing.findtext(f"{_Q}vgpu"))
+            else:
+                fields["backing"] = _new(bcls, **_passthrough_backing(bcls, backing))
+    group = dev.find(f"{_Q}deviceGroupInfo")
+    if group is not None:
+        fields["deviceGroupInfo"] = _new(t.group_info,
+            groupInstanceKey=int(group.findtext(f"{_Q}groupInstanceKey") or 0),
+            sequenceId=int(group.findtext(f"{_Q}sequenceId") or 0),
+        )
+    return _new(cls, **fields)
+
+
+def _passthrough_backing(bcls: type, elem: ET.Element) -> dict[str, Any]:
+    """DirectPath (id, deviceId, vendorId, systemId) and Dynamic DirectPath (allowedDevice, assignedId) fields."""
+    t = device_types()
+    if issubclass(bcls, t.device_backing):
+        return {"id": elem.findtext(f"{_Q}id") or "", "deviceId": elem.findtext(f"{_Q}deviceId") or "",
+                "systemId": elem.findtext(f"{_Q}systemId") or "", "vendorId": int(elem.findtext(f"{_Q}vendorId") or 0)}
+    if issubclass(bcls, t.dynamic_backing):
+        return {"assignedId": elem.findtext(f"{_Q}assignedId"), "allowedDevice": [
             _new(t.allowed_device, vendorId=int(a.findtext(f"{_Q}vendorId") or 0),
-                             deviceId=int(a.findtext(f"{_Q}deviceId") or 0))
+                 deviceId=int(a.findtext(f"{_Q}deviceId") or 0))
             for a in elem.findall(f"{_Q}allowedDevice")
-        ]
+        ]}
+    return {}
 
 
 def _ethernet_card(dev: ET.Element, cls: Any, stub: Any) -> Any:
     """A VirtualEthernetCard with what vgpuctl reads: key, MAC, slot, port group backing, PVRDMA protocol and
     the SR-IOV physical function."""
     t = device_types()
-    card = _new(cls, key=int(dev.findtext(f"{_Q}key") or 0), macAddress=dev.findtext(f"{_Q}macAddress"),
-               addressType=dev.findtext(f"{_Q}addressType"))
+    fields: dict[str, Any] = {}  # given to _new, as _passthrough_device does
     slot = dev.findtext(f"{_Q}slotInfo/{_Q}pciSlotNumber")
     if slot:
-        card.slotInfo = _new(t.slot_info, pciSlotNumber=int(slot))
+        fields["slotInfo"] = _new(t.slot_info, pciSlotNumber=int(slot))
     backing = dev.find(f"{_Q}backing")
     kind = _local(backing.get(XSI_TYPE, "")) if backing is not None else ""
     if backing is not None and kind == "VirtualEthernetCardNetworkBackingInfo":
         net = backing.find(f"{_Q}network")
-        card.backing = _new(t.network_backing, deviceName=backing.findtext(f"{_Q}deviceName"),
-                                         network=t.network(net.text or "", stub) if net is not None else None)
+        fields["backing"] = _new(t.network_backing, deviceName=backing.findtext(f"{_Q}deviceName"),
+                                 network=t.network(net.text or "", stub) if net is not None else None)
     elif backing is not None and kind == "VirtualEthernetCardDistributedVirtualPortBackingInfo":
-        card.backing = _new(t.port_backing, port=_new(t.port_connection,
+        fields["backing"] = _new(t.port_backing, port=_new(t.port_connection,
             switchUuid=backing.findtext(f"{_Q}port/{_Q}switchUuid") or "",
             portgroupKey=backing.findtext(f"{_Q}port/{_Q}portgroupKey")))
-    if isinstance(card, t.vrdma):
-        card.deviceProtocol = dev.findtext(f"{_Q}deviceProtocol")
-    if isinstance(card, t.sriov):
+    if issubclass(cls, t.vrdma):
+        fields["deviceProtocol"] = dev.findtext(f"{_Q}deviceProtocol")
+    if issubclass(cls, t.sriov):
         pf = dev.findtext(f"{_Q}sriovBacking/{_Q}physicalFunctionBacking/{_Q}id")
         if pf:
-            card.sriovBacking = _new(t.sriov_backing, physicalFunctionBacking=_new(t.device_backing, id=pf))
-    return card
+            fields["sriovBacking"] = _new(t.sriov_backing, physicalFunctionBacking=_new(t.device_backing, id=pf))
+    return _new(cls, key=int(dev.findtext(f"{_Q}key") or 0), macAddress=dev.findtext(f"{_Q}macAddress"),
+                addressType=dev.findtext(f"{_Q}addressType"), **fields)
 
 
 def _opt_int(text: str | None) -> int | None:
