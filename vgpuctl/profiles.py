@@ -357,7 +357,7 @@ def mixing_problem(profiles: Iterable[str | VgpuProfile]) -> str | None:
     """Why these vGPUs cannot share one VM, or None. All vGPUs of a VM share board and series;
     framebuffer sizes may differ."""
     parsed = [p if isinstance(p, VgpuProfile) else parse_profile(p) for p in profiles]
-    if not parsed:
+    if len(parsed) < 2:  # one vGPU mixes with nothing
         return None
     boards = sorted({p.board for p in parsed})
     if len(boards) > 1:

@@ -54,6 +54,7 @@ USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
 MMIO_SIZE = "pciPassthru.64bitMMIOSizeGB"
 MIN_HW_VERSION_LARGE_BAR = 17
 _UVM_KEY = re.compile(r"^pciPassthru\d+\.cfg\.enable_uvm$", re.IGNORECASE)
+_HW_VERSION = re.compile(r"vmx-(\d+)")
 RUNNING = (PowerState.ON, PowerState.SUSPENDED)
 
 
@@ -514,7 +515,7 @@ def _diff_mmio(vp: _VmPlan, base: ObservedVm, parsed: list[VgpuProfile], keep: s
 
 
 def _hw_version(text: str) -> int | None:
-    m = re.fullmatch(r"vmx-(\d+)", text or "")
+    m = _HW_VERSION.fullmatch(text or "")
     return int(m.group(1)) if m else None
 
 
