@@ -128,6 +128,14 @@ class PowerState(StrEnum):
     SUSPENDED = "suspended"
 
 
+class ToolsStatus(StrEnum):
+    """Whether VMware Tools run in a VM's guest, as vSphere reports it (guest.toolsRunningStatus)."""
+
+    RUNNING = "guestToolsRunning"
+    NOT_RUNNING = "guestToolsNotRunning"
+    EXECUTING_SCRIPTS = "guestToolsExecutingScripts"
+
+
 class HostPowerState(StrEnum):
     """A host's power state as vSphere reports it (HostSystem runtime.powerState)."""
 

@@ -59,24 +59,29 @@ ANSWER = (
 
 def what_vgpuctl_reads(device: Any) -> tuple[Any, ...]:
     """The fields observe.split_devices and netobserve.vm_nics read, by device kind."""
-    backing = getattr(device, "backing", None)
-    passthrough = (
-        getattr(backing, "vgpu", None),
-        *(getattr(backing, f, None) for f in ("id", "deviceId", "systemId", "vendorId", "assignedId")),
+    backing = device.backing
+    common = (type(device).__name__, device.key, type(backing).__name__ if backing is not None else None)
+    return common + (_nic_fields(device) if hasattr(device, "macAddress") else _passthrough_fields(device))
+
+
+def _passthrough_fields(device: Any) -> tuple[Any, ...]:
+    backing, group = device.backing, device.deviceGroupInfo
+    return (
+        *(getattr(backing, f, None) for f in ("vgpu", "id", "deviceId", "systemId", "vendorId", "assignedId")),
         [(a.vendorId, a.deviceId) for a in getattr(backing, "allowedDevice", None) or []],
-        (device.deviceGroupInfo.groupInstanceKey, device.deviceGroupInfo.sequenceId)
-        if getattr(device, "deviceGroupInfo", None) is not None else None,
-    ) if hasattr(device, "deviceGroupInfo") and not hasattr(device, "macAddress") else ()
-    network = getattr(backing, "network", None)
-    port = getattr(backing, "port", None)
-    sriov = getattr(device, "sriovBacking", None)
-    nic = (
-        device.macAddress, device.addressType, device.slotInfo.pciSlotNumber if device.slotInfo else None,
-        getattr(backing, "deviceName", None), str(network._moId).strip() if network is not None else None,
-        (port.switchUuid, port.portgroupKey) if port is not None else None, getattr(device, "deviceProtocol", None),
-        sriov.physicalFunctionBacking.id if sriov is not None and sriov.physicalFunctionBacking else None,
-    ) if hasattr(device, "macAddress") else ()
-    return (type(device).__name__, device.key, type(backing).__name__ if backing else None, *passthrough, *nic)
+        (group.groupInstanceKey, group.sequenceId) if group is not None else None,
+    )
+
+
+def _nic_fields(card: Any) -> tuple[Any, ...]:
+    backing, sriov = card.backing, getattr(card, "sriovBacking", None)
+    network, port = getattr(backing, "network", None), getattr(backing, "port", None)
+    return (
+        card.macAddress, card.addressType, card.slotInfo.pciSlotNumber if card.slotInfo else None,
+        getattr(backing, "deviceName", None), network._moId if network is not None else None,
+        (port.switchUuid, port.portgroupKey) if port is not None else None, getattr(card, "deviceProtocol", None),
+        sriov.physicalFunctionBacking.id if sriov is not None else None,
+    )
 
 
 def lean_devices(body: bytes) -> list[Any]:

@@ -445,7 +445,7 @@ def _vm_diff(change: VmChange) -> VmDiff:
     clone = None if c is None else CloneDiff(c.template, c.cluster, c.host, c.folder, c.cpus, c.memory_mb)
     return VmDiff(
         vm=change.vm,
-        steps=list(change.planned_steps()),
+        steps=change.planned_steps(),
         clone=clone,
         fields=[FieldDiff(f.field, str(f.op), f.old, f.new) for f in change.fields],
         devices=[DeviceDiff(str(d.op), d.profile, d.key, d.group) for d in change.devices],

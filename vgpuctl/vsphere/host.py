@@ -14,7 +14,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from vgpuctl.domain import AssignmentPolicy, ConnectionState, GpuGraphicsType, GpuVgpuMode, GraphicsType, PowerState
+from vgpuctl.domain import (
+    AssignmentPolicy,
+    ConnectionState,
+    GpuGraphicsType,
+    GpuVgpuMode,
+    GraphicsType,
+    PowerState,
+    ToolsStatus,
+)
 from vgpuctl.errors import NotFound, VgpuctlError, VsphereFault
 from vgpuctl.vsphere.faults import to_error
 from vgpuctl.vsphere.tasks import dispatch, in_flight
@@ -349,7 +357,7 @@ def host_vms(session: Session, moid: str) -> list[HostVm]:
                 moid=vm_moid,
                 power_state=str(p.get("runtime.powerState") or PowerState.OFF),
                 vgpus=_vgpus(p.get("config.hardware.device") or []),
-                tools_running=p.get("guest.toolsRunningStatus") == "guestToolsRunning",
+                tools_running=p.get("guest.toolsRunningStatus") == ToolsStatus.RUNNING,
             )
         )
     return sorted(out, key=lambda v: v.name)

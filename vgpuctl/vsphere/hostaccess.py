@@ -8,6 +8,7 @@ entities (AuthorizationManager.HasPrivilegeOnEntities); starting and stopping th
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -178,8 +179,7 @@ def _ask_privileges(session: Session, asked: list[tuple[Sequence[tuple[str, str]
     read = 0
     try:
         for entities, privileges in asked:
-            types = {kind: _vim_type(kind) for kind in {kind for kind, _ in entities}}  # 1,000 VMs, one type
-            refs = [types[kind](moid, session.stub) for kind, moid in entities]
+            refs = [_vim_type(kind)(moid, session.stub) for kind, moid in entities]
             sent.append(SentRequest(session.stub, manager, "HasPrivilegeOnEntities", [refs, key, list(privileges)]))
         for request in sent:
             read += 1  # read (or dropped) by its own chunks() from here on
@@ -255,6 +255,7 @@ def _entity(ref: Any) -> Entity:
     return type(ref).__name__.removeprefix("vim."), _moid(ref)
 
 
+@functools.cache  # a privileges request names 1,000 VMs: one lookup, not an import and a walk each
 def _vim_type(name: str) -> Any:
     """`HostSystem` -> vim.HostSystem, `dvs.DistributedVirtualPortgroup` -> vim.dvs.DistributedVirtualPortgroup."""
     from pyVmomi import vim

@@ -14,7 +14,15 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from vgpuctl.domain import ConnectionState, Firmware, GpuGraphicsType, GpuVgpuMode, HostPowerState, PowerState
+from vgpuctl.domain import (
+    ConnectionState,
+    Firmware,
+    GpuGraphicsType,
+    GpuVgpuMode,
+    HostPowerState,
+    PowerState,
+    ToolsStatus,
+)
 from vgpuctl.errors import NotFound, UsageError
 from vgpuctl.model import (
     Observed,
@@ -461,7 +469,7 @@ def _vm(tree: _Tree, obj: Obj, vm_root: str, networks: netobserve.NetworkNames) 
         hardware_version=str(p.get("config.version") or ""),
         extra_config={str(o.key): str(o.value) for o in p.get("config.extraConfig") or []},
         guest_state=str(p.get("guest.guestState") or "notRunning"),
-        tools_running=p.get("guest.toolsRunningStatus") == "guestToolsRunning",
+        tools_running=p.get("guest.toolsRunningStatus") == ToolsStatus.RUNNING,
         guest_ips=_guest_ips(obj),
         change_version=str(p.get("config.changeVersion") or ""),
     )

@@ -484,7 +484,7 @@ class LeanRef:
         return f"LeanRef({self._wsdlName}:{self._moId})"
 
 
-def _ref(elem: ET.Element) -> Any:
+def _ref(elem: ET.Element) -> LeanRef:
     return LeanRef(elem.text or "", elem.get("type", ""))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from vgpuctl.domain import ToolsStatus
 from vgpuctl.errors import DriftError
 from vgpuctl.model import CloneSpec, ObservedDeviceGroup, ObservedHost, ObservedNic, ObservedVgpu
 from vgpuctl.vsphere.session import Session
@@ -70,7 +71,7 @@ def read_vm(session: Session, vm: Any, name: str) -> VmState:
         name=str(props.get("name")),
         power=str(props.get("runtime.powerState")),
         devices=list(props.get("config.hardware.device") or []),
-        tools=props.get("guest.toolsRunningStatus") == "guestToolsRunning",
+        tools=props.get("guest.toolsRunningStatus") == ToolsStatus.RUNNING,
         template=bool(props.get("config.template") or False),
         host=str(host._moId) if host is not None else "",
         change_version=str(props.get("config.changeVersion") or ""),
