@@ -200,7 +200,7 @@ def client_steps(floor: Floor, profiled: Profiled, path: Path) -> dict[str, floa
 
     from vgpuctl import pipeline
     from vgpuctl.gcpause import paused_gc
-    from vgpuctl.vms.plan import make_plan
+    from vgpuctl.planner import make_plan
     from vgpuctl.vsphere import rawread
     from vgpuctl.vsphere.observe import build_observed
 
@@ -229,7 +229,7 @@ def cprofile_steps(floor: Floor, profiled: Profiled, top: int = 14) -> str:
     import xml.etree.ElementTree as ET
 
     from vgpuctl.gcpause import paused_gc
-    from vgpuctl.vms.plan import make_plan
+    from vgpuctl.planner import make_plan
     from vgpuctl.vsphere import rawread
     from vgpuctl.vsphere.observe import build_observed
 

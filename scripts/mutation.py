@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MUTANTS = ROOT / "mutants"
 MODULES: dict[str, tuple[str, ...]] = {
-    "placement": ("vgpuctl/vms/placement.py", "vgpuctl/vms/farm.py"),
+    "placement": ("vgpuctl/farm/placement.py", "vgpuctl/farm/state.py"),
     "scheduler": ("vgpuctl/esxi/rmpvmrl.py",),
     "plan": ("vgpuctl/vms/plan.py",),
     "kinds": ("vgpuctl/capacity/kinds.py",),

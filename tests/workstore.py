@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vgpuctl.hosts.work import WORK_FIELD, HostRecord, WorkRecords, parse_record
+from vgpuctl.records.work import WORK_FIELD, HostRecord, WorkRecords, parse_record
 
 
 class MemoryWorkStore(WorkRecords):

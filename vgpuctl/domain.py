@@ -10,6 +10,7 @@ Nothing here does I/O.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import ClassVar
 
 
 class Outcome(StrEnum):
@@ -202,27 +203,25 @@ class CheckStatus(StrEnum):
     SKIP = "skip"
 
 
-class ChangeKind(StrEnum):
-    """What a host change changes. The host settings (vgpuctl/hosts/settings/) plan the first ten; the
-    evacuation of a VM and the resumption of unfinished work are the orchestration around them. The part
-    before a dot names the setting group in documents ("graphics")."""
+class ChangeKind(str):
+    """What a host change changes: a host setting's own kind (each setting declares its kinds in its module,
+    vgpuctl.settings), or the orchestration around the settings: a VM's evacuation (EVACUATE) and the resumption
+    of unfinished work (RESUME). The part before a dot names the setting group in documents ("graphics")."""
 
-    DEFAULT_TYPE = "graphics.default_type"
-    ASSIGNMENT_POLICY = "graphics.assignment_policy"
-    GPU_TYPE = "graphics.type"
-    VGPU_MODE = "graphics.vgpu_mode"
-    MIG = "mig"
-    NVLINK = "nvlink"
-    SCHEDULER = "scheduler"
-    SRIOV = "sriov"  # a NIC's SR-IOV virtual functions
-    PVRDMA_VMKNIC = "pvrdma.vmknic"  # the VMkernel adapter PVRDMA uses (Net.PVRDMAVmknic)
-    PVRDMA_FIREWALL = "pvrdma.firewall"  # the pvrdma firewall ruleset
-    EVACUATE = "evacuate"
-    RESUME = "maintenance"
+    __slots__ = ()
+    EVACUATE: ClassVar[ChangeKind]
+    RESUME: ClassVar[ChangeKind]
 
     @property
     def category(self) -> str:
-        return self.value.split(".", 1)[0]
+        return self.split(".", 1)[0]
+
+    def __repr__(self) -> str:
+        return f"ChangeKind({str(self)!r})"
+
+
+ChangeKind.EVACUATE = ChangeKind("evacuate")
+ChangeKind.RESUME = ChangeKind("maintenance")
 
 
 class Phase(StrEnum):

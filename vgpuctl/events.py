@@ -33,6 +33,7 @@ from vgpuctl.reports.events import (
 
 if TYPE_CHECKING:
     from vgpuctl.reports.plan import PlanReport
+    from vgpuctl.scope import Scope
 
 # The step a VM or host reports when it is done, and the outcome it stands for.
 VM_FINAL = {"done": Outcome.CHANGED, "failed": Outcome.FAILED, "skipped": Outcome.SKIPPED,
@@ -95,8 +96,8 @@ class EventStream:
 
     # ------------------------------------------------------------------------------------- milestones
 
-    def run_start(self, command: str, inventory: str | None, scope: ScopeInfo | None = None) -> None:
-        self.emit(RunStart, command=command, inventory=inventory, scope=scope)
+    def run_start(self, command: str, inventory: str | None, scope: Scope | None = None) -> None:
+        self.emit(RunStart, command=command, inventory=inventory, scope=ScopeInfo.of(scope) if scope else None)
 
     def plan(self, report: PlanReport) -> None:
         """The plan's counts and what it changes, then its warnings one event each."""

@@ -19,18 +19,19 @@ from typing import Any
 
 from vgpuctl import yamlout
 from vgpuctl.domain import AdapterType, Firmware, Keep, NvlinkRequirement, Power
-from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.hosts.settings import SETTINGS
-from vgpuctl.hosts.settings.gpus import SETTING as GPU_SETTINGS
+from vgpuctl.inventory.classes import VmClassSpec
 from vgpuctl.inventory.schema import API_VERSION, vm_name_problem
 from vgpuctl.model import Observed, ObservedHost, ObservedNic, ObservedVm
 from vgpuctl.netrules import network_rules
 from vgpuctl.profiles import BOARDS, ProfileError, board_for_device, parse_profile, try_parse
-from vgpuctl.supervisor.vmclasses import ClassState, SupervisorState, VmClassSpec, desired_class
+from vgpuctl.records.classes import ClassState, SupervisorState
+from vgpuctl.settings import SETTINGS
+from vgpuctl.settings.facts import MODULE_OPTIONS, HostFacts
+from vgpuctl.settings.pergpu import GPUS_KEY
+from vgpuctl.supervisor.vmclasses import desired_class
 from vgpuctl.vms.network import is_nic
 
 _NUMBERED = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<suffix>[^\d]*)$")
-GPUS_KEY = GPU_SETTINGS.key  # the per-GPU settings: a list of items by `select`
 
 
 @dataclass
@@ -65,14 +66,15 @@ def host_settings(host: ObservedHost, facts: HostFacts | None) -> tuple[dict[str
     gpus: GpuValues = {}
     notes: list[str] = []
     gpu_notes: list[str] = []
-    kept = [s.key for s in SETTINGS if s.observes.module_options]
-    options = facts.options_configured if facts is not None else None
+    kept = [s.key for s in SETTINGS if s.reads.module_options]
+    read = facts.get(MODULE_OPTIONS) if facts is not None else None
+    options = read.configured if read is not None else None
     if options is None:
         notes.append(f"{' and '.join(kept)} left out: the nvidia module options were not read")
-    elif facts is not None and facts.options_effective is not None and facts.options_effective != options:
+    elif read is not None and read.effective is not None and read.effective != options:
         notes.append("the nvidia module options change at the next reboot: values below are the configured ones")
     for setting in SETTINGS:
-        if options is None and setting.observes.module_options:
+        if options is None and setting.reads.module_options:
             continue
         part = setting.export(host, facts)
         values.update(part.values)

@@ -1,4 +1,5 @@
-"""Typed data shared by observe (vsphere/), plan (plan.py) and apply (apply.py).
+"""Typed data shared by observe (vsphere/), the planners and apply: what vCenter has, what a plan changes, what
+each apply stage did.
 
 Observed* is what vCenter has, read in bulk by vgpuctl.vsphere.observe; it is plain data so the planner is
 a pure function testable from fixtures (see `Observed.from_dict` / `to_dict`). Plan* is what the planner
@@ -10,14 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from vgpuctl.errors import VgpuctlError
-    from vgpuctl.guest.runner import DeployResult
-    from vgpuctl.inventory import Inventory
-    from vgpuctl.scope import ScopeResult
-    from vgpuctl.supervisor.vmclasses import SupervisorPlan
+from typing import Any
 
 from vgpuctl.domain import (
     MAX_VGPUS_PER_VM,
@@ -153,6 +147,13 @@ class ObservedHost:
     custom_values: dict[str, str] = field(default_factory=dict)  # custom attribute name -> value (non-empty)
     device_groups: list[ObservedDeviceGroup] | None = None  # NVLink device groups, when they were read
     nics: list[ObservedHostNic] = field(default_factory=list)  # physical NICs (class network)
+    properties: dict[str, Any] = field(default_factory=dict)  # bulk-read values a host setting reads for itself
+
+    @property
+    def usable(self) -> bool:
+        """Connected, powered on and not in maintenance mode: VMs can run here."""
+        return (self.connection_state == ConnectionState.CONNECTED and not self.in_maintenance
+                and self.power_state == HostPowerState.ON)
 
 
 @dataclass
@@ -232,6 +233,11 @@ class Observed:
     folder_moids: dict[str, str] = field(default_factory=dict)  # VM folder path -> moid
     networks: list[ObservedNetwork] = field(default_factory=list)  # port groups of the datacenter
     warnings: list[str] = field(default_factory=list)  # e.g. NVLink sets that could not be read
+
+    def host_usable(self, name: str) -> bool:
+        """The host is known and VMs can run there (ObservedHost.usable)."""
+        host = self.hosts.get(name)
+        return host is not None and host.usable
 
     def named(self, name: str, folder: str | None = None) -> list[str]:
         """Keys of the VMs called `name`, in `folder` when it is not None (a path as `folder_path` gives it)."""
@@ -679,96 +685,3 @@ class SupervisorApplyResult:
     @property
     def failed(self) -> list[ChangeOutcome]:
         return [o for o in self.outcomes if o.status == "failed"]
-
-
-# ------------------------------------------------------------------------------------------ a whole run
-
-
-@dataclass
-class ApplyOutcome:
-    """What `apply` did: the hosts (None when the plan had no host changes) and the VMs of `vm_plan`, the VM
-    plan made again after the host changes (the original plan when there were none)."""
-
-    hosts: HostApplyResult | None
-    vms: ApplyResult
-    vm_plan: Plan
-    interrupted: bool = False
-    vm_errors: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Planned:
-    """What the plan stage produced: the farm as read, the plan, and the VM-class plan (None when the inventory
-    names no VM classes or namespaces)."""
-
-    inventory: Inventory  # of a scoped run: only the entries in scope
-    observed: Observed
-    plan: Plan
-    classes: SupervisorPlan | None = None
-    vcenter: str = ""  # the SDK URL the plan was made against
-    round_trips: int = 0
-    scope: ScopeResult | None = None
-
-    @property
-    def is_empty(self) -> bool:
-        return self.plan.is_empty and (self.classes is None or self.classes.is_empty)
-
-    @property
-    def disruptive(self) -> bool:
-        """Host changes, VMs powered off or vGPUs removed, or VM classes deleted."""
-        return (
-            bool(self.plan.host_changes)
-            or any(c.power_off or any(d.op == Op.REMOVE for d in c.devices) for c in self.plan.changes)
-            or (self.classes is not None and any(c.op == Op.REMOVE for c in self.classes.class_changes))
-        )
-
-
-@dataclass
-class RunOutcome:
-    """Everything one run did. `applied` is None when it only planned or had nothing to change; `classes` is
-    the VM-class stage's result; `guests` the guest playbooks' (provision)."""
-
-    planned: Planned
-    applied: ApplyOutcome | None = None
-    classes: SupervisorApplyResult | None = None
-    addresses: dict[str, str | None] | None = None
-    guests: DeployResult | None = None
-    interrupted: bool = False
-    round_trips: int = 0
-
-    @property
-    def vm_result(self) -> ApplyResult:
-        return self.applied.vms if self.applied is not None else ApplyResult()
-
-    @property
-    def vm_plan(self) -> Plan:
-        """The VM plan that was applied: made again after the host changes when there were some."""
-        return self.applied.vm_plan if self.applied is not None else self.planned.plan
-
-    def failure(self) -> VgpuctlError | None:
-        """What makes this run a failure (the first of: a host failed, the VM plan after the hosts failed,
-        Ctrl-C, VMs failed, a VM-class change failed), or None."""
-        from vgpuctl.errors import Interrupted, PlanError, VgpuctlError
-
-        applied = self.applied
-        hosts = applied.hosts if applied is not None else None
-        if hosts is not None and hosts.failed and not self.interrupted:
-            return VgpuctlError(
-                f"apply failed on host(s) {', '.join(hosts.failed)} (left as the summary says): run apply again "
-                "to continue"
-            )
-        if applied is not None and applied.vm_errors:
-            return PlanError(list(applied.vm_errors))
-        result = self.vm_result
-        if self.interrupted:
-            return Interrupted(
-                f"interrupted: {len(result.changed)} VM(s) changed, {len(result.not_started)} not started; run "
-                "apply again to continue"
-            )
-        if result.failed:
-            return VgpuctlError(f"apply failed for {len(result.failed)} of {len(result.vms)} VM(s): "
-                                f"{', '.join(result.failed)}")
-        if self.classes is not None and self.classes.failed:
-            first = self.classes.failed[0]
-            return VgpuctlError(f"apply stopped at {first.target}: {first.message}")
-        return None

@@ -23,22 +23,24 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome, Power
 from vgpuctl.errors import PlanError, UsageError
+from vgpuctl.farm.predict import predict_observed
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_changes
-from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.hosts.predict import predict_observed
 from vgpuctl.hosts.sshservice import SshServiceRun, explain_shell_errors, only_ssh, ssh_service_for_run
 from vgpuctl.hosts.targets import targets_for
-from vgpuctl.hosts.work import WorkStore
 from vgpuctl.inventory import HostSpec, Inventory
-from vgpuctl.model import ApplyOutcome, HostApplyResult, HostChange, Observed, Plan, Planned, RunOutcome
+from vgpuctl.model import HostApplyResult, HostChange, Observed, Plan
+from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
 from vgpuctl.progress import (
     Cancel,
     HostProgress,
     Progress,
     VmProgress,
 )
+from vgpuctl.records.work import WorkStore
 from vgpuctl.runlocks import check_lock_settings
+from vgpuctl.settings import host_properties
+from vgpuctl.settings.facts import MODULE_OPTIONS, HostFacts
 
 if TYPE_CHECKING:
     from vgpuctl.guest.runner import DeployResult
@@ -99,11 +101,11 @@ def observe(
 ) -> Observed:
     """The one bulk read of the farm. NVLink sets are read on the hosts where the inventory's NVLink VMs can
     run, or on every GPU host with `all_nvlink` (status)."""
-    from vgpuctl.vsphere.nvlink import nvlink_hosts_for
+    from vgpuctl.farm.state import nvlink_hosts_for
     from vgpuctl.vsphere.observe import observe as bulk_observe
     from vgpuctl.vsphere.observe import observe_nvlink
 
-    observed = bulk_observe(session, datacenter)
+    observed = bulk_observe(session, datacenter, host_properties=host_properties())
     if all_nvlink:
         hosts = {h.name for h in observed.hosts.values() if h.gpus}
     else:
@@ -140,7 +142,8 @@ def host_facts(
         on_new_host_key=options.on_new_host_key,
     )
     for name, f in facts.items():
-        observed.hosts[name].module_options = f.options_configured or ""
+        read = f.get(MODULE_OPTIONS)
+        observed.hosts[name].module_options = read.configured if read is not None else ""
         adopt_nvlink_sets(observed, f)  # NVLink sets from nvidia-smi topo where vCenter reported no device groups
     explain_shell_errors(session, observed, facts)
     observed.warnings += unread_warnings(facts.values())  # one line per cause, naming the hosts
@@ -179,7 +182,7 @@ def state_of(session: Session, observed: Observed, options: RunOptions) -> WorkS
     """Where this run keeps its host work records: the store given, else the hosts' records in vCenter (read with
     the bulk observe)."""
     if options.state is None:
-        from vgpuctl.hosts.work import WORK_FIELD
+        from vgpuctl.records.work import WORK_FIELD
         from vgpuctl.vsphere.workrecord import VcenterWorkStore, new_run_id
 
         options.run_id = options.run_id or new_run_id()
@@ -236,8 +239,14 @@ def _lease_warnings(session: Session, observed: Observed, hosts: Sequence[str]) 
 def plan(session: Session, observed: Observed, inventory: Inventory, options: RunOptions) -> Plan:
     """Host facts of the inventory's hosts, then the pure planner: host changes first, VM changes planned
     against the hosts as they will be, VMs on changing hosts waiting for them."""
+    return _plan(session, observed, inventory, options)[0]
+
+
+def _plan(
+    session: Session, observed: Observed, inventory: Inventory, options: RunOptions
+) -> tuple[Plan, dict[str, HostFacts]]:
+    from vgpuctl.planner import make_plan
     from vgpuctl.preflight import refuse_by_preflight
-    from vgpuctl.vms.plan import make_plan
 
     resolved, _ = hostplan.resolve_hosts(inventory.hosts, observed)  # make_plan reports resolve errors
     facts, errors = host_facts(session, observed, resolved, options) if resolved else ({}, [])
@@ -251,19 +260,28 @@ def plan(session: Session, observed: Observed, inventory: Inventory, options: Ru
     the_plan.refuse(broken)
     the_plan.warnings += elsewhere
     the_plan.warnings += _lease_warnings(session, observed, sorted({c.host for c in the_plan.host_changes}))
-    return the_plan
+    return the_plan, facts
 
 
-def plan_in_scope(
-    session: Session, observed: Observed, inventory: Inventory, options: RunOptions
-) -> tuple[Plan, Inventory, ScopeResult | None]:
-    """The plan of the run's scope (options.scope; the whole inventory without one), the inventory the rest of
-    the run applies (only the VMs in scope) and what the scope selected, pulled in and left out."""
+@dataclass
+class ScopedPlan:
+    """The plan of a run's scope, the inventory the rest of the run applies (only the VMs in scope), what the
+    scope selected, pulled in and left out (None without a scope), and the host facts the plan was made from."""
+
+    plan: Plan
+    inventory: Inventory
+    scope: ScopeResult | None
+    facts: dict[str, HostFacts]
+
+
+def plan_in_scope(session: Session, observed: Observed, inventory: Inventory, options: RunOptions) -> ScopedPlan:
+    """The plan of the run's scope (options.scope; the whole inventory without one)."""
     if options.scope is None:
-        return plan(session, observed, inventory, options), inventory, None
+        the_plan, facts = _plan(session, observed, inventory, options)
+        return ScopedPlan(the_plan, inventory, None, facts)
     from vgpuctl import scope as scoping
+    from vgpuctl.planner import make_plan
     from vgpuctl.preflight import refuse_by_preflight
-    from vgpuctl.vms.plan import make_plan
 
     selection = scoping.select(options.scope, inventory, observed)
     resolved, _ = hostplan.resolve_hosts(inventory.hosts, observed)
@@ -286,7 +304,7 @@ def plan_in_scope(
     the_plan.warnings += _lease_warnings(session, observed, sorted({c.host for c in the_plan.host_changes}))
     result = scoping.result(options.scope, selection, the_plan, kept, vms, handed, resolved, inventory)
     scoped = scoping.only_vms(scoping.restricted(inventory, resolved, kept), vms)
-    return the_plan, scoped, result
+    return ScopedPlan(the_plan, scoped, result, facts)
 
 
 def plan_vm_classes(
@@ -349,12 +367,12 @@ def apply_hosts(
 def replan_vms(inventory: Inventory, observed_after: Observed, pending: Sequence[HostChange]) -> Plan:
     """The VM part of the plan again, against the farm after the host changes. `pending` (changes of hosts that
     did not finish) stay in the plan; those hosts are predicted as changed and their VMs wait for them."""
-    from vgpuctl.vms.plan import make_plan
+    from vgpuctl.planner import make_plan, mark_dependencies
 
     base = predict_observed(observed_after, pending) if pending else observed_after
     vm_plan = make_plan(inventory.model_copy(update={"hosts": []}), base)
     vm_plan.host_changes = list(pending)
-    hostplan.mark_dependencies(vm_plan.vm_changes, base, pending)
+    mark_dependencies(vm_plan.vm_changes, base, pending)
     return vm_plan
 
 
@@ -623,14 +641,15 @@ def carry_out(
     hooks: RunHooks,
 ) -> RunOutcome:
     """Plan against `observed`, then the rest of the run (see `run`)."""
-    the_plan, inventory, scope = plan_in_scope(session, observed, inventory, options)
+    scoped = plan_in_scope(session, observed, inventory, options)
+    the_plan, inventory = scoped.plan, scoped.inventory
     with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:
         classes = supervisor.last_plan if supervisor is not None else None
         if classes is not None:
             the_plan.refuse(classes.errors)
             the_plan.warnings += classes.warnings
         planned = Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips,
-                          scope)
+                          scoped.scope, scoped.facts)
         if request.saved is not None and request.saved_path is not None:
             from vgpuctl.planfile import check_still_valid
 
@@ -669,13 +688,14 @@ def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOp
 
     with open_session(settings) as session, ssh_service_for_run(session, options):
         observed = observe(session, options.datacenter, inventory)
-        the_plan, inventory, scope = plan_in_scope(session, observed, inventory, options)
+        scoped = plan_in_scope(session, observed, inventory, options)
+        the_plan, inventory = scoped.plan, scoped.inventory
         with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:
             classes = supervisor.last_plan if supervisor is not None else None
             if classes is not None:
                 the_plan.refuse(classes.errors)
         return Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips,
-                       scope)
+                       scoped.scope, scoped.facts)
 
 
 def run_interruptible(work: Callable[[Cancel], T], on_interrupt: Callable[[str], None]) -> tuple[T, bool]:

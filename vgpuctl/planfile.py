@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from vgpuctl import filelimits
 from vgpuctl.errors import UsageError, VgpuctlError
-from vgpuctl.hosts.settings import drift_fields
 from vgpuctl.model import Observed, Plan
+from vgpuctl.settings import drift_fields
 
 if TYPE_CHECKING:
     from vgpuctl.supervisor.vmclasses import SupervisorPlan
@@ -38,7 +38,7 @@ EDITED = (
 
 # What the plan depends on, per object; churn that does not change a plan (round trips, guest IPs, tools
 # status, warnings) is left out of the digest. A host: where it is and whether it can take changes and VMs
-# (ORCHESTRATION_FIELDS), then what each host setting is planned from (vgpuctl.hosts.settings).
+# (ORCHESTRATION_FIELDS), then what each host setting is planned from (vgpuctl.settings).
 ORCHESTRATION_FIELDS = (
     "name", "moid", "cluster", "connection_state", "in_maintenance", "power_state", "gpus", "offered_profiles",
     "max_vgpus_per_vm",

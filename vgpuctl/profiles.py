@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from vgpuctl.domain import GpuVgpuMode, ProfileSharing
-from vgpuctl.model import ObservedProfile
+from vgpuctl.model import ObservedGpu, ObservedProfile
 
 PREFIXES = ("grid_", "nvidia_")
 _GRAMMAR_RE = re.compile(
@@ -404,6 +404,13 @@ def board_for_device(
     if len(by_name) == 1:
         return by_name[0]
     return board_from_offered(offered, memory_gb)
+
+
+def gpu_board(gpu: ObservedGpu, offered: Iterable[str] = ()) -> str | None:
+    """A host GPU's catalogue board by device id, exact device name, or the host's offered profiles (never
+    substrings); None when the catalogue has none."""
+    board = board_for_device(gpu.device_name, gpu.memory_kb / (1024 * 1024) or None, gpu.device_id, offered)
+    return board if board in BOARDS else None
 
 
 def board_from_offered(offered: Iterable[str], memory_gb: float | None = None) -> str | None:

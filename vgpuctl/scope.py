@@ -27,7 +27,6 @@ from vgpuctl.model import EvacuationAction
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec, Inventory, VmSpec
     from vgpuctl.model import Observed, Plan
-    from vgpuctl.reports.events import ScopeInfo
 
 
 @dataclass
@@ -37,11 +36,6 @@ class Scope:
     hosts: list[str] = field(default_factory=list)
     clusters: list[str] = field(default_factory=list)
     vms: list[str] = field(default_factory=list)
-
-    def info(self) -> ScopeInfo:
-        from vgpuctl.reports.events import ScopeInfo
-
-        return ScopeInfo(list(self.hosts), list(self.clusters), list(self.vms))
 
 
 @dataclass

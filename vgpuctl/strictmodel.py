@@ -1,5 +1,5 @@
 """The base of the inventory's schema models (vgpuctl.inventory and the host settings' parts in
-vgpuctl.hosts.settings): unknown keys are errors and values are not coerced from other types, except a domain
+vgpuctl.settings): unknown keys are errors and values are not coerced from other types, except a domain
 StrEnum given as its string in YAML (`Lax`)."""
 
 from __future__ import annotations

@@ -5,16 +5,16 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import kinds
 import pytest
 from pyVim.connect import Disconnect
 from pyVmomi import vim
 
-from vgpuctl.domain import ChangeKind
 from vgpuctl.errors import PlanError
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import Op
+from vgpuctl.planner import make_plan
 from vgpuctl.vms.apply import apply_plan
-from vgpuctl.vms.plan import make_plan
 from vgpuctl.vsphere.observe import observe
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
@@ -375,7 +375,7 @@ def test_vms_waiting_for_host_changes(sim, direct) -> None:
         observed = observe(session)
         plan = make_plan(inv, observed)
         web_host = observed.vms["web-01"].host
-        plan.host_changes.append(HostChange(web_host, ChangeKind.DEFAULT_TYPE, "host", "shared", "sharedDirect"))
+        plan.host_changes.append(HostChange(web_host, kinds.DEFAULT_TYPE, "host", "shared", "sharedDirect"))
         next(c for c in plan.changes if c.vm == "web-01").depends_on_hosts.append(web_host)
         result = apply_plan(session, plan, observed)  # host changes still in the plan have not landed
     by_vm = {o.vm: o for o in result.vms}

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
+from hostfacts import gpu_states, read_shell
 from pyVim.connect import Disconnect
 from pyVmomi import vim
 
@@ -23,7 +24,7 @@ from vgpuctl.experiment.report import build_report, render_markdown
 from vgpuctl.experiment.runner import VsphereFarm, restore, run_experiment
 from vgpuctl.experiment.schema import checked_variants, load_experiment
 from vgpuctl.experiment.store import BASE, ResultsDir
-from vgpuctl.hosts.facts import gather_shell_facts, open_shell, shell_runner
+from vgpuctl.hosts.facts import open_shell, shell_runner
 from vgpuctl.inventory import load_inventory
 
 pytestmark = pytest.mark.sim
@@ -96,7 +97,7 @@ def vgpus_of(sim: Any, name: str) -> list[str]:
 
 def shell_facts() -> Any:
     with open_shell(HOST) as sh:
-        return gather_shell_facts(HOST, shell_runner(sh))
+        return read_shell(HOST, shell_runner(sh))
 
 
 def host_gpus(facts: dict[str, Any]) -> dict[str, Any]:
@@ -130,7 +131,7 @@ def test_variants_applied_measured_and_base_restored(setup: dict[str, Any]) -> N
     # the base again, seen through pyVmomi and the ESXi shell
     assert vgpus_of(s["sim"], "train-01") == ["grid_a100-40c", "grid_a100-40c"]
     facts = shell_facts()
-    assert all(g.nvlink_active > 0 and not g.mig_current for g in facts.gpus.values())
+    assert all(g.nvlink_active > 0 and not g.mig_current for g in gpu_states(facts).values())
 
     text = render_markdown(build_report(results))
     assert "Farm now: the base inventory (restored)." in text
@@ -156,12 +157,12 @@ def test_nvlink_left_up_in_an_off_variant_stops_the_run_and_restore_returns(setu
     assert results.load("nvlink-on", 1) is not None and results.load("nvlink-off", 1) is None
     text = render_markdown(build_report(results))
     assert "Farm now: variant 'nvlink-off'; apply failed" in text and "links up, expected none" in text
-    assert any(g.nvlink_active for g in shell_facts().gpus.values())  # the contradiction, on the host itself
+    assert any(g.nvlink_active for g in gpu_states(shell_facts()).values())  # the contradiction, on the host itself
 
     restore(s["base"], results, s["farm"])
     assert results.state()["applied"] == BASE
     facts = shell_facts()
-    assert all(g.nvlink_active > 0 for g in facts.gpus.values())
+    assert all(g.nvlink_active > 0 for g in gpu_states(facts).values())
 
 
 def test_cli_run_needs_yes_without_a_terminal_then_runs_and_reports(setup: dict[str, Any]) -> None:
@@ -219,7 +220,7 @@ class StandInGuests(VsphereFarm):
         from vgpuctl.experiment.workload import GuestRun
         from vgpuctl.profiles import parse_profile
 
-        links_up = all(g.nvlink_active > 0 for g in shell_facts().gpus.values())
+        links_up = all(g.nvlink_active > 0 for g in gpu_states(shell_facts()).values())
         run = GuestRun()
         for vm in vms:
             held = vgpus_of(self.sim, vm)

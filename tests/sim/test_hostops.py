@@ -13,8 +13,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import kinds
 import pytest
 import typer
+from hostfacts import gpu_states, read_shell
 from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
@@ -23,10 +25,13 @@ from workstore import vcenter_record
 from vgpuctl import pipeline
 from vgpuctl.domain import ChangeKind, Outcome
 from vgpuctl.errors import SshError, SshHostKeyError
-from vgpuctl.hosts.facts import gather_shell_facts, open_shell, shell_runner
-from vgpuctl.hosts.settings.base import HostPlan
+from vgpuctl.hosts.facts import open_shell, shell_runner
 from vgpuctl.inventory import load_inventory_text
+from vgpuctl.model import Plan
 from vgpuctl.pipeline import RunOptions
+from vgpuctl.settings.base import HostPlan
+from vgpuctl.settings.ecc import ECC
+from vgpuctl.settings.facts import nvlink_peers
 from vgpuctl.vsphere.observe import observe
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
@@ -127,7 +132,7 @@ class Farm:
 
     def facts(self, host: str) -> Any:
         with self.shell(host) as sh:
-            return gather_shell_facts(host, shell_runner(sh))
+            return read_shell(host, shell_runner(sh))
 
     def host(self, name: str) -> dict[str, Any]:
         return self.sim.host(name)
@@ -197,8 +202,8 @@ def test_mig_on_and_back_changes_offered_profiles_and_admission(farm: Farm, si: 
     steps = Steps()
     plan, result = farm.apply(f"  - name: {H2}\n    gpus: [{{select: all, mode: mig}}]\n", steps)
     assert [(c.kind, c.target, c.needs_reboot) for c in plan.changes] == [
-        (ChangeKind.MIG, GPU0, True),
-        (ChangeKind.MIG, GPU1, True),
+        (kinds.MIG, GPU0, True),
+        (kinds.MIG, GPU1, True),
     ]
     outcome = result.hosts[0]
     assert outcome.status == Outcome.CHANGED, outcome.describe()
@@ -213,7 +218,7 @@ def test_mig_on_and_back_changes_offered_profiles_and_admission(farm: Farm, si: 
     assert "grid_a100-3-20c" in host.config.sharedPassthruGpuTypes
     assert "grid_a100-40c" not in host.config.sharedPassthruGpuTypes
     facts = farm.facts(H2)
-    assert all(g.mig_current and g.mig_pending for g in facts.gpus.values())
+    assert all(g.mig_current and g.mig_pending for g in gpu_states(facts).values())
     assert _power_on_fault(si, "mig-01") is None  # the MIG-backed VM runs after the switch
 
     assert farm.plan(f"  - name: {H2}\n    gpus: [{{select: all, mode: mig}}]\n").changes == []  # converged
@@ -230,7 +235,7 @@ def test_mig_on_and_back_changes_offered_profiles_and_admission(farm: Farm, si: 
 def test_hopper_switches_mig_without_a_reboot(farm: Farm, si: Any) -> None:
     steps = Steps()
     plan, result = farm.apply(f"  - name: {H3}\n    gpus: [{{select: all, mode: mig}}]\n", steps)
-    assert [(c.kind, c.needs_reboot) for c in plan.changes] == [(ChangeKind.MIG, False), (ChangeKind.MIG, False)]
+    assert [(c.kind, c.needs_reboot) for c in plan.changes] == [(kinds.MIG, False), (kinds.MIG, False)]
     outcome = result.hosts[0]
     assert outcome.status == Outcome.CHANGED and not outcome.rebooted, outcome.describe()
     assert "reboot" not in steps.steps(H3)
@@ -250,27 +255,68 @@ def _device_groups(si: Any, host_name: str) -> list[str]:
 def test_nvlink_off_and_on_keeps_other_module_options(farm: Farm, si: Any) -> None:
     assert _device_groups(si, H2)
     before = farm.facts(H2)
-    assert all(g.nvlink_active == g.nvlink_links > 0 for g in before.gpus.values())
-    assert before.gpus[GPU0].nvlink_peers == [GPU1]
+    assert all(g.nvlink_active == g.nvlink_links > 0 for g in gpu_states(before).values())
+    assert nvlink_peers(before)[GPU0] == [GPU1]
 
     plan, result = farm.apply(f"  - name: {H2}\n    nvlink: disabled\n")
     assert [(c.kind, c.old, c.new, c.needs_reboot) for c in plan.changes] == [
-        (ChangeKind.NVLINK, "enabled", "disabled", True)
+        (kinds.NVLINK, "enabled", "disabled", True)
     ]
     assert result.hosts[0].status == Outcome.CHANGED, result.hosts[0].describe()
     modules = farm.host(H2)["modules"]["nvidia"]
     assert modules["configured"] == modules["effective"] == "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1"
     after = farm.facts(H2)
-    assert all(g.nvlink_active == 0 for g in after.gpus.values())
-    assert after.gpus[GPU0].nvlink_peers == []
+    assert all(g.nvlink_active == 0 for g in gpu_states(after).values())
+    assert nvlink_peers(after)[GPU0] == []
     assert _device_groups(si, H2) == []
     assert _device_groups(si, H1)  # the other host is untouched
 
     _, result = farm.apply(f"  - name: {H2}\n    nvlink: enabled\n")
     assert result.hosts[0].status == Outcome.CHANGED, result.hosts[0].describe()
     assert farm.host(H2)["modules"]["nvidia"]["effective"] == "NVreg_EnableMSI=1"
-    assert farm.facts(H2).gpus[GPU0].nvlink_peers == [GPU1]
+    assert nvlink_peers(farm.facts(H2))[GPU0] == [GPU1]
     assert _device_groups(si, H2)
+
+
+# --------------------------------------------------------------------------------------------- ECC memory
+
+
+def test_ecc_off_on_one_gpu_reboots_the_host_and_then_plans_no_change(farm: Farm, si: Any) -> None:
+    from vgpuctl.export import export_inventory
+    from vgpuctl.reports.explain import explain_host
+
+    entry = f"  - name: {H3}\n    gpus: [{{select: all, ecc: 'on'}}, {{select: '{GPU0}', ecc: 'off'}}]\n"
+    steps = Steps()
+    plan, result = farm.apply(entry, steps)
+    assert [(c.kind, c.target, c.old, c.new, c.needs_reboot) for c in plan.changes] == [
+        (kinds.ECC, GPU0, "on", "off", True)
+    ]
+    outcome = result.hosts[0]
+    assert outcome.status == Outcome.CHANGED and outcome.rebooted, outcome.describe()
+    assert steps.steps(H3).index("ecc") < steps.steps(H3).index("reboot")
+    gpus = {g["pciId"]: g for g in farm.host(H3)["gpus"]}  # gpusim's own state, not vgpuctl's reading
+    assert (gpus[GPU0]["eccCurrent"], gpus[GPU0]["eccPending"], gpus[GPU1]["eccCurrent"]) == (False, False, True)
+    assert farm.plan(entry).changes == []  # verified, and planned again to nothing
+    facts = farm.facts(H3)
+    assert gpu_states(facts)[GPU0].ecc_current is False
+    inv = farm.inventory(entry)
+    with open_session(farm.settings) as session:
+        observed = observe(session)
+    report = explain_host(H3, inv, observed, Plan(), {H3: facts})
+    by_key = {v.setting: v for v in report.settings}
+    assert (by_key[f"gpus[{GPU0}].ecc"].vcenter, by_key[f"gpus[{GPU0}].ecc"].differs) == ("off", False)
+    assert by_key["gpus[all].ecc"].vcenter == f"{GPU0}: off, {GPU1}: on"
+    text = export_inventory(observed, {H3: facts})
+    exported = load_inventory_text(text)
+    (h3,) = [h for h in exported.hosts if h.name == H3]
+    eccs = {g.select: ECC.of(g) for g in h3.gpus if ECC.of(g) is not None}
+    assert eccs == {GPU0: "off", GPU1: "on"}, text
+
+
+def test_ecc_needs_the_esxi_shell(farm: Farm, monkeypatch: pytest.MonkeyPatch) -> None:
+    farm.sim.request("POST", "/ssh/faults", {"host": H3, "kind": "refuse"})
+    plan = farm.plan(f"  - name: {H3}\n    gpus: [{{select: all, ecc: 'off'}}]\n")
+    assert any("ecc changes need ESXi SSH" in e for e in plan.errors), plan.errors
 
 
 # --------------------------------------------------------------------------------------------- scheduler
@@ -279,7 +325,7 @@ def test_nvlink_off_and_on_keeps_other_module_options(farm: Farm, si: Any) -> No
 def test_scheduler_policy_with_time_slice(farm: Farm) -> None:
     plan, result = farm.apply(f"  - name: {H2}\n    scheduler: {{policy: fixed-share, timeslice_ms: 24}}\n")
     assert [(c.kind, c.old, c.new) for c in plan.changes] == [
-        (ChangeKind.SCHEDULER, "best-effort", "fixed-share (24 ms)")
+        (kinds.SCHEDULER, "best-effort", "fixed-share (24 ms)")
     ]
     assert result.hosts[0].status == Outcome.CHANGED, result.hosts[0].describe()
     host = farm.host(H2)
@@ -364,7 +410,7 @@ def test_reboot_timeout_leaves_host_in_maintenance_and_rerun_continues(farm: Far
         time.sleep(0.05)
     spec = spec.replace("reboot_timeout_s: 1", "reboot_timeout_s: 60")
     plan = farm.plan(spec)
-    assert [(c.host, c.kind) for c in plan.changes] == [(H1, ChangeKind.RESUME), (H2, ChangeKind.NVLINK)]
+    assert [(c.host, c.kind) for c in plan.changes] == [(H1, ChangeKind.RESUME), (H2, kinds.NVLINK)]
     _, result = farm.apply(spec)
     assert [o.status for o in result.hosts] == [Outcome.CHANGED, Outcome.CHANGED], [o.describe() for o in result.hosts]
     assert result.hosts[0].powered_on == ["train-01"]
@@ -522,11 +568,14 @@ def test_mig_backed_vm_waits_for_the_host_switch(farm: Farm, si: Any) -> None:
 
 
 def test_status_rows_per_gpu(farm: Farm) -> None:
-    from vgpuctl.hosts.status import collect_host_status
+    from vgpuctl.hosts.status import collect_host_facts
+    from vgpuctl.reports.host import host_status
 
     farm.sim.request("POST", "/ssh/faults", {"host": H3, "kind": "refuse"})
     with open_session(farm.settings) as session:
-        rows = collect_host_status(session, observe(session))
+        observed = observe(session)
+        facts = collect_host_facts(session, observed)
+    rows = {name: host_status(observed.hosts[name], f, f.shell_error) for name, f in facts.items()}
     assert sorted(rows) == [H1, H2, H3]
     h1 = rows[H1]
     assert (h1.nvlink, h1.scheduler) == ("enabled", "best-effort")
@@ -603,9 +652,9 @@ def test_plan_and_apply_with_hosts_first_converges(farm: Farm, si: Any) -> None:
         plan = pipeline.plan(session, observed, inv, options)
         assert not plan.errors, plan.errors
         assert [(c.kind, c.target) for c in plan.host_changes] == [
-            (ChangeKind.MIG, GPU0),
-            (ChangeKind.MIG, GPU1),
-            (ChangeKind.SCHEDULER, "host"),
+            (kinds.MIG, GPU0),
+            (kinds.MIG, GPU1),
+            (kinds.SCHEDULER, "host"),
         ]
         assert [(c.vm, c.depends_on_hosts) for c in plan.changes] == [("mig-01", [H2])]
         text = render_plan_text(plan)

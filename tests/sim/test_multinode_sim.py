@@ -268,8 +268,8 @@ def test_an_adapter_added_behind_the_plans_back_is_drift(sim: Any, env: dict[str
     from pyVim.task import WaitForTask
 
     from vgpuctl.inventory import load_inventory
+    from vgpuctl.planner import make_plan
     from vgpuctl.vms.apply import apply_plan
-    from vgpuctl.vms.plan import make_plan
     from vgpuctl.vsphere.observe import observe
     from vgpuctl.vsphere.session import ConnectionSettings, open_session
 

@@ -430,7 +430,7 @@ def test_nvlink_sets_disappear_when_nvlink_is_disabled(gpusim_factory) -> None:
 
 
 def test_nvlink_sets_can_follow_a_plain_observe(sim) -> None:
-    from vgpuctl.vsphere.nvlink import nvlink_hosts_for
+    from vgpuctl.farm.state import nvlink_hosts_for
 
     inventory = SimpleNamespace(vms=[SimpleNamespace(name="train-01", host=None, cluster="A100", nvlink="required")])
     with open_session(settings(sim)) as session:

@@ -22,8 +22,8 @@ from pyVim.task import WaitForTask
 from pyVmomi import vim
 
 from vgpuctl.inventory import load_inventory_text
+from vgpuctl.planner import make_plan
 from vgpuctl.vms.apply import apply_plan
-from vgpuctl.vms.plan import make_plan
 from vgpuctl.vsphere.observe import observe
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 

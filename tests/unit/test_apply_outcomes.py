@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import kinds
 import pytest
 
 from vgpuctl import pipeline, progress
-from vgpuctl.domain import ChangeKind, Outcome, Phase, VmStep
+from vgpuctl.domain import Outcome, Phase, VmStep
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
     ApplyResult,
@@ -24,7 +25,7 @@ from vgpuctl.model import (
     VmChange,
     VmOutcome,
 )
-from vgpuctl.reports.plan import left_lines, summarize, summary_line
+from vgpuctl.reports.apply import left_lines, summarize, summary_line
 
 pytestmark = pytest.mark.unit
 
@@ -88,7 +89,7 @@ def test_apply_after_host_changes_goes_on_past_a_vm_whose_replan_fails(monkeypat
     monkeypatch.setattr(pipeline, "pending_changes", lambda *a: [])
     monkeypatch.setattr(pipeline, "observe", lambda *a, **k: farm())
     monkeypatch.setattr(pipeline, "apply_vms", fake_apply_vms)
-    first = Plan(host_changes=[HostChange("esx-01", ChangeKind.SCHEDULER, "host", "", "x", Phase.REBOOT)])
+    first = Plan(host_changes=[HostChange("esx-01", kinds.SCHEDULER, "host", "", "x", Phase.REBOOT)])
     outcome = pipeline.apply(object(), inventory, first, farm(), pipeline.RunOptions())  # type: ignore[arg-type]
     assert applied == [["good-01", "good-02"]]
     status = {o.vm: o.status for o in outcome.vms.vms}
@@ -106,7 +107,7 @@ def test_a_replan_error_naming_no_vm_counts_every_vm_as_not_started(monkeypatch:
     monkeypatch.setattr(pipeline, "replan_vms", lambda *a: Plan(problems=[Problem("cluster C: no host left")]))
     first = Plan(
         vm_changes=[VmChange("good-01", clone=CloneSpec("tmpl"), power_on=True)],
-        host_changes=[HostChange("esx-01", ChangeKind.SCHEDULER, "host", "", "x")],
+        host_changes=[HostChange("esx-01", kinds.SCHEDULER, "host", "", "x")],
     )
     outcome = pipeline.apply(object(), inventory, first, farm(), pipeline.RunOptions())  # type: ignore[arg-type]
     assert outcome.vm_errors == ["cluster C: no host left"]
@@ -157,7 +158,7 @@ def test_left_lines_say_how_to_continue() -> None:
 
 def test_one_vocabulary_and_long_lists_cut_unless_verbose() -> None:
     from vgpuctl.model import HostApplyResult, HostOutcome, Plan
-    from vgpuctl.reports.plan import apply_report, render_apply_summary
+    from vgpuctl.reports.apply import apply_report, render_apply_summary
 
     vms = [VmOutcome(f"vm-{i:04d}", Outcome.CHANGED, ["reconfigure"]) for i in range(30)]
     vms += [VmOutcome(f"vm-{i:04d}", Outcome.NOT_STARTED, left=["reconfigure"]) for i in range(30, 920)]

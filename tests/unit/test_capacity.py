@@ -36,12 +36,12 @@ from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.main import app
 from vgpuctl.domain import GpuVgpuMode
 from vgpuctl.errors import InventoryError, NotFound
+from vgpuctl.farm.placement import Gpu, add_vgpu, clone_gpu, fits, profile_order
 from vgpuctl.inventory import load_inventory_text, validate
 from vgpuctl.model import Observed, ObservedVm
+from vgpuctl.planner import make_plan
 from vgpuctl.profiles import BOARDS, parse_profile
 from vgpuctl.reports.capacity import capacity_demand_report, capacity_report
-from vgpuctl.vms.placement import Gpu, add_vgpu, clone_gpu, fits, profile_order
-from vgpuctl.vms.plan import make_plan
 
 pytestmark = pytest.mark.unit
 
@@ -677,7 +677,7 @@ def test_the_answer_counts_its_budget_from_the_start_it_is_given() -> None:
 
 
 def test_a_cloned_gpu_is_a_deep_copy() -> None:
-    from vgpuctl.vms.placement import add_vgpu, clone_gpu
+    from vgpuctl.farm.placement import add_vgpu, clone_gpu
 
     gpu = Gpu("0000:3b:00.0", "a100", 40, MIG, vgpus=["grid_a100-3-20c"])
     copy = clone_gpu(gpu)

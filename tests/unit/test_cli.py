@@ -13,6 +13,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import kinds
 import pytest
 from typer.testing import CliRunner
 
@@ -26,8 +27,9 @@ from vgpuctl.cli.main import app
 from vgpuctl.errors import UsageError, VgpuctlError
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm, Plan
+from vgpuctl.reports.profiles import host_profiles
 from vgpuctl.reports.sim import SimEnvReport
-from vgpuctl.reports.status import host_profiles, status_report
+from vgpuctl.reports.status import status_report
 
 pytestmark = pytest.mark.unit
 
@@ -598,7 +600,7 @@ def test_disruptive_plans_ask_for_the_word_yes(monkeypatch: pytest.MonkeyPatch, 
 
 
 def test_which_plans_need_the_word(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vgpuctl.domain import ChangeKind, Phase
+    from vgpuctl.domain import Phase
     from vgpuctl.model import HostChange, VmChange
 
     asked: list[bool] = []
@@ -607,7 +609,7 @@ def test_which_plans_need_the_word(monkeypatch: pytest.MonkeyPatch) -> None:
     hooks = plan_cli.CliHooks(GlobalOptions())
     for the_plan in (Plan(vm_changes=[VmChange("a", power_on=True)]),
                      Plan(vm_changes=[VmChange("a", power_off=True, power_on=True)]),
-                     Plan(host_changes=[HostChange("h", ChangeKind.MIG, "0000:3b:00.0", "off", "on", Phase.REBOOT)])):
+                     Plan(host_changes=[HostChange("h", kinds.MIG, "0000:3b:00.0", "off", "on", Phase.REBOOT)])):
         hooks.report = None
         hooks.confirm(pipeline.Planned(inventory, Observed(), the_plan))
     assert asked == [False, True, True]  # power-on only: y/N; a power-off or a reboot: the word

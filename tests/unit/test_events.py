@@ -20,7 +20,8 @@ from vgpuctl.domain import Outcome
 from vgpuctl.events import EventStream
 from vgpuctl.progress import Fanout
 from vgpuctl.reports import schemas
-from vgpuctl.reports.events import EVENTS, ScopeInfo
+from vgpuctl.reports.events import EVENTS
+from vgpuctl.scope import Scope
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_schemas import REPORT_CASES
@@ -39,7 +40,7 @@ def recorded() -> tuple[EventStream, list[dict[str, Any]]]:
 def a_run() -> list[dict[str, Any]]:
     """A run as the CLI reports it: start, plan, one host and three VMs, a warning, a note, the summary."""
     stream, lines = recorded()
-    stream.run_start("apply", "inv.yaml", ScopeInfo(["esx-01"], [], ["train-*"]))
+    stream.run_start("apply", "inv.yaml", Scope(["esx-01"], [], ["train-*"]))
     stream.plan(REPORT_CASES["plan"](Path("/tmp")))  # type: ignore[arg-type]
     stream.host_step("esx-01", "enter-maintenance", None)
     stream.host_step("esx-01", "wait-reconnect", "10s of 600s, notResponding")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import kinds
 import pytest
 
-from vgpuctl.domain import ChangeKind, Phase
+from vgpuctl.domain import Phase
 from vgpuctl.errors import NotFound
-from vgpuctl.hosts.explain import explain_host
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import HostChange, Observed, ObservedGpu, ObservedHost, Plan
+from vgpuctl.reports.explain import explain_host
 
 pytestmark = pytest.mark.unit
 
@@ -37,7 +38,7 @@ def farm() -> Observed:
 
 def test_merged_values_with_their_entry_line_and_vcenter_value() -> None:
     inv = load_inventory_text(INVENTORY, "inv.yaml")
-    plan = Plan(host_changes=[HostChange("esx-01.example.com", ChangeKind.DEFAULT_TYPE, "host", "shared",
+    plan = Plan(host_changes=[HostChange("esx-01.example.com", kinds.DEFAULT_TYPE, "host", "shared",
                                          "sharedDirect", Phase.REBOOT)])  # fmt: skip
     report = explain_host("esx-01.example.com", inv, farm(), plan)
     assert report.entries == ["cluster GPU-Cluster", "host esx-01.example.com"]

@@ -4,15 +4,18 @@ one edit plans exactly that change; name ranges, scoping and the comments on wha
 from __future__ import annotations
 
 import pytest
+from hostfacts import host_facts
 
 from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.domain import PowerState
 from vgpuctl.export import ExportOptions, _Vm, export_inventory, ranges
-from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.inventory import load_inventory_text, validate
 from vgpuctl.model import Observed, ObservedVgpu, ObservedVm
-from vgpuctl.supervisor.vmclasses import ClassState, NamespaceState, SupervisorState, plan_supervisor
-from vgpuctl.vms.plan import make_plan
+from vgpuctl.planner import make_plan
+from vgpuctl.records.classes import ClassState, NamespaceState, SupervisorState
+from vgpuctl.settings.base import ModuleOptions
+from vgpuctl.settings.facts import HostFacts
+from vgpuctl.supervisor.vmclasses import plan_supervisor
 
 pytestmark = pytest.mark.unit
 
@@ -36,13 +39,13 @@ def farm() -> tuple[Observed, dict[str, HostFacts]]:
                                         vgpus=[ObservedVgpu(4000, "grid_a100-20c")])
     observed.vms["plain"] = ObservedVm("plain", host="esx-01", cluster="GPU-Cluster", power_state=PowerState.ON)
     facts = {
-        "esx-01": HostFacts("esx-01", options_configured="", options_effective=""),
-        "esx-02": HostFacts("esx-02", options_configured="", options_effective=""),
-        "esx-03": HostFacts("esx-03", options_configured="NVreg_RegistryDwords=RmPVMRL=0x01",
-                            options_effective="NVreg_RegistryDwords=RmPVMRL=0x01"),
+        "esx-01": host_facts("esx-01", options_configured="", options_effective=""),
+        "esx-02": host_facts("esx-02", options_configured="", options_effective=""),
+        "esx-03": host_facts("esx-03", options_configured="NVreg_RegistryDwords=RmPVMRL=0x01",
+                             options_effective="NVreg_RegistryDwords=RmPVMRL=0x01"),
     }
     for name, f in facts.items():
-        observed.hosts[name].module_options = f.options_configured or ""
+        observed.hosts[name].module_options = ModuleOptions.of(observed.hosts[name], f).configured
     return observed, facts
 
 
@@ -104,8 +107,8 @@ def test_without_module_options_nvlink_and_scheduler_are_left_out() -> None:
 
 def test_unknown_scheduler_value_is_left_out_with_a_comment() -> None:
     observed, facts = farm()
-    facts["esx-03"] = HostFacts("esx-03", options_configured="NVreg_RegistryDwords=RmPVMRL=0x77",
-                                options_effective="NVreg_RegistryDwords=RmPVMRL=0x77")
+    facts["esx-03"] = host_facts("esx-03", options_configured="NVreg_RegistryDwords=RmPVMRL=0x77",
+                                 options_effective="NVreg_RegistryDwords=RmPVMRL=0x77")
     text = export_inventory(observed, facts)
     assert "RmPVMRL=0x77 is not a value vgpuctl writes" in text
 
@@ -175,13 +178,9 @@ def test_a_repeated_name_plans_to_no_change() -> None:
 
 def _shell_facts(facts: dict[str, HostFacts], observed: Observed, pending: dict[str, bool]) -> None:
     """ESXi shell facts for esx-02: MIG off on every GPU, and a switch pending on the GPUs in `pending`."""
-    from vgpuctl.hosts.facts import GpuFacts
-
-    f = facts["esx-02"]
-    f.shell = True
-    for g in observed.hosts["esx-02"].gpus:
-        pci = g.pci_id.lower()
-        f.gpus[pci] = GpuFacts(pci, mig_current=False, mig_pending=pending.get(pci, False))
+    gpus = {g.pci_id.lower(): {"mig_current": False, "mig_pending": pending.get(g.pci_id.lower(), False)}
+            for g in observed.hosts["esx-02"].gpus}
+    facts["esx-02"] = host_facts("esx-02", shell=True, options_configured="", options_effective="", gpus=gpus)
 
 
 def test_with_shell_facts_and_nothing_pending_it_plans_to_no_change() -> None:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from vgpuctl.cli.display import DeployProgress
 from vgpuctl.errors import GuestError, UsageError
 from vgpuctl.guest import runner
 from vgpuctl.guest.addresses import load_address_file, pick_address, wait_for_addresses
-from vgpuctl.guest.progress import DeployProgress
 from vgpuctl.inventory import load_inventory
 from vgpuctl.reports.guests import guest_run_report
 

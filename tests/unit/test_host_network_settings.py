@@ -1,4 +1,4 @@
-"""The SR-IOV and PVRDMA host settings (vgpuctl.hosts.settings.sriov, .pvrdma): planned from the observed NICs
+"""The SR-IOV and PVRDMA host settings (vgpuctl.settings.sriov, .pvrdma): planned from the observed NICs
 and the host's network facts, with their phases, errors and warnings; predicted for VM placement; shown by
 status and export. The farm is tests/fixtures/network/_farm.yaml (two ConnectX-7 per host: 0000:5e:00.0 with
 2 of at most 16 virtual functions, 0000:d8:00.0 enabled for passthrough)."""
@@ -9,21 +9,23 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import kinds
 import pytest
+from hostfacts import host_facts
 from ruamel.yaml import YAML
 
-from vgpuctl.domain import ChangeKind, Phase
+from vgpuctl.domain import Phase
 from vgpuctl.hosts import plan as hostplan
-from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.hosts.netfacts import HostNetFacts, RdmaDevice, Vmknic
-from vgpuctl.hosts.settings import SETTINGS, wants_network
-from vgpuctl.hosts.settings.pvrdma import SETTING as PVRDMA
-from vgpuctl.hosts.settings.sriov import SETTING as SRIOV
-from vgpuctl.hosts.settings.sriov import state_text, vfs_of
 from vgpuctl.inventory import HostSpec, load_inventory_text
 from vgpuctl.model import HostChange, Observed, ObservedHost
+from vgpuctl.planner import make_plan
+from vgpuctl.records.netfacts import HostNetFacts, RdmaDevice, Vmknic
 from vgpuctl.reports.plan import render_plan_text
-from vgpuctl.vms.plan import make_plan
+from vgpuctl.settings import SETTINGS, decoders, wants_network
+from vgpuctl.settings.facts import HostFacts
+from vgpuctl.settings.pvrdma import SETTING as PVRDMA
+from vgpuctl.settings.sriov import SETTING as SRIOV
+from vgpuctl.settings.sriov import state_text, vfs_of
 
 pytestmark = pytest.mark.unit
 
@@ -53,7 +55,7 @@ def net(**over: Any) -> HostNetFacts:
 
 
 def facts(network: HostNetFacts | None = None, error: str | None = None) -> HostFacts:
-    return HostFacts(HOST, network=network, network_error=error)
+    return host_facts(HOST, network=network, network_error=error)
 
 
 def rows(changes: list[HostChange]) -> list[tuple[str, str, Any, Any, str]]:
@@ -147,7 +149,7 @@ vms:
     plan = make_plan(inv, obs)
     assert plan.errors == []
     assert sorted((c.host, c.kind, c.new) for c in plan.host_changes) == [
-        ("esx-01.gpu.sim", ChangeKind.SRIOV, "4 VFs"), ("esx-02.gpu.sim", ChangeKind.SRIOV, "4 VFs")]
+        ("esx-01.gpu.sim", kinds.SRIOV, "4 VFs"), ("esx-02.gpu.sim", kinds.SRIOV, "4 VFs")]
     [change] = plan.changes
     assert change.depends_on_hosts and [n.device for n in change.clone.nics if n.kind == "sriov"] == ["0000:5e:00.0"]
     text = render_plan_text(plan)
@@ -159,7 +161,7 @@ def test_sriov_status_and_export_show_the_nics_with_virtual_functions() -> None:
     h.nics[0].num_vf_requested = 8
     assert [(s.key, s.value, s.after_reboot) for s in SRIOV.status(h, None)] == [("sriov[vmnic4]", "2 VFs", "8 VFs")]
     assert SRIOV.export(h, None).values == {"sriov": [{"device": "vmnic4", "vfs": 8}]}
-    assert SRIOV.explain("sriov", h) is None
+    assert SRIOV.explain("sriov", h, None) is None
     assert vfs_of("8 VFs") == 8 and vfs_of("1 VF") == 1 and vfs_of("off") == 0
 
 
@@ -174,7 +176,7 @@ def test_pvrdma_tags_the_vmknic_and_enables_the_ruleset_online() -> None:
     done = net(pvrdma_vmknic="vmk1", rulesets={"pvrdma": True})
     assert hostplan.plan_host(spec(pvrdma={"vmknic": "vmk1"}), host(), facts(done)).changes == []
     left = hostplan.plan_host(spec(pvrdma={"vmknic": "vmk1", "firewall": False}), host(), facts(net()))
-    assert [c.kind for c in left.changes] == [ChangeKind.PVRDMA_VMKNIC]  # firewall: false leaves the ruleset
+    assert [c.kind for c in left.changes] == [kinds.PVRDMA_VMKNIC]  # firewall: false leaves the ruleset
 
 
 @pytest.mark.parametrize(
@@ -226,12 +228,12 @@ def test_the_network_facts_are_read_only_for_a_host_whose_entry_sets_one() -> No
 
 def test_network_facts_survive_a_round_trip() -> None:
     f = facts(net(nics=host().nics))
-    again = HostFacts.from_dict(f.to_dict())
+    again = HostFacts.from_dict(f.to_dict(), decoders())
     assert again == f
 
 
 def test_plan_explain_shows_the_sriov_items_and_no_vcenter_value_for_them() -> None:
-    from vgpuctl.hosts.explain import explain_host
+    from vgpuctl.reports.explain import explain_host
 
     inv = load_inventory_text("apiVersion: vgpuctl/v1\nhosts:\n  - cluster: GPU-Cluster\n"
                               "    sriov: [{device: vmnic4, vfs: 4}, {device: vmnic5, vfs: 0}]\n", "inv.yaml")

@@ -11,21 +11,35 @@ import json
 from pathlib import Path
 from typing import Any
 
+import kinds
 import pytest
+from hostfacts import host_facts
 from ruamel.yaml import YAML
 
-from vgpuctl.domain import ChangeKind, Outcome, Phase
+from vgpuctl import planner
+from vgpuctl.domain import Outcome, Phase
 from vgpuctl.esxi import modopts, rmpvmrl
+from vgpuctl.farm import predict
 from vgpuctl.hosts import plan as hostplan
-from vgpuctl.hosts import predict
 from vgpuctl.hosts.apply import RefusedError
 from vgpuctl.hosts.evacuation import needs_maintenance, needs_reboot
-from vgpuctl.hosts.facts import GpuFacts, HostFacts, gather_shell_facts, nvlink_sets, vsphere_bus_id
-from vgpuctl.hosts.settings import SETTINGS
-from vgpuctl.hosts.settings.base import MODULE_OPTIONS_STEP, HostWriter
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.inventory import HostSpec, load_inventory_text
 from vgpuctl.model import HostChange, HostOutcome, Observed, ObservedGpu, ObservedHost
+from vgpuctl.settings import SETTINGS, decoders
+from vgpuctl.settings.base import MODULE_OPTIONS_STEP, HostWriter
+from vgpuctl.settings.ecc import ECC_MODE
+from vgpuctl.settings.facts import (
+    MIG_MODE,
+    HostFacts,
+    PendingMode,
+    declared_params,
+    nvlink_links,
+    nvlink_peers,
+    nvlink_sets,
+    vsphere_bus_id,
+)
+from vgpuctl.settings.gather import gather_shell_facts
 
 pytestmark = pytest.mark.unit
 
@@ -44,7 +58,7 @@ def _host(name: str, over: dict[str, Any] | None = None) -> ObservedHost:
 def _facts(host: str, data: dict[str, Any] | None) -> HostFacts | None:
     if data is None:
         return None
-    return HostFacts.from_dict({"host": host, **data})
+    return host_facts(host, **data)
 
 
 def _spec(host: str, data: dict[str, Any]) -> HostSpec:
@@ -141,8 +155,8 @@ def _module_options_after(current: str, changes: list[HostChange]) -> str:
 
 def test_module_options_step_applies_both_changes_of_a_host() -> None:
     changes = [
-        HostChange("h", ChangeKind.NVLINK, "host", "enabled", "disabled", Phase.REBOOT),
-        HostChange("h", ChangeKind.SCHEDULER, "host", "best-effort", "fixed-share (24 ms)", Phase.REBOOT),
+        HostChange("h", kinds.NVLINK, "host", "enabled", "disabled", Phase.REBOOT),
+        HostChange("h", kinds.SCHEDULER, "host", "best-effort", "fixed-share (24 ms)", Phase.REBOOT),
     ]
     merged = _module_options_after("NVreg_EnableMSI=1", changes)
     assert merged == "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x00180013"
@@ -195,17 +209,17 @@ def test_plan_hosts_over_a_cluster_with_resume() -> None:
         ("esx-l40s", "maintenance", "host"),
     ]
     assert not result.changes[-1].disruptive
-    assert hostplan.changed_hosts(result.changes) == {"esx-a100", "esx-h100"}
+    assert planner.changed_hosts(result.changes) == {"esx-a100", "esx-h100"}
     assert result.hosts == ["esx-a100", "esx-h100", "esx-l40s"]
 
 
 def test_flags_of_a_change_list() -> None:
-    policy = HostChange("h", ChangeKind.ASSIGNMENT_POLICY, "host", "performance", "consolidation", Phase.ONLINE)
-    mig = HostChange("h", ChangeKind.MIG, "0000:3b:00.0", "time-sliced", "mig", Phase.MAINTENANCE)
+    policy = HostChange("h", kinds.ASSIGNMENT_POLICY, "host", "performance", "consolidation", Phase.ONLINE)
+    mig = HostChange("h", kinds.MIG, "0000:3b:00.0", "time-sliced", "mig", Phase.MAINTENANCE)
     assert not needs_maintenance([policy])
     assert needs_maintenance([policy, mig])
     assert not needs_reboot([policy, mig])
-    assert ChangeKind.VGPU_MODE.category == "graphics"
+    assert kinds.VGPU_MODE.category == "graphics"
     assert (policy.disruptive, mig.disruptive, mig.needs_reboot) == (False, True, False)
 
 
@@ -215,18 +229,14 @@ def test_flags_of_a_change_list() -> None:
 def test_verify_reports_leftovers_and_nvlink_links() -> None:
     host = _host("esx-a100")
     spec = _spec(host.name, {"gpus": [{"select": "all", "mode": "mig"}], "nvlink": "enabled"})
-    facts = HostFacts(
+    facts = host_facts(
         host.name,
         shell=True,
         options_configured="",
         options_effective="",
         gpus={
-            "0000:3b:00.0": GpuFacts(
-                "0000:3b:00.0", mig_current=True, mig_pending=True, nvlink_links=4, nvlink_active=4
-            ),
-            "0000:3c:00.0": GpuFacts(
-                "0000:3c:00.0", mig_current=False, mig_pending=True, nvlink_links=4, nvlink_active=0
-            ),
+            "0000:3b:00.0": {"mig_current": True, "mig_pending": True, "nvlink_links": 4, "nvlink_active": 4},
+            "0000:3c:00.0": {"mig_current": False, "mig_pending": True, "nvlink_links": 4, "nvlink_active": 0},
         },
     )
     host.gpus[0].vgpu_mode = "multiInstanceGpu"
@@ -241,17 +251,12 @@ def test_verify_passes_when_everything_matches() -> None:
     host = _host("esx-a100")
     spec = _spec(host.name, {"nvlink": "disabled", "scheduler": {"policy": "equal-share", "timeslice_ms": 3}})
     opts = "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x00030003"
-    facts = HostFacts(
-        host.name,
-        shell=True,
-        options_configured=opts,
-        options_effective=opts,
-        gpus={
-            "0000:3b:00.0": GpuFacts("0000:3b:00.0", mig_current=False, mig_pending=False, nvlink_links=4),
-        },
-    )
+    gpu = {"mig_current": False, "mig_pending": False, "nvlink_links": 4}
+    facts = host_facts(host.name, shell=True, options_configured=opts, options_effective=opts,
+                       gpus={"0000:3b:00.0": gpu})
     assert hostplan.verify_host(spec, host, facts) == []
-    facts.gpus["0000:3b:00.0"].nvlink_active = 2
+    facts = host_facts(host.name, shell=True, options_configured=opts, options_effective=opts,
+                       gpus={"0000:3b:00.0": {**gpu, "nvlink_active": 2}})
     assert hostplan.verify_host(spec, host, facts) == ["nvlink 0000:3b:00.0: 2 of 4 links up, expected none"]
 
 
@@ -296,7 +301,7 @@ def test_mig_profile_names_from_board_geometry() -> None:
 def _fixture_runner(calls: list[str]):
     smi = FIXTURES / "nvidia-smi"
     outputs = {
-        "--query-gpu": "gpusim.query-gpu.noheader-nounits.csv",
+        "--query-gpu": "gpusim.query-gpu-facts.noheader-nounits.csv",
         "nvlink -s": "gpusim.nvlink-s.txt",
         "topo -m": "gpusim.topo-m.txt",
         "parameters list -m nvidia": "gpusim.module-params.txt",
@@ -314,19 +319,22 @@ def _fixture_runner(calls: list[str]):
 
 def test_shell_facts_from_gpusim_outputs() -> None:
     calls: list[str] = []
-    facts = gather_shell_facts("esx-01", _fixture_runner(calls))
+    facts = gather_shell_facts(HostFacts("esx-01"), _fixture_runner(calls))
     assert facts.shell
     assert sorted(facts.gpus) == ["0000:3b:00.0", "0000:86:00.0", "0000:af:00.0"]
-    a, b, c = (facts.gpus[k] for k in sorted(facts.gpus))
-    assert (a.index, a.mig_current, a.mig_pending, a.mig_capable) == (0, False, False, True)
-    assert (b.mig_current, b.mig_pending) == (True, True)
-    assert not c.mig_capable
-    assert (a.nvlink_links, a.nvlink_active) == (4, 4)
-    assert (c.nvlink_links, c.nvlink_active) == (0, 0)
-    assert a.nvlink_peers == ["0000:86:00.0"] and c.nvlink_peers == []
+    a, b, c = sorted(facts.gpus)
+    assert facts.gpus[a].index == 0
+    assert facts.gpu(MIG_MODE, a) == PendingMode(False, False)
+    assert facts.gpu(MIG_MODE, b) == PendingMode(True, True)
+    assert facts.gpu(MIG_MODE, c) is None  # not MIG-capable: nvidia-smi says [N/A]
+    assert facts.gpu(ECC_MODE, a) == PendingMode(True, True)
+    assert facts.gpu(ECC_MODE, b) == PendingMode(True, False) and facts.gpu(ECC_MODE, c) == PendingMode(False, False)
+    links = nvlink_links(facts)
+    assert (len(links[a].links), links[a].active_links) == (4, 4) and links[c].links == ()
+    assert nvlink_peers(facts)[a] == [b] and nvlink_peers(facts)[c] == []
     assert nvlink_sets(facts) == [["0000:3b:00.0", "0000:86:00.0"]]
-    assert any("mig.mode.pending" in c and "noheader" in c for c in calls)
-    assert facts.declared_params == ["NVreg_EnableMSI", "NVreg_NvLinkDisable", "NVreg_RegistryDwords"]
+    assert any("mig.mode.pending" in c and "ecc.mode.pending" in c and "noheader" in c for c in calls)
+    assert declared_params(facts) == ["NVreg_EnableMSI", "NVreg_NvLinkDisable", "NVreg_RegistryDwords"]
 
 
 @pytest.mark.parametrize(
@@ -338,13 +346,15 @@ def test_bus_ids_in_vsphere_form(raw: str, expected: str) -> None:
 
 
 def test_facts_round_trip_through_dicts() -> None:
-    facts = HostFacts(
+    facts = host_facts(
         "h",
         shell=True,
         options_configured="A=1",
-        gpus={"0000:3b:00.0": GpuFacts("0000:3b:00.0", mig_current=True, nvlink_peers=["x"])},
+        gpus={"0000:3b:00.0": {"mig_current": True, "ecc_current": False, "nvlink_links": 4, "nvlink_active": 2,
+                               "nvlink_peers": ["0000:3c:00.0"], "graphics_type": "sharedDirect"},
+              "0000:3c:00.0": {"mig_current": True, "nvlink_peers": ["0000:3b:00.0"]}},
     )
-    again = HostFacts.from_dict(json.loads(json.dumps(facts.to_dict())))
+    again = HostFacts.from_dict(json.loads(json.dumps(facts.to_dict())), decoders())
     assert again == facts
 
 
@@ -362,7 +372,7 @@ class _Fields:
 
 
 def _vcenter_store(fields: _Fields, run: str = "run-1") -> Any:
-    from vgpuctl.hosts.work import WORK_FIELD
+    from vgpuctl.records.work import WORK_FIELD
     from vgpuctl.vsphere.workrecord import VcenterWorkStore
 
     values = {"esx-01": fields.values.get(("host-1", WORK_FIELD), "")}
@@ -385,7 +395,7 @@ def test_work_store_persists_records_in_the_hosts_attribute() -> None:
 
 
 def test_work_store_ignores_an_unreadable_record() -> None:
-    from vgpuctl.hosts.work import WORK_FIELD
+    from vgpuctl.records.work import WORK_FIELD
 
     fields = _Fields()
     fields.values[("host-1", WORK_FIELD)] = "{not json"
@@ -428,9 +438,9 @@ def test_failed_outcome_says_where_it_stopped() -> None:
 
 def test_targets_group_changes_by_host() -> None:
     changes = [
-        HostChange("b", ChangeKind.MIG, "0000:3b:00.0", "time-sliced", "mig"),
-        HostChange("a", ChangeKind.NVLINK, "host", "enabled", "disabled"),
-        HostChange("b", ChangeKind.NVLINK, "host", "enabled", "disabled"),
+        HostChange("b", kinds.MIG, "0000:3b:00.0", "time-sliced", "mig"),
+        HostChange("a", kinds.NVLINK, "host", "enabled", "disabled"),
+        HostChange("b", kinds.NVLINK, "host", "enabled", "disabled"),
     ]
     spec_b = HostSpec(name="b", nvlink="disabled")
     targets = targets_for(changes, {"b": spec_b}, {"a": "host-1", "b": "host-2"})
@@ -452,10 +462,10 @@ def test_vm_changes_on_changed_hosts_wait_for_them() -> None:
         VmChange("idle"),
     ]
     host_changes = [
-        HostChange("esx-a100", ChangeKind.MIG, "0000:3b:00.0", "time-sliced", "mig"),
-        HostChange("esx-l40s", ChangeKind.ASSIGNMENT_POLICY, "host", "performance", "consolidation", Phase.ONLINE),
+        HostChange("esx-a100", kinds.MIG, "0000:3b:00.0", "time-sliced", "mig"),
+        HostChange("esx-l40s", kinds.ASSIGNMENT_POLICY, "host", "performance", "consolidation", Phase.ONLINE),
     ]
-    hostplan.mark_dependencies(changes, observed, host_changes)
+    planner.mark_dependencies(changes, observed, host_changes)
     assert [c.depends_on_hosts for c in changes] == [["esx-a100"], [], ["esx-a100"], ["esx-a100"], []]
 
 
@@ -487,34 +497,30 @@ def test_one_host_spec_rejects_bad_values_as_usage_errors() -> None:
 
 def test_describe_changes_says_maintenance_reboot_and_vms() -> None:
     from vgpuctl.cli.host import describe_changes
+    from vgpuctl.reports.apply import AffectedVm
     from vgpuctl.reports.base import VgpuCount
-    from vgpuctl.reports.plan import AffectedVm
 
     spec = HostSpec(name="h")
-    changes = [HostChange("h", ChangeKind.MIG, "0000:3b:00.0", "time-sliced", "mig", Phase.REBOOT)]
+    changes = [HostChange("h", kinds.MIG, "0000:3b:00.0", "time-sliced", "mig", Phase.REBOOT)]
     text = describe_changes("h", changes, spec, [AffectedVm("vm-a", [VgpuCount("grid_a100-40c", 1)])])
     assert "~ mig 0000:3b:00.0: time-sliced -> mig" in text
     assert "enters maintenance mode" in text and "reboots (waiting up to 900s" in text
     assert "block maintenance mode (evacuate: refuse, nothing will change): vm-a (grid_a100-40c)" in text
-    policy = [HostChange("h", ChangeKind.ASSIGNMENT_POLICY, "host", "performance", "consolidation", Phase.ONLINE)]
+    policy = [HostChange("h", kinds.ASSIGNMENT_POLICY, "host", "performance", "consolidation", Phase.ONLINE)]
     assert "maintenance" not in describe_changes("h", policy, spec, [])
 
 
 def test_merge_status_adds_mig_nvlink_and_scheduler() -> None:
-    from vgpuctl.hosts.status import host_status, merge_status, mig_label
-    from vgpuctl.reports.status import status_report
+    from vgpuctl.reports.host import host_status, mig_label
+    from vgpuctl.reports.status import merge_status, status_report
 
     host = _host("esx-a100", {"module_options": "NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x11"})
-    facts = HostFacts(
+    facts = host_facts(
         "esx-a100",
         shell=True,
         options_configured=host.module_options,
         options_effective="NVreg_RegistryDwords=RmPVMRL=0x11",
-        gpus={
-            "0000:3b:00.0": GpuFacts(
-                "0000:3b:00.0", mig_current=False, mig_pending=True, nvlink_links=12, nvlink_active=12
-            )
-        },
+        gpus={"0000:3b:00.0": {"mig_current": False, "mig_pending": True, "nvlink_links": 12, "nvlink_active": 12}},
     )
     row = host_status(host, facts)
     assert (row.nvlink, row.nvlink_after_reboot, row.scheduler) == ("enabled", "disabled", "fixed-share")

@@ -7,15 +7,17 @@ from __future__ import annotations
 
 import copy
 
+import kinds
 import pytest
+from hostfacts import host_facts
 
+from vgpuctl import planner
 from vgpuctl.domain import ChangeKind, EvacuationKind
 from vgpuctl.hosts import plan as hostplan
-from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.hosts.settings.base import HostPlan
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import EvacuationAction, Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
-from vgpuctl.vms.plan import make_plan
+from vgpuctl.planner import make_plan
+from vgpuctl.settings.base import HostPlan
 
 pytestmark = pytest.mark.unit
 
@@ -91,14 +93,14 @@ def test_a_listed_vm_moved_to_an_offered_profile_is_handed_to_its_own_change() -
         (ChangeKind.EVACUATE, "web-01", RESTORE_AFTER),  # no vGPUs: it always runs again
     ]
     assert result.changes[0].kind == ChangeKind.EVACUATE  # listed before the host change it makes room for
-    assert hostplan.changed_hosts(result.changes) == {HOST}
+    assert planner.changed_hosts(result.changes) == {HOST}
 
 
 def test_make_plan_orders_power_off_host_change_reconfigure_power_on() -> None:
     inv = _inventory(MIG, "  - name: train-01\n    vgpus: {profile: grid_a100-3-20c}\n    power: restart\n")
     plan = make_plan(inv, _observed(_vm("train-01", "grid_a100-40c")))
     assert not plan.errors, plan.errors
-    assert [c.kind for c in plan.host_changes] == [ChangeKind.EVACUATE, ChangeKind.MIG, ChangeKind.MIG]
+    assert [c.kind for c in plan.host_changes] == [ChangeKind.EVACUATE, kinds.MIG, kinds.MIG]
     (change,) = plan.changes
     assert change.power_off and change.power_on and change.depends_on_hosts == [HOST]
     assert [(d.op.value, d.profile) for d in change.devices] == [("-", "grid_a100-40c"), ("+", "grid_a100-3-20c")]
@@ -249,10 +251,10 @@ def test_make_plan_hands_the_host_planner_the_shell_facts() -> None:
     inv = _inventory(f"  - name: {HOST}\n    scheduler: {{policy: equal-share}}\n")
     observed = _observed()
     options = "NVreg_RegistryDwords=RmPVMRL=0x01"
-    facts = {HOST: HostFacts(HOST, options_configured=options, options_effective=options)}
+    facts = {HOST: host_facts(HOST, options_configured=options, options_effective=options)}
     assert make_plan(inv, observed, host_facts=facts).host_changes == []
     assert [(c.kind, c.old, c.new) for c in make_plan(inv, observed).host_changes] == [
-        (ChangeKind.SCHEDULER, "best-effort", "equal-share")]
+        (kinds.SCHEDULER, "best-effort", "equal-share")]
 
 
 # ------------------------------------------------------------------------------------------ plans that apply
@@ -264,7 +266,7 @@ NVLINK_OFF = f"  - name: {HOST}\n    nvlink: disabled\n"
 def test_refuse_with_running_vms_is_a_plan_error_naming_them() -> None:
     inv = _inventory(NVLINK_OFF)
     observed = _observed(_vm("train-01", "grid_a100-40c"), _vm("web-01"), _vm("idle-01", on=False))
-    facts = {HOST: hostplan.HostFacts(HOST, options_configured="", options_effective="", shell=True)}
+    facts = {HOST: host_facts(HOST, options_configured="", options_effective="", shell=True)}
     result = hostplan.plan_hosts(inv.hosts, observed, facts, vms=inv.vms)
     assert result.errors == [
         f"host {HOST}: its nvlink change needs maintenance mode, and these VMs run there: train-01 (grid_a100-40c), "
@@ -279,7 +281,7 @@ def test_power_off_in_the_inventory_satisfies_the_power_off_a_change_needs() -> 
     for d in grouped.vgpus:
         d.device_group_key = 1
     inv = _inventory(NVLINK_OFF, "  - name: pair-01\n    power: off\n  - name: web-01\n    power: off\n")
-    facts = {HOST: hostplan.HostFacts(HOST, options_configured="", options_effective="", shell=True)}
+    facts = {HOST: host_facts(HOST, options_configured="", options_effective="", shell=True)}
     result = hostplan.plan_hosts(inv.hosts, _observed(grouped, _vm("web-01")), facts, vms=inv.vms)
     assert result.errors == []
     assert sorted((c.target, c.new.kind) for c in result.changes if c.kind == ChangeKind.EVACUATE) == [
@@ -293,7 +295,7 @@ def test_the_plan_shows_a_stays_off_evacuation_as_left_off() -> None:
 
     inv = _inventory(NVLINK_OFF, "  - name: web-01\n    power: off\n")
     observed = _observed(_vm("web-01"))
-    facts = {HOST: hostplan.HostFacts(HOST, options_configured="", options_effective="", shell=True)}
+    facts = {HOST: host_facts(HOST, options_configured="", options_effective="", shell=True)}
     plan = make_plan(inv, observed, host_facts=facts)
     assert plan.errors == []
     (vm,) = [d for d in disruptions(plan) if d.vm == "web-01"]

@@ -6,11 +6,12 @@ MIG, NVLink and scheduler changes without the shell are refused with a line sayi
 from __future__ import annotations
 
 import pytest
+from hostfacts import host_facts
 
 from vgpuctl.hosts import plan as hostplan
-from vgpuctl.hosts.facts import HostFacts
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import ObservedGpu, ObservedHost
+from vgpuctl.settings.facts import HostFacts
 
 pytestmark = pytest.mark.unit
 
@@ -25,7 +26,7 @@ def _host() -> ObservedHost:
 
 
 def _facts(declared: list[str] | None, shell: bool = True) -> HostFacts:
-    return HostFacts("esx-01", options_configured="NVreg_EnableMSI=1", shell=shell, declared_params=declared)
+    return host_facts("esx-01", options_configured="NVreg_EnableMSI=1", shell=shell, declared_params=declared)
 
 
 def _plan(spec: dict[str, object], facts: HostFacts | None) -> hostplan.HostPlan:
@@ -50,7 +51,8 @@ def test_an_undeclared_parameter_is_refused_naming_it_and_the_host(spec: dict[st
 def test_removing_a_parameter_needs_no_declaration() -> None:
     host = _host()
     host.module_options = "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1"
-    facts = HostFacts("esx-01", options_configured=host.module_options, shell=True, declared_params=["NVreg_EnableMSI"])
+    facts = host_facts("esx-01", options_configured=host.module_options, shell=True,
+                       declared_params=["NVreg_EnableMSI"])
     result = hostplan.plan_host(HostSpec(name="esx-01", nvlink="enabled"), host, facts)
     assert [c.kind for c in result.changes] == ["nvlink"] and result.errors == []
 

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 
+import kinds
 import pytest
 
 from vgpuctl.domain import ChangeKind, EvacuationKind, Phase
+from vgpuctl.farm.predict import predict_observed
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import planned_steps, remaining_steps
-from vgpuctl.hosts.predict import predict_observed
-from vgpuctl.hosts.work import WORK_FIELD, HostRecord, describe_record, parse_record
 from vgpuctl.model import EvacuationAction, HostChange, Observed, ObservedHost
+from vgpuctl.records.work import WORK_FIELD, HostRecord, describe_record, parse_record
 from vgpuctl.vsphere.workrecord import LeaseInfo, live_leases, parse_lease
 
 pytestmark = pytest.mark.unit
@@ -58,7 +59,7 @@ def test_unfinished_work_is_a_pending_change_and_the_host_is_usable_for_vms() ->
 def test_planned_steps_are_in_apply_order() -> None:
     changes = [
         HostChange("h", ChangeKind.EVACUATE, "vm-a", "poweredOn", EvacuationAction(EvacuationKind.RESTORE_AFTER)),
-        HostChange("h", ChangeKind.NVLINK, "host", "enabled", "disabled", Phase.REBOOT),
+        HostChange("h", kinds.NVLINK, "host", "enabled", "disabled", Phase.REBOOT),
     ]
     assert planned_steps(changes) == [
         "evacuate vm-a",
@@ -113,7 +114,7 @@ def test_host_records_default_to_power_on_after() -> None:
     ],
 )
 def test_a_value_that_is_no_work_record_says_what_is_wrong(value: str, why: str) -> None:
-    from vgpuctl.hosts.work import read_record, record_problem
+    from vgpuctl.records.work import read_record, record_problem
 
     record, problem = read_record("esx-01", value)
     assert record is None and problem is not None and problem.startswith(why), problem
@@ -171,7 +172,7 @@ def test_a_lease_value_that_is_no_description_describes_nothing(value: str, why:
 def test_a_record_keeps_the_ssh_service_a_run_started() -> None:
     """The SSH service's state before a run started it is part of the record: a record holding only it is no host
     work to resume (the later run just stops the service again); a malformed one is refused as any record is."""
-    from vgpuctl.hosts.work import read_record
+    from vgpuctl.records.work import read_record
 
     record, why = read_record("esx-01", '{"run": "r1", "ssh": {"running": false, "policy": "off"}}')
     assert why is None and record is not None

@@ -11,8 +11,9 @@ import pytest
 from vgpuctl.errors import InventoryErrors
 from vgpuctl.inventory import load_inventory_text, validate
 from vgpuctl.inventory.netchecks import pool_address
-from vgpuctl.inventory.network import AddressPool, DeviceSelect
+from vgpuctl.inventory.network import AddressPool
 from vgpuctl.model import GuestIdentity, IdentityAdapter
+from vgpuctl.nicselect import DeviceSelect
 from vgpuctl.vms.identity import cloud_init_metadata, guestinfo
 
 pytestmark = pytest.mark.unit

@@ -1,6 +1,9 @@
-"""The layers docs/architecture.md states, checked on every import (module level and inside functions):
-only cli/ imports the CLI; only vsphere/ talks to vCenter (pyVmomi), only esxi/ to the ESXi shell (paramiko),
-only guest/ to Ansible (ansible_runner); reports never import the executors; no module grows past 800 lines."""
+"""The layers docs/architecture.md states, checked on every import (module level, inside functions and under
+TYPE_CHECKING): the floors of docs/floors.yaml (an import goes down or stays on its floor; no modules and no rooms
+import each other in a circle; every module stands on a floor; the picture in docs/architecture.md is drawn from
+the data); only cli/ imports the CLI; only vsphere/ talks to vCenter (pyVmomi), only esxi/ to the ESXi shell
+(paramiko), only guest/ to Ansible (ansible_runner); reports never import the executors; no module grows past
+800 lines."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from floorsmod import floors
 
 pytestmark = pytest.mark.unit
 
@@ -95,3 +99,44 @@ def test_the_check_finds_each_kind_of_violation(relative: str, source: str, expe
 )
 def test_what_a_layer_may_do_passes(relative: str, source: str) -> None:
     assert violations(relative, source) == []
+
+
+# ------------------------------------------------------------------------------------------ the floors
+
+
+def test_every_module_stands_on_a_floor() -> None:
+    assert floors.unplaced(floors.read_house()) == []
+
+
+def test_no_import_runs_back_up_a_floor() -> None:
+    assert floors.arrows_up(floors.read_house()) == []
+
+
+def test_no_modules_and_no_rooms_import_each_other_in_a_circle() -> None:
+    house = floors.read_house()
+    assert floors.module_circles(house) == []
+    assert floors.room_circles(house) == []
+
+
+def test_the_architecture_picture_is_drawn_from_the_floors() -> None:
+    text = floors.ARCHITECTURE.read_text(encoding="utf-8")
+    assert floors.drawn_section(text) == floors.picture(floors.read_house()), (
+        "run `python scripts/floors.py --write`"
+    )
+
+
+def test_the_floor_check_sees_every_kind_of_import(tmp_path: Path) -> None:
+    """An import inside a function and one under TYPE_CHECKING count like a module-level one."""
+    pkg = tmp_path / "vgpuctl"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text("")
+    (pkg / "low" / "a.py").write_text("def f():\n    from vgpuctl import high\n")
+    (pkg / "low" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import vgpuctl.high\n")
+    (pkg / "high.py").write_text("from vgpuctl.low import a, b\n")
+    data = tmp_path / "floors.yaml"
+    data.write_text("floors:\n  - {name: low, rooms: [low/]}\n  - {name: high, rooms: [high]}\n")
+    house = floors.read_house(pkg, data)
+    assert len(floors.arrows_up(house)) == 2
+    assert floors.module_circles(house) == [["high", "low.a", "low.b"]]
+    assert floors.room_circles(house) == [["high", "low/"]]

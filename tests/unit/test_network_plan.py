@@ -17,8 +17,8 @@ from ruamel.yaml import YAML
 
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import NicChange, Observed, ObservedNic, Op, Plan
+from vgpuctl.planner import make_plan
 from vgpuctl.reports.plan import plan_to_json, render_plan_text
-from vgpuctl.vms.plan import make_plan
 
 pytestmark = pytest.mark.unit
 

@@ -7,15 +7,16 @@ from pathlib import Path
 from types import SimpleNamespace as NS
 
 import pytest
+from hostfacts import host_facts
 from ruamel.yaml import YAML
 
+from vgpuctl.farm.state import nvlink_hosts_for
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
 from vgpuctl.vsphere.nvlink import (
     GroupedSet,
     component_pci_id,
     device_group_sets,
     group_profile,
-    nvlink_hosts_for,
     sets_from_device_groups,
 )
 
@@ -119,14 +120,14 @@ def test_two_nvswitch_fabrics_stay_two_sets() -> None:
 
 
 def _set_gpus(model_board: str, n: int) -> list:
-    from vgpuctl.vms.placement import Gpu
+    from vgpuctl.farm.placement import Gpu
 
     return [Gpu(f"0000:{10 + i:02x}:00.0", model_board, 80, nvlink_set=0) for i in range(n)]
 
 
 @pytest.mark.parametrize("count", [2, 4, 8])
 def test_nvswitch_set_takes_nvlink_vms_of_2_4_8(count: int) -> None:
-    from vgpuctl.vms.placement import place_vm
+    from vgpuctl.farm.placement import place_vm
 
     placed = place_vm(_set_gpus("h100xm", 8), "vm", ["grid_h100xm-80c"] * count, nvlink=True)
     assert placed.reason is None and len({p.gpu for p in placed.placed}) == count
@@ -134,7 +135,7 @@ def test_nvswitch_set_takes_nvlink_vms_of_2_4_8(count: int) -> None:
 
 @pytest.mark.parametrize("count", [3, 5, 6, 7])
 def test_nvswitch_set_refuses_nvlink_vms_of_other_sizes(count: int) -> None:
-    from vgpuctl.vms.placement import place_vm
+    from vgpuctl.farm.placement import place_vm
 
     placed = place_vm(_set_gpus("h100xm", 8), "vm", ["grid_h100xm-80c"] * count, nvlink=True)
     assert placed.placed == [] and placed.reason is not None
@@ -159,7 +160,7 @@ def test_device_group_sets_keep_each_sets_own_sizes() -> None:
 
 
 def test_reported_group_sizes_reach_the_gpus_and_placement() -> None:
-    from vgpuctl.vms.placement import gpus_from_observed, place_vm
+    from vgpuctl.farm.placement import gpus_from_observed, place_vm
     from vgpuctl.vsphere.observe import set_nvlink_sets
 
     quad = GPUS  # a bridge quad of A100 PCIe GPUs whose host offers only the whole quad
@@ -180,7 +181,7 @@ def test_reported_group_sizes_reach_the_gpus_and_placement() -> None:
 
 def test_reported_sizes_win_over_the_board_topology() -> None:
     """A PCIe board (bridge pairs in the catalogue) whose host offers NVSwitch-like groups of 2, 4 and 8."""
-    from vgpuctl.vms.placement import place_vm
+    from vgpuctl.farm.placement import place_vm
 
     gpus = _set_gpus("a100", 8)
     for g in gpus:
@@ -191,7 +192,7 @@ def test_reported_sizes_win_over_the_board_topology() -> None:
 
 
 def test_a_set_with_no_group_of_the_size_still_lets_another_set_take_the_vm() -> None:
-    from vgpuctl.vms.placement import place_vm
+    from vgpuctl.farm.placement import place_vm
 
     gpus = _set_gpus("a100", 6)
     for i, g in enumerate(gpus):
@@ -203,7 +204,7 @@ def test_a_set_with_no_group_of_the_size_still_lets_another_set_take_the_vm() ->
 
 def test_bridge_pair_takes_its_pair() -> None:
     """Without reported groups a bridge pair (the catalogue topology of A100 PCIe) is one group of 2."""
-    from vgpuctl.vms.placement import place_vm
+    from vgpuctl.farm.placement import place_vm
 
     gpus = _set_gpus("a100", 2)
     for g in gpus:
@@ -227,7 +228,7 @@ def _quad_farm(groups: list[int]) -> Observed:
 
 def _nvlink_plan(count: int, observed: Observed) -> list[str]:
     from vgpuctl.inventory import load_inventory_text
-    from vgpuctl.vms.plan import make_plan
+    from vgpuctl.planner import make_plan
 
     inv = load_inventory_text(f"""\
 apiVersion: vgpuctl/v1
@@ -278,7 +279,7 @@ def _pair_host(profiles: list[str]) -> Observed:
 
 
 def test_an_nvlink_vm_of_a_profile_the_groups_are_not_offered_for_is_refused_naming_them() -> None:
-    from vgpuctl.vms.placement import gpus_from_observed, place_vm
+    from vgpuctl.farm.placement import gpus_from_observed, place_vm
 
     observed = _pair_host(["grid_a100-40c"])
     assert [g.nvlink_profiles for g in observed.hosts["h"].gpus] == [["grid_a100-40c"]] * 2
@@ -292,7 +293,7 @@ def test_an_nvlink_vm_of_a_profile_the_groups_are_not_offered_for_is_refused_nam
 
 def test_the_group_names_the_host_reports_win_over_the_catalogue() -> None:
     """A host whose groups name another type than the board's whole-GPU C type is planned by what it names."""
-    from vgpuctl.vms.placement import gpus_from_observed, place_vm
+    from vgpuctl.farm.placement import gpus_from_observed, place_vm
 
     gpus = gpus_from_observed(_pair_host(["grid_a100-20c"]).hosts["h"], {})
     assert place_vm(gpus, "vm", ["grid_a100-20c"] * 2, nvlink=True).ok
@@ -300,7 +301,7 @@ def test_the_group_names_the_host_reports_win_over_the_catalogue() -> None:
 
 
 def test_without_group_names_the_catalogue_gives_the_whole_gpu_c_type() -> None:
-    from vgpuctl.vms.placement import gpus_from_observed, place_vm
+    from vgpuctl.farm.placement import gpus_from_observed, place_vm
 
     gpus = gpus_from_observed(_pair_host([]).hosts["h"], {})
     assert place_vm(gpus, "vm", ["grid_a100-40c"] * 2, nvlink=True).ok
@@ -311,7 +312,7 @@ def test_without_group_names_the_catalogue_gives_the_whole_gpu_c_type() -> None:
 
 def test_plan_refuses_an_nvlink_vm_whose_profile_no_group_offers() -> None:
     from vgpuctl.inventory import load_inventory_text
-    from vgpuctl.vms.plan import make_plan
+    from vgpuctl.planner import make_plan
 
     inv = load_inventory_text("""\
 apiVersion: vgpuctl/v1
@@ -338,12 +339,7 @@ def test_plan_says_when_the_catalogue_gave_the_sizes() -> None:
 
 
 def _shell_facts(peers: dict[str, list[str]]):  # type: ignore[no-untyped-def]
-    from vgpuctl.hosts.facts import GpuFacts, HostFacts
-
-    facts = HostFacts("h", shell=True)
-    for pci in GPUS:
-        facts.gpus[pci] = GpuFacts(pci, nvlink_peers=peers.get(pci, []))
-    return facts
+    return host_facts("h", shell=True, gpus={pci: {"nvlink_peers": peers.get(pci, [])} for pci in GPUS})
 
 
 def _a100_host(observed: Observed | None = None) -> Observed:
@@ -357,8 +353,8 @@ def _a100_host(observed: Observed | None = None) -> Observed:
 def test_shell_sets_reach_placement_where_vcenter_reports_no_groups() -> None:
     """nvidia-smi topo links 3b-3c and 5e-5f; vCenter reported no device groups: the sets come from the shell,
     their group sizes from the board's catalogue topology (bridge pairs), and the reason says so."""
+    from vgpuctl.farm.placement import gpus_from_observed, place_vm
     from vgpuctl.hosts.facts import adopt_nvlink_sets
-    from vgpuctl.vms.placement import gpus_from_observed, place_vm
 
     facts = _shell_facts({GPUS[0]: [GPUS[1]], GPUS[1]: [GPUS[0]], GPUS[2]: [GPUS[3]], GPUS[3]: [GPUS[2]]})
     observed = _a100_host()

@@ -11,10 +11,10 @@ import pytest
 from ruamel.yaml import YAML
 
 from vgpuctl import profiles
+from vgpuctl.farm.placement import Gpu, add_vgpu, fits, gpus_from_observed, place_vm, remove_vgpu, why_not
+from vgpuctl.farm.state import FarmState, Request, farm_from_observed, place_farm
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
 from vgpuctl.profiles import BOARDS, board_for_model, parse_profile
-from vgpuctl.vms.farm import FarmState, Request, farm_from_observed, place_farm
-from vgpuctl.vms.placement import Gpu, add_vgpu, fits, gpus_from_observed, place_vm, remove_vgpu, why_not
 
 pytestmark = pytest.mark.unit
 

@@ -24,12 +24,12 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from vgpuctl.farm.placement import place_vm
+from vgpuctl.farm.state import farm_from_observed
 from vgpuctl.inventory import load_inventory, load_inventory_text, validate
 from vgpuctl.model import CloneSpec, Observed, ObservedVgpu, ObservedVm, Plan, VmChange
+from vgpuctl.planner import make_plan
 from vgpuctl.reports.plan import plan_to_json, render_plan_text
-from vgpuctl.vms.farm import farm_from_observed
-from vgpuctl.vms.placement import place_vm
-from vgpuctl.vms.plan import make_plan
 
 pytestmark = pytest.mark.unit
 

@@ -10,8 +10,8 @@ from vgpuctl.domain import Keep
 from vgpuctl.export import export_inventory, lacks
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm, Op
+from vgpuctl.planner import make_plan
 from vgpuctl.reports.plan import plan_report, render_plan_text
-from vgpuctl.vms.plan import make_plan
 
 pytestmark = pytest.mark.unit
 

@@ -130,7 +130,7 @@ def test_a_saved_plan_carries_typed_evacuations(tmp_path: Path) -> None:
 
 
 def test_drift_fields_are_the_settings_and_where_a_host_is() -> None:
-    from vgpuctl.hosts.settings import SETTINGS
+    from vgpuctl.settings import SETTINGS
 
     settings = {f for s in SETTINGS for f in s.drift_fields}
     assert set(planfile.HOST_FIELDS) == set(planfile.ORCHESTRATION_FIELDS) | settings

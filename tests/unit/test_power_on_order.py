@@ -1,5 +1,5 @@
 """The power-on order: plan places, apply powers on and capacity verifies the VMs of a host largest first
-(vgpuctl.vms.placement.power_on_key); apply's workers wait for their turn per host (vgpuctl.vms.apply.PowerOnTurns)."""
+(vgpuctl.farm.placement.power_on_key); apply's workers wait for their turn per host (vgpuctl.vms.apply.PowerOnTurns)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import threading
 
 import pytest
 
+from vgpuctl.farm.placement import Gpu, add_vgpu, fits, power_on_key, profile_order
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import CloneSpec, Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm, VmChange
+from vgpuctl.planner import make_plan
 from vgpuctl.vms.apply import PowerOnTurns, power_on_host, queue_order
-from vgpuctl.vms.placement import Gpu, add_vgpu, fits, power_on_key, profile_order
-from vgpuctl.vms.plan import make_plan
 
 pytestmark = pytest.mark.unit
 

@@ -3,12 +3,14 @@ per object (and the README's role table as their source of truth), the checks fr
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 
+import kinds
 import pytest
 
-from vgpuctl.domain import ChangeKind, CheckStatus, Phase
+from vgpuctl.domain import CheckStatus, Phase
 from vgpuctl.esxi.parsers import parse_vib_list
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
@@ -25,9 +27,10 @@ from vgpuctl.model import (
     VmChange,
 )
 from vgpuctl.preflight import branches, checks, privileges
+from vgpuctl.preflight.check import PreflightCheck
 from vgpuctl.preflight.facts import About, ManagerFacts, Scope, SshOutcome, SshProbe, requirement_scope, scope_of
 from vgpuctl.preflight.guests import driver_branch_checks, file_checks, guest_driver
-from vgpuctl.reports.preflight import PreflightCheck, preflight_report
+from vgpuctl.reports.preflight import preflight_report
 from vgpuctl.vsphere.hostaccess import HostAccess
 
 pytestmark = pytest.mark.unit
@@ -159,7 +162,7 @@ def a_plan() -> Plan:
                      power_off=True, power_on=True),
             VmChange("b", clone=CloneSpec("tmpl", cluster="C"), extra_config={"x": "1"}),
         ],
-        host_changes=[HostChange("esx-01", ChangeKind.NVLINK, "host", "enabled", "disabled", Phase.REBOOT)],
+        host_changes=[HostChange("esx-01", kinds.NVLINK, "host", "enabled", "disabled", Phase.REBOOT)],
     )
 
 
@@ -189,8 +192,8 @@ def test_network_settings_and_customization_need_their_own_privileges() -> None:
     clone = CloneSpec("tmpl", cluster="C", identity=GuestIdentity(IdentityMethod.CUSTOMIZATION, "b", "lab"))
     the_plan = Plan(
         vm_changes=[VmChange("b", clone=clone)],
-        host_changes=[HostChange("esx-01", ChangeKind.SRIOV, "0000:18:00.0", 0, 8, Phase.REBOOT),
-                      HostChange("esx-01", ChangeKind.PVRDMA_FIREWALL, "host", "off", "on", Phase.ONLINE)],
+        host_changes=[HostChange("esx-01", kinds.SRIOV, "0000:18:00.0", 0, 8, Phase.REBOOT),
+                      HostChange("esx-01", kinds.PVRDMA_FIREWALL, "host", "off", "on", Phase.ONLINE)],
     )
     by = {(n.operation.key, n.label): set(n.privileges) for n in privileges.needs(the_plan, farm(), None, PLACES)}
     assert by[("vm-customize", "template tmpl")] == {"VirtualMachine.Provisioning.Customize"}
@@ -300,8 +303,12 @@ def test_templates_graphics_and_manager() -> None:
     (template,) = checks.template_checks(plan, inv, farm())
     assert template.status == CheckStatus.FAIL and "C-series vGPUs need EFI firmware" in template.evidence
     host = farm().hosts["esx-01"]
-    assert checks.graphics_check(host, None, True).status == CheckStatus.FAIL
-    assert checks.graphics_check(host, None, False).status == CheckStatus.WARN
+    assert checks.graphics_check(host, host, True).status == CheckStatus.FAIL
+    assert checks.graphics_check(host, host, False).status == CheckStatus.WARN
+    fixed = copy.deepcopy(host)
+    for gpu in fixed.gpus:
+        gpu.graphics_type = "sharedDirect"
+    assert checks.graphics_check(host, fixed, True).status == CheckStatus.PASS  # the plan sets Shared Direct
     missing = checks.manager_check(host, ManagerFacts(installed=False, source="x"), True)
     assert missing.status == CheckStatus.FAIL and missing.fix and "vGPU Manager" in missing.fix
     unknown = checks.manager_check(host, ManagerFacts(unread=["software packages: NoPermission: denied"]), True)

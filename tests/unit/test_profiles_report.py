@@ -14,7 +14,7 @@ from rich.console import Console
 
 from vgpuctl.model import ObservedGpu, ObservedHost, ObservedProfile
 from vgpuctl.profiles import BOARDS, max_per_gpu, parse_profile
-from vgpuctl.reports.status import host_profiles, profiles_report
+from vgpuctl.reports.profiles import host_profiles, profiles_report
 
 pytestmark = pytest.mark.unit
 
@@ -104,7 +104,7 @@ def test_the_hosts_mig_instance_totals_become_its_maxima() -> None:
     """`nvidia-smi mig -lgip` (a real A100-40GB capture) gives each GPU instance profile's total; the offered
     MIG-backed types take them (the host wins), time-sliced ones keep the catalogue's maximum."""
     from vgpuctl.hosts.status import mig_instance_totals
-    from vgpuctl.reports.status import with_reported_maxima
+    from vgpuctl.reports.profiles import with_reported_maxima
 
     text = LGIP.read_text()
     totals = mig_instance_totals(lambda command: text)

@@ -34,7 +34,7 @@ def test_role_command_grants_what_the_table_lists() -> None:
 
 
 def test_status_says_what_the_readme_says_of_a_host_without_the_vgpu_manager() -> None:
-    from vgpuctl.reports.statusview import NO_MANAGER
+    from vgpuctl.reports.status import NO_MANAGER
 
     assert f'"{NO_MANAGER}"' in " ".join(SECTION.split())
 

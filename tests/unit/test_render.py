@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import kinds
 import pytest
 
 from vgpuctl.domain import ChangeKind, EvacuationKind, Phase
@@ -43,8 +44,8 @@ def _plan() -> Plan:
             VmChange("untouched"),
         ],
         host_changes=[
-            HostChange("esx-01", ChangeKind.MIG, "0000:3b:00.0", "disabled", "enabled", Phase.REBOOT),
-            HostChange("esx-02", ChangeKind.SCHEDULER, "host", "best-effort", "equal-share", Phase.ONLINE),
+            HostChange("esx-01", kinds.MIG, "0000:3b:00.0", "disabled", "enabled", Phase.REBOOT),
+            HostChange("esx-02", kinds.SCHEDULER, "host", "best-effort", "equal-share", Phase.ONLINE),
         ],
     )
 
@@ -137,7 +138,7 @@ def test_no_secrets_from_inventory() -> None:
     """A plan is made of VM, host and profile data: nothing of vcenter/ssh/guest connection settings."""
     from vgpuctl.inventory import load_inventory_text
     from vgpuctl.model import Observed
-    from vgpuctl.vms.plan import make_plan
+    from vgpuctl.planner import make_plan
 
     inv = load_inventory_text(
         "apiVersion: vgpuctl/v1\n"
@@ -159,7 +160,7 @@ def _evacuating_plan(policy_new: EvacuationAction) -> Plan:
         host_changes=[HostChange("esx-01", ChangeKind.EVACUATE, "train-01", "poweredOn", policy_new),
                       HostChange("esx-01", ChangeKind.EVACUATE, "web-01", "poweredOn", RESTORE_AFTER),
                       HostChange("esx-01", ChangeKind.EVACUATE, "web-02", "poweredOn", RESTORE_AFTER),
-                      HostChange("esx-01", ChangeKind.MIG, "0000:3b:00.0", "disabled", "enabled", Phase.REBOOT)],
+                      HostChange("esx-01", kinds.MIG, "0000:3b:00.0", "disabled", "enabled", Phase.REBOOT)],
     )  # fmt: skip
 
 

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import kinds
 import pytest
+from hostfacts import host_facts
 from typer.testing import CliRunner
 
 from vgpuctl.capacity.answer import plan_capacity
@@ -29,9 +31,6 @@ from vgpuctl.experiment.schema import checked_variants, load_experiment
 from vgpuctl.experiment.store import ResultsDir
 from vgpuctl.export import export_inventory
 from vgpuctl.guest.runner import DeployResult, GuestOutcome
-from vgpuctl.hosts.explain import explain_host
-from vgpuctl.hosts.facts import GpuFacts, HostFacts
-from vgpuctl.hosts.status import host_status, merge_status
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
     ApplyResult,
@@ -55,7 +54,11 @@ from vgpuctl.model import (
     VmChange,
     VmOutcome,
 )
+from vgpuctl.preflight.check import PreflightCheck
+from vgpuctl.records.classes import ClassState, NamespaceState, SupervisorState
 from vgpuctl.reports import schemas
+from vgpuctl.reports.apply import ApplyReport, HostChangeReport, host_change_report
+from vgpuctl.reports.apply import apply_report as build_apply_report
 from vgpuctl.reports.base import Report
 from vgpuctl.reports.capacity import CapacityDemandReport, CapacityReport, capacity_demand_report, capacity_report
 from vgpuctl.reports.experiment import (
@@ -65,33 +68,16 @@ from vgpuctl.reports.experiment import (
     experiment_run_report,
     experiment_validate_report,
 )
-from vgpuctl.reports.explain import ExplainReport
+from vgpuctl.reports.explain import ExplainReport, explain_host
 from vgpuctl.reports.export import ExportReport
 from vgpuctl.reports.guests import ProvisionReport, guest_run_report
-from vgpuctl.reports.plan import (
-    ApplyReport,
-    HostChangeReport,
-    host_change_report,
-    plan_report,
-    validate_report,
-    with_class_plan,
-)
-from vgpuctl.reports.plan import (
-    apply_report as build_apply_report,
-)
-from vgpuctl.reports.preflight import PreflightCheck, preflight_report
+from vgpuctl.reports.host import HostReport, host_status
+from vgpuctl.reports.plan import plan_report, validate_report, with_class_plan
+from vgpuctl.reports.preflight import preflight_report
+from vgpuctl.reports.profiles import profiles_report
 from vgpuctl.reports.schemas import REPORTS
 from vgpuctl.reports.sim import SimDownReport, SimEnvReport
-from vgpuctl.reports.status import (
-    HostReport,
-    StatusReport,
-    host_lease,
-    profiles_report,
-    status_report,
-    vm_vgpus_report,
-    with_leases,
-    with_supervisor,
-)
+from vgpuctl.reports.status import StatusReport, host_lease, merge_status, status_report, with_leases, with_supervisor
 from vgpuctl.reports.supervisor import (
     ManifestsReport,
     SupervisorApplyReport,
@@ -100,17 +86,11 @@ from vgpuctl.reports.supervisor import (
     supervisor_plan_report,
     supervisor_status_report,
 )
+from vgpuctl.reports.vmvgpus import vm_vgpus_report
 from vgpuctl.reports.work import forget_work_report
 from vgpuctl.scope import Scope
 from vgpuctl.supervisor.render import render_manifests
-from vgpuctl.supervisor.vmclasses import (
-    ClassChange,
-    ClassState,
-    NamespaceChange,
-    NamespaceState,
-    SupervisorPlan,
-    SupervisorState,
-)
+from vgpuctl.supervisor.vmclasses import ClassChange, NamespaceChange, SupervisorPlan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_experiment_runner import RecordingFarm
@@ -196,8 +176,8 @@ def a_plan() -> Plan:
             VmChange("b", clone=CloneSpec("tmpl", cluster="GPU-Cluster", memory_mb=4096), power_on=True),
         ],
         host_changes=[
-            HostChange("esx-01", ChangeKind.MIG, GPU0, "time-sliced", "mig", Phase.REBOOT),
-            HostChange("esx-01", ChangeKind.NVLINK, "host", "enabled", "disabled", Phase.REBOOT),
+            HostChange("esx-01", kinds.MIG, GPU0, "time-sliced", "mig", Phase.REBOOT),
+            HostChange("esx-01", kinds.NVLINK, "host", "enabled", "disabled", Phase.REBOOT),
             HostChange("esx-01", ChangeKind.EVACUATE, "vm-a", "poweredOn",
                        EvacuationAction(EvacuationKind.MIGRATE, "esx-02")),
         ],
@@ -226,14 +206,15 @@ def apply_report(verbose: int = 0, vm: str | None = None) -> ApplyReport:
 
 
 def host_report() -> HostReport:
-    facts = HostFacts("esx-01", shell=True, options_effective="")
-    facts.gpus[GPU0] = GpuFacts(GPU0, mig_current=False, mig_pending=True, nvlink_links=12, nvlink_active=12)
+    gpu = {"mig_current": False, "mig_pending": True, "nvlink_links": 12, "nvlink_active": 12}
+    facts = host_facts("esx-01", shell=True, options_configured="NVreg_NvLinkDisable=1", options_effective="",
+                       gpus={GPU0: gpu})
     return host_status(farm().hosts["esx-01"], facts, shell_error=None)
 
 
 def status_with_classes() -> StatusReport:
     observed = farm()
-    facts = HostFacts("esx-01", shell=True, gpus={GPU0: GpuFacts(GPU0, mig_current=True, mig_pending=True)})
+    facts = host_facts("esx-01", shell=True, gpus={GPU0: {"mig_current": True, "mig_pending": True}})
     rows = {"esx-01": host_status(observed.hosts["esx-01"], facts, shell_error="ssh: refused")}
     supervisor = SupervisorState(
         classes={"gpu": ClassState("gpu", 8, 65536, vgpus=["grid_a100-20c"])},

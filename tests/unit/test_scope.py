@@ -12,10 +12,10 @@ from vgpuctl.hosts.plan import resolve_hosts
 from vgpuctl.inventory import Inventory, load_inventory_text, validate
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm, Plan
 from vgpuctl.names import host_named, matching
+from vgpuctl.planner import make_plan
 from vgpuctl.reports.base import TextLayout
 from vgpuctl.reports.plan import plan_report
 from vgpuctl.scope import Scope, ScopeResult, candidate_hosts, restricted, result, select, settle
-from vgpuctl.vms.plan import make_plan
 
 pytestmark = pytest.mark.unit
 

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 from vgpuctl import planfile
 from vgpuctl.cli.main import app
 from vgpuctl.inventory import load_inventory_text, validate
+from vgpuctl.planner import make_plan
 from vgpuctl.reports.base import TextLayout, from_json
 from vgpuctl.reports.plan import PlanReport, plan_report
 from vgpuctl.scope import Scope
-from vgpuctl.vms.plan import make_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_plan import CASES, _load, _observed

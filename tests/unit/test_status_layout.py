@@ -10,13 +10,21 @@ import re
 from pathlib import Path
 
 import pytest
+from hostfacts import host_facts
 from rich.console import Console
 
-from vgpuctl.hosts.facts import GpuFacts, HostFacts
-from vgpuctl.hosts.status import host_status, merge_status
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm
-from vgpuctl.reports.status import HostReport, StatusReport, status_report
-from vgpuctl.reports.statusview import GUESS_NOTE, NO_MANAGER, common_suffix, render_status, short_pci
+from vgpuctl.reports.host import HostReport, host_status
+from vgpuctl.reports.status import (
+    GUESS_NOTE,
+    NO_MANAGER,
+    StatusReport,
+    common_suffix,
+    merge_status,
+    render_status,
+    short_pci,
+    status_report,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -63,9 +71,8 @@ def farm() -> Observed:
 
 def shell_rows(observed: Observed) -> dict[str, HostReport]:
     """What the ESXi shell says: MIG pending on one A100; nothing it can tell about MIG on the L40S."""
-    a100 = HostFacts("esx-01" + DOMAIN, shell=True, gpus={"0000:3b:00.0": GpuFacts("0000:3b:00.0", mig_current=False,
-                                                                                       mig_pending=True)})  # fmt: skip
-    l40s = HostFacts("esx-04" + DOMAIN, shell=True, gpus={p: GpuFacts(p) for p in ("0000:3b:00.0", "0000:5e:00.0")})
+    a100 = host_facts("esx-01" + DOMAIN, shell=True, gpus={"0000:3b:00.0": {"mig_current": False, "mig_pending": True}})
+    l40s = host_facts("esx-04" + DOMAIN, shell=True, gpus={p: {} for p in ("0000:3b:00.0", "0000:5e:00.0")})
     return {f.host: host_status(observed.hosts[f.host], f) for f in (a100, l40s)}
 
 

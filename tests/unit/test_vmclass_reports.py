@@ -15,10 +15,10 @@ from vgpuctl.cli.main import app
 from vgpuctl.cli.status import reads_vm_classes
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import Observed, ObservedHost, Plan, VmChange
+from vgpuctl.records.classes import ClassState, NamespaceState, SupervisorState
 from vgpuctl.reports.plan import plan_report, with_class_plan
-from vgpuctl.reports.status import status_report, with_supervisor
-from vgpuctl.reports.statusview import plain_status
-from vgpuctl.supervisor.vmclasses import ClassState, NamespaceState, SupervisorPlan, SupervisorState, plan_supervisor
+from vgpuctl.reports.status import plain_status, status_report, with_supervisor
+from vgpuctl.supervisor.vmclasses import SupervisorPlan, plan_supervisor
 
 pytestmark = pytest.mark.unit
 
@@ -180,7 +180,7 @@ def test_validate_counts_classes_and_namespaces(tmp_path: Path) -> None:
 
 def test_apply_document_carries_the_class_plan_it_applied() -> None:
     from vgpuctl.model import ApplyResult
-    from vgpuctl.reports.plan import apply_report
+    from vgpuctl.reports.apply import apply_report
 
     doc = apply_report(Plan(), ApplyResult(), classes=class_plan()).to_dict()
     assert [c["vm_class"] for c in doc["plan"]["vm_classes"]] == ["gpu-big", "gpu-small", "old"]
@@ -193,7 +193,7 @@ def test_status_tables_show_the_classes_and_the_warnings(width: int) -> None:
 
     from rich.console import Console
 
-    from vgpuctl.reports.statusview import render_status
+    from vgpuctl.reports.status import render_status
 
     report = with_supervisor(status_report(observed()), state(), "REST went away")
     console = Console(width=width, file=io.StringIO())

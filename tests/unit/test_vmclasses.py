@@ -5,21 +5,16 @@ from __future__ import annotations
 import textwrap
 from typing import Any
 
+import kinds
 import pytest
 
 from vgpuctl.errors import InventoryErrors
 from vgpuctl.inventory import Inventory, load_inventory_text
+from vgpuctl.inventory.classes import iter_problems
 from vgpuctl.model import Observed, ObservedHost, Op
+from vgpuctl.records.classes import ClassState, NamespaceState, SupervisorState
 from vgpuctl.reports.supervisor import supervisor_plan_report, supervisor_status_report
-from vgpuctl.supervisor.vmclasses import (
-    ClassState,
-    NamespaceState,
-    SupervisorPlan,
-    SupervisorState,
-    desired_class,
-    iter_problems,
-    plan_supervisor,
-)
+from vgpuctl.supervisor.vmclasses import SupervisorPlan, desired_class, plan_supervisor
 
 pytestmark = pytest.mark.unit
 
@@ -574,7 +569,6 @@ def test_rest_wrong_password_and_tls_settings() -> None:
 
 
 def test_planned_mig_mode_counts_for_the_offer_check() -> None:
-    from vgpuctl.domain import ChangeKind
     from vgpuctl.model import HostChange, ObservedGpu
     from vgpuctl.supervisor.stage import planning_base
 
@@ -585,7 +579,7 @@ def test_planned_mig_mode_counts_for_the_offer_check() -> None:
                "namespaces:\n  - {name: ml-team, vm_classes: [c]}\n")
     state = _state(**{"ml-team": []})
     assert plan_supervisor(inv, state, planning_base(observed)).errors != []
-    to_mig = [HostChange("esx-01", ChangeKind.MIG, "0000:3b:00.0", "time-sliced", "mig")]
+    to_mig = [HostChange("esx-01", kinds.MIG, "0000:3b:00.0", "time-sliced", "mig")]
     assert plan_supervisor(inv, state, planning_base(observed, to_mig)).errors == []
 
 

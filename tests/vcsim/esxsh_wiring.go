@@ -192,6 +192,17 @@ func (b *farmBackend) SetMIGMode(host string, idx int, enable bool) (esxsh.MIGCh
 	return esxsh.MIGPendingBusy, nil
 }
 
+func (b *farmBackend) SetECCMode(host string, idx int, enable bool) error {
+	gpus, err := b.farm.GPUs(host)
+	if err != nil {
+		return err
+	}
+	if idx < 0 || idx >= len(gpus) {
+		return fmt.Errorf("GPU %d: %w", idx, farm.ErrNotFound)
+	}
+	return b.farm.SetECCMode(host, gpus[idx].PCIID, enable)
+}
+
 func (b *farmBackend) ModuleOptions(host, module string) (string, bool, error) {
 	opts, err := b.farm.ModuleOptions(host, module)
 	if errors.Is(err, farm.ErrNotFound) {
@@ -262,6 +273,7 @@ func hostView(info farm.HostInfo) esxsh.Host {
 			Board: m.Board, Architecture: architecture(m.Board), DeviceID: uint16(m.DeviceID),
 			MemoryMiB: m.FramebufferGB * 1024, NUMANode: g.Index * 2 / max(len(info.GPUs), 1),
 			MIGCapable: m.MIGCapable, MIGProfiles: migProfiles(m), MIGCurrent: g.MIGCurrent, MIGPending: g.MIGPending,
+			ECCCurrent: g.ECCCurrent, ECCPending: g.ECCPending,
 			Heterogeneous: g.TimeSlicedMode == farm.ModeMixedSize, ActiveVGPUs: len(g.VGPUs),
 		}
 		for _, s := range g.VGPUs {

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from vgpuctl.domain import ConnectionState, GraphicsType, HostPowerState
+from vgpuctl.farm.placement import Gpu
 from vgpuctl.model import ObservedHost
-from vgpuctl.vms.placement import Gpu
 
 GRAPHICS_FIX = ("set the GPUs' graphics type to Shared Direct (inventory: graphics: {default_type: sharedDirect} "
                 "or gpus: [{graphics_type: sharedDirect}]; the host reboots), or add `graphics` to the demand's "

@@ -12,11 +12,8 @@ from dataclasses import dataclass, field
 from vgpuctl.capacity.blockers import Blocker, gpu_blockers, host_blocker, usable
 from vgpuctl.capacity.kinds import _key, addition_patterns, capacity
 from vgpuctl.domain import GpuVgpuMode, GraphicsType
-from vgpuctl.model import Observed
-from vgpuctl.profiles import ProfileError, max_vgpus_per_vm, parse_profile
-from vgpuctl.vms.farm import farm_from_observed
-from vgpuctl.vms.nicplace import NicCapacity, nic_capacity
-from vgpuctl.vms.placement import (
+from vgpuctl.farm.nics import NicCapacity, nic_capacity
+from vgpuctl.farm.placement import (
     Gpu,
     add_vgpu,
     clone_gpu,
@@ -25,6 +22,9 @@ from vgpuctl.vms.placement import (
     place_vm,
     whole_gpu_compute_types,
 )
+from vgpuctl.farm.state import farm_from_observed
+from vgpuctl.model import Observed
+from vgpuctl.profiles import ProfileError, max_vgpus_per_vm, parse_profile
 
 VGPU_COUNTS = (1, 2, 4, 8)
 MAX_COUNT = 10_000  # stop counting there (a farm that takes more is not short of capacity)

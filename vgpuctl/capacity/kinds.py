@@ -1,4 +1,4 @@
-"""What a GPU can still take, derived from vgpuctl.vms.placement and nothing else.
+"""What a GPU can still take, derived from vgpuctl.farm.placement and nothing else.
 
 `addition_patterns(gpu, profiles)` lists the maximal multisets of `profiles` that placement lets us add to
 `gpu` as it is (mode, occupants, MIG slots) when they arrive in the order plan places and apply powers on VMs
@@ -17,7 +17,7 @@ from dataclasses import fields
 from functools import lru_cache
 
 from vgpuctl.domain import TIME_SLICED_MODES, GpuVgpuMode
-from vgpuctl.vms.placement import Gpu, add_vgpu, clone_gpu, fits, profile_order
+from vgpuctl.farm.placement import Gpu, add_vgpu, clone_gpu, fits, profile_order
 
 Pattern = tuple[tuple[str, int], ...]  # sorted (profile, count) pairs, counts > 0
 MAX_PATTERNS = 4000

@@ -29,11 +29,11 @@ from vgpuctl.domain import (
     PowerState,
 )
 from vgpuctl.errors import NotFound
-from vgpuctl.hosts.predict import mig_profile_names, time_sliced_profile_names
+from vgpuctl.farm.placement import Gpu, clone_gpu, group_refusal, nvlink_refusal, nvlink_sets
+from vgpuctl.farm.predict import mig_profile_names, time_sliced_profile_names
+from vgpuctl.farm.state import farm_from_observed
 from vgpuctl.model import Observed, ObservedHost
 from vgpuctl.profiles import BOARDS, max_vgpus_per_vm, parse_profile
-from vgpuctl.vms.farm import farm_from_observed
-from vgpuctl.vms.placement import Gpu, clone_gpu, group_refusal, nvlink_refusal, nvlink_sets
 
 
 @dataclass
@@ -75,7 +75,7 @@ class HostCtx:
         return len(serving) >= 2
 
     def nvlink_sets(self) -> dict[int, list[Gpu]]:
-        """The host's NVLink sets as placement sees them for an NVLink VM (vgpuctl.vms.placement.nvlink_sets), with
+        """The host's NVLink sets as placement sees them for an NVLink VM (vgpuctl.farm.placement.nvlink_sets), with
         each GPU in a time-sliced mode it has or may switch to (a MIG GPU is in no device group)."""
         return {s[0].nvlink_set: s for s in nvlink_sets(self._time_sliced()) if s[0].nvlink_set is not None}
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from vgpuctl.domain import AssignmentPolicy, Firmware, GpuVgpuMode, GraphicsType, PowerState
-from vgpuctl.hosts.predict import mig_profile_names, time_sliced_profile_names
+from vgpuctl.farm.predict import mig_profile_names, time_sliced_profile_names
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
 from vgpuctl.profiles import BOARDS
 

@@ -15,7 +15,7 @@ from vgpuctl.errors import NotFound
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec, Inventory
     from vgpuctl.model import Observed
-    from vgpuctl.supervisor.vmclasses import SupervisorState
+    from vgpuctl.records.classes import SupervisorState
 
 
 def register(app: typer.Typer) -> None:

@@ -11,7 +11,7 @@ from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 
 if TYPE_CHECKING:
-    from vgpuctl.guest.progress import DeployProgress
+    from vgpuctl.cli.display import DeployProgress
     from vgpuctl.guest.runner import DeployResult
     from vgpuctl.inventory import Inventory
     from vgpuctl.reports.base import Report
@@ -82,7 +82,7 @@ def run_deploy(
 
 def guest_display(names: list[str]) -> DeployProgress:
     """The live display of the guest playbooks (each guest's task), fed with ansible-runner's events."""
-    from vgpuctl.guest.progress import DeployProgress
+    from vgpuctl.cli.display import DeployProgress
 
     return DeployProgress(common.stderr_console(), names)
 

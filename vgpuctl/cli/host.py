@@ -31,8 +31,8 @@ from vgpuctl.errors import PlanError, UsageError, VgpuctlError
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
     from vgpuctl.model import HostChange, Observed
+    from vgpuctl.reports.apply import AffectedVm
     from vgpuctl.reports.base import VgpuCount
-    from vgpuctl.reports.plan import AffectedVm
     from vgpuctl.vsphere.session import Session
 
 app = typer.Typer(help="Host GPU configuration: graphics, MIG mode, NVLink, scheduler.", no_args_is_help=True)
@@ -77,7 +77,7 @@ def show_cmd(
     """Per GPU: graphics type, vGPU mode, MIG current/pending, NVLink links; host: module options, scheduler."""
     from vgpuctl import pipeline
     from vgpuctl.hosts.facts import gather_facts
-    from vgpuctl.hosts.status import host_status
+    from vgpuctl.reports.host import host_status
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file) if file is not None else None
@@ -112,7 +112,7 @@ def forget_work_cmd(
     For a value that is no work record (plan names it), or work you finished by hand; the next apply then
     resumes nothing on the host. Refused while a run holds the host's lease."""
     from vgpuctl import pipeline
-    from vgpuctl.hosts.work import WORK_FIELD
+    from vgpuctl.records.work import WORK_FIELD
     from vgpuctl.reports.work import forget_work_report
     from vgpuctl.vsphere.workrecord import clear_work_record
 
@@ -286,7 +286,7 @@ def change(
 ) -> None:
     """Plan the one-host change through the pipeline, say what it will do, confirm, apply, report."""
     from vgpuctl import pipeline
-    from vgpuctl.reports.plan import host_change_report
+    from vgpuctl.reports.apply import host_change_report
 
     inventory = pipeline.load(file) if file is not None else None
     options = common.run_options(opts, inventory, trust_on_first_use=tofu)

@@ -20,10 +20,12 @@ if TYPE_CHECKING:
     from vgpuctl.cli.display import ApplyDisplay
     from vgpuctl.events import EventStream
     from vgpuctl.inventory import Inventory
-    from vgpuctl.pipeline import Planned, RunOptions, RunOutcome, RunRequest
+    from vgpuctl.outcome import Planned, RunOutcome
+    from vgpuctl.pipeline import RunOptions, RunRequest
     from vgpuctl.planfile import SavedPlan
     from vgpuctl.progress import Progress
-    from vgpuctl.reports.plan import ApplyReport, PlanReport
+    from vgpuctl.reports.apply import ApplyReport
+    from vgpuctl.reports.plan import PlanReport
     from vgpuctl.scope import Scope
 
 InventoryFile = Annotated[
@@ -133,14 +135,14 @@ def plan_cmd(
     options = common.run_options(opts, inventory, trust_on_first_use=ssh_trust_on_first_use, scope=scope)
     with cli_events.event_stream(events, opts, options.run_id) as stream:
         if stream is not None:
-            stream.run_start("plan", str(file), scope.info() if scope is not None else None)
+            stream.run_start("plan", str(file), scope)
         planned = pipeline.plan_only(common.connection_settings(opts, inventory), inventory, options)
         if opts.verbose:
             common.info(f"round trips: {planned.round_trips}")
         if explain is not None:
-            from vgpuctl.hosts.explain import explain_host
+            from vgpuctl.reports.explain import explain_host
 
-            common.emit(explain_host(explain, inventory, planned.observed, planned.plan), opts)
+            common.emit(explain_host(explain, inventory, planned.observed, planned.plan, planned.facts), opts)
             return
         code = show_plan_result(planned, opts, stream, out, file, detailed_exitcode)
     if code:
@@ -247,7 +249,7 @@ def apply_cmd(
     with cli_events.event_stream(events, opts, options.run_id) as stream:
         if stream is not None:
             where = str(saved_plan) if saved_plan is not None else str(file)
-            stream.run_start("apply", where, scope.info() if scope is not None else None)
+            stream.run_start("apply", where, scope)
         hooks = CliHooks(opts, yes=yes, events=stream, saved_report=shown)
         outcome = run_apply(opts, inventory, options, request, hooks=hooks)
     if opts.json:
@@ -397,7 +399,7 @@ def _progress(display: ApplyDisplay, events: EventStream | None) -> Iterator[Pro
 
 def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = None) -> ApplyReport:
     """The apply's document; round trips only with -v."""
-    from vgpuctl.reports.plan import apply_report
+    from vgpuctl.reports.apply import apply_report
 
     applied = outcome.applied
     return apply_report(
@@ -415,7 +417,7 @@ def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = No
 
 def print_summary(outcome: RunOutcome, opts: GlobalOptions) -> None:
     """The closing lines of an apply that ran (nothing when the plan was empty: it said so)."""
-    from vgpuctl.reports.plan import render_apply_summary
+    from vgpuctl.reports.apply import render_apply_summary
     from vgpuctl.reports.supervisor import supervisor_outcomes
 
     if outcome.applied is None:

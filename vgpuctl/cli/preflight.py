@@ -34,12 +34,13 @@ def preflight_cmd(
     from vgpuctl.domain import CheckStatus
     from vgpuctl.errors import PreflightFailed
     from vgpuctl.preflight import run_checks
+    from vgpuctl.reports.preflight import preflight_report
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file) if file is not None else None
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, common.datacenter_for(opts, inventory), inventory)
-        report = run_checks(session, observed, inventory)
+        report = preflight_report(session.settings.sdk_url, run_checks(session, observed, inventory))
     failed = [c.line for c in report.checks if c.status == CheckStatus.FAIL]
     if failed and opts.json:
         raise PreflightFailed(failed)

@@ -12,8 +12,9 @@ from vgpuctl.cli.common import GlobalOptions
 
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
-    from vgpuctl.reports.status import HostLease, HostReport
-    from vgpuctl.supervisor.vmclasses import SupervisorState
+    from vgpuctl.records.classes import SupervisorState
+    from vgpuctl.reports.host import HostReport
+    from vgpuctl.reports.status import HostLease
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
 OptionalInventory = Annotated[
@@ -58,15 +59,15 @@ def _host_rows(session: Session, observed: Observed, inventory: Any, shell: bool
     """Per host MIG current/pending, NVLink links, scheduler (over SSH when configured); what hosts could not say
     joins `observed.warnings`, one line per cause naming the hosts."""
     from vgpuctl.hosts import status as hoststatus
-    from vgpuctl.hosts.facts import HostFacts, unread_warnings
+    from vgpuctl.hosts.facts import unread_warnings
     from vgpuctl.hosts.targets import specs_by_host
+    from vgpuctl.reports.host import host_status
 
     specs = specs_by_host(inventory, observed)
     use_shell = hoststatus.shell_configured(specs) if shell is None else shell
-    read: dict[str, HostFacts] = {}
-    rows = hoststatus.collect_host_status(session, observed, specs, shell=use_shell, read=read)
-    observed.warnings += unread_warnings(read.values())  # the fields themselves say unknown
-    return rows
+    facts = hoststatus.collect_host_facts(session, observed, specs, shell=use_shell)
+    observed.warnings += unread_warnings(facts.values())  # the fields themselves say unknown
+    return {name: host_status(observed.hosts[name], f, f.shell_error) for name, f in facts.items()}
 
 
 VmClassesOpt = Annotated[
@@ -85,8 +86,7 @@ def status_cmd(
 ) -> None:
     """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, the VMs' vGPUs, and the VM classes with
     vGPUs with the namespaces that use them."""
-    from vgpuctl.hosts.status import merge_status
-    from vgpuctl.reports.status import status_report, with_leases, with_supervisor
+    from vgpuctl.reports.status import merge_status, status_report, with_leases, with_supervisor
 
     opts: GlobalOptions = ctx.obj
     rows: dict[str, HostReport] = {}
@@ -131,8 +131,8 @@ def read_supervisor(settings: ConnectionSettings, observed: Observed) -> tuple[S
     """VM classes and namespaces over REST with the SOAP session's settings (one login): the state, or None and
     why it could not be read. Supervisor clusters are asked first: without one, nothing else is read."""
     from vgpuctl.errors import ConnectionFailure, RestError, TlsError
+    from vgpuctl.records.classes import SupervisorState
     from vgpuctl.supervisor.stage import observe_supervisor
-    from vgpuctl.supervisor.vmclasses import SupervisorState
     from vgpuctl.vsphere.rest import RestClient
 
     try:
@@ -167,7 +167,7 @@ def profiles_cmd(
     """vGPU profiles the hosts offer: framebuffer, series, sharing (time-sliced or MIG), and NVIDIA's maximum
     per GPU for the GPU's current mode (equal-size, mixed-size or MIG; the host's own figure when it gives one)."""
     from vgpuctl.names import host_named
-    from vgpuctl.reports.status import profiles_report
+    from vgpuctl.reports.profiles import profiles_report
 
     opts: GlobalOptions = ctx.obj
     wanted: list[str] = []
@@ -175,11 +175,15 @@ def profiles_cmd(
     def reported_maxima(session: Session, observed: Observed, inventory: Any) -> None:
         from vgpuctl.hosts import status as hoststatus
         from vgpuctl.hosts.targets import specs_by_host
+        from vgpuctl.reports.profiles import with_reported_maxima
 
         specs = specs_by_host(inventory, observed)
         if (hoststatus.shell_configured(specs) if shell is None else shell) and wanted:
             bound = hoststatus.esxi_timeout(session)
-            for warning in hoststatus.read_reported_maxima(observed, wanted, specs, bound):
+            totals, warnings = hoststatus.read_reported_maxima(observed, wanted, specs, bound)
+            for name, instance_totals in totals.items():
+                with_reported_maxima(observed.hosts[name], instance_totals)
+            for warning in warnings:
                 common.warn(warning)
 
     def scope(session: Session, observed: Observed, inventory: Any) -> None:

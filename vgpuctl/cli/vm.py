@@ -169,7 +169,7 @@ def remove_cmd(
 def list_cmd(ctx: typer.Context, vm: VmName, file: OptionalInventory = None) -> None:
     """The vGPUs of VM: device key, profile, framebuffer, NVLink group, and the GPUs they sit on."""
     from vgpuctl import pipeline
-    from vgpuctl.reports.status import vm_vgpus_report
+    from vgpuctl.reports.vmvgpus import vm_vgpus_report
 
     opts: GlobalOptions = ctx.obj
     settings = pipeline.load(file) if file else None

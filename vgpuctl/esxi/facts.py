@@ -36,12 +36,13 @@ GPU_MODES = Fact(  # index, bus id, name, memory, MIG mode current and pending p
     commands.query_gpu(parsers.DEFAULT_QUERY_FIELDS, header=False, units=False),
     partial(parsers.parse_gpu_modes, fields=parsers.DEFAULT_QUERY_FIELDS),
 )
+# The host settings read the next three (vgpuctl.settings.facts); their values are plain data, kept as JSON.
 MIG_PROFILES = Fact("mig_profiles", commands.list_gpu_instance_profiles(), parsers.parse_lgip)
 MIG_PLACEMENTS = Fact("mig_placements", commands.list_gpu_instance_placements(), parsers.parse_lgipp)
 NVLINK_STATUS = Fact("nvlink_status", commands.nvlink_status(), parsers.parse_nvlink_status)
-TOPOLOGY = Fact("topology", commands.topology(), parsers.parse_topo_matrix)
-MODULE_PARAMETERS = Fact(
-    "module_parameters", commands.module_parameters_list("nvidia"), parsers.parse_module_parameters
+TOPOLOGY = Fact("topology", commands.topology(), parsers.parse_topo_nvlinks)  # NVLink-connected pairs
+MODULE_PARAMETERS = Fact(  # the names the nvidia module declares
+    "module_parameters", commands.module_parameters_list("nvidia"), parsers.parse_module_parameter_names
 )
 VIBS = Fact("vibs", commands.vib_list(), parsers.parse_vib_list)  # the vGPU Manager's version (preflight)
 

@@ -16,7 +16,7 @@ from vgpuctl.errors import OutputFormatError
 __all__ = ["OutputFormatError"]
 
 
-def _mode(value: str) -> bool | None:
+def enabled_state(value: str) -> bool | None:
     """Enabled/Disabled -> bool; N/A, [N/A], [Not Supported] -> None."""
     v = value.strip().strip("[]").lower()
     if v == "enabled":
@@ -144,11 +144,11 @@ def _queried_gpu(bus_id: str, t: dict[str, str]) -> QueriedGpu:
         uuid=_na(t.get("GPU UUID")),
         architecture=_na(t.get("Product Architecture")),
         device_id=device >> 16 if device is not None else None,
-        mig_current=_mode(t.get("MIG Mode/Current", "N/A")),
-        mig_pending=_mode(t.get("MIG Mode/Pending", "N/A")),
+        mig_current=enabled_state(t.get("MIG Mode/Current", "N/A")),
+        mig_pending=enabled_state(t.get("MIG Mode/Pending", "N/A")),
         virtualization_mode=_na(t.get("GPU Virtualization Mode/Virtualization Mode")),
         host_vgpu_mode=_na(t.get("GPU Virtualization Mode/Host VGPU Mode")),
-        vgpu_heterogeneous=_mode(t.get("GPU Virtualization Mode/vGPU Heterogeneous Mode", "N/A")),
+        vgpu_heterogeneous=enabled_state(t.get("GPU Virtualization Mode/vGPU Heterogeneous Mode", "N/A")),
         fb_total_mib=_int(t.get("FB Memory Usage/Total")),
         fabric_state=_na(t.get("Fabric/State")),
         active_vgpus=_int(t.get("Active vGPUs")),
@@ -233,8 +233,8 @@ def parse_gpu_modes(text: str, fields: Sequence[str] | None = None) -> list[GpuM
                 bus_id=row["pci.bus_id"] or "",
                 name=row.get("name"),
                 memory_total_mib=_int(row.get("memory.total")),
-                mig_current=_mode(row.get("mig.mode.current") or "N/A"),
-                mig_pending=_mode(row.get("mig.mode.pending") or "N/A"),
+                mig_current=enabled_state(row.get("mig.mode.current") or "N/A"),
+                mig_pending=enabled_state(row.get("mig.mode.pending") or "N/A"),
             )
         )
     return out
@@ -491,6 +491,21 @@ def _esxcli_table(text: str) -> list[dict[str, str]]:
 
     names = cells(lines[0])
     return [dict(zip(names, cells(line), strict=True)) for line in lines[2:]]
+
+
+def parse_module_parameter_names(text: str) -> list[str]:
+    """`esxcli system module parameters list -m MODULE`: the names of the parameters the module declares."""
+    return sorted(p.name for p in parse_module_parameters(text))
+
+
+def nvlinked_pairs(topology: Topology) -> list[tuple[int, int, int]]:
+    """(GPU, GPU, bonded NVLinks) of every pair of GPUs connected over NVLink, by nvidia-smi index."""
+    return [(a, b, n) for a in topology.gpus for b in topology.gpus if a != b and (n := topology.nvlinks(a, b))]
+
+
+def parse_topo_nvlinks(text: str) -> list[tuple[int, int, int]]:
+    """`nvidia-smi topo -m` -> the NVLink-connected pairs of GPUs (nvlinked_pairs)."""
+    return nvlinked_pairs(parse_topo_matrix(text))
 
 
 def parse_module_parameters(text: str) -> list[ModuleParameter]:

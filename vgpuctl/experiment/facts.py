@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import NvlinkRequirement
 from vgpuctl.errors import OutputFormatError
+from vgpuctl.settings.nvlink import SETTING as NVLINK_SETTING
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
@@ -41,7 +42,7 @@ def expectations(inv: Inventory, vms: list[str]) -> dict[str, Any]:
     NVLink-connected board, with NVLink on (vgpu_p2p): MIG-backed and fractional vGPUs talk over PCIe."""
     from vgpuctl.profiles import ProfileError, parse_profile
 
-    settings = {h.nvlink for h in inv.hosts if h.nvlink is not None}
+    settings = {value for h in inv.hosts if (value := NVLINK_SETTING.of(h)) is not None}
     nvlink = None
     if settings == {"enabled"}:
         nvlink = "on"
@@ -70,8 +71,8 @@ def vgpu_p2p(profiles: list[str], nvlink_on: bool) -> str:
     """NVLINK when NVIDIA allows P2P over NVLink between these vGPUs (NVLink on, every vGPU a time-sliced
     C-series type that takes a whole GPU of an NVLink-capable board: NVIDIA vGPU "Peer-to-Peer CUDA Transfers"),
     else PCIE: MIG-backed vGPUs (never P2P over NVLink), fractional time-sliced ones, other series."""
+    from vgpuctl.farm.placement import whole_gpu_compute_types
     from vgpuctl.profiles import BOARDS, try_parse
-    from vgpuctl.vms.placement import whole_gpu_compute_types
 
     if not nvlink_on or not profiles:
         return PCIE

@@ -15,7 +15,7 @@ Plan and apply are reached only through `VsphereFarm.plan_errors` and `VsphereFa
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,12 +23,13 @@ from vgpuctl.errors import OutputFormatError, PlanError, UsageError, VgpuctlErro
 from vgpuctl.experiment import parsers
 from vgpuctl.experiment.facts import expectations
 from vgpuctl.experiment.schema import Experiment, MergedVariant, WorkloadSpec, dump_inventory, summary, workload_dict
-from vgpuctl.experiment.store import BASE, STATUS_FAILED, STATUS_OK, ResultsDir, RunRecord, now
+from vgpuctl.experiment.store import BASE, STATUS_FAILED, STATUS_OK, ResultsDir, RunRecord, RunSummary, now
 from vgpuctl.experiment.workload import GuestRun
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
-    from vgpuctl.pipeline import RunOptions, RunOutcome
+    from vgpuctl.outcome import RunOutcome
+    from vgpuctl.pipeline import RunOptions
     from vgpuctl.vsphere.session import ConnectionSettings
 
 Events = Callable[[str, dict[str, Any]], None]  # ("applied", {"variant": ...}) and the like, for progress
@@ -49,16 +50,6 @@ class Farm(Protocol):
 
     def run_workload(self, inventory: Inventory, addresses: dict[str, str | None], vms: list[str],
                      workload: WorkloadSpec) -> GuestRun: ...
-
-
-@dataclass
-class RunSummary:
-    variants: dict[str, dict[str, int]] = field(default_factory=dict)  # variant -> {ran, skipped, failed}
-    restored: bool = False
-    results: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"variants": self.variants, "restored": self.restored, "results": self.results}
 
 
 # ------------------------------------------------------------------------------------------ orchestration

@@ -145,3 +145,13 @@ class ResultsDir:
 
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+
+
+@dataclass
+class RunSummary:
+    variants: dict[str, dict[str, int]] = field(default_factory=dict)  # variant -> {ran, skipped, failed}
+    restored: bool = False
+    results: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variants": self.variants, "restored": self.restored, "results": self.results}

@@ -31,14 +31,16 @@ from vgpuctl.domain import (
 from vgpuctl.errors import SshError, SshHostKeyError, VgpuctlError
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, setting_changes
-from vgpuctl.hosts.facts import HostFacts, gather_host_facts, shell_runner
-from vgpuctl.hosts.settings import SETTINGS, apply_steps, step_of, wants_network
-from vgpuctl.hosts.settings.base import ApplyStep, HostWriter
+from vgpuctl.hosts.facts import shell_runner
 from vgpuctl.hosts.targets import HostTarget
-from vgpuctl.hosts.work import POWER_ON, VM_CHANGE, Lease, WorkStore
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import INTERRUPTED, HostApplyResult, HostChange, HostOutcome, ObservedGpu, ObservedHost
 from vgpuctl.progress import Cancel, HostProgress, cancelled
+from vgpuctl.records.work import POWER_ON, VM_CHANGE, Lease, WorkStore
+from vgpuctl.settings import SETTINGS, apply_steps, step_of
+from vgpuctl.settings.base import ApplyStep, HostWriter
+from vgpuctl.settings.facts import MODULE_OPTIONS, NETWORK, HostFacts
+from vgpuctl.settings.gather import gather_host_facts
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -419,7 +421,7 @@ class _HostRun:
     def _facts(self) -> HostFacts:
         with self._shell() as shell:
             return gather_host_facts(self.session, self.t.moid, self.t.name, shell_runner(shell),
-                                     network=wants_network(self.t.spec))
+                                     self.t.spec)
 
     def _facts_after_reboot(self) -> HostFacts:
         """The SSH service of a host that just reconnected to vCenter may still be starting: retry connection
@@ -525,7 +527,7 @@ def observed_host(api: Any, facts: HostFacts | None = None) -> ObservedHost:
         default_graphics_type=api.default_graphics_type or GraphicsType.SHARED,
         assignment_policy=api.assignment_policy or AssignmentPolicy.PERFORMANCE,
         offered_profiles=list(api.offered_profiles),
-        module_options=(facts.options_configured or "") if facts is not None else "",
+        module_options=read.configured if (read := facts.get(MODULE_OPTIONS) if facts else None) else "",
     )
     host.gpus = [
         ObservedGpu(
@@ -537,8 +539,9 @@ def observed_host(api: Any, facts: HostFacts | None = None) -> ObservedHost:
         )
         for g in api.gpus
     ]
-    if facts is not None and facts.network is not None:  # the NICs, as the bulk read has them
-        host.nics = list(facts.network.nics)
+    network = facts.get(NETWORK) if facts is not None else None
+    if network is not None:  # the NICs, as the bulk read has them
+        host.nics = list(network.nics)
     return host
 
 

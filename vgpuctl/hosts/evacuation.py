@@ -1,5 +1,5 @@
 """What host changes do to the VMs on the host, and where unfinished work is taken up again: the orchestration
-around the settings (vgpuctl.hosts.settings), pure.
+around the settings (vgpuctl.settings), pure.
 
 A host that enters maintenance mode is emptied first: each running VM gets an evacuation change whose new
 value is an EvacuationAction (restore after, hand over to its own VM change, or migrate to a named host);
@@ -13,23 +13,21 @@ from typing import TYPE_CHECKING
 
 from vgpuctl.domain import (
     ChangeKind,
-    ConnectionState,
     Evacuate,
     EvacuationKind,
-    HostPowerState,
     Phase,
     Power,
     PowerState,
 )
-from vgpuctl.hosts.predict import predict_host
-from vgpuctl.hosts.settings import setting_of
-from vgpuctl.hosts.settings.base import HostPlan, names
-from vgpuctl.hosts.work import WORK_FIELD, describe_record, parse_record
+from vgpuctl.farm.predict import predict_host
 from vgpuctl.model import HOST_TARGET, EvacuationAction, HostChange, Observed, ObservedHost, ObservedVm
+from vgpuctl.records.work import WORK_FIELD, describe_record, parse_record
+from vgpuctl.settings import setting_of
+from vgpuctl.settings.base import HostPlan, names
 
 if TYPE_CHECKING:
+    from vgpuctl.farm.state import FarmState
     from vgpuctl.inventory import HostSpec, VmSpec
-    from vgpuctl.vms.farm import FarmState
 
 HOT_MIGRATE_OPTION = "vgpu.hotmigrate.enabled"  # vCenter advanced setting: vMotion of running vGPU VMs
 
@@ -58,13 +56,13 @@ class Migration:
 
     def target(self, vm: ObservedVm, host: ObservedHost) -> tuple[str | None, str]:
         """(destination, "") or (None, why not)."""
-        from vgpuctl.vms.farm import Request, farm_from_observed, place_farm
+        from vgpuctl.farm.state import Request, farm_from_observed, place_farm
 
         cluster = host.cluster or ""
         others = [
             h
             for h in self.observed.clusters.get(cluster, [])
-            if h != host.name and h not in self.changing and usable_host(self.observed.hosts.get(h))
+            if h != host.name and h not in self.changing and self.observed.host_usable(h)
         ]
         if not others:
             return None, f"no other usable host in cluster {cluster or '(none)'} that this plan leaves unchanged"
@@ -81,16 +79,6 @@ class Migration:
         grouped = any(d.device_group_key is not None for d in vm.vgpus)
         placed = place_farm(self._state, [Request(vm.name, profiles, offering, grouped)])[vm.name]
         return (placed.host, "") if placed.ok else (None, f"no room on {', '.join(offering)}: {placed.reason}")
-
-
-def usable_host(host: ObservedHost | None) -> bool:
-    """Connected, powered on and not in maintenance mode."""
-    return (
-        host is not None
-        and host.connection_state == ConnectionState.CONNECTED
-        and not host.in_maintenance
-        and host.power_state == HostPowerState.ON
-    )
 
 
 def vms_on(observed: Observed, host: str) -> list[ObservedVm]:

@@ -1,20 +1,18 @@
-"""Host GPU facts the bulk observe does not read, from the ESXi shell and per-host vSphere calls.
-
-Shell (vgpuctl.esxi.facts): MIG mode current and pending per GPU, NVLink links, topology, the nvidia module's
-declared parameters. API (vgpuctl.vsphere.host): the module options configured and in effect, and the per-GPU
-time-sliced vGPU mode. `HostFacts` is plain data, so vgpuctl.hosts.plan stays pure.
+"""Reading the hosts' facts for a run: the ESXi shell of each host (known_hosts-verified, its address from the
+inventory or VGPUCTL_ESXI_HOSTS), the facts the settings declare gathered over it in parallel
+(vgpuctl.settings.gather), NVLink sets from the shell where vCenter lists none, and one warning per thing and
+cause the hosts could not say. `HostFacts` is plain data, so vgpuctl.hosts.plan stays pure.
 """
 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import SshError, VgpuctlError
-from vgpuctl.hosts.netfacts import HostNetFacts
+from vgpuctl.settings.facts import HostFacts, Unread, nvlink_sets
+from vgpuctl.settings.gather import Runner, cause, gather_host_facts
 
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
@@ -22,129 +20,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NVIDIA_MODULE = "nvidia"
-
-_BUS = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
-
-
-def vsphere_bus_id(bus_id: str) -> str:
-    """nvidia-smi's `00000000:3B:00.0` (or `3b:00.0`) -> vSphere's `0000:3b:00.0`."""
-    text = bus_id.strip()
-    m = _BUS.match(text)
-    if m is None:
-        return text.lower()
-    domain = text.split(":")[0] if text.count(":") == 2 else "0"
-    return f"{int(domain, 16):04x}:{m[1].lower()}:{m[2].lower()}.{m[3]}"
-
-
-@dataclass
-class GpuFacts:
-    pci_id: str  # vSphere form: 0000:3b:00.0
-    index: int | None = None  # nvidia-smi index
-    name: str = ""
-    mig_current: bool | None = None  # None: the GPU is not MIG-capable (nvidia-smi says N/A)
-    mig_pending: bool | None = None
-    nvlink_links: int = 0  # NVLinks of the GPU
-    nvlink_active: int = 0  # of which are up
-    nvlink_peers: list[str] = field(default_factory=list)  # GPUs connected over NVLink now (topo NV#)
-    graphics_type: str | None = None  # graphicsConfig.deviceType[].graphicsType (None: not read)
-    vgpu_mode: str | None = None  # graphicsConfig.deviceType[].vgpuMode: the time-sliced mode (sameSize|mixedSize)
-
-    @property
-    def mig_capable(self) -> bool:
-        return self.mig_current is not None
-
-
-@dataclass(frozen=True)
-class Unread:
-    """Something a host could not say, and why: the same cause on several hosts is one warning naming them."""
-
-    what: str  # "the nvidia module options"
-    cause: str  # "NoPermission: Host.Config.Settings missing", "the host has no kernel module system"
-
-
-@dataclass
-class HostFacts:
-    host: str
-    gpus: dict[str, GpuFacts] = field(default_factory=dict)  # pci id -> facts
-    options_configured: str | None = None  # nvidia module options for the next boot (None: not read)
-    options_effective: str | None = None  # options of the loaded module
-    shell: bool = False  # the shell facts (MIG, NVLink, topology) were read
-    boot_time: str | None = None
-    declared_params: list[str] | None = None  # parameters the nvidia module declares (None: not read)
-    warnings: list[str] = field(default_factory=list)  # calls the host could not answer
-    unread: list[Unread] = field(default_factory=list)  # the same, typed (unread_warnings groups them)
-    shell_error: str | None = None  # the ESXi shell was set up but could not be read (why)
-    network: HostNetFacts | None = None  # NICs, VMkernel adapters, PVRDMA, firewall (None: not read)
-    network_error: str | None = None  # why `network` could not be read
-
-    def gpu(self, pci_id: str) -> GpuFacts:
-        return self.gpus.setdefault(pci_id, GpuFacts(pci_id))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HostFacts:
-        d = dict(data)
-        d["gpus"] = {k: GpuFacts(**{"pci_id": k, **v}) for k, v in (d.get("gpus") or {}).items()}
-        d["unread"] = [Unread(**u) for u in d.get("unread") or []]
-        if d.get("network") is not None:
-            d["network"] = HostNetFacts.from_dict(d["network"])
-        return cls(**d)
-
-
-# ------------------------------------------------------------------------------------------ shell side
-
-Runner = Callable[[str], str]  # runs one command line on the host, returns stdout (raises SshError)
-
+# ------------------------------------------------------------------------------------------ the facts
 
 def shell_runner(shell: Any) -> Runner:
     """A Runner over a vgpuctl.esxi.ssh.EsxiShell."""
     return lambda command: shell.run(command).stdout
-
-
-def gather_shell_facts(host: str, run: Runner, facts: HostFacts | None = None) -> HostFacts:
-    """MIG current/pending per GPU, NVLink links and topology from nvidia-smi on the host."""
-    from vgpuctl.esxi.facts import GPU_MODES, MODULE_PARAMETERS, NVLINK_STATUS, TOPOLOGY
-
-    facts = facts or HostFacts(host)
-    by_index: dict[int, GpuFacts] = {}
-    for row in GPU_MODES.gather(run):
-        g = facts.gpu(vsphere_bus_id(row.bus_id))
-        g.index, g.name = row.index, row.name or ""
-        g.mig_current, g.mig_pending = row.mig_current, row.mig_pending
-        by_index[row.index] = g
-    for links in NVLINK_STATUS.gather(run):
-        linked = by_index.get(links.index)
-        if linked is not None:
-            linked.nvlink_links, linked.nvlink_active = len(links.links), links.active_links
-    if len(by_index) > 1:
-        topo = TOPOLOGY.gather(run)
-        for a, g in by_index.items():
-            g.nvlink_peers = sorted(by_index[b].pci_id for b in topo.gpus if b in by_index and topo.nvlinks(a, b))
-    listed = MODULE_PARAMETERS.gather(run)
-    facts.declared_params = sorted(p.name for p in listed)
-    facts.shell = True
-    return facts
-
-
-def nvlink_sets(facts: HostFacts) -> list[list[str]]:
-    """Groups of GPUs connected over NVLink right now (each at least 2 GPUs), by PCI id."""
-    seen: set[str] = set()
-    out = []
-    for pci in sorted(facts.gpus):
-        if pci in seen or not facts.gpus[pci].nvlink_peers:
-            continue
-        group, todo = {pci}, [pci]
-        while todo:
-            for peer in facts.gpus[todo.pop()].nvlink_peers:
-                if peer not in group and peer in facts.gpus:
-                    group.add(peer)
-                    todo.append(peer)
-        seen |= group
-        out.append(sorted(group))
-    return out
 
 
 def adopt_nvlink_sets(observed: Observed, facts: HostFacts) -> bool:
@@ -164,73 +44,14 @@ def adopt_nvlink_sets(observed: Observed, facts: HostFacts) -> bool:
     return True
 
 
-# ------------------------------------------------------------------------------------------ both sides
-
-
-def gather_host_facts(
-    session: Session, host_moid: str, host: str, run: Runner | None, *, network: bool = False
-) -> HostFacts:
-    """API facts (module options, graphicsConfig.deviceType, boot time), the network facts when `network` (a
-    setting that reads them is set for the host: vgpuctl.hosts.settings.wants_network), then shell facts when
-    `run` is given."""
-    from vgpuctl.vsphere import host as vhost
-
-    facts = HostFacts(host)
-    api = vhost.read_host(session, host_moid)
-    facts.boot_time = api.boot_time
-    for dev in api.device_types:
-        g = facts.gpu(dev.pci_id)
-        g.graphics_type, g.vgpu_mode = dev.graphics_type, dev.vgpu_mode
-    kms = api.kernel_module_system
-    if kms is None:
-        _unknown(facts, "the host has no kernel module system", "the host has no kernel module system")
-    else:
-        try:
-            facts.options_configured = vhost.configured_module_options(session, host_moid, NVIDIA_MODULE, kms)
-            facts.options_effective = vhost.effective_module_options(session, host_moid, NVIDIA_MODULE, kms)
-        except VgpuctlError as err:  # not responding, not implemented, no permission: this host only
-            _unknown(facts, str(err), _cause(err))
-    if network:
-        _network_facts(session, host_moid, facts)
-    if run is not None:
-        gather_shell_facts(host, run, facts)
-    return facts
-
-
-def _network_facts(session: Session, host_moid: str, facts: HostFacts) -> None:
-    from vgpuctl.vsphere.hostnet import read_net_state
-
-    try:
-        facts.network = read_net_state(session, host_moid)
-    except VgpuctlError as err:  # this host only: the settings that need them say so in the plan
-        facts.network_error = str(err)
-        facts.warnings.append(f"host {facts.host}: its network state cannot be read ({err})")
-
-
-def api_facts(session: Session, host_moid: str, host: str, *, network: bool = False) -> HostFacts:
-    """gather_host_facts without the shell, for reports: a host that cannot answer at all gets empty facts and a
+def api_facts(session: Session, host_moid: str, host: str, spec: object | None = None) -> HostFacts:
+    """The host's facts without the shell, for reports: a host that cannot answer at all gets empty facts and a
     reason (the report shows what the bulk observe listed) instead of failing the whole report."""
     try:
-        return gather_host_facts(session, host_moid, host, None, network=network)
+        return gather_host_facts(session, host_moid, host, None, spec)
     except VgpuctlError as err:
         message = f"host {host}: its GPU facts cannot be read ({err}); showing what vCenter lists"
-        return HostFacts(host, warnings=[message], unread=[Unread("the GPU facts", _cause(err))])
-
-
-def _cause(err: VgpuctlError) -> str:
-    from vgpuctl.errors import VsphereFault
-    from vgpuctl.vsphere.faults import cause
-
-    if isinstance(err, VsphereFault):
-        return cause(err)
-    return str(getattr(err, "reason", None) or err)
-
-
-def _unknown(facts: HostFacts, why: str, cause: str) -> None:
-    facts.options_configured = facts.options_effective = None
-    facts.warnings.append(f"host {facts.host}: the nvidia module options are unknown ({why})")
-    facts.unread.append(Unread("the nvidia module options", cause))
-    log.debug("host %s: the nvidia module options are unknown (%s)", facts.host, why)
+        return HostFacts(host, warnings=[message], unread=[Unread("the GPU facts", cause(err))])
 
 
 def unread_warnings(facts: Iterable[HostFacts], limit: int = 8) -> list[str]:
@@ -244,7 +65,7 @@ def unread_warnings(facts: Iterable[HostFacts], limit: int = 8) -> list[str]:
         names = sorted(set(hosts))
         shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
         count = f"{len(names)} hosts" if len(names) > 1 else "host"
-        out.append(f"{u.what} are unknown on {count} {shown}: {u.cause}")
+        out.append(f"{u.what} could not be read on {count} {shown}: {u.cause}")
     return out
 
 
@@ -364,20 +185,17 @@ def gather_facts(
     from concurrent.futures import ThreadPoolExecutor
 
     def one(name: str) -> HostFacts:
-        from vgpuctl.hosts.settings import wants_network
-
         moid, spec = hosts[name]
-        network = wants_network(spec)
         if not shell:
-            return gather_host_facts(session, moid, name, None, network=network)
+            return gather_host_facts(session, moid, name, None, spec)
         try:
             with open_shell(name, spec, trust_on_first_use=trust_on_first_use, on_new_host_key=on_new_host_key,
                             timeout_s=esxi_timeout(session)) as sh:  # fmt: skip
-                return gather_host_facts(session, moid, name, shell_runner(sh), network=network)
+                return gather_host_facts(session, moid, name, shell_runner(sh), spec)
         except SshError as err:  # this host's shell only: its API facts stand, what needs the shell is refused
             if not degrade:
                 raise
-            facts = gather_host_facts(session, moid, name, None, network=network)
+            facts = gather_host_facts(session, moid, name, None, spec)
             facts.shell_error = str(err.reason)
             facts.unread.append(Unread("the ESXi shell facts (MIG pending, NVLink links)", str(err.reason)))
             return facts

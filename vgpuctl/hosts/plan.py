@@ -1,6 +1,6 @@
 """Plan host GPU changes: the pure function (desired HostSpec, ObservedHost, HostFacts) -> list[HostChange].
 
-`plan_host` asks each host setting (vgpuctl.hosts.settings, in registry order) for its changes and checks what
+`plan_host` asks each host setting (vgpuctl.settings, in registry order) for its changes and checks what
 they need from the host (the ESXi shell, module parameters the nvidia module declares); `plan_hosts` plans every
 host entry and adds the orchestration around the settings (vgpuctl.hosts.evacuation: VMs to evacuate, unfinished
 work to resume); `verify_host` is what apply checks after a host comes back. Which setting becomes which
@@ -13,11 +13,11 @@ from collections.abc import Iterable, Sequence
 
 from vgpuctl.domain import ChangeKind
 from vgpuctl.hosts.evacuation import Migration, gone_from_record, needs_maintenance, plan_evacuation, resume_change
-from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.hosts.settings import SETTING_KINDS, SETTINGS, setting_of
-from vgpuctl.hosts.settings.base import HostPlan, PlanInput, names
 from vgpuctl.inventory import HostSpec, VmSpec
-from vgpuctl.model import HostChange, Observed, ObservedHost, VmChange
+from vgpuctl.model import HostChange, Observed, ObservedHost
+from vgpuctl.settings import SETTING_KINDS, SETTINGS, setting_of
+from vgpuctl.settings.base import HostPlan, PlanInput, names
+from vgpuctl.settings.facts import HostFacts, declared_params
 
 # the order plans list a host's changes: the VMs moved out first, the settings, then finishing earlier work
 KIND_ORDER = (ChangeKind.EVACUATE, *SETTING_KINDS, ChangeKind.RESUME)
@@ -83,7 +83,7 @@ def plan_host(spec: HostSpec, host: ObservedHost, facts: HostFacts | None = None
     result = HostPlan()
     unread = _options_unread(inp)
     for setting in SETTINGS:
-        if unread and setting.observes.module_options:
+        if unread and setting.reads.module_options:
             if unread not in result.errors:  # one error for all the settings kept in the module options
                 result.errors.append(unread)
             continue
@@ -95,7 +95,7 @@ def plan_host(spec: HostSpec, host: ObservedHost, facts: HostFacts | None = None
 
 def _options_unread(inp: PlanInput) -> str:
     """The error when the module options could not be read and the entry sets a setting kept in them ("")."""
-    readers = [s for s in SETTINGS if s.observes.module_options]
+    readers = [s for s in SETTINGS if s.reads.module_options]
     if not inp.options.unread or not any(s.is_set(inp.spec) for s in readers):
         return ""
     facts = inp.facts
@@ -121,15 +121,16 @@ def shell_problems(host: str, changes: Sequence[HostChange], facts: HostFacts | 
             f"host {host}: {', '.join(needs_shell)} changes need ESXi SSH (nvidia-smi and esxcli on the host): "
             "set VGPUCTL_ESXI_PASSWORD or VGPUCTL_ESXI_KEY_FILE, or ssh.key_file in the host entry"
         ]
-    if facts.declared_params is None:
+    declared = declared_params(facts)
+    if declared is None:
         return []
     out = []
     for c, s in owned:
         param = s.param_written(c)
-        if param is not None and param not in facts.declared_params:
+        if param is not None and param not in declared:
             out.append(
                 f"host {host}: the nvidia module does not declare {param} (declared: "
-                f"{names(facts.declared_params)}): {c.kind} {c.new} cannot be set on this host"
+                f"{names(declared)}): {c.kind} {c.new} cannot be set on this host"
             )
     return out
 
@@ -147,28 +148,3 @@ def verify_host(spec: HostSpec, host: ObservedHost, facts: HostFacts) -> list[st
     for setting in SETTINGS:
         problems += setting.verify(inp)
     return problems
-
-
-# ------------------------------------------------------------------------------------------ VMs waiting
-
-
-def changed_hosts(changes: Iterable[HostChange]) -> set[str]:
-    """Hosts whose GPU configuration changes in maintenance mode (VMs placed there wait for them)."""
-    return {c.host for c in changes if setting_of(c.kind) is not None and c.disruptive}
-
-
-def mark_dependencies(vm_changes: Iterable[VmChange], observed: Observed, host_changes: Sequence[HostChange]) -> None:
-    """Set VmChange.depends_on_hosts: a VM with a change on (or cloned to) a host whose GPU configuration
-    changes waits for that host (apply skips it while the host change is pending)."""
-    changed = changed_hosts(host_changes)
-    if not changed:
-        return
-    for change in vm_changes:
-        if change.is_empty:
-            continue
-        vm = observed.vm_for(change)
-        host = vm.host if vm is not None else (change.clone.host if change.clone is not None else None)
-        hosts = {host} if host else set()
-        if host is None and change.clone is not None and change.clone.cluster:
-            hosts = set(observed.clusters.get(change.clone.cluster, []))
-        change.depends_on_hosts = sorted((hosts & changed) | set(change.depends_on_hosts))

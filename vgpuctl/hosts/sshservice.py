@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from vgpuctl.domain import ConnectionState, SshService
 from vgpuctl.errors import VgpuctlError
-from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.hosts.work import WorkStore
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed
+from vgpuctl.records.work import WorkStore
+from vgpuctl.settings.facts import HostFacts
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session

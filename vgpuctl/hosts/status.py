@@ -1,5 +1,6 @@
-"""Host GPU state for `host show` and `status`: per GPU MIG current/pending and NVLink links, per host the
-scheduler and NVLink, from the vSphere API and (when SSH is set up) the ESXi shell, as typed reports.
+"""What `host show`, `status` and `profiles` read of the hosts beyond the bulk read: every connected host's facts
+(the vSphere API and, when SSH is set up, the ESXi shell), and the MIG instance totals the hosts report. Their
+reports are built in vgpuctl.reports (host, status, profiles).
 """
 
 from __future__ import annotations
@@ -11,109 +12,42 @@ from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import ConnectionState, GpuVgpuMode
 from vgpuctl.errors import VgpuctlError
-from vgpuctl.hosts.facts import (
-    ENV_HOST_MAP,
-    HostFacts,
-    api_facts,
-    esxi_timeout,
-    gather_host_facts,
-    open_shell,
-    shell_runner,
-)
-from vgpuctl.hosts.settings import SETTINGS, nvlink, scheduler, wants_network
-from vgpuctl.hosts.settings.base import ModuleOptions as ModuleOptionsView
+from vgpuctl.hosts.facts import ENV_HOST_MAP, api_facts, esxi_timeout, open_shell, shell_runner
 from vgpuctl.inventory import HostSpec
-from vgpuctl.model import Observed, ObservedGpu, ObservedHost
-from vgpuctl.reports.status import HostGpu, HostReport, ModuleOptions, SettingValue, StatusReport
+from vgpuctl.model import Observed
+from vgpuctl.settings.facts import HostFacts
+from vgpuctl.settings.gather import gather_host_facts
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
 
-# the settings `host show` and `status` have fields of their own for (every setting is in `settings` too)
-NVLINK, SCHEDULER = nvlink.SETTING.key, scheduler.SETTING.key
-
-
-def setting_values(host: ObservedHost, facts: HostFacts | None) -> list[SettingValue]:
-    """Every host-wide setting's value now (and after the next reboot when that differs), in registry order."""
-    return [
-        SettingValue(state.key, state.value, state.after_reboot)
-        for setting in SETTINGS
-        for state in setting.status(host, facts)
-    ]
-
-
-def host_status(host: ObservedHost, facts: HostFacts | None, shell_error: str | None = None) -> HostReport:
-    """One host's GPU state: module options (configured and in effect), its settings, per GPU facts."""
-    options = ModuleOptionsView.of(host, facts)
-    values = setting_values(host, facts)
-    by_key = {v.setting: v for v in values}
-    return HostReport(
-        host=host.name,
-        connection_state=host.connection_state,
-        in_maintenance=host.in_maintenance,
-        default_graphics_type=host.default_graphics_type,
-        assignment_policy=host.assignment_policy,
-        module_options=ModuleOptions(options.configured, options.effective),
-        nvlink=by_key[NVLINK].value,
-        scheduler=by_key[SCHEDULER].value,
-        gpus=[_gpu_row(g, facts) for g in host.gpus],
-        nvlink_after_reboot=by_key[NVLINK].after_reboot,
-        scheduler_after_reboot=by_key[SCHEDULER].after_reboot,
-        shell_error=shell_error,
-        settings=values,
-    )
-
-
-def _gpu_row(gpu: ObservedGpu, facts: HostFacts | None) -> HostGpu:
-    gf = facts.gpus.get(gpu.pci_id.lower()) if facts is not None else None
-    shell = gf is not None and facts is not None and facts.shell
-    return HostGpu(
-        gpu=gpu.pci_id,
-        device=gpu.device_name,
-        graphics_type=gpu.graphics_type,
-        vgpu_mode=gpu.vgpu_mode,
-        mig_current=gf.mig_current if shell and gf is not None else None,
-        mig_pending=gf.mig_pending if shell and gf is not None else None,
-        nvlink_links=gf.nvlink_links if gf is not None else None,
-        nvlink_active=gf.nvlink_active if gf is not None else None,
-        nvlink_peers=list(gf.nvlink_peers) if gf is not None else [],
-        vms=list(gpu.vms),
-    )
-
-
-def collect_host_status(
-    session: Session, observed: Observed, specs: dict[str, HostSpec] | None = None, *, shell: bool = True,
-    read: dict[str, HostFacts] | None = None,
-) -> dict[str, HostReport]:
-    """host_status of every connected host for `vgpuctl status`: API facts always, shell facts (MIG pending,
-    NVLink links) when `shell`; a host whose SSH fails gets `shell_error` instead of failing the command. What a
-    host could not say makes those fields unknown; `read` receives every host's facts, whose `unread` say why
-    (hosts.facts.unread_warnings: one warning per cause). Never fails for what one or all hosts could not say."""
+def collect_host_facts(
+    session: Session, observed: Observed, specs: dict[str, HostSpec] | None = None, *, shell: bool = True
+) -> dict[str, HostFacts]:
+    """The facts of every connected host for `vgpuctl status`: API facts always, shell facts (MIG pending, NVLink
+    links) when `shell`; a host whose SSH fails keeps its API facts with `shell_error` saying why, instead of
+    failing the command. What a host could not say is in its facts' `unread` (hosts.facts.unread_warnings: one
+    warning per cause). Never fails for what one or all hosts could not say."""
     specs = specs or {}
-    found: dict[str, HostFacts] = {}
 
-    def one(name: str) -> HostReport:
+    def one(name: str) -> HostFacts:
         host = observed.hosts[name]
-        network = wants_network(specs.get(name))
+        spec = specs.get(name)
         if not shell:
-            found[name] = api_facts(session, host.moid, name, network=network)
-            return host_status(host, found[name])
+            return api_facts(session, host.moid, name, spec)
         try:
             with open_shell(name, specs.get(name), timeout_s=esxi_timeout(session)) as sh:
-                found[name] = gather_host_facts(session, host.moid, name, shell_runner(sh), network=network)
-                return host_status(host, found[name])
+                return gather_host_facts(session, host.moid, name, shell_runner(sh), spec)
         except VgpuctlError as err:
-            found[name] = api_facts(session, host.moid, name, network=network)
-            return host_status(host, found[name], shell_error=str(err))
+            facts = api_facts(session, host.moid, name, spec)
+            facts.shell_error = str(err)
+            return facts
 
     names = sorted(n for n, h in observed.hosts.items() if h.connection_state == ConnectionState.CONNECTED)
     if not names:
         return {}
     with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="vgpuctl-status") as pool:
-        rows = dict(zip(names, pool.map(one, names), strict=True))
-    if read is not None:
-        read.update(found)
-    return rows
+        return dict(zip(names, pool.map(one, names), strict=True))
 
 
 def mig_instance_totals(run: Any) -> dict[str, int]:
@@ -129,12 +63,11 @@ def mig_instance_totals(run: Any) -> dict[str, int]:
 
 def read_reported_maxima(
     observed: Observed, names: list[str], specs: dict[str, HostSpec], timeout_s: float | None = None
-) -> list[str]:
-    """For `profiles`: each named host with a MIG GPU reports its GPU instance totals over SSH, recorded as the
-    maxima of its MIG-backed types (statusreport.with_reported_maxima). Returns one warning per host whose shell
-    could not be read (its rows keep the catalogue's maxima)."""
-    from vgpuctl.reports.status import with_reported_maxima
-
+) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """For `profiles`: each named host with a MIG GPU reports its GPU instance totals over SSH (host -> GPU instance
+    profile -> total, reports.profiles.with_reported_maxima records them as the maxima of its MIG-backed types).
+    Also returns one warning per host whose shell could not be read (its rows keep the catalogue's maxima)."""
+    totals: dict[str, dict[str, int]] = {}
     warnings = []
     for name in names:
         host = observed.hosts[name]
@@ -143,46 +76,10 @@ def read_reported_maxima(
             continue
         try:
             with open_shell(name, specs.get(name), timeout_s=timeout_s) as sh:
-                with_reported_maxima(host, mig_instance_totals(shell_runner(sh)))
+                totals[name] = mig_instance_totals(shell_runner(sh))
         except VgpuctlError as err:
             warnings.append(f"host {name}: MIG instance totals not read ({err}); showing the catalogue's maxima")
-    return warnings
-
-
-def merge_status(report: StatusReport, rows: dict[str, HostReport]) -> StatusReport:
-    """Add host facts (collect_host_status) to `vgpuctl status`'s report: per host NVLink and scheduler, per GPU
-    MIG current/pending and NVLink links; `mig` is a short label for tables."""
-    for host in report.hosts:
-        row = rows.get(host.host)
-        if row is None:
-            continue
-        host.nvlink, host.nvlink_after_reboot = row.nvlink, row.nvlink_after_reboot
-        host.scheduler, host.scheduler_after_reboot = row.scheduler, row.scheduler_after_reboot
-        host.shell_error = row.shell_error
-        host.settings = list(row.settings)
-        by_gpu = {g.gpu: g for g in row.gpus}
-        for gpu in host.gpus:
-            facts = by_gpu.get(gpu.gpu)
-            if facts is None:
-                continue
-            gpu.mig_current, gpu.mig_pending = facts.mig_current, facts.mig_pending
-            gpu.nvlink_links, gpu.nvlink_active = facts.nvlink_links, facts.nvlink_active
-            gpu.nvlink_peers = list(facts.nvlink_peers)
-            if gpu.mig_capable is not False:  # a board without MIG has no MIG state to show
-                gpu.mig = mig_label(facts.mig_current, facts.mig_pending, gpu.vgpu_mode)
-    return report
-
-
-def mig_label(current: bool | None, pending: bool | None, vgpu_mode: str | None = None) -> str:
-    """on / off / "off (on pending)" / n/a; from vSphere's vgpuMode when the shell was not read."""
-    if current is None:
-        if vgpu_mode == GpuVgpuMode.MIG:
-            return "on"
-        return "n/a" if vgpu_mode is None else "off?"
-    text = "on" if current else "off"
-    if pending is not None and pending != current:
-        text += f" ({'on' if pending else 'off'} pending)"
-    return text
+    return totals, warnings
 
 
 def shell_configured(specs: Mapping[str, HostSpec | None], env: dict[str, str] | None = None) -> bool:

@@ -13,11 +13,11 @@ from typing import Any
 
 from vgpuctl.domain import MAX_VGPUS_PER_VM, NvlinkRequirement
 from vgpuctl.errors import InventoryError, InventoryErrors
+from vgpuctl.inventory.classes import iter_problems as class_problems
 from vgpuctl.inventory.netchecks import network_problems
 from vgpuctl.inventory.schema import HostSpec, Inventory, VmSpec
 from vgpuctl.inventory.yamlpos import KeyPath
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, is_host_spelling, mixing_problem, parse_profile
-from vgpuctl.supervisor.vmclasses import iter_problems as class_problems
 
 
 def validate(inv: Inventory) -> None:
@@ -113,8 +113,8 @@ def _check_hosts(inv: Inventory) -> Iterator[InventoryError]:
 
 def host_problems(h: HostSpec) -> list[tuple[KeyPath, str]]:
     """The rules one host entry, or a host's merged settings, must meet beyond the schema (each setting's own,
-    vgpuctl.hosts.settings); key paths relative to the entry."""
-    from vgpuctl.hosts.settings import SETTINGS
+    vgpuctl.settings); key paths relative to the entry."""
+    from vgpuctl.settings import SETTINGS
 
     return [problem for setting in SETTINGS for problem in setting.problems(h)]
 

@@ -15,13 +15,15 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
-from vgpuctl.hosts.settings.base import names
-from vgpuctl.hosts.settings.gpus import GpuSpec
 from vgpuctl.inventory.checks import host_problems
 from vgpuctl.inventory.schema import HostSpec
 from vgpuctl.inventory.yamlpos import KeyPath, format_path
+from vgpuctl.settings import SETTINGS
+from vgpuctl.settings.base import names
+from vgpuctl.settings.pergpu import GPUS_KEY
 
 M = TypeVar("M", bound=BaseModel)
+_SETTINGS = {s.key: s for s in SETTINGS}
 
 
 @dataclass(frozen=True)
@@ -92,35 +94,22 @@ def merge_host(name: str, entries: Sequence[HostSpec]) -> MergedHost:
 
 
 def _merge(base: M, over: M) -> M:
-    """`over`'s explicitly set keys on top of `base`: models recursively, `gpus` by select, the rest replaced."""
+    """`over`'s explicitly set keys on top of `base`: a setting's own way when it has one (`gpus` by select),
+    models recursively, the rest replaced."""
     values = {}
     for key in type(base).model_fields:
         ours, theirs = getattr(base, key), getattr(over, key)
+        setting = _SETTINGS.get(key)
+        own = setting.merge(ours, theirs) if setting is not None and key in over.model_fields_set else None
         if key not in over.model_fields_set:
             values[key] = ours
-        elif key == "gpus":
-            values[key] = _merge_gpus(ours, theirs)
+        elif own is not None:
+            values[key] = own
         elif isinstance(ours, BaseModel) and isinstance(theirs, BaseModel):
             values[key] = _merge(ours, theirs)
         else:
             values[key] = theirs
     return type(base).model_construct(_fields_set=base.model_fields_set | over.model_fields_set, **values)
-
-
-def _merge_gpus(base: list[GpuSpec], over: list[GpuSpec]) -> list[GpuSpec]:
-    out = list(base)
-    index = {g.select: i for i, g in enumerate(out)}
-    for g in over:
-        if g.select in index:
-            merged = _merge(out[index[g.select]], g)
-            if g.mode == "mig" and "vgpu_mode" not in g.model_fields_set:  # time-sliced only: not inherited by MIG
-                fields = merged.model_fields_set - {"vgpu_mode"}
-                merged = type(merged).model_construct(_fields_set=fields, **{**dict(merged), "vgpu_mode": None})
-            out[index[g.select]] = merged
-        else:
-            index[g.select] = len(out)
-            out.append(g)
-    return out
 
 
 # ------------------------------------------------------------------------------------------------ origins
@@ -142,10 +131,10 @@ def _set_leaves(model: BaseModel, path: KeyPath) -> Iterable[tuple[str, KeyPath]
             continue
         value = getattr(model, key)
         here = (*path, key)
-        if key == "gpus" and isinstance(value, list):
+        if key == GPUS_KEY and isinstance(value, list):
             for j, g in enumerate(value):
                 for sub, sub_path in _set_leaves(g, (*here, j)):
-                    yield f"gpus[{g.select}].{sub.rsplit('.', 1)[-1]}", sub_path
+                    yield f"{GPUS_KEY}[{g.select}].{sub.rsplit('.', 1)[-1]}", sub_path
         elif isinstance(value, BaseModel):
             yield from _set_leaves(value, here)
         else:
@@ -195,10 +184,10 @@ def _conflicts(merged: MergedHost, entries: Sequence[HostSpec]) -> list[str]:
 
 def _entry_path(merged: HostSpec, entry: HostSpec, path: KeyPath) -> KeyPath:
     """A key path of the merged settings as a key path of one entry (GPU items are matched by select)."""
-    if len(path) > 1 and path[0] == "gpus" and isinstance(path[1], int):
-        select = merged.gpus[path[1]].select
-        j = next((k for k, g in enumerate(entry.gpus) if g.select == select), None)
-        return ("gpus",) if j is None else ("gpus", j, *path[2:])
+    if len(path) > 1 and path[0] == GPUS_KEY and isinstance(path[1], int):
+        select = getattr(merged, GPUS_KEY)[path[1]].select
+        j = next((k for k, g in enumerate(getattr(entry, GPUS_KEY)) if g.select == select), None)
+        return (GPUS_KEY,) if j is None else (GPUS_KEY, j, *path[2:])
     return path
 
 

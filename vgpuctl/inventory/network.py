@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from vgpuctl.domain import AdapterType, IdentityMethod, RoceProtocol
+from vgpuctl.nicselect import DeviceSelect
 from vgpuctl.strictmodel import KeyPath, Lax, StrictModel
 
 _BUS_ID = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -27,26 +28,6 @@ MAX_POOL = 65536  # addresses in one pool: a /16 is plenty for one entry's VMs
 
 
 # ------------------------------------------------------------------------------------------------- adapters
-
-
-@dataclass(frozen=True)
-class DeviceSelect:
-    """How an SR-IOV or passthrough adapter names its physical NIC: a PCI id (`0000:3b:00.0`), the host's
-    device name (`vmnic4`), or a model (`ConnectX-7`, matched in the host's PCI device name)."""
-
-    by: Literal["pci", "vmnic", "model"]
-    value: str
-
-    @classmethod
-    def parse(cls, text: str) -> DeviceSelect:
-        if _BUS_ID.match(text):
-            return cls("pci", text.lower())
-        if _VMNIC.match(text):
-            return cls("vmnic", text)
-        return cls("model", text)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class AdapterSpec(StrictModel):

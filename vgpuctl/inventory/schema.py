@@ -24,11 +24,11 @@ from vgpuctl.domain import (
     VmState,
 )
 from vgpuctl.errors import InventoryError
-from vgpuctl.hosts.settings import SETTINGS
+from vgpuctl.inventory.classes import NamespaceList, VmClassList
 from vgpuctl.inventory.network import AdapterSpec, IdentitySpec
 from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Pos
+from vgpuctl.settings import SETTINGS
 from vgpuctl.strictmodel import Lax, StrictModel
-from vgpuctl.supervisor.vmclasses import NamespaceList, VmClassList
 
 API_VERSION = "vgpuctl/v1"
 MAX_VM_NAME = 80  # characters in a VM's name (docs/sources.md: vSphere Virtual Machine Administration)
@@ -122,7 +122,7 @@ class MaintenanceSpec(StrictModel):
     reboot_timeout_s: int = Field(default=900, ge=1)
 
 
-# graphics, gpus, nvlink, scheduler: each host setting's part of an entry is in its module (vgpuctl.hosts.settings)
+# graphics, gpus, nvlink, scheduler: each host setting's part of an entry is in its module (vgpuctl.settings)
 
 
 class HostEntry(StrictModel):
@@ -159,10 +159,10 @@ def _host_spec() -> Any:
 if typing.TYPE_CHECKING:
 
     class HostSpec(HostEntry):
+        """A hosts entry; each host setting's part is read through that setting (`SETTING.of(spec)`), typed."""
+
         ssh: SshSpec = Field(default_factory=SshSpec)
         maintenance: MaintenanceSpec = Field(default_factory=MaintenanceSpec)
-
-        def __getattr__(self, key: str) -> Any: ...  # a host setting's part: vgpuctl.hosts.settings
 
 else:
     HostSpec = _host_spec()

@@ -8,13 +8,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vgpuctl.domain import CheckStatus, Firmware, GraphicsType, NvlinkRequirement, VgpuMode
-from vgpuctl.inventory import HostSpec, Inventory
+from vgpuctl.domain import CheckStatus, Firmware, GraphicsType, NvlinkRequirement
+from vgpuctl.inventory import Inventory
 from vgpuctl.model import Observed, ObservedHost, Plan
 from vgpuctl.preflight import branches
+from vgpuctl.preflight.check import PreflightCheck
 from vgpuctl.preflight.facts import About, ManagerFacts, Scope, SshOutcome, SshProbe
 from vgpuctl.profiles import try_parse
-from vgpuctl.reports.preflight import PreflightCheck
+from vgpuctl.settings import SETTINGS
 from vgpuctl.vsphere.hostaccess import HostAccess
 
 PASS, WARN, FAIL, SKIP = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL, CheckStatus.SKIP
@@ -22,7 +23,6 @@ PASS, WARN, FAIL, SKIP = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL, C
 # vSphere API levels the inventory's features need (sources: docs/preflight.md, "Versions")
 API_8_VGPUS = (8, 0)  # up to 8 vGPUs per VM from vSphere 8.0 (4 from 6.7 U3)
 API_DEVICE_GROUPS = (8, 0, 0, 1)  # NVLink vendor device groups (vendorDeviceGroupInfo, ConfigSpec.deviceGroups)
-API_MIXED_SIZE = (8, 0, 3)  # HostGraphicsConfig vgpuMode sameSize | mixedSize
 MIN_HW_VERSION = 17  # vm-operator's minimum for NVIDIA PCI devices; vgpuctl's plan refuses older ones
 HW_VERSION_MANY_VGPUS = 20  # conservative (no source settles it): more than 4 vGPUs or device groups
 
@@ -56,8 +56,7 @@ def requirements(inventory: Inventory | None, scope: Scope) -> list[Requirement]
             out.append(Requirement(API_DEVICE_GROUPS, "NVLink device groups", f"vm {vm.name}",
                                    tuple(scope.vm_hosts.get(vm.name, []))))
     for host, spec in sorted(scope.specs.items()):
-        if any(g.vgpu_mode == VgpuMode.MIXED_SIZE for g in spec.gpus):
-            out.append(Requirement(API_MIXED_SIZE, "mixed-size time-sliced vGPUs", f"host {host}", (host,)))
+        out += [Requirement(api, what, f"host {host}", (host,)) for s in SETTINGS for api, what in s.api_needs(spec)]
     return out
 
 
@@ -175,12 +174,13 @@ def manager_check(host: ObservedHost, facts: ManagerFacts | None, needed: bool) 
                           fix)
 
 
-def graphics_check(host: ObservedHost, spec: HostSpec | None, needed: bool) -> PreflightCheck:
-    """vGPUs need the GPUs in Shared Direct; the inventory may set it (the plan then changes it)."""
+def graphics_check(host: ObservedHost, after: ObservedHost, needed: bool) -> PreflightCheck:
+    """vGPUs need the GPUs in Shared Direct; the inventory may set it (`after`: the host once the plan's changes
+    are made)."""
     shared = sorted(g.pci_id for g in host.gpus if g.graphics_type != GraphicsType.SHARED_DIRECT)
     if not shared:
         return PreflightCheck("host.graphics", PASS, f"all {len(host.gpus)} GPUs in Shared Direct", host.name)
-    wants = spec is not None and spec.graphics is not None and spec.graphics.default_type == GraphicsType.SHARED_DIRECT
+    wants = all(g.graphics_type == GraphicsType.SHARED_DIRECT for g in after.gpus)
     seen = f"GPUs {', '.join(shared)} are not in Shared Direct (default {host.default_graphics_type})"
     if wants:
         return PreflightCheck("host.graphics", PASS, f"{seen}; the inventory sets sharedDirect (a reboot)", host.name)

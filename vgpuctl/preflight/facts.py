@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from vgpuctl.inventory import HostSpec, Inventory, VmSpec
 from vgpuctl.model import Observed
+from vgpuctl.settings import SETTINGS
 from vgpuctl.vsphere.hostaccess import HostAccess
 
 
@@ -74,8 +75,8 @@ class Scope:
 
 
 def _needs_shell(spec: HostSpec) -> bool:
-    """MIG, NVLink and scheduler settings are read and written in the ESXi shell."""
-    return spec.nvlink is not None or spec.scheduler is not None or any(g.mode is not None for g in spec.gpus)
+    """The entry sets what only the ESXi shell reads or writes (MIG, NVLink, the scheduler, ECC, ...)."""
+    return any(s.reads_shell(spec) for s in SETTINGS)
 
 
 def vm_hosts(inventory: Inventory, observed: Observed) -> dict[str, list[str]]:

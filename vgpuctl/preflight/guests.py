@@ -12,8 +12,8 @@ from typing import Any
 from vgpuctl.domain import CheckStatus
 from vgpuctl.inventory import Inventory
 from vgpuctl.preflight import branches
+from vgpuctl.preflight.check import PreflightCheck
 from vgpuctl.preflight.facts import ManagerFacts, Scope
-from vgpuctl.reports.preflight import PreflightCheck
 
 DRIVER_ROLE = "vgpu_guest_driver"
 LICENSING_ROLE = "vgpu_licensing"

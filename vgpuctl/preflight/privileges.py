@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, IdentityMethod
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import needs_maintenance
-from vgpuctl.hosts.settings import step_of
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import EvacuationAction, HostChange, Observed, Plan, VmChange, folder_path
-from vgpuctl.reports.preflight import PreflightCheck
+from vgpuctl.preflight.check import PreflightCheck
+from vgpuctl.settings import step_of
 
 Entity = tuple[str, str]  # (vim type name, moid)
 
@@ -75,14 +75,14 @@ HOST_PACKAGES = Operation("host-packages", "read each host's vGPU Manager versio
 
 def setting_operations() -> tuple[Operation, ...]:
     """The operations of the host settings that need vCenter privileges of their own (the registry says which)."""
-    from vgpuctl.hosts.settings import SETTINGS
+    from vgpuctl.settings import SETTINGS
 
     return tuple(Operation(f"host-{s.key}", s.privileges.what, s.privileges.methods, s.privileges.privileges)
                  for s in SETTINGS if s.privileges is not None)
 
 
 def _own_privileges() -> dict[ChangeKind, Operation]:
-    from vgpuctl.hosts.settings import SETTINGS
+    from vgpuctl.settings import SETTINGS
 
     ops = {op.key: op for op in setting_operations()}
     return {kind: ops[f"host-{s.key}"] for s in SETTINGS if s.privileges is not None for kind in s.kinds}

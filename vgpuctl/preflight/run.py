@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from vgpuctl.domain import CheckStatus, ConnectionState, SshService
+from vgpuctl.farm.predict import predict_host
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import Observed, Plan
 from vgpuctl.preflight import checks, guests, privileges
+from vgpuctl.preflight.check import PreflightCheck
 from vgpuctl.preflight.facts import PreflightFacts, Scope, requirement_scope, scope_of
 from vgpuctl.preflight.gather import about, environment_user, gather, granted, places
-from vgpuctl.reports.preflight import PreflightCheck, PreflightReport, preflight_report
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -40,7 +41,7 @@ def cheap_checks(session: Session, observed: Observed, inventory: Inventory | No
 
 
 def host_checks(observed: Observed, inventory: Inventory | None, scope: Scope,
-                facts: PreflightFacts) -> list[PreflightCheck]:
+                facts: PreflightFacts, plan: Plan) -> list[PreflightCheck]:
     out = []
     for name in scope.hosts:
         host = observed.hosts[name]
@@ -55,7 +56,7 @@ def host_checks(observed: Observed, inventory: Inventory | None, scope: Scope,
         user = probe.user if probe is not None else environment_user(spec)
         out += [
             checks.manager_check(host, facts.managers.get(name), needed),
-            checks.graphics_check(host, spec, needed),
+            checks.graphics_check(host, predict_host(host, plan.host_changes), needed),
             checks.ssh_check(name, name in scope.shell, access, probe,
                              spec is not None and spec.ssh.service == SshService.MANAGE),
             checks.lockdown_check(name, name in scope.shell, access, facts.exceptions.get(name), user),
@@ -63,10 +64,10 @@ def host_checks(observed: Observed, inventory: Inventory | None, scope: Scope,
     return out
 
 
-def run_checks(session: Session, observed: Observed, inventory: Inventory | None) -> PreflightReport:
+def run_checks(session: Session, observed: Observed, inventory: Inventory | None) -> list[PreflightCheck]:
     """Every check against the farm as observed (the inventory's plan made without host facts decides which
     operations, and so which privileges, the run needs)."""
-    from vgpuctl.vms.plan import make_plan
+    from vgpuctl.planner import make_plan
 
     scope = scope_of(inventory, observed)
     plan = make_plan(inventory, observed) if inventory is not None else Plan()
@@ -75,13 +76,13 @@ def run_checks(session: Session, observed: Observed, inventory: Inventory | None
     reqs = checks.requirements(inventory, scope)
     found = [checks.vcenter_version(facts.about, reqs), *checks.host_versions(observed, scope, reqs)]
     found += privileges.privilege_checks(needs, facts.granted, facts.privileges_error)
-    found += host_checks(observed, inventory, scope, facts)
+    found += host_checks(observed, inventory, scope, facts, plan)
     found += checks.template_checks(plan, inventory, observed)
     found += checks.rdma_checks(inventory, scope, facts.access)
     found += checks.vm_network_checks(inventory, observed, scope)
     found += guests.driver_branch_checks(inventory, scope, facts.managers)
     found += guests.file_checks(inventory)
-    return preflight_report(session.settings.sdk_url, found)
+    return found
 
 
 def refuse_by_preflight(session: Session, observed: Observed, inventory: Inventory, the_plan: Plan) -> None:

@@ -18,11 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from vgpuctl.domain import Outcome
 from vgpuctl.reports.base import optional, to_json
 from vgpuctl.reports.plan import PlanSummary
+
+if TYPE_CHECKING:
+    from vgpuctl.scope import Scope
 
 
 class Subject(StrEnum):
@@ -56,6 +59,10 @@ class ScopeInfo:
     hosts: list[str]
     clusters: list[str]
     vms: list[str]
+
+    @classmethod
+    def of(cls, scope: Scope) -> ScopeInfo:
+        return cls(list(scope.hosts), list(scope.clusters), list(scope.vms))
 
 
 @dataclass

@@ -11,8 +11,8 @@ from vgpuctl.reports.base import TERMINAL, Report, TextLayout
 
 if TYPE_CHECKING:
     from vgpuctl.experiment import report as experiment
-    from vgpuctl.experiment.runner import RunSummary
     from vgpuctl.experiment.schema import MergedVariant
+    from vgpuctl.experiment.store import RunSummary
     from vgpuctl.inventory import Inventory
 
 

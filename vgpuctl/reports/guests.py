@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from vgpuctl.reports.apply import ApplyReport
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout
-from vgpuctl.reports.plan import ApplyReport
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -1,28 +1,29 @@
-"""The plan, validate, apply and host-change documents."""
+"""The plan and validate documents, and the plan's text, drawn only from its report: `plan`, `apply` and `show
+PLANFILE` print the same lines, the last from the report saved in the plan file.
+
+Host changes first, then VMs by name, the VM classes and namespaces in apply order, the disruptive steps,
+what a scoped plan pulled in and left out, warnings, errors and a one-line summary. `+` create, `~` change,
+`-` remove, `!` a disruptive step.
+"""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from vgpuctl.domain import ChangeKind, EvacuationKind, Outcome, Phase, VmStep
+from vgpuctl.domain import ChangeKind, EvacuationKind, Phase, VmStep
 from vgpuctl.model import (
     HOST_TARGET,
-    ApplyResult,
     EvacuationAction,
     GuestIdentity,
-    HostApplyResult,
     HostChange,
-    HostOutcome,
     NicChange,
     Op,
     Plan,
     VmChange,
-    VmOutcome,
 )
-from vgpuctl.reports.base import TERMINAL, Report, Scalar, TextLayout, VgpuCount, optional, vgpu_counts
+from vgpuctl.reports.base import TERMINAL, Report, Scalar, TextLayout, VgpuCount, optional
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
 
 if TYPE_CHECKING:
@@ -240,8 +241,8 @@ class PlanReport(Report):
     scope: PlanScope | None = field(default=None, metadata={"omit_none": True})
 
     def render_text(self, layout: TextLayout = TERMINAL) -> Any:
-        """The diff (vgpuctl.reports.plantext): colored on a terminal, plain lines in a pipe."""
-        from vgpuctl.reports.plantext import plan_lines, styled
+        """The diff (vgpuctl.reports.plan): colored on a terminal, plain lines in a pipe."""
+        from vgpuctl.reports.plan import plan_lines, styled
 
         lines = plan_lines(self, layout.full)
         return "\n".join(lines) if layout.plain else styled(lines)
@@ -251,72 +252,12 @@ class PlanReport(Report):
         return not (self.host_changes or self.vm_changes or self.vm_classes or self.namespaces)
 
 
-@dataclass
-class ApplyReport(Report):
-    """What an apply did: the plan it confirmed, each host and VM, and the VM plan's errors after the hosts."""
-
-    kind: ClassVar[str] = "apply"
-    plan: PlanReport
-    hosts: list[HostOutcome]
-    vms: list[VmOutcome]
-    changed: list[str]
-    failed: list[str]
-    skipped: list[str]
-    unchanged: list[str]
-    not_started: list[str]  # an interrupted apply, or a VM plan after the hosts that failed, never began them
-    hosts_not_ready: list[str]
-    vm_errors: list[str]
-    interrupted: bool
-    vm: str | None = optional()  # `vm vgpu add/remove`: the VM changed
-    round_trips: int | None = optional()
-
-    def render_text(self, layout: TextLayout = TERMINAL) -> None:
-        """None: in text mode apply shows its progress and summary while it runs."""
-        return None
-
-
 def validate_report(file: str, inventory: Inventory) -> ValidateReport:
     from vgpuctl.inventory.merge import possible_conflicts
 
     return ValidateReport(file=file, valid=True, hosts=len(inventory.hosts), vms=len(inventory.vms),
                           vm_classes=len(inventory.vm_classes), namespaces=len(inventory.namespaces),
                           warnings=possible_conflicts(inventory.hosts))
-
-
-def vm_names(vms: Iterable[VmOutcome], status: Outcome) -> list[str]:
-    return [o.vm for o in vms if o.status == status]
-
-
-@dataclass
-class AffectedVm:
-    vm: str
-    vgpus: list[VgpuCount]
-
-
-@dataclass
-class HostChangeReport(Report):
-    """`host graphics/mig/nvlink/scheduler`: the changes, the running VMs they affect, and the outcome."""
-
-    kind: ClassVar[str] = "host-change"
-    host: str
-    changes: list[HostDiff]
-    affected_vms: list[AffectedVm]
-    result: HostOutcome | None
-
-    def render_text(self, layout: TextLayout = TERMINAL) -> str | None:
-        """The outcome; "no changes" when there was nothing to do (before the change, what it will do is
-        said by the command while it asks)."""
-        if not self.changes:
-            return f"host {self.host}: no changes"
-        return self.result.describe() if self.result is not None else None
-
-
-def host_change_report(
-    host: str, changes: list[HostChange], running: Iterable[tuple[str, list[str]]]
-) -> HostChangeReport:
-    """The changes of one host and the running VMs they affect (name, vGPU profiles); no outcome yet."""
-    affected = [AffectedVm(vm, vgpu_counts(profiles)) for vm, profiles in running]
-    return HostChangeReport(host, [host_diff(c) for c in changes], affected, None)
 
 
 # ------------------------------------------------------------------------------------------ building it
@@ -385,8 +326,7 @@ def summary(plan: Plan) -> dict[str, int]:
 
 
 def render_plan_text(plan: Plan) -> str:
-    """The plan's text as `plan` prints it in a pipe, from its report (vgpuctl.reports.plantext)."""
-    from vgpuctl.reports.plantext import plan_lines
+    """The plan's text as `plan` prints it in a pipe, from its report (vgpuctl.reports.plan)."""
 
     return "\n".join(plan_lines(plan_report(plan))) + "\n"
 
@@ -514,115 +454,207 @@ def sorted_counts(profiles: list[str]) -> list[VgpuCount]:
 # ------------------------------------------------------------------------------------------ the apply
 
 
-def apply_report(
-    plan: Plan,
-    result: ApplyResult,
-    *,
-    classes: SupervisorPlan | None = None,
-    hosts: HostApplyResult | None = None,
-    vm_errors: Iterable[str] = (),
-    interrupted: bool = False,
-    vm: str | None = None,
-    round_trips: int | None = None,
-    scope: ScopeResult | None = None,
-) -> ApplyReport:
-    """The apply's document: the plan it confirmed, each host and VM; round trips only when given (-v)."""
-    vms = result.vms
-    return ApplyReport(
-        plan=with_class_plan(plan_report(plan, scope=scope), classes),
-        hosts=list(hosts.hosts) if hosts is not None else [],
-        vms=list(vms),
-        changed=vm_names(vms, Outcome.CHANGED),
-        failed=vm_names(vms, Outcome.FAILED),
-        skipped=vm_names(vms, Outcome.SKIPPED),
-        unchanged=vm_names(vms, Outcome.UNCHANGED),
-        not_started=vm_names(vms, Outcome.NOT_STARTED),
-        hosts_not_ready=list(result.hosts_not_ready),
-        vm_errors=list(vm_errors),
-        interrupted=interrupted,
-        vm=vm,
-        round_trips=round_trips,
-    )
+# ------------------------------------------------------------------------------------------ the text
+
+INDENT = "    "
+STEP_WORDS = {VmStep.POWER_OFF: "power off", VmStep.POWER_ON: "power on"}
+LIST_CUT = 20  # names listed before "... and N more" (unless the layout is full)
+STYLES = {"+": "green", "-": "red", "~": "yellow", "!": "bold red"}
 
 
-SUMMARY_ORDER = (
-    (Outcome.CHANGED, "changed"),
-    (Outcome.FAILED, "failed"),
-    (Outcome.SKIPPED, "skipped"),
-    (Outcome.NOT_STARTED, "not started"),
-    (Outcome.UNCHANGED, "unchanged"),
-)
-UNDONE = (Outcome.FAILED, Outcome.SKIPPED, Outcome.NOT_STARTED)
+def value_text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if v is None:
+        return "(none)"
+    return str(v)
 
 
-def summarize(vms: Iterable[VmOutcome]) -> dict[str, list[str]]:
-    """VM names by outcome (every outcome present, empty when none)."""
-    groups: dict[str, list[str]] = {str(status): [] for status, _ in SUMMARY_ORDER}
-    for outcome in vms:
-        groups.setdefault(str(outcome.status), []).append(outcome.vm)
-    return groups
-
-
-def summary_line(groups: dict[str, list[str]], interrupted: bool, plan_failed: bool = False) -> str:
-    """`Apply finished: 3 changed, 1 unchanged.`; never "0 changed" when work was left undone."""
-    undone = plan_failed or any(groups[str(s)] for s in UNDONE)
-    head = "Apply interrupted" if interrupted else "Apply incomplete" if undone else "Apply finished"
-    parts = [f"{len(groups[str(s)])} {label}" for s, label in SUMMARY_ORDER]
-    if not groups[str(Outcome.CHANGED)] and undone:
-        parts[0] = "no VM changed"
-    return f"{head}: {', '.join(parts)}."
-
-
-def render_apply_summary(report: ApplyReport, full: bool = False) -> str:
-    """The apply's closing lines: hosts, the VM counts, what failed or was left and how to go on. Lists longer
-    than 20 names are cut with a count unless `full` (-v)."""
-    from vgpuctl.reports.plantext import LIST_CUT, names_text
-
-    groups = summarize(report.vms)
-    lines = [*_host_summary(report, full), summary_line(groups, report.interrupted, bool(report.vm_errors))]
-    for status, label in SUMMARY_ORDER:
-        if status in (Outcome.CHANGED, Outcome.SKIPPED, Outcome.NOT_STARTED) and groups[str(status)]:
-            lines.append(f"  {label}: {names_text(groups[str(status)], full)}")
-    failed = [o for o in report.vms if o.status == Outcome.FAILED]
-    for outcome in failed if full else failed[:LIST_CUT]:
-        fault = f"{outcome.fault_type}: " if outcome.fault_type else ""
-        lines.append(f"  failed: {outcome.vm}: {fault}{outcome.message}")
-    if len(failed) > LIST_CUT and not full:
-        lines.append(f"  failed: ... and {len(failed) - LIST_CUT} more VMs (-v lists them all)")
-    lines += left_lines(report.vms, full)
-    if report.round_trips is not None:
-        lines.append(f"round trips: {report.round_trips}")
-    return "\n".join(lines)
-
-
-def left_lines(vms: Iterable[VmOutcome], full: bool = False) -> list[str]:
-    """What an interrupted or stopped apply left of the VMs it started, and how to go on."""
-    from vgpuctl.reports.plantext import LIST_CUT
-
-    vms = list(vms)
-    left = [o for o in vms if o.left and o.status != Outcome.NOT_STARTED]
-    if not left and not any(o.status == Outcome.NOT_STARTED for o in vms):
-        return []
-    lines = [f"  left: {o.vm} ({', '.join(o.left)})" for o in (left if full else left[:LIST_CUT])]
-    if len(left) > LIST_CUT and not full:
-        lines.append(f"  left: ... and {len(left) - LIST_CUT} more VMs")
-    lines.append("  to continue: run the same apply again; it plans only what is left")
+def plan_lines(report: PlanReport, full: bool = False) -> list[str]:
+    lines = [host_line(h) for h in report.host_changes]
+    for change in report.vm_changes:
+        lines += vm_lines(change)
+    lines += [line for c in report.vm_classes if c.op != "-" for line in class_lines(c)]
+    lines += [line for n in report.namespaces for line in namespace_lines(n)]
+    lines += [line for c in report.vm_classes if c.op == "-" for line in class_lines(c)]
+    if report.disruptions and not report.errors:
+        lines.append("Disruptive steps:")
+        lines += [f"  {disruption_line(d)}" for d in report.disruptions]
+    if report.scope is not None:
+        lines += scope_lines(report.scope, full)
+    lines += [f"Warning: {w}" for w in report.warnings]
+    lines += [f"Error: {e}" for e in report.errors]
+    lines.append(summary_line(report))
     return lines
 
 
-HOST_SUMMARY = ((Outcome.CHANGED, "changed"), (Outcome.FAILED, "failed"), (Outcome.NOT_STARTED, "not started"))
+def host_line(h: HostDiff) -> str:
+    flags = [f for f, on in (("disruptive", h.disruptive), ("reboot", h.needs_reboot)) if on]
+    if h.pulled_in_by:
+        flags.append(f"pulled in by {', '.join(h.pulled_in_by)}")
+    mark = f"  ({', '.join(flags)})" if flags else ""
+    target = "" if h.gpu is None else f" {h.gpu}"
+    return f"~ host {h.host} {h.setting}{target}: {value_text(h.old)} -> {value_text(h.new)}{mark}"
 
 
-def _host_summary(report: ApplyReport, full: bool = False) -> list[str]:
-    from vgpuctl.reports.plantext import LIST_CUT
+def steps_text(change: VmDiff) -> str:
+    words = []
+    for step in change.steps:
+        if step == VmStep.CLONE and change.clone is not None:
+            words.append(f"clone from {change.clone.template}")
+        else:
+            words.append(STEP_WORDS.get(step, step))
+    return " -> ".join(words)
 
-    if not report.hosts:
+
+def clone_lines(change: VmDiff) -> list[str]:
+    c = change.clone
+    if c is None:
         return []
-    parts = [f"{sum(1 for o in report.hosts if o.status == s)} {label}" for s, label in HOST_SUMMARY]
-    lines = [f"Hosts: {', '.join(parts)}."]
-    described = [line for outcome in report.hosts for line in outcome.describe().splitlines()]
-    lines += [f"  {line}" for line in (described if full else described[: LIST_CUT * 3])]
-    if len(described) > LIST_CUT * 3 and not full:
-        lines.append("  ... (-v lists every host)")
-    lines += [f"  VM plan after the host changes: {e}" for e in report.vm_errors]
+    where = [f"{k} {v}" for k, v in (("cluster", c.cluster), ("host", c.host), ("folder", c.folder)) if v]
+    size = [f"{k} {v}" for k, v in (("cpus", c.cpus), ("memoryMB", c.memory_mb)) if v is not None]
+    lines = [f"{INDENT}+ clone {c.template}" + (f" to {', '.join(where)}" if where else "")]
+    if size:
+        lines.append(f"{INDENT}+ {', '.join(size)}")
     return lines
+
+
+def device_line(d: DeviceDiff) -> str:
+    if d.op == "-":
+        return f"{INDENT}- vgpu {d.profile} (key {d.key})"
+    group = f" (NVLink group {d.nvlink_group})" if d.nvlink_group is not None else ""
+    return f"{INDENT}+ vgpu {d.profile}{group}"
+
+
+def extra_config_lines(extra: dict[str, str | None]) -> list[str]:
+    return [f"{INDENT}- extraConfig {key}" if extra[key] is None else f"{INDENT}+ extraConfig {key} = {extra[key]}"
+            for key in sorted(extra)]
+
+
+def vm_lines(change: VmDiff) -> list[str]:
+    mark = "-" if change.destroy else "+" if change.clone is not None else "~"
+    lines = [f"{mark} vm {change.vm}  ({steps_text(change)})"]
+    if change.depends_on_hosts:
+        lines.append(f"{INDENT}  after the host changes on {', '.join(change.depends_on_hosts)}")
+    lines += clone_lines(change)
+    lines += [f"{INDENT}{f.op} {f.field}: {value_text(f.old)} -> {value_text(f.new)}" for f in change.fields]
+    lines += [device_line(d) for d in change.devices]
+    lines += extra_config_lines(change.extra_config)
+    lines += [nic_line(n) for n in change.nics]
+    if change.identity is not None:
+        lines.append(f"{INDENT}+ identity {identity_text(change.identity)}")
+    return lines
+
+
+def nic_line(n: NicDiff) -> str:
+    if n.op == "+":
+        return f"{INDENT}+ nic {nic_label(n)}" + (f" ({n.device})" if n.device else "")
+    if n.op == "-":
+        return f"{INDENT}- nic {nic_label(n)} (key {n.key})"
+    return f"{INDENT}~ nic {nic_label(n)} (key {n.key}): was {n.old}"
+
+
+def nic_label(n: NicDiff) -> str:
+    """`sriov ConnectX-7 on roce-fabric`, `pvrdma on roce-fabric (rocev2)`."""
+    parts = [n.type, *([n.select] if n.select else []), *([f"on {n.portgroup}"] if n.portgroup else []),
+             *([f"({n.protocol})"] if n.protocol else [])]
+    return " ".join(parts)
+
+
+def identity_text(identity: IdentityDiff) -> str:
+    """`customization: hostname train-01, roce-fabric 10.0.40.10/24 via 10.0.40.1, mgmt DHCP`."""
+    parts = [f"hostname {identity.hostname}"]
+    for a in identity.adapters:
+        if a.address is None:
+            parts.append(f"{a.portgroup} DHCP")
+        else:
+            parts.append(f"{a.portgroup} {a.address}/{a.prefix}" + (f" via {a.gateway}" if a.gateway else ""))
+    return f"{identity.method}: " + ", ".join(parts)
+
+
+CLASS_VERBS = {"+": "create", "~": "update", "-": "delete"}
+
+
+def class_lines(c: VmClassDiff) -> list[str]:
+    lines = [f"{c.op} vm class {c.vm_class}  ({CLASS_VERBS.get(c.op, c.op)})"]
+    if c.op == "+":
+        lines.append(f"{INDENT}+ " + ", ".join(f"{f.field} {value_text(f.new)}" for f in c.fields))
+    else:
+        lines += [f"{INDENT}{f.op} {f.field}: {value_text(f.old)} -> {value_text(f.new)}" for f in c.fields]
+    lines += [f"{INDENT}- vgpu {v.profile}" for v in c.vgpus_removed for _ in range(v.count)]
+    lines += [f"{INDENT}+ vgpu {v.profile}" for v in c.vgpus_added for _ in range(v.count)]
+    return lines + extra_config_lines(c.extra_config)
+
+
+def namespace_lines(n: NamespaceDiff) -> list[str]:
+    return [f"~ namespace {n.namespace}", *(f"{INDENT}+ vm class {c}" for c in n.add),
+            *(f"{INDENT}- vm class {c}" for c in n.remove)]
+
+
+def disruption_line(d: Disruption) -> str:
+    if d.vm is None:
+        return f"! host {d.host}: {d.detail}" + ("" if d.action == "reboot" else ", exits after the change")
+    why = f"to evacuate host {d.host}" if d.cause == "evacuation" else "for its own change"
+    return f"! vm {d.vm}: powered off {why}; {d.detail}"
+
+
+def names_text(names: list[str], full: bool = False) -> str:
+    """`a, b, c`; past LIST_CUT names `a, ..., t and 980 more` unless `full`."""
+    if full or len(names) <= LIST_CUT:
+        return ", ".join(names)
+    return f"{', '.join(names[:LIST_CUT])} and {len(names) - LIST_CUT} more"
+
+
+def scope_lines(scope: PlanScope, full: bool) -> list[str]:
+    asked = [f"--{flag} {p}" for flag, patterns in (("host", scope.hosts), ("cluster", scope.clusters),
+                                                     ("vm", scope.vms)) for p in patterns]
+    lines = [f"Scope: {' '.join(asked)}"]
+    if scope.pulled_in_hosts:
+        lines.append(f"  pulled in (needed by the VMs in scope): hosts {names_text(scope.pulled_in_hosts, full)}")
+    if scope.pulled_in_vms:
+        lines.append(f"  pulled in (evacuated and reconfigured by a host change in scope): VMs "
+                     f"{names_text(scope.pulled_in_vms, full)}")
+    if scope.out_of_scope_hosts:
+        lines.append(f"  out of scope, untouched: hosts {names_text(scope.out_of_scope_hosts, full)}")
+    if scope.out_of_scope_vms:
+        lines.append(f"  out of scope, untouched: VMs {names_text(scope.out_of_scope_vms, full)}")
+    if scope.vm_classes_left_out:
+        lines.append("  out of scope, untouched: the inventory's VM classes and namespaces")
+    return lines
+
+
+def summary_line(report: PlanReport) -> str:
+    s = report.summary
+    if report.errors:
+        return f"Plan has {s.errors} error{'s' if s.errors != 1 else ''}; nothing can be applied."
+    if not (report.host_changes or report.vm_changes or report.vm_classes or report.namespaces):
+        return "No changes: the farm matches the inventory."
+    return plan_counts(s)
+
+
+def plan_counts(s: PlanSummary) -> str:
+    parts = [f"{s.create} to create", f"{s.change} to change", f"{s.power_off} power-off"]
+    if s.remove:
+        parts.insert(2, f"{s.remove} to remove")
+    if s.host_changes:
+        parts.insert(0, f"{s.host_changes} host change{'s' if s.host_changes != 1 else ''}")
+    if s.maintenance:
+        parts.append(f"{s.maintenance} host{'s' if s.maintenance != 1 else ''} in maintenance")
+    if s.reboots:
+        parts.append(f"{s.reboots} reboot{'s' if s.reboots != 1 else ''}")
+    if s.vm_classes:
+        parts.append(f"{s.vm_classes} VM class change{'s' if s.vm_classes != 1 else ''}")
+    if s.namespaces:
+        parts.append(f"{s.namespaces} namespace change{'s' if s.namespaces != 1 else ''}")
+    return "Plan: " + ", ".join(parts) + "."
+
+
+def styled(lines: list[str]) -> Any:
+    """The lines as rich Text, + ~ - ! lines colored (never parsed as rich markup)."""
+    from rich.text import Text
+
+    text = Text()
+    for line in lines:
+        text.append(line + "\n", style=STYLES.get(line.lstrip()[:1], ""))
+    text.rstrip()
+    return text

@@ -9,27 +9,10 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from vgpuctl.domain import CheckStatus
-from vgpuctl.reports.base import TERMINAL, Report, TextLayout, optional
+from vgpuctl.preflight.check import PreflightCheck
+from vgpuctl.reports.base import TERMINAL, Report, TextLayout
 
 _ORDER = (CheckStatus.FAIL, CheckStatus.WARN, CheckStatus.PASS, CheckStatus.SKIP)
-
-
-@dataclass
-class PreflightCheck:
-    """One check: `id` names what is checked (`host.vgpu-manager`), `subject` what it was checked on (a host, a
-    template, a guest group; absent for vCenter-wide checks), `evidence` what vgpuctl saw, `fix` what to do."""
-
-    id: str
-    status: CheckStatus
-    evidence: str
-    subject: str | None = optional()
-    fix: str | None = optional()
-
-    @property
-    def line(self) -> str:
-        """`host.ssh esx-01: ...; fix: ...`: the text preflight shows and plan/apply refuse with."""
-        where = f"{self.id} {self.subject}" if self.subject else self.id
-        return f"{where}: {self.evidence}" + (f"; fix: {self.fix}" if self.fix else "")
 
 
 @dataclass

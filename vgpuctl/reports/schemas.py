@@ -17,6 +17,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Union
 
+from vgpuctl.reports.apply import ApplyReport, HostChangeReport
 from vgpuctl.reports.base import ErrorReport, Report
 from vgpuctl.reports.capacity import CapacityDemandReport, CapacityReport
 from vgpuctl.reports.events import EVENTS
@@ -29,16 +30,19 @@ from vgpuctl.reports.experiment import (
 from vgpuctl.reports.explain import ExplainReport
 from vgpuctl.reports.export import ExportReport
 from vgpuctl.reports.guests import GuestRunReport, ProvisionReport
-from vgpuctl.reports.plan import ApplyReport, HostChangeReport, PlanReport, ValidateReport
+from vgpuctl.reports.host import HostReport
+from vgpuctl.reports.plan import PlanReport, ValidateReport
 from vgpuctl.reports.preflight import PreflightReport
+from vgpuctl.reports.profiles import ProfilesReport
 from vgpuctl.reports.sim import SimDownReport, SimEnvReport
-from vgpuctl.reports.status import HostReport, ProfilesReport, StatusReport, VmVgpusReport
+from vgpuctl.reports.status import StatusReport
 from vgpuctl.reports.supervisor import (
     ManifestsReport,
     SupervisorApplyReport,
     SupervisorPlanReport,
     SupervisorStatusReport,
 )
+from vgpuctl.reports.vmvgpus import VmVgpusReport
 from vgpuctl.reports.work import ForgetWorkReport
 
 # Every document a command prints; the architecture page lists each kind with its command.
@@ -116,6 +120,8 @@ def _type(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
         return dict(_PRIMITIVES[hint])
     if isinstance(hint, type) and issubclass(hint, Enum):
         return {"enum": [m.value for m in hint]}
+    if isinstance(hint, type) and issubclass(hint, str):  # a string kind the registry extends (ChangeKind)
+        return {"type": "string"}
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         if hint.__name__ not in defs:
             defs[hint.__name__] = {}  # placeholder against recursion

@@ -1,105 +1,33 @@
-"""The status, host, profiles and `vm vgpu list` documents."""
+"""`vgpuctl status`'s document: hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, the VMs' vGPUs,
+the VM classes with vGPUs, and its text for people:
+
+a layout for the terminal's width, and plain lines when it is not a terminal.
+
+- wide (a terminal of WIDE_COLUMNS or more): a hosts table, a GPU map per host, the VMs with vGPUs;
+- narrow (less, e.g. 80 columns): fewer columns, host names without the domain they all share, PCI ids
+  without the `0000:` domain they all share, so hosts and GPUs stay told apart; cells wrap, never cut;
+- plain (a pipe or a file): one line per host, GPU and VM, nothing truncated, no table borders.
+A GPU assignment vSphere does not report exactly (a VM mixing profiles) is marked `?` with a note. The VM
+classes with vGPUs and their namespaces follow the VMs when a supervisor was read; warnings come last.
+"""
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from vgpuctl.domain import TIME_SLICED_MODES, GpuMode, GpuVgpuMode, ProfileSharing, VgpuMode
-from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
-from vgpuctl.profiles import ProfileError, VgpuProfile, board_for_device, observed_profile, parse_profile, try_parse
-from vgpuctl.profiles import max_per_gpu as profiles_max
+from vgpuctl.domain import TIME_SLICED_MODES, GpuMode, GpuVgpuMode
+from vgpuctl.model import Observed, ObservedGpu, ObservedHost
+from vgpuctl.profiles import board_for_device
+from vgpuctl.records.classes import SupervisorState
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, VgpuCount, optional, vgpu_counts, whole
+from vgpuctl.reports.host import HostReport, SettingValue, mig_label
 from vgpuctl.reports.plan import sorted_counts
-from vgpuctl.supervisor.vmclasses import SupervisorState
+from vgpuctl.reports.profiles import KB_PER_GB, gpu_gb, profile_fb
 
 if TYPE_CHECKING:
-    from rich.console import RenderableType
-
-
-@dataclass
-class ModuleOptions:
-    configured: str  # for the next boot
-    effective: str  # of the loaded module
-
-
-@dataclass
-class SettingValue:
-    """One host setting's value (vgpuctl.hosts.settings), and what it will be after the next reboot when that
-    differs (a module option written but not yet loaded)."""
-
-    setting: str  # display key: nvlink, scheduler, graphics.default_type, ...
-    value: str
-    after_reboot: str | None = optional()
-
-
-@dataclass
-class HostGpu:
-    gpu: str
-    device: str
-    graphics_type: str
-    vgpu_mode: str
-    mig_current: bool | None  # None: not MIG-capable, or the shell was not read
-    mig_pending: bool | None
-    nvlink_links: int | None
-    nvlink_active: int | None
-    nvlink_peers: list[str]
-    vms: list[str]
-
-
-@dataclass
-class HostReport(Report):
-    """`host show`: one host's GPU state from the API and the ESXi shell."""
-
-    kind: ClassVar[str] = "host"
-    host: str
-    connection_state: str
-    in_maintenance: bool
-    default_graphics_type: str
-    assignment_policy: str
-    module_options: ModuleOptions
-    nvlink: str
-    scheduler: str
-    gpus: list[HostGpu]
-    nvlink_after_reboot: str | None = optional()
-    scheduler_after_reboot: str | None = optional()
-    shell_error: str | None = optional()
-    settings: list[SettingValue] = field(default_factory=list)  # every host-wide setting, in registry order
-
-    def render_text(self, layout: TextLayout = TERMINAL) -> str:
-        options = self.module_options
-        next_boot = "" if options.configured == options.effective else f" (next boot: {options.configured or '(none)'})"
-        nvlink_later = f" ({self.nvlink_after_reboot} after reboot)" if self.nvlink_after_reboot else ""
-        scheduler_later = f" ({self.scheduler_after_reboot} after reboot)" if self.scheduler_after_reboot else ""
-        lines = [
-            f"host {self.host}: {self.connection_state}" + (", in maintenance mode" if self.in_maintenance else ""),
-            f"  graphics: default {self.default_graphics_type}, assignment {self.assignment_policy}",
-            f"  nvlink: {self.nvlink}{nvlink_later}",
-            f"  scheduler: {self.scheduler}{scheduler_later}",
-        ]
-        shown = {"graphics.default_type", "graphics.assignment_policy", "nvlink", "scheduler"}  # the lines above
-        for v in self.settings:
-            if v.setting not in shown:
-                later = f" ({v.after_reboot} after reboot)" if v.after_reboot else ""
-                lines.append(f"  {v.setting}: {v.value}{later}")
-        lines += [f"  nvidia module options: {options.effective or '(none)'}{next_boot}", "  GPUs:"]
-        for g in self.gpus:
-            links = "" if not g.nvlink_links else f", NVLink {g.nvlink_active}/{g.nvlink_links} up"
-            peers = f" to {', '.join(g.nvlink_peers)}" if g.nvlink_peers else ""
-            vms = f", VMs: {', '.join(g.vms)}" if g.vms else ""
-            mig = mig_text(g.mig_current, g.mig_pending)
-            lines.append(f"    {g.gpu} {g.device}: {g.graphics_type}, {g.vgpu_mode}, MIG {mig}{links}{peers}{vms}")
-        return "\n".join(lines)
-
-
-def mig_text(current: bool | None, pending: bool | None) -> str:
-    if current is None:
-        return "n/a"
-    text = "on" if current else "off"
-    if pending is not None and pending != current:
-        text += f" ({'on' if pending else 'off'} pending)"
-    return text
+    pass
 
 
 @dataclass
@@ -211,136 +139,11 @@ class StatusReport(Report):
 
     def render_text(self, layout: TextLayout = TERMINAL) -> Rendered:
         """Hosts, a GPU map per host, the VMs with vGPUs, the VM classes: laid out for the terminal's width,
-        or plain lines (vgpuctl.reports.statusview)."""
-        from vgpuctl.reports.statusview import render_status
-
+        or plain lines (render_status, below)."""
         return render_status(self, layout.width, layout.plain)
 
 
-@dataclass
-class ProfileRow:
-    profile: str
-    fb_gb: float | None
-    series: str | None
-    board: str | None
-    sharing: str  # timeSliced | mig
-    profile_class: str | None  # compute | quadro
-    max_per_gpu: int | None
-
-
-@dataclass
-class HostProfiles:
-    host: str
-    profiles: list[ProfileRow]
-
-
-@dataclass
-class ProfilesReport(Report):
-    kind: ClassVar[str] = "profiles"
-    hosts: list[HostProfiles]
-    round_trips: int | None = optional()
-
-    def render_text(self, layout: TextLayout = TERMINAL) -> Rendered:
-        """One table per distinct set of profiles, titled with the hosts that offer it (64 equal hosts: one); in
-        a pipe, one plain line per host and profile (every host named, nothing cut)."""
-        from rich.text import Text
-
-        if layout.plain:
-            return "\n".join(f"host {h.host}  " + _profile_line(r) for h in self.hosts for r in h.profiles) or \
-                "no vGPU profiles offered"
-        groups: dict[str, tuple[list[str], list[ProfileRow]]] = {}
-        for h in self.hosts:
-            groups.setdefault(repr(h.profiles), ([], h.profiles))[0].append(h.host)
-        out: list[RenderableType] = []
-        for names, rows in groups.values():
-            shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-            out.append(_profiles_table(shown, rows) if rows else Text(f"{shown}: no vGPU profiles offered"))
-        return out
-
-
-def _profile_cells(r: ProfileRow) -> tuple[str, str, str, str, str]:
-    fb = f"{r.fb_gb} GB" if r.fb_gb is not None else "?"
-    sharing = "MIG" if r.sharing == ProfileSharing.MIG else "time-sliced"
-    limit = str(r.max_per_gpu) if r.max_per_gpu is not None else "?"
-    return r.profile, fb, r.series or "?", sharing, limit
-
-
-def _profile_line(r: ProfileRow) -> str:
-    profile, fb, series, sharing, limit = _profile_cells(r)
-    return f"profile {profile}  framebuffer {fb}  series {series}  sharing {sharing}  max per GPU {limit}"
-
-
-def _profiles_table(shown: str, rows: list[ProfileRow]) -> RenderableType:
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(title=f"Profiles on {shown}", title_justify="left")
-    for col in ("profile", "framebuffer", "series", "sharing", "max per GPU"):
-        table.add_column(col, overflow="fold")
-    for r in rows:
-        table.add_row(*map(Text, _profile_cells(r)))
-    return table
-
-
-@dataclass
-class VmDevice:
-    key: int
-    profile: str
-    fb_gb: float
-    nvlink_group: int | None  # the device group instance key, for NVLink-grouped vGPUs
-
-
-@dataclass
-class VmVgpusReport(Report):
-    """`vm vgpu list`: one VM's vGPUs, their devices and the GPUs they sit on."""
-
-    kind: ClassVar[str] = "vm-vgpus"
-    vm: str
-    host: str | None
-    power_state: str
-    vgpus: list[VgpuCount]
-    devices: list[VmDevice]
-    gpus: list[str]
-    round_trips: int | None = optional()
-
-    def render_text(self, layout: TextLayout = TERMINAL) -> Rendered:
-        from rich.table import Table
-        from rich.text import Text
-
-        title = f"{self.vm} on {self.host or '-'} ({self.power_state})"
-        if layout.plain:
-            return self.plain_text()
-        if not self.devices:
-            return Text(f"{title}: no vGPUs")
-        table = Table(title=title, title_justify="left")
-        for col in ("key", "profile", "framebuffer", "NVLink group"):
-            table.add_column(col, overflow="fold")
-        for d in self.devices:
-            group = "-" if d.nvlink_group is None else str(d.nvlink_group)
-            table.add_row(*map(Text, (str(d.key), d.profile, f"{d.fb_gb} GB", group)))
-        out: list[RenderableType] = [table]
-        if self.gpus:
-            out.append(Text(f"on GPUs: {', '.join(self.gpus)}"))
-        return out
-
-    def plain_text(self) -> str:
-        """One line for the VM, one per vGPU device, one for its GPUs."""
-        lines = [f"vm {self.vm}  host {self.host or '-'}  power {self.power_state}  vgpus {len(self.devices)}"]
-        for d in self.devices:
-            group = "-" if d.nvlink_group is None else str(d.nvlink_group)
-            lines.append(f"  vgpu key {d.key}  profile {d.profile}  framebuffer {d.fb_gb} GB  nvlink group {group}")
-        if self.gpus:
-            lines.append(f"  on GPUs {', '.join(self.gpus)}")
-        return "\n".join(lines)
-
-
 # ------------------------------------------------------------------------------------------ building it
-
-KB_PER_GB = 1024 * 1024
-
-
-def gpu_gb(gpu: ObservedGpu) -> int:
-    return round(gpu.memory_kb / KB_PER_GB)
 
 
 def gpu_mode(gpu: ObservedGpu) -> str:
@@ -349,16 +152,6 @@ def gpu_mode(gpu: ObservedGpu) -> str:
     if gpu.vgpu_mode in TIME_SLICED_MODES:
         return f"{GpuMode.TIME_SLICED} ({gpu.vgpu_mode})"
     return str(GpuMode.TIME_SLICED)
-
-
-def profile_fb(name: str, host: ObservedHost | None) -> float:
-    """A profile's framebuffer as the host describes it, else from its name (0 when neither knows)."""
-    if host is not None and name in host.profiles:
-        return whole(host.profiles[name].fb_gb)
-    try:
-        return whole(parse_profile(name).fb_gb)
-    except ProfileError:
-        return 0
 
 
 def gpu_occupancy(observed: Observed, host: ObservedHost) -> dict[str, list[GpuVm]]:
@@ -400,7 +193,7 @@ def _status_gpu(index: int, gpu: ObservedGpu, held: list[GpuVm], host: ObservedH
 
 def mig_capable(gpu: ObservedGpu, host: ObservedHost) -> bool | None:
     """Whether the GPU's board supports MIG (catalogue); None when the board is not known."""
-    from vgpuctl.profiles import BOARDS, board_for_device
+    from vgpuctl.profiles import BOARDS
 
     board = board_for_device(gpu.device_name, gpu.memory_kb / KB_PER_GB or None, gpu.device_id,
                              host.offered_profiles)
@@ -434,79 +227,36 @@ def status_report(observed: Observed, round_trips: int | None = None) -> StatusR
     return StatusReport(observed.datacenter, observed.api_version, hosts, vms, round_trips)
 
 
-def vm_vgpus_report(observed: Observed, vm: ObservedVm, round_trips: int | None = None) -> VmVgpusReport:
-    """One VM's vGPUs: each device with its framebuffer and NVLink group, and the GPUs of its host it sits on."""
-    host = observed.hosts.get(vm.host or "")
-    return VmVgpusReport(
-        vm=vm.name,
-        host=vm.host,
-        power_state=str(vm.power_state),
-        vgpus=vgpu_counts(d.profile for d in vm.vgpus),
-        devices=[VmDevice(d.key, d.profile, profile_fb(d.profile, host), d.device_group_key) for d in vm.vgpus],
-        gpus=sorted(g.pci_id for g in (host.gpus if host else []) if vm.name in g.vms),
-        round_trips=round_trips,
-    )
-
-
 # ------------------------------------------------------------------------------------------ profiles
 
 
-def max_per_gpu(profile: VgpuProfile, sharing: str, host: ObservedHost) -> int | None:
-    """How many vGPUs of this profile one GPU of the host holds at most in its current mode: what the host reports
-    for the type, else NVIDIA's maximum from the catalogue (profiles.max_per_gpu) for the mode of the host's GPUs
-    of the type's board that can serve it (MIG ones for a MIG-backed type, time-sliced ones otherwise). GPUs in
-    both equal-size and mixed-size mode: the smaller maximum."""
-    reported = host.profiles.get(profile.name)
-    if reported is not None and reported.max_per_gpu is not None:
-        return reported.max_per_gpu
-    mig = sharing == ProfileSharing.MIG or profile.is_mig
-    gpus = [g for g in host.gpus if (g.vgpu_mode == GpuVgpuMode.MIG) == mig
-            and board_for_device(g.device_name, gpu_gb(g), g.device_id, host.offered_profiles) == profile.board]
-    maxima = {profiles_max(profile, g.vgpu_mode, gpu_gb(g)) for g in gpus}
-    maxima = maxima or {profiles_max(profile, VgpuMode.SAME_SIZE)}
-    known = [m for m in maxima if m is not None]
-    return min(known) if known and len(known) == len(maxima) else None
+# ------------------------------------------------------------------------------------------ host facts
+
+# the settings `host show` and `status` have fields of their own for (every setting is in `settings` too)
 
 
-def _profile_row(name: str, host: ObservedHost) -> ProfileRow:
-    info = host.profiles.get(name)
-    try:
-        parsed: VgpuProfile | None = parse_profile(name)
-    except ProfileError:
-        parsed = None
-    mig = parsed is not None and parsed.is_mig
-    sharing = info.sharing if info else str(ProfileSharing.MIG if mig else ProfileSharing.TIME_SLICED)
-    return ProfileRow(
-        profile=name,
-        fb_gb=profile_fb(name, host) if info or parsed else None,
-        series=parsed.series.upper() if parsed else None,
-        board=parsed.board if parsed else None,
-        sharing=sharing,
-        profile_class=info.profile_class if info else None,
-        max_per_gpu=max_per_gpu(parsed, sharing, host) if parsed else None,
-    )
-
-
-def host_profiles(host: ObservedHost) -> list[ProfileRow]:
-    """The profiles the host's GPUs offer in their current modes."""
-    return [_profile_row(name, host) for name in sorted(host.offered_profiles)]
-
-
-def with_reported_maxima(host: ObservedHost, instance_totals: dict[str, int]) -> None:
-    """Record what the host reports as the most vGPUs of its offered MIG-backed types per GPU: the total
-    instances of each type's GPU instance profile (`nvidia-smi mig -lgip`, GPU instance name -> total, the
-    smallest over the host's MIG GPUs). The host's figure then wins over the catalogue's in `profiles`."""
-    for name in host.offered_profiles:
-        parsed = try_parse(name)
-        gi = parsed.gi_profile if parsed is not None and parsed.is_mig else None
-        if gi is None or gi not in instance_totals:
+def merge_status(report: StatusReport, rows: dict[str, HostReport]) -> StatusReport:
+    """Add host facts (hosts.status.collect_host_facts, host_status) to `vgpuctl status`'s report: per host NVLink
+    and scheduler, per GPU MIG current/pending and NVLink links; `mig` is a short label for tables."""
+    for host in report.hosts:
+        row = rows.get(host.host)
+        if row is None:
             continue
-        known = host.profiles.get(name) or observed_profile(name)
-        host.profiles[name] = dataclasses.replace(known, max_per_gpu=instance_totals[gi])
-
-
-def profiles_report(hosts: list[ObservedHost], round_trips: int | None = None) -> ProfilesReport:
-    return ProfilesReport([HostProfiles(h.name, host_profiles(h)) for h in hosts], round_trips)
+        host.nvlink, host.nvlink_after_reboot = row.nvlink, row.nvlink_after_reboot
+        host.scheduler, host.scheduler_after_reboot = row.scheduler, row.scheduler_after_reboot
+        host.shell_error = row.shell_error
+        host.settings = list(row.settings)
+        by_gpu = {g.gpu: g for g in row.gpus}
+        for gpu in host.gpus:
+            facts = by_gpu.get(gpu.gpu)
+            if facts is None:
+                continue
+            gpu.mig_current, gpu.mig_pending = facts.mig_current, facts.mig_pending
+            gpu.nvlink_links, gpu.nvlink_active = facts.nvlink_links, facts.nvlink_active
+            gpu.nvlink_peers = list(facts.nvlink_peers)
+            if gpu.mig_capable is not False:  # a board without MIG has no MIG state to show
+                gpu.mig = mig_label(facts.mig_current, facts.mig_pending, gpu.vgpu_mode)
+    return report
 
 
 # ------------------------------------------------------------------------------------------ VM classes
@@ -539,3 +289,245 @@ def with_supervisor(report: StatusReport, state: SupervisorState | None, problem
     if problem:
         report.warnings.append(f"VM classes not read: {problem}")
     return report
+
+
+# ------------------------------------------------------------------------------------------ the text
+
+WIDE_COLUMNS = 140
+GUESS_MARK = "?"
+GUESS_NOTE = (
+    "? = GPU guessed: vSphere names the VMs on each GPU, not which of a VM's vGPUs; a VM mixing profiles is "
+    "matched largest vGPU first"
+)
+NO_MANAGER = "no vGPU types offered: NVIDIA vGPU Manager missing?"
+
+
+def render_status(report: StatusReport, width: int = 200, plain: bool = False) -> Any:
+    """The status for a terminal `width` columns wide (rich renderables), or `plain` text lines."""
+    if plain:
+        return plain_status(report)
+    return wide_status(report) if width >= WIDE_COLUMNS else narrow_status(report)
+
+
+# ------------------------------------------------------------------------------------------ shared bits
+
+
+def vgpu_summary(vgpus: Iterable[VgpuCount]) -> str:
+    return ", ".join(f"{v.count} x {v.profile}" if v.count > 1 else v.profile for v in vgpus)
+
+
+def held_by(vms: list[GpuVm], short_profile: bool = False) -> str:
+    parts = []
+    for v in vms:
+        profile = v.profile.removeprefix("grid_") if short_profile else v.profile
+        mark = GUESS_MARK if v.guessed else ""
+        parts.append(f"{v.vm} ({profile}{mark})" if v.profile else v.vm)
+    return ", ".join(parts) or "-"
+
+
+def host_state(h: StatusHost) -> str:
+    state = "maintenance" if h.in_maintenance else h.connection_state
+    if h.held is not None:
+        return f"{state}; {h.held.describe()}"
+    return f"{state}; {NO_MANAGER}" if h.gpus and not h.vgpu_types else state
+
+
+def nvlink_cell(g: StatusGpu) -> str:
+    if g.nvlink_links:
+        return f"{g.nvlink_active}/{g.nvlink_links} up"
+    return "-" if g.nvlink_group is None else f"set {g.nvlink_group}"
+
+
+def used(h: StatusHost) -> str:
+    return f"{whole(sum(g.used_gb for g in h.gpus))}/{sum(g.fb_gb for g in h.gpus)}"
+
+
+def common_suffix(names: list[str]) -> str:
+    """The domain every host name shares (".gpu.example.com"), to leave out where columns are few."""
+    domains = {n.split(".", 1)[1] if "." in n else "" for n in names}
+    if len(domains) != 1 or not next(iter(domains)):
+        return ""
+    return "." + next(iter(domains))
+
+
+def short_pci(pci_ids: list[str]) -> int:
+    """How many leading characters all PCI ids share as their domain ("0000:"), to leave out."""
+    domains = {p.split(":", 1)[0] for p in pci_ids}
+    if len(domains) == 1 and all(p.count(":") == 2 for p in pci_ids):
+        return len(next(iter(domains))) + 1
+    return 0
+
+
+def guessed(report: StatusReport) -> bool:
+    return any(v.guessed for h in report.hosts for g in h.gpus for v in g.vms)
+
+
+# ------------------------------------------------------------------------------------------ plain
+
+
+def plain_status(report: StatusReport) -> str:
+    """One line per host, GPU and VM with vGPUs; full names and ids, nothing cut."""
+    lines = []
+    for h in report.hosts:
+        sched = h.scheduler or "-"
+        nvlink = (h.nvlink or "-") + (f" ({h.nvlink_after_reboot} next boot)" if h.nvlink_after_reboot else "")
+        lines.append(
+            f"host {h.host}  cluster {h.cluster or '-'}  state {host_state(h)}  graphics {h.default_graphics_type}"
+            f"/{h.assignment_policy}  nvlink {nvlink}  scheduler {sched}  gpus {len(h.gpus)}"
+            f"  vgpus {sum(v.count for g in h.gpus for v in g.vgpus)}  used/total GB {used(h)}"
+        )
+        for g in h.gpus:
+            mig = "" if g.mig_capable is False else f"  mig {g.mig or '-'}"  # a board without MIG: nothing to say
+            lines.append(
+                f"  gpu {g.index} {g.gpu} {g.model}  type {g.graphics_type}  mode {g.mode}{mig}"
+                f"  nvlink {nvlink_cell(g)}  used/total GB {g.used_gb}/{g.fb_gb}  vms {held_by(g.vms)}"
+            )
+    with_vgpus = [v for v in report.vms if v.vgpus]
+    for v in with_vgpus:
+        lines.append(f"vm {v.vm}  host {v.host or '-'}  power {v.power_state}  vgpus {vgpu_summary(v.vgpus)}")
+    if not with_vgpus:
+        lines.append("No VM holds a vGPU.")
+    others = len(report.vms) - len(with_vgpus)
+    if others:
+        lines.append(f"{others} VM(s) without vGPUs not listed (see --output json).")
+    if guessed(report):
+        lines.append(GUESS_NOTE)
+    if report.supervisor_clusters:
+        lines += [_class_line(c) for c in report.vm_classes] or [NO_GPU_CLASS]
+    lines += [f"warning: {w}" for w in report.warnings]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ VM classes
+
+NO_GPU_CLASS = "No VM class has vGPUs."
+
+
+def _class_line(c: StatusVmClass) -> str:
+    return (f"vm class {c.vm_class}  vgpus {vgpu_summary(c.vgpus)}  cpus {c.cpus}  memory MB {c.memory_mb}"
+            f"  namespaces {', '.join(c.namespaces) or '-'}")
+
+
+def _classes_table(report: StatusReport) -> list[Any]:
+    """VM classes with vGPUs (when a supervisor was read) and the warnings, below the VMs."""
+    from rich.text import Text
+
+    out: list[Any] = []
+    if report.supervisor_clusters:
+        table = _table(f"VM classes with vGPUs (supervisor clusters: {', '.join(report.supervisor_clusters)})",
+                       ("VM class", "vGPUs", "CPUs", "memory MB", "namespaces"))
+        for c in report.vm_classes:
+            used_by = ", ".join(c.namespaces) or "-"
+            _row(table, c.vm_class, vgpu_summary(c.vgpus), str(c.cpus), str(c.memory_mb), used_by)
+        out.append(table if report.vm_classes else Text(NO_GPU_CLASS))
+    out += [Text(f"warning: {w}") for w in report.warnings]
+    return out
+
+
+# ------------------------------------------------------------------------------------------ tables
+
+
+def _table(title: str, columns: Iterable[str], wrapping: Iterable[str] | None = None) -> Any:
+    """A table whose cells fold, never cut; with `wrapping`, only those columns wrap and the others keep their
+    width (the wide layout: a GPU row stays one line while it fits)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    keep = None if wrapping is None else set(wrapping)
+    for col in columns:
+        table.add_column(col, overflow="fold", no_wrap=keep is not None and col not in keep)
+    return table
+
+
+def _row(table: Any, *cells: str) -> None:
+    from rich.text import Text
+
+    table.add_row(*map(Text, cells))
+
+
+def _vms_table(report: StatusReport, host_name: Any = str) -> list[Any]:
+    from rich.text import Text
+
+    with_vgpus = [v for v in report.vms if v.vgpus]
+    table = _table("VMs with vGPUs", ("VM", "host", "power", "vGPUs"))
+    for v in with_vgpus:
+        _row(table, v.vm, host_name(v.host) if v.host else "-", v.power_state, vgpu_summary(v.vgpus))
+    out: list[Any] = [table if with_vgpus else Text("No VM holds a vGPU.")]
+    others = len(report.vms) - len(with_vgpus)
+    if others:
+        out.append(Text(f"{others} VM(s) without vGPUs not listed (see --output json)."))
+    if guessed(report):
+        out.append(Text(GUESS_NOTE))
+    return out
+
+
+def shows_mig(h: StatusHost) -> bool:
+    """A MIG column only for hosts with a board that has MIG (or one the catalogue does not know)."""
+    return any(g.mig_capable is not False for g in h.gpus)
+
+
+def shared_model(h: StatusHost) -> str:
+    return h.gpus[0].model if h.gpus and len({g.model for g in h.gpus}) == 1 else ""
+
+
+def wide_status(report: StatusReport) -> list[Any]:
+    hosts = _table(
+        "Hosts",
+        ("host", "cluster", "state", "graphics/policy", "NVLink", "scheduler", "GPUs", "vGPUs", "GB used"),
+        wrapping=("state", "NVLink"),
+    )
+    for h in report.hosts:
+        nvlink = (h.nvlink or "-") + (f" ({h.nvlink_after_reboot} next boot)" if h.nvlink_after_reboot else "")
+        vgpus = str(sum(v.count for g in h.gpus for v in g.vgpus))
+        _row(hosts, h.host, h.cluster or "-", host_state(h), f"{h.default_graphics_type}/{h.assignment_policy}",
+             nvlink, h.scheduler or "-", str(len(h.gpus)), vgpus, used(h))  # fmt: skip
+    out: list[Any] = [hosts]
+    out += [_gpu_map(h) for h in report.hosts if h.gpus]
+    return out + _vms_table(report) + _classes_table(report)
+
+
+def _gpu_map(h: StatusHost) -> Any:
+    """One host's GPUs, one line each while the terminal is wide enough: the model in the title when the GPUs
+    share it, a MIG column only where a board has MIG; only the VMs column wraps."""
+    model, mig = shared_model(h), shows_mig(h)
+    columns = ["#", "PCI", *([] if model else ["model"]), "type", "mode", *(["MIG"] if mig else []), "NVLink",
+               "GB used", "VMs (profile)"]  # fmt: skip
+    gpus = _table(f"GPU map: {h.host}" + (f" ({model})" if model else ""), columns, wrapping=("VMs (profile)",))
+    for g in h.gpus:
+        cells = [str(g.index), g.gpu, *([] if model else [g.model]), g.graphics_type, g.mode]
+        cells += [g.mig or ("n/a" if g.mig_capable is False else "-")] if mig else []
+        _row(gpus, *cells, nvlink_cell(g), f"{g.used_gb}/{g.fb_gb}", held_by(g.vms))
+    return gpus
+
+
+def narrow_status(report: StatusReport) -> list[Any]:
+    from rich.text import Text
+
+    names = [h.host for h in report.hosts]
+    suffix = common_suffix(names)
+
+    def short(name: str) -> str:
+        return name.removesuffix(suffix) if suffix else name
+
+    title = "Hosts" + (f" (*{suffix})" if suffix else "")
+    hosts = _table(title, ("host", "state", "NVLink", "sched", "GPUs", "vGPUs", "GB used"))
+    for h in report.hosts:
+        vgpus = str(sum(v.count for g in h.gpus for v in g.vgpus))
+        _row(hosts, short(h.host), host_state(h), h.nvlink or "-", h.scheduler or "-", str(len(h.gpus)), vgpus,
+             used(h))  # fmt: skip
+    out: list[Any] = [hosts]
+    for h in report.hosts:
+        if not h.gpus:
+            continue
+        cut = short_pci([g.gpu for g in h.gpus])
+        model = h.gpus[0].model if len({g.model for g in h.gpus}) == 1 else ""
+        gpus = _table(f"GPU map: {short(h.host)}" + (f" ({model})" if model else ""),
+                      ("#", "PCI", "mode", "NVLink", "GB used", "VMs (profile)"))  # fmt: skip
+        for g in h.gpus:
+            mode = g.mode.replace("time-sliced", "ts").replace("(sameSize)", "same").replace("(mixedSize)", "mixed")
+            _row(gpus, str(g.index), g.gpu[cut:], mode, nvlink_cell(g), f"{g.used_gb}/{g.fb_gb}",
+                 held_by(g.vms, short_profile=True))  # fmt: skip
+        out.append(gpus)
+    if report.hosts and not any(h.gpus for h in report.hosts):
+        out.append(Text("No host has a GPU."))
+    return out + _vms_table(report, short) + _classes_table(report)

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from vgpuctl.model import ChangeOutcome, Op, SupervisorApplyResult
+from vgpuctl.records.classes import ClassState, SupervisorState
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout, optional
 from vgpuctl.reports.plan import FieldDiff
 from vgpuctl.reports.status import StatusVmClass, status_vm_classes
-from vgpuctl.supervisor.vmclasses import ClassChange, ClassState, SupervisorPlan, SupervisorState
+from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
 
 if TYPE_CHECKING:
     from rich.text import Text

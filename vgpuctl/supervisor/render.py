@@ -24,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpuctl.errors import UsageError
-from vgpuctl.supervisor.vmclasses import ClassState, InventorySections, desired_class
+from vgpuctl.inventory.classes import InventorySections
+from vgpuctl.records.classes import ClassState
+from vgpuctl.supervisor.vmclasses import desired_class
 
 VMOP_VERSION = "v1alpha5"  # the storage (current served) version of vm-operator v1.10.0's VirtualMachine CRD
 LICENSING_CONFIG_MAP = "licensing-config"  # the name of the licensing Secret (or config map)

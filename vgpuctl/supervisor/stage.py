@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING
 
 from vgpuctl.errors import DriftError, RestError, VgpuctlError
 from vgpuctl.model import ChangeOutcome, HostChange, Observed, Op, SupervisorApplyResult
-from vgpuctl.supervisor.vmclasses import ClassChange, NamespaceChange, SupervisorPlan, SupervisorState, plan_supervisor
+from vgpuctl.records.classes import SupervisorState
+from vgpuctl.supervisor.vmclasses import ClassChange, NamespaceChange, SupervisorPlan, plan_supervisor
 
 if TYPE_CHECKING:
-    from vgpuctl.supervisor.vmclasses import InventorySections
+    from vgpuctl.inventory.classes import InventorySections
     from vgpuctl.vsphere.rest import RestClient
     from vgpuctl.vsphere.session import ConnectionSettings
 
@@ -47,7 +48,7 @@ def names_supervisor_objects(inventory: InventorySections) -> bool:
 
 def planning_base(observed: Observed, host_changes: Sequence[HostChange] = ()) -> Observed:
     """The hosts as they will be after the planned host changes (a GPU switched to MIG offers MIG profiles)."""
-    from vgpuctl.hosts.predict import predict_observed
+    from vgpuctl.farm.predict import predict_observed
 
     return predict_observed(observed, host_changes) if host_changes else observed
 

@@ -1,261 +1,30 @@
-"""VM classes with vGPUs and supervisor namespaces: the inventory sections, what vCenter shows through the
-Automation REST API, and the pure plan between them. No I/O.
+"""VM classes with vGPUs and supervisor namespaces: the pure plan between the inventory's sections
+(vgpuctl.inventory.classes) and what vCenter shows through the Automation REST API (vgpuctl.records.classes).
+No I/O.
 
 What is created, updated or left alone, and the plan's checks: docs/k8s.md.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
+from typing import Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
-
+from vgpuctl.inventory.classes import InventorySections, NamespaceSpec, VmClassSpec
 from vgpuctl.model import FieldChange, Observed, ObservedHost, Op
 from vgpuctl.profiles import (
-    ProfileError,
     class_mmio_size_gb,
     max_vgpus_per_vm,
-    mixing_problem,
     mmio_size_gb,
     parse_profile,
     spellings,
 )
+from vgpuctl.records.classes import ClassState, NamespaceState, SupervisorState
 
-if TYPE_CHECKING:
-    from vgpuctl.errors import InventoryError
-
-MAX_VGPUS_PER_CLASS = 8  # vSphere 8's per-VM limit; the hosts' own limit is checked at plan time
 USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
 MMIO_SIZE = "pciPassthru.64bitMMIOSizeGB"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-
-
-class _Section(BaseModel):
-    # The same rules as the rest of the inventory (vgpuctl.inventory): unknown keys and loose types are errors.
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True, allow_inf_nan=False)
-
-
-def _dns_label(v: str) -> str:
-    if not _DNS_LABEL.match(v):
-        raise ValueError(f"must be a DNS label: lower-case letters, digits and '-', at most 63 (got {v!r})")
-    return v
-
-
-class ClassVgpu(_Section):
-    profile: str
-    count: int = 1
-
-    @field_validator("profile")
-    @classmethod
-    def _profile(cls, v: str) -> str:
-        try:
-            parse_profile(v)
-        except ProfileError as exc:
-            raise ValueError(str(exc)) from None
-        return v
-
-    @field_validator("count")
-    @classmethod
-    def _count(cls, v: int) -> int:
-        if not 1 <= v <= MAX_VGPUS_PER_CLASS:
-            raise ValueError(f"must be between 1 and {MAX_VGPUS_PER_CLASS} (got {v})")
-        return v
-
-
-class ClassNic(_Section):
-    """A NIC of the class's VMs by Dynamic DirectPath I/O: the only network device a VM class takes (its
-    devices are vGPUs and Dynamic DirectPath I/O devices: vSphere Automation API, VirtualMachineClasses
-    VirtualDevices). `device`: a NIC model (`ConnectX-7`) or `VVVV:DDDD` vendor and device id in hex."""
-
-    type: Literal["passthrough"] = "passthrough"
-    device: str
-    custom_label: str | None = None
-
-    @field_validator("type", mode="before")
-    @classmethod
-    def _type(cls, v: Any) -> Any:
-        if v != "passthrough":
-            raise ValueError(f"a VM class takes passthrough NICs only (Dynamic DirectPath I/O); {v!r} adapters "
-                             "(vmxnet3, pvrdma, sriov) go on the VMs, not on their class")
-        return v
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, v: str) -> str:
-        from vgpuctl.netrules import network_rules
-
-        if network_rules().nic_ids(v) is None:
-            models = ", ".join(m.model for m in network_rules().nic_models)
-            raise ValueError(f"must be a NIC model ({models}) or VENDOR:DEVICE in hex (got {v!r})")
-        return v
-
-    @property
-    def key(self) -> str:
-        """`15b3:1021`, with `@label` when it has a custom label (what the class lists)."""
-        from vgpuctl.netrules import network_rules
-
-        ids = network_rules().nic_ids(self.device)
-        assert ids is not None
-        return f"{ids[0]:04x}:{ids[1]:04x}" + (f"@{self.custom_label}" if self.custom_label else "")
-
-
-class VmClassSpec(_Section):
-    name: str
-    state: Literal["present", "absent"] = "present"
-    cpus: int | None = Field(default=None, ge=1, le=768)
-    memory_gb: float | None = None
-    cpu_reservation: int = Field(default=0, ge=0, le=100)  # percent of the class's CPU
-    memory_reservation: int | None = Field(default=None, ge=0, le=100)  # percent; 100 when there are vGPUs
-    vgpus: list[ClassVgpu] = Field(default_factory=list)
-    extra_config: dict[str, str] = Field(default_factory=dict)
-    network: list[ClassNic] = Field(default_factory=list)  # NICs by Dynamic DirectPath I/O
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _dns_label(v)
-
-    @field_validator("vgpus", mode="before")
-    @classmethod
-    def _one_or_many(cls, v: Any) -> Any:
-        if v is None:
-            return []
-        return [v] if isinstance(v, dict) else v
-
-    @field_validator("memory_gb")
-    @classmethod
-    def _memory(cls, v: float | None) -> float | None:
-        if v is not None and (v <= 0 or v * 1024 != int(v * 1024) or int(v * 1024) % 4):
-            raise ValueError(f"must be a positive size in GB that is a whole multiple of 4 MB (got {v})")
-        return v
-
-    @model_validator(mode="after")
-    def _rules(self) -> VmClassSpec:
-        if self.state == "absent":
-            return self
-        if self.cpus is None or self.memory_gb is None:
-            raise ValueError("a VM class needs 'cpus' and 'memory_gb' (or state: absent)")
-        total = self.vgpu_count
-        if total > MAX_VGPUS_PER_CLASS:
-            raise ValueError(f"{total} vGPUs in total; a VM holds at most {MAX_VGPUS_PER_CLASS}")
-        problem = mixing_problem(self.vgpu_profiles)
-        if problem:
-            raise ValueError(problem)
-        if (total or self.network) and self.memory_reservation is not None and self.memory_reservation != 100:
-            what = "vGPUs need" if total else "Dynamic DirectPath NICs (PCI devices) need"
-            raise ValueError(f"{what} all guest memory reserved: memory_reservation must be 100 (or left out)")
-        return self
-
-    @property
-    def vgpu_profiles(self) -> list[str]:
-        """One profile name per vGPU, in declaration order."""
-        return [v.profile for v in self.vgpus for _ in range(v.count)]
-
-    @property
-    def vgpu_count(self) -> int:
-        return sum(v.count for v in self.vgpus)
-
-
-class NamespaceSpec(_Section):
-    name: str
-    supervisor: str | None = None  # the supervisor cluster the namespace must live on (checked, not moved)
-    vm_classes: list[str] = Field(default_factory=list)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return _dns_label(v)
-
-    @field_validator("vm_classes", mode="before")
-    @classmethod
-    def _none(cls, v: Any) -> Any:
-        return [] if v is None else v
-
-
-def _empty(v: Any) -> Any:
-    return [] if v is None else v  # `vm_classes:` with nothing under it
-
-
-VmClassList = Annotated[list[VmClassSpec], BeforeValidator(_empty)]
-NamespaceList = Annotated[list[NamespaceSpec], BeforeValidator(_empty)]
-
-
-class InventorySections(Protocol):
-    """What the checks and the plan need from an Inventory: its two sections, and locating errors."""
-
-    vm_classes: list[VmClassSpec]
-    namespaces: list[NamespaceSpec]
-
-    def error(self, path: tuple[str | int, ...], message: str) -> InventoryError: ...
-
-
-def iter_problems(inv: InventorySections) -> Iterator[InventoryError]:
-    """Checks across entries that need no vCenter: duplicate names, unknown or absent classes in namespaces."""
-    classes: dict[str, VmClassSpec] = {}
-    for i, spec in enumerate(inv.vm_classes):
-        if spec.name in classes:
-            yield inv.error(("vm_classes", i, "name"), f"VM class {spec.name!r} is defined twice")
-        classes[spec.name] = spec
-    seen: set[str] = set()
-    for i, ns in enumerate(inv.namespaces):
-        if ns.name in seen:
-            yield inv.error(("namespaces", i, "name"), f"namespace {ns.name!r} is listed twice")
-        seen.add(ns.name)
-        for j, name in enumerate(ns.vm_classes):
-            listed = classes.get(name)
-            if listed is not None and listed.state == "absent":
-                yield inv.error(("namespaces", i, "vm_classes", j), f"VM class {name!r} has state: absent")
-            if ns.vm_classes.index(name) != j:
-                yield inv.error(("namespaces", i, "vm_classes", j), f"VM class {name!r} is listed twice")
-
-
-# -------------------------------------------------------------------------------------- what vCenter has
-
-
-@dataclass
-class ClassState:
-    """A VM class, in vgpuctl's terms: what vCenter shows, or what the inventory asks for."""
-
-    name: str
-    cpus: int
-    memory_mb: int
-    cpu_reservation: int = 0
-    memory_reservation: int = 0
-    vgpus: list[str] = field(default_factory=list)  # one profile name per vGPU device
-    extra_config: dict[str, str] = field(default_factory=dict)
-    direct_path: list[str] = field(default_factory=list)  # Dynamic DirectPath devices, `vvvv:dddd[@label]`
-
-
-@dataclass
-class NamespaceState:
-    name: str
-    cluster: str  # managed object id of the supervisor cluster (domain-c8)
-    vm_classes: list[str] = field(default_factory=list)
-    content_libraries: list[str] = field(default_factory=list)
-
-
-@dataclass
-class SupervisorState:
-    """VM classes, namespaces and supervisor clusters (moid -> name) as the REST API lists them."""
-
-    classes: dict[str, ClassState] = field(default_factory=dict)
-    namespaces: dict[str, NamespaceState] = field(default_factory=dict)
-    supervisor_clusters: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> SupervisorState:
-        return cls(
-            classes={k: ClassState(**{"name": k, **v}) for k, v in (data.get("classes") or {}).items()},
-            namespaces={k: NamespaceState(**{"name": k, **v}) for k, v in (data.get("namespaces") or {}).items()},
-            supervisor_clusters=dict(data.get("supervisor_clusters") or {}),
-        )
 
 
 def desired_class(spec: VmClassSpec) -> ClassState:

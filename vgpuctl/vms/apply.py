@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 
 class PowerOnTurns:
     """Per host, VMs power on in the plan's placement order (VmChange.power_on_rank: existing VMs, then largest
-    first; vgpuctl.vms.placement.power_on_key), whatever order the parallel workers reach them in: where a vGPU lands
+    first; vgpuctl.farm.placement.power_on_key), whatever order the parallel workers reach them in: where a vGPU lands
     under the conservative MIG start and placement id rules depends on what powered on before it, and the plan
     (and `capacity`) placed them in that order. A VM waits until every VM ranked before it on its host has
     powered on or finished (failed, skipped, interrupted); VMs are queued by rank, so the one waited for has

@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from vgpuctl.domain import AdapterType, NetworkKind
-from vgpuctl.inventory.network import AdapterSpec, DeviceSelect
+from vgpuctl.farm.nics import NicNeed, usable_nics
+from vgpuctl.inventory.network import AdapterSpec
 from vgpuctl.inventory.schema import VmSpec
 from vgpuctl.inventory.yamlpos import KeyPath
 from vgpuctl.model import (
@@ -26,8 +27,8 @@ from vgpuctl.model import (
     Op,
 )
 from vgpuctl.netrules import hardware_version, network_rules
+from vgpuctl.nicselect import DeviceSelect, selects
 from vgpuctl.profiles import api_at_least
-from vgpuctl.vms.nicplace import NicNeed, selects, usable_nics
 
 RDMA_KINDS = {str(k) for k in AdapterType if k.is_rdma}
 ETHERNET_KINDS = {str(AdapterType.VMXNET3), str(AdapterType.PVRDMA), str(AdapterType.SRIOV)}

@@ -1,4 +1,5 @@
-"""make_plan: the pure function Inventory x Observed -> Plan. No I/O.
+"""plan_vms: the pure function Inventory x Observed -> the VMs' part of a Plan. No I/O (the whole plan, hosts
+first: vgpuctl.planner).
 
 VMs in vCenter that the inventory does not name are left alone. What is planned per VM and which checks refuse a
 plan: docs/architecture.md, "What the VM plan decides".
@@ -11,11 +12,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from vgpuctl.domain import Firmware, Keep, NvlinkRequirement, Power, PowerState, VmState
-from vgpuctl.gcpause import paused_gc
-from vgpuctl.hosts import plan as hostplan
-from vgpuctl.hosts.evacuation import usable_host
-from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.hosts.predict import predict_observed
+from vgpuctl.farm.placement import Placement, power_on_key
+from vgpuctl.farm.state import Request, farm_from_observed, place_farm
 from vgpuctl.inventory import Inventory, KeyPath, VmSpec
 from vgpuctl.model import (
     CloneSpec,
@@ -45,10 +43,8 @@ from vgpuctl.profiles import (
     try_parse,
 )
 from vgpuctl.vms import gpudirect
-from vgpuctl.vms.farm import Request, farm_from_observed, place_farm
 from vgpuctl.vms.identity import address_conflicts, plan_identity
 from vgpuctl.vms.network import NetPlan, plan_network, resolve_devices
-from vgpuctl.vms.placement import Placement, power_on_key
 
 USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
 MMIO_SIZE = "pciPassthru.64bitMMIOSizeGB"
@@ -72,48 +68,18 @@ class _VmPlan:
     net: NetPlan = field(default_factory=NetPlan)
 
 
-def make_plan(
-    inv: Inventory,
-    observed: Observed,
-    host_facts: dict[str, HostFacts] | None = None,
-    resume: Iterable[str] = (),
-    vgpu_migration: bool = False,
-    only_vms: Collection[str] | None = None,
-) -> Plan:
-    """Host changes first (vgpuctl.hosts.plan; `host_facts` from the ESXi shell and per-host API calls, `resume`:
-    hosts an unfinished apply left behind, `vgpu_migration`: vCenter allows vMotion of running vGPU VMs), then
-    the VMs, planned against the hosts as they will be after the host changes; VM changes on a changing host
-    wait for it (VmChange.depends_on_hosts). `only_vms`: plan only these VM entries (a scoped run); every entry
-    still tells the host planner what its VM will ask for when a host is evacuated."""
-    with paused_gc():  # a plan of 1,000 VMs builds its records in one go: see vgpuctl.gcpause
-        return _make_plan(inv, observed, host_facts, list(resume), vgpu_migration, only_vms)
-
-
-def _make_plan(inv: Inventory, observed: Observed, host_facts: dict[str, HostFacts] | None, resume: list[str],
-               vgpu_migration: bool, only_vms: Collection[str] | None) -> Plan:
-    hosts = (
-        hostplan.plan_hosts(inv.hosts, observed, host_facts, resume, inv.vms, vgpu_migration)
-        if inv.hosts or resume
-        else None
-    )
-    base = predict_observed(observed, hosts.changes) if hosts and hosts.changes else observed
+def plan_vms(inv: Inventory, observed: Observed, only_vms: Collection[str] | None = None) -> Plan:
+    """The inventory's VMs against the farm as it will be (`observed`: the hosts predicted after their planned
+    changes), placed in power-on order; `only_vms`: plan only these VM entries (a scoped run)."""
     planned = [v for v in inv.vms if only_vms is None or v.name in only_vms]
-    plans = [_plan_vm(spec, base) for spec in sorted(planned, key=lambda v: v.name)]
-    _check_capacity(plans, base)
-    plan = Plan(warnings=list(observed.warnings))  # what the read itself could not see
-    if hosts is not None:
-        plan.host_changes, plan.problems = hosts.changes, [Problem(e) for e in hosts.errors]
-        plan.warnings += hosts.warnings
+    plans = [_plan_vm(spec, observed) for spec in sorted(planned, key=lambda v: v.name)]
+    _check_capacity(plans, observed)
+    plan = Plan()
     for vp in plans:
         plan.vm_changes.append(vp.change)
         plan.problems.extend(Problem(e, vm=vp.spec.name) for e in vp.errors)
         plan.problems.extend(Problem(m, vm=vp.spec.name, at=_at(inv, path)) for path, m in vp.located)
         plan.warnings.extend(f"vm {vp.spec.name}: {w}" for w in vp.warnings)
-    hostplan.mark_dependencies(plan.vm_changes, base, plan.host_changes)
-    removed = sorted(c.vm for c in plan.changes if c.destroy)
-    if removed and not inv.allow_destroy:
-        plan.warnings.append(f"the plan removes {', '.join(removed)} (state: absent): apply does so only with "
-                             "--allow-destroy or allow_destroy: true in the inventory")
     return plan
 
 
@@ -570,7 +536,7 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     todo.sort(key=lambda vp: power_on_key(vp.spec.name, vp.profiles, exists=vp.exists))
     requests = []
     for vp in todo:
-        usable = [h for h in vp.candidates if usable_host(observed.hosts.get(h))]
+        usable = [h for h in vp.candidates if observed.host_usable(h)]
         if not usable:
             vp.errors.append(_unusable(vp, observed))
             continue
@@ -591,7 +557,7 @@ def _check_capacity(plans: list[_VmPlan], observed: Observed) -> None:
     for vp in plans:  # new VMs that stay off: pin to the first usable host that offers their profiles
         clone = vp.change.clone
         if clone is not None and clone.host is None and (vp.profiles or vp.net.needs) and not vp.change.power_on:
-            usable = [h for h in vp.candidates if usable_host(observed.hosts.get(h))]
+            usable = [h for h in vp.candidates if observed.host_usable(h)]
             clone.host = next(iter(usable or vp.candidates), None)
         if vp.net.adds and not vp.change.power_on and not vp.errors:
             host = observed.hosts.get(clone.host if clone is not None and clone.host else vp.candidates[0]

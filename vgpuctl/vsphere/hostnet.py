@@ -1,4 +1,4 @@
-"""Per-host network calls of the SR-IOV and PVRDMA host settings (vgpuctl.hosts.settings.sriov, .pvrdma).
+"""Per-host network calls of the SR-IOV and PVRDMA host settings (vgpuctl.settings.sriov, .pvrdma).
 
 Read, one host at a time and only for a host whose inventory entry sets one of them: its NICs as the bulk read
 sees them (vgpuctl.vsphere.netobserve), whether it can rebind devices without a reboot
@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import VsphereFault
-from vgpuctl.hosts.netfacts import HostNetFacts, RdmaDevice, Vmknic
 from vgpuctl.netrules import network_rules
 from vgpuctl.profiles import api_at_least
+from vgpuctl.records.netfacts import HostNetFacts, RdmaDevice, Vmknic
 from vgpuctl.vsphere.host import _call, _props
 from vgpuctl.vsphere.netobserve import HOST_NET_PROPS, host_nics
 from vgpuctl.vsphere.objects import Obj

@@ -4,7 +4,7 @@ vSphere lists NVLink device groups per host in EnvironmentBrowser.QueryConfigTar
 .vendorDeviceGroupInfo: one group per NVLink-connected set with its links up, each component device naming
 its physical GPU (deviceInfo.label = PCI id, as gpusim reports it), and the group sizes a set offers (the
 vGPU counts an NVLink VM may have there). That costs one call per host, so `observe` asks only the hosts
-`nvlink_hosts_for` names. Pure functions; no pyVmomi import.
+`vgpuctl.farm.state.nvlink_hosts_for` names. Pure functions; no pyVmomi import.
 """
 
 from __future__ import annotations
@@ -14,38 +14,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from vgpuctl.domain import NvlinkRequirement
 from vgpuctl.model import ObservedDeviceGroup
 
 if TYPE_CHECKING:
-    from vgpuctl.inventory import Inventory
-    from vgpuctl.model import Observed
+    pass
 
 _PCI_ID = re.compile(r"^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 # vCenter spells the vendor "Nvidia" (`Nvidia:2@nvidia_h100l-94c%NVLink`); any case is taken
 _GROUP_NAME = re.compile(r"^Nvidia:(?P<n>\d+)@(?P<profile>[^%]+)%NVLink$", re.IGNORECASE)
-
-
-def nvlink_hosts_for(inventory: Inventory, observed: Observed) -> set[str]:
-    """Observed hosts where a VM with `nvlink: required` is or may be powered on.
-
-    An existing VM is admitted on its current host (vgpuctl does not move VMs); a new VM on its named host,
-    else on any host of its cluster.
-    """
-    from vgpuctl.model import folder_path
-
-    hosts: set[str] = set()
-    for vm in inventory.vms:
-        if vm.nvlink != NvlinkRequirement.REQUIRED:
-            continue
-        current = [observed.vms[k] for k in observed.named(vm.name, folder_path(getattr(vm, "folder", None)))]
-        if any(not c.is_template and c.host for c in current):
-            hosts.update(c.host for c in current if not c.is_template and c.host)
-        elif vm.host:
-            hosts.add(vm.host)
-        elif vm.cluster:
-            hosts.update(observed.clusters.get(vm.cluster, []))
-    return {h for h in hosts if h in observed.hosts}
 
 
 def component_pci_id(component: Any) -> str | None:

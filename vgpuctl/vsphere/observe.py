@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -108,17 +108,24 @@ TYPE_PROPS = {
 }
 
 
-def observe(session: Session, datacenter: str | None = None, *, nvlink_hosts: Iterable[str] | None = None) -> Observed:
+def observe(
+    session: Session, datacenter: str | None = None, *, nvlink_hosts: Iterable[str] | None = None,
+    host_properties: Sequence[str] = (),
+) -> Observed:
     """Read hosts, GPUs, profiles, clusters, folders and VMs of one datacenter in a fixed number of round trips.
 
     `nvlink_hosts`: hosts whose NVLink sets to read (one QueryConfigTarget each); the others keep nvlink_set None.
+    `host_properties`: HostSystem properties the host settings read (vgpuctl.settings.host_properties), read in the
+    same request; those the farm model does not read itself land in ObservedHost.properties.
     """
     from vgpuctl.gcpause import paused_gc
 
+    extra = [p for p in host_properties if p not in HOST_PROPS]
     start = session.round_trips
     with paused_gc():
-        objects = _retrieve_observed(session)
+        objects = _retrieve_observed(session, {**TYPE_PROPS, "HostSystem": [*HOST_PROPS, *extra]})
         observed = build_observed(objects, datacenter)
+        _keep_properties(objects, observed, extra)
     about = session.content.about
     observed.api_version = str(about.apiVersion)
     observed.about = str(about.fullName)
@@ -169,20 +176,20 @@ def _retrieve_all_once(session: Session, type_props: list[tuple[str, list[str]]]
 RAW_VMS = True  # read VirtualMachine and HostSystem properties with the lean XML reader (vsphere/rawread.py)
 
 
-def _retrieve_observed(session: Session) -> dict[str, Obj]:
+def _retrieve_observed(session: Session, type_props: dict[str, list[str]]) -> dict[str, Obj]:
     """Everything observe reads, over the session's view; a view found gone (it dies with an expired session,
     before or during the read) is made again once, renewing the session if that is why."""
     from pyVmomi import vmodl
 
     view = _observe_view(session)
     try:
-        return _read_view(session, view)
+        return _read_view(session, view, type_props)
     except vmodl.fault.ManagedObjectNotFound as err:
         if _moid(getattr(err, "obj", None)) != _moid(view):
             raise
         log.info("the bulk read's view is gone (the session ended?); making it again")
         session.forget("observe-view")
-        return _read_view(session, _observe_view(session))
+        return _read_view(session, _observe_view(session), type_props)
 
 
 def _observe_view(session: Session) -> Any:
@@ -198,13 +205,13 @@ def _observe_view(session: Session) -> Any:
     return session.kept("observe-view", create)
 
 
-def _read_view(session: Session, view: Any) -> dict[str, Obj]:
+def _read_view(session: Session, view: Any, type_props: dict[str, list[str]]) -> dict[str, Obj]:
     if not RAW_VMS:
-        return _collect(session, view_filter_spec(view, list(TYPE_PROPS.items())))
+        return _collect(session, view_filter_spec(view, list(type_props.items())))
     # The two reads go out together: while vCenter answers the big one, pyVmomi reads the small types.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vgpuctl-observe") as pool:
-        lean = pool.submit(_lean_objects, session, view)
-        small = [(t, p) for t, p in TYPE_PROPS.items() if t not in LEAN_TYPES]
+        lean = pool.submit(_lean_objects, session, view, type_props)
+        small = [(t, p) for t, p in type_props.items() if t not in LEAN_TYPES]
         try:
             objects = _collect(session, view_filter_spec(view, small))
         finally:
@@ -216,12 +223,12 @@ def _read_view(session: Session, view: Any) -> dict[str, Obj]:
 LEAN_TYPES = ("HostSystem", "VirtualMachine")  # one read each, sent together: the hosts, answered sooner, first
 
 
-def _lean_objects(session: Session, view: Any) -> dict[str, Obj]:
+def _lean_objects(session: Session, view: Any, props: dict[str, list[str]]) -> dict[str, Obj]:
     import xml.etree.ElementTree as ET
 
     from vgpuctl.vsphere import rawread
 
-    type_props = [(t, TYPE_PROPS[t]) for t in LEAN_TYPES]
+    type_props = [(t, props[t]) for t in LEAN_TYPES]
     try:
         objects = rawread.retrieve_each(session, view, [[one] for one in type_props], LEAN_PAGE_SIZE)
     except (ET.ParseError, ValueError, AttributeError, KeyError, TypeError, AssertionError) as err:
@@ -240,6 +247,16 @@ def _collect(session: Session, spec: Any) -> dict[str, Obj]:
             obj.props[prop.name] = prop.val
         objects[obj.moid] = obj
     return objects
+
+
+def _keep_properties(objects: dict[str, Obj], observed: Observed, paths: Sequence[str]) -> None:
+    """The values of the settings' own properties, on each host (ObservedHost.properties)."""
+    if not paths:
+        return
+    for host in observed.hosts.values():
+        obj = objects.get(host.moid)
+        if obj is not None:
+            host.properties = {p: obj.get(p) for p in paths if obj.get(p) is not None}
 
 
 # ------------------------------------------------------------------------------------------ build Observed
@@ -640,7 +657,7 @@ def _query_device_groups(session: Session, host: ObservedHost) -> list[Any] | st
 
 def set_nvlink_sets(observed: Observed, host: str, sets: list[list[str]],
                     group_sizes: list[list[int]] | None = None, group_profiles: list[list[str]] | None = None) -> None:
-    """Record NVLink-connected GPU sets read elsewhere (vgpuctl.hosts.facts.nvlink_sets, from the ESXi shell).
+    """Record NVLink-connected GPU sets read elsewhere (vgpuctl.settings.facts.nvlink_sets, from the ESXi shell).
 
     vCenter does not say which physical GPUs are linked, so the bulk read leaves `nvlink_set` None; this numbers
     each set (0, 1, ...) on its GPUs, and clears GPUs in no set. `group_sizes` (per set) are the device group

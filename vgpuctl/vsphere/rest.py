@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
 from vgpuctl.errors import ConnectionFailure, RestError, TlsError, UsageError
-from vgpuctl.supervisor.vmclasses import ClassState, NamespaceState, SupervisorState
+from vgpuctl.records.classes import ClassState, NamespaceState, SupervisorState
 from vgpuctl.vsphere.session import ConnectionSettings, normalize_url, sha256_colon
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from vgpuctl.errors import UsageError, VgpuctlError
-from vgpuctl.hosts.work import WORK_FIELD, WorkRecords
+from vgpuctl.records.work import WORK_FIELD, WorkRecords
 from vgpuctl.vsphere.bookkeeping import guarded
 
 if TYPE_CHECKING:

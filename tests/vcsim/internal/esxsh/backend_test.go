@@ -84,13 +84,21 @@ func (b *memBackend) SetMIGMode(host string, idx int, enable bool) (MIGChange, e
 	return MIGApplied, nil
 }
 
-// reboot applies pending MIG modes.
+func (b *memBackend) SetECCMode(host string, idx int, enable bool) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.hosts[host].GPUs[idx].ECCPending = enable
+	return nil
+}
+
+// reboot applies pending MIG and ECC modes.
 func (b *memBackend) reboot(host string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for i := range b.hosts[host].GPUs {
 		g := &b.hosts[host].GPUs[i]
 		g.MIGCurrent = g.MIGPending
+		g.ECCCurrent = g.ECCPending
 	}
 }
 
@@ -121,10 +129,11 @@ func sampleHost(name string) Host {
 	return Host{Name: name, DriverVersion: "550.90.05", GPUs: []GPU{
 		{Index: 0, BusID: "00000000:3B:00.0", UUID: "GPU-8c7a3b1e-0d4f-4c3a-9b2e-1f6d5a4c3b2a", Name: "NVIDIA A100-PCIE-40GB",
 			Board: "a100", Architecture: "Ampere", DeviceID: 0x20F1, MemoryMiB: 40960, NUMANode: 0, MIGCapable: true,
-			MIGProfiles: catalogueMIG("A100-40GB", "Ampere"), NVLinks: nvlinks(1, 4, true)},
+			ECCCurrent: true, ECCPending: true, MIGProfiles: catalogueMIG("A100-40GB", "Ampere"), NVLinks: nvlinks(1, 4, true)},
 		{Index: 1, BusID: "00000000:86:00.0", UUID: "GPU-1d2e3f40-5a6b-4c7d-8e9f-a0b1c2d3e4f5", Name: "NVIDIA A100-PCIE-40GB",
 			Board: "a100", Architecture: "Ampere", DeviceID: 0x20F1, MemoryMiB: 40960, NUMANode: 0, MIGCapable: true,
-			MIGCurrent: true, MIGPending: true, ActiveVGPUs: 1, MIGProfiles: catalogueMIG("A100-40GB", "Ampere"),
+			MIGCurrent: true, MIGPending: true, ECCCurrent: true, ECCPending: false, ActiveVGPUs: 1,
+			MIGProfiles:  catalogueMIG("A100-40GB", "Ampere"),
 			MIGInstances: []MIGInstance{{Profile: "3g.20gb", Start: 0, Size: 4}}, NVLinks: nvlinks(0, 4, true)},
 		{Index: 2, BusID: "00000000:AF:00.0", UUID: "GPU-77aa66bb-55cc-44dd-33ee-22ff11009988", Name: "NVIDIA L40S",
 			Board: "l40s", Architecture: "Ada Lovelace", DeviceID: 0x26B9, MemoryMiB: 46068, NUMANode: 1},

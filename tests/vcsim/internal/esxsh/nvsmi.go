@@ -70,6 +70,8 @@ type smiMain struct {
 	formatSet         bool
 	mig               string
 	migSet            bool
+	ecc               string
+	eccSet            bool
 }
 
 func (s *Shell) nvidiaSMI(h Host, args []string) Result {
@@ -106,6 +108,9 @@ func (s *Shell) nvidiaSMI(h Host, args []string) Result {
 		case "-mig", "--multi-instance-gpu":
 			m.mig, bad = r.value(name, inline, has)
 			m.migSet = true
+		case "-e", "--ecc-config":
+			m.ecc, bad = r.value(name, inline, has)
+			m.eccSet = true
 		default:
 			return usageError("ERROR: Option %s is not recognized.", name)
 		}
@@ -118,7 +123,7 @@ func (s *Shell) nvidiaSMI(h Host, args []string) Result {
 
 func (s *Shell) smiRun(h Host, m smiMain) Result {
 	actions := 0
-	for _, on := range []bool{m.list, m.query, m.queryGPU != "", m.migSet, m.help} {
+	for _, on := range []bool{m.list, m.query, m.queryGPU != "", m.migSet, m.eccSet, m.help} {
 		if on {
 			actions++
 		}
@@ -142,6 +147,8 @@ func (s *Shell) smiRun(h Host, m smiMain) Result {
 		return smiQueryGPU(h, gpus, m)
 	case m.migSet:
 		return s.smiSetMIG(h, gpus, m.mig, m.idsSet)
+	case m.eccSet:
+		return s.smiSetECC(h, gpus, m.ecc)
 	}
 	// No action: the real tool prints its summary table; the list is what scripts need from it.
 	return Result{Stdout: RenderList(gpus)}
@@ -150,7 +157,7 @@ func (s *Shell) smiRun(h Host, m smiMain) Result {
 const smiHelp = `NVIDIA System Management Interface -- v550.90.05
 
 Supported here (gpusim): -L, -q, -i <index|bus id|uuid>, --query-gpu=<fields> --format=csv[,noheader][,nounits],
--mig 0|1, mig -lgip, mig -lgipp, nvlink -s, topo -m
+-mig 0|1, -e 0|1, mig -lgip, mig -lgipp, nvlink -s, topo -m
 `
 
 // selectGPUs resolves -i (comma-separated indices, PCI bus ids or UUIDs); all GPUs without -i.
@@ -271,6 +278,28 @@ func (s *Shell) smiSetMIG(h Host, gpus []GPU, value string, single bool) Result 
 		out.WriteString(RenderMIGSet(g, enable, change))
 	}
 	out.WriteString("All done.\n")
+	return Result{Stdout: out.String()}
+}
+
+// smiSetECC is `nvidia-smi [-i ID] -e 0|1`: ECC memory on or off from the next reboot, for the selected GPUs.
+func (s *Shell) smiSetECC(h Host, gpus []GPU, value string) Result {
+	var enable bool
+	switch value {
+	case "0", "DISABLED", "disabled":
+	case "1", "ENABLED", "enabled":
+		enable = true
+	default:
+		return invalidCombination()
+	}
+	var out strings.Builder
+	for _, g := range gpus {
+		if err := s.Backend.SetECCMode(h.Name, g.Index, enable); err != nil {
+			return Result{Stdout: out.String(), Stderr: fmt.Sprintf("Unable to set the ECC mode for GPU %s: %v\n", g.BusID, err),
+				Exit: exitUnknownError}
+		}
+		out.WriteString(RenderECCSet(g, enable))
+	}
+	out.WriteString("All done.\nReboot required.\n")
 	return Result{Stdout: out.String()}
 }
 

@@ -97,6 +97,9 @@ func renderQueryGPU(b *strings.Builder, g GPU) {
 	qHead(b, 4, "MIG Mode")
 	qLine(b, 8, "Current", migModeValue(g, g.MIGCurrent))
 	qLine(b, 8, "Pending", migModeValue(g, g.MIGPending))
+	qHead(b, 4, "Ecc Mode")
+	qLine(b, 8, "Current", onOff(g.ECCCurrent))
+	qLine(b, 8, "Pending", onOff(g.ECCPending))
 	qLine(b, 4, "GPU UUID", g.UUID)
 	qLine(b, 4, "Minor Number", strconv.Itoa(g.Index))
 	qHead(b, 4, "GPU Virtualization Mode")
@@ -170,6 +173,8 @@ var QueryFields = map[string]string{
 	"memory.total":     "MiB",
 	"mig.mode.current": "",
 	"mig.mode.pending": "",
+	"ecc.mode.current": "",
+	"ecc.mode.pending": "",
 }
 
 var fieldAliases = map[string]string{
@@ -244,6 +249,10 @@ func csvValue(h Host, g GPU, field string, noUnits bool) string {
 		return csvMIG(g, g.MIGCurrent)
 	case "mig.mode.pending":
 		return csvMIG(g, g.MIGPending)
+	case "ecc.mode.current":
+		return onOff(g.ECCCurrent)
+	case "ecc.mode.pending":
+		return onOff(g.ECCPending)
 	}
 	return "[N/A]"
 }
@@ -253,6 +262,15 @@ func csvMIG(g GPU, v bool) string {
 		return "[N/A]"
 	}
 	return onOff(v)
+}
+
+// RenderECCSet is the message of `nvidia-smi [-i N] -e 0|1` for one GPU (before "All done." and "Reboot required.").
+func RenderECCSet(g GPU, enable bool) string {
+	verb := "Disabled"
+	if enable {
+		verb = "Enabled"
+	}
+	return fmt.Sprintf("%s ECC support for GPU %s.\n", verb, g.BusID)
 }
 
 // RenderMIGSet is the message of `nvidia-smi -i N -mig 0|1` for one GPU (without the final "All done.").

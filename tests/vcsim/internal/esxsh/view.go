@@ -54,6 +54,8 @@ type GPU struct {
 	MIGProfiles []GIProfile // the board's GPU instance profiles (nil without MIG)
 	MIGCurrent  bool        // MIG mode in effect
 	MIGPending  bool        // MIG mode after the next reset/reboot (equals MIGCurrent when nothing is pending)
+	ECCCurrent  bool        // ECC memory in effect
+	ECCPending  bool        // ECC memory after the next reboot
 
 	Heterogeneous bool // vGPU heterogeneous (mixed-size) mode
 	ActiveVGPUs   int  // vGPUs of powered-on VMs on this GPU
@@ -99,6 +101,8 @@ type Backend interface {
 	Reachable(name string) bool
 	// SetMIGMode requests MIG mode on or off for one GPU (by nvidia-smi index).
 	SetMIGMode(host string, gpuIndex int, enable bool) (MIGChange, error)
+	// SetECCMode sets ECC memory on or off for one GPU (by nvidia-smi index) from the next reboot.
+	SetECCMode(host string, gpuIndex int, enable bool) error
 	// ModuleOptions returns a kernel module's configured option string (HostKernelModuleSystem).
 	// ok is false when the host has no such module.
 	ModuleOptions(host, module string) (options string, ok bool, err error)

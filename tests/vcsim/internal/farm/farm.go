@@ -101,7 +101,9 @@ type GPUInfo struct {
 	TimeSlicedMode string    `json:"timeSlicedMode"` // sameSize or mixedSize
 	MIGCurrent     bool      `json:"migCurrent"`
 	MIGPending     bool      `json:"migPending"`
-	NVLinkSet      int       `json:"nvlinkSet"` // -1: not NVLink-connected
+	ECCCurrent     bool      `json:"eccCurrent"` // ECC memory in effect
+	ECCPending     bool      `json:"eccPending"` // ECC memory after the next reboot
+	NVLinkSet      int       `json:"nvlinkSet"`  // -1: not NVLink-connected
 	NVLinkPeers    []string  `json:"nvlinkPeers,omitempty"`
 	NVLinkUp       bool      `json:"nvlinkUp"`
 	Scheduler      Scheduler `json:"scheduler"`
@@ -207,6 +209,8 @@ type gpu struct {
 	timeSlicedMode string
 	migCurrent     bool
 	migPending     bool
+	eccCurrent     bool // ECC memory: on for every board at start, as NVIDIA ships data-center GPUs
+	eccPending     bool
 	nvlinkSet      int
 	slots          []Slot
 }
@@ -344,7 +348,8 @@ func (f *Farm) AddHost(s HostSpec) error {
 	}
 	h.modules["nvidia"] = &ModuleOptions{Configured: s.ModuleOptions, Effective: s.ModuleOptions}
 	for i := 0; i < s.GPUs; i++ {
-		g := &gpu{id: PCIBus(i), model: m, timeSlicedMode: s.VgpuMode, migCurrent: s.MIG, migPending: s.MIG, nvlinkSet: -1}
+		g := &gpu{id: PCIBus(i), model: m, timeSlicedMode: s.VgpuMode, migCurrent: s.MIG, migPending: s.MIG,
+			eccCurrent: true, eccPending: true, nvlinkSet: -1}
 		if group == nvswitchGroup && h.nvlink == NVLinkNVSwitch || group > 0 && (i/group+1)*group <= s.GPUs {
 			g.nvlinkSet = i / group
 		}
@@ -510,7 +515,7 @@ func (h *host) info() HostInfo {
 		gi := GPUInfo{
 			Index: i, PCIID: g.id, Model: g.model, ModelName: g.model.Name, GraphicsType: h.graphicsType(g),
 			VgpuMode: g.timeSlicedMode, TimeSlicedMode: g.timeSlicedMode, MIGCurrent: g.migCurrent,
-			MIGPending: g.migPending, NVLinkSet: g.nvlinkSet, Scheduler: schedulerFor(opts, g.id),
+			MIGPending: g.migPending, ECCCurrent: g.eccCurrent, ECCPending: g.eccPending, NVLinkSet: g.nvlinkSet, Scheduler: schedulerFor(opts, g.id),
 			VGPUs:    append([]Slot{}, g.slots...),
 			Profiles: append(g.model.ProfilesFor(g.migCurrent, h.prefix), h.extras...),
 		}
@@ -565,6 +570,17 @@ func (f *Farm) SetMIGMode(hostName, pciID string, enable bool) (MIGResult, error
 	f.mu.Unlock()
 	f.notify(Event{Host: hostName, What: "mig"})
 	return r, nil
+}
+
+// SetECCMode sets a GPU's ECC memory for the next reboot (nvidia-smi -e): it stays pending until then.
+func (f *Farm) SetECCMode(hostName, pciID string, enable bool) error {
+	return f.change(hostName, "ecc", func(h *host) error {
+		g, err := h.gpu(pciID)
+		if err == nil {
+			g.eccPending = enable
+		}
+		return err
+	})
 }
 
 // Modules lists a host's kernel modules.
@@ -848,6 +864,7 @@ func (f *Farm) EndReboot(hostName string) error {
 			} else {
 				g.migCurrent = g.migPending
 			}
+			g.eccCurrent = g.eccPending
 		}
 		if !fault.ignores(RebootIgnoreModules) {
 			for _, m := range h.modules {

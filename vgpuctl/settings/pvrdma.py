@@ -7,35 +7,33 @@ advanced option `Net.PVRDMAVmknic` (a string, the adapter's name; OptionManager.
 and enable the firewall rule for PVRDMA (ruleset `pvrdma`, TCP 28250-28761 in and out, disabled by default;
 HostFirewallSystem.EnableRuleset). "PVRDMA Support": a vSphere Distributed Switch whose only uplink is the
 HCA; between hosts without an RDMA device PVRDMA falls back to TCP. Both changes are made online. Read one host
-at a time (HostFacts.network, vgpuctl.vsphere.hostnet): nothing here is in the bulk read. docs/multi-node.md.
+at a time (the NETWORK fact, vgpuctl.vsphere.hostnet): nothing here is in the bulk read. docs/multi-node.md.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 from vgpuctl.domain import ChangeKind, Phase
-from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.hosts.netfacts import HostNetFacts
-from vgpuctl.hosts.settings.base import (
+from vgpuctl.model import HostChange, ObservedHost
+from vgpuctl.netrules import network_rules
+from vgpuctl.records.netfacts import HostNetFacts
+from vgpuctl.settings.base import (
     ApplyStep,
     Exported,
     HostPlan,
+    HostSetting,
     HostWriter,
-    Observes,
     PlanInput,
+    Reads,
     SettingPrivileges,
     SettingState,
     host_change,
     names,
 )
-from vgpuctl.model import HostChange, ObservedHost
-from vgpuctl.netrules import network_rules
+from vgpuctl.settings.facts import NETWORK, HostFacts
 from vgpuctl.strictmodel import KeyPath, StrictModel
-
-if TYPE_CHECKING:
-    from vgpuctl.inventory import HostSpec
 
 ENABLED, DISABLED = "enabled", "disabled"
 VMKNIC_KEY, FIREWALL_KEY = "pvrdma.vmknic", "pvrdma.firewall"
@@ -51,34 +49,33 @@ class PvrdmaSpec(StrictModel):
 PVRDMA_STEP = ApplyStep("pvrdma", 50)  # UpdateOptions and EnableRuleset, online
 
 
-class Pvrdma:
+PVRDMA_VMKNIC = ChangeKind("pvrdma.vmknic")  # the VMkernel adapter PVRDMA uses (Net.PVRDMAVmknic)
+PVRDMA_FIREWALL = ChangeKind("pvrdma.firewall")  # the pvrdma firewall ruleset
+
+
+class Pvrdma(HostSetting[PvrdmaSpec | None]):
     key = "pvrdma"
-    schema: Any = PvrdmaSpec | None
-    default: Any = None
-    kinds = (ChangeKind.PVRDMA_VMKNIC, ChangeKind.PVRDMA_FIREWALL)
-    offer_kinds: frozenset[ChangeKind] = frozenset()
-    observes = Observes(facts=("network", "network_error"))
-    drift_fields: tuple[str, ...] = ()
+    schema: ClassVar[Any] = PvrdmaSpec | None
+    kinds = (PVRDMA_VMKNIC, PVRDMA_FIREWALL)
+    reads = Reads(api=(NETWORK,))
+    apply_step = PVRDMA_STEP
     privileges = SettingPrivileges("PVRDMA on a host (`pvrdma`): the tagged VMkernel adapter, the firewall ruleset",
                                    ("UpdateOptions", "EnableRuleset"),
                                    ("Host.Config.AdvancedConfig", "Host.Config.NetService"))
 
-    def is_set(self, spec: HostSpec) -> bool:
-        return spec.pvrdma is not None
-
-    def problems(self, spec: HostSpec) -> list[tuple[KeyPath, str]]:
-        p = spec.pvrdma
+    def problems(self, spec: object) -> list[tuple[KeyPath, str]]:
+        p = self.of(spec)
         if p is not None and not p.vmknic.startswith("vmk"):
             return [((self.key, "vmknic"), f"must name a VMkernel adapter such as vmk1 (got {p.vmknic!r})")]
         return []
 
     def plan(self, inp: PlanInput) -> HostPlan:
-        p, host, result = inp.spec.pvrdma, inp.host, HostPlan()
+        p, host, result = self.of(inp.spec), inp.host, HostPlan()
         if p is None:
             return result
-        net = inp.facts.network if inp.facts is not None else None
+        net = inp.facts.get(NETWORK) if inp.facts is not None else None
         if net is None:
-            why = inp.facts.network_error if inp.facts is not None and inp.facts.network_error else "not read"
+            why = (inp.facts.unread_what(NETWORK) if inp.facts is not None else None) or "not read"
             result.errors.append(f"host {host.name}: pvrdma: its network state is unknown ({why})")
             return result
         errors = _cannot(host.name, p, net)
@@ -87,52 +84,31 @@ class Pvrdma:
             return result
         result.warnings += _warnings(host.name, p, net)
         if net.pvrdma_vmknic != p.vmknic:
-            result.changes.append(host_change(inp, ChangeKind.PVRDMA_VMKNIC, net.pvrdma_vmknic or None, p.vmknic,
+            result.changes.append(host_change(inp, PVRDMA_VMKNIC, net.pvrdma_vmknic or None, p.vmknic,
                                               Phase.ONLINE))
         if p.firewall and not net.rulesets.get(_ruleset(), False):
-            result.changes.append(host_change(inp, ChangeKind.PVRDMA_FIREWALL, DISABLED, ENABLED, Phase.ONLINE))
+            result.changes.append(host_change(inp, PVRDMA_FIREWALL, DISABLED, ENABLED, Phase.ONLINE))
         return result
-
-    def predict(self, host: ObservedHost, changes: Sequence[HostChange]) -> None:
-        pass  # nothing the bulk read shows
-
-    def step(self, kind: ChangeKind) -> ApplyStep:
-        return PVRDMA_STEP
-
-    def needs_shell(self, kind: ChangeKind) -> bool:
-        return False
-
-    def param_written(self, change: HostChange) -> str | None:
-        return None
-
-    def ends_nvlink_groups(self, change: HostChange) -> bool:
-        return False
 
     def apply(self, step: ApplyStep, changes: Sequence[HostChange], writer: HostWriter) -> None:
         from vgpuctl.vsphere import hostnet
 
         for c in changes:
             writer.progress("pvrdma", f"{c.kind} {c.new}")
-            if c.kind == ChangeKind.PVRDMA_VMKNIC:
+            if c.kind == PVRDMA_VMKNIC:
                 hostnet.set_pvrdma_vmknic(writer.session, writer.moid, str(c.new))
             else:
                 hostnet.enable_ruleset(writer.session, writer.moid, _ruleset())
         writer.done("pvrdma")
 
-    def verify(self, inp: PlanInput) -> list[str]:
-        return []  # planning again reads the option and the ruleset
-
-    def explain(self, key: str, host: ObservedHost) -> str | None:
-        return None  # read one host at a time with its facts, not in the bulk read `plan --explain` shows
-
     def export(self, host: ObservedHost, facts: HostFacts | None) -> Exported:
-        net = facts.network if facts is not None else None
+        net = facts.get(NETWORK) if facts is not None else None
         if net is None or not net.pvrdma_vmknic:
             return Exported()
         return Exported({VMKNIC_KEY: net.pvrdma_vmknic, FIREWALL_KEY: net.rulesets.get(_ruleset(), False)})
 
     def status(self, host: ObservedHost, facts: HostFacts | None) -> list[SettingState]:
-        net = facts.network if facts is not None else None
+        net = facts.get(NETWORK) if facts is not None else None
         if net is None or net.pvrdma_vmknic is None:
             return []
         firewall = ENABLED if net.rulesets.get(_ruleset(), False) else DISABLED

@@ -1,5 +1,6 @@
 """Placement across a farm: the hosts' GPUs as observe read them (`farm_from_observed`) and VMs placed on them one
-after the other in power-on order (`place_farm`), each by the one-VM rules of vgpuctl.vms.placement."""
+after the other in power-on order (`place_farm`), each by the one-VM rules of vgpuctl.farm.placement; the hosts
+where NVLink VMs may run (`nvlink_hosts_for`)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from vgpuctl.domain import AssignmentPolicy, PowerState
-from vgpuctl.vms.nicplace import NicLedger, NicNeed, commit, fit_on, ledgers_from_observed
-from vgpuctl.vms.placement import Gpu, Placement, add_vgpu, gpus_from_observed, place_vm, remove_vgpu
+from vgpuctl.domain import AssignmentPolicy, NvlinkRequirement, PowerState
+from vgpuctl.farm.nics import NicLedger, NicNeed, commit, fit_on, ledgers_from_observed
+from vgpuctl.farm.placement import Gpu, Placement, add_vgpu, gpus_from_observed, place_vm, remove_vgpu
+from vgpuctl.model import folder_path
 
 if TYPE_CHECKING:
+    from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed, ObservedHost
 
 
@@ -142,3 +145,23 @@ def _farm_failure(req: Request, failures: list[Placement]) -> Placement:
     detail = "; ".join(f"{f.host}: {f.reason}" for f in failures)
     best = max(f.fitted for f in failures)
     return Placement(req.vm, None, fitted=best, reason=f"no host of {scope} has GPU capacity ({detail})")
+
+
+def nvlink_hosts_for(inventory: Inventory, observed: Observed) -> set[str]:
+    """Observed hosts where a VM with `nvlink: required` is or may be powered on.
+
+    An existing VM is admitted on its current host (vgpuctl does not move VMs); a new VM on its named host,
+    else on any host of its cluster.
+    """
+    hosts: set[str] = set()
+    for vm in inventory.vms:
+        if vm.nvlink != NvlinkRequirement.REQUIRED:
+            continue
+        current = [observed.vms[k] for k in observed.named(vm.name, folder_path(getattr(vm, "folder", None)))]
+        if any(not c.is_template and c.host for c in current):
+            hosts.update(c.host for c in current if not c.is_template and c.host)
+        elif vm.host:
+            hosts.add(vm.host)
+        elif vm.cluster:
+            hosts.update(observed.clusters.get(vm.cluster, []))
+    return {h for h in hosts if h in observed.hosts}

@@ -10,74 +10,55 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 from vgpuctl.domain import ChangeKind, NvlinkState, Phase
 from vgpuctl.esxi import modopts
-from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.hosts.settings.base import (
+from vgpuctl.model import HostChange, ObservedHost
+from vgpuctl.profiles import BOARDS, board_for_device
+from vgpuctl.settings.base import (
     MODULE_OPTIONS_STEP,
     ApplyStep,
     Exported,
     HostPlan,
+    HostSetting,
     HostWriter,
     ModuleOptions,
-    Observes,
     PlanInput,
-    SettingPrivileges,
+    Reads,
     SettingState,
     host_change,
 )
-from vgpuctl.model import HostChange, ObservedHost
-from vgpuctl.profiles import BOARDS, board_for_device
-from vgpuctl.strictmodel import KeyPath, Lax
-
-if TYPE_CHECKING:
-    from vgpuctl.inventory import HostSpec
+from vgpuctl.settings.facts import MODULE_OPTIONS, NVLINK_LINKS, HostFacts, nvlink_links
+from vgpuctl.strictmodel import Lax
 
 UNKNOWN = "unknown"  # its state when the host could not say
 
 
-class Nvlink:
+NVLINK = ChangeKind("nvlink")
+
+
+class Nvlink(HostSetting[NvlinkState | None]):
     key = "nvlink"
-    schema: Any = Lax[NvlinkState] | None
-    default: Any = None
-    kinds = (ChangeKind.NVLINK,)
+    schema: ClassVar[Any] = Lax[NvlinkState] | None
+    kinds = (NVLINK,)
     offer_kinds = frozenset(kinds)
-    observes = Observes(
-        host_fields=("module_options",),
-        facts=("options_configured", "options_effective", "declared_params"),
-        gpu_facts=("nvlink_links", "nvlink_active"),
-    )
+    shell_kinds = frozenset(kinds)  # the module's declared parameters and the links are read there
+    reads = Reads(host_fields=("module_options",), shell=(NVLINK_LINKS,), api=(MODULE_OPTIONS,))
     drift_fields = ("module_options",)
-    privileges: SettingPrivileges | None = None
-
-    def is_set(self, spec: HostSpec) -> bool:
-        return spec.nvlink is not None
-
-    def problems(self, spec: HostSpec) -> list[tuple[KeyPath, str]]:
-        return []
+    apply_step = MODULE_OPTIONS_STEP
 
     def plan(self, inp: PlanInput) -> HostPlan:
         result = HostPlan()
-        want = inp.spec.nvlink
+        want = self.of(inp.spec)
         if want is None:
             return result
         options = inp.options
         now, next_boot = modopts.nvlink_of(options.effective), modopts.nvlink_of(options.configured)
         if want not in (now, next_boot) or now != next_boot:
             old = str(now) if now == next_boot else f"{now} ({next_boot} after reboot)"
-            result.changes.append(host_change(inp, ChangeKind.NVLINK, old, want, Phase.REBOOT))
+            result.changes.append(host_change(inp, NVLINK, old, want, Phase.REBOOT))
         return result
-
-    def predict(self, host: ObservedHost, changes: Sequence[HostChange]) -> None:
-        pass  # what vSphere shows of the GPUs stays; ends_nvlink_groups says what VMs lose
-
-    def step(self, kind: ChangeKind) -> ApplyStep:
-        return MODULE_OPTIONS_STEP
-
-    def needs_shell(self, kind: ChangeKind) -> bool:
-        return True  # the module's declared parameters and the links are read there
 
     def param_written(self, change: HostChange) -> str | None:
         return modopts.NVLINK_DISABLE if change.new == NvlinkState.DISABLED else None
@@ -91,21 +72,22 @@ class Nvlink:
 
     def verify(self, inp: PlanInput) -> list[str]:
         """Every link up (enabled) or none (disabled), as nvidia-smi shows them."""
-        want, facts = inp.spec.nvlink, inp.facts
+        want, facts = self.of(inp.spec), inp.facts
         if want is None or facts is None or not facts.shell:
             return []
         problems = []
-        for pci, g in sorted(facts.gpus.items()):
-            if g.nvlink_links == 0:
+        for pci, g in sorted(nvlink_links(facts).items()):
+            listed, active = len(g.links), g.active_links
+            if listed == 0:
                 continue
-            if want == NvlinkState.ENABLED and g.nvlink_active < g.nvlink_links:
-                problems.append(f"nvlink {pci}: {g.nvlink_active} of {g.nvlink_links} links up, expected all")
-            if want == NvlinkState.DISABLED and g.nvlink_active > 0:
-                problems.append(f"nvlink {pci}: {g.nvlink_active} of {g.nvlink_links} links up, expected none")
+            if want == NvlinkState.ENABLED and active < listed:
+                problems.append(f"nvlink {pci}: {active} of {listed} links up, expected all")
+            if want == NvlinkState.DISABLED and active > 0:
+                problems.append(f"nvlink {pci}: {active} of {listed} links up, expected none")
         return problems
 
-    def explain(self, key: str, host: ObservedHost) -> str | None:
-        return str(modopts.nvlink_of(host.module_options))
+    def explain(self, key: str, host: ObservedHost, facts: HostFacts | None) -> str | None:
+        return str(modopts.nvlink_of(ModuleOptions.of(host, facts).configured))
 
     def export(self, host: ObservedHost, facts: HostFacts | None) -> Exported:
         """Written for hosts whose GPUs have NVLink (the configured value)."""

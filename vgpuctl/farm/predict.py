@@ -12,10 +12,9 @@ import copy
 from collections.abc import Sequence
 
 from vgpuctl.domain import ChangeKind, GpuVgpuMode
-from vgpuctl.hosts.settings import SETTINGS
-from vgpuctl.hosts.settings.gpus import board_of
 from vgpuctl.model import HostChange, Observed, ObservedHost
-from vgpuctl.profiles import BOARDS, observed_profile, try_parse
+from vgpuctl.profiles import BOARDS, gpu_board, observed_profile, try_parse
+from vgpuctl.settings import SETTINGS
 
 
 def mig_profile_names(board: str, prefix: str = "grid_") -> list[str]:
@@ -55,7 +54,7 @@ def _offered_after(before: ObservedHost, after: ObservedHost) -> list[str]:
     offered = set()
     prefix = "nvidia_" if any(p.startswith("nvidia_") for p in before.offered_profiles) else "grid_"
     for g in after.gpus:
-        board = board_of(g, before.offered_profiles)
+        board = gpu_board(g, before.offered_profiles)
         if board is None:
             continue
         mig = g.vgpu_mode == GpuVgpuMode.MIG

@@ -10,27 +10,25 @@ it; the assignment policy changes online (it places the next vGPUs). docs/host-c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 from vgpuctl.domain import AssignmentPolicy, ChangeKind, GraphicsType, Phase
-from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.hosts.settings.base import (
+from vgpuctl.model import HostChange, ObservedHost
+from vgpuctl.settings.base import (
     GRAPHICS_STEP,
     ApplyStep,
     Exported,
     HostPlan,
+    HostSetting,
     HostWriter,
-    Observes,
     PlanInput,
-    SettingPrivileges,
+    Reads,
     SettingState,
     host_change,
 )
-from vgpuctl.model import HostChange, ObservedHost
-from vgpuctl.strictmodel import KeyPath, Lax, StrictModel
+from vgpuctl.settings.facts import HostFacts
+from vgpuctl.strictmodel import Lax, StrictModel
 
-if TYPE_CHECKING:
-    from vgpuctl.inventory import HostSpec
 
 class GraphicsSpec(StrictModel):
     """`graphics:` of a hosts entry."""
@@ -43,77 +41,58 @@ DEFAULT_TYPE_KEY = "graphics.default_type"
 ASSIGNMENT_POLICY_KEY = "graphics.assignment_policy"
 
 
-class HostGraphics:
+DEFAULT_TYPE = ChangeKind("graphics.default_type")
+ASSIGNMENT_POLICY = ChangeKind("graphics.assignment_policy")
+
+
+class HostGraphics(HostSetting[GraphicsSpec | None]):
     key = "graphics"
-    schema: Any = GraphicsSpec | None
-    default: Any = None
-    kinds = (ChangeKind.DEFAULT_TYPE, ChangeKind.ASSIGNMENT_POLICY)
-    offer_kinds = frozenset({ChangeKind.DEFAULT_TYPE})
-    observes = Observes(
+    schema: ClassVar[Any] = GraphicsSpec | None
+    kinds = (DEFAULT_TYPE, ASSIGNMENT_POLICY)
+    offer_kinds = frozenset({DEFAULT_TYPE})
+    reads = Reads(
         properties=("config.graphicsConfig",),
         host_fields=("default_graphics_type", "assignment_policy"),
     )
     drift_fields = ("default_graphics_type", "assignment_policy")
-    privileges: SettingPrivileges | None = None
+    apply_step = GRAPHICS_STEP
 
-    def is_set(self, spec: HostSpec) -> bool:
-        g = spec.graphics
+    def is_set(self, spec: object) -> bool:
+        g = self.of(spec)
         return g is not None and (g.default_type is not None or g.assignment_policy is not None)
 
-    def problems(self, spec: HostSpec) -> list[tuple[KeyPath, str]]:
-        return []
-
     def plan(self, inp: PlanInput) -> HostPlan:
-        g, host = inp.spec.graphics, inp.host
+        g, host = self.of(inp.spec), inp.host
         result = HostPlan()
         if g is None:
             return result
         if g.default_type is not None and g.default_type != host.default_graphics_type:
             result.changes.append(
-                host_change(inp, ChangeKind.DEFAULT_TYPE, host.default_graphics_type, g.default_type, Phase.REBOOT)
+                host_change(inp, DEFAULT_TYPE, host.default_graphics_type, g.default_type, Phase.REBOOT)
             )
         policy = g.assignment_policy
         if policy is not None and policy != host.assignment_policy:
-            result.changes.append(
-                host_change(inp, ChangeKind.ASSIGNMENT_POLICY, host.assignment_policy, policy, Phase.ONLINE)
-            )
+            result.changes.append(host_change(inp, ASSIGNMENT_POLICY, host.assignment_policy, policy, Phase.ONLINE))
         return result
 
     def predict(self, host: ObservedHost, changes: Sequence[HostChange]) -> None:
         for c in changes:
-            if c.kind == ChangeKind.DEFAULT_TYPE:
+            if c.kind == DEFAULT_TYPE:
                 host.default_graphics_type = str(c.new)
-            elif c.kind == ChangeKind.ASSIGNMENT_POLICY:
+            elif c.kind == ASSIGNMENT_POLICY:
                 host.assignment_policy = str(c.new)
-        if any(c.kind == ChangeKind.DEFAULT_TYPE for c in changes):  # GPUs without a type of their own take it
-            typed = {c.target for c in changes if c.kind == ChangeKind.GPU_TYPE}
+        if any(c.kind == DEFAULT_TYPE for c in changes):  # GPUs without a type of their own take it
             for g in host.gpus:
-                if g.pci_id.lower() not in typed:
-                    g.graphics_type = host.default_graphics_type
-
-    def step(self, kind: ChangeKind) -> ApplyStep:
-        return GRAPHICS_STEP
-
-    def needs_shell(self, kind: ChangeKind) -> bool:
-        return False
-
-    def param_written(self, change: HostChange) -> str | None:
-        return None
-
-    def ends_nvlink_groups(self, change: HostChange) -> bool:
-        return False
+                g.graphics_type = host.default_graphics_type
 
     def apply(self, step: ApplyStep, changes: Sequence[HostChange], writer: HostWriter) -> None:
         for c in changes:
-            if c.kind == ChangeKind.DEFAULT_TYPE:
+            if c.kind == DEFAULT_TYPE:
                 writer.graphics.default_type = str(c.new)
-            elif c.kind == ChangeKind.ASSIGNMENT_POLICY:
+            elif c.kind == ASSIGNMENT_POLICY:
                 writer.graphics.assignment_policy = str(c.new)
 
-    def verify(self, inp: PlanInput) -> list[str]:
-        return []
-
-    def explain(self, key: str, host: ObservedHost) -> str | None:
+    def explain(self, key: str, host: ObservedHost, facts: HostFacts | None) -> str | None:
         if key == DEFAULT_TYPE_KEY:
             return host.default_graphics_type
         if key == ASSIGNMENT_POLICY_KEY:

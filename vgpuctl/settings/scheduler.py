@@ -11,32 +11,31 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BeforeValidator, Field
 
 from vgpuctl.domain import ChangeKind, Phase, SchedulerPolicy, VgpuMode
 from vgpuctl.esxi import modopts, rmpvmrl
-from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.hosts.settings.base import (
+from vgpuctl.model import HostChange, ObservedHost
+from vgpuctl.settings.base import (
     MODULE_OPTIONS_STEP,
     ApplyStep,
     Exported,
     HostPlan,
+    HostSetting,
     HostWriter,
     ModuleOptions,
-    Observes,
     PlanInput,
-    SettingPrivileges,
+    Reads,
     SettingState,
     host_change,
 )
-from vgpuctl.hosts.settings.gpus import time_sliced_modes_after
-from vgpuctl.model import HostChange, ObservedHost
+from vgpuctl.settings.facts import MODULE_OPTIONS, HostFacts
+from vgpuctl.settings.gpumodes import VGPU_MODE
+from vgpuctl.settings.gpus import SETTING as GPUS
+from vgpuctl.settings.gpus import time_sliced_modes_after
 from vgpuctl.strictmodel import KeyPath, Lax, StrictModel
-
-if TYPE_CHECKING:
-    from vgpuctl.inventory import HostSpec
 
 MIXED_SIZE_POLICIES = (SchedulerPolicy.BEST_EFFORT, SchedulerPolicy.EQUAL_SHARE)
 TUNING = ("timeslice_ms", "frequency_hz", "averaging_factor")
@@ -67,29 +66,26 @@ def value_of(change: HostChange) -> str | None:
     return rmpvmrl.encode(*rmpvmrl.parse_label(str(change.new)))
 
 
-class Scheduler:
+SCHEDULER = ChangeKind("scheduler")
+
+
+class Scheduler(HostSetting[SchedulerSpec | None]):
     key = "scheduler"
-    schema: Any = Annotated[SchedulerSpec | None, BeforeValidator(_shorthand)]
-    default: Any = None
-    kinds = (ChangeKind.SCHEDULER,)
-    offer_kinds: frozenset[ChangeKind] = frozenset()
-    observes = Observes(
-        host_fields=("module_options",),
-        facts=("options_configured", "options_effective", "declared_params"),
-    )
+    schema: ClassVar[Any] = Annotated[SchedulerSpec | None, BeforeValidator(_shorthand)]
+    kinds = (SCHEDULER,)
+    shell_kinds = frozenset(kinds)  # the module's declared parameters are read there
+    reads = Reads(host_fields=("module_options",), api=(MODULE_OPTIONS,))
     drift_fields = ("module_options",)
-    privileges: SettingPrivileges | None = None
+    apply_step = MODULE_OPTIONS_STEP
 
-    def is_set(self, spec: HostSpec) -> bool:
-        return spec.scheduler is not None
-
-    def problems(self, spec: HostSpec) -> list[tuple[KeyPath, str]]:
+    def problems(self, spec: object) -> list[tuple[KeyPath, str]]:
         """Fixed share on mixed-size GPUs; tuning that does not go with the policy."""
-        sched = spec.scheduler
+        sched = self.of(spec)
         if sched is None:
             return []
         out: list[tuple[KeyPath, str]] = []
-        if sched.policy == SchedulerPolicy.FIXED_SHARE and any(g.vgpu_mode == VgpuMode.MIXED_SIZE for g in spec.gpus):
+        mixed = any(VGPU_MODE.of(g) == VgpuMode.MIXED_SIZE for g in GPUS.of(spec))
+        if sched.policy == SchedulerPolicy.FIXED_SHARE and mixed:
             out.append(((self.key,), "mixed-size GPUs support only the best-effort and equal-share schedulers"))
         tuning = [k for k in TUNING if getattr(sched, k) is not None]
         if tuning and sched.policy == SchedulerPolicy.BEST_EFFORT:
@@ -101,7 +97,7 @@ class Scheduler:
         return out
 
     def plan(self, inp: PlanInput) -> HostPlan:
-        sched, host = inp.spec.scheduler, inp.host
+        sched, host = self.of(inp.spec), inp.host
         result = HostPlan()
         if sched is None:
             return result
@@ -131,33 +127,18 @@ class Scheduler:
             old = str(rmpvmrl.decode(now))
             if rmpvmrl.to_int(now) != rmpvmrl.to_int(next_boot):
                 old += f" ({rmpvmrl.decode(next_boot)} after reboot)"
-            result.changes.append(host_change(inp, ChangeKind.SCHEDULER, old, label(sched), Phase.REBOOT))
+            result.changes.append(host_change(inp, SCHEDULER, old, label(sched), Phase.REBOOT))
         return result
-
-    def predict(self, host: ObservedHost, changes: Sequence[HostChange]) -> None:
-        pass  # the scheduler changes nothing vSphere shows
-
-    def step(self, kind: ChangeKind) -> ApplyStep:
-        return MODULE_OPTIONS_STEP
-
-    def needs_shell(self, kind: ChangeKind) -> bool:
-        return True  # the module's declared parameters are read there
 
     def param_written(self, change: HostChange) -> str | None:
         return modopts.REGISTRY_DWORDS if value_of(change) is not None else None
-
-    def ends_nvlink_groups(self, change: HostChange) -> bool:
-        return False
 
     def apply(self, step: ApplyStep, changes: Sequence[HostChange], writer: HostWriter) -> None:
         for c in changes:
             writer.option_edits.append(partial(modopts.set_rmpvmrl, value=value_of(c)))
 
-    def verify(self, inp: PlanInput) -> list[str]:
-        return []
-
-    def explain(self, key: str, host: ObservedHost) -> str | None:
-        state = modopts.scheduler_of(host.module_options)
+    def explain(self, key: str, host: ObservedHost, facts: HostFacts | None) -> str | None:
+        state = modopts.scheduler_of(ModuleOptions.of(host, facts).configured)
         value = getattr(state, key.partition(".")[2], None)
         return "(none)" if value is None else str(value)
 

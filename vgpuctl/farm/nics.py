@@ -1,6 +1,6 @@
 """SR-IOV virtual functions and passthrough NICs as capacity, the way GPUs are: which physical NIC of a host an
 adapter's `device` names, how many virtual functions and whole NICs are free, and fitting a VM's adapters on
-one host (all or nothing). Pure; used by placement (vgpuctl.vms.placement.place_farm) and `capacity`.
+one host (all or nothing). Pure; used by placement (vgpuctl.farm.placement.place_farm) and `capacity`.
 
 A physical function's virtual functions are handed out at power-on (vSphere Networking 6.7, "Assign a
 Virtual Function as SR-IOV Passthrough Adapter", step 11); a passthrough NIC belongs to one running VM.
@@ -8,45 +8,12 @@ Virtual Function as SR-IOV Passthrough Adapter", step 11); a passthrough NIC bel
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from vgpuctl.domain import AdapterType
-from vgpuctl.inventory.network import DeviceSelect
 from vgpuctl.model import Observed, ObservedHost, ObservedHostNic, ObservedVm, PowerState
-from vgpuctl.netrules import network_rules
-
-_BRACKET = re.compile(r"\[([^\]]+)\]")
-
-
-def nic_model(nic: ObservedHostNic) -> str:
-    """`ConnectX-7` for "MT2910 Family [ConnectX-7]"; the whole name when it has no bracketed model."""
-    m = _BRACKET.search(nic.device_name)
-    return m.group(1).strip() if m else nic.device_name
-
-
-def is_virtual_function(nic: ObservedHostNic) -> bool:
-    rules = network_rules()
-    return (nic.vendor_id == rules.nic_vendor_id and nic.device_id in rules.vf_device_ids) or \
-        "virtual function" in nic.device_name.lower()
-
-
-def selects(select: DeviceSelect, nic: ObservedHostNic) -> bool:
-    if select.by == "pci":
-        return nic.pci_id.lower() == select.value
-    if select.by == "vmnic":
-        return nic.vmnic == select.value
-    wanted = select.value.lower()
-    if wanted in (nic_model(nic).lower(), nic.device_name.lower()):
-        return True
-    known = next((m for m in network_rules().nic_models if m.model.lower() == wanted), None)
-    return known is not None and nic.vendor_id == network_rules().nic_vendor_id and nic.device_id == known.device_id
-
-
-def matching_nics(host: ObservedHost, select: DeviceSelect) -> list[ObservedHostNic]:
-    """The host's physical NICs (not virtual functions) the selection names, by PCI id."""
-    return sorted((n for n in host.nics if not is_virtual_function(n) and selects(select, n)), key=lambda n: n.pci_id)
+from vgpuctl.nicselect import DeviceSelect, describe_nics, is_virtual_function, matching_nics, nic_model
 
 
 def usable_nics(host: ObservedHost, kind: AdapterType, select: DeviceSelect) -> tuple[list[ObservedHostNic], str]:
@@ -75,11 +42,6 @@ def _sriov_state(nic: ObservedHostNic) -> str:
     if nic.num_vf_requested and not nic.num_vf:
         return f"{nic.num_vf_requested} VFs requested, not active until the host reboots"
     return "0 VFs"
-
-
-def describe_nics(host: ObservedHost) -> str:
-    pfs = [n for n in host.nics if not is_virtual_function(n)]
-    return ", ".join(f"{n.pci_id} {nic_model(n)}" + (f" ({n.vmnic})" if n.vmnic else "") for n in pfs)
 
 
 # ------------------------------------------------------------------------------------------------ ledger

@@ -15,28 +15,26 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
 from vgpuctl.domain import ChangeKind, Phase
-from vgpuctl.hosts.facts import HostFacts
-from vgpuctl.hosts.settings.base import (
+from vgpuctl.model import HostChange, ObservedHost, ObservedHostNic
+from vgpuctl.settings.base import (
     ApplyStep,
     Exported,
     HostPlan,
+    HostSetting,
     HostWriter,
-    Observes,
     PlanInput,
+    Reads,
     SettingPrivileges,
     SettingState,
     host_change,
 )
-from vgpuctl.model import HostChange, ObservedHost, ObservedHostNic
+from vgpuctl.settings.facts import NETWORK, HostFacts
 from vgpuctl.strictmodel import KeyPath, StrictModel
-
-if TYPE_CHECKING:
-    from vgpuctl.inventory import HostSpec
 
 OFF = "off"
 _VFS = re.compile(r"^(\d+) VFs?$")
@@ -63,9 +61,8 @@ def vfs_of(text: str) -> int:
 
 
 def matching(host: ObservedHost, device: str) -> list[ObservedHostNic]:
-    """The NICs (not virtual functions) a PCI id, vmnic name or model names (vgpuctl.vms.nicplace)."""
-    from vgpuctl.inventory.network import DeviceSelect
-    from vgpuctl.vms.nicplace import matching_nics
+    """The NICs (not virtual functions) a PCI id, vmnic name or model names (vgpuctl.farm.nics)."""
+    from vgpuctl.nicselect import DeviceSelect, matching_nics
 
     return matching_nics(host, DeviceSelect.parse(device))
 
@@ -91,29 +88,29 @@ def _label(nic: ObservedHostNic) -> str:
 SRIOV_STEP = ApplyStep("sriov", 40)  # one UpdatePassthruConfig for the host's NICs
 
 
-class Sriov:
+SRIOV = ChangeKind("sriov")  # a NIC's SR-IOV virtual functions
+
+
+class Sriov(HostSetting[list[SriovSpec]]):
     key = "sriov"
-    schema: Any = list[SriovSpec]
-    default: Any = Field(default_factory=list)
-    kinds = (ChangeKind.SRIOV,)
-    offer_kinds: frozenset[ChangeKind] = frozenset()
-    observes = Observes(
+    schema: ClassVar[Any] = list[SriovSpec]
+    default: ClassVar[Any] = Field(default_factory=list)
+    kinds = (SRIOV,)
+    reads = Reads(
         properties=("config.pciPassthruInfo", "config.network.pnic", "hardware.pciDevice"),
         host_fields=("nics",),
-        facts=("network", "network_error"),
+        api=(NETWORK,),
     )
     drift_fields = ("nics",)
     privileges = SettingPrivileges("SR-IOV virtual functions on a host NIC (`sriov`)", ("UpdatePassthruConfig",),
                                    ("Host.Config.PciPassthru",))
+    apply_step = SRIOV_STEP
 
-    def is_set(self, spec: HostSpec) -> bool:
-        return bool(spec.sriov)
-
-    def problems(self, spec: HostSpec) -> list[tuple[KeyPath, str]]:
+    def problems(self, spec: object) -> list[tuple[KeyPath, str]]:
         """The same device named twice."""
         seen: dict[str, int] = {}
         out: list[tuple[KeyPath, str]] = []
-        for i, item in enumerate(spec.sriov):
+        for i, item in enumerate(self.of(spec)):
             key = item.device.lower()
             if key in seen:
                 out.append(((self.key, i, "device"), f"{item.device} is already listed (item {seen[key] + 1})"))
@@ -123,7 +120,7 @@ class Sriov:
     def plan(self, inp: PlanInput) -> HostPlan:
         host, result = inp.host, HostPlan()
         wanted: dict[str, tuple[ObservedHostNic, int, str]] = {}
-        for item in inp.spec.sriov:
+        for item in self.of(inp.spec):
             nics = matching(host, item.device)
             if not nics:
                 result.errors.append(f"host {host.name}: sriov: no NIC {item.device} ({_nics_text(host)})")
@@ -140,7 +137,7 @@ class Sriov:
         phase = _phase(inp)
         for pci, (nic, vfs, _) in sorted(wanted.items()):
             if not in_sync(nic, vfs):
-                result.changes.append(host_change(inp, ChangeKind.SRIOV, state_text(nic), vf_text(vfs), phase, pci))
+                result.changes.append(host_change(inp, SRIOV, state_text(nic), vf_text(vfs), phase, pci))
         return result
 
     def predict(self, host: ObservedHost, changes: Sequence[HostChange]) -> None:
@@ -153,18 +150,6 @@ class Sriov:
             nic.sriov_enabled = nic.sriov_active = vfs > 0
             nic.num_vf = nic.num_vf_requested = vfs
 
-    def step(self, kind: ChangeKind) -> ApplyStep:
-        return SRIOV_STEP
-
-    def needs_shell(self, kind: ChangeKind) -> bool:
-        return False
-
-    def param_written(self, change: HostChange) -> str | None:
-        return None
-
-    def ends_nvlink_groups(self, change: HostChange) -> bool:
-        return False
-
     def apply(self, step: ApplyStep, changes: Sequence[HostChange], writer: HostWriter) -> None:
         from vgpuctl.vsphere import hostnet
 
@@ -173,14 +158,6 @@ class Sriov:
         writer.progress("sriov", ", ".join(f"{c.target} {c.new}" for c in changes))
         hostnet.update_sriov(writer.session, writer.moid, nics)
         writer.done("sriov")
-
-    def verify(self, inp: PlanInput) -> list[str]:
-        return []  # planning again finds each NIC with its virtual functions in effect
-
-    def explain(self, key: str, host: ObservedHost) -> str | None:
-        """None: the items name NICs by model, vmnic or PCI id, which vCenter's values cannot be compared with
-        without the entry; the plan's changes name each NIC with its value now."""
-        return None
 
     def export(self, host: ObservedHost, facts: HostFacts | None) -> Exported:
         items = [{"device": n.vmnic or n.pci_id, "vfs": n.num_vf_requested}
@@ -210,12 +187,12 @@ def _cannot(nic: ObservedHostNic, vfs: int) -> str | None:
 
 def _phase(inp: PlanInput) -> Phase:
     """Maintenance mode alone where the host says it rebinds devices without a reboot, else a reboot too."""
-    network = inp.facts.network if inp.facts is not None else None
+    network = inp.facts.get(NETWORK) if inp.facts is not None else None
     return Phase.MAINTENANCE if network is not None and network.rebind else Phase.REBOOT
 
 
 def _nics_text(host: ObservedHost) -> str:
-    from vgpuctl.vms.nicplace import describe_nics
+    from vgpuctl.nicselect import describe_nics
 
     return describe_nics(host) or "no NICs observed"
 
