@@ -90,7 +90,8 @@ class BoardInfo:
     pci_device_ids: tuple[int, ...] = ()
     mig_apply: str | None = None  # reboot | immediate
     nvlink_topology: str = "none"  # bridge-pairs | bridge-quads | nvswitch | none
-    nvlink_links: int | None = None
+    nvlink_links: int | None = None  # links per GPU its bridge or baseboard wires (None: not published)
+    nvlink_listed: int | None = None  # links per GPU `nvidia-smi nvlink -s` lists, wired or not
     mmio_gb: int | None = None  # 64-bit MMIO space a VM needs per vGPU on this GPU (NVIDIA's table); None: not listed
     uvm_disables_nvlink_p2p: bool = False  # UVM on a multi-vGPU VM turns NVLink P2P off (NVIDIA: A100)
     source: str = ""
@@ -168,6 +169,7 @@ def _board(raw: dict[str, Any]) -> BoardInfo:
         mig_apply=mig.get("apply"),
         nvlink_topology=str(nvlink.get("topology", "none")),
         nvlink_links=nvlink.get("links"),
+        nvlink_listed=nvlink.get("listed", nvlink.get("links")),
         mmio_gb=(raw.get("mmio") or {}).get("gb"),
         uvm_disables_nvlink_p2p=bool((raw.get("uvm") or {}).get("disables_nvlink_p2p")),
         source=str(raw.get("source", "")),
@@ -437,6 +439,29 @@ def offered_alternatives(wanted: str, offered: Iterable[str], limit: int = 6) ->
         return (0 if p.board == want.board else 1, abs(p.fb_gb - want.fb_gb), name)
 
     return sorted(names, key=rank)[:limit]
+
+
+# ------------------------------------------------------------------------------------------- NVLink
+
+
+def nvlink_links_problem(enabled: bool, active: int, listed: int, wired: int | None) -> str | None:
+    """Whether a GPU's NVLinks are as its host's NVLink setting asks (None) or why not, from `nvidia-smi nvlink -s`:
+    `active` links up of `listed`, and `wired`, what the board's bridge or baseboard connects (catalogue `links`;
+    None: not published). A GPU lists links its bridge does not wire (an H100 PCIe lists 18, its bridge wires 12:
+    docs/vgpu-catalogue.md), so enabled means the wired ones up, never all listed ones. A GPU with none up passes:
+    nvidia-smi shows a GPU without a bridge and one whose bridge did not come up alike, and vgpuctl cannot tell
+    which the host has (docs/host-changes.md). Disabled means none up."""
+    if not enabled:
+        return f"{active} of {listed} links up, expected none" if active else None
+    if active == 0 or wired is None or active >= wired:
+        return None
+    return f"{active} links up, expected the {wired} its NVLink bridge or baseboard wires (nvidia-smi lists {listed})"
+
+
+def nvlink_wired(board: str | None) -> int | None:
+    """NVLinks per GPU the board's bridge or baseboard wires (catalogue `links`); None: unknown board or count."""
+    info = BOARDS.get(board or "")
+    return info.nvlink_links if info is not None else None
 
 
 # ------------------------------------------------------------------------------------------- limits

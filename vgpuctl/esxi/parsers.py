@@ -381,6 +381,7 @@ class GpuNvLinks:
     name: str
     uuid: str | None
     links: tuple[NvLink, ...] = ()
+    all_inactive: bool = False  # NVML printed that every link is down instead of listing them
 
     @property
     def active_links(self) -> int:
@@ -389,25 +390,39 @@ class GpuNvLinks:
 
 _NVL_GPU = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: ([^)]+)\))?\s*$")
 _NVL_LINK = re.compile(r"^\s*Link (\d+): (?:([\d.]+) GB/s|<inactive>)\s*$")
+# What nvidia-smi prints under a GPU whose links are all down (no bridge fitted, or NVLink off), in place of the
+# link lines (tests/fixtures/nvidia-smi/rtx-a6000.nvlink-s-inactive.txt).
+_NVL_ALL_INACTIVE = re.compile(r"^\s*NVML: Unable to retrieve NVLink information as all links are inActive\s*$",
+                               re.IGNORECASE)
 
 
 def parse_nvlink_status(text: str) -> list[GpuNvLinks]:
-    """`nvidia-smi nvlink -s`: a GPU line, then "Link N: 25 GB/s" or "Link N: <inactive>" lines."""
+    """`nvidia-smi nvlink -s`: a GPU line, then "Link N: 25 GB/s" or "Link N: <inactive>" lines, or NVML's line
+    saying that all of the GPU's links are inactive (no link up: `all_inactive`, no links listed)."""
     gpus: list[GpuNvLinks] = []
     for line in _lines(text):
         if not line.strip():
             continue
         if m := _NVL_LINK.match(line):
-            if not gpus:
-                raise OutputFormatError(f"nvidia-smi nvlink -s: link before any GPU: {line!r}")
-            g = gpus[-1]
+            g = _last_gpu(gpus, line)
             link = NvLink(int(m[1]), m[2] is not None, float(m[2]) if m[2] else None)
             gpus[-1] = GpuNvLinks(g.index, g.name, g.uuid, (*g.links, link))
+        elif _NVL_ALL_INACTIVE.match(line):
+            g = _last_gpu(gpus, line)
+            if g.links:
+                raise OutputFormatError(f"nvidia-smi nvlink -s: GPU {g.index} lists links and says none is active")
+            gpus[-1] = GpuNvLinks(g.index, g.name, g.uuid, (), all_inactive=True)
         elif m := _NVL_GPU.match(line):
             gpus.append(GpuNvLinks(int(m[1]), m[2], m[3]))
         else:
             raise OutputFormatError(f"nvidia-smi nvlink -s: unexpected line {line!r}")
     return gpus
+
+
+def _last_gpu(gpus: list[GpuNvLinks], line: str) -> GpuNvLinks:
+    if not gpus:
+        raise OutputFormatError(f"nvidia-smi nvlink -s: link before any GPU: {line!r}")
+    return gpus[-1]
 
 
 # --- nvidia-smi topo -m --------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ class GpuFacts:
     name: str = ""
     mig_current: bool | None = None  # None: the GPU is not MIG-capable (nvidia-smi says N/A)
     mig_pending: bool | None = None
-    nvlink_links: int = 0  # NVLinks of the GPU
+    nvlink_links: int = 0  # NVLinks `nvidia-smi nvlink -s` lists for the GPU (wired or not; 0: none listed)
     nvlink_active: int = 0  # of which are up
     nvlink_peers: list[str] = field(default_factory=list)  # GPUs connected over NVLink now (topo NV#)
     graphics_type: str | None = None  # graphicsConfig.deviceType[].graphicsType (None: not read)

@@ -29,7 +29,7 @@ from vgpuctl.hosts.settings.base import (
     host_change,
 )
 from vgpuctl.model import HostChange, ObservedHost
-from vgpuctl.profiles import BOARDS, board_for_device
+from vgpuctl.profiles import BOARDS, board_for_device, nvlink_links_problem, nvlink_wired
 from vgpuctl.strictmodel import KeyPath, Lax
 
 if TYPE_CHECKING:
@@ -90,18 +90,19 @@ class Nvlink:
             writer.option_edits.append(partial(modopts.set_nvlink, state=NvlinkState(str(c.new))))
 
     def verify(self, inp: PlanInput) -> list[str]:
-        """Every link up (enabled) or none (disabled), as nvidia-smi shows them."""
+        """The links the board wires up (enabled) or none (disabled), as nvidia-smi shows them
+        (profiles.nvlink_links_problem)."""
         want, facts = inp.spec.nvlink, inp.facts
         if want is None or facts is None or not facts.shell:
             return []
+        observed = inp.gpus
         problems = []
         for pci, g in sorted(facts.gpus.items()):
-            if g.nvlink_links == 0:
-                continue
-            if want == NvlinkState.ENABLED and g.nvlink_active < g.nvlink_links:
-                problems.append(f"nvlink {pci}: {g.nvlink_active} of {g.nvlink_links} links up, expected all")
-            if want == NvlinkState.DISABLED and g.nvlink_active > 0:
-                problems.append(f"nvlink {pci}: {g.nvlink_active} of {g.nvlink_links} links up, expected none")
+            og = observed.get(pci.lower())
+            wired = nvlink_wired(board_for_device(og.device_name, None, og.device_id) if og is not None else None)
+            problem = nvlink_links_problem(want == NvlinkState.ENABLED, g.nvlink_active, g.nvlink_links, wired)
+            if problem is not None:
+                problems.append(f"nvlink {pci}: {problem}")
         return problems
 
     def explain(self, key: str, host: ObservedHost) -> str | None:

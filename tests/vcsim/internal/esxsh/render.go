@@ -314,11 +314,19 @@ func RenderLGIPP(gpus []GPU) string {
 	return b.String()
 }
 
+// AllLinksInactive is what nvidia-smi prints under a GPU none of whose NVLinks is up (no bridge fitted, or NVLink
+// off), instead of its link lines (tests/fixtures/nvidia-smi/rtx-a6000.nvlink-s-inactive.txt).
+const AllLinksInactive = "NVML: Unable to retrieve NVLink information as all links are inActive"
+
 // RenderNVLinkStatus is `nvidia-smi nvlink -s`.
 func RenderNVLinkStatus(gpus []GPU) string {
 	var b strings.Builder
 	for _, g := range gpus {
 		fmt.Fprintf(&b, "GPU %d: %s (UUID: %s)\n", g.Index, g.Name, g.UUID)
+		if len(g.NVLinks) > 0 && linksUp(g) == 0 {
+			b.WriteString(AllLinksInactive + "\n")
+			continue
+		}
 		for _, l := range g.NVLinks {
 			if l.Up {
 				fmt.Fprintf(&b, "\t Link %d: %s GB/s\n", l.Index, strconv.FormatFloat(l.SpeedGBs, 'f', -1, 64))

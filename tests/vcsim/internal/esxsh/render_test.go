@@ -40,10 +40,20 @@ func TestRenderersMatchRealOutputs(t *testing.T) {
 		}
 		return g
 	}
+	a6000 := func(i int, uuid string, links int) GPU {
+		g := GPU{Index: i, Name: "NVIDIA RTX A6000", UUID: uuid}
+		for l := 0; l < 4; l++ {
+			g.NVLinks = append(g.NVLinks, Link{Index: l, Peer: 1 - i, Up: l < links, SpeedGBs: 14.062})
+		}
+		return g
+	}
 	cases := []struct {
 		fixture string
 		got     string
 	}{
+		{"rtx-a6000.nvlink-s-inactive.txt", RenderNVLinkStatus([]GPU{
+			a6000(0, "GPU-5baec991-de63-c196-1766-04c38407e133", 4), a6000(1, "GPU-39fc2446-cb50-2067-2867-d95efd470a2c", 4),
+			a6000(2, "GPU-02c05ee3-bdb5-aac7-f9e8-a4c8f3f725b3", 0)})},
 		{"a100-40gb.mig-lgip.txt", RenderLGIP([]GPU{a100})},
 		{"h100-80gb.mig-lgip.txt", RenderLGIP([]GPU{h100})},
 		{"a100-40gb.mig-lgipp.txt", RenderLGIPP([]GPU{a100})},

@@ -23,7 +23,8 @@ type Model struct {
 	GIProfiles     []GIProfile `json:"giProfiles,omitempty"`
 	NVLinkCapable  bool        `json:"nvlinkCapable"`
 	NVLinkTopology string      `json:"nvlinkTopology"`
-	NVLinkLinks    int         `json:"nvlinkLinks,omitempty"`
+	NVLinkLinks    int         `json:"nvlinkLinks,omitempty"`  // links the bridge or baseboard wires per GPU
+	NVLinkListed   int         `json:"nvlinkListed,omitempty"` // links nvidia-smi lists per GPU (wired or not)
 	// GPUs one NVLink bridge set connects (catalogue bridge_gpus: [2], or [2, 4] for the H200 NVL)
 	NVLinkBridgeGPUs []int      `json:"nvlinkBridgeGPUs,omitempty"`
 	Types            []VGPUType `json:"types"`
