@@ -485,18 +485,50 @@ def api_at_least(api_version: str | None, wanted: tuple[int, ...]) -> bool:
 # ---------------------------------------------------------------------------------------- maxima
 
 
-def max_per_gpu(profile: VgpuProfile, vgpu_mode: str, gpu_fb_gb: float | None = None) -> int | None:
-    """NVIDIA's maximum of vGPUs of this type per GPU in the GPU's mode (the catalogue row's table): `max_equal`
-    for a MIG-backed type (per GPU in MIG mode) and in equal-size mode, `max_mixed` in mixed-size mode (None: not
-    published, vgpuctl refuses the type there). A type outside the catalogue in equal-size mode: framebuffer /
-    size, an upper bound (the tables cap some types below it: L40S-1B 32 on 48 GB). None when nothing says."""
+def published_max_per_gpu(profile: VgpuProfile, vgpu_mode: str) -> int | None:
+    """NVIDIA's published maximum of vGPUs of this type per GPU in the GPU's mode (the catalogue row's table):
+    `max_equal` for a MIG-backed type (per GPU in MIG mode) and in equal-size mode, `max_mixed` in mixed-size mode;
+    None: not published (or a type outside the catalogue)."""
     row = profile.vgpu_type
-    if profile.is_mig:
-        return row.max_equal if row is not None else None
-    if vgpu_mode == GpuVgpuMode.MIXED_SIZE:
-        return row.max_mixed if row is not None else None
-    if row is not None and row.max_equal is not None:
-        return row.max_equal
+    if row is None:
+        return None
+    if vgpu_mode == GpuVgpuMode.MIXED_SIZE and not profile.is_mig:
+        return row.max_mixed
+    return row.max_equal
+
+
+def framebuffer_holds(profile: VgpuProfile) -> int | None:
+    """How many vGPUs of the type its board's framebuffer holds (catalogue framebuffer / type framebuffer); None
+    for a board outside the catalogue."""
+    return _holds(profile.board, profile.fb_gb)
+
+
+@lru_cache(maxsize=1024)  # placement asks for it for every GPU it tries
+def _holds(board: str, fb_gb: float) -> int | None:
+    info = BOARDS.get(board)
+    if info is None or not fb_gb:
+        return None
+    return math.floor(info.fb_gb / fb_gb + 1e-9)
+
+
+def capped_max(published: int | None, profile: VgpuProfile) -> int | None:
+    """A time-sliced type's published maximum capped at what the board's framebuffer holds: NVIDIA AI Enterprise 7
+    lists 6 x H100-16C per 80 GB GPU, which 6 x 16 GB cannot fit (vGPU 17 said 5), so vgpuctl plans with 5
+    (docs/vgpu-catalogue.md). A MIG-backed type's maximum stands: the MIG geometry holds it, and its name rounds
+    the instance memory up (2 x H200-3-71C on 141 GB). The host's own report still wins where vgpuctl reads one."""
+    holds = None if profile.is_mig else framebuffer_holds(profile)
+    return published if published is None or holds is None else min(published, holds)
+
+
+def max_per_gpu(profile: VgpuProfile, vgpu_mode: str, gpu_fb_gb: float | None = None) -> int | None:
+    """How many vGPUs of this type one GPU holds at most in the GPU's mode: NVIDIA's published maximum
+    (published_max_per_gpu) capped at what the framebuffer holds (capped_max); None in mixed-size mode without a
+    published maximum (vgpuctl refuses the type there). A type outside the catalogue in equal-size mode:
+    framebuffer / size, an upper bound (the tables cap some types below it: L40S-1B 32 on 48 GB). None when
+    nothing says."""
+    published = published_max_per_gpu(profile, vgpu_mode)
+    if published is not None or profile.is_mig or vgpu_mode == GpuVgpuMode.MIXED_SIZE:
+        return capped_max(published, profile)
     return int(gpu_fb_gb // profile.fb_gb) if gpu_fb_gb and profile.fb_gb else None
 
 
