@@ -50,7 +50,8 @@ RULE = [
     ("550.90.05", "535.161.07", CheckStatus.WARN),
     ("550.90.05", "580.65.06", CheckStatus.FAIL),  # guest newer than the manager
     ("535.161.05", "550.90.07", CheckStatus.FAIL),
-    ("580.65.05", "535.161.07", CheckStatus.FAIL),  # two branches apart, LTS status of R580 unknown: no exception
+    ("580.65.05", "535.161.07", CheckStatus.WARN),  # R580 and R535 are both LTS: the previous LTS branch
+    ("580.65.05", "550.90.07", CheckStatus.FAIL),  # two branches apart, R550 is no LTS branch
     ("550.90.05", "525.85.05", CheckStatus.FAIL),
     ("999.1.1", "550.90.07", CheckStatus.WARN),  # a branch the table does not know
 ]
@@ -61,6 +62,14 @@ def test_branch_rule(manager: str, guest: str, status: CheckStatus) -> None:
     m, g = branches.branch_of(manager), branches.branch_of(guest)
     assert m is not None and g is not None
     assert branches.compatibility(m, g).status == status
+
+
+def test_r580_is_a_long_term_support_branch() -> None:
+    """NVIDIA's data-center driver lifecycle page lists R580 (and R535) as Long Term Support Branches."""
+    r580 = branches.known(580)
+    assert r580 is not None and r580.track == branches.Track.LTS
+    verdict = branches.compatibility(580, 535)
+    assert verdict.status == CheckStatus.WARN and "LTS branch before" in verdict.reason
 
 
 def test_the_lts_exception_needs_both_branches_lts(monkeypatch: pytest.MonkeyPatch) -> None:
