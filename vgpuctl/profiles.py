@@ -87,6 +87,7 @@ class BoardInfo:
     nvlink_capable: bool = False
     aliases: tuple[str, ...] = ()
     device_names: tuple[str, ...] = ()
+    pci_names: tuple[str, ...] = ()  # pci.ids names (`GA100 [A100 PCIe 40GB]`), as esxcli and lspci print them
     pci_device_ids: tuple[int, ...] = ()
     mig_apply: str | None = None  # reboot | immediate
     nvlink_topology: str = "none"  # bridge-pairs | bridge-quads | nvswitch | none
@@ -165,6 +166,7 @@ def _board(raw: dict[str, Any]) -> BoardInfo:
         nvlink_capable=nvlink.get("topology", "none") != "none",
         aliases=tuple(raw.get("aliases") or ()),
         device_names=tuple(raw.get("device_names") or ()),
+        pci_names=tuple(raw.get("pci_names") or ()),
         pci_device_ids=tuple(int(i) for i in raw.get("pci_device_ids") or ()),
         mig_apply=mig.get("apply"),
         nvlink_topology=str(nvlink.get("topology", "none")),
@@ -226,15 +228,22 @@ BOARDS: Mapping[str, BoardInfo] = _Boards()
 
 @cache
 def _board_index() -> tuple[dict[int, list[str]], dict[str, list[str]]]:
-    """Boards by PCI device id and by lower-case device name, in catalogue order."""
+    """Boards by PCI device id and by device name (the names NVML reports and the pci.ids names, as _name_key
+    spells them), in catalogue order."""
     by_id: dict[int, list[str]] = {}
     by_name: dict[str, list[str]] = {}
     for b in BOARDS.values():
         for device_id in dict.fromkeys(b.pci_device_ids):
             by_id.setdefault(device_id, []).append(b.board)
-        for name in dict.fromkeys(d.lower() for d in b.device_names):
+        for name in dict.fromkeys(_name_key(d) for d in (*b.device_names, *b.pci_names)):
             by_name.setdefault(name, []).append(b.board)
     return by_id, by_name
+
+
+def _name_key(name: str) -> str:
+    """A device name for lookup: lower case, runs of blanks as one, none before `[` (pci.ids has spelled
+    `GH100[H100 SXM5 80GB]` and `GH100 [H100 SXM5 80GB]`)."""
+    return re.sub(r"\s+", " ", name.strip().lower()).replace(" [", "[")
 
 
 @cache
@@ -395,14 +404,15 @@ def known_models() -> list[str]:
 def board_for_device(
     device_name: str, memory_gb: float | None = None, device_id: int | None = None, offered: Iterable[str] = ()
 ) -> str | None:
-    """Board of a physical GPU: by PCI device id, else by the exact device name the host reports, else by the
-    boards of the profiles the host offers (narrowed by the GPU's memory). Never by substrings of the name."""
+    """Board of a physical GPU: by PCI device id, else by the whole device name the host reports (NVML's, or the
+    pci.ids name `esxcli graphics device list` prints: `GA100 [A100 PCIe 40GB]`), else by the boards of the
+    profiles the host offers (narrowed by the GPU's memory). Never by substrings of the name."""
     ids, names = _board_index()
     if device_id:
         by_id = ids.get(device_id, [])
         if len(by_id) == 1:
             return by_id[0]
-    by_name = names.get(device_name.strip().lower(), [])
+    by_name = names.get(_name_key(device_name), [])
     if len(by_name) == 1:
         return by_name[0]
     return board_from_offered(offered, memory_gb)
