@@ -111,6 +111,7 @@ def test_every_fixture_has_a_case() -> None:
         ("parse_mig_set", "All done.\n"),
         ("parse_lgip", "+---+\n| nothing |\n"),
         ("parse_lgipp", "GPU 0 Profile ID x\n"),
+        ("parse_lgi", "+----+\n| GPU instances: |\n"),
         ("parse_nvlink_status", "\t Link 0: 25 GB/s\n"),
         ("parse_nvlink_status", "garbage\n"),
         ("parse_topo_matrix", "nothing here\n"),
@@ -147,6 +148,7 @@ def test_mig_set_results() -> None:
 
 def test_lgip_when_no_mig_gpu() -> None:
     assert parsers.parse_lgip("No MIG-enabled devices found.\n") == []
+    assert parsers.parse_lgi("No GPU instances found: Not Found\n") == []
 
 
 def test_gpu_instance_profile_properties() -> None:
@@ -200,6 +202,7 @@ def test_module_options_round_trip(options: str, parsed: dict[str, str]) -> None
         (commands.set_mig_mode("00000000:3B:00.0", False), "nvidia-smi -i 00000000:3B:00.0 -mig 0"),
         (commands.list_gpu_instance_profiles(0), "nvidia-smi mig -lgip -i 0"),
         (commands.list_gpu_instance_placements(), "nvidia-smi mig -lgipp"),
+        (commands.list_gpu_instances(), "nvidia-smi mig -lgi"),
         (commands.nvlink_status(), "nvidia-smi nvlink -s"),
         (commands.topology(), "nvidia-smi topo -m"),
         (commands.module_parameters_list(), "esxcli system module parameters list -m nvidia"),

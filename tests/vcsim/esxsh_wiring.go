@@ -312,8 +312,8 @@ func hostView(info farm.HostInfo) esxsh.Host {
 			Heterogeneous: g.TimeSlicedMode == farm.ModeMixedSize, ActiveVGPUs: len(g.VGPUs),
 		}
 		for _, s := range g.VGPUs {
-			if s.Start >= 0 && s.Size > 0 {
-				v.MIGInstances = append(v.MIGInstances, esxsh.MIGInstance{Profile: s.GI, Start: s.Start, Size: s.Size})
+			if s.Start >= 0 && s.Size > 0 { // instance ids in the order vSphere created them (a driver picks its own)
+				v.MIGInstances = append(v.MIGInstances, esxsh.MIGInstance{ID: len(v.MIGInstances) + 1, Profile: s.GI, Start: s.Start, Size: s.Size})
 			}
 		}
 		v.NVLinks, v.SwitchPeers = gpuNVLinks(m, g, info.NVLinkTopology, index, linkSpeed[v.Architecture])

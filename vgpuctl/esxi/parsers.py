@@ -365,6 +365,35 @@ def parse_lgipp(text: str) -> list[GpuInstancePlacements]:
     return out
 
 
+# --- nvidia-smi mig -lgi -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuInstance:
+    """A GPU instance in use: its profile and where it sits (memory slots start:size)."""
+
+    gpu: int
+    name: str  # without "MIG ", e.g. 3g.20gb
+    profile_id: int
+    instance_id: int
+    start: int
+    size: int
+
+
+_LGI_ROW = re.compile(r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s*\|$")
+_LGI_NONE = ("No GPU instances found", "No MIG-enabled devices found")
+
+
+def parse_lgi(text: str) -> list[GpuInstance]:
+    """`nvidia-smi mig -lgi`: one table row per GPU instance; NVML's "No GPU instances found: Not Found" (or no
+    MIG GPU at all) is none."""
+    out = [GpuInstance(int(m[1]), m[2], int(m[3]), int(m[4]), int(m[5]), int(m[6]))
+           for line in _lines(text) if (m := _LGI_ROW.match(line.strip()))]
+    if not out and not any(marker in text for marker in _LGI_NONE):
+        raise OutputFormatError("nvidia-smi mig -lgi: no GPU instance rows")
+    return out
+
+
 # --- nvidia-smi nvlink -s ------------------------------------------------------------------------------
 
 

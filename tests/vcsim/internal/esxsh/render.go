@@ -295,6 +295,37 @@ func RenderLGIP(gpus []GPU) string {
 	return b.String()
 }
 
+const lgiRule = "+----------------------------------------------------+\n"
+
+// RenderLGI is `nvidia-smi mig -lgi`: the GPU instances in use with their placements, per GPU in the order of
+// the GPU instance profiles (-lgip), then by instance id (the MIG user guide's example, as captured in
+// tests/fixtures/nvidia-smi/a100-40gb.mig-lgi.txt).
+func RenderLGI(gpus []GPU) string {
+	var b strings.Builder
+	b.WriteString(lgiRule)
+	b.WriteString("| GPU instances:                                     |\n")
+	b.WriteString("| GPU   Name          Profile  Instance   Placement  |\n")
+	b.WriteString("|                       ID       ID       Start:Size |\n")
+	b.WriteString("|====================================================|\n")
+	for _, g := range gpus {
+		for _, p := range g.MIGProfiles {
+			var rows []MIGInstance
+			for _, in := range g.MIGInstances {
+				if in.Profile == p.Name {
+					rows = append(rows, in)
+				}
+			}
+			slices.SortFunc(rows, func(a, b MIGInstance) int { return a.ID - b.ID })
+			for _, in := range rows {
+				fmt.Fprintf(&b, "|%4d  %-16s%3d%9d%13s     |\n", g.Index, "MIG "+in.Profile, p.ID, in.ID,
+					fmt.Sprintf("%d:%d", in.Start, in.Size))
+				b.WriteString(lgiRule)
+			}
+		}
+	}
+	return b.String()
+}
+
 // RenderLGIPP is `nvidia-smi mig -lgipp`: the possible placements of each profile.
 func RenderLGIPP(gpus []GPU) string {
 	var b strings.Builder
