@@ -460,3 +460,36 @@ def test_an_sriov_or_passthrough_adapter_needs_its_nic_on_a_host_of_the_vm() -> 
     assert not any(s.startswith("vm c") for s in found)  # a vmxnet3 adapter needs no NIC of the host
     skipped = vm_network_checks(inventory, observed, Scope(hosts))
     assert {c.status for c in skipped} == {CheckStatus.SKIP}
+
+
+def test_a_connectx_whose_firmware_has_sriov_off_is_named_with_the_mlxconfig_step() -> None:
+    """host.sriov-firmware: a NIC the host entry's `sriov` gives virtual functions but vSphere reports with
+    maxVirtualFunctionSupported 0 fails with NVIDIA's firmware step (SRIOV_EN=1 NUM_OF_VFS=N); one with virtual
+    functions passes; no `sriov` item: skipped. The sriov setting's plan names the same fix."""
+    import copy
+    from pathlib import Path
+
+    from ruamel.yaml import YAML
+
+    from vgpuctl.hosts.plan import plan_host, resolve_hosts
+    from vgpuctl.inventory import load_inventory_text
+    from vgpuctl.preflight.checks import sriov_firmware_checks
+    from vgpuctl.preflight.facts import Scope
+
+    farm_file = Path(__file__).resolve().parents[1] / "fixtures" / "network" / "_farm.yaml"
+    observed = Observed.from_dict(copy.deepcopy(YAML(typ="safe").load(farm_file.read_text())))
+    name = sorted(observed.hosts)[0]
+    inventory = load_inventory_text(
+        f"apiVersion: vgpuctl/v1\nhosts:\n  - name: {name}\n    sriov: [{{device: ConnectX-7, vfs: 8}}]\n", "inv.yaml")
+    specs, _ = resolve_hosts(inventory.hosts, observed)
+    passed = sriov_firmware_checks(observed, Scope([name], specs))
+    assert [c.status for c in passed] == [CheckStatus.PASS]
+    for nic in observed.hosts[name].nics:
+        nic.max_vf = 0
+    failed = sriov_firmware_checks(observed, Scope([name], specs))
+    assert failed and {c.status for c in failed} == {CheckStatus.FAIL}
+    assert "maxVirtualFunctionSupported 0" in failed[0].evidence
+    assert "mlxconfig" in (failed[0].fix or "") and "SRIOV_EN=1 NUM_OF_VFS=" in (failed[0].fix or "")
+    errors = plan_host(specs[name], observed.hosts[name]).errors
+    assert any("maxVirtualFunctionSupported 0" in e and "SRIOV_EN=1" in e for e in errors), errors
+    assert [c.status for c in sriov_firmware_checks(observed, Scope([name]))] == [CheckStatus.SKIP]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from vgpuctl.domain import CheckStatus, Firmware, GraphicsType, NvlinkRequirement, VgpuMode
 from vgpuctl.inventory import HostSpec, Inventory
 from vgpuctl.model import Observed, ObservedHost, Plan
+from vgpuctl.netrules import firmware_fix, firmware_sriov_off
 from vgpuctl.preflight import branches
 from vgpuctl.preflight.facts import About, ManagerFacts, Scope, SshOutcome, SshProbe
 from vgpuctl.profiles import try_parse
@@ -299,3 +300,28 @@ def vm_network_checks(inventory: Inventory | None, observed: Observed, scope: Sc
                                           "set `sriov` for the NIC in the host's entry (or enable it for passthrough), "
                                           "or place the VM where the NIC is"))
     return out
+
+
+def sriov_firmware_checks(observed: Observed, scope: Scope) -> list[PreflightCheck]:
+    """Each NIC a host entry's `sriov` item gives virtual functions: SR-IOV is on in its firmware (vSphere reports
+    it SR-IOV capable with maxVirtualFunctionSupported above 0); else the firmware step that fixes it (the
+    mlxconfig step for a ConnectX; data/network.yaml, sriov_firmware)."""
+    from vgpuctl.hosts.settings.sriov import matching
+
+    out = []
+    for name, spec in sorted(scope.specs.items()):
+        host = observed.hosts.get(name)
+        wanted = [item for item in spec.sriov if item.vfs > 0]
+        if host is None or not wanted:
+            continue
+        nics = {n.pci_id: (n, item) for item in wanted for n in matching(host, item.device)}
+        off = [(n, item) for n, item in nics.values() if firmware_sriov_off(n.sriov_capable, n.max_vf)]
+        for nic, item in off:
+            state = "is not SR-IOV capable" if not nic.sriov_capable else "reports maxVirtualFunctionSupported 0"
+            out.append(PreflightCheck("host.sriov-firmware", FAIL, f"NIC {nic.vmnic or nic.pci_id} ({nic.pci_id}) "
+                                      f"{state}: SR-IOV is off in its firmware (sriov: {item})", name,
+                                      firmware_fix(nic.vendor_id)))
+        if nics and not off:
+            shown = ", ".join(f"{n.vmnic or pci} (at most {n.max_vf} VFs)" for pci, (n, _) in sorted(nics.items()))
+            out.append(PreflightCheck("host.sriov-firmware", PASS, f"SR-IOV on in the firmware of {shown}", name))
+    return out or [PreflightCheck("host.sriov-firmware", SKIP, "no host entry gives a NIC SR-IOV virtual functions")]

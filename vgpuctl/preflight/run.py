@@ -79,6 +79,7 @@ def run_checks(session: Session, observed: Observed, inventory: Inventory | None
     found += checks.template_checks(plan, inventory, observed)
     found += checks.rdma_checks(inventory, scope, facts.access)
     found += checks.vm_network_checks(inventory, observed, scope)
+    found += checks.sriov_firmware_checks(observed, scope)
     found += guests.driver_branch_checks(inventory, scope, facts.managers)
     found += guests.file_checks(inventory)
     return preflight_report(session.settings.sdk_url, found)

@@ -33,6 +33,7 @@ from vgpuctl.hosts.settings.base import (
     host_change,
 )
 from vgpuctl.model import HostChange, ObservedHost, ObservedHostNic
+from vgpuctl.netrules import firmware_fix, firmware_sriov_off
 from vgpuctl.strictmodel import KeyPath, StrictModel
 
 if TYPE_CHECKING:
@@ -201,9 +202,10 @@ class Sriov:
 def _cannot(nic: ObservedHostNic, vfs: int) -> str | None:
     if vfs == 0:
         return None
-    if not nic.sriov_capable:
-        return "is not SR-IOV capable"
-    if nic.max_vf and vfs > nic.max_vf:
+    if firmware_sriov_off(nic.sriov_capable, nic.max_vf):
+        state = "is not SR-IOV capable" if not nic.sriov_capable else "reports maxVirtualFunctionSupported 0"
+        return f"{state}: {firmware_fix(nic.vendor_id)}"
+    if vfs > nic.max_vf:
         return f"supports at most {nic.max_vf} virtual functions, not {vfs}"
     return None
 
