@@ -493,3 +493,23 @@ def test_a_connectx_whose_firmware_has_sriov_off_is_named_with_the_mlxconfig_ste
     errors = plan_host(specs[name], observed.hosts[name]).errors
     assert any("maxVirtualFunctionSupported 0" in e and "SRIOV_EN=1" in e for e in errors), errors
     assert [c.status for c in sriov_firmware_checks(observed, Scope([name]))] == [CheckStatus.SKIP]
+
+
+def test_no_gpu_host_is_a_failing_check() -> None:
+    """Without an inventory, a datacenter where no host has an NVIDIA GPU or offers vGPU types fails host.gpu; a GPU
+    host in scope, or an inventory that gives no VM vGPUs, needs no such check."""
+    from vgpuctl.inventory import load_inventory_text
+    from vgpuctl.model import ObservedHost
+    from vgpuctl.preflight.checks import gpu_host_check
+    from vgpuctl.preflight.facts import Scope
+
+    observed = Observed(datacenter="DC0", hosts={"esx-01": ObservedHost("esx-01"), "esx-02": ObservedHost("esx-02")})
+    [check] = gpu_host_check(observed, None, Scope([]))
+    assert check.status == CheckStatus.FAIL and check.id == "host.gpu"
+    assert check.evidence.startswith("no GPU host in datacenter DC0: 2 host(s), none with an NVIDIA GPU")
+    assert gpu_host_check(observed, None, Scope(["esx-01"])) == []
+    plain = load_inventory_text("apiVersion: vgpuctl/v1\nvms:\n  - {name: a, template: t, cluster: c}\n", "inv.yaml")
+    assert gpu_host_check(observed, plain, Scope([])) == []
+    gpu = load_inventory_text("apiVersion: vgpuctl/v1\nvms:\n  - {name: a, template: t, cluster: c, "
+                              "vgpus: {profile: grid_a100-40c, count: 1}}\n", "inv.yaml")
+    assert [c.status for c in gpu_host_check(observed, gpu, Scope([]))] == [CheckStatus.FAIL]

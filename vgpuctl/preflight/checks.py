@@ -325,3 +325,19 @@ def sriov_firmware_checks(observed: Observed, scope: Scope) -> list[PreflightChe
             shown = ", ".join(f"{n.vmnic or pci} (at most {n.max_vf} VFs)" for pci, (n, _) in sorted(nics.items()))
             out.append(PreflightCheck("host.sriov-firmware", PASS, f"SR-IOV on in the firmware of {shown}", name))
     return out or [PreflightCheck("host.sriov-firmware", SKIP, "no host entry gives a NIC SR-IOV virtual functions")]
+
+
+def gpu_host_check(observed: Observed, inventory: Inventory | None, scope: Scope) -> list[PreflightCheck]:
+    """A run needs a GPU host: without an inventory, or with one that gives VMs vGPUs, a datacenter where no host
+    has an NVIDIA GPU (config.graphicsInfo) or offers vGPU types fails, instead of passing with no host checked."""
+    if scope.hosts:
+        return []
+    if inventory is not None and not any(vm.vgpu_count for vm in inventory.vms):
+        return []
+    offering = sorted(n for n, h in observed.hosts.items() if h.offered_profiles)
+    where = f"datacenter {observed.datacenter}" if observed.datacenter else "the datacenter"
+    seen = f"{len(observed.hosts)} host(s), none with an NVIDIA GPU" + (
+        f" (vGPU types offered on {', '.join(offering)})" if offering else " or a vGPU Manager offering vGPU types")
+    return [PreflightCheck("host.gpu", FAIL, f"no GPU host in {where}: {seen}", None,
+                           "check --datacenter and the vCenter URL; install the GPUs' NVIDIA vGPU Manager (README, "
+                           "\"What a real vCenter needs\") and set their graphics type to Shared Direct")]

@@ -75,6 +75,7 @@ def run_checks(session: Session, observed: Observed, inventory: Inventory | None
     reqs = checks.requirements(inventory, scope)
     found = [checks.vcenter_version(facts.about, reqs), *checks.host_versions(observed, scope, reqs)]
     found += privileges.privilege_checks(needs, facts.granted, facts.privileges_error)
+    found += checks.gpu_host_check(observed, inventory, scope)
     found += host_checks(observed, inventory, scope, facts)
     found += checks.template_checks(plan, inventory, observed)
     found += checks.rdma_checks(inventory, scope, facts.access)

@@ -228,3 +228,21 @@ func TestCustomizationAtFirstBootAndItsFailure(t *testing.T) {
 		t.Errorf("events %s", got)
 	}
 }
+
+// Every port group lists the hosts that list it, "VM Network" too (govmomi's simulator lists it on the hosts'
+// side only), as vCenter keeps Network.host and HostSystem.network in step.
+func TestPortGroupsListTheirHosts(t *testing.T) {
+	e := start(t, networkSpec())
+	for _, name := range []string{"VM Network", "mgmt", "roce"} {
+		net, err := e.finder.Network(e.ctx, name)
+		e.must(err)
+		var m mo.Network
+		e.must(e.c.RetrieveOne(e.ctx, net.Reference(), []string{"host"}, &m))
+		for _, h := range []string{host1} {
+			host := e.hostMO(h, "network")
+			if !slices.Contains(host.Network, net.Reference()) || !slices.Contains(m.Host, e.host(h).Reference()) {
+				t.Errorf("%s: host %s lists %v, the port group lists %v", name, h, host.Network, m.Host)
+			}
+		}
+	}
+}
