@@ -74,6 +74,11 @@ class NetworkRules:
     cloud_init_metadata_max_bytes: int
     sources: dict[str, dict[str, str]]
     sriov_firmware: SriovFirmwareRule
+    vmotion: dict[AdapterType, tuple[bool, str]]  # adapter kind -> (a running VM with it moves, the source key)
+
+    def moves(self, kind: AdapterType) -> bool:
+        """Whether vSphere moves a running VM with a device of this kind to another host (data/network.yaml)."""
+        return self.vmotion[kind][0]
 
     def adapter(self, kind: AdapterType, dynamic: bool = False) -> AdapterRule:
         key = "passthrough_dynamic" if dynamic and kind is AdapterType.PASSTHROUGH else str(kind)
@@ -140,6 +145,7 @@ def network_rules(path: Path | None = None) -> NetworkRules:
                          for m in nics["models"]),
         cloud_init_metadata_max_bytes=int(data["identity"]["cloud_init_metadata_max_bytes"]),
         sources=dict(data["sources"]),
+        vmotion={AdapterType(k): (bool(v["moves"]), str(v["source"])) for k, v in data["vmotion"].items()},
         sriov_firmware=SriovFirmwareRule(int(data["sriov_firmware"]["vendor_id"]), str(data["sriov_firmware"]["fix"]),
                                          str(data["sriov_firmware"]["other_vendors_fix"])),
     )
