@@ -232,3 +232,23 @@ def test_a_run_bound_limits_each_command_and_the_connection() -> None:
     assert (short.command_timeout, short.connect_timeout) == (5, 5)
     long = settings.limited_to(600)
     assert (long.command_timeout, long.connect_timeout) == (600, settings.connect_timeout)
+
+
+# Parsers no published capture was found for (searched: public GitHub code and pages, see the fixtures' README):
+# the simulator's text and the hand-written cases above are all they are tested on.
+NO_REAL_CAPTURE = {"parse_gpu_modes", "parse_module_parameters"}
+
+
+def test_every_parser_reads_a_real_capture() -> None:
+    """Each parser of vgpuctl/esxi/parsers.py has a case on a real, published output (every fixture not written by
+    gpusim, with its source in the README), beside gpusim's; the README names a source for each."""
+    import inspect
+
+    readme = (FIXTURES / "README.md").read_text(encoding="utf-8")
+    real = {c["parser"] for c in CASES if not c["fixture"].startswith("gpusim.")}
+    names = {n for n, f in inspect.getmembers(parsers, inspect.isfunction) if n.startswith("parse_")
+             and f.__module__ == parsers.__name__}
+    assert names - real == NO_REAL_CAPTURE
+    for case in CASES:
+        if not case["fixture"].startswith("gpusim."):
+            assert f"`{case['fixture']}`" in readme, f"{case['fixture']}: no source line in the README"
