@@ -213,7 +213,6 @@ def up_cmd(
     api_version: Annotated[str | None, typer.Option(help="vSphere API version to report (e.g. 8.0.3.0).")] = None,
 ) -> None:
     """Build gpusim if needed, start it in the background, and print the environment to use it."""
-    opts = ctx.obj
     topology: dict[str, object] = {
         "clusters": clusters,
         "hosts": hosts,
@@ -252,12 +251,18 @@ def up_cmd(
         pid_path().unlink(missing_ok=True)
         raise
     common.info(f"gpusim running (pid {proc.pid}); log {log_path()}; stop it with `vgpuctl sim down`")
-    if not os.environ.get("GPUSIM_SRC") and not os.environ.get("GPUSIM_BIN"):
-        written = write_stand_ins(source_dir().parent.parent)
-        if written:
-            common.info("wrote simulator stand-ins for the guest files inventory.example.yaml names (not NVIDIA's: "
-                        "replace them with the real files for real guests): " + ", ".join(map(str, written)))
-    _print_env(env, opts)
+    _checkout_stand_ins()
+    _print_env(env, ctx.obj)
+
+
+def _checkout_stand_ins() -> None:
+    """Started from a checkout: its example inventory's guest files, as stand-ins where absent."""
+    if os.environ.get("GPUSIM_SRC") or os.environ.get("GPUSIM_BIN"):
+        return
+    written = write_stand_ins(source_dir().parent.parent)
+    if written:
+        common.info("wrote simulator stand-ins for the guest files inventory.example.yaml names (not NVIDIA's: "
+                    "replace them with the real files for real guests): " + ", ".join(map(str, written)))
 
 
 EXAMPLE_INVENTORY = "inventory.example.yaml"
