@@ -222,7 +222,8 @@ def problems(house: House) -> list[str]:
 
 
 def _file(house: House, module: str) -> str:
-    return house.modules[module].relative_to(ROOT).as_posix()
+    path = house.modules[module]
+    return path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.as_posix()
 
 
 # ------------------------------------------------------------------------------------------------ picture

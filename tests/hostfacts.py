@@ -80,7 +80,7 @@ def _shell_facts(facts: HostFacts, gpus: Mapping[str, Mapping[str, Any]], declar
         facts.values[MIG_MODE.name][pci] = _mode(g.get("mig_current"), g.get("mig_pending"))
         facts.values[ECC_MODE.name][pci] = _mode(g.get("ecc_current"), g.get("ecc_pending"))
         listed, active = int(g.get("nvlink_links", 0)), int(g.get("nvlink_active", 0))
-        if listed:
+        if "nvlink_links" in g:  # nvidia-smi names the GPU (with no link lines when all are down)
             links.append(GpuNvLinks(index, g.get("name", ""), None,
                                     tuple(NvLink(n, n < active, 25.0 if n < active else None) for n in range(listed))))
     for pci, g in gpus.items():

@@ -52,6 +52,18 @@ class PvrdmaHostRule:
 
 
 @dataclass(frozen=True)
+class SriovFirmwareRule:
+    """What a NIC needs before ESXi can give it virtual functions: SR-IOV enabled in its firmware."""
+
+    vendor_id: int  # whose NICs take `fix` (NVIDIA/Mellanox ConnectX)
+    fix: str
+    other_vendors_fix: str
+
+    def fix_for(self, vendor_id: int) -> str:
+        return self.fix if vendor_id == self.vendor_id else self.other_vendors_fix
+
+
+@dataclass(frozen=True)
 class NetworkRules:
     adapters: dict[str, AdapterRule]  # vmxnet3, pvrdma, sriov, passthrough, passthrough_dynamic
     gpudirect: GpudirectRule
@@ -61,6 +73,12 @@ class NetworkRules:
     nic_models: tuple[NicModel, ...]
     cloud_init_metadata_max_bytes: int
     sources: dict[str, dict[str, str]]
+    sriov_firmware: SriovFirmwareRule
+    vmotion: dict[AdapterType, tuple[bool, str]]  # adapter kind -> (a running VM with it moves, the source key)
+
+    def moves(self, kind: AdapterType) -> bool:
+        """Whether vSphere moves a running VM with a device of this kind to another host (data/network.yaml)."""
+        return self.vmotion[kind][0]
 
     def adapter(self, kind: AdapterType, dynamic: bool = False) -> AdapterRule:
         key = "passthrough_dynamic" if dynamic and kind is AdapterType.PASSTHROUGH else str(kind)
@@ -80,6 +98,17 @@ class NetworkRules:
             return int(m.group(1), 16), int(m.group(2), 16)
         model = next((n for n in self.nic_models if n.model.lower() == text.strip().lower()), None)
         return (self.nic_vendor_id, model.device_id) if model is not None else None
+
+
+def firmware_sriov_off(sriov_capable: bool, max_vf: int) -> bool:
+    """SR-IOV is off in a NIC's firmware as far as vSphere can tell: it reports the NIC without SR-IOV, or with
+    maxVirtualFunctionSupported 0 (data/network.yaml, sriov_firmware)."""
+    return not sriov_capable or max_vf == 0
+
+
+def firmware_fix(vendor_id: int) -> str:
+    """How to turn SR-IOV on in a NIC's firmware (the mlxconfig step for a ConnectX)."""
+    return network_rules().sriov_firmware.fix_for(vendor_id)
 
 
 def rules_path() -> Path:
@@ -116,6 +145,9 @@ def network_rules(path: Path | None = None) -> NetworkRules:
                          for m in nics["models"]),
         cloud_init_metadata_max_bytes=int(data["identity"]["cloud_init_metadata_max_bytes"]),
         sources=dict(data["sources"]),
+        vmotion={AdapterType(k): (bool(v["moves"]), str(v["source"])) for k, v in data["vmotion"].items()},
+        sriov_firmware=SriovFirmwareRule(int(data["sriov_firmware"]["vendor_id"]), str(data["sriov_firmware"]["fix"]),
+                                         str(data["sriov_firmware"]["other_vendors_fix"])),
     )
 
 

@@ -87,10 +87,12 @@ class BoardInfo:
     nvlink_capable: bool = False
     aliases: tuple[str, ...] = ()
     device_names: tuple[str, ...] = ()
+    pci_names: tuple[str, ...] = ()  # pci.ids names (`GA100 [A100 PCIe 40GB]`), as esxcli and lspci print them
     pci_device_ids: tuple[int, ...] = ()
     mig_apply: str | None = None  # reboot | immediate
     nvlink_topology: str = "none"  # bridge-pairs | bridge-quads | nvswitch | none
-    nvlink_links: int | None = None
+    nvlink_links: int | None = None  # links per GPU its bridge or baseboard wires (None: not published)
+    nvlink_listed: int | None = None  # links per GPU `nvidia-smi nvlink -s` lists, wired or not
     mmio_gb: int | None = None  # 64-bit MMIO space a VM needs per vGPU on this GPU (NVIDIA's table); None: not listed
     uvm_disables_nvlink_p2p: bool = False  # UVM on a multi-vGPU VM turns NVLink P2P off (NVIDIA: A100)
     source: str = ""
@@ -164,10 +166,12 @@ def _board(raw: dict[str, Any]) -> BoardInfo:
         nvlink_capable=nvlink.get("topology", "none") != "none",
         aliases=tuple(raw.get("aliases") or ()),
         device_names=tuple(raw.get("device_names") or ()),
+        pci_names=tuple(raw.get("pci_names") or ()),
         pci_device_ids=tuple(int(i) for i in raw.get("pci_device_ids") or ()),
         mig_apply=mig.get("apply"),
         nvlink_topology=str(nvlink.get("topology", "none")),
         nvlink_links=nvlink.get("links"),
+        nvlink_listed=nvlink.get("listed", nvlink.get("links")),
         mmio_gb=(raw.get("mmio") or {}).get("gb"),
         uvm_disables_nvlink_p2p=bool((raw.get("uvm") or {}).get("disables_nvlink_p2p")),
         source=str(raw.get("source", "")),
@@ -224,15 +228,22 @@ BOARDS: Mapping[str, BoardInfo] = _Boards()
 
 @cache
 def _board_index() -> tuple[dict[int, list[str]], dict[str, list[str]]]:
-    """Boards by PCI device id and by lower-case device name, in catalogue order."""
+    """Boards by PCI device id and by device name (the names NVML reports and the pci.ids names, as _name_key
+    spells them), in catalogue order."""
     by_id: dict[int, list[str]] = {}
     by_name: dict[str, list[str]] = {}
     for b in BOARDS.values():
         for device_id in dict.fromkeys(b.pci_device_ids):
             by_id.setdefault(device_id, []).append(b.board)
-        for name in dict.fromkeys(d.lower() for d in b.device_names):
+        for name in dict.fromkeys(_name_key(d) for d in (*b.device_names, *b.pci_names)):
             by_name.setdefault(name, []).append(b.board)
     return by_id, by_name
+
+
+def _name_key(name: str) -> str:
+    """A device name for lookup: lower case, runs of blanks as one, none before `[` (pci.ids has spelled
+    `GH100[H100 SXM5 80GB]` and `GH100 [H100 SXM5 80GB]`)."""
+    return re.sub(r"\s+", " ", name.strip().lower()).replace(" [", "[")
 
 
 @cache
@@ -393,14 +404,15 @@ def known_models() -> list[str]:
 def board_for_device(
     device_name: str, memory_gb: float | None = None, device_id: int | None = None, offered: Iterable[str] = ()
 ) -> str | None:
-    """Board of a physical GPU: by PCI device id, else by the exact device name the host reports, else by the
-    boards of the profiles the host offers (narrowed by the GPU's memory). Never by substrings of the name."""
+    """Board of a physical GPU: by PCI device id, else by the whole device name the host reports (NVML's, or the
+    pci.ids name `esxcli graphics device list` prints: `GA100 [A100 PCIe 40GB]`), else by the boards of the
+    profiles the host offers (narrowed by the GPU's memory). Never by substrings of the name."""
     ids, names = _board_index()
     if device_id:
         by_id = ids.get(device_id, [])
         if len(by_id) == 1:
             return by_id[0]
-    by_name = names.get(device_name.strip().lower(), [])
+    by_name = names.get(_name_key(device_name), [])
     if len(by_name) == 1:
         return by_name[0]
     return board_from_offered(offered, memory_gb)
@@ -446,6 +458,29 @@ def offered_alternatives(wanted: str, offered: Iterable[str], limit: int = 6) ->
     return sorted(names, key=rank)[:limit]
 
 
+# ------------------------------------------------------------------------------------------- NVLink
+
+
+def nvlink_links_problem(enabled: bool, active: int, listed: int, wired: int | None) -> str | None:
+    """Whether a GPU's NVLinks are as its host's NVLink setting asks (None) or why not, from `nvidia-smi nvlink -s`:
+    `active` links up of `listed`, and `wired`, what the board's bridge or baseboard connects (catalogue `links`;
+    None: not published). A GPU lists links its bridge does not wire (an H100 PCIe lists 18, its bridge wires 12:
+    docs/vgpu-catalogue.md), so enabled means the wired ones up, never all listed ones. A GPU with none up passes:
+    nvidia-smi shows a GPU without a bridge and one whose bridge did not come up alike, and vgpuctl cannot tell
+    which the host has (docs/host-changes.md). Disabled means none up."""
+    if not enabled:
+        return f"{active} of {listed} links up, expected none" if active else None
+    if active == 0 or wired is None or active >= wired:
+        return None
+    return f"{active} links up, expected the {wired} its NVLink bridge or baseboard wires (nvidia-smi lists {listed})"
+
+
+def nvlink_wired(board: str | None) -> int | None:
+    """NVLinks per GPU the board's bridge or baseboard wires (catalogue `links`); None: unknown board or count."""
+    info = BOARDS.get(board or "")
+    return info.nvlink_links if info is not None else None
+
+
 # ------------------------------------------------------------------------------------------- limits
 
 
@@ -467,18 +502,50 @@ def api_at_least(api_version: str | None, wanted: tuple[int, ...]) -> bool:
 # ---------------------------------------------------------------------------------------- maxima
 
 
-def max_per_gpu(profile: VgpuProfile, vgpu_mode: str, gpu_fb_gb: float | None = None) -> int | None:
-    """NVIDIA's maximum of vGPUs of this type per GPU in the GPU's mode (the catalogue row's table): `max_equal`
-    for a MIG-backed type (per GPU in MIG mode) and in equal-size mode, `max_mixed` in mixed-size mode (None: not
-    published, vgpuctl refuses the type there). A type outside the catalogue in equal-size mode: framebuffer /
-    size, an upper bound (the tables cap some types below it: L40S-1B 32 on 48 GB). None when nothing says."""
+def published_max_per_gpu(profile: VgpuProfile, vgpu_mode: str) -> int | None:
+    """NVIDIA's published maximum of vGPUs of this type per GPU in the GPU's mode (the catalogue row's table):
+    `max_equal` for a MIG-backed type (per GPU in MIG mode) and in equal-size mode, `max_mixed` in mixed-size mode;
+    None: not published (or a type outside the catalogue)."""
     row = profile.vgpu_type
-    if profile.is_mig:
-        return row.max_equal if row is not None else None
-    if vgpu_mode == GpuVgpuMode.MIXED_SIZE:
-        return row.max_mixed if row is not None else None
-    if row is not None and row.max_equal is not None:
-        return row.max_equal
+    if row is None:
+        return None
+    if vgpu_mode == GpuVgpuMode.MIXED_SIZE and not profile.is_mig:
+        return row.max_mixed
+    return row.max_equal
+
+
+def framebuffer_holds(profile: VgpuProfile) -> int | None:
+    """How many vGPUs of the type its board's framebuffer holds (catalogue framebuffer / type framebuffer); None
+    for a board outside the catalogue."""
+    return _holds(profile.board, profile.fb_gb)
+
+
+@lru_cache(maxsize=1024)  # placement asks for it for every GPU it tries
+def _holds(board: str, fb_gb: float) -> int | None:
+    info = BOARDS.get(board)
+    if info is None or not fb_gb:
+        return None
+    return math.floor(info.fb_gb / fb_gb + 1e-9)
+
+
+def capped_max(published: int | None, profile: VgpuProfile) -> int | None:
+    """A time-sliced type's published maximum capped at what the board's framebuffer holds: NVIDIA AI Enterprise 7
+    lists 6 x H100-16C per 80 GB GPU, which 6 x 16 GB cannot fit (vGPU 17 said 5), so vgpuctl plans with 5
+    (docs/vgpu-catalogue.md). A MIG-backed type's maximum stands: the MIG geometry holds it, and its name rounds
+    the instance memory up (2 x H200-3-71C on 141 GB). The host's own report still wins where vgpuctl reads one."""
+    holds = None if profile.is_mig else framebuffer_holds(profile)
+    return published if published is None or holds is None else min(published, holds)
+
+
+def max_per_gpu(profile: VgpuProfile, vgpu_mode: str, gpu_fb_gb: float | None = None) -> int | None:
+    """How many vGPUs of this type one GPU holds at most in the GPU's mode: NVIDIA's published maximum
+    (published_max_per_gpu) capped at what the framebuffer holds (capped_max); None in mixed-size mode without a
+    published maximum (vgpuctl refuses the type there). A type outside the catalogue in equal-size mode:
+    framebuffer / size, an upper bound (the tables cap some types below it: L40S-1B 32 on 48 GB). None when
+    nothing says."""
+    published = published_max_per_gpu(profile, vgpu_mode)
+    if published is not None or profile.is_mig or vgpu_mode == GpuVgpuMode.MIXED_SIZE:
+        return capped_max(published, profile)
     return int(gpu_fb_gb // profile.fb_gb) if gpu_fb_gb and profile.fb_gb else None
 
 

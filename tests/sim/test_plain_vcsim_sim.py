@@ -92,10 +92,14 @@ vms:
     assert "~ vm DC0_H0_VM0" in ok.stdout
 
 
-def test_preflight_against_an_estate_without_gpus(runner: CliRunner) -> None:
+def test_preflight_against_an_estate_without_gpus_fails_no_gpu_host(runner: CliRunner) -> None:
+    """No host has an NVIDIA GPU or a vGPU Manager: preflight without an inventory fails that check (it checked
+    no host before and passed), and names the hosts it saw."""
     result = runner.invoke(app, ["-o", "json", "preflight"])
-    assert result.exit_code == 0, result.output
-    checks = {c["id"]: c for c in json.loads(result.stdout)["checks"]}
-    assert checks["vcenter.version"]["status"] == "pass"
-    assert not any(c.startswith("host.") and c != "host.rdma" for c in checks)  # no GPU host to check
+    assert result.exit_code == 1, result.output
+    error = json.loads(result.stdout)["error"]
+    assert error["type"] == "PreflightFailed"
+    assert "host.gpu: no GPU host in datacenter DC0: 4 host(s), none with an NVIDIA GPU" in error["message"], error
+    text = runner.invoke(app, ["preflight"])
+    assert text.exit_code == 1 and "FAIL  host.gpu" in text.output
 

@@ -278,3 +278,17 @@ def test_uvm_turns_nvlink_p2p_off_only_on_a100_boards(data: dict[str, Any]) -> N
     flagged = {b["model"] for b in data["boards"] if b.get("uvm", {}).get("disables_nvlink_p2p")}
     assert flagged == {"A100-40GB", "A100-80GB", "A100-HGX-40GB", "A100-HGX-80GB"}
     assert all(b["uvm"]["source"] == "nvaie8-p2p" for b in data["boards"] if "uvm" in b)
+
+
+def test_nvlink_counts_match_a_real_listing() -> None:
+    """Every board lists at least the links it wires, and the H100 PCIe's counts are a real bridged host's."""
+    from vgpuctl.esxi.parsers import parse_nvlink_status
+    from vgpuctl.profiles import BOARDS
+
+    for b in BOARDS.values():
+        assert (b.nvlink_links is None) == (b.nvlink_listed is None), b.model
+        assert b.nvlink_links is None or b.nvlink_listed >= b.nvlink_links, b.model  # type: ignore[operator]
+    capture = ROOT / "tests" / "fixtures" / "nvidia-smi" / "h100-pcie.nvlink-s.txt"
+    gpus = parse_nvlink_status(capture.read_text(encoding="utf-8"))
+    h100 = BOARDS["h100"]
+    assert {(len(g.links), g.active_links) for g in gpus} == {(h100.nvlink_listed, h100.nvlink_links)}

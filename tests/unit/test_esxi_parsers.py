@@ -112,6 +112,7 @@ def test_every_fixture_has_a_case() -> None:
         ("parse_mig_set", "All done.\n"),
         ("parse_lgip", "+---+\n| nothing |\n"),
         ("parse_lgipp", "GPU 0 Profile ID x\n"),
+        ("parse_lgi", "+----+\n| GPU instances: |\n"),
         ("parse_nvlink_status", "\t Link 0: 25 GB/s\n"),
         ("parse_nvlink_status", "garbage\n"),
         ("parse_topo_matrix", "nothing here\n"),
@@ -148,6 +149,7 @@ def test_mig_set_results() -> None:
 
 def test_lgip_when_no_mig_gpu() -> None:
     assert parsers.parse_lgip("No MIG-enabled devices found.\n") == []
+    assert parsers.parse_lgi("No GPU instances found: Not Found\n") == []
 
 
 def test_gpu_instance_profile_properties() -> None:
@@ -201,6 +203,7 @@ def test_module_options_round_trip(options: str, parsed: dict[str, str]) -> None
         (commands.set_mig_mode("00000000:3B:00.0", False), "nvidia-smi -i 00000000:3B:00.0 -mig 0"),
         (commands.list_gpu_instance_profiles(0), "nvidia-smi mig -lgip -i 0"),
         (commands.list_gpu_instance_placements(), "nvidia-smi mig -lgipp"),
+        (commands.list_gpu_instances(), "nvidia-smi mig -lgi"),
         (commands.nvlink_status(), "nvidia-smi nvlink -s"),
         (commands.topology(), "nvidia-smi topo -m"),
         (commands.module_parameters_list(), "esxcli system module parameters list -m nvidia"),
@@ -230,3 +233,23 @@ def test_a_run_bound_limits_each_command_and_the_connection() -> None:
     assert (short.command_timeout, short.connect_timeout) == (5, 5)
     long = settings.limited_to(600)
     assert (long.command_timeout, long.connect_timeout) == (600, settings.connect_timeout)
+
+
+# Parsers no published capture was found for (searched: public GitHub code and pages, see the fixtures' README):
+# the simulator's text and the hand-written cases above are all they are tested on.
+NO_REAL_CAPTURE = {"parse_gpu_modes", "parse_module_parameters", "parse_module_parameter_names"}
+
+
+def test_every_parser_reads_a_real_capture() -> None:
+    """Each parser of vgpuctl/esxi/parsers.py has a case on a real, published output (every fixture not written by
+    gpusim, with its source in the README), beside gpusim's; the README names a source for each."""
+    import inspect
+
+    readme = (FIXTURES / "README.md").read_text(encoding="utf-8")
+    real = {c["parser"] for c in CASES if not c["fixture"].startswith("gpusim.")}
+    names = {n for n, f in inspect.getmembers(parsers, inspect.isfunction) if n.startswith("parse_")
+             and f.__module__ == parsers.__name__}
+    assert names - real == NO_REAL_CAPTURE
+    for case in CASES:
+        if not case["fixture"].startswith("gpusim."):
+            assert f"`{case['fixture']}`" in readme, f"{case['fixture']}: no source line in the README"

@@ -235,16 +235,69 @@ def test_verify_reports_leftovers_and_nvlink_links() -> None:
         options_configured="",
         options_effective="",
         gpus={
-            "0000:3b:00.0": {"mig_current": True, "mig_pending": True, "nvlink_links": 4, "nvlink_active": 4},
-            "0000:3c:00.0": {"mig_current": False, "mig_pending": True, "nvlink_links": 4, "nvlink_active": 0},
+            "0000:3b:00.0": {"mig_current": True, "mig_pending": True, "nvlink_links": 12, "nvlink_active": 12},
+            "0000:3c:00.0": {"mig_current": False, "mig_pending": True, "nvlink_links": 12, "nvlink_active": 8},
         },
     )
     host.gpus[0].vgpu_mode = "multiInstanceGpu"
     problems = hostplan.verify_host(spec, host, facts)
     assert problems == [
         "mig 0000:3c:00.0 is time-sliced (mig pending), expected mig",
-        "nvlink 0000:3c:00.0: 0 of 4 links up, expected all",
+        "nvlink 0000:3c:00.0: 8 links up, expected the 12 its NVLink bridge or baseboard wires (nvidia-smi lists 12)",
     ]
+
+
+def _h100_pair() -> ObservedHost:
+    gpu = {"device_name": "NVIDIA H100 PCIe", "device_id": 0x2331, "memory_kb": 83886080,
+           "graphics_type": "sharedDirect", "vgpu_mode": "sameSize"}
+    return ObservedHost(name="esx-h100", gpus=[ObservedGpu(pci_id=p, **gpu) for p in ("0000:3b:00.0", "0000:3c:00.0")])
+
+
+def _nvlink_facts(host: ObservedHost, capture: str, options: str = "", active: dict[str, int] | None = None
+                  ) -> HostFacts:
+    """Shell facts of a host whose `nvidia-smi nvlink -s` printed a real capture (tests/fixtures/nvidia-smi),
+    the GPUs in `active` with that many links up instead."""
+    from vgpuctl.esxi.parsers import parse_nvlink_status
+
+    links = parse_nvlink_status((FIXTURES / "nvidia-smi" / capture).read_text(encoding="utf-8"))
+    gpus: dict[str, dict[str, Any]] = {pci: {} for pci in sorted(gp.pci_id for gp in host.gpus)}
+    for g, pci in zip(links, sorted(gpus), strict=False):
+        gpus[pci] = {"nvlink_links": len(g.links), "nvlink_active": (active or {}).get(pci, g.active_links)}
+    return host_facts(host.name, shell=True, options_configured=options, options_effective=options, gpus=gpus)
+
+
+def test_nvlink_enabled_verifies_on_a_healthy_bridged_h100_pcie_pair() -> None:
+    """18 links listed per GPU, 12 up: what the bridge wires. The real capture passes, fewer up does not."""
+    host = _h100_pair()
+    facts = _nvlink_facts(host, "h100-pcie.nvlink-s.txt")
+    assert [(len(g.links), g.active_links) for g in nvlink_links(facts).values()] == [(18, 12), (18, 12)]
+    spec = _spec(host.name, {"nvlink": "enabled"})
+    assert hostplan.verify_host(spec, host, facts) == []
+    facts = _nvlink_facts(host, "h100-pcie.nvlink-s.txt", active={"0000:3c:00.0": 11})
+    assert hostplan.verify_host(spec, host, facts) == [
+        "nvlink 0000:3c:00.0: 11 links up, expected the 12 its NVLink bridge or baseboard wires (nvidia-smi lists 18)"
+    ]
+    off = _nvlink_facts(host, "h100-pcie.nvlink-s.txt", "NVreg_NvLinkDisable=1")
+    assert hostplan.verify_host(_spec(host.name, {"nvlink": "disabled"}), host, off) == [
+        "nvlink 0000:3b:00.0: 12 of 18 links up, expected none",
+        "nvlink 0000:3c:00.0: 12 of 18 links up, expected none",
+    ]
+
+
+def test_nvlink_all_links_inactive_is_no_link_up() -> None:
+    """NVML's "all links are inActive" line is a GPU with no link up: right for disabled, and not a failure for
+    enabled (a GPU without a bridge prints the same)."""
+    host = _h100_pair()
+    host.gpus.append(ObservedGpu(pci_id="0000:3d:00.0", device_name="NVIDIA H100 PCIe", device_id=0x2331))
+    facts = _nvlink_facts(host, "rtx-a6000.nvlink-s-inactive.txt")
+    assert nvlink_links(facts)["0000:3d:00.0"].active_links == 0
+    assert hostplan.verify_host(_spec(host.name, {"nvlink": "enabled"}), host, facts) == [
+        "nvlink 0000:3b:00.0: 4 links up, expected the 12 its NVLink bridge or baseboard wires (nvidia-smi lists 4)",
+        "nvlink 0000:3c:00.0: 4 links up, expected the 12 its NVLink bridge or baseboard wires (nvidia-smi lists 4)",
+    ]
+    off = _nvlink_facts(host, "rtx-a6000.nvlink-s-inactive.txt", "NVreg_NvLinkDisable=1",
+                        active={"0000:3b:00.0": 0, "0000:3c:00.0": 0})
+    assert hostplan.verify_host(_spec(host.name, {"nvlink": "disabled"}), host, off) == []
 
 
 def test_verify_passes_when_everything_matches() -> None:

@@ -213,6 +213,35 @@ def test_without_vgpu_migration_a_vgpu_vm_falls_back_to_power_off_only_when_list
     assert result.warnings and "powered off and on again instead" in result.warnings[0]
 
 
+def test_vms_vsphere_cannot_move_are_refused_or_powered_off_where_listed() -> None:
+    """SR-IOV adapters and DirectPath I/O devices keep a running VM on its host (vSphere Networking, SR-IOV
+    "Availability of Features", DirectPath I/O); PVRDMA moves. Unlisted: a plan error naming the VM; listed with a
+    power policy that allows it: powered off and on again instead, with a warning."""
+    from vgpuctl.model import ObservedNic
+
+    sriov, direct, pvrdma, web = _vm("roce-01"), _vm("dp-01"), _vm("pv-01"), _vm("web-01")
+    sriov.nics = [ObservedNic(4000, "vmxnet3", "VM Network"), ObservedNic(4001, "sriov", "roce", device="0000:5e:00.0")]
+    direct.other_passthrough = 1
+    pvrdma.nics = [ObservedNic(4000, "pvrdma", "roce-dvpg", protocol="rocev2")]
+    observed = _two_hosts(sriov, direct, pvrdma, web)
+    inv = _inventory(MIGRATE)
+    result = hostplan.plan_hosts(inv.hosts, observed, vms=inv.vms, vgpu_migration=True)
+    assert _moves(result) == [("pv-01", _migrate(OTHER)), ("web-01", _migrate(OTHER))]
+    assert result.errors == [
+        f"host {HOST}: VM dp-01 cannot migrate (it has a DirectPath I/O device, and vSphere does not migrate such VMs "
+        "across hosts); list it in the inventory with power: restart to allow powering it off instead, or move or "
+        "stop it first",
+        f"host {HOST}: VM roce-01 cannot migrate (it has an SR-IOV network adapter, and vSphere does not vMotion "
+        "such VMs); list it in the inventory with power: restart to allow powering it off instead, or move or stop it "
+        "first",
+    ]
+    listed = _inventory(MIGRATE, "  - name: roce-01\n    power: restart\n  - name: dp-01\n    power: restart\n")
+    result = hostplan.plan_hosts(listed.hosts, observed, vms=listed.vms, vgpu_migration=True)
+    assert not result.errors
+    assert ("roce-01", RESTORE_AFTER) in _moves(result) and ("dp-01", RESTORE_AFTER) in _moves(result)
+    assert len(result.warnings) == 2
+
+
 def test_migrate_needs_room_and_an_unchanged_destination() -> None:
     inv = _inventory(MIGRATE)
     full = _two_hosts(_vm("train-01", "grid_a100-40c"), busy=2)

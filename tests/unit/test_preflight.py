@@ -53,7 +53,8 @@ RULE = [
     ("550.90.05", "535.161.07", CheckStatus.WARN),
     ("550.90.05", "580.65.06", CheckStatus.FAIL),  # guest newer than the manager
     ("535.161.05", "550.90.07", CheckStatus.FAIL),
-    ("580.65.05", "535.161.07", CheckStatus.FAIL),  # two branches apart, LTS status of R580 unknown: no exception
+    ("580.65.05", "535.161.07", CheckStatus.WARN),  # R580 and R535 are both LTS: the previous LTS branch
+    ("580.65.05", "550.90.07", CheckStatus.FAIL),  # two branches apart, R550 is no LTS branch
     ("550.90.05", "525.85.05", CheckStatus.FAIL),
     ("999.1.1", "550.90.07", CheckStatus.WARN),  # a branch the table does not know
 ]
@@ -64,6 +65,14 @@ def test_branch_rule(manager: str, guest: str, status: CheckStatus) -> None:
     m, g = branches.branch_of(manager), branches.branch_of(guest)
     assert m is not None and g is not None
     assert branches.compatibility(m, g).status == status
+
+
+def test_r580_is_a_long_term_support_branch() -> None:
+    """NVIDIA's data-center driver lifecycle page lists R580 (and R535) as Long Term Support Branches."""
+    r580 = branches.known(580)
+    assert r580 is not None and r580.track == branches.Track.LTS
+    verdict = branches.compatibility(580, 535)
+    assert verdict.status == CheckStatus.WARN and "LTS branch before" in verdict.reason
 
 
 def test_the_lts_exception_needs_both_branches_lts(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -458,3 +467,56 @@ def test_an_sriov_or_passthrough_adapter_needs_its_nic_on_a_host_of_the_vm() -> 
     assert not any(s.startswith("vm c") for s in found)  # a vmxnet3 adapter needs no NIC of the host
     skipped = vm_network_checks(inventory, observed, Scope(hosts))
     assert {c.status for c in skipped} == {CheckStatus.SKIP}
+
+
+def test_a_connectx_whose_firmware_has_sriov_off_is_named_with_the_mlxconfig_step() -> None:
+    """host.sriov-firmware: a NIC the host entry's `sriov` gives virtual functions but vSphere reports with
+    maxVirtualFunctionSupported 0 fails with NVIDIA's firmware step (SRIOV_EN=1 NUM_OF_VFS=N); one with virtual
+    functions passes; no `sriov` item: no such check. The sriov setting's plan names the same fix."""
+    import copy
+    from pathlib import Path
+
+    from ruamel.yaml import YAML
+
+    from vgpuctl.hosts.plan import plan_host, resolve_hosts
+    from vgpuctl.inventory import load_inventory_text
+    from vgpuctl.preflight.checks import setting_checks
+    from vgpuctl.preflight.facts import Scope
+
+    farm_file = Path(__file__).resolve().parents[1] / "fixtures" / "network" / "_farm.yaml"
+    observed = Observed.from_dict(copy.deepcopy(YAML(typ="safe").load(farm_file.read_text())))
+    name = sorted(observed.hosts)[0]
+    inventory = load_inventory_text(
+        f"apiVersion: vgpuctl/v1\nhosts:\n  - name: {name}\n    sriov: [{{device: ConnectX-7, vfs: 8}}]\n", "inv.yaml")
+    specs, _ = resolve_hosts(inventory.hosts, observed)
+    passed = setting_checks(observed, Scope([name], specs))
+    assert [c.status for c in passed] == [CheckStatus.PASS]
+    for nic in observed.hosts[name].nics:
+        nic.max_vf = 0
+    failed = setting_checks(observed, Scope([name], specs))
+    assert failed and {c.status for c in failed} == {CheckStatus.FAIL}
+    assert "maxVirtualFunctionSupported 0" in failed[0].evidence
+    assert "mlxconfig" in (failed[0].fix or "") and "SRIOV_EN=1 NUM_OF_VFS=" in (failed[0].fix or "")
+    errors = plan_host(specs[name], observed.hosts[name]).errors
+    assert any("maxVirtualFunctionSupported 0" in e and "SRIOV_EN=1" in e for e in errors), errors
+    assert setting_checks(observed, Scope([name])) == []
+
+
+def test_no_gpu_host_is_a_failing_check() -> None:
+    """Without an inventory, a datacenter where no host has an NVIDIA GPU or offers vGPU types fails host.gpu; a GPU
+    host in scope, or an inventory that gives no VM vGPUs, needs no such check."""
+    from vgpuctl.inventory import load_inventory_text
+    from vgpuctl.model import ObservedHost
+    from vgpuctl.preflight.checks import gpu_host_check
+    from vgpuctl.preflight.facts import Scope
+
+    observed = Observed(datacenter="DC0", hosts={"esx-01": ObservedHost("esx-01"), "esx-02": ObservedHost("esx-02")})
+    [check] = gpu_host_check(observed, None, Scope([]))
+    assert check.status == CheckStatus.FAIL and check.id == "host.gpu"
+    assert check.evidence.startswith("no GPU host in datacenter DC0: 2 host(s), none with an NVIDIA GPU")
+    assert gpu_host_check(observed, None, Scope(["esx-01"])) == []
+    plain = load_inventory_text("apiVersion: vgpuctl/v1\nvms:\n  - {name: a, template: t, cluster: c}\n", "inv.yaml")
+    assert gpu_host_check(observed, plain, Scope([])) == []
+    gpu = load_inventory_text("apiVersion: vgpuctl/v1\nvms:\n  - {name: a, template: t, cluster: c, "
+                              "vgpus: {profile: grid_a100-40c, count: 1}}\n", "inv.yaml")
+    assert [c.status for c in gpu_host_check(observed, gpu, Scope([]))] == [CheckStatus.FAIL]

@@ -108,6 +108,13 @@ def test_geometry_tables() -> None:
         ("NVIDIA L40S", 48, 0, (), "l40s"),
         ("NVIDIA A40", 48, 0, (), "a40"),
         ("NVIDIA A16", 16, 0, (), "a16"),
+        # the pci.ids names `esxcli graphics device list` prints (no device id at hand)
+        ("GA100 [A100 PCIe 40GB]", None, None, (), "a100"),
+        ("GA100 [A100 SXM4 80GB]", None, None, (), "a100dx"),
+        ("GH100 [H100 PCIe]", None, None, (), "h100"),
+        ("GH100[H100 SXM5 80GB]", None, None, (), "h100xm"),  # pci.ids 2023.04.10's spelling
+        ("GA102GL  [A40]", None, None, (), "a40"),
+        ("GA107GL [A2 / A16]", None, None, (), None),  # two boards: not guessed
         # the PCI device id wins over the name
         ("GPU", None, 0x2330, (), "h100xm"),
         ("NVIDIA A100-PCIE-40GB", None, 0x20b2, (), "a100dx"),

@@ -14,6 +14,7 @@ from rich.console import Console
 
 from vgpuctl.model import ObservedGpu, ObservedHost, ObservedProfile
 from vgpuctl.profiles import BOARDS, max_per_gpu, parse_profile
+from vgpuctl.reports.base import TextLayout
 from vgpuctl.reports.profiles import host_profiles, profiles_report
 
 pytestmark = pytest.mark.unit
@@ -123,3 +124,18 @@ def test_the_smallest_total_over_the_hosts_mig_gpus_is_its_figure() -> None:
     one = LGIP.read_text()
     two = one.replace("|   0  MIG 3g.20gb        9     2/2", "|   1  MIG 3g.20gb        9     1/1")
     assert mig_instance_totals(lambda command: one + two)["3g.20gb"] == 1
+
+
+def test_a_published_maximum_the_framebuffer_cannot_hold_is_capped_and_said() -> None:
+    """NVIDIA AI Enterprise 7 lists 6 x H100-16C per 80 GB GPU; 6 x 16 GB does not fit: 5, and `profiles` says
+    what NVIDIA lists. The mixed-size maximum (4) fits and carries no note."""
+    host = _host("esx-h100", "h100", "NVIDIA H100 PCIe", ["sameSize"], ["grid_h100-16c", "grid_h100-20c"])
+    rows = {r.profile: r for r in host_profiles(host)}
+    assert (rows["grid_h100-16c"].max_per_gpu, rows["grid_h100-16c"].published_max) == (5, 6)
+    assert (rows["grid_h100-20c"].max_per_gpu, rows["grid_h100-20c"].published_max) == (4, None)
+    assert "5 (NVIDIA lists 6, more than the framebuffer holds)" in profiles_report([host]).render_text(
+        TextLayout(width=200, plain=True))
+    mixed = _host("esx-h100", "h100", "NVIDIA H100 PCIe", ["mixedSize"], ["grid_h100-16c"])
+    assert (host_profiles(mixed)[0].max_per_gpu, host_profiles(mixed)[0].published_max) == (4, None)
+    assert max_per_gpu(parse_profile("grid_h100xm-16c"), "sameSize") == 5
+    assert max_per_gpu(parse_profile("grid_h200-3-71c"), "multiInstanceGpu") == 2  # MIG: the geometry holds it

@@ -330,3 +330,25 @@ def test_a_host_that_declares_a_default_namespace_keeps_its_pci_devices() -> Non
     dropped = rawread.drop_unread_devices(body)
     assert dropped.count(b"<HostPciDevice>") == 2
     assert gpus_joined(dropped) == gpus_joined(body)
+
+
+def test_a_port_group_reaches_the_hosts_that_list_it() -> None:
+    """Port groups are read from both sides: govmomi's simulator lists "VM Network" only in each HostSystem.network,
+    vCenter also in Network.host; a host either side names reaches it (and a host's network list is read by the
+    lean reader as references)."""
+    from vgpuctl.vsphere.netobserve import networks
+    from vgpuctl.vsphere.objects import Obj
+    from vgpuctl.vsphere.rawread import LeanRef
+
+    def ref(moid: str, kind: str) -> LeanRef:
+        return LeanRef(moid, kind)
+
+    vm_network, mgmt = ref("network-7", "Network"), ref("network-8", "Network")
+    objects = {
+        "network-7": Obj(vm_network, "Network", {"name": "VM Network", "host": []}),
+        "network-8": Obj(mgmt, "Network", {"name": "mgmt", "host": [ref("host-2", "HostSystem")]}),
+        "host-1": Obj(ref("host-1", "HostSystem"), "HostSystem", {"name": "esx-01", "network": [vm_network]}),
+        "host-2": Obj(ref("host-2", "HostSystem"), "HostSystem", {"name": "esx-02", "network": [vm_network]}),
+    }
+    found = {n.name: n.hosts for n in networks(objects, set(objects), {"host-1": "esx-01", "host-2": "esx-02"})}
+    assert found == {"VM Network": ["esx-01", "esx-02"], "mgmt": ["esx-02"]}

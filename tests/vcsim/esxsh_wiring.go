@@ -231,6 +231,53 @@ func architecture(board string) string {
 	return "Ampere"
 }
 
+// gpuNVLinks lists a GPU's NVLinks as `nvidia-smi nvlink -s` does: every link the board lists (catalogue
+// `listed`), of which the ones its bridge or baseboard wires (`links`) go to its peers and are up while NVLink is
+// on; the rest stay <inactive>. A board the catalogue gives no link counts for lists none. Which link numbers a
+// bridge wires varies between hosts; gpusim lays them out as the H100 PCIe capture in tests/fixtures/nvidia-smi
+// shows them (18 listed in three blocks of six, the first four of each block wired), whatever the board.
+func gpuNVLinks(m *farm.Model, g farm.GPUInfo, topology string, index map[string]int, speed float64) ([]esxsh.Link, []int) {
+	if m.NVLinkLinks == 0 {
+		return nil, nil
+	}
+	wired := wiredLinks(m.NVLinkListed, m.NVLinkLinks)
+	peers := len(g.NVLinkPeers)
+	var links []esxsh.Link
+	var switchPeers []int
+	k := 0 // wired links handed out so far
+	for i, w := range wired {
+		l := esxsh.Link{Index: i, Peer: -1, SpeedGBs: speed}
+		if w && peers > 0 {
+			l.Up = g.NVLinkUp
+			if topology != farm.NVLinkNVSwitch { // a bridge: the wired links are split evenly among the peers
+				l.Peer = index[g.NVLinkPeers[min(k/max(m.NVLinkLinks/peers, 1), peers-1)]]
+			}
+			k++
+		}
+		links = append(links, l)
+	}
+	if topology == farm.NVLinkNVSwitch { // every link goes to the NVSwitch fabric, which reaches every GPU of the set
+		for _, peer := range g.NVLinkPeers {
+			switchPeers = append(switchPeers, index[peer])
+		}
+	}
+	return links, switchPeers
+}
+
+// wiredLinks says which of the listed links are wired: blocks of listed/3 links with the first wired/3 of each
+// wired when both divide by three (the H100 PCIe capture: 0-3, 6-9, 12-15 of 18), else the first `wired`.
+func wiredLinks(listed, wired int) []bool {
+	out := make([]bool, listed)
+	block, per := listed, wired
+	if wired < listed && listed%3 == 0 && wired%3 == 0 {
+		block, per = listed/3, wired/3
+	}
+	for i := range out {
+		out[i] = i%block < per
+	}
+	return out
+}
+
 // linkSpeed is the per-link NVLink bandwidth nvidia-smi prints by architecture (NVLink 3 / NVLink 4).
 var linkSpeed = map[string]float64{"Ampere": 25, "Hopper": 26.562}
 
@@ -277,29 +324,11 @@ func hostView(info farm.HostInfo) esxsh.Host {
 			Heterogeneous: g.TimeSlicedMode == farm.ModeMixedSize, ActiveVGPUs: len(g.VGPUs),
 		}
 		for _, s := range g.VGPUs {
-			if s.Start >= 0 && s.Size > 0 {
-				v.MIGInstances = append(v.MIGInstances, esxsh.MIGInstance{Profile: s.GI, Start: s.Start, Size: s.Size})
+			if s.Start >= 0 && s.Size > 0 { // instance ids in the order vSphere created them (a driver picks its own)
+				v.MIGInstances = append(v.MIGInstances, esxsh.MIGInstance{ID: len(v.MIGInstances) + 1, Profile: s.GI, Start: s.Start, Size: s.Size})
 			}
 		}
-		speed := linkSpeed[v.Architecture]
-		switch n := len(g.NVLinkPeers); {
-		case n == 0 || m.NVLinkLinks == 0:
-		case info.NVLinkTopology == farm.NVLinkNVSwitch:
-			// every link goes to the NVSwitch fabric, which reaches every GPU of the set
-			for i := 0; i < m.NVLinkLinks; i++ {
-				v.NVLinks = append(v.NVLinks, esxsh.Link{Index: i, Peer: -1, Up: g.NVLinkUp, SpeedGBs: speed})
-			}
-			for _, peer := range g.NVLinkPeers {
-				v.SwitchPeers = append(v.SwitchPeers, index[peer])
-			}
-		default:
-			per := max(m.NVLinkLinks/n, 1)
-			for _, peer := range g.NVLinkPeers {
-				for i := 0; i < per; i++ {
-					v.NVLinks = append(v.NVLinks, esxsh.Link{Index: len(v.NVLinks), Peer: index[peer], Up: g.NVLinkUp, SpeedGBs: speed})
-				}
-			}
-		}
+		v.NVLinks, v.SwitchPeers = gpuNVLinks(m, g, info.NVLinkTopology, index, linkSpeed[v.Architecture])
 		h.GPUs = append(h.GPUs, v)
 	}
 	return h

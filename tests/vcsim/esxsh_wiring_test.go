@@ -138,7 +138,7 @@ func TestShellModuleOptionsAndNVLink(t *testing.T) {
 		t.Errorf("NVLink down before reboot:\n%s", got)
 	}
 	reboot(t, f, "esx-a100")
-	if got := mustRun(t, sh, "esx-a100", "nvidia-smi nvlink -s", 0); strings.Count(got, "<inactive>") != 24 || strings.Contains(got, "GB/s") {
+	if got := mustRun(t, sh, "esx-a100", "nvidia-smi nvlink -s", 0); strings.Count(got, esxsh.AllLinksInactive) != 2 || strings.Contains(got, "GB/s") {
 		t.Errorf("NVLink after reboot:\n%s", got)
 	}
 	if got := mustRun(t, sh, "esx-a100", "nvidia-smi topo -m", 0); strings.Contains(got, "\tNV12\t") {
@@ -171,7 +171,7 @@ func TestFarmBackendReachableAndView(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := h.GPUs[1]
-	if g.BusID != "00000000:3C:00.0" || g.Name != "NVIDIA H100 PCIe" || g.Architecture != "Hopper" || g.MemoryMiB != 81920 || !g.MIGCapable || len(g.NVLinks) != 0 {
+	if g.BusID != "00000000:3C:00.0" || g.Name != "NVIDIA H100 PCIe" || g.Architecture != "Hopper" || g.MemoryMiB != 81920 || !g.MIGCapable || len(g.NVLinks) != 18 || slices.ContainsFunc(g.NVLinks, func(l esxsh.Link) bool { return l.Up }) {
 		t.Errorf("view %+v", g)
 	}
 	if h.GPUs[0].UUID == g.UUID || !strings.HasPrefix(g.UUID, "GPU-") {
@@ -292,5 +292,42 @@ func TestNVSwitchTopology(t *testing.T) {
 	got := mustRun(t, sh, "hgx", "nvidia-smi topo -m", 0)
 	if strings.Count(got, "NV18") != 8*7 {
 		t.Errorf("topo on an 8-GPU NVSwitch host:\n%s", got)
+	}
+}
+
+// A bridged H100 PCIe pair lists what the real host in tests/fixtures/nvidia-smi/h100-pcie.nvlink-s.txt lists: 18
+// links per GPU, the 12 the bridge wires up and 6 <inactive> (the capture's indentation is spaces where nvidia-smi
+// prints a tab, and its UUIDs are the real GPUs'); topo says NV12; an unbridged GPU prints NVML's "all links are
+// inActive" line instead of link lines.
+func TestH100PCIeNVLinkListingMatchesARealHost(t *testing.T) {
+	f := farm.New(nil)
+	for _, spec := range []farm.HostSpec{
+		{Name: "bridged", Model: "H100-80GB", GPUs: 2, NVLink: "pairs", DefaultGraphicsType: farm.GraphicsSharedDirect},
+		{Name: "single", Model: "H100-80GB", GPUs: 1, DefaultGraphicsType: farm.GraphicsSharedDirect},
+	} {
+		if err := f.AddHost(spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sh := &esxsh.Shell{Backend: &farmBackend{farm: f}}
+	h, err := (&farmBackend{farm: f}).Host("bridged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join("..", "fixtures", "nvidia-smi", "h100-pcie.nvlink-s.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.NewReplacer("GPU-6968dfc2-d444-d92c-c36b-6abe53445cb9", h.GPUs[0].UUID,
+		"GPU-9b1446e2-8a89-4cf6-b68c-a98d99e958d3", h.GPUs[1].UUID, "         Link", "\t Link").Replace(string(data))
+	if got := mustRun(t, sh, "bridged", "nvidia-smi nvlink -s", 0); got != want {
+		t.Errorf("nvlink -s differs from the capture\n--- got ---\n%s--- want ---\n%s", got, want)
+	}
+	if got := mustRun(t, sh, "bridged", "nvidia-smi topo -m", 0); !strings.Contains(got, "GPU0\t X \tNV12\t") {
+		t.Errorf("topo:\n%s", got)
+	}
+	got := mustRun(t, sh, "single", "nvidia-smi nvlink -s", 0)
+	if lines := strings.Split(strings.TrimSpace(got), "\n"); len(lines) != 2 || lines[1] != esxsh.AllLinksInactive {
+		t.Errorf("unbridged GPU:\n%s", got)
 	}
 }

@@ -213,7 +213,6 @@ def up_cmd(
     api_version: Annotated[str | None, typer.Option(help="vSphere API version to report (e.g. 8.0.3.0).")] = None,
 ) -> None:
     """Build gpusim if needed, start it in the background, and print the environment to use it."""
-    opts = ctx.obj
     topology: dict[str, object] = {
         "clusters": clusters,
         "hosts": hosts,
@@ -252,7 +251,50 @@ def up_cmd(
         pid_path().unlink(missing_ok=True)
         raise
     common.info(f"gpusim running (pid {proc.pid}); log {log_path()}; stop it with `vgpuctl sim down`")
-    _print_env(env, opts)
+    _checkout_stand_ins()
+    _print_env(env, ctx.obj)
+
+
+def _checkout_stand_ins() -> None:
+    """Started from a checkout: its example inventory's guest files, as stand-ins where absent."""
+    if os.environ.get("GPUSIM_SRC") or os.environ.get("GPUSIM_BIN"):
+        return
+    written = write_stand_ins(source_dir().parent.parent)
+    if written:
+        common.info("wrote simulator stand-ins for the guest files inventory.example.yaml names (not NVIDIA's: "
+                    "replace them with the real files for real guests): " + ", ".join(map(str, written)))
+
+
+EXAMPLE_INVENTORY = "inventory.example.yaml"
+STAND_IN_FOLDER = "files"  # beside the example; .gitignore keeps it out of the repository
+
+
+def write_stand_ins(root: Path) -> list[Path]:
+    """The guest files the checkout's inventory.example.yaml names under files/ (the vGPU guest driver installer,
+    the licence token), written as stand-ins where absent, so that `preflight -f inventory.example.yaml` against
+    the simulator finds them: the simulator's environment provides what preflight checks. Never overwrites a
+    file; names outside files/ are left alone."""
+    import yaml
+
+    from vgpuctl.preflight.guests import DRIVER_VARS, TOKEN_VARS
+
+    example = root / EXAMPLE_INVENTORY
+    if not example.is_file():
+        return []
+    groups = ((yaml.safe_load(example.read_text(encoding="utf-8")) or {}).get("guests") or {}).get("groups") or {}
+    folder = (root / STAND_IN_FOLDER).resolve()
+    names = {str(v) for g in groups.values() for k, v in ((g or {}).get("vars") or {}).items()
+             if k in (*DRIVER_VARS, *TOKEN_VARS) and isinstance(v, str)}
+    written = []
+    for name in sorted(names):
+        path = (root / name).resolve()
+        if path.parent != folder or path.exists():
+            continue
+        folder.mkdir(exist_ok=True)
+        path.write_text(f"gpusim stand-in for {path.name}, written by `vgpuctl sim up` for {EXAMPLE_INVENTORY}: "
+                        "not NVIDIA's file; put the real one here for real guests\n", encoding="utf-8")
+        written.append(path)
+    return written
 
 
 # gpusim's ESXi shells, as vgpuctl's host commands look for them (VGPUCTL_ESXI_*): the host -> address map,

@@ -52,6 +52,11 @@ def list_gpu_instance_profiles(gpu: GpuId | None = None) -> str:
     return _join(["nvidia-smi", "mig", "-lgip", *_gpu_arg(gpu)])
 
 
+def list_gpu_instances(gpu: GpuId | None = None) -> str:
+    """`nvidia-smi mig -lgi [-i N]`: the GPU instances in use and their placements."""
+    return _join(["nvidia-smi", "mig", "-lgi", *_gpu_arg(gpu)])
+
+
 def list_gpu_instance_placements(gpu: GpuId | None = None) -> str:
     return _join(["nvidia-smi", "mig", "-lgipp", *_gpu_arg(gpu)])
 

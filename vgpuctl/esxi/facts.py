@@ -39,6 +39,7 @@ GPU_MODES = Fact(  # index, bus id, name, memory, MIG mode current and pending p
 # The host settings read the next three (vgpuctl.settings.facts); their values are plain data, kept as JSON.
 MIG_PROFILES = Fact("mig_profiles", commands.list_gpu_instance_profiles(), parsers.parse_lgip)
 MIG_PLACEMENTS = Fact("mig_placements", commands.list_gpu_instance_placements(), parsers.parse_lgipp)
+MIG_INSTANCES = Fact("mig_instances", commands.list_gpu_instances(), parsers.parse_lgi)  # in use, with placements
 NVLINK_STATUS = Fact("nvlink_status", commands.nvlink_status(), parsers.parse_nvlink_status)
 TOPOLOGY = Fact("topology", commands.topology(), parsers.parse_topo_nvlinks)  # NVLink-connected pairs
 MODULE_PARAMETERS = Fact(  # the names the nvidia module declares
@@ -48,6 +49,6 @@ VIBS = Fact("vibs", commands.vib_list(), parsers.parse_vib_list)  # the vGPU Man
 
 FACTS: dict[str, Fact[object]] = {
     f.name: f
-    for f in (GPU_LIST, GPU_QUERY, GPU_MODES, MIG_PROFILES, MIG_PLACEMENTS, NVLINK_STATUS, TOPOLOGY, MODULE_PARAMETERS,
-              VIBS)
+    for f in (GPU_LIST, GPU_QUERY, GPU_MODES, MIG_PROFILES, MIG_PLACEMENTS, MIG_INSTANCES, NVLINK_STATUS, TOPOLOGY,
+              MODULE_PARAMETERS, VIBS)
 }

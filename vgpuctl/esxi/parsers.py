@@ -365,6 +365,35 @@ def parse_lgipp(text: str) -> list[GpuInstancePlacements]:
     return out
 
 
+# --- nvidia-smi mig -lgi -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GpuInstance:
+    """A GPU instance in use: its profile and where it sits (memory slots start:size)."""
+
+    gpu: int
+    name: str  # without "MIG ", e.g. 3g.20gb
+    profile_id: int
+    instance_id: int
+    start: int
+    size: int
+
+
+_LGI_ROW = re.compile(r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s*\|$")
+_LGI_NONE = ("No GPU instances found", "No MIG-enabled devices found")
+
+
+def parse_lgi(text: str) -> list[GpuInstance]:
+    """`nvidia-smi mig -lgi`: one table row per GPU instance; NVML's "No GPU instances found: Not Found" (or no
+    MIG GPU at all) is none."""
+    out = [GpuInstance(int(m[1]), m[2], int(m[3]), int(m[4]), int(m[5]), int(m[6]))
+           for line in _lines(text) if (m := _LGI_ROW.match(line.strip()))]
+    if not out and not any(marker in text for marker in _LGI_NONE):
+        raise OutputFormatError("nvidia-smi mig -lgi: no GPU instance rows")
+    return out
+
+
 # --- nvidia-smi nvlink -s ------------------------------------------------------------------------------
 
 
@@ -381,6 +410,7 @@ class GpuNvLinks:
     name: str
     uuid: str | None
     links: tuple[NvLink, ...] = ()
+    all_inactive: bool = False  # NVML printed that every link is down instead of listing them
 
     @property
     def active_links(self) -> int:
@@ -389,25 +419,39 @@ class GpuNvLinks:
 
 _NVL_GPU = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: ([^)]+)\))?\s*$")
 _NVL_LINK = re.compile(r"^\s*Link (\d+): (?:([\d.]+) GB/s|<inactive>)\s*$")
+# What nvidia-smi prints under a GPU whose links are all down (no bridge fitted, or NVLink off), in place of the
+# link lines (tests/fixtures/nvidia-smi/rtx-a6000.nvlink-s-inactive.txt).
+_NVL_ALL_INACTIVE = re.compile(r"^\s*NVML: Unable to retrieve NVLink information as all links are inActive\s*$",
+                               re.IGNORECASE)
 
 
 def parse_nvlink_status(text: str) -> list[GpuNvLinks]:
-    """`nvidia-smi nvlink -s`: a GPU line, then "Link N: 25 GB/s" or "Link N: <inactive>" lines."""
+    """`nvidia-smi nvlink -s`: a GPU line, then "Link N: 25 GB/s" or "Link N: <inactive>" lines, or NVML's line
+    saying that all of the GPU's links are inactive (no link up: `all_inactive`, no links listed)."""
     gpus: list[GpuNvLinks] = []
     for line in _lines(text):
         if not line.strip():
             continue
         if m := _NVL_LINK.match(line):
-            if not gpus:
-                raise OutputFormatError(f"nvidia-smi nvlink -s: link before any GPU: {line!r}")
-            g = gpus[-1]
+            g = _last_gpu(gpus, line)
             link = NvLink(int(m[1]), m[2] is not None, float(m[2]) if m[2] else None)
             gpus[-1] = GpuNvLinks(g.index, g.name, g.uuid, (*g.links, link))
+        elif _NVL_ALL_INACTIVE.match(line):
+            g = _last_gpu(gpus, line)
+            if g.links:
+                raise OutputFormatError(f"nvidia-smi nvlink -s: GPU {g.index} lists links and says none is active")
+            gpus[-1] = GpuNvLinks(g.index, g.name, g.uuid, (), all_inactive=True)
         elif m := _NVL_GPU.match(line):
             gpus.append(GpuNvLinks(int(m[1]), m[2], m[3]))
         else:
             raise OutputFormatError(f"nvidia-smi nvlink -s: unexpected line {line!r}")
     return gpus
+
+
+def _last_gpu(gpus: list[GpuNvLinks], line: str) -> GpuNvLinks:
+    if not gpus:
+        raise OutputFormatError(f"nvidia-smi nvlink -s: link before any GPU: {line!r}")
+    return gpus[-1]
 
 
 # --- nvidia-smi topo -m --------------------------------------------------------------------------------

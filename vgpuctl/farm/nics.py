@@ -37,6 +37,8 @@ def usable_nics(host: ObservedHost, kind: AdapterType, select: DeviceSelect) -> 
 def _sriov_state(nic: ObservedHostNic) -> str:
     if not nic.sriov_capable:
         return "not SR-IOV capable"
+    if nic.max_vf == 0:
+        return "maxVirtualFunctionSupported 0: SR-IOV is off in its firmware"
     if not nic.sriov_enabled:
         return "SR-IOV disabled"
     if nic.num_vf_requested and not nic.num_vf:

@@ -22,6 +22,7 @@ from vgpuctl.profiles import (
     VgpuType,
     api_at_least,
     board_for_device,
+    capped_max,
     gi_geometry,
     parse_profile,
     try_parse,
@@ -344,10 +345,11 @@ def _mixed_fits_some_way(gpu: Gpu, extra: list[VgpuProfile]) -> bool:
 
 
 def _max_equal(gpu: Gpu, profile: VgpuProfile) -> int:
-    """NVIDIA's equal-size maximum of the type; framebuffer division when the table gives none (an upper bound)."""
+    """NVIDIA's equal-size maximum of the type capped at what the framebuffer holds (capped_max); framebuffer
+    division when the table gives none (an upper bound)."""
     row = profile.vgpu_type
     if row is not None and row.max_equal is not None:
-        return row.max_equal
+        return capped_max(row.max_equal, profile) or 0
     return int(gpu.fb_gb // profile.fb_gb) if profile.fb_gb else 0
 
 
@@ -378,8 +380,9 @@ def _why_not_mig(gpu: Gpu, profile: VgpuProfile) -> str | None:
         return f"no MIG instance profile {profile.gi_profile}"
     row = profile.vgpu_type
     same = sum(1 for name in gpu.vgpus if (p := try_parse(name)) is not None and p.type_name == profile.type_name)
-    if row is not None and row.max_equal is not None and same >= row.max_equal:
-        return f"holds the maximum of {profile.type_name} ({row.max_equal})"
+    limit = capped_max(row.max_equal, profile) if row is not None else None
+    if limit is not None and same >= limit:
+        return f"holds the maximum of {profile.type_name} ({limit})"
     if _mig_start(gpu, profile) is not None:
         return None
     if _mig_fits_some_way(gpu, profile):
@@ -406,8 +409,9 @@ def _why_not_mixed(gpu: Gpu, profile: VgpuProfile, existing: list[VgpuProfile]) 
     if any(p.vgpu_type is None or p.vgpu_type.max_mixed is None for p in existing):
         return "holds a vGPU type without a published mixed-size maximum"
     same = sum(1 for p in existing if p.type_name == profile.type_name)
-    if same >= row.max_mixed:
-        return f"holds the mixed-size maximum of {profile.type_name} ({row.max_mixed})"
+    limit = capped_max(row.max_mixed, profile) or 0
+    if same >= limit:
+        return f"holds the mixed-size maximum of {profile.type_name} ({limit})"
     if sum(p.fb_gb for p in existing) + profile.fb_gb > gpu.fb_gb:
         return "framebuffer full"
     ranges = _placed_ranges(gpu)

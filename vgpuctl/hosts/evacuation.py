@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from vgpuctl.domain import (
+    AdapterType,
     ChangeKind,
     Evacuate,
     EvacuationKind,
@@ -21,6 +22,7 @@ from vgpuctl.domain import (
 )
 from vgpuctl.farm.predict import predict_host
 from vgpuctl.model import HOST_TARGET, EvacuationAction, HostChange, Observed, ObservedHost, ObservedVm
+from vgpuctl.netrules import network_rules
 from vgpuctl.records.work import WORK_FIELD, describe_record, parse_record
 from vgpuctl.settings import setting_of
 from vgpuctl.settings.base import HostPlan, names
@@ -66,6 +68,8 @@ class Migration:
         ]
         if not others:
             return None, f"no other usable host in cluster {cluster or '(none)'} that this plan leaves unchanged"
+        if (stays := _stays_on_its_host(vm)) is not None:
+            return None, stays
         profiles = [d.profile for d in vm.vgpus]
         if not profiles:
             return min(others, key=lambda h: (sum(1 for v in vms_on(self.observed, h) if running(v)), h)), ""
@@ -79,6 +83,19 @@ class Migration:
         grouped = any(d.device_group_key is not None for d in vm.vgpus)
         placed = place_farm(self._state, [Request(vm.name, profiles, offering, grouped)])[vm.name]
         return (placed.host, "") if placed.ok else (None, f"no room on {', '.join(offering)}: {placed.reason}")
+
+
+def _stays_on_its_host(vm: ObservedVm) -> str | None:
+    """Why vSphere does not move the running VM to another host, or None: it has an SR-IOV adapter or a DirectPath
+    I/O device (a passthrough NIC or another PCI device that is not a vGPU); a PVRDMA adapter moves
+    (data/network.yaml, vmotion: vSphere Networking, "SR-IOV Support: Availability of Features" and "DirectPath
+    I/O")."""
+    rules = network_rules()
+    if any(n.kind == AdapterType.SRIOV for n in vm.nics) and not rules.moves(AdapterType.SRIOV):
+        return "it has an SR-IOV network adapter, and vSphere does not vMotion such VMs"
+    if vm.other_passthrough and not rules.moves(AdapterType.PASSTHROUGH):
+        return "it has a DirectPath I/O device, and vSphere does not migrate such VMs across hosts"
+    return None
 
 
 def vms_on(observed: Observed, host: str) -> list[ObservedVm]:

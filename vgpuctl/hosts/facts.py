@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 # ------------------------------------------------------------------------------------------ the facts
 
+
 def shell_runner(shell: Any) -> Runner:
     """A Runner over a vgpuctl.esxi.ssh.EsxiShell."""
     return lambda command: shell.run(command).stdout

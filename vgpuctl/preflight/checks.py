@@ -299,3 +299,31 @@ def vm_network_checks(inventory: Inventory | None, observed: Observed, scope: Sc
                                           "set `sriov` for the NIC in the host's entry (or enable it for passthrough), "
                                           "or place the VM where the NIC is"))
     return out
+
+
+def setting_checks(observed: Observed, scope: Scope) -> list[PreflightCheck]:
+    """What each host setting checks of each host its entry configures, beyond planning it (settings.base.Finding)."""
+    out = []
+    for name, spec in sorted(scope.specs.items()):
+        host = observed.hosts.get(name)
+        if host is None:
+            continue
+        findings = [f for s in SETTINGS for f in s.preflight(spec, host)]
+        out += [PreflightCheck(f.id, f.status, f.evidence, name, f.fix) for f in findings]
+    return out
+
+
+def gpu_host_check(observed: Observed, inventory: Inventory | None, scope: Scope) -> list[PreflightCheck]:
+    """A run needs a GPU host: without an inventory, or with one that gives VMs vGPUs, a datacenter where no host
+    has an NVIDIA GPU (config.graphicsInfo) or offers vGPU types fails, instead of passing with no host checked."""
+    if scope.hosts:
+        return []
+    if inventory is not None and not any(vm.vgpu_count for vm in inventory.vms):
+        return []
+    offering = sorted(n for n, h in observed.hosts.items() if h.offered_profiles)
+    where = f"datacenter {observed.datacenter}" if observed.datacenter else "the datacenter"
+    seen = f"{len(observed.hosts)} host(s), none with an NVIDIA GPU" + (
+        f" (vGPU types offered on {', '.join(offering)})" if offering else " or a vGPU Manager offering vGPU types")
+    return [PreflightCheck("host.gpu", FAIL, f"no GPU host in {where}: {seen}", None,
+                           "check --datacenter and the vCenter URL; install the GPUs' NVIDIA vGPU Manager (README, "
+                           "\"What a real vCenter needs\") and set their graphics type to Shared Direct")]

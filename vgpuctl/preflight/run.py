@@ -76,10 +76,12 @@ def run_checks(session: Session, observed: Observed, inventory: Inventory | None
     reqs = checks.requirements(inventory, scope)
     found = [checks.vcenter_version(facts.about, reqs), *checks.host_versions(observed, scope, reqs)]
     found += privileges.privilege_checks(needs, facts.granted, facts.privileges_error)
+    found += checks.gpu_host_check(observed, inventory, scope)
     found += host_checks(observed, inventory, scope, facts, plan)
     found += checks.template_checks(plan, inventory, observed)
     found += checks.rdma_checks(inventory, scope, facts.access)
     found += checks.vm_network_checks(inventory, observed, scope)
+    found += checks.setting_checks(observed, scope)
     found += guests.driver_branch_checks(inventory, scope, facts.managers)
     found += guests.file_checks(inventory)
     return found

@@ -9,8 +9,17 @@ from typing import TYPE_CHECKING, ClassVar
 
 from vgpuctl.domain import GpuVgpuMode, ProfileSharing, VgpuMode
 from vgpuctl.model import ObservedGpu, ObservedHost
-from vgpuctl.profiles import ProfileError, VgpuProfile, board_for_device, observed_profile, parse_profile, try_parse
+from vgpuctl.profiles import (
+    ProfileError,
+    VgpuProfile,
+    board_for_device,
+    capped_max,
+    observed_profile,
+    parse_profile,
+    try_parse,
+)
 from vgpuctl.profiles import max_per_gpu as profiles_max
+from vgpuctl.profiles import published_max_per_gpu as profiles_published
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, optional, whole
 
 if TYPE_CHECKING:
@@ -26,6 +35,8 @@ class ProfileRow:
     sharing: str  # timeSliced | mig
     profile_class: str | None  # compute | quadro
     max_per_gpu: int | None
+    # NVIDIA's published maximum where it is more than the framebuffer holds (max_per_gpu is then the cap)
+    published_max: int | None = optional()
 
 
 @dataclass
@@ -62,6 +73,8 @@ def _profile_cells(r: ProfileRow) -> tuple[str, str, str, str, str]:
     fb = f"{r.fb_gb} GB" if r.fb_gb is not None else "?"
     sharing = "MIG" if r.sharing == ProfileSharing.MIG else "time-sliced"
     limit = str(r.max_per_gpu) if r.max_per_gpu is not None else "?"
+    if r.published_max is not None:
+        limit += f" (NVIDIA lists {r.published_max}, more than the framebuffer holds)"
     return r.profile, fb, r.series or "?", sharing, limit
 
 
@@ -99,6 +112,18 @@ def max_per_gpu(profile: VgpuProfile, sharing: str, host: ObservedHost) -> int |
     return min(known) if known and len(known) == len(maxima) else None
 
 
+def published_beyond(profile: VgpuProfile, host: ObservedHost) -> int | None:
+    """NVIDIA's published maximum of the type for a mode of the host's GPUs when it is more than the framebuffer
+    holds (profiles.capped_max cut it), and the host reported no maximum of its own; else None."""
+    reported = host.profiles.get(profile.name)
+    if reported is not None and reported.max_per_gpu is not None:
+        return None
+    modes = {g.vgpu_mode for g in host.gpus if g.vgpu_mode != GpuVgpuMode.MIG} or {str(VgpuMode.SAME_SIZE)}
+    published = [p for m in modes if (p := profiles_published(profile, m)) is not None]
+    beyond = [p for p in published if (capped_max(p, profile) or p) < p]
+    return max(beyond) if beyond else None
+
+
 def _profile_row(name: str, host: ObservedHost) -> ProfileRow:
     info = host.profiles.get(name)
     try:
@@ -115,6 +140,7 @@ def _profile_row(name: str, host: ObservedHost) -> ProfileRow:
         sharing=sharing,
         profile_class=info.profile_class if info else None,
         max_per_gpu=max_per_gpu(parsed, sharing, host) if parsed else None,
+        published_max=published_beyond(parsed, host) if parsed and not mig else None,
     )
 
 

@@ -22,7 +22,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from vgpuctl.domain import ChangeKind, Phase
+from vgpuctl.domain import ChangeKind, CheckStatus, Phase
 from vgpuctl.esxi.modopts import Options
 from vgpuctl.model import HOST_TARGET, HostChange, ObservedGpu, ObservedHost
 from vgpuctl.settings.facts import MODULE_OPTIONS, ApiFact, GpuQuery, HostFacts, ShellFact
@@ -240,6 +240,17 @@ class Exported:
     notes: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Finding:
+    """One check a setting makes of a host before a run (`vgpuctl preflight` shows it, with the host): its id
+    (`host.sriov-firmware`), pass, warn or fail, what it saw, and the fix."""
+
+    id: str
+    status: CheckStatus
+    evidence: str
+    fix: str | None = None
+
+
 # ------------------------------------------------------------------------------------------ the two kinds
 
 
@@ -318,6 +329,11 @@ class HostSetting(_Setting, Generic[S]):
 
     def api_needs(self, spec: object) -> list[tuple[tuple[int, ...], str]]:
         """The vSphere API levels its part of the entry needs: (level, what needs it) each (preflight)."""
+        return []
+
+    def preflight(self, spec: object, host: ObservedHost) -> list[Finding]:
+        """What preflight checks of the host for its part of the entry, beyond planning it (the firmware of a NIC
+        it gives virtual functions, say); none by default."""
         return []
 
     def merge(self, base: S, over: S) -> S | None:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 from vgpuctl.domain import ChangeKind, NvlinkState, Phase
 from vgpuctl.esxi import modopts
 from vgpuctl.model import HostChange, ObservedHost
-from vgpuctl.profiles import BOARDS, board_for_device
+from vgpuctl.profiles import BOARDS, board_for_device, nvlink_links_problem, nvlink_wired
 from vgpuctl.settings.base import (
     MODULE_OPTIONS_STEP,
     ApplyStep,
@@ -71,19 +71,19 @@ class Nvlink(HostSetting[NvlinkState | None]):
             writer.option_edits.append(partial(modopts.set_nvlink, state=NvlinkState(str(c.new))))
 
     def verify(self, inp: PlanInput) -> list[str]:
-        """Every link up (enabled) or none (disabled), as nvidia-smi shows them."""
+        """The links the board wires up (enabled) or none (disabled), as nvidia-smi shows them
+        (profiles.nvlink_links_problem)."""
         want, facts = self.of(inp.spec), inp.facts
         if want is None or facts is None or not facts.shell:
             return []
+        observed = inp.gpus
         problems = []
         for pci, g in sorted(nvlink_links(facts).items()):
-            listed, active = len(g.links), g.active_links
-            if listed == 0:
-                continue
-            if want == NvlinkState.ENABLED and active < listed:
-                problems.append(f"nvlink {pci}: {active} of {listed} links up, expected all")
-            if want == NvlinkState.DISABLED and active > 0:
-                problems.append(f"nvlink {pci}: {active} of {listed} links up, expected none")
+            og = observed.get(pci.lower())
+            wired = nvlink_wired(board_for_device(og.device_name, None, og.device_id) if og is not None else None)
+            problem = nvlink_links_problem(want == NvlinkState.ENABLED, g.active_links, len(g.links), wired)
+            if problem is not None:
+                problems.append(f"nvlink {pci}: {problem}")
         return problems
 
     def explain(self, key: str, host: ObservedHost, facts: HostFacts | None) -> str | None:

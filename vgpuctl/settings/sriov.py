@@ -19,11 +19,13 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from vgpuctl.domain import ChangeKind, Phase
+from vgpuctl.domain import ChangeKind, CheckStatus, Phase
 from vgpuctl.model import HostChange, ObservedHost, ObservedHostNic
+from vgpuctl.netrules import firmware_fix, firmware_sriov_off
 from vgpuctl.settings.base import (
     ApplyStep,
     Exported,
+    Finding,
     HostPlan,
     HostSetting,
     HostWriter,
@@ -86,6 +88,7 @@ def _label(nic: ObservedHostNic) -> str:
 
 
 SRIOV_STEP = ApplyStep("sriov", 40)  # one UpdatePassthruConfig for the host's NICs
+FIRMWARE_CHECK = "host.sriov-firmware"  # preflight: SR-IOV on in the firmware of the NICs an entry names
 
 
 SRIOV = ChangeKind("sriov")  # a NIC's SR-IOV virtual functions
@@ -140,6 +143,23 @@ class Sriov(HostSetting[list[SriovSpec]]):
                 result.changes.append(host_change(inp, SRIOV, state_text(nic), vf_text(vfs), phase, pci))
         return result
 
+    def preflight(self, spec: object, host: ObservedHost) -> list[Finding]:
+        """Each NIC an item gives virtual functions has SR-IOV on in its firmware (vSphere reports it SR-IOV capable
+        with maxVirtualFunctionSupported above 0); else the firmware step that fixes it (the mlxconfig step for a
+        ConnectX; data/network.yaml, sriov_firmware)."""
+        wanted = [item for item in self.of(spec) if item.vfs > 0]
+        nics = {n.pci_id: (n, item) for item in wanted for n in matching(host, item.device)}
+        off = [(n, item) for n, item in nics.values() if firmware_sriov_off(n.sriov_capable, n.max_vf)]
+        out = []
+        for nic, item in off:
+            state = "is not SR-IOV capable" if not nic.sriov_capable else "reports maxVirtualFunctionSupported 0"
+            out.append(Finding(FIRMWARE_CHECK, CheckStatus.FAIL, f"NIC {nic.vmnic or nic.pci_id} ({nic.pci_id}) "
+                               f"{state}: SR-IOV is off in its firmware (sriov: {item})", firmware_fix(nic.vendor_id)))
+        if nics and not off:
+            shown = ", ".join(f"{n.vmnic or pci} (at most {n.max_vf} VFs)" for pci, (n, _) in sorted(nics.items()))
+            out.append(Finding(FIRMWARE_CHECK, CheckStatus.PASS, f"SR-IOV on in the firmware of {shown}"))
+        return out
+
     def predict(self, host: ObservedHost, changes: Sequence[HostChange]) -> None:
         by_pci = {n.pci_id: n for n in host.nics}
         for c in changes:
@@ -178,9 +198,10 @@ class Sriov(HostSetting[list[SriovSpec]]):
 def _cannot(nic: ObservedHostNic, vfs: int) -> str | None:
     if vfs == 0:
         return None
-    if not nic.sriov_capable:
-        return "is not SR-IOV capable"
-    if nic.max_vf and vfs > nic.max_vf:
+    if firmware_sriov_off(nic.sriov_capable, nic.max_vf):
+        state = "is not SR-IOV capable" if not nic.sriov_capable else "reports maxVirtualFunctionSupported 0"
+        return f"{state}: {firmware_fix(nic.vendor_id)}"
+    if vfs > nic.max_vf:
         return f"supports at most {nic.max_vf} virtual functions, not {vfs}"
     return None
 

@@ -21,6 +21,9 @@ PORTGROUP_PROPS = ["key", "config.distributedVirtualSwitch"]  # DistributedVirtu
 SWITCH_PROPS = ["name", "parent", "uuid"]  # DistributedVirtualSwitch
 HOST_NET_PROPS = ["config.network.pnic", "config.pciPassthruInfo", "hardware.numaInfo"]
 VM_NET_PROPS = ["guest.hostName"]
+# The port groups a host reaches, read from the host's side too: vCenter lists the pair on both sides
+# (`Network.host`, `HostSystem.network`), govmomi's simulator lists its "VM Network" only on the hosts' side.
+HOST_PORTGROUP_PROPS = ["network"]
 
 
 def _moid(ref: Any) -> str:
@@ -28,14 +31,21 @@ def _moid(ref: Any) -> str:
 
 
 def networks(objects: dict[str, Obj], in_dc: set[str], host_names: dict[str, str]) -> list[ObservedNetwork]:
-    """Port groups of the datacenter, by name; a distributed one carries its key and its switch's uuid."""
+    """Port groups of the datacenter, by name, each with the hosts that reach it: those the port group lists
+    (`Network.host`) and those that list it (`HostSystem.network`); a distributed one carries its key and its
+    switch's uuid."""
     switches = {m: o for m, o in objects.items() if o.type.endswith("DistributedVirtualSwitch")}
+    listed_by_hosts: dict[str, set[str]] = {}
+    for host_moid, host_name in host_names.items():
+        for ref in objects[host_moid].get("network") or []:
+            listed_by_hosts.setdefault(_moid(ref), set()).add(host_name)
     out = []
     for moid in sorted(in_dc):
         obj = objects[moid]
         if obj.type not in ("Network", "DistributedVirtualPortgroup", "OpaqueNetwork"):
             continue
-        hosts = sorted(host_names[m] for m in (_moid(h) for h in obj.get("host", [])) if m in host_names)
+        listed = {host_names[m] for m in (_moid(h) for h in obj.get("host", [])) if m in host_names}
+        hosts = sorted(listed | listed_by_hosts.get(moid, set()))
         net = ObservedNetwork(name=str(obj.get("name")), moid=moid, hosts=hosts)
         if obj.type == "DistributedVirtualPortgroup":
             switch = switches.get(_moid(obj.get("config.distributedVirtualSwitch")))

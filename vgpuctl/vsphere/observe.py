@@ -34,7 +34,14 @@ from vgpuctl.model import (
 )
 from vgpuctl.profiles import max_vgpus_per_vm, observed_profile
 from vgpuctl.vsphere import netobserve
-from vgpuctl.vsphere.netobserve import HOST_NET_PROPS, NETWORK_PROPS, PORTGROUP_PROPS, SWITCH_PROPS, VM_NET_PROPS
+from vgpuctl.vsphere.netobserve import (
+    HOST_NET_PROPS,
+    HOST_PORTGROUP_PROPS,
+    NETWORK_PROPS,
+    PORTGROUP_PROPS,
+    SWITCH_PROPS,
+    VM_NET_PROPS,
+)
 from vgpuctl.vsphere.nvlink import device_group_sets, observed_groups
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
 from vgpuctl.vsphere.vimtypes import device_types
@@ -72,6 +79,7 @@ HOST_PROPS = [
     "customValue",  # vgpuctl's unfinished host work and run leases (vgpuctl.vsphere.workrecord)
     "availableField",
     *HOST_NET_PROPS,  # physical NICs, SR-IOV and passthrough state, NUMA nodes (vsphere/netobserve.py)
+    *HOST_PORTGROUP_PROPS,  # the port groups it reaches (with Network.host: vsphere/netobserve.py)
 ]
 
 VM_PROPS = [

@@ -504,6 +504,11 @@ def _ref_val(elem: ET.Element, stub: Any) -> Any:
     return _ref(elem)
 
 
+def _refs(elem: ET.Element, stub: Any) -> list[Any]:
+    """An ArrayOfManagedObjectReference (HostSystem.network)."""
+    return [_ref(e) for e in elem]
+
+
 def _options(elem: ET.Element, stub: Any) -> list[Any]:
     return [
         SimpleNamespace(key=o.findtext(f"{_Q}key") or "", value=o.findtext(f"{_Q}value") or "")
@@ -706,6 +711,7 @@ _HOST_CONVERT = {
     "configManager.graphicsManager": _mo,
     "customValue": _custom_values,
     "availableField": _field_names,
+    "network": _refs,
 }
 
 _CONVERT = {

@@ -134,7 +134,7 @@ func sampleHost(name string) Host {
 			Board: "a100", Architecture: "Ampere", DeviceID: 0x20F1, MemoryMiB: 40960, NUMANode: 0, MIGCapable: true,
 			MIGCurrent: true, MIGPending: true, ECCCurrent: true, ECCPending: false, ActiveVGPUs: 1,
 			MIGProfiles:  catalogueMIG("A100-40GB", "Ampere"),
-			MIGInstances: []MIGInstance{{Profile: "3g.20gb", Start: 0, Size: 4}}, NVLinks: nvlinks(0, 4, true)},
+			MIGInstances: []MIGInstance{{ID: 1, Profile: "3g.20gb", Start: 0, Size: 4}}, NVLinks: nvlinks(0, 4, true)},
 		{Index: 2, BusID: "00000000:AF:00.0", UUID: "GPU-77aa66bb-55cc-44dd-33ee-22ff11009988", Name: "NVIDIA L40S",
 			Board: "l40s", Architecture: "Ada Lovelace", DeviceID: 0x26B9, MemoryMiB: 46068, NUMANode: 1},
 	}}

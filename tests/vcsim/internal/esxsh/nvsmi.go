@@ -157,7 +157,7 @@ func (s *Shell) smiRun(h Host, m smiMain) Result {
 const smiHelp = `NVIDIA System Management Interface -- v550.90.05
 
 Supported here (gpusim): -L, -q, -i <index|bus id|uuid>, --query-gpu=<fields> --format=csv[,noheader][,nounits],
--mig 0|1, -e 0|1, mig -lgip, mig -lgipp, nvlink -s, topo -m
+-mig 0|1, -e 0|1, mig -lgip, mig -lgipp, mig -lgi, nvlink -s, topo -m
 `
 
 // selectGPUs resolves -i (comma-separated indices, PCI bus ids or UUIDs); all GPUs without -i.
@@ -305,9 +305,9 @@ func (s *Shell) smiSetECC(h Host, gpus []GPU, value string) Result {
 
 func (s *Shell) smiMIG(h Host, args []string) Result {
 	var (
-		lgip, lgipp bool
-		ids         string
-		idsSet      bool
+		lgip, lgipp, lgi bool
+		ids              string
+		idsSet           bool
 	)
 	r := &argReader{args: args}
 	for r.more() {
@@ -318,6 +318,8 @@ func (s *Shell) smiMIG(h Host, args []string) Result {
 			lgip = true
 		case "-lgipp", "--list-gpu-instance-possible-placements":
 			lgipp = true
+		case "-lgi", "--list-gpu-instances":
+			lgi = true
 		case "-i", "--id":
 			ids, bad = r.value(name, inline, has)
 			idsSet = true
@@ -328,7 +330,7 @@ func (s *Shell) smiMIG(h Host, args []string) Result {
 			return *bad
 		}
 	}
-	if lgip == lgipp {
+	if n := btoi(lgip) + btoi(lgipp) + btoi(lgi); n != 1 {
 		return invalidCombination()
 	}
 	gpus, res := selectGPUs(h, ids, idsSet)
@@ -344,10 +346,30 @@ func (s *Shell) smiMIG(h Host, args []string) Result {
 	if len(migOn) == 0 {
 		return Result{Stdout: "No MIG-enabled devices found.\n", Exit: exitNotFound}
 	}
-	if lgip {
+	switch {
+	case lgip:
 		return Result{Stdout: RenderLGIP(migOn)}
+	case lgi:
+		return renderLGIResult(migOn)
 	}
 	return Result{Stdout: RenderLGIPP(migOn)}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// renderLGIResult is `nvidia-smi mig -lgi`: the table, or NVML's "Not Found" when no GPU instance exists.
+func renderLGIResult(gpus []GPU) Result {
+	for _, g := range gpus {
+		if len(g.MIGInstances) > 0 {
+			return Result{Stdout: RenderLGI(gpus)}
+		}
+	}
+	return Result{Stdout: "No GPU instances found: Not Found\n", Exit: exitNotFound}
 }
 
 func smiNVLink(h Host, args []string) Result {

@@ -313,6 +313,37 @@ func RenderLGIP(gpus []GPU) string {
 	return b.String()
 }
 
+const lgiRule = "+----------------------------------------------------+\n"
+
+// RenderLGI is `nvidia-smi mig -lgi`: the GPU instances in use with their placements, per GPU in the order of
+// the GPU instance profiles (-lgip), then by instance id (the MIG user guide's example, as captured in
+// tests/fixtures/nvidia-smi/a100-40gb.mig-lgi.txt).
+func RenderLGI(gpus []GPU) string {
+	var b strings.Builder
+	b.WriteString(lgiRule)
+	b.WriteString("| GPU instances:                                     |\n")
+	b.WriteString("| GPU   Name          Profile  Instance   Placement  |\n")
+	b.WriteString("|                       ID       ID       Start:Size |\n")
+	b.WriteString("|====================================================|\n")
+	for _, g := range gpus {
+		for _, p := range g.MIGProfiles {
+			var rows []MIGInstance
+			for _, in := range g.MIGInstances {
+				if in.Profile == p.Name {
+					rows = append(rows, in)
+				}
+			}
+			slices.SortFunc(rows, func(a, b MIGInstance) int { return a.ID - b.ID })
+			for _, in := range rows {
+				fmt.Fprintf(&b, "|%4d  %-16s%3d%9d%13s     |\n", g.Index, "MIG "+in.Profile, p.ID, in.ID,
+					fmt.Sprintf("%d:%d", in.Start, in.Size))
+				b.WriteString(lgiRule)
+			}
+		}
+	}
+	return b.String()
+}
+
 // RenderLGIPP is `nvidia-smi mig -lgipp`: the possible placements of each profile.
 func RenderLGIPP(gpus []GPU) string {
 	var b strings.Builder
@@ -332,11 +363,19 @@ func RenderLGIPP(gpus []GPU) string {
 	return b.String()
 }
 
+// AllLinksInactive is what nvidia-smi prints under a GPU none of whose NVLinks is up (no bridge fitted, or NVLink
+// off), instead of its link lines (tests/fixtures/nvidia-smi/rtx-a6000.nvlink-s-inactive.txt).
+const AllLinksInactive = "NVML: Unable to retrieve NVLink information as all links are inActive"
+
 // RenderNVLinkStatus is `nvidia-smi nvlink -s`.
 func RenderNVLinkStatus(gpus []GPU) string {
 	var b strings.Builder
 	for _, g := range gpus {
 		fmt.Fprintf(&b, "GPU %d: %s (UUID: %s)\n", g.Index, g.Name, g.UUID)
+		if len(g.NVLinks) > 0 && linksUp(g) == 0 {
+			b.WriteString(AllLinksInactive + "\n")
+			continue
+		}
 		for _, l := range g.NVLinks {
 			if l.Up {
 				fmt.Fprintf(&b, "\t Link %d: %s GB/s\n", l.Index, strconv.FormatFloat(l.SpeedGBs, 'f', -1, 64))

@@ -40,13 +40,25 @@ func TestRenderersMatchRealOutputs(t *testing.T) {
 		}
 		return g
 	}
+	a6000 := func(i int, uuid string, links int) GPU {
+		g := GPU{Index: i, Name: "NVIDIA RTX A6000", UUID: uuid}
+		for l := 0; l < 4; l++ {
+			g.NVLinks = append(g.NVLinks, Link{Index: l, Peer: 1 - i, Up: l < links, SpeedGBs: 14.062})
+		}
+		return g
+	}
 	cases := []struct {
 		fixture string
 		got     string
 	}{
+		{"rtx-a6000.nvlink-s-inactive.txt", RenderNVLinkStatus([]GPU{
+			a6000(0, "GPU-5baec991-de63-c196-1766-04c38407e133", 4), a6000(1, "GPU-39fc2446-cb50-2067-2867-d95efd470a2c", 4),
+			a6000(2, "GPU-02c05ee3-bdb5-aac7-f9e8-a4c8f3f725b3", 0)})},
 		{"a100-40gb.mig-lgip.txt", RenderLGIP([]GPU{a100})},
 		{"h100-80gb.mig-lgip.txt", RenderLGIP([]GPU{h100})},
 		{"a100-40gb.mig-lgipp.txt", RenderLGIPP([]GPU{a100})},
+		{"a100-40gb.mig-lgi.txt", RenderLGI([]GPU{withInstances(a100, MIGInstance{ID: 2, Profile: "3g.20gb", Start: 0, Size: 4},
+			MIGInstance{ID: 1, Profile: "3g.20gb", Start: 4, Size: 4})})},
 		{"esxi-a100.mig-enable-pending.txt", RenderMIGSet(a100, true, MIGPendingReset) + "All done.\n"},
 		{"h100.mig-enable.txt", RenderMIGSet(h100, true, MIGApplied) + "All done.\n"},
 		{"esxi-a100.query-gpu-bus-mig.csv", RenderQueryCSV(Host{}, []GPU{a100}, []string{"pci.bus_id", "mig.mode.current"}, CSVOptions{})},
@@ -77,6 +89,7 @@ func TestGoldenOutputs(t *testing.T) {
 			"mig.mode.current", "mig.mode.pending", "ecc.mode.current", "ecc.mode.pending"}, CSVOptions{NoHeader: true, NoUnits: true}),
 		"gpusim.mig-lgip.txt":  RenderLGIP(h.GPUs[1:2]),
 		"gpusim.mig-lgipp.txt": RenderLGIPP(h.GPUs[1:2]),
+		"gpusim.mig-lgi.txt":   RenderLGI(h.GPUs[1:2]),
 		"gpusim.nvlink-s.txt":  RenderNVLinkStatus(h.GPUs),
 		"gpusim.topo-m.txt":    RenderTopo(h.GPUs),
 		"gpusim.module-params.txt": RenderModuleParams([]ModuleParam{
@@ -125,12 +138,12 @@ func TestFreeInstances(t *testing.T) {
 	}{
 		{"1g.5gb", nil, 7},
 		{"3g.20gb", nil, 2},
-		{"3g.20gb", []MIGInstance{{"3g.20gb", 0, 4}}, 1},
-		{"1g.5gb", []MIGInstance{{"3g.20gb", 0, 4}}, 3},
-		{"7g.40gb", []MIGInstance{{"1g.5gb", 6, 1}}, 0},
-		{"4g.20gb", []MIGInstance{{"1g.5gb", 6, 1}}, 1},
-		{"1g.5gb+me", []MIGInstance{{"1g.5gb+me", 0, 1}}, 0},
-		{"2g.10gb", []MIGInstance{{"1g.10gb", 0, 2}, {"1g.10gb", 4, 2}}, 1},
+		{"3g.20gb", []MIGInstance{{Profile: "3g.20gb", Start: 0, Size: 4}}, 1},
+		{"1g.5gb", []MIGInstance{{Profile: "3g.20gb", Start: 0, Size: 4}}, 3},
+		{"7g.40gb", []MIGInstance{{Profile: "1g.5gb", Start: 6, Size: 1}}, 0},
+		{"4g.20gb", []MIGInstance{{Profile: "1g.5gb", Start: 6, Size: 1}}, 1},
+		{"1g.5gb+me", []MIGInstance{{Profile: "1g.5gb+me", Start: 0, Size: 1}}, 0},
+		{"2g.10gb", []MIGInstance{{Profile: "1g.10gb", Start: 0, Size: 2}, {Profile: "1g.10gb", Start: 4, Size: 2}}, 1},
 	}
 	for _, c := range cases {
 		if got := freeInstances(p(c.profile), c.used); got != c.want {
@@ -143,5 +156,18 @@ func TestSplitBusID(t *testing.T) {
 	bus, dev, dom := splitBusID("00000000:3B:00.0")
 	if bus != "3B" || dev != "00" || dom != "0000" {
 		t.Errorf("splitBusID = %s %s %s", bus, dev, dom)
+	}
+}
+
+func withInstances(g GPU, in ...MIGInstance) GPU {
+	g.MIGInstances = in
+	return g
+}
+
+// A MIG GPU without GPU instances answers `mig -lgi` as NVML does: "Not Found", exit 6.
+func TestLGIWithoutInstances(t *testing.T) {
+	res := renderLGIResult([]GPU{{Index: 0, MIGCapable: true, MIGCurrent: true, MIGProfiles: catalogueMIG("A100-40GB", "Ampere")}})
+	if res.Stdout != "No GPU instances found: Not Found\n" || res.Exit != exitNotFound {
+		t.Errorf("%+v", res)
 	}
 }

@@ -69,6 +69,7 @@ type MIGInstance struct {
 	Profile string // e.g. 3g.20gb
 	Start   int    // first memory slice
 	Size    int    // memory slices
+	ID      int    // GPU instance id (`nvidia-smi mig -lgi`)
 }
 
 // Link is one NVLink of a GPU.

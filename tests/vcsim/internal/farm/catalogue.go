@@ -55,7 +55,8 @@ type MIGGeometry struct {
 type NVLinkInfo struct {
 	Topology   string `yaml:"topology" json:"topology"`                // bridge-pairs | bridge-quads | nvswitch | none
 	BridgeGPUs []int  `yaml:"bridge_gpus" json:"bridgeGPUs,omitempty"` // GPUs one bridge set connects (2, or 2 or 4)
-	Links      int    `yaml:"links" json:"links,omitempty"`
+	Links      int    `yaml:"links" json:"links,omitempty"`            // links the bridge or baseboard wires per GPU
+	Listed     int    `yaml:"listed" json:"listed,omitempty"`          // links `nvidia-smi nvlink -s` lists per GPU, wired or not
 	Source     string `yaml:"source" json:"source,omitempty"`
 }
 
@@ -201,7 +202,11 @@ func newModel(b *board, sources map[string]Source) (*Model, error) {
 		if _, ok := sources[b.NVLink.Source]; b.NVLink.Source != "" && !ok {
 			return nil, fmt.Errorf("board %s: nvlink source %q is not a key of sources", m.Name, b.NVLink.Source)
 		}
+		if b.NVLink.Listed != 0 && b.NVLink.Listed < b.NVLink.Links {
+			return nil, fmt.Errorf("board %s: nvlink lists %d links, fewer than the %d it wires", m.Name, b.NVLink.Listed, b.NVLink.Links)
+		}
 		m.NVLinkTopology, m.NVLinkLinks, m.NVLinkBridgeGPUs = b.NVLink.Topology, b.NVLink.Links, b.NVLink.BridgeGPUs
+		m.NVLinkListed = max(b.NVLink.Listed, b.NVLink.Links)
 	}
 	m.NVLinkCapable = m.NVLinkTopology != TopologyNone
 	if b.MIG != nil {

@@ -50,10 +50,20 @@ func TestLoadCatalogue(t *testing.T) {
 // their MIG-backed types (NVIDIA AI Enterprise 7, Tables 170 and 172) with each row's source naming its release.
 func TestRepositoryCatalogueNVLinkAndH200(t *testing.T) {
 	c := testCatalog(t)
-	for name, links := range map[string]int{"H100-80GB": 12, "H100-NVL": 12, "H100-SXM5-80GB": 18} {
-		if m, _ := c.Model(name); m == nil || m.NVLinkLinks != links {
-			t.Errorf("%s: NVLink links %+v, want %d", name, m, links)
+	for name, links := range map[string][2]int{"H100-80GB": {12, 18}, "H100-NVL": {12, 18}, "H100-SXM5-80GB": {18, 18},
+		"A100-40GB": {12, 12}, "H200-NVL": {18, 18}} {
+		if m, _ := c.Model(name); m == nil || m.NVLinkLinks != links[0] || m.NVLinkListed != links[1] {
+			t.Errorf("%s: NVLink links %+v, want %d wired of %d listed", name, m, links[0], links[1])
 		}
+	}
+	// A published maximum the framebuffer cannot hold is capped: 6 x H100-16C listed, 5 fit in 80 GB; MIG-backed
+	// types keep theirs (the geometry holds them).
+	h100, _ := c.Model("H100-80GB")
+	if got := h100.MaxEqual(h100.Type("H100-16C")); got != 5 {
+		t.Errorf("H100-16C per GPU: %d, want 5", got)
+	}
+	if got := h100.MaxMixed(h100.Type("H100-16C")); got != 4 {
+		t.Errorf("H100-16C mixed-size: %d, want 4", got)
 	}
 	nvl, _ := c.Model("H200-NVL")
 	if nvl == nil || !slices.Equal(nvl.NVLinkBridgeGPUs, []int{2, 4}) || NVLinkTopology(nvl) != NVLinkQuads {

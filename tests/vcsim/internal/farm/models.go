@@ -23,7 +23,8 @@ type Model struct {
 	GIProfiles     []GIProfile `json:"giProfiles,omitempty"`
 	NVLinkCapable  bool        `json:"nvlinkCapable"`
 	NVLinkTopology string      `json:"nvlinkTopology"`
-	NVLinkLinks    int         `json:"nvlinkLinks,omitempty"`
+	NVLinkLinks    int         `json:"nvlinkLinks,omitempty"`  // links the bridge or baseboard wires per GPU
+	NVLinkListed   int         `json:"nvlinkListed,omitempty"` // links nvidia-smi lists per GPU (wired or not)
 	// GPUs one NVLink bridge set connects (catalogue bridge_gpus: [2], or [2, 4] for the H200 NVL)
 	NVLinkBridgeGPUs []int      `json:"nvlinkBridgeGPUs,omitempty"`
 	Types            []VGPUType `json:"types"`
@@ -113,12 +114,27 @@ func (m *Model) WholeGPUComputeType() *VGPUType {
 	return best
 }
 
-// MaxEqual is how many vGPUs of the type one GPU holds in equal-size mode: NVIDIA's published
-// maximum, else framebuffer divided by the type's framebuffer.
+// MaxEqual is how many vGPUs of a time-sliced type one GPU holds in equal-size mode: NVIDIA's published maximum
+// capped at what the framebuffer holds (NVIDIA AI Enterprise 7 lists 6 x H100-16C on an 80 GB GPU: 5 fit;
+// docs/vgpu-catalogue.md), else framebuffer divided by the type's framebuffer. MIG-backed types are held by the
+// MIG geometry instead (their names round the instance memory up: 2 x 3g.71gb on a 141 GB GPU).
 func (m *Model) MaxEqual(t *VGPUType) int {
 	if t.MaxEqual != nil {
-		return *t.MaxEqual
+		return min(*t.MaxEqual, m.fits(t))
 	}
+	return m.fits(t)
+}
+
+// MaxMixed is the type's published mixed-size maximum capped at what the framebuffer holds (0: not published).
+func (m *Model) MaxMixed(t *VGPUType) int {
+	if t.MaxMixed == nil {
+		return 0
+	}
+	return min(*t.MaxMixed, m.fits(t))
+}
+
+// fits is how many vGPUs of the type the GPU's framebuffer holds.
+func (m *Model) fits(t *VGPUType) int {
 	return int(math.Floor(float64(m.FramebufferGB)/t.FbGB + 1e-9))
 }
 

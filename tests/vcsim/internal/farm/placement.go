@@ -166,7 +166,7 @@ func (c *Candidate) fitMixed(p Profile, used []Profile, slot Slot) (Slot, bool) 
 			}
 		}
 	}
-	if same >= *t.MaxMixed || total > float64(c.Model.FramebufferGB)+1e-9 {
+	if same >= c.Model.MaxMixed(t) || total > float64(c.Model.FramebufferGB)+1e-9 {
 		return slot, false
 	}
 	if !historyByIDs || !t.HasPlacements() {
@@ -252,7 +252,7 @@ func (c *Candidate) fitMIG(cat *Catalog, p Profile, slot Slot) (Slot, bool) {
 			same++
 		}
 	}
-	if p.spec.MaxEqual != nil && same >= *p.spec.MaxEqual {
+	if p.spec.MaxEqual != nil && same >= *p.spec.MaxEqual { // the MIG geometry, not the framebuffer, holds these
 		return slot, false
 	}
 	start, ok := MIGStart(c.Model, used, gi)

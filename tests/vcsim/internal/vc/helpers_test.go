@@ -27,6 +27,7 @@ type env struct {
 func smallSpec() Spec {
 	s := DefaultSpec()
 	s.Clusters[0].Hosts = 2
+	s.Clusters[0].RDMADevices = 0 // the tests add what they need
 	s.RebootSeconds = 0.2
 	s.VMs = []VMSpec{{Name: "vm-a", Host: "esx-01.gpu.sim", MemoryMB: 8192, Locked: true},
 		{Name: "vm-b", Host: "esx-01.gpu.sim", MemoryMB: 8192, Locked: true}}

@@ -30,6 +30,9 @@ func (vm *gpuVM) RelocateVMTask(ctx *simulator.Context, req *types.RelocateVM_Ta
 			ref := *vm.Runtime.Host
 			source = &ref
 		}
+		if f := s.staysOnItsHost(vm.VirtualMachine, req.Spec.Host); f != nil {
+			return nil, f
+		}
 		moved, f := s.moveVGPUs(ctx, vm.VirtualMachine, req.Spec.Host)
 		if f != nil {
 			return nil, f
@@ -57,6 +60,38 @@ func (vm *gpuVM) MigrateVMTask(ctx *simulator.Context, req *types.MigrateVM_Task
 		return &methods.MigrateVM_TaskBody{Fault_: body.Fault_}
 	}
 	return &methods.MigrateVM_TaskBody{Res: &types.MigrateVM_TaskResponse{Returnval: body.Res.Returnval}}
+}
+
+// staysOnItsHost refuses to move a running VM to another host when it has an SR-IOV adapter or a DirectPath I/O
+// device (a PCI passthrough device that is not a vGPU), as vCenter does (vSphere Networking, "SR-IOV Support:
+// Availability of Features": no vMotion; "DirectPath I/O": cannot migrate across hosts; the rule's data is
+// vgpuctl/data/network.yaml, vmotion). A PVRDMA adapter moves.
+func (s *Sim) staysOnItsHost(vm *simulator.VirtualMachine, dest *types.ManagedObjectReference) types.BaseMethodFault {
+	to, from := s.hostOf(dest), s.hostOf(vm.Runtime.Host)
+	if to == "" || to == from || vm.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn {
+		return nil
+	}
+	for _, d := range vm.Config.Hardware.Device {
+		what := ""
+		switch d.(type) {
+		case *types.VirtualSriovEthernetCard:
+			what = "an SR-IOV network adapter"
+		case *types.VirtualPCIPassthrough:
+			if _, vgpu := vgpuProfile(d); !vgpu {
+				what = "a DirectPath I/O device"
+			}
+		}
+		if what != "" {
+			label := d.GetVirtualDevice().DeviceInfo
+			name := fmt.Sprintf("device %d", d.GetVirtualDevice().Key)
+			if label != nil && label.GetDescription().Label != "" {
+				name = label.GetDescription().Label
+			}
+			msg := fmt.Sprintf("The virtual machine %s cannot be migrated while powered on: it has %s (%s)", vm.Name, what, name)
+			return s.faultWith(&types.DisallowedMigrationDeviceAttached{Fault: types.LocalizedMethodFault{LocalizedMessage: what}}, msg)
+		}
+	}
+	return nil
 }
 
 // moveVGPUs admits a running vGPU VM's vGPUs on the destination host and releases them on the source;

@@ -3,6 +3,7 @@ package vc
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -133,7 +134,28 @@ func (s *Sim) createNetworks(ctx context.Context, folders *object.DatacenterFold
 			return fmt.Errorf("network %s: %w", n.Name, err)
 		}
 	}
+	s.listNetworkHosts(hosts)
 	return nil
+}
+
+// listNetworkHosts makes every port group list the hosts that list it, as vCenter keeps `Network.host` and
+// `HostSystem.network` in step (govmomi's simulator lists its "VM Network" on the hosts' side only).
+func (s *Sim) listNetworkHosts(hosts []*object.HostSystem) {
+	for _, h := range hosts {
+		hs := s.ctx.Map.Get(h.Reference()).(*simulator.HostSystem)
+		for _, ref := range hs.Network {
+			var net *mo.Network
+			switch obj := s.ctx.Map.Get(ref).(type) {
+			case *mo.Network:
+				net = obj
+			case *simulator.DistributedVirtualPortgroup:
+				net = &obj.Network
+			}
+			if net != nil && !slices.Contains(net.Host, hs.Self) {
+				s.ctx.Map.AppendReference(s.ctx, s.ctx.Map.Get(ref), &net.Host, hs.Self)
+			}
+		}
+	}
 }
 
 func (s *Sim) addDistributed(ctx context.Context, folders *object.DatacenterFolders,

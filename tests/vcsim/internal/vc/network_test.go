@@ -228,3 +228,56 @@ func TestCustomizationAtFirstBootAndItsFailure(t *testing.T) {
 		t.Errorf("events %s", got)
 	}
 }
+
+// Every port group lists the hosts that list it, "VM Network" too (govmomi's simulator lists it on the hosts'
+// side only), as vCenter keeps Network.host and HostSystem.network in step.
+func TestPortGroupsListTheirHosts(t *testing.T) {
+	e := start(t, networkSpec())
+	for _, name := range []string{"VM Network", "mgmt", "roce"} {
+		net, err := e.finder.Network(e.ctx, name)
+		e.must(err)
+		var m mo.Network
+		e.must(e.c.RetrieveOne(e.ctx, net.Reference(), []string{"host"}, &m))
+		for _, h := range []string{host1} {
+			host := e.hostMO(h, "network")
+			if !slices.Contains(host.Network, net.Reference()) || !slices.Contains(m.Host, e.host(h).Reference()) {
+				t.Errorf("%s: host %s lists %v, the port group lists %v", name, h, host.Network, m.Host)
+			}
+		}
+	}
+}
+
+// vCenter does not move a running VM with an SR-IOV adapter or a DirectPath I/O device to another host (vSphere
+// Networking, "SR-IOV Support: Availability of Features" and "DirectPath I/O"); gpusim refuses it the same way and
+// leaves the VM where it was. Powered off, it moves; a VM without such devices moves while it runs.
+func TestRunningVMsWithSRIOVOrDirectPathDoNotMove(t *testing.T) {
+	e := start(t, networkSpec())
+	dest := e.host("esx-02.gpu.sim").Reference()
+	relocate := func(vm *object.VirtualMachine) error {
+		return e.wait(vm.Relocate(e.ctx, types.VirtualMachineRelocateSpec{Host: &dest}, types.VirtualMachineMovePriorityDefaultPriority))
+	}
+	sriov, err := e.clone("vf-01", addDevice(sriovCard(e, "0000:18:00.0")), nil)
+	e.must(err)
+	e.must(e.wait(sriov.PowerOn(e.ctx)))
+	f, msg := faultOf(relocate(sriov))
+	if _, ok := f.(*types.DisallowedMigrationDeviceAttached); !ok || !contains(msg, "an SR-IOV network adapter") {
+		t.Fatalf("SR-IOV VM moved or refused otherwise: %T %s", f, msg)
+	}
+	if where := e.vmMO(sriov, "runtime.host").Runtime.Host; *where == dest {
+		t.Fatal("a refused move left the VM on the destination")
+	}
+	e.must(e.wait(sriov.PowerOff(e.ctx)))
+	e.must(relocate(sriov))
+	direct, err := e.clone("dp-01", addDevice(&types.VirtualPCIPassthrough{VirtualDevice: types.VirtualDevice{Key: -1,
+		Backing: &types.VirtualPCIPassthroughDeviceBackingInfo{Id: "0000:d8:00.0", DeviceId: "1021",
+			VendorId: int16(farm.NICVendorID), SystemId: systemID(host1)}}}), nil)
+	e.must(err)
+	e.must(e.wait(direct.PowerOn(e.ctx)))
+	if f, msg := faultOf(relocate(direct)); !contains(msg, "a DirectPath I/O device") {
+		t.Fatalf("DirectPath VM moved or refused otherwise: %T %s", f, msg)
+	}
+	plain, err := e.clone("plain-01", nil, nil)
+	e.must(err)
+	e.must(e.wait(plain.PowerOn(e.ctx)))
+	e.must(relocate(plain))
+}

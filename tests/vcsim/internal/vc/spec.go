@@ -88,13 +88,14 @@ type VMSpec struct {
 }
 
 // DefaultSpec is the demo farm: DC0 / GPU-Cluster, 4 hosts x 4 A100-40GB in NVLink pairs, graphics
-// type sharedDirect, template ubuntu-22.04-ml, no VMs.
+// type sharedDirect, one RoCE v2 RDMA device per host (what the example inventory's training VMs set up),
+// template ubuntu-22.04-ml, no VMs.
 func DefaultSpec() Spec {
 	return Spec{
 		Datacenter: "DC0", APIVersion: "8.0.3.0", Username: "user", Password: "pass", RebootSeconds: 2,
 		HostDomain: "gpu.sim",
 		Clusters: []ClusterSpec{{
-			Name: "GPU-Cluster", Hosts: 4, GPUs: 4, Model: "A100-40GB",
+			Name: "GPU-Cluster", Hosts: 4, GPUs: 4, Model: "A100-40GB", RDMADevices: 1,
 			GraphicsType: farm.GraphicsSharedDirect, AssignmentPolicy: farm.PolicyPerformance, VgpuMode: farm.ModeSameSize,
 		}},
 		Templates: []VMSpec{{Name: "ubuntu-22.04-ml", CPUs: 8, MemoryMB: 65536, Firmware: "efi"}},
