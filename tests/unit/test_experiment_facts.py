@@ -157,3 +157,18 @@ def test_p2p_without_peer_access_in_an_on_run():
         "vGPU profile different from the one asked: a asked grid_a100-40c, grid_a100-40c; the guest shows "
         "GRID A100-40C, GRID A100-40C, GRID A100-40C, GRID A100-40C",
     ]
+
+
+def test_an_experiment_keeps_each_gpus_links_up_and_mig_mode_from_the_host_facts():
+    from hostfacts import host_facts
+
+    from vgpuctl.experiment.facts import host_gpus
+
+    facts = host_facts("esx-01", shell=True, gpus={
+        "0000:3b:00.0": {"mig_current": True, "nvlink_links": 12, "nvlink_active": 12},
+        "0000:3c:00.0": {"mig_current": False}})
+    kept = host_gpus(facts)
+    assert kept["gpus"]["0000:3b:00.0"] == {"pci_id": "0000:3b:00.0", "nvlink_active": 12, "mig_current": True}
+    assert kept["gpus"]["0000:3c:00.0"]["nvlink_active"] == 0
+    summary = summarize({"hosts": {"esx-01": kept}})
+    assert summary.host_nvlink_up == {"esx-01": 12} and summary.host_mig == {"esx-01": ["0000:3b:00.0"]}

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from vgpuctl.errors import OutputFormatError, PlanError, UsageError, VgpuctlError
 from vgpuctl.experiment import parsers
-from vgpuctl.experiment.facts import expectations
+from vgpuctl.experiment.facts import expectations, host_gpus
 from vgpuctl.experiment.schema import Experiment, MergedVariant, WorkloadSpec, dump_inventory, summary, workload_dict
 from vgpuctl.experiment.store import BASE, STATUS_FAILED, STATUS_OK, ResultsDir, RunRecord, RunSummary, now
 from vgpuctl.experiment.workload import GuestRun
@@ -278,7 +278,7 @@ class VsphereFarm:
             merged, _ = resolve_hosts(inventory.hosts, observed)  # cluster and host entries merged per host
             specs = {h: merged[h] for h in sorted(set(vm_hosts.values())) if h in merged}
             facts, errors = pipeline.host_facts(session, observed, specs, options)
-        return {"hosts": {h: f.to_dict() for h, f in facts.items()}, "vm_hosts": vm_hosts, "errors": errors}
+        return {"hosts": {h: host_gpus(f) for h, f in facts.items()}, "vm_hosts": vm_hosts, "errors": errors}
 
     def run_workload(self, inventory: Inventory, addresses: dict[str, str | None], vms: list[str],
                      workload: WorkloadSpec) -> GuestRun:
