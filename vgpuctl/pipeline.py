@@ -24,12 +24,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome, Power
 from vgpuctl.errors import PlanError, UsageError
 from vgpuctl.farm.predict import predict_observed
+from vgpuctl.gcpause import paused_gc
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_changes
 from vgpuctl.hosts.sshservice import SshServiceRun, explain_shell_errors, only_ssh, ssh_service_for_run
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.inventory import HostSpec, Inventory
-from vgpuctl.model import HostApplyResult, HostChange, Observed, Plan
+from vgpuctl.model import ApplyResult, HostApplyResult, HostChange, Observed, Plan, VmOutcome
 from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
 from vgpuctl.progress import (
     Cancel,
@@ -37,7 +38,7 @@ from vgpuctl.progress import (
     Progress,
     VmProgress,
 )
-from vgpuctl.records.work import WorkStore
+from vgpuctl.records.work import WORK_FIELD, WorkStore
 from vgpuctl.runlocks import check_lock_settings
 from vgpuctl.settings import host_properties
 from vgpuctl.settings.facts import MODULE_OPTIONS, HostFacts
@@ -82,7 +83,6 @@ class RunOptions:
 
 def load(path: Path) -> Inventory:
     """The inventory file, schema and semantic checks done; errors located FILE:LINE:COL."""
-    from vgpuctl.gcpause import paused_gc
     from vgpuctl.inventory import load_inventory, validate
 
     if not path.exists():
@@ -182,7 +182,6 @@ def state_of(session: Session, observed: Observed, options: RunOptions) -> WorkS
     """Where this run keeps its host work records: the store given, else the hosts' records in vCenter (read with
     the bulk observe)."""
     if options.state is None:
-        from vgpuctl.records.work import WORK_FIELD
         from vgpuctl.vsphere.workrecord import VcenterWorkStore, new_run_id
 
         options.run_id = options.run_id or new_run_id()
@@ -462,8 +461,6 @@ def vm_problems(the_plan: Plan) -> dict[str, list[str]]:
 
 
 def _replan_failures(failed: dict[str, list[str]]) -> list[VmOutcome]:
-    from vgpuctl.model import VmOutcome
-
     return [
         VmOutcome(name, Outcome.FAILED, fault_type="PlanError", message="plan after the host changes: " + "; ".join(r))
         for name, r in sorted(failed.items())
@@ -471,8 +468,6 @@ def _replan_failures(failed: dict[str, list[str]]) -> list[VmOutcome]:
 
 
 def _not_started(the_plan: Plan, failed: dict[str, list[str]]) -> ApplyResult:
-    from vgpuctl.model import ApplyResult, VmOutcome
-
     outcomes = [
         VmOutcome(c.vm, Outcome.NOT_STARTED, message="the VM plan after the host changes failed",
                   left=c.planned_steps())

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from vgpuctl import names
 from vgpuctl.domain import ChangeKind, EvacuationKind
 from vgpuctl.errors import UsageError, VgpuctlError
-from vgpuctl.model import EvacuationAction
+from vgpuctl.model import EvacuationAction, folder_path
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec, Inventory, VmSpec
@@ -106,7 +106,6 @@ def _hosts_matching(pattern: str, observed: Observed) -> set[str]:
 def _vm_in(spec: VmSpec, observed: Observed, hosts: set[str], clusters: set[str]) -> bool:
     """Whether an inventory VM is on a selected host or in a selected cluster (where it is, or for a new VM,
     where its entry puts it)."""
-    from vgpuctl.model import folder_path
     from vgpuctl.vms.plan import find_vm
 
     _key, vm, _why = find_vm(observed, spec.name, folder_path(spec.folder))
@@ -128,7 +127,6 @@ def _known(name: str, observed: Observed) -> str | None:
 def candidate_hosts(selection: Selection, inventory: Inventory, observed: Observed) -> set[str]:
     """The selected hosts, and every host a selected VM's change could wait for: the host it is on, or for a
     new VM the host or the hosts of the cluster its entry names."""
-    from vgpuctl.model import folder_path
     from vgpuctl.vms.plan import find_vm
 
     hosts = set(selection.hosts)

@@ -19,7 +19,6 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.errors import UsageError, VgpuctlError
-from vgpuctl.profiles import catalogue_path
 
 app = typer.Typer(help="Start and stop the bundled GPU simulator (gpusim).", no_args_is_help=True)
 
@@ -225,6 +224,8 @@ def up_cmd(
         "vms": vms,
         "templates": templates,
     }
+    from vgpuctl.profiles import catalogue_path  # the catalogue module and the model: not on every command's start
+
     args = [*farm_args(farm, topology), "-catalogue", str(catalogue_path())]
     if api_version is not None:
         args += ["-api-version", api_version]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from vgpuctl.experiment.facts import Contradiction, contradictions, summarize, transport_contradictions
 from vgpuctl.experiment.store import BASE, STATUS_OK, ResultsDir, RunRecord
+from vgpuctl.extras import require
 from vgpuctl.outpaths import inside
 
 if TYPE_CHECKING:
@@ -325,8 +326,6 @@ def applied_text(applied: str | None, note: str = "") -> str:
 
 def write_plots(report: Report, directory: Path) -> list[Path]:
     """One PNG per nccl-tests or p2pBandwidthLatencyTest table; sets each table's `plot` (relative path)."""
-    from vgpuctl.extras import require
-
     matplotlib = require("matplotlib")  # the `experiment` extra; its absence is one line naming it
 
     matplotlib.use("Agg")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import GuestError, UsageError
+from vgpuctl.extras import ansible_playbook
 from vgpuctl.guest import targets as tg
 
 if TYPE_CHECKING:
@@ -394,7 +395,6 @@ class PlaybookRun:
     ) -> Any:
         import ansible_runner
 
-        from vgpuctl.extras import ansible_playbook
 
         ansible_playbook()  # ansible-runner only says "command not found" in an event; one line instead
         playbooks = tg.playbooks_dir()

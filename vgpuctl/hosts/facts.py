@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from vgpuctl.errors import SshError, VgpuctlError
+from vgpuctl.errors import SshError, UsageError, VgpuctlError
 from vgpuctl.settings.facts import HostFacts, Unread, nvlink_sets
 from vgpuctl.settings.gather import Runner, cause, gather_host_facts
 
@@ -82,7 +82,6 @@ def load_host_map(value: str) -> dict[str, Any]:
     import json
     from pathlib import Path
 
-    from vgpuctl.errors import UsageError
     from vgpuctl.esxi.ssh import SshTarget
 
     inline = value.lstrip().startswith("{")
@@ -127,7 +126,6 @@ def ssh_settings(spec: Any = None, *, trust_on_first_use: bool = False, env: dic
     import dataclasses
     import os
 
-    from vgpuctl.errors import UsageError
     from vgpuctl.esxi.ssh import SshSettings
 
     env = dict(os.environ) if env is None else env

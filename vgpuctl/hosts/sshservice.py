@@ -20,6 +20,7 @@ from vgpuctl.domain import ConnectionState, SshService
 from vgpuctl.errors import VgpuctlError
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed
+from vgpuctl.progress import EXIT_NOW
 from vgpuctl.records.work import WorkStore
 from vgpuctl.settings.facts import HostFacts
 
@@ -119,8 +120,6 @@ def ssh_service_for_run(session: Session, options: RunState) -> Iterator[None]:
     """A run's SSH services: started as host facts are read (start_for_run), stopped again when the run ends,
     also after the first Ctrl-C and after errors; after a second Ctrl-C (exit at once) the work records keep
     them for the next run."""
-    from vgpuctl.progress import EXIT_NOW
-
     own = options.ssh_service is None
     if own:
         options.ssh_service = SshServiceRun()

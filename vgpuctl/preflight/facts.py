@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from vgpuctl.inventory import HostSpec, Inventory, VmSpec
-from vgpuctl.model import Observed
+from vgpuctl.model import Observed, folder_path
 from vgpuctl.settings import SETTINGS
 from vgpuctl.vsphere.hostaccess import HostAccess
 
@@ -85,7 +85,6 @@ def vm_hosts(inventory: Inventory, observed: Observed) -> dict[str, list[str]]:
 
 
 def _vm_place(vm: VmSpec, observed: Observed) -> list[str]:
-    from vgpuctl.model import folder_path
     from vgpuctl.vms.plan import find_vm
 
     _, obs, _ = find_vm(observed, vm.name, folder_path(vm.folder))

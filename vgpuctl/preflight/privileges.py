@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, IdentityMethod
+from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, IdentityMethod, SshService
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import needs_maintenance
 from vgpuctl.inventory import Inventory
@@ -336,7 +336,6 @@ def ssh_service_needs(inventory: Inventory | None, observed: Observed, places: P
     record that remembers it was started."""
     if inventory is None:
         return []
-    from vgpuctl.domain import SshService
 
     specs, _ = hostplan.resolve_hosts(inventory.hosts, observed)
     out = [Need(SSH_SERVICE, ("HostSystem", observed.hosts[h].moid), f"host {h}", SSH_SERVICE.privileges)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from vgpuctl.domain import CheckStatus, ConnectionState, SshService
 from vgpuctl.farm.predict import predict_host
+from vgpuctl.gcpause import paused_gc
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import Observed, Plan
 from vgpuctl.preflight import checks, guests, privileges
@@ -30,8 +31,6 @@ def _needs(session: Session, observed: Observed, inventory: Inventory | None, pl
 def cheap_checks(session: Session, observed: Observed, inventory: Inventory | None, plan: Plan) -> list[PreflightCheck]:
     """vCenter's version against the inventory, and the privileges the plan's apply needs: what plan and apply
     check on the farm they read (the session's about info, HasPrivilegeOnEntities, once for most plans)."""
-    from vgpuctl.gcpause import paused_gc
-
     with paused_gc():  # the needs of 1,000 VMs and their 9,000 answers are built in one go: see vgpuctl.gcpause
         reqs = checks.requirements(inventory, requirement_scope(inventory, observed))
         out = [checks.vcenter_version(about(session), reqs)]

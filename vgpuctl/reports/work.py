@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from vgpuctl.records.work import describe_record, read_record
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout
 
 
@@ -31,7 +32,5 @@ class ForgetWorkReport(Report):
 
 def forget_work_report(host: str, record: str, cleared: bool) -> ForgetWorkReport:
     """The document of `host forget-work` from the host's `vgpuctl.work` text as it was."""
-    from vgpuctl.records.work import describe_record, read_record
-
     parsed, problem = read_record(host, record)
     return ForgetWorkReport(host, record, problem, describe_record(parsed) if parsed is not None else None, cleared)

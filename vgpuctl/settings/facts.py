@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from vgpuctl.errors import NotFound
 from vgpuctl.esxi import facts as esxi_facts
 from vgpuctl.esxi import parsers
 from vgpuctl.esxi.facts import Fact
@@ -236,7 +237,6 @@ class ModuleOptionStrings:
 
 
 def _read_module_options(api: HostApi) -> ModuleOptionStrings:
-    from vgpuctl.errors import NotFound
     from vgpuctl.vsphere import host as vhost
 
     kms = api.state.kernel_module_system

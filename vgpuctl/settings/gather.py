@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from vgpuctl.errors import VgpuctlError
+from vgpuctl.errors import VgpuctlError, VsphereFault
 from vgpuctl.esxi import commands, parsers
 from vgpuctl.settings import api_facts, gpu_queries, gpu_query_fields, shell_facts
 from vgpuctl.settings.facts import TOPOLOGY, GpuFacts, HostApi, HostFacts, Unread, vsphere_bus_id
@@ -79,7 +79,6 @@ def unknown(facts: HostFacts, what: str, err: VgpuctlError) -> None:
 
 def cause(err: VgpuctlError) -> str:
     """The cause of a failed read as warnings name it: a vCenter fault's type and message, else the reason."""
-    from vgpuctl.errors import VsphereFault
     from vgpuctl.vsphere.faults import cause as fault_cause
 
     if isinstance(err, VsphereFault):

@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any, ClassVar
 
 from vgpuctl.domain import TIME_SLICED_MODES, ChangeKind, GpuMode, GpuVgpuMode, GraphicsType, Phase, VgpuMode
+from vgpuctl.errors import VgpuctlError
 from vgpuctl.model import HostChange, ObservedGpu, ObservedHost
 from vgpuctl.profiles import BOARDS, gpu_board
 from vgpuctl.settings.base import (
@@ -251,7 +252,6 @@ class GpuModes(GpuSetting):
 
 
 def _set_mig(changes: Sequence[HostChange], writer: HostWriter) -> None:
-    from vgpuctl.errors import VgpuctlError
     from vgpuctl.esxi import commands, parsers
     from vgpuctl.vsphere.tasks import in_flight
 

@@ -22,6 +22,7 @@ from pydantic import Field
 from vgpuctl.domain import ChangeKind, CheckStatus, Phase
 from vgpuctl.model import HostChange, ObservedHost, ObservedHostNic
 from vgpuctl.netrules import firmware_fix, firmware_sriov_off
+from vgpuctl.nicselect import DeviceSelect, describe_nics, matching_nics
 from vgpuctl.settings.base import (
     ApplyStep,
     Exported,
@@ -64,8 +65,6 @@ def vfs_of(text: str) -> int:
 
 def matching(host: ObservedHost, device: str) -> list[ObservedHostNic]:
     """The NICs (not virtual functions) a PCI id, vmnic name or model names (vgpuctl.farm.nics)."""
-    from vgpuctl.nicselect import DeviceSelect, matching_nics
-
     return matching_nics(host, DeviceSelect.parse(device))
 
 
@@ -213,8 +212,6 @@ def _phase(inp: PlanInput) -> Phase:
 
 
 def _nics_text(host: ObservedHost) -> str:
-    from vgpuctl.nicselect import describe_nics
-
     return describe_nics(host) or "no NICs observed"
 
 

@@ -24,6 +24,7 @@ from vgpuctl.domain import (
     ToolsStatus,
 )
 from vgpuctl.errors import NotFound, UsageError
+from vgpuctl.gcpause import paused_gc
 from vgpuctl.model import (
     Observed,
     ObservedGpu,
@@ -126,8 +127,6 @@ def observe(
     `host_properties`: HostSystem properties the host settings read (vgpuctl.settings.host_properties), read in the
     same request; those the farm model does not read itself land in ObservedHost.properties.
     """
-    from vgpuctl.gcpause import paused_gc
-
     extra = [p for p in host_properties if p not in HOST_PROPS]
     start = session.round_trips
     with paused_gc():
