@@ -192,6 +192,12 @@ def _reap(pid: int) -> None:
 
 
 @app.command("up")
+def _catalogue() -> Path:
+    from vgpuctl.profiles import catalogue_path  # the catalogue module and the model: not on every command's start
+
+    return catalogue_path()
+
+
 def up_cmd(
     ctx: typer.Context,
     farm: Annotated[Path | None, typer.Option(help="Farm description (YAML or JSON) for gpusim.")] = None,
@@ -224,9 +230,7 @@ def up_cmd(
         "vms": vms,
         "templates": templates,
     }
-    from vgpuctl.profiles import catalogue_path  # the catalogue module and the model: not on every command's start
-
-    args = [*farm_args(farm, topology), "-catalogue", str(catalogue_path())]
+    args = [*farm_args(farm, topology), "-catalogue", str(_catalogue())]
     if api_version is not None:
         args += ["-api-version", api_version]
     pid = running_pid()
