@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from vgpuctl.domain import ChangeKind, CheckStatus, Phase
 from vgpuctl.esxi.modopts import Options
@@ -258,13 +258,13 @@ class _Setting:
     """What both kinds of setting have: its changes, what it reads, how apply writes them. The defaults are a
     setting that reads nothing, plans nothing and writes nothing; a setting states what differs."""
 
-    kinds: ClassVar[tuple[ChangeKind, ...]] = ()  # the changes it plans, in the order plans list them
-    offer_kinds: ClassVar[frozenset[ChangeKind]] = frozenset()  # after which the host may offer other profiles
-    reads: ClassVar[Reads] = Reads()
-    drift_fields: ClassVar[tuple[str, ...]] = ()  # ObservedHost fields a saved plan must find as they were
-    privileges: ClassVar[SettingPrivileges | None] = None  # vCenter privileges its apply needs of its own
-    apply_step: ClassVar[ApplyStep | None] = None  # the apply step that writes its changes
-    shell_kinds: ClassVar[frozenset[ChangeKind]] = frozenset()  # kinds whose planning or apply needs the shell
+    kinds: tuple[ChangeKind, ...] = ()  # the changes it plans, in the order plans list them
+    offer_kinds: frozenset[ChangeKind] = frozenset()  # after which the host may offer other profiles
+    reads: Reads = Reads()
+    drift_fields: tuple[str, ...] = ()  # ObservedHost fields a saved plan must find as they were
+    privileges: SettingPrivileges | None = None  # vCenter privileges its apply needs of its own
+    apply_step: ApplyStep | None = None  # the apply step that writes its changes
+    shell_kinds: frozenset[ChangeKind] = frozenset()  # kinds whose planning or apply needs the shell
 
     def step(self, kind: ChangeKind) -> ApplyStep:
         """The apply step that writes a change of this kind."""
@@ -300,9 +300,9 @@ class _Setting:
 class HostSetting(_Setting, Generic[S]):
     """A host-wide setting: one key of a hosts entry, of type `schema` (S)."""
 
-    key: ClassVar[str]  # its inventory key in a hosts entry
-    schema: ClassVar[Any]  # the type of that key: its part of the inventory schema
-    default: ClassVar[Any] = None  # its value when an entry does not set it (a value, or a pydantic Field)
+    key: str  # its inventory key in a hosts entry
+    schema: Any  # the type of that key: its part of the inventory schema
+    default: Any = None  # its value when an entry does not set it (a value, or a pydantic Field)
 
     @property
     def doc(self) -> str:
@@ -373,7 +373,7 @@ class GpuSetting(_Setting):
     """A per-GPU setting: fields of each `gpus:` item (vgpuctl.settings.pergpu), planned GPU by GPU from what the
     GPU's items ask (its `all` item, then its own on top)."""
 
-    fields: ClassVar[tuple[GpuField[Any], ...]] = ()
+    fields: tuple[GpuField[Any], ...] = ()
 
     @property
     def field_names(self) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ import shlex
 from collections.abc import Sequence
 from enum import StrEnum
 from functools import partial
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator
 
@@ -68,7 +68,7 @@ def mode_text(read: PendingMode) -> str:
 
 
 class Ecc(GpuSetting):
-    fields: ClassVar[tuple[GpuField[Any], ...]] = (ECC,)
+    fields: tuple[GpuField[Any], ...] = (ECC,)
     kinds = (ECC_KIND,)
     shell_kinds = frozenset(kinds)
     reads = Reads(gpu_queries=(ECC_MODE,))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any
 
 from vgpuctl.domain import TIME_SLICED_MODES, ChangeKind, GpuMode, GpuVgpuMode, GraphicsType, Phase, VgpuMode
 from vgpuctl.errors import VgpuctlError
@@ -148,7 +148,7 @@ def _plan_vgpu_mode(inp: PlanInput, gpu: ObservedGpu, want: object) -> list[Host
 
 
 class GpuModes(GpuSetting):
-    fields: ClassVar[tuple[GpuField[Any], ...]] = (MODE, VGPU_MODE, GRAPHICS_TYPE)
+    fields: tuple[GpuField[Any], ...] = (MODE, VGPU_MODE, GRAPHICS_TYPE)
     kinds = (GPU_TYPE_KIND, VGPU_MODE_KIND, MIG)
     offer_kinds = frozenset(kinds)
     shell_kinds = frozenset({MIG})

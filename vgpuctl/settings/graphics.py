@@ -10,7 +10,7 @@ it; the assignment policy changes online (it places the next vGPUs). docs/host-c
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from vgpuctl.domain import AssignmentPolicy, ChangeKind, GraphicsType, Phase
 from vgpuctl.model import HostChange, ObservedHost
@@ -47,7 +47,7 @@ ASSIGNMENT_POLICY = ChangeKind("graphics.assignment_policy")
 
 class HostGraphics(HostSetting[GraphicsSpec | None]):
     key = "graphics"
-    schema: ClassVar[Any] = GraphicsSpec | None
+    schema: Any = GraphicsSpec | None
     kinds = (DEFAULT_TYPE, ASSIGNMENT_POLICY)
     offer_kinds = frozenset({DEFAULT_TYPE})
     reads = Reads(

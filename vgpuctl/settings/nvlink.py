@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any
 
 from vgpuctl.domain import ChangeKind, NvlinkState, Phase
 from vgpuctl.esxi import modopts
@@ -40,7 +40,7 @@ NVLINK = ChangeKind("nvlink")
 
 class Nvlink(HostSetting[NvlinkState | None]):
     key = "nvlink"
-    schema: ClassVar[Any] = Lax[NvlinkState] | None
+    schema: Any = Lax[NvlinkState] | None
     kinds = (NVLINK,)
     offer_kinds = frozenset(kinds)
     shell_kinds = frozenset(kinds)  # the module's declared parameters and the links are read there

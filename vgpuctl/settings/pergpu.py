@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field, create_model, field_validator
 
@@ -56,18 +56,18 @@ def gpu_item_model(settings: Sequence[GpuSetting]) -> type[GpuItemBase]:
 class GpuList(HostSetting[list[Any]]):
     """The `gpus` key: per-GPU settings, item by item."""
 
-    key: ClassVar[str] = GPUS_KEY
-    default: ClassVar[Any] = Field(default_factory=list)
+    key = GPUS_KEY
+    default: Any = Field(default_factory=list)
 
     def __init__(self, settings: Sequence[GpuSetting]):
         self.settings = tuple(settings)
         self.item = gpu_item_model(self.settings)
-        self.schema = list[self.item]  # type: ignore[misc, name-defined]
-        self.kinds = tuple(k for s in self.settings for k in s.kinds)  # type: ignore[misc]
-        self.offer_kinds = frozenset(k for s in self.settings for k in s.offer_kinds)  # type: ignore[misc]
-        self.shell_kinds = frozenset(k for s in self.settings for k in s.shell_kinds)  # type: ignore[misc]
-        self.drift_fields = tuple(dict.fromkeys(f for s in self.settings for f in s.drift_fields))  # type: ignore[misc]
-        self.reads = Reads(  # type: ignore[misc]
+        self.schema = list.__class_getitem__(self.item)
+        self.kinds = tuple(k for s in self.settings for k in s.kinds)
+        self.offer_kinds = frozenset(k for s in self.settings for k in s.offer_kinds)
+        self.shell_kinds = frozenset(k for s in self.settings for k in s.shell_kinds)
+        self.drift_fields = tuple(dict.fromkeys(f for s in self.settings for f in s.drift_fields))
+        self.reads = Reads(
             properties=tuple(dict.fromkeys(p for s in self.settings for p in s.reads.properties)),
             host_fields=tuple(dict.fromkeys(f for s in self.settings for f in s.reads.host_fields)),
             gpu_fields=tuple(dict.fromkeys(f for s in self.settings for f in s.reads.gpu_fields)),

@@ -13,7 +13,7 @@ at a time (the NETWORK fact, vgpuctl.vsphere.hostnet): nothing here is in the bu
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from vgpuctl.domain import ChangeKind, Phase
 from vgpuctl.model import HostChange, ObservedHost
@@ -55,7 +55,7 @@ PVRDMA_FIREWALL = ChangeKind("pvrdma.firewall")  # the pvrdma firewall ruleset
 
 class Pvrdma(HostSetting[PvrdmaSpec | None]):
     key = "pvrdma"
-    schema: ClassVar[Any] = PvrdmaSpec | None
+    schema: Any = PvrdmaSpec | None
     kinds = (PVRDMA_VMKNIC, PVRDMA_FIREWALL)
     reads = Reads(api=(NETWORK,))
     apply_step = PVRDMA_STEP

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
 
@@ -71,7 +71,7 @@ SCHEDULER = ChangeKind("scheduler")
 
 class Scheduler(HostSetting[SchedulerSpec | None]):
     key = "scheduler"
-    schema: ClassVar[Any] = Annotated[SchedulerSpec | None, BeforeValidator(_shorthand)]
+    schema: Any = Annotated[SchedulerSpec | None, BeforeValidator(_shorthand)]
     kinds = (SCHEDULER,)
     shell_kinds = frozenset(kinds)  # the module's declared parameters are read there
     reads = Reads(host_fields=("module_options",), api=(MODULE_OPTIONS,))

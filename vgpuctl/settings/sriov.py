@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import Field
 
@@ -95,8 +95,8 @@ SRIOV = ChangeKind("sriov")  # a NIC's SR-IOV virtual functions
 
 class Sriov(HostSetting[list[SriovSpec]]):
     key = "sriov"
-    schema: ClassVar[Any] = list[SriovSpec]
-    default: ClassVar[Any] = Field(default_factory=list)
+    schema: Any = list[SriovSpec]
+    default: Any = Field(default_factory=list)
     kinds = (SRIOV,)
     reads = Reads(
         properties=("config.pciPassthruInfo", "config.network.pnic", "hardware.pciDevice"),
