@@ -35,6 +35,8 @@ from vgpuctl.cli import (
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.globalopts import add_global_options
 
+MISSING_COMMAND = "Missing command."
+
 
 class OutputFormat(StrEnum):
     text = "text"
@@ -91,17 +93,24 @@ def _json_usage_error(err: Exception, ctx: Any, raw_args: list[str]) -> bool:
     """With --output json a usage error is the run's one document on stdout too (click still explains it, on
     stderr). Before the global options are parsed (an unknown command, a bad option value) the raw arguments and
     VGPUCTL_OUTPUT say whether JSON was asked for. Returns whether it wrote the document."""
-    opts = ctx.obj if ctx is not None and isinstance(ctx.obj, GlobalOptions) else None
     message = getattr(err, "format_message", None)
     exit_code: object = getattr(err, "exit_code", 0)  # click's Exit(0) (--help) is no error
+    if message is None or not exit_code:
+        return False
+    # a command group given no command says nothing itself
+    return _json_usage_document(str(message()) or MISSING_COMMAND, ctx, raw_args)
+
+
+def _json_usage_document(text: str, ctx: Any, raw_args: list[str]) -> bool:
+    """The usage error's JSON document on stdout, when JSON was asked for and none was written yet."""
+    opts = ctx.obj if ctx is not None and isinstance(ctx.obj, GlobalOptions) else None
     wants_json = (opts is not None and opts.json) or json_asked(raw_args)
-    if not wants_json or (opts is not None and opts.emitted) or message is None or not exit_code:
+    if not wants_json or (opts is not None and opts.emitted):
         return False
     import json
 
     from vgpuctl.reports.base import ErrorInfo, ErrorReport
 
-    text = str(message()) or "Missing command."  # a command group given no command says nothing itself
     typer.echo(json.dumps(ErrorReport(ErrorInfo("UsageError", text)).to_dict(), indent=2))
     if opts is not None:
         opts.emitted = True
@@ -124,10 +133,7 @@ def _refuse_a_bare_group(root: Any, ctx: Any) -> None:
             return  # click says the command does not exist
     if command is root or not hasattr(command, "get_command") or args or not command.no_args_is_help:
         return
-    import click
-
-    error = click.UsageError("Missing command.")
-    _json_usage_error(error, ctx, getattr(root, "raw_args", []))
+    _json_usage_document(MISSING_COMMAND, ctx, getattr(root, "raw_args", []))
     name = " ".join(path)
     typer.echo(f"Usage: {name} [OPTIONS] COMMAND [ARGS]...\nTry '{name} -h' for help.", err=True)
     raise typer.Exit(1)
