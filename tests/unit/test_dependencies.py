@@ -63,10 +63,8 @@ def _required_module(node: ast.AST) -> str | None:
     """The module of `require("x")` / `extras.require("x")` / `importlib.import_module("x")`, else None."""
     if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
         return None
-    func = node.func
-    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
     value = node.args[0].value
-    return value if name in ("require", "import_module") and isinstance(value, str) else None
+    return value if _name_of(node) in ("require", "import_module") and isinstance(value, str) else None
 
 
 def _requires(function: ast.AST) -> dict[str, int]:
@@ -188,3 +186,22 @@ def test_the_check_reads_every_form_of_import(source: str, expected: str | None)
     else:
         (line,) = found
         assert line.startswith("vgpuctl/x.py:") and expected in line, line
+
+
+def test_the_lock_pins_every_declared_distribution_within_its_range() -> None:
+    """constraints.txt (what make venv, CI and the execution environment install) pins each distribution
+    pyproject.toml names, dev tools included, at a version its range allows."""
+    from packaging.requirements import Requirement
+
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    pins = dict(line.split("==", 1) for line in lines if line and not line.startswith("#"))
+    pinned = {_normal(name): version for name, version in pins.items()}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *(r for reqs in project["optional-dependencies"].values() for r in reqs)]
+    for text in wanted:
+        req = Requirement(text)
+        version = pinned.get(_normal(req.name))
+        assert version is not None and req.specifier.contains(version, prereleases=True), (text, version)
+    makefile = (ROOT / "Makefile").read_text()
+    assert "PIN    ?= -c $(CONSTRAINTS) --build-constraint $(CONSTRAINTS)" in makefile
+    assert "pip install -q $(PIN) -e '.[dev]'" in makefile
