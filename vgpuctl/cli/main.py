@@ -54,6 +54,7 @@ class VgpuctlGroup(TyperGroup):
     def make_context(self, info_name: str | None, args: list[str], *rest: Any, **kwargs: Any) -> Any:
         self.raw_args = list(args)  # what the user typed, for an error before the options are parsed
         try:
+            _refuse_single_dash_long_options(self, args)
             return super().make_context(info_name, args, *rest, **kwargs)
         except Exception as err:
             _usage_exit_code(err)
@@ -76,6 +77,32 @@ class VgpuctlGroup(TyperGroup):
                 raise  # click reports usage errors and exits quietly on a closed pipe
             opts = ctx.obj if isinstance(ctx.obj, GlobalOptions) else None
             raise typer.Exit(common.report_error(err, opts)) from None
+
+
+class SingleDashOption(typer.BadParameter):
+    """`-out` for `--out`: click would read it as `-o ut` and complain about the value instead."""
+
+    def format_message(self) -> str:
+        return self.message
+
+
+def _refuse_single_dash_long_options(root: Any, args: list[str]) -> None:
+    """A word after one dash that is the name of a long option (`-out`, `-yes`, `-file`) is that option mistyped."""
+    words = {arg[1:] for arg in args[: args.index("--") if "--" in args else len(args)]
+             if len(arg) > 2 and arg[0] == "-" and arg[1] != "-" and "=" not in arg}
+    if not words:
+        return
+    known = _long_option_names(root)
+    for word in sorted(words & known):
+        raise SingleDashOption(f"No such option: -{word} (one dash takes one letter); did you mean --{word}?")
+
+
+def _long_option_names(command: Any) -> set[str]:
+    names = {opt[2:] for param in command.params for opt in (*param.opts, *param.secondary_opts)
+             if opt.startswith("--")}
+    for sub in getattr(command, "commands", {}).values():
+        names |= _long_option_names(sub)
+    return names
 
 
 def _is_click_exception(err: Exception) -> bool:
@@ -151,7 +178,7 @@ def json_asked(args: list[str]) -> bool:
             wanted = args[i + 1]
         elif arg.startswith("--output="):
             wanted = arg.split("=", 1)[1]
-        elif arg.startswith("-o") and len(arg) > 2 and not arg.startswith("--"):
+        elif arg.startswith("-o") and arg[2:] in ("text", "json"):  # `-out` is no -o (a mistyped --out)
             wanted = arg[2:]
     return wanted == "json"
 
