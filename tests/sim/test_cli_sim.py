@@ -275,7 +275,8 @@ def test_vm_vgpu_add_list_remove(env: dict[str, str], sim: Any, tmp_path: Path) 
     assert vgpuctl(env, "vm", "vgpu", "remove", "solo-01", "--all", "--yes").exit_code == 0
     assert direct_vgpus(sim, "solo-01")[0] == []
 
-    assert "at most 8" in one_line_error(vgpuctl(env, "vm", "vgpu", "add", "solo-01", "-p", "grid_a100-4c", "-n", "9"))
+    too_many = vgpuctl(env, "vm", "vgpu", "add", "solo-01", "--profile", "grid_a100-4c", "--count", "9")
+    assert "at most 8" in one_line_error(too_many)
     assert "not found" in one_line_error(vgpuctl(env, "vm", "vgpu", "list", "ghost-99"))
 
 
@@ -289,9 +290,9 @@ def test_vm_vgpu_add_restarts_a_running_vm(gpusim_factory: Any, tmp_path: Path) 
     )
     created = vgpuctl(env, "apply", "-f", str(path), "--yes")
     assert created.exit_code == 0, created.output
-    kept = vgpuctl(env, "vm", "vgpu", "add", "run-01", "-p", "grid_a100-4c", "--power", "keep", "--yes")
+    kept = vgpuctl(env, "vm", "vgpu", "add", "run-01", "--profile", "grid_a100-4c", "--power", "keep", "--yes")
     assert "keep" in one_line_error(kept)
-    result = vgpuctl(env, "vm", "vgpu", "add", "run-01", "-p", "grid_a100-4c", "--yes")
+    result = vgpuctl(env, "vm", "vgpu", "add", "run-01", "--profile", "grid_a100-4c", "--yes")
     assert result.exit_code == 0, result.output
     assert direct_vgpus(sim, "run-01")[:2] == (["grid_a100-4c"] * 2, "poweredOn")
 
