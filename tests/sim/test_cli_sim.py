@@ -378,8 +378,13 @@ def test_sim_up_env_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         exports = sim_cli.parse_env_file(up.stdout)
         assert exports["VGPUCTL_URL"].startswith("https://127.0.0.1:")
         assert sim_cli.parse_env_file(vgpuctl({}, "sim", "env").stdout) == exports
-        status = json.loads(vgpuctl(exports, "-o", "json", "status").stdout)
-        assert [len(h["gpus"]) for h in status["hosts"]] == [2]
+        # the certificate is pinned by its thumbprint, never trusted blindly: no warning, and a wrong pin fails
+        assert "VGPUCTL_INSECURE" not in exports and len(exports["VGPUCTL_THUMBPRINT"].split(":")) == 32
+        pinned = vgpuctl(exports, "-o", "json", "status")
+        assert [len(h["gpus"]) for h in json.loads(pinned.stdout)["hosts"]] == [2]
+        assert "verification is disabled" not in pinned.stderr
+        wrong = {**exports, "VGPUCTL_THUMBPRINT": "00" * 32}
+        assert "thumbprint mismatch" in one_line_error(vgpuctl(wrong, "status"))
         assert "already running" in one_line_error(vgpuctl({}, "sim", "up"))
     finally:
         down = vgpuctl({}, "sim", "down")
