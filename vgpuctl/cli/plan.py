@@ -334,6 +334,7 @@ class CliHooks:
     saved_report: PlanReport | None = None  # apply PLANFILE: the plan as saved (the one made now is the same)
     report: PlanReport | None = field(default=None, init=False)
     display: ApplyDisplay | None = field(default=None, init=False)
+    began: bool = field(default=False, init=False)  # the apply itself started: the farm may have changed
 
     def planned(self, planned: Planned) -> None:
         self.report = self.saved_report or plan_document(planned, self.opts)
@@ -358,6 +359,7 @@ class CliHooks:
     def apply_progress(self, planned: Planned) -> AbstractContextManager[Progress]:
         from vgpuctl.cli.display import ApplyDisplay
 
+        self.began = True
         hosts = list(dict.fromkeys(c.host for c in planned.plan.host_changes))
         self.display = ApplyDisplay(common.stderr_console(), [c.vm for c in planned.plan.changes], hosts)
         return _progress(self.display, self.events)
