@@ -46,7 +46,7 @@ def _show(monkeypatch: pytest.MonkeyPatch, stream: io.StringIO, columns: int) ->
     monkeypatch.setattr(common.sys, "stdout", stream)
     monkeypatch.setattr(os, "get_terminal_size", lambda *_a: os.terminal_size((columns, 24)))
     monkeypatch.setenv("COLUMNS", str(columns))
-    common.show(SUMMARY)
+    common.show(SUMMARY, wrap=True)
     return stream.getvalue()
 
 
@@ -59,6 +59,38 @@ def test_a_summary_on_an_80_column_terminal_wraps_at_words(monkeypatch: pytest.M
 def test_a_piped_summary_keeps_its_lines_whole(monkeypatch: pytest.MonkeyPatch) -> None:
     out = _show(monkeypatch, io.StringIO(), 80)
     assert out.splitlines() == SUMMARY.splitlines()
+
+
+def test_yaml_and_export_lines_are_never_wrapped_even_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a user copies from the terminal (a YAML stream, `sim env`'s export line) stays as it was written."""
+    stream = Terminal()
+    monkeypatch.setattr(common.sys, "stdout", stream)
+    monkeypatch.setattr(os, "get_terminal_size", lambda *_a: os.terminal_size((80, 24)))
+    line = "export " + " ".join(f"VGPUCTL_VAR_{i}=value-{i}" for i in range(12))
+    common.show(line)
+    assert stream.getvalue() == line + "\n"
+
+
+def test_the_apply_summary_is_shown_wrapped() -> None:
+    """The apply summary (a str on a terminal too; the plan is rich text there, which wraps words itself) asks
+    for wrapping."""
+    import inspect
+
+    from vgpuctl.cli import plan
+
+    assert "wrap=True" in inspect.getsource(plan.print_summary)
+
+
+def test_what_a_host_command_will_do_is_fitted_before_its_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vgpuctl.cli import host
+
+    stream = Terminal()
+    monkeypatch.setattr(common.sys, "stdout", stream)
+    monkeypatch.setattr(os, "get_terminal_size", lambda *_a: os.terminal_size((80, 24)))
+    text = f"host esx-01:\n  running VMs block maintenance mode (--evacuate refuse, nothing will change): {NAMES}"
+    host._say(common.GlobalOptions(), text)
+    out = stream.getvalue()
+    assert max(len(line) for line in out.splitlines()) <= 80 and _words(out) == _words(text)
 
 
 @pytest.mark.parametrize("word", [True, False])

@@ -104,13 +104,15 @@ def emit(report: Report, opts: GlobalOptions) -> None:
     show(report.render_text(text_layout(opts)), err=opts.text_to_stderr)
 
 
-def show(rendered: Rendered, err: bool = False) -> None:
-    """Text on stdout (stderr with `err`): a str as it is, rich renderables one after the other; None prints
-    nothing."""
+def show(rendered: Rendered, err: bool = False, *, wrap: bool = False) -> None:
+    """Text on stdout (stderr with `err`): a str as it is (with `wrap`, a plan's or a summary's prose, fitted to
+    a terminal at word boundaries; never YAML, scripts or export lines, which must stay as they are), rich
+    renderables one after the other; None prints nothing."""
     if rendered is None:
         return
     if isinstance(rendered, str):
-        typer.echo(for_terminal(rendered.rstrip("\n"), err), err=err)
+        text = rendered.rstrip("\n")
+        typer.echo(for_terminal(text, err) if wrap else text, err=err)
         return
     console = stderr_console() if err else stdout_console()
     for item in rendered if isinstance(rendered, list) else [rendered]:

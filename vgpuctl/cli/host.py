@@ -323,10 +323,11 @@ def change(
 
 
 def _say(opts: GlobalOptions, text: str) -> None:
+    """What the host command will do, before its prompt: fitted to the terminal at word boundaries."""
     if opts.json:
-        common.info(text)
+        common.info(common.for_terminal(text, err=True))
     else:
-        typer.echo(text)
+        typer.echo(common.for_terminal(text))
 
 
 def _running_vms(session: Session, moid: str, changes: list[HostChange]) -> list[tuple[str, list[str]]]:

@@ -425,7 +425,7 @@ def print_summary(outcome: RunOutcome, opts: GlobalOptions) -> None:
     text = render_apply_summary(apply_document(outcome, opts), full=opts.verbose > 0)
     if outcome.classes is not None:
         text += "\n" + supervisor_outcomes(outcome.classes).render_text()
-    common.show(text, err=opts.json or opts.text_to_stderr)
+    common.show(text, err=opts.json or opts.text_to_stderr, wrap=True)
 
 
 def raise_for_outcome(outcome: RunOutcome) -> None:
