@@ -433,7 +433,8 @@ def test_ctrl_c_stops_new_work_waits_and_exits_130(gpusim_factory: Any, tmp_path
     seen = []
     for line in proc.stderr:  # progress lines: wait until slow-01's reconfigure task runs
         seen.append(line)
-        if re.match(r"\d\d:\d\d:\d\d slow-01: reconfigure", line):  # timestamped progress lines
+        # timestamped progress lines: date, time and UTC offset
+        if re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d slow-01: reconfigure", line):
             break
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)

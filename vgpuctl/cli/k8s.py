@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from vgpuctl.inventory import Inventory
     from vgpuctl.model import HostChange, Observed, SupervisorApplyResult
+    from vgpuctl.supervisor.render import RenderOptions
     from vgpuctl.supervisor.stage import SupervisorRun
     from vgpuctl.supervisor.vmclasses import SupervisorPlan
 
@@ -171,6 +172,15 @@ ManifestFolder = Annotated[
 ]
 
 
+ClusterKindOpt = Annotated[
+    ClusterKind | None,
+    typer.Option("--cluster-kind",
+                 help="The cluster object to write: cluster (Cluster API Cluster) or tkc (TanzuKubernetesCluster). "
+                 "Default: the one the namespace's supervisor takes, asked over vCenter's REST API (TKG Service 3.1 "
+                 "and later: cluster; older: tkc)."),
+]
+
+
 @app.command("render")
 def render_cmd(
     ctx: typer.Context,
@@ -200,13 +210,7 @@ def render_cmd(
         typer.Option(help="NVIDIA GPU Operator release the values are for: v25.10.0 and later take the licence "
                      "as a Secret (secretName), older ones as a config map (configMapName)."),
     ] = "v25.10.0",
-    cluster_kind: Annotated[
-        ClusterKind | None,
-        typer.Option("--cluster-kind",
-                     help="The cluster object to write: cluster (Cluster API Cluster) or tkc (TanzuKubernetesCluster). "
-                     "Default: the one the namespace's supervisor takes, asked over vCenter's REST API (TKG Service "
-                     "3.1 and later: cluster; older: tkc)."),
-    ] = None,
+    cluster_kind: ClusterKindOpt = None,
 ) -> None:
     """Kubernetes manifests for the namespace's GPU VM classes: VM Service VMs, one cluster object (a Cluster API
     Cluster or a TanzuKubernetesCluster, the kind the supervisor takes) and NVIDIA GPU Operator values. Needs a
@@ -220,7 +224,7 @@ def render_cmd(
       vgpuctl k8s render -f inventory.yaml -n ml-team --cluster-kind tkc
     """
     from vgpuctl.reports.supervisor import manifests_report
-    from vgpuctl.supervisor.render import RenderOptions, check_options, gpu_classes, render_manifests
+    from vgpuctl.supervisor.render import RenderOptions, render_manifests
 
     opts: GlobalOptions = ctx.obj
     inventory = load(file)
@@ -228,9 +232,7 @@ def render_cmd(
                             k8s_version=k8s_version, tkr=k8s_version, replicas=replicas, registry=registry,
                             driver_version=driver_version, token_file=str(nls_token_file),
                             operator_version=gpu_operator_version)
-    check_options(options)  # the options' and the namespace's errors before vCenter is asked
-    gpu_classes(inventory, namespace)
-    options.cluster_kind = _cluster_kind(opts, inventory, namespace, cluster_kind)
+    options.cluster_kind = _cluster_kind(opts, inventory, namespace, cluster_kind, options)
     manifests = render_manifests(inventory, namespace, options)
     if out is not None:
         write_manifests(out, manifests)
@@ -241,13 +243,17 @@ def render_cmd(
     common.emit(report, opts)
 
 
-def _cluster_kind(opts: GlobalOptions, inventory: Inventory, namespace: str, given: ClusterKind | None) -> ClusterKind:
-    """--cluster-kind, else what the namespace's supervisor runs (its Supervisor Services, over REST)."""
+def _cluster_kind(opts: GlobalOptions, inventory: Inventory, namespace: str, given: ClusterKind | None,
+                  options: RenderOptions) -> ClusterKind:
+    """--cluster-kind, else what the namespace's supervisor runs (its Supervisor Services, over REST), asked
+    only once the options and the namespace's classes are known to render."""
     from vgpuctl.errors import UsageError
-    from vgpuctl.supervisor.render import kind_for_supervisor
+    from vgpuctl.supervisor.render import check_options, gpu_classes, kind_for_supervisor
 
     if given is not None:
         return given
+    check_options(options)
+    gpu_classes(inventory, namespace)
     vcenter = getattr(inventory, "vcenter", None)
     if not (opts.url or getattr(vcenter, "url", None)):
         raise UsageError("which cluster object does the supervisor take? --cluster-kind cluster (Cluster API, TKG "
