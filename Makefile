@@ -2,19 +2,25 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
+# The lock (constraints.txt) every install here goes through, build tools included; `make test-latest` runs
+# without it. LATEST_VENV: where test-latest installs the newest versions pyproject.toml allows.
+CONSTRAINTS := constraints.txt
+PIN    ?= -c $(CONSTRAINTS) --build-constraint $(CONSTRAINTS)
+LATEST_VENV := .venv-latest
 GPUSIM := tests/vcsim/bin/gpusim
 DEMO_STATE := .work/demo
 
 GUEST_PACKAGES := $(shell sed -e 's/\#.*//' scripts/guest-test-packages.txt)
 
-.PHONY: all venv gpusim demo test test-unit test-sim test-go test-packaging guest-deps lint typecheck mutation clean
+.PHONY: all venv gpusim demo test test-latest constraints test-unit test-sim test-go test-packaging guest-deps lint \
+	typecheck mutation clean
 
 all: venv gpusim
 
-$(BIN)/vgpuctl: pyproject.toml
+$(BIN)/vgpuctl: pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -U pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -U pip $(if $(PIN),-c $(CONSTRAINTS))
+	$(BIN)/pip install -q $(PIN) -e '.[dev]'
 	@touch $@
 
 venv: $(BIN)/vgpuctl
@@ -80,5 +86,18 @@ test: venv gpusim lint test-go guest-deps
 	  $(BIN)/pytest -m "not live and not guests"; \
 	fi
 
+# `make test` on the newest versions pyproject.toml allows (what a fresh `pip install` gets today), in a fresh
+# venv of their own; not part of `make test` or CI. Passing, `make constraints` makes them the lock.
+test-latest:
+	rm -rf $(LATEST_VENV)
+	$(MAKE) test VENV=$(LATEST_VENV) PIN=
+
+# constraints.txt from the venv test-latest made (its header kept)
+constraints:
+	@test -x $(LATEST_VENV)/bin/pip || { echo "make constraints: run make test-latest first"; exit 1; }
+	grep '^#' $(CONSTRAINTS) > $(CONSTRAINTS).new
+	$(LATEST_VENV)/bin/pip freeze --all --exclude-editable >> $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
+
 clean:
-	rm -rf $(VENV) tests/vcsim/bin .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(LATEST_VENV) tests/vcsim/bin .pytest_cache .ruff_cache

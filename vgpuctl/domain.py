@@ -291,3 +291,18 @@ class IdentityMethod(StrEnum):
 
     CUSTOMIZATION = "customization"
     CLOUD_INIT = "cloud-init"
+
+
+class ClusterKind(StrEnum):
+    """The Kubernetes cluster object `k8s render` writes for a supervisor namespace (one, never both)."""
+
+    CLUSTER = "cluster"  # Cluster API Cluster, cluster.x-k8s.io/v1beta1 (ClusterClass topology)
+    TKC = "tkc"  # TKG TanzuKubernetesCluster, run.tanzu.vmware.com/v1alpha3
+
+    @property
+    def object_kind(self) -> str:
+        return "Cluster" if self == ClusterKind.CLUSTER else "TanzuKubernetesCluster"
+
+    @property
+    def file_name(self) -> str:
+        return "cluster.yaml" if self == ClusterKind.CLUSTER else "tanzukubernetescluster.yaml"

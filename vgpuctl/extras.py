@@ -25,21 +25,23 @@ EXTRAS: dict[str, tuple[str, str]] = {
 
 
 class MissingExtra(UsageError):
-    """An optional module is not installed; the message names the pip line that installs it."""
+    """An optional module is not installed; the message names the pip lines that install it (from the package
+    index, and into a source checkout's editable install), and `instead`, what works without it, if anything."""
 
-    def __init__(self, module: str):
+    def __init__(self, module: str, instead: str = ""):
         extra, what = EXTRAS[module]
         self.module, self.extra = module, extra
-        super().__init__(f"{what} needs {module}, which is not installed: pip install 'vgpuctl[{extra}]'")
+        super().__init__(f"{what} needs {module}, which is not installed: pip install 'vgpuctl[{extra}]' (in a "
+                         f"source checkout: pip install -e '.[{extra}]')" + (f"; or {instead}" if instead else ""))
 
 
-def require(module: str) -> ModuleType:
-    """Import an optional module, or raise MissingExtra naming its extra."""
+def require(module: str, instead: str = "") -> ModuleType:
+    """Import an optional module, or raise MissingExtra naming its extra (and `instead`, what does without it)."""
     try:
         return importlib.import_module(module)
     except ImportError as err:
         if _top(getattr(err, "name", None) or module) == module:
-            raise MissingExtra(module) from None
+            raise MissingExtra(module, instead) from None
         raise  # the module is there but one of its own imports failed: that error says more
 
 

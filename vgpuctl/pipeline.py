@@ -76,6 +76,7 @@ class RunOptions:
     # `ssh.service: manage`: the hosts whose SSH service this run started (None: the run leaves SSH alone, as
     # the `host` commands do); `run` and `plan_only` stop them again at their end (vgpuctl.hosts.sshservice)
     ssh_service: SshServiceRun | None = None
+    evacuate_by_flag: bool = False  # the `host` commands: --evacuate sets the evacuation; messages name the flag
 
 
 # ------------------------------------------------------------------------------------------ 1. load
@@ -326,7 +327,8 @@ def plan_hosts(
     facts, errors = host_facts(session, observed, resolved, options)
     migration = vgpu_migration_enabled(session) if _migrates(resolved) else False
     resume = _resume(session, observed, options)
-    host_plan = hostplan.plan_hosts(specs, observed, facts, resume=resume, vgpu_migration=migration)
+    host_plan = hostplan.plan_hosts(specs, observed, facts, resume=resume, vgpu_migration=migration,
+                                    evacuate_by_flag=options.evacuate_by_flag)
     broken, elsewhere = record_problems(session, observed, options, set(resolved) | set(host_plan.hosts))
     host_plan.errors = errors + host_plan.errors + broken
     host_plan.warnings += elsewhere
@@ -355,6 +357,7 @@ def apply_hosts(
         trust_on_first_use=options.trust_on_first_use,
         shutdown_timeout_s=options.shutdown_timeout_s,
         poll_s=options.poll_s,
+        evacuate_by_flag=options.evacuate_by_flag,
         progress=progress,
         cancel=cancel,
         lock_timeout_s=options.lock_timeout_s,

@@ -148,6 +148,19 @@ def load(path: Path) -> SavedPlan:
         raise PlanFileError(f"{path}: plan file is incomplete ({err})") from None
 
 
+def _looks_like_inventory(path: Path, text: str) -> bool:
+    """A YAML file, or text that reads as a YAML mapping with an `apiVersion` (what every inventory starts with)."""
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return True
+    import yaml
+
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return False
+    return isinstance(data, dict) and "apiVersion" in data
+
+
 def _read_json(path: Path) -> Any:
     """The plan file's JSON, read within the limits every input file has (vgpuctl.filelimits)."""
     try:
@@ -162,7 +175,12 @@ def _read_json(path: Path) -> Any:
         raise PlanFileError(f"{path}:{line}:{col}: not a vgpuctl plan file ({err} is not a JSON number)") from None
     except RecursionError:  # Python's JSON decoder recurses: far deeper than the limit
         raise PlanFileError(f"{path}: not a vgpuctl plan file ({filelimits.TOO_DEEP})") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+    except json.JSONDecodeError as err:
+        if _looks_like_inventory(path, text):
+            raise UsageError(f"{path} is an inventory, not a plan file: an inventory goes with -f (vgpuctl apply "
+                             f"-f {path}; `plan -f {path} --out PLANFILE` saves a plan)") from None
+        raise PlanFileError(f"{path}: not a vgpuctl plan file ({err})") from None
+    except (OSError, UnicodeDecodeError) as err:
         raise PlanFileError(f"{path}: not a vgpuctl plan file ({err})") from None
     if filelimits.nesting(data) > filelimits.MAX_NESTING:
         raise PlanFileError(f"{path}: not a vgpuctl plan file ({filelimits.TOO_DEEP})")

@@ -355,12 +355,16 @@ def spellings(name: str) -> tuple[str, ...]:
     return tuple(prefix + bare for prefix in PREFIXES) if bare else (name,)
 
 
-_HOST_SPELLING_RE = re.compile(r"^(?:grid|nvidia)_[a-z0-9]+(?:-[a-z0-9]+)+$")
+# The last part of every vGPU type name is its frame buffer in GB and then its series letter (A, B, C, Q; MIG
+# media types add `me`): NVIDIA's vGPU type tables (docs/vgpu-catalogue.md). A newer driver may add boards, sizes
+# and suffixes, but a name whose last part has no letter after the size (`grid_a100-40`) names no type.
+_HOST_SPELLING_RE = re.compile(r"^(?:grid|nvidia)_[a-z0-9]+(?:-[a-z0-9]+)*-[0-9]+[a-z][a-z0-9]*$")
 
 
 def is_host_spelling(name: str) -> bool:
-    """Spelled like a vSphere vGPU profile (`grid_`/`nvidia_`, lower-case words joined by hyphens), whether or not
-    a table explains it: a host with a newer driver may offer it, so only the host can say it does not exist."""
+    """Spelled like a vSphere vGPU profile (`grid_`/`nvidia_`, lower-case words joined by hyphens, the last one a
+    frame buffer size and a series letter), whether or not a table explains it: a host with a newer driver may
+    offer it, so only the host can say it does not exist."""
     return bool(_HOST_SPELLING_RE.match(name))
 
 

@@ -95,6 +95,14 @@ RUNNING = RunningTasks()
 EXIT_NOW = threading.Event()  # a second Ctrl-C: the process exits without waiting for any worker thread
 
 
+def log_stamp() -> str:
+    """Local time with its date and UTC offset (`2026-12-01T09:15:02+01:00`): a log line read later, or beside
+    another machine's, says when it happened without knowing where it was written."""
+    from datetime import datetime
+
+    return datetime.now().astimezone().isoformat(timespec="seconds")
+
+
 class StepLog:
     """Progress as plain lines for logs (CI, pipes): a timestamped line when a subject's step changes, and while
     one step lasts at most one heartbeat line per `heartbeat_s` with its latest detail (seconds waited, percent)."""
@@ -105,11 +113,11 @@ class StepLog:
         self,
         write: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
-        stamp: Callable[[], str] = lambda: time.strftime("%H:%M:%S"),
+        stamp: Callable[[], str] | None = None,
     ):
         self._write = write
         self._clock = clock
-        self._stamp = stamp
+        self._stamp = stamp or log_stamp
         self._lock = threading.Lock()
         self._last: dict[str, tuple[str, float]] = {}  # subject -> (step, when its last line was written)
 

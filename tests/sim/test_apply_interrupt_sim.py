@@ -61,11 +61,11 @@ def start_apply(sim: Any, tmp_path: Path, path: Path, *extra: str, trace: bool =
     )
 
 
-STEP_LINE = re.compile(r"^\d\d:\d\d:\d\d (?P<subject>[^:]+): (?P<step>\S+)")
+STEP_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d (?P<subject>[^:]+): (?P<step>\S+)")
 
 
 def step(line: str) -> tuple[str, str]:
-    """(subject, step) of a progress line `HH:MM:SS subject: step [detail]`; ("", "") for other lines."""
+    """(subject, step) of a progress line `DATE-TIME+OFFSET subject: step [detail]`; ("", "") for other lines."""
     m = STEP_LINE.match(line)
     return (m["subject"], m["step"]) if m else ("", "")
 

@@ -275,7 +275,8 @@ def test_vm_vgpu_add_list_remove(env: dict[str, str], sim: Any, tmp_path: Path) 
     assert vgpuctl(env, "vm", "vgpu", "remove", "solo-01", "--all", "--yes").exit_code == 0
     assert direct_vgpus(sim, "solo-01")[0] == []
 
-    assert "at most 8" in one_line_error(vgpuctl(env, "vm", "vgpu", "add", "solo-01", "-p", "grid_a100-4c", "-n", "9"))
+    too_many = vgpuctl(env, "vm", "vgpu", "add", "solo-01", "--profile", "grid_a100-4c", "--count", "9")
+    assert "at most 8" in one_line_error(too_many)
     assert "not found" in one_line_error(vgpuctl(env, "vm", "vgpu", "list", "ghost-99"))
 
 
@@ -289,9 +290,9 @@ def test_vm_vgpu_add_restarts_a_running_vm(gpusim_factory: Any, tmp_path: Path) 
     )
     created = vgpuctl(env, "apply", "-f", str(path), "--yes")
     assert created.exit_code == 0, created.output
-    kept = vgpuctl(env, "vm", "vgpu", "add", "run-01", "-p", "grid_a100-4c", "--power", "keep", "--yes")
+    kept = vgpuctl(env, "vm", "vgpu", "add", "run-01", "--profile", "grid_a100-4c", "--power", "keep", "--yes")
     assert "keep" in one_line_error(kept)
-    result = vgpuctl(env, "vm", "vgpu", "add", "run-01", "-p", "grid_a100-4c", "--yes")
+    result = vgpuctl(env, "vm", "vgpu", "add", "run-01", "--profile", "grid_a100-4c", "--yes")
     assert result.exit_code == 0, result.output
     assert direct_vgpus(sim, "run-01")[:2] == (["grid_a100-4c"] * 2, "poweredOn")
 
@@ -377,8 +378,13 @@ def test_sim_up_env_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         exports = sim_cli.parse_env_file(up.stdout)
         assert exports["VGPUCTL_URL"].startswith("https://127.0.0.1:")
         assert sim_cli.parse_env_file(vgpuctl({}, "sim", "env").stdout) == exports
-        status = json.loads(vgpuctl(exports, "-o", "json", "status").stdout)
-        assert [len(h["gpus"]) for h in status["hosts"]] == [2]
+        # the certificate is pinned by its thumbprint, never trusted blindly: no warning, and a wrong pin fails
+        assert "VGPUCTL_INSECURE" not in exports and len(exports["VGPUCTL_THUMBPRINT"].split(":")) == 32
+        pinned = vgpuctl(exports, "-o", "json", "status")
+        assert [len(h["gpus"]) for h in json.loads(pinned.stdout)["hosts"]] == [2]
+        assert "verification is disabled" not in pinned.stderr
+        wrong = {**exports, "VGPUCTL_THUMBPRINT": "00" * 32}
+        assert "thumbprint mismatch" in one_line_error(vgpuctl(wrong, "status"))
         assert "already running" in one_line_error(vgpuctl({}, "sim", "up"))
     finally:
         down = vgpuctl({}, "sim", "down")
@@ -427,7 +433,8 @@ def test_ctrl_c_stops_new_work_waits_and_exits_130(gpusim_factory: Any, tmp_path
     seen = []
     for line in proc.stderr:  # progress lines: wait until slow-01's reconfigure task runs
         seen.append(line)
-        if re.match(r"\d\d:\d\d:\d\d slow-01: reconfigure", line):  # timestamped progress lines
+        # timestamped progress lines: date, time and UTC offset
+        if re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d slow-01: reconfigure", line):
             break
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)

@@ -152,15 +152,17 @@ def test_nvlink_left_up_in_an_off_variant_stops_the_run_and_restore_returns(setu
         run_experiment(s["exp"], checked_variants(s["exp"]), s["base"], s["results"], s["farm"])
     results: ResultsDir = s["results"]
     state = results.state()
-    assert state["applied"] == "nvlink-off"
+    # its apply failed part-way: never named applied, the farm is between nvlink-on and it
+    assert state["applied"] == "nvlink-on" and state["partial"] == "nvlink-off"
     assert "links up, expected none" in state["history"][-1]["note"]
     assert results.load("nvlink-on", 1) is not None and results.load("nvlink-off", 1) is None
     text = render_markdown(build_report(results))
-    assert "Farm now: variant 'nvlink-off'; apply failed" in text and "links up, expected none" in text
+    assert "Farm now: part-way from variant 'nvlink-on' into variant 'nvlink-off': apply failed" in text
+    assert "links up, expected none" in text
     assert any(g.nvlink_active for g in gpu_states(shell_facts()).values())  # the contradiction, on the host itself
 
     restore(s["base"], results, s["farm"])
-    assert results.state()["applied"] == BASE
+    assert results.state()["applied"] == BASE and results.state()["partial"] is None
     facts = shell_facts()
     assert all(g.nvlink_active > 0 for g in gpu_states(facts).values())
 
@@ -178,7 +180,9 @@ def test_cli_run_needs_yes_without_a_terminal_then_runs_and_reports(setup: dict[
                              check=False, timeout=600)
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert "rerun with --yes" in refused.stderr and "Traceback" not in refused.stderr
-    assert ResultsDir(s["tmp"] / "cli-results").state()["applied"] is None  # nothing was changed
+    refused_state = ResultsDir(s["tmp"] / "cli-results").state()
+    assert refused_state["applied"] is None and refused_state["partial"] is None  # nothing was changed
+    assert refused_state["history"][-1]["not_applied"] == "nvlink-on"
 
     done = subprocess.run([*base_cmd, "--yes"], capture_output=True, text=True, env=env, check=False, timeout=600)
     assert done.returncode == 1, done.stdout + done.stderr  # every repetition failed: no guest answered

@@ -769,7 +769,13 @@ def test_cli_apply_reports_a_failed_host_and_keep_going(farm: Farm, tmp_path: Pa
     planned = CliRunner().invoke(app, ["apply", "-f", str(refuse), "--yes"], env=env)
     assert planned.exit_code == 1  # evacuate: refuse with running VMs: the plan refuses, nothing changes
     assert "these VMs run there: train-01 (grid_a100-40c)" in planned.output
+    assert "maintenance.evacuate is refuse: stop them, set evacuate: power-off or migrate" in planned.output
     assert not farm.host(H1)["inMaintenance"] and f"{H1}: failed" not in planned.output
+    # the `host` command sets the evacuation with its flag: the refusal names the flag, not the inventory key
+    flagged = CliRunner().invoke(app, ["host", "nvlink", H1, "--disable", "--evacuate", "refuse", "--yes"], env=env)
+    assert flagged.exit_code == 1 and "these VMs run there: train-01 (grid_a100-40c)" in flagged.output
+    assert "--evacuate is refuse: stop them, or run again with --evacuate power-off or --evacuate migrate" in \
+        flagged.output and "maintenance.evacuate" not in flagged.output
     inv = tmp_path / "inv.yaml"
     inv.write_text(refuse.read_text() + "    maintenance: {evacuate: power-off}\n")
     farm.sim.arm_fault(H1, "EnterMaintenanceMode_Task", "InvalidState", count=2)  # this time apply itself fails

@@ -263,19 +263,55 @@ def test_expired_session_is_renewed_once(sim: Any, env: dict[str, str], tmp_path
 
 def test_render_for_the_namespace(env: dict[str, str], tmp_path: Path) -> None:
     out = tmp_path / "manifests"
-    closed = {**env, "VGPUCTL_URL": "https://127.0.0.1:1/sdk"}  # render needs no vCenter
-    result = vgpuctl(closed, "k8s", "render", "-f", str(write(tmp_path)), "-n", "ml-team", "--out", str(out))
+    closed = {**env, "VGPUCTL_URL": "https://127.0.0.1:1/sdk"}  # with --cluster-kind, render needs no vCenter
+    result = vgpuctl(closed, "k8s", "render", "-f", str(write(tmp_path)), "-n", "ml-team", "--out", str(out),
+                     "--cluster-kind", "tkc")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == [
-        "cluster.yaml", "gpu-operator-values.yaml", "gridd.conf", "licensing-secret.sh",
+        "gpu-operator-values.yaml", "gridd.conf", "licensing-secret.sh",
         "tanzukubernetescluster.yaml", "virtualmachine-gpu-a100-40c.yaml", "virtualmachine-gpu-small.yaml"]
     assert (out / "licensing-secret.sh").stat().st_mode & 0o111
     older = tmp_path / "older"
     result = vgpuctl(closed, "k8s", "render", "-f", str(write(tmp_path)), "-n", "ml-team", "--out", str(older),
-                     "--gpu-operator-version", "v25.3.4")
+                     "--gpu-operator-version", "v25.3.4", "--cluster-kind", "cluster")
     assert result.exit_code == 0, result.output
     assert (older / "licensing-configmap.sh").stat().st_mode & 0o111 and not (older / "licensing-secret.sh").exists()
     assert "configMapName: licensing-config" in (older / "gpu-operator-values.yaml").read_text()
+
+
+TWO_SUPERVISORS = {
+    "datacenter": "DC0",
+    "clusters": [{"name": name, "hosts": 1, "gpus_per_host": 1, "model": "A100-40GB", "graphics_type": "sharedDirect",
+                  "vgpu_mode": "sameSize"} for name in ("New-Cluster", "Old-Cluster")],
+    "templates": [],
+    "supervisor": {
+        "clusters": ["New-Cluster", "Old-Cluster"],
+        "namespaces": [{"name": "ml-team", "cluster": "New-Cluster"}, {"name": "data-team", "cluster": "Old-Cluster"}],
+        "services": {"New-Cluster": {"tkg.vsphere.vmware.com": "3.1.0"}},  # Old-Cluster: TKG built in
+    },
+}
+
+
+def test_render_writes_the_cluster_object_the_namespaces_supervisor_takes(gpusim_factory: Any,
+                                                                           tmp_path: Path) -> None:
+    """Without --cluster-kind, the supervisor's Supervisor Services decide: TKG Service 3.1 takes the Cluster
+    API Cluster, a supervisor without the TKG Service the TanzuKubernetesCluster; one object, never both."""
+    import yaml
+
+    two = gpusim_factory(TWO_SUPERVISORS)
+    env = two.vgpuctl_env(esxi=False)
+    path = write(tmp_path, data="[gpu-small]")
+    kinds = {}
+    for namespace in ("ml-team", "data-team"):
+        result = vgpuctl(env, "k8s", "render", "-f", str(path), "-n", namespace)
+        assert result.exit_code == 0, result.output
+        docs = list(yaml.safe_load_all(result.stdout))
+        kinds[namespace] = [d["kind"] for d in docs if d["kind"] != "VirtualMachine"]
+        assert "cluster object:" in result.stderr and "--cluster-kind to choose" in result.stderr
+    assert kinds == {"ml-team": ["Cluster"], "data-team": ["TanzuKubernetesCluster"]}
+    chosen = vgpuctl(env, "k8s", "render", "-f", str(path), "-n", "data-team", "--cluster-kind", "cluster")
+    assert [d["kind"] for d in yaml.safe_load_all(chosen.stdout)][-1] == "Cluster"  # the option wins
+    assert "cluster object:" not in chosen.stderr
 
 
 def test_thumbprint_pinning_covers_the_rest_api(sim: Any, env: dict[str, str], tmp_path: Path) -> None:

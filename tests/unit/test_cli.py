@@ -6,6 +6,7 @@ import _thread
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -512,9 +513,10 @@ def test_progress_prints_one_line_per_step_change() -> None:
         progress.vm_step("vm1", "done", 100)
         progress.vm_step("vm1", "power-on", 100)  # late: vm1 finished
         progress.vm_step("vm3", "not-started", None)  # counted in the summary, no line of its own
-    stamps = [line[:9] for line in console.lines]  # HH:MM:SS and a space: lines for logs carry the time
-    assert all(len(s) == 9 and s[2] == s[5] == ":" for s in stamps)
-    assert [line[9:] for line in console.lines] == [
+    # lines for logs carry the date, the time and the UTC offset: 2026-12-01T09:15:02+01:00 and a space
+    stamp = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}[+-]\d{2}:\d{2} ")
+    assert all(stamp.match(line) for line in console.lines), console.lines
+    assert [stamp.sub("", line, count=1) for line in console.lines] == [
         "host esx-01: enter-maintenance", "host esx-01: changed", "vm1: reconfigure", "vm2: power-off", "vm1: done"]
     assert progress.finished == {"host esx-01": "changed", "vm1": "done", "vm3": "not-started"}
     assert progress.counter() == "1/1 hosts, 2/3 VMs finished"  # hosts and VMs counted apart

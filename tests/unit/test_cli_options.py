@@ -209,3 +209,46 @@ def test_trace_is_silent_below_debug(caplog: pytest.LogCaptureFixture) -> None:
         trace.soap_call(SimpleNamespace(_moId="x"), _info(), ())
         trace.shell_command("h", "nvidia-smi")
     assert caplog.text == ""
+
+
+# ------------------------------------------------------------------------------------------ short options
+
+
+def _all_commands(group: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    found = [(path, group)]
+    for name, command in getattr(group, "commands", {}).items():
+        found += _all_commands(command, (*path, name))
+    return found
+
+
+def test_a_short_option_means_one_long_option_everywhere() -> None:
+    """`-p` is --parallel wherever a command has it, never another option elsewhere (and so on for every letter)."""
+    meanings: dict[str, set[str]] = {}
+    for _path, command in _all_commands(typer.main.get_command(app)):
+        for param in command.params:
+            flags = [*param.opts, *param.secondary_opts]
+            longs = sorted(f for f in flags if f.startswith("--"))
+            for short in (f for f in flags if not f.startswith("--")):
+                meanings.setdefault(short, set()).add(longs[0] if longs else short)
+    assert meanings["-p"] == {"--parallel"}
+    assert {short: longs for short, longs in meanings.items() if len(longs) > 1} == {}
+
+
+@pytest.mark.parametrize(
+    ("args", "word"),
+    [(["plan", "-f", "x.yaml", "-out", "x.plan"], "out"), (["apply", "-yes"], "yes"), (["-file", "y", "plan"], "file"),
+     (["vm", "vgpu", "add", "vm-01", "-profile", "grid_a100-40c"], "profile")],
+)
+def test_a_long_option_after_one_dash_suggests_two(args: list[str], word: str) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"No such option: -{word} (one dash takes one letter); did you mean --{word}?" in result.stderr
+    as_json = invoke("-o", "json", *args)
+    assert as_json.exit_code == 1
+    assert json.loads(as_json.stdout)["error"]["message"].endswith(f"did you mean --{word}?")
+
+
+def test_short_options_that_are_letters_are_left_alone() -> None:
+    assert "did you mean" not in invoke("status", "-vv", "--help").output
+    assert invoke("-ojson", "plan", "--help").exit_code == 0
+    assert "did you mean" not in invoke("validate", "-f", "x.yaml", "--", "-out").output

@@ -51,3 +51,28 @@ def test_report_writes_markdown_json_and_plots(recorded_results, tmp_path):  # n
 def test_report_refuses_a_folder_that_is_not_a_results_directory(tmp_path):
     out = invoke("experiment", "report", str(tmp_path))
     assert out.exit_code == 1 and "not an experiment results directory (no experiment.json)" in out.output
+
+
+def test_an_apply_refused_before_it_began_is_not_applied_and_one_that_began_is_not() -> None:
+    """The experiment's farm tells a refusal (plan errors, no confirmation: nothing changed) from a failure of
+    an apply that began (the farm may have changed) by whether the apply's progress started."""
+    from vgpuctl.cli.common import GlobalOptions
+    from vgpuctl.cli.experiment import apply_or_refuse
+    from vgpuctl.cli.plan import CliHooks
+    from vgpuctl.errors import PlanError, VgpuctlError
+    from vgpuctl.experiment.runner import NotApplied
+
+    def refused(hooks: CliHooks) -> None:
+        raise PlanError(["vm train-01: host 'esx-99' not found"])
+
+    with pytest.raises(NotApplied) as caught:
+        apply_or_refuse(refused, CliHooks(GlobalOptions(), yes=True))
+    assert isinstance(caught.value.error, PlanError)
+
+    def failed_midway(hooks: CliHooks) -> None:
+        hooks.began = True  # what apply_progress says as the apply starts
+        raise VgpuctlError("apply failed on host(s) esx-01")
+
+    with pytest.raises(VgpuctlError) as midway:
+        apply_or_refuse(failed_midway, CliHooks(GlobalOptions(), yes=True))
+    assert not isinstance(midway.value, NotApplied)

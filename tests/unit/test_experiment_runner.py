@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from vgpuctl.errors import PlanError
-from vgpuctl.experiment.runner import ExperimentStopped, record_of, run_experiment
+from vgpuctl.experiment.runner import ExperimentStopped, NotApplied, record_of, run_experiment
 from vgpuctl.experiment.schema import WorkloadSpec, checked_variants, load_experiment
 from vgpuctl.experiment.store import BASE, ResultsDir
 from vgpuctl.experiment.workload import RESULT_TASK, GuestRun, collect, extravars
@@ -50,11 +50,13 @@ variants:
 class RecordingFarm:
     """Records what the runner asks of the farm; the guests print the recorded all_reduce_perf output."""
 
-    def __init__(self, fail_at: set[tuple[str, int]] = frozenset(), plan_errors: dict[str, list[str]] | None = None):
+    def __init__(self, fail_at: set[tuple[str, int]] = frozenset(), plan_errors: dict[str, list[str]] | None = None,
+                 errors_on: dict[tuple[str, str], list[str]] | None = None):
         self.calls: list[str] = []
         self.applied = "base"
         self.fail_at = set(fail_at)
         self.errors_for = plan_errors or {}
+        self.errors_on = errors_on or {}  # (what the farm is in, the inventory planned) -> errors
         self.runs: dict[str, int] = {}
 
     def _name(self, inventory) -> str:
@@ -62,7 +64,8 @@ class RecordingFarm:
 
     def plan_errors(self, inventory):
         self.calls.append(f"plan {self._name(inventory)}")
-        return self.errors_for.get(self._name(inventory), [])
+        name = self._name(inventory)
+        return self.errors_for.get(name, []) + self.errors_on.get((self.applied, name), [])
 
     def apply(self, inventory):
         self.calls.append(f"apply {self._name(inventory)}")
@@ -99,7 +102,7 @@ def test_plans_everything_first_then_applies_runs_and_restores(tmp_path):
     summary = run_experiment(exp, checked, base, results, farm, events=lambda kind, data: events.append(kind))
     assert farm.calls == ["plan enabled", "plan disabled",
                           "apply enabled", "run enabled", "run enabled",
-                          "apply disabled", "run disabled", "run disabled",
+                          "plan disabled", "apply disabled", "run disabled", "run disabled",  # planned again, now
                           "plan enabled", "apply enabled"]
     assert summary.restored and summary.variants == {"nvlink-on": {"ran": 2, "skipped": 0, "failed": 0},
                                                      "nvlink-off": {"ran": 2, "skipped": 0, "failed": 0}}
@@ -136,13 +139,56 @@ def test_on_failure_stop_leaves_the_farm_in_the_variant(tmp_path):
     assert farm.calls[-1] == "run enabled" and results.state()["applied"] == "nvlink-on"
 
 
-def test_a_variant_that_does_not_plan_stops_before_anything_changes(tmp_path):
+def test_a_first_variant_that_does_not_plan_stops_before_anything_changes(tmp_path):
     exp, checked, base, results = setup(tmp_path)
-    farm = RecordingFarm(plan_errors={"disabled": ["esx-01: NVLink cannot be switched (module parameter missing)"]})
-    with pytest.raises(PlanError, match=r"variant 'nvlink-off' does not plan \(nothing was changed\)"):
+    farm = RecordingFarm(plan_errors={"enabled": ["esx-01: NVLink cannot be switched (module parameter missing)"]})
+    with pytest.raises(PlanError, match=r"variant 'nvlink-on' does not plan \(nothing was changed\)"):
         run_experiment(exp, checked, base, results, farm)
     assert not any(c.startswith(("apply", "run")) for c in farm.calls)
-    assert results.state()["applied"] is None
+    assert results.state()["applied"] is None and results.state()["partial"] is None
+
+
+def test_a_variant_is_checked_on_the_farm_the_variant_before_leaves(tmp_path):
+    """nvlink-off plans on today's farm but not on the one nvlink-on leaves: it stops there, before its apply,
+    and the farm is (and state.json says it is) in nvlink-on."""
+    exp, checked, base, results = setup(tmp_path)
+    farm = RecordingFarm(errors_on={("enabled", "disabled"): ["esx-01: VM train-01 runs there (evacuate: refuse)"]})
+    events: list[tuple[str, dict]] = []
+    with pytest.raises(PlanError, match=r"variant 'nvlink-off' does not plan on the farm as variant 'nvlink-on' "
+                                        r"left it .*: esx-01: VM train-01 runs there"):
+        run_experiment(exp, checked, base, results, farm, events=lambda kind, data: events.append((kind, data)))
+    assert farm.calls == ["plan enabled", "plan disabled", "apply enabled", "run enabled", "run enabled",
+                          "plan disabled"]
+    state = results.state()
+    assert state["applied"] == "nvlink-on" and state["partial"] is None
+    assert not [kind for kind, _ in events if kind == "plan-warning"]  # up front it planned: no warning then
+
+
+def test_a_variant_that_plans_only_after_the_one_before_runs_with_a_warning(tmp_path):
+    """nvlink-off does not plan on today's farm but does on the one nvlink-on leaves: a warning up front, not a
+    refusal; it runs."""
+    exp, checked, base, results = setup(tmp_path)
+    farm = RecordingFarm(errors_on={("base", "disabled"): ["esx-01: no room for train-01"]})
+    events: list[tuple[str, dict]] = []
+    summary = run_experiment(exp, checked, base, results, farm, events=lambda kind, data: events.append((kind, data)))
+    assert summary.variants["nvlink-off"] == {"ran": 2, "skipped": 0, "failed": 0}
+    warnings = [data for kind, data in events if kind == "plan-warning"]
+    assert warnings == [{"variant": "nvlink-off", "errors": ["esx-01: no room for train-01"], "after": "nvlink-on"}]
+
+
+def test_the_state_never_names_a_variant_applied_before_its_apply_finished(tmp_path):
+    exp, checked, base, results = setup(tmp_path)
+    seen: list[dict] = []
+
+    class Watching(RecordingFarm):
+        def apply(self, inventory):
+            seen.append(results.state())  # what state.json says while the apply runs
+            super().apply(inventory)
+
+    run_experiment(exp, checked, base, results, Watching())
+    assert [(s["applied"], s["partial"]) for s in seen] == [
+        (None, "nvlink-on"), ("nvlink-on", "nvlink-off"), ("nvlink-off", BASE)]
+    assert (results.state()["applied"], results.state()["partial"]) == (BASE, None)
 
 
 def test_record_of_across_vms_expects_the_launcher_only():
@@ -198,10 +244,12 @@ def test_a_failed_apply_is_noted_and_the_report_says_where_the_farm_is(tmp_path)
     with pytest.raises(VgpuctlError, match="12 of 12 links up"):
         run_experiment(exp, checked, base, results, FailingFarm())
     state = results.state()
-    assert state["applied"] == "nvlink-off" and state["history"][-1]["note"].startswith("apply failed on host(s)")
+    # not "applied": the farm is part-way from nvlink-on (the last whole one) into nvlink-off
+    assert state["applied"] == "nvlink-on" and state["partial"] == "nvlink-off"
+    assert state["history"][-1]["note"].startswith("apply failed on host(s)")
     text = render_markdown(build_report(results))
-    assert "Farm now: variant 'nvlink-off'; apply failed on host(s) esx-01: nvlink 0000:3b:00.0: 12 of 12 links up, " \
-           "expected none (the base inventory is not restored" in text
+    assert "Farm now: part-way from variant 'nvlink-on' into variant 'nvlink-off': apply failed on host(s) esx-01: " \
+           "nvlink 0000:3b:00.0: 12 of 12 links up, expected none (the base inventory is not restored" in text
 
 
 def test_a_refused_confirmation_leaves_the_state_as_it_was(tmp_path):
@@ -211,11 +259,11 @@ def test_a_refused_confirmation_leaves_the_state_as_it_was(tmp_path):
 
     class NoTerminal(RecordingFarm):
         def apply(self, inventory):
-            raise UsageError("apply needs confirmation but stdin is not a terminal: rerun with --yes")
+            raise NotApplied(UsageError("apply needs confirmation but stdin is not a terminal: rerun with --yes"))
 
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError):  # raised as the apply raised it
         run_experiment(exp, checked, base, results, NoTerminal())
     state = results.state()
-    assert state["applied"] is None
+    assert state["applied"] is None and state["partial"] is None
     assert state["history"][-1]["note"] == ("nvlink-on not applied: apply needs confirmation but stdin is not a "
                                             "terminal: rerun with --yes")

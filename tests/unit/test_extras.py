@@ -54,6 +54,36 @@ def test_capacity_solver_without_ortools_names_the_extra(monkeypatch) -> None:
         extras.require("ortools")
 
 
+def test_the_hint_names_the_package_install_and_the_source_checkout_install(monkeypatch) -> None:
+    hide(monkeypatch, "ortools")
+    with pytest.raises(extras.MissingExtra) as caught:
+        extras.require("ortools", instead="use --greedy")
+    message = str(caught.value)
+    assert "pip install 'vgpuctl[capacity]'" in message and "pip install -e '.[capacity]'" in message
+    assert message.endswith("; or use --greedy") and "\n" not in message
+
+
+def test_capacity_demand_without_ortools_says_so_before_reading_the_farm(monkeypatch, tmp_path) -> None:
+    from vgpuctl.cli import capacity
+
+    def no_farm(*_args: Any) -> None:
+        raise AssertionError("the farm was read before the missing solver was named")
+
+    hide(monkeypatch, "ortools")
+    monkeypatch.setattr(capacity, "_observe", no_farm)
+    demand = tmp_path / "demand.yaml"
+    demand.write_text(DEMAND)
+    out = CliRunner().invoke(app, ["capacity", "--demand", str(demand)])
+    assert out.exit_code == 1, out.output
+    (line,) = out.output.strip().splitlines()
+    assert "pip install 'vgpuctl[capacity]'" in line and "pip install -e '.[capacity]'" in line
+    assert line.endswith("or use --greedy (first-fit decreasing only)")
+
+
+DEMAND = ("apiVersion: vgpuctl/v1\nkind: Demand\n"
+          "demand:\n  - {name: a, count: 1, vgpus: {profile: grid_a100-40c, count: 1}}\n")
+
+
 def test_any_import_error_of_an_optional_module_is_reported_as_the_missing_extra(monkeypatch) -> None:
     """An import of an optional module on a path that does not call `require` still names the extra."""
     from vgpuctl.cli import common
@@ -67,7 +97,8 @@ def test_any_import_error_of_an_optional_module_is_reported_as_the_missing_extra
     monkeypatch.setattr(common.typer, "echo", lambda message, err=False: lines.append(str(message)))
     assert common.report_error(problem, None) == 1
     assert lines == ["error: the experiment plots (experiment run/report) needs matplotlib, which is not "
-                     "installed: pip install 'vgpuctl[experiment]'"]
+                     "installed: pip install 'vgpuctl[experiment]' (in a source checkout: pip install -e "
+                     "'.[experiment]')"]
 
 
 def test_an_import_error_inside_an_installed_extra_is_not_hidden(monkeypatch) -> None:

@@ -321,10 +321,12 @@ def test_galaxy_metadata_matches_the_package_and_the_roles():
 
 def test_execution_environment_context_installs_the_collection(tmp_path):
     ee_file = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
-    assert ee_file["additional_build_files"] == [{"src": f"dist/{TARBALL}", "dest": "collections"}]
+    assert ee_file["additional_build_files"] == [{"src": f"dist/{TARBALL}", "dest": "collections"},
+                                                 {"src": "constraints.txt", "dest": "constraints"}]
     work = tmp_path / "ee"
     (work / "dist").mkdir(parents=True)
     shutil.copy(ROOT / "execution-environment.yml", work)
+    shutil.copy(ROOT / "constraints.txt", work)
     shutil.copy(build_collection(tmp_path), work / "dist")
     context = work / "context"
     proc = subprocess.run(
@@ -339,7 +341,13 @@ def test_execution_environment_context_installs_the_collection(tmp_path):
     assert "COPY _build /build" in containerfile
     assert "ansible-galaxy collection install" in containerfile
     assert "ansible-core>=2.16" in containerfile
+    # every pip install of the image goes through the lock the tests ran on; the finished image is left free
+    pinned = containerfile.index("ENV PIP_CONSTRAINT=/etc/pip-constraints.txt")
+    assert containerfile.index("COPY _build/constraints/constraints.txt /etc/pip-constraints.txt") < pinned
+    assert pinned < containerfile.index("pip install --no-cache-dir $ANSIBLE_INSTALL_REFS")
+    assert containerfile.index("ENV PIP_CONSTRAINT=\n") > containerfile.index("'dumb-init==")
     build = context / "_build"
+    assert (build / "constraints" / "constraints.txt").read_text() == (ROOT / "constraints.txt").read_text()
     assert (build / "collections" / TARBALL).is_file()
     # what the image's galaxy stage runs in /build, here offline into a temporary path
     proc = subprocess.run(

@@ -558,7 +558,10 @@ def test_describe_changes_says_maintenance_reboot_and_vms() -> None:
     text = describe_changes("h", changes, spec, [AffectedVm("vm-a", [VgpuCount("grid_a100-40c", 1)])])
     assert "~ mig 0000:3b:00.0: time-sliced -> mig" in text
     assert "enters maintenance mode" in text and "reboots (waiting up to 900s" in text
-    assert "block maintenance mode (evacuate: refuse, nothing will change): vm-a (grid_a100-40c)" in text
+    assert "block maintenance mode (--evacuate refuse, nothing will change): vm-a (grid_a100-40c)" in text
+    migrate = HostSpec.model_validate({"name": "h", "maintenance": {"evacuate": "migrate"}})
+    moved = describe_changes("h", changes, migrate, [AffectedVm("vm-a", [])])
+    assert "running VMs move to other hosts of the cluster (--evacuate migrate): vm-a" in moved and "block" not in moved
     policy = [HostChange("h", kinds.ASSIGNMENT_POLICY, "host", "performance", "consolidation", Phase.ONLINE)]
     assert "maintenance" not in describe_changes("h", policy, spec, [])
 

@@ -301,6 +301,11 @@ def test_refuse_with_running_vms_is_a_plan_error_naming_them() -> None:
         f"host {HOST}: its nvlink change needs maintenance mode, and these VMs run there: train-01 (grid_a100-40c), "
         "web-01; maintenance.evacuate is refuse: stop them, set evacuate: power-off or migrate, or list them with "
         "power: off"]
+    # a `host` command: the evacuation is its --evacuate, and the message names the flag, not the inventory key
+    by_flag = hostplan.plan_hosts(inv.hosts, observed, facts, vms=inv.vms, evacuate_by_flag=True)
+    assert by_flag.errors == [
+        f"host {HOST}: its nvlink change needs maintenance mode, and these VMs run there: train-01 (grid_a100-40c), "
+        "web-01; --evacuate is refuse: stop them, or run again with --evacuate power-off or --evacuate migrate"]
 
 
 def test_power_off_in_the_inventory_satisfies_the_power_off_a_change_needs() -> None:

@@ -14,9 +14,12 @@ import jsonschema
 import pytest
 import yaml
 
+from vgpuctl.domain import ClusterKind
 from vgpuctl.errors import UsageError
 from vgpuctl.inventory import Inventory, load_inventory_text
-from vgpuctl.supervisor.render import VMOP_VERSION, RenderOptions, render_manifests
+from vgpuctl.supervisor.render import VMOP_VERSION, RenderOptions, kind_for_supervisor, render_manifests
+
+TKC = RenderOptions(cluster_kind=ClusterKind.TKC)
 
 pytestmark = pytest.mark.unit
 
@@ -110,22 +113,22 @@ def test_the_schema_check_catches_a_misspelt_field() -> None:
     vm["spec"]["powerState"] = "On"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(vm, VM_SCHEMA)
-    (tkc,) = _docs(render_manifests(_inv(), "ml-team")["tanzukubernetescluster.yaml"])
+    (tkc,) = _docs(render_manifests(_inv(), "ml-team", TKC)["tanzukubernetescluster.yaml"])
     tkc["spec"]["topology"]["nodePools"][0]["class"] = "gpu-small"  # the v1alpha1 name of vmClass
     with pytest.raises(jsonschema.ValidationError, match="'class' was unexpected"):
         jsonschema.validate(tkc, TKC_SCHEMA)
 
 
 def test_the_tkc_schema_refuses_a_pool_without_its_storage_class() -> None:
-    (tkc,) = _docs(render_manifests(_inv(), "ml-team")["tanzukubernetescluster.yaml"])
+    (tkc,) = _docs(render_manifests(_inv(), "ml-team", TKC)["tanzukubernetescluster.yaml"])
     del tkc["spec"]["topology"]["nodePools"][1]["storageClass"]
     with pytest.raises(jsonschema.ValidationError, match="'storageClass' is a required property"):
         jsonschema.validate(tkc, TKC_SCHEMA)
 
 
 def test_tanzu_kubernetes_cluster_node_pools_validate_against_the_crd() -> None:
-    (doc,) = _docs(render_manifests(_inv(), "ml-team", RenderOptions(tkr="v1.30.1---vmware.1-fips-tkg.5"))[
-        "tanzukubernetescluster.yaml"])
+    opts = RenderOptions(tkr="v1.30.1---vmware.1-fips-tkg.5", cluster_kind=ClusterKind.TKC)
+    (doc,) = _docs(render_manifests(_inv(), "ml-team", opts)["tanzukubernetescluster.yaml"])
     jsonschema.validate(doc, TKC_SCHEMA)
     assert (doc["apiVersion"], doc["kind"]) == ("run.tanzu.vmware.com/v1alpha3", "TanzuKubernetesCluster")
     topology = doc["spec"]["topology"]
@@ -228,20 +231,66 @@ def test_stdout_is_a_kubernetes_object_stream_and_out_writes_every_file(tmp_path
 
     inv = tmp_path / "inv.yaml"
     inv.write_text(textwrap.dedent(INVENTORY))
-    result = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team"])
+    result = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team", "--cluster-kind", "cluster"])
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("---\n")
     docs = list(yaml.safe_load_all(result.stdout))
     assert all(isinstance(d, dict) and d.get("apiVersion") and d.get("kind") for d in docs), docs
-    assert [d["kind"] for d in docs] == ["VirtualMachine", "VirtualMachine", "Cluster", "TanzuKubernetesCluster"]
+    assert [d["kind"] for d in docs] == ["VirtualMachine", "VirtualMachine", "Cluster"]
     assert "FeatureType" not in result.stdout and "kubectl create configmap" not in result.stdout
     others = ["gpu-operator-values.yaml", "gridd.conf", "licensing-secret.sh"]  # the current operator: a Secret
     assert set(others) <= set(OTHER_FILES)
     assert all(name in result.stderr for name in others) and "--out" in result.stderr
-    as_json = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team", "-o", "json"])
+    as_json = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team", "-o", "json",
+                                       "--cluster-kind", "tkc"])
     doc = json.loads(as_json.stdout)
     assert sorted(doc["not_printed"]) == sorted(others) and not set(OTHER_FILES) & set(doc["files"])
+    assert doc["cluster_kind"] == "TanzuKubernetesCluster" and "tanzukubernetescluster.yaml" in doc["files"]
     folder = tmp_path / "manifests"
-    written = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team", "--out", str(folder)])
+    written = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team", "--out", str(folder),
+                                       "--cluster-kind", "cluster"])
     assert written.exit_code == 0, written.output
     assert all((folder / name).is_file() for name in others)
+
+
+# ------------------------------------------------------------------------------- one cluster object
+
+
+@pytest.mark.parametrize("kind", list(ClusterKind))
+def test_one_cluster_object_of_the_kind_asked_never_both_with_one_name(kind: ClusterKind) -> None:
+    out = render_manifests(_inv(), "ml-team", RenderOptions(cluster_name="train", cluster_kind=kind))
+    clusters = [d for name, text in out.items() if name.endswith(".yaml") for d in _docs(text)
+                if d.get("kind") in ("Cluster", "TanzuKubernetesCluster")]
+    assert [(d["kind"], d["metadata"]["name"]) for d in clusters] == [(kind.object_kind, "train")]
+    assert kind.file_name in out and not ({"cluster.yaml", "tanzukubernetescluster.yaml"} - {kind.file_name}) & set(out)
+
+
+@pytest.mark.parametrize(
+    ("services", "kind"),
+    [({}, ClusterKind.TKC),  # TKG built into the supervisor (no TKG Service listed)
+     ({"tkg.vsphere.vmware.com": "3.0.0"}, ClusterKind.TKC),  # vSphere 8.0 U3's own, before the ClusterClass
+     ({"tkg.vsphere.vmware.com": "3.1.0"}, ClusterKind.CLUSTER),
+     ({"tkg.vsphere.vmware.com": "v3.3.1+vmware.1"}, ClusterKind.CLUSTER),
+     ({"tkg.vsphere.vmware.com": "10.0.0"}, ClusterKind.CLUSTER),
+     ({"tkg.vsphere.vmware.com": "unknown"}, ClusterKind.TKC),  # a version it cannot read: the older kind
+     ({"velero.vsphere.vmware.com": "1.5.0"}, ClusterKind.TKC)],
+)
+def test_the_kind_is_what_the_supervisors_tkg_service_takes(services: dict[str, str], kind: ClusterKind) -> None:
+    chosen, why = kind_for_supervisor(services)
+    assert chosen == kind and "supervisor" in why
+
+
+def test_without_cluster_kind_or_a_vcenter_render_asks_which(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from vgpuctl.cli.main import app
+
+    for name in ("VGPUCTL_URL", "GOVC_URL"):
+        monkeypatch.delenv(name, raising=False)
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(textwrap.dedent(INVENTORY))
+    result = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team"])
+    assert result.exit_code == 1 and result.stdout == ""
+    assert "--cluster-kind cluster" in result.stderr and "--cluster-kind tkc" in result.stderr
+    bad = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team", "--cluster-kind", "both"])
+    assert bad.exit_code == 1 and "'both' is not one of" in bad.stderr

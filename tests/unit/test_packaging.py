@@ -1,14 +1,18 @@
 """The package installs whole: a wheel built from the source tree, installed into a fresh virtualenv outside
 it, runs `vgpuctl guest deploy --check` with the playbooks and templates it carries.
 
-The fresh venv borrows the dependencies of the interpreter running the tests (a .pth line to its
-site-packages) so nothing is downloaded; vgpuctl itself can only come from the wheel.
+That venv borrows the dependencies of the interpreter running the tests (a .pth line to its site-packages) so
+nothing is downloaded; vgpuctl itself can only come from the wheel. A second one gets the same wheel as a user
+installs it, alone: pip brings its declared dependencies and nothing else (no extras, no development tools),
+in the versions the tests run on, from pip's cache or the package index.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -140,6 +144,115 @@ def test_installed_sim_up_says_in_one_line_that_it_needs_a_checkout(installed: P
     assert proc.returncode == 1 and proc.stdout == ""
     (line,) = proc.stderr.strip().splitlines()
     assert "needs a source checkout and Go" in line, line
+
+
+# ------------------------------------------------------------------ the wheel alone, as a user installs it
+
+
+def _pins(folder: Path) -> Path:
+    """A constraints file of every distribution the tests run on (constraints.txt under `make test`, the newest
+    allowed under `make test-latest`), so the bare install gets the versions the tests ran on."""
+    versions = {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower(): d.version
+                for d in importlib.metadata.distributions() if d.metadata["Name"]}
+    versions.pop("vgpuctl", None)
+    path = folder / "pins.txt"
+    path.write_text("".join(f"{name}=={version}\n" for name, version in sorted(versions.items())))
+    return path
+
+
+@pytest.fixture(scope="module")
+def bare(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the wheel installed by pip with its dependencies, no extras; returns its bin/ folder."""
+    env_dir = tmp_path_factory.mktemp("bare") / "v"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = env_dir / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PIP_CONSTRAINT", "PIP_REQUIRE"))}
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                           "--disable-pip-version-check", "-c", str(_pins(env_dir.parent)), str(wheel)],
+                          capture_output=True, text=True, cwd=env_dir.parent, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return env_dir / "bin"
+
+
+def _run(bin_dir: Path, home: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([bin_dir / "vgpuctl", *map(str, args)], capture_output=True, text=True, cwd=home,
+                          env=_outside_env(bin_dir, home), timeout=120)
+
+
+def test_bare_install_has_no_extras_and_no_development_tools(bare: Path, tmp_path: Path) -> None:
+    probe = ("import importlib.util as u; print(*(m for m in ('ortools', 'matplotlib', 'pytest', 'vgpuctl') "
+             "if u.find_spec(m)))")
+    proc = subprocess.run([bare / "python", "-c", probe], capture_output=True, text=True, cwd=tmp_path,
+                          env=_outside_env(bare, tmp_path))
+    assert proc.stdout.split() == ["vgpuctl"], proc.stdout + proc.stderr
+
+
+HELP_OF_EVERY_COMMAND = """
+import json
+import typer.main
+from typer.testing import CliRunner
+from vgpuctl.cli.main import app
+
+def paths(command, path=()):
+    yield path
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from paths(sub, (*path, name))
+
+result = {}
+for path in paths(typer.main.get_command(app)):
+    out = CliRunner().invoke(app, [*path, "--help"])
+    result[" ".join(path)] = [out.exit_code, out.output, repr(out.exception) if out.exit_code else ""]
+print(json.dumps(result))
+"""
+
+
+def test_bare_install_prints_every_commands_help(bare: Path, tmp_path: Path) -> None:
+    """Every command's --help, in one process of the installed package (its own command tree)."""
+    proc = subprocess.run([bare / "python", "-c", HELP_OF_EVERY_COMMAND], capture_output=True, text=True,
+                          cwd=tmp_path, env=_outside_env(bare, tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    helps = json.loads(proc.stdout)
+    assert len(helps) >= 30 and {"", "plan", "host mig", "k8s render", "experiment report"} <= set(helps)
+    failed = {path: (code, error) for path, (code, _out, error) in helps.items() if code != 0}
+    assert failed == {}
+    assert all(out.startswith(f"Usage: vgpuctl {path}".rstrip() + " ") for path, (_c, out, _e) in helps.items())
+
+
+@pytest.mark.parametrize("args", [["host"], ["status", "--no-such-option"]], ids=["bare group", "unknown option"])
+def test_bare_install_usage_errors_with_and_without_json(bare: Path, tmp_path: Path, args: list[str]) -> None:
+    text = _run(bare, tmp_path, *args)
+    assert text.returncode == 1 and "Traceback" not in text.stderr, text.stderr
+    assert f"Usage: vgpuctl {args[0]} " in text.stderr
+    as_json = _run(bare, tmp_path, "-o", "json", *args)
+    assert as_json.returncode == 1 and "Traceback" not in as_json.stderr, as_json.stderr
+    assert json.loads(as_json.stdout)["error"]["type"] == "UsageError"
+
+
+def test_bare_install_validates_the_example(bare: Path, tmp_path: Path) -> None:
+    shutil.copy(ROOT / "inventory.example.yaml", tmp_path)
+    proc = _run(bare, tmp_path, "validate", "-f", "inventory.example.yaml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "inventory.example.yaml: valid" in proc.stdout
+
+
+EXPERIMENT_SUMMARY = {"title": "t", "vms": ["train-01"], "repetitions": 1, "variants": [
+    {"name": "on", "description": None, "workload": {"builtin": "nccl-tests", "test": "all_reduce_perf",
+                                                     "scope": "per-vm", "key": "nccl", "label": "nccl"}}]}
+
+
+@pytest.mark.parametrize("extra", ["capacity", "experiment"])
+def test_bare_install_names_a_missing_extra_in_one_line(bare: Path, tmp_path: Path, extra: str) -> None:
+    if extra == "capacity":
+        (tmp_path / "demand.yaml").write_text("apiVersion: vgpuctl/v1\nkind: Demand\n"
+                                              "demand:\n  - {name: a, count: 1, vgpus: {profile: grid_a100-40c}}\n")
+        proc = _run(bare, tmp_path, "capacity", "--demand", "demand.yaml")
+    else:
+        (tmp_path / "results").mkdir()
+        (tmp_path / "results" / "experiment.json").write_text(json.dumps(EXPERIMENT_SUMMARY))
+        proc = _run(bare, tmp_path, "experiment", "report", "results")
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert f"pip install 'vgpuctl[{extra}]'" in line and f"pip install -e '.[{extra}]'" in line, line
 
 
 # ------------------------------------------------------------------------------ make test sets itself up

@@ -69,6 +69,20 @@ def test_bad_files(tmp_path: Path) -> None:
         planfile.load(tmp_path / "y")
 
 
+@pytest.mark.parametrize("name", ["inventory.yaml", "inventory.YML", "inventory.txt"])
+def test_an_inventory_given_as_a_plan_file_says_to_use_f(tmp_path: Path, name: str) -> None:
+    """`apply FILE.yaml` (no -f): the file is an inventory, by its suffix or its apiVersion."""
+    path = tmp_path / name
+    path.write_text("apiVersion: vgpuctl/v1\nvms: []\n")
+    with pytest.raises(UsageError, match=r"is an inventory, not a plan file: an inventory goes with -f \(vgpuctl "
+                                         r"apply -f .*inventory\.\w+;") as caught:
+        planfile.load(path)
+    assert not isinstance(caught.value, planfile.PlanFileError)
+    (tmp_path / "notes.txt").write_text("- not json\n")  # neither JSON nor an inventory
+    with pytest.raises(planfile.PlanFileError, match="not a vgpuctl plan file"):
+        planfile.load(tmp_path / "notes.txt")
+
+
 @pytest.mark.parametrize(
     "edit",
     [

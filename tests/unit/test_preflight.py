@@ -144,10 +144,22 @@ def _readme_rows() -> dict[str, set[str]]:
 
 
 def test_the_readme_role_table_is_the_operations_table() -> None:
+    """Each row lists its operation's privileges that no row above it lists: every privilege once."""
     rows = _readme_rows()
     assert set(rows) == {op.what for op in privileges.OPERATIONS}
-    for op in privileges.OPERATIONS:
-        assert rows[op.what] == set(op.privileges), op.key
+    ops = {op.what: op for op in privileges.OPERATIONS}
+    above: set[str] = set()
+    for what, listed in rows.items():
+        assert listed == set(ops[what].privileges) - above, ops[what].key
+        above |= listed
+    assert "Global.Settings" in rows[privileges.LOCKDOWN_EXCEPTIONS.what]  # the lockdown check reads exceptions
+
+
+def test_the_readme_role_command_names_each_privilege_once() -> None:
+    section = README.split("### What a real vCenter needs", 1)[1].split("\n## ", 1)[0]
+    command = section.split("govc role.create vgpuctl", 1)[1].split("\ngovc permissions.set", 1)[0]
+    granted = command.replace("\\", " ").split()
+    assert len(granted) == len(set(granted)) and "Global.Settings" in granted
 
 
 def farm() -> Observed:

@@ -15,6 +15,7 @@ from vgpuctl.profiles import (
     class_mmio_size_gb,
     compatible_in_one_vm,
     gi_geometry,
+    is_host_spelling,
     is_profile,
     known_models,
     max_vgpus_per_vm,
@@ -259,3 +260,14 @@ def test_offered_alternatives_put_the_same_board_first() -> None:
                                              ("", False), ("9", True)])
 def test_api_at_least(version: str, ok: bool) -> None:
     assert api_at_least(version, (8, 0, 1)) == ok
+
+
+@pytest.mark.parametrize(
+    ("name", "spelled"),
+    [("grid_a100-40c", True), ("nvidia_h100l-3-47c", True), ("nvidia_a100-1-5cme2", True), ("grid_zz9-2-24q", True),
+     ("grid_a100-40", False), ("grid_a100-3-20", False), ("grid_a100-c", False), ("nvidia_a100", False),
+     ("grid_a100-40c-", False), ("a100-40c", False)],
+)
+def test_host_spelling_needs_a_size_and_a_series_letter_at_the_end(name: str, spelled: bool) -> None:
+    """What validate leaves to the host (a newer driver's type) still ends in a frame buffer size and a series."""
+    assert is_host_spelling(name) is spelled

@@ -21,6 +21,22 @@ class Clock:
         return self.now
 
 
+def test_piped_lines_carry_the_date_and_the_utc_offset(monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")  # +05:30: an offset that is not whole hours
+    time.tzset()
+    try:
+        lines: list[str] = []
+        StepLog(lines.append).step("host esx-01", "verify")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    (line,) = lines
+    assert re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\+05:30 host esx-01: verify", line), line
+
+
 def test_one_line_per_step_change_and_a_heartbeat_at_most_every_30_s() -> None:
     lines: list[str] = []
     clock = Clock()

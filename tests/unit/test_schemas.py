@@ -335,7 +335,9 @@ def supervisor_apply() -> SupervisorApplyReport:
 
 def manifests(folder: Path | None) -> ManifestsReport:
     inventory = load_inventory_text(HOSTS, "inv.yaml")
-    return manifests_report("ml-team", render_manifests(inventory, "ml-team"), folder)
+    from vgpuctl.domain import ClusterKind
+
+    return manifests_report("ml-team", render_manifests(inventory, "ml-team"), folder, ClusterKind.CLUSTER)
 
 
 def experiment_run(tmp_path: Path) -> tuple[RunSummary, ResultsDir]:

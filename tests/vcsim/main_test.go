@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -77,10 +78,14 @@ func TestRunPrintsEnvAndStops(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	line := string(data)
-	for _, key := range []string{"export VGPUCTL_URL=https://127.0.0.1:", "VGPUCTL_USERNAME=", "VGPUCTL_PASSWORD=", "VGPUCTL_INSECURE=1", "GPUSIM_CONTROL=https://"} {
+	for _, key := range []string{"export VGPUCTL_URL=https://127.0.0.1:", "VGPUCTL_USERNAME=", "VGPUCTL_PASSWORD=", "VGPUCTL_THUMBPRINT=", "GPUSIM_CONTROL=https://"} {
 		if !strings.Contains(line, key) {
 			t.Fatalf("env line %q lacks %s (stderr %q)", line, key, errb.String())
 		}
+	}
+	// the certificate is pinned, never trusted blindly
+	if strings.Contains(line, "INSECURE") || !regexp.MustCompile(`VGPUCTL_THUMBPRINT=([0-9A-F]{2}:){31}[0-9A-F]{2}\b`).MatchString(line) {
+		t.Fatalf("env line %q does not pin the certificate by its sha256 thumbprint", line)
 	}
 	stop <- syscall.SIGTERM
 	if code := <-done; code != 0 {

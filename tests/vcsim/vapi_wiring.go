@@ -45,6 +45,9 @@ func startVAPI(sim *vc.Sim) ([][2]string, func(), error) {
 	}
 	h := vapi.New(upstream, clusters)
 	h.HonourMemoryField(sup.MemoryField)
+	for name, services := range sup.Services {
+		h.RunServices(moids[name], services)
+	}
 	for p, f := range h.Routes() {
 		mux.HandleFunc(p, f)
 	}

@@ -17,7 +17,8 @@ const supervisorFarm = `{"clusters": [{"name": "GPU-Cluster", "hosts": 1, "gpus_
   {"name": "Plain", "hosts": 1, "gpus_per_host": 1, "model": "A100-40GB"}], "templates": [],
   "supervisor": {"clusters": ["GPU-Cluster"],
     "vm_classes": [{"name": "gpu-small", "cpus": 2, "memory_mb": 4096, "vgpus": ["grid_a100-10c"]}],
-    "namespaces": [{"name": "ml-team", "cluster": "GPU-Cluster", "vm_classes": ["gpu-small"]}]}}`
+    "namespaces": [{"name": "ml-team", "cluster": "GPU-Cluster", "vm_classes": ["gpu-small"]}],
+    "services": {"GPU-Cluster": {"tkg.vsphere.vmware.com": "3.1.0"}}}}`
 
 func TestSupervisorSectionErrors(t *testing.T) {
 	tests := []struct{ name, supervisor, want string }{
@@ -26,6 +27,8 @@ func TestSupervisorSectionErrors(t *testing.T) {
 			"not one of the supervisor clusters"},
 		{"unseeded class", `{"clusters": ["GPU-Cluster"], "namespaces": [{"name": "n", "cluster": "GPU-Cluster", "vm_classes": ["x"]}]}`,
 			"is not seeded"},
+		{"services off supervisor", `{"clusters": ["GPU-Cluster"], "services": {"Plain": {"tkg.vsphere.vmware.com": "3.1.0"}}}`,
+			"not one of the supervisor clusters"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,5 +108,16 @@ func TestVAPIServesSupervisorRoutes(t *testing.T) {
 		if status, body := get(tc.path); status != tc.status || !strings.Contains(body, tc.want) {
 			t.Errorf("GET %s = %d %s, want %d with %s", tc.path, status, body, tc.status, tc.want)
 		}
+	}
+	// the farm file's services, listed for the supervisor cluster by its moid
+	_, listed := get("/api/vcenter/namespace-management/clusters")
+	var clusters []struct{ Cluster string }
+	if err := json.Unmarshal([]byte(listed), &clusters); err != nil || len(clusters) != 1 {
+		t.Fatalf("clusters: %s (%v)", listed, err)
+	}
+	status, services := get("/api/vcenter/namespace-management/clusters/" + clusters[0].Cluster + "/supervisor-services")
+	if status != 200 || !strings.Contains(services, `"supervisor_service":"tkg.vsphere.vmware.com"`) ||
+		!strings.Contains(services, `"current_version":"3.1.0"`) {
+		t.Errorf("supervisor services = %d %s", status, services)
 	}
 }

@@ -110,6 +110,9 @@ def gpu_classes(host: HostCtx, profiles: list[str], truncated: set[str] | None =
 
 class _LayoutModel:
     def __init__(self, problem: Problem):
+        from vgpuctl.extras import require
+
+        require("ortools")  # the `capacity` extra; its absence is one line naming it
         from ortools.sat.python import cp_model
 
         self.cp = cp_model

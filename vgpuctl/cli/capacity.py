@@ -65,6 +65,10 @@ def capacity_cmd(
         from vgpuctl.capacity.demand import load_demand
 
         wanted = load_demand(demand)  # file errors before any connection
+        if not greedy_only:
+            from vgpuctl.extras import require
+
+            require("ortools", instead="use --greedy (first-fit decreasing only)")  # before reading the farm
     observed = _observe(opts, file)
     if host is not None:
         from vgpuctl.names import host_named
@@ -85,12 +89,6 @@ def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path |
     from vgpuctl.reports.capacity import capacity_demand_report
 
     use_solver = not greedy_only
-    if use_solver:
-        try:
-            import ortools  # noqa: F401
-        except ImportError:
-            raise UsageError("the layout solver needs OR-Tools: pip install 'vgpuctl[capacity]' "
-                             "(or use --greedy)") from None
     answer = plan_capacity(observed, wanted, time_limit_s=time_limit, use_solver=use_solver, started=started)
     if out is not None:
         out.write_text(fragment(answer, wanted), encoding="utf-8")

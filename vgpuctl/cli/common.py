@@ -104,17 +104,41 @@ def emit(report: Report, opts: GlobalOptions) -> None:
     show(report.render_text(text_layout(opts)), err=opts.text_to_stderr)
 
 
-def show(rendered: Rendered, err: bool = False) -> None:
-    """Text on stdout (stderr with `err`): a str as it is, rich renderables one after the other; None prints
-    nothing."""
+def show(rendered: Rendered, err: bool = False, *, wrap: bool = False) -> None:
+    """Text on stdout (stderr with `err`): a str as it is (with `wrap`, a plan's or a summary's prose, fitted to
+    a terminal at word boundaries; never YAML, scripts or export lines, which must stay as they are), rich
+    renderables one after the other; None prints nothing."""
     if rendered is None:
         return
     if isinstance(rendered, str):
-        typer.echo(rendered.rstrip("\n"), err=err)
+        text = rendered.rstrip("\n")
+        typer.echo(for_terminal(text, err) if wrap else text, err=err)
         return
     console = stderr_console() if err else stdout_console()
     for item in rendered if isinstance(rendered, list) else [rendered]:
         console.print(item)
+
+
+def for_terminal(text: str, err: bool = False, reserve: int = 0) -> str:
+    """On a terminal, lines fitted to its width at word boundaries (the terminal would cut words), `reserve`
+    columns left free on the last (a prompt's answer); piped, the text as it is (whole lines, for grep and logs)."""
+    import shutil
+
+    stream = sys.stderr if err else sys.stdout
+    return fit_lines(text, shutil.get_terminal_size().columns - reserve) if stream.isatty() else text
+
+
+def fit_lines(text: str, width: int) -> str:
+    """Each line wrapped at spaces to `width` columns, never inside a word or a hyphenated name; a continuation
+    is indented two columns past its line (under a list's first name)."""
+    import textwrap
+
+    out = []
+    for line in text.splitlines():
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        out += textwrap.wrap(line, max(width, 20), subsequent_indent=indent + "  ", break_long_words=False,
+                             break_on_hyphens=False) or [line]
+    return "\n".join(out)
 
 
 def text_layout(opts: GlobalOptions | None = None, err: bool = False) -> TextLayout:
@@ -308,12 +332,13 @@ def confirm(question: str, action: str = "apply", *, word: bool = False) -> None
         raise UsageError(f"{action} needs confirmation but stdin is not a terminal: rerun with --yes")
     try:
         if word:
-            answer = str(typer.prompt(f"{question} This takes hosts into maintenance, reboots them or powers VMs "
-                                      f"off. Type '{CONFIRM_WORD}' to go on", default="", show_default=False,
+            question = (f"{question} This takes hosts into maintenance, reboots them or powers VMs off. Type "
+                        f"'{CONFIRM_WORD}' to go on")
+            answer = str(typer.prompt(for_terminal(question, True, len(": yes")), default="", show_default=False,
                                       err=True))
             ok = answer.strip() == CONFIRM_WORD
         else:
-            ok = typer.confirm(question, default=False, err=True)
+            ok = typer.confirm(for_terminal(question, True, len(" [y/N]: n")), default=False, err=True)
     except typer.Abort:
         raise Interrupted("interrupted: nothing was changed") from None
     if not ok:

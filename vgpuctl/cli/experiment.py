@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -13,11 +14,12 @@ from vgpuctl.domain import DEFAULT_PARALLEL
 from vgpuctl.errors import VgpuctlError
 
 if TYPE_CHECKING:
+    from vgpuctl.cli.plan import CliHooks
     from vgpuctl.experiment.runner import VsphereFarm
     from vgpuctl.experiment.schema import Experiment
     from vgpuctl.experiment.store import ResultsDir
     from vgpuctl.inventory import Inventory
-    from vgpuctl.pipeline import RunOptions
+    from vgpuctl.pipeline import RunOptions, RunOutcome
 
 app = typer.Typer(
     help="Compare GPU configurations: apply each variant of an inventory, run a benchmark in the guests, "
@@ -75,7 +77,7 @@ def vsphere_farm(
     """The experiment's farm with `apply`'s behaviour: the plan shown, confirmation unless `yes`, live progress
     and the summary."""
     from vgpuctl import pipeline
-    from vgpuctl.cli.plan import run_apply
+    from vgpuctl.cli.plan import CliHooks, run_apply
     from vgpuctl.experiment.runner import VsphereFarm
 
     def options(inventory: Inventory) -> RunOptions:
@@ -84,12 +86,27 @@ def vsphere_farm(
     return VsphereFarm(
         settings_for=lambda inventory: common.connection_settings(opts, inventory),
         options_for=options,
-        apply_run=lambda inventory: run_apply(opts, inventory, options(inventory), pipeline.RunRequest(), yes=yes),
+        apply_run=lambda inventory: apply_or_refuse(
+            lambda hooks: run_apply(opts, inventory, options(inventory), pipeline.RunRequest(), hooks=hooks),
+            CliHooks(opts, yes=yes)),
         warn=common.warn,
         ip_timeout_s=ip_timeout_s,
         ip_poll_s=ip_poll_s,
         state=state,
     )
+
+
+def apply_or_refuse(run: Callable[[CliHooks], RunOutcome], hooks: CliHooks) -> RunOutcome:
+    """`run` with `hooks`; an error raised before the apply itself began (the plan's errors, no confirmation, a
+    cancelled prompt) changed nothing, and is raised as NotApplied around it, for the experiment's state."""
+    from vgpuctl.experiment.runner import NotApplied
+
+    try:
+        return run(hooks)
+    except VgpuctlError as err:
+        if hooks.began:
+            raise
+        raise NotApplied(err) from err
 
 
 @app.command("run")
@@ -179,5 +196,9 @@ def _progress(kind: str, data: dict[str, Any]) -> None:
         common.info(f"experiment: {variant} repetition {data['repetition']}: {data['status']}{detail}")
     elif kind == "repetition":
         common.info(f"experiment: {variant} repetition {data['repetition']}: running")
+    elif kind == "plan-warning":
+        for error in data["errors"]:
+            common.warn(f"variant {variant!r} does not plan on the farm as it is now (it runs on the farm variant "
+                        f"{data['after']!r} leaves, and is checked again then): {error}")
     else:
         common.info(f"experiment: {variant}: {kind}")

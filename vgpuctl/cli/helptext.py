@@ -13,10 +13,15 @@ from collections.abc import Iterable
 from types import MethodType
 from typing import Any
 
-from typer._click.formatting import HelpFormatter
+import typer
 
 GLOBAL_PANEL = "Global options"
 VERBATIM = "\b"  # a paragraph that starts with this line is written as it is
+
+
+# click's help formatter, as typer (which carries its own copy of click) exposes it: the formatter class of its
+# public Context; typer's private modules are not imported
+HelpFormatter: Any = typer.Context.formatter_class
 
 
 class PlainHelpFormatter(HelpFormatter):

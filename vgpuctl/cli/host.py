@@ -290,6 +290,7 @@ def change(
 
     inventory = pipeline.load(file) if file is not None else None
     options = common.run_options(opts, inventory, trust_on_first_use=tofu)
+    options.evacuate_by_flag = True  # what to do with running VMs is this command's --evacuate
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, options.datacenter, inventory)
         found = _host(observed, host)
@@ -322,10 +323,11 @@ def change(
 
 
 def _say(opts: GlobalOptions, text: str) -> None:
+    """What the host command will do, before its prompt: fitted to the terminal at word boundaries."""
     if opts.json:
-        common.info(text)
+        common.info(common.for_terminal(text, err=True))
     else:
-        typer.echo(text)
+        typer.echo(common.for_terminal(text))
 
 
 def _running_vms(session: Session, moid: str, changes: list[HostChange]) -> list[tuple[str, list[str]]]:
@@ -352,8 +354,10 @@ def describe_changes(host: str, changes: list[HostChange], spec: HostSpec, affec
         names = ", ".join(f"{v.vm} ({_vgpu_text(v.vgpus)})" if v.vgpus else v.vm for v in affected)
         if spec.maintenance.evacuate == Evacuate.POWER_OFF:
             lines.append(f"  running VMs are shut down and powered on again afterwards: {names}")
+        elif spec.maintenance.evacuate == Evacuate.MIGRATE:
+            lines.append(f"  running VMs move to other hosts of the cluster (--evacuate migrate): {names}")
         else:
-            lines.append(f"  running VMs block maintenance mode (evacuate: refuse, nothing will change): {names}")
+            lines.append(f"  running VMs block maintenance mode (--evacuate refuse, nothing will change): {names}")
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.domain import ClusterKind
 from vgpuctl.errors import PlanError, VgpuctlError
 
 if TYPE_CHECKING:
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 
     from vgpuctl.inventory import Inventory
     from vgpuctl.model import HostChange, Observed, SupervisorApplyResult
+    from vgpuctl.supervisor.render import RenderOptions
     from vgpuctl.supervisor.stage import SupervisorRun
     from vgpuctl.supervisor.vmclasses import SupervisorPlan
 
@@ -170,6 +172,15 @@ ManifestFolder = Annotated[
 ]
 
 
+ClusterKindOpt = Annotated[
+    ClusterKind | None,
+    typer.Option("--cluster-kind",
+                 help="The cluster object to write: cluster (Cluster API Cluster) or tkc (TanzuKubernetesCluster). "
+                 "Default: the one the namespace's supervisor takes, asked over vCenter's REST API (TKG Service 3.1 "
+                 "and later: cluster; older: tkc)."),
+]
+
+
 @app.command("render")
 def render_cmd(
     ctx: typer.Context,
@@ -199,32 +210,62 @@ def render_cmd(
         typer.Option(help="NVIDIA GPU Operator release the values are for: v25.10.0 and later take the licence "
                      "as a Secret (secretName), older ones as a config map (configMapName)."),
     ] = "v25.10.0",
+    cluster_kind: ClusterKindOpt = None,
 ) -> None:
-    """Kubernetes manifests for the namespace's GPU VM classes: VM Service VMs, a Cluster API cluster, a TKG
-    cluster and NVIDIA GPU Operator values. Needs no vCenter.
+    """Kubernetes manifests for the namespace's GPU VM classes: VM Service VMs, one cluster object (a Cluster API
+    Cluster or a TanzuKubernetesCluster, the kind the supervisor takes) and NVIDIA GPU Operator values. Needs a
+    vCenter only to ask the supervisor, without --cluster-kind.
 
     Without --out, stdout is a YAML stream of the Kubernetes objects only (for `kubectl apply -f -`).
 
     Examples:
       vgpuctl k8s render -f inventory.yaml -n ml-team | kubectl apply -f -
       vgpuctl k8s render -f inventory.yaml -n ml-team --out manifests/
+      vgpuctl k8s render -f inventory.yaml -n ml-team --cluster-kind tkc
     """
     from vgpuctl.reports.supervisor import manifests_report
     from vgpuctl.supervisor.render import RenderOptions, render_manifests
 
     opts: GlobalOptions = ctx.obj
+    inventory = load(file)
     options = RenderOptions(cluster_name=cluster_name, image=image, storage_class=storage_class,
                             k8s_version=k8s_version, tkr=k8s_version, replicas=replicas, registry=registry,
                             driver_version=driver_version, token_file=str(nls_token_file),
                             operator_version=gpu_operator_version)
-    manifests = render_manifests(load(file), namespace, options)
+    options.cluster_kind = _cluster_kind(opts, inventory, namespace, cluster_kind, options)
+    manifests = render_manifests(inventory, namespace, options)
     if out is not None:
         write_manifests(out, manifests)
-    report = manifests_report(namespace, manifests, out)
+    report = manifests_report(namespace, manifests, out, options.cluster_kind)
     if report.not_printed:
         common.info(f"not printed (Kubernetes objects only on stdout): {', '.join(report.not_printed)}; "
                     "write them with --out DIR")
     common.emit(report, opts)
+
+
+def _cluster_kind(opts: GlobalOptions, inventory: Inventory, namespace: str, given: ClusterKind | None,
+                  options: RenderOptions) -> ClusterKind:
+    """--cluster-kind, else what the namespace's supervisor runs (its Supervisor Services, over REST), asked
+    only once the options and the namespace's classes are known to render."""
+    from vgpuctl.errors import UsageError
+    from vgpuctl.supervisor.render import check_options, gpu_classes, kind_for_supervisor
+
+    if given is not None:
+        return given
+    check_options(options)
+    gpu_classes(inventory, namespace)
+    vcenter = getattr(inventory, "vcenter", None)
+    if not (opts.url or getattr(vcenter, "url", None)):
+        raise UsageError("which cluster object does the supervisor take? --cluster-kind cluster (Cluster API, TKG "
+                         "Service 3.1 and later) or --cluster-kind tkc (TanzuKubernetesCluster); or give a vCenter "
+                         "(--url) to ask it")
+    from vgpuctl.vsphere.rest import RestClient
+
+    with RestClient(common.connection_settings(opts, inventory)) as rest:
+        services = rest.supervisor_services(rest.get_namespace(namespace).cluster)
+    kind, why = kind_for_supervisor(services)
+    common.info(f"cluster object: {kind.object_kind} ({why}; --cluster-kind to choose)")
+    return kind
 
 
 def write_manifests(out: Path, manifests: dict[str, str]) -> None:

@@ -35,6 +35,8 @@ from vgpuctl.cli import (
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.globalopts import add_global_options
 
+MISSING_COMMAND = "Missing command."
+
 
 class OutputFormat(StrEnum):
     text = "text"
@@ -52,6 +54,7 @@ class VgpuctlGroup(TyperGroup):
     def make_context(self, info_name: str | None, args: list[str], *rest: Any, **kwargs: Any) -> Any:
         self.raw_args = list(args)  # what the user typed, for an error before the options are parsed
         try:
+            _refuse_single_dash_long_options(self, args)
             return super().make_context(info_name, args, *rest, **kwargs)
         except Exception as err:
             _usage_exit_code(err)
@@ -76,6 +79,32 @@ class VgpuctlGroup(TyperGroup):
             raise typer.Exit(common.report_error(err, opts)) from None
 
 
+class SingleDashOption(typer.BadParameter):
+    """`-out` for `--out`: click would read it as `-o ut` and complain about the value instead."""
+
+    def format_message(self) -> str:
+        return self.message
+
+
+def _refuse_single_dash_long_options(root: Any, args: list[str]) -> None:
+    """A word after one dash that is the name of a long option (`-out`, `-yes`, `-file`) is that option mistyped."""
+    words = {arg[1:] for arg in args[: args.index("--") if "--" in args else len(args)]
+             if len(arg) > 2 and arg[0] == "-" and arg[1] != "-" and "=" not in arg}
+    if not words:
+        return
+    known = _long_option_names(root)
+    for word in sorted(words & known):
+        raise SingleDashOption(f"No such option: -{word} (one dash takes one letter); did you mean --{word}?")
+
+
+def _long_option_names(command: Any) -> set[str]:
+    names = {opt[2:] for param in command.params for opt in (*param.opts, *param.secondary_opts)
+             if opt.startswith("--")}
+    for sub in getattr(command, "commands", {}).values():
+        names |= _long_option_names(sub)
+    return names
+
+
 def _is_click_exception(err: Exception) -> bool:
     # typer vendors click; its usage errors keep click's own handling (message, hint)
     return any(cls.__name__ in ("ClickException", "Exit", "Abort") for cls in type(err).__mro__)
@@ -91,17 +120,24 @@ def _json_usage_error(err: Exception, ctx: Any, raw_args: list[str]) -> bool:
     """With --output json a usage error is the run's one document on stdout too (click still explains it, on
     stderr). Before the global options are parsed (an unknown command, a bad option value) the raw arguments and
     VGPUCTL_OUTPUT say whether JSON was asked for. Returns whether it wrote the document."""
-    opts = ctx.obj if ctx is not None and isinstance(ctx.obj, GlobalOptions) else None
     message = getattr(err, "format_message", None)
     exit_code: object = getattr(err, "exit_code", 0)  # click's Exit(0) (--help) is no error
+    if message is None or not exit_code:
+        return False
+    # a command group given no command says nothing itself
+    return _json_usage_document(str(message()) or MISSING_COMMAND, ctx, raw_args)
+
+
+def _json_usage_document(text: str, ctx: Any, raw_args: list[str]) -> bool:
+    """The usage error's JSON document on stdout, when JSON was asked for and none was written yet."""
+    opts = ctx.obj if ctx is not None and isinstance(ctx.obj, GlobalOptions) else None
     wants_json = (opts is not None and opts.json) or json_asked(raw_args)
-    if not wants_json or (opts is not None and opts.emitted) or message is None or not exit_code:
+    if not wants_json or (opts is not None and opts.emitted):
         return False
     import json
 
     from vgpuctl.reports.base import ErrorInfo, ErrorReport
 
-    text = str(message()) or "Missing command."  # a command group given no command says nothing itself
     typer.echo(json.dumps(ErrorReport(ErrorInfo("UsageError", text)).to_dict(), indent=2))
     if opts is not None:
         opts.emitted = True
@@ -124,10 +160,7 @@ def _refuse_a_bare_group(root: Any, ctx: Any) -> None:
             return  # click says the command does not exist
     if command is root or not hasattr(command, "get_command") or args or not command.no_args_is_help:
         return
-    import click
-
-    error = click.UsageError("Missing command.")
-    _json_usage_error(error, ctx, getattr(root, "raw_args", []))
+    _json_usage_document(MISSING_COMMAND, ctx, getattr(root, "raw_args", []))
     name = " ".join(path)
     typer.echo(f"Usage: {name} [OPTIONS] COMMAND [ARGS]...\nTry '{name} -h' for help.", err=True)
     raise typer.Exit(1)
@@ -145,7 +178,7 @@ def json_asked(args: list[str]) -> bool:
             wanted = args[i + 1]
         elif arg.startswith("--output="):
             wanted = arg.split("=", 1)[1]
-        elif arg.startswith("-o") and len(arg) > 2 and not arg.startswith("--"):
+        elif arg.startswith("-o") and arg[2:] in ("text", "json"):  # `-out` is no -o (a mistyped --out)
             wanted = arg[2:]
     return wanted == "json"
 

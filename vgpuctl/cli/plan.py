@@ -336,6 +336,7 @@ class CliHooks:
     saved_report: PlanReport | None = None  # apply PLANFILE: the plan as saved (the one made now is the same)
     report: PlanReport | None = field(default=None, init=False)
     display: ApplyDisplay | None = field(default=None, init=False)
+    began: bool = field(default=False, init=False)  # the apply itself started: the farm may have changed
 
     def planned(self, planned: Planned) -> None:
         self.report = self.saved_report or plan_document(planned, self.opts)
@@ -360,6 +361,7 @@ class CliHooks:
     def apply_progress(self, planned: Planned) -> AbstractContextManager[Progress]:
         from vgpuctl.cli.display import ApplyDisplay
 
+        self.began = True
         hosts = list(dict.fromkeys(c.host for c in planned.plan.host_changes))
         self.display = ApplyDisplay(common.stderr_console(), [c.vm for c in planned.plan.changes], hosts)
         return _progress(self.display, self.events)
@@ -425,7 +427,7 @@ def print_summary(outcome: RunOutcome, opts: GlobalOptions) -> None:
     text = render_apply_summary(apply_document(outcome, opts), full=opts.verbose > 0)
     if outcome.classes is not None:
         text += "\n" + supervisor_outcomes(outcome.classes).render_text()
-    common.show(text, err=opts.json or opts.text_to_stderr)
+    common.show(text, err=opts.json or opts.text_to_stderr, wrap=True)
 
 
 def raise_for_outcome(outcome: RunOutcome) -> None:

@@ -138,8 +138,8 @@ def change(opts: GlobalOptions, name: str, edit: Any, power: Power | None, yes: 
 def add_cmd(
     ctx: typer.Context,
     vm: VmName,
-    profile: Annotated[str, typer.Option("--profile", "-p", help="vGPU profile, e.g. grid_a100-20c.")],
-    count: Annotated[int, typer.Option("--count", "-n", min=1, help="How many (a VM holds at most 8).")] = 1,
+    profile: Annotated[str, typer.Option("--profile", help="vGPU profile, e.g. grid_a100-20c.")],
+    count: Annotated[int, typer.Option("--count", min=1, help="How many (a VM holds at most 8).")] = 1,
     power: PowerOpt = None,
     yes: Yes = False,
     file: OptionalInventory = None,
@@ -152,8 +152,8 @@ def add_cmd(
 def remove_cmd(
     ctx: typer.Context,
     vm: VmName,
-    profile: Annotated[str | None, typer.Option("--profile", "-p", help="Only vGPUs of this profile.")] = None,
-    count: Annotated[int | None, typer.Option("--count", "-n", min=1, help="How many (default 1).")] = None,
+    profile: Annotated[str | None, typer.Option("--profile", help="Only vGPUs of this profile.")] = None,
+    count: Annotated[int | None, typer.Option("--count", min=1, help="How many (default 1).")] = None,
     remove_all: Annotated[bool, typer.Option("--all", help="All vGPUs (of --profile, if given).")] = False,
     power: PowerOpt = None,
     yes: Yes = False,

@@ -81,8 +81,9 @@ class Table:
 class Report:
     title: str
     results_dir: str
-    applied: str | None
+    applied: str | None  # the configuration the farm was last wholly brought to
     applied_note: str = ""  # what happened last: applied, restored, apply failed: ...
+    partial: str | None = None  # the configuration an apply stopped part-way into (the farm is between the two)
     variants: list[VariantSummary] = field(default_factory=list)
     tables: list[Table] = field(default_factory=list)
     flags: list[Flag] = field(default_factory=list)
@@ -98,7 +99,7 @@ def build_report(results: ResultsDir) -> Report:
     exp = results.experiment()
     state = results.state()
     report = Report(exp.get("title", results.root.name), str(results.root), state.get("applied"),
-                    applied_note=(state.get("history") or [{}])[-1].get("note", ""))
+                    applied_note=(state.get("history") or [{}])[-1].get("note", ""), partial=state.get("partial"))
     records = {v["name"]: results.records(v["name"]) for v in exp["variants"]}
     for v in exp["variants"]:
         report.flags += _flags(results, v["name"], records[v["name"]], results.expectations(v["name"]))
@@ -300,7 +301,7 @@ def render_markdown(report: Report) -> str:
     from vgpuctl.guest.targets import render_template
 
     return render_template("experiment/report.md.j2", filters={"md": markdown_text}, report=report,
-                           applied_text=applied_text(report.applied, report.applied_note))
+                           applied_text=applied_text(report.applied, report.applied_note, report.partial))
 
 
 _MARKDOWN_SPECIAL = {c: "\\" + c for c in "\\`|<>[]"}
@@ -315,13 +316,25 @@ def markdown_text(value: Any) -> str:
     return "".join(_MARKDOWN_SPECIAL.get(c, c) for c in text)
 
 
-def applied_text(applied: str | None, note: str = "") -> str:
+def applied_text(applied: str | None, note: str = "", partial: str | None = None) -> str:
+    """Where the farm is: the configuration last wholly applied, or part-way from it into another."""
+    restore = "(the base inventory is not restored: `vgpuctl experiment restore FILE`)"
+    if partial is not None:
+        into = "the base inventory" if partial == BASE else f"variant {partial!r}"
+        where = _configuration(applied)
+        stopped = f": {note}" if note else ""
+        return f"part-way from {where} into {into}{stopped} {restore}"
     if applied is None:
         return "nothing applied yet"
     if applied == BASE:
         return "the base inventory (restored)"
-    failed = f"; {note}" if note.startswith("apply failed") else ""
-    return f"variant {applied!r}{failed} (the base inventory is not restored: `vgpuctl experiment restore FILE`)"
+    return f"variant {applied!r} {restore}"
+
+
+def _configuration(applied: str | None) -> str:
+    if applied is None:
+        return "the farm as it was"
+    return "the base inventory" if applied == BASE else f"variant {applied!r}"
 
 
 def write_plots(report: Report, directory: Path) -> list[Path]:

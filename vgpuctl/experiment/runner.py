@@ -3,10 +3,15 @@
 For each variant with repetitions still to do: write its merged inventory, apply it through the normal
 plan/apply (plan shown, confirmation unless --yes), wait for the participating guests' addresses, then per
 repetition run the workload in the guests, read the facts (guests and hosts) and record the result. At the
-end the base inventory is applied again (unless --keep-last). Every variant is planned against the farm
-before anything changes: one that does not plan stops the experiment, naming it. `state.json` in the results
-directory always says which configuration the farm is in, so an interrupted run is continued by running
-again, and `experiment restore` applies the base.
+end the base inventory is applied again (unless --keep-last).
+
+Each variant is checked against the farm as it will be when it runs: the first against the farm as it is,
+before anything changes; every later one again just before its apply, against the farm the variant before it
+left (up front, a later variant that does not plan against today's farm is only a warning). One that does not
+plan stops the experiment there, naming it, with nothing of it changed. `state.json` in the results directory
+says which configuration the farm was last wholly brought to (`applied`) and, while an apply runs or after one
+stopped part-way, which one it is on its way to (`partial`): it never names a variant as applied that was not.
+An interrupted run is continued by running again; `experiment restore` applies the base.
 
 The I/O goes through `Farm`; `VsphereFarm` is the real one (vCenter, ESXi shells, guests over Ansible).
 Plan and apply are reached only through `VsphereFarm.plan_errors` and `VsphereFarm.apply` (vgpuctl.pipeline).
@@ -19,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from vgpuctl.errors import OutputFormatError, PlanError, UsageError, VgpuctlError
+from vgpuctl.errors import OutputFormatError, PlanError, VgpuctlError
 from vgpuctl.experiment import parsers
 from vgpuctl.experiment.facts import expectations, host_gpus
 from vgpuctl.experiment.schema import Experiment, MergedVariant, WorkloadSpec, dump_inventory, summary, workload_dict
@@ -39,10 +44,20 @@ class ExperimentStopped(VgpuctlError):
     """A repetition failed and the experiment file says on_failure: stop."""
 
 
+class NotApplied(VgpuctlError):
+    """The farm refused an apply before it changed anything (the plan's errors, no confirmation); `error` is
+    why, as the apply raised it."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+        super().__init__(str(error))
+
+
 class Farm(Protocol):
     def plan_errors(self, inventory: Inventory) -> list[str]: ...
 
-    def apply(self, inventory: Inventory) -> None: ...
+    def apply(self, inventory: Inventory) -> None:
+        """Apply the inventory; raise NotApplied when it was refused before any change."""
 
     def guest_addresses(self, inventory: Inventory, vms: list[str]) -> dict[str, str | None]: ...
 
@@ -84,7 +99,9 @@ def run_experiment(
     for m, _inv in checked:
         out.variants[m.name] = {"ran": 0, "skipped": exp.repetitions - len(pending(exp, results, m.name)), "failed": 0}
     plan_all(todo, farm, emit)
-    for merged, inv in todo:
+    for i, (merged, inv) in enumerate(todo):
+        if i > 0:  # the first was planned just now, on the farm as it is
+            check_variant(merged, inv, farm, emit, after=todo[i - 1][0].name)
         _run_variant(exp, merged, inv, results, farm, out, emit)
     if not keep_last:
         restore(base, results, farm, emit)
@@ -93,22 +110,33 @@ def run_experiment(
 
 
 def plan_all(todo: list[tuple[MergedVariant, Inventory]], farm: Farm, emit: Events) -> None:
-    """Every variant still to run must plan against the farm as it is, before anything changes."""
-    for merged, inv in todo:
+    """Before anything changes: the first variant must plan against the farm as it is, the farm it will run on.
+    The later ones run on the farm the variant before leaves, so a plan error against today's farm is only a
+    warning here (event `plan-warning`); each is checked again just before it runs (check_variant)."""
+    for i, (merged, inv) in enumerate(todo):
         emit("planning", {"variant": merged.name})
         errors = farm.plan_errors(inv)
-        if errors:
+        if errors and i == 0:
             raise PlanError([f"variant {merged.name!r} does not plan (nothing was changed): {e}" for e in errors])
+        if errors:
+            emit("plan-warning", {"variant": merged.name, "errors": errors, "after": todo[i - 1][0].name})
+
+
+def check_variant(merged: MergedVariant, inv: Inventory, farm: Farm, emit: Events, after: str) -> None:
+    """The variant against the farm as it is now, the farm it runs on (as the variant `after` left it)."""
+    emit("planning", {"variant": merged.name})
+    errors = farm.plan_errors(inv)
+    if errors:
+        raise PlanError([f"variant {merged.name!r} does not plan on the farm as variant {after!r} left it (nothing "
+                         f"of it was changed; the farm stays in {after!r}): {e}" for e in errors])
 
 
 def _run_variant(exp: Experiment, merged: MergedVariant, inv: Inventory, results: ResultsDir, farm: Farm,
                  out: RunSummary, emit: Events) -> None:
     name = merged.name
     workload = exp.workload_of(exp.variant(name))
-    before = results.state().get("applied")
-    results.set_applied(name, "applying")
     emit("applying", {"variant": name})
-    _apply(farm, inv, results, name, before)
+    _apply(farm, inv, results, name)
     results.set_applied(name, "applied")
     emit("applied", {"variant": name})
     addresses = farm.guest_addresses(inv, list(exp.vms))
@@ -131,18 +159,25 @@ def _run_variant(exp: Experiment, merged: MergedVariant, inv: Inventory, results
                 )
 
 
-def _apply(farm: Farm, inv: Inventory, results: ResultsDir, name: str, before: str | None) -> None:
-    """Apply; a failure is noted in state.json and raised. Refused before any change (no confirmation, a
-    cancelled prompt), the farm is still in `before`; otherwise it may be part-way into `name`."""
+def _apply(farm: Farm, inv: Inventory, results: ResultsDir, name: str) -> None:
+    """Apply, with state.json saying so first (`partial`: the farm may be on its way to `name` from here on).
+    Refused before any change (the plan's errors, no confirmation, a cancelled prompt): the farm is still in
+    the configuration it was, and the refusal is raised as the apply raised it. Failed later: the farm is noted
+    as part-way into `name`."""
+    results.set_applying(name)
     try:
         farm.apply(inv)
+    except NotApplied as refused:
+        results.not_applied(name, f"{name} not applied: {_one_line(refused.error)}")
+        raise refused.error from None
     except BaseException as err:
-        message = " ".join(str(err).split()) or type(err).__name__
-        if isinstance(err, UsageError) or "nothing was changed" in message:
-            results.set_applied(before, f"{name} not applied: {message}")
-        else:
-            results.set_applied(name, message if message.startswith("apply failed") else f"apply failed: {message}")
+        message = _one_line(err)
+        results.set_partial(name, message if message.startswith("apply failed") else f"apply failed: {message}")
         raise
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
 
 
 def _facts(farm: Farm, inv: Inventory, vms: list[str], guest: GuestRun) -> dict[str, Any]:
@@ -160,9 +195,7 @@ def restore(base: Inventory, results: ResultsDir, farm: Farm, emit: Events | Non
     errors = farm.plan_errors(base)
     if errors:
         raise PlanError([f"the base inventory does not plan: {e}" for e in errors])
-    before = results.state().get("applied")
-    results.set_applied(f"restoring {BASE}", "applying the base inventory")
-    _apply(farm, base, results, f"restoring {BASE}", before)
+    _apply(farm, base, results, BASE)
     results.set_applied(BASE, "restored")
     emit("restored", {"variant": BASE})
 

@@ -94,16 +94,40 @@ class ResultsDir:
         write_atomic(rep / "result.json", _json(rec.to_dict()))
 
     def set_applied(self, configuration: str | None, note: str = "") -> None:
+        """The farm is now wholly in `configuration` (a variant, or BASE)."""
         state = self.state()
-        state["applied"] = configuration
+        state["applied"], state["partial"] = configuration, None
         state.setdefault("history", []).append({"applied": configuration, "at": now(), "note": note})
+        write_atomic(self.root / "state.json", _json(state))
+
+    def set_applying(self, configuration: str, note: str = "") -> None:
+        """The apply of `configuration` begins: until set_applied, or not_applied, the farm may be anywhere between
+        `applied` and it (a run killed meanwhile leaves that said); `applied` still names the last whole one."""
+        self._set_partial(configuration, {"applying": configuration, "at": now(), "note": note})
+
+    def set_partial(self, configuration: str, note: str) -> None:
+        """The apply of `configuration` stopped part-way (`note` says why): the farm is between `applied` and it."""
+        self._set_partial(configuration, {"partial": configuration, "at": now(), "note": note})
+
+    def not_applied(self, configuration: str, note: str) -> None:
+        """The apply of `configuration` was refused before it changed anything: the farm is still in `applied`."""
+        state = self.state()
+        state["partial"] = None
+        state.setdefault("history", []).append({"not_applied": configuration, "at": now(), "note": note})
+        write_atomic(self.root / "state.json", _json(state))
+
+    def _set_partial(self, configuration: str, entry: dict[str, Any]) -> None:
+        state = self.state()
+        state.setdefault("applied", None)
+        state["partial"] = configuration
+        state.setdefault("history", []).append(entry)
         write_atomic(self.root / "state.json", _json(state))
 
     # --------------------------------------------------------------------------------------- reading
 
     def state(self) -> dict[str, Any]:
         path = self.root / "state.json"
-        return json.loads(path.read_text()) if path.is_file() else {"applied": None, "history": []}
+        return json.loads(path.read_text()) if path.is_file() else {"applied": None, "partial": None, "history": []}
 
     def experiment(self) -> dict[str, Any]:
         return json.loads((self.root / "experiment.json").read_text())

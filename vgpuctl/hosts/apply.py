@@ -30,7 +30,7 @@ from vgpuctl.domain import (
 )
 from vgpuctl.errors import SshError, SshHostKeyError, VgpuctlError
 from vgpuctl.hosts import plan as hostplan
-from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, setting_changes
+from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, refused_remedy, setting_changes
 from vgpuctl.hosts.facts import shell_runner
 from vgpuctl.hosts.targets import HostTarget
 from vgpuctl.inventory import HostSpec
@@ -90,6 +90,7 @@ class HostApplyOptions:
     cancel: Cancel | None = None
     open_shell: ShellOpener | None = None  # default: vgpuctl.hosts.facts.open_shell with known_hosts checks
     lock_timeout_s: float = 0.0  # how long to wait for a host another run holds (--lock-timeout)
+    evacuate_by_flag: bool = False  # --evacuate set the evacuation (the `host` commands): messages name the flag
 
 
 def apply_host_changes(
@@ -311,8 +312,7 @@ class _HostRun:
             raise RefusedError(
                 f"{t.name}: maintenance mode needs these powered-on VMs stopped: {listed}; "
                 + (
-                    "vGPU VMs cannot migrate (maintenance.evacuate is refuse: stop them, or set evacuate: power-off "
-                    "or migrate)"
+                    refused_remedy(self.opts.evacuate_by_flag)
                     if t.spec.maintenance.evacuate == Evacuate.REFUSE
                     else "they started after the plan: plan again"
                 )

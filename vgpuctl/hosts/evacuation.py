@@ -114,6 +114,7 @@ def plan_evacuation(
     changes: Sequence[HostChange],
     listed: dict[str, VmSpec],
     migration: Migration | None = None,
+    by_flag: bool = False,
 ) -> HostPlan:
     """What happens to the host's VMs when it enters maintenance mode for `changes`.
 
@@ -123,7 +124,8 @@ def plan_evacuation(
     `evacuate: migrate` (powered off instead only when its entry lets vgpuctl power it); with `evacuate: refuse`
     the running VMs are a plan error naming them (apply could not take the host into maintenance). A running
     VM whose vGPUs the host will not offer is an error naming the profiles it would offer, unless its entry
-    says `power: off`; a powered-off one a warning.
+    says `power: off`; a powered-off one a warning. `by_flag`: the command line sets the evacuation (the `host`
+    commands' --evacuate), so the messages name that flag instead of the inventory key.
     """
     result = HostPlan()
     if not needs_maintenance(changes) or host.in_maintenance:
@@ -159,7 +161,7 @@ def plan_evacuation(
         else:
             refused.append(vm)
     if refused:
-        result.errors.append(_refused(host, changes, refused))
+        result.errors.append(_refused(host, changes, refused, by_flag))
     return result
 
 
@@ -177,12 +179,19 @@ def _evacuation_kind(spec: HostSpec, entry: VmSpec | None, reprofiled: bool, sta
     return None
 
 
-def _refused(host: ObservedHost, changes: Sequence[HostChange], vms: Sequence[ObservedVm]) -> str:
+def _refused(host: ObservedHost, changes: Sequence[HostChange], vms: Sequence[ObservedVm], by_flag: bool) -> str:
     kinds = ", ".join(sorted({str(c.kind) for c in changes if c.disruptive and c.kind != ChangeKind.EVACUATE}))
     listed = ", ".join(f"{v.name} ({', '.join(d.profile for d in v.vgpus)})" if v.vgpus else v.name for v in vms)
     return (f"host {host.name}: its {kinds} change needs maintenance mode, and these VMs run there: {listed}; "
-            "maintenance.evacuate is refuse: stop them, set evacuate: power-off or migrate, or list them with "
-            "power: off")
+            + refused_remedy(by_flag))
+
+
+def refused_remedy(by_flag: bool) -> str:
+    """What to do about running VMs that `refuse` keeps the host from evacuating, in the words the user set it
+    with: the `host` commands' flag, or the inventory key."""
+    if by_flag:
+        return "--evacuate is refuse: stop them, or run again with --evacuate power-off or --evacuate migrate"
+    return "maintenance.evacuate is refuse: stop them, set evacuate: power-off or migrate, or list them with power: off"
 
 
 def _plan_migration(host: ObservedHost, vm: ObservedVm, entry: VmSpec | None, migration: Migration) -> HostPlan:

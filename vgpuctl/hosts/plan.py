@@ -49,11 +49,13 @@ def plan_hosts(
     resume: Iterable[str] = (),
     vms: Sequence[VmSpec] = (),
     vgpu_migration: bool = False,
+    evacuate_by_flag: bool = False,
 ) -> HostPlan:
     """Host changes for every host the specs name, in host order; `resume` names hosts a failed apply left
     in maintenance mode (from their work records); `vms` are the inventory's VM entries (what each VM will ask
     for after the change decides whether it can be evacuated and brought back); `vgpu_migration`: vCenter
-    allows vMotion of running vGPU VMs (`evacuate: migrate`)."""
+    allows vMotion of running vGPU VMs (`evacuate: migrate`); `evacuate_by_flag`: the command line's --evacuate
+    sets the evacuation (messages name the flag)."""
     resolved, errors = resolve_hosts(specs, observed)
     result = HostPlan(errors=errors)
     facts = facts or {}
@@ -68,7 +70,7 @@ def plan_hosts(
         spec = resolved.get(name)
         if spec is not None:
             one = plans[name]
-            one.extend(plan_evacuation(spec, host, observed, one.changes, listed, migration))
+            one.extend(plan_evacuation(spec, host, observed, one.changes, listed, migration, evacuate_by_flag))
             one.changes.sort(key=_order)
             result.extend(one)
         if name in resume:

@@ -70,6 +70,9 @@ VM_CLASSES = Operation("vm-classes", "GPU VM classes and supervisor namespaces (
                        ("namespace-management REST",), ("VirtualMachineClasses.Manage", "Namespaces.Manage"))
 SSH_SERVICE = Operation("ssh-service", "start the ESXi SSH service for a run and stop it again (`ssh.service: manage`)",
                         ("StartService", "StopService"), ("Host.Config.NetService",))
+LOCKDOWN_EXCEPTIONS = Operation(
+    "lockdown-exceptions", "read a host's lockdown exception users (`preflight`'s lockdown check, where SSH is needed)",
+    ("QueryLockdownExceptions",), ("Global.Settings",), optional=True)
 HOST_PACKAGES = Operation("host-packages", "read each host's vGPU Manager version (`preflight`; else over SSH)",
                           ("FetchSoftwarePackages",), ("Host.Config.Image",), optional=True)
 
@@ -90,7 +93,7 @@ def _own_privileges() -> dict[ChangeKind, Operation]:
 
 OPERATIONS: tuple[Operation, ...] = (
     READ, VM_RECONFIGURE, VM_CLONE, VM_POWER, VM_REMOVE, HOST_MAINTENANCE, HOST_SETTINGS, WORK_RECORDS, LEASES,
-    MIGRATE, VM_CLASSES, SSH_SERVICE, HOST_PACKAGES, VM_CUSTOMIZE, *setting_operations(),
+    MIGRATE, VM_CLASSES, SSH_SERVICE, HOST_PACKAGES, LOCKDOWN_EXCEPTIONS, VM_CUSTOMIZE, *setting_operations(),
 )
 
 # ReconfigVM_Task's privilege follows the field it changes (API reference: "dynamic"; vSphere Security,

@@ -25,6 +25,9 @@ def _needs(session: Session, observed: Observed, inventory: Inventory | None, pl
     for host in scope.hosts if scope is not None else []:  # preflight reads each host's packages
         needs.append(privileges.Need(privileges.HOST_PACKAGES, ("HostSystem", observed.hosts[host].moid),
                                      f"host {host}", privileges.HOST_PACKAGES.privileges))
+    for host in sorted(scope.shell & set(scope.hosts)) if scope is not None else []:  # who may log in in lockdown
+        needs.append(privileges.Need(privileges.LOCKDOWN_EXCEPTIONS, ("HostSystem", observed.hosts[host].moid),
+                                     f"host {host}", privileges.LOCKDOWN_EXCEPTIONS.privileges))
     return needs
 
 

@@ -166,8 +166,9 @@ class ExperimentReport(Report):
     kind: ClassVar[str] = "experiment-report"
     title: str
     results_dir: str
-    applied: str | None  # the variant applied now (base: the base inventory)
+    applied: str | None  # the configuration last wholly applied (base: the base inventory)
     applied_note: str
+    partial: str | None  # the one an apply stopped part-way into (the farm is between the two); None: none
     variants: list[VariantResult] = field(default_factory=list)
     tables: list[ResultTable] = field(default_factory=list)
     flags: list[FlaggedRun] = field(default_factory=list)
@@ -184,6 +185,7 @@ def experiment_report(built: experiment.Report) -> ExperimentReport:
         results_dir=built.results_dir,
         applied=built.applied,
         applied_note=built.applied_note,
+        partial=built.partial,
         variants=[VariantResult(v.name, v.description, v.workload, v.repetitions_ok, v.repetitions_failed,
                                 dict(v.expect), list(v.facts)) for v in built.variants],
         tables=[_table(t) for t in built.tables],

@@ -145,8 +145,11 @@ def _profile_row(name: str, host: ObservedHost) -> ProfileRow:
 
 
 def host_profiles(host: ObservedHost) -> list[ProfileRow]:
-    """The profiles the host's GPUs offer in their current modes."""
-    return [_profile_row(name, host) for name in sorted(host.offered_profiles)]
+    """The profiles the host's GPUs offer in their current modes, by board and sharing, then by size (5, 10,
+    20, 40 GB, not as the names sort); names no table explains last."""
+    rows = [_profile_row(name, host) for name in host.offered_profiles]
+    return sorted(rows, key=lambda r: (r.board is None, r.board or "", r.sharing, r.fb_gb is None, r.fb_gb or 0,
+                                       r.series or "", r.profile))
 
 
 def with_reported_maxima(host: ObservedHost, instance_totals: dict[str, int]) -> None:

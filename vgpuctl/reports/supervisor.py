@@ -17,6 +17,8 @@ from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
 if TYPE_CHECKING:
     from rich.text import Text
 
+    from vgpuctl.domain import ClusterKind
+
 INDENT = "    "
 VERBS = {Op.ADD: "create", Op.CHANGE: "update", Op.REMOVE: "delete"}
 DIFF_STYLES = {"+": "green", "-": "red", "~": "yellow"}
@@ -250,6 +252,7 @@ class ManifestsReport(Report):
     kind: ClassVar[str] = "k8s_manifests"
     namespace: str
     files: dict[str, str] | list[str]
+    cluster_kind: str  # the one cluster object's kind: Cluster or TanzuKubernetesCluster
     folder: str | None = optional()
     not_printed: list[str] = field(default_factory=list)
 
@@ -264,12 +267,14 @@ def yaml_stream(documents: Iterable[str]) -> str:
     return "\n".join(f"---\n{text.strip(chr(10))}" for text in documents)
 
 
-def manifests_report(namespace: str, manifests: dict[str, str], folder: Path | None) -> ManifestsReport:
+def manifests_report(namespace: str, manifests: dict[str, str], folder: Path | None,
+                      cluster_kind: ClusterKind) -> ManifestsReport:
     """The Kubernetes objects (the other files are listed in `not_printed`), or (written into `folder`) every
     file name in the order they were written."""
     from vgpuctl.supervisor.render import kubernetes_objects
 
     if folder is None:
         objects = kubernetes_objects(manifests)
-        return ManifestsReport(namespace, objects, not_printed=[n for n in manifests if n not in objects])
-    return ManifestsReport(namespace, list(manifests), str(folder))
+        return ManifestsReport(namespace, objects, cluster_kind.object_kind,
+                               not_printed=[n for n in manifests if n not in objects])
+    return ManifestsReport(namespace, list(manifests), cluster_kind.object_kind, str(folder))

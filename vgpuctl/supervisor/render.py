@@ -2,10 +2,11 @@
 
 `render_manifests(inventory, namespace, options)` returns {file name: text}:
 - `virtualmachine-<class>.yaml`: a VM Operator VirtualMachine (vmoperator.vmware.com, VMOP_VERSION) per class;
-- `cluster.yaml`: a Cluster API Cluster (cluster.x-k8s.io/v1beta1, ClusterClass topology), one worker
-  machine deployment per GPU class (the class as the `vmClass` variable override);
-- `tanzukubernetescluster.yaml`: a TKG TanzuKubernetesCluster (run.tanzu.vmware.com/v1alpha3), one node pool
-  per GPU class;
+- one cluster object, of the kind the supervisor takes (`RenderOptions.cluster_kind`, never both: two objects of
+  one name would be two clusters): `cluster.yaml`, a Cluster API Cluster (cluster.x-k8s.io/v1beta1, ClusterClass
+  topology), one worker machine deployment per GPU class (the class as the `vmClass` variable override); or
+  `tanzukubernetescluster.yaml`, a TKG TanzuKubernetesCluster (run.tanzu.vmware.com/v1alpha3), one node pool
+  per GPU class. `kind_for_supervisor` picks it from the Supervisor Services the supervisor runs;
 - `gpu-operator-values.yaml`, `gridd.conf` and `licensing-secret.sh`: NVIDIA GPU Operator values for vGPU
   guests (driver image from a private registry, licensing through a Secret that the script creates from the
   NLS client token FILE: `driver.licensingConfig.secretName`, GPU Operator v25.10.0 and later); for an older
@@ -20,9 +21,11 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from vgpuctl.domain import ClusterKind
 from vgpuctl.errors import UsageError
 from vgpuctl.inventory.classes import InventorySections
 from vgpuctl.records.classes import ClassState
@@ -32,9 +35,30 @@ VMOP_VERSION = "v1alpha5"  # the storage (current served) version of vm-operator
 LICENSING_CONFIG_MAP = "licensing-config"  # the name of the licensing Secret (or config map)
 SECRET_SINCE = (25, 10, 0)  # GPU Operator release that added driver.licensingConfig.secretName
 DEFAULT_OPERATOR_VERSION = "v25.10.0"
-OBJECT_FILES = ("cluster.yaml", "tanzukubernetescluster.yaml")  # besides one VirtualMachine per class
 # Helm values, config, and the licensing script (the Secret's or, for an older operator, the config map's)
 OTHER_FILES = ("gpu-operator-values.yaml", "gridd.conf", "licensing-secret.sh", "licensing-configmap.sh")
+
+
+OBJECT_FILES = tuple(k.file_name for k in ClusterKind)  # the cluster object's, besides one VirtualMachine per class
+
+# The TKG Service runs as a Supervisor Service from vSphere 8.0 U3 (TKG Service 3.0; 3.1 the first release of its
+# own), and from its 3.2 the TanzuKubernetesCluster API is deprecated for the Cluster v1beta1 API (vSphere 8.0
+# documentation, TKG Service: "Introducing the TKG Service", "TKG Cluster Types"). The Cluster written here names
+# the ClusterClass builtin-generic-v3.1.0, which its name ties to TKG Service 3.1: an older TKG Service, or TKG
+# built into the Supervisor (no TKG Service listed), gets the TanzuKubernetesCluster, which they all serve.
+TKG_SERVICE = "tkg.vsphere.vmware.com"
+CLUSTER_CLASS_SINCE = (3, 1)
+
+
+def kind_for_supervisor(services: Mapping[str, str]) -> tuple[ClusterKind, str]:
+    """The cluster object a supervisor takes, from its Supervisor Services (id -> version), and why."""
+    version = services.get(TKG_SERVICE)
+    if version is None:
+        return ClusterKind.TKC, "the supervisor runs TKG itself (no TKG Service, vSphere before 8.0 U3)"
+    found = re.match(r"v?(\d+)\.(\d+)", version)
+    if found is None or (int(found[1]), int(found[2])) < CLUSTER_CLASS_SINCE:
+        return ClusterKind.TKC, f"the supervisor runs TKG Service {version}, before 3.1 (no builtin-generic class)"
+    return ClusterKind.CLUSTER, f"the supervisor runs TKG Service {version} (its Cluster v1beta1 API)"
 
 
 @dataclass
@@ -57,6 +81,7 @@ class RenderOptions:
     token_file: str = "client_configuration_token.tok"  # path of the NLS client configuration token file
     gridd_conf: str = "gridd.conf"
     operator_version: str = DEFAULT_OPERATOR_VERSION  # NVIDIA GPU Operator release the values are for
+    cluster_kind: ClusterKind = ClusterKind.CLUSTER  # the one cluster object written (kind_for_supervisor)
 
 
 def operator_release(version: str) -> tuple[int, int, int]:
@@ -100,10 +125,12 @@ def render_manifests(inv: InventorySections, namespace: str, options: RenderOpti
         header = f"VM Operator VirtualMachine on the GPU VM class {c.name} ({', '.join(c.vgpus)})."
         out[f"virtualmachine-{c.name}.yaml"] = _yaml([header], virtual_machine(c, namespace, opts))
     pools = f"one {{}} per GPU VM class of namespace {namespace}."
-    cluster_header = "Cluster API Cluster (ClusterClass topology): " + pools.format("worker pool")
-    out["cluster.yaml"] = _yaml([cluster_header], cluster(classes, namespace, opts))
-    out["tanzukubernetescluster.yaml"] = _yaml(["TKG TanzuKubernetesCluster: " + pools.format("node pool")],
-                                               tanzu_cluster(classes, namespace, opts))  # fmt: skip
+    if opts.cluster_kind == ClusterKind.CLUSTER:
+        cluster_header = "Cluster API Cluster (ClusterClass topology): " + pools.format("worker pool")
+        out[opts.cluster_kind.file_name] = _yaml([cluster_header], cluster(classes, namespace, opts))
+    else:
+        out[opts.cluster_kind.file_name] = _yaml(["TKG TanzuKubernetesCluster: " + pools.format("node pool")],
+                                                 tanzu_cluster(classes, namespace, opts))  # fmt: skip
     secret = licensing_with_secret(opts.operator_version)
     out["gpu-operator-values.yaml"] = _yaml(values_header(opts, secret), operator_values(opts, secret))
     out["gridd.conf"] = GRIDD_CONF
@@ -112,7 +139,7 @@ def render_manifests(inv: InventorySections, namespace: str, options: RenderOpti
 
 
 def kubernetes_objects(manifests: dict[str, str]) -> dict[str, str]:
-    """The manifests that are Kubernetes objects, in order: the VirtualMachines, the Cluster, the TKG cluster."""
+    """The manifests that are Kubernetes objects, in order: the VirtualMachines, then the cluster object."""
     return {name: text for name, text in manifests.items() if name not in OTHER_FILES}
 
 

@@ -280,11 +280,15 @@ def _locate_existing(vp: _VmPlan, obs: ObservedVm, observed: Observed) -> None:
     spec = vp.spec
     if obs.host:
         vp.candidates = [obs.host]
-    if spec.host and obs.host and spec.host != obs.host:
-        vp.warnings.append(f"is on host {obs.host}, the inventory says {spec.host} (vgpuctl does not move VMs)")
     host = observed.hosts.get(obs.host or "")
     cluster = obs.cluster or (host.cluster if host else None)
-    if spec.cluster and cluster and spec.cluster != cluster:
+    if spec.host and spec.host not in observed.hosts:  # a name vCenter does not have is a mistake, not a move
+        vp.errors.append(f"host {spec.host!r} not found (the VM is on {obs.host or 'no host'})")
+    elif spec.host and obs.host and spec.host != obs.host:
+        vp.warnings.append(f"is on host {obs.host}, the inventory says {spec.host} (vgpuctl does not move VMs)")
+    if spec.cluster and spec.cluster not in observed.clusters:
+        vp.errors.append(f"cluster {spec.cluster!r} not found (the VM is in {cluster or 'no cluster'})")
+    elif spec.cluster and cluster and spec.cluster != cluster:
         vp.warnings.append(f"is in cluster {cluster}, the inventory says {spec.cluster} (vgpuctl does not move VMs)")
 
 

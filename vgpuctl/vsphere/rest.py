@@ -145,6 +145,18 @@ class RestClient:
             out[moid] = str(c.get("cluster_name") or moid)
         return out
 
+    def supervisor_services(self, cluster: str) -> dict[str, str]:
+        """The Supervisor Services a supervisor cluster (moid) runs: service id -> its version (current, else
+        desired). A vCenter before 7.0 U3 has no such list (404): none."""
+        try:
+            listed = self.request("GET", f"{SUPERVISOR_CLUSTERS}/{quote(cluster)}/supervisor-services") or []
+        except RestError as err:
+            if err.status == 404:
+                return {}
+            raise
+        return {str(s.get("supervisor_service")): str(s.get("current_version") or s.get("desired_version") or "")
+                for s in listed if s.get("supervisor_service")}
+
     def observe(self, namespaces: Iterable[str] | None = None) -> SupervisorState:
         """VM classes, supervisor clusters and namespaces (all, or only those named that exist)."""
         names = self.list_namespaces()

@@ -7,7 +7,9 @@
 //   - supervisor clusters: upstream takes clusters whose names start with "WCP-"; here the farm file names them;
 //   - namespaces: upstream keeps them in an unexported map (nothing can seed it), accepts any cluster, and
 //     its PATCH answers 200 and then 404 in one response and replaces the whole VM service spec; here a PATCH
-//     replaces only the lists it carries, checks that the VM classes exist, and answers 204.
+//     replaces only the lists it carries, checks that the VM classes exist, and answers 204;
+//   - the Supervisor Services running on a supervisor cluster (the TKG Service and its version): upstream has
+//     no per-cluster list; here the farm file names them.
 //
 // Sessions stay upstream's: every request here is authorized by asking the upstream handler.
 package vapi
@@ -30,6 +32,7 @@ const (
 	ManagementPath   = "/api/vcenter/namespace-management/"
 	ClustersPath     = "/api/vcenter/namespace-management/clusters"
 	VMClassesPath    = "/api/vcenter/namespace-management/virtual-machine-classes"
+	ServicesSuffix   = "/supervisor-services" // after ClustersPath + "/" + cluster moid
 	legacySession    = "/rest/com/vmware/cis/session"
 	sessionHeader    = "vmware-api-session-id"
 	runningStatus    = "RUNNING"
@@ -48,6 +51,10 @@ type Supervisor struct {
 	// "memory_MB" (the API reference's CreateSpec) or "memory_mb"; the other is ignored as an unknown key would
 	// be. Empty (the default): both, as govmomi's case-insensitive JSON decoding takes them.
 	MemoryField string `yaml:"memory_field" json:"memory_field"`
+	// Services are the Supervisor Services each supervisor cluster runs (cluster name -> service id ->
+	// current version), e.g. {GPU-Cluster: {tkg.vsphere.vmware.com: 3.1.0}}: what
+	// GET .../clusters/{cluster}/supervisor-services lists. A supervisor cluster not named lists none.
+	Services map[string]map[string]string `yaml:"services" json:"services"`
 }
 
 // Spellings of the VM class memory field: the API reference's CreateSpec and govmomi's Info.
@@ -88,6 +95,16 @@ func (s *Supervisor) Validate(clusters []string) error {
 		}
 		sup[c] = true
 	}
+	for c, services := range s.Services {
+		if !sup[c] {
+			return fmt.Errorf("supervisor: services of %q, which is not one of the supervisor clusters", c)
+		}
+		for id, version := range services {
+			if id == "" || version == "" {
+				return fmt.Errorf("supervisor: services of %s: a service id and its version must not be empty", c)
+			}
+		}
+	}
 	classes := map[string]bool{}
 	for _, c := range s.VMClasses {
 		if c.Name == "" || classes[c.Name] {
@@ -122,8 +139,9 @@ type namespaceInfo struct {
 // Handler serves the supervisor routes and arms REST faults; upstream is govmomi's vAPI handler.
 type Handler struct {
 	upstream    http.Handler
-	clusters    map[string]string // moid -> name, supervisor clusters only
-	memoryField string            // Supervisor.MemoryField
+	clusters    map[string]string            // moid -> name, supervisor clusters only
+	services    map[string]map[string]string // moid -> service id -> current version
+	memoryField string                       // Supervisor.MemoryField
 
 	mu         sync.Mutex
 	namespaces map[string]*namespaceInfo
@@ -138,6 +156,14 @@ func New(upstream http.Handler, clusters map[string]string) *Handler {
 // HonourMemoryField makes VM class create and update bodies count only this spelling of the memory field
 // (Supervisor.MemoryField); "" takes both.
 func (h *Handler) HonourMemoryField(field string) { h.memoryField = field }
+
+// RunServices sets the Supervisor Services a supervisor cluster (by moid) runs: service id -> version.
+func (h *Handler) RunServices(moid string, services map[string]string) {
+	if h.services == nil {
+		h.services = map[string]map[string]string{}
+	}
+	h.services[moid] = services
+}
 
 // Routes are the patterns to register on the server's outer mux (more specific than upstream's /api/).
 func (h *Handler) Routes() map[string]http.HandlerFunc {
@@ -235,6 +261,10 @@ func (h *Handler) serveManagement(w http.ResponseWriter, r *http.Request) {
 		h.authorized(h.serveClusters)(w, r)
 		return
 	}
+	if strings.HasPrefix(r.URL.Path, ClustersPath+"/") && strings.HasSuffix(r.URL.Path, ServicesSuffix) {
+		h.authorized(h.serveServices)(w, r)
+		return
+	}
 	if h.memoryField != "" && strings.HasPrefix(r.URL.Path, VMClassesPath) &&
 		(r.Method == http.MethodPost || r.Method == http.MethodPatch) {
 		if err := h.dropOtherMemorySpelling(r); err != nil {
@@ -278,6 +308,29 @@ func (h *Handler) serveClusters(w http.ResponseWriter, r *http.Request) {
 		out = append(out, map[string]string{
 			"cluster": moid, "cluster_name": h.clusters[moid],
 			"config_status": runningStatus, "kubernetes_status": readyKubernetes,
+		})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// serveServices lists the Supervisor Services of one supervisor cluster as vCenter's
+// ClusterSupervisorServices.list does (vSphere API 7.0.3): supervisor_service, desired_version,
+// current_version, config_status.
+func (h *Handler) serveServices(w http.ResponseWriter, r *http.Request) {
+	moid := strings.TrimSuffix(strings.TrimPrefix(r.URL.Path, ClustersPath+"/"), ServicesSuffix)
+	if r.Method != http.MethodGet {
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		return
+	}
+	if _, ok := h.clusters[moid]; !ok {
+		writeError(w, http.StatusNotFound, errNotFound, "cluster %s is not a supervisor cluster", moid)
+		return
+	}
+	out := []map[string]string{}
+	for _, id := range sortedKeys(h.services[moid]) {
+		v := h.services[moid][id]
+		out = append(out, map[string]string{
+			"supervisor_service": id, "desired_version": v, "current_version": v, "config_status": "CONFIGURED",
 		})
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -54,6 +54,10 @@ func TestValidate(t *testing.T) {
 			Namespaces: []Namespace{{Name: "ns", Cluster: "GPU-Cluster", VMClasses: []string{"x"}}}}, "is not seeded"},
 		{"repeated namespace", Supervisor{Clusters: []string{"GPU-Cluster"}, Namespaces: []Namespace{
 			{Name: "ns", Cluster: "GPU-Cluster"}, {Name: "ns", Cluster: "GPU-Cluster"}}}, "empty or repeated"},
+		{"services off supervisor", Supervisor{Clusters: []string{"GPU-Cluster"},
+			Services: map[string]map[string]string{"Other": {"tkg.vsphere.vmware.com": "3.1.0"}}}, "not one of the supervisor"},
+		{"service without version", Supervisor{Clusters: []string{"GPU-Cluster"},
+			Services: map[string]map[string]string{"GPU-Cluster": {"tkg.vsphere.vmware.com": ""}}}, "must not be empty"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,6 +106,29 @@ func TestNamespaceRoutes(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The Supervisor Services of a supervisor cluster, listed as ClusterSupervisorServices.list answers; none for a
+// supervisor cluster that runs none, 404 for a cluster that is no supervisor.
+func TestSupervisorServices(t *testing.T) {
+	h := New(fakeUpstream(), map[string]string{"domain-c9": "GPU-Cluster", "domain-c10": "Plain-Supervisor"})
+	h.RunServices("domain-c9", map[string]string{"tkg.vsphere.vmware.com": "3.1.0"})
+	for _, tc := range []struct {
+		path, token string
+		status      int
+		want        string
+	}{
+		{ClustersPath + "/domain-c9" + ServicesSuffix, "t", 200,
+			`[{"config_status":"CONFIGURED","current_version":"3.1.0","desired_version":"3.1.0","supervisor_service":"tkg.vsphere.vmware.com"}]`},
+		{ClustersPath + "/domain-c10" + ServicesSuffix, "t", 200, `[]`},
+		{ClustersPath + "/domain-c1" + ServicesSuffix, "t", 404, `"error_type":"NOT_FOUND"`},
+		{ClustersPath + "/domain-c9" + ServicesSuffix, "", 401, ""},
+	} {
+		rec := serve(h, "GET", tc.path, tc.token, "")
+		if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.want) {
+			t.Errorf("GET %s = %d %s, want %d with %s", tc.path, rec.Code, rec.Body, tc.status, tc.want)
+		}
 	}
 }
 

@@ -6,12 +6,14 @@ package vc
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -136,7 +138,8 @@ func (s *Sim) Close() {
 	})
 }
 
-// Env returns the environment a client uses to reach the simulator.
+// Env returns the environment a client uses to reach the simulator. Its TLS certificate is pinned by its
+// SHA-256 thumbprint (vgpuctl's --thumbprint), not trusted blindly: the certificate is self-signed.
 func (s *Sim) Env() [][2]string {
 	u := *s.URL
 	u.User = nil
@@ -145,9 +148,20 @@ func (s *Sim) Env() [][2]string {
 		{"VGPUCTL_URL", u.String()},
 		{"VGPUCTL_USERNAME", s.Spec.Username},
 		{"VGPUCTL_PASSWORD", s.Spec.Password},
-		{"VGPUCTL_INSECURE", "1"},
+		{"VGPUCTL_THUMBPRINT", s.Thumbprint()},
 		{"GPUSIM_CONTROL", ctl.String()},
 	}
+}
+
+// Thumbprint is the SHA-256 digest of the server's certificate, colon-separated upper-case hex (as vSphere
+// shows thumbprints).
+func (s *Sim) Thumbprint() string {
+	sum := sha256.Sum256(s.Server.Certificate().Raw)
+	parts := make([]string, len(sum))
+	for i, b := range sum {
+		parts[i] = fmt.Sprintf("%02X", b)
+	}
+	return strings.Join(parts, ":")
 }
 
 // Client returns an in-process vim25 client (no session needed for simulator-internal use).
