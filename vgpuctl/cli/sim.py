@@ -191,13 +191,13 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-@app.command("up")
 def _catalogue() -> Path:
     from vgpuctl.profiles import catalogue_path  # the catalogue module and the model: not on every command's start
 
     return catalogue_path()
 
 
+@app.command("up")
 def up_cmd(
     ctx: typer.Context,
     farm: Annotated[Path | None, typer.Option(help="Farm description (YAML or JSON) for gpusim.")] = None,
