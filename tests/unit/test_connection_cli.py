@@ -27,6 +27,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         ("https://admin:Hunter2pw@vc.example.com:99999/sdk", "the port must be 1 to 65535"),
         ("https://[fe80::1/sdk", "the IPv6 address in brackets is broken"),
         ("https:///sdk", "has no host"),
+        ("https://admin:Hunter2pw@x@vc.example.com:99999/sdk", "the port must be 1 to 65535"),
+        ("https://admin:Hun/ter2pw@vc.example.com/sdk", "the port is not a number"),
     ],
 )
 @pytest.mark.parametrize("output", ["text", "json"])
@@ -36,7 +38,7 @@ def test_a_malformed_url_is_one_line(url: str, why: str, output: str) -> None:
     errors = [line for line in result.stderr.splitlines() if not line.startswith("warning:")]
     assert len(errors) == 1 and errors[0].startswith("error: vCenter URL") and why in errors[0], result.stderr
     assert "bug" not in result.output and "Traceback" not in result.output
-    assert "Hunter2pw" not in result.output
+    assert "Hunter2pw" not in result.output and "ter2pw" not in result.output and "admin:" not in result.output
     if output == "json":
         assert '"UsageError"' in result.stdout
 
