@@ -277,13 +277,13 @@ def run_options(opts: GlobalOptions, inventory: Inventory | None, **fields: Any)
     return RunOptions(datacenter=datacenter_for(opts, inventory), on_new_host_key=new_host_key, **fields)
 
 
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
 MAX_LOCK_WAIT_S = 24 * 3600.0
 
 
 def parse_duration(text: str, option: str) -> float:
     """Seconds from `90`, `90s`, `5m`, `1h30m`, `2m30s`: finite, 0 to a day."""
-    m = _DURATION.match(text.strip())
+    m = _DURATION.fullmatch(text.strip())
     if not text.strip() or m is None:
         raise UsageError(f"{option} {text!r}: expected a duration such as 90, 90s, 5m or 1h30m")
     hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())

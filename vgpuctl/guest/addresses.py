@@ -14,7 +14,7 @@ from vgpuctl.errors import UsageError
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
 
-_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$")
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]*")
 VM_PROPS = ["name", "guest.ipAddress", "guest.net"]
 Progress = Callable[[dict[str, str | None]], None]
 
@@ -89,7 +89,7 @@ def load_address_file(path: Path) -> dict[str, str | None]:
         raise UsageError(f"{path}: expected a mapping of VM name to IP address")
     out: dict[str, str | None] = {}
     for name, value in data.items():
-        if value is not None and not _HOST.match(str(value)):
+        if value is not None and not _HOST.fullmatch(str(value)):
             raise UsageError(f"{path}: {name}: {value!r} is not an IP address or host name")
         out[name] = str(value) if value is not None else None
     return out

@@ -33,13 +33,13 @@ from vgpuctl.supervisor.vmclasses import NamespaceList, VmClassList
 API_VERSION = "vgpuctl/v1"
 MAX_VM_NAME = 80  # characters in a VM's name (docs/sources.md: vSphere Virtual Machine Administration)
 
-_THUMB_PLAIN = re.compile(r"^[0-9a-fA-F]{64}$")
-_THUMB_COLONS = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){31}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_THUMB_PLAIN = re.compile(r"[0-9a-fA-F]{64}")
+_THUMB_COLONS = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){31}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _env_name(v: str | None) -> str | None:
-    if v is not None and not _ENV_NAME.match(v):
+    if v is not None and not _ENV_NAME.fullmatch(v):
         raise ValueError(f"must be the name of an environment variable, not a secret (got {v!r})")
     return v
 
@@ -81,7 +81,7 @@ class TlsSpec(StrictModel):
     @field_validator("thumbprint")
     @classmethod
     def _thumbprint(cls, v: str | None) -> str | None:
-        if v is not None and not (_THUMB_PLAIN.match(v) or _THUMB_COLONS.match(v)):
+        if v is not None and not (_THUMB_PLAIN.fullmatch(v) or _THUMB_COLONS.fullmatch(v)):
             raise ValueError(
                 f"must be a sha256 fingerprint: 64 hex digits, optionally as 32 colon-separated pairs (got {v!r})"
             )

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 MAX_VGPUS_PER_CLASS = 8  # vSphere 8's per-VM limit; the hosts' own limit is checked at plan time
 USE_64BIT_MMIO = "pciPassthru.use64bitMMIO"
 MMIO_SIZE = "pciPassthru.64bitMMIOSizeGB"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class _Section(BaseModel):
@@ -40,7 +40,7 @@ class _Section(BaseModel):
 
 
 def _dns_label(v: str) -> str:
-    if not _DNS_LABEL.match(v):
+    if not _DNS_LABEL.fullmatch(v):
         raise ValueError(f"must be a DNS label: lower-case letters, digits and '-', at most 63 (got {v!r})")
     return v
 

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
 
 ALL = "all"  # GpuSpec.select of the item every GPU takes
-_BUS_ID = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+_BUS_ID = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 
 
 class GpuSpec(StrictModel):
@@ -55,7 +55,7 @@ class GpuSpec(StrictModel):
     @field_validator("select")
     @classmethod
     def _select(cls, v: str) -> str:
-        if v != ALL and not _BUS_ID.match(v):
+        if v != ALL and not _BUS_ID.fullmatch(v):
             raise ValueError(f"must be 'all' or a PCI bus id like 0000:3b:00.0 (got {v!r})")
         return v.lower()
 
