@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from vgpuctl import filelimits
 from vgpuctl.errors import Interrupted, InventoryError, PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
@@ -155,9 +156,14 @@ def _split_url_credentials(url: str) -> tuple[str, str | None, str | None]:
 
 
 def read_password_file(path: Path) -> str:
+    """The first line of the file, read within vgpuctl's file limits; a FIFO or a device is refused at once."""
     try:
         mode = path.stat().st_mode
-        text = path.read_text(encoding="utf-8")
+        text = filelimits.read_regular_text(path)
+    except (filelimits.NotAFile, filelimits.FileTooLarge) as e:
+        raise UsageError(f"--password-file {path}: {e}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--password-file {path}: not UTF-8 text") from None
     except OSError as e:
         raise UsageError(f"--password-file {path}: {e.strerror or e}") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -209,6 +215,8 @@ def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None)
     trace.add_secret(password)  # from here on, redacted from traces and kept out of guest runs
     insecure = opts.insecure if opts.insecure is not None else (tls is not None and not getattr(tls, "verify", True))
     ca_file = opts.ca_file or getattr(tls, "ca_file", None)
+    if ca_file:
+        _check_ca_file(Path(ca_file).expanduser())
     thumbprint = opts.thumbprint or getattr(tls, "thumbprint", None)
     if insecure:
         warn_once(
@@ -225,6 +233,19 @@ def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None)
         timeout_s=parse_timeout(opts.timeout) if opts.timeout is not None else DEFAULT_TIMEOUT_S,
         esxi_timeout_s=esxi_timeout(opts),
     )
+
+
+def _check_ca_file(path: Path) -> None:
+    """The CA file is read by the TLS libraries: a FIFO, a device or a file over vgpuctl's size limit is refused
+    before they read it. A file that is missing is left to them (their error names it)."""
+    try:
+        filelimits.require_regular(path)
+        if path.stat().st_size > filelimits.MAX_FILE_BYTES:
+            raise filelimits.FileTooLarge
+    except (filelimits.NotAFile, filelimits.FileTooLarge) as e:
+        raise UsageError(f"CA file {path}: {e}") from None
+    except OSError:
+        return
 
 
 def esxi_timeout(opts: GlobalOptions) -> float | None:
