@@ -16,6 +16,7 @@ from pydantic import Field, PrivateAttr, create_model, field_validator, model_va
 
 from vgpuctl.domain import (
     MAX_VGPUS_PER_VM,
+    AdapterType,
     Evacuate,
     Keep,
     NvlinkRequirement,
@@ -29,9 +30,11 @@ from vgpuctl.inventory.network import AdapterSpec, IdentitySpec
 from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Pos
 from vgpuctl.strictmodel import Lax, StrictModel
 from vgpuctl.supervisor.vmclasses import NamespaceList, VmClassList
+from vgpuctl.vmlimits import vm_limits
 
 API_VERSION = "vgpuctl/v1"
 MAX_VM_NAME = 80  # characters in a VM's name (docs/sources.md: vSphere Virtual Machine Administration)
+MAX_REBOOT_TIMEOUT_S = 24 * 3600  # vgpuctl's own bound: a host not back within a day is not coming back by waiting
 
 _THUMB_PLAIN = re.compile(r"[0-9a-fA-F]{64}")
 _THUMB_COLONS = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){31}")
@@ -119,7 +122,7 @@ class SshSpec(StrictModel):
 class MaintenanceSpec(StrictModel):
     evacuate: Lax[Evacuate] = Evacuate.REFUSE
     max_unavailable: int = Field(default=1, ge=1)
-    reboot_timeout_s: int = Field(default=900, ge=1)
+    reboot_timeout_s: int = Field(default=900, ge=1, le=MAX_REBOOT_TIMEOUT_S)
 
 
 # graphics, gpus, nvlink, scheduler: each host setting's part of an entry is in its module (vgpuctl.hosts.settings)
@@ -194,7 +197,7 @@ class VmSpec(StrictModel):
     cluster: str | None = None
     host: str | None = None
     folder: str | None = None
-    cpus: int | None = Field(default=None, ge=1, le=768)
+    cpus: int | None = Field(default=None, ge=1)  # at most vSphere's maximum (vgpuctl.vmlimits)
     memory_gb: float | None = None
     vgpus: list[VgpuSpec] = Field(default_factory=list)
     nvlink: Lax[NvlinkRequirement] = NvlinkRequirement.NONE
@@ -230,11 +233,26 @@ class VmSpec(StrictModel):
     @field_validator("memory_gb")
     @classmethod
     def _memory(cls, v: float | None) -> float | None:
-        if v is None:
-            return v
-        mb = v * 1024
-        if v <= 0 or mb != int(mb) or int(mb) % 4:
-            raise ValueError(f"must be a positive size in GB that is a whole multiple of 4 MB (got {v})")
+        problem = vm_limits().memory_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus(cls, v: int | None) -> int | None:
+        problem = vm_limits().cpus_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("network")
+    @classmethod
+    def _adapters(cls, v: list[AdapterSpec] | None) -> list[AdapterSpec] | None:
+        virtual = sum(1 for a in v or [] if a.kind != AdapterType.PASSTHROUGH)
+        problem = vm_limits().adapters_problem(virtual)
+        if problem:
+            raise ValueError(problem)
         return v
 
     @field_validator("name")

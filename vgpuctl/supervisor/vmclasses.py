@@ -24,6 +24,7 @@ from vgpuctl.profiles import (
     parse_profile,
     spellings,
 )
+from vgpuctl.vmlimits import vm_limits
 
 if TYPE_CHECKING:
     from vgpuctl.errors import InventoryError
@@ -106,7 +107,7 @@ class ClassNic(_Section):
 class VmClassSpec(_Section):
     name: str
     state: Literal["present", "absent"] = "present"
-    cpus: int | None = Field(default=None, ge=1, le=768)
+    cpus: int | None = Field(default=None, ge=1)  # at most vSphere's maximum, as a VM's (vgpuctl.vmlimits)
     memory_gb: float | None = None
     cpu_reservation: int = Field(default=0, ge=0, le=100)  # percent of the class's CPU
     memory_reservation: int | None = Field(default=None, ge=0, le=100)  # percent; 100 when there are vGPUs
@@ -129,8 +130,17 @@ class VmClassSpec(_Section):
     @field_validator("memory_gb")
     @classmethod
     def _memory(cls, v: float | None) -> float | None:
-        if v is not None and (v <= 0 or v * 1024 != int(v * 1024) or int(v * 1024) % 4):
-            raise ValueError(f"must be a positive size in GB that is a whole multiple of 4 MB (got {v})")
+        problem = vm_limits().memory_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus(cls, v: int | None) -> int | None:
+        problem = vm_limits().cpus_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
         return v
 
     @model_validator(mode="after")
