@@ -142,6 +142,14 @@ def check_out_file(path: Path | None, option: str = "--out") -> None:
         )
 
 
+def refuse_overlaps(outputs: dict[str, Path | None], opts: GlobalOptions, inputs: dict[str, Path | None]) -> None:
+    """Before anything runs: no output path may name a file the command reads (`inputs`, and the password and
+    CA files of the global options) or another output (vgpuctl.outpaths)."""
+    from vgpuctl.outpaths import refuse_overlaps as refuse
+
+    refuse(outputs, {**inputs, "the --password-file": opts.password_file, "the --ca-file": opts.ca_file})
+
+
 # -------------------------------------------------------------------------------------- connection
 
 

@@ -128,6 +128,7 @@ def plan_cmd(
     opts: GlobalOptions = ctx.obj
     common.check_out_file(out)
     cli_events.check(events, opts)
+    common.refuse_overlaps({"--out": out, "--events": cli_events.as_output(events)}, opts, {"the inventory": file})
     inventory = pipeline.load(file)
     scope = scope_of(host, cluster, vm)
     options = common.run_options(opts, inventory, trust_on_first_use=ssh_trust_on_first_use, scope=scope)
@@ -237,6 +238,8 @@ def apply_cmd(
 
     opts: GlobalOptions = ctx.obj
     cli_events.check(events, opts)
+    common.refuse_overlaps({"--events": cli_events.as_output(events)}, opts,
+                           {"the inventory": file, "the plan file": saved_plan})
     scope = scope_of(host, cluster, vm)
     saved, inventory, shown = load_request(saved_plan, file, scope)
     if saved is not None:

@@ -7,15 +7,14 @@ renamed. The directory layout: docs/experiments.md.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vgpuctl import filelimits
-from vgpuctl.errors import UsageError
-from vgpuctl.outpaths import inside
+from vgpuctl.errors import OutputError, UsageError
+from vgpuctl.outpaths import inside, write_whole
 
 BASE = "base"
 STATUS_OK = "ok"
@@ -46,11 +45,14 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+def write_atomic(path: Path, content: str | bytes) -> None:
+    """A file of the results directory, written whole or not at all (vgpuctl.outpaths.write_whole); a failure
+    (a full disk, a read-only folder) is one OutputError line."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"results folder {path.parent}: {err.strerror or err}") from None
+    write_whole(path, content, "results file")
 
 
 def _read_text(path: Path) -> str:
