@@ -177,3 +177,16 @@ def test_a_plan_or_export_that_cannot_be_written_is_one_line(sim: Any, tmp_path:
     assert errors(result)[-1] == f"error: --out {missing}: No such file or directory", result.stderr
     assert "bug" not in result.output and not missing.parent.exists()
     assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_a_clone_into_a_folder_that_does_not_exist_is_a_plan_error(sim: Any, tmp_path: Path) -> None:
+    """vCenter would refuse the clone at apply: the plan says so, at the entry's folder, and applies nothing."""
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(INVENTORY.replace("PROFILE", "grid_a100-20c").replace("    power: 'off'\n",
+                                                                           "    power: 'off'\n    folder: teamZ\n"))
+    result = vgpuctl(sim, tmp_path, "plan", "-f", str(inv))
+    assert result.exit_code == 1, result.output
+    assert errors(result) == [
+        f"error: {inv}:9:13: vm saved-01: folder 'teamZ' does not exist in datacenter DC0 (it has no VM folders): "
+        "create it in vCenter, or set 'folder' to one that exists (/ for the root); vgpuctl does not create folders"]
+    assert vgpus_of(sim, "saved-01") is None

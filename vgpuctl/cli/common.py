@@ -331,15 +331,15 @@ CONFIRM_WORD = "yes"
 
 def confirm(question: str, action: str = "apply", *, word: bool = False) -> None:
     """Ask before a change; the one place that does. `word`: a disruptive change (maintenance mode, a reboot, a
-    VM powered off) needs the word `yes` typed out; others a y/N. Refused without a terminal (use --yes); any
-    other answer, or Ctrl-C at the prompt, stops with nothing changed."""
+    VM powered off or destroyed) needs the word `yes` typed out; others a y/N. Refused without a terminal (use
+    --yes); any other answer, or Ctrl-C at the prompt, stops with nothing changed."""
     if not sys.stdin.isatty():
         raise UsageError(f"{action} needs confirmation but stdin is not a terminal: rerun with --yes")
     try:
         if word:
-            answer = str(typer.prompt(f"{question} This takes hosts into maintenance, reboots them or powers VMs "
-                                      f"off. Type '{CONFIRM_WORD}' to go on", default="", show_default=False,
-                                      err=True))
+            answer = str(typer.prompt(f"{question} This takes hosts into maintenance, reboots them, powers VMs "
+                                      f"off or destroys them. Type '{CONFIRM_WORD}' to go on", default="",
+                                      show_default=False, err=True))
             ok = answer.strip() == CONFIRM_WORD
         else:
             ok = typer.confirm(question, default=False, err=True)

@@ -229,7 +229,7 @@ def apply_cmd(
 ) -> None:
     """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first.
 
-    Plans with maintenance mode, reboots or VM power-offs ask for the word `yes`; others for y/N.
+    Plans with maintenance mode, reboots, VM power-offs or VMs destroyed ask for the word `yes`; others for y/N.
 
     With PLANFILE (from `plan --out`): apply exactly that plan, with the scope it was made with; refused when
     the farm changed since it was made.
@@ -356,7 +356,7 @@ class CliHooks:
         if planned.classes is not None:
             changes += len(planned.classes.class_changes) + len(planned.classes.namespace_changes)
         s = report.summary
-        common.confirm(f"Apply {changes} change(s)?", word=bool(s.maintenance or s.reboots or s.power_off))
+        common.confirm(f"Apply {changes} change(s)?", word=bool(s.maintenance or s.reboots or s.power_off or s.remove))
 
     def apply_progress(self, planned: Planned) -> AbstractContextManager[Progress]:
         from vgpuctl.cli.display import ApplyDisplay

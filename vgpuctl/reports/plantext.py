@@ -165,6 +165,8 @@ def namespace_lines(n: NamespaceDiff) -> list[str]:
 def disruption_line(d: Disruption) -> str:
     if d.vm is None:
         return f"! host {d.host}: {d.detail}" + ("" if d.action == "reboot" else ", exits after the change")
+    if d.action == "destroy":
+        return f"! vm {d.vm}: {d.detail}"
     why = f"to evacuate host {d.host}" if d.cause == "evacuation" else "for its own change"
     return f"! vm {d.vm}: powered off {why}; {d.detail}"
 
