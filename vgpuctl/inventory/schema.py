@@ -101,6 +101,16 @@ class VcenterSpec(StrictModel):
     datacenter: str | None = None
     tls: TlsSpec = Field(default_factory=TlsSpec)
 
+    @field_validator("url")
+    @classmethod
+    def _no_password(cls, v: str | None) -> str | None:
+        # the user info is all before the last @ (a password may hold @, /, ? or #); the URL is never repeated
+        user_info = (v.partition("://")[2] if v is not None and "://" in v else v or "").rpartition("@")[0]
+        if ":" in user_info:
+            raise ValueError("must not carry a password (secrets never live in the inventory): give it with "
+                             "VGPUCTL_PASSWORD, --password-file or the prompt")
+        return v
+
 
 # ----------------------------------------------------------------------------------------------- hosts
 
