@@ -17,6 +17,11 @@ class UsageError(VgpuctlError):
     """A wrong option, a missing file, an argument that makes no sense."""
 
 
+class OutputError(VgpuctlError):
+    """A file vgpuctl writes could not be written (a full disk, a read-only file or folder); a file written whole
+    or not at all is left as it was."""
+
+
 class InventoryError(VgpuctlError):
     """A problem in the inventory file, located at FILE:LINE:COL when known."""
 

@@ -13,8 +13,8 @@ from typing import Literal
 from vgpuctl.model import ObservedHost, ObservedHostNic
 from vgpuctl.netrules import network_rules
 
-_BUS_ID = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-_VMNIC = re.compile(r"^vmnic\d+$")
+_BUS_ID = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+_VMNIC = re.compile(r"vmnic\d+")
 _BRACKET = re.compile(r"\[([^\]]+)\]")
 
 
@@ -47,7 +47,6 @@ def matching_nics(host: ObservedHost, select: DeviceSelect) -> list[ObservedHost
     return sorted((n for n in host.nics if not is_virtual_function(n) and selects(select, n)), key=lambda n: n.pci_id)
 
 
-
 @dataclass(frozen=True)
 class DeviceSelect:
     """How an SR-IOV or passthrough adapter names its physical NIC: a PCI id (`0000:3b:00.0`), the host's
@@ -58,15 +57,14 @@ class DeviceSelect:
 
     @classmethod
     def parse(cls, text: str) -> DeviceSelect:
-        if _BUS_ID.match(text):
+        if _BUS_ID.fullmatch(text):
             return cls("pci", text.lower())
-        if _VMNIC.match(text):
+        if _VMNIC.fullmatch(text):
             return cls("vmnic", text)
         return cls("model", text)
 
     def __str__(self) -> str:
         return self.value
-
 
 
 def describe_nics(host: ObservedHost) -> str:

@@ -49,10 +49,10 @@ class Planned:
 
     @property
     def disruptive(self) -> bool:
-        """Host changes, VMs powered off or vGPUs removed, or VM classes deleted."""
+        """Host changes, VMs powered off or destroyed or vGPUs removed, or VM classes deleted."""
         return (
             bool(self.plan.host_changes)
-            or any(c.power_off or any(d.op == Op.REMOVE for d in c.devices) for c in self.plan.changes)
+            or any(c.power_off or c.destroy or any(d.op == Op.REMOVE for d in c.devices) for c in self.plan.changes)
             or (self.classes is not None and any(c.op == Op.REMOVE for c in self.classes.class_changes))
         )
 

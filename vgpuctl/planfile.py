@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from vgpuctl import filelimits
 from vgpuctl.errors import UsageError, VgpuctlError
 from vgpuctl.model import Observed, Plan
+from vgpuctl.outpaths import write_whole
 from vgpuctl.settings import drift_fields
 
 if TYPE_CHECKING:
@@ -118,14 +118,8 @@ def _sha256(data: Any) -> str:
 
 
 def save(path: Path, saved: SavedPlan) -> None:
-    """Write the plan file (owner-only: it holds the inventory)."""
-    text = json.dumps(saved.to_dict(), indent=2) + "\n"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-    except OSError as err:
-        raise UsageError(f"--out {path}: {err.strerror or err}") from None
+    """Write the plan file whole or not at all (owner-only: it holds the inventory); OutputError when it cannot."""
+    write_whole(path, json.dumps(saved.to_dict(), indent=2) + "\n", "--out", mode=0o600)
 
 
 def load(path: Path) -> SavedPlan:

@@ -25,7 +25,7 @@ from vgpuctl.model import ObservedGpu, ObservedProfile
 
 PREFIXES = ("grid_", "nvidia_")
 _GRAMMAR_RE = re.compile(
-    r"^(?P<board>[a-z][a-z0-9]*)-(?:(?P<slices>[1-9])-)?(?P<fb>[1-9][0-9]*)(?P<series>[abcq])(?P<me>me)?$"
+    r"(?P<board>[a-z][a-z0-9]*)-(?:(?P<slices>[1-9])-)?(?P<fb>[1-9][0-9]*)(?P<series>[abcq])(?P<me>me)?"
 )
 PROFILE_GRAMMAR = "grid_<board>-[<slices>-]<fb><series>, e.g. grid_a100-40c or grid_a100-3-20c"
 
@@ -323,10 +323,10 @@ def _parse_name(name: str) -> VgpuProfile:
         raise _bad(name)
     row = _type_index().get(rest)
     if row is not None:
-        m = _GRAMMAR_RE.match(rest)
+        m = _GRAMMAR_RE.fullmatch(rest)
         slices = int(m["slices"]) if m and m["slices"] else (int(row.mig_gi[0]) if row.mig_gi else None)
         return VgpuProfile(name, row.board, slices, row.fb_gb, row.series.lower(), row.mig_gi, row.media, True)
-    m = _GRAMMAR_RE.match(rest)
+    m = _GRAMMAR_RE.fullmatch(rest)
     if m is None:
         raise _bad(name)
     slices = int(m["slices"]) if m["slices"] else None
@@ -358,14 +358,14 @@ def spellings(name: str) -> tuple[str, ...]:
 # The last part of every vGPU type name is its frame buffer in GB and then its series letter (A, B, C, Q; MIG
 # media types add `me`): NVIDIA's vGPU type tables (docs/vgpu-catalogue.md). A newer driver may add boards, sizes
 # and suffixes, but a name whose last part has no letter after the size (`grid_a100-40`) names no type.
-_HOST_SPELLING_RE = re.compile(r"^(?:grid|nvidia)_[a-z0-9]+(?:-[a-z0-9]+)*-[0-9]+[a-z][a-z0-9]*$")
+_HOST_SPELLING_RE = re.compile(r"(?:grid|nvidia)_[a-z0-9]+(?:-[a-z0-9]+)*-[0-9]+[a-z][a-z0-9]*")
 
 
 def is_host_spelling(name: str) -> bool:
     """Spelled like a vSphere vGPU profile (`grid_`/`nvidia_`, lower-case words joined by hyphens, the last one a
     frame buffer size and a series letter), whether or not a table explains it: a host with a newer driver may
     offer it, so only the host can say it does not exist."""
-    return bool(_HOST_SPELLING_RE.match(name))
+    return bool(_HOST_SPELLING_RE.fullmatch(name))
 
 
 def mixing_problem(profiles: Iterable[str | VgpuProfile]) -> str | None:

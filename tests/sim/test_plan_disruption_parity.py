@@ -55,6 +55,9 @@ CASES = {
     "vms:\n  - name: web-01\n    vgpus: {profile: grid_a100-10c, count: 1}\n    power: 'off'\n",
     # an assignment policy change: no maintenance, no power-off
     "policy-only": HEADER + "hosts:\n  - cluster: GPU-Cluster\n    graphics: {assignment_policy: consolidation}\n",
+    # two VMs destroyed: a running one (powered off first) and a stopped one (a disruptive step all the same)
+    "destroy": HEADER + "allow_destroy: true\nvms:\n  - {name: web-02, state: absent}\n"
+    "  - {name: idle-01, state: absent}\n",
 }
 
 
@@ -94,15 +97,19 @@ def _names(si: Any) -> dict[str, str]:
 
 
 def task_collector(si: Any) -> tuple[Any, set[str]]:
-    """A collector of every task, and the keys of the tasks it already holds (those before the apply)."""
-    collector = si.content.taskManager.CreateCollectorForTasks(vim.TaskFilterSpec())
+    """A collector of every task on the inventory's objects, and the keys of the tasks it already holds (those
+    before the apply). The simulator records a destroyed VM's file deletion as a task of its FileManager, which is
+    no managed entity and which pyVmomi refuses to read: only tasks of entities under the root folder are kept."""
+    below_root = vim.TaskFilterSpec.ByEntity(entity=si.content.rootFolder, recursion="all")
+    collector = si.content.taskManager.CreateCollectorForTasks(vim.TaskFilterSpec(entity=below_root))
     collector.SetCollectorPageSize(1000)
     return collector, {t.key for t in collector.latestPage or []}
 
 
-def done_tasks(si: Any, collector: Any, before: set[str]) -> list[tuple[str, str]]:
-    """(descriptionId, entity name) of every task vCenter ran since the collector was made."""
-    names = _names(si)
+def done_tasks(si: Any, collector: Any, before: set[str], known: dict[str, str]) -> list[tuple[str, str]]:
+    """(descriptionId, entity name) of every task vCenter ran since the collector was made; `known`: the names of
+    the objects before the apply (a VM it destroyed is no longer there to be named)."""
+    names = {**known, **_names(si)}
     page = list(collector.latestPage or [])
     assert len(page) < 1000  # the page holds them all
     return [
@@ -113,7 +120,8 @@ def done_tasks(si: Any, collector: Any, before: set[str]) -> list[tuple[str, str
 
 
 def what_apply_did(tasks: list[tuple[str, str]]) -> dict[str, set[str]]:
-    kinds = {"maintenance": "entermaintenance", "reboot": "reboot", "power-off": "poweroff", "power-on": "poweron"}
+    kinds = {"maintenance": "entermaintenance", "reboot": "reboot", "power-off": "poweroff", "power-on": "poweron",
+             "destroy": "virtualmachine.destroy"}  # not the Folder.destroy of a lease or claim
     return {k: {entity for name, entity in tasks if needle in name.lower()} for k, needle in kinds.items()}
 
 
@@ -130,24 +138,29 @@ def test_apply_does_exactly_the_disruptive_steps_the_plan_shows(sim: Any, si: An
     doc = json.loads(planned.stdout)
     shown = {
         action: {d["vm"] or d["host"] for d in doc["disruptions"] if d["action"] == action}
-        for action in ("maintenance", "reboot", "power-off")
+        for action in ("maintenance", "reboot", "power-off", "destroy")
     }
     comes_back = {d["vm"] for d in doc["disruptions"] if d["action"] == "power-off" and d["comes_back"]}
     assert doc["summary"]["power_off"] == len(shown["power-off"])
     assert doc["summary"]["maintenance"] == len(shown["maintenance"])
+    assert doc["summary"]["remove"] == len(shown["destroy"])
 
     collector, before = task_collector(si)
+    known = _names(si)
     applied = vgpuctl(sim, tmp_path, "apply", "-f", str(inv), "--yes")
     assert applied.exit_code == 0, applied.output
-    did = what_apply_did(done_tasks(si, collector, before))
+    did = what_apply_did(done_tasks(si, collector, before, known))
     collector.DestroyCollector()
 
     assert did["maintenance"] == shown["maintenance"], case
     assert did["reboot"] == shown["reboot"], case
     assert did["power-off"] == shown["power-off"], case
+    assert did["destroy"] == shown["destroy"], case
     assert did["power-on"] & shown["power-off"] == comes_back, case  # powered on again exactly as shown
     text = vgpuctl(sim, tmp_path, "plan", "-f", str(inv)).stdout if not shown["power-off"] else ""
     assert "Disruptive steps" not in text
+    if case == "destroy":
+        assert shown["destroy"] == {"web-02", "idle-01"} and shown["power-off"] == {"web-02"}
 
 
 def test_the_text_plan_lists_each_evacuated_vm_and_counts_them(sim: Any, tmp_path: Path) -> None:

@@ -202,8 +202,8 @@ def test_missing_licence_token(sim: Gpusim, tmp_path: Path) -> None:
     (tmp_path / "gone.tok").mkdir()
     doc = json.loads(run(path, "-o", "json").stdout)
     assert [d["message"] for d in doc["error"]["details"]] == [
-        f"guest.license-token group trainers: {tmp_path / 'gone.tok'}: a directory, not a file; fix: put the file "
-        "there (readable by this user), or correct vgpu_license_token_src"]
+        f"guest.license-token group trainers: {tmp_path / 'gone.tok'}: a directory, not a regular file (vgpuctl reads "
+        "this only from a file); fix: put the file there (readable by this user), or correct vgpu_license_token_src"]
 
 
 def test_template_and_rdma(sim: Gpusim, tmp_path: Path, gpusim_factory: Any) -> None:

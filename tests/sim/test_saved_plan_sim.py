@@ -160,3 +160,33 @@ def test_bad_plan_files_and_arguments_are_one_line_errors(sim: Any, tmp_path: Pa
         assert (
             result.stderr.strip().splitlines() == [f"error: {result.stderr.strip()[7:]}"] and message in result.stderr
         )
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_a_plan_or_export_that_cannot_be_written_is_one_line(sim: Any, tmp_path: Path) -> None:
+    """A full disk after the plan was made (or the farm read): one line naming the option, never "a bug"; a plan
+    file written whole or not at all leaves none half-written."""
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(INVENTORY.replace("PROFILE", "grid_a100-20c"))
+    result = vgpuctl(sim, tmp_path, "plan", "-f", str(inv), "--out", "/dev/full")
+    assert result.exit_code == 1, result.output
+    assert errors(result) == ["error: --out /dev/full: No space left on device"], result.stderr
+    missing = tmp_path / "missing" / "farm.yaml"
+    result = vgpuctl(sim, tmp_path, "export", "--out", str(missing))
+    assert result.exit_code == 1, result.output
+    assert errors(result)[-1] == f"error: --out {missing}: No such file or directory", result.stderr
+    assert "bug" not in result.output and not missing.parent.exists()
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+def test_a_clone_into_a_folder_that_does_not_exist_is_a_plan_error(sim: Any, tmp_path: Path) -> None:
+    """vCenter would refuse the clone at apply: the plan says so, at the entry's folder, and applies nothing."""
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(INVENTORY.replace("PROFILE", "grid_a100-20c").replace("    power: 'off'\n",
+                                                                           "    power: 'off'\n    folder: teamZ\n"))
+    result = vgpuctl(sim, tmp_path, "plan", "-f", str(inv))
+    assert result.exit_code == 1, result.output
+    assert errors(result) == [
+        f"error: {inv}:9:13: vm saved-01: folder 'teamZ' does not exist in datacenter DC0 (it has no VM folders): "
+        "create it in vCenter, or set 'folder' to one that exists (/ for the root); vgpuctl does not create folders"]
+    assert vgpus_of(sim, "saved-01") is None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from typer.testing import CliRunner
 
@@ -27,6 +29,8 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         ("https://admin:Hunter2pw@vc.example.com:99999/sdk", "the port must be 1 to 65535"),
         ("https://[fe80::1/sdk", "the IPv6 address in brackets is broken"),
         ("https:///sdk", "has no host"),
+        ("https://admin:Hunter2pw@x@vc.example.com:99999/sdk", "the port must be 1 to 65535"),
+        ("https://admin:Hun/ter2pw@vc.example.com/sdk", "the port is not a number"),
     ],
 )
 @pytest.mark.parametrize("output", ["text", "json"])
@@ -36,7 +40,7 @@ def test_a_malformed_url_is_one_line(url: str, why: str, output: str) -> None:
     errors = [line for line in result.stderr.splitlines() if not line.startswith("warning:")]
     assert len(errors) == 1 and errors[0].startswith("error: vCenter URL") and why in errors[0], result.stderr
     assert "bug" not in result.output and "Traceback" not in result.output
-    assert "Hunter2pw" not in result.output
+    assert "Hunter2pw" not in result.output and "ter2pw" not in result.output and "admin:" not in result.output
     if output == "json":
         assert '"UsageError"' in result.stdout
 
@@ -79,3 +83,16 @@ def test_a_timeout_that_is_not_positive_is_refused(bad: str) -> None:
     result = CliRunner().invoke(app, ["status"], env={**ENV, "VGPUCTL_URL": "https://vc/sdk", "VGPUCTL_TIMEOUT": bad})
     assert result.exit_code == 1
     assert "timeout must be more than 0 seconds" in result.stderr
+
+
+@pytest.mark.parametrize("url", ["https://admin:Hunter2pw@vc.example.com/sdk", "admin@corp:Hun/ter2pw@vc.example.com"])
+def test_a_password_in_the_inventory_url_is_refused_without_repeating_it(tmp_path: Path, url: str) -> None:
+    """Secrets never live in the inventory (a saved plan holds its text): the URL's password goes in
+    VGPUCTL_PASSWORD, --password-file or the prompt, and the error repeats no part of the URL."""
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text(f'apiVersion: vgpuctl/v1\nvcenter: {{url: "{url}"}}\n')
+    result = CliRunner().invoke(app, ["validate", "-f", str(inventory)], env=ENV)
+    assert result.exit_code == 1, result.output
+    assert result.stderr.strip() == (f"{inventory}:2:16: vcenter.url: must not carry a password (secrets never live "
+                                     "in the inventory): give it with VGPUCTL_PASSWORD, --password-file or the prompt")
+    assert "ter2pw" not in result.output and "admin" not in result.output

@@ -375,3 +375,18 @@ def test_export_writes_rdma_vms_adapters_so_that_the_export_plans_no_change() ->
     assert "network" not in web.split("- name:")[1]
     plan = make_plan(load_inventory_text(text, "farm.yaml"), obs)
     assert plan.errors == [] and plan.is_empty, (plan.errors, [c.nics for c in plan.changes])
+
+
+def test_adapters_a_vm_keeps_count_against_vsphere_limit() -> None:
+    """The VM has 8 adapters the entry does not name and the entry adds 3 (network_exclusive: false keeps the 8):
+    11, over vSphere's 10 (vgpuctl/data/vm-limits.yaml); with network_exclusive the 8 go and 3 stay."""
+    nics = [{"key": 4000 + i, "kind": "vmxnet3", "network": "mgmt"} for i in range(8)]
+    obs = with_vms(old=running("old", "esx-01.gpu.sim", nics, power="poweredOff"))
+    text = ("apiVersion: vgpuctl/v1\nvms:\n  - name: old\n    power: 'off'\n    network:\n"
+            + "      - {portgroup: roce-fabric}\n" * 3)
+    plan = plan_of(text, obs)
+    assert [str(p) for p in plan.problems if "network adapters" in str(p)] == [
+        "inv.yaml:5:5: vm old: with the adapters it keeps: 11 network adapters; vSphere gives one VM "
+        "at most 10 (vmxnet3, PVRDMA and SR-IOV adapters count, passthrough NICs do not)"], plan.problems
+    exclusive = text.replace("    network:\n", "    network_exclusive: true\n    network:\n", 1)
+    assert not [p for p in plan_of(exclusive, obs).problems if "network adapters" in str(p)]

@@ -75,6 +75,59 @@ def test_removal_powers_off_and_destroys_only_named_vms() -> None:
     assert not any("--allow-destroy" in w for w in allowed.warnings)
 
 
+def test_a_destroy_is_a_disruptive_step_listed_and_counted() -> None:
+    """Every VM destroyed is a disruptive step of its own (action `destroy`), a stopped one too: listed under
+    "Disruptive steps" and in `disruptions`, counted in the summary; a running one is powered off first."""
+    from vgpuctl.reports.plantext import plan_lines
+
+    observed = farm()
+    observed.vms["other"].power_state = "poweredOff"
+    plan = make_plan(load_inventory_text("apiVersion: vgpuctl/v1\nvms:\n  - name: other\n    state: absent\n"
+                                         "  - name: hand\n    state: absent\n", "inv.yaml"), observed)
+    report = plan_report(plan)
+    assert [(d.action, d.vm, d.comes_back) for d in report.disruptions] == [
+        ("power-off", "hand", False), ("destroy", "hand", False), ("destroy", "other", False)]
+    lines = plan_lines(report)
+    at = lines.index("Disruptive steps:")
+    assert lines[at + 1:at + 4] == [
+        "  ! vm hand: powered off for its own change; destroyed",
+        "  ! vm hand: destroyed (state: absent): the VM and its disks are deleted",
+        "  ! vm other: destroyed (state: absent): the VM and its disks are deleted"]
+    assert (report.summary.remove, report.summary.power_off) == (2, 1)
+    assert lines[-1] == "Plan: 0 to create, 0 to change, 2 to remove, 1 power-off."
+
+
+def test_apply_asks_for_the_word_before_destroying_a_stopped_vm(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vgpuctl import pipeline
+    from vgpuctl.cli import common
+    from vgpuctl.cli.common import GlobalOptions
+    from vgpuctl.cli.plan import CliHooks
+
+    observed = farm()
+    observed.vms["other"].power_state = "poweredOff"
+    inventory = load_inventory_text("apiVersion: vgpuctl/v1\nvms:\n  - name: other\n    state: absent\n")
+    planned = pipeline.Planned(inventory, observed, make_plan(inventory, observed))
+    asked: list[bool] = []
+    monkeypatch.setattr(common, "confirm", lambda question, action="apply", word=False: asked.append(word))
+    CliHooks(GlobalOptions()).confirm(planned)
+    assert asked == [True] and planned.disruptive  # the word `yes`, not y/N; `vm vgpu` would ask too
+
+
+def test_state_absent_with_power_keep_is_refused() -> None:
+    """`keep` means the VM's power is never touched; a removal powers it off and destroys it."""
+    from vgpuctl.errors import InventoryErrors
+    from vgpuctl.inventory import validate
+
+    text = "apiVersion: vgpuctl/v1\nvms:\n  - name: hand\n    state: absent\n    power: keep\n"
+    with pytest.raises(InventoryErrors) as info:
+        validate(load_inventory_text(text, "inv.yaml"))
+    assert str(info.value) == ("inv.yaml:5:12: vms[0].power: power: keep never touches the VM, but state: absent "
+                               "powers it off and destroys it: remove 'power: keep' to destroy the VM, or the "
+                               "entry's 'state: absent' to keep it")
+    plan = make_plan(load_inventory_text(text, "inv.yaml"), farm())  # an inventory not validated first
+    assert plan.changes == [] and plan.errors == [str(info.value).replace("vms[0].power: ", "vm hand: ")]
+
+
 def test_export_names_what_a_hand_made_vm_lacks() -> None:
     observed = farm()
     assert lacks(observed.vms["hand"]) == [Keep.MMIO, Keep.MEMORY_LOCK, Keep.EFI]

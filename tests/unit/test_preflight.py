@@ -4,6 +4,7 @@ per object (and the README's role table as their source of truth), the checks fr
 from __future__ import annotations
 
 import copy
+import os
 import re
 from pathlib import Path
 
@@ -436,17 +437,28 @@ def test_an_unreadable_token_file_is_named_without_its_content(tmp_path: Path, m
     token = tmp_path / "client_configuration_token.tok"
     token.write_text("SECRET-TOKEN")
     assert unreadable(token) is None
-    real_open = Path.open
-
-    def denied(self: Path, *args: object, **kwargs: object) -> object:
-        if self == token:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_open(self, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(Path, "open", denied)  # tests run as root, who reads any file: deny it by hand
-    assert unreadable(token) == "not readable by this user (permission denied)"
     (tmp_path / "empty.tok").write_text("")
     assert unreadable(tmp_path / "empty.tok") == "empty"
+    real_open = os.open
+
+    def denied(path: object, *args: object, **kwargs: object) -> int:
+        if Path(str(path)) == token:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", denied)  # tests run as root, who reads any file: deny it by hand
+    assert unreadable(token) == "not readable by this user (permission denied)"
+
+
+def test_a_token_path_that_is_a_fifo_or_a_device_is_refused_at_once(tmp_path: Path) -> None:
+    """A FIFO with no writer would hold preflight forever on open; a device is no token file."""
+    from vgpuctl.preflight.guests import unreadable
+
+    fifo = tmp_path / "token.fifo"
+    os.mkfifo(fifo)
+    assert unreadable(fifo) == "a named pipe (FIFO), not a regular file (vgpuctl reads this only from a file)"
+    assert unreadable(Path("/dev/zero")) == "a device, not a regular file (vgpuctl reads this only from a file)"
+    assert unreadable(tmp_path) == "a directory, not a regular file (vgpuctl reads this only from a file)"
 
 
 def test_an_sriov_or_passthrough_adapter_needs_its_nic_on_a_host_of_the_vm() -> None:

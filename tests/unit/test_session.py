@@ -58,12 +58,33 @@ def test_url_problems_never_repeat_the_password() -> None:
         assert "Hunter2pw" not in str(info.value) and "admin" not in str(info.value)
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "https://admin:p@ss-Hunter2@vc:99999/sdk",  # an @ in the password: everything up to the last @ goes
+        "https://admin:pa/Hunter2@vc/sdk",  # a / in the password ends the authority: the URL does not parse
+        "https://admin:pa#Hunter2@vc:0/sdk",
+        "https://admin:pa?Hunter2@vc:x",
+        "admin:pa/Hunter2@vc:99999",
+        "ftp://admin:pa/Hunter2@vc/sdk",
+    ],
+)
+def test_a_url_that_does_not_parse_never_repeats_any_part_of_the_user_info(bad: str) -> None:
+    with pytest.raises(UsageError) as info:
+        sess.parse_url(bad)
+    text = str(info.value)
+    assert "Hunter2" not in text and "admin" not in text and "@" not in text, text
+    assert "vc" in text and len(text.splitlines()) == 1
+
+
 def test_user_info_is_taken_out_of_the_url() -> None:
     parsed = sess.parse_url("https://bob%40corp:p%3Ass@vc.example.com:8443/sdk")
     assert (parsed.url, parsed.username, parsed.password) == ("https://vc.example.com:8443/sdk", "bob@corp", "p:ss")
     assert "p:ss" not in repr(parsed)
     assert sess.without_user_info("https://bob:pw@vc/sdk") == "https://vc/sdk"
     assert sess.without_user_info("bob:pw@vc") == "vc"
+    assert sess.without_user_info("https://bob@corp:p@ss/x@vc:443/sdk") == "https://vc:443/sdk"
+    assert sess.without_user_info("https://vc/sdk") == "https://vc/sdk"
 
 
 @pytest.mark.parametrize(("given", "seconds"), [("30", 30.0), ("0.25", 0.25), (5, 5.0)])

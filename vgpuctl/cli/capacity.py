@@ -60,6 +60,7 @@ def capacity_cmd(
     if demand is None and (out is not None or detailed_exitcode):
         raise UsageError("--out and --detailed-exitcode go with --demand")
     common.check_out_file(out)
+    common.refuse_overlaps({"--out": out}, opts, {"the demand file": demand, "the inventory": file})
     wanted = None
     if demand is not None:
         from vgpuctl.capacity.demand import load_demand
@@ -91,7 +92,9 @@ def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path |
     use_solver = not greedy_only
     answer = plan_capacity(observed, wanted, time_limit_s=time_limit, use_solver=use_solver, started=started)
     if out is not None:
-        out.write_text(fragment(answer, wanted), encoding="utf-8")
+        from vgpuctl.outpaths import write_whole
+
+        write_whole(out, fragment(answer, wanted), "--out")
         common.info(f"wrote {out}: {len(answer.changes)} GPU changes, {answer.placed} VMs")
     common.emit(capacity_demand_report(answer), opts)
     if detailed and not answer.all_fit:

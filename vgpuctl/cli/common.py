@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
+from vgpuctl import filelimits
 from vgpuctl.errors import Interrupted, InventoryError, PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
@@ -165,6 +166,14 @@ def check_out_file(path: Path | None, option: str = "--out") -> None:
         )
 
 
+def refuse_overlaps(outputs: dict[str, Path | None], opts: GlobalOptions, inputs: dict[str, Path | None]) -> None:
+    """Before anything runs: no output path may name a file the command reads (`inputs`, and the password and
+    CA files of the global options) or another output (vgpuctl.outpaths)."""
+    from vgpuctl.outpaths import refuse_overlaps as refuse
+
+    refuse(outputs, {**inputs, "the --password-file": opts.password_file, "the --ca-file": opts.ca_file})
+
+
 # -------------------------------------------------------------------------------------- connection
 
 
@@ -179,9 +188,14 @@ def _split_url_credentials(url: str) -> tuple[str, str | None, str | None]:
 
 
 def read_password_file(path: Path) -> str:
+    """The first line of the file, read within vgpuctl's file limits; a FIFO or a device is refused at once."""
     try:
         mode = path.stat().st_mode
-        text = path.read_text(encoding="utf-8")
+        text = filelimits.read_regular_text(path)
+    except (filelimits.NotAFile, filelimits.FileTooLarge) as e:
+        raise UsageError(f"--password-file {path}: {e}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--password-file {path}: not UTF-8 text") from None
     except OSError as e:
         raise UsageError(f"--password-file {path}: {e.strerror or e}") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
@@ -233,6 +247,8 @@ def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None)
     trace.add_secret(password)  # from here on, redacted from traces and kept out of guest runs
     insecure = opts.insecure if opts.insecure is not None else (tls is not None and not getattr(tls, "verify", True))
     ca_file = opts.ca_file or getattr(tls, "ca_file", None)
+    if ca_file:
+        _check_ca_file(Path(ca_file).expanduser())
     thumbprint = opts.thumbprint or getattr(tls, "thumbprint", None)
     if insecure:
         warn_once(
@@ -249,6 +265,19 @@ def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None)
         timeout_s=parse_timeout(opts.timeout) if opts.timeout is not None else DEFAULT_TIMEOUT_S,
         esxi_timeout_s=esxi_timeout(opts),
     )
+
+
+def _check_ca_file(path: Path) -> None:
+    """The CA file is read by the TLS libraries: a FIFO, a device or a file over vgpuctl's size limit is refused
+    before they read it. A file that is missing is left to them (their error names it)."""
+    try:
+        filelimits.require_regular(path)
+        if path.stat().st_size > filelimits.MAX_FILE_BYTES:
+            raise filelimits.FileTooLarge
+    except (filelimits.NotAFile, filelimits.FileTooLarge) as e:
+        raise UsageError(f"CA file {path}: {e}") from None
+    except OSError:
+        return
 
 
 def esxi_timeout(opts: GlobalOptions) -> float | None:
@@ -301,13 +330,13 @@ def run_options(opts: GlobalOptions, inventory: Inventory | None, **fields: Any)
     return RunOptions(datacenter=datacenter_for(opts, inventory), on_new_host_key=new_host_key, **fields)
 
 
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?$")
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
 MAX_LOCK_WAIT_S = 24 * 3600.0
 
 
 def parse_duration(text: str, option: str) -> float:
     """Seconds from `90`, `90s`, `5m`, `1h30m`, `2m30s`: finite, 0 to a day."""
-    m = _DURATION.match(text.strip())
+    m = _DURATION.fullmatch(text.strip())
     if not text.strip() or m is None:
         raise UsageError(f"{option} {text!r}: expected a duration such as 90, 90s, 5m or 1h30m")
     hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
@@ -326,14 +355,14 @@ CONFIRM_WORD = "yes"
 
 def confirm(question: str, action: str = "apply", *, word: bool = False) -> None:
     """Ask before a change; the one place that does. `word`: a disruptive change (maintenance mode, a reboot, a
-    VM powered off) needs the word `yes` typed out; others a y/N. Refused without a terminal (use --yes); any
-    other answer, or Ctrl-C at the prompt, stops with nothing changed."""
+    VM powered off or destroyed) needs the word `yes` typed out; others a y/N. Refused without a terminal (use
+    --yes); any other answer, or Ctrl-C at the prompt, stops with nothing changed."""
     if not sys.stdin.isatty():
         raise UsageError(f"{action} needs confirmation but stdin is not a terminal: rerun with --yes")
     try:
         if word:
-            question = (f"{question} This takes hosts into maintenance, reboots them or powers VMs off. Type "
-                        f"'{CONFIRM_WORD}' to go on")
+            question = (f"{question} This takes hosts into maintenance, reboots them, powers VMs off or destroys "
+                        f"them. Type '{CONFIRM_WORD}' to go on")
             answer = str(typer.prompt(for_terminal(question, True, len(": yes")), default="", show_default=False,
                                       err=True))
             ok = answer.strip() == CONFIRM_WORD

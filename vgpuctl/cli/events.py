@@ -2,6 +2,10 @@
 
 With `-` the events go to stdout and every text vgpuctl would print there goes to stderr instead, so stdout is
 nothing but events. `--events -` with `-o json` is refused: both would be stdout (give the events a file).
+The events are a stream, written as they happen (not whole-or-nothing as `--out` files are). A FILE that names a
+file the command reads (the inventory, a saved plan) or its `--out` is refused before anything runs; a write that
+fails (a full disk) is one line: on the first event before anything runs, on a later one when the run ends (the
+stream stops there, the run goes on).
 """
 
 from __future__ import annotations
@@ -9,13 +13,13 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
-from vgpuctl.errors import UsageError
+from vgpuctl.errors import OutputError, UsageError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -39,22 +43,42 @@ EventsOpt = Annotated[
 
 
 class EventFile:
-    """One JSON object per line, flushed after each: a reader following the file sees each event at once."""
+    """One JSON object per line, flushed after each: a reader following the file sees each event at once. A write
+    that fails ends the stream: OutputError at once when it is the first event (nothing has run yet), else kept
+    for `close` to raise, so that no step of a run stops because its event could not be written."""
 
-    def __init__(self, stream: IO[str], close: bool):
+    def __init__(self, stream: IO[str], close: bool, target: str = STDOUT):
         self._stream = stream
         self._close = close
+        self._target = target
         self._lock = threading.Lock()
+        self._written = 0
+        self.failure: OutputError | None = None
 
     def write(self, event: Event) -> None:
         line = json.dumps(event.to_dict(), separators=(",", ":"))
         with self._lock:
-            self._stream.write(line + "\n")
-            self._stream.flush()
+            if self.failure is not None:
+                return
+            try:
+                self._stream.write(line + "\n")
+                self._stream.flush()
+            except OSError as err:
+                self.failure = OutputError(f"--events {self._target}: {err.strerror or err} (the events stop "
+                                           f"after {self._written})")
+                if not self._written:
+                    raise self.failure from None
+            self._written += 1
 
     def close(self) -> None:
+        """Close the file; OutputError when a write failed or the file cannot be closed (its last bytes lost)."""
         if self._close:
-            self._stream.close()
+            try:
+                self._stream.close()
+            except OSError as err:
+                self.failure = self.failure or OutputError(f"--events {self._target}: {err.strerror or err}")
+        if self.failure is not None:
+            raise self.failure
 
 
 def check(target: str | None, opts: GlobalOptions) -> None:
@@ -63,6 +87,11 @@ def check(target: str | None, opts: GlobalOptions) -> None:
         if opts.json:
             raise UsageError("--events - and -o json would both write to stdout: give --events a FILE")
         opts.text_to_stderr = True
+
+
+def as_output(target: str | None) -> Path | None:
+    """The file --events writes (None for none, or stdout), for outpaths.refuse_overlaps."""
+    return Path(target) if target is not None and target != STDOUT else None
 
 
 @contextmanager
@@ -79,10 +108,14 @@ def event_stream(target: str | None, opts: GlobalOptions, run_id: str | None) ->
         out = EventFile(sys.stdout, close=False)
     else:
         try:
-            out = EventFile(Path(target).open("w", encoding="utf-8"), close=True)  # noqa: SIM115 - closed below
+            stream = Path(target).open("w", encoding="utf-8")  # noqa: SIM115 - closed below
         except OSError as err:
-            raise UsageError(f"--events {target}: {err.strerror or err}") from None
+            raise OutputError(f"--events {target}: {err.strerror or err}") from None
+        out = EventFile(stream, close=True, target=target)
     try:
         yield EventStream(out.write, run_id or new_run_id())
-    finally:
-        out.close()
+    except BaseException:
+        with suppress(OutputError):  # the run's own error is the one to report
+            out.close()
+        raise
+    out.close()

@@ -48,9 +48,15 @@ def default_results(exp: Experiment) -> Path:
 
 
 def _results(exp: Experiment, results: Path | None) -> ResultsDir:
+    """The results folder; refused when it holds the experiment file or its base inventory (vgpuctl writes its
+    records there, and never over a file it reads)."""
     from vgpuctl.experiment.store import ResultsDir
+    from vgpuctl.outpaths import refuse_inside
 
-    return ResultsDir(results or default_results(exp))
+    folder = results or default_results(exp)
+    refuse_inside(folder, "--results" if results is not None else "the results folder",
+                  {"the experiment file": Path(exp.source_path), "its inventory": exp.base_inventory_path})
+    return ResultsDir(folder)
 
 
 @app.command("validate")

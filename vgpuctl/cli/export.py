@@ -47,6 +47,7 @@ def export_cmd(
 
     opts: GlobalOptions = ctx.obj
     common.check_out_file(out)
+    common.refuse_overlaps({"--out": out}, opts, {"the inventory": file})
     inventory = pipeline.load(file) if file is not None else None
     options = common.run_options(opts, inventory)
     with common.connect(opts, inventory) as session:
@@ -67,7 +68,9 @@ def export_cmd(
     for warning in observed.warnings:  # also comments in the file: what could not be read, per cause
         common.warn(warning)
     if out is not None:
-        out.write_text(text, encoding="utf-8")
+        from vgpuctl.outpaths import write_whole
+
+        write_whole(out, text, "--out")
         common.info(f"wrote {out}")
     common.emit(ExportReport(str(out) if out is not None else None, text), opts)
 

@@ -56,7 +56,9 @@ EvacuateOpt = Annotated[
         "refuses). Default: the inventory entry's, else refuse."
     ),
 ]
-RebootTimeout = Annotated[int | None, typer.Option(min=1, help="Seconds to wait for the host after a reboot.")]
+RebootTimeout = Annotated[
+    int | None, typer.Option(min=1, max=24 * 3600, help="Seconds to wait for the host after a reboot (at most a day).")
+]
 Tofu = Annotated[
     bool,
     typer.Option("--ssh-trust-on-first-use", help="Accept and record an unknown SSH host key (reported)."),

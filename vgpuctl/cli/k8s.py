@@ -235,7 +235,7 @@ def render_cmd(
     options.cluster_kind = _cluster_kind(opts, inventory, namespace, cluster_kind, options)
     manifests = render_manifests(inventory, namespace, options)
     if out is not None:
-        write_manifests(out, manifests)
+        write_manifests(out, manifests, {"the inventory": file})
     report = manifests_report(namespace, manifests, out, options.cluster_kind)
     if report.not_printed:
         common.info(f"not printed (Kubernetes objects only on stdout): {', '.join(report.not_printed)}; "
@@ -268,16 +268,21 @@ def _cluster_kind(opts: GlobalOptions, inventory: Inventory, namespace: str, giv
     return kind
 
 
-def write_manifests(out: Path, manifests: dict[str, str]) -> None:
-    """One file per manifest in `out`, each path checked to stay inside it; the licensing script executable."""
-    from vgpuctl.outpaths import inside
+def write_manifests(out: Path, manifests: dict[str, str], inputs: dict[str, Path | None]) -> None:
+    """One file per manifest in `out`, each written whole and checked to stay inside it and to name none of the
+    `inputs` (all checked before the first is written); the licensing script executable."""
+    from vgpuctl.errors import OutputError
+    from vgpuctl.outpaths import inside, refuse_overlaps, write_whole
 
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"--out {out}: {err.strerror or err}") from None
+    paths = {name: inside(out, name) for name in manifests}
+    for path in paths.values():
+        refuse_overlaps({"--out": path}, inputs)
     for name, text in manifests.items():
-        path = inside(out, name)
-        path.write_text(text, encoding="utf-8")
-        if name.endswith(".sh"):
-            path.chmod(0o755)
+        write_whole(paths[name], text, "--out", mode=0o755 if name.endswith(".sh") else None)
 
 
 def register(main_app: typer.Typer) -> None:

@@ -130,6 +130,7 @@ def plan_cmd(
     opts: GlobalOptions = ctx.obj
     common.check_out_file(out)
     cli_events.check(events, opts)
+    common.refuse_overlaps({"--out": out, "--events": cli_events.as_output(events)}, opts, {"the inventory": file})
     inventory = pipeline.load(file)
     scope = scope_of(host, cluster, vm)
     options = common.run_options(opts, inventory, trust_on_first_use=ssh_trust_on_first_use, scope=scope)
@@ -230,7 +231,7 @@ def apply_cmd(
 ) -> None:
     """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first.
 
-    Plans with maintenance mode, reboots or VM power-offs ask for the word `yes`; others for y/N.
+    Plans with maintenance mode, reboots, VM power-offs or VMs destroyed ask for the word `yes`; others for y/N.
 
     With PLANFILE (from `plan --out`): apply exactly that plan, with the scope it was made with; refused when
     the farm changed since it was made.
@@ -239,6 +240,8 @@ def apply_cmd(
 
     opts: GlobalOptions = ctx.obj
     cli_events.check(events, opts)
+    common.refuse_overlaps({"--events": cli_events.as_output(events)}, opts,
+                           {"the inventory": file, "the plan file": saved_plan})
     scope = scope_of(host, cluster, vm)
     saved, inventory, shown = load_request(saved_plan, file, scope)
     if saved is not None:
@@ -356,7 +359,7 @@ class CliHooks:
         if planned.classes is not None:
             changes += len(planned.classes.class_changes) + len(planned.classes.namespace_changes)
         s = report.summary
-        common.confirm(f"Apply {changes} change(s)?", word=bool(s.maintenance or s.reboots or s.power_off))
+        common.confirm(f"Apply {changes} change(s)?", word=bool(s.maintenance or s.reboots or s.power_off or s.remove))
 
     def apply_progress(self, planned: Planned) -> AbstractContextManager[Progress]:
         from vgpuctl.cli.display import ApplyDisplay

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vgpuctl import trace
+from vgpuctl import filelimits, trace
 from vgpuctl.errors import SshAuthError, SshError, SshHostKeyError, SshUnreachable
 
 if TYPE_CHECKING:
@@ -127,6 +127,59 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
 
 
+def load_known_hosts(keys: paramiko.HostKeys, path: Path) -> None:
+    """Add the host keys of an OpenSSH known_hosts file to `keys`, as paramiko's HostKeys.load reads them (blank
+    and comment lines skipped; lines without a readable key skipped too, where paramiko stops at some), from the
+    file read within vgpuctl's limits: a FIFO, a device or a file over the size limit raises NotAFile or
+    FileTooLarge instead of being read without end."""
+    import paramiko
+    from paramiko.hostkeys import HostKeyEntry, InvalidHostKey
+
+    for lineno, raw in enumerate(filelimits.read_regular_text(path).splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            entry = HostKeyEntry.from_line(line, lineno)
+        except (paramiko.SSHException, InvalidHostKey):  # a line no key can be read from, as OpenSSH skips it
+            continue
+        if entry is not None and entry.key is not None:
+            for name in entry.hostnames:
+                keys.add(name, entry.key.get_name(), entry.key)
+
+
+def load_private_key(path: Path, passphrase: str | None) -> paramiko.PKey:
+    """The private key in `path` (RSA, ECDSA or Ed25519, OpenSSH or PEM format), and its certificate from
+    `path-cert.pub` when there is one, as paramiko's PKey.from_path loads them, each file read within vgpuctl's
+    limits. Raises PasswordRequiredException for an encrypted key without `passphrase`, SSHException or
+    ValueError for one that cannot be read, NotAFile, FileTooLarge or OSError for the file itself."""
+    import paramiko
+
+    text = filelimits.read_regular_text(path)
+    key = _private_key(text, passphrase, (paramiko.Ed25519Key, paramiko.ECDSAKey, paramiko.RSAKey))
+    cert = Path(f"{path}-cert.pub")
+    if cert.exists():
+        key.load_certificate(filelimits.read_regular_text(cert).strip())
+    return key
+
+
+def _private_key(text: str, passphrase: str | None, kinds: tuple[type[paramiko.PKey], ...]) -> paramiko.PKey:
+    import io
+
+    import paramiko
+
+    failures: list[str] = []
+    for kind in kinds:
+        try:
+            return kind.from_private_key(io.StringIO(text), password=passphrase)
+        except paramiko.PasswordRequiredException:
+            raise
+        except (paramiko.SSHException, ValueError) as err:
+            failures.append(str(err))
+    raise paramiko.SSHException(f"not a private key vgpuctl can read (RSA, ECDSA or Ed25519; or a wrong "
+                                f"{ENV_KEY_PASSPHRASE}): {failures[-1]}")
+
+
 class EsxiShell:
     """An SSH connection to one ESXi host; use as a context manager."""
 
@@ -185,10 +238,7 @@ class EsxiShell:
         client = paramiko.SSHClient()
         known = self.settings.known_hosts
         if known.exists():
-            try:
-                client.load_host_keys(str(known))
-            except (OSError, paramiko.SSHException) as e:
-                raise SshHostKeyError(f"cannot read known_hosts {known}: {e}", host=self.target.host) from e
+            self._read_known_hosts(client)
         client.set_missing_host_key_policy(self._host_key_policy())
         s = self.settings
         if s.key_file is None and not s.use_agent and s.password is None:
@@ -235,16 +285,34 @@ class EsxiShell:
             raise SshUnreachable(f"cannot connect to {addr}: {e}", host=self.target.host) from e
         self._client = client
 
+    def _read_known_hosts(self, client: paramiko.SSHClient) -> None:
+        known = self.settings.known_hosts
+        try:
+            load_known_hosts(client.get_host_keys(), known)
+        except (filelimits.NotAFile, filelimits.FileTooLarge) as e:
+            why = str(e)
+        except UnicodeDecodeError:
+            why = "not UTF-8 text"
+        except OSError as e:
+            why = e.strerror or str(e)
+        else:
+            return
+        raise SshHostKeyError(f"cannot read known_hosts {known}: {why}", host=self.target.host)
+
     def _load_key(self) -> paramiko.PKey:
         import paramiko
 
         path = self.settings.key_file
         assert path is not None
         try:
-            return paramiko.PKey.from_path(path, self.settings.key_passphrase)
+            return load_private_key(path, self.settings.key_passphrase)
         except paramiko.PasswordRequiredException as e:
             raise SshError(f"SSH key {path} is encrypted: set {ENV_KEY_PASSPHRASE}", host=self.target.host) from e
-        except (OSError, paramiko.SSHException, ValueError) as e:
+        except (filelimits.NotAFile, filelimits.FileTooLarge) as e:
+            raise SshError(f"cannot load SSH key {path}: {e}", host=self.target.host) from None
+        except OSError as e:
+            raise SshError(f"cannot load SSH key {path}: {e.strerror or e}", host=self.target.host) from e
+        except (paramiko.SSHException, ValueError) as e:  # UnicodeDecodeError too
             raise SshError(f"cannot load SSH key {path}: {e}", host=self.target.host) from e
 
     def close(self) -> None:

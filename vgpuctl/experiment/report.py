@@ -10,13 +10,14 @@ message size, one line per variant (matplotlib, imported only here).
 
 from __future__ import annotations
 
+import io
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.experiment.facts import Contradiction, contradictions, summarize, transport_contradictions
-from vgpuctl.experiment.store import BASE, STATUS_OK, ResultsDir, RunRecord
+from vgpuctl.experiment.store import BASE, STATUS_OK, ResultsDir, RunRecord, write_atomic
 from vgpuctl.extras import require
 from vgpuctl.outpaths import inside
 
@@ -344,7 +345,6 @@ def write_plots(report: Report, directory: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    directory.mkdir(parents=True, exist_ok=True)
     written = []
     for table in report.tables:
         if table.kind not in (NCCL, P2P) or not table.data:
@@ -359,8 +359,10 @@ def write_plots(report: Report, directory: Path) -> list[Path]:
         ax.legend(title="variant")
         fig.tight_layout()
         path = inside(directory, f"{table.key}.png")
-        fig.savefig(path)
+        png = io.BytesIO()
+        fig.savefig(png, format="png")
         plt.close(fig)
+        write_atomic(path, png.getvalue())  # whole or not at all, as every file of the results
         table.plot = f"{directory.name}/{path.name}"
         written.append(path)
     return written

@@ -23,11 +23,11 @@ from vgpuctl.inventory.yamlpos import KeyPath, Pos, PositionedYaml, format_path,
 KIND = "Experiment"
 BUILTIN_WORKLOADS = ("nccl-tests", "p2pBandwidthLatencyTest")
 NCCL_TESTS = ("all_reduce_perf", "sendrecv_perf")
-_FOLDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")  # names a folder: one safe path component
+_FOLDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")  # names a folder: one safe path component
 
 
 def _folder_name(v: str) -> str:
-    if not _FOLDER_NAME.match(v):
+    if not _FOLDER_NAME.fullmatch(v):
         raise ValueError(f"must be letters, digits, '.', '_' or '-' (it names a folder), got {v!r}")
     return v
 

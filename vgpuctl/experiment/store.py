@@ -7,13 +7,14 @@ renamed. The directory layout: docs/experiments.md.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vgpuctl.outpaths import inside
+from vgpuctl import filelimits
+from vgpuctl.errors import OutputError, UsageError
+from vgpuctl.outpaths import inside, write_whole
 
 BASE = "base"
 STATUS_OK = "ok"
@@ -44,11 +45,34 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+def write_atomic(path: Path, content: str | bytes) -> None:
+    """A file of the results directory, written whole or not at all (vgpuctl.outpaths.write_whole); a failure
+    (a full disk, a read-only folder) is one OutputError line."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"results folder {path.parent}: {err.strerror or err}") from None
+    write_whole(path, content, "results file")
+
+
+def _read_text(path: Path) -> str:
+    """A file of the results directory, read within vgpuctl's file limits (a FIFO or a device in its place is
+    refused at once); a problem is one line naming the file."""
+    try:
+        return filelimits.read_regular_text(path)
+    except (filelimits.NotAFile, filelimits.FileTooLarge) as err:
+        raise UsageError(f"{path}: {err}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+    except OSError as err:
+        raise UsageError(f"{path}: {err.strerror or err}") from None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return filelimits.parse_json(_read_text(path))
+    except (filelimits.FileTooLarge, filelimits.TooDeep, ValueError) as err:
+        raise UsageError(f"{path}: not a record vgpuctl wrote ({err})") from None
 
 
 def _json(data: Any) -> str:
@@ -127,29 +151,29 @@ class ResultsDir:
 
     def state(self) -> dict[str, Any]:
         path = self.root / "state.json"
-        return json.loads(path.read_text()) if path.is_file() else {"applied": None, "partial": None, "history": []}
+        return _read_json(path) if path.is_file() else {"applied": None, "partial": None, "history": []}
 
     def experiment(self) -> dict[str, Any]:
-        return json.loads((self.root / "experiment.json").read_text())
+        return _read_json(self.root / "experiment.json")
 
     def expectations(self, variant: str) -> dict[str, Any]:
         path = self.variant_dir(variant) / "expect.json"
-        return json.loads(path.read_text()) if path.is_file() else {}
+        return _read_json(path) if path.is_file() else {}
 
     def load(self, variant: str, repetition: int) -> RunRecord | None:
         path = self.rep_dir(variant, repetition) / "result.json"
         if not path.is_file():
             return None
-        return RunRecord.from_dict(json.loads(path.read_text()))
+        return RunRecord.from_dict(_read_json(path))
 
     def facts(self, variant: str, repetition: int) -> dict[str, Any]:
         path = self.rep_dir(variant, repetition) / "facts.json"
-        return json.loads(path.read_text()) if path.is_file() else {}
+        return _read_json(path) if path.is_file() else {}
 
     def output(self, variant: str, repetition: int, vm: str) -> str:
         rec = self.load(variant, repetition)
         name = (rec.outputs.get(vm) or {}).get("file") if rec else None
-        return inside(self.rep_dir(variant, repetition), str(name)).read_text() if name else ""
+        return _read_text(inside(self.rep_dir(variant, repetition), str(name))) if name else ""
 
     def is_done(self, variant: str, repetition: int) -> bool:
         rec = self.load(variant, repetition)

@@ -14,7 +14,7 @@ from vgpuctl.errors import UsageError
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
 
-_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.:-]*$")
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]*")
 VM_PROPS = ["name", "guest.ipAddress", "guest.net"]
 Progress = Callable[[dict[str, str | None]], None]
 
@@ -75,21 +75,27 @@ def wait_for_addresses(
 
 
 def load_address_file(path: Path) -> dict[str, str | None]:
-    """A YAML/JSON mapping of VM name to address (IP or DNS name), for guests not read from vSphere."""
-    from ruamel.yaml import YAML
-    from ruamel.yaml.error import YAMLError
+    """A YAML/JSON mapping of VM name to address (IP or DNS name), for guests not read from vSphere; read within
+    the limits an inventory is (size, nesting: InventoryError FILE:LINE:COL), and only from a regular file."""
+    from vgpuctl import filelimits
+    from vgpuctl.inventory.yamlpos import read_yaml_text
 
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file")
     try:
-        data = YAML(typ="safe").load(path.read_text())
-    except YAMLError as err:
-        raise UsageError(f"{path}: not YAML: {err}") from None
+        text = filelimits.read_regular_text(path)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except (filelimits.NotAFile, filelimits.FileTooLarge) as err:
+        raise UsageError(f"{path}: {err}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+    except OSError as err:
+        raise UsageError(f"{path}: {err.strerror or err}") from None
+    data = read_yaml_text(text, str(path)).data
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
         raise UsageError(f"{path}: expected a mapping of VM name to IP address")
     out: dict[str, str | None] = {}
     for name, value in data.items():
-        if value is not None and not _HOST.match(str(value)):
+        if value is not None and not _HOST.fullmatch(str(value)):
             raise UsageError(f"{path}: {name}: {value!r} is not an IP address or host name")
         out[name] = str(value) if value is not None else None
     return out

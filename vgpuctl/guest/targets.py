@@ -169,7 +169,7 @@ def _check_roles(inv: Inventory) -> None:
 LINE_VALUES = ("nccl_socket_ifname", "nccl_ib_hca", "nccl_ib_traffic_class", "nccl_ib_gid_index", "nccl_ib_disable",
                "nccl_debug")  # fmt: skip
 LINE_MAPPINGS = ("nccl_extra", "vgpu_licensing_gridd_extra")
-_SETTING_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SETTING_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _line_value_problems(inv: Inventory, group: str, values: dict[str, Any]) -> list[Any]:
@@ -183,7 +183,7 @@ def _line_value_problems(inv: Inventory, group: str, values: dict[str, Any]) -> 
         if not isinstance(mapping, dict):
             continue
         for name, value in mapping.items():
-            if not _SETTING_NAME.match(str(name)):
+            if not _SETTING_NAME.fullmatch(str(name)):
                 out.append(inv.error((*base, key), f"{name!r} is no setting name (letters, digits and '_')"))
             elif _breaks_line(value):
                 out.append(inv.error((*base, key, name), "must be one line: it is written as NAME=VALUE"))

@@ -78,16 +78,21 @@ ENV_HOST_MAP = "VGPUCTL_ESXI_HOSTS"
 
 def load_host_map(value: str) -> dict[str, Any]:
     """SshTargets from VGPUCTL_ESXI_HOSTS: the JSON object itself (it starts with `{`) or the path of a file
-    holding it; a missing or malformed file or object is one clear UsageError."""
-    import json
+    holding it, read within vgpuctl's file limits (a FIFO or a device is refused at once); a missing, oversized,
+    too deeply nested or malformed file or object is one clear UsageError."""
     from pathlib import Path
 
+    from vgpuctl import filelimits
     from vgpuctl.esxi.ssh import SshTarget
 
     inline = value.lstrip().startswith("{")
     where = f"{ENV_HOST_MAP} (the JSON written out)" if inline else f"{ENV_HOST_MAP}={value}"
     try:
-        data = json.loads(value if inline else Path(value).expanduser().read_text(encoding="utf-8"))
+        data = filelimits.parse_json(value if inline else filelimits.read_regular_text(Path(value).expanduser()))
+    except (filelimits.NotAFile, filelimits.FileTooLarge, filelimits.TooDeep) as err:
+        raise UsageError(f"{where}: {err}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{where}: not JSON: not UTF-8 text") from None
     except OSError as err:
         raise UsageError(f"{where}: cannot read the ESXi host map: {err.strerror or err}") from None
     except ValueError as err:

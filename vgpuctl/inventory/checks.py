@@ -11,13 +11,17 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from vgpuctl.domain import MAX_VGPUS_PER_VM, NvlinkRequirement
+from vgpuctl.domain import MAX_VGPUS_PER_VM, NvlinkRequirement, Power, VmState
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.inventory.classes import iter_problems as class_problems
 from vgpuctl.inventory.netchecks import network_problems
 from vgpuctl.inventory.schema import HostSpec, Inventory, VmSpec
 from vgpuctl.inventory.yamlpos import KeyPath
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, is_host_spelling, mixing_problem, parse_profile
+
+# `keep` means vgpuctl never touches the VM's power state; a removal powers it off and destroys it.
+KEEP_ABSENT = ("power: keep never touches the VM, but state: absent powers it off and destroys it: remove "
+               "'power: keep' to destroy the VM, or the entry's 'state: absent' to keep it")
 
 
 def validate(inv: Inventory) -> None:
@@ -60,6 +64,8 @@ def _check_vms(inv: Inventory) -> Iterator[InventoryError]:
                             f"unknown guest group {vm.guest.group!r} (guests.groups: {known})")
         if vm.cluster is not None and vm.host is not None:
             yield inv.error(base, "set 'cluster' or 'host', not both")
+        if vm.state == VmState.ABSENT and vm.power == Power.KEEP:
+            yield inv.error((*base, "power"), KEEP_ABSENT)
 
 
 def _check_vgpus(inv: Inventory, vm: VmSpec, base: KeyPath) -> Iterator[InventoryError]:

@@ -12,12 +12,13 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from vgpuctl.netrules import network_rules
 from vgpuctl.profiles import ProfileError, mixing_problem, parse_profile
+from vgpuctl.vmlimits import vm_limits
 
 if TYPE_CHECKING:
     from vgpuctl.errors import InventoryError
 
 MAX_VGPUS_PER_CLASS = 8  # vSphere 8's per-VM limit; the hosts' own limit is checked at plan time
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class _Section(BaseModel):
@@ -26,7 +27,7 @@ class _Section(BaseModel):
 
 
 def _dns_label(v: str) -> str:
-    if not _DNS_LABEL.match(v):
+    if not _DNS_LABEL.fullmatch(v):
         raise ValueError(f"must be a DNS label: lower-case letters, digits and '-', at most 63 (got {v!r})")
     return v
 
@@ -90,7 +91,7 @@ class ClassNic(_Section):
 class VmClassSpec(_Section):
     name: str
     state: Literal["present", "absent"] = "present"
-    cpus: int | None = Field(default=None, ge=1, le=768)
+    cpus: int | None = Field(default=None, ge=1)  # at most vSphere's maximum, as a VM's (vgpuctl.vmlimits)
     memory_gb: float | None = None
     cpu_reservation: int = Field(default=0, ge=0, le=100)  # percent of the class's CPU
     memory_reservation: int | None = Field(default=None, ge=0, le=100)  # percent; 100 when there are vGPUs
@@ -113,8 +114,17 @@ class VmClassSpec(_Section):
     @field_validator("memory_gb")
     @classmethod
     def _memory(cls, v: float | None) -> float | None:
-        if v is not None and (v <= 0 or v * 1024 != int(v * 1024) or int(v * 1024) % 4):
-            raise ValueError(f"must be a positive size in GB that is a whole multiple of 4 MB (got {v})")
+        problem = vm_limits().memory_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus(cls, v: int | None) -> int | None:
+        problem = vm_limits().cpus_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
         return v
 
     @model_validator(mode="after")

@@ -18,11 +18,11 @@ from vgpuctl.domain import AdapterType, IdentityMethod, RoceProtocol
 from vgpuctl.nicselect import DeviceSelect
 from vgpuctl.strictmodel import KeyPath, Lax, StrictModel
 
-_BUS_ID = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-_VMNIC = re.compile(r"^vmnic\d+$")
-_MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
-_LABEL = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-_DOMAIN = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_BUS_ID = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+_VMNIC = re.compile(r"vmnic\d+")
+_MAC = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}")
+_LABEL = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+_DOMAIN = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 DEFAULT_DOMAIN = "localdomain"  # LinuxPrep.domain is required by the API; used when the entry sets none
 MAX_POOL = 65536  # addresses in one pool: a /16 is plenty for one entry's VMs
 
@@ -46,7 +46,7 @@ class AdapterSpec(StrictModel):
     def _mac(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        if not _MAC.match(v):
+        if not _MAC.fullmatch(v):
             raise ValueError(f"must be a MAC address like 00:50:56:12:34:56 (got {v!r})")
         if int(v[:2], 16) & 1:
             raise ValueError(f"must be a unicast MAC address (the first octet's lowest bit is set in {v!r})")
@@ -232,7 +232,7 @@ class IdentitySpec(StrictModel):
     @field_validator("domain")
     @classmethod
     def _domain(cls, v: str | None) -> str | None:
-        if v is not None and (len(v) > 253 or not _DOMAIN.match(v)):
+        if v is not None and (len(v) > 253 or not _DOMAIN.fullmatch(v)):
             raise ValueError(f"must be a DNS domain like example.com (got {v!r})")
         return v
 
@@ -247,7 +247,7 @@ class IdentitySpec(StrictModel):
 
 def hostname_problem(name: str) -> str | None:
     """Why a VM name cannot be its guest's hostname (an RFC 1123 label), or None."""
-    if not _LABEL.match(name):
+    if not _LABEL.fullmatch(name):
         return (f"VM name {name!r} is not a valid hostname (letters, digits and '-', at most 63, not starting or "
                 "ending with '-'): rename the VM or leave out guest.identity")
     return None

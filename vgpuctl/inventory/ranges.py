@@ -20,7 +20,7 @@ MAX_RANGE_NAMES = 10_000  # names one `{FIRST..LAST}` entry may expand to
 MAX_INVENTORY_VMS = 100_000  # VMs one inventory file may name once ranges are expanded
 _RANGE_DIGITS = 9
 _RANGE = re.compile(r"\{([^{}]*)\}")
-_RANGE_BODY = re.compile(r"^(\d+)\.\.(\d+)$")
+_RANGE_BODY = re.compile(r"(\d+)\.\.(\d+)")
 
 
 def expand_name(name: str) -> list[str]:
@@ -66,7 +66,7 @@ class _Range(typing.NamedTuple):
 
 
 def _parse_range(body: str, name: str) -> _Range:
-    m = _RANGE_BODY.match(body)
+    m = _RANGE_BODY.fullmatch(body)
     if m is None:
         raise ValueError(
             f"bad name range {{{body}}} in {name!r}: expected {{FIRST..LAST}} with numbers, e.g. {{01..04}}"

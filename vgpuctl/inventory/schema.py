@@ -16,6 +16,7 @@ from pydantic import Field, PrivateAttr, create_model, field_validator, model_va
 
 from vgpuctl.domain import (
     MAX_VGPUS_PER_VM,
+    AdapterType,
     Evacuate,
     Keep,
     NvlinkRequirement,
@@ -29,17 +30,19 @@ from vgpuctl.inventory.network import AdapterSpec, IdentitySpec
 from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Pos
 from vgpuctl.settings import SETTINGS
 from vgpuctl.strictmodel import Lax, StrictModel
+from vgpuctl.vmlimits import vm_limits
 
 API_VERSION = "vgpuctl/v1"
 MAX_VM_NAME = 80  # characters in a VM's name (docs/sources.md: vSphere Virtual Machine Administration)
+MAX_REBOOT_TIMEOUT_S = 24 * 3600  # vgpuctl's own bound: a host not back within a day is not coming back by waiting
 
-_THUMB_PLAIN = re.compile(r"^[0-9a-fA-F]{64}$")
-_THUMB_COLONS = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){31}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_THUMB_PLAIN = re.compile(r"[0-9a-fA-F]{64}")
+_THUMB_COLONS = re.compile(r"[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){31}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _env_name(v: str | None) -> str | None:
-    if v is not None and not _ENV_NAME.match(v):
+    if v is not None and not _ENV_NAME.fullmatch(v):
         raise ValueError(f"must be the name of an environment variable, not a secret (got {v!r})")
     return v
 
@@ -81,7 +84,7 @@ class TlsSpec(StrictModel):
     @field_validator("thumbprint")
     @classmethod
     def _thumbprint(cls, v: str | None) -> str | None:
-        if v is not None and not (_THUMB_PLAIN.match(v) or _THUMB_COLONS.match(v)):
+        if v is not None and not (_THUMB_PLAIN.fullmatch(v) or _THUMB_COLONS.fullmatch(v)):
             raise ValueError(
                 f"must be a sha256 fingerprint: 64 hex digits, optionally as 32 colon-separated pairs (got {v!r})"
             )
@@ -97,6 +100,16 @@ class VcenterSpec(StrictModel):
     url: str | None = None  # --url / VGPUCTL_URL / GOVC_URL win over this
     datacenter: str | None = None
     tls: TlsSpec = Field(default_factory=TlsSpec)
+
+    @field_validator("url")
+    @classmethod
+    def _no_password(cls, v: str | None) -> str | None:
+        # the user info is all before the last @ (a password may hold @, /, ? or #); the URL is never repeated
+        user_info = (v.partition("://")[2] if v is not None and "://" in v else v or "").rpartition("@")[0]
+        if ":" in user_info:
+            raise ValueError("must not carry a password (secrets never live in the inventory): give it with "
+                             "VGPUCTL_PASSWORD, --password-file or the prompt")
+        return v
 
 
 # ----------------------------------------------------------------------------------------------- hosts
@@ -119,7 +132,7 @@ class SshSpec(StrictModel):
 class MaintenanceSpec(StrictModel):
     evacuate: Lax[Evacuate] = Evacuate.REFUSE
     max_unavailable: int = Field(default=1, ge=1)
-    reboot_timeout_s: int = Field(default=900, ge=1)
+    reboot_timeout_s: int = Field(default=900, ge=1, le=MAX_REBOOT_TIMEOUT_S)
 
 
 # graphics, gpus, nvlink, scheduler: each host setting's part of an entry is in its module (vgpuctl.settings)
@@ -194,7 +207,7 @@ class VmSpec(StrictModel):
     cluster: str | None = None
     host: str | None = None
     folder: str | None = None
-    cpus: int | None = Field(default=None, ge=1, le=768)
+    cpus: int | None = Field(default=None, ge=1)  # at most vSphere's maximum (vgpuctl.vmlimits)
     memory_gb: float | None = None
     vgpus: list[VgpuSpec] = Field(default_factory=list)
     nvlink: Lax[NvlinkRequirement] = NvlinkRequirement.NONE
@@ -230,11 +243,26 @@ class VmSpec(StrictModel):
     @field_validator("memory_gb")
     @classmethod
     def _memory(cls, v: float | None) -> float | None:
-        if v is None:
-            return v
-        mb = v * 1024
-        if v <= 0 or mb != int(mb) or int(mb) % 4:
-            raise ValueError(f"must be a positive size in GB that is a whole multiple of 4 MB (got {v})")
+        problem = vm_limits().memory_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus(cls, v: int | None) -> int | None:
+        problem = vm_limits().cpus_problem(v) if v is not None else None
+        if problem:
+            raise ValueError(problem)
+        return v
+
+    @field_validator("network")
+    @classmethod
+    def _adapters(cls, v: list[AdapterSpec] | None) -> list[AdapterSpec] | None:
+        virtual = sum(1 for a in v or [] if a.kind != AdapterType.PASSTHROUGH)
+        problem = vm_limits().adapters_problem(virtual)
+        if problem:
+            raise ValueError(problem)
         return v
 
     @field_validator("name")

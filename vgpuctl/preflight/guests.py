@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from vgpuctl import filelimits
 from vgpuctl.domain import CheckStatus
 from vgpuctl.inventory import Inventory
 from vgpuctl.preflight import branches
@@ -131,12 +132,13 @@ def _file_check(check: str, subject: str, path: str | None, names: tuple[str, ..
 
 
 def unreadable(path: Path) -> str | None:
-    """Why the file cannot be read (None when it can); reads at most one byte."""
+    """Why the file cannot be read (None when it can); reads at most one byte, and never waits on a FIFO or reads a
+    device (refused at once, as vgpuctl.filelimits refuses them)."""
     try:
-        if path.is_dir():
-            return "a directory, not a file"
-        with path.open("rb") as handle:
+        with filelimits.open_regular(path) as handle:
             first = handle.read(1)
+    except filelimits.NotAFile as err:
+        return str(err)
     except FileNotFoundError:
         return "no such file"
     except PermissionError:

@@ -157,14 +157,15 @@ class VmDiff:
 
 @dataclass
 class Disruption:
-    """A disruptive step apply will take: a host entering maintenance mode or rebooting, or a running VM powered
-    off (to evacuate its host, or for its own change), and whether the VM runs again afterwards."""
+    """A disruptive step apply will take: a host entering maintenance mode or rebooting, a running VM powered
+    off (to evacuate its host, or for its own change), and whether the VM runs again afterwards, or a VM destroyed
+    (`state: absent`; a running one is powered off first, its own step)."""
 
-    action: str  # maintenance | reboot | power-off
-    host: str | None  # the host changed (None: a VM powered off for its own change)
-    vm: str | None  # the VM powered off (None: a host step)
+    action: str  # maintenance | reboot | power-off | destroy
+    host: str | None  # the host changed (None: a VM powered off or destroyed for its own change)
+    vm: str | None  # the VM powered off or destroyed (None: a host step)
     cause: str  # host change | evacuation | own change
-    comes_back: bool  # host out of maintenance / VM powered on again by this apply
+    comes_back: bool  # host out of maintenance / VM powered on again by this apply (never for a destroy)
     detail: str
 
 
@@ -268,7 +269,7 @@ def plan_summary(plan: Plan) -> PlanSummary:
     return PlanSummary(
         create=sum(1 for c in changes if c.clone is not None),
         change=sum(1 for c in changes if c.clone is None and not c.destroy),
-        remove=sum(1 for c in changes if c.destroy),
+        remove=sum(1 for d in found if d.action == DESTROY),
         power_off=sum(1 for d in found if d.action == POWER_OFF),
         power_on=sum(1 for c in changes if c.power_on),
         host_changes=len(plan.host_changes),
@@ -281,12 +282,13 @@ def plan_summary(plan: Plan) -> PlanSummary:
 
 # ------------------------------------------------------------------------------------------ disruptions
 
-MAINTENANCE, REBOOT, POWER_OFF = "maintenance", "reboot", "power-off"
+MAINTENANCE, REBOOT, POWER_OFF, DESTROY = "maintenance", "reboot", "power-off", "destroy"
 
 
 def disruptions(plan: Plan) -> list[Disruption]:
     """Every disruptive step apply will take, host by host (maintenance, reboot, the VMs evacuated), then the
-    VMs powered off for their own change. What host apply does is decided by the same functions."""
+    VMs powered off for their own change, each VM destroyed after its power-off. What host apply does is decided
+    by the same functions."""
     from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, setting_changes
 
     by_vm = {c.vm: c for c in plan.changes}
@@ -308,6 +310,9 @@ def disruptions(plan: Plan) -> list[Disruption]:
         if change.power_off and change.vm not in evacuated:
             back = "destroyed" if change.destroy else "powered on again after it" if change.power_on else "stays off"
             found.append(Disruption(POWER_OFF, None, change.vm, "own change", change.power_on, back))
+        if change.destroy:
+            found.append(Disruption(DESTROY, None, change.vm, "own change", False,
+                                    "destroyed (state: absent): the VM and its disks are deleted"))
     return found
 
 
@@ -594,6 +599,8 @@ def namespace_lines(n: NamespaceDiff) -> list[str]:
 def disruption_line(d: Disruption) -> str:
     if d.vm is None:
         return f"! host {d.host}: {d.detail}" + ("" if d.action == "reboot" else ", exits after the change")
+    if d.action == "destroy":
+        return f"! vm {d.vm}: {d.detail}"
     why = f"to evacuate host {d.host}" if d.cause == "evacuation" else "for its own change"
     return f"! vm {d.vm}: powered off {why}; {d.detail}"
 

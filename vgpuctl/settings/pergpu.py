@@ -31,7 +31,7 @@ from vgpuctl.strictmodel import KeyPath, StrictModel
 
 ALL = "all"  # the `select` of the item every GPU takes
 GPUS_KEY = "gpus"
-_BUS_ID = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]\Z")
+_BUS_ID = re.compile(r"[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 
 
 class GpuItemBase(StrictModel):
@@ -42,7 +42,7 @@ class GpuItemBase(StrictModel):
     @field_validator("select")
     @classmethod
     def _select(cls, v: str) -> str:
-        if v != ALL and not _BUS_ID.match(v):
+        if v != ALL and not _BUS_ID.fullmatch(v):
             raise ValueError(f"must be 'all' or a PCI bus id like 0000:3b:00.0 (got {v!r})")
         return v.lower()
 

@@ -40,7 +40,7 @@ from vgpuctl.settings.facts import NETWORK, HostFacts
 from vgpuctl.strictmodel import KeyPath, StrictModel
 
 OFF = "off"
-_VFS = re.compile(r"^(\d+) VFs?$")
+_VFS = re.compile(r"(\d+) VFs?")
 
 
 class SriovSpec(StrictModel):
@@ -59,7 +59,7 @@ def vf_text(vfs: int) -> str:
 
 def vfs_of(text: str) -> int:
     """A change's value back to its count ("8 VFs" -> 8, "off" -> 0)."""
-    m = _VFS.match(text)
+    m = _VFS.fullmatch(text)
     return int(m.group(1)) if m else 0
 
 

@@ -255,11 +255,11 @@ def licensing_script(opts: RenderOptions, secret: bool) -> str:
 
 # Kubernetes object names (kubernetes.io/docs/concepts/overview/working-with-objects/names): an RFC 1123 label
 # (namespaces, and names that become labels or host names) and a DNS subdomain (most other objects).
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}\Z)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # an OCI image repository (host[:port]/path, lower case) and tag (distribution/reference grammar)
-REPOSITORY = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]|__|-+)?[a-z0-9]*)*$")
-TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+REPOSITORY = re.compile(r"[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]|__|-+)?[a-z0-9]*)*")
+TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 LABEL_RULE = "a Kubernetes name (RFC 1123 label): lower-case letters, digits and '-', starting and ending with a " \
              "letter or digit, at most 63 characters"  # fmt: skip
@@ -278,5 +278,5 @@ def check_options(opts: RenderOptions) -> None:
         ("--driver-version", opts.driver_version, TAG, "an image tag: letters, digits, '_', '.' and '-'"),
     ]
     for option, value, pattern, rule in checks:
-        if not pattern.match(value):
+        if not pattern.fullmatch(value):
             raise UsageError(f"{option} {value!r}: must be {rule}")

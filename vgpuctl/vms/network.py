@@ -29,6 +29,7 @@ from vgpuctl.model import (
 from vgpuctl.netrules import hardware_version, network_rules
 from vgpuctl.nicselect import DeviceSelect, selects
 from vgpuctl.profiles import api_at_least
+from vgpuctl.vmlimits import vm_limits
 
 RDMA_KINDS = {str(k) for k in AdapterType if k.is_rdma}
 ETHERNET_KINDS = {str(AdapterType.VMXNET3), str(AdapterType.PVRDMA), str(AdapterType.SRIOV)}
@@ -72,6 +73,9 @@ def plan_network(spec: VmSpec, base: ObservedVm, observed: Observed, candidates:
             out.needs.append(NicNeed(j, adapter.kind, select=adapter.select))
     out.reserve_memory = any(network_rules().adapter(a.kind).reserve_memory for a in spec.adapters)
     out.ethernet = _ethernet_after(spec, base.nics, matched, out.changes)
+    problem = vm_limits().adapters_problem(len(out.ethernet))
+    if problem:  # the adapters the VM keeps (network_exclusive: false) count too
+        out.errors.append((("vms", spec._index, "network"), f"with the adapters it keeps: {problem}"))
     _check_nics(spec, observed, out)
     return out
 

@@ -15,6 +15,7 @@ from vgpuctl.domain import Firmware, Keep, NvlinkRequirement, Power, PowerState,
 from vgpuctl.farm.placement import Placement, power_on_key
 from vgpuctl.farm.state import Request, farm_from_observed, place_farm
 from vgpuctl.inventory import Inventory, KeyPath, VmSpec
+from vgpuctl.inventory.checks import KEEP_ABSENT
 from vgpuctl.model import (
     CloneSpec,
     DeviceChange,
@@ -140,7 +141,11 @@ def _plan_vm(spec: VmSpec, observed: Observed) -> _VmPlan:
 
 def _plan_removal(vp: _VmPlan, observed: Observed) -> _VmPlan:
     """`state: absent`: the VM the entry names is powered off and destroyed, its vGPUs listed as removed; nothing
-    when it does not exist. Never a VM the inventory does not name, never a template."""
+    when it does not exist. Never a VM the inventory does not name, never a template, never one whose entry says
+    `power: keep` (validate() says so too; kept here for inventories built in code)."""
+    if vp.spec.power == Power.KEEP:
+        vp.located.append((("vms", vp.spec._index, "power"), KEEP_ABSENT))
+        return vp
     key, obs, problem = find_vm(observed, vp.spec.name, folder_path(vp.spec.folder))
     if problem:
         vp.errors.append(problem)
@@ -260,11 +265,11 @@ def _plan_clone(vp: _VmPlan, observed: Observed) -> ObservedVm | None:
         vp.errors.append(f"cluster {spec.cluster!r} not found")
     else:
         vp.candidates = sorted(observed.clusters[spec.cluster or ""])
-    if template is None or vp.errors:
-        return None
     folder = folder_path(spec.folder) or None  # the root is the default
-    if folder and observed.folders and folder not in observed.folders:
-        vp.warnings.append(f"folder {spec.folder!r} was not observed")
+    if folder and folder not in observed.folders:
+        vp.located.append((("vms", spec._index, "folder"), _missing_folder(folder, observed)))
+    if template is None or vp.errors or vp.located:
+        return None
     vp.change.clone = CloneSpec(spec.template, spec.cluster, spec.host, folder, spec.cpus, spec.memory_mb)
     # The clone starts as a copy of the template, powered off.
     return ObservedVm(
@@ -274,6 +279,19 @@ def _plan_clone(vp: _VmPlan, observed: Observed) -> ObservedVm | None:
         nics=[replace(n) for n in template.nics],
         power_state=PowerState.OFF, cpus=spec.cpus or template.cpus, memory_mb=spec.memory_mb or template.memory_mb,
     )
+
+
+def _missing_folder(folder: str, observed: Observed) -> str:
+    """A clone's folder that the datacenter does not have: vCenter would refuse the clone at apply."""
+    where = f"datacenter {observed.datacenter}" if observed.datacenter else "the datacenter"
+    known = observed.folders[:FOLDERS_SHOWN]
+    more = f" and {len(observed.folders) - FOLDERS_SHOWN} more" if len(observed.folders) > FOLDERS_SHOWN else ""
+    listed = f"its VM folders: {', '.join(known)}{more}" if known else "it has no VM folders"
+    return (f"folder {folder!r} does not exist in {where} ({listed}): create it in vCenter, or set 'folder' to "
+            "one that exists (/ for the root); vgpuctl does not create folders")
+
+
+FOLDERS_SHOWN = 10  # folders a missing folder's error lists
 
 
 def _locate_existing(vp: _VmPlan, obs: ObservedVm, observed: Observed) -> None:

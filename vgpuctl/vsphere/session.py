@@ -104,12 +104,15 @@ def normalize_url(url: str) -> str:
     return parse_url(url).url
 
 
-_USER_INFO = re.compile(r"(://|^)[^/?#@]*@")
-
-
 def without_user_info(url: str) -> str:
-    """The URL with any `user:password@` taken out, for messages."""
-    return _USER_INFO.sub(r"\1", url, count=1)
+    """The URL with any `user:password@` taken out, for messages: everything between the scheme and the last `@`
+    goes, since a password may hold `@`, `/`, `?` or `#` (a URL that does not parse is shown this way too)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if "@" not in rest:
+        return url
+    return scheme + sep + rest.rpartition("@")[2]
 
 
 def _reason(err: ValueError) -> str:
