@@ -117,7 +117,8 @@ def test_k8s_render_never_writes_a_manifest_over_its_inventory(tmp_path: Path) -
           - {name: ml-team, vm_classes: [gpu-small]}
         """)
     inv.write_text(text)
-    error = one_error(run("k8s", "render", "-f", str(inv), "-n", "ml-team", "--out", str(folder)))
+    error = one_error(run("k8s", "render", "-f", str(inv), "-n", "ml-team", "--cluster-kind", "cluster", "--out",
+                          str(folder)))
     assert error.startswith(f"error: --out {inv} is the inventory, which this command reads"), error
     assert inv.read_text() == text and sorted(p.name for p in folder.iterdir()) == ["cluster.yaml"]
 

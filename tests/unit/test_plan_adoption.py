@@ -78,7 +78,7 @@ def test_removal_powers_off_and_destroys_only_named_vms() -> None:
 def test_a_destroy_is_a_disruptive_step_listed_and_counted() -> None:
     """Every VM destroyed is a disruptive step of its own (action `destroy`), a stopped one too: listed under
     "Disruptive steps" and in `disruptions`, counted in the summary; a running one is powered off first."""
-    from vgpuctl.reports.plantext import plan_lines
+    from vgpuctl.reports.plan import plan_lines
 
     observed = farm()
     observed.vms["other"].power_state = "poweredOff"

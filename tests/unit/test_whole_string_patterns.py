@@ -104,7 +104,7 @@ def test_an_address_with_a_newline_is_refused(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------------ the rule, kept
 
 ROOT = Path(__file__).resolve().parents[2] / "vgpuctl"
-VALIDATING = ["inventory", "supervisor", "guest", "hosts/settings", "experiment/schema.py", "profiles.py",
+VALIDATING = ["inventory", "supervisor", "guest", "settings", "nicselect.py", "experiment/schema.py", "profiles.py",
               "capacity/demand.py"]
 
 

@@ -34,7 +34,7 @@ T = TypeVar("T")
 NVIDIA_MODULE = "nvidia"
 GPU_TABLE_FIELDS = ("index", "pci.bus_id", "name")  # every GPU query begins with these: where a GPU's values land
 
-_BUS = re.compile(r"^(?:[0-9a-fA-F]{4,8}:)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])$")
+_BUS = re.compile(r"(?:[0-9a-fA-F]{4,8}:)?([0-9a-fA-F]{2}):([0-9a-fA-F]{2})\.([0-7])")
 
 ShellFact = Fact  # an ESXi shell command and its parser; lands under its name
 
@@ -42,7 +42,7 @@ ShellFact = Fact  # an ESXi shell command and its parser; lands under its name
 def vsphere_bus_id(bus_id: str) -> str:
     """nvidia-smi's `00000000:3B:00.0` (or `3b:00.0`) -> vSphere's `0000:3b:00.0`."""
     text = bus_id.strip()
-    m = _BUS.match(text)
+    m = _BUS.fullmatch(text)
     if m is None:
         return text.lower()
     domain = text.split(":")[0] if text.count(":") == 2 else "0"
