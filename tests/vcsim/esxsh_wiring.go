@@ -5,7 +5,6 @@ package main
 // control routes under /gpusim/ssh.
 
 import (
-	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -200,7 +199,8 @@ func (b *farmBackend) SetECCMode(host string, idx int, enable bool) error {
 	if idx < 0 || idx >= len(gpus) {
 		return fmt.Errorf("GPU %d: %w", idx, farm.ErrNotFound)
 	}
-	return b.farm.SetECCMode(host, gpus[idx].PCIID, enable)
+	_, err = b.farm.SetGPU(host, gpus[idx].PCIID, farm.GPUSetting{Property: farm.GPUPropECC, On: enable})
+	return err
 }
 
 func (b *farmBackend) ModuleOptions(host, module string) (string, bool, error) {
@@ -299,12 +299,6 @@ func nvidiaBusID(pciID string) string {
 	return fmt.Sprintf("%08s", strings.ToUpper(parts[0])) + ":" + strings.ToUpper(parts[1])
 }
 
-// gpuUUID derives a stable GPU UUID from host and PCI id.
-func gpuUUID(host, pciID string) string {
-	h := fmt.Sprintf("%x", sha256.Sum256([]byte(host+"/"+pciID)))
-	return fmt.Sprintf("GPU-%s-%s-%s-%s-%s", h[0:8], h[8:12], h[12:16], h[16:20], h[20:32])
-}
-
 // hostView maps a farm snapshot to the shell's view.
 func hostView(info farm.HostInfo) esxsh.Host {
 	h := esxsh.Host{Name: info.Name, DriverVersion: info.Access.Manager, UndeclaredNvidiaParams: info.UndeclaredParams,
@@ -316,7 +310,7 @@ func hostView(info farm.HostInfo) esxsh.Host {
 	for _, g := range info.GPUs {
 		m := g.Model
 		v := esxsh.GPU{
-			Index: g.Index, BusID: nvidiaBusID(g.PCIID), UUID: gpuUUID(info.Name, g.PCIID), Name: m.DeviceName,
+			Index: g.Index, BusID: nvidiaBusID(g.PCIID), UUID: g.UUID, Name: m.DeviceName,
 			Board: m.Board, Architecture: architecture(m.Board), DeviceID: uint16(m.DeviceID),
 			MemoryMiB: m.FramebufferGB * 1024, NUMANode: g.Index * 2 / max(len(info.GPUs), 1),
 			MIGCapable: m.MIGCapable, MIGProfiles: migProfiles(m), MIGCurrent: g.MIGCurrent, MIGPending: g.MIGPending,
