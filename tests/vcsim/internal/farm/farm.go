@@ -15,9 +15,9 @@
 //	f.GPUs(host) ([]GPUInfo, error)              a host's GPUs in PCI id order (Index = nvidia-smi index)
 //	f.GPU(host, pciID) (GPUInfo, error)
 //	f.SetGPU(host, pciID, GPUSetting{Property, On}) (Outcome, error)
-//	    the one write of a GPU property (gpuprops.go: one table entry per property; GPUInfo embeds GPUState):
-//	    MIG mode: A100-class (Model.MIGApply "reboot") pending until RebootHost; H100-class ("immediate")
-//	    at once when no vGPU runs on the GPU, else pending. ECC memory: pending until RebootHost.
+//	    the one write of a GPU mode; each property's state and rule is one entry of gpuprops.go's table
+//	    (GPUInfo embeds GPUState). MIG mode: A100-class (Model.MIGApply "reboot") pending until RebootHost;
+//	    H100-class ("immediate") at once when no vGPU runs on the GPU, else pending.
 //	    Outcome Applied, PendingReboot or PendingBusy; ErrNotCapable for a board without the mode.
 //	    f.SetMIGMode(host, pciID, enable) (MIGResult, error) is SetGPU for MIG mode.
 //	f.Modules(host) []string                     kernel modules (nvidia first)
@@ -36,8 +36,8 @@
 //	f.SetMaintenance(host, bool) error; f.BeginReboot(host) error; f.EndReboot(host) error
 //	    EndReboot applies pending GPU modes and configured module options.
 //	f.SetRebootFault(host, RebootFault) error; f.ClearRebootFault(host) error
-//	    the next Count reboots leave pending GPU modes (by property: "mig", "ecc") and/or configured module
-//	    options ("modules") unapplied, as if the GPU or driver refused them (a verification mismatch).
+//	    the next Count reboots leave pending GPU modes (by property name, e.g. "mig") and/or configured
+//	    module options ("modules") unapplied, as if the GPU or driver refused them (a verification mismatch).
 //	f.SetDown(host, bool) error; f.Reachable(host) bool  (false while down or rebooting)
 //	f.Subscribe(func(Event))                       called after every change (outside the lock);
 //	    the vSphere side uses it to refresh graphicsInfo, vgpuMode, sharedPassthruGpuTypes, etc.
@@ -138,9 +138,9 @@ const (
 	RebootIgnoreModules = "modules"
 )
 
-// RebootFault makes the next Count reboots of a host leave changes unapplied: a GPU property's name ("mig",
-// "ecc") keeps each GPU's current mode of it and drops the pending one, "modules" keeps the module options in
-// effect.
+// RebootFault makes the next Count reboots of a host leave changes unapplied: a GPU property's name
+// (GPUProperties, e.g. "mig") keeps each GPU's current mode of it and drops the pending one, "modules" keeps
+// the module options in effect.
 type RebootFault struct {
 	Ignore []string `json:"ignore"`
 	Count  int      `json:"count"`
