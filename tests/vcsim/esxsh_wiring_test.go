@@ -12,35 +12,6 @@ import (
 	"gpusim/internal/farm"
 )
 
-// The shell lists exactly the catalogue's GPU instance profiles (what admission uses), and every board
-// whose architecture and framebuffer have a real capture prints the captured columns.
-func TestShellMIGProfilesComeFromCatalogue(t *testing.T) {
-	cat := farm.MustDefaultCatalog()
-	captured := map[string]bool{"A100-40GB": true, "A100-80GB": true, "H100-80GB": true, "A100-HGX-40GB": true,
-		"A100-HGX-80GB": true, "H100-SXM5-80GB": true}
-	for _, m := range cat.Models() {
-		shell := migProfiles(m)
-		if !m.MIGCapable {
-			if shell != nil {
-				t.Errorf("%s: shell has MIG profiles for a board without MIG", m.Name)
-			}
-			continue
-		}
-		if len(shell) != len(m.GIProfiles) {
-			t.Fatalf("%s: shell lists %d profiles, catalogue %d", m.Name, len(shell), len(m.GIProfiles))
-		}
-		for i, p := range m.GIProfiles {
-			s := shell[i]
-			if s.Name != p.Name || s.ID != p.ID || s.Size != p.Size || !slices.Equal(s.Starts, p.Starts) {
-				t.Errorf("%s %s: shell %+v, catalogue %+v", m.Name, p.Name, s, p)
-			}
-			if captured[m.Name] && !esxsh.HasPrintedColumns(architecture(m.Board), m.FramebufferGB, p.Name) {
-				t.Errorf("%s %s: no captured nvidia-smi columns", m.Name, p.Name)
-			}
-		}
-	}
-}
-
 func newTestFarm(t *testing.T) *farm.Farm {
 	t.Helper()
 	f := farm.New(nil)
@@ -117,6 +88,38 @@ func TestShellMIGSwitchFlowsIntoFarm(t *testing.T) {
 	}
 }
 
+// ECC memory set in the shell is the farm's state: pending until the host reboots, then in effect; a reboot
+// fault naming "ecc" leaves it unapplied.
+func TestShellECCFlowsIntoFarm(t *testing.T) {
+	f := newTestFarm(t)
+	sh := &esxsh.Shell{Backend: &farmBackend{farm: f}}
+	query := "nvidia-smi --query-gpu=ecc.mode.current,ecc.mode.pending --format=csv,noheader,nounits"
+	if got := mustRun(t, sh, "esx-a100", query, 0); got != "Enabled, Enabled\nEnabled, Enabled\n" {
+		t.Fatalf("at start %q", got)
+	}
+	if out := mustRun(t, sh, "esx-a100", "nvidia-smi -i 1 -e 0", 0); out != "Disabled ECC support for GPU 00000000:3C:00.0.\nAll done.\nReboot required.\n" {
+		t.Fatalf("-e 0: %q", out)
+	}
+	if g, _ := f.GPU("esx-a100", "0000:3c:00.0"); !g.ECCCurrent || g.ECCPending {
+		t.Fatalf("farm before reboot: %+v", g.GPUState)
+	}
+	if err := f.SetRebootFault("esx-a100", farm.RebootFault{Ignore: []string{"ecc"}, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	reboot(t, f, "esx-a100")
+	if got := mustRun(t, sh, "esx-a100", query, 0); got != "Enabled, Enabled\nEnabled, Enabled\n" {
+		t.Fatalf("after a refused reboot %q", got)
+	}
+	mustRun(t, sh, "esx-a100", "nvidia-smi -i 1 -e 0", 0)
+	reboot(t, f, "esx-a100")
+	if got := mustRun(t, sh, "esx-a100", query, 0); got != "Enabled, Enabled\nDisabled, Disabled\n" {
+		t.Errorf("after reboot %q", got)
+	}
+	if got := mustRun(t, sh, "esx-a100", "nvidia-smi -q -i 1", 0); !strings.Contains(got, "    Ecc Mode\n        Current                           : Disabled\n") {
+		t.Errorf("-q after reboot:\n%s", got)
+	}
+}
+
 // NVLink follows the nvidia module options set with esxcli, after a reboot, like HostKernelModuleSystem.
 func TestShellModuleOptionsAndNVLink(t *testing.T) {
 	f := newTestFarm(t)
@@ -166,10 +169,11 @@ func TestFarmBackendReachableAndView(t *testing.T) {
 	if b.Reachable("esx-a100") {
 		t.Error("rebooting host reachable")
 	}
-	h, err := b.Host("esx-h100")
+	info, err := b.Host("esx-h100")
 	if err != nil {
 		t.Fatal(err)
 	}
+	h := esxsh.View(info)
 	g := h.GPUs[1]
 	if g.BusID != "00000000:3C:00.0" || g.Name != "NVIDIA H100 PCIe" || g.Architecture != "Hopper" || g.MemoryMiB != 81920 || !g.MIGCapable || len(g.NVLinks) != 18 || slices.ContainsFunc(g.NVLinks, func(l esxsh.Link) bool { return l.Up }) {
 		t.Errorf("view %+v", g)
@@ -310,10 +314,11 @@ func TestH100PCIeNVLinkListingMatchesARealHost(t *testing.T) {
 		}
 	}
 	sh := &esxsh.Shell{Backend: &farmBackend{farm: f}}
-	h, err := (&farmBackend{farm: f}).Host("bridged")
+	info, err := (&farmBackend{farm: f}).Host("bridged")
 	if err != nil {
 		t.Fatal(err)
 	}
+	h := esxsh.View(info)
 	data, err := os.ReadFile(filepath.Join("..", "fixtures", "nvidia-smi", "h100-pcie.nvlink-s.txt"))
 	if err != nil {
 		t.Fatal(err)

@@ -2,24 +2,26 @@ package esxsh
 
 import (
 	"fmt"
+	"slices"
 	"sync"
+
+	"gpusim/internal/farm"
 )
 
-// memBackend is a small in-memory Backend for the package's tests. It follows the same rules gpusim's
-// farm does: Ampere keeps a MIG change pending until reboot, Hopper applies it at once when idle.
+// memBackend is a small in-memory Backend for the package's tests over farm snapshots of hosts gpusim's farm
+// would not build (mixed boards, chosen bus ids and UUIDs). A GPU change goes through the farm's own rules
+// (farm.GPUState.Set), a reboot through farm.GPUState.Reboot: the backend knows no GPU property.
 type memBackend struct {
-	mu      sync.Mutex
-	hosts   map[string]*Host
-	down    map[string]bool
-	options map[string]string // host/module -> option string
+	mu    sync.Mutex
+	hosts map[string]*farm.HostInfo
+	down  map[string]bool
 }
 
-func newMemBackend(hosts ...Host) *memBackend {
-	b := &memBackend{hosts: map[string]*Host{}, down: map[string]bool{}, options: map[string]string{}}
+func newMemBackend(hosts ...farm.HostInfo) *memBackend {
+	b := &memBackend{hosts: map[string]*farm.HostInfo{}, down: map[string]bool{}}
 	for i := range hosts {
 		h := hosts[i]
 		b.hosts[h.Name] = &h
-		b.options[h.Name+"/nvidia"] = ""
 	}
 	return b
 }
@@ -34,26 +36,32 @@ func (b *memBackend) HostNames() []string {
 	return out
 }
 
-func copyHost(h *Host) Host {
+// copyHost is a snapshot of a snapshot: nothing the caller changes reaches the backend.
+func copyHost(h *farm.HostInfo) farm.HostInfo {
 	out := *h
-	out.GPUs = make([]GPU, len(h.GPUs))
-	for i, g := range h.GPUs {
-		g.NVLinks = append([]Link(nil), g.NVLinks...)
-		g.MIGInstances = append([]MIGInstance(nil), g.MIGInstances...)
-		out.GPUs[i] = g
+	out.GPUs = slices.Clone(h.GPUs)
+	for i := range out.GPUs {
+		out.GPUs[i].VGPUs = slices.Clone(h.GPUs[i].VGPUs)
+		out.GPUs[i].NVLinkPeers = slices.Clone(h.GPUs[i].NVLinkPeers)
+	}
+	out.Modules = map[string]farm.ModuleOptions{}
+	for k, v := range h.Modules {
+		out.Modules[k] = v
 	}
 	return out
 }
 
-func (b *memBackend) Host(name string) (Host, error) {
+func (b *memBackend) Host(name string) (farm.HostInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	h, ok := b.hosts[name]
 	if !ok {
-		return Host{}, fmt.Errorf("no host %s", name)
+		return farm.HostInfo{}, fmt.Errorf("no host %s", name)
 	}
 	return copyHost(h), nil
 }
+
+func (b *memBackend) VIBs(name string) ([][]string, error) { return testVIBs, nil }
 
 func (b *memBackend) Reachable(name string) bool {
 	b.mu.Lock()
@@ -67,90 +75,109 @@ func (b *memBackend) setDown(name string, down bool) {
 	b.down[name] = down
 }
 
-func (b *memBackend) SetMIGMode(host string, idx int, enable bool) (MIGChange, error) {
+func (b *memBackend) Apply(host string, c Change) (farm.Outcome, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	g := &b.hosts[host].GPUs[idx]
-	g.MIGPending = enable
-	switch {
-	case g.MIGCurrent == enable:
-		return MIGApplied, nil
-	case g.Architecture == "Ampere":
-		return MIGPendingReset, nil
-	case g.ActiveVGPUs > 0:
-		return MIGPendingBusy, nil
+	h := b.hosts[host]
+	switch c := c.(type) {
+	case GPUChange:
+		i := slices.IndexFunc(h.GPUs, func(g farm.GPUInfo) bool { return g.PCIID == c.PCIID })
+		if i < 0 {
+			return 0, fmt.Errorf("GPU %s: %w", c.PCIID, farm.ErrNotFound)
+		}
+		g := &h.GPUs[i]
+		return g.GPUState.Set(g.Model, len(g.VGPUs) > 0, c.Setting)
+	case ModuleChange:
+		m, ok := h.Modules[c.Module]
+		if !ok {
+			return 0, fmt.Errorf("module %s: %w", c.Module, farm.ErrNotFound)
+		}
+		m.Configured = c.Options
+		h.Modules[c.Module] = m
+		return farm.PendingReboot, nil
 	}
-	g.MIGCurrent = enable
-	return MIGApplied, nil
+	return 0, fmt.Errorf("change %T: %w", c, farm.ErrInvalid)
 }
 
-func (b *memBackend) SetECCMode(host string, idx int, enable bool) error {
+// configured is a module's configured option string.
+func (b *memBackend) configured(host, module string) string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.hosts[host].GPUs[idx].ECCPending = enable
-	return nil
+	return b.hosts[host].Modules[module].Configured
 }
 
-// reboot applies pending MIG and ECC modes.
+// reboot applies pending GPU modes and configured module options, as the farm's reboot does.
 func (b *memBackend) reboot(host string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for i := range b.hosts[host].GPUs {
-		g := &b.hosts[host].GPUs[i]
-		g.MIGCurrent = g.MIGPending
-		g.ECCCurrent = g.ECCPending
+	h := b.hosts[host]
+	for i := range h.GPUs {
+		h.GPUs[i].Reboot(nil)
+	}
+	for k, m := range h.Modules {
+		m.Effective = m.Configured
+		h.Modules[k] = m
 	}
 }
 
-func (b *memBackend) ModuleOptions(host, module string) (string, bool, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	v, ok := b.options[host+"/"+module]
-	return v, ok, nil
+// testVIBs is what gpusim's farm lists for a host with the default vGPU Manager.
+var testVIBs = [][]string{
+	{"esx-base", "8.0.3-0.0.24022510", "VMware", "VMwareCertified", "2024-06-25", "host"},
+	{"NVD-AIE_ESXi_8.0.0_Driver", "550.90.05-1OEM.800.1.0.20613240", "NVD", "VMwareAccepted", "2024-06-25", "host"},
+	{"nvdgpumgmtdaemon", "550.90.05-1OEM.700.1.0.15843807", "NVD", "VMwareAccepted", "2024-06-25", "host"},
 }
 
-func (b *memBackend) SetModuleOptions(host, module, options string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.options[host+"/"+module] = options
-	return nil
-}
-
-func nvlinks(peer, n int, up bool) []Link {
-	var out []Link
-	for i := 0; i < n; i++ {
-		out = append(out, Link{Index: i, Peer: peer, Up: up, SpeedGBs: 25})
+// catalogueModel is a board of the catalogue gpusim reads (the shell's tests read the same file as the rest of
+// gpusim), copied so that a test may adjust it.
+func catalogueModel(name string) farm.Model {
+	m, ok := testCatalogue().Model(name)
+	if !ok {
+		panic("no model " + name)
 	}
-	return out
+	return *m
 }
 
-// sampleHost: two NVLink-bridged A100-40GB (GPU1 in MIG mode with one 3g.20gb instance) and an L40S.
-func sampleHost(name string) Host {
-	return Host{Name: name, DriverVersion: "550.90.05", GPUs: []GPU{
-		{Index: 0, BusID: "00000000:3B:00.0", UUID: "GPU-8c7a3b1e-0d4f-4c3a-9b2e-1f6d5a4c3b2a", Name: "NVIDIA A100-PCIE-40GB",
-			Board: "a100", Architecture: "Ampere", DeviceID: 0x20F1, MemoryMiB: 40960, NUMANode: 0, MIGCapable: true,
-			ECCCurrent: true, ECCPending: true, MIGProfiles: catalogueMIG("A100-40GB", "Ampere"), NVLinks: nvlinks(1, 4, true)},
-		{Index: 1, BusID: "00000000:86:00.0", UUID: "GPU-1d2e3f40-5a6b-4c7d-8e9f-a0b1c2d3e4f5", Name: "NVIDIA A100-PCIE-40GB",
-			Board: "a100", Architecture: "Ampere", DeviceID: 0x20F1, MemoryMiB: 40960, NUMANode: 0, MIGCapable: true,
-			MIGCurrent: true, MIGPending: true, ECCCurrent: true, ECCPending: false, ActiveVGPUs: 1,
-			MIGProfiles:  catalogueMIG("A100-40GB", "Ampere"),
-			MIGInstances: []MIGInstance{{ID: 1, Profile: "3g.20gb", Start: 0, Size: 4}}, NVLinks: nvlinks(0, 4, true)},
-		{Index: 2, BusID: "00000000:AF:00.0", UUID: "GPU-77aa66bb-55cc-44dd-33ee-22ff11009988", Name: "NVIDIA L40S",
-			Board: "l40s", Architecture: "Ada Lovelace", DeviceID: 0x26B9, MemoryMiB: 46068, NUMANode: 1},
-	}}
+// migSlot is a running MIG-backed vGPU in its GPU instance.
+func migSlot(gi string, start, size int) farm.Slot {
+	return farm.Slot{VM: "vm-" + gi, Profile: "grid_a100-" + gi, GI: gi, Start: start, Size: size}
 }
 
-// hopperHost: two idle H100 SXM5 GPUs, linked by 18 NVLinks.
-func hopperHost(name string) Host {
-	h := Host{Name: name, DriverVersion: "550.90.05"}
-	for i, bus := range []string{"00000000:18:00.0", "00000000:2A:00.0"} {
-		links := nvlinks(1-i, 18, true)
-		for j := range links {
-			links[j].SpeedGBs = 26.562
-		}
-		h.GPUs = append(h.GPUs, GPU{Index: i, BusID: bus, UUID: fmt.Sprintf("GPU-0000000%d-aaaa-bbbb-cccc-ddddeeeeffff", i),
-			Name: "NVIDIA H100 80GB HBM3", Board: "h100", Architecture: "Hopper", DeviceID: 0x2330, MemoryMiB: 81559,
-			MIGCapable: true, MIGProfiles: catalogueMIG("H100-80GB", "Hopper"), NVLinks: links})
+// sampleHost: two A100-40GB joined by a 4-link bridge (GPU1 in MIG mode with one 3g.20gb instance, ECC off at
+// the next reboot) and an L40S.
+func sampleHost(name string) farm.HostInfo {
+	a100 := catalogueModel("A100-40GB")
+	a100.NVLinkLinks, a100.NVLinkListed = 4, 4 // a bridge of 4 links (the catalogue's wires 12)
+	l40s := catalogueModel("L40S")
+	l40s.MemoryMiB = 46068 // what a real L40S reports
+	on := farm.GPUState{ECCCurrent: true, ECCPending: true}
+	gpus := []farm.GPUInfo{
+		{Index: 0, PCIID: "0000:3b:00.0", UUID: "GPU-8c7a3b1e-0d4f-4c3a-9b2e-1f6d5a4c3b2a", Model: &a100, GPUState: on,
+			NVLinkSet: 0, NVLinkPeers: []string{"0000:86:00.0"}, NVLinkUp: true},
+		{Index: 1, PCIID: "0000:86:00.0", UUID: "GPU-1d2e3f40-5a6b-4c7d-8e9f-a0b1c2d3e4f5", Model: &a100,
+			GPUState:  farm.GPUState{MIGCurrent: true, MIGPending: true, ECCCurrent: true, ECCPending: false},
+			NVLinkSet: 0, NVLinkPeers: []string{"0000:3b:00.0"}, NVLinkUp: true, VGPUs: []farm.Slot{migSlot("3g.20gb", 0, 4)}},
+		{Index: 2, PCIID: "0000:af:00.0", UUID: "GPU-77aa66bb-55cc-44dd-33ee-22ff11009988", Model: &l40s, NVLinkSet: -1},
 	}
-	return h
+	return testHost(name, farm.NVLinkPairs, gpus)
+}
+
+// hopperHost: two idle H100 SXM5 GPUs on an NVSwitch, 18 links each.
+func hopperHost(name string) farm.HostInfo {
+	h100 := catalogueModel("H100-SXM5-80GB")
+	var gpus []farm.GPUInfo
+	for i, pci := range []string{"0000:18:00.0", "0000:2a:00.0"} {
+		gpus = append(gpus, farm.GPUInfo{Index: i, PCIID: pci, UUID: fmt.Sprintf("GPU-0000000%d-aaaa-bbbb-cccc-ddddeeeeffff", i),
+			Model: &h100, GPUState: farm.GPUState{ECCCurrent: true, ECCPending: true}, NVLinkSet: 0,
+			NVLinkPeers: []string{[]string{"0000:2a:00.0", "0000:18:00.0"}[i]}, NVLinkUp: true})
+	}
+	return testHost(name, farm.NVLinkNVSwitch, gpus)
+}
+
+func testHost(name, nvlink string, gpus []farm.GPUInfo) farm.HostInfo {
+	for i := range gpus {
+		gpus[i].ModelName = gpus[i].Model.Name
+		gpus[i].TimeSlicedMode = farm.ModeSameSize
+	}
+	return farm.HostInfo{Name: name, GPUs: gpus, NVLinkTopology: nvlink, Access: farm.Access{Manager: "550.90.05"},
+		Modules: map[string]farm.ModuleOptions{"nvidia": {}}}
 }

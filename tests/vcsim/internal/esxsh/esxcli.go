@@ -53,7 +53,14 @@ func (s *Shell) esxcli(h Host, args []string) Result {
 	case "system module parameters set":
 		return s.esxcliParamsSet(h, args[i:])
 	case "software vib list":
-		return esxcliVIBList(h, args[i:])
+		if len(args[i:]) > 0 {
+			return esxcliError("Invalid option " + args[i])
+		}
+		vibs, err := s.Backend.VIBs(h.Name)
+		if err != nil {
+			return esxcliError(err.Error())
+		}
+		return esxcliVIBList(vibs)
 	}
 	return esxcliError("Unknown command or namespace " + path)
 }
@@ -115,17 +122,15 @@ func (s *Shell) esxcliParamsList(h Host, args []string) Result {
 	if res != nil {
 		return *res
 	}
-	options, ok, err := s.Backend.ModuleOptions(h.Name, o.module)
-	if err != nil {
-		return esxcliError(err.Error())
-	}
+	options, ok := h.Modules[o.module]
 	if !ok {
 		return esxcliError("Unable to find module " + o.module)
 	}
-	_, values := ParseModuleOptions(options)
+	// esxcli shows the configured string (what the next boot uses), like the real host.
+	_, values := ParseModuleOptions(options.Configured)
 	var params []ModuleParam
 	for _, p := range declaredParams[o.module] {
-		if o.module != "nvidia" || !slices.Contains(h.UndeclaredNvidiaParams, p.Name) {
+		if o.module != "nvidia" || !slices.Contains(h.UndeclaredParams, p.Name) {
 			params = append(params, p)
 		}
 	}
@@ -144,18 +149,15 @@ func (s *Shell) esxcliParamsSet(h Host, args []string) Result {
 	if !o.paramsSet {
 		return esxcliError("Missing required parameter -p|--parameter-string")
 	}
-	current, ok, err := s.Backend.ModuleOptions(h.Name, o.module)
-	if err != nil {
-		return esxcliError(err.Error())
-	}
+	current, ok := h.Modules[o.module]
 	if !ok {
 		return esxcliError("Unable to find module " + o.module)
 	}
 	next := o.params
-	if o.append && strings.TrimSpace(current) != "" {
-		next = strings.TrimSpace(current) + " " + o.params
+	if configured := strings.TrimSpace(current.Configured); o.append && configured != "" {
+		next = configured + " " + o.params
 	}
-	if err := s.Backend.SetModuleOptions(h.Name, o.module, next); err != nil {
+	if _, err := s.Backend.Apply(h.Name, ModuleChange{Module: o.module, Options: next}); err != nil {
 		return esxcliError(fmt.Sprintf("Unable to set module options: %v", err))
 	}
 	return Result{}
@@ -166,11 +168,8 @@ var vibColumns = []string{"Name", "Version", "Vendor", "Acceptance Level", "Inst
 
 // esxcliVIBList prints the host's installed VIBs the way ESXi 8 does: a header, a dashed rule, one row per
 // VIB, columns padded to the widest value.
-func esxcliVIBList(h Host, args []string) Result {
-	if len(args) > 0 {
-		return esxcliError("Invalid option " + args[0])
-	}
-	rows := append([][]string{vibColumns}, h.VIBs...)
+func esxcliVIBList(vibs [][]string) Result {
+	rows := append([][]string{vibColumns}, vibs...)
 	widths := make([]int, len(vibColumns))
 	for _, r := range rows {
 		for i, cell := range r {
@@ -197,7 +196,7 @@ func esxcliVIBList(h Host, args []string) Result {
 		rule[i] = strings.Repeat("-", w)
 	}
 	line(rule)
-	for _, r := range h.VIBs {
+	for _, r := range vibs {
 		line(r)
 	}
 	return Result{Stdout: b.String()}

@@ -2,8 +2,11 @@ package esxsh
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
+
+	"gpusim/internal/farm"
 )
 
 // nvidia-smi exit codes (nvidia-smi(1) RETURN VALUE).
@@ -27,7 +30,8 @@ func noDevices() Result {
 	return Result{Stdout: "No devices were found\n", Exit: exitNotFound}
 }
 
-// flagValue splits "--name=value" and finds the value of "-x value".
+// argReader walks a command line's arguments: "--name=value" carries its value inline, "-x value" in the
+// next argument.
 type argReader struct {
 	args []string
 	i    int
@@ -61,104 +65,185 @@ func (r *argReader) value(name, inline string, hasInline bool) (string, *Result)
 	return v, nil
 }
 
-type smiMain struct {
-	list, query, help bool
-	ids               string
-	idsSet            bool
-	queryGPU          string
-	format            string
-	formatSet         bool
-	mig               string
-	migSet            bool
-	ecc               string
-	eccSet            bool
+// smiCall is one parsed nvidia-smi command line, as its action gets it.
+type smiCall struct {
+	cmd   *smiCommand
+	host  Host
+	gpus  []GPU             // the GPUs -i selected; all without -i
+	value string            // the action's value (-mig 1, --query-gpu=index,name)
+	opts  map[string]string // the modifiers given (-i, --format), by their first name
 }
+
+// has reports whether a modifier was given.
+func (c smiCall) has(name string) bool {
+	_, ok := c.opts[name]
+	return ok
+}
+
+// smiAction does what a command line asked for.
+type smiAction func(s *Shell, c smiCall) Result
+
+// smiFlag is one option of an nvidia-smi command: an action (what the command does; at most one per command
+// line) or, without run, a modifier of the action.
+type smiFlag struct {
+	names    []string // the spellings, short first
+	usage    string   // what `nvidia-smi -h` shows; "" for none
+	hasValue bool     // takes a value: -i 0, --id=0
+	run      smiAction
+	anyGPU   bool   // the action runs without GPUs (-h): -i is not resolved
+	with     string // a modifier valid only with this action (its first name)
+}
+
+// smiCommand is nvidia-smi or one of its subcommands: its options, and what it does without an action (nil:
+// an invalid combination).
+type smiCommand struct {
+	flags    []smiFlag
+	noAction smiAction
+}
+
+// smiMain is nvidia-smi's main command: one entry per option.
+var smiMain = smiCommand{
+	flags: []smiFlag{
+		{names: []string{"-L", "--list-gpus"}, usage: "-L", run: smiList},
+		{names: []string{"-q", "--query"}, usage: "-q", run: smiQuery},
+		{names: []string{"-i", "--id"}, usage: "-i <index|bus id|uuid>", hasValue: true},
+		{names: []string{"--query-gpu"}, usage: "--query-gpu=<fields>", hasValue: true, run: smiQueryGPU},
+		{names: []string{"--format"}, usage: "--format=csv[,noheader][,nounits]", hasValue: true, with: "--query-gpu"},
+		{names: []string{"-mig", "--multi-instance-gpu"}, usage: "-mig 0|1", hasValue: true, run: smiSetMIG},
+		{names: []string{"-e", "--ecc-config"}, usage: "-e 0|1", hasValue: true, run: smiSetECC},
+		{names: []string{"-h", "--help"}, run: smiHelp, anyGPU: true},
+	},
+	// The real tool prints its summary table; the list is what scripts need from it.
+	noAction: smiList,
+}
+
+// smiSubcommands are nvidia-smi's subcommands, by name.
+var smiSubcommands = map[string]*smiCommand{
+	"mig": {flags: []smiFlag{
+		{names: []string{"-lgip", "--list-gpu-instance-profiles"}, usage: "-lgip", run: migEnabled(stdout(RenderLGIP))},
+		{names: []string{"-lgipp", "--list-gpu-instance-possible-placements"}, usage: "-lgipp", run: migEnabled(stdout(RenderLGIPP))},
+		{names: []string{"-lgi", "--list-gpu-instances"}, usage: "-lgi", run: migEnabled(renderLGIResult)},
+		{names: []string{"-i", "--id"}, hasValue: true},
+	}},
+	"nvlink": {flags: []smiFlag{
+		{names: []string{"-s", "--status"}, usage: "-s", run: onGPUs(stdout(RenderNVLinkStatus))},
+		{names: []string{"-i", "--id"}, hasValue: true},
+	}},
+	"topo": {flags: []smiFlag{
+		{names: []string{"-m", "--matrix"}, usage: "-m", run: onGPUs(stdout(RenderTopo))},
+	}},
+}
+
+// smiSubcommandOrder is the order `nvidia-smi -h` lists the subcommands in.
+var smiSubcommandOrder = []string{"mig", "nvlink", "topo"}
 
 func (s *Shell) nvidiaSMI(h Host, args []string) Result {
 	if len(args) > 0 {
-		switch args[0] {
-		case "mig":
-			return s.smiMIG(h, args[1:])
-		case "nvlink":
-			return smiNVLink(h, args[1:])
-		case "topo":
-			return smiTopo(h, args[1:])
+		if sub, ok := smiSubcommands[args[0]]; ok {
+			return s.smiRun(sub, h, args[1:])
 		}
 	}
-	var m smiMain
+	return s.smiRun(&smiMain, h, args)
+}
+
+// smiRun parses a command line against a command's options and runs its action: unknown options and missing
+// values are usage errors, two actions (or a modifier without its action) an invalid combination, as the real
+// tool answers them.
+func (s *Shell) smiRun(cmd *smiCommand, h Host, args []string) Result {
+	c := smiCall{cmd: cmd, host: h, opts: map[string]string{}}
+	var action *smiFlag
+	conflict := false // a second action: refused once every option is known, as the real tool does
 	r := &argReader{args: args}
 	for r.more() {
 		name, inline, has := r.next()
-		var bad *Result
-		switch name {
-		case "-L", "--list-gpus":
-			m.list = true
-		case "-q", "--query":
-			m.query = true
-		case "-h", "--help":
-			m.help = true
-		case "-i", "--id":
-			m.ids, bad = r.value(name, inline, has)
-			m.idsSet = true
-		case "--query-gpu":
-			m.queryGPU, bad = r.value(name, inline, has)
-		case "--format":
-			m.format, bad = r.value(name, inline, has)
-			m.formatSet = true
-		case "-mig", "--multi-instance-gpu":
-			m.mig, bad = r.value(name, inline, has)
-			m.migSet = true
-		case "-e", "--ecc-config":
-			m.ecc, bad = r.value(name, inline, has)
-			m.eccSet = true
-		default:
+		f := cmd.flag(name)
+		if f == nil {
 			return usageError("ERROR: Option %s is not recognized.", name)
 		}
-		if bad != nil {
-			return *bad
+		value := ""
+		if f.hasValue {
+			var bad *Result
+			if value, bad = r.value(name, inline, has); bad != nil {
+				return *bad
+			}
 		}
-	}
-	return s.smiRun(h, m)
-}
-
-func (s *Shell) smiRun(h Host, m smiMain) Result {
-	actions := 0
-	for _, on := range []bool{m.list, m.query, m.queryGPU != "", m.migSet, m.eccSet, m.help} {
-		if on {
-			actions++
+		if f.run == nil {
+			c.opts[f.names[0]] = value
+			continue
 		}
+		conflict = conflict || action != nil && action != f
+		action, c.value = f, value
 	}
-	if actions > 1 || (m.formatSet && m.queryGPU == "") {
+	run := cmd.noAction
+	if action != nil {
+		run = action.run
+	}
+	if run == nil || conflict || !cmd.modifiersFit(action, c) {
 		return invalidCombination()
 	}
-	if m.help {
-		return Result{Stdout: smiHelp}
+	if action == nil || !action.anyGPU {
+		var res *Result
+		if c.gpus, res = selectGPUs(h, c.opts["-i"], c.has("-i")); res != nil {
+			return *res
+		}
 	}
-	gpus, res := selectGPUs(h, m.ids, m.idsSet)
-	if res != nil {
-		return *res
-	}
-	switch {
-	case m.list:
-		return Result{Stdout: RenderList(gpus)}
-	case m.query:
-		return Result{Stdout: RenderQuery(h, gpus, s.now())}
-	case m.queryGPU != "":
-		return smiQueryGPU(h, gpus, m)
-	case m.migSet:
-		return s.smiSetMIG(h, gpus, m.mig, m.idsSet)
-	case m.eccSet:
-		return s.smiSetECC(h, gpus, m.ecc)
-	}
-	// No action: the real tool prints its summary table; the list is what scripts need from it.
-	return Result{Stdout: RenderList(gpus)}
+	return run(s, c)
 }
 
-const smiHelp = `NVIDIA System Management Interface -- v550.90.05
+// flag is the option spelled name, or nil.
+func (cmd *smiCommand) flag(name string) *smiFlag {
+	for i := range cmd.flags {
+		if slices.Contains(cmd.flags[i].names, name) {
+			return &cmd.flags[i]
+		}
+	}
+	return nil
+}
 
-Supported here (gpusim): -L, -q, -i <index|bus id|uuid>, --query-gpu=<fields> --format=csv[,noheader][,nounits],
--mig 0|1, -e 0|1, mig -lgip, mig -lgipp, mig -lgi, nvlink -s, topo -m
-`
+// modifiersFit reports whether every modifier given that belongs to an action comes with it.
+func (cmd *smiCommand) modifiersFit(action *smiFlag, c smiCall) bool {
+	for _, f := range cmd.flags {
+		if f.with != "" && c.has(f.names[0]) && (action == nil || action.names[0] != f.with) {
+			return false
+		}
+	}
+	return true
+}
+
+// stdout is the Result of a renderer over GPUs.
+func stdout(render func([]GPU) string) func([]GPU) Result {
+	return func(gpus []GPU) Result { return Result{Stdout: render(gpus)} }
+}
+
+// onGPUs runs a listing over the selected GPUs.
+func onGPUs(list func([]GPU) Result) smiAction {
+	return func(_ *Shell, c smiCall) Result { return list(c.gpus) }
+}
+
+func smiList(_ *Shell, c smiCall) Result { return Result{Stdout: RenderList(c.gpus)} }
+
+func smiQuery(s *Shell, c smiCall) Result {
+	return Result{Stdout: RenderQuery(c.host, c.gpus, s.now())}
+}
+
+// smiHelp is `nvidia-smi -h`: the options and subcommands gpusim answers, from their tables.
+func smiHelp(_ *Shell, c smiCall) Result {
+	var usage []string
+	for _, f := range c.cmd.flags {
+		if f.usage != "" {
+			usage = append(usage, f.usage)
+		}
+	}
+	for _, name := range smiSubcommandOrder {
+		for _, f := range smiSubcommands[name].flags {
+			if f.usage != "" {
+				usage = append(usage, name+" "+f.usage)
+			}
+		}
+	}
+	return Result{Stdout: "NVIDIA System Management Interface -- v550.90.05\n\nSupported here (gpusim): " +
+		strings.Join(usage, ", ") + "\n"}
+}
 
 // selectGPUs resolves -i (comma-separated indices, PCI bus ids or UUIDs); all GPUs without -i.
 func selectGPUs(h Host, ids string, set bool) ([]GPU, *Result) {
@@ -214,13 +299,14 @@ func sameBusID(a, b string) bool {
 	return norm(a) != "" && norm(a) == norm(b)
 }
 
-func smiQueryGPU(h Host, gpus []GPU, m smiMain) Result {
-	if !m.formatSet {
+// smiQueryGPU is `nvidia-smi --query-gpu=FIELDS --format=csv[,noheader][,nounits]`.
+func smiQueryGPU(_ *Shell, c smiCall) Result {
+	if !c.has("--format") {
 		return usageError(`"--format=" switch is missing.`)
 	}
 	var opt CSVOptions
 	csv := false
-	for _, f := range strings.Split(m.format, ",") {
+	for _, f := range strings.Split(c.opts["--format"], ",") {
 		switch strings.TrimSpace(f) {
 		case "csv":
 			csv = true
@@ -236,24 +322,33 @@ func smiQueryGPU(h Host, gpus []GPU, m smiMain) Result {
 		return invalidCombination()
 	}
 	var fields []string
-	for _, f := range strings.Split(m.queryGPU, ",") {
+	for _, f := range strings.Split(c.value, ",") {
 		f = strings.TrimSpace(f)
-		c := CanonicalField(f)
-		if c == "" {
+		name := CanonicalField(f)
+		if name == "" {
 			return Result{Stderr: fmt.Sprintf("Field \"%s\" is not a valid field to query.\n\n", f), Exit: exitInvalidArg}
 		}
-		fields = append(fields, c)
+		fields = append(fields, name)
 	}
-	return Result{Stdout: RenderQueryCSV(h, gpus, fields, opt)}
+	return Result{Stdout: RenderQueryCSV(c.host, c.gpus, fields, opt)}
 }
 
-func (s *Shell) smiSetMIG(h Host, gpus []GPU, value string, single bool) Result {
-	var enable bool
-	switch value {
+// onOffValue reads the value of a mode switch (-mig 1, -e DISABLED).
+func onOffValue(v string) (on, ok bool) {
+	switch v {
 	case "0", "DISABLED", "disabled":
+		return false, true
 	case "1", "ENABLED", "enabled":
-		enable = true
-	default:
+		return true, true
+	}
+	return false, false
+}
+
+// smiSetMIG is `nvidia-smi [-i ID] -mig 0|1`: MIG mode on or off for the selected GPUs, now or pending (the
+// farm's rule); a GPU without MIG is skipped with a warning, or fails the command when it is the one -i names.
+func smiSetMIG(s *Shell, c smiCall) Result {
+	enable, ok := onOffValue(c.value)
+	if !ok {
 		return invalidCombination()
 	}
 	var out strings.Builder
@@ -261,16 +356,16 @@ func (s *Shell) smiSetMIG(h Host, gpus []GPU, value string, single bool) Result 
 	if enable {
 		verb = "enable"
 	}
-	for _, g := range gpus {
+	for _, g := range c.gpus {
 		if !g.MIGCapable {
 			fmt.Fprintf(&out, "Unable to %s MIG Mode for GPU %s: Not Supported\n", verb, g.BusID)
-			if single && len(gpus) == 1 {
+			if c.has("-i") && len(c.gpus) == 1 {
 				return Result{Stdout: out.String(), Exit: exitNotSupported}
 			}
 			out.WriteString("Treating as warning and moving on.\n")
 			continue
 		}
-		change, err := s.Backend.SetMIGMode(h.Name, g.Index, enable)
+		change, err := s.Backend.Apply(c.host.Name, GPUChange{PCIID: g.PCIID, Setting: farm.GPUSetting{Property: farm.GPUPropMIG, On: enable}})
 		if err != nil {
 			return Result{Stdout: out.String(),
 				Stderr: fmt.Sprintf("Unable to %s MIG Mode for GPU %s: %v\n", verb, g.BusID, err), Exit: exitUnknownError}
@@ -282,18 +377,14 @@ func (s *Shell) smiSetMIG(h Host, gpus []GPU, value string, single bool) Result 
 }
 
 // smiSetECC is `nvidia-smi [-i ID] -e 0|1`: ECC memory on or off from the next reboot, for the selected GPUs.
-func (s *Shell) smiSetECC(h Host, gpus []GPU, value string) Result {
-	var enable bool
-	switch value {
-	case "0", "DISABLED", "disabled":
-	case "1", "ENABLED", "enabled":
-		enable = true
-	default:
+func smiSetECC(s *Shell, c smiCall) Result {
+	enable, ok := onOffValue(c.value)
+	if !ok {
 		return invalidCombination()
 	}
 	var out strings.Builder
-	for _, g := range gpus {
-		if err := s.Backend.SetECCMode(h.Name, g.Index, enable); err != nil {
+	for _, g := range c.gpus {
+		if _, err := s.Backend.Apply(c.host.Name, GPUChange{PCIID: g.PCIID, Setting: farm.GPUSetting{Property: farm.GPUPropECC, On: enable}}); err != nil {
 			return Result{Stdout: out.String(), Stderr: fmt.Sprintf("Unable to set the ECC mode for GPU %s: %v\n", g.BusID, err),
 				Exit: exitUnknownError}
 		}
@@ -303,63 +394,21 @@ func (s *Shell) smiSetECC(h Host, gpus []GPU, value string) Result {
 	return Result{Stdout: out.String()}
 }
 
-func (s *Shell) smiMIG(h Host, args []string) Result {
-	var (
-		lgip, lgipp, lgi bool
-		ids              string
-		idsSet           bool
-	)
-	r := &argReader{args: args}
-	for r.more() {
-		name, inline, has := r.next()
-		var bad *Result
-		switch name {
-		case "-lgip", "--list-gpu-instance-profiles":
-			lgip = true
-		case "-lgipp", "--list-gpu-instance-possible-placements":
-			lgipp = true
-		case "-lgi", "--list-gpu-instances":
-			lgi = true
-		case "-i", "--id":
-			ids, bad = r.value(name, inline, has)
-			idsSet = true
-		default:
-			return usageError("ERROR: Option %s is not recognized.", name)
+// migEnabled runs a `nvidia-smi mig` listing over the selected GPUs that are in MIG mode ("No MIG-enabled
+// devices found." when none is).
+func migEnabled(list func([]GPU) Result) smiAction {
+	return func(_ *Shell, c smiCall) Result {
+		var migOn []GPU
+		for _, g := range c.gpus {
+			if g.MIGCapable && g.MIGCurrent {
+				migOn = append(migOn, g)
+			}
 		}
-		if bad != nil {
-			return *bad
+		if len(migOn) == 0 {
+			return Result{Stdout: "No MIG-enabled devices found.\n", Exit: exitNotFound}
 		}
+		return list(migOn)
 	}
-	if n := btoi(lgip) + btoi(lgipp) + btoi(lgi); n != 1 {
-		return invalidCombination()
-	}
-	gpus, res := selectGPUs(h, ids, idsSet)
-	if res != nil {
-		return *res
-	}
-	var migOn []GPU
-	for _, g := range gpus {
-		if g.MIGCapable && g.MIGCurrent {
-			migOn = append(migOn, g)
-		}
-	}
-	if len(migOn) == 0 {
-		return Result{Stdout: "No MIG-enabled devices found.\n", Exit: exitNotFound}
-	}
-	switch {
-	case lgip:
-		return Result{Stdout: RenderLGIP(migOn)}
-	case lgi:
-		return renderLGIResult(migOn)
-	}
-	return Result{Stdout: RenderLGIPP(migOn)}
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // renderLGIResult is `nvidia-smi mig -lgi`: the table, or NVML's "Not Found" when no GPU instance exists.
@@ -370,56 +419,4 @@ func renderLGIResult(gpus []GPU) Result {
 		}
 	}
 	return Result{Stdout: "No GPU instances found: Not Found\n", Exit: exitNotFound}
-}
-
-func smiNVLink(h Host, args []string) Result {
-	var (
-		status bool
-		ids    string
-		idsSet bool
-	)
-	r := &argReader{args: args}
-	for r.more() {
-		name, inline, has := r.next()
-		var bad *Result
-		switch name {
-		case "-s", "--status":
-			status = true
-		case "-i", "--id":
-			ids, bad = r.value(name, inline, has)
-			idsSet = true
-		default:
-			return usageError("ERROR: Option %s is not recognized.", name)
-		}
-		if bad != nil {
-			return *bad
-		}
-	}
-	if !status {
-		return invalidCombination()
-	}
-	gpus, res := selectGPUs(h, ids, idsSet)
-	if res != nil {
-		return *res
-	}
-	return Result{Stdout: RenderNVLinkStatus(gpus)}
-}
-
-func smiTopo(h Host, args []string) Result {
-	matrix := false
-	for _, a := range args {
-		switch a {
-		case "-m", "--matrix":
-			matrix = true
-		default:
-			return usageError("ERROR: Option %s is not recognized.", a)
-		}
-	}
-	if !matrix {
-		return invalidCombination()
-	}
-	if len(h.GPUs) == 0 {
-		return noDevices()
-	}
-	return Result{Stdout: RenderTopo(h.GPUs)}
 }

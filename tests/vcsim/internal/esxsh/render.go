@@ -8,9 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"gpusim/internal/farm"
 )
 
-// Pure renderers: each turns view structs into the exact text the real tool prints.
+// Pure renderers: each turns the shell's view of a host (view.go) into the exact text the real tool prints.
 
 func onOff(b bool) string {
 	if b {
@@ -63,7 +65,7 @@ func RenderQuery(h Host, gpus []GPU, now time.Time) string {
 	var b strings.Builder
 	b.WriteString("\n==============NVSMI LOG==============\n\n")
 	qLine(&b, 0, "Timestamp", now.UTC().Format("Mon Jan _2 15:04:05 2006"))
-	qLine(&b, 0, "Driver Version", h.DriverVersion)
+	qLine(&b, 0, "Driver Version", h.DriverVersion())
 	qLine(&b, 0, "CUDA Version", "Not Found")
 	qHead(&b, 0, "vGPU Driver Capability")
 	qLine(&b, 8, "Heterogenous Multi-vGPU", "Supported")
@@ -162,27 +164,34 @@ func linksUp(g GPU) int {
 	return n
 }
 
-// QueryFields are the --query-gpu fields the shell knows, with their unit (for the header and nounits).
-var QueryFields = map[string]string{
-	"index":            "",
-	"count":            "",
-	"name":             "",
-	"uuid":             "",
-	"driver_version":   "",
-	"pci.bus_id":       "",
-	"memory.total":     "MiB",
-	"mig.mode.current": "",
-	"mig.mode.pending": "",
-	"ecc.mode.current": "",
-	"ecc.mode.pending": "",
+// queryField is one --query-gpu field: its value for a GPU of a host, and its unit (printed in the header and
+// after the value, unless nounits).
+type queryField struct {
+	unit  string
+	value func(h Host, g GPU) string
 }
 
+// queryFields are the --query-gpu fields the shell knows, by nvidia-smi's name.
+var queryFields = map[string]queryField{
+	"index":            {value: func(_ Host, g GPU) string { return strconv.Itoa(g.Index) }},
+	"count":            {value: func(h Host, _ GPU) string { return strconv.Itoa(len(h.GPUs)) }},
+	"name":             {value: func(_ Host, g GPU) string { return g.Name }},
+	"uuid":             {value: func(_ Host, g GPU) string { return g.UUID }},
+	"driver_version":   {value: func(h Host, _ GPU) string { return h.DriverVersion() }},
+	"pci.bus_id":       {value: func(_ Host, g GPU) string { return g.BusID }},
+	"memory.total":     {unit: "MiB", value: func(_ Host, g GPU) string { return strconv.Itoa(g.MemoryMiB) }},
+	"mig.mode.current": {value: func(_ Host, g GPU) string { return csvMIG(g, g.MIGCurrent) }},
+	"mig.mode.pending": {value: func(_ Host, g GPU) string { return csvMIG(g, g.MIGPending) }},
+	"ecc.mode.current": {value: func(_ Host, g GPU) string { return onOff(g.ECCCurrent) }},
+	"ecc.mode.pending": {value: func(_ Host, g GPU) string { return onOff(g.ECCPending) }},
+}
+
+// fieldAliases are other names nvidia-smi takes for a field.
 var fieldAliases = map[string]string{
-	"gpu_name":       "name",
-	"gpu_uuid":       "uuid",
-	"gpu_bus_id":     "pci.bus_id",
-	"pci.bus":        "pci.bus_id",
-	"driver_version": "driver_version",
+	"gpu_name":   "name",
+	"gpu_uuid":   "uuid",
+	"gpu_bus_id": "pci.bus_id",
+	"pci.bus":    "pci.bus_id",
 }
 
 // CanonicalField returns the field name a --query-gpu entry stands for, or "" when unknown.
@@ -190,7 +199,7 @@ func CanonicalField(f string) string {
 	if a, ok := fieldAliases[f]; ok {
 		return a
 	}
-	if _, ok := QueryFields[f]; ok {
+	if _, ok := queryFields[f]; ok {
 		return f
 	}
 	return ""
@@ -210,7 +219,7 @@ func RenderQueryCSV(h Host, gpus []GPU, fields []string, opt CSVOptions) string 
 		head := make([]string, len(fields))
 		for i, f := range fields {
 			head[i] = f
-			if u := QueryFields[f]; u != "" && !opt.NoUnits {
+			if u := queryFields[f].unit; u != "" && !opt.NoUnits {
 				head[i] += " [" + u + "]"
 			}
 		}
@@ -218,43 +227,16 @@ func RenderQueryCSV(h Host, gpus []GPU, fields []string, opt CSVOptions) string 
 	}
 	for _, g := range gpus {
 		row := make([]string, len(fields))
-		for i, f := range fields {
-			row[i] = csvValue(h, g, f, opt.NoUnits)
+		for i, name := range fields {
+			f := queryFields[name]
+			row[i] = f.value(h, g)
+			if f.unit != "" && !opt.NoUnits {
+				row[i] += " " + f.unit
+			}
 		}
 		b.WriteString(strings.Join(row, ", ") + "\n")
 	}
 	return b.String()
-}
-
-func csvValue(h Host, g GPU, field string, noUnits bool) string {
-	switch field {
-	case "index":
-		return strconv.Itoa(g.Index)
-	case "count":
-		return strconv.Itoa(len(h.GPUs))
-	case "name":
-		return g.Name
-	case "uuid":
-		return g.UUID
-	case "driver_version":
-		return h.DriverVersion
-	case "pci.bus_id":
-		return g.BusID
-	case "memory.total":
-		if noUnits {
-			return strconv.Itoa(g.MemoryMiB)
-		}
-		return fmt.Sprintf("%d MiB", g.MemoryMiB)
-	case "mig.mode.current":
-		return csvMIG(g, g.MIGCurrent)
-	case "mig.mode.pending":
-		return csvMIG(g, g.MIGPending)
-	case "ecc.mode.current":
-		return onOff(g.ECCCurrent)
-	case "ecc.mode.pending":
-		return onOff(g.ECCPending)
-	}
-	return "[N/A]"
 }
 
 func csvMIG(g GPU, v bool) string {
@@ -274,16 +256,16 @@ func RenderECCSet(g GPU, enable bool) string {
 }
 
 // RenderMIGSet is the message of `nvidia-smi -i N -mig 0|1` for one GPU (without the final "All done.").
-func RenderMIGSet(g GPU, enable bool, change MIGChange) string {
+func RenderMIGSet(g GPU, enable bool, change farm.Outcome) string {
 	verb, state := "Disabled", "disable"
 	if enable {
 		verb, state = "Enabled", "enable"
 	}
 	switch change {
-	case MIGPendingReset:
+	case farm.PendingReboot:
 		return fmt.Sprintf("Warning: MIG mode is in pending %s state for GPU %s:Not Supported\n"+
 			"Reboot the system or try nvidia-smi --gpu-reset to make MIG mode effective on GPU %s\n", state, g.BusID, g.BusID)
-	case MIGPendingBusy:
+	case farm.PendingBusy:
 		return fmt.Sprintf("Warning: MIG mode is in pending %s state for GPU %s:In use by another client\n"+
 			"%s is currently being used by one or more other processes (e.g. CUDA application or a monitoring "+
 			"application such as another instance of nvidia-smi). Please first kill all processes using the device "+

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"gpusim/internal/farm"
 )
 
 var update = flag.Bool("update", false, "rewrite the gpusim.* golden files in tests/fixtures/nvidia-smi")
@@ -21,27 +23,33 @@ func readFixture(t *testing.T, name string) string {
 	return string(data)
 }
 
+// snap is a GPU's part of the farm's snapshot, for views built by hand: real captures of boards gpusim does not
+// model (V100, RTX A6000) or with values the view would derive otherwise.
+func snap(index int, uuid string, s farm.GPUState) farm.GPUInfo {
+	return farm.GPUInfo{Index: index, UUID: uuid, GPUState: s}
+}
+
+var migOn = farm.GPUState{MIGCurrent: true, MIGPending: true}
+
 // The renderers reproduce real captured outputs byte for byte (sources in the fixtures' README).
 func TestRenderersMatchRealOutputs(t *testing.T) {
-	a100 := GPU{Index: 0, BusID: "00000000:0F:00.0", Board: "a100", MIGCapable: true, MIGCurrent: true, MIGPending: true,
-		MIGProfiles: catalogueMIG("A100-40GB", "Ampere")}
-	h100 := GPU{Index: 0, BusID: "00000000:06:00.0", Board: "h100", MIGCapable: true, MIGCurrent: true, MIGPending: true,
-		MIGProfiles: catalogueMIG("H100-80GB", "Hopper")}
+	a100 := GPU{GPUInfo: snap(0, "", migOn), BusID: "00000000:0F:00.0", MIGCapable: true, MIGProfiles: catalogueMIG("A100-40GB")}
+	h100 := GPU{GPUInfo: snap(0, "", migOn), BusID: "00000000:06:00.0", MIGCapable: true, MIGProfiles: catalogueMIG("H100-80GB")}
 	a16 := Host{GPUs: []GPU{
-		{Index: 0, Name: "NVIDIA A16", UUID: "GPU-2039ae9a-7b32-009f-d7dc-b5acf0e7aaba"},
-		{Index: 1, Name: "NVIDIA A16", UUID: "GPU-4c81fa10-f611-4d5d-4f95-cf57270afbfa"},
-		{Index: 2, Name: "NVIDIA A16", UUID: "GPU-6d96ca7e-db97-dd7b-d18b-821c40747583"},
-		{Index: 3, Name: "NVIDIA A16", UUID: "GPU-b952c9a5-0ac8-26fb-a02d-60bcf9d0fe83"},
+		{GPUInfo: snap(0, "GPU-2039ae9a-7b32-009f-d7dc-b5acf0e7aaba", farm.GPUState{}), Name: "NVIDIA A16"},
+		{GPUInfo: snap(1, "GPU-4c81fa10-f611-4d5d-4f95-cf57270afbfa", farm.GPUState{}), Name: "NVIDIA A16"},
+		{GPUInfo: snap(2, "GPU-6d96ca7e-db97-dd7b-d18b-821c40747583", farm.GPUState{}), Name: "NVIDIA A16"},
+		{GPUInfo: snap(3, "GPU-b952c9a5-0ac8-26fb-a02d-60bcf9d0fe83", farm.GPUState{}), Name: "NVIDIA A16"},
 	}}
 	v100 := func(i int, uuid string) GPU {
-		g := GPU{Index: i, Name: "Tesla V100-SXM2-16GB", UUID: uuid}
+		g := GPU{GPUInfo: snap(i, uuid, farm.GPUState{}), Name: "Tesla V100-SXM2-16GB"}
 		for l := 0; l < 6; l++ {
 			g.NVLinks = append(g.NVLinks, Link{Index: l, Peer: 1 - i, Up: true, SpeedGBs: 25.781})
 		}
 		return g
 	}
 	a6000 := func(i int, uuid string, links int) GPU {
-		g := GPU{Index: i, Name: "NVIDIA RTX A6000", UUID: uuid}
+		g := GPU{GPUInfo: snap(i, uuid, farm.GPUState{}), Name: "NVIDIA RTX A6000"}
 		for l := 0; l < 4; l++ {
 			g.NVLinks = append(g.NVLinks, Link{Index: l, Peer: 1 - i, Up: l < links, SpeedGBs: 14.062})
 		}
@@ -59,8 +67,8 @@ func TestRenderersMatchRealOutputs(t *testing.T) {
 		{"a100-40gb.mig-lgipp.txt", RenderLGIPP([]GPU{a100})},
 		{"a100-40gb.mig-lgi.txt", RenderLGI([]GPU{withInstances(a100, MIGInstance{ID: 2, Profile: "3g.20gb", Start: 0, Size: 4},
 			MIGInstance{ID: 1, Profile: "3g.20gb", Start: 4, Size: 4})})},
-		{"esxi-a100.mig-enable-pending.txt", RenderMIGSet(a100, true, MIGPendingReset) + "All done.\n"},
-		{"h100.mig-enable.txt", RenderMIGSet(h100, true, MIGApplied) + "All done.\n"},
+		{"esxi-a100.mig-enable-pending.txt", RenderMIGSet(a100, true, farm.PendingReboot) + "All done.\n"},
+		{"h100.mig-enable.txt", RenderMIGSet(h100, true, farm.Applied) + "All done.\n"},
 		{"esxi-a100.query-gpu-bus-mig.csv", RenderQueryCSV(Host{}, []GPU{a100}, []string{"pci.bus_id", "mig.mode.current"}, CSVOptions{})},
 		{"a16-host.list.txt", RenderList(a16.GPUs)},
 		{"v100-sxm2.nvlink-s.txt", RenderNVLinkStatus([]GPU{
@@ -78,7 +86,7 @@ func TestRenderersMatchRealOutputs(t *testing.T) {
 // gpusim's own outputs for the sample host are kept as golden files: the Python parsers are tested on
 // them, so a change here that the parsers do not follow shows up on both sides.
 func TestGoldenOutputs(t *testing.T) {
-	h := sampleHost("esx01.example.com")
+	h := View(sampleHost("esx01.example.com"))
 	now := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 	cases := map[string]string{
 		"gpusim.list.txt":                       RenderList(h.GPUs),
@@ -98,13 +106,7 @@ func TestGoldenOutputs(t *testing.T) {
 			{"NVreg_RegistryDwords", "string", "RmPVMRL=0x01", "Semicolon-separated RM registry keys: key=value;..."},
 		}),
 	}
-	withVIBs := h
-	withVIBs.VIBs = [][]string{ // what gpusim's farm lists for a host with the default vGPU Manager
-		{"esx-base", "8.0.3-0.0.24022510", "VMware", "VMwareCertified", "2024-06-25", "host"},
-		{"NVD-AIE_ESXi_8.0.0_Driver", "550.90.05-1OEM.800.1.0.20613240", "NVD", "VMwareAccepted", "2024-06-25", "host"},
-		{"nvdgpumgmtdaemon", "550.90.05-1OEM.700.1.0.15843807", "NVD", "VMwareAccepted", "2024-06-25", "host"},
-	}
-	cases["gpusim.vib-list.txt"] = esxcliVIBList(withVIBs, nil).Stdout
+	cases["gpusim.vib-list.txt"] = esxcliVIBList(testVIBs).Stdout
 	for name, got := range cases {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(fixtureDir, name)
@@ -123,7 +125,7 @@ func TestGoldenOutputs(t *testing.T) {
 
 func TestFreeInstances(t *testing.T) {
 	p := func(name string) GIProfile {
-		for _, p := range catalogueMIG("A100-40GB", "Ampere") {
+		for _, p := range catalogueMIG("A100-40GB") {
 			if p.Name == name {
 				return p
 			}
@@ -166,7 +168,7 @@ func withInstances(g GPU, in ...MIGInstance) GPU {
 
 // A MIG GPU without GPU instances answers `mig -lgi` as NVML does: "Not Found", exit 6.
 func TestLGIWithoutInstances(t *testing.T) {
-	res := renderLGIResult([]GPU{{Index: 0, MIGCapable: true, MIGCurrent: true, MIGProfiles: catalogueMIG("A100-40GB", "Ampere")}})
+	res := renderLGIResult([]GPU{{GPUInfo: snap(0, "", migOn), MIGCapable: true, MIGProfiles: catalogueMIG("A100-40GB")}})
 	if res.Stdout != "No GPU instances found: Not Found\n" || res.Exit != exitNotFound {
 		t.Errorf("%+v", res)
 	}

@@ -148,7 +148,7 @@ func TestSSHMIGAndModuleChangesReachBackend(t *testing.T) {
 	if _, _, exit := run(t, c, `esxcli system module parameters set -m nvidia -p "NVreg_NvLinkDisable=1"`); exit != 0 {
 		t.Fatalf("set exit %d", exit)
 	}
-	if got, _, _ := f.backend.ModuleOptions("esx02.example.com", "nvidia"); got != "NVreg_NvLinkDisable=1" {
+	if got := f.backend.configured("esx02.example.com", "nvidia"); got != "NVreg_NvLinkDisable=1" {
 		t.Errorf("module options %q", got)
 	}
 }

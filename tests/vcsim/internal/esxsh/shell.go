@@ -37,13 +37,14 @@ func (s *Shell) Run(host, cmdline string) Result {
 	if len(args) == 0 {
 		return Result{}
 	}
-	h, err := s.Backend.Host(host)
+	info, err := s.Backend.Host(host)
 	if err != nil {
 		return Result{Stderr: err.Error() + "\n", Exit: 1}
 	}
+	h := View(info)
 	switch path.Base(args[0]) {
 	case "nvidia-smi":
-		if h.DriverVersion == "" { // no vGPU Manager installed: no NVIDIA tools either
+		if h.DriverVersion() == "" { // no vGPU Manager installed: no NVIDIA tools either
 			return Result{Stderr: "sh: nvidia-smi: not found\n", Exit: 127}
 		}
 		return s.nvidiaSMI(h, args[1:])

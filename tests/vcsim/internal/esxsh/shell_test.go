@@ -3,6 +3,8 @@ package esxsh
 import (
 	"strings"
 	"testing"
+
+	"gpusim/internal/farm"
 )
 
 func TestSplitCommandLine(t *testing.T) {
@@ -58,6 +60,10 @@ func TestShellCommands(t *testing.T) {
 		{"unknown option", "nvidia-smi --frobnicate", 2, nil, []string{"ERROR: Option --frobnicate is not recognized. Please run 'nvidia-smi -h' for help."}, nil},
 		{"missing value", "nvidia-smi -L -i", 2, nil, []string{"ERROR: Option -i is missing its value."}, nil},
 		{"two actions", "nvidia-smi -L -q", 2, nil, []string{"Invalid combination"}, nil},
+		{"unknown option after two actions", "nvidia-smi -L -q --bogus", 2, nil, []string{"ERROR: Option --bogus is not recognized."}, nil},
+		{"format without query-gpu", "nvidia-smi -e 1 --format=csv", 2, nil, []string{"Invalid combination"}, nil},
+		{"ecc missing value", "nvidia-smi -i 0 -e", 2, nil, []string{"ERROR: Option -e is missing its value."}, nil},
+		{"topo takes no -i", "nvidia-smi topo -m -i 0", 2, nil, []string{"ERROR: Option -i is not recognized."}, nil},
 		{"mig bad value", "nvidia-smi -i 0 -mig 2", 2, nil, []string{"Invalid combination"}, nil},
 		{"mig not capable", "nvidia-smi -i 2 -mig 1", 3, []string{"Unable to enable MIG Mode for GPU 00000000:AF:00.0: Not Supported"}, nil, nil},
 		{"lgip", "nvidia-smi mig -lgip", 0, []string{"|   1  MIG 3g.20gb        9     1/2        19.50", "|   1  MIG 1g.5gb        19     3/7"}, nil, []string{"|   0  MIG"}},
@@ -114,7 +120,7 @@ func TestMIGSwitchRules(t *testing.T) {
 	const host = "esx01"
 	cases := []struct {
 		name        string
-		hostv       Host
+		hostv       farm.HostInfo
 		cmd         string
 		out         string
 		current     bool // GPU 0's MIG mode right after the command
@@ -126,14 +132,18 @@ func TestMIGSwitchRules(t *testing.T) {
 			false, true},
 		{"hopper idle enable at once", hopperHost(host), "nvidia-smi -i 0 -mig 1",
 			"Enabled MIG Mode for GPU 00000000:18:00.0\nAll done.\n", true, true},
-		{"hopper busy enable pending", func() Host { h := hopperHost(host); h.GPUs[0].ActiveVGPUs = 2; return h }(),
+		{"hopper busy enable pending", func() farm.HostInfo {
+			h := hopperHost(host)
+			h.GPUs[0].VGPUs = []farm.Slot{{VM: "vm-1", Profile: "grid_h100xm-40c", Start: -1}, {VM: "vm-2", Profile: "grid_h100xm-40c", Start: -1}}
+			return h
+		}(),
 			"nvidia-smi -i 0 -mig 1", "pending enable state for GPU 00000000:18:00.0:In use by another client\n", false, true},
-		{"hopper disable", func() Host {
+		{"hopper disable", func() farm.HostInfo {
 			h := hopperHost(host)
 			h.GPUs[0].MIGCurrent, h.GPUs[0].MIGPending = true, true
 			return h
 		}(), "nvidia-smi -i 0 -mig 0", "Disabled MIG Mode for GPU 00000000:18:00.0\nAll done.\n", false, false},
-		{"already enabled", func() Host {
+		{"already enabled", func() farm.HostInfo {
 			h := hopperHost(host)
 			h.GPUs[0].MIGCurrent, h.GPUs[0].MIGPending = true, true
 			return h
@@ -191,15 +201,101 @@ func TestModuleParametersSetAndList(t *testing.T) {
 		if res.Exit != 0 || res.Stdout != "" {
 			t.Fatalf("%s: exit %d %q %q", s.cmd, res.Exit, res.Stdout, res.Stderr)
 		}
-		if got, _, _ := b.ModuleOptions("h", "nvidia"); got != s.options {
+		if got := b.configured("h", "nvidia"); got != s.options {
 			t.Fatalf("%s: options %q, want %q", s.cmd, got, s.options)
 		}
 	}
-	_ = b.SetModuleOptions("h", "nvidia", `NVreg_NvLinkDisable=1 NVreg_RegistryDwordsPerDevice="pci=0000:15:00.0;RmPVMRL=0x11"`)
+	if _, err := b.Apply("h", ModuleChange{Module: "nvidia", Options: `NVreg_NvLinkDisable=1 NVreg_RegistryDwordsPerDevice="pci=0000:15:00.0;RmPVMRL=0x11"`}); err != nil {
+		t.Fatal(err)
+	}
 	res := sh.Run("h", "esxcli system module parameters list -m nvidia")
 	for _, want := range []string{"NVreg_NvLinkDisable            int     1   ", "NVreg_RegistryDwordsPerDevice  string  pci=0000:15:00.0;RmPVMRL=0x11  "} {
 		if !strings.Contains(res.Stdout, want) {
 			t.Errorf("list lacks %q:\n%s", want, res.Stdout)
+		}
+	}
+}
+
+// ECC memory: `nvidia-smi -e` sets the pending mode of the selected GPUs through Backend.Apply; --query-gpu and
+// -q show current and pending; a reboot puts it in effect.
+func TestECCSwitch(t *testing.T) {
+	b := newMemBackend(sampleHost("h"))
+	sh := &Shell{Backend: b}
+	query := func(id string) string {
+		return sh.Run("h", "nvidia-smi --query-gpu=ecc.mode.current,ecc.mode.pending --format=csv,noheader -i "+id).Stdout
+	}
+	res := sh.Run("h", "nvidia-smi -i 0 -e 0")
+	if res.Exit != 0 || res.Stdout != "Disabled ECC support for GPU 00000000:3B:00.0.\nAll done.\nReboot required.\n" {
+		t.Fatalf("exit %d stdout %q stderr %q", res.Exit, res.Stdout, res.Stderr)
+	}
+	if got := query("0"); got != "Enabled, Disabled\n" {
+		t.Errorf("before reboot %q", got)
+	}
+	q := sh.Run("h", "nvidia-smi -q -i 0").Stdout
+	if want := "    Ecc Mode\n        Current                           : Enabled\n        Pending                           : Disabled\n"; !strings.Contains(q, want) {
+		t.Errorf("-q lacks %q:\n%s", want, q)
+	}
+	b.reboot("h")
+	if got := query("0"); got != "Disabled, Disabled\n" {
+		t.Errorf("after reboot %q", got)
+	}
+	res = sh.Run("h", "nvidia-smi --ecc-config=ENABLED")
+	if res.Exit != 0 || strings.Count(res.Stdout, "Enabled ECC support for GPU") != 3 {
+		t.Errorf("all GPUs: exit %d %q", res.Exit, res.Stdout)
+	}
+	if got := query("0,2"); got != "Disabled, Enabled\nDisabled, Enabled\n" {
+		t.Errorf("after enabling all %q", got)
+	}
+	if res := sh.Run("h", "nvidia-smi -e 2"); res.Exit != exitInvalidArg || !strings.Contains(res.Stderr, "Invalid combination") {
+		t.Errorf("bad value: %+v", res)
+	}
+	if res := sh.Run("h", "nvidia-smi -e 0 -mig 0"); res.Exit != exitInvalidArg {
+		t.Errorf("two actions: %+v", res)
+	}
+}
+
+// `nvidia-smi -h` lists every option and subcommand option of the tables that has a usage.
+func TestHelpListsTheFlagTables(t *testing.T) {
+	res := (&Shell{Backend: newMemBackend(sampleHost("h"))}).Run("h", "nvidia-smi -h -i 9")
+	if res.Exit != 0 {
+		t.Fatalf("%+v", res)
+	}
+	want := []string{"-L", "-q", "-i <index|bus id|uuid>", "--query-gpu=<fields>", "--format=csv[,noheader][,nounits]",
+		"-mig 0|1", "-e 0|1", "mig -lgip", "mig -lgipp", "mig -lgi", "nvlink -s", "topo -m"}
+	for _, w := range want {
+		if !strings.Contains(res.Stdout, " "+w+",") && !strings.HasSuffix(res.Stdout, " "+w+"\n") {
+			t.Errorf("help lacks %q:\n%s", w, res.Stdout)
+		}
+	}
+	for _, cmd := range append([]*smiCommand{&smiMain}, smiSubcommands["mig"], smiSubcommands["nvlink"], smiSubcommands["topo"]) {
+		for _, f := range cmd.flags {
+			if f.usage != "" && !strings.Contains(res.Stdout, f.usage) {
+				t.Errorf("help lacks %q", f.usage)
+			}
+		}
+	}
+	if len(smiSubcommandOrder) != len(smiSubcommands) {
+		t.Errorf("help order %v does not list every subcommand", smiSubcommandOrder)
+	}
+}
+
+// Every --query-gpu field of the table answers for every GPU of the sample host, with its unit unless nounits.
+func TestQueryFieldsTable(t *testing.T) {
+	h := View(sampleHost("h"))
+	for name, f := range queryFields {
+		if CanonicalField(name) != name {
+			t.Errorf("%s is not canonical", name)
+		}
+		for _, g := range h.GPUs {
+			got := RenderQueryCSV(h, []GPU{g}, []string{name}, CSVOptions{NoHeader: true})
+			if v := f.value(h, g); v == "" || got != strings.TrimSpace(v+" "+f.unit)+"\n" {
+				t.Errorf("%s on GPU %d: %q (value %q)", name, g.Index, got, v)
+			}
+		}
+	}
+	for alias, name := range fieldAliases {
+		if _, ok := queryFields[name]; !ok || CanonicalField(alias) != name {
+			t.Errorf("alias %s -> %s", alias, name)
 		}
 	}
 }

@@ -208,6 +208,7 @@ func newModel(b *board, sources map[string]Source) (*Model, error) {
 		m.NVLinkTopology, m.NVLinkLinks, m.NVLinkBridgeGPUs = b.NVLink.Topology, b.NVLink.Links, b.NVLink.BridgeGPUs
 		m.NVLinkListed = max(b.NVLink.Listed, b.NVLink.Links)
 	}
+	m.MemoryMiB = m.FramebufferGB * 1024
 	m.NVLinkCapable = m.NVLinkTopology != TopologyNone
 	if b.MIG != nil {
 		if err := checkMIG(m.Name, b.MIG); err != nil {

@@ -14,10 +14,12 @@
 //	f.Host(name) (HostInfo, error)               one host, with GPUs, module options, state
 //	f.GPUs(host) ([]GPUInfo, error)              a host's GPUs in PCI id order (Index = nvidia-smi index)
 //	f.GPU(host, pciID) (GPUInfo, error)
-//	f.SetMIGMode(host, pciID, enable) (MIGResult, error)
-//	    A100-class (Model.MIGApply "reboot"): the change stays pending until RebootHost.
-//	    H100-class ("immediate"): applies at once when no vGPU runs on the GPU, else pending.
-//	    MIGResult{Applied, Pending, Current, PendingMode}. Error for non-MIG-capable models.
+//	f.SetGPU(host, pciID, GPUSetting{Property, On}) (Outcome, error)
+//	    the one write of a GPU mode; each property's state and rule is one entry of gpuprops.go's table
+//	    (GPUInfo embeds GPUState). MIG mode: A100-class (Model.MIGApply "reboot") pending until RebootHost;
+//	    H100-class ("immediate") at once when no vGPU runs on the GPU, else pending.
+//	    Outcome Applied, PendingReboot or PendingBusy; ErrNotCapable for a board without the mode.
+//	    f.SetMIGMode(host, pciID, enable) (MIGResult, error) is SetGPU for MIG mode.
 //	f.Modules(host) []string                     kernel modules (nvidia first)
 //	f.ModuleOptions(host, module) (ModuleOptions, error)   {Configured, Effective}
 //	f.SetModuleOptions(host, module, opts) error  replaces the configured string; Effective follows
@@ -32,10 +34,10 @@
 //	f.SetAPIVersion(v); f.Rules()                  the API version's equal-size rule (8.0.1+: any types of
 //	    one framebuffer size share a GPU; before: one type), used by Admit and for dry runs with Place
 //	f.SetMaintenance(host, bool) error; f.BeginReboot(host) error; f.EndReboot(host) error
-//	    EndReboot applies pending MIG modes and configured module options.
+//	    EndReboot applies pending GPU modes and configured module options.
 //	f.SetRebootFault(host, RebootFault) error; f.ClearRebootFault(host) error
-//	    the next Count reboots leave pending MIG modes ("mig") and/or configured module options
-//	    ("modules") unapplied, as if the GPU or driver refused them (a verification mismatch).
+//	    the next Count reboots leave pending GPU modes (by property name, e.g. "mig") and/or configured
+//	    module options ("modules") unapplied, as if the GPU or driver refused them (a verification mismatch).
 //	f.SetDown(host, bool) error; f.Reachable(host) bool  (false while down or rebooting)
 //	f.Subscribe(func(Event))                       called after every change (outside the lock);
 //	    the vSphere side uses it to refresh graphicsInfo, vgpuMode, sharedPassthruGpuTypes, etc.
@@ -45,6 +47,7 @@
 package farm
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -94,16 +97,14 @@ type Scheduler struct {
 type GPUInfo struct {
 	Index          int       `json:"index"`
 	PCIID          string    `json:"pciId"` // 0000:3b:00.0
+	UUID           string    `json:"uuid"`  // GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, stable per host and PCI id
 	Model          *Model    `json:"-"`
 	ModelName      string    `json:"model"`
 	GraphicsType   string    `json:"graphicsType"`   // effective: per-GPU override or host default
 	VgpuMode       string    `json:"vgpuMode"`       // multiInstanceGpu when MIG is on, else TimeSlicedMode
 	TimeSlicedMode string    `json:"timeSlicedMode"` // sameSize or mixedSize
-	MIGCurrent     bool      `json:"migCurrent"`
-	MIGPending     bool      `json:"migPending"`
-	ECCCurrent     bool      `json:"eccCurrent"` // ECC memory in effect
-	ECCPending     bool      `json:"eccPending"` // ECC memory after the next reboot
-	NVLinkSet      int       `json:"nvlinkSet"`  // -1: not NVLink-connected
+	GPUState                 // the settable modes, current and pending (gpuprops.go)
+	NVLinkSet      int       `json:"nvlinkSet"` // -1: not NVLink-connected
 	NVLinkPeers    []string  `json:"nvlinkPeers,omitempty"`
 	NVLinkUp       bool      `json:"nvlinkUp"`
 	Scheduler      Scheduler `json:"scheduler"`
@@ -131,14 +132,15 @@ type HostInfo struct {
 	Access              Access                   `json:"access"`                  // vGPU Manager, SSH service, lockdown
 }
 
-// What a reboot fault leaves unapplied.
+// What a reboot fault leaves unapplied: a GPU property's name (GPUProperties) or the module options.
 const (
-	RebootIgnoreMIG     = "mig"
+	RebootIgnoreMIG     = string(GPUPropMIG)
 	RebootIgnoreModules = "modules"
 )
 
-// RebootFault makes the next Count reboots of a host leave changes unapplied: "mig" keeps each GPU's
-// current MIG mode and drops the pending one, "modules" keeps the module options in effect.
+// RebootFault makes the next Count reboots of a host leave changes unapplied: a GPU property's name
+// (GPUProperties, e.g. "mig") keeps each GPU's current mode of it and drops the pending one, "modules" keeps
+// the module options in effect.
 type RebootFault struct {
 	Ignore []string `json:"ignore"`
 	Count  int      `json:"count"`
@@ -204,13 +206,11 @@ type HostSpec struct {
 
 type gpu struct {
 	id             string
+	uuid           string
 	model          *Model
 	graphicsType   string // "" = host default
 	timeSlicedMode string
-	migCurrent     bool
-	migPending     bool
-	eccCurrent     bool // ECC memory: on for every board at start, as NVIDIA ships data-center GPUs
-	eccPending     bool
+	state          GPUState // the settable modes (gpuprops.go)
 	nvlinkSet      int
 	slots          []Slot
 }
@@ -282,6 +282,12 @@ func PCIBus(i int) string {
 	return fmt.Sprintf("0000:%02x:00.0", bus)
 }
 
+// gpuUUID derives a stable GPU UUID (nvidia-smi's GPU-xxxxxxxx-... form) from host name and PCI id.
+func gpuUUID(host, pciID string) string {
+	h := fmt.Sprintf("%x", sha256.Sum256([]byte(host+"/"+pciID)))
+	return fmt.Sprintf("GPU-%s-%s-%s-%s-%s", h[0:8], h[8:12], h[12:16], h[16:20], h[20:32])
+}
+
 // AddHost adds a host with its GPUs.
 func (f *Farm) AddHost(s HostSpec) error {
 	m, ok := f.catalog.Model(s.Model)
@@ -348,8 +354,8 @@ func (f *Farm) AddHost(s HostSpec) error {
 	}
 	h.modules["nvidia"] = &ModuleOptions{Configured: s.ModuleOptions, Effective: s.ModuleOptions}
 	for i := 0; i < s.GPUs; i++ {
-		g := &gpu{id: PCIBus(i), model: m, timeSlicedMode: s.VgpuMode, migCurrent: s.MIG, migPending: s.MIG,
-			eccCurrent: true, eccPending: true, nvlinkSet: -1}
+		g := &gpu{id: PCIBus(i), uuid: gpuUUID(s.Name, PCIBus(i)), model: m, timeSlicedMode: s.VgpuMode,
+			state: newGPUState(s), nvlinkSet: -1}
 		if group == nvswitchGroup && h.nvlink == NVLinkNVSwitch || group > 0 && (i/group+1)*group <= s.GPUs {
 			g.nvlinkSet = i / group
 		}
@@ -513,16 +519,15 @@ func (h *host) info() HostInfo {
 	nvlinkOff := opts["NVreg_NvLinkDisable"] == "1"
 	for i, g := range h.gpus {
 		gi := GPUInfo{
-			Index: i, PCIID: g.id, Model: g.model, ModelName: g.model.Name, GraphicsType: h.graphicsType(g),
-			VgpuMode: g.timeSlicedMode, TimeSlicedMode: g.timeSlicedMode, MIGCurrent: g.migCurrent,
-			MIGPending: g.migPending, ECCCurrent: g.eccCurrent, ECCPending: g.eccPending, NVLinkSet: g.nvlinkSet, Scheduler: schedulerFor(opts, g.id),
-			VGPUs:    append([]Slot{}, g.slots...),
-			Profiles: append(g.model.ProfilesFor(g.migCurrent, h.prefix), h.extras...),
+			Index: i, PCIID: g.id, UUID: g.uuid, Model: g.model, ModelName: g.model.Name, GraphicsType: h.graphicsType(g),
+			VgpuMode: g.timeSlicedMode, TimeSlicedMode: g.timeSlicedMode, GPUState: g.state, NVLinkSet: g.nvlinkSet,
+			Scheduler: schedulerFor(opts, g.id), VGPUs: append([]Slot{}, g.slots...),
+			Profiles: append(g.model.ProfilesFor(g.state.MIGCurrent, h.prefix), h.extras...),
 		}
 		if h.access.Manager == "" { // without NVIDIA's vGPU Manager the host offers no vGPU types
 			gi.Profiles = nil
 		}
-		if g.migCurrent {
+		if g.state.MIGCurrent {
 			gi.VgpuMode = ModeMIG
 		}
 		if g.nvlinkSet >= 0 {
@@ -543,44 +548,6 @@ func (h *host) graphicsType(g *gpu) string {
 		return g.graphicsType
 	}
 	return h.defaultGraphicsType
-}
-
-// SetMIGMode requests MIG mode on or off for one GPU (nvidia-smi -i N -mig 1|0).
-func (f *Farm) SetMIGMode(hostName, pciID string, enable bool) (MIGResult, error) {
-	f.mu.Lock()
-	h, err := f.host(hostName)
-	var g *gpu
-	if err == nil {
-		g, err = h.gpu(pciID)
-	}
-	if err == nil && !g.model.MIGCapable {
-		err = fmt.Errorf("GPU %s (%s): MIG mode: %w", pciID, g.model.Name, ErrNotCapable)
-	}
-	if err != nil {
-		f.mu.Unlock()
-		return MIGResult{}, err
-	}
-	g.migPending = enable
-	if g.model.MIGApply == "immediate" && len(g.slots) == 0 {
-		g.migCurrent = enable
-	}
-	r := MIGResult{Current: g.migCurrent, PendingMode: g.migPending}
-	r.Applied = g.migCurrent == enable
-	r.Pending = !r.Applied
-	f.mu.Unlock()
-	f.notify(Event{Host: hostName, What: "mig"})
-	return r, nil
-}
-
-// SetECCMode sets a GPU's ECC memory for the next reboot (nvidia-smi -e): it stays pending until then.
-func (f *Farm) SetECCMode(hostName, pciID string, enable bool) error {
-	return f.change(hostName, "ecc", func(h *host) error {
-		g, err := h.gpu(pciID)
-		if err == nil {
-			g.eccPending = enable
-		}
-		return err
-	})
 }
 
 // Modules lists a host's kernel modules.
@@ -788,8 +755,8 @@ func (f *Farm) Release(vmID string) string {
 				}
 			}
 			g.slots = kept
-			if g.model.MIGApply == "immediate" && len(g.slots) == 0 {
-				g.migCurrent = g.migPending // a pending Hopper MIG change applies once the GPU is idle
+			if len(g.slots) == 0 {
+				g.state.idle(g.model) // a pending Hopper MIG change applies once the GPU is idle
 			}
 		}
 	}
@@ -847,7 +814,7 @@ func (f *Farm) BeginReboot(hostName string) error {
 	})
 }
 
-// EndReboot brings a rebooting host back with pending MIG modes and configured module options applied,
+// EndReboot brings a rebooting host back with pending GPU modes and configured module options applied,
 // except what an armed reboot fault ignores.
 func (f *Farm) EndReboot(hostName string) error {
 	return f.change(hostName, "reboot", func(h *host) error {
@@ -859,12 +826,7 @@ func (f *Farm) EndReboot(hostName string) error {
 			}
 		}
 		for _, g := range h.gpus {
-			if fault.ignores(RebootIgnoreMIG) {
-				g.migPending = g.migCurrent
-			} else {
-				g.migCurrent = g.migPending
-			}
-			g.eccCurrent = g.eccPending
+			g.state.Reboot(fault)
 		}
 		if !fault.ignores(RebootIgnoreModules) {
 			for _, m := range h.modules {
@@ -881,12 +843,16 @@ func (f *Farm) SetRebootFault(hostName string, fault RebootFault) error {
 	if fault.Count < 1 {
 		return fmt.Errorf("reboot fault count %d: must be at least 1: %w", fault.Count, ErrInvalid)
 	}
+	known := []string{RebootIgnoreModules}
+	for _, p := range GPUProperties() {
+		known = append(known, string(p))
+	}
 	if len(fault.Ignore) == 0 {
-		return fmt.Errorf("reboot fault: ignore must name %q and/or %q: %w", RebootIgnoreMIG, RebootIgnoreModules, ErrInvalid)
+		return fmt.Errorf("reboot fault: ignore must name one or more of %s: %w", strings.Join(known, ", "), ErrInvalid)
 	}
 	for _, what := range fault.Ignore {
-		if what != RebootIgnoreMIG && what != RebootIgnoreModules {
-			return fmt.Errorf("reboot fault: unknown ignore %q (known: %s, %s): %w", what, RebootIgnoreMIG, RebootIgnoreModules, ErrInvalid)
+		if !slices.Contains(known, what) {
+			return fmt.Errorf("reboot fault: unknown ignore %q (known: %s): %w", what, strings.Join(known, ", "), ErrInvalid)
 		}
 	}
 	fault.Ignore = slices.Clone(fault.Ignore)

@@ -7,14 +7,17 @@ import (
 
 // Model is one GPU board of the vGPU type catalogue, as gpusim uses it.
 type Model struct {
-	Name           string      `json:"name"`
-	Aliases        []string    `json:"aliases,omitempty"`
-	Board          string      `json:"board"` // token in vGPU type names: a100, a100x, h100xm, ...
-	DeviceName     string      `json:"deviceName"`
-	DeviceNames    []string    `json:"deviceNames"`
-	DeviceID       int         `json:"deviceId"`
-	DeviceIDs      []int       `json:"deviceIds"`
-	FramebufferGB  int         `json:"framebufferGB"`
+	Name          string   `json:"name"`
+	Aliases       []string `json:"aliases,omitempty"`
+	Board         string   `json:"board"` // token in vGPU type names: a100, a100x, h100xm, ...
+	DeviceName    string   `json:"deviceName"`
+	DeviceNames   []string `json:"deviceNames"`
+	DeviceID      int      `json:"deviceId"`
+	DeviceIDs     []int    `json:"deviceIds"`
+	FramebufferGB int      `json:"framebufferGB"`
+	// MemoryMiB is the framebuffer as nvidia-smi reports it (memory.total): the catalogue's framebuffer_gb x 1024
+	// (real boards report a little less, e.g. an L40S 46068 MiB).
+	MemoryMiB      int         `json:"memoryMiB"`
 	Source         string      `json:"source"`
 	Table          string      `json:"table,omitempty"`
 	MIGCapable     bool        `json:"migCapable"`
