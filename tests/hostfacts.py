@@ -63,7 +63,7 @@ def host_facts(
     if network is not None:
         facts.values[NETWORK.name] = network if isinstance(network, HostNetFacts) else HostNetFacts.from_dict(network)
     elif network_error is not None:
-        facts.unread.append(Unread(NETWORK.what, network_error))
+        facts.unread.append(Unread(NETWORK.what, network_error, NETWORK.plural))
     if not shell:
         return facts
     _shell_facts(facts, gpus, declared_params)

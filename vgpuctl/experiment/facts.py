@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import NvlinkRequirement
 from vgpuctl.errors import OutputFormatError
-from vgpuctl.settings.facts import MIG_MODE, HostFacts, nvlink_links
+from vgpuctl.settings.facts import MIG_MODE, MODULE_OPTIONS, HostFacts, nvlink_links
 from vgpuctl.settings.nvlink import SETTING as NVLINK_SETTING
 
 if TYPE_CHECKING:
@@ -106,15 +106,18 @@ class FactSummary:
 
 
 def host_gpus(facts: HostFacts) -> dict[str, Any]:
-    """What an experiment keeps of a host's facts: per GPU its NVLink links up and whether MIG is on (the raw
-    facts a results directory holds; `summarize` reads them)."""
+    """What an experiment keeps of a host's facts: per GPU its NVLink links up and whether MIG is on, and the
+    nvidia module's options, configured and in effect (the raw facts a results directory holds; `summarize`
+    reads them)."""
     links = nvlink_links(facts)
+    options = facts.get(MODULE_OPTIONS)
     gpus = {}
     for pci in sorted(facts.gpus):
         mig = facts.gpu(MIG_MODE, pci)
         gpus[pci] = {"pci_id": pci, "nvlink_active": links[pci].active_links if pci in links else 0,
                      "mig_current": bool(mig and mig.current)}
-    return {"gpus": gpus}
+    return {"gpus": gpus, "options_configured": options.configured if options is not None else None,
+            "options_effective": options.effective if options is not None else None}
 
 
 def summarize(raw: dict[str, Any]) -> FactSummary:

@@ -66,7 +66,7 @@ def unread_warnings(facts: Iterable[HostFacts], limit: int = 8) -> list[str]:
         names = sorted(set(hosts))
         shown = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
         count = f"{len(names)} hosts" if len(names) > 1 else "host"
-        out.append(f"{u.what} could not be read on {count} {shown}: {u.cause}")
+        out.append(f"{u.unknown} on {count} {shown}: {u.cause}")
     return out
 
 

@@ -80,13 +80,15 @@ class HostApi:
 @dataclass(frozen=True)
 class ApiFact(Generic[T]):
     """A per-host vSphere call and what a setting keeps of its answer, under `name`; `what` names it in warnings
-    ("the nvidia module options"). `when_set`: read only for hosts whose entry sets a setting that reads it."""
+    ("the nvidia module options"; `plural` for its verb). `when_set`: read only for hosts whose entry sets a
+    setting that reads it."""
 
     name: str
     what: str
     read: Callable[[HostApi], T]
     when_set: bool = False
     decode: Callable[[Any], T] | None = None
+    plural: bool = False
 
 
 # ------------------------------------------------------------------------------------------ the record
@@ -107,6 +109,12 @@ class Unread:
 
     what: str  # "the nvidia module options"
     cause: str  # "NoPermission: Host.Config.Settings missing", "the host has no kernel module system"
+    plural: bool = True  # "are unknown" (else "is unknown")
+
+    @property
+    def unknown(self) -> str:
+        """`what` and that it is unknown: "the nvidia module options are unknown"."""
+        return f"{self.what} {'are' if self.plural else 'is'} unknown"
 
 
 @dataclass
@@ -256,7 +264,7 @@ def _read_network(api: HostApi) -> HostNetFacts:
 
 MODULE_OPTIONS: ApiFact[ModuleOptionStrings] = ApiFact(
     "module_options", "the nvidia module options", _read_module_options,
-    decode=lambda d: ModuleOptionStrings(**d),
+    decode=lambda d: ModuleOptionStrings(**d), plural=True,
 )
 # the host's NICs, VMkernel adapters, PVRDMA option and firewall rulesets (the sriov and pvrdma settings)
 NETWORK: ApiFact[HostNetFacts] = ApiFact("network", "the network state", _read_network, when_set=True,

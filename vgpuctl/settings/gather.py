@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import VgpuctlError, VsphereFault
 from vgpuctl.esxi import commands, parsers
 from vgpuctl.settings import api_facts, gpu_queries, gpu_query_fields, shell_facts
-from vgpuctl.settings.facts import TOPOLOGY, GpuFacts, HostApi, HostFacts, Unread, vsphere_bus_id
+from vgpuctl.settings.facts import TOPOLOGY, ApiFact, GpuFacts, HostApi, HostFacts, Unread, vsphere_bus_id
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -40,7 +40,7 @@ def gather_host_facts(session: Session, moid: str, host: str, run: Runner | None
         try:
             facts.values[fact.name] = fact.read(api)
         except VgpuctlError as err:  # not responding, not implemented, no permission: this host only
-            unknown(facts, fact.what, err)
+            unknown(facts, fact, err)
     if run is not None:
         gather_shell_facts(facts, run)
     return facts
@@ -70,11 +70,12 @@ def gather_shell_facts(facts: HostFacts, run: Runner) -> HostFacts:
     return facts
 
 
-def unknown(facts: HostFacts, what: str, err: VgpuctlError) -> None:
-    """Record that the host could not say `what`, and why."""
-    facts.warnings.append(f"host {facts.host}: {what} could not be read ({err})")
-    facts.unread.append(Unread(what, cause(err)))
-    log.debug("host %s: %s could not be read (%s)", facts.host, what, err)
+def unknown(facts: HostFacts, fact: ApiFact[Any], err: VgpuctlError) -> None:
+    """Record that the host could not say what `fact` reads, and why."""
+    unread = Unread(fact.what, cause(err), fact.plural)
+    facts.warnings.append(f"host {facts.host}: {unread.unknown} ({err})")
+    facts.unread.append(unread)
+    log.debug("host %s: %s (%s)", facts.host, unread.unknown, err)
 
 
 def cause(err: VgpuctlError) -> str:

@@ -59,7 +59,7 @@ def _device_types(api: HostApi) -> dict[str, ConfiguredType]:
 
 DEVICE_TYPES: ApiFact[dict[str, ConfiguredType]] = ApiFact(
     "device_types", "the GPUs' configured graphics types", _device_types,
-    decode=lambda d: {pci: ConfiguredType(**v) for pci, v in d.items()},
+    decode=lambda d: {pci: ConfiguredType(**v) for pci, v in d.items()}, plural=True,
 )
 
 
