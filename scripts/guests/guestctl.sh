@@ -134,6 +134,12 @@ wait_for_sshd() {
     done < "$dir/guests"
 }
 
+# Whether process $1 runs (a zombie waiting for its parent to reap it does not).
+running() {
+    state=$(sed -n 's/^State:[[:space:]]*\([A-Z]\).*/\1/p' "/proc/$1/status" 2>/dev/null)
+    [ -n "$state" ] && [ "$state" != Z ]
+}
+
 # Stop the guest whose folder is $1 (its processes, namespace and link); its files stay.
 stop_guest() {
     gdir=$1
@@ -141,12 +147,17 @@ stop_guest() {
     ns="$prefix$i"
     if [ -f "$gdir/pid" ]; then
         pid=$(cat "$gdir/pid")
-        kill "$pid" 2>/dev/null || true
-        n=0
-        while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
-        kill -9 "$pid" 2>/dev/null || true
-        n=0
-        while kill -0 "$pid" 2>/dev/null && [ "$n" -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+        # unshare holds SIGTERM back while it waits for the guest's PID 1: killing that one ends the guest's
+        # PID namespace, everything in it, and then unshare (only while the pid is still the guest's unshare)
+        if tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q '^unshare '; then
+            for child in $(cat "/proc/$pid/task/$pid/children" 2>/dev/null); do kill -9 "$child" 2>/dev/null || true; done
+            kill "$pid" 2>/dev/null || true
+            n=0
+            while running "$pid" && [ "$n" -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+            kill -9 "$pid" 2>/dev/null || true
+            n=0
+            while running "$pid" && [ "$n" -lt 50 ]; do sleep 0.1; n=$((n + 1)); done
+        fi
         rm -f "$gdir/pid"
     fi
     ip netns del "$ns" 2>/dev/null || true
@@ -254,7 +265,7 @@ start() {
     use_network_of "$dir"
     base=$(sed -n 's/^base=//p' "$dir/network")
     gdir="$dir/guest$i" ns="$prefix$i" addr="$net.$((10 + i))"
-    if [ -f "$gdir/pid" ] && kill -0 "$(cat "$gdir/pid")" 2>/dev/null; then
+    if [ -f "$gdir/pid" ] && running "$(cat "$gdir/pid")"; then
         echo "guest$i $addr"   # already running
         return 0
     fi
@@ -300,7 +311,7 @@ wait_for_guest() {
     until ssh -q -i "$dir/id_ed25519" -o BatchMode=yes -o ConnectTimeout=2 \
         -o UserKnownHostsFile="$dir/known_hosts" -o StrictHostKeyChecking=yes "root@$addr" true </dev/null; do
         tries=$((tries + 1))
-        if [ "$tries" -ge 120 ] || ! kill -0 "$(cat "$dir/$name/pid")" 2>/dev/null; then
+        if [ "$tries" -ge 120 ] || ! running "$(cat "$dir/$name/pid")"; then
             tail -n 5 "$dir/$name/console.log" >&2 || true
             die "$name ($addr): sshd did not come up; see $dir/$name/console.log"
         fi
