@@ -34,6 +34,8 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
               "build inside the guests"),
     ("python3 -m venv", "the install itself: `make test` and the packaging test install vgpuctl"),
     ("vgpuctl provision ", "guest VMs reachable over SSH (tests/guests runs the playbooks in chroots)"),
+    ("vgpuctl sim up --guests", "root: the simulator's guests run in network namespaces (tests/guests/"
+                                "test_sim_guests.py runs it with `provision -f inventory.sim-guests.yaml`)"),
     ("vgpuctl guest deploy", "guest VMs reachable over SSH (tests/guests runs the playbooks in chroots)"),
     ("vgpuctl experiment run ", "guest VMs that run the benchmark (tests/guests; the runner is tested with a "
                                 "recording farm)"),
