@@ -245,26 +245,28 @@ def up_cmd(
     if pid is not None:
         raise SimError(f"gpusim is already running (pid {pid}); `vgpuctl sim env` prints its environment")
     binary = build(None if os.environ.get("GPUSIM_BIN") else source_dir())
-    directory = state_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    hook_env: dict[str, str] = {}
-    if guests:
-        script = simguests.guestctl(_checkout())
-        simguests.tear_down(script, directory)  # what a session that died left
-        args += simguests.prepare(script, directory)
-        hook_env = simguests.hook_env(directory)
-    try:
-        pid, env = _start(binary, args, hook_env)
-    except BaseException:
-        if guests:
-            simguests.tear_down(script, directory)
-        raise
+    state_dir().mkdir(parents=True, exist_ok=True)
+    pid, env = _start_with_guests(binary, args) if guests else _start(binary, args, {})
     common.info(f"gpusim running (pid {pid}); log {log_path()}; stop it with `vgpuctl sim down`")
     if guests:
         common.info("guests: each VM that powers on gets one, its address in vSphere once its sshd answers (root "
                     "login: the password in GPUSIM_GUEST_PASSWORD, or the key GPUSIM_GUEST_KEY_FILE)")
     _checkout_stand_ins()
     _print_env(env, ctx.obj)
+
+
+def _start_with_guests(binary: Path, args: list[str]) -> tuple[int, dict[str, str]]:
+    """gpusim with the guests attached (simguests): the folder prepared first, removed again when gpusim fails to
+    start."""
+    script = simguests.guestctl(_checkout())
+    directory = state_dir()
+    simguests.tear_down(script, directory)  # what a session that died left
+    guest_args = simguests.prepare(script, directory)
+    try:
+        return _start(binary, [*args, *guest_args], simguests.hook_env(directory))
+    except BaseException:
+        simguests.tear_down(script, directory)
+        raise
 
 
 def _start(binary: Path, args: list[str], extra_env: dict[str, str]) -> tuple[int, dict[str, str]]:
