@@ -123,7 +123,7 @@ def host_facts(
     is set up or an SSH agent runs (without them, MIG, NVLink and scheduler changes are plan errors); fills each
     ObservedHost.module_options with the configured nvidia option string and, on a host where vCenter reported
     no NVLink device groups, its NVLink sets from the shell."""
-    from vgpuctl.hosts.facts import adopt_nvlink_sets, gather_facts, unread_warnings
+    from vgpuctl.hosts.facts import adopt_nvlink_sets, adopt_vgpu_capabilities, gather_facts, unread_warnings
     from vgpuctl.hosts.status import shell_configured
 
     errors = unreadable_hosts(session, observed, specs)
@@ -146,6 +146,7 @@ def host_facts(
         read = f.get(MODULE_OPTIONS)
         observed.hosts[name].module_options = read.configured if read is not None else ""
         adopt_nvlink_sets(observed, f)  # NVLink sets from nvidia-smi topo where vCenter reported no device groups
+        adopt_vgpu_capabilities(observed, f)  # whether the driver runs different time-sliced types on one GPU
     explain_shell_errors(session, observed, facts)
     observed.warnings += unread_warnings(facts.values())  # one line per cause, naming the hosts
     return facts, errors

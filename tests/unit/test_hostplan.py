@@ -37,6 +37,7 @@ from vgpuctl.settings.facts import (
     nvlink_links,
     nvlink_peers,
     nvlink_sets,
+    vgpu_capabilities,
     vsphere_bus_id,
 )
 from vgpuctl.settings.gather import gather_shell_facts
@@ -358,6 +359,7 @@ def _fixture_runner(calls: list[str]):
         "nvlink -s": "gpusim.nvlink-s.txt",
         "topo -m": "gpusim.topo-m.txt",
         "parameters list -m nvidia": "gpusim.module-params.txt",
+        "nvidia-smi -q": "gpusim.q.txt",
     }
 
     def run(command: str) -> str:
@@ -388,6 +390,7 @@ def test_shell_facts_from_gpusim_outputs() -> None:
     assert nvlink_sets(facts) == [["0000:3b:00.0", "0000:86:00.0"]]
     assert any("mig.mode.pending" in c and "ecc.mode.pending" in c and "noheader" in c for c in calls)
     assert declared_params(facts) == ["NVreg_EnableMSI", "NVreg_NvLinkDisable", "NVreg_RegistryDwords"]
+    assert {pci: cap.types for pci, cap in vgpu_capabilities(facts).items()} == {a: True, b: True, c: True}
 
 
 @pytest.mark.parametrize(
