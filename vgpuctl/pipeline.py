@@ -343,7 +343,16 @@ def apply_hosts(
         lock_timeout_s=options.lock_timeout_s,
     )
     state = state_of(session, observed, options)
+    _collect_dead_claims(session, observed, {c.host for c in changes})
     return apply_host_changes(session, targets_for(changes, resolved, moids), state, host_options)
+
+
+def _collect_dead_claims(session: Session, observed: Observed, hosts: set[str]) -> None:
+    """The claims dead runs left on the VMs of the hosts this run changes (and whose VMs are gone) go first."""
+    from vgpuctl.vsphere.claims import collect_dead
+
+    on_hosts = [vm.moid for vm in observed.vms.values() if vm.host in hosts and vm.moid]
+    collect_dead(session, on_hosts, [vm.moid for vm in observed.vms.values() if vm.moid])
 
 
 def replan_vms(inventory: Inventory, observed_after: Observed, pending: Sequence[HostChange]) -> Plan:

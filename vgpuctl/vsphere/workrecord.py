@@ -143,11 +143,28 @@ class Fields:
                 lambda: self.session.invoke(cfm.SetField, entity=entity, key=key, value=value))  # fmt: skip
 
     def get(self, moid: str, name: str) -> str:
+        """The attribute's value on the object ("" when it has none, or when the attribute is not defined:
+        reading defines nothing)."""
         from vgpuctl.vsphere.host import _props
 
-        key = self.key(name)
+        key = self.existing_key(name)
+        if key is None:
+            return ""
         values = _props(self.session, moid, self.mo_type, ["customValue"]).get("customValue") or []
         return next((str(v.value) for v in values if int(v.key) == key), "")
+
+    def existing_key(self, name: str) -> int | None:
+        """The attribute's key when vCenter has it defined (None: not defined, nothing holds it)."""
+        with self._lock:
+            if name in self._keys:
+                return self._keys[name]
+        cfm = self.session.content.customFieldsManager
+        found = {f.name: f.key for f in self.session.invoke(lambda: cfm.field) or []}
+        if name not in found:
+            return None
+        with self._lock:
+            self._keys[name] = found[name]
+        return found[name]
 
 
 def clear_work_record(session: Session, host_moid: str) -> None:
@@ -307,6 +324,7 @@ class Lease:
         self._since = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._released_described = False
 
     @property
     def session(self) -> Any:
@@ -366,10 +384,9 @@ class Lease:
                 break
             except vim.fault.DuplicateName as fault:
                 existing = str(fault.object._moId) if fault.object is not None else ""
+            info = parse_lease(self._description(existing))
             if stale is not None and existing != stale:  # someone else took it over first
-                info = parse_lease(self.fields.get(self.moid, self.FIELD))
                 raise self.HELD(self._held_message(info), info)
-            info = parse_lease(self.fields.get(self.moid, self.FIELD))
             now = vcenter_now(self.session)
             if info is not None and info.folder == existing:
                 if info.live(now) and not info.holder_gone():
@@ -392,10 +409,17 @@ class Lease:
         expires = f"; if that run is gone, its lease expires at {info.expiry()}" if info is not None else ""
         return f"{self.host}: {who} is working on this host; not touched{expires}"
 
+    def _description(self, folder: str) -> str:
+        """The description of the lock folder `folder` as it stands (the object's attribute)."""
+        return self.fields.get(self.moid, self.FIELD)
+
+    def _describe(self, text: str) -> None:
+        self.fields.set(self.moid, self.FIELD, text)
+
     def _write(self, renewed: float) -> None:
         folder = str(self._folder._moId) if self._folder is not None else ""
         info = LeaseInfo(self.run_id, self.holder, self._since, renewed, self.ttl_s, folder, os.getpid(), self.machine)
-        self.fields.set(self.moid, self.FIELD, json.dumps(asdict(info), separators=(",", ":")))
+        self._describe(json.dumps(asdict(info), separators=(",", ":")))
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
@@ -404,30 +428,60 @@ class Lease:
             except Exception as err:  # the next renewal tries again; expiry is the safe failure
                 log.warning("%s: lease renewal failed: %s", self.host, _one_line(err))
 
+    def stop_renewing(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def release_description(self) -> None:
+        """The first half of `release`: renewals stop and the description says the lease is released (the last
+        write to the object; its lock folder stays until `release`). Before a run destroys the object it
+        holds, so that nothing writes to it afterwards. Never raises: a description that cannot be written is
+        a warning, the folder still goes."""
+        self.stop_renewing()
+        if self._folder is None or self._released_described:
+            return
+        self._released_described = True
+        try:
+            self._describe_released()
+        except Exception as err:  # the object may be gone; dropping the folder is what frees it
+            log.warning("%s: could not describe the %s as released (%s)", self.host, self.KIND, _one_line(err))
+
     def release(self) -> None:
+        """Stop renewing, describe the lease as released and remove its lock folder, on every way out: a folder
+        that cannot be removed is taken over, or removed, by the next run that touches the object once its
+        time to live has passed."""
         with _HELD_LOCK:
             _HELD.discard(self)
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self.release_description()
         if self._folder is None:
             return
         try:
-            self._describe_released()
             _destroy(self.session, self._folder)
-        except Exception as err:  # it expires on its own
-            why = _one_line(err)
-            log.warning("%s: could not drop the lease (%s); it expires after %gs", self.host, why, self.ttl_s)
+        except Exception as err:
+            if not _gone(err):  # a run that collected it first: the folder is gone either way
+                log.warning("%s: could not remove the %s's lock folder (%s); the next run that touches it takes "
+                            "it over once its time to live (%gs) has passed", self.host, self.KIND, _one_line(err),
+                            self.ttl_s)  # fmt: skip
         self._folder = None
 
     def _describe_released(self) -> None:
-        self.fields.set(self.moid, self.FIELD, "")
+        self._describe("")
 
     def __enter__(self) -> Lease:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _gone(err: Exception) -> bool:
+    """A fault saying the object is no longer there (ManagedObjectNotFound, also inside a VsphereFault)."""
+    from pyVmomi import vmodl
+
+    return isinstance(err, vmodl.fault.ManagedObjectNotFound) or getattr(err, "fault_type", "").endswith(
+        "ManagedObjectNotFound"
+    )
 
 
 def _one_line(err: Exception) -> str:
