@@ -153,6 +153,7 @@ class ObservedHost:
     custom_values: dict[str, str] = field(default_factory=dict)  # custom attribute name -> value (non-empty)
     device_groups: list[ObservedDeviceGroup] | None = None  # NVLink device groups, when they were read
     nics: list[ObservedHostNic] = field(default_factory=list)  # physical NICs (class network)
+    nvlink_from_shell: bool = False  # its GPUs' NVLink sets were read in the ESXi shell (vCenter named none)
 
 
 @dataclass

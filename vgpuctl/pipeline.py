@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -70,9 +70,12 @@ class RunOptions:
     shutdown_timeout_s: float = 120.0
     lock_timeout_s: float = 0.0  # how long to wait for a host lease or VM claim another run holds (--lock-timeout)
     scope: Scope | None = None  # --host/--cluster/--vm: only those entries and what they need (vgpuctl.scope)
-    # `ssh.service: manage`: the hosts whose SSH service this run started (None: the run leaves SSH alone, as
-    # the `host` commands do); `run` and `plan_only` stop them again at their end (vgpuctl.hosts.sshservice)
+    # `ssh.service: manage`: the hosts whose SSH service this apply started (None: the run leaves SSH alone, as
+    # the `host` commands do); `run` stops them again at its end (vgpuctl.hosts.sshservice)
     ssh_service: SshServiceRun | None = None
+    # a run that changes nothing (plan): no SSH service started, no work record or lease taken over; the shell of
+    # a managed host whose SSH service is stopped is read by the apply that starts it
+    read_only: bool = False
 
 
 # ------------------------------------------------------------------------------------------ 1. load
@@ -126,25 +129,44 @@ def host_facts(
     errors = unreadable_hosts(session, observed, specs)
     hosts = {name: (observed.hosts[name].moid, spec) for name, spec in sorted(specs.items())
              if observed.hosts[name].connection_state == ConnectionState.CONNECTED}
-    if options.ssh_service is not None:  # `ssh.service: manage`: started before the shell is read
-        from vgpuctl.hosts.sshservice import start_for_run
-
-        start_for_run(session, observed, specs, state_of(session, observed, options), options.ssh_service)
-        observed.warnings += options.ssh_service.notes
-        options.ssh_service.notes.clear()
+    deferred = _ssh_services(session, observed, specs, options)
+    shell = shell_configured(specs) or bool(os.environ.get("SSH_AUTH_SOCK"))  # an agent may hold the key
     facts = gather_facts(
         session,
-        hosts,
-        shell=shell_configured(specs) or bool(os.environ.get("SSH_AUTH_SOCK")),  # an agent may hold the key
+        {h: v for h, v in hosts.items() if h not in deferred},
+        shell=shell,
         trust_on_first_use=options.trust_on_first_use,
         on_new_host_key=options.on_new_host_key,
     )
+    later = gather_facts(session, {h: v for h, v in hosts.items() if h in deferred}, shell=False)
+    for f in later.values():
+        f.shell_deferred = shell
+    facts.update(later)
     for name, f in facts.items():
         observed.hosts[name].module_options = f.options_configured or ""
         adopt_nvlink_sets(observed, f)  # NVLink sets from nvidia-smi topo where vCenter reported no device groups
     explain_shell_errors(session, observed, facts)
     observed.warnings += unread_warnings(facts.values())  # one line per cause, naming the hosts
     return facts, errors
+
+
+def _ssh_services(
+    session: Session, observed: Observed, specs: Mapping[str, HostSpec | None], options: RunOptions
+) -> set[str]:
+    """`ssh.service: manage` before the shell is read: an apply starts the stopped SSH services (under the hosts'
+    leases); a plan starts none and returns the hosts whose shell it leaves to apply. Both say so alike."""
+    from vgpuctl.hosts.sshservice import plan_notes, start_for_run
+
+    deferred: set[str] = set()
+    if options.ssh_service is not None:
+        start_for_run(session, observed, specs, state_of(session, observed, options), options.ssh_service)
+        notes = options.ssh_service.notes
+        observed.warnings += notes
+        notes.clear()
+    elif options.read_only:
+        deferred, notes = plan_notes(session, observed, specs, state_of(session, observed, options))
+        observed.warnings += notes
+    return deferred
 
 
 def unreadable_hosts(session: Session, observed: Observed, hosts: Iterable[str]) -> list[str]:
@@ -605,7 +627,9 @@ def run(
     request = request or RunRequest()
     hooks = hooks or QuietHooks()
     stage = request.guests if request.guests is not None and guest_vms(inventory) else None
-    with open_session(settings) as session, ssh_service_for_run(session, options):
+    if not request.apply:
+        options = replace(options, read_only=True)
+    with open_session(settings) as session, ssh_service_for_run(session, options) if request.apply else nullcontext():
         outcome = within_session(session, inventory, options, request, hooks)
         if stage is not None and outcome.failure() is None:
             outcome.addresses = guest_addresses(
@@ -673,10 +697,11 @@ def refuse_unallowed_removals(the_plan: Plan, inventory: Inventory, request: Run
 
 def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOptions) -> Planned:
     """The plan of an inventory, nothing applied and nothing raised for its errors (experiments check variants
-    with it)."""
+    with it): read-only, nothing written to vCenter (RunOptions.read_only)."""
     from vgpuctl.vsphere.session import open_session
 
-    with open_session(settings) as session, ssh_service_for_run(session, options):
+    options = replace(options, read_only=True)
+    with open_session(settings) as session:
         observed = observe(session, options.datacenter, inventory)
         the_plan, inventory, scope = plan_in_scope(session, observed, inventory, options)
         with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:

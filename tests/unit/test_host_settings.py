@@ -46,6 +46,7 @@ NOT_SETTINGS = {
         "environment_browser_moid": "vCenter calls (QueryConfigTarget, NVLink sets)",
         "custom_values": "work records and leases (vgpuctl.hosts.work, vgpuctl.vsphere.workrecord)",
         "device_groups": "VM apply: the NVLink device group names a grouped add attaches (vgpuctl.vms.apply)",
+        "nvlink_from_shell": "saved plans: NVLink sets the shell gave are left out of the farm's digest (planfile)",
     },
     ObservedGpu: {
         "vms": "VM placement and status",
@@ -63,6 +64,7 @@ NOT_SETTINGS = {
         "warnings": "messages: why facts are missing",
         "unread": "why facts are missing, typed: one warning per cause naming the hosts (unread_warnings)",
         "shell_error": "why the ESXi shell could not be read: plan refuses what needs it, naming that",
+        "shell_deferred": "a plan left the shell to the apply that starts the SSH service (hosts.plan.shell_problems)",
     },
     GpuFacts: {
         "pci_id": "identity",

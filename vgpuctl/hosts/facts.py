@@ -75,6 +75,7 @@ class HostFacts:
     warnings: list[str] = field(default_factory=list)  # calls the host could not answer
     unread: list[Unread] = field(default_factory=list)  # the same, typed (unread_warnings groups them)
     shell_error: str | None = None  # the ESXi shell was set up but could not be read (why)
+    shell_deferred: bool = False  # a plan: the apply that starts the host's SSH service reads its shell
     network: HostNetFacts | None = None  # NICs, VMkernel adapters, PVRDMA, firewall (None: not read)
     network_error: str | None = None  # why `network` could not be read
 
@@ -161,6 +162,7 @@ def adopt_nvlink_sets(observed: Observed, facts: HostFacts) -> bool:
     if not linked or any(g.nvlink_set is not None for g in gpus):
         return False
     set_nvlink_sets(observed, host, [[p for p in s if p.lower() in known] for s in linked])
+    observed.hosts[host].nvlink_from_shell = True
     return True
 
 

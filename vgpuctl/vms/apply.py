@@ -396,16 +396,18 @@ def _await_customization(ctx: _Ctx, name: str, vm: Any, since: Any, outcome: VmO
 
 def _destroy(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> None:
     """`state: absent`: power the VM off (a guest shutdown first when its Tools run) and destroy it, only while its
-    configuration is the one this run saw (a power-off changes none). The claim's description is released
-    before the destroy (nothing writes to the VM after it); its lock folder goes once the VM has (_release)."""
+    configuration is the one this run saw last. The claim's description is released before the destroy (nothing
+    writes to the VM after it); its lock folder goes once the VM has (_release)."""
     name = change.vm
     if state.template:
         raise DriftError(f"{name}: it became a template since the plan; not removed")
+    seen = state.change_version
     if state.power != PowerState.OFF:
         _forward(ctx, VmStep.POWER_OFF)
         _power_off(ctx, name, vm, state, outcome)
+        seen = _read_vm(ctx, vm, name).change_version  # no source says a power-off keeps it (_version_now)
     _forward(ctx, VmStep.DESTROY)
-    _unchanged_since(ctx, change, vm, state.change_version, "removed")
+    _unchanged_since(ctx, change, vm, seen, "removed")
     if ctx.claims is not None:
         ctx.claims.release_description(str(vm._moId))
     _task(ctx, name, VmStep.DESTROY, lambda: vmops.destroy(ctx.session, vm))

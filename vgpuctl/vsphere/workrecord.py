@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from vgpuctl.errors import UsageError, VgpuctlError
-from vgpuctl.hosts.work import WORK_FIELD, WorkRecords
+from vgpuctl.hosts.work import WORK_FIELD, WorkRecords, read_record
 from vgpuctl.vsphere.bookkeeping import guarded
 
 if TYPE_CHECKING:
@@ -167,9 +167,21 @@ class Fields:
         return found[name]
 
 
-def clear_work_record(session: Session, host_moid: str) -> None:
-    """Empty the host's `vgpuctl.work` attribute (`vgpuctl host forget-work`)."""
-    Fields(session).set(host_moid, WORK_FIELD, "")
+def forget_work(session: Session, host: str, host_moid: str, shown: str, run_id: str) -> None:
+    """`vgpuctl host forget-work`: empty the host's `vgpuctl.work` attribute under the host's lease, taken for the
+    clear (LeaseHeld names the run that holds it), and only while the record is still `shown`, the text the
+    operator confirmed (WorkRecordChanged otherwise): a run that took the host meanwhile keeps its record."""
+    store = VcenterWorkStore(session, {host: host_moid}, {host: shown}, run_id)
+    lease = store.lease(host).acquire()
+    try:
+        if store.read_again(host) != shown:
+            rec, _ = read_record(host, store.read_again(host))
+            who = f"run {rec.run}" if rec is not None and rec.run else "another run"
+            raise WorkRecordChanged(f"host {host}: its work record changed since it was shown ({who} wrote it "
+                                    "meanwhile); not cleared")  # fmt: skip
+        store.drop_all(host)
+    finally:
+        lease.release()
 
 
 def vcenter_now(session: Session) -> float:
@@ -181,9 +193,23 @@ def vcenter_now(session: Session) -> float:
 # ------------------------------------------------------------------------------------------ work records
 
 
+class NotLeased(VgpuctlError):
+    """A write to a host's work record without the host's lease (a defect: every write happens under it)."""
+
+
+class WorkRecordChanged(VgpuctlError):
+    """The host's work record is not what this run read: another run wrote it meanwhile."""
+
+
 class VcenterWorkStore(WorkRecords):
     """The work store: one run's view of the hosts' `vgpuctl.work` attributes (read with the bulk observe),
-    written through with SetField; and the hosts' leases. `fields`: the custom attributes (tests give a fake)."""
+    written through with SetField; and the hosts' leases. `fields`: the custom attributes (tests give a fake).
+
+    A record is written only under its host's lease, held by this run (NotLeased otherwise): taking over an SSH
+    service an earlier run left started, recording one this run starts, a host's work, `forget-work`. The
+    lease is shared within the run (`lease(host)` twice: one lock folder, released with its last holder), and
+    when it is first taken the record is read again and kept as vCenter has it (another run may have written
+    it while this one waited for the lease), so no run writes over a record it did not see."""
 
     def __init__(
         self, session: Session, moids: dict[str, str], values: dict[str, str], run_id: str, fields: Fields | None = None
@@ -191,13 +217,90 @@ class VcenterWorkStore(WorkRecords):
         super().__init__(values, run_id)
         self.fields = fields if fields is not None else Fields(session)
         self.moids = moids
+        self._texts = dict(values)  # each record as vCenter holds it, as far as this run knows
+        self._leases: dict[str, tuple[Lease, int]] = {}
+        self._lease_lock = threading.Lock()
 
     def _write(self, host: str, text: str) -> None:
+        with self._lease_lock:
+            leased = host in self._leases
+        if not leased:
+            raise NotLeased(f"host {host}: its work record is written only under the host's lease, which this run "
+                            "does not hold")  # fmt: skip
         self.fields.set(self.moids[host], WORK_FIELD, text)
+        self._texts[host] = text
 
-    def lease(self, host: str) -> Lease:
-        """This run's lease on a host it works on."""
-        return Lease(self.fields, host, self.moids[host], self.run_id)
+    def lease(self, host: str) -> HostLease:
+        """This run's lease on a host it works on (shared with this run's other holders of it)."""
+        return HostLease(self, host)
+
+    def holds(self, host: str) -> bool:
+        with self._lease_lock:
+            return host in self._leases
+
+    def drop_all(self, host: str) -> None:
+        """Clear the host's record, an SSH service to stop included (`forget-work`; under the lease)."""
+        self._write(host, "")
+
+    def _take(self, host: str, wait_s: float, on_wait: Callable[[LeaseHeld, float], None] | None) -> None:
+        with self._lease_lock:
+            held = self._leases.get(host)
+            if held is not None:
+                self._leases[host] = (held[0], held[1] + 1)
+                return
+        lease = Lease(self.fields, host, self.moids[host], self.run_id).acquire(wait_s, on_wait)
+        try:
+            now = self.read_again(host)
+        except Exception:
+            lease.release()
+            raise
+        if now != self._texts.get(host, ""):
+            log.info("host %s: its work record changed since this run read it; taking it as it is now", host)
+            self.reload(host, now)
+            self._texts[host] = now
+        with self._lease_lock:
+            self._leases[host] = (lease, 1)
+
+    def read_again(self, host: str) -> str:
+        """The host's record text as vCenter holds it now (one property read)."""
+        return self.fields.get(self.moids[host], WORK_FIELD)
+
+    def _let_go(self, host: str) -> None:
+        with self._lease_lock:
+            held = self._leases.get(host)
+            if held is None:
+                return
+            if held[1] > 1:
+                self._leases[host] = (held[0], held[1] - 1)
+                return
+            del self._leases[host]
+        held[0].release()
+
+
+class HostLease:
+    """A holder of this run's lease on one host (VcenterWorkStore.lease): `acquire()` takes it, or joins this run's
+    holder of it; `release()` lets go, the lock folder going with the last holder."""
+
+    def __init__(self, store: VcenterWorkStore, host: str):
+        self.store, self.host = store, host
+        self._held = False
+
+    def acquire(self, wait_s: float = 0.0, on_wait: Callable[[LeaseHeld, float], None] | None = None) -> HostLease:
+        if not self._held:
+            self.store._take(self.host, wait_s, on_wait)
+            self._held = True
+        return self
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self.store._let_go(self.host)
+
+    def __enter__(self) -> HostLease:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 # ------------------------------------------------------------------------------------------ leases
