@@ -665,9 +665,10 @@ def carry_out(
         planned = Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips,
                           scope)
         if request.saved is not None and request.saved_path is not None:
-            from vgpuctl.planfile import check_still_valid
+            from vgpuctl.planfile import check_same_plan, check_still_valid, plan_section
 
             check_still_valid(request.saved_path, request.saved, planned.vcenter, observed, the_plan, classes)
+            check_same_plan(request.saved_path, request.saved, plan_section(the_plan, scope, classes))
         hooks.planned(planned)
         if the_plan.errors:
             raise PlanError(list(the_plan.errors))
