@@ -151,6 +151,7 @@ class ObservedHost:
     device_groups: list[ObservedDeviceGroup] | None = None  # NVLink device groups, when they were read
     nics: list[ObservedHostNic] = field(default_factory=list)  # physical NICs (class network)
     properties: dict[str, Any] = field(default_factory=dict)  # bulk-read values a host setting reads for itself
+    nvlink_from_shell: bool = False  # its GPUs' NVLink sets were read in the ESXi shell (vCenter named none)
 
     @property
     def usable(self) -> bool:

@@ -66,6 +66,7 @@ NOT_SETTINGS = {
         "custom_values": "work records and leases (vgpuctl.records.work, vgpuctl.vsphere.workrecord)",
         "device_groups": "VM apply: the NVLink device group names a grouped add attaches (vgpuctl.vms.apply)",
         "properties": "the values of bulk-read properties a setting declares beyond the farm model's (its own)",
+        "nvlink_from_shell": "saved plans: NVLink sets the shell gave are left out of the farm's digest (planfile)",
     },
     ObservedGpu: {
         "vms": "VM placement and status",

@@ -42,6 +42,7 @@ def adopt_nvlink_sets(observed: Observed, facts: HostFacts) -> bool:
     if not linked or any(g.nvlink_set is not None for g in gpus):
         return False
     set_nvlink_sets(observed, host, [[p for p in s if p.lower() in known] for s in linked])
+    observed.hosts[host].nvlink_from_shell = True
     return True
 
 

@@ -130,6 +130,7 @@ class HostFacts:
     warnings: list[str] = field(default_factory=list)  # calls the host could not answer
     unread: list[Unread] = field(default_factory=list)  # the same, typed (unread_warnings groups them)
     shell_error: str | None = None  # the ESXi shell was set up but could not be read (why)
+    shell_deferred: bool = False  # a plan: the apply that starts the host's SSH service reads its shell
 
     def get(self, fact: ShellFact[T] | ApiFact[T]) -> T | None:
         """The fact's value; None when it was not read."""
