@@ -24,7 +24,7 @@ from vgpuctl.cli.main import app
 from vgpuctl.esxi import ssh
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from docs_commands import check_vgpuctl  # noqa: E402
+from docs_commands import check_vgpuctl
 
 pytestmark = pytest.mark.unit
 

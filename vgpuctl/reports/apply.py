@@ -43,7 +43,7 @@ class ApplyReport(Report):
     vm_errors: list[str]
     interrupted: bool
     vm_class_outcomes: list[ChangeOutcome] = field(default_factory=list)
-    error: ErrorInfo | None = optional()
+    error: ErrorInfo | None = optional()  # noqa: RUF009 - None, not a shared object
     vm: str | None = optional()  # `vm vgpu add/remove`: the VM changed
     round_trips: int | None = optional()
 

@@ -414,7 +414,7 @@ class Vgpuctl:
 
     def run(self, args):
         """Run a command with --output json: (exit status, its JSON document or None, stderr)."""
-        rc, out, err = self.module.run_command([self.executable] + self.global_args + args, check_rc=False,
+        rc, out, err = self.module.run_command([self.executable, *self.global_args, *args], check_rc=False,
                                                environ_update=self.environment, expand_user_and_vars=False)
         try:
             document = json.loads(out) if out.strip() else None
@@ -435,7 +435,7 @@ class Vgpuctl:
         error = (document or {}).get("error")
         if isinstance(error, dict):
             self.module.fail_json(msg=error.get("message") or error.get("type"), error=error, rc=rc, **result)
-        self.module.fail_json(msg="vgpuctl printed no JSON document (exit status %d): %s" % (rc, last_line(stderr)),
+        self.module.fail_json(msg=f"vgpuctl printed no JSON document (exit status {rc}): {last_line(stderr)}",
                               rc=rc, stderr_lines=stderr.splitlines()[-20:], **result)
 
 
@@ -446,12 +446,12 @@ def last_line(text):
 
 def warn_plan_warnings(module, plan):
     for warning in (plan or {}).get("warnings") or []:
-        module.warn("vgpuctl plan: %s" % warning)
+        module.warn(f"vgpuctl plan: {warning}")
 
 
 def make_plan(module, vgpuctl, inventory, plan_file=None):
     """`vgpuctl plan`: (the plan document, whether it has changes); a plan with errors fails the task."""
-    args = ["plan", "-f", inventory, "--detailed-exitcode"] + scope_args(module.params)
+    args = ["plan", "-f", inventory, "--detailed-exitcode", *scope_args(module.params)]
     if plan_file is not None:
         args += ["--out", plan_file]
     rc, document, stderr = vgpuctl.run(args)
@@ -482,9 +482,9 @@ def apply(module, vgpuctl, inventory):
         plan_file = os.path.join(module.tmpdir, "vgpuctl.plan")
         make_plan(module, vgpuctl, inventory, plan_file)
         result["diff"] = dict(prepared=vgpuctl.show(plan_file))
-        args = ["apply", plan_file] + apply_args(module.params)
+        args = ["apply", plan_file, *apply_args(module.params)]
     else:
-        args = ["apply", "-f", inventory] + apply_args(module.params) + scope_args(module.params)
+        args = ["apply", "-f", inventory, *apply_args(module.params), *scope_args(module.params)]
     rc, report, stderr = vgpuctl.run(args)
     if report is not None and report.get("kind") == "apply":
         result.update(changed=apply_changed(report), report=report)
