@@ -167,7 +167,7 @@ def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream 
     else:
         show_plan(report, opts)
     if out is not None:
-        save_plan(out, file, planned, report)
+        save_plan(out, file, planned)
     code = EXIT_CHANGES_PENDING if detailed_exitcode and not planned.is_empty else 0
     if stream is not None:
         stream.summary([], [], interrupted=False, exit_code=code)
@@ -187,14 +187,15 @@ def show_plan(report: PlanReport, opts: GlobalOptions, to_stderr: bool = False) 
     common.show(report.render_text(common.text_layout(opts)), err=to_stderr or opts.json or opts.text_to_stderr)
 
 
-def save_plan(out: Path, file: Path, planned: Planned, report: PlanReport) -> None:
+def save_plan(out: Path, file: Path, planned: Planned) -> None:
     from vgpuctl import planfile
     from vgpuctl.filelimits import read_text
 
     text = read_text(file)  # the inventory as planned: the file was read once already, bounded again
     basis = planfile.basis_of(planned.observed, planned.plan, planned.classes)
-    document = report.to_dict()
-    document.pop("round_trips", None)
+    from vgpuctl.reports.plan import plan_section
+
+    document = plan_section(planned.plan, planned.scope, planned.classes)  # what apply compares
     planfile.save(out, planfile.SavedPlan(text, str(file), planned.vcenter, basis, document))
     common.info(f"Saved the plan to {out}; `vgpuctl show {out}` shows it, `vgpuctl apply {out}` applies exactly it.")
 
@@ -248,12 +249,15 @@ def apply_cmd(
         scope = saved_scope(shown)
     options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
                                  trust_on_first_use=ssh_trust_on_first_use, scope=scope)
-    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy)
+    from vgpuctl.reports.plan import plan_section
+
+    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy,
+                                  plan_document=plan_section)
     with cli_events.event_stream(events, opts, options.run_id) as stream:
         if stream is not None:
             where = str(saved_plan) if saved_plan is not None else str(file)
             stream.run_start("apply", where, scope)
-        hooks = CliHooks(opts, yes=yes, events=stream, saved_report=shown)
+        hooks = CliHooks(opts, yes=yes, events=stream)  # shows the plan made again: a saved one is the same
         outcome = run_apply(opts, inventory, options, request, hooks=hooks)
     if opts.json:
         common.emit(apply_document(outcome, opts), opts)
@@ -262,7 +266,8 @@ def apply_cmd(
 
 def load_request(saved_plan: Path | None, file: Path | None,
                  scope: Scope | None) -> tuple[SavedPlan | None, Inventory, PlanReport | None]:
-    """The inventory to apply: the -f file, or the saved plan's inventory with its report (shown as saved)."""
+    """The inventory to apply: the -f file, or the saved plan's inventory with its report (whose scope the run
+    keeps; apply shows the plan it makes again, which must be the saved one)."""
     from vgpuctl import pipeline
 
     if saved_plan is not None and file is None:
@@ -336,13 +341,12 @@ class CliHooks:
     yes: bool = False
     only_if_disruptive: bool = False  # `vm vgpu`: ask only before power-offs and removals
     events: EventStream | None = None
-    saved_report: PlanReport | None = None  # apply PLANFILE: the plan as saved (the one made now is the same)
     report: PlanReport | None = field(default=None, init=False)
     display: ApplyDisplay | None = field(default=None, init=False)
     began: bool = field(default=False, init=False)  # the apply itself started: the farm may have changed
 
     def planned(self, planned: Planned) -> None:
-        self.report = self.saved_report or plan_document(planned, self.opts)
+        self.report = plan_document(planned, self.opts)
         if self.events is not None:
             self.events.plan(self.report)
         if planned.plan.errors:
