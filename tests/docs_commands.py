@@ -40,6 +40,11 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
     ("vgpuctl experiment run ", "guest VMs that run the benchmark (tests/guests; the runner is tested with a "
                                 "recording farm)"),
     ("vgpuctl experiment report ", "the results of an experiment run in guests"),
+    ("pip wheel ", "the packaging test builds vgpuctl's wheel (tests/unit/test_packaging.py)"),
+    ("ansible-galaxy collection build ", "tests/unit/test_guest_playbooks.py builds and installs the collection "
+                                         "offline"),
+    ("ansible-builder build ", "a container runtime and the network; tests/unit/test_guest_playbooks.py creates "
+                               "the image's build context offline"),
     ("vgpuctl --install-completion", "it changes the user's shell startup files"),
     ("vgpuctl --show-completion >>", "it changes the user's shell startup files"),
 )
