@@ -501,7 +501,7 @@ def test_a_work_record_is_written_only_under_the_hosts_lease(leases: list[str]) 
 
 
 def test_a_record_another_run_wrote_since_it_was_read_is_taken_as_it_is_now(leases: list[str]) -> None:
-    from vgpuctl.hosts.work import WORK_FIELD
+    from vgpuctl.records.work import WORK_FIELD
 
     fields = _Fields()
     store = _vcenter_store(fields)  # read: no record
