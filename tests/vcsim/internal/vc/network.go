@@ -10,7 +10,6 @@ import (
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/mo"
-	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
@@ -483,17 +482,4 @@ func (s *Sim) vmxnet3Cards(portgroups []string) ([]types.BaseVirtualDevice, erro
 		}}})
 	}
 	return out, nil
-}
-
-// configureNIC records a NIC's SR-IOV or passthrough configuration (UpdatePassthruConfig).
-func (s *Sim) configureNIC(host string, c types.BaseHostPciPassthruConfig) *soap.Fault {
-	cfg := c.GetHostPciPassthruConfig()
-	req := farm.NICConfig{Enabled: cfg.PassthruEnabled}
-	if sriov, ok := c.(*types.HostSriovConfig); ok {
-		req = farm.NICConfig{SRIOV: true, Enabled: sriov.SriovEnabled, VFs: int(sriov.NumVirtualFunction)}
-	}
-	if err := s.Farm.ConfigureNIC(host, strings.ToLower(cfg.Id), req); err != nil {
-		return farmFault(err)
-	}
-	return nil
 }

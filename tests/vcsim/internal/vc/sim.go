@@ -22,7 +22,6 @@ import (
 	"github.com/vmware/govmomi/simulator/esx"
 	"github.com/vmware/govmomi/simulator/vpx"
 	"github.com/vmware/govmomi/vim25"
-	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
@@ -534,8 +533,6 @@ func (s *Sim) vmsOnHost(name string) []*simulator.VirtualMachine {
 	}
 	return out
 }
-
-var _ mo.Reference = (*GraphicsManager)(nil)
 
 // poolOf returns (and caches) a host's root resource pool: a property read per VM is most of the
 // start-up time of a large farm.

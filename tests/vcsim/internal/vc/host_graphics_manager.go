@@ -132,104 +132,6 @@ func deviceInfos(info farm.HostInfo) []types.VirtualMachineVgpuDeviceInfo {
 	return out
 }
 
-// KernelModuleSystem is a host's HostKernelModuleSystem, backed by the farm.
-type KernelModuleSystem struct {
-	mo.HostKernelModuleSystem
-
-	sim  *Sim
-	host string
-}
-
-// QueryModules lists the kernel modules with their effective option strings.
-func (k *KernelModuleSystem) QueryModules(ctx *simulator.Context, req *types.QueryModules) soap.HasFault {
-	names, err := k.sim.Farm.Modules(k.host)
-	if err != nil {
-		return &methods.QueryModulesBody{Fault_: farmFault(err)}
-	}
-	var out []types.KernelModuleInfo
-	for i, name := range names {
-		opts, _ := k.sim.Farm.ModuleOptions(k.host, name)
-		version := "8.0.3"
-		if name == "nvidia" {
-			version = "550.90.05-1OEM.800.1.0.20613240"
-		}
-		out = append(out, types.KernelModuleInfo{
-			Id: int32(40 + i), Name: name, Version: version, Filename: "/usr/lib/vmware/vmkmod/" + name,
-			OptionString: opts.Effective, Loaded: true, Enabled: true, UseCount: 1,
-		})
-	}
-	return &methods.QueryModulesBody{Res: &types.QueryModulesResponse{Returnval: out}}
-}
-
-// QueryConfiguredModuleOptionString returns the configured (next boot) option string.
-func (k *KernelModuleSystem) QueryConfiguredModuleOptionString(ctx *simulator.Context, req *types.QueryConfiguredModuleOptionString) soap.HasFault {
-	opts, err := k.sim.Farm.ModuleOptions(k.host, req.Name)
-	if err != nil {
-		return &methods.QueryConfiguredModuleOptionStringBody{Fault_: farmFault(err)}
-	}
-	return &methods.QueryConfiguredModuleOptionStringBody{
-		Res: &types.QueryConfiguredModuleOptionStringResponse{Returnval: opts.Configured},
-	}
-}
-
-// UpdateModuleOptionString replaces the configured option string; it takes effect at the next reboot.
-func (k *KernelModuleSystem) UpdateModuleOptionString(ctx *simulator.Context, req *types.UpdateModuleOptionString) soap.HasFault {
-	if err := k.sim.Farm.SetModuleOptions(k.host, req.Name, req.Options); err != nil {
-		return &methods.UpdateModuleOptionStringBody{Fault_: farmFault(err)}
-	}
-	return &methods.UpdateModuleOptionStringBody{Res: &types.UpdateModuleOptionStringResponse{}}
-}
-
-// PciPassthruSystem is a host's HostPciPassthruSystem listing the GPUs (vGPU needs no passthrough).
-type PciPassthruSystem struct {
-	mo.HostPciPassthruSystem
-
-	sim  *Sim
-	host string
-}
-
-func (p *PciPassthruSystem) info() []types.BaseHostPciPassthruInfo {
-	gpus, _ := p.sim.Farm.GPUs(p.host)
-	var out []types.BaseHostPciPassthruInfo
-	for _, g := range gpus {
-		out = append(out, &types.HostPciPassthruInfo{Id: g.PCIID, PassthruCapable: true})
-	}
-	return out
-}
-
-// Refresh re-reads the passthrough state.
-func (p *PciPassthruSystem) Refresh(ctx *simulator.Context, req *types.Refresh) soap.HasFault {
-	return &methods.RefreshBody{Res: &types.RefreshResponse{}}
-}
-
-// UpdatePassthruConfig enables or disables passthrough on listed devices; a NIC's SR-IOV (HostSriovConfig) and
-// passthrough settings are configured now and in effect after the host's next reboot (network.go).
-func (p *PciPassthruSystem) UpdatePassthruConfig(ctx *simulator.Context, req *types.UpdatePassthruConfig) soap.HasFault {
-	for _, c := range req.Config {
-		cfg := c.GetHostPciPassthruConfig()
-		if p.sim.isNIC(p.host, cfg.Id) {
-			p.sim.hold(p.host) // this handler holds the manager's lock: the refresh is done by release
-			f := p.sim.configureNIC(p.host, c)
-			p.sim.release(ctx, p.host)
-			if f != nil {
-				return &methods.UpdatePassthruConfigBody{Fault_: f}
-			}
-			continue
-		}
-		found := false
-		for _, i := range p.PciPassthruInfo {
-			if info := i.GetHostPciPassthruInfo(); info.Id == cfg.Id {
-				info.PassthruEnabled, found = cfg.PassthruEnabled, true
-			}
-		}
-		if !found {
-			return &methods.UpdatePassthruConfigBody{Fault_: simulator.Fault("unknown PCI device "+cfg.Id,
-				&types.InvalidArgument{InvalidProperty: "config.id"})}
-		}
-	}
-	return &methods.UpdatePassthruConfigBody{Res: &types.UpdatePassthruConfigResponse{}}
-}
-
 // farmFault maps farm errors onto vim faults.
 func farmFault(err error) *soap.Fault {
 	msg := err.Error()
@@ -259,4 +161,60 @@ func managerHost(obj mo.Reference) (host string, ok bool) {
 		return o.host, true
 	}
 	return accessHost(obj)
+}
+
+var _ mo.Reference = (*GraphicsManager)(nil)
+
+// hostView is what vSphere shows of a host's GPUs, derived from the farm.
+type hostView struct {
+	graphicsInfo []types.HostGraphicsInfo
+	config       *types.HostGraphicsConfig
+	gpuTypes     []string
+	caps         []types.HostSharedGpuCapabilities
+}
+
+func (s *Sim) viewOf(info farm.HostInfo) hostView {
+	var v hostView
+	v.config = &types.HostGraphicsConfig{
+		HostDefaultGraphicsType:        info.DefaultGraphicsType,
+		SharedPassthruAssignmentPolicy: info.AssignmentPolicy,
+	}
+	seen := map[string]bool{}
+	for _, g := range info.GPUs {
+		gi := types.HostGraphicsInfo{
+			DeviceName: g.Model.DeviceName, VendorName: farm.VendorName, PciId: g.PCIID,
+			GraphicsType: g.GraphicsType, VgpuMode: g.VgpuMode,
+			MemorySizeInKB: int64(g.Model.FramebufferGB) * 1024 * 1024,
+		}
+		vmSeen := map[string]bool{}
+		for _, slot := range g.VGPUs {
+			if !vmSeen[slot.VM] {
+				vmSeen[slot.VM] = true
+				gi.Vm = append(gi.Vm, types.ManagedObjectReference{Type: "VirtualMachine", Value: slot.VM})
+			}
+		}
+		v.graphicsInfo = append(v.graphicsInfo, gi)
+		v.config.DeviceType = append(v.config.DeviceType, types.HostGraphicsConfigDeviceType{
+			DeviceId: g.PCIID, GraphicsType: g.GraphicsType, VgpuMode: g.TimeSlicedMode,
+		})
+		for _, p := range g.Profiles {
+			if !seen[p] {
+				seen[p] = true
+				v.gpuTypes = append(v.gpuTypes, p)
+			}
+		}
+	}
+	sort.Strings(v.gpuTypes)
+	for _, p := range v.gpuTypes {
+		prof, err := s.Farm.Catalog().Profile(p)
+		if err != nil { // offered beyond the catalogue: nothing is claimed for it
+			v.caps = append(v.caps, types.HostSharedGpuCapabilities{Vgpu: p})
+			continue
+		}
+		v.caps = append(v.caps, types.HostSharedGpuCapabilities{
+			Vgpu: p, DiskSnapshotSupported: true, MemorySnapshotSupported: !prof.MIG,
+			SuspendSupported: !prof.MIG, MigrateSupported: true,
+		})
+	}
+	return v
 }
