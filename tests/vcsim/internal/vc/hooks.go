@@ -153,16 +153,6 @@ func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, 
 	return w, nil
 }
 
-var vmMethods = map[string]bool{
-	"PowerOnVM_Task": true, "PowerOffVM_Task": true, "SuspendVM_Task": true, "ReconfigVM_Task": true,
-	"CloneVM_Task": true, "ShutdownGuest": true, "Destroy_Task": true, "UnregisterVM": true,
-	"RelocateVM_Task": true, "MigrateVM_Task": true, // migrate.go
-}
-
-var hostMethods = map[string]bool{
-	"EnterMaintenanceMode_Task": true, "ExitMaintenanceMode_Task": true, "RebootHost_Task": true,
-}
-
 // queueOf is the host whose queue a call on obj waits in (holds.go): a VM's host, else "".
 func (s *Sim) queueOf(obj mo.Reference) string {
 	if vm, ok := obj.(*simulator.VirtualMachine); ok {

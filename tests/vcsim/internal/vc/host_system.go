@@ -123,3 +123,8 @@ func (h *gpuHost) RebootHostTask(ctx *simulator.Context, req *types.RebootHost_T
 	}))
 	return &methods.RebootHost_TaskBody{Res: &types.RebootHost_TaskResponse{Returnval: task.Run(ctx)}}
 }
+
+// hostMethods are the HostSystem methods gpuHost answers (route, hooks.go); vcsim answers the others.
+var hostMethods = map[string]bool{
+	"EnterMaintenanceMode_Task": true, "ExitMaintenanceMode_Task": true, "RebootHost_Task": true,
+}
