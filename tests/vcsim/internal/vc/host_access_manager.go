@@ -6,6 +6,8 @@ import (
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
+
+	"gpusim/internal/fault"
 )
 
 // AccessManager is a host's HostAccessManager.
@@ -19,7 +21,7 @@ type AccessManager struct {
 func (m *AccessManager) QueryLockdownExceptions(ctx *simulator.Context, req *types.QueryLockdownExceptions) soap.HasFault {
 	a, err := m.sim.Farm.Access(m.host)
 	if err != nil {
-		return &methods.QueryLockdownExceptionsBody{Fault_: farmFault(err)}
+		return &methods.QueryLockdownExceptionsBody{Fault_: fault.FromFarm(err)}
 	}
 	return &methods.QueryLockdownExceptionsBody{Res: &types.QueryLockdownExceptionsResponse{Returnval: a.LockdownExceptions}}
 }
@@ -33,7 +35,7 @@ func (m *AccessManager) UpdateLockdownExceptions(ctx *simulator.Context, req *ty
 		})
 	}
 	if err != nil {
-		return &methods.UpdateLockdownExceptionsBody{Fault_: farmFault(err)}
+		return &methods.UpdateLockdownExceptionsBody{Fault_: fault.FromFarm(err)}
 	}
 	return &methods.UpdateLockdownExceptionsBody{Res: &types.UpdateLockdownExceptionsResponse{}}
 }
@@ -41,7 +43,7 @@ func (m *AccessManager) UpdateLockdownExceptions(ctx *simulator.Context, req *ty
 // ChangeLockdownMode sets the lockdown mode.
 func (m *AccessManager) ChangeLockdownMode(ctx *simulator.Context, req *types.ChangeLockdownMode) soap.HasFault {
 	if err := m.sim.locked(ctx, m.host, func() error { return m.sim.Farm.SetLockdown(m.host, string(req.Mode), nil) }); err != nil {
-		return &methods.ChangeLockdownModeBody{Fault_: farmFault(err)}
+		return &methods.ChangeLockdownModeBody{Fault_: fault.FromFarm(err)}
 	}
 	return &methods.ChangeLockdownModeBody{Res: &types.ChangeLockdownModeResponse{}}
 }

@@ -1,7 +1,6 @@
 package vc
 
 import (
-	"errors"
 	"sort"
 
 	"github.com/vmware/govmomi/simulator"
@@ -11,6 +10,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // GraphicsManager is a host's HostGraphicsManager, backed by the farm.
@@ -36,7 +36,7 @@ func (m *GraphicsManager) UpdateGraphicsConfig(ctx *simulator.Context, req *type
 	err := m.sim.Farm.UpdateGraphics(m.host, cfg)
 	m.sim.release(ctx, m.host)
 	if err != nil {
-		body.Fault_ = farmFault(err)
+		body.Fault_ = fault.FromFarm(err)
 		return body
 	}
 	body.Res = &types.UpdateGraphicsConfigResponse{}
@@ -54,7 +54,7 @@ func (m *GraphicsManager) RefreshGraphicsManager(ctx *simulator.Context, req *ty
 func (m *GraphicsManager) IsSharedGraphicsActive(ctx *simulator.Context, req *types.IsSharedGraphicsActive) soap.HasFault {
 	info, err := m.sim.Farm.Host(m.host)
 	if err != nil {
-		return &methods.IsSharedGraphicsActiveBody{Fault_: farmFault(err)}
+		return &methods.IsSharedGraphicsActiveBody{Fault_: fault.FromFarm(err)}
 	}
 	active := false
 	for _, g := range info.GPUs {
@@ -69,7 +69,7 @@ func (m *GraphicsManager) IsSharedGraphicsActive(ctx *simulator.Context, req *ty
 func (m *GraphicsManager) RetrieveVgpuProfileInfo(ctx *simulator.Context, req *types.RetrieveVgpuProfileInfo) soap.HasFault {
 	info, err := m.sim.Farm.Host(m.host)
 	if err != nil {
-		return &methods.RetrieveVgpuProfileInfoBody{Fault_: farmFault(err)}
+		return &methods.RetrieveVgpuProfileInfoBody{Fault_: fault.FromFarm(err)}
 	}
 	return &methods.RetrieveVgpuProfileInfoBody{Res: &types.RetrieveVgpuProfileInfoResponse{Returnval: profileInfos(m.sim.Farm.Catalog(), info)}}
 }
@@ -78,7 +78,7 @@ func (m *GraphicsManager) RetrieveVgpuProfileInfo(ctx *simulator.Context, req *t
 func (m *GraphicsManager) RetrieveVgpuDeviceInfo(ctx *simulator.Context, req *types.RetrieveVgpuDeviceInfo) soap.HasFault {
 	info, err := m.sim.Farm.Host(m.host)
 	if err != nil {
-		return &methods.RetrieveVgpuDeviceInfoBody{Fault_: farmFault(err)}
+		return &methods.RetrieveVgpuDeviceInfoBody{Fault_: fault.FromFarm(err)}
 	}
 	return &methods.RetrieveVgpuDeviceInfoBody{Res: &types.RetrieveVgpuDeviceInfoResponse{Returnval: deviceInfos(info)}}
 }
@@ -130,23 +130,6 @@ func deviceInfos(info farm.HostInfo) []types.VirtualMachineVgpuDeviceInfo {
 		})
 	}
 	return out
-}
-
-// farmFault maps farm errors onto vim faults.
-func farmFault(err error) *soap.Fault {
-	msg := err.Error()
-	switch {
-	case errors.Is(err, farm.ErrGPUBusy):
-		return simulator.Fault(msg, &types.ResourceInUse{Name: msg})
-	case errors.Is(err, farm.ErrNotFound):
-		return simulator.Fault(msg, &types.NotFound{})
-	case errors.Is(err, farm.ErrNotCapable):
-		return simulator.Fault(msg, &types.NotSupported{})
-	case errors.Is(err, farm.ErrInsufficient):
-		return simulator.Fault(farm.InsufficientGraphics, &types.InsufficientGraphicsResourcesFault{})
-	default:
-		return simulator.Fault(msg, &types.InvalidArgument{InvalidProperty: msg})
-	}
 }
 
 // managerHost is the host name of one of a host's GPU managers (graphics, kernel modules, PCI

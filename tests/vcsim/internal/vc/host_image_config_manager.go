@@ -10,6 +10,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // ImageConfigManager is a host's HostImageConfigManager.
@@ -52,7 +53,7 @@ func packages(a farm.Access) []types.SoftwarePackage {
 func (m *ImageConfigManager) FetchSoftwarePackages(ctx *simulator.Context, req *types.FetchSoftwarePackages) soap.HasFault {
 	a, err := m.sim.Farm.Access(m.host)
 	if err != nil {
-		return &methods.FetchSoftwarePackagesBody{Fault_: farmFault(err)}
+		return &methods.FetchSoftwarePackagesBody{Fault_: fault.FromFarm(err)}
 	}
 	return &methods.FetchSoftwarePackagesBody{Res: &types.FetchSoftwarePackagesResponse{Returnval: packages(a)}}
 }

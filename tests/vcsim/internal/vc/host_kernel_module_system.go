@@ -6,6 +6,8 @@ import (
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
+
+	"gpusim/internal/fault"
 )
 
 // KernelModuleSystem is a host's HostKernelModuleSystem, backed by the farm.
@@ -20,7 +22,7 @@ type KernelModuleSystem struct {
 func (k *KernelModuleSystem) QueryModules(ctx *simulator.Context, req *types.QueryModules) soap.HasFault {
 	names, err := k.sim.Farm.Modules(k.host)
 	if err != nil {
-		return &methods.QueryModulesBody{Fault_: farmFault(err)}
+		return &methods.QueryModulesBody{Fault_: fault.FromFarm(err)}
 	}
 	var out []types.KernelModuleInfo
 	for i, name := range names {
@@ -41,7 +43,7 @@ func (k *KernelModuleSystem) QueryModules(ctx *simulator.Context, req *types.Que
 func (k *KernelModuleSystem) QueryConfiguredModuleOptionString(ctx *simulator.Context, req *types.QueryConfiguredModuleOptionString) soap.HasFault {
 	opts, err := k.sim.Farm.ModuleOptions(k.host, req.Name)
 	if err != nil {
-		return &methods.QueryConfiguredModuleOptionStringBody{Fault_: farmFault(err)}
+		return &methods.QueryConfiguredModuleOptionStringBody{Fault_: fault.FromFarm(err)}
 	}
 	return &methods.QueryConfiguredModuleOptionStringBody{
 		Res: &types.QueryConfiguredModuleOptionStringResponse{Returnval: opts.Configured},
@@ -51,7 +53,7 @@ func (k *KernelModuleSystem) QueryConfiguredModuleOptionString(ctx *simulator.Co
 // UpdateModuleOptionString replaces the configured option string; it takes effect at the next reboot.
 func (k *KernelModuleSystem) UpdateModuleOptionString(ctx *simulator.Context, req *types.UpdateModuleOptionString) soap.HasFault {
 	if err := k.sim.Farm.SetModuleOptions(k.host, req.Name, req.Options); err != nil {
-		return &methods.UpdateModuleOptionStringBody{Fault_: farmFault(err)}
+		return &methods.UpdateModuleOptionStringBody{Fault_: fault.FromFarm(err)}
 	}
 	return &methods.UpdateModuleOptionStringBody{Res: &types.UpdateModuleOptionStringResponse{}}
 }

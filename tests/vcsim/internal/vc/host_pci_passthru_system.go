@@ -10,6 +10,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // PciPassthruSystem is a host's HostPciPassthruSystem listing the GPUs (vGPU needs no passthrough).
@@ -55,8 +56,7 @@ func (p *PciPassthruSystem) UpdatePassthruConfig(ctx *simulator.Context, req *ty
 			}
 		}
 		if !found {
-			return &methods.UpdatePassthruConfigBody{Fault_: simulator.Fault("unknown PCI device "+cfg.Id,
-				&types.InvalidArgument{InvalidProperty: "config.id"})}
+			return &methods.UpdatePassthruConfigBody{Fault_: fault.InvalidArgument("config.id", "unknown PCI device "+cfg.Id)}
 		}
 	}
 	return &methods.UpdatePassthruConfigBody{Res: &types.UpdatePassthruConfigResponse{}}
@@ -70,7 +70,7 @@ func (s *Sim) configureNIC(host string, c types.BaseHostPciPassthruConfig) *soap
 		req = farm.NICConfig{SRIOV: true, Enabled: sriov.SriovEnabled, VFs: int(sriov.NumVirtualFunction)}
 	}
 	if err := s.Farm.ConfigureNIC(host, strings.ToLower(cfg.Id), req); err != nil {
-		return farmFault(err)
+		return fault.FromFarm(err)
 	}
 	return nil
 }

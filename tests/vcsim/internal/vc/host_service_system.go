@@ -8,6 +8,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // sshServiceKey is the SSH service's key in HostServiceInfo (the vSphere Client's "SSH").
@@ -45,11 +46,11 @@ func (m *ServiceSystem) serviceFault(id string) *soap.Fault {
 	if info, err := m.sim.Farm.Access(m.host); err == nil {
 		for _, svc := range serviceInfo(m.sim.hosts[m.host].Config.Service, info).Service {
 			if svc.Key == id {
-				return simulator.Fault("gpusim models only the SSH service ("+sshServiceKey+")", &types.NotSupported{})
+				return fault.NotSupported("gpusim models only the SSH service (" + sshServiceKey + ")")
 			}
 		}
 	}
-	return simulator.Fault("no service "+id, &types.NotFound{})
+	return fault.NotFound("no service " + id)
 }
 
 // StartService starts the SSH service (the ESXi shell then accepts connections).
@@ -58,7 +59,7 @@ func (m *ServiceSystem) StartService(ctx *simulator.Context, req *types.StartSer
 		return &methods.StartServiceBody{Fault_: f}
 	}
 	if err := m.sim.locked(ctx, m.host, func() error { return m.sim.Farm.SetSSHRunning(m.host, true) }); err != nil {
-		return &methods.StartServiceBody{Fault_: farmFault(err)}
+		return &methods.StartServiceBody{Fault_: fault.FromFarm(err)}
 	}
 	return &methods.StartServiceBody{Res: &types.StartServiceResponse{}}
 }
@@ -69,7 +70,7 @@ func (m *ServiceSystem) StopService(ctx *simulator.Context, req *types.StopServi
 		return &methods.StopServiceBody{Fault_: f}
 	}
 	if err := m.sim.locked(ctx, m.host, func() error { return m.sim.Farm.SetSSHRunning(m.host, false) }); err != nil {
-		return &methods.StopServiceBody{Fault_: farmFault(err)}
+		return &methods.StopServiceBody{Fault_: fault.FromFarm(err)}
 	}
 	return &methods.StopServiceBody{Res: &types.StopServiceResponse{}}
 }
@@ -80,7 +81,7 @@ func (m *ServiceSystem) UpdateServicePolicy(ctx *simulator.Context, req *types.U
 		return &methods.UpdateServicePolicyBody{Fault_: f}
 	}
 	if err := m.sim.locked(ctx, m.host, func() error { return m.sim.Farm.SetSSHPolicy(m.host, req.Policy) }); err != nil {
-		return &methods.UpdateServicePolicyBody{Fault_: farmFault(err)}
+		return &methods.UpdateServicePolicyBody{Fault_: fault.FromFarm(err)}
 	}
 	return &methods.UpdateServicePolicyBody{Res: &types.UpdateServicePolicyResponse{}}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // What VirtualMachine's RelocateVM_Task and MigrateVM_Task check and do (virtual_machine.go): a running VM's
@@ -42,7 +43,7 @@ func (s *Sim) staysOnItsHost(vm *simulator.VirtualMachine, dest *types.ManagedOb
 				name = label.GetDescription().Label
 			}
 			msg := fmt.Sprintf("The virtual machine %s cannot be migrated while powered on: it has %s (%s)", vm.Name, what, name)
-			return s.faultWith(&types.DisallowedMigrationDeviceAttached{Fault: types.LocalizedMethodFault{LocalizedMessage: what}}, msg)
+			return s.messages.With(fault.DisallowedMigrationDeviceAttached(what), msg)
 		}
 	}
 	return nil
@@ -58,16 +59,16 @@ func (s *Sim) moveVGPUs(ctx *simulator.Context, vm *simulator.VirtualMachine, de
 	}
 	if !s.hotMigrateEnabled(ctx) {
 		msg := fmt.Sprintf("vGPU VM %s cannot be migrated while powered on: %s is not true", vm.Name, HotMigrateOption)
-		return false, s.faultWith(&types.MigrationDisabled{MigrationFault: types.MigrationFault{}}, msg)
+		return false, s.messages.With(fault.MigrationDisabled(), msg)
 	}
 	s.Farm.Release(vm.Self.Value)
 	req := farm.Request{Profiles: profiles, NVLink: wantsNVLink(vm.Config)}
 	if _, err := s.Farm.Admit(to, vm.Self.Value, vm.Name, req); err != nil {
 		s.readmit(from, vm)
 		if errors.Is(err, farm.ErrInsufficient) {
-			return false, s.faultWith(&types.InsufficientGraphicsResourcesFault{}, farm.InsufficientGraphics+" (on "+to+")")
+			return false, s.messages.With(fault.InsufficientGraphics(), farm.InsufficientGraphics+" (on "+to+")")
 		}
-		return false, s.faultWith(&types.InvalidState{}, err.Error())
+		return false, s.messages.With(fault.InvalidState(), err.Error())
 	}
 	return true, nil
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // Networks: port groups on standard switches and vSphere Distributed Switches, the hosts' ConnectX NICs
@@ -382,13 +383,13 @@ func (s *Sim) checkAdapters(power types.VirtualMachinePowerState, changes []type
 		}
 		if rdma, ok := spec.Device.(*types.VirtualVmxnet3Vrdma); ok && spec.Operation != types.VirtualDeviceConfigSpecOperationRemove {
 			if !isDistributed(rdma) {
-				return s.faultWith(&types.InvalidDeviceSpec{DeviceIndex: int32(i)},
+				return s.messages.With(fault.InvalidDeviceSpec(i),
 					"A PVRDMA network adapter must be connected to a distributed port group.")
 			}
 		}
 		if physicalNIC(spec.Device) && power != types.VirtualMachinePowerStatePoweredOff &&
 			spec.Operation != types.VirtualDeviceConfigSpecOperationEdit {
-			return s.faultWith(&types.DeviceHotPlugNotSupported{InvalidDeviceSpec: types.InvalidDeviceSpec{DeviceIndex: int32(i)}},
+			return s.messages.With(fault.DeviceHotPlugNotSupported(i),
 				"SR-IOV and PCI passthrough devices can only be added or removed while the virtual machine is powered off.")
 		}
 	}
@@ -402,11 +403,11 @@ func (s *Sim) nicNeeds(devices []types.BaseVirtualDevice, host string) ([]farm.N
 		switch dev := d.(type) {
 		case *types.VirtualSriovEthernetCard:
 			if dev.SriovBacking == nil || dev.SriovBacking.PhysicalFunctionBacking == nil {
-				return nil, &types.InvalidDeviceSpec{}
+				return nil, fault.InvalidDeviceSpec(0)
 			}
 			pf := dev.SriovBacking.PhysicalFunctionBacking
 			if pf.SystemId != "" && pf.SystemId != systemID(host) {
-				return nil, &types.InvalidDeviceSpec{}
+				return nil, fault.InvalidDeviceSpec(0)
 			}
 			out = append(out, farm.NICNeed{Kind: "sriov", PCIID: strings.ToLower(pf.Id)})
 		case *types.VirtualPCIPassthrough:
@@ -442,10 +443,10 @@ func (s *Sim) admitNICs(vm *simulator.VirtualMachine) types.BaseMethodFault {
 	host := s.hostOf(vm.Runtime.Host)
 	needs, f := s.nicNeeds(vm.Config.Hardware.Device, host)
 	if f != nil {
-		return s.faultWith(f, fmt.Sprintf("An SR-IOV adapter of %s names no physical function of host %s.", vm.Name, host))
+		return s.messages.With(f, fmt.Sprintf("An SR-IOV adapter of %s names no physical function of host %s.", vm.Name, host))
 	}
 	if _, err := s.Farm.AdmitNICs(host, vm.Self.Value, needs); err != nil {
-		return s.faultWith(&types.InsufficientResourcesFault{}, err.Error())
+		return s.messages.With(fault.InsufficientResources(), err.Error())
 	}
 	return nil
 }

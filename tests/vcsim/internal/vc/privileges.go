@@ -8,6 +8,8 @@ import (
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
+
+	"gpusim/internal/fault"
 )
 
 // Privilege-limited users. govmomi's simulator grants every privilege to everyone (its AuthorizationManager
@@ -111,9 +113,7 @@ func (s *Sim) denied(ctx *simulator.Context, m *simulator.Method, obj mo.Referen
 	for _, priv := range requiredPrivileges(m, obj) {
 		if !u.has(priv) {
 			ref := m.This
-			f := &types.NoPermission{Object: &ref, PrivilegeId: priv,
-				MissingPrivileges: []types.NoPermissionEntityPrivileges{{Entity: ref, PrivilegeIds: []string{priv}}}}
-			return s.withMessage(f, fmt.Sprintf("Permission to perform this operation was denied: %s on %s %s "+
+			return s.messages.With(fault.NoPermission(ref, priv), fmt.Sprintf("Permission to perform this operation was denied: %s on %s %s "+
 				"(user %s)", priv, ref.Type, ref.Value, u.Name))
 		}
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // Sim is a running GPU farm simulator.
@@ -51,7 +52,7 @@ type Sim struct {
 	faults    *faultBook
 	journal   *journal // calls that change something, tasks created (state.go)
 	control   *http.ServeMux
-	messages  sync.Map // types.BaseMethodFault -> localized message for task errors
+	messages  fault.Book // the messages of the faults gpusim raises
 	rebootDur time.Duration
 	closeOnce sync.Once
 	tmpDirs   []string
@@ -120,7 +121,7 @@ func (s *Sim) Start(addr string) (err error) {
 	svc.Listen = &url.URL{Host: addr, User: url.UserPassword(s.Spec.Username, s.Spec.Password)}
 	svc.HandleFunc("/gpusim/", s.serveControl)
 	s.Server = svc.NewServer()
-	s.Server.Server.Config.Handler = withFaultString(recoverSOAP(s.Server.Server.Config.Handler))
+	s.Server.Server.Config.Handler = fault.WithFaultString(fault.Recover(s.Server.Server.Config.Handler))
 	s.URL = s.Server.URL
 	return nil
 }
@@ -426,7 +427,7 @@ func (s *Sim) startVM(ctx context.Context, ref types.ManagedObjectReference, spe
 	}
 	host := s.hostOf(vm.Runtime.Host)
 	if f := s.admit(vm); f != nil {
-		return fmt.Errorf("VM %s (power_on: true) cannot start on %s: %s", spec.Name, host, s.messageFor(f))
+		return fmt.Errorf("VM %s (power_on: true) cannot start on %s: %s", spec.Name, host, s.messages.Message(f))
 	}
 	task, err := object.NewVirtualMachine(s.client, ref).PowerOn(ctx)
 	if err == nil {
@@ -494,7 +495,7 @@ func (s *Sim) waitTask(ref types.ManagedObjectReference, what string) (types.Man
 	}
 	t.Wait()
 	if t.Info.Error != nil {
-		return types.ManagedObjectReference{}, fmt.Errorf("%s: %s", what, s.messageFor(t.Info.Error.Fault))
+		return types.ManagedObjectReference{}, fmt.Errorf("%s: %s", what, s.messages.Message(t.Info.Error.Fault))
 	}
 	res, _ := t.Info.Result.(types.ManagedObjectReference)
 	return res, nil

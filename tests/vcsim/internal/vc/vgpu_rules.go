@@ -11,6 +11,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // The vGPU rules VirtualMachine and Folder apply: a VM's vGPU devices, reconfigure checks, admission at power-on,
@@ -116,11 +117,10 @@ func (s *Sim) checkVGPUs(host string, powerState types.VirtualMachinePowerState,
 		return nil
 	}
 	if powerState != types.VirtualMachinePowerStatePoweredOff {
-		f := &types.DeviceHotPlugNotSupported{InvalidDeviceSpec: types.InvalidDeviceSpec{DeviceIndex: int32(plan.index)}}
-		return s.faultWith(f, "vGPU devices can only be added or removed while the virtual machine is powered off.")
+		return s.messages.With(fault.DeviceHotPlugNotSupported(plan.index), "vGPU devices can only be added or removed while the virtual machine is powered off.")
 	}
 	if limit := MaxVGPUsPerVM(s.Spec.APIVersion); len(plan.profiles) > limit {
-		return s.faultWith(&types.TooManyDevices{},
+		return s.messages.With(fault.TooManyDevices(),
 			fmt.Sprintf("The virtual machine would have %d vGPU devices; vSphere %s supports at most %d per virtual machine.",
 				len(plan.profiles), versionOf(s.Spec.APIVersion), limit))
 	}
@@ -139,8 +139,7 @@ func (s *Sim) checkVGPUs(host string, powerState types.VirtualMachinePowerState,
 	var first farm.Profile
 	for i, name := range plan.profiles {
 		invalid := func(msg string) types.BaseMethodFault {
-			f := &types.InvalidDeviceSpec{DeviceIndex: int32(plan.index)}
-			return s.faultWith(f, msg)
+			return s.messages.With(fault.InvalidDeviceSpec(plan.index), msg)
 		}
 		if name == "" {
 			return invalid("The vGPU profile of a PCI passthrough device is empty.")
@@ -171,7 +170,7 @@ func (s *Sim) waitBody(body soap.HasFault) (types.ManagedObjectReference, types.
 		if vf, ok := f.VimFault().(types.BaseMethodFault); ok {
 			return none, vf
 		}
-		return none, &types.SystemError{Reason: f.String}
+		return none, fault.SystemError(f.String)
 	}
 	res := reflect.ValueOf(body).Elem().FieldByName("Res")
 	if !res.IsValid() || res.IsNil() {
@@ -206,7 +205,7 @@ func (s *Sim) changeVersionFault(vm *simulator.VirtualMachine, want string) type
 	if want == "" || vm.Config == nil || want == vm.Config.ChangeVersion {
 		return nil
 	}
-	return s.faultWith(&types.ConcurrentAccess{}, fmt.Sprintf(
+	return s.messages.With(fault.ConcurrentAccess(), fmt.Sprintf(
 		"The virtual machine %s was changed by another operation: its changeVersion is %s, the request expected %s.",
 		vm.Name, vm.Config.ChangeVersion, want))
 }
@@ -221,7 +220,7 @@ func (s *Sim) memoryFault(cfg *types.VirtualMachineConfigInfo) types.BaseMethodF
 		return nil
 	}
 	msg := fmt.Sprintf("Invalid memory setting: memory reservation (sched.mem.min) should be equal to memsize(%d).", mem)
-	return s.faultWith(&types.GenericVmConfigFault{Reason: msg}, msg)
+	return s.messages.With(fault.GenericVMConfig(msg), msg)
 }
 
 // admit places a VM's vGPUs at power-on, then takes its SR-IOV VFs and passthrough NICs (network.go); all or
@@ -252,9 +251,9 @@ func (s *Sim) admitVGPUs(vm *simulator.VirtualMachine) types.BaseMethodFault {
 	case err == nil:
 		return nil
 	case errors.Is(err, farm.ErrInsufficient):
-		return s.faultWith(&types.InsufficientGraphicsResourcesFault{}, farm.InsufficientGraphics)
+		return s.messages.With(fault.InsufficientGraphics(), farm.InsufficientGraphics)
 	default:
-		return s.faultWith(&types.InvalidState{}, err.Error())
+		return s.messages.With(fault.InvalidState(), err.Error())
 	}
 }
 

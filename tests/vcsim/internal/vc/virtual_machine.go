@@ -7,6 +7,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // VirtualMachine: the methods gpusim answers itself. The vGPU rules they apply are in vgpu_rules.go, the
@@ -76,8 +77,7 @@ func (vm *gpuVM) PowerOnVMTask(ctx *simulator.Context, req *types.PowerOnVM_Task
 	task := simulator.CreateTask(vm, "PowerOnVMTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		vm.delay("PowerOnVM_Task")
 		if vm.Runtime.PowerState == types.VirtualMachinePowerStatePoweredOn {
-			return nil, &types.InvalidPowerState{RequestedState: types.VirtualMachinePowerStatePoweredOff,
-				ExistingState: vm.Runtime.PowerState}
+			return nil, fault.InvalidPowerState(types.VirtualMachinePowerStatePoweredOff, vm.Runtime.PowerState)
 		}
 		if f := s.admit(vm.VirtualMachine); f != nil {
 			return nil, f
@@ -159,8 +159,7 @@ func (vm *gpuVM) DestroyTask(ctx *simulator.Context, req *types.Destroy_Task) so
 	}
 	if vm.Runtime.PowerState == types.VirtualMachinePowerStatePoweredOn {
 		task := simulator.CreateTask(vm, "DestroyTask", func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
-			return nil, &types.InvalidPowerState{RequestedState: types.VirtualMachinePowerStatePoweredOff,
-				ExistingState: vm.Runtime.PowerState}
+			return nil, fault.InvalidPowerState(types.VirtualMachinePowerStatePoweredOff, vm.Runtime.PowerState)
 		})
 		return &methods.Destroy_TaskBody{Res: &types.Destroy_TaskResponse{Returnval: task.Run(ctx)}}
 	}
@@ -185,13 +184,11 @@ func (vm *gpuVM) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) so
 	s := vm.sim
 	if ref := req.Spec.Location.Host; ref != nil {
 		if _, ok := ctx.Map.Get(*ref).(*simulator.HostSystem); !ok {
-			return &methods.CloneVM_TaskBody{Fault_: simulator.Fault("host "+ref.Value+" not found",
-				&types.InvalidArgument{InvalidProperty: "spec.location.host"})}
+			return &methods.CloneVM_TaskBody{Fault_: fault.InvalidArgument("spec.location.host", "host "+ref.Value+" not found")}
 		}
 	}
 	if ref := req.Spec.Location.Pool; ref != nil && ctx.Map.Get(*ref) == nil {
-		return &methods.CloneVM_TaskBody{Fault_: simulator.Fault("resource pool "+ref.Value+" not found",
-			&types.InvalidArgument{InvalidProperty: "spec.location.pool"})}
+		return &methods.CloneVM_TaskBody{Fault_: fault.InvalidArgument("spec.location.pool", "resource pool "+ref.Value+" not found")}
 	}
 	task := simulator.CreateTask(vm, "CloneVMTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		vm.delay("CloneVM_Task")
@@ -224,7 +221,7 @@ func (vm *gpuVM) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) so
 		}
 		clone, ok := s.vmObject(ref)
 		if !ok { // never skip the settings silently: a clone without them is not what vCenter makes
-			return nil, &types.SystemError{Reason: "gpusim: the clone " + ref.Value + " was not found after CloneVM_Task"}
+			return nil, fault.SystemError("gpusim: the clone " + ref.Value + " was not found after CloneVM_Task")
 		}
 		if f := s.copySettings(ctx, vm.VirtualMachine, clone, req.Spec.Config); f != nil {
 			return nil, f
