@@ -26,6 +26,7 @@ from vgpuctl.model import (
     Plan,
     VmChange,
 )
+from vgpuctl import releases
 from vgpuctl.preflight import branches, checks, privileges
 from vgpuctl.preflight.check import PreflightCheck
 from vgpuctl.preflight.facts import About, ManagerFacts, Scope, SshOutcome, SshProbe, requirement_scope, scope_of
@@ -78,7 +79,7 @@ def test_r580_is_a_long_term_support_branch() -> None:
 def test_the_lts_exception_needs_both_branches_lts(monkeypatch: pytest.MonkeyPatch) -> None:
     table = (branches.Branch(535, 16, branches.Track.LTS), branches.Branch(550, 17, branches.Track.PRODUCTION),
              branches.Branch(570, 18, branches.Track.PRODUCTION), branches.Branch(580, 19, branches.Track.LTS))
-    monkeypatch.setattr(branches, "branches", lambda: table)
+    monkeypatch.setattr(releases, "branches", lambda: table)  # the rule lives in vgpuctl.releases
     verdict = branches.compatibility(580, 535)
     assert verdict.status == CheckStatus.WARN and "LTS branch before" in verdict.reason
     assert branches.compatibility(570, 535).status == CheckStatus.FAIL
