@@ -169,7 +169,9 @@ func (b *farmBackend) Host(name string) (esxsh.Host, error) {
 	if err != nil {
 		return esxsh.Host{}, err
 	}
-	return hostView(info), nil
+	h := hostView(info)
+	h.VGPUs = b.vgpuView(name) // software_wiring.go
+	return h, nil
 }
 
 func (b *farmBackend) SetMIGMode(host string, idx int, enable bool) (esxsh.MIGChange, error) {

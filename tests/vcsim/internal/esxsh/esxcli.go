@@ -55,6 +55,9 @@ func (s *Shell) esxcli(h Host, args []string) Result {
 	case "software vib list":
 		return esxcliVIBList(h, args[i:])
 	}
+	if res, ok := s.software(h, path, args[i:]); ok { // software.go
+		return res
+	}
 	return esxcliError("Unknown command or namespace " + path)
 }
 

@@ -83,6 +83,8 @@ func (s *Shell) nvidiaSMI(h Host, args []string) Result {
 			return smiNVLink(h, args[1:])
 		case "topo":
 			return smiTopo(h, args[1:])
+		case "vgpu":
+			return smiVGPU(h, args[1:]) // software.go
 		}
 	}
 	var m smiMain

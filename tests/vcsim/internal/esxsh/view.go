@@ -36,6 +36,8 @@ type Host struct {
 	// VIBs are the rows of `esxcli software vib list`: name, version, vendor, acceptance level, install date,
 	// platforms. An empty DriverVersion means no vGPU Manager: nvidia-smi is not found.
 	VIBs [][]string
+	// VGPUs are the running vGPUs with the guest driver each VM reports (`nvidia-smi vgpu -q`, software.go).
+	VGPUs []VGPU
 }
 
 // GPU is one physical NVIDIA GPU of a host.
