@@ -34,9 +34,11 @@ from vgpuctl.settings.facts import (
     HostFacts,
     PendingMode,
     declared_params,
+    guest_drivers,
     nvlink_links,
     nvlink_peers,
     nvlink_sets,
+    running_manager,
     vsphere_bus_id,
 )
 from vgpuctl.settings.gather import gather_shell_facts
@@ -358,6 +360,7 @@ def _fixture_runner(calls: list[str]):
         "nvlink -s": "gpusim.nvlink-s.txt",
         "topo -m": "gpusim.topo-m.txt",
         "parameters list -m nvidia": "gpusim.module-params.txt",
+        "vgpu -q": "gpusim.vgpu-q.txt",
     }
 
     def run(command: str) -> str:
@@ -388,6 +391,8 @@ def test_shell_facts_from_gpusim_outputs() -> None:
     assert nvlink_sets(facts) == [["0000:3b:00.0", "0000:86:00.0"]]
     assert any("mig.mode.pending" in c and "ecc.mode.pending" in c and "noheader" in c for c in calls)
     assert declared_params(facts) == ["NVreg_EnableMSI", "NVreg_NvLinkDisable", "NVreg_RegistryDwords"]
+    assert guest_drivers(facts) == {"train-01": "550.90.07", "infer-01": None}
+    assert running_manager(facts) == "550.90.05"
 
 
 @pytest.mark.parametrize(

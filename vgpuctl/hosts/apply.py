@@ -364,10 +364,13 @@ class _HostRun:
             if changes:
                 self._forward(step.name)
                 self._enter(step.name)
-                reboot = self._write(step, changes) or reboot
+                writer = self._write(step, changes)
+                if writer.rebooted:  # the write rebooted the host after every write before it (vLCM)
+                    reboot, self.out.rebooted = False, True
+                reboot = writer.reboot_pending or reboot
         return reboot
 
-    def _write(self, step: ApplyStep, changes: list[HostChange]) -> bool:
+    def _write(self, step: ApplyStep, changes: list[HostChange]) -> HostWriter:
         writer = HostWriter(self.session, self.t.name, self.t.moid, self._step, self._done, self._shell)
         for setting in SETTINGS:
             mine = [c for c in changes if c.kind in setting.kinds]
@@ -375,7 +378,7 @@ class _HostRun:
                 setting.apply(step, mine, writer)
         if step.finish is not None:
             step.finish(writer, changes)
-        return writer.reboot_pending
+        return writer
 
     def _shell(self) -> AbstractContextManager[Any]:
         if self.opts.open_shell is not None:

@@ -2,6 +2,8 @@ package esxsh
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -80,5 +82,33 @@ func TestVGPUQueryListsTheGuestDrivers(t *testing.T) {
 	}
 	if r := (&Shell{Backend: newMemBackend(h)}).Run(host, "nvidia-smi vgpu -x"); r.Exit == 0 {
 		t.Fatalf("bad flag accepted: %+v", r)
+	}
+}
+
+// gpusim's software outputs are golden files too (tests/fixtures/nvidia-smi): vgpuctl's parsers read them.
+func TestSoftwareGoldenOutputs(t *testing.T) {
+	h := sampleHost("esx01.example.com")
+	h.VGPUs = []VGPU{{BusID: h.GPUs[0].BusID, VMName: "train-01", Type: "NVIDIA A100-40C", GuestDriver: "550.90.07"},
+		{BusID: h.GPUs[1].BusID, VMName: "infer-01", Type: "NVIDIA A100-3-20C"}}
+	b := &softBackend{memBackend: newMemBackend(h), inMM: true}
+	sh := &Shell{Backend: b}
+	cases := map[string]string{
+		"gpusim.vgpu-q.txt":          sh.Run(h.Name, "nvidia-smi vgpu -q").Stdout,
+		"gpusim.component-list.txt":  sh.Run(h.Name, "esxcli software sources component list -d "+bundle).Stdout,
+		"gpusim.component-apply.txt": sh.Run(h.Name, "esxcli software component apply -d "+bundle+" -n NVD-AIE-800").Stdout,
+	}
+	for name, got := range cases {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(fixtureDir, name)
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if want := readFixture(t, name); got != want {
+				t.Errorf("%s changed (run go test -run TestSoftwareGoldenOutputs -update)\n--- got ---\n%s--- want ---\n%s", name, got, want)
+			}
+		})
 	}
 }
