@@ -10,6 +10,7 @@ from pathlib import Path
 import kinds
 import pytest
 
+from vgpuctl import releases
 from vgpuctl.domain import CheckStatus, Phase
 from vgpuctl.esxi.parsers import parse_vib_list
 from vgpuctl.inventory import load_inventory_text
@@ -26,7 +27,6 @@ from vgpuctl.model import (
     Plan,
     VmChange,
 )
-from vgpuctl import releases
 from vgpuctl.preflight import branches, checks, privileges
 from vgpuctl.preflight.check import PreflightCheck
 from vgpuctl.preflight.facts import About, ManagerFacts, Scope, SshOutcome, SshProbe, requirement_scope, scope_of

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from vgpuctl.domain import ChangeKind, CheckStatus, Phase
 from vgpuctl.esxi.modopts import Options
-from vgpuctl.model import HOST_TARGET, HostChange, ObservedGpu, ObservedHost
+from vgpuctl.model import HOST_TARGET, HostChange, ObservedGpu, ObservedHost, UpgradeWindow
 from vgpuctl.settings.facts import MODULE_OPTIONS, ApiFact, EntryShellFact, GpuQuery, HostFacts, ShellFact
 from vgpuctl.strictmodel import KeyPath
 
@@ -85,11 +85,13 @@ class HostPlan:
     changes: list[HostChange] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    window: UpgradeWindow | None = None  # a driver upgrade window (vgpuctl.hosts.window)
 
     def extend(self, other: HostPlan) -> None:
         self.changes += other.changes
         self.errors += other.errors
         self.warnings += other.warnings
+        self.window = other.window or self.window
 
     def for_host(self, host: str) -> list[HostChange]:
         return [c for c in self.changes if c.host == host]
@@ -343,6 +345,11 @@ class HostSetting(_Setting, Generic[S]):
         """What preflight checks of the host for its part of the entry, beyond planning it (the firmware of a NIC
         it gives virtual functions, say); none by default."""
         return []
+
+    def wanted_manager(self, spec: object) -> str | None:
+        """The NVIDIA vGPU Manager version the entry asks the host to run (None: it does not say): the guest
+        drivers of the host's VMs follow it (vgpuctl.hosts.window)."""
+        return None
 
     preflight_reads: ClassVar[bool] = False  # preflight gathers the host's facts for `preflight_facts`
 

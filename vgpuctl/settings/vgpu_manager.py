@@ -329,6 +329,10 @@ class VgpuManager(HostSetting[ManagerSpec | None]):
     def replaces_manager(self, change: HostChange) -> str | None:
         return str(change.new)
 
+    def wanted_manager(self, spec: object) -> str | None:
+        entry = self.of(spec)
+        return entry.version if entry is not None else None
+
     def apply(self, step: ApplyStep, changes: Sequence[HostChange], writer: HostWriter) -> None:
         for change in changes:
             target = change.new
