@@ -510,6 +510,17 @@ class GuestDriverMove:
     why: str
 
 
+@dataclass(frozen=True)
+class GuestDriverOutcome:
+    """What a guest driver move of a window did in its VM: changed, or failed and why."""
+
+    vm: str
+    stage: WindowStage
+    new: str
+    status: Outcome
+    message: str = ""
+
+
 @dataclass
 class UpgradeWindow:
     """A driver upgrade of hosts' vGPU Managers in the order NVIDIA allows (vgpuctl.hosts.window): guest drivers

@@ -412,6 +412,7 @@ def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = No
         vm=vm,
         round_trips=outcome.round_trips if opts.verbose else None,
         scope=outcome.planned.scope,
+        guest_drivers=applied.guest_drivers if applied is not None else (),
     )
 
 

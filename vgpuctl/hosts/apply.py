@@ -90,6 +90,7 @@ class HostApplyOptions:
     cancel: Cancel | None = None
     open_shell: ShellOpener | None = None  # default: vgpuctl.hosts.facts.open_shell with known_hosts checks
     lock_timeout_s: float = 0.0  # how long to wait for a host another run holds (--lock-timeout)
+    window: frozenset[str] = frozenset()  # hosts of a driver upgrade window: one failing stops the rest
 
 
 def apply_host_changes(
@@ -115,7 +116,9 @@ def apply_host_changes(
                 outcomes = list(pool.map(lambda t: _HostRun(session, watcher, t, state, opts).run(), batch))
             result.hosts += outcomes
             failed = [o.host for o in outcomes if o.status == Outcome.FAILED]
-            if failed and not opts.keep_going:
+            if set(failed) & opts.window:  # no other host of the window leaves service, --keep-going or not
+                stopped = f"{', '.join(failed)} failed: the driver upgrade window stops before another host leaves"
+            elif failed and not opts.keep_going:
                 stopped = f"{', '.join(failed)} failed; --keep-going continues with the other hosts"
             if cancelled(opts.cancel):
                 stopped = "interrupted"

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from vgpuctl.domain import Outcome
 from vgpuctl.model import (
     ApplyResult,
+    GuestDriverOutcome,
     HostApplyResult,
     HostChange,
     HostOutcome,
@@ -42,6 +43,7 @@ class ApplyReport(Report):
     interrupted: bool
     vm: str | None = optional()  # `vm vgpu add/remove`: the VM changed
     round_trips: int | None = optional()
+    guest_drivers: list[GuestDriverOutcome] = field(default_factory=list)  # a driver upgrade window's guest moves
 
     def render_text(self, layout: TextLayout = TERMINAL) -> None:
         """None: in text mode apply shows its progress and summary while it runs."""
@@ -95,6 +97,7 @@ def apply_report(
     vm: str | None = None,
     round_trips: int | None = None,
     scope: ScopeResult | None = None,
+    guest_drivers: Iterable[GuestDriverOutcome] = (),
 ) -> ApplyReport:
     """The apply's document: the plan it confirmed, each host and VM; round trips only when given (-v)."""
     vms = result.vms
@@ -112,6 +115,7 @@ def apply_report(
         interrupted=interrupted,
         vm=vm,
         round_trips=round_trips,
+        guest_drivers=list(guest_drivers),
     )
 
 
@@ -161,6 +165,8 @@ def render_apply_summary(report: ApplyReport, full: bool = False) -> str:
     if len(failed) > LIST_CUT and not full:
         lines.append(f"  failed: ... and {len(failed) - LIST_CUT} more VMs (-v lists them all)")
     lines += left_lines(report.vms, full)
+    lines += [f"Guest driver {o.vm} ({o.stage}): {o.new} {o.status}" + (f": {o.message}" if o.message else "")
+              for o in report.guest_drivers]
     if report.round_trips is not None:
         lines.append(f"round trips: {report.round_trips}")
     return "\n".join(lines)
