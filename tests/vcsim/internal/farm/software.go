@@ -379,7 +379,7 @@ func (f *Farm) guestRefusal(h *host, vmName string) error {
 func (f *Farm) Incidents() []Incident {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Clone(f.sw().incidents)
+	return append([]Incident{}, f.sw().incidents...)
 }
 
 // ClearIncidents forgets the incidents so far.
