@@ -185,6 +185,14 @@ def test_guests_first_then_one_host_at_a_time_then_guests(sim: Any, tmp_path: Pa
     converged(sim)
     code, out = run(sim, tmp_path, text, "plan", "--detailed-exitcode")
     assert code == 0, out
+    code, out = run(sim, tmp_path, text, "status", "--shell", "-o", "json")
+    assert code == 0, out
+    doc = json.loads(out[out.index("\n{") + 1:])  # after the warnings on stderr
+    assert {h["host"]: h.get("vgpu_manager") for h in doc["hosts"]} == dict.fromkeys(HOSTS, NEW)
+    assert {v["vm"]: v.get("guest_driver") for v in doc["vms"]} == dict.fromkeys(VMS, TARGET)
+    code, out = run(sim, tmp_path, text, "export", "--cluster", "GPU-Cluster")
+    assert code == 0, out
+    assert f"vgpu_manager:\n      version: {NEW}\n" in out or f"vgpu_manager: {{version: {NEW}}}" in out, out
 
 
 @pytest.mark.parametrize("sim", [{"vms_per_host": 2}], indirect=True)

@@ -239,6 +239,8 @@ def host_report() -> HostReport:
 def status_with_classes() -> StatusReport:
     observed = farm()
     facts = host_facts("esx-01", shell=True, gpus={GPU0: {"mig_current": True, "mig_pending": True}})
+    facts.values["manager"] = {GPU0: "550.163.02"}  # the GPUs' driver: the vGPU Manager it runs
+    facts.values["guest_drivers"] = {"a": "550.163.01"}
     rows = {"esx-01": host_status(observed.hosts["esx-01"], facts, shell_error="ssh: refused")}
     supervisor = SupervisorState(
         classes={"gpu": ClassState("gpu", 8, 65536, vgpus=["grid_a100-20c"])},
