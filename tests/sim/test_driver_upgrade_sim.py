@@ -166,6 +166,9 @@ def converged(sim: Any) -> None:
 
 def test_guests_first_then_one_host_at_a_time_then_guests(sim: Any, tmp_path: Path) -> None:
     text = inventory(VMS)
+    drains = [arg for h in HOSTS for arg in ("--drain", h)]
+    code, out = run(sim, tmp_path, text, "capacity", *drains, "--detailed-exitcode")
+    assert code == 0 and "every step can be emptied" in out, out
     code, out = run(sim, tmp_path, text, "plan")
     assert code == 0, out
     assert "Driver upgrade window, in this order:" in out
@@ -205,6 +208,12 @@ def test_a_saturated_cluster_is_refused_at_plan_time_naming_the_vms(sim: Any, tm
     assert ("host esx-01.gpu.sim: VM train-01 cannot migrate (needs 1 x grid_a100-40c free while esx-01.gpu.sim is "
             "in maintenance; the rest of cluster GPU-Cluster has 0)") in out, out
     assert "VM train-02 cannot migrate" in out
+    code, out = run(sim, tmp_path, "apiVersion: vgpuctl/v1\n", "capacity", "--drain", HOSTS[0], "--drain", HOSTS[1],
+                    "--detailed-exitcode")  # the same answer without an inventory change
+    assert code == 2, out
+    assert ("train-01 (grid_a100-40c) on esx-01.gpu.sim cannot move: needs 1 x grid_a100-40c free while "
+            "esx-01.gpu.sim is in maintenance; the rest of cluster GPU-Cluster has 0") in out, out
+    assert "running VM(s) cannot be moved: train-01, train-02, train-03, train-04" in out, out
     assert sim.software()["incidents"] == [] and all(h["access"]["vgpuManager"] == OLD for h in sim.hosts())
 
 

@@ -62,7 +62,14 @@ from vgpuctl.reports import schemas
 from vgpuctl.reports.apply import ApplyReport, HostChangeReport, host_change_report
 from vgpuctl.reports.apply import apply_report as build_apply_report
 from vgpuctl.reports.base import Report
-from vgpuctl.reports.capacity import CapacityDemandReport, CapacityReport, capacity_demand_report, capacity_report
+from vgpuctl.reports.capacity import (
+    CapacityDemandReport,
+    CapacityDrainReport,
+    CapacityReport,
+    capacity_demand_report,
+    capacity_drain_report,
+    capacity_report,
+)
 from vgpuctl.reports.experiment import (
     ExperimentReport,
     ExperimentRestoreReport,
@@ -334,6 +341,15 @@ def capacity_now() -> CapacityReport:
     return capacity_report(what_fits(observed))
 
 
+def capacity_drain() -> CapacityDrainReport:
+    from vgpuctl.capacity.drain import drain
+
+    observed = capacity_farm()
+    observed.hosts["esx-cap-03.lab"].in_maintenance = True
+    answer = drain(observed, ["esx-cap-01.lab", "esx-cap-03.lab"], vgpu_migration=True)
+    return capacity_drain_report(answer, 1)
+
+
 def capacity_answer() -> CapacityDemandReport:
     wanted = Demand.model_validate({"apiVersion": "vgpuctl/v1", "kind": "Demand", "allow": ["mig", "vgpu-mode"],
                                     "demand": [{"name": "slices", "count": 5,
@@ -404,6 +420,7 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "provision": lambda _t: provision_report(),
     "capacity": lambda _t: capacity_now(),
     "capacity-demand": lambda _t: capacity_answer(),
+    "capacity-drain": lambda _t: capacity_drain(),
     "export": lambda _t: ExportReport(None, export_inventory(farm())),
     "export#file": lambda t: ExportReport(str(t / "farm.yaml"), export_inventory(farm())),
     "supervisor_plan": lambda _t: supervisor_plan_report(class_plan()),

@@ -29,16 +29,14 @@ from typing import TYPE_CHECKING, Any
 from vgpuctl.domain import EvacuationKind, WindowStage
 from vgpuctl.farm.rolling import Rolling
 from vgpuctl.hosts.evacuation import (
-    HOT_MIGRATE_OPTION,
-    Migration,
-    _stays_on_its_host,
+    RollingMigration,
     evacuations,
     needs_maintenance,
     plan_evacuation,
     running,
     vms_on,
 )
-from vgpuctl.model import GuestDriverMove, HostChange, Observed, ObservedHost, ObservedVm, UpgradeWindow
+from vgpuctl.model import GuestDriverMove, HostChange, Observed, ObservedVm, UpgradeWindow
 from vgpuctl.releases import BranchRule, branch_of, branch_rule, branches, driver_version, pair
 from vgpuctl.settings import SETTINGS, setting_of
 from vgpuctl.settings.base import HostPlan, names
@@ -289,49 +287,19 @@ def _both_hint(old: str | None, new: str) -> str:
             "a branch NVIDIA lists with both")
 
 
-class _WindowMigration(Migration):
+class _WindowMigration(RollingMigration):
     """Where a running VM of a host in the window's current batch can go: a host of its cluster in service now (not
     in the batch; not changed by the plan unless it is a window host of another batch), whose vGPU Manager at that
     moment accepts the VM's guest driver, where its vGPUs fit on the cluster as it is then. Hosts already upgraded
     first: a VM moved there is not moved again."""
 
     def __init__(self, window: _Window, rolling: Rolling, batch: list[str], done: set[str], vgpu_migration: bool):
-        super().__init__(rolling.now, set(batch), vgpu_migration)
-        self.w, self.rolling, self.batch, self.done = window, rolling, batch, done
         changed = {h for b in window.inp.batches for h in b}
-        self.barred = changed - set(window.new)  # other hosts the plan changes: never a destination
+        super().__init__(rolling, batch, vgpu_migration, first=done, later=set(window.new) - done,
+                         barred=changed - set(window.new))
+        self.w, self.done = window, done
 
-    def target(self, vm: ObservedVm, host: ObservedHost) -> tuple[str | None, str]:
-        cluster = host.cluster or "(none)"
-        away = f"while {', '.join(self.batch)} {'is' if len(self.batch) == 1 else 'are'} in maintenance"
-        others = sorted((h for h in self.rolling.others(host.name) if h not in self.barred),
-                        key=lambda h: (h not in self.done, h))
-        if not others:
-            return None, f"no other host of cluster {cluster} is in service {away}"
-        if (stays := _stays_on_its_host(vm)) is not None:
-            return None, stays
-        if not vm.vgpus:
-            return others[0], ""
-        if not self.vgpu_migration:
-            return None, f"vCenter does not allow vMotion of running vGPU VMs ({HOT_MIGRATE_OPTION} is not true)"
-        accepted, refused = self._accepting(vm, others)
-        profiles = [d.profile for d in vm.vgpus]
-        offering = [h for h in accepted if set(profiles) <= set(self.rolling.now.hosts[h].offered_profiles)]
-        if not offering:
-            why = "; ".join(refused) if refused and not accepted else (
-                f"no host of cluster {cluster} in service {away} offers {', '.join(sorted(set(profiles)))}")
-            return None, why
-        placed = self.rolling.place(vm, offering)
-        if placed.ok:
-            return placed.host, ""
-        wanted: dict[str, int] = {}
-        for p in profiles:
-            wanted[p] = wanted.get(p, 0) + 1
-        missing = "; ".join(f"needs {n} x {p} free {away}; the rest of cluster {cluster} has "
-                            f"{self.rolling.free(p, offering)}" for p, n in sorted(wanted.items()))
-        return None, missing + (f" ({'; '.join(refused)})" if refused else "")
-
-    def _accepting(self, vm: ObservedVm, hosts: list[str]) -> tuple[list[str], list[str]]:
+    def accepting(self, vm: ObservedVm, hosts: list[str]) -> tuple[list[str], list[str]]:
         """The hosts whose vGPU Manager at this moment accepts the VM's guest driver, and why the others do not."""
         driver = self.w.driver.get(vm.name)
         accepted: list[str] = []
