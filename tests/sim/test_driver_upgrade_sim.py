@@ -7,7 +7,9 @@ vMotion onto the others, then the guests get R580's own driver. Checked from gpu
 at most one host out of service at a time, no running VM ever on a pair NVIDIA does not list (gpusim refuses and
 records those), no incident; a second plan has nothing to do. A saturated cluster is refused at plan time naming
 the VMs; kill -9 in the middle of the second host resumes; faults (an unreachable depot, a host whose remediation
-fails, one that does not come back) stop the window with the host's work recorded, and a rerun continues.
+fails, one that does not come back) stop the window with the host's work recorded, and a rerun continues. The
+same window on a cluster a vLCM image manages goes through gpusim's vSphere Automation API (depot import, draft,
+commit, apply to one host). `capacity --drain` gives the evacuation answer without an inventory change.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ POLL_S = 0.05
 WAIT_POLLS = 2400  # a bound on polls, not on time
 
 
-def farm(vms_per_host: int = 1, reboot_s: float = 0.5) -> dict[str, Any]:
+def farm(vms_per_host: int = 1, reboot_s: float = 0.5, image: bool = False) -> dict[str, Any]:
     vms = [{"name": f"train-{i * vms_per_host + j + 1:02d}", "host": h, "cpus": 4, "memory_mb": 8192,
             "firmware": "efi", "memory_locked": True, "vgpus": ["grid_a100-40c"], "power_on": True}
            for i, h in enumerate(HOSTS) for j in range(vms_per_host)]
@@ -53,7 +55,8 @@ def farm(vms_per_host: int = 1, reboot_s: float = 0.5) -> dict[str, Any]:
                       "graphics_type": "sharedDirect"}],
         "vms": vms,
         "software": {
-            "depots": [{"location": DEPOT, "components": [
+            "image_clusters": ["GPU-Cluster"] if image else [],
+            "depots": [{"location": URL if image else DEPOT, "components": [
                 {"name": "NVD-AIE-800", "version": f"{NEW}-1OEM.800.1.0.20613240", "vendor": "NVIDIA",
                  "display_name": "NVIDIA AI Enterprise vGPU driver for VMware ESX-8.0.0"}]}],
             "guest_drivers": {vm["name"]: GUEST_OLD for vm in vms},
@@ -62,6 +65,7 @@ def farm(vms_per_host: int = 1, reboot_s: float = 0.5) -> dict[str, Any]:
 
 
 SOURCE = f"{{datastore: datastore1, path: {BUNDLE}}}"
+URL = f"https://depot.example.com/{BUNDLE}"
 
 
 def inventory(vms: list[str], power: str = "restart", source: str = SOURCE) -> str:
@@ -309,3 +313,50 @@ def test_powered_off_vms_do_not_start_on_an_incompatible_manager(sim: Any, tmp_p
     [incident] = sim.software()["incidents"]
     assert (incident["vm"], incident["manager"], incident["guest"], incident["what"]) == (
         "train-01", NEW, GUEST_OLD, "refused")
+
+
+def _rest_get(sim: Any, path: str) -> Any:
+    """GET on gpusim's vSphere Automation API with a session of its own."""
+    import base64
+    import ssl
+    import urllib.request
+    from urllib.parse import urlsplit
+
+    base, ctx = f"https://{urlsplit(sim.url).netloc}", ssl._create_unverified_context()
+    auth = base64.b64encode(f"{sim.username}:{sim.password}".encode()).decode()
+    login = urllib.request.Request(base + "/rest/com/vmware/cis/session", method="POST",
+                                   headers={"Authorization": f"Basic {auth}"})
+    with urllib.request.urlopen(login, context=ctx) as resp:
+        token = json.load(resp)["value"]
+    with urllib.request.urlopen(urllib.request.Request(base + path, headers={"vmware-api-session-id": token}),
+                                context=ctx) as resp:
+        return json.load(resp)
+
+
+@pytest.mark.parametrize("sim", [{"image": True}], indirect=True)
+def test_a_cluster_managed_by_an_image_upgrades_through_vlcm(sim: Any, tmp_path: Path) -> None:
+    """The same window on a cluster a vLCM image manages: the depot imported into vCenter, the image's draft with
+    NVIDIA's component at the version, its commit, and an apply limited to one host at a time."""
+    text = inventory(VMS, source=f"{{url: {URL}}}")
+    code, out = run(sim, tmp_path, text, "plan")
+    assert code == 0, out
+    for i, host in enumerate(HOSTS, start=1):
+        assert f"{i}) host {host} vGPU Manager {OLD} -> {NEW}" in out, out
+    with Watch(sim) as watch:
+        code, out = run(sim, tmp_path, text, "apply", "--yes")
+    assert code == 0, out
+    assert watch.bad == [] and watch.most_away == 1
+    converged(sim)
+    si = sim.connect()
+    try:
+        view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.ClusterComputeResource], True)
+        moid = next(c for c in view.view if c.name == "GPU-Cluster")._moId
+    finally:
+        Disconnect(si)
+    image = _rest_get(sim, f"/api/esx/settings/clusters/{moid}/software")
+    assert image["components"]["NVD-AIE-800"]["version"].startswith(NEW), image
+    assert [d["location"] for d in _rest_get(sim, "/api/esx/settings/depots/offline").values()] == [URL]
+    compliance = _rest_get(sim, f"/api/esx/settings/clusters/{moid}/software/compliance")
+    assert compliance["status"] == "COMPLIANT", compliance
+    code, out = run(sim, tmp_path, text, "plan", "--detailed-exitcode")
+    assert code == 0, out
