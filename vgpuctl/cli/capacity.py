@@ -67,9 +67,7 @@ def capacity_cmd(
     started = time.monotonic()  # the time limit counts from here
     opts: GlobalOptions = ctx.obj
     if drain:
-        if demand is not None or out is not None or cluster is not None or host is not None:
-            raise UsageError("--drain goes alone (with --max-unavailable, --detailed-exitcode, --file)")
-        _drain(opts, file, drain, max_unavailable, detailed_exitcode)
+        _drain(opts, file, drain, max_unavailable, detailed_exitcode, alone=not (demand or out or cluster or host))
         return
     if demand is None and (out is not None or detailed_exitcode):
         raise UsageError("--out and --detailed-exitcode go with --demand or --drain")
@@ -114,9 +112,12 @@ def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path |
         raise typer.Exit(EXIT_SHORT)
 
 
-def _drain(opts: GlobalOptions, file: Path | None, hosts: list[str], max_unavailable: int, detailed: bool) -> None:
+def _drain(opts: GlobalOptions, file: Path | None, hosts: list[str], max_unavailable: int, detailed: bool, *,
+           alone: bool) -> None:
     """`--drain`: each step's hosts emptied onto the rest of their clusters (exit 2 with --detailed-exitcode when a
     running VM has nowhere to go)."""
+    if not alone:
+        raise UsageError("--drain goes alone (with --max-unavailable, --detailed-exitcode, --file)")
     from vgpuctl.capacity.drain import drain
     from vgpuctl.names import host_named
     from vgpuctl.reports.capacity import capacity_drain_report

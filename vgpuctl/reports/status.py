@@ -533,20 +533,19 @@ def narrow_status(report: StatusReport) -> list[Any]:
         return name.removesuffix(suffix) if suffix else name
 
     title = "Hosts" + (f" (*{suffix})" if suffix else "")
-    managers = any(h.vgpu_manager for h in report.hosts)
-    columns = ("host", "state", "NVLink", "sched", *(["manager"] if managers else []), "GPUs", "vGPUs", "GB used")
-    hosts = _table(title, columns, wrapping=[c for c in columns if c != "manager"])  # a version stays whole
+    hosts = _table(title, ("host", "state", "NVLink", "sched", "GPUs", "vGPUs", "GB used"))
     for h in report.hosts:
         vgpus = str(sum(v.count for g in h.gpus for v in g.vgpus))
-        _row(hosts, short(h.host), host_state(h), h.nvlink or "-", h.scheduler or "-",
-             *([manager_cell(h)] if managers else []), str(len(h.gpus)), vgpus, used(h))  # fmt: skip
+        _row(hosts, short(h.host), host_state(h), h.nvlink or "-", h.scheduler or "-", str(len(h.gpus)), vgpus,
+             used(h))  # fmt: skip
     out: list[Any] = [hosts]
     for h in report.hosts:
         if not h.gpus:
             continue
         cut = short_pci([g.gpu for g in h.gpus])
         model = h.gpus[0].model if len({g.model for g in h.gpus}) == 1 else ""
-        gpus = _table(f"GPU map: {short(h.host)}" + (f" ({model})" if model else ""),
+        about = ", ".join(([model] if model else []) + ([f"vGPU Manager {manager_cell(h)}"] if h.vgpu_manager else []))
+        gpus = _table(f"GPU map: {short(h.host)}" + (f" ({about})" if about else ""),
                       ("#", "PCI", "mode", "NVLink", "GB used", "VMs (profile)"))  # fmt: skip
         for g in h.gpus:
             mode = g.mode.replace("time-sliced", "ts").replace("(sameSize)", "same").replace("(mixedSize)", "mixed")
