@@ -34,9 +34,11 @@ from vgpuctl.settings.facts import (
     HostFacts,
     PendingMode,
     declared_params,
+    guest_drivers,
     nvlink_links,
     nvlink_peers,
     nvlink_sets,
+    running_manager,
     vgpu_capabilities,
     vsphere_bus_id,
 )
@@ -360,6 +362,7 @@ def _fixture_runner(calls: list[str]):
         "topo -m": "gpusim.topo-m.txt",
         "parameters list -m nvidia": "gpusim.module-params.txt",
         "nvidia-smi -q": "gpusim.q.txt",
+        "vgpu -q": "gpusim.vgpu-q.txt",
     }
 
     def run(command: str) -> str:
@@ -391,6 +394,8 @@ def test_shell_facts_from_gpusim_outputs() -> None:
     assert any("mig.mode.pending" in c and "ecc.mode.pending" in c and "noheader" in c for c in calls)
     assert declared_params(facts) == ["NVreg_EnableMSI", "NVreg_NvLinkDisable", "NVreg_RegistryDwords"]
     assert {pci: cap.types for pci, cap in vgpu_capabilities(facts).items()} == {a: True, b: True, c: True}
+    assert guest_drivers(facts) == {"train-01": "550.90.07", "infer-01": None}
+    assert running_manager(facts) == "550.90.05"
 
 
 @pytest.mark.parametrize(

@@ -68,6 +68,9 @@ func (s *Sim) moveVGPUs(ctx *simulator.Context, vm *simulator.VirtualMachine, de
 		if errors.Is(err, farm.ErrInsufficient) {
 			return false, s.messages.With(fault.InsufficientGraphics(), farm.InsufficientGraphics+" (on "+to+")")
 		}
+		if f := s.guestDriverFault(err); f != nil { // software.go
+			return false, f
+		}
 		return false, s.messages.With(fault.InvalidState(), err.Error())
 	}
 	return true, nil

@@ -252,6 +252,8 @@ func (s *Sim) admitVGPUs(vm *simulator.VirtualMachine) types.BaseMethodFault {
 		return nil
 	case errors.Is(err, farm.ErrInsufficient):
 		return s.messages.With(fault.InsufficientGraphics(), farm.InsufficientGraphics)
+	case errors.Is(err, farm.ErrGuestDriver):
+		return s.guestDriverFault(err) // software.go
 	default:
 		return s.messages.With(fault.InvalidState(), err.Error())
 	}
