@@ -48,6 +48,7 @@ class HostFit:
     blocked: list[Blocker] = field(default_factory=list)  # what keeps it (or some GPUs) out, with the fix
     nics: list[NicCapacity] = field(default_factory=list)  # free SR-IOV VFs and passthrough NICs
     free_gb: float = 0.0  # free framebuffer over its GPUs, stranded included
+    gpus: int = 0
 
     @property
     def stranded_gb(self) -> float:
@@ -57,6 +58,11 @@ class HostFit:
 @dataclass
 class FitReport:
     hosts: list[HostFit]
+
+    def host_stranded(self) -> list[HostStranded]:
+        """The free and stranded framebuffer of the hosts that take vGPUs now (capacity.stranded's records)."""
+        return [HostStranded(h.host, h.cluster, h.gpus, h.free_gb, h.stranded_gb, h.stranded)
+                for h in self.hosts if h.skipped is None]
 
     def clusters(self) -> dict[str, dict[tuple[str, int, bool], int]]:
         out: dict[str, dict[tuple[str, int, bool], int]] = {}
@@ -95,7 +101,7 @@ def what_fits(observed: Observed, cluster: str | None = None, host: str | None =
             cache[sig] = (rows, host_stranded(name, oh.cluster, gpus, oh.offered_profiles))
         rows, strand = cache[sig]
         hosts.append(HostFit(name, oh.cluster, rows, [copy.copy(s) for s in strand.stranded], None, blockers,
-                             nics.get(name, []), strand.free_gb))
+                             nics.get(name, []), strand.free_gb, strand.gpus))
     return FitReport(hosts)
 
 

@@ -110,6 +110,8 @@ def stranded(gpu: Gpu, offered: list[str]) -> Stranded | None:
     if gpu.blocked:
         return Stranded(gpu.id, free, free, "held by a vGPU of unknown profile", mode)
     profiles = offered_for(offered, [gpu])
+    if not profiles:
+        return Stranded(gpu.id, free, free, "the host offers no vGPU type of its board", mode)
     usable = max((sum(parse_profile(p).fb_gb * k for p, k in pat.items())
                   for pat in addition_patterns(gpu, profiles)), default=0.0)
     left = free - usable

@@ -27,6 +27,7 @@ from vgpuctl.cli import (
     plan,
     preflight,
     provision,
+    report,
     show,
     sim,
     status,
@@ -377,6 +378,7 @@ app.add_typer(host.app, name="host")
 app.add_typer(guest.app, name="guest")
 provision.register(app)
 app.add_typer(sim.app, name="sim")
+app.add_typer(report.app, name="report")
 experiment.register(app)
 k8s.register(app)
 
