@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 import yaml
 from perfseries import COUNTERS, INTERVALS, observed_for, series, usage_read, window_of
+from typer.testing import CliRunner
 
+from vgpuctl.cli.main import app
 from vgpuctl.errors import UsageError
 from vgpuctl.farm.usage import gpu_usage, judge_vms, match_instance, parse_percent, parse_since, pci_key
 from vgpuctl.model import ObservedGpu, ObservedHost
@@ -203,3 +205,17 @@ def test_a_refused_query_is_a_warning_with_the_faults_type() -> None:
 def test_series_times_end_at_the_newest_sample() -> None:
     s = series("esx-01", "0000:3b:00.0", "utilization.average", [1.0, 2.0], window_of("realtime"))
     assert s.times[1] - s.times[0] == REALTIME.sampling_s
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["status", "--usage", "--since", "a week"], "error: --since 'a week': expected a duration such as 30m, 12h or 7d"),
+    (["report", "idle", "--since", "7days"], "error: --since '7days': expected a duration such as 30m, 12h or 7d"),
+    (["report", "idle", "--below", "150%"], "error: --below '150%': expected a percentage from 0 to 100, such as 5%"),
+])
+def test_bad_input_is_one_line_and_exit_1_before_any_connection(args: list[str], line: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("VGPUCTL_URL", "GOVC_URL"):
+        monkeypatch.delenv(name, raising=False)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [line]

@@ -122,24 +122,30 @@ def gpu_usage(observed: Observed, read: UsageRead) -> UsageFigures:
     return figures
 
 
-def _values(series: Iterable[GpuSeries], name: str, rollup: str) -> list[float]:
-    return [v for s in series if s.counter.name == name and s.counter.rollup == rollup
-            for v in s.values if v is not None]
+def _by_counter(series: Iterable[GpuSeries]) -> dict[tuple[str, str], list[float]]:
+    """(counter name, rollup) -> the samples with data."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for s in series:
+        out.setdefault((s.counter.name, s.counter.rollup), []).extend(v for v in s.values if v is not None)
+    return out
 
 
 def _figures(host: str, pci: str, series: list[GpuSeries], window: UsageWindow) -> GpuUsage:
-    util = _values(series, GpuCounter.UTILIZATION, Rollup.AVERAGE)
-    peaks = _values(series, GpuCounter.UTILIZATION, Rollup.MAXIMUM)
-    mem = _values(series, GpuCounter.MEM_USED, Rollup.AVERAGE)
-    covered = len(util) * window.interval.sampling_s >= window.seconds - MISSED_PERIODS * window.interval.sampling_s
+    values = _by_counter(series)
+
+    def of(name: str, rollup: str = Rollup.AVERAGE) -> list[float]:
+        return values.get((name, rollup), [])
+
+    util, peaks, mem = of(GpuCounter.UTILIZATION), of(GpuCounter.UTILIZATION, Rollup.MAXIMUM), of(GpuCounter.MEM_USED)
+    period = window.interval.sampling_s
+    covered = len(util) * period >= window.seconds - MISSED_PERIODS * period
     return GpuUsage(
         host=host, gpu=pci, samples=len(util), covered=bool(util) and covered,
         util_avg=_mean(util), util_max=max(peaks or util, default=None),
         peak_from=Rollup.MAXIMUM if peaks else Rollup.AVERAGE,
         mem_used_gb=_scaled(_mean(mem), KB_PER_GB), mem_used_max_gb=_scaled(max(mem, default=None), KB_PER_GB),
-        mem_usage_avg=_mean(_values(series, GpuCounter.MEM_USAGE, Rollup.AVERAGE)),
-        temperature_max=max(_values(series, GpuCounter.TEMPERATURE, Rollup.AVERAGE), default=None),
-        power_avg=_mean(_values(series, GpuCounter.POWER_USED, Rollup.AVERAGE)),
+        mem_usage_avg=_mean(of(GpuCounter.MEM_USAGE)), temperature_max=max(of(GpuCounter.TEMPERATURE), default=None),
+        power_avg=_mean(of(GpuCounter.POWER_USED)),
     )
 
 

@@ -5,6 +5,8 @@ One read costs 1 + ceil(hosts / HOSTS_PER_QUERY) round trips, whatever the numbe
   and the intervals, once per run);
 - one QueryPerf per HOSTS_PER_QUERY hosts: a PerfQuerySpec per host naming every wanted counter for every GPU
   instance (`*`), in CSV format (one string per series: far less XML than a value element per sample).
+Both answers are parsed with ElementTree straight from the SOAP XML (vsphere.rawread.invoke_raw; faults still come
+as pyVmomi's): pyVmomi would build an object for each of vCenter's hundreds of counters first.
 A window up to an hour reads the hosts' realtime samples (intervalId 20, the newest `maxSample`; realtime data
 bypasses the statistics levels), a longer one the historical interval vgpuctl.records.perf.choose_window picks
 (its `startTime` from this machine's clock). A counter the interval does not keep at its statistics level is not
@@ -15,6 +17,7 @@ ends the read with the fault's type and message in `UsageRead.refused`; the call
 from __future__ import annotations
 
 import time
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -25,6 +28,7 @@ from vgpuctl.records.perf import (
     GpuCounter,
     GpuSeries,
     PerfCatalog,
+    PerfUnit,
     StatsInterval,
     UsageRead,
     UsageWindow,
@@ -33,6 +37,9 @@ from vgpuctl.records.perf import (
     wanted_counters,
 )
 from vgpuctl.vsphere.faults import fault_message, fault_type
+from vgpuctl.vsphere.rawread import invoke_raw
+
+_Q = "{urn:vim25}"
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -41,7 +48,8 @@ HOSTS_PER_QUERY = 32  # hosts per QueryPerf: 32 hosts x 8 GPUs x 6 counters is 1
 
 
 def read_catalog(session: Session) -> PerfCatalog:
-    """The gpu counters and the historical intervals, in one RetrievePropertiesEx."""
+    """The gpu counters and the historical intervals, in one RetrievePropertiesEx (its answer parsed lean: the
+    perfCounter list holds every counter of every group, hundreds, of which the gpu group is a dozen)."""
     from pyVmomi import vim, vmodl
 
     pm = session.content.perfManager
@@ -49,17 +57,28 @@ def read_catalog(session: Session) -> PerfCatalog:
     spec = pc.FilterSpec(objectSet=[pc.ObjectSpec(obj=pm, skip=False)],
                          propSet=[pc.PropertySpec(type=vim.PerformanceManager,
                                                   pathSet=["perfCounter", "historicalInterval"])])
-    result = session.invoke(session.content.propertyCollector.RetrievePropertiesEx, [spec], pc.RetrieveOptions())
-    props = {p.name: p.val for o in (result.objects if result else []) for p in o.propSet}
-    counters = tuple(_counter(c) for c in props.get("perfCounter") or [] if c.groupInfo.key == GPU_GROUP)
-    intervals = tuple(StatsInterval(str(i.name), int(i.samplingPeriod), int(i.length), int(i.level or 0),
-                                    bool(i.enabled)) for i in props.get("historicalInterval") or [])
+    body = session.invoke(invoke_raw, session.stub, session.content.propertyCollector, "RetrievePropertiesEx",
+                          [[spec], pc.RetrieveOptions()])
+    root = ET.fromstring(body)
+    counters = tuple(_counter(c) for c in root.iter(_Q + "PerfCounterInfo") if _key(c, "groupInfo") == GPU_GROUP)
+    intervals = tuple(_interval(i) for i in root.iter(_Q + "PerfInterval"))
     return PerfCatalog(counters, intervals)
 
 
-def _counter(info: Any) -> CounterInfo:
-    return CounterInfo(int(info.key), str(info.nameInfo.key), str(info.rollupType), str(info.unitInfo.key),
-                       int(info.level or 0))
+def _key(elem: ET.Element, child: str) -> str:
+    """An ElementDescription child's key (nameInfo, groupInfo, unitInfo)."""
+    return elem.findtext(f"{_Q}{child}/{_Q}key") or ""
+
+
+def _counter(info: ET.Element) -> CounterInfo:
+    return CounterInfo(int(info.findtext(_Q + "key") or 0), _key(info, "nameInfo"), info.findtext(_Q + "rollupType")
+                       or "", _key(info, "unitInfo"), int(info.findtext(_Q + "level") or 0))
+
+
+def _interval(info: ET.Element) -> StatsInterval:
+    return StatsInterval(info.findtext(_Q + "name") or "", int(info.findtext(_Q + "samplingPeriod") or 0),
+                         int(info.findtext(_Q + "length") or 0), int(info.findtext(_Q + "level") or 0),
+                         (info.findtext(_Q + "enabled") or "true") == "true")
 
 
 def read_gpu_usage(session: Session, hosts: Mapping[str, str], seconds: float | None) -> UsageRead:
@@ -84,12 +103,14 @@ def read_gpu_usage(session: Session, hosts: Mapping[str, str], seconds: float | 
     names = {moid: name for name, moid in hosts.items()}
     for batch in _chunks(sorted(names), HOSTS_PER_QUERY):
         try:
-            answer = session.invoke(session.content.perfManager.QueryPerf, _specs(session, batch, kept, window))
+            body = session.invoke(invoke_raw, session.stub, session.content.perfManager, "QueryStats",
+                                  [_specs(session, batch, kept, window)])
         except vmodl.MethodFault as fault:
             read.refused = _refusal("QueryPerf", fault)
             break
         read.queries += 1
-        read.series += [s for metric in answer or [] for s in _series(metric, names, kept)]
+        read.series += [s for metric in ET.fromstring(body).iter(_Q + "returnval")
+                        for s in _series(metric, names, kept)]
     return read
 
 
@@ -119,28 +140,29 @@ def _specs(session: Session, moids: Sequence[str], counters: list[CounterInfo], 
     return specs
 
 
-def _series(metric: Any, names: Mapping[str, str], counters: list[CounterInfo]) -> Iterator[GpuSeries]:
-    """The series of one host's answer (CSV, or the normal format where a server answers that)."""
-    host = names.get(str(metric.entity._moId))
+def _series(metric: ET.Element, names: Mapping[str, str], counters: list[CounterInfo]) -> Iterator[GpuSeries]:
+    """The series of one host's answer: PerfEntityMetricCSV, or PerfEntityMetric where a server answers that."""
+    host = names.get(metric.findtext(_Q + "entity") or "")
     if host is None:
         return
     by_key = {c.key: c for c in counters}
     times = _times(metric)
-    for value in metric.value or []:
-        counter = by_key.get(int(value.id.counterId))
-        instance = str(value.id.instance or "")
+    for value in metric.findall(_Q + "value"):
+        counter = by_key.get(int(value.findtext(f"{_Q}id/{_Q}counterId") or -1))
+        instance = value.findtext(f"{_Q}id/{_Q}instance") or ""
         if counter is None or not instance:  # "" is the host's aggregate of its GPUs
             continue
-        raw = value.value
-        samples = [int(v) for v in raw.split(",") if v] if isinstance(raw, str) else [int(v) for v in raw or []]
+        texts = [e.text or "" for e in value.findall(_Q + "value")]
+        parts = (texts[0].split(",") if texts[0] else []) if len(texts) == 1 else texts
+        per = 0.01 if counter.unit == PerfUnit.PERCENT else 1.0  # percent comes in hundredths
+        samples = [v * per if v >= 0 else None for v in map(int, parts)]  # -1: no data
         yield GpuSeries(host, instance, counter, times[-len(samples):] if samples else (),
-                        tuple(counter.scaled(v) for v in samples[-len(times):]))
+                        tuple(samples[-len(times):]))
 
 
-def _times(metric: Any) -> tuple[float, ...]:
+def _times(metric: ET.Element) -> tuple[float, ...]:
     """The end of each sample: sampleInfoCSV is `interval,timestamp,interval,timestamp,...`."""
-    csv = getattr(metric, "sampleInfoCSV", None)
-    if csv is not None:
-        stamps = str(csv).split(",")[1::2]
-        return tuple(datetime.fromisoformat(s.strip()).timestamp() for s in stamps if s.strip())
-    return tuple(info.timestamp.timestamp() for info in getattr(metric, "sampleInfo", None) or [])
+    csv = metric.findtext(_Q + "sampleInfoCSV")
+    stamps = csv.split(",")[1::2] if csv is not None else [
+        i.findtext(_Q + "timestamp") or "" for i in metric.findall(_Q + "sampleInfo")]
+    return tuple(datetime.fromisoformat(s.strip()).timestamp() for s in stamps if s.strip())

@@ -245,19 +245,42 @@ func instances(info farm.HostInfo, instance string) []farm.GPUInfo {
 	return out
 }
 
-// values are the samples ending at times, each rolled up over its period; -1 where the series has no data.
+// values are the samples ending at times, each rolled up over its period; -1 where the series has no data. The
+// series' steps are read once for the whole query and walked sample by sample.
 func (p *gpuPerf) values(host string, g farm.GPUInfo, c gpuCounter, period int32, times []time.Time) []int64 {
 	out := make([]int64, len(times))
-	cat := p.sim.Farm.Catalog()
+	if len(times) == 0 {
+		return out
+	}
+	d := time.Duration(period) * time.Second
+	all := p.sim.perf.book.steps(host, g, c.Name, p.sim.Farm.Catalog(), times[0].Add(-d), times[len(times)-1])
+	first := 0
 	for i, t := range times {
-		from := t.Add(-time.Duration(period) * time.Second)
-		v, ok := aggregate(p.sim.perf.book.steps(host, g, c.Name, cat, from, t), c.Rollup)
+		from := t.Add(-d)
+		for first < len(all) && !all[first].To.After(from) {
+			first++ // ends before this sample starts
+		}
+		var in []step
+		for k := first; k < len(all) && all[k].From.Before(t); k++ {
+			in = append(in, clip(all[k], from, t))
+		}
 		out[i] = -1
-		if ok {
+		if v, ok := aggregate(in, c.Rollup); ok {
 			out[i] = fixedPoint(v, c.Unit)
 		}
 	}
 	return out
+}
+
+// clip is the part of s inside [from, to).
+func clip(s step, from, to time.Time) step {
+	if s.From.Before(from) {
+		s.From = from
+	}
+	if s.To.After(to) {
+		s.To = to
+	}
+	return s
 }
 
 // formatted is the metric in the spec's format: normal, or csv.

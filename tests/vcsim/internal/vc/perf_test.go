@@ -259,4 +259,3 @@ func TestPerfControlRefusesBadSeries(t *testing.T) {
 		t.Fatalf("cleared: %v", out)
 	}
 }
-
