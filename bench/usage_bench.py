@@ -3,7 +3,8 @@
 Starts gpusim with HOSTS x GPUS A100-40GB, sets its historical intervals to statistics level 4, reads the farm
 once (not timed), then times `vgpuctl.vsphere.perf.read_gpu_usage` for the last hour (the hosts' realtime 20 s
 samples: 180 per GPU and counter) and for the last 7 days (vCenter's Past Week interval: 336 samples of 30 min),
-each followed by the per-GPU figures (`farm.usage.gpu_usage`), and a `vgpuctl status --usage` process end to end.
+each followed by the per-GPU figures (`farm.usage.gpu_usage`), and `vgpuctl status --usage` and `vgpuctl status`
+processes end to end (the difference is what the usage read adds to the command).
 Round trips are counted by the session, QueryPerf calls by gpusim; medians of --repeat runs.
 """
 
@@ -31,9 +32,9 @@ def read_once(session: Any, sim: Any, observed: Any, seconds: float | None) -> t
     return took, session.round_trips - trips, sim.perf()["queries"] - queries, len(read.series), covered
 
 
-def run_cli(sim: Any) -> float:
+def run_cli(sim: Any, *extra: str) -> float:
     start = time.perf_counter()
-    done = subprocess.run([vgpuctl_bin(), "status", "--usage", "--no-shell", "--no-vm-classes", "-o", "json"],
+    done = subprocess.run([vgpuctl_bin(), "status", *extra, "--no-shell", "--no-vm-classes", "-o", "json"],
                           env=cli_env(sim), capture_output=True, text=True, check=False)
     took = time.perf_counter() - start
     assert done.returncode == 0, done.stderr[-2000:]
@@ -64,8 +65,10 @@ def main() -> None:
                 _, trips, queries, series, covered = runs[-1]
                 print(f"usage read ({label}): {took:.2f} s, {trips} round trips, {queries} QueryPerf, "
                       f"{series} series, {covered} GPUs covered (median of {args.repeat})", flush=True)
-        cli = statistics.median(run_cli(sim) for _ in range(args.repeat))
-        print(f"vgpuctl status --usage (CLI process, end to end): {cli:.2f} s (median of {args.repeat})")
+        for extra in (("--usage",), ()):
+            cli = statistics.median(run_cli(sim, *extra) for _ in range(args.repeat))
+            command = " ".join(("vgpuctl status", *extra))
+            print(f"{command} (CLI process, end to end): {cli:.2f} s (median of {args.repeat})")
     print(f"at the end: {load_note()}")
 
 

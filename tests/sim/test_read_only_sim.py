@@ -1,8 +1,9 @@
 """Read-only commands write nothing, against gpusim: `plan` (also with `ssh: {service: manage}` on hosts whose SSH
-service is stopped, and with an SSH service a dead run left started in a host's work record), `show`, `status`,
-`preflight`, `export`, `capacity`, `host show`, `profiles` and `report idle` leave vCenter as they found it: its state as
-gpusim reports it (hosts and their SSH service, custom attribute definitions and values, folders, VMs, tasks, and
-every call of a method that changes something, even one undone again) is the same before and after each."""
+service is stopped, and with an SSH service a dead run left started in a host's work record), `show`, `status`
+(also with `--usage`), `preflight`, `export`, `capacity`, `host show`, `profiles` and `report idle` leave vCenter
+as they found it: its state as gpusim reports it (hosts and their SSH service, custom attribute definitions and
+values, folders, VMs, tasks, and every call of a method that changes something, even one undone again) is the same
+before and after each."""
 
 from __future__ import annotations
 
