@@ -566,7 +566,8 @@ class GuestStage:
     wait_s: float = 600.0
     poll_s: float = 5.0
     limit: str | None = None
-    on_addresses: Callable[[dict[str, str | None]], None] | None = None  # each read while waiting
+    # the live display of the wait for the guests' addresses, fed each read (VM name -> address or None)
+    waiting: Callable[[], AbstractContextManager[Callable[[dict[str, str | None]], None]]] | None = None
     # the live display of the playbooks for these guests, taking ansible-runner's events
     display: Callable[[list[str]], AbstractContextManager[EventSink]] | None = None
 
@@ -655,9 +656,10 @@ def run(
     with open_session(settings) as session, ssh_service_for_run(session, options) if request.apply else nullcontext():
         outcome = within_session(session, inventory, options, request, hooks)
         if stage is not None and outcome.failure() is None:
-            outcome.addresses = guest_addresses(
-                session, inventory, wait_s=stage.wait_s, poll_s=stage.poll_s, progress=stage.on_addresses
-            )
+            with stage.waiting() if stage.waiting is not None else nullcontext(None) as on_read:
+                outcome.addresses = guest_addresses(
+                    session, inventory, wait_s=stage.wait_s, poll_s=stage.poll_s, progress=on_read
+                )
         outcome.round_trips = session.round_trips
     if stage is not None and outcome.addresses is not None:
         names = [n for n in guest_vms(inventory) if outcome.addresses.get(n)]

@@ -30,7 +30,7 @@ from test_schemas import REPORT_CASES, kind_of_case  # noqa: E402
 
 # Reports without a text form: their commands show their progress and summary while they run (apply,
 # provision), or say what they did on stderr (sim down, export into a file).
-NO_TEXT = {"apply", "apply#vm-verbose", "provision", "sim-down", "export#file"}
+NO_TEXT = {"apply", "apply#vm-verbose", "apply#failed", "provision", "sim-down", "export#file"}
 # Values that are also words of the text's own labels (a guest's status is a column of the table).
 LABELS = {
     "guests": {"changed", "unreachable", "failed"},

@@ -61,7 +61,7 @@ from vgpuctl.records.classes import ClassState, NamespaceState, SupervisorState
 from vgpuctl.reports import schemas
 from vgpuctl.reports.apply import ApplyReport, HostChangeReport, host_change_report
 from vgpuctl.reports.apply import apply_report as build_apply_report
-from vgpuctl.reports.base import Report
+from vgpuctl.reports.base import ErrorInfo, Report
 from vgpuctl.reports.capacity import CapacityDemandReport, CapacityReport, capacity_demand_report, capacity_report
 from vgpuctl.reports.experiment import (
     ExperimentReport,
@@ -214,6 +214,15 @@ def apply_report(verbose: int = 0, vm: str | None = None) -> ApplyReport:
     )
     return build_apply_report(a_plan(), vms, hosts=host_outcomes(), vm_errors=["vm c: cannot power on"], vm=vm,
                         round_trips=12 if verbose else None)
+
+
+def failed_apply_report() -> ApplyReport:
+    """An apply whose VM-class changes ran and whose VM failed: the error the run ends with is in the document."""
+    vms = ApplyResult([VmOutcome("b", Outcome.FAILED, [], "InvalidState", "no")])
+    outcomes = [ChangeOutcome("vm class gpu", "create", "changed"),
+                ChangeOutcome("namespace ml", "associate", "failed", "503 from the API")]
+    error = ErrorInfo("VgpuctlError", "apply failed for 1 of 1 VM(s): b")
+    return build_apply_report(a_plan(), vms, classes=class_plan(), class_outcomes=outcomes, error=error)
 
 
 def host_report() -> HostReport:
@@ -398,6 +407,7 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "plan#scoped": lambda _t: scoped_plan(),
     "apply": lambda _t: apply_report(),
     "apply#vm-verbose": lambda _t: apply_report(verbose=1, vm="a"),
+    "apply#failed": lambda _t: failed_apply_report(),
     "validate": lambda _t: validate_report("inv.yaml", load_inventory_text(HOSTS, "inv.yaml")),
     "explain": lambda _t: explain_report(),
     "host": lambda _t: host_report(),
@@ -460,7 +470,7 @@ def test_every_report_has_a_real_document() -> None:
 def test_documents_validate_against_their_schema(name: str, tmp_path: Path) -> None:
     doc = DOCUMENTS[name](tmp_path)
     kind = kind_of_case(name)
-    assert kind == ("error" if "error" in doc else doc["kind"])
+    assert kind == doc.get("kind", "error")  # a failed apply's document has an `error` too, and its kind
     _valid(kind, doc)
 
 

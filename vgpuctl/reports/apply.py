@@ -4,19 +4,20 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from vgpuctl.domain import Outcome
 from vgpuctl.model import (
     ApplyResult,
+    ChangeOutcome,
     HostApplyResult,
     HostChange,
     HostOutcome,
     Plan,
     VmOutcome,
 )
-from vgpuctl.reports.base import TERMINAL, Report, TextLayout, VgpuCount, optional, vgpu_counts
+from vgpuctl.reports.base import TERMINAL, ErrorInfo, Report, TextLayout, VgpuCount, optional, vgpu_counts
 from vgpuctl.supervisor.vmclasses import SupervisorPlan
 
 if TYPE_CHECKING:
@@ -26,7 +27,8 @@ from vgpuctl.reports.plan import LIST_CUT, HostDiff, PlanReport, host_diff, name
 
 @dataclass
 class ApplyReport(Report):
-    """What an apply did: the plan it confirmed, each host and VM, and the VM plan's errors after the hosts."""
+    """What an apply did: the plan it confirmed, each host and VM, the VM plan's errors after the hosts, each
+    VM-class and namespace change, and what failed the run (the error it ends with; absent when it succeeded)."""
 
     kind: ClassVar[str] = "apply"
     plan: PlanReport
@@ -40,6 +42,8 @@ class ApplyReport(Report):
     hosts_not_ready: list[str]
     vm_errors: list[str]
     interrupted: bool
+    vm_class_outcomes: list[ChangeOutcome] = field(default_factory=list)
+    error: ErrorInfo | None = optional()  # noqa: RUF009 - None, not a shared object
     vm: str | None = optional()  # `vm vgpu add/remove`: the VM changed
     round_trips: int | None = optional()
 
@@ -95,8 +99,11 @@ def apply_report(
     vm: str | None = None,
     round_trips: int | None = None,
     scope: ScopeResult | None = None,
+    class_outcomes: Iterable[ChangeOutcome] = (),
+    error: ErrorInfo | None = None,
 ) -> ApplyReport:
-    """The apply's document: the plan it confirmed, each host and VM; round trips only when given (-v)."""
+    """The apply's document: the plan it confirmed, each host and VM, each VM-class and namespace change, the
+    error that failed the run; round trips only when given (-v)."""
     vms = result.vms
     return ApplyReport(
         plan=with_class_plan(plan_report(plan, scope=scope), classes),
@@ -110,6 +117,8 @@ def apply_report(
         hosts_not_ready=list(result.hosts_not_ready),
         vm_errors=list(vm_errors),
         interrupted=interrupted,
+        vm_class_outcomes=list(class_outcomes),
+        error=error,
         vm=vm,
         round_trips=round_trips,
     )
