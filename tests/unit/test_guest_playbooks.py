@@ -78,6 +78,13 @@ def test_site_syntax(tmp_path):
     assert_syntax_ok(PLAYBOOKS / "site.yml", tmp_path)
 
 
+def test_driver_yml_syntax_and_roles(tmp_path):
+    """The driver upgrade window's guest playbook: the GPU facts, then the driver role alone."""
+    play = yaml.safe_load((PLAYBOOKS / "driver.yml").read_text())
+    assert [t["ansible.builtin.include_role"]["name"] for t in play[0]["tasks"]] == ["gpu_facts", "vgpu_guest_driver"]
+    assert_syntax_ok(PLAYBOOKS / "driver.yml", tmp_path)
+
+
 def test_ansible_lint_offline_production_profile(tmp_path):
     env = ansible_env(tmp_path)
     env["ANSIBLE_HOME"] = str(tmp_path / "ansible-home")  # no galaxy cache, no network

@@ -41,7 +41,7 @@ LABELS = {
     "supervisor_apply": {"changed", "failed", "skipped"},
     "supervisor_plan": {"cpus"},  # a changed field, and "+ cpus N" of a new class
     "plan": {"clone", "cpus", "memoryMB", "maintenance", "reboot", "power-off", "own change", "evacuate",
-             "host change"},  # steps, flags and the words of the disruption lines
+             "host change", "before", "after"},  # steps, flags and the words of the disruption lines
     "preflight": {"pass", "warn", "fail", "skip"},  # a check's status, and the summary's "N fail, N warn, ..."
 }
 LAYOUTS = {"status": [TextLayout(200, False), TextLayout(80, False), TextLayout(200, True)]}

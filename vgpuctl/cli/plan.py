@@ -424,6 +424,7 @@ def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = No
         scope=outcome.planned.scope,
         class_outcomes=outcome.classes.outcomes if outcome.classes is not None else (),
         error=common.error_report(failure).error if failure is not None else None,
+        guest_drivers=applied.guest_drivers if applied is not None else (),
     )
 
 

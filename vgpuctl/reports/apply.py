@@ -11,6 +11,7 @@ from vgpuctl.domain import Outcome
 from vgpuctl.model import (
     ApplyResult,
     ChangeOutcome,
+    GuestDriverOutcome,
     HostApplyResult,
     HostChange,
     HostOutcome,
@@ -46,6 +47,7 @@ class ApplyReport(Report):
     error: ErrorInfo | None = optional()  # noqa: RUF009 - None, not a shared object
     vm: str | None = optional()  # `vm vgpu add/remove`: the VM changed
     round_trips: int | None = optional()
+    guest_drivers: list[GuestDriverOutcome] = field(default_factory=list)  # a driver upgrade window's guest moves
 
     def render_text(self, layout: TextLayout = TERMINAL) -> None:
         """None: in text mode apply shows its progress and summary while it runs."""
@@ -101,6 +103,7 @@ def apply_report(
     scope: ScopeResult | None = None,
     class_outcomes: Iterable[ChangeOutcome] = (),
     error: ErrorInfo | None = None,
+    guest_drivers: Iterable[GuestDriverOutcome] = (),
 ) -> ApplyReport:
     """The apply's document: the plan it confirmed, each host and VM, each VM-class and namespace change, the
     error that failed the run; round trips only when given (-v)."""
@@ -121,6 +124,7 @@ def apply_report(
         error=error,
         vm=vm,
         round_trips=round_trips,
+        guest_drivers=list(guest_drivers),
     )
 
 
@@ -170,6 +174,8 @@ def render_apply_summary(report: ApplyReport, full: bool = False) -> str:
     if len(failed) > LIST_CUT and not full:
         lines.append(f"  failed: ... and {len(failed) - LIST_CUT} more VMs (-v lists them all)")
     lines += left_lines(report.vms, full)
+    lines += [f"Guest driver {o.vm} ({o.stage}): {o.new} {o.status}" + (f": {o.message}" if o.message else "")
+              for o in report.guest_drivers]
     if report.round_trips is not None:
         lines.append(f"round trips: {report.round_trips}")
     return "\n".join(lines)

@@ -103,6 +103,7 @@ func (s *Sim) registerControl() {
 	s.HandleControl("POST /gpusim/delays", s.armDelay)
 	s.registerHolds()
 	s.registerState()
+	s.registerSoftwareControl() // software.go
 }
 
 func sortedFaultNames() []string {
