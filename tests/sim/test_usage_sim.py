@@ -122,6 +122,12 @@ def test_a_refused_counter_query_is_a_warning_and_status_still_shows(sim: Gpusim
     (line,) = [line for line in result.output.splitlines() if "GPU usage not read" in line]
     assert "vim.fault.NoPermission" in line and "QueryPerf" in line
     assert "usage -" in result.output  # each GPU: nothing read
+    sim.arm_fault("PerfMgr", "QueryPerf", "NoPermission", message="Permission to perform this operation was denied.")
+    doc = document(vgpuctl(env, "report", "idle", "--since", "30m", "-o", "json"), "idle")
+    assert doc["idle"] == [] and doc["judged"] == 0  # nothing read: nobody is called idle
+    assert {v["vm"] for v in doc["not_judged"]} == {"busy-01", "idle-01", "share-a", "share-b"}
+    (warning,) = doc["warnings"]
+    assert warning.startswith("GPU usage not read: vCenter refused QueryPerf: vim.fault.NoPermission: Permission")
 
 
 def test_a_window_longer_than_vcenter_keeps_is_one_line(env: dict[str, str]) -> None:
@@ -142,3 +148,37 @@ def test_one_usage_read_is_a_fixed_number_of_queryperf_calls(
     assert sum(1 for h in doc["hosts"] for g in h["gpus"] if g["usage"]["covered"]) == 24
     perf = sim.perf()
     assert (perf["queries"], perf["specs"]) == (queries, 6)  # one spec per host, every GPU and counter in it
+
+
+# One GPU per cluster, in each mode: a mixed-size GPU holding one A100-8C (its placement ids leave 2 GB no offered
+# size reaches), a MIG GPU whose seven 1g instances leave the eighth memory slice no instance placement fits, and
+# a same-size GPU whose A100-5C leaves 35 GB seven more A100-5C use.
+MODES_FARM = {
+    "datacenter": "DC0",
+    "clusters": [{"name": name, "hosts": 1, "gpus_per_host": 1, "model": "A100-40GB", "nvlink": "none",
+                  "graphics_type": "sharedDirect", "assignment_policy": "performance", **mode}
+                 for name, mode in (("Mixed", {"vgpu_mode": "mixedSize"}), ("Mig", {"mig": True}),
+                                    ("Same", {"vgpu_mode": "sameSize"}))],
+    "vms": [vm("mixed-8c", H1, "grid_a100-8c"), *(vm(f"mig-1g-{i}", H2, "grid_a100-1-5c") for i in range(7)),
+            vm("same-5c", H3, "grid_a100-5c")],
+}
+
+
+def test_stranded_framebuffer_per_mode_in_status_and_capacity(gpusim_factory: Any, no_vgpuctl_env: None) -> None:
+    env = gpusim_factory(MODES_FARM).vgpuctl_env(esxi=False)
+    status = document(vgpuctl(env, "status", "-o", "json"), "status")
+    assert {h["host"]: (h["free_gb"], h["stranded_gb"]) for h in status["hosts"]} == {
+        H1: (32, 2), H2: (5, 5), H3: (35, 0)}
+    assert gpu_of(status, H1)["stranded_why"] == "no offered size fits the gap"
+    assert gpu_of(status, H2)["stranded_why"] == "MIG slots that no instance placement fits"
+    assert "stranded_gb" not in gpu_of(status, H3)
+    assert [(c["cluster"], c["free_gb"], c["stranded_gb"]) for c in status["clusters"]] == [
+        ("Mig", 5, 5), ("Mixed", 32, 2), ("Same", 35, 0)]
+    capacity = document(vgpuctl(env, "-o", "json", "capacity"), "capacity")
+    assert {h["host"]: (h["free_gb"], h["stranded_gb"]) for h in capacity["hosts"]} == {
+        H1: (32, 2), H2: (5, 5), H3: (35, 0)}
+    assert [(c["cluster"], c["free_gb"], c["stranded_gb"]) for c in capacity["stranded_clusters"]] == [
+        ("Mig", 5, 5), ("Mixed", 32, 2), ("Same", 35, 0)]
+    text = vgpuctl(env, "status")
+    assert text.exit_code == 0, text.output
+    assert "cluster Mixed  hosts 1  gpus 1  free/stranded GB 32/2" in text.output

@@ -69,6 +69,22 @@ def test_a_gpu_that_takes_no_vgpus_strands_all_its_free_memory() -> None:
     assert (host.free_gb, host.stranded_gb) == (40, 40) and "Shared Direct" in host.stranded[0].why
 
 
+def test_a_mig_gpu_placement_cannot_lay_out_again_strands_its_free_memory_with_the_reason() -> None:
+    # the instances in the order the host lists them (1g, 2g, 4g) leave no 4g placement: placement blocks the GPU
+    farm = one_gpu("a100", GpuVgpuMode.MIG, ["grid_a100-1-5c", "grid_a100-2-10c", "grid_a100-4-20c"])
+    (host,) = stranded_by_host(farm)
+    assert (host.free_gb, host.stranded_gb) == (5, 5)  # 40 - 5 - 10 - 20, as status counts it
+    assert host.stranded[0].why.startswith("takes no more vGPUs: holds vGPU 'grid_a100-4-20c'")
+
+
+def test_a_gpu_used_by_a_vm_whose_vgpus_were_not_read_strands_what_is_free_with_the_reason() -> None:
+    farm = one_gpu("a100", GpuVgpuMode.SAME_SIZE, ["grid_a100-10c"])
+    farm.hosts["esx-01"].gpus[0].vms = ["vm-0", "mystery"]  # graphicsInfo names a VM the VMs' read did not return
+    (host,) = stranded_by_host(farm)
+    assert (host.free_gb, host.stranded_gb) == (30, 30)
+    assert host.stranded[0].why == "takes no more vGPUs: used by mystery, whose vGPUs were not read"
+
+
 def farm_of_two_clusters() -> Observed:
     farm = one_gpu("l40s", GpuVgpuMode.SAME_SIZE, ["grid_l40s-1b"], ["grid_l40s-1b", "grid_l40s-48q"])
     for name, cluster, board, mode, vms in (("esx-02", "GPU-Cluster", "h100", GpuVgpuMode.MIXED_SIZE,

@@ -219,3 +219,18 @@ def test_bad_input_is_one_line_and_exit_1_before_any_connection(args: list[str],
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [line]
+
+
+def test_a_refused_counter_list_ends_the_read_with_the_faults_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyVmomi import vim
+
+    from vgpuctl.vsphere import perf
+
+    def refuse(session: Any) -> Any:
+        raise vim.fault.NoPermission(msg="Permission to perform this operation was denied.")
+
+    monkeypatch.setattr(perf, "read_catalog", refuse)
+    read = perf.read_gpu_usage(None, {"esx-01": "host-1"}, None)  # type: ignore[arg-type]
+    assert read.refused == ("vCenter refused reading the counters: vim.fault.NoPermission: "
+                            "Permission to perform this operation was denied.")
+    assert (read.series, read.queries, read.window.interval) == ([], 0, REALTIME)

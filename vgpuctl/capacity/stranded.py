@@ -11,8 +11,9 @@ of the free memory is stranded. So, per mode:
   stranded ("no offered size fits the gap");
 - MIG: GPU instances sit at placement starts; free memory slices no GPU instance profile's placement fits are
   stranded ("MIG slots that no instance placement fits").
-A GPU that takes no vGPUs at all (graphics type not Shared Direct, or held by something vgpuctl cannot identify)
-has all its free memory stranded, with that reason. Hosts that take no vGPUs now (disconnected, in maintenance
+A GPU that takes no vGPUs at all (graphics type not Shared Direct) or no more (placement blocked it: a vGPU of
+unknown profile, or occupants whose MIG instances or mixed-size placement ids placement cannot lay out again) has
+all its free memory stranded, with that reason. Hosts that take no vGPUs now (disconnected, in maintenance
 mode, powered off) are left out, as `capacity` leaves them out.
 """
 
@@ -68,8 +69,9 @@ class ClusterStranded:
 
 def used_gb(gpu: Gpu) -> float:
     """Framebuffer the GPU's vGPUs take: MIG memory slices in use, else the vGPUs' sizes (a vGPU of unknown size
-    takes the whole GPU)."""
-    if gpu.vgpu_mode == GpuVgpuMode.MIG:
+    takes the whole GPU). A blocked MIG GPU's slices are all marked used (placement takes nothing more on it), so
+    its vGPUs' sizes tell what they take."""
+    if gpu.vgpu_mode == GpuVgpuMode.MIG and not gpu.blocked:
         return sum(size for _, size in gpu.mig_used) * gpu.fb_gb / gpu.mig_slots
     total = 0.0
     for name in gpu.vgpus:
@@ -108,7 +110,7 @@ def stranded(gpu: Gpu, offered: list[str]) -> Stranded | None:
     if gpu.graphics_type != GraphicsType.SHARED_DIRECT:
         return Stranded(gpu.id, free, free, f"graphics type {gpu.graphics_type}: vGPUs need Shared Direct", mode)
     if gpu.blocked:
-        return Stranded(gpu.id, free, free, "held by a vGPU of unknown profile", mode)
+        return Stranded(gpu.id, free, free, f"takes no more vGPUs: {gpu.blocked_reason or 'blocked'}", mode)
     profiles = offered_for(offered, [gpu])
     if not profiles:
         return Stranded(gpu.id, free, free, "the host offers no vGPU type of its board", mode)
