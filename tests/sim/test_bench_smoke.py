@@ -91,3 +91,9 @@ def test_usage_bench_runs_and_reads_in_two_round_trips() -> None:
                          r"4 GPUs covered", out), out
     assert re.search(rf"vgpuctl status --usage \(CLI process, end to end\): {NUMBER} s", out), out
     assert re.search(rf"vgpuctl status \(CLI process, end to end\): {NUMBER} s", out), out
+
+
+def test_exporter_bench_runs_and_counts_round_trips() -> None:
+    out = run_bench("exporter_bench.py")
+    assert re.search(rf"exporter read: {NUMBER} s, \d+ round trips, \d+ samples served; metrics built in "
+                     rf"{NUMBER} s \(median of 1\)", out), out

@@ -21,6 +21,7 @@ from vgpuctl.cli import (
     common,
     experiment,
     export,
+    exporter,
     guest,
     host,
     k8s,
@@ -381,6 +382,7 @@ app.add_typer(sim.app, name="sim")
 app.add_typer(report.app, name="report")
 experiment.register(app)
 k8s.register(app)
+exporter.register(app)
 
 
 def run() -> None:
