@@ -2,7 +2,7 @@
 number of scrapers; every scrape is answered from the last read (vgpuctl.reports.metrics builds the families).
 
 A read is `status --usage` without the shell or the VM classes: the bulk observe with every GPU host's NVLink
-sets, each connected host's API facts (its vGPU Manager, NVLink setting), the live leases (one CurrentTime read
+sets, each connected host's API facts (its NVLink setting) and installed vGPU Manager, the live leases (one CurrentTime read
 when one is set), the GPU counters (vgpuctl.vsphere.perf) and the hosts' work records (read with the bulk
 observe). The inventories given with -f are planned on their own, slower schedule. A read that fails leaves
 `vgpuctl_up 0` and its reason; a GPU counter query vCenter refuses is one logged line and the last good figures
@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,7 +30,7 @@ from vgpuctl.reports.metrics import ExporterState, FarmRead, Kind, PlanState, Us
 if TYPE_CHECKING:
     from vgpuctl.farm.usage import GpuUsage
     from vgpuctl.model import Observed
-    from vgpuctl.vsphere.session import ConnectionSettings
+    from vgpuctl.vsphere.session import ConnectionSettings, Session
 
 log = logging.getLogger("vgpuctl.exporter")
 
@@ -83,14 +84,49 @@ def read_farm(settings: ConnectionSettings, datacenter: str | None, usage_window
     with open_session(settings) as session:
         observed = pipeline.observe(session, datacenter, None, all_nvlink=True)
         facts = collect_host_facts(session, observed, {}, shell=False)
+        managers = read_managers(session, observed)
         leases = held_hosts(session, observed)
         usage = read_usage(session, observed, usage_window_s, None)
         round_trips = session.round_trips
     rows = {name: host_status(observed.hosts[name], f, f.shell_error) for name, f in facts.items()}
     report = with_leases(merge_status(status_report(observed), rows), leases)
+    for host in report.hosts:
+        host.vgpu_manager = host.vgpu_manager or managers.get(host.host)
     farm = FarmRead(report, work_records(observed), round_trips, time.monotonic() - start, time.time())
     figures = gpu_usage(observed, usage).gpus if usage.refused is None else {}
     return farm, UsageResult(usage.window.seconds, figures, usage.refused)
+
+
+def read_managers(session: Session, observed: Observed) -> dict[str, str]:
+    """The vGPU Manager each connected GPU host has installed (its packages: two round trips a host, 8 hosts at a
+    time); a host that cannot or may not say (privilege Host.Config.Image) is left out, one line logged."""
+    from vgpuctl.domain import ConnectionState
+    from vgpuctl.releases import driver_version, manager_in
+    from vgpuctl.vsphere.lifecycle import host_software
+
+    def one(name: str) -> str | None:
+        try:
+            packages, _ = host_software(session, observed.hosts[name].moid, name)
+        except VgpuctlError as err:
+            _log_once(f"the vGPU Manager of host {name} cannot be read: {err}")
+            return None
+        found = manager_in([(n, v) for n, v, _ in packages])
+        return driver_version(found[1]) if found is not None else None
+
+    names = sorted(n for n, h in observed.hosts.items() if h.gpus and h.connection_state == ConnectionState.CONNECTED)
+    if not names:
+        return {}
+    with ThreadPoolExecutor(max_workers=min(8, len(names)), thread_name_prefix="vgpuctl-exporter") as pool:
+        return {n: v for n, v in zip(names, pool.map(one, names), strict=True) if v is not None}
+
+
+_LOGGED: set[str] = set()
+
+
+def _log_once(line: str) -> None:
+    if line not in _LOGGED and len(_LOGGED) < 1000:  # bounded: the lines name hosts, which are few
+        _LOGGED.add(line)
+        log.warning("%s", line)
 
 
 def plan_inventory(opts: GlobalOptions, settings: ConnectionSettings, path: Path) -> PlanState:

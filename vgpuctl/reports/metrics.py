@@ -87,8 +87,9 @@ METRICS: dict[str, MetricSpec] = {
     "vgpuctl_host_vgpu_types": MetricSpec(_G, HOST, "vGPU types the host offers (0 on a GPU host: no vGPU Manager "
                                           "running, or not Shared Direct)"),
     "vgpuctl_host_vgpu_manager_info": MetricSpec(_G, (*HOST, "version", "after_reboot"),
-                                                 "The NVIDIA vGPU Manager the host runs, and the one it runs after "
-                                                 "its next reboot (\"\" when the same)"),
+                                                 "The NVIDIA vGPU Manager installed on the host (its "
+                                                 "packages), and the one it runs after its next reboot where that "
+                                                 "differs and is known (\"\" otherwise)"),
     "vgpuctl_host_nvlink_info": MetricSpec(_G, (*HOST, "state", "after_reboot"),
                                            "The host's NVLink setting, and what it is after the next reboot "
                                            "(\"\" when the same)"),
