@@ -2,8 +2,8 @@
 number of scrapers; every scrape is answered from the last read (vgpuctl.reports.metrics builds the families).
 
 A read is `status --usage` without the shell or the VM classes: the bulk observe with every GPU host's NVLink
-sets, each connected host's API facts (its NVLink setting) and installed vGPU Manager, the live leases (one CurrentTime read
-when one is set), the GPU counters (vgpuctl.vsphere.perf) and the hosts' work records (read with the bulk
+sets, each connected host's API facts (its NVLink setting) and installed vGPU Manager, the live leases (one
+CurrentTime read when one is set), the GPU counters (vgpuctl.vsphere.perf) and the hosts' work records (read with the bulk
 observe). The inventories given with -f are planned on their own, slower schedule. A read that fails leaves
 `vgpuctl_up 0` and its reason; a GPU counter query vCenter refuses is one logged line and the last good figures
 are served with their age. Only the newest state is kept: memory does not grow with time or scrapes.
@@ -14,8 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
