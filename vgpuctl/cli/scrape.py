@@ -1,12 +1,12 @@
 """What `vgpuctl exporter` reads and serves: one read of the farm per interval in a background thread, whatever the
 number of scrapers; every scrape is answered from the last read (vgpuctl.reports.metrics builds the families).
 
-A read is `status --usage` without the shell or the VM classes: the bulk observe with every GPU host's NVLink
-sets, each connected host's API facts (its NVLink setting) and installed vGPU Manager, the live leases (one
-CurrentTime read when one is set), the GPU counters (vgpuctl.vsphere.perf) and the hosts' work records (read
-with the bulk observe). The inventories given with -f are planned on their own, slower schedule. A read that
-fails leaves `vgpuctl_up 0` and its reason; a GPU counter query vCenter refuses is one logged line and the last good figures
-are served with their age. Only the newest state is kept: memory does not grow with time or scrapes.
+A read is `status --usage` without the shell or the VM classes: the bulk observe with every GPU host's NVLink sets,
+each connected host's API facts (its NVLink setting) and installed vGPU Manager, the live leases (one CurrentTime
+read when one is set), the GPU counters (vgpuctl.vsphere.perf) and the hosts' work records (read with the bulk
+observe). The inventories given with -f are planned on their own, slower schedule. A read that fails leaves
+`vgpuctl_up 0` and its reason; a GPU counter query vCenter refuses is one logged line and the last good figures are
+served with their age. Only the newest state is kept: memory does not grow with time or scrapes.
 """
 
 from __future__ import annotations
