@@ -238,3 +238,25 @@ def test_a_real_prometheus_scrapes_the_exporter(exporter: Exporter, tmp_path: Pa
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_an_inventory_s_plan_counts_are_served(sim: Gpusim, tmp_path: Path) -> None:
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("apiVersion: vgpuctl/v1\nvcenter: {datacenter: DC0}\nvms:\n"
+                         "  - {name: busy-01, vgpus: {profile: grid_a100-10c}, power: restart}\n")
+    ex = start_exporter(sim, tmp_path, "-f", str(inventory), "--plan-interval", "1s")
+    try:
+        s = ex.wait_for("a plan", lambda s: value(s, "vgpuctl_plan_up") == [1])
+        at = {"inventory": str(inventory)}
+        assert value(s, "vgpuctl_plan_drift", **at) == [1]
+        assert value(s, "vgpuctl_plan_changes", **at, kind="change") == [1]
+        assert value(s, "vgpuctl_plan_changes", **at, kind="power_off") == [1]  # a running VM changes vGPUs
+        assert value(s, "vgpuctl_plan_problems", **at, severity="error") == [0]
+        inventory.write_text("apiVersion: vgpuctl/v1\nvms: [\n")  # edited into something invalid: read again
+        s = ex.wait_for("the plan to fail", lambda s: value(s, "vgpuctl_plan_up") == [0])
+        (reason,) = [lab["reason"] for lab, _ in s["vgpuctl_plan_error_info"]]
+        assert reason.startswith(f"{inventory}:") and value(s, "vgpuctl_plan_drift", **at) == [1]  # the last counts
+        assert up(s) == 1 and "Traceback" not in ex.log.read_text()
+    finally:
+        ex.proc.terminate()
+        ex.proc.wait(30)
