@@ -3,6 +3,7 @@ and the idle rule case by case from tests/fixtures/usage/idle-cases.yaml."""
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,17 @@ from perfseries import COUNTERS, INTERVALS, observed_for, series, usage_read, wi
 from typer.testing import CliRunner
 
 from vgpuctl.cli.main import app
+from vgpuctl.domain import ConnectionState
 from vgpuctl.errors import UsageError
-from vgpuctl.farm.usage import gpu_usage, judge_vms, match_instance, parse_percent, parse_since, pci_key
+from vgpuctl.farm.usage import (
+    gpu_usage,
+    hosts_to_read,
+    judge_vms,
+    match_instance,
+    parse_percent,
+    parse_since,
+    pci_key,
+)
 from vgpuctl.model import ObservedGpu, ObservedHost
 from vgpuctl.records.perf import (
     REALTIME,
@@ -26,6 +36,7 @@ from vgpuctl.records.perf import (
     wanted_counters,
 )
 from vgpuctl.reports.usage import idle_report
+from vgpuctl.vsphere.perf import _series
 
 pytestmark = pytest.mark.unit
 
@@ -234,3 +245,38 @@ def test_a_refused_counter_list_ends_the_read_with_the_faults_type(monkeypatch: 
     assert read.refused == ("vCenter refused reading the counters: vim.fault.NoPermission: "
                             "Permission to perform this operation was denied.")
     assert (read.series, read.queries, read.window.interval) == ([], 0, REALTIME)
+
+
+def test_a_read_asks_about_the_connected_hosts_with_gpus() -> None:
+    observed = observed_for([{"host": h, "gpu": "0000:3b:00.0", "vms": []} for h in ("esx-01", "esx-02")])
+    observed.hosts["esx-03"] = ObservedHost("esx-03", moid="host-3")  # no GPU
+    for name, h in observed.hosts.items():
+        h.moid = h.moid or f"moid-{name}"
+    observed.hosts["esx-02"].connection_state = ConnectionState.DISCONNECTED
+    assert hosts_to_read(observed) == {"esx-01": "moid-esx-01"}
+
+
+def metric_xml(body: str) -> ET.Element:
+    return ET.fromstring(f'<returnval xmlns="urn:vim25"><entity type="HostSystem">host-1</entity>{body}</returnval>')
+
+
+def test_a_hosts_answer_is_read_in_csv_and_as_sample_elements() -> None:
+    util, mem = COUNTERS["utilization.average"], COUNTERS["mem.used.average"]
+    csv = metric_xml(
+        "<sampleInfoCSV>20,2026-12-01T10:00:00Z,20,2026-12-01T10:00:20Z</sampleInfoCSV>"
+        f"<value><id><counterId>{util.key}</counterId><instance>0000:3b:00.0</instance></id><value>2067,-1</value></value>"
+        f"<value><id><counterId>{util.key}</counterId><instance></instance></id><value>2067,2067</value></value>"
+        f"<value><id><counterId>{mem.key}</counterId><instance>0000:3b:00.0</instance></id><value>1024,2048</value></value>")
+    got = list(_series(csv, {"host-1": "esx-01"}, [util, mem]))
+    assert [(s.host, s.instance, s.counter.name, s.values) for s in got] == [
+        ("esx-01", "0000:3b:00.0", "utilization", (20.67, None)),  # hundredths; -1 is no data; "" the aggregate
+        ("esx-01", "0000:3b:00.0", "mem.used", (1024.0, 2048.0))]
+    assert got[0].times[1] - got[0].times[0] == 20
+    elements = metric_xml(
+        "<sampleInfo><timestamp>2026-12-01T10:00:00Z</timestamp><interval>20</interval></sampleInfo>"
+        "<sampleInfo><timestamp>2026-12-01T10:00:20Z</timestamp><interval>20</interval></sampleInfo>"
+        f"<value><id><counterId>{util.key}</counterId><instance>0000:3b:00.0</instance></id>"
+        "<value>500</value><value>700</value></value>")
+    (s,) = _series(elements, {"host-1": "esx-01"}, [util])
+    assert s.values == (5.0, 7.0) and len(s.times) == 2
+    assert list(_series(elements, {"host-9": "esx-09"}, [util])) == []  # a host not asked about

@@ -138,15 +138,13 @@ def status_cmd(
 
 def read_usage(session: Session, observed: Observed, seconds: float | None, since: str | None) -> UsageRead:
     """The gpu counters of every connected GPU host over the window (vgpuctl.vsphere.perf: a few round trips)."""
-    from vgpuctl.domain import ConnectionState
     from vgpuctl.errors import UsageError
+    from vgpuctl.farm.usage import hosts_to_read
     from vgpuctl.records.perf import WindowTooLong
     from vgpuctl.vsphere.perf import read_gpu_usage
 
-    hosts = {name: h.moid for name, h in observed.hosts.items()
-             if h.gpus and h.connection_state == ConnectionState.CONNECTED}
     try:
-        return read_gpu_usage(session, hosts, seconds)
+        return read_gpu_usage(session, hosts_to_read(observed), seconds)
     except WindowTooLong as err:
         raise UsageError(f"--since {since}: {err}") from None
 

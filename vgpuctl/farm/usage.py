@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from vgpuctl.domain import PowerState
+from vgpuctl.domain import ConnectionState, PowerState
 from vgpuctl.errors import UsageError
 from vgpuctl.model import Observed, ObservedHost
 from vgpuctl.profiles import try_parse
@@ -104,8 +104,16 @@ def match_instance(instance: str, host: ObservedHost) -> str | None:
     return next((g.pci_id for g in host.gpus if pci_key(g.pci_id) == key), None)
 
 
+def hosts_to_read(observed: Observed) -> dict[str, str]:
+    """The hosts a usage read asks about (name -> moid, what vsphere.perf.read_gpu_usage takes): the connected
+    hosts with GPUs; a disconnected host answers no counter."""
+    return {name: h.moid for name, h in sorted(observed.hosts.items())
+            if h.gpus and h.connection_state == ConnectionState.CONNECTED}
+
+
 def gpu_usage(observed: Observed, read: UsageRead) -> UsageFigures:
-    """Each GPU's figures over the read's window."""
+    """Each GPU's figures over the read's window, keyed by (host, PCI id); series whose GPU instance names no GPU
+    of its host are left out and listed in `unmatched`."""
     grouped: dict[tuple[str, str], list[GpuSeries]] = {}
     figures = UsageFigures(read.window)
     for s in read.series:

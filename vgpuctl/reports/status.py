@@ -603,7 +603,8 @@ def _free_table(report: StatusReport, host_name: Any = str) -> list[Any]:
             if h.free_gb is not None:
                 _row(table, host_name(h.host), str(len(h.gpus)), str(h.free_gb), str(h.stranded_gb))
         for c in report.clusters:
-            _row(table, f"cluster {c.cluster} ({c.hosts} hosts)", str(c.gpus), str(c.free_gb), str(c.stranded_gb))
+            hosts = f"{c.hosts} host" + ("" if c.hosts == 1 else "s")
+            _row(table, f"cluster {c.cluster} ({hosts})", str(c.gpus), str(c.free_gb), str(c.stranded_gb))
         out.append(table)
     if report.usage_window:
         out.append(Text(f"{USAGE_NOTE} {report.usage_window.describe()}"))

@@ -28,7 +28,6 @@ from vgpuctl.records.perf import (
     GpuCounter,
     GpuSeries,
     PerfCatalog,
-    PerfUnit,
     StatsInterval,
     UsageRead,
     UsageWindow,
@@ -82,8 +81,10 @@ def _interval(info: ET.Element) -> StatsInterval:
 
 
 def read_gpu_usage(session: Session, hosts: Mapping[str, str], seconds: float | None) -> UsageRead:
-    """The gpu counters of these hosts (name -> moid) over the last `seconds` (None: the last hour).
-    Raises records.perf.WindowTooLong when no interval of vCenter keeps that much."""
+    """The gpu counters of these hosts (name -> moid, farm.usage.hosts_to_read) over the last `seconds` (None: the
+    last hour), in 1 + ceil(hosts / HOSTS_PER_QUERY) round trips. A fault vCenter answers is never raised: it ends
+    the read, its type and message in `UsageRead.refused` (the series read before it kept). Raises
+    records.perf.WindowTooLong when no enabled interval of vCenter keeps that much."""
     from pyVmomi import vmodl
 
     try:
@@ -154,8 +155,7 @@ def _series(metric: ET.Element, names: Mapping[str, str], counters: list[Counter
             continue
         texts = [e.text or "" for e in value.findall(_Q + "value")]
         parts = (texts[0].split(",") if texts[0] else []) if len(texts) == 1 else texts
-        per = 0.01 if counter.unit == PerfUnit.PERCENT else 1.0  # percent comes in hundredths
-        samples = [v * per if v >= 0 else None for v in map(int, parts)]  # -1: no data
+        samples = [counter.scaled(v) for v in map(int, parts)]  # percent in hundredths; -1: no data
         yield GpuSeries(host, instance, counter, times[-len(samples):] if samples else (),
                         tuple(samples[-len(times):]))
 
