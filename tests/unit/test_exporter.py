@@ -108,6 +108,10 @@ def test_an_unexpected_exception_in_a_read_does_not_end_the_exporter() -> None:
     collector.refresh()
     assert collector.state.error == "KeyError: 'moid'"
     assert describe(UsageError("plain")) == "plain" and describe(OSError()) == "OSError"
+    from pyVmomi import vim
+
+    assert describe(vim.fault.NoPermission(msg="Permission to perform this operation was denied.")) == (
+        "vim.fault.NoPermission: Permission to perform this operation was denied.")
 
 
 def test_a_refused_counter_query_keeps_the_last_good_figures(caplog: pytest.LogCaptureFixture) -> None:

@@ -50,10 +50,9 @@ def exporter_cmd(
                                           "30s or 2m; every scrape in between gets the last read.")] = "60s",
     usage_window: Annotated[str, typer.Option("--usage-window", metavar="DURATION", help="The window of the GPU "
                                               "utilization figures (the hosts' 20 s samples, up to 1h).")] = "5m",
-    files: Annotated[list[Path] | None, typer.Option("--file", "-f", dir_okay=False, help="An inventory to plan "
-                                                     "against the farm (repeatable): its plan's counts, as "
-                                                     "`plan` shows them, are metrics; the first one also gives "
-                                                     "the vCenter settings.")] = None,
+    files: Annotated[list[Path] | None, typer.Option(
+        "--file", "-f", dir_okay=False, metavar="FILE", help="An inventory to plan against the farm (repeatable): "
+        "its plan's counts, as `plan` shows them, are metrics; the first one also gives the vCenter settings.")] = None,
     plan_interval: Annotated[str, typer.Option("--plan-interval", metavar="DURATION", help="Plan the "
                                                "inventories this often.")] = "10m",
 ) -> None:

@@ -53,6 +53,10 @@ class UsageResult:
 
 def describe(err: BaseException) -> str:
     """One line for a failed read: vgpuctl's own errors as they print, anything else with its type."""
+    if hasattr(err, "_wsdlName"):  # a pyVmomi fault that came through unwrapped: its type and message
+        from vgpuctl.vsphere.faults import fault_message, fault_type
+
+        return f"{fault_type(err)}: {fault_message(err)}"
     text = str(err).strip()
     if isinstance(err, VgpuctlError):
         return text or type(err).__name__
