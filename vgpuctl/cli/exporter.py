@@ -24,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """`HOST:PORT`, `[v6]:PORT` or `:PORT` (every interface) as (address, port)."""
+    """`HOST:PORT`, `[v6]:PORT` or `:PORT` (every IPv4 interface) as (address, port)."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or int(port) > 65535:
         raise UsageError(f"--listen {text!r}: expected HOST:PORT, e.g. 127.0.0.1:9733 or :9733")
@@ -45,7 +45,7 @@ def serve(address: str, port: int, registry: Any) -> Any:
 def exporter_cmd(
     ctx: typer.Context,
     listen: Annotated[str, typer.Option("--listen", metavar="ADDR", help="Serve /metrics on this address, "
-                                        "HOST:PORT (:PORT: every interface).")] = DEFAULT_LISTEN,
+                                        "HOST:PORT (:PORT: every IPv4 interface).")] = DEFAULT_LISTEN,
     interval: Annotated[str, typer.Option("--interval", metavar="DURATION", help="Read vCenter this often, e.g. "
                                           "30s or 2m; every scrape in between gets the last read.")] = "60s",
     usage_window: Annotated[str, typer.Option("--usage-window", metavar="DURATION", help="The window of the GPU "
