@@ -82,3 +82,18 @@ def test_sim_scale_runs() -> None:
     out = run_bench("sim_scale.py")
     assert re.search(rf"start-up \(spawn to env line\): median {NUMBER}s", out), out
     assert re.search(rf"RetrievePropertiesEx config.hardware.device over 11 VMs: median {NUMBER}s", out), out
+
+
+def test_usage_bench_runs_and_reads_in_two_round_trips() -> None:
+    out = run_bench("usage_bench.py")
+    for label in ("last hour, realtime 20 s samples", "last 7 days, Past Week"):
+        assert re.search(rf"usage read \({label}\): {NUMBER} s, 2 round trips, 1 QueryPerf, \d+ series, "
+                         r"4 GPUs covered", out), out
+    assert re.search(rf"vgpuctl status --usage \(CLI process, end to end\): {NUMBER} s", out), out
+    assert re.search(rf"vgpuctl status \(CLI process, end to end\): {NUMBER} s", out), out
+
+
+def test_exporter_bench_runs_and_counts_round_trips() -> None:
+    out = run_bench("exporter_bench.py")
+    assert re.search(rf"exporter read: {NUMBER} s, \d+ round trips, \d+ samples served; metrics built in "
+                     rf"{NUMBER} s \(median of 1\)", out), out

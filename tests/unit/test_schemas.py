@@ -14,6 +14,7 @@ import jsonschema
 import kinds
 import pytest
 from hostfacts import host_facts
+from perfseries import observed_for, usage_read, window_of
 from typer.testing import CliRunner
 
 from vgpuctl.capacity.answer import plan_capacity
@@ -30,6 +31,7 @@ from vgpuctl.experiment.runner import RunSummary, run_experiment
 from vgpuctl.experiment.schema import checked_variants, load_experiment
 from vgpuctl.experiment.store import ResultsDir
 from vgpuctl.export import export_inventory
+from vgpuctl.farm.usage import gpu_usage, judge_vms
 from vgpuctl.guest.runner import DeployResult, GuestOutcome
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
@@ -86,7 +88,15 @@ from vgpuctl.reports.preflight import preflight_report
 from vgpuctl.reports.profiles import profiles_report
 from vgpuctl.reports.schemas import REPORTS
 from vgpuctl.reports.sim import SimDownReport, SimEnvReport
-from vgpuctl.reports.status import StatusReport, host_lease, merge_status, status_report, with_leases, with_supervisor
+from vgpuctl.reports.status import (
+    StatusReport,
+    host_lease,
+    merge_status,
+    status_report,
+    with_leases,
+    with_supervisor,
+    with_usage,
+)
 from vgpuctl.reports.supervisor import (
     ManifestsReport,
     SupervisorApplyReport,
@@ -95,6 +105,7 @@ from vgpuctl.reports.supervisor import (
     supervisor_plan_report,
     supervisor_status_report,
 )
+from vgpuctl.reports.usage import IdleReport, idle_report
 from vgpuctl.reports.vmvgpus import vm_vgpus_report
 from vgpuctl.reports.work import forget_work_report
 from vgpuctl.scope import Scope
@@ -266,6 +277,28 @@ def status_with_classes() -> StatusReport:
     return with_supervisor(merge_status(status_report(observed, round_trips=5), rows), supervisor)
 
 
+USAGE_GPUS = [{"host": "esx-01", "gpu": GPU0, "vms": ["a"],
+               "series": {"utilization.average": "336 x 1", "utilization.maximum": "336 x 3",
+                          "mem.used.average": "336 x 20971520", "temperature.average": "336 x 35"}},
+              {"host": "esx-01", "gpu": GPU1, "vms": ["b", "c"], "series": {"utilization.average": "12 x 1"}},
+              {"host": "esx-02", "gpu": GPU0, "vms": ["d"], "series": {"utilization.average": "336 x 50"}}]
+PAST_WEEK = {"name": "Past Week", "sampling_s": 1800, "length_s": 604800, "level": 4}
+
+
+def status_with_usage() -> StatusReport:
+    observed = farm()
+    read = usage_read(window_of(PAST_WEEK), USAGE_GPUS[:2])
+    read.warnings.append("vCenter lists no gpu.power.used counter")
+    return with_usage(status_report(observed), gpu_usage(observed, read), read)
+
+
+def idle() -> IdleReport:
+    observed = observed_for(USAGE_GPUS)
+    read = usage_read(window_of(PAST_WEEK), USAGE_GPUS)
+    figures = gpu_usage(observed, read)
+    return idle_report(judge_vms(observed, figures, 5), figures, read, 5, round_trips=4)
+
+
 def class_plan() -> SupervisorPlan:
     want = ClassState("gpu", 8, 65536, memory_reservation=100, vgpus=["grid_a100-20c"])
     return SupervisorPlan(
@@ -426,6 +459,8 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "status": lambda _t: status_with_classes(),
     "status#held": lambda _t: with_leases(status_report(farm()), {"esx-01": host_lease("run-7", "ann@ws pid 4",
                                                                                        1.7e9, 1.7e9 + 30, 60)}),
+    "status#usage": lambda _t: status_with_usage(),
+    "idle": lambda _t: idle(),
     "profiles": lambda _t: profiles_report(list(farm().hosts.values()), round_trips=2),
     "vm-vgpus": lambda _t: vm_vgpus_report(farm(), farm().vms["a"]),
     "guests": lambda _t: guest_run_report(guest_result()),
@@ -519,6 +554,10 @@ def _rename_first_key(doc: Any, old: str, new: str) -> bool:
         ("host-change", "affected_vms", "vms"),
         ("validate", "vm_classes", "classes"),
         ("capacity", "stranded_gb", "stranded"),
+        ("status#usage", "util_max", "peak"),
+        ("status#usage", "sampling_s", "period"),
+        ("idle", "fb_gb", "framebuffer"),
+        ("idle", "shared_with", "others"),
         ("capacity", "vms", "count"),
         ("capacity-demand", "greedy_placed", "first_fit"),
         ("capacity-demand", "needs_reboot", "reboot"),

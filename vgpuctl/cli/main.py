@@ -21,12 +21,14 @@ from vgpuctl.cli import (
     common,
     experiment,
     export,
+    exporter,
     guest,
     host,
     k8s,
     plan,
     preflight,
     provision,
+    report,
     show,
     sim,
     status,
@@ -377,8 +379,10 @@ app.add_typer(host.app, name="host")
 app.add_typer(guest.app, name="guest")
 provision.register(app)
 app.add_typer(sim.app, name="sim")
+app.add_typer(report.app, name="report")
 experiment.register(app)
 k8s.register(app)
+exporter.register(app)
 
 
 def run() -> None:

@@ -13,6 +13,7 @@ from vgpuctl.cli.common import GlobalOptions
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
     from vgpuctl.records.classes import SupervisorState
+    from vgpuctl.records.perf import UsageRead
     from vgpuctl.reports.host import HostReport
     from vgpuctl.reports.status import HostLease
     from vgpuctl.vsphere.session import ConnectionSettings, Session
@@ -81,30 +82,71 @@ VmClassesOpt = Annotated[
 SUPERVISOR_API = (7, 0)  # vSphere with Kubernetes (supervisor clusters) came with vSphere 7.0
 
 
+UsageOpt = Annotated[
+    bool,
+    typer.Option("--usage", help="Add each GPU's utilization (average and peak) and memory used over a window, "
+                 "from vCenter's GPU performance counters (default window: the last hour of 20 s samples)."),
+]
+SinceOpt = Annotated[
+    str | None,
+    typer.Option("--since", metavar="DURATION", help="The usage window, e.g. 30m, 12h or 7d (implies --usage); "
+                 "beyond an hour vCenter's statistics intervals answer, which keep the GPU counters only at "
+                 "statistics level 4."),
+]
+
+
 def status_cmd(
-    ctx: typer.Context, file: OptionalInventory = None, shell: ShellOpt = None, vm_classes: VmClassesOpt = None
+    ctx: typer.Context, file: OptionalInventory = None, shell: ShellOpt = None, vm_classes: VmClassesOpt = None,
+    usage: UsageOpt = False, since: SinceOpt = None,
 ) -> None:
-    """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, the VMs' vGPUs, and the VM classes with
-    vGPUs with the namespaces that use them."""
-    from vgpuctl.reports.status import merge_status, status_report, with_leases, with_supervisor
+    """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, free and stranded framebuffer per host
+    and cluster, the VMs' vGPUs, and the VM classes with vGPUs with the namespaces that use them; with --usage
+    the GPUs' utilization and memory used.
+
+    Examples:
+      vgpuctl status
+      vgpuctl status --usage
+      vgpuctl status --usage --since 1d -o json
+    """
+    from vgpuctl.farm.usage import gpu_usage, parse_since
+    from vgpuctl.reports.status import merge_status, status_report, with_leases, with_supervisor, with_usage
 
     opts: GlobalOptions = ctx.obj
+    seconds = parse_since(since) if since is not None else None  # a bad duration before any connection
     rows: dict[str, HostReport] = {}
     leases: dict[str, HostLease] = {}
     supervisor: list[tuple[SupervisorState | None, str | None]] = []
+    usage_reads: list[UsageRead] = []
 
     def more_reads(session: Session, observed: Observed, inventory: Any) -> None:
         rows.update(_host_rows(session, observed, inventory, shell))
         leases.update(held_hosts(session, observed))
         if reads_vm_classes(vm_classes, observed.api_version):
             supervisor.append(read_supervisor(session.settings, observed))
+        if usage or since is not None:
+            usage_reads.append(read_usage(session, observed, seconds, since))
 
     observed, round_trips = _observe(opts, file, nvlink=True, also=more_reads)
     report = with_leases(merge_status(status_report(observed, round_trips if opts.verbose else None), rows), leases)
     report.warnings += observed.warnings  # what the hosts could not say, one line per cause
     if supervisor:
         with_supervisor(report, *supervisor[0])
+    if usage_reads:
+        with_usage(report, gpu_usage(observed, usage_reads[0]), usage_reads[0])
     common.emit(report, opts)
+
+
+def read_usage(session: Session, observed: Observed, seconds: float | None, since: str | None) -> UsageRead:
+    """The gpu counters of every connected GPU host over the window (vgpuctl.vsphere.perf: a few round trips)."""
+    from vgpuctl.errors import UsageError
+    from vgpuctl.farm.usage import hosts_to_read
+    from vgpuctl.records.perf import WindowTooLong
+    from vgpuctl.vsphere.perf import read_gpu_usage
+
+    try:
+        return read_gpu_usage(session, hosts_to_read(observed), seconds)
+    except WindowTooLong as err:
+        raise UsageError(f"--since {since}: {err}") from None
 
 
 def held_hosts(session: Session, observed: Observed) -> dict[str, HostLease]:

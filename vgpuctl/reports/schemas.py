@@ -42,6 +42,7 @@ from vgpuctl.reports.supervisor import (
     SupervisorPlanReport,
     SupervisorStatusReport,
 )
+from vgpuctl.reports.usage import IdleReport
 from vgpuctl.reports.vmvgpus import VmVgpusReport
 from vgpuctl.reports.work import ForgetWorkReport
 
@@ -60,6 +61,7 @@ REPORTS: tuple[type[Any], ...] = (
     VmVgpusReport,
     CapacityReport,
     CapacityDemandReport,
+    IdleReport,
     CapacityDrainReport,
     ExportReport,
     SupervisorPlanReport,

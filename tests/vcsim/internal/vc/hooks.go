@@ -141,6 +141,10 @@ func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, 
 		if m.Name == "CreateVM_Task" {
 			w = &gpuFolder{Folder: o, sim: s}
 		}
+	case *simulator.PerformanceManager:
+		if perfMethods[m.Name] {
+			w = &gpuPerf{PerformanceManager: o, sim: s} // performance_manager.go
+		}
 	case *simulator.AuthorizationManager:
 		if authMethods[m.Name] {
 			w = s.authFor(ctx, m, o)

@@ -58,7 +58,8 @@ type Sim struct {
 	tmpDirs   []string
 	poolMu    sync.Mutex
 	pools     map[types.ManagedObjectReference]*object.ResourcePool
-	guests    guestBook // customizations pending a first boot, armed customization faults (customize.go)
+	guests    guestBook  // customizations pending a first boot, armed customization faults (customize.go)
+	perf      *perfState // PerformanceManager's GPU counters and series (performance_manager.go)
 }
 
 // New builds the farm and the vSphere inventory (not yet listening).
@@ -95,6 +96,7 @@ func New(spec Spec) (*Sim, error) {
 		s.Close()
 		return nil, err
 	}
+	s.setupPerf()
 	s.ctx.Map.Handler = s.route
 	s.Farm.Subscribe(s.onFarmEvent)
 	s.registerControl()
