@@ -105,6 +105,6 @@ def _observe(opts: GlobalOptions, file: Path | None) -> Observed:
     """One bulk observe (the same as plan's) plus the NVLink sets of every GPU host."""
     from vgpuctl import pipeline
 
-    inventory = pipeline.load(file) if file is not None else None
+    inventory = common.maybe_inventory(opts, file)
     with common.connect(opts, inventory) as session:
         return pipeline.observe(session, common.datacenter_for(opts, inventory), inventory, all_nvlink=True)

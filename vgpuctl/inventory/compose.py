@@ -249,8 +249,7 @@ class _Composer:
         except (OSError, RuntimeError) as exc:  # RuntimeError: a loop of links (Python < 3.13)
             raise part.error(at, f"cannot include {shown}: {getattr(exc, 'strerror', None) or exc}") from None
         if real in part.chain:
-            cycle = " -> ".join([*part.names[part.chain.index(real):], shown])
-            raise part.error(at, f"include cycle: {cycle}")
+            raise part.error(at, f"include cycle: {' -> '.join([*part.names, shown])}")
         if real in self.done:
             return None
         self.check_include(part, at, shown, real)
@@ -458,7 +457,10 @@ class _Composer:
         everything else replaced whole."""
         here = (*path, key)
         old = container.get(key)
-        if here == GROUPS:
+        if len(here) == 3 and key in _LISTS_WRITTEN_AS_ONE:
+            container[key] = value  # a list, even where written as its one item's mapping: replaced whole
+            self.sources.graft(here, part.doc, at)
+        elif here == GROUPS:
             self.change_groups(container, value, part, at)
         elif isinstance(value, dict) and (isinstance(old, dict) or (old is None and GROUPS[:len(here)] == here)):
             if not isinstance(old, dict):
@@ -550,6 +552,7 @@ class _Composer:
                                               "add:", key=True))
 
 
+_LISTS_WRITTEN_AS_ONE = frozenset({"vgpus"})  # an entry's key whose list may be written as its one item
 _ONE_PLACE = " (an entry is defined in one file; an overlay or values file changes it)"
 _TO_ADD = ": an overlay changes the entries it names; to add one, list it under add:"
 
@@ -567,6 +570,14 @@ def _misplaced_keys(part: _Part, at: KeyPath, overlay: dict[str, Any]) -> list[I
 
 
 # ------------------------------------------------------------------------------------------------ output
+
+
+def merged_yaml_of(inventory: Inventory) -> str:
+    """The inventory as merged (merged_yaml); for an inventory made in code, its schema's dump."""
+    composed = inventory._composed
+    if not isinstance(composed, Composed):
+        return yamlout.dump(inventory.model_dump(mode="json", by_alias=True, exclude_unset=True))
+    return merged_yaml(composed)
 
 
 def merged_yaml(composed: Composed) -> str:

@@ -352,6 +352,21 @@ class Inventory(StrictModel):
     def source_path(self) -> str | None:
         return self._source_path
 
+    @property
+    def composed_from(self) -> list[str]:
+        """The files the inventory was read from: its own, then those it includes and the values files."""
+        return list(self._composed.files) if self._composed is not None else []
+
+    @property
+    def is_merged(self) -> bool:
+        """Whether it is more than its file's own content: files included, an overlay or a values file applied."""
+        return self._composed is not None and bool(self._composed.merged)
+
+    @property
+    def env(self) -> str | None:
+        """The overlay applied to it (--env)."""
+        return self._composed.env if self._composed is not None else None
+
     def vm(self, name: str) -> VmSpec | None:
         return next((v for v in self.vms if v.name == name), None)
 

@@ -99,17 +99,14 @@ class Sources:
 
     def local(self, path: KeyPath) -> tuple[Graft | None, KeyPath]:
         """The graft `path` is in and its key path in that graft's file."""
+        if self.wrapped:  # grafts and files know the mapping, not the one-item list it was read as
+            path = tuple(part for i, part in enumerate(path)
+                         if not (part == 0 and type(part) is int and path[:i] in self.wrapped))
         for n in range(len(path), -1, -1):
             graft = self.roots.get(path[:n])
             if graft is not None:
-                break
-        else:
-            return None, path
-        if not self.wrapped:
-            return graft, (*graft.at, *path[n:])
-        tail = [part for i, part in enumerate(path[n:], n)
-                if not (part == 0 and type(part) is int and path[:i] in self.wrapped)]
-        return graft, (*graft.at, *tail)
+                return graft, (*graft.at, *path[n:])
+        return None, path
 
     def where(self, path: KeyPath, key: bool = False) -> tuple[str | None, KeyPath, int | None, int | None]:
         """(file, key path in that file, line, col) of `path`: of its key when `key` and it has one, else of its
