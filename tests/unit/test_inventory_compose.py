@@ -504,3 +504,15 @@ def test_the_merged_yaml_reads_back_and_plans_the_same(tmp_path: Path, env: str 
     validate(again)
     same(inv, again)
     assert planned(again) == planned(inv)
+
+
+def test_the_examples_overlay_validates_and_plans_on_the_default_farm() -> None:
+    example = Path(__file__).resolve().parents[2] / "inventory.example.yaml"
+    base, lab_env = load(example), load(example, env="lab")
+    assert [vm.name for vm in lab_env.vms] == [vm.name for vm in base.vms] + ["debug-01"]
+    train = lab_env.vm("train-01")
+    assert train is not None and (train.cpus, train.vgpu_count, train.template) == (8, 2, "ubuntu-22.04-ml")
+    assert not base.is_merged and lab_env.is_merged
+    plan = planned(lab_env)
+    assert plan["errors"] == [] and {c["vm"] for c in plan["vm_changes"]} >= {"debug-01", "train-01"}
+    same(load_inventory_text(merged_yaml_of(lab_env)), lab_env)
