@@ -90,7 +90,7 @@ def test_each_command_applies_env_to_its_inventory(lab: Path, path: tuple[str, .
     arguments = ["a" for p in command.params if p.param_type_name == "argument" and p.required]
     result = invoke(*path, *arguments, "-f", str(lab), *EXTRA.get(path, []), "--env", "staging")
     assert result.exit_code == 1, result.output
-    assert result.stderr.strip() == (f"{lab}:4:1: overlays: no overlay named 'staging' for --env (overlays: prod)")
+    assert result.stderr.strip() == (f"{lab}:4:1: overlays: no overlay named 'staging' for --env (overlays: 'prod')")
 
 
 def test_composing_options_need_an_inventory(lab: Path, tmp_path: Path) -> None:

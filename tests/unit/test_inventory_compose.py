@@ -239,7 +239,8 @@ def test_a_range_overlapping_a_name_of_another_file_names_that_file(tmp_path: Pa
                              f"at {tmp_path}/common/vms.yaml:2)")
 
 
-@pytest.mark.parametrize("bad", ["include: [a.yaml]\n", "include: a.yaml\n", "include: [7]\n"])
+@pytest.mark.parametrize("bad", ["include: [a.yaml]\n", "include: a.yaml\n", "include: [7]\n",
+                                 'include: ["a\\0.yaml"]\n'])
 def test_include_shapes_and_apiversion_are_checked(tmp_path: Path, bad: str) -> None:
     files = {"top.yaml": "apiVersion: vgpuctl/v1\n" + bad, "a.yaml": "apiVersion: vgpuctl/v2\n"}
     expected = {
@@ -247,6 +248,8 @@ def test_include_shapes_and_apiversion_are_checked(tmp_path: Path, bad: str) -> 
         "include: a.yaml\n": f"{tmp_path}/top.yaml:2:10: include: must be a list of file paths, e.g. [hosts.yaml] "
                              "(got str)",
         "include: [7]\n": f"{tmp_path}/top.yaml:2:11: include[0]: must be the path of an inventory file (got 7)",
+        'include: ["a\\0.yaml"]\n': f"{tmp_path}/top.yaml:2:11: include[0]: must be the path of an inventory file "
+                                    "(got 'a\\x00.yaml')",
     }  # fmt: skip
     assert refusal(write(tmp_path, files)) == expected[bad]
 
@@ -436,7 +439,7 @@ def test_an_overlays_schema_errors_point_into_the_overlay(tmp_path: Path) -> Non
      "lab.yaml:6:16: overlays.prod.hosts[0].name: host 'esx-09.gpu.sim' matches no entry of the inventory"),
     ("    guests:\n      groups:\n        nobody: {roles: []}\n",
      "lab.yaml:7:9: overlays.prod.guests.groups.nobody: guest group 'nobody' matches no group of the inventory "
-     "(groups: trainers)"),
+     "(groups: 'trainers')"),
     ("    vms:\n      - {cpus: 2}\n",
      "lab.yaml:6:9: overlays.prod.vms[0]: an overlay names the entry it changes by its 'name'"),
     ("    add:\n      vms:\n        - {name: infer-01}\n",
@@ -455,7 +458,7 @@ def test_an_overlay_that_matches_nothing_is_refused_at_its_place(tmp_path: Path,
 
 def test_env_naming_no_overlay_is_refused(tmp_path: Path) -> None:
     assert refusal(lab(tmp_path), env="staging") == (f"{tmp_path}/lab.yaml:8:1: overlays: no overlay named "
-                                                     "'staging' for --env (overlays: prod)")
+                                                     "'staging' for --env (overlays: 'prod')")
     flat = write(tmp_path, {"flat.yaml": FLAT})
     assert refusal(flat, env="prod") == (f"{flat}:1:1: no overlay named 'prod' for --env (overlays: the inventory "
                                          "has none)")

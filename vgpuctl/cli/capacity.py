@@ -70,7 +70,7 @@ def capacity_cmd(
             from vgpuctl.extras import require
 
             require("ortools", instead="use --greedy (first-fit decreasing only)")  # before reading the farm
-    observed = _observe(opts, file)
+    observed = _observe(opts, file, out)
     if host is not None:
         from vgpuctl.names import host_named
 
@@ -101,10 +101,10 @@ def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path |
         raise typer.Exit(EXIT_SHORT)
 
 
-def _observe(opts: GlobalOptions, file: Path | None) -> Observed:
+def _observe(opts: GlobalOptions, file: Path | None, out: Path | None) -> Observed:
     """One bulk observe (the same as plan's) plus the NVLink sets of every GPU host."""
     from vgpuctl import pipeline
 
-    inventory = common.maybe_inventory(opts, file)
+    inventory = common.maybe_inventory(opts, file, {"--out": out})
     with common.connect(opts, inventory) as session:
         return pipeline.observe(session, common.datacenter_for(opts, inventory), inventory, all_nvlink=True)

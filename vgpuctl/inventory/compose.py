@@ -24,7 +24,7 @@ Everything here is plain data: names never become structure, no value is templat
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -238,15 +238,15 @@ class _Composer:
     def open_include(self, part: _Part, at: KeyPath, item: Any) -> _Part | None:
         """The included file, read within the limits; None when it was merged already."""
         assert part.opened is not None and self.root is not None
-        if not isinstance(item, str) or not item.strip():
-            raise part.error(at, f"must be the path of an inventory file (got {item!r})")
+        if not isinstance(item, str) or not item.strip() or not item.isprintable():
+            raise part.error(at, f"must be the path of an inventory file (got {item!r})")  # no control characters
         opened = Path(item) if Path(item).is_absolute() else part.opened.parent / item
         shown = os.path.normpath(opened)
         try:
             real = opened.resolve(strict=True)
         except FileNotFoundError:
             raise part.error(at, f"included file {shown} not found") from None
-        except (OSError, RuntimeError) as exc:  # RuntimeError: a loop of links (Python < 3.13)
+        except (OSError, RuntimeError, ValueError) as exc:  # a loop of links (RuntimeError before Python 3.13), a NUL
             raise part.error(at, f"cannot include {shown}: {getattr(exc, 'strerror', None) or exc}") from None
         if real in part.chain:
             raise part.error(at, f"include cycle: {' -> '.join([*part.names, shown])}")
@@ -403,7 +403,7 @@ class _Composer:
         if env is None:
             return
         if env not in self.overlays:
-            known = ", ".join(sorted(self.overlays)) or "the inventory has none"
+            known = _listed(self.overlays) or "the inventory has none"
             message = f"no overlay named {env!r} for --env (overlays: {known})"
             if OVERLAYS in self.top.doc.data:
                 raise self.top.error((OVERLAYS,), message, key=True)
@@ -480,7 +480,7 @@ class _Composer:
             return
         for name, change in value.items():
             if not isinstance(groups, dict) or name not in groups:
-                known = ", ".join(sorted(groups)) if isinstance(groups, dict) and groups else "none"
+                known = _listed(groups) if isinstance(groups, dict) and groups else "none"
                 self.errors.append(part.error((*at, name), f"guest group {name!r} matches no group of the inventory "
                                               f"(groups: {known}){_TO_ADD}", key=True))
                 continue
@@ -555,6 +555,11 @@ class _Composer:
 _LISTS_WRITTEN_AS_ONE = frozenset({"vgpus"})  # an entry's key whose list may be written as its one item
 _ONE_PLACE = " (an entry is defined in one file; an overlay or values file changes it)"
 _TO_ADD = ": an overlay changes the entries it names; to add one, list it under add:"
+
+
+def _listed(names: Iterable[Any]) -> str:
+    """Names from a file, quoted (a name holding a line break stays on the error's one line)."""
+    return ", ".join(repr(name) for name in sorted(names, key=str))
 
 
 def _names_of(raw: str) -> list[str]:
