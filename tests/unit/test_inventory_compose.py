@@ -379,6 +379,18 @@ def test_host_merges_name_the_files_of_both_entries(tmp_path: Path) -> None:
     assert possible_conflicts(inv.hosts) == []
 
 
+def test_a_host_merge_that_breaks_a_rule_names_both_files(tmp_path: Path) -> None:
+    path = write(tmp_path, {
+        "top.yaml": "apiVersion: vgpuctl/v1\ninclude: [cluster.yaml]\nhosts:\n  - name: esx-01\n"
+                    "    scheduler: best-effort\n",
+        "cluster.yaml": "hosts:\n  - cluster: C1\n    scheduler: {policy: fixed-share, timeslice_ms: 5}\n",
+    })  # fmt: skip
+    _, errors = merge_hosts(load(path).hosts, {"C1": ["esx-01"]}, ["esx-01"])
+    assert errors == [f"{tmp_path}/cluster.yaml:3 and {tmp_path}/top.yaml:5: host esx-01: scheduler.timeslice_ms: "
+                      "a time slice applies to equal-share and fixed-share only (its cluster C1 and host esx-01 "
+                      "entries merged)"]
+
+
 def test_plan_errors_point_into_the_file_that_holds_the_value(tmp_path: Path) -> None:
     path = lab(tmp_path, **{"common/vms.yaml": VMS.replace("cpus: 8", "folder: /nowhere")}, **{
         "v.yaml": "vms:\n  - name: infer-01\n    folder: /elsewhere\n"})
