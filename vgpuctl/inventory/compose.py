@@ -578,10 +578,10 @@ def _misplaced_keys(part: _Part, at: KeyPath, overlay: dict[str, Any]) -> list[I
 
 
 def merged_yaml_of(inventory: Inventory) -> str:
-    """The inventory as merged (merged_yaml); for an inventory made in code, its schema's dump."""
+    """The inventory as merged (merged_yaml), for an inventory read by the loader."""
     composed = inventory._composed
     if not isinstance(composed, Composed):
-        return yamlout.dump(inventory.model_dump(mode="json", by_alias=True, exclude_unset=True))
+        raise ValueError("an inventory made in code has no merged text")
     return merged_yaml(composed)
 
 
