@@ -14,9 +14,8 @@ import typer.main
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
-from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.main import app
-from vgpuctl.cli.plan import load_saved_plan, plan_document, save_plan
+from vgpuctl.cli.plan import load_saved_plan, save_plan
 from vgpuctl.inventory import Inventory, load_inventory, load_inventory_text, validate
 from vgpuctl.inventory.compose import Composition
 from vgpuctl.model import Observed
@@ -156,7 +155,7 @@ def test_a_saved_plan_keeps_the_inventory_as_merged(lab: Path, tmp_path: Path) -
     observed = Observed.from_dict(YAML(typ="safe").load(FARM.read_text()))
     done = Planned(inventory=inv, observed=observed, plan=make_plan(inv, observed), vcenter="https://vc/sdk")
     out = tmp_path / "saved.plan"
-    save_plan(out, lab, done, plan_document(done, GlobalOptions()), inv)
+    save_plan(out, lab, done, inv)
     (tmp_path / "common" / "vms.yaml").write_text("vms: []\n")  # the files move on: the plan keeps what it planned
     saved, again = load_saved_plan(out)
     assert saved.composed_from == [str(lab), str(tmp_path / "common/vms.yaml"), str(tmp_path / "values.yaml")]
@@ -181,7 +180,7 @@ def test_a_saved_plan_of_one_plain_file_keeps_its_text(tmp_path: Path) -> None:
     observed = Observed.from_dict(YAML(typ="safe").load(FARM.read_text()))
     done = Planned(inventory=inv, observed=observed, plan=make_plan(inv, observed), vcenter="https://vc/sdk")
     out = tmp_path / "saved.plan"
-    save_plan(out, path, done, plan_document(done, GlobalOptions()), inv)
+    save_plan(out, path, done, inv)
     document = json.loads(out.read_text())
     assert document["inventory"] == path.read_text() and "inventory_merged_from" not in document
     assert load_inventory_text(document["inventory"]).model_dump() == inv.model_dump()

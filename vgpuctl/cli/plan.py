@@ -189,7 +189,7 @@ def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream 
     else:
         show_plan(report, opts)
     if out is not None:
-        save_plan(out, file, planned, report, inventory)
+        save_plan(out, file, planned, inventory)
     code = EXIT_CHANGES_PENDING if detailed_exitcode and not planned.is_empty else 0
     if stream is not None:
         stream.summary([], [], interrupted=False, exit_code=code)
@@ -209,7 +209,7 @@ def show_plan(report: PlanReport, opts: GlobalOptions, to_stderr: bool = False) 
     common.show(report.render_text(common.text_layout(opts)), err=to_stderr or opts.json or opts.text_to_stderr)
 
 
-def save_plan(out: Path, file: Path, planned: Planned, report: PlanReport, inventory: Inventory) -> None:
+def save_plan(out: Path, file: Path, planned: Planned, inventory: Inventory) -> None:
     """The plan file: the plan, what it was based on, and the inventory it was made from: the file's text, or for
     an inventory composed of several files (or an overlay) the inventory as merged, with the files it came from."""
     from vgpuctl import planfile
@@ -220,8 +220,9 @@ def save_plan(out: Path, file: Path, planned: Planned, report: PlanReport, inven
     # the inventory as planned: merged, or the file (read once already, bounded again)
     text = merged_yaml_of(inventory) if composed else read_text(file)
     basis = planfile.basis_of(planned.observed, planned.plan, planned.classes)
-    document = report.to_dict()
-    document.pop("round_trips", None)
+    from vgpuctl.reports.plan import plan_section
+
+    document = plan_section(planned.plan, planned.scope, planned.classes)  # what apply compares
     planfile.save(out, planfile.SavedPlan(text, str(file), planned.vcenter, basis, document, composed,
                                           inventory.env))
     common.info(f"Saved the plan to {out}; `vgpuctl show {out}` shows it, `vgpuctl apply {out}` applies exactly it.")
@@ -276,12 +277,15 @@ def apply_cmd(
         scope = saved_scope(shown)
     options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
                                  trust_on_first_use=ssh_trust_on_first_use, scope=scope)
-    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy)
+    from vgpuctl.reports.plan import plan_section
+
+    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy,
+                                  plan_document=plan_section)
     with cli_events.event_stream(events, opts, options.run_id) as stream:
         if stream is not None:
             where = str(saved_plan) if saved_plan is not None else str(file)
             stream.run_start("apply", where, scope)
-        hooks = CliHooks(opts, yes=yes, events=stream, saved_report=shown)
+        hooks = CliHooks(opts, yes=yes, events=stream)  # shows the plan made again: a saved one is the same
         outcome = run_apply(opts, inventory, options, request, hooks=hooks)
     if opts.json:
         common.emit(apply_document(outcome, opts), opts)
@@ -291,7 +295,7 @@ def apply_cmd(
 def load_request(opts: GlobalOptions, saved_plan: Path | None, file: Path | None, scope: Scope | None,
                  outputs: dict[str, Path | None]) -> tuple[SavedPlan | None, Inventory, PlanReport | None]:
     """The inventory to apply: the -f file (composed as the command line says), or the saved plan's inventory with
-    its report (shown as saved)."""
+    its report (whose scope the run keeps; apply shows the plan it makes again, which must be the saved one)."""
     if saved_plan is not None and file is None:
         common.refuse_composing(opts, "a saved plan holds the inventory it was made from, as merged then")
         if scope is not None:
@@ -365,13 +369,12 @@ class CliHooks:
     yes: bool = False
     only_if_disruptive: bool = False  # `vm vgpu`: ask only before power-offs and removals
     events: EventStream | None = None
-    saved_report: PlanReport | None = None  # apply PLANFILE: the plan as saved (the one made now is the same)
     report: PlanReport | None = field(default=None, init=False)
     display: ApplyDisplay | None = field(default=None, init=False)
     began: bool = field(default=False, init=False)  # the apply itself started: the farm may have changed
 
     def planned(self, planned: Planned) -> None:
-        self.report = self.saved_report or plan_document(planned, self.opts)
+        self.report = plan_document(planned, self.opts)
         if self.events is not None:
             self.events.plan(self.report)
         if planned.plan.errors:
