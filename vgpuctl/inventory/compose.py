@@ -15,7 +15,8 @@ The rules (README, "Composed inventories"):
   setting two ways.
 - An overlay (`overlays.NAME`, or a values file) changes the merged inventory: each entry it lists names an entry
   that exists (an error at the overlay's FILE:LINE:COL when none matches) and its keys are merged into it
-  (mappings key by key, everything else replaced whole); `add:` holds new entries. The overlay of --env goes
+  (mappings key by key, everything else replaced whole: `vgpus` too, a list even where written as one mapping);
+  `add:` holds new entries. The overlay of --env goes
   first, then the values files in the order given.
 
 Everything here is plain data: names never become structure, no value is templated.
