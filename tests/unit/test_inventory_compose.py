@@ -531,3 +531,11 @@ def test_the_examples_overlay_validates_and_plans_on_the_default_farm() -> None:
     plan = planned(lab_env)
     assert plan["errors"] == [] and {c["vm"] for c in plan["vm_changes"]} >= {"debug-01", "train-01"}
     same(load_inventory_text(merged_yaml_of(lab_env)), lab_env)
+
+
+@pytest.mark.parametrize(("key", "meant"), [("includes", "include"), ("overlay", "overlays")])
+def test_a_mistyped_composing_key_says_which_was_meant(tmp_path: Path, key: str, meant: str) -> None:
+    top = write(tmp_path, {"top.yaml": f"apiVersion: vgpuctl/v1\n{key}: [a.yaml]\n"})
+    assert refusal(top) == f"{top}:2:1: unknown key {key!r} (did you mean {meant!r}?)"
+    included = write(tmp_path, {"two.yaml": "apiVersion: vgpuctl/v1\ninclude: [b.yaml]\n", "b.yaml": f"{key}: {{}}\n"})
+    assert refusal(included) == f"{tmp_path}/b.yaml:1:1: unknown key {key!r} (did you mean {meant!r}?)"

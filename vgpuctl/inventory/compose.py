@@ -24,6 +24,7 @@ Everything here is plain data: names never become structure, no value is templat
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
@@ -167,6 +168,7 @@ def _compose(top: _Part, composition: Composition) -> Composed:
         return Composed(data, Sources(top.doc), [top.doc.file])
     composer = _Composer(top, composition)
     if INCLUDE not in data and composition.env is None and not composition.values:
+        composer.errors += _mistyped_keys(top)
         composer.collect_overlays(top, data.get(OVERLAYS))  # checked, not applied
         composer.raise_errors()
         plain = {k: v for k, v in data.items() if k != OVERLAYS} if OVERLAYS in data else data
@@ -291,6 +293,7 @@ class _Composer:
     # ------------------------------------------------------------------------------------------- merging
 
     def merge_own(self, part: _Part) -> None:
+        self.errors += _mistyped_keys(part)
         for key, value in part.doc.data.items():
             if key == INCLUDE:
                 continue
@@ -568,6 +571,19 @@ def _names_of(raw: str) -> list[str]:
         return expand_name(raw)
     except ValueError:
         return []
+
+
+def _mistyped_keys(part: _Part) -> list[InventoryError]:
+    """`includes:` or `overlay:`: a key the schema does not know that is close to one of the composing keys (the
+    schema's own message would not name them)."""
+    known = {info.alias or name for name, info in Inventory.model_fields.items()}
+    out = []
+    for key in part.doc.data:
+        close = difflib.get_close_matches(key, (INCLUDE, OVERLAYS), n=1, cutoff=0.75) if key not in known else []
+        if close and key not in (INCLUDE, OVERLAYS):
+            out.append(Sources(part.doc).error((key,), f"unknown key {key!r} (did you mean {close[0]!r}?)", key=True,
+                                               drop=1))
+    return out
 
 
 def _misplaced_keys(part: _Part, at: KeyPath, overlay: dict[str, Any]) -> list[InventoryError]:
