@@ -30,6 +30,7 @@ from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_ch
 from vgpuctl.hosts.sshservice import SshServiceRun, explain_shell_errors, only_ssh, ssh_service_for_run
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.inventory import HostSpec, Inventory
+from vgpuctl.inventory.compose import Composition
 from vgpuctl.model import (
     ApplyResult,
     GuestDriverMove,
@@ -89,14 +90,15 @@ class RunOptions:
 # ------------------------------------------------------------------------------------------ 1. load
 
 
-def load(path: Path) -> Inventory:
-    """The inventory file, schema and semantic checks done; errors located FILE:LINE:COL."""
+def load(path: Path, composition: Composition | None = None) -> Inventory:
+    """The inventory file, with what it includes and the overlay and values files of `composition` merged in
+    (vgpuctl.inventory.compose), schema and semantic checks done; errors located FILE:LINE:COL."""
     from vgpuctl.inventory import load_inventory, validate
 
     if not path.exists():
         raise UsageError(f"{path}: no such file")
     with paused_gc():  # the YAML events and positions of a large inventory: see vgpuctl.gcpause
-        inventory = load_inventory(path)
+        inventory = load_inventory(path, composition)
         validate(inventory)  # VM classes and namespaces included
     return inventory
 

@@ -74,7 +74,7 @@ def capacity_cmd(
     common.check_out_file(out)
     common.refuse_overlaps({"--out": out}, opts, {"the demand file": demand, "the inventory": file})
     wanted = None if demand is None else _load_demand(demand, greedy_only)  # file errors before any connection
-    observed = _observe(opts, file)
+    observed = _observe(opts, file, out)
     if host is not None:
         from vgpuctl.names import host_named
 
@@ -127,7 +127,7 @@ def _drain(opts: GlobalOptions, file: Path | None, hosts: list[str], max_unavail
     from vgpuctl.reports.capacity import capacity_drain_report
 
     migration: list[bool] = []
-    observed = _observe(opts, file, migration)
+    observed = _observe(opts, file, vgpu_migration=migration)
     named = [host_named(h, observed.hosts) for h in hosts]
     if len(set(named)) != len(named):
         raise UsageError("--drain names a host twice")
@@ -137,12 +137,14 @@ def _drain(opts: GlobalOptions, file: Path | None, hosts: list[str], max_unavail
         raise typer.Exit(EXIT_SHORT)
 
 
-def _observe(opts: GlobalOptions, file: Path | None, vgpu_migration: list[bool] | None = None) -> Observed:
+def _observe(opts: GlobalOptions, file: Path | None, out: Path | None = None,
+             vgpu_migration: list[bool] | None = None) -> Observed:
     """One bulk observe (the same as plan's) plus the NVLink sets of every GPU host; with `vgpu_migration`, also
-    whether vCenter allows vMotion of running vGPU VMs (appended to it)."""
+    whether vCenter allows vMotion of running vGPU VMs (appended to it). `out`: the command's output file, refused
+    when it names one of the inventory's files."""
     from vgpuctl import pipeline
 
-    inventory = pipeline.load(file) if file is not None else None
+    inventory = common.maybe_inventory(opts, file, {"--out": out})
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, common.datacenter_for(opts, inventory), inventory, all_nvlink=True)
         if vgpu_migration is not None:

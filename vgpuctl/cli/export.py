@@ -48,7 +48,7 @@ def export_cmd(
     opts: GlobalOptions = ctx.obj
     common.check_out_file(out)
     common.refuse_overlaps({"--out": out}, opts, {"the inventory": file})
-    inventory = pipeline.load(file) if file is not None else None
+    inventory = common.maybe_inventory(opts, file, {"--out": out})
     options = common.run_options(opts, inventory)
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, options.datacenter, inventory, all_nvlink=True)

@@ -36,6 +36,7 @@ from vgpuctl.cli import (
 )
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.globalopts import add_global_options
+from vgpuctl.cli.inventoryopts import add_inventory_options
 
 MISSING_COMMAND = "Missing command."
 
@@ -51,6 +52,7 @@ class VgpuctlGroup(TyperGroup):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        add_inventory_options(self)  # --values, --env, --allow-include-outside wherever -f FILE is read
         add_global_options(self, _late_option)
 
     def make_context(self, info_name: str | None, args: list[str], *rest: Any, **kwargs: Any) -> Any:

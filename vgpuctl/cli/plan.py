@@ -76,13 +76,34 @@ def scope_of(hosts: list[str] | None, clusters: list[str] | None, vms: list[str]
 # ---------------------------------------------------------------------------------------- validate
 
 
-def validate_cmd(ctx: typer.Context, file: InventoryFile) -> None:
-    """Check an inventory (schema and rules); needs no vCenter. Errors as FILE:LINE:COL: message."""
-    from vgpuctl import pipeline
+ShowMerged = Annotated[
+    bool,
+    typer.Option("--show-merged", help="Print the inventory as merged from the files it includes, the --env overlay "
+                 "and the --values files: YAML that `validate -f` reads back and that plans the same (paths in it "
+                 "are read from the inventory's folder). The summary line goes to stderr."),
+]
+
+
+def validate_cmd(ctx: typer.Context, file: InventoryFile, show_merged: ShowMerged = False) -> None:
+    """Check an inventory (schema and rules); needs no vCenter. Errors as FILE:LINE:COL: message.
+
+    An inventory may include other files and have overlays: --env NAME applies one, --values FILE applies a
+    values file; each environment is checked with its own --env.
+    """
     from vgpuctl.reports.plan import validate_report
 
     opts: GlobalOptions = ctx.obj
-    common.emit(validate_report(str(file), pipeline.load(file)), opts)
+    if show_merged and opts.json:
+        raise UsageError("--show-merged prints the inventory as YAML: leave out -o json")
+    inventory = common.load_inventory(opts, file)
+    report = validate_report(str(file), inventory)
+    if not show_merged:
+        common.emit(report, opts)
+        return
+    from vgpuctl.inventory.compose import merged_yaml_of
+
+    common.show(merged_yaml_of(inventory))
+    common.show(report.render_text(common.text_layout(opts, err=True)), err=True)
 
 
 # -------------------------------------------------------------------------------------------- plan
@@ -130,8 +151,9 @@ def plan_cmd(
     opts: GlobalOptions = ctx.obj
     common.check_out_file(out)
     cli_events.check(events, opts)
-    common.refuse_overlaps({"--out": out, "--events": cli_events.as_output(events)}, opts, {"the inventory": file})
-    inventory = pipeline.load(file)
+    outputs = {"--out": out, "--events": cli_events.as_output(events)}
+    common.refuse_overlaps(outputs, opts, {"the inventory": file})
+    inventory = common.load_inventory(opts, file, outputs)
     scope = scope_of(host, cluster, vm)
     options = common.run_options(opts, inventory, trust_on_first_use=ssh_trust_on_first_use, scope=scope)
     with cli_events.event_stream(events, opts, options.run_id) as stream:
@@ -145,13 +167,13 @@ def plan_cmd(
 
             common.emit(explain_host(explain, inventory, planned.observed, planned.plan, planned.facts), opts)
             return
-        code = show_plan_result(planned, opts, stream, out, file, detailed_exitcode)
+        code = show_plan_result(planned, opts, stream, out, file, detailed_exitcode, inventory)
     if code:
         raise typer.Exit(code)
 
 
 def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream | None, out: Path | None,
-                     file: Path, detailed_exitcode: bool) -> int:
+                     file: Path, detailed_exitcode: bool, inventory: Inventory) -> int:
     """Print the plan (or raise its errors), save it, and say the exit code (2: changes pending, asked for)."""
     report = plan_document(planned, opts)
     if stream is not None:
@@ -167,7 +189,7 @@ def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream 
     else:
         show_plan(report, opts)
     if out is not None:
-        save_plan(out, file, planned)
+        save_plan(out, file, planned, inventory)
     code = EXIT_CHANGES_PENDING if detailed_exitcode and not planned.is_empty else 0
     if stream is not None:
         stream.summary([], [], interrupted=False, exit_code=code)
@@ -187,16 +209,22 @@ def show_plan(report: PlanReport, opts: GlobalOptions, to_stderr: bool = False) 
     common.show(report.render_text(common.text_layout(opts)), err=to_stderr or opts.json or opts.text_to_stderr)
 
 
-def save_plan(out: Path, file: Path, planned: Planned) -> None:
+def save_plan(out: Path, file: Path, planned: Planned, inventory: Inventory) -> None:
+    """The plan file: the plan, what it was based on, and the inventory it was made from: the file's text, or for
+    an inventory composed of several files (or an overlay) the inventory as merged, with the files it came from."""
     from vgpuctl import planfile
     from vgpuctl.filelimits import read_text
+    from vgpuctl.inventory.compose import merged_yaml_of
 
-    text = read_text(file)  # the inventory as planned: the file was read once already, bounded again
+    composed = inventory.composed_from if inventory.is_merged else []
+    # the inventory as planned: merged, or the file (read once already, bounded again)
+    text = merged_yaml_of(inventory) if composed else read_text(file)
     basis = planfile.basis_of(planned.observed, planned.plan, planned.classes)
     from vgpuctl.reports.plan import plan_section
 
     document = plan_section(planned.plan, planned.scope, planned.classes)  # what apply compares
-    planfile.save(out, planfile.SavedPlan(text, str(file), planned.vcenter, basis, document))
+    planfile.save(out, planfile.SavedPlan(text, str(file), planned.vcenter, basis, document, composed,
+                                          inventory.env))
     common.info(f"Saved the plan to {out}; `vgpuctl show {out}` shows it, `vgpuctl apply {out}` applies exactly it.")
 
 
@@ -244,7 +272,7 @@ def apply_cmd(
     common.refuse_overlaps({"--events": cli_events.as_output(events)}, opts,
                            {"the inventory": file, "the plan file": saved_plan})
     scope = scope_of(host, cluster, vm)
-    saved, inventory, shown = load_request(saved_plan, file, scope)
+    saved, inventory, shown = load_request(opts, saved_plan, file, scope, {"--events": cli_events.as_output(events)})
     if saved is not None:
         scope = saved_scope(shown)
     options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
@@ -264,19 +292,18 @@ def apply_cmd(
     raise_for_outcome(outcome)
 
 
-def load_request(saved_plan: Path | None, file: Path | None,
-                 scope: Scope | None) -> tuple[SavedPlan | None, Inventory, PlanReport | None]:
-    """The inventory to apply: the -f file, or the saved plan's inventory with its report (whose scope the run
-    keeps; apply shows the plan it makes again, which must be the saved one)."""
-    from vgpuctl import pipeline
-
+def load_request(opts: GlobalOptions, saved_plan: Path | None, file: Path | None, scope: Scope | None,
+                 outputs: dict[str, Path | None]) -> tuple[SavedPlan | None, Inventory, PlanReport | None]:
+    """The inventory to apply: the -f file (composed as the command line says), or the saved plan's inventory with
+    its report (whose scope the run keeps; apply shows the plan it makes again, which must be the saved one)."""
     if saved_plan is not None and file is None:
+        common.refuse_composing(opts, "a saved plan holds the inventory it was made from, as merged then")
         if scope is not None:
             raise UsageError("a saved plan keeps the scope it was made with: give no --host, --cluster or --vm")
         saved, inventory = load_saved_plan(saved_plan)
         return saved, inventory, saved_report(saved_plan, saved)
     if file is not None and saved_plan is None:
-        return None, pipeline.load(file), None
+        return None, common.load_inventory(opts, file, outputs), None
     raise UsageError("give an inventory with -f FILE, or a saved plan: vgpuctl apply PLANFILE")
 
 
@@ -327,7 +354,8 @@ def load_saved_plan(path: Path) -> tuple[SavedPlan, Inventory]:
     from vgpuctl.inventory import load_inventory_text, validate
 
     saved = planfile.load(path)
-    inventory = load_inventory_text(saved.inventory_text, saved.inventory_path)
+    name = f"{saved.inventory_path} (merged)" if saved.composed_from else saved.inventory_path
+    inventory = load_inventory_text(saved.inventory_text, name, source_path=saved.inventory_path)
     validate(inventory)
     return saved, inventory
 

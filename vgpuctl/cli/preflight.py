@@ -37,7 +37,7 @@ def preflight_cmd(
     from vgpuctl.reports.preflight import preflight_report
 
     opts: GlobalOptions = ctx.obj
-    inventory = pipeline.load(file) if file is not None else None
+    inventory = common.maybe_inventory(opts, file)
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, common.datacenter_for(opts, inventory), inventory)
         report = preflight_report(session.settings.sdk_url, run_checks(session, observed, inventory))

@@ -42,7 +42,7 @@ def provision_cmd(
     from vgpuctl.reports.guests import ProvisionReport, guest_run_report
 
     opts: GlobalOptions = ctx.obj
-    inventory = pipeline.load(file)
+    inventory = common.load_inventory(opts, file)
     stage = pipeline.GuestStage(wait_s=ip_timeout, poll_s=ip_poll, limit=limit, waiting=address_wait,
                                 display=guest_display)
     options = common.run_options(opts, inventory, parallel=parallel)

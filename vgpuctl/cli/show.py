@@ -28,6 +28,6 @@ def show_cmd(
     opts: GlobalOptions = ctx.obj
     saved = planfile.load(plan_file)
     report = saved_report(plan_file, saved)
-    common.info(f"{plan_file}: the plan of {saved.inventory_path} against {saved.vcenter}; "
+    common.info(f"{plan_file}: the plan of {saved.inventory_label} against {saved.vcenter}; "
                 f"`vgpuctl apply {plan_file}` applies it")
     common.emit(report, opts)

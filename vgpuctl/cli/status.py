@@ -35,7 +35,7 @@ def _observe(opts: GlobalOptions, file: Path | None, *, nvlink: bool = False, al
     """One bulk observe; with `nvlink`, also each GPU host's NVLink sets (one QueryConfigTarget per host)."""
     from vgpuctl import pipeline
 
-    inventory = pipeline.load(file) if file else None
+    inventory = common.maybe_inventory(opts, file)
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, common.datacenter_for(opts, inventory), inventory, all_nvlink=nvlink)
         if also is not None:  # more reads in the same session (host facts for status)
