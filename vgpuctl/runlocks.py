@@ -5,6 +5,13 @@ the way out of a second Ctrl-C."""
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from vgpuctl.vsphere.session import Session
+    from vgpuctl.vsphere.workrecord import LeaseInfo
 
 log = logging.getLogger(__name__)
 
@@ -28,3 +35,26 @@ def release_held_locks(within_s: float = 5.0) -> None:
         return
     if released:
         log.info("released the leases and claims of %s", ", ".join(released))
+
+
+def wait_for_hosts(
+    session: Session, moids: Mapping[str, str], held: Mapping[str, LeaseInfo], wait_s: float,
+    on_wait: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
+) -> dict[str, LeaseInfo]:
+    """--lock-timeout before a plan: wait up to `wait_s` for other runs to let go of these hosts (host -> its
+    moid, and the live lease found), reading their leases again every WAIT_POLL_S; `on_wait` gets one line per run
+    met on a host (who, since when). Returns the leases still live at the end (empty: every host was let go)."""
+    from vgpuctl.vsphere.workrecord import LEASE_FIELD, WAIT_POLL_S, Fields, live_leases
+
+    fields = Fields(session)
+    end = clock() + wait_s
+    told: set[tuple[str, str, float]] = set()
+    live = dict(held)
+    while live and (left := end - clock()) > 0:
+        for host, info in sorted(live.items()):
+            if (host, info.run, info.since) not in told:
+                told.add((host, info.run, info.since))
+                on_wait(f"host {host}: waiting for {info.describe()}, up to {left:.0f} s more")
+        time.sleep(min(WAIT_POLL_S, left))
+        live = live_leases(session, {h: fields.get(moids[h], LEASE_FIELD) for h in live})
+    return live

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from vgpuctl.domain import ChangeKind
 from vgpuctl.hosts.evacuation import Migration, gone_from_record, needs_maintenance, plan_evacuation, resume_change
 from vgpuctl.inventory import HostSpec, VmSpec
-from vgpuctl.model import HostChange, Observed, ObservedHost
+from vgpuctl.model import HostChange, Observed, ObservedHost, Problem
 from vgpuctl.settings import SETTING_KINDS, SETTINGS, setting_of
 from vgpuctl.settings.base import HostPlan, PlanInput, names
 from vgpuctl.settings.facts import HostFacts, declared_params
@@ -57,7 +57,7 @@ def plan_hosts(
     allows vMotion of running vGPU VMs (`evacuate: migrate`); `evacuate_by_flag`: the command line's --evacuate
     sets the evacuation (messages name the flag)."""
     resolved, errors = resolve_hosts(specs, observed)
-    result = HostPlan(errors=errors)
+    result = HostPlan(errors=errors, problems=[Problem(e) for e in errors])
     facts = facts or {}
     resume = set(resume)
     listed = {v.name: v for v in vms}
@@ -73,6 +73,7 @@ def plan_hosts(
             one.extend(plan_evacuation(spec, host, observed, one.changes, listed, migration, evacuate_by_flag))
             one.changes.sort(key=_order)
             result.extend(one)
+            result.problems += [Problem(e, host=name) for e in one.errors]  # the changes stay in the plan
         if name in resume:
             result.changes.append(resume_change(host, existing))
             result.warnings += gone_from_record(host, existing)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from vgpuctl.domain import ChangeKind, CheckStatus, Phase
 from vgpuctl.esxi.modopts import Options
-from vgpuctl.model import HOST_TARGET, HostChange, ObservedGpu, ObservedHost
+from vgpuctl.model import HOST_TARGET, HostChange, ObservedGpu, ObservedHost, Problem
 from vgpuctl.settings.facts import MODULE_OPTIONS, ApiFact, GpuQuery, HostFacts, ShellFact
 from vgpuctl.strictmodel import KeyPath
 
@@ -84,11 +84,13 @@ class HostPlan:
     changes: list[HostChange] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)  # of plan_hosts: its errors, each with its host
 
     def extend(self, other: HostPlan) -> None:
         self.changes += other.changes
         self.errors += other.errors
         self.warnings += other.warnings
+        self.problems += other.problems
 
     def for_host(self, host: str) -> list[HostChange]:
         return [c for c in self.changes if c.host == host]
