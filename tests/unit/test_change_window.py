@@ -232,7 +232,7 @@ def _impossible() -> Plan:
         vm_changes=[_cpus("web-01"), _cpus("web-02")],
         problems=[Problem("host esx-01: its nvlink change needs maintenance mode", host="esx-01"),
                   Problem("no room", vm="web-02"), Problem("no room either", vm="gone-01"),
-                  Problem("vCenter 6.5 is too old")],  # fmt: skip
+                  Problem("vCenter 6.5 is too old")],
     )
 
 
