@@ -164,8 +164,9 @@ def plan_cmd(
 
 def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream | None, out: Path | None,
                      file: Path, detailed_exitcode: bool) -> int:
-    """Print the whole plan, its problems beside its changes, save it, and say the exit code (1: the plan has
-    problems, whatever was asked, and it is not saved; 2: changes pending, asked for)."""
+    """Print the whole plan, its problems beside its changes, save it, and say the exit code (2: changes pending,
+    asked for); a plan with problems is refused after it is shown (one line, exit 1, whatever was asked, and
+    not saved)."""
     report = plan_document(planned, opts)
     if stream is not None:
         stream.plan(report)
@@ -176,9 +177,8 @@ def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream 
     if planned.plan.errors:
         if stream is not None:
             stream.summary([], [], interrupted=False, exit_code=1, error="the plan has errors")
-        if out is not None:
-            raise PlanRefused(list(planned.plan.errors), f"{out} was not saved (--out)")
-        return 1
+        what = f"{out} was not saved (--out)" if out is not None else "nothing can be applied"
+        raise PlanRefused(list(planned.plan.errors), what)
     if out is not None:
         save_plan(out, file, planned, report)
     code = EXIT_CHANGES_PENDING if detailed_exitcode and not planned.is_empty else 0
