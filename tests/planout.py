@@ -4,6 +4,7 @@ refused."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 UNDER = "    x cannot be carried out: "
@@ -18,12 +19,19 @@ def shown_problems(text: str) -> list[str]:
         if line.startswith(SUBJECTS):
             subject = line
         if line.startswith(UNDER):
-            message = line.removeprefix(UNDER)
+            at, message = _located(line.removeprefix(UNDER))
             vm = subject.split()[2] if subject.split()[1] == "vm" else None
-            out.append(f"vm {vm}: {message}" if vm is not None else message)
+            text = f"vm {vm}: {message}" if vm is not None else message
+            out.append(f"{at}: {text}" if at else text)
         elif line.startswith("Error: "):
             out.append(line.removeprefix("Error: "))
     return out
+
+
+def _located(message: str) -> tuple[str | None, str]:
+    """(FILE:LINE:COL, the rest) of a problem shown with its inventory key's place, else (None, message)."""
+    m = re.match(r"(\S+:\d+:\d+): (.*)$", message)
+    return (m[1], m[2]) if m else (None, message)
 
 
 def refused(result: Any) -> list[str]:

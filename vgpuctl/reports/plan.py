@@ -519,7 +519,7 @@ def plan_lines(report: PlanReport, full: bool = False) -> list[str]:
     under: dict[tuple[ProblemSubject, str], list[str]] = {}
     for p in report.problems:
         if p.subject is not None and p.name is not None and (p.subject, p.name) in shown:
-            under.setdefault((p.subject, p.name), []).append(p.message)
+            under.setdefault((p.subject, p.name), []).append(f"{p.at}: {p.message}" if p.at else p.message)
     lines: list[str] = []
     for i, h in enumerate(report.host_changes):
         lines.append(host_line(h))
@@ -544,7 +544,7 @@ def plan_lines(report: PlanReport, full: bool = False) -> list[str]:
 
 
 def problem_lines(messages: list[str]) -> list[str]:
-    """A host's or VM's problems under its changes: `x cannot be carried out: reason`."""
+    """A host's or VM's problems under its changes: `x cannot be carried out: [FILE:LINE:COL: ]reason`."""
     return [f"{INDENT}x cannot be carried out: {m}" for m in messages]
 
 
