@@ -258,6 +258,16 @@ class Gpusim:
         `release`; their start shows in `holds`. Returns the hold's id."""
         return int(self.request("POST", "/holds", {"object": obj, "method": method, "count": count})["id"])
 
+    def hold_queue(self, host: str, method: str = "PowerOnVM_Task", count: int = 1) -> int:
+        """Hold the next `count` calls of `method` on the VMs of `host` (the host's power-on queue by default),
+        VMs made after the hold included, until `release`; everything else goes on. Returns the hold's id."""
+        return int(self.request("POST", "/holds", {"host": host, "method": method, "count": count})["id"])
+
+    def state(self) -> dict[str, Any]:
+        """What a client can change in vCenter: hosts (SSH service included), custom attribute definitions and
+        values, folders, VMs (power, changeVersion), tasks created and calls of writing methods, per method."""
+        return dict(self.request("GET", "/state"))
+
     def holds(self) -> list[dict[str, Any]]:
         """Every hold: id, method, object, started (moref ids of the tasks caught), waiting, released."""
         return list(self.request("GET", "/holds")["holds"])
@@ -302,6 +312,22 @@ class Gpusim:
 
     def clear_reboot_fault(self, host: str) -> None:
         self.request("DELETE", f"/hosts/{host}/reboot-faults")
+
+    def software(self) -> dict[str, Any]:
+        """Depots, each host's vGPU Manager (running, installed, its component), each VM's guest driver and the
+        incidents: running vGPU VMs on a pair NVIDIA does not list, or refused one."""
+        return dict(self.request("GET", "/software"))
+
+    def set_guest_driver(self, vm: str, version: str) -> None:
+        """The guest driver the VM reports ("" none), as a driver install in the guest leaves it."""
+        self.request("POST", f"/vms/{vm}/guest-driver", {"version": version})
+
+    def remediation_fault(self, host: str, kind: str, count: int = 1) -> None:
+        """The host's next installs fail (`fail`), or its next reboot never ends (`stay-down`)."""
+        self.request("POST", f"/hosts/{host}/remediation-fault", {"kind": kind, "count": count})
+
+    def depot_reachable(self, location: str, reachable: bool) -> None:
+        self.request("POST", "/software/depots", {"location": location, "reachable": reachable})
 
     def rename_vm(self, old: str, new: str) -> None:
         """Rename a VM through vCenter's API, as another operator would (Rename_Task on its own connection)."""

@@ -30,6 +30,7 @@ from vgpuctl.domain import (
     ProfileSharing,
     StopReason,
     VmStep,
+    WindowStage,
 )
 
 
@@ -63,6 +64,9 @@ class ObservedGpu:
     nvlink_profiles: list[str] = field(default_factory=list)  # profiles those device groups are offered for
     numa_node: int | None = None  # hardware.numaInfo (API 6.7)
     pci_root: str | None = None  # the topmost bridge above it (GPUDirect RDMA wants the NIC under the same one)
+    # the host's driver runs time-sliced vGPUs of different types on it at once (nvidia-smi -q, read from the
+    # ESXi shell); None: not read, the vSphere version alone decides
+    types_may_mix: bool | None = None
 
 
 @dataclass
@@ -149,6 +153,7 @@ class ObservedHost:
     device_groups: list[ObservedDeviceGroup] | None = None  # NVLink device groups, when they were read
     nics: list[ObservedHostNic] = field(default_factory=list)  # physical NICs (class network)
     properties: dict[str, Any] = field(default_factory=dict)  # bulk-read values a host setting reads for itself
+    nvlink_from_shell: bool = False  # its GPUs' NVLink sets were read in the ESXi shell (vCenter named none)
 
     @property
     def usable(self) -> bool:
@@ -496,12 +501,60 @@ class Problem:
         return f"{self.at}: {text}" if self.at else text
 
 
+@dataclass(frozen=True)
+class GuestDriverMove:
+    """A guest driver a driver upgrade window installs in a running VM (through its guest group's driver role):
+    from the version it reports (or its group declares) to `new`, from the group's file `src` (a controller path as
+    the group's vars give it) with its `sha256`; `why` names the versions and NVIDIA's rule that ask for it."""
+
+    vm: str
+    group: str
+    stage: WindowStage
+    old: str
+    new: str
+    src: str
+    sha256: str
+    why: str
+
+
+@dataclass(frozen=True)
+class GuestDriverOutcome:
+    """What a guest driver move of a window did in its VM: changed, or failed and why."""
+
+    vm: str
+    stage: WindowStage
+    new: str
+    status: Outcome
+    message: str = ""
+
+
+@dataclass
+class UpgradeWindow:
+    """A driver upgrade of hosts' vGPU Managers in the order NVIDIA allows (vgpuctl.hosts.window): guest drivers
+    the new managers would refuse moved first, then the hosts in `batches` (max_unavailable at a time, the order
+    apply takes them), then guest drivers to their group's release. `managers`: host -> [before, after]."""
+
+    batches: list[list[str]] = field(default_factory=list)
+    managers: dict[str, list[str]] = field(default_factory=dict)
+    before: list[GuestDriverMove] = field(default_factory=list)
+    after: list[GuestDriverMove] = field(default_factory=list)
+
+    @property
+    def hosts(self) -> list[str]:
+        return [h for batch in self.batches for h in batch]
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.batches and not self.before and not self.after
+
+
 @dataclass
 class Plan:
     vm_changes: list[VmChange] = field(default_factory=list)
     host_changes: list[HostChange] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)  # the plan cannot be applied: one per reason
     warnings: list[str] = field(default_factory=list)
+    window: UpgradeWindow | None = None  # a driver upgrade of vGPU Managers, with the guest drivers around it
 
     @property
     def errors(self) -> list[str]:
@@ -518,15 +571,18 @@ class Plan:
 
     @property
     def is_empty(self) -> bool:
-        return not self.changes and not self.host_changes
+        return not self.changes and not self.host_changes and (self.window is None or self.window.is_empty)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "host_changes": [asdict(c) for c in self.host_changes],
             "vm_changes": [asdict(c) for c in self.changes],
             "errors": list(self.errors),
             "warnings": list(self.warnings),
         }
+        if self.window is not None and not self.window.is_empty:
+            out["window"] = asdict(self.window)
+        return out
 
 
 # ----------------------------------------------------------------------------------------------- outcomes

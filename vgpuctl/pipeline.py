@@ -17,41 +17,50 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome, Power
+from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome
 from vgpuctl.durations import Deadline
 from vgpuctl.errors import PlanError, UsageError
 from vgpuctl.farm.predict import predict_observed
 from vgpuctl.gcpause import paused_gc
+from vgpuctl.guest.stage import guest_addresses, guest_vms, guests, move_guest_drivers
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_changes
 from vgpuctl.hosts.sshservice import SshServiceRun, explain_shell_errors, only_ssh, ssh_service_for_run
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.inventory import HostSpec, Inventory
-from vgpuctl.model import ApplyResult, HostApplyResult, HostChange, Observed, Plan, Problem, VmOutcome
+from vgpuctl.model import (
+    ApplyResult,
+    GuestDriverOutcome,
+    HostApplyResult,
+    HostChange,
+    Observed,
+    Plan,
+    Problem,
+    VmOutcome,
+)
 from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
 from vgpuctl.progress import (
     Cancel,
     HostProgress,
     Progress,
     VmProgress,
+    cancelled,
 )
 from vgpuctl.records.work import WORK_FIELD, WorkStore
-from vgpuctl.runlocks import check_lock_settings
+from vgpuctl.runlocks import check_lock_settings, held_text, leases_of, still_held, unreadable_hosts, wait_for_hosts
 from vgpuctl.settings import host_properties
 from vgpuctl.settings.facts import MODULE_OPTIONS, HostFacts
 
 if TYPE_CHECKING:
-    from vgpuctl.guest.runner import DeployResult
-    from vgpuctl.model import ApplyResult, VmOutcome
     from vgpuctl.planfile import SavedPlan
     from vgpuctl.scope import Scope, ScopeResult
     from vgpuctl.supervisor.stage import SupervisorRun
+    from vgpuctl.supervisor.vmclasses import SupervisorPlan
     from vgpuctl.vsphere.session import ConnectionSettings, Session
-    from vgpuctl.vsphere.workrecord import LeaseInfo
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -74,13 +83,16 @@ class RunOptions:
     shutdown_timeout_s: float = 120.0
     lock_timeout_s: float = 0.0  # how long to wait for a host lease or VM claim another run holds (--lock-timeout)
     scope: Scope | None = None  # --host/--cluster/--vm: only those entries and what they need (vgpuctl.scope)
-    # `ssh.service: manage`: the hosts whose SSH service this run started (None: the run leaves SSH alone, as
-    # the `host` commands do); `run` and `plan_only` stop them again at their end (vgpuctl.hosts.sshservice)
+    # `ssh.service: manage`: the hosts whose SSH service this apply started (None: the run leaves SSH alone, as
+    # the `host` commands do); `run` stops them again at its end (vgpuctl.hosts.sshservice)
     ssh_service: SshServiceRun | None = None
     evacuate_by_flag: bool = False  # the `host` commands: --evacuate sets the evacuation; messages name the flag
     deadline: Deadline | None = None  # apply --deadline: no host wave and no VM starts after it
     on_lock_wait: Callable[[str], None] | None = None  # --lock-timeout: a line per run the plan waits for
     lock_waited_s: float = 0.0  # how long the plan waited for hosts other runs hold (their problems say so)
+    # a run that changes nothing (plan): no SSH service started, no work record or lease taken over; the shell of
+    # a managed host whose SSH service is stopped is read by the apply that starts it
+    read_only: bool = False
 
 
 # ------------------------------------------------------------------------------------------ 1. load
@@ -127,63 +139,52 @@ def host_facts(
     is set up or an SSH agent runs (without them, MIG, NVLink and scheduler changes are plan errors); fills each
     ObservedHost.module_options with the configured nvidia option string and, on a host where vCenter reported
     no NVLink device groups, its NVLink sets from the shell."""
-    from vgpuctl.hosts.facts import adopt_nvlink_sets, gather_facts, unread_warnings
+    from vgpuctl.hosts.facts import adopt_nvlink_sets, adopt_vgpu_capabilities, gather_facts, unread_warnings
     from vgpuctl.hosts.status import shell_configured
 
     errors = unreadable_hosts(session, observed, specs, options.lock_waited_s)
     hosts = {name: (observed.hosts[name].moid, spec) for name, spec in sorted(specs.items())
              if observed.hosts[name].connection_state == ConnectionState.CONNECTED}
-    if options.ssh_service is not None:  # `ssh.service: manage`: started before the shell is read
-        from vgpuctl.hosts.sshservice import start_for_run
-
-        start_for_run(session, observed, specs, state_of(session, observed, options), options.ssh_service)
-        observed.warnings += options.ssh_service.notes
-        options.ssh_service.notes.clear()
+    deferred = _ssh_services(session, observed, specs, options)
+    shell = shell_configured(specs) or bool(os.environ.get("SSH_AUTH_SOCK"))  # an agent may hold the key
     facts = gather_facts(
         session,
-        hosts,
-        shell=shell_configured(specs) or bool(os.environ.get("SSH_AUTH_SOCK")),  # an agent may hold the key
+        {h: v for h, v in hosts.items() if h not in deferred},
+        shell=shell,
         trust_on_first_use=options.trust_on_first_use,
         on_new_host_key=options.on_new_host_key,
     )
+    later = gather_facts(session, {h: v for h, v in hosts.items() if h in deferred}, shell=False)
+    for f in later.values():
+        f.shell_deferred = shell
+    facts.update(later)
     for name, f in facts.items():
         read = f.get(MODULE_OPTIONS)
         observed.hosts[name].module_options = read.configured if read is not None else ""
         adopt_nvlink_sets(observed, f)  # NVLink sets from nvidia-smi topo where vCenter reported no device groups
+        adopt_vgpu_capabilities(observed, f)  # whether the driver runs different time-sliced types on one GPU
     explain_shell_errors(session, observed, facts)
     observed.warnings += unread_warnings(facts.values())  # one line per cause, naming the hosts
     return facts, errors
 
 
-def unreadable_hosts(session: Session, observed: Observed, hosts: Iterable[str], waited_s: float = 0.0
-                     ) -> list[Problem]:
-    """Why the GPU state of these hosts cannot be read, one problem each: a host another live run holds (its lease:
-    run, user, since, until) is named as held, never as broken (and how long this run waited for it)."""
-    down = sorted(h for h in hosts if observed.hosts[h].connection_state != ConnectionState.CONNECTED)
-    held = leases_of(session, observed, down) if down else {}
-    return [Problem(f"host {h}: {held_text(held[h])}{_waited(waited_s)}: it cannot be planned until that run ends"
-                    if h in held else f"host {h}: {observed.hosts[h].connection_state}; its GPU state cannot be read",
-                    host=h) for h in down]  # fmt: skip
+def _ssh_services(
+    session: Session, observed: Observed, specs: Mapping[str, HostSpec | None], options: RunOptions
+) -> set[str]:
+    """`ssh.service: manage` before the shell is read: an apply starts the stopped SSH services (under the hosts'
+    leases); a plan starts none and returns the hosts whose shell it leaves to apply. Both say so alike."""
+    from vgpuctl.hosts.sshservice import plan_notes, start_for_run
 
-
-def _waited(seconds: float) -> str:
-    return f"; waited {seconds:g} s for it (--lock-timeout)" if seconds > 0 else ""
-
-
-def leases_of(session: Session, observed: Observed, hosts: Iterable[str]) -> dict[str, LeaseInfo]:
-    """The live leases of another run on these hosts (one CurrentTime read, only when one has a lease)."""
-    from vgpuctl.vsphere.workrecord import LEASE_FIELD, live_leases
-
-    values = {h: observed.hosts[h].custom_values.get(LEASE_FIELD, "") for h in hosts if h in observed.hosts}
-    return live_leases(session, values)
-
-
-def held_text(info: LeaseInfo) -> str:
-    """`held by run 3f2a... of alice@ws since 2024-05-01 10:00:00 UTC (lease until 10:01:00 UTC)`."""
-    from datetime import datetime
-
-    until = datetime.fromtimestamp(info.renewed + info.ttl_s).astimezone().strftime("%H:%M:%S %Z")
-    return f"held by {info.describe().replace(' by ', ' of ', 1)} (lease until {until}, renewed while it works)"
+    deferred: set[str] = set()
+    if options.ssh_service is not None:
+        start_for_run(session, observed, specs, state_of(session, observed, options), options.ssh_service)
+        notes = options.ssh_service.notes
+        observed.warnings += notes
+        notes.clear()
+    elif options.read_only:
+        deferred, notes = plan_notes(session, observed, specs, state_of(session, observed, options))
+        observed.warnings += notes
+    return deferred
 
 
 # ------------------------------------------------------------------------------------------ 3. plan
@@ -326,18 +327,14 @@ def plan_when_free(
     held = leases_of(session, observed, _touched(scoped.plan)) if options.lock_timeout_s > 0 else {}
     if not held:
         return scoped, observed
-    from vgpuctl.runlocks import wait_for_hosts
-
     moids = {h: observed.hosts[h].moid for h in held}
     wait_for_hosts(session, moids, held, options.lock_timeout_s, options.on_lock_wait or log.info)
     options.lock_waited_s = options.lock_timeout_s  # the hosts still held after it say so
     observed = observe(session, options.datacenter, inventory)
     scoped = plan_in_scope(session, observed, inventory, options)
     known = {p.host for p in scoped.plan.problems}
-    scoped.plan.refuse(Problem(f"host {h}: {held_text(info)}{_waited(options.lock_timeout_s)}: it cannot be changed "
-                               "until that run ends", host=h)
-                       for h, info in sorted(leases_of(session, observed, _touched(scoped.plan)).items())
-                       if h not in known)  # fmt: skip
+    scoped.plan.refuse(still_held(session, observed, [h for h in _touched(scoped.plan) if h not in known],
+                                  options.lock_timeout_s))
     return scoped, observed
 
 
@@ -386,8 +383,10 @@ def apply_hosts(
     options: RunOptions,
     progress: HostProgress | None = None,
     cancel: Cancel | None = None,
+    window: Iterable[str] = (),
 ) -> HostApplyResult:
-    """Host changes host by host (maintenance, reboot, verify), `max_unavailable` at a time."""
+    """Host changes host by host (maintenance, reboot, verify), `max_unavailable` at a time; a failing host of a
+    driver upgrade `window` stops the hosts after it."""
     check_lock_settings()
     resolved, _ = hostplan.resolve_hosts(specs, observed)
     moids = {name: h.moid for name, h in observed.hosts.items()}
@@ -401,9 +400,19 @@ def apply_hosts(
         cancel=cancel,
         lock_timeout_s=options.lock_timeout_s,
         deadline=options.deadline,
+        window=frozenset(window),
     )
     state = state_of(session, observed, options)
+    _collect_dead_claims(session, observed, {c.host for c in changes})
     return apply_host_changes(session, targets_for(changes, resolved, moids), state, host_options)
+
+
+def _collect_dead_claims(session: Session, observed: Observed, hosts: set[str]) -> None:
+    """The claims dead runs left on the VMs of the hosts this run changes (and whose VMs are gone) go first."""
+    from vgpuctl.vsphere.claims import collect_dead
+
+    on_hosts = [vm.moid for vm in observed.vms.values() if vm.host in hosts and vm.moid]
+    collect_dead(session, on_hosts, [vm.moid for vm in observed.vms.values() if vm.moid])
 
 
 def replan_vms(inventory: Inventory, observed_after: Observed, pending: Sequence[HostChange]) -> Plan:
@@ -456,16 +465,24 @@ def apply(
     progress: Progress | None = None,
     cancel: Cancel | None = None,
 ) -> ApplyOutcome:
-    """Hosts first, and beside them the VMs that wait for none of their changes (planner.independent_changes,
-    `options.parallel` at a time); then observe again the same way, plan the other VMs again and apply them."""
+    """A driver upgrade window's guest drivers first; hosts, and beside them the VMs that wait for none of their
+    changes (planner.independent_changes, `options.parallel` at a time); then observe again the same way, plan the
+    other VMs again and apply them; then the window's guest drivers to their release."""
+    window = the_plan.window
+    moved = move_guest_drivers(session, inventory, window.before if window else [], progress, cancel)
+    if _stopped(moved, cancel):  # no host leaves service
+        return _window_stopped(the_plan, moved, cancelled(cancel))
     if not the_plan.host_changes:
         _vms_planned(progress, the_plan)
         vms = apply_vms(session, the_plan, observed, options, progress, cancel)
-        return ApplyOutcome(None, vms, the_plan, vms.interrupted)
+        moved += move_guest_drivers(session, inventory, window.after if window else [], progress, cancel)
+        return ApplyOutcome(None, vms, the_plan, vms.interrupted, guest_drivers=moved)
     from vgpuctl.planner import independent_changes
 
     early = Plan(vm_changes=independent_changes(the_plan.changes, observed, the_plan.host_changes))
     hosts, early_vms = _hosts_beside_vms(session, observed, inventory, the_plan, early, options, progress, cancel)
+    if window is not None and not set(window.hosts) - hosts.done_hosts:  # every host has its new manager
+        moved += move_guest_drivers(session, inventory, window.after, progress, cancel)
     done = {c.vm for c in early.changes}
     after = observe(session, options.datacenter, inventory)
     rest = inventory.model_copy(update={"vms": [v for v in inventory.vms if v.name not in done]})
@@ -474,12 +491,13 @@ def apply(
     if vm_plan.errors:  # the host results stand; errors that name no VM stop every VM
         left = _not_started(Plan(vm_changes=[c for c in the_plan.changes if c.vm not in done]), failed)
         left.vms = sorted(early_vms.vms + left.vms, key=lambda o: o.vm)
-        return ApplyOutcome(hosts, left, shown, early_vms.interrupted, vm_errors=list(vm_plan.errors))
+        return ApplyOutcome(hosts, left, shown, early_vms.interrupted, vm_errors=list(vm_plan.errors),
+                            guest_drivers=moved)
     _vms_planned(progress, shown)
     vms = apply_vms(session, vm_plan, after, options, progress, cancel)
     vms.vms = sorted(early_vms.vms + vms.vms + _replan_failures(failed), key=lambda o: o.vm)
     vms.interrupted = vms.interrupted or early_vms.interrupted
-    return ApplyOutcome(hosts, vms, shown, vms.interrupted)
+    return ApplyOutcome(hosts, vms, shown, vms.interrupted, guest_drivers=moved)
 
 
 def _hosts_beside_vms(
@@ -491,14 +509,31 @@ def _hosts_beside_vms(
     from vgpuctl.progress import beside
     from vgpuctl.vsphere.workrecord import new_run_id
 
+    window = the_plan.window
+
     def hosts() -> HostApplyResult:
-        return apply_hosts(session, observed, inventory.hosts, the_plan.host_changes, options, progress, cancel)
+        return apply_hosts(session, observed, inventory.hosts, the_plan.host_changes, options, progress, cancel,
+                           window.hosts if window else ())
 
     if not early.changes:
         return hosts(), ApplyResult()
     _vms_planned(progress, early)
     options.run_id = options.run_id or new_run_id()
     return beside(hosts, lambda: apply_vms(session, early, observed, options, progress, cancel), "vgpuctl-vms")
+
+
+def _stopped(moved: Sequence[GuestDriverOutcome], cancel: Cancel | None) -> bool:
+    return cancelled(cancel) or any(o.status == Outcome.FAILED for o in moved)
+
+
+def _window_stopped(the_plan: Plan, moved: list[GuestDriverOutcome], interrupted: bool) -> ApplyOutcome:
+    """The window stopped at its first guest drivers: no host began, no VM change began."""
+    from vgpuctl.model import HostOutcome
+
+    why = "interrupted" if interrupted else "a guest driver of the window could not be moved first"
+    hosts = HostApplyResult([HostOutcome(h, Outcome.NOT_STARTED, message=why)
+                             for h in sorted({c.host for c in the_plan.host_changes})])
+    return ApplyOutcome(hosts, _not_started(the_plan, {}), the_plan, interrupted, guest_drivers=moved)
 
 
 def _vms_planned(progress: Progress | None, vm_plan: Plan) -> None:
@@ -551,47 +586,7 @@ def _not_started(the_plan: Plan, failed: dict[str, list[str]]) -> ApplyResult:
 
 
 # ------------------------------------------------------------------------------------------ 5. guests
-
-
-def guest_vms(inventory: Inventory) -> list[str]:
-    """The inventory's VMs that have a guest group (the ones the guest playbooks configure)."""
-    return [vm.name for vm in inventory.vms if vm.guest is not None and vm.guest.group is not None]
-
-
-def guest_addresses(
-    session: Session,
-    inventory: Inventory,
-    *,
-    wait_s: float = 0.0,
-    poll_s: float = 5.0,
-    progress: Callable[[dict[str, str | None]], None] | None = None,
-) -> dict[str, str | None]:
-    """VM name -> guest address of the guest VMs: one bulk read, or with `wait_s` one per `poll_s` until every
-    guest VM that should run reports an address (None for those that did not)."""
-    from vgpuctl.guest.addresses import read_addresses, wait_for_addresses
-
-    if wait_s <= 0:
-        return read_addresses(session, guest_vms(inventory))
-    running = [name for name in guest_vms(inventory)
-               if (vm := inventory.vm(name)) is not None and vm.power != Power.OFF]
-    return wait_for_addresses(
-        lambda: read_addresses(session, running), timeout_s=wait_s, poll_s=poll_s, progress=progress
-    )
-
-
-def guests(
-    inventory: Inventory,
-    addresses: dict[str, str | None],
-    *,
-    check: bool = False,
-    limit: str | None = None,
-    keep_runs: int = 10,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
-) -> DeployResult:
-    """The guest playbooks on every guest VM with an address (ansible-runner, vgpuctl.guest)."""
-    from vgpuctl.guest.runner import deploy
-
-    return deploy(inventory, addresses, check=check, limit=limit, keep_runs=keep_runs, on_event=on_event)
+# guest_vms, guest_addresses, guests: vgpuctl.guest.stage
 
 
 # ------------------------------------------------------------------------------------------ the whole run
@@ -604,7 +599,8 @@ class GuestStage:
     wait_s: float = 600.0
     poll_s: float = 5.0
     limit: str | None = None
-    on_addresses: Callable[[dict[str, str | None]], None] | None = None  # each read while waiting
+    # the live display of the wait for the guests' addresses, fed each read (VM name -> address or None)
+    waiting: Callable[[], AbstractContextManager[Callable[[dict[str, str | None]], None]]] | None = None
     # the live display of the playbooks for these guests, taking ansible-runner's events
     display: Callable[[list[str]], AbstractContextManager[EventSink]] | None = None
 
@@ -618,6 +614,12 @@ class RunRequest:
     saved_path: Path | None = None
     allow_destroy: bool = False  # VMs with state: absent may be destroyed (also allow_destroy: true in the inventory)
     guests: GuestStage | None = None
+    # a saved plan's section is compared with this document of the plan made again (reports.plan.plan_section)
+    plan_document: Callable[[Plan, ScopeResult | None, SupervisorPlan | None], dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.saved is not None and self.plan_document is None:
+            raise ValueError("a saved plan's run needs the plan document to compare it with")
 
 
 class RunHooks(Protocol):
@@ -682,12 +684,15 @@ def run(
     request = request or RunRequest()
     hooks = hooks or QuietHooks()
     stage = request.guests if request.guests is not None and guest_vms(inventory) else None
-    with open_session(settings) as session, ssh_service_for_run(session, options):
+    if not request.apply:
+        options = replace(options, read_only=True)
+    with open_session(settings) as session, ssh_service_for_run(session, options) if request.apply else nullcontext():
         outcome = within_session(session, inventory, options, request, hooks)
         if stage is not None and outcome.failure() is None:
-            outcome.addresses = guest_addresses(
-                session, inventory, wait_s=stage.wait_s, poll_s=stage.poll_s, progress=stage.on_addresses
-            )
+            with stage.waiting() if stage.waiting is not None else nullcontext(None) as on_read:
+                outcome.addresses = guest_addresses(
+                    session, inventory, wait_s=stage.wait_s, poll_s=stage.poll_s, progress=on_read
+                )
         outcome.round_trips = session.round_trips
     if stage is not None and outcome.addresses is not None:
         names = [n for n in guest_vms(inventory) if outcome.addresses.get(n)]
@@ -720,9 +725,11 @@ def carry_out(
         planned = Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips,
                           scoped.scope, scoped.facts)
         if request.saved is not None and request.saved_path is not None:
-            from vgpuctl.planfile import check_still_valid
+            from vgpuctl.planfile import check_same_plan, check_still_valid
 
             check_still_valid(request.saved_path, request.saved, planned.vcenter, observed, the_plan, classes)
+            assert request.plan_document is not None  # RunRequest requires it with a saved plan
+            check_same_plan(request.saved_path, request.saved, request.plan_document(the_plan, scoped.scope, classes))
         hooks.planned(planned)
         if the_plan.errors:
             raise PlanError(list(the_plan.errors))
@@ -753,10 +760,11 @@ def refuse_unallowed_removals(the_plan: Plan, inventory: Inventory, request: Run
 
 def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOptions) -> Planned:
     """The plan of an inventory, nothing applied and nothing raised for its errors (experiments check variants
-    with it)."""
+    with it): read-only, nothing written to vCenter (RunOptions.read_only)."""
     from vgpuctl.vsphere.session import open_session
 
-    with open_session(settings) as session, ssh_service_for_run(session, options):
+    options = replace(options, read_only=True)
+    with open_session(settings) as session:
         observed = observe(session, options.datacenter, inventory)
         scoped, observed = plan_when_free(session, observed, inventory, options)
         the_plan, inventory = scoped.plan, scoped.inventory

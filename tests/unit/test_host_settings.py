@@ -39,7 +39,7 @@ from vgpuctl.settings import (
     shell_facts,
 )
 from vgpuctl.settings.base import HostSetting, PlanInput
-from vgpuctl.settings.facts import MODULE_PARAMETERS, TOPOLOGY, GpuQuery
+from vgpuctl.settings.facts import MODULE_PARAMETERS, TOPOLOGY, VGPU_CAPABILITIES, GpuQuery
 from vgpuctl.settings.pergpu import GpuList
 
 pytestmark = pytest.mark.unit
@@ -66,6 +66,7 @@ NOT_SETTINGS = {
         "custom_values": "work records and leases (vgpuctl.records.work, vgpuctl.vsphere.workrecord)",
         "device_groups": "VM apply: the NVLink device group names a grouped add attaches (vgpuctl.vms.apply)",
         "properties": "the values of bulk-read properties a setting declares beyond the farm model's (its own)",
+        "nvlink_from_shell": "saved plans: NVLink sets the shell gave are left out of the farm's digest (planfile)",
     },
     ObservedGpu: {
         "vms": "VM placement and status",
@@ -74,18 +75,20 @@ NOT_SETTINGS = {
         "nvlink_profiles": "VM placement (NVLink device groups)",
         "numa_node": "GPUDirect RDMA: the GPU's NUMA node against its NIC's (vgpuctl.vms.gpudirect)",
         "pci_root": "GPUDirect RDMA: the GPU's PCI root against its NIC's (vgpuctl.vms.gpudirect)",
+        "types_may_mix": "VM placement: the driver's word on types of one size sharing a GPU (from the shell)",
     },
 }
 # Facts every gathering reads that no setting declares, and what reads them.
 SHARED_READERS = {
     TOPOLOGY.name: "placement's NVLink sets where vCenter lists no device groups (hosts.facts.adopt_nvlink_sets)",
     MODULE_PARAMETERS.name: "host planning: a setting that writes an undeclared module parameter is refused",
+    VGPU_CAPABILITIES.name: "placement: types of one size on one GPU (hosts.facts.adopt_vgpu_capabilities)",
 }
 # Product modules outside vgpuctl/settings/ that may import one setting's module, and why.
 NAMES_A_SETTING = {
     "experiment/facts.py": "an experiment compares NVLink on and off: it reads the inventory's nvlink setting",
 }
-SETTING_MODULES = {"graphics", "gpumodes", "ecc", "nvlink", "scheduler", "sriov", "pvrdma"}
+SETTING_MODULES = {"graphics", "gpumodes", "ecc", "nvlink", "scheduler", "sriov", "pvrdma", "vgpu_manager"}
 
 
 def _read(kind: type) -> set[str]:
@@ -286,5 +289,5 @@ def test_a_gpu_query_parses_its_case() -> None:
         query = queries[case["query"]]
         text = (ROOT / "tests" / "fixtures" / "nvidia-smi" / case["fixture"]).read_text(encoding="utf-8")
         rows = parse_query_csv(text, case.get("fields"))
-        got = [dataclasses.asdict(v) if (v := query.parse(r)) is not None else None for r in rows]
+        got = [dataclasses.asdict(v) if dataclasses.is_dataclass(v := query.parse(r)) else v for r in rows]
         assert got == case["expect"], case["fixture"]

@@ -180,7 +180,7 @@ def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream 
         what = f"{out} was not saved (--out)" if out is not None else "nothing can be applied"
         raise PlanRefused(list(planned.plan.errors), what)
     if out is not None:
-        save_plan(out, file, planned, report)
+        save_plan(out, file, planned)
     code = EXIT_CHANGES_PENDING if detailed_exitcode and not planned.is_empty else 0
     if stream is not None:
         stream.summary([], [], interrupted=False, exit_code=code)
@@ -200,14 +200,15 @@ def show_plan(report: PlanReport, opts: GlobalOptions, to_stderr: bool = False) 
     common.show(report.render_text(common.text_layout(opts)), err=to_stderr or opts.json or opts.text_to_stderr)
 
 
-def save_plan(out: Path, file: Path, planned: Planned, report: PlanReport) -> None:
+def save_plan(out: Path, file: Path, planned: Planned) -> None:
     from vgpuctl import planfile
     from vgpuctl.filelimits import read_text
 
     text = read_text(file)  # the inventory as planned: the file was read once already, bounded again
     basis = planfile.basis_of(planned.observed, planned.plan, planned.classes)
-    document = report.to_dict()
-    document.pop("round_trips", None)
+    from vgpuctl.reports.plan import plan_section
+
+    document = plan_section(planned.plan, planned.scope, planned.classes)  # what apply compares
     planfile.save(out, planfile.SavedPlan(text, str(file), planned.vcenter, basis, document))
     common.info(f"Saved the plan to {out}; `vgpuctl show {out}` shows it, `vgpuctl apply {out}` applies exactly it.")
 
@@ -263,12 +264,15 @@ def apply_cmd(
         scope = saved_scope(shown)
     options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
                                  trust_on_first_use=ssh_trust_on_first_use, scope=scope, deadline=window)
-    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy)
+    from vgpuctl.reports.plan import plan_section
+
+    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy,
+                                  plan_document=plan_section)
     with cli_events.event_stream(events, opts, options.run_id) as stream:
         if stream is not None:
             where = str(saved_plan) if saved_plan is not None else str(file)
             stream.run_start("apply", where, scope)
-        hooks = CliHooks(opts, yes=yes, events=stream, saved_report=shown)
+        hooks = CliHooks(opts, yes=yes, events=stream)  # shows the plan made again: a saved one is the same
         outcome = run_apply(opts, inventory, options, request, hooks=hooks)
     if opts.json:
         common.emit(apply_document(outcome, opts), opts)
@@ -277,7 +281,8 @@ def apply_cmd(
 
 def load_request(saved_plan: Path | None, file: Path | None,
                  scope: Scope | None) -> tuple[SavedPlan | None, Inventory, PlanReport | None]:
-    """The inventory to apply: the -f file, or the saved plan's inventory with its report (shown as saved)."""
+    """The inventory to apply: the -f file, or the saved plan's inventory with its report (whose scope the run
+    keeps; apply shows the plan it makes again, which must be the saved one)."""
     from vgpuctl import pipeline
 
     if saved_plan is not None and file is None:
@@ -355,7 +360,6 @@ class CliHooks:
     yes: bool = False
     only_if_disruptive: bool = False  # `vm vgpu`: ask only before power-offs and removals
     events: EventStream | None = None
-    saved_report: PlanReport | None = None  # apply PLANFILE: the plan as saved (the one made now is the same)
     report: PlanReport | None = field(default=None, init=False)
     display: ApplyDisplay | None = field(default=None, init=False)
     began: bool = field(default=False, init=False)  # the apply itself started: the farm may have changed
@@ -363,10 +367,8 @@ class CliHooks:
 
     def planned(self, planned: Planned) -> None:
         """Show the plan, also one with problems (the run refuses it right after, in one line)."""
-        self.report = self.saved_report or plan_document(planned, self.opts)
-        if planned.plan.errors:
-            self.report = plan_document(planned, self.opts)  # a saved plan had none: show what refuses it now
-            self.showed_problems = True
+        self.report = plan_document(planned, self.opts)
+        self.showed_problems = bool(planned.plan.errors)
         if self.events is not None:
             self.events.plan(self.report)
         show_plan(self.report, self.opts)
@@ -423,10 +425,11 @@ def _progress(display: ApplyDisplay, events: EventStream | None) -> Iterator[Pro
 
 
 def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = None) -> ApplyReport:
-    """The apply's document; round trips only with -v."""
+    """The apply's document, with the error that fails the run when one does; round trips only with -v."""
     from vgpuctl.reports.apply import apply_report
 
     applied = outcome.applied
+    failure = outcome.failure()
     return apply_report(
         outcome.planned.plan,
         outcome.vm_result,
@@ -438,6 +441,9 @@ def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = No
         round_trips=outcome.round_trips if opts.verbose else None,
         scope=outcome.planned.scope,
         deadline=applied.deadline.text if applied is not None and applied.deadline is not None else None,
+        class_outcomes=outcome.classes.outcomes if outcome.classes is not None else (),
+        error=common.error_report(failure).error if failure is not None else None,
+        guest_drivers=applied.guest_drivers if applied is not None else (),
     )
 
 

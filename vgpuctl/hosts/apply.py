@@ -96,6 +96,7 @@ class HostApplyOptions:
     evacuate_by_flag: bool = False  # --evacuate set the evacuation (the `host` commands): messages name the flag
     deadline: Deadline | None = None  # apply --deadline: no wave starts after it
     clock: Callable[[], float] = time.time  # the wall clock the deadline is read on
+    window: frozenset[str] = frozenset()  # hosts of a driver upgrade window: one failing stops the rest
 
 
 def apply_host_changes(
@@ -136,7 +137,8 @@ def held_back(
     wave: Sequence[HostTarget], so_far: HostApplyResult, opts: HostApplyOptions
 ) -> tuple[list[HostTarget], list[HostOutcome]]:
     """The hosts of a wave that start, and an outcome (not started, and why) for each one that does not: after
-    Ctrl-C, once the deadline passed, or once the run's failed hosts reached the host's failure limit."""
+    Ctrl-C, once the deadline passed, after a failed host of a driver upgrade window, or once the run's failed
+    hosts reached the host's failure limit."""
     if cancelled(opts.cancel):
         return [], [HostOutcome(t.name, Outcome.NOT_STARTED, message="interrupted") for t in wave]
     deadline = opts.deadline
@@ -145,6 +147,9 @@ def held_back(
         return [], [HostOutcome(t.name, Outcome.NOT_STARTED, message=why, stopped_by=StopReason.DEADLINE)
                     for t in wave]  # fmt: skip
     failed = so_far.failed
+    if set(failed) & opts.window:  # no other host of the window leaves service, --keep-going or not
+        why = f"{', '.join(failed)} failed: the driver upgrade window stops before another host leaves"
+        return [], [HostOutcome(t.name, Outcome.NOT_STARTED, message=why) for t in wave]
     start, held = [], []
     for t in wave:
         limit = failure_limit(t.spec, opts.keep_going)
@@ -424,10 +429,13 @@ class _HostRun:
             if changes:
                 self._forward(step.name)
                 self._enter(step.name)
-                reboot = self._write(step, changes) or reboot
+                writer = self._write(step, changes)
+                if writer.rebooted:  # the write rebooted the host after every write before it (vLCM)
+                    reboot, self.out.rebooted = False, True
+                reboot = writer.reboot_pending or reboot
         return reboot
 
-    def _write(self, step: ApplyStep, changes: list[HostChange]) -> bool:
+    def _write(self, step: ApplyStep, changes: list[HostChange]) -> HostWriter:
         writer = HostWriter(self.session, self.t.name, self.t.moid, self._step, self._done, self._shell)
         for setting in SETTINGS:
             mine = [c for c in changes if c.kind in setting.kinds]
@@ -435,7 +443,7 @@ class _HostRun:
                 setting.apply(step, mine, writer)
         if step.finish is not None:
             step.finish(writer, changes)
-        return writer.reboot_pending
+        return writer
 
     def _shell(self) -> AbstractContextManager[Any]:
         if self.opts.open_shell is not None:

@@ -8,6 +8,7 @@ what a scoped plan pulled in and left out, warnings, errors and a one-line summa
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
@@ -26,6 +27,7 @@ from vgpuctl.model import (
     VmChange,
 )
 from vgpuctl.reports.base import TERMINAL, Report, Scalar, TextLayout, VgpuCount, optional
+from vgpuctl.reports.window import WindowReport, window_lines, window_report
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
 
 if TYPE_CHECKING:
@@ -267,6 +269,7 @@ class PlanReport(Report):
     namespaces: list[NamespaceDiff] = field(default_factory=list)
     scope: PlanScope | None = field(default=None, metadata={"omit_none": True})
     problems: list[PlanProblem] = field(default_factory=list)  # beside the changes: what cannot be carried out
+    window: WindowReport | None = field(default=None, metadata={"omit_none": True})  # a driver upgrade window
 
     def render_text(self, layout: TextLayout = TERMINAL) -> Any:
         """The diff (vgpuctl.reports.plan): colored on a terminal, plain lines in a pipe."""
@@ -277,7 +280,8 @@ class PlanReport(Report):
 
     @property
     def is_empty(self) -> bool:
-        return not (self.host_changes or self.vm_changes or self.vm_classes or self.namespaces)
+        return not (self.host_changes or self.vm_changes or self.vm_classes or self.namespaces
+                    or (self.window is not None and not self.window.is_empty))
 
 
 def validate_report(file: str, inventory: Inventory) -> ValidateReport:
@@ -380,6 +384,7 @@ def plan_report(plan: Plan, round_trips: int | None = None, scope: ScopeResult |
         round_trips=round_trips,
         scope=plan_scope(scope) if scope is not None else None,
         problems=[plan_problem(p) for p in plan.problems],
+        window=window_report(plan.window, plan.host_changes),
     )
 
 
@@ -418,6 +423,8 @@ def host_diff(h: HostChange) -> HostDiff:
     new, evacuation = h.new, None
     if isinstance(h.new, EvacuationAction):
         new, evacuation = str(h.new), Evacuation(h.new.kind, h.new.destination)
+    elif not isinstance(h.new, str | int | float | bool | type(None)):  # a setting's typed value: its text
+        new = str(h.new)
     return HostDiff(h.host, h.kind, gpu, h.old, new, h.disruptive, h.needs_reboot, h.phase, evacuation)
 
 
@@ -530,6 +537,8 @@ def plan_lines(report: PlanReport, full: bool = False) -> list[str]:
     lines += [line for c in report.vm_classes if c.op != "-" for line in class_lines(c)]
     lines += [line for n in report.namespaces for line in namespace_lines(n)]
     lines += [line for c in report.vm_classes if c.op == "-" for line in class_lines(c)]
+    if report.window is not None:
+        lines += window_lines(report.window)
     if report.disruptions:
         lines.append("Disruptive steps:")
         lines += [f"  {disruption_line(d)}" for d in report.disruptions]
@@ -690,10 +699,18 @@ def summary_lines(report: PlanReport) -> list[str]:
     s = report.summary
     if report.errors:
         refused = f"Plan has {s.errors} error{'s' if s.errors != 1 else ''}; nothing can be applied."
-        return [refused] if report.is_empty else [plan_counts(s), refused]
+        return [refused] if report.is_empty else [counts_line(report), refused]
     if report.is_empty:
         return ["No changes: the farm matches the inventory."]
-    return [plan_counts(s)]
+    return [counts_line(report)]
+
+
+def counts_line(report: PlanReport) -> str:
+    """The counts of the plan's changes, with a driver upgrade window's guest driver changes."""
+    s = report.summary
+    guests = (len(report.window.before) + len(report.window.after)) if report.window is not None else 0
+    return plan_counts(s) if not guests else plan_counts(s)[:-1] + f", {guests} guest driver change" + (
+        "s." if guests != 1 else ".")
 
 
 def plan_counts(s: PlanSummary) -> str:
@@ -722,3 +739,11 @@ def styled(lines: list[str]) -> Any:
         text.append(line + "\n", style=STYLES.get(line.lstrip()[:1], ""))
     text.rstrip()
     return text
+
+
+def plan_section(plan: Plan, scope: ScopeResult | None, classes: SupervisorPlan | None) -> dict[str, Any]:
+    """A plan file's plan section: `plan`'s document of the plan (its scope and VM classes with it), without the
+    round trips it took; what `plan --out` saves and `apply PLANFILE` compares the plan it makes again with."""
+    document = with_class_plan(plan_report(plan, None, scope), classes).to_dict()
+    document.pop("round_trips", None)
+    return dict(json.loads(json.dumps(document)))  # as the file holds it: JSON's types

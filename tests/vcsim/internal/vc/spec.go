@@ -30,6 +30,8 @@ type Spec struct {
 	Supervisor *vapi.Supervisor `yaml:"supervisor" json:"supervisor"`
 	// Networks are port groups beside "VM Network": standard or on a distributed switch (network.go).
 	Networks []NetworkSpec `yaml:"networks" json:"networks"`
+	// Software: clusters managed by a vLCM image, depots and their components, guest drivers (software.go).
+	Software *farm.SoftwareSpec `yaml:"software" json:"software"`
 
 	// Catalog is the vGPU type catalogue the farm's boards and profiles come from (not in farm files;
 	// nil: farm.DefaultCatalog).
@@ -55,6 +57,9 @@ type ClusterSpec struct {
 	// ExtraProfiles are profiles the hosts offer beyond the catalogue (a driver newer than the catalogue);
 	// a vGPU of one takes a GPU of its own.
 	ExtraProfiles []string `yaml:"extra_profiles" json:"extra_profiles"`
+	// SingleTypeDriver: the hosts' driver reports "Heterogeneous Time-Slice Profiles: Not Supported", so an
+	// equal-size GPU holds one vGPU type at a time.
+	SingleTypeDriver bool `yaml:"single_type_driver" json:"single_type_driver"`
 	// VgpuManager is the NVIDIA vGPU Manager version the hosts have installed ("" the default, farm.DefaultManager;
 	// "none": not installed, the GPUs offer no vGPU types); SSH the SSH service (TSM-SSH) and lockdown mode.
 	VgpuManager string        `yaml:"vgpu_manager" json:"vgpu_manager"`
@@ -190,6 +195,9 @@ func (s *Spec) Validate() error {
 	if err := s.validateNetworks(s.hostNames()); err != nil {
 		return err
 	}
+	if err := s.validateSoftware(); err != nil {
+		return err
+	}
 	vmNames := map[string]bool{}
 	for _, list := range [][]VMSpec{s.Templates, s.VMs} {
 		for i, vm := range list {
@@ -231,7 +239,7 @@ func (c ClusterSpec) hostSpec(name, cluster string) farm.HostSpec {
 		Name: name, Cluster: cluster, Model: c.Model, GPUs: c.GPUs, NVLink: c.NVLink,
 		DefaultGraphicsType: c.GraphicsType, AssignmentPolicy: c.AssignmentPolicy, VgpuMode: c.VgpuMode,
 		MIG: c.MIG, ModuleOptions: c.NvidiaOptions, ProfilePrefix: c.ProfilePrefix, UndeclaredParams: c.UndeclaredParams,
-		ExtraProfiles: c.ExtraProfiles,
+		ExtraProfiles: c.ExtraProfiles, SingleTypeDriver: c.SingleTypeDriver,
 		Access: farm.AccessSpec{Manager: c.VgpuManager, SSHStopped: c.SSH.Stopped, SSHPolicy: c.SSH.Policy,
 			Lockdown: c.SSH.Lockdown, LockdownExceptions: c.SSH.LockdownExceptions},
 	}
