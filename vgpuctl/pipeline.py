@@ -43,13 +43,7 @@ from vgpuctl.model import (
     VmOutcome,
 )
 from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
-from vgpuctl.progress import (
-    Cancel,
-    HostProgress,
-    Progress,
-    VmProgress,
-    cancelled,
-)
+from vgpuctl.progress import Cancel, HostProgress, Progress, VmProgress, cancelled
 from vgpuctl.records.work import WORK_FIELD, WorkStore
 from vgpuctl.runlocks import check_lock_settings, held_text, leases_of, still_held, unreadable_hosts, wait_for_hosts
 from vgpuctl.settings import host_properties
