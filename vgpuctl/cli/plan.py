@@ -252,6 +252,7 @@ def apply_cmd(
     the farm changed since it was made.
     """
     from vgpuctl import pipeline
+    from vgpuctl.reports.plan import plan_section
 
     opts: GlobalOptions = ctx.obj
     window = common.parse_deadline_option(deadline) if deadline is not None else None
@@ -264,8 +265,6 @@ def apply_cmd(
         scope = saved_scope(shown)
     options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
                                  trust_on_first_use=ssh_trust_on_first_use, scope=scope, deadline=window)
-    from vgpuctl.reports.plan import plan_section
-
     request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy,
                                   plan_document=plan_section)
     with cli_events.event_stream(events, opts, options.run_id) as stream:
