@@ -30,7 +30,7 @@ from pyVmomi import vim
 
 from vgpuctl import pipeline
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
-from vgpuctl.vsphere.workrecord import Fields, Lease
+from vgpuctl.vsphere.workrecord import WAIT_POLL_S, Fields, Lease
 
 pytestmark = pytest.mark.sim
 
@@ -235,6 +235,8 @@ def test_a_plan_with_an_impossible_host_change_shows_everything_and_changes_noth
     assert doc["kind"] == "plan" and sorted(v["vm"] for v in doc["vm_changes"]) == ["far-01", "far-02", "near-01"]
     assert [(p["subject"], p["name"]) for p in doc["problems"]] == [("host", H1)]
     assert "busy-01" in doc["problems"][0]["message"] and doc["summary"]["errors"] == 1
+    assert doc["error"]["type"] == "PlanRefused" and doc["error"]["message"].endswith("nothing can be applied")
+    assert [d["message"] for d in doc["error"]["details"]] == [doc["problems"][0]["message"]]
     saved = tmp_path / "tonight.plan"
     code, out, err = _run(sim, tmp_path, "plan", "--out", str(saved), text=text)
     assert code == 1 and not saved.exists(), out + err
@@ -297,7 +299,7 @@ def test_lock_timeout_waits_for_the_held_host_and_plans_it_as_it_is_then(held: t
             if f"host {H1}: waiting for run other-run-7 by " in line:
                 break
         assert seen and "since " in seen[-1] and "s more" in seen[-1], "".join(seen)
-        time.sleep(5 * POLL_S)  # a few more of its 2 s polls would each have printed a line before
+        time.sleep(2.5 * WAIT_POLL_S)  # two more of its polls, each of which would print a line of its own if broken
     finally:
         sim.host_up(H1)  # the other run is done: the host is back and let go
         lease.release()

@@ -168,17 +168,19 @@ def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream 
     asked for); a plan with problems is refused after it is shown (one line, exit 1, whatever was asked, and
     not saved)."""
     report = plan_document(planned, opts)
+    what = f"{out} was not saved (--out)" if out is not None else "nothing can be applied"
+    refused = PlanRefused(list(planned.plan.errors), what) if planned.plan.errors else None
+    report.error = common.error_report(refused).error if refused is not None else None
     if stream is not None:
         stream.plan(report)
     if opts.json:
         common.emit(report, opts)
     else:
         show_plan(report, opts)
-    if planned.plan.errors:
+    if refused is not None:
         if stream is not None:
             stream.summary([], [], interrupted=False, exit_code=1, error="the plan has errors")
-        what = f"{out} was not saved (--out)" if out is not None else "nothing can be applied"
-        raise PlanRefused(list(planned.plan.errors), what)
+        raise refused
     if out is not None:
         save_plan(out, file, planned)
     code = EXIT_CHANGES_PENDING if detailed_exitcode and not planned.is_empty else 0

@@ -26,7 +26,7 @@ from vgpuctl.model import (
     Problem,
     VmChange,
 )
-from vgpuctl.reports.base import TERMINAL, Report, Scalar, TextLayout, VgpuCount, optional
+from vgpuctl.reports.base import TERMINAL, ErrorInfo, Report, Scalar, TextLayout, VgpuCount, optional
 from vgpuctl.reports.window import WindowReport, window_lines, window_report
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
 
@@ -270,6 +270,8 @@ class PlanReport(Report):
     scope: PlanScope | None = field(default=None, metadata={"omit_none": True})
     problems: list[PlanProblem] = field(default_factory=list)  # beside the changes: what cannot be carried out
     window: WindowReport | None = field(default=None, metadata={"omit_none": True})  # a driver upgrade window
+    # `plan` of a plan with problems: the error that refuses it after it is shown (the error document's `error`)
+    error: ErrorInfo | None = optional()  # noqa: RUF009 - None, not a shared object
 
     def render_text(self, layout: TextLayout = TERMINAL) -> Any:
         """The diff (vgpuctl.reports.plan): colored on a terminal, plain lines in a pipe."""
