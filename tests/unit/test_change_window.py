@@ -142,6 +142,17 @@ def test_max_failures_sets_the_limit_per_host_entry_and_keep_going_does_not_lift
     assert failure_limit(wave[2].spec, keep_going=False) == 1 and failure_limit(wave[2].spec, keep_going=True) is None
 
 
+def test_a_failed_host_of_a_driver_upgrade_window_holds_every_later_wave_whatever_the_limits() -> None:
+    wave = [_target("h2", max_failures=3), _target("h3")]
+    for keep_going in (False, True):
+        opts = HostApplyOptions(keep_going=keep_going, window=frozenset({"h1", "h2", "h3"}))
+        start, held = held_back(wave, _failed("h1"), opts)
+        assert start == [] and [o.host for o in held] == ["h2", "h3"]
+        assert held[0].message == "h1 failed: the driver upgrade window stops before another host leaves"
+    start, _ = held_back(wave, _failed("h9"), HostApplyOptions(keep_going=True, window=frozenset({"h2", "h3"})))
+    assert [t.name for t in start] == ["h2", "h3"]  # a failed host outside the window: the usual limits
+
+
 def test_no_wave_starts_after_the_deadline_or_ctrl_c() -> None:
     wave = [_target("h1"), _target("h2")]
     opts = HostApplyOptions(deadline=Deadline(NOW), clock=lambda: NOW - 1)
