@@ -24,7 +24,7 @@ from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.common import error_report
 from vgpuctl.cli.main import app
 from vgpuctl.cli.sim import parse_env_file, with_esxi_env
-from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, Outcome, Phase, WindowStage
+from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, Outcome, Phase, StopReason, VmStep, WindowStage
 from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, PreflightFailed, UsageError
 from vgpuctl.experiment.output import write_report
 from vgpuctl.experiment.runner import RunSummary, run_experiment
@@ -53,6 +53,7 @@ from vgpuctl.model import (
     ObservedVm,
     Op,
     Plan,
+    Problem,
     SupervisorApplyResult,
     UpgradeWindow,
     VmChange,
@@ -203,6 +204,25 @@ def a_plan() -> Plan:
         ],
         warnings=["vm b: something to know"],
     )
+
+
+def a_plan_with_problems() -> Plan:
+    """A plan whose host change cannot be carried out, beside its other changes (a plan that exits 1)."""
+    the_plan = a_plan()
+    the_plan.problems = [Problem("host esx-01: its mig change needs maintenance mode", host="esx-01"),
+                         Problem("no room", vm="a", at="inv.yaml:9:5"), Problem("vCenter is too old")]  # fmt: skip
+    return the_plan
+
+
+def stopped_apply_report() -> ApplyReport:
+    """An apply a change window cut short: a host kept back by max_failures, a host and a VM by the deadline."""
+    hosts = HostApplyResult([
+        HostOutcome("esx-01", Outcome.FAILED, phase="reboot", message="timeout"),
+        HostOutcome("esx-02", Outcome.NOT_STARTED, message="1 host(s) failed", stopped_by=StopReason.MAX_FAILURES),
+        HostOutcome("esx-03", Outcome.NOT_STARTED, message="the deadline passed", stopped_by=StopReason.DEADLINE),
+    ])  # fmt: skip
+    vms = ApplyResult([VmOutcome("b", Outcome.NOT_STARTED, left=[VmStep.POWER_ON], stopped_by=StopReason.DEADLINE)])
+    return build_apply_report(a_plan(), vms, hosts=hosts, deadline="2026-12-01T06:00:00+01:00")
 
 
 def window_plan() -> Plan:
@@ -450,6 +470,8 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "plan#scoped": lambda _t: scoped_plan(),
     "apply": lambda _t: apply_report(),
     "apply#vm-verbose": lambda _t: apply_report(verbose=1, vm="a"),
+    "plan#problems": lambda _t: plan_report(a_plan_with_problems()),
+    "apply#stopped": lambda _t: stopped_apply_report(),
     "apply#failed": lambda _t: failed_apply_report(),
     "validate": lambda _t: validate_report("inv.yaml", load_inventory_text(HOSTS, "inv.yaml")),
     "explain": lambda _t: explain_report(),
@@ -546,6 +568,9 @@ def _rename_first_key(doc: Any, old: str, new: str) -> bool:
         ("plan", "namespace", "name"),
         ("status", "vm_class", "name"),
         ("apply", "failed", "errors_seen"),
+        ("plan#problems", "subject", "target"),
+        ("apply#stopped", "stopped_by", "reason"),
+        ("apply#stopped", "reason", "why"),
         ("error", "details", "problems"),
         ("host", "gpu", "pci_id"),
         ("profiles", "profile", "name"),

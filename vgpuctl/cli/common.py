@@ -10,6 +10,7 @@ import os
 import re
 import stat
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from vgpuctl import filelimits
+from vgpuctl.durations import DAY_S, Deadline, duration_seconds, parse_deadline
 from vgpuctl.errors import Interrupted, InventoryError, PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
@@ -384,24 +386,29 @@ def run_options(opts: GlobalOptions, inventory: Inventory | None, **fields: Any)
     from vgpuctl.vsphere.workrecord import new_run_id
 
     fields.setdefault("lock_timeout_s", opts.lock_timeout)
+    fields.setdefault("on_lock_wait", info)  # --lock-timeout: the line per run a plan waits for
     fields.setdefault("run_id", new_run_id())  # named in events, work records and leases
     return RunOptions(datacenter=datacenter_for(opts, inventory), on_new_host_key=new_host_key, **fields)
 
 
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
-MAX_LOCK_WAIT_S = 24 * 3600.0
+MAX_LOCK_WAIT_S = DAY_S
 
 
 def parse_duration(text: str, option: str) -> float:
     """Seconds from `90`, `90s`, `5m`, `1h30m`, `2m30s`: finite, 0 to a day."""
-    m = _DURATION.fullmatch(text.strip())
-    if not text.strip() or m is None:
-        raise UsageError(f"{option} {text!r}: expected a duration such as 90, 90s, 5m or 1h30m")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total > MAX_LOCK_WAIT_S:
-        raise UsageError(f"{option} {text!r}: at most {MAX_LOCK_WAIT_S / 3600:g}h")
-    return total
+    try:
+        return duration_seconds(text, MAX_LOCK_WAIT_S)
+    except ValueError as err:
+        raise UsageError(f"{option} {text!r}: {err}") from None
+
+
+def parse_deadline_option(text: str, option: str = "--deadline") -> Deadline:
+    """`--deadline`: a time with its date and UTC offset, or a duration from now; a usage error when it is not in
+    the future."""
+    try:
+        return parse_deadline(text, time.time())
+    except ValueError as err:
+        raise UsageError(f"{option}: {err}") from None
 
 
 def new_host_key(host: str, fingerprint: str) -> None:

@@ -14,7 +14,7 @@ from vgpuctl.cli import common
 from vgpuctl.cli import events as cli_events
 from vgpuctl.cli.common import EXIT_CHANGES_PENDING, GlobalOptions
 from vgpuctl.domain import DEFAULT_PARALLEL
-from vgpuctl.errors import PlanError, UsageError, VgpuctlError
+from vgpuctl.errors import PlanError, PlanRefused, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.cli.display import ApplyDisplay
@@ -37,6 +37,18 @@ KeepGoing = Annotated[bool, typer.Option("--keep-going", help="When a host chang
 SshTofu = Annotated[
     bool,
     typer.Option("--ssh-trust-on-first-use", help="Accept and record unknown ESXi SSH host keys (reported)."),
+]
+
+
+DeadlineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--deadline",
+        metavar="TIME|DURATION",
+        help="The end of the change window: a time with its date and UTC offset (2026-12-01T06:00+01:00) or a "
+        "duration from now (2h, 90m). No host wave and no VM starts after it; those in flight finish, and the "
+        "summary lists what was left.",
+    ),
 ]
 
 
@@ -174,20 +186,24 @@ def plan_cmd(
 
 def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream | None, out: Path | None,
                      file: Path, detailed_exitcode: bool, inventory: Inventory) -> int:
-    """Print the plan (or raise its errors), save it, and say the exit code (2: changes pending, asked for)."""
+    """Print the whole plan, its problems beside its changes, save it, and say the exit code (2: changes pending,
+    asked for); a plan with problems is refused after it is shown (one line, exit 1, whatever was asked, and
+    not saved)."""
+
     report = plan_document(planned, opts)
+    what = f"{out} was not saved (--out)" if out is not None else "nothing can be applied"
+    refused = PlanRefused(list(planned.plan.errors), what) if planned.plan.errors else None
+    report.error = common.error_report(refused).error if refused is not None else None
     if stream is not None:
         stream.plan(report)
-    if planned.plan.errors:
-        if opts.verbose:
-            show_plan(report, opts, to_stderr=True)  # the reasons come as the error; -v shows the diff too
-        if stream is not None:
-            stream.summary([], [], interrupted=False, exit_code=1, error="the plan has errors")
-        raise PlanError(list(planned.plan.errors))
     if opts.json:
         common.emit(report, opts)
     else:
         show_plan(report, opts)
+    if refused is not None:
+        if stream is not None:
+            stream.summary([], [], interrupted=False, exit_code=1, error="the plan has errors")
+        raise refused
     if out is not None:
         save_plan(out, file, planned, inventory)
     code = EXIT_CHANGES_PENDING if detailed_exitcode and not planned.is_empty else 0
@@ -257,6 +273,7 @@ def apply_cmd(
         bool,
         typer.Option("--allow-destroy", help="Destroy the VMs whose entries say state: absent (- in the plan)."),
     ] = False,
+    deadline: DeadlineOpt = None,
 ) -> None:
     """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first.
 
@@ -266,8 +283,10 @@ def apply_cmd(
     the farm changed since it was made.
     """
     from vgpuctl import pipeline
+    from vgpuctl.reports.plan import plan_section
 
     opts: GlobalOptions = ctx.obj
+    window = common.parse_deadline_option(deadline) if deadline is not None else None
     cli_events.check(events, opts)
     common.refuse_overlaps({"--events": cli_events.as_output(events)}, opts,
                            {"the inventory": file, "the plan file": saved_plan})
@@ -276,9 +295,7 @@ def apply_cmd(
     if saved is not None:
         scope = saved_scope(shown)
     options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
-                                 trust_on_first_use=ssh_trust_on_first_use, scope=scope)
-    from vgpuctl.reports.plan import plan_section
-
+                                 trust_on_first_use=ssh_trust_on_first_use, scope=scope, deadline=window)
     request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy,
                                   plan_document=plan_section)
     with cli_events.event_stream(events, opts, options.run_id) as stream:
@@ -338,6 +355,10 @@ def run_apply(
     hooks = hooks or CliHooks(opts, yes=yes, only_if_disruptive=only_if_disruptive)
     try:
         outcome = pipeline.run(common.connection_settings(opts, inventory), inventory, options, request, hooks)
+    except PlanError as err:
+        refused = PlanRefused(err.problems) if hooks.showed_problems and type(err) is PlanError else err
+        hooks.finished(None, refused)
+        raise refused from None
     except VgpuctlError as err:
         hooks.finished(None, err)
         raise
@@ -372,15 +393,14 @@ class CliHooks:
     report: PlanReport | None = field(default=None, init=False)
     display: ApplyDisplay | None = field(default=None, init=False)
     began: bool = field(default=False, init=False)  # the apply itself started: the farm may have changed
+    showed_problems: bool = field(default=False, init=False)  # the plan was shown with the problems refusing it
 
     def planned(self, planned: Planned) -> None:
+        """Show the plan, also one with problems (the run refuses it right after, in one line)."""
         self.report = plan_document(planned, self.opts)
+        self.showed_problems = bool(planned.plan.errors)
         if self.events is not None:
             self.events.plan(self.report)
-        if planned.plan.errors:
-            if self.opts.verbose:
-                show_plan(self.report, self.opts, to_stderr=True)
-            return
         show_plan(self.report, self.opts)
 
     def confirm(self, planned: Planned) -> None:
@@ -450,6 +470,7 @@ def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = No
         vm=vm,
         round_trips=outcome.round_trips if opts.verbose else None,
         scope=outcome.planned.scope,
+        deadline=applied.deadline.text if applied is not None and applied.deadline is not None else None,
         class_outcomes=outcome.classes.outcomes if outcome.classes is not None else (),
         error=common.error_report(failure).error if failure is not None else None,
         guest_drivers=applied.guest_drivers if applied is not None else (),

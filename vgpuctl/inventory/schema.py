@@ -24,6 +24,7 @@ from vgpuctl.domain import (
     SshService,
     VmState,
 )
+from vgpuctl.durations import DURATION_EXPECTED, duration_seconds
 from vgpuctl.errors import InventoryError
 from vgpuctl.inventory.classes import NamespaceList, VmClassList
 from vgpuctl.inventory.network import AdapterSpec, IdentitySpec
@@ -130,9 +131,26 @@ class SshSpec(StrictModel):
 
 
 class MaintenanceSpec(StrictModel):
+    """How apply takes the hosts through maintenance: what happens to their running VMs, how many at a time
+    (a wave), how long a reboot may take, how many failed hosts stop the run and the pause between waves."""
+
     evacuate: Lax[Evacuate] = Evacuate.REFUSE
     max_unavailable: int = Field(default=1, ge=1)
     reboot_timeout_s: int = Field(default=900, ge=1, le=MAX_REBOOT_TIMEOUT_S)
+    max_failures: int | None = Field(default=None, ge=1)  # no host starts once this many hosts of the run failed
+    pause_between_waves: float = 0.0  # seconds after a wave ends before the next one starts (a duration)
+
+    @field_validator("pause_between_waves", mode="before")
+    @classmethod
+    def _pause(cls, v: Any) -> Any:
+        try:
+            if isinstance(v, str):
+                return duration_seconds(v)
+            if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0:
+                return duration_seconds(f"{v}")
+        except ValueError as err:
+            raise ValueError(f"{err} (got {v!r})") from None
+        raise ValueError(f"{DURATION_EXPECTED} (got {v!r})")
 
 
 # graphics, gpus, nvlink, scheduler: each host setting's part of an entry is in its module (vgpuctl.settings)
