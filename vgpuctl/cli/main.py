@@ -27,6 +27,7 @@ from vgpuctl.cli import (
     plan,
     preflight,
     provision,
+    runs,
     show,
     sim,
     status,
@@ -376,6 +377,7 @@ app.add_typer(vm.app, name="vm")
 app.add_typer(host.app, name="host")
 app.add_typer(guest.app, name="guest")
 provision.register(app)
+runs.register(app)
 app.add_typer(sim.app, name="sim")
 experiment.register(app)
 k8s.register(app)

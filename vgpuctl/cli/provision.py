@@ -9,9 +9,12 @@ import typer
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.guest import InventoryFile, finish
+from vgpuctl.cli.runs import NoHistory, recording
 
 if TYPE_CHECKING:
-    pass
+    from pathlib import Path
+
+    from vgpuctl.history import Recorder
 
 DEFAULT_IP_TIMEOUT_S = 600
 
@@ -30,19 +33,34 @@ def provision_cmd(
     ] = DEFAULT_IP_TIMEOUT_S,
     ip_poll: Annotated[float, typer.Option("--ip-poll", min=0.1, help="Seconds between address reads.")] = 5.0,
     limit: Annotated[str | None, typer.Option("--limit", "-l", help="Guest playbooks only on these guests.")] = None,
+    no_history: NoHistory = False,
 ) -> None:
     """Apply (like `apply`), wait for the guests' IP addresses, then run the guest playbooks on them."""
-    from vgpuctl import pipeline
-    from vgpuctl.cli.guest import guest_display
-    from vgpuctl.cli.plan import apply_document, raise_for_outcome, run_apply
-    from vgpuctl.reports.guests import ProvisionReport, guest_run_report
+    from vgpuctl.vsphere.workrecord import new_run_id
 
     opts: GlobalOptions = ctx.obj
+    run_id = new_run_id()
+    with recording("provision", opts, no_history, file, run_id) as record:
+        _provision(opts, file, yes, parallel, ip_timeout, ip_poll, limit, run_id, record)
+
+
+def _provision(opts: GlobalOptions, file: Path, yes: bool, parallel: int, ip_timeout: int, ip_poll: float,
+               limit: str | None, run_id: str, record: Recorder | None) -> None:
+    from vgpuctl import pipeline
+    from vgpuctl.cli import events as cli_events
+    from vgpuctl.cli.guest import guest_display
+    from vgpuctl.cli.plan import CliHooks, apply_document, raise_for_outcome, run_apply
+    from vgpuctl.reports.guests import ProvisionReport, guest_run_report
+
     inventory = pipeline.load(file)
     stage = pipeline.GuestStage(wait_s=ip_timeout, poll_s=ip_poll, limit=limit,
                                 on_addresses=AddressProgress(), display=guest_display)
-    options = common.run_options(opts, inventory, parallel=parallel)
-    outcome = run_apply(opts, inventory, options, pipeline.RunRequest(guests=stage), yes=yes)
+    options = common.run_options(opts, inventory, parallel=parallel, run_id=run_id)
+    with cli_events.event_stream(None, opts, run_id, record.event if record else None) as stream:
+        if stream is not None:
+            stream.run_start("provision", str(file))
+        hooks = CliHooks(opts, yes=yes, events=stream, record=record)
+        outcome = run_apply(opts, inventory, options, pipeline.RunRequest(guests=stage), hooks=hooks)
     raise_for_outcome(outcome)
     applied = apply_document(outcome, opts)
     if outcome.guests is None:

@@ -81,14 +81,25 @@ VmClassesOpt = Annotated[
 SUPERVISOR_API = (7, 0)  # vSphere with Kubernetes (supervisor clusters) came with vSphere 7.0
 
 
+StatusHtmlOpt = Annotated[
+    Path | None,
+    typer.Option("--html", metavar="FILE", dir_okay=False,
+                 help="Write the status as one self-contained HTML page to FILE (a GPU map per cluster and host: "
+                 "vGPUs and MIG instances to scale, NVLink sets, held hosts, unfinished work) instead of its text."),
+]
+
+
 def status_cmd(
-    ctx: typer.Context, file: OptionalInventory = None, shell: ShellOpt = None, vm_classes: VmClassesOpt = None
+    ctx: typer.Context, file: OptionalInventory = None, shell: ShellOpt = None, vm_classes: VmClassesOpt = None,
+    html: StatusHtmlOpt = None,
 ) -> None:
     """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, the VMs' vGPUs, and the VM classes with
     vGPUs with the namespaces that use them."""
+    from vgpuctl.cli import pages
     from vgpuctl.reports.status import merge_status, status_report, with_leases, with_supervisor
 
     opts: GlobalOptions = ctx.obj
+    pages.check_html_file(html, opts, {"the inventory": file})
     rows: dict[str, HostReport] = {}
     leases: dict[str, HostLease] = {}
     supervisor: list[tuple[SupervisorState | None, str | None]] = []
@@ -104,6 +115,11 @@ def status_cmd(
     report.warnings += observed.warnings  # what the hosts could not say, one line per cause
     if supervisor:
         with_supervisor(report, *supervisor[0])
+    if html is not None:
+        from vgpuctl.reports.html import status_page
+
+        pages.write_page(html, status_page(report), opts, report)
+        return
     common.emit(report, opts)
 
 

@@ -23,6 +23,7 @@ from vgpuctl.model import (
     Op,
     Plan,
     VmChange,
+    queue_order,
 )
 from vgpuctl.reports.base import TERMINAL, Report, Scalar, TextLayout, VgpuCount, optional
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
@@ -229,6 +230,17 @@ class PlanScope:
 
 
 @dataclass
+class PlanOrder:
+    """The order apply takes the plan in: the hosts with changes in waves (`maintenance.max_unavailable` hosts at
+    a time, a wave after the one before it has ended), then the VMs in the order apply starts them (`--parallel`
+    at a time: those that power on no vGPU first, then in power-on order; a VM waiting for its host's change
+    starts once that host is done)."""
+
+    host_waves: list[list[str]]
+    vms: list[str]
+
+
+@dataclass
 class PlanReport(Report):
     kind: ClassVar[str] = "plan"
     host_changes: list[HostDiff]
@@ -241,6 +253,7 @@ class PlanReport(Report):
     vm_classes: list[VmClassDiff] = field(default_factory=list)  # in apply order: after hosts and VMs
     namespaces: list[NamespaceDiff] = field(default_factory=list)
     scope: PlanScope | None = field(default=None, metadata={"omit_none": True})
+    order: PlanOrder | None = field(default=None, metadata={"omit_none": True})
 
     def render_text(self, layout: TextLayout = TERMINAL) -> Any:
         """The diff (vgpuctl.reports.plan): colored on a terminal, plain lines in a pipe."""
@@ -353,7 +366,14 @@ def plan_report(plan: Plan, round_trips: int | None = None, scope: ScopeResult |
         summary=plan_summary(plan),
         round_trips=round_trips,
         scope=plan_scope(scope) if scope is not None else None,
+        order=plan_order(plan),
     )
+
+
+def plan_order(plan: Plan) -> PlanOrder:
+    """The host waves the plan holds and its VM changes in the order apply's workers take them."""
+    changes = plan.changes
+    return PlanOrder([list(w) for w in plan.host_waves], [changes[i].vm for i in queue_order(changes)])
 
 
 def plan_scope(scope: ScopeResult) -> PlanScope:
@@ -486,6 +506,8 @@ def plan_lines(report: PlanReport, full: bool = False) -> list[str]:
     if report.disruptions and not report.errors:
         lines.append("Disruptive steps:")
         lines += [f"  {disruption_line(d)}" for d in report.disruptions]
+    if report.order is not None and len(report.order.host_waves) > 1 and not report.errors:
+        lines.append(waves_line(report.order))
     if report.scope is not None:
         lines += scope_lines(report.scope, full)
     lines += [f"Warning: {w}" for w in report.warnings]
@@ -604,6 +626,12 @@ def disruption_line(d: Disruption) -> str:
         return f"! vm {d.vm}: {d.detail}"
     why = f"to evacuate host {d.host}" if d.cause == "evacuation" else "for its own change"
     return f"! vm {d.vm}: powered off {why}; {d.detail}"
+
+
+def waves_line(order: PlanOrder) -> str:
+    """`Host waves (maintenance.max_unavailable at a time): 1. esx-01, esx-02; 2. esx-03`."""
+    waves = "; ".join(f"{i}. {', '.join(hosts)}" for i, hosts in enumerate(order.host_waves, 1))
+    return f"Host waves (maintenance.max_unavailable at a time): {waves}"
 
 
 def names_text(names: list[str], full: bool = False) -> str:
