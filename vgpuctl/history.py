@@ -252,6 +252,14 @@ class Recorder:
         if vcenter:
             self.record.vcenter = vcenter
 
+    def from_saved_plan(self, plan_file: Path, inventory: str, inventory_text: str) -> None:
+        """`apply PLANFILE`: the inventory is the one the file holds (its digest over the text it holds)."""
+        import hashlib
+
+        self.record.plan_file = str(plan_file)
+        self.record.inventory = inventory
+        self.record.inventory_sha256 = hashlib.sha256(inventory_text.encode("utf-8")).hexdigest()
+
     def applied(self, result: RunResult) -> None:
         self.record.result = result
 

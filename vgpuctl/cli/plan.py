@@ -260,11 +260,13 @@ def apply_cmd(
     common.refuse_overlaps({"--events": cli_events.as_output(events)}, opts,
                            {"the inventory": file, "the plan file": saved_plan})
     run_id = new_run_id()
-    with recording("apply", opts, no_history, file if file is not None else saved_plan, run_id) as record:
+    with recording("apply", opts, no_history, file, run_id) as record:
         scope = scope_of(host, cluster, vm)
         saved, inventory, shown = load_request(saved_plan, file, scope)
         if saved is not None:
             scope = saved_scope(shown)
+            if record is not None and saved_plan is not None:
+                record.from_saved_plan(saved_plan, saved.inventory_path, saved.inventory_text)
         options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
                                      trust_on_first_use=ssh_trust_on_first_use, scope=scope, run_id=run_id)
         from vgpuctl.reports.plan import plan_section

@@ -91,7 +91,7 @@ def runs_cmd(ctx: typer.Context) -> None:
 
 HtmlOpt = Annotated[
     Path | None,
-    typer.Option("--html", metavar="FILE", dir_okay=False,
+    typer.Option("--html", metavar="FILE",
                  help="Write the run as one self-contained HTML page (the plan for a change review, what the "
                  "apply did, the events) to FILE instead of printing its text."),
 ]

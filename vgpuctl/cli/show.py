@@ -22,7 +22,7 @@ def show_cmd(
                                               dir_okay=False)],
     html: Annotated[
         Path | None,
-        typer.Option("--html", metavar="FILE", dir_okay=False,
+        typer.Option("--html", metavar="FILE",
                      help="Write the plan for a change review as one self-contained HTML page to FILE (the window's "
                      "order: host waves, then the VMs; every disruptive step; each VM before and after) instead of "
                      "its text."),

@@ -83,7 +83,7 @@ SUPERVISOR_API = (7, 0)  # vSphere with Kubernetes (supervisor clusters) came wi
 
 StatusHtmlOpt = Annotated[
     Path | None,
-    typer.Option("--html", metavar="FILE", dir_okay=False,
+    typer.Option("--html", metavar="FILE",
                  help="Write the status as one self-contained HTML page to FILE (a GPU map per cluster and host: "
                  "vGPUs and MIG instances to scale, NVLink sets, held hosts, unfinished work) instead of its text."),
 ]

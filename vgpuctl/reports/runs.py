@@ -92,6 +92,7 @@ class RunRecord(Report):
     inventory: str | None
     inventory_sha256: str | None
     vcenter: str | None
+    plan_file: str | None = field(default=None, metadata={"omit_none": True})  # `apply PLANFILE`: the plan applied
     plan: PlanReport | None = field(default=None, metadata={"omit_none": True})
     result: RunResult | None = field(default=None, metadata={"omit_none": True})
     events: list[RunEvent] = field(default_factory=list)
@@ -193,6 +194,8 @@ def record_lines(r: RunRecord, full: bool = False) -> list[str]:
         f"  run id {r.run_id}, by {r.user} on {r.machine} (pid {r.pid}), vgpuctl {r.version}, {when(r)}",
         f"  inventory {r.inventory or '-'} (sha256 {r.inventory_sha256 or '-'}), vCenter {r.vcenter or '-'}",
     ]
+    if r.plan_file:
+        lines.append(f"  the saved plan {r.plan_file}")
     if r.error:
         lines.append(f"  error: {r.error}")
     if r.plan is not None:

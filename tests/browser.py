@@ -1,0 +1,90 @@
+"""A real headless browser for the pages vgpuctl writes (`--html`): Debian's chromium through its own command line.
+
+`chromium_or_skip()` finds chromium, installing the packages of scripts/browser-test-packages.txt with apt-get
+when it is missing and the tests run as root (as CI does); elsewhere the test skips and says why. `open_page`
+opens one page at one window width: a screenshot (kept under the test's tmp path, its path printed), the DOM as
+the browser built it (`--dump-dom`), and the browser's console log, whose errors (an uncaught script error, a
+Content-Security-Policy refusal, a resource that failed to load) `console_errors` picks out.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ROOT / "scripts" / "browser-test-packages.txt"
+NAMES = ("chromium", "chromium-browser")
+WIDTHS = (375, 1920)  # a phone and a desktop screen
+# what a page that loads and runs nothing must never make the browser log
+ERROR_MARKS = ("Uncaught", "Refused to", "violates the following Content Security Policy", "Failed to load",
+               "ERR_FILE_NOT_FOUND", "net::ERR_")
+
+
+def packages() -> list[str]:
+    lines = PACKAGES.read_text().splitlines()
+    return [word for line in lines if (word := line.split("#")[0].strip())]
+
+
+def find_chromium() -> str | None:
+    return next((path for name in NAMES if (path := shutil.which(name))), None)
+
+
+def chromium_or_skip() -> str:
+    """The chromium binary; installed with apt-get when missing and root; else the test skips with the reason."""
+    found = find_chromium()
+    if found:
+        return found
+    if os.geteuid() != 0:
+        pytest.skip("the page tests need chromium: not installed, and installing it needs root "
+                    f"(apt-get install {' '.join(packages())})")
+    if shutil.which("apt-get") is None:
+        pytest.skip("the page tests need chromium: not installed, and there is no apt-get to install it")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for command in (["apt-get", "update", "-qq"],
+                    ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages()]):
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"the page tests need chromium: {' '.join(command)} failed: {done.stderr.strip()[-300:]}")
+    found = find_chromium()
+    if not found:
+        pytest.skip(f"the page tests need chromium: apt-get installed {' '.join(packages())} but no {NAMES[0]}")
+    return found
+
+
+@dataclass
+class Opened:
+    """One page as the browser showed it at one width."""
+
+    width: int
+    screenshot: Path
+    dom: str
+    log: str
+
+    def console_errors(self) -> list[str]:
+        return [line for line in self.log.splitlines() if any(mark in line for mark in ERROR_MARKS)]
+
+
+def _chromium(binary: str, profile: Path, width: int, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+               "--disable-extensions", "--disable-background-networking", "--enable-logging=stderr", "--v=0",
+               f"--user-data-dir={profile}", f"--window-size={width},2000", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=None, stdin=subprocess.DEVNULL)
+
+
+def open_page(binary: str, page: Path, width: int, out: Path) -> Opened:
+    """The page at `width` pixels: its screenshot under `out` (path printed), its DOM and the console log."""
+    out.mkdir(parents=True, exist_ok=True)
+    shot = out / f"{page.stem}-{width}.png"
+    url = page.resolve().as_uri()
+    taken = _chromium(binary, out / f"profile-{width}", width, f"--screenshot={shot}", url)
+    dumped = _chromium(binary, out / f"profile-{width}-dom", width, "--dump-dom", url)
+    assert shot.is_file() and shot.stat().st_size > 0, taken.stderr[-2000:]
+    assert dumped.returncode == 0, dumped.stderr[-2000:]
+    print(f"screenshot of {page.name} at {width} px: {shot}")
+    return Opened(width, shot, dumped.stdout, taken.stderr + dumped.stderr)
