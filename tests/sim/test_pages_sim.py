@@ -8,8 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from html.parser import HTMLParser
 from collections.abc import Callable
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -150,10 +150,11 @@ def test_plan_page_runs_and_runs_show_after_a_plan_and_an_apply(sim: Any, chromi
     runs = vgpuctl(sim, state, "runs")
     assert runs.exit_code == 0 and [line.split()[1] for line in runs.stdout.splitlines()] == ["apply", "plan"]
     latest = json.loads(vgpuctl(sim, state, "-o", "json", "runs").stdout)["runs"][0]
-    assert latest["state"] == "ok" and latest["exit_code"] == 0 and latest["inventory"] == str(inventory)  # the inventory the saved plan holds
+    assert latest["state"] == "ok" and latest["exit_code"] == 0
+    assert latest["inventory"] == str(inventory)  # the inventory the saved plan holds
     record = json.loads(vgpuctl(sim, state, "-o", "json", "runs", "show", latest["id"]).stdout)
     assert {h["host"]: h["status"] for h in record["result"]["hosts"]} == {H1: "changed", H2: "changed"}
-    assert [e["event"] for e in record["events"]][0] == "run-start" and record["events"][-1]["event"] == "summary"
+    assert record["events"][0]["event"] == "run-start" and record["events"][-1]["event"] == "summary"
     assert record["plan"]["order"] == plan["order"]
     assert record["plan_file"] == str(saved)
     assert record["inventory_sha256"] == hashlib.sha256(INVENTORY.encode()).hexdigest()

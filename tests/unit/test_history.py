@@ -24,15 +24,16 @@ from vgpuctl.reports.runs import RunResult, RunState, record_from_json
 pytestmark = pytest.mark.unit
 
 T0 = datetime(2026, 5, 12, 22, 15, 2, tzinfo=UTC)
+UNBOUNDED = history.Bounds()
 
 
-def recorder(folder: Path, run_id: str, at: datetime = T0, bounds: history.Bounds = history.Bounds(),
+def recorder(folder: Path, run_id: str, at: datetime = T0, bounds: history.Bounds = UNBOUNDED,
              warned: list[str] | None = None) -> history.Recorder:
     record = history.new_record("apply", run_id, None, now=at)
     return history.Recorder(history.RunHistory(folder, bounds), record, (warned if warned is not None else []).append)
 
 
-def full_run(folder: Path, run_id: str, at: datetime = T0, bounds: history.Bounds = history.Bounds()) -> Path:
+def full_run(folder: Path, run_id: str, at: datetime = T0, bounds: history.Bounds = UNBOUNDED) -> Path:
     """A run's record as apply leaves it: the plan, the events of its stream, each VM's outcome."""
     rec = recorder(folder, run_id, at, bounds)
     stream = EventStream(rec.event, run_id, clock=lambda: "2026-05-12T22:15:03.000Z")
@@ -211,7 +212,8 @@ def test_runs_show_of_an_unknown_run_is_one_line(state: Path) -> None:
     full_run(state, "here11", T0)
     result = CliRunner().invoke(app, ["runs", "show", "nope"])
     assert result.exit_code == 1
-    assert result.stderr.strip().splitlines() == [f"error: no run 'nope' in {state}: `vgpuctl runs` lists the runs kept"]
+    expected = f"error: no run 'nope' in {state}: `vgpuctl runs` lists the runs kept"
+    assert result.stderr.strip().splitlines() == [expected]
 
 
 def test_runs_with_no_history_yet(state: Path) -> None:

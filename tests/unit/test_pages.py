@@ -37,6 +37,7 @@ pytestmark = pytest.mark.unit
 
 HOSTILE_VM = "<script>alert('vm')</script>"
 HOSTILE_HOST = 'esx-"><img src=x onerror=alert(1)>'
+WORK = '{"run": "r-old", "phase": "reboot", "entered_maintenance": true}'
 A100 = {"device_name": "NVIDIA A100-PCIE-40GB", "memory_kb": 40 * 1024 * 1024, "graphics_type": "sharedDirect"}
 
 
@@ -53,13 +54,14 @@ def farm() -> Observed:
     )  # fmt: skip
     hostile = ObservedHost(name=HOSTILE_HOST, cluster="GPU-Cluster", offered_profiles=["grid_a100-40c"],
                            gpus=[ObservedGpu(pci_id="0000:af:00.0", vgpu_mode="sameSize", vms=[HOSTILE_VM], **A100)],
-                           custom_values={WORK_FIELD: '{"run": "r-old", "phase": "reboot", "entered_maintenance": true}'})
+                           custom_values={WORK_FIELD: WORK})
     vms = {
         "small": ObservedVm("small", host=host.name, power_state="poweredOn", vgpus=[ObservedVgpu(1, "grid_a100-10c")]),
         "mid": ObservedVm("mid", host=host.name, power_state="poweredOn", vgpus=[ObservedVgpu(1, "grid_a100-20c")]),
         "mig-a": ObservedVm("mig-a", host=host.name, power_state="poweredOn",
                             vgpus=[ObservedVgpu(1, "grid_a100-3-20c")]),
-        "mig-b": ObservedVm("mig-b", host=host.name, power_state="poweredOn", vgpus=[ObservedVgpu(1, "grid_a100-1-5c")]),
+        "mig-b": ObservedVm("mig-b", host=host.name, power_state="poweredOn",
+                            vgpus=[ObservedVgpu(1, "grid_a100-1-5c")]),
         HOSTILE_VM: ObservedVm(HOSTILE_VM, host=HOSTILE_HOST, power_state="poweredOn",
                                vgpus=[ObservedVgpu(1, "grid_a100-40c")]),
     }  # fmt: skip
@@ -157,7 +159,8 @@ def a_plan() -> Plan:
     return Plan(
         vm_changes=[
             VmChange("train-01", fields=[FieldChange("numCPUs", 4, 8)],
-                     devices=[DeviceChange(Op.ADD, "grid_a100-40c", group=0), DeviceChange(Op.REMOVE, "grid_a100-20c", 9)],
+                     devices=[DeviceChange(Op.ADD, "grid_a100-40c", group=0),
+                              DeviceChange(Op.REMOVE, "grid_a100-20c", 9)],
                      power_off=True, power_on=True, depends_on_hosts=["esx-01"], power_on_rank=1),
             VmChange(HOSTILE_VM, clone=CloneSpec("tmpl", cluster="GPU-Cluster", memory_mb=4096), power_on=True,
                      power_on_rank=0),

@@ -253,6 +253,7 @@ def apply_cmd(
     the farm changed since it was made.
     """
     from vgpuctl import pipeline
+    from vgpuctl.reports.plan import plan_section
     from vgpuctl.vsphere.workrecord import new_run_id
 
     opts: GlobalOptions = ctx.obj
@@ -261,16 +262,9 @@ def apply_cmd(
                            {"the inventory": file, "the plan file": saved_plan})
     run_id = new_run_id()
     with recording("apply", opts, no_history, file, run_id) as record:
-        scope = scope_of(host, cluster, vm)
-        saved, inventory, shown = load_request(saved_plan, file, scope)
-        if saved is not None:
-            scope = saved_scope(shown)
-            if record is not None and saved_plan is not None:
-                record.from_saved_plan(saved_plan, saved.inventory_path, saved.inventory_text)
+        saved, inventory, scope = apply_inputs(saved_plan, file, scope_of(host, cluster, vm), record)
         options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
                                      trust_on_first_use=ssh_trust_on_first_use, scope=scope, run_id=run_id)
-        from vgpuctl.reports.plan import plan_section
-
         request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy,
                                       plan_document=plan_section)
         with cli_events.event_stream(events, opts, options.run_id, record.event if record else None) as stream:
@@ -282,6 +276,17 @@ def apply_cmd(
         if opts.json:
             common.emit(apply_document(outcome, opts), opts)
         raise_for_outcome(outcome)
+
+
+def apply_inputs(saved_plan: Path | None, file: Path | None, scope: Scope | None,
+                 record: Recorder | None) -> tuple[SavedPlan | None, Inventory, Scope | None]:
+    """load_request, with the scope a saved plan keeps; the run's record names the inventory the file holds."""
+    saved, inventory, shown = load_request(saved_plan, file, scope)
+    if saved is not None:
+        scope = saved_scope(shown)
+        if record is not None and saved_plan is not None:
+            record.from_saved_plan(saved_plan, saved.inventory_path, saved.inventory_text)
+    return saved, inventory, scope
 
 
 def load_request(saved_plan: Path | None, file: Path | None,
