@@ -242,3 +242,10 @@ def test_html_over_an_input_is_refused_before_anything_runs(tmp_path: Path, stat
     assert result.exit_code == 1 and "is the plan file, which this command reads" in result.stderr
     assert plan.read_text() == "{}"
     assert not (tmp_path / "state").exists()  # refused before the run began: no record
+
+
+def test_how_a_run_ended_from_its_exit_code() -> None:
+    from vgpuctl.reports.runs import state_of_exit
+
+    assert [state_of_exit(c) for c in (0, 2, 1, 130)] == [RunState.OK, RunState.OK, RunState.FAILED,
+                                                          RunState.INTERRUPTED]

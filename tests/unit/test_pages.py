@@ -212,3 +212,20 @@ def test_a_plan_without_changes_says_so() -> None:
     page = plan_page(plan_report(Plan()), [])
     assert "No changes: the farm matches the inventory." in page
     assert "data-wave" not in page
+
+
+def test_host_waves_follow_the_smallest_max_unavailable_and_the_text_names_them() -> None:
+    from vgpuctl.hosts.targets import host_waves, planned_waves
+    from vgpuctl.inventory import HostSpec
+    from vgpuctl.reports.plan import plan_lines
+
+    assert host_waves([("a", 2), ("b", 3), ("c", 2)]) == [["a", "b"], ["c"]]
+    assert host_waves([("a", 1), ("b", 5)]) == [["a"], ["b"]] and host_waves([]) == []
+    changes = [HostChange(h, kinds.NVLINK, "host", "enabled", "disabled", Phase.REBOOT) for h in ("c", "a", "b")]
+    wide = HostSpec.model_validate({"name": "a", "maintenance": {"max_unavailable": 2}})
+    assert planned_waves(changes, {"a": wide, "b": wide, "c": wide}) == [["a", "b"], ["c"]]
+    assert planned_waves(changes, {"a": wide}) == [["a"], ["b"], ["c"]]  # a host without an entry: one at a time
+    report = plan_report(a_plan())
+    assert "Host waves (maintenance.max_unavailable at a time): 1. esx-01; 2. esx-02" in plan_lines(report)
+    one = plan_report(Plan(host_changes=a_plan().host_changes[:1], host_waves=[["esx-01"]]))
+    assert not [line for line in plan_lines(one) if line.startswith("Host waves")]

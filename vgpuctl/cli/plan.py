@@ -138,8 +138,8 @@ def plan_cmd(
     with recording("plan", opts, no_history or explain is not None, file, run_id) as record:
         code = _plan(opts, file, scope_of(host, cluster, vm), run_id, ssh_trust_on_first_use, events, record,
                      explain, out, detailed_exitcode)
-    if code:
-        raise typer.Exit(code)
+        if code:
+            raise typer.Exit(code)  # inside: the record keeps the exit code
 
 
 def _plan(opts: GlobalOptions, file: Path, scope: Scope | None, run_id: str, tofu: bool, events: str | None,

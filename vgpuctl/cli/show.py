@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Annotated
 
@@ -42,8 +43,9 @@ def show_cmd(
     if html is not None:
         from vgpuctl.reports.html import plan_page
 
-        facts = [("plan file", str(plan_file)), ("inventory", saved.inventory_path), ("vCenter", saved.vcenter),
-                 ("applied by", f"vgpuctl apply {plan_file}")]
+        digest = hashlib.sha256(saved.inventory_text.encode("utf-8")).hexdigest()
+        facts = [("plan file", str(plan_file)), ("inventory", saved.inventory_path), ("inventory sha256", digest),
+                 ("vCenter", saved.vcenter), ("applied by", f"vgpuctl apply {plan_file}")]
         pages.write_page(html, plan_page(report, facts, title=f"Plan for review: {plan_file.name}"), opts, report)
         return
     common.emit(report, opts)
