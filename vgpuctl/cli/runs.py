@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from vgpuctl.history import Recorder, RunHistory
 
 app = typer.Typer(
-    help="The runs of plan, apply and provision this user made, newest first (kept in $XDG_STATE_HOME/vgpuctl/runs, "
-    "default ~/.local/state/vgpuctl/runs; --no-history or VGPUCTL_HISTORY=off keeps none).",
+    help="The runs of plan, apply and provision this user made, newest first. Kept in $XDG_STATE_HOME/vgpuctl/runs "
+    "(default ~/.local/state/vgpuctl/runs): the newest VGPUCTL_HISTORY_KEEP runs (200) within VGPUCTL_HISTORY_MAX_MB "
+    "MiB (100); --no-history or VGPUCTL_HISTORY=off keeps none.",
     invoke_without_command=True,
     no_args_is_help=False,
 )
