@@ -11,8 +11,9 @@ GPUSIM := tests/vcsim/bin/gpusim
 DEMO_STATE := .work/demo
 
 GUEST_PACKAGES := $(shell sed -e 's/\#.*//' scripts/guest-test-packages.txt)
+BROWSER_PACKAGES := $(shell sed -e 's/\#.*//' scripts/browser-test-packages.txt)
 
-.PHONY: all venv gpusim demo test test-latest constraints test-unit test-sim test-go test-packaging guest-deps lint \
+.PHONY: all venv gpusim demo test test-latest constraints test-unit test-sim test-go test-packaging guest-deps browser-deps lint \
 	typecheck mutation clean
 
 all: venv gpusim
@@ -28,15 +29,25 @@ venv: $(BIN)/vgpuctl
 gpusim:
 	cd tests/vcsim && go build -o bin/gpusim .
 
-# Build and start the simulator, apply the example inventory, show the result, stop the simulator.
+# Build and start the simulator, apply the example inventory, show the result, stop the simulator. As root the
+# simulator's VMs also get guests (namespace guests: `vgpuctl sim up --guests`, after the guest tests' packages) and
+# `provision -f inventory.sim-guests.yaml` runs in between; not as root, the demo says why it leaves provision out.
 demo: venv gpusim
 	@mkdir -p $(DEMO_STATE)
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory guest-deps; fi
 	@set -e; export VGPUCTL_STATE_DIR=$(CURDIR)/$(DEMO_STATE); \
-	  $(BIN)/vgpuctl sim up > $(DEMO_STATE)/sim.env; \
+	  if [ "$$(id -u)" = 0 ]; then guests=--guests; else guests=; fi; \
+	  $(BIN)/vgpuctl sim up $$guests > $(DEMO_STATE)/sim.env; \
 	  trap '$(BIN)/vgpuctl sim down' EXIT; \
 	  . $(DEMO_STATE)/sim.env; \
 	  $(BIN)/vgpuctl plan -f inventory.example.yaml; \
 	  $(BIN)/vgpuctl apply -f inventory.example.yaml --yes; \
+	  if [ -n "$$guests" ]; then \
+	    $(BIN)/vgpuctl provision -f inventory.sim-guests.yaml --yes --ip-poll 1; \
+	  else \
+	    echo "make demo: provision left out: the simulator's guests run in network namespaces, which needs root" \
+	      "(sudo make demo shows it)"; \
+	  fi; \
 	  $(BIN)/vgpuctl status; \
 	  $(BIN)/vgpuctl plan -f inventory.example.yaml --detailed-exitcode
 
@@ -66,19 +77,28 @@ mutation: venv
 	$(BIN)/pip install -q mutmut==3.8.1
 	$(BIN)/python scripts/mutation.py $(MUTATION_ARGS)
 
-# As root: install the Debian packages the guest tests need (scripts/guest-test-packages.txt), when missing.
-guest-deps:
+# As root: install the Debian packages a suite needs when missing; not as root, nothing ($(1): the packages, $(2): who).
+define install_missing
 	@if [ "$$(id -u)" != 0 ]; then exit 0; fi; \
-	missing=$$(for p in $(GUEST_PACKAGES); do \
+	missing=$$(for p in $(1); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
-	  echo "installing the guest tests' packages:" $$missing; \
+	  echo "installing the $(2) packages:" $$missing; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+endef
+
+# the guest tests' packages (scripts/guest-test-packages.txt)
+guest-deps:
+	$(call install_missing,$(GUEST_PACKAGES),guest tests')
+
+# the page tests' headless browser (scripts/browser-test-packages.txt)
+browser-deps:
+	$(call install_missing,$(BROWSER_PACKAGES),page tests')
 
 # Everything but live tests: Go simulator tests, lint, then unit + sim + packaging + guests (guests need root).
-test: venv gpusim lint test-go guest-deps
+test: venv gpusim lint test-go guest-deps browser-deps
 	@if [ "$$(id -u)" = 0 ]; then \
 	  $(BIN)/pytest -m "not live"; \
 	else \

@@ -30,13 +30,23 @@ from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_ch
 from vgpuctl.hosts.sshservice import SshServiceRun, explain_shell_errors, only_ssh, ssh_service_for_run
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.inventory import HostSpec, Inventory
-from vgpuctl.model import ApplyResult, HostApplyResult, HostChange, Observed, Plan, VmOutcome
+from vgpuctl.model import (
+    ApplyResult,
+    GuestDriverMove,
+    GuestDriverOutcome,
+    HostApplyResult,
+    HostChange,
+    Observed,
+    Plan,
+    VmOutcome,
+)
 from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
 from vgpuctl.progress import (
     Cancel,
     HostProgress,
     Progress,
     VmProgress,
+    cancelled,
 )
 from vgpuctl.records.work import WORK_FIELD, WorkStore
 from vgpuctl.runlocks import check_lock_settings
@@ -370,8 +380,10 @@ def apply_hosts(
     options: RunOptions,
     progress: HostProgress | None = None,
     cancel: Cancel | None = None,
+    window: Iterable[str] = (),
 ) -> HostApplyResult:
-    """Host changes host by host (maintenance, reboot, verify), `max_unavailable` at a time."""
+    """Host changes host by host (maintenance, reboot, verify), `max_unavailable` at a time; a failing host of a
+    driver upgrade `window` stops the hosts after it."""
     check_lock_settings()
     resolved, _ = hostplan.resolve_hosts(specs, observed)
     moids = {name: h.moid for name, h in observed.hosts.items()}
@@ -384,6 +396,7 @@ def apply_hosts(
         progress=progress,
         cancel=cancel,
         lock_timeout_s=options.lock_timeout_s,
+        window=frozenset(window),
     )
     state = state_of(session, observed, options)
     _collect_dead_claims(session, observed, {c.host for c in changes})
@@ -447,12 +460,21 @@ def apply(
     progress: Progress | None = None,
     cancel: Cancel | None = None,
 ) -> ApplyOutcome:
-    """Hosts first; then observe again the same way, plan the VMs again and apply them."""
+    """A driver upgrade window's guest drivers first; hosts; then observe again the same way, plan the VMs again and
+    apply them; then the window's guest drivers to their release."""
+    window = the_plan.window
+    moved = move_guest_drivers(session, inventory, window.before if window else [], progress, cancel)
+    if _stopped(moved, cancel):  # no host leaves service
+        return _window_stopped(the_plan, moved, cancelled(cancel))
     if not the_plan.host_changes:
         _vms_planned(progress, the_plan)
         vms = apply_vms(session, the_plan, observed, options, progress, cancel)
-        return ApplyOutcome(None, vms, the_plan, vms.interrupted)
-    hosts = apply_hosts(session, observed, inventory.hosts, the_plan.host_changes, options, progress, cancel)
+        moved += move_guest_drivers(session, inventory, window.after if window else [], progress, cancel)
+        return ApplyOutcome(None, vms, the_plan, vms.interrupted, guest_drivers=moved)
+    hosts = apply_hosts(session, observed, inventory.hosts, the_plan.host_changes, options, progress, cancel,
+                        window.hosts if window else ())
+    if window is not None and not set(window.hosts) - hosts.done_hosts:  # every host has its new manager
+        moved += move_guest_drivers(session, inventory, window.after, progress, cancel)
     after = observe(session, options.datacenter, inventory)
     vm_plan, failed = replan_vms_alone(inventory, after, pending_changes(the_plan.host_changes, hosts))
     if vm_plan.errors:  # the host results stand; errors that name no VM stop every VM
@@ -460,7 +482,37 @@ def apply(
     _vms_planned(progress, vm_plan)
     vms = apply_vms(session, vm_plan, after, options, progress, cancel)
     vms.vms = sorted(vms.vms + _replan_failures(failed), key=lambda o: o.vm)
-    return ApplyOutcome(hosts, vms, vm_plan, vms.interrupted)
+    return ApplyOutcome(hosts, vms, vm_plan, vms.interrupted, guest_drivers=moved)
+
+
+def move_guest_drivers(session: Session, inventory: Inventory, moves: Sequence[GuestDriverMove],
+                       progress: Progress | None = None, cancel: Cancel | None = None) -> list[GuestDriverOutcome]:
+    """A window's guest driver moves, through the guest stage (vgpuctl.guest.drivers): the VMs' addresses (one
+    read), then the driver role in them. Nothing after Ctrl-C."""
+    if not moves or cancelled(cancel):
+        return []
+    from vgpuctl.guest.addresses import read_addresses
+    from vgpuctl.guest.drivers import deploy_drivers
+
+    for m in moves:
+        if progress is not None:
+            progress.vm_step(m.vm, f"guest driver {m.old} -> {m.new}", None)
+    addresses = read_addresses(session, [m.vm for m in moves])
+    return deploy_drivers(inventory, addresses, moves)
+
+
+def _stopped(moved: Sequence[GuestDriverOutcome], cancel: Cancel | None) -> bool:
+    return cancelled(cancel) or any(o.status == Outcome.FAILED for o in moved)
+
+
+def _window_stopped(the_plan: Plan, moved: list[GuestDriverOutcome], interrupted: bool) -> ApplyOutcome:
+    """The window stopped at its first guest drivers: no host began, no VM change began."""
+    from vgpuctl.model import HostOutcome
+
+    why = "interrupted" if interrupted else "a guest driver of the window could not be moved first"
+    hosts = HostApplyResult([HostOutcome(h, Outcome.NOT_STARTED, message=why)
+                             for h in sorted({c.host for c in the_plan.host_changes})])
+    return ApplyOutcome(hosts, _not_started(the_plan, {}), the_plan, interrupted, guest_drivers=moved)
 
 
 def _vms_planned(progress: Progress | None, vm_plan: Plan) -> None:
@@ -566,7 +618,8 @@ class GuestStage:
     wait_s: float = 600.0
     poll_s: float = 5.0
     limit: str | None = None
-    on_addresses: Callable[[dict[str, str | None]], None] | None = None  # each read while waiting
+    # the live display of the wait for the guests' addresses, fed each read (VM name -> address or None)
+    waiting: Callable[[], AbstractContextManager[Callable[[dict[str, str | None]], None]]] | None = None
     # the live display of the playbooks for these guests, taking ansible-runner's events
     display: Callable[[list[str]], AbstractContextManager[EventSink]] | None = None
 
@@ -655,9 +708,10 @@ def run(
     with open_session(settings) as session, ssh_service_for_run(session, options) if request.apply else nullcontext():
         outcome = within_session(session, inventory, options, request, hooks)
         if stage is not None and outcome.failure() is None:
-            outcome.addresses = guest_addresses(
-                session, inventory, wait_s=stage.wait_s, poll_s=stage.poll_s, progress=stage.on_addresses
-            )
+            with stage.waiting() if stage.waiting is not None else nullcontext(None) as on_read:
+                outcome.addresses = guest_addresses(
+                    session, inventory, wait_s=stage.wait_s, poll_s=stage.poll_s, progress=on_read
+                )
         outcome.round_trips = session.round_trips
     if stage is not None and outcome.addresses is not None:
         names = [n for n in guest_vms(inventory) if outcome.addresses.get(n)]

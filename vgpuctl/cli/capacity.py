@@ -38,7 +38,8 @@ def capacity_cmd(
         Path | None, typer.Option("--out", help="Write the answer's inventory fragment here.", dir_okay=False)
     ] = None,
     detailed_exitcode: Annotated[
-        bool, typer.Option("--detailed-exitcode", help="Exit 2 when some demand does not fit.")
+        bool, typer.Option("--detailed-exitcode", help="Exit 2 when some demand does not fit, or with --drain when "
+                                                       "a running VM has nowhere to go.")
     ] = False,
     time_limit: Annotated[float, typer.Option(
         "--time-limit", min=0.1, help="Seconds the command may take with --demand, reading the farm included; "
@@ -47,18 +48,29 @@ def capacity_cmd(
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Take vCenter settings from this inventory.", dir_okay=False)
     ] = None,
+    drain: Annotated[list[str] | None, typer.Option(
+        "--drain", help="A host to empty for maintenance (repeat it; taken in the order given): whether its running "
+        "VMs fit on the rest of its cluster as it is at that step, with the VMs of earlier steps moved there.",
+    )] = None,
+    max_unavailable: Annotated[int, typer.Option(
+        "--max-unavailable", min=1, help="With --drain: how many of the hosts leave service at once.")] = 1,
 ) -> None:
-    """What fits on the farm now; with --demand, the host GPU layout that fits the most demand.
+    """What fits on the farm now; with --demand, the host GPU layout that fits the most demand; with --drain, whether
+    hosts can be emptied for maintenance one step after another.
 
     Examples:
       vgpuctl capacity --cluster GPU-Cluster
       vgpuctl capacity --demand next-quarter.yaml --out layout.yaml
       vgpuctl capacity --demand next-quarter.yaml --detailed-exitcode -o json
+      vgpuctl capacity --drain esx-01 --drain esx-02 --drain esx-03
     """
     started = time.monotonic()  # the time limit counts from here
     opts: GlobalOptions = ctx.obj
+    if drain:
+        _drain(opts, file, drain, max_unavailable, detailed_exitcode, alone=not (demand or out or cluster or host))
+        return
     if demand is None and (out is not None or detailed_exitcode):
-        raise UsageError("--out and --detailed-exitcode go with --demand")
+        raise UsageError("--out and --detailed-exitcode go with --demand or --drain")
     common.check_out_file(out)
     common.refuse_overlaps({"--out": out}, opts, {"the demand file": demand, "the inventory": file})
     wanted = None
@@ -101,10 +113,35 @@ def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path |
         raise typer.Exit(EXIT_SHORT)
 
 
-def _observe(opts: GlobalOptions, file: Path | None) -> Observed:
-    """One bulk observe (the same as plan's) plus the NVLink sets of every GPU host."""
+def _drain(opts: GlobalOptions, file: Path | None, hosts: list[str], max_unavailable: int, detailed: bool, *,
+           alone: bool) -> None:
+    """`--drain`: each step's hosts emptied onto the rest of their clusters (exit 2 with --detailed-exitcode when a
+    running VM has nowhere to go)."""
+    if not alone:
+        raise UsageError("--drain goes alone (with --max-unavailable, --detailed-exitcode, --file)")
+    from vgpuctl.capacity.drain import drain
+    from vgpuctl.names import host_named
+    from vgpuctl.reports.capacity import capacity_drain_report
+
+    migration: list[bool] = []
+    observed = _observe(opts, file, migration)
+    named = [host_named(h, observed.hosts) for h in hosts]
+    if len(set(named)) != len(named):
+        raise UsageError("--drain names a host twice")
+    answer = drain(observed, named, max_unavailable, migration[0])
+    common.emit(capacity_drain_report(answer, max_unavailable), opts)
+    if detailed and not answer.ok:
+        raise typer.Exit(EXIT_SHORT)
+
+
+def _observe(opts: GlobalOptions, file: Path | None, vgpu_migration: list[bool] | None = None) -> Observed:
+    """One bulk observe (the same as plan's) plus the NVLink sets of every GPU host; with `vgpu_migration`, also
+    whether vCenter allows vMotion of running vGPU VMs (appended to it)."""
     from vgpuctl import pipeline
 
     inventory = pipeline.load(file) if file is not None else None
     with common.connect(opts, inventory) as session:
-        return pipeline.observe(session, common.datacenter_for(opts, inventory), inventory, all_nvlink=True)
+        observed = pipeline.observe(session, common.datacenter_for(opts, inventory), inventory, all_nvlink=True)
+        if vgpu_migration is not None:
+            vgpu_migration.append(pipeline.vgpu_migration_enabled(session))
+        return observed

@@ -440,10 +440,11 @@ def _progress(display: ApplyDisplay, events: EventStream | None) -> Iterator[Pro
 
 
 def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = None) -> ApplyReport:
-    """The apply's document; round trips only with -v."""
+    """The apply's document, with the error that fails the run when one does; round trips only with -v."""
     from vgpuctl.reports.apply import apply_report
 
     applied = outcome.applied
+    failure = outcome.failure()
     return apply_report(
         outcome.planned.plan,
         outcome.vm_result,
@@ -454,6 +455,9 @@ def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = No
         vm=vm,
         round_trips=outcome.round_trips if opts.verbose else None,
         scope=outcome.planned.scope,
+        class_outcomes=outcome.classes.outcomes if outcome.classes is not None else (),
+        error=common.error_report(failure).error if failure is not None else None,
+        guest_drivers=applied.guest_drivers if applied is not None else (),
     )
 
 
