@@ -2,15 +2,18 @@
 
 `chromium_or_skip()` finds chromium (Debian's package, scripts/browser-test-packages.txt, which `make test` installs
 when run as root); where it is not installed the test skips and says how to install it. `open_page`
-opens one page at one window width: a screenshot (kept under the test's tmp path, its path printed), the DOM as
+opens one page at one window width: a screenshot (a test artifact: under `VGPUCTL_TEST_ARTIFACTS/<test>/` when that
+is set, else under the test's tmp path; its path printed either way), the DOM as
 the browser built it (`--dump-dom`), and the browser's console log, whose errors (an uncaught script error, a
 Content-Security-Policy refusal, a resource that failed to load) `console_errors` picks out.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +24,8 @@ PACKAGES = ROOT / "scripts" / "browser-test-packages.txt"
 NAMES = ("chromium", "chromium-browser")
 WIDTHS = (375, 1920)  # a phone and a desktop screen
 # what a page that loads and runs nothing must never make the browser log
+# read when the module is imported: the tests' fixtures take VGPUCTL_* out of the environment of the test itself
+ARTIFACTS = os.environ.get("VGPUCTL_TEST_ARTIFACTS")
 ERROR_MARKS = ("Uncaught", "Refused to", "violates the following Content Security Policy", "Failed to load",
                "ERR_FILE_NOT_FOUND", "net::ERR_")
 
@@ -32,6 +37,12 @@ def packages() -> list[str]:
 
 def find_chromium() -> str | None:
     return next((path for name in NAMES if (path := shutil.which(name))), None)
+
+
+def screenshots_folder(tmp_path: Path, test: str) -> Path:
+    """Where a test keeps its screenshots: VGPUCTL_TEST_ARTIFACTS/<test> when set (kept after the run), else its
+    tmp path."""
+    return Path(ARTIFACTS) / test if ARTIFACTS else tmp_path / "screens"
 
 
 def chromium_or_skip() -> str:
@@ -67,9 +78,11 @@ def open_page(binary: str, page: Path, width: int, out: Path) -> Opened:
     """The page at `width` pixels: its screenshot under `out` (path printed), its DOM and the console log."""
     out.mkdir(parents=True, exist_ok=True)
     shot = out / f"{page.stem}-{width}.png"
+    shot.unlink(missing_ok=True)  # a screenshot an earlier run left proves nothing
     url = page.resolve().as_uri()
-    taken = _chromium(binary, out / f"profile-{width}", width, f"--screenshot={shot}", url)
-    dumped = _chromium(binary, out / f"profile-{width}-dom", width, "--dump-dom", url)
+    with tempfile.TemporaryDirectory(prefix="chromium-") as profiles:  # the browser's profiles are no artifact
+        taken = _chromium(binary, Path(profiles) / "shot", width, f"--screenshot={shot}", url)
+        dumped = _chromium(binary, Path(profiles) / "dom", width, "--dump-dom", url)
     assert shot.is_file() and shot.stat().st_size > 0, taken.stderr[-2000:]
     assert dumped.returncode == 0, dumped.stderr[-2000:]
     print(f"screenshot of {page.name} at {width} px: {shot}")

@@ -1,7 +1,7 @@
 """The pages and the run history against gpusim: `status --html` and `show PLANFILE --html` opened in a real
-headless chromium at a phone's width and at 1,920 px (screenshots kept under the test's tmp path, their paths
+headless chromium at a phone's width and at 1,920 px (screenshots kept as artifacts, tests/browser.py, their paths
 printed), checked for what they must show and for console errors; `runs` and `runs show` after a plan and an
-apply; a history folder that cannot be written; no secret in a record."""
+apply; a history folder that cannot be written; the history's bound; no secret in a record."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from browser import WIDTHS, Opened, chromium_or_skip, open_page
+from browser import WIDTHS, Opened, chromium_or_skip, open_page, screenshots_folder
 from typer.testing import CliRunner
 
 from vgpuctl import pipeline
@@ -102,6 +102,7 @@ def elements(dom: str, attribute: str) -> list[str]:
 
 
 def test_status_page_in_a_browser(sim: Any, chromium: str, tmp_path: Path) -> None:
+    screens = screenshots_folder(tmp_path, "status")
     settings = ConnectionSettings(sim.url, sim.username, sim.password, insecure=True)
     with open_session(settings) as session:
         observed = pipeline.observe(session, "DC0")
@@ -116,7 +117,7 @@ def test_status_page_in_a_browser(sim: Any, chromium: str, tmp_path: Path) -> No
     assert result.exit_code == 0, result.output
     assert result.stdout == "" and f"Wrote {page}" in result.stderr
     doc = json.loads(vgpuctl(sim, tmp_path / "state", "-o", "json", "status", "--no-vm-classes").stdout)
-    for shown in opened(chromium, page, tmp_path / "screens"):
+    for shown in opened(chromium, page, screens):
         assert elements(shown.dom, "data-host") == [H1, H2]
         assert len(elements(shown.dom, "data-gpu")) == sum(len(h["gpus"]) for h in doc["hosts"]) == 4
         assert elements(shown.dom, "data-nvlink") == ["0", "0"]  # one pair per host
@@ -128,6 +129,7 @@ def test_status_page_in_a_browser(sim: Any, chromium: str, tmp_path: Path) -> No
 
 
 def test_plan_page_runs_and_runs_show_after_a_plan_and_an_apply(sim: Any, chromium: str, tmp_path: Path) -> None:
+    screens = screenshots_folder(tmp_path, "plan-and-run")
     state = tmp_path / "state"
     inventory, saved, page = tmp_path / "inv.yaml", tmp_path / "t.plan", tmp_path / "plan.html"
     inventory.write_text(INVENTORY)
@@ -136,7 +138,7 @@ def test_plan_page_runs_and_runs_show_after_a_plan_and_an_apply(sim: Any, chromi
     plan = json.loads(vgpuctl(sim, state, "-o", "json", "show", str(saved)).stdout)
     shown = vgpuctl(sim, state, "show", str(saved), "--html", str(page))
     assert shown.exit_code == 0, shown.output
-    for view in opened(chromium, page, tmp_path / "screens"):
+    for view in opened(chromium, page, screens):
         assert elements(view.dom, "data-wave") == ["1", "2"] == [str(i + 1) for i in
                                                                  range(len(plan["order"]["host_waves"]))]
         assert "Host wave 1: esx-01.gpu.sim" in view.dom and "Host wave 2: esx-02.gpu.sim" in view.dom
@@ -162,7 +164,7 @@ def test_plan_page_runs_and_runs_show_after_a_plan_and_an_apply(sim: Any, chromi
     assert "host esx-01.gpu.sim: changed" in text.stdout and "Plan:" in text.stdout
     run_page = tmp_path / "run.html"
     assert vgpuctl(sim, state, "runs", "show", latest["id"][:20], "--html", str(run_page)).exit_code == 0
-    view = open_page(chromium, run_page, WIDTHS[1], tmp_path / "screens")
+    view = open_page(chromium, run_page, WIDTHS[1], screens)
     assert view.console_errors() == [] and "What the apply did" in view.dom and 'data-outcome="changed"' in view.dom
 
 
@@ -176,6 +178,19 @@ def test_a_history_folder_that_cannot_be_written_is_one_warning(sim: Any, tmp_pa
     warnings = [line for line in result.stderr.splitlines() if "run history" in line or "record of this run" in line]
     assert len(warnings) == 1 and "the run goes on" in warnings[0]
     assert "No changes" in result.stdout
+
+
+def test_the_history_keeps_its_bound(sim: Any, tmp_path: Path) -> None:
+    state, inventory = tmp_path / "state", tmp_path / "inv.yaml"
+    inventory.write_text("apiVersion: vgpuctl/v1\nvcenter: {datacenter: DC0}\n")
+    for _ in range(3):
+        assert vgpuctl(sim, state, "plan", "-f", str(inventory), VGPUCTL_HISTORY_KEEP="2").exit_code == 0
+    listed = json.loads(vgpuctl(sim, state, "-o", "json", "runs").stdout)["runs"]
+    assert len(listed) == 2 == len(list((state / "vgpuctl" / "runs").iterdir()))
+    last = vgpuctl(sim, state, "plan", "-f", str(inventory), VGPUCTL_HISTORY_KEEP="1")
+    assert last.exit_code == 0, last.output
+    (kept,) = json.loads(vgpuctl(sim, state, "-o", "json", "runs").stdout)["runs"]
+    assert kept["id"] not in [r["id"] for r in listed]  # the run that pruned stays, the older ones went
 
 
 def test_no_history_and_no_secret(sim: Any, tmp_path: Path) -> None:

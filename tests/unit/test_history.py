@@ -4,7 +4,9 @@ the refusals of `--html`."""
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -12,12 +14,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from vgpuctl import history, trace
+from vgpuctl import history, outpaths, trace
 from vgpuctl.cli.main import app
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import Outcome, WindowStage
 from vgpuctl.errors import UsageError
 from vgpuctl.events import EventStream
-from vgpuctl.model import CloneSpec, HostOutcome, Plan, VmChange, VmOutcome
+from vgpuctl.model import CloneSpec, GuestDriverOutcome, HostOutcome, Plan, VmChange, VmOutcome
 from vgpuctl.reports.plan import plan_report
 from vgpuctl.reports.runs import RunResult, RunState, record_from_json
 
@@ -142,6 +144,30 @@ def test_a_folder_that_cannot_be_written_is_one_warning_and_the_run_goes_on(tmp_
     assert len(warned) == 1 and "no record of this run kept" in warned[0] and "the run goes on" in warned[0]
 
 
+def test_a_read_only_history_folder_is_one_warning_and_the_run_goes_on(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "runs"
+    folder.mkdir()
+    folder.chmod(0o500)
+    if os.geteuid() == 0:  # root writes through the mode: the refusal any other user gets, made by hand
+        real_open = os.open
+
+        def refusing(path: str | Path, *args: int, **kwargs: int) -> int:
+            if Path(path).parent == folder:
+                raise PermissionError(errno.EACCES, "Permission denied", str(path))
+            return real_open(path, *args, **kwargs)
+
+        monkeypatch.setattr(outpaths.os, "open", refusing)
+    warned: list[str] = []
+    rec = recorder(folder, "ro7", warned=warned)
+    EventStream(rec.event, "ro7").note("kept in memory only")
+    rec.applied(RunResult([], [VmOutcome("train-01", Outcome.CHANGED)], [], False))
+    rec.finish(0)
+    (line,) = warned
+    assert "Permission denied" in line and "no record of this run kept" in line and "the run goes on" in line
+    assert list(folder.iterdir()) == []
+
+
 def test_runs_are_found_by_id_run_id_or_a_prefix(tmp_path: Path) -> None:
     full_run(tmp_path, "abc123", T0)
     full_run(tmp_path, "abd456", T0 + timedelta(seconds=1))
@@ -206,6 +232,24 @@ def test_runs_show_prints_one_run(state: Path, tmp_path: Path) -> None:
     assert done.exit_code == 0, done.output
     html = page.read_text()
     assert "train-01" in html and "What the apply did" in html and "6 events" in html
+
+
+def test_a_windows_guest_drivers_are_kept_and_shown(tmp_path: Path) -> None:
+    from vgpuctl.reports.html import run_page
+    from vgpuctl.reports.runs import result_lines
+
+    rec = recorder(tmp_path / "runs", "win9")
+    moved = [GuestDriverOutcome("infer-01", WindowStage.BEFORE, "535.154.05", Outcome.CHANGED),
+             GuestDriverOutcome("infer-02", WindowStage.AFTER, "550.90.07", Outcome.FAILED, "no address")]
+    rec.applied(RunResult([HostOutcome("esx-01", Outcome.CHANGED)], [], [], False, moved))
+    rec.finish(1, "a guest driver failed")
+    (record,), _ = rec.history.records()
+    assert record.result is not None and record.result.guest_drivers == moved  # read back with its enums
+    lines = result_lines(record.result, full=False)
+    assert "  Guest driver infer-01 (before): 535.154.05 changed" in lines
+    assert "  Guest driver infer-02 (after): 550.90.07 failed: no address" in lines
+    page = run_page(record)
+    assert 'data-guest-driver-outcome="failed"' in page and "Guest driver infer-01 (before): 535.154.05" in page
 
 
 def test_runs_show_of_an_unknown_run_is_one_line(state: Path) -> None:

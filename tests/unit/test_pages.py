@@ -11,12 +11,13 @@ from html.parser import HTMLParser
 import kinds
 import pytest
 
-from vgpuctl.domain import ChangeKind, EvacuationKind, Phase
+from vgpuctl.domain import ChangeKind, EvacuationKind, Phase, WindowStage
 from vgpuctl.model import (
     CloneSpec,
     DeviceChange,
     EvacuationAction,
     FieldChange,
+    GuestDriverMove,
     HostChange,
     Observed,
     ObservedGpu,
@@ -26,11 +27,13 @@ from vgpuctl.model import (
     ObservedVm,
     Op,
     Plan,
+    Problem,
+    UpgradeWindow,
     VmChange,
 )
 from vgpuctl.records.work import WORK_FIELD
 from vgpuctl.reports.html import percent, plan_page, status_page
-from vgpuctl.reports.plan import disruption_line, plan_report, steps_text
+from vgpuctl.reports.plan import disruption_line, plan_lines, plan_report, steps_text
 from vgpuctl.reports.status import host_lease, host_state, status_report, with_leases
 
 pytestmark = pytest.mark.unit
@@ -189,6 +192,37 @@ def test_the_plan_page_shows_the_window_in_order() -> None:
     assert vms == ["old", HOSTILE_VM, "train-01"] == report.order.vms  # no rank first, then by power-on rank
 
 
+def upgrade_window() -> UpgradeWindow:
+    def move(vm: str, stage: WindowStage, old: str, new: str) -> GuestDriverMove:
+        return GuestDriverMove(vm, "gpu-<guests>", stage, old, new, "files/driver.run", "0" * 64,
+                               f"{old} is refused by the new vGPU Manager")
+
+    return UpgradeWindow(batches=[["esx-01"], ["esx-02"]],
+                         managers={"esx-01": ["535.154", "550.90"], "esx-02": ["535.154", "550.90"]},
+                         before=[move(HOSTILE_VM, WindowStage.BEFORE, "525.60", "535.154")],
+                         after=[move("train-01", WindowStage.AFTER, "535.154", "550.90")])
+
+
+def test_a_driver_upgrade_window_shows_its_guest_drivers_around_the_hosts() -> None:
+    plan = a_plan()
+    plan.window = upgrade_window()
+    report = plan_report(plan)
+    found = Elements(plan_page(report, []))
+    text = "".join(found.text)
+    stages = [a["data-window-stage"] for _, a in found.tags if a.get("data-window-stage")]
+    assert stages == ["before", "after"]
+    first = f"~ vm {HOSTILE_VM} guest driver: 525.60 -> 535.154  (525.60 is refused by the new vGPU Manager)"
+    then = "~ vm train-01 guest driver: 535.154 -> 550.90"
+    assert text.index(first) < text.index("Host wave 1") < text.index("Host wave 2") < text.index(then) < text.index(
+        "The VMs, in the order")
+    assert [line.strip() for line in plan_lines(report) if "guest driver:" in line] == [first, then]  # the text's
+    alone = Plan(vm_changes=plan.vm_changes, window=upgrade_window())  # no host changes: the VMs, then the guests
+    text = "".join(Elements(plan_page(plan_report(alone), [])).text)
+    assert text.index(first) < text.index("The VMs, in the order") < text.index(then)
+    broken = Plan(vm_changes=plan.vm_changes, window=upgrade_window(), problems=[Problem("no room for new-01")])
+    assert "data-window-stage" not in plan_page(plan_report(broken), [])  # as the text: no window with errors
+
+
 def test_every_disruption_and_each_vm_before_and_after_in_the_texts_words() -> None:
     report = plan_report(a_plan())
     page = plan_page(report, [])
@@ -229,3 +263,11 @@ def test_host_waves_follow_the_smallest_max_unavailable_and_the_text_names_them(
     assert "Host waves (maintenance.max_unavailable at a time): 1. esx-01; 2. esx-02" in plan_lines(report)
     one = plan_report(Plan(host_changes=a_plan().host_changes[:1], host_waves=[["esx-01"]]))
     assert not [line for line in plan_lines(one) if line.startswith("Host waves")]
+
+
+def test_without_chromium_the_browser_tests_skip_and_say_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import browser
+
+    monkeypatch.setattr(browser, "find_chromium", lambda: None)
+    with pytest.raises(pytest.skip.Exception, match=r"none is installed: apt-get install chromium \(Debian"):
+        browser.chromium_or_skip()

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl import __version__
+from vgpuctl.reports import apply as applytext
 from vgpuctl.reports import plan as plantext
 from vgpuctl.reports import runs as runtext
 from vgpuctl.reports import status as statustext
+from vgpuctl.reports import window as windowtext
 
 if TYPE_CHECKING:
     import jinja2
@@ -46,7 +48,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.globals.update(version=__version__, percent=percent, colour=colour, plan=plantext, status=statustext,
-                       runs=runtext)
+                       runs=runtext, apply_text=applytext, window_text=windowtext)
     return env
 
 
@@ -120,9 +122,9 @@ def status_page(report: StatusReport) -> str:
 
 def plan_page(report: PlanReport, facts: list[tuple[str, str]], title: str = "Plan for review",
               record: RunRecord | None = None) -> str:
-    """The plan for a change review: facts about where it comes from, the window's order (host waves, then the
-    VMs), every disruption, each VM's before and after; with a run's `record`, also what the apply did and the
-    run's events."""
+    """The plan for a change review: facts about where it comes from, the window's order (a driver upgrade's
+    guest drivers first, the host waves, the guest drivers after them, then the VMs), every disruption, each
+    VM's before and after; with a run's `record`, also what the apply did and the run's events."""
     made = record is None or record.plan is not None  # a run that ended before its plan shows none
     return render("plan.html.j2", title=title, facts=facts, report=report, record=record, made=made,
                   **plan_layout(report))
@@ -147,8 +149,9 @@ def plan_layout(report: PlanReport) -> dict[str, Any]:
     vms += [v for v in report.vm_changes if v not in vms]
     waves = [list(w) for w in order.host_waves] if order is not None and order.host_waves else (
         [[h] for h in changes])
+    window = report.window if report.window is not None and not report.errors else None  # as the text shows it
     return {"host_changes": changes, "host_disruptions": host_steps, "vm_disruptions": vm_steps, "vms": vms,
-            "waves": waves}
+            "waves": waves, "window": window}
 
 
 def run_page(record: RunRecord) -> str:

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from vgpuctl.model import HostOutcome, VmOutcome
+from vgpuctl.model import GuestDriverOutcome, HostOutcome, VmOutcome
+from vgpuctl.reports.apply import guest_driver_line
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout, from_json
 from vgpuctl.reports.events import (
     EVENTS,
@@ -65,10 +66,12 @@ class RunResult:
     vms: list[VmOutcome]
     vm_errors: list[str]
     interrupted: bool
+    guest_drivers: list[GuestDriverOutcome] = field(default_factory=list)  # a driver upgrade window's guest moves
 
 
 def run_result(report: ApplyReport) -> RunResult:
-    return RunResult(list(report.hosts), list(report.vms), list(report.vm_errors), report.interrupted)
+    return RunResult(list(report.hosts), list(report.vms), list(report.vm_errors), report.interrupted,
+                     list(report.guest_drivers))
 
 
 @dataclass
@@ -215,6 +218,7 @@ def result_lines(result: RunResult, full: bool) -> list[str]:
     lines += [f"  VMs {status}: {names_text(names, full)}" for status, names in by_status.items()]
     lines += [f"  vm {v.vm}: {v.message}" for v in result.vms if v.message]
     lines += [f"  VM plan error: {e}" for e in result.vm_errors]
+    lines += [f"  {guest_driver_line(o)}" for o in result.guest_drivers]
     return lines + (["  interrupted (Ctrl-C)"] if result.interrupted else [])
 
 
