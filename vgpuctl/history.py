@@ -47,9 +47,15 @@ _USER_INFO = re.compile(r"(?<=://)[^\s\"'<>]*@")  # up to the last @: a password
 
 
 def history_folder() -> Path:
-    """$XDG_STATE_HOME/vgpuctl/runs, else ~/.local/state/vgpuctl/runs."""
-    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(state).expanduser() / "vgpuctl" / "runs"
+    """$XDG_STATE_HOME/vgpuctl/runs, else ~/.local/state/vgpuctl/runs (a relative XDG_STATE_HOME is ignored, as
+    the XDG Base Directory Specification asks). UsageError when neither is there (no home folder)."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    if os.path.isabs(state):
+        return Path(state) / "vgpuctl" / "runs"
+    try:
+        return Path.home() / ".local" / "state" / "vgpuctl" / "runs"
+    except RuntimeError:  # no HOME and no home in the user database (a container)
+        raise UsageError("the run history has no folder: no home folder and no XDG_STATE_HOME") from None
 
 
 def enabled() -> bool:

@@ -196,6 +196,28 @@ def test_the_setting_and_the_bounds_from_the_environment(monkeypatch: pytest.Mon
     assert history.history_folder() == Path("/srv/state/vgpuctl/runs")
     monkeypatch.delenv("XDG_STATE_HOME")
     assert history.history_folder() == Path.home() / ".local" / "state" / "vgpuctl" / "runs"
+    monkeypatch.setenv("XDG_STATE_HOME", "relative/state")  # not absolute: ignored (XDG Base Directory Spec)
+    assert history.history_folder() == Path.home() / ".local" / "state" / "vgpuctl" / "runs"
+
+
+def test_no_home_folder_is_one_line_for_runs_and_one_warning_for_a_run(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from vgpuctl.cli.common import GlobalOptions
+    from vgpuctl.cli.runs import recording
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.delenv("XDG_STATE_HOME")
+    monkeypatch.setattr(Path, "home", no_home)
+    listed = CliRunner().invoke(app, ["runs"])
+    assert listed.exit_code == 1 and listed.stderr.strip().splitlines() == [
+        "error: the run history has no folder: no home folder and no XDG_STATE_HOME"]
+    warned: list[str] = []
+    monkeypatch.setattr("vgpuctl.cli.common.warn", warned.append)
+    with recording("plan", GlobalOptions(), False, None, "nohome1") as record:
+        assert record is None
+    assert len(warned) == 1 and "the run goes on" in warned[0]
 
 
 # ------------------------------------------------------------------------------------------ the commands

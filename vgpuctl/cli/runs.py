@@ -55,7 +55,13 @@ def recording(command: str, opts: GlobalOptions, no_history: bool, inventory: Pa
     if no_history or not history.enabled():
         yield None
         return
-    recorder = history.Recorder(_history(), history.new_record(command, run_id, inventory), common.warn)
+    try:
+        kept = _history()
+    except VgpuctlError as err:  # the history never stops a run
+        common.warn(f"no record of this run kept ({err}); the run goes on")
+        yield None
+        return
+    recorder = history.Recorder(kept, history.new_record(command, run_id, inventory), common.warn)
     try:
         yield recorder
     except typer.Exit as done:
