@@ -158,6 +158,20 @@ def test_nvlink_sets_held_hosts_and_unfinished_work_are_marked() -> None:
     assert "exit maintenance" in "".join(found.text)
 
 
+def test_the_vgpu_manager_and_guest_drivers_the_text_shows_are_on_the_page() -> None:
+    report = status_report(farm())
+    host = next(h for h in report.hosts if h.host == "esx-01.gpu.example")
+    host.vgpu_manager, host.vgpu_manager_after_reboot = "550.90.05", "570.124.03"
+    next(v for v in report.vms if v.vm == "small").guest_driver = "550.90.07"
+    found = Elements(status_page(report))
+    text = " ".join(found.text)
+    assert [a["data-manager"] for _, a in found.tags if a.get("data-manager")] == ["550.90.05"]
+    assert "vGPU Manager 550.90.05 (570.124.03 next boot)" in text  # manager_cell, the text's words
+    cells = [a for t, a in found.tags if t == "td" and a.get("data-label") == "guest driver"]
+    assert len(cells) == len([v for v in report.vms if v.vgpus]) and "550.90.07" in text
+    assert 'data-label="guest driver"' not in status_html()  # no column where no guest driver is known
+
+
 def a_plan() -> Plan:
     return Plan(
         vm_changes=[
