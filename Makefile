@@ -13,8 +13,8 @@ DEMO_STATE := .work/demo
 GUEST_PACKAGES := $(shell sed -e 's/\#.*//' scripts/guest-test-packages.txt)
 BROWSER_PACKAGES := $(shell sed -e 's/\#.*//' scripts/browser-test-packages.txt)
 
-.PHONY: all venv gpusim demo test test-latest constraints test-unit test-sim test-go test-packaging guest-deps browser-deps lint \
-	typecheck mutation clean
+.PHONY: all venv gpusim demo test test-latest constraints test-unit test-sim test-go test-packaging guest-deps \
+	browser-deps lint typecheck mutation clean
 
 all: venv gpusim
 
