@@ -41,13 +41,7 @@ from vgpuctl.model import (
     VmOutcome,
 )
 from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
-from vgpuctl.progress import (
-    Cancel,
-    HostProgress,
-    Progress,
-    VmProgress,
-    cancelled,
-)
+from vgpuctl.progress import Cancel, HostProgress, Progress, VmProgress, cancelled
 from vgpuctl.records.work import WORK_FIELD, WorkStore
 from vgpuctl.runlocks import check_lock_settings
 from vgpuctl.settings import host_properties

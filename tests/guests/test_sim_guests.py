@@ -41,9 +41,10 @@ class Sim:
                               env=self.env, check=False, timeout=1200)
 
     def guests(self) -> dict[str, dict[str, Any]]:
-        """gpusim's guests by VM name (GET /gpusim/guests)."""
+        """gpusim's guests by VM name, once every power event so far has reached its guest (GET /gpusim/guests)."""
         ctx = ssl._create_unverified_context()  # the control endpoint of a local test simulator
-        with urllib.request.urlopen(self.env["GPUSIM_CONTROL"] + "/guests", context=ctx, timeout=30) as resp:
+        url = self.env["GPUSIM_CONTROL"] + "/guests?settled=1"  # a VM's power-off ends before its guest has stopped
+        with urllib.request.urlopen(url, context=ctx, timeout=300) as resp:
             return {g["vm"]: g for g in json.loads(resp.read())["guests"]}
 
 

@@ -2,7 +2,7 @@ package main
 
 // Wiring of the VMs' guests (internal/guests): the -guests and -guest-hook flags, the hook's environment, the
 // variables printed for people (the guests' root password, the key and known_hosts of the folder the hook
-// prepared) and GET /gpusim/guests.
+// prepared) and GET /gpusim/guests (?settled=1: once every power event so far has reached its guest).
 
 import (
 	"context"
@@ -66,6 +66,9 @@ func startGuests(sim *vc.Sim, g *guestFlags, logf func(string, ...any)) ([][2]st
 	m := guests.New(hook, sim.ReportGuest, logf)
 	m.Watch(sim.Context().Map)
 	sim.HandleControl("GET /gpusim/guests", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("settled") != "" {
+			m.WaitIdle() // a power-on or -off answered before its guest started or stopped: wait for the hook
+		}
 		vc.WriteJSON(w, http.StatusOK, map[string]any{"guests": m.Guests()})
 	})
 	stop := func() {

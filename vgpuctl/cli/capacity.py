@@ -42,8 +42,8 @@ def capacity_cmd(
                                                        "a running VM has nowhere to go.")
     ] = False,
     time_limit: Annotated[float, typer.Option(
-        "--time-limit", min=0.1, help="Seconds the command may take with --demand, reading the farm included; "
-        "the solver searches for what is left.")] = DEFAULT_TIME_LIMIT_S,
+        "--time-limit", min=0.1, max=86400.0, help="Seconds the command may take with --demand, reading the farm "
+        "included; the solver searches for what is left.")] = DEFAULT_TIME_LIMIT_S,
     greedy_only: Annotated[bool, typer.Option("--greedy", help="Skip the solver: first-fit decreasing only.")] = False,
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Take vCenter settings from this inventory.", dir_okay=False)
@@ -73,15 +73,7 @@ def capacity_cmd(
         raise UsageError("--out and --detailed-exitcode go with --demand or --drain")
     common.check_out_file(out)
     common.refuse_overlaps({"--out": out}, opts, {"the demand file": demand, "the inventory": file})
-    wanted = None
-    if demand is not None:
-        from vgpuctl.capacity.demand import load_demand
-
-        wanted = load_demand(demand)  # file errors before any connection
-        if not greedy_only:
-            from vgpuctl.extras import require
-
-            require("ortools", instead="use --greedy (first-fit decreasing only)")  # before reading the farm
+    wanted = None if demand is None else _load_demand(demand, greedy_only)  # file errors before any connection
     observed = _observe(opts, file)
     if host is not None:
         from vgpuctl.names import host_named
@@ -94,6 +86,17 @@ def capacity_cmd(
         common.emit(capacity_report(what_fits(observed, cluster, host)), opts)
         return
     _answer(opts, observed, wanted, out, detailed_exitcode, time_limit, greedy_only, started)
+
+
+def _load_demand(demand: Path, greedy_only: bool) -> Demand:
+    from vgpuctl.capacity.demand import load_demand
+
+    wanted = load_demand(demand)
+    if not greedy_only:
+        from vgpuctl.extras import require
+
+        require("ortools", instead="use --greedy (first-fit decreasing only)")  # before reading the farm
+    return wanted
 
 
 def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path | None, detailed: bool,
