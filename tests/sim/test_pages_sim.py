@@ -101,7 +101,7 @@ def elements(dom: str, attribute: str) -> list[str]:
     return re.findall(rf'{attribute}="([^"]*)"', dom)
 
 
-def test_status_page_in_a_browser(sim: Any, chromium: str, tmp_path: Path) -> None:
+def test_status_page_in_a_browser(chromium: str, sim: Any, tmp_path: Path) -> None:
     screens = screenshots_folder(tmp_path, "status")
     settings = ConnectionSettings(sim.url, sim.username, sim.password, insecure=True)
     with open_session(settings) as session:
@@ -128,7 +128,7 @@ def test_status_page_in_a_browser(sim: Any, chromium: str, tmp_path: Path) -> No
         assert 'style="width: 50%"' in shown.dom  # a 20 GB vGPU on a 40 GB GPU
 
 
-def test_plan_page_runs_and_runs_show_after_a_plan_and_an_apply(sim: Any, chromium: str, tmp_path: Path) -> None:
+def test_plan_page_runs_and_runs_show_after_a_plan_and_an_apply(chromium: str, sim: Any, tmp_path: Path) -> None:
     screens = screenshots_folder(tmp_path, "plan-and-run")
     state = tmp_path / "state"
     inventory, saved, page = tmp_path / "inv.yaml", tmp_path / "t.plan", tmp_path / "plan.html"
