@@ -11,9 +11,10 @@ GPUSIM := tests/vcsim/bin/gpusim
 DEMO_STATE := .work/demo
 
 GUEST_PACKAGES := $(shell sed -e 's/\#.*//' scripts/guest-test-packages.txt)
+BROWSER_PACKAGES := $(shell sed -e 's/\#.*//' scripts/browser-test-packages.txt)
 
-.PHONY: all venv gpusim demo test test-latest constraints test-unit test-sim test-go test-packaging guest-deps lint \
-	typecheck mutation clean
+.PHONY: all venv gpusim demo test test-latest constraints test-unit test-sim test-go test-packaging guest-deps \
+	browser-deps lint typecheck mutation clean
 
 all: venv gpusim
 
@@ -76,19 +77,28 @@ mutation: venv
 	$(BIN)/pip install -q mutmut==3.8.1
 	$(BIN)/python scripts/mutation.py $(MUTATION_ARGS)
 
-# As root: install the Debian packages the guest tests need (scripts/guest-test-packages.txt), when missing.
-guest-deps:
+# As root: install the Debian packages a suite needs when missing; not as root, nothing ($(1): the packages, $(2): who).
+define install_missing
 	@if [ "$$(id -u)" != 0 ]; then exit 0; fi; \
-	missing=$$(for p in $(GUEST_PACKAGES); do \
+	missing=$$(for p in $(1); do \
 	  dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
-	  echo "installing the guest tests' packages:" $$missing; \
+	  echo "installing the $(2) packages:" $$missing; \
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+endef
+
+# the guest tests' packages (scripts/guest-test-packages.txt)
+guest-deps:
+	$(call install_missing,$(GUEST_PACKAGES),guest tests')
+
+# the page tests' headless browser (scripts/browser-test-packages.txt)
+browser-deps:
+	$(call install_missing,$(BROWSER_PACKAGES),page tests')
 
 # Everything but live tests: Go simulator tests, lint, then unit + sim + packaging + guests (guests need root).
-test: venv gpusim lint test-go guest-deps
+test: venv gpusim lint test-go guest-deps browser-deps
 	@if [ "$$(id -u)" = 0 ]; then \
 	  $(BIN)/pytest -m "not live"; \
 	else \

@@ -67,3 +67,10 @@ def no_vgpuctl_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(("VGPUCTL_", "GOVC_")):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture(autouse=True)
+def _run_history_in_tmp(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs of plan, apply and provision in tests keep their records in a folder of their own, never in the
+    home of whoever runs the tests (vgpuctl.history)."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))

@@ -8,7 +8,7 @@ decides; apply executes it. Nothing here does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -554,6 +554,8 @@ class Plan:
     host_changes: list[HostChange] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)  # the plan cannot be applied: one per reason
     warnings: list[str] = field(default_factory=list)
+    # the hosts with changes in the waves apply changes them in (maintenance.max_unavailable at a time)
+    host_waves: list[list[str]] = field(default_factory=list)
     window: UpgradeWindow | None = None  # a driver upgrade of vGPU Managers, with the guest drivers around it
 
     @property
@@ -583,6 +585,13 @@ class Plan:
         if self.window is not None and not self.window.is_empty:
             out["window"] = asdict(self.window)
         return out
+
+
+def queue_order(changes: Sequence[VmChange]) -> list[int]:
+    """The order apply's workers take VMs in: those that power on no vGPUs first (plan order), then by power-on
+    rank (VmChange.power_on_rank)."""
+    return sorted(range(len(changes)), key=lambda i: (changes[i].power_on_rank is not None,
+                                                       changes[i].power_on_rank or 0, i))
 
 
 # ----------------------------------------------------------------------------------------------- outcomes

@@ -11,6 +11,7 @@ from collections.abc import Collection, Iterable, Sequence
 from vgpuctl.farm.predict import predict_observed
 from vgpuctl.gcpause import paused_gc
 from vgpuctl.hosts import plan as hostplan
+from vgpuctl.hosts.targets import planned_waves
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import HostChange, Observed, Plan, VmChange
 from vgpuctl.settings import setting_of
@@ -48,6 +49,7 @@ def _make_plan(inv: Inventory, observed: Observed, host_facts: dict[str, HostFac
     if hosts is not None:
         plan.host_changes, plan.problems = hosts.changes, list(hosts.problems)
         plan.warnings += hosts.warnings
+        plan.host_waves = planned_waves(hosts.changes, hostplan.resolve_hosts(inv.hosts, observed)[0])
         plan.window = hosts.window
     plan.vm_changes = vms.vm_changes
     plan.problems += vms.problems

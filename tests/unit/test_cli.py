@@ -412,12 +412,13 @@ def test_status_document_maps_vms_to_gpus() -> None:
     gpus = doc["hosts"][0]["gpus"]
     assert [g["vms"] for g in gpus] == [
         [
-            {"vm": "a", "profile": "grid_a100-20c", "guessed": False},
-            {"vm": "b", "profile": "grid_a100-20c", "guessed": False},
+            {"vm": "a", "profile": "grid_a100-20c", "guessed": False, "fb_gb": 20},
+            {"vm": "b", "profile": "grid_a100-20c", "guessed": False, "fb_gb": 20},
         ],
-        [{"vm": "b", "profile": "grid_a100-20c", "guessed": False}],
-        [{"vm": "c", "profile": "grid_a100-3-20c", "guessed": False}],
+        [{"vm": "b", "profile": "grid_a100-20c", "guessed": False, "fb_gb": 20}],
+        [{"vm": "c", "profile": "grid_a100-3-20c", "guessed": False, "fb_gb": 20, "mig_slots": 4}],  # of 8 slices
     ]
+    assert [g.get("mig_slots") for g in gpus] == [None, None, 8]
     assert [(g["used_gb"], g["free_gb"], g["mode"]) for g in gpus] == [
         (40, 0, "time-sliced (sameSize)"),
         (20, 20, "time-sliced (sameSize)"),

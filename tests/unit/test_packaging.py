@@ -288,8 +288,8 @@ def _make_test(tmp_path: Path, uid: int, installed: set[str]) -> tuple[str, list
     return proc.stdout, log.read_text().splitlines() if log.exists() else []
 
 
-def _packages() -> list[str]:
-    lines = (ROOT / "scripts" / "guest-test-packages.txt").read_text().splitlines()
+def _packages(suite: str = "guest") -> list[str]:
+    lines = (ROOT / "scripts" / f"{suite}-test-packages.txt").read_text().splitlines()
     return [word for line in lines if (word := line.split("#")[0].strip())]
 
 
@@ -297,13 +297,26 @@ def _packages() -> list[str]:
 def test_make_test_as_root_installs_missing_guest_packages(tmp_path: Path) -> None:
     packages = _packages()
     assert "sshpass" in packages and "debootstrap" in packages
-    out, calls = _make_test(tmp_path, 0, set(packages[1:]))
+    out, calls = _make_test(tmp_path, 0, set(packages[1:]) | set(_packages("browser")))
     assert calls == [
         "apt-get update -qq",
         f"apt-get install -y -qq --no-install-recommends {packages[0]}",
         "pytest -m not live",
     ]
     assert "skipping" not in out
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_test_as_root_installs_the_page_tests_browser(tmp_path: Path) -> None:
+    browser = _packages("browser")
+    assert browser == ["chromium"]
+    out, calls = _make_test(tmp_path, 0, set(_packages()))
+    assert calls == [
+        "apt-get update -qq",
+        "apt-get install -y -qq --no-install-recommends chromium",
+        "pytest -m not live",
+    ]
+    assert "installing the page tests' packages: chromium" in out
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
@@ -318,4 +331,4 @@ def test_ci_runs_the_readme_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme and ci.rstrip().endswith("make test")
-    assert not [p for p in _packages() if p in ci]  # the package list is defined once, for make
+    assert not [p for p in _packages() + _packages("browser") if p in ci]  # the lists are defined once, for make

@@ -45,6 +45,10 @@ LABELS = {
              "host"},  # a problem's subject, also the word its host lines start with
     "preflight": {"pass", "warn", "fail", "skip"},  # a check's status, and the summary's "N fail, N warn, ..."
 }
+# a run's record: its plan's words, and the command, states and event types its lines name
+LABELS["run"] = LABELS["plan"] | {"apply", "plan", "changed", "failed", "summary", "finished", "step-start",
+                                  "step-end", "run-start", "warning", "note", "host"}
+LABELS["runs"] = {"apply", "plan", "failed"}
 LAYOUTS = {"status": [TextLayout(200, False), TextLayout(80, False), TextLayout(200, True)]}
 MIN_LENGTH = 4  # shorter strings (+, ~, ok, on) match inside unrelated words
 

@@ -7,6 +7,7 @@ import copy
 import json
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from vgpuctl.cli.main import app
 from vgpuctl.cli.sim import parse_env_file, with_esxi_env
 from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, Outcome, Phase, StopReason, VmStep, WindowStage
 from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, PreflightFailed, UsageError
+from vgpuctl.events import EventStream
 from vgpuctl.experiment.output import write_report
 from vgpuctl.experiment.runner import RunSummary, run_experiment
 from vgpuctl.experiment.schema import checked_variants, load_experiment
@@ -33,6 +35,7 @@ from vgpuctl.experiment.store import ResultsDir
 from vgpuctl.export import export_inventory
 from vgpuctl.farm.usage import gpu_usage, judge_vms
 from vgpuctl.guest.runner import DeployResult, GuestOutcome
+from vgpuctl.history import new_record
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
     ApplyResult,
@@ -61,6 +64,7 @@ from vgpuctl.model import (
 )
 from vgpuctl.preflight.check import PreflightCheck
 from vgpuctl.records.classes import ClassState, NamespaceState, SupervisorState
+from vgpuctl.records.work import WORK_FIELD
 from vgpuctl.reports import schemas
 from vgpuctl.reports.apply import ApplyReport, HostChangeReport, host_change_report
 from vgpuctl.reports.apply import apply_report as build_apply_report
@@ -87,6 +91,7 @@ from vgpuctl.reports.host import HostReport, host_status
 from vgpuctl.reports.plan import plan_report, validate_report, with_class_plan
 from vgpuctl.reports.preflight import preflight_report
 from vgpuctl.reports.profiles import profiles_report
+from vgpuctl.reports.runs import RunRecord, RunsReport, listing, record_from_json, run_result, state_of_exit
 from vgpuctl.reports.schemas import REPORTS
 from vgpuctl.reports.sim import SimDownReport, SimEnvReport
 from vgpuctl.reports.status import (
@@ -462,6 +467,34 @@ def experiment_results(tmp_path: Path) -> ExperimentReport:
 
 SIM_ENV = "export VGPUCTL_URL=https://127.0.0.1:4242/sdk GPUSIM_SSH_HOSTS='esx-01=127.0.0.1:2201' VGPUCTL_PASSWORD=pw\n"
 
+def run_record(command: str = "apply") -> RunRecord:
+    """A run's record as vgpuctl.history keeps it: the plan, the apply's outcomes and the events of its stream."""
+    record = new_record(command, "r1", None, now=datetime(2026, 5, 12, 22, 15, 2, tzinfo=UTC))
+    record.user, record.machine, record.pid, record.version = "ann", "ws-7", 4242, "0.1.0"  # as on any machine
+    stream = EventStream(record.events.append, "r1", clock=lambda: "2026-05-12T22:15:03.000Z")
+    applied = apply_report()
+    stream.run_start(command, "inv.yaml")
+    stream.plan(applied.plan)
+    stream.host_step("esx-01", "enter-maintenance", None)
+    stream.host_step("esx-01", "changed", None)
+    stream.summary([Outcome.CHANGED], [Outcome.CHANGED, Outcome.FAILED], interrupted=False, exit_code=1)
+    record.plan, record.result = applied.plan, run_result(applied)
+    record.ended, record.exit_code, record.error, record.state = "2026-05-12T22:16:00.000Z", 1, "b failed", \
+        state_of_exit(1)
+    return record
+
+
+def runs_report() -> RunsReport:
+    return RunsReport("/home/ann/.local/state/vgpuctl/runs", [listing(run_record()), listing(run_record("plan"))],
+                      ["/x/y.json: not a run record (not JSON)"])
+
+
+def status_with_work() -> StatusReport:
+    observed = farm()
+    observed.hosts["esx-01"].custom_values[WORK_FIELD] = '{"run": "r0", "phase": "reboot", "entered_maintenance": true}'
+    return status_report(observed)
+
+
 # Every report a command prints, built by the code that builds it from fixtures; "kind#case" names a second case.
 REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "plan": lambda _t: with_class_plan(plan_report(a_plan()), class_plan()),
@@ -510,6 +543,10 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "host-forget-work#record": lambda _t: forget_work_report(
         "esx-01", '{"run": "r1", "phase": "reboot", "entered_maintenance": true}', cleared=True),
     "host-forget-work#none": lambda _t: forget_work_report("esx-01", "", cleared=False),
+    "status#work": lambda _t: status_with_work(),
+    "run": lambda _t: run_record(),
+    "run#plan": lambda _t: record_from_json(json.loads(json.dumps(run_record("plan").to_dict()))),
+    "runs": lambda _t: runs_report(),
 }
 
 
@@ -536,7 +573,7 @@ def test_every_report_has_a_real_document() -> None:
 def test_documents_validate_against_their_schema(name: str, tmp_path: Path) -> None:
     doc = DOCUMENTS[name](tmp_path)
     kind = kind_of_case(name)
-    assert kind == doc.get("kind", "error")  # a failed apply's document has an `error` too, and its kind
+    assert kind == doc.get("kind", "error")  # an error document is {"error": ...} alone; a failed apply's has its kind
     _valid(kind, doc)
 
 
@@ -600,6 +637,12 @@ def _rename_first_key(doc: Any, old: str, new: str) -> bool:
         ("sim-env", "env_file", "file"),
         ("preflight", "evidence", "detail"),
         ("sim-down", "stopped", "pid"),
+        ("status#work", "left", "unfinished"),
+        ("status", "mig_slots", "slices"),
+        ("run", "run_id", "id_of_run"),
+        ("run", "seq", "number"),  # an event of the record has the event schema's fields
+        ("run", "vms", "machines"),
+        ("runs", "started", "start"),
     ],
 )
 def test_a_renamed_key_fails_validation(name: str, old: str, new: str, tmp_path: Path) -> None:

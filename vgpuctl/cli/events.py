@@ -22,7 +22,7 @@ import typer
 from vgpuctl.errors import OutputError, UsageError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from vgpuctl.cli.common import GlobalOptions
     from vgpuctl.events import EventStream
@@ -95,27 +95,40 @@ def as_output(target: str | None) -> Path | None:
 
 
 @contextmanager
-def event_stream(target: str | None, opts: GlobalOptions, run_id: str | None) -> Iterator[EventStream | None]:
-    """The run's event stream (None without --events), its file closed at the end."""
-    if target is None:
+def event_stream(target: str | None, opts: GlobalOptions, run_id: str | None,
+                 also: Callable[[Event], None] | None = None) -> Iterator[EventStream | None]:
+    """The run's event stream (None without --events and without `also`, the run history's writer, which sees
+    every event too), its file closed at the end."""
+    if target is None and also is None:
         yield None
         return
     from vgpuctl.events import EventStream
     from vgpuctl.vsphere.workrecord import new_run_id
 
-    check(target, opts)
-    if target == STDOUT:
-        out = EventFile(sys.stdout, close=False)
-    else:
-        try:
-            stream = Path(target).open("w", encoding="utf-8")  # noqa: SIM115 - closed below
-        except OSError as err:
-            raise OutputError(f"--events {target}: {err.strerror or err}") from None
-        out = EventFile(stream, close=True, target=target)
+    out = _event_file(target, opts) if target is not None else None
+    writers = [w for w in (also, out.write if out is not None else None) if w is not None]
+
+    def write(event: Event) -> None:
+        for writer in writers:
+            writer(event)
+
     try:
-        yield EventStream(out.write, run_id or new_run_id())
+        yield EventStream(write, run_id or new_run_id())
     except BaseException:
         with suppress(OutputError):  # the run's own error is the one to report
-            out.close()
+            if out is not None:
+                out.close()
         raise
-    out.close()
+    if out is not None:
+        out.close()
+
+
+def _event_file(target: str, opts: GlobalOptions) -> EventFile:
+    check(target, opts)
+    if target == STDOUT:
+        return EventFile(sys.stdout, close=False)
+    try:
+        stream = Path(target).open("w", encoding="utf-8")  # noqa: SIM115 - closed by EventFile.close
+    except OSError as err:
+        raise OutputError(f"--events {target}: {err.strerror or err}") from None
+    return EventFile(stream, close=True, target=target)

@@ -29,6 +29,7 @@ from vgpuctl.cli import (
     preflight,
     provision,
     report,
+    runs,
     show,
     sim,
     status,
@@ -380,6 +381,7 @@ app.add_typer(vm.app, name="vm")
 app.add_typer(host.app, name="host")
 app.add_typer(guest.app, name="guest")
 provision.register(app)
+runs.register(app)
 app.add_typer(sim.app, name="sim")
 app.add_typer(report.app, name="report")
 experiment.register(app)

@@ -13,12 +13,14 @@ import typer
 from vgpuctl.cli import common
 from vgpuctl.cli import events as cli_events
 from vgpuctl.cli.common import EXIT_CHANGES_PENDING, GlobalOptions
+from vgpuctl.cli.runs import NoHistory, recording
 from vgpuctl.domain import DEFAULT_PARALLEL
 from vgpuctl.errors import PlanError, PlanRefused, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.cli.display import ApplyDisplay
     from vgpuctl.events import EventStream
+    from vgpuctl.history import Recorder
     from vgpuctl.inventory import Inventory
     from vgpuctl.outcome import Planned, RunOutcome
     from vgpuctl.pipeline import RunOptions, RunRequest
@@ -156,19 +158,32 @@ def plan_cmd(
     cluster: ClusterScope = None,
     vm: VmScope = None,
     events: cli_events.EventsOpt = None,
+    no_history: NoHistory = False,
 ) -> None:
     """Show what apply would change: a field-level diff per VM and host, and every disruptive step."""
-    from vgpuctl import pipeline
+    from vgpuctl.vsphere.workrecord import new_run_id
 
     opts: GlobalOptions = ctx.obj
     common.check_out_file(out)
     cli_events.check(events, opts)
     outputs = {"--out": out, "--events": cli_events.as_output(events)}
     common.refuse_overlaps(outputs, opts, {"the inventory": file})
+    run_id = new_run_id()
+    with recording("plan", opts, no_history or explain is not None, file, run_id) as record:
+        code = _plan(opts, file, scope_of(host, cluster, vm), run_id, ssh_trust_on_first_use, events, record,
+                     explain, out, detailed_exitcode, outputs)
+        if code:
+            raise typer.Exit(code)  # inside: the record keeps the exit code
+
+
+def _plan(opts: GlobalOptions, file: Path, scope: Scope | None, run_id: str, tofu: bool, events: str | None,
+          record: Recorder | None, explain: str | None, out: Path | None, detailed_exitcode: bool,
+          outputs: dict[str, Path | None]) -> int:
+    from vgpuctl import pipeline
+
     inventory = common.load_inventory(opts, file, outputs)
-    scope = scope_of(host, cluster, vm)
-    options = common.run_options(opts, inventory, trust_on_first_use=ssh_trust_on_first_use, scope=scope)
-    with cli_events.event_stream(events, opts, options.run_id) as stream:
+    options = common.run_options(opts, inventory, trust_on_first_use=tofu, scope=scope, run_id=run_id)
+    with cli_events.event_stream(events, opts, options.run_id, record.event if record else None) as stream:
         if stream is not None:
             stream.run_start("plan", str(file), scope)
         planned = pipeline.plan_only(common.connection_settings(opts, inventory), inventory, options)
@@ -178,19 +193,18 @@ def plan_cmd(
             from vgpuctl.reports.explain import explain_host
 
             common.emit(explain_host(explain, inventory, planned.observed, planned.plan, planned.facts), opts)
-            return
-        code = show_plan_result(planned, opts, stream, out, file, detailed_exitcode, inventory)
-    if code:
-        raise typer.Exit(code)
+            return 0
+        return show_plan_result(planned, opts, stream, out, file, detailed_exitcode, inventory, record)
 
 
 def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream | None, out: Path | None,
-                     file: Path, detailed_exitcode: bool, inventory: Inventory) -> int:
+                     file: Path, detailed_exitcode: bool, inventory: Inventory, record: Recorder | None = None) -> int:
     """Print the whole plan, its problems beside its changes, save it, and say the exit code (2: changes pending,
     asked for); a plan with problems is refused after it is shown (one line, exit 1, whatever was asked, and
     not saved)."""
-
     report = plan_document(planned, opts)
+    if record is not None:
+        record.planned(report, planned.vcenter)
     what = f"{out} was not saved (--out)" if out is not None else "nothing can be applied"
     refused = PlanRefused(list(planned.plan.errors), what) if planned.plan.errors else None
     report.error = common.error_report(refused).error if refused is not None else None
@@ -274,6 +288,7 @@ def apply_cmd(
         typer.Option("--allow-destroy", help="Destroy the VMs whose entries say state: absent (- in the plan)."),
     ] = False,
     deadline: DeadlineOpt = None,
+    no_history: NoHistory = False,
 ) -> None:
     """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first.
 
@@ -284,29 +299,43 @@ def apply_cmd(
     """
     from vgpuctl import pipeline
     from vgpuctl.reports.plan import plan_section
+    from vgpuctl.vsphere.workrecord import new_run_id
 
     opts: GlobalOptions = ctx.obj
     window = common.parse_deadline_option(deadline) if deadline is not None else None
     cli_events.check(events, opts)
     common.refuse_overlaps({"--events": cli_events.as_output(events)}, opts,
                            {"the inventory": file, "the plan file": saved_plan})
-    scope = scope_of(host, cluster, vm)
-    saved, inventory, shown = load_request(opts, saved_plan, file, scope, {"--events": cli_events.as_output(events)})
+    run_id = new_run_id()
+    with recording("apply", opts, no_history, file, run_id) as record:
+        outputs = {"--events": cli_events.as_output(events)}
+        saved, inventory, scope = apply_inputs(opts, saved_plan, file, scope_of(host, cluster, vm), record, outputs)
+        options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
+                                     trust_on_first_use=ssh_trust_on_first_use, scope=scope, run_id=run_id,
+                                     deadline=window)
+        request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy,
+                                      plan_document=plan_section)
+        with cli_events.event_stream(events, opts, options.run_id, record.event if record else None) as stream:
+            if stream is not None:
+                where = str(saved_plan) if saved_plan is not None else str(file)
+                stream.run_start("apply", where, scope)
+            hooks = CliHooks(opts, yes=yes, events=stream, record=record)  # shows the plan made again
+            outcome = run_apply(opts, inventory, options, request, hooks=hooks)
+        if opts.json:
+            common.emit(apply_document(outcome, opts), opts)
+        raise_for_outcome(outcome)
+
+
+def apply_inputs(opts: GlobalOptions, saved_plan: Path | None, file: Path | None, scope: Scope | None,
+                 record: Recorder | None,
+                 outputs: dict[str, Path | None]) -> tuple[SavedPlan | None, Inventory, Scope | None]:
+    """load_request, with the scope a saved plan keeps; the run's record names the inventory the file holds."""
+    saved, inventory, shown = load_request(opts, saved_plan, file, scope, outputs)
     if saved is not None:
         scope = saved_scope(shown)
-    options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
-                                 trust_on_first_use=ssh_trust_on_first_use, scope=scope, deadline=window)
-    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy,
-                                  plan_document=plan_section)
-    with cli_events.event_stream(events, opts, options.run_id) as stream:
-        if stream is not None:
-            where = str(saved_plan) if saved_plan is not None else str(file)
-            stream.run_start("apply", where, scope)
-        hooks = CliHooks(opts, yes=yes, events=stream)  # shows the plan made again: a saved one is the same
-        outcome = run_apply(opts, inventory, options, request, hooks=hooks)
-    if opts.json:
-        common.emit(apply_document(outcome, opts), opts)
-    raise_for_outcome(outcome)
+        if record is not None and saved_plan is not None:
+            record.from_saved_plan(saved_plan, saved.inventory_path, saved.inventory_text)
+    return saved, inventory, scope
 
 
 def load_request(opts: GlobalOptions, saved_plan: Path | None, file: Path | None, scope: Scope | None,
@@ -390,6 +419,7 @@ class CliHooks:
     yes: bool = False
     only_if_disruptive: bool = False  # `vm vgpu`: ask only before power-offs and removals
     events: EventStream | None = None
+    record: Recorder | None = None  # the run history's record of this run
     report: PlanReport | None = field(default=None, init=False)
     display: ApplyDisplay | None = field(default=None, init=False)
     began: bool = field(default=False, init=False)  # the apply itself started: the farm may have changed
@@ -399,6 +429,8 @@ class CliHooks:
         """Show the plan, also one with problems (the run refuses it right after, in one line)."""
         self.report = plan_document(planned, self.opts)
         self.showed_problems = bool(planned.plan.errors)
+        if self.record is not None:
+            self.record.planned(self.report, planned.vcenter)
         if self.events is not None:
             self.events.plan(self.report)
         show_plan(self.report, self.opts)
@@ -430,7 +462,12 @@ class CliHooks:
             self.events.note(message)
 
     def finished(self, outcome: RunOutcome | None, failure: BaseException | None) -> None:
-        """The summary event: counts per outcome, and the exit code the command ends with."""
+        """What the apply did to each host and VM for the run's record; the summary event: counts per outcome,
+        and the exit code the command ends with."""
+        if self.record is not None and outcome is not None and outcome.applied is not None:
+            from vgpuctl.reports.runs import run_result
+
+            self.record.applied(run_result(apply_document(outcome, self.opts)))
         if self.events is None:
             return
         code = int(getattr(failure, "exit_code", 1)) if failure is not None else 0

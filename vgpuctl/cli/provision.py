@@ -10,12 +10,17 @@ from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.guest import InventoryFile, show_result
 from vgpuctl.cli.plan import DeadlineOpt
+from vgpuctl.cli.runs import NoHistory, recording
 from vgpuctl.errors import GuestError
 from vgpuctl.names import listing
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from vgpuctl.cli.display import AddressWait
+    from vgpuctl.durations import Deadline
     from vgpuctl.guest.runner import DeployResult
+    from vgpuctl.history import Recorder
 
 DEFAULT_IP_TIMEOUT_S = 600
 NAMES_SHOWN = 20  # VMs named in the error; all of them with -v
@@ -36,21 +41,35 @@ def provision_cmd(
     ip_poll: Annotated[float, typer.Option("--ip-poll", min=0.1, help="Seconds between address reads.")] = 5.0,
     limit: Annotated[str | None, typer.Option("--limit", "-l", help="Guest playbooks only on these guests.")] = None,
     deadline: DeadlineOpt = None,
+    no_history: NoHistory = False,
 ) -> None:
     """Apply (like `apply`), wait for the guests' IP addresses, then run the guest playbooks on them."""
-    from vgpuctl import pipeline
-    from vgpuctl.cli.guest import guest_display
-    from vgpuctl.cli.plan import apply_document, raise_for_outcome, run_apply
-    from vgpuctl.reports.guests import ProvisionReport, guest_run_report
+    from vgpuctl.vsphere.workrecord import new_run_id
 
     opts: GlobalOptions = ctx.obj
     window = common.parse_deadline_option(deadline) if deadline is not None else None
-    inventory = common.load_inventory(opts, file)
+    run_id = new_run_id()
+    with recording("provision", opts, no_history, file, run_id) as record:
+        _provision(opts, file, yes, parallel, ip_timeout, ip_poll, limit, run_id, record, window)
 
+
+def _provision(opts: GlobalOptions, file: Path, yes: bool, parallel: int, ip_timeout: int, ip_poll: float,
+               limit: str | None, run_id: str, record: Recorder | None, window: Deadline | None) -> None:
+    from vgpuctl import pipeline
+    from vgpuctl.cli import events as cli_events
+    from vgpuctl.cli.guest import guest_display
+    from vgpuctl.cli.plan import CliHooks, apply_document, raise_for_outcome, run_apply
+    from vgpuctl.reports.guests import ProvisionReport, guest_run_report
+
+    inventory = common.load_inventory(opts, file)
     stage = pipeline.GuestStage(wait_s=ip_timeout, poll_s=ip_poll, limit=limit, waiting=address_wait,
                                 display=guest_display)
-    options = common.run_options(opts, inventory, parallel=parallel, deadline=window)
-    outcome = run_apply(opts, inventory, options, pipeline.RunRequest(guests=stage), yes=yes)
+    options = common.run_options(opts, inventory, parallel=parallel, run_id=run_id, deadline=window)
+    with cli_events.event_stream(None, opts, run_id, record.event if record else None) as stream:
+        if stream is not None:
+            stream.run_start("provision", str(file))
+        hooks = CliHooks(opts, yes=yes, events=stream, record=record)
+        outcome = run_apply(opts, inventory, options, pipeline.RunRequest(guests=stage), hooks=hooks)
     raise_for_outcome(outcome)
     applied = apply_document(outcome, opts)
     if outcome.guests is None:

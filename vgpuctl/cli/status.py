@@ -93,25 +93,34 @@ SinceOpt = Annotated[
                  "beyond an hour vCenter's statistics intervals answer, which keep the GPU counters only at "
                  "statistics level 4."),
 ]
+StatusHtmlOpt = Annotated[
+    Path | None,
+    typer.Option("--html", metavar="FILE",
+                 help="Write the status as one self-contained HTML page to FILE (a GPU map per cluster and host: "
+                 "vGPUs and MIG instances to scale, NVLink sets, held hosts, unfinished work) instead of its text."),
+]
 
 
 def status_cmd(
     ctx: typer.Context, file: OptionalInventory = None, shell: ShellOpt = None, vm_classes: VmClassesOpt = None,
-    usage: UsageOpt = False, since: SinceOpt = None,
+    usage: UsageOpt = False, since: SinceOpt = None, html: StatusHtmlOpt = None,
 ) -> None:
     """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, free and stranded framebuffer per host
     and cluster, the VMs' vGPUs, and the VM classes with vGPUs with the namespaces that use them; with --usage
-    the GPUs' utilization and memory used.
+    the GPUs' utilization and memory used; with --html one self-contained page instead of the text.
 
     Examples:
       vgpuctl status
       vgpuctl status --usage
       vgpuctl status --usage --since 1d -o json
+      vgpuctl status --usage --html farm.html
     """
+    from vgpuctl.cli import pages
     from vgpuctl.farm.usage import gpu_usage, parse_since
     from vgpuctl.reports.status import merge_status, status_report, with_leases, with_supervisor, with_usage
 
     opts: GlobalOptions = ctx.obj
+    pages.check_html_file(html, opts, {"the inventory": file})
     seconds = parse_since(since) if since is not None else None  # a bad duration before any connection
     rows: dict[str, HostReport] = {}
     leases: dict[str, HostLease] = {}
@@ -133,6 +142,11 @@ def status_cmd(
         with_supervisor(report, *supervisor[0])
     if usage_reads:
         with_usage(report, gpu_usage(observed, usage_reads[0]), usage_reads[0])
+    if html is not None:
+        from vgpuctl.reports.html import status_page
+
+        pages.write_page(html, status_page(report), opts, report)
+        return
     common.emit(report, opts)
 
 

@@ -34,7 +34,7 @@ from vgpuctl.errors import SshError, SshHostKeyError, VgpuctlError
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, refused_remedy, setting_changes
 from vgpuctl.hosts.facts import shell_runner
-from vgpuctl.hosts.targets import HostTarget
+from vgpuctl.hosts.targets import HostTarget, host_waves
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import INTERRUPTED, HostApplyResult, HostChange, HostOutcome, ObservedGpu, ObservedHost
 from vgpuctl.progress import Cancel, HostProgress, cancelled
@@ -111,8 +111,9 @@ def apply_host_changes(
     result = HostApplyResult()
     if not targets:
         return result
-    width = max(1, min(t.spec.maintenance.max_unavailable for t in targets))
-    waves = [list(targets[i : i + width]) for i in range(0, len(targets), width)]
+    by_name = {t.name: t for t in targets}
+    waves = [[by_name[name] for name in wave]
+             for wave in host_waves([(t.name, t.spec.maintenance.max_unavailable) for t in targets])]
     with TaskWatcher(session) as watcher:
         for n, wave in enumerate(waves):
             start, held = held_back(wave, result, opts)

@@ -29,6 +29,21 @@ def targets_for(changes: Sequence[HostChange], specs: dict[str, HostSpec], moids
     return out
 
 
+def host_waves(widths: Sequence[tuple[str, int]]) -> list[list[str]]:
+    """The waves apply changes hosts in: the hosts (name, their entry's `maintenance.max_unavailable`) in the order
+    given, as many at a time as the smallest max_unavailable among them allows; a wave starts when the one before
+    it has ended."""
+    width = max(1, min((w for _, w in widths), default=1))
+    names = [name for name, _ in widths]
+    return [names[i : i + width] for i in range(0, len(names), width)]
+
+
+def planned_waves(changes: Sequence[HostChange], specs: dict[str, HostSpec]) -> list[list[str]]:
+    """The host waves of a plan's host changes, as apply_host_changes runs them (targets_for's order)."""
+    hosts = sorted({c.host for c in changes})
+    return host_waves([(h, (specs.get(h) or HostSpec(name=h)).maintenance.max_unavailable) for h in hosts])
+
+
 def specs_by_host(inventory: Inventory | None, observed: Observed) -> dict[str, HostSpec]:
     """Host name -> the inventory entry that applies to it (empty without an inventory)."""
     if inventory is None or not inventory.hosts:

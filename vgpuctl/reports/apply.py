@@ -213,11 +213,16 @@ def render_apply_summary(report: ApplyReport, full: bool = False) -> str:
         lines.append(f"  failed: ... and {len(failed) - LIST_CUT} more VMs (-v lists them all)")
     lines += left_lines(report.vms, full)
     lines += [line for stop in report.stopped for line in stopped_lines(stop, full)]
-    lines += [f"Guest driver {o.vm} ({o.stage}): {o.new} {o.status}" + (f": {o.message}" if o.message else "")
-              for o in report.guest_drivers]
+    lines += [guest_driver_line(o) for o in report.guest_drivers]
+
     if report.round_trips is not None:
         lines.append(f"round trips: {report.round_trips}")
     return "\n".join(lines)
+
+
+def guest_driver_line(o: GuestDriverOutcome) -> str:
+    """`Guest driver infer-01 (before): 550.90.07 changed`: what a window's guest driver move did."""
+    return f"Guest driver {o.vm} ({o.stage}): {o.new} {o.status}" + (f": {o.message}" if o.message else "")
 
 
 def left_lines(vms: Iterable[VmOutcome], full: bool = False) -> list[str]:

@@ -25,6 +25,7 @@ from vgpuctl.model import (
     Plan,
     Problem,
     VmChange,
+    queue_order,
 )
 from vgpuctl.reports.base import TERMINAL, ErrorInfo, Report, Scalar, TextLayout, VgpuCount, optional
 from vgpuctl.reports.window import WindowReport, window_lines, window_report
@@ -256,6 +257,17 @@ class PlanProblem:
 
 
 @dataclass
+class PlanOrder:
+    """The order apply takes the plan in: the hosts with changes in waves (`maintenance.max_unavailable` hosts at
+    a time, a wave after the one before it has ended), then the VMs in the order apply starts them (`--parallel`
+    at a time: those that power on no vGPU first, then in power-on order; a VM waiting for its host's change
+    starts once that host is done)."""
+
+    host_waves: list[list[str]]
+    vms: list[str]
+
+
+@dataclass
 class PlanReport(Report):
     kind: ClassVar[str] = "plan"
     host_changes: list[HostDiff]
@@ -269,6 +281,7 @@ class PlanReport(Report):
     namespaces: list[NamespaceDiff] = field(default_factory=list)
     scope: PlanScope | None = field(default=None, metadata={"omit_none": True})
     problems: list[PlanProblem] = field(default_factory=list)  # beside the changes: what cannot be carried out
+    order: PlanOrder | None = field(default=None, metadata={"omit_none": True})
     window: WindowReport | None = field(default=None, metadata={"omit_none": True})  # a driver upgrade window
     # `plan` of a plan with problems: the error that refuses it after it is shown (the error document's `error`)
     error: ErrorInfo | None = optional()  # noqa: RUF009 - None, not a shared object
@@ -386,6 +399,7 @@ def plan_report(plan: Plan, round_trips: int | None = None, scope: ScopeResult |
         round_trips=round_trips,
         scope=plan_scope(scope) if scope is not None else None,
         problems=[plan_problem(p) for p in plan.problems],
+        order=plan_order(plan),
         window=window_report(plan.window, plan.host_changes),
     )
 
@@ -396,6 +410,12 @@ def plan_problem(p: Problem) -> PlanProblem:
     if p.host is not None:
         return PlanProblem(ProblemSubject.HOST, p.host, p.message, p.at)
     return PlanProblem(None, None, p.message, p.at)
+
+
+def plan_order(plan: Plan) -> PlanOrder:
+    """The host waves the plan holds and its VM changes in the order apply's workers take them."""
+    changes = plan.changes
+    return PlanOrder([list(w) for w in plan.host_waves], [changes[i].vm for i in queue_order(changes)])
 
 
 def plan_scope(scope: ScopeResult) -> PlanScope:
@@ -544,6 +564,8 @@ def plan_lines(report: PlanReport, full: bool = False) -> list[str]:
     if report.disruptions:
         lines.append("Disruptive steps:")
         lines += [f"  {disruption_line(d)}" for d in report.disruptions]
+    if report.order is not None and len(report.order.host_waves) > 1 and not report.errors:
+        lines.append(waves_line(report.order))
     if report.scope is not None:
         lines += scope_lines(report.scope, full)
     lines += [f"Warning: {w}" for w in report.warnings]
@@ -669,6 +691,12 @@ def disruption_line(d: Disruption) -> str:
         return f"! vm {d.vm}: {d.detail}"
     why = f"to evacuate host {d.host}" if d.cause == "evacuation" else "for its own change"
     return f"! vm {d.vm}: powered off {why}; {d.detail}"
+
+
+def waves_line(order: PlanOrder) -> str:
+    """`Host waves (maintenance.max_unavailable at a time): 1. esx-01, esx-02; 2. esx-03`."""
+    waves = "; ".join(f"{i}. {', '.join(hosts)}" for i, hosts in enumerate(order.host_waves, 1))
+    return f"Host waves (maintenance.max_unavailable at a time): {waves}"
 
 
 def names_text(names: list[str], full: bool = False) -> str:

@@ -34,6 +34,7 @@ from vgpuctl.reports.host import HostReport
 from vgpuctl.reports.plan import PlanReport, ValidateReport
 from vgpuctl.reports.preflight import PreflightReport
 from vgpuctl.reports.profiles import ProfilesReport
+from vgpuctl.reports.runs import RunRecord, RunsReport
 from vgpuctl.reports.sim import SimDownReport, SimEnvReport
 from vgpuctl.reports.status import StatusReport
 from vgpuctl.reports.supervisor import (
@@ -76,6 +77,8 @@ REPORTS: tuple[type[Any], ...] = (
     SimDownReport,
     PreflightReport,
     ForgetWorkReport,
+    RunsReport,
+    RunRecord,
     ErrorReport,
 )
 
@@ -128,7 +131,8 @@ def _type(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         if hint.__name__ not in defs:
             defs[hint.__name__] = {}  # placeholder against recursion
-            defs[hint.__name__] = _object(hint, defs, with_kind=issubclass(hint, Report))
+            defs[hint.__name__] = _event(hint, defs) if _is_event(hint) else _object(
+                hint, defs, with_kind=issubclass(hint, Report))
         return {"$ref": f"#/$defs/{hint.__name__}"}
     if origin in (types.UnionType, Union):
         return {"anyOf": [_type(arg, defs) for arg in typing.get_args(hint)]}
@@ -146,15 +150,25 @@ def _type(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
 EVENT_KIND = "event"
 
 
+def _is_event(cls: type[Any]) -> bool:
+    """One of the event stream's types (reports.events): its `event` type name is a ClassVar."""
+    return isinstance(getattr(cls, "event", None), str)
+
+
+def _event(event: type[Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """An event's object: `event` (its type) first, then its fields."""
+    body = _object(event, defs)
+    body["properties"] = {"event": {"const": event.event}, **body["properties"]}
+    body["required"] = ["event", *body["required"]]
+    return body
+
+
 def event_schema() -> dict[str, Any]:
     """One line of `--events`: exactly one of the event types, told apart by `event`."""
     defs: dict[str, Any] = {}
     refs = []
     for event in EVENTS:
-        body = _object(event, defs)
-        body["properties"] = {"event": {"const": event.event}, **body["properties"]}
-        body["required"] = ["event", *body["required"]]
-        defs[event.__name__] = body
+        defs[event.__name__] = _event(event, defs)
         refs.append({"$ref": f"#/$defs/{event.__name__}"})
     doc = {"$schema": DRAFT, "$id": f"{EVENT_KIND}.schema.json", "title": EVENT_KIND, "oneOf": refs}
     return {**doc, "$defs": dict(sorted(defs.items()))}

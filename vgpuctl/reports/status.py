@@ -21,9 +21,10 @@ from vgpuctl.capacity.stranded import ClusterStranded, HostStranded, stranded_by
 from vgpuctl.domain import TIME_SLICED_MODES, GpuMode, GpuVgpuMode
 from vgpuctl.farm.usage import UsageFigures
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
-from vgpuctl.profiles import board_for_device
+from vgpuctl.profiles import BOARDS, BoardInfo, board_for_device, try_parse
 from vgpuctl.records.classes import SupervisorState
 from vgpuctl.records.perf import UsageRead
+from vgpuctl.records.work import WORK_FIELD, describe_record, read_record, record_problem
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, VgpuCount, optional, vgpu_counts, whole
 from vgpuctl.reports.host import MANAGER_KEY, HostReport, SettingValue, mig_label
 from vgpuctl.reports.plan import sorted_counts
@@ -39,6 +40,8 @@ class GpuVm:
     vm: str
     profile: str
     guessed: bool = False  # vSphere names the VMs on a GPU, not which of a VM's vGPUs: a VM mixing profiles
+    fb_gb: float = 0  # the vGPU's framebuffer (0: the profile is not known)
+    mig_slots: int | None = optional()  # a MIG vGPU: the memory slices its GPU instance takes
 
 
 @dataclass
@@ -65,6 +68,7 @@ class StatusGpu:
     stranded_gb: float | None = optional()  # free framebuffer no offered profile can use (capacity.stranded)
     stranded_why: str | None = optional()
     usage: UsageRow | None = field(default=None, metadata={"omit_none": True})  # with --usage
+    mig_slots: int | None = optional()  # a GPU in MIG mode: the memory slices its board has (the catalogue)
 
 
 @dataclass
@@ -92,6 +96,26 @@ def host_lease(run: str, holder: str, since: float, renewed: float, ttl_s: float
 
 
 @dataclass
+class HostWork:
+    """What an unfinished apply left on the host (its work record in vCenter): the run that wrote it and what it
+    left to do, or, for a value that is no work record, what is wrong with it (`readable` false)."""
+
+    run: str | None
+    left: str
+    readable: bool
+
+
+def host_work(host: str, record: str) -> HostWork | None:
+    """The host's `vgpuctl.work` value as the documents show it (None: no record, or only the SSH service)."""
+    parsed, problem = read_record(host, record)
+    if problem is not None:
+        return HostWork(None, record_problem(host, problem), False)
+    if parsed is None or parsed.only_ssh:
+        return None
+    return HostWork(parsed.run or None, describe_record(parsed), True)
+
+
+@dataclass
 class StatusHost:
     host: str
     cluster: str | None
@@ -113,6 +137,7 @@ class StatusHost:
     held: HostLease | None = field(default=None, metadata={"omit_none": True})  # another run works on it
     free_gb: float | None = optional()  # free framebuffer over its GPUs; None: the host takes no vGPUs now
     stranded_gb: float | None = optional()  # of it, what no offered profile can use in the GPUs' current modes
+    work: HostWork | None = field(default=None, metadata={"omit_none": True})  # an unfinished apply's record
 
 
 @dataclass
@@ -193,12 +218,19 @@ def gpu_occupancy(observed: Observed, host: ObservedHost) -> dict[str, list[GpuV
         profiles = sorted((d.profile for d in vm.vgpus), key=lambda p: -profile_fb(p, host)) if vm else []
         guessed = len(set(profiles)) > 1
         for i, pci in enumerate(pci_ids):
-            occupancy[pci].append(GpuVm(vm_name, profiles[i] if i < len(profiles) else "", guessed))
+            profile = profiles[i] if i < len(profiles) else ""
+            occupancy[pci].append(GpuVm(vm_name, profile, guessed, profile_fb(profile, host) if profile else 0))
     return occupancy
 
 
 def _status_gpu(index: int, gpu: ObservedGpu, held: list[GpuVm], host: ObservedHost) -> StatusGpu:
-    used_gb = whole(sum(profile_fb(v.profile, host) for v in held))
+    used_gb = whole(sum(v.fb_gb for v in held))
+    board = _board(gpu, host)
+    slots = None
+    if board is not None and board.mig_capable and gpu.vgpu_mode == GpuVgpuMode.MIG:
+        slots = board.mig_slots
+        for v in held:
+            v.mig_slots = mig_slots_of(v.profile, board)
     return StatusGpu(
         index=index,
         gpu=gpu.pci_id,
@@ -213,16 +245,29 @@ def _status_gpu(index: int, gpu: ObservedGpu, held: list[GpuVm], host: ObservedH
         vgpus=vgpu_counts(v.profile for v in held if v.profile),
         vms=held,
         mig_capable=mig_capable(gpu, host),
+        mig_slots=slots,
     )
+
+
+def _board(gpu: ObservedGpu, host: ObservedHost) -> BoardInfo | None:
+    """The GPU's board in the catalogue; None when the board is not known."""
+    board = board_for_device(gpu.device_name, gpu.memory_kb / KB_PER_GB or None, gpu.device_id,
+                             host.offered_profiles)
+    return BOARDS[board] if board is not None and board in BOARDS else None
 
 
 def mig_capable(gpu: ObservedGpu, host: ObservedHost) -> bool | None:
     """Whether the GPU's board supports MIG (catalogue); None when the board is not known."""
-    from vgpuctl.profiles import BOARDS
+    board = _board(gpu, host)
+    return board.mig_capable if board is not None else None
 
-    board = board_for_device(gpu.device_name, gpu.memory_kb / KB_PER_GB or None, gpu.device_id,
-                             host.offered_profiles)
-    return BOARDS[board].mig_capable if board is not None and board in BOARDS else None
+
+def mig_slots_of(profile: str, board: BoardInfo) -> int | None:
+    """The memory slices a MIG vGPU's GPU instance takes on `board` (the catalogue's GPU instance profiles);
+    None for a profile the catalogue does not place."""
+    parsed = try_parse(profile)
+    gi = board.gi(parsed.gi_profile) if parsed is not None and parsed.gi_profile else None
+    return gi.size if gi is not None else None
 
 
 def _status_host(observed: Observed, host: ObservedHost) -> StatusHost:
@@ -238,6 +283,7 @@ def _status_host(observed: Observed, host: ObservedHost) -> StatusHost:
         assignment_policy=host.assignment_policy,
         gpus=[_status_gpu(i, g, occupancy.get(g.pci_id, []), host) for i, g in enumerate(gpus)],
         vgpu_types=len(host.offered_profiles),
+        work=host_work(host.name, host.custom_values.get(WORK_FIELD, "")),
     )
 
 
@@ -393,6 +439,8 @@ def held_by(vms: list[GpuVm], short_profile: bool = False) -> str:
 
 def host_state(h: StatusHost) -> str:
     state = "maintenance" if h.in_maintenance else h.connection_state
+    if h.work is not None:
+        state += f"; {h.work.left}"
     if h.held is not None:
         return f"{state}; {h.held.describe()}"
     return f"{state}; {NO_MANAGER}" if h.gpus and not h.vgpu_types else state

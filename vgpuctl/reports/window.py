@@ -72,12 +72,17 @@ def window_report(window: UpgradeWindow | None, host_changes: list[HostChange]) 
     return WindowReport([_diff(m) for m in window.before], batches, [_diff(m) for m in window.after])
 
 
+def guest_driver_text(g: GuestDriverDiff) -> str:
+    """`~ vm infer-01 guest driver: 535.154.05 -> 550.90.07`, with NVIDIA's rule for a move before the hosts."""
+    return f"~ vm {g.vm} guest driver: {g.old} -> {g.new}" + (f"  ({g.why})" if g.stage == WindowStage.BEFORE else "")
+
+
 def window_lines(report: WindowReport) -> list[str]:
     """The window's lines in the plan's text, guest by guest and host by host, in the order apply takes them."""
     lines = ["Driver upgrade window, in this order:"]
     if report.before:
         lines.append("  1. guest drivers first, to a release both vGPU Managers accept:")
-        lines += [f"       ~ vm {g.vm} guest driver: {g.old} -> {g.new}  ({g.why})" for g in report.before]
+        lines += [f"       {guest_driver_text(g)}" for g in report.before]
     if report.batches:
         lines.append("  2. the hosts, each out of service only with the others of its line:")
         for i, batch in enumerate(report.batches, start=1):
@@ -86,5 +91,5 @@ def window_lines(report: WindowReport) -> list[str]:
                 lines.append(f"       {i}) host {h.host} vGPU Manager {h.manager_before} -> {h.manager_after}{moved}")
     if report.after:
         lines.append("  3. guest drivers to their group's release:")
-        lines += [f"       ~ vm {g.vm} guest driver: {g.old} -> {g.new}" for g in report.after]
+        lines += [f"       {guest_driver_text(g)}" for g in report.after]
     return lines

@@ -45,6 +45,7 @@ from vgpuctl.model import (
     Plan,
     VmChange,
     VmOutcome,
+    queue_order,
 )
 from vgpuctl.progress import Cancel, VmProgress, cancelled
 from vgpuctl.vsphere import vmops
@@ -113,12 +114,6 @@ def touched_vms(changes: list[VmChange], observed: Observed) -> list[str]:
     hosts = {h for c in changes if (h := power_on_host(c, observed)) is not None}
     changed = {vm.moid for c in changes if (vm := observed.vm_for(c)) is not None}
     return sorted(changed | {vm.moid for vm in observed.vms.values() if vm.host in hosts and vm.moid})
-
-
-def queue_order(changes: list[VmChange]) -> list[int]:
-    """The order workers take VMs in: those that power on no vGPUs first (plan order), then by power-on rank."""
-    return sorted(range(len(changes)), key=lambda i: (changes[i].power_on_rank is not None,
-                                                       changes[i].power_on_rank or 0, i))
 
 
 @dataclass
