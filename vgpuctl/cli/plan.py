@@ -261,15 +261,18 @@ def save_plan(out: Path, file: Path, planned: Planned, inventory: Inventory) -> 
 # ------------------------------------------------------------------------------------------- apply
 
 
+PlanFileArg = Annotated[
+    Path | None,
+    typer.Argument(
+        metavar="PLANFILE", help="A plan saved by `plan --out`: shown, then applied exactly as it is (asked "
+        "unless --yes; refused when the farm changed since).", dir_okay=False
+    ),
+]
+
+
 def apply_cmd(
     ctx: typer.Context,
-    saved_plan: Annotated[
-        Path | None,
-        typer.Argument(
-            metavar="PLANFILE", help="A plan saved by `plan --out`: shown, then applied exactly as it is (asked "
-            "unless --yes; refused when the farm changed since).", dir_okay=False
-        ),
-    ] = None,
+    saved_plan: PlanFileArg = None,
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Inventory file (apiVersion vgpuctl/v1).", dir_okay=False)
     ] = None,
