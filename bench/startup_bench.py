@@ -112,11 +112,14 @@ def imports_at_first_connect(sim: Any, path: Path) -> list[str]:
 
 
 def tops(modules: list[str]) -> dict[str, int]:
-    """Modules counted by their distribution's top package (vgpuctl's by its subpackage)."""
+    """Modules counted by their distribution's top package (vgpuctl's by its subpackage; the standard library's
+    together)."""
     counts: dict[str, int] = {}
     for name in modules:
         parts = name.split(".")
         key = ".".join(parts[:2]) if parts[0] == "vgpuctl" and len(parts) > 1 else parts[0]
+        if key in sys.stdlib_module_names or key.lstrip("_") in sys.stdlib_module_names or key.startswith("_sysconfig"):
+            key = "standard library"
         counts[key] = counts.get(key, 0) + 1
     return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
