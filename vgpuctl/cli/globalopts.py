@@ -4,6 +4,9 @@ The root command's options are copied onto every subcommand, listed under "Globa
 copy given on the command line updates the run's GlobalOptions; environment variables and defaults are read
 once, by the root. Where a command has an option of its own with the same flag (`export -o FILE`), the
 command's own wins and the global one stays reachable by its other spelling (`--output`).
+
+Values already of their option's type skip typer's coercion (`plain_values_first`), so that help and usage errors
+import no pydantic.
 """
 
 from __future__ import annotations
@@ -97,13 +100,13 @@ _NOT_PLAIN = object()
 
 
 class _PlainValues:
-    """A root option's coercion that passes a value already of the option's type (a default, an environment
-    variable's string, an enum's own value) as it is, and hands anything else to typer's coercion, built on first
-    use: typer's is built on pydantic, whose import would otherwise be part of every usage error and run that
-    needs none (`vgpuctl plan --bad-option`, `vgpuctl -o json no-such-command`)."""
+    """An option's coercion that passes a value already of the option's type (a default, an environment
+    variable's string, an enum's own value) as it is, and hands anything else (what the user typed for a number,
+    a path, a bounded value) to typer's coercion, built on first use: typer's is built on pydantic, whose import
+    would otherwise be part of every usage error (`vgpuctl plan --bad-option`, `vgpuctl -o json no-such-command`,
+    a missing option)."""
 
-    def __init__(self, param: Any) -> None:
-        self.param = param
+    def __init__(self) -> None:
         self.typers: Any = None
 
     def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
@@ -137,5 +140,5 @@ def plain_values_first(params: list[Any]) -> list[Any]:
     through first; with another typer, nothing changes."""
     for param in params:
         if getattr(param, "_runtime_param", _NOT_PLAIN) is None and hasattr(param, "type_descriptor"):
-            param._runtime_param = _PlainValues(param)
+            param._runtime_param = _PlainValues()
     return params
