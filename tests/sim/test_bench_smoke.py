@@ -58,6 +58,17 @@ def test_a_plan_of_1000_vms_read_in_several_pages_keeps_within_10_round_trips() 
     assert int(library.group(1)) <= 10 and int(cli.group(1)) <= 10, out
 
 
+def test_startup_bench_runs() -> None:
+    out = run_bench("startup_bench.py")
+    labels = ("vgpuctl --help", r"a usage error \(plan --no-such-option\)", r"vgpuctl plan \(CLI process, end to end\)")
+    for label in labels:
+        assert re.search(rf"{label}: median {NUMBER} s wall, {NUMBER} s CPU", out), out
+    assert re.search(rf"plan process / floor: {NUMBER}x of the medians; paired median {NUMBER}x", out), out
+    first_connect = re.search(r"imported at plan's first connect: (\d+) modules .*by package: (.*)", out)
+    assert first_connect, out
+    assert "pyVmomi" in first_connect.group(2) and "vgpuctl.planner" not in first_connect.group(2), out
+
+
 def test_apply_bench_runs() -> None:
     out = run_bench("apply_bench.py")
     assert re.search(rf"vgpuctl apply: +{NUMBER} s for 4 VMs x 1 vGPUs \(4 changed, 0 failed, \d+ round trips", out)

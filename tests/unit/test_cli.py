@@ -114,6 +114,58 @@ def test_import_probe_sees_imports(tmp_path: Path) -> None:
     assert not any(m.startswith(("pyVmomi", "paramiko", "ansible_runner")) for m in got["heavy"])
 
 
+# What the process itself (the console script's entry point, not CliRunner) has imported when it exits: help and
+# usage errors stop before any command runs, so none of what plan needs before and after vCenter is loaded.
+ENTRY_PROBE = """
+import atexit, json, sys
+out = sys.argv.pop(1)
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+sys.argv[0] = "vgpuctl"
+from vgpuctl.cli.main import run
+run()
+"""
+NOT_BEFORE_A_COMMAND = ("pyVmomi", "paramiko", "ortools", "vgpuctl.planner", "vgpuctl.pipeline", "vgpuctl.vsphere",
+                        "vgpuctl.reports", "vgpuctl.inventory", "pydantic")  # pydantic: typer's coercion of values
+
+
+def entry_probe(tmp_path: Path, *args: str) -> tuple[int, list[str]]:
+    out = tmp_path / "modules.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_"))}
+    env["VGPUCTL_URL"] = "https://127.0.0.1:1/sdk"  # never reached: a plan that got that far fails to connect
+    env["VGPUCTL_USERNAME"], env["VGPUCTL_PASSWORD"] = "user", "not-used"
+    proc = subprocess.run([sys.executable, "-c", ENTRY_PROBE, str(out), *args], capture_output=True, text=True,
+                          cwd=REPO, env=env, check=False)
+    # with -o json a usage error is a document: its two small dataclasses modules are allowed
+    loaded = set(json.loads(out.read_text())) - {"vgpuctl.reports", "vgpuctl.reports.base"}
+    return proc.returncode, sorted(m for m in loaded for h in NOT_BEFORE_A_COMMAND if m == h or m.startswith(h + "."))
+
+
+def test_help_and_usage_errors_import_no_command_implementation(tmp_path: Path) -> None:
+    for args in (["--help"], ["plan", "--help"], ["plan", "--no-such-option"], ["no-such-command"], ["plan"],
+                 ["-o", "json", "vm", "vgpu", "add"], ["-v", "--lock-timeout", "5m", "apply", "--no-such-option"]):
+        code, heavy = entry_probe(tmp_path, *args)
+        assert code == (0 if "--help" in args else 1), args
+        assert not heavy, f"{args} imported {heavy}"
+
+
+def test_entry_probe_sees_what_plan_imports(tmp_path: Path) -> None:
+    # the probe above is able to fail: a plan that reaches for vCenter has imported pyVmomi and the pipeline
+    inventory = write(tmp_path, "apiVersion: vgpuctl/v1\nvcenter: {datacenter: DC0}\nvms: []\n")
+    code, heavy = entry_probe(tmp_path, "plan", "-f", str(inventory))
+    assert code == 1  # connection refused
+    assert {"pyVmomi", "vgpuctl.pipeline", "vgpuctl.vsphere.session", "pydantic"} <= set(heavy), heavy
+
+
+def test_global_option_values_are_still_checked(tmp_path: Path) -> None:
+    # values of the type asked for pass through as they are; anything else gets typer's own check and message
+    result = invoke("--output", "yaml", "validate", "-f", str(write(tmp_path, GOOD)))
+    assert result.exit_code == 1 and "'yaml' is not one of 'text', 'json'" in result.output
+    result = invoke("validate", "-f", str(write(tmp_path, GOOD)), env={"VGPUCTL_TIMEOUT": "soon"})
+    assert result.exit_code == 1 and "--timeout" in result.output
+    result = invoke("-o", "json", "validate", "-f", str(write(tmp_path, GOOD)), env={"VGPUCTL_TIMEOUT": "30"})
+    assert result.exit_code == 0 and json.loads(result.stdout)["kind"] == "validate", result.output
+
+
 def test_every_documented_command_is_there() -> None:
     out = invoke("--help").output
     for command in ("validate", "plan", "apply", "provision", "status", "profiles", "vm", "host", "guest", "sim"):

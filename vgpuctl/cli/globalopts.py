@@ -4,12 +4,17 @@ The root command's options are copied onto every subcommand, listed under "Globa
 copy given on the command line updates the run's GlobalOptions; environment variables and defaults are read
 once, by the root. Where a command has an option of its own with the same flag (`export -o FILE`), the
 command's own wins and the global one stays reachable by its other spelling (`--output`).
+
+Values already of their option's type skip typer's coercion (`plain_values_first`), so that help and usage errors
+import no pydantic.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Iterable
+from enum import StrEnum
+from types import MethodType
 from typing import Any
 
 from vgpuctl.cli.helptext import GLOBAL_PANEL, install
@@ -24,6 +29,7 @@ def add_global_options(root: Any, on_late_option: Callable[[Any, str, Any], None
     install(root)
     for command in _descendants(root):
         install(command)
+        command.get_params = MethodType(_plain_params, command)
         _name_arguments(command)
         own_flags = {flag for p in command.params for flag in (*p.opts, *p.secondary_opts)}
         own_names = {p.name for p in command.params}
@@ -88,3 +94,51 @@ def _late_copy(
 
     late.callback = callback
     return late
+
+
+_NOT_PLAIN = object()
+
+
+class _PlainValues:
+    """An option's coercion that passes a value already of the option's type (a default, an environment
+    variable's string, an enum's own value) as it is, and hands anything else (what the user typed for a number,
+    a path, a bounded value) to typer's coercion, built on first use: typer's is built on pydantic, whose import
+    would otherwise be part of every usage error (`vgpuctl plan --bad-option`, `vgpuctl -o json no-such-command`,
+    a missing option)."""
+
+    def __init__(self) -> None:
+        self.typers: Any = None
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        plain = _NOT_PLAIN if param.multiple or param.nargs != 1 else _plain(param.type_descriptor.annotation, value)
+        if plain is not _NOT_PLAIN:
+            return plain
+        if self.typers is None:
+            from typer._coercion import build_runtime_param
+
+            self.typers = build_runtime_param(param.type_descriptor)
+        return self.typers.coerce(value, param=param, ctx=ctx)
+
+
+def _plain(annotation: Any, value: Any) -> Any:
+    if value is None or (annotation in (str, int, float, bool) and type(value) is annotation):
+        return value
+    if isinstance(annotation, type) and issubclass(annotation, StrEnum):
+        if isinstance(value, annotation):
+            return value
+        if isinstance(value, str) and value in annotation._value2member_map_:
+            return annotation(value)
+    return _NOT_PLAIN
+
+
+def _plain_params(self: Any, ctx: Any) -> list[Any]:
+    return plain_values_first(type(self).get_params(self, ctx))
+
+
+def plain_values_first(params: list[Any]) -> list[Any]:
+    """Where typer coerces values lazily (its parameters' `_runtime_param`), these options pass plain values
+    through first; with another typer, nothing changes."""
+    for param in params:
+        if getattr(param, "_runtime_param", _NOT_PLAIN) is None and hasattr(param, "type_descriptor"):
+            param._runtime_param = _PlainValues()
+    return params

@@ -36,7 +36,7 @@ from vgpuctl.cli import (
     vm,
 )
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.cli.globalopts import add_global_options
+from vgpuctl.cli.globalopts import add_global_options, plain_values_first
 from vgpuctl.cli.inventoryopts import add_inventory_options
 
 MISSING_COMMAND = "Missing command."
@@ -65,6 +65,9 @@ class VgpuctlGroup(TyperGroup):
             _usage_exit_code(err)
             _json_usage_error(err, None, self.raw_args)
             raise
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return plain_values_first(super().get_params(ctx))  # the help and completion options typer adds too
 
     def invoke(self, ctx: Any) -> Any:
         _refuse_a_bare_group(self, ctx)

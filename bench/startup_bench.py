@@ -1,0 +1,180 @@
+"""Benchmark: the `vgpuctl` process's start-up: `--help`, a usage error, and `plan` end to end against the floor.
+
+    .venv/bin/python bench/startup_bench.py [--hosts 64] [--gpus 8] [--vms 1000] [--repeat 5] [--no-compile]
+                                            [--smoke]
+
+Starts gpusim with plan_bench.py's farm and inventory, then each round, one after the other:
+  floor     gpusim's own time to answer observe's bulk reads (plan_bench.py's floor, the same function)
+  help      `vgpuctl --help`, a new process
+  usage     `vgpuctl plan --no-such-option`, a new process (exits 1)
+  plan      `vgpuctl -o json plan -f INVENTORY`, a new process, end to end
+Each process's wall time and its CPU time (user + system, from the kernel's accounting of the child: what the
+machine's load moves least) are reported as medians; plan's wall time also paired with the round's floor.
+Once, after the rounds: the modules the plan process has imported when it first connects to vCenter (a wrapper
+around the console entry point notes sys.modules at the first socket connect).
+
+The checkout's bytecode is compiled first (compileall into __pycache__, as a wheel install does), so that no
+process compiles vgpuctl's sources: with PYTHONDONTWRITEBYTECODE set and no compiled bytecode, every process
+would (--no-compile measures that).
+--smoke: a tiny farm (2 hosts x 2 GPUs, 10 VMs, one round), to check that the benchmark still runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from _common import REPO, a100_farm, cli_env, gpusim, load_note, vgpuctl_bin, vm_names
+from plan_bench import bulk_answer_time, write_inventory
+
+# Run as the console script runs, noting sys.modules at the first connect (to vCenter: gpusim).
+FIRST_CONNECT = """
+import json, socket, sys
+out = sys.argv.pop(1)
+connect = socket.socket.connect
+def noting(self, *args):
+    if not getattr(noting, "done", False):
+        noting.done = True
+        open(out, "w").write(json.dumps(sorted(sys.modules)))
+    return connect(self, *args)
+socket.socket.connect = noting
+sys.argv[0] = "vgpuctl"
+from vgpuctl.cli.main import run
+run()
+"""
+
+
+@dataclass
+class Timing:
+    wall: float
+    cpu: float
+
+
+def run_process(argv: list[str], env: dict[str, str], expect: int) -> Timing:
+    """One process's wall time and its CPU time (user + system: the kernel's accounting of the reaped child)."""
+    cpu_before = children_cpu()
+    started = time.perf_counter()
+    proc = subprocess.run(argv, env=env, capture_output=True, check=False)
+    wall = time.perf_counter() - started
+    cpu = children_cpu() - cpu_before
+    if proc.returncode != expect:
+        sys.exit(f"{' '.join(argv[1:])} exited {proc.returncode}, not {expect}: {proc.stderr.decode()[-2000:]}")
+    if "plan" in argv and expect == 0 and json.loads(proc.stdout).get("kind") != "plan":
+        sys.exit(f"plan printed no plan: {proc.stdout[:400]!r}")
+    return Timing(wall, cpu)
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+@dataclass
+class Rounds:
+    floor: list[float] = field(default_factory=list)
+    runs: dict[str, list[Timing]] = field(default_factory=lambda: {"help": [], "usage": [], "plan": []})
+
+
+def measure(sim: Any, path: Path, repeat: int) -> Rounds:
+    env = cli_env(sim)
+    vgpuctl = vgpuctl_bin()
+    commands = {
+        "help": ([vgpuctl, "--help"], 0),
+        "usage": ([vgpuctl, "plan", "--no-such-option"], 1),
+        "plan": ([vgpuctl, "-o", "json", "plan", "-f", str(path)], 0),
+    }
+    rounds = Rounds()
+    for _ in range(repeat):
+        rounds.floor.append(bulk_answer_time(sim).seconds)
+        for name, (argv, expect) in commands.items():
+            rounds.runs[name].append(run_process(argv, env, expect))
+    return rounds
+
+
+def imports_at_first_connect(sim: Any, path: Path) -> list[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "modules.json"
+        argv = [sys.executable, "-c", FIRST_CONNECT, str(out), "-o", "json", "plan", "-f", str(path)]
+        subprocess.run(argv, env=cli_env(sim), capture_output=True, check=True)
+        modules: list[str] = json.loads(out.read_text())
+        return modules
+
+
+def tops(modules: list[str]) -> dict[str, int]:
+    """Modules counted by their distribution's top package (vgpuctl's by its subpackage; the standard library's
+    together)."""
+    counts: dict[str, int] = {}
+    for name in modules:
+        parts = name.split(".")
+        key = ".".join(parts[:2]) if parts[0] == "vgpuctl" and len(parts) > 1 else parts[0]
+        if key in sys.stdlib_module_names or key.lstrip("_") in sys.stdlib_module_names or key.startswith("_sysconfig"):
+            key = "standard library"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def report(rounds: Rounds, modules: list[str], bare: list[str]) -> None:
+    floor = statistics.median(rounds.floor)
+    print(f"floor (gpusim's answer to the bulk reads): median {floor:.3f} s")
+    for name, label in (("help", "vgpuctl --help"), ("usage", "a usage error (plan --no-such-option)"),
+                        ("plan", "vgpuctl plan (CLI process, end to end)")):
+        runs = rounds.runs[name]
+        wall = statistics.median(t.wall for t in runs)
+        cpu = statistics.median(t.cpu for t in runs)
+        print(f"{label}: median {wall:.3f} s wall, {cpu:.3f} s CPU (user + system); "
+              f"runs {[round(t.wall, 2) for t in runs]} s")
+    plan = statistics.median(t.wall for t in rounds.runs["plan"])
+    paired = sorted(t.wall / f for t, f in zip(rounds.runs["plan"], rounds.floor, strict=True))
+    print(f"plan process / floor: {plan / floor:.2f}x of the medians; paired median {statistics.median(paired):.2f}x, "
+          f"{paired[0]:.2f}x to {paired[-1]:.2f}x")
+    ours = [m for m in modules if m not in set(bare)]
+    print(f"imported at plan's first connect: {len(modules)} modules ({len(ours)} beyond a bare interpreter's); "
+          "by package: " + ", ".join(f"{k} {v}" for k, v in tops(ours).items()))
+
+
+def bare_modules() -> list[str]:
+    code = "import json, sys; print(json.dumps(sorted(sys.modules)))"
+    modules: list[str] = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                                   check=True).stdout)
+    return modules
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hosts", type=int, default=64)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--vms", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-compile", action="store_true", help="leave vgpuctl's bytecode uncompiled")
+    parser.add_argument("--smoke", action="store_true", help="2 hosts x 2 GPUs, 10 VMs, one round: does it run")
+    args = parser.parse_args()
+    if args.smoke:
+        args.hosts, args.gpus, args.vms, args.repeat = 2, 2, 10, 1
+    if not args.no_compile:
+        compileall.compile_dir(REPO / "vgpuctl", quiet=1)
+    with gpusim(a100_farm(args.hosts, args.gpus, args.vms)) as sim, tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "inventory.yaml"
+        write_inventory(vm_names(sim), path)
+        bytecode = "not compiled" if args.no_compile else "compiled beforehand"
+        print(f"farm: {args.hosts} hosts x {args.gpus} GPUs, {args.vms} VMs; vgpuctl's bytecode {bytecode}; "
+              f"PYTHONDONTWRITEBYTECODE {'set' if os.environ.get('PYTHONDONTWRITEBYTECODE') else 'unset'}; "
+              f"{load_note()}", flush=True)
+        rounds = measure(sim, path, args.repeat)
+        modules = imports_at_first_connect(sim, path)
+    report(rounds, modules, bare_modules())
+    print(f"at the end: {load_note()}")
+
+
+if __name__ == "__main__":
+    main()
