@@ -65,7 +65,6 @@ def exporter_cmd(
       vgpuctl exporter --listen :9733
       vgpuctl exporter --listen 127.0.0.1:9733 --interval 30s -f inventory.yaml
     """
-    from vgpuctl import pipeline
     from vgpuctl.cli.scrape import FarmCollector, Schedule, plan_inventory, read_farm
     from vgpuctl.farm.usage import parse_since
     from vgpuctl.records.perf import REALTIME_KEEP_S
@@ -76,7 +75,7 @@ def exporter_cmd(
                         parse_since(plan_interval, "--plan-interval"))
     if schedule.usage_window_s > REALTIME_KEEP_S:
         raise UsageError(f"--usage-window {usage_window}: at most 1h (the hosts keep their 20 s samples an hour)")
-    inventories = [pipeline.load(f) for f in files or []]  # a bad inventory fails now, located
+    inventories = [common.load_inventory(opts, f) for f in files or []]  # a bad inventory fails now, located
     first = inventories[0] if inventories else None
     settings = common.connection_settings(opts, first)  # a missing URL or user fails now; asked once
     datacenter = common.datacenter_for(opts, first)

@@ -139,7 +139,7 @@ def plan_inventory(opts: GlobalOptions, settings: ConnectionSettings, path: Path
     from vgpuctl import pipeline
     from vgpuctl.reports.plan import plan_summary
 
-    inventory = pipeline.load(path)
+    inventory = common.load_inventory(opts, path)
     options = common.run_options(opts, inventory, read_only=True)
     planned = pipeline.plan_only(settings, inventory, options)
     return PlanState(str(path), plan_summary(planned.plan), not planned.plan.is_empty, time.time())
