@@ -111,7 +111,7 @@ def test_status_page_in_a_browser(chromium: str, sim: Any, tmp_path: Path) -> No
         lease = Lease(Fields(session), H1, observed.hosts[H1].moid, "other-run-7", ttl_s=600).acquire()
         try:
             page = tmp_path / "status.html"
-            result = vgpuctl(sim, tmp_path / "state", "status", "--no-vm-classes", "--html", str(page))
+            result = vgpuctl(sim, tmp_path / "state", "status", "--no-vm-classes", "--usage", "--html", str(page))
         finally:
             lease.release()
     assert result.exit_code == 0, result.output
@@ -126,6 +126,8 @@ def test_status_page_in_a_browser(chromium: str, sim: Any, tmp_path: Path) -> No
         assert "train-01" in shown.dom and "grid_a100-20c" in shown.dom
         assert "&lt;img src=x onerror=alert(1)&gt;-vm" in shown.dom
         assert 'style="width: 50%"' in shown.dom  # a 20 GB vGPU on a 40 GB GPU
+        # usage read: every GPU coloured by its average utilization (gpusim's default: 60% with vGPUs, else 0%)
+        assert len(re.findall(r'class="gpu heat\d"', shown.dom)) == 4 and "average utilization" in shown.dom
 
 
 def test_plan_page_runs_and_runs_show_after_a_plan_and_an_apply(chromium: str, sim: Any, tmp_path: Path) -> None:

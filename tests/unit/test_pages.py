@@ -172,6 +172,34 @@ def test_the_vgpu_manager_and_guest_drivers_the_text_shows_are_on_the_page() -> 
     assert 'data-label="guest driver"' not in status_html()  # no column where no guest driver is known
 
 
+def test_usage_colours_each_gpu_by_its_average_utilization_and_stranded_framebuffer_is_said() -> None:
+    from vgpuctl.reports.usage import UsageRow
+
+    report = status_report(farm())
+    gpus = {g.gpu: g for h in report.hosts for g in h.gpus}
+    rows = {"0000:3b:00.0": 2.0, "0000:3c:00.0": 12.5, "0000:86:00.0": 95.0}
+    for gpu, util in rows.items():
+        gpus[gpu].usage = UsageRow(samples=180, covered=True, util_avg=util, util_max=util + 3, peak_from="none",
+                                   mem_used_gb=7.5)
+    gpus["0000:af:00.0"].usage = UsageRow(samples=0, covered=False, util_avg=None, util_max=None, peak_from="none",
+                                          mem_used_gb=None)
+    gpus["0000:3b:00.0"].stranded_gb, gpus["0000:3b:00.0"].stranded_why = 10.0, "no offered profile fits 10 GB"
+    from vgpuctl.records.perf import StatsInterval, UsageWindow
+    from vgpuctl.reports.usage import window_row
+
+    report.usage_window = window_row(UsageWindow(3600.0, StatsInterval("realtime", 20, 3600, None)))
+    found = Elements(status_page(report))
+    classes = {a["data-gpu"]: a["class"] for t, a in found.tags if t == "div" and a.get("data-gpu")}
+    assert classes == {"0000:3b:00.0": "gpu heat0", "0000:3c:00.0": "gpu heat1", "0000:86:00.0": "gpu heat3",
+                       "0000:af:00.0": "gpu"}
+    text = " ".join(found.text)
+    assert "utilization 95.0% average, 98.0% peak · 7.5 GB memory used" in text
+    assert "no usage samples in the window" in text
+    assert "10.0 GB free that no offered profile can use" in text
+    assert "a GPU's colour is its average utilization" in text
+    assert "heat" not in " ".join(a.get("class") or "" for _, a in Elements(status_html()).tags)  # not read: no colour
+
+
 def a_plan() -> Plan:
     return Plan(
         vm_changes=[

@@ -47,7 +47,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.globals.update(version=__version__, percent=percent, colour=colour, plan=plantext, status=statustext,
+    env.globals.update(version=__version__, percent=percent, colour=colour, heat=heat, plan=plantext, status=statustext,
                        runs=runtext, apply_text=applytext, window_text=windowtext)
     return env
 
@@ -69,6 +69,18 @@ def percent(part: float, whole: float) -> str:
 def colour(profile: str) -> str:
     """The CSS class of a profile's colour: the same profile the same colour on every page."""
     return f"c{int(hashlib.sha256(profile.encode()).hexdigest()[:8], 16) % PALETTE}"
+
+
+HEAT_BANDS = (5.0, 30.0, 70.0)  # average utilization (percent) where a GPU's colour changes: idle, light, busy, hot
+
+
+def heat(gpu: StatusGpu) -> str:
+    """The CSS class of a GPU's colour by its average utilization over the usage window (`status --usage`);
+    empty when usage was not read or the GPU has no samples. The lowest band is `report idle`'s default."""
+    usage = gpu.usage
+    if usage is None or usage.util_avg is None:
+        return ""
+    return f"heat{sum(usage.util_avg >= band for band in HEAT_BANDS)}"
 
 
 @dataclass
