@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -639,36 +639,73 @@ def carry_out(
     hooks: RunHooks,
 ) -> RunOutcome:
     """Plan against `observed`, then the rest of the run (see `run`)."""
-    scoped = plan_in_scope(session, observed, inventory, options)
-    the_plan, inventory = scoped.plan, scoped.inventory
-    with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:
-        classes = supervisor.last_plan if supervisor is not None else None
-        if classes is not None:
-            the_plan.refuse(classes.errors)
-            the_plan.warnings += classes.warnings
-        planned = Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips,
-                          scoped.scope, scoped.facts)
-        if request.saved is not None and request.saved_path is not None:
-            from vgpuctl.planfile import check_still_valid
-
-            check_still_valid(request.saved_path, request.saved, planned.vcenter, observed, the_plan, classes)
+    with ExitStack() as stack:
+        prepared = prepare(session, observed, inventory, options, request, stack)
+        planned = prepared.planned
         hooks.planned(planned)
-        if the_plan.errors:
-            raise PlanError(list(the_plan.errors))
+        if planned.plan.errors:
+            raise PlanError(list(planned.plan.errors))
         outcome = RunOutcome(planned)
         if not request.apply or planned.is_empty:
             return outcome
-        refuse_unallowed_removals(the_plan, inventory, request)
-        check_lock_settings()
+        check_before_apply(planned, request)
         hooks.confirm(planned)
         with hooks.apply_progress(planned) as progress:
             applied, interrupted = run_interruptible(
-                lambda cancel: apply(session, inventory, the_plan, observed, options, progress, cancel), hooks.note
+                lambda cancel: apply(session, planned.inventory, planned.plan, observed, options, progress, cancel),
+                hooks.note,
             )
-        outcome.applied, outcome.interrupted = applied, interrupted or applied.interrupted
-        if supervisor is not None and classes is not None and not classes.is_empty and not outcome.interrupted:
-            outcome.classes = supervisor.apply(progress=lambda what, step: hooks.note(f"{what}: {step}"))
+        finish(outcome, prepared, applied, interrupted, hooks.note)
     return outcome
+
+
+@dataclass
+class Prepared:
+    """A run planned on its open session, ready to apply: what the plan stage produced, and the VM-class stage
+    it opened (None when the inventory names no VM classes or namespaces)."""
+
+    planned: Planned
+    supervisor: SupervisorRun | None
+
+
+def prepare(
+    session: Session, observed: Observed, inventory: Inventory, options: RunOptions, request: RunRequest,
+    stack: ExitStack,
+) -> Prepared:
+    """The plan stage of a run (the scope's plan, the VM classes, the saved plan's check); the VM-class stage
+    stays open on `stack` until the run ends. A fleet prepares each vCenter's run this way (vgpuctl.fleetrun)."""
+    scoped = plan_in_scope(session, observed, inventory, options)
+    the_plan, inventory = scoped.plan, scoped.inventory
+    supervisor = plan_vm_classes(session, observed, inventory, the_plan)
+    if supervisor is not None:
+        stack.enter_context(supervisor)
+    classes = supervisor.last_plan if supervisor is not None else None
+    if classes is not None:
+        the_plan.refuse(classes.errors)
+        the_plan.warnings += classes.warnings
+    planned = Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips,
+                      scoped.scope, scoped.facts)
+    if request.saved is not None and request.saved_path is not None:
+        from vgpuctl.planfile import check_still_valid
+
+        check_still_valid(request.saved_path, request.saved, planned.vcenter, observed, the_plan, classes)
+    return Prepared(planned, supervisor)
+
+
+def check_before_apply(planned: Planned, request: RunRequest) -> None:
+    """What stops an apply before its first change, nothing changed: VMs removed without --allow-destroy, a lease
+    time to live vgpuctl cannot keep."""
+    refuse_unallowed_removals(planned.plan, planned.inventory, request)
+    check_lock_settings()
+
+
+def finish(outcome: RunOutcome, prepared: Prepared, applied: ApplyOutcome, interrupted: bool,
+           note: Callable[[str], None]) -> None:
+    """The outcome of the apply stages, then the VM classes (not after Ctrl-C)."""
+    outcome.applied, outcome.interrupted = applied, interrupted or applied.interrupted
+    supervisor, classes = prepared.supervisor, prepared.planned.classes
+    if supervisor is not None and classes is not None and not classes.is_empty and not outcome.interrupted:
+        outcome.classes = supervisor.apply(progress=lambda what, step: note(f"{what}: {step}"))
 
 
 def refuse_unallowed_removals(the_plan: Plan, inventory: Inventory, request: RunRequest) -> None:

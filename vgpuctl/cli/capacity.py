@@ -10,12 +10,16 @@ import typer
 
 from vgpuctl.capacity import DEFAULT_TIME_LIMIT_S
 from vgpuctl.cli import common
+from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.errors import UsageError
 
 if TYPE_CHECKING:
     from vgpuctl.capacity.demand import Demand
+    from vgpuctl.fleet import FleetPart
+    from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed
+    from vgpuctl.vsphere.session import Session
 
 EXIT_SHORT = 2
 
@@ -47,8 +51,10 @@ def capacity_cmd(
     file: Annotated[
         Path | None, typer.Option("--file", "-f", help="Take vCenter settings from this inventory.", dir_okay=False)
     ] = None,
+    vcenter: cli_fleet.VcenterScope = None,
 ) -> None:
-    """What fits on the farm now; with --demand, the host GPU layout that fits the most demand.
+    """What fits on the farm now; with --demand, the host GPU layout that fits the most demand. With a fleet
+    inventory (-f, vcenters:), what fits on each vCenter's farm (--demand: on the one --vcenter names).
 
     Examples:
       vgpuctl capacity --cluster GPU-Cluster
@@ -70,7 +76,10 @@ def capacity_cmd(
             from vgpuctl.extras import require
 
             require("ortools", instead="use --greedy (first-fit decreasing only)")  # before reading the farm
-    observed = _observe(opts, file)
+    inventory = _load(file, vcenter)
+    if inventory is not None and inventory.is_fleet and wanted is None:
+        return capacity_fleet(opts, inventory, vcenter, cluster, host)
+    observed = _observe(opts, inventory, vcenter)
     if host is not None:
         from vgpuctl.names import host_named
 
@@ -101,10 +110,57 @@ def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path |
         raise typer.Exit(EXIT_SHORT)
 
 
-def _observe(opts: GlobalOptions, file: Path | None) -> Observed:
-    """One bulk observe (the same as plan's) plus the NVLink sets of every GPU host."""
+def _load(file: Path | None, vcenter: list[str] | None) -> Inventory | None:
     from vgpuctl import pipeline
 
+    if vcenter and file is None:
+        raise UsageError("--vcenter names a vCenter of a fleet inventory: give the inventory with -f")
     inventory = pipeline.load(file) if file is not None else None
+    if inventory is not None and vcenter:
+        from vgpuctl.fleet import refuse_vcenter_option
+
+        refuse_vcenter_option(inventory, vcenter)
+    return inventory
+
+
+def _observe(opts: GlobalOptions, inventory: Inventory | None, vcenter: list[str] | None) -> Observed:
+    """One bulk observe (the same as plan's) plus the NVLink sets of every GPU host; of a fleet, of the one
+    vCenter --vcenter names (--demand answers for one farm)."""
+    from vgpuctl import pipeline
+
+    if inventory is not None and inventory.is_fleet:
+        from vgpuctl.vsphere.session import open_session
+
+        part = cli_fleet.one_part(inventory, vcenter, "--demand")
+        datacenter = part.inventory.vcenter.datacenter or opts.datacenter
+        with open_session(cli_fleet.part_settings(opts, part)) as session:
+            return pipeline.observe(session, datacenter, part.inventory, all_nvlink=True)
     with common.connect(opts, inventory) as session:
         return pipeline.observe(session, common.datacenter_for(opts, inventory), inventory, all_nvlink=True)
+
+
+def capacity_fleet(opts: GlobalOptions, inventory: Inventory, patterns: list[str] | None, cluster: str | None,
+                   host: str | None) -> None:
+    """What fits now on each vCenter's farm, read in parallel; --cluster and --host within the one vCenter
+    --vcenter names."""
+    from vgpuctl import pipeline
+    from vgpuctl.capacity.fitnow import what_fits
+    from vgpuctl.reports.capacity import CapacityReport, capacity_report
+    from vgpuctl.reports.fleet import FleetCapacityPart, fleet_capacity_report
+
+    if cluster is not None or host is not None:
+        cli_fleet.one_part(inventory, patterns, "--cluster or --host")
+
+    def read(part: FleetPart, session: Session) -> CapacityReport:
+        datacenter = part.inventory.vcenter.datacenter or opts.datacenter
+        observed = pipeline.observe(session, datacenter, part.inventory, all_nvlink=True)
+        if host is None:
+            return capacity_report(what_fits(observed, cluster, None))
+        from vgpuctl.names import host_named
+
+        return capacity_report(what_fits(observed, cluster, host_named(host, observed.hosts)))
+
+    results, left_out = cli_fleet.read_each(opts, inventory, patterns, read)
+    parts = [FleetCapacityPart(r.name, r.url, r.result, cli_fleet.error_text(r.error)) for r in results]
+    common.emit(fleet_capacity_report(parts, left_out), opts)
+    cli_fleet.raise_for_parts([(r.name, r.error) for r in results if r.error is not None])

@@ -28,6 +28,8 @@ def show_cmd(
     opts: GlobalOptions = ctx.obj
     saved = planfile.load(plan_file)
     report = saved_report(plan_file, saved)
-    common.info(f"{plan_file}: the plan of {saved.inventory_path} against {saved.vcenter}; "
+    against = saved.vcenter if saved.parts is None else \
+        "vCenters " + ", ".join(f"{name} ({part.vcenter})" for name, part in saved.parts.items())
+    common.info(f"{plan_file}: the plan of {saved.inventory_path} against {against}; "
                 f"`vgpuctl apply {plan_file}` applies it")
     common.emit(report, opts)

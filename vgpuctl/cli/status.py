@@ -8,13 +8,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from vgpuctl.cli import common
+from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.errors import UsageError
 
 if TYPE_CHECKING:
+    from vgpuctl.fleet import FleetPart
+    from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed
     from vgpuctl.records.classes import SupervisorState
     from vgpuctl.reports.host import HostReport
-    from vgpuctl.reports.status import HostLease
+    from vgpuctl.reports.status import HostLease, StatusReport
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
 OptionalInventory = Annotated[
@@ -82,29 +86,59 @@ SUPERVISOR_API = (7, 0)  # vSphere with Kubernetes (supervisor clusters) came wi
 
 
 def status_cmd(
-    ctx: typer.Context, file: OptionalInventory = None, shell: ShellOpt = None, vm_classes: VmClassesOpt = None
+    ctx: typer.Context, file: OptionalInventory = None, shell: ShellOpt = None, vm_classes: VmClassesOpt = None,
+    vcenter: cli_fleet.VcenterScope = None,
 ) -> None:
     """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, the VMs' vGPUs, and the VM classes with
-    vGPUs with the namespaces that use them."""
-    from vgpuctl.reports.status import merge_status, status_report, with_leases, with_supervisor
+    vGPUs with the namespaces that use them. With a fleet inventory (-f, vcenters:), each vCenter's."""
+    from vgpuctl import pipeline
 
     opts: GlobalOptions = ctx.obj
-    rows: dict[str, HostReport] = {}
-    leases: dict[str, HostLease] = {}
-    supervisor: list[tuple[SupervisorState | None, str | None]] = []
-
-    def more_reads(session: Session, observed: Observed, inventory: Any) -> None:
-        rows.update(_host_rows(session, observed, inventory, shell))
-        leases.update(held_hosts(session, observed))
-        if reads_vm_classes(vm_classes, observed.api_version):
-            supervisor.append(read_supervisor(session.settings, observed))
-
-    observed, round_trips = _observe(opts, file, nvlink=True, also=more_reads)
-    report = with_leases(merge_status(status_report(observed, round_trips if opts.verbose else None), rows), leases)
-    report.warnings += observed.warnings  # what the hosts could not say, one line per cause
-    if supervisor:
-        with_supervisor(report, *supervisor[0])
+    inventory = pipeline.load(file) if file else None
+    if vcenter and inventory is None:
+        raise UsageError("--vcenter names a vCenter of a fleet inventory: give the inventory with -f")
+    if inventory is not None and (inventory.is_fleet or vcenter):
+        return status_fleet(opts, inventory, vcenter, shell, vm_classes)
+    with common.connect(opts, inventory) as session:
+        report = status_in_session(opts, session, common.datacenter_for(opts, inventory), inventory, shell,
+                                   vm_classes)
     common.emit(report, opts)
+
+
+def status_in_session(opts: GlobalOptions, session: Session, datacenter: str | None, inventory: Inventory | None,
+                      shell: bool | None, vm_classes: bool | None) -> StatusReport:
+    """One vCenter's status: the bulk read with every GPU host's NVLink sets, the hosts' facts, their leases and
+    the VM classes."""
+    from vgpuctl import pipeline
+    from vgpuctl.reports.status import merge_status, status_report, with_leases, with_supervisor
+
+    observed = pipeline.observe(session, datacenter, inventory, all_nvlink=True)
+    rows = _host_rows(session, observed, inventory, shell)
+    leases = held_hosts(session, observed)
+    supervisor = read_supervisor(session.settings, observed) if reads_vm_classes(vm_classes, observed.api_version) \
+        else None
+    report = with_leases(merge_status(status_report(observed, session.round_trips if opts.verbose else None), rows),
+                         leases)
+    report.warnings += observed.warnings  # what the hosts could not say, one line per cause
+    if supervisor is not None:
+        with_supervisor(report, *supervisor)
+    return report
+
+
+def status_fleet(opts: GlobalOptions, inventory: Inventory, patterns: list[str] | None, shell: bool | None,
+                 vm_classes: bool | None) -> None:
+    """Each vCenter's status, read in parallel, one report with a section per vCenter; exit 1 when one of them
+    could not be read (after the others are shown)."""
+    from vgpuctl.reports.fleet import FleetStatusPart, fleet_status_report
+
+    def read(part: FleetPart, session: Session) -> StatusReport:
+        datacenter = part.inventory.vcenter.datacenter or opts.datacenter
+        return status_in_session(opts, session, datacenter, part.inventory, shell, vm_classes)
+
+    results, left_out = cli_fleet.read_each(opts, inventory, patterns, read)
+    parts = [FleetStatusPart(r.name, r.url, r.result, cli_fleet.error_text(r.error)) for r in results]
+    common.emit(fleet_status_report(parts, left_out), opts)
+    cli_fleet.raise_for_parts([(r.name, r.error) for r in results if r.error is not None])
 
 
 def held_hosts(session: Session, observed: Observed) -> dict[str, HostLease]:

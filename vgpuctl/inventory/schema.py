@@ -112,6 +112,32 @@ class VcenterSpec(StrictModel):
         return v
 
 
+MAX_VCENTER_NAME = 40
+_VCENTER_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?")
+
+
+def vcenter_env_key(name: str) -> str:
+    """The part of a vCenter's name its environment variables end in (`VGPUCTL_PASSWORD_LAB_EAST` of `lab-east`):
+    upper case, `-` as `_`. Two names with one key are one name."""
+    return name.upper().replace("-", "_")
+
+
+class VcenterEntry(VcenterSpec):
+    """One vCenter of a fleet (`vcenters:`): its name, which entries name and its credentials' variables end
+    in (vgpuctl.inventory.fleet), and the `vcenter:` section's fields."""
+
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if len(v) > MAX_VCENTER_NAME or not _VCENTER_NAME.fullmatch(v):
+            raise ValueError(f"a vCenter's name is letters, digits, '-' and '_' (at most {MAX_VCENTER_NAME}, "
+                             f"starting and ending with a letter or digit): it ends its environment variables' "
+                             f"names (got {v!r})")
+        return v
+
+
 # ----------------------------------------------------------------------------------------------- hosts
 
 
@@ -144,6 +170,7 @@ class HostEntry(StrictModel):
 
     cluster: str | None = None
     name: str | None = None
+    vcenter: str | None = None  # the fleet's vCenter it belongs to (vcenters:); default: the file's default_vcenter
     _line: int | None = PrivateAttr(default=None)
     _index: int = PrivateAttr(default=0)
     _file: str | None = PrivateAttr(default=None)
@@ -203,6 +230,7 @@ class GuestRef(StrictModel):
 
 class VmSpec(StrictModel):
     name: str
+    vcenter: str | None = None  # the fleet's vCenter it belongs to (vcenters:); default: the file's default_vcenter
     template: str | None = None
     cluster: str | None = None
     host: str | None = None
@@ -327,6 +355,8 @@ class Inventory(StrictModel):
     api_version: Literal["vgpuctl/v1"] = Field(alias="apiVersion")
     allow_destroy: bool = False  # VMs with state: absent may be destroyed without apply --allow-destroy
     vcenter: VcenterSpec = Field(default_factory=VcenterSpec)
+    vcenters: list[VcenterEntry] = Field(default_factory=list)  # a fleet: several vCenters (docs/fleet.md)
+    default_vcenter: str | None = None  # a fleet's vCenter of the entries that name none
     hosts: list[HostSpec] = Field(default_factory=list)
     vms: list[VmSpec] = Field(default_factory=list)
     guests: GuestsSpec = Field(default_factory=GuestsSpec)
@@ -336,7 +366,7 @@ class Inventory(StrictModel):
     _pos: dict[KeyPath, Pos] = PrivateAttr(default_factory=dict)
     _wrapped: set[KeyPath] = PrivateAttr(default_factory=set)
 
-    @field_validator("hosts", "vms", mode="before")
+    @field_validator("hosts", "vms", "vcenters", mode="before")
     @classmethod
     def _empty_list(cls, v: Any) -> Any:
         return [] if v is None else v  # `vms:` with nothing under it
@@ -344,6 +374,20 @@ class Inventory(StrictModel):
     @property
     def source_path(self) -> str | None:
         return self._source_path
+
+    @property
+    def is_fleet(self) -> bool:
+        """The inventory names its vCenters (`vcenters:`): each entry belongs to one of them."""
+        return bool(self.vcenters)
+
+    def vcenter_of(self, named: str | None) -> str | None:
+        """The vCenter an entry belongs to: the one it names, else the file's default_vcenter, else the only one
+        the file lists; None in a single-vCenter inventory (and for an entry of several no default settles)."""
+        if named is not None or not self.vcenters:
+            return named
+        if self.default_vcenter is not None:
+            return self.default_vcenter
+        return self.vcenters[0].name if len(self.vcenters) == 1 else None
 
     def vm(self, name: str) -> VmSpec | None:
         return next((v for v in self.vms if v.name == name), None)
