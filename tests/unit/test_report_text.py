@@ -30,7 +30,7 @@ from test_schemas import REPORT_CASES, kind_of_case  # noqa: E402
 
 # Reports without a text form: their commands show their progress and summary while they run (apply,
 # provision), or say what they did on stderr (sim down, export into a file).
-NO_TEXT = {"apply", "apply#vm-verbose", "provision", "sim-down", "export#file"}
+NO_TEXT = {"apply", "apply#vm-verbose", "provision", "sim-down", "export#file", "fleet-apply", "fleet-export"}
 # Values that are also words of the text's own labels (a guest's status is a column of the table).
 LABELS = {
     "guests": {"changed", "unreachable", "failed"},
@@ -44,6 +44,8 @@ LABELS = {
              "host change"},  # steps, flags and the words of the disruption lines
     "preflight": {"pass", "warn", "fail", "skip"},  # a check's status, and the summary's "N fail, N warn, ..."
 }
+# A fleet's sections are the documents of each vCenter: their labels are theirs.
+LABELS |= {"fleet-plan": LABELS["plan"], "fleet-status": LABELS["status"], "fleet-preflight": LABELS["preflight"]}
 LAYOUTS = {"status": [TextLayout(200, False), TextLayout(80, False), TextLayout(200, True)]}
 MIN_LENGTH = 4  # shorter strings (+, ~, ok, on) match inside unrelated words
 

@@ -190,6 +190,9 @@ class InventorySections(Protocol):
 
     def vcenter_of(self, named: str | None) -> str | None: ...
 
+    @property
+    def vcenter_names(self) -> list[str]: ...
+
 
 def iter_problems(inv: InventorySections) -> Iterator[InventoryError]:
     """Checks across entries that need no vCenter: duplicate names, unknown or absent classes in namespaces. In a
@@ -210,7 +213,8 @@ def iter_problems(inv: InventorySections) -> Iterator[InventoryError]:
         for j, name in enumerate(ns.vm_classes):
             listed = classes.get((where, name))
             elsewhere = sorted(str(vc) for vc, n in classes if n == name and vc != where)
-            if listed is None and elsewhere:
+            known = where in inv.vcenter_names and all(vc in inv.vcenter_names for vc in elsewhere)
+            if listed is None and elsewhere and known:  # an unknown vCenter is its own error
                 yield inv.error(("namespaces", i, "vm_classes", j), f"VM class {name!r} belongs to vCenter "
                                 f"{', '.join(elsewhere)}, not to this namespace's ({where}): each vCenter has its "
                                 "own VM classes")

@@ -37,7 +37,8 @@ def fleet_problems(inv: Inventory) -> Iterator[InventoryError]:
 
 def _names(inv: Inventory) -> Iterator[InventoryError]:
     first: dict[str, tuple[str, int | None]] = {}
-    for i, vcenter in enumerate(inv.vcenters):
+    for vcenter in inv.vcenters:
+        i = vcenter._index
         key = vcenter_env_key(vcenter.name)
         if key in first:
             name, line = first[key]

@@ -15,7 +15,16 @@ from pydantic import ValidationError
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.inventory.checks import error_order, group_repeated, iter_problems
 from vgpuctl.inventory.ranges import expand_name, expand_vms, range_errors
-from vgpuctl.inventory.schema import API_VERSION, GuestGroup, GuestsSpec, HostSpec, Inventory, StrictModel, VmSpec
+from vgpuctl.inventory.schema import (
+    API_VERSION,
+    GuestGroup,
+    GuestsSpec,
+    HostSpec,
+    Inventory,
+    StrictModel,
+    VcenterEntry,
+    VmSpec,
+)
 from vgpuctl.inventory.yamlpos import KeyPath, Pos, PositionedYaml, read_yaml, read_yaml_text
 
 _M = typing.TypeVar("_M", bound=StrictModel)
@@ -50,6 +59,7 @@ def _load(doc: PositionedYaml) -> Inventory:
         raise InventoryErrors(group_repeated(sorted(errors, key=error_order)))
     inv._source_path, inv._pos, inv._wrapped = file, pos, wrapped
     _place_hosts(inv, file, pos)
+    _number(inv.vcenters)
     expand_vms(inv)
     return inv
 
@@ -98,11 +108,13 @@ def _problems_of_valid_parts(data: dict[str, Any], file: str, pos: dict[KeyPath,
                              wrapped: set[KeyPath]) -> list[InventoryError]:
     sections: dict[str, Any] = {}
     for key in Inventory.model_fields:
-        if key in ("api_version", "hosts", "vms"):
+        if key in ("api_version", "hosts", "vms", "vcenters"):
             continue
         alias = Inventory.model_fields[key].alias or key
         if alias in data:
             sections[key] = _valid_section(key, alias, data[alias])
+    sections["vcenters"], vcenter_index = _valid_items(VcenterEntry, data.get("vcenters"))
+    _number(sections["vcenters"], vcenter_index)
     hosts, host_index = _valid_items(HostSpec, data.get("hosts"))
     vms, vm_index = _valid_items(VmSpec, data.get("vms"))
     named = [(vm, i) for vm, i in zip(vms, vm_index, strict=True) if _expands(vm.name)]
@@ -113,6 +125,12 @@ def _problems_of_valid_parts(data: dict[str, Any], file: str, pos: dict[KeyPath,
     _place_hosts(inv, file, pos, host_index)
     expand_vms(inv, [i for _, i in named])
     return list(iter_problems(inv))
+
+
+def _number(vcenters: list[VcenterEntry], indices: list[int] | None = None) -> None:
+    """Each vcenters entry learns its place in the file (the entries that failed the schema are left out)."""
+    for i, entry in zip(indices or range(len(vcenters)), vcenters, strict=True):
+        entry._index = i
 
 
 class _UnknownGroups(GuestsSpec):

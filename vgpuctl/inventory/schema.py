@@ -104,12 +104,17 @@ class VcenterSpec(StrictModel):
     @field_validator("url")
     @classmethod
     def _no_password(cls, v: str | None) -> str | None:
-        # the user info is all before the last @ (a password may hold @, /, ? or #); the URL is never repeated
-        user_info = (v.partition("://")[2] if v is not None and "://" in v else v or "").rpartition("@")[0]
-        if ":" in user_info:
+        if carries_password(v):
             raise ValueError("must not carry a password (secrets never live in the inventory): give it with "
                              "VGPUCTL_PASSWORD, --password-file or the prompt")
         return v
+
+
+def carries_password(url: str | None) -> bool:
+    """Whether a URL holds a password: the user info is all before the last @ (a password may hold @, /, ? or
+    #). The URL is never repeated in a message."""
+    user_info = (url.partition("://")[2] if url is not None and "://" in url else url or "").rpartition("@")[0]
+    return ":" in user_info
 
 
 MAX_VCENTER_NAME = 40
@@ -127,6 +132,15 @@ class VcenterEntry(VcenterSpec):
     in (vgpuctl.inventory.fleet), and the `vcenter:` section's fields."""
 
     name: str
+    _index: int = PrivateAttr(default=0)  # its place in the file's vcenters list
+
+    @field_validator("url")
+    @classmethod
+    def _no_password(cls, v: str | None) -> str | None:
+        if carries_password(v):
+            raise ValueError("must not carry a password (secrets never live in the inventory): give it with "
+                             "VGPUCTL_PASSWORD_<NAME> or VGPUCTL_PASSWORD_FILE_<NAME> (docs/fleet.md)")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -374,6 +388,11 @@ class Inventory(StrictModel):
     @property
     def source_path(self) -> str | None:
         return self._source_path
+
+    @property
+    def vcenter_names(self) -> list[str]:
+        """The names of a fleet's vCenters (none in a single-vCenter inventory)."""
+        return [v.name for v in self.vcenters]
 
     @property
     def is_fleet(self) -> bool:
