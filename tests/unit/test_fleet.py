@@ -166,14 +166,14 @@ def test_missing_credentials_name_the_vcenter_and_its_variables(monkeypatch: pyt
     parts = fleet.split(loaded())
     monkeypatch.setenv("VGPUCTL_PASSWORD_EAST", "east-secret")
     monkeypatch.setenv("VGPUCTL_PASSWORD", "shared")
-    with pytest.raises(UsageError, match="^vCenter lab-west: no password: set VGPUCTL_PASSWORD_LAB_WEST or "
+    with pytest.raises(UsageError, match=r"^vCenter lab-west: no password: set VGPUCTL_PASSWORD_LAB_WEST or "
                                          "VGPUCTL_PASSWORD_FILE_LAB_WEST"):
         cli_fleet.fleet_settings(opts(username="admin"), parts)
-    with pytest.raises(UsageError, match="^vCenter east: no user name: set VGPUCTL_USERNAME_EAST"):
+    with pytest.raises(UsageError, match=r"^vCenter east: no user name: set VGPUCTL_USERNAME_EAST"):
         cli_fleet.fleet_settings(opts(), parts)
     no_url = fleet.split(loaded(FLEET.replace('url: "https://vc-west.invalid/sdk"', "datacenter: DC1")))
     monkeypatch.setenv("VGPUCTL_PASSWORD_LAB_WEST", "w")
-    with pytest.raises(UsageError, match="^vCenter lab-west: no URL: set url in its vcenters entry, or "
+    with pytest.raises(UsageError, match=r"^vCenter lab-west: no URL: set url in its vcenters entry, or "
                                          "VGPUCTL_URL_LAB_WEST"):
         cli_fleet.fleet_settings(opts(username="admin"), no_url)
 

@@ -69,6 +69,7 @@ from vgpuctl.reports.experiment import (
     experiment_validate_report,
 )
 from vgpuctl.reports.explain import ExplainReport, explain_host
+from vgpuctl.reports.export import ExportReport
 from vgpuctl.reports.fleet import (
     FleetApplyPart,
     FleetCapacityPart,
@@ -83,7 +84,6 @@ from vgpuctl.reports.fleet import (
     fleet_preflight_report,
     fleet_status_report,
 )
-from vgpuctl.reports.export import ExportReport
 from vgpuctl.reports.guests import ProvisionReport, guest_run_report
 from vgpuctl.reports.host import HostReport, host_status
 from vgpuctl.reports.plan import plan_report, validate_report, with_class_plan
