@@ -1,0 +1,303 @@
+"""A fleet against two gpusims in one test (two vCenters, each with its own farm, datacenter, password,
+certificate and ESXi shells, and the same cluster and VM names, so that anything crossing between them would
+show; host names differ only in their domain, as the ESXi host map needs): plan
+and apply across both, a vCenter down or refusing its login while the other's part completes, a --vcenter
+scoped run that never contacts the other, host leases kept in their own vCenter, saved plans refused when one
+vCenter moved, and the read-only commands (status, export, preflight, capacity) with a section per vCenter."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpusim import ssh_hosts, ssh_known_hosts
+from pyVim.connect import Disconnect
+from pyVim.task import WaitForTask
+from pyVmomi import vim
+from typer.testing import CliRunner
+
+from vgpuctl import pipeline
+from vgpuctl.cli.main import app
+from vgpuctl.vsphere.session import ConnectionSettings, open_session
+from vgpuctl.vsphere.workrecord import LEASE_FIELD, LEASE_FOLDER, Fields, Lease, parse_lease
+
+pytestmark = pytest.mark.sim
+
+H1, H2 = "esx-01.east.sim", "esx-02.east.sim"
+W1, W2 = "esx-01.west.sim", "esx-02.west.sim"
+
+
+def farm(datacenter: str, password: str, domain: str, vms: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "datacenter": datacenter, "password": password, "reboot_seconds": 0.3, "host_domain": domain,
+        "clusters": [{"name": "GPU-Cluster", "hosts": 2, "gpus_per_host": 2, "model": "A100-40GB",
+                      "graphics_type": "sharedDirect", "vgpu_mode": "sameSize"}],
+        "vms": vms,
+    }  # fmt: skip
+
+
+def vm(name: str, host: str) -> dict[str, Any]:
+    return {"name": name, "host": host, "cpus": 2, "memory_mb": 4096, "firmware": "efi", "memory_locked": True}
+
+
+EAST = farm("DC0", "east-pw", "east.sim", [vm("train-01", H1)])
+WEST = farm("DC1", "west-pw", "west.sim", [vm("train-01", W1), vm("infer-01", W2)])
+
+INVENTORY = """\
+apiVersion: vgpuctl/v1
+vcenters:
+  - {{name: east, url: "{east}", datacenter: DC0}}
+  - {{name: west, url: "{west}", datacenter: DC1}}
+default_vcenter: east
+hosts:
+  - cluster: GPU-Cluster
+    graphics: {{assignment_policy: consolidation}}
+    ssh: {{password_env: EAST_ESXI_PW, known_hosts: "{east_known}"}}
+  - cluster: GPU-Cluster
+    vcenter: west
+    graphics: {{assignment_policy: consolidation}}
+    ssh: {{password_env: WEST_ESXI_PW, known_hosts: "{west_known}"}}
+vms:
+  - {{name: train-01, vgpus: {{profile: grid_a100-20c}}, power: off}}
+  - {{name: train-01, vcenter: west, vgpus: {{profile: grid_a100-10c}}, power: off}}
+  - {{name: infer-01, vcenter: west, vgpus: {{profile: grid_a100-10c}}, power: off}}
+"""
+
+
+@pytest.fixture
+def pair(gpusim_pair: Callable[..., Any], no_vgpuctl_env: None) -> tuple[Any, Any]:
+    return gpusim_pair(EAST, WEST)
+
+
+def env(east: Any, west: Any, **more: str) -> dict[str, str]:
+    """Each vCenter's own credentials and pinned certificate, each one's ESXi shells; the single-vCenter
+    variables hold wrong values that a fleet must never use."""
+    shells = {name: {"host": t["host"], "port": t["port"]}
+              for sim in (east, west) for name, t in ssh_hosts(sim).items()}
+    known = east.workdir / "fleet_known_hosts"  # both farms' host keys, for files that name no known_hosts
+    known.write_text(ssh_known_hosts(east).read_text() + ssh_known_hosts(west).read_text())
+    return {"VGPUCTL_USERNAME": east.username, "VGPUCTL_PASSWORD_EAST": east.password,
+            "VGPUCTL_PASSWORD_WEST": west.password, "VGPUCTL_THUMBPRINT_EAST": east.env["VGPUCTL_THUMBPRINT"],
+            "VGPUCTL_THUMBPRINT_WEST": west.env["VGPUCTL_THUMBPRINT"], "VGPUCTL_PASSWORD": "not-this-one",
+            "VGPUCTL_URL": "https://127.0.0.1:9/sdk", "VGPUCTL_ESXI_HOSTS": json.dumps(shells),
+            "VGPUCTL_ESXI_KNOWN_HOSTS": str(known),
+            "EAST_ESXI_PW": east.password, "WEST_ESXI_PW": west.password, **more}  # fmt: skip
+
+
+def vgpuctl(pair: tuple[Any, Any], tmp_path: Path, *args: str, **more: str) -> Any:
+    inv = tmp_path / "fleet.yaml"
+    if not inv.exists():
+        east, west = pair
+        inv.write_text(INVENTORY.format(east=east.url, west=west.url, east_known=ssh_known_hosts(east),
+                                        west_known=ssh_known_hosts(west)))
+    return CliRunner().invoke(app, [a.replace("INV", str(inv)) for a in args], env=env(*pair, **more))
+
+
+def vgpus(sim: Any, name: str) -> list[str]:
+    si = sim.connect()
+    try:
+        return [d.backing.vgpu for d in find(si, name).config.hardware.device
+                if isinstance(d, vim.vm.device.VirtualPCIPassthrough) and hasattr(d.backing, "vgpu")]
+    finally:
+        Disconnect(si)
+
+
+def find(si: Any, name: str) -> Any:
+    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
+    try:
+        return next(o for o in view.view if o.name == name)
+    finally:
+        view.Destroy()
+
+
+def policies(sim: Any) -> dict[str, str]:
+    si = sim.connect()
+    try:
+        view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.HostSystem], True)
+        return {h.name: h.config.graphicsConfig.sharedPassthruAssignmentPolicy for h in view.view}
+    finally:
+        Disconnect(si)
+
+
+def test_plan_and_apply_across_both_vcenters(pair: tuple[Any, Any], tmp_path: Path) -> None:
+    east, west = pair
+    planned = vgpuctl(pair, tmp_path, "-o", "json", "plan", "-f", "INV")
+    assert planned.exit_code == 0, planned.output
+    doc = json.loads(planned.stdout)
+    assert doc["kind"] == "fleet-plan" and doc["failed"] == [] and [p["vcenter"] for p in doc["vcenters"]] == \
+        ["east", "west"]
+    by_name = {p["vcenter"]: p for p in doc["vcenters"]}
+    assert by_name["east"]["url"] == east.url and by_name["west"]["url"] == west.url
+    assert [v["vm"] for v in by_name["east"]["plan"]["vm_changes"]] == ["train-01"]
+    assert sorted(v["vm"] for v in by_name["west"]["plan"]["vm_changes"]) == ["infer-01", "train-01"]
+    assert {h["host"] for h in by_name["west"]["plan"]["host_changes"]} == {W1, W2}
+    assert doc["summary"]["change"] == 3 and doc["summary"]["host_changes"] == 4
+
+    text = vgpuctl(pair, tmp_path, "plan", "-f", "INV")
+    assert f"== vCenter east ({east.url}) ==" in text.stdout and f"== vCenter west ({west.url}) ==" in text.stdout
+    assert text.stdout.rstrip().splitlines()[-1].startswith("Fleet: 2 of 2 vCenters planned. Plan: 4 host changes")
+
+    applied = vgpuctl(pair, tmp_path, "-o", "json", "apply", "-f", "INV", "--yes")
+    assert applied.exit_code == 0, applied.output
+    doc = json.loads(applied.stdout)
+    assert doc["kind"] == "fleet-apply" and doc["failed"] == []
+    assert {p["vcenter"]: p["apply"]["changed"] for p in doc["vcenters"]} == \
+        {"east": ["train-01"], "west": ["infer-01", "train-01"]}
+    # each vCenter got its own entries: train-01 is 20c in east, 10c in west
+    assert vgpus(east, "train-01") == ["grid_a100-20c"] and vgpus(west, "train-01") == ["grid_a100-10c"]
+    assert vgpus(west, "infer-01") == ["grid_a100-10c"]
+    assert set(policies(east).values()) == set(policies(west).values()) == {"consolidation"}
+    again = vgpuctl(pair, tmp_path, "plan", "-f", "INV", "--detailed-exitcode")
+    assert again.exit_code == 0, again.output
+    assert "No changes: every farm matches the inventory." in again.stdout
+
+
+@pytest.mark.parametrize("how", ["down", "refuses"])
+def test_one_vcenter_failing_leaves_the_other_complete(pair: tuple[Any, Any], tmp_path: Path, how: str) -> None:
+    east, west = pair
+    more: dict[str, str] = {}
+    if how == "down":
+        west.stop()
+    else:
+        more["VGPUCTL_PASSWORD_WEST"] = "wrong"
+    planned = vgpuctl(pair, tmp_path, "plan", "-f", "INV", **more)
+    assert planned.exit_code == 1  # the whole plan is shown for what could be read, then exit 1
+    assert f"== vCenter east ({east.url}) ==" in planned.stdout and "+ vgpu grid_a100-20c" in planned.stdout
+    west_error = [line for line in planned.stdout.splitlines() if line.startswith("error: ")]
+    assert len(west_error) == 1, planned.stdout
+    assert planned.stderr.strip().splitlines()[-1].startswith("error: vCenter west: ")
+    if how == "refuses":
+        assert "wrong user name or password" in west_error[0]
+
+    applied = vgpuctl(pair, tmp_path, "-o", "json", "apply", "-f", "INV", "--yes", **more)
+    assert applied.exit_code == 1, applied.output
+    doc = json.loads(applied.stdout)
+    parts = {p["vcenter"]: p for p in doc["vcenters"]}
+    assert doc["failed"] == ["west"] and parts["west"]["apply"] is None and parts["west"]["error"]
+    assert parts["east"]["apply"]["changed"] == ["train-01"] and parts["east"]["apply"]["failed"] == []
+    assert vgpus(east, "train-01") == ["grid_a100-20c"] and set(policies(east).values()) == {"consolidation"}
+    if how == "refuses":
+        assert vgpus(west, "train-01") == [] and set(policies(west).values()) == {"performance"}
+
+
+def test_a_vcenter_scoped_run_reads_only_that_vcenter(pair: tuple[Any, Any], tmp_path: Path) -> None:
+    east, west = pair
+    west.stop()  # out of scope: never contacted, so its being down fails nothing
+    planned = vgpuctl(pair, tmp_path, "-o", "json", "plan", "-f", "INV", "--vcenter", "east")
+    assert planned.exit_code == 0, planned.output
+    doc = json.loads(planned.stdout)
+    assert [p["vcenter"] for p in doc["vcenters"]] == ["east"] and doc["out_of_scope"] == ["west"]
+    applied = vgpuctl(pair, tmp_path, "apply", "-f", "INV", "--vcenter", "e*", "--vm", "train-01", "--yes")
+    assert applied.exit_code == 0, applied.output
+    assert "out of scope (--vcenter), untouched: vCenters west" in applied.stdout
+    assert vgpus(east, "train-01") == ["grid_a100-20c"]
+    assert set(policies(east).values()) == {"performance"}  # the hosts' change is out of --vm's scope: untouched
+    nowhere = vgpuctl(pair, tmp_path, "plan", "-f", "INV", "--vcenter", "east", "--vm", "infer-*")
+    assert nowhere.exit_code == 1
+    assert "error: --vm infer-*: matches nothing in the vCenters read (east)" in nowhere.stderr
+
+
+def test_leases_stay_in_their_own_vcenter(pair: tuple[Any, Any], tmp_path: Path) -> None:
+    """Another run holds west's esx-01 (its lease in west's vCenter); east's esx-01 is free: the fleet's apply
+    changes east's hosts, leaves west's held host and its lease alone, and leaves no lease of its own behind."""
+    east, west = pair
+    settings = ConnectionSettings(west.url, west.username, west.password, insecure=True)
+    with open_session(settings) as session:
+        observed = pipeline.observe(session, "DC1")
+        lease = Lease(Fields(session), W1, observed.hosts[W1].moid, "other-run-7", ttl_s=600).acquire()
+        try:
+            planned = vgpuctl(pair, tmp_path, "plan", "-f", "INV")
+            held = [line for line in planned.stdout.splitlines() if "held by run other-run-7" in line]
+            assert len(held) == 1 and held[0].startswith(f"Warning: host {W1}"), planned.stdout
+            west_section = planned.stdout.index("== vCenter west")
+            assert planned.stdout.index(held[0]) > west_section  # in west's section only
+            applied = vgpuctl(pair, tmp_path, "-o", "json", "apply", "-f", "INV", "--yes")
+            assert applied.exit_code == 1, applied.output
+            parts = {p["vcenter"]: p for p in json.loads(applied.stdout)["vcenters"]}
+            assert {h["host"]: h["status"] for h in parts["east"]["apply"]["hosts"]} == {H1: "changed", H2: "changed"}
+            west_hosts = {h["host"]: h for h in parts["west"]["apply"]["hosts"]}
+            assert west_hosts[W1]["status"] == "failed" and "other-run-7" in west_hosts[W1]["message"]
+            assert policies(west)[W1] == "performance" and policies(east)[H1] == "consolidation"
+            assert lease_run(west, W1) == "other-run-7"  # its holder's, untouched
+            assert lease_run(east, H1) is None and lease_run(east, H2) is None  # east's run let its own go
+            assert lease_run(west, W2) is None
+        finally:
+            lease.release()
+
+
+def lease_run(sim: Any, host: str) -> str | None:
+    """The run holding a host's lease in this vCenter (its lock folder there and its description), or None."""
+    si = sim.connect()
+    try:
+        view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.HostSystem], True)
+        the_host = next(h for h in view.view if h.name == host)
+        keys = {f.key: f.name for f in si.content.customFieldsManager.field}
+        value = next((v.value for v in the_host.customValue if keys.get(v.key) == LEASE_FIELD), "")
+        folders = {c.name for c in si.content.rootFolder.childEntity}
+        info = parse_lease(value) if value else None
+        held = LEASE_FOLDER.format(moid=the_host._moId) in folders
+        return info.run if info is not None and held else None
+    finally:
+        Disconnect(si)
+
+
+def test_a_saved_fleet_plan_applies_whole_and_is_refused_when_one_vcenter_moved(pair: tuple[Any, Any],
+                                                                                 tmp_path: Path) -> None:
+    east, west = pair
+    plan_file = tmp_path / "fleet.plan"
+    saved = vgpuctl(pair, tmp_path, "plan", "-f", "INV", "--vm", "train-01", "--out", str(plan_file))
+    assert saved.exit_code == 0, saved.output
+    shown = vgpuctl(pair, tmp_path, "show", str(plan_file))
+    assert shown.stdout == saved.stdout and f"west ({west.url})" in shown.stderr
+    si = west.connect()  # another operator powers west's train-01 on after the plan was made
+    try:
+        WaitForTask(find(si, "train-01").PowerOnVM_Task())
+    finally:
+        Disconnect(si)
+    refused = vgpuctl(pair, tmp_path, "apply", str(plan_file), "--yes")
+    assert refused.exit_code == 1
+    assert "error: vCenter west: the farm changed since" in refused.stderr and "nothing was changed" in refused.stderr
+    assert vgpus(east, "train-01") == [] and set(policies(east).values()) == {"performance"}  # east untouched too
+
+    saved = vgpuctl(pair, tmp_path, "plan", "-f", "INV", "--vm", "train-01", "--out", str(plan_file))
+    assert saved.exit_code == 0, saved.output
+    applied = vgpuctl(pair, tmp_path, "apply", str(plan_file), "--yes")
+    assert applied.exit_code == 0, applied.output
+    assert vgpus(east, "train-01") == ["grid_a100-20c"] and vgpus(west, "train-01") == ["grid_a100-10c"]
+    assert vgpus(west, "infer-01") == []  # out of the saved plan's scope
+
+
+def test_read_only_commands_have_a_section_per_vcenter(pair: tuple[Any, Any], tmp_path: Path) -> None:
+    east, west = pair
+    status = json.loads(vgpuctl(pair, tmp_path, "-o", "json", "status", "-f", "INV", "--no-vm-classes").stdout)
+    assert status["kind"] == "fleet-status" and status["failed"] == []
+    vms = {p["vcenter"]: sorted(v["vm"] for v in p["status"]["vms"]) for p in status["vcenters"]}
+    assert vms == {"east": ["train-01"], "west": ["infer-01", "train-01"]}
+    assert {p["vcenter"]: p["status"]["datacenter"] for p in status["vcenters"]} == {"east": "DC0", "west": "DC1"}
+
+    exported = tmp_path / "export.yaml"
+    result = vgpuctl(pair, tmp_path, "export", "-f", "INV", "--out", str(exported))
+    assert result.exit_code == 0, result.output
+    text = exported.read_text()
+    assert "vcenters:\n  - name: east\n" in text and "    vcenter: west\n" in text
+    for sim, name in ((east, "east"), (west, "west")):  # the export plans no change in either vCenter (it has
+        # no ssh sections: the shell's password of each in turn)
+        replanned = vgpuctl(pair, tmp_path, "plan", "-f", str(exported), "--vcenter", name, "--detailed-exitcode",
+                            VGPUCTL_ESXI_PASSWORD=sim.password)
+        assert replanned.exit_code == 0, replanned.output
+
+    preflight = json.loads(vgpuctl(pair, tmp_path, "-o", "json", "preflight", "-f", "INV").stdout)
+    assert preflight["kind"] == "fleet-preflight" and preflight["ok"]
+    assert [p["preflight"]["vcenter"] for p in preflight["vcenters"]] == [east.url, west.url]
+    capacity = json.loads(vgpuctl(pair, tmp_path, "-o", "json", "capacity", "-f", "INV").stdout)
+    assert capacity["kind"] == "fleet-capacity" and len(capacity["vcenters"]) == 2
+
+    west.stop()
+    down = vgpuctl(pair, tmp_path, "status", "-f", "INV", "--no-vm-classes")
+    assert down.exit_code == 1
+    assert f"host {H1}" in down.stdout and f"host {H2}" in down.stdout  # east's section complete
+    assert "Fleet: 2 vCenters; failed: west" in down.stdout
+    assert down.stderr.strip().splitlines()[-1].startswith("error: vCenter west: ")
