@@ -9,9 +9,10 @@ inventory naming every VM of both (each wants one grid_a100-10c), then times in 
               (vgpuctl.fleetrun.plan_fleet: a session, observe and plan per vCenter)
   sequential  the same two plans one after the other (vgpuctl.pipeline.plan_only per vCenter): what one
               inventory and one run per vCenter cost before fleets
-After a round not timed, the two alternate in each round (which goes first swaps every round); the ratio is printed of the medians and
-paired (the median of each round's fleet time over that round's sequential time). --smoke: two tiny farms (2
-hosts x 2 GPUs, 10 VMs each, one round), to check that the benchmark still runs (make test does).
+After a round not timed, the two alternate in each round (which goes first swaps every round); the ratio is
+printed of the medians and paired (the median of each round's fleet time over that round's sequential time).
+--smoke: two tiny farms (2 hosts x 2 GPUs, 10 VMs each, one round), to check that the benchmark still runs (make
+test does).
 """
 
 from __future__ import annotations

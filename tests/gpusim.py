@@ -258,6 +258,16 @@ class Gpusim:
         `release`; their start shows in `holds`. Returns the hold's id."""
         return int(self.request("POST", "/holds", {"object": obj, "method": method, "count": count})["id"])
 
+    def hold_queue(self, host: str, method: str = "PowerOnVM_Task", count: int = 1) -> int:
+        """Hold the next `count` calls of `method` on the VMs of `host` (the host's power-on queue by default),
+        VMs made after the hold included, until `release`; everything else goes on. Returns the hold's id."""
+        return int(self.request("POST", "/holds", {"host": host, "method": method, "count": count})["id"])
+
+    def state(self) -> dict[str, Any]:
+        """What a client can change in vCenter: hosts (SSH service included), custom attribute definitions and
+        values, folders, VMs (power, changeVersion), tasks created and calls of writing methods, per method."""
+        return dict(self.request("GET", "/state"))
+
     def holds(self) -> list[dict[str, Any]]:
         """Every hold: id, method, object, started (moref ids of the tasks caught), waiting, released."""
         return list(self.request("GET", "/holds")["holds"])

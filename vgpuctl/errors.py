@@ -107,6 +107,11 @@ class DriftError(VgpuctlError):
     """An object changed between plan and apply; that object is not touched."""
 
 
+class ChangedMeanwhile(DriftError):
+    """Something else changed a VM between two steps of this run on it (its changeVersion moved since this run's
+    last step): its next step (power-on, removal) is not taken."""
+
+
 class SshError(VgpuctlError):
     """An ESXi shell command failed: connection, authentication, timeout or non-zero exit."""
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from vgpuctl import fleet, pipeline
 from vgpuctl.errors import PlanError, UsageError, VgpuctlError
@@ -204,9 +204,12 @@ def _prepare(part: FleetPart, settings: ConnectionSettings, options: RunOptions,
 
     stack = ExitStack()
     run = PartRun(part.name, settings.sdk_url)
+    if not request.apply:
+        options = dataclasses.replace(options, read_only=True)
     try:
         session = stack.enter_context(open_session(settings))
-        stack.enter_context(ssh_service_for_run(session, options))
+        if request.apply:
+            stack.enter_context(ssh_service_for_run(session, options))
         observed = pipeline.observe(session, options.datacenter, part.inventory)
         prepared = pipeline.prepare(session, observed, part.inventory, options, request, stack)
     except VgpuctlError as err:
@@ -221,15 +224,20 @@ def _prepare(part: FleetPart, settings: ConnectionSettings, options: RunOptions,
 
 
 def part_request(request: RunRequest, name: str) -> RunRequest:
-    """The request of one part: a fleet's saved plan as that vCenter's saved plan."""
+    """The request of one part: a fleet's saved plan as that vCenter's saved plan (its URL, basis and plan)."""
     saved: SavedPlan | None = request.saved.part(name) if request.saved is not None else None
     return dataclasses.replace(request, saved=saved, guests=None)
 
 
+FleetDocument = Callable[[FleetPlanned], dict[str, Any]]
+
+
 def run_fleet(parts: Sequence[FleetPart], settings: Mapping[str, ConnectionSettings], options: RunOptions,
-              request: RunRequest, hooks: FleetHooks, out_of_scope: Sequence[str] = ()) -> FleetPlanned:
+              request: RunRequest, hooks: FleetHooks, out_of_scope: Sequence[str] = (),
+              fleet_document: FleetDocument | None = None) -> FleetPlanned:
     """Plan every part, show them (hooks), confirm once, apply the parts that planned cleanly side by side; each
-    part's `outcome` says what its run did. A saved plan is refused whole when one part failed or moved."""
+    part's `outcome` says what its run did. A saved plan is refused whole, before any change, when one part
+    failed or moved, or when the fleet's plan made again (`fleet_document`) is not the file's plan section."""
     with ExitStack() as stack:
         prepared = each(parts, lambda p: _prepare(p, settings[p.name], part_options(options, p),
                                                   part_request(request, p.name)))
@@ -237,9 +245,9 @@ def run_fleet(parts: Sequence[FleetPart], settings: Mapping[str, ConnectionSetti
             stack.enter_context(part_stack)
         planned = FleetPlanned([run for run, _, _ in prepared], list(out_of_scope))
         refuse_unmatched(options, planned.parts)
+        if request.saved is not None:
+            _check_saved(request, planned, fleet_document)
         hooks.planned(planned)
-        if request.saved is not None and planned.failure() is not None:
-            raise planned.failure() or VgpuctlError("the saved plan cannot be applied")
         live = [lv for _, lv, _ in prepared if lv is not None and lv.run in planned.ready]
         for lv in live:
             lv.run.outcome = RunOutcome(lv.prepared.planned)
@@ -254,6 +262,17 @@ def run_fleet(parts: Sequence[FleetPart], settings: Mapping[str, ConnectionSetti
         for lv, result in zip(live, applied, strict=True):
             _finish(lv, result, interrupted, hooks.note)
     return planned
+
+
+def _check_saved(request: RunRequest, planned: FleetPlanned, fleet_document: FleetDocument | None) -> None:
+    from vgpuctl.planfile import check_same_plan
+
+    failure = planned.failure()
+    if failure is not None:
+        raise failure
+    if fleet_document is None or request.saved is None or request.saved_path is None:
+        raise ValueError("a saved fleet plan's run needs the fleet's document to compare it with")
+    check_same_plan(request.saved_path, request.saved, fleet_document(planned))
 
 
 def _apply_all(live: Sequence[_Live], progress_of: Callable[[str], Progress],

@@ -62,6 +62,9 @@ class ObservedGpu:
     nvlink_profiles: list[str] = field(default_factory=list)  # profiles those device groups are offered for
     numa_node: int | None = None  # hardware.numaInfo (API 6.7)
     pci_root: str | None = None  # the topmost bridge above it (GPUDirect RDMA wants the NIC under the same one)
+    # the host's driver runs time-sliced vGPUs of different types on it at once (nvidia-smi -q, read from the
+    # ESXi shell); None: not read, the vSphere version alone decides
+    types_may_mix: bool | None = None
 
 
 @dataclass
@@ -148,6 +151,7 @@ class ObservedHost:
     device_groups: list[ObservedDeviceGroup] | None = None  # NVLink device groups, when they were read
     nics: list[ObservedHostNic] = field(default_factory=list)  # physical NICs (class network)
     properties: dict[str, Any] = field(default_factory=dict)  # bulk-read values a host setting reads for itself
+    nvlink_from_shell: bool = False  # its GPUs' NVLink sets were read in the ESXi shell (vCenter named none)
 
     @property
     def usable(self) -> bool:

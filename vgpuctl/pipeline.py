@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -45,10 +45,10 @@ from vgpuctl.settings.facts import MODULE_OPTIONS, HostFacts
 
 if TYPE_CHECKING:
     from vgpuctl.guest.runner import DeployResult
-    from vgpuctl.model import ApplyResult, VmOutcome
     from vgpuctl.planfile import SavedPlan
     from vgpuctl.scope import Scope, ScopeResult
     from vgpuctl.supervisor.stage import SupervisorRun
+    from vgpuctl.supervisor.vmclasses import SupervisorPlan
     from vgpuctl.vsphere.session import ConnectionSettings, Session
     from vgpuctl.vsphere.workrecord import LeaseInfo
 
@@ -73,10 +73,13 @@ class RunOptions:
     shutdown_timeout_s: float = 120.0
     lock_timeout_s: float = 0.0  # how long to wait for a host lease or VM claim another run holds (--lock-timeout)
     scope: Scope | None = None  # --host/--cluster/--vm: only those entries and what they need (vgpuctl.scope)
-    # `ssh.service: manage`: the hosts whose SSH service this run started (None: the run leaves SSH alone, as
-    # the `host` commands do); `run` and `plan_only` stop them again at their end (vgpuctl.hosts.sshservice)
+    # `ssh.service: manage`: the hosts whose SSH service this apply started (None: the run leaves SSH alone, as
+    # the `host` commands do); `run` stops them again at its end (vgpuctl.hosts.sshservice)
     ssh_service: SshServiceRun | None = None
     evacuate_by_flag: bool = False  # the `host` commands: --evacuate sets the evacuation; messages name the flag
+    # a run that changes nothing (plan): no SSH service started, no work record or lease taken over; the shell of
+    # a managed host whose SSH service is stopped is read by the apply that starts it
+    read_only: bool = False
 
 
 # ------------------------------------------------------------------------------------------ 1. load
@@ -123,32 +126,52 @@ def host_facts(
     is set up or an SSH agent runs (without them, MIG, NVLink and scheduler changes are plan errors); fills each
     ObservedHost.module_options with the configured nvidia option string and, on a host where vCenter reported
     no NVLink device groups, its NVLink sets from the shell."""
-    from vgpuctl.hosts.facts import adopt_nvlink_sets, gather_facts, unread_warnings
+    from vgpuctl.hosts.facts import adopt_nvlink_sets, adopt_vgpu_capabilities, gather_facts, unread_warnings
     from vgpuctl.hosts.status import shell_configured
 
     errors = unreadable_hosts(session, observed, specs)
     hosts = {name: (observed.hosts[name].moid, spec) for name, spec in sorted(specs.items())
              if observed.hosts[name].connection_state == ConnectionState.CONNECTED}
-    if options.ssh_service is not None:  # `ssh.service: manage`: started before the shell is read
-        from vgpuctl.hosts.sshservice import start_for_run
-
-        start_for_run(session, observed, specs, state_of(session, observed, options), options.ssh_service)
-        observed.warnings += options.ssh_service.notes
-        options.ssh_service.notes.clear()
+    deferred = _ssh_services(session, observed, specs, options)
+    shell = shell_configured(specs) or bool(os.environ.get("SSH_AUTH_SOCK"))  # an agent may hold the key
     facts = gather_facts(
         session,
-        hosts,
-        shell=shell_configured(specs) or bool(os.environ.get("SSH_AUTH_SOCK")),  # an agent may hold the key
+        {h: v for h, v in hosts.items() if h not in deferred},
+        shell=shell,
         trust_on_first_use=options.trust_on_first_use,
         on_new_host_key=options.on_new_host_key,
     )
+    later = gather_facts(session, {h: v for h, v in hosts.items() if h in deferred}, shell=False)
+    for f in later.values():
+        f.shell_deferred = shell
+    facts.update(later)
     for name, f in facts.items():
         read = f.get(MODULE_OPTIONS)
         observed.hosts[name].module_options = read.configured if read is not None else ""
         adopt_nvlink_sets(observed, f)  # NVLink sets from nvidia-smi topo where vCenter reported no device groups
+        adopt_vgpu_capabilities(observed, f)  # whether the driver runs different time-sliced types on one GPU
     explain_shell_errors(session, observed, facts)
     observed.warnings += unread_warnings(facts.values())  # one line per cause, naming the hosts
     return facts, errors
+
+
+def _ssh_services(
+    session: Session, observed: Observed, specs: Mapping[str, HostSpec | None], options: RunOptions
+) -> set[str]:
+    """`ssh.service: manage` before the shell is read: an apply starts the stopped SSH services (under the hosts'
+    leases); a plan starts none and returns the hosts whose shell it leaves to apply. Both say so alike."""
+    from vgpuctl.hosts.sshservice import plan_notes, start_for_run
+
+    deferred: set[str] = set()
+    if options.ssh_service is not None:
+        start_for_run(session, observed, specs, state_of(session, observed, options), options.ssh_service)
+        notes = options.ssh_service.notes
+        observed.warnings += notes
+        notes.clear()
+    elif options.read_only:
+        deferred, notes = plan_notes(session, observed, specs, state_of(session, observed, options))
+        observed.warnings += notes
+    return deferred
 
 
 def unreadable_hosts(session: Session, observed: Observed, hosts: Iterable[str]) -> list[str]:
@@ -363,7 +386,16 @@ def apply_hosts(
         lock_timeout_s=options.lock_timeout_s,
     )
     state = state_of(session, observed, options)
+    _collect_dead_claims(session, observed, {c.host for c in changes})
     return apply_host_changes(session, targets_for(changes, resolved, moids), state, host_options)
+
+
+def _collect_dead_claims(session: Session, observed: Observed, hosts: set[str]) -> None:
+    """The claims dead runs left on the VMs of the hosts this run changes (and whose VMs are gone) go first."""
+    from vgpuctl.vsphere.claims import collect_dead
+
+    on_hosts = [vm.moid for vm in observed.vms.values() if vm.host in hosts and vm.moid]
+    collect_dead(session, on_hosts, [vm.moid for vm in observed.vms.values() if vm.moid])
 
 
 def replan_vms(inventory: Inventory, observed_after: Observed, pending: Sequence[HostChange]) -> Plan:
@@ -548,6 +580,12 @@ class RunRequest:
     saved_path: Path | None = None
     allow_destroy: bool = False  # VMs with state: absent may be destroyed (also allow_destroy: true in the inventory)
     guests: GuestStage | None = None
+    # a saved plan's section is compared with this document of the plan made again (reports.plan.plan_section)
+    plan_document: Callable[[Plan, ScopeResult | None, SupervisorPlan | None], dict[str, Any]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.saved is not None and self.plan_document is None:
+            raise ValueError("a saved plan's run needs the plan document to compare it with")
 
 
 class RunHooks(Protocol):
@@ -612,7 +650,9 @@ def run(
     request = request or RunRequest()
     hooks = hooks or QuietHooks()
     stage = request.guests if request.guests is not None and guest_vms(inventory) else None
-    with open_session(settings) as session, ssh_service_for_run(session, options):
+    if not request.apply:
+        options = replace(options, read_only=True)
+    with open_session(settings) as session, ssh_service_for_run(session, options) if request.apply else nullcontext():
         outcome = within_session(session, inventory, options, request, hooks)
         if stage is not None and outcome.failure() is None:
             outcome.addresses = guest_addresses(
@@ -686,9 +726,11 @@ def prepare(
     planned = Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips,
                       scoped.scope, scoped.facts)
     if request.saved is not None and request.saved_path is not None:
-        from vgpuctl.planfile import check_still_valid
+        from vgpuctl.planfile import check_same_plan, check_still_valid
 
         check_still_valid(request.saved_path, request.saved, planned.vcenter, observed, the_plan, classes)
+        assert request.plan_document is not None  # RunRequest requires it with a saved plan
+        check_same_plan(request.saved_path, request.saved, request.plan_document(the_plan, scoped.scope, classes))
     return Prepared(planned, supervisor)
 
 
@@ -718,10 +760,11 @@ def refuse_unallowed_removals(the_plan: Plan, inventory: Inventory, request: Run
 
 def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOptions) -> Planned:
     """The plan of an inventory, nothing applied and nothing raised for its errors (experiments check variants
-    with it)."""
+    with it): read-only, nothing written to vCenter (RunOptions.read_only)."""
     from vgpuctl.vsphere.session import open_session
 
-    with open_session(settings) as session, ssh_service_for_run(session, options):
+    options = replace(options, read_only=True)
+    with open_session(settings) as session:
         observed = observe(session, options.datacenter, inventory)
         scoped = plan_in_scope(session, observed, inventory, options)
         the_plan, inventory = scoped.plan, scoped.inventory

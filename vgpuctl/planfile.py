@@ -5,7 +5,11 @@ of what it was based on (the farm as observed: hosts, GPUs, VMs, their vGPUs and
 VM-class plan when the inventory names VM classes or namespaces), and a digest over all of that. `apply
 PLANFILE` refuses a file whose content does not match its digest ("the plan file was edited") before vCenter is
 read; then it observes and plans again from the saved inventory and refuses, before touching anything, when
-the farm, the VM classes or the plan differ from the saved ones. Nothing here talks to vCenter.
+the farm, the VM classes or the plan differ from the saved ones, and unless the plan made again is, as a
+document, the plan section the file holds (`check_same_plan`): the digests are plain hashes anyone can
+recompute, so a file whose plan section was edited and its digests made to match (a destroy line taken out) is
+refused by that comparison, and what apply shows and applies is the plan made again. Nothing here talks to
+vCenter.
 """
 
 from __future__ import annotations
@@ -88,11 +92,16 @@ class SavedPlan:
         return {**content, "digest": content_digest(content)}
 
     def part(self, name: str) -> SavedPlan:
-        """A fleet's plan as the saved plan of one of its vCenters (what `check_still_valid` compares)."""
+        """A fleet's plan as the saved plan of one of its vCenters: its URL, its basis and its section of the
+        fleet's plan (what `check_still_valid` and `check_same_plan` compare)."""
         if self.parts is None or name not in self.parts:
             raise PlanFileError(f"the saved plan has no part for vCenter {name}")
         part = self.parts[name]
-        return SavedPlan(self.inventory_text, self.inventory_path, part.vcenter, part.basis, self.plan)
+        sections = self.plan.get("vcenters") if isinstance(self.plan, dict) else None
+        section = next((s.get("plan") for s in sections or [] if isinstance(s, dict) and s.get("vcenter") == name),
+                       None)
+        return SavedPlan(self.inventory_text, self.inventory_path, part.vcenter, part.basis,
+                         section if isinstance(section, dict) else {})
 
 
 def content_digest(content: dict[str, Any]) -> str:
@@ -102,12 +111,23 @@ def content_digest(content: dict[str, Any]) -> str:
 
 
 def farm_digest(observed: Observed) -> str:
-    """sha256 of the observed farm's plan-relevant facts, in a stable order."""
+    """sha256 of the observed farm's plan-relevant facts, in a stable order. NVLink sets read in a host's ESXi shell
+    are left out: a plan whose run starts the host's SSH service (`ssh.service: manage`) reads them only at apply;
+    what they change in the plan, the plan's own digest and section catch."""
     data = observed.to_dict()
-    hosts = {n: {k: h.get(k) for k in HOST_FIELDS} for n, h in sorted(data["hosts"].items())}
+    hosts = {n: {k: _from_vcenter(h, k) for k in HOST_FIELDS} for n, h in sorted(data["hosts"].items())}
     vms = {n: {k: v.get(k) for k in VM_FIELDS} for n, v in sorted(data["vms"].items())}
     basis = {"datacenter": data.get("datacenter"), "hosts": hosts, "vms": vms, "folders": sorted(data["folders"])}
     return _sha256(basis)
+
+
+def _from_vcenter(host: dict[str, Any], key: str) -> Any:
+    """A host field as vCenter reported it: its GPUs without the NVLink sets the shell gave."""
+    value = host.get(key)
+    if key != "gpus" or not host.get("nvlink_from_shell"):
+        return value
+    unknown: dict[str, Any] = {"nvlink_set": None, "nvlink_groups": [], "nvlink_profiles": []}  # as observed
+    return [{**gpu, **unknown} for gpu in value or []]
 
 
 def plan_digest(plan: Plan) -> str:
@@ -247,4 +267,16 @@ def check_still_valid(
         raise PlanFileError(
             f"planning again gives a different plan than {path} (host facts changed): nothing was changed; "
             "make a new plan"
+        )
+
+
+def check_same_plan(path: Path, saved: SavedPlan, section: dict[str, Any]) -> None:
+    """Refuse (one line) unless the plan made again from the saved inventory, as a document (`plan_section`), is
+    the plan section the file holds: what apply would show and do is what the file says."""
+    if saved.plan != section:
+        what = sorted(k for k in set(saved.plan) | set(section) if saved.plan.get(k) != section.get(k))
+        raise PlanFileError(
+            f"{path}: its plan section is not the plan its inventory gives ({', '.join(what)} differ): the file "
+            "was changed after `vgpuctl plan --out` wrote it, digests and all; nothing was changed; make a new "
+            "plan with `vgpuctl plan -f FILE --out PLANFILE`"
         )

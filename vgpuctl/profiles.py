@@ -119,6 +119,8 @@ class Catalogue:
     boards: dict[str, BoardInfo]  # board token -> board
     sources: dict[str, dict[str, str]]
     path: Path
+    # vSphere API version from which an equal-size GPU takes vGPUs of different types with one size (`vsphere:`)
+    same_size_any_type_since: tuple[int, ...] = (8, 0, 2)
 
 
 def catalogue_path() -> Path:
@@ -145,7 +147,11 @@ def load_catalogue(path: Path | None = None) -> Catalogue:
     for raw in data.get("boards") or []:
         board = _board(raw)
         boards[board.board] = board
-    return Catalogue(boards=boards, sources=dict(data.get("sources") or {}), path=file)
+    since = str((data.get("vsphere") or {}).get("same_size_any_type_since") or "")
+    if not re.fullmatch(r"\d+(\.\d+)*", since):
+        raise CatalogueError(f"{file}: vsphere.same_size_any_type_since must be a vSphere API version (got {since!r})")
+    return Catalogue(boards=boards, sources=dict(data.get("sources") or {}), path=file,
+                     same_size_any_type_since=tuple(int(p) for p in since.split(".")))
 
 
 def _board(raw: dict[str, Any]) -> BoardInfo:
@@ -501,6 +507,13 @@ def api_at_least(api_version: str | None, wanted: tuple[int, ...]) -> bool:
     """Whether a vSphere API version string (`8.0.1.0`) is at least `wanted`; False when unreadable."""
     parts = tuple(int(p) for p in re.findall(r"\d+", api_version or "")[: len(wanted)])
     return bool(parts) and parts >= wanted
+
+
+def same_size_any_type(api_version: str | None, driver_says: bool | None) -> bool:
+    """Whether an equal-size GPU takes vGPUs of different types with one framebuffer size: from the catalogue's
+    vSphere API version (docs/gpu-rules.md), and never where the host's driver says it does not run them
+    (`driver_says`: nvidia-smi -q's Heterogeneous Time-Slice Profiles; None: not read)."""
+    return api_at_least(api_version, load_catalogue().same_size_any_type_since) and driver_says is not False
 
 
 # ---------------------------------------------------------------------------------------- maxima

@@ -3,7 +3,7 @@ catalogue's boards, checked with pyVmomi and gpusim's assignments, never with vg
 
 An HGX NVSwitch host takes NVLink VMs of 2, 4 and 8 vGPUs into device groups of that size; a mixed-size A100
 farm fills to NVIDIA's mixed-size maxima and refuses one VM more at plan time; an equal-size GPU is shared
-by two types of one size only from vSphere API 8.0.1; a vGPU no table explains is shown and worked around;
+by two types of one size only from vSphere API 8.0.2; a vGPU no table explains is shown and worked around;
 a host that spells its profiles `nvidia_` is the authority over the inventory's spelling.
 """
 
@@ -240,11 +240,11 @@ def test_mixed_size_a100_farm_fills_to_nvidias_maxima_and_refuses_one_more_at_pl
 # ------------------------------------------------------------------------------- equal-size sharing
 
 
-@pytest.mark.parametrize("api_version", ["8.0.1.0", "8.0.3.0"])
-def test_equal_size_gpu_shared_by_two_types_of_one_size_from_api_801(
+@pytest.mark.parametrize("api_version", ["8.0.2.0", "8.0.3.0"])
+def test_equal_size_gpu_shared_by_two_types_of_one_size_from_api_802(
     gpusim_factory: Any, env: Any, tmp_path: Path, api_version: str
 ) -> None:
-    """Equal-size mode from vSphere 8.0 U1: A40-8C and A40-8Q (8 GB each) share one A40."""
+    """Equal-size mode from vSphere 8.0 U2: A40-8C and A40-8Q (8 GB each) share one A40."""
     sim = gpusim_factory(farm("A40", api_version=api_version), args=["-no-ssh"])
     e = env(sim)
     applied(e, inventory(tmp_path, vm("c8", "grid_a40-8c"), vm("q8", "grid_a40-8q")))
@@ -253,17 +253,17 @@ def test_equal_size_gpu_shared_by_two_types_of_one_size_from_api_801(
 
 
 @pytest.mark.parametrize("how", ["farm", "flag"])
-def test_equal_size_gpu_takes_one_type_before_api_801(gpusim_factory: Any, env: Any, tmp_path: Path,
+def test_equal_size_gpu_takes_one_type_before_api_802(gpusim_factory: Any, env: Any, tmp_path: Path,
                                                       how: str) -> None:
-    """Before 8.0 U1 an equal-size GPU holds one type: the second type is refused at plan time."""
+    """Before 8.0 U2 (8.0 U1 here) an equal-size GPU holds one type: the second type is refused at plan time."""
     if how == "farm":
-        sim = gpusim_factory(farm("A40", api_version="8.0.0.1"), args=["-no-ssh"])
+        sim = gpusim_factory(farm("A40", api_version="8.0.1.0"), args=["-no-ssh"])
     else:
-        sim = gpusim_factory(farm("A40"), args=["-no-ssh", "-api-version", "8.0.0.1"])
+        sim = gpusim_factory(farm("A40"), args=["-no-ssh", "-api-version", "8.0.1.0"])
     e = env(sim)
     path = inventory(tmp_path, vm("c8", "grid_a40-8c"), vm("q8", "grid_a40-8q"))
     line = plan_error(vgpuctl(e, "plan", "-f", path))
-    assert "vm q8: cannot power on" in line and "before vSphere 8.0 U1 only the identical type" in line, line
+    assert "vm q8: cannot power on" in line and "before vSphere API 8.0.2 only the identical type" in line, line
     assert plan_error(vgpuctl(e, "apply", "-f", path, "--yes")) == line
     assert sim.assignments() == [] and not {"c8", "q8"} & set(direct_vms(sim))
 

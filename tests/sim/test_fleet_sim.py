@@ -301,3 +301,30 @@ def test_read_only_commands_have_a_section_per_vcenter(pair: tuple[Any, Any], tm
     assert f"host {H1}" in down.stdout and f"host {H2}" in down.stdout  # east's section complete
     assert "Fleet: 2 vCenters; failed: west" in down.stdout
     assert down.stderr.strip().splitlines()[-1].startswith("error: vCenter west: ")
+
+
+@pytest.mark.parametrize("forged", ["a part", "the fleet's summary"])
+def test_a_consistent_forgery_of_a_fleet_plan_is_refused(pair: tuple[Any, Any], tmp_path: Path, forged: str) -> None:
+    """Someone edits the plan section of a fleet's plan file and makes the digest match again: apply makes every
+    vCenter's plan again and refuses, before any change anywhere, unless it is the saved section."""
+    from vgpuctl.planfile import content_digest
+
+    east, west = pair
+    plan_file = tmp_path / "fleet.plan"
+    saved = vgpuctl(pair, tmp_path, "plan", "-f", "INV", "--vm", "train-01", "--out", str(plan_file))
+    assert saved.exit_code == 0, saved.output
+    doc = json.loads(plan_file.read_text())
+    if forged == "a part":  # west's train-01 taken out of west's section
+        west_plan = doc["plan"]["vcenters"][1]["plan"]
+        west_plan["vm_changes"] = [c for c in west_plan["vm_changes"] if c["vm"] != "train-01"]
+    else:
+        doc["plan"]["summary"]["change"] = 0
+    doc["digest"] = content_digest(doc)
+    plan_file.write_text(json.dumps(doc, indent=2))
+    refused = vgpuctl(pair, tmp_path, "apply", str(plan_file), "--yes")
+    assert refused.exit_code == 1, refused.output
+    differ = "vm_changes differ" if forged == "a part" else "summary differ"
+    line = refused.stderr.strip().splitlines()[-1]
+    assert "its plan section is not the plan its inventory gives" in line and differ in line, refused.stderr
+    assert line.startswith("error: vCenter west: " if forged == "a part" else f"error: {plan_file}: ")
+    assert vgpus(east, "train-01") == [] and vgpus(west, "train-01") == []  # nothing changed anywhere

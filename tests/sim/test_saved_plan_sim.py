@@ -190,3 +190,33 @@ def test_a_clone_into_a_folder_that_does_not_exist_is_a_plan_error(sim: Any, tmp
         f"error: {inv}:9:13: vm saved-01: folder 'teamZ' does not exist in datacenter DC0 (it has no VM folders): "
         "create it in vCenter, or set 'folder' to one that exists (/ for the root); vgpuctl does not create folders"]
     assert vgpus_of(sim, "saved-01") is None
+
+
+def test_a_consistent_forgery_that_hides_a_destroy_is_refused(sim: Any, tmp_path: Path) -> None:
+    """The digests are plain hashes: someone takes the destroy out of the plan section and makes the digest match
+    again. Apply makes the plan again from the saved inventory, and refuses it unless it is the saved section:
+    the VM stays."""
+    from vgpuctl.planfile import content_digest
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(INVENTORY.replace("PROFILE", "grid_a100-20c") + "  - name: other-01\n    state: absent\n"
+                   + "allow_destroy: true\n")  # fmt: skip
+    out = tmp_path / "saved.plan"
+    planned = vgpuctl(sim, tmp_path, "plan", "-f", str(inv), "--out", str(out))
+    assert planned.exit_code == 0 and "- vm other-01" in planned.stdout, planned.output
+    doc = json.loads(out.read_text())
+    doc["plan"]["vm_changes"] = [c for c in doc["plan"]["vm_changes"] if c["vm"] != "other-01"]
+    doc["plan"]["disruptions"] = [d for d in doc["plan"]["disruptions"] if "other-01" not in json.dumps(d)]
+    doc["plan"]["warnings"] = [w for w in doc["plan"]["warnings"] if "other-01" not in w]
+    doc["digest"] = content_digest(doc)
+    out.write_text(json.dumps(doc, indent=2))
+    shown = vgpuctl(sim, tmp_path, "show", str(out))  # the forged file reads as a plan without the destroy
+    assert shown.exit_code == 0 and "other-01" not in shown.stdout, shown.output
+    refused = vgpuctl(sim, tmp_path, "apply", str(out), "--yes")
+    assert refused.exit_code == 1
+    assert errors(refused) == [
+        f"error: {out}: its plan section is not the plan its inventory gives (vm_changes differ): the file "
+        "was changed after `vgpuctl plan --out` wrote it, digests and all; nothing was "
+        "changed; make a new plan with `vgpuctl plan -f FILE --out PLANFILE`"
+    ], refused.output
+    assert vgpus_of(sim, "other-01") == [] and vgpus_of(sim, "saved-01") is None  # nothing touched

@@ -1,6 +1,7 @@
 """`ssh: {service: manage}` against gpusim: hosts whose SSH service (TSM-SSH) is stopped get it started through
-the API for the run (plan reads the shell, apply changes the host) and stopped again afterwards: after a plan,
-after an apply, after Ctrl-C, and by a later run when the run that started it died (its work record says so)."""
+the API for an apply, under the host's lease, and stopped again afterwards: after the apply, after Ctrl-C, and by
+a later apply when the run that started it died (its work record says so). A plan starts and stops nothing and
+writes nothing: it says what apply will do, and leaves the SSH service a running apply uses alone."""
 
 from __future__ import annotations
 
@@ -63,19 +64,59 @@ def record(sim: Gpusim, host: str) -> str:
         Disconnect(si)
 
 
-def test_plan_starts_ssh_for_the_run_and_stops_it_again(sim: Gpusim, env: None, tmp_path: Path) -> None:
+def test_plan_starts_no_ssh_service_and_says_apply_will(sim: Gpusim, env: None, tmp_path: Path) -> None:
     inv = tmp_path / "inv.yaml"
     inv.write_text(INVENTORY)
     plain = _write(tmp_path, INVENTORY.replace("    ssh: {service: manage}\n", ""))
     without = CliRunner().invoke(app, ["plan", "-f", str(plain)])  # SSH left alone: the plan says what to do
     assert without.exit_code == 1
     assert "its SSH service (TSM-SSH) is stopped: set ssh: {service: manage}" in without.output
+    before = sim.state()
     result = CliRunner().invoke(app, ["plan", "-f", str(inv), "--detailed-exitcode"])
     assert result.exit_code == 2, result.output
     assert f"~ host {HOSTS[0]} scheduler" in result.stdout
-    assert f"host {HOSTS[0]}: started its SSH service for this run (ssh.service: manage)" in result.output
-    assert ssh_running(sim) == [False, False]  # put back
+    assert (f"host {HOSTS[0]}: its SSH service (TSM-SSH) is stopped: apply starts it for its run (ssh.service: "
+            "manage), reads the ESXi shell then and stops it again at its end") in result.output  # fmt: skip
+    assert sim.state() == before  # nothing started, stopped or written
+    assert ssh_running(sim) == [False, False]
     assert record(sim, HOSTS[0]) == ""
+
+
+def test_plan_leaves_the_ssh_service_a_running_apply_uses_alone(sim: Gpusim, env: None, tmp_path: Path) -> None:
+    """An apply that started the SSH services holds the hosts' leases; a plan meanwhile neither takes over its
+    records nor stops its services."""
+    with _started_by_a_live_run(sim) as run:
+        records = [record(sim, h) for h in HOSTS]
+        assert ssh_running(sim) == [True, True] and all('"ssh":{"running":false' in r for r in records)
+        inv = tmp_path / "inv.yaml"
+        inv.write_text(INVENTORY)
+        result = CliRunner().invoke(app, ["plan", "-f", str(inv)])
+        assert result.exit_code == 0, result.output
+        assert "did not stop it" not in result.output  # that run is alive: its services are its own
+        assert ssh_running(sim) == [True, True]
+        assert [record(sim, h) for h in HOSTS] == records
+        assert sorted(run.leases) == HOSTS
+
+
+@contextmanager
+def _started_by_a_live_run(sim: Gpusim) -> Any:
+    """A run (this process) that started the hosts' SSH services for its apply and holds their leases."""
+    from vgpuctl.hosts.sshservice import SshServiceRun, start_for_run
+    from vgpuctl.hosts.targets import specs_by_host
+    from vgpuctl.vsphere.session import open_session
+
+    inventory = load_inventory_text(INVENTORY, "inv.yaml")
+    settings = ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
+    with open_session(settings) as session:
+        observed = pipeline.observe(session, None, inventory)
+        state = pipeline.state_of(session, observed, pipeline.RunOptions())
+        run = SshServiceRun()
+        start_for_run(session, observed, specs_by_host(inventory, observed), state, run)
+        try:
+            yield run
+        finally:
+            for lease in run.leases.values():  # let go without stopping: what a killed run leaves, once its
+                lease.release()  # leases are gone
 
 
 def _write(tmp_path: Path, text: str) -> Path:
@@ -137,24 +178,36 @@ def test_ctrl_c_stops_ssh_again(sim: Gpusim, env: None) -> None:
     assert ssh_running(sim) == [False, False]
 
 
-def test_a_later_run_stops_what_a_dead_run_left_started(sim: Gpusim, env: None, tmp_path: Path) -> None:
-    from vgpuctl.hosts.sshservice import SshServiceRun, start_for_run
-    from vgpuctl.hosts.targets import specs_by_host
-    from vgpuctl.vsphere.session import open_session
-
-    inventory = load_inventory_text(INVENTORY, "inv.yaml")
-    settings = ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
-    options = pipeline.RunOptions()
-    with open_session(settings) as session:  # a run that starts SSH and dies before its end
-        observed = pipeline.observe(session, None, inventory)
-        state = pipeline.state_of(session, observed, options)
-        start_for_run(session, observed, specs_by_host(inventory, observed), state, SshServiceRun())
+def test_a_later_apply_stops_what_a_dead_run_left_started(sim: Gpusim, env: None, tmp_path: Path) -> None:
+    with _started_by_a_live_run(sim):
+        pass  # it dies: its leases go (a process gone is judged dead at once), its records and services stay
     assert ssh_running(sim) == [True, True]
     assert '"ssh":{"running":false,"policy":"off"}' in record(sim, HOSTS[0])
     plain = tmp_path / "inv.yaml"
     plain.write_text(INVENTORY.replace("    scheduler: equal-share\n", ""))  # a later run: nothing to change
+    before = sim.state()
     result = CliRunner().invoke(app, ["plan", "-f", str(plain), "--detailed-exitcode"])
     assert result.exit_code == 0, result.output
-    assert "an earlier run" in result.output and "did not stop it: this run stops it at its end" in result.output
+    assert f"host {HOSTS[0]}: run " in result.output and "did not stop it: apply stops it at its end" in result.output
+    assert sim.state() == before  # the plan only says so
+    result = CliRunner().invoke(app, ["apply", "-f", str(plain), "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "did not stop it: apply stops it at its end" in result.output
+    assert ssh_running(sim) == [False, False]
+    assert all(record(sim, h) == "" for h in HOSTS)
+    assert not [f for f in sim.state()["folders"] if " vgpuctl-lease-" in f]
+
+
+def test_a_saved_plan_that_leaves_the_shell_to_apply_applies(sim: Gpusim, env: None, tmp_path: Path) -> None:
+    """plan --out reads no shell of a host whose SSH service is stopped; apply PLANFILE starts it, reads the shell,
+    makes the same plan again and applies it."""
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(INVENTORY)
+    saved = tmp_path / "tonight.plan"
+    planned = CliRunner().invoke(app, ["plan", "-f", str(inv), "--out", str(saved)])
+    assert planned.exit_code == 0 and ssh_running(sim) == [False, False], planned.output
+    applied = CliRunner().invoke(app, ["apply", str(saved), "--yes"])
+    assert applied.exit_code == 0, applied.output
+    assert all("RmPVMRL" in sim.host(h)["modules"]["nvidia"]["effective"] for h in HOSTS)
     assert ssh_running(sim) == [False, False]
     assert all(record(sim, h) == "" for h in HOSTS)

@@ -140,3 +140,64 @@ def test_a_record_naming_a_vm_deleted_since_finishes_without_it(sim: Any, si: An
     assert _work(si, H2) == "" and _find(si, vim.VirtualMachine, "web-01").runtime.powerState == "poweredOn"
     code, out = _vgpuctl(sim, tmp_path, "plan", "--detailed-exitcode", text=VM_ONLY)
     assert code == 0, out
+
+
+def _forget_while_another_run_acts(sim: Any, monkeypatch: pytest.MonkeyPatch, act: Callable[[Any], None]) -> Any:
+    """`host forget-work H2` (asking), where another run acts on the host while the prompt waits."""
+    from typer.testing import CliRunner
+
+    from vgpuctl.cli import common
+    from vgpuctl.cli.main import app
+    from vgpuctl.vsphere.session import ConnectionSettings, open_session
+
+    for key in [k for k in os.environ if k.startswith(("VGPUCTL_", "GOVC_"))]:
+        monkeypatch.delenv(key)
+    for key, value in sim.vgpuctl_env(esxi=False).items():
+        monkeypatch.setenv(key, value)
+    settings = ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
+    with open_session(settings) as session:
+
+        def answer_yes_late(*args: Any, **kwargs: Any) -> None:
+            act(session)  # what happens while the operator reads the question
+
+        monkeypatch.setattr(common, "confirm", answer_yes_late)
+        return CliRunner().invoke(app, ["host", "forget-work", H2])
+
+
+def test_forget_work_takes_the_lease_for_the_clear_not_only_before_its_prompt(
+    sim: Any, si: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vgpuctl.vsphere.workrecord import Fields, Lease
+
+    record = json.dumps({"run": "dead0run", "phase": "reboot", "entered_maintenance": True, "steps": ["reboot"]})
+    _set_work(si, H2, record)
+    taken: list[Lease] = []
+
+    def a_run_takes_the_host(session: Any) -> None:
+        taken.append(Lease(Fields(session), H2, _find(si, vim.HostSystem, H2)._moId, "late0run").acquire())
+
+    result = _forget_while_another_run_acts(sim, monkeypatch, a_run_takes_the_host)
+    try:
+        assert result.exit_code == 1, result.output
+        assert f"{H2}: held by run late0run of " in result.output, result.output
+        assert "its work record is in use; not cleared" in result.output
+        assert _work(si, H2) == record  # the live run's record stays
+    finally:
+        taken[0].release()
+
+
+def test_forget_work_clears_only_the_record_it_showed(
+    sim: Any, si: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _set_work(si, H2, json.dumps({"run": "dead0run", "phase": "reboot", "steps": ["reboot"]}))
+    newer = json.dumps({"run": "late0run", "phase": "enter-maintenance", "steps": ["enter-maintenance"]})
+
+    def a_run_writes_its_record_and_goes(session: Any) -> None:
+        _set_work(si, H2, newer)
+
+    result = _forget_while_another_run_acts(sim, monkeypatch, a_run_writes_its_record_and_goes)
+    assert result.exit_code == 1, result.output
+    assert f"host {H2}: its work record changed since it was shown (run late0run wrote it meanwhile); not cleared" in (
+        result.output
+    )
+    assert _work(si, H2) == newer

@@ -103,6 +103,7 @@ def test_every_citation_resolves(data: dict[str, Any]) -> None:
             assert b["mig"]["source"] in sources
         for t in b["vgpu_types"]:
             assert t["source"] in sources, t["name"]
+    assert {data["vsphere"]["source"], data["vsphere"]["driver_source"]} <= sources
 
 
 def test_type_rows_agree_with_their_board(data: dict[str, Any]) -> None:

@@ -235,13 +235,15 @@ def test_a_fleet_plan_file_carries_a_part_per_vcenter(tmp_path: Path) -> None:
     path = tmp_path / "fleet.plan"
     parts = {"east": planfile.SavedPart("https://east/sdk", "farm:1 plan:2"),
              "west": planfile.SavedPart("https://west/sdk", "farm:3 plan:4")}
-    planfile.save(path, planfile.SavedPlan(FLEET, "fleet.yaml", "", "", {"kind": "fleet-plan"}, parts))
+    section = {"kind": "fleet-plan", "vcenters": [{"vcenter": "east", "plan": {"e": 1}},
+                                                  {"vcenter": "west", "plan": {"w": 2}}]}
+    planfile.save(path, planfile.SavedPlan(FLEET, "fleet.yaml", "", "", section, parts))
     data = json.loads(path.read_text())
     assert data["version"] == planfile.FLEET_VERSION and [p["name"] for p in data["parts"]] == ["east", "west"]
     loaded_plan = planfile.load(path)
     assert loaded_plan.parts == parts
     west = loaded_plan.part("west")
-    assert (west.vcenter, west.basis) == ("https://west/sdk", "farm:3 plan:4")
+    assert (west.vcenter, west.basis, west.plan) == ("https://west/sdk", "farm:3 plan:4", {"w": 2})
     with pytest.raises(planfile.PlanFileError, match="no part for vCenter north"):
         loaded_plan.part("north")
     data["parts"][1]["basis"] = "farm:0 plan:4"  # an edited part is an edited file

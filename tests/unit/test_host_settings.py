@@ -39,7 +39,7 @@ from vgpuctl.settings import (
     shell_facts,
 )
 from vgpuctl.settings.base import HostSetting, PlanInput
-from vgpuctl.settings.facts import MODULE_PARAMETERS, TOPOLOGY, GpuQuery
+from vgpuctl.settings.facts import MODULE_PARAMETERS, TOPOLOGY, VGPU_CAPABILITIES, GpuQuery
 from vgpuctl.settings.pergpu import GpuList
 
 pytestmark = pytest.mark.unit
@@ -66,6 +66,7 @@ NOT_SETTINGS = {
         "custom_values": "work records and leases (vgpuctl.records.work, vgpuctl.vsphere.workrecord)",
         "device_groups": "VM apply: the NVLink device group names a grouped add attaches (vgpuctl.vms.apply)",
         "properties": "the values of bulk-read properties a setting declares beyond the farm model's (its own)",
+        "nvlink_from_shell": "saved plans: NVLink sets the shell gave are left out of the farm's digest (planfile)",
     },
     ObservedGpu: {
         "vms": "VM placement and status",
@@ -74,12 +75,14 @@ NOT_SETTINGS = {
         "nvlink_profiles": "VM placement (NVLink device groups)",
         "numa_node": "GPUDirect RDMA: the GPU's NUMA node against its NIC's (vgpuctl.vms.gpudirect)",
         "pci_root": "GPUDirect RDMA: the GPU's PCI root against its NIC's (vgpuctl.vms.gpudirect)",
+        "types_may_mix": "VM placement: the driver's word on types of one size sharing a GPU (from the shell)",
     },
 }
 # Facts every gathering reads that no setting declares, and what reads them.
 SHARED_READERS = {
     TOPOLOGY.name: "placement's NVLink sets where vCenter lists no device groups (hosts.facts.adopt_nvlink_sets)",
     MODULE_PARAMETERS.name: "host planning: a setting that writes an undeclared module parameter is refused",
+    VGPU_CAPABILITIES.name: "placement: types of one size on one GPU (hosts.facts.adopt_vgpu_capabilities)",
 }
 # Product modules outside vgpuctl/settings/ that may import one setting's module, and why.
 NAMES_A_SETTING = {

@@ -37,6 +37,7 @@ from vgpuctl.settings.facts import (
     nvlink_links,
     nvlink_peers,
     nvlink_sets,
+    vgpu_capabilities,
     vsphere_bus_id,
 )
 from vgpuctl.settings.gather import gather_shell_facts
@@ -358,6 +359,7 @@ def _fixture_runner(calls: list[str]):
         "nvlink -s": "gpusim.nvlink-s.txt",
         "topo -m": "gpusim.topo-m.txt",
         "parameters list -m nvidia": "gpusim.module-params.txt",
+        "nvidia-smi -q": "gpusim.q.txt",
     }
 
     def run(command: str) -> str:
@@ -388,6 +390,7 @@ def test_shell_facts_from_gpusim_outputs() -> None:
     assert nvlink_sets(facts) == [["0000:3b:00.0", "0000:86:00.0"]]
     assert any("mig.mode.pending" in c and "ecc.mode.pending" in c and "noheader" in c for c in calls)
     assert declared_params(facts) == ["NVreg_EnableMSI", "NVreg_NvLinkDisable", "NVreg_RegistryDwords"]
+    assert {pci: cap.types for pci, cap in vgpu_capabilities(facts).items()} == {a: True, b: True, c: True}
 
 
 @pytest.mark.parametrize(
@@ -423,6 +426,34 @@ class _Fields:
     def set(self, host_moid: str, name: str, value: str) -> None:
         self.values[(host_moid, name)] = value
 
+    def get(self, host_moid: str, name: str) -> str:
+        return self.values.get((host_moid, name), "")
+
+
+class _Lease:
+    """A host lease without vCenter: counts its lock folders (taken, released)."""
+
+    folders: list[str] = []
+
+    def __init__(self, fields: Any, host: str, moid: str, run_id: str):
+        self.host = host
+
+    def acquire(self, wait_s: float = 0.0, on_wait: Any = None) -> _Lease:
+        _Lease.folders.append(self.host)
+        return self
+
+    def release(self) -> None:
+        _Lease.folders.remove(self.host)
+
+
+@pytest.fixture
+def leases(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from vgpuctl.vsphere import workrecord
+
+    monkeypatch.setattr(workrecord, "Lease", _Lease)
+    monkeypatch.setattr(_Lease, "folders", [])
+    return _Lease.folders
+
 
 def _vcenter_store(fields: _Fields, run: str = "run-1") -> Any:
     from vgpuctl.records.work import WORK_FIELD
@@ -432,19 +463,55 @@ def _vcenter_store(fields: _Fields, run: str = "run-1") -> Any:
     return VcenterWorkStore(None, {"esx-01": "host-1"}, values, run, fields=fields)  # type: ignore[arg-type]
 
 
-def test_work_store_persists_records_in_the_hosts_attribute() -> None:
+def test_work_store_persists_records_in_the_hosts_attribute(leases: list[str]) -> None:
     fields = _Fields()
     store = _vcenter_store(fields)
+    lease = store.lease("esx-01").acquire()
     store.add_vm("esx-01", "vm-a", "vm-1")
     store.add_vm("esx-01", "vm-a", "vm-1")
     store.update("esx-01", entered_maintenance=True, phase="reboot")
+    lease.release()
     again = _vcenter_store(fields, "run-2")  # the next run reads what vCenter holds
     rec = again.get("esx-01")
     assert rec is not None and rec.entered_maintenance and rec.run == "run-1"
     assert rec.vms == [{"name": "vm-a", "moid": "vm-1", "after": "power-on"}]
-    again.drop("esx-01")
+    with again.lease("esx-01").acquire():
+        again.drop("esx-01")
     assert _vcenter_store(fields).hosts() == []
     assert list(fields.values.values()) == [""]  # dropping clears the attribute
+    assert leases == []
+
+
+def test_a_work_record_is_written_only_under_the_hosts_lease(leases: list[str]) -> None:
+    from vgpuctl.vsphere.workrecord import NotLeased
+
+    fields = _Fields()
+    store = _vcenter_store(fields)
+    with pytest.raises(NotLeased, match=r"^host esx-01: its work record is written only under the host's lease"):
+        store.update("esx-01", ssh={"running": False, "policy": "off"})
+    assert fields.values == {}
+    first, second = store.lease("esx-01").acquire(), store.lease("esx-01").acquire()
+    assert leases == ["esx-01"]  # one lock folder for the run's holders of it
+    first.release()
+    store.update("esx-01", phase="start")  # the second holder still holds it
+    second.release()
+    assert leases == [] and not store.holds("esx-01")
+    with pytest.raises(NotLeased):
+        store.drop("esx-01")
+
+
+def test_a_record_another_run_wrote_since_it_was_read_is_taken_as_it_is_now(leases: list[str]) -> None:
+    from vgpuctl.hosts.work import WORK_FIELD
+
+    fields = _Fields()
+    store = _vcenter_store(fields)  # read: no record
+    fields.values[("host-1", WORK_FIELD)] = '{"run": "other1", "phase": "reboot"}'  # another run meanwhile
+    with store.lease("esx-01"):
+        rec = store.get("esx-01")
+        assert rec is not None and rec.run == "other1" and rec.phase == "reboot"
+        store.update("esx-01", message="resumed")  # written over what vCenter holds, not over nothing
+    assert '"phase":"reboot"' in fields.values[("host-1", WORK_FIELD)]
+    assert '"run":"run-1"' in fields.values[("host-1", WORK_FIELD)]
 
 
 def test_work_store_ignores_an_unreadable_record() -> None:

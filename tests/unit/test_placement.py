@@ -41,6 +41,7 @@ def gpu_from_case(g: dict[str, Any], api_version: str = "8.0.3.0") -> Gpu:
         id=g["id"], board=board, fb_gb=BOARDS[board].fb_gb, vgpu_mode=mode,
         graphics_type=g.get("graphics_type", "sharedDirect"), nvlink_set=g.get("nvlink_set"),
         nvlink_up=g.get("nvlink_up", True), vgpus=list(g.get("used") or []), api_version=api_version,
+        types_may_mix=g.get("types_may_mix"),
     )
 
 
@@ -128,12 +129,25 @@ def test_conservative_mig_start_says_so_when_it_refuses() -> None:
     assert why_not(full, parse_profile("grid_a100-1-5c")) == "no free MIG placement"
 
 
-@pytest.mark.parametrize(("api", "ok"), [("8.0.1.0", True), ("8.0.3.0", True), ("8.0.0.1", False), ("7.0.3", False)])
-def test_equal_size_types_of_one_size_share_from_8_0_u1(api: str, ok: bool) -> None:
+@pytest.mark.parametrize(("api", "ok"), [("8.0.2.0", True), ("8.0.3.0", True), ("8.0.1.0", False), ("8.0.0.1", False),
+                                         ("7.0.3", False)])
+def test_equal_size_types_of_one_size_share_from_8_0_u2(api: str, ok: bool) -> None:
     g = Gpu("0000:3b:00.0", "a40", 48, "sameSize", vgpus=["grid_a40-8q"], api_version=api)
     assert fits(g, "grid_a40-8c") == ok
     assert fits(g, "nvidia_a40-8q")  # the identical type in the other spelling always may
     assert not fits(g, "grid_a40-16q")
+    if not ok:
+        assert why_not(g, parse_profile("grid_a40-8c")) == (
+            "holds another profile (same-size mode; before vSphere API 8.0.2 only the identical type)")
+
+
+def test_a_driver_that_runs_one_type_per_gpu_wins_over_the_api_version() -> None:
+    g = Gpu("0000:3b:00.0", "a40", 48, "sameSize", vgpus=["grid_a40-8q"], api_version="8.0.3.0", types_may_mix=False)
+    assert not fits(g, "grid_a40-8c") and fits(g, "grid_a40-8q")
+    assert why_not(g, parse_profile("grid_a40-8c")) == (
+        "holds another profile (same-size mode; the host's driver runs one type per GPU)")
+    g.types_may_mix = True
+    assert fits(g, "grid_a40-8c")
 
 
 def test_mixed_size_needs_published_data() -> None:

@@ -11,6 +11,7 @@ import pytest
 from vgpuctl import planfile
 from vgpuctl.errors import UsageError
 from vgpuctl.model import Observed, ObservedHost, ObservedVgpu, ObservedVm, Plan, VmChange
+from vgpuctl.reports.plan import plan_section
 
 pytestmark = pytest.mark.unit
 
@@ -31,6 +32,33 @@ def test_farm_digest_ignores_churn_and_sees_what_plans_depend_on() -> None:
     other = farm()
     other.vms["a"].vgpus.append(ObservedVgpu(2, "grid_a100-20c"))
     assert planfile.farm_digest(other) != base
+
+
+def test_farm_digest_leaves_out_nvlink_sets_the_shell_gave_but_not_vcenters() -> None:
+    from vgpuctl.model import ObservedGpu
+
+    def with_gpus(nvlink_set: int | None, from_shell: bool) -> Observed:
+        observed = farm()
+        host = observed.hosts["esx-01"]
+        host.gpus = [ObservedGpu("0000:3b:00.0", "A100", nvlink_set=nvlink_set), ObservedGpu("0000:3c:00.0", "A100")]
+        host.nvlink_from_shell = from_shell
+        return observed
+
+    unread = planfile.farm_digest(with_gpus(None, False))  # a plan that left the shell to apply
+    assert planfile.farm_digest(with_gpus(0, True)) == unread  # the apply that read it
+    assert planfile.farm_digest(with_gpus(0, False)) != unread  # vCenter's own device groups count
+
+
+def test_a_plan_section_that_is_not_the_plan_made_again_is_refused(tmp_path: Path) -> None:
+    plan = Plan(vm_changes=[VmChange("a", destroy=True)])
+    section = plan_section(plan, None, None)
+    path, loaded = saved(tmp_path, plan)
+    loaded.plan = section
+    planfile.check_same_plan(path, loaded, plan_section(plan, None, None))
+    loaded.plan = {**section, "vm_changes": []}  # the destroy taken out, the digests made to match
+    with pytest.raises(planfile.PlanFileError, match=r": its plan section is not the plan its inventory gives "
+                                                     r"\(vm_changes differ\)"):  # fmt: skip
+        planfile.check_same_plan(path, loaded, section)
 
 
 def saved(tmp_path: Path, plan: Plan) -> tuple[Path, planfile.SavedPlan]:

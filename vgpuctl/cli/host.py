@@ -112,28 +112,44 @@ def forget_work_cmd(
 ) -> None:
     """Clear the host's work record (its vgpuctl.work attribute): what an unfinished apply left to finish there.
     For a value that is no work record (plan names it), or work you finished by hand; the next apply then
-    resumes nothing on the host. Refused while a run holds the host's lease."""
+    resumes nothing on the host. The clear takes the host's lease: refused while a run holds it, or when the
+    record changed after it was shown."""
     from vgpuctl import pipeline
     from vgpuctl.records.work import WORK_FIELD
     from vgpuctl.reports.work import forget_work_report
-    from vgpuctl.vsphere.workrecord import clear_work_record
 
     opts: GlobalOptions = ctx.obj
     with common.connect(opts, None) as session:
         observed = pipeline.observe(session, common.datacenter_for(opts, None))
         found = _host(observed, host)
         held = pipeline.leases_of(session, observed, [found.name])
-        if found.name in held:
-            raise VgpuctlError(f"{found.name}: {pipeline.held_text(held[found.name])}: its work record is in use; "
-                               "not cleared")  # fmt: skip
+        if found.name in held:  # said before the prompt; the lease taken for the clear decides
+            raise VgpuctlError(_in_use(found.name, pipeline.held_text(held[found.name])))
         text = found.custom_values.get(WORK_FIELD, "")
         report = forget_work_report(found.name, text, cleared=bool(text))
         if text:
             if not yes:
                 what = f"no work record: {report.problem}" if report.problem else report.unfinished
                 common.confirm(f"Clear the work record of {found.name} ({what})?", action="forget-work")
-            clear_work_record(session, found.moid)
+            _forget(session, found.name, found.moid, text)
     common.emit(report, opts)
+
+
+def _forget(session: Any, host: str, moid: str, shown: str) -> None:
+    """Clear the record under the host's lease, taken now (not only looked at before the prompt), and only while
+    it is the one shown."""
+    from vgpuctl import pipeline
+    from vgpuctl.vsphere.workrecord import LeaseHeld, forget_work, new_run_id
+
+    try:
+        forget_work(session, host, moid, shown, new_run_id())
+    except LeaseHeld as held:
+        who = pipeline.held_text(held.holder) if held.holder is not None else "held by another run"
+        raise VgpuctlError(_in_use(host, who)) from None
+
+
+def _in_use(host: str, held: str) -> str:
+    return f"{host}: {held}: its work record is in use; not cleared"
 
 
 # ------------------------------------------------------------------------------------------- changes

@@ -181,7 +181,7 @@ def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream 
     else:
         show_plan(report, opts)
     if out is not None:
-        save_plan(out, file, planned, report)
+        save_plan(out, file, planned)
     code = EXIT_CHANGES_PENDING if detailed_exitcode and not planned.is_empty else 0
     if stream is not None:
         stream.summary([], [], interrupted=False, exit_code=code)
@@ -201,14 +201,15 @@ def show_plan(report: PlanReport | FleetPlanReport, opts: GlobalOptions, to_stde
     common.show(report.render_text(common.text_layout(opts)), err=to_stderr or opts.json or opts.text_to_stderr)
 
 
-def save_plan(out: Path, file: Path, planned: Planned, report: PlanReport) -> None:
+def save_plan(out: Path, file: Path, planned: Planned) -> None:
     from vgpuctl import planfile
     from vgpuctl.filelimits import read_text
 
     text = read_text(file)  # the inventory as planned: the file was read once already, bounded again
     basis = planfile.basis_of(planned.observed, planned.plan, planned.classes)
-    document = report.to_dict()
-    document.pop("round_trips", None)
+    from vgpuctl.reports.plan import plan_section
+
+    document = plan_section(planned.plan, planned.scope, planned.classes)  # what apply compares
     planfile.save(out, planfile.SavedPlan(text, str(file), planned.vcenter, basis, document))
     common.info(f"Saved the plan to {out}; `vgpuctl show {out}` shows it, `vgpuctl apply {out}` applies exactly it.")
 
@@ -266,12 +267,15 @@ def apply_cmd(
         scope = saved_scope(shown)
     options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
                                  trust_on_first_use=ssh_trust_on_first_use, scope=scope)
-    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy)
+    from vgpuctl.reports.plan import plan_section
+
+    request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy,
+                                  plan_document=plan_section)
     with cli_events.event_stream(events, opts, options.run_id) as stream:
         if stream is not None:
             where = str(saved_plan) if saved_plan is not None else str(file)
             stream.run_start("apply", where, scope)
-        hooks = CliHooks(opts, yes=yes, events=stream, saved_report=shown)
+        hooks = CliHooks(opts, yes=yes, events=stream)  # shows the plan made again: a saved one is the same
         outcome = run_apply(opts, inventory, options, request, hooks=hooks)
     if opts.json:
         common.emit(apply_document(outcome, opts), opts)
@@ -280,7 +284,9 @@ def apply_cmd(
 
 def load_request(saved_plan: Path | None, file: Path | None,
                  scope: Scope | None) -> tuple[SavedPlan | None, Inventory, Any]:
-    """The inventory to apply: the -f file, or the saved plan's inventory with its report (shown as saved)."""
+    """The inventory to apply: the -f file, or the saved plan's inventory with its report (whose scope the run
+    keeps; apply shows the plan it makes again, which must be the saved one): a PlanReport, or a fleet's
+    FleetPlanReport."""
     from vgpuctl import pipeline
 
     if saved_plan is not None and file is None:
@@ -356,13 +362,12 @@ class CliHooks:
     yes: bool = False
     only_if_disruptive: bool = False  # `vm vgpu`: ask only before power-offs and removals
     events: EventStream | None = None
-    saved_report: PlanReport | None = None  # apply PLANFILE: the plan as saved (the one made now is the same)
     report: PlanReport | None = field(default=None, init=False)
     display: ApplyDisplay | None = field(default=None, init=False)
     began: bool = field(default=False, init=False)  # the apply itself started: the farm may have changed
 
     def planned(self, planned: Planned) -> None:
-        self.report = self.saved_report or plan_document(planned, self.opts)
+        self.report = plan_document(planned, self.opts)
         if self.events is not None:
             self.events.plan(self.report)
         if planned.plan.errors:
@@ -507,7 +512,7 @@ def plan_fleet(opts: GlobalOptions, file: Path, inventory: Inventory, scope: Sco
     if flags.out is not None and failed:
         common.warn(f"the plan was not saved to {flags.out}: a plan with failed vCenters cannot be applied")
     elif flags.out is not None:
-        save_fleet_plan(flags.out, file, runs, report)
+        save_fleet_plan(flags.out, file, fleetrun.FleetPlanned(runs, left_out))
     cli_fleet.raise_for_parts(failed)
     return EXIT_CHANGES_PENDING if flags.detailed_exitcode and not report.is_empty else 0
 
@@ -532,18 +537,17 @@ def fleet_plan_document(runs: list[PartRun], out_of_scope: list[str], opts: Glob
     return fleet_plan_report(parts, out_of_scope)
 
 
-def save_fleet_plan(out: Path, file: Path, runs: list[PartRun], report: FleetPlanReport) -> None:
-    """The fleet's plan file: the inventory, the fleet's report, and each vCenter's URL and basis."""
+def save_fleet_plan(out: Path, file: Path, planned: FleetPlanned) -> None:
+    """The fleet's plan file: the inventory, the fleet's plan section, and each vCenter's URL and basis."""
     from vgpuctl import planfile
     from vgpuctl.filelimits import read_text
+    from vgpuctl.reports.fleet import fleet_plan_section
 
     text = read_text(file)
     parts = {r.name: planfile.SavedPart(r.planned.vcenter, planfile.basis_of(r.planned.observed, r.planned.plan,
                                                                               r.planned.classes))
-             for r in runs if r.planned is not None}
-    document = report.to_dict()
-    for part in document["vcenters"]:
-        (part.get("plan") or {}).pop("round_trips", None)
+             for r in planned.parts if r.planned is not None}
+    document = fleet_plan_section(planned)  # what apply compares
     planfile.save(out, planfile.SavedPlan(text, str(file), "", "", document, parts))
     common.info(f"Saved the plan to {out}; `vgpuctl show {out}` shows it, `vgpuctl apply {out}` applies exactly it.")
 
@@ -563,9 +567,13 @@ def apply_fleet(opts: GlobalOptions, inventory: Inventory, saved: tuple[SavedPla
     settings = cli_fleet.fleet_settings(opts, parts)
     options = common.run_options(opts, None, parallel=flags.parallel, keep_going=flags.keep_going,
                                  trust_on_first_use=flags.trust_on_first_use, scope=scope)
-    request = pipeline.RunRequest(saved=plan, saved_path=path, allow_destroy=flags.allow_destroy)
-    hooks = FleetCliHooks(opts, yes=flags.yes, saved_report=shown)
-    planned = fleetrun.run_fleet(parts, settings, options, request, hooks, left_out)
+    from vgpuctl.reports.fleet import fleet_plan_section
+    from vgpuctl.reports.plan import plan_section
+
+    request = pipeline.RunRequest(saved=plan, saved_path=path, allow_destroy=flags.allow_destroy,
+                                  plan_document=plan_section)
+    hooks = FleetCliHooks(opts, yes=flags.yes)  # shows the plan made again: a saved one is the same
+    planned = fleetrun.run_fleet(parts, settings, options, request, hooks, left_out, fleet_plan_section)
     report = fleet_apply_document(planned, opts)
     if hooks.began or any(r.failure() is not None for r in planned.parts):
         from vgpuctl.reports.fleet import render_fleet_apply_summary
@@ -618,13 +626,12 @@ class FleetCliHooks:
 
     opts: GlobalOptions
     yes: bool = False
-    saved_report: FleetPlanReport | None = None
     report: FleetPlanReport | None = field(default=None, init=False)
     display: ApplyDisplay | None = field(default=None, init=False)
     began: bool = field(default=False, init=False)
 
     def planned(self, planned: FleetPlanned) -> None:
-        self.report = self.saved_report or fleet_plan_document(planned.parts, planned.out_of_scope, self.opts)
+        self.report = fleet_plan_document(planned.parts, planned.out_of_scope, self.opts)
         show_plan(self.report, self.opts)
 
     def confirm(self, planned: FleetPlanned) -> None:

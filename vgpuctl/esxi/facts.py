@@ -46,9 +46,11 @@ MODULE_PARAMETERS = Fact(  # the names the nvidia module declares
     "module_parameters", commands.module_parameters_list("nvidia"), parsers.parse_module_parameter_names
 )
 VIBS = Fact("vibs", commands.vib_list(), parsers.parse_vib_list)  # the vGPU Manager's version (preflight)
+# what the driver runs on each GPU at once: time-sliced vGPUs of different types, of different sizes (placement)
+VGPU_CAPABILITIES = Fact("vgpu_capabilities", commands.query(), parsers.parse_vgpu_capabilities)
 
 FACTS: dict[str, Fact[object]] = {
     f.name: f
     for f in (GPU_LIST, GPU_QUERY, GPU_MODES, MIG_PROFILES, MIG_PLACEMENTS, MIG_INSTANCES, NVLINK_STATUS, TOPOLOGY,
-              MODULE_PARAMETERS, VIBS)
+              MODULE_PARAMETERS, VIBS, VGPU_CAPABILITIES)
 }

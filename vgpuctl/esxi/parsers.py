@@ -26,6 +26,12 @@ def enabled_state(value: str) -> bool | None:
     return None
 
 
+def supported_state(value: str | None) -> bool | None:
+    """Supported -> True, Not Supported -> False; absent, N/A or anything else -> None."""
+    v = (value or "").strip().strip("[]").lower()
+    return {"supported": True, "not supported": False}.get(v)
+
+
 def _lines(text: str) -> list[str]:
     return text.replace("\r\n", "\n").split("\n")
 
@@ -84,6 +90,9 @@ class QueriedGpu:
     virtualization_mode: str | None = None  # Host VGPU, Pass-Through, None
     host_vgpu_mode: str | None = None  # SR-IOV, Non SR-IOV
     vgpu_heterogeneous: bool | None = None  # vGPU heterogeneous (mixed-size) mode
+    # vGPU Device Capability: time-sliced vGPUs of different types, and of different sizes, at once (None: not said)
+    heterogeneous_types: bool | None = None
+    heterogeneous_sizes: bool | None = None
     fb_total_mib: int | None = None
     fabric_state: str | None = None
     active_vgpus: int | None = None
@@ -149,6 +158,8 @@ def _queried_gpu(bus_id: str, t: dict[str, str]) -> QueriedGpu:
         virtualization_mode=_na(t.get("GPU Virtualization Mode/Virtualization Mode")),
         host_vgpu_mode=_na(t.get("GPU Virtualization Mode/Host VGPU Mode")),
         vgpu_heterogeneous=enabled_state(t.get("GPU Virtualization Mode/vGPU Heterogeneous Mode", "N/A")),
+        heterogeneous_types=supported_state(t.get("vGPU Device Capability/Heterogeneous Time-Slice Profiles")),
+        heterogeneous_sizes=supported_state(t.get("vGPU Device Capability/Heterogeneous Time-Slice Sizes")),
         fb_total_mib=_int(t.get("FB Memory Usage/Total")),
         fabric_state=_na(t.get("Fabric/State")),
         active_vgpus=_int(t.get("Active vGPUs")),
@@ -175,6 +186,21 @@ def parse_query(text: str) -> QueryReport:
         raise OutputFormatError(f"nvidia-smi -q: bad Attached GPUs {head['Attached GPUs']!r}")
     gpus = tuple(_queried_gpu(bus, _q_tree(lines)) for bus, lines in blocks)
     return QueryReport(driver_version=_na(head.get("Driver Version")), attached_gpus=attached, gpus=gpus)
+
+
+@dataclass(frozen=True)
+class VgpuCapability:
+    """What the host's driver says it runs on one GPU (`nvidia-smi -q`, vGPU Device Capability): time-sliced
+    vGPUs of different types at once (`types`), of different framebuffer sizes (`sizes`); None: not said."""
+
+    bus_id: str  # nvidia-smi form: 00000000:3B:00.0
+    types: bool | None
+    sizes: bool | None
+
+
+def parse_vgpu_capabilities(text: str) -> tuple[VgpuCapability, ...]:
+    """The vGPU Device Capability of each GPU of `nvidia-smi -q`."""
+    return tuple(VgpuCapability(g.bus_id, g.heterogeneous_types, g.heterogeneous_sizes) for g in parse_query(text).gpus)
 
 
 # --- nvidia-smi --query-gpu=... --format=csv ----------------------------------------------------------

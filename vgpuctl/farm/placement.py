@@ -20,11 +20,12 @@ from vgpuctl.profiles import (
     MigGiProfile,
     VgpuProfile,
     VgpuType,
-    api_at_least,
     board_for_device,
     capped_max,
     gi_geometry,
+    load_catalogue,
     parse_profile,
+    same_size_any_type,
     try_parse,
 )
 
@@ -32,7 +33,6 @@ if TYPE_CHECKING:
     from vgpuctl.model import ObservedGpu, ObservedHost
 
 DEFAULT_API = "8.0.3.0"  # what a host reports when a caller does not say
-SAME_SIZE_ANY_TYPE_API = (8, 0, 1)  # vSphere 8.0 U1: equal-size GPUs share between types of one size
 INSUFFICIENT = (
     "The amount of graphics resource available in the parent resource pool is insufficient for the operation."
 )
@@ -68,6 +68,7 @@ class Gpu:
     # (None for a vGPU whose type has no published placement ids).
     mixed_used: list[tuple[int, int] | None] = field(default_factory=list)
     history_blocked: bool = False  # blocked because of what `vgpus` holds (re-checked when one leaves)
+    types_may_mix: bool | None = None  # the host driver's word on different time-sliced types at once (None: unread)
 
     def __post_init__(self) -> None:
         if self.vgpu_mode in (GpuVgpuMode.NONE, "", None):
@@ -127,7 +128,7 @@ class Gpu:
 
     @property
     def same_size_any_type(self) -> bool:
-        return api_at_least(self.api_version, SAME_SIZE_ANY_TYPE_API)
+        return same_size_any_type(self.api_version, self.types_may_mix)
 
     def _commit(self, profile: VgpuProfile, start: int | None) -> int:
         self.vgpus.append(profile.name)
@@ -395,7 +396,9 @@ def _why_not_same_size(gpu: Gpu, profile: VgpuProfile, existing: list[VgpuProfil
         if e.fb_gb != profile.fb_gb:
             return "holds another profile (same-size mode)"
         if e.type_name != profile.type_name and not gpu.same_size_any_type:
-            return "holds another profile (same-size mode; before vSphere 8.0 U1 only the identical type)"
+            why = ("the host's driver runs one type per GPU" if gpu.types_may_mix is False
+                   else f"before vSphere API {_since()} only the identical type")
+            return f"holds another profile (same-size mode; {why})"
     limit = min(_max_equal(gpu, p) for p in [*existing, profile])
     return None if len(existing) < limit else "full"
 
@@ -702,13 +705,18 @@ def _gpu_from_observed(og: ObservedGpu, offered: Sequence[str], api: str, remain
         left.remove(choice)
         profs.append(choice)
     gpu = Gpu(og.pci_id, board, fb, og.vgpu_mode, og.graphics_type, og.nvlink_set, vgpus=profs, api_version=api,
-              nvlink_groups=tuple(og.nvlink_groups), nvlink_profiles=tuple(og.nvlink_profiles))
+              nvlink_groups=tuple(og.nvlink_groups), nvlink_profiles=tuple(og.nvlink_profiles),
+              types_may_mix=og.types_may_mix)
     # what blocks these GPUs is not their history: a VM leaving does not unblock them
     if unread:
         gpu.block(f"used by {', '.join(sorted(set(unread)))}, whose vGPUs were not read", history=False)
     if board is None and og.vms:
         gpu.block(f"GPU {og.device_name or og.pci_id} is not a board any vGPU type table lists", history=False)
     return gpu
+
+
+def _since() -> str:
+    return ".".join(map(str, load_catalogue().same_size_any_type_since))
 
 
 def _fb(profile: str) -> float:

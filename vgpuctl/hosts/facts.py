@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import SshError, UsageError, VgpuctlError
-from vgpuctl.settings.facts import HostFacts, Unread, nvlink_sets
+from vgpuctl.settings.facts import HostFacts, Unread, nvlink_sets, vgpu_capabilities
 from vgpuctl.settings.gather import Runner, cause, gather_host_facts
 
 if TYPE_CHECKING:
@@ -42,7 +42,19 @@ def adopt_nvlink_sets(observed: Observed, facts: HostFacts) -> bool:
     if not linked or any(g.nvlink_set is not None for g in gpus):
         return False
     set_nvlink_sets(observed, host, [[p for p in s if p.lower() in known] for s in linked])
+    observed.hosts[host].nvlink_from_shell = True
     return True
+
+
+def adopt_vgpu_capabilities(observed: Observed, facts: HostFacts) -> None:
+    """Record on the observed host's GPUs whether its driver runs time-sliced vGPUs of different types on one GPU
+    at once, as the shell says (the driver's word wins over the vSphere version where it was read)."""
+    caps = vgpu_capabilities(facts)
+    host = observed.hosts.get(facts.host)
+    for gpu in host.gpus if host is not None else []:
+        cap = caps.get(gpu.pci_id.lower())
+        if cap is not None and cap.types is not None:
+            gpu.types_may_mix = cap.types
 
 
 def api_facts(session: Session, host_moid: str, host: str, spec: object | None = None) -> HostFacts:

@@ -116,6 +116,8 @@ def shell_problems(host: str, changes: Sequence[HostChange], facts: HostFacts | 
         return []
     owned = [(c, s) for c in changes if (s := setting_of(c.kind)) is not None]
     needs_shell = sorted({str(c.kind) for c, s in owned if s.needs_shell(c.kind)})
+    if needs_shell and not facts.shell and facts.shell_deferred:
+        return []  # a plan that starts no SSH service: apply reads the shell and checks these (its note says so)
     if needs_shell and not facts.shell and facts.shell_error:
         return [f"host {host}: {', '.join(needs_shell)} changes need ESXi SSH, which failed: {facts.shell_error}"]
     if needs_shell and not facts.shell:

@@ -215,7 +215,7 @@ def ssh_check(host: str, needed: bool, access: HostAccess | None, probe: SshProb
     if probe.outcome == SshOutcome.UNREACHABLE and access is not None and access.ssh_running is False:
         return PreflightCheck("host.ssh", FAIL, f"the SSH service (TSM-SSH) is stopped, policy {access.ssh_policy}: "
                                                 f"{probe.message}", host,
-                              "set ssh: {service: manage} in the host entry (vgpuctl starts it for the run and stops "
+                              "set ssh: {service: manage} in the host entry (apply starts it for its run and stops "
                               f"it again), or start it: govc host.service -host.dns {host} start TSM-SSH")
     lockdown = access.lockdown if access is not None else None
     if probe.outcome == SshOutcome.AUTH and lockdown not in (None, LOCKDOWN_OFF):

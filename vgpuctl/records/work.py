@@ -87,6 +87,17 @@ class WorkRecords:
         """Store a host's record text ("" clears it)."""
         raise NotImplementedError
 
+    def reload(self, host: str, text: str) -> None:
+        """Take the host's record as it is stored now (read again when the run got the host's lease)."""
+        rec, why = read_record(host, text)
+        with self._lock:
+            self._records.pop(host, None)
+            self.problems.pop(host, None)
+            if rec is not None:
+                self._records[host] = rec
+            elif why is not None:
+                self.problems[host] = record_problem(host, why)
+
     def get(self, host: str) -> HostRecord | None:
         with self._lock:
             return self._records.get(host)

@@ -10,16 +10,20 @@ out). The text shows each vCenter's section under a `== vCenter NAME (URL) ==` l
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from vgpuctl.reports.apply import ApplyReport, render_apply_summary
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, optional
 from vgpuctl.reports.capacity import CapacityReport
-from vgpuctl.reports.plan import PlanReport, PlanSummary, plan_counts
+from vgpuctl.reports.plan import PlanReport, PlanSummary, plan_counts, plan_report, with_class_plan
 from vgpuctl.reports.preflight import PreflightReport
 from vgpuctl.reports.status import StatusReport
+
+if TYPE_CHECKING:
+    from vgpuctl.fleetrun import FleetPlanned
 
 
 @dataclass
@@ -178,6 +182,16 @@ def fleet_plan_report(parts: Sequence[FleetPlanPart], out_of_scope: Sequence[str
     total = PlanSummary(**{f.name: sum(getattr(p.summary, f.name) for p in plans) for f in fields(PlanSummary)})
     failed = [p.vcenter for p in parts if p.plan is None or p.plan.errors]
     return FleetPlanReport(list(parts), total, failed, list(out_of_scope))
+
+
+def fleet_plan_section(planned: FleetPlanned) -> dict[str, Any]:
+    """A fleet's plan file's plan section: `plan`'s fleet document without round trips, each vCenter's plan as
+    its plan section (vgpuctl.reports.plan.plan_section); what `plan --out` saves and `apply PLANFILE` compares
+    the fleet's plan made again with."""
+    parts = [FleetPlanPart(r.name, r.url, None if r.planned is None else
+                           with_class_plan(plan_report(r.planned.plan, None, r.planned.scope), r.planned.classes),
+                           None if r.error is None else str(r.error)) for r in planned.parts]
+    return dict(json.loads(json.dumps(fleet_plan_report(parts, planned.out_of_scope).to_dict())))
 
 
 def fleet_apply_report(parts: Sequence[FleetApplyPart], failed: Sequence[str], interrupted: bool,

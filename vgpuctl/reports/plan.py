@@ -8,6 +8,7 @@ what a scoped plan pulled in and left out, warnings, errors and a one-line summa
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -665,3 +666,11 @@ def styled(lines: list[str]) -> Any:
         text.append(line + "\n", style=STYLES.get(line.lstrip()[:1], ""))
     text.rstrip()
     return text
+
+
+def plan_section(plan: Plan, scope: ScopeResult | None, classes: SupervisorPlan | None) -> dict[str, Any]:
+    """A plan file's plan section: `plan`'s document of the plan (its scope and VM classes with it), without the
+    round trips it took; what `plan --out` saves and `apply PLANFILE` compares the plan it makes again with."""
+    document = with_class_plan(plan_report(plan, None, scope), classes).to_dict()
+    document.pop("round_trips", None)
+    return dict(json.loads(json.dumps(document)))  # as the file holds it: JSON's types

@@ -130,6 +130,7 @@ class HostFacts:
     warnings: list[str] = field(default_factory=list)  # calls the host could not answer
     unread: list[Unread] = field(default_factory=list)  # the same, typed (unread_warnings groups them)
     shell_error: str | None = None  # the ESXi shell was set up but could not be read (why)
+    shell_deferred: bool = False  # a plan: the apply that starts the host's SSH service reads its shell
 
     def get(self, fact: ShellFact[T] | ApiFact[T]) -> T | None:
         """The fact's value; None when it was not read."""
@@ -229,9 +230,12 @@ NVLINK_LINKS = esxi_facts.NVLINK_STATUS
 TOPOLOGY = esxi_facts.TOPOLOGY
 # the parameters the nvidia module declares: a setting that writes an undeclared one is refused at plan time
 MODULE_PARAMETERS = esxi_facts.MODULE_PARAMETERS
-SHARED_SHELL_FACTS = (NVLINK_LINKS, TOPOLOGY, MODULE_PARAMETERS)
+# what the driver runs on each GPU at once (`nvidia-smi -q`): placement's rule for types of one size on one GPU
+VGPU_CAPABILITIES = esxi_facts.VGPU_CAPABILITIES
+SHARED_SHELL_FACTS = (NVLINK_LINKS, TOPOLOGY, MODULE_PARAMETERS, VGPU_CAPABILITIES)
 SHELL_DECODERS: dict[str, Callable[[Any], Any]] = {
-    NVLINK_LINKS.name: _links, TOPOLOGY.name: lambda pairs: [tuple(p) for p in pairs]
+    NVLINK_LINKS.name: _links, TOPOLOGY.name: lambda pairs: [tuple(p) for p in pairs],
+    VGPU_CAPABILITIES.name: lambda caps: tuple(parsers.VgpuCapability(**c) for c in caps),
 }
 
 
@@ -316,6 +320,11 @@ def nvlink_sets(facts: HostFacts) -> list[list[str]]:
         seen |= group
         out.append(sorted(group))
     return out
+
+
+def vgpu_capabilities(facts: HostFacts) -> dict[str, parsers.VgpuCapability]:
+    """What the driver says it runs on each GPU at once, by vSphere PCI id (empty: the shell was not read)."""
+    return {vsphere_bus_id(c.bus_id): c for c in facts.get(VGPU_CAPABILITIES) or ()}
 
 
 def declared_params(facts: HostFacts) -> list[str] | None:

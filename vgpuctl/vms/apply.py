@@ -23,7 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, PowerState, VmStep
-from vgpuctl.errors import CustomizationError, DriftError, NotFound, PlanError, VgpuctlError, VsphereFault
+from vgpuctl.errors import (
+    ChangedMeanwhile,
+    CustomizationError,
+    DriftError,
+    NotFound,
+    PlanError,
+    VgpuctlError,
+    VsphereFault,
+)
 from vgpuctl.model import (
     ApplyResult,
     NicChange,
@@ -40,7 +48,7 @@ from vgpuctl.model import (
 from vgpuctl.progress import Cancel, VmProgress, cancelled
 from vgpuctl.vsphere import vmops
 from vgpuctl.vsphere.bookkeeping import BookkeepingError
-from vgpuctl.vsphere.claims import ClaimHeld, VmClaims
+from vgpuctl.vsphere.claims import ClaimHeld, VmClaims, collect_dead
 from vgpuctl.vsphere.session import Session
 from vgpuctl.vsphere.vm import revert_spec
 from vgpuctl.vsphere.vmops import VmState
@@ -98,6 +106,14 @@ def power_on_host(change: VmChange, observed: Observed) -> str | None:
     return vm.host if vm is not None else None
 
 
+def touched_vms(changes: list[VmChange], observed: Observed) -> list[str]:
+    """The moids of the VMs a VM apply touches: the VMs it changes and every VM on the hosts they are on or are
+    cloned onto (the claims a dead run left on them are collected first)."""
+    hosts = {h for c in changes if (h := power_on_host(c, observed)) is not None}
+    changed = {vm.moid for c in changes if (vm := observed.vm_for(c)) is not None}
+    return sorted(changed | {vm.moid for vm in observed.vms.values() if vm.host in hosts and vm.moid})
+
+
 def queue_order(changes: list[VmChange]) -> list[int]:
     """The order workers take VMs in: those that power on no vGPUs first (plan order), then by power-on rank."""
     return sorted(range(len(changes)), key=lambda i: (changes[i].power_on_rank is not None,
@@ -148,6 +164,7 @@ def apply_plan(
     pending_hosts = {c.host for c in plan.host_changes}
     result.hosts_not_ready = sorted(pending_hosts)
     claims = VmClaims(session, run_id or new_run_id(), wait_s=lock_timeout_s)
+    collect_dead(session, touched_vms(changes, observed), [vm.moid for vm in observed.vms.values()])
     with TaskWatcher(session) as watcher:
         ctx = _Ctx(session, observed, watcher, progress, cancel, shutdown_timeout_s, poll_s,
                    PowerOnTurns(changes, observed), claims, customization_timeout_s=customization_timeout_s)
@@ -223,8 +240,8 @@ def _run_vm_steps(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOut
         _fail(ctx, outcome, type(err).__name__, str(err))
     except VsphereFault as err:
         _fail(ctx, outcome, err.fault_type, err.fault_message)
-    except DriftError as err:
-        _fail(ctx, outcome, "DriftError", str(err))
+    except DriftError as err:  # ChangedMeanwhile too, by its own name
+        _fail(ctx, outcome, type(err).__name__, str(err))
     except VgpuctlError as err:
         _fail(ctx, outcome, type(err).__name__, str(err))
     except Exception as err:  # a pyVmomi fault raised by a call (not a task)
@@ -285,7 +302,9 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
     _step(ctx, change.vm, "check", None)
     if change.clone is not None and observed_vm is None:
         _forward(ctx, VmStep.CLONE)
-        vm = _clone(ctx, change, outcome)
+        folder_moid = _clone_folder(ctx, change)
+        _claim_clone(ctx, change, folder_moid)  # kept until the clone's last step, like an existing VM's claim
+        vm = _clone(ctx, change, outcome, folder_moid)
         state = _read_vm(ctx, vm, change.vm)
     else:
         if observed_vm is None:
@@ -295,7 +314,7 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         state = _read_vm(ctx, vm, change.vm)
         _check_drift(ctx, change, observed_vm, state)
     if change.destroy:
-        _destroy(ctx, change.vm, vm, state, outcome)
+        _destroy(ctx, change, vm, state, outcome)
         return
 
     if change.power_off and state.power != PowerState.OFF:
@@ -303,33 +322,55 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         _power_off(ctx, change.vm, vm, state, outcome)
 
     try:
-        _reconfigure(ctx, change, vm, state, outcome)
+        seen = _reconfigure(ctx, change, vm, state, outcome)
     except _Stopped:
         _restore_power(ctx, change.vm, vm, outcome)  # it ran before this apply powered it off
         raise
     except Exception:
         _restore_after_failure(ctx, change.vm, vm, state, outcome)
         raise
+    if change.power_on and (state.power != PowerState.ON or _STOPPED & set(outcome.steps)):
+        _power_on(ctx, change, vm, state, outcome, seen)
 
+
+def _power_on(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome, seen: str) -> None:
+    """The VM's power-on, in its turn on its host, only while its configuration is the one this run last saw
+    (`seen`); one that finds no room removes the clone this run made (the same condition), or gives a VM this
+    run stopped its previous vGPUs back."""
     stopped = _STOPPED & set(outcome.steps)
-    if change.power_on and (state.power != PowerState.ON or stopped):
-        if ctx.turns is not None:
-            ctx.turns.wait(change.vm)
-        if not stopped:
-            _forward(ctx, VmStep.POWER_ON)  # a first power-on; powering on what this run stopped is restoring
-        customized = VmStep.CLONE in outcome.steps and change.identity is not None and not change.cloud_init
-        since = vmops.server_time(ctx.session) if customized else None
-        try:
-            _task(ctx, change.vm, VmStep.POWER_ON, lambda: vmops.power_on(ctx.session, vm))
-        except VsphereFault as err:
-            if err.lacks_resources and VmStep.CLONE in outcome.steps:
-                _discard_clone(ctx, change.vm, vm, outcome)
-            elif err.lacks_resources and stopped and VmStep.RECONFIGURE in outcome.steps:
-                _revert_vgpus(ctx, change.vm, vm, state, outcome)
-            raise
-        outcome.steps.append(VmStep.POWER_ON)
-        if customized:
-            _await_customization(ctx, change.vm, vm, since, outcome)
+    if ctx.turns is not None:
+        ctx.turns.wait(change.vm)
+    if not stopped:
+        _forward(ctx, VmStep.POWER_ON)  # a first power-on; powering on what this run stopped is restoring
+    _unchanged_since(ctx, change, vm, seen, "powered on")
+    customized = VmStep.CLONE in outcome.steps and change.identity is not None and not change.cloud_init
+    since = vmops.server_time(ctx.session) if customized else None
+    try:
+        _task(ctx, change.vm, VmStep.POWER_ON, lambda: vmops.power_on(ctx.session, vm))
+    except VsphereFault as err:
+        if err.lacks_resources and VmStep.CLONE in outcome.steps:
+            _discard_clone(ctx, change, vm, outcome, seen, err)
+        elif err.lacks_resources and stopped and VmStep.RECONFIGURE in outcome.steps:
+            _revert_vgpus(ctx, change.vm, vm, state, outcome)
+        raise
+    outcome.steps.append(VmStep.POWER_ON)
+    if customized:
+        _await_customization(ctx, change.vm, vm, since, outcome)
+
+
+def _unchanged_since(ctx: _Ctx, change: VmChange, vm: Any, seen: str, step: str) -> None:
+    """ChangedMeanwhile unless the VM's changeVersion is still `seen`, the one this run read after its last step on
+    it. A power-on or a destroy is conditional this way because that is the closest vSphere allows: only a
+    reconfigure carries a changeVersion (VirtualMachineConfigSpec.changeVersion, refused with ConcurrentAccess);
+    PowerOnVM_Task and Destroy_Task take none, so the version is read right before the call and compared. The
+    VM's claim keeps other vgpuctl runs off it meanwhile; what else changes it in the one round trip between the
+    read and the call is not seen."""
+    now = _read_vm(ctx, vm, change.vm).change_version
+    if seen and now != seen:
+        raise ChangedMeanwhile(
+            f"{change.vm} was changed by something else since this run's last step on it (vCenter's changeVersion "
+            f"moved); not {step}, plan again" + _changed_by(ctx, change)
+        )
 
 
 def _await_customization(ctx: _Ctx, name: str, vm: Any, since: Any, outcome: VmOutcome) -> None:
@@ -353,23 +394,33 @@ def _await_customization(ctx: _Ctx, name: str, vm: Any, since: Any, outcome: VmO
     outcome.steps.append(VmStep.CUSTOMIZE)
 
 
-def _destroy(ctx: _Ctx, name: str, vm: Any, state: VmState, outcome: VmOutcome) -> None:
-    """`state: absent`: power the VM off (a guest shutdown first when its Tools run) and destroy it."""
+def _destroy(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> None:
+    """`state: absent`: power the VM off (a guest shutdown first when its Tools run) and destroy it, only while its
+    configuration is the one this run saw last. The claim's description is released before the destroy (nothing
+    writes to the VM after it); its lock folder goes once the VM has (_release)."""
+    name = change.vm
     if state.template:
         raise DriftError(f"{name}: it became a template since the plan; not removed")
+    seen = state.change_version
     if state.power != PowerState.OFF:
         _forward(ctx, VmStep.POWER_OFF)
         _power_off(ctx, name, vm, state, outcome)
+        seen = _read_vm(ctx, vm, name).change_version  # no source says a power-off keeps it (_version_now)
     _forward(ctx, VmStep.DESTROY)
+    _unchanged_since(ctx, change, vm, seen, "removed")
+    if ctx.claims is not None:
+        ctx.claims.release_description(str(vm._moId))
     _task(ctx, name, VmStep.DESTROY, lambda: vmops.destroy(ctx.session, vm))
     outcome.steps.append(VmStep.DESTROY)
 
 
-def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> None:
+def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> str:
+    """The VM's one ReconfigVM_Task, conditional on its changeVersion; returns the changeVersion this run saw last
+    (read after the reconfigure; the one read before when there is none)."""
     from vgpuctl.vsphere.vm import config_spec, extra_config
 
     if not change.needs_reconfigure:
-        return
+        return _version_now(ctx, change, vm, state, outcome)
     devices = {int(d.key): d for d in state.devices}
     group_names = _group_names(ctx, change, state.host)
     _forward(ctx, VmStep.RECONFIGURE)
@@ -394,6 +445,7 @@ def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: 
             f"reconfigure: {err.fault_message}); not reconfigured, plan again" + _changed_by(ctx, change)
         ) from err
     outcome.steps.append(VmStep.RECONFIGURE)
+    return _read_vm(ctx, vm, change.vm).change_version
 
 
 CONCURRENT_ACCESS = "vim.fault.ConcurrentAccess"  # vCenter's fault for a ConfigSpec whose changeVersion moved on
@@ -415,17 +467,12 @@ def _version_now(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: 
 
 
 def _claim(ctx: _Ctx, change: VmChange, vm: Any, observed_vm: ObservedVm) -> None:
-    """Claim a VM the change will power off, reconfigure or power on (ClaimHeld names the run that has it; a VM
-    deleted since the plan is drift)."""
-    if ctx.claims is None or not (change.power_off or change.needs_reconfigure or change.power_on):
+    """Claim a VM the change will power off, reconfigure, power on or destroy (ClaimHeld names the run that has it;
+    a VM deleted since the plan is drift)."""
+    if ctx.claims is None or not (change.power_off or change.needs_reconfigure or change.power_on or change.destroy):
         return
-
-    def waiting(held: LeaseHeld, left_s: float) -> None:
-        who = f"run {held.holder.run} by {held.holder.holder}" if held.holder is not None else "another run"
-        _step(ctx, change.vm, f"waiting for {who}", None)
-
     try:
-        ctx.claims.claim(change.vm, observed_vm.moid, waiting)
+        ctx.claims.claim(change.vm, observed_vm.moid, _waiting(ctx, change))
     except ClaimHeld:
         raise
     except Exception:
@@ -433,13 +480,34 @@ def _claim(ctx: _Ctx, change: VmChange, vm: Any, observed_vm: ObservedVm) -> Non
         raise
 
 
+def _claim_clone(ctx: _Ctx, change: VmChange, folder_moid: str) -> None:
+    """Claim the VM this run is about to clone, by its name in its folder (ClaimHeld names the run that has it)."""
+    if ctx.claims is not None:
+        ctx.claims.claim_clone(change.vm, folder_moid, _waiting(ctx, change))
+
+
+def _waiting(ctx: _Ctx, change: VmChange) -> Callable[[LeaseHeld, float], None]:
+    """--lock-timeout: the progress line while another run has the VM."""
+
+    def waiting(held: LeaseHeld, left_s: float) -> None:
+        who = f"run {held.holder.run} by {held.holder.holder}" if held.holder is not None else "another run"
+        _step(ctx, change.vm, f"waiting for {who}", None)
+
+    return waiting
+
+
 def _release(ctx: _Ctx, change: VmChange) -> None:
+    """The VM's claims go when its last step is done, whatever way it ended (a claim that cannot be removed is
+    taken over, or collected, by the next run once its time to live has passed)."""
+    if ctx.claims is None:
+        return
     observed_vm = ctx.observed.vm_for(change)
-    if ctx.claims is not None and observed_vm is not None:
-        try:
+    try:
+        if observed_vm is not None:
             ctx.claims.release(observed_vm.moid)
-        except Exception:  # an unreleased claim expires on its own
-            log.debug("%s: releasing the claim failed", change.vm, exc_info=True)
+        ctx.claims.release_clone(change.vm)
+    except Exception:
+        log.debug("%s: releasing the claim failed", change.vm, exc_info=True)
 
 
 def _check_drift(ctx: _Ctx, change: VmChange, observed_vm: ObservedVm, state: VmState) -> None:
@@ -506,9 +574,21 @@ def _revert_vgpus(ctx: _Ctx, name: str, vm: Any, before: VmState, outcome: VmOut
     outcome.message = "powered on again with its previous vGPUs"
 
 
-def _discard_clone(ctx: _Ctx, name: str, vm: Any, outcome: VmOutcome) -> None:
+def _discard_clone(ctx: _Ctx, change: VmChange, vm: Any, outcome: VmOutcome, seen: str, err: VsphereFault) -> None:
     """This run's clone cannot power on where the plan put it (another run took the capacity meanwhile): remove
-    it, so the next plan places it again instead of finding it stranded on a full host. Never raises."""
+    it, so the next plan places it again instead of finding it stranded on a full host; but only while it is
+    as this run left it (`seen`): a clone something else changed since stays, and that is the VM's outcome
+    (ChangedMeanwhile). Otherwise never raises: the power-on's failure stays the outcome."""
+    name = change.vm
+    try:
+        _unchanged_since(ctx, change, vm, seen, "removed")
+    except ChangedMeanwhile as changed:
+        outcome.message = "the clone stays, powered off"
+        raise ChangedMeanwhile(f"{changed} (its power-on found no room: {err.fault_message})") from err
+    except Exception:
+        log.debug("%s: reading the clone before removing it failed", name, exc_info=True)
+        outcome.message = "the clone stays, powered off, on the host that had no room for it"
+        return
     try:
         _task(ctx, name, VmStep.REMOVE_CLONE, lambda: vmops.destroy(ctx.session, vm))
     except Exception:  # the power-on's failure stays the VM's outcome
@@ -599,7 +679,19 @@ def _fmt(devices: list[tuple[int, str]]) -> str:
     return "[" + ", ".join(f"{p}#{k}" for k, p in devices) + "]" if devices else "none"
 
 
-def _clone(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> Any:
+def _clone_folder(ctx: _Ctx, change: VmChange) -> str:
+    """The moid of the folder the plan clones the VM into (the datacenter's VM folder when it names none)."""
+    clone = change.clone
+    assert clone is not None
+    if not clone.folder:
+        return ctx.observed.moids.get("vm_folder", "")
+    folder_moid = ctx.observed.folder_moids.get(clone.folder.strip("/"))
+    if folder_moid is None:
+        raise NotFound(f"{change.vm}: VM folder {clone.folder!r} not found")
+    return folder_moid
+
+
+def _clone(ctx: _Ctx, change: VmChange, outcome: VmOutcome, folder_moid: str) -> Any:
     clone = change.clone
     assert clone is not None
     obs = ctx.observed
@@ -619,12 +711,6 @@ def _clone(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> Any:
     else:
         tmpl_host = obs.hosts.get(template.host or "")
         pool_moid = tmpl_host.resource_pool_moid if tmpl_host else ""
-    if clone.folder:
-        folder_moid = obs.folder_moids.get(clone.folder.strip("/"))
-        if folder_moid is None:
-            raise NotFound(f"{change.vm}: VM folder {clone.folder!r} not found")
-    else:
-        folder_moid = obs.moids.get("vm_folder", "")
     host = obs.hosts.get(clone.host or "")
     devices = _nic_specs(ctx, clone.nics, {}, host) if clone.nics else None
     custom = None

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from vgpuctl.errors import UsageError, VgpuctlError
-from vgpuctl.records.work import WORK_FIELD, WorkRecords
+from vgpuctl.records.work import WORK_FIELD, WorkRecords, read_record
 from vgpuctl.vsphere.bookkeeping import guarded
 
 if TYPE_CHECKING:
@@ -143,16 +143,45 @@ class Fields:
                 lambda: self.session.invoke(cfm.SetField, entity=entity, key=key, value=value))  # fmt: skip
 
     def get(self, moid: str, name: str) -> str:
+        """The attribute's value on the object ("" when it has none, or when the attribute is not defined:
+        reading defines nothing)."""
         from vgpuctl.vsphere.host import _props
 
-        key = self.key(name)
+        key = self.existing_key(name)
+        if key is None:
+            return ""
         values = _props(self.session, moid, self.mo_type, ["customValue"]).get("customValue") or []
         return next((str(v.value) for v in values if int(v.key) == key), "")
 
+    def existing_key(self, name: str) -> int | None:
+        """The attribute's key when vCenter has it defined (None: not defined, nothing holds it)."""
+        with self._lock:
+            if name in self._keys:
+                return self._keys[name]
+        cfm = self.session.content.customFieldsManager
+        found = {f.name: f.key for f in self.session.invoke(lambda: cfm.field) or []}
+        if name not in found:
+            return None
+        with self._lock:
+            self._keys[name] = found[name]
+        return found[name]
 
-def clear_work_record(session: Session, host_moid: str) -> None:
-    """Empty the host's `vgpuctl.work` attribute (`vgpuctl host forget-work`)."""
-    Fields(session).set(host_moid, WORK_FIELD, "")
+
+def forget_work(session: Session, host: str, host_moid: str, shown: str, run_id: str) -> None:
+    """`vgpuctl host forget-work`: empty the host's `vgpuctl.work` attribute under the host's lease, taken for the
+    clear (LeaseHeld names the run that holds it), and only while the record is still `shown`, the text the
+    operator confirmed (WorkRecordChanged otherwise): a run that took the host meanwhile keeps its record."""
+    store = VcenterWorkStore(session, {host: host_moid}, {host: shown}, run_id)
+    lease = store.lease(host).acquire()
+    try:
+        if store.read_again(host) != shown:
+            rec, _ = read_record(host, store.read_again(host))
+            who = f"run {rec.run}" if rec is not None and rec.run else "another run"
+            raise WorkRecordChanged(f"host {host}: its work record changed since it was shown ({who} wrote it "
+                                    "meanwhile); not cleared")  # fmt: skip
+        store.drop_all(host)
+    finally:
+        lease.release()
 
 
 def vcenter_now(session: Session) -> float:
@@ -164,9 +193,23 @@ def vcenter_now(session: Session) -> float:
 # ------------------------------------------------------------------------------------------ work records
 
 
+class NotLeased(VgpuctlError):
+    """A write to a host's work record without the host's lease (a defect: every write happens under it)."""
+
+
+class WorkRecordChanged(VgpuctlError):
+    """The host's work record is not what this run read: another run wrote it meanwhile."""
+
+
 class VcenterWorkStore(WorkRecords):
     """The work store: one run's view of the hosts' `vgpuctl.work` attributes (read with the bulk observe),
-    written through with SetField; and the hosts' leases. `fields`: the custom attributes (tests give a fake)."""
+    written through with SetField; and the hosts' leases. `fields`: the custom attributes (tests give a fake).
+
+    A record is written only under its host's lease, held by this run (NotLeased otherwise): taking over an SSH
+    service an earlier run left started, recording one this run starts, a host's work, `forget-work`. The
+    lease is shared within the run (`lease(host)` twice: one lock folder, released with its last holder), and
+    when it is first taken the record is read again and kept as vCenter has it (another run may have written
+    it while this one waited for the lease), so no run writes over a record it did not see."""
 
     def __init__(
         self, session: Session, moids: dict[str, str], values: dict[str, str], run_id: str, fields: Fields | None = None
@@ -174,13 +217,90 @@ class VcenterWorkStore(WorkRecords):
         super().__init__(values, run_id)
         self.fields = fields if fields is not None else Fields(session)
         self.moids = moids
+        self._texts = dict(values)  # each record as vCenter holds it, as far as this run knows
+        self._leases: dict[str, tuple[Lease, int]] = {}
+        self._lease_lock = threading.Lock()
 
     def _write(self, host: str, text: str) -> None:
+        with self._lease_lock:
+            leased = host in self._leases
+        if not leased:
+            raise NotLeased(f"host {host}: its work record is written only under the host's lease, which this run "
+                            "does not hold")  # fmt: skip
         self.fields.set(self.moids[host], WORK_FIELD, text)
+        self._texts[host] = text
 
-    def lease(self, host: str) -> Lease:
-        """This run's lease on a host it works on."""
-        return Lease(self.fields, host, self.moids[host], self.run_id)
+    def lease(self, host: str) -> HostLease:
+        """This run's lease on a host it works on (shared with this run's other holders of it)."""
+        return HostLease(self, host)
+
+    def holds(self, host: str) -> bool:
+        with self._lease_lock:
+            return host in self._leases
+
+    def drop_all(self, host: str) -> None:
+        """Clear the host's record, an SSH service to stop included (`forget-work`; under the lease)."""
+        self._write(host, "")
+
+    def _take(self, host: str, wait_s: float, on_wait: Callable[[LeaseHeld, float], None] | None) -> None:
+        with self._lease_lock:
+            held = self._leases.get(host)
+            if held is not None:
+                self._leases[host] = (held[0], held[1] + 1)
+                return
+        lease = Lease(self.fields, host, self.moids[host], self.run_id).acquire(wait_s, on_wait)
+        try:
+            now = self.read_again(host)
+        except Exception:
+            lease.release()
+            raise
+        if now != self._texts.get(host, ""):
+            log.info("host %s: its work record changed since this run read it; taking it as it is now", host)
+            self.reload(host, now)
+            self._texts[host] = now
+        with self._lease_lock:
+            self._leases[host] = (lease, 1)
+
+    def read_again(self, host: str) -> str:
+        """The host's record text as vCenter holds it now (one property read)."""
+        return self.fields.get(self.moids[host], WORK_FIELD)
+
+    def _let_go(self, host: str) -> None:
+        with self._lease_lock:
+            held = self._leases.get(host)
+            if held is None:
+                return
+            if held[1] > 1:
+                self._leases[host] = (held[0], held[1] - 1)
+                return
+            del self._leases[host]
+        held[0].release()
+
+
+class HostLease:
+    """A holder of this run's lease on one host (VcenterWorkStore.lease): `acquire()` takes it, or joins this run's
+    holder of it; `release()` lets go, the lock folder going with the last holder."""
+
+    def __init__(self, store: VcenterWorkStore, host: str):
+        self.store, self.host = store, host
+        self._held = False
+
+    def acquire(self, wait_s: float = 0.0, on_wait: Callable[[LeaseHeld, float], None] | None = None) -> HostLease:
+        if not self._held:
+            self.store._take(self.host, wait_s, on_wait)
+            self._held = True
+        return self
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self.store._let_go(self.host)
+
+    def __enter__(self) -> HostLease:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 # ------------------------------------------------------------------------------------------ leases
@@ -307,6 +427,7 @@ class Lease:
         self._since = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._released_described = False
 
     @property
     def session(self) -> Any:
@@ -366,10 +487,9 @@ class Lease:
                 break
             except vim.fault.DuplicateName as fault:
                 existing = str(fault.object._moId) if fault.object is not None else ""
+            info = parse_lease(self._description(existing))
             if stale is not None and existing != stale:  # someone else took it over first
-                info = parse_lease(self.fields.get(self.moid, self.FIELD))
                 raise self.HELD(self._held_message(info), info)
-            info = parse_lease(self.fields.get(self.moid, self.FIELD))
             now = vcenter_now(self.session)
             if info is not None and info.folder == existing:
                 if info.live(now) and not info.holder_gone():
@@ -392,10 +512,17 @@ class Lease:
         expires = f"; if that run is gone, its lease expires at {info.expiry()}" if info is not None else ""
         return f"{self.host}: {who} is working on this host; not touched{expires}"
 
+    def _description(self, folder: str) -> str:
+        """The description of the lock folder `folder` as it stands (the object's attribute)."""
+        return self.fields.get(self.moid, self.FIELD)
+
+    def _describe(self, text: str) -> None:
+        self.fields.set(self.moid, self.FIELD, text)
+
     def _write(self, renewed: float) -> None:
         folder = str(self._folder._moId) if self._folder is not None else ""
         info = LeaseInfo(self.run_id, self.holder, self._since, renewed, self.ttl_s, folder, os.getpid(), self.machine)
-        self.fields.set(self.moid, self.FIELD, json.dumps(asdict(info), separators=(",", ":")))
+        self._describe(json.dumps(asdict(info), separators=(",", ":")))
 
     def _renew_loop(self) -> None:
         while not self._stop.wait(self.ttl_s / 3):
@@ -404,30 +531,60 @@ class Lease:
             except Exception as err:  # the next renewal tries again; expiry is the safe failure
                 log.warning("%s: lease renewal failed: %s", self.host, _one_line(err))
 
+    def stop_renewing(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def release_description(self) -> None:
+        """The first half of `release`: renewals stop and the description says the lease is released (the last
+        write to the object; its lock folder stays until `release`). Before a run destroys the object it
+        holds, so that nothing writes to it afterwards. Never raises: a description that cannot be written is
+        a warning, the folder still goes."""
+        self.stop_renewing()
+        if self._folder is None or self._released_described:
+            return
+        self._released_described = True
+        try:
+            self._describe_released()
+        except Exception as err:  # the object may be gone; dropping the folder is what frees it
+            log.warning("%s: could not describe the %s as released (%s)", self.host, self.KIND, _one_line(err))
+
     def release(self) -> None:
+        """Stop renewing, describe the lease as released and remove its lock folder, on every way out: a folder
+        that cannot be removed is taken over, or removed, by the next run that touches the object once its
+        time to live has passed."""
         with _HELD_LOCK:
             _HELD.discard(self)
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        self.release_description()
         if self._folder is None:
             return
         try:
-            self._describe_released()
             _destroy(self.session, self._folder)
-        except Exception as err:  # it expires on its own
-            why = _one_line(err)
-            log.warning("%s: could not drop the lease (%s); it expires after %gs", self.host, why, self.ttl_s)
+        except Exception as err:
+            if not _gone(err):  # a run that collected it first: the folder is gone either way
+                log.warning("%s: could not remove the %s's lock folder (%s); the next run that touches it takes "
+                            "it over once its time to live (%gs) has passed", self.host, self.KIND, _one_line(err),
+                            self.ttl_s)  # fmt: skip
         self._folder = None
 
     def _describe_released(self) -> None:
-        self.fields.set(self.moid, self.FIELD, "")
+        self._describe("")
 
     def __enter__(self) -> Lease:
         return self.acquire()
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _gone(err: Exception) -> bool:
+    """A fault saying the object is no longer there (ManagedObjectNotFound, also inside a VsphereFault)."""
+    from pyVmomi import vmodl
+
+    return isinstance(err, vmodl.fault.ManagedObjectNotFound) or getattr(err, "fault_type", "").endswith(
+        "ManagedObjectNotFound"
+    )
 
 
 def _one_line(err: Exception) -> str:

@@ -178,6 +178,6 @@ func testHost(name, nvlink string, gpus []farm.GPUInfo) farm.HostInfo {
 		gpus[i].ModelName = gpus[i].Model.Name
 		gpus[i].TimeSlicedMode = farm.ModeSameSize
 	}
-	return farm.HostInfo{Name: name, GPUs: gpus, NVLinkTopology: nvlink, Access: farm.Access{Manager: "550.90.05"},
+	return farm.HostInfo{Name: name, GPUs: gpus, NVLinkTopology: nvlink, HeterogeneousTypes: true, Access: farm.Access{Manager: "550.90.05"},
 		Modules: map[string]farm.ModuleOptions{"nvidia": {}}}
 }

@@ -21,6 +21,13 @@ func onOff(b bool) string {
 	return "Disabled"
 }
 
+func supported(b bool) string {
+	if b {
+		return "Supported"
+	}
+	return "Not Supported"
+}
+
 // RenderList is `nvidia-smi -L`.
 func RenderList(gpus []GPU) string {
 	var b strings.Builder
@@ -94,7 +101,7 @@ func renderQueryGPU(b *strings.Builder, g GPU) {
 	qLine(b, 4, "Persistence Mode", "Enabled")
 	qHead(b, 4, "vGPU Device Capability")
 	qLine(b, 8, "Fractional Multi-vGPU", "Supported")
-	qLine(b, 8, "Heterogeneous Time-Slice Profiles", "Supported")
+	qLine(b, 8, "Heterogeneous Time-Slice Profiles", supported(g.HeterogeneousTypes))
 	qLine(b, 8, "Heterogeneous Time-Slice Sizes", "Supported")
 	qHead(b, 4, "MIG Mode")
 	qLine(b, 8, "Current", migModeValue(g, g.MIGCurrent))

@@ -254,6 +254,22 @@ func TestECCSwitch(t *testing.T) {
 	}
 }
 
+// -q says per GPU whether the host's driver runs time-sliced vGPUs of different types at once, as the farm says.
+func TestQueryShowsTheDriversTypeMixing(t *testing.T) {
+	const line = "        Heterogeneous Time-Slice Profiles : "
+	h := sampleHost("h")
+	for _, tc := range []struct {
+		mixes bool
+		want  string
+	}{{true, "Supported"}, {false, "Not Supported"}} {
+		h.HeterogeneousTypes = tc.mixes
+		q := (&Shell{Backend: newMemBackend(h)}).Run("h", "nvidia-smi -q").Stdout
+		if got := strings.Count(q, line+tc.want+"\n"); got != len(h.GPUs) {
+			t.Errorf("driver mixes types %v: %d GPUs say %q, want %d:\n%s", tc.mixes, got, tc.want, len(h.GPUs), q)
+		}
+	}
+}
+
 // `nvidia-smi -h` lists every option and subcommand option of the tables that has a usage.
 func TestHelpListsTheFlagTables(t *testing.T) {
 	res := (&Shell{Backend: newMemBackend(sampleHost("h"))}).Run("h", "nvidia-smi -h -i 9")

@@ -61,9 +61,11 @@ type GPU struct {
 	MIGProfiles   []GIProfile // the board's GPU instance profiles (nil without MIG)
 	MIGInstances  []MIGInstance
 	Heterogeneous bool // vGPU heterogeneous (mixed-size) mode
-	ActiveVGPUs   int  // vGPUs of powered-on VMs on this GPU
-	NVLinks       []Link
-	SwitchPeers   []int // GPUs (nvidia-smi indexes) reached over the NVLinks through an NVSwitch
+	// HeterogeneousTypes: the driver runs time-sliced vGPUs of different types on the GPU at once
+	HeterogeneousTypes bool
+	ActiveVGPUs        int // vGPUs of powered-on VMs on this GPU
+	NVLinks            []Link
+	SwitchPeers        []int // GPUs (nvidia-smi indexes) reached over the NVLinks through an NVSwitch
 }
 
 // MIGInstance is a GPU instance in use (created by vSphere for a running MIG-backed vGPU).
@@ -96,6 +98,7 @@ func View(info farm.HostInfo) Host {
 			DeviceID: uint16(m.DeviceID), MemoryMiB: m.MemoryMiB, NUMANode: g.Index * 2 / max(len(info.GPUs), 1),
 			MIGCapable: m.MIGCapable, MIGProfiles: migProfiles(m),
 			Heterogeneous: g.TimeSlicedMode == farm.ModeMixedSize, ActiveVGPUs: len(g.VGPUs),
+			HeterogeneousTypes: info.HeterogeneousTypes,
 		}
 		for _, s := range g.VGPUs {
 			if s.Start >= 0 && s.Size > 0 { // instance ids in the order vSphere created them (a driver picks its own)

@@ -108,7 +108,15 @@ type board struct {
 type catalogueFile struct {
 	Version int               `yaml:"version"`
 	Sources map[string]Source `yaml:"sources"`
+	VSphere vsphereRules      `yaml:"vsphere"`
 	Boards  []board           `yaml:"boards"`
+}
+
+// vsphereRules are vSphere's rules for time-sliced GPUs, whatever the board.
+type vsphereRules struct {
+	SameSizeAnyTypeSince string `yaml:"same_size_any_type_since"`
+	Source               string `yaml:"source"`        // where the version comes from
+	DriverSource         string `yaml:"driver_source"` // where the driver's word comes from
 }
 
 // Catalog is the vGPU type catalogue: GPU models (boards) by name and alias, and every vGPU type.
@@ -116,6 +124,9 @@ type Catalog struct {
 	Path    string            // file it was read from ("" for in-memory data)
 	Digest  string            // sha256 of the file's bytes (the planner prints the same digest)
 	Sources map[string]Source // citations by id
+	// SameSizeAnyTypeSince is the vSphere API version from which an equal-size GPU takes vGPUs of different
+	// types with one framebuffer size (before it, only the identical type).
+	SameSizeAnyTypeSince string
 
 	models  []*Model
 	byName  map[string]*Model // model names and aliases
@@ -154,7 +165,16 @@ func LoadCatalog(data []byte) (*Catalog, error) {
 	if len(f.Boards) == 0 {
 		return nil, errors.New("vGPU type catalogue: no boards")
 	}
-	c := &Catalog{Sources: f.Sources, byName: map[string]*Model{}, byType: map[string]typeRef{}, vgpuTok: map[string]bool{}}
+	if f.VSphere.SameSizeAnyTypeSince == "" {
+		return nil, errors.New("vGPU type catalogue: vsphere.same_size_any_type_since is required")
+	}
+	for _, src := range []string{f.VSphere.Source, f.VSphere.DriverSource} {
+		if _, ok := f.Sources[src]; !ok {
+			return nil, fmt.Errorf("vGPU type catalogue: vsphere: source %q is not a key of sources", src)
+		}
+	}
+	c := &Catalog{Sources: f.Sources, SameSizeAnyTypeSince: f.VSphere.SameSizeAnyTypeSince, byName: map[string]*Model{},
+		byType: map[string]typeRef{}, vgpuTok: map[string]bool{}}
 	for i := range f.Boards {
 		m, err := newModel(&f.Boards[i], f.Sources)
 		if err != nil {

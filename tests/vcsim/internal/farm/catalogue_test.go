@@ -123,6 +123,9 @@ func TestCatalogueRejectsBadData(t *testing.T) {
 		{"duplicate type", "name: TST-4Q,", "name: TST-4C,", "listed twice"},
 		{"max below 1", "max_equal: 3,", "max_equal: 0,", "at least 1"},
 		{"no framebuffer", "framebuffer_gb: 16", "framebuffer_gb: 0", "framebuffer_gb"},
+		{"no equal-size rule", `same_size_any_type_since: "8.0.2", `, "", "same_size_any_type_since is required"},
+		{"equal-size rule source", "source: doc, driver_source: doc}", "source: nope, driver_source: doc}", `source "nope"`},
+		{"driver source", "driver_source: doc}", "driver_source: nope}", `source "nope"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

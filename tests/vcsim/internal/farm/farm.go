@@ -129,7 +129,10 @@ type HostInfo struct {
 	ProfilePrefix       string                   `json:"profilePrefix"`  // grid_ or nvidia_
 	UndeclaredParams    []string                 `json:"undeclaredParams,omitempty"`
 	ExtraProfiles       []string                 `json:"extraProfiles,omitempty"` // offered, unknown to the catalogue
-	Access              Access                   `json:"access"`                  // vGPU Manager, SSH service, lockdown
+	// HeterogeneousTypes: the driver runs time-sliced vGPUs of different types on one GPU at once
+	// (nvidia-smi -q, vGPU Device Capability, Heterogeneous Time-Slice Profiles).
+	HeterogeneousTypes bool   `json:"heterogeneousTypes"`
+	Access             Access `json:"access"` // vGPU Manager, SSH service, lockdown
 }
 
 // What a reboot fault leaves unapplied: a GPU property's name (GPUProperties) or the module options.
@@ -201,7 +204,10 @@ type HostSpec struct {
 	ProfilePrefix       string   // grid_ (default) or nvidia_: how the host spells vGPU types
 	UndeclaredParams    []string // nvidia module parameters the host's driver does not declare
 	ExtraProfiles       []string // profiles the host offers that no catalogue entry explains
-	Access              AccessSpec
+	// SingleTypeDriver: the host's driver reports "Heterogeneous Time-Slice Profiles: Not Supported"
+	// (nvidia-smi -q): an equal-size GPU holds one vGPU type at a time, whatever the vSphere version.
+	SingleTypeDriver bool
+	Access           AccessSpec
 }
 
 type gpu struct {
@@ -230,6 +236,7 @@ type host struct {
 	undeclared          []string
 	nvlink              string // none, pairs, quads or nvswitch
 	extras              []string
+	singleType          bool // the driver does not run different time-sliced types on one GPU
 	access              Access
 	nics                []*nic // physical NICs (nics.go)
 }
@@ -257,11 +264,12 @@ func New(c *Catalog) *Farm {
 // Catalog returns the farm's vGPU type catalogue.
 func (f *Farm) Catalog() *Catalog { return f.catalog }
 
-// SetAPIVersion applies the vSphere API version's equal-size rule: from 8.0.1 (8.0 U1) vGPUs of
-// different types with the same framebuffer may share a GPU; before, only the identical type.
+// SetAPIVersion applies the vSphere API version's equal-size rule: from the catalogue's version
+// (vsphere.same_size_any_type_since) vGPUs of different types with the same framebuffer may share a GPU;
+// before, only the identical type.
 func (f *Farm) SetAPIVersion(v string) {
 	f.mu.Lock()
-	f.sameSizeAnyType = APIAtLeast(v, "8.0.1")
+	f.sameSizeAnyType = APIAtLeast(v, f.catalog.SameSizeAnyTypeSince)
 	f.mu.Unlock()
 }
 
@@ -333,7 +341,7 @@ func (f *Farm) AddHost(s HostSpec) error {
 		name: s.Name, cluster: s.Cluster, defaultGraphicsType: s.DefaultGraphicsType, policy: s.AssignmentPolicy,
 		modules: map[string]*ModuleOptions{}, moduleOrder: []string{"nvidia", "nvme_pcie", "vmw_ahci"},
 		prefix: s.ProfilePrefix, undeclared: slices.Clone(s.UndeclaredParams), nvlink: s.NVLink,
-		extras: slices.Clone(s.ExtraProfiles),
+		extras: slices.Clone(s.ExtraProfiles), singleType: s.SingleTypeDriver,
 	}
 	if h.access, err = s.Access.access(s.Name); err != nil {
 		return err
@@ -506,6 +514,7 @@ func (h *host) info() HostInfo {
 		InMaintenance: h.maintenance, Rebooting: h.rebooting, Down: h.down, ConnectionState: state,
 		Modules: map[string]ModuleOptions{}, NVLinkTopology: h.nvlink, ProfilePrefix: h.prefix,
 		UndeclaredParams: slices.Clone(h.undeclared), ExtraProfiles: slices.Clone(h.extras), Access: h.access,
+		HeterogeneousTypes: !h.singleType,
 	}
 	info.Access.LockdownExceptions = slices.Clone(h.access.LockdownExceptions)
 	if h.rebootFault != nil {
@@ -696,6 +705,7 @@ func candidates(info HostInfo) []Candidate {
 			ID: g.PCIID, Model: g.Model, MIG: g.MIGCurrent, VgpuMode: g.TimeSlicedMode,
 			SharedDirect: g.GraphicsType == GraphicsSharedDirect, NVLinkSet: g.NVLinkSet, NVLinkUp: g.NVLinkUp,
 			NVLinkGroups: groups[g.NVLinkSet], Slots: g.VGPUs, HostOnly: info.ExtraProfiles,
+			SingleType: !info.HeterogeneousTypes,
 		})
 	}
 	return out

@@ -49,6 +49,7 @@ type Candidate struct {
 	NVLinkGroups []int // sizes of the NVLink device groups the GPU's set offers (NVLinkOffers)
 	Slots        []Slot
 	HostOnly     []string // profiles the host offers that no catalogue entry explains
+	SingleType   bool     // the driver runs one time-sliced vGPU type per GPU at a time
 }
 
 // Assignment says where one requested vGPU goes.
@@ -67,7 +68,8 @@ type Request struct {
 // Rules are the placement rules that depend on the vSphere version.
 type Rules struct {
 	// SameSizeAnyType: on an equal-size GPU, vGPUs of different types with the same framebuffer may
-	// share the GPU (vSphere 8.0 U1 and later); otherwise only the identical type.
+	// share the GPU (from the catalogue's vsphere.same_size_any_type_since, where the driver allows it);
+	// otherwise only the identical type.
 	SameSizeAnyType bool
 }
 
@@ -129,7 +131,7 @@ func (c *Candidate) Fits(cat *Catalog, p Profile, rules Rules) (Slot, bool) {
 	}
 	limit := c.Model.MaxEqual(p.spec)
 	for _, sp := range used {
-		if math.Abs(sp.FbGB-p.FbGB) > 1e-9 || !rules.SameSizeAnyType && !sp.SameType(p) {
+		if math.Abs(sp.FbGB-p.FbGB) > 1e-9 || (!rules.SameSizeAnyType || c.SingleType) && !sp.SameType(p) {
 			return slot, false
 		}
 		if t := c.Model.Type(sp.Type); t != nil {

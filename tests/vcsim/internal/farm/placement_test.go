@@ -30,6 +30,8 @@ type caseGPU struct {
 	NVLinkUp     *bool    `yaml:"nvlink_up"`
 	GraphicsType string   `yaml:"graphics_type"`
 	Used         []string `yaml:"used"`
+	// TypesMayMix: the host driver's word on time-sliced vGPUs of different types at once (absent: not read)
+	TypesMayMix *bool `yaml:"types_may_mix"`
 }
 
 type placementCase struct {
@@ -52,11 +54,11 @@ type placementCase struct {
 	} `yaml:"expect"`
 }
 
-func (tc placementCase) rules() Rules {
+func (tc placementCase) rules(cat *Catalog) Rules {
 	if tc.APIVersion == "" {
 		return Rules{SameSizeAnyType: true}
 	}
-	return Rules{SameSizeAnyType: APIAtLeast(tc.APIVersion, "8.0.1")}
+	return Rules{SameSizeAnyType: APIAtLeast(tc.APIVersion, cat.SameSizeAnyTypeSince)}
 }
 
 // candidate builds a GPU of a vector; its used vGPUs are placed one by one by the same rules as a new
@@ -68,7 +70,8 @@ func (g caseGPU) candidate(t *testing.T, cat *Catalog, rules Rules) Candidate {
 		t.Fatalf("unknown model %q", g.Model)
 	}
 	c := Candidate{ID: g.ID, Model: m, MIG: g.Mode == "mig", VgpuMode: g.VgpuMode, NVLinkSet: -1, NVLinkUp: true,
-		SharedDirect: g.GraphicsType == "" || g.GraphicsType == GraphicsSharedDirect}
+		SharedDirect: g.GraphicsType == "" || g.GraphicsType == GraphicsSharedDirect,
+		SingleType:   g.TypesMayMix != nil && !*g.TypesMayMix}
 	if c.VgpuMode == "" {
 		c.VgpuMode = ModeSameSize
 	}
@@ -151,10 +154,10 @@ func TestPlacementVectors(t *testing.T) {
 		t.Run(tc.Name, func(t *testing.T) {
 			var gpus []Candidate
 			for _, g := range tc.GPUs {
-				gpus = append(gpus, g.candidate(t, cat, tc.rules()))
+				gpus = append(gpus, g.candidate(t, cat, tc.rules(cat)))
 			}
 			withNVLinkGroups(gpus, tc.NVLinkGroups)
-			got, err := Place(cat, gpus, Request{Profiles: tc.Request.Profiles, NVLink: tc.Request.NVLink}, tc.Policy, tc.rules())
+			got, err := Place(cat, gpus, Request{Profiles: tc.Request.Profiles, NVLink: tc.Request.NVLink}, tc.Policy, tc.rules(cat))
 			if !tc.Expect.Fits {
 				if err == nil {
 					t.Fatalf("expected no fit, got %+v", got)

@@ -124,18 +124,21 @@ func TestNvidiaPrefixHost(t *testing.T) {
 	e.must(e.wait(vm.PowerOn(e.ctx)))
 }
 
-// Before API 8.0.1 an equal-size GPU takes one type only; from 8.0.1 any type of the same framebuffer.
+// Before the catalogue's API version (8.0.2) an equal-size GPU takes one type only; from it any type of the
+// same framebuffer, unless the host's driver runs one type per GPU.
 func TestEqualSizeTypesByAPIVersion(t *testing.T) {
 	for _, tc := range []struct {
-		api   string
-		fits  bool
-		label string
-	}{{"8.0.0.1", false, "8.0"}, {"8.0.1.0", true, "8.0 U1"}} {
+		api        string
+		singleType bool
+		fits       bool
+		label      string
+	}{{"8.0.0.1", false, false, "8.0"}, {"8.0.1.0", false, false, "8.0 U1"}, {"8.0.2.0", false, true, "8.0 U2"},
+		{"8.0.3.0", true, false, "8.0 U3, a single-type driver"}} {
 		t.Run(tc.label, func(t *testing.T) {
 			s := DefaultSpec()
 			s.APIVersion = tc.api
 			s.Clusters = []ClusterSpec{{Name: "C", Hosts: 1, GPUs: 1, Model: "L40S",
-				GraphicsType: farm.GraphicsSharedDirect, VgpuMode: farm.ModeSameSize}}
+				GraphicsType: farm.GraphicsSharedDirect, VgpuMode: farm.ModeSameSize, SingleTypeDriver: tc.singleType}}
 			s.VMs = []VMSpec{
 				{Name: "vm-q", Host: host1, MemoryMB: 1024, Locked: true, VGPUs: []string{"grid_l40s-24q"}, PowerOn: true},
 				{Name: "vm-c", Host: host1, MemoryMB: 1024, Locked: true, VGPUs: []string{"grid_l40s-24c"}},

@@ -103,6 +103,7 @@ func (s *Sim) registerControl() {
 	s.HandleControl("POST /gpusim/faults", s.armFault)
 	s.HandleControl("POST /gpusim/delays", s.armDelay)
 	s.registerHolds()
+	s.registerState()
 }
 
 func sortedFaultNames() []string {

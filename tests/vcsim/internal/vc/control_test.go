@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/soap"
@@ -307,4 +309,59 @@ func TestControlRebootFaultsBadRequests(t *testing.T) {
 	if _, out := e.control("GET", "/gpusim/hosts/"+host1, nil); out["rebootFault"] != nil {
 		t.Fatalf("a refused request armed a fault: %v", out["rebootFault"])
 	}
+}
+
+func stateOf(e *env) map[string]any {
+	e.t.Helper()
+	code, out := e.control("GET", "/gpusim/state", nil)
+	if code != 200 {
+		e.t.Fatalf("state: %d %v", code, out)
+	}
+	return out
+}
+
+func TestStateShowsWhatClientsWrote(t *testing.T) {
+	e := start(t, smallSpec())
+	before := stateOf(e)
+	if _, ok := before["vms"].(map[string]any)[e.vm("vm-a").Reference().Value]; !ok {
+		t.Fatalf("no vm-a: %v", before["vms"])
+	}
+	// reads change nothing
+	e.vmMO(e.vm("vm-a"), "config.changeVersion", "customValue")
+	e.hostMO(host1, "config.service")
+	if after := stateOf(e); !reflect.DeepEqual(before, after) {
+		t.Fatalf("a read changed the state:\n%v\n%v", before, after)
+	}
+	cfm := object.NewCustomFieldsManager(e.c.Client)
+	def, err := cfm.Add(e.ctx, "probe", "VirtualMachine", nil, nil)
+	e.must(err)
+	e.must(cfm.Set(e.ctx, e.vm("vm-a").Reference(), def.Key, "v"))
+	_, err = e.folders().VmFolder.CreateFolder(e.ctx, "made")
+	e.must(err)
+	e.must(e.wait(e.vm("vm-a").PowerOn(e.ctx)))
+	after := stateOf(e)
+	values := after["customValues"].(map[string]any)[e.vm("vm-a").Reference().Value].(map[string]any)
+	if values["probe"] != "v" {
+		t.Fatalf("custom values: %v", after["customValues"])
+	}
+	writes, tasks := after["writes"].(map[string]any), after["tasks"].(map[string]any)
+	for _, m := range []string{"AddCustomFieldDef", "SetField", "CreateFolder", "PowerOnVM_Task"} {
+		if writes[m] != float64(1) {
+			t.Errorf("%s not counted: %v", m, writes)
+		}
+	}
+	if count(tasks, "PowerOnVM_Task") <= count(before["tasks"].(map[string]any), "PowerOnVM_Task") {
+		t.Errorf("tasks: %v before %v", tasks, before["tasks"])
+	}
+	if len(after["folders"].([]any)) != len(before["folders"].([]any))+1 {
+		t.Errorf("folders: %v", after["folders"])
+	}
+	if after["vms"].(map[string]any)[e.vm("vm-a").Reference().Value].(map[string]any)["power"] != "poweredOn" {
+		t.Errorf("vms: %v", after["vms"])
+	}
+}
+
+func count(m map[string]any, key string) float64 {
+	n, _ := m[key].(float64)
+	return n
 }

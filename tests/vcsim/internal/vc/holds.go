@@ -9,9 +9,13 @@ import (
 // A hold catches the next calls of one method (CloneVM_Task, ReconfigVM_Task, ...) when gpusim receives
 // them, before any object is locked: it counts them as started, so a test sees the step begin in the
 // simulator itself, and keeps the call waiting (its task not yet created) until it is released; reads of
-// the object go on meanwhile. Control routes:
+// the object go on meanwhile. A hold on a host's queue (`host`) catches the method on whichever VM of that
+// host it is called, VMs made after the hold was armed included: `{"host": "esx-01.gpu.sim", "method":
+// "PowerOnVM_Task"}` stops the host's power-on queue at its next power-on, while every session (the caller's
+// too) reads and changes everything else. Control routes:
 //
 //	POST   /gpusim/holds               {"object": "vm-42" | name | "" (any), "method": "ReconfigVM_Task", "count": 1}
+//	                                   or {"host": "esx-01.gpu.sim", "method": "PowerOnVM_Task", "count": 1}
 //	GET    /gpusim/holds               every hold with how many tasks started and which objects
 //	POST   /gpusim/holds/{id}/release  lets its waiting tasks (and later ones) run
 //	DELETE /gpusim/holds               releases every hold
@@ -19,6 +23,7 @@ type hold struct {
 	ID      int      `json:"id"`
 	Object  string   `json:"object,omitempty"` // moref value; "" catches the method on any object
 	Name    string   `json:"name,omitempty"`
+	Host    string   `json:"host,omitempty"` // a host's queue: the method on any VM of this host (by name)
 	Method  string   `json:"method"`
 	Count   int      `json:"count"`   // tasks it still catches
 	Started []string `json:"started"` // moref values of the tasks caught, in order
@@ -45,12 +50,13 @@ func (b *holdBook) add(h *hold) hold {
 	return *h
 }
 
-// catch takes one count of the first unreleased hold matching (object, method); nil when none does.
-func (b *holdBook) catch(object, method string) *hold {
+// catch takes one count of the first unreleased hold matching (object, method), or (the object's host,
+// method) for a hold on a host's queue; nil when none does.
+func (b *holdBook) catch(object, host, method string) *hold {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, h := range b.holds {
-		if h.Free || h.Count <= 0 || h.Method != method || (h.Object != "" && h.Object != object) {
+		if h.Free || h.Count <= 0 || h.Method != method || !h.matches(object, host) {
 			continue
 		}
 		h.Count--
@@ -61,9 +67,16 @@ func (b *holdBook) catch(object, method string) *hold {
 	return nil
 }
 
-// wait blocks a task of (object, method) while a hold catches it.
-func (b *holdBook) wait(object, method string) {
-	h := b.catch(object, method)
+func (h *hold) matches(object, host string) bool {
+	if h.Host != "" {
+		return h.Host == host
+	}
+	return h.Object == "" || h.Object == object
+}
+
+// wait blocks a call of method on object (a VM of host, or "") while a hold catches it.
+func (b *holdBook) wait(object, host, method string) {
+	h := b.catch(object, host, method)
 	if h == nil {
 		return
 	}
@@ -104,6 +117,7 @@ func (b *holdBook) list() []hold {
 
 type holdRequest struct {
 	Object string `json:"object"`
+	Host   string `json:"host"`
 	Method string `json:"method"`
 	Count  int    `json:"count"`
 }
@@ -144,7 +158,19 @@ func (s *Sim) armHold(w http.ResponseWriter, r *http.Request) {
 	if req.Count == 0 {
 		req.Count = 1
 	}
+	if req.Object != "" && req.Host != "" {
+		WriteError(w, http.StatusBadRequest, "give object or host, not both")
+		return
+	}
 	h := &hold{Name: req.Object, Method: req.Method, Count: req.Count}
+	if req.Host != "" {
+		ref, ok := s.ResolveObject(req.Host)
+		if !ok || s.hostRefs[ref] == "" {
+			WriteError(w, http.StatusBadRequest, "unknown host %q", req.Host)
+			return
+		}
+		h.Host = s.hostRefs[ref]
+	}
 	if req.Object != "" {
 		ref, ok := s.ResolveObject(req.Object)
 		if !ok {

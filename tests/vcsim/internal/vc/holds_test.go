@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vmware/govmomi/object"
+	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
 )
 
@@ -77,6 +79,79 @@ func TestHoldRequests(t *testing.T) {
 	for _, h := range holdsOf(e) {
 		if !h.(map[string]any)["released"].(bool) {
 			t.Fatalf("not released: %v", h)
+		}
+	}
+}
+
+// waitHeld polls until the hold has caught n calls that still wait.
+func (e *env) waitHeld(id int, n int) map[string]any {
+	e.t.Helper()
+	for i := 0; ; i++ {
+		for _, h := range holdsOf(e) {
+			h := h.(map[string]any)
+			if int(h["id"].(float64)) == id && h["waiting"].(float64) == float64(n) {
+				return h
+			}
+		}
+		if i > 2000 {
+			e.t.Fatalf("hold %d never caught %d calls: %v", id, n, holdsOf(e))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestHostQueueHoldCatchesPowerOnsOfItsVMsOnly(t *testing.T) {
+	spec := smallSpec()
+	spec.VMs = append(spec.VMs, VMSpec{Name: "vm-c", Host: "esx-02.gpu.sim", MemoryMB: 8192, Locked: true})
+	e := start(t, spec)
+	t.Cleanup(func() { e.control("DELETE", "/gpusim/holds", nil) }) // before the simulator closes
+	code, out := e.control("POST", "/gpusim/holds", map[string]any{"host": "esx-01.gpu.sim", "method": "PowerOnVM_Task"})
+	if code != 200 || out["host"] != "esx-01.gpu.sim" {
+		t.Fatalf("%d %v", code, out)
+	}
+	id := int(out["id"].(float64))
+	host := e.host("esx-01.gpu.sim").Reference()
+	task, err := e.vm("vm-b").Clone(e.ctx, e.folders().VmFolder, "made-later", types.VirtualMachineCloneSpec{
+		Location: types.VirtualMachineRelocateSpec{Host: &host}})
+	e.must(e.wait(task, err)) // a VM of the host made after the hold: caught too
+	later := e.vm("made-later")
+	done := make(chan error, 1)
+	go func() { done <- e.wait(later.PowerOn(e.ctx)) }()
+	h := e.waitHeld(id, 1)
+	if started := h["started"].([]any); len(started) != 1 || started[0] != later.Reference().Value {
+		t.Fatalf("caught: %v", h)
+	}
+	other := limitedClient(t, e, User{Name: e.sim.Spec.Username, Password: e.sim.Spec.Password})
+	var m mo.VirtualMachine // another session reads and changes the held VM meanwhile
+	e.must(other.RetrieveOne(e.ctx, later.Reference(), []string{"runtime.powerState", "config.changeVersion"}, &m))
+	if m.Runtime.PowerState != types.VirtualMachinePowerStatePoweredOff {
+		t.Fatal("the held power-on ran")
+	}
+	vm := object.NewVirtualMachine(other.Client, later.Reference())
+	e.must(e.wait(vm.Reconfigure(e.ctx, types.VirtualMachineConfigSpec{NumCPUs: 2})))
+	e.must(e.wait(e.vm("vm-c").PowerOn(e.ctx))) // another host's queue flows
+	if code, _ := e.control("POST", "/gpusim/holds/"+strconv.Itoa(id)+"/release", nil); code != 200 {
+		t.Fatalf("release: %d", code)
+	}
+	e.must(<-done)
+	if e.vmMO(later, "runtime.powerState").Runtime.PowerState != types.VirtualMachinePowerStatePoweredOn {
+		t.Fatal("the released power-on did not run")
+	}
+}
+
+func TestHostQueueHoldRequests(t *testing.T) {
+	e := start(t, smallSpec())
+	for _, c := range []struct {
+		body map[string]any
+		code int
+	}{
+		{map[string]any{"host": "esx-02.gpu.sim", "method": "PowerOnVM_Task"}, 200},
+		{map[string]any{"host": "nope", "method": "PowerOnVM_Task"}, 400},
+		{map[string]any{"host": "vm-a", "method": "PowerOnVM_Task"}, 400},
+		{map[string]any{"host": "esx-02.gpu.sim", "object": "vm-a", "method": "PowerOnVM_Task"}, 400},
+	} {
+		if code, out := e.control("POST", "/gpusim/holds", c.body); code != c.code {
+			t.Errorf("%v: %d %v", c.body, code, out)
 		}
 	}
 }

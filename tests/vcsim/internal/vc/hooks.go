@@ -93,13 +93,17 @@ func (b *faultBook) clear() {
 
 // route is the simulator's Map.Handler: armed faults, unreachable hosts, and the GPU-aware wrappers.
 func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, types.BaseMethodFault) {
-	s.faults.holds.wait(m.This.Value, m.Name) // before any lock: other clients read the object meanwhile
 	obj := ctx.Map.Get(m.This)
+	s.faults.holds.wait(m.This.Value, s.queueOf(obj), m.Name) // before any lock: others read the object meanwhile
+	s.journal.call(m.Name)
 	if fault := s.denied(ctx, m, obj); fault != nil { // privilege-limited users (privileges.go)
 		return nil, fault
 	}
 	if obj == nil {
-		return nil, nil
+		return nil, nil // vcsim answers ManagedObjectNotFound
+	}
+	if fault := s.goneArgument(ctx, m); fault != nil {
+		return nil, fault
 	}
 	if fault := s.unreachable(ctx, m, obj); fault != nil {
 		return nil, fault
@@ -159,6 +163,14 @@ var hostMethods = map[string]bool{
 	"EnterMaintenanceMode_Task": true, "ExitMaintenanceMode_Task": true, "RebootHost_Task": true,
 }
 
+// queueOf is the host whose queue a call on obj waits in (holds.go): a VM's host, else "".
+func (s *Sim) queueOf(obj mo.Reference) string {
+	if vm, ok := obj.(*simulator.VirtualMachine); ok {
+		return s.hostOf(vm.Runtime.Host)
+	}
+	return ""
+}
+
 // unreachable refuses calls on a host that is down or rebooting, and on its VMs.
 func (s *Sim) unreachable(ctx *simulator.Context, m *simulator.Method, obj mo.Reference) types.BaseMethodFault {
 	var host string
@@ -194,10 +206,13 @@ func (t *taskMessages) PutObject(_ *simulator.Context, obj mo.Reference) {
 		return
 	}
 	task, ok := obj.(*simulator.Task)
-	if !ok || strings.HasSuffix(task.Info.Name, "_Task") || task.Info.Name == "" {
+	if !ok {
 		return
 	}
-	task.Info.Name = wsdlTaskName(task.Info.Name)
+	if !strings.HasSuffix(task.Info.Name, "_Task") && task.Info.Name != "" {
+		task.Info.Name = wsdlTaskName(task.Info.Name)
+	}
+	t.sim.journal.task(task.Self.Value, task.Info.Name)
 }
 
 var taskNames = map[string]string{

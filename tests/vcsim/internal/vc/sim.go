@@ -50,6 +50,7 @@ type Sim struct {
 	busy      map[string]int
 	dirty     map[string]bool
 	faults    *faultBook
+	journal   *journal // calls that change something, tasks created (state.go)
 	control   *http.ServeMux
 	messages  sync.Map // types.BaseMethodFault -> localized message for task errors
 	rebootDur time.Duration
@@ -80,7 +81,7 @@ func New(spec Spec) (*Sim, error) {
 		hosts: map[string]*simulator.HostSystem{}, hostRefs: map[types.ManagedObjectReference]string{},
 		gm: map[string]*GraphicsManager{}, kms: map[string]*KernelModuleSystem{}, pci: map[string]*PciPassthruSystem{},
 		access: map[string]accessObjects{}, users: usersByName(spec.Users),
-		faults: newFaultBook(), control: http.NewServeMux(), busy: map[string]int{}, dirty: map[string]bool{},
+		faults: newFaultBook(), journal: newJournal(), control: http.NewServeMux(), busy: map[string]int{}, dirty: map[string]bool{},
 		rebootDur: time.Duration(spec.RebootSeconds * float64(time.Second)),
 	}
 	s.Farm.SetAPIVersion(spec.APIVersion) // before the farm file's running VMs are admitted

@@ -55,6 +55,9 @@ type ClusterSpec struct {
 	// ExtraProfiles are profiles the hosts offer beyond the catalogue (a driver newer than the catalogue);
 	// a vGPU of one takes a GPU of its own.
 	ExtraProfiles []string `yaml:"extra_profiles" json:"extra_profiles"`
+	// SingleTypeDriver: the hosts' driver reports "Heterogeneous Time-Slice Profiles: Not Supported", so an
+	// equal-size GPU holds one vGPU type at a time.
+	SingleTypeDriver bool `yaml:"single_type_driver" json:"single_type_driver"`
 	// VgpuManager is the NVIDIA vGPU Manager version the hosts have installed ("" the default, farm.DefaultManager;
 	// "none": not installed, the GPUs offer no vGPU types); SSH the SSH service (TSM-SSH) and lockdown mode.
 	VgpuManager string        `yaml:"vgpu_manager" json:"vgpu_manager"`
@@ -231,7 +234,7 @@ func (c ClusterSpec) hostSpec(name, cluster string) farm.HostSpec {
 		Name: name, Cluster: cluster, Model: c.Model, GPUs: c.GPUs, NVLink: c.NVLink,
 		DefaultGraphicsType: c.GraphicsType, AssignmentPolicy: c.AssignmentPolicy, VgpuMode: c.VgpuMode,
 		MIG: c.MIG, ModuleOptions: c.NvidiaOptions, ProfilePrefix: c.ProfilePrefix, UndeclaredParams: c.UndeclaredParams,
-		ExtraProfiles: c.ExtraProfiles,
+		ExtraProfiles: c.ExtraProfiles, SingleTypeDriver: c.SingleTypeDriver,
 		Access: farm.AccessSpec{Manager: c.VgpuManager, SSHStopped: c.SSH.Stopped, SSHPolicy: c.SSH.Policy,
 			Lockdown: c.SSH.Lockdown, LockdownExceptions: c.SSH.LockdownExceptions},
 	}
