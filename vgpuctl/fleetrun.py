@@ -74,10 +74,6 @@ class FleetPlanned:
     def is_empty(self) -> bool:
         return all(p.planned is None or p.planned.is_empty for p in self.parts)
 
-    @property
-    def disruptive(self) -> bool:
-        return any(p.planned.disruptive for p in self.ready if p.planned is not None)
-
     def failure(self) -> VgpuctlError | None:
         """The first failed part's failure, naming its vCenter, or None."""
         failed = next((p for p in self.parts if p.failure() is not None), None)

@@ -641,7 +641,9 @@ class FleetCliHooks:
         changes = sum(len(p.plan.changes) + len(p.plan.host_changes) for p in ready)
         changes += sum(len(p.classes.class_changes) + len(p.classes.namespace_changes) for p in ready if p.classes)
         where = ", ".join(r.name for r in planned.ready)
-        common.confirm(f"Apply {changes} change(s) on vCenter {where}?", word=planned.disruptive)
+        shown = [plan_document(p, self.opts).summary for p in ready]  # the word, as for one vCenter
+        word = any(s.maintenance or s.reboots or s.power_off or s.remove for s in shown)
+        common.confirm(f"Apply {changes} change(s) on vCenter {where}?", word=word)
 
     def apply_progress(self, planned: FleetPlanned) -> AbstractContextManager[Any]:
         from vgpuctl.cli.display import ApplyDisplay
