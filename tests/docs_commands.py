@@ -34,10 +34,17 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
               "build inside the guests"),
     ("python3 -m venv", "the install itself: `make test` and the packaging test install vgpuctl"),
     ("vgpuctl provision ", "guest VMs reachable over SSH (tests/guests runs the playbooks in chroots)"),
+    ("vgpuctl sim up --guests", "root: the simulator's guests run in network namespaces (tests/guests/"
+                                "test_sim_guests.py runs it with `provision -f inventory.sim-guests.yaml`)"),
     ("vgpuctl guest deploy", "guest VMs reachable over SSH (tests/guests runs the playbooks in chroots)"),
     ("vgpuctl experiment run ", "guest VMs that run the benchmark (tests/guests; the runner is tested with a "
                                 "recording farm)"),
     ("vgpuctl experiment report ", "the results of an experiment run in guests"),
+    ("pip wheel ", "the packaging test builds vgpuctl's wheel (tests/unit/test_packaging.py)"),
+    ("ansible-galaxy collection build ", "tests/unit/test_guest_playbooks.py builds and installs the collection "
+                                         "offline"),
+    ("ansible-builder build ", "a container runtime and the network; tests/unit/test_guest_playbooks.py creates "
+                               "the image's build context offline"),
     ("vgpuctl --install-completion", "it changes the user's shell startup files"),
     ("vgpuctl --show-completion >>", "it changes the user's shell startup files"),
 )

@@ -313,6 +313,22 @@ class Gpusim:
     def clear_reboot_fault(self, host: str) -> None:
         self.request("DELETE", f"/hosts/{host}/reboot-faults")
 
+    def software(self) -> dict[str, Any]:
+        """Depots, each host's vGPU Manager (running, installed, its component), each VM's guest driver and the
+        incidents: running vGPU VMs on a pair NVIDIA does not list, or refused one."""
+        return dict(self.request("GET", "/software"))
+
+    def set_guest_driver(self, vm: str, version: str) -> None:
+        """The guest driver the VM reports ("" none), as a driver install in the guest leaves it."""
+        self.request("POST", f"/vms/{vm}/guest-driver", {"version": version})
+
+    def remediation_fault(self, host: str, kind: str, count: int = 1) -> None:
+        """The host's next installs fail (`fail`), or its next reboot never ends (`stay-down`)."""
+        self.request("POST", f"/hosts/{host}/remediation-fault", {"kind": kind, "count": count})
+
+    def depot_reachable(self, location: str, reachable: bool) -> None:
+        self.request("POST", "/software/depots", {"location": location, "reachable": reachable})
+
     def rename_vm(self, old: str, new: str) -> None:
         """Rename a VM through vCenter's API, as another operator would (Rename_Task on its own connection)."""
         from pyVim.connect import Disconnect

@@ -237,6 +237,14 @@ class Phase(StrEnum):
         return self is not Phase.ONLINE
 
 
+class WindowStage(StrEnum):
+    """When a driver upgrade window moves a guest driver: before any host leaves service (to a release both vGPU
+    Managers accept), or after every host has its new one (to the guest group's own release)."""
+
+    BEFORE = "before"
+    AFTER = "after"
+
+
 class EvacuationKind(StrEnum):
     """What happens to a running VM when its host enters maintenance mode."""
 

@@ -29,6 +29,7 @@ from vgpuctl.domain import (
     PowerState,
     ProfileSharing,
     VmStep,
+    WindowStage,
 )
 
 
@@ -497,12 +498,60 @@ class Problem:
         return f"{self.at}: {text}" if self.at else text
 
 
+@dataclass(frozen=True)
+class GuestDriverMove:
+    """A guest driver a driver upgrade window installs in a running VM (through its guest group's driver role):
+    from the version it reports (or its group declares) to `new`, from the group's file `src` (a controller path as
+    the group's vars give it) with its `sha256`; `why` names the versions and NVIDIA's rule that ask for it."""
+
+    vm: str
+    group: str
+    stage: WindowStage
+    old: str
+    new: str
+    src: str
+    sha256: str
+    why: str
+
+
+@dataclass(frozen=True)
+class GuestDriverOutcome:
+    """What a guest driver move of a window did in its VM: changed, or failed and why."""
+
+    vm: str
+    stage: WindowStage
+    new: str
+    status: Outcome
+    message: str = ""
+
+
+@dataclass
+class UpgradeWindow:
+    """A driver upgrade of hosts' vGPU Managers in the order NVIDIA allows (vgpuctl.hosts.window): guest drivers
+    the new managers would refuse moved first, then the hosts in `batches` (max_unavailable at a time, the order
+    apply takes them), then guest drivers to their group's release. `managers`: host -> [before, after]."""
+
+    batches: list[list[str]] = field(default_factory=list)
+    managers: dict[str, list[str]] = field(default_factory=dict)
+    before: list[GuestDriverMove] = field(default_factory=list)
+    after: list[GuestDriverMove] = field(default_factory=list)
+
+    @property
+    def hosts(self) -> list[str]:
+        return [h for batch in self.batches for h in batch]
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.batches and not self.before and not self.after
+
+
 @dataclass
 class Plan:
     vm_changes: list[VmChange] = field(default_factory=list)
     host_changes: list[HostChange] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)  # the plan cannot be applied: one per reason
     warnings: list[str] = field(default_factory=list)
+    window: UpgradeWindow | None = None  # a driver upgrade of vGPU Managers, with the guest drivers around it
 
     @property
     def errors(self) -> list[str]:
@@ -519,15 +568,18 @@ class Plan:
 
     @property
     def is_empty(self) -> bool:
-        return not self.changes and not self.host_changes
+        return not self.changes and not self.host_changes and (self.window is None or self.window.is_empty)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "host_changes": [asdict(c) for c in self.host_changes],
             "vm_changes": [asdict(c) for c in self.changes],
             "errors": list(self.errors),
             "warnings": list(self.warnings),
         }
+        if self.window is not None and not self.window.is_empty:
+            out["window"] = asdict(self.window)
+        return out
 
 
 # ----------------------------------------------------------------------------------------------- outcomes

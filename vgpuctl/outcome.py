@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from vgpuctl.domain import Outcome
 from vgpuctl.errors import Interrupted, PlanError, VgpuctlError
-from vgpuctl.model import ApplyResult, HostApplyResult, Observed, Op, Plan, SupervisorApplyResult
+from vgpuctl.model import ApplyResult, GuestDriverOutcome, HostApplyResult, Observed, Op, Plan, SupervisorApplyResult
 
 if TYPE_CHECKING:
     from vgpuctl.guest.runner import DeployResult
@@ -27,6 +28,7 @@ class ApplyOutcome:
     vm_plan: Plan
     interrupted: bool = False
     vm_errors: list[str] = field(default_factory=list)
+    guest_drivers: list[GuestDriverOutcome] = field(default_factory=list)  # a driver upgrade window's guest moves
 
 
 @dataclass
@@ -49,9 +51,12 @@ class Planned:
 
     @property
     def disruptive(self) -> bool:
-        """Host changes, VMs powered off or destroyed or vGPUs removed, or VM classes deleted."""
+        """Host changes, guest drivers a window moves, VMs powered off or destroyed or vGPUs removed, or VM classes
+        deleted."""
+        window = self.plan.window
         return (
             bool(self.plan.host_changes)
+            or (window is not None and not window.is_empty)  # a guest driver install reloads the guest's driver
             or any(c.power_off or c.destroy or any(d.op == Op.REMOVE for d in c.devices) for c in self.plan.changes)
             or (self.classes is not None and any(c.op == Op.REMOVE for c in self.classes.class_changes))
         )
@@ -91,6 +96,10 @@ class RunOutcome:
             )
         if applied is not None and applied.vm_errors:
             return PlanError(list(applied.vm_errors))
+        moved = [o for o in applied.guest_drivers if o.status == Outcome.FAILED] if applied is not None else []
+        if moved and not self.interrupted:
+            return VgpuctlError(f"the upgrade window stopped: the guest driver of {', '.join(o.vm for o in moved)} "
+                                "could not be moved (the summary says why): run apply again to continue")
         result = self.vm_result
         if self.interrupted:
             return Interrupted(

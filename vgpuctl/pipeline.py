@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome, Power
 from vgpuctl.errors import PlanError, UsageError
@@ -30,15 +30,20 @@ from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_ch
 from vgpuctl.hosts.sshservice import SshServiceRun, explain_shell_errors, only_ssh, ssh_service_for_run
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.inventory import HostSpec, Inventory
-from vgpuctl.model import ApplyResult, HostApplyResult, HostChange, Observed, Plan, VmOutcome
-from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
-from vgpuctl.progress import (
-    Cancel,
-    HostProgress,
-    Progress,
-    VmProgress,
+from vgpuctl.model import (
+    ApplyResult,
+    GuestDriverMove,
+    GuestDriverOutcome,
+    HostApplyResult,
+    HostChange,
+    Observed,
+    Plan,
+    VmOutcome,
 )
+from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
+from vgpuctl.progress import Cancel, HostProgress, Progress, VmProgress, cancelled
 from vgpuctl.records.work import WORK_FIELD, WorkStore
+from vgpuctl.runhooks import QuietHooks, RunHooks
 from vgpuctl.runlocks import check_lock_settings
 from vgpuctl.settings import host_properties
 from vgpuctl.settings.facts import MODULE_OPTIONS, HostFacts
@@ -370,8 +375,10 @@ def apply_hosts(
     options: RunOptions,
     progress: HostProgress | None = None,
     cancel: Cancel | None = None,
+    window: Iterable[str] = (),
 ) -> HostApplyResult:
-    """Host changes host by host (maintenance, reboot, verify), `max_unavailable` at a time."""
+    """Host changes host by host (maintenance, reboot, verify), `max_unavailable` at a time; a failing host of a
+    driver upgrade `window` stops the hosts after it."""
     check_lock_settings()
     resolved, _ = hostplan.resolve_hosts(specs, observed)
     moids = {name: h.moid for name, h in observed.hosts.items()}
@@ -384,6 +391,7 @@ def apply_hosts(
         progress=progress,
         cancel=cancel,
         lock_timeout_s=options.lock_timeout_s,
+        window=frozenset(window),
     )
     state = state_of(session, observed, options)
     _collect_dead_claims(session, observed, {c.host for c in changes})
@@ -447,12 +455,21 @@ def apply(
     progress: Progress | None = None,
     cancel: Cancel | None = None,
 ) -> ApplyOutcome:
-    """Hosts first; then observe again the same way, plan the VMs again and apply them."""
+    """A driver upgrade window's guest drivers first; hosts; then observe again the same way, plan the VMs again and
+    apply them; then the window's guest drivers to their release."""
+    window = the_plan.window
+    moved = move_guest_drivers(session, inventory, window.before if window else [], progress, cancel)
+    if _stopped(moved, cancel):  # no host leaves service
+        return _window_stopped(the_plan, moved, cancelled(cancel))
     if not the_plan.host_changes:
         _vms_planned(progress, the_plan)
         vms = apply_vms(session, the_plan, observed, options, progress, cancel)
-        return ApplyOutcome(None, vms, the_plan, vms.interrupted)
-    hosts = apply_hosts(session, observed, inventory.hosts, the_plan.host_changes, options, progress, cancel)
+        moved += move_guest_drivers(session, inventory, window.after if window else [], progress, cancel)
+        return ApplyOutcome(None, vms, the_plan, vms.interrupted, guest_drivers=moved)
+    hosts = apply_hosts(session, observed, inventory.hosts, the_plan.host_changes, options, progress, cancel,
+                        window.hosts if window else ())
+    if window is not None and not set(window.hosts) - hosts.done_hosts:  # every host has its new manager
+        moved += move_guest_drivers(session, inventory, window.after, progress, cancel)
     after = observe(session, options.datacenter, inventory)
     vm_plan, failed = replan_vms_alone(inventory, after, pending_changes(the_plan.host_changes, hosts))
     if vm_plan.errors:  # the host results stand; errors that name no VM stop every VM
@@ -460,7 +477,37 @@ def apply(
     _vms_planned(progress, vm_plan)
     vms = apply_vms(session, vm_plan, after, options, progress, cancel)
     vms.vms = sorted(vms.vms + _replan_failures(failed), key=lambda o: o.vm)
-    return ApplyOutcome(hosts, vms, vm_plan, vms.interrupted)
+    return ApplyOutcome(hosts, vms, vm_plan, vms.interrupted, guest_drivers=moved)
+
+
+def move_guest_drivers(session: Session, inventory: Inventory, moves: Sequence[GuestDriverMove],
+                       progress: Progress | None = None, cancel: Cancel | None = None) -> list[GuestDriverOutcome]:
+    """A window's guest driver moves, through the guest stage (vgpuctl.guest.drivers): the VMs' addresses (one
+    read), then the driver role in them. Nothing after Ctrl-C."""
+    if not moves or cancelled(cancel):
+        return []
+    from vgpuctl.guest.addresses import read_addresses
+    from vgpuctl.guest.drivers import deploy_drivers
+
+    for m in moves:
+        if progress is not None:
+            progress.vm_step(m.vm, f"guest driver {m.old} -> {m.new}", None)
+    addresses = read_addresses(session, [m.vm for m in moves])
+    return deploy_drivers(inventory, addresses, moves)
+
+
+def _stopped(moved: Sequence[GuestDriverOutcome], cancel: Cancel | None) -> bool:
+    return cancelled(cancel) or any(o.status == Outcome.FAILED for o in moved)
+
+
+def _window_stopped(the_plan: Plan, moved: list[GuestDriverOutcome], interrupted: bool) -> ApplyOutcome:
+    """The window stopped at its first guest drivers: no host began, no VM change began."""
+    from vgpuctl.model import HostOutcome
+
+    why = "interrupted" if interrupted else "a guest driver of the window could not be moved first"
+    hosts = HostApplyResult([HostOutcome(h, Outcome.NOT_STARTED, message=why)
+                             for h in sorted({c.host for c in the_plan.host_changes})])
+    return ApplyOutcome(hosts, _not_started(the_plan, {}), the_plan, interrupted, guest_drivers=moved)
 
 
 def _vms_planned(progress: Progress | None, vm_plan: Plan) -> None:
@@ -566,7 +613,8 @@ class GuestStage:
     wait_s: float = 600.0
     poll_s: float = 5.0
     limit: str | None = None
-    on_addresses: Callable[[dict[str, str | None]], None] | None = None  # each read while waiting
+    # the live display of the wait for the guests' addresses, fed each read (VM name -> address or None)
+    waiting: Callable[[], AbstractContextManager[Callable[[dict[str, str | None]], None]]] | None = None
     # the live display of the playbooks for these guests, taking ansible-runner's events
     display: Callable[[list[str]], AbstractContextManager[EventSink]] | None = None
 
@@ -586,52 +634,6 @@ class RunRequest:
     def __post_init__(self) -> None:
         if self.saved is not None and self.plan_document is None:
             raise ValueError("a saved plan's run needs the plan document to compare it with")
-
-
-class RunHooks(Protocol):
-    """What a run shows and asks, from the caller (the CLI renders, a test records)."""
-
-    def planned(self, planned: Planned) -> None:
-        """The plan is made (also when it has errors: the run raises PlanError right after)."""
-
-    def confirm(self, planned: Planned) -> None:
-        """Before the first change (only when there is one); raise to stop with nothing changed."""
-
-    def apply_progress(self, planned: Planned) -> AbstractContextManager[Progress]:
-        """The live display of the apply stages."""
-
-    def note(self, message: str) -> None:
-        """A line for people: Ctrl-C, VM-class steps, guest addresses."""
-
-
-class QuietHooks:
-    """Hooks that show nothing and never ask (a plan read by a program; --yes with no display)."""
-
-    def planned(self, planned: Planned) -> None:
-        pass
-
-    def confirm(self, planned: Planned) -> None:
-        pass
-
-    def apply_progress(self, planned: Planned) -> AbstractContextManager[Progress]:
-        return nullcontext(_NO_PROGRESS)
-
-    def note(self, message: str) -> None:
-        pass
-
-
-class _NoProgress:
-    def vm_step(self, vm: str, step: str, percent: int | float | None = None) -> None:
-        pass
-
-    def host_step(self, host: str, step: str, detail: str | None) -> None:
-        pass
-
-    def vms_planned(self, vms: Sequence[str]) -> None:
-        pass
-
-
-_NO_PROGRESS = _NoProgress()
 
 
 def run(
@@ -655,9 +657,10 @@ def run(
     with open_session(settings) as session, ssh_service_for_run(session, options) if request.apply else nullcontext():
         outcome = within_session(session, inventory, options, request, hooks)
         if stage is not None and outcome.failure() is None:
-            outcome.addresses = guest_addresses(
-                session, inventory, wait_s=stage.wait_s, poll_s=stage.poll_s, progress=stage.on_addresses
-            )
+            with stage.waiting() if stage.waiting is not None else nullcontext(None) as on_read:
+                outcome.addresses = guest_addresses(
+                    session, inventory, wait_s=stage.wait_s, poll_s=stage.poll_s, progress=on_read
+                )
         outcome.round_trips = session.round_trips
     if stage is not None and outcome.addresses is not None:
         names = [n for n in guest_vms(inventory) if outcome.addresses.get(n)]
@@ -760,20 +763,13 @@ def refuse_unallowed_removals(the_plan: Plan, inventory: Inventory, request: Run
 
 def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOptions) -> Planned:
     """The plan of an inventory, nothing applied and nothing raised for its errors (experiments check variants
-    with it): read-only, nothing written to vCenter (RunOptions.read_only)."""
+    with it, a fleet plans each vCenter with it): read-only, nothing written to vCenter (RunOptions.read_only)."""
     from vgpuctl.vsphere.session import open_session
 
     options = replace(options, read_only=True)
-    with open_session(settings) as session:
+    with open_session(settings) as session, ExitStack() as stack:
         observed = observe(session, options.datacenter, inventory)
-        scoped = plan_in_scope(session, observed, inventory, options)
-        the_plan, inventory = scoped.plan, scoped.inventory
-        with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:
-            classes = supervisor.last_plan if supervisor is not None else None
-            if classes is not None:
-                the_plan.refuse(classes.errors)
-        return Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips,
-                       scoped.scope, scoped.facts)
+        return prepare(session, observed, inventory, options, RunRequest(apply=False), stack).planned
 
 
 def run_interruptible(work: Callable[[Cancel], T], on_interrupt: Callable[[str], None]) -> tuple[T, bool]:

@@ -111,9 +111,10 @@ def content_digest(content: dict[str, Any]) -> str:
 
 
 def farm_digest(observed: Observed) -> str:
-    """sha256 of the observed farm's plan-relevant facts, in a stable order. NVLink sets read in a host's ESXi shell
-    are left out: a plan whose run starts the host's SSH service (`ssh.service: manage`) reads them only at apply;
-    what they change in the plan, the plan's own digest and section catch."""
+    """sha256 of the observed farm's plan-relevant facts, in a stable order. What a host's ESXi shell adds to a GPU
+    (NVLink sets where vCenter named none, whether the driver mixes vGPU types) is left out: a plan whose run
+    starts the host's SSH service (`ssh.service: manage`) reads it only at apply; what it changes in the plan, the
+    plan's own digest and section catch."""
     data = observed.to_dict()
     hosts = {n: {k: _from_vcenter(h, k) for k in HOST_FIELDS} for n, h in sorted(data["hosts"].items())}
     vms = {n: {k: v.get(k) for k in VM_FIELDS} for n, v in sorted(data["vms"].items())}
@@ -122,11 +123,13 @@ def farm_digest(observed: Observed) -> str:
 
 
 def _from_vcenter(host: dict[str, Any], key: str) -> Any:
-    """A host field as vCenter reported it: its GPUs without the NVLink sets the shell gave."""
+    """A host field as vCenter reported it: its GPUs without what the shell gave."""
     value = host.get(key)
-    if key != "gpus" or not host.get("nvlink_from_shell"):
+    if key != "gpus":
         return value
-    unknown: dict[str, Any] = {"nvlink_set": None, "nvlink_groups": [], "nvlink_profiles": []}  # as observed
+    unknown: dict[str, Any] = {"types_may_mix": None}  # as observed before the shell is read
+    if host.get("nvlink_from_shell"):
+        unknown |= {"nvlink_set": None, "nvlink_groups": [], "nvlink_profiles": []}
     return [{**gpu, **unknown} for gpu in value or []]
 
 

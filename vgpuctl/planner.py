@@ -38,7 +38,7 @@ def make_plan(
 def _make_plan(inv: Inventory, observed: Observed, host_facts: dict[str, HostFacts] | None, resume: list[str],
                vgpu_migration: bool, only_vms: Collection[str] | None) -> Plan:
     hosts = (
-        hostplan.plan_hosts(inv.hosts, observed, host_facts, resume, inv.vms, vgpu_migration)
+        hostplan.plan_hosts(inv.hosts, observed, host_facts, resume, inv.vms, vgpu_migration, guests=inv.guests)
         if inv.hosts or resume
         else None
     )
@@ -48,6 +48,7 @@ def _make_plan(inv: Inventory, observed: Observed, host_facts: dict[str, HostFac
     if hosts is not None:
         plan.host_changes, plan.problems = hosts.changes, [Problem(e) for e in hosts.errors]
         plan.warnings += hosts.warnings
+        plan.window = hosts.window
     plan.vm_changes = vms.vm_changes
     plan.problems += vms.problems
     plan.warnings += vms.warnings

@@ -215,8 +215,8 @@ def test_a_consistent_forgery_that_hides_a_destroy_is_refused(sim: Any, tmp_path
     refused = vgpuctl(sim, tmp_path, "apply", str(out), "--yes")
     assert refused.exit_code == 1
     assert errors(refused) == [
-        f"error: {out}: its plan section is not the plan its inventory gives (vm_changes differ): the file "
-        "was changed after `vgpuctl plan --out` wrote it, digests and all; nothing was "
+        f"error: {out}: its plan section is not the plan its inventory gives (disruptions, vm_changes differ): the "
+        "file was changed after `vgpuctl plan --out` wrote it, digests and all; nothing was "
         "changed; make a new plan with `vgpuctl plan -f FILE --out PLANFILE`"
     ], refused.output
     assert vgpus_of(sim, "other-01") == [] and vgpus_of(sim, "saved-01") is None  # nothing touched

@@ -342,8 +342,11 @@ def test_vgpuctl_plan_and_apply_carry_the_vm_classes(sim: Any, env: dict[str, st
     plan = vgpuctl(env, "plan", "-f", str(path), "--detailed-exitcode")
     assert plan.exit_code == 2, plan.output
     assert "+ vm class gpu-pipe  (create)" in plan.output and "+ vm class gpu-pipe\n" in plan.output
-    applied = vgpuctl(env, "apply", "-f", str(path), "--yes")
+    applied = CliRunner().invoke(app, ["-o", "json", "apply", "-f", str(path), "--yes"], env=env)
     assert applied.exit_code == 0, applied.output
+    outcomes = json.loads(applied.stdout)["vm_class_outcomes"]  # the changes as applied, in the document
+    assert [(o["target"], o["action"], o["status"]) for o in outcomes] == [
+        ("vm class gpu-pipe", "create", "changed"), ("namespace other-team", "associate", "changed")]
     rest = Rest(sim)
     assert rest.namespace_classes("other-team") == ["best-effort-small", "gpu-pipe"]
     assert _profiles(rest.classes()["gpu-pipe"]) == ["grid_a100-20c"]

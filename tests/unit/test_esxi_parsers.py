@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from vgpuctl.esxi import commands, modopts, parsers
+from vgpuctl.esxi import commands, modopts, parsers, software
 from vgpuctl.esxi.facts import FACTS, NVLINK_STATUS
 from vgpuctl.esxi.parsers import OutputFormatError
 
@@ -20,6 +20,7 @@ pytestmark = pytest.mark.unit
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi"
 ALL_CASES = json.loads((FIXTURES / "cases.json").read_text())["cases"]
 CASES = [c for c in ALL_CASES if "parser" in c]  # the others are GPU query cases (tests/unit/test_host_settings.py)
+PARSER_MODULES = (parsers, software)  # the shell's parsers: GPUs and modules, then software (depots, vGPUs' guests)
 
 
 def plain(value: Any) -> Any:
@@ -62,7 +63,8 @@ def parser_of(case: dict[str, Any]) -> Callable[[str], Any]:
         func = getattr(fact.parse, "func", fact.parse)
         assert func is getattr(parsers, case["parser"]), f"{case['fixture']}: {fact.name} parses with {func}"
         return fact.parse
-    return functools.partial(getattr(parsers, case["parser"]), **case.get("args", {}))
+    module = next(m for m in PARSER_MODULES if hasattr(m, case["parser"]))
+    return functools.partial(getattr(module, case["parser"]), **case.get("args", {}))
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c['parser']}:{c['fixture']}")
@@ -237,7 +239,8 @@ def test_a_run_bound_limits_each_command_and_the_connection() -> None:
 
 # Parsers no published capture was found for (searched: public GitHub code and pages, see the fixtures' README):
 # the simulator's text and the hand-written cases above are all they are tested on.
-NO_REAL_CAPTURE = {"parse_gpu_modes", "parse_module_parameters", "parse_module_parameter_names"}
+NO_REAL_CAPTURE = {"parse_gpu_modes", "parse_module_parameters", "parse_module_parameter_names",
+                   "parse_vgpu_query", "parse_component_list", "parse_install_result"}
 
 
 def test_every_parser_reads_a_real_capture() -> None:
@@ -247,8 +250,8 @@ def test_every_parser_reads_a_real_capture() -> None:
 
     readme = (FIXTURES / "README.md").read_text(encoding="utf-8")
     real = {c["parser"] for c in CASES if not c["fixture"].startswith("gpusim.")}
-    names = {n for n, f in inspect.getmembers(parsers, inspect.isfunction) if n.startswith("parse_")
-             and f.__module__ == parsers.__name__}
+    names = {n for m in PARSER_MODULES for n, f in inspect.getmembers(m, inspect.isfunction)
+             if n.startswith("parse_") and f.__module__ == m.__name__}
     assert names - real == NO_REAL_CAPTURE
     for case in CASES:
         if not case["fixture"].startswith("gpusim."):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -75,6 +76,13 @@ def test_role_syntax(role, tmp_path):
 
 def test_site_syntax(tmp_path):
     assert_syntax_ok(PLAYBOOKS / "site.yml", tmp_path)
+
+
+def test_driver_yml_syntax_and_roles(tmp_path):
+    """The driver upgrade window's guest playbook: the GPU facts, then the driver role alone."""
+    play = yaml.safe_load((PLAYBOOKS / "driver.yml").read_text())
+    assert [t["ansible.builtin.include_role"]["name"] for t in play[0]["tasks"]] == ["gpu_facts", "vgpu_guest_driver"]
+    assert_syntax_ok(PLAYBOOKS / "driver.yml", tmp_path)
 
 
 def test_ansible_lint_offline_production_profile(tmp_path):
@@ -257,6 +265,8 @@ def test_collection_builds_offline_with_every_role_and_real_templates(installed_
         assert not template.is_symlink(), template  # the shared templates are copied in, not links out of it
         assert template.read_text() == (targets.templates_dir() / name).read_text()
     assert not (root / "site.yml").exists()
+    module = root / "plugins" / "modules" / "vgpuctl_apply.py"
+    assert module.read_text() == (PLAYBOOKS / "plugins" / "modules" / "vgpuctl_apply.py").read_text()
     deps = json.loads((root / "MANIFEST.json").read_text())["collection_info"]["dependencies"]
     assert set(deps) == {"ansible.posix", "community.crypto", "community.general"}
 
@@ -319,15 +329,21 @@ def test_galaxy_metadata_matches_the_package_and_the_roles():
         assert (meta["galaxy_info"]["namespace"], meta["galaxy_info"]["role_name"]) == (GALAXY["namespace"], role)
 
 
-def test_execution_environment_context_installs_the_collection(tmp_path):
+PROJECT_VERSION = re.search(r'^version = "(.+)"$', (ROOT / "pyproject.toml").read_text(), re.M)[1]  # type: ignore[index]
+WHEEL = f"vgpuctl-{PROJECT_VERSION}-py3-none-any.whl"
+
+
+def test_execution_environment_context_installs_the_collection_and_vgpuctl(tmp_path):
     ee_file = yaml.safe_load((ROOT / "execution-environment.yml").read_text())
     assert ee_file["additional_build_files"] == [{"src": f"dist/{TARBALL}", "dest": "collections"},
+                                                 {"src": f"dist/{WHEEL}", "dest": "wheels"},
                                                  {"src": "constraints.txt", "dest": "constraints"}]
     work = tmp_path / "ee"
     (work / "dist").mkdir(parents=True)
     shutil.copy(ROOT / "execution-environment.yml", work)
     shutil.copy(ROOT / "constraints.txt", work)
     shutil.copy(build_collection(tmp_path), work / "dist")
+    (work / "dist" / WHEEL).write_bytes(b"the wheel pip wheel builds")  # the packaging tests build the real one
     context = work / "context"
     proc = subprocess.run(
         [BIN / "ansible-builder", "create", "-f", str(work / "execution-environment.yml"), "-c", str(context)],
@@ -340,15 +356,21 @@ def test_execution_environment_context_installs_the_collection(tmp_path):
     containerfile = next(p for p in (context / "Containerfile", context / "Dockerfile") if p.exists()).read_text()
     assert "COPY _build /build" in containerfile
     assert "ansible-galaxy collection install" in containerfile
-    assert "ansible-core>=2.16" in containerfile
+    # no Galaxy server: the `ansible` package brings the collections the roles need, the install is offline
+    assert 'ARG ANSIBLE_INSTALL_REFS="ansible>=12,<13 ' in containerfile
+    assert 'ARG ANSIBLE_GALAXY_CLI_COLLECTION_OPTS="--offline"' in containerfile
     # every pip install of the image goes through the lock the tests ran on; the finished image is left free
     pinned = containerfile.index("ENV PIP_CONSTRAINT=/etc/pip-constraints.txt")
     assert containerfile.index("COPY _build/constraints/constraints.txt /etc/pip-constraints.txt") < pinned
     assert pinned < containerfile.index("pip install --no-cache-dir $ANSIBLE_INSTALL_REFS")
-    assert containerfile.index("ENV PIP_CONSTRAINT=\n") > containerfile.index("'dumb-init==")
+    installed = containerfile.index(f"pip install --no-cache-dir /tmp/wheels/{WHEEL}")
+    assert containerfile.index("'dumb-init==") < installed < containerfile.index("RUN vgpuctl --version")
+    assert containerfile.index("RUN vgpuctl --version") < containerfile.index("ENV PIP_CONSTRAINT=\n")
+    assert installed < containerfile.index("USER 1000")
     build = context / "_build"
     assert (build / "constraints" / "constraints.txt").read_text() == (ROOT / "constraints.txt").read_text()
     assert (build / "collections" / TARBALL).is_file()
+    assert (build / "wheels" / WHEEL).read_bytes() == b"the wheel pip wheel builds"
     # what the image's galaxy stage runs in /build, here offline into a temporary path
     proc = subprocess.run(
         [

@@ -88,7 +88,7 @@ SHARED_READERS = {
 NAMES_A_SETTING = {
     "experiment/facts.py": "an experiment compares NVLink on and off: it reads the inventory's nvlink setting",
 }
-SETTING_MODULES = {"graphics", "gpumodes", "ecc", "nvlink", "scheduler", "sriov", "pvrdma"}
+SETTING_MODULES = {"graphics", "gpumodes", "ecc", "nvlink", "scheduler", "sriov", "pvrdma", "vgpu_manager"}
 
 
 def _read(kind: type) -> set[str]:
@@ -289,5 +289,5 @@ def test_a_gpu_query_parses_its_case() -> None:
         query = queries[case["query"]]
         text = (ROOT / "tests" / "fixtures" / "nvidia-smi" / case["fixture"]).read_text(encoding="utf-8")
         rows = parse_query_csv(text, case.get("fields"))
-        got = [dataclasses.asdict(v) if (v := query.parse(r)) is not None else None for r in rows]
+        got = [dataclasses.asdict(v) if dataclasses.is_dataclass(v := query.parse(r)) else v for r in rows]
         assert got == case["expect"], case["fixture"]

@@ -34,9 +34,11 @@ from vgpuctl.settings.facts import (
     HostFacts,
     PendingMode,
     declared_params,
+    guest_drivers,
     nvlink_links,
     nvlink_peers,
     nvlink_sets,
+    running_manager,
     vgpu_capabilities,
     vsphere_bus_id,
 )
@@ -360,6 +362,7 @@ def _fixture_runner(calls: list[str]):
         "topo -m": "gpusim.topo-m.txt",
         "parameters list -m nvidia": "gpusim.module-params.txt",
         "nvidia-smi -q": "gpusim.q.txt",
+        "vgpu -q": "gpusim.vgpu-q.txt",
     }
 
     def run(command: str) -> str:
@@ -391,6 +394,8 @@ def test_shell_facts_from_gpusim_outputs() -> None:
     assert any("mig.mode.pending" in c and "ecc.mode.pending" in c and "noheader" in c for c in calls)
     assert declared_params(facts) == ["NVreg_EnableMSI", "NVreg_NvLinkDisable", "NVreg_RegistryDwords"]
     assert {pci: cap.types for pci, cap in vgpu_capabilities(facts).items()} == {a: True, b: True, c: True}
+    assert guest_drivers(facts) == {"train-01": "550.90.07", "infer-01": None}
+    assert running_manager(facts) == "550.90.05"
 
 
 @pytest.mark.parametrize(
@@ -501,7 +506,7 @@ def test_a_work_record_is_written_only_under_the_hosts_lease(leases: list[str]) 
 
 
 def test_a_record_another_run_wrote_since_it_was_read_is_taken_as_it_is_now(leases: list[str]) -> None:
-    from vgpuctl.hosts.work import WORK_FIELD
+    from vgpuctl.records.work import WORK_FIELD
 
     fields = _Fields()
     store = _vcenter_store(fields)  # read: no record

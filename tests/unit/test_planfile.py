@@ -49,6 +49,18 @@ def test_farm_digest_leaves_out_nvlink_sets_the_shell_gave_but_not_vcenters() ->
     assert planfile.farm_digest(with_gpus(0, False)) != unread  # vCenter's own device groups count
 
 
+def test_farm_digest_leaves_out_the_drivers_word_on_mixing_types() -> None:
+    from vgpuctl.model import ObservedGpu
+
+    def with_mixing(types_may_mix: bool | None) -> Observed:
+        observed = farm()
+        observed.hosts["esx-01"].gpus = [ObservedGpu("0000:3b:00.0", "A100", types_may_mix=types_may_mix)]
+        return observed
+
+    unread = planfile.farm_digest(with_mixing(None))  # plan --out with the host's SSH service stopped
+    assert planfile.farm_digest(with_mixing(True)) == unread == planfile.farm_digest(with_mixing(False))
+
+
 def test_a_plan_section_that_is_not_the_plan_made_again_is_refused(tmp_path: Path) -> None:
     plan = Plan(vm_changes=[VmChange("a", destroy=True)])
     section = plan_section(plan, None, None)

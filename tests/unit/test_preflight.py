@@ -11,6 +11,7 @@ from pathlib import Path
 import kinds
 import pytest
 
+from vgpuctl import releases
 from vgpuctl.domain import CheckStatus, Phase
 from vgpuctl.esxi.parsers import parse_vib_list
 from vgpuctl.inventory import load_inventory_text
@@ -79,7 +80,7 @@ def test_r580_is_a_long_term_support_branch() -> None:
 def test_the_lts_exception_needs_both_branches_lts(monkeypatch: pytest.MonkeyPatch) -> None:
     table = (branches.Branch(535, 16, branches.Track.LTS), branches.Branch(550, 17, branches.Track.PRODUCTION),
              branches.Branch(570, 18, branches.Track.PRODUCTION), branches.Branch(580, 19, branches.Track.LTS))
-    monkeypatch.setattr(branches, "branches", lambda: table)
+    monkeypatch.setattr(releases, "branches", lambda: table)  # the rule lives in vgpuctl.releases
     verdict = branches.compatibility(580, 535)
     assert verdict.status == CheckStatus.WARN and "LTS branch before" in verdict.reason
     assert branches.compatibility(570, 535).status == CheckStatus.FAIL

@@ -23,7 +23,7 @@ from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.common import error_report
 from vgpuctl.cli.main import app
 from vgpuctl.cli.sim import parse_env_file, with_esxi_env
-from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, Outcome, Phase
+from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, Outcome, Phase, WindowStage
 from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, PreflightFailed, UsageError
 from vgpuctl.experiment.output import write_report
 from vgpuctl.experiment.runner import RunSummary, run_experiment
@@ -39,6 +39,7 @@ from vgpuctl.model import (
     DeviceChange,
     EvacuationAction,
     FieldChange,
+    GuestDriverMove,
     HostApplyResult,
     HostChange,
     HostOutcome,
@@ -51,6 +52,7 @@ from vgpuctl.model import (
     Op,
     Plan,
     SupervisorApplyResult,
+    UpgradeWindow,
     VmChange,
     VmOutcome,
 )
@@ -59,8 +61,15 @@ from vgpuctl.records.classes import ClassState, NamespaceState, SupervisorState
 from vgpuctl.reports import schemas
 from vgpuctl.reports.apply import ApplyReport, HostChangeReport, host_change_report
 from vgpuctl.reports.apply import apply_report as build_apply_report
-from vgpuctl.reports.base import Report
-from vgpuctl.reports.capacity import CapacityDemandReport, CapacityReport, capacity_demand_report, capacity_report
+from vgpuctl.reports.base import ErrorInfo, Report
+from vgpuctl.reports.capacity import (
+    CapacityDemandReport,
+    CapacityDrainReport,
+    CapacityReport,
+    capacity_demand_report,
+    capacity_drain_report,
+    capacity_report,
+)
 from vgpuctl.reports.experiment import (
     ExperimentReport,
     ExperimentRestoreReport,
@@ -199,6 +208,28 @@ def a_plan() -> Plan:
     )
 
 
+def window_plan() -> Plan:
+    """A driver upgrade window: a guest moved first, two hosts one at a time, the guest moved to its release."""
+    from vgpuctl.settings.vgpu_manager import VGPU_MANAGER, ManagerTarget, Route
+
+    target = ManagerTarget("580.65.05", Route.SHELL, "/vmfs/volumes/ds1/nvidia/bundle.zip", "NVD-AIE-800",
+                           "580.65.05-1OEM.800.1.0.20613240")
+    window = UpgradeWindow(
+        batches=[["esx-01"], ["esx-02"]], managers={"esx-01": ["550.90.05", "580.65.05"],
+                                                    "esx-02": ["550.90.05", "580.65.05"]},
+        before=[GuestDriverMove("train-01", "trainers", WindowStage.BEFORE, "550.90.07", "535.161.07",
+                                "files/NVIDIA-Linux-x86_64-535.161.07-grid.run", "bbb", "R580 does not accept R550")],
+        after=[GuestDriverMove("train-01", "trainers", WindowStage.AFTER, "535.161.07", "580.65.06",
+                               "files/NVIDIA-Linux-x86_64-580.65.06-grid.run", "aaa", "the same release (vGPU 19.0)")],
+    )
+    return Plan(host_changes=[
+        HostChange("esx-01", ChangeKind.EVACUATE, "train-01", "poweredOn (grid_a100-40c)",
+                   EvacuationAction(EvacuationKind.MIGRATE, "esx-02")),
+        HostChange("esx-01", VGPU_MANAGER, "host", "550.90.05", target, Phase.REBOOT),
+        HostChange("esx-02", VGPU_MANAGER, "host", "550.90.05", target, Phase.REBOOT),
+    ], window=window)
+
+
 def scoped_plan() -> Report:
     the_plan, scope = scoped(Scope(vms=["train-01"]))
     return plan_report(the_plan, scope=scope)
@@ -219,6 +250,15 @@ def apply_report(verbose: int = 0, vm: str | None = None) -> ApplyReport:
                         round_trips=12 if verbose else None)
 
 
+def failed_apply_report() -> ApplyReport:
+    """An apply whose VM-class changes ran and whose VM failed: the error the run ends with is in the document."""
+    vms = ApplyResult([VmOutcome("b", Outcome.FAILED, [], "InvalidState", "no")])
+    outcomes = [ChangeOutcome("vm class gpu", "create", "changed"),
+                ChangeOutcome("namespace ml", "associate", "failed", "503 from the API")]
+    error = ErrorInfo("VgpuctlError", "apply failed for 1 of 1 VM(s): b")
+    return build_apply_report(a_plan(), vms, classes=class_plan(), class_outcomes=outcomes, error=error)
+
+
 def host_report() -> HostReport:
     gpu = {"mig_current": False, "mig_pending": True, "nvlink_links": 12, "nvlink_active": 12}
     facts = host_facts("esx-01", shell=True, options_configured="NVreg_NvLinkDisable=1", options_effective="",
@@ -229,6 +269,8 @@ def host_report() -> HostReport:
 def status_with_classes() -> StatusReport:
     observed = farm()
     facts = host_facts("esx-01", shell=True, gpus={GPU0: {"mig_current": True, "mig_pending": True}})
+    facts.values["manager"] = {GPU0: "550.163.02"}  # the GPUs' driver: the vGPU Manager it runs
+    facts.values["guest_drivers"] = {"a": "550.163.01"}
     rows = {"esx-01": host_status(observed.hosts["esx-01"], facts, shell_error="ssh: refused")}
     supervisor = SupervisorState(
         classes={"gpu": ClassState("gpu", 8, 65536, vgpus=["grid_a100-20c"])},
@@ -322,6 +364,15 @@ def capacity_now() -> CapacityReport:
     return capacity_report(what_fits(observed))
 
 
+def capacity_drain() -> CapacityDrainReport:
+    from vgpuctl.capacity.drain import drain
+
+    observed = capacity_farm()
+    observed.hosts["esx-cap-03.lab"].in_maintenance = True
+    answer = drain(observed, ["esx-cap-01.lab", "esx-cap-03.lab"], vgpu_migration=True)
+    return capacity_drain_report(answer, 1)
+
+
 def capacity_answer() -> CapacityDemandReport:
     wanted = Demand.model_validate({"apiVersion": "vgpuctl/v1", "kind": "Demand", "allow": ["mig", "vgpu-mode"],
                                     "demand": [{"name": "slices", "count": 5,
@@ -376,9 +427,11 @@ SIM_ENV = "export VGPUCTL_URL=https://127.0.0.1:4242/sdk GPUSIM_SSH_HOSTS='esx-0
 REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "plan": lambda _t: with_class_plan(plan_report(a_plan()), class_plan()),
     "plan#verbose": lambda _t: with_class_plan(plan_report(a_plan(), 4), class_plan()),
+    "plan#window": lambda _t: plan_report(window_plan()),
     "plan#scoped": lambda _t: scoped_plan(),
     "apply": lambda _t: apply_report(),
     "apply#vm-verbose": lambda _t: apply_report(verbose=1, vm="a"),
+    "apply#failed": lambda _t: failed_apply_report(),
     "validate": lambda _t: validate_report("inv.yaml", load_inventory_text(HOSTS, "inv.yaml")),
     "explain": lambda _t: explain_report(),
     "host": lambda _t: host_report(),
@@ -393,6 +446,7 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "provision": lambda _t: provision_report(),
     "capacity": lambda _t: capacity_now(),
     "capacity-demand": lambda _t: capacity_answer(),
+    "capacity-drain": lambda _t: capacity_drain(),
     "export": lambda _t: ExportReport(None, export_inventory(farm())),
     "export#file": lambda t: ExportReport(str(t / "farm.yaml"), export_inventory(farm())),
     "supervisor_plan": lambda _t: supervisor_plan_report(class_plan()),
@@ -470,7 +524,7 @@ def test_every_report_has_a_real_document() -> None:
 def test_documents_validate_against_their_schema(name: str, tmp_path: Path) -> None:
     doc = DOCUMENTS[name](tmp_path)
     kind = kind_of_case(name)
-    assert kind == ("error" if "error" in doc else doc["kind"])
+    assert kind == doc.get("kind", "error")  # a failed apply's document has an `error` too, and its kind
     _valid(kind, doc)
 
 

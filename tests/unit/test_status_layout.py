@@ -165,3 +165,32 @@ def test_short_names_only_when_they_share_a_domain() -> None:
     assert common_suffix(["a.x.com", "b.x.com"]) == ".x.com"
     assert common_suffix(["a.x.com", "b.y.com"]) == "" and common_suffix(["a", "b"]) == ""
     assert short_pci(["0000:3b:00.0", "0000:5e:00.0"]) == 5 and short_pci(["0000:3b:00.0", "0001:3b:00.0"]) == 0
+
+
+def test_vgpu_manager_and_guest_drivers_where_the_shell_says_them() -> None:
+    """The manager a host runs (its GPUs' driver) and each running vGPU VM's guest driver (`nvidia-smi vgpu -q`),
+    in every layout; hosts and VMs the shell did not read say nothing of them."""
+    observed = farm()
+    rows = shell_rows(observed)
+    facts = host_facts("esx-01" + DOMAIN, shell=True, gpus={"0000:3b:00.0": {}})
+    facts.values["manager"] = {"0000:3b:00.0": "580.65.05"}
+    facts.values["guest_drivers"] = {"train-01": "580.65.06", "mixed-01": None}
+    rows["esx-01" + DOMAIN] = host_status(observed.hosts["esx-01" + DOMAIN], facts)
+    report_ = merge_status(status_report(observed), rows)
+    doc = report_.to_dict()
+    assert {h["host"]: h.get("vgpu_manager") for h in doc["hosts"]}["esx-01" + DOMAIN] == "580.65.05"
+    assert "vgpu_manager" not in {h["host"]: h for h in doc["hosts"]}["esx-04" + DOMAIN]
+    drivers = {v["vm"]: v.get("guest_driver") for v in doc["vms"]}
+    assert drivers == {"mig-01": None, "mixed-01": None, "train-01": "580.65.06", "web-01": None}
+    plain = render_status(report_, plain=True)
+    assert "  vgpu manager 580.65.05\n" in plain
+    assert "vm train-01  host esx-01" in plain and plain.count("guest driver 580.65.06") == 1
+    for width in (80, 200):
+        console = Console(width=width, record=True, file=open(os.devnull, "w"), color_system=None)  # noqa: SIM115
+        for item in render_status(report_, width):
+            console.print(item)
+        text = console.export_text()
+        assert "580.65.05" in text and "580.65.06" in text and "guest driver" in text
+        assert max(len(line) for line in text.splitlines()) <= width
+    assert "host esx-01" in rows["esx-01" + DOMAIN].render_text()
+    assert "guest drivers: mixed-01 none, train-01 580.65.06" in rows["esx-01" + DOMAIN].render_text()

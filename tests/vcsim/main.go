@@ -36,6 +36,7 @@ type options struct {
 	templates                 string
 	stateDir                  string
 	ssh                       *sshFlags
+	guests                    *guestFlags
 }
 
 // topologyFlags cannot be combined with -farm.
@@ -77,11 +78,15 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.templates, "templates", def.Templates[0].Name, "comma-separated VM template names (EFI, no vGPUs)")
 	fs.StringVar(&o.stateDir, "state-dir", "", "directory for state kept across restarts (SSH host keys); default: the env file's directory")
 	o.ssh = addSSHFlags(fs)
+	o.guests = addGuestFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if err := o.guests.check(); err != nil {
+		return nil, err
 	}
 	if _, _, err := net.SplitHostPort(o.listen); err != nil {
 		return nil, fmt.Errorf("-listen %q: %v", o.listen, err)
@@ -206,6 +211,16 @@ func run(args []string, stdout, stderr io.Writer, stop <-chan os.Signal) int {
 		for pattern, h := range sshControlRoutes(srv) {
 			sim.HandleControl(pattern, h.ServeHTTP)
 		}
+	}
+	if o.guests.dir != "" {
+		logf := func(format string, args ...any) { fmt.Fprintf(stderr, "gpusim: guests: "+format+"\n", args...) }
+		extra, stopGuests, err := startGuests(sim, o.guests, logf)
+		if err != nil {
+			fmt.Fprintf(stderr, "gpusim: guests: %v\n", err)
+			return 1
+		}
+		defer stopGuests()
+		env = append(env, extra...)
 	}
 	for _, ext := range extensions {
 		extra, stopExt, err := ext(sim)

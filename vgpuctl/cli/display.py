@@ -1,5 +1,6 @@
-"""The live displays on stderr: an apply's (what each host and VM is doing, and a line for each that finished) and
-a guest deploy's (`DeployProgress`, per host; its summary is the guests report).
+"""The live displays on stderr: an apply's (what each host and VM is doing, and a line for each that finished), the
+wait for the guests' IP addresses (`AddressWait`) and a guest deploy's (`DeployProgress`, per host; its summary is
+the guests report).
 
 On a terminal: a live view (the hosts and VMs in flight with their step and task percentage, as many as the
 terminal has rows, and a counter of finished hosts and VMs, counted apart) under the lines of the ones that
@@ -10,7 +11,8 @@ VMs an interrupted apply never started get no line of their own: the summary cou
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -127,6 +129,74 @@ class ApplyDisplay(LiveOnTerminal):
                 table.add_row(f"... and {len(active) - len(shown)} more in flight", "", "", "")
             table.add_row(self.counter(), "", "", "")
         return table
+
+
+# ------------------------------------------------------------------------------------------ guest addresses
+
+ADDRESS_SUBJECT = "guest IP addresses"
+WAITING_SHOWN = 5  # VM names on the line; the rest counted
+
+
+def seconds(value: float) -> str:
+    """`12 s`, `3 min 05 s`."""
+    whole = int(value)
+    return f"{whole} s" if whole < 60 else f"{whole // 60} min {whole % 60:02d} s"
+
+
+def waiting_for(names: Sequence[str], shown: int = WAITING_SHOWN) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
+class AddressWait(LiveOnTerminal):
+    """The wait for the guests' IP addresses, fed each read (VM name -> address or None). On a terminal one line
+    that updates: how many have one, how long it has waited, the VMs it still waits for. Off a terminal a dated
+    line when the VMs waited for change, and at most one per 30 s while they do not (StepLog). On leaving, a
+    line with the outcome: all there, or the VMs that had none."""
+
+    refresh_per_second = 2
+
+    def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic,
+                 stamp: Callable[[], str] | None = None):
+        self.console = console
+        self.clock = clock
+        self.started = clock()
+        self.current: dict[str, str | None] = {}
+        self.log = StepLog(self.print_line, clock=clock, stamp=stamp)
+
+    def __call__(self, current: dict[str, str | None]) -> None:
+        with self.out_lock:
+            self.current = dict(current)
+            if self.live is None:
+                self.log.step(ADDRESS_SUBJECT, self.state(), f"(waited {seconds(self.waited())})")
+
+    def waited(self) -> float:
+        return self.clock() - self.started
+
+    def missing(self) -> list[str]:
+        return sorted(name for name, address in self.current.items() if not address)
+
+    def state(self) -> str:
+        """`3/7, waiting for a, b, c, d, e and 1 more`, or `7/7`."""
+        have = len(self.current) - len(self.missing())
+        missing = self.missing()
+        return f"{have}/{len(self.current)}" + (f", waiting for {waiting_for(missing)}" if missing else "")
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        with self.out_lock:
+            line = f"{ADDRESS_SUBJECT}: {self.state()} (waited {seconds(self.waited())})"
+        return Text(line, no_wrap=True, overflow="ellipsis")
+
+    def __exit__(self, *exc: object) -> None:
+        super().__exit__(*exc)
+        if not self.current:
+            return
+        missing = self.missing()
+        outcome = f"no address for {waiting_for(missing)}" if missing else "all there"
+        have = len(self.current) - len(missing)
+        self.print_line(f"{ADDRESS_SUBJECT}: {have}/{len(self.current)} after {seconds(self.waited())}: {outcome}")
 
 
 # ------------------------------------------------------------------------------------------ guest deploy

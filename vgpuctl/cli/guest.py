@@ -89,6 +89,12 @@ def guest_display(names: list[str]) -> DeployProgress:
 
 def finish(result: DeployResult, opts: GlobalOptions, document: Report | None = None) -> None:
     """Print the per-guest summary (table, or one JSON document) and raise GuestError when a guest failed."""
+    show_result(result, opts, document)
+    result.raise_for_failures()
+
+
+def show_result(result: DeployResult, opts: GlobalOptions, document: Report | None = None) -> None:
+    """The per-guest summary: a table, or one JSON document (`document`, else the guests report)."""
     from vgpuctl.reports.guests import guest_run_report
 
     report = guest_run_report(result)
@@ -97,4 +103,3 @@ def finish(result: DeployResult, opts: GlobalOptions, document: Report | None = 
         common.info(report.summary_text())
     else:
         common.emit(report, opts)
-    result.raise_for_failures()

@@ -41,6 +41,9 @@ SshTofu = Annotated[
     bool,
     typer.Option("--ssh-trust-on-first-use", help="Accept and record unknown ESXi SSH host keys (reported)."),
 ]
+AllowDestroy = Annotated[
+    bool, typer.Option("--allow-destroy", help="Destroy the VMs whose entries say state: absent (- in the plan).")
+]
 
 
 HostScope = Annotated[
@@ -239,10 +242,7 @@ def apply_cmd(
     cluster: ClusterScope = None,
     vm: VmScope = None,
     events: cli_events.EventsOpt = None,
-    allow_destroy: Annotated[
-        bool,
-        typer.Option("--allow-destroy", help="Destroy the VMs whose entries say state: absent (- in the plan)."),
-    ] = False,
+    allow_destroy: AllowDestroy = False,
     vcenter: cli_fleet.VcenterScope = None,
 ) -> None:
     """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first.
@@ -428,10 +428,11 @@ def _progress(display: ApplyDisplay, events: EventStream | None) -> Iterator[Pro
 
 
 def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = None) -> ApplyReport:
-    """The apply's document; round trips only with -v."""
+    """The apply's document, with the error that fails the run when one does; round trips only with -v."""
     from vgpuctl.reports.apply import apply_report
 
     applied = outcome.applied
+    failure = outcome.failure()
     return apply_report(
         outcome.planned.plan,
         outcome.vm_result,
@@ -442,6 +443,9 @@ def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = No
         vm=vm,
         round_trips=outcome.round_trips if opts.verbose else None,
         scope=outcome.planned.scope,
+        class_outcomes=outcome.classes.outcomes if outcome.classes is not None else (),
+        error=common.error_report(failure).error if failure is not None else None,
+        guest_drivers=applied.guest_drivers if applied is not None else (),
     )
 
 

@@ -8,12 +8,16 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.cli.guest import InventoryFile, finish
+from vgpuctl.cli.guest import InventoryFile, show_result
+from vgpuctl.errors import GuestError
+from vgpuctl.names import listing
 
 if TYPE_CHECKING:
-    pass
+    from vgpuctl.cli.display import AddressWait
+    from vgpuctl.guest.runner import DeployResult
 
 DEFAULT_IP_TIMEOUT_S = 600
+NAMES_SHOWN = 20  # VMs named in the error; all of them with -v
 
 
 def register(app: typer.Typer) -> None:
@@ -39,8 +43,8 @@ def provision_cmd(
 
     opts: GlobalOptions = ctx.obj
     inventory = pipeline.load(file)
-    stage = pipeline.GuestStage(wait_s=ip_timeout, poll_s=ip_poll, limit=limit,
-                                on_addresses=AddressProgress(), display=guest_display)
+    stage = pipeline.GuestStage(wait_s=ip_timeout, poll_s=ip_poll, limit=limit, waiting=address_wait,
+                                display=guest_display)
     options = common.run_options(opts, inventory, parallel=parallel)
     outcome = run_apply(opts, inventory, options, pipeline.RunRequest(guests=stage), yes=yes)
     raise_for_outcome(outcome)
@@ -50,22 +54,28 @@ def provision_cmd(
         if opts.json:
             common.emit(ProvisionReport(applied, None), opts)
         return
-    missing = [n for n, v in (outcome.addresses or {}).items() if not v]
-    if missing:
-        common.warn(f"no IP address after {ip_timeout:g} s for: {', '.join(missing)}")
-    finish(outcome.guests, opts, document=ProvisionReport(applied, guest_run_report(outcome.guests)))
+    show_result(outcome.guests, opts, document=ProvisionReport(applied, guest_run_report(outcome.guests)))
+    missing = sorted(n for n, v in (outcome.addresses or {}).items() if not v)
+    raise_for_guests(outcome.guests, missing, ip_timeout, full=opts.verbose > 0)
 
 
-class AddressProgress:
-    """One line each time the number of guests with an address changes."""
+def address_wait() -> AddressWait:
+    """The live display of the wait for the guests' addresses (stderr)."""
+    from vgpuctl.cli.display import AddressWait
 
-    def __init__(self) -> None:
-        self.have = -1
+    return AddressWait(common.stderr_console())
 
-    def __call__(self, current: dict[str, str | None]) -> None:
-        have = sum(1 for v in current.values() if v)
-        if have != self.have:
-            self.have = have
-            missing = [n for n, v in current.items() if not v]
-            tail = f" (waiting for {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})" if missing else ""
-            common.info(f"guest IP addresses: {have}/{len(current)}{tail}")
+
+def raise_for_guests(result: DeployResult, missing: list[str], timeout_s: float, *, full: bool = False) -> None:
+    """GuestError naming the VMs that had no IP address when the wait ended (they were not configured), and the
+    guests whose playbooks failed; nothing when every guest is configured."""
+    if not missing:
+        result.raise_for_failures()
+        return
+    limit = len(missing) if full else NAMES_SHOWN
+    text = (f"no guest IP address after {timeout_s:g} s for {listing(missing, limit)} (powered off, or VMware "
+            "Tools not running in the guest): not configured")
+    others = sorted(h.host for h in result.failed if h.host not in set(missing))
+    if others:
+        text += f"; the guest playbooks failed on {listing(others, len(others) if full else NAMES_SHOWN)}"
+    raise GuestError(text)

@@ -17,13 +17,14 @@ from typing import Annotated
 
 import typer
 
-from vgpuctl.cli import common
+from vgpuctl.cli import common, simguests
 from vgpuctl.errors import UsageError, VgpuctlError
 
 app = typer.Typer(help="Start and stop the bundled GPU simulator (gpusim).", no_args_is_help=True)
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
+GUESTS_STOP_TIMEOUT_S = 300.0  # gpusim stops its guests as it ends (a fraction of a second each)
 
 
 class SimError(VgpuctlError):
@@ -165,13 +166,13 @@ def _wait_for_env(proc: subprocess.Popen[bytes], path: Path) -> dict[str, str]:
     raise SimError(f"gpusim did not write {path} within {START_TIMEOUT_S:.0f}s; see {log_path()}")
 
 
-def _terminate(pid: int) -> bool:
+def _terminate(pid: int, timeout_s: float = STOP_TIMEOUT_S) -> bool:
     """SIGTERM, wait, then SIGKILL. True when the process is gone."""
     try:
         os.kill(pid, signal.SIGTERM)
     except ProcessLookupError:
         return True
-    deadline = time.monotonic() + STOP_TIMEOUT_S
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
@@ -216,6 +217,11 @@ def up_cmd(
     vms: Annotated[int | None, typer.Option(min=0, help="Powered-off VMs vm-0001... to create.")] = None,
     templates: Annotated[str | None, typer.Option(help="Comma-separated VM template names.")] = None,
     api_version: Annotated[str | None, typer.Option(help="vSphere API version to report (e.g. 8.0.3.0).")] = None,
+    guests: Annotated[
+        bool,
+        typer.Option("--guests", help="Root only: each VM that powers on gets a guest (a Debian chroot with sshd in "
+                                      "a network namespace of its own) whose address gpusim reports, for `provision`."),
+    ] = False,
 ) -> None:
     """Build gpusim if needed, start it in the background, and print the environment to use it."""
     topology: dict[str, object] = {
@@ -230,6 +236,8 @@ def up_cmd(
         "vms": vms,
         "templates": templates,
     }
+    if guests:
+        simguests.check_can_run()  # before anything is built or started
     args = [*farm_args(farm, topology), "-catalogue", str(_catalogue())]
     if api_version is not None:
         args += ["-api-version", api_version]
@@ -237,34 +245,61 @@ def up_cmd(
     if pid is not None:
         raise SimError(f"gpusim is already running (pid {pid}); `vgpuctl sim env` prints its environment")
     binary = build(None if os.environ.get("GPUSIM_BIN") else source_dir())
+    state_dir().mkdir(parents=True, exist_ok=True)
+    pid, env = _start_with_guests(binary, args) if guests else _start(binary, args, {})
+    common.info(f"gpusim running (pid {pid}); log {log_path()}; stop it with `vgpuctl sim down`")
+    if guests:
+        common.info("guests: each VM that powers on gets one, its address in vSphere once its sshd answers (root "
+                    "login: the password in GPUSIM_GUEST_PASSWORD, or the key GPUSIM_GUEST_KEY_FILE)")
+    _checkout_stand_ins()
+    _print_env(env, ctx.obj)
+
+
+def _start_with_guests(binary: Path, args: list[str]) -> tuple[int, dict[str, str]]:
+    """gpusim with the guests attached (simguests): the folder prepared first, removed again when gpusim fails to
+    start."""
+    script = simguests.guestctl(_checkout())
     directory = state_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    simguests.tear_down(script, directory)  # what a session that died left
+    guest_args = simguests.prepare(script, directory)
+    try:
+        return _start(binary, [*args, *guest_args], simguests.hook_env(directory))
+    except BaseException:
+        simguests.tear_down(script, directory)
+        raise
+
+
+def _start(binary: Path, args: list[str], extra_env: dict[str, str]) -> tuple[int, dict[str, str]]:
+    """gpusim in the background (its pid in the state folder) and the environment it wrote."""
     env_file = env_path()
     env_file.unlink(missing_ok=True)
     with open(log_path(), "wb") as log:
         proc = subprocess.Popen(
-            [str(binary), "-env-file", str(env_file), "-state-dir", str(directory), *args],
+            [str(binary), "-env-file", str(env_file), "-state-dir", str(state_dir()), *args],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, **extra_env},
             start_new_session=True,  # survives this command and the terminal's Ctrl-C
         )
     pid_path().write_text(f"{proc.pid}\n")
     try:
-        env = _wait_for_env(proc, env_file)
+        return proc.pid, _wait_for_env(proc, env_file)
     except BaseException:
         pid_path().unlink(missing_ok=True)
         raise
-    common.info(f"gpusim running (pid {proc.pid}); log {log_path()}; stop it with `vgpuctl sim down`")
-    _checkout_stand_ins()
-    _print_env(env, ctx.obj)
+
+
+def _checkout() -> Path:
+    """The checkout gpusim's sources are in (tests/vcsim's grandparent)."""
+    return source_dir().parent.parent
 
 
 def _checkout_stand_ins() -> None:
     """Started from a checkout: its example inventory's guest files, as stand-ins where absent."""
     if os.environ.get("GPUSIM_SRC") or os.environ.get("GPUSIM_BIN"):
         return
-    written = write_stand_ins(source_dir().parent.parent)
+    written = write_stand_ins(_checkout())
     if written:
         common.info("wrote simulator stand-ins for the guest files inventory.example.yaml names (not NVIDIA's: "
                     "replace them with the real files for real guests): " + ", ".join(map(str, written)))
@@ -334,18 +369,33 @@ def env_cmd(ctx: typer.Context) -> None:
 
 @app.command("down")
 def down_cmd(ctx: typer.Context) -> None:
-    """Stop the simulator started by `vgpuctl sim up`."""
+    """Stop the simulator started by `vgpuctl sim up`, and its guests (`sim up --guests`)."""
     pid = running_pid()
     if pid is None:
         pid_path().unlink(missing_ok=True)
         common.info("gpusim is not running")
-        return
-    if not _terminate(pid):
-        raise SimError(f"gpusim (pid {pid}) did not stop")
-    pid_path().unlink(missing_ok=True)
-    env_path().unlink(missing_ok=True)
-    common.info(f"gpusim (pid {pid}) stopped")
-    if ctx.obj.json:
+    else:
+        with_guests = simguests.guests_dir(state_dir()).is_dir()
+        if not _terminate(pid, GUESTS_STOP_TIMEOUT_S if with_guests else STOP_TIMEOUT_S):
+            raise SimError(f"gpusim (pid {pid}) did not stop")
+        pid_path().unlink(missing_ok=True)
+        env_path().unlink(missing_ok=True)
+        common.info(f"gpusim (pid {pid}) stopped")
+    _stop_guests()
+    if pid is not None and ctx.obj.json:
         from vgpuctl.reports.sim import SimDownReport
 
         common.emit(SimDownReport(pid), ctx.obj)
+
+
+def _stop_guests() -> None:
+    """The guests gpusim stopped as it ended, checked, and their folder removed (stopped here when gpusim could
+    not: it was killed)."""
+    if not simguests.guests_dir(state_dir()).is_dir():
+        return
+    try:
+        script: Path | None = simguests.guestctl(_checkout())
+    except (SimError, simguests.GuestsError):
+        script = None  # no checkout any more: only the check
+    if simguests.tear_down(script, state_dir()):
+        common.info("guests stopped: no guest process, network namespace or mount is left")

@@ -91,6 +91,7 @@ class HostApplyOptions:
     open_shell: ShellOpener | None = None  # default: vgpuctl.hosts.facts.open_shell with known_hosts checks
     lock_timeout_s: float = 0.0  # how long to wait for a host another run holds (--lock-timeout)
     evacuate_by_flag: bool = False  # --evacuate set the evacuation (the `host` commands): messages name the flag
+    window: frozenset[str] = frozenset()  # hosts of a driver upgrade window: one failing stops the rest
 
 
 def apply_host_changes(
@@ -116,7 +117,9 @@ def apply_host_changes(
                 outcomes = list(pool.map(lambda t: _HostRun(session, watcher, t, state, opts).run(), batch))
             result.hosts += outcomes
             failed = [o.host for o in outcomes if o.status == Outcome.FAILED]
-            if failed and not opts.keep_going:
+            if set(failed) & opts.window:  # no other host of the window leaves service, --keep-going or not
+                stopped = f"{', '.join(failed)} failed: the driver upgrade window stops before another host leaves"
+            elif failed and not opts.keep_going:
                 stopped = f"{', '.join(failed)} failed; --keep-going continues with the other hosts"
             if cancelled(opts.cancel):
                 stopped = "interrupted"
@@ -364,10 +367,13 @@ class _HostRun:
             if changes:
                 self._forward(step.name)
                 self._enter(step.name)
-                reboot = self._write(step, changes) or reboot
+                writer = self._write(step, changes)
+                if writer.rebooted:  # the write rebooted the host after every write before it (vLCM)
+                    reboot, self.out.rebooted = False, True
+                reboot = writer.reboot_pending or reboot
         return reboot
 
-    def _write(self, step: ApplyStep, changes: list[HostChange]) -> bool:
+    def _write(self, step: ApplyStep, changes: list[HostChange]) -> HostWriter:
         writer = HostWriter(self.session, self.t.name, self.t.moid, self._step, self._done, self._shell)
         for setting in SETTINGS:
             mine = [c for c in changes if c.kind in setting.kinds]
@@ -375,7 +381,7 @@ class _HostRun:
                 setting.apply(step, mine, writer)
         if step.finish is not None:
             step.finish(writer, changes)
-        return writer.reboot_pending
+        return writer
 
     def _shell(self) -> AbstractContextManager[Any]:
         if self.opts.open_shell is not None:

@@ -28,6 +28,7 @@ from vgpuctl.settings import setting_of
 from vgpuctl.settings.base import HostPlan, names
 
 if TYPE_CHECKING:
+    from vgpuctl.farm.rolling import Rolling
     from vgpuctl.farm.state import FarmState
     from vgpuctl.inventory import HostSpec, VmSpec
 
@@ -83,6 +84,55 @@ class Migration:
         grouped = any(d.device_group_key is not None for d in vm.vgpus)
         placed = place_farm(self._state, [Request(vm.name, profiles, offering, grouped)])[vm.name]
         return (placed.host, "") if placed.ok else (None, f"no room on {', '.join(offering)}: {placed.reason}")
+
+
+class RollingMigration(Migration):
+    """Where a running VM of a host leaving service in a step of a rolling window can go: a host of its cluster in
+    service at that moment (not leaving in the same step, not `barred`), where its vGPUs fit on the cluster as it
+    is then, with the VMs earlier steps moved there (vgpuctl.farm.rolling); hosts in `first` are tried first, hosts
+    in `later` last (hosts already done, and hosts a later step empties: a VM moved is not moved again where that
+    can be helped). `accepting` may narrow the hosts further (the driver upgrade window: the hosts whose vGPU
+    Manager accepts the VM's guest driver)."""
+
+    def __init__(self, rolling: Rolling, batch: Sequence[str], vgpu_migration: bool, *,
+                 first: Iterable[str] = (), later: Iterable[str] = (), barred: Iterable[str] = ()):
+        super().__init__(rolling.now, set(batch), vgpu_migration)
+        self.rolling, self.batch = rolling, list(batch)
+        self.first, self.later, self.barred = set(first), set(later), set(barred)
+
+    def accepting(self, vm: ObservedVm, hosts: list[str]) -> tuple[list[str], list[str]]:
+        """The hosts the VM may run on, and why not the others (each a phrase naming the host)."""
+        return hosts, []
+
+    def target(self, vm: ObservedVm, host: ObservedHost) -> tuple[str | None, str]:
+        cluster = host.cluster or "(none)"
+        away = f"while {', '.join(self.batch)} {'is' if len(self.batch) == 1 else 'are'} in maintenance"
+        others = sorted((h for h in self.rolling.others(host.name) if h not in self.barred),
+                        key=lambda h: (h not in self.first, h in self.later, h))
+        if not others:
+            return None, f"no other host of cluster {cluster} is in service {away}"
+        if (stays := _stays_on_its_host(vm)) is not None:
+            return None, stays
+        if not vm.vgpus:
+            return others[0], ""
+        if not self.vgpu_migration:
+            return None, f"vCenter does not allow vMotion of running vGPU VMs ({HOT_MIGRATE_OPTION} is not true)"
+        accepted, refused = self.accepting(vm, others)
+        profiles = [d.profile for d in vm.vgpus]
+        offering = [h for h in accepted if set(profiles) <= set(self.rolling.now.hosts[h].offered_profiles)]
+        if not offering:
+            why = "; ".join(refused) if refused and not accepted else (
+                f"no host of cluster {cluster} in service {away} offers {', '.join(sorted(set(profiles)))}")
+            return None, why
+        placed = self.rolling.place(vm, offering)
+        if placed.ok:
+            return placed.host, ""
+        wanted: dict[str, int] = {}
+        for p in profiles:
+            wanted[p] = wanted.get(p, 0) + 1
+        missing = "; ".join(f"needs {n} x {p} free {away}; the rest of cluster {cluster} has "
+                            f"{self.rolling.free(p, offering)}" for p, n in sorted(wanted.items()))
+        return None, missing + (f" ({'; '.join(refused)})" if refused else "")
 
 
 def _stays_on_its_host(vm: ObservedVm) -> str | None:

@@ -13,7 +13,9 @@ from collections.abc import Iterable, Sequence
 
 from vgpuctl.domain import ChangeKind
 from vgpuctl.hosts.evacuation import Migration, gone_from_record, needs_maintenance, plan_evacuation, resume_change
+from vgpuctl.hosts.window import WindowInput, apply_batches, plan_window
 from vgpuctl.inventory import HostSpec, VmSpec
+from vgpuctl.inventory.schema import GuestsSpec
 from vgpuctl.model import HostChange, Observed, ObservedHost
 from vgpuctl.settings import SETTING_KINDS, SETTINGS, setting_of
 from vgpuctl.settings.base import HostPlan, PlanInput, names
@@ -50,12 +52,14 @@ def plan_hosts(
     vms: Sequence[VmSpec] = (),
     vgpu_migration: bool = False,
     evacuate_by_flag: bool = False,
+    guests: GuestsSpec | None = None,
 ) -> HostPlan:
     """Host changes for every host the specs name, in host order; `resume` names hosts a failed apply left
     in maintenance mode (from their work records); `vms` are the inventory's VM entries (what each VM will ask
     for after the change decides whether it can be evacuated and brought back); `vgpu_migration`: vCenter
     allows vMotion of running vGPU VMs (`evacuate: migrate`); `evacuate_by_flag`: the command line's --evacuate
-    sets the evacuation (messages name the flag)."""
+    sets the evacuation (messages name the flag); `guests`: the inventory's guest groups (the guest drivers of a
+    driver upgrade window, vgpuctl.hosts.window)."""
     resolved, errors = resolve_hosts(specs, observed)
     result = HostPlan(errors=errors)
     facts = facts or {}
@@ -65,17 +69,27 @@ def plan_hosts(
     changing = {name for name, p in plans.items() if needs_maintenance(p.changes)}
     migration = Migration(observed, changing, vgpu_migration)
     existing = {vm.moid for vm in observed.vms.values()}
+    window = plan_window(WindowInput(observed, resolved, facts, plans, listed, guests, vgpu_migration,
+                                     apply_batches({h: p.changes for h, p in plans.items()}, resolved)))
+    in_window = set(window.window.managers) if window is not None and window.window is not None else set()
     for name in sorted(set(resolved) | (resume & set(observed.hosts))):
         host = observed.hosts[name]
         spec = resolved.get(name)
         if spec is not None:
             one = plans[name]
-            one.extend(plan_evacuation(spec, host, observed, one.changes, listed, migration, evacuate_by_flag))
+            if name in in_window and window is not None:  # emptied by the window, batch by batch
+                one.changes += [c for c in window.changes if c.host == name]
+            else:
+                one.extend(plan_evacuation(spec, host, observed, one.changes, listed, migration, evacuate_by_flag))
             one.changes.sort(key=_order)
             result.extend(one)
         if name in resume:
             result.changes.append(resume_change(host, existing))
             result.warnings += gone_from_record(host, existing)
+    if window is not None:
+        result.errors += window.errors
+        result.warnings += window.warnings
+        result.window = window.window
     return result
 
 

@@ -8,7 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from vgpuctl.domain import CheckStatus, Firmware, GraphicsType, NvlinkRequirement
+from vgpuctl.domain import CheckStatus, Evacuate, Firmware, GraphicsType, NvlinkRequirement
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import Observed, ObservedHost, Plan
 from vgpuctl.preflight import branches
@@ -311,6 +311,23 @@ def setting_checks(observed: Observed, scope: Scope) -> list[PreflightCheck]:
         findings = [f for s in SETTINGS for f in s.preflight(spec, host)]
         out += [PreflightCheck(f.id, f.status, f.evidence, name, f.fix) for f in findings]
     return out
+
+
+def vgpu_migration_check(scope: Scope, enabled: bool | None) -> list[PreflightCheck]:
+    """Entries that empty hosts by vMotion (`evacuate: migrate`) need vCenter to allow it for running vGPU VMs
+    (its advanced setting vgpu.hotmigrate.enabled; VMware, "vSphere vMotion of vGPU VMs"); without it such VMs are
+    powered off instead where their entry allows it, else the plan refuses."""
+    hosts = sorted(n for n, s in scope.specs.items() if s.maintenance.evacuate == Evacuate.MIGRATE)
+    if enabled is None or not hosts:
+        return []
+    subject = f"hosts {', '.join(hosts)}" if len(hosts) > 1 else f"host {hosts[0]}"
+    if enabled:
+        return [PreflightCheck("vcenter.vgpu-migration", PASS, f"vgpu.hotmigrate.enabled is true ({subject} "
+                               "evacuate by migration)", None)]
+    return [PreflightCheck("vcenter.vgpu-migration", WARN, f"vgpu.hotmigrate.enabled is not true: running vGPU VMs "
+                           f"of {subject} (evacuate: migrate) cannot move; a plan powers them off where their entry "
+                           "allows it, else refuses", None, "set vCenter's advanced setting vgpu.hotmigrate.enabled "
+                           "to true")]
 
 
 def gpu_host_check(observed: Observed, inventory: Inventory | None, scope: Scope) -> list[PreflightCheck]:

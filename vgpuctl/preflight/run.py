@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from vgpuctl.domain import CheckStatus, ConnectionState, SshService
+from vgpuctl.domain import CheckStatus, ConnectionState, Evacuate, SshService
 from vgpuctl.farm.predict import predict_host
 from vgpuctl.gcpause import paused_gc
+from vgpuctl.hosts.evacuation import HOT_MIGRATE_OPTION
+from vgpuctl.hosts.facts import gather_facts
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import Observed, Plan
 from vgpuctl.preflight import checks, guests, privileges
 from vgpuctl.preflight.check import PreflightCheck
 from vgpuctl.preflight.facts import PreflightFacts, Scope, requirement_scope, scope_of
 from vgpuctl.preflight.gather import about, environment_user, gather, granted, places
+from vgpuctl.settings import SETTINGS
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -84,9 +87,38 @@ def run_checks(session: Session, observed: Observed, inventory: Inventory | None
     found += checks.rdma_checks(inventory, scope, facts.access)
     found += checks.vm_network_checks(inventory, observed, scope)
     found += checks.setting_checks(observed, scope)
+    found += setting_fact_checks(session, observed, scope)
+    found += checks.vgpu_migration_check(scope, _hot_migrate(session, scope))
     found += guests.driver_branch_checks(inventory, scope, facts.managers)
     found += guests.file_checks(inventory)
     return found
+
+
+def setting_fact_checks(session: Session, observed: Observed, scope: Scope) -> list[PreflightCheck]:
+    """What the settings an entry sets check from the host's facts (a depot they name, read on the host or through
+    vCenter): the facts of those hosts only, their shell where preflight checks it."""
+    wanted = {name: spec for name, spec in sorted(scope.specs.items())
+              if observed.hosts[name].connection_state == ConnectionState.CONNECTED
+              and any(s.preflight_reads and s.is_set(spec) for s in SETTINGS)}
+    if not wanted:
+        return []
+    facts = gather_facts(session, {n: (observed.hosts[n].moid, s) for n, s in wanted.items()},
+                         shell=any(n in scope.shell for n in wanted))
+    out = []
+    for name, spec in wanted.items():
+        found = [f for s in SETTINGS if s.preflight_reads and s.is_set(spec)
+                 for f in s.preflight_facts(spec, observed.hosts[name], facts[name])]
+        out += [PreflightCheck(f.id, f.status, f.evidence, name, f.fix) for f in found]
+    return out
+
+
+def _hot_migrate(session: Session, scope: Scope) -> bool | None:
+    """vCenter's vGPU vMotion setting, read only when an entry evacuates by migration (None: not read)."""
+    from vgpuctl.vsphere.vcenter import advanced_setting_true
+
+    if not any(s.maintenance.evacuate == Evacuate.MIGRATE for s in scope.specs.values()):
+        return None
+    return advanced_setting_true(session, HOT_MIGRATE_OPTION)
 
 
 def refuse_by_preflight(session: Session, observed: Observed, inventory: Inventory, the_plan: Plan) -> None:

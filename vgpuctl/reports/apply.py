@@ -4,19 +4,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from vgpuctl.domain import Outcome
 from vgpuctl.model import (
     ApplyResult,
+    ChangeOutcome,
+    GuestDriverOutcome,
     HostApplyResult,
     HostChange,
     HostOutcome,
     Plan,
     VmOutcome,
 )
-from vgpuctl.reports.base import TERMINAL, Report, TextLayout, VgpuCount, optional, vgpu_counts
+from vgpuctl.reports.base import TERMINAL, ErrorInfo, Report, TextLayout, VgpuCount, optional, vgpu_counts
 from vgpuctl.supervisor.vmclasses import SupervisorPlan
 
 if TYPE_CHECKING:
@@ -26,7 +28,8 @@ from vgpuctl.reports.plan import LIST_CUT, HostDiff, PlanReport, host_diff, name
 
 @dataclass
 class ApplyReport(Report):
-    """What an apply did: the plan it confirmed, each host and VM, and the VM plan's errors after the hosts."""
+    """What an apply did: the plan it confirmed, each host and VM, the VM plan's errors after the hosts, each
+    VM-class and namespace change, and what failed the run (the error it ends with; absent when it succeeded)."""
 
     kind: ClassVar[str] = "apply"
     plan: PlanReport
@@ -40,8 +43,11 @@ class ApplyReport(Report):
     hosts_not_ready: list[str]
     vm_errors: list[str]
     interrupted: bool
+    vm_class_outcomes: list[ChangeOutcome] = field(default_factory=list)
+    error: ErrorInfo | None = optional()  # noqa: RUF009 - None, not a shared object
     vm: str | None = optional()  # `vm vgpu add/remove`: the VM changed
     round_trips: int | None = optional()
+    guest_drivers: list[GuestDriverOutcome] = field(default_factory=list)  # a driver upgrade window's guest moves
 
     def render_text(self, layout: TextLayout = TERMINAL) -> None:
         """None: in text mode apply shows its progress and summary while it runs."""
@@ -95,8 +101,12 @@ def apply_report(
     vm: str | None = None,
     round_trips: int | None = None,
     scope: ScopeResult | None = None,
+    class_outcomes: Iterable[ChangeOutcome] = (),
+    error: ErrorInfo | None = None,
+    guest_drivers: Iterable[GuestDriverOutcome] = (),
 ) -> ApplyReport:
-    """The apply's document: the plan it confirmed, each host and VM; round trips only when given (-v)."""
+    """The apply's document: the plan it confirmed, each host and VM, each VM-class and namespace change, the
+    error that failed the run; round trips only when given (-v)."""
     vms = result.vms
     return ApplyReport(
         plan=with_class_plan(plan_report(plan, scope=scope), classes),
@@ -110,8 +120,11 @@ def apply_report(
         hosts_not_ready=list(result.hosts_not_ready),
         vm_errors=list(vm_errors),
         interrupted=interrupted,
+        vm_class_outcomes=list(class_outcomes),
+        error=error,
         vm=vm,
         round_trips=round_trips,
+        guest_drivers=list(guest_drivers),
     )
 
 
@@ -161,6 +174,8 @@ def render_apply_summary(report: ApplyReport, full: bool = False) -> str:
     if len(failed) > LIST_CUT and not full:
         lines.append(f"  failed: ... and {len(failed) - LIST_CUT} more VMs (-v lists them all)")
     lines += left_lines(report.vms, full)
+    lines += [f"Guest driver {o.vm} ({o.stage}): {o.new} {o.status}" + (f": {o.message}" if o.message else "")
+              for o in report.guest_drivers]
     if report.round_trips is not None:
         lines.append(f"round trips: {report.round_trips}")
     return "\n".join(lines)

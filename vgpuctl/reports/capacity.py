@@ -11,6 +11,7 @@ from vgpuctl.reports.base import TERMINAL, Report, TextLayout, optional
 
 if TYPE_CHECKING:
     from vgpuctl.capacity.answer import CapacityAnswer
+    from vgpuctl.capacity.drain import DrainAnswer
     from vgpuctl.capacity.fitnow import FitReport
 
 MODE_LABELS: dict[str, str] = {
@@ -270,3 +271,65 @@ def capacity_demand_report(answer: CapacityAnswer) -> CapacityDemandReport:
         blocked=[BlockedHost(h, b.what, b.fix) for h, bs in sorted(answer.blocked.items()) for b in bs],
         warnings=list(answer.warnings),
     )
+
+
+# ------------------------------------------------------------------------------------------ draining hosts
+
+
+@dataclass
+class DrainVm:
+    """A running VM of a host leaving service: the host of its cluster it would go to, or why none."""
+
+    vm: str
+    host: str
+    vgpus: list[str]
+    to: str | None
+    why: str | None = optional()
+
+
+@dataclass
+class DrainStepReport:
+    """Hosts leaving service together (max_unavailable), after the steps before them, and their VMs."""
+
+    step: int
+    hosts: list[str]
+    vms: list[DrainVm]
+    skipped: dict[str, str] = field(default_factory=dict)  # host -> why it is left out of the step
+
+
+@dataclass
+class CapacityDrainReport(Report):
+    """`capacity --drain`: whether the hosts can be emptied for maintenance, step by step (the evacuation a driver
+    upgrade window proves before it starts), without an inventory change."""
+
+    kind: ClassVar[str] = "capacity-drain"
+    fits: bool  # every step's running VMs have a host to go to
+    vgpu_migration: bool  # vCenter allows vMotion of running vGPU VMs
+    max_unavailable: int
+    steps: list[DrainStepReport]
+
+    def render_text(self, layout: TextLayout = TERMINAL) -> str:
+        lines = []
+        for s in self.steps:
+            leaving = [h for h in s.hosts if h not in s.skipped]
+            lines.append(f"step {s.step}: {', '.join(leaving) or 'no host'} into maintenance mode")
+            lines += [f"  {h}: left out ({why})" for h, why in s.skipped.items()]
+            for v in s.vms:
+                what = f"{v.vm} ({', '.join(v.vgpus)})" if v.vgpus else v.vm
+                lines.append(f"  {what} on {v.host} -> {v.to}" if v.to else
+                             f"  {what} on {v.host} cannot move: {v.why}")
+            if not s.vms and leaving:
+                lines.append("  no running VM")
+        stuck = [v.vm for s in self.steps for v in s.vms if v.to is None]
+        lines.append("every step can be emptied" if self.fits else
+                     f"{len(stuck)} running VM(s) cannot be moved: {', '.join(stuck)}")
+        if not self.vgpu_migration and any(v.vgpus for s in self.steps for v in s.vms):
+            lines.append("vCenter does not allow vMotion of running vGPU VMs (vgpu.hotmigrate.enabled)")
+        return "\n".join(lines)
+
+
+def capacity_drain_report(answer: DrainAnswer, max_unavailable: int) -> CapacityDrainReport:
+    steps = [DrainStepReport(i, list(s.hosts), [DrainVm(m.vm, m.host, list(m.profiles), m.to, m.why or None)
+                                                for m in s.moves], dict(s.skipped))
+             for i, s in enumerate(answer.steps, start=1)]
+    return CapacityDrainReport(answer.ok, answer.vgpu_migration, max_unavailable, steps)

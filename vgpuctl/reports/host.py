@@ -11,7 +11,7 @@ from vgpuctl.model import ObservedGpu, ObservedHost
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout, optional
 from vgpuctl.settings import SETTINGS
 from vgpuctl.settings.base import ModuleOptions as ModuleOptionsView
-from vgpuctl.settings.facts import MIG_MODE, HostFacts, nvlink_links, nvlink_peers
+from vgpuctl.settings.facts import MIG_MODE, HostFacts, guest_drivers, nvlink_links, nvlink_peers
 
 if TYPE_CHECKING:
     pass
@@ -31,6 +31,15 @@ class SettingValue:
     setting: str  # display key: nvlink, scheduler, graphics.default_type, ...
     value: str
     after_reboot: str | None = optional()
+
+
+@dataclass
+class GuestDriver:
+    """The guest driver a running vGPU VM on the host reports (`nvidia-smi vgpu -q`); None: it reports none (no
+    driver loaded in the guest)."""
+
+    vm: str
+    version: str | None
 
 
 @dataclass
@@ -65,6 +74,7 @@ class HostReport(Report):
     scheduler_after_reboot: str | None = optional()
     shell_error: str | None = optional()
     settings: list[SettingValue] = field(default_factory=list)  # every host-wide setting, in registry order
+    guest_drivers: list[GuestDriver] | None = optional()  # noqa: RUF009 - None: the shell was not read
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
         options = self.module_options
@@ -82,7 +92,11 @@ class HostReport(Report):
             if v.setting not in shown:
                 later = f" ({v.after_reboot} after reboot)" if v.after_reboot else ""
                 lines.append(f"  {v.setting}: {v.value}{later}")
-        lines += [f"  nvidia module options: {options.effective or '(none)'}{next_boot}", "  GPUs:"]
+        lines.append(f"  nvidia module options: {options.effective or '(none)'}{next_boot}")
+        if self.guest_drivers:
+            drivers = ", ".join(f"{d.vm} {d.version or 'none'}" for d in self.guest_drivers)
+            lines.append(f"  guest drivers: {drivers}")
+        lines.append("  GPUs:")
         for g in self.gpus:
             links = "" if not g.nvlink_links else f", NVLink {g.nvlink_active}/{g.nvlink_links} up"
             peers = f" to {', '.join(g.nvlink_peers)}" if g.nvlink_peers else ""
@@ -101,7 +115,7 @@ def mig_text(current: bool | None, pending: bool | None) -> str:
     return text
 
 
-NVLINK_KEY, SCHEDULER_KEY = "nvlink", "scheduler"
+NVLINK_KEY, SCHEDULER_KEY, MANAGER_KEY = "nvlink", "scheduler", "vgpu_manager"
 
 
 def setting_values(host: ObservedHost, facts: HostFacts | None) -> list[SettingValue]:
@@ -132,7 +146,15 @@ def host_status(host: ObservedHost, facts: HostFacts | None, shell_error: str | 
         scheduler_after_reboot=by_key[SCHEDULER_KEY].after_reboot,
         shell_error=shell_error,
         settings=values,
+        guest_drivers=_guest_drivers(facts),
     )
+
+
+def _guest_drivers(facts: HostFacts | None) -> list[GuestDriver] | None:
+    """The running vGPU VMs' guest drivers, when the shell was read."""
+    if facts is None or not facts.shell:
+        return None
+    return [GuestDriver(vm, version) for vm, version in sorted(guest_drivers(facts).items())]
 
 
 def _gpu_row(gpu: ObservedGpu, facts: HostFacts | None) -> HostGpu:

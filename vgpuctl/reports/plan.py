@@ -25,6 +25,7 @@ from vgpuctl.model import (
     VmChange,
 )
 from vgpuctl.reports.base import TERMINAL, Report, Scalar, TextLayout, VgpuCount, optional
+from vgpuctl.reports.window import WindowReport, window_lines, window_report
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
 
 if TYPE_CHECKING:
@@ -241,6 +242,7 @@ class PlanReport(Report):
     vm_classes: list[VmClassDiff] = field(default_factory=list)  # in apply order: after hosts and VMs
     namespaces: list[NamespaceDiff] = field(default_factory=list)
     scope: PlanScope | None = field(default=None, metadata={"omit_none": True})
+    window: WindowReport | None = field(default=None, metadata={"omit_none": True})  # a driver upgrade window
 
     def render_text(self, layout: TextLayout = TERMINAL) -> Any:
         """The diff (vgpuctl.reports.plan): colored on a terminal, plain lines in a pipe."""
@@ -251,7 +253,8 @@ class PlanReport(Report):
 
     @property
     def is_empty(self) -> bool:
-        return not (self.host_changes or self.vm_changes or self.vm_classes or self.namespaces)
+        return not (self.host_changes or self.vm_changes or self.vm_classes or self.namespaces
+                    or (self.window is not None and not self.window.is_empty))
 
 
 def validate_report(file: str, inventory: Inventory) -> ValidateReport:
@@ -353,6 +356,7 @@ def plan_report(plan: Plan, round_trips: int | None = None, scope: ScopeResult |
         summary=plan_summary(plan),
         round_trips=round_trips,
         scope=plan_scope(scope) if scope is not None else None,
+        window=window_report(plan.window, plan.host_changes),
     )
 
 
@@ -383,6 +387,8 @@ def host_diff(h: HostChange) -> HostDiff:
     new, evacuation = h.new, None
     if isinstance(h.new, EvacuationAction):
         new, evacuation = str(h.new), Evacuation(h.new.kind, h.new.destination)
+    elif not isinstance(h.new, str | int | float | bool | type(None)):  # a setting's typed value: its text
+        new = str(h.new)
     return HostDiff(h.host, h.kind, gpu, h.old, new, h.disruptive, h.needs_reboot, h.phase, evacuation)
 
 
@@ -483,6 +489,8 @@ def plan_lines(report: PlanReport, full: bool = False) -> list[str]:
     lines += [line for c in report.vm_classes if c.op != "-" for line in class_lines(c)]
     lines += [line for n in report.namespaces for line in namespace_lines(n)]
     lines += [line for c in report.vm_classes if c.op == "-" for line in class_lines(c)]
+    if report.window is not None and not report.errors:
+        lines += window_lines(report.window)
     if report.disruptions and not report.errors:
         lines.append("Disruptive steps:")
         lines += [f"  {disruption_line(d)}" for d in report.disruptions]
@@ -635,9 +643,11 @@ def summary_line(report: PlanReport) -> str:
     s = report.summary
     if report.errors:
         return f"Plan has {s.errors} error{'s' if s.errors != 1 else ''}; nothing can be applied."
-    if not (report.host_changes or report.vm_changes or report.vm_classes or report.namespaces):
+    if report.is_empty:
         return "No changes: the farm matches the inventory."
-    return plan_counts(s)
+    guests = (len(report.window.before) + len(report.window.after)) if report.window is not None else 0
+    return plan_counts(s) if not guests else plan_counts(s)[:-1] + f", {guests} guest driver change" + (
+        "s." if guests != 1 else ".")
 
 
 def plan_counts(s: PlanSummary) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Union
 
 from vgpuctl.reports.apply import ApplyReport, HostChangeReport
 from vgpuctl.reports.base import ErrorReport, Report
-from vgpuctl.reports.capacity import CapacityDemandReport, CapacityReport
+from vgpuctl.reports.capacity import CapacityDemandReport, CapacityDrainReport, CapacityReport
 from vgpuctl.reports.events import EVENTS
 from vgpuctl.reports.experiment import (
     ExperimentReport,
@@ -68,6 +68,7 @@ REPORTS: tuple[type[Any], ...] = (
     VmVgpusReport,
     CapacityReport,
     CapacityDemandReport,
+    CapacityDrainReport,
     ExportReport,
     SupervisorPlanReport,
     SupervisorApplyReport,

@@ -22,7 +22,7 @@ from vgpuctl.model import Observed, ObservedGpu, ObservedHost
 from vgpuctl.profiles import board_for_device
 from vgpuctl.records.classes import SupervisorState
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, VgpuCount, optional, vgpu_counts, whole
-from vgpuctl.reports.host import HostReport, SettingValue, mig_label
+from vgpuctl.reports.host import MANAGER_KEY, HostReport, SettingValue, mig_label
 from vgpuctl.reports.plan import sorted_counts
 from vgpuctl.reports.profiles import KB_PER_GB, gpu_gb, profile_fb
 
@@ -101,6 +101,8 @@ class StatusHost:
     scheduler_after_reboot: str | None = optional()
     shell_error: str | None = optional()
     settings: list[SettingValue] | None = optional()  # noqa: RUF009 - with the host facts: every host-wide setting
+    vgpu_manager: str | None = optional()  # the NVIDIA vGPU Manager it runs (its GPUs' driver), where known
+    vgpu_manager_after_reboot: str | None = optional()  # installed, running after the next reboot
     held: HostLease | None = field(default=None, metadata={"omit_none": True})  # another run works on it
 
 
@@ -112,6 +114,7 @@ class StatusVm:
     folder: str | None
     power_state: str
     vgpus: list[VgpuCount]
+    guest_driver: str | None = optional()  # the NVIDIA driver its guest reports (read on its host), where known
 
 
 @dataclass
@@ -236,8 +239,12 @@ def status_report(observed: Observed, round_trips: int | None = None) -> StatusR
 
 
 def merge_status(report: StatusReport, rows: dict[str, HostReport]) -> StatusReport:
-    """Add host facts (hosts.status.collect_host_facts, host_status) to `vgpuctl status`'s report: per host NVLink
-    and scheduler, per GPU MIG current/pending and NVLink links; `mig` is a short label for tables."""
+    """Add host facts (hosts.status.collect_host_facts, host_status) to `vgpuctl status`'s report: per host NVLink,
+    scheduler and vGPU Manager, per GPU MIG current/pending and NVLink links, per running vGPU VM its guest driver;
+    `mig` is a short label for tables."""
+    drivers = {d.vm: d.version for row in rows.values() for d in row.guest_drivers or []}
+    for vm in report.vms:
+        vm.guest_driver = drivers.get(vm.vm)
     for host in report.hosts:
         row = rows.get(host.host)
         if row is None:
@@ -246,6 +253,9 @@ def merge_status(report: StatusReport, rows: dict[str, HostReport]) -> StatusRep
         host.scheduler, host.scheduler_after_reboot = row.scheduler, row.scheduler_after_reboot
         host.shell_error = row.shell_error
         host.settings = list(row.settings)
+        manager = next((v for v in row.settings if v.setting == MANAGER_KEY), None)
+        if manager is not None:
+            host.vgpu_manager, host.vgpu_manager_after_reboot = manager.value, manager.after_reboot
         by_gpu = {g.gpu: g for g in row.gpus}
         for gpu in host.gpus:
             facts = by_gpu.get(gpu.gpu)
@@ -338,6 +348,12 @@ def nvlink_cell(g: StatusGpu) -> str:
     return "-" if g.nvlink_group is None else f"set {g.nvlink_group}"
 
 
+def manager_cell(h: StatusHost) -> str:
+    if not h.vgpu_manager:
+        return "-"
+    return h.vgpu_manager + (f" ({h.vgpu_manager_after_reboot} next boot)" if h.vgpu_manager_after_reboot else "")
+
+
 def used(h: StatusHost) -> str:
     return f"{whole(sum(g.used_gb for g in h.gpus))}/{sum(g.fb_gb for g in h.gpus)}"
 
@@ -375,6 +391,7 @@ def plain_status(report: StatusReport) -> str:
             f"host {h.host}  cluster {h.cluster or '-'}  state {host_state(h)}  graphics {h.default_graphics_type}"
             f"/{h.assignment_policy}  nvlink {nvlink}  scheduler {sched}  gpus {len(h.gpus)}"
             f"  vgpus {sum(v.count for g in h.gpus for v in g.vgpus)}  used/total GB {used(h)}"
+            + (f"  vgpu manager {manager_cell(h)}" if h.vgpu_manager else "")
         )
         for g in h.gpus:
             mig = "" if g.mig_capable is False else f"  mig {g.mig or '-'}"  # a board without MIG: nothing to say
@@ -384,7 +401,8 @@ def plain_status(report: StatusReport) -> str:
             )
     with_vgpus = [v for v in report.vms if v.vgpus]
     for v in with_vgpus:
-        lines.append(f"vm {v.vm}  host {v.host or '-'}  power {v.power_state}  vgpus {vgpu_summary(v.vgpus)}")
+        driver = f"  guest driver {v.guest_driver}" if v.guest_driver else ""
+        lines.append(f"vm {v.vm}  host {v.host or '-'}  power {v.power_state}  vgpus {vgpu_summary(v.vgpus)}{driver}")
     if not with_vgpus:
         lines.append("No VM holds a vGPU.")
     others = len(report.vms) - len(with_vgpus)
@@ -449,9 +467,11 @@ def _vms_table(report: StatusReport, host_name: Any = str) -> list[Any]:
     from rich.text import Text
 
     with_vgpus = [v for v in report.vms if v.vgpus]
-    table = _table("VMs with vGPUs", ("VM", "host", "power", "vGPUs"))
+    drivers = any(v.guest_driver for v in with_vgpus)
+    table = _table("VMs with vGPUs", ("VM", "host", "power", "vGPUs", *(["guest driver"] if drivers else [])))
     for v in with_vgpus:
-        _row(table, v.vm, host_name(v.host) if v.host else "-", v.power_state, vgpu_summary(v.vgpus))
+        _row(table, v.vm, host_name(v.host) if v.host else "-", v.power_state, vgpu_summary(v.vgpus),
+             *([v.guest_driver or "-"] if drivers else []))
     out: list[Any] = [table if with_vgpus else Text("No VM holds a vGPU.")]
     others = len(report.vms) - len(with_vgpus)
     if others:
@@ -471,16 +491,19 @@ def shared_model(h: StatusHost) -> str:
 
 
 def wide_status(report: StatusReport) -> list[Any]:
+    managers = any(h.vgpu_manager for h in report.hosts)
     hosts = _table(
         "Hosts",
-        ("host", "cluster", "state", "graphics/policy", "NVLink", "scheduler", "GPUs", "vGPUs", "GB used"),
-        wrapping=("state", "NVLink"),
+        ("host", "cluster", "state", "graphics/policy", "NVLink", "scheduler", *(["vGPU Manager"] if managers else []),
+         "GPUs", "vGPUs", "GB used"),
+        wrapping=("state", "NVLink", "vGPU Manager"),
     )
     for h in report.hosts:
         nvlink = (h.nvlink or "-") + (f" ({h.nvlink_after_reboot} next boot)" if h.nvlink_after_reboot else "")
         vgpus = str(sum(v.count for g in h.gpus for v in g.vgpus))
         _row(hosts, h.host, h.cluster or "-", host_state(h), f"{h.default_graphics_type}/{h.assignment_policy}",
-             nvlink, h.scheduler or "-", str(len(h.gpus)), vgpus, used(h))  # fmt: skip
+             nvlink, h.scheduler or "-", *([manager_cell(h)] if managers else []), str(len(h.gpus)), vgpus,
+             used(h))  # fmt: skip
     out: list[Any] = [hosts]
     out += [_gpu_map(h) for h in report.hosts if h.gpus]
     return out + _vms_table(report) + _classes_table(report)
@@ -521,7 +544,8 @@ def narrow_status(report: StatusReport) -> list[Any]:
             continue
         cut = short_pci([g.gpu for g in h.gpus])
         model = h.gpus[0].model if len({g.model for g in h.gpus}) == 1 else ""
-        gpus = _table(f"GPU map: {short(h.host)}" + (f" ({model})" if model else ""),
+        about = ", ".join(([model] if model else []) + ([f"vGPU Manager {manager_cell(h)}"] if h.vgpu_manager else []))
+        gpus = _table(f"GPU map: {short(h.host)}" + (f" ({about})" if about else ""),
                       ("#", "PCI", "mode", "NVLink", "GB used", "VMs (profile)"))  # fmt: skip
         for g in h.gpus:
             mode = g.mode.replace("time-sliced", "ts").replace("(sameSize)", "same").replace("(mixedSize)", "mixed")

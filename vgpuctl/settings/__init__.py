@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from vgpuctl.domain import ChangeKind
-from vgpuctl.settings import gpus, graphics, nvlink, pvrdma, scheduler, sriov
+from vgpuctl.settings import gpus, graphics, nvlink, pvrdma, scheduler, sriov, vgpu_manager
 from vgpuctl.settings.base import ApplyStep, GpuSetting, HostSetting
 from vgpuctl.settings.facts import (
     GPU_TABLE_FIELDS,
@@ -20,13 +20,15 @@ from vgpuctl.settings.facts import (
     SHARED_SHELL_FACTS,
     ApiFact,
     Decoder,
+    EntryShellFact,
     GpuQuery,
     ShellFact,
     decoder,
 )
 
 SETTINGS: tuple[HostSetting[Any], ...] = (
-    graphics.SETTING, gpus.SETTING, nvlink.SETTING, scheduler.SETTING, sriov.SETTING, pvrdma.SETTING
+    graphics.SETTING, gpus.SETTING, nvlink.SETTING, scheduler.SETTING, sriov.SETTING, pvrdma.SETTING,
+    vgpu_manager.SETTING,
 )
 GPU_SETTINGS: tuple[GpuSetting, ...] = gpus.GPU_SETTINGS
 
@@ -98,6 +100,13 @@ def api_facts(spec: object | None) -> tuple[ApiFact[Any], ...]:
     return tuple(out.values())
 
 
+def entry_shell_facts(spec: object | None) -> tuple[EntryShellFact[Any], ...]:
+    """The shell commands the settings an entry sets decide (none without an entry)."""
+    if spec is None:
+        return ()
+    return tuple(f for s in SETTINGS if s.is_set(spec) for f in s.reads.entry_shell)
+
+
 def wants_network(spec: object | None) -> bool:
     """A setting the entry sets reads a `when_set` fact (the host's network state, read one host at a time)."""
     return any(f.when_set for f in api_facts(spec))
@@ -105,14 +114,16 @@ def wants_network(spec: object | None) -> bool:
 
 def decoders() -> dict[str, Decoder]:
     """Fact name -> how its value comes back from JSON (vgpuctl.settings.facts.HostFacts.from_dict)."""
-    facts: list[GpuQuery[Any] | ShellFact[Any] | ApiFact[Any]] = [
-        *gpu_queries(), *shell_facts(), *SHARED_API_FACTS, *(f for s in SETTINGS for f in s.reads.api)
+    facts: list[GpuQuery[Any] | ShellFact[Any] | ApiFact[Any] | EntryShellFact[Any]] = [
+        *gpu_queries(), *shell_facts(), *SHARED_API_FACTS, *(f for s in SETTINGS for f in s.reads.api),
+        *(f for s in SETTINGS for f in s.reads.entry_shell),
     ]
     return {f.name: d for f in facts if (d := decoder(f)) is not None}
 
 
 __all__ = [
     "GPU_SETTINGS", "SETTINGS", "SETTING_KINDS", "api_facts", "apply_steps", "decoders", "drift_fields",
+    "entry_shell_facts",
     "gpu_queries", "gpu_query_fields", "host_properties", "setting_for_key", "setting_of", "shell_facts",
     "step_of", "wants_network",
 ]

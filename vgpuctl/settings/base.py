@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from vgpuctl.domain import ChangeKind, CheckStatus, Phase
 from vgpuctl.esxi.modopts import Options
-from vgpuctl.model import HOST_TARGET, HostChange, ObservedGpu, ObservedHost
-from vgpuctl.settings.facts import MODULE_OPTIONS, ApiFact, GpuQuery, HostFacts, ShellFact
+from vgpuctl.model import HOST_TARGET, HostChange, ObservedGpu, ObservedHost, UpgradeWindow
+from vgpuctl.settings.facts import MODULE_OPTIONS, ApiFact, EntryShellFact, GpuQuery, HostFacts, ShellFact
 from vgpuctl.strictmodel import KeyPath
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ class Reads:
     gpu_queries: tuple[GpuQuery[Any], ...] = ()
     shell: tuple[ShellFact[Any], ...] = ()
     api: tuple[ApiFact[Any], ...] = ()
+    entry_shell: tuple[EntryShellFact[Any], ...] = ()  # shell commands the host's entry decides
 
     @property
     def module_options(self) -> bool:
@@ -70,8 +71,8 @@ class Reads:
         return MODULE_OPTIONS in self.api
 
     @property
-    def facts(self) -> tuple[GpuQuery[Any] | ShellFact[Any] | ApiFact[Any], ...]:
-        return (*self.gpu_queries, *self.shell, *self.api)
+    def facts(self) -> tuple[GpuQuery[Any] | ShellFact[Any] | ApiFact[Any] | EntryShellFact[Any], ...]:
+        return (*self.gpu_queries, *self.shell, *self.api, *self.entry_shell)
 
 
 # ------------------------------------------------------------------------------------------ planning
@@ -84,11 +85,13 @@ class HostPlan:
     changes: list[HostChange] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    window: UpgradeWindow | None = None  # a driver upgrade window (vgpuctl.hosts.window)
 
     def extend(self, other: HostPlan) -> None:
         self.changes += other.changes
         self.errors += other.errors
         self.warnings += other.warnings
+        self.window = other.window or self.window
 
     def for_host(self, host: str) -> list[HostChange]:
         return [c for c in self.changes if c.host == host]
@@ -170,6 +173,7 @@ class HostWriter:
     graphics: GraphicsUpdate = field(default_factory=GraphicsUpdate)
     option_edits: list[Callable[[Options], None]] = field(default_factory=list)
     reboot_pending: bool = False  # a write reported that it takes effect at the next reboot
+    rebooted: bool = False  # the write rebooted the host itself, after every write before it (a vLCM remediation)
 
 
 @dataclass(frozen=True)
@@ -284,6 +288,12 @@ class _Setting:
         """After the change the host offers no NVLink device groups (VMs that use one cannot run there)."""
         return False
 
+    def replaces_manager(self, change: HostChange) -> str | None:
+        """The NVIDIA vGPU Manager version the host runs after the change, when the change replaces it (None: the
+        change keeps the one it has). A change that replaces it is a step of a driver upgrade window: every VM
+        running on the host must be on a pair NVIDIA lists before and after (vgpuctl.hosts.window)."""
+        return None
+
     def predict(self, host: ObservedHost, changes: Sequence[HostChange]) -> None:
         """Make `host` (a copy) what vSphere shows once its changes of this setting are applied."""
 
@@ -334,6 +344,18 @@ class HostSetting(_Setting, Generic[S]):
     def preflight(self, spec: object, host: ObservedHost) -> list[Finding]:
         """What preflight checks of the host for its part of the entry, beyond planning it (the firmware of a NIC
         it gives virtual functions, say); none by default."""
+        return []
+
+    def wanted_manager(self, spec: object) -> str | None:
+        """The NVIDIA vGPU Manager version the entry asks the host to run (None: it does not say): the guest
+        drivers of the host's VMs follow it (vgpuctl.hosts.window)."""
+        return None
+
+    preflight_reads: bool = False  # preflight gathers the host's facts for `preflight_facts`
+
+    def preflight_facts(self, spec: object, host: ObservedHost, facts: HostFacts) -> list[Finding]:
+        """What preflight checks of the host from its facts (a depot the entry names); read only for settings with
+        `preflight_reads` that the entry sets."""
         return []
 
     def merge(self, base: S, over: S) -> S | None:

@@ -5,7 +5,8 @@ parser of what it answers:
 - `GpuQuery`: fields of the one `nvidia-smi --query-gpu` command the registry builds for all the settings, with the
   parser of one GPU's values; it lands per GPU;
 - `ShellFact`: another ESXi shell command and its parser (vgpuctl.esxi.facts.Fact);
-- `ApiFact`: a per-host vSphere call and what it keeps of the answer.
+- `ApiFact`: a per-host vSphere call and what it keeps of the answer;
+- `EntryShellFact`: a shell command the host's entry decides (a depot path it names), read with its failure.
 Each lands in `HostFacts` under its own name, typed by its parser: a new setting adds its facts, never a field of
 a shared record. The facts below are the ones several readers share (the settings, `status`, placement's NVLink
 sets); a fact only one setting reads is declared in that setting's module. Gathered by vgpuctl.settings.gather;
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 from vgpuctl.errors import NotFound
 from vgpuctl.esxi import facts as esxi_facts
 from vgpuctl.esxi import parsers
+from vgpuctl.esxi import software as esxi_software
 from vgpuctl.esxi.facts import Fact
 from vgpuctl.records.netfacts import HostNetFacts
 
@@ -70,11 +72,13 @@ class GpuQuery(Generic[T]):
 @dataclass(frozen=True)
 class HostApi:
     """What an ApiFact reads from: the session, the host and the one per-host read every gathering makes
-    (vgpuctl.vsphere.host.read_host: boot time, graphics config, the kernel module system)."""
+    (vgpuctl.vsphere.host.read_host: boot time, graphics config, the kernel module system), and the host's merged
+    entry (None where no entry names the host)."""
 
     session: Session
     moid: str
     state: HostApiState
+    spec: object | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,21 @@ class ApiFact(Generic[T]):
     when_set: bool = False
     decode: Callable[[Any], T] | None = None
     plural: bool = False
+
+
+Runner = Callable[[str], str]  # runs one command line on the host, returns stdout (raises SshError)
+
+
+@dataclass(frozen=True)
+class EntryShellFact(Generic[T]):
+    """A shell command the host's entry decides: `command(spec)` (None: the entry asks for nothing), and `read`,
+    which runs it through the runner and keeps what it answers, a failure of the command included (a depot that
+    cannot be read is a fact about the depot, not a broken shell). Lands under `name`."""
+
+    name: str
+    command: Callable[[object], str | None]
+    read: Callable[[Runner, str], T]
+    decode: Callable[[Any], T] | None = None
 
 
 # ------------------------------------------------------------------------------------------ the record
@@ -132,11 +151,11 @@ class HostFacts:
     shell_error: str | None = None  # the ESXi shell was set up but could not be read (why)
     shell_deferred: bool = False  # a plan: the apply that starts the host's SSH service reads its shell
 
-    def get(self, fact: ShellFact[T] | ApiFact[T]) -> T | None:
+    def get(self, fact: ShellFact[T] | ApiFact[T] | EntryShellFact[T]) -> T | None:
         """The fact's value; None when it was not read."""
         return cast("T | None", self.values.get(fact.name))
 
-    def has(self, fact: ShellFact[Any] | ApiFact[Any] | GpuQuery[Any]) -> bool:
+    def has(self, fact: ShellFact[Any] | ApiFact[Any] | GpuQuery[Any] | EntryShellFact[Any]) -> bool:
         return fact.name in self.values
 
     def gpu(self, query: GpuQuery[T], pci: str) -> T | None:
@@ -167,14 +186,14 @@ class HostFacts:
         return cls(**d)
 
 
-def decoder(fact: ShellFact[Any] | ApiFact[Any] | GpuQuery[Any]) -> Callable[[Any], Any] | None:
+def decoder(fact: ShellFact[Any] | ApiFact[Any] | GpuQuery[Any] | EntryShellFact[Any]) -> Callable[[Any], Any] | None:
     """How a fact's whole value comes back from JSON (a GpuQuery's: per GPU), None when it needs nothing."""
     if isinstance(fact, GpuQuery):
         one = fact.decode
         if one is None:
             return None
         return lambda value: {pci: one(v) if v is not None else None for pci, v in value.items()}
-    if isinstance(fact, ApiFact):
+    if isinstance(fact, ApiFact | EntryShellFact):
         return fact.decode
     return SHELL_DECODERS.get(fact.name)
 
@@ -237,6 +256,31 @@ SHELL_DECODERS: dict[str, Callable[[Any], Any]] = {
     NVLINK_LINKS.name: _links, TOPOLOGY.name: lambda pairs: [tuple(p) for p in pairs],
     VGPU_CAPABILITIES.name: lambda caps: tuple(parsers.VgpuCapability(**c) for c in caps),
 }
+
+
+# The vGPU Manager each GPU's driver is (`nvidia-smi --query-gpu=driver_version`: on an ESXi host the version of the
+# vGPU Manager running now; None without one): the vgpu_manager setting, its window and `status` read it
+RUNNING_MANAGER: GpuQuery[str | None] = GpuQuery(
+    "manager", ("driver_version",), lambda row: row.get("driver_version") or None,
+)
+# The guest driver each running vGPU VM reports (`nvidia-smi vgpu -q` on its host; NVML's
+# nvmlVgpuInstanceGetVmDriverVersion): VM name -> version, None where the guest reports none
+GUEST_DRIVERS: ShellFact[dict[str, str | None]] = ShellFact(
+    "guest_drivers", esxi_software.VGPU_QUERY, esxi_software.guest_drivers,
+)
+
+
+def running_manager(facts: HostFacts | None) -> str | None:
+    """The vGPU Manager version the host runs, from its GPUs' driver (None: not read, or no GPU reports one)."""
+    if facts is None:
+        return None
+    versions = sorted({v for v in (facts.values.get(RUNNING_MANAGER.name) or {}).values() if v})
+    return versions[0] if versions else None
+
+
+def guest_drivers(facts: HostFacts | None) -> dict[str, str | None]:
+    """VM name -> the guest driver it reports on this host (empty: not read)."""
+    return dict(facts.get(GUEST_DRIVERS) or {}) if facts is not None else {}
 
 
 @dataclass(frozen=True)

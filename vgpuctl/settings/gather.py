@@ -10,20 +10,18 @@ OutputFormatError): the caller decides whether the host's shell facts are then m
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import VgpuctlError, VsphereFault
 from vgpuctl.esxi import commands, parsers
-from vgpuctl.settings import api_facts, gpu_queries, gpu_query_fields, shell_facts
-from vgpuctl.settings.facts import TOPOLOGY, ApiFact, GpuFacts, HostApi, HostFacts, Unread, vsphere_bus_id
+from vgpuctl.settings import api_facts, entry_shell_facts, gpu_queries, gpu_query_fields, shell_facts
+from vgpuctl.settings.facts import TOPOLOGY, ApiFact, GpuFacts, HostApi, HostFacts, Runner, Unread, vsphere_bus_id
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
 
 log = logging.getLogger(__name__)
 
-Runner = Callable[[str], str]  # runs one command line on the host, returns stdout (raises SshError)
 
 
 def gather_host_facts(session: Session, moid: str, host: str, run: Runner | None, spec: object | None = None
@@ -35,20 +33,20 @@ def gather_host_facts(session: Session, moid: str, host: str, run: Runner | None
     facts = HostFacts(host)
     state = vhost.read_host(session, moid)
     facts.boot_time = state.boot_time
-    api = HostApi(session, moid, state)
+    api = HostApi(session, moid, state, spec)
     for fact in api_facts(spec):
         try:
             facts.values[fact.name] = fact.read(api)
         except VgpuctlError as err:  # not responding, not implemented, no permission: this host only
             unknown(facts, fact, err)
     if run is not None:
-        gather_shell_facts(facts, run)
+        gather_shell_facts(facts, run, spec)
     return facts
 
 
-def gather_shell_facts(facts: HostFacts, run: Runner) -> HostFacts:
+def gather_shell_facts(facts: HostFacts, run: Runner, spec: object | None = None) -> HostFacts:
     """The GPU table and every GpuQuery from one `nvidia-smi --query-gpu`, then each shell fact (the topology only
-    where there are GPUs to connect)."""
+    where there are GPUs to connect), then the commands the host's entry decides."""
     fields = gpu_query_fields()
     rows = parsers.parse_query_csv(run(commands.query_gpu(fields, header=False, units=False)), fields)
     queries = gpu_queries()
@@ -66,6 +64,10 @@ def gather_shell_facts(facts: HostFacts, run: Runner) -> HostFacts:
             facts.values[fact.name] = []
             continue
         facts.values[fact.name] = fact.gather(run)
+    for entry_fact in entry_shell_facts(spec):
+        command = entry_fact.command(spec)
+        if command is not None:
+            facts.values[entry_fact.name] = entry_fact.read(run, command)
     facts.shell = True
     return facts
 

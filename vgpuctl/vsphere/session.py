@@ -249,6 +249,7 @@ class Session:
         self._login_lock = threading.Lock()
         self._generation = 0
         self._kept: dict[str, tuple[int, Any]] = {}  # per-login server objects (a view): see `kept`
+        self._closers: list[Callable[[], None]] = []  # what ends with the session (a REST login): see `at_close`
         self.session_key = ""
         self._closed = False
         stub_class = _counting_stub_class()
@@ -303,6 +304,10 @@ class Session:
         with self._login_lock:
             self._kept.pop(key, None)
 
+    def at_close(self, fn: Callable[[], None]) -> None:
+        """Run `fn` when the session closes (before its logout): what a run opened beside it, a REST login."""
+        self._closers.append(fn)
+
     def invoke(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Call `fn`; on NotAuthenticated log in once more and retry once, then fail clearly."""
         from pyVmomi import vim
@@ -324,6 +329,11 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        for fn in self._closers:
+            try:
+                fn()
+            except Exception as err:  # what ends with the session must not hide the run's own result
+                log.debug("closing %s failed: %s", fn, err)
         try:
             manager = self.content.sessionManager
             if manager is not None:

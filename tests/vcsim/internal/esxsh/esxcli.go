@@ -62,6 +62,9 @@ func (s *Shell) esxcli(h Host, args []string) Result {
 		}
 		return esxcliVIBList(vibs)
 	}
+	if res, ok := s.software(h, path, args[i:]); ok { // software.go
+		return res
+	}
 	return esxcliError("Unknown command or namespace " + path)
 }
 

@@ -132,10 +132,14 @@ var smiSubcommands = map[string]*smiCommand{
 	"topo": {flags: []smiFlag{
 		{names: []string{"-m", "--matrix"}, usage: "-m", run: onGPUs(stdout(RenderTopo))},
 	}},
+	"vgpu": {flags: []smiFlag{
+		{names: []string{"-q", "--query"}, usage: "-q", run: smiVGPUQuery}, // software.go
+		{names: []string{"-i", "--id"}, hasValue: true},
+	}},
 }
 
 // smiSubcommandOrder is the order `nvidia-smi -h` lists the subcommands in.
-var smiSubcommandOrder = []string{"mig", "nvlink", "topo"}
+var smiSubcommandOrder = []string{"mig", "nvlink", "topo", "vgpu"}
 
 func (s *Shell) nvidiaSMI(h Host, args []string) Result {
 	if len(args) > 0 {

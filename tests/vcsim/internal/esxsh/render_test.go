@@ -94,7 +94,7 @@ func TestGoldenOutputs(t *testing.T) {
 		"gpusim.query-gpu.csv":                  RenderQueryCSV(h, h.GPUs, []string{"index", "pci.bus_id", "name", "memory.total", "mig.mode.current", "mig.mode.pending"}, CSVOptions{}),
 		"gpusim.query-gpu.noheader-nounits.csv": RenderQueryCSV(h, h.GPUs, []string{"index", "pci.bus_id", "name", "memory.total", "mig.mode.current", "mig.mode.pending"}, CSVOptions{NoHeader: true, NoUnits: true}),
 		"gpusim.query-gpu-facts.noheader-nounits.csv": RenderQueryCSV(h, h.GPUs, []string{"index", "pci.bus_id", "name",
-			"mig.mode.current", "mig.mode.pending", "ecc.mode.current", "ecc.mode.pending"}, CSVOptions{NoHeader: true, NoUnits: true}),
+			"mig.mode.current", "mig.mode.pending", "ecc.mode.current", "ecc.mode.pending", "driver_version"}, CSVOptions{NoHeader: true, NoUnits: true}),
 		"gpusim.mig-lgip.txt":  RenderLGIP(h.GPUs[1:2]),
 		"gpusim.mig-lgipp.txt": RenderLGIPP(h.GPUs[1:2]),
 		"gpusim.mig-lgi.txt":   RenderLGI(h.GPUs[1:2]),

@@ -32,7 +32,8 @@ const (
 
 // Access is a host's SSH service, lockdown mode and vGPU Manager.
 type Access struct {
-	Manager            string   `json:"vgpuManager"` // vGPU Manager version, "" when none is installed
+	Manager            string   `json:"vgpuManager"`      // vGPU Manager version running, "" when none is installed
+	Installed          string   `json:"installedManager"` // installed (the package list): runs from the next reboot
 	SSHRunning         bool     `json:"sshRunning"`
 	SSHPolicy          string   `json:"sshPolicy"` // on | off | automatic
 	Lockdown           string   `json:"lockdown"`
@@ -58,6 +59,7 @@ func (s AccessSpec) access(hostName string) (Access, error) {
 	case NoManager:
 		a.Manager = ""
 	}
+	a.Installed = a.Manager
 	if a.SSHPolicy == "" {
 		a.SSHPolicy = SSHPolicyOn
 		if s.SSHStopped {
@@ -134,7 +136,10 @@ func (f *Farm) SetLockdown(hostName, mode string, exceptions []string) error {
 // SetManager installs a vGPU Manager version on a host ("" removes it); the GPUs offer vGPU types only
 // with one installed.
 func (f *Farm) SetManager(hostName, version string) error {
-	return f.change(hostName, "manager", func(h *host) error { h.access.Manager = version; return nil })
+	return f.change(hostName, "manager", func(h *host) error {
+		h.access.Manager, h.access.Installed = version, version
+		return nil
+	})
 }
 
 // ShellLogin reports whether user may log in to the host's ESXi shell: the SSH service runs and, in

@@ -250,6 +250,7 @@ type Farm struct {
 	byName          map[string]*host
 	vmHost          map[string]string // vm id -> host holding its vGPUs
 	nicVM           map[string]string // vm id -> host whose VFs or passthrough NICs it holds (nics.go)
+	software        *software         // depots, installs, guest drivers (software.go)
 	listeners       []func(Event)
 }
 
@@ -723,6 +724,10 @@ func (f *Farm) Admit(hostName, vmID, vmName string, req Request) ([]Assignment, 
 		f.mu.Unlock()
 		return nil, fmt.Errorf("VM %s already holds vGPUs: %w", vmID, ErrInvalid)
 	}
+	if err := f.guestRefusal(h, vmName); err != nil { // software.go
+		f.mu.Unlock()
+		return nil, err
+	}
 	info := h.info()
 	assign, err := Place(f.catalog, candidates(info), req, h.policy, Rules{SameSizeAnyType: f.sameSizeAnyType})
 	if err != nil {
@@ -844,6 +849,7 @@ func (f *Farm) EndReboot(hostName string) error {
 			}
 		}
 		h.applyNICReboot()
+		h.applySoftwareReboot(f.sw())
 		return nil
 	})
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
 
@@ -104,6 +103,7 @@ func (s *Sim) registerControl() {
 	s.HandleControl("POST /gpusim/delays", s.armDelay)
 	s.registerHolds()
 	s.registerState()
+	s.registerSoftwareControl() // software.go
 }
 
 func sortedFaultNames() []string {
@@ -240,8 +240,6 @@ type guestRequest struct {
 	Hostname string `json:"hostname"`
 }
 
-var guestStates = map[string]bool{"running": true, "notRunning": true, "shuttingDown": true, "resetting": true, "standby": true, "unknown": true}
-
 func (s *Sim) setGuest(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
 	ref, ok := s.ResolveObject(name)
@@ -258,40 +256,9 @@ func (s *Sim) setGuest(w http.ResponseWriter, r *http.Request) {
 	if req.State == "" {
 		req.State = "running"
 	}
-	if !guestStates[req.State] {
-		WriteError(w, http.StatusBadRequest, "unknown guest state %q", req.State)
+	if err := s.ReportGuest(ref, GuestReport{IP: req.IP, State: req.State, Hostname: req.Hostname}); err != nil {
+		WriteError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
-	ctx := &simulator.Context{Map: s.ctx.Map}
-	s.ctx.Map.WithLock(ctx, vm, func() {
-		guest := types.GuestInfo{}
-		if vm.Guest != nil {
-			guest = *vm.Guest
-		}
-		guest.GuestState = req.State
-		guest.IpAddress = req.IP
-		if req.Hostname != "" {
-			guest.HostName = req.Hostname
-		}
-		tools := types.VirtualMachineToolsRunningStatusGuestToolsNotRunning
-		if req.State == "running" {
-			tools = types.VirtualMachineToolsRunningStatusGuestToolsRunning
-		}
-		guest.ToolsRunningStatus = string(tools)
-		guest.Net = nil
-		if req.IP != "" {
-			guest.Net = []types.GuestNicInfo{{Network: "VM Network", IpAddress: []string{req.IP}, Connected: true, DeviceConfigId: 4000}}
-		}
-		summary := vm.Summary.Guest
-		sg := types.VirtualMachineGuestSummary{}
-		if summary != nil {
-			sg = *summary
-		}
-		sg.IpAddress, sg.HostName, sg.ToolsRunningStatus = guest.IpAddress, guest.HostName, guest.ToolsRunningStatus
-		ctx.Map.Update(ctx, vm, []types.PropertyChange{
-			{Name: "guest", Val: &guest},
-			{Name: "summary.guest", Val: &sg},
-		})
-	})
 	WriteJSON(w, http.StatusOK, map[string]any{"vm": vm.Name, "ip": req.IP, "state": req.State})
 }

@@ -211,7 +211,8 @@ const (
 	esxBaseBuild = "8.0.3-0.0.24022510"
 )
 
-// packages is what the host has installed: esx-base and, with a vGPU Manager, NVIDIA's driver and daemon.
+// packages is what the host has installed: esx-base and, with a vGPU Manager installed, NVIDIA's driver and
+// daemon (an install shows here at once and runs from the next reboot).
 func packages(a farm.Access) []types.SoftwarePackage {
 	created := time.Date(2024, 6, 25, 0, 0, 0, 0, time.UTC)
 	out := []types.SoftwarePackage{{
@@ -219,12 +220,12 @@ func packages(a farm.Access) []types.SoftwarePackage {
 		Summary: "ESXi base system", Description: "This VIB contains all of the base functionality of vSphere ESXi.",
 		CreationDate: &created,
 	}}
-	if a.Manager != "" {
+	if m := a.Installed; m != "" { // the package list: what is installed (it runs from the next reboot)
 		out = append(out,
-			types.SoftwarePackage{Name: managerVIB, Version: a.Manager + vibSuffix, Type: "bootbank", Vendor: "NVD",
+			types.SoftwarePackage{Name: managerVIB, Version: m + vibSuffix, Type: "bootbank", Vendor: "NVD",
 				AcceptanceLevel: "vmware_accepted", Summary: "NVIDIA AI Enterprise vGPU driver for VMWare ESX-8.0.0",
-				Description: "NVIDIA vGPU Manager " + a.Manager, CreationDate: &created},
-			types.SoftwarePackage{Name: daemonVIB, Version: a.Manager + "-1OEM.700.1.0.15843807", Type: "bootbank",
+				Description: "NVIDIA vGPU Manager " + m, CreationDate: &created},
+			types.SoftwarePackage{Name: daemonVIB, Version: m + "-1OEM.700.1.0.15843807", Type: "bootbank",
 				Vendor: "NVD", AcceptanceLevel: "vmware_accepted", Summary: "NVIDIA GPU management daemon",
 				Description: "nvdGpuMgmtDaemon", CreationDate: &created})
 	}

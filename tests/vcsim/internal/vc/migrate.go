@@ -113,6 +113,9 @@ func (s *Sim) moveVGPUs(ctx *simulator.Context, vm *simulator.VirtualMachine, de
 		if errors.Is(err, farm.ErrInsufficient) {
 			return false, s.faultWith(&types.InsufficientGraphicsResourcesFault{}, farm.InsufficientGraphics+" (on "+to+")")
 		}
+		if f := s.guestDriverFault(err); f != nil { // software.go
+			return false, f
+		}
 		return false, s.faultWith(&types.InvalidState{}, err.Error())
 	}
 	return true, nil

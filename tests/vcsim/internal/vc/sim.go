@@ -245,6 +245,9 @@ func (s *Sim) build(ctx context.Context) error {
 	if err := s.createNetworks(ctx, folders, hostObjs); err != nil {
 		return err
 	}
+	if err := s.setupSoftware(); err != nil { // software.go: before the farm file's running VMs start
+		return err
+	}
 	return s.createVMs(ctx, folders, hostObjs)
 }
 

@@ -30,6 +30,8 @@ type Spec struct {
 	Supervisor *vapi.Supervisor `yaml:"supervisor" json:"supervisor"`
 	// Networks are port groups beside "VM Network": standard or on a distributed switch (network.go).
 	Networks []NetworkSpec `yaml:"networks" json:"networks"`
+	// Software: clusters managed by a vLCM image, depots and their components, guest drivers (software.go).
+	Software *farm.SoftwareSpec `yaml:"software" json:"software"`
 
 	// Catalog is the vGPU type catalogue the farm's boards and profiles come from (not in farm files;
 	// nil: farm.DefaultCatalog).
@@ -191,6 +193,9 @@ func (s *Spec) Validate() error {
 		}
 	}
 	if err := s.validateNetworks(s.hostNames()); err != nil {
+		return err
+	}
+	if err := s.validateSoftware(); err != nil {
 		return err
 	}
 	vmNames := map[string]bool{}

@@ -303,6 +303,8 @@ func (s *Sim) admitVGPUs(vm *simulator.VirtualMachine) types.BaseMethodFault {
 		return nil
 	case errors.Is(err, farm.ErrInsufficient):
 		return s.faultWith(&types.InsufficientGraphicsResourcesFault{}, farm.InsufficientGraphics)
+	case errors.Is(err, farm.ErrGuestDriver):
+		return s.guestDriverFault(err) // software.go
 	default:
 		return s.faultWith(&types.InvalidState{}, err.Error())
 	}
