@@ -8,19 +8,25 @@ vCenter moved, and the read-only commands (status, export, preflight, capacity) 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import pytest
 from gpusim import ssh_hosts, ssh_known_hosts
 from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
+from test_secrets_sim import session_cookies
 from typer.testing import CliRunner
 
 from vgpuctl import pipeline
 from vgpuctl.cli.main import app
+from vgpuctl.vsphere.claims import CLAIM_FOLDER, VmClaim
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 from vgpuctl.vsphere.workrecord import LEASE_FIELD, LEASE_FOLDER, Fields, Lease, parse_lease
 
@@ -87,13 +93,24 @@ def env(east: Any, west: Any, **more: str) -> dict[str, str]:
             "EAST_ESXI_PW": east.password, "WEST_ESXI_PW": west.password, **more}  # fmt: skip
 
 
+def write_inventory(pair: tuple[Any, Any], path: Path) -> Path:
+    east, west = pair
+    path.write_text(INVENTORY.format(east=east.url, west=west.url, east_known=ssh_known_hosts(east),
+                                     west_known=ssh_known_hosts(west)))
+    return path
+
+
 def vgpuctl(pair: tuple[Any, Any], tmp_path: Path, *args: str, **more: str) -> Any:
+    """One command on the fleet; whatever it printed holds none of the passwords it was given."""
     inv = tmp_path / "fleet.yaml"
     if not inv.exists():
-        east, west = pair
-        inv.write_text(INVENTORY.format(east=east.url, west=west.url, east_known=ssh_known_hosts(east),
-                                        west_known=ssh_known_hosts(west)))
-    return CliRunner().invoke(app, [a.replace("INV", str(inv)) for a in args], env=env(*pair, **more))
+        write_inventory(pair, inv)
+    variables = env(*pair, **more)
+    result = CliRunner().invoke(app, [a.replace("INV", str(inv)) for a in args], env=variables)
+    secrets = {v for k, v in variables.items() if "PASSWORD" in k or k.endswith("_PW")}
+    for secret in secrets:
+        assert secret not in result.stdout and secret not in result.stderr, (args, secret)
+    return result
 
 
 def vgpus(sim: Any, name: str) -> list[str]:
@@ -162,7 +179,7 @@ def test_one_vcenter_failing_leaves_the_other_complete(pair: tuple[Any, Any], tm
     if how == "down":
         west.stop()
     else:
-        more["VGPUCTL_PASSWORD_WEST"] = "wrong"
+        more["VGPUCTL_PASSWORD_WEST"] = "wrong-west-pw"
     planned = vgpuctl(pair, tmp_path, "plan", "-f", "INV", **more)
     assert planned.exit_code == 1  # the whole plan is shown for what could be read, then exit 1
     assert f"== vCenter east ({east.url}) ==" in planned.stdout and "+ vgpu grid_a100-20c" in planned.stdout
@@ -171,6 +188,10 @@ def test_one_vcenter_failing_leaves_the_other_complete(pair: tuple[Any, Any], tm
     assert planned.stderr.strip().splitlines()[-1].startswith("error: vCenter west: ")
     if how == "refuses":
         assert "wrong user name or password" in west_error[0]
+    detailed = vgpuctl(pair, tmp_path, "plan", "-f", "INV", "--detailed-exitcode", **more)
+    assert detailed.exit_code == 1 and detailed.stdout == planned.stdout  # not 2: a vCenter failed
+    refused = vgpuctl(pair, tmp_path, "plan", "-f", "INV", "--out", str(tmp_path / "fleet.plan"), **more)
+    assert refused.exit_code == 1 and not (tmp_path / "fleet.plan").exists()
 
     applied = vgpuctl(pair, tmp_path, "-o", "json", "apply", "-f", "INV", "--yes", **more)
     assert applied.exit_code == 1, applied.output
@@ -226,6 +247,40 @@ def test_leases_stay_in_their_own_vcenter(pair: tuple[Any, Any], tmp_path: Path)
             assert lease_run(west, W2) is None
         finally:
             lease.release()
+
+
+def test_vm_claims_stay_in_their_own_vcenter(pair: tuple[Any, Any], tmp_path: Path) -> None:
+    """Another run is changing west's train-01 (its claim in west's vCenter); east's train-01, of the same name,
+    is no concern of it: the fleet's apply changes east's train-01 and west's infer-01, leaves west's train-01 to
+    its holder, naming it, and leaves no claim of its own held in either vCenter."""
+    east, west = pair
+    settings = ConnectionSettings(west.url, west.username, west.password, insecure=True)
+    with open_session(settings) as session:
+        moid = pipeline.observe(session, "DC1").vms["train-01"].moid
+        claim = VmClaim(Fields(session, "VirtualMachine"), "train-01", moid, "other-run-8", ttl_s=600).acquire()
+        try:
+            applied = vgpuctl(pair, tmp_path, "-o", "json", "apply", "-f", "INV", "--yes")
+            assert applied.exit_code == 1, applied.output
+            parts = {p["vcenter"]: p["apply"] for p in json.loads(applied.stdout)["vcenters"]}
+            assert parts["east"]["changed"] == ["train-01"] and parts["east"]["failed"] == []
+            assert parts["west"]["changed"] == ["infer-01"] and parts["west"]["failed"] == ["train-01"]
+            held = next(v for v in parts["west"]["vms"] if v["vm"] == "train-01")
+            assert "other-run-8" in held["message"] and "is changing this VM" in held["message"], held
+            assert vgpus(east, "train-01") == ["grid_a100-20c"] and vgpus(west, "infer-01") == ["grid_a100-10c"]
+            assert vgpus(west, "train-01") == []
+            assert claim_folders(west) == {CLAIM_FOLDER.format(moid=moid)}  # its holder's, untouched
+            assert claim_folders(east) == set()  # east's run let its own go
+        finally:
+            claim.release()
+
+
+def claim_folders(sim: Any) -> set[str]:
+    """The VM claims held in this vCenter (their lock folders)."""
+    si = sim.connect()
+    try:
+        return {c.name for c in si.content.rootFolder.childEntity if c.name.startswith(CLAIM_FOLDER.split("{")[0])}
+    finally:
+        Disconnect(si)
 
 
 def lease_run(sim: Any, host: str) -> str | None:
@@ -328,3 +383,52 @@ def test_a_consistent_forgery_of_a_fleet_plan_is_refused(pair: tuple[Any, Any], 
     assert "its plan section is not the plan its inventory gives" in line and differ in line, refused.stderr
     assert line.startswith("error: vCenter west: " if forged == "a part" else f"error: {plan_file}: ")
     assert vgpus(east, "train-01") == [] and vgpus(west, "train-01") == []  # nothing changed anywhere
+
+
+def test_each_vcenters_credentials_are_never_written(gpusim_pair: Callable[..., Any], no_vgpuctl_env: None,
+                                                     tmp_path: Path) -> None:
+    """Each vCenter's password from where a fleet takes it (east's in its URL variable, percent-encoded; west's
+    in its password file), runs as real processes with -vv: no password of either, nor any session cookie either
+    vCenter handed out, is in what the runs print or in any file they leave (plan file, export, run folders)."""
+    secret = {"east": "East:pw@51-a", "west": "West:pw@72-b"}  # a ':' and an '@': the URL must encode them
+    pair = gpusim_pair(farm("DC0", secret["east"], "east.sim", [vm("train-01", H1)]),
+                       farm("DC1", secret["west"], "west.sim", [vm("train-01", W1), vm("infer-01", W2)]))
+    east, west = pair
+    run, keep = tmp_path / "run", tmp_path / "keep"  # what the runs may write to; the password file apart
+    (run / "home").mkdir(parents=True)
+    keep.mkdir()
+    inventory = write_inventory(pair, run / "fleet.yaml")
+    password_file = keep / "west.pw"
+    password_file.write_text(secret["west"] + "\n")
+    password_file.chmod(0o600)
+    parts = urlsplit(east.url)
+    east_url = urlunsplit((parts.scheme, f"{quote(east.username, safe='')}:{quote(secret['east'], safe='')}@"
+                           f"{parts.netloc}", parts.path, "", ""))
+    variables = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_"))}
+    variables.update({k: v for k, v in env(east, west).items() if "PASSWORD" not in k})
+    variables.update(HOME=str(run / "home"), XDG_STATE_HOME=str(run / "xdg"), VGPUCTL_STATE_DIR=str(run / "state"),
+                     VGPUCTL_URL_EAST=east_url, VGPUCTL_PASSWORD_FILE_WEST=str(password_file),
+                     EAST_ESXI_PW=secret["east"], WEST_ESXI_PW=secret["west"])
+    runs = [
+        ["-vv", "plan", "-f", str(inventory), "--out", str(run / "fleet.plan")],
+        ["-vv", "-o", "json", "apply", "--yes", str(run / "fleet.plan")],
+        ["-vv", "-o", "json", "status", "-f", str(inventory), "--no-vm-classes"],
+        ["-vv", "export", "-f", str(inventory), "--out", str(run / "export.yaml")],
+    ]
+    outputs = [(args, subprocess.run([sys.executable, "-m", "vgpuctl", *args], capture_output=True, text=True,
+                                     env=variables, stdin=subprocess.DEVNULL, check=False)) for args in runs]
+    assert [done.returncode for _, done in outputs] == [0, 0, 0, 0], \
+        [(a, d.returncode, d.stderr[-2000:]) for a, d in outputs]
+    assert "SOAP -> " in outputs[1][1].stderr  # the -vv trace ran
+    assert vgpus(east, "train-01") == ["grid_a100-20c"] and vgpus(west, "infer-01") == ["grid_a100-10c"]
+    cookies = session_cookies(east) | session_cookies(west)
+    secrets = {*secret.values(), *(quote(s, safe="") for s in secret.values()), *cookies}
+    for args, done in outputs:
+        for one in secrets:
+            assert one not in done.stdout and one not in done.stderr, (args, one)
+    files = [p for p in run.rglob("*") if p.is_file()]
+    assert run / "fleet.plan" in files and run / "export.yaml" in files
+    for path in files:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+        for one in secrets:
+            assert one not in text, (path, one)
