@@ -2,8 +2,9 @@
 certificate and ESXi shells, and the same cluster and VM names, so that anything crossing between them would
 show; host names differ only in their domain, as the ESXi host map needs): plan
 and apply across both, a vCenter down or refusing its login while the other's part completes, a --vcenter
-scoped run that never contacts the other, host leases kept in their own vCenter, saved plans refused when one
-vCenter moved, and the read-only commands (status, export, preflight, capacity) with a section per vCenter."""
+scoped run that never contacts the other, host leases, VM claims and host work records kept in their own
+vCenter, each vCenter's credentials never printed nor written, saved plans refused when one vCenter moved, and
+the read-only commands (status, export, preflight, capacity) with a section per vCenter."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from typer.testing import CliRunner
 
 from vgpuctl import pipeline
 from vgpuctl.cli.main import app
+from vgpuctl.records.work import WORK_FIELD
 from vgpuctl.vsphere.claims import CLAIM_FOLDER, VmClaim
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 from vgpuctl.vsphere.workrecord import LEASE_FIELD, LEASE_FOLDER, Fields, Lease, parse_lease
@@ -272,6 +274,58 @@ def test_vm_claims_stay_in_their_own_vcenter(pair: tuple[Any, Any], tmp_path: Pa
             assert claim_folders(east) == set()  # east's run let its own go
         finally:
             claim.release()
+
+
+def test_work_records_stay_in_their_own_vcenter(pair: tuple[Any, Any], tmp_path: Path) -> None:
+    """West's esx-01 holds an attribute that is no work record: west's plan is refused for it, in west's section
+    only; east's part is planned and applied, and its hosts' records are its own (written and cleared in east)."""
+    east, west = pair
+    set_work(west, W1, "not json at all")
+    line = f"host {W1}: its vgpuctl.work attribute is no vgpuctl work record"
+    planned = vgpuctl(pair, tmp_path, "plan", "-f", "INV")
+    assert planned.exit_code == 1
+    assert planned.stdout.count(line) == 1 and planned.stdout.index(line) > planned.stdout.index("== vCenter west")
+    assert "+ vgpu grid_a100-20c" in planned.stdout  # east's plan, whole
+    applied = vgpuctl(pair, tmp_path, "-o", "json", "apply", "-f", "INV", "--yes")
+    assert applied.exit_code == 1, applied.output
+    doc = json.loads(applied.stdout)
+    parts = {p["vcenter"]: p for p in doc["vcenters"]}
+    assert doc["failed"] == ["west"] and parts["west"]["apply"] is None
+    assert parts["east"]["apply"]["changed"] == ["train-01"]
+    assert {h["host"]: h["status"] for h in parts["east"]["apply"]["hosts"]} == {H1: "changed", H2: "changed"}
+    assert work(west, W1) == "not json at all" and work(west, W2) == ""  # west's records as they were
+    assert work(east, H1) == work(east, H2) == ""  # east's, finished
+    assert policies(west)[W1] == "performance" and vgpus(west, "train-01") == []
+
+
+def set_work(sim: Any, host: str, text: str) -> None:
+    si = sim.connect()
+    try:
+        cfm = si.content.customFieldsManager
+        key = next((f.key for f in cfm.field or [] if f.name == WORK_FIELD), None)
+        if key is None:
+            key = cfm.AddCustomFieldDef(name=WORK_FIELD, moType=vim.HostSystem).key
+        cfm.SetField(entity=find_host(si, host), key=key, value=text)
+    finally:
+        Disconnect(si)
+
+
+def work(sim: Any, host: str) -> str:
+    """A host's work record in this vCenter, as it holds it."""
+    si = sim.connect()
+    try:
+        keys = {f.key: f.name for f in si.content.customFieldsManager.field or []}
+        return next((v.value for v in find_host(si, host).customValue if keys.get(v.key) == WORK_FIELD), "")
+    finally:
+        Disconnect(si)
+
+
+def find_host(si: Any, name: str) -> Any:
+    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.HostSystem], True)
+    try:
+        return next(h for h in view.view if h.name == name)
+    finally:
+        view.Destroy()
 
 
 def claim_folders(sim: Any) -> set[str]:
