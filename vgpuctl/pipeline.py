@@ -767,9 +767,16 @@ def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOp
     from vgpuctl.vsphere.session import open_session
 
     options = replace(options, read_only=True)
-    with open_session(settings) as session, ExitStack() as stack:
+    with open_session(settings) as session:
         observed = observe(session, options.datacenter, inventory)
-        return prepare(session, observed, inventory, options, RunRequest(apply=False), stack).planned
+        scoped = plan_in_scope(session, observed, inventory, options)
+        the_plan, inventory = scoped.plan, scoped.inventory
+        with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:
+            classes = supervisor.last_plan if supervisor is not None else None
+            if classes is not None:
+                the_plan.refuse(classes.errors)
+        return Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips,
+                       scoped.scope, scoped.facts)
 
 
 def run_interruptible(work: Callable[[Cancel], T], on_interrupt: Callable[[str], None]) -> tuple[T, bool]:

@@ -528,7 +528,8 @@ def explain_in_fleet(opts: GlobalOptions, inventory: Inventory, scope: Scope | N
 
     part = cli_fleet.one_part(inventory, scope.vcenters if scope is not None else None, "--explain")
     options = fleetrun.part_options(common.run_options(opts, None, scope=scope), part)
-    planned = pipeline.plan_only(cli_fleet.part_settings(opts, part), part.inventory, options)
+    settings = cli_fleet.fleet_settings(opts, [part])[part.name]  # --url and --password-file refused
+    planned = pipeline.plan_only(settings, part.inventory, options)
     common.emit(explain_host(host, part.inventory, planned.observed, planned.plan, planned.facts), opts)
     return 0
 
