@@ -403,6 +403,9 @@ def test_read_only_commands_have_a_section_per_vcenter(pair: tuple[Any, Any], tm
     assert [p["preflight"]["vcenter"] for p in preflight["vcenters"]] == [east.url, west.url]
     capacity = json.loads(vgpuctl(pair, tmp_path, "-o", "json", "capacity", "-f", "INV").stdout)
     assert capacity["kind"] == "fleet-capacity" and len(capacity["vcenters"]) == 2
+    drained = vgpuctl(pair, tmp_path, "-o", "json", "capacity", "-f", "INV", "--drain", W1, "--vcenter", "west")
+    assert drained.exit_code == 0, drained.output
+    assert json.loads(drained.stdout)["kind"] == "capacity-drain" and W1 in drained.stdout and H1 not in drained.stdout
 
     west.stop()
     down = vgpuctl(pair, tmp_path, "status", "-f", "INV", "--no-vm-classes")

@@ -228,6 +228,17 @@ def test_vcenter_on_a_single_inventory_and_one_vcenter_commands_refuse(tmp_path:
     assert result.exit_code == 1 and "a fleet's runs are not streamed" in result.stderr  # type: ignore
 
 
+def test_demand_and_drain_answer_for_the_one_vcenter_named(tmp_path: Path) -> None:
+    env = {"VGPUCTL_USERNAME": "u", "VGPUCTL_PASSWORD_EAST": "e", "VGPUCTL_PASSWORD_LAB_WEST": "w"}
+    result = run(tmp_path, "capacity", "-f", "INV", "--drain", "esx-01", env=env)
+    assert result.exit_code == 1  # type: ignore[attr-defined]
+    assert result.stderr.strip() == "error: --demand or --drain works on one vCenter of the fleet: name it with " \
+        "--vcenter (vcenters: east, lab-west)"  # type: ignore[attr-defined]
+    result = run(tmp_path, "--url", "https://vc.invalid/sdk", "capacity", "-f", "INV", "--drain", "esx-01",
+                 "--vcenter", "east", env=env)
+    assert result.exit_code == 1 and "--url names one vCenter" in result.stderr  # type: ignore[attr-defined]
+
+
 # ------------------------------------------------------------------------------------------ saved plans
 
 
