@@ -45,6 +45,8 @@ NOT_RUN: tuple[tuple[str, str], ...] = (
                                          "offline"),
     ("ansible-builder build ", "a container runtime and the network; tests/unit/test_guest_playbooks.py creates "
                                "the image's build context offline"),
+    ("vgpuctl exporter ", "it serves until stopped (tests/sim/test_exporter_sim.py starts it against gpusim, "
+                          "scrapes it and stops it)"),
     ("vgpuctl --install-completion", "it changes the user's shell startup files"),
     ("vgpuctl --show-completion >>", "it changes the user's shell startup files"),
 )

@@ -310,6 +310,23 @@ class Gpusim:
         or vGPU Manager (vgpu_manager, "none" removes it); returns the host's access state."""
         return dict(self.request("POST", f"/hosts/{host}/access", fields)["access"])
 
+    def set_perf(self, series: list[dict[str, Any]] | None = None, pattern: str | None = None,
+                 statistics_level: int | None = None) -> dict[str, Any]:
+        """PerformanceManager's GPU series: each {"host", "gpu" (PCI id; none: every GPU of the host), "counter"
+        (utilization, mem.used, mem.usage, temperature, power.used), "points": [{"ago_s", "value"}, ...]}, a step
+        function from its oldest point; `pattern` (by-vgpus, idle, busy) for the GPUs without one; every historical
+        interval's `statistics_level`."""
+        body: dict[str, Any] = {"series": series or []}
+        if pattern is not None:
+            body["pattern"] = pattern
+        if statistics_level is not None:
+            body["statistics_level"] = statistics_level
+        return dict(self.request("POST", "/perf", body))
+
+    def perf(self) -> dict[str, Any]:
+        """The series set, the pattern, the counters and intervals, and the QueryPerf calls answered (`queries`)."""
+        return dict(self.request("GET", "/perf"))
+
     def clear_reboot_fault(self, host: str) -> None:
         self.request("DELETE", f"/hosts/{host}/reboot-faults")
 

@@ -254,6 +254,13 @@ class EvacuationKind(StrEnum):
     STAYS_OFF = "stays-off"  # powered off for good: its inventory entry says power: off
 
 
+class StopReason(StrEnum):
+    """Why an apply started no further host or VM although work was left (a change window's limits)."""
+
+    DEADLINE = "deadline"  # apply --deadline passed
+    MAX_FAILURES = "max-failures"  # maintenance.max_failures hosts failed
+
+
 MAX_VGPUS_PER_VM = 8  # vSphere 8.0 (4 before); a host's own limit is ObservedHost.max_vgpus_per_vm
 
 

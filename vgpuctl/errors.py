@@ -62,6 +62,16 @@ class PlanError(VgpuctlError):
         super().__init__("; ".join(problems) if len(problems) == 1 else "\n".join(problems))
 
 
+class PlanRefused(PlanError):
+    """A plan with problems that was shown with them: refused in one line, nothing changed (`problems` keeps
+    each, for the JSON error document)."""
+
+    def __init__(self, problems: list[str], what: str = "nothing was changed"):
+        super().__init__(problems)
+        n = len(problems)
+        self.args = (f"the plan has {n} problem{'s' if n != 1 else ''} (shown with it): {what}",)
+
+
 class PreflightFailed(PlanError):
     """A preflight check failed; one line per failing check, as preflight prints it."""
 class CustomizationError(VgpuctlError):

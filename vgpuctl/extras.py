@@ -1,7 +1,8 @@
 """Optional parts of vgpuctl and the one line that says how to install one that is missing.
 
 `capacity --demand` solves with OR-Tools (extra `capacity`), `experiment report` plots with matplotlib (extra
-`experiment`), and the guest playbooks run `ansible-playbook`, which the `ansible-core` dependency brings.
+`experiment`), `exporter` serves its metrics with prometheus_client (extra `exporter`), and the guest playbooks
+run `ansible-playbook`, which the `ansible-core` dependency brings.
 `require` is called where a command first needs one; the CLI's error handler also turns a ModuleNotFoundError
 of one of these modules into the same line (vgpuctl.cli.common.report_error), so no path ends in "a bug".
 """
@@ -21,6 +22,7 @@ from vgpuctl.errors import UsageError
 EXTRAS: dict[str, tuple[str, str]] = {
     "ortools": ("capacity", "the capacity layout solver (capacity --demand)"),
     "matplotlib": ("experiment", "the experiment plots (experiment run/report)"),
+    "prometheus_client": ("exporter", "the Prometheus metrics endpoint (exporter)"),
 }
 
 

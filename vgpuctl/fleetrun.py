@@ -291,5 +291,6 @@ def _finish(lv: _Live, result: ApplyOutcome | VgpuctlError, interrupted: bool, n
         lv.run.error = result
         outcome.interrupted = interrupted
         return
-    pipeline.finish(outcome, lv.prepared, result, interrupted, lambda m: note(f"vCenter {lv.run.name}: {m}"))
+    pipeline.finish(outcome, lv.prepared, result, interrupted, lambda m: note(f"vCenter {lv.run.name}: {m}"),
+                    lv.options)
     outcome.round_trips = lv.session.round_trips

@@ -28,6 +28,7 @@ from vgpuctl.domain import (
     Phase,
     PowerState,
     ProfileSharing,
+    StopReason,
     VmStep,
     WindowStage,
 )
@@ -486,12 +487,14 @@ class HostChange:
 
 @dataclass(frozen=True)
 class Problem:
-    """One reason a plan cannot be applied, about one VM (`vm`) or about the run as a whole (None); `at` is the
-    FILE:LINE:COL of the inventory key it is about, when one is."""
+    """One reason a plan cannot be applied: about one VM (`vm`), one host (`host`: a change planned there cannot be
+    carried out, or the host cannot be planned) or the run as a whole (neither); `at` is the FILE:LINE:COL of the
+    inventory key it is about, when one is. A host's messages name the host themselves."""
 
     message: str
     vm: str | None = None
     at: str | None = None
+    host: str | None = None
 
     def __str__(self) -> str:
         text = f"vm {self.vm}: {self.message}" if self.vm is not None else self.message
@@ -558,9 +561,9 @@ class Plan:
         """The problems as lines for people (`vm NAME: reason` for a VM's own)."""
         return [str(p) for p in self.problems]
 
-    def refuse(self, messages: Iterable[str]) -> None:
-        """Problems that name no single VM, added before the plan's own."""
-        self.problems[:0] = [Problem(m) for m in messages]
+    def refuse(self, messages: Iterable[str | Problem]) -> None:
+        """Problems that name no single VM (lines, or problems of hosts), added before the plan's own."""
+        self.problems[:0] = [m if isinstance(m, Problem) else Problem(m) for m in messages]
 
     @property
     def changes(self) -> list[VmChange]:
@@ -596,6 +599,7 @@ class VmOutcome:
     fault_type: str | None = None
     message: str = ""
     left: list[VmStep] = field(default_factory=list)  # planned steps not done because the apply was interrupted
+    stopped_by: StopReason | None = None  # not started: the change window's deadline had passed
 
 
 class _NamesByOutcome:
@@ -666,6 +670,7 @@ class HostOutcome:
     handed_over: list[str] = field(default_factory=list)  # powered off for their own VM change
     migrated: list[str] = field(default_factory=list)  # "vm -> destination host"
     rebooted: bool = False
+    stopped_by: StopReason | None = None  # not started: the deadline passed, or maintenance.max_failures was reached
 
     @property
     def configured(self) -> bool:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import Outcome, StopReason
+from vgpuctl.durations import Deadline
 from vgpuctl.errors import Interrupted, PlanError, VgpuctlError
 from vgpuctl.model import ApplyResult, GuestDriverOutcome, HostApplyResult, Observed, Op, Plan, SupervisorApplyResult
 
@@ -29,6 +30,12 @@ class ApplyOutcome:
     interrupted: bool = False
     vm_errors: list[str] = field(default_factory=list)
     guest_drivers: list[GuestDriverOutcome] = field(default_factory=list)  # a driver upgrade window's guest moves
+    deadline: Deadline | None = None  # apply --deadline: hosts and VMs not started by then say so
+
+    def left_by_deadline(self) -> tuple[list[str], list[str]]:
+        """The hosts and VMs the deadline kept from starting."""
+        hosts = [o.host for o in self.hosts.hosts if o.stopped_by == StopReason.DEADLINE] if self.hosts else []
+        return hosts, [o.vm for o in self.vms.vms if o.stopped_by == StopReason.DEADLINE]
 
 
 @dataclass
@@ -109,6 +116,11 @@ class RunOutcome:
         if result.failed:
             return VgpuctlError(f"apply failed for {len(result.failed)} of {len(result.vms)} VM(s): "
                                 f"{', '.join(result.failed)}")
+        held, left = applied.left_by_deadline() if applied is not None else ([], [])
+        if held or left:
+            when = applied.deadline.text if applied is not None and applied.deadline is not None else ""
+            return VgpuctlError(f"the deadline {when} passed with {len(held)} host(s) and {len(left)} VM(s) not "
+                                "started (the summary lists them): run the same apply again in the next window")
         if self.classes is not None and self.classes.failed:
             first = self.classes.failed[0]
             return VgpuctlError(f"apply stopped at {first.target}: {first.message}")

@@ -21,41 +21,42 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome, Power
+from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome
+from vgpuctl.durations import Deadline
 from vgpuctl.errors import PlanError, UsageError
 from vgpuctl.farm.predict import predict_observed
 from vgpuctl.gcpause import paused_gc
+from vgpuctl.guest.stage import guest_addresses, guest_vms, guests, move_guest_drivers
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_changes
 from vgpuctl.hosts.sshservice import SshServiceRun, explain_shell_errors, only_ssh, ssh_service_for_run
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.inventory import HostSpec, Inventory
+from vgpuctl.inventory.compose import Composition
 from vgpuctl.model import (
     ApplyResult,
-    GuestDriverMove,
     GuestDriverOutcome,
     HostApplyResult,
     HostChange,
     Observed,
     Plan,
+    Problem,
     VmOutcome,
 )
 from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
 from vgpuctl.progress import Cancel, HostProgress, Progress, VmProgress, cancelled
 from vgpuctl.records.work import WORK_FIELD, WorkStore
 from vgpuctl.runhooks import QuietHooks, RunHooks
-from vgpuctl.runlocks import check_lock_settings
+from vgpuctl.runlocks import check_lock_settings, held_text, leases_of, still_held, unreadable_hosts, wait_for_hosts
 from vgpuctl.settings import host_properties
 from vgpuctl.settings.facts import MODULE_OPTIONS, HostFacts
 
 if TYPE_CHECKING:
-    from vgpuctl.guest.runner import DeployResult
     from vgpuctl.planfile import SavedPlan
     from vgpuctl.scope import Scope, ScopeResult
     from vgpuctl.supervisor.stage import SupervisorRun
     from vgpuctl.supervisor.vmclasses import SupervisorPlan
     from vgpuctl.vsphere.session import ConnectionSettings, Session
-    from vgpuctl.vsphere.workrecord import LeaseInfo
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,6 +83,9 @@ class RunOptions:
     # the `host` commands do); `run` stops them again at its end (vgpuctl.hosts.sshservice)
     ssh_service: SshServiceRun | None = None
     evacuate_by_flag: bool = False  # the `host` commands: --evacuate sets the evacuation; messages name the flag
+    deadline: Deadline | None = None  # apply --deadline: no host wave and no VM starts after it
+    on_lock_wait: Callable[[str], None] | None = None  # --lock-timeout: a line per run the plan waits for
+    lock_waited_s: float = 0.0  # how long the plan waited for hosts other runs hold (their problems say so)
     # a run that changes nothing (plan): no SSH service started, no work record or lease taken over; the shell of
     # a managed host whose SSH service is stopped is read by the apply that starts it
     read_only: bool = False
@@ -90,14 +94,15 @@ class RunOptions:
 # ------------------------------------------------------------------------------------------ 1. load
 
 
-def load(path: Path) -> Inventory:
-    """The inventory file, schema and semantic checks done; errors located FILE:LINE:COL."""
+def load(path: Path, composition: Composition | None = None) -> Inventory:
+    """The inventory file, with what it includes and the overlay and values files of `composition` merged in
+    (vgpuctl.inventory.compose), schema and semantic checks done; errors located FILE:LINE:COL."""
     from vgpuctl.inventory import load_inventory, validate
 
     if not path.exists():
         raise UsageError(f"{path}: no such file")
     with paused_gc():  # the YAML events and positions of a large inventory: see vgpuctl.gcpause
-        inventory = load_inventory(path)
+        inventory = load_inventory(path, composition)
         validate(inventory)  # VM classes and namespaces included
     return inventory
 
@@ -126,7 +131,7 @@ def observe(
 
 def host_facts(
     session: Session, observed: Observed, specs: Mapping[str, HostSpec | None], options: RunOptions
-) -> tuple[dict[str, HostFacts], list[str]]:
+) -> tuple[dict[str, HostFacts], list[Problem]]:
     """API facts of the named hosts that are connected (errors name the others), and shell facts when ESXi SSH
     is set up or an SSH agent runs (without them, MIG, NVLink and scheduler changes are plan errors); fills each
     ObservedHost.module_options with the configured nvidia option string and, on a host where vCenter reported
@@ -134,7 +139,7 @@ def host_facts(
     from vgpuctl.hosts.facts import adopt_nvlink_sets, adopt_vgpu_capabilities, gather_facts, unread_warnings
     from vgpuctl.hosts.status import shell_configured
 
-    errors = unreadable_hosts(session, observed, specs)
+    errors = unreadable_hosts(session, observed, specs, options.lock_waited_s)
     hosts = {name: (observed.hosts[name].moid, spec) for name, spec in sorted(specs.items())
              if observed.hosts[name].connection_state == ConnectionState.CONNECTED}
     deferred = _ssh_services(session, observed, specs, options)
@@ -179,31 +184,6 @@ def _ssh_services(
     return deferred
 
 
-def unreadable_hosts(session: Session, observed: Observed, hosts: Iterable[str]) -> list[str]:
-    """Why the GPU state of these hosts cannot be read, one line each: a host another live run holds (its lease:
-    run, user, since, until) is named as held, never as broken."""
-    down = sorted(h for h in hosts if observed.hosts[h].connection_state != ConnectionState.CONNECTED)
-    held = leases_of(session, observed, down) if down else {}
-    return [f"host {h}: {held_text(held[h])}: it cannot be planned until that run ends" if h in held
-            else f"host {h}: {observed.hosts[h].connection_state}; its GPU state cannot be read" for h in down]
-
-
-def leases_of(session: Session, observed: Observed, hosts: Iterable[str]) -> dict[str, LeaseInfo]:
-    """The live leases of another run on these hosts (one CurrentTime read, only when one has a lease)."""
-    from vgpuctl.vsphere.workrecord import LEASE_FIELD, live_leases
-
-    values = {h: observed.hosts[h].custom_values.get(LEASE_FIELD, "") for h in hosts if h in observed.hosts}
-    return live_leases(session, values)
-
-
-def held_text(info: LeaseInfo) -> str:
-    """`held by run 3f2a... of alice@ws since 2024-05-01 10:00:00 UTC (lease until 10:01:00 UTC)`."""
-    from datetime import datetime
-
-    until = datetime.fromtimestamp(info.renewed + info.ttl_s).astimezone().strftime("%H:%M:%S %Z")
-    return f"held by {info.describe().replace(' by ', ' of ', 1)} (lease until {until}, renewed while it works)"
-
-
 # ------------------------------------------------------------------------------------------ 3. plan
 
 
@@ -229,13 +209,13 @@ def _resume(session: Session, observed: Observed, options: RunOptions) -> list[s
 
 def record_problems(
     session: Session, observed: Observed, options: RunOptions, touched: Iterable[str]
-) -> tuple[list[str], list[str]]:
+) -> tuple[list[Problem], list[str]]:
     """Hosts whose `vgpuctl.work` value is no work record (one line each, with how to clear it): errors for the
     hosts this plan touches (what is left to finish there is unknown), warnings for the others, which this
     plan leaves alone."""
     problems = getattr(state_of(session, observed, options), "problems", {})
     mine = set(touched)
-    errors = [line for host, line in sorted(problems.items()) if host in mine]
+    errors = [Problem(line, host=host) for host, line in sorted(problems.items()) if host in mine]
     warnings = [line for host, line in sorted(problems.items()) if host not in mine]
     return errors, warnings
 
@@ -324,7 +304,7 @@ def plan_in_scope(session: Session, observed: Observed, inventory: Inventory, op
                          resume=[h for h in resume if h in hosts], vgpu_migration=migration, only_vms=vms)
 
     the_plan, kept, vms, handed = scoping.settle(selection, candidates, plan_for)
-    the_plan.refuse(unreadable_hosts(session, observed, [h for h in kept if h in specs]))
+    the_plan.refuse(unreadable_hosts(session, observed, [h for h in kept if h in specs], options.lock_waited_s))
     refuse_by_preflight(session, observed, scoping.restricted(inventory, resolved, kept), the_plan)
     broken, elsewhere = record_problems(session, observed, options, set(kept) | {c.host for c in the_plan.host_changes})
     the_plan.refuse(broken)
@@ -333,6 +313,31 @@ def plan_in_scope(session: Session, observed: Observed, inventory: Inventory, op
     result = scoping.result(options.scope, selection, the_plan, kept, vms, handed, resolved, inventory)
     scoped = scoping.only_vms(scoping.restricted(inventory, resolved, kept), vms)
     return ScopedPlan(the_plan, scoped, result, facts)
+
+
+def plan_when_free(
+    session: Session, observed: Observed, inventory: Inventory, options: RunOptions
+) -> tuple[ScopedPlan, Observed]:
+    """plan_in_scope; with --lock-timeout, the hosts of the plan another run holds are waited for (a line per run),
+    then the farm is read and planned again as it is then; a host still held is a problem of that plan."""
+    scoped = plan_in_scope(session, observed, inventory, options)
+    held = leases_of(session, observed, _touched(scoped.plan)) if options.lock_timeout_s > 0 else {}
+    if not held:
+        return scoped, observed
+    moids = {h: observed.hosts[h].moid for h in held}
+    wait_for_hosts(session, moids, held, options.lock_timeout_s, options.on_lock_wait or log.info)
+    options.lock_waited_s = options.lock_timeout_s  # the hosts still held after it say so
+    observed = observe(session, options.datacenter, inventory)
+    scoped = plan_in_scope(session, observed, inventory, options)
+    known = {p.host for p in scoped.plan.problems}
+    scoped.plan.refuse(still_held(session, observed, [h for h in _touched(scoped.plan) if h not in known],
+                                  options.lock_timeout_s))
+    return scoped, observed
+
+
+def _touched(the_plan: Plan) -> list[str]:
+    """The hosts a plan changes or cannot read."""
+    return sorted({c.host for c in the_plan.host_changes} | {p.host for p in the_plan.problems if p.host})
 
 
 def plan_vm_classes(
@@ -352,13 +357,13 @@ def plan_hosts(
     resolved, errors = hostplan.resolve_hosts(specs, observed)
     if errors:
         return hostplan.HostPlan(errors=errors)
-    facts, errors = host_facts(session, observed, resolved, options)
+    facts, unread = host_facts(session, observed, resolved, options)
     migration = vgpu_migration_enabled(session) if _migrates(resolved) else False
     resume = _resume(session, observed, options)
     host_plan = hostplan.plan_hosts(specs, observed, facts, resume=resume, vgpu_migration=migration,
                                     evacuate_by_flag=options.evacuate_by_flag)
     broken, elsewhere = record_problems(session, observed, options, set(resolved) | set(host_plan.hosts))
-    host_plan.errors = errors + host_plan.errors + broken
+    host_plan.errors = [str(p) for p in unread] + host_plan.errors + [str(p) for p in broken]
     host_plan.warnings += elsewhere
     host_plan.warnings = [*observed.warnings, *host_plan.warnings, *_lease_warnings(session, observed, host_plan.hosts)]
     return host_plan
@@ -391,6 +396,7 @@ def apply_hosts(
         progress=progress,
         cancel=cancel,
         lock_timeout_s=options.lock_timeout_s,
+        deadline=options.deadline,
         window=frozenset(window),
     )
     state = state_of(session, observed, options)
@@ -443,6 +449,7 @@ def apply_vms(
         poll_s=options.poll_s,
         run_id=options.run_id,
         lock_timeout_s=options.lock_timeout_s,
+        deadline=options.deadline,
     )
 
 
@@ -455,8 +462,9 @@ def apply(
     progress: Progress | None = None,
     cancel: Cancel | None = None,
 ) -> ApplyOutcome:
-    """A driver upgrade window's guest drivers first; hosts; then observe again the same way, plan the VMs again and
-    apply them; then the window's guest drivers to their release."""
+    """A driver upgrade window's guest drivers first; hosts, and beside them the VMs that wait for none of their
+    changes (planner.independent_changes, `options.parallel` at a time); then observe again the same way, plan the
+    other VMs again and apply them; then the window's guest drivers to their release."""
     window = the_plan.window
     moved = move_guest_drivers(session, inventory, window.before if window else [], progress, cancel)
     if _stopped(moved, cancel):  # no host leaves service
@@ -466,34 +474,49 @@ def apply(
         vms = apply_vms(session, the_plan, observed, options, progress, cancel)
         moved += move_guest_drivers(session, inventory, window.after if window else [], progress, cancel)
         return ApplyOutcome(None, vms, the_plan, vms.interrupted, guest_drivers=moved)
-    hosts = apply_hosts(session, observed, inventory.hosts, the_plan.host_changes, options, progress, cancel,
-                        window.hosts if window else ())
+    from vgpuctl.planner import independent_changes
+
+    early = Plan(vm_changes=independent_changes(the_plan.changes, observed, the_plan.host_changes))
+    hosts, early_vms = _hosts_beside_vms(session, observed, inventory, the_plan, early, options, progress, cancel)
     if window is not None and not set(window.hosts) - hosts.done_hosts:  # every host has its new manager
         moved += move_guest_drivers(session, inventory, window.after, progress, cancel)
+    done = {c.vm for c in early.changes}
     after = observe(session, options.datacenter, inventory)
-    vm_plan, failed = replan_vms_alone(inventory, after, pending_changes(the_plan.host_changes, hosts))
+    rest = inventory.model_copy(update={"vms": [v for v in inventory.vms if v.name not in done]})
+    vm_plan, failed = replan_vms_alone(rest, after, pending_changes(the_plan.host_changes, hosts))
+    shown = Plan(early.vm_changes + vm_plan.vm_changes, vm_plan.host_changes, vm_plan.problems, vm_plan.warnings)
     if vm_plan.errors:  # the host results stand; errors that name no VM stop every VM
-        return ApplyOutcome(hosts, _not_started(the_plan, failed), vm_plan, vm_errors=list(vm_plan.errors))
-    _vms_planned(progress, vm_plan)
+        left = _not_started(Plan(vm_changes=[c for c in the_plan.changes if c.vm not in done]), failed)
+        left.vms = sorted(early_vms.vms + left.vms, key=lambda o: o.vm)
+        return ApplyOutcome(hosts, left, shown, early_vms.interrupted, vm_errors=list(vm_plan.errors),
+                            guest_drivers=moved)
+    _vms_planned(progress, shown)
     vms = apply_vms(session, vm_plan, after, options, progress, cancel)
-    vms.vms = sorted(vms.vms + _replan_failures(failed), key=lambda o: o.vm)
-    return ApplyOutcome(hosts, vms, vm_plan, vms.interrupted, guest_drivers=moved)
+    vms.vms = sorted(early_vms.vms + vms.vms + _replan_failures(failed), key=lambda o: o.vm)
+    vms.interrupted = vms.interrupted or early_vms.interrupted
+    return ApplyOutcome(hosts, vms, shown, vms.interrupted, guest_drivers=moved)
 
 
-def move_guest_drivers(session: Session, inventory: Inventory, moves: Sequence[GuestDriverMove],
-                       progress: Progress | None = None, cancel: Cancel | None = None) -> list[GuestDriverOutcome]:
-    """A window's guest driver moves, through the guest stage (vgpuctl.guest.drivers): the VMs' addresses (one
-    read), then the driver role in them. Nothing after Ctrl-C."""
-    if not moves or cancelled(cancel):
-        return []
-    from vgpuctl.guest.addresses import read_addresses
-    from vgpuctl.guest.drivers import deploy_drivers
+def _hosts_beside_vms(
+    session: Session, observed: Observed, inventory: Inventory, the_plan: Plan, early: Plan, options: RunOptions,
+    progress: Progress | None, cancel: Cancel | None,
+) -> tuple[HostApplyResult, ApplyResult]:
+    """The host changes, and the VM changes of `early` in a thread beside them; both done when it returns (the VMs
+    after the hosts never run beside these, so at most `options.parallel` VMs change at once)."""
+    from vgpuctl.progress import beside
+    from vgpuctl.vsphere.workrecord import new_run_id
 
-    for m in moves:
-        if progress is not None:
-            progress.vm_step(m.vm, f"guest driver {m.old} -> {m.new}", None)
-    addresses = read_addresses(session, [m.vm for m in moves])
-    return deploy_drivers(inventory, addresses, moves)
+    window = the_plan.window
+
+    def hosts() -> HostApplyResult:
+        return apply_hosts(session, observed, inventory.hosts, the_plan.host_changes, options, progress, cancel,
+                           window.hosts if window else ())
+
+    if not early.changes:
+        return hosts(), ApplyResult()
+    _vms_planned(progress, early)
+    options.run_id = options.run_id or new_run_id()
+    return beside(hosts, lambda: apply_vms(session, early, observed, options, progress, cancel), "vgpuctl-vms")
 
 
 def _stopped(moved: Sequence[GuestDriverOutcome], cancel: Cancel | None) -> bool:
@@ -560,47 +583,7 @@ def _not_started(the_plan: Plan, failed: dict[str, list[str]]) -> ApplyResult:
 
 
 # ------------------------------------------------------------------------------------------ 5. guests
-
-
-def guest_vms(inventory: Inventory) -> list[str]:
-    """The inventory's VMs that have a guest group (the ones the guest playbooks configure)."""
-    return [vm.name for vm in inventory.vms if vm.guest is not None and vm.guest.group is not None]
-
-
-def guest_addresses(
-    session: Session,
-    inventory: Inventory,
-    *,
-    wait_s: float = 0.0,
-    poll_s: float = 5.0,
-    progress: Callable[[dict[str, str | None]], None] | None = None,
-) -> dict[str, str | None]:
-    """VM name -> guest address of the guest VMs: one bulk read, or with `wait_s` one per `poll_s` until every
-    guest VM that should run reports an address (None for those that did not)."""
-    from vgpuctl.guest.addresses import read_addresses, wait_for_addresses
-
-    if wait_s <= 0:
-        return read_addresses(session, guest_vms(inventory))
-    running = [name for name in guest_vms(inventory)
-               if (vm := inventory.vm(name)) is not None and vm.power != Power.OFF]
-    return wait_for_addresses(
-        lambda: read_addresses(session, running), timeout_s=wait_s, poll_s=poll_s, progress=progress
-    )
-
-
-def guests(
-    inventory: Inventory,
-    addresses: dict[str, str | None],
-    *,
-    check: bool = False,
-    limit: str | None = None,
-    keep_runs: int = 10,
-    on_event: Callable[[dict[str, Any]], None] | None = None,
-) -> DeployResult:
-    """The guest playbooks on every guest VM with an address (ansible-runner, vgpuctl.guest)."""
-    from vgpuctl.guest.runner import deploy
-
-    return deploy(inventory, addresses, check=check, limit=limit, keep_runs=keep_runs, on_event=on_event)
+# guest_vms, guest_addresses, guests: vgpuctl.guest.stage
 
 
 # ------------------------------------------------------------------------------------------ the whole run
@@ -681,7 +664,8 @@ def carry_out(
     session: Session, observed: Observed, inventory: Inventory, options: RunOptions, request: RunRequest,
     hooks: RunHooks,
 ) -> RunOutcome:
-    """Plan against `observed`, then the rest of the run (see `run`)."""
+    """Plan against `observed` (read again after waiting for hosts other runs hold), then the rest of the run (see
+    `run`)."""
     with ExitStack() as stack:
         prepared = prepare(session, observed, inventory, options, request, stack)
         planned = prepared.planned
@@ -695,10 +679,11 @@ def carry_out(
         hooks.confirm(planned)
         with hooks.apply_progress(planned) as progress:
             applied, interrupted = run_interruptible(
-                lambda cancel: apply(session, planned.inventory, planned.plan, observed, options, progress, cancel),
+                lambda cancel: apply(session, planned.inventory, planned.plan, planned.observed, options, progress,
+                                     cancel),
                 hooks.note,
             )
-        finish(outcome, prepared, applied, interrupted, hooks.note)
+        finish(outcome, prepared, applied, interrupted, hooks.note, options)
     return outcome
 
 
@@ -716,8 +701,10 @@ def prepare(
     stack: ExitStack,
 ) -> Prepared:
     """The plan stage of a run (the scope's plan, the VM classes, the saved plan's check); the VM-class stage
-    stays open on `stack` until the run ends. A fleet prepares each vCenter's run this way (vgpuctl.fleetrun)."""
-    scoped = plan_in_scope(session, observed, inventory, options)
+    stays open on `stack` until the run ends; with --lock-timeout the farm is read again after waiting for the
+    hosts other runs hold (`plan_when_free`: Planned.observed is what was read last). A fleet prepares each
+    vCenter's run this way (vgpuctl.fleetrun)."""
+    scoped, observed = plan_when_free(session, observed, inventory, options)
     the_plan, inventory = scoped.plan, scoped.inventory
     supervisor = plan_vm_classes(session, observed, inventory, the_plan)
     if supervisor is not None:
@@ -745,9 +732,11 @@ def check_before_apply(planned: Planned, request: RunRequest) -> None:
 
 
 def finish(outcome: RunOutcome, prepared: Prepared, applied: ApplyOutcome, interrupted: bool,
-           note: Callable[[str], None]) -> None:
-    """The outcome of the apply stages, then the VM classes (not after Ctrl-C)."""
+           note: Callable[[str], None], options: RunOptions) -> None:
+    """The outcome of the apply stages (with the change window's deadline), then the VM classes (not after
+    Ctrl-C)."""
     outcome.applied, outcome.interrupted = applied, interrupted or applied.interrupted
+    applied.deadline = options.deadline
     supervisor, classes = prepared.supervisor, prepared.planned.classes
     if supervisor is not None and classes is not None and not classes.is_empty and not outcome.interrupted:
         outcome.classes = supervisor.apply(progress=lambda what, step: note(f"{what}: {step}"))
@@ -769,7 +758,7 @@ def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOp
     options = replace(options, read_only=True)
     with open_session(settings) as session:
         observed = observe(session, options.datacenter, inventory)
-        scoped = plan_in_scope(session, observed, inventory, options)
+        scoped, observed = plan_when_free(session, observed, inventory, options)
         the_plan, inventory = scoped.plan, scoped.inventory
         with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:
             classes = supervisor.last_plan if supervisor is not None else None

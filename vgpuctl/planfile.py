@@ -1,6 +1,7 @@
 """Saved plans: `vgpuctl plan -f FILE --out PLANFILE`, then `vgpuctl apply PLANFILE` applies exactly that plan.
 
-A plan file (JSON) holds the inventory text the plan was made from, the plan itself (its report), a digest
+A plan file (JSON) holds the inventory text the plan was made from (for an inventory composed of several files or
+with an overlay: the inventory as merged, and the files it was merged from), the plan itself (its report), a digest
 of what it was based on (the farm as observed: hosts, GPUs, VMs, their vGPUs and power states; the plan; the
 VM-class plan when the inventory names VM classes or namespaces), and a digest over all of that. `apply
 PLANFILE` refuses a file whose content does not match its digest ("the plan file was edited") before vCenter is
@@ -17,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,10 @@ class SavedPlan:
     basis: str  # digest of the farm as observed and of the plan ("" for a fleet)
     plan: dict[str, Any]  # the plan's report, for people and tools reading the file
     parts: dict[str, SavedPart] | None = None  # a fleet's plan: per vCenter name, in the plan's order
+    # a composed inventory (includes, an overlay, values files): the files it was merged from, the inventory's
+    # first, and the overlay (--env); `inventory_text` is then the inventory as merged
+    composed_from: list[str] = field(default_factory=list)
+    env: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         content: dict[str, Any] = {
@@ -89,6 +94,8 @@ class SavedPlan:
         }
         if self.parts is not None:
             content["parts"] = [{"name": n, "vcenter": p.vcenter, "basis": p.basis} for n, p in self.parts.items()]
+        if self.composed_from:
+            content |= {"inventory_merged_from": self.composed_from, "inventory_env": self.env}
         return {**content, "digest": content_digest(content)}
 
     def part(self, name: str) -> SavedPlan:
@@ -101,7 +108,15 @@ class SavedPlan:
         section = next((s.get("plan") for s in sections or [] if isinstance(s, dict) and s.get("vcenter") == name),
                        None)
         return SavedPlan(self.inventory_text, self.inventory_path, part.vcenter, part.basis,
-                         section if isinstance(section, dict) else {})
+                         section if isinstance(section, dict) else {}, None, self.composed_from, self.env)
+
+    @property
+    def inventory_label(self) -> str:
+        """The inventory as `show` names it: the file, and for a composed one what it was merged from."""
+        if not self.composed_from:
+            return self.inventory_path
+        overlay = f", overlay {self.env}" if self.env is not None else ""
+        return f"{self.inventory_path} (merged from {len(self.composed_from)} file(s){overlay})"
 
 
 def content_digest(content: dict[str, Any]) -> str:
@@ -180,6 +195,8 @@ def load(path: Path) -> SavedPlan:
             basis=str(data["basis"]),
             plan=dict(data["plan"]),
             parts=_parts_of(data["parts"]) if data["version"] == FLEET_VERSION else None,
+            composed_from=[str(f) for f in data.get("inventory_merged_from") or []],
+            env=None if data.get("inventory_env") is None else str(data["inventory_env"]),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise PlanFileError(f"{path}: plan file is incomplete ({err})") from None

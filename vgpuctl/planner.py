@@ -12,7 +12,7 @@ from vgpuctl.farm.predict import predict_observed
 from vgpuctl.gcpause import paused_gc
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.inventory import Inventory
-from vgpuctl.model import HostChange, Observed, Plan, Problem, VmChange
+from vgpuctl.model import HostChange, Observed, Plan, VmChange
 from vgpuctl.settings import setting_of
 from vgpuctl.settings.facts import HostFacts
 from vgpuctl.vms.plan import plan_vms
@@ -46,7 +46,7 @@ def _make_plan(inv: Inventory, observed: Observed, host_facts: dict[str, HostFac
     vms = plan_vms(inv, base, only_vms)
     plan = Plan(warnings=list(observed.warnings))  # what the read itself could not see
     if hosts is not None:
-        plan.host_changes, plan.problems = hosts.changes, [Problem(e) for e in hosts.errors]
+        plan.host_changes, plan.problems = hosts.changes, list(hosts.problems)
         plan.warnings += hosts.warnings
         plan.window = hosts.window
     plan.vm_changes = vms.vm_changes
@@ -80,3 +80,39 @@ def mark_dependencies(vm_changes: Iterable[VmChange], observed: Observed, host_c
         if host is None and change.clone is not None and change.clone.cluster:
             hosts = set(observed.clusters.get(change.clone.cluster, []))
         change.depends_on_hosts = sorted((hosts & changed) | set(change.depends_on_hosts))
+
+
+def independent_changes(vm_changes: Iterable[VmChange], observed: Observed,
+                        host_changes: Sequence[HostChange]) -> list[VmChange]:
+    """The VM changes apply can make beside the host changes: those that wait for no host change and whose VM
+    (or clone) runs in no cluster where a host changes, nor on a changing standalone host. Conservative: within a
+    cluster whose hosts change, a power-on could land (by DRS or by the plan's placement, which put it after the
+    evacuations) on a host still being emptied or filled by migrations, so those VMs wait for the hosts."""
+    changing = {c.host for c in host_changes}
+    busy = {cluster for h in changing if (cluster := _cluster_of(observed, h)) is not None}
+    out = []
+    for change in vm_changes:
+        if change.is_empty or change.depends_on_hosts:
+            continue
+        hosts = _hosts_of(change, observed)
+        if hosts and not (hosts & changing) and not ({_cluster_of(observed, h) for h in hosts} & busy):
+            out.append(change)
+    return out
+
+
+def _cluster_of(observed: Observed, host: str) -> str | None:
+    found = observed.hosts.get(host)
+    return found.cluster if found is not None else None
+
+
+def _hosts_of(change: VmChange, observed: Observed) -> set[str]:
+    """The hosts a VM change can run on (empty: not known, so it waits)."""
+    vm = observed.vm_for(change)
+    if vm is not None:
+        return {vm.host} if vm.host else set()
+    clone = change.clone
+    if clone is None:
+        return set()
+    if clone.host:
+        return {clone.host}
+    return set(observed.clusters.get(clone.cluster, [])) if clone.cluster else set()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 from vgpuctl.errors import Interrupted
 
 T = TypeVar("T")
+U = TypeVar("U")
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -243,3 +244,25 @@ def run_interruptible(
     if "error" in box:
         raise box["error"]
     return box["result"], bool(interrupts)
+
+
+def beside(main: Callable[[], T], side: Callable[[], U], name: str = "vgpuctl-beside") -> tuple[T, U]:
+    """`side()` in a daemon thread (a second Ctrl-C does not wait for it) while `main()` runs in this one; both
+    have ended when it returns. An exception of either is raised here, `main`'s first."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["result"] = side()
+        except BaseException as err:  # raised again in the caller's thread
+            box["error"] = err
+
+    worker = threading.Thread(target=run, name=name, daemon=True)
+    worker.start()
+    try:
+        result = main()
+    finally:
+        worker.join()
+    if "error" in box:
+        raise box["error"]
+    return result, box["result"]

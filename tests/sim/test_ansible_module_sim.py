@@ -222,7 +222,7 @@ def test_an_impossible_or_wrong_inventory_fails_before_anything_changes(sim: Any
     for failed in (planned, applied):
         assert re.fullmatch(r"vm big-0\d: cannot power on: no host of cluster GPU-Cluster has GPU capacity \(.*\)",
                             failed["msg"]), failed["msg"]
-        assert failed["error"]["type"] == "PlanError"
+        assert failed["error"]["type"] == "PlanRefused"  # the plan was printed with its problems, then refused
         assert [d["message"] for d in failed["error"]["details"]] == [failed["msg"]]
     assert mistake["error"]["type"] == "InventoryErrors"
     (detail,) = mistake["error"]["details"]

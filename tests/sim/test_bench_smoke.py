@@ -90,3 +90,18 @@ def test_fleet_bench_runs() -> None:
     assert re.search(rf"two plans one after the other: {NUMBER} s", out), out
     assert re.search(rf"fleet / sequential: {NUMBER}x \(of the medians\)", out), out
     assert re.search(rf"paired \(each round's fleet over its sequential\): median {NUMBER}x", out), out
+
+
+def test_usage_bench_runs_and_reads_in_two_round_trips() -> None:
+    out = run_bench("usage_bench.py")
+    for label in ("last hour, realtime 20 s samples", "last 7 days, Past Week"):
+        assert re.search(rf"usage read \({label}\): {NUMBER} s, 2 round trips, 1 QueryPerf, \d+ series, "
+                         r"4 GPUs covered", out), out
+    assert re.search(rf"vgpuctl status --usage \(CLI process, end to end\): {NUMBER} s", out), out
+    assert re.search(rf"vgpuctl status \(CLI process, end to end\): {NUMBER} s", out), out
+
+
+def test_exporter_bench_runs_and_counts_round_trips() -> None:
+    out = run_bench("exporter_bench.py")
+    assert re.search(rf"exporter read: {NUMBER} s, \d+ round trips, \d+ samples served; metrics built in "
+                     rf"{NUMBER} s \(median of 1\)", out), out

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from planout import refused
 from typer.testing import CliRunner
 
 from vgpuctl.cli.main import app
@@ -336,7 +337,7 @@ def test_tls_is_verified_by_default(env: dict[str, str]) -> None:
 
 def test_missing_template(env: dict[str, str], tmp_path: Path) -> None:
     path = inventory(tmp_path, "- name: new-01\n  template: no-such-template\n  cluster: GPU-Cluster\n")
-    assert "no-such-template" in one_line_error(vgpuctl(env, "plan", "-f", str(path)))
+    assert any("no-such-template" in line for line in refused(vgpuctl(env, "plan", "-f", str(path))))
 
 
 def test_nine_vgpus(env: dict[str, str], tmp_path: Path) -> None:
@@ -347,15 +348,19 @@ def test_nine_vgpus(env: dict[str, str], tmp_path: Path) -> None:
 
 def test_profile_not_offered(env: dict[str, str], tmp_path: Path) -> None:
     path = inventory(tmp_path, "- name: idle-01\n  vgpus: {profile: grid_a100-3-20c, count: 1}\n  power: off\n")
-    line = one_line_error(vgpuctl(env, "plan", "-f", str(path)))
+    (line,) = refused(vgpuctl(env, "plan", "-f", str(path)))
     assert "grid_a100-3-20c" in line
 
 
 def test_running_vm_under_power_keep(env: dict[str, str], sim: Any, tmp_path: Path) -> None:
     path = inventory(tmp_path, "- name: busy-01\n  vgpus: {profile: grid_a100-20c, count: 1}\n  power: keep\n")
-    line = one_line_error(vgpuctl(env, "plan", "-f", str(path)))
-    assert "busy-01" in line and "keep" in line
-    assert one_line_error(vgpuctl(env, "apply", "-f", str(path), "--yes")) == line
+    planned = vgpuctl(env, "plan", "-f", str(path))
+    (line,) = refused(planned)
+    assert line.startswith("vm busy-01: ") and "keep" in line
+    assert planned.stdout.startswith("~ vm busy-01") and "    x cannot be carried out: " in planned.stdout
+    applied = vgpuctl(env, "apply", "-f", str(path), "--yes")
+    assert refused(applied) == [line]  # apply shows the same plan and refuses it before any change
+    assert one_line_error(applied) == "error: the plan has 1 problem (shown with it): nothing was changed"
     assert direct_vgpus(sim, "busy-01")[:2] == (["grid_a100-20c"] * 2, "poweredOn")  # untouched
 
 

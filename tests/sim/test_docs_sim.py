@@ -150,3 +150,22 @@ def test_experiments_page(gpusim_factory: Callable[..., Any], folder: Path) -> N
     for command in commands:
         result = vgpuctl(env, command.text)
         assert result.exit_code == 0, f"{command}\n{result.output}"
+
+
+def test_usage_page(gpusim_factory: Callable[..., Any], folder: Path) -> None:
+    """docs/usage.md's commands on a farm with a VM on a busy GPU and one on an idle GPU, its intervals at level 4."""
+    vms = [{"name": name, "host": host, "memory_mb": 8192, "memory_locked": True, "firmware": "efi",
+            "vgpus": ["grid_a100-20c"], "power_on": True}
+           for name, host in (("train-01", "esx-01.gpu.sim"), ("notebook-01", "esx-02.gpu.sim"))]
+    sim = gpusim_factory({**SUPERVISOR_FARM, "supervisor": None, "vms": vms})
+    sim.set_perf([{"host": "esx-02.gpu.sim", "counter": "utilization", "points": [{"ago_s": 8 * 86400, "value": 1}]}],
+                 statistics_level=4)
+    env = sim.vgpuctl_env(folder / "state", esxi=False)
+    commands = runnable("docs/usage.md")
+    assert len(commands) == 4
+    for command in commands:
+        result = vgpuctl(env, command.text)
+        assert result.exit_code == 0, f"{command}\n{result.output}"
+        assert "warning:" not in result.stdout, f"{command}\n{result.output}"
+    idle = json.loads(vgpuctl(env, commands[-1].text).stdout)
+    assert [v["vm"] for v in idle["idle"]] == ["notebook-01"] and idle["idle_fb_gb"] == 20

@@ -53,9 +53,12 @@ def test_plan_ends_at_timeout_naming_the_host_and_the_command(sim: Any, tmp_path
     arm_ssh_fault(sim, "hang", host=HOST, match="nvidia-smi")
     code, out = _vgpuctl(sim, tmp_path, "--timeout", "2", "plan")
     assert code == 1, out
-    line = next(x for x in out.splitlines() if "did not finish" in x)
-    # the host's shell facts failed; the plan names the host, what needed the shell, and the command that hung
-    assert line.startswith(f"error: host {HOST}: mig changes need ESXi SSH, which failed: `nvidia-smi"), out
+    line = next(x for x in out.splitlines() if "did not finish" in x and "cannot be carried out" in x)
+    # the host's shell facts failed; the plan names the host, what needed the shell, and the command that hung,
+    # under the host's changes
+    assert line.startswith(f"    x cannot be carried out: host {HOST}: mig changes need ESXi SSH, which failed: "
+                           "`nvidia-smi"), out
+    assert "error: the plan has 1 problem (shown with it): nothing can be applied" in out
     assert "did not finish within 2 s" in line, out
     assert "--timeout or VGPUCTL_ESXI_TIMEOUT sets the limit" in line and "Traceback" not in out
 

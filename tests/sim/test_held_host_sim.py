@@ -52,9 +52,10 @@ def test_plan_names_the_run_that_holds_the_host(held: Any, tmp_path: Path) -> No
     inv.write_text(INVENTORY)
     result = vgpuctl(held, "plan", "-f", str(inv))
     assert result.exit_code == 1, result.output
-    line = next(line for line in result.stderr.splitlines() if H1 in line)
+    line = next(line for line in result.stdout.splitlines() if f"host {H1}:" in line)  # shown with the plan
     assert "held by run other-run-7 of " in line and "since " in line and "lease until " in line, line
-    assert "cannot be read" not in result.stderr and "notResponding" not in line
+    assert "cannot be read" not in result.output and "notResponding" not in line
+    assert f"~ host {H2} graphics.assignment_policy" in result.stdout  # the rest of the plan beside it
     scoped = vgpuctl(held, "plan", "-f", str(inv), "--host", "esx-02")  # scoped around it: plans the rest
     assert scoped.exit_code == 0, scoped.output
     assert f"out of scope, untouched: hosts {H1}" in scoped.stdout

@@ -243,7 +243,7 @@ def test_a_limited_user_is_told_which_privileges_it_lacks_and_plan_refuses_with_
     assert "from esxcli software vib list (ESXi shell)" in out.stdout
     plan = CliRunner().invoke(app, ["-o", "json", "plan", "-f", str(path)])
     assert plan.exit_code == 1
-    details = [d["message"] for d in json.loads(plan.stdout)["error"]["details"]]
+    details = json.loads(plan.stdout)["errors"]  # the plan document, with its problems
     wanted = reconfigure.removeprefix("FAIL  ")
     assert any(d.startswith(wanted) for d in details), details
 
@@ -299,7 +299,7 @@ def test_plan_names_lockdown_and_a_stopped_ssh_service(sim: Gpusim, tmp_path: Pa
     sim.access(HOSTS[1], ssh_running=False, ssh_policy="off")
     out = CliRunner().invoke(app, ["-o", "json", "plan", "-f", str(inventory(tmp_path, BASE))])
     assert out.exit_code == 1
-    details = [d["message"] for d in json.loads(out.stdout)["error"]["details"]]
+    details = json.loads(out.stdout)["errors"]  # the plan document, with its problems
     locked = next(d for d in details if d.startswith(f"host {HOSTS[0]}: scheduler changes need ESXi SSH"))
     assert "SSH authentication failed for user root; the host is in lockdownStrict" in locked
     assert "vgpuctl never turns lockdown mode off" in locked

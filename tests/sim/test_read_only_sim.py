@@ -1,8 +1,9 @@
 """Read-only commands write nothing, against gpusim: `plan` (also with `ssh: {service: manage}` on hosts whose SSH
-service is stopped, and with an SSH service a dead run left started in a host's work record), `show`, `status`,
-`preflight`, `export`, `capacity`, `host show` and `profiles` leave vCenter as they found it: its state as
-gpusim reports it (hosts and their SSH service, custom attribute definitions and values, folders, VMs, tasks, and
-every call of a method that changes something, even one undone again) is the same before and after each."""
+service is stopped, and with an SSH service a dead run left started in a host's work record), `show`, `status`
+(also with `--usage`), `preflight`, `export`, `capacity`, `host show`, `profiles` and `report idle` leave vCenter
+as they found it: its state as gpusim reports it (hosts and their SSH service, custom attribute definitions and
+values, folders, VMs, tasks, and every call of a method that changes something, even one undone again) is the same
+before and after each."""
 
 from __future__ import annotations
 
@@ -88,6 +89,8 @@ def _commands(tmp_path: Path) -> list[list[str]]:
         ["-o", "json", "plan", "-f", str(inv), "--vm", "web-01"],
         ["status"],
         ["-o", "json", "status"],
+        ["status", "--usage", "--since", "1d"],
+        ["report", "idle", "--since", "7d", "--below", "5%"],
         ["preflight", "-f", str(inv)],
         ["export"],
         ["export", "--all-vms", "--out", str(tmp_path / "farm.yaml")],

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from planout import refused
 from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
@@ -186,8 +187,8 @@ def test_a_clone_into_a_folder_that_does_not_exist_is_a_plan_error(sim: Any, tmp
                                                                            "    power: 'off'\n    folder: teamZ\n"))
     result = vgpuctl(sim, tmp_path, "plan", "-f", str(inv))
     assert result.exit_code == 1, result.output
-    assert errors(result) == [
-        f"error: {inv}:9:13: vm saved-01: folder 'teamZ' does not exist in datacenter DC0 (it has no VM folders): "
+    assert refused(result) == [
+        f"{inv}:9:13: vm saved-01: folder 'teamZ' does not exist in datacenter DC0 (it has no VM folders): "
         "create it in vCenter, or set 'folder' to one that exists (/ for the root); vgpuctl does not create folders"]
     assert vgpus_of(sim, "saved-01") is None
 

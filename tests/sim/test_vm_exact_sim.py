@@ -26,6 +26,7 @@ from vgpuctl.planner import make_plan
 from vgpuctl.vms.apply import apply_plan
 from vgpuctl.vsphere.observe import observe
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
+from vgpuctl.vsphere.workrecord import WAIT_POLL_S
 
 pytestmark = pytest.mark.sim
 
@@ -237,12 +238,14 @@ def test_lock_timeout_waits_for_the_run_that_has_the_vm_with_a_progress_line(sim
             if "off-01: waiting for run " in line:
                 break
         assert any(f"pid {first.pid}" in line for line in seen), "".join(seen)
+        time.sleep(2.5 * WAIT_POLL_S)  # two more of its polls: still one line for the one run that has the VM
         sim.arm_fault("off-01", "ReconfigVM_Task", "GenericVmConfigFault", message="device refused")
     finally:
         sim.release(hold)
     lost, won = first.communicate()[0], "".join(seen) + second.communicate()[0]
     assert first.returncode == 1 and "device refused" in lost, lost
     assert second.returncode == 0, won
+    assert won.count("off-01: waiting for run ") == 1, won
     vm = _find(si, "off-01")
     assert _vgpus(vm) == ["grid_a100-10c"] and vm.runtime.powerState == "poweredOn"
 

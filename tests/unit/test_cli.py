@@ -192,7 +192,7 @@ def test_traceback_only_with_verbose(tmp_path: Path) -> None:
 
 
 def test_unexpected_exception_is_one_line_with_hint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    def boom(_path: Path) -> None:
+    def boom(_path: Path, _composition: object = None) -> None:
         raise RuntimeError("kaputt\nsecond line")
 
     monkeypatch.setattr(pipeline, "load", boom)
@@ -207,7 +207,7 @@ def test_unexpected_exception_is_one_line_with_hint(monkeypatch: pytest.MonkeyPa
 
 
 def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    def interrupted(_path: Path) -> None:
+    def interrupted(_path: Path, _composition: object = None) -> None:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(pipeline, "load", interrupted)

@@ -212,3 +212,12 @@ def test_merge_agrees_with_the_inventorys_host_merge(base, overlay):
                               HostSpec.model_validate({"name": "h", **overlay})]).spec
     fields = ("graphics", "gpus", "nvlink", "scheduler", "ssh", "maintenance")
     assert {f: getattr(ours, f) for f in fields} == {f: getattr(theirs, f) for f in fields}
+
+
+def test_a_base_inventory_may_include_files(tmp_path):
+    (tmp_path / "common").mkdir()
+    (tmp_path / "common" / "vms.yaml").write_text(BASE[BASE.index("vms:"):BASE.index("guests:")])
+    base = BASE[:BASE.index("vms:")] + "include: [common/vms.yaml]\n" + BASE[BASE.index("guests:"):]
+    path = write(tmp_path, base=base)
+    merged = checked_variants(load_experiment(path))
+    assert [inv.vm("train-01").nvlink for _, inv in merged] == ["required", "none", "none"]

@@ -239,6 +239,38 @@ def test_demand_and_drain_answer_for_the_one_vcenter_named(tmp_path: Path) -> No
     assert result.exit_code == 1 and "--url names one vCenter" in result.stderr  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("command", [["plan", "-f", "INV"], ["apply", "-f", "INV", "--yes"], ["status", "-f", "INV"],
+                                     ["export", "-f", "INV"], ["preflight", "-f", "INV"],
+                                     ["capacity", "-f", "INV"]])
+@pytest.mark.parametrize("composing", [["--env", "prod"], ["--values", "VALUES"]])
+def test_env_and_values_are_refused_in_a_fleet_in_one_line(tmp_path: Path, command: list[str],
+                                                           composing: list[str]) -> None:
+    values = tmp_path / "values.yaml"
+    values.write_text("vms:\n  - {name: infer-01, cpus: 8}\n")
+    text = FLEET + "overlays:\n  prod:\n    vms:\n      - {name: infer-01, cpus: 8}\n"
+    env = {"VGPUCTL_USERNAME": "u", "VGPUCTL_PASSWORD_EAST": "e", "VGPUCTL_PASSWORD_LAB_WEST": "w"}
+    args = [a.replace("VALUES", str(values)) for a in [*command, *composing]]
+    result = run(tmp_path, *args, text=text, env=env)
+    assert result.exit_code == 1, result.output  # type: ignore[attr-defined]
+    assert result.stderr.strip() == f"error: {tmp_path / 'fleet.yaml'}: --env and --values do not apply to a " \
+        "fleet inventory (vcenters:): an overlay names entries by name, which repeat across a fleet's vCenters " \
+        "(docs/fleet.md)"  # type: ignore[attr-defined]
+
+
+def test_a_fleet_composed_of_included_files_splits_as_one_file(tmp_path: Path) -> None:
+    from vgpuctl.cli import common
+
+    (tmp_path / "west.yaml").write_text("vms:\n  - name: infer-02\n    vcenter: lab-west\n")
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET.replace("default_vcenter: east\n", "default_vcenter: east\ninclude: [west.yaml]\n"))
+    inventory = common.load_inventory(opts(), path)
+    assert inventory.is_merged and inventory.composed_from == [str(path), str(tmp_path / "west.yaml")]
+    parts = {p.name: [vm.name for vm in p.inventory.vms] for p in fleet.split(inventory)}
+    assert parts == {"east": ["train-01"], "lab-west": ["infer-02", "infer-01"]}  # the included file's first
+    west = next(p for p in fleet.split(inventory) if p.name == "lab-west")
+    assert west.inventory.composed_from == inventory.composed_from  # its errors name the files as the fleet's do
+
+
 # ------------------------------------------------------------------------------------------ saved plans
 
 

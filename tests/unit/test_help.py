@@ -88,7 +88,8 @@ def test_examples_keep_their_lines() -> None:
 
 def test_group_help_shows_each_command_whole() -> None:
     out = " ".join(help_of((), 80).split())
-    assert "Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, the VMs' vGPUs" in out
+    assert ("Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, free and stranded framebuffer per "
+            "host and cluster, the VMs' vGPUs") in out
     assert "..." not in out.replace("[ARGS]...", "")
 
 

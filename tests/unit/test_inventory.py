@@ -214,7 +214,7 @@ def test_inventory_wide_vm_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InventoryErrors) as info:
         load_inventory_text(text, "f.yaml")
     assert [str(e) for e in info.value.errors] == [
-        "f.yaml:5:11: vms[2].name: the inventory names more than 25 VMs (split it into several files)"
+        "f.yaml:5:11: vms[2].name: the inventory names more than 25 VMs (split it into several inventories)"
     ]
 
 

@@ -400,7 +400,7 @@ def test_plan_stage_host_facts_records_the_shell_sets(monkeypatch: pytest.Monkey
     monkeypatch.setattr(hostfacts, "gather_facts", lambda *a, **k: {"h": facts})
     monkeypatch.setattr("vgpuctl.hosts.status.shell_configured", lambda specs: True)
     observed = _a100_host()
-    options = NS(trust_on_first_use=False, on_new_host_key=None, ssh_service=None, read_only=False)
+    options = NS(trust_on_first_use=False, on_new_host_key=None, ssh_service=None, read_only=False, lock_waited_s=0.0)
     pipeline.host_facts(NS(), observed, {"h": NS()}, options)  # type: ignore[arg-type]
     assert [g.nvlink_set for g in observed.hosts["h"].gpus] == [0, 0, None, None]
     facts.shell = False  # no shell facts: nothing to record

@@ -78,9 +78,10 @@ def test_text_errors_and_warnings() -> None:
     )
     text = render_plan_text(plan)
     assert text.endswith(
-        "Warning: vm c: odd\nError: vm a: broken\nError: vm b: also\nPlan has 2 errors; nothing can be applied.\n"
+        "Warning: vm c: odd\nError: vm b: also\nPlan: 0 to create, 1 to change, 0 power-off.\n"
+        "Plan has 2 errors; nothing can be applied.\n"
     )
-    assert text.startswith("~ vm a  (power on)\n")
+    assert text.startswith("~ vm a  (power on)\n    x cannot be carried out: broken\n")  # under its change
 
 
 def test_text_empty() -> None:
@@ -186,8 +187,9 @@ def test_a_vm_its_own_change_leaves_off_does_not_come_back() -> None:
     assert "! vm a: powered off for its own change; stays off" in render_plan_text(plan)
 
 
-def test_no_disruption_section_for_a_plan_with_errors_or_without_disruptions() -> None:
+def test_no_disruption_section_without_disruptions_and_one_beside_problems() -> None:
     assert "Disruptive" not in render_plan_text(Plan(vm_changes=[VmChange("a", power_on=True)]))
     broken = _evacuating_plan(HAND_OVER)
     broken.problems.append(Problem("broken", vm="x"))
-    assert "Disruptive" not in render_plan_text(broken)
+    text = render_plan_text(broken)  # a plan with problems shows everything it would do, its disruptions too
+    assert "Disruptive steps:" in text and "Error: vm x: broken" in text

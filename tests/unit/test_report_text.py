@@ -30,8 +30,8 @@ from test_schemas import REPORT_CASES, kind_of_case  # noqa: E402
 
 # Reports without a text form: their commands show their progress and summary while they run (apply,
 # provision), or say what they did on stderr (sim down, export into a file).
-NO_TEXT = {"apply", "apply#vm-verbose", "apply#failed", "provision", "sim-down", "export#file", "fleet-apply",
-           "fleet-export"}
+NO_TEXT = {"apply", "apply#vm-verbose", "apply#failed", "apply#stopped", "provision", "sim-down", "export#file",
+           "fleet-apply", "fleet-export"}
 # Values that are also words of the text's own labels (a guest's status is a column of the table).
 LABELS = {
     "guests": {"changed", "unreachable", "failed"},
@@ -42,7 +42,8 @@ LABELS = {
     "supervisor_apply": {"changed", "failed", "skipped"},
     "supervisor_plan": {"cpus"},  # a changed field, and "+ cpus N" of a new class
     "plan": {"clone", "cpus", "memoryMB", "maintenance", "reboot", "power-off", "own change", "evacuate",
-             "host change", "before", "after"},  # steps, flags and the words of the disruption lines
+             "host change", "before", "after",  # steps, flags and the words of the disruption lines
+             "host"},  # a problem's subject, also the word its host lines start with
     "preflight": {"pass", "warn", "fail", "skip"},  # a check's status, and the summary's "N fail, N warn, ..."
 }
 # A fleet's sections are the documents of each vCenter: their labels are theirs.

@@ -14,6 +14,7 @@ import jsonschema
 import kinds
 import pytest
 from hostfacts import host_facts
+from perfseries import observed_for, usage_read, window_of
 from typer.testing import CliRunner
 
 from vgpuctl.capacity.answer import plan_capacity
@@ -23,13 +24,14 @@ from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.common import error_report
 from vgpuctl.cli.main import app
 from vgpuctl.cli.sim import parse_env_file, with_esxi_env
-from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, Outcome, Phase, WindowStage
+from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, Outcome, Phase, StopReason, VmStep, WindowStage
 from vgpuctl.errors import InventoryError, InventoryErrors, PlanError, PreflightFailed, UsageError
 from vgpuctl.experiment.output import write_report
 from vgpuctl.experiment.runner import RunSummary, run_experiment
 from vgpuctl.experiment.schema import checked_variants, load_experiment
 from vgpuctl.experiment.store import ResultsDir
 from vgpuctl.export import FleetExport, export_fleet, export_inventory, export_part
+from vgpuctl.farm.usage import gpu_usage, judge_vms
 from vgpuctl.guest.runner import DeployResult, GuestOutcome
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
@@ -51,6 +53,7 @@ from vgpuctl.model import (
     ObservedVm,
     Op,
     Plan,
+    Problem,
     SupervisorApplyResult,
     UpgradeWindow,
     VmChange,
@@ -100,7 +103,15 @@ from vgpuctl.reports.preflight import preflight_report
 from vgpuctl.reports.profiles import profiles_report
 from vgpuctl.reports.schemas import REPORTS
 from vgpuctl.reports.sim import SimDownReport, SimEnvReport
-from vgpuctl.reports.status import StatusReport, host_lease, merge_status, status_report, with_leases, with_supervisor
+from vgpuctl.reports.status import (
+    StatusReport,
+    host_lease,
+    merge_status,
+    status_report,
+    with_leases,
+    with_supervisor,
+    with_usage,
+)
 from vgpuctl.reports.supervisor import (
     ManifestsReport,
     SupervisorApplyReport,
@@ -109,6 +120,7 @@ from vgpuctl.reports.supervisor import (
     supervisor_plan_report,
     supervisor_status_report,
 )
+from vgpuctl.reports.usage import IdleReport, idle_report
 from vgpuctl.reports.vmvgpus import vm_vgpus_report
 from vgpuctl.reports.work import forget_work_report
 from vgpuctl.scope import Scope
@@ -208,6 +220,25 @@ def a_plan() -> Plan:
     )
 
 
+def a_plan_with_problems() -> Plan:
+    """A plan whose host change cannot be carried out, beside its other changes (a plan that exits 1)."""
+    the_plan = a_plan()
+    the_plan.problems = [Problem("host esx-01: its mig change needs maintenance mode", host="esx-01"),
+                         Problem("no room", vm="a", at="inv.yaml:9:5"), Problem("vCenter is too old")]  # fmt: skip
+    return the_plan
+
+
+def stopped_apply_report() -> ApplyReport:
+    """An apply a change window cut short: a host kept back by max_failures, a host and a VM by the deadline."""
+    hosts = HostApplyResult([
+        HostOutcome("esx-01", Outcome.FAILED, phase="reboot", message="timeout"),
+        HostOutcome("esx-02", Outcome.NOT_STARTED, message="1 host(s) failed", stopped_by=StopReason.MAX_FAILURES),
+        HostOutcome("esx-03", Outcome.NOT_STARTED, message="the deadline passed", stopped_by=StopReason.DEADLINE),
+    ])  # fmt: skip
+    vms = ApplyResult([VmOutcome("b", Outcome.NOT_STARTED, left=[VmStep.POWER_ON], stopped_by=StopReason.DEADLINE)])
+    return build_apply_report(a_plan(), vms, hosts=hosts, deadline="2026-12-01T06:00:00+01:00")
+
+
 def window_plan() -> Plan:
     """A driver upgrade window: a guest moved first, two hosts one at a time, the guest moved to its release."""
     from vgpuctl.settings.vgpu_manager import VGPU_MANAGER, ManagerTarget, Route
@@ -278,6 +309,28 @@ def status_with_classes() -> StatusReport:
         supervisor_clusters={"domain-c1": "GPU-Cluster"},
     )
     return with_supervisor(merge_status(status_report(observed, round_trips=5), rows), supervisor)
+
+
+USAGE_GPUS = [{"host": "esx-01", "gpu": GPU0, "vms": ["a"],
+               "series": {"utilization.average": "336 x 1", "utilization.maximum": "336 x 3",
+                          "mem.used.average": "336 x 20971520", "temperature.average": "336 x 35"}},
+              {"host": "esx-01", "gpu": GPU1, "vms": ["b", "c"], "series": {"utilization.average": "12 x 1"}},
+              {"host": "esx-02", "gpu": GPU0, "vms": ["d"], "series": {"utilization.average": "336 x 50"}}]
+PAST_WEEK = {"name": "Past Week", "sampling_s": 1800, "length_s": 604800, "level": 4}
+
+
+def status_with_usage() -> StatusReport:
+    observed = farm()
+    read = usage_read(window_of(PAST_WEEK), USAGE_GPUS[:2])
+    read.warnings.append("vCenter lists no gpu.power.used counter")
+    return with_usage(status_report(observed), gpu_usage(observed, read), read)
+
+
+def idle() -> IdleReport:
+    observed = observed_for(USAGE_GPUS)
+    read = usage_read(window_of(PAST_WEEK), USAGE_GPUS)
+    figures = gpu_usage(observed, read)
+    return idle_report(judge_vms(observed, figures, 5), figures, read, 5, round_trips=4)
 
 
 def class_plan() -> SupervisorPlan:
@@ -431,6 +484,8 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "plan#scoped": lambda _t: scoped_plan(),
     "apply": lambda _t: apply_report(),
     "apply#vm-verbose": lambda _t: apply_report(verbose=1, vm="a"),
+    "plan#problems": lambda _t: plan_report(a_plan_with_problems()),
+    "apply#stopped": lambda _t: stopped_apply_report(),
     "apply#failed": lambda _t: failed_apply_report(),
     "validate": lambda _t: validate_report("inv.yaml", load_inventory_text(HOSTS, "inv.yaml")),
     "explain": lambda _t: explain_report(),
@@ -440,6 +495,8 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "status": lambda _t: status_with_classes(),
     "status#held": lambda _t: with_leases(status_report(farm()), {"esx-01": host_lease("run-7", "ann@ws pid 4",
                                                                                        1.7e9, 1.7e9 + 30, 60)}),
+    "status#usage": lambda _t: status_with_usage(),
+    "idle": lambda _t: idle(),
     "profiles": lambda _t: profiles_report(list(farm().hosts.values()), round_trips=2),
     "vm-vgpus": lambda _t: vm_vgpus_report(farm(), farm().vms["a"]),
     "guests": lambda _t: guest_run_report(guest_result()),
@@ -556,6 +613,9 @@ def _rename_first_key(doc: Any, old: str, new: str) -> bool:
         ("plan", "namespace", "name"),
         ("status", "vm_class", "name"),
         ("apply", "failed", "errors_seen"),
+        ("plan#problems", "subject", "target"),
+        ("apply#stopped", "stopped_by", "reason"),
+        ("apply#stopped", "reason", "why"),
         ("error", "details", "problems"),
         ("host", "gpu", "pci_id"),
         ("profiles", "profile", "name"),
@@ -564,6 +624,10 @@ def _rename_first_key(doc: Any, old: str, new: str) -> bool:
         ("host-change", "affected_vms", "vms"),
         ("validate", "vm_classes", "classes"),
         ("capacity", "stranded_gb", "stranded"),
+        ("status#usage", "util_max", "peak"),
+        ("status#usage", "sampling_s", "period"),
+        ("idle", "fb_gb", "framebuffer"),
+        ("idle", "shared_with", "others"),
         ("capacity", "vms", "count"),
         ("capacity-demand", "greedy_placed", "first_fit"),
         ("capacity-demand", "needs_reboot", "reboot"),

@@ -181,3 +181,16 @@ def outcome(status: str) -> dict[str, str]:
 )
 def test_changed_is_read_from_the_outcomes_of_the_apply_document(report: dict[str, Any], changed: bool) -> None:
     assert MOD.apply_changed(report) is changed
+
+
+def test_a_plan_refused_for_its_problems_fails_with_the_problems_themselves() -> None:
+    from vgpuctl.cli.common import error_report
+    from vgpuctl.errors import PlanError, PlanRefused
+
+    problems = ["host esx-01: its nvlink change needs maintenance mode", "vm a: cannot power on"]
+    refused = error_report(PlanRefused(problems, "nothing can be applied")).to_dict()["error"]
+    assert refused["message"].startswith("the plan has 2 problems")
+    assert MOD.error_message(refused) == "; ".join(problems)  # the task does not show the plan they were shown with
+    other = error_report(PlanError(["vCenter is too old"])).to_dict()["error"]
+    assert MOD.error_message(other) == "vCenter is too old"
+    assert MOD.error_message({"type": "ConnectionFailure", "message": "", "details": []}) == "ConnectionFailure"

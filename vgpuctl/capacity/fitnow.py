@@ -1,7 +1,7 @@
 """What fits now, without changing any host: per host and cluster, for each offered profile and 1, 2, 4 or 8
-vGPUs per VM (with and without NVLink), how many more VMs the planner would place; and the stranded
+vGPUs per VM (with and without NVLink), how many more VMs the planner would place; and the free and stranded
 framebuffer, free memory that no offered profile can use on its GPU in the GPU's current mode with its
-current occupants (a same-size GPU locked to another profile, MIG slots no instance placement fits).
+current occupants (vgpuctl.capacity.stranded, which `status` shows too).
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import copy
 from dataclasses import dataclass, field
 
 from vgpuctl.capacity.blockers import Blocker, gpu_blockers, host_blocker, usable
-from vgpuctl.capacity.kinds import _key, addition_patterns, capacity
-from vgpuctl.domain import GpuVgpuMode, GraphicsType
+from vgpuctl.capacity.kinds import _key, capacity
+from vgpuctl.capacity.stranded import HostStranded, Stranded, host_stranded, offered_for
 from vgpuctl.farm.nics import NicCapacity, nic_capacity
 from vgpuctl.farm.placement import (
     Gpu,
@@ -24,7 +24,7 @@ from vgpuctl.farm.placement import (
 )
 from vgpuctl.farm.state import farm_from_observed
 from vgpuctl.model import Observed
-from vgpuctl.profiles import ProfileError, max_vgpus_per_vm, parse_profile
+from vgpuctl.profiles import max_vgpus_per_vm, parse_profile
 
 VGPU_COUNTS = (1, 2, 4, 8)
 MAX_COUNT = 10_000  # stop counting there (a farm that takes more is not short of capacity)
@@ -39,14 +39,6 @@ class FitRow:
 
 
 @dataclass
-class Stranded:
-    gpu: str
-    free_gb: float
-    stranded_gb: float
-    why: str
-
-
-@dataclass
 class HostFit:
     host: str
     cluster: str | None
@@ -55,6 +47,8 @@ class HostFit:
     skipped: str | None = None  # why the host takes no vGPUs now
     blocked: list[Blocker] = field(default_factory=list)  # what keeps it (or some GPUs) out, with the fix
     nics: list[NicCapacity] = field(default_factory=list)  # free SR-IOV VFs and passthrough NICs
+    free_gb: float = 0.0  # free framebuffer over its GPUs, stranded included
+    gpus: int = 0
 
     @property
     def stranded_gb(self) -> float:
@@ -64,6 +58,11 @@ class HostFit:
 @dataclass
 class FitReport:
     hosts: list[HostFit]
+
+    def host_stranded(self) -> list[HostStranded]:
+        """The free and stranded framebuffer of the hosts that take vGPUs now (capacity.stranded's records)."""
+        return [HostStranded(h.host, h.cluster, h.gpus, h.free_gb, h.stranded_gb, h.stranded)
+                for h in self.hosts if h.skipped is None]
 
     def clusters(self) -> dict[str, dict[tuple[str, int, bool], int]]:
         out: dict[str, dict[tuple[str, int, bool], int]] = {}
@@ -81,7 +80,7 @@ def what_fits(observed: Observed, cluster: str | None = None, host: str | None =
     for row in nic_capacity(observed, host):
         nics.setdefault(row.host, []).append(row)
     hosts = []
-    cache: dict[tuple[object, ...], tuple[list[FitRow], list[Stranded]]] = {}
+    cache: dict[tuple[object, ...], tuple[list[FitRow], HostStranded]] = {}
     for name in sorted(observed.hosts):
         oh = observed.hosts[name]
         if (cluster is not None and oh.cluster != cluster) or (host is not None and name != host) or not oh.gpus:
@@ -99,29 +98,17 @@ def what_fits(observed: Observed, cluster: str | None = None, host: str | None =
         sig = (tuple(_key(g) for g in gpus), oh.assignment_policy, limit, tuple(sorted(oh.offered_profiles)))
         if sig not in cache:
             rows = host_rows(gpus, oh.offered_profiles, oh.assignment_policy, limit)
-            cache[sig] = (rows, [s for g in gpus if (s := stranded(g, oh.offered_profiles))])
+            cache[sig] = (rows, host_stranded(name, oh.cluster, gpus, oh.offered_profiles))
         rows, strand = cache[sig]
-        hosts.append(HostFit(name, oh.cluster, rows, [copy.copy(s) for s in strand], None, blockers,
-                             nics.get(name, [])))
+        hosts.append(HostFit(name, oh.cluster, rows, [copy.copy(s) for s in strand.stranded], None, blockers,
+                             nics.get(name, []), strand.free_gb, strand.gpus))
     return FitReport(hosts)
-
-
-def _profiles(offered: list[str], gpus: list[Gpu]) -> list[str]:
-    boards = {g.board for g in gpus}
-    out = []
-    for name in sorted(offered):
-        try:
-            if parse_profile(name).board in boards:
-                out.append(name)
-        except ProfileError:
-            continue
-    return out
 
 
 def host_rows(gpus: list[Gpu], offered: list[str], policy: str, limit: int) -> list[FitRow]:
     rows = []
     linkable = nvlink_types(gpus)
-    for profile in _profiles(offered, gpus):
+    for profile in offered_for(offered, gpus):
         whole = parse_profile(profile).type_name in linkable
         for n in VGPU_COUNTS:
             if n > limit:
@@ -158,42 +145,3 @@ def count_vms(gpus: list[Gpu], profiles: list[str], policy: str, *, nvlink: bool
             add_vgpu(by_id[pl.gpu], pl.profile)
         n += 1
     return n
-
-
-def _used_gb(gpu: Gpu) -> float:
-    if gpu.vgpu_mode == GpuVgpuMode.MIG:
-        slots = gpu.mig_slots
-        return sum(size for _, size in gpu.mig_used) * gpu.fb_gb / slots
-    total = 0.0
-    for name in gpu.vgpus:
-        try:
-            total += parse_profile(name).fb_gb
-        except ProfileError:
-            return gpu.fb_gb
-    return total
-
-
-def stranded(gpu: Gpu, offered: list[str]) -> Stranded | None:
-    """Free framebuffer on `gpu` that no offered profile can use, or None when there is none."""
-    if gpu.board is None:
-        return None
-    free = max(0.0, gpu.fb_gb - _used_gb(gpu))
-    if free <= 0:
-        return None
-    if gpu.graphics_type != GraphicsType.SHARED_DIRECT:
-        return Stranded(gpu.id, free, free, f"graphics type {gpu.graphics_type}: vGPUs need Shared Direct")
-    if gpu.blocked:
-        return Stranded(gpu.id, free, free, "held by a vGPU of unknown profile")
-    profiles = _profiles(offered, [gpu])
-    usable = max((sum(parse_profile(p).fb_gb * k for p, k in pat.items())
-                  for pat in addition_patterns(gpu, profiles)), default=0.0)
-    left = free - usable
-    if left <= 0:
-        return None
-    if gpu.vgpu_mode == GpuVgpuMode.MIG:
-        why = "MIG slots that no instance placement fits"
-    elif gpu.vgpu_mode == GpuVgpuMode.MIXED_SIZE:
-        why = "no offered size fits the gap"
-    else:
-        why = f"same-size GPU locked to {gpu.vgpus[0]}" if gpu.vgpus else "no offered profile divides it"
-    return Stranded(gpu.id, free, left, why)

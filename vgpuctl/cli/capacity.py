@@ -75,14 +75,14 @@ def capacity_cmd(
     opts: GlobalOptions = ctx.obj
     if drain:
         alone = not (demand or out or cluster or host)
-        _drain(opts, _load(file, vcenter), vcenter, drain, max_unavailable, detailed_exitcode, alone=alone)
+        _drain(opts, _load(opts, file, vcenter), vcenter, drain, max_unavailable, detailed_exitcode, alone=alone)
         return
     if demand is None and (out is not None or detailed_exitcode):
         raise UsageError("--out and --detailed-exitcode go with --demand or --drain")
     common.check_out_file(out)
     common.refuse_overlaps({"--out": out}, opts, {"the demand file": demand, "the inventory": file})
     wanted = None if demand is None else _load_demand(demand, greedy_only)  # file errors before any connection
-    inventory = _load(file, vcenter)
+    inventory = _load(opts, file, vcenter, out)
     if wanted is None:
         return _fits_now(opts, inventory, vcenter, cluster, host)
     observed = _observe(opts, inventory, vcenter)
@@ -152,12 +152,13 @@ def _drain(opts: GlobalOptions, inventory: Inventory | None, vcenter: list[str] 
         raise typer.Exit(EXIT_SHORT)
 
 
-def _load(file: Path | None, vcenter: list[str] | None) -> Inventory | None:
-    from vgpuctl import pipeline
-
+def _load(opts: GlobalOptions, file: Path | None, vcenter: list[str] | None,
+          out: Path | None = None) -> Inventory | None:
+    """The -f inventory, composed as the command line says (None without -f); `out`, the command's output file,
+    is refused when it names one of the inventory's files."""
     if vcenter and file is None:
         raise UsageError("--vcenter names a vCenter of a fleet inventory: give the inventory with -f")
-    inventory = pipeline.load(file) if file is not None else None
+    inventory = common.maybe_inventory(opts, file, {"--out": out})
     if inventory is not None and vcenter:
         from vgpuctl.fleet import refuse_vcenter_option
 

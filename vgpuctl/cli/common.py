@@ -10,6 +10,7 @@ import os
 import re
 import stat
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,12 +21,14 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from vgpuctl import filelimits
+from vgpuctl.durations import DAY_S, Deadline, duration_seconds, parse_deadline
 from vgpuctl.errors import Interrupted, InventoryError, PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from vgpuctl.inventory import Inventory
+    from vgpuctl.inventory.compose import Composition
     from vgpuctl.pipeline import RunOptions
     from vgpuctl.reports.base import ErrorReport, Rendered, Report, TextLayout
     from vgpuctl.vsphere.session import ConnectionSettings, Session
@@ -50,6 +53,10 @@ class GlobalOptions:
     verbose: int = 0
     text_to_stderr: bool = False  # stdout holds something else (--events -): text goes to stderr
     url_from_command_line: bool = False
+    # how the command's inventory (-f FILE) is composed: --values, --env, --allow-include-outside
+    values: list[Path] = field(default_factory=list)
+    env: str | None = None
+    allow_include_outside: bool = False
     emitted: bool = field(default=False, repr=False)  # a JSON document already went to stdout
     prompted_password: str | None = field(default=None, repr=False)  # asked once per run, never shown
 
@@ -171,7 +178,63 @@ def refuse_overlaps(outputs: dict[str, Path | None], opts: GlobalOptions, inputs
     CA files of the global options) or another output (vgpuctl.outpaths)."""
     from vgpuctl.outpaths import refuse_overlaps as refuse
 
-    refuse(outputs, {**inputs, "the --password-file": opts.password_file, "the --ca-file": opts.ca_file})
+    values = {f"the --values file {path}": path for path in opts.values}
+    refuse(outputs, {**inputs, **values, "the --password-file": opts.password_file, "the --ca-file": opts.ca_file})
+
+
+# --------------------------------------------------------------------------------------- inventory
+
+
+COMPOSING_OPTIONS = "--values, --env and --allow-include-outside"
+
+
+def composition(opts: GlobalOptions) -> Composition:
+    """How the command line composes the inventory (vgpuctl.inventory.compose)."""
+    from vgpuctl.inventory.compose import Composition
+
+    return Composition(tuple(opts.values), opts.env, opts.allow_include_outside)
+
+
+def composes(opts: GlobalOptions) -> bool:
+    """Whether --values, --env or --allow-include-outside was given."""
+    return bool(opts.values or opts.env is not None or opts.allow_include_outside)
+
+
+def load_inventory(opts: GlobalOptions, file: Path, outputs: dict[str, Path | None] | None = None) -> Inventory:
+    """The -f inventory, composed as the command line says, schema and semantic checks done. `outputs`: the
+    command's output files, refused when one names a file the inventory was read from (an included file)."""
+    from vgpuctl import pipeline
+
+    inventory = pipeline.load(file, composition(opts))
+    if inventory.is_fleet and (opts.values or opts.env is not None):
+        raise UsageError(f"{file}: --env and --values do not apply to a fleet inventory (vcenters:): an overlay "
+                         "names entries by name, which repeat across a fleet's vCenters (docs/fleet.md)")
+    if outputs:
+        refuse_overlaps(outputs, opts, inventory_inputs(opts, file, inventory))
+    return inventory
+
+
+def inventory_inputs(opts: GlobalOptions, file: Path | None, inventory: Inventory | None) -> dict[str, Path | None]:
+    """Every file the inventory was read from (itself, what it includes, the values files), for refuse_overlaps."""
+    inputs: dict[str, Path | None] = {"the inventory": file}
+    for name in (inventory.composed_from[1:] if inventory is not None else []):
+        if Path(name) not in opts.values:
+            inputs[f"the included file {name}"] = Path(name)
+    return {**inputs, **{f"the --values file {path}": path for path in opts.values}}
+
+
+def maybe_inventory(opts: GlobalOptions, file: Path | None,
+                    outputs: dict[str, Path | None] | None = None) -> Inventory | None:
+    """load_inventory when -f FILE is given; without it, None (and the composing options are refused)."""
+    if file is None:
+        refuse_composing(opts, "they compose the inventory given with -f FILE")
+        return None
+    return load_inventory(opts, file, outputs)
+
+
+def refuse_composing(opts: GlobalOptions, why: str) -> None:
+    if composes(opts):
+        raise UsageError(f"{COMPOSING_OPTIONS} go with an inventory: {why}")
 
 
 # -------------------------------------------------------------------------------------- connection
@@ -333,24 +396,29 @@ def run_options(opts: GlobalOptions, inventory: Inventory | None, **fields: Any)
     from vgpuctl.vsphere.workrecord import new_run_id
 
     fields.setdefault("lock_timeout_s", opts.lock_timeout)
+    fields.setdefault("on_lock_wait", info)  # --lock-timeout: the line per run a plan waits for
     fields.setdefault("run_id", new_run_id())  # named in events, work records and leases
     return RunOptions(datacenter=datacenter_for(opts, inventory), on_new_host_key=new_host_key, **fields)
 
 
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
-MAX_LOCK_WAIT_S = 24 * 3600.0
+MAX_LOCK_WAIT_S = DAY_S
 
 
 def parse_duration(text: str, option: str) -> float:
     """Seconds from `90`, `90s`, `5m`, `1h30m`, `2m30s`: finite, 0 to a day."""
-    m = _DURATION.fullmatch(text.strip())
-    if not text.strip() or m is None:
-        raise UsageError(f"{option} {text!r}: expected a duration such as 90, 90s, 5m or 1h30m")
-    hours, minutes, seconds = (float(g) if g else 0.0 for g in m.groups())
-    total = hours * 3600 + minutes * 60 + seconds
-    if total > MAX_LOCK_WAIT_S:
-        raise UsageError(f"{option} {text!r}: at most {MAX_LOCK_WAIT_S / 3600:g}h")
-    return total
+    try:
+        return duration_seconds(text, MAX_LOCK_WAIT_S)
+    except ValueError as err:
+        raise UsageError(f"{option} {text!r}: {err}") from None
+
+
+def parse_deadline_option(text: str, option: str = "--deadline") -> Deadline:
+    """`--deadline`: a time with its date and UTC offset, or a duration from now; a usage error when it is not in
+    the future."""
+    try:
+        return parse_deadline(text, time.time())
+    except ValueError as err:
+        raise UsageError(f"{option}: {err}") from None
 
 
 def new_host_key(host: str, fingerprint: str) -> None:

@@ -53,14 +53,13 @@ def export_cmd(
       vgpuctl plan -f farm.yaml --detailed-exitcode
       vgpuctl export --cluster GPU-Cluster --all-vms
     """
-    from vgpuctl import pipeline
     from vgpuctl.export import ExportOptions, export_inventory
     from vgpuctl.reports.export import ExportReport
 
     opts: GlobalOptions = ctx.obj
     common.check_out_file(out)
     common.refuse_overlaps({"--out": out}, opts, {"the inventory": file})
-    inventory = pipeline.load(file) if file is not None else None
+    inventory = common.maybe_inventory(opts, file, {"--out": out})
     what = ExportOptions(cluster, host, all_vms)
     if vcenter and inventory is None:
         raise UsageError("--vcenter names a vCenter of a fleet inventory: give the inventory with -f")

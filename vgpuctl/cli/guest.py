@@ -42,10 +42,9 @@ def deploy_cmd(
     keep_runs: Annotated[int, typer.Option(min=1, help="Ansible artifact runs kept in the state folder.")] = 10,
 ) -> None:
     """Run the guest playbooks on every VM that has a guest group; exit 1 when any guest failed."""
-    from vgpuctl import pipeline
 
     opts: GlobalOptions = ctx.obj
-    inventory = pipeline.load(file)
+    inventory = common.load_inventory(opts, file)
     if addresses is not None:
         from vgpuctl.guest.addresses import load_address_file
 

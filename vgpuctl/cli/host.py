@@ -82,7 +82,7 @@ def show_cmd(
     from vgpuctl.reports.host import host_status
 
     opts: GlobalOptions = ctx.obj
-    inventory = pipeline.load(file) if file is not None else None
+    inventory = common.maybe_inventory(opts, file)
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, common.datacenter_for(opts, inventory), inventory)
         found = _host(observed, host)
@@ -306,7 +306,7 @@ def change(
     from vgpuctl import pipeline
     from vgpuctl.reports.apply import host_change_report
 
-    inventory = pipeline.load(file) if file is not None else None
+    inventory = common.maybe_inventory(opts, file)
     options = common.run_options(opts, inventory, trust_on_first_use=tofu)
     options.evacuate_by_flag = True  # what to do with running VMs is this command's --evacuate
     with common.connect(opts, inventory) as session:

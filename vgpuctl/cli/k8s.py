@@ -36,11 +36,9 @@ InventoryFile = Annotated[
 ]
 
 
-def load(path: Path) -> Inventory:
+def load(opts: GlobalOptions, path: Path) -> Inventory:
     """The inventory with its schema, semantic and VM-class checks done (errors as FILE:LINE:COL)."""
-    from vgpuctl import pipeline
-
-    return pipeline.load(path)
+    return common.load_inventory(opts, path)
 
 
 def planned_host_changes(inventory: Inventory, observed: Observed) -> list[HostChange]:
@@ -90,7 +88,7 @@ def plan_cmd(
     from vgpuctl.reports.supervisor import supervisor_plan_report
 
     opts: GlobalOptions = ctx.obj
-    inventory = load(file)
+    inventory = load(opts, file)
     with _run(opts, inventory) as run:
         plan = _plan(opts, inventory, run)
     if plan.errors and not (opts.json or opts.verbose):
@@ -110,7 +108,7 @@ def apply_cmd(
 ) -> None:
     """Plan, confirm (unless --yes), then change one VM class or namespace at a time."""
     opts: GlobalOptions = ctx.obj
-    inventory = load(file)
+    inventory = load(opts, file)
     with _run(opts, inventory) as run:
         plan = _plan(opts, inventory, run)
         if plan.errors:
@@ -155,7 +153,7 @@ def status_cmd(
     from vgpuctl.vsphere.rest import RestClient
 
     opts: GlobalOptions = ctx.obj
-    inventory = load(file) if file else None
+    inventory = common.maybe_inventory(opts, file)
     with RestClient(common.connection_settings(opts, inventory)) as rest:
         state = observe_supervisor(rest, Observed())
     common.emit(supervisor_status_report(state), opts)
@@ -227,7 +225,7 @@ def render_cmd(
     from vgpuctl.supervisor.render import RenderOptions, render_manifests
 
     opts: GlobalOptions = ctx.obj
-    inventory = load(file)
+    inventory = load(opts, file)
     options = RenderOptions(cluster_name=cluster_name, image=image, storage_class=storage_class,
                             k8s_version=k8s_version, tkr=k8s_version, replicas=replicas, registry=registry,
                             driver_version=driver_version, token_file=str(nls_token_file),
@@ -235,7 +233,7 @@ def render_cmd(
     options.cluster_kind = _cluster_kind(opts, inventory, namespace, cluster_kind, options)
     manifests = render_manifests(inventory, namespace, options)
     if out is not None:
-        write_manifests(out, manifests, {"the inventory": file})
+        write_manifests(out, manifests, common.inventory_inputs(opts, file, inventory))
     report = manifests_report(namespace, manifests, out, options.cluster_kind)
     if report.not_printed:
         common.info(f"not printed (Kubernetes objects only on stdout): {', '.join(report.not_printed)}; "

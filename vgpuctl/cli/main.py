@@ -21,12 +21,14 @@ from vgpuctl.cli import (
     common,
     experiment,
     export,
+    exporter,
     guest,
     host,
     k8s,
     plan,
     preflight,
     provision,
+    report,
     show,
     sim,
     status,
@@ -34,6 +36,7 @@ from vgpuctl.cli import (
 )
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.globalopts import add_global_options
+from vgpuctl.cli.inventoryopts import add_inventory_options
 
 MISSING_COMMAND = "Missing command."
 
@@ -49,6 +52,7 @@ class VgpuctlGroup(TyperGroup):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        add_inventory_options(self)  # --values, --env, --allow-include-outside wherever -f FILE is read
         add_global_options(self, _late_option)
 
     def make_context(self, info_name: str | None, args: list[str], *rest: Any, **kwargs: Any) -> Any:
@@ -377,8 +381,10 @@ app.add_typer(host.app, name="host")
 app.add_typer(guest.app, name="guest")
 provision.register(app)
 app.add_typer(sim.app, name="sim")
+app.add_typer(report.app, name="report")
 experiment.register(app)
 k8s.register(app)
+exporter.register(app)
 
 
 def run() -> None:

@@ -15,10 +15,11 @@ from vgpuctl.cli import events as cli_events
 from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import EXIT_CHANGES_PENDING, GlobalOptions
 from vgpuctl.domain import DEFAULT_PARALLEL
-from vgpuctl.errors import PlanError, UsageError, VgpuctlError
+from vgpuctl.errors import PlanError, PlanRefused, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.cli.display import ApplyDisplay
+    from vgpuctl.durations import Deadline
     from vgpuctl.events import EventStream
     from vgpuctl.fleetrun import FleetPlanned, PartRun
     from vgpuctl.inventory import Inventory
@@ -43,6 +44,18 @@ SshTofu = Annotated[
 ]
 AllowDestroy = Annotated[
     bool, typer.Option("--allow-destroy", help="Destroy the VMs whose entries say state: absent (- in the plan).")
+]
+
+
+DeadlineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--deadline",
+        metavar="TIME|DURATION",
+        help="The end of the change window: a time with its date and UTC offset (2026-12-01T06:00+01:00) or a "
+        "duration from now (2h, 90m). No host wave and no VM starts after it; those in flight finish, and the "
+        "summary lists what was left.",
+    ),
 ]
 
 
@@ -85,13 +98,34 @@ def scope_of(hosts: list[str] | None, clusters: list[str] | None, vms: list[str]
 # ---------------------------------------------------------------------------------------- validate
 
 
-def validate_cmd(ctx: typer.Context, file: InventoryFile) -> None:
-    """Check an inventory (schema and rules); needs no vCenter. Errors as FILE:LINE:COL: message."""
-    from vgpuctl import pipeline
+ShowMerged = Annotated[
+    bool,
+    typer.Option("--show-merged", help="Print the inventory as merged from the files it includes, the --env overlay "
+                 "and the --values files: YAML that `validate -f` reads back and that plans the same (paths in it "
+                 "are read from the inventory's folder). The summary line goes to stderr."),
+]
+
+
+def validate_cmd(ctx: typer.Context, file: InventoryFile, show_merged: ShowMerged = False) -> None:
+    """Check an inventory (schema and rules); needs no vCenter. Errors as FILE:LINE:COL: message.
+
+    An inventory may include other files and have overlays: --env NAME applies one, --values FILE applies a
+    values file; each environment is checked with its own --env.
+    """
     from vgpuctl.reports.plan import validate_report
 
     opts: GlobalOptions = ctx.obj
-    common.emit(validate_report(str(file), pipeline.load(file)), opts)
+    if show_merged and opts.json:
+        raise UsageError("--show-merged prints the inventory as YAML: leave out -o json")
+    inventory = common.load_inventory(opts, file)
+    report = validate_report(str(file), inventory)
+    if not show_merged:
+        common.emit(report, opts)
+        return
+    from vgpuctl.inventory.compose import merged_yaml_of
+
+    common.show(merged_yaml_of(inventory))
+    common.show(report.render_text(common.text_layout(opts, err=True)), err=True)
 
 
 # -------------------------------------------------------------------------------------------- plan
@@ -141,8 +175,9 @@ def plan_cmd(
     opts: GlobalOptions = ctx.obj
     common.check_out_file(out)
     cli_events.check(events, opts)
-    common.refuse_overlaps({"--out": out, "--events": cli_events.as_output(events)}, opts, {"the inventory": file})
-    inventory = pipeline.load(file)
+    outputs = {"--out": out, "--events": cli_events.as_output(events)}
+    common.refuse_overlaps(outputs, opts, {"the inventory": file})
+    inventory = common.load_inventory(opts, file, outputs)
     scope = scope_of(host, cluster, vm, vcenter)
     if inventory.is_fleet or vcenter:
         code = plan_fleet(opts, file, inventory, scope, PlanFlags(out, explain, detailed_exitcode, events,
@@ -162,29 +197,33 @@ def plan_cmd(
 
             common.emit(explain_host(explain, inventory, planned.observed, planned.plan, planned.facts), opts)
             return
-        code = show_plan_result(planned, opts, stream, out, file, detailed_exitcode)
+        code = show_plan_result(planned, opts, stream, out, file, detailed_exitcode, inventory)
     if code:
         raise typer.Exit(code)
 
 
 def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream | None, out: Path | None,
-                     file: Path, detailed_exitcode: bool) -> int:
-    """Print the plan (or raise its errors), save it, and say the exit code (2: changes pending, asked for)."""
+                     file: Path, detailed_exitcode: bool, inventory: Inventory) -> int:
+    """Print the whole plan, its problems beside its changes, save it, and say the exit code (2: changes pending,
+    asked for); a plan with problems is refused after it is shown (one line, exit 1, whatever was asked, and
+    not saved)."""
+
     report = plan_document(planned, opts)
+    what = f"{out} was not saved (--out)" if out is not None else "nothing can be applied"
+    refused = PlanRefused(list(planned.plan.errors), what) if planned.plan.errors else None
+    report.error = common.error_report(refused).error if refused is not None else None
     if stream is not None:
         stream.plan(report)
-    if planned.plan.errors:
-        if opts.verbose:
-            show_plan(report, opts, to_stderr=True)  # the reasons come as the error; -v shows the diff too
-        if stream is not None:
-            stream.summary([], [], interrupted=False, exit_code=1, error="the plan has errors")
-        raise PlanError(list(planned.plan.errors))
     if opts.json:
         common.emit(report, opts)
     else:
         show_plan(report, opts)
+    if refused is not None:
+        if stream is not None:
+            stream.summary([], [], interrupted=False, exit_code=1, error="the plan has errors")
+        raise refused
     if out is not None:
-        save_plan(out, file, planned)
+        save_plan(out, file, planned, inventory)
     code = EXIT_CHANGES_PENDING if detailed_exitcode and not planned.is_empty else 0
     if stream is not None:
         stream.summary([], [], interrupted=False, exit_code=code)
@@ -204,16 +243,22 @@ def show_plan(report: PlanReport | FleetPlanReport, opts: GlobalOptions, to_stde
     common.show(report.render_text(common.text_layout(opts)), err=to_stderr or opts.json or opts.text_to_stderr)
 
 
-def save_plan(out: Path, file: Path, planned: Planned) -> None:
+def save_plan(out: Path, file: Path, planned: Planned, inventory: Inventory) -> None:
+    """The plan file: the plan, what it was based on, and the inventory it was made from: the file's text, or for
+    an inventory composed of several files (or an overlay) the inventory as merged, with the files it came from."""
     from vgpuctl import planfile
     from vgpuctl.filelimits import read_text
+    from vgpuctl.inventory.compose import merged_yaml_of
 
-    text = read_text(file)  # the inventory as planned: the file was read once already, bounded again
+    composed = inventory.composed_from if inventory.is_merged else []
+    # the inventory as planned: merged, or the file (read once already, bounded again)
+    text = merged_yaml_of(inventory) if composed else read_text(file)
     basis = planfile.basis_of(planned.observed, planned.plan, planned.classes)
     from vgpuctl.reports.plan import plan_section
 
     document = plan_section(planned.plan, planned.scope, planned.classes)  # what apply compares
-    planfile.save(out, planfile.SavedPlan(text, str(file), planned.vcenter, basis, document))
+    planfile.save(out, planfile.SavedPlan(text, str(file), planned.vcenter, basis, document,
+                                          composed_from=composed, env=inventory.env))
     common.info(f"Saved the plan to {out}; `vgpuctl show {out}` shows it, `vgpuctl apply {out}` applies exactly it.")
 
 
@@ -243,6 +288,7 @@ def apply_cmd(
     vm: VmScope = None,
     events: cli_events.EventsOpt = None,
     allow_destroy: AllowDestroy = False,
+    deadline: DeadlineOpt = None,
     vcenter: cli_fleet.VcenterScope = None,
 ) -> None:
     """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first.
@@ -253,22 +299,21 @@ def apply_cmd(
     the farm changed since it was made. A fleet applies each vCenter's part side by side.
     """
     from vgpuctl import pipeline
-
-    opts: GlobalOptions = ctx.obj
-    cli_events.check(events, opts)
-    common.refuse_overlaps({"--events": cli_events.as_output(events)}, opts,
-                           {"the inventory": file, "the plan file": saved_plan})
-    scope = scope_of(host, cluster, vm, vcenter)
-    saved, inventory, shown = load_request(saved_plan, file, scope)
-    if inventory.is_fleet or vcenter:
-        flags = ApplyFlags(yes, parallel, keep_going, ssh_trust_on_first_use, allow_destroy, events)
-        return apply_fleet(opts, inventory, (saved, saved_plan, shown), scope, flags)
-    if saved is not None:
-        scope = saved_scope(shown)
-    options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
-                                 trust_on_first_use=ssh_trust_on_first_use, scope=scope)
     from vgpuctl.reports.plan import plan_section
 
+    opts: GlobalOptions = ctx.obj
+    window = common.parse_deadline_option(deadline) if deadline is not None else None
+    cli_events.check(events, opts)
+    outputs = {"--events": cli_events.as_output(events)}
+    common.refuse_overlaps(outputs, opts, {"the inventory": file, "the plan file": saved_plan})
+    scope = scope_of(host, cluster, vm, vcenter)
+    saved, inventory, shown = load_request(opts, saved_plan, file, scope, outputs)
+    if inventory.is_fleet or vcenter:
+        flags = ApplyFlags(yes, parallel, keep_going, ssh_trust_on_first_use, allow_destroy, events, window)
+        return apply_fleet(opts, inventory, (saved, saved_plan, shown), scope, flags)
+    scope = saved_scope(shown) if saved is not None else scope
+    options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
+                                 trust_on_first_use=ssh_trust_on_first_use, scope=scope, deadline=window)
     request = pipeline.RunRequest(saved=saved, saved_path=saved_plan, allow_destroy=allow_destroy,
                                   plan_document=plan_section)
     with cli_events.event_stream(events, opts, options.run_id) as stream:
@@ -282,21 +327,20 @@ def apply_cmd(
     raise_for_outcome(outcome)
 
 
-def load_request(saved_plan: Path | None, file: Path | None,
-                 scope: Scope | None) -> tuple[SavedPlan | None, Inventory, Any]:
-    """The inventory to apply: the -f file, or the saved plan's inventory with its report (whose scope the run
-    keeps; apply shows the plan it makes again, which must be the saved one): a PlanReport, or a fleet's
-    FleetPlanReport."""
-    from vgpuctl import pipeline
-
+def load_request(opts: GlobalOptions, saved_plan: Path | None, file: Path | None, scope: Scope | None,
+                 outputs: dict[str, Path | None]) -> tuple[SavedPlan | None, Inventory, Any]:
+    """The inventory to apply: the -f file (composed as the command line says), or the saved plan's inventory with
+    its report (whose scope the run keeps; apply shows the plan it makes again, which must be the saved one): a
+    PlanReport, or a fleet's FleetPlanReport."""
     if saved_plan is not None and file is None:
+        common.refuse_composing(opts, "a saved plan holds the inventory it was made from, as merged then")
         if scope is not None:
             raise UsageError("a saved plan keeps the scope it was made with: give no --host, --cluster, --vm or "
                              "--vcenter")
         saved, inventory = load_saved_plan(saved_plan)
         return saved, inventory, saved_report(saved_plan, saved)
     if file is not None and saved_plan is None:
-        return None, pipeline.load(file), None
+        return None, common.load_inventory(opts, file, outputs), None
     raise UsageError("give an inventory with -f FILE, or a saved plan: vgpuctl apply PLANFILE")
 
 
@@ -332,6 +376,10 @@ def run_apply(
     hooks = hooks or CliHooks(opts, yes=yes, only_if_disruptive=only_if_disruptive)
     try:
         outcome = pipeline.run(common.connection_settings(opts, inventory), inventory, options, request, hooks)
+    except PlanError as err:
+        refused = PlanRefused(err.problems) if hooks.showed_problems and type(err) is PlanError else err
+        hooks.finished(None, refused)
+        raise refused from None
     except VgpuctlError as err:
         hooks.finished(None, err)
         raise
@@ -348,7 +396,8 @@ def load_saved_plan(path: Path) -> tuple[SavedPlan, Inventory]:
     from vgpuctl.inventory import load_inventory_text, validate
 
     saved = planfile.load(path)
-    inventory = load_inventory_text(saved.inventory_text, saved.inventory_path)
+    name = f"{saved.inventory_path} (merged)" if saved.composed_from else saved.inventory_path
+    inventory = load_inventory_text(saved.inventory_text, name, source_path=saved.inventory_path)
     validate(inventory)
     return saved, inventory
 
@@ -365,15 +414,14 @@ class CliHooks:
     report: PlanReport | None = field(default=None, init=False)
     display: ApplyDisplay | None = field(default=None, init=False)
     began: bool = field(default=False, init=False)  # the apply itself started: the farm may have changed
+    showed_problems: bool = field(default=False, init=False)  # the plan was shown with the problems refusing it
 
     def planned(self, planned: Planned) -> None:
+        """Show the plan, also one with problems (the run refuses it right after, in one line)."""
         self.report = plan_document(planned, self.opts)
+        self.showed_problems = bool(planned.plan.errors)
         if self.events is not None:
             self.events.plan(self.report)
-        if planned.plan.errors:
-            if self.opts.verbose:
-                show_plan(self.report, self.opts, to_stderr=True)
-            return
         show_plan(self.report, self.opts)
 
     def confirm(self, planned: Planned) -> None:
@@ -443,6 +491,7 @@ def apply_document(outcome: RunOutcome, opts: GlobalOptions, vm: str | None = No
         vm=vm,
         round_trips=outcome.round_trips if opts.verbose else None,
         scope=outcome.planned.scope,
+        deadline=applied.deadline.text if applied is not None and applied.deadline is not None else None,
         class_outcomes=outcome.classes.outcomes if outcome.classes is not None else (),
         error=common.error_report(failure).error if failure is not None else None,
         guest_drivers=applied.guest_drivers if applied is not None else (),
@@ -488,6 +537,7 @@ class ApplyFlags:
     trust_on_first_use: bool
     allow_destroy: bool
     events: str | None
+    deadline: Deadline | None = None  # --deadline: the end of the change window, the same for every vCenter
 
 
 def refuse_fleet_events(events: str | None) -> None:
@@ -516,7 +566,7 @@ def plan_fleet(opts: GlobalOptions, file: Path, inventory: Inventory, scope: Sco
     if flags.out is not None and failed:
         common.warn(f"the plan was not saved to {flags.out}: a plan with failed vCenters cannot be applied")
     elif flags.out is not None:
-        save_fleet_plan(flags.out, file, fleetrun.FleetPlanned(runs, left_out))
+        save_fleet_plan(flags.out, file, fleetrun.FleetPlanned(runs, left_out), inventory)
     cli_fleet.raise_for_parts(failed)
     return EXIT_CHANGES_PENDING if flags.detailed_exitcode and not report.is_empty else 0
 
@@ -542,18 +592,21 @@ def fleet_plan_document(runs: list[PartRun], out_of_scope: list[str], opts: Glob
     return fleet_plan_report(parts, out_of_scope)
 
 
-def save_fleet_plan(out: Path, file: Path, planned: FleetPlanned) -> None:
-    """The fleet's plan file: the inventory, the fleet's plan section, and each vCenter's URL and basis."""
+def save_fleet_plan(out: Path, file: Path, planned: FleetPlanned, inventory: Inventory) -> None:
+    """The fleet's plan file: the inventory (as merged when composed, as save_plan keeps it), the fleet's plan
+    section, and each vCenter's URL and basis."""
     from vgpuctl import planfile
     from vgpuctl.filelimits import read_text
+    from vgpuctl.inventory.compose import merged_yaml_of
     from vgpuctl.reports.fleet import fleet_plan_section
 
-    text = read_text(file)
+    composed = inventory.composed_from if inventory.is_merged else []
+    text = merged_yaml_of(inventory) if composed else read_text(file)
     parts = {r.name: planfile.SavedPart(r.planned.vcenter, planfile.basis_of(r.planned.observed, r.planned.plan,
                                                                               r.planned.classes))
              for r in planned.parts if r.planned is not None}
     document = fleet_plan_section(planned)  # what apply compares
-    planfile.save(out, planfile.SavedPlan(text, str(file), "", "", document, parts))
+    planfile.save(out, planfile.SavedPlan(text, str(file), "", "", document, parts, composed, inventory.env))
     common.info(f"Saved the plan to {out}; `vgpuctl show {out}` shows it, `vgpuctl apply {out}` applies exactly it.")
 
 
@@ -571,7 +624,7 @@ def apply_fleet(opts: GlobalOptions, inventory: Inventory, saved: tuple[SavedPla
     parts, left_out = cli_fleet.parts_in_scope(inventory, patterns)
     settings = cli_fleet.fleet_settings(opts, parts)
     options = common.run_options(opts, None, parallel=flags.parallel, keep_going=flags.keep_going,
-                                 trust_on_first_use=flags.trust_on_first_use, scope=scope)
+                                 trust_on_first_use=flags.trust_on_first_use, scope=scope, deadline=flags.deadline)
     from vgpuctl.reports.fleet import fleet_plan_section
     from vgpuctl.reports.plan import plan_section
 

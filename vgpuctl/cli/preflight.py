@@ -40,12 +40,11 @@ def preflight_cmd(
     the failing checks are the error document's details). plan and apply run the cheap part themselves. With a
     fleet inventory (vcenters:), each vCenter's checks.
     """
-    from vgpuctl import pipeline
     from vgpuctl.domain import CheckStatus
     from vgpuctl.errors import PreflightFailed
 
     opts: GlobalOptions = ctx.obj
-    inventory = pipeline.load(file) if file is not None else None
+    inventory = common.maybe_inventory(opts, file)
     if vcenter and inventory is None:
         raise UsageError("--vcenter names a vCenter of a fleet inventory: give the inventory with -f")
     if inventory is not None and (inventory.is_fleet or vcenter):

@@ -9,6 +9,7 @@ import typer
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.guest import InventoryFile, show_result
+from vgpuctl.cli.plan import DeadlineOpt
 from vgpuctl.errors import GuestError
 from vgpuctl.names import listing
 
@@ -34,6 +35,7 @@ def provision_cmd(
     ] = DEFAULT_IP_TIMEOUT_S,
     ip_poll: Annotated[float, typer.Option("--ip-poll", min=0.1, help="Seconds between address reads.")] = 5.0,
     limit: Annotated[str | None, typer.Option("--limit", "-l", help="Guest playbooks only on these guests.")] = None,
+    deadline: DeadlineOpt = None,
 ) -> None:
     """Apply (like `apply`), wait for the guests' IP addresses, then run the guest playbooks on them."""
     from vgpuctl import pipeline
@@ -42,10 +44,12 @@ def provision_cmd(
     from vgpuctl.reports.guests import ProvisionReport, guest_run_report
 
     opts: GlobalOptions = ctx.obj
-    inventory = pipeline.load(file)
+    window = common.parse_deadline_option(deadline) if deadline is not None else None
+    inventory = common.load_inventory(opts, file)
+
     stage = pipeline.GuestStage(wait_s=ip_timeout, poll_s=ip_poll, limit=limit, waiting=address_wait,
                                 display=guest_display)
-    options = common.run_options(opts, inventory, parallel=parallel)
+    options = common.run_options(opts, inventory, parallel=parallel, deadline=window)
     outcome = run_apply(opts, inventory, options, pipeline.RunRequest(guests=stage), yes=yes)
     raise_for_outcome(outcome)
     applied = apply_document(outcome, opts)

@@ -30,6 +30,6 @@ def show_cmd(
     report = saved_report(plan_file, saved)
     against = saved.vcenter if saved.parts is None else \
         "vCenters " + ", ".join(f"{name} ({part.vcenter})" for name, part in saved.parts.items())
-    common.info(f"{plan_file}: the plan of {saved.inventory_path} against {against}; "
+    common.info(f"{plan_file}: the plan of {saved.inventory_label} against {against}; "
                 f"`vgpuctl apply {plan_file}` applies it")
     common.emit(report, opts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed
     from vgpuctl.records.classes import SupervisorState
+    from vgpuctl.records.perf import UsageRead
     from vgpuctl.reports.host import HostReport
     from vgpuctl.reports.status import HostLease, StatusReport
     from vgpuctl.vsphere.session import ConnectionSettings, Session
@@ -38,7 +40,7 @@ def _observe(opts: GlobalOptions, file: Path | None, *, nvlink: bool = False, al
     """One bulk observe; with `nvlink`, also each GPU host's NVLink sets (one QueryConfigTarget per host)."""
     from vgpuctl import pipeline
 
-    inventory = pipeline.load(file) if file else None
+    inventory = common.maybe_inventory(opts, file)
     with common.connect(opts, inventory) as session:
         observed = pipeline.observe(session, common.datacenter_for(opts, inventory), inventory, all_nvlink=nvlink)
         if also is not None:  # more reads in the same session (host facts for status)
@@ -85,60 +87,107 @@ VmClassesOpt = Annotated[
 SUPERVISOR_API = (7, 0)  # vSphere with Kubernetes (supervisor clusters) came with vSphere 7.0
 
 
+UsageOpt = Annotated[
+    bool,
+    typer.Option("--usage", help="Add each GPU's utilization (average and peak) and memory used over a window, "
+                 "from vCenter's GPU performance counters (default window: the last hour of 20 s samples)."),
+]
+SinceOpt = Annotated[
+    str | None,
+    typer.Option("--since", metavar="DURATION", help="The usage window, e.g. 30m, 12h or 7d (implies --usage); "
+                 "beyond an hour vCenter's statistics intervals answer, which keep the GPU counters only at "
+                 "statistics level 4."),
+]
+
+
+@dataclass(frozen=True)
+class UsageWindow:
+    """--usage and --since: whether to read the GPUs' usage and over which window (None: vCenter's last hour)."""
+
+    wanted: bool
+    seconds: float | None
+    since: str | None
+
+
 def status_cmd(
     ctx: typer.Context, file: OptionalInventory = None, shell: ShellOpt = None, vm_classes: VmClassesOpt = None,
-    vcenter: cli_fleet.VcenterScope = None,
+    usage: UsageOpt = False, since: SinceOpt = None, vcenter: cli_fleet.VcenterScope = None,
 ) -> None:
-    """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, the VMs' vGPUs, and the VM classes with
-    vGPUs with the namespaces that use them. With a fleet inventory (-f, vcenters:), each vCenter's."""
-    from vgpuctl import pipeline
+    """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, free and stranded framebuffer per host
+    and cluster, the VMs' vGPUs, and the VM classes with vGPUs with the namespaces that use them; with --usage
+    the GPUs' utilization and memory used. With a fleet inventory (-f, vcenters:), each vCenter's.
+
+    Examples:
+      vgpuctl status
+      vgpuctl status --usage
+      vgpuctl status --usage --since 1d -o json
+    """
+    from vgpuctl.farm.usage import parse_since
 
     opts: GlobalOptions = ctx.obj
-    inventory = pipeline.load(file) if file else None
+    seconds = parse_since(since) if since is not None else None  # a bad duration before any connection
+    window = UsageWindow(usage or since is not None, seconds, since)
+    inventory = common.maybe_inventory(opts, file)
     if vcenter and inventory is None:
         raise UsageError("--vcenter names a vCenter of a fleet inventory: give the inventory with -f")
     if inventory is not None and (inventory.is_fleet or vcenter):
-        return status_fleet(opts, inventory, vcenter, shell, vm_classes)
+        return status_fleet(opts, inventory, vcenter, shell, vm_classes, window)
     with common.connect(opts, inventory) as session:
         report = status_in_session(opts, session, common.datacenter_for(opts, inventory), inventory, shell,
-                                   vm_classes)
+                                   vm_classes, window)
     common.emit(report, opts)
 
 
 def status_in_session(opts: GlobalOptions, session: Session, datacenter: str | None, inventory: Inventory | None,
-                      shell: bool | None, vm_classes: bool | None) -> StatusReport:
-    """One vCenter's status: the bulk read with every GPU host's NVLink sets, the hosts' facts, their leases and
-    the VM classes."""
+                      shell: bool | None, vm_classes: bool | None, window: UsageWindow) -> StatusReport:
+    """One vCenter's status: the bulk read with every GPU host's NVLink sets, the hosts' facts, their leases, the
+    VM classes and, when asked, the GPUs' usage."""
     from vgpuctl import pipeline
-    from vgpuctl.reports.status import merge_status, status_report, with_leases, with_supervisor
+    from vgpuctl.farm.usage import gpu_usage
+    from vgpuctl.reports.status import merge_status, status_report, with_leases, with_supervisor, with_usage
 
     observed = pipeline.observe(session, datacenter, inventory, all_nvlink=True)
     rows = _host_rows(session, observed, inventory, shell)
     leases = held_hosts(session, observed)
     supervisor = read_supervisor(session.settings, observed) if reads_vm_classes(vm_classes, observed.api_version) \
         else None
+    usage = read_usage(session, observed, window.seconds, window.since) if window.wanted else None
     report = with_leases(merge_status(status_report(observed, session.round_trips if opts.verbose else None), rows),
                          leases)
     report.warnings += observed.warnings  # what the hosts could not say, one line per cause
     if supervisor is not None:
         with_supervisor(report, *supervisor)
+    if usage is not None:
+        with_usage(report, gpu_usage(observed, usage), usage)
     return report
 
 
 def status_fleet(opts: GlobalOptions, inventory: Inventory, patterns: list[str] | None, shell: bool | None,
-                 vm_classes: bool | None) -> None:
+                 vm_classes: bool | None, window: UsageWindow) -> None:
     """Each vCenter's status, read in parallel, one report with a section per vCenter; exit 1 when one of them
     could not be read (after the others are shown)."""
     from vgpuctl.reports.fleet import FleetStatusPart, fleet_status_report
 
     def read(part: FleetPart, session: Session) -> StatusReport:
         datacenter = part.inventory.vcenter.datacenter or opts.datacenter
-        return status_in_session(opts, session, datacenter, part.inventory, shell, vm_classes)
+        return status_in_session(opts, session, datacenter, part.inventory, shell, vm_classes, window)
 
     results, left_out = cli_fleet.read_each(opts, inventory, patterns, read)
     parts = [FleetStatusPart(r.name, r.url, r.result, cli_fleet.error_text(r.error)) for r in results]
     common.emit(fleet_status_report(parts, left_out), opts)
     cli_fleet.raise_for_parts([(r.name, r.error) for r in results if r.error is not None])
+
+
+def read_usage(session: Session, observed: Observed, seconds: float | None, since: str | None) -> UsageRead:
+    """The gpu counters of every connected GPU host over the window (vgpuctl.vsphere.perf: a few round trips)."""
+    from vgpuctl.farm.usage import hosts_to_read
+    from vgpuctl.records.perf import WindowTooLong
+    from vgpuctl.vsphere.perf import read_gpu_usage
+
+    try:
+        return read_gpu_usage(session, hosts_to_read(observed), seconds)
+    except WindowTooLong as err:
+        raise UsageError(f"--since {since}: {err}") from None
 
 
 def held_hosts(session: Session, observed: Observed) -> dict[str, HostLease]:

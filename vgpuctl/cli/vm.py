@@ -119,7 +119,7 @@ def one_vm_inventory(
 def change(opts: GlobalOptions, name: str, edit: Any, power: Power | None, yes: bool, file: Path | None) -> None:
     from vgpuctl import pipeline
 
-    settings = pipeline.load(file) if file else None
+    settings = common.maybe_inventory(opts, file)
     options = common.run_options(opts, settings, parallel=1, resume=False)
     hooks = plan_cli.CliHooks(opts, yes=yes, only_if_disruptive=True)
     with common.connect(opts, settings) as session:
@@ -172,7 +172,7 @@ def list_cmd(ctx: typer.Context, vm: VmName, file: OptionalInventory = None) -> 
     from vgpuctl.reports.vmvgpus import vm_vgpus_report
 
     opts: GlobalOptions = ctx.obj
-    settings = pipeline.load(file) if file else None
+    settings = common.maybe_inventory(opts, file)
     with common.connect(opts, settings) as session:
         observed = pipeline.observe(session, common.datacenter_for(opts, settings), settings)
         round_trips = session.round_trips

@@ -311,7 +311,8 @@ class VsphereFarm:
             merged, _ = resolve_hosts(inventory.hosts, observed)  # cluster and host entries merged per host
             specs = {h: merged[h] for h in sorted(set(vm_hosts.values())) if h in merged}
             facts, errors = pipeline.host_facts(session, observed, specs, options)
-        return {"hosts": {h: host_gpus(f) for h, f in facts.items()}, "vm_hosts": vm_hosts, "errors": errors}
+        return {"hosts": {h: host_gpus(f) for h, f in facts.items()}, "vm_hosts": vm_hosts,
+                "errors": [str(e) for e in errors]}
 
     def run_workload(self, inventory: Inventory, addresses: dict[str, str | None], vms: list[str],
                      workload: WorkloadSpec) -> GuestRun:

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.inventory import Inventory, expand_name
+from vgpuctl.inventory.compose import Composition, compose_file
 from vgpuctl.inventory.yamlpos import KeyPath, Pos, PositionedYaml, format_path, lookup, read_yaml
 
 KIND = "Experiment"
@@ -395,8 +396,9 @@ def _no_vm_message(name: str, vms: list[Any]) -> str:
 
 
 def read_base(exp: Experiment) -> dict[str, Any]:
-    """The base inventory's plain data (positions are the inventory loader's business)."""
-    data = read_yaml(exp.base_inventory_path).data
+    """The base inventory's plain data, with the files it includes merged in (positions are the inventory loader's
+    business)."""
+    data = compose_file(exp.base_inventory_path, Composition()).data
     if not isinstance(data, dict):
         raise InventoryError("the inventory must be a mapping", str(exp.base_inventory_path), 1, 1)
     return data

@@ -27,7 +27,9 @@ from vgpuctl.domain import (
     EvacuationKind,
     GraphicsType,
     Outcome,
+    StopReason,
 )
+from vgpuctl.durations import Deadline
 from vgpuctl.errors import SshError, SshHostKeyError, VgpuctlError
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, refused_remedy, setting_changes
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SSH_AFTER_REBOOT_S = 60.0
+PAUSE_POLL_S = 0.5  # how often a pause between waves looks at Ctrl-C and the deadline
 
 
 class RefusedError(VgpuctlError):
@@ -91,14 +94,17 @@ class HostApplyOptions:
     open_shell: ShellOpener | None = None  # default: vgpuctl.hosts.facts.open_shell with known_hosts checks
     lock_timeout_s: float = 0.0  # how long to wait for a host another run holds (--lock-timeout)
     evacuate_by_flag: bool = False  # --evacuate set the evacuation (the `host` commands): messages name the flag
+    deadline: Deadline | None = None  # apply --deadline: no wave starts after it
+    clock: Callable[[], float] = time.time  # the wall clock the deadline is read on
     window: frozenset[str] = frozenset()  # hosts of a driver upgrade window: one failing stops the rest
 
 
 def apply_host_changes(
     session: Session, targets: Sequence[HostTarget], state: WorkStore, options: HostApplyOptions | None = None
 ) -> HostApplyResult:
-    """Apply every target's changes, `max_unavailable` hosts at a time; stop starting hosts after a failure
-    unless options.keep_going."""
+    """Apply every target's changes in waves of `max_unavailable` hosts; a wave starts only before the deadline,
+    after the pause the wave before asks for, and without the hosts whose failure limit the run reached (by
+    default one failed host stops the rest unless options.keep_going; `maintenance.max_failures` sets it)."""
     from vgpuctl.vsphere.tasks import TaskWatcher
 
     opts = options or HostApplyOptions()
@@ -106,24 +112,81 @@ def apply_host_changes(
     if not targets:
         return result
     width = max(1, min(t.spec.maintenance.max_unavailable for t in targets))
+    waves = [list(targets[i : i + width]) for i in range(0, len(targets), width)]
     with TaskWatcher(session) as watcher:
-        stopped = ""
-        for i in range(0, len(targets), width):
-            batch = targets[i : i + width]
-            if stopped:
-                result.hosts += [HostOutcome(t.name, Outcome.NOT_STARTED, message=stopped) for t in batch]
+        for n, wave in enumerate(waves):
+            start, held = held_back(wave, result, opts)
+            if n and start and _pause(waves[n - 1], start, opts):
+                start, held = held_back(wave, result, opts)
+            result.hosts += held
+            if not start:
                 continue
-            with ThreadPoolExecutor(max_workers=len(batch), thread_name_prefix="vgpuctl-host") as pool:
-                outcomes = list(pool.map(lambda t: _HostRun(session, watcher, t, state, opts).run(), batch))
-            result.hosts += outcomes
-            failed = [o.host for o in outcomes if o.status == Outcome.FAILED]
-            if set(failed) & opts.window:  # no other host of the window leaves service, --keep-going or not
-                stopped = f"{', '.join(failed)} failed: the driver upgrade window stops before another host leaves"
-            elif failed and not opts.keep_going:
-                stopped = f"{', '.join(failed)} failed; --keep-going continues with the other hosts"
-            if cancelled(opts.cancel):
-                stopped = "interrupted"
+            with ThreadPoolExecutor(max_workers=len(start), thread_name_prefix="vgpuctl-host") as pool:
+                result.hosts += list(pool.map(lambda t: _HostRun(session, watcher, t, state, opts).run(), start))
     return result
+
+
+def failure_limit(spec: HostSpec, keep_going: bool) -> int | None:
+    """How many failed hosts keep this host from starting: its `maintenance.max_failures`, else 1 (none with
+    --keep-going)."""
+    limit = spec.maintenance.max_failures
+    return limit if limit is not None else None if keep_going else 1
+
+
+def held_back(
+    wave: Sequence[HostTarget], so_far: HostApplyResult, opts: HostApplyOptions
+) -> tuple[list[HostTarget], list[HostOutcome]]:
+    """The hosts of a wave that start, and an outcome (not started, and why) for each one that does not: after
+    Ctrl-C, once the deadline passed, after a failed host of a driver upgrade window, or once the run's failed
+    hosts reached the host's failure limit."""
+    if cancelled(opts.cancel):
+        return [], [HostOutcome(t.name, Outcome.NOT_STARTED, message="interrupted") for t in wave]
+    deadline = opts.deadline
+    if deadline is not None and deadline.passed(opts.clock()):
+        why = f"the deadline {deadline.text} passed before its wave"
+        return [], [HostOutcome(t.name, Outcome.NOT_STARTED, message=why, stopped_by=StopReason.DEADLINE)
+                    for t in wave]  # fmt: skip
+    failed = so_far.failed
+    if set(failed) & opts.window:  # no other host of the window leaves service, --keep-going or not
+        why = f"{', '.join(failed)} failed: the driver upgrade window stops before another host leaves"
+        return [], [HostOutcome(t.name, Outcome.NOT_STARTED, message=why) for t in wave]
+    start, held = [], []
+    for t in wave:
+        limit = failure_limit(t.spec, opts.keep_going)
+        if limit is None or len(failed) < limit:
+            start.append(t)
+        elif t.spec.maintenance.max_failures is None:
+            held.append(HostOutcome(t.name, Outcome.NOT_STARTED,
+                                    message=f"{', '.join(failed)} failed; --keep-going continues with the other hosts"))
+        else:
+            held.append(HostOutcome(t.name, Outcome.NOT_STARTED, stopped_by=StopReason.MAX_FAILURES,
+                                    message=f"{len(failed)} host(s) failed ({', '.join(failed)}); its "
+                                    f"maintenance.max_failures is {limit}"))  # fmt: skip
+    return start, held
+
+
+def _pause(before: Sequence[HostTarget], wave: Sequence[HostTarget], opts: HostApplyOptions) -> bool:
+    """Wait the longest `maintenance.pause_between_waves` of the wave before (never past the deadline; Ctrl-C
+    ends it), each host of the next wave showing the pause as its step. Whether it paused."""
+    seconds = max(t.spec.maintenance.pause_between_waves for t in before)
+    if seconds <= 0:
+        return False
+    for t in wave:
+        _report(opts, t.name, "pause", f"{seconds:g} s after the wave before (maintenance.pause_between_waves)")
+    end = time.monotonic() + seconds
+    while not cancelled(opts.cancel) and (left := end - time.monotonic()) > 0:
+        if opts.deadline is not None and opts.deadline.passed(opts.clock()):
+            break
+        time.sleep(min(PAUSE_POLL_S, left))
+    return True
+
+
+def _report(opts: HostApplyOptions, host: str, step: str, detail: str | None) -> None:
+    if opts.progress is not None:
+        try:
+            opts.progress.host_step(host, step, detail)
+        except Exception:  # a display problem must not fail the host
+            log.debug("progress callback failed", exc_info=True)
 
 
 class _HostRun:
@@ -132,6 +195,7 @@ class _HostRun:
         self.out = HostOutcome(target.name)
         self.phase = "check"
         self.claims: Any = None  # the VMs its evacuation stops or moves (vgpuctl.vsphere.claims.VmClaims)
+        self.waited_for = ""  # the run this one last said it waits for (--lock-timeout)
 
     # -------------------------------------------------------------------- driver
 
@@ -172,10 +236,12 @@ class _HostRun:
         return lease
 
     def _waiting(self, held: Exception, left_s: float) -> None:
-        """--lock-timeout: the progress line while another run holds the host."""
+        """--lock-timeout: one progress line per run that holds the host while this one waits for it."""
         holder = getattr(held, "holder", None)
-        who = f"run {holder.run} by {holder.holder}" if holder is not None else "another run"
-        self._step("waiting", f"for {who}, up to {left_s:.0f} s more")
+        who = holder.describe() if holder is not None else "another run"
+        if who != self.waited_for:
+            self.waited_for = who
+            self._step("waiting", f"for {who}, up to {left_s:.0f} s more")
 
     def _record_failure(self) -> None:
         """Keep what a rerun needs in the host's work record (or drop a record with nothing to resume); a record
@@ -209,11 +275,7 @@ class _HostRun:
         self.state.update(self.t.name, phase=phase, steps=left)
 
     def _step(self, step: str, detail: str | None = None) -> None:
-        if self.opts.progress is not None:
-            try:
-                self.opts.progress.host_step(self.t.name, step, detail)
-            except Exception:  # a display problem must not fail the host
-                log.debug("progress callback failed", exc_info=True)
+        _report(self.opts, self.t.name, step, detail)
 
     def _done(self, step: str) -> None:
         self.out.steps.append(step)

@@ -16,7 +16,7 @@ from vgpuctl.hosts.evacuation import Migration, gone_from_record, needs_maintena
 from vgpuctl.hosts.window import WindowInput, apply_batches, plan_window
 from vgpuctl.inventory import HostSpec, VmSpec
 from vgpuctl.inventory.schema import GuestsSpec
-from vgpuctl.model import HostChange, Observed, ObservedHost
+from vgpuctl.model import HostChange, Observed, ObservedHost, Problem
 from vgpuctl.settings import SETTING_KINDS, SETTINGS, setting_of
 from vgpuctl.settings.base import HostPlan, PlanInput, names
 from vgpuctl.settings.facts import HostFacts, declared_params
@@ -61,7 +61,7 @@ def plan_hosts(
     sets the evacuation (messages name the flag); `guests`: the inventory's guest groups (the guest drivers of a
     driver upgrade window, vgpuctl.hosts.window)."""
     resolved, errors = resolve_hosts(specs, observed)
-    result = HostPlan(errors=errors)
+    result = HostPlan(errors=errors, problems=[Problem(e) for e in errors])
     facts = facts or {}
     resume = set(resume)
     listed = {v.name: v for v in vms}
@@ -83,11 +83,13 @@ def plan_hosts(
                 one.extend(plan_evacuation(spec, host, observed, one.changes, listed, migration, evacuate_by_flag))
             one.changes.sort(key=_order)
             result.extend(one)
+            result.problems += [Problem(e, host=name) for e in one.errors]  # the changes stay in the plan
         if name in resume:
             result.changes.append(resume_change(host, existing))
             result.warnings += gone_from_record(host, existing)
     if window is not None:
         result.errors += window.errors
+        result.problems += [Problem(e) for e in window.errors]
         result.warnings += window.warnings
         result.window = window.window
     return result

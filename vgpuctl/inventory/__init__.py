@@ -4,8 +4,10 @@
 - `yamlpos`: YAML read into plain data with the position of every key, and located schema errors
   (FILE:LINE:COL), shared with the other file kinds (capacity demand, experiments);
 - `ranges`: name ranges (`train-{01..04}`) and their caps;
-- `load`: `load_inventory(path)` reads, schema-checks and range-expands a file, raising InventoryErrors with
-  every schema and semantic problem at once;
+- `compose`: an inventory's `include:`d files, its `overlays:` (--env) and values files (--values) merged into one
+  document, each part still knowing its file (`yamlpos.Sources`); `merged_yaml_of` writes it out;
+- `load`: `load_inventory(path, composition)` reads (composes), schema-checks and range-expands a file, raising
+  InventoryErrors with every schema and semantic problem at once;
 - `checks`: the semantic checks that need no vCenter (`validate(inv)`);
 - `merge`: each host's settings from its cluster's entry and its own, with where each value came from.
 

@@ -53,7 +53,7 @@ def _check_vms(inv: Inventory) -> Iterator[InventoryError]:
         key = (inv.vcenter_of(vm.vcenter), _folder_key(vm.folder), vm.name)
         if key in seen:
             first = seen[key]
-            where = f" (first defined at line {first._line})" if first._line else ""
+            where = _first_defined(inv, first, (*base, "name"))
             in_folder = f" in folder {vm.folder!r}" if vm.folder is not None else ""
             yield inv.error((*base, "name"), f"duplicate VM name {vm.name!r}{in_folder}{where}")
             continue
@@ -68,6 +68,14 @@ def _check_vms(inv: Inventory) -> Iterator[InventoryError]:
             yield inv.error(base, "set 'cluster' or 'host', not both")
         if vm.state == VmState.ABSENT and vm.power == Power.KEEP:
             yield inv.error((*base, "power"), KEEP_ABSENT)
+
+
+def _first_defined(inv: Inventory, first: VmSpec, here: KeyPath) -> str:
+    """Where a VM's name was first defined: its line, and its file when that is another file of the inventory."""
+    file, line = inv.where(("vms", first._index))
+    if line is None:
+        return ""
+    return f" (first defined at line {line})" if file == inv.where(here)[0] else f" (first defined at {file}:{line})"
 
 
 def _check_vgpus(inv: Inventory, vm: VmSpec, base: KeyPath) -> Iterator[InventoryError]:
@@ -158,5 +166,5 @@ def group_repeated(errors: list[InventoryError]) -> list[InventoryError]:
     return sorted(out, key=error_order)
 
 
-def error_order(err: InventoryError) -> tuple[int, int]:
-    return (err.line or 0, err.col or 0)
+def error_order(err: InventoryError) -> tuple[str, int, int]:
+    return (err.file or "", err.line or 0, err.col or 0)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from vgpuctl.errors import InventoryError
 from vgpuctl.inventory.schema import Inventory, vcenter_env_key
-from vgpuctl.inventory.yamlpos import KeyPath, lookup
+from vgpuctl.inventory.yamlpos import KeyPath
 
 BOTH = ("set 'vcenter' (one vCenter) or 'vcenters' (several, each with its name, url, datacenter and tls), not "
         "both")
@@ -46,7 +46,7 @@ def _names(inv: Inventory) -> Iterator[InventoryError]:
             at = f" (first at line {line})" if line else ""
             yield inv.error(("vcenters", i, "name"), f"two vCenters are named {name!r}{same}{at}")
             continue
-        first[key] = (vcenter.name, lookup(inv._pos, ("vcenters", i, "name"))[0])
+        first[key] = (vcenter.name, inv.where(("vcenters", i, "name"))[1])
 
 
 def _reference(inv: Inventory, path: KeyPath, named: str, names: list[str]) -> Iterator[InventoryError]:

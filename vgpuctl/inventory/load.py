@@ -1,4 +1,5 @@
-"""Loading an inventory: read the YAML, check the schema, expand name ranges, place each entry in the file.
+"""Loading an inventory: read the YAML (and the files it is composed of: vgpuctl.inventory.compose), check the
+schema, expand name ranges, place each entry in its file.
 
 `load_inventory(path)` raises InventoryErrors with every schema and semantic problem at once: when the schema
 check fails, the semantic checks still run on the parts of the file that passed it.
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.inventory.checks import error_order, group_repeated, iter_problems
+from vgpuctl.inventory.compose import Composed, Composition, compose_file, compose_text
 from vgpuctl.inventory.ranges import expand_name, expand_vms, range_errors
 from vgpuctl.inventory.schema import (
     API_VERSION,
@@ -25,76 +27,65 @@ from vgpuctl.inventory.schema import (
     VcenterEntry,
     VmSpec,
 )
-from vgpuctl.inventory.yamlpos import KeyPath, Pos, PositionedYaml, read_yaml, read_yaml_text
+from vgpuctl.inventory.yamlpos import Sources, read_yaml_text
 
 _M = typing.TypeVar("_M", bound=StrictModel)
 
 
-def load_inventory(path: str | Path) -> Inventory:
-    """Read, parse and schema-check an inventory; VM names come back range-expanded."""
-    return _load(read_yaml(path))
+def load_inventory(path: str | Path, composition: Composition | None = None) -> Inventory:
+    """Read, parse and schema-check an inventory, with the files it includes and the overlay and values files of
+    `composition` merged in (vgpuctl.inventory.compose); VM names come back range-expanded."""
+    return _load(compose_file(path, composition or Composition()))
 
 
-def load_inventory_text(text: str, name: str = "<inventory>") -> Inventory:
-    """Like load_inventory, from a string (tests, stdin, saved plans); `name` names it in errors."""
-    return _load(read_yaml_text(text, name))
+def load_inventory_text(text: str, name: str = "<inventory>", *, source_path: str | None = None) -> Inventory:
+    """Like load_inventory, from a string (tests, stdin, saved plans); `name` names it in errors, `source_path`
+    (default: `name`) is the file the paths in it are relative to. Text includes no files."""
+    inv = _load(compose_text(read_yaml_text(text, name)))
+    inv._source_path = source_path or name
+    return inv
 
 
-def _load(doc: PositionedYaml) -> Inventory:
-    data, file, pos = doc.data, doc.file, doc.pos
+def _load(composed: Composed) -> Inventory:
+    data, sources = composed.data, composed.sources
+    file = sources.file or "<inventory>"
     if data is None:
         raise InventoryError("the inventory is empty (expected a mapping with apiVersion: vgpuctl/v1)", file, 1, 1)
     if not isinstance(data, dict):
         raise InventoryError(f"the inventory must be a mapping (got {type(data).__name__})", file, 1, 1)
-    wrapped = _wrap_vgpus(data, pos, doc.keypos)
-    name_errors = range_errors(data, file, pos)
+    _wrap_vgpus(data, sources)
+    name_errors = range_errors(data, sources)
     try:
         inv = Inventory.model_validate(data)
     except ValidationError as exc:
-        errors = doc.schema_errors(exc, Inventory, wrapped) + name_errors
-        errors += _problems_of_valid_parts(data, file, pos, wrapped)  # one pass: the semantic problems too
+        errors = sources.schema_errors(exc, Inventory) + name_errors
+        errors += _problems_of_valid_parts(data, sources)  # one pass: the semantic problems too
         raise InventoryErrors(group_repeated(sorted(errors, key=error_order))) from None
     if name_errors:
-        errors = name_errors + _problems_of_valid_parts(data, file, pos, wrapped)
+        errors = name_errors + _problems_of_valid_parts(data, sources)
         raise InventoryErrors(group_repeated(sorted(errors, key=error_order)))
-    inv._source_path, inv._pos, inv._wrapped = file, pos, wrapped
-    _place_hosts(inv, file, pos)
+    inv._source_path, inv._sources, inv._composed = file, sources, composed
+    _place_hosts(inv, sources)
     _number(inv.vcenters)
     expand_vms(inv)
     return inv
 
 
-def _wrap_vgpus(data: dict[str, Any], pos: dict[KeyPath, Pos], keypos: dict[KeyPath, Pos]) -> set[KeyPath]:
-    """`vgpus: {profile, count}` -> a one-item list, with positions copied so messages still point at it."""
-    wrapped: set[KeyPath] = set()
+def _wrap_vgpus(data: dict[str, Any], sources: Sources) -> None:
+    """`vgpus: {profile, count}` -> a one-item list; messages and positions still point at the mapping."""
     vms = data.get("vms")
     if not isinstance(vms, list):
-        return wrapped
+        return
     for i, vm in enumerate(vms):
         if isinstance(vm, dict) and isinstance(vm.get("vgpus"), dict):
-            base: KeyPath = ("vms", i, "vgpus")
             vm["vgpus"] = [vm["vgpus"]]
-            wrapped.add(base)
-    if not wrapped:
-        return wrapped
-    for table in (pos, keypos):  # one pass over each table: paths under a wrapped base gain the [0]
-        moved = [(p, v) for p, v in table.items() if len(p) > 3 and p[:3] in wrapped]
-        for p, v in moved:
-            table[(*p[:3], 0, *p[3:])] = v
-    for base in wrapped:
-        pos[(*base, 0)] = pos.get(base, (1, 1))
-    return wrapped
+            sources.wrapped.add(("vms", i, "vgpus"))
 
 
-def _place_hosts(inv: Inventory, file: str, pos: dict[KeyPath, Pos], indices: list[int] | None = None) -> None:
-    """Each host entry learns its file and the positions of its own keys (host merging names them)."""
-    by_entry: dict[int, dict[KeyPath, Pos]] = {}
-    for path, at in pos.items():
-        if len(path) > 2 and path[0] == "hosts" and isinstance(path[1], int):
-            by_entry.setdefault(path[1], {})[path[2:]] = at
+def _place_hosts(inv: Inventory, sources: Sources, indices: list[int] | None = None) -> None:
+    """Each host entry learns where the inventory's parts are written (host merging names their lines)."""
     for i, h in zip(indices or range(len(inv.hosts)), inv.hosts, strict=True):
-        h._index, h._line = i, pos.get(("hosts", i), (None, None))[0]
-        h._file, h._pos = file, by_entry.get(i, {})
+        h._index, h._line, h._sources = i, sources.where(("hosts", i))[2], sources
 
 
 # ---------------------------------------------------------------------- one pass: the valid parts of a file
@@ -104,8 +95,7 @@ def _place_hosts(inv: Inventory, file: str, pos: dict[KeyPath, Pos], indices: li
 # `vgpus` failed skips the vGPU checks); an entry that cannot stand without them is left out.
 
 
-def _problems_of_valid_parts(data: dict[str, Any], file: str, pos: dict[KeyPath, Pos],
-                             wrapped: set[KeyPath]) -> list[InventoryError]:
+def _problems_of_valid_parts(data: dict[str, Any], sources: Sources) -> list[InventoryError]:
     sections: dict[str, Any] = {}
     for key in Inventory.model_fields:
         if key in ("api_version", "hosts", "vms", "vcenters"):
@@ -121,8 +111,8 @@ def _problems_of_valid_parts(data: dict[str, Any], file: str, pos: dict[KeyPath,
     inv = Inventory.model_construct(api_version=API_VERSION, hosts=hosts, vms=[vm for vm, _ in named], **sections)
     if isinstance(sections.get("guests"), _UnknownGroups):
         inv.guests = GuestsSpec(groups={vm.guest.group: GuestGroup() for vm, _ in named if vm.guest and vm.guest.group})
-    inv._source_path, inv._pos, inv._wrapped = file, pos, wrapped
-    _place_hosts(inv, file, pos, host_index)
+    inv._source_path, inv._sources = sources.file, sources
+    _place_hosts(inv, sources, host_index)
     expand_vms(inv, [i for _, i in named])
     return list(iter_problems(inv))
 

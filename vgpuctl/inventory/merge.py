@@ -86,7 +86,7 @@ def merge_host(name: str, entries: Sequence[HostSpec]) -> MergedHost:
     for entry in entries[1:]:
         spec = _merge(spec, entry)
     spec = spec.model_copy(update={"cluster": None, "name": name})
-    spec._line, spec._index, spec._file = entries[-1]._line, entries[-1]._index, entries[-1]._file
+    spec._line, spec._index, spec._sources = entries[-1]._line, entries[-1]._index, entries[-1]._sources
     return MergedHost(name, spec, origins)
 
 
@@ -120,7 +120,8 @@ def _origins_of(entry: HostSpec) -> dict[str, Origin]:
     for key, path in _set_leaves(entry, ()):
         if key in ("cluster", "name"):
             continue
-        out[key] = Origin(entry.target, entry._file, _line_of(entry, path))
+        file, line = entry.located(path)
+        out[key] = Origin(entry.target, file, line)
     return out
 
 
@@ -139,15 +140,6 @@ def _set_leaves(model: BaseModel, path: KeyPath) -> Iterable[tuple[str, KeyPath]
             yield from _set_leaves(value, here)
         else:
             yield format_path(here), here
-
-
-def _line_of(entry: HostSpec, path: KeyPath) -> int | None:
-    p = tuple(path)
-    while p:
-        if p in entry._pos:
-            return entry._pos[p][0]
-        p = p[:-1]
-    return entry._line
 
 
 # ---------------------------------------------------------------------------------------------- conflicts
@@ -192,8 +184,8 @@ def _entry_path(merged: HostSpec, entry: HostSpec, path: KeyPath) -> KeyPath:
 
 
 def _where(entry: HostSpec, path: KeyPath) -> str:
-    line = _line_of(entry, path)
-    file = entry._file or "<inventory>"
+    file, line = entry.located(path)
+    file = file or "<inventory>"
     return f"{file}:{line}" if line else file
 
 

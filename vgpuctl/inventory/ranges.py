@@ -1,7 +1,8 @@
 """Name ranges: `train-{01..04}` names four VMs, train-01 .. train-04.
 
 The caps keep a hostile file from exhausting memory or time (documented in the README): one entry expands to
-at most MAX_RANGE_NAMES names with at most 9 digits per bound, a file names at most MAX_INVENTORY_VMS VMs.
+at most MAX_RANGE_NAMES names with at most 9 digits per bound, an inventory (its included files too) names at
+most MAX_INVENTORY_VMS VMs.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from typing import Any
 
 from vgpuctl.errors import InventoryError
 from vgpuctl.inventory.schema import MAX_VM_NAME, Inventory, VmSpec
-from vgpuctl.inventory.yamlpos import KeyPath, Pos, lookup
+from vgpuctl.inventory.yamlpos import KeyPath, Sources
 
 MAX_RANGE_NAMES = 10_000  # names one `{FIRST..LAST}` entry may expand to
-MAX_INVENTORY_VMS = 100_000  # VMs one inventory file may name once ranges are expanded
+MAX_INVENTORY_VMS = 100_000  # VMs one inventory (all its files together) may name once ranges are expanded
 _RANGE_DIGITS = 9
 _RANGE = re.compile(r"\{([^{}]*)\}")
 _RANGE_BODY = re.compile(r"(\d+)\.\.(\d+)")
@@ -85,7 +86,7 @@ def expand_vms(inv: Inventory, indices: list[int] | None = None) -> None:
     """Range names -> one VmSpec per name; `indices`: each entry's position in the file (default: in order)."""
     expanded: list[VmSpec] = []
     for i, vm in zip(indices or range(len(inv.vms)), inv.vms, strict=True):
-        line = inv._pos.get(("vms", i), (None, None))[0]
+        line = inv.where(("vms", i))[1]
         names = expand_name(vm.name)  # already checked by range_errors
         if names == [vm.name]:
             vm._index, vm._line = i, line
@@ -98,7 +99,7 @@ def expand_vms(inv: Inventory, indices: list[int] | None = None) -> None:
     inv.vms = expanded
 
 
-def range_errors(data: Mapping[str, Any], file: str, pos: Mapping[KeyPath, Pos]) -> list[InventoryError]:
+def range_errors(data: Mapping[str, Any], sources: Sources) -> list[InventoryError]:
     """Name-range mistakes, found before the schema check so that one pass reports them with the rest."""
     errors = []
     total = 0
@@ -108,20 +109,19 @@ def range_errors(data: Mapping[str, Any], file: str, pos: Mapping[KeyPath, Pos])
         if not isinstance(name, str):
             total += 1
             continue
-        line, col = lookup(pos, ("vms", i, "name"))
+        at: KeyPath = ("vms", i, "name")
         try:
             names = expand_name(name)
         except ValueError as exc:
-            errors.append(InventoryError(f"vms[{i}].name: {exc}", file, line, col))
+            errors.append(sources.error(at, str(exc)))
             continue
         total += len(names)
         longest = max(names, key=len)
         if "{" in name and len(longest) > MAX_VM_NAME:  # a plain name is measured by the schema
-            errors.append(InventoryError(f"vms[{i}].name: {name!r} names VMs of {len(longest)} characters "
-                                         f"({longest!r}); vSphere takes VM names of at most {MAX_VM_NAME}",
-                                         file, line, col))
+            errors.append(sources.error(at, f"{name!r} names VMs of {len(longest)} characters ({longest!r}); "
+                                        f"vSphere takes VM names of at most {MAX_VM_NAME}"))
         if total > MAX_INVENTORY_VMS:
-            errors.append(InventoryError(f"vms[{i}].name: the inventory names more than {MAX_INVENTORY_VMS} VMs "
-                                         "(split it into several files)", file, line, col))
+            errors.append(sources.error(at, f"the inventory names more than {MAX_INVENTORY_VMS} VMs (split it "
+                                        "into several inventories)"))
             break
     return errors

@@ -24,10 +24,11 @@ from vgpuctl.domain import (
     SshService,
     VmState,
 )
+from vgpuctl.durations import DURATION_EXPECTED, duration_seconds
 from vgpuctl.errors import InventoryError
 from vgpuctl.inventory.classes import NamespaceList, VmClassList
 from vgpuctl.inventory.network import AdapterSpec, IdentitySpec
-from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Pos
+from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Sources
 from vgpuctl.settings import SETTINGS
 from vgpuctl.strictmodel import Lax, StrictModel
 from vgpuctl.vmlimits import vm_limits
@@ -170,9 +171,26 @@ class SshSpec(StrictModel):
 
 
 class MaintenanceSpec(StrictModel):
+    """How apply takes the hosts through maintenance: what happens to their running VMs, how many at a time
+    (a wave), how long a reboot may take, how many failed hosts stop the run and the pause between waves."""
+
     evacuate: Lax[Evacuate] = Evacuate.REFUSE
     max_unavailable: int = Field(default=1, ge=1)
     reboot_timeout_s: int = Field(default=900, ge=1, le=MAX_REBOOT_TIMEOUT_S)
+    max_failures: int | None = Field(default=None, ge=1)  # no host starts once this many hosts of the run failed
+    pause_between_waves: float = 0.0  # seconds after a wave ends before the next one starts (a duration)
+
+    @field_validator("pause_between_waves", mode="before")
+    @classmethod
+    def _pause(cls, v: Any) -> Any:
+        try:
+            if isinstance(v, str):
+                return duration_seconds(v)
+            if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0:
+                return duration_seconds(f"{v}")
+        except ValueError as err:
+            raise ValueError(f"{err} (got {v!r})") from None
+        raise ValueError(f"{DURATION_EXPECTED} (got {v!r})")
 
 
 # graphics, gpus, nvlink, scheduler: each host setting's part of an entry is in its module (vgpuctl.settings)
@@ -186,9 +204,8 @@ class HostEntry(StrictModel):
     name: str | None = None
     vcenter: str | None = None  # the fleet's vCenter it belongs to (vcenters:); default: the file's default_vcenter
     _line: int | None = PrivateAttr(default=None)
-    _index: int = PrivateAttr(default=0)
-    _file: str | None = PrivateAttr(default=None)
-    _pos: dict[KeyPath, Pos] = PrivateAttr(default_factory=dict)  # key path within the entry -> (line, col)
+    _index: int = PrivateAttr(default=0)  # its position in the inventory's hosts
+    _sources: Sources | None = PrivateAttr(default=None)  # where the inventory's parts are written
 
     @model_validator(mode="after")
     def _target(self) -> HostEntry:
@@ -199,6 +216,14 @@ class HostEntry(StrictModel):
     @property
     def target(self) -> str:
         return f"cluster {self.cluster}" if self.cluster else f"host {self.name}"
+
+    def located(self, path: KeyPath) -> tuple[str | None, int | None]:
+        """(file, line) of a key path within the entry (its nearest enclosing key's when it has none): the file
+        that holds it, which for a composed inventory may be an included file, an overlay or a values file."""
+        if self._sources is None:
+            return None, self._line
+        file, _, line, _ = self._sources.where(("hosts", self._index, *path))
+        return file, line
 
 
 def _host_spec() -> Any:
@@ -377,8 +402,8 @@ class Inventory(StrictModel):
     vm_classes: VmClassList = Field(default_factory=list)  # VM classes with vGPUs (vgpuctl.supervisor.vmclasses)
     namespaces: NamespaceList = Field(default_factory=list)  # supervisor namespaces and their VM classes
     _source_path: str | None = PrivateAttr(default=None)
-    _pos: dict[KeyPath, Pos] = PrivateAttr(default_factory=dict)
-    _wrapped: set[KeyPath] = PrivateAttr(default_factory=set)
+    _sources: Sources | None = PrivateAttr(default=None)  # where each part is written (vgpuctl.inventory.yamlpos)
+    _composed: Any = PrivateAttr(default=None)  # what it was put together from (vgpuctl.inventory.compose.Composed)
 
     @field_validator("hosts", "vms", "vcenters", mode="before")
     @classmethod
@@ -408,11 +433,34 @@ class Inventory(StrictModel):
             return self.default_vcenter
         return self.vcenters[0].name if len(self.vcenters) == 1 else None
 
+    @property
+    def composed_from(self) -> list[str]:
+        """The files the inventory was read from: its own, then those it includes and the values files."""
+        return list(self._composed.files) if self._composed is not None else []
+
+    @property
+    def is_merged(self) -> bool:
+        """Whether it is more than its file's own content: files included, an overlay or a values file applied."""
+        return self._composed is not None and bool(self._composed.merged)
+
+    @property
+    def env(self) -> str | None:
+        """The overlay applied to it (--env)."""
+        return self._composed.env if self._composed is not None else None
+
     def vm(self, name: str) -> VmSpec | None:
         return next((v for v in self.vms if v.name == name), None)
 
     def locate(self, path: KeyPath) -> InventoryErrorLocation:
-        return InventoryErrorLocation(self._source_path, self._pos, self._wrapped, path)
+        return InventoryErrorLocation(self._sources, path)
+
+    def where(self, path: KeyPath) -> tuple[str | None, int | None]:
+        """(file, line) of a key path of the inventory: the file that holds it, which for a composed inventory may
+        be an included file, an overlay or a values file."""
+        if self._sources is None:
+            return None, None
+        file, _, line, _ = self._sources.where(path)
+        return file, line
 
     def error(self, path: KeyPath, message: str) -> InventoryError:
         return self.locate(path).error(message)

@@ -41,6 +41,7 @@ class PositionedYaml:
     data: Any
     pos: dict[KeyPath, Pos] = field(default_factory=dict)  # values; a nested mapping or sequence: its key
     keypos: dict[KeyPath, Pos] = field(default_factory=dict)  # keys
+    size: int = 0  # bytes read from the file (0: not read from a file)
 
     def where(self, path: KeyPath) -> tuple[int | None, int | None]:
         """(line, col) of `path`, or of its nearest enclosing key path that has one."""
@@ -48,25 +49,110 @@ class PositionedYaml:
 
     def error(self, path: KeyPath, message: str, wrapped: AbstractSet[KeyPath] = NO_WRAPPED) -> InventoryError:
         """`FILE:LINE:COL: key.path: message` for `path`."""
-        return InventoryErrorLocation(self.file, self.pos, wrapped, path).error(message)
+        return Sources(self, wrapped).error(path, message)
 
     def schema_errors(self, exc: ValidationError, root: type[BaseModel] | None = None,
                       wrapped: AbstractSet[KeyPath] = NO_WRAPPED) -> list[InventoryError]:
         """Each error of a model validated from `data`, located (see the module function)."""
-        return schema_errors(exc, self.file, self.pos, self.keypos, wrapped, root)
+        return Sources(self, wrapped).schema_errors(exc, root)
+
+
+@dataclass(frozen=True)
+class Graft:
+    """A part of a document that was put together from several files: the file it came from and its key path
+    there."""
+
+    doc: PositionedYaml
+    at: KeyPath
+
+
+class Sources:
+    """Where each part of a document's data is written. One file (`Sources(doc)`), or several put together (an
+    inventory's includes, overlays and values files): each part of the data is grafted from its file at a key
+    path there, and a key path of the data is found in the file of the nearest graft at or above it. A path
+    under a `wrapped` one (a mapping read as a one-item list: `vgpus: {profile, count}`) skips that list's [0]
+    in the file."""
+
+    def __init__(self, doc: PositionedYaml | None = None, wrapped: AbstractSet[KeyPath] = NO_WRAPPED):
+        self.roots: dict[KeyPath, Graft] = {} if doc is None else {(): Graft(doc, ())}
+        self.wrapped: set[KeyPath] = set(wrapped)
+        self._by_head: dict[KeyPath, set[KeyPath]] = {}  # grafts by their first two keys, to replace them fast
+
+    @property
+    def file(self) -> str | None:
+        """The file the document's root is in (an inventory's top file)."""
+        root = self.roots.get(())
+        return root.doc.file if root is not None else None
+
+    def graft(self, path: KeyPath, doc: PositionedYaml, at: KeyPath) -> None:
+        """The data at `path` is now `doc`'s at `at`; grafts below `path` no longer apply."""
+        head = path[:2]
+        if len(path) < 2:
+            below = [r for h, rs in self._by_head.items() if h[:len(path)] == path for r in rs]
+        else:
+            below = [r for r in self._by_head.get(head, ()) if len(r) > len(path) and r[:len(path)] == path]
+        for root in below:
+            del self.roots[root]
+            self._by_head[root[:2]].discard(root)
+        self.roots[path] = Graft(doc, at)
+        self._by_head.setdefault(head, set()).add(path)
+
+    def local(self, path: KeyPath) -> tuple[Graft | None, KeyPath]:
+        """The graft `path` is in and its key path in that graft's file."""
+        if self.wrapped:  # grafts and files know the mapping, not the one-item list it was read as
+            path = tuple(part for i, part in enumerate(path)
+                         if not (part == 0 and type(part) is int and path[:i] in self.wrapped))
+        for n in range(len(path), -1, -1):
+            graft = self.roots.get(path[:n])
+            if graft is not None:
+                return graft, (*graft.at, *path[n:])
+        return None, path
+
+    def where(self, path: KeyPath, key: bool = False) -> tuple[str | None, KeyPath, int | None, int | None]:
+        """(file, key path in that file, line, col) of `path`: of its key when `key` and it has one, else of its
+        value; a path with no position of its own takes its nearest enclosing one's."""
+        graft, local = self.local(path)
+        if graft is None:
+            return None, path, None, None
+        table = graft.doc.keypos if key and local in graft.doc.keypos else graft.doc.pos
+        line, col = lookup(table, local)
+        return graft.doc.file, local, line, col
+
+    def error(self, path: KeyPath, message: str, *, key: bool = False, drop: int = 0) -> InventoryError:
+        """`FILE:LINE:COL: key.path: message` for `path`, the key path as the file holding it writes it (less its
+        last `drop` keys)."""
+        file, local, line, col = self.where(path, key)
+        shown = format_path(local[:len(local) - drop] if drop else local)
+        return InventoryError(f"{shown}: {message}" if shown else message, file or "<inventory>", line, col)
+
+    def schema_errors(self, exc: ValidationError, root: type[BaseModel] | None = None) -> list[InventoryError]:
+        """Each error of a model validated from the data, located (see the module function schema_errors)."""
+        out: list[InventoryError] = []
+        for err in exc.errors(include_url=False):
+            raw = tuple(err["loc"])
+            # An unknown key is the user's own text: never mistake it for a type tag.
+            loc = (*_clean_loc(raw[:-1]), raw[-1]) if err["type"] == "extra_forbidden" else _clean_loc(raw)
+            message = _schema_message({**err, "loc": loc}, root)
+            if err["type"] == "missing":
+                out.append(self.error(loc[:-1], message))
+            elif err["type"] == "extra_forbidden":
+                out.append(self.error(loc, message, key=True, drop=1))
+            else:
+                out.append(self.error(loc, message))
+        return out
 
 
 class InventoryErrorLocation:
     """Turns a key path into `FILE:LINE:COL: path: message` using the positions recorded at load time."""
 
-    def __init__(self, file: str | None, pos: dict[KeyPath, Pos], wrapped: AbstractSet[KeyPath], path: KeyPath):
-        self.file, self.pos, self.wrapped, self.path = file, pos, wrapped, path
+    def __init__(self, sources: Sources | None, path: KeyPath):
+        self.sources, self.path = sources, path
 
     def error(self, message: str) -> InventoryError:
-        line, col = lookup(self.pos, self.path)
-        shown = format_path(self.path, self.wrapped)
-        text = f"{shown}: {message}" if shown else message
-        return InventoryError(text, self.file or "<inventory>", line, col)
+        if self.sources is None:
+            shown = format_path(self.path)
+            return InventoryError(f"{shown}: {message}" if shown else message, "<inventory>")
+        return self.sources.error(self.path, message)
 
 
 def format_path(path: KeyPath, wrapped: AbstractSet[KeyPath] = NO_WRAPPED) -> str:
@@ -155,7 +241,9 @@ def read_yaml(path: str | Path) -> PositionedYaml:
         raise InventoryError(str(exc), file) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InventoryError(f"cannot read the inventory: {exc}", file) from None
-    return read_yaml_text(text, file)
+    doc = read_yaml_text(text, file)
+    doc.size = len(text.encode("utf-8"))
+    return doc
 
 
 def read_yaml_text(text: str, file: str) -> PositionedYaml:
@@ -585,28 +673,10 @@ def _clean_loc(loc: tuple[Any, ...]) -> KeyPath:
     return tuple(out)
 
 
-def schema_errors(exc: ValidationError, file: str, pos: Mapping[KeyPath, Pos], keypos: Mapping[KeyPath, Pos],
+def schema_errors(exc: ValidationError, file: str, pos: dict[KeyPath, Pos], keypos: dict[KeyPath, Pos],
                   wrapped: AbstractSet[KeyPath] = NO_WRAPPED, root: type[BaseModel] | None = None,
                   ) -> list[InventoryError]:
     """Each error of a model validated from YAML data, as `FILE:LINE:COL: key.path: message`: an unknown key at
     the key (with a 'did you mean' from `root`'s fields, the model the data was validated as), a missing key at
     its mapping, the rest at the value."""
-    out: list[InventoryError] = []
-    for err in exc.errors(include_url=False):
-        raw = tuple(err["loc"])
-        # An unknown key is the user's own text: never mistake it for a type tag.
-        loc = (*_clean_loc(raw[:-1]), raw[-1]) if err["type"] == "extra_forbidden" else _clean_loc(raw)
-        err = {**err, "loc": loc}
-        message = _schema_message(err, root)
-        if err["type"] == "missing":
-            where, shown = loc[:-1], loc[:-1]
-        elif err["type"] == "extra_forbidden":
-            where, shown = loc, loc[:-1]
-        else:
-            where, shown = loc, loc
-        table = keypos if err["type"] == "extra_forbidden" and tuple(where) in keypos else pos
-        line, col = lookup(table, where)
-        text_path = format_path(shown, wrapped)
-        out.append(InventoryError(f"{text_path}: {message}" if text_path else message, file, line, col))
-    return out
-
+    return Sources(PositionedYaml(file, None, pos, keypos), wrapped).schema_errors(exc, root)

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from vgpuctl.domain import Outcome
+from vgpuctl.domain import Outcome, StopReason
 from vgpuctl.model import (
     ApplyResult,
     ChangeOutcome,
@@ -47,11 +47,44 @@ class ApplyReport(Report):
     error: ErrorInfo | None = optional()  # noqa: RUF009 - None, not a shared object
     vm: str | None = optional()  # `vm vgpu add/remove`: the VM changed
     round_trips: int | None = optional()
+    deadline: str | None = optional()  # apply --deadline, local time with its UTC offset
+    # what a change window's limits kept from starting, one entry per reason (the deadline, max_failures)
+    stopped: list[Stopped] = field(default_factory=list)
     guest_drivers: list[GuestDriverOutcome] = field(default_factory=list)  # a driver upgrade window's guest moves
 
     def render_text(self, layout: TextLayout = TERMINAL) -> None:
         """None: in text mode apply shows its progress and summary while it runs."""
         return None
+
+
+@dataclass
+class Stopped:
+    """Hosts and VMs an apply did not start because of its change window: `deadline` (it passed before their
+    wave or their start) or `max-failures` (that many hosts had failed); `message` says which."""
+
+    reason: StopReason
+    message: str
+    hosts: list[str]
+    vms: list[str]
+
+
+def stopped_by(hosts: Iterable[HostOutcome], vms: Iterable[VmOutcome], deadline: str | None) -> list[Stopped]:
+    """One entry per reason that kept hosts or VMs from starting, in the order: the failure limit, the deadline."""
+    hosts, vms = list(hosts), list(vms)
+    out = []
+    for reason in (StopReason.MAX_FAILURES, StopReason.DEADLINE):
+        held = [o.host for o in hosts if o.stopped_by == reason]
+        left = [o.vm for o in vms if o.stopped_by == reason]
+        if not (held or left):
+            continue
+        if reason == StopReason.DEADLINE:
+            when = f"the deadline {deadline}" if deadline else "the deadline"
+            message = f"{when} passed: no host wave and no VM started after it"
+        else:
+            failed = [o.host for o in hosts if o.status == Outcome.FAILED]
+            message = f"{len(failed)} host(s) failed ({', '.join(failed)}): maintenance.max_failures was reached"
+        out.append(Stopped(reason, message, held, left))
+    return out
 
 
 def vm_names(vms: Iterable[VmOutcome], status: Outcome) -> list[str]:
@@ -104,13 +137,16 @@ def apply_report(
     class_outcomes: Iterable[ChangeOutcome] = (),
     error: ErrorInfo | None = None,
     guest_drivers: Iterable[GuestDriverOutcome] = (),
+    deadline: str | None = None,
 ) -> ApplyReport:
     """The apply's document: the plan it confirmed, each host and VM, each VM-class and namespace change, the
-    error that failed the run; round trips only when given (-v)."""
+    error that failed the run, what its change window left (`deadline`: apply --deadline as text); round trips
+    only when given (-v)."""
     vms = result.vms
+    host_outcomes = list(hosts.hosts) if hosts is not None else []
     return ApplyReport(
         plan=with_class_plan(plan_report(plan, scope=scope), classes),
-        hosts=list(hosts.hosts) if hosts is not None else [],
+        hosts=host_outcomes,
         vms=list(vms),
         changed=vm_names(vms, Outcome.CHANGED),
         failed=vm_names(vms, Outcome.FAILED),
@@ -125,6 +161,8 @@ def apply_report(
         vm=vm,
         round_trips=round_trips,
         guest_drivers=list(guest_drivers),
+        deadline=deadline,
+        stopped=stopped_by(host_outcomes, vms, deadline),
     )
 
 
@@ -174,6 +212,7 @@ def render_apply_summary(report: ApplyReport, full: bool = False) -> str:
     if len(failed) > LIST_CUT and not full:
         lines.append(f"  failed: ... and {len(failed) - LIST_CUT} more VMs (-v lists them all)")
     lines += left_lines(report.vms, full)
+    lines += [line for stop in report.stopped for line in stopped_lines(stop, full)]
     lines += [f"Guest driver {o.vm} ({o.stage}): {o.new} {o.status}" + (f": {o.message}" if o.message else "")
               for o in report.guest_drivers]
     if report.round_trips is not None:
@@ -192,6 +231,18 @@ def left_lines(vms: Iterable[VmOutcome], full: bool = False) -> list[str]:
     if len(left) > LIST_CUT and not full:
         lines.append(f"  left: ... and {len(left) - LIST_CUT} more VMs")
     lines.append("  to continue: run the same apply again; it plans only what is left")
+    return lines
+
+
+def stopped_lines(stop: Stopped, full: bool = False) -> list[str]:
+    """`Stopped: the deadline ... passed: ...`, then the hosts and VMs it left and how to go on."""
+    lines = [f"Stopped: {stop.message}"]
+    if stop.hosts:
+        lines.append(f"  hosts not started: {names_text(stop.hosts, full)}")
+    if stop.vms:
+        lines.append(f"  VMs not started: {names_text(stop.vms, full)}")
+    when = "in the next change window" if stop.reason == StopReason.DEADLINE else "once the failed hosts are fixed"
+    lines.append(f"  to continue: run the same apply again {when}; it plans only what is left")
     return lines
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from vgpuctl.capacity.fitnow import VGPU_COUNTS
+from vgpuctl.capacity.stranded import stranded_by_cluster
 from vgpuctl.domain import GpuVgpuMode
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout, optional
 
@@ -42,6 +43,18 @@ class StrandedGpu:
     free_gb: float
     stranded_gb: float
     why: str
+    mode: str  # the GPU's vGPU mode: sameSize | mixedSize | multiInstanceGpu
+
+
+@dataclass
+class ClusterStrandedRow:
+    """A cluster's free and stranded framebuffer, over its hosts that take vGPUs now."""
+
+    cluster: str
+    hosts: int
+    gpus: int
+    free_gb: float
+    stranded_gb: float
 
 
 @dataclass
@@ -73,6 +86,7 @@ class HostCapacity:
     stranded: list[StrandedGpu]
     blocked: list[Blocked] = field(default_factory=list)
     nics: list[NicFree] = field(default_factory=list)
+    free_gb: float = 0.0  # free framebuffer over its GPUs, stranded included
 
 
 @dataclass
@@ -82,6 +96,7 @@ class CapacityReport(Report):
     kind: ClassVar[str] = "capacity"
     hosts: list[HostCapacity]
     clusters: dict[str, list[CapacityFit]]
+    stranded_clusters: list[ClusterStrandedRow] = field(default_factory=list)
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
         if not self.hosts and not self.clusters:
@@ -92,14 +107,18 @@ class CapacityReport(Report):
                 left = [f"{h.host}: left out ({b.what}; fix: {b.fix})" for b in h.blocked]
                 lines += left or [f"{h.host}: left out ({h.skipped})"]
                 continue
-            lines.append(f"{h.host} ({h.cluster or 'no cluster'}): stranded {h.stranded_gb:g} GB")
+            lines.append(f"{h.host} ({h.cluster or 'no cluster'}): {h.free_gb:g} GB free, stranded "
+                         f"{h.stranded_gb:g} GB")
             lines += [f"  not usable now: {b.what}; fix: {b.fix}" for b in h.blocked]
             for s in h.stranded:
                 lines.append(f"  GPU {s.gpu}: {s.stranded_gb:g} of {s.free_gb:g} GB free unusable ({s.why})")
             lines += [_nic_line(n) for n in h.nics]
             lines += _fits_table(h.fits)
+        stranded = {c.cluster: c for c in self.stranded_clusters}
         for cluster, fits in self.clusters.items():
-            lines.append(f"cluster {cluster}:")
+            c = stranded.get(cluster)
+            summary = f" {c.free_gb:g} GB free, stranded {c.stranded_gb:g} GB" if c else ""
+            lines.append(f"cluster {cluster}:{summary}")
             lines += _fits_table(fits)
         return "\n".join(lines)
 
@@ -128,14 +147,16 @@ def _fits_table(fits: list[CapacityFit]) -> list[str]:
 def capacity_report(fit: FitReport) -> CapacityReport:
     hosts = [
         HostCapacity(h.host, h.cluster, h.skipped, [CapacityFit(r.profile, r.vgpus, r.nvlink, r.vms) for r in h.rows],
-                     h.stranded_gb, [StrandedGpu(s.gpu, s.free_gb, s.stranded_gb, s.why) for s in h.stranded],
+                     h.stranded_gb, [StrandedGpu(s.gpu, s.free_gb, s.stranded_gb, s.why, s.mode) for s in h.stranded],
                      [Blocked(b.what, b.fix) for b in h.blocked],
-                     [NicFree(n.nic, n.model, n.kind, n.total, n.free) for n in h.nics])
+                     [NicFree(n.nic, n.model, n.kind, n.total, n.free) for n in h.nics], h.free_gb)
         for h in fit.hosts
     ]
     clusters = {c: [CapacityFit(p, n, nv, v) for (p, n, nv), v in table.items()]
                 for c, table in fit.clusters().items()}
-    return CapacityReport(hosts, clusters)
+    stranded = [ClusterStrandedRow(c.cluster, c.hosts, c.gpus, c.free_gb, c.stranded_gb)
+                for c in stranded_by_cluster(fit.host_stranded())]
+    return CapacityReport(hosts, clusters, stranded)
 
 
 # ------------------------------------------------------------------------------------------ a demand's answer

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vgpuctl.domain import ChangeKind, EvacuationKind, Phase, VmStep
@@ -22,9 +23,10 @@ from vgpuctl.model import (
     NicChange,
     Op,
     Plan,
+    Problem,
     VmChange,
 )
-from vgpuctl.reports.base import TERMINAL, Report, Scalar, TextLayout, VgpuCount, optional
+from vgpuctl.reports.base import TERMINAL, ErrorInfo, Report, Scalar, TextLayout, VgpuCount, optional
 from vgpuctl.reports.window import WindowReport, window_lines, window_report
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
 
@@ -229,20 +231,47 @@ class PlanScope:
     vm_classes_left_out: bool = False
 
 
+class ProblemSubject(StrEnum):
+    """What a plan problem is about (none: the whole plan)."""
+
+    HOST = "host"
+    VM = "vm"
+
+
+@dataclass
+class PlanProblem:
+    """A change that cannot be carried out, or what keeps the plan from being applied: about a host (`subject`
+    host: a change planned there, or the host itself), a VM (`subject` vm) or the whole plan (`subject` None);
+    `at` is the FILE:LINE:COL of the inventory key it is about, when one is. Any problem refuses the whole plan."""
+
+    subject: ProblemSubject | None
+    name: str | None  # the host's or VM's name
+    message: str
+    at: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The line it is on its own (`vm web-01: reason`; a host's message names the host already)."""
+        return str(Problem(self.message, vm=self.name if self.subject == ProblemSubject.VM else None, at=self.at))
+
+
 @dataclass
 class PlanReport(Report):
     kind: ClassVar[str] = "plan"
     host_changes: list[HostDiff]
     vm_changes: list[VmDiff]
     disruptions: list[Disruption]
-    errors: list[str]
+    errors: list[str]  # the problems as lines
     warnings: list[str]
     summary: PlanSummary
     round_trips: int | None = optional()
     vm_classes: list[VmClassDiff] = field(default_factory=list)  # in apply order: after hosts and VMs
     namespaces: list[NamespaceDiff] = field(default_factory=list)
     scope: PlanScope | None = field(default=None, metadata={"omit_none": True})
+    problems: list[PlanProblem] = field(default_factory=list)  # beside the changes: what cannot be carried out
     window: WindowReport | None = field(default=None, metadata={"omit_none": True})  # a driver upgrade window
+    # `plan` of a plan with problems: the error that refuses it after it is shown (the error document's `error`)
+    error: ErrorInfo | None = optional()  # noqa: RUF009 - None, not a shared object
 
     def render_text(self, layout: TextLayout = TERMINAL) -> Any:
         """The diff (vgpuctl.reports.plan): colored on a terminal, plain lines in a pipe."""
@@ -356,8 +385,17 @@ def plan_report(plan: Plan, round_trips: int | None = None, scope: ScopeResult |
         summary=plan_summary(plan),
         round_trips=round_trips,
         scope=plan_scope(scope) if scope is not None else None,
+        problems=[plan_problem(p) for p in plan.problems],
         window=window_report(plan.window, plan.host_changes),
     )
+
+
+def plan_problem(p: Problem) -> PlanProblem:
+    if p.vm is not None:
+        return PlanProblem(ProblemSubject.VM, p.vm, p.message, p.at)
+    if p.host is not None:
+        return PlanProblem(ProblemSubject.HOST, p.host, p.message, p.at)
+    return PlanProblem(None, None, p.message, p.at)
 
 
 def plan_scope(scope: ScopeResult) -> PlanScope:
@@ -471,7 +509,7 @@ def sorted_counts(profiles: list[str]) -> list[VgpuCount]:
 INDENT = "    "
 STEP_WORDS = {VmStep.POWER_OFF: "power off", VmStep.POWER_ON: "power on"}
 LIST_CUT = 20  # names listed before "... and N more" (unless the layout is full)
-STYLES = {"+": "green", "-": "red", "~": "yellow", "!": "bold red"}
+STYLES = {"+": "green", "-": "red", "~": "yellow", "!": "bold red", "x": "bold red"}
 
 
 def value_text(v: Any) -> str:
@@ -483,23 +521,42 @@ def value_text(v: Any) -> str:
 
 
 def plan_lines(report: PlanReport, full: bool = False) -> list[str]:
-    lines = [host_line(h) for h in report.host_changes]
+    """Every change, each host's and VM's problems under its changes (the others at the end), the disruptive
+    steps, the scope, warnings and the summary: a plan with problems shows all of it too."""
+    shown = {(ProblemSubject.HOST, h.host) for h in report.host_changes}
+    shown |= {(ProblemSubject.VM, v.vm) for v in report.vm_changes}
+    under: dict[tuple[ProblemSubject, str], list[str]] = {}
+    for p in report.problems:
+        if p.subject is not None and p.name is not None and (p.subject, p.name) in shown:
+            under.setdefault((p.subject, p.name), []).append(f"{p.at}: {p.message}" if p.at else p.message)
+    lines: list[str] = []
+    for i, h in enumerate(report.host_changes):
+        lines.append(host_line(h))
+        if i + 1 == len(report.host_changes) or report.host_changes[i + 1].host != h.host:
+            lines += problem_lines(under.get((ProblemSubject.HOST, h.host), []))
     for change in report.vm_changes:
-        lines += vm_lines(change)
+        lines += vm_lines(change) + problem_lines(under.get((ProblemSubject.VM, change.vm), []))
     lines += [line for c in report.vm_classes if c.op != "-" for line in class_lines(c)]
     lines += [line for n in report.namespaces for line in namespace_lines(n)]
     lines += [line for c in report.vm_classes if c.op == "-" for line in class_lines(c)]
-    if report.window is not None and not report.errors:
+    if report.window is not None:
         lines += window_lines(report.window)
-    if report.disruptions and not report.errors:
+    if report.disruptions:
         lines.append("Disruptive steps:")
         lines += [f"  {disruption_line(d)}" for d in report.disruptions]
     if report.scope is not None:
         lines += scope_lines(report.scope, full)
     lines += [f"Warning: {w}" for w in report.warnings]
-    lines += [f"Error: {e}" for e in report.errors]
-    lines.append(summary_line(report))
-    return lines
+    if report.problems or not report.errors:  # a report saved before problems were kept has its errors only
+        lines += [f"Error: {p.text}" for p in report.problems if (p.subject, p.name) not in shown]
+    else:
+        lines += [f"Error: {e}" for e in report.errors]
+    return lines + summary_lines(report)
+
+
+def problem_lines(messages: list[str]) -> list[str]:
+    """A host's or VM's problems under its changes: `x cannot be carried out: [FILE:LINE:COL: ]reason`."""
+    return [f"{INDENT}x cannot be carried out: {m}" for m in messages]
 
 
 def host_line(h: HostDiff) -> str:
@@ -639,12 +696,20 @@ def scope_lines(scope: PlanScope, full: bool) -> list[str]:
     return lines
 
 
-def summary_line(report: PlanReport) -> str:
+def summary_lines(report: PlanReport) -> list[str]:
+    """The counts of what the plan changes; with problems, that nothing of it can be applied."""
     s = report.summary
     if report.errors:
-        return f"Plan has {s.errors} error{'s' if s.errors != 1 else ''}; nothing can be applied."
+        refused = f"Plan has {s.errors} error{'s' if s.errors != 1 else ''}; nothing can be applied."
+        return [refused] if report.is_empty else [counts_line(report), refused]
     if report.is_empty:
-        return "No changes: the farm matches the inventory."
+        return ["No changes: the farm matches the inventory."]
+    return [counts_line(report)]
+
+
+def counts_line(report: PlanReport) -> str:
+    """The counts of the plan's changes, with a driver upgrade window's guest driver changes."""
+    s = report.summary
     guests = (len(report.window.before) + len(report.window.after)) if report.window is not None else 0
     return plan_counts(s) if not guests else plan_counts(s)[:-1] + f", {guests} guest driver change" + (
         "s." if guests != 1 else ".")

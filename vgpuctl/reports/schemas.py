@@ -50,6 +50,7 @@ from vgpuctl.reports.supervisor import (
     SupervisorPlanReport,
     SupervisorStatusReport,
 )
+from vgpuctl.reports.usage import IdleReport
 from vgpuctl.reports.vmvgpus import VmVgpusReport
 from vgpuctl.reports.work import ForgetWorkReport
 
@@ -68,6 +69,7 @@ REPORTS: tuple[type[Any], ...] = (
     VmVgpusReport,
     CapacityReport,
     CapacityDemandReport,
+    IdleReport,
     CapacityDrainReport,
     ExportReport,
     SupervisorPlanReport,

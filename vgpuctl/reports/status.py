@@ -17,14 +17,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from vgpuctl.capacity.stranded import ClusterStranded, HostStranded, stranded_by_cluster, stranded_by_host
 from vgpuctl.domain import TIME_SLICED_MODES, GpuMode, GpuVgpuMode
+from vgpuctl.farm.usage import UsageFigures
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
 from vgpuctl.profiles import board_for_device
 from vgpuctl.records.classes import SupervisorState
+from vgpuctl.records.perf import UsageRead
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, VgpuCount, optional, vgpu_counts, whole
 from vgpuctl.reports.host import MANAGER_KEY, HostReport, SettingValue, mig_label
 from vgpuctl.reports.plan import sorted_counts
 from vgpuctl.reports.profiles import KB_PER_GB, gpu_gb, profile_fb
+from vgpuctl.reports.usage import UsageRow, WindowRow, read_warnings, usage_cell, usage_row, window_row
 
 if TYPE_CHECKING:
     pass
@@ -58,6 +62,9 @@ class StatusGpu:
     nvlink_active: int | None = optional()
     nvlink_peers: list[str] | None = optional()  # noqa: RUF009 - None, not a shared list
     mig_capable: bool | None = optional()  # the board supports MIG (the catalogue); None: board unknown
+    stranded_gb: float | None = optional()  # free framebuffer no offered profile can use (capacity.stranded)
+    stranded_why: str | None = optional()
+    usage: UsageRow | None = field(default=None, metadata={"omit_none": True})  # with --usage
 
 
 @dataclass
@@ -104,6 +111,19 @@ class StatusHost:
     vgpu_manager: str | None = optional()  # the NVIDIA vGPU Manager it runs (its GPUs' driver), where known
     vgpu_manager_after_reboot: str | None = optional()  # installed, running after the next reboot
     held: HostLease | None = field(default=None, metadata={"omit_none": True})  # another run works on it
+    free_gb: float | None = optional()  # free framebuffer over its GPUs; None: the host takes no vGPUs now
+    stranded_gb: float | None = optional()  # of it, what no offered profile can use in the GPUs' current modes
+
+
+@dataclass
+class StatusCluster:
+    """A cluster's free and stranded framebuffer over its hosts that take vGPUs now."""
+
+    cluster: str
+    hosts: int
+    gpus: int
+    free_gb: float
+    stranded_gb: float
 
 
 @dataclass
@@ -139,6 +159,8 @@ class StatusReport(Report):
     vm_classes: list[StatusVmClass] = field(default_factory=list)
     supervisor_clusters: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # e.g. VM classes that could not be read
+    clusters: list[StatusCluster] = field(default_factory=list)
+    usage_window: WindowRow | None = field(default=None, metadata={"omit_none": True})  # with --usage
 
     def render_text(self, layout: TextLayout = TERMINAL) -> Rendered:
         """Hosts, a GPU map per host, the VMs with vGPUs, the VM classes: laid out for the terminal's width,
@@ -227,7 +249,41 @@ def status_report(observed: Observed, round_trips: int | None = None) -> StatusR
         if not vm.is_template
     ]
     hosts = [_status_host(observed, h) for h in sorted(observed.hosts.values(), key=lambda h: h.name)]
-    return StatusReport(observed.datacenter, observed.api_version, hosts, vms, round_trips)
+    report = StatusReport(observed.datacenter, observed.api_version, hosts, vms, round_trips)
+    stranded = stranded_by_host(observed)
+    return with_stranded(report, stranded, stranded_by_cluster(stranded))
+
+
+def with_stranded(report: StatusReport, hosts: list[HostStranded], clusters: list[ClusterStranded]) -> StatusReport:
+    """Free and stranded framebuffer per GPU, host and cluster (vgpuctl.capacity.stranded)."""
+    by_host = {h.host: h for h in hosts}
+    for h in report.hosts:
+        s = by_host.get(h.host)
+        if s is None:
+            continue
+        h.free_gb, h.stranded_gb = gb(s.free_gb), gb(s.stranded_gb)
+        by_gpu = {g.gpu: g for g in s.stranded}
+        for g in h.gpus:
+            if (gs := by_gpu.get(g.gpu)) is not None:
+                g.stranded_gb, g.stranded_why = gb(gs.stranded_gb), gs.why
+    report.clusters = [StatusCluster(c.cluster, c.hosts, c.gpus, gb(c.free_gb), gb(c.stranded_gb))
+                       for c in clusters]
+    return report
+
+
+def gb(value: float) -> float:
+    return whole(round(value, 1))
+
+
+def with_usage(report: StatusReport, figures: UsageFigures, read: UsageRead) -> StatusReport:
+    """`status --usage`: each GPU's figures over the window, and what kept some from being read."""
+    report.usage_window = window_row(read.window)
+    for h in report.hosts:
+        for g in h.gpus:
+            u = figures.gpus.get((h.host, g.gpu))
+            g.usage = usage_row(u) if u is not None else None
+    report.warnings += read_warnings(read, figures)
+    return report
 
 
 # ------------------------------------------------------------------------------------------ profiles
@@ -374,6 +430,25 @@ def short_pci(pci_ids: list[str]) -> int:
     return 0
 
 
+def free_stranded(h: StatusHost) -> str:
+    return "-" if h.free_gb is None else f"{h.free_gb}/{h.stranded_gb}"
+
+
+def stranded_note(g: StatusGpu) -> str:
+    return f" (stranded {g.stranded_gb}: {g.stranded_why})" if g.stranded_gb else ""
+
+
+def cluster_line(c: StatusCluster) -> str:
+    return f"cluster {c.cluster}  hosts {c.hosts}  gpus {c.gpus}  free/stranded GB {c.free_gb}/{c.stranded_gb}"
+
+
+FREE_TITLE = "Free framebuffer (stranded: free, but no offered profile can use it in the GPUs' current modes)"
+
+
+STRANDED_NOTE = "stranded = free framebuffer no offered profile can use in the GPUs' current modes"
+USAGE_NOTE = "usage = GPU utilization avg/peak % and memory used GB over"
+
+
 def guessed(report: StatusReport) -> bool:
     return any(v.guessed for h in report.hosts for g in h.gpus for v in g.vms)
 
@@ -391,14 +466,22 @@ def plain_status(report: StatusReport) -> str:
             f"host {h.host}  cluster {h.cluster or '-'}  state {host_state(h)}  graphics {h.default_graphics_type}"
             f"/{h.assignment_policy}  nvlink {nvlink}  scheduler {sched}  gpus {len(h.gpus)}"
             f"  vgpus {sum(v.count for g in h.gpus for v in g.vgpus)}  used/total GB {used(h)}"
+            f"  free/stranded GB {free_stranded(h)}"
             + (f"  vgpu manager {manager_cell(h)}" if h.vgpu_manager else "")
         )
         for g in h.gpus:
             mig = "" if g.mig_capable is False else f"  mig {g.mig or '-'}"  # a board without MIG: nothing to say
+            usage = f"  usage {usage_cell(g.usage)}" if report.usage_window else ""
             lines.append(
                 f"  gpu {g.index} {g.gpu} {g.model}  type {g.graphics_type}  mode {g.mode}{mig}"
-                f"  nvlink {nvlink_cell(g)}  used/total GB {g.used_gb}/{g.fb_gb}  vms {held_by(g.vms)}"
+                f"  nvlink {nvlink_cell(g)}  used/total GB {g.used_gb}/{g.fb_gb}{stranded_note(g)}{usage}"
+                f"  vms {held_by(g.vms)}"
             )
+    lines += [cluster_line(c) for c in report.clusters]
+    if report.clusters:
+        lines.append(STRANDED_NOTE)
+    if report.usage_window:
+        lines.append(f"{USAGE_NOTE} {report.usage_window.describe()}")
     with_vgpus = [v for v in report.vms if v.vgpus]
     for v in with_vgpus:
         driver = f"  guest driver {v.guest_driver}" if v.guest_driver else ""
@@ -504,23 +587,47 @@ def wide_status(report: StatusReport) -> list[Any]:
         _row(hosts, h.host, h.cluster or "-", host_state(h), f"{h.default_graphics_type}/{h.assignment_policy}",
              nvlink, h.scheduler or "-", *([manager_cell(h)] if managers else []), str(len(h.gpus)), vgpus,
              used(h))  # fmt: skip
-    out: list[Any] = [hosts]
-    out += [_gpu_map(h) for h in report.hosts if h.gpus]
+    out: list[Any] = [hosts, *_free_table(report)]
+    out += [_gpu_map(h, report.usage_window) for h in report.hosts if h.gpus]
     return out + _vms_table(report) + _classes_table(report)
 
 
-def _gpu_map(h: StatusHost) -> Any:
+def _free_table(report: StatusReport, host_name: Any = str) -> list[Any]:
+    """Free and stranded framebuffer per host and cluster, with the usage window's note when usage was read."""
+    from rich.text import Text
+
+    out: list[Any] = []
+    if report.clusters:
+        table = _table(FREE_TITLE, ("host / cluster", "GPUs", "GB free", "GB stranded"))
+        for h in report.hosts:
+            if h.free_gb is not None:
+                _row(table, host_name(h.host), str(len(h.gpus)), str(h.free_gb), str(h.stranded_gb))
+        for c in report.clusters:
+            hosts = f"{c.hosts} host" + ("" if c.hosts == 1 else "s")
+            _row(table, f"cluster {c.cluster} ({hosts})", str(c.gpus), str(c.free_gb), str(c.stranded_gb))
+        out.append(table)
+    if report.usage_window:
+        out.append(Text(f"{USAGE_NOTE} {report.usage_window.describe()}"))
+    return out
+
+
+def _gpu_map(h: StatusHost, usage: WindowRow | None = None) -> Any:
     """One host's GPUs, one line each while the terminal is wide enough: the model in the title when the GPUs
-    share it, a MIG column only where a board has MIG; only the VMs column wraps."""
+    share it, a MIG column only where a board has MIG, a usage column with --usage; only the VMs column wraps."""
     model, mig = shared_model(h), shows_mig(h)
     columns = ["#", "PCI", *([] if model else ["model"]), "type", "mode", *(["MIG"] if mig else []), "NVLink",
-               "GB used", "VMs (profile)"]  # fmt: skip
+               "GB used", *(["usage"] if usage else []), "VMs (profile)"]  # fmt: skip
     gpus = _table(f"GPU map: {h.host}" + (f" ({model})" if model else ""), columns, wrapping=("VMs (profile)",))
     for g in h.gpus:
         cells = [str(g.index), g.gpu, *([] if model else [g.model]), g.graphics_type, g.mode]
         cells += [g.mig or ("n/a" if g.mig_capable is False else "-")] if mig else []
-        _row(gpus, *cells, nvlink_cell(g), f"{g.used_gb}/{g.fb_gb}", held_by(g.vms))
+        cells += [nvlink_cell(g), used_cell(g), *([usage_cell(g.usage)] if usage else [])]
+        _row(gpus, *cells, held_by(g.vms))
     return gpus
+
+
+def used_cell(g: StatusGpu) -> str:
+    return f"{g.used_gb}/{g.fb_gb}" + (f" ({g.stranded_gb} stranded)" if g.stranded_gb else "")
 
 
 def narrow_status(report: StatusReport) -> list[Any]:
@@ -538,7 +645,7 @@ def narrow_status(report: StatusReport) -> list[Any]:
         vgpus = str(sum(v.count for g in h.gpus for v in g.vgpus))
         _row(hosts, short(h.host), host_state(h), h.nvlink or "-", h.scheduler or "-", str(len(h.gpus)), vgpus,
              used(h))  # fmt: skip
-    out: list[Any] = [hosts]
+    out: list[Any] = [hosts, *_free_table(report, short)]
     for h in report.hosts:
         if not h.gpus:
             continue
@@ -546,10 +653,12 @@ def narrow_status(report: StatusReport) -> list[Any]:
         model = h.gpus[0].model if len({g.model for g in h.gpus}) == 1 else ""
         about = ", ".join(([model] if model else []) + ([f"vGPU Manager {manager_cell(h)}"] if h.vgpu_manager else []))
         gpus = _table(f"GPU map: {short(h.host)}" + (f" ({about})" if about else ""),
-                      ("#", "PCI", "mode", "NVLink", "GB used", "VMs (profile)"))  # fmt: skip
+                      ("#", "PCI", "mode", "NVLink", "GB used", *(["usage"] if report.usage_window else []),
+                       "VMs (profile)"))  # fmt: skip
         for g in h.gpus:
             mode = g.mode.replace("time-sliced", "ts").replace("(sameSize)", "same").replace("(mixedSize)", "mixed")
-            _row(gpus, str(g.index), g.gpu[cut:], mode, nvlink_cell(g), f"{g.used_gb}/{g.fb_gb}",
+            usage = [usage_cell(g.usage)] if report.usage_window else []
+            _row(gpus, str(g.index), g.gpu[cut:], mode, nvlink_cell(g), used_cell(g), *usage,
                  held_by(g.vms, short_profile=True))  # fmt: skip
         out.append(gpus)
     if report.hosts and not any(h.gpus for h in report.hosts):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from vgpuctl.domain import ChangeKind, CheckStatus, Phase
 from vgpuctl.esxi.modopts import Options
-from vgpuctl.model import HOST_TARGET, HostChange, ObservedGpu, ObservedHost, UpgradeWindow
+from vgpuctl.model import HOST_TARGET, HostChange, ObservedGpu, ObservedHost, Problem, UpgradeWindow
 from vgpuctl.settings.facts import MODULE_OPTIONS, ApiFact, EntryShellFact, GpuQuery, HostFacts, ShellFact
 from vgpuctl.strictmodel import KeyPath
 
@@ -85,12 +85,14 @@ class HostPlan:
     changes: list[HostChange] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)  # of plan_hosts: its errors, each with its host
     window: UpgradeWindow | None = None  # a driver upgrade window (vgpuctl.hosts.window)
 
     def extend(self, other: HostPlan) -> None:
         self.changes += other.changes
         self.errors += other.errors
         self.warnings += other.warnings
+        self.problems += other.problems
         self.window = other.window or self.window
 
     def for_host(self, host: str) -> list[HostChange]:

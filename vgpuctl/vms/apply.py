@@ -22,7 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, PowerState, VmStep
+from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, PowerState, StopReason, VmStep
+from vgpuctl.durations import Deadline
 from vgpuctl.errors import (
     ChangedMeanwhile,
     CustomizationError,
@@ -133,6 +134,7 @@ class _Ctx:
     claims: VmClaims | None = None
     halted: str = ""  # why no further VM starts: vCenter refused vgpuctl's own bookkeeping
     customization_timeout_s: float = 900.0
+    deadline: Deadline | None = None  # apply --deadline: no VM starts after it
 
 
 def apply_plan(
@@ -148,11 +150,13 @@ def apply_plan(
     run_id: str | None = None,
     lock_timeout_s: float = 0.0,
     customization_timeout_s: float = 900.0,
+    deadline: Deadline | None = None,
 ) -> ApplyResult:
     """Apply the VM changes of `plan` (computed from `observed`). Raises PlanError if the plan has errors; VM
     failures are results. Host changes still in the plan have not landed: VMs that depend on them are skipped
     with the reason (vgpuctl.pipeline.apply runs the hosts first). `run_id` names this run in its VM claims;
-    `lock_timeout_s`: how long to wait for a VM another run has claimed."""
+    `lock_timeout_s`: how long to wait for a VM another run has claimed; after the `deadline` no VM starts (those
+    in flight finish)."""
     from vgpuctl.vsphere.tasks import TaskWatcher
     from vgpuctl.vsphere.workrecord import new_run_id
 
@@ -167,7 +171,8 @@ def apply_plan(
     collect_dead(session, touched_vms(changes, observed), [vm.moid for vm in observed.vms.values()])
     with TaskWatcher(session) as watcher:
         ctx = _Ctx(session, observed, watcher, progress, cancel, shutdown_timeout_s, poll_s,
-                   PowerOnTurns(changes, observed), claims, customization_timeout_s=customization_timeout_s)
+                   PowerOnTurns(changes, observed), claims, customization_timeout_s=customization_timeout_s,
+                   deadline=deadline)
         try:
             result.vms = _run_queue(ctx, changes, pending_hosts, parallel)
         finally:
@@ -231,6 +236,9 @@ def _run_vm_steps(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOut
     if ctx.halted:
         outcome.left = change.planned_steps()
         return _skip(ctx, outcome, f"not started: {ctx.halted}", Outcome.NOT_STARTED)
+    if ctx.deadline is not None and ctx.deadline.passed(time.time()):
+        outcome.left, outcome.stopped_by = change.planned_steps(), StopReason.DEADLINE
+        return _skip(ctx, outcome, f"not started: the deadline {ctx.deadline.text} passed", Outcome.NOT_STARTED)
     try:
         _apply_vm(ctx, change, outcome)
     except _Stopped:
@@ -487,11 +495,14 @@ def _claim_clone(ctx: _Ctx, change: VmChange, folder_moid: str) -> None:
 
 
 def _waiting(ctx: _Ctx, change: VmChange) -> Callable[[LeaseHeld, float], None]:
-    """--lock-timeout: the progress line while another run has the VM."""
+    """--lock-timeout: one progress line per run that has the VM while this one waits for it."""
+    told: list[str] = []
 
     def waiting(held: LeaseHeld, left_s: float) -> None:
-        who = f"run {held.holder.run} by {held.holder.holder}" if held.holder is not None else "another run"
-        _step(ctx, change.vm, f"waiting for {who}", None)
+        who = held.holder.describe() if held.holder is not None else "another run"
+        if who not in told:
+            told.append(who)
+            _step(ctx, change.vm, f"waiting for {who}, up to {left_s:.0f} s more", None)
 
     return waiting
 

@@ -434,9 +434,18 @@ class Vgpuctl:
         """A failed task: vgpuctl's error as msg, its error document (or the failed apply's) in the result."""
         error = (document or {}).get("error")
         if isinstance(error, dict):
-            self.module.fail_json(msg=error.get("message") or error.get("type"), error=error, rc=rc, **result)
+            self.module.fail_json(msg=error_message(error), error=error, rc=rc, **result)
         self.module.fail_json(msg=f"vgpuctl printed no JSON document (exit status {rc}): {last_line(stderr)}",
                               rc=rc, stderr_lines=stderr.splitlines()[-20:], **result)
+
+
+def error_message(error):
+    """The task's msg: vgpuctl's error; for a plan refused for its problems, the problems themselves (the task
+    does not show the plan they were printed with)."""
+    details = [d.get("message") for d in error.get("details") or [] if isinstance(d, dict) and d.get("message")]
+    if error.get("type") == "PlanRefused" and details:
+        return "; ".join(details)
+    return error.get("message") or error.get("type")
 
 
 def last_line(text):

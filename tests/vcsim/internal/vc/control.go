@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"sort"
 	"strings"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // HandleControl registers an extra control route (Go 1.22 ServeMux pattern under /gpusim/, e.g.
@@ -93,7 +93,7 @@ func (s *Sim) registerControl() {
 	})
 	s.HandleControl("GET /gpusim/faults", func(w http.ResponseWriter, r *http.Request) {
 		f, d := s.faults.list()
-		WriteJSON(w, http.StatusOK, map[string]any{"faults": f, "delays": d, "known": sortedFaultNames()})
+		WriteJSON(w, http.StatusOK, map[string]any{"faults": f, "delays": d, "known": fault.Names()})
 	})
 	s.HandleControl("DELETE /gpusim/faults", func(w http.ResponseWriter, r *http.Request) {
 		s.faults.clear()
@@ -104,12 +104,6 @@ func (s *Sim) registerControl() {
 	s.registerHolds()
 	s.registerState()
 	s.registerSoftwareControl() // software.go
-}
-
-func sortedFaultNames() []string {
-	names := FaultNames()
-	sort.Strings(names)
-	return names
 }
 
 func (s *Sim) setDown(w http.ResponseWriter, r *http.Request, down bool) {
@@ -129,7 +123,7 @@ func (s *Sim) ResolveObject(name string) (types.ManagedObjectReference, bool) {
 		return types.ManagedObjectReference{}, false
 	}
 	kinds := []string{"VirtualMachine", "HostSystem", "ClusterComputeResource", "Folder", "Datacenter", "CustomFieldsManager",
-		"AuthorizationManager"}
+		"AuthorizationManager", "PerformanceManager"}
 	for _, kind := range kinds {
 		if obj := s.ctx.Map.Get(types.ManagedObjectReference{Type: kind, Value: name}); obj != nil {
 			return obj.Reference(), true
@@ -192,8 +186,8 @@ func (s *Sim) parseArm(w http.ResponseWriter, r *http.Request, needFault bool) (
 		return nil, false
 	}
 	if needFault {
-		if _, known := knownFaults[req.Fault]; !known {
-			WriteError(w, http.StatusBadRequest, "unknown fault %q (known: %s)", req.Fault, strings.Join(sortedFaultNames(), ", "))
+		if !fault.Known(req.Fault) {
+			WriteError(w, http.StatusBadRequest, "unknown fault %q (known: %s)", req.Fault, strings.Join(fault.Names(), ", "))
 			return nil, false
 		}
 	}

@@ -16,6 +16,8 @@ import (
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
+
+	"gpusim/internal/fault"
 )
 
 func (e *env) control(method, path string, body any) (int, map[string]any) {
@@ -209,7 +211,7 @@ func TestBadSOAPRequestsGetFaults(t *testing.T) {
 		t.Fatalf("garbage request: %d %s", res.StatusCode, body)
 	}
 	// a panic in a handler is a SystemError fault
-	h := recoverSOAP(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
+	h := fault.Recover(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("boom") }))
 	rec := &recorder{header: http.Header{}}
 	h.ServeHTTP(rec, &http.Request{})
 	if rec.code != 500 || !strings.Contains(rec.body.String(), "SystemError") {

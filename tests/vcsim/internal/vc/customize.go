@@ -14,6 +14,8 @@ import (
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/types"
 	"gopkg.in/yaml.v3"
+
+	"gpusim/internal/fault"
 )
 
 // Guest identity at a clone's first boot: vSphere guest customization (a CloneSpec's customization, Linux prep)
@@ -85,7 +87,7 @@ func (s *Sim) pendCustomization(clone *simulator.VirtualMachine, spec *types.Cus
 	}
 	if _, cloudInit := spec.Identity.(*types.CustomizationCloudinitPrep); !cloudInit || len(spec.NicSettingMap) > 0 {
 		if n := len(ethernetCards(clone)); n != len(spec.NicSettingMap) {
-			return s.faultWith(&types.NicSettingMismatch{NumberOfNicsInSpec: int32(len(spec.NicSettingMap)), NumberOfNicsInVM: int32(n)},
+			return s.messages.With(fault.NicSettingMismatch(len(spec.NicSettingMap), n),
 				fmt.Sprintf("The number of network adapter settings in the customization specification: %d does not match the number of network adapters present in the virtual machine: %d.", len(spec.NicSettingMap), n))
 		}
 	}

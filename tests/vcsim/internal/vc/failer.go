@@ -6,6 +6,8 @@ import (
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
+
+	"gpusim/internal/fault"
 )
 
 // failTask starts a task on obj that fails with fault.
@@ -159,3 +161,34 @@ var (
 	hostFailerMethods   = map[string]bool{"EnterMaintenanceMode_Task": true, "ExitMaintenanceMode_Task": true, "RebootHost_Task": true}
 	folderFailerMethods = map[string]bool{"CreateVM_Task": true, "Destroy_Task": true}
 )
+
+// armedFault builds the armed fault `a` for a call of method on obj; the message (if any) is
+// registered for task errors and carried in faultMessage for SOAP faults (fault.WithFaultString).
+func (s *Sim) armedFault(a *armed, obj mo.Reference, method string) types.BaseMethodFault {
+	t := fault.Target{Ref: obj.Reference(), Name: s.objectName(obj), Method: method, Msg: a.Msg}
+	if vm, ok := obj.(*simulator.VirtualMachine); ok {
+		t.PowerState = vm.Runtime.PowerState
+	}
+	if e, ok := obj.(mo.Entity); ok {
+		if tasks := e.Entity().RecentTask; len(tasks) > 0 {
+			last := tasks[len(tasks)-1]
+			t.Task = &last
+		}
+	}
+	f, msg := fault.Armed(a.Fault, t)
+	if msg != "" {
+		s.messages.With(f, msg)
+	}
+	return f
+}
+
+// objectName is an object's inventory name, or for a host's managers the host's name.
+func (s *Sim) objectName(obj mo.Reference) string {
+	if e, ok := obj.(mo.Entity); ok && e.Entity().Name != "" {
+		return e.Entity().Name
+	}
+	if host, ok := managerHost(obj); ok {
+		return host
+	}
+	return obj.Reference().Value
+}

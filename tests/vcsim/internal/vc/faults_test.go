@@ -10,6 +10,8 @@ import (
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
+
+	"gpusim/internal/fault"
 )
 
 // missingRequired lists the fields of a decoded fault that the vim schema requires (xml tag without
@@ -75,7 +77,7 @@ func TestMissingRequiredFindsEmptyFields(t *testing.T) {
 // and the armed message, both as a task error and as a SOAP fault.
 func TestEveryArmableFaultDecodes(t *testing.T) {
 	e := start(t, smallSpec())
-	names := FaultNames()
+	names := fault.Names()
 	sort.Strings(names)
 	vm := e.vm("vm-a")
 	for _, name := range names {

@@ -5,6 +5,8 @@ import (
 
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/types"
+
+	"gpusim/internal/fault"
 )
 
 // Calls that act on an object that no longer exists. vcsim answers a call on a destroyed object (its `this`)
@@ -39,7 +41,7 @@ func (s *Sim) goneArgument(ctx *simulator.Context, m *simulator.Method) types.Ba
 		}
 		ref, ok := refOf(body.Field(i))
 		if ok && !s.exists(ctx, ref) {
-			return s.withMessage(&types.ManagedObjectNotFound{Obj: ref}, gone(ref))
+			return s.messages.With(fault.ManagedObjectNotFound(ref), gone(ref))
 		}
 	}
 	return nil

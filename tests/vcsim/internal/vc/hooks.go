@@ -1,10 +1,8 @@
 package vc
 
 import (
-	"encoding/xml"
 	"fmt"
 	"log"
-	"net/http"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -13,6 +11,8 @@ import (
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
+
+	"gpusim/internal/fault"
 )
 
 // armed is a fault or delay armed through the control endpoint.
@@ -141,6 +141,10 @@ func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, 
 		if m.Name == "CreateVM_Task" {
 			w = &gpuFolder{Folder: o, sim: s}
 		}
+	case *simulator.PerformanceManager:
+		if perfMethods[m.Name] {
+			w = &gpuPerf{PerformanceManager: o, sim: s} // performance_manager.go
+		}
 	case *simulator.AuthorizationManager:
 		if authMethods[m.Name] {
 			w = s.authFor(ctx, m, o)
@@ -151,16 +155,6 @@ func (s *Sim) route(ctx *simulator.Context, m *simulator.Method) (mo.Reference, 
 	}
 	register(ctx, w)
 	return w, nil
-}
-
-var vmMethods = map[string]bool{
-	"PowerOnVM_Task": true, "PowerOffVM_Task": true, "SuspendVM_Task": true, "ReconfigVM_Task": true,
-	"CloneVM_Task": true, "ShutdownGuest": true, "Destroy_Task": true, "UnregisterVM": true,
-	"RelocateVM_Task": true, "MigrateVM_Task": true, // migrate.go
-}
-
-var hostMethods = map[string]bool{
-	"EnterMaintenanceMode_Task": true, "ExitMaintenanceMode_Task": true, "RebootHost_Task": true,
 }
 
 // queueOf is the host whose queue a call on obj waits in (holds.go): a VM's host, else "".
@@ -185,11 +179,11 @@ func (s *Sim) unreachable(ctx *simulator.Context, m *simulator.Method, obj mo.Re
 	if host == "" || s.Farm.Reachable(host) {
 		return nil
 	}
-	return s.withMessage(&types.HostNotConnected{}, "Host "+host+" is not responding.")
+	return s.messages.With(fault.HostNotConnected(), "Host "+host+" is not responding.")
 }
 
 // taskMessages gives task errors a readable localizedMessage (the simulator writes the Go type name):
-// messages registered in Sim.messages, else the fault's first fault message, else the vim type name.
+// messages given in Sim.messages, else the fault's first fault message, else the vim type name.
 type taskMessages struct {
 	sim *Sim
 }
@@ -244,59 +238,22 @@ func (t *taskMessages) UpdateObject(_ *simulator.Context, obj mo.Reference, chan
 		if !strings.HasPrefix(lmf.LocalizedMessage, "*types.") {
 			continue
 		}
-		lmf.LocalizedMessage = t.sim.messageFor(lmf.Fault)
+		lmf.LocalizedMessage = t.sim.messages.Message(lmf.Fault)
 		changes[i].Val = *lmf
 	}
 }
 
-func (s *Sim) messageFor(f types.BaseMethodFault) string {
-	if msg, ok := s.messages.Load(f); ok {
-		return msg.(string)
-	}
-	if f == nil {
-		return "unknown error"
-	}
-	if fm := f.GetMethodFault().FaultMessage; len(fm) > 0 && fm[0].Message != "" {
-		return fm[0].Message
-	}
-	return strings.TrimPrefix(fmt.Sprintf("%T", f), "*types.")
-}
-
-// faultWith gives a fault its message (task localizedMessage and SOAP faultstring) and returns it.
-func (s *Sim) faultWith(f types.BaseMethodFault, msg string) types.BaseMethodFault {
-	return s.withMessage(f, msg)
-}
-
 // safely runs a task body and turns a panic into a SystemError.
 func safely(fn func(*simulator.Task) (types.AnyType, types.BaseMethodFault)) func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
-	return func(t *simulator.Task) (res types.AnyType, fault types.BaseMethodFault) {
+	return func(t *simulator.Task) (res types.AnyType, f types.BaseMethodFault) {
 		defer func() {
 			if r := recover(); r != nil {
 				log.Printf("gpusim: task panic: %v\n%s", r, debug.Stack())
-				res, fault = nil, &types.SystemError{Reason: fmt.Sprint(r)}
+				res, f = nil, fault.SystemError(fmt.Sprint(r))
 			}
 		}()
 		return fn(t)
 	}
-}
-
-// recoverSOAP turns a panic while serving a request into a SOAP SystemError fault.
-func recoverSOAP(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		defer func() {
-			if v := recover(); v != nil {
-				log.Printf("gpusim: request panic: %v\n%s", v, debug.Stack())
-				var msg strings.Builder
-				_ = xml.EscapeText(&msg, []byte(fmt.Sprintf("gpusim could not serve the request: %v", v)))
-				w.Header().Set("Content-Type", "text/xml; charset=utf-8")
-				w.WriteHeader(http.StatusInternalServerError)
-				fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>
-<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"><soapenv:Body><soapenv:Fault><faultcode>ServerFaultCode</faultcode><faultstring>%s</faultstring><detail><SystemErrorFault xmlns="urn:vim25" xsi:type="SystemError"><reason>%s</reason></SystemErrorFault></detail></soapenv:Fault></soapenv:Body></soapenv:Envelope>`,
-					msg.String(), msg.String())
-			}
-		}()
-		next.ServeHTTP(w, r)
-	})
 }
 
 // fixVMEnums fills enum fields vcsim leaves empty, which pyVmomi cannot deserialize.

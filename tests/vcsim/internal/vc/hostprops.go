@@ -2,68 +2,12 @@ package vc
 
 import (
 	"context"
-	"sort"
 
 	"github.com/vmware/govmomi/simulator"
-
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
 )
-
-// hostView is what vSphere shows of a host's GPUs, derived from the farm.
-type hostView struct {
-	graphicsInfo []types.HostGraphicsInfo
-	config       *types.HostGraphicsConfig
-	gpuTypes     []string
-	caps         []types.HostSharedGpuCapabilities
-}
-
-func (s *Sim) viewOf(info farm.HostInfo) hostView {
-	var v hostView
-	v.config = &types.HostGraphicsConfig{
-		HostDefaultGraphicsType:        info.DefaultGraphicsType,
-		SharedPassthruAssignmentPolicy: info.AssignmentPolicy,
-	}
-	seen := map[string]bool{}
-	for _, g := range info.GPUs {
-		gi := types.HostGraphicsInfo{
-			DeviceName: g.Model.DeviceName, VendorName: farm.VendorName, PciId: g.PCIID,
-			GraphicsType: g.GraphicsType, VgpuMode: g.VgpuMode,
-			MemorySizeInKB: int64(g.Model.FramebufferGB) * 1024 * 1024,
-		}
-		vmSeen := map[string]bool{}
-		for _, slot := range g.VGPUs {
-			if !vmSeen[slot.VM] {
-				vmSeen[slot.VM] = true
-				gi.Vm = append(gi.Vm, types.ManagedObjectReference{Type: "VirtualMachine", Value: slot.VM})
-			}
-		}
-		v.graphicsInfo = append(v.graphicsInfo, gi)
-		v.config.DeviceType = append(v.config.DeviceType, types.HostGraphicsConfigDeviceType{
-			DeviceId: g.PCIID, GraphicsType: g.GraphicsType, VgpuMode: g.TimeSlicedMode,
-		})
-		for _, p := range g.Profiles {
-			if !seen[p] {
-				seen[p] = true
-				v.gpuTypes = append(v.gpuTypes, p)
-			}
-		}
-	}
-	sort.Strings(v.gpuTypes)
-	for _, p := range v.gpuTypes {
-		prof, err := s.Farm.Catalog().Profile(p)
-		if err != nil { // offered beyond the catalogue: nothing is claimed for it
-			v.caps = append(v.caps, types.HostSharedGpuCapabilities{Vgpu: p})
-			continue
-		}
-		v.caps = append(v.caps, types.HostSharedGpuCapabilities{
-			Vgpu: p, DiskSnapshotSupported: true, MemorySnapshotSupported: !prof.MIG,
-			SuspendSupported: !prof.MIG, MigrateSupported: true,
-		})
-	}
-	return v
-}
 
 // refreshHost copies the farm's view of a host into the simulator objects under their object locks
 // (one at a time, host then graphics manager). ctx is the caller's simulator context when it may hold

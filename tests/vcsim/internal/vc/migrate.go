@@ -5,62 +5,17 @@ import (
 	"fmt"
 
 	"github.com/vmware/govmomi/simulator"
-	"github.com/vmware/govmomi/vim25/methods"
-	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
+
+// What VirtualMachine's RelocateVM_Task and MigrateVM_Task check and do (virtual_machine.go): a running VM's
+// vGPUs and NICs on the destination host.
 
 // HotMigrateOption is the vCenter advanced setting that allows vMotion of running vGPU VMs.
 const HotMigrateOption = "vgpu.hotmigrate.enabled"
-
-// RelocateVMTask moves a VM to another host. A running VM's vGPUs must be admitted on the destination
-// (its GPUs offer the profiles and have room) and vGPU hot migration must be enabled in vCenter; the
-// vGPUs leave the source only once the destination took them, and a refused move leaves the VM as it was.
-func (vm *gpuVM) RelocateVMTask(ctx *simulator.Context, req *types.RelocateVM_Task) soap.HasFault {
-	if res, ok := redirected(ctx, vm, "RelocateVMTask", req); ok {
-		return res
-	}
-	s := vm.sim
-	task := simulator.CreateTask(vm, "RelocateVMTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
-		vm.delay("RelocateVM_Task")
-		var source *types.ManagedObjectReference
-		if vm.Runtime.Host != nil {
-			ref := *vm.Runtime.Host
-			source = &ref
-		}
-		if f := s.staysOnItsHost(vm.VirtualMachine, req.Spec.Host); f != nil {
-			return nil, f
-		}
-		moved, f := s.moveVGPUs(ctx, vm.VirtualMachine, req.Spec.Host)
-		if f != nil {
-			return nil, f
-		}
-		if _, f := s.waitBody(vm.VirtualMachine.RelocateVMTask(ctx, req)); f != nil {
-			if moved {
-				s.moveBack(vm.VirtualMachine)
-			}
-			return nil, f
-		}
-		s.moveHostVMList(ctx, vm.Self, source, req.Spec.Host)
-		return nil, nil
-	}))
-	return &methods.RelocateVM_TaskBody{Res: &types.RelocateVM_TaskResponse{Returnval: task.Run(ctx)}}
-}
-
-// MigrateVMTask is RelocateVMTask with the older call's arguments (host and pool).
-func (vm *gpuVM) MigrateVMTask(ctx *simulator.Context, req *types.MigrateVM_Task) soap.HasFault {
-	if res, ok := redirected(ctx, vm, "MigrateVMTask", req); ok {
-		return res
-	}
-	spec := types.VirtualMachineRelocateSpec{Host: req.Host, Pool: req.Pool}
-	body := vm.RelocateVMTask(ctx, &types.RelocateVM_Task{This: req.This, Spec: spec}).(*methods.RelocateVM_TaskBody)
-	if body.Res == nil {
-		return &methods.MigrateVM_TaskBody{Fault_: body.Fault_}
-	}
-	return &methods.MigrateVM_TaskBody{Res: &types.MigrateVM_TaskResponse{Returnval: body.Res.Returnval}}
-}
 
 // staysOnItsHost refuses to move a running VM to another host when it has an SR-IOV adapter or a DirectPath I/O
 // device (a PCI passthrough device that is not a vGPU), as vCenter does (vSphere Networking, "SR-IOV Support:
@@ -88,7 +43,7 @@ func (s *Sim) staysOnItsHost(vm *simulator.VirtualMachine, dest *types.ManagedOb
 				name = label.GetDescription().Label
 			}
 			msg := fmt.Sprintf("The virtual machine %s cannot be migrated while powered on: it has %s (%s)", vm.Name, what, name)
-			return s.faultWith(&types.DisallowedMigrationDeviceAttached{Fault: types.LocalizedMethodFault{LocalizedMessage: what}}, msg)
+			return s.messages.With(fault.DisallowedMigrationDeviceAttached(what), msg)
 		}
 	}
 	return nil
@@ -104,19 +59,19 @@ func (s *Sim) moveVGPUs(ctx *simulator.Context, vm *simulator.VirtualMachine, de
 	}
 	if !s.hotMigrateEnabled(ctx) {
 		msg := fmt.Sprintf("vGPU VM %s cannot be migrated while powered on: %s is not true", vm.Name, HotMigrateOption)
-		return false, s.faultWith(&types.MigrationDisabled{MigrationFault: types.MigrationFault{}}, msg)
+		return false, s.messages.With(fault.MigrationDisabled(), msg)
 	}
 	s.Farm.Release(vm.Self.Value)
 	req := farm.Request{Profiles: profiles, NVLink: wantsNVLink(vm.Config)}
 	if _, err := s.Farm.Admit(to, vm.Self.Value, vm.Name, req); err != nil {
 		s.readmit(from, vm)
 		if errors.Is(err, farm.ErrInsufficient) {
-			return false, s.faultWith(&types.InsufficientGraphicsResourcesFault{}, farm.InsufficientGraphics+" (on "+to+")")
+			return false, s.messages.With(fault.InsufficientGraphics(), farm.InsufficientGraphics+" (on "+to+")")
 		}
 		if f := s.guestDriverFault(err); f != nil { // software.go
 			return false, f
 		}
-		return false, s.faultWith(&types.InvalidState{}, err.Error())
+		return false, s.messages.With(fault.InvalidState(), err.Error())
 	}
 	return true, nil
 }

@@ -10,10 +10,10 @@ import (
 	"github.com/vmware/govmomi/object"
 	"github.com/vmware/govmomi/simulator"
 	"github.com/vmware/govmomi/vim25/mo"
-	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // Networks: port groups on standard switches and vSphere Distributed Switches, the hosts' ConnectX NICs
@@ -383,13 +383,13 @@ func (s *Sim) checkAdapters(power types.VirtualMachinePowerState, changes []type
 		}
 		if rdma, ok := spec.Device.(*types.VirtualVmxnet3Vrdma); ok && spec.Operation != types.VirtualDeviceConfigSpecOperationRemove {
 			if !isDistributed(rdma) {
-				return s.faultWith(&types.InvalidDeviceSpec{DeviceIndex: int32(i)},
+				return s.messages.With(fault.InvalidDeviceSpec(i),
 					"A PVRDMA network adapter must be connected to a distributed port group.")
 			}
 		}
 		if physicalNIC(spec.Device) && power != types.VirtualMachinePowerStatePoweredOff &&
 			spec.Operation != types.VirtualDeviceConfigSpecOperationEdit {
-			return s.faultWith(&types.DeviceHotPlugNotSupported{InvalidDeviceSpec: types.InvalidDeviceSpec{DeviceIndex: int32(i)}},
+			return s.messages.With(fault.DeviceHotPlugNotSupported(i),
 				"SR-IOV and PCI passthrough devices can only be added or removed while the virtual machine is powered off.")
 		}
 	}
@@ -403,11 +403,11 @@ func (s *Sim) nicNeeds(devices []types.BaseVirtualDevice, host string) ([]farm.N
 		switch dev := d.(type) {
 		case *types.VirtualSriovEthernetCard:
 			if dev.SriovBacking == nil || dev.SriovBacking.PhysicalFunctionBacking == nil {
-				return nil, &types.InvalidDeviceSpec{}
+				return nil, fault.InvalidDeviceSpec(0)
 			}
 			pf := dev.SriovBacking.PhysicalFunctionBacking
 			if pf.SystemId != "" && pf.SystemId != systemID(host) {
-				return nil, &types.InvalidDeviceSpec{}
+				return nil, fault.InvalidDeviceSpec(0)
 			}
 			out = append(out, farm.NICNeed{Kind: "sriov", PCIID: strings.ToLower(pf.Id)})
 		case *types.VirtualPCIPassthrough:
@@ -443,10 +443,10 @@ func (s *Sim) admitNICs(vm *simulator.VirtualMachine) types.BaseMethodFault {
 	host := s.hostOf(vm.Runtime.Host)
 	needs, f := s.nicNeeds(vm.Config.Hardware.Device, host)
 	if f != nil {
-		return s.faultWith(f, fmt.Sprintf("An SR-IOV adapter of %s names no physical function of host %s.", vm.Name, host))
+		return s.messages.With(f, fmt.Sprintf("An SR-IOV adapter of %s names no physical function of host %s.", vm.Name, host))
 	}
 	if _, err := s.Farm.AdmitNICs(host, vm.Self.Value, needs); err != nil {
-		return s.faultWith(&types.InsufficientResourcesFault{}, err.Error())
+		return s.messages.With(fault.InsufficientResources(), err.Error())
 	}
 	return nil
 }
@@ -483,17 +483,4 @@ func (s *Sim) vmxnet3Cards(portgroups []string) ([]types.BaseVirtualDevice, erro
 		}}})
 	}
 	return out, nil
-}
-
-// configureNIC records a NIC's SR-IOV or passthrough configuration (UpdatePassthruConfig).
-func (s *Sim) configureNIC(host string, c types.BaseHostPciPassthruConfig) *soap.Fault {
-	cfg := c.GetHostPciPassthruConfig()
-	req := farm.NICConfig{Enabled: cfg.PassthruEnabled}
-	if sriov, ok := c.(*types.HostSriovConfig); ok {
-		req = farm.NICConfig{SRIOV: true, Enabled: sriov.SriovEnabled, VFs: int(sriov.NumVirtualFunction)}
-	}
-	if err := s.Farm.ConfigureNIC(host, strings.ToLower(cfg.Id), req); err != nil {
-		return farmFault(err)
-	}
-	return nil
 }

@@ -22,10 +22,10 @@ import (
 	"github.com/vmware/govmomi/simulator/esx"
 	"github.com/vmware/govmomi/simulator/vpx"
 	"github.com/vmware/govmomi/vim25"
-	"github.com/vmware/govmomi/vim25/mo"
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // Sim is a running GPU farm simulator.
@@ -52,13 +52,14 @@ type Sim struct {
 	faults    *faultBook
 	journal   *journal // calls that change something, tasks created (state.go)
 	control   *http.ServeMux
-	messages  sync.Map // types.BaseMethodFault -> localized message for task errors
+	messages  fault.Book // the messages of the faults gpusim raises
 	rebootDur time.Duration
 	closeOnce sync.Once
 	tmpDirs   []string
 	poolMu    sync.Mutex
 	pools     map[types.ManagedObjectReference]*object.ResourcePool
-	guests    guestBook // customizations pending a first boot, armed customization faults (customize.go)
+	guests    guestBook  // customizations pending a first boot, armed customization faults (customize.go)
+	perf      *perfState // PerformanceManager's GPU counters and series (performance_manager.go)
 }
 
 // New builds the farm and the vSphere inventory (not yet listening).
@@ -95,6 +96,7 @@ func New(spec Spec) (*Sim, error) {
 		s.Close()
 		return nil, err
 	}
+	s.setupPerf()
 	s.ctx.Map.Handler = s.route
 	s.Farm.Subscribe(s.onFarmEvent)
 	s.registerControl()
@@ -121,7 +123,7 @@ func (s *Sim) Start(addr string) (err error) {
 	svc.Listen = &url.URL{Host: addr, User: url.UserPassword(s.Spec.Username, s.Spec.Password)}
 	svc.HandleFunc("/gpusim/", s.serveControl)
 	s.Server = svc.NewServer()
-	s.Server.Server.Config.Handler = withFaultString(recoverSOAP(s.Server.Server.Config.Handler))
+	s.Server.Server.Config.Handler = fault.WithFaultString(fault.Recover(s.Server.Server.Config.Handler))
 	s.URL = s.Server.URL
 	return nil
 }
@@ -430,7 +432,7 @@ func (s *Sim) startVM(ctx context.Context, ref types.ManagedObjectReference, spe
 	}
 	host := s.hostOf(vm.Runtime.Host)
 	if f := s.admit(vm); f != nil {
-		return fmt.Errorf("VM %s (power_on: true) cannot start on %s: %s", spec.Name, host, s.messageFor(f))
+		return fmt.Errorf("VM %s (power_on: true) cannot start on %s: %s", spec.Name, host, s.messages.Message(f))
 	}
 	task, err := object.NewVirtualMachine(s.client, ref).PowerOn(ctx)
 	if err == nil {
@@ -498,7 +500,7 @@ func (s *Sim) waitTask(ref types.ManagedObjectReference, what string) (types.Man
 	}
 	t.Wait()
 	if t.Info.Error != nil {
-		return types.ManagedObjectReference{}, fmt.Errorf("%s: %s", what, s.messageFor(t.Info.Error.Fault))
+		return types.ManagedObjectReference{}, fmt.Errorf("%s: %s", what, s.messages.Message(t.Info.Error.Fault))
 	}
 	res, _ := t.Info.Result.(types.ManagedObjectReference)
 	return res, nil
@@ -537,8 +539,6 @@ func (s *Sim) vmsOnHost(name string) []*simulator.VirtualMachine {
 	}
 	return out
 }
-
-var _ mo.Reference = (*GraphicsManager)(nil)
 
 // poolOf returns (and caches) a host's root resource pool: a property read per VM is most of the
 // start-up time of a large farm.

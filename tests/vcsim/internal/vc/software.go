@@ -12,6 +12,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // The vSphere side of host software (internal/farm/software.go): the farm file's `software:` section, the
@@ -49,7 +50,7 @@ func (s *Sim) guestDriverFault(err error) types.BaseMethodFault {
 	if !errors.Is(err, farm.ErrGuestDriver) {
 		return nil
 	}
-	return s.faultWith(&types.GenericVmConfigFault{Reason: err.Error()}, err.Error())
+	return s.messages.With(fault.GenericVMConfig(err.Error()), err.Error())
 }
 
 // Remediate does to one host what vSphere Lifecycle Manager's apply does: maintenance mode when the host is not

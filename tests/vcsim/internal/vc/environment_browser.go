@@ -9,6 +9,7 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 
 	"gpusim/internal/farm"
+	"gpusim/internal/fault"
 )
 
 // gpuEnvBrowser adds the GPU parts of QueryConfigTarget.
@@ -26,8 +27,7 @@ func (b *gpuEnvBrowser) QueryConfigTarget(ctx *simulator.Context, req *types.Que
 	}
 	if req.Host != nil {
 		if _, ok := ctx.Map.Get(*req.Host).(*simulator.HostSystem); !ok {
-			return &methods.QueryConfigTargetBody{Fault_: simulator.Fault("host "+req.Host.Value+" not found",
-				&types.InvalidArgument{InvalidProperty: "host"})}
+			return &methods.QueryConfigTargetBody{Fault_: fault.InvalidArgument("host", "host "+req.Host.Value+" not found")}
 		}
 	}
 	body := b.EnvironmentBrowser.QueryConfigTarget(ctx, req)

@@ -9,6 +9,8 @@ import (
 	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
+
+	"gpusim/internal/fault"
 )
 
 var sleep = time.Sleep
@@ -47,7 +49,7 @@ func (h *gpuHost) EnterMaintenanceModeTask(ctx *simulator.Context, req *types.En
 	task := simulator.CreateTask(h, "EnterMaintenanceModeTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		h.delay("EnterMaintenanceMode_Task")
 		if n := h.poweredOn(); n > 0 {
-			return nil, s.faultWith(&types.InvalidState{},
+			return nil, s.messages.With(fault.InvalidState(),
 				fmt.Sprintf("Host %s has %d powered-on or suspended virtual machines; vGPU virtual machines cannot be migrated.", h.name, n))
 		}
 		if _, f := s.waitBody(h.HostSystem.EnterMaintenanceModeTask(ctx, req)); f != nil {
@@ -57,7 +59,7 @@ func (h *gpuHost) EnterMaintenanceModeTask(ctx *simulator.Context, req *types.En
 		err := s.Farm.SetMaintenance(h.name, true)
 		s.release(ctx, h.name)
 		if err != nil {
-			return nil, &types.SystemError{Reason: err.Error()}
+			return nil, fault.SystemError(err.Error())
 		}
 		return nil, nil
 	}))
@@ -79,7 +81,7 @@ func (h *gpuHost) ExitMaintenanceModeTask(ctx *simulator.Context, req *types.Exi
 		err := s.Farm.SetMaintenance(h.name, false)
 		s.release(ctx, h.name)
 		if err != nil {
-			return nil, &types.SystemError{Reason: err.Error()}
+			return nil, fault.SystemError(err.Error())
 		}
 		return nil, nil
 	}))
@@ -96,18 +98,18 @@ func (h *gpuHost) RebootHostTask(ctx *simulator.Context, req *types.RebootHost_T
 	task := simulator.CreateTask(h, "RebootHostTask", safely(func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
 		h.delay("RebootHost_Task")
 		if !h.Runtime.InMaintenanceMode {
-			return nil, s.faultWith(&types.InvalidState{},
+			return nil, s.messages.With(fault.InvalidState(),
 				fmt.Sprintf("Host %s must be in maintenance mode to reboot.", h.name))
 		}
 		if n := h.poweredOn(); n > 0 {
-			return nil, s.faultWith(&types.InvalidState{},
+			return nil, s.messages.With(fault.InvalidState(),
 				fmt.Sprintf("Host %s has %d powered-on virtual machines.", h.name, n))
 		}
 		s.hold(h.name)
 		err := s.Farm.BeginReboot(h.name)
 		s.release(ctx, h.name)
 		if err != nil {
-			return nil, s.faultWith(&types.InvalidState{}, err.Error())
+			return nil, s.messages.With(fault.InvalidState(), err.Error())
 		}
 		name := h.name
 		time.AfterFunc(s.rebootDur, func() {
@@ -122,4 +124,9 @@ func (h *gpuHost) RebootHostTask(ctx *simulator.Context, req *types.RebootHost_T
 		return nil, nil
 	}))
 	return &methods.RebootHost_TaskBody{Res: &types.RebootHost_TaskResponse{Returnval: task.Run(ctx)}}
+}
+
+// hostMethods are the HostSystem methods gpuHost answers (route, hooks.go); vcsim answers the others.
+var hostMethods = map[string]bool{
+	"EnterMaintenanceMode_Task": true, "ExitMaintenanceMode_Task": true, "RebootHost_Task": true,
 }
