@@ -144,8 +144,11 @@ def test_a_killed_runs_claim_is_collected_by_the_next_run_on_its_host(sim: Any, 
 def test_a_killed_cloning_runs_claim_is_collected_by_the_next_run_on_the_host(
     sim: Any, si: Any, tmp_path: Path
 ) -> None:
-    clone = f"  - name: new-01\n    template: {TEMPLATE}\n    cluster: GPU-Cluster\n"
-    _killed_while_held(sim, tmp_path / "a", "CloneVM_Task", "", inventory("off-01", "grid_a100-10c", clone))
+    # the clone alone: a claim of another VM could be caught half made (its folder not yet described), which
+    # only a run touching that VM or its host collects
+    clone = (f"apiVersion: vgpuctl/v1\nvcenter: {{datacenter: DC0}}\nvms:\n  - name: new-01\n"
+             f"    template: {TEMPLATE}\n    cluster: GPU-Cluster\n    vgpus: {{profile: grid_a100-10c, count: 1}}\n")
+    _killed_while_held(sim, tmp_path / "a", "CloneVM_Task", "", clone)
     assert [f for f in _lock_folders(sim) if f.startswith("vgpuctl-clone-")], _lock_folders(sim)
     code, out = _run(sim, tmp_path / "b", "apply", "--yes", text=inventory("web-01", "grid_a100-20c"))
     assert code == 0, out

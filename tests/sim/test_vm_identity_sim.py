@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from planout import shown_problems
 from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
@@ -121,7 +122,8 @@ def test_a_shared_name_without_folder_is_refused_and_nothing_is_touched(sim: Any
     plan = vgpuctl(sim, tmp_path, entry, "plan")
     assert plan.returncode == 1, plan.stderr
     message = "vm inv-01: the name matches 2 VMs, in folders /, teamB: set 'folder' to the one meant (/ for the root)"
-    assert errors(plan) == [f"error: {message}"]
+    assert errors(plan) == ["error: the plan has 1 problem (shown with it): nothing can be applied"]
+    assert shown_problems(plan.stdout) == [message]
     applied = vgpuctl(sim, tmp_path, entry, "-o", "json", "apply", "--yes")
     assert applied.returncode == 1, applied.stderr
     details = json.loads(applied.stdout)["error"]["details"]
