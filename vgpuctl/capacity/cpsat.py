@@ -125,6 +125,8 @@ class _LayoutModel:
         self.hinted: list[tuple[Any, int]] = []
         self.room: dict[str, dict[str, int]] = {}  # host -> profile -> vGPUs its GPUs can take at most
         self.truncated: set[str] = set()  # GPU kinds whose patterns stopped at kinds.MAX_PATTERNS
+        self.taken_fb: list[Any] = []  # per host, the framebuffer (MiB) its new vGPUs take
+        self.farm_fb = 0  # MiB the GPUs' fullest patterns hold, over the farm
 
     def build(self) -> None:
         for h in self.problem.hosts:
@@ -133,6 +135,8 @@ class _LayoutModel:
             terms = [v for (_, sn, _), v in self.y.items() if sn == s.name]
             if terms:
                 self.m.add(sum(terms) <= s.count)
+        if self.taken_fb:
+            self.m.add(sum(self.taken_fb) <= self.farm_fb)
         self._host_symmetry()
         shapes = {s.name: s for s in self.problem.shapes}
         change_cost = sum(c.size for cs in self.classes.values() for c in cs) + HOST_CHANGE_WEIGHT * len(
@@ -176,12 +180,29 @@ class _LayoutModel:
                       <= sum(pat.get(p, 0) * n for (_, pat), n in zip(c.choices, c.n, strict=True)))
         for s, p in pairs:
             self._fill(h, s, p, classes)
+        self._framebuffer(h, classes, pairs)
         self._one_time_sliced_profile(h, pairs)
         if changed_here:
             hc = m.new_bool_var(f"host_changed[{h.name}]")
             for size, moved in changed_here:
                 m.add(sum(moved) <= size * hc)
             self.host_changes.append(hc)
+
+    def _framebuffer(self, h: HostCtx, classes: list[_Class], pairs: list[tuple[Shape, str]]) -> None:
+        """The framebuffer the vGPUs take, per class and per host, is at most what their GPUs' patterns hold.
+        Sums of the per-profile constraints, so they change no solution; but the search's relaxation bounds
+        the objective by them far sooner (the gap is measured against that bound)."""
+        m, held = self.m, []
+        for c in classes:
+            if not c.u:
+                continue
+            fb = [sum(_mib(p) * k for p, k in pat.items()) for _, pat in c.choices]
+            held.append(sum(f * n for f, n in zip(fb, c.n, strict=True)))
+            m.add(sum(_mib(p) * v for (_, p), v in c.u.items()) <= held[-1])
+            self.farm_fb += c.size * max(fb)
+        taken = sum(_mib(p) * s.vgpus * self.y[h.name, s.name, p] for s, p in pairs)
+        m.add(taken <= sum(held))
+        self.taken_fb.append(taken)
 
     def _fill(self, h: HostCtx, s: Shape, p: str, classes: list[_Class]) -> None:
         """The VMs' vGPUs go into the host's classes, one per GPU and VM; NVLink VMs inside one set."""
@@ -305,6 +326,11 @@ class _LayoutModel:
         return layout
 
 
+def _mib(profile: str) -> int:
+    """A profile's framebuffer in MiB: the weight of the framebuffer constraints."""
+    return round(parse_profile(profile).fb_gb * 1024)
+
+
 def _moved(hl: HostLayout, source: HostCtx, target: HostCtx) -> HostLayout:
     """A host's layout carried to an identical host, GPU by GPU in the same position."""
     ids = {s.gpu.id: t.gpu.id for s, t in zip(source.gpus, target.gpus, strict=True)}
@@ -315,6 +341,14 @@ def _moved(hl: HostLayout, source: HostCtx, target: HostCtx) -> HostLayout:
 def _signature(h: HostCtx) -> tuple[object, ...]:
     gpus = tuple((_key(s.gpu), tuple(s.modes), s.graphics_from) for s in h.gpus)
     return (gpus, h.policy, h.limit, h.frozen, tuple(sorted(h.offered)))
+
+
+def default_workers(cpus: int | None) -> int:
+    """Search workers: one per core up to 8, but a single one on two cores or fewer. There the second worker's
+    neighbourhood searches take half the time of the LP-guided search, which both finds the best layouts and
+    proves the bound on the `inference` benchmark mixes (bench/capacity_bench.py, docs/capacity.md)."""
+    cores = max(1, cpus or 1)
+    return 1 if cores <= 2 else min(8, cores)
 
 
 def search_time(time_limit_s: float, deadline: float | None, now: float | None = None) -> float:
@@ -339,7 +373,7 @@ def solve(problem: Problem, hint: Layout | None = None, time_limit_s: float = 10
     cp = model.cp
     solver = cp.CpSolver()
     solver.parameters.max_time_in_seconds = search_time(time_limit_s, deadline)
-    solver.parameters.num_search_workers = workers or min(8, max(1, os.cpu_count() or 1))
+    solver.parameters.num_search_workers = workers or default_workers(os.cpu_count())
     solver.parameters.linearization_level = 2  # the LP of the counting constraints bounds far better
     status = solver.solve(model.m)
     name = solver.status_name(status).lower()
