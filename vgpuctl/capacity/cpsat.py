@@ -7,6 +7,8 @@ the vGPUs of shape s with profile p in the class, at most one per GPU and VM (u 
 counts the VMs of shape s with profile p; their vGPUs fill the classes (sum of u = vGPUs per VM x y), NVLink
 VMs inside one NVLink set (w per set) that offers a device group of their size for their profile (placement's
 rule), on that many of its GPUs with room. Identical hosts are ordered by load to remove symmetric solutions.
+The framebuffer the vGPUs take, per class, per host and over the farm, is at most what the patterns hold: sums of
+the per-profile constraints, which bound the relaxation by the framebuffer (without them it places every VM).
 On hosts that spread a board's time-sliced vGPUs over several GPUs (performance policy) new VMs of that board
 use one time-sliced profile (HostCtx.spreads); MIG-backed profiles and single GPUs are not restricted: the
 layout is verified in the order apply powers VMs on (placement.power_on_key).
