@@ -109,7 +109,7 @@ def every_param(**overrides: Any) -> dict[str, Any]:
         "datacenter": "DC0", "timeout": 45.0, "lock_timeout": "5m", "hosts": ["esx-01"], "clusters": ["GPU-*"],
         "vms": ["train-01", "infer-*"], "parallel": 4, "keep_going": True, "allow_destroy": True,
         "esxi_user": "root", "esxi_password": SECRET + "-esxi", "esxi_key_file": "/keys/esxi", "esxi_known_hosts":
-        "/keys/known_hosts",
+        "/keys/known_hosts", "env": "prod", "values": ["/srv/site-a.yaml", "/srv/site-b.yaml"],
     }
     return params | overrides
 
@@ -126,6 +126,8 @@ def test_the_command_lines_name_only_options_vgpuctl_has(validate_certs: bool) -
         assert not any(SECRET in word for word in line)  # the process list never shows a password
     assert ("--no-insecure" in common) is validate_certs and ("--insecure" in common) is not validate_certs
     assert apply.count("--vm") == 2 and "--yes" in apply and "--allow-destroy" in apply
+    assert plan[-6:] == apply[-6:] == ["--env", "prod", "--values", "/srv/site-a.yaml", "--values", "/srv/site-b.yaml"]
+    assert "--env" not in saved  # a saved plan holds its inventory as merged then
     assert MOD.global_args(every_param(password=None, password_file="/run/pw"))[4:8] == [
         "--username", "automation@vsphere.local", "--password-file", "/run/pw"]
 

@@ -52,6 +52,17 @@ options:
         absolute. Errors name that file; their key path (for example C(vms[0].vgpus.count)) is in
         RV(error.details).
     type: raw
+  env:
+    description:
+      - The overlay of the inventory's C(overlays) section to apply (C(--env)), for example C(prod).
+    type: str
+  values:
+    description:
+      - Values files merged over the inventory in the order given (C(--values), repeated), after O(env).
+      - Relative paths resolve against the task's working folder; with O(content), give absolute paths.
+    type: list
+    elements: path
+    default: []
   executable:
     description:
       - Path of the C(vgpuctl) command.
@@ -286,6 +297,8 @@ from ansible.module_utils.six.moves.urllib.parse import unquote
 ARGUMENT_SPEC = dict(
     src=dict(type="path"),
     content=dict(type="raw"),
+    env=dict(type="str"),
+    values=dict(type="list", elements="path", default=[]),
     executable=dict(type="path"),
     url=dict(type="str"),
     username=dict(type="str"),
@@ -366,7 +379,11 @@ def child_environment(params):
 
 
 def scope_args(params):
-    return [arg for name, flag in SCOPE_FLAGS for value in params[name] for arg in (flag, value)]
+    """The scope and the inventory's composition (`--env`, `--values`): what `plan -f` and `apply -f` take."""
+    args = [arg for name, flag in SCOPE_FLAGS for value in params[name] for arg in (flag, value)]
+    if params["env"] is not None:
+        args += ["--env", params["env"]]
+    return args + [arg for path in params["values"] for arg in ("--values", path)]
 
 
 def apply_args(params):
