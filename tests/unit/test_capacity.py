@@ -669,10 +669,6 @@ def test_the_relaxation_is_bounded_by_the_framebuffer_at_the_root() -> None:
     assert answer.status == "optimal" and answer.placed == 83 and placed(answer, "infer") == 48
 
 
-def test_one_search_worker_on_two_cores_or_fewer() -> None:
-    assert [cpsat.default_workers(n) for n in (None, 1, 2, 3, 8, 64)] == [1, 1, 1, 3, 8, 8]
-
-
 # ------------------------------------------------------------------------------------------- budget
 
 

@@ -345,14 +345,6 @@ def _signature(h: HostCtx) -> tuple[object, ...]:
     return (gpus, h.policy, h.limit, h.frozen, tuple(sorted(h.offered)))
 
 
-def default_workers(cpus: int | None) -> int:
-    """Search workers: one per core up to 8, but a single one on two cores or fewer. There the second worker's
-    neighbourhood searches take half the time of the LP-guided search, which both finds the best layouts and
-    proves the bound on the `inference` benchmark mixes (bench/capacity_bench.py, docs/capacity.md)."""
-    cores = max(1, cpus or 1)
-    return 1 if cores <= 2 else min(8, cores)
-
-
 def search_time(time_limit_s: float, deadline: float | None, now: float | None = None) -> float:
     """Seconds the search may take: the limit, cut to what is left before `deadline`, but at least a third of
     it (on a loaded machine the answer then takes longer than the limit rather than stay greedy's)."""
@@ -375,7 +367,7 @@ def solve(problem: Problem, hint: Layout | None = None, time_limit_s: float = 10
     cp = model.cp
     solver = cp.CpSolver()
     solver.parameters.max_time_in_seconds = search_time(time_limit_s, deadline)
-    solver.parameters.num_search_workers = workers or default_workers(os.cpu_count())
+    solver.parameters.num_search_workers = workers or min(8, max(1, os.cpu_count() or 1))
     solver.parameters.linearization_level = 2  # the LP of the counting constraints bounds far better
     status = solver.solve(model.m)
     name = solver.status_name(status).lower()
