@@ -5,6 +5,8 @@
 - `gpusim_factory(farm=None, args=())`: a private farm per test; `farm` is a dict (JSON farm file),
   YAML text or a Path; `args` are extra gpusim flags. Stopped when the test ends.
 - `gpusim_session_factory`: the same for module- or session-scoped fixtures; stopped at session end.
+- `gpusim_pair(east, west, args=())`: two private farms at once, two vCenters with their own farms, credentials
+  and certificates (a fleet, tests/sim/test_fleet_sim.py). Stopped when the test ends.
 """
 
 from __future__ import annotations
@@ -59,6 +61,16 @@ def gpusim_factory(tmp_path: Path) -> Iterator[Factory]:
     yield _factory(stack, tmp_path)
     for sim in reversed(stack):
         sim.stop()
+
+
+@pytest.fixture
+def gpusim_pair(gpusim_factory: Factory) -> Callable[..., tuple[Gpusim, Gpusim]]:
+    def start(east: dict[str, Any] | str | Path | None, west: dict[str, Any] | str | Path | None,
+              args: Sequence[str] = ()) -> tuple[Gpusim, Gpusim]:
+        first = gpusim_factory(east, args)
+        return first, gpusim_factory(west, args)
+
+    return start
 
 
 @pytest.fixture

@@ -366,6 +366,19 @@ def _sort_key(vm: _Vm) -> tuple[Any, ...]:
 def supervisor_sections(state: SupervisorState, clusters: set[str] | None = None) -> str:
     """`vm_classes:` (the classes with vGPUs) and `namespaces:` (those using one of them), so that `vgpuctl k8s
     plan` on the file plans no change. `clusters` limits both to namespaces on these supervisor clusters."""
+    classes, namespaces = supervisor_items(state, clusters)
+    if not classes:
+        return ""
+    return SUPERVISOR_COMMENT + yamlout.section("vm_classes", classes) + yamlout.section("namespaces", namespaces)
+
+
+SUPERVISOR_COMMENT = yamlout.comment("VM classes with vGPUs and the supervisor namespaces that use them (vSphere "
+                                     "Automation REST API)")
+Item = tuple[list[str], dict[str, Any]]  # a list item: its comment lines, its data
+
+
+def supervisor_items(state: SupervisorState, clusters: set[str] | None = None) -> tuple[list[Item], list[Item]]:
+    """The items of `vm_classes:` and `namespaces:` (no classes: nothing to write)."""
     gpu_classes = {n: c for n, c in state.classes.items() if c.vgpus}
     namespaces = [ns for ns in sorted(state.namespaces.values(), key=lambda n: n.name)
                   if any(c in gpu_classes for c in ns.vm_classes)
@@ -374,8 +387,8 @@ def supervisor_sections(state: SupervisorState, clusters: set[str] | None = None
         used = {c for ns in namespaces for c in ns.vm_classes}
         gpu_classes = {n: c for n, c in gpu_classes.items() if n in used}
     if not gpu_classes:
-        return ""
-    items = []
+        return [], []
+    items: list[Item] = []
     for ns in namespaces:
         entry: dict[str, Any] = {"name": ns.name}
         cluster = state.supervisor_clusters.get(ns.cluster)
@@ -385,10 +398,7 @@ def supervisor_sections(state: SupervisorState, clusters: set[str] | None = None
         others = [c for c in ns.vm_classes if c not in gpu_classes]
         also = f"also uses {', '.join(others)} (no vGPUs: not written, its association is left alone)"
         items.append(([also] if others else [], entry))
-    return (yamlout.comment("VM classes with vGPUs and the supervisor namespaces that use them (vSphere Automation "
-                            "REST API)")
-            + yamlout.section("vm_classes", [_class_item(gpu_classes[name]) for name in sorted(gpu_classes)])
-            + yamlout.section("namespaces", items))  # fmt: skip
+    return [_class_item(gpu_classes[name]) for name in sorted(gpu_classes)], items
 
 
 def _class_item(have: ClassState) -> tuple[list[str], dict[str, Any]]:
@@ -459,6 +469,36 @@ def export_inventory(observed: Observed, facts: Mapping[str, HostFacts] | None =
     """The inventory text. `facts` (per host: module options, graphicsConfig.deviceType, MIG from the shell)
     refine the host entries; without them NVLink and the scheduler are left out. `supervisor`: the VM classes
     and namespaces read over REST (cluster names, not ids), or why they could not be read."""
+    head: dict[str, Any] = {"apiVersion": API_VERSION}
+    if observed.datacenter:
+        head["vcenter"] = {"datacenter": observed.datacenter}
+    part = export_part(observed, facts, options, supervisor)
+    text = "".join(yamlout.comment(line) for line in HEADER) + yamlout.dump(head)
+    text += yamlout.section("hosts", part.hosts)
+    text += "".join(yamlout.comment(n) for n in part.vm_notes)
+    text += yamlout.section("vms", part.vms)
+    if part.supervisor_note is not None:
+        text += yamlout.comment(part.supervisor_note)
+    elif part.classes:
+        text += SUPERVISOR_COMMENT + yamlout.section("vm_classes", part.classes)
+        text += yamlout.section("namespaces", part.namespaces)
+    return text
+
+
+@dataclass
+class ExportPart:
+    """One farm's part of an exported inventory: its sections' items and the comments that go with them."""
+
+    hosts: list[Item]
+    vm_notes: list[str]
+    vms: list[Item]
+    classes: list[Item] = field(default_factory=list)
+    namespaces: list[Item] = field(default_factory=list)
+    supervisor_note: str | None = None  # why the VM classes and namespaces were not read
+
+
+def export_part(observed: Observed, facts: Mapping[str, HostFacts] | None = None,
+                options: ExportOptions | None = None, supervisor: SupervisorState | str | None = None) -> ExportPart:
     options = options or ExportOptions()
     facts = facts or {}
     hosts = [n for n, h in sorted(observed.hosts.items())
@@ -469,20 +509,55 @@ def export_inventory(observed: Observed, facts: Mapping[str, HostFacts] | None =
     if options.host is not None and options.host not in observed.hosts:
         raise ValueError(f"host {options.host!r} not found")
     scope = set(hosts) if (options.cluster or options.host) else None
-    head: dict[str, Any] = {"apiVersion": API_VERSION}
-    if observed.datacenter:
-        head["vcenter"] = {"datacenter": observed.datacenter}
-    text = "".join(yamlout.comment(line) for line in HEADER) + yamlout.dump(head)
-    text += yamlout.section("hosts", [(e.comments, _entry_data(e)) for e in host_entries(observed, hosts, facts)])
     vms, left_out, notes = _vms(observed, scope, options.all_vms)
-    text += "".join(yamlout.comment(n) for n in [*notes, *_vm_section_notes(observed, hosts, facts, left_out)])
-    text += yamlout.section("vms", [(list(vm.notes), _vm_data(name, vm)) for name, vm in ranges(vms)])
+    part = ExportPart([(e.comments, _entry_data(e)) for e in host_entries(observed, hosts, facts)],
+                      [*notes, *_vm_section_notes(observed, hosts, facts, left_out)],
+                      [(list(vm.notes), _vm_data(name, vm)) for name, vm in ranges(vms)])
     if isinstance(supervisor, str):
-        text += yamlout.comment(f"VM classes and namespaces not read: {supervisor}")
+        part.supervisor_note = f"VM classes and namespaces not read: {supervisor}"
     elif supervisor is not None:
         clusters = {observed.hosts[h].cluster or "" for h in hosts} if (options.cluster or options.host) else None
-        text += supervisor_sections(supervisor, clusters)
+        part.classes, part.namespaces = supervisor_items(supervisor, clusters)
+    return part
+
+
+@dataclass
+class FleetExport:
+    """One vCenter of a fleet's export: its `vcenters` entry (name, url, datacenter, tls: nothing secret) and its
+    part, or why it could not be read."""
+
+    entry: dict[str, Any]
+    part: ExportPart | None
+    error: str | None = None
+
+
+def export_fleet(vcenters: list[FleetExport]) -> str:
+    """A fleet's inventory: `vcenters:` and every vCenter's entries, each naming its vCenter (`vcenter: NAME`), so
+    that `plan` on it plans no change; a vCenter not read keeps its `vcenters` entry, with a comment why."""
+    text = "".join(yamlout.comment(line) for line in HEADER) + yamlout.dump({"apiVersion": API_VERSION})
+    text += "".join(yamlout.comment(f"vCenter {v.entry['name']} not read: {v.error}") for v in vcenters if v.error)
+    text += yamlout.section("vcenters", [([], v.entry) for v in vcenters])
+
+    def tagged(section: str) -> list[Item]:
+        return [(notes, _with_vcenter(data, str(v.entry["name"]))) for v in vcenters if v.part is not None
+                for notes, data in getattr(v.part, section)]
+
+    text += yamlout.section("hosts", tagged("hosts"))
+    text += "".join(yamlout.comment(f"vCenter {v.entry['name']}: {n}") for v in vcenters if v.part is not None
+                    for n in v.part.vm_notes)
+    text += yamlout.section("vms", tagged("vms"))
+    text += "".join(yamlout.comment(f"vCenter {v.entry['name']}: {v.part.supervisor_note}") for v in vcenters
+                    if v.part is not None and v.part.supervisor_note)
+    if tagged("classes"):
+        text += SUPERVISOR_COMMENT + yamlout.section("vm_classes", tagged("classes"))
+        text += yamlout.section("namespaces", tagged("namespaces"))
     return text
+
+
+def _with_vcenter(data: dict[str, Any], vcenter: str) -> dict[str, Any]:
+    """The entry with `vcenter: NAME` after the key that names it (cluster, name)."""
+    first, *rest = data.items()
+    return dict([first, ("vcenter", vcenter), *rest])
 
 
 def _vm_section_notes(observed: Observed, hosts: list[str], facts: Mapping[str, HostFacts], left_out: int) -> list[str]:

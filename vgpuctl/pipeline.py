@@ -16,10 +16,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome
 from vgpuctl.durations import Deadline
@@ -46,6 +46,7 @@ from vgpuctl.model import (
 from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
 from vgpuctl.progress import Cancel, HostProgress, Progress, VmProgress, cancelled
 from vgpuctl.records.work import WORK_FIELD, WorkStore
+from vgpuctl.runhooks import QuietHooks, RunHooks
 from vgpuctl.runlocks import check_lock_settings, held_text, leases_of, still_held, unreadable_hosts, wait_for_hosts
 from vgpuctl.settings import host_properties
 from vgpuctl.settings.facts import MODULE_OPTIONS, HostFacts
@@ -618,52 +619,6 @@ class RunRequest:
             raise ValueError("a saved plan's run needs the plan document to compare it with")
 
 
-class RunHooks(Protocol):
-    """What a run shows and asks, from the caller (the CLI renders, a test records)."""
-
-    def planned(self, planned: Planned) -> None:
-        """The plan is made (also when it has errors: the run raises PlanError right after)."""
-
-    def confirm(self, planned: Planned) -> None:
-        """Before the first change (only when there is one); raise to stop with nothing changed."""
-
-    def apply_progress(self, planned: Planned) -> AbstractContextManager[Progress]:
-        """The live display of the apply stages."""
-
-    def note(self, message: str) -> None:
-        """A line for people: Ctrl-C, VM-class steps, guest addresses."""
-
-
-class QuietHooks:
-    """Hooks that show nothing and never ask (a plan read by a program; --yes with no display)."""
-
-    def planned(self, planned: Planned) -> None:
-        pass
-
-    def confirm(self, planned: Planned) -> None:
-        pass
-
-    def apply_progress(self, planned: Planned) -> AbstractContextManager[Progress]:
-        return nullcontext(_NO_PROGRESS)
-
-    def note(self, message: str) -> None:
-        pass
-
-
-class _NoProgress:
-    def vm_step(self, vm: str, step: str, percent: int | float | None = None) -> None:
-        pass
-
-    def host_step(self, host: str, step: str, detail: str | None) -> None:
-        pass
-
-    def vms_planned(self, vms: Sequence[str]) -> None:
-        pass
-
-
-_NO_PROGRESS = _NoProgress()
-
-
 def run(
     settings: ConnectionSettings,
     inventory: Inventory,
@@ -711,39 +666,80 @@ def carry_out(
 ) -> RunOutcome:
     """Plan against `observed` (read again after waiting for hosts other runs hold), then the rest of the run (see
     `run`)."""
-    scoped, observed = plan_when_free(session, observed, inventory, options)
-    the_plan, inventory = scoped.plan, scoped.inventory
-    with plan_vm_classes(session, observed, inventory, the_plan) or nullcontext() as supervisor:
-        classes = supervisor.last_plan if supervisor is not None else None
-        if classes is not None:
-            the_plan.refuse(classes.errors)
-            the_plan.warnings += classes.warnings
-        planned = Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips,
-                          scoped.scope, scoped.facts)
-        if request.saved is not None and request.saved_path is not None:
-            from vgpuctl.planfile import check_same_plan, check_still_valid
-
-            check_still_valid(request.saved_path, request.saved, planned.vcenter, observed, the_plan, classes)
-            assert request.plan_document is not None  # RunRequest requires it with a saved plan
-            check_same_plan(request.saved_path, request.saved, request.plan_document(the_plan, scoped.scope, classes))
+    with ExitStack() as stack:
+        prepared = prepare(session, observed, inventory, options, request, stack)
+        planned = prepared.planned
         hooks.planned(planned)
-        if the_plan.errors:
-            raise PlanError(list(the_plan.errors))
+        if planned.plan.errors:
+            raise PlanError(list(planned.plan.errors))
         outcome = RunOutcome(planned)
         if not request.apply or planned.is_empty:
             return outcome
-        refuse_unallowed_removals(the_plan, inventory, request)
-        check_lock_settings()
+        check_before_apply(planned, request)
         hooks.confirm(planned)
         with hooks.apply_progress(planned) as progress:
             applied, interrupted = run_interruptible(
-                lambda cancel: apply(session, inventory, the_plan, observed, options, progress, cancel), hooks.note
+                lambda cancel: apply(session, planned.inventory, planned.plan, planned.observed, options, progress,
+                                     cancel),
+                hooks.note,
             )
-        outcome.applied, outcome.interrupted = applied, interrupted or applied.interrupted
-        applied.deadline = options.deadline
-        if supervisor is not None and classes is not None and not classes.is_empty and not outcome.interrupted:
-            outcome.classes = supervisor.apply(progress=lambda what, step: hooks.note(f"{what}: {step}"))
+        finish(outcome, prepared, applied, interrupted, hooks.note, options)
     return outcome
+
+
+@dataclass
+class Prepared:
+    """A run planned on its open session, ready to apply: what the plan stage produced, and the VM-class stage
+    it opened (None when the inventory names no VM classes or namespaces)."""
+
+    planned: Planned
+    supervisor: SupervisorRun | None
+
+
+def prepare(
+    session: Session, observed: Observed, inventory: Inventory, options: RunOptions, request: RunRequest,
+    stack: ExitStack,
+) -> Prepared:
+    """The plan stage of a run (the scope's plan, the VM classes, the saved plan's check); the VM-class stage
+    stays open on `stack` until the run ends; with --lock-timeout the farm is read again after waiting for the
+    hosts other runs hold (`plan_when_free`: Planned.observed is what was read last). A fleet prepares each
+    vCenter's run this way (vgpuctl.fleetrun)."""
+    scoped, observed = plan_when_free(session, observed, inventory, options)
+    the_plan, inventory = scoped.plan, scoped.inventory
+    supervisor = plan_vm_classes(session, observed, inventory, the_plan)
+    if supervisor is not None:
+        stack.enter_context(supervisor)
+    classes = supervisor.last_plan if supervisor is not None else None
+    if classes is not None:
+        the_plan.refuse(classes.errors)
+        the_plan.warnings += classes.warnings
+    planned = Planned(inventory, observed, the_plan, classes, session.settings.sdk_url, session.round_trips,
+                      scoped.scope, scoped.facts)
+    if request.saved is not None and request.saved_path is not None:
+        from vgpuctl.planfile import check_same_plan, check_still_valid
+
+        check_still_valid(request.saved_path, request.saved, planned.vcenter, observed, the_plan, classes)
+        assert request.plan_document is not None  # RunRequest requires it with a saved plan
+        check_same_plan(request.saved_path, request.saved, request.plan_document(the_plan, scoped.scope, classes))
+    return Prepared(planned, supervisor)
+
+
+def check_before_apply(planned: Planned, request: RunRequest) -> None:
+    """What stops an apply before its first change, nothing changed: VMs removed without --allow-destroy, a lease
+    time to live vgpuctl cannot keep."""
+    refuse_unallowed_removals(planned.plan, planned.inventory, request)
+    check_lock_settings()
+
+
+def finish(outcome: RunOutcome, prepared: Prepared, applied: ApplyOutcome, interrupted: bool,
+           note: Callable[[str], None], options: RunOptions) -> None:
+    """The outcome of the apply stages (with the change window's deadline), then the VM classes (not after
+    Ctrl-C)."""
+    outcome.applied, outcome.interrupted = applied, interrupted or applied.interrupted
+    applied.deadline = options.deadline
+    supervisor, classes = prepared.supervisor, prepared.planned.classes
+    if supervisor is not None and classes is not None and not classes.is_empty and not outcome.interrupted:
+        outcome.classes = supervisor.apply(progress=lambda what, step: note(f"{what}: {step}"))
 
 
 def refuse_unallowed_removals(the_plan: Plan, inventory: Inventory, request: RunRequest) -> None:
@@ -756,7 +752,7 @@ def refuse_unallowed_removals(the_plan: Plan, inventory: Inventory, request: Run
 
 def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOptions) -> Planned:
     """The plan of an inventory, nothing applied and nothing raised for its errors (experiments check variants
-    with it): read-only, nothing written to vCenter (RunOptions.read_only)."""
+    with it, a fleet plans each vCenter with it): read-only, nothing written to vCenter (RunOptions.read_only)."""
     from vgpuctl.vsphere.session import open_session
 
     options = replace(options, read_only=True)

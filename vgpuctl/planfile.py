@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 FORMAT = "vgpuctl-plan/v1"
 VERSION = 3  # of what a plan file holds; a file of another version is refused (2: typed evacuations, 3: digest)
+FLEET_VERSION = 4  # a fleet's plan: 3 with `parts`, the vCenter and basis of each (older versions refuse it)
 OTHER_VERSION = (
     "{path}: the plan file was written by another version of vgpuctl: make it again with `vgpuctl plan --out`"
 )
@@ -61,30 +62,53 @@ class PlanFileError(VgpuctlError):
 
 
 @dataclass
+class SavedPart:
+    """One vCenter's part of a fleet's plan: the SDK URL it was made against and the basis it must still match."""
+
+    vcenter: str
+    basis: str
+
+
+@dataclass
 class SavedPlan:
     inventory_text: str
     inventory_path: str
-    vcenter: str  # the SDK URL the plan was made against
-    basis: str  # digest of the farm as observed and of the plan
+    vcenter: str  # the SDK URL the plan was made against ("" for a fleet: each part names its own)
+    basis: str  # digest of the farm as observed and of the plan ("" for a fleet)
     plan: dict[str, Any]  # the plan's report, for people and tools reading the file
+    parts: dict[str, SavedPart] | None = None  # a fleet's plan: per vCenter name, in the plan's order
     # a composed inventory (includes, an overlay, values files): the files it was merged from, the inventory's
     # first, and the overlay (--env); `inventory_text` is then the inventory as merged
     composed_from: list[str] = field(default_factory=list)
     env: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        content = {
+        content: dict[str, Any] = {
             "format": FORMAT,
-            "version": VERSION,
+            "version": VERSION if self.parts is None else FLEET_VERSION,
             "vcenter": self.vcenter,
             "inventory_path": self.inventory_path,
             "basis": self.basis,
             "plan": self.plan,
             "inventory": self.inventory_text,
         }
+        if self.parts is not None:
+            content["parts"] = [{"name": n, "vcenter": p.vcenter, "basis": p.basis} for n, p in self.parts.items()]
         if self.composed_from:
             content |= {"inventory_merged_from": self.composed_from, "inventory_env": self.env}
         return {**content, "digest": content_digest(content)}
+
+    def part(self, name: str) -> SavedPlan:
+        """A fleet's plan as the saved plan of one of its vCenters: its URL, its basis and its section of the
+        fleet's plan (what `check_still_valid` and `check_same_plan` compare)."""
+        if self.parts is None or name not in self.parts:
+            raise PlanFileError(f"the saved plan has no part for vCenter {name}")
+        part = self.parts[name]
+        sections = self.plan.get("vcenters") if isinstance(self.plan, dict) else None
+        section = next((s.get("plan") for s in sections or [] if isinstance(s, dict) and s.get("vcenter") == name),
+                       None)
+        return SavedPlan(self.inventory_text, self.inventory_path, part.vcenter, part.basis,
+                         section if isinstance(section, dict) else {}, None, self.composed_from, self.env)
 
     @property
     def inventory_label(self) -> str:
@@ -159,7 +183,7 @@ def load(path: Path) -> SavedPlan:
     data = _read_json(path)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise PlanFileError(f"{path}: not a vgpuctl plan file (made by `vgpuctl plan -f FILE --out {path.name}`)")
-    if data.get("version") != VERSION:
+    if data.get("version") not in (VERSION, FLEET_VERSION):
         raise PlanFileError(OTHER_VERSION.format(path=path))
     if data.get("digest") != content_digest(data):
         raise PlanFileError(EDITED.format(path=path))
@@ -170,11 +194,18 @@ def load(path: Path) -> SavedPlan:
             vcenter=str(data["vcenter"]),
             basis=str(data["basis"]),
             plan=dict(data["plan"]),
+            parts=_parts_of(data["parts"]) if data["version"] == FLEET_VERSION else None,
             composed_from=[str(f) for f in data.get("inventory_merged_from") or []],
             env=None if data.get("inventory_env") is None else str(data["inventory_env"]),
         )
     except (KeyError, TypeError, ValueError) as err:
         raise PlanFileError(f"{path}: plan file is incomplete ({err})") from None
+
+
+def _parts_of(items: Any) -> dict[str, SavedPart]:
+    if not isinstance(items, list) or not items:
+        raise ValueError("a fleet's plan without its parts")
+    return {str(i["name"]): SavedPart(str(i["vcenter"]), str(i["basis"])) for i in items}
 
 
 def _looks_like_inventory(path: Path, text: str) -> bool:

@@ -9,6 +9,8 @@
   host change in scope hands to their own VM change when it evacuates them (they must be reconfigured).
 - Everything else is out of scope: listed, untouched. The inventory's VM classes and namespaces are left out
   of a scoped run.
+- `--vcenter V` (a fleet, vgpuctl.fleet): only the vCenters matching V run at all; --host, --cluster and --vm
+  then select within each of them, and a pattern must match in one of them (not in each: `lenient`).
 
 Pure: selection and closure work on the inventory, the farm as observed and a plan; the pipeline plans.
 """
@@ -21,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from vgpuctl import names
 from vgpuctl.domain import ChangeKind, EvacuationKind
-from vgpuctl.errors import UsageError, VgpuctlError
+from vgpuctl.errors import NotFound, UsageError, VgpuctlError
 from vgpuctl.model import EvacuationAction, folder_path
 
 if TYPE_CHECKING:
@@ -36,14 +38,23 @@ class Scope:
     hosts: list[str] = field(default_factory=list)
     clusters: list[str] = field(default_factory=list)
     vms: list[str] = field(default_factory=list)
+    vcenters: list[str] = field(default_factory=list)  # a fleet's vCenters (vgpuctl.fleet selects them)
+    lenient: bool = False  # one vCenter of a fleet: a pattern that matches nothing here is no error (`unmatched`)
+
+    @property
+    def within_vcenter(self) -> bool:
+        """Whether it selects anything inside a vCenter (--host, --cluster, --vm)."""
+        return bool(self.hosts or self.clusters or self.vms)
 
 
 @dataclass
 class Selection:
-    """What the patterns select: host names (as vCenter knows them) and inventory VM names."""
+    """What the patterns select: host names (as vCenter knows them) and inventory VM names; with a lenient
+    scope, the patterns that matched nothing (`--host esx-9`)."""
 
     hosts: set[str]
     vms: set[str]
+    unmatched: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -59,6 +70,7 @@ class ScopeResult:
     out_of_scope_hosts: list[str]
     out_of_scope_vms: list[str]
     vm_classes_left_out: bool
+    unmatched: list[str] = field(default_factory=list)  # a lenient scope's patterns that matched nothing
 
     @property
     def hosts(self) -> set[str]:
@@ -73,15 +85,27 @@ class ScopeResult:
 
 
 def select(scope: Scope, inventory: Inventory, observed: Observed) -> Selection:
-    """The hosts and inventory VMs the patterns name. A pattern that matches nothing is a UsageError."""
+    """The hosts and inventory VMs the patterns name. A pattern that matches nothing is a UsageError (in a
+    lenient scope, listed in `unmatched`)."""
+    unmatched: list[str] = []
+
+    def nothing(option: str, pattern: str, error: VgpuctlError) -> None:
+        if not scope.lenient:
+            raise error
+        unmatched.append(f"{option} {pattern}")
+
     hosts: set[str] = set()
     for pattern in scope.hosts:
-        hosts |= _hosts_matching(pattern, observed)
+        try:
+            hosts |= _hosts_matching(pattern, observed)
+        except NotFound as err:
+            nothing("--host", pattern, err)
     clusters: set[str] = set()
     for pattern in scope.clusters:
         found = names.matching(pattern, observed.clusters)
         if not found:
-            raise UsageError(f"--cluster {pattern}: no cluster matches (clusters: {names.listing(observed.clusters)})")
+            nothing("--cluster", pattern, UsageError(f"--cluster {pattern}: no cluster matches (clusters: "
+                                                     f"{names.listing(observed.clusters)})"))
         clusters |= set(found)
     for cluster in clusters:
         hosts |= set(observed.clusters.get(cluster, []))
@@ -89,9 +113,9 @@ def select(scope: Scope, inventory: Inventory, observed: Observed) -> Selection:
     for pattern in scope.vms:
         found = names.matching(pattern, (v.name for v in inventory.vms))
         if not found:
-            raise UsageError(f"--vm {pattern}: no VM of the inventory matches")
+            nothing("--vm", pattern, UsageError(f"--vm {pattern}: no VM of the inventory matches"))
         vms |= set(found)
-    return Selection(hosts, vms)
+    return Selection(hosts, vms, unmatched)
 
 
 def _hosts_matching(pattern: str, observed: Observed) -> set[str]:
@@ -99,7 +123,7 @@ def _hosts_matching(pattern: str, observed: Observed) -> set[str]:
         return {names.host_named(pattern, observed.hosts)}
     found = names.matching(pattern, observed.hosts, short_names=True)
     if not found:
-        raise UsageError(f"--host {pattern}: no host matches (hosts: {names.listing(observed.hosts)})")
+        raise NotFound(f"--host {pattern}: no host matches (hosts: {names.listing(observed.hosts)})")
     return set(found)
 
 
@@ -204,4 +228,5 @@ def result(scope: Scope, selection: Selection, the_plan: Plan, kept: set[str], v
         out_of_scope_hosts=sorted(set(inventory_hosts) - kept),
         out_of_scope_vms=sorted(v.name for v in inventory.vms if v.name not in vms),
         vm_classes_left_out=bool(inventory.vm_classes or inventory.namespaces),
+        unmatched=list(selection.unmatched),
     )

@@ -95,6 +95,14 @@ def test_sim_scale_runs() -> None:
     assert re.search(rf"RetrievePropertiesEx config.hardware.device over 11 VMs: median {NUMBER}s", out), out
 
 
+def test_fleet_bench_runs() -> None:
+    out = run_bench("fleet_bench.py")
+    assert re.search(rf"one fleet plan \(both vCenters in parallel\): {NUMBER} s", out), out
+    assert re.search(rf"two plans one after the other: {NUMBER} s", out), out
+    assert re.search(rf"fleet / sequential: {NUMBER}x \(of the medians\)", out), out
+    assert re.search(rf"paired \(each round's fleet over its sequential\): median {NUMBER}x", out), out
+
+
 def test_usage_bench_runs_and_reads_in_two_round_trips() -> None:
     out = run_bench("usage_bench.py")
     for label in ("last hour, realtime 20 s samples", "last 7 days, Past Week"):

@@ -411,8 +411,8 @@ def test_inventory_fills_what_flags_leave_unset(tmp_path: Path, monkeypatch: pyt
 
 
 def test_url_credentials_are_split_out() -> None:
-    assert common._split_url_credentials("https://bob:p%40ss@vc:443/sdk") == ("https://vc:443/sdk", "bob", "p@ss")
-    assert common._split_url_credentials("vc.example.com") == ("vc.example.com", None, None)
+    assert common.split_url_credentials("https://bob:p%40ss@vc:443/sdk") == ("https://vc:443/sdk", "bob", "p@ss")
+    assert common.split_url_credentials("vc.example.com") == ("vc.example.com", None, None)
 
 
 def test_password_file_beats_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

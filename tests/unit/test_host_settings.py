@@ -208,7 +208,7 @@ def test_a_hosts_entry_is_made_of_the_settings_parts() -> None:
     from vgpuctl.inventory import HostSpec
 
     keys = [s.key for s in SETTINGS]
-    assert list(HostSpec.model_fields) == ["cluster", "name", *keys, "ssh", "maintenance"]
+    assert list(HostSpec.model_fields) == ["cluster", "name", "vcenter", *keys, "ssh", "maintenance"]
 
 
 def test_a_new_setting_becomes_an_inventory_key_without_touching_the_inventory(

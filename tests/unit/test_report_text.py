@@ -30,7 +30,8 @@ from test_schemas import REPORT_CASES, kind_of_case  # noqa: E402
 
 # Reports without a text form: their commands show their progress and summary while they run (apply,
 # provision), or say what they did on stderr (sim down, export into a file).
-NO_TEXT = {"apply", "apply#vm-verbose", "apply#failed", "apply#stopped", "provision", "sim-down", "export#file"}
+NO_TEXT = {"apply", "apply#vm-verbose", "apply#failed", "apply#stopped", "provision", "sim-down", "export#file",
+           "fleet-apply", "fleet-export"}
 # Values that are also words of the text's own labels (a guest's status is a column of the table).
 LABELS = {
     "guests": {"changed", "unreachable", "failed"},
@@ -49,6 +50,8 @@ LABELS = {
 LABELS["run"] = LABELS["plan"] | {"apply", "plan", "changed", "failed", "summary", "finished", "step-start",
                                   "step-end", "run-start", "warning", "note", "host"}
 LABELS["runs"] = {"apply", "plan", "failed"}
+# A fleet's sections are the documents of each vCenter: their labels are theirs.
+LABELS |= {"fleet-plan": LABELS["plan"], "fleet-status": LABELS["status"], "fleet-preflight": LABELS["preflight"]}
 LAYOUTS = {"status": [TextLayout(200, False), TextLayout(80, False), TextLayout(200, True)]}
 MIN_LENGTH = 4  # shorter strings (+, ~, ok, on) match inside unrelated words
 

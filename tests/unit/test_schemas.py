@@ -32,7 +32,7 @@ from vgpuctl.experiment.output import write_report
 from vgpuctl.experiment.runner import RunSummary, run_experiment
 from vgpuctl.experiment.schema import checked_variants, load_experiment
 from vgpuctl.experiment.store import ResultsDir
-from vgpuctl.export import export_inventory
+from vgpuctl.export import FleetExport, export_fleet, export_inventory, export_part
 from vgpuctl.farm.usage import gpu_usage, judge_vms
 from vgpuctl.guest.runner import DeployResult, GuestOutcome
 from vgpuctl.history import new_record
@@ -86,6 +86,20 @@ from vgpuctl.reports.experiment import (
 )
 from vgpuctl.reports.explain import ExplainReport, explain_host
 from vgpuctl.reports.export import ExportReport
+from vgpuctl.reports.fleet import (
+    FleetApplyPart,
+    FleetCapacityPart,
+    FleetExportPart,
+    FleetPlanPart,
+    FleetPreflightPart,
+    FleetStatusPart,
+    fleet_apply_report,
+    fleet_capacity_report,
+    fleet_export_report,
+    fleet_plan_report,
+    fleet_preflight_report,
+    fleet_status_report,
+)
 from vgpuctl.reports.guests import ProvisionReport, guest_run_report
 from vgpuctl.reports.host import HostReport, host_status
 from vgpuctl.reports.plan import plan_report, validate_report, with_class_plan
@@ -547,7 +561,38 @@ REPORT_CASES: dict[str, Callable[[Path], Report]] = {
     "run": lambda _t: run_record(),
     "run#plan": lambda _t: record_from_json(json.loads(json.dumps(run_record("plan").to_dict()))),
     "runs": lambda _t: runs_report(),
+    "fleet-plan": lambda _t: fleet_plan(),
+    "fleet-apply": lambda _t: fleet_apply_report(
+        [FleetApplyPart("east", "https://vc-east/sdk", apply_report(), None),
+         FleetApplyPart("west", "https://vc-west/sdk", None, None, "login to https://vc-west/sdk failed")],
+        ["west"], interrupted=False, out_of_scope=["lab"]),
+    "fleet-status": lambda _t: fleet_status_report(
+        [FleetStatusPart("east", "https://vc-east/sdk", status_with_classes()),
+         FleetStatusPart("west", "https://vc-west/sdk", None, "vCenter not reachable")]),
+    "fleet-export": lambda t: fleet_export(t),
+    "fleet-preflight": lambda _t: fleet_preflight_report(
+        [FleetPreflightPart("east", "https://vc-east/sdk", preflight_report("https://vc-east/sdk", [
+            PreflightCheck("vcenter.version", CheckStatus.PASS, "8.0.3")])),
+         FleetPreflightPart("west", "https://vc-west/sdk", None, "vCenter not reachable")]),
+    "fleet-capacity": lambda _t: fleet_capacity_report(
+        [FleetCapacityPart("east", "https://vc-east/sdk", capacity_now()),
+         FleetCapacityPart("west", "https://vc-west/sdk", None, "vCenter not reachable")], ["lab"]),
 }
+
+
+def fleet_plan() -> Report:
+    """Two vCenters: one planned (with its VM classes), one that refused the login."""
+    return fleet_plan_report([
+        FleetPlanPart("east", "https://vc-east/sdk", with_class_plan(plan_report(a_plan()), class_plan())),
+        FleetPlanPart("west", "https://vc-west/sdk", None, "login to https://vc-west/sdk as 'u' failed"),
+    ], ["lab"])
+
+
+def fleet_export(tmp_path: Path) -> Report:
+    east = FleetExport({"name": "east", "url": "https://vc-east/sdk", "datacenter": "DC0"}, export_part(farm()))
+    west = FleetExport({"name": "west"}, None, "vCenter not reachable")
+    parts = [FleetExportPart("east", "https://vc-east/sdk"), FleetExportPart("west", "", "vCenter not reachable")]
+    return fleet_export_report(str(tmp_path / "fleet.yaml"), export_fleet([east, west]), parts)
 
 
 def kind_of_case(name: str) -> str:
@@ -643,6 +688,14 @@ def _rename_first_key(doc: Any, old: str, new: str) -> bool:
         ("run", "seq", "number"),  # an event of the record has the event schema's fields
         ("run", "vms", "machines"),
         ("runs", "started", "start"),
+        ("fleet-plan", "vcenters", "parts"),
+        ("fleet-plan", "out_of_scope", "left_out"),
+        ("fleet-plan", "nvlink_group", "group"),  # each vCenter's plan is a plan document
+        ("fleet-apply", "failed", "errors_seen"),
+        ("fleet-status", "vcenter", "name"),
+        ("fleet-export", "inventory", "text"),
+        ("fleet-preflight", "evidence", "detail"),
+        ("fleet-capacity", "stranded_gb", "stranded"),
     ],
 )
 def test_a_renamed_key_fails_validation(name: str, old: str, new: str, tmp_path: Path) -> None:

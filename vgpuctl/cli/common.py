@@ -206,6 +206,9 @@ def load_inventory(opts: GlobalOptions, file: Path, outputs: dict[str, Path | No
     from vgpuctl import pipeline
 
     inventory = pipeline.load(file, composition(opts))
+    if inventory.is_fleet and (opts.values or opts.env is not None):
+        raise UsageError(f"{file}: --env and --values do not apply to a fleet inventory (vcenters:): an overlay "
+                         "names entries by name, which repeat across a fleet's vCenters (docs/fleet.md)")
     if outputs:
         refuse_overlaps(outputs, opts, inventory_inputs(opts, file, inventory))
     return inventory
@@ -237,7 +240,7 @@ def refuse_composing(opts: GlobalOptions, why: str) -> None:
 # -------------------------------------------------------------------------------------- connection
 
 
-def _split_url_credentials(url: str) -> tuple[str, str | None, str | None]:
+def split_url_credentials(url: str) -> tuple[str, str | None, str | None]:
     """govc accepts https://user:pass@host/sdk; take the credentials out so they never travel further."""
     from vgpuctl.vsphere.session import parse_url
 
@@ -247,22 +250,23 @@ def _split_url_credentials(url: str) -> tuple[str, str | None, str | None]:
     return parsed.url, parsed.username, parsed.password
 
 
-def read_password_file(path: Path) -> str:
-    """The first line of the file, read within vgpuctl's file limits; a FIFO or a device is refused at once."""
+def read_password_file(path: Path, option: str = "--password-file") -> str:
+    """The first line of the file, read within vgpuctl's file limits; a FIFO or a device is refused at once;
+    errors name the option or variable that named the file."""
     try:
         mode = path.stat().st_mode
         text = filelimits.read_regular_text(path)
     except (filelimits.NotAFile, filelimits.FileTooLarge) as e:
-        raise UsageError(f"--password-file {path}: {e}") from None
+        raise UsageError(f"{option} {path}: {e}") from None
     except UnicodeDecodeError:
-        raise UsageError(f"--password-file {path}: not UTF-8 text") from None
+        raise UsageError(f"{option} {path}: not UTF-8 text") from None
     except OSError as e:
-        raise UsageError(f"--password-file {path}: {e.strerror or e}") from None
+        raise UsageError(f"{option} {path}: {e.strerror or e}") from None
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         warn(f"{path} is readable by other users; chmod 600 it")
     password = text.splitlines()[0] if text else ""
     if not password:
-        raise UsageError(f"--password-file {path}: the file is empty")
+        raise UsageError(f"{option} {path}: the file is empty")
     return password
 
 
@@ -287,15 +291,21 @@ def resolve_password(opts: GlobalOptions, username: str | None = None, url_passw
 
 
 def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None) -> ConnectionSettings:
-    """Flags and environment win; the inventory's vcenter section fills what they leave unset."""
+    """Flags and environment win; the inventory's vcenter section fills what they leave unset. A fleet's
+    vCenters each have their own (vgpuctl.cli.fleet): a command that works on one vCenter refuses a fleet."""
     from vgpuctl.vsphere.session import DEFAULT_TIMEOUT_S, ConnectionSettings, parse_timeout
+
+    if getattr(inventory, "is_fleet", False):
+        raise UsageError(f"{getattr(inventory, 'source_path', None)}: the inventory names several vCenters "
+                         "(vcenters:) and this command works on one: plan, apply, status, export, preflight and "
+                         "capacity take a fleet (docs/fleet.md)")
 
     vcenter = getattr(inventory, "vcenter", None)
     tls = getattr(vcenter, "tls", None)
     url = opts.url or getattr(vcenter, "url", None)
     if not url:
         raise UsageError("no vCenter URL: use --url, VGPUCTL_URL (or GOVC_URL), or vcenter.url in the inventory")
-    url, url_user, url_password = _split_url_credentials(url)
+    url, url_user, url_password = split_url_credentials(url)
     if url_password is not None and opts.url_from_command_line:
         raise UsageError("do not put a password in --url; use VGPUCTL_PASSWORD, --password-file or the prompt")
     username = opts.username or url_user
@@ -308,7 +318,7 @@ def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None)
     insecure = opts.insecure if opts.insecure is not None else (tls is not None and not getattr(tls, "verify", True))
     ca_file = opts.ca_file or getattr(tls, "ca_file", None)
     if ca_file:
-        _check_ca_file(Path(ca_file).expanduser())
+        check_ca_file(Path(ca_file).expanduser())
     thumbprint = opts.thumbprint or getattr(tls, "thumbprint", None)
     if insecure:
         warn_once(
@@ -327,7 +337,7 @@ def connection_settings(opts: GlobalOptions, inventory: Inventory | None = None)
     )
 
 
-def _check_ca_file(path: Path) -> None:
+def check_ca_file(path: Path) -> None:
     """The CA file is read by the TLS libraries: a FIFO, a device or a file over vgpuctl's size limit is refused
     before they read it. A file that is missing is left to them (their error names it)."""
     try:

@@ -6,12 +6,13 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli import events as cli_events
+from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import EXIT_CHANGES_PENDING, GlobalOptions
 from vgpuctl.cli.runs import NoHistory, recording
 from vgpuctl.domain import DEFAULT_PARALLEL
@@ -19,7 +20,9 @@ from vgpuctl.errors import PlanError, PlanRefused, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.cli.display import ApplyDisplay
+    from vgpuctl.durations import Deadline
     from vgpuctl.events import EventStream
+    from vgpuctl.fleetrun import FleetPlanned, PartRun
     from vgpuctl.history import Recorder
     from vgpuctl.inventory import Inventory
     from vgpuctl.outcome import Planned, RunOutcome
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     from vgpuctl.planfile import SavedPlan
     from vgpuctl.progress import Progress
     from vgpuctl.reports.apply import ApplyReport
+    from vgpuctl.reports.fleet import FleetApplyReport, FleetPlanReport
     from vgpuctl.reports.plan import PlanReport
     from vgpuctl.scope import Scope
 
@@ -39,6 +43,9 @@ KeepGoing = Annotated[bool, typer.Option("--keep-going", help="When a host chang
 SshTofu = Annotated[
     bool,
     typer.Option("--ssh-trust-on-first-use", help="Accept and record unknown ESXi SSH host keys (reported)."),
+]
+AllowDestroy = Annotated[
+    bool, typer.Option("--allow-destroy", help="Destroy the VMs whose entries say state: absent (- in the plan).")
 ]
 
 
@@ -78,13 +85,16 @@ def register(app: typer.Typer) -> None:
     app.command("apply")(apply_cmd)
 
 
-def scope_of(hosts: list[str] | None, clusters: list[str] | None, vms: list[str] | None) -> Scope | None:
-    """The run's scope from --host/--cluster/--vm; None (the whole inventory) when none is given."""
-    if not (hosts or clusters or vms):
+def scope_of(hosts: list[str] | None, clusters: list[str] | None, vms: list[str] | None,
+             vcenters: list[str] | None = None) -> Scope | None:
+    """The run's scope from --host/--cluster/--vm (and a fleet's --vcenter); None (the whole inventory) when none
+    is given."""
+    if not (hosts or clusters or vms or vcenters):
         return None
     from vgpuctl.scope import Scope
 
-    return Scope(hosts=list(hosts or []), clusters=list(clusters or []), vms=list(vms or []))
+    return Scope(hosts=list(hosts or []), clusters=list(clusters or []), vms=list(vms or []),
+                 vcenters=list(vcenters or []))
 
 
 # ---------------------------------------------------------------------------------------- validate
@@ -159,8 +169,10 @@ def plan_cmd(
     vm: VmScope = None,
     events: cli_events.EventsOpt = None,
     no_history: NoHistory = False,
+    vcenter: cli_fleet.VcenterScope = None,
 ) -> None:
-    """Show what apply would change: a field-level diff per VM and host, and every disruptive step."""
+    """Show what apply would change: a field-level diff per VM and host, and every disruptive step. A fleet
+    (an inventory of several vCenters) shows each vCenter's plan."""
     from vgpuctl.vsphere.workrecord import new_run_id
 
     opts: GlobalOptions = ctx.obj
@@ -170,18 +182,20 @@ def plan_cmd(
     common.refuse_overlaps(outputs, opts, {"the inventory": file})
     run_id = new_run_id()
     with recording("plan", opts, no_history or explain is not None, file, run_id) as record:
-        code = _plan(opts, file, scope_of(host, cluster, vm), run_id, ssh_trust_on_first_use, events, record,
-                     explain, out, detailed_exitcode, outputs)
+        code = _plan(opts, file, scope_of(host, cluster, vm, vcenter), run_id, ssh_trust_on_first_use, events,
+                     record, explain, out, detailed_exitcode, outputs, fleet_scoped=bool(vcenter))
         if code:
             raise typer.Exit(code)  # inside: the record keeps the exit code
 
 
 def _plan(opts: GlobalOptions, file: Path, scope: Scope | None, run_id: str, tofu: bool, events: str | None,
           record: Recorder | None, explain: str | None, out: Path | None, detailed_exitcode: bool,
-          outputs: dict[str, Path | None]) -> int:
+          outputs: dict[str, Path | None], fleet_scoped: bool) -> int:
     from vgpuctl import pipeline
 
     inventory = common.load_inventory(opts, file, outputs)
+    if inventory.is_fleet or fleet_scoped:
+        return plan_fleet(opts, file, inventory, scope, PlanFlags(out, explain, detailed_exitcode, events, tofu))
     options = common.run_options(opts, inventory, trust_on_first_use=tofu, scope=scope, run_id=run_id)
     with cli_events.event_stream(events, opts, options.run_id, record.event if record else None) as stream:
         if stream is not None:
@@ -234,7 +248,7 @@ def plan_document(planned: Planned, opts: GlobalOptions) -> PlanReport:
     return with_class_plan(plan_report(planned.plan, round_trips, planned.scope), planned.classes)
 
 
-def show_plan(report: PlanReport, opts: GlobalOptions, to_stderr: bool = False) -> None:
+def show_plan(report: PlanReport | FleetPlanReport, opts: GlobalOptions, to_stderr: bool = False) -> None:
     """The plan's text on stdout (stderr when stdout holds a document or events, or when asked)."""
     common.show(report.render_text(common.text_layout(opts)), err=to_stderr or opts.json or opts.text_to_stderr)
 
@@ -253,8 +267,8 @@ def save_plan(out: Path, file: Path, planned: Planned, inventory: Inventory) -> 
     from vgpuctl.reports.plan import plan_section
 
     document = plan_section(planned.plan, planned.scope, planned.classes)  # what apply compares
-    planfile.save(out, planfile.SavedPlan(text, str(file), planned.vcenter, basis, document, composed,
-                                          inventory.env))
+    planfile.save(out, planfile.SavedPlan(text, str(file), planned.vcenter, basis, document,
+                                          composed_from=composed, env=inventory.env))
     common.info(f"Saved the plan to {out}; `vgpuctl show {out}` shows it, `vgpuctl apply {out}` applies exactly it.")
 
 
@@ -286,19 +300,17 @@ def apply_cmd(
     cluster: ClusterScope = None,
     vm: VmScope = None,
     events: cli_events.EventsOpt = None,
-    allow_destroy: Annotated[
-        bool,
-        typer.Option("--allow-destroy", help="Destroy the VMs whose entries say state: absent (- in the plan)."),
-    ] = False,
+    allow_destroy: AllowDestroy = False,
     deadline: DeadlineOpt = None,
     no_history: NoHistory = False,
+    vcenter: cli_fleet.VcenterScope = None,
 ) -> None:
     """Plan, confirm (unless --yes), execute with live progress, and summarize. Host changes run first.
 
     Plans with maintenance mode, reboots, VM power-offs or VMs destroyed ask for the word `yes`; others for y/N.
 
     With PLANFILE (from `plan --out`): apply exactly that plan, with the scope it was made with; refused when
-    the farm changed since it was made.
+    the farm changed since it was made. A fleet applies each vCenter's part side by side.
     """
     from vgpuctl import pipeline
     from vgpuctl.reports.plan import plan_section
@@ -307,12 +319,16 @@ def apply_cmd(
     opts: GlobalOptions = ctx.obj
     window = common.parse_deadline_option(deadline) if deadline is not None else None
     cli_events.check(events, opts)
-    common.refuse_overlaps({"--events": cli_events.as_output(events)}, opts,
-                           {"the inventory": file, "the plan file": saved_plan})
+    outputs = {"--events": cli_events.as_output(events)}
+    common.refuse_overlaps(outputs, opts, {"the inventory": file, "the plan file": saved_plan})
+    scope = scope_of(host, cluster, vm, vcenter)
     run_id = new_run_id()
     with recording("apply", opts, no_history, file, run_id) as record:
-        outputs = {"--events": cli_events.as_output(events)}
-        saved, inventory, scope = apply_inputs(opts, saved_plan, file, scope_of(host, cluster, vm), record, outputs)
+        saved, inventory, shown = load_request(opts, saved_plan, file, scope, outputs)
+        if inventory.is_fleet or vcenter:
+            flags = ApplyFlags(yes, parallel, keep_going, ssh_trust_on_first_use, allow_destroy, events, window)
+            return apply_fleet(opts, inventory, (saved, saved_plan, shown), scope, flags)
+        scope = saved_plan_scope(saved, saved_plan, shown, scope, record)
         options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
                                      trust_on_first_use=ssh_trust_on_first_use, scope=scope, run_id=run_id,
                                      deadline=window)
@@ -320,8 +336,7 @@ def apply_cmd(
                                       plan_document=plan_section)
         with cli_events.event_stream(events, opts, options.run_id, record.event if record else None) as stream:
             if stream is not None:
-                where = str(saved_plan) if saved_plan is not None else str(file)
-                stream.run_start("apply", where, scope)
+                stream.run_start("apply", str(saved_plan) if saved_plan is not None else str(file), scope)
             hooks = CliHooks(opts, yes=yes, events=stream, record=record)  # shows the plan made again
             outcome = run_apply(opts, inventory, options, request, hooks=hooks)
         if opts.json:
@@ -329,26 +344,26 @@ def apply_cmd(
         raise_for_outcome(outcome)
 
 
-def apply_inputs(opts: GlobalOptions, saved_plan: Path | None, file: Path | None, scope: Scope | None,
-                 record: Recorder | None,
-                 outputs: dict[str, Path | None]) -> tuple[SavedPlan | None, Inventory, Scope | None]:
-    """load_request, with the scope a saved plan keeps; the run's record names the inventory the file holds."""
-    saved, inventory, shown = load_request(opts, saved_plan, file, scope, outputs)
-    if saved is not None:
-        scope = saved_scope(shown)
-        if record is not None and saved_plan is not None:
-            record.from_saved_plan(saved_plan, saved.inventory_path, saved.inventory_text)
-    return saved, inventory, scope
+def saved_plan_scope(saved: SavedPlan | None, saved_plan: Path | None, shown: PlanReport | None,
+                     scope: Scope | None, record: Recorder | None) -> Scope | None:
+    """The scope a saved plan keeps (else the command line's); the run's record names the inventory it holds."""
+    if saved is None:
+        return scope
+    if record is not None and saved_plan is not None:
+        record.from_saved_plan(saved_plan, saved.inventory_path, saved.inventory_text)
+    return saved_scope(shown)
 
 
 def load_request(opts: GlobalOptions, saved_plan: Path | None, file: Path | None, scope: Scope | None,
-                 outputs: dict[str, Path | None]) -> tuple[SavedPlan | None, Inventory, PlanReport | None]:
+                 outputs: dict[str, Path | None]) -> tuple[SavedPlan | None, Inventory, Any]:
     """The inventory to apply: the -f file (composed as the command line says), or the saved plan's inventory with
-    its report (whose scope the run keeps; apply shows the plan it makes again, which must be the saved one)."""
+    its report (whose scope the run keeps; apply shows the plan it makes again, which must be the saved one): a
+    PlanReport, or a fleet's FleetPlanReport."""
     if saved_plan is not None and file is None:
         common.refuse_composing(opts, "a saved plan holds the inventory it was made from, as merged then")
         if scope is not None:
-            raise UsageError("a saved plan keeps the scope it was made with: give no --host, --cluster or --vm")
+            raise UsageError("a saved plan keeps the scope it was made with: give no --host, --cluster, --vm or "
+                             "--vcenter")
         saved, inventory = load_saved_plan(saved_plan)
         return saved, inventory, saved_report(saved_plan, saved)
     if file is not None and saved_plan is None:
@@ -356,17 +371,18 @@ def load_request(opts: GlobalOptions, saved_plan: Path | None, file: Path | None
     raise UsageError("give an inventory with -f FILE, or a saved plan: vgpuctl apply PLANFILE")
 
 
-def saved_report(path: Path, saved: SavedPlan) -> PlanReport:
-    """The plan as it was saved (its report), for `show` and `apply PLANFILE`."""
+def saved_report(path: Path, saved: SavedPlan) -> Any:
+    """The plan as it was saved (its report: a PlanReport, or a fleet's FleetPlanReport), for `show` and `apply
+    PLANFILE`."""
     from vgpuctl.planfile import PlanFileError
     from vgpuctl.reports.base import from_json
+    from vgpuctl.reports.fleet import FleetPlanReport
     from vgpuctl.reports.plan import PlanReport
 
     try:
-        report: PlanReport = from_json(PlanReport, saved.plan)
+        return from_json(FleetPlanReport if saved.parts is not None else PlanReport, saved.plan)
     except ValueError as err:
         raise PlanFileError(f"{path}: the saved plan cannot be read ({err})") from None
-    return report
 
 
 def saved_scope(report: PlanReport | None) -> Scope | None:
@@ -534,3 +550,206 @@ def raise_for_outcome(outcome: RunOutcome) -> None:
     failure = outcome.failure()
     if failure is not None:
         raise failure
+
+
+# ------------------------------------------------------------------------------------------- a fleet
+
+
+@dataclass
+class PlanFlags:
+    out: Path | None
+    explain: str | None
+    detailed_exitcode: bool
+    events: str | None
+    trust_on_first_use: bool
+
+
+@dataclass
+class ApplyFlags:
+    yes: bool
+    parallel: int
+    keep_going: bool
+    trust_on_first_use: bool
+    allow_destroy: bool
+    events: str | None
+    deadline: Deadline | None = None  # --deadline: the end of the change window, the same for every vCenter
+
+
+def refuse_fleet_events(events: str | None) -> None:
+    if events is not None:
+        raise UsageError("--events streams the run of one vCenter: a fleet's runs are not streamed (docs/fleet.md)")
+
+
+def plan_fleet(opts: GlobalOptions, file: Path, inventory: Inventory, scope: Scope | None, flags: PlanFlags) -> int:
+    """`plan` of a fleet: each vCenter in scope planned in parallel, one report with a section per vCenter, then
+    the exit code: 1 when a vCenter could not be read or its plan has errors (after the whole plan is shown)."""
+    from vgpuctl import fleetrun
+
+    refuse_fleet_events(flags.events)
+    patterns = scope.vcenters if scope is not None else []
+    if flags.explain is not None:
+        return explain_in_fleet(opts, inventory, scope, flags.explain)
+    parts, left_out = cli_fleet.parts_in_scope(inventory, patterns)
+    options = common.run_options(opts, None, trust_on_first_use=flags.trust_on_first_use, scope=scope)
+    runs = fleetrun.plan_fleet(parts, cli_fleet.fleet_settings(opts, parts), options)
+    report = fleet_plan_document(runs, left_out, opts)
+    if opts.json:
+        common.emit(report, opts)
+    else:
+        show_plan(report, opts)
+    failed = [(r.name, r.failure()) for r in runs if r.failure() is not None]
+    if flags.out is not None and failed:
+        common.warn(f"the plan was not saved to {flags.out}: a plan with failed vCenters cannot be applied")
+    elif flags.out is not None:
+        save_fleet_plan(flags.out, file, fleetrun.FleetPlanned(runs, left_out), inventory)
+    cli_fleet.raise_for_parts(failed)
+    return EXIT_CHANGES_PENDING if flags.detailed_exitcode and not report.is_empty else 0
+
+
+def explain_in_fleet(opts: GlobalOptions, inventory: Inventory, scope: Scope | None, host: str) -> int:
+    """`plan --explain HOST` in a fleet: on the one vCenter --vcenter names."""
+    from vgpuctl import fleetrun, pipeline
+    from vgpuctl.reports.explain import explain_host
+
+    part = cli_fleet.one_part(inventory, scope.vcenters if scope is not None else None, "--explain")
+    options = fleetrun.part_options(common.run_options(opts, None, scope=scope), part)
+    settings = cli_fleet.fleet_settings(opts, [part])[part.name]  # --url and --password-file refused
+    planned = pipeline.plan_only(settings, part.inventory, options)
+    common.emit(explain_host(host, part.inventory, planned.observed, planned.plan, planned.facts), opts)
+    return 0
+
+
+def fleet_plan_document(runs: list[PartRun], out_of_scope: list[str], opts: GlobalOptions) -> FleetPlanReport:
+    from vgpuctl.reports.fleet import FleetPlanPart, fleet_plan_report
+
+    parts = [FleetPlanPart(r.name, r.url, plan_document(r.planned, opts) if r.planned is not None else None,
+                           cli_fleet.error_text(r.error)) for r in runs]
+    return fleet_plan_report(parts, out_of_scope)
+
+
+def save_fleet_plan(out: Path, file: Path, planned: FleetPlanned, inventory: Inventory) -> None:
+    """The fleet's plan file: the inventory (as merged when composed, as save_plan keeps it), the fleet's plan
+    section, and each vCenter's URL and basis."""
+    from vgpuctl import planfile
+    from vgpuctl.filelimits import read_text
+    from vgpuctl.inventory.compose import merged_yaml_of
+    from vgpuctl.reports.fleet import fleet_plan_section
+
+    composed = inventory.composed_from if inventory.is_merged else []
+    text = merged_yaml_of(inventory) if composed else read_text(file)
+    parts = {r.name: planfile.SavedPart(r.planned.vcenter, planfile.basis_of(r.planned.observed, r.planned.plan,
+                                                                              r.planned.classes))
+             for r in planned.parts if r.planned is not None}
+    document = fleet_plan_section(planned)  # what apply compares
+    planfile.save(out, planfile.SavedPlan(text, str(file), "", "", document, parts, composed, inventory.env))
+    common.info(f"Saved the plan to {out}; `vgpuctl show {out}` shows it, `vgpuctl apply {out}` applies exactly it.")
+
+
+def apply_fleet(opts: GlobalOptions, inventory: Inventory, saved: tuple[SavedPlan | None, Path | None, Any],
+                scope: Scope | None, flags: ApplyFlags) -> None:
+    """`apply` of a fleet (or of its saved plan): every vCenter planned and shown, one confirmation, the parts
+    that planned cleanly applied side by side; each vCenter's summary, then exit 1 when a part failed."""
+    from vgpuctl import fleetrun, pipeline
+
+    refuse_fleet_events(flags.events)
+    plan, path, shown = saved
+    patterns = list(plan.parts or []) if plan is not None else (scope.vcenters if scope is not None else [])
+    if plan is not None:
+        scope = saved_fleet_scope(shown, patterns)
+    parts, left_out = cli_fleet.parts_in_scope(inventory, patterns)
+    settings = cli_fleet.fleet_settings(opts, parts)
+    options = common.run_options(opts, None, parallel=flags.parallel, keep_going=flags.keep_going,
+                                 trust_on_first_use=flags.trust_on_first_use, scope=scope, deadline=flags.deadline)
+    from vgpuctl.reports.fleet import fleet_plan_section
+    from vgpuctl.reports.plan import plan_section
+
+    request = pipeline.RunRequest(saved=plan, saved_path=path, allow_destroy=flags.allow_destroy,
+                                  plan_document=plan_section)
+    hooks = FleetCliHooks(opts, yes=flags.yes)  # shows the plan made again: a saved one is the same
+    planned = fleetrun.run_fleet(parts, settings, options, request, hooks, left_out, fleet_plan_section)
+    report = fleet_apply_document(planned, opts)
+    if hooks.began or any(r.failure() is not None for r in planned.parts):
+        from vgpuctl.reports.fleet import render_fleet_apply_summary
+
+        common.show(render_fleet_apply_summary(report, opts.verbose > 0), err=opts.json or opts.text_to_stderr,
+                    wrap=True)
+    if opts.json:
+        common.emit(report, opts)
+    raise_for_fleet(planned)
+
+
+def saved_fleet_scope(shown: FleetPlanReport, vcenters: list[str]) -> Scope:
+    """The scope a fleet's plan was made with: its vCenters, and the --host/--cluster/--vm each part shows."""
+    from vgpuctl.scope import Scope
+
+    scoped = next((p.plan.scope for p in shown.vcenters if p.plan is not None and p.plan.scope is not None), None)
+    if scoped is None:
+        return Scope(vcenters=vcenters)
+    return Scope(hosts=scoped.hosts, clusters=scoped.clusters, vms=scoped.vms, vcenters=vcenters)
+
+
+def fleet_apply_document(planned: FleetPlanned, opts: GlobalOptions) -> FleetApplyReport:
+    from vgpuctl.reports.fleet import FleetApplyPart, fleet_apply_report
+
+    parts = []
+    for r in planned.parts:
+        applied = r.outcome is not None and r.outcome.applied is not None
+        apply = apply_document(r.outcome, opts) if r.outcome is not None and applied else None
+        plan = plan_document(r.planned, opts) if r.planned is not None and apply is None else None
+        parts.append(FleetApplyPart(r.name, r.url, apply, plan, cli_fleet.error_text(r.error)))
+    failed = [r.name for r in planned.parts if r.failure() is not None]
+    interrupted = any(r.outcome is not None and r.outcome.interrupted for r in planned.parts)
+    return fleet_apply_report(parts, failed, interrupted, planned.out_of_scope)
+
+
+def raise_for_fleet(planned: FleetPlanned) -> None:
+    """Exit 130 when Ctrl-C stopped the apply, 1 when a vCenter's part failed."""
+    from vgpuctl.errors import Interrupted
+
+    failed = [(r.name, r.failure()) for r in planned.parts if r.failure() is not None]
+    if any(isinstance(err, Interrupted) for _, err in failed):
+        raise Interrupted("interrupted: " + "; ".join(f"vCenter {n}: {err}" for n, err in failed))
+    cli_fleet.raise_for_parts(failed)
+
+
+@dataclass
+class FleetCliHooks:
+    """What `apply` of a fleet shows and asks: the fleet's plan, one confirmation, one live display of every
+    vCenter's hosts and VMs (named `VCENTER/NAME`)."""
+
+    opts: GlobalOptions
+    yes: bool = False
+    report: FleetPlanReport | None = field(default=None, init=False)
+    display: ApplyDisplay | None = field(default=None, init=False)
+    began: bool = field(default=False, init=False)
+
+    def planned(self, planned: FleetPlanned) -> None:
+        self.report = fleet_plan_document(planned.parts, planned.out_of_scope, self.opts)
+        show_plan(self.report, self.opts)
+
+    def confirm(self, planned: FleetPlanned) -> None:
+        if self.yes:
+            return
+        ready = [r.planned for r in planned.ready if r.planned is not None]
+        changes = sum(len(p.plan.changes) + len(p.plan.host_changes) for p in ready)
+        changes += sum(len(p.classes.class_changes) + len(p.classes.namespace_changes) for p in ready if p.classes)
+        where = ", ".join(r.name for r in planned.ready)
+        shown = [plan_document(p, self.opts).summary for p in ready]  # the word, as for one vCenter
+        word = any(s.maintenance or s.reboots or s.power_off or s.remove for s in shown)
+        common.confirm(f"Apply {changes} change(s) on vCenter {where}?", word=word)
+
+    def apply_progress(self, planned: FleetPlanned) -> AbstractContextManager[Any]:
+        from vgpuctl.cli.display import ApplyDisplay
+
+        self.began = True
+        ready = [(r.name, r.planned) for r in planned.ready if r.planned is not None]
+        vms = {name: [f"{name}/{c.vm}" for c in p.plan.changes] for name, p in ready}
+        hosts = list(dict.fromkeys(f"{name}/{c.host}" for name, p in ready for c in p.plan.host_changes))
+        self.display = ApplyDisplay(common.stderr_console(), [v for names in vms.values() for v in names], hosts)
+        return cli_fleet.part_progress(self.display, vms)
+
+    def note(self, message: str) -> None:
+        if self.display is not None and self.display.live is not None:
+            self.display.note(message)
+        else:
+            common.info(message)

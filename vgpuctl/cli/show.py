@@ -38,7 +38,9 @@ def show_cmd(
     pages.check_html_file(html, opts, {"the plan file": plan_file})
     saved = planfile.load(plan_file)
     report = saved_report(plan_file, saved)
-    common.info(f"{plan_file}: the plan of {saved.inventory_label} against {saved.vcenter}; "
+    against = saved.vcenter if saved.parts is None else \
+        "vCenters " + ", ".join(f"{name} ({part.vcenter})" for name, part in saved.parts.items())
+    common.info(f"{plan_file}: the plan of {saved.inventory_label} against {against}; "
                 f"`vgpuctl apply {plan_file}` applies it")
     if html is not None:
         from vgpuctl.reports.html import plan_page

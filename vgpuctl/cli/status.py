@@ -2,20 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from vgpuctl.cli import common
+from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.errors import UsageError
 
 if TYPE_CHECKING:
+    from vgpuctl.fleet import FleetPart
+    from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed
     from vgpuctl.records.classes import SupervisorState
     from vgpuctl.records.perf import UsageRead
     from vgpuctl.reports.host import HostReport
-    from vgpuctl.reports.status import HostLease
+    from vgpuctl.reports.status import HostLease, StatusReport
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
 OptionalInventory = Annotated[
@@ -101,13 +106,24 @@ StatusHtmlOpt = Annotated[
 ]
 
 
+@dataclass(frozen=True)
+class UsageWindow:
+    """--usage and --since: whether to read the GPUs' usage and over which window (None: vCenter's last hour)."""
+
+    wanted: bool
+    seconds: float | None
+    since: str | None
+
+
 def status_cmd(
     ctx: typer.Context, file: OptionalInventory = None, shell: ShellOpt = None, vm_classes: VmClassesOpt = None,
     usage: UsageOpt = False, since: SinceOpt = None, html: StatusHtmlOpt = None,
+    vcenter: cli_fleet.VcenterScope = None,
 ) -> None:
     """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, free and stranded framebuffer per host
     and cluster, the VMs' vGPUs, and the VM classes with vGPUs with the namespaces that use them; with --usage
-    the GPUs' utilization and memory used; with --html one self-contained page instead of the text.
+    the GPUs' utilization and memory used; with --html one self-contained page instead of the text. With a fleet
+    inventory (-f, vcenters:), each vCenter's.
 
     Examples:
       vgpuctl status
@@ -116,32 +132,22 @@ def status_cmd(
       vgpuctl status --usage --html farm.html
     """
     from vgpuctl.cli import pages
-    from vgpuctl.farm.usage import gpu_usage, parse_since
-    from vgpuctl.reports.status import merge_status, status_report, with_leases, with_supervisor, with_usage
+    from vgpuctl.farm.usage import parse_since
 
     opts: GlobalOptions = ctx.obj
     pages.check_html_file(html, opts, {"the inventory": file})
     seconds = parse_since(since) if since is not None else None  # a bad duration before any connection
-    rows: dict[str, HostReport] = {}
-    leases: dict[str, HostLease] = {}
-    supervisor: list[tuple[SupervisorState | None, str | None]] = []
-    usage_reads: list[UsageRead] = []
-
-    def more_reads(session: Session, observed: Observed, inventory: Any) -> None:
-        rows.update(_host_rows(session, observed, inventory, shell))
-        leases.update(held_hosts(session, observed))
-        if reads_vm_classes(vm_classes, observed.api_version):
-            supervisor.append(read_supervisor(session.settings, observed))
-        if usage or since is not None:
-            usage_reads.append(read_usage(session, observed, seconds, since))
-
-    observed, round_trips = _observe(opts, file, nvlink=True, also=more_reads)
-    report = with_leases(merge_status(status_report(observed, round_trips if opts.verbose else None), rows), leases)
-    report.warnings += observed.warnings  # what the hosts could not say, one line per cause
-    if supervisor:
-        with_supervisor(report, *supervisor[0])
-    if usage_reads:
-        with_usage(report, gpu_usage(observed, usage_reads[0]), usage_reads[0])
+    window = UsageWindow(usage or since is not None, seconds, since)
+    inventory = common.maybe_inventory(opts, file)
+    if vcenter and inventory is None:
+        raise UsageError("--vcenter names a vCenter of a fleet inventory: give the inventory with -f")
+    if inventory is not None and (inventory.is_fleet or vcenter):
+        if html is not None:
+            raise UsageError("--html draws the status of one vCenter: give an inventory without vcenters:")
+        return status_fleet(opts, inventory, vcenter, shell, vm_classes, window)
+    with common.connect(opts, inventory) as session:
+        report = status_in_session(opts, session, common.datacenter_for(opts, inventory), inventory, shell,
+                                   vm_classes, window)
     if html is not None:
         from vgpuctl.reports.html import status_page
 
@@ -150,9 +156,48 @@ def status_cmd(
     common.emit(report, opts)
 
 
+def status_in_session(opts: GlobalOptions, session: Session, datacenter: str | None, inventory: Inventory | None,
+                      shell: bool | None, vm_classes: bool | None, window: UsageWindow) -> StatusReport:
+    """One vCenter's status: the bulk read with every GPU host's NVLink sets, the hosts' facts, their leases, the
+    VM classes and, when asked, the GPUs' usage."""
+    from vgpuctl import pipeline
+    from vgpuctl.farm.usage import gpu_usage
+    from vgpuctl.reports.status import merge_status, status_report, with_leases, with_supervisor, with_usage
+
+    observed = pipeline.observe(session, datacenter, inventory, all_nvlink=True)
+    rows = _host_rows(session, observed, inventory, shell)
+    leases = held_hosts(session, observed)
+    supervisor = read_supervisor(session.settings, observed) if reads_vm_classes(vm_classes, observed.api_version) \
+        else None
+    usage = read_usage(session, observed, window.seconds, window.since) if window.wanted else None
+    report = with_leases(merge_status(status_report(observed, session.round_trips if opts.verbose else None), rows),
+                         leases)
+    report.warnings += observed.warnings  # what the hosts could not say, one line per cause
+    if supervisor is not None:
+        with_supervisor(report, *supervisor)
+    if usage is not None:
+        with_usage(report, gpu_usage(observed, usage), usage)
+    return report
+
+
+def status_fleet(opts: GlobalOptions, inventory: Inventory, patterns: list[str] | None, shell: bool | None,
+                 vm_classes: bool | None, window: UsageWindow) -> None:
+    """Each vCenter's status, read in parallel, one report with a section per vCenter; exit 1 when one of them
+    could not be read (after the others are shown)."""
+    from vgpuctl.reports.fleet import FleetStatusPart, fleet_status_report
+
+    def read(part: FleetPart, session: Session) -> StatusReport:
+        datacenter = part.inventory.vcenter.datacenter or opts.datacenter
+        return status_in_session(opts, session, datacenter, part.inventory, shell, vm_classes, window)
+
+    results, left_out = cli_fleet.read_each(opts, inventory, patterns, read)
+    parts = [FleetStatusPart(r.name, r.url, r.result, cli_fleet.error_text(r.error)) for r in results]
+    common.emit(fleet_status_report(parts, left_out), opts)
+    cli_fleet.raise_for_parts([(r.name, r.error) for r in results if r.error is not None])
+
+
 def read_usage(session: Session, observed: Observed, seconds: float | None, since: str | None) -> UsageRead:
     """The gpu counters of every connected GPU host over the window (vgpuctl.vsphere.perf: a few round trips)."""
-    from vgpuctl.errors import UsageError
     from vgpuctl.farm.usage import hosts_to_read
     from vgpuctl.records.perf import WindowTooLong
     from vgpuctl.vsphere.perf import read_gpu_usage

@@ -14,6 +14,7 @@ from typing import Any
 from vgpuctl.domain import MAX_VGPUS_PER_VM, NvlinkRequirement, Power, VmState
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.inventory.classes import iter_problems as class_problems
+from vgpuctl.inventory.fleet import fleet_problems
 from vgpuctl.inventory.netchecks import network_problems
 from vgpuctl.inventory.schema import HostSpec, Inventory, VmSpec
 from vgpuctl.inventory.yamlpos import KeyPath
@@ -32,6 +33,7 @@ def validate(inv: Inventory) -> None:
 
 
 def iter_problems(inv: Inventory) -> Iterator[InventoryError]:
+    yield from fleet_problems(inv)  # vcenters: names, the default, the vCenter each entry names
     yield from _check_vms(inv)
     yield from network_problems(inv)  # adapters, GPUDirect RDMA, identities, address pools, MACs
     yield from _check_hosts(inv)
@@ -44,11 +46,11 @@ def _folder_key(folder: str | None) -> str | None:
 
 
 def _check_vms(inv: Inventory) -> Iterator[InventoryError]:
-    seen: dict[tuple[str | None, str], VmSpec] = {}  # a VM is its folder and its name
+    seen: dict[tuple[str | None, str | None, str], VmSpec] = {}  # a VM is its vCenter, its folder and its name
     groups = set(inv.guests.groups)
     for vm in inv.vms:
         base: KeyPath = ("vms", vm._index)
-        key = (_folder_key(vm.folder), vm.name)
+        key = (inv.vcenter_of(vm.vcenter), _folder_key(vm.folder), vm.name)
         if key in seen:
             first = seen[key]
             where = _first_defined(inv, first, (*base, "name"))
@@ -114,12 +116,12 @@ def _check_vgpus(inv: Inventory, vm: VmSpec, base: KeyPath) -> Iterator[Inventor
 
 
 def _check_hosts(inv: Inventory) -> Iterator[InventoryError]:
-    seen: set[str] = set()
+    seen: set[tuple[str | None, str]] = set()
     for i, h in enumerate(inv.hosts):
         base: KeyPath = ("hosts", i)
-        key = h.target
+        key = (inv.vcenter_of(h.vcenter), h.target)
         if key in seen:
-            yield inv.error(base, f"{key} is configured twice")
+            yield inv.error(base, f"{h.target} is configured twice")
         seen.add(key)
         for path, message in host_problems(h):
             yield inv.error((*base, *path), message)

@@ -90,6 +90,7 @@ class ClassNic(_Section):
 
 class VmClassSpec(_Section):
     name: str
+    vcenter: str | None = None  # the fleet's vCenter it belongs to (vcenters:); default: the file's default_vcenter
     state: Literal["present", "absent"] = "present"
     cpus: int | None = Field(default=None, ge=1)  # at most vSphere's maximum, as a VM's (vgpuctl.vmlimits)
     memory_gb: float | None = None
@@ -156,6 +157,7 @@ class VmClassSpec(_Section):
 
 class NamespaceSpec(_Section):
     name: str
+    vcenter: str | None = None  # the fleet's vCenter it belongs to (vcenters:); default: the file's default_vcenter
     supervisor: str | None = None  # the supervisor cluster the namespace must live on (checked, not moved)
     vm_classes: list[str] = Field(default_factory=list)
 
@@ -186,21 +188,36 @@ class InventorySections(Protocol):
 
     def error(self, path: tuple[str | int, ...], message: str) -> InventoryError: ...
 
+    def vcenter_of(self, named: str | None) -> str | None: ...
+
+    @property
+    def vcenter_names(self) -> list[str]: ...
+
 
 def iter_problems(inv: InventorySections) -> Iterator[InventoryError]:
-    """Checks across entries that need no vCenter: duplicate names, unknown or absent classes in namespaces."""
-    classes: dict[str, VmClassSpec] = {}
+    """Checks across entries that need no vCenter: duplicate names, unknown or absent classes in namespaces. In a
+    fleet, each vCenter has its own VM classes and namespaces: names repeat across vCenters, and a namespace uses
+    the classes of its own vCenter."""
+    classes: dict[tuple[str | None, str], VmClassSpec] = {}
     for i, spec in enumerate(inv.vm_classes):
-        if spec.name in classes:
+        key = (inv.vcenter_of(spec.vcenter), spec.name)
+        if key in classes:
             yield inv.error(("vm_classes", i, "name"), f"VM class {spec.name!r} is defined twice")
-        classes[spec.name] = spec
-    seen: set[str] = set()
+        classes[key] = spec
+    seen: set[tuple[str | None, str]] = set()
     for i, ns in enumerate(inv.namespaces):
-        if ns.name in seen:
+        where = inv.vcenter_of(ns.vcenter)
+        if (where, ns.name) in seen:
             yield inv.error(("namespaces", i, "name"), f"namespace {ns.name!r} is listed twice")
-        seen.add(ns.name)
+        seen.add((where, ns.name))
         for j, name in enumerate(ns.vm_classes):
-            listed = classes.get(name)
+            listed = classes.get((where, name))
+            elsewhere = sorted(str(vc) for vc, n in classes if n == name and vc != where)
+            known = where in inv.vcenter_names and all(vc in inv.vcenter_names for vc in elsewhere)
+            if listed is None and elsewhere and known:  # an unknown vCenter is its own error
+                yield inv.error(("namespaces", i, "vm_classes", j), f"VM class {name!r} belongs to vCenter "
+                                f"{', '.join(elsewhere)}, not to this namespace's ({where}): each vCenter has its "
+                                "own VM classes")
             if listed is not None and listed.state == "absent":
                 yield inv.error(("namespaces", i, "vm_classes", j), f"VM class {name!r} has state: absent")
             if ns.vm_classes.index(name) != j:

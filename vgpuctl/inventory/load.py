@@ -17,7 +17,16 @@ from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.inventory.checks import error_order, group_repeated, iter_problems
 from vgpuctl.inventory.compose import Composed, Composition, compose_file, compose_text
 from vgpuctl.inventory.ranges import expand_name, expand_vms, range_errors
-from vgpuctl.inventory.schema import API_VERSION, GuestGroup, GuestsSpec, HostSpec, Inventory, StrictModel, VmSpec
+from vgpuctl.inventory.schema import (
+    API_VERSION,
+    GuestGroup,
+    GuestsSpec,
+    HostSpec,
+    Inventory,
+    StrictModel,
+    VcenterEntry,
+    VmSpec,
+)
 from vgpuctl.inventory.yamlpos import Sources, read_yaml_text
 
 _M = typing.TypeVar("_M", bound=StrictModel)
@@ -57,6 +66,7 @@ def _load(composed: Composed) -> Inventory:
         raise InventoryErrors(group_repeated(sorted(errors, key=error_order)))
     inv._source_path, inv._sources, inv._composed = file, sources, composed
     _place_hosts(inv, sources)
+    _number(inv.vcenters)
     expand_vms(inv)
     return inv
 
@@ -88,11 +98,13 @@ def _place_hosts(inv: Inventory, sources: Sources, indices: list[int] | None = N
 def _problems_of_valid_parts(data: dict[str, Any], sources: Sources) -> list[InventoryError]:
     sections: dict[str, Any] = {}
     for key in Inventory.model_fields:
-        if key in ("api_version", "hosts", "vms"):
+        if key in ("api_version", "hosts", "vms", "vcenters"):
             continue
         alias = Inventory.model_fields[key].alias or key
         if alias in data:
             sections[key] = _valid_section(key, alias, data[alias])
+    sections["vcenters"], vcenter_index = _valid_items(VcenterEntry, data.get("vcenters"))
+    _number(sections["vcenters"], vcenter_index)
     hosts, host_index = _valid_items(HostSpec, data.get("hosts"))
     vms, vm_index = _valid_items(VmSpec, data.get("vms"))
     named = [(vm, i) for vm, i in zip(vms, vm_index, strict=True) if _expands(vm.name)]
@@ -103,6 +115,12 @@ def _problems_of_valid_parts(data: dict[str, Any], sources: Sources) -> list[Inv
     _place_hosts(inv, sources, host_index)
     expand_vms(inv, [i for _, i in named])
     return list(iter_problems(inv))
+
+
+def _number(vcenters: list[VcenterEntry], indices: list[int] | None = None) -> None:
+    """Each vcenters entry learns its place in the file (the entries that failed the schema are left out)."""
+    for i, entry in zip(indices or range(len(vcenters)), vcenters, strict=True):
+        entry._index = i
 
 
 class _UnknownGroups(GuestsSpec):

@@ -105,11 +105,51 @@ class VcenterSpec(StrictModel):
     @field_validator("url")
     @classmethod
     def _no_password(cls, v: str | None) -> str | None:
-        # the user info is all before the last @ (a password may hold @, /, ? or #); the URL is never repeated
-        user_info = (v.partition("://")[2] if v is not None and "://" in v else v or "").rpartition("@")[0]
-        if ":" in user_info:
+        if carries_password(v):
             raise ValueError("must not carry a password (secrets never live in the inventory): give it with "
                              "VGPUCTL_PASSWORD, --password-file or the prompt")
+        return v
+
+
+def carries_password(url: str | None) -> bool:
+    """Whether a URL holds a password: the user info is all before the last @ (a password may hold @, /, ? or
+    #). The URL is never repeated in a message."""
+    user_info = (url.partition("://")[2] if url is not None and "://" in url else url or "").rpartition("@")[0]
+    return ":" in user_info
+
+
+MAX_VCENTER_NAME = 40
+_VCENTER_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_-]*[A-Za-z0-9])?")
+
+
+def vcenter_env_key(name: str) -> str:
+    """The part of a vCenter's name its environment variables end in (`VGPUCTL_PASSWORD_LAB_EAST` of `lab-east`):
+    upper case, `-` as `_`. Two names with one key are one name."""
+    return name.upper().replace("-", "_")
+
+
+class VcenterEntry(VcenterSpec):
+    """One vCenter of a fleet (`vcenters:`): its name, which entries name and its credentials' variables end
+    in (vgpuctl.inventory.fleet), and the `vcenter:` section's fields."""
+
+    name: str
+    _index: int = PrivateAttr(default=0)  # its place in the file's vcenters list
+
+    @field_validator("url")
+    @classmethod
+    def _no_password(cls, v: str | None) -> str | None:
+        if carries_password(v):
+            raise ValueError("must not carry a password (secrets never live in the inventory): give it with "
+                             "VGPUCTL_PASSWORD_<NAME> or VGPUCTL_PASSWORD_FILE_<NAME> (docs/fleet.md)")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if len(v) > MAX_VCENTER_NAME or not _VCENTER_NAME.fullmatch(v):
+            raise ValueError(f"a vCenter's name is letters, digits, '-' and '_' (at most {MAX_VCENTER_NAME}, "
+                             f"starting and ending with a letter or digit): it ends its environment variables' "
+                             f"names (got {v!r})")
         return v
 
 
@@ -162,6 +202,7 @@ class HostEntry(StrictModel):
 
     cluster: str | None = None
     name: str | None = None
+    vcenter: str | None = None  # the fleet's vCenter it belongs to (vcenters:); default: the file's default_vcenter
     _line: int | None = PrivateAttr(default=None)
     _index: int = PrivateAttr(default=0)  # its position in the inventory's hosts
     _sources: Sources | None = PrivateAttr(default=None)  # where the inventory's parts are written
@@ -228,6 +269,7 @@ class GuestRef(StrictModel):
 
 class VmSpec(StrictModel):
     name: str
+    vcenter: str | None = None  # the fleet's vCenter it belongs to (vcenters:); default: the file's default_vcenter
     template: str | None = None
     cluster: str | None = None
     host: str | None = None
@@ -352,6 +394,8 @@ class Inventory(StrictModel):
     api_version: Literal["vgpuctl/v1"] = Field(alias="apiVersion")
     allow_destroy: bool = False  # VMs with state: absent may be destroyed without apply --allow-destroy
     vcenter: VcenterSpec = Field(default_factory=VcenterSpec)
+    vcenters: list[VcenterEntry] = Field(default_factory=list)  # a fleet: several vCenters (docs/fleet.md)
+    default_vcenter: str | None = None  # a fleet's vCenter of the entries that name none
     hosts: list[HostSpec] = Field(default_factory=list)
     vms: list[VmSpec] = Field(default_factory=list)
     guests: GuestsSpec = Field(default_factory=GuestsSpec)
@@ -361,7 +405,7 @@ class Inventory(StrictModel):
     _sources: Sources | None = PrivateAttr(default=None)  # where each part is written (vgpuctl.inventory.yamlpos)
     _composed: Any = PrivateAttr(default=None)  # what it was put together from (vgpuctl.inventory.compose.Composed)
 
-    @field_validator("hosts", "vms", mode="before")
+    @field_validator("hosts", "vms", "vcenters", mode="before")
     @classmethod
     def _empty_list(cls, v: Any) -> Any:
         return [] if v is None else v  # `vms:` with nothing under it
@@ -369,6 +413,25 @@ class Inventory(StrictModel):
     @property
     def source_path(self) -> str | None:
         return self._source_path
+
+    @property
+    def vcenter_names(self) -> list[str]:
+        """The names of a fleet's vCenters (none in a single-vCenter inventory)."""
+        return [v.name for v in self.vcenters]
+
+    @property
+    def is_fleet(self) -> bool:
+        """The inventory names its vCenters (`vcenters:`): each entry belongs to one of them."""
+        return bool(self.vcenters)
+
+    def vcenter_of(self, named: str | None) -> str | None:
+        """The vCenter an entry belongs to: the one it names, else the file's default_vcenter, else the only one
+        the file lists; None in a single-vCenter inventory (and for an entry of several no default settles)."""
+        if named is not None or not self.vcenters:
+            return named
+        if self.default_vcenter is not None:
+            return self.default_vcenter
+        return self.vcenters[0].name if len(self.vcenters) == 1 else None
 
     @property
     def composed_from(self) -> list[str]:

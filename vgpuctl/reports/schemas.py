@@ -29,6 +29,14 @@ from vgpuctl.reports.experiment import (
 )
 from vgpuctl.reports.explain import ExplainReport
 from vgpuctl.reports.export import ExportReport
+from vgpuctl.reports.fleet import (
+    FleetApplyReport,
+    FleetCapacityReport,
+    FleetExportReport,
+    FleetPlanReport,
+    FleetPreflightReport,
+    FleetStatusReport,
+)
 from vgpuctl.reports.guests import GuestRunReport, ProvisionReport
 from vgpuctl.reports.host import HostReport
 from vgpuctl.reports.plan import PlanReport, ValidateReport
@@ -79,6 +87,12 @@ REPORTS: tuple[type[Any], ...] = (
     ForgetWorkReport,
     RunsReport,
     RunRecord,
+    FleetPlanReport,
+    FleetApplyReport,
+    FleetStatusReport,
+    FleetExportReport,
+    FleetPreflightReport,
+    FleetCapacityReport,
     ErrorReport,
 )
 
