@@ -645,6 +645,30 @@ def test_greedy_hint_satisfies_the_model() -> None:
     assert solver.status_name(solver.solve(model.m)) in ("OPTIMAL", "FEASIBLE")
 
 
+def test_the_relaxation_is_bounded_by_the_framebuffer_at_the_root() -> None:
+    """Four hosts of four GPUs (H100-80GB and A100-40GB alternating, one GPU holding a 20 GB vGPU: 940 GB free)
+    and 1,040 GB asked: 48 x 10 GB first, then 16 x 5 GB and 24 x 20 GB. The framebuffer constraints bound the
+    search before any conflict by the optimum, 83 VMs (without them the relaxation placed 87)."""
+    hosts = [SynthHost(f"esx-{i:02d}", board="a100" if i % 2 else "h100", gpus=4, nvlink="pairs",
+                       policy="consolidation" if i % 3 == 0 else "performance",
+                       running=[RunningVm("busy", ["grid_a100-20c"], [0])] if i == 1 else []) for i in range(4)]
+    farm = make_farm(hosts)
+    d = demand(item("infer", 48, vgpus={"fb_gb": 10, "series": "c"}, priority=2),
+               item("mid", 24, vgpus={"fb_gb": 20, "series": "c"}),
+               item("tiny", 16, vgpus={"fb_gb": 5, "series": "c"}), allow=("mig", "vgpu-mode", "profile"))
+    model = cpsat._LayoutModel(build_problem(farm, d))
+    model.build()
+    assert model.farm_fb == (8 * 80 + 7 * 40 + 20) * 1024
+    solver = model.cp.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.max_number_of_conflicts = 0
+    solver.parameters.linearization_level = 2
+    solver.solve(model.m)
+    assert solver.best_objective_bound <= 48 * model.weights[2] + 35 * model.weights[1]
+    answer = plan_capacity(farm, d, time_limit_s=20)
+    assert answer.status == "optimal" and answer.placed == 83 and placed(answer, "infer") == 48
+
+
 # ------------------------------------------------------------------------------------------- budget
 
 

@@ -7,6 +7,8 @@ the vGPUs of shape s with profile p in the class, at most one per GPU and VM (u 
 counts the VMs of shape s with profile p; their vGPUs fill the classes (sum of u = vGPUs per VM x y), NVLink
 VMs inside one NVLink set (w per set) that offers a device group of their size for their profile (placement's
 rule), on that many of its GPUs with room. Identical hosts are ordered by load to remove symmetric solutions.
+The framebuffer the vGPUs take, per class, per host and over the farm, is at most what the patterns hold: sums of
+the per-profile constraints, which bound the relaxation by the framebuffer (without them it places every VM).
 On hosts that spread a board's time-sliced vGPUs over several GPUs (performance policy) new VMs of that board
 use one time-sliced profile (HostCtx.spreads); MIG-backed profiles and single GPUs are not restricted: the
 layout is verified in the order apply powers VMs on (placement.power_on_key).
@@ -125,6 +127,8 @@ class _LayoutModel:
         self.hinted: list[tuple[Any, int]] = []
         self.room: dict[str, dict[str, int]] = {}  # host -> profile -> vGPUs its GPUs can take at most
         self.truncated: set[str] = set()  # GPU kinds whose patterns stopped at kinds.MAX_PATTERNS
+        self.taken_fb: list[Any] = []  # per host, the framebuffer (MiB) its new vGPUs take
+        self.farm_fb = 0  # MiB the GPUs' fullest patterns hold, over the farm
 
     def build(self) -> None:
         for h in self.problem.hosts:
@@ -133,6 +137,8 @@ class _LayoutModel:
             terms = [v for (_, sn, _), v in self.y.items() if sn == s.name]
             if terms:
                 self.m.add(sum(terms) <= s.count)
+        if self.taken_fb:
+            self.m.add(sum(self.taken_fb) <= self.farm_fb)
         self._host_symmetry()
         shapes = {s.name: s for s in self.problem.shapes}
         change_cost = sum(c.size for cs in self.classes.values() for c in cs) + HOST_CHANGE_WEIGHT * len(
@@ -176,12 +182,29 @@ class _LayoutModel:
                       <= sum(pat.get(p, 0) * n for (_, pat), n in zip(c.choices, c.n, strict=True)))
         for s, p in pairs:
             self._fill(h, s, p, classes)
+        self._framebuffer(h, classes, pairs)
         self._one_time_sliced_profile(h, pairs)
         if changed_here:
             hc = m.new_bool_var(f"host_changed[{h.name}]")
             for size, moved in changed_here:
                 m.add(sum(moved) <= size * hc)
             self.host_changes.append(hc)
+
+    def _framebuffer(self, h: HostCtx, classes: list[_Class], pairs: list[tuple[Shape, str]]) -> None:
+        """The framebuffer the vGPUs take, per class and per host, is at most what their GPUs' patterns hold.
+        Sums of the per-profile constraints, so they change no solution; but the search's relaxation bounds
+        the objective by them far sooner (the gap is measured against that bound)."""
+        m, held = self.m, []
+        for c in classes:
+            if not c.u:
+                continue
+            fb = [sum(_mib(p) * k for p, k in pat.items()) for _, pat in c.choices]
+            held.append(sum(f * n for f, n in zip(fb, c.n, strict=True)))
+            m.add(sum(_mib(p) * v for (_, p), v in c.u.items()) <= held[-1])
+            self.farm_fb += c.size * max(fb)
+        taken = sum(_mib(p) * s.vgpus * self.y[h.name, s.name, p] for s, p in pairs)
+        m.add(taken <= sum(held))
+        self.taken_fb.append(taken)
 
     def _fill(self, h: HostCtx, s: Shape, p: str, classes: list[_Class]) -> None:
         """The VMs' vGPUs go into the host's classes, one per GPU and VM; NVLink VMs inside one set."""
@@ -303,6 +326,11 @@ class _LayoutModel:
                         if mode != c.current:
                             layout[host].modes[slot.gpu.id] = mode
         return layout
+
+
+def _mib(profile: str) -> int:
+    """A profile's framebuffer in MiB: the weight of the framebuffer constraints."""
+    return round(parse_profile(profile).fb_gb * 1024)
 
 
 def _moved(hl: HostLayout, source: HostCtx, target: HostCtx) -> HostLayout:
