@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -667,6 +668,55 @@ def test_the_relaxation_is_bounded_by_the_framebuffer_at_the_root() -> None:
     assert solver.best_objective_bound <= 48 * model.weights[2] + 35 * model.weights[1]
     answer = plan_capacity(farm, d, time_limit_s=20)
     assert answer.status == "optimal" and answer.placed == 83 and placed(answer, "infer") == 48
+
+
+def test_one_worker_proves_a_middle_farms_optimum_before_the_parallel_search() -> None:
+    """16 hosts of 4 GPUs (the capacity bench's `16x4 inference`): one worker proves the optimum, 332 VMs, in
+    about a second; two workers sharing two cores ended the 8 s budget still 1% to 4% from the bound. The first
+    step's answer is kept and the parallel search never starts."""
+    hosts = [SynthHost(f"esx-{i:02d}", board="a100" if i % 2 else "h100", gpus=4, nvlink="pairs",
+                       policy="consolidation" if i % 3 == 0 else "performance",
+                       running=[RunningVm(f"busy-{i:02d}", [f"grid_{'a100' if i % 2 else 'h100'}-20c"], [0])]
+                       if i % 4 == 1 else []) for i in range(16)]
+    d = demand(item("infer", 192, vgpus={"fb_gb": 10, "series": "c"}, priority=2),
+               item("mid", 96, vgpus={"fb_gb": 20, "series": "c"}),
+               item("tiny", 64, vgpus={"fb_gb": 5, "series": "c"}), allow=("mig", "vgpu-mode", "profile"))
+    problem = build_problem(make_farm(hosts), d)
+    model = cpsat._LayoutModel(problem)
+    model.build()
+    model.hint(greedy(problem))
+    budget = 20.0
+    solver, status, seconds, _ = cpsat._search(model, budget, workers=2)
+    assert solver.status_name(status) == "OPTIMAL"
+    assert solver.parameters.num_search_workers == 1 and seconds <= budget * cpsat.FIRST_STEP_SHARE + 0.5
+    assert sum(len(hl.vms) for hl in model.extract(solver).values()) == 332
+
+
+def test_without_a_proof_the_parallel_search_goes_on_from_the_first_steps_answer(monkeypatch: Any) -> None:
+    """A budget too short for one worker's proof: the search goes on with one worker per core and answers no
+    fewer VMs than the greedy layout it started from."""
+    hosts = [SynthHost(f"esx-{i:02d}", board="a100" if i % 2 else "h100", gpus=4, nvlink="pairs",
+                       policy="performance") for i in range(16)]
+    d = demand(item("infer", 192, vgpus={"fb_gb": 10, "series": "c"}, priority=2),
+               item("mid", 96, vgpus={"fb_gb": 20, "series": "c"}), allow=("mig", "vgpu-mode", "profile"))
+    problem = build_problem(make_farm(hosts), d)
+    start = greedy(problem)
+    model = cpsat._LayoutModel(problem)
+    model.build()
+    model.hint(start)
+    workers: list[int] = []
+    run = cpsat._run
+
+    def counted(m: Any, seconds: float, n: int) -> Any:
+        workers.append(n)
+        return run(m, seconds, n)
+
+    monkeypatch.setattr(cpsat, "_run", counted)
+    solver, status, _, bound = cpsat._search(model, 0.1, workers=2)
+    assert workers == [1, 2]
+    if solver.status_name(status) in ("OPTIMAL", "FEASIBLE"):
+        assert sum(len(hl.vms) for hl in model.extract(solver).values()) >= sum(len(hl.vms) for hl in start.values())
+        assert bound >= solver.objective_value
 
 
 # ------------------------------------------------------------------------------------------- budget
