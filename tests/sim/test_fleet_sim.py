@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -413,6 +414,33 @@ def test_read_only_commands_have_a_section_per_vcenter(pair: tuple[Any, Any], tm
     assert f"host {H1}" in down.stdout and f"host {H2}" in down.stdout  # east's section complete
     assert "Fleet: 2 vCenters; failed: west" in down.stdout
     assert down.stderr.strip().splitlines()[-1].startswith("error: vCenter west: ")
+
+
+def test_the_fleets_status_page_in_a_browser(pair: tuple[Any, Any], tmp_path: Path) -> None:
+    """status --html of a fleet: a section per vCenter drawn as one vCenter's page draws it; a vCenter that is
+    down shows why in its section, and the command exits 1 after writing the page."""
+    from browser import chromium_or_skip, open_page, screenshots_folder
+
+    chromium = chromium_or_skip()
+    _, west = pair
+    page = tmp_path / "fleet.html"
+    result = vgpuctl(pair, tmp_path, "status", "-f", "INV", "--no-vm-classes", "--usage", "--html", str(page))
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "" and f"Wrote {page}" in result.stderr
+    shown = open_page(chromium, page, 1280, screenshots_folder(tmp_path, "fleet-status"))
+    assert shown.console_errors() == []
+    assert re.findall(r'data-vcenter="([^"]*)"', shown.dom) == ["east", "west"]
+    assert re.findall(r'data-host="([^"]*)"', shown.dom) == [H1, H2, W1, W2]
+    status = json.loads(vgpuctl(pair, tmp_path, "-o", "json", "status", "-f", "INV", "--no-vm-classes").stdout)
+    gpus = sum(len(h["gpus"]) for p in status["vcenters"] for h in p["status"]["hosts"])
+    assert gpus and len(re.findall(r'data-gpu="', shown.dom)) == gpus and "average utilization" in shown.dom
+
+    west.stop()
+    down = vgpuctl(pair, tmp_path, "status", "-f", "INV", "--no-vm-classes", "--html", str(page))
+    assert down.exit_code == 1 and down.stderr.strip().splitlines()[-1].startswith("error: vCenter west: ")
+    shown = open_page(chromium, page, 1280, screenshots_folder(tmp_path, "fleet-status-down"))
+    assert re.findall(r'data-host="([^"]*)"', shown.dom) == [H1, H2]
+    assert "could not be read: vCenters west" in shown.dom
 
 
 @pytest.mark.parametrize("forged", ["a part", "the fleet's summary"])

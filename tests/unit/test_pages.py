@@ -200,6 +200,30 @@ def test_usage_colours_each_gpu_by_its_average_utilization_and_stranded_framebuf
     assert "heat" not in " ".join(a.get("class") or "" for _, a in Elements(status_html()).tags)  # not read: no colour
 
 
+def test_a_fleets_status_page_has_a_section_per_vcenter_and_says_why_one_is_missing() -> None:
+    from vgpuctl.reports.fleet import FleetStatusPart, fleet_status_report
+    from vgpuctl.reports.html import fleet_status_page
+
+    one = with_leases(status_report(farm()), {})
+    report = fleet_status_report([FleetStatusPart("east", "https://vc-east/sdk", one),
+                                  FleetStatusPart("west", "https://vc-west/sdk", None,
+                                                  "cannot connect: <refused> & gone")], ["north"])
+    page = fleet_status_page(report)
+    found = Elements(page)
+    assert [a["data-vcenter"] for _, a in found.tags if a.get("data-vcenter")] == ["east", "west"]
+    text = " ".join(found.text)
+    assert "vCenter east" in text and "https://vc-west/sdk" in text
+    assert "could not be read: vCenters west" in text and "out of scope (--vcenter): vCenters north" in text
+    assert "cannot connect: &lt;refused&gt; &amp; gone" in page  # vCenter's words are text, never markup
+    assert len(found.having("article", **{"data-host": HOSTILE_HOST})) == 1  # east's hosts, drawn as on one page
+    assert len([a for _, a in found.tags if a.get("data-gpu")]) == 4
+    tiles = re.findall(r"<li><b>(\d+)</b>(\w+)</li>", page)
+    assert tiles[:3] == [("2", "vCenters"), ("2", "hosts"), ("4", "GPUs")]  # then east's own
+    assert "<script" not in page and not [a for _, a in found.tags if {"src", "href"} & set(a)]
+    single = Elements(status_page(one))  # one vCenter's page is drawn by the same parts
+    assert [t for t in single.tags if t[0] == "article"] == [t for t in found.tags if t[0] == "article"]
+
+
 def a_plan() -> Plan:
     return Plan(
         vm_changes=[

@@ -125,7 +125,7 @@ def status_cmd(
     """Hosts, GPUs (model, mode, NVLink, used/free), a GPU map per host, free and stranded framebuffer per host
     and cluster, the VMs' vGPUs, and the VM classes with vGPUs with the namespaces that use them; with --usage
     the GPUs' utilization and memory used; with --html one self-contained page instead of the text. With a fleet
-    inventory (-f, vcenters:), each vCenter's.
+    inventory (-f, vcenters:), each vCenter's (on the page too).
 
     Examples:
       vgpuctl status
@@ -144,9 +144,7 @@ def status_cmd(
     if vcenter and inventory is None:
         raise UsageError("--vcenter names a vCenter of a fleet inventory: give the inventory with -f")
     if inventory is not None and (inventory.is_fleet or vcenter):
-        if html is not None:
-            raise UsageError("--html draws the status of one vCenter: give an inventory without vcenters:")
-        return status_fleet(opts, inventory, vcenter, shell, vm_classes, window)
+        return status_fleet(opts, inventory, vcenter, shell, vm_classes, window, html)
     with common.connect(opts, inventory) as session:
         report = status_in_session(opts, session, common.datacenter_for(opts, inventory), inventory, shell,
                                    vm_classes, window)
@@ -183,9 +181,10 @@ def status_in_session(opts: GlobalOptions, session: Session, datacenter: str | N
 
 
 def status_fleet(opts: GlobalOptions, inventory: Inventory, patterns: list[str] | None, shell: bool | None,
-                 vm_classes: bool | None, window: UsageWindow) -> None:
-    """Each vCenter's status, read in parallel, one report with a section per vCenter; exit 1 when one of them
-    could not be read (after the others are shown)."""
+                 vm_classes: bool | None, window: UsageWindow, html: Path | None) -> None:
+    """Each vCenter's status, read in parallel, one report with a section per vCenter (with `html`, one page
+    with a section per vCenter instead of the text); exit 1 when one of them could not be read (after the
+    others are shown)."""
     from vgpuctl.reports.fleet import FleetStatusPart, fleet_status_report
 
     def read(part: FleetPart, session: Session) -> StatusReport:
@@ -194,7 +193,14 @@ def status_fleet(opts: GlobalOptions, inventory: Inventory, patterns: list[str] 
 
     results, left_out = cli_fleet.read_each(opts, inventory, patterns, read)
     parts = [FleetStatusPart(r.name, r.url, r.result, cli_fleet.error_text(r.error)) for r in results]
-    common.emit(fleet_status_report(parts, left_out), opts)
+    report = fleet_status_report(parts, left_out)
+    if html is not None:
+        from vgpuctl.cli import pages
+        from vgpuctl.reports.html import fleet_status_page
+
+        pages.write_page(html, fleet_status_page(report), opts, report)
+    else:
+        common.emit(report, opts)
     cli_fleet.raise_for_parts([(r.name, r.error) for r in results if r.error is not None])
 
 

@@ -27,6 +27,7 @@ from vgpuctl.reports import window as windowtext
 if TYPE_CHECKING:
     import jinja2
 
+    from vgpuctl.reports.fleet import FleetStatusReport
     from vgpuctl.reports.plan import Disruption, HostDiff, PlanReport, VmDiff
     from vgpuctl.reports.runs import RunRecord
     from vgpuctl.reports.status import StatusGpu, StatusHost, StatusReport
@@ -128,8 +129,20 @@ def free_slots(gpu: StatusGpu) -> int:
 def status_page(report: StatusReport) -> str:
     """`vgpuctl status --html`: a GPU map per cluster and host."""
     return render("status.html.j2", title=f"vgpuctl status: {report.datacenter}", report=report,
-                  clusters=by_cluster(report.hosts), nvlink_runs=nvlink_runs, free_slots=free_slots,
-                  no_cluster=NO_CLUSTER)
+                  **_status_helpers())
+
+
+def fleet_status_page(report: FleetStatusReport) -> str:
+    """`vgpuctl status --html` of a fleet: each vCenter's section as one vCenter's page shows it, in the
+    inventory's order; a vCenter that could not be read shows why."""
+    read = [p.status for p in report.vcenters if p.status is not None]
+    return render("fleet-status.html.j2", title=f"vgpuctl status: {len(report.vcenters)} vCenters", report=report,
+                  hosts=sum(len(s.hosts) for s in read), gpus=sum(len(h.gpus) for s in read for h in s.hosts),
+                  **_status_helpers())
+
+
+def _status_helpers() -> dict[str, Any]:
+    return {"by_cluster": by_cluster, "nvlink_runs": nvlink_runs, "free_slots": free_slots, "no_cluster": NO_CLUSTER}
 
 
 def plan_page(report: PlanReport, facts: list[tuple[str, str]], title: str = "Plan for review",
