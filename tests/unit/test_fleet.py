@@ -17,7 +17,7 @@ from vgpuctl import fleet, planfile
 from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.main import app
-from vgpuctl.errors import UsageError
+from vgpuctl.errors import InventoryErrors, UsageError
 from vgpuctl.fleetrun import FleetPlanned, PartRun, part_error
 from vgpuctl.inventory import load_inventory, load_inventory_text, validate
 from vgpuctl.model import Observed, ObservedHost, Plan, VmChange
@@ -239,22 +239,57 @@ def test_demand_and_drain_answer_for_the_one_vcenter_named(tmp_path: Path) -> No
     assert result.exit_code == 1 and "--url names one vCenter" in result.stderr  # type: ignore[attr-defined]
 
 
+TWO_TRAIN = FLEET + "  - name: train-01\n    vcenter: lab-west\n"  # one VM name in each vCenter
+
+
 @pytest.mark.parametrize("command", [["plan", "-f", "INV"], ["apply", "-f", "INV", "--yes"], ["status", "-f", "INV"],
                                      ["export", "-f", "INV"], ["preflight", "-f", "INV"],
                                      ["capacity", "-f", "INV"]])
 @pytest.mark.parametrize("composing", [["--env", "prod"], ["--values", "VALUES"]])
-def test_env_and_values_are_refused_in_a_fleet_in_one_line(tmp_path: Path, command: list[str],
-                                                           composing: list[str]) -> None:
+def test_an_overlay_entry_of_a_name_two_vcenters_use_must_say_which(tmp_path: Path, command: list[str],
+                                                                    composing: list[str]) -> None:
     values = tmp_path / "values.yaml"
-    values.write_text("vms:\n  - {name: infer-01, cpus: 8}\n")
-    text = FLEET + "overlays:\n  prod:\n    vms:\n      - {name: infer-01, cpus: 8}\n"
+    values.write_text("vms:\n  - {name: train-01, cpus: 8}\n")
+    text = TWO_TRAIN + "overlays:\n  prod:\n    vms:\n      - {name: train-01, cpus: 8}\n"
     env = {"VGPUCTL_USERNAME": "u", "VGPUCTL_PASSWORD_EAST": "e", "VGPUCTL_PASSWORD_LAB_WEST": "w"}
     args = [a.replace("VALUES", str(values)) for a in [*command, *composing]]
     result = run(tmp_path, *args, text=text, env=env)
     assert result.exit_code == 1, result.output  # type: ignore[attr-defined]
-    assert result.stderr.strip() == f"error: {tmp_path / 'fleet.yaml'}: --env and --values do not apply to a " \
-        "fleet inventory (vcenters:): an overlay names entries by name, which repeat across a fleet's vCenters " \
-        "(docs/fleet.md)"  # type: ignore[attr-defined]
+    where = f"{values}:2:12: vms[0].name" if "--values" in composing else \
+        f"{tmp_path / 'fleet.yaml'}:16:16: overlays.prod.vms[0].name"
+    assert result.stderr.strip() == f"{where}: VM 'train-01' names entries of 2 vCenters ('east', 'lab-west'): " \
+        "give 'vcenter' to say which"  # type: ignore[attr-defined]
+
+
+def test_a_fleets_overlay_and_values_change_the_entries_of_the_vcenter_they_name(tmp_path: Path) -> None:
+    from vgpuctl.cli import common
+
+    values = tmp_path / "values.yaml"
+    values.write_text("vms:\n  - {name: infer-01, cpus: 4}\n")  # one vCenter has it: no need to say which
+    path = tmp_path / "fleet.yaml"
+    path.write_text(TWO_TRAIN + "overlays:\n  prod:\n    vms:\n      - {name: train-01, vcenter: lab-west, cpus: 8}\n"
+                    "    add:\n      vms:\n        - {name: infer-02, cpus: 2}\n")
+    inventory = common.load_inventory(opts(env="prod", values=[values]), path)
+    cpus = {(p.name, vm.name): vm.cpus for p in fleet.split(inventory) for vm in p.inventory.vms}
+    assert cpus == {("east", "train-01"): None, ("east", "infer-02"): 2, ("lab-west", "infer-01"): 4,
+                    ("lab-west", "train-01"): 8}
+    values.write_text("vms:\n  - {name: train-01, vcenter: north, cpus: 4}\n")
+    with pytest.raises(InventoryErrors, match="values.yaml:2:31: vms.0..vcenter: VM 'train-01' has no entry in "
+                       r"vCenter 'north' \(its entries: 'east', 'lab-west'\)"):
+        common.load_inventory(opts(values=[values]), path)
+
+
+def test_a_fleet_split_across_files_may_use_a_name_in_each_vcenter(tmp_path: Path) -> None:
+    from vgpuctl.cli import common
+
+    (tmp_path / "west.yaml").write_text("vms:\n  - name: train-01\n    vcenter: lab-west\n")
+    path = tmp_path / "fleet.yaml"
+    path.write_text(FLEET.replace("default_vcenter: east\n", "default_vcenter: east\ninclude: [west.yaml]\n"))
+    parts = {p.name: [vm.name for vm in p.inventory.vms] for p in fleet.split(common.load_inventory(opts(), path))}
+    assert parts == {"east": ["train-01"], "lab-west": ["train-01", "infer-01"]}
+    (tmp_path / "west.yaml").write_text("vms:\n  - name: infer-01\n    vcenter: lab-west\n")
+    with pytest.raises(InventoryErrors, match="VM 'infer-01' is defined twice"):  # one vCenter: one file defines it
+        common.load_inventory(opts(), path)
 
 
 def test_a_fleet_composed_of_included_files_splits_as_one_file(tmp_path: Path) -> None:

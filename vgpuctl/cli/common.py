@@ -206,9 +206,6 @@ def load_inventory(opts: GlobalOptions, file: Path, outputs: dict[str, Path | No
     from vgpuctl import pipeline
 
     inventory = pipeline.load(file, composition(opts))
-    if inventory.is_fleet and (opts.values or opts.env is not None):
-        raise UsageError(f"{file}: --env and --values do not apply to a fleet inventory (vcenters:): an overlay "
-                         "names entries by name, which repeat across a fleet's vCenters (docs/fleet.md)")
     if outputs:
         refuse_overlaps(outputs, opts, inventory_inputs(opts, file, inventory))
     return inventory

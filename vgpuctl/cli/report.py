@@ -8,7 +8,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.cli.status import OptionalInventory, _observe, read_usage
+from vgpuctl.cli.status import OptionalInventory, observe_farm, read_usage
 
 if TYPE_CHECKING:
     from vgpuctl.model import Observed
@@ -46,7 +46,7 @@ def idle_cmd(
     def usage(session: Session, observed: Observed, inventory: Any) -> None:
         reads.append(read_usage(session, observed, seconds, since))
 
-    observed, round_trips = _observe(opts, file, also=usage)
+    observed, round_trips = observe_farm(opts, file, also=usage)
     figures = gpu_usage(observed, reads[0])
     judged = judge_vms(observed, figures, threshold)
     common.emit(idle_report(judged, figures, reads[0], threshold, round_trips if opts.verbose else None), opts)

@@ -36,7 +36,9 @@ def register(app: typer.Typer) -> None:
     app.command("profiles")(profiles_cmd)
 
 
-def _observe(opts: GlobalOptions, file: Path | None, *, nvlink: bool = False, also: Any = None) -> tuple[Observed, int]:
+def observe_farm(
+    opts: GlobalOptions, file: Path | None, *, nvlink: bool = False, also: Any = None
+) -> tuple[Observed, int]:
     """One bulk observe; with `nvlink`, also each GPU host's NVLink sets (one QueryConfigTarget per host)."""
     from vgpuctl import pipeline
 
@@ -291,6 +293,6 @@ def profiles_cmd(
         wanted.extend([host_named(host, observed.hosts)] if host else sorted(observed.hosts))
         reported_maxima(session, observed, inventory)
 
-    observed, round_trips = _observe(opts, file, also=scope)
+    observed, round_trips = observe_farm(opts, file, also=scope)
     hosts = [observed.hosts[name] for name in wanted]
     common.emit(profiles_report(hosts, round_trips if opts.verbose else None), opts)

@@ -9,12 +9,13 @@ The rules (README, "Composed inventories"):
   included twice is merged once. At most MAX_INCLUDE_DEPTH files deep, MAX_INVENTORY_FILES files and
   filelimits.MAX_FILE_BYTES bytes in all (values files counted); included files must be regular files.
 - Entries of the named lists (hosts by `cluster` or `name`; vms by `name`, and `folder` where names repeat;
-  vm_classes and namespaces by `name`) and guest groups (by their key) combine by name: one defined in two files
-  is an error naming both places. Mappings merge key by key. A setting (a scalar, or a list that is not a named
-  list) set by the including file replaces its includes' value; two files included side by side may not set one
-  setting two ways.
+  vm_classes and namespaces by `name`; a fleet's entries also by the `vcenter` they name) and guest groups
+  (by their key) combine by name: one defined in two files is an error naming both places. Mappings merge key by
+  key. A setting (a scalar, or a list that is not a named list) set by the including file replaces its includes'
+  value; two files included side by side may not set one setting two ways.
 - An overlay (`overlays.NAME`, or a values file) changes the merged inventory: each entry it lists names an entry
-  that exists (an error at the overlay's FILE:LINE:COL when none matches) and its keys are merged into it
+  that exists (an error at the overlay's FILE:LINE:COL when none matches; in a fleet, an entry of a name several
+  vCenters use says which with `vcenter`) and its keys are merged into it
   (mappings key by key, everything else replaced whole: `vgpus` too, a list even where written as one mapping);
   `add:` holds new entries. The overlay of --env goes
   first, then the values files in the order given.
@@ -113,7 +114,12 @@ def _name_key(section: str, name: Hashable) -> str:
 
 
 def _duplicate_key(section: str, entry: dict[str, Any], name: Hashable) -> Hashable:
-    return (_folder_key(entry.get("folder")), name) if section == "vms" else name
+    """In a fleet the vCenter an entry names is part of it: one name may be used in each vCenter."""
+    vcenter = entry.get("vcenter") if section in _IN_A_VCENTER else None
+    return (vcenter, _folder_key(entry.get("folder")), name) if section == "vms" else (vcenter, name)
+
+
+_IN_A_VCENTER = frozenset({"hosts", "vms", "vm_classes", "namespaces"})  # entries name their fleet's `vcenter`
 
 
 # ------------------------------------------------------------------------------------------------ parts
@@ -517,6 +523,11 @@ class _Composer:
             self.errors.append(part.error(at, f"an overlay names the entry it changes by {how}"))
             return []
         found = self.by_name[section].get(name, [])
+        if section in _IN_A_VCENTER and found:
+            mine = self.in_vcenter(part, section, name, entry, found, at)
+            if mine is None:
+                return []
+            found = mine
         if section == "vms" and len(found) > 1 and "folder" in entry:
             target = self.data["vms"]
             found = [k for k in found if _folder_key(target[k].get("folder")) == _folder_key(entry["folder"])]
@@ -529,6 +540,40 @@ class _Composer:
             self.errors.append(part.error((*at, _name_key(section, name)), f"{_label(section, name)} matches no "
                                           f"entry of the inventory{hint}{_TO_ADD}"))
         return found
+
+    def in_vcenter(self, part: _Part, section: str, name: Hashable, entry: dict[str, Any], found: list[int],
+                   at: KeyPath) -> list[int] | None:
+        """In a fleet, the entries of the vCenter the overlay's entry names (`vcenter`), or of the only vCenter
+        that has entries of this name; None (an error) for an entry of a name several vCenters use that does not
+        say which."""
+        target = self.data[section]
+        of = {k: self.vcenter_of(target[k]) for k in found}
+        vcenters = {v for v in of.values() if v is not None}
+        if "vcenter" in entry:
+            mine = [k for k in found if of[k] == entry["vcenter"]]
+            if not mine:
+                self.errors.append(part.error((*at, "vcenter"), f"{_label(section, name)} has no entry in vCenter "
+                                              f"{entry['vcenter']!r} (its entries: {_listed(vcenters) or 'none'})"))
+                return None
+            return mine
+        if len(vcenters) > 1:
+            self.errors.append(part.error((*at, _name_key(section, name)), f"{_label(section, name)} names entries "
+                                          f"of {len(vcenters)} vCenters ({_listed(vcenters)}): give 'vcenter' to "
+                                          "say which"))
+            return None
+        return found
+
+    def vcenter_of(self, entry: dict[str, Any]) -> str | None:
+        """The fleet's vCenter of a merged entry as the inventory will say (`Inventory.vcenter_of`): the one it
+        names, else `default_vcenter`, else the only one listed; None in a single-vCenter inventory."""
+        named, listed = entry.get("vcenter"), self.data.get("vcenters")
+        if isinstance(named, str) or not isinstance(listed, list) or not listed:
+            return named if isinstance(named, str) else None
+        default = self.data.get("default_vcenter")
+        if isinstance(default, str):
+            return default
+        only = listed[0].get("name") if len(listed) == 1 and isinstance(listed[0], dict) else None
+        return only if isinstance(only, str) else None
 
     def range_hint(self, name: Hashable) -> str:
         for raw, indices in self.by_name["vms"].items():
