@@ -239,8 +239,7 @@ def test_a_run_bound_limits_each_command_and_the_connection() -> None:
 
 # Parsers no published capture was found for (searched: public GitHub code and pages, see the fixtures' README):
 # the simulator's text and the hand-written cases above are all they are tested on.
-NO_REAL_CAPTURE = {"parse_gpu_modes", "parse_module_parameters", "parse_module_parameter_names",
-                   "parse_vgpu_query", "parse_component_list", "parse_install_result"}
+NO_REAL_CAPTURE = {"parse_module_parameters", "parse_module_parameter_names", "parse_component_list"}
 
 
 def test_every_parser_reads_a_real_capture() -> None:

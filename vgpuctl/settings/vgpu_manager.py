@@ -6,7 +6,9 @@ installed packages (HostImageConfigManager.FetchSoftwarePackages, NVIDIA's manag
 GPUs' driver reports (`nvidia-smi --query-gpu=driver_version`), and whether its cluster is managed by a vSphere
 Lifecycle Manager image (vgpuctl.vsphere.lifecycle).
 
-A change installs the version in maintenance mode, then the host reboots (NVIDIA's component asks for one):
+A change installs the version in maintenance mode, then the host reboots, whatever esxcli's `Reboot Required` says
+(it prints `false` for NVIDIA's component; NVIDIA Virtual GPU Software User Guide, "Installing the NVIDIA Virtual GPU
+Manager Package for vSphere": reboot the host after the install):
 - a cluster managed by an image: through vLCM over the vSphere Automation API: the depot imported into vCenter
   from `source.url`, a software draft of the cluster image with NVIDIA's component at that version, its commit,
   and an apply limited to this one host (vLCM installs and reboots it; vgpuctl has emptied it and put it in
