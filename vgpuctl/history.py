@@ -31,7 +31,7 @@ from vgpuctl.errors import UsageError, VgpuctlError
 from vgpuctl.outpaths import write_whole
 from vgpuctl.reports.events import Event
 from vgpuctl.reports.plan import PlanReport
-from vgpuctl.reports.runs import RunRecord, RunResult, RunState, record_from_json, state_of_exit
+from vgpuctl.reports.runs import RunPart, RunRecord, RunResult, RunState, record_from_json, state_of_exit
 
 ENV_HISTORY = "VGPUCTL_HISTORY"  # off, 0, false or no: keep no records
 ENV_KEEP = "VGPUCTL_HISTORY_KEEP"
@@ -268,6 +268,10 @@ class Recorder:
 
     def applied(self, result: RunResult) -> None:
         self.record.result = result
+
+    def fleet(self, parts: list[RunPart]) -> None:
+        """A fleet's run: each vCenter's plan, what the apply did there, or why its part failed."""
+        self.record.vcenters = parts
 
     def finish(self, exit_code: int, error: str | None = None) -> None:
         """The run's end: its state, exit code and error; the last write, then the oldest records past the bounds

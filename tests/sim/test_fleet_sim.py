@@ -174,6 +174,20 @@ def test_plan_and_apply_across_both_vcenters(pair: tuple[Any, Any], tmp_path: Pa
     assert again.exit_code == 0, again.output
     assert "No changes: every farm matches the inventory." in again.stdout
 
+    # the run history keeps each vCenter's plan and what the apply did there
+    runs = json.loads(vgpuctl(pair, tmp_path, "-o", "json", "runs").stdout)["runs"]
+    apply_run = next(r for r in runs if r["command"] == "apply")
+    assert apply_run["summary"]["change"] == 3 and apply_run["summary"]["host_changes"] == 4
+    record = json.loads(vgpuctl(pair, tmp_path, "-o", "json", "runs", "show", apply_run["id"]).stdout)
+    parts = {p["vcenter"]: p for p in record["vcenters"]}
+    assert sorted(v["vm"] for v in parts["west"]["plan"]["vm_changes"]) == ["infer-01", "train-01"]
+    assert {v["vm"]: v["status"] for v in parts["east"]["result"]["vms"]} == {"train-01": "changed"}
+    shown = vgpuctl(pair, tmp_path, "runs", "show", apply_run["id"]).stdout
+    assert f"vCenter east ({east.url}):" in shown and f"vCenter west ({west.url}):" in shown
+    planned_run = next(r for r in runs if r["command"] == "plan")
+    plan_record = json.loads(vgpuctl(pair, tmp_path, "-o", "json", "runs", "show", planned_run["id"]).stdout)
+    assert [p["vcenter"] for p in plan_record["vcenters"]] == ["east", "west"]
+
 
 @pytest.mark.parametrize("how", ["down", "refuses"])
 def test_one_vcenter_failing_leaves_the_other_complete(pair: tuple[Any, Any], tmp_path: Path, how: str) -> None:

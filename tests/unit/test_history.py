@@ -65,6 +65,35 @@ def test_a_record_holds_the_run_and_reads_back(tmp_path: Path) -> None:
     assert oct(path.stat().st_mode & 0o777) == "0o600"
 
 
+def test_a_fleets_record_holds_each_vcenters_plan_result_and_failure(tmp_path: Path) -> None:
+    from vgpuctl.reports.html import run_page
+    from vgpuctl.reports.runs import RunPart, listing, record_lines
+
+    rec = recorder(tmp_path / "runs", "f1eet1")
+    east = plan_report(Plan(vm_changes=[VmChange("train-01", clone=CloneSpec("ubuntu"), power_on=True)]))
+    west = plan_report(Plan(vm_changes=[VmChange("a", clone=CloneSpec("u"), power_on=True),
+                                        VmChange("b", clone=CloneSpec("u"), power_on=True)]))
+    done = RunResult([], [VmOutcome("train-01", Outcome.CHANGED)], [], False)
+    rec.fleet([RunPart("east", "https://east/sdk", east, done), RunPart("west", "https://west/sdk", west),
+               RunPart("lab", "https://lab/sdk", None, None, "cannot reach vCenter at https://lab/sdk")])
+    rec.finish(1, "vCenter lab: cannot reach vCenter at https://lab/sdk")
+    data = json.loads(rec.history.path(rec.record.id).read_text())
+    assert [p["vcenter"] for p in data["vcenters"]] == ["east", "west", "lab"]
+    assert "plan" not in data and "result" not in data  # a fleet's run keeps them per vCenter
+    assert data["vcenters"][2] == {"vcenter": "lab", "url": "https://lab/sdk",
+                                   "error": "cannot reach vCenter at https://lab/sdk"}
+    record = record_from_json(data)
+    assert record.to_dict() == data
+    summary = listing(record).summary
+    assert summary is not None and summary.create == 3  # the sum of the vCenters' plans
+    lines = record_lines(record)
+    assert "vCenter east (https://east/sdk):" in lines and "  error: cannot reach vCenter at https://lab/sdk" in lines
+    assert any(line.startswith("    + vm train-01") for line in lines), lines
+    assert lines[lines.index("  Result:") + 1] == "    VMs changed: train-01"
+    page = run_page(record)
+    assert "vCenter west" in page and "https://lab/sdk error: cannot reach vCenter" in page
+
+
 def test_a_record_is_written_when_the_run_starts(tmp_path: Path) -> None:
     rec = recorder(tmp_path, "bbb222")
     data = json.loads(rec.history.path(rec.record.id).read_text())

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from vgpuctl.reports.apply import ApplyReport
     from vgpuctl.reports.fleet import FleetApplyReport, FleetPlanReport
     from vgpuctl.reports.plan import PlanReport
+    from vgpuctl.reports.runs import RunPart
     from vgpuctl.scope import Scope
 
 InventoryFile = Annotated[
@@ -195,7 +196,8 @@ def _plan(opts: GlobalOptions, file: Path, scope: Scope | None, run_id: str, tof
 
     inventory = common.load_inventory(opts, file, outputs)
     if inventory.is_fleet or fleet_scoped:
-        return plan_fleet(opts, file, inventory, scope, PlanFlags(out, explain, detailed_exitcode, events, tofu))
+        return plan_fleet(opts, file, inventory, scope, PlanFlags(out, explain, detailed_exitcode, events, tofu,
+                                                                  record))
     options = common.run_options(opts, inventory, trust_on_first_use=tofu, scope=scope, run_id=run_id)
     with cli_events.event_stream(events, opts, options.run_id, record.event if record else None) as stream:
         if stream is not None:
@@ -326,7 +328,8 @@ def apply_cmd(
     with recording("apply", opts, no_history, file, run_id) as record:
         saved, inventory, shown = load_request(opts, saved_plan, file, scope, outputs)
         if inventory.is_fleet or vcenter:
-            flags = ApplyFlags(yes, parallel, keep_going, ssh_trust_on_first_use, allow_destroy, events, window)
+            flags = ApplyFlags(yes, parallel, keep_going, ssh_trust_on_first_use, allow_destroy, events, window,
+                               record)
             return apply_fleet(opts, inventory, (saved, saved_plan, shown), scope, flags)
         scope = saved_plan_scope(saved, saved_plan, shown, scope, record)
         options = common.run_options(opts, inventory, parallel=parallel, keep_going=keep_going,
@@ -562,6 +565,7 @@ class PlanFlags:
     detailed_exitcode: bool
     events: str | None
     trust_on_first_use: bool
+    record: Recorder | None = None  # the run history's record of this run
 
 
 @dataclass
@@ -573,6 +577,7 @@ class ApplyFlags:
     allow_destroy: bool
     events: str | None
     deadline: Deadline | None = None  # --deadline: the end of the change window, the same for every vCenter
+    record: Recorder | None = None  # the run history's record of this run
 
 
 def refuse_fleet_events(events: str | None) -> None:
@@ -593,6 +598,10 @@ def plan_fleet(opts: GlobalOptions, file: Path, inventory: Inventory, scope: Sco
     options = common.run_options(opts, None, trust_on_first_use=flags.trust_on_first_use, scope=scope)
     runs = fleetrun.plan_fleet(parts, cli_fleet.fleet_settings(opts, parts), options)
     report = fleet_plan_document(runs, left_out, opts)
+    if flags.record is not None:
+        from vgpuctl.reports.runs import RunPart
+
+        flags.record.fleet([RunPart(p.vcenter, p.url, p.plan, None, p.error) for p in report.vcenters])
     if opts.json:
         common.emit(report, opts)
     else:
@@ -665,9 +674,11 @@ def apply_fleet(opts: GlobalOptions, inventory: Inventory, saved: tuple[SavedPla
 
     request = pipeline.RunRequest(saved=plan, saved_path=path, allow_destroy=flags.allow_destroy,
                                   plan_document=plan_section)
-    hooks = FleetCliHooks(opts, yes=flags.yes)  # shows the plan made again: a saved one is the same
+    hooks = FleetCliHooks(opts, yes=flags.yes, record=flags.record)  # shows the plan made again: a saved one too
     planned = fleetrun.run_fleet(parts, settings, options, request, hooks, left_out, fleet_plan_section)
     report = fleet_apply_document(planned, opts)
+    if flags.record is not None:
+        flags.record.fleet(fleet_run_parts(planned, opts))
     if hooks.began or any(r.failure() is not None for r in planned.parts):
         from vgpuctl.reports.fleet import render_fleet_apply_summary
 
@@ -702,6 +713,19 @@ def fleet_apply_document(planned: FleetPlanned, opts: GlobalOptions) -> FleetApp
     return fleet_apply_report(parts, failed, interrupted, planned.out_of_scope)
 
 
+def fleet_run_parts(planned: FleetPlanned, opts: GlobalOptions) -> list[RunPart]:
+    """Each vCenter's part of a fleet's apply for the run's record: its plan, what the apply did, its failure."""
+    from vgpuctl.reports.runs import RunPart, run_result
+
+    parts = []
+    for r in planned.parts:
+        plan = plan_document(r.planned, opts) if r.planned is not None else None
+        applied = r.outcome is not None and r.outcome.applied is not None
+        result = run_result(apply_document(r.outcome, opts)) if r.outcome is not None and applied else None
+        parts.append(RunPart(r.name, r.url, plan, result, cli_fleet.error_text(r.error)))
+    return parts
+
+
 def raise_for_fleet(planned: FleetPlanned) -> None:
     """Exit 130 when Ctrl-C stopped the apply, 1 when a vCenter's part failed."""
     from vgpuctl.errors import Interrupted
@@ -719,12 +743,15 @@ class FleetCliHooks:
 
     opts: GlobalOptions
     yes: bool = False
+    record: Recorder | None = None  # the run history's record of this run
     report: FleetPlanReport | None = field(default=None, init=False)
     display: ApplyDisplay | None = field(default=None, init=False)
     began: bool = field(default=False, init=False)
 
     def planned(self, planned: FleetPlanned) -> None:
         self.report = fleet_plan_document(planned.parts, planned.out_of_scope, self.opts)
+        if self.record is not None:  # kept also when the apply is declined or refused
+            self.record.fleet(fleet_run_parts(planned, self.opts))
         show_plan(self.report, self.opts)
 
     def confirm(self, planned: FleetPlanned) -> None:

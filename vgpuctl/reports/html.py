@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from vgpuctl.reports.fleet import FleetStatusReport
     from vgpuctl.reports.plan import Disruption, HostDiff, PlanReport, VmDiff
-    from vgpuctl.reports.runs import RunRecord
+    from vgpuctl.reports.runs import RunPart, RunRecord
     from vgpuctl.reports.status import StatusGpu, StatusHost, StatusReport
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -179,6 +179,12 @@ def plan_layout(report: PlanReport) -> dict[str, Any]:
             "waves": waves, "window": window}
 
 
+def _part_fact(part: RunPart) -> str:
+    """A fleet run's part on its run page: its URL, its plan's counts, its error."""
+    said = [part.url, *(plantext.summary_lines(part.plan) if part.plan is not None else [])]
+    return " ".join([*said, f"error: {part.error}"] if part.error else said)
+
+
 def run_page(record: RunRecord) -> str:
     """`vgpuctl runs show RUN --html`: the plan page with the run's facts, outcome and events."""
     facts = [("run", record.id), ("command", record.command), ("state", str(record.state)),
@@ -188,6 +194,7 @@ def run_page(record: RunRecord) -> str:
              ("inventory sha256", record.inventory_sha256 or "-"), ("vCenter", record.vcenter or "-")]
     if record.error:
         facts.append(("error", record.error))
+    facts += [(f"vCenter {p.vcenter}", _part_fact(p)) for p in record.vcenters or []]
     report = record.plan if record.plan is not None else plantext.PlanReport(
         [], [], [], [], [], plantext.PlanSummary(0, 0, 0, 0, 0, 0, 0, 0, 0))
     return plan_page(report, facts, title=f"vgpuctl {record.command} run {record.id}", record=record)

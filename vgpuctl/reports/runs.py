@@ -8,7 +8,7 @@ vgpuctl.history writes it redacted, the vCenter URL without user info.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -75,6 +75,18 @@ def run_result(report: ApplyReport) -> RunResult:
 
 
 @dataclass
+class RunPart:
+    """A fleet run's part in one of its vCenters: its plan, what the apply did there, or why the part failed
+    (one line: the vCenter could not be read, refused, or its plan has errors)."""
+
+    vcenter: str  # its name in the inventory
+    url: str
+    plan: PlanReport | None = field(default=None, metadata={"omit_none": True})
+    result: RunResult | None = field(default=None, metadata={"omit_none": True})
+    error: str | None = field(default=None, metadata={"omit_none": True})
+
+
+@dataclass
 class RunRecord(Report):
     """One run of `plan`, `apply` or `provision` as the history keeps it. `id` names the record (its start time
     and the run's id), `run_id` the run as its events, host work records and leases name it; times are UTC."""
@@ -98,6 +110,7 @@ class RunRecord(Report):
     plan_file: str | None = field(default=None, metadata={"omit_none": True})  # `apply PLANFILE`: the plan applied
     plan: PlanReport | None = field(default=None, metadata={"omit_none": True})
     result: RunResult | None = field(default=None, metadata={"omit_none": True})
+    vcenters: list[RunPart] | None = field(default=None, metadata={"omit_none": True})  # a fleet's run: its parts
     events: list[RunEvent] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,9 +157,17 @@ class RunsReport(Report):
 
 
 def listing(record: RunRecord) -> RunListing:
-    summary = record.plan.summary if record.plan is not None else None
+    summary = record.plan.summary if record.plan is not None else fleet_summary(record.vcenters)
     return RunListing(record.id, record.run_id, record.command, record.state, record.user, record.started,
                       record.ended, record.exit_code, record.inventory, record.vcenter, summary)
+
+
+def fleet_summary(parts: list[RunPart] | None) -> PlanSummary | None:
+    """A fleet run's counts: the sum of its vCenters' plans (None when none was planned)."""
+    plans = [p.plan for p in parts or [] if p.plan is not None]
+    if not plans:
+        return None
+    return PlanSummary(**{f.name: sum(getattr(p.summary, f.name) for p in plans) for f in fields(PlanSummary)})
 
 
 def record_from_json(data: Any) -> RunRecord:
@@ -205,8 +226,20 @@ def record_lines(r: RunRecord, full: bool = False) -> list[str]:
         lines += ["Plan:", *(f"  {line}" for line in plan_lines(r.plan, full))]
     if r.result is not None:
         lines += ["Result:", *result_lines(r.result, full)]
+    for part in r.vcenters or []:
+        lines += [f"vCenter {part.vcenter} ({part.url}):", *part_lines(part, full)]
     if r.events:
         lines += ["Events:", *(f"  {event_line(e)}" for e in r.events)]
+    return lines
+
+
+def part_lines(part: RunPart, full: bool) -> list[str]:
+    """A fleet run's part as `record_lines` shows a run of one vCenter, indented under its vCenter."""
+    lines = [f"  error: {part.error}"] if part.error else []
+    if part.plan is not None:
+        lines += ["  Plan:", *(f"    {line}" for line in plan_lines(part.plan, full))]
+    if part.result is not None:
+        lines += ["  Result:", *(f"  {line}" for line in result_lines(part.result, full))]
     return lines
 
 
