@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -428,6 +429,44 @@ def test_read_only_commands_have_a_section_per_vcenter(pair: tuple[Any, Any], tm
     assert f"host {H1}" in down.stdout and f"host {H2}" in down.stdout  # east's section complete
     assert "Fleet: 2 vCenters; failed: west" in down.stdout
     assert down.stderr.strip().splitlines()[-1].startswith("error: vCenter west: ")
+
+
+def test_ctrl_c_stops_every_vcenters_part_and_leaves_no_lock_in_either(pair: tuple[Any, Any],
+                                                                        tmp_path: Path) -> None:
+    """The first Ctrl-C during a fleet's apply: no new step starts in any vCenter, the steps in flight finish,
+    each vCenter's summary says what was left, exit 130; no lease or VM claim of the run stays in either vCenter
+    and its record says it was interrupted, with each vCenter's part."""
+    east, west = pair
+    for sim, names in ((east, ["train-01"]), (west, ["train-01", "infer-01"])):
+        for name in names:
+            sim.delay(name, "ReconfigVM_Task", 3.0)
+    inv = write_inventory(pair, tmp_path / "fleet.yaml")
+    state = tmp_path / "state"
+    variables = {k: v for k, v in os.environ.items() if not k.startswith(("VGPUCTL_", "GOVC_"))}
+    variables |= env(east, west, XDG_STATE_HOME=str(state))
+    proc = subprocess.Popen([sys.executable, "-m", "vgpuctl", "apply", "-f", str(inv), "--yes", "--parallel", "1"],
+                            env=variables, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list[str] = []
+    assert proc.stderr is not None
+    for line in proc.stderr:  # progress lines, one per step change
+        seen.append(line)
+        if "east/train-01: reconfigure" in line:
+            break
+    else:
+        raise AssertionError("the apply ended before east's VM was reconfigured: " + "".join(seen))
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=300)
+    err = "".join(seen) + err
+    assert proc.returncode == 130, out + err
+    assert "interrupted: no new step starts" in err and "Apply interrupted" in out
+    assert vgpus(east, "train-01") == ["grid_a100-20c"]  # its reconfigure was in flight: it finished
+    assert vgpus(west, "train-01") == [] or vgpus(west, "infer-01") == []  # one at a time: one never started
+    for sim, hosts in ((east, (H1, H2)), (west, (W1, W2))):
+        assert claim_folders(sim) == set()
+        assert [lease_run(sim, h) for h in hosts] == [None, None]
+    runs = CliRunner().invoke(app, ["-o", "json", "runs"], env={"XDG_STATE_HOME": str(state)})
+    (record,) = json.loads(runs.stdout)["runs"]
+    assert record["state"] == "interrupted" and record["exit_code"] == 130
 
 
 def test_the_fleets_status_page_in_a_browser(pair: tuple[Any, Any], tmp_path: Path) -> None:
