@@ -5,6 +5,7 @@ Not a test: the benchmarks print figures; bench/README.md records them with the 
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -93,3 +94,16 @@ def load_note() -> str:
 def vgpuctl_bin() -> str:
     here = Path(sys.executable).parent / "vgpuctl"
     return str(here) if here.exists() else "vgpuctl"
+
+
+def farm_size_args(description: str) -> argparse.Namespace:
+    """--hosts, --gpus and --repeat of a bench over one gpusim farm; --smoke: 2 hosts x 2 GPUs, one repeat."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--hosts", type=int, default=64)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true", help="2 hosts x 2 GPUs, one repeat: does it run")
+    args = parser.parse_args()
+    if args.smoke:
+        args.hosts, args.gpus, args.repeat = 2, 2, 1
+    return args

@@ -9,12 +9,11 @@ and `reports.metrics.build_families` on its result. Round trips are counted by t
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 from typing import Any
 
-from _common import a100_farm, gpusim, load_note, settings, timed
+from _common import a100_farm, farm_size_args, gpusim, load_note, settings, timed
 
 
 def farm(hosts: int, gpus: int) -> dict[str, Any]:
@@ -43,14 +42,7 @@ def read_once(sim: Any, window_s: float) -> tuple[float, int, int, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=64)
-    parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--smoke", action="store_true", help="2 hosts x 2 GPUs, one repeat: does it run")
-    args = parser.parse_args()
-    if args.smoke:
-        args.hosts, args.gpus, args.repeat = 2, 2, 1
+    args = farm_size_args(__doc__.splitlines()[0])
 
     with gpusim(farm(args.hosts, args.gpus)) as sim:
         print(f"farm: {args.hosts} hosts x {args.gpus} GPUs; {load_note()}", flush=True)

@@ -10,13 +10,12 @@ Round trips are counted by the session, QueryPerf calls by gpusim; medians of --
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import time
 from typing import Any
 
-from _common import a100_farm, cli_env, gpusim, load_note, settings, timed, vgpuctl_bin
+from _common import a100_farm, cli_env, farm_size_args, gpusim, load_note, settings, timed, vgpuctl_bin
 
 
 def read_once(session: Any, sim: Any, observed: Any, seconds: float | None) -> tuple[float, int, int, int, int]:
@@ -42,14 +41,7 @@ def run_cli(sim: Any, *extra: str) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--hosts", type=int, default=64)
-    parser.add_argument("--gpus", type=int, default=8)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--smoke", action="store_true", help="2 hosts x 2 GPUs, one repeat: does it run")
-    args = parser.parse_args()
-    if args.smoke:
-        args.hosts, args.gpus, args.repeat = 2, 2, 1
+    args = farm_size_args(__doc__.splitlines()[0])
 
     with gpusim(a100_farm(args.hosts, args.gpus, 0)) as sim:
         from vgpuctl.vsphere.observe import observe
