@@ -36,7 +36,7 @@ from vgpuctl import filelimits, yamlout
 from vgpuctl.errors import InventoryError, InventoryErrors, UsageError
 from vgpuctl.inventory.checks import error_order
 from vgpuctl.inventory.ranges import expand_name
-from vgpuctl.inventory.schema import API_VERSION, Inventory
+from vgpuctl.inventory.schema import API_VERSION, Inventory, entry_vcenter
 from vgpuctl.inventory.yamlpos import KeyPath, PositionedYaml, Sources, read_yaml, read_yaml_text
 
 INCLUDE, OVERLAYS, ADD, API_KEY = "include", "overlays", "add", "apiVersion"
@@ -564,16 +564,13 @@ class _Composer:
         return found
 
     def vcenter_of(self, entry: dict[str, Any]) -> str | None:
-        """The fleet's vCenter of a merged entry as the inventory will say (`Inventory.vcenter_of`): the one it
-        names, else `default_vcenter`, else the only one listed; None in a single-vCenter inventory."""
-        named, listed = entry.get("vcenter"), self.data.get("vcenters")
-        if isinstance(named, str) or not isinstance(listed, list) or not listed:
-            return named if isinstance(named, str) else None
-        default = self.data.get("default_vcenter")
-        if isinstance(default, str):
-            return default
-        only = listed[0].get("name") if len(listed) == 1 and isinstance(listed[0], dict) else None
-        return only if isinstance(only, str) else None
+        """The fleet's vCenter of a merged entry, by the inventory's rule (`entry_vcenter`) on the merged data
+        (values of the wrong type count as absent: the schema reports them)."""
+        listed = self.data.get("vcenters")
+        names = [v.get("name") for v in listed if isinstance(v, dict)] if isinstance(listed, list) else []
+        named, default = entry.get("vcenter"), self.data.get("default_vcenter")
+        return entry_vcenter(named if isinstance(named, str) else None, [n for n in names if isinstance(n, str)],
+                             default if isinstance(default, str) else None)
 
     def range_hint(self, name: Hashable) -> str:
         for raw, indices in self.by_name["vms"].items():

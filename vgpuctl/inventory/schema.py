@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import typing
 import unicodedata
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import Field, PrivateAttr, create_model, field_validator, model_validator
@@ -390,6 +391,16 @@ class GuestsSpec(StrictModel):
 # ------------------------------------------------------------------------------------------- inventory
 
 
+def entry_vcenter(named: str | None, vcenters: Sequence[str], default: str | None) -> str | None:
+    """The vCenter an entry belongs to: the one it names, else the file's default_vcenter, else the only one
+    the file lists; None in a single-vCenter inventory (and for an entry of several no default settles)."""
+    if named is not None or not vcenters:
+        return named
+    if default is not None:
+        return default
+    return vcenters[0] if len(vcenters) == 1 else None
+
+
 class Inventory(StrictModel):
     api_version: Literal["vgpuctl/v1"] = Field(alias="apiVersion")
     allow_destroy: bool = False  # VMs with state: absent may be destroyed without apply --allow-destroy
@@ -425,13 +436,8 @@ class Inventory(StrictModel):
         return bool(self.vcenters)
 
     def vcenter_of(self, named: str | None) -> str | None:
-        """The vCenter an entry belongs to: the one it names, else the file's default_vcenter, else the only one
-        the file lists; None in a single-vCenter inventory (and for an entry of several no default settles)."""
-        if named is not None or not self.vcenters:
-            return named
-        if self.default_vcenter is not None:
-            return self.default_vcenter
-        return self.vcenters[0].name if len(self.vcenters) == 1 else None
+        """The vCenter an entry belongs to (`entry_vcenter`)."""
+        return entry_vcenter(named, [v.name for v in self.vcenters], self.default_vcenter)
 
     @property
     def composed_from(self) -> list[str]:

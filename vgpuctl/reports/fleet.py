@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vgpuctl.reports.apply import ApplyReport, render_apply_summary
@@ -179,7 +179,7 @@ class FleetExportReport(Report):
 def fleet_plan_report(parts: Sequence[FleetPlanPart], out_of_scope: Sequence[str] = ()) -> FleetPlanReport:
     """The fleet's plan from each vCenter's plan report (None and its error for a vCenter not read)."""
     plans = [p.plan for p in parts if p.plan is not None]
-    total = PlanSummary(**{f.name: sum(getattr(p.summary, f.name) for p in plans) for f in fields(PlanSummary)})
+    total = PlanSummary.total(p.summary for p in plans)
     failed = [p.vcenter for p in parts if p.plan is None or p.plan.errors]
     return FleetPlanReport(list(parts), total, failed, list(out_of_scope))
 

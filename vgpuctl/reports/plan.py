@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -188,6 +189,12 @@ class PlanSummary:
     vm_classes: int = 0  # VM classes to create, update or delete
     namespaces: int = 0  # supervisor namespaces whose VM classes change
     remove: int = 0  # VMs destroyed (state: absent)
+
+    @staticmethod
+    def total(summaries: Iterable[PlanSummary]) -> PlanSummary:
+        """The counts of several plans (a fleet's vCenters) added up."""
+        listed = list(summaries)
+        return PlanSummary(**{f.name: sum(getattr(s, f.name) for s in listed) for f in fields(PlanSummary)})
 
 
 @dataclass

@@ -8,7 +8,7 @@ vgpuctl.history writes it redacted, the vCenter URL without user info.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -167,7 +167,7 @@ def fleet_summary(parts: list[RunPart] | None) -> PlanSummary | None:
     plans = [p.plan for p in parts or [] if p.plan is not None]
     if not plans:
         return None
-    return PlanSummary(**{f.name: sum(getattr(p.summary, f.name) for p in plans) for f in fields(PlanSummary)})
+    return PlanSummary.total(p.summary for p in plans)
 
 
 def record_from_json(data: Any) -> RunRecord:
