@@ -40,11 +40,15 @@ def add_cookie(cookie: str | None) -> None:
         add_secret(value)
 
 
+def registered_secrets() -> list[str]:
+    """The values `add_secret` registered, longest first (the order `redact` replaces them in)."""
+    with _LOCK:
+        return sorted(_SECRET_VALUES, key=len, reverse=True)
+
+
 def redact(text: str) -> str:
     """`text` with every registered secret value replaced."""
-    with _LOCK:
-        secrets = sorted(_SECRET_VALUES, key=len, reverse=True)
-    for secret in secrets:
+    for secret in registered_secrets():
         text = text.replace(secret, REDACTED)
     return text
 

@@ -144,6 +144,28 @@ def test_a_record_holds_no_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert "***" in data["error"] and "***" in data["events"][0]["message"]
 
 
+@pytest.mark.parametrize("secret", ['pa"ss\\word', "pässwörd-ü", "tab\tsecret", "plain-secret"])
+def test_a_secret_that_json_escapes_is_redacted_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      secret: str) -> None:
+    """The record is checked for secrets as JSON text, where quotes, backslashes, tabs and non-ASCII letters are
+    escaped: each of those must still be found and redacted."""
+    monkeypatch.setattr(trace, "_SECRET_VALUES", set())
+    trace.add_secret(secret)
+    rec = recorder(tmp_path, "eee555")
+    rec.finish(1, f"vCenter refused the password {secret} at login")
+    text = rec.history.path(rec.record.id).read_text()
+    assert secret not in text and json.dumps(secret)[1:-1] not in text
+    assert json.loads(text)["error"] == "vCenter refused the password *** at login"
+
+
+def test_a_record_without_secrets_is_written_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(trace, "_SECRET_VALUES", set())
+    trace.add_secret("s3cr3t-Pa55")
+    assert not history.needs_redacting(json.dumps({"a": "https://vc.example/sdk", "b": ["s3cr3t"]}))
+    assert history.needs_redacting(json.dumps({"a": ["x", {"b": "at https://u:p@vc/sdk"}]}))
+    assert history.needs_redacting(json.dumps({"s3cr3t-Pa55": 1}))
+
+
 def test_runs_at_the_same_time_each_keep_their_record(tmp_path: Path) -> None:
     ids = [f"par{i:02d}" for i in range(16)]
     start = threading.Barrier(len(ids))
