@@ -9,6 +9,7 @@ from vgpuctl.settings.nvlink import NVLINK
 from vgpuctl.settings.pvrdma import PVRDMA_FIREWALL, PVRDMA_VMKNIC
 from vgpuctl.settings.scheduler import SCHEDULER
 from vgpuctl.settings.sriov import SRIOV
+from vgpuctl.settings.vgpu_manager import VGPU_MANAGER
 
 __all__ = ["ASSIGNMENT_POLICY", "DEFAULT_TYPE", "ECC", "GPU_TYPE", "MIG", "NVLINK", "PVRDMA_FIREWALL", "PVRDMA_VMKNIC",
-           "SCHEDULER", "SRIOV", "VGPU_MODE"]
+           "SCHEDULER", "SRIOV", "VGPU_MANAGER", "VGPU_MODE"]

@@ -45,12 +45,13 @@ POLL_S = 0.05
 WAIT_POLLS = 2400  # a bound on polls, not on time
 
 
-def farm(vms_per_host: int = 1, reboot_s: float = 0.5, image: bool = False) -> dict[str, Any]:
+def farm(vms_per_host: int = 1, reboot_s: float = 0.5, image: bool = False,
+         users: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     vms = [{"name": f"train-{i * vms_per_host + j + 1:02d}", "host": h, "cpus": 4, "memory_mb": 8192,
             "firmware": "efi", "memory_locked": True, "vgpus": ["grid_a100-40c"], "power_on": True}
            for i, h in enumerate(HOSTS) for j in range(vms_per_host)]
     return {
-        "datacenter": "DC0", "reboot_seconds": reboot_s,
+        "datacenter": "DC0", "reboot_seconds": reboot_s, "users": users or [],
         "clusters": [{"name": "GPU-Cluster", "hosts": 3, "gpus_per_host": 2, "model": "A100-40GB",
                       "graphics_type": "sharedDirect"}],
         "vms": vms,
@@ -360,3 +361,37 @@ def test_a_cluster_managed_by_an_image_upgrades_through_vlcm(sim: Any, tmp_path:
     assert compliance["status"] == "COMPLIANT", compliance
     code, out = run(sim, tmp_path, text, "plan", "--detailed-exitcode")
     assert code == 0, out
+
+
+VLCM = ["VcIntegrity.lifecycleSoftwareSpecification.Write", "VcIntegrity.lifecycleSoftwareRemediation.Write",
+        "VcIntegrity.lifecycleHealth.Read", "VcIntegrity.lifecycleSettings.Write"]
+
+
+def _all_but_vlcm() -> list[str]:
+    from vgpuctl.preflight.privileges import OPERATIONS
+
+    return sorted({p for op in OPERATIONS for p in op.privileges} - set(VLCM))
+
+
+@pytest.mark.parametrize("sim", [{"image": True, "users": [
+    {"name": "no-vlcm", "password": "secret-1", "privileges": _all_but_vlcm()},
+    {"name": "upgrader", "password": "secret-2", "privileges": _all_but_vlcm() + VLCM}]}], indirect=True)
+def test_a_role_without_the_image_privileges_is_refused_at_plan_time(sim: Any, tmp_path: Path) -> None:
+    """An upgrade through a cluster's vLCM image asks the image privileges on the cluster: a role without them is
+    refused before anything changes, naming each and the cluster (gpusim answers HasPrivilegeOnEntities for the
+    farm file's users from their lists); the role with them plans the window."""
+    text = inventory(VMS, source=f"{{url: {URL.replace('.zip', '/index.xml')}}}")
+    (tmp_path / "inv.yaml").write_text(text)
+    for user, password, code in (("no-vlcm", "secret-1", 1), ("upgrader", "secret-2", 0)):
+        environment = env(sim, tmp_path) | {"VGPUCTL_USERNAME": user, "VGPUCTL_PASSWORD": password}
+        proc = subprocess.run([sys.executable, "-m", "vgpuctl", "plan", "-f", str(tmp_path / "inv.yaml")],
+                              env=environment, capture_output=True, text=True)
+        assert proc.returncode == code, proc.stdout + proc.stderr
+        refused = [line for line in (proc.stdout + proc.stderr).splitlines()
+                   if "privileges.host-vgpu_manager-beyond-host" in line]
+        if code:
+            assert refused and all(p in refused[0] for p in VLCM), proc.stdout + proc.stderr
+            assert "on cluster GPU-Cluster" in refused[0] and "the root folder" in refused[0], refused
+        else:
+            assert not refused and "vGPU Manager 550.90.05 -> 580.65.05" in proc.stdout, proc.stdout
+    assert not any(h["inMaintenance"] for h in sim.hosts())

@@ -229,6 +229,40 @@ def test_network_settings_and_customization_need_their_own_privileges() -> None:
     assert ("vm-customize", "template tmpl") not in by
 
 
+def manager_change(route: str, location: str, component: str = "") -> HostChange:
+    from vgpuctl.settings.vgpu_manager import ManagerTarget, Route
+
+    target = ManagerTarget("580.65.05", Route(route), location, component, cluster="domain-c7" if route == "vlcm"
+                           else "")
+    return HostChange("esx-01", kinds.VGPU_MANAGER, "host", "550.90.05", target, Phase.REBOOT)
+
+
+IMAGE_PRIVILEGES = {"VcIntegrity.lifecycleSoftwareSpecification.Write",
+                    "VcIntegrity.lifecycleSoftwareRemediation.Write", "VcIntegrity.lifecycleHealth.Read"}
+
+
+@pytest.mark.parametrize(("route", "location", "component", "on_cluster", "on_vcenter"), [
+    ("vlcm", "https://depot.example.com/nvd/index.xml", "", IMAGE_PRIVILEGES, {"VcIntegrity.lifecycleSettings.Write"}),
+    ("vlcm", "https://depot.example.com/nvd/index.xml", "NVD-AIE-800", IMAGE_PRIVILEGES, None),  # vCenter has it
+    ("vlcm", "https://depot.example.com/NVD-AIE-800_580.65.05.zip", "", IMAGE_PRIVILEGES, None),  # named by none
+    ("esxcli", "/vmfs/volumes/ds1/NVD-AIE-800_580.65.05.zip", "NVD-AIE-800", None, None),
+])
+def test_a_manager_upgrade_through_vlcm_needs_the_image_privileges_on_its_cluster(
+        route: str, location: str, component: str, on_cluster: set[str] | None, on_vcenter: set[str] | None) -> None:
+    needs = privileges.needs(Plan(host_changes=[manager_change(route, location, component)]), farm(), None, PLACES)
+    by = {(n.operation.key, n.entity): set(n.privileges) for n in needs}
+    op = "host-vgpu_manager-beyond-host"
+    assert by.get((op, ("ClusterComputeResource", "domain-c7"))) == on_cluster
+    assert by.get((op, PLACES.root)) == on_vcenter
+    assert by[("host-vgpu_manager", ("HostSystem", "host-1"))] == {"Host.Config.Image"}
+    if on_cluster:
+        granted = {(n.entity[1], p): True for n in needs for p in n.privileges}
+        granted[("domain-c7", "VcIntegrity.lifecycleHealth.Read")] = False
+        found = {c.id: c for c in privileges.privilege_checks(needs, granted)}
+        assert found[f"privileges.{op}"].status == CheckStatus.FAIL
+        assert found[f"privileges.{op}"].evidence.startswith("missing VcIntegrity.lifecycleHealth.Read on cluster C")
+
+
 def test_privilege_requests_merge_while_cheap() -> None:
     vms = [privileges.Need(privileges.VM_RECONFIGURE, ("VirtualMachine", f"vm-{i}"), f"vm {i}",
                            ("VirtualMachine.Config.AddRemoveDevice",) + (("VirtualMachine.Config.CPUCount",)

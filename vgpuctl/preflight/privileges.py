@@ -18,7 +18,8 @@ from vgpuctl.hosts.evacuation import needs_maintenance
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import EvacuationAction, HostChange, Observed, Plan, VmChange, folder_path
 from vgpuctl.preflight.check import PreflightCheck
-from vgpuctl.settings import step_of
+from vgpuctl.settings import setting_of, step_of
+from vgpuctl.settings.base import PrivilegePlace
 
 Entity = tuple[str, str]  # (vim type name, moid)
 
@@ -76,12 +77,23 @@ LOCKDOWN_EXCEPTIONS = Operation(
 HOST_PACKAGES = Operation("host-packages", "read each host's vGPU Manager version (`preflight`; else over SSH)",
                           ("FetchSoftwarePackages",), ("Host.Config.Image",), optional=True)
 
+BEYOND_HOST = "beyond-host"  # the key suffix of a setting's operation on other objects than its host
+
+
 def setting_operations() -> tuple[Operation, ...]:
-    """The operations of the host settings that need vCenter privileges of their own (the registry says which)."""
+    """The operations of the host settings that need vCenter privileges of their own (the registry says which):
+    on the host, and for some on other objects (`host-KEY-beyond-host`)."""
     from vgpuctl.settings import SETTINGS
 
-    return tuple(Operation(f"host-{s.key}", s.privileges.what, s.privileges.methods, s.privileges.privileges)
-                 for s in SETTINGS if s.privileges is not None)
+    out = []
+    for s in SETTINGS:
+        if s.privileges is None:
+            continue
+        out.append(Operation(f"host-{s.key}", s.privileges.what, s.privileges.methods, s.privileges.privileges))
+        beyond = s.privileges.beyond_host
+        if beyond is not None:
+            out.append(Operation(f"host-{s.key}-{BEYOND_HOST}", beyond.what, beyond.methods, beyond.privileges))
+    return tuple(out)
 
 
 def _own_privileges() -> dict[ChangeKind, Operation]:
@@ -89,6 +101,14 @@ def _own_privileges() -> dict[ChangeKind, Operation]:
 
     ops = {op.key: op for op in setting_operations()}
     return {kind: ops[f"host-{s.key}"] for s in SETTINGS if s.privileges is not None for kind in s.kinds}
+
+
+def _beyond_host_operations() -> dict[ChangeKind, Operation]:
+    from vgpuctl.settings import SETTINGS
+
+    ops = {op.key: op for op in setting_operations()}
+    return {kind: ops[f"host-{s.key}-{BEYOND_HOST}"] for s in SETTINGS
+            if s.privileges is not None and s.privileges.beyond_host is not None for kind in s.kinds}
 
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -180,6 +200,7 @@ def _clone_needs(change: VmChange, observed: Observed, places: Places, folder: E
 
 
 OWN_PRIVILEGES = _own_privileges()  # change kind -> the operation of the setting that plans it
+BEYOND_HOST_OPERATIONS = _beyond_host_operations()  # change kind -> its setting's operation beyond the host
 
 
 def _host_needs(plan: Plan, observed: Observed, places: Places) -> list[Need]:
@@ -195,10 +216,28 @@ def _host_needs(plan: Plan, observed: Observed, places: Places) -> list[Need]:
             out.append(Need(HOST_SETTINGS, entity, label, HOST_SETTINGS.privileges))
         for op in dict.fromkeys(OWN_PRIVILEGES[k] for k in sorted(own)):
             out.append(Need(op, entity, label, op.privileges))
+        out += _beyond_host_needs(changes, observed, places)
         out += _evacuation_needs(changes, observed)
     if plan.host_changes:
         out.append(Need(WORK_RECORDS, places.root, "the root folder", WORK_RECORDS.privileges))
         out.append(Need(LEASES, places.root, "the root folder", LEASES.privileges))
+    return out
+
+
+def _beyond_host_needs(changes: Iterable[HostChange], observed: Observed, places: Places) -> list[Need]:
+    """What a host's changes ask on other objects than the host (its setting says: a cluster's vLCM image)."""
+    out = []
+    for c in changes:
+        op, setting = BEYOND_HOST_OPERATIONS.get(c.kind), setting_of(c.kind)
+        if op is None or setting is None:
+            continue
+        for need in setting.privileges_beyond_host(c):
+            if need.place == PrivilegePlace.CLUSTER:
+                host = observed.hosts.get(c.host)
+                name = host.cluster if host is not None and host.cluster else need.moid
+                out.append(Need(op, ("ClusterComputeResource", need.moid), f"cluster {name}", need.privileges))
+            else:
+                out.append(Need(op, places.root, "the root folder (vCenter's own operation)", need.privileges))
     return out
 
 

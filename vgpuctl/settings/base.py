@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from vgpuctl.domain import ChangeKind, CheckStatus, Phase
@@ -46,6 +47,25 @@ class SettingPrivileges:
 
     what: str
     methods: tuple[str, ...]
+    privileges: tuple[str, ...]
+    # what some of its changes ask on other objects than the host (a cluster, vCenter itself): its own row of
+    # the role table, the objects and privileges each change asks named by `privileges_beyond_host`
+    beyond_host: SettingPrivileges | None = None
+
+
+class PrivilegePlace(StrEnum):
+    """Where a privilege a change asks beyond its host is checked."""
+
+    CLUSTER = "cluster"  # the host's cluster (ClusterComputeResource)
+    VCENTER = "vcenter"  # an operation of vCenter's own, on no object: checked on the root folder
+
+
+@dataclass(frozen=True)
+class PrivilegeNeed:
+    """Privileges one change's apply asks on an object other than its host."""
+
+    place: PrivilegePlace
+    moid: str  # the cluster's moid (CLUSTER); "" for VCENTER
     privileges: tuple[str, ...]
 
 
@@ -281,6 +301,11 @@ class _Setting:
     def needs_shell(self, kind: ChangeKind) -> bool:
         """Planning or applying a change of this kind needs the ESXi shell."""
         return kind in self.shell_kinds
+
+    def privileges_beyond_host(self, change: HostChange) -> tuple[PrivilegeNeed, ...]:
+        """The privileges the change's apply asks on other objects than its host (`privileges.beyond_host`'s
+        row of the role table): none."""
+        return ()
 
     def param_written(self, change: HostChange) -> str | None:
         """The nvidia module parameter the change writes (the module must declare it); None when none."""

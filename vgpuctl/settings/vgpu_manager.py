@@ -45,6 +45,8 @@ from vgpuctl.settings.base import (
     HostSetting,
     HostWriter,
     PlanInput,
+    PrivilegeNeed,
+    PrivilegePlace,
     Reads,
     SettingPrivileges,
     SettingState,
@@ -252,15 +254,44 @@ def _pick(offered: Sequence[Offered], spec: ManagerSpec, where: str) -> tuple[Of
     return None, f"{where} does not hold NVIDIA's vGPU Manager {spec.version} (it holds {held})"
 
 
+# What vLCM's REST operations ask, as the vSphere Automation API reference names them for each: a draft of the
+# cluster's software, its components and its commit VcIntegrity.lifecycleSoftwareSpecification.Write; the apply
+# VcIntegrity.lifecycleSoftwareRemediation.Write with VcIntegrity.lifecycleHealth.Read, all on the cluster; adding
+# an online depot ("Esx Settings Depots Online create") VcIntegrity.lifecycleSettings.Write, an operation of
+# vCenter's own. The reference names no privilege for importing an offline bundle from a URL: not checked.
+IMAGE_CLUSTER_PRIVILEGES = ("VcIntegrity.lifecycleSoftwareSpecification.Write",
+                            "VcIntegrity.lifecycleSoftwareRemediation.Write", "VcIntegrity.lifecycleHealth.Read")
+ONLINE_DEPOT_PRIVILEGE = "VcIntegrity.lifecycleSettings.Write"
+IMAGE_PRIVILEGES = SettingPrivileges(
+    "the vGPU Manager of the hosts of a cluster a vLCM image manages: the image's draft, its commit and its apply, "
+    "and an online depot vCenter does not have yet (`vgpu_manager`)",
+    ("esx/settings/clusters/software/drafts", "commit", "software apply", "depots/online create"),
+    (*IMAGE_CLUSTER_PRIVILEGES, ONLINE_DEPOT_PRIVILEGE))
+
+
 class VgpuManager(HostSetting[ManagerSpec | None]):
     key = "vgpu_manager"
     schema: Any = ManagerSpec | None
     kinds = (VGPU_MANAGER,)
     reads = Reads(gpu_queries=(RUNNING_MANAGER,), shell=(GUEST_DRIVERS,), api=(SOFTWARE,), entry_shell=(DEPOT,))
     privileges = SettingPrivileges("the NVIDIA vGPU Manager of a host (`vgpu_manager`)", ("FetchSoftwarePackages",),
-                                   ("Host.Config.Image",))
+                                   ("Host.Config.Image",), beyond_host=IMAGE_PRIVILEGES)
     apply_step = MANAGER_STEP
     preflight_reads = True
+
+    def privileges_beyond_host(self, change: HostChange) -> tuple[PrivilegeNeed, ...]:
+        """Through vLCM: the cluster image's draft, commit and apply on the cluster; adding an online depot
+        vCenter does not have yet is an operation of vCenter's own."""
+        from vgpuctl.vsphere.lifecycle import offline_bundle
+
+        target = change.new
+        if not isinstance(target, ManagerTarget) or target.route != Route.LIFECYCLE or not target.cluster:
+            return ()
+        on_cluster = PrivilegeNeed(PrivilegePlace.CLUSTER, target.cluster, IMAGE_CLUSTER_PRIVILEGES)
+        needs: tuple[PrivilegeNeed, ...] = (on_cluster,)
+        if not target.component and not offline_bundle(target.location):
+            needs += (PrivilegeNeed(PrivilegePlace.VCENTER, "", (ONLINE_DEPOT_PRIVILEGE,)),)
+        return needs
 
     def reads_shell(self, spec: object) -> bool:
         entry = self.of(spec)

@@ -90,6 +90,11 @@ def host_software(session: Session, moid: str, host: str) -> tuple[list[tuple[st
 # ------------------------------------------------------------------------------------------ REST
 
 
+def offline_bundle(location: str) -> bool:
+    """A depot URL that names an offline bundle (imported into vCenter), not an online depot's index.xml."""
+    return location.lower().endswith(".zip")
+
+
 def client_for(session: Session) -> Lifecycle:
     """The session's Lifecycle client: one REST login, logged out when the session closes."""
     def make() -> Lifecycle:
@@ -177,7 +182,7 @@ class Lifecycle:
 
     def import_depot(self, location: str, timeout_s: float) -> None:
         """Import an offline bundle from a URL (a PULL), or add an online depot and sync it (an index.xml URL)."""
-        if location.lower().endswith(".zip"):
+        if offline_bundle(location):
             body = {"source_type": "PULL", "location": location, "description": "vgpuctl: NVIDIA vGPU Manager"}
             self.wait(self._send("POST", f"{SETTINGS}/depots/offline?vmw-task=true", body), timeout_s, "depot import")
         else:
