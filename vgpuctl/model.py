@@ -148,6 +148,7 @@ class ObservedHost:
     module_options: str = ""  # configured nvidia module option string
     resource_pool_moid: str = ""  # root resource pool of the host's cluster / compute resource (clone target)
     graphics_manager_moid: str = ""  # configManager.graphicsManager
+    image_config_manager_moid: str = ""  # configManager.imageConfigManager (the installed packages)
     environment_browser_moid: str = ""  # of the host's cluster / compute resource (QueryConfigTarget)
     custom_values: dict[str, str] = field(default_factory=dict)  # custom attribute name -> value (non-empty)
     device_groups: list[ObservedDeviceGroup] | None = None  # NVLink device groups, when they were read

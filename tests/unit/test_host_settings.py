@@ -62,6 +62,7 @@ NOT_SETTINGS = {
         "max_vgpus_per_vm": "VM checks (vSphere's per-VM limit)",
         "resource_pool_moid": "VM clones",
         "graphics_manager_moid": "vCenter calls",
+        "image_config_manager_moid": "vCenter calls (the installed packages: the exporter's vGPU Manager)",
         "environment_browser_moid": "vCenter calls (QueryConfigTarget, NVLink sets)",
         "custom_values": "work records and leases (vgpuctl.records.work, vgpuctl.vsphere.workrecord)",
         "device_groups": "VM apply: the NVLink device group names a grouped add attaches (vgpuctl.vms.apply)",

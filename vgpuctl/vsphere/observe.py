@@ -77,6 +77,7 @@ HOST_PROPS = [
     "config.sharedPassthruGpuTypes",
     "hardware.pciDevice",  # the lean reader keeps the GPUs graphicsInfo names, the NICs, the bridges above them
     "configManager.graphicsManager",
+    "configManager.imageConfigManager",  # the installed packages (the vGPU Manager): one call a host, no read
     "customValue",  # vgpuctl's unfinished host work and run leases (vgpuctl.vsphere.workrecord)
     "availableField",
     *HOST_NET_PROPS,  # physical NICs, SR-IOV and passthrough state, NUMA nodes (vsphere/netobserve.py)
@@ -430,6 +431,7 @@ def _host(objects: dict[str, Obj], obj: Obj, vm_keys: dict[str, str]) -> Observe
         resource_pool_moid=_moid(parent.get("resourcePool")) if parent is not None else "",
         environment_browser_moid=_moid(parent.get("environmentBrowser")) if parent is not None else "",
         graphics_manager_moid=_moid(obj.get("configManager.graphicsManager")),
+        image_config_manager_moid=_moid(obj.get("configManager.imageConfigManager")),
     )
     config = obj.get("config.graphicsConfig")
     if config is not None:

@@ -709,6 +709,7 @@ _HOST_CONVERT = {
     "config.pciPassthruInfo": _passthru_info,
     "hardware.numaInfo": _numa_info,
     "configManager.graphicsManager": _mo,
+    "configManager.imageConfigManager": _mo,
     "customValue": _custom_values,
     "availableField": _field_names,
     "network": _refs,
