@@ -175,13 +175,17 @@ func (b *farmBackend) VIBs(name string) ([][]string, error) {
 }
 
 // Apply is every write of the shell: a GPU mode through the farm's one GPU write, module options as
-// HostKernelModuleSystem sets them.
-func (b *farmBackend) Apply(host string, c esxsh.Change) (farm.Outcome, error) {
+// HostKernelModuleSystem sets them, components installed from a depot (software_wiring.go).
+func (b *farmBackend) Apply(host string, c esxsh.Change) (esxsh.Applied, error) {
 	switch c := c.(type) {
 	case esxsh.GPUChange:
-		return b.farm.SetGPU(host, c.PCIID, c.Setting)
+		outcome, err := b.farm.SetGPU(host, c.PCIID, c.Setting)
+		return esxsh.Applied{Outcome: outcome}, err
 	case esxsh.ModuleChange:
-		return farm.PendingReboot, b.farm.SetModuleOptions(host, c.Module, c.Options)
+		return esxsh.Applied{Outcome: farm.PendingReboot}, b.farm.SetModuleOptions(host, c.Module, c.Options)
+	case esxsh.InstallChange:
+		res, err := b.install(host, c.Depot, c.Names)
+		return esxsh.Applied{Outcome: farm.PendingReboot, Install: res}, err
 	}
-	return 0, fmt.Errorf("change %T: %w", c, farm.ErrInvalid)
+	return esxsh.Applied{}, fmt.Errorf("change %T: %w", c, farm.ErrInvalid)
 }

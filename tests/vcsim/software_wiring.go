@@ -1,7 +1,8 @@
 package main
 
 // Wiring of host software (internal/farm/software.go) into the ESXi shell: the farm-backed
-// esxsh.SoftwareBackend (depots, installs) and the running vGPUs with their guest drivers in the host's view.
+// esxsh.SoftwareBackend (depots) and the running vGPUs with their guest drivers in the host's view; installs are
+// one of Apply's changes (esxsh_wiring.go).
 
 import (
 	"errors"
@@ -26,8 +27,8 @@ func (b *farmBackend) DepotComponents(depot string) ([]esxsh.DepotComponent, err
 	return out, nil
 }
 
-// InstallFromDepot installs components of a depot on a host in maintenance mode.
-func (b *farmBackend) InstallFromDepot(host, depot string, names []string) (esxsh.InstallResult, error) {
+// install installs components of a depot on a host in maintenance mode (Apply's InstallChange).
+func (b *farmBackend) install(host, depot string, names []string) (esxsh.InstallResult, error) {
 	res, err := b.farm.InstallComponents(host, depot, names)
 	switch {
 	case errors.Is(err, farm.ErrUnreachable), errors.Is(err, farm.ErrNotFound) && strings.HasPrefix(err.Error(), "no depot"):

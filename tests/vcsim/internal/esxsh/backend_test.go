@@ -75,7 +75,7 @@ func (b *memBackend) setDown(name string, down bool) {
 	b.down[name] = down
 }
 
-func (b *memBackend) Apply(host string, c Change) (farm.Outcome, error) {
+func (b *memBackend) Apply(host string, c Change) (Applied, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	h := b.hosts[host]
@@ -83,20 +83,21 @@ func (b *memBackend) Apply(host string, c Change) (farm.Outcome, error) {
 	case GPUChange:
 		i := slices.IndexFunc(h.GPUs, func(g farm.GPUInfo) bool { return g.PCIID == c.PCIID })
 		if i < 0 {
-			return 0, fmt.Errorf("GPU %s: %w", c.PCIID, farm.ErrNotFound)
+			return Applied{}, fmt.Errorf("GPU %s: %w", c.PCIID, farm.ErrNotFound)
 		}
 		g := &h.GPUs[i]
-		return g.GPUState.Set(g.Model, len(g.VGPUs) > 0, c.Setting)
+		outcome, err := g.GPUState.Set(g.Model, len(g.VGPUs) > 0, c.Setting)
+		return Applied{Outcome: outcome}, err
 	case ModuleChange:
 		m, ok := h.Modules[c.Module]
 		if !ok {
-			return 0, fmt.Errorf("module %s: %w", c.Module, farm.ErrNotFound)
+			return Applied{}, fmt.Errorf("module %s: %w", c.Module, farm.ErrNotFound)
 		}
 		m.Configured = c.Options
 		h.Modules[c.Module] = m
-		return farm.PendingReboot, nil
+		return Applied{Outcome: farm.PendingReboot}, nil
 	}
-	return 0, fmt.Errorf("change %T: %w", c, farm.ErrInvalid)
+	return Applied{}, fmt.Errorf("change %T: %w", c, farm.ErrInvalid)
 }
 
 // configured is a module's configured option string.

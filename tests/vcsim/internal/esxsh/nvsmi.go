@@ -369,12 +369,12 @@ func smiSetMIG(s *Shell, c smiCall) Result {
 			out.WriteString("Treating as warning and moving on.\n")
 			continue
 		}
-		change, err := s.Backend.Apply(c.host.Name, GPUChange{PCIID: g.PCIID, Setting: farm.GPUSetting{Property: farm.GPUPropMIG, On: enable}})
+		applied, err := s.Backend.Apply(c.host.Name, GPUChange{PCIID: g.PCIID, Setting: farm.GPUSetting{Property: farm.GPUPropMIG, On: enable}})
 		if err != nil {
 			return Result{Stdout: out.String(),
 				Stderr: fmt.Sprintf("Unable to %s MIG Mode for GPU %s: %v\n", verb, g.BusID, err), Exit: exitUnknownError}
 		}
-		out.WriteString(RenderMIGSet(g, enable, change))
+		out.WriteString(RenderMIGSet(g, enable, applied.Outcome))
 	}
 	out.WriteString("All done.\n")
 	return Result{Stdout: out.String()}

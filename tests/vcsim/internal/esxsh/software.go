@@ -32,11 +32,11 @@ type VGPU struct {
 	GuestDriver string // "" when the guest reports none
 }
 
-// SoftwareBackend is an optional part of a Backend: depots and installs (the host must be in maintenance mode),
-// and the running vGPUs with the guest driver each VM reports.
+// SoftwareBackend is an optional part of a Backend: what depots hold and the running vGPUs with the guest driver
+// each VM reports. Its backend installs through Backend.Apply (InstallChange; the host must be in maintenance
+// mode).
 type SoftwareBackend interface {
 	DepotComponents(depot string) ([]DepotComponent, error)
-	InstallFromDepot(host, depot string, names []string) (InstallResult, error)
 	RunningVGPUs(host string) []VGPU
 }
 
@@ -59,11 +59,11 @@ func (s *Shell) software(h Host, path string, args []string) (Result, bool) {
 	if path == "software sources component list" {
 		return componentList(b, depot), true
 	}
-	res, err := b.InstallFromDepot(h.Name, depot, names)
+	applied, err := s.Backend.Apply(h.Name, InstallChange{Depot: depot, Names: names})
 	if err != nil {
 		return installError(err), true
 	}
-	return installResult(res, path == "software vib install"), true
+	return installResult(applied.Install, path == "software vib install"), true
 }
 
 func depotArgs(args []string) (string, []string, *Result) {

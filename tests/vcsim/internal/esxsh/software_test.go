@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gpusim/internal/farm"
 )
 
 // softBackend adds depots and installs to memBackend: one depot with NVIDIA's R580 component.
@@ -27,12 +29,18 @@ func (b *softBackend) DepotComponents(depot string) ([]DepotComponent, error) {
 	return []DepotComponent{{"NVD-AIE-800", "580.65.05-1OEM.800.1.0.20613240", "NVIDIA", "VMwareAccepted", "2025-08-12"}}, nil
 }
 
-func (b *softBackend) InstallFromDepot(host, depot string, names []string) (InstallResult, error) {
-	if !b.inMM {
-		return InstallResult{}, errors.New("[MaintenanceMode] maintenance mode required")
+// Apply installs from the depot; every other change is memBackend's.
+func (b *softBackend) Apply(host string, c Change) (Applied, error) {
+	install, ok := c.(InstallChange)
+	if !ok {
+		return b.memBackend.Apply(host, c)
 	}
-	b.installed = append(b.installed, depot+" "+strings.Join(names, ","))
-	return InstallResult{Installed: []string{"NVD-AIE-800_580.65.05-1OEM.800.1.0.20613240"}, RebootRequired: true}, nil
+	if !b.inMM {
+		return Applied{}, errors.New("[MaintenanceMode] maintenance mode required")
+	}
+	b.installed = append(b.installed, install.Depot+" "+strings.Join(install.Names, ","))
+	return Applied{Outcome: farm.PendingReboot, Install: InstallResult{
+		Installed: []string{"NVD-AIE-800_580.65.05-1OEM.800.1.0.20613240"}, RebootRequired: true}}, nil
 }
 
 func TestDepotComponentsAndInstalls(t *testing.T) {

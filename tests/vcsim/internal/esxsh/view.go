@@ -191,8 +191,8 @@ func nvidiaBusID(pciID string) string {
 	return fmt.Sprintf("%08s", strings.ToUpper(parts[0])) + ":" + strings.ToUpper(parts[1])
 }
 
-// Change is one write of the shell, applied by Backend.Apply: a GPU's mode (GPUChange) or a kernel module's
-// option string (ModuleChange).
+// Change is one write of the shell, applied by Backend.Apply: a GPU's mode (GPUChange), a kernel module's
+// option string (ModuleChange) or components installed from a depot (InstallChange).
 type Change interface{ change() }
 
 // GPUChange sets one mode of one GPU (nvidia-smi -mig, -e): which GPU, which property, which value.
@@ -207,8 +207,23 @@ type ModuleChange struct {
 	Module, Options string
 }
 
-func (GPUChange) change()    {}
-func (ModuleChange) change() {}
+// InstallChange installs components of a depot (esxcli software component apply, vib install); the host must be
+// in maintenance mode. No Names: every component the depot holds.
+type InstallChange struct {
+	Depot string
+	Names []string
+}
+
+func (GPUChange) change()     {}
+func (ModuleChange) change()  {}
+func (InstallChange) change() {}
+
+// Applied is what one change did: when a GPU change takes effect (a module change and an install: at the next
+// reboot), and what an install put on the host and took off it.
+type Applied struct {
+	Outcome farm.Outcome
+	Install InstallResult
+}
 
 // Backend is the state behind the shell. Every method is safe for concurrent use.
 type Backend interface {
@@ -221,8 +236,8 @@ type Backend interface {
 	VIBs(name string) ([][]string, error)
 	// Reachable reports whether the host is up (not powered off, not rebooting); SSH refuses otherwise.
 	Reachable(name string) bool
-	// Apply makes one change; a GPU change says when it takes effect (a module change: at the next reboot).
-	Apply(host string, c Change) (farm.Outcome, error)
+	// Apply makes one change, every write of the shell; what it did (Applied).
+	Apply(host string, c Change) (Applied, error)
 }
 
 // AccessBackend is an optional part of a Backend that models the host's SSH service and lockdown mode:
