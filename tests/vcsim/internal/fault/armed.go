@@ -43,23 +43,10 @@ func (t Target) requestedState() types.VirtualMachinePowerState {
 	return ""
 }
 
-// privileges vSphere checks for common methods (NoPermission.privilegeId).
-var privileges = map[string]string{
-	"PowerOnVM_Task": "VirtualMachine.Interact.PowerOn", "PowerOffVM_Task": "VirtualMachine.Interact.PowerOff",
-	"SuspendVM_Task": "VirtualMachine.Interact.Suspend", "ResetVM_Task": "VirtualMachine.Interact.Reset",
-	"ReconfigVM_Task": "VirtualMachine.Config.Settings", "CloneVM_Task": "VirtualMachine.Provisioning.Clone",
-	"Destroy_Task": "VirtualMachine.Inventory.Delete", "CreateVM_Task": "VirtualMachine.Inventory.Create",
-	"EnterMaintenanceMode_Task": "Host.Config.Maintenance", "ExitMaintenanceMode_Task": "Host.Config.Maintenance",
-	"RebootHost_Task": "Host.Config.Maintenance", "UpdateGraphicsConfig": "Host.Config.Settings",
-	"UpdateModuleOptionString": "Host.Config.Settings", "CreateFolder": "Folder.Create",
-	"AddCustomFieldDef": "Global.ManageCustomFields", "SetField": "Global.SetCustomField",
-}
-
+// privilege is the privilege NoPermission names for the armed call (MethodPrivilege; System.View for a method
+// that needs no other).
 func (t Target) privilege() string {
-	if t.Method == "Destroy_Task" && t.Ref.Type == "Folder" {
-		return "Folder.Delete"
-	}
-	if p, ok := privileges[t.Method]; ok {
+	if p := MethodPrivilege(t.Method, t.Ref.Type); p != "" {
 		return p
 	}
 	return "System.View"

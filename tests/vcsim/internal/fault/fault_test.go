@@ -109,3 +109,20 @@ func TestFaultsBuiltFindsLiteralsAndCalls(t *testing.T) {
 		t.Fatalf("soap.go builds faults, found: %v", got)
 	}
 }
+
+// One table names a method's privilege for armed NoPermission faults and for privilege-limited users.
+func TestMethodPrivilege(t *testing.T) {
+	for _, c := range []struct{ method, objType, want string }{
+		{"Destroy_Task", "Folder", "Folder.Delete"},
+		{"Destroy_Task", "VirtualMachine", "VirtualMachine.Inventory.Delete"},
+		{"fetchSoftwarePackages", "HostImageConfigManager", "Host.Config.Image"},
+		{"RetrievePropertiesEx", "PropertyCollector", ""},
+	} {
+		if got := MethodPrivilege(c.method, c.objType); got != c.want {
+			t.Errorf("MethodPrivilege(%s, %s) = %q, want %q", c.method, c.objType, got, c.want)
+		}
+	}
+	if got := (Target{Method: "RetrievePropertiesEx"}).privilege(); got != "System.View" {
+		t.Errorf("an armed NoPermission of a read names %q, want System.View", got)
+	}
+}

@@ -30,30 +30,6 @@ type User struct {
 // systemPrivileges are in every vCenter role.
 var systemPrivileges = []string{"System.Anonymous", "System.View", "System.Read"}
 
-// methodPrivileges: the privilege each method vgpuctl (or a test) calls requires, from the vSphere Web
-// Services API reference ("Required Privileges"; pyVmomi's type info carries the same ids). Methods not
-// listed need only System.Read or System.View. Methods whose privilege depends on the request or the
-// object are decided in requiredPrivileges.
-var methodPrivileges = map[string]string{
-	"PowerOnVM_Task": "VirtualMachine.Interact.PowerOn", "PowerOffVM_Task": "VirtualMachine.Interact.PowerOff",
-	"ShutdownGuest": "VirtualMachine.Interact.PowerOff", "SuspendVM_Task": "VirtualMachine.Interact.Suspend",
-	"CreateVM_Task": "VirtualMachine.Inventory.Create", "UnregisterVM": "VirtualMachine.Inventory.Unregister",
-	"EnterMaintenanceMode_Task": "Host.Config.Maintenance", "ExitMaintenanceMode_Task": "Host.Config.Maintenance",
-	"RebootHost_Task":      "Host.Config.Maintenance",
-	"UpdateGraphicsConfig": "Host.Config.Settings", "RefreshGraphicsManager": "Host.Config.Settings",
-	"QueryModules": "Host.Config.Settings", "QueryConfiguredModuleOptionString": "Host.Config.Settings",
-	"UpdateModuleOptionString": "Host.Config.Settings", "ChangeLockdownMode": "Host.Config.Settings",
-	"StartService": "Host.Config.NetService", "StopService": "Host.Config.NetService",
-	"RestartService": "Host.Config.NetService", "UpdateServicePolicy": "Host.Config.NetService",
-	"RefreshServices":         "Host.Config.NetService",
-	"FetchSoftwarePackages":   "Host.Config.Image",
-	"fetchSoftwarePackages":   "Host.Config.Image", // its WSDL name starts lower case
-	"QueryLockdownExceptions": "Global.Settings", "UpdateLockdownExceptions": "Global.Settings",
-	"AddCustomFieldDef": "Global.ManageCustomFields", "RemoveCustomFieldDef": "Global.ManageCustomFields",
-	"RenameCustomFieldDef": "Global.ManageCustomFields", "SetField": "Global.SetCustomField",
-	"setCustomValue": "Global.SetCustomField", "CreateFolder": "Folder.Create",
-}
-
 func usersByName(users []User) map[string]User {
 	out := map[string]User{}
 	for _, u := range users {
@@ -144,7 +120,11 @@ func requiredPrivileges(m *simulator.Method, obj mo.Reference) []string {
 		}
 		return []string{"Resource.ColdMigrate"}
 	}
-	if p, ok := methodPrivileges[m.Name]; ok {
+	objType := ""
+	if obj != nil {
+		objType = obj.Reference().Type
+	}
+	if p := fault.MethodPrivilege(m.Name, objType); p != "" {
 		return []string{p}
 	}
 	return nil
