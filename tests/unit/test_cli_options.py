@@ -252,3 +252,30 @@ def test_short_options_that_are_letters_are_left_alone() -> None:
     assert "did you mean" not in invoke("status", "-vv", "--help").output
     assert invoke("-ojson", "plan", "--help").exit_code == 0
     assert "did you mean" not in invoke("validate", "-f", "x.yaml", "--", "-out").output
+
+
+# ------------------------------------------------------------------------------------------ one command built
+
+
+@pytest.mark.parametrize("args", [
+    ["plan", "--no-such-option"], ["-o", "json", "plan", "--no-such-option"], ["plan", "--help"],
+    ["--url", "https://vc.example/sdk", "-vv", "status", "--help"], ["-ojson", "vm", "vgpu", "add", "--help"],
+    ["--output=json", "host", "show"], ["plan", "-f", "x.yaml", "-out", "x.plan"], ["validate", "-f"],
+])
+def test_the_command_alone_answers_as_the_whole_tree_does(args: list[str]) -> None:
+    """The console script builds only the command the arguments name (vgpuctl.cli.main.app_for): its help, usage
+    errors and their JSON are the whole tree's, word for word."""
+    from vgpuctl.cli.main import app_for
+
+    alone = app_for(args)
+    assert alone is not app and len(alone.registered_commands) + len(alone.registered_groups) == 1
+    whole, pruned = CliRunner().invoke(app, args), CliRunner().invoke(alone, args)
+    assert (pruned.exit_code, pruned.stdout, pruned.stderr) == (whole.exit_code, whole.stdout, whole.stderr)
+
+
+@pytest.mark.parametrize("args", [[], ["--help"], ["plna"], ["--no-such", "plan"], ["--", "plan"], ["-o"],
+                                  ["--env", "prod", "plan"], ["--show-completion", "bash"]])
+def test_anything_else_gets_the_whole_tree(args: list[str]) -> None:
+    from vgpuctl.cli.main import app_for
+
+    assert app_for(args) is app

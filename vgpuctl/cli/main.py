@@ -7,6 +7,7 @@ Errors the user can fix print one line (no traceback unless -v).
 
 from __future__ import annotations
 
+import copy
 import logging
 from enum import StrEnum
 from pathlib import Path
@@ -392,6 +393,70 @@ k8s.register(app)
 exporter.register(app)
 
 
+def app_for(args: list[str]) -> typer.Typer:
+    """The root app with only the command `args` name (`vgpuctl -o json plan -f x` -> plan): typer builds every
+    command's options from its signature before it parses anything, a tenth of a second for the whole tree that
+    one command does not need. The whole app for help, completion, no command, a command it does not know, and
+    any option before the command it cannot read plainly: click's own parsing and messages decide those."""
+    import os
+
+    if any(key.endswith("_COMPLETE") for key in os.environ):  # shell completion lists every command
+        return app
+    name = _command_named(args, _root_options())
+    if name is None:
+        return app
+    pruned = copy.copy(app)
+    pruned.registered_commands = [c for c in app.registered_commands if _command_name(c) == name]
+    pruned.registered_groups = [g for g in app.registered_groups if g.name == name]
+    return pruned if pruned.registered_commands or pruned.registered_groups else app
+
+
+def _command_name(info: Any) -> str:
+    return str(info.name or typer.main.get_command_name(info.callback.__name__))
+
+
+def _root_options() -> dict[str, bool]:
+    """Each option flag of the root command (the global options) -> whether it takes a value: read from the
+    root command typer builds without its subcommands."""
+    bare = copy.copy(app)
+    bare.registered_commands, bare.registered_groups = [], []
+    root = typer.main.get_command(bare)
+    return {flag: not (getattr(p, "is_flag", False) or getattr(p, "count", False))
+            for p in root.params for flag in (*p.opts, *p.secondary_opts)}
+
+
+def _command_named(args: list[str], options: dict[str, bool]) -> str | None:
+    """The first word of `args` that is not a global option or its value; None at anything else first."""
+    words = iter(args)
+    for word in words:
+        if not word.startswith("-") or word == "-":
+            return word
+        if word == "--":
+            return None
+        takes_value = _takes_value(word, options)
+        if takes_value is None:
+            return None
+        if takes_value:
+            next(words, None)
+    return None
+
+
+def _takes_value(word: str, options: dict[str, bool]) -> bool | None:
+    """Whether the next word is this option's value (False: it is not, or the value is in the word); None for
+    a word that is not the root's option."""
+    if word.startswith("--"):
+        name, given, _ = word.partition("=")
+        known = options.get(name)
+        return None if known is None else known and not given
+    for i, letter in enumerate(word[1:], start=1):  # -vv, -ojson, -o json
+        known = options.get(f"-{letter}")
+        if known is None:
+            return None
+        if known:
+            return i == len(word) - 1
+    return False
+
+
 def run() -> None:
     """Console-script entry point. After a second Ctrl-C the process ends at once: worker threads still
     waiting for vCenter (a host's reboot, a VM's task) are not waited for."""
@@ -403,7 +468,7 @@ def run() -> None:
 
     one_command_process()
     try:
-        app(prog_name="vgpuctl")
+        app_for(sys.argv[1:])(prog_name="vgpuctl")
     except SystemExit as done:
         if EXIT_NOW.is_set():
             sys.stdout.flush()
