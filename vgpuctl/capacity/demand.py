@@ -12,10 +12,10 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from vgpuctl.domain import MAX_VGPUS_PER_VM, NvlinkRequirement
 from vgpuctl.errors import InventoryError, InventoryErrors
+from vgpuctl.inventory.classes import VmCpus, VmMemoryGb
 from vgpuctl.inventory.schema import API_VERSION, MAX_VM_NAME, StrictModel, vm_name_problem
 from vgpuctl.inventory.yamlpos import KeyPath, PositionedYaml, read_yaml
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, parse_profile
-from vgpuctl.vmlimits import vm_limits
 
 ALLOW = ("mig", "vgpu-mode", "profile", "graphics")
 SERIES = ("a", "b", "c", "q")
@@ -54,24 +54,8 @@ class DemandItem(StrictModel):
     nvlink: Literal["none", "required"] = "none"
     priority: int = Field(default=1, ge=1, le=9)
     template: str | None = None
-    cpus: int | None = Field(default=None, ge=1)  # at most vSphere's maximum, as a VM's (vgpuctl.vmlimits)
-    memory_gb: float | None = None  # a VM's memory, with a VM's limits
-
-    @field_validator("cpus")
-    @classmethod
-    def _cpus(cls, v: int | None) -> int | None:
-        problem = vm_limits().cpus_problem(v) if v is not None else None
-        if problem:
-            raise ValueError(problem)
-        return v
-
-    @field_validator("memory_gb")
-    @classmethod
-    def _memory(cls, v: float | None) -> float | None:
-        problem = vm_limits().memory_problem(v) if v is not None else None
-        if problem:
-            raise ValueError(problem)
-        return v
+    cpus: VmCpus = Field(default=None, ge=1)  # a VM's, with a VM's limits
+    memory_gb: VmMemoryGb = None
 
     @field_validator("name")
     @classmethod

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from vgpuctl.netrules import network_rules
 from vgpuctl.profiles import ProfileError, mixing_problem, parse_profile
@@ -19,6 +19,27 @@ if TYPE_CHECKING:
 
 MAX_VGPUS_PER_CLASS = 8  # vSphere 8's per-VM limit; the hosts' own limit is checked at plan time
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def within_vm_cpus(v: int | None) -> int | None:
+    """A VM's virtual CPUs, at most vSphere's maximum (vgpuctl.vmlimits; the field's `ge=1` says so below 1)."""
+    problem = vm_limits().cpus_problem(v) if v is not None else None
+    if problem:
+        raise ValueError(problem)
+    return v
+
+
+def within_vm_memory(v: float | None) -> float | None:
+    """A VM's memory in GB within vSphere's limits and granularity (vgpuctl.vmlimits)."""
+    problem = vm_limits().memory_problem(v) if v is not None else None
+    if problem:
+        raise ValueError(problem)
+    return v
+
+
+# A VM's CPUs and memory wherever a file gives them: inventory VMs, VM classes, capacity demands
+VmCpus = Annotated[int | None, AfterValidator(within_vm_cpus)]
+VmMemoryGb = Annotated[float | None, AfterValidator(within_vm_memory)]
 
 
 class _Section(BaseModel):
@@ -92,8 +113,8 @@ class VmClassSpec(_Section):
     name: str
     vcenter: str | None = None  # the fleet's vCenter it belongs to (vcenters:); default: the file's default_vcenter
     state: Literal["present", "absent"] = "present"
-    cpus: int | None = Field(default=None, ge=1)  # at most vSphere's maximum, as a VM's (vgpuctl.vmlimits)
-    memory_gb: float | None = None
+    cpus: VmCpus = Field(default=None, ge=1)
+    memory_gb: VmMemoryGb = None
     cpu_reservation: int = Field(default=0, ge=0, le=100)  # percent of the class's CPU
     memory_reservation: int | None = Field(default=None, ge=0, le=100)  # percent; 100 when there are vGPUs
     vgpus: list[ClassVgpu] = Field(default_factory=list)
@@ -111,22 +132,6 @@ class VmClassSpec(_Section):
         if v is None:
             return []
         return [v] if isinstance(v, dict) else v
-
-    @field_validator("memory_gb")
-    @classmethod
-    def _memory(cls, v: float | None) -> float | None:
-        problem = vm_limits().memory_problem(v) if v is not None else None
-        if problem:
-            raise ValueError(problem)
-        return v
-
-    @field_validator("cpus")
-    @classmethod
-    def _cpus(cls, v: int | None) -> int | None:
-        problem = vm_limits().cpus_problem(v) if v is not None else None
-        if problem:
-            raise ValueError(problem)
-        return v
 
     @model_validator(mode="after")
     def _rules(self) -> VmClassSpec:

@@ -27,7 +27,7 @@ from vgpuctl.domain import (
 )
 from vgpuctl.durations import DURATION_EXPECTED, duration_seconds
 from vgpuctl.errors import InventoryError
-from vgpuctl.inventory.classes import NamespaceList, VmClassList
+from vgpuctl.inventory.classes import NamespaceList, VmClassList, VmCpus, VmMemoryGb
 from vgpuctl.inventory.network import AdapterSpec, IdentitySpec
 from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Sources
 from vgpuctl.settings import SETTINGS
@@ -275,8 +275,8 @@ class VmSpec(StrictModel):
     cluster: str | None = None
     host: str | None = None
     folder: str | None = None
-    cpus: int | None = Field(default=None, ge=1)  # at most vSphere's maximum (vgpuctl.vmlimits)
-    memory_gb: float | None = None
+    cpus: VmCpus = Field(default=None, ge=1)  # at most vSphere's maximum (vgpuctl.vmlimits)
+    memory_gb: VmMemoryGb = None
     vgpus: list[VgpuSpec] = Field(default_factory=list)
     nvlink: Lax[NvlinkRequirement] = NvlinkRequirement.NONE
     power: Lax[Power] = Power.RESTART
@@ -307,22 +307,6 @@ class VmSpec(StrictModel):
     def manages_vgpus(self) -> bool:
         """False when the entry has no `vgpus` key: the VM's vGPUs are left as they are."""
         return "vgpus" in self.model_fields_set
-
-    @field_validator("memory_gb")
-    @classmethod
-    def _memory(cls, v: float | None) -> float | None:
-        problem = vm_limits().memory_problem(v) if v is not None else None
-        if problem:
-            raise ValueError(problem)
-        return v
-
-    @field_validator("cpus")
-    @classmethod
-    def _cpus(cls, v: int | None) -> int | None:
-        problem = vm_limits().cpus_problem(v) if v is not None else None
-        if problem:
-            raise ValueError(problem)
-        return v
 
     @field_validator("network")
     @classmethod
