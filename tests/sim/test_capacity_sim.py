@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from pyVim.connect import Disconnect
-from pyVmomi import vim
 from typer.testing import CliRunner
+from vimfind import find_object
 
 from vgpuctl.cli.main import app
 
@@ -51,7 +51,7 @@ def sim(gpusim_factory: Any) -> Iterator[Any]:
     sim = gpusim_factory(FARM)
     conn = sim.connect()
     try:
-        _wait(_find(conn, "busy-01").PowerOnVM_Task())  # admitted through the API: it holds esx-01's GPU
+        _wait(find_object(conn, "busy-01").PowerOnVM_Task())  # admitted through the API: it holds esx-01's GPU
     finally:
         Disconnect(conn)
     yield sim
@@ -64,14 +64,6 @@ def env(sim: Any, no_vgpuctl_env: None) -> dict[str, str]:
 
 def vgpuctl(env: dict[str, str], *args: str) -> Any:
     return CliRunner().invoke(app, list(args), env=env)
-
-
-def _find(si: Any, name: str) -> Any:
-    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
-    try:
-        return next(v for v in view.view if v.name == name)
-    finally:
-        view.Destroy()
 
 
 def _wait(task: Any) -> None:
@@ -107,7 +99,7 @@ def test_answer_applies_and_every_placed_vm_powers_on(env: dict[str, str], sim: 
     conn = sim.connect()
     try:
         for vm in doc["vms"]:
-            assert _find(conn, vm["name"]).runtime.powerState == "poweredOn", vm["name"]
+            assert find_object(conn, vm["name"]).runtime.powerState == "poweredOn", vm["name"]
     finally:
         Disconnect(conn)
     placed = {a["vmName"]: a["host"] for a in sim.assignments()}
@@ -219,7 +211,7 @@ def test_nvlink_answer_applies_and_every_placed_vm_powers_on_in_its_device_group
     conn = sim.connect()
     try:
         for vm in doc["vms"]:
-            assert _find(conn, vm["name"]).runtime.powerState == "poweredOn", vm["name"]
+            assert find_object(conn, vm["name"]).runtime.powerState == "poweredOn", vm["name"]
     finally:
         Disconnect(conn)
     again = vgpuctl(env, "plan", "-f", str(fragment), "--detailed-exitcode")
@@ -286,7 +278,7 @@ def test_mixed_mig_answer_applies_with_one_switch_and_all_three_running(
         conn = sim.connect()
         try:
             for vm in doc["vms"]:
-                assert _find(conn, vm["name"]).runtime.powerState == "poweredOn", vm["name"]
+                assert find_object(conn, vm["name"]).runtime.powerState == "poweredOn", vm["name"]
         finally:
             Disconnect(conn)
         held = {a["vmName"]: a["host"] for a in sim.assignments()}

@@ -18,6 +18,7 @@ import pytest
 from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim, vmodl
+from vimfind import find_object
 
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
@@ -51,14 +52,6 @@ def si(sim: Any) -> Iterator[Any]:
     conn = sim.connect()
     yield conn
     Disconnect(conn)
-
-
-def _find(si: Any, name: str) -> Any:
-    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
-    try:
-        return next((o for o in view.view if o.name == name), None)
-    finally:
-        view.Destroy()
 
 
 def _lock_folders(sim: Any) -> list[str]:
@@ -108,7 +101,7 @@ def test_destroying_a_running_vm_leaves_no_claim(sim: Any, si: Any, tmp_path: Pa
     text = "apiVersion: vgpuctl/v1\nvcenter: {datacenter: DC0}\nvms:\n  - name: web-01\n    state: absent\n"
     code, out = _run(sim, tmp_path / "op", "apply", "--yes", "--allow-destroy", text=text)
     assert code == 0, out
-    assert _find(si, "web-01") is None
+    assert find_object(si, "web-01") is None
     assert _lock_folders(sim) == [], out
     assert "could not" not in out, out  # nothing wrote to the destroyed VM
 
@@ -116,7 +109,7 @@ def test_destroying_a_running_vm_leaves_no_claim(sim: Any, si: Any, tmp_path: Pa
 def test_a_claim_whose_vm_was_destroyed_underneath_is_removed_on_release(sim: Any, si: Any) -> None:
     from vgpuctl.vsphere.claims import VmClaims
 
-    vm = _find(si, "web-01")
+    vm = find_object(si, "web-01")
     settings = ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
     with open_session(settings) as session:
         claims = VmClaims(session, "gone01")
@@ -133,7 +126,7 @@ def test_a_claim_whose_vm_was_destroyed_underneath_is_removed_on_release(sim: An
 
 
 def test_a_killed_runs_claim_is_collected_by_the_next_run_on_its_host(sim: Any, si: Any, tmp_path: Path) -> None:
-    web = _find(si, "web-01")._moId
+    web = find_object(si, "web-01")._moId
     _killed_while_held(sim, tmp_path / "a", "ReconfigVM_Task", "web-01", inventory("web-01", "grid_a100-20c"))
     assert _lock_folders(sim) == [f"vgpuctl-claim-{web}"]
     code, out = _run(sim, tmp_path / "b", "apply", "--yes", text=inventory("off-01", "grid_a100-10c"))
@@ -156,7 +149,7 @@ def test_a_killed_cloning_runs_claim_is_collected_by_the_next_run_on_the_host(
 
 
 def test_the_claim_of_a_vm_that_is_gone_is_collected(sim: Any, si: Any, tmp_path: Path) -> None:
-    vm = _find(si, "off-01")
+    vm = find_object(si, "off-01")
     folder = si.content.rootFolder.CreateFolder(f"vgpuctl-claim-{vm._moId}")  # a run elsewhere, then the VM went
     cfm = si.content.customFieldsManager
     key = cfm.AddCustomFieldDef(name="vgpuctl.claim", moType=vim.VirtualMachine).key
@@ -171,7 +164,7 @@ def test_the_claim_of_a_vm_that_is_gone_is_collected(sim: Any, si: Any, tmp_path
 
 
 def test_a_live_claim_elsewhere_is_not_collected(sim: Any, si: Any, tmp_path: Path) -> None:
-    vm = _find(si, "web-01")
+    vm = find_object(si, "web-01")
     folder = si.content.rootFolder.CreateFolder(f"vgpuctl-claim-{vm._moId}")
     cfm = si.content.customFieldsManager
     key = cfm.AddCustomFieldDef(name="vgpuctl.claim", moType=vim.VirtualMachine).key

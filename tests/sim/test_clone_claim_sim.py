@@ -26,6 +26,7 @@ import pytest
 from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
+from vimfind import find_object
 
 pytestmark = pytest.mark.sim
 
@@ -96,21 +97,13 @@ def _until(check: Callable[[], bool], what: str) -> None:
     raise AssertionError(f"never happened: {what}")
 
 
-def _find(si: Any, name: str) -> Any | None:
-    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
-    try:
-        return next((o for o in view.view if o.name == name), None)
-    finally:
-        view.Destroy()
-
-
 def _profiles(vm: Any) -> list[str]:
     return [d.backing.vgpu for d in vm.config.hardware.device
             if isinstance(d, vim.vm.device.VirtualPCIPassthrough) and hasattr(d.backing, "vgpu")]  # fmt: skip
 
 
 def _reconfigured(si: Any, name: str, profile: str) -> bool:
-    vm = _find(si, name)
+    vm = find_object(si, name)
     return vm is not None and _profiles(vm) == [profile]
 
 
@@ -127,7 +120,7 @@ def _as_gpusim_has_it(sim: Any, si: Any, name: str) -> tuple[str, int, str] | No
         return None
     moid, vm_state = entry
     placed = [a["profile"] for a in sim.assignments() if a["vm"] == moid]
-    vm = _find(si, name)
+    vm = find_object(si, name)
     assert vm is not None
     profiles = placed if vm_state["power"] == "poweredOn" else _profiles(vm)
     return (profiles[0] if len(profiles) == 1 else ",".join(profiles)), vm.config.hardware.numCPU, vm_state["power"]
@@ -135,7 +128,7 @@ def _as_gpusim_has_it(sim: Any, si: Any, name: str) -> tuple[str, int, str] | No
 
 def _remove(si: Any, *names: str) -> None:
     for name in names:
-        vm = _find(si, name)
+        vm = find_object(si, name)
         if vm is None:
             continue
         if vm.runtime.powerState == "poweredOn":
@@ -184,7 +177,7 @@ def test_a_clone_changed_in_the_gap_is_not_powered_on(sim: Any, si: Any, tmp_pat
     try:
         _until(lambda: _waiting(sim, hold) or run.poll() is not None, "the lead's power-on reaches gpusim")
         _until(lambda: _reconfigured(si, "x", A_CLONE[0]) or run.poll() is not None, "the clone waits for its turn")
-        vm = _find(si, "x")
+        vm = find_object(si, "x")
         assert vm is not None and run.poll() is None
         WaitForTask(vm.ReconfigVM_Task(vim.vm.ConfigSpec(numCPUs=6)))  # no vgpuctl run: no claim stops it
     finally:
@@ -203,7 +196,7 @@ def test_a_clone_changed_before_its_failed_power_on_is_not_removed(sim: Any, si:
     run = _vgpuctl(sim, tmp_path / "a", _inventory(_entry("x", A_CLONE)))
     try:
         _until(lambda: _waiting(sim, hold) or run.poll() is not None, "the clone's power-on reaches gpusim")
-        vm = _find(si, "x")
+        vm = find_object(si, "x")
         assert vm is not None and run.poll() is None
         sim.arm_fault("x", "PowerOnVM_Task", "InsufficientResourcesFault", message="no room")
         WaitForTask(vm.ReconfigVM_Task(vim.vm.ConfigSpec(numCPUs=6)))
@@ -227,5 +220,5 @@ def test_a_clone_that_finds_no_room_is_removed_and_its_claim_goes(sim: Any, si: 
         sim.release(hold)
     code, outcomes, out = _finish(run)
     assert code == 1 and "remove clone" in outcomes["x"]["steps"], out
-    assert _find(si, "x") is None
+    assert find_object(si, "x") is None
     assert not [f for f in sim.state()["folders"] if " vgpuctl-" in f]  # the clone's claim went with it

@@ -14,6 +14,7 @@ from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
 from typer.testing import CliRunner
+from vimfind import find_object
 
 from vgpuctl.cli.main import app
 
@@ -53,14 +54,6 @@ FARM = {
 }
 
 
-def _find(si: Any, name: str) -> Any:
-    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
-    try:
-        return next(v for v in view.view if v.name == name)
-    finally:
-        view.Destroy()
-
-
 NVLINK_VM = """\
 apiVersion: vgpuctl/v1
 vcenter: {datacenter: DC0}
@@ -78,7 +71,7 @@ def sim(gpusim_session_factory: Any, tmp_path_factory: pytest.TempPathFactory) -
     conn = sim.connect()
     try:
         for vm in VMS:
-            obj = _find(conn, vm["name"])
+            obj = find_object(conn, vm["name"])
             extra = [vim.option.OptionValue(key="pciPassthru.use64bitMMIO", value="TRUE"),
                      vim.option.OptionValue(key="pciPassthru.64bitMMIOSizeGB", value="1024")]
             WaitForTask(obj.ReconfigVM_Task(vim.vm.ConfigSpec(extraConfig=extra)))

@@ -15,6 +15,7 @@ from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
 from typer.testing import CliRunner
+from vimfind import find_object
 from workstore import vcenter_record
 
 from vgpuctl import pipeline
@@ -61,7 +62,7 @@ def sim(gpusim_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch) -> 
     conn = sim.connect()
     try:  # through the API, so that gpusim admits the vGPU
         for name in ("train-01", "web-01", "web-02"):
-            WaitForTask(_find(conn, name).PowerOnVM_Task())
+            WaitForTask(find_object(conn, name).PowerOnVM_Task())
     finally:
         Disconnect(conn)
     return sim
@@ -74,22 +75,14 @@ def si(sim: Any) -> Iterator[Any]:
     Disconnect(conn)
 
 
-def _find(si: Any, name: str) -> Any:
-    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
-    try:
-        return next(o for o in view.view if o.name == name)
-    finally:
-        view.Destroy()
-
-
 def _power(si: Any, name: str) -> str:
-    return str(_find(si, name).runtime.powerState)
+    return str(find_object(si, name).runtime.powerState)
 
 
 def _vgpus(si: Any, name: str) -> list[str]:
     return [
         d.backing.vgpu
-        for d in _find(si, name).config.hardware.device
+        for d in find_object(si, name).config.hardware.device
         if isinstance(d, vim.vm.device.VirtualPCIPassthrough) and hasattr(d.backing, "vgpu")
     ]
 
@@ -194,7 +187,7 @@ MIGRATE_H1 = (
 
 
 def _host_of(si: Any, name: str) -> str:
-    return str(_find(si, name).runtime.host.name)
+    return str(find_object(si, name).runtime.host.name)
 
 
 def test_migrate_moves_the_vms_to_the_other_host_with_their_vgpus(sim: Any, si: Any, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ import pytest
 from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
+from vimfind import find_object
 
 pytestmark = pytest.mark.sim
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d[+-]\d\d:\d\d"  # a progress line's date, time and UTC offset
@@ -61,7 +62,7 @@ def _start(gpusim_factory: Callable[..., Any], farm: dict[str, Any]) -> Any:
     conn = sim.connect()
     try:
         for name in ("train-01", "web-01"):
-            WaitForTask(_find(conn, vim.VirtualMachine, name).PowerOnVM_Task())
+            WaitForTask(find_object(conn, name, vim.VirtualMachine).PowerOnVM_Task())
     finally:
         Disconnect(conn)
     return sim
@@ -79,16 +80,8 @@ def si(sim: Any) -> Iterator[Any]:
     Disconnect(conn)
 
 
-def _find(si: Any, kind: Any, name: str) -> Any:
-    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [kind], True)
-    try:
-        return next(o for o in view.view if o.name == name)
-    finally:
-        view.Destroy()
-
-
 def _attribute(si: Any, host: str, name: str) -> str:
-    h = _find(si, vim.HostSystem, host)
+    h = find_object(si, host, vim.HostSystem)
     keys = {f.key: f.name for f in si.content.customFieldsManager.field or []}
     return next((v.value for v in h.customValue if keys.get(v.key) == name), "")
 
@@ -158,7 +151,7 @@ def _converges(sim: Any, si: Any, tmp_path: Path) -> None:
     code, out = _run(sim, tmp_path, "apply", "--yes")
     assert code == 0, out
     for vm in ("train-01", "web-01"):
-        assert _find(si, vim.VirtualMachine, vm).runtime.powerState == "poweredOn", vm
+        assert find_object(si, vm, vim.VirtualMachine).runtime.powerState == "poweredOn", vm
     host = sim.host(H1)
     assert not host["inMaintenance"]
     assert host["modules"]["nvidia"]["effective"] == "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1"
@@ -218,7 +211,7 @@ def test_two_applies_started_together_exactly_one_proceeds(sim: Any, si: Any, tm
     loser = next(out for code, out in results if code == 1)
     assert "is working on this host; not touched" in loser and "by " in loser, loser
     for vm in ("train-01", "web-01"):
-        assert _find(si, vim.VirtualMachine, vm).runtime.powerState == "poweredOn", vm
+        assert find_object(si, vm, vim.VirtualMachine).runtime.powerState == "poweredOn", vm
     assert _record(si, H1) == {} and not sim.host(H1)["inMaintenance"]
     assert _run(sim, tmp_path, "plan", "--detailed-exitcode")[0] == 0
 
@@ -261,7 +254,7 @@ def test_first_ctrl_c_in_maintenance_before_the_change_restores_the_host(sim: An
     assert not host["inMaintenance"]
     assert host["modules"]["nvidia"]["configured"] == "NVreg_EnableMSI=1"  # no change was written
     for vm in ("train-01", "web-01"):
-        assert _find(si, vim.VirtualMachine, vm).runtime.powerState == "poweredOn", vm
+        assert find_object(si, vm, vim.VirtualMachine).runtime.powerState == "poweredOn", vm
     assert _record(si, H1) == {} and _attribute(si, H1, "vgpuctl.lease") == ""
     code, out = _run(sim, tmp_path, "plan", "--detailed-exitcode")
     assert code == 2 and f"~ host {H1}" in out and "unfinished work" not in out, out  # the change, planned anew
@@ -320,7 +313,7 @@ def test_two_applies_from_a_barrier_exactly_one_proceeds(shared_sim: Any, tmp_pa
     si = sim.connect()
     try:
         for vm in ("train-01", "web-01"):
-            assert _find(si, vim.VirtualMachine, vm).runtime.powerState == "poweredOn", vm
+            assert find_object(si, vm, vim.VirtualMachine).runtime.powerState == "poweredOn", vm
         assert _record(si, H1) == {} and _attribute(si, H1, "vgpuctl.lease") == ""
     finally:
         Disconnect(si)
@@ -345,7 +338,7 @@ def test_a_host_change_stops_before_evacuating_a_vm_another_run_is_changing(sim:
         sim.release(hold)
     assert code == 1, out
     assert f"{H1}: evacuating it needs web-01: run " in out and f"pid {vm_run.pid} " in out, out
-    assert _find(si, vim.VirtualMachine, "train-01").runtime.powerState == "poweredOn"  # nothing was stopped
+    assert find_object(si, "train-01", vim.VirtualMachine).runtime.powerState == "poweredOn"  # nothing was stopped
     assert not sim.host(H1)["inMaintenance"]
     assert vm_run.communicate()[0] is not None and vm_run.returncode == 0
     code, out = _run(sim, tmp_path / "host", "apply", "--yes", ttl_s=LIVE_TTL_S)

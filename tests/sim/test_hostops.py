@@ -20,6 +20,7 @@ from hostfacts import gpu_states, read_shell
 from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
+from vimfind import find_object
 from workstore import vcenter_record
 
 from vgpuctl import pipeline
@@ -163,17 +164,9 @@ def si(farm: Farm) -> Iterator[Any]:
     Disconnect(conn)
 
 
-def _find(si: Any, vim_type: Any, name: str) -> Any:
-    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim_type], True)
-    try:
-        return next(o for o in view.view if o.name == name)
-    finally:
-        view.Destroy()
-
-
 def _power_on_fault(si: Any, vm_name: str) -> str | None:
     """Power the VM on; the vim fault type name when it fails, None when it runs."""
-    vm = _find(si, vim.VirtualMachine, vm_name)
+    vm = find_object(si, vm_name, vim.VirtualMachine)
     try:
         WaitForTask(vm.PowerOnVM_Task())
     except vim.fault.VimFault as fault:
@@ -182,7 +175,7 @@ def _power_on_fault(si: Any, vm_name: str) -> str | None:
 
 
 def _power_off(si: Any, vm_name: str) -> None:
-    vm = _find(si, vim.VirtualMachine, vm_name)
+    vm = find_object(si, vm_name, vim.VirtualMachine)
     if vm.runtime.powerState != "poweredOff":
         WaitForTask(vm.PowerOffVM_Task())
 
@@ -195,7 +188,7 @@ def _gpus(farm: Farm, host: str) -> dict[str, dict[str, Any]]:
 
 
 def test_mig_on_and_back_changes_offered_profiles_and_admission(farm: Farm, si: Any) -> None:
-    host = _find(si, vim.HostSystem, H2)
+    host = find_object(si, H2, vim.HostSystem)
     assert "grid_a100-3-20c" not in host.config.sharedPassthruGpuTypes
     assert _power_on_fault(si, "mig-01") is not None  # no GPU offers the MIG profile yet
 
@@ -214,7 +207,7 @@ def test_mig_on_and_back_changes_offered_profiles_and_admission(farm: Farm, si: 
     gpus = _gpus(farm, H2)
     assert all(g["migCurrent"] and g["vgpuMode"] == "multiInstanceGpu" for g in gpus.values())
     assert not farm.host(H2)["inMaintenance"]
-    host = _find(si, vim.HostSystem, H2)
+    host = find_object(si, H2, vim.HostSystem)
     assert "grid_a100-3-20c" in host.config.sharedPassthruGpuTypes
     assert "grid_a100-40c" not in host.config.sharedPassthruGpuTypes
     facts = farm.facts(H2)
@@ -227,7 +220,7 @@ def test_mig_on_and_back_changes_offered_profiles_and_admission(farm: Farm, si: 
     plan, result = farm.apply(f"  - name: {H2}\n    gpus: [{{select: all, mode: time-sliced}}]\n")
     assert result.hosts[0].status == Outcome.CHANGED, result.hosts[0].describe()
     assert not any(g["migCurrent"] for g in _gpus(farm, H2).values())
-    host = _find(si, vim.HostSystem, H2)
+    host = find_object(si, H2, vim.HostSystem)
     assert "grid_a100-40c" in host.config.sharedPassthruGpuTypes
     assert "grid_a100-3-20c" not in host.config.sharedPassthruGpuTypes
 
@@ -240,14 +233,14 @@ def test_hopper_switches_mig_without_a_reboot(farm: Farm, si: Any) -> None:
     assert outcome.status == Outcome.CHANGED and not outcome.rebooted, outcome.describe()
     assert "reboot" not in steps.steps(H3)
     assert all(g["migCurrent"] for g in _gpus(farm, H3).values())
-    assert "grid_h100-3-40c" in _find(si, vim.HostSystem, H3).config.sharedPassthruGpuTypes
+    assert "grid_h100-3-40c" in find_object(si, H3, vim.HostSystem).config.sharedPassthruGpuTypes
 
 
 # --------------------------------------------------------------------------------------------- NVLink
 
 
 def _device_groups(si: Any, host_name: str) -> list[str]:
-    host = _find(si, vim.HostSystem, host_name)
+    host = find_object(si, host_name, vim.HostSystem)
     target = host.parent.environmentBrowser.QueryConfigTarget(host)
     return sorted(g.deviceGroupName for g in target.vendorDeviceGroupInfo or [])
 
@@ -378,7 +371,7 @@ def test_power_off_evacuation_restores_the_vms(farm: Farm, si: Any) -> None:
     assert outcome.powered_off == ["train-01"] and outcome.powered_on == ["train-01"]
     assert seen_record and seen_record[0].vms[0]["name"] == "train-01"  # persisted while the host was down
     assert vcenter_record(si, H1) is None
-    assert _find(si, vim.VirtualMachine, "train-01").runtime.powerState == "poweredOn"
+    assert find_object(si, "train-01", vim.VirtualMachine).runtime.powerState == "poweredOn"
     assert any(a["vmName"] == "train-01" for a in farm.sim.assignments())
     assert farm.host(H1)["modules"]["nvidia"]["effective"] == "NVreg_EnableMSI=1 NVreg_NvLinkDisable=1"
 
@@ -415,7 +408,7 @@ def test_reboot_timeout_leaves_host_in_maintenance_and_rerun_continues(farm: Far
     assert [o.status for o in result.hosts] == [Outcome.CHANGED, Outcome.CHANGED], [o.describe() for o in result.hosts]
     assert result.hosts[0].powered_on == ["train-01"]
     assert not farm.host(H1)["inMaintenance"]
-    assert _find(si, vim.VirtualMachine, "train-01").runtime.powerState == "poweredOn"
+    assert find_object(si, "train-01", vim.VirtualMachine).runtime.powerState == "poweredOn"
     assert farm.plan(spec).changes == []
 
 
@@ -555,7 +548,7 @@ def test_mig_backed_vm_waits_for_the_host_switch(farm: Farm, si: Any) -> None:
         assert mig01.power_on and mig01.depends_on_hosts == [H2]
         early = pipeline.apply_vms(session, before, observed, options)  # the host change has not run: it waits
         assert [(o.vm, o.status) for o in early.vms] == [("mig-01", "skipped")]
-        assert _find(si, vim.VirtualMachine, "mig-01").runtime.powerState == "poweredOff"
+        assert find_object(si, "mig-01", vim.VirtualMachine).runtime.powerState == "poweredOff"
 
         result = pipeline.apply_hosts(session, observed, inv.hosts, hplan.changes, options)
         assert result.changed == [H2]
@@ -563,7 +556,7 @@ def test_mig_backed_vm_waits_for_the_host_switch(farm: Farm, si: Any) -> None:
         assert not after.errors and after.host_changes == []
         late = pipeline.apply_vms(session, after, observe(session), options)
         assert [(o.vm, o.status) for o in late.vms] == [("mig-01", "changed")], late.to_dict()
-    assert _find(si, vim.VirtualMachine, "mig-01").runtime.powerState == "poweredOn"
+    assert find_object(si, "mig-01", vim.VirtualMachine).runtime.powerState == "poweredOn"
     assert any(a["vmName"] == "mig-01" and a["gi"] == "3g.20gb" for a in farm.sim.assignments())
 
 
@@ -665,7 +658,7 @@ def test_plan_and_apply_with_hosts_first_converges(farm: Farm, si: Any) -> None:
         assert [(o.vm, o.status) for o in done.vms.vms] == [("mig-01", "changed")], done.vms.to_dict()
         again = pipeline.plan(session, pipeline.observe(session, None, inv), inv, options)
         assert again.is_empty and not again.errors, render_plan_text(again)
-    assert _find(si, vim.VirtualMachine, "mig-01").runtime.powerState == "poweredOn"
+    assert find_object(si, "mig-01", vim.VirtualMachine).runtime.powerState == "poweredOn"
 
 
 def test_vms_after_host_changes_are_planned_with_the_nvlink_sets(farm: Farm, si: Any) -> None:
@@ -688,7 +681,7 @@ def test_vms_after_host_changes_are_planned_with_the_nvlink_sets(farm: Farm, si:
         assert [(o.vm, o.status) for o in done.vms.vms] == [("nv-01", "changed")], done.vms.to_dict()
         groups = [d.group for d in done.vm_plan.changes[0].devices]
         assert groups == [0, 0]
-    vm = _find(si, vim.VirtualMachine, "nv-01")
+    vm = find_object(si, "nv-01", vim.VirtualMachine)
     assert vm.runtime.powerState == "poweredOn"
     assert len({d.deviceGroupInfo.groupInstanceKey for d in vm.config.hardware.device if d.deviceGroupInfo}) == 1
 
@@ -742,7 +735,7 @@ def test_cli_plan_and_apply_run_host_changes_first(farm: Farm, si: Any, tmp_path
     applied = vgpuctl("apply", "-f", str(inv), "--yes")
     assert applied.exit_code == 0, applied.output
     assert "Hosts: 1 changed, 0 failed, 0 not started." in applied.output
-    assert _find(si, vim.VirtualMachine, "mig-01").runtime.powerState == "poweredOn"
+    assert find_object(si, "mig-01", vim.VirtualMachine).runtime.powerState == "poweredOn"
     assert vgpuctl("plan", "-f", str(inv), "--detailed-exitcode").exit_code == 0
 
     status = vgpuctl("-o", "json", "status")

@@ -16,6 +16,7 @@ from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
 from typer.testing import CliRunner
+from vimfind import find_object
 
 from vgpuctl.cli.main import app
 
@@ -59,7 +60,7 @@ def sim(gpusim_factory: Callable[..., Any], monkeypatch: pytest.MonkeyPatch, no_
     monkeypatch.setenv("VGPUCTL_ESXI_PASSWORD", sim.password)
     conn = sim.connect()
     try:
-        WaitForTask(_find(conn, "train-01").PowerOnVM_Task())
+        WaitForTask(find_object(conn, "train-01").PowerOnVM_Task())
     finally:
         Disconnect(conn)
     return sim
@@ -72,16 +73,8 @@ def si(sim: Any) -> Iterator[Any]:
     Disconnect(conn)
 
 
-def _find(si: Any, name: str) -> Any:
-    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
-    try:
-        return next(o for o in view.view if o.name == name)
-    finally:
-        view.Destroy()
-
-
 def _vgpus(si: Any, name: str) -> list[str]:
-    return [d.backing.vgpu for d in _find(si, name).config.hardware.device
+    return [d.backing.vgpu for d in find_object(si, name).config.hardware.device
             if isinstance(d, vim.vm.device.VirtualPCIPassthrough) and hasattr(d.backing, "vgpu")]
 
 
@@ -118,7 +111,7 @@ def test_a_vm_pulls_in_its_host_and_the_rest_stays_untouched(sim: Any, si: Any, 
     assert applied.exit_code == 0, applied.output
     assert json.loads(applied.stdout)["kind"] == "apply"  # stdout: the one document; the events in their file
     assert _vgpus(si, "train-01") == ["grid_a100-3-20c"]
-    assert str(_find(si, "train-01").runtime.powerState) == "poweredOn"
+    assert str(find_object(si, "train-01").runtime.powerState) == "poweredOn"
     assert all(_mig(sim, H1)) and not any(_mig(sim, H2)) and not any(_mig(sim, H3))  # out of scope: untouched
     assert _vgpus(si, "infer-01") == [] and _vgpus(si, "web-01") == []
 

@@ -20,6 +20,7 @@ import pytest
 from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
+from vimfind import find_object
 
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.planner import make_plan
@@ -57,14 +58,6 @@ def si(sim: Any) -> Iterator[Any]:
     conn = sim.connect()
     yield conn
     Disconnect(conn)
-
-
-def _find(si: Any, name: str) -> Any:
-    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
-    try:
-        return next(o for o in view.view if o.name == name)
-    finally:
-        view.Destroy()
 
 
 def _vgpus(vm: Any) -> list[str]:
@@ -130,7 +123,7 @@ def test_two_applies_on_one_vm_one_changes_it_the_other_names_that_run(sim: Any,
     assert "web-01: run " in lost and f"pid {procs[winner].pid} " in lost, lost  # the VM and the other run
     assert "is changing this VM; not touched" in lost and "failed: 1" not in won, lost
     assert len(_started(sim, hold)) == 1  # the loser never sent a reconfigure
-    vm = _find(si, "web-01")
+    vm = find_object(si, "web-01")
     assert _vgpus(vm) == [wanted[winner]] and vm.runtime.powerState == "poweredOn"
     code, out = _run(sim, tmp_path / winner, "plan", "--detailed-exitcode", text=inventory("web-01", wanted[winner]))
     assert code == 0, out
@@ -141,12 +134,13 @@ def test_a_configuration_changed_since_the_plan_is_drift_and_untouched(sim: Any,
     with open_session(settings(sim)) as session:
         observed = observe(session)
         plan = make_plan(inv, observed)
-        WaitForTask(_find(si, "off-01").ReconfigVM_Task(vim.vm.ConfigSpec(numCPUs=6)))  # not a vGPU: only its version
+        # not a vGPU: only its version
+        WaitForTask(find_object(si, "off-01").ReconfigVM_Task(vim.vm.ConfigSpec(numCPUs=6)))
         result = apply_plan(session, plan, observed)
     (outcome,) = result.vms
     assert outcome.status == "failed" and outcome.fault_type == "DriftError", outcome
     assert "its configuration changed" in outcome.message and "not touched, plan again" in outcome.message
-    vm = _find(si, "off-01")
+    vm = find_object(si, "off-01")
     assert _vgpus(vm) == [] and vm.config.hardware.numCPU == 6
 
 
@@ -161,7 +155,7 @@ def test_a_reconfigure_is_refused_once_the_vm_changed_meanwhile(sim: Any, si: An
         worker.start()
         try:
             _until(lambda: bool(_started(sim, hold)), "the run's reconfigure reaches gpusim")
-            WaitForTask(_find(si, "off-01").ReconfigVM_Task(vim.vm.ConfigSpec(numCPUs=6)))
+            WaitForTask(find_object(si, "off-01").ReconfigVM_Task(vim.vm.ConfigSpec(numCPUs=6)))
         finally:
             sim.release(hold)
             worker.join()
@@ -169,7 +163,7 @@ def test_a_reconfigure_is_refused_once_the_vm_changed_meanwhile(sim: Any, si: An
     assert outcome.status == "failed" and outcome.fault_type == "DriftError", outcome
     assert "was changed by something else while this run worked on it" in outcome.message
     assert "ConcurrentAccess" not in outcome.fault_type and "changed by another operation" in outcome.message
-    vm = _find(si, "off-01")
+    vm = find_object(si, "off-01")
     assert _vgpus(vm) == [] and vm.config.hardware.numCPU == 6  # only the other change landed
 
 
@@ -186,7 +180,7 @@ def test_a_killed_runs_claim_does_not_hold_up_the_rerun_on_its_machine(sim: Any,
         sim.release(hold)
     code, out = _run(sim, tmp_path / "op", "apply", "--yes", text=text)  # its process is gone: taken over at once
     assert code == 0, out
-    vm = _find(si, "web-01")
+    vm = find_object(si, "web-01")
     assert _vgpus(vm) == ["grid_a100-20c"] and vm.runtime.powerState == "poweredOn"
     assert _run(sim, tmp_path / "op", "plan", "--detailed-exitcode", text=text)[0] == 0
 
@@ -196,7 +190,7 @@ ELSEWHERE_TTL_S = 8
 
 def _claim_from_elsewhere(si: Any, name: str) -> None:
     """What a run on another machine leaves while it changes the VM: the lock folder and its description."""
-    vm = _find(si, name)
+    vm = find_object(si, name)
     folder = si.content.rootFolder.CreateFolder(f"vgpuctl-claim-{vm._moId}")
     cfm = si.content.customFieldsManager
     key = next((f.key for f in cfm.field or [] if f.name == "vgpuctl.claim"), None)
@@ -215,11 +209,11 @@ def test_a_claim_of_a_run_elsewhere_holds_the_vm_until_it_expires(sim: Any, si: 
     assert code == 1, out
     assert "web-01: run far0ff by ops@far pid 9 since " in out and "is changing this VM; not touched" in out, out
     assert "if that run is gone, its claim expires at " in out
-    assert _vgpus(_find(si, "web-01")) == []
+    assert _vgpus(find_object(si, "web-01")) == []
     time.sleep(ELSEWHERE_TTL_S)  # nobody renews it
     code, out = _run(sim, tmp_path / "op", "apply", "--yes", text=text)
     assert code == 0, out
-    assert _vgpus(_find(si, "web-01")) == ["grid_a100-20c"]
+    assert _vgpus(find_object(si, "web-01")) == ["grid_a100-20c"]
 
 
 def test_lock_timeout_waits_for_the_run_that_has_the_vm_with_a_progress_line(sim: Any, si: Any, tmp_path: Path) -> None:
@@ -246,7 +240,7 @@ def test_lock_timeout_waits_for_the_run_that_has_the_vm_with_a_progress_line(sim
     assert first.returncode == 1 and "device refused" in lost, lost
     assert second.returncode == 0, won
     assert won.count("off-01: waiting for run ") == 1, won
-    vm = _find(si, "off-01")
+    vm = find_object(si, "off-01")
     assert _vgpus(vm) == ["grid_a100-10c"] and vm.runtime.powerState == "poweredOn"
 
 
@@ -256,7 +250,7 @@ def test_a_claim_taken_after_waiting_names_the_run_that_let_go_meanwhile(sim: An
     (read once the folder is its own, not before it waited)."""
     from vgpuctl.vsphere.claims import VmClaims
 
-    vm = _find(si, "web-01")
+    vm = find_object(si, "web-01")
     folder = si.content.rootFolder.CreateFolder(f"vgpuctl-claim-{vm._moId}")  # created, not yet described
     with open_session(settings(sim)) as session:
         claims = VmClaims(session, "late01")

@@ -23,6 +23,7 @@ import pytest
 from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
+from vimfind import find_object
 
 pytestmark = pytest.mark.sim
 
@@ -55,7 +56,7 @@ def sim(gpusim_factory: Callable[..., Any]) -> Any:
     sim = gpusim_factory(FARM)
     conn = sim.connect()
     try:
-        WaitForTask(_find(conn, "run-01").PowerOnVM_Task())
+        WaitForTask(find_object(conn, "run-01").PowerOnVM_Task())
     finally:
         Disconnect(conn)
     return sim
@@ -68,16 +69,8 @@ def si(sim: Any) -> Iterator[Any]:
     Disconnect(conn)
 
 
-def _find(si: Any, name: str) -> Any:
-    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [vim.VirtualMachine], True)
-    try:
-        return next((o for o in view.view if o.name == name), None)
-    finally:
-        view.Destroy()
-
-
 def _state(si: Any, name: str) -> tuple[list[str], str]:
-    vm = _find(si, name)
+    vm = find_object(si, name)
     assert vm is not None, f"{name} does not exist"
     vgpus = [
         d.backing.vgpu

@@ -17,6 +17,7 @@ import pytest
 from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
+from vimfind import find_object
 
 pytestmark = pytest.mark.sim
 
@@ -55,25 +56,17 @@ def si(sim: Any) -> Iterator[Any]:
     Disconnect(conn)
 
 
-def _find(si: Any, kind: Any, name: str) -> Any:
-    view = si.content.viewManager.CreateContainerView(si.content.rootFolder, [kind], True)
-    try:
-        return next(o for o in view.view if o.name == name)
-    finally:
-        view.Destroy()
-
-
 def _set_work(si: Any, host: str, text: str) -> None:
     cfm = si.content.customFieldsManager
     key = next((f.key for f in cfm.field or [] if f.name == "vgpuctl.work"), None)
     if key is None:
         key = cfm.AddCustomFieldDef(name="vgpuctl.work", moType=vim.HostSystem).key
-    cfm.SetField(entity=_find(si, vim.HostSystem, host), key=key, value=text)
+    cfm.SetField(entity=find_object(si, host, vim.HostSystem), key=key, value=text)
 
 
 def _work(si: Any, host: str) -> str:
     keys = {f.key: f.name for f in si.content.customFieldsManager.field or []}
-    h = _find(si, vim.HostSystem, host)
+    h = find_object(si, host, vim.HostSystem)
     return next((v.value for v in h.customValue if keys.get(v.key) == "vgpuctl.work"), "")
 
 
@@ -123,10 +116,10 @@ def test_forget_work_of_a_host_without_one_says_so_and_json_is_its_document(sim:
 
 
 def test_a_record_naming_a_vm_deleted_since_finishes_without_it(sim: Any, si: Any, tmp_path: Path) -> None:
-    gone = _find(si, vim.VirtualMachine, "gone-01")
+    gone = find_object(si, "gone-01", vim.VirtualMachine)
     moid = gone._moId
     WaitForTask(gone.Destroy_Task())
-    web = _find(si, vim.VirtualMachine, "web-01")
+    web = find_object(si, "web-01", vim.VirtualMachine)
     record = {"run": "dead0run", "phase": "power-on", "entered_maintenance": False, "steps": ["power-on"],
               "vms": [{"name": "gone-01", "moid": moid, "after": "power-on"},
                       {"name": "web-01", "moid": web._moId, "after": "power-on"}]}  # fmt: skip
@@ -137,7 +130,7 @@ def test_a_record_naming_a_vm_deleted_since_finishes_without_it(sim: Any, si: An
     code, out = _vgpuctl(sim, tmp_path, "apply", "--yes", text=VM_ONLY)
     assert code == 0 and "ManagedObjectNotFound" not in out and "Traceback" not in out, out
     assert f"VM gone-01 ({moid}) of its work record no longer exists: dropped from the record" in out, out
-    assert _work(si, H2) == "" and _find(si, vim.VirtualMachine, "web-01").runtime.powerState == "poweredOn"
+    assert _work(si, H2) == "" and find_object(si, "web-01", vim.VirtualMachine).runtime.powerState == "poweredOn"
     code, out = _vgpuctl(sim, tmp_path, "plan", "--detailed-exitcode", text=VM_ONLY)
     assert code == 0, out
 
@@ -174,7 +167,7 @@ def test_forget_work_takes_the_lease_for_the_clear_not_only_before_its_prompt(
     taken: list[Lease] = []
 
     def a_run_takes_the_host(session: Any) -> None:
-        taken.append(Lease(Fields(session), H2, _find(si, vim.HostSystem, H2)._moId, "late0run").acquire())
+        taken.append(Lease(Fields(session), H2, find_object(si, H2, vim.HostSystem)._moId, "late0run").acquire())
 
     result = _forget_while_another_run_acts(sim, monkeypatch, a_run_takes_the_host)
     try:
