@@ -53,6 +53,6 @@ def test_the_vgpuctl_command_runs_as_a_one_command_process(monkeypatch: pytest.M
     from vgpuctl.cli import main
 
     monkeypatch.setattr(gcpause, "_freeze", False)
-    monkeypatch.setattr(main, "app", lambda **_: None)
+    monkeypatch.setattr(main, "app_for", lambda args: lambda **_: None)  # the command is not run
     main.run()
     assert gcpause._freeze
