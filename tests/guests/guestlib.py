@@ -27,13 +27,24 @@ VCENTER_PASSWORD = "vgpuctl-test-vcenter-pw-93c4aa"
 SECURE_BOOT_VAR = "sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
 
-def _run_network(pid: int) -> dict[str, str]:
+def _run_network(pid: int, taken: str) -> dict[str, str]:
     """Names and a /24 of this test run's own, so neither a developer's guests from guestctl.sh (prefix vgg,
-    10.213.0.x) nor a second test run on the same machine (which would tear down our namespaces) collide."""
-    return {"VGPUCTL_GUEST_PREFIX": f"t{pid % 100000:05d}", "VGPUCTL_GUEST_NET": f"10.213.{20 + pid % 200}"}
+    10.213.0.x) nor a second test run on the same machine (which would tear down our namespaces) collide. The
+    /24 is the first from the pid's on that no interface holds (`taken`: `ip -o -4 addr`): a run that was killed
+    before its teardown leaves its bridge and its /24 behind."""
+    third = next((n for n in (20 + (pid + i) % 200 for i in range(200)) if f" 10.213.{n}." not in taken),
+                 20 + pid % 200)
+    return {"VGPUCTL_GUEST_PREFIX": f"t{pid % 100000:05d}", "VGPUCTL_GUEST_NET": f"10.213.{third}"}
 
 
-ENV = _run_network(os.getpid())
+def _addresses() -> str:
+    try:
+        return subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True, check=False).stdout
+    except OSError:  # no iproute2: guestctl.sh says what is missing
+        return ""
+
+
+ENV = _run_network(os.getpid(), _addresses())
 
 
 @dataclass
