@@ -18,7 +18,7 @@ from vgpuctl.hosts.evacuation import needs_maintenance
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import EvacuationAction, HostChange, Observed, Plan, VmChange, folder_path
 from vgpuctl.preflight.check import PreflightCheck
-from vgpuctl.settings import setting_of, step_of
+from vgpuctl.settings import SETTINGS, setting_of, step_of
 from vgpuctl.settings.base import PrivilegePlace
 
 Entity = tuple[str, str]  # (vim type name, moid)
@@ -83,8 +83,6 @@ BEYOND_HOST = "beyond-host"  # the key suffix of a setting's operation on other 
 def setting_operations() -> tuple[Operation, ...]:
     """The operations of the host settings that need vCenter privileges of their own (the registry says which):
     on the host, and for some on other objects (`host-KEY-beyond-host`)."""
-    from vgpuctl.settings import SETTINGS
-
     out = []
     for s in SETTINGS:
         if s.privileges is None:
@@ -97,15 +95,11 @@ def setting_operations() -> tuple[Operation, ...]:
 
 
 def _own_privileges() -> dict[ChangeKind, Operation]:
-    from vgpuctl.settings import SETTINGS
-
     ops = {op.key: op for op in setting_operations()}
     return {kind: ops[f"host-{s.key}"] for s in SETTINGS if s.privileges is not None for kind in s.kinds}
 
 
 def _beyond_host_operations() -> dict[ChangeKind, Operation]:
-    from vgpuctl.settings import SETTINGS
-
     ops = {op.key: op for op in setting_operations()}
     return {kind: ops[f"host-{s.key}-{BEYOND_HOST}"] for s in SETTINGS
             if s.privileges is not None and s.privileges.beyond_host is not None for kind in s.kinds}

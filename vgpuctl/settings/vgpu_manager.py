@@ -63,6 +63,7 @@ from vgpuctl.settings.facts import (
     running_manager,
 )
 from vgpuctl.strictmodel import Lax, StrictModel
+from vgpuctl.vsphere.lifecycle import Component, client_for, host_software, offline_bundle
 
 VGPU_MANAGER = ChangeKind("vgpu-manager")
 MANAGER_STEP = ApplyStep("vgpu-manager", 90)  # last: a vLCM remediation reboots the host after every other write
@@ -158,7 +159,6 @@ class Software:
 
 
 def _read_software(api: HostApi) -> Software:
-    from vgpuctl.vsphere.lifecycle import client_for, host_software
 
     packages, cluster = host_software(api.session, api.moid, api.state.name)
     found = manager_in([(n, v) for n, v, _ in packages])
@@ -282,8 +282,6 @@ class VgpuManager(HostSetting[ManagerSpec | None]):
     def privileges_beyond_host(self, change: HostChange) -> tuple[PrivilegeNeed, ...]:
         """Through vLCM: the cluster image's draft, commit and apply on the cluster; adding an online depot
         vCenter does not have yet is an operation of vCenter's own."""
-        from vgpuctl.vsphere.lifecycle import offline_bundle
-
         target = change.new
         if not isinstance(target, ManagerTarget) or target.route != Route.LIFECYCLE or not target.cluster:
             return ()
@@ -445,7 +443,6 @@ def _apply_shell(target: ManagerTarget, writer: HostWriter) -> None:
 
 
 def _apply_lifecycle(target: ManagerTarget, writer: HostWriter) -> None:
-    from vgpuctl.vsphere.lifecycle import Component, client_for
 
     vlcm = client_for(writer.session)
     image = vlcm.image(target.cluster, fresh=True)
