@@ -12,6 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from vgpuctl.datafiles import load_yaml_data
 from vgpuctl.domain import AdapterType
 
 
@@ -117,9 +118,7 @@ def rules_path() -> Path:
 
 @cache
 def network_rules(path: Path | None = None) -> NetworkRules:
-    import yaml
-
-    data = yaml.safe_load((path or rules_path()).read_text())
+    data = load_yaml_data(path or rules_path())
     gdr = data["gpudirect_rdma"]
     host = data["pvrdma_host"]
     nics = data["nics"]

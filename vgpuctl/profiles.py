@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from vgpuctl.datafiles import load_yaml_data
 from vgpuctl.domain import GpuVgpuMode, ProfileSharing
 from vgpuctl.model import ObservedGpu, ObservedProfile
 
@@ -138,10 +139,9 @@ def load_catalogue(path: Path | None = None) -> Catalogue:
     import yaml
 
     file = path or catalogue_path()
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        data = yaml.load(file.read_text(), Loader=loader)
-    except (OSError, yaml.YAMLError) as err:
+        data = load_yaml_data(file)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise CatalogueError(f"cannot read the vGPU type catalogue {file}: {err}") from err
     boards = {}
     for raw in data.get("boards") or []:

@@ -29,7 +29,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 from importlib import resources
+from pathlib import Path
 
+from vgpuctl.datafiles import load_yaml_data
 from vgpuctl.domain import CheckStatus
 
 _VERSION = re.compile(r"(?<![\d.])(\d{3})\.(\d+)(?:\.(\d+))?(?![\d])")
@@ -69,10 +71,7 @@ class Release:
 
 
 def _table() -> dict[str, object]:
-    import yaml
-
-    text = resources.files("vgpuctl").joinpath("data", "vgpu-releases.yaml").read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
+    data = load_yaml_data(Path(str(resources.files("vgpuctl").joinpath("data", "vgpu-releases.yaml"))))
     return data if isinstance(data, dict) else {}
 
 

@@ -11,6 +11,8 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from vgpuctl.datafiles import load_yaml_data
+
 
 @dataclass(frozen=True)
 class VmLimits:
@@ -52,9 +54,7 @@ def limits_path() -> Path:
 
 @cache
 def vm_limits(path: Path | None = None) -> VmLimits:
-    import yaml
-
-    data = yaml.safe_load((path or limits_path()).read_text(encoding="utf-8"))
+    data = load_yaml_data(path or limits_path())
     vm = data["vm"]
     return VmLimits(
         cpus=int(vm["cpus"]["max"]),
