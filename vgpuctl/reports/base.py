@@ -34,13 +34,18 @@ def optional(default: Any = None) -> Any:
 
 def to_json(value: Any) -> Any:
     """Dataclasses, enums, lists and dicts to plain JSON data; optional() fields dropped while None."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out: dict[str, Any] = {"kind": value.kind} if isinstance(value, Report) else {}
-        for f in dataclasses.fields(value):
-            item = getattr(value, f.name)
-            if item is None and f.metadata.get("omit_none"):
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    shape = _shape(kind)
+    if shape is not None:
+        is_report, fields = shape
+        out: dict[str, Any] = {"kind": value.kind} if is_report else {}
+        for name, omit_none in fields:
+            item = getattr(value, name)
+            if item is None and omit_none:
                 continue
-            out[f.name] = to_json(item)
+            out[name] = to_json(item)
         return out
     if isinstance(value, Enum):
         return value.value
@@ -49,6 +54,25 @@ def to_json(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): to_json(v) for k, v in value.items()}
     return value
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})  # exactly these: an enum that is also a str is not plain
+_SHAPES: dict[type, tuple[bool, tuple[tuple[str, bool], ...]] | None] = {}
+
+
+def _shape(kind: type) -> tuple[bool, tuple[tuple[str, bool], ...]] | None:
+    """A dataclass's JSON shape, found once per class (a large plan's document has tens of thousands of parts):
+    whether it is a Report (`kind` first), and each field's name and whether it is left out while None."""
+    try:
+        return _SHAPES[kind]
+    except KeyError:
+        pass
+    shape = None
+    if dataclasses.is_dataclass(kind):
+        shape = (issubclass(kind, Report),
+                 tuple((f.name, bool(f.metadata.get("omit_none"))) for f in dataclasses.fields(kind)))
+    _SHAPES[kind] = shape
+    return shape
 
 
 def from_json(cls: type[Any], data: Any) -> Any:
