@@ -273,8 +273,25 @@ def test_the_command_alone_answers_as_the_whole_tree_does(args: list[str]) -> No
     assert (pruned.exit_code, pruned.stdout, pruned.stderr) == (whole.exit_code, whole.stdout, whole.stderr)
 
 
-@pytest.mark.parametrize("args", [[], ["--help"], ["plna"], ["--no-such", "plan"], ["--", "plan"], ["-o"],
-                                  ["--env", "prod", "plan"], ["--show-completion", "bash"]])
+@pytest.mark.parametrize("columns", ["80", "40", "200"])
+@pytest.mark.parametrize("args", [[], ["--help"], ["-h"], ["-o", "json", "--help"], ["-vv", "-h"],
+                                  ["--url", "https://vc.example/sdk", "--help"]])
+def test_the_roots_help_lists_what_the_whole_tree_lists(args: list[str], columns: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The root's help is printed from commands built without their options (vgpuctl.cli.main.app_for), word for
+    word what the whole tree prints, at any width."""
+    from vgpuctl.cli.main import app_for
+
+    monkeypatch.setenv("COLUMNS", columns)
+    listing = app_for(args)
+    assert listing is not app and all(not c.callback.__code__.co_varnames for c in listing.registered_commands)
+    whole, listed = CliRunner().invoke(app, args), CliRunner().invoke(listing, args)
+    assert (listed.exit_code, listed.stdout, listed.stderr) == (whole.exit_code, whole.stdout, whole.stderr)
+    assert "plan" in whole.stdout + whole.stderr and "Commands" in whole.stdout + whole.stderr
+
+
+@pytest.mark.parametrize("args", [["plna"], ["--no-such", "plan"], ["--", "plan"], ["-o"],
+                                  ["--env", "prod", "plan"], ["--show-completion", "bash"], ["-o", "json"]])
 def test_anything_else_gets_the_whole_tree(args: list[str]) -> None:
     from vgpuctl.cli.main import app_for
 

@@ -402,13 +402,62 @@ def app_for(args: list[str]) -> typer.Typer:
 
     if any(key.endswith("_COMPLETE") for key in os.environ):  # shell completion lists every command
         return app
-    name = _command_named(args, _root_options())
+    options = _root_options()
+    name = _command_named(args, options)
     if name is None:
-        return app
+        return _listing_app() if _asks_root_help(args, options) else app
     pruned = copy.copy(app)
     pruned.registered_commands = [c for c in app.registered_commands if _command_name(c) == name]
     pruned.registered_groups = [g for g in app.registered_groups if g.name == name]
     return pruned if pruned.registered_commands or pruned.registered_groups else app
+
+
+def _listing_app() -> typer.Typer:
+    """The root app whose commands and groups carry only what the root's help lists (name, help, panel, hidden),
+    none of their options: the root's help (`--help`, `-h`, no command) prints the same without building them."""
+    listing = copy.copy(app)
+    listing.registered_commands = [_listed_command(c) for c in app.registered_commands]
+    listing.registered_groups = [_listed_group(g) for g in app.registered_groups]
+    return listing
+
+
+def _listed_command(info: Any) -> Any:
+    callback = info.callback
+
+    def listed() -> None:
+        raise AssertionError("a command of the root's help listing is never run")
+
+    listed.__doc__, listed.__name__ = callback.__doc__, callback.__name__
+    listed.__module__ = callback.__module__
+    listed.__qualname__ = callback.__qualname__
+    stub = copy.copy(info)
+    stub.callback = listed
+    return stub
+
+
+def _listed_group(info: Any) -> Any:
+    group = copy.copy(info.typer_instance)
+    group.registered_commands, group.registered_groups = [], []
+    stub = copy.copy(info)
+    stub.typer_instance = group
+    return stub
+
+
+def _asks_root_help(args: list[str], options: dict[str, bool]) -> bool:
+    """Whether the arguments ask for the root's help and nothing else: no words at all (the root shows its help),
+    or -h / --help among the root's options before any command."""
+    words = iter(args)
+    asked = not args
+    for word in words:
+        if word in ("-h", "--help"):
+            asked = True
+            continue
+        takes_value = _takes_value(word, options) if word.startswith("-") and word not in ("-", "--") else None
+        if takes_value is None:
+            return False
+        if takes_value:
+            next(words, None)
+    return asked
 
 
 def _command_name(info: Any) -> str:
