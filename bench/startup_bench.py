@@ -1,7 +1,7 @@
 """Benchmark: the `vgpuctl` process's start-up: `--help`, a usage error, and `plan` end to end against the floor.
 
     .venv/bin/python bench/startup_bench.py [--hosts 64] [--gpus 8] [--vms 1000] [--repeat 5] [--no-compile]
-                                            [--smoke]
+                                            [--own-cpus] [--smoke]
 
 Starts gpusim with plan_bench.py's farm and inventory, then each round, one after the other:
   floor     gpusim's own time to answer observe's bulk reads (plan_bench.py's floor, the same function)
@@ -9,7 +9,10 @@ Starts gpusim with plan_bench.py's farm and inventory, then each round, one afte
   usage     `vgpuctl plan --no-such-option`, a new process (exits 1)
   plan      `vgpuctl -o json plan -f INVENTORY`, a new process, end to end
 Each process's wall time and its CPU time (user + system, from the kernel's accounting of the child: what the
-machine's load moves least) are reported as medians; plan's wall time also paired with the round's floor.
+machine's load moves least) are reported as medians; plan's wall time also paired with the round's floor; and
+gpusim's own CPU time while it answers the floor's reads (on a small machine, what it leaves the client).
+--own-cpus: gpusim on the last CPU, the benchmark and every process it starts on the others, as a vCenter on its
+own machine would be (by default all share every CPU, and gpusim's answer keeps more than one busy).
 Once, after the rounds: the modules the plan process has imported when it first connects to vCenter (a wrapper
 around the console entry point notes sys.modules at the first socket connect).
 
@@ -83,7 +86,25 @@ def children_cpu() -> float:
 @dataclass
 class Rounds:
     floor: list[float] = field(default_factory=list)
+    server_cpu: list[float] = field(default_factory=list)  # gpusim's CPU time during each floor
     runs: dict[str, list[Timing]] = field(default_factory=lambda: {"help": [], "usage": [], "plan": []})
+
+
+def process_cpu(pid: int) -> float:
+    """A process's CPU time so far (user + system, all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpus(sim: Any) -> str:
+    """gpusim's threads on the last CPU, this process (and so every process it starts) on the others."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        sys.exit("--own-cpus needs two CPUs at least")
+    for task in Path(f"/proc/{sim.process.pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), {cpus[-1]})  # threads Go starts later inherit it
+    os.sched_setaffinity(0, set(cpus[:-1]))
+    return f"gpusim on CPU {cpus[-1]}, vgpuctl and the floor's reader on CPU {', '.join(map(str, cpus[:-1]))}"
 
 
 def measure(sim: Any, path: Path, repeat: int) -> Rounds:
@@ -96,7 +117,9 @@ def measure(sim: Any, path: Path, repeat: int) -> Rounds:
     }
     rounds = Rounds()
     for _ in range(repeat):
+        before = process_cpu(sim.process.pid)
         rounds.floor.append(bulk_answer_time(sim).seconds)
+        rounds.server_cpu.append(process_cpu(sim.process.pid) - before)
         for name, (argv, expect) in commands.items():
             rounds.runs[name].append(run_process(argv, env, expect))
     return rounds
@@ -126,7 +149,8 @@ def tops(modules: list[str]) -> dict[str, int]:
 
 def report(rounds: Rounds, modules: list[str], bare: list[str]) -> None:
     floor = statistics.median(rounds.floor)
-    print(f"floor (gpusim's answer to the bulk reads): median {floor:.3f} s")
+    print(f"floor (gpusim's answer to the bulk reads): median {floor:.3f} s; gpusim's CPU time meanwhile: median "
+          f"{statistics.median(rounds.server_cpu):.3f} s")
     for name, label in (("help", "vgpuctl --help"), ("usage", "a usage error (plan --no-such-option)"),
                         ("plan", "vgpuctl plan (CLI process, end to end)")):
         runs = rounds.runs[name]
@@ -157,6 +181,8 @@ def main() -> None:
     parser.add_argument("--vms", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-compile", action="store_true", help="leave vgpuctl's bytecode uncompiled")
+    parser.add_argument("--own-cpus", action="store_true",
+                        help="gpusim on the last CPU, vgpuctl on the others (as a vCenter on its own machine)")
     parser.add_argument("--smoke", action="store_true", help="2 hosts x 2 GPUs, 10 VMs, one round: does it run")
     args = parser.parse_args()
     if args.smoke:
@@ -167,8 +193,9 @@ def main() -> None:
         path = Path(tmp) / "inventory.yaml"
         write_inventory(vm_names(sim), path)
         bytecode = "not compiled" if args.no_compile else "compiled beforehand"
+        cpus = own_cpus(sim) if args.own_cpus else "gpusim and vgpuctl share every CPU"
         print(f"farm: {args.hosts} hosts x {args.gpus} GPUs, {args.vms} VMs; vgpuctl's bytecode {bytecode}; "
-              f"PYTHONDONTWRITEBYTECODE {'set' if os.environ.get('PYTHONDONTWRITEBYTECODE') else 'unset'}; "
+              f"PYTHONDONTWRITEBYTECODE {'set' if os.environ.get('PYTHONDONTWRITEBYTECODE') else 'unset'}; {cpus}; "
               f"{load_note()}", flush=True)
         rounds = measure(sim, path, args.repeat)
         modules = imports_at_first_connect(sim, path)
