@@ -93,10 +93,15 @@ def write_twins(folder: Path | None = None) -> list[Path]:
     return written
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m vgpuctl.datafiles",
+                                     description="Write the JSON twin of each data file (vgpuctl/data/parsed/).")
+    parser.parse_args(argv)
     for twin in write_twins():
         print(twin, file=sys.stderr)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

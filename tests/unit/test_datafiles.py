@@ -99,3 +99,19 @@ def test_the_rules_read_through_their_twins_are_the_rules_of_the_yaml(monkeypatc
         for fn in caches:
             fn.cache_clear()
     assert from_twins == from_yaml
+
+
+def test_the_generators_help_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m vgpuctl.reports.schemas --help` once wrote the schemas into a folder named `--help`."""
+    from vgpuctl.reports import schemas
+
+    monkeypatch.chdir(tmp_path)
+    written: list[object] = []
+    monkeypatch.setattr(datafiles, "write_twins", lambda *a: written.append(a) or [])
+    for main in (schemas.main, datafiles.main):
+        with pytest.raises(SystemExit) as done:
+            main(["--help"])
+        assert done.value.code == 0
+    assert "usage: python -m vgpuctl.reports.schemas" in capsys.readouterr().out
+    assert not list(tmp_path.iterdir()) and written == []

@@ -208,6 +208,15 @@ def write_all(folder: Path) -> list[Path]:
     return [*written, path]
 
 
-if __name__ == "__main__":
-    for written in write_all(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/schemas")):
+def main(argv: list[str]) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m vgpuctl.reports.schemas",
+                                     description="Write the JSON Schemas of vgpuctl's documents.")
+    parser.add_argument("folder", nargs="?", default="docs/schemas", help="where to write them (default: %(default)s)")
+    for written in write_all(Path(parser.parse_args(argv).folder)):
         print(written)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
