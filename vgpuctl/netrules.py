@@ -8,11 +8,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from vgpuctl.datafiles import load_yaml_data
+from vgpuctl.datafiles import data_folder, load_yaml_data
 from vgpuctl.domain import AdapterType
 
 
@@ -113,7 +112,7 @@ def firmware_fix(vendor_id: int) -> str:
 
 
 def rules_path() -> Path:
-    return Path(str(resources.files("vgpuctl").joinpath("data", "network.yaml")))
+    return data_folder() / "network.yaml"
 
 
 @cache

@@ -16,11 +16,10 @@ import re
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from vgpuctl.datafiles import load_yaml_data
+from vgpuctl.datafiles import data_folder, load_yaml_data
 from vgpuctl.domain import GpuVgpuMode, ProfileSharing
 from vgpuctl.model import ObservedGpu, ObservedProfile
 
@@ -126,7 +125,7 @@ class Catalogue:
 
 def catalogue_path() -> Path:
     """The catalogue file this package reads (package data; gpusim is given the same path)."""
-    return Path(str(resources.files("vgpuctl").joinpath("data", "vgpu-catalogue.yaml")))
+    return data_folder() / "vgpu-catalogue.yaml"
 
 
 def catalogue_digest(path: Path | None = None) -> str:

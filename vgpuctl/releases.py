@@ -28,10 +28,8 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
-from importlib import resources
-from pathlib import Path
 
-from vgpuctl.datafiles import load_yaml_data
+from vgpuctl.datafiles import data_folder, load_yaml_data
 from vgpuctl.domain import CheckStatus
 
 _VERSION = re.compile(r"(?<![\d.])(\d{3})\.(\d+)(?:\.(\d+))?(?![\d])")
@@ -71,7 +69,7 @@ class Release:
 
 
 def _table() -> dict[str, object]:
-    data = load_yaml_data(Path(str(resources.files("vgpuctl").joinpath("data", "vgpu-releases.yaml"))))
+    data = load_yaml_data(data_folder() / "vgpu-releases.yaml")
     return data if isinstance(data, dict) else {}
 
 

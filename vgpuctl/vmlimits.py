@@ -8,10 +8,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 
-from vgpuctl.datafiles import load_yaml_data
+from vgpuctl.datafiles import data_folder, load_yaml_data
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class VmLimits:
 
 
 def limits_path() -> Path:
-    return Path(str(resources.files("vgpuctl").joinpath("data", "vm-limits.yaml")))
+    return data_folder() / "vm-limits.yaml"
 
 
 @cache

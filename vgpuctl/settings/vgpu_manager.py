@@ -159,7 +159,6 @@ class Software:
 
 
 def _read_software(api: HostApi) -> Software:
-
     packages, cluster = host_software(api.session, api.moid, api.state.name)
     found = manager_in([(n, v) for n, v, _ in packages])
     installed = driver_version(found[1]) if found is not None else None
@@ -443,7 +442,6 @@ def _apply_shell(target: ManagerTarget, writer: HostWriter) -> None:
 
 
 def _apply_lifecycle(target: ManagerTarget, writer: HostWriter) -> None:
-
     vlcm = client_for(writer.session)
     image = vlcm.image(target.cluster, fresh=True)
     if target.location not in image.depots:
