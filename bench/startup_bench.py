@@ -8,6 +8,8 @@ Starts gpusim with plan_bench.py's farm and inventory, then each round, one afte
   help      `vgpuctl --help`, a new process
   usage     `vgpuctl plan --no-such-option`, a new process (exits 1)
   plan      `vgpuctl -o json plan -f INVENTORY`, a new process, end to end
+  late      the same with VGPUCTL_EARLY_READ=0: the login and the bulk read sent once the command's modules are
+            loaded and the inventory read, not from the process's start (vgpuctl.vsphere.earlyread)
 Each process's wall time and its CPU time (user + system, from the kernel's accounting of the child: what the
 machine's load moves least) are reported as medians; plan's wall time also paired with the round's floor; and
 gpusim's own CPU time while it answers the floor's reads (on a small machine, what it leaves the client).
@@ -53,7 +55,7 @@ def noting(self, *args):
     return connect(self, *args)
 socket.socket.connect = noting
 sys.argv[0] = "vgpuctl"
-from vgpuctl.cli.main import run
+from vgpuctl.cli.entry import run
 run()
 """
 
@@ -87,7 +89,7 @@ def children_cpu() -> float:
 class Rounds:
     floor: list[float] = field(default_factory=list)
     server_cpu: list[float] = field(default_factory=list)  # gpusim's CPU time during each floor
-    runs: dict[str, list[Timing]] = field(default_factory=lambda: {"help": [], "usage": [], "plan": []})
+    runs: dict[str, list[Timing]] = field(default_factory=lambda: {"help": [], "usage": [], "plan": [], "late": []})
 
 
 def process_cpu(pid: int) -> float:
@@ -110,18 +112,20 @@ def own_cpus(sim: Any) -> str:
 def measure(sim: Any, path: Path, repeat: int) -> Rounds:
     env = cli_env(sim)
     vgpuctl = vgpuctl_bin()
+    plan = [vgpuctl, "-o", "json", "plan", "-f", str(path)]
     commands = {
-        "help": ([vgpuctl, "--help"], 0),
-        "usage": ([vgpuctl, "plan", "--no-such-option"], 1),
-        "plan": ([vgpuctl, "-o", "json", "plan", "-f", str(path)], 0),
+        "help": ([vgpuctl, "--help"], 0, env),
+        "usage": ([vgpuctl, "plan", "--no-such-option"], 1, env),
+        "plan": (plan, 0, env),
+        "late": (plan, 0, {**env, "VGPUCTL_EARLY_READ": "0"}),
     }
     rounds = Rounds()
     for _ in range(repeat):
         before = process_cpu(sim.process.pid)
         rounds.floor.append(bulk_answer_time(sim).seconds)
         rounds.server_cpu.append(process_cpu(sim.process.pid) - before)
-        for name, (argv, expect) in commands.items():
-            rounds.runs[name].append(run_process(argv, env, expect))
+        for name, (argv, expect, its_env) in commands.items():
+            rounds.runs[name].append(run_process(argv, its_env, expect))
     return rounds
 
 
@@ -152,16 +156,18 @@ def report(rounds: Rounds, modules: list[str], bare: list[str]) -> None:
     print(f"floor (gpusim's answer to the bulk reads): median {floor:.3f} s; gpusim's CPU time meanwhile: median "
           f"{statistics.median(rounds.server_cpu):.3f} s")
     for name, label in (("help", "vgpuctl --help"), ("usage", "a usage error (plan --no-such-option)"),
-                        ("plan", "vgpuctl plan (CLI process, end to end)")):
+                        ("plan", "vgpuctl plan (CLI process, end to end)"),
+                        ("late", "the same, early read off (VGPUCTL_EARLY_READ=0)")):
         runs = rounds.runs[name]
         wall = statistics.median(t.wall for t in runs)
         cpu = statistics.median(t.cpu for t in runs)
         print(f"{label}: median {wall:.3f} s wall, {cpu:.3f} s CPU (user + system); "
               f"runs {[round(t.wall, 2) for t in runs]} s")
-    plan = statistics.median(t.wall for t in rounds.runs["plan"])
-    paired = sorted(t.wall / f for t, f in zip(rounds.runs["plan"], rounds.floor, strict=True))
-    print(f"plan process / floor: {plan / floor:.2f}x of the medians; paired median {statistics.median(paired):.2f}x, "
-          f"{paired[0]:.2f}x to {paired[-1]:.2f}x")
+    for name, label in (("plan", "plan process / floor"), ("late", "early read off / floor")):
+        plan = statistics.median(t.wall for t in rounds.runs[name])
+        paired = sorted(t.wall / f for t, f in zip(rounds.runs[name], rounds.floor, strict=True))
+        print(f"{label}: {plan / floor:.2f}x of the medians; paired median {statistics.median(paired):.2f}x, "
+              f"{paired[0]:.2f}x to {paired[-1]:.2f}x")
     ours = [m for m in modules if m not in set(bare)]
     print(f"imported at plan's first connect: {len(modules)} modules ({len(ours)} beyond a bare interpreter's); "
           "by package: " + ", ".join(f"{k} {v}" for k, v in tops(ours).items()))

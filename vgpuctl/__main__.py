@@ -1,5 +1,5 @@
 """`python -m vgpuctl` is the `vgpuctl` command."""
 
-from vgpuctl.cli.main import run
+from vgpuctl.cli.entry import run
 
 run()

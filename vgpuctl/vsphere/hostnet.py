@@ -18,8 +18,9 @@ from vgpuctl.netrules import network_rules
 from vgpuctl.profiles import api_at_least
 from vgpuctl.records.netfacts import HostNetFacts, RdmaDevice, Vmknic
 from vgpuctl.vsphere.host import _call, _props
-from vgpuctl.vsphere.netobserve import HOST_NET_PROPS, host_nics
+from vgpuctl.vsphere.netobserve import host_nics
 from vgpuctl.vsphere.objects import Obj
+from vgpuctl.vsphere.readlist import HOST_NET_PROPS
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session

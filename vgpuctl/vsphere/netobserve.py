@@ -16,14 +16,6 @@ from vgpuctl.vsphere.vimtypes import device_types
 
 NETWORK_CLASS = 0x02  # PCI base class "Network controller" (classId's upper byte)
 INFINIBAND_SUBCLASS = 0x0207
-NETWORK_PROPS = ["name", "parent", "host"]  # Network (and DistributedVirtualPortgroup, a subtype)
-PORTGROUP_PROPS = ["key", "config.distributedVirtualSwitch"]  # DistributedVirtualPortgroup
-SWITCH_PROPS = ["name", "parent", "uuid"]  # DistributedVirtualSwitch
-HOST_NET_PROPS = ["config.network.pnic", "config.pciPassthruInfo", "hardware.numaInfo"]
-VM_NET_PROPS = ["guest.hostName"]
-# The port groups a host reaches, read from the host's side too: vCenter lists the pair on both sides
-# (`Network.host`, `HostSystem.network`), govmomi's simulator lists its "VM Network" only on the hosts' side.
-HOST_PORTGROUP_PROPS = ["network"]
 
 
 def _moid(ref: Any) -> str:

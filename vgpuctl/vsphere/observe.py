@@ -35,16 +35,9 @@ from vgpuctl.model import (
 )
 from vgpuctl.profiles import max_vgpus_per_vm, observed_profile
 from vgpuctl.vsphere import netobserve
-from vgpuctl.vsphere.netobserve import (
-    HOST_NET_PROPS,
-    HOST_PORTGROUP_PROPS,
-    NETWORK_PROPS,
-    PORTGROUP_PROPS,
-    SWITCH_PROPS,
-    VM_NET_PROPS,
-)
 from vgpuctl.vsphere.nvlink import device_group_sets, observed_groups
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
+from vgpuctl.vsphere.readlist import HOST_PROPS, LEAN_PAGE_SIZE, LEAN_TYPES, PAGE_SIZE, TYPE_PROPS, host_type_props
 from vgpuctl.vsphere.vimtypes import device_types
 
 if TYPE_CHECKING:
@@ -52,70 +45,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PAGE_SIZE = 1000
-# The lean reads' pages are smaller: each next page is asked for as soon as the page before names its token, so
-# vCenter prepares page N+1 while vgpuctl parses page N; with pages of 1,000 a farm of 1,000 VMs would come in
-# one page and nothing would overlap. 512: a farm of 1,000 VMs and its templates in two pages (one more round
-# trip per further 512 VMs or hosts, sent while a page is parsed). Smaller pages bring the first one sooner (the
-# server gathers every object before it, then encodes page by page) but add round trips and gain nothing
-# measurable: against gpusim, 1,000 VMs, ten runs of each alternating in one process, `plan` took 0.667 s with
-# pages of 512, 0.657 s with 334 and with 256 (medians; the run-to-run spread is larger).
-LEAN_PAGE_SIZE = 512
 NVLINK_WORKERS = 4  # concurrent QueryConfigTarget calls for NVLink sets
 NVLINK_API = (8, 0, 0, 1)  # vendorDeviceGroupInfo
-
-HOST_PROPS = [
-    "name",
-    "parent",
-    "runtime.connectionState",
-    "runtime.inMaintenanceMode",
-    "runtime.powerState",
-    "config.product.apiVersion",
-    "summary.config.product.apiVersion",
-    "config.graphicsInfo",
-    "config.graphicsConfig",
-    "config.sharedPassthruGpuTypes",
-    "hardware.pciDevice",  # the lean reader keeps the GPUs graphicsInfo names, the NICs, the bridges above them
-    "configManager.graphicsManager",
-    "configManager.imageConfigManager",  # the installed packages (the vGPU Manager): one call a host, no read
-    "customValue",  # vgpuctl's unfinished host work and run leases (vgpuctl.vsphere.workrecord)
-    "availableField",
-    *HOST_NET_PROPS,  # physical NICs, SR-IOV and passthrough state, NUMA nodes (vsphere/netobserve.py)
-    *HOST_PORTGROUP_PROPS,  # the port groups it reaches (with Network.host: vsphere/netobserve.py)
-]
-
-VM_PROPS = [
-    "name",
-    "parent",
-    "config.template",
-    "config.hardware.device",  # the lean reader keeps only PCI passthrough devices and network adapters (rawread)
-    "config.hardware.numCPU",
-    "config.hardware.memoryMB",
-    "config.memoryReservationLockedToMax",
-    "config.memoryAllocation.reservation",
-    "config.firmware",
-    "config.extraConfig",
-    "config.version",
-    "config.changeVersion",
-    "runtime.powerState",
-    "runtime.host",
-    "guest.net",
-    "guest.ipAddress",
-    "guest.guestState",
-    "guest.toolsRunningStatus",
-    *VM_NET_PROPS,
-]
-
-TYPE_PROPS = {
-    "Datacenter": ["name", "parent", "vmFolder"],
-    "Folder": ["name", "parent"],
-    "ComputeResource": ["name", "parent", "resourcePool", "environmentBrowser"],  # ClusterComputeResource too
-    "Network": NETWORK_PROPS,  # port groups; DistributedVirtualPortgroup is a Network too
-    "DistributedVirtualPortgroup": PORTGROUP_PROPS,
-    "DistributedVirtualSwitch": SWITCH_PROPS,
-    "HostSystem": HOST_PROPS,
-    "VirtualMachine": VM_PROPS,
-}
 
 
 def observe(
@@ -131,7 +62,7 @@ def observe(
     extra = [p for p in host_properties if p not in HOST_PROPS]
     start = session.round_trips
     with paused_gc():
-        objects = _retrieve_observed(session, {**TYPE_PROPS, "HostSystem": [*HOST_PROPS, *extra]})
+        objects = _retrieve_observed(session, host_type_props(host_properties))
         observed = build_observed(objects, datacenter)
         _keep_properties(objects, observed, extra)
     about = session.content.about
@@ -226,9 +157,6 @@ def _read_view(session: Session, view: Any, type_props: dict[str, list[str]]) ->
             lean_objects = lean.result()  # waits, and raises the lean read's own error first
     objects.update(lean_objects)
     return objects
-
-
-LEAN_TYPES = ("HostSystem", "VirtualMachine")  # one read each, sent together: the hosts, answered sooner, first
 
 
 def _lean_objects(session: Session, view: Any, props: dict[str, list[str]]) -> dict[str, Obj]:

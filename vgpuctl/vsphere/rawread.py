@@ -45,6 +45,11 @@ class SentRequest:
         self.stub = stub
         self.info = mo._GetMethodInfo(method)
         request = stub.SerializeRequest(mo, self.info, args)
+        sent_early = getattr(stub, "sent_early", None)
+        self.early = sent_early(request) if sent_early is not None else None  # vsphere/earlyread.py
+        if self.early is not None:
+            stub.count_round_trip()
+            return
         headers = {
             "Cookie": stub.cookie,
             "SOAPAction": stub.versionId,
@@ -63,12 +68,19 @@ class SentRequest:
         """The 200 answer's body as it arrives (gunzipped); a SOAP fault is raised as pyVmomi's fault."""
         import http.client
 
+        if self.early is not None:
+            answer = self.early.result()
+            if answer.status != 200:
+                self._raise_fault(answer.status, answer.reason, answer.body)
+            yield answer.body
+            return
         try:
             resp = self.conn.getresponse()
             gzipped = (resp.getheader("Content-Encoding") or "").lower() == "gzip"
             if resp.status != 200:
                 body = resp.read()
-                self._raise_fault(resp, gzip.decompress(body) if gzipped else body)
+                self.stub.ReturnConnection(self.conn)
+                self._raise_fault(resp.status, resp.reason, gzip.decompress(body) if gzipped else body)
             inflate = zlib.decompressobj(wbits=31) if gzipped else None
             while chunk := resp.read(CHUNK):
                 yield inflate.decompress(chunk) if inflate is not None else chunk
@@ -84,23 +96,23 @@ class SentRequest:
 
     def abandon(self) -> None:
         """The answer will not be read: its connection cannot serve another request."""
-        self.conn.close()
+        if self.early is None:
+            self.conn.close()
 
     def _drop(self) -> None:
         self.conn.close()
         self.stub.DropConnections()
 
-    def _raise_fault(self, resp: Any, body: bytes) -> None:
+    def _raise_fault(self, status: int, reason: str, body: bytes) -> None:
         import http.client
 
         from pyVmomi.SoapAdapter import SoapResponseDeserializer
 
-        self.stub.ReturnConnection(self.conn)
-        if resp.status == 500:
+        if status == 500:
             fault = SoapResponseDeserializer(self.stub).Deserialize(io.BytesIO(body), self.info.result)
             if isinstance(fault, BaseException):
                 raise fault
-        raise http.client.HTTPException(f"{resp.status} {resp.reason}")
+        raise http.client.HTTPException(f"{status} {reason}")
 
 
 def invoke_raw(stub: Any, mo: Any, method: str, args: list[Any]) -> bytes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import io
 import logging
 import os
 import re
@@ -22,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from vgpuctl.errors import AuthenticationError, ConnectionFailure, TlsError, UsageError
@@ -165,7 +166,7 @@ def ssl_context(settings: ConnectionSettings) -> ssl.SSLContext:
         raise TlsError(f"cannot load CA file {settings.ca_file}: {err}") from err
 
 
-def _pinned_connection_class(expected: str, url: str) -> type[http.client.HTTPSConnection]:
+def pinned_connection_class(expected: str, url: str) -> type[http.client.HTTPSConnection]:
     class PinnedHTTPSConnection(http.client.HTTPSConnection):
         def connect(self) -> None:
             super().connect()
@@ -181,6 +182,50 @@ def _pinned_connection_class(expected: str, url: str) -> type[http.client.HTTPSC
     return PinnedHTTPSConnection
 
 
+class EarlyAnswers(Protocol):
+    """Answers to requests sent before the session existed (vgpuctl.vsphere.earlyread.EarlyRead)."""
+
+    settings: ConnectionSettings
+    claimed: bool
+
+    @property
+    def pending(self) -> bool: ...
+
+    def take(self, action: str, body: bytes) -> Any: ...  # None, or its answer to come (`result()`)
+
+    def end(self) -> None: ...
+
+
+_early: list[EarlyAnswers] = []  # the process's early read, until a session takes it or the process ends
+
+
+def offer_early_read(early: EarlyAnswers) -> None:
+    """The first session opened with the same settings takes these answers (the console script's early read)."""
+    _early[:] = [early]
+
+
+def end_early_read() -> None:
+    """At the end of the process: the early read stops, and its session is closed unless a session took it."""
+    while _early:
+        _early.pop().end()
+
+
+def same_connection(a: ConnectionSettings, b: ConnectionSettings) -> bool:
+    return (a.sdk_url, a.username, a.password, a.insecure, a.ca_file, a.pinned_sha256, a.timeout_s) == (
+        b.sdk_url, b.username, b.password, b.insecure, b.ca_file, b.pinned_sha256, b.timeout_s)
+
+
+def _claim_early_read(settings: ConnectionSettings) -> EarlyAnswers | None:
+    """The early read for a session with these settings, once; one made with other settings is ended."""
+    if not _early or _early[0].claimed:
+        return None
+    if not same_connection(_early[0].settings, settings):
+        end_early_read()
+        return None
+    _early[0].claimed = True
+    return _early[0]
+
+
 def _counting_stub_class() -> type:
     from pyVmomi.SoapAdapter import SoapStubAdapter
 
@@ -191,10 +236,22 @@ def _counting_stub_class() -> type:
             super().__init__(*args, **kwargs)
             self.round_trips = 0
             self._count_lock = threading.Lock()
+            self.early: EarlyAnswers | None = None  # answers sent before the session: see `sent_early`
 
         def count_round_trip(self) -> None:
             with self._count_lock:
                 self.round_trips += 1
+
+        def sent_early(self, request: bytes) -> Any:
+            """The early read's sending of this exact request (vgpuctl.vsphere.earlyread): its answer comes with
+            `result()`; None when it did not send it."""
+            early = self.early
+            if early is None:
+                return None
+            if not early.pending:
+                self.early = None
+                return None
+            return early.take(self.versionId, request)
 
         def InvokeMethod(self, mo, info, args, outerStub=None):
             from vgpuctl import trace
@@ -203,7 +260,11 @@ def _counting_stub_class() -> type:
             trace.soap_call(mo, info, args)
             start = time.monotonic()
             try:
-                result = super().InvokeMethod(mo, info, args, outerStub)
+                sent = self.sent_early(self.SerializeRequest(mo, info, args)) if self.early else None
+                if sent is not None:
+                    result = _early_result(self, sent.result(), info, outerStub or self)
+                else:
+                    result = super().InvokeMethod(mo, info, args, outerStub)
             except BaseException as err:
                 trace.soap_result(info, time.monotonic() - start, err)
                 raise
@@ -211,6 +272,28 @@ def _counting_stub_class() -> type:
             return result
 
     return CountingStub
+
+
+def _early_result(stub: Any, answer: Any, info: Any, outer: Any) -> Any:
+    """An early answer handled as pyVmomi's InvokeMethod handles the one it reads: its session cookie kept, a 200
+    answer's result returned, a 500 answer's fault raised, any other status an HTTPException."""
+    from http.cookies import SimpleCookie
+
+    from pyVmomi.SoapAdapter import SoapResponseDeserializer, StubAdapterBase
+
+    if answer.cookie:
+        stub.cookie = answer.cookie
+        morsel = SimpleCookie(answer.cookie).get("vmware_soap_session")
+        if morsel:
+            StubAdapterBase.SetSessionId(stub, morsel.value)
+    if answer.status not in (200, 500):
+        raise http.client.HTTPException(f"{answer.status} {answer.reason}")
+    obj = SoapResponseDeserializer(outer).Deserialize(io.BytesIO(answer.body), info.result)
+    if answer.status == 200:
+        return obj
+    if not isinstance(obj, BaseException):
+        raise http.client.HTTPException(f"{answer.status} {answer.reason}: not a fault")
+    raise obj
 
 
 def _version_tuple(text: str) -> tuple[int, ...] | None:
@@ -264,7 +347,8 @@ class Session:
         self._stub = stub_class(**kwargs)
         pinned = settings.pinned_sha256
         if pinned:
-            self._stub.scheme = _pinned_connection_class(pinned, self.url)
+            self._stub.scheme = pinned_connection_class(pinned, self.url)
+        self._stub.early = _claim_early_read(settings)
         self.si = vim.ServiceInstance("ServiceInstance", self._stub)
         self.content: Any = self._call(self.si.RetrieveContent)  # vim.ServiceContent
         self.api_version = str(self.content.about.apiVersion)

@@ -60,6 +60,7 @@ var knownFaults = map[string]func(t Target) types.BaseMethodFault{
 		return &types.SystemError{Reason: t.reason("SystemError")}
 	},
 	"InvalidState": func(Target) types.BaseMethodFault { return &types.InvalidState{} },
+	"InvalidLogin": func(Target) types.BaseMethodFault { return &types.InvalidLogin{} },
 	"InvalidPowerState": func(t Target) types.BaseMethodFault {
 		existing := t.PowerState
 		if existing == "" {

@@ -123,7 +123,7 @@ func (s *Sim) ResolveObject(name string) (types.ManagedObjectReference, bool) {
 		return types.ManagedObjectReference{}, false
 	}
 	kinds := []string{"VirtualMachine", "HostSystem", "ClusterComputeResource", "Folder", "Datacenter", "CustomFieldsManager",
-		"AuthorizationManager", "PerformanceManager"}
+		"AuthorizationManager", "PerformanceManager", "SessionManager", "PropertyCollector"}
 	for _, kind := range kinds {
 		if obj := s.ctx.Map.Get(types.ManagedObjectReference{Type: kind, Value: name}); obj != nil {
 			return obj.Reference(), true
