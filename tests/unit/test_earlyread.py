@@ -3,7 +3,6 @@ starts only for a plan whose connection the environment fixes, and with the sett
 
 from __future__ import annotations
 
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,17 +21,9 @@ from vgpuctl.vsphere.earlyread import Answer, EarlyRead, Sent
 from vgpuctl.vsphere.objects import view_filter_spec
 from vgpuctl.vsphere.session import ConnectionSettings, pick_vim_version, same_connection
 
-pytestmark = pytest.mark.unit
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("no_vgpuctl_env")]
 
 THUMB = "AB:" * 31 + "AB"
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith(("VGPUCTL_", "GOVC_", "GPUSIM_")):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("VGPUCTL_STATE_DIR", str(tmp_path / "state"))
 
 
 def stub(version: str = "8.0.3.0") -> Any:
