@@ -6,17 +6,17 @@ connection the environment fixes is logging in and reading the farm while the CL
 
 from __future__ import annotations
 
+import os
+import sys
+
+from vgpuctl.vsphere.earlyread import begin
+from vgpuctl.vsphere.session import end_early_read
+
 
 def run() -> None:
-    import os
-    import sys
-
-    from vgpuctl.vsphere.earlyread import begin
-    from vgpuctl.vsphere.session import end_early_read
-
     begin(sys.argv[1:], os.environ)
     try:
-        from vgpuctl.cli.main import run as run_cli
+        from vgpuctl.cli.main import run as run_cli  # after the early read has started: the CLI's heavy imports
 
         run_cli()
     finally:

@@ -279,11 +279,11 @@ def _early_result(stub: Any, answer: Any, info: Any, outer: Any) -> Any:
     answer's result returned, a 500 answer's fault raised, any other status an HTTPException."""
     from http.cookies import SimpleCookie
 
-    from pyVmomi.SoapAdapter import SoapResponseDeserializer, StubAdapterBase
+    from pyVmomi.SoapAdapter import COOKIE_NAME, SoapResponseDeserializer, StubAdapterBase
 
     if answer.cookie:
         stub.cookie = answer.cookie
-        morsel = SimpleCookie(answer.cookie).get("vmware_soap_session")
+        morsel = SimpleCookie(answer.cookie).get(COOKIE_NAME)
         if morsel:
             StubAdapterBase.SetSessionId(stub, morsel.value)
     if answer.status not in (200, 500):
