@@ -14,6 +14,7 @@ from pyVmomi.SoapAdapter import SoapStubAdapter
 from typer.testing import CliRunner
 
 from vgpuctl import pipeline
+from vgpuctl.cli import entry
 from vgpuctl.cli.main import app
 from vgpuctl.settings import host_properties
 from vgpuctl.vsphere import earlyread, readlist
@@ -119,7 +120,7 @@ def test_a_plan_of_a_file_that_is_there_wants_it(tmp_path: Path) -> None:
     for argv in (["plan", "-f", f], ["-o", "json", "plan", "-f", f], ["-ojson", "plan", f"--file={f}"],
                  ["plan", "-f", f, "--out", "p.json", "--host", "h", "--detailed-exitcode", "-ojson"],
                  ["--datacenter", "DC0", "plan", "--values", "v.yaml", f"-f{f}"]):
-        assert earlyread.wanted(argv, {}), argv
+        assert entry.wanted(argv, {}), argv
 
 
 def test_anything_else_does_not(tmp_path: Path) -> None:
@@ -129,9 +130,32 @@ def test_anything_else_does_not(tmp_path: Path) -> None:
                  ["-v", "plan", "-f", f], ["plan", "-f", f, "-vv"], ["plan", "-f", f, "--url", "vc"],
                  ["plan", "-f", f, "--insecure"], ["--thumbprint=x", "plan", "-f", f], ["plan", "-f", f, "--help"],
                  ["plan", "-f", f, "--out"], ["--detailed-exitcode=1", "plan", "-f", f], []):
-        assert not earlyread.wanted(argv, {}), argv
-    assert not earlyread.wanted(["plan", "-f", f], {"VGPUCTL_EARLY_READ": "0"})
-    assert not earlyread.wanted(["plan", "-f", f], {"_VGPUCTL_COMPLETE": "bash_complete"})
+        assert not entry.wanted(argv, {}), argv
+    assert not entry.wanted(["plan", "-f", f], {"VGPUCTL_EARLY_READ": "0"})
+    assert not entry.wanted(["plan", "-f", f], {"_VGPUCTL_COMPLETE": "bash_complete"})
+
+
+LOADED_AT_EXIT = (
+    "import atexit, sys\n"
+    "atexit.register(lambda: sys.stderr.write(' '.join(sorted(m for m in sys.modules if m.startswith('vgpuctl')))))\n"
+    "from vgpuctl.cli.entry import run\n"
+    "run()\n"
+)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["plan", "--no-such-option"], ["status", "--help"]])
+def test_other_command_lines_load_nothing_for_it(argv: list[str], tmp_path: Path) -> None:
+    """`--help`, a usage error and other commands decide from the words alone: the reader is never imported."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LOADED_AT_EXIT, *argv], capture_output=True, text=True,
+                          cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "VGPUCTL_URL": "vc.example",
+                                             "VGPUCTL_USERNAME": "u", "VGPUCTL_PASSWORD": "p", "VGPUCTL_INSECURE": "1"},
+                          timeout=60)
+    loaded = done.stderr.strip().splitlines()[-1].split()
+    assert "vgpuctl.cli.main" in loaded, done.stderr
+    assert "vgpuctl.vsphere.earlyread" not in loaded, done.stderr
 
 
 def test_its_options_are_the_commands() -> None:
@@ -140,11 +164,11 @@ def test_its_options_are_the_commands() -> None:
     flags = {f for p in plan.params for f in (*p.opts, *p.secondary_opts) if f.startswith("-")}
     takes = {f: not (getattr(p, "is_flag", False) or getattr(p, "count", False))
              for p in plan.params for f in (*p.opts, *p.secondary_opts)}
-    assert flags == set(earlyread.PLAN_OPTIONS) | (set(earlyread.CONNECTION_OPTIONS) & flags)
-    assert {f: takes[f] for f in earlyread.PLAN_OPTIONS} == earlyread.PLAN_OPTIONS
+    assert flags == set(entry.PLAN_OPTIONS) | (set(entry.CONNECTION_OPTIONS) & flags)
+    assert {f: takes[f] for f in entry.PLAN_OPTIONS} == entry.PLAN_OPTIONS
     root = typer.main.get_command(app)
     root_flags = {f for p in root.params for f in (*p.opts, *p.secondary_opts) if f.startswith("-")}
-    assert root_flags <= set(earlyread.ROOT_OPTIONS) | set(earlyread.CONNECTION_OPTIONS)
+    assert root_flags <= set(entry.ROOT_OPTIONS) | set(entry.CONNECTION_OPTIONS)
 
 
 ENVS = [

@@ -48,21 +48,6 @@ from vgpuctl.vsphere.session import (
 
 log = logging.getLogger(__name__)
 
-ENV_SWITCH = "VGPUCTL_EARLY_READ"
-COMMAND = "plan"
-# The root's options that leave the connection as the environment says (option -> whether it takes a value).
-ROOT_OPTIONS = {"--output": True, "-o": True, "--datacenter": True, "--lock-timeout": True}
-# plan's own options (and the root's above, which it takes too); a test keeps them equal to the command's, with
-# CONNECTION_OPTIONS. Any other word, or a file that is not there: the command line is refused before any read.
-PLAN_OPTIONS = {**ROOT_OPTIONS, "--file": True, "-f": True, "--detailed-exitcode": False,
-                "--ssh-trust-on-first-use": False, "--out": True, "--explain": True, "--host": True, "--cluster": True,
-                "--vm": True, "--events": True, "--no-history": False, "--vcenter": True, "--values": True,
-                "--env": True, "--allow-include-outside": False}
-# Any of these anywhere on the command line: the connection is not the environment's alone (or -v asks to see
-# every call as the run makes it, or nothing is read).
-CONNECTION_OPTIONS = ("--url", "--username", "-u", "--password-file", "--insecure", "--no-insecure", "--ca-file",
-                      "--thumbprint", "--timeout", "--verbose", "-v", "--version", "--help", "-h",
-                      "--install-completion", "--show-completion")
 SESSION_COOKIE = "vmware_soap_session"
 BOOTSTRAP_VERSION = "6.0"  # the session's first call (vgpuctl.vsphere.session)
 # The vim25 API versions pyVmomi serializes (VmomiSupport.versionMap; a test keeps the two equal): the run moves to
@@ -76,51 +61,7 @@ READ_BYTES = 64 * 1024
 _Q = "{urn:vim25}"
 
 
-# ------------------------------------------------------------------------------------------ when it starts
-
-
-def wanted(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
-    """Whether this command line is a plan of an inventory file that is there, with nothing on it that changes the
-    connection the environment gives (and no word the command would refuse)."""
-    if environ.get(ENV_SWITCH, "").strip().lower() in ("0", "false", "no", "off"):
-        return False
-    if any(key.endswith("_COMPLETE") for key in environ):
-        return False
-    root = _options(argv, ROOT_OPTIONS)
-    if root is None or root[1] != [COMMAND]:
-        return False
-    command = _options(root[2], PLAN_OPTIONS)
-    if command is None or command[1]:
-        return False
-    files = command[0].get("--file", []) + command[0].get("-f", [])
-    return len(files) == 1 and os.path.isfile(files[0])
-
-
-def _options(argv: Sequence[str], known: Mapping[str, bool]
-             ) -> tuple[dict[str, list[str]], list[str], list[str]] | None:
-    """The known options' values up to the first other word (or all of them for a command's), that word, and the
-    words after it; None at an option not known (or one of CONNECTION_OPTIONS: `-vv`, `-ojson -v` included)."""
-    values: dict[str, list[str]] = {}
-    words = list(argv)
-    at = 0
-    while at < len(words):
-        word = words[at]
-        if not word.startswith("-") or word == "-":
-            return (values, [word], words[at + 1:]) if known is ROOT_OPTIONS else None
-        name, given, value = word.partition("=")
-        if not word.startswith("--") and len(word) > 2:  # -fFILE, -ojson
-            name, given, value = word[:2], "=", word[2:]
-        takes = known.get(name)
-        if takes is None or (given and not takes):
-            return None
-        if takes and not given:
-            at += 1
-            if at >= len(words):
-                return None
-            value = words[at]
-        values.setdefault(name, []).append(value)
-        at += 1
-    return values, [], []
+# ------------------------------------------------------------------------------------------ the connection
 
 
 def settings_from(environ: Mapping[str, str]) -> ConnectionSettings | None:
@@ -558,10 +499,10 @@ def _shut(conn: http.client.HTTPConnection) -> None:
 # ------------------------------------------------------------------------------------------ one per process
 
 
-def begin(argv: Sequence[str], environ: Mapping[str, str]) -> EarlyRead | None:
-    """Start the early read when this command line wants it (`wanted`) and the environment fixes the connection;
-    the first session opened with the same settings takes it (vgpuctl.vsphere.session)."""
-    settings = settings_from(environ) if wanted(argv, environ) else None
+def begin(environ: Mapping[str, str]) -> EarlyRead | None:
+    """Start the early read when the environment fixes the connection (the console script has seen that the
+    command line wants it); the first session opened with the same settings takes it (vgpuctl.vsphere.session)."""
+    settings = settings_from(environ)
     if settings is None:
         return None
     early = EarlyRead(settings)
