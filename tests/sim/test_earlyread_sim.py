@@ -141,6 +141,31 @@ def test_the_run_takes_every_answer_the_early_read_sent(gpusim: Any) -> None:
         n: (h.gpus, h.connection_state) for n, h in expected.hosts.items()}
 
 
+def test_a_settings_own_host_property_is_read_beside_and_the_big_reads_are_still_taken(gpusim: Any) -> None:
+    """A host setting that reads a HostSystem property readlist.HOST_PROPS lacks needs nothing else: observe reads
+    it with the small types (that read is then the run's own) and still takes the early hosts' and VMs' reads."""
+    settings = ConnectionSettings(url=gpusim.url, username=gpusim.username, password=gpusim.password,
+                                  thumbprint=gpusim.env["VGPUCTL_THUMBPRINT"])
+    own = ("config.product.build",)
+    with open_session(settings) as plain:
+        expected = observe(plain, host_properties=own)
+    early = earlyread.EarlyRead(settings)
+    session_mod.offer_early_read(early)
+    early.start()
+    try:
+        with open_session(settings) as taken:
+            observed = observe(taken, host_properties=own)
+            assert taken.round_trips == expected.round_trips + 2
+        untaken = set(early._sent) - early._taken
+        assert len(untaken) == 1 and b"Datacenter" in next(iter(untaken))[1]  # the small types' read alone
+    finally:
+        session_mod.end_early_read()
+    builds = {n: h.properties.get("config.product.build") for n, h in observed.hosts.items()}
+    assert builds == {n: h.properties.get("config.product.build") for n, h in expected.hosts.items()}
+    assert builds and all(builds.values())
+    assert {n: h.gpus for n, h in observed.hosts.items()} == {n: h.gpus for n, h in expected.hosts.items()}
+
+
 def test_a_session_with_other_settings_ends_it(gpusim: Any) -> None:
     settings = ConnectionSettings(url=gpusim.url, username=gpusim.username, password=gpusim.password,
                                   thumbprint=gpusim.env["VGPUCTL_THUMBPRINT"])

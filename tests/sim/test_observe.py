@@ -11,6 +11,7 @@ from pyVmomi import vim
 
 from vgpuctl.errors import NotFound
 from vgpuctl.vsphere import observe as observe_mod
+from vgpuctl.vsphere import readlist
 from vgpuctl.vsphere.observe import observe
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
@@ -184,7 +185,7 @@ def test_unknown_datacenter(sim) -> None:
 def test_paging_is_followed(sim, monkeypatch) -> None:
     whole = read(sim)
     monkeypatch.setattr(observe_mod, "PAGE_SIZE", 3)
-    monkeypatch.setattr(observe_mod, "LEAN_PAGE_SIZE", 3)
+    monkeypatch.setattr(readlist, "LEAN_PAGE_SIZE", 3)
     paged = read(sim)
     assert paged.round_trips > whole.round_trips  # ContinueRetrievePropertiesEx was needed
     assert sorted(paged.vms) == sorted(whole.vms)
@@ -211,7 +212,7 @@ def test_lean_pages_asked_for_early_read_as_one_page(sim, monkeypatch) -> None:
             events.append("read")
 
     monkeypatch.setattr(rawread, "SentRequest", Recorded)
-    monkeypatch.setattr(observe_mod, "LEAN_PAGE_SIZE", 2)
+    monkeypatch.setattr(readlist, "LEAN_PAGE_SIZE", 2)
     paged = read(sim).to_dict()
     assert paged.pop("round_trips") > whole.pop("round_trips")
     assert paged == whole

@@ -63,23 +63,30 @@ def test_the_view_is_observes() -> None:
 
 
 def test_every_read_is_the_one_observe_sends() -> None:
-    """The small types, the hosts and the VMs, with the host settings' properties: a setting that reads a HostSystem
-    property readlist.HOST_PROPS lacks must add it there, or the early read asks for other bytes than observe."""
+    """The small types, the hosts and the VMs, serialized as pyVmomi serializes observe's reads."""
     s = stub()
     pc = vmodl.query.PropertyCollector("propertyCollector", s)
     view = vim.view.ContainerView("session[52f1]5", s)
-    observe_props = readlist.host_type_props(host_properties())
-    small = [(t, p) for t, p in observe_props.items() if t not in readlist.LEAN_TYPES]
-    expected = [(small, readlist.PAGE_SIZE),
-                *(([(t, observe_props[t])], readlist.LEAN_PAGE_SIZE) for t in readlist.LEAN_TYPES)]
-    assert earlyread.observe_reads() == expected, "a host setting reads a property readlist.HOST_PROPS lacks"
-    for type_props, size in expected:
+    early = EarlyRead(ConnectionSettings(url="vc", username="u", password="p", insecure=True))
+    assert early._reads == readlist.bulk_reads()
+    for type_props, size in early._reads:
         options = vmodl.query.PropertyCollector.RetrieveOptions(maxObjects=size)
         assert earlyread.retrieve_request("8.0.3.0", "propertyCollector", "session[52f1]5", type_props, size) == \
             request(s, pc, "RetrievePropertiesEx", [[view_filter_spec(view, type_props)], options])
     token = "a&b<c>1"
     assert earlyread.continue_request("8.0.3.0", "propertyCollector", token) == request(
         s, pc, "ContinueRetrievePropertiesEx", [token])
+
+
+def test_the_big_reads_are_observes_whatever_the_settings_read() -> None:
+    """The settings' own host properties go with the small types: the hosts' and the VMs' reads, which the early
+    read sends, stay the same (a new setting adds nothing to readlist for them to be taken)."""
+    ours = readlist.bulk_reads()
+    for props in (host_properties(), (*host_properties(), "config.product.build"), ("summary.hardware.model",)):
+        theirs = readlist.bulk_reads(props)
+        assert theirs[1:] == ours[1:]
+        extra = [p for p in props if p not in readlist.HOST_PROPS]
+        assert theirs[0][0] == ours[0][0] + ([("HostSystem", extra)] if extra else [])
 
 
 def test_the_versions_are_pyvmomis_and_the_pick_the_sessions() -> None:

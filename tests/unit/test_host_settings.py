@@ -41,6 +41,7 @@ from vgpuctl.settings import (
 from vgpuctl.settings.base import HostSetting, PlanInput
 from vgpuctl.settings.facts import MODULE_PARAMETERS, TOPOLOGY, VGPU_CAPABILITIES, GpuQuery
 from vgpuctl.settings.pergpu import GpuList
+from vgpuctl.vsphere import readlist
 
 pytestmark = pytest.mark.unit
 
@@ -136,8 +137,8 @@ def test_the_bulk_read_asks_for_every_property_a_setting_declares(monkeypatch: p
 
     asked: list[dict[str, list[str]]] = []
 
-    def retrieve(session: Any, type_props: dict[str, list[str]]) -> dict[str, Any]:
-        asked.append(type_props)
+    def retrieve(session: Any, reads: readlist.Reads) -> dict[str, Any]:
+        asked.append(dict(readlist.merged(reads)))
         raise RuntimeError("stop")
 
     monkeypatch.setattr(observe, "_retrieve_observed", retrieve)

@@ -184,15 +184,6 @@ def continue_request(version: str, collector: str, token: str) -> bytes:
                  f'<token versionId="{version}">{_escape(token)}</token>')
 
 
-def observe_reads(host_properties: Sequence[str] = ()) -> list[tuple[list[tuple[str, list[str]]], int]]:
-    """observe's reads over its view, as (types and their properties, page size): the small types through
-    pyVmomi, then the hosts and the VMs through the lean reader (vsphere/observe.py sends them in this order)."""
-    type_props = readlist.host_type_props(host_properties)
-    small = [(t, p) for t, p in type_props.items() if t not in readlist.LEAN_TYPES]
-    return [(small, readlist.PAGE_SIZE), *(([(t, type_props[t])], readlist.LEAN_PAGE_SIZE)
-                                          for t in readlist.LEAN_TYPES)]
-
-
 @dataclass(frozen=True)
 class ServiceContent:
     """The parts of the ServiceContent the early read needs."""
@@ -263,9 +254,9 @@ class Stopped(Exception):
 class EarlyRead:
     """The reader thread and the answers it keeps, by (SOAP action, request bytes), each taken at most once."""
 
-    def __init__(self, settings: ConnectionSettings, host_properties: Sequence[str] = ()):
+    def __init__(self, settings: ConnectionSettings):
         self.settings = settings
-        self._reads = observe_reads(host_properties)
+        self._reads = readlist.bulk_reads()  # observe's; its lean reads whatever the settings read
         self._lock = threading.Lock()
         self._sent: dict[tuple[str, bytes], Sent] = {}
         self._taken: set[tuple[str, bytes]] = set()

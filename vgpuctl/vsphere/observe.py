@@ -37,7 +37,7 @@ from vgpuctl.profiles import max_vgpus_per_vm, observed_profile
 from vgpuctl.vsphere import netobserve
 from vgpuctl.vsphere.nvlink import device_group_sets, observed_groups
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
-from vgpuctl.vsphere.readlist import HOST_PROPS, LEAN_PAGE_SIZE, LEAN_TYPES, PAGE_SIZE, TYPE_PROPS, host_type_props
+from vgpuctl.vsphere.readlist import HOST_PROPS, PAGE_SIZE, TYPE_PROPS, Reads, bulk_reads, merged
 from vgpuctl.vsphere.vimtypes import device_types
 
 if TYPE_CHECKING:
@@ -56,13 +56,13 @@ def observe(
     """Read hosts, GPUs, profiles, clusters, folders and VMs of one datacenter in a fixed number of round trips.
 
     `nvlink_hosts`: hosts whose NVLink sets to read (one QueryConfigTarget each); the others keep nvlink_set None.
-    `host_properties`: HostSystem properties the host settings read (vgpuctl.settings.host_properties), read in the
-    same request; those the farm model does not read itself land in ObservedHost.properties.
+    `host_properties`: HostSystem properties the host settings read (vgpuctl.settings.host_properties); those the
+    farm model does not read itself are read with the small types and land in ObservedHost.properties.
     """
     extra = [p for p in host_properties if p not in HOST_PROPS]
     start = session.round_trips
     with paused_gc():
-        objects = _retrieve_observed(session, host_type_props(host_properties))
+        objects = _retrieve_observed(session, bulk_reads(host_properties))
         observed = build_observed(objects, datacenter)
         _keep_properties(objects, observed, extra)
     about = session.content.about
@@ -115,20 +115,20 @@ def _retrieve_all_once(session: Session, type_props: list[tuple[str, list[str]]]
 RAW_VMS = True  # read VirtualMachine and HostSystem properties with the lean XML reader (vsphere/rawread.py)
 
 
-def _retrieve_observed(session: Session, type_props: dict[str, list[str]]) -> dict[str, Obj]:
+def _retrieve_observed(session: Session, reads: Reads) -> dict[str, Obj]:
     """Everything observe reads, over the session's view; a view found gone (it dies with an expired session,
     before or during the read) is made again once, renewing the session if that is why."""
     from pyVmomi import vmodl
 
     view = _observe_view(session)
     try:
-        return _read_view(session, view, type_props)
+        return _read_view(session, view, reads)
     except vmodl.fault.ManagedObjectNotFound as err:
         if _moid(getattr(err, "obj", None)) != _moid(view):
             raise
         log.info("the bulk read's view is gone (the session ended?); making it again")
         session.forget("observe-view")
-        return _read_view(session, _observe_view(session), type_props)
+        return _read_view(session, _observe_view(session), reads)
 
 
 def _observe_view(session: Session) -> Any:
@@ -144,32 +144,38 @@ def _observe_view(session: Session) -> Any:
     return session.kept("observe-view", create)
 
 
-def _read_view(session: Session, view: Any, type_props: dict[str, list[str]]) -> dict[str, Obj]:
+def _read_view(session: Session, view: Any, reads: Reads) -> dict[str, Obj]:
+    """The small read through pyVmomi, the lean ones through the lean reader; a host's properties from the small
+    read (the settings' own) are added to what the lean read has of it."""
     if not RAW_VMS:
-        return _collect(session, view_filter_spec(view, list(type_props.items())))
-    # The two reads go out together: while vCenter answers the big one, pyVmomi reads the small types.
+        return _collect(session, view_filter_spec(view, merged(reads)))
+    (small, _), lean_reads = reads[0], reads[1:]
+    # The reads go out together: while vCenter answers the big ones, pyVmomi reads the small types.
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="vgpuctl-observe") as pool:
-        lean = pool.submit(_lean_objects, session, view, type_props)
-        small = [(t, p) for t, p in type_props.items() if t not in LEAN_TYPES]
+        lean = pool.submit(_lean_objects, session, view, lean_reads)
         try:
             objects = _collect(session, view_filter_spec(view, small))
         finally:
             lean_objects = lean.result()  # waits, and raises the lean read's own error first
+    lean_types = {t for type_props, _ in lean_reads for t, _ in type_props}
+    settings_props = {m: objects.pop(m).props for m, obj in list(objects.items()) if obj.type in lean_types}
+    for moid, obj in lean_objects.items():
+        obj.props.update(settings_props.get(moid, {}))
     objects.update(lean_objects)
     return objects
 
 
-def _lean_objects(session: Session, view: Any, props: dict[str, list[str]]) -> dict[str, Obj]:
+def _lean_objects(session: Session, view: Any, reads: Reads) -> dict[str, Obj]:
     import xml.etree.ElementTree as ET
 
     from vgpuctl.vsphere import rawread
 
-    type_props = [(t, props[t]) for t in LEAN_TYPES]
+    page_size = max(size for _, size in reads)
     try:
-        objects = rawread.retrieve_each(session, view, [[one] for one in type_props], LEAN_PAGE_SIZE)
+        objects = rawread.retrieve_each(session, view, [type_props for type_props, _ in reads], page_size)
     except (ET.ParseError, ValueError, AttributeError, KeyError, TypeError, AssertionError) as err:
         log.debug("lean read failed (%r); reading through pyVmomi", err)
-        return _collect(session, view_filter_spec(view, type_props))
+        return _collect(session, view_filter_spec(view, merged(reads)))
     return {obj.moid: obj for obj in objects}
 
 

@@ -27,6 +27,8 @@ VM_NET_PROPS = ["guest.hostName"]
 # (`Network.host`, `HostSystem.network`), govmomi's simulator lists its "VM Network" only on the hosts' side.
 HOST_PORTGROUP_PROPS = ["network"]
 
+# What every host is read for. A host setting's own property that is not here is read with the small types
+# (`bulk_reads`) and lands in ObservedHost.properties: the setting's module is the one place that says it.
 HOST_PROPS = [
     "name",
     "parent",
@@ -83,7 +85,25 @@ TYPE_PROPS = {
 LEAN_TYPES = ("HostSystem", "VirtualMachine")  # one read each, sent together: the hosts, answered sooner, first
 
 
-def host_type_props(host_properties: Sequence[str]) -> dict[str, list[str]]:
-    """TYPE_PROPS with the host settings' own HostSystem properties (those HOST_PROPS lacks) added."""
-    extra = [p for p in host_properties if p not in HOST_PROPS]
-    return {**TYPE_PROPS, "HostSystem": [*HOST_PROPS, *extra]}
+Reads = list[tuple[list[tuple[str, list[str]]], int]]  # (types and their properties, page size), read by read
+
+
+def bulk_reads(host_properties: Sequence[str] = ()) -> Reads:
+    """observe's reads over its view, in the order it sends them: the small types (through pyVmomi), with the host
+    settings' own HostSystem properties that HOST_PROPS lacks; then the hosts and the VMs (the lean reader), which
+    the settings never change, so the early read's lean reads are observe's whatever the settings read."""
+    extra = [p for p in dict.fromkeys(host_properties) if p not in HOST_PROPS]
+    small = [(t, p) for t, p in TYPE_PROPS.items() if t not in LEAN_TYPES]
+    if extra:
+        small.append(("HostSystem", extra))
+    return [(small, PAGE_SIZE), *(([(t, TYPE_PROPS[t])], LEAN_PAGE_SIZE) for t in LEAN_TYPES)]
+
+
+def merged(reads: Reads) -> list[tuple[str, list[str]]]:
+    """The reads' types and properties as one read (each type once, its properties in order)."""
+    props: dict[str, list[str]] = {}
+    for type_props, _ in reads:
+        for type_name, paths in type_props:
+            props.setdefault(type_name, [])
+            props[type_name] += [p for p in paths if p not in props[type_name]]
+    return list(props.items())
