@@ -8,10 +8,10 @@ Errors the user can fix print one line (no traceback unless -v).
 from __future__ import annotations
 
 import copy
-import logging
+import functools
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
@@ -39,6 +39,9 @@ from vgpuctl.cli import (
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.globalopts import add_global_options, plain_values_first
 from vgpuctl.cli.inventoryopts import add_inventory_options
+
+if TYPE_CHECKING:
+    import logging
 
 MISSING_COMMAND = "Missing command."
 
@@ -339,26 +342,36 @@ def main(
         ctx.obj.lock_timeout = common.parse_duration(lock_timeout, "--lock-timeout")
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever sys.stderr is now (tests swap it), not the stream of the first run."""
+@functools.cache
+def _stderr_handler_class() -> type[logging.StreamHandler]:  # type: ignore[type-arg]
+    import logging
 
-    @property  # type: ignore[override]
-    def stream(self) -> Any:
-        import sys
+    class StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+        """Writes to whatever sys.stderr is now (tests swap it), not the stream of the first run."""
 
-        return sys.stderr
+        @property  # type: ignore[override]
+        def stream(self) -> Any:
+            import sys
 
-    @stream.setter
-    def stream(self, _value: Any) -> None:
-        pass
+            return sys.stderr
+
+        @stream.setter
+        def stream(self, _value: Any) -> None:
+            pass
+
+    return StderrHandler
 
 
 def _setup_logging(verbose: int) -> None:
-    """vgpuctl's library logs on stderr: warnings always, info with -v, debug with -vv."""
+    """vgpuctl's library logs on stderr: warnings always, info with -v, debug with -vv. (logging is imported here:
+    `--help` and a usage error never need it.)"""
+    import logging
+
+    handler_class = _stderr_handler_class()
     logger = logging.getLogger("vgpuctl")
-    for handler in [h for h in logger.handlers if isinstance(h, _StderrHandler)]:
+    for handler in [h for h in logger.handlers if isinstance(h, handler_class)]:
         logger.removeHandler(handler)
-    handler = _StderrHandler()
+    handler = handler_class()
     if verbose:
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     else:
