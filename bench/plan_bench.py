@@ -43,6 +43,8 @@ from typing import Any
 
 from _common import REPO, a100_farm, cli_env, gpusim, load_note, settings, timed, vgpuctl_bin, vm_names
 
+from vgpuctl.vsphere.readlist import LEAN_PAGE_SIZE, LEAN_TYPES, TYPE_PROPS
+
 
 def write_inventory(names: list[str], path: Path) -> None:
     lines = ["apiVersion: vgpuctl/v1", "vcenter: {datacenter: DC0}", "vms:"]
@@ -126,7 +128,6 @@ def bulk_answer_time(sim: Any) -> Floor:
     observe sends them), every page, with no parsing on the client: a floor that no reader of these properties
     can go under on this machine (the best ratio is naive time / this). Each next page is asked for as soon as
     the page before it names its token, as observe does."""
-    from vgpuctl.vsphere.readlist import LEAN_TYPES
 
     seconds, pages = _answer_time(sim, [[kind] for kind in LEAN_TYPES])
     return Floor(seconds, pages)
@@ -134,7 +135,6 @@ def bulk_answer_time(sim: Any) -> Floor:
 
 def combined_answer_time(sim: Any) -> float:
     """gpusim's time to answer one read of hosts and VMs together, every page: how observe read them before."""
-    from vgpuctl.vsphere.readlist import LEAN_TYPES
 
     return _answer_time(sim, [list(LEAN_TYPES)])[0]
 
@@ -145,7 +145,6 @@ def _answer_time(sim: Any, reads: list[list[str]]) -> tuple[float, list[bytes]]:
 
     from vgpuctl.vsphere import rawread
     from vgpuctl.vsphere.objects import view_filter_spec
-    from vgpuctl.vsphere.readlist import LEAN_PAGE_SIZE, TYPE_PROPS
     from vgpuctl.vsphere.session import open_session
 
     with open_session(settings(sim)) as session:
@@ -188,7 +187,6 @@ class Profiled:
 def read_profiled(sim: Any, path: Path) -> Profiled:
     from vgpuctl import pipeline
     from vgpuctl.vsphere.observe import retrieve_all
-    from vgpuctl.vsphere.readlist import LEAN_TYPES, TYPE_PROPS
     from vgpuctl.vsphere.session import open_session
 
     with open_session(settings(sim)) as session:

@@ -3,6 +3,8 @@ starts only for a plan whose connection the environment fixes, and with the sett
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -153,9 +155,6 @@ LOADED_AT_EXIT = (
 @pytest.mark.parametrize("argv", [["--help"], ["plan", "--no-such-option"], ["status", "--help"]])
 def test_other_command_lines_load_nothing_for_it(argv: list[str], tmp_path: Path) -> None:
     """`--help`, a usage error and other commands decide from the words alone: the reader is never imported."""
-    import subprocess
-    import sys
-
     done = subprocess.run([sys.executable, "-c", LOADED_AT_EXIT, *argv], capture_output=True, text=True,
                           cwd=tmp_path, env={"PATH": "/usr/bin:/bin", "VGPUCTL_URL": "vc.example",
                                              "VGPUCTL_USERNAME": "u", "VGPUCTL_PASSWORD": "p", "VGPUCTL_INSECURE": "1"},

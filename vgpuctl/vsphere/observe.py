@@ -37,7 +37,7 @@ from vgpuctl.profiles import max_vgpus_per_vm, observed_profile
 from vgpuctl.vsphere import netobserve
 from vgpuctl.vsphere.nvlink import device_group_sets, observed_groups
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
-from vgpuctl.vsphere.readlist import HOST_PROPS, PAGE_SIZE, TYPE_PROPS, Reads, bulk_reads, merged
+from vgpuctl.vsphere.readlist import PAGE_SIZE, TYPE_PROPS, Reads, bulk_reads, merged, settings_own
 from vgpuctl.vsphere.vimtypes import device_types
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def observe(
     `host_properties`: HostSystem properties the host settings read (vgpuctl.settings.host_properties); those the
     farm model does not read itself are read with the small types and land in ObservedHost.properties.
     """
-    extra = [p for p in host_properties if p not in HOST_PROPS]
+    extra = settings_own(host_properties)
     start = session.round_trips
     with paused_gc():
         objects = _retrieve_observed(session, bulk_reads(host_properties))

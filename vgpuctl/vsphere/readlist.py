@@ -92,11 +92,17 @@ def bulk_reads(host_properties: Sequence[str] = ()) -> Reads:
     """observe's reads over its view, in the order it sends them: the small types (through pyVmomi), with the host
     settings' own HostSystem properties that HOST_PROPS lacks; then the hosts and the VMs (the lean reader), which
     the settings never change, so the early read's lean reads are observe's whatever the settings read."""
-    extra = [p for p in dict.fromkeys(host_properties) if p not in HOST_PROPS]
+    extra = settings_own(host_properties)
     small = [(t, p) for t, p in TYPE_PROPS.items() if t not in LEAN_TYPES]
     if extra:
         small.append(("HostSystem", extra))
     return [(small, PAGE_SIZE), *(([(t, TYPE_PROPS[t])], LEAN_PAGE_SIZE) for t in LEAN_TYPES)]
+
+
+def settings_own(host_properties: Sequence[str]) -> list[str]:
+    """The host settings' properties that HOST_PROPS lacks (once each, in order): read with the small types, kept in
+    ObservedHost.properties."""
+    return [p for p in dict.fromkeys(host_properties) if p not in HOST_PROPS]
 
 
 def merged(reads: Reads) -> list[tuple[str, list[str]]]:
