@@ -15,7 +15,6 @@ without its record. `--no-history` or `VGPUCTL_HISTORY=off` keeps none.
 from __future__ import annotations
 
 import getpass
-import json
 import os
 import re
 import socket
@@ -26,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from vgpuctl import __version__, filelimits, trace
+from vgpuctl import __version__, filelimits, jsontext, trace
 from vgpuctl.errors import UsageError, VgpuctlError
 from vgpuctl.outpaths import write_whole
 from vgpuctl.reports.events import Event
@@ -96,10 +95,11 @@ class RunHistory:
     def path(self, record_id: str) -> Path:
         return self.folder / f"{record_id}{RECORD_SUFFIX}"
 
-    def write(self, record: RunRecord) -> None:
-        """The record, redacted, whole or not at all; OSError or OutputError when it cannot be written."""
+    def write(self, record: RunRecord, plan: dict[str, Any] | None = None) -> None:
+        """The record, redacted, whole or not at all (`plan`: its plan's document, made already); OSError or
+        OutputError when it cannot be written."""
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_whole(self.path(record.id), record_text(record), "the run history", mode=0o600)
+        write_whole(self.path(record.id), record_text(record, plan), "the run history", mode=0o600)
 
     def files(self) -> list[Path]:
         """The record files, oldest first (their names begin with the start time)."""
@@ -191,13 +191,14 @@ def needs_redacting(text: str) -> bool:
     """Whether a JSON text holds a registered secret or URL user info in any of its strings. JSON escapes each
     character on its own, so a secret inside a string appears in the text as its own escaped form; a user info
     match in a string is one in the text too."""
-    return bool(_USER_INFO.search(text)) or any(json.dumps(s)[1:-1] in text for s in trace.registered_secrets())
+    return bool(_USER_INFO.search(text)) or any(jsontext.compact(s)[1:-1] in text for s in trace.registered_secrets())
 
 
-def record_text(record: RunRecord) -> str:
+def record_text(record: RunRecord, plan: dict[str, Any] | None = None) -> str:
     """The record's JSON, redacted; past MAX_RECORD_BYTES without its events (a note says how many). Compact: the
-    record of a large plan is read by `runs show`, and compact JSON is written several times faster."""
-    document = record.to_dict()
+    record of a large plan is read by `runs show`, and compact JSON is written several times faster. `plan`: the
+    plan's document when the run made it already."""
+    document = record.to_dict(plan)
     text = _compact(document)
     if needs_redacting(text):  # rare: walking every string of a large record costs more than writing it
         document = redacted(document)
@@ -211,7 +212,7 @@ def record_text(record: RunRecord) -> str:
 
 
 def _compact(document: dict[str, Any]) -> str:
-    return json.dumps(document, separators=(",", ":")) + "\n"
+    return jsontext.compact(document) + "\n"
 
 
 # ------------------------------------------------------------------------------------------ one run
@@ -261,15 +262,20 @@ class Recorder:
         self.history, self.record, self._warn = history, record, warn
         self._lock = threading.Lock()
         self._failed = False
+        self._plan_document: dict[str, Any] | None = None
         self._write()
 
     def event(self, event: Event) -> None:
         with self._lock:
             self.record.events.append(event)  # type: ignore[arg-type]  # one of the stream's types
 
-    def planned(self, report: PlanReport | None, vcenter: str | None = None) -> None:
+    def planned(self, report: PlanReport | None, vcenter: str | None = None,
+                document: dict[str, Any] | None = None) -> None:
+        """The run's plan; `document`: the plan's document as the run printed it, kept instead of made again (the
+        report is not changed after it)."""
         if report is not None:
             self.record.plan = report
+            self._plan_document = document
         if vcenter:
             self.record.vcenter = vcenter
 
@@ -306,7 +312,7 @@ class Recorder:
             return
         try:
             with self._lock:
-                self.history.write(self.record)
+                self.history.write(self.record, self._plan_document)
         except VgpuctlError as err:  # write_whole's one line names the file
             self._gave_up(str(err))
         except OSError as err:

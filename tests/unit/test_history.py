@@ -166,6 +166,25 @@ def test_a_record_without_secrets_is_written_as_it_is(monkeypatch: pytest.Monkey
     assert history.needs_redacting(json.dumps({"s3cr3t-Pa55": 1}))
 
 
+def test_the_printed_plan_document_is_the_records_and_not_made_again(tmp_path: Path) -> None:
+    """plan -o json makes the plan's document once: the record keeps the printed one (here told apart by a key of
+    its own), the same as the one it would make."""
+    report = plan_report(Plan(vm_changes=[VmChange("train-01", clone=CloneSpec("ubuntu"), power_on=True)]))
+    made = recorder(tmp_path / "made", "fff666")
+    made.planned(report, "https://vc.example/sdk")
+    made.finish(0)
+    printed = {**report.to_dict(), "printed": True}
+    given = recorder(tmp_path / "given", "fff666")
+    given.planned(report, "https://vc.example/sdk", printed)
+    given.finish(0)
+    kept = [json.loads(r.history.path(r.record.id).read_text()) for r in (made, given)]
+    assert kept[1]["plan"] == printed
+    del kept[1]["plan"]["printed"]
+    for data in kept:
+        data.pop("ended")
+    assert kept[0] == kept[1]
+
+
 def test_runs_at_the_same_time_each_keep_their_record(tmp_path: Path) -> None:
     ids = [f"par{i:02d}" for i in range(16)]
     start = threading.Barrier(len(ids))

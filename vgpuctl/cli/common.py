@@ -5,7 +5,6 @@ Nothing heavy is imported here at module level (pyVmomi, rich, pydantic): `vgpuc
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import stat
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from vgpuctl import filelimits
+from vgpuctl import filelimits, jsontext
 from vgpuctl.durations import DAY_S, Deadline, duration_seconds, parse_deadline
 from vgpuctl.errors import Interrupted, InventoryError, PlanError, UsageError, VgpuctlError
 
@@ -103,10 +102,11 @@ def warn_once(message: str) -> None:
         warn(message)
 
 
-def emit(report: Report, opts: GlobalOptions) -> None:
-    """Print a command's result: its JSON document, or its text (laid out for the terminal, plain when piped)."""
+def emit(report: Report, opts: GlobalOptions, document: dict[str, Any] | None = None) -> None:
+    """Print a command's result: its JSON document (`document`: made already from the report), or its text (laid
+    out for the terminal, plain when piped)."""
     if opts.json:
-        typer.echo(json.dumps(report.to_dict(), indent=2, sort_keys=False))
+        typer.echo(jsontext.document(report.to_dict() if document is None else document))
         opts.emitted = True
         return
     show(report.render_text(text_layout(opts)), err=opts.text_to_stderr)
@@ -469,7 +469,7 @@ def report_error(err: BaseException, opts: GlobalOptions | None) -> int:
             typer.echo("hint: this is a bug in vgpuctl; rerun with -v to see the traceback", err=True)
         code = 1
     if opts is not None and opts.json and not opts.emitted:
-        typer.echo(json.dumps(error_report(err).to_dict(), indent=2))
+        typer.echo(jsontext.document(error_report(err).to_dict()))
         opts.emitted = True
     return code
 

@@ -219,15 +219,16 @@ def show_plan_result(planned: Planned, opts: GlobalOptions, stream: EventStream 
     asked for); a plan with problems is refused after it is shown (one line, exit 1, whatever was asked, and
     not saved)."""
     report = plan_document(planned, opts)
-    if record is not None:
-        record.planned(report, planned.vcenter)
     what = f"{out} was not saved (--out)" if out is not None else "nothing can be applied"
     refused = PlanRefused(list(planned.plan.errors), what) if planned.plan.errors else None
     report.error = common.error_report(refused).error if refused is not None else None
+    document = report.to_dict() if opts.json or record is not None else None  # the printed one is the record's
+    if record is not None:
+        record.planned(report, planned.vcenter, document)
     if stream is not None:
         stream.plan(report)
     if opts.json:
-        common.emit(report, opts)
+        common.emit(report, opts, document)
     else:
         show_plan(report, opts)
     if refused is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
@@ -39,14 +39,7 @@ def to_json(value: Any) -> Any:
         return value
     shape = _shape(kind)
     if shape is not None:
-        is_report, fields = shape
-        out: dict[str, Any] = {"kind": value.kind} if is_report else {}
-        for name, omit_none in fields:
-            item = getattr(value, name)
-            if item is None and omit_none:
-                continue
-            out[name] = to_json(item)
-        return out
+        return _fields_json(value, shape, _NOTHING_GIVEN)
     if isinstance(value, Enum):
         return value.value
     if isinstance(value, list | tuple):
@@ -56,6 +49,28 @@ def to_json(value: Any) -> Any:
     return value
 
 
+def to_json_given(value: Any, given: Mapping[str, Any]) -> dict[str, Any]:
+    """to_json of a dataclass, the JSON of the fields named in `given` taken from it (made once already: the plan
+    the run printed is the plan its record keeps); a given field that is None on the object stays out."""
+    shape = _shape(type(value))
+    if shape is None:
+        raise TypeError(f"{type(value).__name__} is no dataclass")
+    return _fields_json(value, shape, given)
+
+
+def _fields_json(value: Any, shape: tuple[bool, tuple[tuple[str, bool], ...]], given: Mapping[str, Any]
+                 ) -> dict[str, Any]:
+    is_report, fields = shape
+    out: dict[str, Any] = {"kind": value.kind} if is_report else {}
+    for name, omit_none in fields:
+        item = getattr(value, name)
+        if item is None and omit_none:
+            continue
+        out[name] = given[name] if name in given and item is not None else to_json(item)
+    return out
+
+
+_NOTHING_GIVEN: Mapping[str, Any] = {}
 _PLAIN = frozenset({str, int, float, bool, type(None)})  # exactly these: an enum that is also a str is not plain
 _SHAPES: dict[type, tuple[bool, tuple[tuple[str, bool], ...]] | None] = {}
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from vgpuctl.model import GuestDriverOutcome, HostOutcome, VmOutcome
 from vgpuctl.reports.apply import guest_driver_line
-from vgpuctl.reports.base import TERMINAL, Report, TextLayout, from_json
+from vgpuctl.reports.base import TERMINAL, Report, TextLayout, from_json, to_json_given
 from vgpuctl.reports.events import (
     EVENTS,
     Event,
@@ -113,8 +113,9 @@ class RunRecord(Report):
     vcenters: list[RunPart] | None = field(default=None, metadata={"omit_none": True})  # a fleet's run: its parts
     events: list[RunEvent] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        document = super().to_dict()
+    def to_dict(self, plan: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The record's document; `plan`: its plan's document when the run has made it already (printed it)."""
+        document = to_json_given(self, {"plan": plan}) if plan is not None else super().to_dict()
         document["events"] = [e.to_dict() for e in self.events]  # each with its `event` type first
         return document
 
