@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vgpuctl import filelimits
+from vgpuctl import filelimits, jsontext
 from vgpuctl.errors import UsageError, VgpuctlError
 from vgpuctl.model import Observed, Plan
 from vgpuctl.outpaths import write_whole
@@ -176,7 +176,7 @@ def _sha256(data: Any) -> str:
 
 def save(path: Path, saved: SavedPlan) -> None:
     """Write the plan file whole or not at all (owner-only: it holds the inventory); OutputError when it cannot."""
-    write_whole(path, json.dumps(saved.to_dict(), indent=2) + "\n", "--out", mode=0o600)
+    write_whole(path, jsontext.document(saved.to_dict()) + b"\n", "--out", mode=0o600)
 
 
 def load(path: Path) -> SavedPlan:
