@@ -185,6 +185,14 @@ def test_the_printed_plan_document_is_the_records_and_not_made_again(tmp_path: P
     assert kept[0] == kept[1]
 
 
+@pytest.mark.parametrize("text", ["https://u:p@vc/sdk", "x://@", ":///@", "a://b/c@d", "https://vc/sdk a@b",
+                                  'https://vc/sdk"@', "no url @ all", "://\n@", "://<@", "s3cr3t://"])
+def test_user_info_is_found_exactly_where_it_is_cut(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The quick check for URL user info says yes exactly where the redaction would change the text."""
+    monkeypatch.setattr(trace, "_SECRET_VALUES", set())
+    assert history.needs_redacting(text) == (history.redacted(text) != text)
+
+
 def test_runs_at_the_same_time_each_keep_their_record(tmp_path: Path) -> None:
     ids = [f"par{i:02d}" for i in range(16)]
     start = threading.Barrier(len(ids))
