@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from vgpuctl import scope as scoping
 from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome
 from vgpuctl.durations import Deadline
 from vgpuctl.errors import PlanError, UsageError
@@ -44,17 +45,19 @@ from vgpuctl.model import (
     VmOutcome,
 )
 from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
+from vgpuctl.planner import independent_changes, make_plan, mark_dependencies
+from vgpuctl.preflight import refuse_by_preflight
 from vgpuctl.progress import Cancel, HostProgress, Progress, VmProgress, cancelled
 from vgpuctl.records.work import WORK_FIELD, WorkStore
 from vgpuctl.runhooks import QuietHooks, RunHooks
 from vgpuctl.runlocks import check_lock_settings, held_text, leases_of, still_held, unreadable_hosts, wait_for_hosts
 from vgpuctl.settings import host_properties
 from vgpuctl.settings.facts import MODULE_OPTIONS, HostFacts
+from vgpuctl.supervisor.stage import SupervisorRun, open_for_run
 
 if TYPE_CHECKING:
     from vgpuctl.planfile import SavedPlan
     from vgpuctl.scope import Scope, ScopeResult
-    from vgpuctl.supervisor.stage import SupervisorRun
     from vgpuctl.supervisor.vmclasses import SupervisorPlan
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
@@ -253,8 +256,6 @@ def plan(session: Session, observed: Observed, inventory: Inventory, options: Ru
 def _plan(
     session: Session, observed: Observed, inventory: Inventory, options: RunOptions
 ) -> tuple[Plan, dict[str, HostFacts]]:
-    from vgpuctl.planner import make_plan
-    from vgpuctl.preflight import refuse_by_preflight
 
     resolved, _ = hostplan.resolve_hosts(inventory.hosts, observed)  # make_plan reports resolve errors
     facts, errors = host_facts(session, observed, resolved, options) if resolved else ({}, [])
@@ -287,9 +288,6 @@ def plan_in_scope(session: Session, observed: Observed, inventory: Inventory, op
     if options.scope is None:
         the_plan, facts = _plan(session, observed, inventory, options)
         return ScopedPlan(the_plan, inventory, None, facts)
-    from vgpuctl import scope as scoping
-    from vgpuctl.planner import make_plan
-    from vgpuctl.preflight import refuse_by_preflight
 
     selection = scoping.select(options.scope, inventory, observed)
     resolved, _ = hostplan.resolve_hosts(inventory.hosts, observed)
@@ -345,7 +343,6 @@ def plan_vm_classes(
 ) -> SupervisorRun | None:
     """VM classes and supervisor namespaces over REST (vgpuctl.supervisor.stage), planned against the hosts as the
     plan leaves them: a SupervisorRun to close, or None when the inventory names none (no REST login)."""
-    from vgpuctl.supervisor.stage import open_for_run
 
     return open_for_run(session.settings, inventory, observed, the_plan.host_changes)
 
@@ -415,7 +412,6 @@ def _collect_dead_claims(session: Session, observed: Observed, hosts: set[str]) 
 def replan_vms(inventory: Inventory, observed_after: Observed, pending: Sequence[HostChange]) -> Plan:
     """The VM part of the plan again, against the farm after the host changes. `pending` (changes of hosts that
     did not finish) stay in the plan; those hosts are predicted as changed and their VMs wait for them."""
-    from vgpuctl.planner import make_plan, mark_dependencies
 
     base = predict_observed(observed_after, pending) if pending else observed_after
     vm_plan = make_plan(inventory.model_copy(update={"hosts": []}), base)
@@ -474,7 +470,6 @@ def apply(
         vms = apply_vms(session, the_plan, observed, options, progress, cancel)
         moved += move_guest_drivers(session, inventory, window.after if window else [], progress, cancel)
         return ApplyOutcome(None, vms, the_plan, vms.interrupted, guest_drivers=moved)
-    from vgpuctl.planner import independent_changes
 
     early = Plan(vm_changes=independent_changes(the_plan.changes, observed, the_plan.host_changes))
     hosts, early_vms = _hosts_beside_vms(session, observed, inventory, the_plan, early, options, progress, cancel)
