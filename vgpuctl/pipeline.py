@@ -26,19 +26,30 @@ from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome
 from vgpuctl.durations import Deadline
 from vgpuctl.errors import PlanError, UsageError
 from vgpuctl.farm.predict import predict_observed
+from vgpuctl.farm.state import nvlink_hosts_for
 from vgpuctl.gcpause import paused_gc
 from vgpuctl.guest.stage import guest_addresses, guest_vms, guests, move_guest_drivers
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import HostApplyOptions, apply_host_changes, pending_changes
-from vgpuctl.hosts.sshservice import SshServiceRun, explain_shell_errors, only_ssh, ssh_service_for_run
+from vgpuctl.hosts.evacuation import HOT_MIGRATE_OPTION
+from vgpuctl.hosts.facts import adopt_nvlink_sets, adopt_vgpu_capabilities, gather_facts, unread_warnings
+from vgpuctl.hosts.sshservice import (
+    SshServiceRun,
+    explain_shell_errors,
+    only_ssh,
+    plan_notes,
+    ssh_service_for_run,
+    start_for_run,
+)
 from vgpuctl.hosts.targets import targets_for
-from vgpuctl.inventory import HostSpec, Inventory
+from vgpuctl.inventory import HostSpec, Inventory, load_inventory, validate
 from vgpuctl.inventory.compose import Composition
 from vgpuctl.model import (
     ApplyResult,
     GuestDriverOutcome,
     HostApplyResult,
     HostChange,
+    HostOutcome,
     Observed,
     Plan,
     Problem,
@@ -47,10 +58,18 @@ from vgpuctl.model import (
 from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
 from vgpuctl.planner import independent_changes, make_plan, mark_dependencies
 from vgpuctl.preflight import refuse_by_preflight
-from vgpuctl.progress import Cancel, HostProgress, Progress, VmProgress, cancelled
+from vgpuctl.progress import Cancel, HostProgress, Progress, VmProgress, beside, cancelled
 from vgpuctl.records.work import WORK_FIELD, WorkStore
 from vgpuctl.runhooks import QuietHooks, RunHooks
-from vgpuctl.runlocks import check_lock_settings, held_text, leases_of, still_held, unreadable_hosts, wait_for_hosts
+from vgpuctl.runlocks import (
+    check_lock_settings,
+    held_text,
+    leases_of,
+    release_held_locks,
+    still_held,
+    unreadable_hosts,
+    wait_for_hosts,
+)
 from vgpuctl.settings import host_properties
 from vgpuctl.settings.facts import MODULE_OPTIONS, HostFacts
 from vgpuctl.supervisor.stage import SupervisorRun, open_for_run
@@ -100,8 +119,6 @@ class RunOptions:
 def load(path: Path, composition: Composition | None = None) -> Inventory:
     """The inventory file, with what it includes and the overlay and values files of `composition` merged in
     (vgpuctl.inventory.compose), schema and semantic checks done; errors located FILE:LINE:COL."""
-    from vgpuctl.inventory import load_inventory, validate
-
     if not path.exists():
         raise UsageError(f"{path}: no such file")
     with paused_gc():  # the YAML events and positions of a large inventory: see vgpuctl.gcpause
@@ -118,7 +135,6 @@ def observe(
 ) -> Observed:
     """The one bulk read of the farm. NVLink sets are read on the hosts where the inventory's NVLink VMs can
     run, or on every GPU host with `all_nvlink` (status)."""
-    from vgpuctl.farm.state import nvlink_hosts_for
     from vgpuctl.vsphere.observe import observe as bulk_observe
     from vgpuctl.vsphere.observe import observe_nvlink
 
@@ -139,7 +155,6 @@ def host_facts(
     is set up or an SSH agent runs (without them, MIG, NVLink and scheduler changes are plan errors); fills each
     ObservedHost.module_options with the configured nvidia option string and, on a host where vCenter reported
     no NVLink device groups, its NVLink sets from the shell."""
-    from vgpuctl.hosts.facts import adopt_nvlink_sets, adopt_vgpu_capabilities, gather_facts, unread_warnings
     from vgpuctl.hosts.status import shell_configured
 
     errors = unreadable_hosts(session, observed, specs, options.lock_waited_s)
@@ -173,7 +188,6 @@ def _ssh_services(
 ) -> set[str]:
     """`ssh.service: manage` before the shell is read: an apply starts the stopped SSH services (under the hosts'
     leases); a plan starts none and returns the hosts whose shell it leaves to apply. Both say so alike."""
-    from vgpuctl.hosts.sshservice import plan_notes, start_for_run
 
     deferred: set[str] = set()
     if options.ssh_service is not None:
@@ -229,7 +243,6 @@ def _migrates(specs: dict[str, HostSpec]) -> bool:
 
 def vgpu_migration_enabled(session: Session) -> bool:
     """vCenter allows vMotion of running vGPU VMs (its advanced setting; one read)."""
-    from vgpuctl.hosts.evacuation import HOT_MIGRATE_OPTION
     from vgpuctl.vsphere.vcenter import advanced_setting_true
 
     return advanced_setting_true(session, HOT_MIGRATE_OPTION)
@@ -256,7 +269,6 @@ def plan(session: Session, observed: Observed, inventory: Inventory, options: Ru
 def _plan(
     session: Session, observed: Observed, inventory: Inventory, options: RunOptions
 ) -> tuple[Plan, dict[str, HostFacts]]:
-
     resolved, _ = hostplan.resolve_hosts(inventory.hosts, observed)  # make_plan reports resolve errors
     facts, errors = host_facts(session, observed, resolved, options) if resolved else ({}, [])
     migration = vgpu_migration_enabled(session) if _migrates(resolved) else False
@@ -343,7 +355,6 @@ def plan_vm_classes(
 ) -> SupervisorRun | None:
     """VM classes and supervisor namespaces over REST (vgpuctl.supervisor.stage), planned against the hosts as the
     plan leaves them: a SupervisorRun to close, or None when the inventory names none (no REST login)."""
-
     return open_for_run(session.settings, inventory, observed, the_plan.host_changes)
 
 
@@ -412,7 +423,6 @@ def _collect_dead_claims(session: Session, observed: Observed, hosts: set[str]) 
 def replan_vms(inventory: Inventory, observed_after: Observed, pending: Sequence[HostChange]) -> Plan:
     """The VM part of the plan again, against the farm after the host changes. `pending` (changes of hosts that
     did not finish) stay in the plan; those hosts are predicted as changed and their VMs wait for them."""
-
     base = predict_observed(observed_after, pending) if pending else observed_after
     vm_plan = make_plan(inventory.model_copy(update={"hosts": []}), base)
     vm_plan.host_changes = list(pending)
@@ -498,7 +508,6 @@ def _hosts_beside_vms(
 ) -> tuple[HostApplyResult, ApplyResult]:
     """The host changes, and the VM changes of `early` in a thread beside them; both done when it returns (the VMs
     after the hosts never run beside these, so at most `options.parallel` VMs change at once)."""
-    from vgpuctl.progress import beside
     from vgpuctl.vsphere.workrecord import new_run_id
 
     window = the_plan.window
@@ -520,8 +529,6 @@ def _stopped(moved: Sequence[GuestDriverOutcome], cancel: Cancel | None) -> bool
 
 def _window_stopped(the_plan: Plan, moved: list[GuestDriverOutcome], interrupted: bool) -> ApplyOutcome:
     """The window stopped at its first guest drivers: no host began, no VM change began."""
-    from vgpuctl.model import HostOutcome
-
     why = "interrupted" if interrupted else "a guest driver of the window could not be moved first"
     hosts = HostApplyResult([HostOutcome(h, Outcome.NOT_STARTED, message=why)
                              for h in sorted({c.host for c in the_plan.host_changes})])
@@ -767,6 +774,5 @@ def run_interruptible(work: Callable[[Cancel], T], on_interrupt: Callable[[str],
     """`work(cancel)` in a worker thread (vgpuctl.progress.run_interruptible): the first Ctrl-C asks it to stop,
     a second one exits at once, dropping this run's host leases and VM claims first."""
     from vgpuctl import progress
-    from vgpuctl.runlocks import release_held_locks
 
     return progress.run_interruptible(work, on_interrupt, on_exit_now=release_held_locks)

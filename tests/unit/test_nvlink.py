@@ -394,10 +394,9 @@ def test_no_shell_sets_leave_the_host_as_it_was() -> None:
 def test_plan_stage_host_facts_records_the_shell_sets(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pipeline's host facts stage hands the shell's NVLink sets to the observed model."""
     from vgpuctl import pipeline
-    from vgpuctl.hosts import facts as hostfacts
 
     facts = _shell_facts({GPUS[0]: [GPUS[1]], GPUS[1]: [GPUS[0]]})
-    monkeypatch.setattr(hostfacts, "gather_facts", lambda *a, **k: {"h": facts})
+    monkeypatch.setattr(pipeline, "gather_facts", lambda *a, **k: {"h": facts})
     monkeypatch.setattr("vgpuctl.hosts.status.shell_configured", lambda specs: True)
     observed = _a100_host()
     options = NS(trust_on_first_use=False, on_new_host_key=None, ssh_service=None, read_only=False, lock_waited_s=0.0)
