@@ -141,6 +141,36 @@ def test_the_run_takes_every_answer_the_early_read_sent(gpusim: Any) -> None:
         n: (h.gpus, h.connection_state) for n, h in expected.hosts.items()}
 
 
+def test_the_runs_own_requests_go_on_the_early_reads_connections(gpusim: Any) -> None:
+    """Once every early answer is taken, the early read's idle connections (open, verified TLS to the same
+    vCenter) are the session's: its next requests need no new handshake, and the early read's end leaves them."""
+    settings = ConnectionSettings(url=gpusim.url, username=gpusim.username, password=gpusim.password,
+                                  thumbprint=gpusim.env["VGPUCTL_THUMBPRINT"])
+    early = earlyread.EarlyRead(settings)
+    session_mod.offer_early_read(early)
+    early.start()
+    try:
+        with open_session(settings) as taken:
+            made: list[object] = []
+            scheme = taken.stub.scheme
+
+            def counting(*args: Any, **kwargs: Any) -> Any:
+                made.append(args)
+                return scheme(*args, **kwargs)
+
+            taken.stub.scheme = counting
+            observe(taken)
+            assert not early.pending
+            assert taken.content.sessionManager.currentSession.key == taken.session_key
+            handed = [conn for conn, _ in taken.stub.pool]
+            assert handed and not set(map(id, handed)) & set(map(id, early._connections))
+            session_mod.end_early_read()  # the process's end: the early read stops, the handed ones stay open
+            assert taken.content.sessionManager.currentSession.key == taken.session_key
+            assert made == []  # no connection of the session's own was made
+    finally:
+        session_mod.end_early_read()
+
+
 def test_a_settings_own_host_property_is_read_beside_and_the_big_reads_are_still_taken(gpusim: Any) -> None:
     """A host setting that reads a HostSystem property readlist.HOST_PROPS lacks needs nothing else: observe reads
     it with the small types (that read is then the run's own) and still takes the early hosts' and VMs' reads."""

@@ -297,6 +297,15 @@ class EarlyRead:
                 self._login_taken = True
         return sent
 
+    def idle_connections(self) -> list[http.client.HTTPConnection]:
+        """The connections no answer is coming on any more, handed to the run's session (open TLS connections to
+        the same vCenter, verified as its own would be): its first requests of its own need no new handshake. The
+        early read keeps no hold on them (a later page of its own goes on another connection)."""
+        with self._lock:
+            handed, self._idle = self._idle, []
+            self._connections = [conn for conn in self._connections if conn not in handed]
+        return handed
+
     def end(self) -> None:
         """Stop reading; log out the early session unless the run took its login (the run's session logs out)."""
         self._stop.set()
@@ -388,7 +397,9 @@ class EarlyRead:
         key = (action, body)
         with self._lock:
             self._sent[key] = Sent()
-        conn = self._idle.pop() if self._idle else self._connection()
+        with self._lock:
+            idle = self._idle.pop() if self._idle else None
+        conn = idle or self._connection()
         headers = {"SOAPAction": action, "Content-Type": "text/xml; charset=UTF-8", "Accept-Encoding": "gzip"}
         if self._cookie:
             headers["Cookie"] = self._cookie
@@ -418,7 +429,8 @@ class EarlyRead:
             self._answered(key, error=Stopped("the early read stopped") if self._stop.is_set() else err)
             raise
         answer = Answer(resp.status, resp.reason, resp.getheader("Set-Cookie"), b"".join(parts))
-        self._idle.append(conn)
+        with self._lock:
+            self._idle.append(conn)
         self._answered(key, answer=answer)
         return answer
 
@@ -449,7 +461,8 @@ class EarlyRead:
             conn = cls(host, port, timeout=settings.timeout_s, context=ssl_context(settings))
         else:
             conn = http.client.HTTPConnection(host, port, timeout=settings.timeout_s)
-        self._connections.append(conn)
+        with self._lock:
+            self._connections.append(conn)
         return conn
 
     def _post(self, conn: http.client.HTTPConnection, action: str, body: bytes, cookie: str) -> None:

@@ -193,6 +193,8 @@ class EarlyAnswers(Protocol):
 
     def take(self, action: str, body: bytes) -> Any: ...  # None, or its answer to come (`result()`)
 
+    def idle_connections(self) -> list[Any]: ...  # open connections no answer is coming on, for the stub's pool
+
     def end(self) -> None: ...
 
 
@@ -250,6 +252,8 @@ def _counting_stub_class() -> type:
                 return None
             if not early.pending:
                 self.early = None
+                for conn in early.idle_connections():  # this request and the next go on them, no new handshake
+                    self.ReturnConnection(conn)
                 return None
             return early.take(self.versionId, request)
 
