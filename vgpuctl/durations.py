@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
+
+from vgpuctl.lazyclass import dataclass
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?")
 DAY_S = 24 * 3600.0

@@ -14,13 +14,14 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from vgpuctl import yamlout
 from vgpuctl.domain import AdapterType, Firmware, Keep, NvlinkRequirement, Power
 from vgpuctl.inventory.classes import VmClassSpec
 from vgpuctl.inventory.schema import API_VERSION, vm_name_problem
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, ObservedHost, ObservedNic, ObservedVm
 from vgpuctl.netrules import network_rules
 from vgpuctl.profiles import BOARDS, ProfileError, board_for_device, parse_profile, try_parse

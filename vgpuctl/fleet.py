@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from vgpuctl import names
 from vgpuctl.errors import UsageError
 from vgpuctl.inventory.schema import Inventory, VcenterEntry, VcenterSpec
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.scope import Scope, ScopeResult
 
 MAX_PARALLEL_VCENTERS = 8  # vCenters read (and applied) at the same time

@@ -14,12 +14,13 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from vgpuctl import fleet, pipeline
 from vgpuctl.errors import PlanError, UsageError, VgpuctlError
 from vgpuctl.hosts.sshservice import ssh_service_for_run
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
 
 if TYPE_CHECKING:

@@ -20,13 +20,14 @@ import re
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from vgpuctl import __version__, filelimits, jsontext, trace
 from vgpuctl.errors import UsageError, VgpuctlError
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.outpaths import write_whole
 from vgpuctl.reports.events import Event
 from vgpuctl.reports.plan import PlanReport
@@ -70,6 +71,9 @@ class Bounds:
     bytes: int = DEFAULT_MAX_MB * MIB
 
 
+DEFAULT_BOUNDS = Bounds()
+
+
 def bounds_from_env(warn: Callable[[str], None]) -> Bounds:
     """The bounds the environment sets; a value that is no positive number is warned about and the default used."""
     return Bounds(_positive(ENV_KEEP, DEFAULT_KEEP, warn), _positive(ENV_MAX_MB, DEFAULT_MAX_MB, warn) * MIB)
@@ -91,7 +95,7 @@ def _positive(name: str, default: int, warn: Callable[[str], None]) -> int:
 class RunHistory:
     """The records in one folder: written whole, listed newest first, found by id, kept within `bounds`."""
 
-    def __init__(self, folder: Path, bounds: Bounds = Bounds()):
+    def __init__(self, folder: Path, bounds: Bounds = DEFAULT_BOUNDS):
         self.folder = folder
         self.bounds = bounds
 

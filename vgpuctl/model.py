@@ -9,7 +9,7 @@ decides; apply executes it. Nothing here does I/O.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from enum import StrEnum
 from typing import Any
 
@@ -32,6 +32,7 @@ from vgpuctl.domain import (
     VmStep,
     WindowStage,
 )
+from vgpuctl.lazyclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,13 @@ prerequisites, and the ConnectX NIC ids. Pure; the file is read once. Sources: t
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from vgpuctl.datafiles import data_folder, load_yaml_data
 from vgpuctl.domain import AdapterType
+from vgpuctl.lazyclass import dataclass
 
 
 @dataclass(frozen=True)

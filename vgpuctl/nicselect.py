@@ -7,9 +7,9 @@ way. Pure.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Literal
 
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import ObservedHost, ObservedHostNic
 from vgpuctl.netrules import network_rules
 

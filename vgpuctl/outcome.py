@@ -3,12 +3,13 @@ one `pipeline.run` did (`RunOutcome`), which the apply and provision reports are
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from vgpuctl.domain import Outcome, StopReason
 from vgpuctl.durations import Deadline
 from vgpuctl.errors import Interrupted, PlanError, VgpuctlError
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import ApplyResult, GuestDriverOutcome, HostApplyResult, Observed, Op, Plan, SupervisorApplyResult
 
 if TYPE_CHECKING:

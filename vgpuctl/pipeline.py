@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -44,6 +44,7 @@ from vgpuctl.hosts.sshservice import (
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.inventory import HostSpec, Inventory, load_inventory, validate
 from vgpuctl.inventory.compose import Composition
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import (
     ApplyResult,
     GuestDriverOutcome,

@@ -18,12 +18,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl import filelimits, jsontext
 from vgpuctl.errors import UsageError, VgpuctlError
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, Plan
 from vgpuctl.outpaths import write_whole
 from vgpuctl.settings import drift_fields

@@ -14,13 +14,14 @@ import hashlib
 import math
 import re
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
-from dataclasses import dataclass, field
+from dataclasses import field
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
 from vgpuctl.datafiles import data_folder, load_yaml_data
 from vgpuctl.domain import GpuVgpuMode, ProfileSharing
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import ObservedGpu, ObservedProfile
 
 PREFIXES = ("grid_", "nvidia_")

@@ -25,12 +25,12 @@ Pure: no I/O beyond the packaged table.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 
 from vgpuctl.datafiles import data_folder, load_yaml_data
 from vgpuctl.domain import CheckStatus
+from vgpuctl.lazyclass import dataclass
 
 _VERSION = re.compile(r"(?<![\d.])(\d{3})\.(\d+)(?:\.(\d+))?(?![\d])")
 

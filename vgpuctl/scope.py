@@ -18,12 +18,13 @@ Pure: selection and closure work on the inventory, the farm as observed and a pl
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from vgpuctl import names
 from vgpuctl.domain import ChangeKind, EvacuationKind
 from vgpuctl.errors import NotFound, UsageError, VgpuctlError
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import EvacuationAction, folder_path
 
 if TYPE_CHECKING:

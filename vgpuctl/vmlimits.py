@@ -6,11 +6,11 @@ virtual CPUs, the memory and its granularity, the virtual network adapters. Pure
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 from vgpuctl.datafiles import data_folder, load_yaml_data
+from vgpuctl.lazyclass import dataclass
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ vgpuctl.reports.capacity).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from vgpuctl.capacity import DEFAULT_TIME_LIMIT_S
@@ -16,6 +16,7 @@ from vgpuctl.capacity.kinds import MAX_PATTERNS, capacity, in_mode
 from vgpuctl.capacity.layout import PlacedVm, Verified, greedy, verify
 from vgpuctl.capacity.problem import Problem, Shape, build_problem, usable_options
 from vgpuctl.domain import GpuVgpuMode, GraphicsType
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed
 from vgpuctl.profiles import BOARDS, parse_profile
 

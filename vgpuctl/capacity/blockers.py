@@ -8,10 +8,9 @@ identify (placement blocks them). Pure functions over observed data.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from vgpuctl.domain import ConnectionState, GraphicsType, HostPowerState
 from vgpuctl.farm.placement import Gpu
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import ObservedHost
 
 GRAPHICS_FIX = ("set the GPUs' graphics type to Shared Direct (inventory: graphics: {default_type: sharedDirect} "

@@ -22,12 +22,13 @@ import itertools
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from vgpuctl.capacity.kinds import _key, addition_patterns, patterns_complete
 from vgpuctl.capacity.layout import HostLayout, Layout
 from vgpuctl.capacity.problem import GpuSlot, HostCtx, Problem, Shape, usable_options
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.profiles import parse_profile
 
 HOST_CHANGE_WEIGHT = 8  # a changed host (maintenance, maybe a reboot) counts as much as 8 changed GPUs

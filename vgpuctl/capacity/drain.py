@@ -12,10 +12,11 @@ Powered-off VMs stay registered where they are (maintenance mode does not need t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from vgpuctl.farm.rolling import Rolling
 from vgpuctl.hosts.evacuation import RollingMigration, running, vms_on
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed
 
 

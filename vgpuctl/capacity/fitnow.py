@@ -7,7 +7,7 @@ current occupants (vgpuctl.capacity.stranded, which `status` shows too).
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from vgpuctl.capacity.blockers import Blocker, gpu_blockers, host_blocker, usable
 from vgpuctl.capacity.kinds import _key, capacity
@@ -23,6 +23,7 @@ from vgpuctl.farm.placement import (
     whole_gpu_compute_types,
 )
 from vgpuctl.farm.state import farm_from_observed
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed
 from vgpuctl.profiles import max_vgpus_per_vm, parse_profile
 

@@ -7,13 +7,14 @@ farm as it will be after the mode changes; what it refuses is dropped.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from vgpuctl.capacity.kinds import in_mode, is_idle
 from vgpuctl.capacity.problem import HostCtx, Problem, Shape, usable_options
 from vgpuctl.domain import GpuVgpuMode, GraphicsType
 from vgpuctl.farm.placement import Gpu, Placement, add_vgpu, clone_gpu, fits, place_vm, power_on_key
 from vgpuctl.farm.state import FarmState, Request, farm_from_observed, place_farm
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed
 from vgpuctl.profiles import parse_profile
 

@@ -15,7 +15,7 @@ Rules (the mode-switch rules of the answer):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from vgpuctl.capacity.blockers import Blocker, gpu_blockers, host_blocker, usable
 from vgpuctl.capacity.demand import Demand, DemandItem
@@ -32,6 +32,7 @@ from vgpuctl.errors import NotFound
 from vgpuctl.farm.placement import Gpu, clone_gpu, group_refusal, nvlink_refusal, nvlink_sets
 from vgpuctl.farm.predict import mig_profile_names, time_sliced_profile_names
 from vgpuctl.farm.state import farm_from_observed
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, ObservedHost
 from vgpuctl.profiles import BOARDS, max_vgpus_per_vm, parse_profile
 

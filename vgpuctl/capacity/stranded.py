@@ -20,13 +20,14 @@ mode, powered off) are left out, as `capacity` leaves them out.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from vgpuctl.capacity.blockers import host_blocker
 from vgpuctl.capacity.kinds import addition_patterns
 from vgpuctl.domain import GpuVgpuMode, GraphicsType
 from vgpuctl.farm.placement import Gpu
 from vgpuctl.farm.state import farm_from_observed
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed
 from vgpuctl.profiles import ProfileError, parse_profile
 

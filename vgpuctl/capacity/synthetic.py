@@ -5,10 +5,11 @@ each, GPUs in given modes, NVLink sets, running VMs holding GPUs. No I/O.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from vgpuctl.domain import AssignmentPolicy, Firmware, GpuVgpuMode, GraphicsType, PowerState
 from vgpuctl.farm.predict import mig_profile_names, time_sliced_profile_names
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
 from vgpuctl.profiles import BOARDS
 

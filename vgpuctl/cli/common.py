@@ -13,7 +13,7 @@ import time
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ import typer
 from vgpuctl import filelimits, jsontext
 from vgpuctl.durations import DAY_S, Deadline, duration_seconds, parse_deadline
 from vgpuctl.errors import Interrupted, InventoryError, PlanError, UsageError, VgpuctlError
+from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import Outcome
 from vgpuctl.guest.runner import HostTracker
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.progress import LiveOnTerminal, StepLog
 from vgpuctl.reports.guests import STATUS_STYLE
 

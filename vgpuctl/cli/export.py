@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -15,6 +14,7 @@ from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.domain import ConnectionState
 from vgpuctl.errors import NotFound, UsageError
+from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from vgpuctl.export import ExportOptions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -17,6 +17,7 @@ from vgpuctl.cli.common import EXIT_CHANGES_PENDING, GlobalOptions
 from vgpuctl.cli.runs import NoHistory, recording
 from vgpuctl.domain import DEFAULT_PARALLEL
 from vgpuctl.errors import PlanError, PlanRefused, UsageError, VgpuctlError
+from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from vgpuctl.cli.display import ApplyDisplay

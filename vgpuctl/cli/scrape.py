@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.errors import VgpuctlError
 from vgpuctl.extras import require
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.records.work import WORK_FIELD, HostRecord, read_record
 from vgpuctl.reports.metrics import ExporterState, FarmRead, Kind, PlanState, UsageState, build_families
 

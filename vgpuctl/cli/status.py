@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -12,6 +11,7 @@ from vgpuctl.cli import common
 from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.errors import UsageError
+from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from vgpuctl.fleet import FleetPart

@@ -7,11 +7,11 @@ tests/fixtures/nvidia-smi/cases.json holds real and simulated outputs with the c
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from typing import Generic, TypeVar
 
 from vgpuctl.esxi import commands, parsers
+from vgpuctl.lazyclass import dataclass
 
 T = TypeVar("T", covariant=True)
 Runner = Callable[[str], str]  # runs one command line on the host, returns its stdout

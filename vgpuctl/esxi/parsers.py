@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from vgpuctl.errors import OutputFormatError
+from vgpuctl.lazyclass import dataclass
 
 __all__ = ["OutputFormatError"]
 

@@ -7,7 +7,7 @@ Pure: no I/O. Shared test vectors: tests/fixtures/scheduler/rmpvmrl.yaml (gpusim
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from vgpuctl.lazyclass import dataclass
 
 BEST_EFFORT, EQUAL_SHARE, FIXED_SHARE, UNKNOWN = "best-effort", "equal-share", "fixed-share", "unknown"
 POLICY_BITS = {EQUAL_SHARE: 0x01, FIXED_SHARE: 0x11}

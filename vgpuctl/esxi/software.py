@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 
 from vgpuctl.esxi.parsers import OutputFormatError, _esxcli_table, _lines
+from vgpuctl.lazyclass import dataclass
 
 VGPU_QUERY = "nvidia-smi vgpu -q"
 _NOT_REPORTED = {"", "not available", "n/a", "na"}

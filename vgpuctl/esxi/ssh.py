@@ -15,12 +15,13 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl import filelimits, trace
 from vgpuctl.errors import SshAuthError, SshError, SshHostKeyError, SshUnreachable
+from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
     import paramiko

@@ -16,11 +16,12 @@ profile (a MIG slice) other than the one asked.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import NvlinkRequirement
 from vgpuctl.errors import OutputFormatError
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.settings.facts import MIG_MODE, MODULE_OPTIONS, HostFacts, nvlink_links
 from vgpuctl.settings.nvlink import SETTING as NVLINK_SETTING
 

@@ -10,10 +10,11 @@ with one row per GPU.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from vgpuctl.errors import OutputFormatError
+from vgpuctl.lazyclass import dataclass
 
 # --------------------------------------------------------------------------------------------- nccl-tests
 

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import io
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.experiment.facts import Contradiction, contradictions, summarize, transport_contradictions
 from vgpuctl.experiment.store import BASE, STATUS_OK, ResultsDir, RunRecord, write_atomic
 from vgpuctl.extras import require
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.outpaths import inside
 
 if TYPE_CHECKING:

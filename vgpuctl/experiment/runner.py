@@ -20,7 +20,6 @@ Plan and apply are reached only through `VsphereFarm.plan_errors` and `VsphereFa
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -30,6 +29,7 @@ from vgpuctl.experiment.facts import expectations, host_gpus
 from vgpuctl.experiment.schema import Experiment, MergedVariant, WorkloadSpec, dump_inventory, summary, workload_dict
 from vgpuctl.experiment.store import BASE, STATUS_FAILED, STATUS_OK, ResultsDir, RunRecord, RunSummary, now
 from vgpuctl.experiment.workload import GuestRun
+from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory

@@ -10,7 +10,6 @@ import copy
 import difflib
 import re
 import typing
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,6 +19,7 @@ from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.inventory import Inventory, expand_name
 from vgpuctl.inventory.compose import Composition, compose_file
 from vgpuctl.inventory.yamlpos import KeyPath, Pos, PositionedYaml, format_path, lookup, read_yaml
+from vgpuctl.lazyclass import dataclass
 
 KIND = "Experiment"
 BUILTIN_WORKLOADS = ("nccl-tests", "p2pBandwidthLatencyTest")

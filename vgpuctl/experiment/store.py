@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from pathlib import Path
 from typing import Any
 
 from vgpuctl import filelimits
 from vgpuctl.errors import OutputError, UsageError
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.outpaths import inside, write_whole
 
 BASE = "base"

@@ -7,12 +7,13 @@ reports its output, exit status and GPU facts in the event of the task "Report t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.guest import runner as gr
 from vgpuctl.guest import targets as tg
+from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from vgpuctl.experiment.schema import WorkloadSpec

@@ -9,9 +9,10 @@ Virtual Function as SR-IOV Passthrough Adapter", step 11); a passthrough NIC bel
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from vgpuctl.domain import AdapterType
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, ObservedHost, ObservedHostNic, ObservedVm, PowerState
 from vgpuctl.nicselect import DeviceSelect, describe_nics, is_virtual_function, matching_nics, nic_model
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import bisect
 import copy
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from functools import cache, lru_cache
 from typing import TYPE_CHECKING
 
 from vgpuctl.domain import AssignmentPolicy, GpuVgpuMode, GraphicsType
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.profiles import (
     BOARDS,
     MigGiProfile,

@@ -5,12 +5,13 @@ where NVLink VMs may run (`nvlink_hosts_for`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING
 
 from vgpuctl.domain import AssignmentPolicy, NvlinkRequirement, PowerState
 from vgpuctl.farm.nics import NicLedger, NicNeed, commit, fit_on, ledgers_from_observed
 from vgpuctl.farm.placement import Gpu, Placement, add_vgpu, gpus_from_observed, place_vm, remove_vgpu
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import folder_path
 
 if TYPE_CHECKING:

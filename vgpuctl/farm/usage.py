@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from vgpuctl.domain import ConnectionState, PowerState
 from vgpuctl.errors import UsageError
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, ObservedHost
 from vgpuctl.profiles import try_parse
 from vgpuctl.records.perf import GpuCounter, GpuSeries, Rollup, UsageRead, UsageWindow

@@ -18,13 +18,14 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import GuestError, UsageError
 from vgpuctl.extras import ansible_playbook
 from vgpuctl.guest import targets as tg
+from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory

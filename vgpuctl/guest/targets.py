@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import re
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import NvlinkRequirement
 from vgpuctl.errors import InventoryErrors, UsageError
+from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory

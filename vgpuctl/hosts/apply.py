@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import (
@@ -36,6 +35,7 @@ from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboo
 from vgpuctl.hosts.facts import shell_runner
 from vgpuctl.hosts.targets import HostTarget, host_waves
 from vgpuctl.inventory import HostSpec
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import INTERRUPTED, HostApplyResult, HostChange, HostOutcome, ObservedGpu, ObservedHost
 from vgpuctl.progress import Cancel, HostProgress, cancelled
 from vgpuctl.records.work import POWER_ON, VM_CHANGE, Lease, WorkStore

@@ -15,12 +15,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Protocol
 
 from vgpuctl.domain import ConnectionState, SshService
 from vgpuctl.errors import VgpuctlError
 from vgpuctl.inventory import HostSpec
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed
 from vgpuctl.progress import EXIT_NOW
 from vgpuctl.records.work import Lease, WorkStore

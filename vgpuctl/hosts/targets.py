@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.inventory import HostSpec, Inventory
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import HostChange, Observed
 
 

@@ -22,7 +22,7 @@ unknown one is a plan error (nothing proves the pair).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +36,7 @@ from vgpuctl.hosts.evacuation import (
     running,
     vms_on,
 )
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import GuestDriverMove, HostChange, Observed, ObservedVm, UpgradeWindow
 from vgpuctl.releases import BranchRule, branch_of, branch_rule, branches, driver_version, pair
 from vgpuctl.settings import SETTINGS, setting_of

@@ -28,7 +28,6 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Callable, Hashable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from vgpuctl.inventory.checks import error_order
 from vgpuctl.inventory.ranges import expand_name
 from vgpuctl.inventory.schema import API_VERSION, Inventory, entry_vcenter
 from vgpuctl.inventory.yamlpos import KeyPath, PositionedYaml, Sources, read_yaml, read_yaml_text
+from vgpuctl.lazyclass import dataclass
 
 INCLUDE, OVERLAYS, ADD, API_KEY = "include", "overlays", "add", "apiVersion"
 MAX_INCLUDE_DEPTH = 8  # the top inventory, the files it includes, theirs, ...: at most this many files deep

@@ -10,7 +10,7 @@ that each entry allows alone but that their merge makes invalid, with both entri
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TypeVar
 
 from pydantic import BaseModel
@@ -18,6 +18,7 @@ from pydantic import BaseModel
 from vgpuctl.inventory.checks import host_problems
 from vgpuctl.inventory.schema import HostSpec
 from vgpuctl.inventory.yamlpos import KeyPath, format_path
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.settings import SETTINGS
 from vgpuctl.settings.base import names
 from vgpuctl.settings.pergpu import GPUS_KEY

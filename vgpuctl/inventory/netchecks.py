@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from vgpuctl.domain import AdapterType
 from vgpuctl.errors import InventoryError
 from vgpuctl.inventory.network import AddressPool, hostname_problem
 from vgpuctl.inventory.schema import Inventory, VmSpec
 from vgpuctl.inventory.yamlpos import KeyPath
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.netrules import network_rules
 from vgpuctl.profiles import ProfileError, parse_profile
 

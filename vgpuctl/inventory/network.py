@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from vgpuctl.domain import AdapterType, IdentityMethod, RoceProtocol
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.nicselect import DeviceSelect
 from vgpuctl.strictmodel import KeyPath, Lax, StrictModel
 

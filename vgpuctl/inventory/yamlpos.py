@@ -19,7 +19,7 @@ import types
 import typing
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from pydantic import BaseModel, ValidationError
 
 from vgpuctl import filelimits
 from vgpuctl.errors import InventoryError
+from vgpuctl.lazyclass import dataclass
 
 Pos = tuple[int, int]  # 1-based line, column
 KeyPath = tuple[str | int, ...]  # ("vms", 0, "vgpus", 1, "profile")

@@ -4,9 +4,10 @@ with (`PreflightCheck.line`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from vgpuctl.domain import CheckStatus
+from vgpuctl.lazyclass import dataclass
 
 
 @dataclass

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from vgpuctl.domain import CheckStatus, Evacuate, Firmware, GraphicsType, NvlinkRequirement
 from vgpuctl.inventory import Inventory
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, ObservedHost, Plan
 from vgpuctl.preflight import branches
 from vgpuctl.preflight.check import PreflightCheck

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 
 from vgpuctl.inventory import HostSpec, Inventory, VmSpec
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, folder_path
 from vgpuctl.settings import SETTINGS
 from vgpuctl.vsphere.hostaccess import HostAccess

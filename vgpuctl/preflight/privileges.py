@@ -10,12 +10,12 @@ AuthorizationManager.HasPrivilegeOnEntities granted the session. Pure.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from vgpuctl.domain import ChangeKind, CheckStatus, EvacuationKind, IdentityMethod, SshService
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import needs_maintenance
 from vgpuctl.inventory import Inventory
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import EvacuationAction, HostChange, Observed, Plan, VmChange, folder_path
 from vgpuctl.preflight.check import PreflightCheck
 from vgpuctl.settings import SETTINGS, setting_of, step_of

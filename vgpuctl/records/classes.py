@@ -4,8 +4,10 @@ vgpuctl's terms; the plan compares the inventory's classes with them (vgpuctl.su
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
+
+from vgpuctl.lazyclass import dataclass
 
 
 @dataclass

@@ -3,9 +3,10 @@ vgpuctl.vsphere.hostnet and only for a host whose inventory entry sets one of th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import ObservedHostNic
 
 

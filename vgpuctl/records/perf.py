@@ -8,8 +8,10 @@ and which counters it holds are decided here, from vCenter's own answers (docs/u
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
+
+from vgpuctl.lazyclass import dataclass
 
 GPU_GROUP = "gpu"  # PerfCounterInfo.groupInfo.key of the GPU counters
 REALTIME_S = 20  # hosts sample every counter every 20 s and keep the samples for an hour (raw data feed)

@@ -13,10 +13,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from vgpuctl.lazyclass import dataclass
 
 log = logging.getLogger(__name__)
 

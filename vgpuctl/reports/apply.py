@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, ClassVar
 
 from vgpuctl.domain import Outcome, StopReason
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import (
     ApplyResult,
     ChangeOutcome,
@@ -44,7 +45,7 @@ class ApplyReport(Report):
     vm_errors: list[str]
     interrupted: bool
     vm_class_outcomes: list[ChangeOutcome] = field(default_factory=list)
-    error: ErrorInfo | None = optional()  # noqa: RUF009 - None, not a shared object
+    error: ErrorInfo | None = optional()
     vm: str | None = optional()  # `vm vgpu add/remove`: the VM changed
     round_trips: int | None = optional()
     deadline: str | None = optional()  # apply --deadline, local time with its UTC offset

@@ -13,9 +13,11 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
+
+from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from rich.console import RenderableType

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, ClassVar
 
 from vgpuctl.capacity.fitnow import VGPU_COUNTS
 from vgpuctl.capacity.stranded import stranded_by_cluster
 from vgpuctl.domain import GpuVgpuMode
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout, optional
 
 if TYPE_CHECKING:

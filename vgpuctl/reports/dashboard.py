@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from vgpuctl.lazyclass import dataclass
 
 UID = "vgpuctl-farm"
 SCHEMA_VERSION = 39

@@ -16,11 +16,12 @@ The schema is generated (docs/schemas/event.schema.json, one of these types per 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vgpuctl.domain import Outcome
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.reports.base import optional, to_json
 from vgpuctl.reports.plan import PlanSummary
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vgpuctl.experiment.report import NCCL, P2P
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout
 
 if TYPE_CHECKING:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from vgpuctl.errors import NotFound
 from vgpuctl.inventory import Inventory
 from vgpuctl.inventory.merge import merge_hosts
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, ObservedHost, Plan
 from vgpuctl.names import host_named
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.reports.apply import ApplyReport, render_apply_summary
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, optional
 from vgpuctl.reports.capacity import CapacityReport

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.reports.apply import ApplyReport
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout
 

@@ -3,10 +3,11 @@ the bulk read and the host's facts; `status` adds the same to its hosts (vgpuctl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, ClassVar
 
 from vgpuctl.domain import GpuVgpuMode
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import ObservedGpu, ObservedHost
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout, optional
 from vgpuctl.settings import SETTINGS
@@ -74,7 +75,7 @@ class HostReport(Report):
     scheduler_after_reboot: str | None = optional()
     shell_error: str | None = optional()
     settings: list[SettingValue] = field(default_factory=list)  # every host-wide setting, in registry order
-    guest_drivers: list[GuestDriver] | None = optional()  # noqa: RUF009 - None: the shell was not read
+    guest_drivers: list[GuestDriver] | None = optional()
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
         options = self.module_options

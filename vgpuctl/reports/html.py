@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl import __version__
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.reports import apply as applytext
 from vgpuctl.reports import plan as plantext
 from vgpuctl.reports import runs as runtext

@@ -11,11 +11,12 @@ plans) into families with their samples; vgpuctl.cli.scrape hands them to promet
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 
 from vgpuctl.domain import GpuMode, GpuVgpuMode
 from vgpuctl.farm.usage import KB_PER_GB, GpuUsage
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.records.work import HostRecord
 from vgpuctl.reports.plan import PlanSummary
 from vgpuctl.reports.status import StatusGpu, StatusHost, StatusReport

@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, field, fields
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vgpuctl.domain import ChangeKind, EvacuationKind, Phase, VmStep
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import (
     HOST_TARGET,
     EvacuationAction,
@@ -80,7 +81,7 @@ class HostDiff:
     disruptive: bool
     needs_reboot: bool
     phase: Phase
-    evacuation: Evacuation | None = optional()  # noqa: RUF009 - None, not a shared object
+    evacuation: Evacuation | None = optional()
     pulled_in_by: list[str] = field(default_factory=list)  # a scoped plan: the VMs in scope that need it
 
 
@@ -291,7 +292,7 @@ class PlanReport(Report):
     order: PlanOrder | None = field(default=None, metadata={"omit_none": True})
     window: WindowReport | None = field(default=None, metadata={"omit_none": True})  # a driver upgrade window
     # `plan` of a plan with problems: the error that refuses it after it is shown (the error document's `error`)
-    error: ErrorInfo | None = optional()  # noqa: RUF009 - None, not a shared object
+    error: ErrorInfo | None = optional()
 
     def render_text(self, layout: TextLayout = TERMINAL) -> Any:
         """The diff (vgpuctl.reports.plan): colored on a terminal, plain lines in a pipe."""

@@ -5,10 +5,11 @@ The same line a failing check prints here is what `plan` and `apply` refuse with
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar
 
 from vgpuctl.domain import CheckStatus
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.preflight.check import PreflightCheck
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout
 

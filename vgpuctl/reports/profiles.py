@@ -4,10 +4,10 @@ GPU in the GPU's mode (the host's own figure when it reports one)."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 from vgpuctl.domain import GpuVgpuMode, ProfileSharing, VgpuMode
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import ObservedGpu, ObservedHost
 from vgpuctl.profiles import (
     ProfileError,

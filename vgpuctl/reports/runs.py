@@ -8,10 +8,11 @@ vgpuctl.history writes it redacted, the vCenter URL without user info.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import GuestDriverOutcome, HostOutcome, VmOutcome
 from vgpuctl.reports.apply import guest_driver_line
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout, from_json, to_json_given

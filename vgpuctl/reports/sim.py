@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from typing import ClassVar
 
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout
 
 

@@ -14,12 +14,13 @@ classes with vGPUs and their namespaces follow the VMs when a supervisor was rea
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vgpuctl.capacity.stranded import ClusterStranded, HostStranded, stranded_by_cluster, stranded_by_host
 from vgpuctl.domain import TIME_SLICED_MODES, GpuMode, GpuVgpuMode
 from vgpuctl.farm.usage import UsageFigures
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
 from vgpuctl.profiles import BOARDS, BoardInfo, board_for_device, try_parse
 from vgpuctl.records.classes import SupervisorState
@@ -63,7 +64,7 @@ class StatusGpu:
     mig_pending: bool | None = optional()
     nvlink_links: int | None = optional()
     nvlink_active: int | None = optional()
-    nvlink_peers: list[str] | None = optional()  # noqa: RUF009 - None, not a shared list
+    nvlink_peers: list[str] | None = optional()
     mig_capable: bool | None = optional()  # the board supports MIG (the catalogue); None: board unknown
     stranded_gb: float | None = optional()  # free framebuffer no offered profile can use (capacity.stranded)
     stranded_why: str | None = optional()
@@ -131,7 +132,7 @@ class StatusHost:
     scheduler: str | None = optional()
     scheduler_after_reboot: str | None = optional()
     shell_error: str | None = optional()
-    settings: list[SettingValue] | None = optional()  # noqa: RUF009 - with the host facts: every host-wide setting
+    settings: list[SettingValue] | None = optional()
     vgpu_manager: str | None = optional()  # the NVIDIA vGPU Manager it runs (its GPUs' driver), where known
     vgpu_manager_after_reboot: str | None = optional()  # installed, running after the next reboot
     held: HostLease | None = field(default=None, metadata={"omit_none": True})  # another run works on it

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import ChangeOutcome, Op, SupervisorApplyResult
 from vgpuctl.records.classes import ClassState, SupervisorState
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout, optional

@@ -3,10 +3,11 @@ that hold vGPUs on GPUs that stayed below a threshold (vgpuctl.farm.usage: the i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar
 
 from vgpuctl.farm.usage import GpuUsage, UsageFigures, VmJudgement
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.records.perf import UsageRead, UsageWindow, duration_text
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout, VgpuCount, optional, vgpu_counts
 

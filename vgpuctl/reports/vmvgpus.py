@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, ObservedVm
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, VgpuCount, optional, vgpu_counts
 from vgpuctl.reports.profiles import profile_fb

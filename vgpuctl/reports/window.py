@@ -4,9 +4,10 @@ guest drivers moved to their group's release."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from vgpuctl.domain import EvacuationKind, WindowStage
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import EvacuationAction, GuestDriverMove, HostChange, UpgradeWindow
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.records.work import describe_record, read_record
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout
 

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from vgpuctl.domain import ChangeKind, CheckStatus, Phase
 from vgpuctl.esxi.modopts import Options
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import HOST_TARGET, HostChange, ObservedGpu, ObservedHost, Problem, UpgradeWindow
 from vgpuctl.settings.facts import MODULE_OPTIONS, ApiFact, EntryShellFact, GpuQuery, HostFacts, ShellFact
 from vgpuctl.strictmodel import KeyPath

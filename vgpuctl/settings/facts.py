@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from vgpuctl.errors import NotFound
@@ -25,6 +25,7 @@ from vgpuctl.esxi import facts as esxi_facts
 from vgpuctl.esxi import parsers
 from vgpuctl.esxi import software as esxi_software
 from vgpuctl.esxi.facts import Fact
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.records.netfacts import HostNetFacts
 
 if TYPE_CHECKING:

@@ -11,12 +11,12 @@ reboot (Ampere) or in effect at once (Hopper; the catalogue's `mig.apply`). docs
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from vgpuctl.domain import TIME_SLICED_MODES, ChangeKind, GpuMode, GpuVgpuMode, GraphicsType, Phase, VgpuMode
 from vgpuctl.errors import VgpuctlError
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import HostChange, ObservedGpu, ObservedHost
 from vgpuctl.profiles import BOARDS, gpu_board
 from vgpuctl.settings.base import (

@@ -26,7 +26,6 @@ docs/host-changes.md, "vgpu_manager".
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -35,6 +34,7 @@ from pydantic import field_validator, model_validator
 from vgpuctl.domain import ChangeKind, CheckStatus, Phase
 from vgpuctl.errors import SshError, VgpuctlError
 from vgpuctl.esxi import software as shell_software
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import HostChange, ObservedHost
 from vgpuctl.releases import driver_version, is_version, manager_in, manager_release
 from vgpuctl.settings.base import (

@@ -22,12 +22,12 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from vgpuctl.domain import ClusterKind
 from vgpuctl.errors import UsageError
 from vgpuctl.inventory.classes import InventorySections
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.records.classes import ClassState
 from vgpuctl.supervisor.vmclasses import desired_class
 

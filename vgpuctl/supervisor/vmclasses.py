@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any
 
 from vgpuctl.inventory.classes import InventorySections, NamespaceSpec, VmClassSpec
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import FieldChange, Observed, ObservedHost, Op
 from vgpuctl.profiles import (
     class_mmio_size_gb,

@@ -19,7 +19,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from vgpuctl.domain import DEFAULT_PARALLEL, Outcome, PowerState, StopReason, VmStep
@@ -33,6 +32,7 @@ from vgpuctl.errors import (
     VgpuctlError,
     VsphereFault,
 )
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import (
     ApplyResult,
     NicChange,

@@ -9,13 +9,14 @@ hardware version, all memory reserved) comes from vgpuctl/data/network.yaml (vgp
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from vgpuctl.domain import AdapterType, NetworkKind
 from vgpuctl.farm.nics import NicNeed, usable_nics
 from vgpuctl.inventory.network import AdapterSpec
 from vgpuctl.inventory.schema import VmSpec
 from vgpuctl.inventory.yamlpos import KeyPath
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import (
     NicChange,
     Observed,

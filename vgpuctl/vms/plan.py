@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 
 from vgpuctl.domain import Firmware, Keep, NvlinkRequirement, Power, PowerState, VmState
 from vgpuctl.farm.placement import Placement, power_on_key
 from vgpuctl.farm.state import Request, farm_from_observed, place_farm
 from vgpuctl.inventory import Inventory, KeyPath, VmSpec
 from vgpuctl.inventory.checks import KEEP_ABSENT
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import (
     CloneSpec,
     DeviceChange,

@@ -28,11 +28,12 @@ import threading
 import xml.etree.ElementTree as ET
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import urlsplit
 
 from vgpuctl.errors import UsageError
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.vsphere import readlist
 from vgpuctl.vsphere.rawread import LeadingToken
 from vgpuctl.vsphere.session import (

@@ -10,9 +10,9 @@ Each Retrieve call is one round trip per host; observe makes it once per distinc
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import ObservedHost, ObservedProfile
 from vgpuctl.profiles import VgpuType, observed_profile, try_parse
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ from vgpuctl.domain import (
     ToolsStatus,
 )
 from vgpuctl.errors import NotFound, VgpuctlError, VsphereFault
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.vsphere.faults import to_error
 from vgpuctl.vsphere.tasks import dispatch, in_flight
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.errors import VsphereFault
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.vsphere.faults import to_error
 
 if TYPE_CHECKING:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import ObservedDeviceGroup
 
 if TYPE_CHECKING:

@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from vgpuctl.lazyclass import dataclass
 
 
 @dataclass

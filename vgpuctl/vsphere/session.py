@@ -22,11 +22,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from vgpuctl.errors import AuthenticationError, ConnectionFailure, TlsError, UsageError
+from vgpuctl.lazyclass import dataclass
 
 log = logging.getLogger(__name__)
 

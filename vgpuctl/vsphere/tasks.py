@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from vgpuctl.errors import ConnectionFailure, VgpuctlError, VsphereFault
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.progress import RUNNING
 from vgpuctl.vsphere.faults import to_error
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import AdapterType, NetworkKind
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import GuestIdentity, NicChange, ObservedHost, ObservedNetwork, Op
 
 if TYPE_CHECKING:

@@ -3,11 +3,12 @@ device groups. Calls that start a vCenter task return the task (vgpuctl.vsphere.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from vgpuctl.domain import ToolsStatus
 from vgpuctl.errors import DriftError
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import CloneSpec, ObservedDeviceGroup, ObservedHost, ObservedNic, ObservedVgpu
 from vgpuctl.vsphere.session import Session
 

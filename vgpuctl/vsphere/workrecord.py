@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from vgpuctl.errors import UsageError, VgpuctlError
+from vgpuctl.lazyclass import dataclass
 from vgpuctl.records.work import WORK_FIELD, WorkRecords, read_record
 from vgpuctl.vsphere.bookkeeping import guarded
 
