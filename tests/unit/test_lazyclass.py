@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from vgpuctl import lazyclass
+from vgpuctl.history import Bounds  # a module-level dataclass of vgpuctl's own, for pickle
 
 pytestmark = pytest.mark.unit
 
@@ -204,9 +205,6 @@ def test_defaults_made_by_a_factory_are_new_for_each_instance(both: Any) -> None
 def test_replace_and_pickle_round_trip(both: Any) -> None:
     frozen = both[1]["Frozen"]("h", 2)
     assert dataclasses.replace(frozen, gpu=3) == both[1]["Frozen"]("h", 3)
-    # pickle needs a module-level class: one of vgpuctl's own
-    from vgpuctl.history import Bounds
-
     bounds = Bounds(3, 4)
     assert pickle.loads(pickle.dumps(bounds)) == bounds
     with pytest.raises(ValueError, match="init=False"):

@@ -11,7 +11,7 @@ import typer
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.domain import DEFAULT_PARALLEL
-from vgpuctl.errors import VgpuctlError
+from vgpuctl.errors import UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.cli.plan import CliHooks
@@ -184,7 +184,6 @@ def report_cmd(
     directory: Annotated[Path, typer.Argument(help="Results directory of an experiment run.", file_okay=False)],
 ) -> None:
     """Write report.md, report.json and plots/*.png into the results directory (Markdown path printed)."""
-    from vgpuctl.errors import UsageError
     from vgpuctl.experiment.output import write_report
     from vgpuctl.experiment.store import ResultsDir
 

@@ -13,7 +13,7 @@ from vgpuctl.cli import common
 from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.domain import ConnectionState
-from vgpuctl.errors import NotFound, UsageError
+from vgpuctl.errors import NotFound, RestError, UsageError
 from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
@@ -173,7 +173,6 @@ def _host_specs(inventory: Inventory | None, observed: Observed) -> dict[str, Ho
 def _supervisor(settings: ConnectionSettings, observed: Observed) -> SupervisorState | str:
     """VM classes and namespaces over REST (one login), or why they could not be read (a vCenter without
     a supervisor answers the namespace calls with errors: the file then says so in a comment)."""
-    from vgpuctl.errors import RestError
     from vgpuctl.supervisor.stage import observe_supervisor
     from vgpuctl.vsphere.rest import RestClient
 

@@ -14,7 +14,7 @@ import typer
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.domain import ClusterKind
-from vgpuctl.errors import PlanError, VgpuctlError
+from vgpuctl.errors import OutputError, PlanError, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -245,7 +245,6 @@ def _cluster_kind(opts: GlobalOptions, inventory: Inventory, namespace: str, giv
                   options: RenderOptions) -> ClusterKind:
     """--cluster-kind, else what the namespace's supervisor runs (its Supervisor Services, over REST), asked
     only once the options and the namespace's classes are known to render."""
-    from vgpuctl.errors import UsageError
     from vgpuctl.supervisor.render import check_options, gpu_classes, kind_for_supervisor
 
     if given is not None:
@@ -269,7 +268,6 @@ def _cluster_kind(opts: GlobalOptions, inventory: Inventory, namespace: str, giv
 def write_manifests(out: Path, manifests: dict[str, str], inputs: dict[str, Path | None]) -> None:
     """One file per manifest in `out`, each written whole and checked to stay inside it and to name none of the
     `inputs` (all checked before the first is written); the licensing script executable."""
-    from vgpuctl.errors import OutputError
     from vgpuctl.outpaths import inside, refuse_overlaps, write_whole
 
     try:

@@ -16,7 +16,7 @@ from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import EXIT_CHANGES_PENDING, GlobalOptions
 from vgpuctl.cli.runs import NoHistory, recording
 from vgpuctl.domain import DEFAULT_PARALLEL
-from vgpuctl.errors import PlanError, PlanRefused, UsageError, VgpuctlError
+from vgpuctl.errors import Interrupted, PlanError, PlanRefused, UsageError, VgpuctlError
 from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
@@ -730,7 +730,6 @@ def fleet_run_parts(planned: FleetPlanned, opts: GlobalOptions) -> list[RunPart]
 
 def raise_for_fleet(planned: FleetPlanned) -> None:
     """Exit 130 when Ctrl-C stopped the apply, 1 when a vCenter's part failed."""
-    from vgpuctl.errors import Interrupted
 
     failed = [(r.name, r.failure()) for r in planned.parts if r.failure() is not None]
     if any(isinstance(err, Interrupted) for _, err in failed):

@@ -10,7 +10,7 @@ import typer
 from vgpuctl.cli import common
 from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.errors import UsageError, VgpuctlError
+from vgpuctl.errors import PreflightFailed, UsageError, VgpuctlError
 
 if TYPE_CHECKING:
     from vgpuctl.fleet import FleetPart
@@ -41,7 +41,6 @@ def preflight_cmd(
     fleet inventory (vcenters:), each vCenter's checks.
     """
     from vgpuctl.domain import CheckStatus
-    from vgpuctl.errors import PreflightFailed
 
     opts: GlobalOptions = ctx.obj
     inventory = common.maybe_inventory(opts, file)

@@ -8,8 +8,8 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.cli.guest import InventoryFile, show_result
-from vgpuctl.cli.plan import DeadlineOpt
+from vgpuctl.cli.guest import InventoryFile, guest_display, show_result
+from vgpuctl.cli.plan import CliHooks, DeadlineOpt, apply_document, raise_for_outcome, run_apply
 from vgpuctl.cli.runs import NoHistory, recording
 from vgpuctl.errors import GuestError
 from vgpuctl.names import listing
@@ -57,8 +57,6 @@ def _provision(opts: GlobalOptions, file: Path, yes: bool, parallel: int, ip_tim
                limit: str | None, run_id: str, record: Recorder | None, window: Deadline | None) -> None:
     from vgpuctl import pipeline
     from vgpuctl.cli import events as cli_events
-    from vgpuctl.cli.guest import guest_display
-    from vgpuctl.cli.plan import CliHooks, apply_document, raise_for_outcome, run_apply
     from vgpuctl.reports.guests import ProvisionReport, guest_run_report
 
     inventory = common.load_inventory(opts, file)

@@ -10,7 +10,7 @@ import typer
 from vgpuctl.cli import common
 from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.errors import UsageError
+from vgpuctl.errors import ConnectionFailure, RestError, TlsError, UsageError
 from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
@@ -239,7 +239,6 @@ def reads_vm_classes(wanted: bool | None, api_version: str) -> bool:
 def read_supervisor(settings: ConnectionSettings, observed: Observed) -> tuple[SupervisorState | None, str | None]:
     """VM classes and namespaces over REST with the SOAP session's settings (one login): the state, or None and
     why it could not be read. Supervisor clusters are asked first: without one, nothing else is read."""
-    from vgpuctl.errors import ConnectionFailure, RestError, TlsError
     from vgpuctl.records.classes import SupervisorState
     from vgpuctl.supervisor.stage import observe_supervisor
     from vgpuctl.vsphere.rest import RestClient

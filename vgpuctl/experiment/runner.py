@@ -28,7 +28,7 @@ from vgpuctl.experiment import parsers
 from vgpuctl.experiment.facts import expectations, host_gpus
 from vgpuctl.experiment.schema import Experiment, MergedVariant, WorkloadSpec, dump_inventory, summary, workload_dict
 from vgpuctl.experiment.store import BASE, STATUS_FAILED, STATUS_OK, ResultsDir, RunRecord, RunSummary, now
-from vgpuctl.experiment.workload import GuestRun
+from vgpuctl.experiment.workload import GuestRun, run_guests
 from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
@@ -316,6 +316,5 @@ class VsphereFarm:
 
     def run_workload(self, inventory: Inventory, addresses: dict[str, str | None], vms: list[str],
                      workload: WorkloadSpec) -> GuestRun:
-        from vgpuctl.experiment.workload import run_guests
 
         return run_guests(inventory, addresses, vms, workload, state=self.state)

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from vgpuctl.errors import InventoryError, InventoryErrors
-from vgpuctl.inventory import Inventory, expand_name
+from vgpuctl.inventory import Inventory, expand_name, load_inventory_text, validate
 from vgpuctl.inventory.compose import Composition, compose_file
 from vgpuctl.inventory.yamlpos import KeyPath, Pos, PositionedYaml, format_path, lookup, read_yaml
 from vgpuctl.lazyclass import dataclass
@@ -314,7 +314,6 @@ def checked_variants(exp: Experiment) -> list[tuple[MergedVariant, Inventory]]:
     """Every variant merged onto the base and checked like an inventory (schema and rules, no vCenter).
 
     A problem in a merged inventory is reported at the variant entry that caused it (or at the variant)."""
-    from vgpuctl.inventory import load_inventory_text, validate
 
     base = read_base(exp)
     base_dir = exp.base_inventory_path.parent

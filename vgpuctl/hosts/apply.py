@@ -32,7 +32,7 @@ from vgpuctl.durations import Deadline
 from vgpuctl.errors import SshError, SshHostKeyError, VgpuctlError
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, refused_remedy, setting_changes
-from vgpuctl.hosts.facts import shell_runner
+from vgpuctl.hosts.facts import esxi_timeout, open_shell, shell_runner
 from vgpuctl.hosts.targets import HostTarget, host_waves
 from vgpuctl.inventory import HostSpec
 from vgpuctl.lazyclass import dataclass
@@ -449,7 +449,6 @@ class _HostRun:
     def _shell(self) -> AbstractContextManager[Any]:
         if self.opts.open_shell is not None:
             return self.opts.open_shell(self.t.name, self.t.spec)
-        from vgpuctl.hosts.facts import esxi_timeout, open_shell
 
         return open_shell(self.t.name, self.t.spec, trust_on_first_use=self.opts.trust_on_first_use,
                           timeout_s=esxi_timeout(self.session))  # fmt: skip

@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from vgpuctl.domain import ChangeKind, CheckStatus, Phase
-from vgpuctl.esxi.modopts import Options
+from vgpuctl.esxi.modopts import Options, format_module_options, parse_module_options
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import HOST_TARGET, HostChange, ObservedGpu, ObservedHost, Problem, UpgradeWindow
 from vgpuctl.settings.facts import MODULE_OPTIONS, ApiFact, EntryShellFact, GpuQuery, HostFacts, ShellFact
@@ -226,7 +226,6 @@ def _write_graphics(writer: HostWriter, changes: Sequence[HostChange]) -> None:
 
 
 def _write_module_options(writer: HostWriter, changes: Sequence[HostChange]) -> None:
-    from vgpuctl.esxi.modopts import format_module_options, parse_module_options
     from vgpuctl.vsphere import host as vhost
 
     current = vhost.configured_module_options(writer.session, writer.moid)

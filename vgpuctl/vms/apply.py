@@ -52,9 +52,9 @@ from vgpuctl.vsphere import vmops
 from vgpuctl.vsphere.bookkeeping import BookkeepingError
 from vgpuctl.vsphere.claims import ClaimHeld, VmClaims, collect_dead
 from vgpuctl.vsphere.session import Session
-from vgpuctl.vsphere.vm import revert_spec
+from vgpuctl.vsphere.vm import config_spec, extra_config, revert_spec
 from vgpuctl.vsphere.vmops import VmState
-from vgpuctl.vsphere.workrecord import LeaseHeld
+from vgpuctl.vsphere.workrecord import LeaseHeld, new_run_id
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,6 @@ def apply_plan(
     `lock_timeout_s`: how long to wait for a VM another run has claimed; after the `deadline` no VM starts (those
     in flight finish)."""
     from vgpuctl.vsphere.tasks import TaskWatcher
-    from vgpuctl.vsphere.workrecord import new_run_id
 
     if plan.errors:
         raise PlanError(list(plan.errors))
@@ -420,7 +419,6 @@ def _destroy(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOu
 def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> str:
     """The VM's one ReconfigVM_Task, conditional on its changeVersion; returns the changeVersion this run saw last
     (read after the reconfigure; the one read before when there is none)."""
-    from vgpuctl.vsphere.vm import config_spec, extra_config
 
     if not change.needs_reconfigure:
         return _version_now(ctx, change, vm, state, outcome)

@@ -39,6 +39,7 @@ from vgpuctl.vsphere.workrecord import (
     Lease,
     LeaseHeld,
     LeaseInfo,
+    _destroy,
     lease_ttl,
     parse_lease,
     vcenter_now,
@@ -277,7 +278,6 @@ def _remove_folder(session: Session, moid: str) -> None:
     from pyVmomi import vim, vmodl
 
     from vgpuctl.vsphere.host import stub_of
-    from vgpuctl.vsphere.workrecord import _destroy
 
     with contextlib.suppress(vim.fault.VimFault, vmodl.fault.ManagedObjectNotFound):
         _destroy(session, vim.Folder(moid, stub_of(session)))

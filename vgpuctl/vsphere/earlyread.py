@@ -400,7 +400,7 @@ class EarlyRead:
             self._sent[key] = Sent()
         with self._lock:
             idle = self._idle.pop() if self._idle else None
-        conn = idle or self._connection()
+        conn = idle if idle is not None else self._connection()
         headers = {"SOAPAction": action, "Content-Type": "text/xml; charset=UTF-8", "Accept-Encoding": "gzip"}
         if self._cookie:
             headers["Cookie"] = self._cookie

@@ -26,7 +26,7 @@ from vgpuctl.domain import (
 from vgpuctl.errors import NotFound, VgpuctlError, VsphereFault
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.vsphere.faults import to_error
-from vgpuctl.vsphere.tasks import dispatch, in_flight
+from vgpuctl.vsphere.tasks import TaskWatcher, dispatch, in_flight, read_props
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -131,8 +131,6 @@ def _call(session: Session, obj: str, fn: Callable[..., Any], *args: Any, **kwar
 
 def _props(session: Session, moid: str, vim_type: str, paths: list[str]) -> dict[str, Any]:
     from pyVmomi import vim
-
-    from vgpuctl.vsphere.tasks import read_props
 
     ref = getattr(vim, vim_type)(moid, _stub(session))
     found = read_props(session, [ref], vim_type, paths)
@@ -269,7 +267,6 @@ def update_module_options(
 def _wait_task(session: Session, watcher: Any, task: Any) -> Any:
     if watcher is not None:
         return watcher.wait(task)
-    from vgpuctl.vsphere.tasks import TaskWatcher
 
     with TaskWatcher(session) as w:
         return w.wait(task)
@@ -342,8 +339,6 @@ def wait_reconnected(
 def host_vms(session: Session, moid: str) -> list[HostVm]:
     """VMs registered on the host (templates left out), with power state and vGPU profiles."""
     from pyVmomi import vim
-
-    from vgpuctl.vsphere.tasks import read_props
 
     refs = [vim.VirtualMachine(m, _stub(session)) for m in read_host(session, moid).vm_moids]
     if not refs:
