@@ -31,6 +31,7 @@ from vgpuctl.settings.facts import MODULE_OPTIONS, HostFacts
 from vgpuctl.settings.pergpu import GPUS_KEY
 from vgpuctl.supervisor.vmclasses import desired_class
 from vgpuctl.vms.network import is_nic
+from vgpuctl.vms.plan import MIN_HW_VERSION_LARGE_BAR, mmio_missing
 
 _NUMBERED = re.compile(r"^(?P<prefix>.*?)(?P<num>\d+)(?P<suffix>[^\d]*)$")
 
@@ -290,8 +291,6 @@ LACKS = {Keep.MMIO: "64-bit MMIO", Keep.MEMORY_LOCK: "a locked memory reservatio
 def lacks(vm: ObservedVm) -> list[Keep]:
     """What vgpuctl would set for the VM's vGPUs that the VM (made by hand) does not have, in `keep` order; none
     when a vGPU's type is not one vgpuctl can size."""
-    from vgpuctl.vms.plan import MIN_HW_VERSION_LARGE_BAR, mmio_missing
-
     parsed = [try_parse(d.profile) for d in vm.vgpus]
     known = [p for p in parsed if p is not None]
     if not known or len(known) != len(parsed):

@@ -22,6 +22,7 @@ from vgpuctl.errors import PlanError, UsageError, VgpuctlError
 from vgpuctl.hosts.sshservice import ssh_service_for_run
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
+from vgpuctl.planfile import check_same_plan
 
 if TYPE_CHECKING:
     from vgpuctl.fleet import FleetPart
@@ -262,8 +263,6 @@ def run_fleet(parts: Sequence[FleetPart], settings: Mapping[str, ConnectionSetti
 
 
 def _check_saved(request: RunRequest, planned: FleetPlanned, fleet_document: FleetDocument | None) -> None:
-    from vgpuctl.planfile import check_same_plan
-
     failure = planned.failure()
     if failure is not None:
         raise failure

@@ -21,6 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from vgpuctl import progress
 from vgpuctl import scope as scoping
 from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome
 from vgpuctl.durations import Deadline
@@ -74,6 +75,9 @@ from vgpuctl.runlocks import (
 from vgpuctl.settings import host_properties
 from vgpuctl.settings.facts import MODULE_OPTIONS, HostFacts
 from vgpuctl.supervisor.stage import SupervisorRun, open_for_run
+from vgpuctl.vsphere.observe import observe as bulk_observe
+from vgpuctl.vsphere.observe import observe_nvlink
+from vgpuctl.vsphere.workrecord import LEASE_FIELD, VcenterWorkStore, lease_problems, new_run_id
 
 if TYPE_CHECKING:
     from vgpuctl.planfile import SavedPlan
@@ -136,9 +140,6 @@ def observe(
 ) -> Observed:
     """The one bulk read of the farm. NVLink sets are read on the hosts where the inventory's NVLink VMs can
     run, or on every GPU host with `all_nvlink` (status)."""
-    from vgpuctl.vsphere.observe import observe as bulk_observe
-    from vgpuctl.vsphere.observe import observe_nvlink
-
     observed = bulk_observe(session, datacenter, host_properties=host_properties())
     if all_nvlink:
         hosts = {h.name for h in observed.hosts.values() if h.gpus}
@@ -209,8 +210,6 @@ def state_of(session: Session, observed: Observed, options: RunOptions) -> WorkS
     """Where this run keeps its host work records: the store given, else the hosts' records in vCenter (read with
     the bulk observe)."""
     if options.state is None:
-        from vgpuctl.vsphere.workrecord import VcenterWorkStore, new_run_id
-
         options.run_id = options.run_id or new_run_id()
         moids = {name: h.moid for name, h in observed.hosts.items()}
         values = {name: h.custom_values.get(WORK_FIELD, "") for name, h in observed.hosts.items()}
@@ -252,8 +251,6 @@ def vgpu_migration_enabled(session: Session) -> bool:
 def _lease_warnings(session: Session, observed: Observed, hosts: Sequence[str]) -> list[str]:
     """Hosts of the plan that another live run holds (one CurrentTime read, only when a host has a lease), and
     hosts whose lease value is no lease description."""
-    from vgpuctl.vsphere.workrecord import LEASE_FIELD, lease_problems
-
     values = {h: observed.hosts[h].custom_values.get(LEASE_FIELD, "") for h in hosts if h in observed.hosts}
     return lease_problems(values) + [
         f"host {h}: {held_text(info)}: apply will not touch it until that run ends"
@@ -442,7 +439,6 @@ def apply_vms(
     """One clone and one reconfigure per VM, `options.parallel` at a time, each existing VM claimed for this run
     while it changes; VMs on pending hosts wait."""
     from vgpuctl.vms.apply import apply_plan
-    from vgpuctl.vsphere.workrecord import new_run_id
 
     options.run_id = options.run_id or new_run_id()
     return apply_plan(
@@ -509,8 +505,6 @@ def _hosts_beside_vms(
 ) -> tuple[HostApplyResult, ApplyResult]:
     """The host changes, and the VM changes of `early` in a thread beside them; both done when it returns (the VMs
     after the hosts never run beside these, so at most `options.parallel` VMs change at once)."""
-    from vgpuctl.vsphere.workrecord import new_run_id
-
     window = the_plan.window
 
     def hosts() -> HostApplyResult:
@@ -774,6 +768,4 @@ def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOp
 def run_interruptible(work: Callable[[Cancel], T], on_interrupt: Callable[[str], None]) -> tuple[T, bool]:
     """`work(cancel)` in a worker thread (vgpuctl.progress.run_interruptible): the first Ctrl-C asks it to stop,
     a second one exits at once, dropping this run's host leases and VM claims first."""
-    from vgpuctl import progress
-
     return progress.run_interruptible(work, on_interrupt, on_exit_now=release_held_locks)

@@ -9,13 +9,15 @@ import time
 from dataclasses import field
 from typing import Any
 
-from vgpuctl.capacity import DEFAULT_TIME_LIMIT_S
+from vgpuctl import yamlout
+from vgpuctl.capacity import DEFAULT_TIME_LIMIT_S, cpsat
 from vgpuctl.capacity.blockers import Blocker
 from vgpuctl.capacity.demand import Demand, DemandItem
 from vgpuctl.capacity.kinds import MAX_PATTERNS, capacity, in_mode
 from vgpuctl.capacity.layout import PlacedVm, Verified, greedy, verify
 from vgpuctl.capacity.problem import Problem, Shape, build_problem, usable_options
 from vgpuctl.domain import GpuVgpuMode, GraphicsType
+from vgpuctl.inventory.schema import API_VERSION
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed
 from vgpuctl.profiles import BOARDS, parse_profile
@@ -105,7 +107,6 @@ def plan_capacity(observed: Observed, demand: Demand, *, time_limit_s: float = D
         if _score(problem, verify(problem, observed, smallest)) > _score(problem, greedy_verified):
             hint = smallest
         times.greedy = time.monotonic() - start
-        from vgpuctl.capacity import cpsat
 
         deadline = start + time_limit_s - VERIFY_RESERVE * verify_s
         layout, stats = cpsat.solve(problem, hint, time_limit_s, workers, deadline=deadline)
@@ -215,9 +216,6 @@ def _blocked(problem: Problem, limit: int = 3) -> str:
 def fragment(answer: CapacityAnswer, demand: Demand) -> str:
     """An inventory (apiVersion vgpuctl/v1) with the host changes and the placed VMs pinned to their hosts, written
     by the YAML emitter (vgpuctl.yamlout): a demand or host name is a value, never structure."""
-    from vgpuctl import yamlout
-    from vgpuctl.inventory.schema import API_VERSION
-
     items = {d.name: d for d in demand.demand}
     by_host: dict[str, list[GpuChange]] = {}
     for c in answer.changes:

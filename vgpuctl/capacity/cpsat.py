@@ -28,6 +28,7 @@ from typing import Any
 from vgpuctl.capacity.kinds import _key, addition_patterns, patterns_complete
 from vgpuctl.capacity.layout import HostLayout, Layout
 from vgpuctl.capacity.problem import GpuSlot, HostCtx, Problem, Shape, usable_options
+from vgpuctl.extras import require
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.profiles import parse_profile
 
@@ -114,8 +115,6 @@ def gpu_classes(host: HostCtx, profiles: list[str], truncated: set[str] | None =
 
 class _LayoutModel:
     def __init__(self, problem: Problem):
-        from vgpuctl.extras import require
-
         require("ortools")  # the `capacity` extra; its absence is one line naming it
         from ortools.sat.python import cp_model
 

@@ -14,6 +14,8 @@ from vgpuctl.cli import common
 from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.errors import UsageError
+from vgpuctl.extras import require
+from vgpuctl.names import host_named
 
 if TYPE_CHECKING:
     from vgpuctl.capacity.demand import Demand
@@ -95,7 +97,6 @@ def _fits_now(opts: GlobalOptions, inventory: Inventory | None, vcenter: list[st
     if inventory is not None and inventory.is_fleet:
         return capacity_fleet(opts, inventory, vcenter, cluster, host)
     from vgpuctl.capacity.fitnow import what_fits
-    from vgpuctl.names import host_named
     from vgpuctl.reports.capacity import capacity_report
 
     observed = _observe(opts, inventory, vcenter)
@@ -108,8 +109,6 @@ def _load_demand(demand: Path, greedy_only: bool) -> Demand:
 
     wanted = load_demand(demand)
     if not greedy_only:
-        from vgpuctl.extras import require
-
         require("ortools", instead="use --greedy (first-fit decreasing only)")  # before reading the farm
     return wanted
 
@@ -138,7 +137,6 @@ def _drain(opts: GlobalOptions, inventory: Inventory | None, vcenter: list[str] 
     if not alone:
         raise UsageError("--drain goes alone (with --max-unavailable, --detailed-exitcode, --file)")
     from vgpuctl.capacity.drain import drain
-    from vgpuctl.names import host_named
     from vgpuctl.reports.capacity import capacity_drain_report
 
     migration: list[bool] = []
@@ -207,7 +205,6 @@ def capacity_fleet(opts: GlobalOptions, inventory: Inventory, patterns: list[str
         observed = pipeline.observe(session, datacenter, part.inventory, all_nvlink=True)
         if host is None:
             return capacity_report(what_fits(observed, cluster, None))
-        from vgpuctl.names import host_named
 
         return capacity_report(what_fits(observed, cluster, host_named(host, observed.hosts)))
 

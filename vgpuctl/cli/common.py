@@ -22,6 +22,7 @@ import typer
 from vgpuctl import filelimits, jsontext
 from vgpuctl.durations import DAY_S, Deadline, duration_seconds, parse_deadline
 from vgpuctl.errors import Interrupted, InventoryError, PlanError, UsageError, VgpuctlError
+from vgpuctl.extras import missing_extra
 from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
@@ -453,7 +454,6 @@ def confirm(question: str, action: str = "apply", *, word: bool = False) -> None
 def report_error(err: BaseException, opts: GlobalOptions | None) -> int:
     """Print an error the way users should see it; return the exit code."""
     verbose = bool(opts and opts.verbose)
-    from vgpuctl.extras import missing_extra
 
     err = missing_extra(err) or err  # an optional module that is not installed: name its extra, no "bug"
     if isinstance(err, VgpuctlError):

@@ -15,6 +15,7 @@ from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.domain import ConnectionState
 from vgpuctl.errors import NotFound, RestError, UsageError
 from vgpuctl.lazyclass import dataclass
+from vgpuctl.names import host_named
 
 if TYPE_CHECKING:
     from vgpuctl.export import ExportOptions
@@ -93,8 +94,6 @@ def read_farm(session: Session, inventory: Inventory | None, options: RunOptions
 
     observed = pipeline.observe(session, options.datacenter, inventory, all_nvlink=True)
     if what.host is not None:
-        from vgpuctl.names import host_named
-
         what = dataclasses.replace(what, host=host_named(what.host, observed.hosts))  # a unique short name too
     specs = _host_specs(inventory, observed)
     hosts = {n: specs.get(n) for n, h in observed.hosts.items()

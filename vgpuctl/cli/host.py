@@ -27,6 +27,8 @@ from vgpuctl.domain import (
     VgpuMode,
 )
 from vgpuctl.errors import PlanError, UsageError, VgpuctlError
+from vgpuctl.names import host_named
+from vgpuctl.progress import StepLog
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
@@ -250,8 +252,6 @@ def _v(value: StrEnum | None) -> str | None:
 
 def _host(observed: Observed, name: str) -> Any:
     """The host a name means: its full name, or a short name only it has."""
-    from vgpuctl.names import host_named
-
     return observed.hosts[host_named(name, observed.hosts)]
 
 
@@ -387,8 +387,6 @@ class _Progress:
     """Host steps on stderr: timestamped, one line per step change, a heartbeat at most every 30 s per wait."""
 
     def __init__(self) -> None:
-        from vgpuctl.progress import StepLog
-
         self.log = StepLog(common.info)
 
     def host_step(self, host: str, step: str, detail: str | None) -> None:

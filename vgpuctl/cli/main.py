@@ -39,6 +39,8 @@ from vgpuctl.cli import (
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.globalopts import add_global_options, plain_values_first
 from vgpuctl.cli.inventoryopts import add_inventory_options
+from vgpuctl.gcpause import one_command_process
+from vgpuctl.progress import EXIT_NOW
 
 if TYPE_CHECKING:
     import logging
@@ -524,9 +526,6 @@ def run() -> None:
     waiting for vCenter (a host's reboot, a VM's task) are not waited for."""
     import os
     import sys
-
-    from vgpuctl.gcpause import one_command_process
-    from vgpuctl.progress import EXIT_NOW
 
     one_command_process()
     try:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.errors import UsageError
+from vgpuctl.outpaths import write_whole
 
 if TYPE_CHECKING:
     from vgpuctl.reports.base import Report
@@ -35,8 +36,6 @@ def check_html_file(path: Path | None, opts: GlobalOptions, inputs: dict[str, Pa
 
 def write_page(path: Path, page: str, opts: GlobalOptions, report: Report) -> None:
     """The page into `path`; the document on stdout with -o json, else one line saying where the page went."""
-    from vgpuctl.outpaths import write_whole
-
     write_whole(path, page, f"{OPTION}")
     if opts.json:
         common.emit(report, opts)

@@ -17,7 +17,9 @@ from vgpuctl.cli.common import EXIT_CHANGES_PENDING, GlobalOptions
 from vgpuctl.cli.runs import NoHistory, recording
 from vgpuctl.domain import DEFAULT_PARALLEL
 from vgpuctl.errors import Interrupted, PlanError, PlanRefused, UsageError, VgpuctlError
+from vgpuctl.filelimits import read_text
 from vgpuctl.lazyclass import dataclass
+from vgpuctl.progress import Fanout
 
 if TYPE_CHECKING:
     from vgpuctl.cli.display import ApplyDisplay
@@ -261,7 +263,6 @@ def save_plan(out: Path, file: Path, planned: Planned, inventory: Inventory) -> 
     """The plan file: the plan, what it was based on, and the inventory it was made from: the file's text, or for
     an inventory composed of several files (or an overlay) the inventory as merged, with the files it came from."""
     from vgpuctl import planfile
-    from vgpuctl.filelimits import read_text
     from vgpuctl.inventory.compose import merged_yaml_of
 
     composed = inventory.composed_from if inventory.is_merged else []
@@ -506,8 +507,6 @@ class CliHooks:
 @contextmanager
 def _progress(display: ApplyDisplay, events: EventStream | None) -> Iterator[Progress]:
     """The live display, and the event stream beside it: both see every step."""
-    from vgpuctl.progress import Fanout
-
     with display:
         yield Fanout(display, events) if events is not None else display
 
@@ -642,7 +641,6 @@ def save_fleet_plan(out: Path, file: Path, planned: FleetPlanned, inventory: Inv
     """The fleet's plan file: the inventory (as merged when composed, as save_plan keeps it), the fleet's plan
     section, and each vCenter's URL and basis."""
     from vgpuctl import planfile
-    from vgpuctl.filelimits import read_text
     from vgpuctl.inventory.compose import merged_yaml_of
     from vgpuctl.reports.fleet import fleet_plan_section
 

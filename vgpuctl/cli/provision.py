@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from vgpuctl.cli import common
+from vgpuctl.cli import events as cli_events
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.guest import InventoryFile, guest_display, show_result
 from vgpuctl.cli.plan import CliHooks, DeadlineOpt, apply_document, raise_for_outcome, run_apply
@@ -56,7 +57,6 @@ def provision_cmd(
 def _provision(opts: GlobalOptions, file: Path, yes: bool, parallel: int, ip_timeout: int, ip_poll: float,
                limit: str | None, run_id: str, record: Recorder | None, window: Deadline | None) -> None:
     from vgpuctl import pipeline
-    from vgpuctl.cli import events as cli_events
     from vgpuctl.reports.guests import ProvisionReport, guest_run_report
 
     inventory = common.load_inventory(opts, file)

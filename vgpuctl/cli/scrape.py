@@ -22,11 +22,21 @@ from typing import TYPE_CHECKING, Any
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.cli.status import held_hosts, read_usage
+from vgpuctl.domain import ConnectionState
 from vgpuctl.errors import VgpuctlError
 from vgpuctl.extras import require
+from vgpuctl.farm.usage import gpu_usage
+from vgpuctl.hosts.status import collect_host_facts
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.records.work import WORK_FIELD, HostRecord, read_record
+from vgpuctl.releases import driver_version, manager_in
+from vgpuctl.reports.host import host_status
 from vgpuctl.reports.metrics import ExporterState, FarmRead, Kind, PlanState, UsageState, build_families
+from vgpuctl.reports.plan import plan_summary
+from vgpuctl.reports.status import merge_status, status_report, with_leases
+from vgpuctl.vsphere.faults import fault_message, fault_type
+from vgpuctl.vsphere.hostaccess import software_packages
 
 if TYPE_CHECKING:
     from vgpuctl.farm.usage import GpuUsage
@@ -55,7 +65,6 @@ class UsageResult:
 def describe(err: BaseException) -> str:
     """One line for a failed read: vgpuctl's own errors as they print, anything else with its type."""
     if hasattr(err, "_wsdlName"):  # a pyVmomi fault that came through unwrapped: its type and message
-        from vgpuctl.vsphere.faults import fault_message, fault_type
 
         return f"{fault_type(err)}: {fault_message(err)}"
     text = str(err).strip()
@@ -78,11 +87,6 @@ def read_farm(settings: ConnectionSettings, datacenter: str | None, usage_window
               ) -> tuple[FarmRead, UsageResult]:
     """One read of the farm (module docstring), in one session."""
     from vgpuctl import pipeline
-    from vgpuctl.cli.status import held_hosts, read_usage
-    from vgpuctl.farm.usage import gpu_usage
-    from vgpuctl.hosts.status import collect_host_facts
-    from vgpuctl.reports.host import host_status
-    from vgpuctl.reports.status import merge_status, status_report, with_leases
     from vgpuctl.vsphere.session import open_session
 
     start = time.monotonic()
@@ -106,10 +110,6 @@ def read_managers(session: Session, observed: Observed) -> dict[str, str]:
     """The vGPU Manager each connected GPU host has installed (its packages: one call a host on the image manager
     the bulk read named, 8 hosts at a time); a host that cannot or may not say (privilege Host.Config.Image) is
     left out, one line logged."""
-    from vgpuctl.domain import ConnectionState
-    from vgpuctl.releases import driver_version, manager_in
-    from vgpuctl.vsphere.hostaccess import software_packages
-
     def one(name: str) -> str | None:
         try:
             packages = software_packages(session, name, observed.hosts[name].image_config_manager_moid)
@@ -139,7 +139,6 @@ def plan_inventory(opts: GlobalOptions, settings: ConnectionSettings, path: Path
     """The plan of one inventory (read-only, as `vgpuctl plan` makes it; the file read again each time): its
     counts and whether it drifts."""
     from vgpuctl import pipeline
-    from vgpuctl.reports.plan import plan_summary
 
     inventory = common.load_inventory(opts, path)
     options = common.run_options(opts, inventory, read_only=True)

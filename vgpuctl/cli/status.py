@@ -12,6 +12,7 @@ from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.errors import ConnectionFailure, RestError, TlsError, UsageError
 from vgpuctl.lazyclass import dataclass
+from vgpuctl.names import host_named
 
 if TYPE_CHECKING:
     from vgpuctl.fleet import FleetPart
@@ -274,7 +275,6 @@ def profiles_cmd(
 ) -> None:
     """vGPU profiles the hosts offer: framebuffer, series, sharing (time-sliced or MIG), and NVIDIA's maximum
     per GPU for the GPU's current mode (equal-size, mixed-size or MIG; the host's own figure when it gives one)."""
-    from vgpuctl.names import host_named
     from vgpuctl.reports.profiles import profiles_report
 
     opts: GlobalOptions = ctx.obj

@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import NvlinkRequirement
 from vgpuctl.errors import OutputFormatError
+from vgpuctl.esxi.parsers import parse_nvlink_status, parse_topo_matrix
+from vgpuctl.farm.placement import whole_gpu_compute_types
 from vgpuctl.lazyclass import dataclass
+from vgpuctl.profiles import BOARDS, ProfileError, parse_profile, try_parse
 from vgpuctl.settings.facts import MIG_MODE, MODULE_OPTIONS, HostFacts, nvlink_links
 from vgpuctl.settings.nvlink import SETTING as NVLINK_SETTING
 
@@ -42,8 +45,6 @@ def expectations(inv: Inventory, vms: list[str]) -> dict[str, Any]:
     `off`, None when the inventory says nothing); `p2p` says per VM whether its vGPUs should reach each other
     over NVLink, which NVIDIA allows only for time-sliced C-series vGPUs that each take a whole GPU of an
     NVLink-connected board, with NVLink on (vgpu_p2p): MIG-backed and fractional vGPUs talk over PCIe."""
-    from vgpuctl.profiles import ProfileError, parse_profile
-
     settings = {value for h in inv.hosts if (value := NVLINK_SETTING.of(h)) is not None}
     nvlink = None
     if settings == {"enabled"}:
@@ -73,9 +74,6 @@ def vgpu_p2p(profiles: list[str], nvlink_on: bool) -> str:
     """NVLINK when NVIDIA allows P2P over NVLink between these vGPUs (NVLink on, every vGPU a time-sliced
     C-series type that takes a whole GPU of an NVLink-capable board: NVIDIA vGPU "Peer-to-Peer CUDA Transfers"),
     else PCIE: MIG-backed vGPUs (never P2P over NVLink), fractional time-sliced ones, other series."""
-    from vgpuctl.farm.placement import whole_gpu_compute_types
-    from vgpuctl.profiles import BOARDS, try_parse
-
     if not nvlink_on or not profiles:
         return PCIE
     for name in profiles:
@@ -122,8 +120,6 @@ def host_gpus(facts: HostFacts) -> dict[str, Any]:
 
 
 def summarize(raw: dict[str, Any]) -> FactSummary:
-    from vgpuctl.esxi.parsers import parse_nvlink_status, parse_topo_matrix
-
     out = FactSummary(vm_hosts=dict(raw.get("vm_hosts") or {}))
     for vm, g in sorted((raw.get("guests") or {}).items()):
         topo, nvlink, gpus = g.get("topo") or "", g.get("nvlink") or "", g.get("gpus") or ""

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from vgpuctl.experiment.facts import Contradiction, contradictions, summarize, transport_contradictions
 from vgpuctl.experiment.store import BASE, STATUS_OK, ResultsDir, RunRecord, write_atomic
 from vgpuctl.extras import require
+from vgpuctl.guest.targets import render_template
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.outpaths import inside
 
@@ -300,8 +301,6 @@ def human_size(n: int) -> str:
 def render_markdown(report: Report) -> str:
     """report.md: the template's structure, and every value from the results (names, descriptions, messages,
     table cells) through `md`, so that a value never starts a heading, a table column or a link."""
-    from vgpuctl.guest.targets import render_template
-
     return render_template("experiment/report.md.j2", filters={"md": markdown_text}, report=report,
                            applied_text=applied_text(report.applied, report.applied_note, report.partial))
 

@@ -29,6 +29,7 @@ from vgpuctl.experiment.facts import expectations, host_gpus
 from vgpuctl.experiment.schema import Experiment, MergedVariant, WorkloadSpec, dump_inventory, summary, workload_dict
 from vgpuctl.experiment.store import BASE, STATUS_FAILED, STATUS_OK, ResultsDir, RunRecord, RunSummary, now
 from vgpuctl.experiment.workload import GuestRun, run_guests
+from vgpuctl.guest.addresses import read_addresses, wait_for_addresses
 from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
@@ -284,7 +285,6 @@ class VsphereFarm:
     # guests and hosts
 
     def guest_addresses(self, inventory: Inventory, vms: list[str]) -> dict[str, str | None]:
-        from vgpuctl.guest.addresses import read_addresses, wait_for_addresses
         from vgpuctl.vsphere.session import open_session
 
         with open_session(self.settings_for(inventory)) as session:

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from vgpuctl.errors import InventoryError, InventoryErrors
+from vgpuctl.guest.targets import resolve_path_vars
 from vgpuctl.inventory import Inventory, expand_name, load_inventory_text, validate
 from vgpuctl.inventory.compose import Composition, compose_file
 from vgpuctl.inventory.yamlpos import KeyPath, Pos, PositionedYaml, format_path, lookup, read_yaml
@@ -406,8 +407,6 @@ def read_base(exp: Experiment) -> dict[str, Any]:
 def absolute_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
     """Controller file paths in guest group vars made absolute, so a merged inventory written elsewhere
     still finds the driver, the token and the other files the base names relative to itself."""
-    from vgpuctl.guest.targets import resolve_path_vars
-
     out = copy.deepcopy(data)
     groups = ((out.get("guests") or {}).get("groups") or {})
     for spec in groups.values():

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl import filelimits
 from vgpuctl.errors import UsageError
 
 if TYPE_CHECKING:
@@ -77,7 +78,6 @@ def wait_for_addresses(
 def load_address_file(path: Path) -> dict[str, str | None]:
     """A YAML/JSON mapping of VM name to address (IP or DNS name), for guests not read from vSphere; read within
     the limits an inventory is (size, nesting: InventoryError FILE:LINE:COL), and only from a regular file."""
-    from vgpuctl import filelimits
     from vgpuctl.inventory.yamlpos import read_yaml_text
 
     try:

@@ -43,6 +43,7 @@ from vgpuctl.settings import SETTINGS, apply_steps, step_of
 from vgpuctl.settings.base import ApplyStep, HostWriter
 from vgpuctl.settings.facts import MODULE_OPTIONS, NETWORK, HostFacts
 from vgpuctl.settings.gather import gather_host_facts
+from vgpuctl.vsphere.tasks import TaskWatcher
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -105,8 +106,6 @@ def apply_host_changes(
     """Apply every target's changes in waves of `max_unavailable` hosts; a wave starts only before the deadline,
     after the pause the wave before asks for, and without the hosts whose failure limit the run reached (by
     default one failed host stops the rest unless options.keep_going; `maintenance.max_failures` sets it)."""
-    from vgpuctl.vsphere.tasks import TaskWatcher
-
     opts = options or HostApplyOptions()
     result = HostApplyResult()
     if not targets:

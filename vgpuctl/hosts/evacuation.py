@@ -21,6 +21,7 @@ from vgpuctl.domain import (
     PowerState,
 )
 from vgpuctl.farm.predict import predict_host
+from vgpuctl.farm.state import Request, farm_from_observed, place_farm
 from vgpuctl.model import HOST_TARGET, EvacuationAction, HostChange, Observed, ObservedHost, ObservedVm
 from vgpuctl.netrules import network_rules
 from vgpuctl.records.work import WORK_FIELD, describe_record, parse_record
@@ -59,8 +60,6 @@ class Migration:
 
     def target(self, vm: ObservedVm, host: ObservedHost) -> tuple[str | None, str]:
         """(destination, "") or (None, why not)."""
-        from vgpuctl.farm.state import Request, farm_from_observed, place_farm
-
         cluster = host.cluster or ""
         others = [
             h

@@ -10,7 +10,9 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl import filelimits
 from vgpuctl.errors import SshError, UsageError, VgpuctlError
+from vgpuctl.esxi.ssh import EsxiShell, SshSettings, SshTarget
 from vgpuctl.settings.facts import HostFacts, Unread, nvlink_sets, vgpu_capabilities
 from vgpuctl.settings.gather import Runner, cause, gather_host_facts
 
@@ -94,9 +96,6 @@ def load_host_map(value: str) -> dict[str, Any]:
     too deeply nested or malformed file or object is one clear UsageError."""
     from pathlib import Path
 
-    from vgpuctl import filelimits
-    from vgpuctl.esxi.ssh import SshTarget
-
     inline = value.lstrip().startswith("{")
     where = f"{ENV_HOST_MAP} (the JSON written out)" if inline else f"{ENV_HOST_MAP}={value}"
     try:
@@ -125,8 +124,6 @@ def ssh_target(host: str, spec: Any = None, env: dict[str, str] | None = None) -
     name itself on the inventory's ssh.port."""
     import os
 
-    from vgpuctl.esxi.ssh import SshTarget
-
     env = dict(os.environ) if env is None else env
     path = env.get(ENV_HOST_MAP)
     if path:
@@ -142,8 +139,6 @@ def ssh_settings(spec: Any = None, *, trust_on_first_use: bool = False, env: dic
     variable that holds the password."""
     import dataclasses
     import os
-
-    from vgpuctl.esxi.ssh import SshSettings
 
     env = dict(os.environ) if env is None else env
     ssh = spec.ssh if spec is not None else None
@@ -171,8 +166,6 @@ def open_shell(
 ) -> Any:
     """An EsxiShell for the host (known_hosts verified); it connects on `with` or on its first command. Each
     command, and the connection, is bounded by `timeout_s` (esxi_timeout(session)), else the shell's default."""
-    from vgpuctl.esxi.ssh import EsxiShell
-
     return EsxiShell(
         ssh_target(host, spec),
         ssh_settings(spec, trust_on_first_use=trust_on_first_use).limited_to(timeout_s),

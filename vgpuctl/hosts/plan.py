@@ -15,6 +15,7 @@ from vgpuctl.domain import ChangeKind
 from vgpuctl.hosts.evacuation import Migration, gone_from_record, needs_maintenance, plan_evacuation, resume_change
 from vgpuctl.hosts.window import WindowInput, apply_batches, plan_window
 from vgpuctl.inventory import HostSpec, VmSpec
+from vgpuctl.inventory.merge import merge_hosts
 from vgpuctl.inventory.schema import GuestsSpec
 from vgpuctl.model import HostChange, Observed, ObservedHost, Problem
 from vgpuctl.settings import SETTING_KINDS, SETTINGS, setting_of
@@ -35,8 +36,6 @@ def _order(change: HostChange) -> tuple[int, str]:
 def resolve_hosts(specs: Sequence[HostSpec], observed: Observed) -> tuple[dict[str, HostSpec], list[str]]:
     """Host name -> the settings that apply to it: its cluster's entry with its own `name:` entry merged
     over it (vgpuctl.inventory.merge, which also says where each value came from)."""
-    from vgpuctl.inventory.merge import merge_hosts
-
     merged, errors = merge_hosts(specs, observed.clusters, observed.hosts)
     return {name: m.spec for name, m in merged.items()}, errors
 

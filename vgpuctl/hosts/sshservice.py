@@ -26,6 +26,8 @@ from vgpuctl.model import Observed
 from vgpuctl.progress import EXIT_NOW
 from vgpuctl.records.work import Lease, WorkStore
 from vgpuctl.settings.facts import HostFacts
+from vgpuctl.vsphere.hostaccess import read_host_access, set_ssh_service
+from vgpuctl.vsphere.workrecord import LEASE_FIELD, LeaseHeld, live_leases
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -72,8 +74,6 @@ def start_for_run(session: Session, observed: Observed, specs: Mapping[str, Host
     """Apply: start the SSH service of the managed hosts where it is stopped (recording how it was first), and take
     over the hosts an earlier run left started; both only under the host's lease, which the run keeps until
     `stop_for_run` has stopped them. A host another live run holds is left to it."""
-    from vgpuctl.vsphere.hostaccess import read_host_access, set_ssh_service
-
     managed = managed_hosts(observed, specs)
     candidates = sorted((managed | left_started(observed, state)) - set(run.started))
     if not candidates:
@@ -103,8 +103,6 @@ def start_for_run(session: Session, observed: Observed, specs: Mapping[str, Host
 def _leased(state: WorkStore, host: str, run: SshServiceRun) -> bool:
     """Take the host's lease for the run's SSH service (kept in `run.leases`); False, with a note, when another live
     run holds the host."""
-    from vgpuctl.vsphere.workrecord import LeaseHeld
-
     if host in run.leases:
         return True
     try:
@@ -121,9 +119,6 @@ def plan_notes(
     """A read-only run (plan): the managed hosts whose SSH service is stopped, whose shell is read by the apply that
     starts it (not now), and what plan says of them and of SSH services dead runs left started; nothing
     written, nothing started or stopped."""
-    from vgpuctl.vsphere.hostaccess import read_host_access
-    from vgpuctl.vsphere.workrecord import LEASE_FIELD, live_leases
-
     managed = managed_hosts(observed, specs)
     left = left_started(observed, state)
     candidates = sorted(managed | left)
@@ -156,8 +151,6 @@ def stop_for_run(session: Session, state: WorkStore, run: SshServiceRun) -> None
 
 
 def _stop_one(session: Session, state: WorkStore, run: SshServiceRun, host: str, service_system: str) -> None:
-    from vgpuctl.vsphere.hostaccess import set_ssh_service
-
     rec = state.get(host)
     if rec is None or rec.ssh is None:
         return
@@ -212,8 +205,6 @@ def ssh_service_for_run(session: Session, options: RunState) -> Iterator[None]:
 def explain_shell_errors(session: Session, observed: Observed, facts: Mapping[str, HostFacts]) -> None:
     """Hosts whose ESXi shell failed: their SSH service state and lockdown mode (one property read for them all)
     name the cause and its fix in the error (vgpuctl never turns lockdown mode off)."""
-    from vgpuctl.vsphere.hostaccess import read_host_access
-
     failed = {n: observed.hosts[n].moid for n, f in facts.items() if f.shell_error}
     if not failed:
         return

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import ConnectionState, GpuVgpuMode
 from vgpuctl.errors import VgpuctlError
+from vgpuctl.esxi.facts import MIG_PROFILES
+from vgpuctl.esxi.ssh import ENV_KEY_FILE, ENV_PASSWORD
 from vgpuctl.hosts.facts import ENV_HOST_MAP, api_facts, esxi_timeout, open_shell, shell_runner
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed
@@ -53,8 +55,6 @@ def collect_host_facts(
 def mig_instance_totals(run: Any) -> dict[str, int]:
     """GPU instance profile name -> total instances per GPU, as `nvidia-smi mig -lgip` reports them on the host
     (the smallest over its MIG GPUs); empty on a host without MIG GPUs."""
-    from vgpuctl.esxi.facts import MIG_PROFILES
-
     totals: dict[str, int] = {}
     for row in MIG_PROFILES.gather(run):
         totals[row.name] = min(row.total, totals.get(row.name, row.total))
@@ -85,8 +85,6 @@ def read_reported_maxima(
 def shell_configured(specs: Mapping[str, HostSpec | None], env: dict[str, str] | None = None) -> bool:
     """Whether SSH to the hosts is set up: VGPUCTL_ESXI_* variables (password, key file, host map) or an
     inventory hosts entry with ssh credentials. `status` reads shell facts only then."""
-    from vgpuctl.esxi.ssh import ENV_KEY_FILE, ENV_PASSWORD
-
     env = dict(os.environ) if env is None else env
     if any(env.get(name) for name in (ENV_PASSWORD, ENV_KEY_FILE, ENV_HOST_MAP)):
         return True

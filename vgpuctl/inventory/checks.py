@@ -19,6 +19,7 @@ from vgpuctl.inventory.netchecks import network_problems
 from vgpuctl.inventory.schema import HostSpec, Inventory, VmSpec
 from vgpuctl.inventory.yamlpos import KeyPath
 from vgpuctl.profiles import BOARDS, PROFILE_GRAMMAR, ProfileError, is_host_spelling, mixing_problem, parse_profile
+from vgpuctl.settings import SETTINGS
 
 # `keep` means vgpuctl never touches the VM's power state; a removal powers it off and destroys it.
 KEEP_ABSENT = ("power: keep never touches the VM, but state: absent powers it off and destroys it: remove "
@@ -130,8 +131,6 @@ def _check_hosts(inv: Inventory) -> Iterator[InventoryError]:
 def host_problems(h: HostSpec) -> list[tuple[KeyPath, str]]:
     """The rules one host entry, or a host's merged settings, must meet beyond the schema (each setting's own,
     vgpuctl.settings); key paths relative to the entry."""
-    from vgpuctl.settings import SETTINGS
-
     return [problem for setting in SETTINGS for problem in setting.problems(h)]
 
 

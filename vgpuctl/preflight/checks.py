@@ -16,6 +16,7 @@ from vgpuctl.preflight.check import PreflightCheck
 from vgpuctl.preflight.facts import About, ManagerFacts, Scope, SshOutcome, SshProbe
 from vgpuctl.profiles import try_parse
 from vgpuctl.settings import SETTINGS
+from vgpuctl.vms.network import usable_on
 from vgpuctl.vsphere.hostaccess import HostAccess
 
 PASS, WARN, FAIL, SKIP = CheckStatus.PASS, CheckStatus.WARN, CheckStatus.FAIL, CheckStatus.SKIP
@@ -278,8 +279,6 @@ def vm_network_checks(inventory: Inventory | None, observed: Observed, scope: Sc
     """Each SR-IOV or passthrough adapter an inventory VM asks for: a host the VM is on or may be created on has
     the NIC (with virtual functions, or enabled for passthrough; whether one is still free is the plan's
     placement question)."""
-    from vgpuctl.vms.network import usable_on
-
     out = []
     for vm in inventory.vms if inventory is not None else []:
         for j, adapter in enumerate(vm.adapters):

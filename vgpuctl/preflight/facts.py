@@ -9,10 +9,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import field
 from enum import StrEnum
 
+from vgpuctl.hosts.plan import resolve_hosts
 from vgpuctl.inventory import HostSpec, Inventory, VmSpec
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, folder_path
 from vgpuctl.settings import SETTINGS
+from vgpuctl.vms.plan import find_vm
 from vgpuctl.vsphere.hostaccess import HostAccess
 
 
@@ -86,8 +88,6 @@ def vm_hosts(inventory: Inventory, observed: Observed) -> dict[str, list[str]]:
 
 
 def _vm_place(vm: VmSpec, observed: Observed) -> list[str]:
-    from vgpuctl.vms.plan import find_vm
-
     _, obs, _ = find_vm(observed, vm.name, folder_path(vm.folder))
     if obs is not None and obs.host:
         return [obs.host]
@@ -119,8 +119,6 @@ class _VmPlaces(Mapping[str, list[str]]):
 def requirement_scope(inventory: Inventory | None, observed: Observed) -> Scope:
     """What checks.requirements reads of a scope (the merged host entries, where each VM is or may be created),
     each VM placed only when a requirement asks: plan and apply check vCenter's version, not each host."""
-    from vgpuctl.hosts.plan import resolve_hosts
-
     if inventory is None:
         return Scope([])
     specs, _ = resolve_hosts(inventory.hosts, observed)
@@ -128,7 +126,6 @@ def requirement_scope(inventory: Inventory | None, observed: Observed) -> Scope:
 
 
 def scope_of(inventory: Inventory | None, observed: Observed, env: Mapping[str, str] | None = None) -> Scope:
-    from vgpuctl.hosts.plan import resolve_hosts
     from vgpuctl.hosts.status import shell_configured
 
     env = dict(os.environ) if env is None else dict(env)

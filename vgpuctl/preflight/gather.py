@@ -13,9 +13,18 @@ from typing import TYPE_CHECKING, TypeVar
 
 from vgpuctl.domain import ConnectionState
 from vgpuctl.errors import SshAuthError, SshHostKeyError, SshUnreachable, VgpuctlError, VsphereFault
+from vgpuctl.esxi.facts import VIBS
+from vgpuctl.hosts.facts import open_shell, shell_runner, ssh_settings
 from vgpuctl.model import Observed, Plan
 from vgpuctl.preflight import branches, privileges
 from vgpuctl.preflight.facts import About, ManagerFacts, PreflightFacts, Scope, SshOutcome, SshProbe
+from vgpuctl.vsphere.hostaccess import (
+    has_privileges,
+    lockdown_exceptions,
+    read_host_access,
+    software_packages,
+    vm_storage,
+)
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -34,8 +43,6 @@ def about(session: Session) -> About:
 
 def places(session: Session, observed: Observed, plan: Plan) -> privileges.Places:
     """Where vCenter-wide privileges are checked, and each cloned template's datastores and networks."""
-    from vgpuctl.vsphere.hostaccess import vm_storage
-
     root = ("Folder", str(session.content.rootFolder._moId))
     datacenter = ("Datacenter", observed.moids.get("datacenter", ""))
     templates = sorted({observed.vms[k].moid for c in plan.changes if c.clone is not None
@@ -48,8 +55,6 @@ Granted = dict[tuple[str, str], bool]
 
 def granted(session: Session, needs: Sequence[privileges.Need]) -> tuple[Granted | None, str | None]:
     """The session's privileges on the objects the needs name, or None and why they could not be read."""
-    from vgpuctl.vsphere.hostaccess import has_privileges
-
     try:
         return has_privileges(session, privileges.requests(needs)), None
     except VsphereFault as err:
@@ -64,8 +69,6 @@ def _parallel(names: Sequence[str], work: Callable[[str], T]) -> dict[str, T]:
 
 
 def _api_manager(session: Session, host: str, image_manager: str) -> ManagerFacts:
-    from vgpuctl.vsphere.hostaccess import software_packages
-
     try:
         packages = software_packages(session, host, image_manager)
     except VsphereFault as err:
@@ -78,9 +81,6 @@ def _api_manager(session: Session, host: str, image_manager: str) -> ManagerFact
 
 def _ssh_probe(host: str, spec: object, facts: ManagerFacts) -> SshProbe:
     """Log in to the host's ESXi shell and list its VIBs (the vGPU Manager when the API could not say)."""
-    from vgpuctl.esxi.facts import VIBS
-    from vgpuctl.hosts.facts import open_shell, shell_runner, ssh_settings
-
     user = "root"
     try:
         user = ssh_settings(spec).user
@@ -103,8 +103,6 @@ def _ssh_probe(host: str, spec: object, facts: ManagerFacts) -> SshProbe:
 
 
 def _exceptions(session: Session, host: str, access_manager: str) -> list[str] | str:
-    from vgpuctl.vsphere.hostaccess import lockdown_exceptions
-
     try:
         return lockdown_exceptions(session, host, access_manager)
     except VsphereFault as err:
@@ -112,8 +110,6 @@ def _exceptions(session: Session, host: str, access_manager: str) -> list[str] |
 
 
 def gather(session: Session, observed: Observed, scope: Scope, needs: list[privileges.Need]) -> PreflightFacts:
-    from vgpuctl.vsphere.hostaccess import read_host_access
-
     connected = [h for h in scope.hosts if observed.hosts[h].connection_state == ConnectionState.CONNECTED]
     facts = PreflightFacts(about(session))
     facts.access = read_host_access(session, {h: observed.hosts[h].moid for h in connected})

@@ -11,6 +11,7 @@ from vgpuctl.hosts.evacuation import HOT_MIGRATE_OPTION
 from vgpuctl.hosts.facts import gather_facts
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import Observed, Plan
+from vgpuctl.planner import make_plan
 from vgpuctl.preflight import checks, guests, privileges
 from vgpuctl.preflight.check import PreflightCheck
 from vgpuctl.preflight.facts import PreflightFacts, Scope, requirement_scope, scope_of
@@ -72,8 +73,6 @@ def host_checks(observed: Observed, inventory: Inventory | None, scope: Scope,
 def run_checks(session: Session, observed: Observed, inventory: Inventory | None) -> list[PreflightCheck]:
     """Every check against the farm as observed (the inventory's plan made without host facts decides which
     operations, and so which privileges, the run needs)."""
-    from vgpuctl.planner import make_plan
-
     scope = scope_of(inventory, observed)
     plan = make_plan(inventory, observed) if inventory is not None else Plan()
     needs = _needs(session, observed, inventory, plan, scope)

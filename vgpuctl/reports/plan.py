@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vgpuctl.domain import ChangeKind, EvacuationKind, Phase, VmStep
+from vgpuctl.inventory.merge import possible_conflicts
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import (
     HOST_TARGET,
@@ -308,8 +309,6 @@ class PlanReport(Report):
 
 
 def validate_report(file: str, inventory: Inventory) -> ValidateReport:
-    from vgpuctl.inventory.merge import possible_conflicts
-
     return ValidateReport(file=file, valid=True, hosts=len(inventory.hosts), vms=len(inventory.vms),
                           vm_classes=len(inventory.vm_classes), namespaces=len(inventory.namespaces),
                           warnings=possible_conflicts(inventory.hosts))

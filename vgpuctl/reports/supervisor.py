@@ -13,6 +13,7 @@ from vgpuctl.records.classes import ClassState, SupervisorState
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout, optional
 from vgpuctl.reports.plan import FieldDiff
 from vgpuctl.reports.status import StatusVmClass, status_vm_classes
+from vgpuctl.supervisor.render import kubernetes_objects
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
 
 if TYPE_CHECKING:
@@ -272,8 +273,6 @@ def manifests_report(namespace: str, manifests: dict[str, str], folder: Path | N
                       cluster_kind: ClusterKind) -> ManifestsReport:
     """The Kubernetes objects (the other files are listed in `not_printed`), or (written into `folder`) every
     file name in the order they were written."""
-    from vgpuctl.supervisor.render import kubernetes_objects
-
     if folder is None:
         objects = kubernetes_objects(manifests)
         return ManifestsReport(namespace, objects, cluster_kind.object_kind,

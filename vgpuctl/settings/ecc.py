@@ -33,6 +33,7 @@ from vgpuctl.settings.base import (
 )
 from vgpuctl.settings.facts import GpuQuery, HostFacts, PendingMode, pending_mode
 from vgpuctl.strictmodel import Lax
+from vgpuctl.vsphere.tasks import in_flight
 
 
 class EccMode(StrEnum):
@@ -95,8 +96,6 @@ class Ecc(GpuSetting):
         return result
 
     def apply(self, step: ApplyStep, changes: Sequence[HostChange], writer: HostWriter) -> None:
-        from vgpuctl.vsphere.tasks import in_flight
-
         with writer.open_shell() as shell:
             for c in changes:
                 writer.progress("ecc", f"{c.target} -> {c.new}")

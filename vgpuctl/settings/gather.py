@@ -16,6 +16,7 @@ from vgpuctl.errors import VgpuctlError, VsphereFault
 from vgpuctl.esxi import commands, parsers
 from vgpuctl.settings import api_facts, entry_shell_facts, gpu_queries, gpu_query_fields, shell_facts
 from vgpuctl.settings.facts import TOPOLOGY, ApiFact, GpuFacts, HostApi, HostFacts, Runner, Unread, vsphere_bus_id
+from vgpuctl.vsphere.faults import cause as fault_cause
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -82,8 +83,6 @@ def unknown(facts: HostFacts, fact: ApiFact[Any], err: VgpuctlError) -> None:
 
 def cause(err: VgpuctlError) -> str:
     """The cause of a failed read as warnings name it: a vCenter fault's type and message, else the reason."""
-    from vgpuctl.vsphere.faults import cause as fault_cause
-
     if isinstance(err, VsphereFault):
         return fault_cause(err)
     return str(getattr(err, "reason", None) or err)

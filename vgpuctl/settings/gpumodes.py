@@ -16,6 +16,7 @@ from typing import Any
 
 from vgpuctl.domain import TIME_SLICED_MODES, ChangeKind, GpuMode, GpuVgpuMode, GraphicsType, Phase, VgpuMode
 from vgpuctl.errors import VgpuctlError
+from vgpuctl.esxi import commands, parsers
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import HostChange, ObservedGpu, ObservedHost
 from vgpuctl.profiles import BOARDS, gpu_board
@@ -32,6 +33,7 @@ from vgpuctl.settings.base import (
 )
 from vgpuctl.settings.facts import MIG_MODE, ApiFact, HostApi, HostFacts
 from vgpuctl.strictmodel import KeyPath, Lax
+from vgpuctl.vsphere.tasks import in_flight
 
 MODE: GpuField[GpuMode] = GpuField("mode", Lax[GpuMode])
 VGPU_MODE: GpuField[VgpuMode] = GpuField("vgpu_mode", Lax[VgpuMode])  # time-sliced only
@@ -252,9 +254,6 @@ class GpuModes(GpuSetting):
 
 
 def _set_mig(changes: Sequence[HostChange], writer: HostWriter) -> None:
-    from vgpuctl.esxi import commands, parsers
-    from vgpuctl.vsphere.tasks import in_flight
-
     with writer.open_shell() as shell:
         for c in changes:
             writer.progress("mig", f"{c.target} -> {c.new}")

@@ -64,6 +64,7 @@ from vgpuctl.settings.facts import (
 )
 from vgpuctl.strictmodel import Lax, StrictModel
 from vgpuctl.vsphere.lifecycle import Component, client_for, host_software, offline_bundle
+from vgpuctl.vsphere.tasks import in_flight
 
 VGPU_MANAGER = ChangeKind("vgpu-manager")
 MANAGER_STEP = ApplyStep("vgpu-manager", 90)  # last: a vLCM remediation reboots the host after every other write
@@ -430,8 +431,6 @@ class VgpuManager(HostSetting[ManagerSpec | None]):
 
 
 def _apply_shell(target: ManagerTarget, writer: HostWriter) -> None:
-    from vgpuctl.vsphere.tasks import in_flight
-
     command = (shell_software.vib_install(target.location) if target.install == Install.VIB
                else shell_software.component_apply(target.location, target.component))
     writer.progress("vgpu-manager", f"{target.component} {target.component_version} from {target.location}")

@@ -24,6 +24,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
+from vgpuctl import yamlout
 from vgpuctl.domain import ClusterKind
 from vgpuctl.errors import UsageError
 from vgpuctl.inventory.classes import InventorySections
@@ -160,8 +161,6 @@ MANAGED = {"app.kubernetes.io/managed-by": "vgpuctl"}
 
 
 def _yaml(header: tuple[str, ...] | list[str], document: dict[str, Any]) -> str:
-    from vgpuctl import yamlout
-
     return "".join(yamlout.comment(line) for line in header) + yamlout.dump(document, compact=False)
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from vgpuctl.errors import DriftError, RestError, VgpuctlError
+from vgpuctl.farm.predict import predict_observed
 from vgpuctl.model import ChangeOutcome, HostChange, Observed, Op, SupervisorApplyResult
 from vgpuctl.records.classes import SupervisorState
 from vgpuctl.supervisor.vmclasses import ClassChange, NamespaceChange, SupervisorPlan, plan_supervisor
@@ -48,8 +49,6 @@ def names_supervisor_objects(inventory: InventorySections) -> bool:
 
 def planning_base(observed: Observed, host_changes: Sequence[HostChange] = ()) -> Observed:
     """The hosts as they will be after the planned host changes (a GPU switched to MIG offers MIG profiles)."""
-    from vgpuctl.farm.predict import predict_observed
-
     return predict_observed(observed, host_changes) if host_changes else observed
 
 

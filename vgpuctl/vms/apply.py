@@ -48,11 +48,13 @@ from vgpuctl.model import (
     queue_order,
 )
 from vgpuctl.progress import Cancel, VmProgress, cancelled
-from vgpuctl.vsphere import vmops
+from vgpuctl.vsphere import vmnet, vmops
 from vgpuctl.vsphere.bookkeeping import BookkeepingError
 from vgpuctl.vsphere.claims import ClaimHeld, VmClaims, collect_dead
 from vgpuctl.vsphere.session import Session
+from vgpuctl.vsphere.tasks import TaskWatcher, dispatch
 from vgpuctl.vsphere.vm import config_spec, extra_config, revert_spec
+from vgpuctl.vsphere.vmnet import customization_result, customization_spec, ethernet_macs
 from vgpuctl.vsphere.vmops import VmState
 from vgpuctl.vsphere.workrecord import LeaseHeld, new_run_id
 
@@ -152,8 +154,6 @@ def apply_plan(
     with the reason (vgpuctl.pipeline.apply runs the hosts first). `run_id` names this run in its VM claims;
     `lock_timeout_s`: how long to wait for a VM another run has claimed; after the `deadline` no VM starts (those
     in flight finish)."""
-    from vgpuctl.vsphere.tasks import TaskWatcher
-
     if plan.errors:
         raise PlanError(list(plan.errors))
     start, trips = time.monotonic(), session.round_trips
@@ -379,8 +379,6 @@ def _await_customization(ctx: _Ctx, name: str, vm: Any, since: Any, outcome: VmO
     """The clone's guest customization runs at its first boot: wait for vCenter's event saying how it went. A
     failure fails the VM with the event's text; no word within the timeout fails it too (nothing says the
     guest has its identity)."""
-    from vgpuctl.vsphere.vmnet import customization_result
-
     _step(ctx, name, VmStep.CUSTOMIZE, None)
     deadline = time.monotonic() + ctx.customization_timeout_s
     while True:
@@ -432,7 +430,6 @@ def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: 
         spec.deviceChange = list(spec.deviceChange or []) + _nic_specs(ctx, change.nics, devices, host)
     if change.cloud_init and change.identity is not None:
         from vgpuctl.vms.identity import guestinfo
-        from vgpuctl.vsphere.vmnet import ethernet_macs
 
         keys = guestinfo(change.identity, ethernet_macs(state.devices))
         spec.extraConfig = list(spec.extraConfig or []) + extra_config(keys)
@@ -606,8 +603,6 @@ def _discard_clone(ctx: _Ctx, change: VmChange, vm: Any, outcome: VmOutcome, see
 def _nic_specs(ctx: _Ctx, changes: list[NicChange], devices: dict[int, Any], host: ObservedHost | None) -> list[Any]:
     """Device specs of the VM's adapter changes; SR-IOV and DirectPath adds ask the host for its PCI passthrough
     system ids first (one QueryConfigTarget)."""
-    from vgpuctl.vsphere import vmnet
-
     ids = vmnet.system_ids(ctx.session, host) if host is not None and vmnet.needs_system_ids(changes) else None
     target = vmnet.NicTarget(ctx.observed.networks, host, ids)
     return vmnet.nic_specs(changes, devices, target, ctx.session.stub)
@@ -719,8 +714,6 @@ def _clone(ctx: _Ctx, change: VmChange, outcome: VmOutcome, folder_moid: str) ->
     devices = _nic_specs(ctx, clone.nics, {}, host) if clone.nics else None
     custom = None
     if clone.identity is not None and not change.cloud_init:
-        from vgpuctl.vsphere.vmnet import customization_spec
-
         custom = customization_spec(clone.identity)
     vm = _task(ctx, change.vm, VmStep.CLONE, lambda: vmops.clone(ctx.session, template.moid, folder_moid, change.vm,
                                                            clone, pool_moid=pool_moid, host_moid=host_moid,
@@ -761,8 +754,6 @@ def _wait_off(ctx: _Ctx, vm: Any, name: str) -> bool:
 def _task(ctx: _Ctx, name: str, step: str, start: Callable[[], Any]) -> Any:
     """Start a vCenter task for the VM's step and wait for it (listed for a second Ctrl-C's line from the moment
     the request is sent: vgpuctl.vsphere.tasks.dispatch)."""
-    from vgpuctl.vsphere.tasks import dispatch
-
     _step(ctx, name, step, 0)
 
     def wait(task: Any) -> Any:

@@ -31,7 +31,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from datetime import datetime
 
+from vgpuctl.errors import NotFound
 from vgpuctl.vsphere.session import Session
+from vgpuctl.vsphere.tasks import read_props
 from vgpuctl.vsphere.workrecord import (
     UNSET_POLL_S,
     WAIT_POLL_S,
@@ -216,7 +218,6 @@ class VmClaims:
         waited for up to a time to live. Waits for a live one until `deadline` (--lock-timeout)."""
         from pyVmomi import vmodl
 
-        from vgpuctl.vsphere.tasks import read_props
         from vgpuctl.vsphere.vmops import vm_ref
 
         try:
@@ -257,8 +258,6 @@ class VmClaims:
 def _safe_get(fields: Fields, moid: str, name: str) -> str:
     """An attribute's value, "" when the object went meanwhile."""
     from pyVmomi import vmodl
-
-    from vgpuctl.errors import NotFound
 
     try:
         return fields.get(moid, name)
@@ -336,8 +335,6 @@ def _dead(info: LeaseInfo, now: float) -> bool:
 def _lock_folders(session: Session) -> dict[str, str]:
     """The claims' lock folders under the root folder: moid -> name (two property reads)."""
     from pyVmomi import vim
-
-    from vgpuctl.vsphere.tasks import read_props
 
     root = session.content.rootFolder
     children = read_props(session, [root], "Folder", ["childEntity"]).get(str(root._moId), {}).get("childEntity")

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from vgpuctl.errors import VsphereFault
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.vsphere.faults import to_error
+from vgpuctl.vsphere.tasks import read_props
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -68,8 +69,6 @@ def _moid(ref: Any) -> str:
 def read_host_access(session: Session, moids: dict[str, str]) -> dict[str, HostAccess]:
     """Host name -> HostAccess of the given hosts (name -> moid), in one property read."""
     from pyVmomi import vim
-
-    from vgpuctl.vsphere.tasks import read_props
 
     if not moids:
         return {}
@@ -270,8 +269,6 @@ def vm_storage(session: Session, moids: Sequence[str]) -> dict[str, tuple[list[E
     """VM moid -> (its datastores, its networks): where a clone of it allocates space and which networks its
     adapters join."""
     from pyVmomi import vim
-
-    from vgpuctl.vsphere.tasks import read_props
 
     if not moids:
         return {}

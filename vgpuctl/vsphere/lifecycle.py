@@ -33,6 +33,7 @@ from urllib.parse import quote
 
 from vgpuctl.errors import VgpuctlError
 from vgpuctl.lazyclass import dataclass
+from vgpuctl.vsphere.hostaccess import software_packages
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.rest import RestClient
@@ -78,7 +79,6 @@ def host_software(session: Session, moid: str, host: str) -> tuple[list[tuple[st
     """The host's installed packages as (name, version, vendor), and the moid of its cluster ("" standalone): one
     property read and HostImageConfigManager.FetchSoftwarePackages (privilege Host.Config.Image)."""
     from vgpuctl.vsphere.host import _props
-    from vgpuctl.vsphere.hostaccess import software_packages
 
     props = _props(session, moid, "HostSystem", ["configManager.imageConfigManager", "parent"])
     manager, parent = props.get("configManager.imageConfigManager"), props.get("parent")

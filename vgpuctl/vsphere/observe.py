@@ -38,6 +38,7 @@ from vgpuctl.vsphere import netobserve
 from vgpuctl.vsphere.nvlink import device_group_sets, observed_groups
 from vgpuctl.vsphere.objects import Obj, view_filter_spec
 from vgpuctl.vsphere.readlist import PAGE_SIZE, TYPE_PROPS, Reads, bulk_reads, merged, settings_own
+from vgpuctl.vsphere.tasks import retrieve
 from vgpuctl.vsphere.vimtypes import device_types
 
 if TYPE_CHECKING:
@@ -180,8 +181,6 @@ def _lean_objects(session: Session, view: Any, reads: Reads) -> dict[str, Obj]:
 
 
 def _collect(session: Session, spec: Any) -> dict[str, Obj]:
-    from vgpuctl.vsphere.tasks import retrieve
-
     objects: dict[str, Obj] = {}
     for content in retrieve(session, spec, PAGE_SIZE):
         obj = Obj(ref=content.obj, type=type(content.obj).__name__.rsplit(".", 1)[-1])

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlsplit
 
+from vgpuctl import trace
 from vgpuctl.errors import ConnectionFailure, RestError, TlsError, UsageError
 from vgpuctl.records.classes import ClassState, NamespaceState, SupervisorState
 from vgpuctl.vsphere.session import ConnectionSettings, normalize_url, sha256_colon
@@ -212,7 +213,6 @@ class RestClient:
         if not isinstance(token, str) or not token:
             raise RestError(f"REST login to {self.base}: the server answered no session token", response.status_code,
                             "POST", self.session_path)
-        from vgpuctl import trace
 
         trace.add_secret(self.settings.password)
         trace.add_secret(token)  # a secret like the password: redacted from traces, kept out of guest runs

@@ -26,6 +26,7 @@ from dataclasses import field
 from typing import Any, Protocol, TypeVar, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from vgpuctl import trace
 from vgpuctl.errors import AuthenticationError, ConnectionFailure, TlsError, UsageError
 from vgpuctl.lazyclass import dataclass
 
@@ -259,8 +260,6 @@ def _counting_stub_class() -> type:
             return early.take(self.versionId, request)
 
         def InvokeMethod(self, mo, info, args, outerStub=None):
-            from vgpuctl import trace
-
             self.count_round_trip()
             trace.soap_call(mo, info, args)
             start = time.monotonic()
@@ -449,7 +448,6 @@ class Session:
         manager = self.content.sessionManager
         if manager is None:
             raise ConnectionFailure(f"{self.url} is not a vCenter SOAP endpoint (no session manager)")
-        from vgpuctl import trace
 
         trace.add_secret(self.settings.password)
         try:

@@ -10,7 +10,10 @@ from vgpuctl.domain import ToolsStatus
 from vgpuctl.errors import DriftError
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import CloneSpec, ObservedDeviceGroup, ObservedHost, ObservedNic, ObservedVgpu
+from vgpuctl.vsphere.netobserve import vm_nics
+from vgpuctl.vsphere.nvlink import observed_groups
 from vgpuctl.vsphere.session import Session
+from vgpuctl.vsphere.vm import clone_spec
 
 VM_PATHS = [
     "name",
@@ -44,8 +47,6 @@ class VmState:
     @property
     def nics(self) -> list[ObservedNic]:
         """Its network adapters (kind and key; port group names are not resolved here)."""
-        from vgpuctl.vsphere.netobserve import vm_nics
-
         return vm_nics(self.devices, [])
 
 
@@ -114,8 +115,6 @@ def clone(
     adapters' device changes and guest customization."""
     from pyVmomi import vim
 
-    from vgpuctl.vsphere.vm import clone_spec
-
     spec = clone_spec(clone, session.stub, pool_moid=pool_moid, host_moid=host_moid, device_changes=device_changes,
                       customization=customization)
     source = vim.VirtualMachine(template_moid, session.stub)
@@ -130,8 +129,6 @@ def server_time(session: Session) -> Any:
 def device_groups(session: Session, host: ObservedHost) -> list[ObservedDeviceGroup]:
     """The NVLink vendor device groups the host offers now (its QueryConfigTarget)."""
     from pyVmomi import vim
-
-    from vgpuctl.vsphere.nvlink import observed_groups
 
     browser = vim.EnvironmentBrowser(host.environment_browser_moid, session.stub)
     target = session.invoke(browser.QueryConfigTarget, vim.HostSystem(host.moid, session.stub))
