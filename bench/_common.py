@@ -14,6 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+from vgpuctl.vsphere.observe import observe
+from vgpuctl.vsphere.session import ConnectionSettings, open_session
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # `tests.gpusim` when the checkout is not on sys.path
 
@@ -56,16 +59,11 @@ def a100_farm(hosts: int, gpus: int, vms: int) -> dict[str, Any]:
 
 
 def settings(sim: Sim) -> Any:
-    from vgpuctl.vsphere.session import ConnectionSettings
-
     return ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
 
 
 def vm_names(sim: Sim) -> list[str]:
     """Names of the farm's VMs (not templates), read in bulk; not part of any timing."""
-    from vgpuctl.vsphere.observe import observe
-    from vgpuctl.vsphere.session import open_session
-
     with open_session(settings(sim)) as session:
         observed = observe(session)
     return sorted(v.name for v in observed.vms.values() if not v.is_template)

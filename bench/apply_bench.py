@@ -29,6 +29,10 @@ from typing import Any
 
 from _common import REPO, a100_farm, gpusim, load_note, settings, timed
 
+from vgpuctl import pipeline
+from vgpuctl.vsphere.observe import observe
+from vgpuctl.vsphere.session import open_session
+
 PROFILE = "grid_a100-4c"
 
 PLAYBOOK = """\
@@ -51,17 +55,12 @@ PLAYBOOK = """\
 
 
 def observe_vms(sim: Any) -> dict[str, Any]:
-    from vgpuctl.vsphere.observe import observe
-    from vgpuctl.vsphere.session import open_session
-
     with open_session(settings(sim)) as session:
         return {v.name: v for v in observe(session, "DC0").vms.values() if not v.is_template}
 
 
 def vgpuctl_apply(sim: Any, names: list[str], count: int, parallel: int, workdir: Path) -> tuple[Any, int]:
     """What `vgpuctl apply --yes --parallel PARALLEL` runs (vgpuctl.pipeline.run), in-process."""
-    from vgpuctl import pipeline
-
     path = workdir / "inventory.yaml"
     lines = ["apiVersion: vgpuctl/v1", "vcenter: {datacenter: DC0}", "vms:"]
     lines += [f"  - {{name: {n}, vgpus: {{profile: {PROFILE}, count: {count}}}, power: 'off'}}" for n in names]

@@ -31,6 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from vgpuctl.capacity import DEFAULT_TIME_LIMIT_S
+from vgpuctl.capacity.answer import plan_capacity
 from vgpuctl.capacity.demand import Demand
 from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.model import Observed
@@ -85,7 +86,6 @@ def run_case(case: str, time_limit: float) -> dict[str, Any]:
     """One case as the command answers it (run in a process of its own: OR-Tools is imported in the budget)."""
     observed, wanted = next(build for name, build in cases(case) if name == case)()
     started = time.monotonic()  # where the command's clock would stand after reading the farm
-    from vgpuctl.capacity.answer import plan_capacity
 
     answer = plan_capacity(observed, wanted, time_limit_s=time_limit, started=started)
     assert answer.greedy is not None and answer.timings is not None

@@ -15,6 +15,9 @@ from typing import Any
 
 from _common import a100_farm, farm_size_args, gpusim, load_note, settings, timed
 
+from vgpuctl.cli.scrape import FarmCollector, Schedule, read_farm
+from vgpuctl.reports.metrics import build_families
+
 
 def farm(hosts: int, gpus: int) -> dict[str, Any]:
     out = a100_farm(hosts, gpus, 0)
@@ -30,9 +33,6 @@ def no_plan(path: Any) -> Any:
 
 def read_once(sim: Any, window_s: float) -> tuple[float, int, int, float]:
     """(seconds, round trips, series served, seconds to build the metrics) of one read."""
-    from vgpuctl.cli.scrape import FarmCollector, Schedule, read_farm
-    from vgpuctl.reports.metrics import build_families
-
     (farm_read, usage), took = timed(lambda: read_farm(settings(sim), None, window_s))
     assert usage.refused is None, usage.refused
     collector = FarmCollector(lambda: (farm_read, usage), no_plan, Schedule(60, window_s, 600))

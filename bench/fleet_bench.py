@@ -27,6 +27,10 @@ from typing import Any
 
 from _common import a100_farm, gpusim, load_note, settings, timed, vm_names
 
+from vgpuctl import fleet, fleetrun, pipeline
+from vgpuctl.gcpause import one_command_process
+from vgpuctl.pipeline import RunOptions
+
 
 def write_fleet(sims: dict[str, Any], names: dict[str, list[str]], path: Path) -> None:
     lines = ["apiVersion: vgpuctl/v1", "vcenters:"]
@@ -39,16 +43,10 @@ def write_fleet(sims: dict[str, Any], names: dict[str, list[str]], path: Path) -
 
 
 def plan_fleet(parts: list[Any], connect: dict[str, Any]) -> list[Any]:
-    from vgpuctl import fleetrun
-    from vgpuctl.pipeline import RunOptions
-
     return fleetrun.plan_fleet(parts, connect, RunOptions())
 
 
 def plan_in_sequence(parts: list[Any], connect: dict[str, Any]) -> list[Any]:
-    from vgpuctl import fleetrun, pipeline
-    from vgpuctl.pipeline import RunOptions
-
     return [pipeline.plan_only(connect[p.name], p.inventory, fleetrun.part_options(RunOptions(), p)) for p in parts]
 
 
@@ -86,9 +84,7 @@ def main() -> None:
 
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
         sims = {vc: stack.enter_context(gpusim(a100_farm(args.hosts, args.gpus, args.vms))) for vc in ("east", "west")}
-        names = {vc: vm_names(sim) for vc, sim in sims.items()}  # imports pyVmomi before anything is timed
-        from vgpuctl import fleet, pipeline
-        from vgpuctl.gcpause import one_command_process
+        names = {vc: vm_names(sim) for vc, sim in sims.items()}  # not timed (pyVmomi came with vgpuctl's imports)
 
         one_command_process()  # the collector as the vgpuctl command runs it (vgpuctl.gcpause)
         path = Path(tmp) / "fleet.yaml"

@@ -43,7 +43,15 @@ from typing import Any
 
 from _common import REPO, a100_farm, cli_env, gpusim, load_note, settings, timed, vgpuctl_bin, vm_names
 
+import vgpuctl.vms.plan  # noqa: F401  (import cost is not part of the comparison)
+from vgpuctl import pipeline
+from vgpuctl.gcpause import one_command_process, paused_gc
+from vgpuctl.planner import make_plan
+from vgpuctl.vsphere import rawread
+from vgpuctl.vsphere.objects import view_filter_spec
+from vgpuctl.vsphere.observe import build_observed, retrieve_all
 from vgpuctl.vsphere.readlist import LEAN_PAGE_SIZE, LEAN_TYPES, TYPE_PROPS
+from vgpuctl.vsphere.session import open_session
 
 
 def write_inventory(names: list[str], path: Path) -> None:
@@ -73,9 +81,6 @@ def add_latency(session: Any) -> None:
 
 def vgpuctl_plan(sim: Any, path: Path) -> tuple[Any, int, dict[str, float]]:
     """The stages of `vgpuctl plan` (vgpuctl.pipeline), timed one by one."""
-    from vgpuctl import pipeline
-    from vgpuctl.vsphere.session import open_session
-
     phases: dict[str, float] = {}
     mark = time.perf_counter()
 
@@ -101,8 +106,6 @@ def vgpuctl_plan(sim: Any, path: Path) -> tuple[Any, int, dict[str, float]]:
 def naive_loop(sim: Any) -> tuple[dict[str, list[str]], int]:
     """What a hand-written pyVmomi script does: iterate the VMs, read each one's devices."""
     from pyVmomi import vim
-
-    from vgpuctl.vsphere.session import open_session
 
     vmiop = vim.vm.device.VirtualPCIPassthrough.VmiopBackingInfo
     found: dict[str, list[str]] = {}
@@ -143,10 +146,6 @@ def _answer_time(sim: Any, reads: list[list[str]]) -> tuple[float, list[bytes]]:
     """Seconds to every page of these reads, their first requests sent together, pages read read by read."""
     from pyVmomi import vim, vmodl
 
-    from vgpuctl.vsphere import rawread
-    from vgpuctl.vsphere.objects import view_filter_spec
-    from vgpuctl.vsphere.session import open_session
-
     with open_session(settings(sim)) as session:
         add_latency(session)
         content = session.content
@@ -185,10 +184,6 @@ class Profiled:
 
 
 def read_profiled(sim: Any, path: Path) -> Profiled:
-    from vgpuctl import pipeline
-    from vgpuctl.vsphere.observe import retrieve_all
-    from vgpuctl.vsphere.session import open_session
-
     with open_session(settings(sim)) as session:
         small = retrieve_all(session, [(t, p) for t, p in TYPE_PROPS.items() if t not in LEAN_TYPES])
     return Profiled(small, pipeline.load(path))
@@ -198,12 +193,6 @@ def client_steps(floor: Floor, profiled: Profiled, path: Path) -> dict[str, floa
     """observe's client-side steps on the floor's pages, each alone and with the collector paused as observe
     runs them, then load + validate (pipeline.load) and make_plan: seconds per step."""
     import xml.etree.ElementTree as ET
-
-    from vgpuctl import pipeline
-    from vgpuctl.gcpause import paused_gc
-    from vgpuctl.planner import make_plan
-    from vgpuctl.vsphere import rawread
-    from vgpuctl.vsphere.observe import build_observed
 
     steps: dict[str, float] = {}
     with paused_gc():
@@ -228,11 +217,6 @@ def cprofile_steps(floor: Floor, profiled: Profiled, top: int = 14) -> str:
     import io
     import pstats
     import xml.etree.ElementTree as ET
-
-    from vgpuctl.gcpause import paused_gc
-    from vgpuctl.planner import make_plan
-    from vgpuctl.vsphere import rawread
-    from vgpuctl.vsphere.observe import build_observed
 
     profiler = cProfile.Profile()
     profiler.enable()
@@ -343,11 +327,7 @@ def main() -> None:
     LATENCY_S = args.latency_ms / 1000
 
     with gpusim(a100_farm(args.hosts, args.gpus, args.vms)) as sim, tempfile.TemporaryDirectory() as tmp:
-        names = vm_names(sim)  # also imports pyVmomi and vgpuctl's modules before anything is timed
-        import vgpuctl.pipeline
-        import vgpuctl.vms.plan  # noqa: F401  (import cost is not part of the comparison)
-        from vgpuctl.gcpause import one_command_process
-
+        names = vm_names(sim)  # vgpuctl's modules and pyVmomi were imported with this script: not timed
         one_command_process()  # the collector as the vgpuctl command runs it (vgpuctl.gcpause)
 
         path = Path(tmp) / "inventory.yaml"

@@ -17,12 +17,14 @@ from typing import Any
 
 from _common import a100_farm, cli_env, farm_size_args, gpusim, load_note, settings, timed, vgpuctl_bin
 
+from vgpuctl.farm.usage import gpu_usage
+from vgpuctl.vsphere.observe import observe
+from vgpuctl.vsphere.perf import read_gpu_usage
+from vgpuctl.vsphere.session import open_session
+
 
 def read_once(session: Any, sim: Any, observed: Any, seconds: float | None) -> tuple[float, int, int, int, int]:
     """(seconds, round trips, QueryPerf calls, series, GPUs with a covered window) of one read and its figures."""
-    from vgpuctl.farm.usage import gpu_usage
-    from vgpuctl.vsphere.perf import read_gpu_usage
-
     hosts = {name: h.moid for name, h in observed.hosts.items()}
     trips, queries = session.round_trips, sim.perf()["queries"]
     (read, figures), took = timed(lambda: (r := read_gpu_usage(session, hosts, seconds), gpu_usage(observed, r)))
@@ -44,9 +46,6 @@ def main() -> None:
     args = farm_size_args(__doc__.splitlines()[0])
 
     with gpusim(a100_farm(args.hosts, args.gpus, 0)) as sim:
-        from vgpuctl.vsphere.observe import observe
-        from vgpuctl.vsphere.session import open_session
-
         sim.set_perf(statistics_level=4)
         print(f"farm: {args.hosts} hosts x {args.gpus} GPUs; {load_note()}", flush=True)
         with open_session(settings(sim)) as session:

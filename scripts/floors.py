@@ -3,8 +3,11 @@
     python scripts/floors.py            # what breaks the floors: arrows back up, circles, modules on no floor
     python scripts/floors.py --write    # draw the floors into docs/architecture.md (between its markers)
 
-Every import counts: at module level, inside functions and under TYPE_CHECKING. tests/unit/test_layers.py runs
-the same checks and fails when the picture in docs/architecture.md is not the one drawn from the data.
+Every import counts: at module level, inside functions and under TYPE_CHECKING. An import inside a function is
+there to keep a module off a path that does not need it (a command's start, `--help`); one of a module that the
+importing module loads anyway when it is imported defers nothing, only hides the route, and is listed too.
+tests/unit/test_layers.py runs the same checks and fails when the picture in docs/architecture.md is not the one
+drawn from the data.
 """
 
 from __future__ import annotations
@@ -93,24 +96,32 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
 def imports_of(module: str, path: Path, modules: dict[str, Path]) -> Iterator[Arrow]:
     """Every import of a vgpuctl module in the file, at any depth (TYPE_CHECKING blocks and functions too)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = ["vgpuctl", *package.split(".")] if package else ["vgpuctl"]
-                anchor = anchor[: len(anchor) - node.level + 1]
-                base = ".".join([*anchor, base] if base else anchor)
-            names = [f"{base}.{a.name}" for a in node.names]
-        for name in names:
-            if name != "vgpuctl" and not name.startswith("vgpuctl."):
-                continue
-            target = _resolve(name.removeprefix("vgpuctl").lstrip("."), modules)
-            if target is not None and target != module:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for target in _targets(node, module, path, modules):
                 yield Arrow(module, target, node.lineno)
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str, path: Path, modules: dict[str, Path]) -> list[str]:
+    """The vgpuctl modules an import statement names (other than the importing module itself)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            anchor = ["vgpuctl", *package.split(".")] if package else ["vgpuctl"]
+            anchor = anchor[: len(anchor) - node.level + 1]
+            base = ".".join([*anchor, base] if base else anchor)
+        names = [f"{base}.{a.name}" for a in node.names]
+    out = []
+    for name in names:
+        if name != "vgpuctl" and not name.startswith("vgpuctl."):
+            continue
+        target = _resolve(name.removeprefix("vgpuctl").lstrip("."), modules)
+        if target is not None and target != module:
+            out.append(target)
+    return out
 
 
 def read_house(package: Path = PACKAGE, floors_file: Path = FLOORS_FILE) -> House:
@@ -214,8 +225,63 @@ def room_circles(house: House) -> list[list[str]]:
     return circles(graph)
 
 
+def _function_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements inside functions (methods and nested functions too)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for inner in node.body:
+                for sub in ast.walk(inner):
+                    if isinstance(sub, ast.Import | ast.ImportFrom):
+                        yield sub
+
+
+def _parents(module: str) -> list[str]:
+    """The packages Python runs before the module: "hosts.plan" -> "hosts", "__init__" (vgpuctl itself)."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)] + (["__init__"] if module != "__init__" else [])
+
+
+def loaded_with(house: House) -> dict[str, set[str]]:
+    """Per module, the vgpuctl modules that importing it always loads: its own top-level import statements (not
+    under an `if`, a `try` or TYPE_CHECKING), their packages, and so on down."""
+    direct: dict[str, set[str]] = {}
+    for module, path in house.modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        found = set(_parents(module))
+        for node in tree.body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                for target in _targets(node, module, path, house.modules):
+                    found |= {target, *_parents(target)}
+        direct[module] = {m for m in found if m in house.modules and m != module}
+    closed: dict[str, set[str]] = {}
+    for module in house.modules:
+        seen: set[str] = set()
+        todo = list(direct[module])
+        while todo:
+            current = todo.pop()
+            if current not in seen:
+                seen.add(current)
+                todo.extend(direct.get(current, ()))
+        closed[module] = seen - {module}
+    return closed
+
+
+def deferring_nothing(house: House) -> list[str]:
+    """Imports inside functions of a module that the importing module has loaded already when it is imported."""
+    loaded = loaded_with(house)
+    out = []
+    for module, path in house.modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in _function_imports(tree):
+            for target in _targets(node, module, path, house.modules):
+                if target in loaded[module]:
+                    out.append(f"{_file(house, module)}:{node.lineno}: imports {target} inside a function, but "
+                               f"importing {module} loads it already: import it at the top")
+    return out
+
+
 def problems(house: House) -> list[str]:
-    out = unplaced(house) + arrows_up(house)
+    out = unplaced(house) + arrows_up(house) + deferring_nothing(house)
     out += [f"modules in a circle: {' -> '.join(c)}" for c in module_circles(house)]
     out += [f"rooms in a circle: {' -> '.join(c)}" for c in room_circles(house)]
     return out
@@ -271,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print(f"{len(house.modules)} modules on {len(house.floors)} floors, {len(house.arrows)} imports; "
           f"{len(arrows_up(house))} back up, {len(module_circles(house))} module circles, "
-          f"{len(room_circles(house))} room circles", file=sys.stderr)
+          f"{len(room_circles(house))} room circles, {len(deferring_nothing(house))} imports in functions that defer "
+          "nothing", file=sys.stderr)
     return 1 if found else 0
 
 

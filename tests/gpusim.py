@@ -24,6 +24,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from vgpuctl.profiles import catalogue_path
+
 VCSIM_DIR = Path(__file__).resolve().parent / "vcsim"
 BINARY = VCSIM_DIR / "bin" / "gpusim"
 START_TIMEOUT_S = 120.0
@@ -87,8 +89,6 @@ def parse_export_line(line: str) -> dict[str, str]:
 
 def catalogue_args() -> list[str]:
     """`-catalogue PATH`: the catalogue file the vgpuctl package reads, so gpusim and the planner share it."""
-    from vgpuctl.profiles import catalogue_path
-
     return ["-catalogue", str(catalogue_path())]
 
 

@@ -23,6 +23,8 @@ import yaml
 from guestlib import ROOT, missing_tools
 
 from vgpuctl.cli.sim import parse_env_file
+from vgpuctl.guest.addresses import read_addresses
+from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
 pytestmark = pytest.mark.guests
 
@@ -75,9 +77,6 @@ def sim(tmp_path: Path) -> Iterator[Sim]:
 
 def reported_addresses(sim: Sim) -> dict[str, str | None]:
     """The demo VMs' guest addresses as vSphere reports them (what provision reads)."""
-    from vgpuctl.guest.addresses import read_addresses
-    from vgpuctl.vsphere.session import ConnectionSettings, open_session
-
     settings = ConnectionSettings(url=sim.env["VGPUCTL_URL"], username=sim.env["VGPUCTL_USERNAME"],
                                   password=sim.env["VGPUCTL_PASSWORD"], thumbprint=sim.env["VGPUCTL_THUMBPRINT"])
     with open_session(settings) as session:

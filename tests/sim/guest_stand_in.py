@@ -16,6 +16,9 @@ import sys
 import urllib.request
 from typing import Any
 
+from vgpuctl.domain import Outcome
+from vgpuctl.model import GuestDriverOutcome
+
 
 def _control(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
     context = ssl.create_default_context()
@@ -28,9 +31,6 @@ def _control(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
 
 
 def deploy_drivers(inv: Any, addresses: dict[str, str | None], moves: Any, state: Any = None) -> list[Any]:
-    from vgpuctl.domain import Outcome
-    from vgpuctl.model import GuestDriverOutcome
-
     managers = {h: s["running"] for h, s in _control("GET", "/software")["hosts"].items()}
     out = []
     for m in moves:

@@ -11,11 +11,11 @@ from pyVim.connect import Disconnect
 from pyVmomi import vim
 
 from vgpuctl.errors import PlanError
-from vgpuctl.inventory import load_inventory_text
-from vgpuctl.model import Op
+from vgpuctl.inventory import load_inventory, load_inventory_text
+from vgpuctl.model import CloneSpec, DeviceChange, FieldChange, HostChange, Op, Plan, VmChange
 from vgpuctl.planner import make_plan
 from vgpuctl.vms.apply import apply_plan
-from vgpuctl.vsphere.observe import observe
+from vgpuctl.vsphere.observe import observe, set_nvlink_sets
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
 pytestmark = pytest.mark.sim
@@ -338,8 +338,6 @@ def _wait_power(direct: Direct, name: str, state: str) -> None:
 
 
 def test_nvlink_device_group_is_attached_in_one_request(sim, direct) -> None:
-    from vgpuctl.model import CloneSpec, DeviceChange, FieldChange, Plan, VmChange
-
     with open_session(settings(sim)) as session:
         observed = observe(session)
         host = sorted(observed.hosts)[0]
@@ -364,8 +362,6 @@ def test_nvlink_device_group_is_attached_in_one_request(sim, direct) -> None:
 
 
 def test_vms_waiting_for_host_changes(sim, direct) -> None:
-    from vgpuctl.model import HostChange
-
     inv = load_inventory_text(
         HEADER
         + "\n  - name: web-01\n    vgpus: {profile: grid_a100-10c, count: 1}\n"
@@ -439,9 +435,6 @@ def _wait_task(task) -> None:
 def test_example_inventory_applies_and_converges(gpusim_factory) -> None:
     """inventory.example.yaml on the demo farm; NVLink sets come from the simulator (as the ESXi shell would)."""
     from pathlib import Path
-
-    from vgpuctl.inventory import load_inventory
-    from vgpuctl.vsphere.observe import set_nvlink_sets
 
     sim = gpusim_factory()
     inv = load_inventory(Path(__file__).resolve().parents[2] / "inventory.example.yaml")

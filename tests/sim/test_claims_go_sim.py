@@ -20,6 +20,7 @@ from pyVim.task import WaitForTask
 from pyVmomi import vim, vmodl
 from vimfind import find_object
 
+from vgpuctl.vsphere.claims import VmClaims
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
 pytestmark = pytest.mark.sim
@@ -107,8 +108,6 @@ def test_destroying_a_running_vm_leaves_no_claim(sim: Any, si: Any, tmp_path: Pa
 
 
 def test_a_claim_whose_vm_was_destroyed_underneath_is_removed_on_release(sim: Any, si: Any) -> None:
-    from vgpuctl.vsphere.claims import VmClaims
-
     vm = find_object(si, "web-01")
     settings = ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
     with open_session(settings) as session:

@@ -22,6 +22,7 @@ import pytest
 from planout import refused
 from typer.testing import CliRunner
 
+from vgpuctl.cli import sim as sim_cli
 from vgpuctl.cli.main import app
 
 pytestmark = pytest.mark.sim
@@ -369,8 +370,6 @@ def test_running_vm_under_power_keep(env: dict[str, str], sim: Any, tmp_path: Pa
 
 def test_sim_up_env_down(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`vgpuctl sim up` runs gpusim detached; its env works for other commands; `sim down` stops it."""
-    from vgpuctl.cli import sim as sim_cli
-
     monkeypatch.setenv("VGPUCTL_STATE_DIR", str(tmp_path / "state"))
     for name in list(os.environ):
         if name.startswith(("VGPUCTL_", "GOVC_")) and name != "VGPUCTL_STATE_DIR":

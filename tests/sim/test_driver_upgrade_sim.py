@@ -30,6 +30,7 @@ from pyVim.connect import Disconnect
 from pyVim.task import WaitForTask
 from pyVmomi import vim
 
+from vgpuctl.preflight.privileges import OPERATIONS
 from vgpuctl.releases import Fit, pair
 
 pytestmark = pytest.mark.sim
@@ -368,8 +369,6 @@ VLCM = ["VcIntegrity.lifecycleSoftwareSpecification.Write", "VcIntegrity.lifecyc
 
 
 def _all_but_vlcm() -> list[str]:
-    from vgpuctl.preflight.privileges import OPERATIONS
-
     return sorted({p for op in OPERATIONS for p in op.privileges} - set(VLCM))
 
 

@@ -24,8 +24,10 @@ from vgpuctl.experiment.report import build_report, render_markdown
 from vgpuctl.experiment.runner import VsphereFarm, restore, run_experiment
 from vgpuctl.experiment.schema import checked_variants, load_experiment
 from vgpuctl.experiment.store import BASE, ResultsDir
+from vgpuctl.experiment.workload import GuestRun
 from vgpuctl.hosts.facts import open_shell, shell_runner
 from vgpuctl.inventory import load_inventory
+from vgpuctl.profiles import parse_profile
 
 pytestmark = pytest.mark.sim
 
@@ -221,9 +223,6 @@ class StandInGuests(VsphereFarm):
         return {vm: "192.0.2.10" for vm in vms}
 
     def run_workload(self, inventory: Any, addresses: Any, vms: list[str], workload: Any) -> Any:
-        from vgpuctl.experiment.workload import GuestRun
-        from vgpuctl.profiles import parse_profile
-
         links_up = all(g.nvlink_active > 0 for g in gpu_states(shell_facts()).values())
         run = GuestRun()
         for vm in vms:

@@ -17,6 +17,8 @@ from typer.testing import CliRunner
 from vimfind import find_object
 
 from vgpuctl.cli.main import app
+from vgpuctl.esxi.ssh import EsxiShell, SshSettings
+from vgpuctl.hosts.facts import load_host_map
 
 pytestmark = pytest.mark.sim
 
@@ -167,9 +169,6 @@ def test_a_pending_mig_switch_is_exported_as_pending(sim: Any, env: dict[str, st
     until the host reboots; export reads that over SSH, writes the pending mode and says so, and plan shows
     exactly the reboot that completes it."""
     from gpusim import ssh_host_map_path, ssh_known_hosts
-
-    from vgpuctl.esxi.ssh import EsxiShell, SshSettings
-    from vgpuctl.hosts.facts import load_host_map
 
     settings = SshSettings(known_hosts=ssh_known_hosts(sim), password=sim.password, use_agent=False)
     with EsxiShell(load_host_map(str(ssh_host_map_path(sim)))[A2], settings) as sh:

@@ -29,6 +29,7 @@ from typer.testing import CliRunner
 
 from vgpuctl import pipeline
 from vgpuctl.cli.main import app
+from vgpuctl.planfile import content_digest
 from vgpuctl.records.work import WORK_FIELD
 from vgpuctl.vsphere.claims import CLAIM_FOLDER, VmClaim
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
@@ -500,8 +501,6 @@ def test_the_fleets_status_page_in_a_browser(pair: tuple[Any, Any], tmp_path: Pa
 def test_a_consistent_forgery_of_a_fleet_plan_is_refused(pair: tuple[Any, Any], tmp_path: Path, forged: str) -> None:
     """Someone edits the plan section of a fleet's plan file and makes the digest match again: apply makes every
     vCenter's plan again and refuses, before any change anywhere, unless it is the saved section."""
-    from vgpuctl.planfile import content_digest
-
     east, west = pair
     plan_file = tmp_path / "fleet.plan"
     saved = vgpuctl(pair, tmp_path, "plan", "-f", "INV", "--vm", "train-01", "--out", str(plan_file))

@@ -19,6 +19,7 @@ from vimfind import find_object
 from workstore import vcenter_record
 
 from vgpuctl import pipeline
+from vgpuctl.cli.main import app
 from vgpuctl.domain import ChangeKind, Outcome
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.pipeline import RunOptions
@@ -98,8 +99,6 @@ def _env(sim: Any, tmp_path: Path) -> dict[str, str]:
 
 
 def _vgpuctl(sim: Any, tmp_path: Path, *args: str) -> Any:
-    from vgpuctl.cli.main import app
-
     return CliRunner().invoke(app, list(args), env=_env(sim, tmp_path))
 
 

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from vgpuctl.cli.main import app
+
 pytestmark = pytest.mark.sim
 
 H1, H2 = "esx-01.gpu.sim", "esx-02.gpu.sim"
@@ -30,8 +32,6 @@ FARM = {
 
 
 def _run(sim: Any, tmp_path: Path, inventory: str, *args: str, ssh: bool = True) -> Any:
-    from vgpuctl.cli.main import app
-
     env = sim.vgpuctl_env(tmp_path / "state") | {"VGPUCTL_ESXI_KEY_FILE": "", "SSH_AUTH_SOCK": ""}  # no agent either
     if not ssh:
         env |= {"VGPUCTL_ESXI_HOSTS": "", "VGPUCTL_ESXI_PASSWORD": ""}

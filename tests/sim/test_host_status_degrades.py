@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from vgpuctl.cli.main import app
+
 pytestmark = pytest.mark.sim
 
 H1, H2, H3 = "esx-01.gpu.sim", "esx-02.gpu.sim", "esx-03.gpu.sim"
@@ -27,8 +29,6 @@ FARM = {
 
 
 def test_status_shows_hosts_that_cannot_answer_with_a_warning(gpusim_factory: Callable[..., Any]) -> None:
-    from vgpuctl.cli.main import app
-
     sim = gpusim_factory(FARM)
     for method in ("QueryConfiguredModuleOptionString", "QueryModules"):
         sim.arm_fault(H2, method, "NotSupported", count=100)  # a host's faults cover its managers
@@ -61,8 +61,6 @@ def test_status_shows_hosts_that_cannot_answer_with_a_warning(gpusim_factory: Ca
 
 
 def test_status_exits_0_also_when_no_host_could_say(gpusim_factory: Callable[..., Any]) -> None:
-    from vgpuctl.cli.main import app
-
     sim = gpusim_factory(FARM)
     for host in (H1, H2, H3):
         sim.arm_fault(host, "QueryConfiguredModuleOptionString", "NoPermission", count=100)

@@ -24,12 +24,21 @@ from vimfind import find_object
 from workstore import vcenter_record
 
 from vgpuctl import pipeline
+from vgpuctl.cli import host as host_cli
+from vgpuctl.cli.common import GlobalOptions, report_error
+from vgpuctl.cli.main import app
 from vgpuctl.domain import ChangeKind, Outcome
 from vgpuctl.errors import SshError, SshHostKeyError
+from vgpuctl.export import export_inventory
+from vgpuctl.hosts.apply import pending_changes
 from vgpuctl.hosts.facts import open_shell, shell_runner
+from vgpuctl.hosts.status import collect_host_facts
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import Plan
 from vgpuctl.pipeline import RunOptions
+from vgpuctl.reports.explain import explain_host
+from vgpuctl.reports.host import host_status
+from vgpuctl.reports.plan import render_plan_text
 from vgpuctl.settings.base import HostPlan
 from vgpuctl.settings.ecc import ECC
 from vgpuctl.settings.facts import nvlink_peers
@@ -275,9 +284,6 @@ def test_nvlink_off_and_on_keeps_other_module_options(farm: Farm, si: Any) -> No
 
 
 def test_ecc_off_on_one_gpu_reboots_the_host_and_then_plans_no_change(farm: Farm, si: Any) -> None:
-    from vgpuctl.export import export_inventory
-    from vgpuctl.reports.explain import explain_host
-
     entry = f"  - name: {H3}\n    gpus: [{{select: all, ecc: 'on'}}, {{select: '{GPU0}', ecc: 'off'}}]\n"
     steps = Steps()
     plan, result = farm.apply(entry, steps)
@@ -475,9 +481,6 @@ def _cli(farm: Farm, args: list[str], monkeypatch: pytest.MonkeyPatch) -> Any:
     """`vgpuctl -o ... host ARGS` in-process, with the host commands under a root like main.py's."""
     from typer.testing import CliRunner
 
-    from vgpuctl.cli import host as host_cli
-    from vgpuctl.cli.common import GlobalOptions, report_error
-
     monkeypatch.setenv("VGPUCTL_PASSWORD", farm.sim.password)
     monkeypatch.setenv("VGPUCTL_STATE_DIR", str(farm.state_dir))
     root = typer.Typer()
@@ -533,8 +536,6 @@ def test_cli_host_errors_are_one_line(farm: Farm, monkeypatch: pytest.MonkeyPatc
 
 
 def test_mig_backed_vm_waits_for_the_host_switch(farm: Farm, si: Any) -> None:
-    from vgpuctl.hosts.apply import pending_changes
-
     inv = farm.inventory(
         f"  - name: {H2}\n    gpus: [{{select: all, mode: mig}}]\n"
         "vms:\n  - name: mig-01\n    vgpus: {profile: grid_a100-3-20c}\n    power: restart\n"
@@ -561,9 +562,6 @@ def test_mig_backed_vm_waits_for_the_host_switch(farm: Farm, si: Any) -> None:
 
 
 def test_status_rows_per_gpu(farm: Farm) -> None:
-    from vgpuctl.hosts.status import collect_host_facts
-    from vgpuctl.reports.host import host_status
-
     farm.sim.request("POST", "/ssh/faults", {"host": H3, "kind": "refuse"})
     with open_session(farm.settings) as session:
         observed = observe(session)
@@ -633,8 +631,6 @@ def test_max_unavailable_changes_hosts_at_the_same_time(farm: Farm) -> None:
 
 
 def test_plan_and_apply_with_hosts_first_converges(farm: Farm, si: Any) -> None:
-    from vgpuctl.reports.plan import render_plan_text
-
     inv = farm.inventory(
         f"  - name: {H2}\n    gpus: [{{select: all, mode: mig}}]\n    scheduler: equal-share\n"
         "vms:\n  - name: mig-01\n    vgpus: {profile: grid_a100-3-20c}\n    power: restart\n"
@@ -708,8 +704,6 @@ def test_trust_on_first_use_records_the_key_and_says_so(
 def test_cli_plan_and_apply_run_host_changes_first(farm: Farm, si: Any, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from vgpuctl.cli.main import app
-
     env = {
         "VGPUCTL_URL": farm.sim.url,
         "VGPUCTL_USERNAME": farm.sim.username,
@@ -747,8 +741,6 @@ def test_cli_plan_and_apply_run_host_changes_first(farm: Farm, si: Any, tmp_path
 
 def test_cli_apply_reports_a_failed_host_and_keep_going(farm: Farm, tmp_path: Path) -> None:
     from typer.testing import CliRunner
-
-    from vgpuctl.cli.main import app
 
     env = {
         "VGPUCTL_URL": farm.sim.url,

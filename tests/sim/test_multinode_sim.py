@@ -18,6 +18,12 @@ from pyVmomi import vim
 from typer.testing import CliRunner
 
 from vgpuctl.cli.main import app
+from vgpuctl.inventory import load_inventory
+from vgpuctl.planner import make_plan
+from vgpuctl.vms.apply import apply_plan
+from vgpuctl.vsphere import observe as observe_mod
+from vgpuctl.vsphere.observe import observe
+from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
 pytestmark = pytest.mark.sim
 
@@ -234,10 +240,6 @@ def test_the_lean_reader_sees_networks_nics_and_adapters_as_pyvmomi_does(sim: An
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """After the pair and a PVRDMA VM are applied: port groups, host NICs (SR-IOV, passthrough, NUMA, root
     bridges), GPU placement and VM adapters read through the lean XML reader equal pyVmomi's own reading."""
-    from vgpuctl.vsphere import observe as observe_mod
-    from vgpuctl.vsphere.observe import observe
-    from vgpuctl.vsphere.session import ConnectionSettings, open_session
-
     more = PAIR + "    gpudirect_rdma: false\n  - name: rdma-01\n    template: ubuntu-22.04-ml\n" \
         "    host: esx-01.gpu.sim\n    network: [{type: pvrdma, portgroup: roce-fabric, protocol: rocev1}, " \
         "{type: passthrough, device: vmnic5}]\n"
@@ -267,12 +269,6 @@ def test_the_lean_reader_sees_networks_nics_and_adapters_as_pyvmomi_does(sim: An
 
 def test_an_adapter_added_behind_the_plans_back_is_drift(sim: Any, env: dict[str, str], tmp_path: Path) -> None:
     from pyVim.task import WaitForTask
-
-    from vgpuctl.inventory import load_inventory
-    from vgpuctl.planner import make_plan
-    from vgpuctl.vms.apply import apply_plan
-    from vgpuctl.vsphere.observe import observe
-    from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
     base = "  - name: solo\n    template: ubuntu-22.04-ml\n    host: esx-01.gpu.sim\n    power: off\n"
     assert vgpuctl(env, "apply", "-f", str(inventory(tmp_path, base)), "--yes").exit_code == 0

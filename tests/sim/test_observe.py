@@ -10,8 +10,9 @@ from pyVim.task import WaitForTask
 from pyVmomi import vim
 
 from vgpuctl.errors import NotFound
+from vgpuctl.farm.state import nvlink_hosts_for
 from vgpuctl.vsphere import observe as observe_mod
-from vgpuctl.vsphere import readlist
+from vgpuctl.vsphere import rawread, readlist
 from vgpuctl.vsphere.observe import observe
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
@@ -196,8 +197,6 @@ def test_paging_is_followed(sim, monkeypatch) -> None:
 def test_lean_pages_asked_for_early_read_as_one_page(sim, monkeypatch) -> None:
     """Pages of 2 objects, each asked for as soon as the page before names its token (before that page is read
     to its end): the same farm as one page. The hosts' read and the VMs' go out together, and are read in turn."""
-    from vgpuctl.vsphere import rawread
-
     whole = read(sim).to_dict()
     events: list[str] = []
     real = rawread.SentRequest
@@ -431,8 +430,6 @@ def test_nvlink_sets_disappear_when_nvlink_is_disabled(gpusim_factory) -> None:
 
 
 def test_nvlink_sets_can_follow_a_plain_observe(sim) -> None:
-    from vgpuctl.farm.state import nvlink_hosts_for
-
     inventory = SimpleNamespace(vms=[SimpleNamespace(name="train-01", host=None, cluster="A100", nvlink="required")])
     with open_session(settings(sim)) as session:
         observed = observe(session)

@@ -17,6 +17,7 @@ from pyVmomi import vim
 from typer.testing import CliRunner
 
 from vgpuctl.cli.main import app
+from vgpuctl.planfile import content_digest
 
 pytestmark = pytest.mark.sim
 
@@ -197,8 +198,6 @@ def test_a_consistent_forgery_that_hides_a_destroy_is_refused(sim: Any, tmp_path
     """The digests are plain hashes: someone takes the destroy out of the plan section and makes the digest match
     again. Apply makes the plan again from the saved inventory, and refuses it unless it is the saved section:
     the VM stays."""
-    from vgpuctl.planfile import content_digest
-
     inv = tmp_path / "inv.yaml"
     inv.write_text(INVENTORY.replace("PROFILE", "grid_a100-20c") + "  - name: other-01\n    state: absent\n"
                    + "allow_destroy: true\n")  # fmt: skip

@@ -12,7 +12,10 @@ from urllib.parse import urlsplit
 import pytest
 from pyVim.connect import Disconnect
 
-from vgpuctl.errors import AuthenticationError, ConnectionFailure, TlsError
+from vgpuctl.cli.main import app
+from vgpuctl.errors import AuthenticationError, ConnectionFailure, TlsError, VsphereFault
+from vgpuctl.vsphere import hostaccess, rawread
+from vgpuctl.vsphere.observe import observe
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
 pytestmark = pytest.mark.sim
@@ -132,8 +135,6 @@ def test_session_that_cannot_be_renewed_fails_clearly(sim) -> None:
 
 
 def test_observe_after_expiry_logs_in_again(sim) -> None:
-    from vgpuctl.vsphere.observe import observe
-
     admin = sim.connect()
     try:
         with open_session(settings(sim, insecure=True)) as session:
@@ -149,8 +150,6 @@ def test_observe_after_expiry_logs_in_again(sim) -> None:
 def test_lean_reader_raises_server_faults(sim) -> None:
     from pyVmomi import vim, vmodl
 
-    from vgpuctl.vsphere import rawread
-
     with open_session(settings(sim, insecure=True)) as session:
         content = session.content
         view = content.viewManager.CreateContainerView(content.rootFolder, [vim.VirtualMachine], True)
@@ -165,8 +164,6 @@ def test_reads_sent_together_leave_no_unread_answer_behind_a_fault(sim, monkeypa
     """Two paged reads whose first requests go out together: the first one's fault is raised, the second one's
     answer, never read, has its connection closed (not pooled), and the session reads on."""
     from pyVmomi import vim, vmodl
-
-    from vgpuctl.vsphere import rawread
 
     sent: list[rawread.SentRequest] = []
     abandoned: list[rawread.SentRequest] = []
@@ -200,8 +197,6 @@ def test_reads_sent_together_leave_no_unread_answer_behind_a_fault(sim, monkeypa
 
 def test_observe_survives_expiry_between_view_and_read(sim, monkeypatch) -> None:
     from pyVmomi import vim
-
-    from vgpuctl.vsphere.observe import observe
 
     admin = sim.connect()
     try:
@@ -267,8 +262,6 @@ def test_a_vcenter_that_never_answers_fails_after_the_timeout(silent_listener) -
 def test_the_cli_timeout_bounds_the_wait(silent_listener, how: str) -> None:
     from typer.testing import CliRunner
 
-    from vgpuctl.cli.main import app
-
     url, _ = silent_listener
     env = {"VGPUCTL_URL": url, "VGPUCTL_USERNAME": "u", "VGPUCTL_PASSWORD": "p", "VGPUCTL_INSECURE": "1"}
     args = ["status"]
@@ -287,9 +280,6 @@ def test_the_cli_timeout_bounds_the_wait(silent_listener, how: str) -> None:
 def test_privilege_requests_go_out_together_and_a_fault_leaves_no_unread_answer(sim, monkeypatch) -> None:
     """has_privileges sends its requests together and reads them in turn: both answered; with the first one's
     fault raised (typed), the second one's connection is closed unread, and the session asks on."""
-    from vgpuctl.errors import VsphereFault
-    from vgpuctl.vsphere import hostaccess, rawread
-
     sent: list[object] = []
     abandoned: list[object] = []
     real_init, real_abandon = rawread.SentRequest.__init__, rawread.SentRequest.abandon

@@ -17,8 +17,10 @@ from typer.testing import CliRunner
 
 from vgpuctl import pipeline
 from vgpuctl.cli.main import app
+from vgpuctl.hosts.sshservice import SshServiceRun, start_for_run
+from vgpuctl.hosts.targets import specs_by_host
 from vgpuctl.inventory import load_inventory_text
-from vgpuctl.vsphere.session import ConnectionSettings
+from vgpuctl.vsphere.session import ConnectionSettings, open_session
 
 pytestmark = pytest.mark.sim
 
@@ -101,10 +103,6 @@ def test_plan_leaves_the_ssh_service_a_running_apply_uses_alone(sim: Gpusim, env
 @contextmanager
 def _started_by_a_live_run(sim: Gpusim) -> Any:
     """A run (this process) that started the hosts' SSH services for its apply and holds their leases."""
-    from vgpuctl.hosts.sshservice import SshServiceRun, start_for_run
-    from vgpuctl.hosts.targets import specs_by_host
-    from vgpuctl.vsphere.session import open_session
-
     inventory = load_inventory_text(INVENTORY, "inv.yaml")
     settings = ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)
     with open_session(settings) as session:

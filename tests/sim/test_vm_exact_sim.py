@@ -25,6 +25,7 @@ from vimfind import find_object
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.planner import make_plan
 from vgpuctl.vms.apply import apply_plan
+from vgpuctl.vsphere.claims import VmClaims
 from vgpuctl.vsphere.observe import observe
 from vgpuctl.vsphere.session import ConnectionSettings, open_session
 from vgpuctl.vsphere.workrecord import WAIT_POLL_S
@@ -248,8 +249,6 @@ def test_a_claim_taken_after_waiting_names_the_run_that_let_go_meanwhile(sim: An
     """A run that finds the VM's lock folder still undescribed waits for its creator; when that run describes it,
     changes the VM and lets go meanwhile, the claim taken afterwards knows it as the run that changed the VM last
     (read once the folder is its own, not before it waited)."""
-    from vgpuctl.vsphere.claims import VmClaims
-
     vm = find_object(si, "web-01")
     folder = si.content.rootFolder.CreateFolder(f"vgpuctl-claim-{vm._moId}")  # created, not yet described
     with open_session(settings(sim)) as session:

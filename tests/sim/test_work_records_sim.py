@@ -19,6 +19,11 @@ from pyVim.task import WaitForTask
 from pyVmomi import vim
 from vimfind import find_object
 
+from vgpuctl.cli import common
+from vgpuctl.cli.main import app
+from vgpuctl.vsphere.session import ConnectionSettings, open_session
+from vgpuctl.vsphere.workrecord import Fields, Lease
+
 pytestmark = pytest.mark.sim
 
 H1, H2 = "esx-01.gpu.sim", "esx-02.gpu.sim"
@@ -139,10 +144,6 @@ def _forget_while_another_run_acts(sim: Any, monkeypatch: pytest.MonkeyPatch, ac
     """`host forget-work H2` (asking), where another run acts on the host while the prompt waits."""
     from typer.testing import CliRunner
 
-    from vgpuctl.cli import common
-    from vgpuctl.cli.main import app
-    from vgpuctl.vsphere.session import ConnectionSettings, open_session
-
     for key in [k for k in os.environ if k.startswith(("VGPUCTL_", "GOVC_"))]:
         monkeypatch.delenv(key)
     for key, value in sim.vgpuctl_env(esxi=False).items():
@@ -160,8 +161,6 @@ def _forget_while_another_run_acts(sim: Any, monkeypatch: pytest.MonkeyPatch, ac
 def test_forget_work_takes_the_lease_for_the_clear_not_only_before_its_prompt(
     sim: Any, si: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from vgpuctl.vsphere.workrecord import Fields, Lease
-
     record = json.dumps({"run": "dead0run", "phase": "reboot", "entered_maintenance": True, "steps": ["reboot"]})
     _set_work(si, H2, record)
     taken: list[Lease] = []

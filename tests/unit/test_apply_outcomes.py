@@ -15,7 +15,9 @@ from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
     ApplyResult,
     CloneSpec,
+    HostApplyResult,
     HostChange,
+    HostOutcome,
     Observed,
     ObservedGpu,
     ObservedHost,
@@ -25,7 +27,7 @@ from vgpuctl.model import (
     VmChange,
     VmOutcome,
 )
-from vgpuctl.reports.apply import left_lines, summarize, summary_line
+from vgpuctl.reports.apply import apply_report, left_lines, render_apply_summary, summarize, summary_line
 
 pytestmark = pytest.mark.unit
 
@@ -69,8 +71,6 @@ def test_replan_leaves_out_only_the_vm_that_fails() -> None:
 
 
 def test_problems_are_told_apart_by_the_vm_they_name_never_by_their_text() -> None:
-    from vgpuctl.model import Problem
-
     the_plan = Plan(problems=[Problem("x", vm="a"), Problem("host h: down"), Problem("y: z", vm="b"),
                               Problem("vm c: looks like a VM's")])
     assert pipeline.vm_problems(the_plan) == {"a": ["x"], "b": ["y: z"]}
@@ -157,9 +157,6 @@ def test_left_lines_say_how_to_continue() -> None:
 
 
 def test_one_vocabulary_and_long_lists_cut_unless_verbose() -> None:
-    from vgpuctl.model import HostApplyResult, HostOutcome, Plan
-    from vgpuctl.reports.apply import apply_report, render_apply_summary
-
     vms = [VmOutcome(f"vm-{i:04d}", Outcome.CHANGED, ["reconfigure"]) for i in range(30)]
     vms += [VmOutcome(f"vm-{i:04d}", Outcome.NOT_STARTED, left=["reconfigure"]) for i in range(30, 920)]
     hosts = HostApplyResult([HostOutcome("esx-01", Outcome.CHANGED, ["reboot"]),

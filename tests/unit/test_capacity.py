@@ -31,7 +31,7 @@ from vgpuctl.capacity.kinds import (
     in_mode,
     patterns_complete,
 )
-from vgpuctl.capacity.layout import greedy, verify
+from vgpuctl.capacity.layout import HostLayout, greedy, verify
 from vgpuctl.capacity.problem import build_problem
 from vgpuctl.capacity.synthetic import RunningVm, SynthHost, make_farm
 from vgpuctl.cli.main import app
@@ -433,8 +433,6 @@ def test_greedy_switches_only_idle_gpus_and_only_when_a_vm_needs_it() -> None:
 
 
 def test_verify_drops_what_the_planner_refuses_and_the_changes_no_vm_uses() -> None:
-    from vgpuctl.capacity.layout import HostLayout
-
     farm = make_farm([SynthHost("esx-01", gpus=2, nvlink="none", policy="consolidation",
                                 running=[RunningVm("busy", ["grid_a100-10c"], [0])])])
     problem = build_problem(farm, demand(item("m", 3, "grid_a100-3-20c"), allow=("mig",)))
@@ -625,8 +623,6 @@ def test_fragment_writes_names_as_values_never_as_structure() -> None:
 def test_greedy_hint_satisfies_the_model() -> None:
     """The solver starts from the greedy layout: fixed to it, the model must stay feasible (a hint that breaks
     a constraint, e.g. the order of identical hosts, would be dropped silently)."""
-    from vgpuctl.capacity import cpsat
-
     hosts = [SynthHost(f"esx-{i:02d}", board="a100" if i % 2 else "h100", gpus=8, nvlink="all",
                        policy="consolidation" if i % 3 == 0 else "performance") for i in range(6)]
     farm = make_farm(hosts)
@@ -733,8 +729,6 @@ def test_without_a_proof_the_parallel_search_goes_on_from_the_first_steps_answer
 )
 def test_the_search_gets_what_the_budget_leaves(limit: float, deadline: float | None, now: float,
                                                 search: float) -> None:
-    from vgpuctl.capacity import cpsat
-
     assert cpsat.search_time(limit, deadline, now) == pytest.approx(search)
 
 
@@ -751,8 +745,6 @@ def test_the_answer_counts_its_budget_from_the_start_it_is_given() -> None:
 
 
 def test_a_cloned_gpu_is_a_deep_copy() -> None:
-    from vgpuctl.farm.placement import add_vgpu, clone_gpu
-
     gpu = Gpu("0000:3b:00.0", "a100", 40, MIG, vgpus=["grid_a100-3-20c"])
     copy = clone_gpu(gpu)
     assert copy == gpu and copy is not gpu

@@ -16,6 +16,9 @@ import jsonschema
 import pytest
 import yaml
 
+from vgpuctl.esxi.parsers import parse_nvlink_status
+from vgpuctl.profiles import BOARDS, catalogue_digest, catalogue_path, load_catalogue
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -234,8 +237,6 @@ def test_the_wheel_carries_the_catalogue() -> None:
 def test_gpusim_default_path_is_the_file_the_package_reads() -> None:
     """gpusim (Go) looks for ../../vgpuctl/data/vgpu-catalogue.yaml from tests/vcsim when -catalogue is absent,
     and vgpuctl reads its package data: both must be this one file."""
-    from vgpuctl.profiles import catalogue_digest, catalogue_path, load_catalogue
-
     gpusim_default = (ROOT / "tests" / "vcsim" / ".." / ".." / "vgpuctl" / "data" / "vgpu-catalogue.yaml").resolve()
     assert gpusim_default == CATALOGUE.resolve()
     assert catalogue_digest(gpusim_default) == catalogue_digest(catalogue_path())
@@ -283,9 +284,6 @@ def test_uvm_turns_nvlink_p2p_off_only_on_a100_boards(data: dict[str, Any]) -> N
 
 def test_nvlink_counts_match_a_real_listing() -> None:
     """Every board lists at least the links it wires, and the H100 PCIe's counts are a real bridged host's."""
-    from vgpuctl.esxi.parsers import parse_nvlink_status
-    from vgpuctl.profiles import BOARDS
-
     for b in BOARDS.values():
         assert (b.nvlink_links is None) == (b.nvlink_listed is None), b.model
         assert b.nvlink_links is None or b.nvlink_listed >= b.nvlink_links, b.model  # type: ignore[operator]

@@ -21,6 +21,7 @@ from vgpuctl.hosts.targets import HostTarget
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import (
     HOST_TARGET,
+    ApplyResult,
     CloneSpec,
     FieldChange,
     HostApplyResult,
@@ -214,7 +215,6 @@ def test_the_summary_says_what_the_window_left_and_why() -> None:
         HostOutcome("h2", Outcome.NOT_STARTED, message="2 host(s) failed", stopped_by=StopReason.MAX_FAILURES),
         HostOutcome("h3", Outcome.NOT_STARTED, message="the deadline passed", stopped_by=StopReason.DEADLINE),
     ])  # fmt: skip
-    from vgpuctl.model import ApplyResult
 
     vms = ApplyResult([VmOutcome("v1", Outcome.CHANGED),
                        VmOutcome("v2", Outcome.NOT_STARTED, stopped_by=StopReason.DEADLINE)])  # fmt: skip

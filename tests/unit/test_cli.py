@@ -18,19 +18,35 @@ import kinds
 import pytest
 from typer.testing import CliRunner
 
-from vgpuctl import pipeline
+from vgpuctl import __version__, pipeline
 from vgpuctl.cli import common, sim
 from vgpuctl.cli import plan as plan_cli
 from vgpuctl.cli import vm as vm_cli
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.display import ApplyDisplay
 from vgpuctl.cli.main import app
+from vgpuctl.cli.sim import with_esxi_env
+from vgpuctl.domain import Phase
 from vgpuctl.errors import UsageError, VgpuctlError
-from vgpuctl.inventory import load_inventory_text
-from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedProfile, ObservedVgpu, ObservedVm, Plan
+from vgpuctl.inventory import load_inventory, load_inventory_text
+from vgpuctl.model import (
+    ApplyResult,
+    HostChange,
+    Observed,
+    ObservedGpu,
+    ObservedHost,
+    ObservedProfile,
+    ObservedVgpu,
+    ObservedVm,
+    Plan,
+    VmChange,
+    VmOutcome,
+)
+from vgpuctl.pipeline import RunOptions
 from vgpuctl.reports.profiles import host_profiles
 from vgpuctl.reports.sim import SimEnvReport
 from vgpuctl.reports.status import status_report
+from vgpuctl.vms import apply
 
 pytestmark = pytest.mark.unit
 
@@ -269,8 +285,6 @@ def test_ctrl_c_exits_130(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> No
 
 
 def test_version() -> None:
-    from vgpuctl import __version__
-
     result = invoke("--version")
     assert result.exit_code == 0 and result.stdout.strip() == f"vgpuctl {__version__}"
 
@@ -388,8 +402,6 @@ def test_secure_by_default_no_warning() -> None:
 
 
 def test_inventory_fills_what_flags_leave_unset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from vgpuctl.inventory import load_inventory
-
     thumb = ":".join(["AB"] * 32)
     text = GOOD.replace(
         "  datacenter: DC0\n",
@@ -577,11 +589,6 @@ def test_progress_prints_one_line_per_step_change() -> None:
 
 def test_ctrl_c_during_apply_stops_new_work_and_waits(monkeypatch: pytest.MonkeyPatch) -> None:
     """KeyboardInterrupt in the main thread sets the cancel flag; the running apply finishes; we report it."""
-    from vgpuctl.inventory import load_inventory_text
-    from vgpuctl.model import Plan, VmChange
-    from vgpuctl.pipeline import RunOptions
-    from vgpuctl.vms import apply
-
     seen: dict[str, object] = {}
 
     def fake_apply(session, the_plan, observed, *, parallel, progress, cancel, **_timing):
@@ -611,10 +618,6 @@ def test_ctrl_c_during_apply_stops_new_work_and_waits(monkeypatch: pytest.Monkey
 
 
 def test_failed_vms_make_apply_exit_1_naming_them() -> None:
-    from vgpuctl.errors import VgpuctlError
-    from vgpuctl.inventory import load_inventory_text
-    from vgpuctl.model import ApplyResult, Plan, VmOutcome
-
     result = ApplyResult(
         vms=[VmOutcome("a", "changed"), VmOutcome("b", "failed", fault_type="InvalidState", message="no")]
     )
@@ -655,9 +658,6 @@ def test_disruptive_plans_ask_for_the_word_yes(monkeypatch: pytest.MonkeyPatch, 
 
 
 def test_which_plans_need_the_word(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vgpuctl.domain import Phase
-    from vgpuctl.model import HostChange, VmChange
-
     asked: list[bool] = []
     monkeypatch.setattr(common, "confirm", lambda question, action="apply", word=False: asked.append(word))
     inventory = load_inventory_text("apiVersion: vgpuctl/v1\n")
@@ -719,8 +719,6 @@ def test_sim_env_file_round_trip() -> None:
 
 
 def test_sim_env_points_host_commands_at_the_simulators_shells() -> None:
-    from vgpuctl.cli.sim import with_esxi_env
-
     gpusim = {
         "VGPUCTL_PASSWORD": "pass",
         "GPUSIM_SSH_USER": "root",

@@ -17,7 +17,7 @@ import typer.main
 from typer.testing import CliRunner
 
 from vgpuctl import trace
-from vgpuctl.cli.main import app
+from vgpuctl.cli.main import app, app_for
 
 pytestmark = pytest.mark.unit
 
@@ -265,8 +265,6 @@ def test_short_options_that_are_letters_are_left_alone() -> None:
 def test_the_command_alone_answers_as_the_whole_tree_does(args: list[str]) -> None:
     """The console script builds only the command the arguments name (vgpuctl.cli.main.app_for): its help, usage
     errors and their JSON are the whole tree's, word for word."""
-    from vgpuctl.cli.main import app_for
-
     alone = app_for(args)
     assert alone is not app and len(alone.registered_commands) + len(alone.registered_groups) == 1
     whole, pruned = CliRunner().invoke(app, args), CliRunner().invoke(alone, args)
@@ -280,8 +278,6 @@ def test_the_roots_help_lists_what_the_whole_tree_lists(args: list[str], columns
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The root's help is printed from commands built without their options (vgpuctl.cli.main.app_for), word for
     word what the whole tree prints, at any width."""
-    from vgpuctl.cli.main import app_for
-
     monkeypatch.setenv("COLUMNS", columns)
     listing = app_for(args)
     assert listing is not app and all(not c.callback.__code__.co_varnames for c in listing.registered_commands)
@@ -293,6 +289,4 @@ def test_the_roots_help_lists_what_the_whole_tree_lists(args: list[str], columns
 @pytest.mark.parametrize("args", [["plna"], ["--no-such", "plan"], ["--", "plan"], ["-o"],
                                   ["--env", "prod", "plan"], ["--show-completion", "bash"], ["-o", "json"]])
 def test_anything_else_gets_the_whole_tree(args: list[str]) -> None:
-    from vgpuctl.cli.main import app_for
-
     assert app_for(args) is app

@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.main import app
+from vgpuctl.errors import UsageError
 
 pytestmark = pytest.mark.unit
 
@@ -53,8 +54,6 @@ def test_timeout_reaches_the_connection_settings(monkeypatch: pytest.MonkeyPatch
 
 
 def test_timeout_bounds_esxi_commands_and_esxi_timeout_them_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vgpuctl.errors import UsageError
-
     monkeypatch.setenv("VGPUCTL_PASSWORD", "pw")
     monkeypatch.delenv("VGPUCTL_ESXI_TIMEOUT", raising=False)
     plain = GlobalOptions(url="https://vc/sdk", username="u")

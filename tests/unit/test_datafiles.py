@@ -13,6 +13,7 @@ from vgpuctl import datafiles
 from vgpuctl.netrules import network_rules
 from vgpuctl.profiles import load_catalogue
 from vgpuctl.releases import branches
+from vgpuctl.reports import schemas
 from vgpuctl.vmlimits import vm_limits
 
 pytestmark = pytest.mark.unit
@@ -104,8 +105,6 @@ def test_the_rules_read_through_their_twins_are_the_rules_of_the_yaml(monkeypatc
 def test_the_generators_help_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     """`python -m vgpuctl.reports.schemas --help` once wrote the schemas into a folder named `--help`."""
-    from vgpuctl.reports import schemas
-
     monkeypatch.chdir(tmp_path)
     written: list[object] = []
     monkeypatch.setattr(datafiles, "write_twins", lambda *a: written.append(a) or [])

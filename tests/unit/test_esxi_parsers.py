@@ -14,6 +14,7 @@ import pytest
 from vgpuctl.esxi import commands, modopts, parsers, software
 from vgpuctl.esxi.facts import FACTS, NVLINK_STATUS
 from vgpuctl.esxi.parsers import OutputFormatError
+from vgpuctl.esxi.ssh import DEFAULT_COMMAND_TIMEOUT_S, SshSettings
 
 pytestmark = pytest.mark.unit
 
@@ -227,8 +228,6 @@ def test_command_builder_rejects_empty_selection() -> None:
 
 
 def test_a_run_bound_limits_each_command_and_the_connection() -> None:
-    from vgpuctl.esxi.ssh import DEFAULT_COMMAND_TIMEOUT_S, SshSettings
-
     settings = SshSettings()
     assert settings.limited_to(None) == settings and settings.command_timeout == DEFAULT_COMMAND_TIMEOUT_S
     short = settings.limited_to(5)

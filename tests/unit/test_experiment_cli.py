@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.cli.experiment import apply_or_refuse
 from vgpuctl.cli.main import app
+from vgpuctl.cli.plan import CliHooks
+from vgpuctl.errors import PlanError, VgpuctlError
+from vgpuctl.experiment.runner import NotApplied
 
 pytestmark = pytest.mark.unit
 
@@ -56,12 +61,6 @@ def test_report_refuses_a_folder_that_is_not_a_results_directory(tmp_path):
 def test_an_apply_refused_before_it_began_is_not_applied_and_one_that_began_is_not() -> None:
     """The experiment's farm tells a refusal (plan errors, no confirmation: nothing changed) from a failure of
     an apply that began (the farm may have changed) by whether the apply's progress started."""
-    from vgpuctl.cli.common import GlobalOptions
-    from vgpuctl.cli.experiment import apply_or_refuse
-    from vgpuctl.cli.plan import CliHooks
-    from vgpuctl.errors import PlanError, VgpuctlError
-    from vgpuctl.experiment.runner import NotApplied
-
     def refused(hooks: CliHooks) -> None:
         raise PlanError(["vm train-01: host 'esx-99' not found"])
 

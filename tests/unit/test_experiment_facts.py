@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vgpuctl.experiment.facts import contradictions, expectations, summarize
+from vgpuctl.experiment.facts import contradictions, expectations, host_gpus, summarize
 from vgpuctl.experiment.parsers import parse_p2p_bandwidth_latency
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.inventory.network import AdapterSpec
@@ -161,8 +161,6 @@ def test_p2p_without_peer_access_in_an_on_run():
 
 def test_an_experiment_keeps_each_gpus_links_up_and_mig_mode_from_the_host_facts():
     from hostfacts import host_facts
-
-    from vgpuctl.experiment.facts import host_gpus
 
     facts = host_facts("esx-01", shell=True, gpus={
         "0000:3b:00.0": {"mig_current": True, "nvlink_links": 12, "nvlink_active": 12},

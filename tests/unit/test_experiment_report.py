@@ -14,6 +14,8 @@ import pytest
 
 from vgpuctl.experiment.parsers import parse_nccl_tests, parse_p2p_bandwidth_latency
 from vgpuctl.experiment.report import build_report, human_size, render_markdown, write_plots
+from vgpuctl.experiment.runner import parse_output
+from vgpuctl.experiment.schema import WorkloadSpec
 from vgpuctl.experiment.store import BASE, ResultsDir, RunRecord
 
 pytestmark = pytest.mark.unit
@@ -166,9 +168,6 @@ RDMA_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "rdma"
 def test_a_run_across_hosts_over_sockets_is_flagged_and_its_bandwidth_is_inter_host(tmp_path: Path) -> None:
     """Two VMs with RDMA adapters on two hosts: the run whose NCCL log says NET/Socket (NVIDIA/nccl#1267's
     lines) is flagged like nvlink-up-when-off and left out; the one over NET/IB (nccl-tests#185's) counts."""
-    from vgpuctl.experiment.runner import parse_output
-    from vgpuctl.experiment.schema import WorkloadSpec
-
     workload = WorkloadSpec(builtin="nccl-tests", test="all_reduce_perf", scope="across-vms")
     r = ResultsDir(tmp_path / "results")
     r.write_experiment({"title": "roce", "vms": ["train-01", "train-02"], "repetitions": 2,

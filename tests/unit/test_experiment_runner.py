@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from vgpuctl.errors import PlanError
+from vgpuctl.errors import PlanError, UsageError, VgpuctlError
+from vgpuctl.experiment.report import build_report, render_markdown
 from vgpuctl.experiment.runner import ExperimentStopped, NotApplied, record_of, run_experiment
 from vgpuctl.experiment.schema import WorkloadSpec, checked_variants, load_experiment
 from vgpuctl.experiment.store import BASE, ResultsDir
@@ -229,9 +230,6 @@ def test_extravars_carry_the_workload_and_experiment_settings():
 
 
 def test_a_failed_apply_is_noted_and_the_report_says_where_the_farm_is(tmp_path):
-    from vgpuctl.errors import VgpuctlError
-    from vgpuctl.experiment.report import build_report, render_markdown
-
     exp, checked, base, results = setup(tmp_path)
 
     class FailingFarm(RecordingFarm):
@@ -253,8 +251,6 @@ def test_a_failed_apply_is_noted_and_the_report_says_where_the_farm_is(tmp_path)
 
 
 def test_a_refused_confirmation_leaves_the_state_as_it_was(tmp_path):
-    from vgpuctl.errors import UsageError
-
     exp, checked, base, results = setup(tmp_path)
 
     class NoTerminal(RecordingFarm):

@@ -8,6 +8,8 @@ import pytest
 
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.experiment.schema import checked_variants, load_experiment, merge_entry
+from vgpuctl.inventory import HostSpec
+from vgpuctl.inventory.merge import merge_host
 
 pytestmark = pytest.mark.unit
 
@@ -204,9 +206,6 @@ def test_a_variant_may_only_change_what_the_base_sets(tmp_path):
     ],
 )
 def test_merge_agrees_with_the_inventorys_host_merge(base, overlay):
-    from vgpuctl.inventory import HostSpec
-    from vgpuctl.inventory.merge import merge_host
-
     ours = HostSpec.model_validate({**merge_entry({"cluster": "C", **base}, {"cluster": "C", **overlay})})
     theirs = merge_host("h", [HostSpec.model_validate({"cluster": "C", **base}),
                               HostSpec.model_validate({"name": "h", **overlay})]).spec

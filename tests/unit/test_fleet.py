@@ -14,6 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from vgpuctl import fleet, planfile
+from vgpuctl.cli import common
 from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.main import app
@@ -25,7 +26,7 @@ from vgpuctl.outcome import Planned
 from vgpuctl.reports.base import TextLayout
 from vgpuctl.reports.fleet import FleetPlanPart, fleet_plan_report
 from vgpuctl.reports.plan import plan_report
-from vgpuctl.scope import Scope, ScopeResult
+from vgpuctl.scope import Scope, ScopeResult, select
 
 pytestmark = pytest.mark.unit
 
@@ -124,8 +125,6 @@ def test_the_scope_within_each_vcenter_is_lenient_and_must_match_somewhere() -> 
 
 
 def test_a_lenient_scope_lists_what_matched_nothing_instead_of_failing() -> None:
-    from vgpuctl.scope import select
-
     inv = load_inventory_text("apiVersion: vgpuctl/v1\nvms: [{name: a}]\n")
     observed = Observed(hosts={"esx-01": ObservedHost("esx-01")})
     with pytest.raises(UsageError, match="--vm b: no VM"):
@@ -262,8 +261,6 @@ def test_an_overlay_entry_of_a_name_two_vcenters_use_must_say_which(tmp_path: Pa
 
 
 def test_a_fleets_overlay_and_values_change_the_entries_of_the_vcenter_they_name(tmp_path: Path) -> None:
-    from vgpuctl.cli import common
-
     values = tmp_path / "values.yaml"
     values.write_text("vms:\n  - {name: infer-01, cpus: 4}\n")  # one vCenter has it: no need to say which
     path = tmp_path / "fleet.yaml"
@@ -280,8 +277,6 @@ def test_a_fleets_overlay_and_values_change_the_entries_of_the_vcenter_they_name
 
 
 def test_a_fleet_split_across_files_may_use_a_name_in_each_vcenter(tmp_path: Path) -> None:
-    from vgpuctl.cli import common
-
     (tmp_path / "west.yaml").write_text("vms:\n  - name: train-01\n    vcenter: lab-west\n")
     path = tmp_path / "fleet.yaml"
     path.write_text(FLEET.replace("default_vcenter: east\n", "default_vcenter: east\ninclude: [west.yaml]\n"))
@@ -293,8 +288,6 @@ def test_a_fleet_split_across_files_may_use_a_name_in_each_vcenter(tmp_path: Pat
 
 
 def test_a_fleet_composed_of_included_files_splits_as_one_file(tmp_path: Path) -> None:
-    from vgpuctl.cli import common
-
     (tmp_path / "west.yaml").write_text("vms:\n  - name: infer-02\n    vcenter: lab-west\n")
     path = tmp_path / "fleet.yaml"
     path.write_text(FLEET.replace("default_vcenter: east\n", "default_vcenter: east\ninclude: [west.yaml]\n"))

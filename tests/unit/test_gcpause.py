@@ -6,6 +6,8 @@ import gc
 
 import pytest
 
+from vgpuctl import gcpause
+from vgpuctl.cli import main
 from vgpuctl.gcpause import paused_gc
 
 pytestmark = pytest.mark.unit
@@ -49,9 +51,6 @@ print(gc.get_freeze_count(), gc.isenabled())
 
 
 def test_the_vgpuctl_command_runs_as_a_one_command_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vgpuctl import gcpause
-    from vgpuctl.cli import main
-
     monkeypatch.setattr(gcpause, "_freeze", False)
     monkeypatch.setattr(main, "app_for", lambda args: lambda **_: None)  # the command is not run
     main.run()

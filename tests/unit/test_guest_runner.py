@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from vgpuctl import trace
 from vgpuctl.cli.display import DeployProgress
 from vgpuctl.errors import GuestError, UsageError
 from vgpuctl.guest import runner
 from vgpuctl.guest.addresses import load_address_file, pick_address, wait_for_addresses
+from vgpuctl.guest.runner import ansible_cfg
 from vgpuctl.inventory import load_inventory
 from vgpuctl.reports.guests import guest_run_report
 
@@ -143,8 +145,6 @@ def test_scrubbed_environ_restores(monkeypatch):
 
 
 def test_urls_with_user_info_and_known_secrets_are_scrubbed(monkeypatch):
-    from vgpuctl import trace
-
     monkeypatch.setattr(trace, "_SECRET_VALUES", set())
     monkeypatch.setenv("VGPUCTL_URL", "https://admin:url-pw-5e2b@vc.example.com/sdk")
     monkeypatch.setenv("GOVC_URL", "admin:url-pw-5e2b@vc.example.com")  # govc's form without a scheme
@@ -317,8 +317,6 @@ def test_live_progress_on_a_terminal_renders_each_host():
 
 def test_ansible_cfg_keeps_a_path_a_value() -> None:
     import configparser
-
-    from vgpuctl.guest.runner import ansible_cfg
 
     odd = Path("/p/x\nbecome = True")
     cfg = configparser.ConfigParser(interpolation=None)

@@ -12,6 +12,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
+from vgpuctl.cli import common
 from vgpuctl.cli.main import app
 
 pytestmark = pytest.mark.unit
@@ -112,8 +113,6 @@ def test_evacuate_explains_each_value() -> None:
 def test_insecure_is_a_switch_both_ways(args: list[str], env: dict[str, str], expected: bool | None,
                                         tmp_path: Path) -> None:
     from unittest import mock
-
-    from vgpuctl.cli import common
 
     inv = tmp_path / "inv.yaml"
     inv.write_text("apiVersion: vgpuctl/v1\n")

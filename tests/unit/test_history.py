@@ -15,13 +15,25 @@ import pytest
 from typer.testing import CliRunner
 
 from vgpuctl import history, outpaths, trace
+from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.cli.main import app
+from vgpuctl.cli.runs import recording
 from vgpuctl.domain import Outcome, WindowStage
 from vgpuctl.errors import UsageError
 from vgpuctl.events import EventStream
 from vgpuctl.model import CloneSpec, GuestDriverOutcome, HostOutcome, Plan, VmChange, VmOutcome
+from vgpuctl.reports.html import run_page
 from vgpuctl.reports.plan import plan_report
-from vgpuctl.reports.runs import RunResult, RunState, record_from_json
+from vgpuctl.reports.runs import (
+    RunPart,
+    RunResult,
+    RunState,
+    listing,
+    record_from_json,
+    record_lines,
+    result_lines,
+    state_of_exit,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -66,9 +78,6 @@ def test_a_record_holds_the_run_and_reads_back(tmp_path: Path) -> None:
 
 
 def test_a_fleets_record_holds_each_vcenters_plan_result_and_failure(tmp_path: Path) -> None:
-    from vgpuctl.reports.html import run_page
-    from vgpuctl.reports.runs import RunPart, listing, record_lines
-
     rec = recorder(tmp_path / "runs", "f1eet1")
     east = plan_report(Plan(vm_changes=[VmChange("train-01", clone=CloneSpec("ubuntu"), power_on=True)]))
     west = plan_report(Plan(vm_changes=[VmChange("a", clone=CloneSpec("u"), power_on=True),
@@ -280,9 +289,6 @@ def test_the_setting_and_the_bounds_from_the_environment(monkeypatch: pytest.Mon
 
 def test_no_home_folder_is_one_line_for_runs_and_one_warning_for_a_run(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    from vgpuctl.cli.common import GlobalOptions
-    from vgpuctl.cli.runs import recording
-
     def no_home() -> Path:
         raise RuntimeError("Could not determine home directory.")
 
@@ -335,9 +341,6 @@ def test_runs_show_prints_one_run(state: Path, tmp_path: Path) -> None:
 
 
 def test_a_windows_guest_drivers_are_kept_and_shown(tmp_path: Path) -> None:
-    from vgpuctl.reports.html import run_page
-    from vgpuctl.reports.runs import result_lines
-
     rec = recorder(tmp_path / "runs", "win9")
     moved = [GuestDriverOutcome("infer-01", WindowStage.BEFORE, "535.154.05", Outcome.CHANGED),
              GuestDriverOutcome("infer-02", WindowStage.AFTER, "550.90.07", Outcome.FAILED, "no address")]
@@ -389,7 +392,5 @@ def test_html_over_an_input_is_refused_before_anything_runs(tmp_path: Path, stat
 
 
 def test_how_a_run_ended_from_its_exit_code() -> None:
-    from vgpuctl.reports.runs import state_of_exit
-
     assert [state_of_exit(c) for c in (0, 2, 1, 130)] == [RunState.OK, RunState.OK, RunState.FAILED,
                                                           RunState.INTERRUPTED]

@@ -20,6 +20,7 @@ from vgpuctl.inventory import HostSpec, load_inventory_text
 from vgpuctl.model import HostChange, Observed, ObservedHost
 from vgpuctl.planner import make_plan
 from vgpuctl.records.netfacts import HostNetFacts, RdmaDevice, Vmknic
+from vgpuctl.reports.explain import explain_host
 from vgpuctl.reports.plan import render_plan_text
 from vgpuctl.settings import SETTINGS, decoders, wants_network
 from vgpuctl.settings.facts import HostFacts
@@ -233,8 +234,6 @@ def test_network_facts_survive_a_round_trip() -> None:
 
 
 def test_plan_explain_shows_the_sriov_items_and_no_vcenter_value_for_them() -> None:
-    from vgpuctl.reports.explain import explain_host
-
     inv = load_inventory_text("apiVersion: vgpuctl/v1\nhosts:\n  - cluster: GPU-Cluster\n"
                               "    sriov: [{device: vmnic4, vfs: 4}, {device: vmnic5, vfs: 0}]\n", "inv.yaml")
     obs = observed()

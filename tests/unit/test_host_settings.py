@@ -22,9 +22,13 @@ from typing import Any
 import pytest
 from floorsmod import floors
 
-from vgpuctl import planfile
+from vgpuctl import planfile, settings
 from vgpuctl.domain import ChangeKind
+from vgpuctl.esxi.parsers import parse_query_csv
+from vgpuctl.inventory import HostSpec
+from vgpuctl.inventory import schema as inventory
 from vgpuctl.model import ObservedGpu, ObservedHost
+from vgpuctl.reports.host import SettingValue, host_status
 from vgpuctl.settings import (
     GPU_SETTINGS,
     SETTING_KINDS,
@@ -41,7 +45,8 @@ from vgpuctl.settings import (
 from vgpuctl.settings.base import HostSetting, PlanInput
 from vgpuctl.settings.facts import MODULE_PARAMETERS, TOPOLOGY, VGPU_CAPABILITIES, GpuQuery
 from vgpuctl.settings.pergpu import GpuList
-from vgpuctl.vsphere import readlist
+from vgpuctl.strictmodel import StrictModel
+from vgpuctl.vsphere import observe, readlist
 
 pytestmark = pytest.mark.unit
 
@@ -133,8 +138,6 @@ def test_the_gathering_reads_what_each_setting_declares() -> None:
 
 
 def test_the_bulk_read_asks_for_every_property_a_setting_declares(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vgpuctl.vsphere import observe
-
     asked: list[dict[str, list[str]]] = []
 
     def retrieve(session: Any, reads: readlist.Reads) -> dict[str, Any]:
@@ -207,8 +210,6 @@ def test_only_the_settings_spell_a_setting_kind_as_text() -> None:
 
 
 def test_a_hosts_entry_is_made_of_the_settings_parts() -> None:
-    from vgpuctl.inventory import HostSpec
-
     keys = [s.key for s in SETTINGS]
     assert list(HostSpec.model_fields) == ["cluster", "name", "vcenter", *keys, "ssh", "maintenance"]
 
@@ -217,10 +218,6 @@ def test_a_new_setting_becomes_an_inventory_key_without_touching_the_inventory(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """What the recipe in docs/architecture.md promises: the registry's parts make the entry's schema."""
-    from vgpuctl import settings
-    from vgpuctl.inventory import schema as inventory
-    from vgpuctl.strictmodel import StrictModel
-
     class BiosSpec(StrictModel):
         sr_iov: bool = False
 
@@ -238,8 +235,6 @@ def test_a_new_setting_becomes_an_inventory_key_without_touching_the_inventory(
 
 
 def test_host_show_lists_every_setting_the_report_has() -> None:
-    from vgpuctl.reports.host import SettingValue, host_status
-
     host = ObservedHost("esx-01", module_options="NVreg_NvLinkDisable=1")
     report = host_status(host, None)
     assert [v.setting for v in report.settings] == [
@@ -282,8 +277,6 @@ def test_a_setting_is_in_every_place_the_recipe_names(setting: Any) -> None:
 
 def test_a_gpu_query_parses_its_case() -> None:
     """Each GPU query's case: a real or simulated `--query-gpu` output of its fields, and what it parses to."""
-    from vgpuctl.esxi.parsers import parse_query_csv
-
     queries: dict[str, GpuQuery[Any]] = {q.name: q for q in gpu_queries()}
     cases = [c for c in CASES if "query" in c]
     assert {c["query"] for c in cases} == set(queries)

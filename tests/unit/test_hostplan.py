@@ -17,15 +17,24 @@ from hostfacts import host_facts
 from ruamel.yaml import YAML
 
 from vgpuctl import planner
-from vgpuctl.domain import Outcome, Phase
+from vgpuctl.cli.host import describe_changes, one_host_spec
+from vgpuctl.domain import Evacuate, Outcome, Phase
+from vgpuctl.errors import UsageError
 from vgpuctl.esxi import modopts, rmpvmrl
+from vgpuctl.esxi.parsers import parse_nvlink_status
 from vgpuctl.farm import predict
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import RefusedError
 from vgpuctl.hosts.evacuation import needs_maintenance, needs_reboot
+from vgpuctl.hosts.status import shell_configured
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.inventory import HostSpec, load_inventory_text
-from vgpuctl.model import HostChange, HostOutcome, Observed, ObservedGpu, ObservedHost
+from vgpuctl.model import CloneSpec, HostChange, HostOutcome, Observed, ObservedGpu, ObservedHost, ObservedVm, VmChange
+from vgpuctl.records.work import WORK_FIELD
+from vgpuctl.reports.apply import AffectedVm
+from vgpuctl.reports.base import VgpuCount
+from vgpuctl.reports.host import host_status, mig_label
+from vgpuctl.reports.status import merge_status, status_report
 from vgpuctl.settings import SETTINGS, decoders
 from vgpuctl.settings.base import MODULE_OPTIONS_STEP, HostWriter
 from vgpuctl.settings.ecc import ECC_MODE
@@ -43,6 +52,8 @@ from vgpuctl.settings.facts import (
     vsphere_bus_id,
 )
 from vgpuctl.settings.gather import gather_shell_facts
+from vgpuctl.vsphere import workrecord
+from vgpuctl.vsphere.workrecord import NotLeased, VcenterWorkStore
 
 pytestmark = pytest.mark.unit
 
@@ -260,8 +271,6 @@ def _nvlink_facts(host: ObservedHost, capture: str, options: str = "", active: d
                   ) -> HostFacts:
     """Shell facts of a host whose `nvidia-smi nvlink -s` printed a real capture (tests/fixtures/nvidia-smi),
     the GPUs in `active` with that many links up instead."""
-    from vgpuctl.esxi.parsers import parse_nvlink_status
-
     links = parse_nvlink_status((FIXTURES / "nvidia-smi" / capture).read_text(encoding="utf-8"))
     gpus: dict[str, dict[str, Any]] = {pci: {} for pci in sorted(gp.pci_id for gp in host.gpus)}
     for g, pci in zip(links, sorted(gpus), strict=False):
@@ -453,17 +462,12 @@ class _Lease:
 
 @pytest.fixture
 def leases(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from vgpuctl.vsphere import workrecord
-
     monkeypatch.setattr(workrecord, "Lease", _Lease)
     monkeypatch.setattr(_Lease, "folders", [])
     return _Lease.folders
 
 
 def _vcenter_store(fields: _Fields, run: str = "run-1") -> Any:
-    from vgpuctl.records.work import WORK_FIELD
-    from vgpuctl.vsphere.workrecord import VcenterWorkStore
-
     values = {"esx-01": fields.values.get(("host-1", WORK_FIELD), "")}
     return VcenterWorkStore(None, {"esx-01": "host-1"}, values, run, fields=fields)  # type: ignore[arg-type]
 
@@ -488,8 +492,6 @@ def test_work_store_persists_records_in_the_hosts_attribute(leases: list[str]) -
 
 
 def test_a_work_record_is_written_only_under_the_hosts_lease(leases: list[str]) -> None:
-    from vgpuctl.vsphere.workrecord import NotLeased
-
     fields = _Fields()
     store = _vcenter_store(fields)
     with pytest.raises(NotLeased, match=r"^host esx-01: its work record is written only under the host's lease"):
@@ -506,8 +508,6 @@ def test_a_work_record_is_written_only_under_the_hosts_lease(leases: list[str]) 
 
 
 def test_a_record_another_run_wrote_since_it_was_read_is_taken_as_it_is_now(leases: list[str]) -> None:
-    from vgpuctl.records.work import WORK_FIELD
-
     fields = _Fields()
     store = _vcenter_store(fields)  # read: no record
     fields.values[("host-1", WORK_FIELD)] = '{"run": "other1", "phase": "reboot"}'  # another run meanwhile
@@ -520,8 +520,6 @@ def test_a_record_another_run_wrote_since_it_was_read_is_taken_as_it_is_now(leas
 
 
 def test_work_store_ignores_an_unreadable_record() -> None:
-    from vgpuctl.records.work import WORK_FIELD
-
     fields = _Fields()
     fields.values[("host-1", WORK_FIELD)] = "{not json"
     store = _vcenter_store(fields)
@@ -574,8 +572,6 @@ def test_targets_group_changes_by_host() -> None:
 
 
 def test_vm_changes_on_changed_hosts_wait_for_them() -> None:
-    from vgpuctl.model import CloneSpec, ObservedVm, VmChange
-
     observed = _observed()
     observed.vms["a"] = ObservedVm("a", host="esx-a100")
     observed.vms["b"] = ObservedVm("b", host="esx-l40s")
@@ -598,9 +594,6 @@ def test_vm_changes_on_changed_hosts_wait_for_them() -> None:
 
 
 def test_one_host_spec_takes_ssh_and_maintenance_from_the_inventory_entry() -> None:
-    from vgpuctl.cli.host import one_host_spec
-    from vgpuctl.domain import Evacuate
-
     base = _inv_hosts(
         "hosts:\n  - cluster: C1\n    ssh: {user: admin, port: 2222}\n"
         "    maintenance: {evacuate: power-off, reboot_timeout_s: 60}\n"
@@ -613,18 +606,11 @@ def test_one_host_spec_takes_ssh_and_maintenance_from_the_inventory_entry() -> N
 
 
 def test_one_host_spec_rejects_bad_values_as_usage_errors() -> None:
-    from vgpuctl.cli.host import one_host_spec
-    from vgpuctl.errors import UsageError
-
     with pytest.raises(UsageError, match="gpus"):
         one_host_spec(None, "h", {"gpus": [{"select": "3b", "mode": "mig"}]}, None, None)
 
 
 def test_describe_changes_says_maintenance_reboot_and_vms() -> None:
-    from vgpuctl.cli.host import describe_changes
-    from vgpuctl.reports.apply import AffectedVm
-    from vgpuctl.reports.base import VgpuCount
-
     spec = HostSpec(name="h")
     changes = [HostChange("h", kinds.MIG, "0000:3b:00.0", "time-sliced", "mig", Phase.REBOOT)]
     text = describe_changes("h", changes, spec, [AffectedVm("vm-a", [VgpuCount("grid_a100-40c", 1)])])
@@ -639,9 +625,6 @@ def test_describe_changes_says_maintenance_reboot_and_vms() -> None:
 
 
 def test_merge_status_adds_mig_nvlink_and_scheduler() -> None:
-    from vgpuctl.reports.host import host_status, mig_label
-    from vgpuctl.reports.status import merge_status, status_report
-
     host = _host("esx-a100", {"module_options": "NVreg_NvLinkDisable=1 NVreg_RegistryDwords=RmPVMRL=0x11"})
     facts = host_facts(
         "esx-a100",
@@ -665,8 +648,6 @@ def test_merge_status_adds_mig_nvlink_and_scheduler() -> None:
 
 
 def test_shell_configured_from_environment_or_inventory() -> None:
-    from vgpuctl.hosts.status import shell_configured
-
     assert not shell_configured({}, env={})
     assert shell_configured({}, env={"VGPUCTL_ESXI_PASSWORD": "x"})
     assert shell_configured({}, env={"VGPUCTL_ESXI_HOSTS": "/tmp/hosts.json"})

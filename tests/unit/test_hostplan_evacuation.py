@@ -15,8 +15,9 @@ from vgpuctl import planner
 from vgpuctl.domain import ChangeKind, EvacuationKind
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.inventory import load_inventory_text
-from vgpuctl.model import EvacuationAction, Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm
+from vgpuctl.model import EvacuationAction, Observed, ObservedGpu, ObservedHost, ObservedNic, ObservedVgpu, ObservedVm
 from vgpuctl.planner import make_plan
+from vgpuctl.reports.plan import disruptions
 from vgpuctl.settings.base import HostPlan
 
 pytestmark = pytest.mark.unit
@@ -217,8 +218,6 @@ def test_vms_vsphere_cannot_move_are_refused_or_powered_off_where_listed() -> No
     """SR-IOV adapters and DirectPath I/O devices keep a running VM on its host (vSphere Networking, SR-IOV
     "Availability of Features", DirectPath I/O); PVRDMA moves. Unlisted: a plan error naming the VM; listed with a
     power policy that allows it: powered off and on again instead, with a warning."""
-    from vgpuctl.model import ObservedNic
-
     sriov, direct, pvrdma, web = _vm("roce-01"), _vm("dp-01"), _vm("pv-01"), _vm("web-01")
     sriov.nics = [ObservedNic(4000, "vmxnet3", "VM Network"), ObservedNic(4001, "sriov", "roce", device="0000:5e:00.0")]
     direct.other_passthrough = 1
@@ -325,8 +324,6 @@ def test_power_off_in_the_inventory_satisfies_the_power_off_a_change_needs() -> 
 
 
 def test_the_plan_shows_a_stays_off_evacuation_as_left_off() -> None:
-    from vgpuctl.reports.plan import disruptions
-
     inv = _inventory(NVLINK_OFF, "  - name: web-01\n    power: off\n")
     observed = _observed(_vm("web-01"))
     facts = {HOST: host_facts(HOST, options_configured="", options_effective="", shell=True)}

@@ -14,9 +14,10 @@ from vgpuctl.domain import ChangeKind, EvacuationKind, Phase
 from vgpuctl.farm.predict import predict_observed
 from vgpuctl.hosts import plan as hostplan
 from vgpuctl.hosts.apply import planned_steps, remaining_steps
-from vgpuctl.model import EvacuationAction, HostChange, Observed, ObservedHost
-from vgpuctl.records.work import WORK_FIELD, HostRecord, describe_record, parse_record
-from vgpuctl.vsphere.workrecord import LeaseInfo, live_leases, parse_lease
+from vgpuctl.hosts.evacuation import gone_from_record, resume_change
+from vgpuctl.model import EvacuationAction, HostChange, Observed, ObservedHost, ObservedVm
+from vgpuctl.records.work import WORK_FIELD, HostRecord, describe_record, parse_record, read_record, record_problem
+from vgpuctl.vsphere.workrecord import LeaseInfo, lease_problems, live_leases, parse_lease, read_lease
 
 pytestmark = pytest.mark.unit
 
@@ -114,8 +115,6 @@ def test_host_records_default_to_power_on_after() -> None:
     ],
 )
 def test_a_value_that_is_no_work_record_says_what_is_wrong(value: str, why: str) -> None:
-    from vgpuctl.records.work import read_record, record_problem
-
     record, problem = read_record("esx-01", value)
     assert record is None and problem is not None and problem.startswith(why), problem
     line = record_problem("esx-01", problem)
@@ -136,9 +135,6 @@ def test_a_store_keeps_records_and_the_hosts_whose_value_is_none() -> None:
 
 
 def test_vms_a_record_names_that_are_gone_are_left_out_of_its_plan_line_with_a_warning() -> None:
-    from vgpuctl.hosts.evacuation import gone_from_record, resume_change
-    from vgpuctl.model import ObservedVm
-
     host = ObservedHost("esx-01", custom_values={WORK_FIELD: json.dumps(RECORD)})
     observed = Observed(hosts={"esx-01": host}, vms={"train-01": ObservedVm("train-01", moid="vm-1")})
     change = resume_change(host, {"vm-1"})
@@ -160,8 +156,6 @@ def test_vms_a_record_names_that_are_gone_are_left_out_of_its_plan_line_with_a_w
     ],
 )
 def test_a_lease_value_that_is_no_description_describes_nothing(value: str, why: str) -> None:
-    from vgpuctl.vsphere.workrecord import lease_problems, read_lease
-
     info, problem = read_lease(value)
     assert info is None and problem is not None and problem.startswith(why), problem
     assert parse_lease(value) is None
@@ -172,8 +166,6 @@ def test_a_lease_value_that_is_no_description_describes_nothing(value: str, why:
 def test_a_record_keeps_the_ssh_service_a_run_started() -> None:
     """The SSH service's state before a run started it is part of the record: a record holding only it is no host
     work to resume (the later run just stops the service again); a malformed one is refused as any record is."""
-    from vgpuctl.records.work import read_record
-
     record, why = read_record("esx-01", '{"run": "r1", "ssh": {"running": false, "policy": "off"}}')
     assert why is None and record is not None
     assert record.ssh == {"running": False, "policy": "off"} and record.only_ssh

@@ -17,10 +17,13 @@ from vgpuctl.inventory import (
     Inventory,
     expand_name,
     format_path,
+    group_repeated,
     load_inventory,
     load_inventory_text,
+    ranges,
     validate,
 )
+from vgpuctl.inventory.yamlpos import _unwrap
 
 pytestmark = pytest.mark.unit
 
@@ -83,8 +86,6 @@ def test_example_documents_and_validates() -> None:
 
 def _all_models(model: type) -> set[type]:
     from pydantic import BaseModel
-
-    from vgpuctl.inventory.yamlpos import _unwrap
 
     seen: set[type] = set()
     todo = [model]
@@ -207,8 +208,6 @@ def test_format_path() -> None:
 
 
 def test_inventory_wide_vm_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vgpuctl.inventory import ranges
-
     monkeypatch.setattr(ranges, "MAX_INVENTORY_VMS", 25)
     text = "apiVersion: vgpuctl/v1\nvms:\n  - name: a-{1..20}\n  - name: b\n  - name: c-{1..9}\n  - name: d-{1..9}\n"
     with pytest.raises(InventoryErrors) as info:
@@ -274,8 +273,6 @@ def test_one_vm_name_twice_in_one_folder_is_an_error(second: str, message: str) 
 
 
 def test_two_errors_of_one_cause_stay_apart_three_are_grouped() -> None:
-    from vgpuctl.inventory import group_repeated
-
     errs = [InventoryError(f"vms[{i}].cpus: must be at least 1 (got 0)", "f", 10 + i, 3) for i in range(3)]
     assert [e.located() for e in group_repeated(errs[:2])] == [e.located() for e in errs[:2]]
     (one,) = group_repeated(errs)

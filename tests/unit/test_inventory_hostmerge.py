@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from vgpuctl.cli.main import app
+from vgpuctl.hosts.plan import resolve_hosts
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.inventory.merge import Origin, merge_hosts
+from vgpuctl.model import Observed
 
 pytestmark = pytest.mark.unit
 
@@ -112,9 +115,6 @@ def test_unknown_cluster_and_host() -> None:
 
 
 def test_plan_resolution_uses_the_merge() -> None:
-    from vgpuctl.hosts.plan import resolve_hosts
-    from vgpuctl.model import Observed
-
     inv = load_inventory_text(BASE, "inv.yaml")
     resolved, errors = resolve_hosts(inv.hosts, Observed(hosts=dict.fromkeys(HOSTS), clusters=CLUSTERS))  # type: ignore[arg-type]
     assert errors == []
@@ -144,8 +144,6 @@ def test_validate_reports_what_a_merge_would_break_without_vcenter(tmp_path) -> 
     import json
 
     from typer.testing import CliRunner
-
-    from vgpuctl.cli.main import app
 
     path = tmp_path / "inv.yaml"
     path.write_text("""\

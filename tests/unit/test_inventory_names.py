@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from vgpuctl.capacity.demand import MAX_DEMAND_NAME, load_demand
+from vgpuctl.capacity.demand import MAX_DEMAND_NAME, MAX_DEMAND_VMS, load_demand
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.experiment.schema import load_experiment
 from vgpuctl.inventory import MAX_VM_NAME, load_inventory_text, validate
@@ -104,8 +104,6 @@ def test_hostile_demand_names_are_refused(tmp_path: Path, name: str, message: st
 
 
 def test_the_longest_demand_name_makes_vm_names_vsphere_takes(tmp_path: Path) -> None:
-    from vgpuctl.capacity.demand import MAX_DEMAND_VMS
-
     name = "x" * MAX_DEMAND_NAME
     assert load_demand(_demand(tmp_path, name)).demand[0].name == name
     assert len(f"{name}-{MAX_DEMAND_VMS}") == MAX_VM_NAME  # the widest number capacity gives a VM of an entry

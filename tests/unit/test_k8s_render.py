@@ -14,10 +14,11 @@ import jsonschema
 import pytest
 import yaml
 
+from vgpuctl.cli.main import app
 from vgpuctl.domain import ClusterKind
 from vgpuctl.errors import UsageError
 from vgpuctl.inventory import Inventory, load_inventory_text
-from vgpuctl.supervisor.render import VMOP_VERSION, RenderOptions, kind_for_supervisor, render_manifests
+from vgpuctl.supervisor.render import OTHER_FILES, VMOP_VERSION, RenderOptions, kind_for_supervisor, render_manifests
 
 TKC = RenderOptions(cluster_kind=ClusterKind.TKC)
 
@@ -226,9 +227,6 @@ def test_every_manifest_is_data_whatever_the_names() -> None:
 def test_stdout_is_a_kubernetes_object_stream_and_out_writes_every_file(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from vgpuctl.cli.main import app
-    from vgpuctl.supervisor.render import OTHER_FILES
-
     inv = tmp_path / "inv.yaml"
     inv.write_text(textwrap.dedent(INVENTORY))
     result = CliRunner().invoke(app, ["k8s", "render", "-f", str(inv), "-n", "ml-team", "--cluster-kind", "cluster"])
@@ -282,8 +280,6 @@ def test_the_kind_is_what_the_supervisors_tkg_service_takes(services: dict[str, 
 
 def test_without_cluster_kind_or_a_vcenter_render_asks_which(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
-
-    from vgpuctl.cli.main import app
 
     for name in ("VGPUCTL_URL", "GOVC_URL"):
         monkeypatch.delenv(name, raising=False)

@@ -118,6 +118,10 @@ def test_no_modules_and_no_rooms_import_each_other_in_a_circle() -> None:
     assert floors.room_circles(house) == []
 
 
+def test_no_import_inside_a_function_defers_nothing() -> None:
+    assert floors.deferring_nothing(floors.read_house()) == []
+
+
 def test_the_architecture_picture_is_drawn_from_the_floors() -> None:
     text = floors.ARCHITECTURE.read_text(encoding="utf-8")
     assert floors.drawn_section(text) == floors.picture(floors.read_house()), (
@@ -140,3 +144,31 @@ def test_the_floor_check_sees_every_kind_of_import(tmp_path: Path) -> None:
     assert len(floors.arrows_up(house)) == 2
     assert floors.module_circles(house) == [["high", "low.a", "low.b"]]
     assert floors.room_circles(house) == [["high", "low/"]]
+
+
+def test_an_import_inside_a_function_of_a_module_loaded_anyway_is_found(tmp_path: Path) -> None:
+    """high loads low.a, which loads low.b: importing low.b (or low, their package) inside one of high's functions
+    defers nothing; low.c, which nothing of high loads, and low.d, imported only under an `if`, stay deferred."""
+    pkg = tmp_path / "vgpuctl"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text("")
+    (pkg / "low" / "a.py").write_text("from vgpuctl.low import b\n")
+    (pkg / "low" / "b.py").write_text("")
+    (pkg / "low" / "c.py").write_text("")
+    (pkg / "low" / "d.py").write_text("")
+    (pkg / "high.py").write_text(
+        "import os\nfrom vgpuctl.low.a import x\nif os.name:\n    from vgpuctl.low import d\n\n"
+        "def f():\n    from vgpuctl.low.b import y\n    from vgpuctl.low import c\n\n"
+        "class K:\n    def g(self):\n        try:\n            pass\n        except Exception:\n"
+        "            import vgpuctl.low\n\n"
+        "def h():\n    from vgpuctl.low import d\n"
+    )
+    data = tmp_path / "floors.yaml"
+    data.write_text("floors:\n  - {name: low, rooms: [low/]}\n  - {name: high, rooms: [high]}\n")
+    found = floors.deferring_nothing(floors.read_house(pkg, data))
+    assert [line.split(": ", 1)[1] for line in found] == [
+        "imports low.b inside a function, but importing high loads it already: import it at the top",
+        "imports low inside a function, but importing high loads it already: import it at the top",
+    ]
+    assert [line.split(": ", 1)[0].rsplit(":", 1)[1] for line in found] == ["7", "15"]

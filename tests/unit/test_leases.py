@@ -11,9 +11,11 @@ import sys
 
 import pytest
 
+from vgpuctl.cli.common import parse_duration
+from vgpuctl.errors import UsageError
 from vgpuctl.vsphere import workrecord
 from vgpuctl.vsphere.bookkeeping import PRIVILEGES, BookkeepingError, guarded
-from vgpuctl.vsphere.workrecord import LeaseInfo, parse_lease, this_machine
+from vgpuctl.vsphere.workrecord import DEFAULT_TTL_S, ENV_TTL, LeaseInfo, lease_ttl, parse_lease, this_machine
 
 pytestmark = pytest.mark.unit
 
@@ -93,16 +95,11 @@ def test_the_readme_role_grants_every_bookkeeping_privilege() -> None:
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan", "inf", "-inf", "9.9", "3601", "soon", "1e400"])
 def test_a_time_to_live_vgpuctl_cannot_keep_is_refused(value: str) -> None:
-    from vgpuctl.errors import UsageError
-    from vgpuctl.vsphere.workrecord import ENV_TTL, lease_ttl
-
     with pytest.raises(UsageError, match=rf"^{ENV_TTL}=.*: expected seconds from 10 to 3600$"):
         lease_ttl({ENV_TTL: value})
 
 
 def test_a_time_to_live_within_bounds_is_taken() -> None:
-    from vgpuctl.vsphere.workrecord import DEFAULT_TTL_S, ENV_TTL, lease_ttl
-
     assert [lease_ttl({ENV_TTL: v}) for v in ("10", "60.5", "3600")] == [10.0, 60.5, 3600.0]
     assert lease_ttl({}) == lease_ttl({ENV_TTL: ""}) == DEFAULT_TTL_S
 
@@ -110,16 +107,11 @@ def test_a_time_to_live_within_bounds_is_taken() -> None:
 @pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("5m", 300), ("1h30m", 5400),
                                                ("2m30s", 150), ("0", 0), ("1.5m", 90)])  # fmt: skip
 def test_lock_timeout_durations(text: str, seconds: float) -> None:
-    from vgpuctl.cli.common import parse_duration
-
     assert parse_duration(text, "--lock-timeout") == seconds
 
 
 @pytest.mark.parametrize("text", ["", "5x", "m", "-1", "1d", "25h"])
 def test_a_lock_timeout_that_is_no_duration_is_refused(text: str) -> None:
-    from vgpuctl.cli.common import parse_duration
-    from vgpuctl.errors import UsageError
-
     with pytest.raises(UsageError, match=r"^--lock-timeout "):
         parse_duration(text, "--lock-timeout")
 

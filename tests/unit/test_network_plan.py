@@ -15,9 +15,12 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from vgpuctl.capacity.fitnow import what_fits
+from vgpuctl.export import export_inventory
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import NicChange, Observed, ObservedNic, Op, Plan
 from vgpuctl.planner import make_plan
+from vgpuctl.reports.capacity import capacity_report
 from vgpuctl.reports.plan import plan_to_json, render_plan_text
 
 pytestmark = pytest.mark.unit
@@ -301,9 +304,6 @@ def test_nic_change_label() -> None:
 
 
 def test_capacity_counts_free_vfs_and_passthrough_nics() -> None:
-    from vgpuctl.capacity.fitnow import what_fits
-    from vgpuctl.reports.capacity import capacity_report
-
     sriov = {"key": 4000, "kind": "sriov", "network": "roce-fabric", "device": "0000:5e:00.0"}
     pt = {"key": 4001, "kind": "passthrough", "device": "0000:d8:00.0"}
     obs = with_vms(busy=running("busy", "esx-01.gpu.sim", [sriov, pt], 1),
@@ -350,8 +350,6 @@ def test_export_writes_rdma_vms_adapters_so_that_the_export_plans_no_change() ->
     """Export: a VM with an RDMA device gets its adapters (PVRDMA with its protocol, a passthrough NIC by PCI
     id, a Dynamic DirectPath one by model); an adapter type vgpuctl does not describe is named in a comment;
     a VM with no RDMA device gets no network list. The export plans no change."""
-    from vgpuctl.export import export_inventory
-
     nics = [{"key": 4000, "kind": "vmxnet3", "network": "mgmt"},
             {"key": 4001, "kind": "pvrdma", "network": "roce-fabric", "protocol": "rocev1"},
             {"key": 4002, "kind": "e1000e", "network": "mgmt"}]

@@ -10,8 +10,13 @@ import pytest
 from hostfacts import host_facts
 from ruamel.yaml import YAML
 
+from vgpuctl import pipeline
+from vgpuctl.farm.placement import Gpu, gpus_from_observed, place_vm
 from vgpuctl.farm.state import nvlink_hosts_for
+from vgpuctl.hosts.facts import adopt_nvlink_sets
+from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVm
+from vgpuctl.planner import make_plan
 from vgpuctl.vsphere.nvlink import (
     GroupedSet,
     component_pci_id,
@@ -19,6 +24,7 @@ from vgpuctl.vsphere.nvlink import (
     group_profile,
     sets_from_device_groups,
 )
+from vgpuctl.vsphere.observe import set_nvlink_sets
 
 pytestmark = pytest.mark.unit
 
@@ -88,8 +94,6 @@ def test_component_pci_id() -> None:
 
 
 def test_set_numbers_reach_the_gpus() -> None:
-    from vgpuctl.vsphere.observe import set_nvlink_sets
-
     observed = Observed(datacenter="DC0")
     observed.hosts["h"] = ObservedHost(name="h", gpus=[ObservedGpu(pci_id=p, device_name="A100") for p in GPUS])
     set_nvlink_sets(observed, "h", sets_from_device_groups([_group("0000:5e:00.0", "0000:5f:00.0")], GPUS))
@@ -120,23 +124,17 @@ def test_two_nvswitch_fabrics_stay_two_sets() -> None:
 
 
 def _set_gpus(model_board: str, n: int) -> list:
-    from vgpuctl.farm.placement import Gpu
-
     return [Gpu(f"0000:{10 + i:02x}:00.0", model_board, 80, nvlink_set=0) for i in range(n)]
 
 
 @pytest.mark.parametrize("count", [2, 4, 8])
 def test_nvswitch_set_takes_nvlink_vms_of_2_4_8(count: int) -> None:
-    from vgpuctl.farm.placement import place_vm
-
     placed = place_vm(_set_gpus("h100xm", 8), "vm", ["grid_h100xm-80c"] * count, nvlink=True)
     assert placed.reason is None and len({p.gpu for p in placed.placed}) == count
 
 
 @pytest.mark.parametrize("count", [3, 5, 6, 7])
 def test_nvswitch_set_refuses_nvlink_vms_of_other_sizes(count: int) -> None:
-    from vgpuctl.farm.placement import place_vm
-
     placed = place_vm(_set_gpus("h100xm", 8), "vm", ["grid_h100xm-80c"] * count, nvlink=True)
     assert placed.placed == [] and placed.reason is not None
     assert f"no NVLink device group of {count} GPUs" in placed.reason and "2, 4 or 8" in placed.reason
@@ -160,9 +158,6 @@ def test_device_group_sets_keep_each_sets_own_sizes() -> None:
 
 
 def test_reported_group_sizes_reach_the_gpus_and_placement() -> None:
-    from vgpuctl.farm.placement import gpus_from_observed, place_vm
-    from vgpuctl.vsphere.observe import set_nvlink_sets
-
     quad = GPUS  # a bridge quad of A100 PCIe GPUs whose host offers only the whole quad
     observed = Observed(datacenter="DC0")
     observed.hosts["h"] = ObservedHost(name="h", gpus=[
@@ -181,8 +176,6 @@ def test_reported_group_sizes_reach_the_gpus_and_placement() -> None:
 
 def test_reported_sizes_win_over_the_board_topology() -> None:
     """A PCIe board (bridge pairs in the catalogue) whose host offers NVSwitch-like groups of 2, 4 and 8."""
-    from vgpuctl.farm.placement import place_vm
-
     gpus = _set_gpus("a100", 8)
     for g in gpus:
         g.fb_gb, g.nvlink_groups = 40, (2, 4, 8)
@@ -192,8 +185,6 @@ def test_reported_sizes_win_over_the_board_topology() -> None:
 
 
 def test_a_set_with_no_group_of_the_size_still_lets_another_set_take_the_vm() -> None:
-    from vgpuctl.farm.placement import place_vm
-
     gpus = _set_gpus("a100", 6)
     for i, g in enumerate(gpus):
         g.fb_gb = 40
@@ -204,8 +195,6 @@ def test_a_set_with_no_group_of_the_size_still_lets_another_set_take_the_vm() ->
 
 def test_bridge_pair_takes_its_pair() -> None:
     """Without reported groups a bridge pair (the catalogue topology of A100 PCIe) is one group of 2."""
-    from vgpuctl.farm.placement import place_vm
-
     gpus = _set_gpus("a100", 2)
     for g in gpus:
         g.fb_gb = 40
@@ -227,9 +216,6 @@ def _quad_farm(groups: list[int]) -> Observed:
 
 
 def _nvlink_plan(count: int, observed: Observed) -> list[str]:
-    from vgpuctl.inventory import load_inventory_text
-    from vgpuctl.planner import make_plan
-
     inv = load_inventory_text(f"""\
 apiVersion: vgpuctl/v1
 vms:
@@ -268,8 +254,6 @@ def test_device_group_sets_merge_the_profiles_of_one_set() -> None:
 
 def _pair_host(profiles: list[str]) -> Observed:
     """Two A100 PCIe GPUs in one set whose host reports a device group of 2 for `profiles` (none: no names)."""
-    from vgpuctl.vsphere.observe import set_nvlink_sets
-
     observed = Observed(datacenter="DC0")
     observed.hosts["h"] = ObservedHost(name="h", gpus=[
         ObservedGpu(pci_id=p, device_name="NVIDIA A100-PCIE-40GB", memory_kb=40 * 1024 * 1024,
@@ -279,8 +263,6 @@ def _pair_host(profiles: list[str]) -> Observed:
 
 
 def test_an_nvlink_vm_of_a_profile_the_groups_are_not_offered_for_is_refused_naming_them() -> None:
-    from vgpuctl.farm.placement import gpus_from_observed, place_vm
-
     observed = _pair_host(["grid_a100-40c"])
     assert [g.nvlink_profiles for g in observed.hosts["h"].gpus] == [["grid_a100-40c"]] * 2
     gpus = gpus_from_observed(observed.hosts["h"], {})
@@ -293,16 +275,12 @@ def test_an_nvlink_vm_of_a_profile_the_groups_are_not_offered_for_is_refused_nam
 
 def test_the_group_names_the_host_reports_win_over_the_catalogue() -> None:
     """A host whose groups name another type than the board's whole-GPU C type is planned by what it names."""
-    from vgpuctl.farm.placement import gpus_from_observed, place_vm
-
     gpus = gpus_from_observed(_pair_host(["grid_a100-20c"]).hosts["h"], {})
     assert place_vm(gpus, "vm", ["grid_a100-20c"] * 2, nvlink=True).ok
     assert not place_vm(gpus, "vm", ["grid_a100-40c"] * 2, nvlink=True).ok
 
 
 def test_without_group_names_the_catalogue_gives_the_whole_gpu_c_type() -> None:
-    from vgpuctl.farm.placement import gpus_from_observed, place_vm
-
     gpus = gpus_from_observed(_pair_host([]).hosts["h"], {})
     assert place_vm(gpus, "vm", ["grid_a100-40c"] * 2, nvlink=True).ok
     small = place_vm(gpus, "vm", ["grid_a100-20c"] * 2, nvlink=True)
@@ -311,9 +289,6 @@ def test_without_group_names_the_catalogue_gives_the_whole_gpu_c_type() -> None:
 
 
 def test_plan_refuses_an_nvlink_vm_whose_profile_no_group_offers() -> None:
-    from vgpuctl.inventory import load_inventory_text
-    from vgpuctl.planner import make_plan
-
     inv = load_inventory_text("""\
 apiVersion: vgpuctl/v1
 vms:
@@ -353,9 +328,6 @@ def _a100_host(observed: Observed | None = None) -> Observed:
 def test_shell_sets_reach_placement_where_vcenter_reports_no_groups() -> None:
     """nvidia-smi topo links 3b-3c and 5e-5f; vCenter reported no device groups: the sets come from the shell,
     their group sizes from the board's catalogue topology (bridge pairs), and the reason says so."""
-    from vgpuctl.farm.placement import gpus_from_observed, place_vm
-    from vgpuctl.hosts.facts import adopt_nvlink_sets
-
     facts = _shell_facts({GPUS[0]: [GPUS[1]], GPUS[1]: [GPUS[0]], GPUS[2]: [GPUS[3]], GPUS[3]: [GPUS[2]]})
     observed = _a100_host()
     assert adopt_nvlink_sets(observed, facts)
@@ -368,9 +340,6 @@ def test_shell_sets_reach_placement_where_vcenter_reports_no_groups() -> None:
 
 
 def test_shell_sets_do_not_override_the_device_groups_vcenter_reports() -> None:
-    from vgpuctl.hosts.facts import adopt_nvlink_sets
-    from vgpuctl.vsphere.observe import set_nvlink_sets
-
     observed = _a100_host()
     set_nvlink_sets(observed, "h", [GPUS], [[4]])
     facts = _shell_facts({GPUS[0]: [GPUS[1]], GPUS[1]: [GPUS[0]]})
@@ -379,8 +348,6 @@ def test_shell_sets_do_not_override_the_device_groups_vcenter_reports() -> None:
 
 
 def test_no_shell_sets_leave_the_host_as_it_was() -> None:
-    from vgpuctl.hosts.facts import adopt_nvlink_sets
-
     observed = _a100_host()
     assert not adopt_nvlink_sets(observed, _shell_facts({}))
     linked = _shell_facts({GPUS[0]: [GPUS[1]], GPUS[1]: [GPUS[0]]})
@@ -393,8 +360,6 @@ def test_no_shell_sets_leave_the_host_as_it_was() -> None:
 
 def test_plan_stage_host_facts_records_the_shell_sets(monkeypatch: pytest.MonkeyPatch) -> None:
     """The pipeline's host facts stage hands the shell's NVLink sets to the observed model."""
-    from vgpuctl import pipeline
-
     facts = _shell_facts({GPUS[0]: [GPUS[1]], GPUS[1]: [GPUS[0]]})
     monkeypatch.setattr(pipeline, "gather_facts", lambda *a, **k: {"h": facts})
     monkeypatch.setattr("vgpuctl.hosts.status.shell_configured", lambda specs: True)

@@ -12,6 +12,8 @@ import kinds
 import pytest
 
 from vgpuctl.domain import ChangeKind, EvacuationKind, Phase, WindowStage
+from vgpuctl.hosts.targets import host_waves, planned_waves
+from vgpuctl.inventory import HostSpec
 from vgpuctl.model import (
     CloneSpec,
     DeviceChange,
@@ -31,10 +33,13 @@ from vgpuctl.model import (
     UpgradeWindow,
     VmChange,
 )
+from vgpuctl.records.perf import StatsInterval, UsageWindow
 from vgpuctl.records.work import WORK_FIELD
-from vgpuctl.reports.html import percent, plan_page, status_page
+from vgpuctl.reports.fleet import FleetStatusPart, fleet_status_report
+from vgpuctl.reports.html import fleet_status_page, percent, plan_page, status_page
 from vgpuctl.reports.plan import disruption_line, plan_lines, plan_report, steps_text
 from vgpuctl.reports.status import host_lease, host_state, status_report, with_leases
+from vgpuctl.reports.usage import UsageRow, window_row
 
 pytestmark = pytest.mark.unit
 
@@ -173,8 +178,6 @@ def test_the_vgpu_manager_and_guest_drivers_the_text_shows_are_on_the_page() -> 
 
 
 def test_usage_colours_each_gpu_by_its_average_utilization_and_stranded_framebuffer_is_said() -> None:
-    from vgpuctl.reports.usage import UsageRow
-
     report = status_report(farm())
     gpus = {g.gpu: g for h in report.hosts for g in h.gpus}
     rows = {"0000:3b:00.0": 2.0, "0000:3c:00.0": 12.5, "0000:86:00.0": 95.0}
@@ -184,8 +187,6 @@ def test_usage_colours_each_gpu_by_its_average_utilization_and_stranded_framebuf
     gpus["0000:af:00.0"].usage = UsageRow(samples=0, covered=False, util_avg=None, util_max=None, peak_from="none",
                                           mem_used_gb=None)
     gpus["0000:3b:00.0"].stranded_gb, gpus["0000:3b:00.0"].stranded_why = 10.0, "no offered profile fits 10 GB"
-    from vgpuctl.records.perf import StatsInterval, UsageWindow
-    from vgpuctl.reports.usage import window_row
 
     report.usage_window = window_row(UsageWindow(3600.0, StatsInterval("realtime", 20, 3600, None)))
     found = Elements(status_page(report))
@@ -201,9 +202,6 @@ def test_usage_colours_each_gpu_by_its_average_utilization_and_stranded_framebuf
 
 
 def test_a_fleets_status_page_has_a_section_per_vcenter_and_says_why_one_is_missing() -> None:
-    from vgpuctl.reports.fleet import FleetStatusPart, fleet_status_report
-    from vgpuctl.reports.html import fleet_status_page
-
     one = with_leases(status_report(farm()), {})
     report = fleet_status_report([FleetStatusPart("east", "https://vc-east/sdk", one),
                                   FleetStatusPart("west", "https://vc-west/sdk", None,
@@ -315,10 +313,6 @@ def test_a_plan_without_changes_says_so() -> None:
 
 
 def test_host_waves_follow_the_smallest_max_unavailable_and_the_text_names_them() -> None:
-    from vgpuctl.hosts.targets import host_waves, planned_waves
-    from vgpuctl.inventory import HostSpec
-    from vgpuctl.reports.plan import plan_lines
-
     assert host_waves([("a", 2), ("b", 3), ("c", 2)]) == [["a", "b"], ["c"]]
     assert host_waves([("a", 1), ("b", 5)]) == [["a"], ["b"]] and host_waves([]) == []
     changes = [HostChange(h, kinds.NVLINK, "host", "enabled", "disabled", Phase.REBOOT) for h in ("c", "a", "b")]

@@ -9,13 +9,19 @@ import dataclasses
 import pytest
 
 from vgpuctl.farm.placement import (
+    DEFAULT_API,
     Gpu,
     GroupSizes,
     _mask,
+    _mig_fits_some_way,
+    _mixed_fits_some_way,
     _mixed_placement,
+    _mixed_room,
+    _series_masks,
     add_vgpu,
     catalogue_group_sizes,
     fits,
+    gpus_from_observed,
     group_profiles,
     group_refusal,
     group_sizes,
@@ -280,8 +286,6 @@ def test_the_board_comes_from_the_device_id_then_the_name_then_the_offered_profi
     board; with neither, the offered profiles of two boards are narrowed by the GPU's memory (80 GB, reported a
     little under); a GPU no table knows keeps its memory as its framebuffer and is blocked once a VM uses it,
     not by its history (a VM leaving does not unblock it)."""
-    from vgpuctl.farm.placement import gpus_from_observed
-
     by_id = ObservedGpu("0000:01:00.0", "GPU 20B5", device_id=0x20B5, memory_kb=80 * GB_KB)
     by_memory = ObservedGpu("0000:02:00.0", "GPU", memory_kb=int(78.5 * GB_KB))
     unknown = ObservedGpu("0000:03:00.0", "GPU Z", memory_kb=24 * GB_KB)
@@ -297,8 +301,6 @@ def test_the_board_comes_from_the_device_id_then_the_name_then_the_offered_profi
 
 
 def test_a_vm_whose_vgpus_were_not_read_blocks_its_gpu_for_good_and_a_host_api_and_groups_carry_over() -> None:
-    from vgpuctl.farm.placement import DEFAULT_API, gpus_from_observed
-
     og = ObservedGpu("0000:3b:00.0", "NVIDIA A100-PCIE-40GB", memory_kb=40 * GB_KB, vms=["ghost", "ghost"],
                      nvlink_set=1, nvlink_groups=[2], nvlink_profiles=["grid_a100-40c"])
     gpu = gpus_from_observed(_host_of(og, api="8.0.1.0"), {})[0]
@@ -311,8 +313,6 @@ def test_a_vm_whose_vgpus_were_not_read_blocks_its_gpu_for_good_and_a_host_api_a
 def test_each_gpu_gets_the_vms_vgpu_that_matches_what_it_already_holds() -> None:
     """vSphere says which VMs use a GPU, not which of their vGPUs: a VM with a 20C and a 10C on two GPUs gives
     the GPU that already holds another VM's 10C its 10C (same-size GPUs hold one type), the other its 20C."""
-    from vgpuctl.farm.placement import gpus_from_observed
-
     name = "NVIDIA A100-PCIE-40GB"
     host = _host_of(ObservedGpu("0000:3b:00.0", name, vms=["a", "b"]), ObservedGpu("0000:5e:00.0", name, vms=["b"]))
     gpus = gpus_from_observed(host, {"a": ["grid_a100-10c"], "b": ["grid_a100-20c", "grid_a100-10c"]})
@@ -360,8 +360,6 @@ def test_some_way_searches_refuse_what_has_no_geometry_or_no_placement_ids() -> 
     """The any-packing checks behind the conservative-rule reasons: a MIG GPU asked for a time-sliced type, or
     holding a name no table explains, fits nothing some other way; a mixed-size GPU of a board without published
     placement ids (A40) neither."""
-    from vgpuctl.farm.placement import _mig_fits_some_way, _mixed_fits_some_way
-
     mig = Gpu("0000:3b:00.0", "a100", 40, vgpu_mode="multiInstanceGpu")
     assert _mig_fits_some_way(mig, parse_profile("grid_a100-1-5c"))
     assert not _mig_fits_some_way(mig, parse_profile("grid_a100-10c"))
@@ -375,8 +373,6 @@ def test_some_way_searches_refuse_what_has_no_geometry_or_no_placement_ids() -> 
 
 
 def test_mixed_room_counts_each_free_placement_id_once() -> None:
-    from vgpuctl.farm.placement import _mixed_room, _series_masks
-
     a100 = Gpu("0000:3b:00.0", "a100", 40, vgpu_mode="mixedSize")
     masks = _series_masks("a100", "C")
     assert masks and _mixed_room(a100, "C", 0) == len(masks)

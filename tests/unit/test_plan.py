@@ -26,10 +26,11 @@ from ruamel.yaml import YAML
 
 from vgpuctl.farm.placement import place_vm
 from vgpuctl.farm.state import farm_from_observed
-from vgpuctl.inventory import load_inventory, load_inventory_text, validate
+from vgpuctl.inventory import Inventory, load_inventory, load_inventory_text, validate
 from vgpuctl.model import CloneSpec, Observed, ObservedVgpu, ObservedVm, Plan, VmChange
 from vgpuctl.planner import make_plan
 from vgpuctl.reports.plan import plan_to_json, render_plan_text
+from vgpuctl.vms.plan import uvm_enabled
 
 pytestmark = pytest.mark.unit
 
@@ -209,8 +210,6 @@ def test_example_inventory_fits_default_farm() -> None:
 
 
 def test_plan_checks_mixing_without_validate() -> None:
-    from vgpuctl.inventory import Inventory
-
     inv = Inventory.model_validate({"apiVersion": "vgpuctl/v1", "vms": [
         {"name": "a", "vgpus": [{"profile": "grid_a100-40c"}, {"profile": "grid_h100-80c"}]},
         {"name": "b", "vgpus": [{"profile": "nonsense"}]},
@@ -304,8 +303,6 @@ def test_an_unexplained_name_is_answered_with_what_is_offered_where_the_vm_may_r
     """The offered profiles named are those of the VM's host, else of its cluster's hosts, else of every host; a
     name the host offers but no table explains is said to be one; the first unexplained name of the VM is the one
     answered."""
-    from vgpuctl.inventory import Inventory
-
     inv = Inventory.model_validate({"apiVersion": "vgpuctl/v1", "vms": [
         {"name": "by-cluster", "cluster": "MIG-Cluster", "vgpus": [{"profile": "grid_a100-3-20x"}]},
         {"name": "by-host", "host": "esx-01.gpu.sim", "vgpus": [{"profile": "grid_a100-20x"}]},
@@ -339,8 +336,6 @@ def test_an_unexplained_name_is_answered_with_what_is_offered_where_the_vm_may_r
     ],
 )
 def test_uvm_is_enabled_by_1_or_true_on_a_vgpus_key(extra_config: dict[str, str], keys: list[str]) -> None:
-    from vgpuctl.vms.plan import uvm_enabled
-
     assert uvm_enabled(extra_config) == keys
 
 

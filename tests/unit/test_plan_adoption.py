@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import pytest
 
+from vgpuctl import pipeline
+from vgpuctl.cli import common
+from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.cli.plan import CliHooks
 from vgpuctl.domain import Keep
+from vgpuctl.errors import InventoryErrors
 from vgpuctl.export import export_inventory, lacks
-from vgpuctl.inventory import load_inventory_text
+from vgpuctl.inventory import load_inventory_text, validate
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost, ObservedVgpu, ObservedVm, Op
 from vgpuctl.planner import make_plan
-from vgpuctl.reports.plan import plan_report, render_plan_text
+from vgpuctl.reports.plan import plan_lines, plan_report, render_plan_text
 
 pytestmark = pytest.mark.unit
 
@@ -78,8 +83,6 @@ def test_removal_powers_off_and_destroys_only_named_vms() -> None:
 def test_a_destroy_is_a_disruptive_step_listed_and_counted() -> None:
     """Every VM destroyed is a disruptive step of its own (action `destroy`), a stopped one too: listed under
     "Disruptive steps" and in `disruptions`, counted in the summary; a running one is powered off first."""
-    from vgpuctl.reports.plan import plan_lines
-
     observed = farm()
     observed.vms["other"].power_state = "poweredOff"
     plan = make_plan(load_inventory_text("apiVersion: vgpuctl/v1\nvms:\n  - name: other\n    state: absent\n"
@@ -98,11 +101,6 @@ def test_a_destroy_is_a_disruptive_step_listed_and_counted() -> None:
 
 
 def test_apply_asks_for_the_word_before_destroying_a_stopped_vm(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vgpuctl import pipeline
-    from vgpuctl.cli import common
-    from vgpuctl.cli.common import GlobalOptions
-    from vgpuctl.cli.plan import CliHooks
-
     observed = farm()
     observed.vms["other"].power_state = "poweredOff"
     inventory = load_inventory_text("apiVersion: vgpuctl/v1\nvms:\n  - name: other\n    state: absent\n")
@@ -115,9 +113,6 @@ def test_apply_asks_for_the_word_before_destroying_a_stopped_vm(monkeypatch: pyt
 
 def test_state_absent_with_power_keep_is_refused() -> None:
     """`keep` means the VM's power is never touched; a removal powers it off and destroys it."""
-    from vgpuctl.errors import InventoryErrors
-    from vgpuctl.inventory import validate
-
     text = "apiVersion: vgpuctl/v1\nvms:\n  - name: hand\n    state: absent\n    power: keep\n"
     with pytest.raises(InventoryErrors) as info:
         validate(load_inventory_text(text, "inv.yaml"))

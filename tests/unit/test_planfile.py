@@ -9,9 +9,21 @@ from typing import Any
 import pytest
 
 from vgpuctl import planfile
+from vgpuctl.domain import ChangeKind, EvacuationKind
 from vgpuctl.errors import UsageError
-from vgpuctl.model import Observed, ObservedHost, ObservedVgpu, ObservedVm, Plan, VmChange
-from vgpuctl.reports.plan import plan_section
+from vgpuctl.model import (
+    EvacuationAction,
+    HostChange,
+    Observed,
+    ObservedGpu,
+    ObservedHost,
+    ObservedVgpu,
+    ObservedVm,
+    Plan,
+    VmChange,
+)
+from vgpuctl.reports.plan import plan_section, plan_to_json
+from vgpuctl.settings import SETTINGS
 
 pytestmark = pytest.mark.unit
 
@@ -35,8 +47,6 @@ def test_farm_digest_ignores_churn_and_sees_what_plans_depend_on() -> None:
 
 
 def test_farm_digest_leaves_out_nvlink_sets_the_shell_gave_but_not_vcenters() -> None:
-    from vgpuctl.model import ObservedGpu
-
     def with_gpus(nvlink_set: int | None, from_shell: bool) -> Observed:
         observed = farm()
         host = observed.hosts["esx-01"]
@@ -50,8 +60,6 @@ def test_farm_digest_leaves_out_nvlink_sets_the_shell_gave_but_not_vcenters() ->
 
 
 def test_farm_digest_leaves_out_the_drivers_word_on_mixing_types() -> None:
-    from vgpuctl.model import ObservedGpu
-
     def with_mixing(types_may_mix: bool | None) -> Observed:
         observed = farm()
         observed.hosts["esx-01"].gpus = [ObservedGpu("0000:3b:00.0", "A100", types_may_mix=types_may_mix)]
@@ -168,10 +176,6 @@ def test_a_plan_file_of_another_version_is_refused_in_one_line(tmp_path: Path, v
 
 
 def test_a_saved_plan_carries_typed_evacuations(tmp_path: Path) -> None:
-    from vgpuctl.domain import ChangeKind, EvacuationKind
-    from vgpuctl.model import EvacuationAction, HostChange
-    from vgpuctl.reports.plan import plan_to_json
-
     action = EvacuationAction(EvacuationKind.MIGRATE, "esx-02")
     move = HostChange("esx-01", ChangeKind.EVACUATE, "a", "poweredOn", action)
     plan = Plan(host_changes=[move])
@@ -184,8 +188,6 @@ def test_a_saved_plan_carries_typed_evacuations(tmp_path: Path) -> None:
 
 
 def test_drift_fields_are_the_settings_and_where_a_host_is() -> None:
-    from vgpuctl.settings import SETTINGS
-
     settings = {f for s in SETTINGS for f in s.drift_fields}
     assert set(planfile.HOST_FIELDS) == set(planfile.ORCHESTRATION_FIELDS) | settings
     assert len(planfile.HOST_FIELDS) == len(set(planfile.HOST_FIELDS))

@@ -12,13 +12,15 @@ import kinds
 import pytest
 
 from vgpuctl import releases
-from vgpuctl.domain import CheckStatus, Phase
+from vgpuctl.domain import CheckStatus, IdentityMethod, Phase
 from vgpuctl.esxi.parsers import parse_vib_list
+from vgpuctl.hosts.plan import plan_host, resolve_hosts
 from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
     CloneSpec,
     DeviceChange,
     FieldChange,
+    GuestIdentity,
     HostChange,
     Observed,
     ObservedGpu,
@@ -30,10 +32,13 @@ from vgpuctl.model import (
 )
 from vgpuctl.preflight import branches, checks, privileges
 from vgpuctl.preflight.check import PreflightCheck
+from vgpuctl.preflight.checks import gpu_host_check, setting_checks, vm_network_checks
 from vgpuctl.preflight.facts import About, ManagerFacts, Scope, SshOutcome, SshProbe, requirement_scope, scope_of
-from vgpuctl.preflight.guests import driver_branch_checks, file_checks, guest_driver
+from vgpuctl.preflight.guests import driver_branch_checks, file_checks, guest_driver, unreadable
 from vgpuctl.reports.preflight import preflight_report
-from vgpuctl.vsphere.hostaccess import HostAccess
+from vgpuctl.settings.vgpu_manager import ManagerTarget, Route
+from vgpuctl.vsphere import hostaccess
+from vgpuctl.vsphere.hostaccess import HostAccess, parse_privilege_availability
 
 pytestmark = pytest.mark.unit
 
@@ -209,9 +214,6 @@ def test_needs_name_each_object_and_only_the_privileges_its_change_uses() -> Non
 
 
 def test_network_settings_and_customization_need_their_own_privileges() -> None:
-    from vgpuctl.domain import IdentityMethod
-    from vgpuctl.model import GuestIdentity
-
     clone = CloneSpec("tmpl", cluster="C", identity=GuestIdentity(IdentityMethod.CUSTOMIZATION, "b", "lab"))
     the_plan = Plan(
         vm_changes=[VmChange("b", clone=clone)],
@@ -230,8 +232,6 @@ def test_network_settings_and_customization_need_their_own_privileges() -> None:
 
 
 def manager_change(route: str, location: str, component: str = "") -> HostChange:
-    from vgpuctl.settings.vgpu_manager import ManagerTarget, Route
-
     target = ManagerTarget("580.65.05", Route(route), location, component, cluster="domain-c7" if route == "vlcm"
                            else "")
     return HostChange("esx-01", kinds.VGPU_MANAGER, "host", "550.90.05", target, Phase.REBOOT)
@@ -429,8 +429,6 @@ PRIVILEGES_READ = {("vm-1", "VirtualMachine.Config.CPUCount"): True, ("vm-1", "S
 
 
 def test_privilege_answer_is_read_per_object_and_privilege() -> None:
-    from vgpuctl.vsphere.hostaccess import parse_privilege_availability
-
     assert parse_privilege_availability(PRIVILEGE_ANSWER) == PRIVILEGES_READ
 
 
@@ -444,8 +442,6 @@ def test_privilege_answer_is_read_per_object_and_privilege() -> None:
     ("a second default namespace", '<returnval xmlns="urn:vim25">'),
 ])
 def test_the_privilege_answer_is_scanned_in_its_plain_form_and_parsed_in_any_other(odd: str, instead: str) -> None:
-    from vgpuctl.vsphere import hostaccess
-
     body = PRIVILEGE_ANSWER
     if odd == "a comment":
         body = body.replace(b"</returnval>\n<returnval>", b"</returnval>" + instead.encode() + b"\n<returnval>")
@@ -467,8 +463,6 @@ def test_the_privilege_answer_is_scanned_in_its_plain_form_and_parsed_in_any_oth
 
 
 def test_an_unreadable_token_file_is_named_without_its_content(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from vgpuctl.preflight.guests import unreadable
-
     token = tmp_path / "client_configuration_token.tok"
     token.write_text("SECRET-TOKEN")
     assert unreadable(token) is None
@@ -487,8 +481,6 @@ def test_an_unreadable_token_file_is_named_without_its_content(tmp_path: Path, m
 
 def test_a_token_path_that_is_a_fifo_or_a_device_is_refused_at_once(tmp_path: Path) -> None:
     """A FIFO with no writer would hold preflight forever on open; a device is no token file."""
-    from vgpuctl.preflight.guests import unreadable
-
     fifo = tmp_path / "token.fifo"
     os.mkfifo(fifo)
     assert unreadable(fifo) == "a named pipe (FIFO), not a regular file (vgpuctl reads this only from a file)"
@@ -503,10 +495,6 @@ def test_an_sriov_or_passthrough_adapter_needs_its_nic_on_a_host_of_the_vm() -> 
     from pathlib import Path
 
     from ruamel.yaml import YAML
-
-    from vgpuctl.inventory import load_inventory_text
-    from vgpuctl.preflight.checks import vm_network_checks
-    from vgpuctl.preflight.facts import Scope
 
     farm_file = Path(__file__).resolve().parents[1] / "fixtures" / "network" / "_farm.yaml"
     observed = Observed.from_dict(copy.deepcopy(YAML(typ="safe").load(farm_file.read_text())))
@@ -537,11 +525,6 @@ def test_a_connectx_whose_firmware_has_sriov_off_is_named_with_the_mlxconfig_ste
 
     from ruamel.yaml import YAML
 
-    from vgpuctl.hosts.plan import plan_host, resolve_hosts
-    from vgpuctl.inventory import load_inventory_text
-    from vgpuctl.preflight.checks import setting_checks
-    from vgpuctl.preflight.facts import Scope
-
     farm_file = Path(__file__).resolve().parents[1] / "fixtures" / "network" / "_farm.yaml"
     observed = Observed.from_dict(copy.deepcopy(YAML(typ="safe").load(farm_file.read_text())))
     name = sorted(observed.hosts)[0]
@@ -564,11 +547,6 @@ def test_a_connectx_whose_firmware_has_sriov_off_is_named_with_the_mlxconfig_ste
 def test_no_gpu_host_is_a_failing_check() -> None:
     """Without an inventory, a datacenter where no host has an NVIDIA GPU or offers vGPU types fails host.gpu; a GPU
     host in scope, or an inventory that gives no VM vGPUs, needs no such check."""
-    from vgpuctl.inventory import load_inventory_text
-    from vgpuctl.model import ObservedHost
-    from vgpuctl.preflight.checks import gpu_host_check
-    from vgpuctl.preflight.facts import Scope
-
     observed = Observed(datacenter="DC0", hosts={"esx-01": ObservedHost("esx-01"), "esx-02": ObservedHost("esx-02")})
     [check] = gpu_host_check(observed, None, Scope([]))
     assert check.status == CheckStatus.FAIL and check.id == "host.gpu"

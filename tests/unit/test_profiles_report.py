@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from vgpuctl.hosts.status import mig_instance_totals
 from vgpuctl.model import ObservedGpu, ObservedHost, ObservedProfile
 from vgpuctl.profiles import BOARDS, max_per_gpu, parse_profile
 from vgpuctl.reports.base import TextLayout
-from vgpuctl.reports.profiles import host_profiles, profiles_report
+from vgpuctl.reports.profiles import host_profiles, profiles_report, with_reported_maxima
 
 pytestmark = pytest.mark.unit
 
@@ -104,9 +105,6 @@ LGIP = Path(__file__).resolve().parents[1] / "fixtures" / "nvidia-smi" / "a100-4
 def test_the_hosts_mig_instance_totals_become_its_maxima() -> None:
     """`nvidia-smi mig -lgip` (a real A100-40GB capture) gives each GPU instance profile's total; the offered
     MIG-backed types take them (the host wins), time-sliced ones keep the catalogue's maximum."""
-    from vgpuctl.hosts.status import mig_instance_totals
-    from vgpuctl.reports.profiles import with_reported_maxima
-
     text = LGIP.read_text()
     totals = mig_instance_totals(lambda command: text)
     assert totals["1g.5gb"] == 7 and totals["1g.5gb+me"] == 1 and totals["3g.20gb"] == 2
@@ -119,8 +117,6 @@ def test_the_hosts_mig_instance_totals_become_its_maxima() -> None:
 
 
 def test_the_smallest_total_over_the_hosts_mig_gpus_is_its_figure() -> None:
-    from vgpuctl.hosts.status import mig_instance_totals
-
     one = LGIP.read_text()
     two = one.replace("|   0  MIG 3g.20gb        9     2/2", "|   1  MIG 3g.20gb        9     1/1")
     assert mig_instance_totals(lambda command: one + two)["3g.20gb"] == 1

@@ -8,6 +8,9 @@ from collections.abc import Iterator
 import pytest
 
 from vgpuctl.vsphere import rawread
+from vgpuctl.vsphere.netobserve import networks, pci_roots
+from vgpuctl.vsphere.objects import Obj
+from vgpuctl.vsphere.rawread import LeanRef
 
 pytestmark = pytest.mark.unit
 
@@ -274,8 +277,6 @@ def _device(device_id: str, class_id: int, parent: str | None = None) -> str:
 
 def roots_of(body: bytes) -> dict[str, str | None]:
     """Each kept device's topmost bridge, as netobserve finds it."""
-    from vgpuctl.vsphere.netobserve import pci_roots
-
     (obj,) = rawread.objects_of(rawread.returnval_of(ET.fromstring(body)), None)
     by_id = {str(d.id): d for d in obj.props.get("hardware.pciDevice", [])}
     root = pci_roots(by_id)
@@ -336,10 +337,6 @@ def test_a_port_group_reaches_the_hosts_that_list_it() -> None:
     """Port groups are read from both sides: govmomi's simulator lists "VM Network" only in each HostSystem.network,
     vCenter also in Network.host; a host either side names reaches it (and a host's network list is read by the
     lean reader as references)."""
-    from vgpuctl.vsphere.netobserve import networks
-    from vgpuctl.vsphere.objects import Obj
-    from vgpuctl.vsphere.rawread import LeanRef
-
     def ref(moid: str, kind: str) -> LeanRef:
         return LeanRef(moid, kind)
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from vgpuctl.reports.status import NO_MANAGER
+
 pytestmark = pytest.mark.unit
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
@@ -34,8 +36,6 @@ def test_role_command_grants_what_the_table_lists() -> None:
 
 
 def test_status_says_what_the_readme_says_of_a_host_without_the_vgpu_manager() -> None:
-    from vgpuctl.reports.status import NO_MANAGER
-
     assert f'"{NO_MANAGER}"' in " ".join(SECTION.split())
 
 

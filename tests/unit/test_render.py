@@ -8,17 +8,20 @@ import kinds
 import pytest
 
 from vgpuctl.domain import ChangeKind, EvacuationKind, Phase
+from vgpuctl.inventory import load_inventory_text
 from vgpuctl.model import (
     CloneSpec,
     DeviceChange,
     EvacuationAction,
     FieldChange,
     HostChange,
+    Observed,
     Op,
     Plan,
     Problem,
     VmChange,
 )
+from vgpuctl.planner import make_plan
 from vgpuctl.reports.plan import disruptions, plan_to_json, render_plan_text, summary
 
 pytestmark = pytest.mark.unit
@@ -137,10 +140,6 @@ def test_json() -> None:
 
 def test_no_secrets_from_inventory() -> None:
     """A plan is made of VM, host and profile data: nothing of vcenter/ssh/guest connection settings."""
-    from vgpuctl.inventory import load_inventory_text
-    from vgpuctl.model import Observed
-    from vgpuctl.planner import make_plan
-
     inv = load_inventory_text(
         "apiVersion: vgpuctl/v1\n"
         "vcenter: {url: 'https://admin@vc.example.com/sdk', tls: {ca_file: /secret/ca.pem}}\n"

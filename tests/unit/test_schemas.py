@@ -138,6 +138,10 @@ from test_experiment_runner import setup as runner_setup
 from test_experiment_schema import write as experiment_file
 from test_scope import scoped
 
+from vgpuctl.capacity.drain import drain
+from vgpuctl.domain import ClusterKind
+from vgpuctl.settings.vgpu_manager import VGPU_MANAGER, ManagerTarget, Route
+
 pytestmark = pytest.mark.unit
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "docs" / "schemas"
@@ -246,8 +250,6 @@ def stopped_apply_report() -> ApplyReport:
 
 def window_plan() -> Plan:
     """A driver upgrade window: a guest moved first, two hosts one at a time, the guest moved to its release."""
-    from vgpuctl.settings.vgpu_manager import VGPU_MANAGER, ManagerTarget, Route
-
     target = ManagerTarget("580.65.05", Route.SHELL, "/vmfs/volumes/ds1/nvidia/bundle.zip", "NVD-AIE-800",
                            "580.65.05-1OEM.800.1.0.20613240")
     window = UpgradeWindow(
@@ -423,8 +425,6 @@ def capacity_now() -> CapacityReport:
 
 
 def capacity_drain() -> CapacityDrainReport:
-    from vgpuctl.capacity.drain import drain
-
     observed = capacity_farm()
     observed.hosts["esx-cap-03.lab"].in_maintenance = True
     answer = drain(observed, ["esx-cap-01.lab", "esx-cap-03.lab"], vgpu_migration=True)
@@ -458,7 +458,6 @@ def supervisor_apply() -> SupervisorApplyReport:
 
 def manifests(folder: Path | None) -> ManifestsReport:
     inventory = load_inventory_text(HOSTS, "inv.yaml")
-    from vgpuctl.domain import ClusterKind
 
     return manifests_report("ml-team", render_manifests(inventory, "ml-team"), folder, ClusterKind.CLUSTER)
 

@@ -9,6 +9,8 @@ import pytest
 
 from vgpuctl import trace
 from vgpuctl.guest import runner
+from vgpuctl.vsphere.rest import LEGACY_SESSION, RestClient
+from vgpuctl.vsphere.session import ConnectionSettings
 
 pytestmark = pytest.mark.unit
 
@@ -17,9 +19,6 @@ def rest_client_logged_in_with(token: str) -> Any:
     """A RestClient whose login (the legacy path, as govmomi's simulator serves it) answers `token`."""
     import requests
     import requests.adapters
-
-    from vgpuctl.vsphere.rest import LEGACY_SESSION, RestClient
-    from vgpuctl.vsphere.session import ConnectionSettings
 
     class Adapter(requests.adapters.BaseAdapter):
         def send(self, request: Any, **kwargs: Any) -> Any:

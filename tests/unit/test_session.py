@@ -8,8 +8,9 @@ import threading
 import pytest
 from pyVmomi import vim
 
-from vgpuctl.errors import AuthenticationError, ConnectionFailure, TlsError, UsageError
+from vgpuctl.errors import AuthenticationError, ConnectionFailure, TlsError, UsageError, VsphereFault
 from vgpuctl.vsphere import session as sess
+from vgpuctl.vsphere import tasks
 from vgpuctl.vsphere.session import ConnectionSettings, Session
 
 pytestmark = pytest.mark.unit
@@ -256,8 +257,6 @@ class FakeTask:
 
 
 def test_task_watcher_reads_all_tasks_in_one_call_per_poll(monkeypatch) -> None:
-    from vgpuctl.vsphere import tasks
-
     calls: list[list[str]] = []
     polls: dict[str, int] = {}
 
@@ -304,9 +303,6 @@ def test_task_watcher_reads_all_tasks_in_one_call_per_poll(monkeypatch) -> None:
 def test_task_watcher_isolates_a_task_that_cannot_be_read(monkeypatch) -> None:
     from pyVmomi import vim as vim_
 
-    from vgpuctl.errors import VsphereFault
-    from vgpuctl.vsphere import tasks
-
     def fake_read(session, refs, vim_type, paths):
         moids = [r._moId for r in refs]
         if "bad" in moids:
@@ -338,8 +334,6 @@ def test_task_watcher_isolates_a_task_that_cannot_be_read(monkeypatch) -> None:
 
 
 def test_task_watcher_fails_all_on_connection_loss(monkeypatch) -> None:
-    from vgpuctl.vsphere import tasks
-
     def fake_read(session, refs, vim_type, paths):
         raise ConnectionFailure("cannot reach vCenter at https://vc/sdk: connection refused")
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from vgpuctl.cli import common
+from vgpuctl.cli import common, host, plan
 
 pytestmark = pytest.mark.unit
 
@@ -76,14 +76,10 @@ def test_the_apply_summary_is_shown_wrapped() -> None:
     for wrapping."""
     import inspect
 
-    from vgpuctl.cli import plan
-
     assert "wrap=True" in inspect.getsource(plan.print_summary)
 
 
 def test_what_a_host_command_will_do_is_fitted_before_its_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
-    from vgpuctl.cli import host
-
     stream = Terminal()
     monkeypatch.setattr(common.sys, "stdout", stream)
     monkeypatch.setattr(os, "get_terminal_size", lambda *_a: os.terminal_size((80, 24)))

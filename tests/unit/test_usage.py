@@ -36,6 +36,7 @@ from vgpuctl.records.perf import (
     wanted_counters,
 )
 from vgpuctl.reports.usage import idle_report
+from vgpuctl.vsphere import perf
 from vgpuctl.vsphere.perf import _series
 
 pytestmark = pytest.mark.unit
@@ -234,8 +235,6 @@ def test_bad_input_is_one_line_and_exit_1_before_any_connection(args: list[str],
 
 def test_a_refused_counter_list_ends_the_read_with_the_faults_type(monkeypatch: pytest.MonkeyPatch) -> None:
     from pyVmomi import vim
-
-    from vgpuctl.vsphere import perf
 
     def refuse(session: Any) -> Any:
         raise vim.fault.NoPermission(msg="Permission to perform this operation was denied.")

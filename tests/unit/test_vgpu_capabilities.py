@@ -13,7 +13,7 @@ from vgpuctl.esxi import parsers
 from vgpuctl.farm.placement import gpus_from_observed, place_vm
 from vgpuctl.hosts.facts import adopt_vgpu_capabilities
 from vgpuctl.model import Observed, ObservedGpu, ObservedHost
-from vgpuctl.settings import decoders
+from vgpuctl.settings import decoders, shell_facts
 from vgpuctl.settings.facts import VGPU_CAPABILITIES, HostFacts, vgpu_capabilities
 
 pytestmark = pytest.mark.unit
@@ -51,8 +51,6 @@ def test_supported_state(value: str, want: bool | None) -> None:
 
 
 def test_the_fact_is_read_with_the_shared_shell_facts_by_its_command() -> None:
-    from vgpuctl.settings import shell_facts
-
     assert VGPU_CAPABILITIES in shell_facts() and VGPU_CAPABILITIES.command == "nvidia-smi -q"
     assert vgpu_capabilities(_facts(P40)) == {PCI: parsers.VgpuCapability("00000000:83:00.0", True, False)}
     assert vgpu_capabilities(HostFacts("h")) == {}

@@ -26,6 +26,9 @@ from vgpuctl.esxi import ssh
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from docs_commands import check_vgpuctl
 
+from vgpuctl.cli.common import error_report
+from vgpuctl.errors import PlanError, PlanRefused
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,9 +189,6 @@ def test_changed_is_read_from_the_outcomes_of_the_apply_document(report: dict[st
 
 
 def test_a_plan_refused_for_its_problems_fails_with_the_problems_themselves() -> None:
-    from vgpuctl.cli.common import error_report
-    from vgpuctl.errors import PlanError, PlanRefused
-
     problems = ["host esx-01: its nvlink change needs maintenance mode", "vm a: cannot power on"]
     refused = error_report(PlanRefused(problems, "nothing can be applied")).to_dict()["error"]
     assert refused["message"].startswith("the plan has 2 problems")

@@ -14,10 +14,11 @@ from vgpuctl import planfile
 from vgpuctl.cli.main import app
 from vgpuctl.cli.status import reads_vm_classes
 from vgpuctl.inventory import load_inventory_text
-from vgpuctl.model import Observed, ObservedHost, Plan, VmChange
+from vgpuctl.model import ApplyResult, Observed, ObservedHost, Plan, VmChange
 from vgpuctl.records.classes import ClassState, NamespaceState, SupervisorState
+from vgpuctl.reports.apply import apply_report
 from vgpuctl.reports.plan import plan_report, with_class_plan
-from vgpuctl.reports.status import plain_status, status_report, with_supervisor
+from vgpuctl.reports.status import plain_status, render_status, status_report, with_supervisor
 from vgpuctl.supervisor.vmclasses import SupervisorPlan, plan_supervisor
 
 pytestmark = pytest.mark.unit
@@ -179,9 +180,6 @@ def test_validate_counts_classes_and_namespaces(tmp_path: Path) -> None:
 
 
 def test_apply_document_carries_the_class_plan_it_applied() -> None:
-    from vgpuctl.model import ApplyResult
-    from vgpuctl.reports.apply import apply_report
-
     doc = apply_report(Plan(), ApplyResult(), classes=class_plan()).to_dict()
     assert [c["vm_class"] for c in doc["plan"]["vm_classes"]] == ["gpu-big", "gpu-small", "old"]
     assert doc["plan"]["namespaces"][0]["namespace"] == "ml-team"
@@ -192,8 +190,6 @@ def test_status_tables_show_the_classes_and_the_warnings(width: int) -> None:
     import io
 
     from rich.console import Console
-
-    from vgpuctl.reports.status import render_status
 
     report = with_supervisor(status_report(observed()), state(), "REST went away")
     console = Console(width=width, file=io.StringIO())

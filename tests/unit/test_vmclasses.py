@@ -8,13 +8,16 @@ from typing import Any
 import kinds
 import pytest
 
-from vgpuctl.errors import InventoryErrors
+from vgpuctl.errors import InventoryErrors, RestError, UsageError
 from vgpuctl.inventory import Inventory, load_inventory_text
 from vgpuctl.inventory.classes import iter_problems
-from vgpuctl.model import Observed, ObservedHost, Op
+from vgpuctl.model import HostChange, Observed, ObservedGpu, ObservedHost, Op
 from vgpuctl.records.classes import ClassState, NamespaceState, SupervisorState
 from vgpuctl.reports.supervisor import supervisor_plan_report, supervisor_status_report
+from vgpuctl.supervisor.stage import planning_base
 from vgpuctl.supervisor.vmclasses import SupervisorPlan, desired_class, plan_supervisor
+from vgpuctl.vsphere.rest import RestClient, _pinned_adapter, class_body, class_from_json
+from vgpuctl.vsphere.session import ConnectionSettings
 
 pytestmark = pytest.mark.unit
 
@@ -437,9 +440,6 @@ class FakeVcenter:
     def client(self, **settings: Any) -> Any:
         import requests
 
-        from vgpuctl.vsphere.rest import RestClient
-        from vgpuctl.vsphere.session import ConnectionSettings
-
         http = requests.Session()
         http.mount("https://", self.adapter)
         return RestClient(ConnectionSettings(url="vc.example.com", username="u", password="p", **settings), http)
@@ -505,8 +505,6 @@ def test_a_memory_the_server_did_not_take_is_sent_again_with_the_other_spelling(
 
 
 def test_a_memory_no_spelling_sets_is_an_error() -> None:
-    from vgpuctl.errors import RestError
-
     fake = FakeVcenter({**LEGACY_LOGIN, ("PATCH", CLASSES + "/g"): [(200, None)],
                         ("GET", CLASSES + "/g"): [(200, _class_json(1024, "memory_MB"))]})
     with fake.client() as rest, pytest.raises(RestError, match="reads back as 1024 MB with either spelling"):
@@ -515,8 +513,6 @@ def test_a_memory_no_spelling_sets_is_an_error() -> None:
 
 @pytest.mark.parametrize("field", ["memory_mb", "memory_MB"])
 def test_a_class_is_read_with_either_spelling_of_its_memory(field: str) -> None:
-    from vgpuctl.vsphere.rest import class_from_json
-
     assert class_from_json(_class_json(4096, field)).memory_mb == 4096
 
 
@@ -534,8 +530,6 @@ def test_a_class_is_read_with_either_spelling_of_its_memory(field: str) -> None:
     ],
 )
 def test_rest_errors_are_one_line(answer: tuple[int, Any], expected: str) -> None:
-    from vgpuctl.errors import RestError
-
     fake = FakeVcenter({**LEGACY_LOGIN, ("GET", "/api/vcenter/namespaces/instances/x"): [answer]})
     with fake.client() as rest, pytest.raises(RestError) as info:
         rest.get_namespace("x")
@@ -551,10 +545,6 @@ def test_rest_expired_session_logs_in_again_once() -> None:
 
 
 def test_rest_wrong_password_and_tls_settings() -> None:
-    from vgpuctl.errors import RestError, UsageError
-    from vgpuctl.vsphere.rest import RestClient, _pinned_adapter
-    from vgpuctl.vsphere.session import ConnectionSettings
-
     fake = FakeVcenter({("POST", "/api/session"): [(401, None)]})
     with pytest.raises(RestError, match=r"REST login to https://vc.example.com as 'u' failed: wrong user name"):
         fake.client()
@@ -569,9 +559,6 @@ def test_rest_wrong_password_and_tls_settings() -> None:
 
 
 def test_planned_mig_mode_counts_for_the_offer_check() -> None:
-    from vgpuctl.model import HostChange, ObservedGpu
-    from vgpuctl.supervisor.stage import planning_base
-
     observed = _observed(A100_TS)
     observed.hosts["esx-01"].gpus = [ObservedGpu("0000:3b:00.0", "NVIDIA A100-PCIE-40GB", memory_kb=40 << 20,
                                                  graphics_type="sharedDirect", vgpu_mode="sameSize")]
@@ -648,8 +635,6 @@ def test_a_class_refuses_other_adapters_and_unknown_nics() -> None:
 
 
 def test_rest_body_and_state_carry_the_direct_path_devices() -> None:
-    from vgpuctl.vsphere.rest import class_body, class_from_json
-
     want = desired_class(_inv(NIC_CLASS).vm_classes[0])
     body = class_body(want, create=True)
     assert body["devices"]["direct_path_io_devices"] == [

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 from pyVmomi import vim
 
-from vgpuctl.model import CloneSpec, DeviceChange, FieldChange, Op, VmChange
+from vgpuctl.model import CloneSpec, DeviceChange, FieldChange, Observed, ObservedGpu, ObservedHost, Op, VmChange
 from vgpuctl.vsphere import vm as vmspec
+from vgpuctl.vsphere.observe import set_nvlink_sets, split_devices
 
 pytestmark = pytest.mark.unit
 
@@ -143,8 +144,6 @@ def test_clone_spec_to_host_without_sizes() -> None:
 
 
 def test_split_devices_isinstance_checks_every_backing() -> None:
-    from vgpuctl.vsphere.observe import split_devices
-
     devices = [
         vim.vm.device.VirtualPCIPassthrough(key=300, backing=Vmiop(vgpu="grid_a100-40c")),
         vim.vm.device.VirtualPCIPassthrough(
@@ -167,9 +166,6 @@ def test_split_devices_isinstance_checks_every_backing() -> None:
 
 
 def test_set_nvlink_sets_numbers_the_sets() -> None:
-    from vgpuctl.model import Observed, ObservedGpu, ObservedHost
-    from vgpuctl.vsphere.observe import set_nvlink_sets
-
     gpus = [ObservedGpu(pci_id=p, device_name="A100") for p in ("0000:3b:00.0", "0000:3c:00.0", "0000:5e:00.0")]
     gpus[2].nvlink_set = 7  # stale
     observed = Observed(hosts={"h": ObservedHost(name="h", gpus=gpus)})

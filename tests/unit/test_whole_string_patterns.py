@@ -10,6 +10,7 @@ import pytest
 from vgpuctl.errors import InventoryError, InventoryErrors, UsageError
 from vgpuctl.experiment.schema import load_experiment
 from vgpuctl.guest.addresses import load_address_file
+from vgpuctl.guest.targets import _check_roles
 from vgpuctl.inventory import load_inventory_text, validate
 from vgpuctl.inventory.network import DeviceSelect, hostname_problem
 from vgpuctl.inventory.ranges import expand_name
@@ -84,8 +85,6 @@ def test_an_experiment_name_with_a_newline_names_no_folder(tmp_path: Path) -> No
 
 
 def test_a_guest_setting_name_with_a_newline_is_refused() -> None:
-    from vgpuctl.guest.targets import _check_roles
-
     inv = load_inventory_text(HEAD + "guests:\n  groups:\n    ml:\n      roles: [nccl]\n"
                               '      vars: {nccl_extra: {"NCCL_DEBUG\\n": INFO}}\n', "inv.yaml")
     with pytest.raises(InventoryErrors, match="is no setting name"):

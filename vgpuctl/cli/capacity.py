@@ -16,6 +16,7 @@ from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.errors import UsageError
 from vgpuctl.extras import require
 from vgpuctl.names import host_named
+from vgpuctl.outpaths import write_whole
 
 if TYPE_CHECKING:
     from vgpuctl.capacity.demand import Demand
@@ -121,8 +122,6 @@ def _answer(opts: GlobalOptions, observed: Observed, wanted: Demand, out: Path |
     use_solver = not greedy_only
     answer = plan_capacity(observed, wanted, time_limit_s=time_limit, use_solver=use_solver, started=started)
     if out is not None:
-        from vgpuctl.outpaths import write_whole
-
         write_whole(out, fragment(answer, wanted), "--out")
         common.info(f"wrote {out}: {len(answer.changes)} GPU changes, {answer.placed} VMs")
     common.emit(capacity_demand_report(answer), opts)

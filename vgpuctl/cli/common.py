@@ -24,6 +24,8 @@ from vgpuctl.durations import DAY_S, Deadline, duration_seconds, parse_deadline
 from vgpuctl.errors import Interrupted, InventoryError, PlanError, UsageError, VgpuctlError
 from vgpuctl.extras import missing_extra
 from vgpuctl.lazyclass import dataclass
+from vgpuctl.outpaths import refuse_overlaps as refuse
+from vgpuctl.reports.base import ErrorDetail, ErrorInfo, ErrorReport, Rendered, Report, TextLayout
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -31,7 +33,6 @@ if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
     from vgpuctl.inventory.compose import Composition
     from vgpuctl.pipeline import RunOptions
-    from vgpuctl.reports.base import ErrorReport, Rendered, Report, TextLayout
     from vgpuctl.vsphere.session import ConnectionSettings, Session
 
 PASSWORD_ENV = ("VGPUCTL_PASSWORD", "GOVC_PASSWORD")
@@ -156,8 +157,6 @@ def text_layout(opts: GlobalOptions | None = None, err: bool = False) -> TextLay
     -v, lists are never cut."""
     import shutil
 
-    from vgpuctl.reports.base import TextLayout
-
     stream = sys.stderr if err or (opts is not None and opts.text_to_stderr) else sys.stdout
     full = opts is not None and opts.verbose > 0
     return TextLayout(shutil.get_terminal_size().columns, not stream.isatty(), full)
@@ -178,8 +177,6 @@ def check_out_file(path: Path | None, option: str = "--out") -> None:
 def refuse_overlaps(outputs: dict[str, Path | None], opts: GlobalOptions, inputs: dict[str, Path | None]) -> None:
     """Before anything runs: no output path may name a file the command reads (`inputs`, and the password and
     CA files of the global options) or another output (vgpuctl.outpaths)."""
-    from vgpuctl.outpaths import refuse_overlaps as refuse
-
     values = {f"the --values file {path}": path for path in opts.values}
     refuse(outputs, {**inputs, **values, "the --password-file": opts.password_file, "the --ca-file": opts.ca_file})
 
@@ -486,8 +483,6 @@ def _print_error_lines(err: VgpuctlError) -> None:
 
 def error_report(err: BaseException) -> ErrorReport:
     """The `{"error": ...}` document: inventory problems located in `details`, plan problems one per line."""
-    from vgpuctl.reports.base import ErrorDetail, ErrorInfo, ErrorReport
-
     details: list[ErrorDetail] = []
     if isinstance(err, InventoryError):
         for e in getattr(err, "errors", None) or [err]:

@@ -12,6 +12,7 @@ from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.domain import DEFAULT_PARALLEL
 from vgpuctl.errors import UsageError, VgpuctlError
+from vgpuctl.outpaths import inside, refuse_inside
 
 if TYPE_CHECKING:
     from vgpuctl.cli.plan import CliHooks
@@ -42,8 +43,6 @@ def register(app_: typer.Typer) -> None:
 
 
 def default_results(exp: Experiment) -> Path:
-    from vgpuctl.outpaths import inside
-
     return inside(Path(exp.source_path).resolve().parent / "results", exp.title)
 
 
@@ -51,7 +50,6 @@ def _results(exp: Experiment, results: Path | None) -> ResultsDir:
     """The results folder; refused when it holds the experiment file or its base inventory (vgpuctl writes its
     records there, and never over a file it reads)."""
     from vgpuctl.experiment.store import ResultsDir
-    from vgpuctl.outpaths import refuse_inside
 
     folder = results or default_results(exp)
     refuse_inside(folder, "--results" if results is not None else "the results folder",

@@ -16,6 +16,7 @@ from vgpuctl.domain import ConnectionState
 from vgpuctl.errors import NotFound, RestError, UsageError
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.names import host_named
+from vgpuctl.outpaths import write_whole
 
 if TYPE_CHECKING:
     from vgpuctl.export import ExportOptions
@@ -104,8 +105,6 @@ def read_farm(session: Session, inventory: Inventory | None, options: RunOptions
 
 def write(out: Path | None, text: str) -> None:
     if out is not None:
-        from vgpuctl.outpaths import write_whole
-
         write_whole(out, text, "--out")
         common.info(f"wrote {out}")
 

@@ -9,6 +9,7 @@ import typer
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
+from vgpuctl.guest.addresses import load_address_file
 
 if TYPE_CHECKING:
     from vgpuctl.cli.display import DeployProgress
@@ -45,12 +46,7 @@ def deploy_cmd(
 
     opts: GlobalOptions = ctx.obj
     inventory = common.load_inventory(opts, file)
-    if addresses is not None:
-        from vgpuctl.guest.addresses import load_address_file
-
-        found = load_address_file(addresses)
-    else:
-        found = addresses_from_vcenter(opts, inventory)
+    found = load_address_file(addresses) if addresses is not None else addresses_from_vcenter(opts, inventory)
     result = run_deploy(opts, inventory, found, check=check, limit=limit, keep_runs=keep_runs)
     finish(result, opts)
 

@@ -15,6 +15,7 @@ from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.domain import ClusterKind
 from vgpuctl.errors import OutputError, PlanError, UsageError, VgpuctlError
+from vgpuctl.outpaths import inside, refuse_overlaps, write_whole
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -268,8 +269,6 @@ def _cluster_kind(opts: GlobalOptions, inventory: Inventory, namespace: str, giv
 def write_manifests(out: Path, manifests: dict[str, str], inputs: dict[str, Path | None]) -> None:
     """One file per manifest in `out`, each written whole and checked to stay inside it and to name none of the
     `inputs` (all checked before the first is written); the licensing script executable."""
-    from vgpuctl.outpaths import inside, refuse_overlaps, write_whole
-
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:

@@ -41,6 +41,7 @@ from vgpuctl.cli.globalopts import add_global_options, plain_values_first
 from vgpuctl.cli.inventoryopts import add_inventory_options
 from vgpuctl.gcpause import one_command_process
 from vgpuctl.progress import EXIT_NOW
+from vgpuctl.reports.base import ErrorInfo, ErrorReport
 
 if TYPE_CHECKING:
     import logging
@@ -149,8 +150,6 @@ def _json_usage_document(text: str, ctx: Any, raw_args: list[str]) -> bool:
     if not wants_json or (opts is not None and opts.emitted):
         return False
     import json
-
-    from vgpuctl.reports.base import ErrorInfo, ErrorReport
 
     typer.echo(json.dumps(ErrorReport(ErrorInfo("UsageError", text)).to_dict(), indent=2))
     if opts is not None:

@@ -20,6 +20,7 @@ from vgpuctl.errors import Interrupted, PlanError, PlanRefused, UsageError, Vgpu
 from vgpuctl.filelimits import read_text
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.progress import Fanout
+from vgpuctl.reports.base import from_json
 
 if TYPE_CHECKING:
     from vgpuctl.cli.display import ApplyDisplay
@@ -381,7 +382,6 @@ def saved_report(path: Path, saved: SavedPlan) -> Any:
     """The plan as it was saved (its report: a PlanReport, or a fleet's FleetPlanReport), for `show` and `apply
     PLANFILE`."""
     from vgpuctl.planfile import PlanFileError
-    from vgpuctl.reports.base import from_json
     from vgpuctl.reports.fleet import FleetPlanReport
     from vgpuctl.reports.plan import PlanReport
 

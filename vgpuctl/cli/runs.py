@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from vgpuctl.cli import common
+from vgpuctl.cli import common, pages
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.errors import VgpuctlError
 
@@ -113,8 +113,6 @@ def show_cmd(
 ) -> None:
     """One run: who ran what with which vgpuctl and inventory, when, how it ended, the plan, what the apply did to
     each host and VM, and its events."""
-    from vgpuctl.cli import pages
-
     opts: GlobalOptions = ctx.obj
     pages.check_html_file(html, opts, {})
     record = _history().find(run)

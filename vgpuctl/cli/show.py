@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from vgpuctl.cli import common
+from vgpuctl.cli import common, pages
 from vgpuctl.cli.common import GlobalOptions
 
 
@@ -31,7 +31,6 @@ def show_cmd(
 ) -> None:
     """Show a saved plan as `plan` showed it; `vgpuctl apply PLANFILE` applies exactly it. Needs no vCenter."""
     from vgpuctl import planfile
-    from vgpuctl.cli import pages
     from vgpuctl.cli.plan import saved_report
 
     opts: GlobalOptions = ctx.obj

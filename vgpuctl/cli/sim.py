@@ -17,6 +17,7 @@ from typing import Annotated
 
 import typer
 
+import vgpuctl
 from vgpuctl.cli import common, simguests
 from vgpuctl.errors import UsageError, VgpuctlError
 
@@ -55,8 +56,6 @@ def source_dir() -> Path:
         if not (path / "go.mod").is_file():
             raise SimError(f"GPUSIM_SRC={explicit} has no go.mod: point it at the gpusim sources (tests/vcsim)")
         return path
-    import vgpuctl
-
     checkout = Path(vgpuctl.__file__).resolve().parent.parent / "tests" / "vcsim"
     if (checkout / "go.mod").is_file():
         return checkout

@@ -7,18 +7,18 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from vgpuctl.cli import common
+from vgpuctl.cli import common, pages
 from vgpuctl.cli import fleet as cli_fleet
 from vgpuctl.cli.common import GlobalOptions
 from vgpuctl.errors import ConnectionFailure, RestError, TlsError, UsageError
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.names import host_named
+from vgpuctl.records.classes import SupervisorState
 
 if TYPE_CHECKING:
     from vgpuctl.fleet import FleetPart
     from vgpuctl.inventory import Inventory
     from vgpuctl.model import Observed
-    from vgpuctl.records.classes import SupervisorState
     from vgpuctl.records.perf import UsageRead
     from vgpuctl.reports.host import HostReport
     from vgpuctl.reports.status import HostLease, StatusReport
@@ -134,7 +134,6 @@ def status_cmd(
       vgpuctl status --usage --since 1d -o json
       vgpuctl status --usage --html farm.html
     """
-    from vgpuctl.cli import pages
     from vgpuctl.farm.usage import parse_since
 
     opts: GlobalOptions = ctx.obj
@@ -196,7 +195,6 @@ def status_fleet(opts: GlobalOptions, inventory: Inventory, patterns: list[str] 
     parts = [FleetStatusPart(r.name, r.url, r.result, cli_fleet.error_text(r.error)) for r in results]
     report = fleet_status_report(parts, left_out)
     if html is not None:
-        from vgpuctl.cli import pages
         from vgpuctl.reports.html import fleet_status_page
 
         pages.write_page(html, fleet_status_page(report), opts, report)
@@ -240,7 +238,6 @@ def reads_vm_classes(wanted: bool | None, api_version: str) -> bool:
 def read_supervisor(settings: ConnectionSettings, observed: Observed) -> tuple[SupervisorState | None, str | None]:
     """VM classes and namespaces over REST with the SOAP session's settings (one login): the state, or None and
     why it could not be read. Supervisor clusters are asked first: without one, nothing else is read."""
-    from vgpuctl.records.classes import SupervisorState
     from vgpuctl.supervisor.stage import observe_supervisor
     from vgpuctl.vsphere.rest import RestClient
 

@@ -296,9 +296,7 @@ class PlanReport(Report):
     error: ErrorInfo | None = optional()
 
     def render_text(self, layout: TextLayout = TERMINAL) -> Any:
-        """The diff (vgpuctl.reports.plan): colored on a terminal, plain lines in a pipe."""
-        from vgpuctl.reports.plan import plan_lines, styled
-
+        """The diff: colored on a terminal, plain lines in a pipe."""
         lines = plan_lines(self, layout.full)
         return "\n".join(lines) if layout.plain else styled(lines)
 

@@ -51,6 +51,7 @@ from vgpuctl.progress import Cancel, VmProgress, cancelled
 from vgpuctl.vsphere import vmnet, vmops
 from vgpuctl.vsphere.bookkeeping import BookkeepingError
 from vgpuctl.vsphere.claims import ClaimHeld, VmClaims, collect_dead
+from vgpuctl.vsphere.faults import fault_message, fault_type
 from vgpuctl.vsphere.session import Session
 from vgpuctl.vsphere.tasks import TaskWatcher, dispatch
 from vgpuctl.vsphere.vm import config_spec, extra_config, revert_spec
@@ -247,8 +248,6 @@ def _run_vm_steps(ctx: _Ctx, change: VmChange, pending_hosts: set[str]) -> VmOut
     except VgpuctlError as err:
         _fail(ctx, outcome, type(err).__name__, str(err))
     except Exception as err:  # a pyVmomi fault raised by a call (not a task)
-        from vgpuctl.vsphere.faults import fault_message, fault_type
-
         log.debug("%s failed", change.vm, exc_info=True)
         _fail(ctx, outcome, fault_type(err), fault_message(err))
     else:
@@ -541,8 +540,6 @@ def _restore_after_failure(ctx: _Ctx, name: str, vm: Any, before: VmState, outco
         vgpus_now = _vgpu_keys(_read_vm(ctx, vm, name).vgpus)
         _task(ctx, name, "power-on (restore)", lambda: vmops.power_on(ctx.session, vm))
     except Exception as err:  # the reconfigure's failure stays the VM's outcome; this only adds to it
-        from vgpuctl.vsphere.faults import fault_message
-
         log.debug("%s: power-on after the failed reconfigure failed", name, exc_info=True)
         text = err.fault_message if isinstance(err, VsphereFault) else fault_message(err)
         outcome.message = f"left powered off: powering it on again failed: {text}"
@@ -565,8 +562,6 @@ def _revert_vgpus(ctx: _Ctx, name: str, vm: Any, before: VmState, outcome: VmOut
             outcome.steps.append(VmStep.REVERT)
         _task(ctx, name, "power-on (restore)", lambda: vmops.power_on(ctx.session, vm))
     except Exception as err:  # the power-on's failure stays the VM's outcome
-        from vgpuctl.vsphere.faults import fault_message
-
         log.debug("%s: restoring the previous vGPUs failed", name, exc_info=True)
         text = err.fault_message if isinstance(err, VsphereFault) else fault_message(err)
         outcome.message = f"left powered off: giving it back its previous vGPUs failed: {text}"
