@@ -131,16 +131,11 @@ def test_the_architecture_picture_is_drawn_from_the_floors() -> None:
 
 def test_the_floor_check_sees_every_kind_of_import(tmp_path: Path) -> None:
     """An import inside a function and one under TYPE_CHECKING count like a module-level one."""
-    pkg = tmp_path / "vgpuctl"
-    (pkg / "low").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "low" / "__init__.py").write_text("")
-    (pkg / "low" / "a.py").write_text("def f():\n    from vgpuctl import high\n")
-    (pkg / "low" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import vgpuctl.high\n")
-    (pkg / "high.py").write_text("from vgpuctl.low import a, b\n")
-    data = tmp_path / "floors.yaml"
-    data.write_text("floors:\n  - {name: low, rooms: [low/]}\n  - {name: high, rooms: [high]}\n")
-    house = floors.read_house(pkg, data)
+    house = _two_floors(tmp_path, {
+        "low/a.py": "def f():\n    from vgpuctl import high\n",
+        "low/b.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import vgpuctl.high\n",
+        "high.py": "from vgpuctl.low import a, b\n",
+    })
     assert len(floors.arrows_up(house)) == 2
     assert floors.module_circles(house) == [["high", "low.a", "low.b"]]
     assert floors.room_circles(house) == [["high", "low/"]]
@@ -149,26 +144,32 @@ def test_the_floor_check_sees_every_kind_of_import(tmp_path: Path) -> None:
 def test_an_import_inside_a_function_of_a_module_loaded_anyway_is_found(tmp_path: Path) -> None:
     """high loads low.a, which loads low.b: importing low.b (or low, their package) inside one of high's functions
     defers nothing; low.c, which nothing of high loads, and low.d, imported only under an `if`, stay deferred."""
-    pkg = tmp_path / "vgpuctl"
-    (pkg / "low").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "low" / "__init__.py").write_text("")
-    (pkg / "low" / "a.py").write_text("from vgpuctl.low import b\n")
-    (pkg / "low" / "b.py").write_text("")
-    (pkg / "low" / "c.py").write_text("")
-    (pkg / "low" / "d.py").write_text("")
-    (pkg / "high.py").write_text(
-        "import os\nfrom vgpuctl.low.a import x\nif os.name:\n    from vgpuctl.low import d\n\n"
-        "def f():\n    from vgpuctl.low.b import y\n    from vgpuctl.low import c\n\n"
-        "class K:\n    def g(self):\n        try:\n            pass\n        except Exception:\n"
-        "            import vgpuctl.low\n\n"
-        "def h():\n    from vgpuctl.low import d\n"
-    )
-    data = tmp_path / "floors.yaml"
-    data.write_text("floors:\n  - {name: low, rooms: [low/]}\n  - {name: high, rooms: [high]}\n")
-    found = floors.deferring_nothing(floors.read_house(pkg, data))
+    found = floors.deferring_nothing(_two_floors(tmp_path, {
+        "low/a.py": "from vgpuctl.low import b\n",
+        "low/b.py": "",
+        "low/c.py": "",
+        "low/d.py": "",
+        "high.py": "import os\nfrom vgpuctl.low.a import x\nif os.name:\n    from vgpuctl.low import d\n\n"
+                   "def f():\n    from vgpuctl.low.b import y\n    from vgpuctl.low import c\n\n"
+                   "class K:\n    def g(self):\n        try:\n            pass\n        except Exception:\n"
+                   "            import vgpuctl.low\n\n"
+                   "def h():\n    from vgpuctl.low import d\n",
+    }))
     assert [line.split(": ", 1)[1] for line in found] == [
         "imports low.b inside a function, but importing high loads it already: import it at the top",
         "imports low inside a function, but importing high loads it already: import it at the top",
     ]
     assert [line.split(": ", 1)[0].rsplit(":", 1)[1] for line in found] == ["7", "15"]
+
+
+def _two_floors(tmp_path: Path, files: dict[str, str]) -> floors.House:
+    """A package vgpuctl of the files given (paths under it) and the empty packages, on two floors: low/, high."""
+    pkg = tmp_path / "vgpuctl"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text("")
+    for name, text in files.items():
+        (pkg / name).write_text(text)
+    data = tmp_path / "floors.yaml"
+    data.write_text("floors:\n  - {name: low, rooms: [low/]}\n  - {name: high, rooms: [high]}\n")
+    return floors.read_house(pkg, data)
