@@ -21,7 +21,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from vgpuctl import progress
 from vgpuctl import scope as scoping
 from vgpuctl.domain import DEFAULT_PARALLEL, ConnectionState, Evacuate, Outcome
 from vgpuctl.durations import Deadline
@@ -61,6 +60,7 @@ from vgpuctl.outcome import ApplyOutcome, Planned, RunOutcome
 from vgpuctl.planner import independent_changes, make_plan, mark_dependencies
 from vgpuctl.preflight import refuse_by_preflight
 from vgpuctl.progress import Cancel, HostProgress, Progress, VmProgress, beside, cancelled
+from vgpuctl.progress import run_interruptible as interruptible_in_thread
 from vgpuctl.records.work import WORK_FIELD, WorkStore
 from vgpuctl.runhooks import QuietHooks, RunHooks
 from vgpuctl.runlocks import (
@@ -768,4 +768,4 @@ def plan_only(settings: ConnectionSettings, inventory: Inventory, options: RunOp
 def run_interruptible(work: Callable[[Cancel], T], on_interrupt: Callable[[str], None]) -> tuple[T, bool]:
     """`work(cancel)` in a worker thread (vgpuctl.progress.run_interruptible): the first Ctrl-C asks it to stop,
     a second one exits at once, dropping this run's host leases and VM claims first."""
-    return progress.run_interruptible(work, on_interrupt, on_exit_now=release_held_locks)
+    return interruptible_in_thread(work, on_interrupt, on_exit_now=release_held_locks)
