@@ -25,9 +25,9 @@ from vgpuctl.capacity.fitnow import what_fits
 from vgpuctl.capacity.kinds import (
     MAX_PATTERNS,
     _hashable,
-    _key,
     addition_patterns,
     capacity,
+    gpu_kind_key,
     in_mode,
     patterns_complete,
 )
@@ -210,8 +210,8 @@ def test_a_kind_with_too_many_patterns_says_so() -> None:
 
 
 def test_the_patterns_cache_tells_gpus_apart_by_everything_but_their_name() -> None:
-    """Patterns are cached per GPU state (kinds._key: every field but the PCI id). GPUs that differ only in their
-    id share an entry; a field placement reads (API version, graphics type, occupants, mode) is a new entry."""
+    """Patterns are cached per GPU state (kinds.gpu_kind_key: every field but the PCI id). GPUs that differ only
+    in their id share an entry; a field placement reads (API version, graphics type, occupants, mode) is a new entry."""
     names = ["grid_a40-8q", "grid_a40-8c"]
     new = Gpu("0000:3b:00.0", "a40", 48, api_version="8.0.3.0")
     mixed_types = addition_patterns(new, names)
@@ -227,11 +227,11 @@ def test_the_patterns_cache_tells_gpus_apart_by_everything_but_their_name() -> N
 
 
 def test_the_cache_key_is_every_field_but_the_pci_id_lists_included() -> None:
-    """kinds._key: GPUs that differ only in their PCI id share one enumeration (a farm of identical GPUs costs one
-    per kind); what a GPU holds is part of the key item by item, not only how many vGPUs it holds."""
+    """kinds.gpu_kind_key: GPUs that differ only in their PCI id share one enumeration (a farm of identical GPUs costs
+    one per kind); what a GPU holds is part of the key item by item, not only how many vGPUs it holds."""
     gpu = Gpu("0000:3b:00.0", "a100", 40, vgpus=["grid_a100-10c"])
-    assert _key(gpu) == _key(dataclasses.replace(gpu, id="0000:af:00.0"))
-    assert _key(gpu) != _key(Gpu("0000:3b:00.0", "a100", 40, vgpus=["grid_a100-20c"]))
+    assert gpu_kind_key(gpu) == gpu_kind_key(dataclasses.replace(gpu, id="0000:af:00.0"))
+    assert gpu_kind_key(gpu) != gpu_kind_key(Gpu("0000:3b:00.0", "a100", 40, vgpus=["grid_a100-20c"]))
     assert _hashable([["a", ("b", [1])], 2]) == (("a", ("b", (1,))), 2)
     ten, twenty = (Gpu("0000:3b:00.0", "a100", 40, vgpus=[p]) for p in ("grid_a100-10c", "grid_a100-20c"))
     assert (capacity(ten, "grid_a100-10c"), capacity(twenty, "grid_a100-10c")) == (3, 0)

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import field
 from typing import Any
 
-from vgpuctl.capacity.kinds import _key, addition_patterns, patterns_complete
+from vgpuctl.capacity.kinds import addition_patterns, gpu_kind_key, patterns_complete
 from vgpuctl.capacity.layout import HostLayout, Layout
 from vgpuctl.capacity.problem import GpuSlot, HostCtx, Problem, Shape, usable_options
 from vgpuctl.extras import require
@@ -96,7 +96,7 @@ def gpu_classes(host: HostCtx, profiles: list[str], truncated: set[str] | None =
     groups: dict[tuple[object, ...], list[GpuSlot]] = {}
     for slot in host.gpus:
         g = slot.gpu
-        key = (_key(g), tuple(slot.modes), g.nvlink_set if g.nvlink_up else None, slot.graphics_from)
+        key = (gpu_kind_key(g), tuple(slot.modes), g.nvlink_set if g.nvlink_up else None, slot.graphics_from)
         groups.setdefault(key, []).append(slot)
     out = []
     for slots in groups.values():
@@ -342,7 +342,7 @@ def _moved(hl: HostLayout, source: HostCtx, target: HostCtx) -> HostLayout:
 
 
 def _signature(h: HostCtx) -> tuple[object, ...]:
-    gpus = tuple((_key(s.gpu), tuple(s.modes), s.graphics_from) for s in h.gpus)
+    gpus = tuple((gpu_kind_key(s.gpu), tuple(s.modes), s.graphics_from) for s in h.gpus)
     return (gpus, h.policy, h.limit, h.frozen, tuple(sorted(h.offered)))
 
 

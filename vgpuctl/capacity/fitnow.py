@@ -10,7 +10,7 @@ import copy
 from dataclasses import field
 
 from vgpuctl.capacity.blockers import Blocker, gpu_blockers, host_blocker, usable
-from vgpuctl.capacity.kinds import _key, capacity
+from vgpuctl.capacity.kinds import capacity, gpu_kind_key
 from vgpuctl.capacity.stranded import HostStranded, Stranded, host_stranded, offered_for
 from vgpuctl.farm.nics import NicCapacity, nic_capacity
 from vgpuctl.farm.placement import (
@@ -96,7 +96,7 @@ def what_fits(observed: Observed, cluster: str | None = None, host: str | None =
             hosts.append(HostFit(name, oh.cluster, [], [], "; ".join(b.what for b in blockers), blockers))
             continue
         limit = min(max_vgpus_per_vm(oh.api_version), oh.max_vgpus_per_vm or 8)
-        sig = (tuple(_key(g) for g in gpus), oh.assignment_policy, limit, tuple(sorted(oh.offered_profiles)))
+        sig = (tuple(gpu_kind_key(g) for g in gpus), oh.assignment_policy, limit, tuple(sorted(oh.offered_profiles)))
         if sig not in cache:
             rows = host_rows(gpus, oh.offered_profiles, oh.assignment_policy, limit)
             cache[sig] = (rows, host_stranded(name, oh.cluster, gpus, oh.offered_profiles))

@@ -30,7 +30,7 @@ _KEPT_FIELDS = frozenset({"id", "board", "fb_gb", "graphics_type", "nvlink_set",
                           "nvlink_profiles", "api_version"})
 
 
-def _key(gpu: Gpu) -> tuple[object, ...]:
+def gpu_kind_key(gpu: Gpu) -> tuple[object, ...]:
     """Everything placement knows about the GPU except its name: GPUs with equal keys behave the same."""
     return tuple(_hashable(getattr(gpu, f.name)) for f in fields(gpu) if f.name != "id")
 
@@ -53,7 +53,7 @@ def patterns_complete(gpu: Gpu, profiles: Iterable[str]) -> bool:
 
 def _enumerate(gpu: Gpu, profiles: Iterable[str]) -> tuple[tuple[Pattern, ...], bool]:
     ordered = tuple(sorted(set(profiles), key=profile_order))  # the order vGPUs arrive on a GPU (power_on_key)
-    return _patterns(_key(gpu), ordered, _Frozen(gpu))
+    return _patterns(gpu_kind_key(gpu), ordered, _Frozen(gpu))
 
 
 class _Frozen:

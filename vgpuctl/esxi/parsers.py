@@ -33,7 +33,7 @@ def supported_state(value: str | None) -> bool | None:
     return {"supported": True, "not supported": False}.get(v)
 
 
-def _lines(text: str) -> list[str]:
+def text_lines(text: str) -> list[str]:
     return text.replace("\r\n", "\n").split("\n")
 
 
@@ -62,7 +62,7 @@ _LIST_MIG = re.compile(r"^\s+MIG (\S+)\s+Device\s+(\d+): \(UUID: (MIG-[^)]+)\)\s
 def parse_list(text: str) -> list[ListedGpu]:
     """`nvidia-smi -L`: one line per GPU, then its MIG devices indented below it."""
     gpus: list[ListedGpu] = []
-    for line in _lines(text):
+    for line in text_lines(text):
         if not line.strip():
             continue
         if m := _LIST_GPU.match(line):
@@ -172,7 +172,7 @@ def parse_query(text: str) -> QueryReport:
     """`nvidia-smi -q [-i N]`: the header and one block per GPU ("GPU 00000000:3B:00.0")."""
     header: list[str] = []
     blocks: list[tuple[str, list[str]]] = []
-    for line in _lines(text):
+    for line in text_lines(text):
         if _Q_GPU.match(line):
             blocks.append((line[4:].strip(), []))
         elif blocks:
@@ -216,7 +216,7 @@ def parse_query_csv(text: str, fields: Sequence[str] | None = None) -> list[dict
     with noheader, pass the queried fields. Values keep their units unless nounits was used;
     "[N/A]"-style values become None.
     """
-    rows = [line for line in _lines(text) if line.strip()]
+    rows = [line for line in text_lines(text) if line.strip()]
     if fields is None:
         if not rows:
             raise OutputFormatError("nvidia-smi --query-gpu: empty output, expected a header")
@@ -287,7 +287,7 @@ _MIG_UNSUPPORTED = re.compile(r"^Unable to (enable|disable) MIG Mode for GPU (\S
 def parse_mig_set(text: str) -> list[MigModeChange]:
     """Output of `nvidia-smi [-i N] -mig 0|1`: what happened to each GPU."""
     out = []
-    for line in _lines(text):
+    for line in text_lines(text):
         s = line.strip()
         if m := _MIG_DONE.match(s):
             out.append(MigModeChange(m[2], m[1] == "Enabled", pending=False))
@@ -338,7 +338,7 @@ def parse_lgip(text: str) -> list[GpuInstanceProfile]:
     """`nvidia-smi mig -lgip`: a two-line table row per GPU instance profile."""
     out: list[GpuInstanceProfile] = []
     first: re.Match[str] | None = None
-    for line in _lines(text):
+    for line in text_lines(text):
         s = line.strip()
         if m := _LGIP_ROW1.match(s):
             first = m
@@ -381,7 +381,7 @@ _LGIPP = re.compile(r"^GPU\s+(\d+)\s+Profile ID\s+(\d+)\s+Placements?\s*:\s*\{([
 def parse_lgipp(text: str) -> list[GpuInstancePlacements]:
     """`nvidia-smi mig -lgipp`: "GPU  0 Profile ID  9 Placements: {0,4}:4"."""
     out = []
-    for line in _lines(text):
+    for line in text_lines(text):
         if not line.strip():
             continue
         m = _LGIPP.match(line.strip())
@@ -415,7 +415,7 @@ def parse_lgi(text: str) -> list[GpuInstance]:
     """`nvidia-smi mig -lgi`: one table row per GPU instance; NVML's "No GPU instances found: Not Found" (or no
     MIG GPU at all) is none."""
     out = [GpuInstance(int(m[1]), m[2], int(m[3]), int(m[4]), int(m[5]), int(m[6]))
-           for line in _lines(text) if (m := _LGI_ROW.match(line.strip()))]
+           for line in text_lines(text) if (m := _LGI_ROW.match(line.strip()))]
     if not out and not any(marker in text for marker in _LGI_NONE):
         raise OutputFormatError("nvidia-smi mig -lgi: no GPU instance rows")
     return out
@@ -456,7 +456,7 @@ def parse_nvlink_status(text: str) -> list[GpuNvLinks]:
     """`nvidia-smi nvlink -s`: a GPU line, then "Link N: 25 GB/s" or "Link N: <inactive>" lines, or NVML's line
     saying that all of the GPU's links are inactive (no link up: `all_inactive`, no links listed)."""
     gpus: list[GpuNvLinks] = []
-    for line in _lines(text):
+    for line in text_lines(text):
         if not line.strip():
             continue
         if m := _NVL_LINK.match(line):
@@ -516,7 +516,7 @@ class Topology:
 
 def parse_topo_matrix(text: str) -> Topology:
     """`nvidia-smi topo -m`: the GPU x GPU block of the matrix (tab or space separated); legend ignored."""
-    lines = [line for line in _lines(text) if line.strip()]
+    lines = [line for line in text_lines(text) if line.strip()]
     header = next((line for line in lines if re.match(r"^\s+GPU\d+", line)), None)
     if header is None:
         raise OutputFormatError("nvidia-smi topo -m: no header line with GPU columns")
@@ -549,9 +549,9 @@ class ModuleParameter:
     description: str
 
 
-def _esxcli_table(text: str) -> list[dict[str, str]]:
+def esxcli_table(text: str) -> list[dict[str, str]]:
     """An esxcli table: header, a rule of dashes per column, rows aligned to the rule's columns."""
-    lines = [line for line in _lines(text) if line.strip()]
+    lines = [line for line in text_lines(text) if line.strip()]
     if len(lines) < 2 or not re.fullmatch(r"[- ]+", lines[1]):
         raise OutputFormatError("esxcli: expected a header and a dashed rule")
     spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[1])]
@@ -581,7 +581,7 @@ def parse_topo_nvlinks(text: str) -> list[tuple[int, int, int]]:
 
 def parse_module_parameters(text: str) -> list[ModuleParameter]:
     """`esxcli system module parameters list -m MODULE`."""
-    rows = _esxcli_table(text)
+    rows = esxcli_table(text)
     try:
         return [ModuleParameter(r["Name"], r["Type"], r["Value"], r["Description"]) for r in rows]
     except KeyError as e:
@@ -601,7 +601,7 @@ class Vib:
 
 def parse_vib_list(text: str) -> list[Vib]:
     """`esxcli software vib list`."""
-    rows = _esxcli_table(text)
+    rows = esxcli_table(text)
     try:
         return [Vib(r["Name"], r["Version"], r["Vendor"], r["Acceptance Level"], r["Install Date"]) for r in rows]
     except KeyError as e:

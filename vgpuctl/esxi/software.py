@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from vgpuctl.esxi.parsers import OutputFormatError, _esxcli_table, _lines
+from vgpuctl.esxi.parsers import OutputFormatError, esxcli_table, text_lines
 from vgpuctl.lazyclass import dataclass
 
 VGPU_QUERY = "nvidia-smi vgpu -q"
@@ -66,7 +66,7 @@ def vib_install(depot: str) -> str:
 
 def parse_component_list(text: str) -> list[DepotComponent]:
     """`esxcli software sources component list -d DEPOT`: its table's Name, Version and Vendor."""
-    rows = _esxcli_table(text)
+    rows = esxcli_table(text)
     try:
         return [DepotComponent(r["Name"], r["Version"], r["Vendor"]) for r in rows]
     except KeyError as e:
@@ -76,7 +76,7 @@ def parse_component_list(text: str) -> list[DepotComponent]:
 def parse_install_result(text: str) -> InstallResult:
     """The result block of `esxcli software component apply` / `vib install`."""
     fields: dict[str, str] = {}
-    for line in _lines(text):
+    for line in text_lines(text):
         key, sep, value = line.strip().partition(":")
         if sep:
             fields[key.strip()] = value.strip()
@@ -105,7 +105,7 @@ def parse_vgpu_query(text: str) -> list[VgpuGuest]:
             out.append(VgpuGuest(bus, current["VM Name"], current.get("vGPU Name", ""),
                                  None if driver.lower() in _NOT_REPORTED else driver))
 
-    for line in _lines(text):
+    for line in text_lines(text):
         if (m := _GPU.match(line.strip())) is not None:
             flush()
             bus, current = m.group(1), {}

@@ -119,7 +119,7 @@ def vm_object(session: Session, moid: str) -> Any:
     return vim.VirtualMachine(moid, _stub(session))
 
 
-def _call(session: Session, obj: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def call_vim(session: Session, obj: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Session.invoke, with vim faults turned into VsphereFault naming `obj`."""
     from pyVmomi import vmodl
 
@@ -129,7 +129,7 @@ def _call(session: Session, obj: str, fn: Callable[..., Any], *args: Any, **kwar
         raise to_error(fault, obj) from fault
 
 
-def _props(session: Session, moid: str, vim_type: str, paths: list[str]) -> dict[str, Any]:
+def object_props(session: Session, moid: str, vim_type: str, paths: list[str]) -> dict[str, Any]:
     from pyVmomi import vim
 
     ref = getattr(vim, vim_type)(moid, _stub(session))
@@ -152,7 +152,7 @@ def find_host(session: Session, name: str) -> str:
 
 
 def read_host(session: Session, moid: str) -> HostApiState:
-    p = _props(session, moid, "HostSystem", HOST_PATHS)
+    p = object_props(session, moid, "HostSystem", HOST_PATHS)
     boot = p.get("runtime.bootTime")
     state = HostApiState(
         name=str(p.get("name")),
@@ -187,7 +187,7 @@ def read_host(session: Session, moid: str) -> HostApiState:
 
 
 def _manager(session: Session, moid: str, path: str) -> Any:
-    ref = _props(session, moid, "HostSystem", [path]).get(path)
+    ref = object_props(session, moid, "HostSystem", [path]).get(path)
     if ref is None:
         raise NotFound(f"host {moid} has no {path}")
     return ref
@@ -228,9 +228,9 @@ def update_graphics(
             dev.vgpuMode = mode
         config.deviceType.append(dev)
     gm = _manager(session, moid, "configManager.graphicsManager")
-    in_flight(f"graphics host {name}", lambda: _call(session, name, gm.UpdateGraphicsConfig, config))
+    in_flight(f"graphics host {name}", lambda: call_vim(session, name, gm.UpdateGraphicsConfig, config))
     try:
-        _call(session, name, gm.RefreshGraphicsManager)
+        call_vim(session, name, gm.RefreshGraphicsManager)
     except VsphereFault as err:  # the refresh only speeds up what vCenter shows
         log.debug("%s: RefreshGraphicsManager failed: %s", name, err)
 
@@ -240,13 +240,13 @@ def update_graphics(
 
 def configured_module_options(session: Session, moid: str, module: str = "nvidia", kms: Any = None) -> str:
     kms = kms if kms is not None else _manager(session, moid, "configManager.kernelModuleSystem")
-    return str(_call(session, moid, kms.QueryConfiguredModuleOptionString, module) or "")
+    return str(call_vim(session, moid, kms.QueryConfiguredModuleOptionString, module) or "")
 
 
 def effective_module_options(session: Session, moid: str, module: str = "nvidia", kms: Any = None) -> str | None:
     """The option string of the loaded module (None when the module is not listed)."""
     kms = kms if kms is not None else _manager(session, moid, "configManager.kernelModuleSystem")
-    for info in _call(session, moid, kms.QueryModules) or []:
+    for info in call_vim(session, moid, kms.QueryModules) or []:
         if info.name == module:
             return str(info.optionString or "")
     return None
@@ -258,7 +258,7 @@ def update_module_options(
     """Replace the module's whole option string (callers merge first); in effect after the next reboot."""
     kms = _manager(session, moid, "configManager.kernelModuleSystem")
     in_flight(f"module-options host {host or moid}",
-              lambda: _call(session, moid, kms.UpdateModuleOptionString, module, options))  # fmt: skip
+              lambda: call_vim(session, moid, kms.UpdateModuleOptionString, module, options))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------- maintenance / reboot
@@ -275,7 +275,8 @@ def _wait_task(session: Session, watcher: Any, task: Any) -> Any:
 def _task(session: Session, watcher: Any, obj: str, label: str, fn: Callable[..., Any], *args: Any) -> Any:
     """Start the task and wait for it, listed as `label` for a second Ctrl-C's line once the request is sent."""
     try:
-        return dispatch(label, lambda: _call(session, obj, fn, *args), lambda task: _wait_task(session, watcher, task))
+        return dispatch(label, lambda: call_vim(session, obj, fn, *args),
+                        lambda task: _wait_task(session, watcher, task))
     except VsphereFault as err:
         if err.obj is None:
             raise err.about(obj) from err
@@ -376,14 +377,14 @@ def vm_exists(session: Session, moid: str) -> bool:
     from pyVmomi import vmodl
 
     try:
-        _props(session, moid, "VirtualMachine", ["name"])
+        object_props(session, moid, "VirtualMachine", ["name"])
     except (NotFound, vmodl.fault.ManagedObjectNotFound):
         return False
     return True
 
 
 def vm_power_state(session: Session, moid: str) -> str:
-    return str(_props(session, moid, "VirtualMachine", ["runtime.powerState"]).get("runtime.powerState"))
+    return str(object_props(session, moid, "VirtualMachine", ["runtime.powerState"]).get("runtime.powerState"))
 
 
 def shutdown_vm(

@@ -17,7 +17,7 @@ from vgpuctl.errors import VsphereFault
 from vgpuctl.netrules import network_rules
 from vgpuctl.profiles import api_at_least
 from vgpuctl.records.netfacts import HostNetFacts, RdmaDevice, Vmknic
-from vgpuctl.vsphere.host import _call, _props
+from vgpuctl.vsphere.host import call_vim, object_props
 from vgpuctl.vsphere.netobserve import host_nics
 from vgpuctl.vsphere.objects import Obj
 from vgpuctl.vsphere.readlist import HOST_NET_PROPS
@@ -39,7 +39,7 @@ RDMA_DEVICE_API = (7, 0)  # HostNetworkInfo.rdmaDevice
 
 def read_net_state(session: Session, moid: str) -> HostNetFacts:
     """Three calls: the host's properties, its advanced option, its firewall's rulesets."""
-    props = _props(session, moid, "HostSystem", NET_PATHS)
+    props = object_props(session, moid, "HostSystem", NET_PATHS)
     obj = Obj(None, "HostSystem", props)
     pci = {str(d.id): d for d in props.get("hardware.pciDevice") or []}
     state = HostNetFacts(nics=host_nics(obj, pci))
@@ -52,7 +52,7 @@ def read_net_state(session: Session, moid: str) -> HostNetFacts:
         state.pvrdma_vmknic = _option(session, moid, options, network_rules().pvrdma_host.advanced_option)
     firewall = props.get("configManager.firewallSystem")
     if firewall is not None:
-        info = _props(session, str(firewall._moId), "HostFirewallSystem", ["firewallInfo"]).get("firewallInfo")
+        info = object_props(session, str(firewall._moId), "HostFirewallSystem", ["firewallInfo"]).get("firewallInfo")
         state.rulesets = {str(r.key): bool(r.enabled) for r in getattr(info, "ruleset", None) or []}
     return state
 
@@ -79,7 +79,7 @@ def _network(state: HostNetFacts, net: Any, rdma: bool) -> None:
 def _option(session: Session, moid: str, manager: Any, key: str) -> str | None:
     """The option's value ("" when empty); None when the host has no such option (InvalidName)."""
     try:
-        found = _call(session, moid, manager.QueryOptions, key)
+        found = call_vim(session, moid, manager.QueryOptions, key)
     except VsphereFault as err:
         if err.fault_type.endswith("InvalidName"):
             return None
@@ -99,18 +99,18 @@ def update_sriov(session: Session, moid: str, nics: dict[str, tuple[int, bool]])
     Without device rebind the host applies it at the next reboot."""
     from pyVmomi import vim
 
-    manager = _props(session, moid, "HostSystem", ["configManager.pciPassthruSystem"]).get(
+    manager = object_props(session, moid, "HostSystem", ["configManager.pciPassthruSystem"]).get(
         "configManager.pciPassthruSystem")
     if manager is None:
         raise VsphereFault("NotSupported", "the host has no PCI passthrough system", moid)
     configs = [vim.host.SriovConfig(id=pci, passthruEnabled=passthru, sriovEnabled=vfs > 0, numVirtualFunction=vfs)
                for pci, (vfs, passthru) in sorted(nics.items())]
-    _call(session, moid, manager.UpdatePassthruConfig, configs)
+    call_vim(session, moid, manager.UpdatePassthruConfig, configs)
 
 
 def passthru_enabled(session: Session, moid: str) -> dict[str, bool]:
     """PCI id -> whether passthrough is enabled for it (config.pciPassthruInfo)."""
-    infos = _props(session, moid, "HostSystem", ["config.pciPassthruInfo"]).get("config.pciPassthruInfo") or []
+    infos = object_props(session, moid, "HostSystem", ["config.pciPassthruInfo"]).get("config.pciPassthruInfo") or []
     return {str(i.id).lower(): bool(i.passthruEnabled) for i in infos}
 
 
@@ -119,16 +119,17 @@ def set_pvrdma_vmknic(session: Session, moid: str, vmknic: str) -> None:
     vgpuctl/data/network.yaml)."""
     from pyVmomi import vim
 
-    manager = _props(session, moid, "HostSystem", ["configManager.advancedOption"]).get("configManager.advancedOption")
+    path = "configManager.advancedOption"
+    manager = object_props(session, moid, "HostSystem", [path]).get(path)
     if manager is None:
         raise VsphereFault("NotSupported", "the host has no advanced options", moid)
     key = network_rules().pvrdma_host.advanced_option
-    _call(session, moid, manager.UpdateOptions, [vim.option.OptionValue(key=key, value=vmknic)])
+    call_vim(session, moid, manager.UpdateOptions, [vim.option.OptionValue(key=key, value=vmknic)])
 
 
 def enable_ruleset(session: Session, moid: str, ruleset: str) -> None:
-    firewall = _props(session, moid, "HostSystem", ["configManager.firewallSystem"]).get(
+    firewall = object_props(session, moid, "HostSystem", ["configManager.firewallSystem"]).get(
         "configManager.firewallSystem")
     if firewall is None:
         raise VsphereFault("NotSupported", "the host has no firewall system", moid)
-    _call(session, moid, firewall.EnableRuleset, ruleset)
+    call_vim(session, moid, firewall.EnableRuleset, ruleset)

@@ -78,9 +78,9 @@ class ClusterImage:
 def host_software(session: Session, moid: str, host: str) -> tuple[list[tuple[str, str, str]], str]:
     """The host's installed packages as (name, version, vendor), and the moid of its cluster ("" standalone): one
     property read and HostImageConfigManager.FetchSoftwarePackages (privilege Host.Config.Image)."""
-    from vgpuctl.vsphere.host import _props
+    from vgpuctl.vsphere.host import object_props
 
-    props = _props(session, moid, "HostSystem", ["configManager.imageConfigManager", "parent"])
+    props = object_props(session, moid, "HostSystem", ["configManager.imageConfigManager", "parent"])
     manager, parent = props.get("configManager.imageConfigManager"), props.get("parent")
     packages = software_packages(session, host, str(manager._moId) if manager is not None else "")
     cluster = str(parent._moId) if parent is not None and "ClusterComputeResource" in type(parent).__name__ else ""

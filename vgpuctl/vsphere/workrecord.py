@@ -146,12 +146,12 @@ class Fields:
     def get(self, moid: str, name: str) -> str:
         """The attribute's value on the object ("" when it has none, or when the attribute is not defined:
         reading defines nothing)."""
-        from vgpuctl.vsphere.host import _props
+        from vgpuctl.vsphere.host import object_props
 
         key = self.existing_key(name)
         if key is None:
             return ""
-        values = _props(self.session, moid, self.mo_type, ["customValue"]).get("customValue") or []
+        values = object_props(self.session, moid, self.mo_type, ["customValue"]).get("customValue") or []
         return next((str(v.value) for v in values if int(v.key) == key), "")
 
     def existing_key(self, name: str) -> int | None:
