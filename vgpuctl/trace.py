@@ -53,6 +53,26 @@ def redact(text: str) -> str:
     return text
 
 
+# A URL's user info: all up to the last @ before a space, a quote or an angle bracket (a password may hold @, /,
+# ? or #), with the `://` before it (kept when the user info is cut out). A pattern that starts with its literal
+# is searched for that literal first, about 20x faster over the record of a large plan than a look-behind tried
+# at every character.
+URL_USER_INFO = re.compile(r"(://)[^\s\"'<>]*@")
+# govc's form without a scheme, at the start of a value: user:password@vc
+_SCHEMELESS_USER_INFO = re.compile(r"[^/?#@\s:]+:[^\s\"'<>]*@")
+
+
+def holds_url_user_info(value: str) -> bool:
+    """Whether a value holds a URL with user info (https://user:password@vc/sdk) or is govc's form without a
+    scheme (user:password@vc)."""
+    return URL_USER_INFO.search(value) is not None or _SCHEMELESS_USER_INFO.match(value) is not None
+
+
+def without_url_user_info(text: str) -> str:
+    """`text` with the user info of every URL in it cut out (https://vc/sdk of https://user:password@vc/sdk)."""
+    return URL_USER_INFO.sub(r"\1", text)
+
+
 def _short(value: Any) -> str:
     text = " ".join(str(getattr(value, "_moId", None) or repr(value)).split())  # data objects repr on many lines
     return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 3] + "..."

@@ -161,6 +161,17 @@ def test_urls_with_user_info_and_known_secrets_are_scrubbed(monkeypatch):
     assert not {"OTHER_URL", "HOME", "PATH"} & names
 
 
+@pytest.mark.parametrize("password", ["p/ss-5e2b", "p#ss-5e2b", "p?ss-5e2b", "p@ss-5e2b", "p:ss-5e2b"])
+def test_a_url_password_with_any_character_is_scrubbed(monkeypatch, password):
+    """The user info runs to the last @ (as vgpuctl reads a URL everywhere): a password holding /, #, ?, @ or :
+    does not end it early, in a URL and in govc's form without a scheme."""
+    monkeypatch.setattr(trace, "_SECRET_VALUES", set())
+    monkeypatch.setenv("VGPUCTL_URL", f"https://admin:{password}@vc.example.com/sdk")
+    monkeypatch.setenv("GOVC_URL", f"admin:{password}@vc.example.com")
+    monkeypatch.setenv("PROXY_ADDRESS", f"http://proxy:{password}@proxy.example.com:3128/")
+    assert {"VGPUCTL_URL", "GOVC_URL", "PROXY_ADDRESS"} <= runner.secret_env_names()
+
+
 INV = """\
 apiVersion: vgpuctl/v1
 vms:

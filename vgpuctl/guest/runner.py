@@ -33,8 +33,6 @@ if TYPE_CHECKING:
 DEFAULT_KEEP_RUNS = 10
 RUN_PREFIX = "run-"
 SECRET_NAME = re.compile(r"PASSWORD|PASSWD|SECRET|TOKEN|CREDENTIAL|API_?KEY|COOKIE|SESSION_?ID", re.IGNORECASE)
-# user info in a URL (https://user:password@vc/sdk), or at the start of govc's scheme-less form (user:password@vc)
-URL_USER_INFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]*@|^[^/?#@\s:]+:[^/?#@\s]*@")
 
 EventHandler = Callable[[dict[str, Any]], None]
 
@@ -234,7 +232,7 @@ PLAIN_NAMES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "TMP
 def holds_secret(value: str) -> bool:
     from vgpuctl import trace
 
-    return bool(URL_USER_INFO.search(value)) or trace.redact(value) != value
+    return trace.holds_url_user_info(value) or trace.redact(value) != value
 
 
 @contextmanager
