@@ -225,14 +225,15 @@ def room_circles(house: House) -> list[list[str]]:
     return circles(graph)
 
 
-def _function_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The import statements inside functions (methods and nested functions too)."""
-    for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            for inner in node.body:
-                for sub in ast.walk(inner):
-                    if isinstance(sub, ast.Import | ast.ImportFrom):
-                        yield sub
+def _function_imports(node: ast.AST, in_function: bool = False) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The import statements inside functions (methods and nested functions too), each once."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.Import | ast.ImportFrom):
+            if in_function:
+                yield child
+        else:
+            inside = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            yield from _function_imports(child, inside)
 
 
 def _parents(module: str) -> list[str]:
@@ -241,14 +242,18 @@ def _parents(module: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(len(parts) - 1, 0, -1)] + (["__init__"] if module != "__init__" else [])
 
 
-def loaded_with(house: House) -> dict[str, set[str]]:
+def _trees(house: House) -> dict[str, ast.Module]:
+    return {m: ast.parse(p.read_text(encoding="utf-8"), filename=str(p)) for m, p in house.modules.items()}
+
+
+def loaded_with(house: House, trees: dict[str, ast.Module] | None = None) -> dict[str, set[str]]:
     """Per module, the vgpuctl modules that importing it always loads: its own top-level import statements (not
     under an `if`, a `try` or TYPE_CHECKING), their packages, and so on down."""
+    trees = trees if trees is not None else _trees(house)
     direct: dict[str, set[str]] = {}
     for module, path in house.modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         found = set(_parents(module))
-        for node in tree.body:
+        for node in trees[module].body:
             if isinstance(node, ast.Import | ast.ImportFrom):
                 for target in _targets(node, module, path, house.modules):
                     found |= {target, *_parents(target)}
@@ -268,11 +273,11 @@ def loaded_with(house: House) -> dict[str, set[str]]:
 
 def deferring_nothing(house: House) -> list[str]:
     """Imports inside functions of a module that the importing module has loaded already when it is imported."""
-    loaded = loaded_with(house)
+    trees = _trees(house)
+    loaded = loaded_with(house, trees)
     out = []
     for module, path in house.modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in _function_imports(tree):
+        for node in _function_imports(trees[module]):
             for target in _targets(node, module, path, house.modules):
                 if target in loaded[module]:
                     out.append(f"{_file(house, module)}:{node.lineno}: imports {target} inside a function, but "
@@ -280,8 +285,9 @@ def deferring_nothing(house: House) -> list[str]:
     return out
 
 
-def problems(house: House) -> list[str]:
-    out = unplaced(house) + arrows_up(house) + deferring_nothing(house)
+def problems(house: House, deferring: list[str] | None = None) -> list[str]:
+    """Everything that breaks the floors (`deferring`: deferring_nothing's lines, when already found)."""
+    out = unplaced(house) + arrows_up(house) + (deferring if deferring is not None else deferring_nothing(house))
     out += [f"modules in a circle: {' -> '.join(c)}" for c in module_circles(house)]
     out += [f"rooms in a circle: {' -> '.join(c)}" for c in room_circles(house)]
     return out
@@ -332,12 +338,13 @@ def main(argv: list[str] | None = None) -> int:
     house = read_house()
     if args.write:
         ARCHITECTURE.write_text(with_picture(ARCHITECTURE.read_text(encoding="utf-8"), house), encoding="utf-8")
-    found = problems(house)
+    deferring = deferring_nothing(house)
+    found = problems(house, deferring)
     for line in found:
         print(line)
     print(f"{len(house.modules)} modules on {len(house.floors)} floors, {len(house.arrows)} imports; "
           f"{len(arrows_up(house))} back up, {len(module_circles(house))} module circles, "
-          f"{len(room_circles(house))} room circles, {len(deferring_nothing(house))} imports in functions that defer "
+          f"{len(room_circles(house))} room circles, {len(deferring)} imports in functions that defer "
           "nothing", file=sys.stderr)
     return 1 if found else 0
 
