@@ -10,6 +10,9 @@ Starts gpusim with plan_bench.py's farm and inventory, then each round, one afte
   plan      `vgpuctl -o json plan -f INVENTORY`, a new process, end to end
   late      the same with VGPUCTL_EARLY_READ=0: the login and the bulk read sent once the command's modules are
             loaded and the inventory read, not from the process's start (vgpuctl.vsphere.earlyread)
+  preloaded the same plan in a process forked from one that has imported every module a plan process ends with
+            (bench/preloaded.py): no interpreter start and no import in its time, nothing else done beforehand;
+            the bound of any way to keep imports out of a command (a resident server forking per command)
 Each process's wall time and its CPU time (user + system, from the kernel's accounting of the child: what the
 machine's load moves least) are reported as medians; plan's wall time also paired with the round's floor; and
 gpusim's own CPU time while it answers the floor's reads (on a small machine, what it leaves the client).
@@ -31,6 +34,7 @@ import compileall
 import json
 import os
 import resource
+import socket
 import statistics
 import subprocess
 import sys
@@ -54,6 +58,16 @@ def noting(self, *args):
         open(out, "w").write(json.dumps(sorted(sys.modules)))
     return connect(self, *args)
 socket.socket.connect = noting
+sys.argv[0] = "vgpuctl"
+from vgpuctl.cli.entry import run
+run()
+"""
+
+# Run as the console script runs, noting sys.modules when the interpreter exits.
+AT_EXIT = """
+import atexit, json, sys
+out = sys.argv.pop(1)
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
 sys.argv[0] = "vgpuctl"
 from vgpuctl.cli.entry import run
 run()
@@ -89,7 +103,8 @@ def children_cpu() -> float:
 class Rounds:
     floor: list[float] = field(default_factory=list)
     server_cpu: list[float] = field(default_factory=list)  # gpusim's CPU time during each floor
-    runs: dict[str, list[Timing]] = field(default_factory=lambda: {"help": [], "usage": [], "plan": [], "late": []})
+    runs: dict[str, list[Timing]] = field(
+        default_factory=lambda: {"help": [], "usage": [], "plan": [], "late": [], "preloaded": []})
 
 
 def process_cpu(pid: int) -> float:
@@ -120,13 +135,69 @@ def measure(sim: Any, path: Path, repeat: int) -> Rounds:
         "late": (plan, 0, {**env, "VGPUCTL_EARLY_READ": "0"}),
     }
     rounds = Rounds()
-    for _ in range(repeat):
-        before = process_cpu(sim.process.pid)
-        rounds.floor.append(bulk_answer_time(sim).seconds)
-        rounds.server_cpu.append(process_cpu(sim.process.pid) - before)
-        for name, (argv, expect, its_env) in commands.items():
-            rounds.runs[name].append(run_process(argv, its_env, expect))
+    with Preloaded(modules_at_exit(sim, path), env) as preloaded:
+        for _ in range(repeat):
+            before = process_cpu(sim.process.pid)
+            rounds.floor.append(bulk_answer_time(sim).seconds)
+            rounds.server_cpu.append(process_cpu(sim.process.pid) - before)
+            for name, (argv, expect, its_env) in commands.items():
+                rounds.runs[name].append(run_process(argv, its_env, expect))
+            rounds.runs["preloaded"].append(preloaded.plan(plan[1:], env))
     return rounds
+
+
+def modules_at_exit(sim: Any, path: Path) -> list[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "modules.json"
+        argv = [sys.executable, "-c", AT_EXIT, str(out), "-o", "json", "plan", "-f", str(path)]
+        subprocess.run(argv, env=cli_env(sim), capture_output=True, check=True)
+        modules: list[str] = json.loads(out.read_text())
+        return modules
+
+
+class Preloaded:
+    """bench/preloaded.py, started with the plan process's modules, in a private folder with its socket."""
+
+    def __init__(self, modules: list[str], env: dict[str, str]):
+        self.modules, self.env = modules, env
+
+    def __enter__(self) -> Preloaded:
+        self.folder = tempfile.TemporaryDirectory()
+        folder = Path(self.folder.name)
+        self.socket = str(folder / "socket")
+        (folder / "modules.json").write_text(json.dumps(self.modules))
+        self.process = subprocess.Popen([sys.executable, str(REPO / "bench" / "preloaded.py"), self.socket,
+                                         str(folder / "modules.json")], env=self.env, stdout=subprocess.PIPE)
+        assert self.process.stdout is not None
+        if self.process.stdout.readline().strip() != b"ready":
+            sys.exit(f"bench/preloaded.py did not start (exit {self.process.wait()})")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._ask({"stop": True})
+        finally:
+            self.process.wait(timeout=30)
+            self.folder.cleanup()
+
+    def plan(self, argv: list[str], env: dict[str, str]) -> Timing:
+        """One plan through the preloaded process: wall time from the request to the child's end, its CPU time."""
+        folder = Path(self.folder.name)
+        out, err = folder / "stdout", folder / "stderr"
+        started = time.perf_counter()
+        answer = self._ask({"argv": argv, "env": env, "stdout": str(out), "stderr": str(err)})
+        wall = time.perf_counter() - started
+        if answer["code"] != 0 or json.loads(out.read_bytes()).get("kind") != "plan":
+            sys.exit(f"the preloaded plan exited {answer['code']}: {err.read_text()[-2000:]}")
+        return Timing(wall, answer["cpu"])
+
+    def _ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(self.socket)
+            conn.sendall(json.dumps(request).encode())
+            conn.shutdown(socket.SHUT_WR)
+            answer = b"".join(iter(lambda: conn.recv(65536), b""))
+        return json.loads(answer) if answer else {}
 
 
 def imports_at_first_connect(sim: Any, path: Path) -> list[str]:
@@ -157,13 +228,15 @@ def report(rounds: Rounds, modules: list[str], bare: list[str]) -> None:
           f"{statistics.median(rounds.server_cpu):.3f} s")
     for name, label in (("help", "vgpuctl --help"), ("usage", "a usage error (plan --no-such-option)"),
                         ("plan", "vgpuctl plan (CLI process, end to end)"),
-                        ("late", "the same, early read off (VGPUCTL_EARLY_READ=0)")):
+                        ("late", "the same, early read off (VGPUCTL_EARLY_READ=0)"),
+                        ("preloaded", "the same, every import done beforehand (bench/preloaded.py)")):
         runs = rounds.runs[name]
         wall = statistics.median(t.wall for t in runs)
         cpu = statistics.median(t.cpu for t in runs)
         print(f"{label}: median {wall:.3f} s wall, {cpu:.3f} s CPU (user + system); "
               f"runs {[round(t.wall, 2) for t in runs]} s")
-    for name, label in (("plan", "plan process / floor"), ("late", "early read off / floor")):
+    for name, label in (("plan", "plan process / floor"), ("late", "early read off / floor"),
+                        ("preloaded", "imports done beforehand / floor")):
         plan = statistics.median(t.wall for t in rounds.runs[name])
         paired = sorted(t.wall / f for t, f in zip(rounds.runs[name], rounds.floor, strict=True))
         print(f"{label}: {plan / floor:.2f}x of the medians; paired median {statistics.median(paired):.2f}x, "

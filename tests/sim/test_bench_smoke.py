@@ -60,11 +60,13 @@ def test_a_plan_of_1000_vms_read_in_several_pages_keeps_within_10_round_trips() 
 
 def test_startup_bench_runs() -> None:
     out = run_bench("startup_bench.py")
-    labels = ("vgpuctl --help", r"a usage error \(plan --no-such-option\)", r"vgpuctl plan \(CLI process, end to end\)")
+    labels = ("vgpuctl --help", r"a usage error \(plan --no-such-option\)", r"vgpuctl plan \(CLI process, end to end\)",
+              r"the same, every import done beforehand \(bench/preloaded.py\)")
     for label in labels:
         assert re.search(rf"{label}: median {NUMBER} s wall, {NUMBER} s CPU", out), out
     assert re.search(rf"plan process / floor: {NUMBER}x of the medians; paired median {NUMBER}x", out), out
     assert re.search(rf"early read off / floor: {NUMBER}x of the medians; paired median {NUMBER}x", out), out
+    assert re.search(rf"imports done beforehand / floor: {NUMBER}x of the medians; paired median {NUMBER}x", out), out
     first_connect = re.search(r"imported at plan's first connect: (\d+) modules .*by package: (.*)", out)
     assert first_connect, out
     # the early read connects with vgpuctl.vsphere's early reader loaded, before the planning modules
