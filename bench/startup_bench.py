@@ -146,15 +146,6 @@ def measure(sim: Any, path: Path, repeat: int) -> Rounds:
     return rounds
 
 
-def modules_at_exit(sim: Any, path: Path) -> list[str]:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "modules.json"
-        argv = [sys.executable, "-c", AT_EXIT, str(out), "-o", "json", "plan", "-f", str(path)]
-        subprocess.run(argv, env=cli_env(sim), capture_output=True, check=True)
-        modules: list[str] = json.loads(out.read_text())
-        return modules
-
-
 class Preloaded:
     """bench/preloaded.py, started with the plan process's modules, in a private folder with its socket."""
 
@@ -201,9 +192,18 @@ class Preloaded:
 
 
 def imports_at_first_connect(sim: Any, path: Path) -> list[str]:
+    return modules_of_plan(sim, path, FIRST_CONNECT)
+
+
+def modules_at_exit(sim: Any, path: Path) -> list[str]:
+    return modules_of_plan(sim, path, AT_EXIT)
+
+
+def modules_of_plan(sim: Any, path: Path, wrapper: str) -> list[str]:
+    """The modules a plan process has loaded when `wrapper` (run as the console script) notes them."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "modules.json"
-        argv = [sys.executable, "-c", FIRST_CONNECT, str(out), "-o", "json", "plan", "-f", str(path)]
+        argv = [sys.executable, "-c", wrapper, str(out), "-o", "json", "plan", "-f", str(path)]
         subprocess.run(argv, env=cli_env(sim), capture_output=True, check=True)
         modules: list[str] = json.loads(out.read_text())
         return modules
