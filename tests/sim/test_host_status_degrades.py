@@ -77,3 +77,31 @@ def test_status_exits_0_also_when_no_host_could_say(gpusim_factory: Callable[...
     assert result.exit_code == 0, result.output
     assert result.stdout.count("nvidia module options are unknown") == 1  # one cause: one line naming all hosts
     assert f"the nvidia module options are unknown on 3 hosts {H1}, {H2}, {H3}: NoPermission" in result.stdout
+
+
+def test_a_host_name_dns_cannot_look_up_is_one_hosts_warning(gpusim_factory: Callable[..., Any]) -> None:
+    """vCenter may name a host what no resolver can be asked for (a label over 63 characters): status and export
+    say it of that host, as of an unreachable one, instead of failing as a bug."""
+    domain = "h" * 64 + ".sim"
+    sim = gpusim_factory({"datacenter": "DC0", "host_domain": domain, "clusters": [
+        {"name": "C", "hosts": 1, "gpus_per_host": 2, "model": "A100-40GB", "graphics_type": "sharedDirect"}]})
+    host = f"esx-01.{domain}"
+    env = {
+        "VGPUCTL_URL": sim.url,
+        "VGPUCTL_USERNAME": sim.username,
+        "VGPUCTL_PASSWORD": sim.password,
+        "VGPUCTL_INSECURE": "1",
+        "VGPUCTL_ESXI_HOSTS": "",  # no host map: the shell is reached by the host's name
+        "VGPUCTL_ESXI_PASSWORD": sim.password,
+        "VGPUCTL_ESXI_KEY_FILE": "",
+    }
+    result = CliRunner().invoke(app, ["-o", "json", "status"], env=env)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [h["host"] for h in report["hosts"]] == [host]
+    assert "not a name DNS can look up" in report["hosts"][0]["shell_error"], result.stdout[-3000:]
+    assert len(report["hosts"][0]["gpus"]) == 2  # what vCenter lists is still shown
+
+    exported = CliRunner().invoke(app, ["export"], env=env)
+    assert exported.exit_code == 0, exported.output
+    assert "a bug in vgpuctl" not in exported.output

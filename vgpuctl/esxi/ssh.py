@@ -40,6 +40,17 @@ DEFAULT_COMMAND_TIMEOUT_S = 120.0  # nvidia-smi and esxcli answer in seconds; a 
 TIMEOUT_HINT = f"--timeout or {ENV_TIMEOUT} sets the limit"
 
 
+def unresolvable_name(address: str) -> str | None:
+    """Why the resolver cannot be asked for this host name (it comes from vCenter: a label over 63 characters, or a
+    character IDNA refuses), or None. Names that cannot be looked up are said so per host, as an unreachable host
+    is, not raised from deep inside the socket library."""
+    try:
+        address.encode("idna")
+    except UnicodeError as err:
+        return f"not a name DNS can look up ({err.__cause__ or err})"
+    return None
+
+
 @dataclass(frozen=True)
 class SshTarget:
     """One ESXi host: its name (as vSphere knows it) and where its SSH server listens."""
@@ -247,6 +258,10 @@ class EsxiShell:
                 f"no SSH credentials: set {ENV_PASSWORD}, a key file or use the agent", host=self.target.host
             )
         pkey = self._load_key() if s.key_file else None
+        name_problem = unresolvable_name(self.target.connect_address)
+        if name_problem is not None:
+            raise SshUnreachable(f"cannot connect to {self.target.connect_address!r}: {name_problem}",
+                                 host=self.target.host)
         try:
             client.connect(
                 self.target.connect_address,
