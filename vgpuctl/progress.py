@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 from vgpuctl.errors import Interrupted
+from vgpuctl.visible import visible
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -129,7 +130,7 @@ class StepLog:
             if last is not None and last[0] == step and now - last[1] < self.heartbeat_s:
                 return
             self._last[subject] = (step, now)
-        self._write(f"{self._stamp()} {subject}: {step}" + (f" {detail}" if detail else ""))
+        self._write(visible(f"{self._stamp()} {subject}: {step}" + (f" {detail}" if detail else ""), False))
 
 
 class LiveOnTerminal:
@@ -173,7 +174,7 @@ class LiveOnTerminal:
     def print_line(self, text: str) -> None:
         """A line above the live view (or a plain line), never cut, never read as markup."""
         with self.out_lock:
-            self.console.print(text, markup=False, highlight=False, soft_wrap=True)
+            self.console.print(visible(text), markup=False, highlight=False, soft_wrap=True)
 
     def __rich__(self) -> Any:
         raise NotImplementedError("a live display renders itself")

@@ -11,10 +11,11 @@ escaped, so a comment can never end early and start structure.
 
 from __future__ import annotations
 
-import unicodedata
 from typing import Any
 
 import yaml
+
+from vgpuctl.visible import visible
 
 
 class _Dumper(yaml.SafeDumper):
@@ -46,17 +47,9 @@ def dump(data: Any, compact: bool = True) -> str:
                      width=1_000_000, allow_unicode=True)  # fmt: skip
 
 
-def _visible(line: str) -> str:
-    """The line with control and invisible characters written as escapes (`\\n`, `\\u202e`)."""
-    return "".join(
-        ch.encode("unicode_escape").decode("ascii") if unicodedata.category(ch)[0] in "CZ" and ch != " " else ch
-        for ch in line
-    )
-
-
 def comment(text: str, indent: int = 0) -> str:
     """One `# ` line for `text`, indented, its line breaks and other control characters shown escaped."""
-    return f"{' ' * indent}# {_visible(text)}".rstrip() + "\n"
+    return f"{' ' * indent}# {visible(text, keep_line_breaks=False)}".rstrip() + "\n"
 
 
 def item(data: Any, comments: list[str] | tuple[str, ...] = (), indent: int = 2) -> str:

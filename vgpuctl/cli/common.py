@@ -26,6 +26,7 @@ from vgpuctl.extras import missing_extra
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.outpaths import refuse_overlaps as refuse
 from vgpuctl.reports.base import ErrorDetail, ErrorInfo, ErrorReport, Rendered, Report, TextLayout
+from vgpuctl.visible import visible
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -84,11 +85,11 @@ def stderr_console() -> Console:
 
 def info(message: str) -> None:
     """A progress or status line: always stderr, so stdout stays clean for --output json."""
-    typer.echo(message, err=True)
+    typer.echo(visible(message), err=True)
 
 
 def warn(message: str) -> None:
-    typer.echo(f"warning: {message}", err=True)
+    typer.echo(f"warning: {visible(message)}", err=True)
 
 
 _WARNED: set[str] = set()  # cleared at the start of each run (the root command's callback)
@@ -122,7 +123,7 @@ def show(rendered: Rendered, err: bool = False, *, wrap: bool = False) -> None:
     if rendered is None:
         return
     if isinstance(rendered, str):
-        text = rendered.rstrip("\n")
+        text = visible(rendered.rstrip("\n"))
         typer.echo(for_terminal(text, err) if wrap else text, err=err)
         return
     console = stderr_console() if err else stdout_console()
@@ -462,7 +463,7 @@ def report_error(err: BaseException, opts: GlobalOptions | None) -> int:
         if verbose:
             traceback.print_exception(err, file=sys.stderr)
         message = str(err).splitlines()[0] if str(err) else ""
-        typer.echo(f"error: unexpected {type(err).__name__}: {message}", err=True)
+        typer.echo(f"error: unexpected {type(err).__name__}: {visible(message)}", err=True)
         if not verbose:
             typer.echo("hint: this is a bug in vgpuctl; rerun with -v to see the traceback", err=True)
         code = 1
@@ -478,7 +479,7 @@ def _print_error_lines(err: VgpuctlError) -> None:
     else:
         lines = [f"error: {line}" for line in (str(err) or type(err).__name__).splitlines()]
     for line in dict.fromkeys(lines):  # a range of VMs repeats its entry's problem once per name
-        typer.echo(line, err=True)
+        typer.echo(visible(line), err=True)
 
 
 def error_report(err: BaseException) -> ErrorReport:

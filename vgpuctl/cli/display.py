@@ -20,6 +20,7 @@ from vgpuctl.guest.runner import HostTracker
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.progress import LiveOnTerminal, StepLog
 from vgpuctl.reports.guests import STATUS_STYLE
+from vgpuctl.visible import visible
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -124,7 +125,7 @@ class ApplyDisplay(LiveOnTerminal):
             for row in shown:
                 bar = ProgressBar(total=100, completed=row.percent or 0, width=20) if row.percent is not None else ""
                 after = f"{row.percent}%" if row.percent is not None else (row.detail or "")
-                table.add_row(row.label, row.step, bar, after)
+                table.add_row(visible(row.label, False), row.step, bar, visible(after, False))
             if len(shown) < len(active):
                 table.add_row(f"... and {len(active) - len(shown)} more in flight", "", "", "")
             table.add_row(self.counter(), "", "", "")

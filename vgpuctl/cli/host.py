@@ -29,6 +29,7 @@ from vgpuctl.domain import (
 from vgpuctl.errors import PlanError, UsageError, VgpuctlError
 from vgpuctl.names import host_named
 from vgpuctl.progress import StepLog
+from vgpuctl.visible import visible
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import HostSpec
@@ -345,7 +346,7 @@ def _say(opts: GlobalOptions, text: str) -> None:
     if opts.json:
         common.info(common.for_terminal(text, err=True))
     else:
-        typer.echo(common.for_terminal(text))
+        typer.echo(common.for_terminal(visible(text)))
 
 
 def _running_vms(session: Session, moid: str, changes: list[HostChange]) -> list[tuple[str, list[str]]]:

@@ -1,0 +1,38 @@
+"""One rule for text from outside shown to people: control and invisible characters written as escapes."""
+
+from __future__ import annotations
+
+import pytest
+
+from vgpuctl import yamlout
+from vgpuctl.visible import visible
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("cr-evil\rok-vm", "cr-evil\\rok-vm"),  # a carriage return would hide what came before
+    ("c1\u009b31mCSI", "c1\\x9b31mCSI"),  # the 8-bit control sequence introducer
+    ("nel\u0085x", "nel\\x85x"),
+    ("rtl\u202eevil.exe", "rtl\\u202eevil.exe"),  # a bidi override reorders the rest of the line
+    ("tab\tname", "tab\\tname"),
+    ("nb\u00a0sp", "nb\\xa0sp"),  # looks like a space
+    ("zero\u200bwidth", "zero\\u200bwidth"),
+    ("esc\x1b[31mred", "esc\\x1b[31mred"),
+])
+def test_control_and_invisible_characters_are_escaped(raw: str, shown: str) -> None:
+    assert visible(raw) == shown
+
+
+@pytest.mark.parametrize("text", ["vm-0001", "ü é 中文 Ωμέγα", "a b  c", "", "grid_a100-4c (2/7)"])
+def test_printable_text_is_left_as_it_is(text: str) -> None:
+    assert visible(text) is text or visible(text) == text
+
+
+def test_line_breaks_are_kept_unless_asked() -> None:
+    assert visible("host a\n  vm b\rc\n") == "host a\n  vm b\\rc\n"
+    assert visible("one\ntwo", keep_line_breaks=False) == "one\\ntwo"
+
+
+def test_yaml_comments_use_the_same_rule() -> None:
+    assert yamlout.comment("left out: vm\nx\u202e", indent=2) == "  # left out: vm\\nx\\u202e\n"
