@@ -193,3 +193,20 @@ def test_inventory_with_typed_scalars_and_empty_values_takes_the_fast_path(
     monkeypatch.setattr(yamlpos, "_ruamel_yaml", no_ruamel)
     inv = load_inventory(path)
     assert len(inv.vms) == 200 and {(vm.memory_gb, vm.cpus, vm.folder) for vm in inv.vms} == {(64.0, 16, None)}
+
+
+TAGGED = [
+    ("a: !x [1]\n", "f:1:4: YAML tag !x: tags are not allowed"),
+    ("a: !x {b: 1}\n", "f:1:4: YAML tag !x: tags are not allowed"),
+    ("a:\n  - !x 4\n", "f:2:5: YAML tag !x: tags are not allowed"),
+    ("a: [1, !x 2]\n", "f:1:8: YAML tag !x: tags are not allowed"),
+    ('a: !!python/object/apply:os.system ["true"]\n', "f:1:4: YAML tag tag:yaml.org,2002:python/object/apply"),
+]
+
+
+@pytest.mark.parametrize(("text", "start"), TAGGED)
+def test_tags_are_refused_at_their_position(text: str, start: str) -> None:
+    """A tagged list once failed as a bug (ruamel keeps no item positions for it); a tag is never plain data."""
+    with pytest.raises(InventoryError) as info:
+        yamlpos.read_yaml_text(text, "f")
+    assert info.value.located().startswith(start)

@@ -45,7 +45,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def _env_name(v: str | None) -> str | None:
     if v is not None and not _ENV_NAME.fullmatch(v):
-        raise ValueError(f"must be the name of an environment variable, not a secret (got {v!r})")
+        raise ValueError("must be the name of an environment variable, not a secret (what it holds is not shown)")
     return v
 
 

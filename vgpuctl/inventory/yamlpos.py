@@ -220,10 +220,17 @@ def _plain(node: Any, path: KeyPath, pos: dict[KeyPath, Pos], keypos: dict[KeyPa
 
 
 def _refuse_anchor(node: Any, at: Pos, file: str) -> None:
-    """ruamel keeps an anchored node once; its first visit is the anchor, so an alias bomb is never expanded."""
+    """ruamel keeps an anchored node once; its first visit is the anchor, so an alias bomb is never expanded. A tag
+    (`!x [1]`, `!!python/object:...`) is refused here too: an inventory is plain data, and ruamel keeps a tagged
+    node as an object of its own."""
     anchor = getattr(getattr(node, "anchor", None), "value", None)
     if anchor is not None:
         raise InventoryError(_anchor_message("&", anchor), file, *at)
+    tag = getattr(node, "tag", None)
+    tag = getattr(tag, "value", tag)
+    if isinstance(tag, str) and tag:
+        raise InventoryError(f"YAML tag {tag}: tags are not allowed in an inventory (write the value plainly)",
+                             file, *at)
 
 
 def _anchor_message(sigil: str, name: str) -> str:
