@@ -23,6 +23,7 @@ from vgpuctl.inventory import (
     ranges,
     validate,
 )
+from vgpuctl.inventory import load as load_module
 from vgpuctl.inventory.yamlpos import _unwrap
 
 pytestmark = pytest.mark.unit
@@ -215,6 +216,24 @@ def test_inventory_wide_vm_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     assert [str(e) for e in info.value.errors] == [
         "f.yaml:5:11: vms[2].name: the inventory names more than 25 VMs (split it into several inventories)"
     ]
+
+
+def test_entries_past_the_vm_cap_are_never_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small file of many ranges once expanded every entry for the checks that run beside the cap's error (10
+    million names from 30 kB); the checks stop at the entry that passes the cap."""
+    monkeypatch.setattr(ranges, "MAX_INVENTORY_VMS", 250)
+    seen: list[int] = []
+    expand = load_module.expand_vms
+    monkeypatch.setattr(load_module, "expand_vms",
+                        lambda inv, indices=None: (seen.append(len(inv.vms)), expand(inv, indices))[1])
+    text = "apiVersion: vgpuctl/v1\nvms:\n" + "".join(f"  - name: r{i}-{{1..10}}-{{1..10}}\n" for i in range(50))
+    with pytest.raises(InventoryErrors) as info:
+        load_inventory_text(text, "f.yaml")
+    assert [str(e) for e in info.value.errors] == [
+        "f.yaml:5:11: vms[2].name: the inventory names more than 250 VMs (split it into several inventories)"
+    ]
+    assert seen == [2]  # the two entries within the cap, checked as usual
+    assert ranges.name_count("r-{1..100}-{01..100}") == 10_000
 
 
 def test_vgpus_unset_is_left_alone_and_empty_list_removes() -> None:

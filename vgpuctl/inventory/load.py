@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from vgpuctl.errors import InventoryError, InventoryErrors
 from vgpuctl.inventory.checks import error_order, group_repeated, iter_problems
 from vgpuctl.inventory.compose import Composed, Composition, compose_file, compose_text
-from vgpuctl.inventory.ranges import expand_name, expand_vms, range_errors
+from vgpuctl.inventory.ranges import expand_vms, name_count, range_errors, within_the_vm_limit
 from vgpuctl.inventory.schema import (
     API_VERSION,
     GuestGroup,
@@ -107,7 +107,7 @@ def _problems_of_valid_parts(data: dict[str, Any], sources: Sources) -> list[Inv
     _number(sections["vcenters"], vcenter_index)
     hosts, host_index = _valid_items(HostSpec, data.get("hosts"))
     vms, vm_index = _valid_items(VmSpec, data.get("vms"))
-    named = [(vm, i) for vm, i in zip(vms, vm_index, strict=True) if _expands(vm.name)]
+    named = within_the_vm_limit([(vm, i) for vm, i in zip(vms, vm_index, strict=True) if _expands(vm.name)])
     inv = Inventory.model_construct(api_version=API_VERSION, hosts=hosts, vms=[vm for vm, _ in named], **sections)
     if isinstance(sections.get("guests"), _UnknownGroups):
         inv.guests = GuestsSpec(groups={vm.guest.group: GuestGroup() for vm, _ in named if vm.guest and vm.guest.group})
@@ -171,7 +171,7 @@ def _valid_item(model: type[_M], item: Any) -> _M | None:
 
 def _expands(name: str) -> bool:
     try:
-        expand_name(name)
+        name_count(name)
     except ValueError:
         return False
     return True

@@ -31,6 +31,28 @@ def expand_name(name: str) -> list[str]:
     names (checked before any name is made)."""
     if "{" not in name and "}" not in name:
         return [name]
+    parts = _checked_parts(name)
+    choices = [[p] if isinstance(p, str) else p.values() for p in parts]
+    return ["".join(combo) for combo in itertools.product(*choices)]
+
+
+def name_count(name: str) -> int:
+    """How many names `name` expands to, none of them made; ValueError as expand_name raises it."""
+    if "{" not in name and "}" not in name:
+        return 1
+    return _count(_checked_parts(name))
+
+
+def _count(parts: list[str | _Range]) -> int:
+    total = 1
+    for p in parts:
+        if isinstance(p, _Range):
+            total *= p.size
+    return total
+
+
+def _checked_parts(name: str) -> list[str | _Range]:
+    """The name's literal parts and ranges, within MAX_RANGE_NAMES names in all."""
     parts: list[str | _Range] = []
     last = 0
     for m in _RANGE.finditer(name):
@@ -43,14 +65,10 @@ def expand_name(name: str) -> list[str]:
     if "{" in tail or "}" in tail:
         raise ValueError(f"unbalanced braces in {name!r}")
     parts.append(tail)
-    total = 1
-    for p in parts:
-        if isinstance(p, _Range):
-            total *= p.size
+    total = _count(parts)
     if total > MAX_RANGE_NAMES:
         raise ValueError(f"{name!r} expands to {total} names (at most {MAX_RANGE_NAMES} per entry)")
-    choices = [[p] if isinstance(p, str) else p.values() for p in parts]
-    return ["".join(combo) for combo in itertools.product(*choices)]
+    return parts
 
 
 class _Range(typing.NamedTuple):
@@ -97,6 +115,17 @@ def expand_vms(inv: Inventory, indices: list[int] | None = None) -> None:
             copy._index, copy._line, copy._ordinal = i, line, ordinal
             expanded.append(copy)
     inv.vms = expanded
+
+
+def within_the_vm_limit(named: list[tuple[VmSpec, int]]) -> list[tuple[VmSpec, int]]:
+    """The VM entries (each with its place in the file) up to the one whose names pass MAX_INVENTORY_VMS, which
+    range_errors names: checking the rest would expand names without bound (a small file of many ranges)."""
+    total = 0
+    for at, (vm, _) in enumerate(named):
+        total += name_count(vm.name)
+        if total > MAX_INVENTORY_VMS:
+            return named[:at]
+    return named
 
 
 def range_errors(data: Mapping[str, Any], sources: Sources) -> list[InventoryError]:
