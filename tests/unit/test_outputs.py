@@ -95,6 +95,27 @@ def test_outputs_refuse_the_password_file(inv: Path, tmp_path: Path) -> None:
     assert secret.read_text() == "s3cret\n"
 
 
+@pytest.mark.parametrize("variable", ["VGPUCTL_ESXI_KNOWN_HOSTS", "VGPUCTL_ESXI_KEY_FILE", "VGPUCTL_ESXI_HOSTS"])
+def test_outputs_refuse_the_esxi_shells_files(inv: Path, tmp_path: Path, variable: str) -> None:
+    """A plan saved over the SSH known_hosts file, the private key or the host map the run reads would replace it."""
+    read = tmp_path / "ssh-file"
+    read.write_text("kept\n")
+    for option in ("--out", "--events"):
+        result = CliRunner().invoke(app, ["plan", "-f", str(inv), option, str(read)], env={**ENV, variable: str(read)})
+        assert "which this command reads" in one_error(result) and variable in result.stderr
+    assert read.read_text() == "kept\n"
+
+
+def test_outputs_refuse_a_host_entrys_ssh_files(tmp_path: Path) -> None:
+    known = tmp_path / "known_hosts"
+    known.write_text("kept\n")
+    inv = tmp_path / "inv.yaml"
+    inv.write_text(f"apiVersion: vgpuctl/v1\nhosts:\n  - cluster: C\n    ssh: {{known_hosts: {known}}}\n")
+    result = run("plan", "-f", str(inv), "--out", str(known))
+    assert "is hosts[0].ssh.known_hosts, which this command reads" in one_error(result)
+    assert known.read_text() == "kept\n"
+
+
 def test_export_and_capacity_refuse_their_inputs(inv: Path, tmp_path: Path) -> None:
     assert "is the inventory" in one_error(run("export", "-f", str(inv), "--out", str(inv)))
     demand = tmp_path / "demand.yaml"

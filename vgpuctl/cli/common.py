@@ -176,10 +176,14 @@ def check_out_file(path: Path | None, option: str = "--out") -> None:
 
 
 def refuse_overlaps(outputs: dict[str, Path | None], opts: GlobalOptions, inputs: dict[str, Path | None]) -> None:
-    """Before anything runs: no output path may name a file the command reads (`inputs`, and the password and
-    CA files of the global options) or another output (vgpuctl.outpaths)."""
+    """Before anything runs: no output path may name a file the command reads (`inputs`, the password and CA files
+    of the global options, the ESXi shell's known_hosts, key and host map files) or another output
+    (vgpuctl.outpaths)."""
+    from vgpuctl.esxi.ssh import files_read
+
     values = {f"the --values file {path}": path for path in opts.values}
-    refuse(outputs, {**inputs, **values, "the --password-file": opts.password_file, "the --ca-file": opts.ca_file})
+    refuse(outputs, {**inputs, **values, "the --password-file": opts.password_file, "the --ca-file": opts.ca_file,
+                     **files_read(os.environ)})
 
 
 # --------------------------------------------------------------------------------------- inventory
@@ -217,6 +221,10 @@ def inventory_inputs(opts: GlobalOptions, file: Path | None, inventory: Inventor
     for name in (inventory.composed_from[1:] if inventory is not None else []):
         if Path(name) not in opts.values:
             inputs[f"the included file {name}"] = Path(name)
+    for i, host in enumerate(inventory.hosts if inventory is not None else []):
+        for what, path in (("known_hosts", host.ssh.known_hosts), ("key_file", host.ssh.key_file)):
+            if path:
+                inputs[f"hosts[{i}].ssh.{what}"] = Path(path).expanduser()
     return {**inputs, **{f"the --values file {path}": path for path in opts.values}}
 
 

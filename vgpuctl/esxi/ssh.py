@@ -35,6 +35,8 @@ ENV_USER = "VGPUCTL_ESXI_USER"
 ENV_KEY_PASSPHRASE = "VGPUCTL_ESXI_KEY_PASSPHRASE"
 ENV_TIMEOUT = "VGPUCTL_ESXI_TIMEOUT"
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
+# A JSON object (host name -> {"host": address, "port": n}) written out, or the path of a file holding it.
+ENV_HOST_MAP = "VGPUCTL_ESXI_HOSTS"
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
 DEFAULT_COMMAND_TIMEOUT_S = 120.0  # nvidia-smi and esxcli answer in seconds; a hang ends here
 TIMEOUT_HINT = f"--timeout or {ENV_TIMEOUT} sets the limit"
@@ -111,6 +113,20 @@ class SshSettings:
             key_passphrase=env.get(ENV_KEY_PASSPHRASE) or None,
             **kwargs,
         )
+
+
+def files_read(env: Mapping[str, str], known_hosts: str | Path | None = None, key_file: str | Path | None = None
+               ) -> dict[str, Path | None]:
+    """The files a shell on these settings reads (what each is -> its path): the known_hosts file, the key file and
+    the host map's file; no output of a command may name one of them."""
+    settings = SshSettings.from_env(env, known_hosts=known_hosts, key_file=key_file)
+    host_map = env.get(ENV_HOST_MAP, "")
+    return {
+        f"the SSH known_hosts file ({ENV_KNOWN_HOSTS} or ssh.known_hosts)": settings.known_hosts,
+        f"the SSH key file ({ENV_KEY_FILE} or ssh.key_file)": settings.key_file,
+        f"the ESXi host map ({ENV_HOST_MAP})": Path(host_map).expanduser()
+        if host_map.strip() and not host_map.lstrip().startswith("{") else None,
+    }
 
 
 @dataclass(frozen=True)

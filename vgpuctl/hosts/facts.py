@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from vgpuctl import filelimits
 from vgpuctl.errors import SshError, UsageError, VgpuctlError
-from vgpuctl.esxi.ssh import EsxiShell, SshSettings, SshTarget
+from vgpuctl.esxi.ssh import ENV_HOST_MAP, EsxiShell, SshSettings, SshTarget
 from vgpuctl.settings.facts import HostFacts, Unread, nvlink_sets, vgpu_capabilities
 from vgpuctl.settings.gather import Runner, cause, gather_host_facts
 
@@ -85,10 +85,6 @@ def unread_warnings(facts: Iterable[HostFacts], limit: int = 8) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------------ SSH settings
-
-# A JSON object (host name -> {"host": address, "port": n}) written out, or the path of a file holding it.
-ENV_HOST_MAP = "VGPUCTL_ESXI_HOSTS"
-
 
 def load_host_map(value: str) -> dict[str, Any]:
     """SshTargets from VGPUCTL_ESXI_HOSTS: the JSON object itself (it starts with `{`) or the path of a file
