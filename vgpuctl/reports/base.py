@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import field
 from enum import Enum
+from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias
 
 from vgpuctl.lazyclass import dataclass
@@ -104,7 +105,7 @@ def from_json(cls: type[Any], data: Any) -> Any:
     unknown = set(data) - names - ({"kind"} if isinstance(getattr(cls, "kind", None), str) else set())
     if unknown:
         raise ValueError(f"{cls.__name__}: unknown keys {sorted(unknown)}")
-    values = {name: _from_json(hints[name], data[name]) for name in names if name in data}
+    values = {name: _at(name, partial(_from_json, hints[name], data[name])) for name in names if name in data}
     try:
         return cls(**values)
     except TypeError as err:
@@ -112,37 +113,90 @@ def from_json(cls: type[Any], data: Any) -> Any:
 
 
 def _from_json(hint: Any, value: Any) -> Any:
+    """`value` as `hint` says; ValueError when it is not of that type (a document edited by hand is refused where
+    it differs, never carried on to fail later as a bug)."""
     import types
     import typing
 
     origin = typing.get_origin(hint)
-    if value is None or hint is Any:
+    if hint is Any:
         return value
+    if origin in (types.UnionType, typing.Union):
+        return _from_union(typing.get_args(hint), value)
+    if hint is type(None) or value is None:
+        if value is None and hint is type(None):
+            return None
+        raise ValueError(f"expected {_type_name(hint)}, got {_json_name(value)}")
     if isinstance(hint, type) and issubclass(hint, Enum):
         return hint(value)
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return from_json(hint, value)
-    if origin in (types.UnionType, typing.Union):
-        return _from_union(typing.get_args(hint), value)
     if origin is list:
         (item,) = typing.get_args(hint)
-        return [_from_json(item, v) for v in _checked(value, list)]
+        return [_at(f"[{i}]", partial(_from_json, item, v)) for i, v in enumerate(_checked(value, list))]
     if origin is dict:
         _, item = typing.get_args(hint)
-        return {str(k): _from_json(item, v) for k, v in _checked(value, dict).items()}
+        return {str(k): _at(f"[{k!r}]", partial(_from_json, item, v)) for k, v in _checked(value, dict).items()}
+    if origin is typing.Literal:
+        if value not in typing.get_args(hint):
+            raise ValueError(f"expected one of {list(typing.get_args(hint))}, got {value!r}")
+        return value
+    if hint in _SCALARS:
+        if not _SCALARS[hint](value):
+            raise ValueError(f"expected {_type_name(hint)}, got {_json_name(value)}")
+        return value
     return value
+
+
+# JSON's scalars as the report types hold them (a float field takes an integer; a bool is no number).
+_SCALARS: dict[Any, Any] = {
+    str: lambda v: isinstance(v, str),
+    bool: lambda v: isinstance(v, bool),
+    int: lambda v: isinstance(v, int) and not isinstance(v, bool),
+    float: lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+}
+
+
+class _Misfit(ValueError):
+    """A value that does not fit its type, with the key path down to it (`vm_changes[0].clone`)."""
+
+    def __init__(self, path: str, why: str):
+        super().__init__(f"{path}: {why}")
+        self.path, self.why = path, why
+
+
+def _at(key: str, convert: Callable[[], Any]) -> Any:
+    """convert(), a misfit inside it located under `key`."""
+    try:
+        return convert()
+    except _Misfit as err:
+        joined = f"{key}{err.path}" if err.path.startswith("[") else f"{key}.{err.path}"
+        raise _Misfit(joined, err.why) from None
+    except ValueError as err:
+        raise _Misfit(key, str(err)) from None
 
 
 def _from_union(options: tuple[Any, ...], value: Any) -> Any:
-    import typing
-
+    """The value as the first option it fits (null only where the union has None); ValueError when none does."""
+    inside: list[_Misfit] = []
     for option in options:
-        shaped = typing.get_origin(option) or option
-        if shaped in (list, dict) and isinstance(value, shaped):
+        try:
             return _from_json(option, value)
-        if isinstance(option, type) and dataclasses.is_dataclass(option) and isinstance(value, dict):
-            return from_json(option, value)
-    return value
+        except _Misfit as err:  # the value had the option's shape; something in it did not fit
+            inside.append(err)
+        except ValueError:
+            continue
+    if inside:
+        raise inside[0]
+    raise ValueError(f"expected {' or '.join(_type_name(o) for o in options)}, got {_json_name(value)}")
+
+
+def _type_name(hint: Any) -> str:
+    return "null" if hint is type(None) else getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def _json_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
 
 
 def _checked(value: Any, kind: type) -> Any:
