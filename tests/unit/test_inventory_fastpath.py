@@ -210,3 +210,18 @@ def test_tags_are_refused_at_their_position(text: str, start: str) -> None:
     with pytest.raises(InventoryError) as info:
         yamlpos.read_yaml_text(text, "f")
     assert info.value.located().startswith(start)
+
+
+@pytest.mark.parametrize(("content", "start"), [
+    (b"apiVersion: vgpuctl/v1\nvms:\n  - name: caf\xe9\n", ":3:14: not UTF-8 text (byte 0xe9)"),  # Latin-1
+    (b"apiVersion: vgpuctl/v1\r\nvms:\r\n  - name: \xc3\xa9\xe9\r\n", ":3:12: not UTF-8 text (byte 0xe9)"),
+    (b"apiVersion: vgpuctl/v1\nvms:\n  - name: a\x00b\n", ":3:12: invalid YAML: the character U+0000 is not allowed"),
+    (b"apiVersion: vgpuctl/v1\nvms:\n  - name: a\x07b\n", ":3:12: invalid YAML: the character U+0007 is not allowed"),
+])
+def test_text_yaml_cannot_hold_is_one_located_line(tmp_path: Path, content: bytes, start: str) -> None:
+    path = tmp_path / "inv.yaml"
+    path.write_bytes(content)
+    with pytest.raises(InventoryError) as info:
+        load_inventory(path)
+    located = info.value.located()
+    assert located.startswith(f"{path}{start}") and "\n" not in located, located

@@ -247,11 +247,28 @@ def read_yaml(path: str | Path) -> PositionedYaml:
         raise InventoryError("inventory file not found", file) from None
     except filelimits.FileTooLarge as exc:
         raise InventoryError(str(exc), file) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InventoryError(f"cannot read the inventory: {exc}", file) from None
+    except UnicodeDecodeError as exc:
+        line, col = _byte_position(exc.object, exc.start)
+        raise InventoryError(f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x}): vgpuctl reads YAML files as "
+                             "UTF-8", file, line, col) from None
+    except OSError as exc:
+        raise InventoryError(f"cannot read the inventory: {exc.strerror or exc}", file) from None
     doc = read_yaml_text(text, file)
     doc.size = len(text.encode("utf-8"))
     return doc
+
+
+def _byte_position(data: bytes, offset: int) -> Pos:
+    """1-based line and column (in characters) of a byte offset, line ends read as a text file's are."""
+    before = data[:offset].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    line_start = before.rfind(b"\n") + 1
+    return before.count(b"\n") + 1, len(before[line_start:].decode("utf-8", "replace")) + 1
+
+
+def _char_position(text: str, offset: int) -> Pos:
+    """1-based line and column of a character offset in text whose line ends are LF."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    return text.count("\n", 0, offset) + 1, offset - line_start + 1
 
 
 def read_yaml_text(text: str, file: str) -> PositionedYaml:
@@ -269,6 +286,7 @@ def _ruamel_yaml(text: str, file: str) -> tuple[Any, dict[KeyPath, Pos], dict[Ke
     """The reference reader: ruamel.yaml's round-trip loader (YAML 1.2), the source of every YAML error."""
     from ruamel.yaml import YAML
     from ruamel.yaml.error import MarkedYAMLError, YAMLError
+    from ruamel.yaml.reader import ReaderError
 
     yaml = YAML(typ="rt")
     yaml.Scanner, yaml.Composer = _depth_counting_readers()
@@ -276,6 +294,11 @@ def _ruamel_yaml(text: str, file: str) -> tuple[Any, dict[KeyPath, Pos], dict[Ke
         data = yaml.load(text)
     except _TooDeep as exc:
         raise InventoryError(filelimits.TOO_DEEP, file, *exc.at) from None
+    except ReaderError as exc:  # a character YAML does not allow (NUL, other control characters)
+        line, col = _char_position(text, exc.position)
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise InventoryError(f"invalid YAML: the character U+{code:04X} is not allowed in YAML text", file, line,
+                             col) from None
     except MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         message = " ".join(s for s in (exc.problem, exc.context) if s) or "invalid YAML"
