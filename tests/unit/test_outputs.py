@@ -116,6 +116,18 @@ def test_outputs_refuse_a_host_entrys_ssh_files(tmp_path: Path) -> None:
     assert known.read_text() == "kept\n"
 
 
+@pytest.mark.parametrize("command", [["plan", "-f", "INV"], ["export", "-f", "INV"]])
+def test_an_out_file_that_cannot_be_written_there_is_refused_before_anything_runs(
+        inv: Path, tmp_path: Path, command: list[str]) -> None:
+    """ENV names a vCenter that cannot be reached: each line is refused before any connection is tried."""
+    args = [str(inv) if a == "INV" else a for a in command]
+    missing = tmp_path / "no-such-folder" / "x.out"
+    assert one_error(run(*args, "--out", str(missing))) == \
+        f"error: --out {missing}: there is no folder {missing.parent}"
+    assert one_error(run(*args, "--out", "-")).startswith("error: --out -: --out writes a file, give it a name")
+    assert not Path("-").exists()
+
+
 def test_export_and_capacity_refuse_their_inputs(inv: Path, tmp_path: Path) -> None:
     assert "is the inventory" in one_error(run("export", "-f", str(inv), "--out", str(inv)))
     demand = tmp_path / "demand.yaml"

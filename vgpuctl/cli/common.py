@@ -166,13 +166,24 @@ def text_layout(opts: GlobalOptions | None = None, err: bool = False) -> TextLay
 OUTPUT_FORMATS = ("text", "json")
 
 
-def check_out_file(path: Path | None, option: str = "--out") -> None:
-    """Refuse a file named like an output format: `--out json` is nearly always `-o json` mistyped."""
-    if path is not None and path.name in OUTPUT_FORMATS:
+def check_out_file(path: Path | None, option: str = "--out", what: str = "output") -> None:
+    """Refuse, before anything runs, an output file that cannot be written where it is named: a folder, a path whose
+    folder is not there, `-` (the option writes a file; without it the output goes to stdout), or a file named like
+    an output format (`--out json` is nearly always `-o json` mistyped)."""
+    if path is None:
+        return
+    if path.name in OUTPUT_FORMATS:
         raise UsageError(
             f"{option} {path}: a file named {path.name!r} looks like an output format; for {path.name} on stdout use "
             f"`-o {path.name}` (the global --output), else give the file an extension"
         )
+    if str(path) == "-":
+        raise UsageError(f"{option} -: {option} writes a file, give it a name (without {option} the command prints "
+                         "to stdout)")
+    if path.is_dir():
+        raise UsageError(f"{option} {path} is a folder: give the {what} a file name in it")
+    if not path.parent.is_dir():
+        raise UsageError(f"{option} {path}: there is no folder {path.parent}")
 
 
 def refuse_overlaps(outputs: dict[str, Path | None], opts: GlobalOptions, inputs: dict[str, Path | None]) -> None:

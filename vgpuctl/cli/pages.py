@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 from vgpuctl.cli import common
 from vgpuctl.cli.common import GlobalOptions
-from vgpuctl.errors import UsageError
 from vgpuctl.outpaths import write_whole
 
 if TYPE_CHECKING:
@@ -26,11 +25,7 @@ def check_html_file(path: Path | None, opts: GlobalOptions, inputs: dict[str, Pa
     """Refuse, before anything runs, a page path that cannot be written or names a file the command reads."""
     if path is None:
         return
-    common.check_out_file(path, OPTION)
-    if path.is_dir():
-        raise UsageError(f"{OPTION} {path} is a folder: give the page a file name in it")
-    if not path.parent.is_dir():
-        raise UsageError(f"{OPTION} {path}: there is no folder {path.parent}")
+    common.check_out_file(path, OPTION, "page")
     common.refuse_overlaps({OPTION: path}, opts, inputs)
 
 
