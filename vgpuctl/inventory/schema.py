@@ -362,9 +362,27 @@ class GuestConnection(StrictModel):
         return _env_name(v)
 
 
+# Ansible's connection variables that hold a password (Ansible documentation, "How to build your inventory",
+# "Connecting to hosts: behavioral inventory parameters", and "Understanding privilege escalation: become"; the
+# older spellings included). A group's vars are written into the run's inventory and kept in saved plans.
+ANSIBLE_SECRET_VARS = frozenset({
+    "ansible_password", "ansible_ssh_pass", "ansible_ssh_password", "ansible_become_password", "ansible_become_pass",
+    "ansible_sudo_pass", "ansible_sudo_password", "ansible_su_pass", "ansible_su_password",
+})
+
+
 class GuestGroup(StrictModel):
     roles: list[str] = Field(default_factory=list)
     vars: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("vars")
+    @classmethod
+    def _no_password(cls, v: dict[str, Any]) -> dict[str, Any]:
+        secret = next((name for name in v if name.lower() in ANSIBLE_SECRET_VARS), None)
+        if secret is not None:
+            raise ValueError(f"{secret} holds a password, and secrets never live in the inventory (its text is kept "
+                             "in saved plans): give the guests' password with guests.connection.password_env")
+        return v
 
 
 class GuestsSpec(StrictModel):
