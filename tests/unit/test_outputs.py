@@ -178,7 +178,9 @@ def test_events_to_a_full_disk_stop_the_run_before_anything_runs(inv: Path) -> N
 def test_events_to_a_folder_that_is_not_there_are_one_line(inv: Path, tmp_path: Path) -> None:
     target = tmp_path / "missing" / "events.jsonl"
     assert one_error(run("plan", "-f", str(inv), "--events", str(target))) == (
-        f"error: --events {target}: No such file or directory")
+        f"error: --events {target}: there is no folder {target.parent}")
+    assert one_error(run("plan", "-f", str(inv), "--events", "json")).startswith(
+        "error: --events json: a file named 'json' looks like an output format")
 
 
 class _FailsAfter:

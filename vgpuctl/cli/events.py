@@ -19,6 +19,7 @@ from typing import IO, TYPE_CHECKING, Annotated
 
 import typer
 
+from vgpuctl.cli import common
 from vgpuctl.errors import OutputError, UsageError
 
 if TYPE_CHECKING:
@@ -87,6 +88,8 @@ def check(target: str | None, opts: GlobalOptions) -> None:
         if opts.json:
             raise UsageError("--events - and -o json would both write to stdout: give --events a FILE")
         opts.text_to_stderr = True
+    elif target is not None:
+        common.check_out_file(Path(target), "--events", "event stream")  # `--events json`, a folder, no folder
 
 
 def as_output(target: str | None) -> Path | None:
