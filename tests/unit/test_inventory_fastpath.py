@@ -201,12 +201,15 @@ TAGGED = [
     ("a:\n  - !x 4\n", "f:2:5: YAML tag !x: tags are not allowed"),
     ("a: [1, !x 2]\n", "f:1:8: YAML tag !x: tags are not allowed"),
     ('a: !!python/object/apply:os.system ["true"]\n', "f:1:4: YAML tag tag:yaml.org,2002:python/object/apply"),
+    ("? [a, b]\n: 1\n", "f:1:3: a key must be a plain name, not a list or a mapping"),
+    ("a:\n  ? {b: 1}\n  : 1\n", "f:2:5: a key must be a plain name, not a list or a mapping"),
 ]
 
 
 @pytest.mark.parametrize(("text", "start"), TAGGED)
-def test_tags_are_refused_at_their_position(text: str, start: str) -> None:
-    """A tagged list once failed as a bug (ruamel keeps no item positions for it); a tag is never plain data."""
+def test_tags_and_complex_keys_are_refused_at_their_position(text: str, start: str) -> None:
+    """A tagged list once failed as a bug (ruamel keeps no item positions for it), a list as a key was named by its
+    Python tuple; neither is plain data."""
     with pytest.raises(InventoryError) as info:
         yamlpos.read_yaml_text(text, "f")
     assert info.value.located().startswith(start)

@@ -190,8 +190,10 @@ def _plain(node: Any, path: KeyPath, pos: dict[KeyPath, Pos], keypos: dict[KeyPa
     if isinstance(node, CommentedMap):
         out: dict[str, Any] = {}
         for k in node:
-            kp = (*path, str(k))
             kl, kc = node.lc.key(k)
+            if not isinstance(k, str | int | float | bool) and k is not None:  # `? [a, b]`: a list or mapping as a key
+                raise InventoryError("a key must be a plain name, not a list or a mapping", file, kl + 1, kc + 1)
+            kp = (*path, str(k))
             vl, vc = node.lc.value(k)
             keypos[kp] = (kl + 1, kc + 1)
             value = node[k]
