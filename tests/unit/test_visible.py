@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from vgpuctl import yamlout
+from vgpuctl.reports.plan import styled
 from vgpuctl.visible import visible
 
 pytestmark = pytest.mark.unit
@@ -36,3 +37,9 @@ def test_line_breaks_are_kept_unless_asked() -> None:
 
 def test_yaml_comments_use_the_same_rule() -> None:
     assert yamlout.comment("left out: vm\nx\u202e", indent=2) == "  # left out: vm\\nx\\u202e\n"
+
+
+def test_the_terminals_colored_plan_escapes_them_too() -> None:
+    """On a terminal the plan is rich Text, not the plain lines: the same rule holds there."""
+    text = styled(["+ vm cr-evil\rok", "~ host rtl\u202eevil"])
+    assert text.plain == "+ vm cr-evil\\rok\n~ host rtl\\u202eevil"

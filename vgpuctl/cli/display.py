@@ -188,7 +188,7 @@ class AddressWait(LiveOnTerminal):
 
         with self.out_lock:
             line = f"{ADDRESS_SUBJECT}: {self.state()} (waited {seconds(self.waited())})"
-        return Text(line, no_wrap=True, overflow="ellipsis")
+        return Text(visible(line, False), no_wrap=True, overflow="ellipsis")
 
     def __exit__(self, *exc: object) -> None:
         super().__exit__(*exc)
@@ -248,9 +248,9 @@ class DeployProgress(LiveOnTerminal):
             counts = self.tracker.counts.get(host, {})
             state = self._state(host)
             table.add_row(
-                Text(host),
+                Text(visible(host, False)),
                 Text(state, style=STATUS_STYLE.get(state, "dim")),
-                Text(self.tracker.task.get(host, "")),
+                Text(visible(self.tracker.task.get(host, ""), False)),
                 str(counts.get("ok", 0)),
                 str(counts.get("changed", 0)),
                 str(counts.get("failed", 0)),

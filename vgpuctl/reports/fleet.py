@@ -22,6 +22,7 @@ from vgpuctl.reports.capacity import CapacityReport
 from vgpuctl.reports.plan import PlanReport, PlanSummary, plan_counts, plan_report, with_class_plan
 from vgpuctl.reports.preflight import PreflightReport
 from vgpuctl.reports.status import StatusReport
+from vgpuctl.visible import visible
 
 if TYPE_CHECKING:
     from vgpuctl.fleetrun import FleetPlanned
@@ -265,16 +266,16 @@ def sections(shown: Sequence[tuple[str, Rendered, str | None]], closing: Sequenc
 
     items: list[Any] = []
     for header, body, error in shown:
-        items.append(Text(header, style="bold"))
-        items += [Text(f"error: {line}", style="red") for line in (error or "").splitlines()]
+        items.append(Text(visible(header, False), style="bold"))
+        items += [Text(visible(f"error: {line}", False), style="red") for line in (error or "").splitlines()]
         if isinstance(body, str):
-            items.append(Text(body))
+            items.append(Text(visible(body)))
         elif isinstance(body, list):
             items += body
         elif body is not None:
             items.append(body)
         items.append(Text(""))
-    return items + [Text(line) for line in closing]
+    return items + [Text(visible(line, False)) for line in closing]
 
 
 def render_fleet_apply_summary(report: FleetApplyReport, full: bool = False) -> str:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.reports.apply import ApplyReport
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout
+from vgpuctl.visible import visible
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -59,8 +60,9 @@ class GuestRunReport(Report):
         for col in ("host", "group", "status", "ok", "changed", "failed", "unreachable", "message"):
             table.add_column(col, justify="right" if col in COUNTED else "left")
         for g in self.guests:
-            table.add_row(Text(g.vm), Text(g.group), Text(g.status, style=STATUS_STYLE.get(g.status, "")),
-                          str(g.ok), str(g.changed), str(g.failed), str(g.unreachable), Text(g.message))
+            table.add_row(Text(visible(g.vm, False)), Text(visible(g.group, False)),
+                          Text(g.status, style=STATUS_STYLE.get(g.status, "")), str(g.ok), str(g.changed),
+                          str(g.failed), str(g.unreachable), Text(visible(g.message)))
         return table
 
     def summary_text(self, with_messages: bool = True) -> str:

@@ -33,6 +33,7 @@ from vgpuctl.model import (
 from vgpuctl.reports.base import TERMINAL, ErrorInfo, Report, Scalar, TextLayout, VgpuCount, optional
 from vgpuctl.reports.window import WindowReport, window_lines, window_report
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
+from vgpuctl.visible import visible
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
@@ -771,7 +772,7 @@ def styled(lines: list[str]) -> Any:
 
     text = Text()
     for line in lines:
-        text.append(line + "\n", style=STYLES.get(line.lstrip()[:1], ""))
+        text.append(visible(line, False) + "\n", style=STYLES.get(line.lstrip()[:1], ""))
     text.rstrip()
     return text
 

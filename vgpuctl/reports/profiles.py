@@ -21,6 +21,7 @@ from vgpuctl.profiles import (
 from vgpuctl.profiles import max_per_gpu as profiles_max
 from vgpuctl.profiles import published_max_per_gpu as profiles_published
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, optional, whole
+from vgpuctl.visible import visible
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -91,7 +92,7 @@ def _profiles_table(shown: str, rows: list[ProfileRow]) -> RenderableType:
     for col in ("profile", "framebuffer", "series", "sharing", "max per GPU"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(*map(Text, _profile_cells(r)))
+        table.add_row(*(Text(visible(cell, False)) for cell in _profile_cells(r)))
     return table
 
 

@@ -31,6 +31,7 @@ from vgpuctl.reports.host import MANAGER_KEY, HostReport, SettingValue, mig_labe
 from vgpuctl.reports.plan import sorted_counts
 from vgpuctl.reports.profiles import KB_PER_GB, gpu_gb, profile_fb
 from vgpuctl.reports.usage import UsageRow, WindowRow, read_warnings, usage_cell, usage_row, window_row
+from vgpuctl.visible import visible
 
 if TYPE_CHECKING:
     pass
@@ -570,7 +571,7 @@ def _classes_table(report: StatusReport) -> list[Any]:
             used_by = ", ".join(c.namespaces) or "-"
             _row(table, c.vm_class, vgpu_summary(c.vgpus), str(c.cpus), str(c.memory_mb), used_by)
         out.append(table if report.vm_classes else Text(NO_GPU_CLASS))
-    out += [Text(f"warning: {w}") for w in report.warnings]
+    out += [Text(visible(f"warning: {w}", False)) for w in report.warnings]
     return out
 
 
@@ -592,7 +593,7 @@ def _table(title: str, columns: Iterable[str], wrapping: Iterable[str] | None = 
 def _row(table: Any, *cells: str) -> None:
     from rich.text import Text
 
-    table.add_row(*map(Text, cells))
+    table.add_row(*(Text(visible(cell, False)) for cell in cells))
 
 
 def _vms_table(report: StatusReport, host_name: Any = str) -> list[Any]:

@@ -15,6 +15,7 @@ from vgpuctl.reports.plan import FieldDiff
 from vgpuctl.reports.status import StatusVmClass, status_vm_classes
 from vgpuctl.supervisor.render import kubernetes_objects
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
+from vgpuctl.visible import visible
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -116,7 +117,7 @@ class SupervisorPlanReport(Report):
 
         text = Text()
         for line in self.diff_text().rstrip("\n").splitlines():
-            text.append(line + "\n", style=DIFF_STYLES.get(line.lstrip()[:1], ""))
+            text.append(visible(line, False) + "\n", style=DIFF_STYLES.get(line.lstrip()[:1], ""))
         text.rstrip()
         return text
 

@@ -8,6 +8,7 @@ from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, ObservedVm
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, VgpuCount, optional, vgpu_counts
 from vgpuctl.reports.profiles import profile_fb
+from vgpuctl.visible import visible
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -48,7 +49,7 @@ class VmVgpusReport(Report):
             table.add_column(col, overflow="fold")
         for d in self.devices:
             group = "-" if d.nvlink_group is None else str(d.nvlink_group)
-            table.add_row(*map(Text, (str(d.key), d.profile, f"{d.fb_gb} GB", group)))
+            table.add_row(*(Text(visible(cell, False)) for cell in (str(d.key), d.profile, f"{d.fb_gb} GB", group)))
         out: list[RenderableType] = [table]
         if self.gpus:
             out.append(Text(f"on GPUs: {', '.join(self.gpus)}"))
