@@ -128,6 +128,12 @@ def universal_newlines(text: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
+def text_position(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of a character offset in text whose line ends are LF (universal_newlines)."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    return text.count("\n", 0, offset) + 1, offset - line_start + 1
+
+
 def nesting(data: Any) -> int:
     """How many mappings and lists deep `data` (plain JSON or YAML data) goes; counted without recursion."""
     deepest = 0

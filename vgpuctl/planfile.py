@@ -262,8 +262,7 @@ _STRING_OR_CONSTANT = re.compile(r'"(?:[^"\\]|\\.)*"|(-?Infinity|NaN)')
 def _constant_at(text: str) -> tuple[int, int]:
     """1-based line and column of the first NaN or Infinity outside a string."""
     at = next((m.start(1) for m in _STRING_OR_CONSTANT.finditer(text) if m.group(1)), 0)
-    line = text.count("\n", 0, at) + 1
-    return line, at - (text.rfind("\n", 0, at) + 1) + 1
+    return filelimits.text_position(text, at)
 
 
 def check_still_valid(

@@ -115,11 +115,10 @@ class SshSettings:
         )
 
 
-def files_read(env: Mapping[str, str], known_hosts: str | Path | None = None, key_file: str | Path | None = None
-               ) -> dict[str, Path | None]:
-    """The files a shell on these settings reads (what each is -> its path): the known_hosts file, the key file and
-    the host map's file; no output of a command may name one of them."""
-    settings = SshSettings.from_env(env, known_hosts=known_hosts, key_file=key_file)
+def files_read(env: Mapping[str, str]) -> dict[str, Path | None]:
+    """The files a shell on the environment's settings reads (what each is -> its path): the known_hosts file, the
+    key file and the host map's file; no output of a command may name one of them."""
+    settings = SshSettings.from_env(env)
     host_map = env.get(ENV_HOST_MAP, "")
     return {
         f"the SSH known_hosts file ({ENV_KNOWN_HOSTS} or ssh.known_hosts)": settings.known_hosts,

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from vgpuctl.domain import ConnectionState, GpuVgpuMode
 from vgpuctl.errors import VgpuctlError
 from vgpuctl.esxi.facts import MIG_PROFILES
-from vgpuctl.esxi.ssh import ENV_KEY_FILE, ENV_PASSWORD
-from vgpuctl.hosts.facts import ENV_HOST_MAP, api_facts, esxi_timeout, open_shell, shell_runner
+from vgpuctl.esxi.ssh import ENV_HOST_MAP, ENV_KEY_FILE, ENV_PASSWORD
+from vgpuctl.hosts.facts import api_facts, esxi_timeout, open_shell, shell_runner
 from vgpuctl.inventory import HostSpec
 from vgpuctl.model import Observed
 from vgpuctl.settings.facts import HostFacts

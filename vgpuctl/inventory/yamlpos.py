@@ -262,15 +262,8 @@ def read_yaml(path: str | Path) -> PositionedYaml:
 
 def _byte_position(data: bytes, offset: int) -> Pos:
     """1-based line and column (in characters) of a byte offset, line ends read as a text file's are."""
-    before = data[:offset].replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-    line_start = before.rfind(b"\n") + 1
-    return before.count(b"\n") + 1, len(before[line_start:].decode("utf-8", "replace")) + 1
-
-
-def _char_position(text: str, offset: int) -> Pos:
-    """1-based line and column of a character offset in text whose line ends are LF."""
-    line_start = text.rfind("\n", 0, offset) + 1
-    return text.count("\n", 0, offset) + 1, offset - line_start + 1
+    before = filelimits.universal_newlines(data[:offset].decode("utf-8", "replace"))
+    return filelimits.text_position(before, len(before))
 
 
 def read_yaml_text(text: str, file: str) -> PositionedYaml:
@@ -297,7 +290,7 @@ def _ruamel_yaml(text: str, file: str) -> tuple[Any, dict[KeyPath, Pos], dict[Ke
     except _TooDeep as exc:
         raise InventoryError(filelimits.TOO_DEEP, file, *exc.at) from None
     except ReaderError as exc:  # a character YAML does not allow (NUL, other control characters)
-        line, col = _char_position(text, exc.position)
+        line, col = filelimits.text_position(text, exc.position)
         code = exc.character if isinstance(exc.character, int) else ord(exc.character)
         raise InventoryError(f"invalid YAML: the character U+{code:04X} is not allowed in YAML text", file, line,
                              col) from None

@@ -201,7 +201,7 @@ def _json_name(value: Any) -> str:
 
 def _checked(value: Any, kind: type) -> Any:
     if not isinstance(value, kind):
-        raise ValueError(f"expected {kind.__name__}, got {type(value).__name__}")
+        raise ValueError(f"expected {kind.__name__}, got {_json_name(value)}")
     return value
 
 
