@@ -6,7 +6,8 @@ open by holding the host's power-on queue (the VM ahead in it), while everything
   run that has it), round after round (the soak), and each VM ends in exactly one inventory's state, read from
   gpusim's own state;
 - something that is no vgpuctl run changing the clone in the gap (its changeVersion moves) keeps the run from
-  powering it on; and from removing it when its power-on finds no room: a typed outcome, ChangedMeanwhile.
+  powering it on, a change landing between the reconfigure and the run's read after it too; and from removing it
+  when its power-on finds no room: a typed outcome, ChangedMeanwhile.
 
 ROUNDS rounds, bounded by rounds (no clock): a few seconds a round on two shared cores.
 """
@@ -189,6 +190,30 @@ def test_a_clone_changed_in_the_gap_is_not_powered_on(sim: Any, si: Any, tmp_pat
     assert "not powered on" in outcomes["x"]["message"] and "power-on" not in outcomes["x"]["steps"]
     assert _as_gpusim_has_it(sim, si, "x") == (A_CLONE[0], 6, "poweredOff")  # the other change stands, off
     assert outcomes["lead"]["status"] == "changed"
+
+
+def test_a_change_landing_between_the_reconfigure_and_its_read_is_not_taken_for_this_runs(
+    sim: Any, si: Any, tmp_path: Path
+) -> None:
+    """The read after the reconfigure gives the version the power-on is conditional on: a change gpusim makes
+    right after the reconfigure's own work, before the task reports, moves that version too, so only what the VM
+    shows tells it apart from this run's."""
+    hold = sim.hold_queue(HOST, method="ReconfigVM_Task")  # the clone's reconfigure: the clone exists by then
+    run = _vgpuctl(sim, tmp_path / "a", _inventory(_entry("x", A_CLONE)))
+    try:
+        _until(lambda: _waiting(sim, hold) or run.poll() is not None, "the clone's reconfigure reaches gpusim")
+        assert run.poll() is None
+        sim.followup("x", 6)
+    finally:
+        sim.release(hold)
+    code, outcomes, out = _finish(run)
+    assert code == 1, out
+    assert outcomes["x"]["status"] == "failed" and outcomes["x"]["fault_type"] == "ChangedMeanwhile", out
+    message = outcomes["x"]["message"]
+    assert "changed by something else since this run's last step on it" in message, out
+    assert "numCPUs is 6, it was 2 before this run's reconfigure" in message and "not powered on" in message, out
+    assert outcomes["x"]["steps"] == ["clone", "reconfigure"], out
+    assert _as_gpusim_has_it(sim, si, "x") == (A_CLONE[0], 6, "poweredOff")  # the other change stands, off
 
 
 def test_a_clone_changed_before_its_failed_power_on_is_not_removed(sim: Any, si: Any, tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ from vgpuctl.vsphere.claims import ClaimHeld, VmClaims, collect_dead
 from vgpuctl.vsphere.faults import fault_message, fault_type
 from vgpuctl.vsphere.session import Session
 from vgpuctl.vsphere.tasks import TaskWatcher, dispatch
-from vgpuctl.vsphere.vm import config_spec, extra_config, revert_spec
+from vgpuctl.vsphere.vm import config_field, config_spec, extra_config, revert_spec
 from vgpuctl.vsphere.vmnet import customization_result, customization_spec, ethernet_macs
 from vgpuctl.vsphere.vmops import VmState
 from vgpuctl.vsphere.workrecord import LeaseHeld, new_run_id
@@ -327,6 +327,8 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
     except _Stopped:
         _restore_power(ctx, change.vm, vm, outcome)  # it ran before this apply powered it off
         raise
+    except ChangedMeanwhile:  # the reconfigure landed and something else changed the VM after it: left as it is
+        raise
     except Exception:
         _restore_after_failure(ctx, change.vm, vm, state, outcome)
         raise
@@ -404,7 +406,7 @@ def _destroy(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOu
     if state.power != PowerState.OFF:
         _forward(ctx, VmStep.POWER_OFF)
         _power_off(ctx, name, vm, state, outcome)
-        seen = _read_vm(ctx, vm, name).change_version  # no source says a power-off keeps it (_version_now)
+        seen = _read_vm(ctx, vm, name).change_version  # no source says a power-off keeps it (_basis)
     _forward(ctx, VmStep.DESTROY)
     _unchanged_since(ctx, change, vm, seen, "removed")
     if ctx.claims is not None:
@@ -415,14 +417,16 @@ def _destroy(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOu
 
 def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> str:
     """The VM's one ReconfigVM_Task, conditional on its changeVersion; returns the changeVersion this run saw last
-    (read after the reconfigure; the one read before when there is none)."""
+    (read after the reconfigure; the one read before when there is none). ChangedMeanwhile when that read shows
+    other settings or vGPUs than the reconfigure set (reconfigure_unmet): the version it gives is not this run's."""
 
     if not change.needs_reconfigure:
-        return _version_now(ctx, change, vm, state, outcome)
+        return _basis(ctx, change, vm, state, outcome).change_version
     devices = {int(d.key): d for d in state.devices}
     group_names = _group_names(ctx, change, state.host)
     _forward(ctx, VmStep.RECONFIGURE)
-    spec = config_spec(change, devices, group_names, _version_now(ctx, change, vm, state, outcome))
+    basis = _basis(ctx, change, vm, state, outcome)
+    spec = config_spec(change, devices, group_names, basis.change_version)
     assert spec is not None  # needs_reconfigure: config_spec makes one
     if change.nics:
         host = next((h for h in ctx.observed.hosts.values() if h.moid == state.host), None)
@@ -442,25 +446,35 @@ def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: 
             f"reconfigure: {err.fault_message}); not reconfigured, plan again" + _changed_by(ctx, change)
         ) from err
     outcome.steps.append(VmStep.RECONFIGURE)
-    return _read_vm(ctx, vm, change.vm).change_version
+    after = _read_vm(ctx, vm, change.vm)
+    unmet = reconfigure_unmet(change, basis, after)
+    if unmet:
+        follows = change.power_on and (state.power != PowerState.ON or bool(_STOPPED & set(outcome.steps)))
+        raise ChangedMeanwhile(
+            f"{change.vm} was changed by something else since this run's last step on it ("
+            + "; ".join(unmet)
+            + ("); not powered on, plan again" if follows else "); plan again")
+            + _changed_by(ctx, change)
+        )
+    return after.change_version
 
 
 CONCURRENT_ACCESS = "vim.fault.ConcurrentAccess"  # vCenter's fault for a ConfigSpec whose changeVersion moved on
 
 
-def _version_now(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> str:
-    """The configuration version the reconfigure is conditional on: the one read before any step (equal to the
-    plan's: check_drift), or, for a VM this run just stopped, the one read now, its vGPUs checked again (a
-    power-off is no configuration change in the API, but vCenter may write the VM's files while it happens)."""
+def _basis(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> VmState:
+    """The VM as the reconfigure is conditional on it (its changeVersion): as read before any step (equal to the
+    plan's: check_drift), or, for a VM this run just stopped, as read now, its vGPUs checked again (a power-off is
+    no configuration change in the API, but vCenter may write the VM's files while it happens)."""
     if not _STOPPED & set(outcome.steps):
-        return state.change_version
+        return state
     now = _read_vm(ctx, vm, change.vm)
     if _vgpu_keys(now.vgpus) != _vgpu_keys(state.vgpus):
         raise DriftError(
             f"{change.vm} changed while it was powered off: vGPUs are {_fmt(_vgpu_keys(now.vgpus))}, the plan saw "
             f"{_fmt(_vgpu_keys(state.vgpus))}; not reconfigured, plan again" + _changed_by(ctx, change)
         )
-    return now.change_version
+    return now
 
 
 def _claim(ctx: _Ctx, change: VmChange, vm: Any, observed_vm: ObservedVm) -> None:
@@ -663,6 +677,48 @@ def check_drift(change: VmChange, observed: ObservedVm, state: VmState) -> None:
             problems.append(f"network adapters are {_fmt(adapters)}, the plan saw {_fmt(_adapters(observed.nics))}")
     if problems:
         raise DriftError(f"{change.vm} changed since the plan: " + "; ".join(problems) + "; not touched, plan again")
+
+
+def reconfigure_unmet(change: VmChange, before: VmState, after: VmState) -> list[str]:
+    """What the VM, read right after its reconfigure, shows otherwise than `before` (the VM the reconfigure was
+    conditional on) with the reconfigure's changes: the settings it sets or had (a value the server does not
+    report is not judged) and its vGPUs (those it had, less the removed, plus the added). That read gives the
+    changeVersion the next step is conditional on; a change by something else landing between the task's end and
+    the read moves the version with it, and is seen here when it touches these."""
+    unmet = []
+    set_here = dict(config_field(f) for f in change.fields)
+    for prop in vmops.SPEC_READ_BACK:
+        wanted = _wanted_setting(prop, set_here, before)
+        now = after.settings.get(prop)
+        if wanted is None or now is None or now == wanted:
+            continue
+        done = f"this run set {wanted}" if prop in set_here else f"it was {wanted} before this run's reconfigure"
+        unmet.append(f"{prop} is {now}, {done}")
+    removed = {d.key for d in change.devices if d.op == Op.REMOVE}
+    added = [d.profile for d in change.devices if d.op == Op.ADD]
+    wanted_vgpus = sorted([v.profile for v in before.vgpus if v.key not in removed] + added)
+    now_vgpus = sorted(v.profile for v in after.vgpus)
+    if now_vgpus != wanted_vgpus:
+        done = "this run set" if change.devices else "they were"
+        unmet.append(f"vGPUs are {_profiles(now_vgpus)}, {done} {_profiles(wanted_vgpus)}")
+    return unmet
+
+
+def _wanted_setting(prop: str, set_here: dict[str, Any], before: VmState) -> Any:
+    """The value a setting should read after the reconfigure: the one it set, else the one it had; None: not
+    judged."""
+    if prop in set_here:
+        return set_here[prop]
+    return None if prop in _DERIVED else before.settings.get(prop)
+
+
+# Settings vCenter may derive from another (vSphere 8 picks the cores per socket from the vCPU count when
+# VirtualHardware.autoCoresPerSocket is set): judged only when this run sets them.
+_DERIVED = {"numCoresPerSocket"}
+
+
+def _profiles(profiles: list[str]) -> str:
+    return "[" + ", ".join(profiles) + "]" if profiles else "none"
 
 
 def _adapters(nics: list[ObservedNic]) -> list[tuple[int, str]]:

@@ -15,6 +15,15 @@ from vgpuctl.vsphere.nvlink import observed_groups
 from vgpuctl.vsphere.session import Session
 from vgpuctl.vsphere.vm import clone_spec
 
+# ConfigSpec property -> where the VM's configuration shows it (VirtualMachineConfigInfo, VirtualHardware): what a
+# reconfigure sets, read back after it
+SPEC_READ_BACK = {
+    "numCPUs": "config.hardware.numCPU",
+    "numCoresPerSocket": "config.hardware.numCoresPerSocket",
+    "memoryMB": "config.hardware.memoryMB",
+    "memoryReservationLockedToMax": "config.memoryReservationLockedToMax",
+    "firmware": "config.firmware",
+}
 VM_PATHS = [
     "name",
     "runtime.powerState",
@@ -23,6 +32,7 @@ VM_PATHS = [
     "guest.toolsRunningStatus",
     "config.template",
     "config.changeVersion",
+    *SPEC_READ_BACK.values(),
 ]
 
 
@@ -37,6 +47,8 @@ class VmState:
     template: bool = False
     host: str = ""  # moid of its host
     change_version: str = ""  # config.changeVersion
+    # the settings a reconfigure may set, by ConfigSpec property (SPEC_READ_BACK); one the server omits is absent
+    settings: dict[str, int | bool | str] = field(default_factory=dict)
 
     @property
     def vgpus(self) -> list[ObservedVgpu]:
@@ -77,6 +89,7 @@ def read_vm(session: Session, vm: Any, name: str) -> VmState:
         template=bool(props.get("config.template") or False),
         host=str(host._moId) if host is not None else "",
         change_version=str(props.get("config.changeVersion") or ""),
+        settings={prop: props[path] for prop, path in SPEC_READ_BACK.items() if props.get(path) is not None},
     )
 
 

@@ -92,8 +92,8 @@ func (s *Sim) registerControl() {
 		WriteJSON(w, http.StatusOK, map[string]any{"host": r.PathValue("name"), "nics": nics})
 	})
 	s.HandleControl("GET /gpusim/faults", func(w http.ResponseWriter, r *http.Request) {
-		f, d := s.faults.list()
-		WriteJSON(w, http.StatusOK, map[string]any{"faults": f, "delays": d, "known": fault.Names()})
+		f, d, after := s.faults.list()
+		WriteJSON(w, http.StatusOK, map[string]any{"faults": f, "delays": d, "followups": after, "known": fault.Names()})
 	})
 	s.HandleControl("DELETE /gpusim/faults", func(w http.ResponseWriter, r *http.Request) {
 		s.faults.clear()
@@ -101,6 +101,7 @@ func (s *Sim) registerControl() {
 	})
 	s.HandleControl("POST /gpusim/faults", s.armFault)
 	s.HandleControl("POST /gpusim/delays", s.armDelay)
+	s.HandleControl("POST /gpusim/followups", s.armFollowup)
 	s.registerHolds()
 	s.registerState()
 	s.registerSoftwareControl() // software.go
@@ -168,6 +169,7 @@ type faultRequest struct {
 	Count   int     `json:"count"`
 	Message string  `json:"message"`
 	Seconds float64 `json:"seconds"`
+	NumCPUs int32   `json:"numCPUs"`
 }
 
 func (s *Sim) parseArm(w http.ResponseWriter, r *http.Request, needFault bool) (*armed, bool) {
@@ -199,7 +201,8 @@ func (s *Sim) parseArm(w http.ResponseWriter, r *http.Request, needFault bool) (
 		return nil, false
 	}
 	return &armed{Object: ref.Value, Name: req.Object, Method: req.Method, Fault: req.Fault, Count: req.Count,
-		Msg: req.Message, DelayS: req.Seconds, Delay: time.Duration(req.Seconds * float64(time.Second))}, true
+		Msg: req.Message, DelayS: req.Seconds, Delay: time.Duration(req.Seconds * float64(time.Second)),
+		CPUs: req.NumCPUs}, true
 }
 
 func (s *Sim) armFault(w http.ResponseWriter, r *http.Request) {
@@ -224,6 +227,24 @@ func (s *Sim) armDelay(w http.ResponseWriter, r *http.Request) {
 	}
 	s.faults.mu.Lock()
 	s.faults.delays = append(s.faults.delays, a)
+	s.faults.mu.Unlock()
+	WriteJSON(w, http.StatusOK, a)
+}
+
+// armFollowup arms a change gpusim makes itself right after the next `count` ReconfigVM_Task bodies on the VM,
+// before each task reports: the VM's vCPUs set to numCPUs (its changeVersion moving again), as another client's
+// reconfigure landing between the caller's task and its next read of the VM.
+func (s *Sim) armFollowup(w http.ResponseWriter, r *http.Request) {
+	a, ok := s.parseArm(w, r, false)
+	if !ok {
+		return
+	}
+	if a.Method != "ReconfigVM_Task" || a.CPUs <= 0 {
+		WriteError(w, http.StatusBadRequest, "a followup is a ReconfigVM_Task's, with numCPUs > 0")
+		return
+	}
+	s.faults.mu.Lock()
+	s.faults.followups = append(s.faults.followups, a)
 	s.faults.mu.Unlock()
 	WriteJSON(w, http.StatusOK, a)
 }

@@ -132,6 +132,35 @@ func TestControlDelay(t *testing.T) {
 	}
 }
 
+func TestControlFollowupChangesTheVMBeforeTheTaskReports(t *testing.T) {
+	e := start(t, smallSpec())
+	code, _ := e.control("POST", "/gpusim/followups", map[string]any{"object": "vm-a", "method": "ReconfigVM_Task", "numCPUs": 6})
+	if code != 200 {
+		t.Fatal(code)
+	}
+	vm := e.vm("vm-a")
+	before := e.vmMO(vm, "config.changeVersion").Config.ChangeVersion
+	e.must(e.wait(vm.Reconfigure(e.ctx, types.VirtualMachineConfigSpec{MemoryMB: 2048})))
+	m := e.vmMO(vm, "config.hardware", "config.changeVersion")
+	if m.Config.Hardware.NumCPU != 6 || m.Config.Hardware.MemoryMB != 2048 || m.Config.ChangeVersion == before {
+		t.Fatalf("after the task: %d vCPUs, %d MB, changeVersion %s (was %s)", m.Config.Hardware.NumCPU,
+			m.Config.Hardware.MemoryMB, m.Config.ChangeVersion, before)
+	}
+	e.must(e.wait(vm.Reconfigure(e.ctx, types.VirtualMachineConfigSpec{NumCPUs: 2}))) // armed once
+	if n := e.vmMO(vm, "config.hardware").Config.Hardware.NumCPU; n != 2 {
+		t.Fatalf("a second reconfigure got the followup too: %d vCPUs", n)
+	}
+	for _, bad := range []map[string]any{
+		{"object": "vm-a", "method": "PowerOnVM_Task", "numCPUs": 6},
+		{"object": "vm-a", "method": "ReconfigVM_Task"},
+		{"object": "nope", "method": "ReconfigVM_Task", "numCPUs": 6},
+	} {
+		if code, out := e.control("POST", "/gpusim/followups", bad); code != 400 || out["error"] == "" {
+			t.Fatalf("%v: %d %v", bad, code, out)
+		}
+	}
+}
+
 func TestControlGuestAndHostDown(t *testing.T) {
 	e := start(t, smallSpec())
 	code, _ := e.control("POST", "/gpusim/vms/vm-a/guest", map[string]any{"ip": "10.0.0.5", "state": "running", "hostname": "a"})

@@ -25,13 +25,17 @@ type armed struct {
 	Delay  time.Duration `json:"-"`
 	DelayS float64       `json:"delaySeconds,omitempty"`
 	Msg    string        `json:"message,omitempty"`
+	CPUs   int32         `json:"numCPUs,omitempty"` // a followup's change
 }
 
 type faultBook struct {
 	mu     sync.Mutex
 	faults []*armed
 	delays []*armed
-	holds  *holdBook // tasks caught when their body starts (holds.go)
+	// changes made right after a task's own work, before it reports: another client's change landing between
+	// the caller's task and its next read (ReconfigVM_Task: the VM's vCPUs)
+	followups []*armed
+	holds     *holdBook // tasks caught when their body starts (holds.go)
 }
 
 func newFaultBook() *faultBook { return &faultBook{holds: newHoldBook()} }
@@ -47,6 +51,11 @@ func (b *faultBook) delay(object, method string) time.Duration {
 		return a.Delay
 	}
 	return 0
+}
+
+// followup consumes one armed followup for (object, method), if any.
+func (b *faultBook) followup(object, method string) *armed {
+	return b.consume(&b.followups, object, method)
 }
 
 // consume counts down the first entry of list armed for (object, method), dropping it at zero.
@@ -72,22 +81,24 @@ func (b *faultBook) armed() bool {
 	return len(b.faults) > 0
 }
 
-func (b *faultBook) list() ([]armed, []armed) {
+func (b *faultBook) list() (faults, delays, followups []armed) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var f, d []armed
 	for _, a := range b.faults {
-		f = append(f, *a)
+		faults = append(faults, *a)
 	}
 	for _, a := range b.delays {
-		d = append(d, *a)
+		delays = append(delays, *a)
 	}
-	return f, d
+	for _, a := range b.followups {
+		followups = append(followups, *a)
+	}
+	return faults, delays, followups
 }
 
 func (b *faultBook) clear() {
 	b.mu.Lock()
-	b.faults, b.delays = nil, nil
+	b.faults, b.delays, b.followups = nil, nil, nil
 	b.mu.Unlock()
 }
 

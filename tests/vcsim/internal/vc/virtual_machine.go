@@ -60,6 +60,12 @@ func (vm *gpuVM) ReconfigVMTask(ctx *simulator.Context, req *types.ReconfigVM_Ta
 			dg := *req.Spec.DeviceGroups
 			ctx.Map.Update(ctx, vm.VirtualMachine, []types.PropertyChange{{Name: "config.deviceGroups", Val: &dg}})
 		}
+		if a := s.faults.followup(vm.Self.Value, "ReconfigVM_Task"); a != nil {
+			other := types.VirtualMachineConfigSpec{NumCPUs: a.CPUs}
+			if _, f := s.waitBody(vm.VirtualMachine.ReconfigVMTask(ctx, &types.ReconfigVM_Task{This: req.This, Spec: other})); f != nil {
+				return nil, f
+			}
+		}
 		return nil, nil
 	}))
 	return &methods.ReconfigVM_TaskBody{Res: &types.ReconfigVM_TaskResponse{Returnval: task.Run(ctx)}}
