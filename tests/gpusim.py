@@ -250,10 +250,11 @@ class Gpusim:
         body = {"object": obj, "method": method, "seconds": seconds, "count": count}
         return dict(self.request("POST", "/delays", body))
 
-    def followup(self, obj: str, num_cpus: int, count: int = 1) -> dict[str, Any]:
-        """After the next `count` ReconfigVM_Task bodies on VM `obj`, before each task reports, set its vCPUs to
-        `num_cpus`: another client's change landing between the caller's task and its next read."""
-        body = {"object": obj, "method": "ReconfigVM_Task", "numCPUs": num_cpus, "count": count}
+    def followup(self, obj: str, num_cpus: int, method: str = "ReconfigVM_Task", count: int = 1) -> dict[str, Any]:
+        """After the next `count` bodies of `method` (ReconfigVM_Task, PowerOffVM_Task) on VM `obj`, before each
+        task reports, set its vCPUs to `num_cpus`: another client's change landing between the caller's task and
+        its next read."""
+        body = {"object": obj, "method": method, "numCPUs": num_cpus, "count": count}
         return dict(self.request("POST", "/followups", body))
 
     def clear_faults(self) -> None:

@@ -107,6 +107,20 @@ def test_destroying_a_running_vm_leaves_no_claim(sim: Any, si: Any, tmp_path: Pa
     assert "could not" not in out, out  # nothing wrote to the destroyed VM
 
 
+def test_a_vm_changed_between_its_power_off_and_the_destroy_is_not_removed(sim: Any, si: Any, tmp_path: Path) -> None:
+    """The destroy is conditional on the version read after the power-off: a change landing before that read
+    (gpusim makes it after the power-off's own work, before the task reports) shows in the VM's settings."""
+    sim.followup("web-01", 6, method="PowerOffVM_Task")
+    text = "apiVersion: vgpuctl/v1\nvcenter: {datacenter: DC0}\nvms:\n  - name: web-01\n    state: absent\n"
+    code, out = _run(sim, tmp_path / "op", "apply", "--yes", "--allow-destroy", text=text)
+    assert code == 1, out
+    assert "web-01 was changed by something else since this run's last step on it" in out, out
+    assert "numCPUs is 6, it was 4 before this run's last step" in out and "not removed" in out, out
+    vm = find_object(si, "web-01")
+    assert vm is not None and vm.runtime.powerState == "poweredOff" and vm.config.hardware.numCPU == 6
+    assert _lock_folders(sim) == [], out
+
+
 def test_a_claim_whose_vm_was_destroyed_underneath_is_removed_on_release(sim: Any, si: Any) -> None:
     vm = find_object(si, "web-01")
     settings = ConnectionSettings(url=sim.url, username=sim.username, password=sim.password, insecure=True)

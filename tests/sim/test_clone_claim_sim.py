@@ -211,7 +211,7 @@ def test_a_change_landing_between_the_reconfigure_and_its_read_is_not_taken_for_
     assert outcomes["x"]["status"] == "failed" and outcomes["x"]["fault_type"] == "ChangedMeanwhile", out
     message = outcomes["x"]["message"]
     assert "changed by something else since this run's last step on it" in message, out
-    assert "numCPUs is 6, it was 2 before this run's reconfigure" in message and "not powered on" in message, out
+    assert "numCPUs is 6, it was 2 before this run's last step" in message and "not powered on" in message, out
     assert outcomes["x"]["steps"] == ["clone", "reconfigure"], out
     assert _as_gpusim_has_it(sim, si, "x") == (A_CLONE[0], 6, "poweredOff")  # the other change stands, off
 

@@ -8,7 +8,7 @@ import pytest
 
 from vgpuctl.errors import DriftError
 from vgpuctl.model import DeviceChange, FieldChange, ObservedVgpu, ObservedVm, Op, VmChange
-from vgpuctl.vms.apply import check_drift, reconfigure_unmet
+from vgpuctl.vms.apply import check_drift, unmet_since
 from vgpuctl.vsphere.vmops import VmState
 
 pytestmark = pytest.mark.unit
@@ -61,6 +61,10 @@ def state(*profiles: str, **settings: int | bool | str) -> VmState:
     return VmState(name="web-01", power="poweredOff", devices=devices, settings=dict(settings))
 
 
+def after_reconfigure(change: VmChange, before: VmState, after: VmState) -> list[str]:
+    return unmet_since(before, after, change)
+
+
 def resize(cpus: int, *devices: DeviceChange) -> VmChange:
     return VmChange("web-01", fields=[FieldChange("numCPUs", 8, cpus)], devices=list(devices))
 
@@ -68,44 +72,53 @@ def resize(cpus: int, *devices: DeviceChange) -> VmChange:
 def test_a_vm_that_shows_what_its_reconfigure_set_is_as_set() -> None:
     change = resize(4, DeviceChange(Op.REMOVE, "grid_a100-10c", key=13000), DeviceChange(Op.ADD, "grid_a100-20c"))
     before = state("grid_a100-10c", "grid_a100-4c", numCPUs=8)
-    assert reconfigure_unmet(change, before, state("grid_a100-4c", "grid_a100-20c", numCPUs=4, memoryMB=1)) == []
+    assert after_reconfigure(change, before, state("grid_a100-4c", "grid_a100-20c", numCPUs=4, memoryMB=1)) == []
 
 
 def test_a_setting_changed_after_the_reconfigure_is_named_with_what_this_run_set() -> None:
-    unmet = reconfigure_unmet(resize(2), state(numCPUs=8), state(numCPUs=6))
+    unmet = after_reconfigure(resize(2), state(numCPUs=8), state(numCPUs=6))
     assert unmet == ["numCPUs is 6, this run set 2"]
 
 
 def test_vgpus_changed_after_the_reconfigure_are_named() -> None:
     change = resize(2, DeviceChange(Op.ADD, "grid_a100-10c"))
-    unmet = reconfigure_unmet(change, state(numCPUs=8), state("grid_a100-20c", numCPUs=2))
+    unmet = after_reconfigure(change, state(numCPUs=8), state("grid_a100-20c", numCPUs=2))
     assert unmet == ["vGPUs are [grid_a100-20c], this run set [grid_a100-10c]"]
-    assert reconfigure_unmet(change, state(), state(numCPUs=2)) == ["vGPUs are none, this run set [grid_a100-10c]"]
+    assert after_reconfigure(change, state(), state(numCPUs=2)) == ["vGPUs are none, this run set [grid_a100-10c]"]
 
 
 def test_a_setting_the_server_does_not_report_is_not_judged() -> None:
-    assert reconfigure_unmet(resize(2), state(numCPUs=8), state()) == []
+    assert after_reconfigure(resize(2), state(numCPUs=8), state()) == []
 
 
 def test_settings_are_compared_as_the_spec_sends_them() -> None:
     change = VmChange("web-01", fields=[FieldChange("memoryReservationLockedToMax", False, True),
                                         FieldChange("firmware", "bios", "efi")])  # fmt: skip
-    assert reconfigure_unmet(change, state(), state(memoryReservationLockedToMax=True, firmware="efi")) == []
-    assert reconfigure_unmet(change, state(), state(memoryReservationLockedToMax=False, firmware="efi")) == [
+    assert after_reconfigure(change, state(), state(memoryReservationLockedToMax=True, firmware="efi")) == []
+    assert after_reconfigure(change, state(), state(memoryReservationLockedToMax=False, firmware="efi")) == [
         "memoryReservationLockedToMax is False, this run set True"
     ]
 
 
 def test_a_setting_the_reconfigure_left_must_read_as_it_was() -> None:
     change = VmChange("web-01", fields=[FieldChange("memoryReservationLockedToMax", False, True)])
-    unmet = reconfigure_unmet(change, state(numCPUs=2), state(numCPUs=6, memoryReservationLockedToMax=True))
-    assert unmet == ["numCPUs is 6, it was 2 before this run's reconfigure"]
-    added = reconfigure_unmet(change, state(), state("grid_a100-4c", memoryReservationLockedToMax=True))
+    unmet = after_reconfigure(change, state(numCPUs=2), state(numCPUs=6, memoryReservationLockedToMax=True))
+    assert unmet == ["numCPUs is 6, it was 2 before this run's last step"]
+    added = after_reconfigure(change, state(), state("grid_a100-4c", memoryReservationLockedToMax=True))
     assert added == ["vGPUs are [grid_a100-4c], they were none"]
 
 
 def test_cores_per_socket_vcenter_may_derive_is_judged_only_when_this_run_sets_it() -> None:
     before, after = state(numCPUs=8, numCoresPerSocket=8), state(numCPUs=4, numCoresPerSocket=4)
-    assert reconfigure_unmet(resize(4), before, after) == []
+    assert after_reconfigure(resize(4), before, after) == []
     change = VmChange("web-01", fields=[FieldChange("numCoresPerSocket", 1, 2)])
-    assert reconfigure_unmet(change, state(), state(numCoresPerSocket=4)) == ["numCoresPerSocket is 4, this run set 2"]
+    assert after_reconfigure(change, state(), state(numCoresPerSocket=4)) == ["numCoresPerSocket is 4, this run set 2"]
+
+
+def test_after_a_power_off_everything_must_read_as_it_was() -> None:
+    before = state("grid_a100-10c", numCPUs=8, memoryMB=65536)
+    assert unmet_since(before, state("grid_a100-10c", numCPUs=8, memoryMB=65536)) == []
+    assert unmet_since(before, state(numCPUs=8, memoryMB=32768)) == [
+        "memoryMB is 32768, it was 65536 before this run's last step",
+        "vGPUs are none, they were [grid_a100-10c]",
+    ]

@@ -406,7 +406,16 @@ def _destroy(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOu
     if state.power != PowerState.OFF:
         _forward(ctx, VmStep.POWER_OFF)
         _power_off(ctx, name, vm, state, outcome)
-        seen = _read_vm(ctx, vm, name).change_version  # no source says a power-off keeps it (_basis)
+        after = _read_vm(ctx, vm, name)  # no source says a power-off keeps the version (_basis)
+        unexpected = unmet_since(state, after)
+        if unexpected:
+            raise ChangedMeanwhile(
+                f"{name} was changed by something else since this run's last step on it ("
+                + "; ".join(unexpected)
+                + "); not removed, plan again"
+                + _changed_by(ctx, change)
+            )
+        seen = after.change_version
     _forward(ctx, VmStep.DESTROY)
     _unchanged_since(ctx, change, vm, seen, "removed")
     if ctx.claims is not None:
@@ -418,7 +427,7 @@ def _destroy(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOu
 def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutcome) -> str:
     """The VM's one ReconfigVM_Task, conditional on its changeVersion; returns the changeVersion this run saw last
     (read after the reconfigure; the one read before when there is none). ChangedMeanwhile when that read shows
-    other settings or vGPUs than the reconfigure set (reconfigure_unmet): the version it gives is not this run's."""
+    other settings or vGPUs than the reconfigure set (unmet_since): the version it gives is not this run's."""
 
     if not change.needs_reconfigure:
         return _basis(ctx, change, vm, state, outcome).change_version
@@ -447,7 +456,7 @@ def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: 
         ) from err
     outcome.steps.append(VmStep.RECONFIGURE)
     after = _read_vm(ctx, vm, change.vm)
-    unmet = reconfigure_unmet(change, basis, after)
+    unmet = unmet_since(basis, after, change)
     if unmet:
         follows = change.power_on and (state.power != PowerState.ON or bool(_STOPPED & set(outcome.steps)))
         raise ChangedMeanwhile(
@@ -679,27 +688,30 @@ def check_drift(change: VmChange, observed: ObservedVm, state: VmState) -> None:
         raise DriftError(f"{change.vm} changed since the plan: " + "; ".join(problems) + "; not touched, plan again")
 
 
-def reconfigure_unmet(change: VmChange, before: VmState, after: VmState) -> list[str]:
-    """What the VM, read right after its reconfigure, shows otherwise than `before` (the VM the reconfigure was
-    conditional on) with the reconfigure's changes: the settings it sets or had (a value the server does not
-    report is not judged) and its vGPUs (those it had, less the removed, plus the added). That read gives the
-    changeVersion the next step is conditional on; a change by something else landing between the task's end and
-    the read moves the version with it, and is seen here when it touches these."""
+def unmet_since(before: VmState, after: VmState, change: VmChange | None = None) -> list[str]:
+    """What the VM, read right after this run's step on it (a reconfigure: `change`; a power-off: none), shows
+    otherwise than `before` (the VM as that step was conditional on it) with the step's changes: the settings it
+    set or had (a value the server does not report is not judged) and its vGPUs (those it had, less the removed,
+    plus the added). That read gives the changeVersion the next step is conditional on; a change by something
+    else landing between the step's end and the read moves the version with it, and is seen here when it touches
+    these."""
     unmet = []
-    set_here = dict(config_field(f) for f in change.fields)
+    fields = change.fields if change is not None else []
+    devices = change.devices if change is not None else []
+    set_here = dict(config_field(f) for f in fields)
     for prop in vmops.SPEC_READ_BACK:
         wanted = _wanted_setting(prop, set_here, before)
         now = after.settings.get(prop)
         if wanted is None or now is None or now == wanted:
             continue
-        done = f"this run set {wanted}" if prop in set_here else f"it was {wanted} before this run's reconfigure"
+        done = f"this run set {wanted}" if prop in set_here else f"it was {wanted} before this run's last step"
         unmet.append(f"{prop} is {now}, {done}")
-    removed = {d.key for d in change.devices if d.op == Op.REMOVE}
-    added = [d.profile for d in change.devices if d.op == Op.ADD]
+    removed = {d.key for d in devices if d.op == Op.REMOVE}
+    added = [d.profile for d in devices if d.op == Op.ADD]
     wanted_vgpus = sorted([v.profile for v in before.vgpus if v.key not in removed] + added)
     now_vgpus = sorted(v.profile for v in after.vgpus)
     if now_vgpus != wanted_vgpus:
-        done = "this run set" if change.devices else "they were"
+        done = "this run set" if devices else "they were"
         unmet.append(f"vGPUs are {_profiles(now_vgpus)}, {done} {_profiles(wanted_vgpus)}")
     return unmet
 

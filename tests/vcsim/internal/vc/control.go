@@ -231,16 +231,16 @@ func (s *Sim) armDelay(w http.ResponseWriter, r *http.Request) {
 	WriteJSON(w, http.StatusOK, a)
 }
 
-// armFollowup arms a change gpusim makes itself right after the next `count` ReconfigVM_Task bodies on the VM,
-// before each task reports: the VM's vCPUs set to numCPUs (its changeVersion moving again), as another client's
-// reconfigure landing between the caller's task and its next read of the VM.
+// armFollowup arms a change gpusim makes itself right after the next `count` ReconfigVM_Task or PowerOffVM_Task
+// bodies on the VM, before each task reports: the VM's vCPUs set to numCPUs (its changeVersion moving again), as
+// another client's reconfigure landing between the caller's task and its next read of the VM.
 func (s *Sim) armFollowup(w http.ResponseWriter, r *http.Request) {
 	a, ok := s.parseArm(w, r, false)
 	if !ok {
 		return
 	}
-	if a.Method != "ReconfigVM_Task" || a.CPUs <= 0 {
-		WriteError(w, http.StatusBadRequest, "a followup is a ReconfigVM_Task's, with numCPUs > 0")
+	if !followupMethods[a.Method] || a.CPUs <= 0 {
+		WriteError(w, http.StatusBadRequest, "a followup is a ReconfigVM_Task's or a PowerOffVM_Task's, with numCPUs > 0")
 		return
 	}
 	s.faults.mu.Lock()
@@ -248,6 +248,8 @@ func (s *Sim) armFollowup(w http.ResponseWriter, r *http.Request) {
 	s.faults.mu.Unlock()
 	WriteJSON(w, http.StatusOK, a)
 }
+
+var followupMethods = map[string]bool{"ReconfigVM_Task": true, "PowerOffVM_Task": true}
 
 type guestRequest struct {
 	IP       string `json:"ip"`

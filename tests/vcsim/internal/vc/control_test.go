@@ -150,6 +150,15 @@ func TestControlFollowupChangesTheVMBeforeTheTaskReports(t *testing.T) {
 	if n := e.vmMO(vm, "config.hardware").Config.Hardware.NumCPU; n != 2 {
 		t.Fatalf("a second reconfigure got the followup too: %d vCPUs", n)
 	}
+	e.must(e.wait(vm.PowerOn(e.ctx)))
+	code, _ = e.control("POST", "/gpusim/followups", map[string]any{"object": "vm-a", "method": "PowerOffVM_Task", "numCPUs": 4})
+	if code != 200 {
+		t.Fatal(code)
+	}
+	e.must(e.wait(vm.PowerOff(e.ctx)))
+	if n := e.vmMO(vm, "config.hardware").Config.Hardware.NumCPU; n != 4 {
+		t.Fatalf("after the power-off's followup: %d vCPUs", n)
+	}
 	for _, bad := range []map[string]any{
 		{"object": "vm-a", "method": "PowerOnVM_Task", "numCPUs": 6},
 		{"object": "vm-a", "method": "ReconfigVM_Task"},

@@ -60,13 +60,7 @@ func (vm *gpuVM) ReconfigVMTask(ctx *simulator.Context, req *types.ReconfigVM_Ta
 			dg := *req.Spec.DeviceGroups
 			ctx.Map.Update(ctx, vm.VirtualMachine, []types.PropertyChange{{Name: "config.deviceGroups", Val: &dg}})
 		}
-		if a := s.faults.followup(vm.Self.Value, "ReconfigVM_Task"); a != nil {
-			other := types.VirtualMachineConfigSpec{NumCPUs: a.CPUs}
-			if _, f := s.waitBody(vm.VirtualMachine.ReconfigVMTask(ctx, &types.ReconfigVM_Task{This: req.This, Spec: other})); f != nil {
-				return nil, f
-			}
-		}
-		return nil, nil
+		return nil, vm.followup(ctx, "ReconfigVM_Task")
 	}))
 	return &methods.ReconfigVM_TaskBody{Res: &types.ReconfigVM_TaskResponse{Returnval: task.Run(ctx)}}
 }
@@ -129,9 +123,21 @@ func (vm *gpuVM) releasingTask(ctx *simulator.Context, name, method string, body
 			return nil, f
 		}
 		vm.sim.Farm.Release(vm.Self.Value)
-		return nil, nil
+		return nil, vm.followup(ctx, method)
 	}))
 	return task.Run(ctx)
+}
+
+// followup makes the change armed for the VM's method (control.go, armFollowup) once the task's own work is
+// done, before it reports: the VM's vCPUs, set as another client's reconfigure would.
+func (vm *gpuVM) followup(ctx *simulator.Context, method string) types.BaseMethodFault {
+	a := vm.sim.faults.followup(vm.Self.Value, method)
+	if a == nil {
+		return nil
+	}
+	other := &types.ReconfigVM_Task{This: vm.Self, Spec: types.VirtualMachineConfigSpec{NumCPUs: a.CPUs}}
+	_, f := vm.sim.waitBody(vm.VirtualMachine.ReconfigVMTask(ctx, other))
+	return f
 }
 
 // ResetVMTask is vcsim's; gpuVM answers it for a failer's call (calls.go).
