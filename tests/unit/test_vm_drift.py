@@ -8,8 +8,8 @@ import pytest
 
 from vgpuctl.errors import DriftError
 from vgpuctl.model import DeviceChange, FieldChange, ObservedVgpu, ObservedVm, Op, VmChange
-from vgpuctl.vms.apply import check_drift, unmet_since
-from vgpuctl.vsphere.vmops import VmState
+from vgpuctl.vms.drift import check_drift, unmet_since
+from vgpuctl.vsphere.vmops import SPEC_READ_BACK, VmState
 
 pytestmark = pytest.mark.unit
 
@@ -108,11 +108,10 @@ def test_a_setting_the_reconfigure_left_must_read_as_it_was() -> None:
     assert added == ["vGPUs are [grid_a100-4c], they were none"]
 
 
-def test_cores_per_socket_vcenter_may_derive_is_judged_only_when_this_run_sets_it() -> None:
-    before, after = state(numCPUs=8, numCoresPerSocket=8), state(numCPUs=4, numCoresPerSocket=4)
-    assert after_reconfigure(resize(4), before, after) == []
+def test_cores_per_socket_is_not_judged_vcenter_assigns_it_at_power_on() -> None:
+    assert "numCoresPerSocket" not in SPEC_READ_BACK
     change = VmChange("web-01", fields=[FieldChange("numCoresPerSocket", 1, 2)])
-    assert after_reconfigure(change, state(), state(numCoresPerSocket=4)) == ["numCoresPerSocket is 4, this run set 2"]
+    assert after_reconfigure(change, state(), state(numCoresPerSocket=4)) == []
 
 
 def test_after_a_power_off_everything_must_read_as_it_was() -> None:

@@ -39,7 +39,6 @@ from vgpuctl.model import (
     Observed,
     ObservedDeviceGroup,
     ObservedHost,
-    ObservedNic,
     ObservedVm,
     Op,
     Plan,
@@ -48,13 +47,14 @@ from vgpuctl.model import (
     queue_order,
 )
 from vgpuctl.progress import Cancel, VmProgress, cancelled
+from vgpuctl.vms.drift import check_drift, fmt_devices, unmet_since, vgpu_keys
 from vgpuctl.vsphere import vmnet, vmops
 from vgpuctl.vsphere.bookkeeping import BookkeepingError
 from vgpuctl.vsphere.claims import ClaimHeld, VmClaims, collect_dead
 from vgpuctl.vsphere.faults import fault_message, fault_type
 from vgpuctl.vsphere.session import Session
 from vgpuctl.vsphere.tasks import TaskWatcher, dispatch
-from vgpuctl.vsphere.vm import config_field, config_spec, extra_config, revert_spec
+from vgpuctl.vsphere.vm import config_spec, extra_config, revert_spec
 from vgpuctl.vsphere.vmnet import customization_result, customization_spec, ethernet_macs
 from vgpuctl.vsphere.vmops import VmState
 from vgpuctl.vsphere.workrecord import LeaseHeld, new_run_id
@@ -478,10 +478,11 @@ def _basis(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOutc
     if not _STOPPED & set(outcome.steps):
         return state
     now = _read_vm(ctx, vm, change.vm)
-    if _vgpu_keys(now.vgpus) != _vgpu_keys(state.vgpus):
+    if vgpu_keys(now.vgpus) != vgpu_keys(state.vgpus):
+        now_vgpus, then_vgpus = fmt_devices(vgpu_keys(now.vgpus)), fmt_devices(vgpu_keys(state.vgpus))
         raise DriftError(
-            f"{change.vm} changed while it was powered off: vGPUs are {_fmt(_vgpu_keys(now.vgpus))}, the plan saw "
-            f"{_fmt(_vgpu_keys(state.vgpus))}; not reconfigured, plan again" + _changed_by(ctx, change)
+            f"{change.vm} changed while it was powered off: vGPUs are {now_vgpus}, the plan saw {then_vgpus}; not "
+            "reconfigured, plan again" + _changed_by(ctx, change)
         )
     return now
 
@@ -560,7 +561,7 @@ def _restore_after_failure(ctx: _Ctx, name: str, vm: Any, before: VmState, outco
     if not _STOPPED & set(outcome.steps):
         return
     try:
-        vgpus_now = _vgpu_keys(_read_vm(ctx, vm, name).vgpus)
+        vgpus_now = vgpu_keys(_read_vm(ctx, vm, name).vgpus)
         _task(ctx, name, "power-on (restore)", lambda: vmops.power_on(ctx.session, vm))
     except Exception as err:  # the reconfigure's failure stays the VM's outcome; this only adds to it
         log.debug("%s: power-on after the failed reconfigure failed", name, exc_info=True)
@@ -568,8 +569,8 @@ def _restore_after_failure(ctx: _Ctx, name: str, vm: Any, before: VmState, outco
         outcome.message = f"left powered off: powering it on again failed: {text}"
         return
     outcome.steps.append(VmStep.POWER_ON)
-    previous = vgpus_now == _vgpu_keys(before.vgpus)
-    config = "its previous configuration" if previous else "the vGPUs it has now: " + _fmt(vgpus_now)
+    previous = vgpus_now == vgpu_keys(before.vgpus)
+    config = "its previous configuration" if previous else "the vGPUs it has now: " + fmt_devices(vgpus_now)
     outcome.message = f"powered on again with {config}"
 
 
@@ -626,10 +627,6 @@ def _nic_specs(ctx: _Ctx, changes: list[NicChange], devices: dict[int, Any], hos
     return vmnet.nic_specs(changes, devices, target, ctx.session.stub)
 
 
-def _vgpu_keys(vgpus: list[Any]) -> list[tuple[int, str]]:
-    return sorted((v.key, v.profile) for v in vgpus)
-
-
 def _group_names(ctx: _Ctx, change: VmChange, host_moid: str) -> dict[int, str] | None:
     """NVLink vendor device group names for the change's grouped adds: those observe read for the host, else
     the host's QueryConfigTarget."""
@@ -665,80 +662,6 @@ def matching_group(offered: list[ObservedDeviceGroup], profiles: list[str]) -> s
 
 def _read_vm(ctx: _Ctx, vm: Any, name: str) -> VmState:
     return vmops.read_vm(ctx.session, vm, name)
-
-
-def check_drift(change: VmChange, observed: ObservedVm, state: VmState) -> None:
-    """Raise DriftError when the VM is not in the state the plan was made from."""
-    problems = []
-    if state.name != observed.name:
-        problems.append(f"renamed to {state.name!r}")
-    if state.power != str(observed.power_state):
-        problems.append(f"power state is {state.power}, the plan saw {observed.power_state}")
-    now = sorted((v.key, v.profile) for v in state.vgpus)
-    then = sorted((v.key, v.profile) for v in observed.vgpus)
-    if now != then:
-        problems.append(f"vGPUs are {_fmt(now)}, the plan saw {_fmt(then)}")
-    elif observed.change_version and state.change_version != observed.change_version:
-        problems.append("its configuration changed (vCenter's changeVersion moved)")
-    if change.nics:  # the adapters the plan changes or keeps must be the ones it saw
-        adapters = _adapters(state.nics)
-        if adapters != _adapters(observed.nics):
-            problems.append(f"network adapters are {_fmt(adapters)}, the plan saw {_fmt(_adapters(observed.nics))}")
-    if problems:
-        raise DriftError(f"{change.vm} changed since the plan: " + "; ".join(problems) + "; not touched, plan again")
-
-
-def unmet_since(before: VmState, after: VmState, change: VmChange | None = None) -> list[str]:
-    """What the VM, read right after this run's step on it (a reconfigure: `change`; a power-off: none), shows
-    otherwise than `before` (the VM as that step was conditional on it) with the step's changes: the settings it
-    set or had (a value the server does not report is not judged) and its vGPUs (those it had, less the removed,
-    plus the added). That read gives the changeVersion the next step is conditional on; a change by something
-    else landing between the step's end and the read moves the version with it, and is seen here when it touches
-    these."""
-    unmet = []
-    fields = change.fields if change is not None else []
-    devices = change.devices if change is not None else []
-    set_here = dict(config_field(f) for f in fields)
-    for prop in vmops.SPEC_READ_BACK:
-        wanted = _wanted_setting(prop, set_here, before)
-        now = after.settings.get(prop)
-        if wanted is None or now is None or now == wanted:
-            continue
-        done = f"this run set {wanted}" if prop in set_here else f"it was {wanted} before this run's last step"
-        unmet.append(f"{prop} is {now}, {done}")
-    removed = {d.key for d in devices if d.op == Op.REMOVE}
-    added = [d.profile for d in devices if d.op == Op.ADD]
-    wanted_vgpus = sorted([v.profile for v in before.vgpus if v.key not in removed] + added)
-    now_vgpus = sorted(v.profile for v in after.vgpus)
-    if now_vgpus != wanted_vgpus:
-        done = "this run set" if devices else "they were"
-        unmet.append(f"vGPUs are {_profiles(now_vgpus)}, {done} {_profiles(wanted_vgpus)}")
-    return unmet
-
-
-def _wanted_setting(prop: str, set_here: dict[str, Any], before: VmState) -> Any:
-    """The value a setting should read after the reconfigure: the one it set, else the one it had; None: not
-    judged."""
-    if prop in set_here:
-        return set_here[prop]
-    return None if prop in _DERIVED else before.settings.get(prop)
-
-
-# Settings vCenter may derive from another (vSphere 8 picks the cores per socket from the vCPU count when
-# VirtualHardware.autoCoresPerSocket is set): judged only when this run sets them.
-_DERIVED = {"numCoresPerSocket"}
-
-
-def _profiles(profiles: list[str]) -> str:
-    return "[" + ", ".join(profiles) + "]" if profiles else "none"
-
-
-def _adapters(nics: list[ObservedNic]) -> list[tuple[int, str]]:
-    return sorted((n.key, str(n.kind)) for n in nics)
-
-
-def _fmt(devices: list[tuple[int, str]]) -> str:
-    return "[" + ", ".join(f"{p}#{k}" for k, p in devices) + "]" if devices else "none"
 
 
 def _clone_folder(ctx: _Ctx, change: VmChange) -> str:

@@ -16,10 +16,10 @@ from vgpuctl.vsphere.session import Session
 from vgpuctl.vsphere.vm import clone_spec
 
 # ConfigSpec property -> where the VM's configuration shows it (VirtualMachineConfigInfo, VirtualHardware): what a
-# reconfigure sets, read back after it
+# reconfigure sets, read back after it. Not numCoresPerSocket: VirtualHardware says to ignore it on a powered-off
+# VM whose autoCoresPerSocket is set (the socket size is assigned at power-on; vSphere API 8.0.0.1).
 SPEC_READ_BACK = {
     "numCPUs": "config.hardware.numCPU",
-    "numCoresPerSocket": "config.hardware.numCoresPerSocket",
     "memoryMB": "config.hardware.memoryMB",
     "memoryReservationLockedToMax": "config.memoryReservationLockedToMax",
     "firmware": "config.firmware",
