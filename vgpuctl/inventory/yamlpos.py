@@ -232,13 +232,13 @@ def _refuse_anchor(node: Any, at: Pos, file: str) -> None:
     tag = getattr(node, "tag", None)
     tag = getattr(tag, "value", tag)
     if isinstance(tag, str) and tag:
-        raise InventoryError(f"YAML tag {tag}: tags are not allowed in an inventory (write the value plainly)",
+        raise InventoryError(f"YAML tag {tag}: tags are not allowed in vgpuctl's files (write the value plainly)",
                              file, *at)
 
 
 def _anchor_message(sigil: str, name: str) -> str:
-    return (f"YAML anchor or alias {sigil}{name}: anchors and aliases are not allowed in an inventory "
-            "(write the values out, or use a name range for similar VMs)")
+    return (f"YAML anchor or alias {sigil}{name}: anchors and aliases are not allowed in vgpuctl's files "
+            "(write the values out; in an inventory, a name range makes similar VMs)")
 
 
 def read_yaml(path: str | Path) -> PositionedYaml:
