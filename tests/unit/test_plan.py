@@ -266,7 +266,8 @@ def test_a_template_name_two_vms_share_is_an_error() -> None:
         "apiVersion: vgpuctl/v1\nvms:\n  - {name: new-01, template: inv-01, cluster: GPU-Cluster}\n"
     )
     assert plan.errors == [
-        "vm new-01: template 'inv-01' names VMs in folders /, teamB: give the template a name of its own"
+        "<inventory>:3:30: vm new-01: template 'inv-01' names VMs in folders /, teamB: give the template a name of "
+        "its own"
     ]
 
 

@@ -251,24 +251,24 @@ def _plan_clone(vp: _VmPlan, observed: Observed) -> ObservedVm | None:
     _, template, problem = find_vm(observed, spec.template, None)
     if problem:
         folders = ", ".join(sorted(folder_label(observed.vms[k].folder) for k in observed.same_name[spec.template]))
-        vp.errors.append(f"template {spec.template!r} names VMs in folders {folders}: give the template a name of "
-                         "its own")
+        vp.located.append((_key(spec, "template"), f"template {spec.template!r} names VMs in folders {folders}: "
+                           "give the template a name of its own"))
     elif template is None:
-        vp.errors.append(f"template {spec.template!r} not found")
+        vp.located.append((_key(spec, "template"), f"template {spec.template!r} not found"))
     if spec.host is None and spec.cluster is None:
         vp.errors.append("does not exist; set 'cluster' or 'host' to create it")
     elif spec.host is not None:
         if spec.host not in observed.hosts:
-            vp.errors.append(f"host {spec.host!r} not found")
+            vp.located.append((_key(spec, "host"), f"host {spec.host!r} not found"))
         else:
             vp.candidates = [spec.host]
     elif spec.cluster not in observed.clusters:
-        vp.errors.append(f"cluster {spec.cluster!r} not found")
+        vp.located.append((_key(spec, "cluster"), f"cluster {spec.cluster!r} not found"))
     else:
         vp.candidates = sorted(observed.clusters[spec.cluster or ""])
     folder = folder_path(spec.folder) or None  # the root is the default
     if folder and folder not in observed.folders:
-        vp.located.append((("vms", spec._index, "folder"), _missing_folder(folder, observed)))
+        vp.located.append((_key(spec, "folder"), _missing_folder(folder, observed)))
     if template is None or vp.errors or vp.located:
         return None
     vp.change.clone = CloneSpec(spec.template, spec.cluster, spec.host, folder, spec.cpus, spec.memory_mb)
@@ -280,6 +280,11 @@ def _plan_clone(vp: _VmPlan, observed: Observed) -> ObservedVm | None:
         nics=[replace(n) for n in template.nics],
         power_state=PowerState.OFF, cpus=spec.cpus or template.cpus, memory_mb=spec.memory_mb or template.memory_mb,
     )
+
+
+def _key(spec: VmSpec, key: str) -> KeyPath:
+    """The key path of one key of the VM's inventory entry."""
+    return ("vms", spec._index, key)
 
 
 def _missing_folder(folder: str, observed: Observed) -> str:
@@ -302,11 +307,12 @@ def _locate_existing(vp: _VmPlan, obs: ObservedVm, observed: Observed) -> None:
     host = observed.hosts.get(obs.host or "")
     cluster = obs.cluster or (host.cluster if host else None)
     if spec.host and spec.host not in observed.hosts:  # a name vCenter does not have is a mistake, not a move
-        vp.errors.append(f"host {spec.host!r} not found (the VM is on {obs.host or 'no host'})")
+        vp.located.append((_key(spec, "host"), f"host {spec.host!r} not found (the VM is on {obs.host or 'no host'})"))
     elif spec.host and obs.host and spec.host != obs.host:
         vp.warnings.append(f"is on host {obs.host}, the inventory says {spec.host} (vgpuctl does not move VMs)")
     if spec.cluster and spec.cluster not in observed.clusters:
-        vp.errors.append(f"cluster {spec.cluster!r} not found (the VM is in {cluster or 'no cluster'})")
+        vp.located.append((_key(spec, "cluster"),
+                           f"cluster {spec.cluster!r} not found (the VM is in {cluster or 'no cluster'})"))
     elif spec.cluster and cluster and spec.cluster != cluster:
         vp.warnings.append(f"is in cluster {cluster}, the inventory says {spec.cluster} (vgpuctl does not move VMs)")
 
