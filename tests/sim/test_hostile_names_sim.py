@@ -1,6 +1,6 @@
 """Names vCenter gives reach people's terminals with their control and invisible characters escaped: a VM named
-with a carriage return, an 8-bit control or a bidi override cannot hide or reorder what `status` prints, while
-`-o json` keeps every name exactly."""
+with a carriage return, an 8-bit control or a bidi override cannot hide or reorder what `status` prints, nor one
+with a line break start a line of its own, while `-o json` keeps every name exactly."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from vgpuctl.cli.main import app
 pytestmark = pytest.mark.sim
 
 HOST = "esx-01.gpu.sim"
-NAMES = {"cr-evil\rok-vm": "cr-evil\\rok-vm", "c1\u009b31mCSI": "c1\\x9b31mCSI", "rtl\u202eevil": "rtl\\u202eevil"}
+NAMES = {"cr-evil\rok-vm": "cr-evil\\rok-vm", "c1\u009b31mCSI": "c1\\x9b31mCSI", "rtl\u202eevil": "rtl\\u202eevil",
+         "nl-evil\nwarning: none": "nl-evil\\nwarning: none"}
 
 
 def test_status_shows_names_with_their_controls_escaped(gpusim_factory: Callable[..., Any]) -> None:
@@ -32,6 +33,7 @@ def test_status_shows_names_with_their_controls_escaped(gpusim_factory: Callable
     for shown in NAMES.values():
         assert shown in text.stdout
     assert not any(ch in text.stdout for ch in "\r\u009b\u202e")
+    assert not [line for line in text.stdout.splitlines() if line.startswith("warning: none")]  # no line of its own
 
     document = CliRunner().invoke(app, ["-o", "json", "status", "--no-shell"], env=env)
     assert document.exit_code == 0, document.output

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from vgpuctl import yamlout
-from vgpuctl.reports.plan import styled
-from vgpuctl.visible import visible
+from vgpuctl.domain import ChangeKind, EvacuationKind
+from vgpuctl.model import EvacuationAction, HostChange, Plan
+from vgpuctl.reports.plan import render_plan_text, styled
+from vgpuctl.visible import lines_text, visible
 
 pytestmark = pytest.mark.unit
 
@@ -43,3 +45,13 @@ def test_the_terminals_colored_plan_escapes_them_too() -> None:
     """On a terminal the plan is rich Text, not the plain lines: the same rule holds there."""
     text = styled(["+ vm cr-evil\rok", "~ host rtl\u202eevil"])
     assert text.plain == "+ vm cr-evil\\rok\n~ host rtl\\u202eevil"
+
+
+def test_a_line_break_inside_a_name_starts_no_line_of_its_own() -> None:
+    """A report made of lines keeps its own line breaks only: a VM vCenter names `web\\n+ vm x` is one line."""
+    assert lines_text(["~ host esx-01", "  evacuate web\n+ vm x", ""]) == "~ host esx-01\n  evacuate web\\n+ vm x\n"
+    evacuation = HostChange("esx-01", ChangeKind.EVACUATE, "web\nWarning: nothing to see", old=None,
+                            new=EvacuationAction(EvacuationKind.RESTORE_AFTER))  # fmt: skip
+    text = render_plan_text(Plan(host_changes=[evacuation]))
+    assert "web\\nWarning: nothing to see" in text
+    assert not [line for line in text.splitlines() if line.startswith("Warning: nothing")]

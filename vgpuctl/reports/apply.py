@@ -25,6 +25,7 @@ from vgpuctl.supervisor.vmclasses import SupervisorPlan
 if TYPE_CHECKING:
     from vgpuctl.scope import ScopeResult
 from vgpuctl.reports.plan import LIST_CUT, HostDiff, PlanReport, host_diff, names_text, plan_report, with_class_plan
+from vgpuctl.visible import lines_text
 
 
 @dataclass
@@ -218,7 +219,7 @@ def render_apply_summary(report: ApplyReport, full: bool = False) -> str:
 
     if report.round_trips is not None:
         lines.append(f"round trips: {report.round_trips}")
-    return "\n".join(lines)
+    return lines_text(lines)
 
 
 def guest_driver_line(o: GuestDriverOutcome) -> str:

@@ -10,6 +10,7 @@ from vgpuctl.capacity.stranded import stranded_by_cluster
 from vgpuctl.domain import GpuVgpuMode
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout, optional
+from vgpuctl.visible import lines_text
 
 if TYPE_CHECKING:
     from vgpuctl.capacity.answer import CapacityAnswer
@@ -121,7 +122,7 @@ class CapacityReport(Report):
             summary = f" {c.free_gb:g} GB free, stranded {c.stranded_gb:g} GB" if c else ""
             lines.append(f"cluster {cluster}:{summary}")
             lines += _fits_table(fits)
-        return "\n".join(lines)
+        return lines_text(lines)
 
 
 def _nic_line(n: NicFree) -> str:
@@ -241,7 +242,7 @@ class CapacityDemandReport(Report):
             state = "left out" if b.host in self.skipped_hosts else "partly usable"
             lines.append(f"  {b.host}: {state} ({b.what}; fix: {b.fix})")
         lines += [f"warning: {w}" for w in self.warnings]
-        return "\n".join(lines)
+        return lines_text(lines)
 
     def how(self) -> str:
         """How the layout was found, in words: the method, how good, how long."""
@@ -347,7 +348,7 @@ class CapacityDrainReport(Report):
                      f"{len(stuck)} running VM(s) cannot be moved: {', '.join(stuck)}")
         if not self.vgpu_migration and any(v.vgpus for s in self.steps for v in s.vms):
             lines.append("vCenter does not allow vMotion of running vGPU VMs (vgpu.hotmigrate.enabled)")
-        return "\n".join(lines)
+        return lines_text(lines)
 
 
 def capacity_drain_report(answer: DrainAnswer, max_unavailable: int) -> CapacityDrainReport:

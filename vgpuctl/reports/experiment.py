@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from vgpuctl.experiment.report import NCCL, P2P
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout
+from vgpuctl.visible import lines_text
 
 if TYPE_CHECKING:
     from vgpuctl.experiment import report as experiment
@@ -54,7 +55,7 @@ class ExperimentRunReport(Report):
         lines = [f"{name}: {v.ran} run, {v.skipped} already done, {v.failed} failed"
                  for name, v in self.variants.items()]
         lines.append("base inventory restored" if self.restored else "last variant left applied (--keep-last)")
-        return "\n".join(lines)
+        return lines_text(lines)
 
     @property
     def failed(self) -> int:

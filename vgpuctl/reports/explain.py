@@ -16,6 +16,7 @@ from vgpuctl.reports.plan import HostDiff, host_diff
 from vgpuctl.settings import setting_for_key
 from vgpuctl.settings.facts import HostFacts
 from vgpuctl.settings.pergpu import GPUS_KEY
+from vgpuctl.visible import lines_text
 
 
 @dataclass
@@ -53,7 +54,7 @@ class ExplainReport(Report):
         else:
             lines.append("  the plan changes nothing on this host")
         lines += [f"  error: {e}" for e in self.errors]
-        return "\n".join(lines)
+        return lines_text(lines)
 
 
 HEADER = ("setting", "inventory", "vCenter now", "", "from")

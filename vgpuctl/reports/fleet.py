@@ -22,7 +22,7 @@ from vgpuctl.reports.capacity import CapacityReport
 from vgpuctl.reports.plan import PlanReport, PlanSummary, plan_counts, plan_report, with_class_plan
 from vgpuctl.reports.preflight import PreflightReport
 from vgpuctl.reports.status import StatusReport
-from vgpuctl.visible import visible
+from vgpuctl.visible import lines_text, visible
 
 if TYPE_CHECKING:
     from vgpuctl.fleetrun import FleetPlanned
@@ -294,4 +294,4 @@ def render_fleet_apply_summary(report: FleetApplyReport, full: bool = False) -> 
     lines += _scope_lines(report.out_of_scope)
     done = len(report.vcenters) - len(report.failed)
     failed = f"; failed: {', '.join(report.failed)}" if report.failed else ""
-    return "\n".join([*lines, f"Fleet: {done} of {len(report.vcenters)} vCenters done{failed}."])
+    return lines_text([*lines, f"Fleet: {done} of {len(report.vcenters)} vCenters done{failed}."])

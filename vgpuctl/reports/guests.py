@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.reports.apply import ApplyReport
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout
-from vgpuctl.visible import visible
+from vgpuctl.visible import lines_text, visible
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -76,7 +76,7 @@ class GuestRunReport(Report):
             lines += [f"  {g.status}: {g.vm}: {g.message}" for g in self.guests if g.message]
         if self.artifacts:
             lines.append(f"  artifacts: {self.artifacts}")
-        return "\n".join(lines)
+        return lines_text(lines)
 
 
 def guest_run_report(result: DeployResult) -> GuestRunReport:

@@ -13,6 +13,7 @@ from vgpuctl.reports.base import TERMINAL, Report, TextLayout, optional
 from vgpuctl.settings import SETTINGS
 from vgpuctl.settings.base import ModuleOptions as ModuleOptionsView
 from vgpuctl.settings.facts import MIG_MODE, HostFacts, guest_drivers, nvlink_links, nvlink_peers
+from vgpuctl.visible import lines_text
 
 if TYPE_CHECKING:
     pass
@@ -104,7 +105,7 @@ class HostReport(Report):
             vms = f", VMs: {', '.join(g.vms)}" if g.vms else ""
             mig = mig_text(g.mig_current, g.mig_pending)
             lines.append(f"    {g.gpu} {g.device}: {g.graphics_type}, {g.vgpu_mode}, MIG {mig}{links}{peers}{vms}")
-        return "\n".join(lines)
+        return lines_text(lines)
 
 
 def mig_text(current: bool | None, pending: bool | None) -> str:

@@ -33,7 +33,7 @@ from vgpuctl.model import (
 from vgpuctl.reports.base import TERMINAL, ErrorInfo, Report, Scalar, TextLayout, VgpuCount, optional
 from vgpuctl.reports.window import WindowReport, window_lines, window_report
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
-from vgpuctl.visible import visible
+from vgpuctl.visible import lines_text, visible
 
 if TYPE_CHECKING:
     from vgpuctl.inventory import Inventory
@@ -57,7 +57,7 @@ class ValidateReport(Report):
         if self.vm_classes or self.namespaces:
             classes = f", {self.vm_classes} VM classes, {self.namespaces} namespaces"
         lines = [f"{self.file}: valid ({self.hosts} host entries, {self.vms} VMs{classes})"]
-        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
+        return lines_text(lines + [f"warning: {w}" for w in self.warnings])
 
 
 @dataclass
@@ -299,7 +299,7 @@ class PlanReport(Report):
     def render_text(self, layout: TextLayout = TERMINAL) -> Any:
         """The diff: colored on a terminal, plain lines in a pipe."""
         lines = plan_lines(self, layout.full)
-        return "\n".join(lines) if layout.plain else styled(lines)
+        return lines_text(lines) if layout.plain else styled([visible(line, keep_line_breaks=False) for line in lines])
 
     @property
     def is_empty(self) -> bool:
@@ -385,7 +385,7 @@ def summary(plan: Plan) -> dict[str, int]:
 def render_plan_text(plan: Plan) -> str:
     """The plan's text as `plan` prints it in a pipe, from its report (vgpuctl.reports.plan)."""
 
-    return "\n".join(plan_lines(plan_report(plan))) + "\n"
+    return lines_text(plan_lines(plan_report(plan))) + "\n"
 
 
 def plan_report(plan: Plan, round_trips: int | None = None, scope: ScopeResult | None = None) -> PlanReport:

@@ -12,6 +12,7 @@ from vgpuctl.domain import CheckStatus
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.preflight.check import PreflightCheck
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout
+from vgpuctl.visible import lines_text
 
 _ORDER = (CheckStatus.FAIL, CheckStatus.WARN, CheckStatus.PASS, CheckStatus.SKIP)
 
@@ -41,7 +42,7 @@ class PreflightReport(Report):
                     lines.append(f"      fix: {fix}")
         summary = ", ".join(f"{self.counts.get(s.value, 0)} {s.value}" for s in _ORDER)
         lines.append(f"{self.vcenter}: {summary}" + ("" if self.ok else ": preflight failed"))
-        return "\n".join(lines)
+        return lines_text(lines)
 
 
 def _subjects(subjects: list[str], limit: int = 6) -> str:

@@ -29,6 +29,7 @@ from vgpuctl.reports.events import (
     Warned,
 )
 from vgpuctl.reports.plan import PlanReport, PlanSummary, names_text, plan_lines
+from vgpuctl.visible import lines_text
 
 if TYPE_CHECKING:
     from vgpuctl.reports.apply import ApplyReport
@@ -121,7 +122,7 @@ class RunRecord(Report):
         return document
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
-        return "\n".join(record_lines(self, layout.full))
+        return lines_text(record_lines(self, layout.full))
 
 
 @dataclass
@@ -152,7 +153,7 @@ class RunsReport(Report):
 
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
         lines = [listing_line(r) for r in self.runs] or [f"No runs kept in {self.folder}."]
-        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
+        return lines_text(lines + [f"warning: {w}" for w in self.warnings])
 
 
 # ------------------------------------------------------------------------------------------ building them

@@ -31,7 +31,7 @@ from vgpuctl.reports.host import MANAGER_KEY, HostReport, SettingValue, mig_labe
 from vgpuctl.reports.plan import sorted_counts
 from vgpuctl.reports.profiles import KB_PER_GB, gpu_gb, profile_fb
 from vgpuctl.reports.usage import UsageRow, WindowRow, read_warnings, usage_cell, usage_row, window_row
-from vgpuctl.visible import visible
+from vgpuctl.visible import lines_text, visible
 
 if TYPE_CHECKING:
     pass
@@ -546,7 +546,7 @@ def plain_status(report: StatusReport) -> str:
     if report.supervisor_clusters:
         lines += [_class_line(c) for c in report.vm_classes] or [NO_GPU_CLASS]
     lines += [f"warning: {w}" for w in report.warnings]
-    return "\n".join(lines)
+    return lines_text(lines)
 
 
 # ------------------------------------------------------------------------------------------ VM classes

@@ -15,7 +15,7 @@ from vgpuctl.reports.plan import FieldDiff
 from vgpuctl.reports.status import StatusVmClass, status_vm_classes
 from vgpuctl.supervisor.render import kubernetes_objects
 from vgpuctl.supervisor.vmclasses import ClassChange, SupervisorPlan
-from vgpuctl.visible import visible
+from vgpuctl.visible import lines_text, visible
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -229,7 +229,7 @@ class SupervisorStatusReport(Report):
     def render_text(self, layout: TextLayout = TERMINAL) -> str:
         lines = [f"Supervisor clusters: {', '.join(self.supervisor_clusters) or 'none'}"]
         if not self.vm_classes:
-            return "\n".join([*lines, "No VM class has vGPUs."])
+            return lines_text([*lines, "No VM class has vGPUs."])
         lines.append("VM classes with vGPUs:")
         for c in self.vm_classes:
             vgpus = ", ".join(f"{v.count} x {v.profile}" for v in c.vgpus)

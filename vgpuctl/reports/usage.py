@@ -10,6 +10,7 @@ from vgpuctl.farm.usage import GpuUsage, UsageFigures, VmJudgement
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.records.perf import UsageRead, UsageWindow, duration_text
 from vgpuctl.reports.base import TERMINAL, Report, TextLayout, VgpuCount, optional, vgpu_counts
+from vgpuctl.visible import lines_text
 
 
 @dataclass
@@ -138,7 +139,7 @@ class IdleReport(Report):
                              f"({g.peak_from}){shared}")
         lines += [f"not judged: {u.vm} on {u.host}: {u.why}" for u in self.not_judged]
         lines += [f"warning: {w}" for w in self.warnings]
-        return "\n".join(lines)
+        return lines_text(lines)
 
 
 def idle_report(judgements: list[VmJudgement], figures: UsageFigures, read: UsageRead, below: float,

@@ -8,7 +8,7 @@ from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, ObservedVm
 from vgpuctl.reports.base import TERMINAL, Rendered, Report, TextLayout, VgpuCount, optional, vgpu_counts
 from vgpuctl.reports.profiles import profile_fb
-from vgpuctl.visible import visible
+from vgpuctl.visible import lines_text, visible
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -63,7 +63,7 @@ class VmVgpusReport(Report):
             lines.append(f"  vgpu key {d.key}  profile {d.profile}  framebuffer {d.fb_gb} GB  nvlink group {group}")
         if self.gpus:
             lines.append(f"  on GPUs {', '.join(self.gpus)}")
-        return "\n".join(lines)
+        return lines_text(lines)
 
 
 def vm_vgpus_report(observed: Observed, vm: ObservedVm, round_trips: int | None = None) -> VmVgpusReport:
