@@ -299,7 +299,7 @@ class PlanReport(Report):
     def render_text(self, layout: TextLayout = TERMINAL) -> Any:
         """The diff: colored on a terminal, plain lines in a pipe."""
         lines = plan_lines(self, layout.full)
-        return lines_text(lines) if layout.plain else styled([visible(line, keep_line_breaks=False) for line in lines])
+        return lines_text(lines) if layout.plain else styled(lines)
 
     @property
     def is_empty(self) -> bool:
