@@ -206,45 +206,42 @@ func (s *Sim) parseArm(w http.ResponseWriter, r *http.Request, needFault bool) (
 }
 
 func (s *Sim) armFault(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.parseArm(w, r, true)
-	if !ok {
-		return
-	}
-	s.faults.mu.Lock()
-	s.faults.faults = append(s.faults.faults, a)
-	s.faults.mu.Unlock()
-	WriteJSON(w, http.StatusOK, a)
+	s.arm(w, r, true, &s.faults.faults, func(*armed) string { return "" })
 }
 
 func (s *Sim) armDelay(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.parseArm(w, r, false)
-	if !ok {
-		return
-	}
-	if a.Delay <= 0 {
-		WriteError(w, http.StatusBadRequest, "seconds must be > 0")
-		return
-	}
-	s.faults.mu.Lock()
-	s.faults.delays = append(s.faults.delays, a)
-	s.faults.mu.Unlock()
-	WriteJSON(w, http.StatusOK, a)
+	s.arm(w, r, false, &s.faults.delays, func(a *armed) string {
+		if a.Delay <= 0 {
+			return "seconds must be > 0"
+		}
+		return ""
+	})
 }
 
 // armFollowup arms a change gpusim makes itself right after the next `count` ReconfigVM_Task or PowerOffVM_Task
 // bodies on the VM, before each task reports: the VM's vCPUs set to numCPUs (its changeVersion moving again), as
 // another client's reconfigure landing between the caller's task and its next read of the VM.
 func (s *Sim) armFollowup(w http.ResponseWriter, r *http.Request) {
-	a, ok := s.parseArm(w, r, false)
+	s.arm(w, r, false, &s.faults.followups, func(a *armed) string {
+		if !followupMethods[a.Method] || a.CPUs <= 0 {
+			return "a followup is a ReconfigVM_Task's or a PowerOffVM_Task's, with numCPUs > 0"
+		}
+		return ""
+	})
+}
+
+// arm adds the request's armed entry to list unless refuse names a reason (400).
+func (s *Sim) arm(w http.ResponseWriter, r *http.Request, needFault bool, list *[]*armed, refuse func(*armed) string) {
+	a, ok := s.parseArm(w, r, needFault)
 	if !ok {
 		return
 	}
-	if !followupMethods[a.Method] || a.CPUs <= 0 {
-		WriteError(w, http.StatusBadRequest, "a followup is a ReconfigVM_Task's or a PowerOffVM_Task's, with numCPUs > 0")
+	if why := refuse(a); why != "" {
+		WriteError(w, http.StatusBadRequest, "%s", why)
 		return
 	}
 	s.faults.mu.Lock()
-	s.faults.followups = append(s.faults.followups, a)
+	*list = append(*list, a)
 	s.faults.mu.Unlock()
 	WriteJSON(w, http.StatusOK, a)
 }
