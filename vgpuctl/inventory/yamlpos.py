@@ -288,6 +288,8 @@ def _ruamel_yaml(text: str, file: str) -> tuple[Any, dict[KeyPath, Pos], dict[Ke
     yaml.Scanner, yaml.Composer = _depth_counting_readers()
     try:
         data = yaml.load(text)
+    except _SecondDocument as exc:
+        raise InventoryError(SECOND_DOCUMENT, file, *exc.at) from None
     except _TooDeep as exc:
         raise InventoryError(filelimits.TOO_DEEP, file, *exc.at) from None
     except ReaderError as exc:  # a character YAML does not allow (NUL, other control characters)
@@ -310,10 +312,23 @@ def _ruamel_yaml(text: str, file: str) -> tuple[Any, dict[KeyPath, Pos], dict[Ke
     return plain, pos, keypos
 
 
-class _TooDeep(Exception):
+class _MarkedStop(Exception):
+    """The reader stops at a mark of ruamel's; `at` is its 1-based line and column."""
+
     def __init__(self, mark: Any):
         super().__init__()
         self.at: Pos = (mark.line + 1, mark.column + 1)
+
+
+class _TooDeep(_MarkedStop):
+    """A mapping or list nested deeper than MAX_NESTING; `at` is where it starts."""
+
+
+class _SecondDocument(_MarkedStop):
+    """A second YAML document (after `---`) where a file holds one; `at` is where it starts."""
+
+
+SECOND_DOCUMENT = "a second YAML document starts here: a file holds one (remove this '---' and what follows it)"
 
 
 @functools.cache
@@ -334,6 +349,18 @@ def _depth_counting_readers() -> tuple[Any, Any]:
 
     class DepthCountingComposer(Composer):  # type: ignore[misc]
         nesting = 0
+
+        def get_single_node(self) -> Any:
+            """ruamel's, with a second document refused in words of its own (ruamel's read "but found another
+            document expected a single document in the stream" once joined)."""
+            from ruamel.yaml.events import StreamEndEvent
+
+            self.parser.get_event()  # STREAM-START
+            document = None if self.parser.check_event(StreamEndEvent) else self.compose_document()
+            if not self.parser.check_event(StreamEndEvent):
+                raise _SecondDocument(self.parser.get_event().start_mark)
+            self.parser.get_event()  # STREAM-END
+            return document
 
         def compose_sequence_node(self, anchor: Any) -> Any:
             return self._nested(super().compose_sequence_node, anchor)
