@@ -251,9 +251,9 @@ class Gpusim:
         return dict(self.request("POST", "/delays", body))
 
     def followup(self, obj: str, num_cpus: int, method: str = "ReconfigVM_Task", count: int = 1) -> dict[str, Any]:
-        """After the next `count` bodies of `method` (ReconfigVM_Task, PowerOffVM_Task) on VM `obj`, before each
-        task reports, set its vCPUs to `num_cpus`: another client's change landing between the caller's task and
-        its next read."""
+        """After the next `count` bodies of `method` (ReconfigVM_Task, PowerOffVM_Task, CloneVM_Task: the new
+        VM's) on VM `obj`, before each task reports, set its vCPUs to `num_cpus`: another client's change landing
+        between the caller's task and its next read."""
         body = {"object": obj, "method": method, "numCPUs": num_cpus, "count": count}
         return dict(self.request("POST", "/followups", body))
 

@@ -216,6 +216,18 @@ def test_a_change_landing_between_the_reconfigure_and_its_read_is_not_taken_for_
     assert _as_gpusim_has_it(sim, si, "x") == (A_CLONE[0], 6, "poweredOff")  # the other change stands, off
 
 
+def test_a_change_landing_between_the_clone_and_its_read_stops_the_reconfigure(
+    sim: Any, si: Any, tmp_path: Path
+) -> None:
+    sim.followup(TEMPLATE, 6, method="CloneVM_Task")  # the new VM's vCPUs, after the clone's own work
+    code, outcomes, out = _finish(_vgpuctl(sim, tmp_path / "a", _inventory(_entry("x", A_CLONE))))
+    assert code == 1, out
+    assert outcomes["x"]["fault_type"] == "ChangedMeanwhile", out
+    assert "(numCPUs is 6, this run set 2); not reconfigured, plan again" in outcomes["x"]["message"], out
+    assert outcomes["x"]["steps"] == ["clone"], out
+    assert _as_gpusim_has_it(sim, si, "x") == ("", 6, "poweredOff")  # no vGPU: the reconfigure was not made
+
+
 def test_a_clone_changed_before_its_failed_power_on_is_not_removed(sim: Any, si: Any, tmp_path: Path) -> None:
     hold = sim.hold_queue(HOST)  # the clone's own power-on: after the run's check, before vCenter's answer
     run = _vgpuctl(sim, tmp_path / "a", _inventory(_entry("x", A_CLONE)))

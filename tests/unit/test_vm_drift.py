@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from vgpuctl.errors import DriftError
-from vgpuctl.model import DeviceChange, FieldChange, ObservedVgpu, ObservedVm, Op, VmChange
-from vgpuctl.vms.drift import check_drift, unmet_since
+from vgpuctl.model import CloneSpec, DeviceChange, FieldChange, ObservedVgpu, ObservedVm, Op, VmChange
+from vgpuctl.vms.drift import check_drift, clone_unmet, unmet_since
 from vgpuctl.vsphere.vmops import SPEC_READ_BACK, VmState
 
 pytestmark = pytest.mark.unit
@@ -121,3 +121,10 @@ def test_after_a_power_off_everything_must_read_as_it_was() -> None:
         "memoryMB is 32768, it was 65536 before this run's last step",
         "vGPUs are none, they were [grid_a100-10c]",
     ]
+
+
+def test_a_clone_must_read_as_its_spec_set_it() -> None:
+    spec = CloneSpec("tmpl", cpus=2, memory_mb=8192)
+    assert clone_unmet(spec, state(numCPUs=2, memoryMB=8192)) == []
+    assert clone_unmet(spec, state(numCPUs=6, memoryMB=8192)) == ["numCPUs is 6, this run set 2"]
+    assert clone_unmet(CloneSpec("tmpl"), state(numCPUs=6, memoryMB=1)) == []  # the template's: not judged

@@ -47,7 +47,7 @@ from vgpuctl.model import (
     queue_order,
 )
 from vgpuctl.progress import Cancel, VmProgress, cancelled
-from vgpuctl.vms.drift import check_drift, fmt_devices, unmet_since, vgpu_keys
+from vgpuctl.vms.drift import check_drift, clone_unmet, fmt_devices, unmet_since, vgpu_keys
 from vgpuctl.vsphere import vmnet, vmops
 from vgpuctl.vsphere.bookkeeping import BookkeepingError
 from vgpuctl.vsphere.claims import ClaimHeld, VmClaims, collect_dead
@@ -307,6 +307,9 @@ def _apply_vm(ctx: _Ctx, change: VmChange, outcome: VmOutcome) -> None:
         _claim_clone(ctx, change, folder_moid)  # kept until the clone's last step, like an existing VM's claim
         vm = _clone(ctx, change, outcome, folder_moid)
         state = _read_vm(ctx, vm, change.vm)
+        refused = "not reconfigured" if change.needs_reconfigure else "not powered on" if change.power_on else (
+            "left as it is")
+        _changed_meanwhile(ctx, change, clone_unmet(change.clone, state), refused)
     else:
         if observed_vm is None:
             raise NotFound(f"VM {change.vm} was not observed and the plan does not clone it")
@@ -361,6 +364,16 @@ def _power_on(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmO
         _await_customization(ctx, change.vm, vm, since, outcome)
 
 
+def _changed_meanwhile(ctx: _Ctx, change: VmChange, unmet: list[str], refused: str) -> None:
+    """ChangedMeanwhile naming `unmet`, what the VM read right after this run's last step on it shows otherwise
+    than that step left it (drift.py); `refused` says which step is not taken."""
+    if unmet:
+        raise ChangedMeanwhile(
+            f"{change.vm} was changed by something else since this run's last step on it ({'; '.join(unmet)}); "
+            f"{refused}, plan again" + _changed_by(ctx, change)
+        )
+
+
 def _unchanged_since(ctx: _Ctx, change: VmChange, vm: Any, seen: str, step: str) -> None:
     """ChangedMeanwhile unless the VM's changeVersion is still `seen`, the one this run read after its last step on
     it. A power-on or a destroy is conditional this way because that is the closest vSphere allows: only a
@@ -407,14 +420,7 @@ def _destroy(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: VmOu
         _forward(ctx, VmStep.POWER_OFF)
         _power_off(ctx, name, vm, state, outcome)
         after = _read_vm(ctx, vm, name)  # no source says a power-off keeps the version (_basis)
-        unexpected = unmet_since(state, after)
-        if unexpected:
-            raise ChangedMeanwhile(
-                f"{name} was changed by something else since this run's last step on it ("
-                + "; ".join(unexpected)
-                + "); not removed, plan again"
-                + _changed_by(ctx, change)
-            )
+        _changed_meanwhile(ctx, change, unmet_since(state, after), "not removed")
         seen = after.change_version
     _forward(ctx, VmStep.DESTROY)
     _unchanged_since(ctx, change, vm, seen, "removed")
@@ -456,15 +462,9 @@ def _reconfigure(ctx: _Ctx, change: VmChange, vm: Any, state: VmState, outcome: 
         ) from err
     outcome.steps.append(VmStep.RECONFIGURE)
     after = _read_vm(ctx, vm, change.vm)
-    unmet = unmet_since(basis, after, change)
-    if unmet:
-        follows = change.power_on and (state.power != PowerState.ON or bool(_STOPPED & set(outcome.steps)))
-        raise ChangedMeanwhile(
-            f"{change.vm} was changed by something else since this run's last step on it ("
-            + "; ".join(unmet)
-            + ("); not powered on, plan again" if follows else "); plan again")
-            + _changed_by(ctx, change)
-        )
+    follows = change.power_on and (state.power != PowerState.ON or bool(_STOPPED & set(outcome.steps)))
+    refused = "not powered on" if follows else "left as it is"
+    _changed_meanwhile(ctx, change, unmet_since(basis, after, change), refused)
     return after.change_version
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from vgpuctl.errors import DriftError
-from vgpuctl.model import ObservedNic, ObservedVm, Op, VmChange
+from vgpuctl.model import CloneSpec, ObservedNic, ObservedVm, Op, VmChange
 from vgpuctl.vsphere.vm import config_field
 from vgpuctl.vsphere.vmops import SPEC_READ_BACK, VmState
 
@@ -63,6 +63,14 @@ def unmet_since(before: VmState, after: VmState, change: VmChange | None = None)
         done = "this run set" if devices else "they were"
         unmet.append(f"vGPUs are {_profiles(now_vgpus)}, {done} {_profiles(wanted_vgpus)}")
     return unmet
+
+
+def clone_unmet(clone: CloneSpec, after: VmState) -> list[str]:
+    """What the new VM, read right after its clone, shows otherwise than the clone spec set (its vCPUs and memory,
+    where the spec sets them): a change by something else between the clone's end and that read."""
+    wanted = {"numCPUs": clone.cpus, "memoryMB": clone.memory_mb}
+    return [f"{prop} is {after.settings[prop]}, this run set {value}" for prop, value in wanted.items()
+            if value is not None and after.settings.get(prop) not in (None, value)]
 
 
 def _wanted_setting(prop: str, set_here: dict[str, Any], before: VmState) -> Any:

@@ -218,13 +218,14 @@ func (s *Sim) armDelay(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// armFollowup arms a change gpusim makes itself right after the next `count` ReconfigVM_Task or PowerOffVM_Task
-// bodies on the VM, before each task reports: the VM's vCPUs set to numCPUs (its changeVersion moving again), as
-// another client's reconfigure landing between the caller's task and its next read of the VM.
+// armFollowup arms a change gpusim makes itself right after the next `count` ReconfigVM_Task, PowerOffVM_Task or
+// CloneVM_Task bodies on the VM, before each task reports: the VM's vCPUs (the new VM's, for a clone) set to
+// numCPUs (its changeVersion moving again), as another client's reconfigure landing between the caller's task and
+// its next read of the VM.
 func (s *Sim) armFollowup(w http.ResponseWriter, r *http.Request) {
 	s.arm(w, r, false, &s.faults.followups, func(a *armed) string {
 		if !followupMethods[a.Method] || a.CPUs <= 0 {
-			return "a followup is a ReconfigVM_Task's or a PowerOffVM_Task's, with numCPUs > 0"
+			return "a followup is a ReconfigVM_Task's, a PowerOffVM_Task's or a CloneVM_Task's, with numCPUs > 0"
 		}
 		return ""
 	})
@@ -246,7 +247,7 @@ func (s *Sim) arm(w http.ResponseWriter, r *http.Request, needFault bool, list *
 	WriteJSON(w, http.StatusOK, a)
 }
 
-var followupMethods = map[string]bool{"ReconfigVM_Task": true, "PowerOffVM_Task": true}
+var followupMethods = map[string]bool{"ReconfigVM_Task": true, "PowerOffVM_Task": true, "CloneVM_Task": true}
 
 type guestRequest struct {
 	IP       string `json:"ip"`

@@ -159,6 +159,15 @@ func TestControlFollowupChangesTheVMBeforeTheTaskReports(t *testing.T) {
 	if n := e.vmMO(vm, "config.hardware").Config.Hardware.NumCPU; n != 4 {
 		t.Fatalf("after the power-off's followup: %d vCPUs", n)
 	}
+	code, _ = e.control("POST", "/gpusim/followups", map[string]any{"object": "vm-a", "method": "CloneVM_Task", "numCPUs": 3})
+	if code != 200 {
+		t.Fatal(code)
+	}
+	task, err := vm.Clone(e.ctx, e.folders().VmFolder, "cloned", types.VirtualMachineCloneSpec{})
+	e.must(e.wait(task, err))
+	if n, m := e.vmMO(e.vm("cloned"), "config.hardware").Config.Hardware.NumCPU, e.vmMO(vm, "config.hardware").Config.Hardware.NumCPU; n != 3 || m != 4 {
+		t.Fatalf("after the clone's followup: the clone has %d vCPUs, its source %d", n, m)
+	}
 	for _, bad := range []map[string]any{
 		{"object": "vm-a", "method": "PowerOnVM_Task", "numCPUs": 6},
 		{"object": "vm-a", "method": "ReconfigVM_Task"},

@@ -33,7 +33,8 @@ type faultBook struct {
 	faults []*armed
 	delays []*armed
 	// changes made right after a task's own work, before it reports: another client's change landing between
-	// the caller's task and its next read (the VM's vCPUs after a ReconfigVM_Task or PowerOffVM_Task)
+	// the caller's task and its next read (the VM's vCPUs after a ReconfigVM_Task or PowerOffVM_Task, the new
+	// VM's after a CloneVM_Task)
 	followups []*armed
 	holds     *holdBook // tasks caught when their body starts (holds.go)
 }

@@ -129,9 +129,14 @@ func (vm *gpuVM) releasingTask(ctx *simulator.Context, name, method string, body
 }
 
 // followup makes the change armed for the VM's method (control.go, armFollowup) once the task's own work is
-// done, before it reports: the VM's vCPUs, set as another client's reconfigure would.
+// done, before it reports.
 func (vm *gpuVM) followup(ctx *simulator.Context, method string) types.BaseMethodFault {
-	a := vm.sim.faults.followup(vm.Self.Value, method)
+	return vm.changeAsAnother(ctx, vm.sim.faults.followup(vm.Self.Value, method))
+}
+
+// changeAsAnother sets the VM's vCPUs as a followup `a` says (nothing when nil), as another client's
+// reconfigure would.
+func (vm *gpuVM) changeAsAnother(ctx *simulator.Context, a *armed) types.BaseMethodFault {
 	if a == nil {
 		return nil
 	}
@@ -239,6 +244,9 @@ func (vm *gpuVM) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) so
 			return nil, f
 		}
 		if f := s.pendCustomization(clone, req.Spec.Customization); f != nil {
+			return nil, f
+		}
+		if f := (&gpuVM{VirtualMachine: clone, sim: s}).changeAsAnother(ctx, s.faults.followup(vm.Self.Value, "CloneVM_Task")); f != nil {
 			return nil, f
 		}
 		if req.Spec.PowerOn {
