@@ -134,10 +134,13 @@ func TestControlDelay(t *testing.T) {
 
 func TestControlFollowupChangesTheVMBeforeTheTaskReports(t *testing.T) {
 	e := start(t, smallSpec())
-	code, _ := e.control("POST", "/gpusim/followups", map[string]any{"object": "vm-a", "method": "ReconfigVM_Task", "numCPUs": 6})
-	if code != 200 {
-		t.Fatal(code)
+	arm := func(method string, cpus int) {
+		body := map[string]any{"object": "vm-a", "method": method, "numCPUs": cpus}
+		if code, out := e.control("POST", "/gpusim/followups", body); code != 200 {
+			t.Fatalf("%v: %d %v", body, code, out)
+		}
 	}
+	arm("ReconfigVM_Task", 6)
 	vm := e.vm("vm-a")
 	before := e.vmMO(vm, "config.changeVersion").Config.ChangeVersion
 	e.must(e.wait(vm.Reconfigure(e.ctx, types.VirtualMachineConfigSpec{MemoryMB: 2048})))
@@ -151,18 +154,12 @@ func TestControlFollowupChangesTheVMBeforeTheTaskReports(t *testing.T) {
 		t.Fatalf("a second reconfigure got the followup too: %d vCPUs", n)
 	}
 	e.must(e.wait(vm.PowerOn(e.ctx)))
-	code, _ = e.control("POST", "/gpusim/followups", map[string]any{"object": "vm-a", "method": "PowerOffVM_Task", "numCPUs": 4})
-	if code != 200 {
-		t.Fatal(code)
-	}
+	arm("PowerOffVM_Task", 4)
 	e.must(e.wait(vm.PowerOff(e.ctx)))
 	if n := e.vmMO(vm, "config.hardware").Config.Hardware.NumCPU; n != 4 {
 		t.Fatalf("after the power-off's followup: %d vCPUs", n)
 	}
-	code, _ = e.control("POST", "/gpusim/followups", map[string]any{"object": "vm-a", "method": "CloneVM_Task", "numCPUs": 3})
-	if code != 200 {
-		t.Fatal(code)
-	}
+	arm("CloneVM_Task", 3)
 	task, err := vm.Clone(e.ctx, e.folders().VmFolder, "cloned", types.VirtualMachineCloneSpec{})
 	e.must(e.wait(task, err))
 	if n, m := e.vmMO(e.vm("cloned"), "config.hardware").Config.Hardware.NumCPU, e.vmMO(vm, "config.hardware").Config.Hardware.NumCPU; n != 3 || m != 4 {
