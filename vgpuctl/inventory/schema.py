@@ -29,7 +29,7 @@ from vgpuctl.durations import DURATION_EXPECTED, duration_seconds
 from vgpuctl.errors import InventoryError
 from vgpuctl.inventory.classes import NamespaceList, VmClassList, VmCpus, VmMemoryGb
 from vgpuctl.inventory.network import AdapterSpec, IdentitySpec
-from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Sources
+from vgpuctl.inventory.yamlpos import InventoryErrorLocation, KeyPath, Sources, shown_value
 from vgpuctl.settings import SETTINGS
 from vgpuctl.strictmodel import Lax, StrictModel
 from vgpuctl.vmlimits import vm_limits
@@ -190,8 +190,8 @@ class MaintenanceSpec(StrictModel):
             if isinstance(v, int | float) and not isinstance(v, bool) and v >= 0:
                 return duration_seconds(f"{v}")
         except ValueError as err:
-            raise ValueError(f"{err} (got {v!r})") from None
-        raise ValueError(f"{DURATION_EXPECTED} (got {v!r})")
+            raise ValueError(f"{err} (got {shown_value(v)})") from None
+        raise ValueError(f"{DURATION_EXPECTED} (got {shown_value(v)})")
 
 
 # graphics, gpus, nvlink, scheduler: each host setting's part of an entry is in its module (vgpuctl.settings)

@@ -691,19 +691,19 @@ def _schema_message(err: Mapping[str, Any], root: type[BaseModel] | None) -> str
     if kind == "missing":
         return f"missing required key '{loc[-1]}'"
     if kind in ("literal_error", "enum"):
-        return f"must be {ctx.get('expected')} (got {_shown(value)})"
+        return f"must be {ctx.get('expected')} (got {shown_value(value)})"
     if kind in ("value_error", "assertion_error"):
         return str(ctx.get("error", err["msg"]))
     if kind in ("int_type", "int_parsing", "int_from_float"):
-        return f"must be an integer (got {_shown(value)})"
+        return f"must be an integer (got {shown_value(value)})"
     if kind in ("float_type", "float_parsing"):
-        return f"must be a number (got {_shown(value)})"
+        return f"must be a number (got {shown_value(value)})"
     if kind == "finite_number":
-        return f"must be a finite number (got {_shown(value)})"
+        return f"must be a finite number (got {shown_value(value)})"
     if kind in ("bool_type", "bool_parsing"):
-        return f"must be true or false (got {_shown(value)})"
+        return f"must be true or false (got {shown_value(value)})"
     if kind in ("string_type",):
-        return f"must be a string (got {_shown(value)})"
+        return f"must be a string (got {shown_value(value)})"
     if kind in ("dict_type", "model_type", "model_attributes_type"):
         return f"must be a mapping (got {type(value).__name__})"
     if kind in ("list_type",):
@@ -711,12 +711,12 @@ def _schema_message(err: Mapping[str, Any], root: type[BaseModel] | None) -> str
     if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
         bounds = {"greater_than_equal": "at least {ge}", "less_than_equal": "at most {le}",
                   "greater_than": "greater than {gt}", "less_than": "less than {lt}"}
-        return f"must be {bounds[kind].format(**ctx)} (got {_shown(value)})"
+        return f"must be {bounds[kind].format(**ctx)} (got {shown_value(value)})"
     msg = err["msg"]
     return msg[:1].lower() + msg[1:]
 
 
-def _shown(value: Any) -> str:
+def shown_value(value: Any) -> str:
     """A value as the file wrote it, for a message: strings quoted, YAML's own words for true, false and null, a
     date YAML read from an unquoted date named as one, a list or mapping by its kind."""
     if isinstance(value, bool):
