@@ -41,6 +41,7 @@ from vgpuctl.hosts.sshservice import (
     ssh_service_for_run,
     start_for_run,
 )
+from vgpuctl.hosts.status import shell_configured
 from vgpuctl.hosts.targets import targets_for
 from vgpuctl.inventory import HostSpec, Inventory, load_inventory, validate
 from vgpuctl.inventory.compose import Composition
@@ -157,8 +158,6 @@ def host_facts(
     is set up or an SSH agent runs (without them, MIG, NVLink and scheduler changes are plan errors); fills each
     ObservedHost.module_options with the configured nvidia option string and, on a host where vCenter reported
     no NVLink device groups, its NVLink sets from the shell."""
-    from vgpuctl.hosts.status import shell_configured
-
     errors = unreadable_hosts(session, observed, specs, options.lock_waited_s)
     hosts = {name: (observed.hosts[name].moid, spec) for name, spec in sorted(specs.items())
              if observed.hosts[name].connection_state == ConnectionState.CONNECTED}

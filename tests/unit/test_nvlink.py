@@ -362,7 +362,7 @@ def test_plan_stage_host_facts_records_the_shell_sets(monkeypatch: pytest.Monkey
     """The pipeline's host facts stage hands the shell's NVLink sets to the observed model."""
     facts = _shell_facts({GPUS[0]: [GPUS[1]], GPUS[1]: [GPUS[0]]})
     monkeypatch.setattr(pipeline, "gather_facts", lambda *a, **k: {"h": facts})
-    monkeypatch.setattr("vgpuctl.hosts.status.shell_configured", lambda specs: True)
+    monkeypatch.setattr(pipeline, "shell_configured", lambda specs: True)
     observed = _a100_host()
     options = NS(trust_on_first_use=False, on_new_host_key=None, ssh_service=None, read_only=False, lock_waited_s=0.0)
     pipeline.host_facts(NS(), observed, {"h": NS()}, options)  # type: ignore[arg-type]

@@ -30,6 +30,7 @@ from vgpuctl.experiment.schema import Experiment, MergedVariant, WorkloadSpec, d
 from vgpuctl.experiment.store import BASE, STATUS_FAILED, STATUS_OK, ResultsDir, RunRecord, RunSummary, now
 from vgpuctl.experiment.workload import GuestRun, run_guests
 from vgpuctl.guest.addresses import read_addresses, wait_for_addresses
+from vgpuctl.hosts.plan import resolve_hosts
 from vgpuctl.lazyclass import dataclass
 
 if TYPE_CHECKING:
@@ -297,7 +298,6 @@ class VsphereFarm:
 
     def host_facts(self, inventory: Inventory, vms: list[str]) -> dict[str, Any]:
         from vgpuctl import pipeline
-        from vgpuctl.hosts.plan import resolve_hosts
         from vgpuctl.vsphere.session import open_session
 
         options = self.options_for(inventory)

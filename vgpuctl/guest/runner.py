@@ -22,6 +22,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from vgpuctl import trace
 from vgpuctl.errors import GuestError, UsageError
 from vgpuctl.extras import ansible_playbook
 from vgpuctl.guest import targets as tg
@@ -230,8 +231,6 @@ PLAIN_NAMES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "PWD", "TMP
 
 
 def holds_secret(value: str) -> bool:
-    from vgpuctl import trace
-
     return trace.holds_url_user_info(value) or trace.redact(value) != value
 
 

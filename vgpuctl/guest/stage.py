@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from vgpuctl.domain import Power
+from vgpuctl.guest.addresses import read_addresses, wait_for_addresses
+from vgpuctl.guest.drivers import deploy_drivers
 from vgpuctl.inventory import Inventory
 from vgpuctl.model import GuestDriverMove, GuestDriverOutcome
 from vgpuctl.progress import Cancel, Progress, cancelled
@@ -31,8 +33,6 @@ def guest_addresses(
 ) -> dict[str, str | None]:
     """VM name -> guest address of the guest VMs: one bulk read, or with `wait_s` one per `poll_s` until every
     guest VM that should run reports an address (None for those that did not)."""
-    from vgpuctl.guest.addresses import read_addresses, wait_for_addresses
-
     if wait_s <= 0:
         return read_addresses(session, guest_vms(inventory))
     running = [name for name in guest_vms(inventory)
@@ -63,8 +63,6 @@ def move_guest_drivers(session: Session, inventory: Inventory, moves: Sequence[G
     read), then the driver role in them. Nothing after Ctrl-C."""
     if not moves or cancelled(cancel):
         return []
-    from vgpuctl.guest.addresses import read_addresses
-    from vgpuctl.guest.drivers import deploy_drivers
 
     for m in moves:
         if progress is not None:

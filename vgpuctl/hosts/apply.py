@@ -43,6 +43,7 @@ from vgpuctl.settings import SETTINGS, apply_steps, step_of
 from vgpuctl.settings.base import ApplyStep, HostWriter
 from vgpuctl.settings.facts import MODULE_OPTIONS, NETWORK, HostFacts
 from vgpuctl.settings.gather import gather_host_facts
+from vgpuctl.vsphere import host as vhost
 from vgpuctl.vsphere.tasks import TaskWatcher
 
 if TYPE_CHECKING:
@@ -252,8 +253,6 @@ class _HostRun:
             log.warning("%s: the work record could not be updated after the failure: %s", self.t.name, err)
 
     def _write_failure(self) -> None:
-        from vgpuctl.vsphere import host as vhost
-
         try:
             self.out.in_maintenance = vhost.read_host(self.session, self.t.moid).in_maintenance
         except VgpuctlError as err:
@@ -289,8 +288,6 @@ class _HostRun:
         """Ctrl-C stopped the host before `step`: take it out of the maintenance mode this work put it in, power
         on every VM it powered off (also those left to their own VM change, which will not run now), and keep
         a work record only when a change was already written (the steps left finish it)."""
-        from vgpuctl.vsphere import host as vhost
-
         t = self.t
         rec = self.state.get(t.name)
         left = remaining_steps(rec.steps if rec is not None else planned_steps(t.changes), step_phase(step))
@@ -320,8 +317,6 @@ class _HostRun:
     # -------------------------------------------------------------------- the steps
 
     def _run(self) -> None:
-        from vgpuctl.vsphere import host as vhost
-
         t = self.t
         work = setting_changes(t.changes)
         api = vhost.read_host(self.session, t.moid)
@@ -363,8 +358,6 @@ class _HostRun:
         fallback). A running VM the plan did not foresee stops the host here, before anything changed, unless
         the policy is power-off. Power-offs are recorded first: a crash after one must still know what to bring
         back."""
-        from vgpuctl.vsphere import host as vhost
-
         t = self.t
         running = [v for v in vhost.host_vms(self.session, t.moid) if v.running]
         if not running:
@@ -453,8 +446,6 @@ class _HostRun:
                           timeout_s=esxi_timeout(self.session))  # fmt: skip
 
     def _reboot(self) -> None:
-        from vgpuctl.vsphere import host as vhost
-
         t = self.t
         self._forward("reboot")
         self._enter("reboot")
@@ -476,8 +467,6 @@ class _HostRun:
         self._done("reconnected")
 
     def _verify(self) -> None:
-        from vgpuctl.vsphere import host as vhost
-
         t = self.t
         api = vhost.read_host(self.session, t.moid)
         facts = self._facts_after_reboot() if self.out.rebooted else self._facts()
@@ -510,8 +499,6 @@ class _HostRun:
         """Power on every VM this host's runs powered off that the host can run now (in the inventory or not,
         with or without vGPUs), going on past failures; VMs handed to their VM change are left to it, unless
         `hand_back` (an interrupted run, whose VM changes do not start)."""
-        from vgpuctl.vsphere import host as vhost
-
         rec = self.state.get(self.t.name)
         if rec is None or not rec.vms:
             return

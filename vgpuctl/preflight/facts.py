@@ -10,6 +10,7 @@ from dataclasses import field
 from enum import StrEnum
 
 from vgpuctl.hosts.plan import resolve_hosts
+from vgpuctl.hosts.status import shell_configured
 from vgpuctl.inventory import HostSpec, Inventory, VmSpec
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import Observed, folder_path
@@ -126,8 +127,6 @@ def requirement_scope(inventory: Inventory | None, observed: Observed) -> Scope:
 
 
 def scope_of(inventory: Inventory | None, observed: Observed, env: Mapping[str, str] | None = None) -> Scope:
-    from vgpuctl.hosts.status import shell_configured
-
     env = dict(os.environ) if env is None else dict(env)
     gpu_hosts = {n for n, h in observed.hosts.items() if h.gpus}
     if inventory is None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from vgpuctl import filelimits
 from vgpuctl.domain import CheckStatus
+from vgpuctl.guest.targets import resolve_path_vars
 from vgpuctl.inventory import Inventory
 from vgpuctl.preflight import branches
 from vgpuctl.preflight.check import PreflightCheck
@@ -105,7 +106,6 @@ def file_checks(inventory: Inventory | None) -> list[PreflightCheck]:
     """Per guest group: the licence token (and the driver installer) present and readable on this machine."""
     if inventory is None:
         return []
-    from vgpuctl.guest.targets import resolve_path_vars
 
     base = Path(inventory.source_path).resolve().parent if inventory.source_path else Path.cwd()
     out = []

@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from vgpuctl.domain import ChangeKind, EvacuationKind, Phase, VmStep
+from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, setting_changes
 from vgpuctl.inventory.merge import possible_conflicts
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import (
@@ -341,8 +342,6 @@ def disruptions(plan: Plan) -> list[Disruption]:
     """Every disruptive step apply will take, host by host (maintenance, reboot, the VMs evacuated), then the
     VMs powered off for their own change, each VM destroyed after its power-off. What host apply does is decided
     by the same functions."""
-    from vgpuctl.hosts.evacuation import evacuations, needs_maintenance, needs_reboot, setting_changes
-
     by_vm = {c.vm: c for c in plan.changes}
     hosts: dict[str, list[HostChange]] = {}
     for h in plan.host_changes:

@@ -29,6 +29,7 @@ from vgpuctl.lazyclass import dataclass
 from vgpuctl.model import HOST_TARGET, HostChange, ObservedGpu, ObservedHost, Problem, UpgradeWindow
 from vgpuctl.settings.facts import MODULE_OPTIONS, ApiFact, EntryShellFact, GpuQuery, HostFacts, ShellFact
 from vgpuctl.strictmodel import KeyPath
+from vgpuctl.vsphere import host as vhost
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.session import Session
@@ -210,8 +211,6 @@ class ApplyStep:
 
 
 def _write_graphics(writer: HostWriter, changes: Sequence[HostChange]) -> None:
-    from vgpuctl.vsphere import host as vhost
-
     g = writer.graphics
     writer.progress("graphics", ", ".join(f"{c.kind} {c.new}" for c in changes))
     vhost.update_graphics(
@@ -226,8 +225,6 @@ def _write_graphics(writer: HostWriter, changes: Sequence[HostChange]) -> None:
 
 
 def _write_module_options(writer: HostWriter, changes: Sequence[HostChange]) -> None:
-    from vgpuctl.vsphere import host as vhost
-
     current = vhost.configured_module_options(writer.session, writer.moid)
     options = parse_module_options(current or "")
     for edit in writer.option_edits:

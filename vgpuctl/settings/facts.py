@@ -27,6 +27,8 @@ from vgpuctl.esxi import software as esxi_software
 from vgpuctl.esxi.facts import Fact
 from vgpuctl.lazyclass import dataclass
 from vgpuctl.records.netfacts import HostNetFacts
+from vgpuctl.vsphere import host as vhost
+from vgpuctl.vsphere.hostnet import read_net_state
 
 if TYPE_CHECKING:
     from vgpuctl.vsphere.host import HostApiState
@@ -294,8 +296,6 @@ class ModuleOptionStrings:
 
 
 def _read_module_options(api: HostApi) -> ModuleOptionStrings:
-    from vgpuctl.vsphere import host as vhost
-
     kms = api.state.kernel_module_system
     if kms is None:
         raise NotFound("the host has no kernel module system")
@@ -306,8 +306,6 @@ def _read_module_options(api: HostApi) -> ModuleOptionStrings:
 
 
 def _read_network(api: HostApi) -> HostNetFacts:
-    from vgpuctl.vsphere.hostnet import read_net_state
-
     return read_net_state(api.session, api.moid)
 
 

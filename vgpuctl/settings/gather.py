@@ -16,6 +16,7 @@ from vgpuctl.errors import VgpuctlError, VsphereFault
 from vgpuctl.esxi import commands, parsers
 from vgpuctl.settings import api_facts, entry_shell_facts, gpu_queries, gpu_query_fields, shell_facts
 from vgpuctl.settings.facts import TOPOLOGY, ApiFact, GpuFacts, HostApi, HostFacts, Runner, Unread, vsphere_bus_id
+from vgpuctl.vsphere import host as vhost
 from vgpuctl.vsphere.faults import cause as fault_cause
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ def gather_host_facts(session: Session, moid: str, host: str, run: Runner | None
                       ) -> HostFacts:
     """The host's facts: the per-host vSphere read (boot time), each ApiFact the entry needs, then the shell's when
     `run` is given."""
-    from vgpuctl.vsphere import host as vhost
-
     facts = HostFacts(host)
     state = vhost.read_host(session, moid)
     facts.boot_time = state.boot_time

@@ -34,6 +34,7 @@ from vgpuctl.settings.base import (
 )
 from vgpuctl.settings.facts import NETWORK, HostFacts
 from vgpuctl.strictmodel import KeyPath, StrictModel
+from vgpuctl.vsphere import hostnet
 
 ENABLED, DISABLED = "enabled", "disabled"
 VMKNIC_KEY, FIREWALL_KEY = "pvrdma.vmknic", "pvrdma.firewall"
@@ -91,8 +92,6 @@ class Pvrdma(HostSetting[PvrdmaSpec | None]):
         return result
 
     def apply(self, step: ApplyStep, changes: Sequence[HostChange], writer: HostWriter) -> None:
-        from vgpuctl.vsphere import hostnet
-
         for c in changes:
             writer.progress("pvrdma", f"{c.kind} {c.new}")
             if c.kind == PVRDMA_VMKNIC:

@@ -38,6 +38,7 @@ from vgpuctl.settings.base import (
 )
 from vgpuctl.settings.facts import NETWORK, HostFacts
 from vgpuctl.strictmodel import KeyPath, StrictModel
+from vgpuctl.vsphere import hostnet
 
 OFF = "off"
 _VFS = re.compile(r"(\d+) VFs?")
@@ -170,8 +171,6 @@ class Sriov(HostSetting[list[SriovSpec]]):
             nic.num_vf = nic.num_vf_requested = vfs
 
     def apply(self, step: ApplyStep, changes: Sequence[HostChange], writer: HostWriter) -> None:
-        from vgpuctl.vsphere import hostnet
-
         passthru = hostnet.passthru_enabled(writer.session, writer.moid)
         nics = {c.target: (vfs_of(str(c.new)), passthru.get(c.target, False)) for c in changes}
         writer.progress("sriov", ", ".join(f"{c.target} {c.new}" for c in changes))

@@ -32,8 +32,10 @@ from dataclasses import asdict
 from datetime import datetime
 
 from vgpuctl.errors import NotFound
+from vgpuctl.vsphere.host import stub_of, vm_exists
 from vgpuctl.vsphere.session import Session
 from vgpuctl.vsphere.tasks import read_props
+from vgpuctl.vsphere.vmops import vm_ref
 from vgpuctl.vsphere.workrecord import (
     UNSET_POLL_S,
     WAIT_POLL_S,
@@ -218,7 +220,6 @@ class VmClaims:
         waited for up to a time to live. Waits for a live one until `deadline` (--lock-timeout)."""
         from pyVmomi import vmodl
 
-        from vgpuctl.vsphere.vmops import vm_ref
 
         try:
             now_props = read_props(self.session, [vm_ref(self.session, moid)], "VirtualMachine",
@@ -276,7 +277,6 @@ def _remove_folder(session: Session, moid: str) -> None:
     """Remove a dead run's lock folder; another run removing (or taking) it first is no failure."""
     from pyVmomi import vim, vmodl
 
-    from vgpuctl.vsphere.host import stub_of
 
     with contextlib.suppress(vim.fault.VimFault, vmodl.fault.ManagedObjectNotFound):
         _destroy(session, vim.Folder(moid, stub_of(session)))
@@ -347,6 +347,4 @@ def _lock_folders(session: Session) -> dict[str, str]:
 
 
 def _vm_exists(session: Session, moid: str) -> bool:
-    from vgpuctl.vsphere.host import vm_exists
-
     return vm_exists(session, moid)

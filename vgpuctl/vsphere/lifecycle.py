@@ -33,6 +33,7 @@ from urllib.parse import quote
 
 from vgpuctl.errors import VgpuctlError
 from vgpuctl.lazyclass import dataclass
+from vgpuctl.vsphere.host import object_props
 from vgpuctl.vsphere.hostaccess import software_packages
 
 if TYPE_CHECKING:
@@ -78,8 +79,6 @@ class ClusterImage:
 def host_software(session: Session, moid: str, host: str) -> tuple[list[tuple[str, str, str]], str]:
     """The host's installed packages as (name, version, vendor), and the moid of its cluster ("" standalone): one
     property read and HostImageConfigManager.FetchSoftwarePackages (privilege Host.Config.Image)."""
-    from vgpuctl.vsphere.host import object_props
-
     props = object_props(session, moid, "HostSystem", ["configManager.imageConfigManager", "parent"])
     manager, parent = props.get("configManager.imageConfigManager"), props.get("parent")
     packages = software_packages(session, host, str(manager._moId) if manager is not None else "")
